@@ -1,0 +1,34 @@
+// Package usher is a library of scheduling primitives for LLM inference gateways.
+//
+// A model server that already holds a conversation's KV cache serves the next turn of that
+// conversation cheaply. Schedulers therefore favour established conversations, and can starve
+// the person still waiting to start. Routing has the same tension: affinity to the cache-warm
+// server saves prefill and piles load onto it. usher gives a gateway author the pieces to make
+// both trade-offs explicitly, quickly, and with measured figures.
+//
+// The root package holds only this documentation. The work is done by its packages, each usable
+// on its own; none starts a goroutine or touches the network unless the caller asks it to:
+//
+//   - prefixcache: chained block hashing of prompts and a
+//     lock-striped index from prefix block to the backends that hold it, bounded in bytes.
+//   - prefixcache/kvevents: exact index updates from vLLM and SGLang KV events over ZMQ.
+//   - flowcontrol: the admission queue: flows, priority bands, a pluggable Policy, capacity,
+//     deadlines, cancellation, a saturation gate and exactly one outcome per request.
+//   - fairness: Policy implementations: FCFS, priority, round-robin, LAS, turn-priority, EDF,
+//     VTC, and a bounded wait that guarantees newcomers a turn.
+//   - routing: a Router of filters, weighted scorers and a picker over BackendState, with the
+//     peers' algorithms (llm-d, SGLang, Dynamo, AIBrix) as configurations.
+//   - metrics: scraping model servers into BackendState, and usher's own Prometheus metrics.
+//   - examples: an OpenAI-compatible gateway, a simulated vLLM-compatible fleet, load replay.
+//   - bench: a cluster simulator that replays traces to compare policies and routers.
+//
+// A request's path through a gateway built on usher:
+//
+//	client ─► gateway
+//	  1. key:         flow id (tenant / session), priority band, prompt tokens, cost estimate
+//	  2. prefixcache: hash the prompt into chained block hashes, once
+//	  3. flowcontrol: wait for admission (policy order, saturation gate, deadline, capacity)
+//	  4. routing:     pick a backend (scorers over BackendState and the prefix match)
+//	  5. proxy the request and stream the answer
+//	  6. done:        report usage to fairness accounting, in-flight counters and the prefix index
+package usher

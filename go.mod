@@ -1,0 +1,3 @@
+module github.com/usher-llm/usher
+
+go 1.26
