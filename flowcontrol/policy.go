@@ -1,0 +1,211 @@
+package flowcontrol
+
+import (
+	"math"
+	"time"
+)
+
+// Key orders queued work. A smaller key is served first. Keys are compared field by field:
+// Tier, then Value, then Tie; requests (or flows) with equal keys are served in the order
+// they were enqueued (for flows: the order their head requests were enqueued).
+//
+// A key must stay valid while the request or flow waits: the queue stores it in a heap and
+// re-asks the policy only at the moments listed on Policy. Order that depends on the current
+// time must be rewritten as a time-invariant key — "highest turn + w·(now − t) first" orders
+// exactly like "lowest −turn + w·t first", because now is common to every candidate — or
+// given a validity limit through FlowKey's until result.
+//
+// A NaN Value is treated as +Inf.
+type Key struct {
+	// Tier is compared first. Use it for strict classes (an urgent tier, a priority).
+	Tier int64
+	// Value is compared second: a score, a virtual time, a deadline in seconds.
+	Value float64
+	// Tie is compared third, for example an arrival time in nanoseconds.
+	Tie int64
+}
+
+// Less reports whether k is served before o (ignoring enqueue order).
+func (k Key) Less(o Key) bool {
+	if k.Tier != o.Tier {
+		return k.Tier < o.Tier
+	}
+	if k.Value != o.Value {
+		return k.Value < o.Value
+	}
+	return k.Tie < o.Tie
+}
+
+// sanitize maps a NaN Value to +Inf so that the comparison is a strict weak order.
+func (k Key) sanitize() Key {
+	if math.IsNaN(k.Value) {
+		k.Value = math.Inf(1)
+	}
+	return k
+}
+
+// FlowState is the queue's view of one flow, handed to the policy. The queue owns it and
+// keeps it current; a policy reads it during a call and must not retain the pointer or
+// modify the struct (the queue reuses it for other flows once this one is forgotten).
+type FlowState struct {
+	// ID and Band identify the flow.
+	ID   FlowID
+	Band int
+	// Queued is the number of requests of this flow waiting in the queue, QueuedBytes
+	// their total size.
+	Queued      int
+	QueuedBytes int64
+	// InFlight is the number of requests of this flow dispatched and not yet Done.
+	InFlight int
+	// Head is the flow's next request in item-key order, nil when Queued == 0. Its
+	// Arrival is the head's enqueue (wait start) time.
+	Head *Request
+	// HeadKey is Head's item key (zero when Head is nil).
+	HeadKey Key
+}
+
+// EventKind says what happened to a request.
+type EventKind uint8
+
+const (
+	// EventEnqueue: the request entered its flow's queue (also for TryAdmit, which is
+	// followed at once by EventDispatch).
+	EventEnqueue EventKind = iota + 1
+	// EventDispatch: the request left the queue and was admitted.
+	EventDispatch
+	// EventExpire: the request reached its deadline while waiting and left the queue.
+	EventExpire
+	// EventCancel: the caller's context ended (or the caller cancelled) while it waited.
+	EventCancel
+	// EventClose: the queue was closed while the request waited.
+	EventClose
+	// EventDone: a dispatched request completed; Event.Usage holds its actual usage.
+	EventDone
+)
+
+var eventNames = [...]string{"invalid", "enqueue", "dispatch", "expire", "cancel", "close", "done"}
+
+// String returns the lower-case name of the event kind.
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "invalid"
+}
+
+// Event describes one step in a request's life for Policy.Observe. The queue owns the
+// struct and reuses it; the policy reads it during the call only.
+type Event struct {
+	Kind EventKind
+	// Now is the queue clock's time of the event.
+	Now time.Time
+	// Flow is the flow's state after the event took effect (for EventDispatch, Queued
+	// has been decremented and InFlight incremented; for EventDone, InFlight has been
+	// decremented). After EventDone or a final dequeue the flow may be forgotten by the
+	// queue: a policy that needs history keeps its own, keyed by (Flow.ID, Flow.Band).
+	Flow *FlowState
+	// Request is the request concerned.
+	Request *Request
+	// Usage is the actual usage, for EventDone only.
+	Usage Usage
+}
+
+// Policy decides the order of service inside a band: which flow goes next, and which of
+// that flow's requests. Bands themselves are always served strictly by index.
+//
+// All methods are called with the queue's lock held, from whatever goroutine is operating
+// on the queue: they must be fast, must not block and must not call back into the Queue.
+// A policy instance serves one queue; since the queue serialises the calls the policy
+// needs no locking of its own for state it touches only from these methods.
+//
+// The order is expressed through keys that stay fixed while work waits, so the queue keeps
+// flows and requests in heaps and every operation costs O(log n):
+//
+//   - ItemKey is called once per request, at enqueue, and orders the request among its
+//     flow's queued requests. It is never re-evaluated.
+//   - FlowKey orders a non-empty flow among its band's non-empty flows. The queue calls it
+//     when the flow becomes non-empty, when its head request changes (dispatch, expiry,
+//     cancellation of the head, or a new request that sorts before the head), after
+//     EventDone for a flow that still has queued requests, and when the key's validity
+//     ends: FlowKey returns until, the time after which the key must be recomputed (zero
+//     time: valid until one of the other triggers). Flows whose until has passed are
+//     re-keyed at the start of every dispatch decision, through a heap ordered by until,
+//     so a key is never stale when it is used and no scan ever happens.
+//   - Observe is told about every enqueue, dispatch, expiry, cancellation, close and
+//     completion, so the policy can account service (Event.Usage on EventDone).
+//
+// Calling order for one operation: on enqueue, ItemKey, then Observe(EventEnqueue) with
+// the flow state already updated, then FlowKey if needed. On dispatch, Observe(EventDispatch)
+// then FlowKey if the flow still has queued requests. On completion, Observe(EventDone) then
+// FlowKey if the flow still has queued requests.
+//
+// A policy whose order cannot be written as keys implements FlowPicker in addition.
+type Policy interface {
+	// ItemKey returns the key of r among the requests of its flow. f is the flow's state
+	// before r is added. now is the queue clock's time.
+	ItemKey(r *Request, f *FlowState, now time.Time) Key
+	// FlowKey returns the key of the non-empty flow f (f.Head != nil) among its band's
+	// flows, valid until the returned time (zero: no time limit).
+	FlowKey(f *FlowState, now time.Time) (k Key, until time.Time)
+	// Observe is told about each event of each request that was enqueued.
+	Observe(e *Event)
+}
+
+// FlowPicker is implemented by a Policy that chooses the next flow itself instead of
+// ordering flows by FlowKey: a policy whose order depends on all waiting flows together
+// (min-max normalisation over them, as in llm-d's LAS) or that keeps its own structure
+// (a tenant → session hierarchy maintained from Observe events).
+//
+// When the policy implements FlowPicker the queue never calls FlowKey; it keeps, per band,
+// a dense list of the non-empty flows and, for each dispatch, calls PickFlow with it. The
+// list's order is unspecified and changes as flows come and go. ItemKey still orders the
+// requests inside each flow. PickFlow returns the id of the flow to serve next, or ok ==
+// false to dispatch nothing from this band now. Returning an id that is not in flows is
+// misuse and panics.
+//
+// Cost: the queue's part is O(1) per call, but a picker that scans flows makes every
+// dispatch O(flows in the band); say so in its doc.
+type FlowPicker interface {
+	PickFlow(band int, flows []*FlowState, now time.Time) (id FlowID, ok bool)
+}
+
+// FCFS serves requests in arrival order within each band, across all flows: the item key
+// and the flow key are both the (head) request's arrival time, so the oldest request in the
+// band goes first. It keeps no state. Requests with equal arrival times go in enqueue order.
+type FCFS struct{}
+
+var _ Policy = FCFS{}
+
+// ItemKey orders by arrival. O(1).
+func (FCFS) ItemKey(r *Request, _ *FlowState, _ time.Time) Key {
+	return Key{Tie: r.Arrival.UnixNano()}
+}
+
+// FlowKey is the head request's key, valid forever. O(1).
+func (FCFS) FlowKey(f *FlowState, _ time.Time) (Key, time.Time) {
+	return f.HeadKey, time.Time{}
+}
+
+// Observe does nothing.
+func (FCFS) Observe(*Event) {}
+
+// StrictPriority serves, within each band, the request with the highest Request.Priority
+// first, and FCFS among equal priorities, across all flows. A high-priority flow can starve
+// the others for as long as it has work; use bands for coarse classes and this for order
+// within one. It keeps no state.
+type StrictPriority struct{}
+
+var _ Policy = StrictPriority{}
+
+// ItemKey orders by descending Priority, then arrival. O(1).
+func (StrictPriority) ItemKey(r *Request, _ *FlowState, _ time.Time) Key {
+	return Key{Tier: -int64(r.Priority), Tie: r.Arrival.UnixNano()}
+}
+
+// FlowKey is the head request's key, valid forever. O(1).
+func (StrictPriority) FlowKey(f *FlowState, _ time.Time) (Key, time.Time) {
+	return f.HeadKey, time.Time{}
+}
+
+// Observe does nothing.
+func (StrictPriority) Observe(*Event) {}
