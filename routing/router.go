@@ -1,0 +1,656 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults used when the corresponding Options field is zero.
+const (
+	// DefaultBlockSize is the tokens per prefix block when neither Request nor Options says.
+	DefaultBlockSize = 16
+	// DefaultStaleAfter is how old polled signals may be before they count as stale (llm-d
+	// treats metrics older than 2 s as stale).
+	DefaultStaleAfter = 2 * time.Second
+)
+
+// Errors returned by the router. They are wrapped with context; test them with errors.Is.
+var (
+	// ErrNoBackend means no backend is eligible for the request: the set is empty, no backend
+	// serves the requested role, or the filters removed every candidate.
+	ErrNoBackend = errors.New("routing: no eligible backend")
+	// ErrInvalidOptions means New was given options it cannot use.
+	ErrInvalidOptions = errors.New("routing: invalid options")
+	// ErrInvalidBackend means Update was given a backend set it cannot publish (an empty or
+	// duplicate name). Out-of-range signal values are not an error: they are dropped from Known
+	// and counted in Stats.InvalidSignals.
+	ErrInvalidBackend = errors.New("routing: invalid backend state")
+)
+
+// Scorer rates every candidate of one pick. It is the one method a custom scorer implements.
+//
+// Score writes one value per candidate into dst (len(dst) == len(cands)); higher is better and
+// values belong in [0, 1]. The router clamps anything else (NaN becomes 0, values below 0 become
+// 0, above 1 become 1) and counts it in Stats.ClampedScores, so a faulty scorer can never
+// propagate NaN into a pick. Score is called on the Pick path, possibly from many goroutines at
+// once: it must be safe for concurrent use, must not block, and should not allocate.
+type Scorer interface {
+	Score(req *Request, cands []Candidate, dst []float64)
+}
+
+// ScorerFunc adapts a function to the Scorer interface.
+type ScorerFunc func(req *Request, cands []Candidate, dst []float64)
+
+// Score calls f(req, cands, dst).
+func (f ScorerFunc) Score(req *Request, cands []Candidate, dst []float64) { f(req, cands, dst) }
+
+// Filter narrows the candidates of one pick. It returns the candidates to keep, compacted in
+// place at the front of cands (cands[:k], in any order). Returning an empty slice makes Pick fail
+// with ErrNoBackend. Like Scorer, it runs on the Pick path: safe for concurrent use, no
+// blocking, no allocation.
+type Filter interface {
+	Filter(req *Request, cands []Candidate) []Candidate
+}
+
+// Picker chooses one candidate given their combined scores (len(scores) == len(cands)). It
+// returns an index into cands. rng is a generator private to this pick. Safe for concurrent
+// use, no blocking, no allocation. An index out of range is counted in Stats.BadPicks and
+// replaced by the max-score choice.
+type Picker interface {
+	Pick(req *Request, cands []Candidate, scores []float64, rng *Rand) int
+}
+
+// Observer is implemented by filters and scorers that learn from placements (session tables,
+// for example). Picked is called once per successful Pick, after the choice and before Pick
+// returns, with the chosen candidate. It must be safe for concurrent use and must not block.
+type Observer interface {
+	Picked(req *Request, chosen *Candidate, now time.Time)
+}
+
+// Weighted is a Scorer and its weight in the blend.
+type Weighted struct {
+	Scorer Scorer
+	Weight float64
+}
+
+// Profile is a complete routing configuration: filters applied in order, weighted scorers, and
+// a picker. The combined score of a candidate is Σ Weight_i · clamp(score_i, 0, 1): weights are
+// not normalised (as in llm-d), so a weight of 3 beside two weights of 2 is exactly 3/7 of the
+// range. A nil Picker means MaxScore.
+type Profile struct {
+	// Name labels the configuration in reports and Stats; it has no effect on routing.
+	Name    string
+	Filters []Filter
+	Scorers []Weighted
+	Picker  Picker
+}
+
+// Options configures a Router. Zero values are the documented defaults.
+type Options struct {
+	// Profile is the routing configuration (filters, scorers, picker). A profile without
+	// scorers gives every candidate the score 0, leaving the choice to the picker.
+	Profile
+	// Index is the prefix index Pick matches Request.Chain against and Result inserts into.
+	// Nil: no prefix information; Candidate.MatchedBlocks is always 0.
+	Index PrefixIndex
+	// BlockSize is the tokens per block of Request.Chain when the request does not say.
+	// Zero: DefaultBlockSize.
+	BlockSize int
+	// StaleAfter is the age beyond which polled signals count as stale. Zero:
+	// DefaultStaleAfter. Negative: signals never go stale.
+	StaleAfter time.Duration
+	// Now is the clock used when Request.Now is zero. Nil: time.Now.
+	Now func() time.Time
+	// Seed seeds the random choices (tie-breaks, weighted random, power of two). Zero: seeded
+	// from the clock at New. Picks made one after another from one goroutine with a fixed seed
+	// are reproducible.
+	Seed uint64
+}
+
+// Router picks a backend for each request. Build one with New and publish the backend set with
+// Update.
+//
+// Concurrency: Pick, Backends, InFlight and Stats are safe for concurrent use from any number of
+// goroutines. Update is meant for one writer (it is serialised internally, so a second writer is
+// safe but pointless). Pick never blocks: it reads the current snapshot through an atomic
+// pointer and scratch space from a pool.
+type Router struct {
+	// Immutable after New.
+	filters    []Filter
+	scorers    []Weighted
+	picker     Picker
+	observers  []Observer
+	index      PrefixIndex
+	blockSize  int
+	staleAfter time.Duration
+	now        func() time.Time
+	name       string
+
+	snap    atomic.Pointer[snapshot]
+	seed    atomic.Uint64
+	scratch sync.Pool // *scratch
+	tickets sync.Pool // *ticket
+	stats   counters
+
+	mu sync.Mutex // serialises Update; guards the fields below.
+	// ids interns backend names to stable ids.
+	ids map[string]BackendID
+	// loads holds the in-flight counters by id; they outlive the backend's presence in the set
+	// so that requests in flight across an update are released where they were counted.
+	loads []*inflight
+	// indexIDs caches the prefix index id of each backend id (-1: not yet interned).
+	indexIDs []int64
+}
+
+type snapshot struct {
+	backends []backend
+}
+
+type backend struct {
+	state   BackendState
+	id      BackendID
+	updated int64 // state.UpdatedAt in Unix nanoseconds; 0 for never
+	load    *inflight
+	index   int64 // prefix index id; -1 when there is no index
+}
+
+// inflight holds one backend's router-side counters. Padded to a cache line so that picks on
+// different backends do not contend.
+type inflight struct {
+	requests atomic.Int64
+	prefill  atomic.Int64
+	_        [48]byte
+}
+
+type counters struct {
+	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs atomic.Uint64
+}
+
+// Stats are cumulative counters of a Router.
+type Stats struct {
+	// Picks is the number of successful picks.
+	Picks uint64
+	// NoBackend is the number of picks that failed with ErrNoBackend.
+	NoBackend uint64
+	// ClampedScores is the number of scores (one per candidate per scorer) that were NaN or
+	// outside [0, 1] and were clamped.
+	ClampedScores uint64
+	// BadPicks is the number of times a Picker returned an index out of range.
+	BadPicks uint64
+	// InvalidSignals is the number of out-of-range signal values Update dropped from Known.
+	InvalidSignals uint64
+	// StaleCandidates is the number of candidates considered with stale or never-observed
+	// signals (summed over picks). Built-in scorers impute such values; see each scorer.
+	StaleCandidates uint64
+	// InsertErrors is the number of prefix index inserts that failed.
+	InsertErrors uint64
+}
+
+// New returns a Router configured by opts, with an empty backend set (Pick returns
+// ErrNoBackend until the first Update). It fails with ErrInvalidOptions when a scorer, filter
+// or weight is unusable.
+func New(opts Options) (*Router, error) {
+	r := &Router{
+		filters:    opts.Filters,
+		picker:     opts.Picker,
+		index:      opts.Index,
+		blockSize:  opts.BlockSize,
+		staleAfter: opts.StaleAfter,
+		now:        opts.Now,
+		name:       opts.Name,
+		ids:        make(map[string]BackendID),
+	}
+	if r.blockSize == 0 {
+		r.blockSize = DefaultBlockSize
+	}
+	if r.blockSize < 0 {
+		return nil, fmt.Errorf("%w: BlockSize %d", ErrInvalidOptions, opts.BlockSize)
+	}
+	if r.staleAfter == 0 {
+		r.staleAfter = DefaultStaleAfter
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.picker == nil {
+		r.picker = MaxScore()
+	}
+	for i, f := range opts.Filters {
+		if f == nil {
+			return nil, fmt.Errorf("%w: Filters[%d] is nil", ErrInvalidOptions, i)
+		}
+		if o, ok := f.(Observer); ok {
+			r.observers = append(r.observers, o)
+		}
+	}
+	for i, w := range opts.Scorers {
+		if w.Scorer == nil {
+			return nil, fmt.Errorf("%w: Scorers[%d] is nil", ErrInvalidOptions, i)
+		}
+		if !(w.Weight >= 0) || w.Weight > 1e12 {
+			return nil, fmt.Errorf("%w: Scorers[%d] weight %v (want a finite value ≥ 0)", ErrInvalidOptions, i, w.Weight)
+		}
+		if w.Weight == 0 {
+			continue
+		}
+		r.scorers = append(r.scorers, w)
+		if o, ok := w.Scorer.(Observer); ok {
+			r.observers = append(r.observers, o)
+		}
+	}
+	if o, ok := r.picker.(Observer); ok {
+		r.observers = append(r.observers, o)
+	}
+	seed := opts.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	r.seed.Store(seed)
+	r.scratch.New = func() any { return new(scratch) }
+	r.tickets.New = func() any { return &ticket{r: r} }
+	return r, nil
+}
+
+// Update replaces the backend set with states, published as one immutable snapshot that picks
+// started afterwards see. It copies states; the caller may reuse the slice. Backends keep their
+// in-flight counters and BackendID across updates by Name. Out-of-range signal values are
+// dropped from Known and counted. Update fails with ErrInvalidBackend, publishing nothing, when
+// a name is empty or repeated, and with the index's error when the prefix index refuses a new
+// backend.
+//
+// Update is O(n) in the number of backends and allocates the new snapshot; it is the writer
+// side and is not meant for the request path.
+func (r *Router) Update(states []BackendState) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := make(map[string]struct{}, len(states))
+	for i := range states {
+		name := states[i].Name
+		if name == "" {
+			return fmt.Errorf("%w: backend %d has an empty name", ErrInvalidBackend, i)
+		}
+		if _, dup := seen[name]; dup {
+			return fmt.Errorf("%w: duplicate name %q", ErrInvalidBackend, name)
+		}
+		seen[name] = struct{}{}
+	}
+	s := &snapshot{backends: make([]backend, len(states))}
+	invalid := 0
+	for i := range states {
+		b := &s.backends[i]
+		b.state = states[i]
+		invalid += b.state.sanitize()
+		if !b.state.UpdatedAt.IsZero() {
+			b.updated = b.state.UpdatedAt.UnixNano()
+		}
+		id, ok := r.ids[b.state.Name]
+		if !ok {
+			id = BackendID(len(r.loads))
+			r.ids[b.state.Name] = id
+			r.loads = append(r.loads, new(inflight))
+			r.indexIDs = append(r.indexIDs, -1)
+		}
+		b.id = id
+		b.load = r.loads[id]
+		b.index = -1
+		if r.index != nil {
+			if r.indexIDs[id] < 0 {
+				capacity := 0
+				if b.state.Known.Has(SignalKVCapacity) {
+					capacity = b.state.KVCapacityBlocks
+				}
+				ix, err := r.index.AddBackend(b.state.Name, capacity)
+				if err != nil {
+					return fmt.Errorf("routing: adding backend %q to the prefix index: %w", b.state.Name, err)
+				}
+				r.indexIDs[id] = int64(ix)
+			}
+			b.index = r.indexIDs[id]
+		}
+	}
+	r.stats.invalid.Add(uint64(invalid))
+	r.snap.Store(s)
+	return nil
+}
+
+// Backends appends the current backend set to dst and returns it. O(n).
+func (r *Router) Backends(dst []BackendState) []BackendState {
+	s := r.snap.Load()
+	if s == nil {
+		return dst
+	}
+	for i := range s.backends {
+		dst = append(dst, s.backends[i].state)
+	}
+	return dst
+}
+
+// InFlight returns the router's in-flight counters of the named backend, and whether the router
+// has ever known it. O(1) after a map lookup under the writer lock; not for the hot path.
+func (r *Router) InFlight(name string) (InFlight, bool) {
+	r.mu.Lock()
+	id, ok := r.ids[name]
+	var l *inflight
+	if ok {
+		l = r.loads[id]
+	}
+	r.mu.Unlock()
+	if !ok {
+		return InFlight{}, false
+	}
+	return InFlight{Requests: l.requests.Load(), PrefillTokens: l.prefill.Load()}, true
+}
+
+// Stats returns the router's cumulative counters. O(1).
+func (r *Router) Stats() Stats {
+	return Stats{
+		Picks:           r.stats.picks.Load(),
+		NoBackend:       r.stats.noBackend.Load(),
+		ClampedScores:   r.stats.clamped.Load(),
+		BadPicks:        r.stats.badPicks.Load(),
+		InvalidSignals:  r.stats.invalid.Load(),
+		StaleCandidates: r.stats.staleCands.Load(),
+		InsertErrors:    r.stats.insertErrs.Load(),
+	}
+}
+
+// scratch is the per-pick working memory, pooled so that Pick does not allocate.
+type scratch struct {
+	cands  []Candidate
+	totals []float64
+	tmp    []float64
+	match  []int32
+	rng    Rand
+}
+
+func (s *scratch) reset(n int) {
+	if cap(s.cands) < n {
+		s.cands = make([]Candidate, 0, n)
+		s.totals = make([]float64, n)
+		s.tmp = make([]float64, n)
+	}
+}
+
+// Pick chooses a backend for req. It runs the filters, the weighted scorers and the picker over
+// the current snapshot, then charges the chosen backend's in-flight counters (one request, and
+// its uncached prompt tokens as prefill work) before returning. The Result must be finished with
+// Done exactly once.
+//
+// Pick is lock-free and never blocks; it does not allocate once its pools are warm (scorers and
+// filters permitting). Its cost is O(n·s) for n backends and s scorers, plus one prefix match of
+// req.Chain. It fails with ErrNoBackend when no backend is eligible.
+func (r *Router) Pick(req *Request) (Result, error) {
+	s := r.snap.Load()
+	if s == nil || len(s.backends) == 0 {
+		r.stats.noBackend.Add(1)
+		return Result{}, fmt.Errorf("%w: the backend set is empty", ErrNoBackend)
+	}
+	now := req.Now
+	if now.IsZero() {
+		now = r.now()
+	}
+	nowNs := now.UnixNano()
+	bs := req.BlockSize
+	if bs <= 0 {
+		bs = r.blockSize
+	}
+	prompt := req.PromptTokens
+	if prompt <= 0 {
+		prompt = len(req.Chain) * bs
+	}
+
+	sc := r.scratch.Get().(*scratch)
+	sc.reset(len(s.backends))
+	var match []int32
+	if r.index != nil && len(req.Chain) > 0 {
+		match = r.index.Match(sc.match[:0], req.Chain)
+		sc.match = match[:0]
+	}
+
+	cands := sc.cands[:0]
+	stale := 0
+	for i := range s.backends {
+		b := &s.backends[i]
+		if !b.state.Role.serves(req.Role) {
+			continue
+		}
+		c := Candidate{
+			State:    &b.state,
+			ID:       b.id,
+			InFlight: InFlight{Requests: b.load.requests.Load(), PrefillTokens: b.load.prefill.Load()},
+			Age:      -1,
+			b:        b,
+		}
+		if b.updated != 0 {
+			c.Age = time.Duration(nowNs - b.updated)
+			if r.staleAfter < 0 || c.Age <= r.staleAfter {
+				c.Fresh = b.state.Known
+			}
+		}
+		if c.Fresh != b.state.Known || b.updated == 0 {
+			c.Stale = true
+			stale++
+		}
+		if b.index >= 0 && b.index < int64(len(match)) {
+			c.MatchedBlocks = int(match[b.index])
+		}
+		c.UncachedTokens = prompt - c.MatchedBlocks*bs
+		if c.UncachedTokens < 0 {
+			c.UncachedTokens = 0
+		}
+		cands = append(cands, c)
+	}
+	if stale > 0 {
+		r.stats.staleCands.Add(uint64(stale))
+	}
+	for _, f := range r.filters {
+		if len(cands) == 0 {
+			break
+		}
+		cands = f.Filter(req, cands)
+	}
+	if len(cands) == 0 {
+		sc.cands = cands[:0]
+		r.scratch.Put(sc)
+		r.stats.noBackend.Add(1)
+		return Result{}, fmt.Errorf("%w: no candidate left after filtering", ErrNoBackend)
+	}
+
+	n := len(cands)
+	totals := sc.totals[:n]
+	clear(totals)
+	clamped := 0
+	for _, w := range r.scorers {
+		tmp := sc.tmp[:n]
+		clear(tmp)
+		w.Scorer.Score(req, cands, tmp)
+		for i, v := range tmp {
+			v, bad := clamp01(v)
+			if bad {
+				clamped++
+			}
+			totals[i] += w.Weight * v
+		}
+	}
+	if clamped > 0 {
+		r.stats.clamped.Add(uint64(clamped))
+	}
+
+	sc.rng.s = r.seed.Add(0x9e3779b97f4a7c15)
+	idx := r.picker.Pick(req, cands, totals, &sc.rng)
+	if idx < 0 || idx >= n {
+		r.stats.badPicks.Add(1)
+		idx = maxScore(totals, &sc.rng)
+	}
+	chosen := cands[idx]
+	score := totals[idx]
+	for _, o := range r.observers {
+		o.Picked(req, &chosen, now)
+	}
+	sc.cands = cands[:0]
+	r.scratch.Put(sc)
+
+	b := chosen.b
+	b.load.requests.Add(1)
+	if chosen.UncachedTokens > 0 {
+		b.load.prefill.Add(int64(chosen.UncachedTokens))
+	}
+	r.stats.picks.Add(1)
+
+	t := r.tickets.Get().(*ticket)
+	t.load = b.load
+	t.index = b.index
+	t.prefill = int64(chosen.UncachedTokens)
+	if b.index >= 0 {
+		t.chain = append(t.chain[:0], req.Chain...)
+	}
+	return Result{
+		Backend:        &b.state,
+		ID:             b.id,
+		Score:          score,
+		MatchedBlocks:  chosen.MatchedBlocks,
+		UncachedTokens: chosen.UncachedTokens,
+		t:              t,
+		gen:            t.state.Load() >> 2,
+	}, nil
+}
+
+// Result is the outcome of a successful Pick: the chosen backend and the handle that closes the
+// router's books on it. It is a small value; copies share the same handle.
+//
+// FirstToken (optional) and then Done (mandatory, exactly once) must be called by the owner of
+// the request, not concurrently with each other. Calling Done twice, or either method after
+// Done, is misuse and panics.
+type Result struct {
+	// Backend is the chosen backend's published state (immutable: do not write through it).
+	Backend *BackendState
+	// ID is the chosen backend's stable id.
+	ID BackendID
+	// Score is the chosen candidate's combined score.
+	Score float64
+	// MatchedBlocks is how many leading blocks of the chain the backend was believed to hold.
+	MatchedBlocks int
+	// UncachedTokens is the prompt tokens the backend was expected to prefill; they stay
+	// charged to its in-flight prefill counter until FirstToken or Done.
+	UncachedTokens int
+
+	t   *ticket
+	gen uint64
+}
+
+// DoneInfo is what happened to a routed request.
+type DoneInfo struct {
+	// FirstTokenAt is when the first output token arrived; zero if none did.
+	FirstTokenAt time.Time
+	// PromptTokens and OutputTokens are the usage the server reported (0 when unknown).
+	PromptTokens, OutputTokens int
+	// Err is the request's error, nil on success.
+	Err error
+}
+
+// ticket is the pooled state behind a Result. state packs a generation (state>>2) with two flags:
+// bit 0 = the prefill tokens were released (first token), bit 1 unused. Done advances the
+// generation, which invalidates every copy of the Result.
+type ticket struct {
+	r       *Router
+	state   atomic.Uint64
+	load    *inflight
+	index   int64
+	prefill int64
+	chain   []BlockHash
+}
+
+const firstTokenBit = 1
+
+// FirstToken records that the first output token arrived at at: the backend has finished
+// prefilling this request, so its uncached prompt tokens are released from the in-flight prefill
+// counter and the prompt's blocks are inserted into the prefix index under the chosen backend.
+// Calling it more than once is harmless; calling it after Done panics. O(len(chain)) for the
+// insert, otherwise O(1).
+func (p Result) FirstToken(at time.Time) {
+	t := p.mustTicket("FirstToken")
+	for {
+		st := t.state.Load()
+		if st>>2 != p.gen {
+			panic("routing: Result.FirstToken called after Done")
+		}
+		if st&firstTokenBit != 0 {
+			return
+		}
+		if t.state.CompareAndSwap(st, st|firstTokenBit) {
+			t.releasePrefill(true)
+			return
+		}
+	}
+}
+
+// Done closes the books on the request: it releases the in-flight request and, unless
+// FirstToken already did, the prefill tokens. When the request got a first token (FirstToken
+// was called or info.FirstTokenAt is set) or succeeded, the prompt's blocks are inserted into the
+// prefix index under the chosen backend; a request that failed before any token inserts nothing,
+// since the server may never have cached it. Done must be called exactly once; a second call
+// panics. O(len(chain)) for the insert, otherwise O(1).
+func (p Result) Done(info DoneInfo) {
+	t := p.mustTicket("Done")
+	for {
+		st := t.state.Load()
+		if st>>2 != p.gen {
+			panic("routing: Result.Done called twice")
+		}
+		if t.state.CompareAndSwap(st, (p.gen+1)<<2) {
+			if st&firstTokenBit == 0 {
+				t.releasePrefill(info.Err == nil || !info.FirstTokenAt.IsZero())
+			}
+			t.load.requests.Add(-1)
+			t.load = nil
+			t.chain = t.chain[:0]
+			t.r.tickets.Put(t)
+			return
+		}
+	}
+}
+
+func (p Result) mustTicket(op string) *ticket {
+	if p.t == nil {
+		panic("routing: Result." + op + " on a zero Result")
+	}
+	return p.t
+}
+
+func (t *ticket) releasePrefill(insert bool) {
+	if t.prefill > 0 {
+		t.load.prefill.Add(-t.prefill)
+	}
+	if insert && t.index >= 0 && len(t.chain) > 0 {
+		if err := t.r.index.Insert(indexID(t.index), t.chain); err != nil {
+			t.r.stats.insertErrs.Add(1)
+		}
+	}
+}
+
+// Rand is a small random generator private to one pick (SplitMix64), handed to Pickers and
+// seeded from the router's seed sequence. It is not safe for concurrent use, and need not be.
+type Rand struct{ s uint64 }
+
+// NewRand returns a generator seeded with seed, for testing pickers outside a Router.
+func NewRand(seed uint64) *Rand { return &Rand{s: seed} }
+
+// Uint64 returns a uniformly distributed 64-bit value. O(1).
+func (g *Rand) Uint64() uint64 {
+	g.s += 0x9e3779b97f4a7c15
+	z := g.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// Float64 returns a uniformly distributed value in [0, 1). O(1).
+func (g *Rand) Float64() float64 { return float64(g.Uint64()>>11) / (1 << 53) }
+
+// IntN returns a uniformly distributed value in [0, n); n must be > 0 and < 2³². O(1).
+func (g *Rand) IntN(n int) int {
+	return int((g.Uint64() >> 32) * uint64(n) >> 32)
+}

@@ -1,0 +1,236 @@
+package routing
+
+import (
+	"strconv"
+	"time"
+)
+
+// Role is the part of inference a backend serves. The zero value, RoleBoth, is an ordinary
+// aggregated server that prefills and decodes.
+type Role uint8
+
+const (
+	// RoleBoth serves prefill and decode (an aggregated server). It is the zero value.
+	RoleBoth Role = iota
+	// RolePrefill serves prefill only (disaggregated serving).
+	RolePrefill
+	// RoleDecode serves decode only (disaggregated serving).
+	RoleDecode
+)
+
+// String returns "both", "prefill" or "decode".
+func (r Role) String() string {
+	switch r {
+	case RoleBoth:
+		return "both"
+	case RolePrefill:
+		return "prefill"
+	case RoleDecode:
+		return "decode"
+	}
+	return "Role(" + strconv.Itoa(int(r)) + ")"
+}
+
+// serves reports whether a backend of role r can take work that needs role want. A request
+// asking for RoleBoth (the zero value) accepts any backend.
+func (r Role) serves(want Role) bool {
+	return want == RoleBoth || r == RoleBoth || r == want
+}
+
+// Health is what the writer knows about a backend's liveness. The zero value is HealthUnknown:
+// no probe has answered yet, which is not the same as a failed probe.
+type Health uint8
+
+const (
+	// HealthUnknown means no probe has answered yet. Backends in this state are routable; the
+	// staleness of their signals decides how scorers treat them.
+	HealthUnknown Health = iota
+	// Healthy means the last probe or scrape succeeded.
+	Healthy
+	// Unhealthy means the backend failed its probes or is draining. Filters drop it.
+	Unhealthy
+)
+
+// String returns "unknown", "healthy" or "unhealthy".
+func (h Health) String() string {
+	switch h {
+	case HealthUnknown:
+		return "unknown"
+	case Healthy:
+		return "healthy"
+	case Unhealthy:
+		return "unhealthy"
+	}
+	return "Health(" + strconv.Itoa(int(h)) + ")"
+}
+
+// Signal is a set of the polled signals a BackendState carries. A signal whose bit is clear is
+// missing: the writer did not observe it, and its field in BackendState is meaningless. Missing
+// is never the same as zero (an idle server) nor as infinite load (a saturated one).
+type Signal uint8
+
+const (
+	// SignalQueued: BackendState.Queued is known.
+	SignalQueued Signal = 1 << iota
+	// SignalRunning: BackendState.Running is known.
+	SignalRunning
+	// SignalKVUtilization: BackendState.KVUtilization is known.
+	SignalKVUtilization
+	// SignalKVCapacity: BackendState.KVCapacityBlocks and BackendState.BlockSize are known.
+	SignalKVCapacity
+
+	// AllSignals is every signal above.
+	AllSignals = SignalQueued | SignalRunning | SignalKVUtilization | SignalKVCapacity
+)
+
+// Has reports whether every signal in want is in s.
+func (s Signal) Has(want Signal) bool { return s&want == want }
+
+// BackendState is one model server as the router's writer describes it: identity, role, health
+// and the signals polled from the server. It is a plain value; a metrics scraper fills one per
+// backend and hands the whole set to Router.Update, which copies it into an immutable snapshot.
+//
+// The router adds what polling cannot know in time: its own in-flight counters (requests
+// dispatched and not finished; uncached prompt tokens still in prefill), which change the
+// moment Pick returns. Scorers see both through Candidate.
+//
+// Missing and stale signals are explicit. A field is meaningful only when its bit is in Known,
+// and all of them only while UpdatedAt is recent (Options.StaleAfter). A signal that is missing
+// or stale is neither treated as zero nor as infinite load: each filter and scorer documents what
+// it does with it (the built-in load scorers impute the mean of the candidates that have it, and
+// count that in Stats.Imputed).
+type BackendState struct {
+	// Name identifies the backend (for example its address). It must be non-empty and unique
+	// within an update; it is also the name the prefix index knows the backend by, and the key
+	// that carries in-flight counters across updates.
+	Name string
+	// Role is the part of inference the backend serves. Zero: RoleBoth.
+	Role Role
+	// Health is the liveness verdict of the writer. Zero: HealthUnknown.
+	Health Health
+	// Known is the set of signals below that were observed. Zero: nothing is known.
+	Known Signal
+
+	// Queued is the number of requests waiting in the server's queue (vLLM
+	// num_requests_waiting). Valid when Known has SignalQueued; must be ≥ 0.
+	Queued int
+	// Running is the number of requests in the running batch (vLLM num_requests_running).
+	// Valid when Known has SignalRunning; must be ≥ 0.
+	Running int
+	// KVUtilization is the fraction of KV cache blocks in use, in [0, 1] (vLLM
+	// kv_cache_usage_perc). Valid when Known has SignalKVUtilization.
+	KVUtilization float64
+	// KVCapacityBlocks is the number of KV cache blocks the server has (vLLM num_gpu_blocks).
+	// Valid when Known has SignalKVCapacity; must be > 0.
+	KVCapacityBlocks int
+	// BlockSize is the number of tokens per KV cache block (vLLM block_size). Valid when Known
+	// has SignalKVCapacity; must be > 0.
+	BlockSize int
+
+	// UpdatedAt is when the signals were observed. The zero time means never: every signal is
+	// then treated as missing, whatever Known says.
+	UpdatedAt time.Time
+}
+
+// sanitize clears the Known bits of values that are out of range and reports how many it
+// cleared. A scraper that reads garbage must not make a backend look idle or saturated.
+func (s *BackendState) sanitize() int {
+	bad := 0
+	if s.Known.Has(SignalQueued) && s.Queued < 0 {
+		s.Known &^= SignalQueued
+		bad++
+	}
+	if s.Known.Has(SignalRunning) && s.Running < 0 {
+		s.Known &^= SignalRunning
+		bad++
+	}
+	if s.Known.Has(SignalKVUtilization) && !(s.KVUtilization >= 0 && s.KVUtilization <= 1) {
+		s.Known &^= SignalKVUtilization
+		bad++
+	}
+	if s.Known.Has(SignalKVCapacity) && (s.KVCapacityBlocks <= 0 || s.BlockSize <= 0) {
+		s.Known &^= SignalKVCapacity
+		bad++
+	}
+	if s.UpdatedAt.IsZero() {
+		s.Known = 0
+	}
+	return bad
+}
+
+// InFlight is the router's own count of work it sent to a backend and that has not finished.
+// It changes at once on Pick, unlike polled signals.
+type InFlight struct {
+	// Requests picked and not yet Done.
+	Requests int64
+	// PrefillTokens is the sum of uncached prompt tokens of requests picked whose first token
+	// has not yet arrived: the prefill work the backend still has to do for this router.
+	PrefillTokens int64
+}
+
+// Candidate is one eligible backend as filters, scorers and pickers see it during one Pick.
+// Candidates live in a scratch buffer owned by the router: a Scorer may read them during its call
+// and must not keep pointers to them.
+type Candidate struct {
+	// State is the backend's published state. It is immutable: never write through it.
+	State *BackendState
+	// ID is the router's stable identifier of the backend.
+	ID BackendID
+	// InFlight is the router's in-flight counters for this backend, read at the start of Pick.
+	InFlight InFlight
+	// MatchedBlocks is the number of leading blocks of Request.Chain that the prefix index says
+	// this backend holds (0 without an index).
+	MatchedBlocks int
+	// Fresh is the set of signals that are known and not stale at the time of the pick. Scorers
+	// test Fresh, not State.Known.
+	Fresh Signal
+	// Stale is true when some signal in State.Known is not in Fresh because the signals are
+	// older than Options.StaleAfter, or when the backend was never observed at all.
+	Stale bool
+	// Age is how long ago the signals were observed; negative when they never were.
+	Age time.Duration
+	// UncachedTokens is the prompt tokens this backend would have to prefill: the prompt length
+	// minus the tokens of MatchedBlocks, never below zero.
+	UncachedTokens int
+
+	b *backend // the snapshot entry; nil for candidates built outside a Router
+}
+
+// Has reports whether the signals in want are known and fresh for this candidate.
+func (c *Candidate) Has(want Signal) bool { return c.Fresh.Has(want) }
+
+// BackendID is the router's stable identifier of a backend: the same name keeps the same id
+// across updates for the lifetime of the Router. Ids are small and dense, starting at 0.
+type BackendID uint32
+
+// Request is what Pick needs to know about one request. It is passed by pointer and read during
+// Pick only; Pick copies what it keeps. Fields can be added later without breaking callers.
+type Request struct {
+	// Chain is the prompt's chained block hashes, computed once by the caller (see
+	// prefixcache). Empty means no prefix information.
+	Chain []BlockHash
+	// BlockSize is the number of tokens per block in Chain. Zero: Options.BlockSize.
+	BlockSize int
+	// PromptTokens is the prompt length in tokens. Zero with a non-empty Chain means
+	// len(Chain) × BlockSize.
+	PromptTokens int
+	// Session identifies a conversation (for example the x-session-id header). Empty: none.
+	Session string
+	// Role is the role the request needs. Zero (RoleBoth): any backend.
+	Role Role
+	// Now is the time of the pick. Zero: Options.Now().
+	Now time.Time
+}
+
+// clamp01 maps a score into [0, 1]; NaN becomes 0. It reports whether it changed the value.
+func clamp01(v float64) (float64, bool) {
+	switch {
+	case v >= 0 && v <= 1:
+		return v, false
+	case v > 1:
+		return 1, true
+	case v < 0:
+		return 0, true
+	}
+	return 0, true // NaN
+}
