@@ -1,0 +1,44 @@
+package prefixcache_test
+
+import (
+	"fmt"
+
+	"github.com/usher-llm/usher/prefixcache"
+)
+
+// Hash a prompt once, match it against the index to see how much each backend already holds,
+// and record the routing decision.
+func Example() {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		panic(err)
+	}
+	a, _ := ix.AddBackend("vllm-a", 1000)
+	b, _ := ix.AddBackend("vllm-b", 1000)
+
+	seed := prefixcache.Seed("qwen3-32b", "", "")
+	system := make([]uint32, 64) // a shared 64-token system prompt: 4 blocks of 16
+	for i := range system {
+		system[i] = uint32(1000 + i)
+	}
+	turn1 := append(append([]uint32{}, system...), make([]uint32, 32)...) // + 2 more blocks
+
+	// Backend a served the first turn; backend b has only seen the system prompt.
+	_ = ix.Insert(a, prefixcache.HashTokens(nil, seed, turn1, 16))
+	_ = ix.Insert(b, prefixcache.HashTokens(nil, seed, system, 16))
+
+	// The second turn extends the first by 40 tokens: 2 more full blocks and 8 tokens left over.
+	turn2 := append(append([]uint32{}, turn1...), make([]uint32, 40)...)
+	chain := prefixcache.HashTokens(nil, seed, turn2, 16)
+	matched := ix.Match(nil, chain)
+	fmt.Printf("blocks in prompt: %d\n", len(chain))
+	fmt.Printf("%s holds %d, %s holds %d\n", ix.Name(a), matched[a], ix.Name(b), matched[b])
+
+	// Route to a, then record what a now holds.
+	_ = ix.Insert(a, chain)
+	fmt.Println("after insert:", ix.Match(matched, chain))
+	// Output:
+	// blocks in prompt: 8
+	// vllm-a holds 6, vllm-b holds 4
+	// after insert: [8 4]
+}

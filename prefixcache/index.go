@@ -1,0 +1,782 @@
+package prefixcache
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// BackendID is a backend's dense id, interned by an Index from the backend's name. Ids are
+// small integers (0, 1, 2, ...) so that a block's holders form a bitset. A removed backend's id
+// is reused by the next AddBackend (the lowest free id is taken first), after every block of
+// the removed backend has left the index.
+type BackendID uint32
+
+// Sentinel errors. They are returned wrapped with context; test them with errors.Is.
+var (
+	ErrInvalidOptions  = errors.New("prefixcache: invalid options")
+	ErrInvalidName     = errors.New("prefixcache: invalid backend name")
+	ErrInvalidCapacity = errors.New("prefixcache: invalid capacity")
+	ErrTooManyBackends = errors.New("prefixcache: too many backends")
+	ErrUnknownBackend  = errors.New("prefixcache: unknown backend")
+	ErrInvalidEvent    = errors.New("prefixcache: invalid event")
+	ErrUnknownParent   = errors.New("prefixcache: unknown parent block")
+)
+
+// PairBytes is the memory the byte budget charges for one (block, backend) pair: the table
+// entry (24 bytes at a load factor between 7/12 and 7/8) plus the backend's CLOCK ring slot
+// (8 bytes, up to twice that while the ring grows). TestBytesPerBlock measures the real figure.
+const PairBytes = 64
+
+// MaxBackends is the largest Options.MaxBackends accepted.
+const MaxBackends = 4096
+
+const maxWords = MaxBackends / 64
+
+// Options configures an Index. The zero value is valid: every zero field takes the default
+// stated beside it.
+type Options struct {
+	// Shards is the number of lock stripes, a power of two in [1, 256]. Default 32.
+	Shards int
+	// DefaultCapacity is the capacity, in blocks, of a backend added with capacity 0, e.g. a
+	// vLLM server's num_gpu_blocks. Default 65,536.
+	DefaultCapacity int
+	// MaxBytes is the global memory budget. The index holds at most MaxBytes/PairBytes
+	// (block, backend) pairs; past that, the backend holding the most pairs loses its CLOCK
+	// victims. Default 256 MiB (4M pairs).
+	MaxBytes int64
+	// MaxChainBlocks is the longest chain Insert, Remove and Match consider: longer chains are
+	// truncated to their first MaxChainBlocks blocks (the rest could only matter after all of
+	// those matched). Default 8,192 (131,072 tokens at 16 tokens per block).
+	MaxChainBlocks int
+	// MaxBackends bounds the number of backends registered at once, at most 4,096.
+	// Default 1,024. Up to 64 backends every block lives in one table entry and Match does one
+	// probe per block; each further 64 ids add a word that Match probes while any of its
+	// backends is still matching.
+	MaxBackends int
+}
+
+const (
+	defaultShards         = 32
+	defaultCapacity       = 1 << 16
+	defaultMaxBytes       = 256 << 20
+	defaultMaxChainBlocks = 8192
+	defaultMaxBackends    = 1024
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Shards == 0 {
+		o.Shards = defaultShards
+	}
+	if o.DefaultCapacity == 0 {
+		o.DefaultCapacity = defaultCapacity
+	}
+	if o.MaxBytes == 0 {
+		o.MaxBytes = defaultMaxBytes
+	}
+	if o.MaxChainBlocks == 0 {
+		o.MaxChainBlocks = defaultMaxChainBlocks
+	}
+	if o.MaxBackends == 0 {
+		o.MaxBackends = defaultMaxBackends
+	}
+	switch {
+	case o.Shards < 1 || o.Shards > 256 || o.Shards&(o.Shards-1) != 0:
+		return o, fmt.Errorf("%w: Shards %d is not a power of two in [1, 256]", ErrInvalidOptions, o.Shards)
+	case o.DefaultCapacity < 0:
+		return o, fmt.Errorf("%w: DefaultCapacity %d < 0", ErrInvalidOptions, o.DefaultCapacity)
+	case o.MaxBytes < PairBytes:
+		return o, fmt.Errorf("%w: MaxBytes %d < %d", ErrInvalidOptions, o.MaxBytes, PairBytes)
+	case o.MaxChainBlocks < 0:
+		return o, fmt.Errorf("%w: MaxChainBlocks %d < 0", ErrInvalidOptions, o.MaxChainBlocks)
+	case o.MaxBackends < 0 || o.MaxBackends > MaxBackends:
+		return o, fmt.Errorf("%w: MaxBackends %d not in [1, %d]", ErrInvalidOptions, o.MaxBackends, MaxBackends)
+	}
+	return o, nil
+}
+
+// shard is one lock stripe: a table and the lock and sequence counter that guard it.
+//
+// Writers hold mu and make seq odd while they change the table (seqlock); readers never lock:
+// they read seq, probe, and retry if seq was odd or changed. Shards sit by value in a fixed
+// array, padded so two shards never share a cache line.
+type shard struct {
+	mu  sync.Mutex
+	seq atomic.Uint64
+	tab atomic.Pointer[table]
+	// Match statistics, counted in the shard of the chain's first block to spread contention.
+	hits   atomic.Int64
+	misses atomic.Int64
+	_      [128 - 48]byte
+}
+
+// Index maps chained block hashes to the set of backends holding them, and answers, for a
+// chain, how many leading blocks each backend holds.
+//
+// Index is safe for concurrent use. Match never blocks on a lock: it reads shards under a
+// sequence counter and retries a probe that raced with a writer. Writers to one backend
+// (Insert, Remove, Apply*, ClearBackend) are serialised by that backend's lock; writers to
+// different backends proceed in parallel and meet only on shard locks, held for one entry
+// update at a time.
+type Index struct {
+	opts     Options
+	mask     uint64
+	maxPairs int64
+	shards   []shard
+	backends []atomic.Pointer[backend] // by id; len opts.MaxBackends
+
+	pairs     atomic.Int64 // ring slots over all backends (live and stale pairs)
+	bytes     atomic.Int64 // bytes allocated to tables and rings
+	evictions atomic.Int64
+
+	regMu sync.Mutex // guards names and bound updates
+	names map[string]BackendID
+	bound atomic.Int32 // max registered id + 1
+}
+
+// backend is one registered backend. id and name are immutable; the rest is guarded by mu.
+type backend struct {
+	id   BackendID
+	name string
+
+	size atomic.Int64 // ring length (live + stale), readable without mu
+
+	mu        sync.Mutex
+	removed   bool
+	capacity  int
+	live      int
+	stale     int
+	evictions int64
+	ring      ring
+	engine    map[engineKey]BlockHash // exact mode: engine hash → usher hash
+	scratch   []BlockHash
+}
+
+// New returns an empty Index configured by opts, or an error wrapping ErrInvalidOptions.
+func New(opts Options) (*Index, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ix := &Index{
+		opts:     o,
+		mask:     uint64(o.Shards - 1),
+		maxPairs: o.MaxBytes / PairBytes,
+		shards:   make([]shard, o.Shards),
+		backends: make([]atomic.Pointer[backend], o.MaxBackends),
+		names:    make(map[string]BackendID),
+	}
+	return ix, nil
+}
+
+// AddBackend registers a backend under name with a capacity in blocks (0 means
+// Options.DefaultCapacity) and returns its id. Adding a name that is already registered is not
+// an error: it returns the existing id and sets that backend's capacity, evicting if it shrank.
+// It returns ErrInvalidName for an empty name, ErrInvalidCapacity for a negative capacity and
+// ErrTooManyBackends when Options.MaxBackends backends are registered.
+//
+// AddBackend is O(MaxBackends) for a new name (it looks for the lowest free id).
+func (ix *Index) AddBackend(name string, capacityBlocks int) (BackendID, error) {
+	if name == "" {
+		return 0, fmt.Errorf("%w: empty", ErrInvalidName)
+	}
+	if capacityBlocks < 0 {
+		return 0, fmt.Errorf("%w: %d blocks for backend %q", ErrInvalidCapacity, capacityBlocks, name)
+	}
+	if capacityBlocks == 0 {
+		capacityBlocks = ix.opts.DefaultCapacity
+	}
+	ix.regMu.Lock()
+	if id, ok := ix.names[name]; ok {
+		ix.regMu.Unlock()
+		return id, ix.SetCapacity(id, capacityBlocks)
+	}
+	defer ix.regMu.Unlock()
+	for i := range ix.backends {
+		if ix.backends[i].Load() != nil {
+			continue
+		}
+		b := &backend{id: BackendID(i), name: name, capacity: capacityBlocks}
+		ix.backends[i].Store(b)
+		ix.names[name] = b.id
+		if int32(i) >= ix.bound.Load() {
+			ix.bound.Store(int32(i) + 1)
+		}
+		return b.id, nil
+	}
+	return 0, fmt.Errorf("%w: %d registered", ErrTooManyBackends, len(ix.backends))
+}
+
+// Lookup returns the id of the backend registered under name. It is O(1).
+func (ix *Index) Lookup(name string) (BackendID, bool) {
+	ix.regMu.Lock()
+	id, ok := ix.names[name]
+	ix.regMu.Unlock()
+	return id, ok
+}
+
+// Name returns the name of backend id, or "" if id is not registered. It is O(1).
+func (ix *Index) Name(id BackendID) string {
+	if b := ix.load(id); b != nil {
+		return b.name
+	}
+	return ""
+}
+
+// Bound returns one more than the largest registered backend id: the length of Match's
+// result. It is O(1) and never blocks.
+func (ix *Index) Bound() int { return int(ix.bound.Load()) }
+
+// SetCapacity changes backend id's capacity in blocks (0 means Options.DefaultCapacity),
+// evicting its CLOCK victims down to the new capacity. Cost O(evicted blocks).
+func (ix *Index) SetCapacity(id BackendID, capacityBlocks int) error {
+	if capacityBlocks < 0 {
+		return fmt.Errorf("%w: %d blocks for backend %d", ErrInvalidCapacity, capacityBlocks, id)
+	}
+	if capacityBlocks == 0 {
+		capacityBlocks = ix.opts.DefaultCapacity
+	}
+	b, err := ix.lockBackend(id)
+	if err != nil {
+		return err
+	}
+	b.capacity = capacityBlocks
+	ix.evictToCapacityLocked(b)
+	b.mu.Unlock()
+	return nil
+}
+
+// RemoveBackend clears backend id and unregisters it; its id becomes free for reuse. Cost
+// O(the backend's blocks). It returns ErrUnknownBackend if id is not registered.
+func (ix *Index) RemoveBackend(id BackendID) error {
+	ix.regMu.Lock()
+	defer ix.regMu.Unlock()
+	b, err := ix.lockBackend(id)
+	if err != nil {
+		return err
+	}
+	ix.clearLocked(b)
+	b.removed = true
+	b.mu.Unlock()
+	ix.backends[id].Store(nil)
+	delete(ix.names, b.name)
+	bound := int32(0)
+	for i := int32(ix.bound.Load()) - 1; i >= 0; i-- {
+		if ix.backends[i].Load() != nil {
+			bound = i + 1
+			break
+		}
+	}
+	ix.bound.Store(bound)
+	return nil
+}
+
+// ClearBackend removes every block of backend id, keeping it registered. Cost O(the backend's
+// blocks), independent of the index's size. It returns ErrUnknownBackend if id is not
+// registered.
+func (ix *Index) ClearBackend(id BackendID) error {
+	b, err := ix.lockBackend(id)
+	if err != nil {
+		return err
+	}
+	ix.clearLocked(b)
+	b.mu.Unlock()
+	return nil
+}
+
+// Insert records that backend id holds the blocks of chain (the approximate mode: call it
+// after routing a request there). Blocks it already holds get their CLOCK reference bit set;
+// new blocks join the back of its CLOCK queue, deepest block first, so that eviction takes a
+// chain from its tail as vLLM does. Then the backend's CLOCK victims are evicted down to its
+// capacity, and, if the index is over its byte budget, victims of the backend holding the most
+// pairs. Only the first min(MaxChainBlocks, capacity) blocks of chain are inserted: a block is
+// useless without its prefix. An empty chain is a no-op.
+//
+// Insert is O(len(chain)) amortised and allocates nothing in steady state. It returns
+// ErrUnknownBackend if id is not registered.
+func (ix *Index) Insert(id BackendID, chain []BlockHash) error {
+	return ix.insert(id, chain, GPU)
+}
+
+func (ix *Index) insert(id BackendID, chain []BlockHash, tier Medium) error {
+	b, err := ix.lockBackend(id)
+	if err != nil {
+		return err
+	}
+	ix.insertLocked(b, chain, tier)
+	b.mu.Unlock()
+	ix.enforceBudget()
+	return nil
+}
+
+// Remove deletes backend id's pairs for the blocks of chain (blocks it does not hold are
+// ignored). Cost O(len(chain)) amortised. It returns ErrUnknownBackend if id is not registered.
+func (ix *Index) Remove(id BackendID, chain []BlockHash) error {
+	return ix.remove(id, chain, GPU)
+}
+
+func (ix *Index) remove(id BackendID, chain []BlockHash, tier Medium) error {
+	b, err := ix.lockBackend(id)
+	if err != nil {
+		return err
+	}
+	ix.removeLocked(b, chain, tier)
+	b.mu.Unlock()
+	return nil
+}
+
+func (ix *Index) load(id BackendID) *backend {
+	if int(id) >= len(ix.backends) {
+		return nil
+	}
+	return ix.backends[id].Load()
+}
+
+// lockBackend returns backend id with its mu held, or ErrUnknownBackend.
+func (ix *Index) lockBackend(id BackendID) (*backend, error) {
+	b := ix.load(id)
+	if b == nil {
+		return nil, fmt.Errorf("%w: id %d", ErrUnknownBackend, id)
+	}
+	b.mu.Lock()
+	if b.removed {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%w: id %d", ErrUnknownBackend, id)
+	}
+	return b, nil
+}
+
+// Pair states, as found before an update.
+const (
+	pairAbsent = iota
+	pairStale
+	pairLive    // held, reference bit clear
+	pairLiveRef // held, reference bit set
+)
+
+func (ix *Index) insertLocked(b *backend, chain []BlockHash, tier Medium) {
+	n := min(len(chain), ix.opts.MaxChainBlocks, b.capacity)
+	for i := n - 1; i >= 0; i-- {
+		bk := blockKey(chain[i], tier)
+		switch ix.touch(bk, b.id) {
+		case pairAbsent:
+			ix.bytes.Add(b.ring.push(bk))
+			b.live++
+			ix.pairs.Add(1)
+		case pairStale:
+			b.stale--
+			b.live++
+		}
+	}
+	b.size.Store(int64(b.ring.len()))
+	ix.evictToCapacityLocked(b)
+}
+
+func (ix *Index) removeLocked(b *backend, chain []BlockHash, tier Medium) {
+	n := min(len(chain), ix.opts.MaxChainBlocks)
+	for _, h := range chain[:n] {
+		switch ix.unhold(blockKey(h, tier), b.id) {
+		case pairLive, pairLiveRef:
+			b.live--
+			b.stale++
+		}
+	}
+	ix.maybeCompactLocked(b)
+}
+
+// maybeCompactLocked drops stale pairs from b's ring once they are at least 64 and outnumber
+// live ones, so a ring never holds more than about twice its live pairs. Order is kept.
+// Cost O(ring), amortised O(1) per removal.
+func (ix *Index) maybeCompactLocked(b *backend) {
+	if b.stale < 64 || b.stale <= b.live {
+		b.size.Store(int64(b.ring.len()))
+		return
+	}
+	for j := b.ring.len(); j > 0; j-- {
+		bk := b.ring.pop()
+		if ix.dropStale(bk, b.id) {
+			b.stale--
+			ix.pairs.Add(-1)
+			continue
+		}
+		b.ring.push(bk)
+	}
+	b.size.Store(int64(b.ring.len()))
+}
+
+func (ix *Index) evictToCapacityLocked(b *backend) {
+	for b.live > b.capacity && ix.evictOneLocked(b) {
+	}
+	b.size.Store(int64(b.ring.len()))
+}
+
+// evictOneLocked advances b's CLOCK hand until it evicts one live pair, clearing reference
+// bits (the pair goes to the back: its second chance) and dropping stale pairs on the way.
+// It reports false if the ring held no live pair.
+func (ix *Index) evictOneLocked(b *backend) bool {
+	for b.ring.len() > 0 {
+		bk := b.ring.pop()
+		switch ix.clockVisit(bk, b.id) {
+		case pairLiveRef:
+			b.ring.push(bk)
+		case pairLive:
+			b.live--
+			b.evictions++
+			ix.evictions.Add(1)
+			ix.pairs.Add(-1)
+			return true
+		default:
+			b.stale--
+			ix.pairs.Add(-1)
+		}
+	}
+	return false
+}
+
+func (ix *Index) clearLocked(b *backend) {
+	n := b.ring.len()
+	for b.ring.len() > 0 {
+		ix.clearPair(b.ring.pop(), b.id)
+	}
+	ix.pairs.Add(int64(-n))
+	ix.bytes.Add(-b.ring.reset())
+	b.live, b.stale = 0, 0
+	b.size.Store(0)
+	clear(b.engine)
+}
+
+// enforceBudget evicts CLOCK victims of the backend holding the most pairs (the lowest id on
+// a tie) until the index is back within its budget.
+func (ix *Index) enforceBudget() {
+	for ix.pairs.Load() > ix.maxPairs {
+		var victim *backend
+		var most int64
+		for i := range int(ix.bound.Load()) {
+			if b := ix.backends[i].Load(); b != nil {
+				if s := b.size.Load(); s > most {
+					victim, most = b, s
+				}
+			}
+		}
+		if victim == nil {
+			return
+		}
+		victim.mu.Lock()
+		if !victim.removed {
+			for ix.pairs.Load() > ix.maxPairs && victim.ring.len() > 0 {
+				ix.evictOneLocked(victim)
+			}
+			victim.size.Store(int64(victim.ring.len()))
+		}
+		victim.mu.Unlock()
+	}
+}
+
+// Key derivation. A (block, medium) pair has a block key; its holders for ids 64w..64w+63 live
+// in the table entry keyed by entryKey(blockKey, w).
+const (
+	tierK = 0x9e3779b97f4a7c15
+	wordK = 0xc2b2ae3d27d4eb4f
+)
+
+func blockKey(h BlockHash, tier Medium) uint64 { return uint64(h) ^ uint64(tier)*tierK }
+
+// entryKey mixes a block key and word index into a table key with the bijective murmur3
+// finaliser, so keys are uniform even for hand-made chains like 1, 2, 3. The one input that
+// mixes to 0 (the empty marker) is folded onto 1.
+func entryKey(bk uint64, word int) uint64 {
+	k := bk ^ uint64(word)*wordK
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	if k == 0 {
+		k = 1
+	}
+	return k
+}
+
+// readHold returns the hold word of table key k, never blocking: it retries while a writer
+// is active in k's shard.
+func (ix *Index) readHold(k uint64) uint64 {
+	sh := &ix.shards[k&ix.mask]
+	for spins := 0; ; spins++ {
+		s := sh.seq.Load()
+		if s&1 == 0 {
+			var hold uint64
+			if t := sh.tab.Load(); t != nil {
+				hold = t.readHold(k)
+			}
+			if sh.seq.Load() == s {
+				return hold
+			}
+		}
+		if spins >= 8 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// lockShard locks k's shard for writing and makes its sequence odd.
+func (ix *Index) lockShard(k uint64) *shard {
+	sh := &ix.shards[k&ix.mask]
+	sh.mu.Lock()
+	sh.seq.Add(1)
+	return sh
+}
+
+func (sh *shard) unlock() {
+	sh.seq.Add(1)
+	sh.mu.Unlock()
+}
+
+// reserveLocked returns sh's table with room for one more entry, growing it by half (and
+// publishing the new table) if needed.
+func (ix *Index) reserveLocked(sh *shard) *table {
+	t := sh.tab.Load()
+	if t == nil {
+		t = newTable(minTableSlots)
+		ix.bytes.Add(int64(t.n) * slotBytes)
+		sh.tab.Store(t)
+		return t
+	}
+	if uint64(t.count+1)*maxLoadDen <= t.n*maxLoadNum {
+		return t
+	}
+	u := newTable(int(t.n + t.n/2))
+	t.rehashInto(u)
+	ix.bytes.Add(int64(u.n-t.n) * slotBytes)
+	sh.tab.Store(u)
+	return u
+}
+
+// touch makes backend id hold bk, setting the reference bit of a pair already held, and
+// returns the pair's state before.
+func (ix *Index) touch(bk uint64, id BackendID) int {
+	k := entryKey(bk, int(id>>6))
+	bit := uint64(1) << (id & 63)
+	sh := ix.lockShard(k)
+	t := ix.reserveLocked(sh)
+	i := t.findOrAdd(k)
+	s := &t.slots[i]
+	hold, aux := s.hold, s.aux
+	st := pairAbsent
+	switch {
+	case hold&bit != 0:
+		st = pairLive
+		if aux&bit != 0 {
+			st = pairLiveRef
+		}
+		aux |= bit
+	case aux&bit != 0:
+		st = pairStale // revived in place, referenced
+	}
+	t.set(i, hold|bit, aux)
+	sh.unlock()
+	return st
+}
+
+// unhold turns a held pair stale and returns its state before.
+func (ix *Index) unhold(bk uint64, id BackendID) int {
+	k := entryKey(bk, int(id>>6))
+	bit := uint64(1) << (id & 63)
+	sh := ix.lockShard(k)
+	defer sh.unlock()
+	t := sh.tab.Load()
+	if t == nil {
+		return pairAbsent
+	}
+	i := t.find(k)
+	if i < 0 {
+		return pairAbsent
+	}
+	s := &t.slots[i]
+	hold, aux := s.hold, s.aux
+	switch {
+	case hold&bit == 0:
+		if aux&bit != 0 {
+			return pairStale
+		}
+		return pairAbsent
+	case aux&bit != 0:
+		t.set(i, hold&^bit, aux)
+		return pairLiveRef
+	default:
+		t.set(i, hold&^bit, aux|bit)
+		return pairLive
+	}
+}
+
+// clockVisit is the CLOCK hand passing (bk, id): a referenced pair loses its reference bit,
+// an unreferenced one is evicted, a stale one is dropped. It returns the state before.
+func (ix *Index) clockVisit(bk uint64, id BackendID) int {
+	k := entryKey(bk, int(id>>6))
+	bit := uint64(1) << (id & 63)
+	sh := ix.lockShard(k)
+	defer sh.unlock()
+	t := sh.tab.Load()
+	i := -1
+	if t != nil {
+		i = t.find(k)
+	}
+	if i < 0 {
+		panic("prefixcache: internal error: queued pair missing from its table")
+	}
+	s := &t.slots[i]
+	hold, aux := s.hold, s.aux
+	switch {
+	case hold&bit != 0 && aux&bit != 0:
+		t.set(i, hold, aux&^bit)
+		return pairLiveRef
+	case hold&bit != 0:
+		ix.setOrDelete(t, i, hold&^bit, aux)
+		return pairLive
+	default:
+		ix.setOrDelete(t, i, hold, aux&^bit)
+		return pairStale
+	}
+}
+
+// dropStale clears a stale pair and reports whether it was stale.
+func (ix *Index) dropStale(bk uint64, id BackendID) bool {
+	k := entryKey(bk, int(id>>6))
+	bit := uint64(1) << (id & 63)
+	sh := ix.lockShard(k)
+	defer sh.unlock()
+	t := sh.tab.Load()
+	i := t.find(k)
+	s := &t.slots[i]
+	if s.hold&bit != 0 {
+		return false
+	}
+	ix.setOrDelete(t, i, s.hold, s.aux&^bit)
+	return true
+}
+
+// clearPair removes every trace of the pair (bk, id).
+func (ix *Index) clearPair(bk uint64, id BackendID) {
+	k := entryKey(bk, int(id>>6))
+	bit := uint64(1) << (id & 63)
+	sh := ix.lockShard(k)
+	defer sh.unlock()
+	t := sh.tab.Load()
+	i := t.find(k)
+	s := &t.slots[i]
+	ix.setOrDelete(t, i, s.hold&^bit, s.aux&^bit)
+}
+
+func (ix *Index) setOrDelete(t *table, i int, hold, aux uint64) {
+	if hold == 0 && aux == 0 {
+		t.del(i)
+		return
+	}
+	t.set(i, hold, aux)
+}
+
+// Match fills dst with, for every backend id below Bound(), the number of leading blocks of
+// chain that backend holds, and returns it (len Bound(); dst's storage is reused when large
+// enough). It walks the chain once, keeping the set of backends still matching as a bitset
+// (one word per 64 ids) and stops at the first block nobody in the set holds. Ids not
+// registered get 0. Only the first MaxChainBlocks blocks of chain are considered; an empty
+// chain gives all zeros.
+//
+// Match never blocks and allocates nothing when cap(dst) >= Bound(). It is O(blocks matched)
+// probes when at most 64 backends are registered, O(blocks matched × words still matching)
+// beyond. It sees each block's holders atomically, but not the whole chain: blocks inserted or
+// evicted concurrently may or may not be seen.
+func (ix *Index) Match(dst []int32, chain []BlockHash) []int32 {
+	return ix.MatchMedium(dst, chain, GPU)
+}
+
+// MatchMedium is Match over the blocks stored in medium m (see ApplyStored); Match is
+// MatchMedium(dst, chain, GPU).
+func (ix *Index) MatchMedium(dst []int32, chain []BlockHash, m Medium) []int32 {
+	bound := int(ix.bound.Load())
+	if cap(dst) < bound {
+		dst = make([]int32, bound)
+	} else {
+		dst = dst[:bound]
+		clear(dst)
+	}
+	if len(chain) > ix.opts.MaxChainBlocks {
+		chain = chain[:ix.opts.MaxChainBlocks]
+	}
+	if len(chain) == 0 || bound == 0 {
+		return dst
+	}
+	var matched int
+	if bound <= 64 {
+		matched = ix.match1(dst, chain, m, bound)
+	} else {
+		matched = ix.matchWide(dst, chain, m, bound)
+	}
+	sh := &ix.shards[uint64(chain[0])&ix.mask]
+	sh.hits.Add(int64(matched))
+	sh.misses.Add(int64(len(chain) - matched))
+	return dst
+}
+
+// match1 is Match's fast path for ids below 64: one probe and one AND per block.
+func (ix *Index) match1(dst []int32, chain []BlockHash, m Medium, bound int) int {
+	run := ^uint64(0) >> (64 - bound)
+	for i, h := range chain {
+		hold := ix.readHold(entryKey(blockKey(h, m), 0)) & run
+		if lost := run &^ hold; lost != 0 && i > 0 {
+			for ; lost != 0; lost &= lost - 1 {
+				dst[bits.TrailingZeros64(lost)] = int32(i)
+			}
+		}
+		run = hold
+		if run == 0 {
+			return i
+		}
+	}
+	for ; run != 0; run &= run - 1 {
+		dst[bits.TrailingZeros64(run)] = int32(len(chain))
+	}
+	return len(chain)
+}
+
+// matchWide is Match for any number of ids: it probes only the words whose backends are still
+// matching.
+func (ix *Index) matchWide(dst []int32, chain []BlockHash, m Medium, bound int) int {
+	var run [maxWords]uint64
+	words := (bound + 63) / 64
+	for w := range words {
+		run[w] = ^uint64(0)
+	}
+	if r := bound % 64; r != 0 {
+		run[words-1] = ^uint64(0) >> (64 - r)
+	}
+	for i, h := range chain {
+		bk := blockKey(h, m)
+		alive := false
+		for w := range words {
+			r := run[w]
+			if r == 0 {
+				continue
+			}
+			hold := ix.readHold(entryKey(bk, w)) & r
+			if lost := r &^ hold; lost != 0 && i > 0 {
+				for ; lost != 0; lost &= lost - 1 {
+					dst[w*64+bits.TrailingZeros64(lost)] = int32(i)
+				}
+			}
+			run[w] = hold
+			alive = alive || hold != 0
+		}
+		if !alive {
+			return i
+		}
+	}
+	for w := range words {
+		for r := run[w]; r != 0; r &= r - 1 {
+			dst[w*64+bits.TrailingZeros64(r)] = int32(len(chain))
+		}
+	}
+	return len(chain)
+}

@@ -1,0 +1,176 @@
+package prefixcache
+
+import (
+	"math/bits"
+	"sync/atomic"
+)
+
+// slot is one entry of a shard's open-addressing table. All three words are plain integers,
+// so a table is a single pointer-free allocation the garbage collector never scans.
+//
+// key is the mixed entry key (never 0; 0 marks an empty slot). The entry describes one 64-id
+// "word" of one block: bit j of hold is set when backend 64·word+j holds the block; bit j of aux
+// is that pair's CLOCK reference bit while the bit in hold is set, and marks a stale pair (removed,
+// but still queued in the backend's ring) while it is clear. See doc.go, "Memory layout".
+type slot struct {
+	key  uint64
+	hold uint64
+	aux  uint64
+}
+
+// slotBytes is the size of a slot.
+const slotBytes = 24
+
+// table is a linear-probing hash table with backward-shift deletion (no tombstones). Its size
+// need not be a power of two: the home slot of key k is the high word of k·n ("fastrange"),
+// which uses the key's high bits while the shard is chosen by its low bits.
+//
+// A table is written only by the holder of its shard's mu, and readers (Match) read it
+// concurrently under the shard's sequence counter, so every store a reader can observe is
+// atomic and every read by a reader is an atomic load. A grown table is built privately and
+// published through shard.tab.
+type table struct {
+	slots []slot
+	n     uint64 // len(slots)
+	count int    // occupied slots; guarded by the shard's mu
+}
+
+func newTable(n int) *table {
+	return &table{slots: make([]slot, n), n: uint64(n)}
+}
+
+func (t *table) home(k uint64) uint64 {
+	hi, _ := bits.Mul64(k, t.n)
+	return hi
+}
+
+// readHold returns the hold word stored under k, or 0. It may run concurrently with a writer;
+// the caller validates the result with the shard's sequence counter. It never loops more than
+// n times, even over a table a writer is rearranging.
+func (t *table) readHold(k uint64) uint64 {
+	i := t.home(k)
+	for probes := t.n; probes > 0; probes-- {
+		s := &t.slots[i]
+		switch atomic.LoadUint64(&s.key) {
+		case k:
+			return atomic.LoadUint64(&s.hold)
+		case 0:
+			return 0
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+	return 0
+}
+
+// find returns the index of k's slot, or -1. Writer side.
+func (t *table) find(k uint64) int {
+	i := t.home(k)
+	for {
+		s := &t.slots[i]
+		if s.key == k {
+			return int(i)
+		}
+		if s.key == 0 {
+			return -1
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+}
+
+// findOrAdd returns the index of k's slot, claiming an empty one (hold and aux zero) if k is
+// absent. The caller guarantees a free slot exists (see shard.reserve). Writer side.
+func (t *table) findOrAdd(k uint64) int {
+	i := t.home(k)
+	for {
+		s := &t.slots[i]
+		if s.key == k {
+			return int(i)
+		}
+		if s.key == 0 {
+			atomic.StoreUint64(&s.key, k)
+			t.count++
+			return int(i)
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+}
+
+// set stores a slot's words, skipping stores that change nothing. Writer side.
+func (t *table) set(i int, hold, aux uint64) {
+	s := &t.slots[i]
+	if s.hold != hold {
+		atomic.StoreUint64(&s.hold, hold)
+	}
+	if s.aux != aux {
+		atomic.StoreUint64(&s.aux, aux)
+	}
+}
+
+// del empties slot i by backward-shift deletion: later members of the probe run move back
+// so that no lookup ever needs a tombstone. Writer side.
+func (t *table) del(i int) {
+	n := t.n
+	hole := uint64(i)
+	j := hole
+	for {
+		if j++; j == n {
+			j = 0
+		}
+		s := &t.slots[j]
+		if s.key == 0 {
+			break
+		}
+		h := t.home(s.key)
+		// The entry at j may move to the hole unless its home lies cyclically in (hole, j].
+		var stays bool
+		if hole <= j {
+			stays = hole < h && h <= j
+		} else {
+			stays = hole < h || h <= j
+		}
+		if stays {
+			continue
+		}
+		d := &t.slots[hole]
+		atomic.StoreUint64(&d.key, s.key)
+		atomic.StoreUint64(&d.hold, s.hold)
+		atomic.StoreUint64(&d.aux, s.aux)
+		hole = j
+	}
+	d := &t.slots[hole]
+	atomic.StoreUint64(&d.key, 0)
+	atomic.StoreUint64(&d.hold, 0)
+	atomic.StoreUint64(&d.aux, 0)
+	t.count--
+}
+
+// rehashInto copies every entry of t into the empty table u, which no reader can see yet,
+// so plain stores are enough.
+func (t *table) rehashInto(u *table) {
+	for _, s := range t.slots {
+		if s.key == 0 {
+			continue
+		}
+		i := u.home(s.key)
+		for u.slots[i].key != 0 {
+			if i++; i == u.n {
+				i = 0
+			}
+		}
+		u.slots[i] = s
+		u.count++
+	}
+}
+
+// Load factor bounds: a table grows by half when an insert would push it past 7/8 full.
+const (
+	minTableSlots = 32
+	maxLoadNum    = 7
+	maxLoadDen    = 8
+)
