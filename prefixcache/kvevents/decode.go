@@ -1,0 +1,693 @@
+package kvevents
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// ErrMalformed reports a payload that is not a KV-event batch. The wrapping
+// error says what was wrong and where (the byte offset in the payload).
+var ErrMalformed = errors.New("kvevents: malformed payload")
+
+// maxHashBytes bounds a byte-string hash. vLLM sends 32 bytes (sha256) or
+// 16 (xxh3-128); anything longer than a sha512 digest is garbage.
+const maxHashBytes = 64
+
+// field identifies an event field, so that the positional and the map
+// encodings share one decoding routine.
+type field uint8
+
+const (
+	fSkip field = iota
+	fHashes
+	fParent
+	fTokens
+	fBlockSize
+	fLoRAID
+	fMedium
+	fLoRAName
+	fExtraKeys
+	fGroupIdx
+)
+
+// Positional field order of each event kind after the type tag, as vLLM
+// declares them. Fields beyond these are skipped (newer publishers may
+// append fields); missing trailing fields keep their defaults.
+var (
+	storedFields  = [...]field{fHashes, fParent, fTokens, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroupIdx}
+	removedFields = [...]field{fHashes, fMedium, fGroupIdx}
+)
+
+// Decoder decodes msgpack KV-event batches as vLLM and SGLang publish them.
+// It keeps its scratch buffers between calls; steady-state decoding into
+// a reused Batch does not allocate (strings are interned: the common media
+// and the last LoRA name seen are reused).
+//
+// A Decoder is not safe for concurrent use; use one per goroutine.
+type Decoder struct {
+	r       bytes.Reader
+	dec     *msgpack.Decoder
+	size    int    // length of the payload being decoded, for offsets in errors
+	scratch []byte // holds the last string or byte-string read
+
+	// Interned strings, so that repeated values cost nothing.
+	loraName string
+	medium   string
+}
+
+// NewDecoder returns a Decoder with empty buffers.
+func NewDecoder() *Decoder {
+	d := &Decoder{scratch: make([]byte, 0, 64)}
+	d.dec = msgpack.NewDecoder(&d.r)
+	return d
+}
+
+// Decode decodes one batch payload (the third frame of a ZMQ message) into
+// b, replacing its contents and reusing its buffers. The batch may be the
+// positional array [ts, events, data_parallel_rank] or a map with those
+// keys; each event may be a positional array whose first element is the
+// type tag or a map with a "type" key. Events of unknown type are skipped
+// and counted in b.Unknown.
+//
+// On error b holds the events decoded before the error and the error wraps
+// ErrMalformed. Decode never panics on any input. Cost is linear in the
+// payload size.
+func (d *Decoder) Decode(payload []byte, b *Batch) error {
+	b.Reset()
+	d.r.Reset(payload)
+	d.size = len(payload)
+	err := d.batch(b)
+	if err == nil && d.r.Len() != 0 {
+		err = d.fail("%d trailing bytes after the batch", d.r.Len())
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return nil
+}
+
+func (d *Decoder) offset() int { return d.size - d.r.Len() }
+
+// fail describes what is wrong at the current position. Decode prefixes
+// ErrMalformed; callers on the way up prefix where in the batch it was.
+func (d *Decoder) fail(format string, args ...any) error {
+	return fmt.Errorf("%s (at byte %d)", fmt.Sprintf(format, args...), d.offset())
+}
+
+// wrap converts an error of the msgpack library into ErrMalformed.
+func (d *Decoder) wrap(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return d.fail("%s: payload truncated", what)
+	}
+	return d.fail("%s: %v", what, err)
+}
+
+func (d *Decoder) peek(what string) (byte, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return 0, d.wrap(what, err)
+	}
+	return c, nil
+}
+
+func isArray(c byte) bool {
+	return msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32
+}
+
+func isMap(c byte) bool {
+	return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32
+}
+
+func isInt(c byte) bool {
+	return msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Int64)
+}
+
+func isFloat(c byte) bool { return c == msgpcode.Float || c == msgpcode.Double }
+
+// describe names the msgpack type of code c for error messages.
+func describe(c byte) string {
+	switch {
+	case c == msgpcode.Nil:
+		return "nil"
+	case c == msgpcode.True || c == msgpcode.False:
+		return "bool"
+	case isInt(c):
+		return "int"
+	case isFloat(c):
+		return "float"
+	case msgpcode.IsString(c):
+		return "str"
+	case msgpcode.IsBin(c):
+		return "bin"
+	case isArray(c):
+		return "array"
+	case isMap(c):
+		return "map"
+	case msgpcode.IsExt(c):
+		return "ext"
+	}
+	return fmt.Sprintf("invalid code 0x%02x", c)
+}
+
+func (d *Decoder) typeErr(what, want string, c byte) error {
+	if what == "" {
+		return d.fail("want %s, got %s", want, describe(c))
+	}
+	return d.fail("%s: want %s, got %s", what, want, describe(c))
+}
+
+// arrayLen reads an array header whose element count is plausible for the
+// bytes left (every element takes at least one byte), so that garbage
+// cannot make the decoder allocate gigabytes.
+func (d *Decoder) arrayLen(what string) (int, error) {
+	c, err := d.peek(what)
+	if err != nil {
+		return 0, err
+	}
+	if !isArray(c) {
+		return 0, d.typeErr(what, "array", c)
+	}
+	n, err := d.dec.DecodeArrayLen()
+	if err != nil {
+		return 0, d.wrap(what, err)
+	}
+	if n > d.r.Len() {
+		return 0, d.fail("%s: array of %d elements in %d remaining bytes", what, n, d.r.Len())
+	}
+	return n, nil
+}
+
+func (d *Decoder) mapLen(what string) (int, error) {
+	n, err := d.dec.DecodeMapLen()
+	if err != nil {
+		return 0, d.wrap(what, err)
+	}
+	if 2*n > d.r.Len() {
+		return 0, d.fail("%s: map of %d entries in %d remaining bytes", what, n, d.r.Len())
+	}
+	return n, nil
+}
+
+// rawBytes reads the payload of a str or bin into d.scratch.
+func (d *Decoder) rawBytes(what string) ([]byte, error) {
+	n, err := d.dec.DecodeBytesLen()
+	if err != nil {
+		return nil, d.wrap(what, err)
+	}
+	if n < 0 { // nil; callers peeked, so this is unreachable in practice
+		return d.scratch[:0], nil
+	}
+	if n > d.r.Len() {
+		return nil, d.fail("%s: %d bytes announced, %d remain", what, n, d.r.Len())
+	}
+	if n > cap(d.scratch) {
+		d.scratch = make([]byte, n)
+	}
+	buf := d.scratch[:n]
+	if err := d.dec.ReadFull(buf); err != nil {
+		return nil, d.wrap(what, err)
+	}
+	return buf, nil
+}
+
+// str reads a msgpack str into d.scratch (valid until the next read).
+func (d *Decoder) str(what string) ([]byte, error) {
+	c, err := d.peek(what)
+	if err != nil {
+		return nil, err
+	}
+	if !msgpcode.IsString(c) {
+		return nil, d.typeErr(what, "str", c)
+	}
+	return d.rawBytes(what)
+}
+
+// optStr reads a str or nil; nil yields ok == false.
+func (d *Decoder) optStr(what string) (s []byte, ok bool, err error) {
+	c, err := d.peek(what)
+	if err != nil {
+		return nil, false, err
+	}
+	if c == msgpcode.Nil {
+		return nil, false, d.skip(what)
+	}
+	s, err = d.str(what)
+	return s, err == nil, err
+}
+
+// optInt reads an int or nil; nil yields ok == false.
+func (d *Decoder) optInt(what string) (v int64, ok bool, err error) {
+	c, err := d.peek(what)
+	if err != nil {
+		return 0, false, err
+	}
+	if c == msgpcode.Nil {
+		return 0, false, d.skip(what)
+	}
+	if !isInt(c) {
+		return 0, false, d.typeErr(what, "int", c)
+	}
+	if c == msgpcode.Uint64 {
+		u, err := d.dec.DecodeUint64()
+		if err != nil {
+			return 0, false, d.wrap(what, err)
+		}
+		if u > math.MaxInt64 {
+			return 0, false, d.fail("%s: %d out of range", what, u)
+		}
+		return int64(u), true, nil
+	}
+	v, err = d.dec.DecodeInt64()
+	if err != nil {
+		return 0, false, d.wrap(what, err)
+	}
+	return v, true, nil
+}
+
+// smallInt reads an optional int that must fit comfortably in an int.
+func (d *Decoder) smallInt(what string) (int, error) {
+	v, _, err := d.optInt(what)
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 || v > math.MaxInt32 {
+		return 0, d.fail("%s: %d out of range", what, v)
+	}
+	return int(v), nil
+}
+
+func (d *Decoder) skip(what string) error {
+	if err := d.dec.Skip(); err != nil {
+		return d.wrap(what, err)
+	}
+	return nil
+}
+
+// hash reads one engine block hash: an int (uint64 or int64, taken as its
+// 64-bit pattern) or a byte string folded to its last 8 bytes read
+// big-endian (all of it when shorter).
+func (d *Decoder) hash(what string) (uint64, error) {
+	c, err := d.peek(what)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case isInt(c):
+		h, err := d.dec.DecodeUint64()
+		if err != nil {
+			return 0, d.wrap(what, err)
+		}
+		return h, nil
+	case msgpcode.IsBin(c):
+		b, err := d.rawBytes(what)
+		if err != nil {
+			return 0, err
+		}
+		if len(b) == 0 || len(b) > maxHashBytes {
+			return 0, d.fail("byte-string hash of %d bytes, want 1..%d", len(b), maxHashBytes)
+		}
+		return FoldHash(b), nil
+	}
+	return 0, d.typeErr(what, "int or bin hash", c)
+}
+
+// FoldHash folds a byte-string block hash to 64 bits: its last 8 bytes read
+// big-endian (all of it when shorter). vLLM's sha256 block hashes are 32
+// bytes; the fold keeps their low-order 64 bits.
+func FoldHash(b []byte) uint64 {
+	if len(b) > 8 {
+		b = b[len(b)-8:]
+	}
+	var h uint64
+	for _, x := range b {
+		h = h<<8 | uint64(x)
+	}
+	return h
+}
+
+func (d *Decoder) hashes(dst []uint64, what string) ([]uint64, error) {
+	n, err := d.arrayLen(what)
+	if err != nil {
+		return dst, err
+	}
+	dst = dst[:0]
+	for i := range n {
+		h, err := d.hash("")
+		if err != nil {
+			return dst, fmt.Errorf("%s[%d]: %w", what, i, err)
+		}
+		dst = append(dst, h)
+	}
+	return dst, nil
+}
+
+func (d *Decoder) tokens(dst []uint32) ([]uint32, error) {
+	const what = "token_ids"
+	n, err := d.arrayLen(what)
+	if err != nil {
+		return dst, err
+	}
+	dst = dst[:0]
+	if cap(dst) < n {
+		dst = make([]uint32, 0, n)
+	}
+	for range n {
+		c, err := d.peek(what)
+		if err != nil {
+			return dst, err
+		}
+		if !isInt(c) {
+			return dst, d.typeErr(what, "int", c)
+		}
+		v, err := d.dec.DecodeInt64()
+		if err != nil {
+			return dst, d.wrap(what, err)
+		}
+		if v < 0 || v > math.MaxUint32 {
+			return dst, d.fail("%s: token id %d out of range", what, v)
+		}
+		dst = append(dst, uint32(v))
+	}
+	return dst, nil
+}
+
+// internMedium returns s as a string without allocating for the common
+// media and for a repeat of the previous value.
+func (d *Decoder) internMedium(s []byte) string {
+	switch string(s) {
+	case "GPU":
+		return "GPU"
+	case "CPU":
+		return "CPU"
+	case "DISK":
+		return "DISK"
+	case d.medium:
+		return d.medium
+	}
+	d.medium = string(s)
+	return d.medium
+}
+
+func (d *Decoder) internLoRA(s []byte) string {
+	if string(s) == d.loraName {
+		return d.loraName
+	}
+	d.loraName = string(s)
+	return d.loraName
+}
+
+// readField decodes one field value into e.
+func (d *Decoder) readField(e *Event, f field) error {
+	var err error
+	switch f {
+	case fHashes:
+		e.Hashes, err = d.hashes(e.Hashes, "block_hashes")
+	case fParent:
+		var c byte
+		if c, err = d.peek("parent_block_hash"); err != nil {
+			return err
+		}
+		if c == msgpcode.Nil {
+			e.Parent, e.HasParent = 0, false
+			return d.skip("parent_block_hash")
+		}
+		e.Parent, err = d.hash("parent_block_hash")
+		e.HasParent = err == nil
+	case fTokens:
+		e.Tokens, err = d.tokens(e.Tokens)
+	case fBlockSize:
+		e.BlockSize, err = d.smallInt("block_size")
+	case fLoRAID:
+		e.LoRAID, _, err = d.optInt("lora_id")
+	case fMedium:
+		var s []byte
+		var ok bool
+		if s, ok, err = d.optStr("medium"); ok {
+			e.Medium = d.internMedium(s)
+		}
+	case fLoRAName:
+		var s []byte
+		var ok bool
+		if s, ok, err = d.optStr("lora_name"); ok {
+			e.LoRAName = d.internLoRA(s)
+		}
+	case fGroupIdx:
+		e.GroupIdx, err = d.smallInt("group_idx")
+	default: // fExtraKeys and unknown fields
+		err = d.skip("field")
+	}
+	return err
+}
+
+func kindOf(tag []byte) Kind {
+	switch string(tag) {
+	case "BlockStored":
+		return BlockStored
+	case "BlockRemoved":
+		return BlockRemoved
+	case "AllBlocksCleared":
+		return AllBlocksCleared
+	}
+	return 0
+}
+
+func fieldByName(name []byte) field {
+	switch string(name) {
+	case "block_hashes":
+		return fHashes
+	case "parent_block_hash":
+		return fParent
+	case "token_ids":
+		return fTokens
+	case "block_size":
+		return fBlockSize
+	case "lora_id":
+		return fLoRAID
+	case "medium":
+		return fMedium
+	case "lora_name":
+		return fLoRAName
+	case "extra_keys":
+		return fExtraKeys
+	case "group_idx":
+		return fGroupIdx
+	}
+	return fSkip
+}
+
+func (d *Decoder) batch(b *Batch) error {
+	c, err := d.peek("batch")
+	if err != nil {
+		return err
+	}
+	switch {
+	case isArray(c):
+		n, err := d.arrayLen("batch")
+		if err != nil {
+			return err
+		}
+		if n < 2 {
+			return d.fail("batch: array of %d elements, want [ts, events, data_parallel_rank]", n)
+		}
+		if b.Timestamp, err = d.timestamp(); err != nil {
+			return err
+		}
+		if err := d.events(b); err != nil {
+			return err
+		}
+		if n >= 3 {
+			if err := d.rank(b); err != nil {
+				return err
+			}
+		}
+		for range n - 3 {
+			if err := d.skip("batch"); err != nil {
+				return err
+			}
+		}
+		return nil
+	case isMap(c):
+		n, err := d.mapLen("batch")
+		if err != nil {
+			return err
+		}
+		for range n {
+			key, err := d.str("batch key")
+			if err != nil {
+				return err
+			}
+			switch string(key) {
+			case "ts":
+				b.Timestamp, err = d.timestamp()
+			case "events":
+				err = d.events(b)
+			case "data_parallel_rank", "attn_dp_rank":
+				err = d.rank(b)
+			default:
+				err = d.skip("batch")
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return d.typeErr("batch", "array or map", c)
+}
+
+func (d *Decoder) timestamp() (float64, error) {
+	c, err := d.peek("ts")
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case isFloat(c):
+		f, err := d.dec.DecodeFloat64()
+		if err != nil {
+			return 0, d.wrap("ts", err)
+		}
+		return f, nil
+	case isInt(c) || c == msgpcode.Nil:
+		v, _, err := d.optInt("ts")
+		return float64(v), err
+	}
+	return 0, d.typeErr("ts", "float", c)
+}
+
+func (d *Decoder) rank(b *Batch) error {
+	v, ok, err := d.optInt("data_parallel_rank")
+	if err != nil {
+		return err
+	}
+	if v < 0 || v > math.MaxInt32 {
+		return d.fail("data_parallel_rank: %d out of range", v)
+	}
+	b.DataParallelRank, b.HasRank = int(v), ok
+	return nil
+}
+
+func (d *Decoder) events(b *Batch) error {
+	n, err := d.arrayLen("events")
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		c, err := d.peek("event")
+		if err != nil {
+			return err
+		}
+		switch {
+		case isArray(c):
+			err = d.eventArray(b)
+		case isMap(c):
+			err = d.eventMap(b)
+		default:
+			err = d.typeErr("event", "array or map", c)
+		}
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// eventArray decodes the legacy positional form: [tag, field, field, ...].
+func (d *Decoder) eventArray(b *Batch) error {
+	n, err := d.arrayLen("event")
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return d.fail("event: empty array, want the type tag first")
+	}
+	tag, err := d.str("type tag")
+	if err != nil {
+		return err
+	}
+	var fields []field
+	kind := kindOf(tag)
+	switch kind {
+	case BlockStored:
+		fields = storedFields[:]
+	case BlockRemoved:
+		fields = removedFields[:]
+	case AllBlocksCleared:
+	default:
+		b.Unknown++
+		for range n - 1 {
+			if err := d.skip("unknown event"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	e := b.next()
+	e.Kind = kind
+	for i := 1; i < n; i++ {
+		f := fSkip
+		if i-1 < len(fields) {
+			f = fields[i-1]
+		}
+		if err := d.readField(e, f); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+	}
+	return nil
+}
+
+// eventMap decodes the tagged-map form: {"type": tag, field: value, ...},
+// keys in any order.
+func (d *Decoder) eventMap(b *Batch) error {
+	n, err := d.mapLen("event")
+	if err != nil {
+		return err
+	}
+	e := b.next()
+	var kind Kind
+	var tagged, unknown bool
+	for range n {
+		key, err := d.str("event key")
+		if err != nil {
+			b.Events = b.Events[:len(b.Events)-1]
+			return err
+		}
+		if string(key) == "type" {
+			tag, err := d.str("type tag")
+			if err != nil {
+				b.Events = b.Events[:len(b.Events)-1]
+				return err
+			}
+			kind, tagged = kindOf(tag), true
+			unknown = kind == 0
+			continue
+		}
+		if err := d.readField(e, fieldByName(key)); err != nil {
+			b.Events = b.Events[:len(b.Events)-1]
+			return err
+		}
+	}
+	if !tagged || unknown {
+		b.Events = b.Events[:len(b.Events)-1]
+		if !tagged {
+			return d.fail("event: map without a \"type\" key")
+		}
+		b.Unknown++
+		return nil
+	}
+	e.Kind = kind
+	// Fields that do not belong to the kind are dropped, so that an
+	// Event's meaningful fields are exactly those of its kind.
+	switch kind {
+	case BlockRemoved:
+		*e = Event{Kind: kind, Hashes: e.Hashes, Tokens: e.Tokens[:0], Medium: e.Medium, GroupIdx: e.GroupIdx}
+	case AllBlocksCleared:
+		*e = Event{Kind: kind, Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package kvevents
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// HashForm selects how an Encoding writes block hashes.
+type HashForm uint8
+
+const (
+	// HashUint writes hashes as unsigned msgpack ints (vLLM with
+	// integer hashes).
+	HashUint HashForm = iota
+	// HashInt writes hashes as signed msgpack ints holding the same 64-bit
+	// pattern (Python's hash(): negative values are common).
+	HashInt
+	// HashBytes writes hashes as 32-byte strings (vLLM's sha256 block
+	// hashes) whose last 8 bytes, big-endian, are the hash; the first 24
+	// are derived from it, so FoldHash recovers the hash exactly.
+	HashBytes
+)
+
+// Encoding describes one of the wire encodings a publisher may use. The
+// zero value is vLLM's legacy encoding: the batch and its events are
+// positional arrays and hashes are unsigned ints.
+//
+// An Encoding is a plain value, safe for concurrent use.
+type Encoding struct {
+	// MapBatch writes the batch as a map {"ts", "events",
+	// "data_parallel_rank"} instead of [ts, events, data_parallel_rank].
+	MapBatch bool
+	// MapEvents writes each event as a map tagged with "type" instead of
+	// an array whose first element is the tag.
+	MapEvents bool
+	// Hashes selects the representation of block hashes.
+	Hashes HashForm
+}
+
+// Append appends the msgpack encoding of b to dst and returns the extended
+// slice. Fields at their defaults are written as vLLM writes them: nil for
+// optional values inside an event and omitted when trailing (positional)
+// or absent (map). Cost is linear in the size of b.
+func (enc Encoding) Append(dst []byte, b *Batch) []byte {
+	buf := bytes.NewBuffer(dst)
+	w := writer{Encoder: msgpack.NewEncoder(buf), enc: enc}
+	w.batch(b)
+	return buf.Bytes()
+}
+
+// writer carries an encoder; writes into a bytes.Buffer cannot fail, so
+// the msgpack errors are ignored throughout.
+type writer struct {
+	*msgpack.Encoder
+	enc     Encoding
+	scratch [32]byte
+}
+
+func (w *writer) batch(b *Batch) {
+	n := 2
+	if b.HasRank {
+		n = 3
+	}
+	if w.enc.MapBatch {
+		_ = w.EncodeMapLen(n)
+		_ = w.EncodeString("ts")
+	} else {
+		_ = w.EncodeArrayLen(n)
+	}
+	_ = w.EncodeFloat64(b.Timestamp)
+	if w.enc.MapBatch {
+		_ = w.EncodeString("events")
+	}
+	_ = w.EncodeArrayLen(len(b.Events))
+	for i := range b.Events {
+		w.event(&b.Events[i])
+	}
+	if b.HasRank {
+		if w.enc.MapBatch {
+			_ = w.EncodeString("data_parallel_rank")
+		}
+		_ = w.EncodeInt(int64(b.DataParallelRank))
+	}
+}
+
+func (w *writer) hash(h uint64) {
+	switch w.enc.Hashes {
+	case HashInt:
+		_ = w.EncodeInt(int64(h))
+	case HashBytes:
+		x := h
+		for i := 0; i < 24; i += 8 {
+			x = x*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019
+			binary.BigEndian.PutUint64(w.scratch[i:], x^x>>29)
+		}
+		binary.BigEndian.PutUint64(w.scratch[24:], h)
+		_ = w.EncodeBytes(w.scratch[:])
+	default:
+		_ = w.EncodeUint(h)
+	}
+}
+
+func (w *writer) optString(s string) {
+	if s == "" {
+		_ = w.EncodeNil()
+		return
+	}
+	_ = w.EncodeString(s)
+}
+
+// key writes a map key in the map form; nothing in the positional form.
+func (w *writer) key(k string) {
+	if w.enc.MapEvents {
+		_ = w.EncodeString(k)
+	}
+}
+
+func (w *writer) event(e *Event) {
+	// n counts the fields after the tag.
+	var n int
+	switch e.Kind {
+	case BlockStored:
+		n = 6 // block_hashes .. medium are always written
+		switch {
+		case w.enc.MapEvents:
+			// Maps omit defaults wherever they are; extra_keys is
+			// never written.
+			if e.LoRAName != "" {
+				n++
+			}
+			if e.GroupIdx != 0 {
+				n++
+			}
+		case e.GroupIdx != 0:
+			n = 9 // positional: up to group_idx, extra_keys as nil
+		case e.LoRAName != "":
+			n = 7
+		}
+	case BlockRemoved:
+		n = 2
+		if e.GroupIdx != 0 {
+			n = 3
+		}
+	}
+	if w.enc.MapEvents {
+		_ = w.EncodeMapLen(n + 1)
+		_ = w.EncodeString("type")
+	} else {
+		_ = w.EncodeArrayLen(n + 1)
+	}
+	_ = w.EncodeString(e.Kind.String())
+	switch e.Kind {
+	case BlockStored:
+		w.key("block_hashes")
+		w.hashList(e.Hashes)
+		w.key("parent_block_hash")
+		if e.HasParent {
+			w.hash(e.Parent)
+		} else {
+			_ = w.EncodeNil()
+		}
+		w.key("token_ids")
+		_ = w.EncodeArrayLen(len(e.Tokens))
+		for _, t := range e.Tokens {
+			_ = w.EncodeUint(uint64(t))
+		}
+		w.key("block_size")
+		_ = w.EncodeInt(int64(e.BlockSize))
+		w.key("lora_id")
+		if e.LoRAID != 0 {
+			_ = w.EncodeInt(e.LoRAID)
+		} else {
+			_ = w.EncodeNil()
+		}
+		w.key("medium")
+		w.optString(e.Medium)
+		if w.enc.MapEvents {
+			if e.LoRAName != "" {
+				w.key("lora_name")
+				_ = w.EncodeString(e.LoRAName)
+			}
+			if e.GroupIdx != 0 {
+				w.key("group_idx")
+				_ = w.EncodeInt(int64(e.GroupIdx))
+			}
+			return
+		}
+		if n >= 7 {
+			w.optString(e.LoRAName)
+		}
+		if n >= 9 {
+			_ = w.EncodeNil() // extra_keys
+			_ = w.EncodeInt(int64(e.GroupIdx))
+		}
+	case BlockRemoved:
+		w.key("block_hashes")
+		w.hashList(e.Hashes)
+		w.key("medium")
+		w.optString(e.Medium)
+		if n >= 3 {
+			w.key("group_idx")
+			_ = w.EncodeInt(int64(e.GroupIdx))
+		}
+	}
+}
+
+func (w *writer) hashList(hs []uint64) {
+	_ = w.EncodeArrayLen(len(hs))
+	for _, h := range hs {
+		w.hash(h)
+	}
+}

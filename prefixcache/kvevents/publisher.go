@@ -1,0 +1,279 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"sync"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// EndOfReplay is the sequence number that ends a replay: all ones, which is
+// what vLLM sends as (-1).to_bytes(8, "big", signed=True).
+const EndOfReplay = ^uint64(0)
+
+// DefaultHistory is the number of batches a Publisher keeps for replay
+// when PublisherOptions.History is zero; it is vLLM's default buffer_steps.
+const DefaultHistory = 10000
+
+// ErrClosed is returned by operations on a closed Publisher or Subscriber.
+var ErrClosed = errors.New("kvevents: closed")
+
+// ErrInvalidOptions reports options that New or NewPublisher rejects.
+var ErrInvalidOptions = errors.New("kvevents: invalid options")
+
+// PublisherOptions configures a Publisher. The zero value publishes with
+// the empty topic, no replay endpoint, a history of DefaultHistory batches
+// and the legacy positional encoding.
+type PublisherOptions struct {
+	// Topic is sent as the first frame of every message, e.g.
+	// Topic("pod-0", "llama"). vLLM's default topic is empty.
+	Topic string
+	// ReplayEndpoint, when set, is bound by a ROUTER socket that serves
+	// the buffered history (see Run), e.g. "tcp://127.0.0.1:0".
+	ReplayEndpoint string
+	// History is the number of most recent batches kept for replay;
+	// 0 means DefaultHistory.
+	History int
+	// ReplayWithTopic adds the topic frame before [seq, payload] in replay
+	// replies, as some servers do.
+	ReplayWithTopic bool
+	// Encoding is the wire encoding of published batches.
+	Encoding Encoding
+}
+
+type entry struct {
+	seq     uint64
+	payload []byte
+}
+
+// Publisher publishes KV-event batches exactly as vLLM's ZMQ publisher
+// does: a PUB socket sends three frames per batch (topic, 8-byte
+// big-endian sequence number starting at 0, msgpack payload), and an
+// optional ROUTER socket answers replay requests from its history. It is
+// the real publisher the package's tests run against, and what a simulated
+// model server embeds.
+//
+// A Publisher is safe for concurrent use. Publish order is sequence order.
+type Publisher struct {
+	topic     []byte
+	enc       Encoding
+	withTopic bool
+	pub       zmq4.Socket
+	router    zmq4.Socket // nil without a replay endpoint
+
+	mu     sync.Mutex
+	seq    uint64  // next sequence number
+	hist   []entry // ring of the last len(hist) batches
+	head   int     // index of the oldest entry once the ring is full
+	closed bool
+}
+
+// quiet discards the zmq4 library's own log lines.
+var quiet = log.New(io.Discard, "", 0)
+
+// NewPublisher binds a PUB socket to endpoint (e.g. "tcp://127.0.0.1:0"
+// for any free port) and, if configured, the ROUTER replay socket. It
+// starts no goroutine of its own; call Run to serve replay requests.
+func NewPublisher(endpoint string, opts PublisherOptions) (*Publisher, error) {
+	if opts.History < 0 {
+		return nil, fmt.Errorf("%w: History %d < 0", ErrInvalidOptions, opts.History)
+	}
+	if opts.History == 0 {
+		opts.History = DefaultHistory
+	}
+	p := &Publisher{
+		topic:     []byte(opts.Topic),
+		enc:       opts.Encoding,
+		withTopic: opts.ReplayWithTopic,
+		hist:      make([]entry, 0, opts.History),
+	}
+	p.pub = zmq4.NewPub(context.Background(), zmq4.WithLogger(quiet))
+	if err := p.pub.Listen(endpoint); err != nil {
+		p.pub.Close()
+		return nil, fmt.Errorf("kvevents: publisher: %w", err)
+	}
+	if opts.ReplayEndpoint != "" {
+		p.router = zmq4.NewRouter(context.Background(), zmq4.WithLogger(quiet))
+		if err := p.router.Listen(opts.ReplayEndpoint); err != nil {
+			p.pub.Close()
+			p.router.Close()
+			return nil, fmt.Errorf("kvevents: publisher replay: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// Endpoint returns the address the PUB socket is bound to, with the port
+// resolved ("tcp://127.0.0.1:40123").
+func (p *Publisher) Endpoint() string { return "tcp://" + p.pub.Addr().String() }
+
+// ReplayEndpoint returns the address of the ROUTER replay socket, or ""
+// without one.
+func (p *Publisher) ReplayEndpoint() string {
+	if p.router == nil {
+		return ""
+	}
+	return "tcp://" + p.router.Addr().String()
+}
+
+// Publish encodes b, assigns it the next sequence number, keeps it for
+// replay and sends it to the subscribers connected now (a PUB socket does
+// not queue for absent subscribers). It returns the sequence number.
+func (p *Publisher) Publish(b *Batch) (uint64, error) {
+	return p.PublishPayload(p.enc.Append(nil, b))
+}
+
+// PublishPayload publishes an already encoded payload (which need not be
+// valid: tests use it to send garbage). The publisher keeps payload; the
+// caller must not modify it afterwards.
+func (p *Publisher) PublishPayload(payload []byte) (uint64, error) {
+	return p.publish(payload, true)
+}
+
+// Drop assigns b the next sequence number and keeps it for replay without
+// sending it: what subscribers observe when a PUB socket drops a message at
+// its high-water mark. Tests use it to open a sequence gap.
+func (p *Publisher) Drop(b *Batch) (uint64, error) {
+	return p.publish(p.enc.Append(nil, b), false)
+}
+
+func (p *Publisher) publish(payload []byte, send bool) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, ErrClosed
+	}
+	seq := p.seq
+	p.seq++
+	if len(p.hist) < cap(p.hist) {
+		p.hist = append(p.hist, entry{seq, payload})
+	} else {
+		p.hist[p.head] = entry{seq, payload}
+		p.head = (p.head + 1) % len(p.hist)
+	}
+	if !send {
+		return seq, nil
+	}
+	var sb [8]byte
+	binary.BigEndian.PutUint64(sb[:], seq)
+	// The PUB socket queues the message and sends it from its own writer,
+	// so the frames must not be reused: they are fresh per message.
+	msg := zmq4.NewMsgFrom(p.topic, append([]byte(nil), sb[:]...), payload)
+	if err := p.pub.SendMulti(msg); err != nil {
+		return seq, fmt.Errorf("kvevents: publish seq %d: %w", seq, err)
+	}
+	return seq, nil
+}
+
+// Sequence returns the sequence number the next batch will get.
+func (p *Publisher) Sequence() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seq
+}
+
+// history returns the kept entries with seq >= start, oldest first.
+func (p *Publisher) history(start uint64) []entry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []entry
+	for i := range p.hist {
+		e := p.hist[(p.head+i)%len(p.hist)]
+		if e.seq >= start {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Run serves replay requests on the ROUTER socket until ctx is done or
+// the Publisher is closed, then closes the replay socket. A request is an
+// 8-byte big-endian start sequence (after vLLM's empty delimiter frame when
+// the client sends one); the reply is one message [seq, payload] per kept
+// batch with seq >= start (preceded by the topic with ReplayWithTopic),
+// then [EndOfReplay, ""]. Malformed requests are ignored. Without a replay
+// endpoint Run just waits for ctx. It returns nil when stopped by ctx or
+// Close.
+func (p *Publisher) Run(ctx context.Context) error {
+	if p.router == nil {
+		<-ctx.Done()
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() { p.router.Close() })
+	defer stop()
+	for {
+		msg, err := p.router.Recv()
+		if err != nil {
+			if ctx.Err() != nil || p.isClosed() {
+				return nil
+			}
+			continue
+		}
+		p.serve(msg.Frames)
+	}
+}
+
+func (p *Publisher) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+func (p *Publisher) serve(frames [][]byte) {
+	// [identity, "", start] from a vLLM-style client, [identity, start]
+	// from a bare DEALER.
+	if len(frames) < 2 {
+		return
+	}
+	id, rest := frames[0], frames[1:]
+	var delim bool
+	if len(rest) == 2 && len(rest[0]) == 0 {
+		delim, rest = true, rest[1:]
+	}
+	if len(rest) != 1 || len(rest[0]) != 8 {
+		return
+	}
+	start := binary.BigEndian.Uint64(rest[0])
+	reply := func(seq uint64, payload []byte) error {
+		fr := make([][]byte, 0, 5)
+		fr = append(fr, id)
+		if delim {
+			fr = append(fr, nil)
+		}
+		if p.withTopic {
+			fr = append(fr, p.topic)
+		}
+		fr = append(fr, binary.BigEndian.AppendUint64(nil, seq), payload)
+		return p.router.SendMulti(zmq4.NewMsgFrom(fr...))
+	}
+	for _, e := range p.history(start) {
+		if reply(e.seq, e.payload) != nil {
+			return
+		}
+	}
+	_ = reply(EndOfReplay, nil)
+}
+
+// Close closes both sockets; subscribers see the connection drop. Close is
+// idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	err := p.pub.Close()
+	if p.router != nil {
+		if e := p.router.Close(); err == nil {
+			err = e
+		}
+	}
+	return err
+}
