@@ -1,0 +1,138 @@
+package flowcontrol
+
+import (
+	"context"
+	"errors"
+	"net/http"
+)
+
+// Outcome is how a request's stay in the queue ended. Every request that Admit, TryAdmit
+// or Enqueue sees ends in exactly one Outcome.
+type Outcome uint8
+
+const (
+	// Dispatched: admitted; the caller holds a Ticket and must call Done.
+	Dispatched Outcome = iota + 1
+	// RejectedCapacity: refused at once because a capacity limit (global, band or flow,
+	// in requests or bytes) was reached, or, for TryAdmit, because it would have waited.
+	RejectedCapacity
+	// RejectedClosed: refused because the queue was closed, or ended by Close while waiting.
+	RejectedClosed
+	// RejectedInvalid: refused because the request (or its context) was invalid.
+	RejectedInvalid
+	// Expired: the request's deadline passed while it waited.
+	Expired
+	// Cancelled: the caller's context ended, or Ticket.Cancel was called, while it waited.
+	Cancelled
+)
+
+var outcomeNames = [...]string{"none", "dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled"}
+
+// String returns a snake_case name suitable for a metric label.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "none"
+}
+
+// HTTPStatus is the status a gateway should answer with for a request that ended with
+// outcome o. This is flowcontrol's one mapping; HTTPStatus(err) applies it to errors.
+//
+//	Dispatched        200 (proxy the request; the backend decides the final status)
+//	RejectedCapacity  429 Too Many Requests, with a Retry-After header (see Queue.RetryAfter)
+//	RejectedClosed    503 Service Unavailable (the gateway is shutting down; retry elsewhere)
+//	RejectedInvalid   400 Bad Request
+//	Expired           503 Service Unavailable: no capacity became free in time. A
+//	                  Retry-After header is optional; the client's own patience is spent.
+//	Cancelled         499 (nginx's "client closed request"); nobody is listening, so this
+//	                  is for logs and metrics only
+//
+// 429 says "you, slow down" and is the answer when the queue was full on arrival; 503 says
+// "we could not serve this in time" and is the answer after the request waited. A caller's
+// own context deadline (context.DeadlineExceeded) is treated as expiry.
+func (o Outcome) HTTPStatus() int {
+	switch o {
+	case Dispatched:
+		return http.StatusOK
+	case RejectedCapacity:
+		return http.StatusTooManyRequests
+	case RejectedClosed, Expired:
+		return http.StatusServiceUnavailable
+	case RejectedInvalid:
+		return http.StatusBadRequest
+	case Cancelled:
+		return StatusClientClosedRequest
+	}
+	return http.StatusInternalServerError
+}
+
+// StatusClientClosedRequest is nginx's non-standard 499 status, used for Cancelled.
+const StatusClientClosedRequest = 499
+
+// OutcomeOf returns the Outcome that the error returned by Admit, TryAdmit or Enqueue
+// stands for: nil is Dispatched; context.Canceled is Cancelled and
+// context.DeadlineExceeded is Expired. Any other error maps to 0, whose String is "none".
+func OutcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return Dispatched
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrWouldWait):
+		return RejectedCapacity
+	case errors.Is(err, ErrClosed):
+		return RejectedClosed
+	case errors.Is(err, ErrInvalidRequest):
+		return RejectedInvalid
+	case errors.Is(err, ErrExpired), errors.Is(err, context.DeadlineExceeded):
+		return Expired
+	case errors.Is(err, context.Canceled):
+		return Cancelled
+	}
+	return 0
+}
+
+// HTTPStatus maps an error returned by Admit, TryAdmit or Enqueue to the status a gateway
+// should answer with: OutcomeOf(err).HTTPStatus(). Unknown errors map to 500.
+func HTTPStatus(err error) int { return OutcomeOf(err).HTTPStatus() }
+
+// Errors returned by the queue. Capacity errors name the limit that was hit and all match
+// ErrQueueFull with errors.Is.
+var (
+	// ErrQueueFull matches every capacity rejection.
+	ErrQueueFull = errors.New("flowcontrol: queue full")
+	// ErrGlobalFull: the queue-wide limit (Options.Capacity) was reached.
+	ErrGlobalFull = errors.New("flowcontrol: queue full: global limit")
+	// ErrBandFull: the request's band limit (Options.BandCapacity) was reached.
+	ErrBandFull = errors.New("flowcontrol: queue full: band limit")
+	// ErrFlowFull: the request's flow limit (Options.FlowCapacity) was reached.
+	ErrFlowFull = errors.New("flowcontrol: queue full: flow limit")
+	// ErrWouldWait: TryAdmit could not dispatch the request at once.
+	ErrWouldWait = errors.New("flowcontrol: request would wait")
+	// ErrExpired: the request's deadline passed while it waited.
+	ErrExpired = errors.New("flowcontrol: deadline passed while waiting")
+	// ErrClosed: the queue is closed.
+	ErrClosed = errors.New("flowcontrol: queue closed")
+	// ErrInvalidRequest: the request or its context is invalid; the queue is unchanged.
+	ErrInvalidRequest = errors.New("flowcontrol: invalid request")
+	// ErrInvalidOptions: New was given invalid Options.
+	ErrInvalidOptions = errors.New("flowcontrol: invalid options")
+)
+
+// capacityError is a precomputed capacity rejection: which scope and which unit.
+type capacityError struct {
+	scope error
+	msg   string
+}
+
+func (e *capacityError) Error() string { return e.msg }
+
+func (e *capacityError) Is(target error) bool { return target == ErrQueueFull || target == e.scope }
+
+var (
+	errGlobalRequests = &capacityError{ErrGlobalFull, "flowcontrol: queue full: global limit on requests"}
+	errGlobalBytes    = &capacityError{ErrGlobalFull, "flowcontrol: queue full: global limit on bytes"}
+	errBandRequests   = &capacityError{ErrBandFull, "flowcontrol: queue full: band limit on requests"}
+	errBandBytes      = &capacityError{ErrBandFull, "flowcontrol: queue full: band limit on bytes"}
+	errFlowRequests   = &capacityError{ErrFlowFull, "flowcontrol: queue full: flow limit on requests"}
+	errFlowBytes      = &capacityError{ErrFlowFull, "flowcontrol: queue full: flow limit on bytes"}
+)
