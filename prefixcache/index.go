@@ -387,11 +387,14 @@ func (ix *Index) removeLocked(b *backend, chain []BlockHash, tier Medium) {
 	ix.maybeCompactLocked(b)
 }
 
-// maybeCompactLocked drops stale pairs from b's ring once they are at least 64 and outnumber
-// live ones, so a ring never holds more than about twice its live pairs. Order is kept.
-// Cost O(ring), amortised O(1) per removal.
+// compactMin is the fewest stale pairs worth a compaction pass.
+const compactMin = 16
+
+// maybeCompactLocked drops stale pairs from b's ring once they are at least compactMin and
+// outnumber live ones, so a ring never holds more than about twice its live pairs plus
+// compactMin. Order is kept. Cost O(ring), amortised O(1) per removal.
 func (ix *Index) maybeCompactLocked(b *backend) {
-	if b.stale < 64 || b.stale <= b.live {
+	if b.stale < compactMin || b.stale <= b.live {
 		b.size.Store(int64(b.ring.len()))
 		return
 	}
@@ -413,27 +416,37 @@ func (ix *Index) evictToCapacityLocked(b *backend) {
 	b.size.Store(int64(b.ring.len()))
 }
 
-// evictOneLocked advances b's CLOCK hand until it evicts one live pair, clearing reference
-// bits (the pair goes to the back: its second chance) and dropping stale pairs on the way.
-// It reports false if the ring held no live pair.
+// evictOneLocked advances b's CLOCK hand until it evicts one live pair and reports false if
+// the ring held no live pair.
 func (ix *Index) evictOneLocked(b *backend) bool {
 	for b.ring.len() > 0 {
-		bk := b.ring.pop()
-		switch ix.clockVisit(bk, b.id) {
-		case pairLiveRef:
-			b.ring.push(bk)
-		case pairLive:
-			b.live--
-			b.evictions++
-			ix.evictions.Add(1)
-			ix.pairs.Add(-1)
+		if ix.clockStepLocked(b) {
 			return true
-		default:
-			b.stale--
-			ix.pairs.Add(-1)
 		}
 	}
 	return false
+}
+
+// clockStepLocked moves b's CLOCK hand by one pair: a referenced pair loses its reference bit
+// and goes to the back (its second chance), an unreferenced one is evicted, a stale one is
+// dropped. It reports whether a live pair was evicted. The ring must not be empty.
+func (ix *Index) clockStepLocked(b *backend) bool {
+	bk := b.ring.pop()
+	switch ix.clockVisit(bk, b.id) {
+	case pairLiveRef:
+		b.ring.push(bk)
+		return false
+	case pairLive:
+		b.live--
+		b.evictions++
+		ix.evictions.Add(1)
+		ix.pairs.Add(-1)
+		return true
+	default:
+		b.stale--
+		ix.pairs.Add(-1)
+		return false
+	}
 }
 
 func (ix *Index) clearLocked(b *backend) {
@@ -448,8 +461,8 @@ func (ix *Index) clearLocked(b *backend) {
 	clear(b.engine)
 }
 
-// enforceBudget evicts CLOCK victims of the backend holding the most pairs (the lowest id on
-// a tie) until the index is back within its budget.
+// enforceBudget moves the CLOCK hand of the backend holding the most pairs, live or stale
+// (the lowest id on a tie), until the index is back within its budget.
 func (ix *Index) enforceBudget() {
 	for ix.pairs.Load() > ix.maxPairs {
 		var victim *backend
@@ -467,7 +480,7 @@ func (ix *Index) enforceBudget() {
 		victim.mu.Lock()
 		if !victim.removed {
 			for ix.pairs.Load() > ix.maxPairs && victim.ring.len() > 0 {
-				ix.evictOneLocked(victim)
+				ix.clockStepLocked(victim)
 			}
 			victim.size.Store(int64(victim.ring.len()))
 		}
@@ -563,7 +576,7 @@ func (ix *Index) touch(bk uint64, id BackendID) int {
 	t := ix.reserveLocked(sh)
 	i := t.findOrAdd(k)
 	s := &t.slots[i]
-	hold, aux := s.hold, s.aux
+	hold, aux := s.hold, t.aux(i)
 	st := pairAbsent
 	switch {
 	case hold&bit != 0:
@@ -595,7 +608,7 @@ func (ix *Index) unhold(bk uint64, id BackendID) int {
 		return pairAbsent
 	}
 	s := &t.slots[i]
-	hold, aux := s.hold, s.aux
+	hold, aux := s.hold, t.aux(i)
 	switch {
 	case hold&bit == 0:
 		if aux&bit != 0 {
@@ -627,7 +640,7 @@ func (ix *Index) clockVisit(bk uint64, id BackendID) int {
 		panic("prefixcache: internal error: queued pair missing from its table")
 	}
 	s := &t.slots[i]
-	hold, aux := s.hold, s.aux
+	hold, aux := s.hold, t.aux(i)
 	switch {
 	case hold&bit != 0 && aux&bit != 0:
 		t.set(i, hold, aux&^bit)
@@ -653,7 +666,7 @@ func (ix *Index) dropStale(bk uint64, id BackendID) bool {
 	if s.hold&bit != 0 {
 		return false
 	}
-	ix.setOrDelete(t, i, s.hold, s.aux&^bit)
+	ix.setOrDelete(t, i, s.hold, t.aux(i)&^bit)
 	return true
 }
 
@@ -666,7 +679,7 @@ func (ix *Index) clearPair(bk uint64, id BackendID) {
 	t := sh.tab.Load()
 	i := t.find(k)
 	s := &t.slots[i]
-	ix.setOrDelete(t, i, s.hold&^bit, s.aux&^bit)
+	ix.setOrDelete(t, i, s.hold&^bit, t.aux(i)&^bit)
 }
 
 func (ix *Index) setOrDelete(t *table, i int, hold, aux uint64) {

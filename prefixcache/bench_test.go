@@ -1,0 +1,174 @@
+package prefixcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+var sinkU64 uint64
+
+func randTokens(r *rand.Rand, n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = r.Uint32N(152064)
+	}
+	return t
+}
+
+func BenchmarkHashTokens(b *testing.B) {
+	const blockSize = 16
+	sizes := []int{2048, 32768}
+	r := rand.New(rand.NewPCG(1, 2))
+	seed := Seed("model", "", "")
+	for _, n := range sizes {
+		tokens := randTokens(r, n)
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			dst := make([]BlockHash, 0, n/blockSize)
+			b.SetBytes(int64(n * 4))
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = HashTokens(dst[:0], seed, tokens, blockSize)
+			}
+		})
+	}
+	// The baseline: xxhash.Sum64 over the same bytes, block by block, with nothing chained.
+	for _, n := range sizes {
+		tokens := randTokens(r, n)
+		buf := make([]byte, n*4)
+		for i, t := range tokens {
+			binary.LittleEndian.PutUint32(buf[i*4:], t)
+		}
+		b.Run("xxhash-baseline/"+fmt.Sprint(n), func(b *testing.B) {
+			b.SetBytes(int64(n * 4))
+			b.ReportAllocs()
+			for b.Loop() {
+				var acc uint64
+				for off := 0; off < len(buf); off += blockSize * 4 {
+					acc += xxhash.Sum64(buf[off : off+blockSize*4])
+				}
+				sinkU64 = acc
+			}
+		})
+	}
+}
+
+// benchChain returns n pseudo-random block hashes drawn from r.
+func benchChain(r *rand.Rand, n int) []BlockHash {
+	c := make([]BlockHash, n)
+	for i := range c {
+		c[i] = BlockHash(r.Uint64())
+	}
+	return c
+}
+
+// benchIndex returns an index with the given number of backends, each holding
+// background pairs of random blocks, so that probes miss the CPU caches as they would in a
+// full index.
+func benchIndex(tb testing.TB, backends, background int) (*Index, []BackendID) {
+	ix, err := New(Options{MaxBytes: 1 << 30})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ids := make([]BackendID, backends)
+	for i := range ids {
+		if ids[i], err = ix.AddBackend(fmt.Sprintf("b%d", i), 1<<20); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	chain := make([]BlockHash, 128)
+	for n := 0; n < background; n += len(chain) {
+		for i := range chain {
+			chain[i] = BlockHash(r.Uint64())
+		}
+		if err := ix.Insert(ids[(n/len(chain))%backends], chain); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return ix, ids
+}
+
+func BenchmarkMatch(b *testing.B) {
+	const blocks = 128
+	for _, backends := range []int{8, 64} {
+		ix, ids := benchIndex(b, backends, 1<<18)
+		r := rand.New(rand.NewPCG(3, 4))
+		all := benchChain(r, blocks)
+		half := benchChain(r, blocks)
+		miss := benchChain(r, blocks)
+		for _, id := range ids {
+			_ = ix.Insert(id, all)
+			_ = ix.Insert(id, half[:blocks/2])
+		}
+		for _, c := range []struct {
+			name  string
+			chain []BlockHash
+		}{{"all-hit", all}, {"half-hit", half}, {"miss", miss}} {
+			b.Run(fmt.Sprintf("backends=%d/%s", backends, c.name), func(b *testing.B) {
+				dst := make([]int32, 0, ix.Bound())
+				b.ReportAllocs()
+				for b.Loop() {
+					dst = ix.Match(dst, c.chain)
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkInsert(b *testing.B) {
+	const blocks = 128
+	b.Run("new", func(b *testing.B) {
+		ix, ids := benchIndex(b, 8, 0)
+		_ = ix.SetCapacity(ids[0], 1<<16) // at capacity after 512 inserts: steady eviction
+		r := rand.New(rand.NewPCG(5, 6))
+		chain := make([]BlockHash, blocks)
+		b.ReportAllocs()
+		for b.Loop() {
+			for i := range chain {
+				chain[i] = BlockHash(r.Uint64())
+			}
+			_ = ix.Insert(ids[0], chain)
+		}
+	})
+	b.Run("existing", func(b *testing.B) {
+		ix, ids := benchIndex(b, 8, 1<<16)
+		chain := benchChain(rand.New(rand.NewPCG(5, 6)), blocks)
+		_ = ix.Insert(ids[0], chain)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = ix.Insert(ids[0], chain)
+		}
+	})
+}
+
+// BenchmarkMatchParallel mixes 90% Match with 10% Insert (a new conversation turn that
+// extends a prompt) from every P.
+func BenchmarkMatchParallel(b *testing.B) {
+	const blocks = 128
+	ix, ids := benchIndex(b, 64, 1<<18)
+	r := rand.New(rand.NewPCG(9, 10))
+	chains := make([][]BlockHash, 256)
+	for i := range chains {
+		chains[i] = benchChain(r, blocks)
+		_ = ix.Insert(ids[i%len(ids)], chains[i][:blocks/2])
+	}
+	var seq atomic.Uint64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		lr := rand.New(rand.NewPCG(seq.Add(1), 11))
+		dst := make([]int32, 0, ix.Bound())
+		for pb.Next() {
+			c := chains[lr.IntN(len(chains))]
+			if lr.IntN(10) == 0 {
+				_ = ix.Insert(ids[lr.IntN(len(ids))], c)
+				continue
+			}
+			dst = ix.Match(dst, c)
+		}
+	})
+}
