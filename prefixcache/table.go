@@ -32,7 +32,7 @@ type table struct {
 	slots []slot
 	auxs  []uint64 // parallel to slots
 	n     uint64   // len(slots)
-	count int    // occupied slots; guarded by the shard's mu
+	count int      // occupied slots; guarded by the shard's mu
 }
 
 func newTable(n int) *table {
