@@ -149,6 +149,16 @@ type snapshot struct {
 	backends []backend
 }
 
+// find returns the backend with id, or nil. O(n).
+func (s *snapshot) find(id BackendID) *backend {
+	for i := range s.backends {
+		if s.backends[i].id == id {
+			return &s.backends[i]
+		}
+	}
+	return nil
+}
+
 type backend struct {
 	state   BackendState
 	id      BackendID
@@ -359,6 +369,7 @@ func (r *Router) Stats() Stats {
 
 // scratch is the per-pick working memory, pooled so that Pick does not allocate.
 type scratch struct {
+	req    Request
 	cands  []Candidate
 	totals []float64
 	tmp    []float64
@@ -378,6 +389,9 @@ func (s *scratch) reset(n int) {
 // the current snapshot, then charges the chosen backend's in-flight counters (one request, and
 // its uncached prompt tokens as prefill work) before returning. The Result must be finished with
 // Done exactly once.
+//
+// Filters, scorers, pickers and observers receive a copy of req in which Now, BlockSize and
+// PromptTokens are resolved (Options.Now(), Options.BlockSize, len(Chain)·BlockSize when zero).
 //
 // Pick is lock-free and never blocks; it does not allocate once its pools are warm (scorers and
 // filters permitting). Its cost is O(n·s) for n backends and s scorers, plus one prefix match of
@@ -404,6 +418,10 @@ func (r *Router) Pick(req *Request) (Result, error) {
 
 	sc := r.scratch.Get().(*scratch)
 	sc.reset(len(s.backends))
+	// Filters, scorers and pickers see a private copy with the defaults resolved.
+	sc.req = *req
+	sc.req.Now, sc.req.BlockSize, sc.req.PromptTokens = now, bs, prompt
+	req = &sc.req
 	var match []int32
 	if r.index != nil && len(req.Chain) > 0 {
 		match = r.index.Match(sc.match[:0], req.Chain)
@@ -435,7 +453,8 @@ func (r *Router) Pick(req *Request) (Result, error) {
 			stale++
 		}
 		if b.index >= 0 && b.index < int64(len(match)) {
-			c.MatchedBlocks = int(match[b.index])
+			c.MatchedBlocks = min(int(match[b.index]), len(req.Chain))
+			c.MatchedTokens = c.MatchedBlocks * bs
 		}
 		c.UncachedTokens = prompt - c.MatchedBlocks*bs
 		if c.UncachedTokens < 0 {
@@ -454,6 +473,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	}
 	if len(cands) == 0 {
 		sc.cands = cands[:0]
+		sc.req = Request{}
 		r.scratch.Put(sc)
 		r.stats.noBackend.Add(1)
 		return Result{}, fmt.Errorf("%w: no candidate left after filtering", ErrNoBackend)
@@ -485,34 +505,47 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		r.stats.badPicks.Add(1)
 		idx = maxScore(totals, &sc.rng)
 	}
-	chosen := cands[idx]
+	chosen := &cands[idx]
 	score := totals[idx]
 	for _, o := range r.observers {
-		o.Picked(req, &chosen, now)
+		o.Picked(req, chosen, now)
 	}
-	sc.cands = cands[:0]
-	r.scratch.Put(sc)
-
 	b := chosen.b
+	if b == nil {
+		// A custom filter built its own candidates: find the backend by id.
+		b = s.find(chosen.ID)
+		if b == nil {
+			sc.req = Request{}
+			sc.cands = cands[:0]
+			r.scratch.Put(sc)
+			r.stats.noBackend.Add(1)
+			return Result{}, fmt.Errorf("%w: the picked candidate (id %d) is not in the backend set", ErrNoBackend, chosen.ID)
+		}
+	}
+	matched, uncached := chosen.MatchedBlocks, chosen.UncachedTokens
+
 	b.load.requests.Add(1)
-	if chosen.UncachedTokens > 0 {
-		b.load.prefill.Add(int64(chosen.UncachedTokens))
+	if uncached > 0 {
+		b.load.prefill.Add(int64(uncached))
 	}
 	r.stats.picks.Add(1)
 
 	t := r.tickets.Get().(*ticket)
 	t.load = b.load
 	t.index = b.index
-	t.prefill = int64(chosen.UncachedTokens)
+	t.prefill = int64(uncached)
 	if b.index >= 0 {
 		t.chain = append(t.chain[:0], req.Chain...)
 	}
+	sc.req = Request{}
+	sc.cands = cands[:0]
+	r.scratch.Put(sc)
 	return Result{
 		Backend:        &b.state,
 		ID:             b.id,
 		Score:          score,
-		MatchedBlocks:  chosen.MatchedBlocks,
-		UncachedTokens: chosen.UncachedTokens,
+		MatchedBlocks:  matched,
+		UncachedTokens: uncached,
 		t:              t,
 		gen:            t.state.Load() >> 2,
 	}, nil

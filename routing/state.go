@@ -181,6 +181,8 @@ type Candidate struct {
 	// MatchedBlocks is the number of leading blocks of Request.Chain that the prefix index says
 	// this backend holds (0 without an index).
 	MatchedBlocks int
+	// MatchedTokens is MatchedBlocks times the request's block size.
+	MatchedTokens int
 	// Fresh is the set of signals that are known and not stale at the time of the pick. Scorers
 	// test Fresh, not State.Known.
 	Fresh Signal

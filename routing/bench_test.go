@@ -1,0 +1,134 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/usher-llm/usher/prefixcache"
+)
+
+// benchProfile is the benchmark configuration: four scorers, one of them a prefix match.
+func benchProfile() Profile {
+	return Profile{
+		Name:    "bench-four",
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{{PrefixRatio(), 3}, {QueueDepth(), 2}, {KVUtilization(), 2}, {TokenLoad(0), 1}},
+		Picker:  MaxScore(),
+	}
+}
+
+// benchRouter builds a router over n backends with a real prefixcache index, and a request with a
+// 128-block chain (2,048 tokens at 16 per block). Every backend holds the first 16 blocks (a
+// shared system prompt); every tenth holds the whole chain, every other one a chain that
+// diverges after block 16 — so the match walks all 128 blocks for some backends.
+func benchRouter(tb testing.TB, n int, profile Profile) (*Router, *Request) {
+	tb.Helper()
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := mustNew(tb, Options{Index: ix, Profile: profile})
+	states := fleet(n, t0)
+	for i := range states {
+		states[i].Queued = i % 7
+		states[i].Running = i % 5
+		states[i].KVUtilization = float64(i%10) / 10
+	}
+	mustUpdate(tb, r, states)
+	req := make([]prefixcache.BlockHash, 128)
+	other := make([]prefixcache.BlockHash, 128)
+	for i := range req {
+		req[i] = prefixcache.BlockHash(0x9e3779b97f4a7c15 * uint64(i+1))
+		other[i] = req[i]
+		if i >= 16 {
+			other[i] ^= 0xdeadbeef
+		}
+	}
+	for i := range states {
+		id, err := ix.AddBackend(states[i].Name, 0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c := other
+		if i%10 == 0 {
+			c = req
+		}
+		if err := ix.Insert(id, c); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return r, &Request{Chain: req, PromptTokens: 2048}
+}
+
+var errBench = errors.New("bench")
+
+// BenchmarkPick measures one Pick and its Done (without the index insert) for 8, 100 and
+// 1,000 backends with four scorers including a 128-block prefix match.
+func BenchmarkPick(b *testing.B) {
+	for _, n := range []int{8, 100, 1000} {
+		b.Run(fmt.Sprintf("backends=%d", n), func(b *testing.B) {
+			r, req := benchRouter(b, n, benchProfile())
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := r.Pick(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Done(DoneInfo{Err: errBench})
+			}
+		})
+	}
+}
+
+// BenchmarkPickProfiles measures every peer configuration and usher's at 100 backends.
+func BenchmarkPickProfiles(b *testing.B) {
+	for _, p := range []Profile{
+		LLMDDefault(), LLMDSticky(LLMDStickyOptions{}), SGLang(SGLangOptions{}),
+		Dynamo(DynamoOptions{}), AIBrix(), RoundRobinProfile(), LeastRequest(), Usher(UsherOptions{}),
+	} {
+		b.Run(p.Name, func(b *testing.B) {
+			r, req := benchRouter(b, 100, p)
+			req.Session = "session-1"
+			b.ReportAllocs()
+			for b.Loop() {
+				pk, err := r.Pick(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pk.Done(DoneInfo{Err: errBench})
+			}
+		})
+	}
+}
+
+// BenchmarkPickInsert is the full cycle at 100 backends: Pick, FirstToken (which inserts the
+// 128-block chain into the index) and Done.
+func BenchmarkPickInsert(b *testing.B) {
+	r, req := benchRouter(b, 100, benchProfile())
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := r.Pick(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.FirstToken(t0)
+		p.Done(DoneInfo{})
+	}
+}
+
+// BenchmarkPickParallel runs Pick and Done from GOMAXPROCS goroutines at 100 backends.
+func BenchmarkPickParallel(b *testing.B) {
+	r, req := benchRouter(b, 100, benchProfile())
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p, err := r.Pick(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			p.Done(DoneInfo{Err: errBench})
+		}
+	})
+}

@@ -1,0 +1,349 @@
+package routing
+
+import "math"
+
+// The peers' routers, reproduced as Profiles so that the bench simulator can compare usher's
+// configuration against exactly these. Each constructor states the source formula and defaults
+// (facts from the peers' public source and documentation, late 2026). Every profile starts with
+// a HealthFilter: the peers only route to pods their controllers consider ready, which is what
+// that filter stands for here.
+
+// LLMDDefault is llm-d's default scheduling profile when no configuration is given:
+//
+//	total = 2·QueueDepth + 2·KVUtilization + 3·PrefixRatio, max-score picker (ties shuffled)
+//
+// Weights are not normalised. Unlike llm-d, a missing or stale queue or KV signal is imputed
+// (see the scorers), not read as 0 or as saturation.
+func LLMDDefault() Profile {
+	return Profile{
+		Name:    "llm-d-default",
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{
+			{QueueDepth(), 2},
+			{KVUtilization(), 2},
+			{PrefixRatio(), 3},
+		},
+		Picker: MaxScore(),
+	}
+}
+
+// Bottleneck selects the load scorer that follows llm-d's sticky filter.
+type Bottleneck uint8
+
+const (
+	// PrefillBound work (long prompts, short answers) is balanced by TokenLoad.
+	PrefillBound Bottleneck = iota
+	// DecodeBound work (short prompts, long answers, e.g. reasoning) is balanced by
+	// ActiveRequests.
+	DecodeBound
+)
+
+// LLMDStickyOptions configures LLMDSticky.
+type LLMDStickyOptions struct {
+	StickyOptions
+	// Bottleneck picks the load scorer: PrefillBound (zero) → TokenLoad(4,194,304),
+	// DecodeBound → ActiveRequests.
+	Bottleneck Bottleneck
+}
+
+// LLMDSticky is llm-d's "sticky until saturated" profile (its default since 2026-08-17): a
+// StickyFilter (matched share ≥ 0.80; given up when the best sticky backend's estimated TTFT,
+// in-flight uncached tokens / 15928 tok/s, exceeds the best non-sticky one's by more than
+// 18000 ms), then one load scorer chosen by bottleneck — token-load for prefill-bound work,
+// active-requests for decode-bound work — and the max-score picker.
+func LLMDSticky(opts LLMDStickyOptions) Profile {
+	load := TokenLoad(0)
+	name := "llm-d-sticky-token-load"
+	if opts.Bottleneck == DecodeBound {
+		load = ActiveRequests()
+		name = "llm-d-sticky-active-requests"
+	}
+	return Profile{
+		Name:    name,
+		Filters: []Filter{NewHealthFilter(), NewStickyFilter(opts.StickyOptions)},
+		Scorers: []Weighted{{load, 1}},
+		Picker:  MaxScore(),
+	}
+}
+
+// SGLang's cache-aware policy defaults (sgl-model-gateway CLI).
+const (
+	DefaultSGLangBalanceAbs  = 64
+	DefaultSGLangBalanceRel  = 1.5
+	DefaultSGLangCacheThresh = 0.3
+)
+
+// SGLangOptions configures SGLangCacheAware. Zero values are SGLang's defaults.
+type SGLangOptions struct {
+	// BalanceAbs and BalanceRel define imbalance: max − min > BalanceAbs and
+	// max > BalanceRel · min over the candidates' loads. Zero: 64 and 1.5.
+	BalanceAbs float64
+	BalanceRel float64
+	// CacheThreshold is the match rate above which the best match wins. Zero: 0.3.
+	CacheThreshold float64
+}
+
+// SGLangCacheAware is SGLang model gateway's cache-aware policy as one scorer, used with the
+// max-score picker. Load L is the router's own in-flight request count (the gateway counts its
+// outstanding requests per worker):
+//
+//   - if max L − min L > BalanceAbs and max L > BalanceRel · min L, the pool is imbalanced and
+//     the least-loaded backend wins: score = (max L − L) / (max L − min L);
+//   - otherwise, if the best match rate MatchedBlocks/len(Chain) exceeds CacheThreshold, the
+//     best match wins: score = match rate;
+//   - otherwise the least-loaded backend wins, scored as in the first case (1 for all when loads
+//     are equal).
+//
+// SGLang matches characters in an approximate radix tree per worker; here the match rate is in
+// prefix blocks. O(n), no allocation, safe for concurrent use.
+type SGLangCacheAware struct {
+	abs, rel, thresh float64
+}
+
+// NewSGLangCacheAware returns the scorer configured by opts.
+func NewSGLangCacheAware(opts SGLangOptions) *SGLangCacheAware {
+	s := &SGLangCacheAware{abs: opts.BalanceAbs, rel: opts.BalanceRel, thresh: opts.CacheThreshold}
+	if s.abs <= 0 {
+		s.abs = DefaultSGLangBalanceAbs
+	}
+	if s.rel <= 0 {
+		s.rel = DefaultSGLangBalanceRel
+	}
+	if s.thresh <= 0 {
+		s.thresh = DefaultSGLangCacheThresh
+	}
+	return s
+}
+
+// Score implements Scorer.
+func (s *SGLangCacheAware) Score(req *Request, cands []Candidate, dst []float64) {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	best := 0.0
+	for i := range cands {
+		l := float64(cands[i].InFlight.Requests)
+		lo, hi = min(lo, l), max(hi, l)
+		if len(req.Chain) > 0 {
+			best = max(best, float64(cands[i].MatchedBlocks)/float64(len(req.Chain)))
+		}
+	}
+	imbalanced := hi-lo > s.abs && hi > s.rel*lo
+	if !imbalanced && best > s.thresh {
+		for i := range cands {
+			dst[i] = float64(cands[i].MatchedBlocks) / float64(len(req.Chain))
+		}
+		return
+	}
+	for i := range cands {
+		dst[i] = 1
+		if hi > lo {
+			dst[i] = (hi - float64(cands[i].InFlight.Requests)) / (hi - lo)
+		}
+	}
+}
+
+// SGLang is the SGLang model gateway's cache-aware routing as a profile: SGLangCacheAware and
+// the max-score picker.
+func SGLang(opts SGLangOptions) Profile {
+	return Profile{
+		Name:    "sglang-cache-aware",
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{{NewSGLangCacheAware(opts), 1}},
+		Picker:  MaxScore(),
+	}
+}
+
+// DynamoOptions configures DynamoCost.
+type DynamoOptions struct {
+	// OverlapWeight multiplies the prefill blocks in the cost. Zero: 1.0 (Dynamo's default);
+	// use a negative value for an explicit 0.
+	OverlapWeight float64
+	// Temperature > 0 samples with softmax over the normalised cost; 0 takes the argmin.
+	Temperature float64
+}
+
+// DynamoCost is NVIDIA Dynamo's KV router cost, lower is better:
+//
+//	cost = OverlapWeight · prefill_blocks + decode_blocks
+//	prefill_blocks = (InFlight.PrefillTokens + UncachedTokens) / block size
+//	decode_blocks  = KVUtilization · KVCapacityBlocks + ⌈PromptTokens / block size⌉
+//
+// prefill_blocks counts the blocks the backend still has to prefill, this request's uncached
+// blocks included; decode_blocks the blocks active on it after admitting this request. Scores
+// are the min-max normalised cost turned around, score = (max − cost) / (max − min) (1 for all
+// when equal), so the max-score picker takes Dynamo's argmin and Softmax(T) samples with
+// p ∝ exp(−normalised cost / T), as Dynamo does. A backend without fresh KV signals has its
+// active blocks imputed as the mean of those that have them (0 when none has). O(n), no
+// allocation, safe for concurrent use.
+type DynamoCost struct {
+	w float64
+}
+
+// NewDynamoCost returns the scorer with the given overlap weight (see DynamoOptions).
+func NewDynamoCost(opts DynamoOptions) *DynamoCost {
+	w := opts.OverlapWeight
+	if w == 0 {
+		w = 1
+	}
+	if w < 0 {
+		w = 0
+	}
+	return &DynamoCost{w: w}
+}
+
+// Score implements Scorer.
+func (d *DynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
+	bs := float64(req.BlockSize)
+	if bs <= 0 {
+		bs = DefaultBlockSize
+	}
+	reqBlocks := math.Ceil(float64(req.PromptTokens) / bs)
+	sum, known := 0.0, 0
+	for i := range cands {
+		c := &cands[i]
+		if c.Has(SignalKVUtilization | SignalKVCapacity) {
+			a := c.State.KVUtilization * float64(c.State.KVCapacityBlocks)
+			sum += a
+			known++
+		}
+	}
+	meanActive := 0.0
+	if known > 0 {
+		meanActive = sum / float64(known)
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i := range cands {
+		c := &cands[i]
+		active := meanActive
+		if c.Has(SignalKVUtilization | SignalKVCapacity) {
+			active = c.State.KVUtilization * float64(c.State.KVCapacityBlocks)
+		}
+		prefill := float64(c.InFlight.PrefillTokens+int64(c.UncachedTokens)) / bs
+		cost := d.w*prefill + active + reqBlocks
+		dst[i] = cost
+		lo, hi = min(lo, cost), max(hi, cost)
+	}
+	for i := range dst {
+		if hi > lo {
+			dst[i] = (hi - dst[i]) / (hi - lo)
+		} else {
+			dst[i] = 1
+		}
+	}
+}
+
+// Dynamo is NVIDIA Dynamo's KV router as a profile: DynamoCost, and the max-score picker
+// (temperature 0, argmin cost) or Softmax(temperature).
+func Dynamo(opts DynamoOptions) Profile {
+	return Profile{
+		Name:    "dynamo-kv",
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{{NewDynamoCost(opts), 1}},
+		Picker:  Softmax(opts.Temperature),
+	}
+}
+
+// AIBrixPrefixGate is AIBrix's prefix-cache routing behind a load gate, as one scorer. With L
+// the router's in-flight request count per backend, mean μ and standard deviation σ:
+//
+//   - if max L > 2·(μ + 1) and max L − min L ≥ 8, the pool is imbalanced and the least-request
+//     backend wins: score = (max L − L)/(max L − min L);
+//   - otherwise the highest match among backends with L ≤ μ + σ wins: those score
+//     0.5 + 0.5·MatchedBlocks/len(Chain), the others 0.
+//
+// O(n), no allocation, safe for concurrent use.
+type AIBrixPrefixGate struct{}
+
+// Score implements Scorer.
+func (AIBrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
+	n := float64(len(cands))
+	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	for i := range cands {
+		l := float64(cands[i].InFlight.Requests)
+		lo, hi = min(lo, l), max(hi, l)
+		sum += l
+	}
+	mean := sum / n
+	if hi > 2*(mean+1) && hi-lo >= 8 {
+		for i := range cands {
+			dst[i] = (hi - float64(cands[i].InFlight.Requests)) / (hi - lo)
+		}
+		return
+	}
+	varsum := 0.0
+	for i := range cands {
+		d := float64(cands[i].InFlight.Requests) - mean
+		varsum += d * d
+	}
+	limit := mean + math.Sqrt(varsum/n)
+	for i := range cands {
+		if float64(cands[i].InFlight.Requests) > limit {
+			dst[i] = 0
+			continue
+		}
+		r := 0.0
+		if len(req.Chain) > 0 {
+			r = float64(min(cands[i].MatchedBlocks, len(req.Chain))) / float64(len(req.Chain))
+		}
+		dst[i] = 0.5 + 0.5*r
+	}
+}
+
+// AIBrix is AIBrix's prefix-cache router as a profile: AIBrixPrefixGate and the max-score
+// picker.
+func AIBrix() Profile {
+	return Profile{
+		Name:    "aibrix-prefix-cache",
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{{AIBrixPrefixGate{}, 1}},
+		Picker:  MaxScore(),
+	}
+}
+
+// RoundRobinProfile sends request i to the i-th healthy backend in turn, ignoring load and cache.
+func RoundRobinProfile() Profile {
+	return Profile{
+		Name:    "round-robin",
+		Filters: []Filter{NewHealthFilter()},
+		Picker:  RoundRobin(),
+	}
+}
+
+// LeastRequest sends each request to the backend with the fewest requests in flight from this
+// router (ties at random): ActiveRequests and the max-score picker.
+func LeastRequest() Profile {
+	return Profile{
+		Name:    "least-request",
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{{ActiveRequests(), 1}},
+		Picker:  MaxScore(),
+	}
+}
+
+// UsherOptions configures Usher.
+type UsherOptions struct {
+	// Session configures the SessionAware scorer. Set Session.IgnoreEviction when the Router
+	// has no prefix index.
+	Session SessionAwareOptions
+}
+
+// Usher is usher's own configuration, the one the simulator measures against the peers:
+//
+//	HealthFilter → 4·SessionAware + 1·TokenLoad + 1·KVUtilization → max-score
+//
+// SessionAware decides the placement (first turns for balance, later turns home unless
+// overloaded or evicted, sessionless requests half prefix, half balance); TokenLoad breaks its
+// ties by the prefill work in flight, which the router knows at once; KVUtilization steers away
+// from servers about to preempt. The weights keep SessionAware's decision unless the other two
+// terms disagree by more than its whole margin.
+func Usher(opts UsherOptions) Profile {
+	return Profile{
+		Name:    "usher",
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{
+			{NewSessionAware(opts.Session), 4},
+			{TokenLoad(0), 1},
+			{KVUtilization(), 1},
+		},
+		Picker: MaxScore(),
+	}
+}

@@ -1,0 +1,565 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
+)
+
+// fakeIndex is a naive prefix index: per backend a set of held blocks, matched by walking the
+// chain. It records every insert.
+type fakeIndex struct {
+	mu      sync.Mutex
+	names   map[string]indexID
+	held    []map[BlockHash]bool
+	inserts int
+	failAdd bool
+}
+
+func newFakeIndex() *fakeIndex { return &fakeIndex{names: map[string]indexID{}} }
+
+func (f *fakeIndex) AddBackend(name string, _ int) (indexID, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failAdd {
+		return 0, errors.New("fake: full")
+	}
+	if id, ok := f.names[name]; ok {
+		return id, nil
+	}
+	id := indexID(len(f.held))
+	f.names[name] = id
+	f.held = append(f.held, map[BlockHash]bool{})
+	return id, nil
+}
+
+func (f *fakeIndex) Match(dst []int32, chain []BlockHash) []int32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dst = dst[:0]
+	for _, h := range f.held {
+		n := int32(0)
+		for _, b := range chain {
+			if !h[b] {
+				break
+			}
+			n++
+		}
+		dst = append(dst, n)
+	}
+	return dst
+}
+
+func (f *fakeIndex) Insert(id indexID, chain []BlockHash) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inserts++
+	for _, b := range chain {
+		f.held[id][b] = true
+	}
+	return nil
+}
+
+func (f *fakeIndex) hold(name string, chain []BlockHash) {
+	id, _ := f.AddBackend(name, 0)
+	_ = f.Insert(id, chain)
+	f.mu.Lock()
+	f.inserts--
+	f.mu.Unlock()
+}
+
+var t0 = time.Unix(1_000_000, 0)
+
+// raceEnabled is set by race_test.go under -race.
+var raceEnabled bool
+
+// fleet returns n fresh, healthy backends "b0".."b(n-1)" with equal signals.
+func fleet(n int, at time.Time) []BackendState {
+	out := make([]BackendState, n)
+	for i := range out {
+		out[i] = BackendState{
+			Name: fmt.Sprintf("b%d", i), Health: Healthy, Known: AllSignals,
+			Queued: 0, Running: 0, KVUtilization: 0.1, KVCapacityBlocks: 1000, BlockSize: 16,
+			UpdatedAt: at,
+		}
+	}
+	return out
+}
+
+func mustNew(t testing.TB, opts Options) *Router {
+	t.Helper()
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return t0 }
+	}
+	if opts.Seed == 0 {
+		opts.Seed = 42
+	}
+	r, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func mustUpdate(t testing.TB, r *Router, s []BackendState) {
+	t.Helper()
+	if err := r.Update(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	bad := []Options{
+		{BlockSize: -1},
+		{Profile: Profile{Filters: []Filter{nil}}},
+		{Profile: Profile{Scorers: []Weighted{{nil, 1}}}},
+		{Profile: Profile{Scorers: []Weighted{{QueueDepth(), -1}}}},
+		{Profile: Profile{Scorers: []Weighted{{QueueDepth(), math.NaN()}}}},
+		{Profile: Profile{Scorers: []Weighted{{QueueDepth(), math.Inf(1)}}}},
+	}
+	for i, o := range bad {
+		if _, err := New(o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("options %d: err = %v, want ErrInvalidOptions", i, err)
+		}
+	}
+}
+
+func TestErrNoBackend(t *testing.T) {
+	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{NewHealthFilter()}}})
+	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("empty router: err = %v, want ErrNoBackend", err)
+	}
+	s := fleet(2, t0)
+	s[0].Role, s[1].Role = RolePrefill, RolePrefill
+	mustUpdate(t, r, s)
+	if _, err := r.Pick(&Request{Role: RoleDecode}); !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("no decode backend: err = %v, want ErrNoBackend", err)
+	}
+	s[0].Health, s[1].Health = Unhealthy, Unhealthy
+	mustUpdate(t, r, s)
+	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("all unhealthy: err = %v, want ErrNoBackend", err)
+	}
+	mustUpdate(t, r, nil)
+	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("emptied: err = %v, want ErrNoBackend", err)
+	}
+	if got := r.Stats().NoBackend; got != 4 {
+		t.Errorf("Stats.NoBackend = %d, want 4", got)
+	}
+}
+
+func TestRoleRouting(t *testing.T) {
+	r := mustNew(t, Options{})
+	s := fleet(3, t0)
+	s[0].Role, s[1].Role, s[2].Role = RolePrefill, RoleDecode, RoleBoth
+	mustUpdate(t, r, s)
+	for range 50 {
+		p, err := r.Pick(&Request{Role: RolePrefill})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Backend.Role == RoleDecode {
+			t.Fatalf("prefill request went to a decode backend %s", p.Backend.Name)
+		}
+		p.Done(DoneInfo{})
+	}
+}
+
+// Nothing a filter removed is ever picked, whatever the scores say.
+func TestFilterRespected(t *testing.T) {
+	onlyOdd := FilterFunc(func(_ *Request, cs []Candidate) []Candidate {
+		out := cs[:0]
+		for _, c := range cs {
+			if c.ID%2 == 1 {
+				out = append(out, c)
+			}
+		}
+		return out
+	})
+	// A scorer that would prefer even ids.
+	preferEven := ScorerFunc(func(_ *Request, cs []Candidate, dst []float64) {
+		for i, c := range cs {
+			if c.ID%2 == 0 {
+				dst[i] = 1
+			}
+		}
+	})
+	for _, pk := range []Picker{MaxScore(), WeightedRandom(), PowerOfTwo(), RoundRobin(), Softmax(0.5)} {
+		r := mustNew(t, Options{Profile: Profile{Filters: []Filter{onlyOdd}, Scorers: []Weighted{{preferEven, 5}}, Picker: pk}})
+		mustUpdate(t, r, fleet(9, t0))
+		for range 200 {
+			p, err := r.Pick(&Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.ID%2 != 1 {
+				t.Fatalf("%T picked %s (id %d), which the filter removed", pk, p.Backend.Name, p.ID)
+			}
+			p.Done(DoneInfo{})
+		}
+	}
+}
+
+func TestInFlightAccounting(t *testing.T) {
+	ix := newFakeIndex()
+	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{PrefixRatio(), 1}}}})
+	mustUpdate(t, r, fleet(1, t0))
+	c := chain(8) // 128 tokens
+	ix.hold("b0", c[:3])
+
+	p, err := r.Pick(&Request{Chain: c, PromptTokens: 130})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MatchedBlocks != 3 || p.UncachedTokens != 130-48 {
+		t.Fatalf("matched %d uncached %d, want 3 and 82", p.MatchedBlocks, p.UncachedTokens)
+	}
+	check := func(step string, want InFlight) {
+		t.Helper()
+		got, ok := r.InFlight("b0")
+		if !ok || got != want {
+			t.Fatalf("%s: in flight %+v, want %+v", step, got, want)
+		}
+	}
+	check("after pick", InFlight{Requests: 1, PrefillTokens: 82})
+	p2, _ := r.Pick(&Request{Chain: c, PromptTokens: 130})
+	check("after second pick", InFlight{Requests: 2, PrefillTokens: 164})
+
+	p.FirstToken(t0)
+	check("after first token", InFlight{Requests: 2, PrefillTokens: 82})
+	if ix.inserts != 1 {
+		t.Fatalf("inserts after first token = %d, want 1", ix.inserts)
+	}
+	p.FirstToken(t0) // harmless
+	p.Done(DoneInfo{FirstTokenAt: t0, OutputTokens: 5})
+	check("after done", InFlight{Requests: 1, PrefillTokens: 82})
+	if ix.inserts != 1 {
+		t.Fatalf("inserts after done = %d, want still 1", ix.inserts)
+	}
+
+	// Failed before any token: released, nothing inserted.
+	p2.Done(DoneInfo{Err: errors.New("reset")})
+	check("after failed done", InFlight{})
+	if ix.inserts != 1 {
+		t.Fatalf("a failed request inserted blocks")
+	}
+
+	// The insert shows up in the next match: all 8 blocks now held.
+	p3, _ := r.Pick(&Request{Chain: c})
+	if p3.MatchedBlocks != 8 {
+		t.Fatalf("matched after insert = %d, want 8", p3.MatchedBlocks)
+	}
+	// Success without FirstToken inserts at Done.
+	p3.Done(DoneInfo{})
+	if ix.inserts != 2 {
+		t.Fatalf("inserts after successful done = %d, want 2", ix.inserts)
+	}
+	check("end", InFlight{})
+}
+
+func TestDoneMisusePanics(t *testing.T) {
+	r := mustNew(t, Options{})
+	mustUpdate(t, r, fleet(2, t0))
+	p, _ := r.Pick(&Request{})
+	copyOfP := p
+	p.Done(DoneInfo{})
+	for name, f := range map[string]func(){
+		"Done twice":             func() { p.Done(DoneInfo{}) },
+		"Done on a copy":         func() { copyOfP.Done(DoneInfo{}) },
+		"FirstToken after Done":  func() { p.FirstToken(t0) },
+		"Done on a zero Result":  func() { Result{}.Done(DoneInfo{}) },
+		"Done after pool reuse":  func() { q, _ := r.Pick(&Request{}); defer q.Done(DoneInfo{}); p.Done(DoneInfo{}) },
+		"FirstToken zero Result": func() { Result{}.FirstToken(t0) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s did not panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+	if got, _ := r.InFlight(p.Backend.Name); got != (InFlight{}) {
+		t.Errorf("misuse changed the counters: %+v", got)
+	}
+}
+
+func TestUpdateKeepsCountersAndIDs(t *testing.T) {
+	r := mustNew(t, Options{})
+	mustUpdate(t, r, fleet(2, t0))
+	p, _ := r.Pick(&Request{PromptTokens: 10})
+	name, id := p.Backend.Name, p.ID
+
+	// Drop the chosen backend, then bring it back: id and counter survive.
+	other := fleet(2, t0)
+	if name == "b0" {
+		other = other[1:]
+	} else {
+		other = other[:1]
+	}
+	mustUpdate(t, r, other)
+	if got, _ := r.InFlight(name); got.Requests != 1 {
+		t.Fatalf("counter lost when backend left the set: %+v", got)
+	}
+	p.Done(DoneInfo{})
+	mustUpdate(t, r, fleet(2, t0))
+	if got, _ := r.InFlight(name); got != (InFlight{}) {
+		t.Fatalf("counter after return = %+v, want zero", got)
+	}
+	for range 20 {
+		q, _ := r.Pick(&Request{})
+		if q.Backend.Name == name && q.ID != id {
+			t.Fatalf("id of %s changed from %d to %d", name, id, q.ID)
+		}
+		q.Done(DoneInfo{})
+	}
+	if got := len(r.Backends(nil)); got != 2 {
+		t.Fatalf("Backends = %d, want 2", got)
+	}
+}
+
+func TestUpdateValidation(t *testing.T) {
+	r := mustNew(t, Options{})
+	if err := r.Update([]BackendState{{Name: ""}}); !errors.Is(err, ErrInvalidBackend) {
+		t.Errorf("empty name: %v", err)
+	}
+	if err := r.Update([]BackendState{{Name: "a"}, {Name: "a"}}); !errors.Is(err, ErrInvalidBackend) {
+		t.Errorf("duplicate name: %v", err)
+	}
+	s := fleet(1, t0)
+	s[0].Queued, s[0].Running, s[0].KVUtilization, s[0].KVCapacityBlocks = -1, -2, math.NaN(), 0
+	mustUpdate(t, r, s)
+	if got := r.Stats().InvalidSignals; got != 4 {
+		t.Errorf("InvalidSignals = %d, want 4", got)
+	}
+	if got := r.Backends(nil)[0].Known; got != 0 {
+		t.Errorf("Known after sanitising = %v, want 0", got)
+	}
+	s = fleet(1, time.Time{}) // never observed: nothing is known
+	mustUpdate(t, r, s)
+	if got := r.Backends(nil)[0].Known; got != 0 {
+		t.Errorf("Known of a never-observed backend = %v, want 0", got)
+	}
+
+	ix := newFakeIndex()
+	ix.failAdd = true
+	r = mustNew(t, Options{Index: ix})
+	if err := r.Update(fleet(1, t0)); err == nil {
+		t.Error("index refusal not reported")
+	}
+	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
+		t.Error("a failed Update published a snapshot")
+	}
+}
+
+// Signals older than StaleAfter are not fresh; the router counts such candidates.
+func TestStaleness(t *testing.T) {
+	var seen []Candidate
+	spy := ScorerFunc(func(_ *Request, cs []Candidate, dst []float64) { seen = append(seen[:0], cs...) })
+	r := mustNew(t, Options{StaleAfter: time.Second, Profile: Profile{Scorers: []Weighted{{spy, 1}}}})
+	s := fleet(3, t0)
+	s[1].UpdatedAt = t0.Add(-2 * time.Second)
+	s[2].UpdatedAt = time.Time{}
+	mustUpdate(t, r, s)
+	p, err := r.Pick(&Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Done(DoneInfo{})
+	want := []struct {
+		fresh Signal
+		stale bool
+	}{{AllSignals, false}, {0, true}, {0, true}}
+	for i, c := range seen {
+		if c.Fresh != want[i].fresh || c.Stale != want[i].stale {
+			t.Errorf("candidate %d: fresh %v stale %v, want %v %v", i, c.Fresh, c.Stale, want[i].fresh, want[i].stale)
+		}
+	}
+	if seen[1].Age != 2*time.Second || seen[2].Age >= 0 {
+		t.Errorf("ages %v %v, want 2s and negative", seen[1].Age, seen[2].Age)
+	}
+	if got := r.Stats().StaleCandidates; got != 2 {
+		t.Errorf("StaleCandidates = %d, want 2", got)
+	}
+	// Negative StaleAfter: never stale.
+	r = mustNew(t, Options{StaleAfter: -1, Profile: Profile{Scorers: []Weighted{{spy, 1}}}})
+	s[1].UpdatedAt = t0.Add(-time.Hour)
+	mustUpdate(t, r, s[:2])
+	p, _ = r.Pick(&Request{})
+	p.Done(DoneInfo{})
+	if seen[1].Stale {
+		t.Error("StaleAfter < 0 still marked a backend stale")
+	}
+}
+
+// A custom scorer's NaN and out-of-range scores are clamped and counted, never propagated.
+func TestClampedScores(t *testing.T) {
+	bad := ScorerFunc(func(_ *Request, cs []Candidate, dst []float64) {
+		dst[0], dst[1], dst[2], dst[3] = math.NaN(), -3, 7, 0.5
+	})
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{bad, 2}}}})
+	mustUpdate(t, r, fleet(4, t0))
+	for range 20 {
+		p, err := r.Pick(&Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Clamped: 0, 0, 1, 0.5 → weighted 0, 0, 2, 1: backend 2 always.
+		if p.Backend.Name != "b2" || p.Score != 2 {
+			t.Fatalf("picked %s with score %v, want b2 with 2", p.Backend.Name, p.Score)
+		}
+		p.Done(DoneInfo{})
+	}
+	if got := r.Stats().ClampedScores; got != 60 {
+		t.Errorf("ClampedScores = %d, want 60", got)
+	}
+}
+
+func TestBadPickerIndex(t *testing.T) {
+	wild := pickerFunc(func(_ *Request, _ []Candidate, _ []float64, _ *Rand) int { return 99 })
+	r := mustNew(t, Options{Profile: Profile{Picker: wild, Scorers: []Weighted{{ActiveRequests(), 1}}}})
+	mustUpdate(t, r, fleet(3, t0))
+	p, err := r.Pick(&Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Done(DoneInfo{})
+	if r.Stats().BadPicks != 1 {
+		t.Errorf("BadPicks = %d, want 1", r.Stats().BadPicks)
+	}
+}
+
+type pickerFunc func(*Request, []Candidate, []float64, *Rand) int
+
+func (f pickerFunc) Pick(r *Request, c []Candidate, s []float64, g *Rand) int { return f(r, c, s, g) }
+
+// Weighted profile arithmetic: llm-d's default blend on three backends by hand.
+func TestLLMDDefaultBlend(t *testing.T) {
+	ix := newFakeIndex()
+	r := mustNew(t, Options{Index: ix, Profile: LLMDDefault()})
+	s := fleet(3, t0)
+	s[0].Queued, s[1].Queued, s[2].Queued = 0, 4, 8
+	s[0].KVUtilization, s[1].KVUtilization, s[2].KVUtilization = 0.9, 0.5, 0.1
+	mustUpdate(t, r, s)
+	c := chain(4)
+	ix.hold("b2", c)
+	ix.hold("b1", c[:2])
+	// queue scores 1, 0.5, 0; kv 0.1, 0.5, 0.9; prefix 0, 0.5, 1.
+	// totals: 2+0.2+0 = 2.2; 1+1+1.5 = 3.5; 0+1.8+3 = 4.8 → b2.
+	p, err := r.Pick(&Request{Chain: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Backend.Name != "b2" || !near(p.Score, 4.8) {
+		t.Fatalf("picked %s score %v, want b2 4.8", p.Backend.Name, p.Score)
+	}
+	p.Done(DoneInfo{Err: errors.New("x")})
+}
+
+// Concurrent picks and updates under -race: counters return to zero, every pick is valid.
+func TestConcurrentPicksAndUpdates(t *testing.T) {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := NewSessionAware(SessionAwareOptions{})
+	r := mustNew(t, Options{Index: ix, Now: time.Now, Profile: Profile{
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{{PrefixRatio(), 2}, {QueueDepth(), 1}, {sa, 3}, {TokenLoad(0), 1}},
+		Picker:  WeightedRandom(),
+	}})
+	mustUpdate(t, r, fleet(8, time.Now()))
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the one writer
+		defer wg.Done()
+		for i := 0; !stop.Load(); i++ {
+			s := fleet(4+i%5, time.Now())
+			for j := range s {
+				s[j].Queued = (i + j) % 7
+			}
+			if err := r.Update(s); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	const workers, per = 4, 300
+	var picks atomic.Int64
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := chain(32)
+			for i := range per {
+				c[0] = BlockHash(w*1000 + i%10 + 1)
+				p, err := r.Pick(&Request{Chain: c, Session: fmt.Sprint(w, i%5)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				picks.Add(1)
+				if i%3 == 0 {
+					p.FirstToken(time.Now())
+				}
+				p.Done(DoneInfo{})
+			}
+		}()
+	}
+	for picks.Load() < workers*per && !t.Failed() {
+		time.Sleep(time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	for i := range 8 {
+		if got, _ := r.InFlight(fmt.Sprintf("b%d", i)); got != (InFlight{}) {
+			t.Errorf("b%d left in flight: %+v", i, got)
+		}
+	}
+	if got := r.Stats().Picks; got != workers*per {
+		t.Errorf("Picks = %d, want %d", got, workers*per)
+	}
+}
+
+func TestPickAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	for _, tc := range []struct {
+		name    string
+		profile Profile
+	}{
+		{"four scorers", benchProfile()},
+		{"llm-d default", LLMDDefault()},
+		{"llm-d sticky", LLMDSticky(LLMDStickyOptions{})},
+		{"sglang", SGLang(SGLangOptions{})},
+		{"dynamo softmax", Dynamo(DynamoOptions{Temperature: 0.5})},
+		{"aibrix", AIBrix()},
+		{"usher", Usher(UsherOptions{})},
+		{"session affinity", Profile{Scorers: []Weighted{{NewSessionAffinity(SessionOptions{}), 1}}, Picker: PowerOfTwo()}},
+		{"round robin", RoundRobinProfile()},
+	} {
+		r, req := benchRouter(t, 100, tc.profile)
+		req.Session = "s1"
+		allocs := testing.AllocsPerRun(200, func() {
+			p, err := r.Pick(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.FirstToken(t0)
+			p.Done(DoneInfo{})
+		})
+		if allocs != 0 {
+			t.Errorf("%s: Pick+FirstToken+Done allocates %v times, want 0", tc.name, allocs)
+		}
+	}
+}

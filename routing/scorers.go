@@ -1,0 +1,205 @@
+package routing
+
+import "math"
+
+// The built-in scorers. Each documents its formula, its cost (all are O(n) in the number of
+// candidates and allocate nothing) and what it does with a candidate whose signal is missing or
+// stale. The load scorers impute such a candidate: it receives the mean score of the candidates
+// whose signal is fresh, so it neither wins as if idle nor loses as if saturated on that term,
+// and the other terms of the blend decide. When no candidate has the signal, every candidate
+// scores 0.5 (no information). The router counts such candidates in Stats.StaleCandidates.
+
+// DefaultLengthTokens is the matched length at which PrefixLength's length term reaches 1
+// (llm-d's optional length term uses 8192 tokens).
+const DefaultLengthTokens = 8192
+
+// DefaultTokenLoadCap is the in-flight token count at which TokenLoad reaches 0 (llm-d's
+// token-load scorer uses 4,194,304).
+const DefaultTokenLoadCap = 4194304
+
+// PrefixRatio scores a candidate by the share of the prompt's blocks it already holds:
+//
+//	score = MatchedBlocks / len(Request.Chain)
+//
+// (llm-d's prefix-cache scorer). A request without a chain scores 0 everywhere. The prefix index
+// is the router's own knowledge, never stale, so nothing is imputed.
+func PrefixRatio() Scorer { return prefixScorer{} }
+
+// PrefixLength is PrefixRatio damped for short matches, because a short prompt fully matched is
+// worth little prefill:
+//
+//	score = MatchedBlocks/len(Chain) · min(1, matched_tokens/lengthTokens)²
+//
+// where matched_tokens is Candidate.MatchedTokens (MatchedBlocks · block size). lengthTokens ≤ 0 means
+// DefaultLengthTokens (8192, llm-d's optional length term).
+func PrefixLength(lengthTokens int) Scorer {
+	if lengthTokens <= 0 {
+		lengthTokens = DefaultLengthTokens
+	}
+	return prefixScorer{length: float64(lengthTokens)}
+}
+
+type prefixScorer struct{ length float64 }
+
+func (p prefixScorer) Score(req *Request, cands []Candidate, dst []float64) {
+	total := len(req.Chain)
+	if total == 0 {
+		clear(dst)
+		return
+	}
+	for i := range cands {
+		m := cands[i].MatchedBlocks
+		v := float64(min(m, total)) / float64(total)
+		if p.length > 0 {
+			l := min(1, float64(cands[i].MatchedTokens)/p.length)
+			v *= l * l
+		}
+		dst[i] = v
+	}
+}
+
+// QueueDepth scores by the server's waiting queue, min-max normalised over the candidates
+// (llm-d's queue scorer):
+//
+//	score = (max − queued) / (max − min), or 1 for all when max = min
+//
+// Candidates without a fresh SignalQueued are imputed (see the package's scorer notes).
+func QueueDepth() Scorer { return minMaxScorer{signal: SignalQueued, value: queuedOf} }
+
+// RunningRequests scores by the server's running batch, min-max normalised like QueueDepth.
+// Candidates without a fresh SignalRunning are imputed.
+func RunningRequests() Scorer { return minMaxScorer{signal: SignalRunning, value: runningOf} }
+
+// ActiveRequests scores by the router's own in-flight request count, min-max normalised like
+// QueueDepth (llm-d's active-request scorer; least-request routing). The counter is always
+// fresh, so nothing is imputed.
+func ActiveRequests() Scorer { return minMaxScorer{value: activeOf} }
+
+func queuedOf(c *Candidate) float64  { return float64(c.State.Queued) }
+func runningOf(c *Candidate) float64 { return float64(c.State.Running) }
+func activeOf(c *Candidate) float64  { return float64(c.InFlight.Requests) }
+
+type minMaxScorer struct {
+	signal Signal // 0: always available
+	value  func(*Candidate) float64
+}
+
+func (s minMaxScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	known := 0
+	for i := range cands {
+		if s.signal != 0 && !cands[i].Has(s.signal) {
+			continue
+		}
+		v := s.value(&cands[i])
+		lo, hi = min(lo, v), max(hi, v)
+		known++
+	}
+	sum := 0.0
+	for i := range cands {
+		if s.signal != 0 && !cands[i].Has(s.signal) {
+			dst[i] = math.NaN() // placeholder, imputed below
+			continue
+		}
+		v := 1.0
+		if hi > lo {
+			v = (hi - s.value(&cands[i])) / (hi - lo)
+		}
+		dst[i] = v
+		sum += v
+	}
+	if known < len(cands) {
+		impute(dst, sum, known)
+	}
+}
+
+// impute replaces the NaN placeholders in dst by the mean of the known scores (sum over known
+// of them), or by 0.5 when none is known.
+func impute(dst []float64, sum float64, known int) {
+	fill := 0.5
+	if known > 0 {
+		fill = sum / float64(known)
+	}
+	for i, v := range dst {
+		if v != v {
+			dst[i] = fill
+		}
+	}
+}
+
+// KVUtilization scores by free KV cache: score = 1 − KVUtilization (llm-d's
+// kv-cache-utilization scorer). Candidates without a fresh SignalKVUtilization are imputed.
+func KVUtilization() Scorer { return kvScorer{} }
+
+type kvScorer struct{}
+
+func (kvScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+	sum, known := 0.0, 0
+	for i := range cands {
+		if !cands[i].Has(SignalKVUtilization) {
+			dst[i] = math.NaN()
+			continue
+		}
+		v := 1 - cands[i].State.KVUtilization
+		dst[i] = v
+		sum += v
+		known++
+	}
+	if known < len(cands) {
+		impute(dst, sum, known)
+	}
+}
+
+// LoadAware scores by queue depth against a threshold (llm-d's load-aware scorer): an empty
+// queue scores 0.5, a queue of q scores 0.5·(1 − q/threshold), and a queue at or above the
+// threshold scores 0. threshold ≤ 0 means 128. Candidates without a fresh SignalQueued are
+// imputed.
+func LoadAware(threshold int) Scorer {
+	if threshold <= 0 {
+		threshold = 128
+	}
+	return loadAwareScorer{threshold: float64(threshold)}
+}
+
+type loadAwareScorer struct{ threshold float64 }
+
+func (s loadAwareScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+	sum, known := 0.0, 0
+	for i := range cands {
+		if !cands[i].Has(SignalQueued) {
+			dst[i] = math.NaN()
+			continue
+		}
+		q := float64(cands[i].State.Queued)
+		v := 0.5 * max(0, 1-q/s.threshold)
+		dst[i] = v
+		sum += v
+		known++
+	}
+	if known < len(cands) {
+		impute(dst, sum, known)
+	}
+}
+
+// TokenLoad scores by the prefill work the router has sent the backend and not yet seen
+// finish, plus this request's own uncached tokens there (llm-d's token-load scorer):
+//
+//	score = 1 − min(InFlight.PrefillTokens + UncachedTokens, cap) / cap
+//
+// cap ≤ 0 means DefaultTokenLoadCap (4,194,304). The counters are the router's own, always
+// fresh.
+func TokenLoad(capTokens int) Scorer {
+	if capTokens <= 0 {
+		capTokens = DefaultTokenLoadCap
+	}
+	return tokenLoadScorer{cap: float64(capTokens)}
+}
+
+type tokenLoadScorer struct{ cap float64 }
+
+func (s tokenLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+	for i := range cands {
+		t := float64(cands[i].InFlight.PrefillTokens + int64(cands[i].UncachedTokens))
+		dst[i] = 1 - min(t, s.cap)/s.cap
+	}
+}

@@ -1,0 +1,286 @@
+package routing
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// cand builds a candidate by hand for scorer tables.
+type cand struct {
+	queued, running int
+	kv              float64
+	capBlocks       int
+	known           Signal
+	stale           bool
+	inflight        int64
+	prefill         int64
+	matched         int
+	uncached        int
+	id              BackendID
+	health          Health
+}
+
+func cands(cs ...cand) []Candidate {
+	out := make([]Candidate, len(cs))
+	for i, c := range cs {
+		st := &BackendState{
+			Name: "b" + itoa(i), Queued: c.queued, Running: c.running, KVUtilization: c.kv,
+			KVCapacityBlocks: c.capBlocks, BlockSize: 16, Known: c.known, Health: c.health,
+			UpdatedAt: time.Unix(1, 0),
+		}
+		fresh := c.known
+		if c.stale {
+			fresh = 0
+		}
+		out[i] = Candidate{
+			State: st, ID: c.id, InFlight: InFlight{Requests: c.inflight, PrefillTokens: c.prefill},
+			MatchedBlocks: c.matched, MatchedTokens: c.matched * 16, Fresh: fresh, Stale: c.stale,
+			UncachedTokens: c.uncached,
+		}
+		if c.id == 0 {
+			out[i].ID = BackendID(i)
+		}
+	}
+	return out
+}
+
+func itoa(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return itoa(i/10) + string(rune('0'+i%10))
+}
+
+func chain(n int) []BlockHash {
+	c := make([]BlockHash, n)
+	for i := range c {
+		c[i] = BlockHash(i + 1)
+	}
+	return c
+}
+
+func score(s Scorer, req *Request, cs []Candidate) []float64 {
+	dst := make([]float64, len(cs))
+	s.Score(req, cs, dst)
+	return dst
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func checkScores(t *testing.T, name string, got, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: got %d scores, want %d", name, len(got), len(want))
+	}
+	for i := range got {
+		if !near(got[i], want[i]) {
+			t.Errorf("%s: score[%d] = %v, want %v (all: got %v, want %v)", name, i, got[i], want[i], got, want)
+		}
+	}
+}
+
+const QR = SignalQueued | SignalRunning
+
+func TestScorerTables(t *testing.T) {
+	req8 := &Request{Chain: chain(8), BlockSize: 16, PromptTokens: 128}
+	reqNone := &Request{BlockSize: 16}
+	tests := []struct {
+		name   string
+		scorer Scorer
+		req    *Request
+		cands  []Candidate
+		want   []float64
+	}{
+		{"prefix ratio", PrefixRatio(), req8,
+			cands(cand{matched: 0}, cand{matched: 2}, cand{matched: 8}),
+			[]float64{0, 0.25, 1}},
+		{"prefix ratio without chain", PrefixRatio(), reqNone,
+			cands(cand{matched: 3}, cand{}), []float64{0, 0}},
+		// matched tokens 2·16=32 and 8·16=128 against a length of 64 tokens:
+		// 0.25·(32/64)² = 0.0625; 1·min(1,2)² = 1.
+		{"prefix length", PrefixLength(64), req8,
+			cands(cand{matched: 0}, cand{matched: 2}, cand{matched: 8}),
+			[]float64{0, 0.0625, 1}},
+		// default length 8192: 8 blocks of 16 = 128 tokens → (128/8192)² = 1/4096.
+		{"prefix length default", PrefixLength(0), req8,
+			cands(cand{matched: 8}), []float64{1.0 / 4096}},
+		// queue 0, 5, 10 → (10−q)/10.
+		{"queue min-max", QueueDepth(), reqNone,
+			cands(cand{queued: 0, known: QR}, cand{queued: 5, known: QR}, cand{queued: 10, known: QR}),
+			[]float64{1, 0.5, 0}},
+		{"queue all equal", QueueDepth(), reqNone,
+			cands(cand{queued: 4, known: QR}, cand{queued: 4, known: QR}), []float64{1, 1}},
+		// The stale one is imputed at the mean of the fresh ones (1 and 0): 0.5 — not 1 (idle) nor 0.
+		{"queue stale imputed", QueueDepth(), reqNone,
+			cands(cand{queued: 0, known: QR}, cand{queued: 100, known: QR, stale: true}, cand{queued: 8, known: QR}),
+			[]float64{1, 0.5, 0}},
+		{"queue missing imputed", QueueDepth(), reqNone,
+			cands(cand{queued: 2, known: QR}, cand{known: 0}, cand{queued: 6, known: QR}, cand{queued: 4, known: QR}),
+			[]float64{1, 0.5, 0, 0.5}},
+		{"queue none known", QueueDepth(), reqNone,
+			cands(cand{}, cand{}), []float64{0.5, 0.5}},
+		{"running min-max", RunningRequests(), reqNone,
+			cands(cand{running: 3, known: QR}, cand{running: 7, known: QR}, cand{running: 5, known: QR}),
+			[]float64{1, 0, 0.5}},
+		{"active requests", ActiveRequests(), reqNone,
+			cands(cand{inflight: 2}, cand{inflight: 6}, cand{inflight: 3}),
+			[]float64{1, 0, 0.75}},
+		{"kv utilisation", KVUtilization(), reqNone,
+			cands(cand{kv: 0.25, known: SignalKVUtilization}, cand{kv: 1, known: SignalKVUtilization}, cand{kv: 0, known: 0}),
+			[]float64{0.75, 0, 0.375}},
+		// 0.5·(1 − q/128): q=0 → 0.5, q=64 → 0.25, q=200 → 0.
+		{"load aware", LoadAware(0), reqNone,
+			cands(cand{queued: 0, known: QR}, cand{queued: 64, known: QR}, cand{queued: 200, known: QR}),
+			[]float64{0.5, 0.25, 0}},
+		// 1 − (prefill + uncached)/cap with cap 1000.
+		{"token load", TokenLoad(1000), reqNone,
+			cands(cand{prefill: 0, uncached: 0}, cand{prefill: 300, uncached: 200}, cand{prefill: 900, uncached: 900}),
+			[]float64{1, 0.5, 0}},
+		{"token load default cap", TokenLoad(0), reqNone,
+			cands(cand{prefill: 2097152}), []float64{0.5}},
+	}
+	for _, tt := range tests {
+		checkScores(t, tt.name, score(tt.scorer, tt.req, tt.cands), tt.want)
+	}
+}
+
+func TestPeerScorerTables(t *testing.T) {
+	req10 := &Request{Chain: chain(10), BlockSize: 16, PromptTokens: 160}
+	tests := []struct {
+		name   string
+		scorer Scorer
+		req    *Request
+		cands  []Candidate
+		want   []float64
+	}{
+		// Loads 10 and 100: 90 > 64 and 100 > 1.5·10 → imbalanced → least-loaded by min-max.
+		{"sglang imbalanced", NewSGLangCacheAware(SGLangOptions{}), req10,
+			cands(cand{inflight: 10, matched: 0}, cand{inflight: 100, matched: 10}, cand{inflight: 55, matched: 5}),
+			[]float64{1, 0, 0.5}},
+		// Loads 10 and 70: 60 ≤ 64 → balanced; best match 0.5 > 0.3 → match rate.
+		{"sglang cache", NewSGLangCacheAware(SGLangOptions{}), req10,
+			cands(cand{inflight: 10, matched: 0}, cand{inflight: 70, matched: 5}),
+			[]float64{0, 0.5}},
+		// Best match 0.3 is not above 0.3 → least-loaded.
+		{"sglang low match", NewSGLangCacheAware(SGLangOptions{}), req10,
+			cands(cand{inflight: 2, matched: 3}, cand{inflight: 4, matched: 0}),
+			[]float64{1, 0}},
+		// 195 − 130 = 65 > 64 but 195 ≤ 1.5·130 → not imbalanced; best match 0.8 → cache.
+		{"sglang rel rule", NewSGLangCacheAware(SGLangOptions{}), req10,
+			cands(cand{inflight: 130, matched: 8}, cand{inflight: 195, matched: 2}, cand{inflight: 160}),
+			[]float64{0.8, 0.2, 0}},
+		// Dynamo: block size 16, prompt 160 tokens = 10 blocks.
+		//   a: prefill (0 + 160)/16 = 10, active 0.5·100 = 50 → cost 10 + 50 + 10 = 70
+		//   b: prefill (32 + 0)/16 = 2,   active 0.2·100 = 20 → cost 2 + 20 + 10 = 32
+		//   c: prefill (0 + 80)/16 = 5,   active imputed (50+20)/2 = 35 → cost 5 + 35 + 10 = 50
+		// scores (70 − cost)/(70 − 32): 0, 1, 20/38.
+		{"dynamo cost", NewDynamoCost(DynamoOptions{}), req10,
+			cands(
+				cand{uncached: 160, kv: 0.5, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
+				cand{prefill: 32, uncached: 0, kv: 0.2, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
+				cand{uncached: 80}),
+			[]float64{0, 1, 20.0 / 38}},
+		// Overlap weight 0 (negative): prefill ignored: costs 60, 30, 45 → 0, 1, 0.5.
+		{"dynamo no overlap", NewDynamoCost(DynamoOptions{OverlapWeight: -1}), req10,
+			cands(
+				cand{uncached: 160, kv: 0.5, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
+				cand{prefill: 32, kv: 0.2, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
+				cand{uncached: 80}),
+			[]float64{0, 1, 0.5}},
+		// AIBrix: loads 0, 0, 0, 20: mean 5, max 20 > 2·6 = 12 and 20 − 0 ≥ 8 → least-request.
+		{"aibrix imbalanced", AIBrixPrefixGate{}, req10,
+			cands(cand{inflight: 0}, cand{inflight: 0, matched: 10}, cand{inflight: 0}, cand{inflight: 20, matched: 10}),
+			[]float64{1, 1, 1, 0}},
+		// Loads 2, 4, 6: mean 4, σ = √(8/3) ≈ 1.63 → limit 5.63; the third is excluded.
+		{"aibrix prefix", AIBrixPrefixGate{}, req10,
+			cands(cand{inflight: 2, matched: 2}, cand{inflight: 4, matched: 6}, cand{inflight: 6, matched: 10}),
+			[]float64{0.6, 0.8, 0}},
+	}
+	for _, tt := range tests {
+		checkScores(t, tt.name, score(tt.scorer, tt.req, tt.cands), tt.want)
+	}
+}
+
+func TestHealthFilter(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        []cand
+		want      []BackendID
+		fallbacks uint64
+	}{
+		{"drops unhealthy", []cand{{health: Healthy}, {health: Unhealthy}, {health: HealthUnknown}}, []BackendID{0, 2}, 0},
+		{"routes around stale", []cand{{stale: true}, {}, {stale: true}, {}}, []BackendID{1, 3}, 0},
+		{"all stale kept", []cand{{stale: true}, {stale: true, health: Unhealthy}, {stale: true}}, []BackendID{0, 2}, 1},
+		{"all unhealthy", []cand{{health: Unhealthy}}, nil, 0},
+	}
+	for _, tt := range tests {
+		f := NewHealthFilter()
+		got := f.Filter(&Request{}, cands(tt.in...))
+		if !sameIDs(got, tt.want) {
+			t.Errorf("%s: kept %v, want %v", tt.name, ids(got), tt.want)
+		}
+		if f.Fallbacks() != tt.fallbacks {
+			t.Errorf("%s: fallbacks %d, want %d", tt.name, f.Fallbacks(), tt.fallbacks)
+		}
+	}
+}
+
+func TestStickyFilter(t *testing.T) {
+	req := &Request{Chain: chain(10), BlockSize: 16, PromptTokens: 160}
+	tests := []struct {
+		name   string
+		opts   StickyOptions
+		req    *Request
+		in     []cand
+		want   []BackendID
+		opened uint64
+	}{
+		{"keeps sticky", StickyOptions{}, req,
+			[]cand{{matched: 8}, {matched: 7}, {matched: 10}}, []BackendID{0, 2}, 0},
+		{"no sticky keeps all", StickyOptions{}, req,
+			[]cand{{matched: 1}, {matched: 7}}, []BackendID{0, 1}, 0},
+		{"no chain keeps all", StickyOptions{}, &Request{},
+			[]cand{{matched: 1}, {matched: 7}}, []BackendID{0, 1}, 0},
+		// Sticky TTFT 318560/15928 = 20 s, non-sticky 0 s: 20 s > 18 s → gate opens.
+		{"gate opens", StickyOptions{}, req,
+			[]cand{{matched: 10, prefill: 318560}, {matched: 0}}, []BackendID{0, 1}, 1},
+		// 15928·17 tokens = 17 s ≤ 18 s → stays sticky.
+		{"gate holds", StickyOptions{}, req,
+			[]cand{{matched: 10, prefill: 15928 * 17}, {matched: 0}}, []BackendID{0}, 0},
+		// Custom threshold 0.5 and penalty 1 s at 1000 tok/s: sticky best 1.5 s, other best 0.2 s.
+		{"custom gate", StickyOptions{Threshold: 0.5, MaxTTFTPenalty: time.Second, PeakPrefillThroughput: 1000}, req,
+			[]cand{{matched: 5, prefill: 1500}, {matched: 4, prefill: 200}}, []BackendID{0, 1}, 1},
+	}
+	for _, tt := range tests {
+		f := NewStickyFilter(tt.opts)
+		got := f.Filter(tt.req, cands(tt.in...))
+		if !sameIDs(got, tt.want) {
+			t.Errorf("%s: kept %v, want %v", tt.name, ids(got), tt.want)
+		}
+		if f.Opened() != tt.opened {
+			t.Errorf("%s: opened %d, want %d", tt.name, f.Opened(), tt.opened)
+		}
+	}
+}
+
+func ids(cs []Candidate) []BackendID {
+	var out []BackendID
+	for _, c := range cs {
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+func sameIDs(cs []Candidate, want []BackendID) bool {
+	got := ids(cs)
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
