@@ -1,0 +1,347 @@
+package metrics
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultOutcomes are the admission outcome label values Usher knows when UsherOptions.Outcomes
+// is nil: the names flowcontrol's Outcome.String returns.
+var DefaultOutcomes = []string{
+	"dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled",
+}
+
+// OtherLabel is the label value that any outcome, band or backend outside the configured sets
+// is counted under, so that no input can grow the number of series.
+const OtherLabel = "other"
+
+// UsherOptions configures Usher. The zero value of every field is a documented default.
+type UsherOptions struct {
+	// Bands are the priority bands that get their own "band" label value. Nil means bands
+	// 0 through 7. Any other band is counted as "other".
+	Bands []int
+	// Outcomes are the admission outcomes that get their own "outcome" label value. Nil
+	// means DefaultOutcomes. Any other outcome is counted as "other".
+	Outcomes []string
+	// Backends are the backends that get their own "backend" label value in the pick
+	// counter; any other backend is counted as "other". SetBackends replaces the set.
+	Backends []string
+	// WaitBuckets are the upper bounds, in seconds, of the admission wait histogram. Nil
+	// means 1ms doubling up to 131s (18 buckets).
+	WaitBuckets []float64
+	// ConstLabels are added to every metric (for example the gateway's instance name).
+	ConstLabels prometheus.Labels
+}
+
+// IndexStats is what the prefix index reports about itself; the gateway copies its index's
+// statistics into one and calls Usher.SetIndexStats. Counters are cumulative.
+type IndexStats struct {
+	Blocks        int64  // blocks stored
+	Bytes         int64  // bytes used (the budget is bounded by configuration)
+	Evictions     uint64 // blocks evicted, cumulative
+	QueriedBlocks uint64 // blocks looked up by matches, cumulative
+	MatchedBlocks uint64 // blocks found by matches, cumulative
+}
+
+// Usher holds usher's own Prometheus metrics, every name prefixed "usher_":
+//
+//	usher_admissions_total{band,outcome}                    counter
+//	usher_admission_wait_seconds{band,outcome}              histogram
+//	usher_queue_requests{band}                              gauge
+//	usher_queue_bytes{band}                                 gauge
+//	usher_picks_total{backend}                              counter
+//	usher_prefix_index_blocks                               gauge
+//	usher_prefix_index_bytes                                gauge
+//	usher_prefix_index_evictions_total                      counter
+//	usher_prefix_index_queried_blocks_total                 counter
+//	usher_prefix_index_matched_blocks_total                 counter
+//	usher_prefix_index_hit_ratio                            gauge
+//
+// Scrape errors and staleness of model servers are exported by the Scraper (also a
+// prometheus.Collector). Every label value comes from a set fixed by configuration (bands,
+// outcomes, backends) plus "other": a flow, a session or a tenant never becomes a label, so the
+// number of series is bounded whatever the traffic.
+//
+// The Observe and Set methods are plain calls the gateway makes where things happen; they
+// do not allocate and are safe for concurrent use (atomics; SetIndexStats takes a short
+// lock). A nil *Usher is a valid no-op, so a gateway can run without metrics. Register an
+// Usher with a prometheus.Registerer: it is a prometheus.Collector.
+type Usher struct {
+	// Immutable after NewUsher.
+	bands       []int
+	outcomes    []string
+	admissions  prometheus.Collector // *CounterVec
+	waits       prometheus.Collector // *HistogramVec
+	queueReqs   prometheus.Collector // *GaugeVec
+	queueBytes  prometheus.Collector // *GaugeVec
+	picksVec    *prometheus.CounterVec
+	admitted    [][]prometheus.Counter  // [band+other][outcome+other]
+	waited      [][]prometheus.Observer // [band+other][outcome+other]
+	queueN      []prometheus.Gauge      // [band+other]
+	queueB      []prometheus.Gauge      // [band+other]
+	descBlocks  *prometheus.Desc
+	descBytes   *prometheus.Desc
+	descEvicted *prometheus.Desc
+	descQueried *prometheus.Desc
+	descMatched *prometheus.Desc
+	descRatio   *prometheus.Desc
+
+	picks atomic.Pointer[map[string]prometheus.Counter] // copy on write by SetBackends
+	other prometheus.Counter                            // picks of unknown backends
+
+	mu       sync.Mutex // guards the fields below and serialises SetBackends
+	index    IndexStats
+	hasIndex bool
+	ratio    float64 // hit ratio between the last two SetIndexStats calls with queries
+}
+
+// NewUsher validates opts and returns an Usher with every configured series created (at 0).
+func NewUsher(opts UsherOptions) (*Usher, error) {
+	bands := slices.Clone(opts.Bands)
+	if bands == nil {
+		bands = []int{0, 1, 2, 3, 4, 5, 6, 7}
+	}
+	outcomes := slices.Clone(opts.Outcomes)
+	if outcomes == nil {
+		outcomes = slices.Clone(DefaultOutcomes)
+	}
+	buckets := slices.Clone(opts.WaitBuckets)
+	if buckets == nil {
+		buckets = prometheus.ExponentialBuckets(0.001, 2, 18)
+	}
+	if err := distinct("band", bands); err != nil {
+		return nil, err
+	}
+	if err := distinctLabels("outcome", outcomes); err != nil {
+		return nil, err
+	}
+	if err := distinctLabels("backend", opts.Backends); err != nil {
+		return nil, err
+	}
+	for i, b := range buckets {
+		if math.IsNaN(b) || (i > 0 && b <= buckets[i-1]) {
+			return nil, fmt.Errorf("%w: WaitBuckets must increase", ErrInvalidOptions)
+		}
+	}
+
+	cl := opts.ConstLabels
+	admissions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "usher_admissions_total", ConstLabels: cl,
+		Help: "Admission decisions by priority band and outcome.",
+	}, []string{"band", "outcome"})
+	waits := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "usher_admission_wait_seconds", ConstLabels: cl, Buckets: buckets,
+		Help: "Time from enqueue to the admission outcome, by priority band and outcome.",
+	}, []string{"band", "outcome"})
+	queueReqs := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "usher_queue_requests", ConstLabels: cl,
+		Help: "Requests waiting for admission, by priority band.",
+	}, []string{"band"})
+	queueBytes := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "usher_queue_bytes", ConstLabels: cl,
+		Help: "Bytes of requests waiting for admission, by priority band.",
+	}, []string{"band"})
+	picks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "usher_picks_total", ConstLabels: cl,
+		Help: "Requests routed to each backend.",
+	}, []string{"backend"})
+
+	u := &Usher{
+		bands: bands, outcomes: outcomes,
+		admissions: admissions, waits: waits, queueReqs: queueReqs, queueBytes: queueBytes,
+		picksVec:    picks,
+		descBlocks:  prometheus.NewDesc("usher_prefix_index_blocks", "Blocks stored in the prefix index.", nil, cl),
+		descBytes:   prometheus.NewDesc("usher_prefix_index_bytes", "Bytes used by the prefix index.", nil, cl),
+		descEvicted: prometheus.NewDesc("usher_prefix_index_evictions_total", "Blocks evicted from the prefix index.", nil, cl),
+		descQueried: prometheus.NewDesc("usher_prefix_index_queried_blocks_total", "Prompt blocks looked up in the prefix index.", nil, cl),
+		descMatched: prometheus.NewDesc("usher_prefix_index_matched_blocks_total", "Prompt blocks found in the prefix index.", nil, cl),
+		descRatio: prometheus.NewDesc("usher_prefix_index_hit_ratio",
+			"Matched over queried blocks between the last two index statistics updates.", nil, cl),
+	}
+	bandLabels := make([]string, len(bands)+1)
+	for i, b := range bands {
+		bandLabels[i] = strconv.Itoa(b)
+	}
+	bandLabels[len(bands)] = OtherLabel
+	outcomeLabels := append(slices.Clone(outcomes), OtherLabel)
+	u.admitted = make([][]prometheus.Counter, len(bandLabels))
+	u.waited = make([][]prometheus.Observer, len(bandLabels))
+	u.queueN = make([]prometheus.Gauge, len(bandLabels))
+	u.queueB = make([]prometheus.Gauge, len(bandLabels))
+	for i, bl := range bandLabels {
+		u.admitted[i] = make([]prometheus.Counter, len(outcomeLabels))
+		u.waited[i] = make([]prometheus.Observer, len(outcomeLabels))
+		for j, ol := range outcomeLabels {
+			u.admitted[i][j] = admissions.WithLabelValues(bl, ol)
+			u.waited[i][j] = waits.WithLabelValues(bl, ol)
+		}
+		u.queueN[i] = queueReqs.WithLabelValues(bl)
+		u.queueB[i] = queueBytes.WithLabelValues(bl)
+	}
+	u.other = picks.WithLabelValues(OtherLabel)
+	u.SetBackends(opts.Backends)
+	return u, nil
+}
+
+func distinct(what string, vals []int) error {
+	seen := make(map[int]bool, len(vals))
+	for _, v := range vals {
+		if seen[v] {
+			return fmt.Errorf("%w: duplicate %s %d", ErrInvalidOptions, what, v)
+		}
+		seen[v] = true
+	}
+	return nil
+}
+
+func distinctLabels(what string, vals []string) error {
+	seen := make(map[string]bool, len(vals))
+	for _, v := range vals {
+		if v == "" || v == OtherLabel || seen[v] {
+			return fmt.Errorf("%w: %s label %q is empty, reserved or repeated", ErrInvalidOptions, what, v)
+		}
+		seen[v] = true
+	}
+	return nil
+}
+
+// bandIndex returns the index of band in u.bands, or the "other" index. O(bands).
+func (u *Usher) bandIndex(band int) int {
+	for i, b := range u.bands {
+		if b == band {
+			return i
+		}
+	}
+	return len(u.bands)
+}
+
+// outcomeIndex returns the index of outcome in u.outcomes, or the "other" index. O(outcomes).
+func (u *Usher) outcomeIndex(outcome string) int {
+	for i, o := range u.outcomes {
+		if o == outcome {
+			return i
+		}
+	}
+	return len(u.outcomes)
+}
+
+// ObserveAdmission counts one admission outcome in a band and records how long the request
+// waited for it. Unknown outcomes and bands count as "other". Allocation-free;
+// O(bands + outcomes).
+func (u *Usher) ObserveAdmission(outcome string, band int, wait time.Duration) {
+	if u == nil {
+		return
+	}
+	b, o := u.bandIndex(band), u.outcomeIndex(outcome)
+	u.admitted[b][o].Inc()
+	u.waited[b][o].Observe(max(wait, 0).Seconds())
+}
+
+// SetQueue sets the number of requests and bytes waiting in a band. Several unconfigured
+// bands share "other", where the last call wins. Allocation-free; O(bands).
+func (u *Usher) SetQueue(band int, requests int, bytes int64) {
+	if u == nil {
+		return
+	}
+	b := u.bandIndex(band)
+	u.queueN[b].Set(float64(requests))
+	u.queueB[b].Set(float64(bytes))
+}
+
+// ObservePick counts one request routed to backend; a backend outside the configured set
+// counts as "other". Allocation-free; O(1).
+func (u *Usher) ObservePick(backend string) {
+	if u == nil {
+		return
+	}
+	if c, ok := (*u.picks.Load())[backend]; ok {
+		c.Inc()
+		return
+	}
+	u.other.Inc()
+}
+
+// SetBackends replaces the set of backends that have their own pick counter (for example
+// when the Scraper's targets change), deleting the series of backends that left. Empty
+// names, "other" and repeats are ignored. O(backends).
+func (u *Usher) SetBackends(names []string) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	next := make(map[string]prometheus.Counter, len(names))
+	for _, n := range names {
+		if n == "" || n == OtherLabel {
+			continue
+		}
+		next[n] = u.picksVec.WithLabelValues(n)
+	}
+	if prev := u.picks.Load(); prev != nil {
+		for n := range *prev {
+			if _, keep := next[n]; !keep {
+				u.picksVec.DeleteLabelValues(n)
+			}
+		}
+	}
+	u.picks.Store(&next)
+}
+
+// SetIndexStats records the prefix index's statistics. The hit ratio is the matched over the
+// queried blocks since the previous call that saw queries (a counter that went down counts
+// from zero); Prometheus users can also take rate(matched)/rate(queried) themselves.
+// Allocation-free; O(1).
+func (u *Usher) SetIndexStats(s IndexStats) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	dq, dm := s.QueriedBlocks, s.MatchedBlocks
+	if u.hasIndex && s.QueriedBlocks >= u.index.QueriedBlocks && s.MatchedBlocks >= u.index.MatchedBlocks {
+		dq, dm = s.QueriedBlocks-u.index.QueriedBlocks, s.MatchedBlocks-u.index.MatchedBlocks
+	}
+	if dq > 0 {
+		u.ratio = min(float64(dm)/float64(dq), 1)
+	}
+	u.index, u.hasIndex = s, true
+}
+
+// Describe implements prometheus.Collector.
+func (u *Usher) Describe(ch chan<- *prometheus.Desc) {
+	u.admissions.Describe(ch)
+	u.waits.Describe(ch)
+	u.queueReqs.Describe(ch)
+	u.queueBytes.Describe(ch)
+	u.picksVec.Describe(ch)
+	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched, u.descRatio} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. O(series).
+func (u *Usher) Collect(ch chan<- prometheus.Metric) {
+	u.admissions.Collect(ch)
+	u.waits.Collect(ch)
+	u.queueReqs.Collect(ch)
+	u.queueBytes.Collect(ch)
+	u.picksVec.Collect(ch)
+	u.mu.Lock()
+	s, ratio := u.index, u.ratio
+	u.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(u.descBlocks, prometheus.GaugeValue, float64(s.Blocks))
+	ch <- prometheus.MustNewConstMetric(u.descBytes, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(u.descEvicted, prometheus.CounterValue, float64(s.Evictions))
+	ch <- prometheus.MustNewConstMetric(u.descQueried, prometheus.CounterValue, float64(s.QueriedBlocks))
+	ch <- prometheus.MustNewConstMetric(u.descMatched, prometheus.CounterValue, float64(s.MatchedBlocks))
+	ch <- prometheus.MustNewConstMetric(u.descRatio, prometheus.GaugeValue, ratio)
+}
+
+var _ prometheus.Collector = (*Usher)(nil)
