@@ -101,11 +101,11 @@ var (
 	// ErrQueueFull matches every capacity rejection.
 	ErrQueueFull = errors.New("flowcontrol: queue full")
 	// ErrGlobalFull: the queue-wide limit (Options.Capacity) was reached.
-	ErrGlobalFull = errors.New("flowcontrol: queue full: global limit")
+	ErrGlobalFull error = &scopeError{"flowcontrol: queue full: global limit"}
 	// ErrBandFull: the request's band limit (Options.BandCapacity) was reached.
-	ErrBandFull = errors.New("flowcontrol: queue full: band limit")
+	ErrBandFull error = &scopeError{"flowcontrol: queue full: band limit"}
 	// ErrFlowFull: the request's flow limit (Options.FlowCapacity) was reached.
-	ErrFlowFull = errors.New("flowcontrol: queue full: flow limit")
+	ErrFlowFull error = &scopeError{"flowcontrol: queue full: flow limit"}
 	// ErrWouldWait: TryAdmit could not dispatch the request at once.
 	ErrWouldWait = errors.New("flowcontrol: request would wait")
 	// ErrExpired: the request's deadline passed while it waited.
@@ -117,6 +117,13 @@ var (
 	// ErrInvalidOptions: New was given invalid Options.
 	ErrInvalidOptions = errors.New("flowcontrol: invalid options")
 )
+
+// scopeError is a capacity sentinel naming a scope; it matches ErrQueueFull.
+type scopeError struct{ msg string }
+
+func (e *scopeError) Error() string { return e.msg }
+
+func (e *scopeError) Is(target error) bool { return target == ErrQueueFull }
 
 // capacityError is a precomputed capacity rejection: which scope and which unit.
 type capacityError struct {

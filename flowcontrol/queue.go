@@ -562,6 +562,7 @@ func (q *Queue) enqueueLocked(r *Request, now time.Time) (*waiter, error) {
 		q.noteLocked(false, Record{Outcome: RejectedInvalid, Err: err, Request: *r})
 		return nil, err
 	}
+	q.expireLocked(now) // expired requests must not hold capacity against this one
 	bd := &q.bands[r.Band]
 	f := bd.flows[r.Flow]
 	if err := q.capacityLocked(r, bd, f); err != nil {
@@ -828,12 +829,18 @@ func (q *Queue) endLocked(w *waiter, o Outcome, err error, now time.Time) {
 	}
 }
 
-// runLocked brings the queue up to date at now: expiry, re-keying, dispatch.
-func (q *Queue) runLocked(now time.Time) {
+// expireLocked ends every waiting request whose deadline is not after now.
+func (q *Queue) expireLocked(now time.Time) {
 	ns := now.UnixNano()
 	for len(q.deadlines) > 0 && q.deadlines[0].deadline <= ns {
 		q.removeLocked(q.deadlines[0], Expired, ErrExpired, now)
 	}
+}
+
+// runLocked brings the queue up to date at now: expiry, re-keying, dispatch.
+func (q *Queue) runLocked(now time.Time) {
+	q.expireLocked(now)
+	ns := now.UnixNano()
 	for len(q.rekey) > 0 && q.rekey[0].until <= ns {
 		f := q.rekey[0]
 		q.rekey.remove(0)

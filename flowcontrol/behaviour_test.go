@@ -1,0 +1,454 @@
+package flowcontrol_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+func TestBandsStrictPriority(t *testing.T) {
+	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 3, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	blocker, _ := q.TryAdmit(flowcontrol.Request{Band: 0, Value: "blocker"})
+	for _, r := range []flowcontrol.Request{
+		{Band: 2, Value: "low"}, {Band: 1, Value: "mid"}, {Band: 0, Value: "high"}, {Band: 2, Value: "low2"},
+	} {
+		if _, err := q.Enqueue(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocker.Done(flowcontrol.Usage{})
+	for _, v := range []string{"high", "mid", "low", "low2"} {
+		tk := rec.ticket(v)
+		if !tk.Valid() {
+			t.Fatalf("%s not dispatched; got %v", v, rec.dispatched())
+		}
+		tk.Done(flowcontrol.Usage{})
+	}
+	if got, want := rec.dispatched(), []any{"blocker", "high", "mid", "low", "low2"}; !equal(got, want) {
+		t.Errorf("order = %v, want %v", got, want)
+	}
+}
+
+func TestGatePerBandThreshold(t *testing.T) {
+	// Band 1 may use at most 1 slot, band 0 up to 3.
+	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 2, Gate: &flowcontrol.ConcurrencyLimit{Limit: 3, BandLimits: []int{0, 1}}})
+	for i := range 3 {
+		q.Enqueue(flowcontrol.Request{Band: 1, Value: i})
+	}
+	if got := len(rec.dispatched()); got != 1 {
+		t.Fatalf("band 1 dispatched %d, want 1 (its limit)", got)
+	}
+	q.Enqueue(flowcontrol.Request{Band: 0, Value: "a"})
+	q.Enqueue(flowcontrol.Request{Band: 0, Value: "b"})
+	q.Enqueue(flowcontrol.Request{Band: 0, Value: "c"})
+	if got, want := rec.dispatched(), []any{0, "a", "b"}; !equal(got, want) {
+		t.Fatalf("dispatched %v, want %v (band 0 fills the limit of 3)", got, want)
+	}
+	if s := q.Stats(); s.InFlight != 3 || s.Queued != 3 {
+		t.Errorf("stats %+v, want 3 in flight, 3 queued", s)
+	}
+}
+
+func TestSaturationNotifyDispatchesMany(t *testing.T) {
+	var level atomic.Uint64
+	level.Store(math.Float64bits(0.95))
+	gate := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{
+		Level:      func() float64 { return math.Float64frombits(level.Load()) },
+		Thresholds: []float64{0.9},
+	}}}
+	q, _, rec := newQueue(t, flowcontrol.Options{Gate: gate})
+	for i := range 5 {
+		q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(rune('a' + i)), Value: i})
+	}
+	if got := rec.dispatched(); len(got) != 0 {
+		t.Fatalf("dispatched %v while saturated", got)
+	}
+	q.Notify() // nothing changed: still nothing
+	if got := rec.dispatched(); len(got) != 0 {
+		t.Fatalf("dispatched %v while saturated", got)
+	}
+	level.Store(math.Float64bits(0.5))
+	q.Notify()
+	if got, want := rec.dispatched(), []any{0, 1, 2, 3, 4}; !equal(got, want) {
+		t.Fatalf("after Notify dispatched %v, want all of %v in one wake-up", got, want)
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	opts := flowcontrol.Options{
+		Bands:        2,
+		Gate:         flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false }),
+		Capacity:     flowcontrol.Limits{Requests: 6, Bytes: 1000},
+		BandCapacity: []flowcontrol.Limits{{}, {Requests: 3, Bytes: 300}},
+		FlowCapacity: flowcontrol.Limits{Requests: 2, Bytes: 150},
+	}
+	steps := []struct {
+		r       flowcontrol.Request
+		want    error
+		wantMsg string
+	}{
+		{flowcontrol.Request{Flow: "a", Bytes: 100}, nil, ""},
+		{flowcontrol.Request{Flow: "a", Bytes: 100}, flowcontrol.ErrFlowFull, "flow limit on bytes"},
+		{flowcontrol.Request{Flow: "a", Bytes: 50}, nil, ""},
+		{flowcontrol.Request{Flow: "a", Bytes: 0}, flowcontrol.ErrFlowFull, "flow limit on requests"},
+		{flowcontrol.Request{Flow: "b", Band: 1, Bytes: 150}, nil, ""},
+		{flowcontrol.Request{Flow: "c", Band: 1, Bytes: 151}, flowcontrol.ErrBandFull, "band limit on bytes"},
+		{flowcontrol.Request{Flow: "c", Band: 1}, nil, ""},
+		{flowcontrol.Request{Flow: "d", Band: 1}, nil, ""},
+		{flowcontrol.Request{Flow: "e", Band: 1}, flowcontrol.ErrBandFull, "band limit on requests"},
+		{flowcontrol.Request{Flow: "f", Bytes: 900}, flowcontrol.ErrGlobalFull, "global limit on bytes"},
+		{flowcontrol.Request{Flow: "f"}, nil, ""},
+		{flowcontrol.Request{Flow: "g"}, flowcontrol.ErrGlobalFull, "global limit on requests"},
+	}
+	q, _, _ := newQueue(t, opts)
+	for i, s := range steps {
+		before := q.Stats()
+		_, err := q.Enqueue(s.r)
+		if !errors.Is(err, s.want) || (s.want == nil) != (err == nil) {
+			t.Fatalf("step %d: Enqueue(%+v) = %v, want %v", i, s.r, err, s.want)
+		}
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, flowcontrol.ErrQueueFull) || !strings.Contains(err.Error(), s.wantMsg) {
+			t.Errorf("step %d: error %q does not match ErrQueueFull or lacks %q", i, err, s.wantMsg)
+		}
+		after := q.Stats()
+		if after.Queued != before.Queued || after.QueuedBytes != before.QueuedBytes || after.Flows != before.Flows {
+			t.Errorf("step %d: rejection changed the queue: %+v → %+v", i, before, after)
+		}
+		if got := flowcontrol.HTTPStatus(err); got != http.StatusTooManyRequests {
+			t.Errorf("step %d: HTTPStatus = %d, want 429", i, got)
+		}
+	}
+	if s := q.Stats(); s.RejectedCapacity != 6 || s.Queued != 6 {
+		t.Errorf("stats %+v, want 6 rejected, 6 queued", s)
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	q, clk, _ := newQueue(t, flowcontrol.Options{Bands: 2})
+	now := clk.Now()
+	bad := []struct {
+		name string
+		r    flowcontrol.Request
+	}{
+		{"negative band", flowcontrol.Request{Band: -1}},
+		{"unknown band", flowcontrol.Request{Band: 2}},
+		{"negative bytes", flowcontrol.Request{Bytes: -1}},
+		{"negative prompt", flowcontrol.Request{PromptTokens: -1}},
+		{"negative output", flowcontrol.Request{OutputTokens: -5}},
+		{"negative ttl", flowcontrol.Request{TTL: -time.Second}},
+		{"deadline now", flowcontrol.Request{Deadline: now}},
+		{"deadline past", flowcontrol.Request{Deadline: now.Add(-time.Second)}},
+		{"arrival future", flowcontrol.Request{Arrival: now.Add(time.Second)}},
+		{"ttl passed", flowcontrol.Request{Arrival: now.Add(-time.Minute), TTL: time.Second}},
+	}
+	for _, b := range bad {
+		for _, call := range []struct {
+			name string
+			f    func(flowcontrol.Request) (flowcontrol.Ticket, error)
+		}{
+			{"Admit", func(r flowcontrol.Request) (flowcontrol.Ticket, error) { return q.Admit(context.Background(), r) }},
+			{"TryAdmit", q.TryAdmit},
+			{"Enqueue", q.Enqueue},
+		} {
+			tk, err := call.f(b.r)
+			if !errors.Is(err, flowcontrol.ErrInvalidRequest) || tk.Valid() {
+				t.Errorf("%s %s: err = %v, want ErrInvalidRequest", call.name, b.name, err)
+			}
+			if got := flowcontrol.HTTPStatus(err); got != http.StatusBadRequest {
+				t.Errorf("%s %s: HTTPStatus = %d, want 400", call.name, b.name, got)
+			}
+		}
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := q.Admit(nil, flowcontrol.Request{}); !errors.Is(err, flowcontrol.ErrInvalidRequest) { //nolint:staticcheck
+		t.Errorf("Admit(nil ctx) = %v, want ErrInvalidRequest", err)
+	}
+	s := q.Stats()
+	if want := uint64(3*len(bad) + 1); s.RejectedInvalid != want || s.Queued != 0 || s.Flows != 0 || s.Dispatched != 0 {
+		t.Errorf("stats %+v, want %d invalid and nothing else", s, want)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []flowcontrol.Options{
+		{Bands: -1},
+		{TTL: -1},
+		{Capacity: flowcontrol.Limits{Requests: -1}},
+		{FlowCapacity: flowcontrol.Limits{Bytes: -1}},
+		{BandCapacity: []flowcontrol.Limits{{}, {}}},
+		{Bands: 2, BandCapacity: []flowcontrol.Limits{{}, {Requests: -2}}},
+	} {
+		if _, err := flowcontrol.New(o); !errors.Is(err, flowcontrol.ErrInvalidOptions) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", o, err)
+		}
+	}
+}
+
+func TestCloseEndsWaiters(t *testing.T) {
+	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	inflight, _ := q.Admit(context.Background(), flowcontrol.Request{})
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() { _, err := q.Admit(context.Background(), flowcontrol.Request{}); errs <- err }()
+	}
+	clk.WaitTimers(3)
+	q.Enqueue(flowcontrol.Request{Value: "async"})
+	q.Close()
+	for range 3 {
+		if err := <-errs; !errors.Is(err, flowcontrol.ErrClosed) {
+			t.Errorf("waiter got %v, want ErrClosed", err)
+		}
+	}
+	if _, err := q.Admit(context.Background(), flowcontrol.Request{}); !errors.Is(err, flowcontrol.ErrClosed) {
+		t.Errorf("Admit after Close = %v, want ErrClosed", err)
+	}
+	inflight.Done(flowcontrol.Usage{}) // in-flight work still completes
+	s := q.Stats()
+	if s.RejectedClosed != 5 || s.Queued != 0 || s.InFlight != 0 || s.Flows != 0 || s.Completed != 1 {
+		t.Errorf("stats %+v, want 5 closed (3 waiters, 1 async, 1 late), all empty", s)
+	}
+	var async int
+	for _, r := range rec.outcomes {
+		if r.Request.Value == "async" && r.Outcome == flowcontrol.RejectedClosed {
+			async++
+		}
+	}
+	if async != 1 {
+		t.Errorf("async request got %d closed outcomes, want 1", async)
+	}
+	q.Close() // idempotent
+}
+
+func mustPanic(t *testing.T, name, want string, f func()) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		r := recover()
+		if r == nil {
+			t.Errorf("%s: no panic", name)
+			return
+		}
+		if s, _ := r.(string); !strings.HasPrefix(s, "flowcontrol: ") || !strings.Contains(s, want) {
+			t.Errorf("%s: panic %v, want a flowcontrol message containing %q", name, r, want)
+		}
+	}()
+	f()
+}
+
+func TestDoneMisuse(t *testing.T) {
+	q, _, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	tk, err := q.TryAdmit(flowcontrol.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected, err := q.TryAdmit(flowcontrol.Request{})
+	if !errors.Is(err, flowcontrol.ErrWouldWait) {
+		t.Fatalf("second TryAdmit = %v, want ErrWouldWait", err)
+	}
+	mustPanic(t, "rejected", "zero Ticket", func() { rejected.Done(flowcontrol.Usage{}) })
+	waiting, _ := q.Enqueue(flowcontrol.Request{})
+	mustPanic(t, "waiting", "still waiting", func() { waiting.Done(flowcontrol.Usage{}) })
+	tk.Done(flowcontrol.Usage{})
+	mustPanic(t, "twice", "twice", func() { tk.Done(flowcontrol.Usage{}) })
+	// The waiting request has been dispatched by the first Done, into the record tk had.
+	waiting.Done(flowcontrol.Usage{})
+	mustPanic(t, "stale", "twice", func() { waiting.Done(flowcontrol.Usage{}) })
+	if s := q.Stats(); s.Completed != 2 || s.InFlight != 0 {
+		t.Errorf("stats %+v, want 2 completed", s)
+	}
+}
+
+func TestTryAdmit(t *testing.T) {
+	q, _, _ := newQueue(t, flowcontrol.Options{Bands: 2, Gate: &flowcontrol.ConcurrencyLimit{Limit: 2}})
+	a, err := q.TryAdmit(flowcontrol.Request{Band: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := q.TryAdmit(flowcontrol.Request{Band: 1})
+	if _, err := q.TryAdmit(flowcontrol.Request{Band: 0}); !errors.Is(err, flowcontrol.ErrWouldWait) || flowcontrol.HTTPStatus(err) != 429 {
+		t.Fatalf("TryAdmit at the limit = %v, want ErrWouldWait (429)", err)
+	}
+	if s := q.Stats(); s.Queued != 0 || s.RejectedCapacity != 1 {
+		t.Fatalf("stats %+v: TryAdmit must not queue", s)
+	}
+	q.Enqueue(flowcontrol.Request{Band: 0})
+	a.Done(flowcontrol.Usage{}) // dispatches the queued band-0 request
+	if _, err := q.TryAdmit(flowcontrol.Request{Band: 1}); !errors.Is(err, flowcontrol.ErrWouldWait) {
+		t.Fatalf("TryAdmit = %v, want ErrWouldWait", err)
+	}
+	b.Done(flowcontrol.Usage{})
+	q.Enqueue(flowcontrol.Request{Band: 0, Value: "waits"})
+	// A free slot, but a band-0 request... was just dispatched; nothing waits now.
+	if s := q.Stats(); s.Queued != 0 {
+		t.Fatalf("stats %+v, want nothing queued", s)
+	}
+}
+
+func TestTryAdmitRespectsWaiters(t *testing.T) {
+	closed := true
+	gate := flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return !closed })
+	q, _, _ := newQueue(t, flowcontrol.Options{Bands: 2, Gate: gate})
+	q.Enqueue(flowcontrol.Request{Band: 1})
+	closed = false
+	// The gate is open now but nobody told the queue: the waiting band-1 request is first.
+	if _, err := q.TryAdmit(flowcontrol.Request{Band: 1}); err != nil {
+		t.Fatalf("TryAdmit = %v: TryAdmit processes the queue first, so the waiter goes and then this one", err)
+	}
+	closed = true
+	q.Enqueue(flowcontrol.Request{Band: 1})
+	closed = false
+	if _, err := q.TryAdmit(flowcontrol.Request{Band: 0}); err != nil {
+		t.Fatalf("TryAdmit band 0 = %v; a lower band's waiter must not block it", err)
+	}
+}
+
+func TestTickAndEnqueueExpiry(t *testing.T) {
+	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, TTL: 30 * time.Second})
+	q.Enqueue(flowcontrol.Request{Value: "runs"})
+	q.Enqueue(flowcontrol.Request{Value: "ttl"})
+	q.Enqueue(flowcontrol.Request{Value: "short", TTL: 5 * time.Second})
+	q.Enqueue(flowcontrol.Request{Value: "deadline", Deadline: t0.Add(20 * time.Second)})
+	steps := []struct {
+		advance  time.Duration
+		wantNext time.Duration // from t0; -1 for none
+		expired  int
+	}{
+		{0, 5 * time.Second, 0},
+		{4 * time.Second, 5 * time.Second, 0},
+		{time.Second, 20 * time.Second, 1},
+		{20 * time.Second, 30 * time.Second, 2},
+		{10 * time.Second, -1, 3},
+	}
+	for i, s := range steps {
+		clk.Advance(s.advance)
+		next := q.Tick()
+		want := time.Time{}
+		if s.wantNext >= 0 {
+			want = t0.Add(s.wantNext)
+		}
+		if !next.Equal(want) {
+			t.Errorf("step %d: Tick = %v, want %v", i, next, want)
+		}
+		if got := q.Stats().Expired; got != uint64(s.expired) {
+			t.Errorf("step %d: expired %d, want %d", i, got, s.expired)
+		}
+	}
+	var order []any
+	for _, r := range rec.outcomes {
+		if r.Outcome == flowcontrol.Expired {
+			order = append(order, r.Request.Value)
+			if !errors.Is(r.Err, flowcontrol.ErrExpired) || flowcontrol.HTTPStatus(r.Err) != 503 {
+				t.Errorf("expired record err %v", r.Err)
+			}
+		}
+	}
+	if want := []any{"short", "deadline", "ttl"}; !equal(order, want) {
+		t.Errorf("expiry order %v, want %v", order, want)
+	}
+	rec.ticket("runs").Done(flowcontrol.Usage{})
+}
+
+func TestTicketCancel(t *testing.T) {
+	q, _, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	a, _ := q.Enqueue(flowcontrol.Request{Flow: "a"})
+	b, _ := q.Enqueue(flowcontrol.Request{Flow: "b", Bytes: 7})
+	if a.Cancel() {
+		t.Error("Cancel of a dispatched request succeeded")
+	}
+	if !b.Cancel() {
+		t.Error("Cancel of a waiting request failed")
+	}
+	if b.Cancel() || b.Valid() {
+		t.Error("second Cancel succeeded or ticket still valid")
+	}
+	s := q.Stats()
+	if s.Cancelled != 1 || s.Queued != 0 || s.QueuedBytes != 0 || s.Flows != 1 {
+		t.Errorf("stats %+v, want 1 cancelled, only flow a left", s)
+	}
+	a.Done(flowcontrol.Usage{})
+}
+
+func TestAdmitCancelledContext(t *testing.T) {
+	q, _, _ := newQueue(t, flowcontrol.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := q.Admit(ctx, flowcontrol.Request{}); err != context.Canceled {
+		t.Fatalf("Admit(cancelled) = %v", err)
+	}
+	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if _, err := q.Admit(ctx, flowcontrol.Request{}); err != context.DeadlineExceeded {
+		t.Fatalf("Admit(expired ctx) = %v", err)
+	}
+	if s := q.Stats(); s.Cancelled != 1 || s.Expired != 1 || s.Flows != 0 || s.Dispatched != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestAdmitContextDeadlineIsExpiry(t *testing.T) {
+	q, clk, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	first, _ := q.Admit(context.Background(), flowcontrol.Request{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond) // real time
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := q.Admit(ctx, flowcontrol.Request{}); done <- err }()
+	clk.WaitTimers(1)
+	if err := <-done; err != context.DeadlineExceeded || flowcontrol.HTTPStatus(err) != 503 {
+		t.Fatalf("Admit = %v, want DeadlineExceeded mapped to 503", err)
+	}
+	if s := q.Stats(); s.Expired != 1 {
+		t.Errorf("stats %+v, want the ctx deadline counted as expiry", s)
+	}
+	first.Done(flowcontrol.Usage{})
+}
+
+func TestHTTPStatus(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+		o    flowcontrol.Outcome
+	}{
+		{nil, 200, flowcontrol.Dispatched},
+		{flowcontrol.ErrFlowFull, 429, flowcontrol.RejectedCapacity},
+		{flowcontrol.ErrWouldWait, 429, flowcontrol.RejectedCapacity},
+		{flowcontrol.ErrClosed, 503, flowcontrol.RejectedClosed},
+		{flowcontrol.ErrExpired, 503, flowcontrol.Expired},
+		{context.DeadlineExceeded, 503, flowcontrol.Expired},
+		{flowcontrol.ErrInvalidRequest, 400, flowcontrol.RejectedInvalid},
+		{context.Canceled, 499, flowcontrol.Cancelled},
+		{errors.New("other"), 500, 0},
+	} {
+		if got := flowcontrol.HTTPStatus(c.err); got != c.want {
+			t.Errorf("HTTPStatus(%v) = %d, want %d", c.err, got, c.want)
+		}
+		if got := flowcontrol.OutcomeOf(c.err); got != c.o {
+			t.Errorf("OutcomeOf(%v) = %v, want %v", c.err, got, c.o)
+		}
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 10}, TTL: time.Minute})
+	if got := q.RetryAfter(); got != time.Minute {
+		t.Errorf("RetryAfter with no history = %v, want the TTL", got)
+	}
+	// 10 dispatches in the first second, then 20 waiting: 2 s to drain.
+	for i := range 30 {
+		q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(rune(i)), Value: i})
+	}
+	clk.Advance(time.Second)
+	if got := q.RetryAfter(); got != 2*time.Second {
+		t.Errorf("RetryAfter = %v, want 2s", got)
+	}
+	_ = rec
+}
