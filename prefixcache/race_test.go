@@ -1,0 +1,5 @@
+//go:build race
+
+package prefixcache
+
+const raceEnabled = true
