@@ -1,0 +1,239 @@
+package kvevents
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
+)
+
+const (
+	e2eModel     = "meta-llama/Llama-3.1-8B-Instruct"
+	e2eBlockSize = 4
+)
+
+// node is one simulated model server: an engine cache and the publisher
+// announcing its changes.
+type node struct {
+	t       *testing.T
+	pod     string
+	eng     *engine
+	pub     *Publisher
+	enc     Encoding
+	rng     *rand.Rand
+	prompts [][]uint32
+	ts      float64
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// start binds a publisher (on fresh ports when ep and replay are
+// "tcp://127.0.0.1:0", or the old ones after a restart) and serves replay.
+func (n *node) start(ep, replay string, opts PublisherOptions) {
+	n.t.Helper()
+	opts.Topic, opts.ReplayEndpoint, opts.Encoding = Topic(n.pod, e2eModel), replay, n.enc
+	var err error
+	// A restarted publisher binds the ports its predecessor just released.
+	for range 50 {
+		if n.pub, err = NewPublisher(ep, opts); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		n.t.Fatalf("%s: NewPublisher: %v", n.pod, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stop = cancel
+	n.wg.Go(func() { _ = n.pub.Run(ctx) })
+}
+
+func (n *node) shutdown() {
+	n.stop()
+	n.pub.Close()
+	n.wg.Wait()
+}
+
+// step lets the engine store a few prompts and sometimes evict, and
+// returns the batch announcing it.
+func (n *node) step() *Batch {
+	n.ts += 0.01
+	b := &Batch{Timestamp: n.ts, DataParallelRank: 0, HasRank: true}
+	for range 1 + n.rng.IntN(3) {
+		lora := ""
+		if n.rng.IntN(4) == 0 {
+			lora = "sql-lora"
+		}
+		if ev, ok := n.eng.store(lora, n.prompts[n.rng.IntN(len(n.prompts))]); ok {
+			b.Events = append(b.Events, ev)
+		}
+	}
+	if n.rng.IntN(3) == 0 {
+		if ev, ok := n.eng.evict(1 + n.rng.IntN(4)); ok {
+			b.Events = append(b.Events, ev)
+		}
+	}
+	return b
+}
+
+func (n *node) publish(count int) {
+	n.t.Helper()
+	for range count {
+		if _, err := n.pub.Publish(n.step()); err != nil {
+			n.t.Fatalf("%s: Publish: %v", n.pod, err)
+		}
+	}
+}
+
+// diff compares the index's view of backend pod with the engine's cache:
+// for every prompt and adapter the matched prefix length, and the number
+// of blocks held. It returns "" when they agree.
+func diff(ix *prefixcache.Index, n *node) string {
+	id, ok := ix.Lookup(n.pod)
+	if !ok {
+		return n.pod + " not registered"
+	}
+	var dst []int32
+	for i, p := range n.prompts {
+		for _, lora := range []string{"", "sql-lora"} {
+			chain := prefixcache.HashTokens(nil, prefixcache.Seed(e2eModel, lora, ""), p, e2eBlockSize)
+			dst = ix.Match(dst, chain)
+			if got, want := int(dst[id]), n.eng.matched(lora, p); got != want {
+				return fmt.Sprintf("%s: prompt %d (lora %q): index matches %d blocks, engine holds %d", n.pod, i, lora, got, want)
+			}
+		}
+	}
+	for _, b := range ix.Stats().Backends {
+		if b.ID == id && b.Blocks != int64(len(n.eng.held)) {
+			return fmt.Sprintf("%s: index holds %d blocks, engine %d", n.pod, b.Blocks, len(n.eng.held))
+		}
+	}
+	return ""
+}
+
+// converge polls until the index mirrors every engine, failing after a
+// generous deadline (the loopback normally converges in milliseconds).
+func converge(t *testing.T, ix *prefixcache.Index, sub *Subscriber, nodes ...*node) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var d string
+		for _, n := range nodes {
+			if d = diff(ix, n); d != "" {
+				break
+			}
+		}
+		if d == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("index did not converge: %s; stats %+v", d, sub.Stats())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestAgainstRealPublisher runs the Subscriber against in-process
+// publishers on loopback TCP sockets speaking vLLM's exact wire format,
+// through a late join, a sequence gap, a publisher restart and a cache
+// clear, and checks after each that the index holds exactly the engines'
+// caches.
+func TestAgainstRealPublisher(t *testing.T) {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	shared := prompts(rng, 40, e2eBlockSize, 12)
+	var nodes []*node
+	for i, pod := range []string{"pod-a", "pod-b"} {
+		if _, err := ix.AddBackend(pod, 1<<14); err != nil {
+			t.Fatal(err)
+		}
+		n := &node{t: t, pod: pod, eng: newEngine(uint64(i+1), e2eBlockSize), rng: rand.New(rand.NewPCG(uint64(i), 9)), prompts: shared}
+		if i == 1 {
+			n.enc = Encoding{MapEvents: true, Hashes: HashInt}
+		}
+		n.start("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", PublisherOptions{})
+		defer n.shutdown()
+		nodes = append(nodes, n)
+	}
+	a, b := nodes[0], nodes[1]
+
+	// Events published before anyone subscribes are recovered by replay:
+	// for pod-a, named in its Source, as soon as the Subscriber connects;
+	// for pod-b, known only from its topic, when its first live batch
+	// arrives.
+	a.publish(5)
+	b.publish(5)
+
+	sources := []Source{
+		{Endpoint: a.pub.Endpoint(), ReplayEndpoint: a.pub.ReplayEndpoint(), Backend: a.pod, Model: e2eModel},
+		{Endpoint: b.pub.Endpoint(), ReplayEndpoint: b.pub.ReplayEndpoint(), Topic: "kv@"},
+	}
+	sub, err := New(ix, Options{Sources: sources, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+		OnError: func(backend string, err error) { t.Errorf("%s: %v", backend, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- sub.Run(context.Background()) }()
+	defer func() {
+		sub.Close()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	converge(t, ix, sub, a)
+
+	// Live traffic.
+	a.publish(20)
+	b.publish(20)
+	converge(t, ix, sub, a, b)
+
+	// A gap: the PUB socket drops a batch; the next one reveals it.
+	gapsBefore := sub.Stats().Gaps
+	if _, err := a.pub.Drop(a.step()); err != nil {
+		t.Fatal(err)
+	}
+	a.publish(1)
+	converge(t, ix, sub, a, b)
+	if got := sub.Stats().Gaps; got <= gapsBefore {
+		t.Errorf("Gaps = %d after a dropped batch, want > %d", got, gapsBefore)
+	}
+
+	// pod-b restarts: a new process with an empty cache, new engine hashes,
+	// sequence numbers from 0 again, the tagged-map encoding with 32-byte
+	// hashes, and replay replies that carry the topic.
+	pubEP, replayEP := b.pub.Endpoint(), b.pub.ReplayEndpoint()
+	b.shutdown()
+	b.eng = newEngine(99, e2eBlockSize)
+	b.enc = Encoding{MapBatch: true, MapEvents: true, Hashes: HashBytes}
+	b.start(pubEP, replayEP, PublisherOptions{ReplayWithTopic: true})
+	b.publish(8)
+	converge(t, ix, sub, a, b)
+	st := sub.Stats()
+	if st.Resets < 1 || st.Reconnects < 1 {
+		t.Errorf("after a restart: Resets = %d, Reconnects = %d, want both >= 1", st.Resets, st.Reconnects)
+	}
+
+	// The restarted publisher keeps going, and pod-a drops its whole cache.
+	b.publish(10)
+	if _, err := a.pub.Publish(&Batch{Timestamp: 9, Events: []Event{a.eng.clear()}}); err != nil {
+		t.Fatal(err)
+	}
+	a.publish(5)
+	converge(t, ix, sub, a, b)
+
+	st = sub.Stats()
+	if st.DecodeErrors != 0 || st.ApplyErrors != 0 || st.Lost != 0 || st.Unregistered != 0 {
+		t.Errorf("stats %+v: want no decode, apply, lost or unregistered", st)
+	}
+	if st.Events == 0 || st.Replays == 0 || st.Replayed == 0 {
+		t.Errorf("stats %+v: want events, replays and replayed batches", st)
+	}
+}

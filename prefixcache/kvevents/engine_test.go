@@ -1,0 +1,122 @@
+package kvevents
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// engine is a toy model server's prefix cache: the ground truth the index
+// must end up mirroring. Its block hashes live in the engine's own key
+// space (salted per process, as vLLM's NONE_HASH is), unrelated to usher's.
+type engine struct {
+	blockSize int
+	salt      uint64
+	held      map[uint64]bool // engine hashes cached now
+	rng       *rand.Rand
+}
+
+func newEngine(seed uint64, blockSize int) *engine {
+	return &engine{blockSize: blockSize, salt: seed*0x9E3779B97F4A7C15 + 1, held: map[uint64]bool{}, rng: rand.New(rand.NewPCG(seed, 7))}
+}
+
+// chain returns the engine hashes of the full blocks of tokens.
+func (e *engine) chain(lora string, tokens []uint32) []uint64 {
+	var out []uint64
+	parent := e.salt ^ xxhash.Sum64String(lora)
+	buf := make([]byte, 8+4*e.blockSize)
+	for i := 0; i+e.blockSize <= len(tokens); i += e.blockSize {
+		binary.LittleEndian.PutUint64(buf, parent)
+		for j, t := range tokens[i : i+e.blockSize] {
+			binary.LittleEndian.PutUint32(buf[8+4*j:], t)
+		}
+		parent = xxhash.Sum64(buf)
+		out = append(out, parent)
+	}
+	return out
+}
+
+// store caches the blocks of tokens and returns the BlockStored event for
+// the blocks it did not hold (from the first missing one), or false.
+func (e *engine) store(lora string, tokens []uint32) (Event, bool) {
+	ch := e.chain(lora, tokens)
+	first := 0
+	for first < len(ch) && e.held[ch[first]] {
+		first++
+	}
+	if first == len(ch) {
+		return Event{}, false
+	}
+	ev := Event{Kind: BlockStored, Hashes: ch[first:], Tokens: tokens[first*e.blockSize : len(ch)*e.blockSize],
+		BlockSize: e.blockSize, LoRAName: lora, Medium: "GPU"}
+	if lora != "" {
+		ev.LoRAID = 1
+	}
+	if first > 0 {
+		ev.Parent, ev.HasParent = ch[first-1], true
+	}
+	for _, h := range ch[first:] {
+		e.held[h] = true
+	}
+	return ev, true
+}
+
+// evict drops n random cached blocks and returns the BlockRemoved event.
+func (e *engine) evict(n int) (Event, bool) {
+	var victims []uint64
+	for h := range e.held { // sorted below, for reproducible victims
+		victims = append(victims, h)
+	}
+	if len(victims) == 0 {
+		return Event{}, false
+	}
+	slices.Sort(victims)
+	e.rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
+	victims = victims[:min(n, len(victims))]
+	for _, h := range victims {
+		delete(e.held, h)
+	}
+	return Event{Kind: BlockRemoved, Hashes: victims, Medium: "GPU"}, true
+}
+
+func (e *engine) clear() Event {
+	clear(e.held)
+	return Event{Kind: AllBlocksCleared}
+}
+
+// matched is the number of leading blocks of tokens the engine holds.
+func (e *engine) matched(lora string, tokens []uint32) int {
+	n := 0
+	for _, h := range e.chain(lora, tokens) {
+		if !e.held[h] {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// prompts returns n prompts of up to maxBlocks blocks sharing prefixes the
+// way conversations do: each extends or branches from an earlier one.
+func prompts(rng *rand.Rand, n, blockSize, maxBlocks int) [][]uint32 {
+	var out [][]uint32
+	for range n {
+		var p []uint32
+		if len(out) > 0 && rng.IntN(3) > 0 {
+			base := out[rng.IntN(len(out))]
+			keep := rng.IntN(len(base)/blockSize+1) * blockSize
+			p = append(p, base[:keep]...)
+		}
+		more := (1 + rng.IntN(maxBlocks)) * blockSize
+		for range more {
+			p = append(p, uint32(rng.IntN(50000)))
+		}
+		if len(p) > maxBlocks*blockSize {
+			p = p[:maxBlocks*blockSize]
+		}
+		out = append(out, p)
+	}
+	return out
+}
