@@ -27,6 +27,16 @@ func (f *HealthFilter) Fallbacks() uint64 { return f.fallbacks.Load() }
 
 // Filter implements Filter.
 func (f *HealthFilter) Filter(_ *Request, cands []Candidate) []Candidate {
+	clean := true
+	for i := range cands {
+		if cands[i].Stale || cands[i].State.Health == Unhealthy {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return cands
+	}
 	healthy := cands[:0]
 	fresh := 0
 	for i := range cands {

@@ -435,12 +435,14 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		if !b.state.Role.serves(req.Role) {
 			continue
 		}
-		c := Candidate{
+		cands = cands[:len(cands)+1]
+		c := &cands[len(cands)-1]
+		*c = Candidate{
 			State:    &b.state,
 			ID:       b.id,
 			InFlight: InFlight{Requests: b.load.requests.Load(), PrefillTokens: b.load.prefill.Load()},
 			Age:      -1,
-			b:        b,
+			slot:     uint32(i + 1),
 		}
 		if b.updated != 0 {
 			c.Age = time.Duration(nowNs - b.updated)
@@ -460,7 +462,6 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		if c.UncachedTokens < 0 {
 			c.UncachedTokens = 0
 		}
-		cands = append(cands, c)
 	}
 	if stale > 0 {
 		r.stats.staleCands.Add(uint64(stale))
@@ -510,8 +511,10 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	for _, o := range r.observers {
 		o.Picked(req, chosen, now)
 	}
-	b := chosen.b
-	if b == nil {
+	var b *backend
+	if k := int(chosen.slot) - 1; k >= 0 && k < len(s.backends) && s.backends[k].id == chosen.ID {
+		b = &s.backends[k]
+	} else {
 		// A custom filter built its own candidates: find the backend by id.
 		b = s.find(chosen.ID)
 		if b == nil {

@@ -64,51 +64,77 @@ func (p prefixScorer) Score(req *Request, cands []Candidate, dst []float64) {
 //	score = (max − queued) / (max − min), or 1 for all when max = min
 //
 // Candidates without a fresh SignalQueued are imputed (see the package's scorer notes).
-func QueueDepth() Scorer { return minMaxScorer{signal: SignalQueued, value: queuedOf} }
+func QueueDepth() Scorer { return minMaxScorer{kind: byQueued} }
 
 // RunningRequests scores by the server's running batch, min-max normalised like QueueDepth.
 // Candidates without a fresh SignalRunning are imputed.
-func RunningRequests() Scorer { return minMaxScorer{signal: SignalRunning, value: runningOf} }
+func RunningRequests() Scorer { return minMaxScorer{kind: byRunning} }
 
 // ActiveRequests scores by the router's own in-flight request count, min-max normalised like
 // QueueDepth (llm-d's active-request scorer; least-request routing). The counter is always
 // fresh, so nothing is imputed.
-func ActiveRequests() Scorer { return minMaxScorer{value: activeOf} }
+func ActiveRequests() Scorer { return minMaxScorer{kind: byActive} }
 
-func queuedOf(c *Candidate) float64  { return float64(c.State.Queued) }
-func runningOf(c *Candidate) float64 { return float64(c.State.Running) }
-func activeOf(c *Candidate) float64  { return float64(c.InFlight.Requests) }
+type loadKind uint8
 
-type minMaxScorer struct {
-	signal Signal // 0: always available
-	value  func(*Candidate) float64
-}
+const (
+	byQueued loadKind = iota
+	byRunning
+	byActive
+)
+
+type minMaxScorer struct{ kind loadKind }
 
 func (s minMaxScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+	// First the raw values, NaN where the signal is missing or stale; then the normalisation.
+	switch s.kind {
+	case byQueued:
+		for i := range cands {
+			dst[i] = math.NaN()
+			if cands[i].Fresh&SignalQueued != 0 {
+				dst[i] = float64(cands[i].State.Queued)
+			}
+		}
+	case byRunning:
+		for i := range cands {
+			dst[i] = math.NaN()
+			if cands[i].Fresh&SignalRunning != 0 {
+				dst[i] = float64(cands[i].State.Running)
+			}
+		}
+	default:
+		for i := range cands {
+			dst[i] = float64(cands[i].InFlight.Requests)
+		}
+	}
+	minMaxInverse(dst)
+}
+
+// minMaxInverse maps raw loads in dst to (max − v)/(max − min), 1 for all when max = min, and
+// imputes NaN entries (missing values). O(n).
+func minMaxInverse(dst []float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	known := 0
-	for i := range cands {
-		if s.signal != 0 && !cands[i].Has(s.signal) {
-			continue
+	for _, v := range dst {
+		if v == v {
+			lo, hi = min(lo, v), max(hi, v)
+			known++
 		}
-		v := s.value(&cands[i])
-		lo, hi = min(lo, v), max(hi, v)
-		known++
 	}
 	sum := 0.0
-	for i := range cands {
-		if s.signal != 0 && !cands[i].Has(s.signal) {
-			dst[i] = math.NaN() // placeholder, imputed below
+	span := hi - lo
+	for i, v := range dst {
+		if v != v {
 			continue
 		}
-		v := 1.0
-		if hi > lo {
-			v = (hi - s.value(&cands[i])) / (hi - lo)
+		v = 1
+		if span > 0 {
+			v = (hi - dst[i]) / span
 		}
 		dst[i] = v
 		sum += v
 	}
-	if known < len(cands) {
+	if known < len(dst) {
 		impute(dst, sum, known)
 	}
 }

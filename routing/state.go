@@ -179,10 +179,11 @@ type Candidate struct {
 	// InFlight is the router's in-flight counters for this backend, read at the start of Pick.
 	InFlight InFlight
 	// MatchedBlocks is the number of leading blocks of Request.Chain that the prefix index says
-	// this backend holds (0 without an index).
+	// this backend holds (0 without an index), at most len(Chain).
 	MatchedBlocks int
 	// MatchedTokens is MatchedBlocks times the request's block size.
 	MatchedTokens int
+	slot uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
 	// Fresh is the set of signals that are known and not stale at the time of the pick. Scorers
 	// test Fresh, not State.Known.
 	Fresh Signal
@@ -194,8 +195,6 @@ type Candidate struct {
 	// UncachedTokens is the prompt tokens this backend would have to prefill: the prompt length
 	// minus the tokens of MatchedBlocks, never below zero.
 	UncachedTokens int
-
-	b *backend // the snapshot entry; nil for candidates built outside a Router
 }
 
 // Has reports whether the signals in want are known and fresh for this candidate.

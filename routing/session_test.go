@@ -1,0 +1,231 @@
+package routing
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestSessionTableSteps(t *testing.T) {
+	tb := newSessionTable(SessionOptions{TTL: 10 * time.Second, MaxSessions: 4})
+	if len(tb.slots) != 4 {
+		t.Fatalf("slots = %d, want 4", len(tb.slots))
+	}
+	sec := int64(time.Second)
+	type step struct {
+		op        string // "store" or "lookup"
+		key       uint64
+		id        BackendID
+		blocks    int
+		at        int64
+		wantOK    bool
+		wantID    BackendID
+		wantBlock int
+	}
+	steps := []step{
+		{op: "lookup", key: 1, at: 0, wantOK: false},
+		{op: "store", key: 1, id: 3, blocks: 7, at: 0},
+		{op: "lookup", key: 1, at: 5 * sec, wantOK: true, wantID: 3, wantBlock: 7},
+		{op: "lookup", key: 1, at: 10 * sec, wantOK: false}, // expired at exactly TTL
+		{op: "store", key: 1, id: 4, blocks: 9, at: 10 * sec},
+		{op: "lookup", key: 1, at: 19 * sec, wantOK: true, wantID: 4, wantBlock: 9},
+		// Fill the bucket of four: 2, 3, 4 take the free slots.
+		{op: "store", key: 2, id: 1, at: 11 * sec},
+		{op: "store", key: 3, id: 1, at: 12 * sec},
+		{op: "store", key: 4, id: 1, at: 13 * sec},
+		// A fifth session evicts the entry closest to expiry: key 1 (expires at 20 s).
+		{op: "store", key: 5, id: 2, at: 14 * sec},
+		{op: "lookup", key: 1, at: 14 * sec, wantOK: false},
+		{op: "lookup", key: 5, at: 14 * sec, wantOK: true, wantID: 2},
+		{op: "lookup", key: 2, at: 14 * sec, wantOK: true, wantID: 1},
+		// Refreshing a session keeps its slot and extends it.
+		{op: "store", key: 2, id: 6, at: 15 * sec},
+		{op: "store", key: 6, id: 0, at: 16 * sec}, // evicts key 3 (expires 22 s)
+		{op: "lookup", key: 3, at: 16 * sec, wantOK: false},
+		{op: "lookup", key: 2, at: 24 * sec, wantOK: true, wantID: 6},
+	}
+	for i, s := range steps {
+		switch s.op {
+		case "store":
+			tb.store(s.key, s.id, s.blocks, s.at)
+		case "lookup":
+			id, blocks, ok := tb.lookup(s.key, s.at)
+			if ok != s.wantOK || (ok && (id != s.wantID || blocks != s.wantBlock)) {
+				t.Errorf("step %d lookup(%d) = %d, %d, %v; want %d, %d, %v", i, s.key, id, blocks, ok, s.wantID, s.wantBlock, s.wantOK)
+			}
+		}
+	}
+}
+
+// The table is bounded whatever the number of sessions.
+func TestSessionTableBounded(t *testing.T) {
+	tb := newSessionTable(SessionOptions{MaxSessions: 100})
+	if len(tb.slots) != 128 {
+		t.Fatalf("slots = %d, want 128", len(tb.slots))
+	}
+	for i := range 10_000 {
+		tb.store(tb.hash(fmt.Sprint("s", i)), BackendID(i%7), i, int64(i))
+	}
+	if len(tb.slots) != 128 {
+		t.Fatalf("table grew to %d", len(tb.slots))
+	}
+	// The most recent session is remembered.
+	if id, _, ok := tb.lookup(tb.hash("s9999"), 10_000); !ok || id != BackendID(9999%7) {
+		t.Errorf("latest session lost: %d %v", id, ok)
+	}
+}
+
+func TestSessionAffinity(t *testing.T) {
+	sa := NewSessionAffinity(SessionOptions{TTL: time.Minute})
+	now := t0
+	r := mustNew(t, Options{Now: func() time.Time { return now }, Profile: Profile{
+		Scorers: []Weighted{{sa, 10}, {ActiveRequests(), 1}},
+	}})
+	mustUpdate(t, r, fleet(5, t0))
+	first, _ := r.Pick(&Request{Session: "alice"})
+	home := first.Backend.Name
+	// While alice's first request is in flight, the active-request scorer would avoid home;
+	// affinity keeps her there.
+	for range 5 {
+		p, _ := r.Pick(&Request{Session: "alice"})
+		if p.Backend.Name != home {
+			t.Fatalf("alice moved from %s to %s", home, p.Backend.Name)
+		}
+	}
+	// Without a session the load scorer decides: not home.
+	p, _ := r.Pick(&Request{})
+	if p.Backend.Name == home {
+		t.Errorf("sessionless request went to the loaded %s", home)
+	}
+	// After the TTL, alice is placed by load again.
+	now = now.Add(2 * time.Minute)
+	q, _ := r.Pick(&Request{Session: "alice"})
+	if q.Backend.Name == home {
+		t.Errorf("expired affinity still held alice on %s", home)
+	}
+}
+
+// sessionFleet is a router over 8 fresh backends, a fake index, and a SessionAware scorer.
+func sessionFleet(t *testing.T, profile func(*SessionAware) Profile) (*Router, *fakeIndex, *SessionAware, []BackendState) {
+	ix := newFakeIndex()
+	sa := NewSessionAware(SessionAwareOptions{})
+	r := mustNew(t, Options{Index: ix, Profile: profile(sa)})
+	s := fleet(8, t0)
+	mustUpdate(t, r, s)
+	return r, ix, sa, s
+}
+
+func usherWith(sa *SessionAware) Profile {
+	p := Usher(UsherOptions{})
+	p.Scorers[0].Scorer = sa
+	return p
+}
+
+// A shared opening prompt cached on one server must not pull every new session onto it.
+func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
+	system := chain(6) // the shared instructions, 6 blocks
+	firstTurn := func(i int) []BlockHash {
+		return append(append([]BlockHash{}, system...), BlockHash(1000+i))
+	}
+	// usher: eight new sessions land on eight different servers.
+	r, ix, _, _ := sessionFleet(t, usherWith)
+	ix.hold("b0", system)
+	seen := map[string]bool{}
+	for i := range 8 {
+		p, err := r.Pick(&Request{Chain: firstTurn(i), Session: fmt.Sprint("s", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[p.Backend.Name] = true
+	}
+	if len(seen) != 8 {
+		t.Errorf("usher placed 8 new sessions on %d servers, want 8", len(seen))
+	}
+
+	// llm-d's default blend sends them all to the warm server (polled queues have not moved).
+	ix2 := newFakeIndex()
+	r2 := mustNew(t, Options{Index: ix2, Profile: LLMDDefault()})
+	mustUpdate(t, r2, fleet(8, t0))
+	ix2.hold("b0", system)
+	for i := range 8 {
+		p, _ := r2.Pick(&Request{Chain: firstTurn(i), Session: fmt.Sprint("s", i)})
+		if p.Backend.Name != "b0" {
+			t.Fatalf("llm-d default placed new session %d on %s; the comparison expects b0", i, p.Backend.Name)
+		}
+	}
+}
+
+func TestSessionAwareLaterTurns(t *testing.T) {
+	r, ix, sa, states := sessionFleet(t, usherWith)
+	turn1 := chain(10)
+	turn2 := append(append([]BlockHash{}, turn1...), 900, 901)
+	p, _ := r.Pick(&Request{Chain: turn1, Session: "s"})
+	home := p.Backend.Name
+	p.Done(DoneInfo{FirstTokenAt: t0}) // turn 1's blocks are now cached on home
+
+	// Moderately loaded home (queue 2 vs 0 elsewhere: 2 ≤ 2·(0.25+1)): the turn stays.
+	for i := range states {
+		states[i].Queued = 0
+		if states[i].Name == home {
+			states[i].Queued = 2
+		}
+	}
+	mustUpdate(t, r, states)
+	q, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
+	if q.Backend.Name != home {
+		t.Fatalf("turn 2 went to %s, want home %s", q.Backend.Name, home)
+	}
+	q.Done(DoneInfo{FirstTokenAt: t0})
+
+	// Overloaded home (queue 10 > 2·(1.25+1)): the turn moves, counted.
+	for i := range states {
+		if states[i].Name == home {
+			states[i].Queued = 10
+		}
+	}
+	mustUpdate(t, r, states)
+	m, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
+	if m.Backend.Name == home {
+		t.Fatalf("turn 3 stayed on overloaded %s", home)
+	}
+	if sa.Moved() != 1 {
+		t.Errorf("Moved = %d, want 1", sa.Moved())
+	}
+	newHome := m.Backend.Name
+	m.Done(DoneInfo{FirstTokenAt: t0})
+
+	// History evicted from the new home: placed for balance, which need not be that server.
+	for i := range states {
+		states[i].Queued = 0
+		if states[i].Name == newHome {
+			states[i].Queued = 1
+		}
+	}
+	mustUpdate(t, r, states)
+	ix.mu.Lock()
+	ix.held[ix.names[newHome]] = map[BlockHash]bool{}
+	ix.mu.Unlock()
+	e, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
+	if e.Backend.Name == newHome {
+		t.Errorf("evicted history still held the session on %s (queue 1 vs 0)", newHome)
+	}
+	if sa.Moved() != 2 {
+		t.Errorf("Moved = %d, want 2", sa.Moved())
+	}
+}
+
+// A sessionless request weighs prefix and balance equally.
+func TestSessionAwareSessionless(t *testing.T) {
+	sa := NewSessionAware(SessionAwareOptions{})
+	req := &Request{Chain: chain(4)}
+	// loads 0, 2, 4 → balance 1, 0.5, 0; ratios 0, 1, 0.5.
+	got := score(sa, req, cands(cand{inflight: 0}, cand{inflight: 2, matched: 4}, cand{inflight: 4, matched: 2}))
+	checkScores(t, "sessionless", got, []float64{0.5, 0.75, 0.25})
+	// First turn (unknown session): balance only, the prefix ignored.
+	req.Session = "new"
+	got = score(sa, req, cands(cand{inflight: 0}, cand{inflight: 2, matched: 4}, cand{inflight: 4, matched: 2}))
+	checkScores(t, "first turn", got, []float64{1, 0.5, 0})
+	// Stale polled load falls back to the router's own count, not to zero.
+	got = score(sa, &Request{Session: "x"}, cands(cand{inflight: 1, queued: 50, known: QR, stale: true}, cand{inflight: 3}))
+	checkScores(t, "stale load", got, []float64{1, 0})
+}
