@@ -183,7 +183,7 @@ type Candidate struct {
 	MatchedBlocks int
 	// MatchedTokens is MatchedBlocks times the request's block size.
 	MatchedTokens int
-	slot uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
+	slot          uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
 	// Fresh is the set of signals that are known and not stale at the time of the pick. Scorers
 	// test Fresh, not State.Known.
 	Fresh Signal
