@@ -50,8 +50,9 @@ type Options struct {
 	// Run spreads the first scrapes uniformly over one Interval, so backends are not
 	// scraped in lockstep. Zero means Interval/10; negative means no jitter.
 	Jitter time.Duration
-	// Timeout bounds one scrape of one backend (metrics and health requests together).
-	// Zero means 1s.
+	// Timeout bounds each request of a scrape: the metrics request, and the health request
+	// (which has its own deadline, so a server slow to render its metrics can still report
+	// itself alive). Zero means 1s.
 	Timeout time.Duration
 	// StaleAfter marks a backend stale when its last good metrics scrape is older than
 	// this. Zero means 2s (llm-d's limit).
@@ -522,7 +523,10 @@ func (s *Scraper) scrape(ctx context.Context, b *backend) error {
 	answered, up := err == nil || !errors.Is(err, errNoAnswer), err == nil
 	var herr error
 	if b.healthURL != "" {
-		herr = s.checkHealth(sctx, b)
+		// Its own deadline: a server slow to render metrics can still say it is alive.
+		hctx, hcancel := context.WithTimeout(ctx, s.timeout)
+		herr = s.checkHealth(hctx, b)
+		hcancel()
 		answered, up = herr == nil || !errors.Is(herr, errNoAnswer), herr == nil
 	}
 	if ctx.Err() != nil {
@@ -590,6 +594,9 @@ func (b *backend) updateLocked(r Reading, now time.Time) {
 				b.hasHitRate = true
 			}
 			// No new queries: keep the rate of the last interval that had some.
+		} else if r.Found.Has(HasPrefixHitRate) {
+			// First sight of the counters: no rate yet, the server's gauge stands in.
+			b.hitRate, b.hasHitRate = r.PrefixHitRate, true
 		}
 		b.prevHits, b.prevQueries, b.hasPrev = r.PrefixHits, r.PrefixQueries, true
 		return
