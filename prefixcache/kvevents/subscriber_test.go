@@ -1,0 +1,332 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
+)
+
+// recorder is a fake index that logs what it is asked to do.
+type recorder struct {
+	mu    sync.Mutex
+	names map[string]prefixcache.BackendID
+	log   []string
+}
+
+func newRecorder(names ...string) *recorder {
+	r := &recorder{names: map[string]prefixcache.BackendID{}}
+	for i, n := range names {
+		r.names[n] = prefixcache.BackendID(i)
+	}
+	return r
+}
+
+func (r *recorder) Lookup(name string) (prefixcache.BackendID, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.names[name]
+	return id, ok
+}
+
+func (r *recorder) add(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) ApplyStored(id prefixcache.BackendID, ev prefixcache.StoredBlocks) error {
+	r.add("%d stored %v", id, ev.EngineHashes)
+	return nil
+}
+
+func (r *recorder) ApplyRemovedFrom(id prefixcache.BackendID, medium string, hs []uint64) error {
+	r.add("%d removed %s %v", id, medium, hs)
+	return nil
+}
+
+func (r *recorder) ApplyCleared(id prefixcache.BackendID) error {
+	r.add("%d cleared", id)
+	return nil
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.log
+	r.log = nil
+	return out
+}
+
+// storedBatch announces one stored block whose engine hash is h.
+func storedBatch(h uint64) *Batch {
+	return &Batch{Timestamp: float64(h), Events: []Event{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2}}}
+}
+
+func frames(topic string, seq uint64, b *Batch) [][]byte {
+	return [][]byte{[]byte(topic), binary.BigEndian.AppendUint64(nil, seq), Encoding{}.Append(nil, b)}
+}
+
+func testSubscriber(t *testing.T, ix Applier, src Source) (*Subscriber, *stream) {
+	t.Helper()
+	s, err := New(ix, Options{Sources: []Source{src}, ReplayTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, newStream(s, src)
+}
+
+// TestStreamWithoutReplay steps the sequence logic of one source that has
+// no replay endpoint: gaps are lost, a sequence that goes back is a
+// restart.
+func TestStreamWithoutReplay(t *testing.T) {
+	rec := newRecorder("other", "pod-a")
+	s, st := testSubscriber(t, rec, Source{Endpoint: "tcp://127.0.0.1:1"})
+	ctx := context.Background()
+	topic := Topic("pod-a", "m")
+	type step struct {
+		name    string
+		newConn bool     // the connection dropped before this message
+		frames  [][]byte // the message
+		want    []string // calls on the index
+	}
+	steps := []step{
+		{name: "join mid-stream", frames: frames(topic, 5, storedBatch(5)), want: []string{"1 stored [5]"}},
+		{name: "next", frames: frames(topic, 6, storedBatch(6)), want: []string{"1 stored [6]"}},
+		{name: "gap of two", frames: frames(topic, 9, storedBatch(9)), want: []string{"1 stored [9]"}},
+		{name: "garbage payload consumes its sequence number", frames: [][]byte{[]byte(topic), binary.BigEndian.AppendUint64(nil, 10), []byte{0xc1}}},
+		{name: "two frames", frames: [][]byte{[]byte(topic), {1}}},
+		{name: "short sequence frame", frames: [][]byte{[]byte(topic), {0, 1}, {0x90}}},
+		{name: "topic without pod", frames: frames("kv-events", 11, storedBatch(11))},
+		{name: "unregistered pod", frames: frames(Topic("pod-z", "m"), 11, storedBatch(11))},
+		{name: "sequence goes back on the same connection: restart", frames: frames(topic, 0, storedBatch(100)), want: []string{"1 cleared", "1 stored [100]"}},
+		{name: "reconnect, continues", newConn: true, frames: frames(topic, 1, storedBatch(101)), want: []string{"1 stored [101]"}},
+		{name: "reconnect, sequence went back: restart", newConn: true, frames: frames(topic, 0, storedBatch(200)), want: []string{"1 cleared", "1 stored [200]"}},
+	}
+	for _, tt := range steps {
+		if tt.newConn {
+			st.liveOnConn = false
+		}
+		st.live(ctx, tt.frames)
+		if got := rec.take(); !reflect.DeepEqual(got, tt.want) {
+			t.Fatalf("%s: index calls %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	got := s.Stats()
+	want := Stats{Batches: 6, Events: 6, Gaps: 1, Lost: 2, Resets: 2, DecodeErrors: 4, Unregistered: 1}
+	if got != want {
+		t.Errorf("Stats() = %+v\nwant       %+v", got, want)
+	}
+}
+
+// TestStreamReplay steps a source with a replay endpoint served by a real
+// Publisher's ROUTER socket.
+func TestStreamReplay(t *testing.T) {
+	for _, withTopic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replyWithTopic=%v", withTopic), func(t *testing.T) {
+			pub := startPublisher(t, PublisherOptions{ReplayWithTopic: withTopic, Topic: Topic("pod-a", "m")})
+			for h := range uint64(5) {
+				pub.Publish(storedBatch(h))
+			}
+			rec := newRecorder("pod-a")
+			s, st := testSubscriber(t, rec, Source{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-a", Model: "m"})
+			ctx := context.Background()
+
+			// Connecting replays the whole history.
+			st.sync(ctx)
+			want := []string{"0 stored [0]", "0 stored [1]", "0 stored [2]", "0 stored [3]", "0 stored [4]"}
+			if got := rec.take(); !reflect.DeepEqual(got, want) {
+				t.Fatalf("sync: %q, want %q", got, want)
+			}
+			// Live batches the replay already delivered are skipped.
+			st.live(ctx, frames("", 4, storedBatch(4)))
+			if got := rec.take(); len(got) != 0 {
+				t.Fatalf("duplicate applied: %q", got)
+			}
+			// A gap: 5 and 6 were dropped by the PUB socket, 7 arrives.
+			pub.Drop(storedBatch(5))
+			pub.Drop(storedBatch(6))
+			pub.Publish(storedBatch(7))
+			st.live(ctx, frames("", 7, storedBatch(7)))
+			want = []string{"0 stored [5]", "0 stored [6]", "0 stored [7]"}
+			if got := rec.take(); !reflect.DeepEqual(got, want) {
+				t.Fatalf("gap: %q, want %q", got, want)
+			}
+			// Reconnecting to the same publisher: the check passes,
+			// nothing is cleared, missed batches are applied.
+			pub.Publish(storedBatch(8))
+			st.liveOnConn = false
+			st.sync(ctx)
+			if got, want := rec.take(), []string{"0 stored [8]"}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("reconnect: %q, want %q", got, want)
+			}
+			// Reconnecting to a restarted publisher that already
+			// published past our position: the check fails, the backend
+			// is cleared and the new history replayed.
+			pub2 := startPublisher(t, PublisherOptions{ReplayWithTopic: withTopic})
+			for h := range uint64(10) {
+				pub2.Publish(storedBatch(1000 + h))
+			}
+			st.src.ReplayEndpoint = pub2.ReplayEndpoint()
+			st.liveOnConn = false
+			st.sync(ctx)
+			got := rec.take()
+			if len(got) != 11 || got[0] != "0 cleared" || got[1] != "0 stored [1000]" || got[10] != "0 stored [1009]" {
+				t.Fatalf("restart: %q", got)
+			}
+			stats := s.Stats()
+			if stats.Resets != 1 || stats.Gaps != 1 || stats.Lost != 0 || stats.Replays != 5 || stats.Replayed != 19 {
+				t.Errorf("stats %+v: want 1 reset, 1 gap, 0 lost, 5 replays, 19 replayed", stats)
+			}
+		})
+	}
+}
+
+func startPublisher(t *testing.T, opts PublisherOptions) *Publisher {
+	t.Helper()
+	if opts.ReplayEndpoint == "" {
+		opts.ReplayEndpoint = "tcp://127.0.0.1:0"
+	}
+	pub, err := NewPublisher("tcp://127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); pub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); pub.Close(); <-done })
+	return pub
+}
+
+func TestReplayHistoryIsBounded(t *testing.T) {
+	pub := startPublisher(t, PublisherOptions{History: 3})
+	for h := range uint64(6) {
+		pub.Publish(storedBatch(h))
+	}
+	rec := newRecorder("pod-a")
+	s, st := testSubscriber(t, rec, Source{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-a"})
+	st.sync(context.Background())
+	want := []string{"0 stored [3]", "0 stored [4]", "0 stored [5]"}
+	if got := rec.take(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := s.Stats().Lost; got != 3 {
+		t.Errorf("Lost = %d, want 3 (seqs 0..2 fell out of the history)", got)
+	}
+}
+
+func TestReplayEndpointDown(t *testing.T) {
+	rec := newRecorder("pod-a")
+	var errs []error
+	s, err := New(rec, Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: "tcp://127.0.0.1:1", Backend: "pod-a"}},
+		ReplayTimeout: time.Second, OnError: func(_ string, err error) { errs = append(errs, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStream(s, s.opts.Sources[0])
+	st.live(context.Background(), frames("", 3, storedBatch(3)))
+	if got, want := rec.take(), []string{"0 stored [3]"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if s.Stats().ReplayErrors != 1 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "replay from tcp://127.0.0.1:1") {
+		t.Errorf("ReplayErrors = %d, reported %v; want one replay error", s.Stats().ReplayErrors, errs)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	ok := Source{Endpoint: "tcp://127.0.0.1:5557"}
+	tests := []struct {
+		name string
+		ix   Applier
+		opts Options
+	}{
+		{"nil index", nil, Options{Sources: []Source{ok}}},
+		{"no sources", newRecorder(), Options{}},
+		{"no endpoint", newRecorder(), Options{Sources: []Source{ok, {}}}},
+		{"negative backoff", newRecorder(), Options{Sources: []Source{ok}, MinBackoff: -1}},
+	}
+	for _, tt := range tests {
+		if _, err := New(tt.ix, tt.opts); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%s: New error %v, want ErrInvalidOptions", tt.name, err)
+		}
+	}
+	if _, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{History: -1}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("NewPublisher(History -1) error %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestRunAndClose: Run keeps retrying an absent publisher until Close,
+// then Run refuses to start again.
+func TestRunAndClose(t *testing.T) {
+	s, err := New(newRecorder(), Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1"}}, MinBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		s.mu.Lock()
+		running := s.running
+		s.mu.Unlock()
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Run(context.Background()); err == nil {
+		t.Error("second concurrent Run succeeded")
+	}
+	s.Close()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil after Close", err)
+	}
+	if err := s.Run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Run after Close = %v, want ErrClosed", err)
+	}
+	if s.Stats().Reconnects != 0 {
+		t.Errorf("Reconnects = %d with no publisher ever reached", s.Stats().Reconnects)
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	s, err := New(newRecorder(), Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+}
+
+func TestPublisherClosed(t *testing.T) {
+	pub, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub.ReplayEndpoint() != "" {
+		t.Errorf("ReplayEndpoint = %q without one", pub.ReplayEndpoint())
+	}
+	if seq, err := pub.Publish(storedBatch(1)); seq != 0 || err != nil {
+		t.Errorf("first Publish = %d, %v; want 0, nil", seq, err)
+	}
+	if got := pub.Sequence(); got != 1 {
+		t.Errorf("Sequence = %d, want 1", got)
+	}
+	pub.Close()
+	pub.Close()
+	if _, err := pub.Publish(storedBatch(2)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Publish after Close = %v, want ErrClosed", err)
+	}
+}
