@@ -1,4 +1,92 @@
-// Package routing picks a backend (a model server) for each LLM request: filters narrow the
-// candidates, weighted scorers rate them, a picker chooses one. The essay on the model and its
-// alternatives is being written; see Router, BackendState and Scorer.
+// Package routing picks a model server for each LLM request.
+//
+// # The model
+//
+// A Router holds the set of backends as an immutable snapshot. One writer — typically a metrics
+// scraper — builds a []BackendState from what it observed (queued and running requests, KV cache
+// utilisation and capacity, health, role, and when it observed them) and calls Update, which
+// copies it into a new snapshot and publishes it with an atomic pointer swap. Pick, called from
+// any number of request goroutines, loads the pointer and works on what it sees; it takes no lock,
+// never blocks, and allocates nothing once its pools are warm. This is gRPC's balancer split: the
+// state changes on one goroutine, picks run everywhere, and a pick's Done closes the books.
+//
+// A pick is a pipeline over candidates:
+//
+//	backends ─► role ─► Filters ─► Σ weight·Scorer ─► Picker ─► Result
+//
+// Every backend that serves the request's Role becomes a Candidate carrying its published state,
+// the router's own in-flight counters, which of its signals are fresh, and how many leading
+// blocks of the request's prompt the prefix index says it holds (one Match call per pick, on the
+// block hashes the caller computed once). Filters remove candidates. Each Scorer writes a score in
+// [0, 1] per candidate; the router clamps anything else — NaN becomes 0 — and counts it, so a
+// faulty custom scorer cannot poison a pick. Scores combine as Σ weight_i · score_i with the
+// weights as given, not normalised (llm-d's convention, so its profiles carry over unchanged): a
+// scorer's weight is the most it can add. The Picker chooses: MaxScore (ties at random),
+// WeightedRandom (A-Res, probability proportional to score), PowerOfTwo, Softmax, RoundRobin.
+//
+// # Accounting the router can trust
+//
+// Polled metrics lag: a server scraped every 50 ms shows a burst of ten requests sent in the
+// last millisecond as zero. So the router counts its own work. Pick charges the chosen backend
+// one request and the request's uncached prompt tokens (its prompt minus the blocks the backend
+// already holds) before it returns, so the very next pick sees them. Result.FirstToken releases
+// the prefill tokens — the server has finished prefilling — and inserts the prompt's blocks into
+// the prefix index under that backend; Result.Done releases the request, and inserts the blocks
+// if FirstToken did not and the request got a token or succeeded. A request that failed before
+// any token inserts nothing: the server may never have cached it. Done is called exactly once;
+// the handle is pooled with a generation number, so a second call is detected and panics as
+// misuse rather than corrupting another request's counters.
+//
+// # Missing and stale signals
+//
+// A signal that was not observed (its bit is clear in BackendState.Known) or was observed longer
+// ago than Options.StaleAfter is not a number. llm-d has read such a backend as idle (score it
+// 0 load and flood it) and as saturated (drop it); both are silent failures. Here a candidate's
+// Fresh set says which signals may be used, HealthFilter routes around stale backends while any
+// fresh one remains (and keeps them, counted, when the scraper rather than the fleet is down),
+// and the load scorers impute a missing value as the mean score of the candidates that have it:
+// that term then neither attracts nor repels, and the other terms decide. Router-side counters
+// and the prefix index are never stale, which is why usher's own profile leans on them.
+//
+// # Sessions and the shared opening prompt
+//
+// Prefix affinity has a failure mode that agent workloads hit at once: every session starts with
+// the same long system prompt, the first server to see it holds it, and a prefix scorer then
+// sends every new session there. SessionAware places a session's first turn for balance,
+// ignoring the prefix, and keeps later turns where their history is cached — unless that
+// server's load exceeds twice the pool's mean (plus one, to avoid churn when all are nearly idle)
+// or the history was evicted, when the turn is placed for balance again and the session moves.
+// Sessions are remembered in a fixed-size, set-associative table of atomic words with a TTL:
+// bounded memory whatever clients send, no lock on the pick path.
+//
+// # The peers as configurations
+//
+// llm-d's default blend and its sticky-until-saturated profile, SGLang's cache-aware policy,
+// Dynamo's KV cost, AIBrix's prefix gate, round-robin and least-request are each a Profile built
+// from the same parts, with their formulas and defaults stated on the constructors, so that the
+// bench simulator compares usher's configuration (Usher) against exactly these.
+//
+// # Alternatives not taken
+//
+//   - A mutex around the backend set. Simple, but every pick would contend with every other and
+//     with the scraper; the snapshot costs one allocation per update (tens per second) instead.
+//   - Scorers that see one backend at a time (Score(req, backend) float64). It reads well, but
+//     min-max normalisation, imputation and the peers' gates (SGLang's imbalance test, AIBrix's
+//     mean + σ) need the whole candidate set; a batch call over a slice is also one indirect call
+//     per scorer instead of one per backend.
+//   - BackendState as an interface with getter methods. It would spare the writer a copy, but
+//     every pick would make an indirect call per backend per signal and the state could change
+//     under a pick; a plain struct copied once per update is faster and consistent.
+//   - Normalising weights to sum to 1. It changes nothing about the choice under MaxScore and
+//     makes the peers' published weights (2, 2, 3) mean something different.
+//   - Inserting the prompt's blocks into the index at pick time, as llm-d does. Concurrent
+//     requests would then see blocks that are not cached yet, and failed requests would leave
+//     phantom entries; inserting at first token matches when the server really holds them.
+//   - A sync.Map or a mutex-guarded map for sessions. Both grow with clients and lock (or
+//     allocate) on the pick path; the fixed table cannot grow and a rare racing write costs at
+//     most one misplaced turn, never an invalid pick.
+//
+// Not done here: the transfer cost of blocks held in CPU memory or a shared store (the index's
+// Match reports GPU-resident prefixes only) — a Scorer over prefixcache's per-medium match can
+// add it.
 package routing
