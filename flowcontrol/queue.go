@@ -174,6 +174,7 @@ type Queue struct {
 	freeW     []*waiter
 	freeF     []*flow
 	ev        Event
+	scratch   Request
 	notes     *noteBuf
 	// dispatch rate estimate for RetryAfter: dispatches in the current one-second window
 	// and in the last complete one.
@@ -372,7 +373,10 @@ func (q *Queue) TryAdmit(r Request) (Ticket, error) {
 	now := q.clock.Now()
 	q.runLocked(now)
 	if !q.closed && r.Band >= 0 && r.Band < len(q.bands) {
-		if !q.wouldDispatchLocked(&r) {
+		q.scratch = r // the gate gets a pointer; r itself must not escape
+		ok := q.wouldDispatchLocked(&q.scratch)
+		q.scratch = Request{}
+		if !ok {
 			q.stats.RejectedCapacity++
 			q.noteLocked(false, Record{Outcome: RejectedCapacity, Err: ErrWouldWait, Request: r})
 			q.unlock()

@@ -68,6 +68,18 @@ func newQueue(t testing.TB, o flowcontrol.Options) (*flowcontrol.Queue, *flowcon
 	return q, clk, rec
 }
 
+// newBareQueue is newQueue without the recording observer (Options.Observer as given).
+func newBareQueue(t testing.TB, o flowcontrol.Options) (*flowcontrol.Queue, *flowcontroltest.Clock) {
+	t.Helper()
+	clk := flowcontroltest.NewClock(t0)
+	o.Clock = clk
+	q, err := flowcontrol.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, clk
+}
+
 func equal(a, b []any) bool {
 	if len(a) != len(b) {
 		return false
