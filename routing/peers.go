@@ -321,8 +321,7 @@ func LeastRequest() Profile {
 
 // UsherOptions configures Usher.
 type UsherOptions struct {
-	// Session configures the SessionAware scorer. Set Session.IgnoreEviction when the Router
-	// has no prefix index.
+	// Session configures the SessionAware scorer.
 	Session SessionAwareOptions
 }
 

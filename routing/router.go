@@ -421,6 +421,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	// Filters, scorers and pickers see a private copy with the defaults resolved.
 	sc.req = *req
 	sc.req.Now, sc.req.BlockSize, sc.req.PromptTokens = now, bs, prompt
+	sc.req.indexed = r.index != nil
 	req = &sc.req
 	var match []int32
 	if r.index != nil && len(req.Chain) > 0 {
@@ -444,14 +445,14 @@ func (r *Router) Pick(req *Request) (Result, error) {
 			Age:      -1,
 			slot:     uint32(i + 1),
 		}
+		c.Stale = true
 		if b.updated != 0 {
 			c.Age = time.Duration(nowNs - b.updated)
 			if r.staleAfter < 0 || c.Age <= r.staleAfter {
-				c.Fresh = b.state.Known
+				c.Fresh, c.Stale = b.state.Known, false
 			}
 		}
-		if c.Fresh != b.state.Known || b.updated == 0 {
-			c.Stale = true
+		if c.Stale {
 			stale++
 		}
 		if b.index >= 0 && b.index < int64(len(match)) {

@@ -184,8 +184,8 @@ type SessionAwareOptions struct {
 	// KeptFraction is the share of the previous turn's blocks the home backend must still hold
 	// for the history to count as cached. Zero: DefaultKeptFraction (0.5).
 	KeptFraction float64
-	// IgnoreEviction skips the eviction check; set it when the Router has no prefix index (then
-	// MatchedBlocks is always 0 and every history would look evicted).
+	// IgnoreEviction skips the eviction check. Without a prefix index in the Router the check
+	// is skipped anyway (MatchedBlocks would always be 0 and every history would look evicted).
 	IgnoreEviction bool
 }
 
@@ -199,7 +199,7 @@ type SessionAwareOptions struct {
 //   - A later turn stays where its history is cached: the home backend scores 1 and every other
 //     candidate half its balance score, unless the home is overloaded,
 //     L(home) > Overload · (mean L + 1), or evicted, MatchedBlocks(home) < KeptFraction · the
-//     blocks of the previous turn. Then the turn is placed for balance and the new backend
+//     blocks of the previous turn (checked only when the Router has a prefix index). Then the turn is placed for balance and the new backend
 //     becomes home.
 //   - A request without a session scores (balance + MatchedBlocks/len(Chain)) / 2: prefix reuse
 //     and balance in equal parts.
@@ -268,7 +268,7 @@ func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 					continue
 				}
 				overloaded := dst[i] > s.overload*(mean+1)
-				evicted := !s.noEvict && blocks > 0 && len(req.Chain) > 0 &&
+				evicted := !s.noEvict && req.indexed && blocks > 0 && len(req.Chain) > 0 &&
 					float64(cands[i].MatchedBlocks) < s.kept*float64(min(blocks, len(req.Chain)))
 				if overloaded || evicted {
 					s.moved.Add(1)

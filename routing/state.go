@@ -187,8 +187,8 @@ type Candidate struct {
 	// Fresh is the set of signals that are known and not stale at the time of the pick. Scorers
 	// test Fresh, not State.Known.
 	Fresh Signal
-	// Stale is true when some signal in State.Known is not in Fresh because the signals are
-	// older than Options.StaleAfter, or when the backend was never observed at all.
+	// Stale is true when the backend's signals were observed longer ago than
+	// Options.StaleAfter, or never; Fresh is then empty.
 	Stale bool
 	// Age is how long ago the signals were observed; negative when they never were.
 	Age time.Duration
@@ -221,6 +221,8 @@ type Request struct {
 	Role Role
 	// Now is the time of the pick. Zero: Options.Now().
 	Now time.Time
+
+	indexed bool // set on the router's copy when the Router has a prefix index
 }
 
 // clamp01 maps a score into [0, 1]; NaN becomes 0. It reports whether it changed the value.
