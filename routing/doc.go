@@ -86,7 +86,7 @@
 //     allocate) on the pick path; the fixed table cannot grow and a rare racing write costs at
 //     most one misplaced turn, never an invalid pick.
 //
-// Not done here: the transfer cost of blocks held in CPU memory or a shared store (the index's
-// Match reports GPU-resident prefixes only) — a Scorer over prefixcache's per-medium match can
-// add it.
+// Blocks offloaded to CPU memory or held in a shared store are neither free hits nor misses:
+// TieredPrefix counts each at its transfer cost relative to recomputing it (bandwidth against
+// prefill throughput), using the index's per-medium match.
 package routing

@@ -444,6 +444,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 			InFlight: InFlight{Requests: b.load.requests.Load(), PrefillTokens: b.load.prefill.Load()},
 			Age:      -1,
 			slot:     uint32(i + 1),
+			ix:       int32(b.index + 1),
 		}
 		c.Stale = true
 		if b.updated != 0 {

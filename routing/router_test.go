@@ -547,6 +547,7 @@ func TestPickAllocs(t *testing.T) {
 		{"usher", Usher(UsherOptions{})},
 		{"session affinity", Profile{Scorers: []Weighted{{NewSessionAffinity(SessionOptions{}), 1}}, Picker: PowerOfTwo()}},
 		{"round robin", RoundRobinProfile()},
+		{"tiered prefix", Profile{Scorers: []Weighted{{NewTieredPrefix(mediumFake{}, TieredOptions{}), 1}}}},
 	} {
 		r, req := benchRouter(t, 100, tc.profile)
 		req.Session = "s1"
@@ -562,4 +563,44 @@ func TestPickAllocs(t *testing.T) {
 			t.Errorf("%s: Pick+FirstToken+Done allocates %v times, want 0", tc.name, allocs)
 		}
 	}
+}
+
+// TieredPrefix through a Router with the real index: a backend holding the whole prompt in CPU
+// memory beats one holding a quarter of it on GPU.
+func TestTieredPrefixWithIndex(t *testing.T) {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{NewTieredPrefix(ix, TieredOptions{}), 1}}}})
+	mustUpdate(t, r, fleet(2, t0))
+	seed := prefixcache.Seed("m", "", "")
+	tokens := make([]uint32, 128)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7)
+	}
+	c := prefixcache.HashTokens(nil, seed, tokens, 16)
+	b0, _ := ix.AddBackend("b0", 0)
+	b1, _ := ix.AddBackend("b1", 0)
+	if err := ix.Insert(b0, c[:2]); err != nil {
+		t.Fatal(err)
+	}
+	hashes := make([]uint64, 8)
+	for i := range hashes {
+		hashes[i] = uint64(100 + i)
+	}
+	if err := ix.ApplyStored(b1, prefixcache.StoredBlocks{EngineHashes: hashes, Tokens: tokens, BlockSize: 16, Seed: seed, Medium: "CPU"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Pick(&Request{Chain: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Backend.Name != "b1" || math.Abs(p.Score-0.833) > 0.001 {
+		t.Errorf("picked %s with %v, want b1 with ≈0.833", p.Backend.Name, p.Score)
+	}
+	if p.MatchedBlocks != 0 || p.UncachedTokens != 128 {
+		t.Errorf("GPU match %d, uncached %d: want 0 and 128 (CPU blocks still cost a transfer)", p.MatchedBlocks, p.UncachedTokens)
+	}
+	p.Done(DoneInfo{Err: errors.New("x")})
 }

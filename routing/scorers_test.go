@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
 )
 
 // cand builds a candidate by hand for scorer tables.
@@ -19,6 +21,7 @@ type cand struct {
 	uncached        int
 	id              BackendID
 	health          Health
+	ix              int32 // 1 + prefix index id; 0 unknown
 }
 
 func cands(cs ...cand) []Candidate {
@@ -36,7 +39,7 @@ func cands(cs ...cand) []Candidate {
 		out[i] = Candidate{
 			State: st, ID: c.id, InFlight: InFlight{Requests: c.inflight, PrefillTokens: c.prefill},
 			MatchedBlocks: c.matched, MatchedTokens: c.matched * 16, Fresh: fresh, Stale: c.stale,
-			UncachedTokens: c.uncached,
+			UncachedTokens: c.uncached, ix: c.ix,
 		}
 		if c.id == 0 {
 			out[i].ID = BackendID(i)
@@ -283,4 +286,41 @@ func sameIDs(cs []Candidate, want []BackendID) bool {
 		}
 	}
 	return true
+}
+
+// mediumFake answers MatchMedium from fixed per-medium tables.
+type mediumFake map[prefixcache.Medium][]int32
+
+func (f mediumFake) MatchMedium(dst []int32, _ []prefixcache.BlockHash, m prefixcache.Medium) []int32 {
+	return append(dst[:0], f[m]...)
+}
+
+func TestTieredPrefix(t *testing.T) {
+	// 1000-byte blocks of 16 tokens; prefill 16 tok/s = 1 s per block; CPU 0.25 s per block
+	// (credit 0.75), remote 0.5 s (credit 0.5).
+	tp := NewTieredPrefix(mediumFake{
+		prefixcache.CPU:    {6, 3, 0},
+		prefixcache.Remote: {8, 0, 10},
+	}, TieredOptions{BlockBytes: 1000, CPUBandwidth: 4000, RemoteBandwidth: 2000, PrefillThroughput: 16})
+	if got := tp.Credit(prefixcache.CPU, 16); !near(got, 0.75) {
+		t.Errorf("CPU credit %v, want 0.75", got)
+	}
+	req := &Request{Chain: chain(10), BlockSize: 16}
+	got := score(tp, req, cands(
+		cand{matched: 2, ix: 1}, // (2 + 0.75·4 + 0.5·2)/10
+		cand{matched: 5, ix: 2}, // CPU holds less than GPU: 5/10
+		cand{matched: 0, ix: 3}, // remote only: 0.5·10/10
+		cand{matched: 4, ix: 0}, // not in the index: GPU only
+	))
+	checkScores(t, "tiered", got, []float64{0.6, 0.5, 0.5, 0.4})
+
+	// Defaults: a CPU block is worth ≈0.833 of a GPU block, a remote one nothing.
+	def := NewTieredPrefix(mediumFake{}, TieredOptions{})
+	if c := def.Credit(prefixcache.CPU, 16); math.Abs(c-0.833) > 0.001 {
+		t.Errorf("default CPU credit %v, want ≈0.833", c)
+	}
+	if c := def.Credit(prefixcache.Remote, 16); c != 0 {
+		t.Errorf("default remote credit %v, want 0", c)
+	}
+	checkScores(t, "tiered without chain", score(def, &Request{}, cands(cand{matched: 3})), []float64{0})
 }

@@ -176,25 +176,27 @@ type Candidate struct {
 	State *BackendState
 	// ID is the router's stable identifier of the backend.
 	ID BackendID
-	// InFlight is the router's in-flight counters for this backend, read at the start of Pick.
-	InFlight InFlight
-	// MatchedBlocks is the number of leading blocks of Request.Chain that the prefix index says
-	// this backend holds (0 without an index), at most len(Chain).
-	MatchedBlocks int
-	// MatchedTokens is MatchedBlocks times the request's block size.
-	MatchedTokens int
-	slot          uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
 	// Fresh is the set of signals that are known and not stale at the time of the pick. Scorers
 	// test Fresh, not State.Known.
 	Fresh Signal
 	// Stale is true when the backend's signals were observed longer ago than
 	// Options.StaleAfter, or never; Fresh is then empty.
 	Stale bool
-	// Age is how long ago the signals were observed; negative when they never were.
-	Age time.Duration
+	// InFlight is the router's in-flight counters for this backend, read at the start of Pick.
+	InFlight InFlight
+	// MatchedBlocks is the number of leading blocks of Request.Chain that the prefix index says
+	// this backend holds in GPU memory (0 without an index), at most len(Chain).
+	MatchedBlocks int
+	// MatchedTokens is MatchedBlocks times the request's block size.
+	MatchedTokens int
 	// UncachedTokens is the prompt tokens this backend would have to prefill: the prompt length
 	// minus the tokens of MatchedBlocks, never below zero.
 	UncachedTokens int
+	// Age is how long ago the signals were observed; negative when they never were.
+	Age time.Duration
+
+	slot uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
+	ix   int32  // 1 + the prefix index id; 0 when unknown (no index, or built outside a Router)
 }
 
 // Has reports whether the signals in want are known and fresh for this candidate.
