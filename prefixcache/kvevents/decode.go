@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +54,8 @@ var (
 type Decoder struct {
 	r       bytes.Reader
 	dec     *msgpack.Decoder
-	size    int    // length of the payload being decoded, for offsets in errors
+	payload []byte // being decoded (nil between calls), for the fast paths
+	size    int    // len(payload), for offsets in errors
 	scratch []byte // holds the last string or byte-string read
 
 	// Interned strings, so that repeated values cost nothing.
@@ -81,8 +83,9 @@ func NewDecoder() *Decoder {
 func (d *Decoder) Decode(payload []byte, b *Batch) error {
 	b.Reset()
 	d.r.Reset(payload)
-	d.size = len(payload)
+	d.payload, d.size = payload, len(payload)
 	err := d.batch(b)
+	d.payload = nil
 	if err == nil && d.r.Len() != 0 {
 		err = d.fail("%d trailing bytes after the batch", d.r.Len())
 	}
@@ -331,19 +334,110 @@ func FoldHash(b []byte) uint64 {
 	return h
 }
 
+// The integer arrays (token_ids, block_hashes) are most of a payload.
+// Going through the msgpack library costs an interface call and a
+// buffered read per value, so they are parsed straight from the payload
+// bytes; any element the fast path does not recognise is handed to the
+// library, which reports the precise error.
+
+// unread returns the part of the payload not consumed yet.
+func (d *Decoder) unread() []byte { return d.payload[d.size-d.r.Len():] }
+
+// consume advances the reader past n bytes the fast path parsed.
+func (d *Decoder) consume(n int) { _, _ = d.r.Seek(int64(n), io.SeekCurrent) }
+
+// fastInt parses a msgpack integer at the start of p and returns its 64-bit
+// pattern (signed ints sign-extended), whether it is negative, and its
+// encoded length; n == 0 when p does not start with a complete integer.
+func fastInt(p []byte) (v uint64, neg bool, n int) {
+	if len(p) == 0 {
+		return 0, false, 0
+	}
+	c := p[0]
+	switch {
+	case c <= msgpcode.PosFixedNumHigh:
+		return uint64(c), false, 1
+	case c >= msgpcode.NegFixedNumLow:
+		return uint64(int64(int8(c))), true, 1
+	}
+	switch c {
+	case msgpcode.Uint8:
+		if len(p) >= 2 {
+			return uint64(p[1]), false, 2
+		}
+	case msgpcode.Uint16:
+		if len(p) >= 3 {
+			return uint64(binary.BigEndian.Uint16(p[1:])), false, 3
+		}
+	case msgpcode.Uint32:
+		if len(p) >= 5 {
+			return uint64(binary.BigEndian.Uint32(p[1:])), false, 5
+		}
+	case msgpcode.Uint64:
+		if len(p) >= 9 {
+			return binary.BigEndian.Uint64(p[1:]), false, 9
+		}
+	case msgpcode.Int8:
+		if len(p) >= 2 {
+			x := int64(int8(p[1]))
+			return uint64(x), x < 0, 2
+		}
+	case msgpcode.Int16:
+		if len(p) >= 3 {
+			x := int64(int16(binary.BigEndian.Uint16(p[1:])))
+			return uint64(x), x < 0, 3
+		}
+	case msgpcode.Int32:
+		if len(p) >= 5 {
+			x := int64(int32(binary.BigEndian.Uint32(p[1:])))
+			return uint64(x), x < 0, 5
+		}
+	case msgpcode.Int64:
+		if len(p) >= 9 {
+			x := int64(binary.BigEndian.Uint64(p[1:]))
+			return uint64(x), x < 0, 9
+		}
+	}
+	return 0, false, 0
+}
+
+// fastHash parses an int or a bin8 hash of 1..maxHashBytes bytes at the
+// start of p; n == 0 otherwise.
+func fastHash(p []byte) (h uint64, n int) {
+	if h, _, n = fastInt(p); n > 0 {
+		return h, n
+	}
+	if len(p) >= 2 && p[0] == msgpcode.Bin8 {
+		l := int(p[1])
+		if l >= 1 && l <= maxHashBytes && len(p) >= 2+l {
+			return FoldHash(p[2 : 2+l]), 2 + l
+		}
+	}
+	return 0, 0
+}
+
 func (d *Decoder) hashes(dst []uint64, what string) ([]uint64, error) {
 	n, err := d.arrayLen(what)
 	if err != nil {
 		return dst, err
 	}
 	dst = dst[:0]
+	p, used := d.unread(), 0
 	for i := range n {
+		if h, k := fastHash(p[used:]); k > 0 {
+			dst = append(dst, h)
+			used += k
+			continue
+		}
+		d.consume(used)
 		h, err := d.hash("")
 		if err != nil {
 			return dst, fmt.Errorf("%s[%d]: %w", what, i, err)
 		}
 		dst = append(dst, h)
+		p, used = d.unread(), 0
 	}
+	d.consume(used)
 	return dst, nil
 }
 
@@ -357,7 +451,15 @@ func (d *Decoder) tokens(dst []uint32) ([]uint32, error) {
 	if cap(dst) < n {
 		dst = make([]uint32, 0, n)
 	}
+	p, used := d.unread(), 0
 	for range n {
+		if v, neg, k := fastInt(p[used:]); k > 0 && !neg && v <= math.MaxUint32 {
+			dst = append(dst, uint32(v))
+			used += k
+			continue
+		}
+		d.consume(used)
+		p, used = nil, 0
 		c, err := d.peek(what)
 		if err != nil {
 			return dst, err
@@ -369,11 +471,16 @@ func (d *Decoder) tokens(dst []uint32) ([]uint32, error) {
 		if err != nil {
 			return dst, d.wrap(what, err)
 		}
+		if c == msgpcode.Uint64 && v < 0 {
+			return dst, d.fail("%s: token id %d out of range", what, uint64(v))
+		}
 		if v < 0 || v > math.MaxUint32 {
 			return dst, d.fail("%s: token id %d out of range", what, v)
 		}
-		dst = append(dst, uint32(v))
+		dst = append(dst, uint32(v)) // unreachable in practice: the fast path takes every valid id
+		p = d.unread()
 	}
+	d.consume(used)
 	return dst, nil
 }
 

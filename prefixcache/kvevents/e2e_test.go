@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -131,6 +132,9 @@ func converge(t *testing.T, ix *prefixcache.Index, sub *Subscriber, nodes ...*no
 			return
 		}
 		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Logf("goroutines:\n%s", buf)
 			t.Fatalf("index did not converge: %s; stats %+v", d, sub.Stats())
 		}
 		time.Sleep(2 * time.Millisecond)

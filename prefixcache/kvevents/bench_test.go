@@ -1,0 +1,144 @@
+package kvevents
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/usher-llm/usher/prefixcache"
+)
+
+// benchBatch builds the batch an engine step publishes. "prefill": four
+// prompts of 32 new blocks of 16 tokens stored, two evictions of 16
+// blocks. "decode": 32 sequences each filling one block, one eviction of
+// 32 blocks.
+func benchBatch(shape string) *Batch {
+	rng := rand.New(rand.NewPCG(3, 4))
+	b := &Batch{Timestamp: 1767225600.5, HasRank: true}
+	stored, blocks, removed, perRemove := 4, 32, 2, 16
+	if shape == "decode" {
+		stored, blocks, removed, perRemove = 32, 1, 1, 32
+	}
+	for range stored {
+		e := Event{Kind: BlockStored, BlockSize: 16, Medium: "GPU", Parent: rng.Uint64(), HasParent: true}
+		for range blocks {
+			e.Hashes = append(e.Hashes, rng.Uint64())
+			for range 16 {
+				e.Tokens = append(e.Tokens, uint32(rng.IntN(150000)))
+			}
+		}
+		b.Events = append(b.Events, e)
+	}
+	for range removed {
+		e := Event{Kind: BlockRemoved, Medium: "GPU"}
+		for range perRemove {
+			e.Hashes = append(e.Hashes, rng.Uint64())
+		}
+		b.Events = append(b.Events, e)
+	}
+	return b
+}
+
+// perEvent reports events per second and heap allocations per event for
+// a loop that handled events events in total.
+func perEvent(b *testing.B, before *runtime.MemStats, events int) {
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(events), "allocs/event")
+}
+
+func BenchmarkDecode(b *testing.B) {
+	encodings := []struct {
+		name string
+		enc  Encoding
+	}{
+		{"legacy-array-int", Encoding{}},
+		{"tagged-map-sha256", Encoding{MapBatch: true, MapEvents: true, Hashes: HashBytes}},
+	}
+	for _, shape := range []string{"prefill", "decode"} {
+		batch := benchBatch(shape)
+		for _, e := range encodings {
+			payload := e.enc.Append(nil, batch)
+			b.Run(shape+"/"+e.name, func(b *testing.B) {
+				d := NewDecoder()
+				var out Batch
+				b.ReportAllocs()
+				b.SetBytes(int64(len(payload)))
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				n := 0
+				for b.Loop() {
+					if err := d.Decode(payload, &out); err != nil {
+						b.Fatal(err)
+					}
+					n += len(out.Events)
+				}
+				perEvent(b, &ms, n)
+			})
+		}
+	}
+}
+
+// BenchmarkApplyEvents measures what the Subscriber does per received
+// batch once the bytes are off the socket: decode, then apply every event
+// to a prefixcache.Index in exact mode (usher chain hashes recomputed from
+// the tokens, engine→usher map updated, blocks inserted or removed). The
+// batches come from the toy engine: prompts of up to 32 blocks of 16
+// tokens sharing prefixes, random evictions, and a cache clear closing
+// each cycle so that the loop runs in steady state.
+func BenchmarkApplyEvents(b *testing.B) {
+	const blockSize, cycle = 16, 256
+	rng := rand.New(rand.NewPCG(5, 6))
+	ps := prompts(rng, 200, blockSize, 32)
+	eng := newEngine(1, blockSize)
+	var payloads [][]byte
+	for i := range cycle {
+		batch := &Batch{Timestamp: float64(i)}
+		for range 1 + rng.IntN(4) {
+			if ev, ok := eng.store("", ps[rng.IntN(len(ps))]); ok {
+				batch.Events = append(batch.Events, ev)
+			}
+		}
+		if len(eng.held) > 2000 {
+			ev, _ := eng.evict(len(eng.held) - 1500)
+			batch.Events = append(batch.Events, ev)
+		}
+		if i == cycle-1 {
+			batch.Events = append(batch.Events, eng.clear())
+		}
+		payloads = append(payloads, Encoding{}.Append(nil, batch))
+	}
+
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ix.AddBackend("pod-0", 1<<16); err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(ix, Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-0", Model: "m"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := newStream(s, s.opts.Sources[0])
+	for i, p := range payloads { // warm the index's tables and maps
+		st.apply(uint64(i), p, false)
+	}
+	if e := s.Stats().ApplyErrors + s.Stats().DecodeErrors; e != 0 {
+		b.Fatalf("%d errors applying the cycle", e)
+	}
+	before := s.Stats().Events
+	b.ReportAllocs()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	i := 0
+	for b.Loop() {
+		st.apply(uint64(i), payloads[i%cycle], false)
+		i++
+	}
+	perEvent(b, &ms, int(s.Stats().Events-before))
+	if e := s.Stats().ApplyErrors; e != 0 {
+		b.Fatalf("%d apply errors", e)
+	}
+}
