@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -90,10 +89,9 @@ const (
 	ContentTypeOpenMetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 )
 
-// decoder formats: the OpenMetrics and protobuf decoders accept UTF-8 metric names, so a
-// server using them is read rather than rejected.
+// fmtProtoDelim makes expfmt's protobuf decoder accept UTF-8 metric names, so a server using
+// them is read rather than rejected.
 const (
-	fmtOpenMetrics = expfmt.Format(`application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=allow-utf-8`)
 	fmtProtoDelim  = expfmt.Format(`application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; escaping=allow-utf-8`)
 )
 
@@ -142,6 +140,7 @@ type Parser struct {
 	text    expfmt.TextParser
 	fams    map[string]*dto.MetricFamily
 	reader  bytes.Reader
+	scratch []byte
 }
 
 // NewParser returns a Parser for profile, or an error wrapping ErrInvalidOptions if the
@@ -163,23 +162,18 @@ func NewParser(profile *Profile) (*Parser, error) {
 // Signals the exposition lacks are simply absent from Reading.Found; an error (wrapping
 // ErrParse) means the exposition itself is malformed. Parse never panics on any input.
 //
-// OpenMetrics is first read with the classic text parser, which accepts the OpenMetrics that
-// model servers write (counters, gauges, histograms, summaries, "# EOF"); only if that fails
-// (exemplars, fractional timestamps, info or stateset families) is the body handed to expfmt's
-// OpenMetrics decoder. That decoder is correct but slow: it matches every line against the
-// OpenMetrics ABNF grammar, measured at 2–6 ms per line here (about 1 s for a 200-series vLLM
-// exposition, against ~0.3 ms for the classic parser), so the Scraper asks for the classic
-// format first.
+// OpenMetrics is read by expfmt's classic text parser, which accepts the OpenMetrics that
+// model servers write (counters with _total and _created samples, gauges, histograms,
+// summaries, "# UNIT" and "# EOF" lines); the TYPE lines of OpenMetrics-only types (info,
+// stateset, gaugehistogram, unknown) are read as untyped. A body announced as OpenMetrics must
+// end with "# EOF", which is how OpenMetrics tells a complete exposition from a cut one.
+// Exemplars and fractional timestamps are rejected: expfmt's OpenMetrics decoder, which
+// would read them, is too slow for a scrape path (see the package documentation).
 //
-// Cost: linear in the size of the exposition (the expfmt parsers allocate per series), plus
+// Cost: linear in the size of the exposition (expfmt allocates per series), plus
 // O(selectors × matching series) to extract the signals.
 func (p *Parser) Parse(body []byte, contentType string) (Reading, error) {
-	return p.parse(context.Background(), body, contentType)
-}
-
-// parse is Parse with a context that can stop the slow OpenMetrics decoder between families.
-func (p *Parser) parse(ctx context.Context, body []byte, contentType string) (Reading, error) {
-	fams, err := p.decode(ctx, body, detectFormat(contentType, body))
+	fams, err := p.decode(body, detectFormat(contentType, body))
 	if err != nil {
 		return Reading{}, fmt.Errorf("%w: %s: %w", ErrParse, p.profile.Name, err)
 	}
@@ -187,7 +181,7 @@ func (p *Parser) parse(ctx context.Context, body []byte, contentType string) (Re
 }
 
 // decode parses body into metric families keyed by name.
-func (p *Parser) decode(ctx context.Context, body []byte, f format) (fams map[string]*dto.MetricFamily, err error) {
+func (p *Parser) decode(body []byte, f format) (fams map[string]*dto.MetricFamily, err error) {
 	// expfmt is well fuzzed, but a scrape must never take the gateway down with it: turn
 	// any panic inside the third-party parser into an error.
 	defer func() {
@@ -195,28 +189,25 @@ func (p *Parser) decode(ctx context.Context, body []byte, f format) (fams map[st
 			fams, err = nil, fmt.Errorf("parser panic: %v", r)
 		}
 	}()
-	if f == formatOpenMetrics && !endsWithEOF(body) {
-		// The "# EOF" line is how OpenMetrics tells a complete exposition from a cut one.
-		return nil, errors.New("OpenMetrics exposition does not end with # EOF")
-	}
-	if f == formatText || f == formatOpenMetrics {
-		p.reader.Reset(body)
-		fams, err = p.text.TextToMetricFamilies(&p.reader)
-		if err == nil || f == formatText {
-			return fams, err
+	switch f {
+	case formatOpenMetrics:
+		if !endsWithEOF(body) {
+			return nil, errors.New("OpenMetrics exposition does not end with # EOF")
 		}
-	}
-	clear(p.fams)
-	fmtName := fmtOpenMetrics
-	if f == formatProto {
-		fmtName = fmtProtoDelim
+		body = p.classicTypes(body)
+	case formatProto:
+		return p.decodeProto(body)
 	}
 	p.reader.Reset(body)
-	dec := expfmt.NewDecoder(&p.reader, fmtName)
+	return p.text.TextToMetricFamilies(&p.reader)
+}
+
+// decodeProto reads delimited protobuf with expfmt's decoder.
+func (p *Parser) decodeProto(body []byte) (map[string]*dto.MetricFamily, error) {
+	clear(p.fams)
+	p.reader.Reset(body)
+	dec := expfmt.NewDecoder(&p.reader, fmtProtoDelim)
 	for {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
 		mf := new(dto.MetricFamily)
 		if err := dec.Decode(mf); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -224,15 +215,52 @@ func (p *Parser) decode(ctx context.Context, body []byte, f format) (fams map[st
 			}
 			return nil, err
 		}
-		name := mf.GetName()
-		if prev, ok := p.fams[name]; ok {
+		if prev, ok := p.fams[mf.GetName()]; ok {
 			// A family split in two (only a broken server does that): keep every
 			// series rather than drop some.
 			prev.Metric = append(prev.Metric, mf.Metric...)
 			continue
 		}
-		p.fams[name] = mf
+		p.fams[mf.GetName()] = mf
 	}
+}
+
+// classicTypes returns body with the TYPE of every OpenMetrics-only family (info, stateset,
+// gaugehistogram, unknown) replaced by untyped, which the classic parser reads; samples are
+// never touched. It returns body itself when there is nothing to replace. O(len(body)).
+func (p *Parser) classicTypes(body []byte) []byte {
+	out := body
+	copied := false
+	for rest, off := body, 0; len(rest) > 0; {
+		line := rest
+		n := len(rest)
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, n = rest[:i], i+1
+		}
+		if bytes.HasPrefix(line, []byte("# TYPE ")) {
+			sp := bytes.LastIndexByte(line, ' ')
+			if typ := line[sp+1:]; bytes.EqualFold(typ, []byte("info")) || bytes.EqualFold(typ, []byte("stateset")) ||
+				bytes.EqualFold(typ, []byte("gaugehistogram")) || bytes.EqualFold(typ, []byte("unknown")) {
+				if !copied {
+					p.scratch = append(p.scratch[:0], body[:off]...)
+					copied = true
+				}
+				p.scratch = append(p.scratch, line[:sp+1]...)
+				p.scratch = append(p.scratch, "untyped"...)
+				p.scratch = append(p.scratch, rest[len(line):n]...)
+				rest, off = rest[n:], off+n
+				continue
+			}
+		}
+		if copied {
+			p.scratch = append(p.scratch, rest[:n]...)
+		}
+		rest, off = rest[n:], off+n
+	}
+	if copied {
+		out = p.scratch
+	}
+	return out
 }
 
 // extract applies the profile's selectors to the parsed families and derives the signals

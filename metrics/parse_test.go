@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -9,9 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // vllmLoad are the values templated into testdata/vllm.txt and vllm.om.txt, a V1 exposition
@@ -193,30 +189,56 @@ func TestParseSeriesCount(t *testing.T) {
 	}
 }
 
-// TestParseOpenMetricsSlowPath checks the expositions only expfmt's OpenMetrics decoder
-// reads: an exemplar and a fractional timestamp make the classic parser give up.
-func TestParseOpenMetricsSlowPath(t *testing.T) {
-	body := []byte(`# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{model_name="m"} 3 1764425000.25
+// TestParseOpenMetricsTypes checks the OpenMetrics-only family types, which the classic
+// parser reads as untyped.
+func TestParseOpenMetricsTypes(t *testing.T) {
+	body := []byte(`# TYPE build info
+build_info{version="0.11.0"} 1
+# TYPE mode stateset
+mode{mode="on"} 1
+mode{mode="off"} 0
+# TYPE q unknown
+q 3
+# TYPE kv gaugehistogram
+kv_bucket{le="0.5"} 1
+kv_bucket{le="+Inf"} 4
+kv_gcount 4
+kv_gsum 2.5
+# TYPE "odd name" Info
+{"odd name_info",x="y"} 1
 # TYPE vllm:prefix_cache_hits counter
-vllm:prefix_cache_hits_total{model_name="m"} 40 # {trace_id="abc"} 1.0
-# TYPE vllm:prefix_cache_queries counter
-vllm:prefix_cache_queries_total{model_name="m"} 100
+# UNIT vllm:prefix_cache_hits tokens
+vllm:prefix_cache_hits_total 40
+vllm:prefix_cache_hits_created 1.7644250001e+09
 # EOF
 `)
-	got, err := mustParser(t, VLLM).Parse(body, ContentTypeOpenMetrics)
+	p := mustParser(t, &Profile{Name: "om", Waiting: []Selector{{Name: "q"}}, PrefixHits: VLLM.PrefixHits,
+		BlockSize: []Selector{{Name: "build_info", ValueLabel: "version", Agg: AggMax}}})
+	got, err := p.Parse(body, ContentTypeOpenMetrics)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Reading{Waiting: 3, PrefixHits: 40, PrefixQueries: 100, Series: 3,
-		Found: HasWaiting | HasPrefixHits | HasPrefixQueries}
+	want := Reading{Waiting: 3, PrefixHits: 40, BlockSize: 0, Found: HasWaiting | HasPrefixHits, Series: 11}
 	if !readingsEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
-	// The classic parser alone rejects it: the slow path did the work.
-	var text = expfmt.NewTextParser(model.UTF8Validation)
-	if _, err := text.TextToMetricFamilies(bytes.NewReader(body)); err == nil {
-		t.Error("the classic text parser accepted an exposition with an exemplar")
+	// The rewrite leaves an exposition without OpenMetrics-only types untouched.
+	plain := vllmExposition(t, "vllm.om.txt", vllmLoad{})
+	if out := p.classicTypes(plain); &out[0] != &plain[0] {
+		t.Error("classicTypes copied an exposition it had nothing to change in")
+	}
+}
+
+// TestParseOpenMetricsExemplar: exemplars and fractional timestamps are OpenMetrics the
+// classic parser cannot read; they are rejected with ErrParse, not misread.
+func TestParseOpenMetricsExemplar(t *testing.T) {
+	for _, body := range []string{
+		"# TYPE a counter\na_total 4 # {trace_id=\"abc\"} 1.0\n# EOF\n",
+		"# TYPE a gauge\na 4 1764425000.25\n# EOF\n",
+	} {
+		if _, err := mustParser(t, &Profile{Name: "a", Waiting: []Selector{{Name: "a"}}}).Parse([]byte(body), ContentTypeOpenMetrics); !errors.Is(err, ErrParse) {
+			t.Errorf("Parse(%q) = %v, want ErrParse", body, err)
+		}
 	}
 }
 

@@ -632,7 +632,7 @@ func (s *Scraper) fetchMetrics(ctx context.Context, b *backend) (Reading, error)
 	if int64(b.buf.Len()) > s.maxBody {
 		return Reading{}, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, s.maxBody)
 	}
-	return b.parser.parse(ctx, b.buf.Bytes(), resp.Header.Get("Content-Type"))
+	return b.parser.Parse(b.buf.Bytes(), resp.Header.Get("Content-Type"))
 }
 
 // checkHealth GETs the health endpoint; any 2xx is healthy.

@@ -1,0 +1,114 @@
+package metrics
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var fuzzContentTypes = []string{
+	ContentTypeText,
+	ContentTypeOpenMetrics,
+	"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited",
+	"",
+}
+
+// FuzzParse feeds arbitrary bytes under each content type to every built-in profile. Parse
+// must not panic, and whatever it accepts must respect the Reading's invariants.
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.txt"))
+	for _, name := range files {
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw, uint8(0))
+		f.Add(raw, uint8(1))
+	}
+	f.Add([]byte("vllm:num_requests_waiting{model_name=\"m\"} 3\n"), uint8(3))
+	f.Add([]byte("# TYPE a counter\na_total 1 # {x=\"y\"} 1\n# EOF\n"), uint8(1))
+	f.Add([]byte("vllm:cache_config_info{block_size=\"1e400\",num_gpu_blocks=\"-5\"} 1\n"), uint8(0))
+	f.Add([]byte("\x0a\x05hello"), uint8(2))
+
+	profiles := []*Profile{VLLM, SGLang, TensorRTLLM, Triton, TGI}
+	parsers := make([]*Parser, len(profiles))
+	for i, p := range profiles {
+		parsers[i] = mustParser(f, p)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, ct uint8) {
+		for _, p := range parsers {
+			r, err := p.Parse(body, fuzzContentTypes[int(ct)%len(fuzzContentTypes)])
+			if err != nil {
+				continue
+			}
+			checkReading(t, p.profile.Name, r)
+		}
+	})
+}
+
+func checkReading(t *testing.T, profile string, r Reading) {
+	t.Helper()
+	for s := range numSignals {
+		v := *r.field(s)
+		if r.Found&(1<<s) == 0 {
+			continue
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			t.Fatalf("%s: %s = %v", profile, signalNames[s], v)
+		}
+	}
+	if r.Found.Has(HasKVUtilization) && r.KVUtilization > 1 || r.Found.Has(HasPrefixHitRate) && r.PrefixHitRate > 1 {
+		t.Fatalf("%s: ratio above 1: %+v", profile, r)
+	}
+	if r.Series < 0 {
+		t.Fatalf("%s: Series = %d", profile, r.Series)
+	}
+}
+
+// TestHitRateModel compares the scraper's hit-rate bookkeeping with a naive reference that
+// keeps every reading and searches back for the last interval with queries.
+func TestHitRateModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		b := &backend{}
+		var history []Reading
+		hits, queries := 0.0, 0.0
+		for step := range 50 {
+			switch x := rng.IntN(10); {
+			case x == 0: // restart: counters from zero
+				queries = float64(rng.IntN(100))
+				hits = float64(rng.IntN(int(queries) + 1))
+			case x < 3: // idle
+			default:
+				dq := float64(rng.IntN(1000))
+				queries += dq
+				hits += float64(rng.IntN(int(dq) + 1))
+			}
+			r := Reading{PrefixHits: hits, PrefixQueries: queries, Found: HasPrefixHits | HasPrefixQueries}
+			history = append(history, r)
+			b.updateLocked(r, time.Unix(int64(step), 0))
+			want, wantOK := referenceHitRate(history)
+			if b.hasHitRate != wantOK || (wantOK && math.Abs(b.hitRate-want) > 1e-12) {
+				t.Fatalf("trial %d step %d: rate %v %v, reference %v %v (history %v)",
+					trial, step, b.hitRate, b.hasHitRate, want, wantOK, history)
+			}
+		}
+	}
+}
+
+func referenceHitRate(h []Reading) (float64, bool) {
+	for i := len(h) - 1; i >= 1; i-- {
+		prev, cur := h[i-1], h[i]
+		dh, dq := cur.PrefixHits-prev.PrefixHits, cur.PrefixQueries-prev.PrefixQueries
+		if cur.PrefixHits < prev.PrefixHits || cur.PrefixQueries < prev.PrefixQueries {
+			dh, dq = cur.PrefixHits, cur.PrefixQueries
+		}
+		if dq > 0 {
+			return math.Min(math.Max(dh/dq, 0), 1), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,326 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// gather registers cs in a pedantic registry (which checks Describe against Collect),
+// gathers, and returns the families.
+func gather(t *testing.T, cs ...prometheus.Collector) []*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			t.Fatalf("Register: %v", err)
+		}
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	return fams
+}
+
+// gatherText renders the named families in the text format, sorted as the registry sorts.
+func gatherText(t *testing.T, c prometheus.Collector, names ...string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, mf := range gather(t, c) {
+		if !slices.Contains(names, mf.GetName()) {
+			continue
+		}
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.String()
+}
+
+func countSeries(fams []*dto.MetricFamily) int {
+	n := 0
+	for _, mf := range fams {
+		n += len(mf.GetMetric())
+	}
+	return n
+}
+
+func mustUsher(t *testing.T, opts UsherOptions) *Usher {
+	t.Helper()
+	u, err := NewUsher(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func TestUsherCounters(t *testing.T) {
+	u := mustUsher(t, UsherOptions{Bands: []int{0, 1}, Outcomes: []string{"dispatched", "expired"}, Backends: []string{"a", "b"}})
+	u.ObserveAdmission("dispatched", 0, 10*time.Millisecond)
+	u.ObserveAdmission("dispatched", 0, 30*time.Millisecond)
+	u.ObserveAdmission("expired", 1, 2*time.Second)
+	u.ObserveAdmission("tenant-42-session-9", 0, time.Millisecond) // not an outcome: "other"
+	u.ObserveAdmission("dispatched", 1234, time.Millisecond)       // not a band: "other"
+	u.SetQueue(0, 5, 5000)
+	u.SetQueue(1, 2, 100)
+	u.SetQueue(77, 1, 10)
+	u.ObservePick("a")
+	u.ObservePick("a")
+	u.ObservePick("b")
+	u.ObservePick("10.9.9.9:8000")
+
+	got := gatherText(t, u, "usher_admissions_total", "usher_queue_requests", "usher_queue_bytes", "usher_picks_total")
+	want := `# HELP usher_admissions_total Admission decisions by priority band and outcome.
+# TYPE usher_admissions_total counter
+usher_admissions_total{band="0",outcome="dispatched"} 2
+usher_admissions_total{band="0",outcome="expired"} 0
+usher_admissions_total{band="0",outcome="other"} 1
+usher_admissions_total{band="1",outcome="dispatched"} 0
+usher_admissions_total{band="1",outcome="expired"} 1
+usher_admissions_total{band="1",outcome="other"} 0
+usher_admissions_total{band="other",outcome="dispatched"} 1
+usher_admissions_total{band="other",outcome="expired"} 0
+usher_admissions_total{band="other",outcome="other"} 0
+# HELP usher_picks_total Requests routed to each backend.
+# TYPE usher_picks_total counter
+usher_picks_total{backend="a"} 2
+usher_picks_total{backend="b"} 1
+usher_picks_total{backend="other"} 1
+# HELP usher_queue_bytes Bytes of requests waiting for admission, by priority band.
+# TYPE usher_queue_bytes gauge
+usher_queue_bytes{band="0"} 5000
+usher_queue_bytes{band="1"} 100
+usher_queue_bytes{band="other"} 10
+# HELP usher_queue_requests Requests waiting for admission, by priority band.
+# TYPE usher_queue_requests gauge
+usher_queue_requests{band="0"} 5
+usher_queue_requests{band="1"} 2
+usher_queue_requests{band="other"} 1
+`
+	if got != want {
+		t.Errorf("exposition:\n%s\nwant:\n%s", got, want)
+	}
+
+	// The wait histogram: two dispatched waits in band 0, 10 ms and 30 ms.
+	for _, mf := range gather(t, u) {
+		if mf.GetName() != "usher_admission_wait_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := labelString(m)
+			if labels != `band="0",outcome="dispatched"` {
+				continue
+			}
+			h := m.GetHistogram()
+			if h.GetSampleCount() != 2 || math.Abs(h.GetSampleSum()-0.04) > 1e-12 {
+				t.Errorf("wait histogram %s: count %d sum %v, want 2 and 0.04", labels, h.GetSampleCount(), h.GetSampleSum())
+			}
+		}
+	}
+}
+
+func labelString(m *dto.Metric) string {
+	var parts []string
+	for _, lp := range m.GetLabel() {
+		parts = append(parts, lp.GetName()+`="`+lp.GetValue()+`"`)
+	}
+	return strings.Join(parts, ",")
+}
+
+func TestUsherBoundedLabels(t *testing.T) {
+	u := mustUsher(t, UsherOptions{Backends: []string{"a"}})
+	before := countSeries(gather(t, u))
+	// Twenty thousand distinct flows, sessions, bands and backends must not add one series.
+	for i := range 20000 {
+		id := "flow-" + strconv.Itoa(i)
+		u.ObserveAdmission(id, i, time.Duration(i))
+		u.SetQueue(i, i, int64(i))
+		u.ObservePick(id)
+	}
+	if after := countSeries(gather(t, u)); after != before {
+		t.Errorf("series grew from %d to %d with per-flow input", before, after)
+	}
+	for _, mf := range gather(t, u) {
+		if !strings.HasPrefix(mf.GetName(), "usher_") {
+			t.Errorf("metric %s lacks the usher_ prefix", mf.GetName())
+		}
+	}
+}
+
+func TestUsherSetBackends(t *testing.T) {
+	u := mustUsher(t, UsherOptions{Backends: []string{"a", "b"}})
+	u.ObservePick("a")
+	u.ObservePick("b")
+	u.SetBackends([]string{"b", "c", "", OtherLabel, "c"})
+	u.ObservePick("a") // gone: other
+	u.ObservePick("c")
+	got := gatherText(t, u, "usher_picks_total")
+	want := `# HELP usher_picks_total Requests routed to each backend.
+# TYPE usher_picks_total counter
+usher_picks_total{backend="b"} 1
+usher_picks_total{backend="c"} 1
+usher_picks_total{backend="other"} 1
+`
+	if got != want {
+		t.Errorf("after SetBackends:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestUsherIndexStats(t *testing.T) {
+	u := mustUsher(t, UsherOptions{})
+	names := []string{"usher_prefix_index_blocks", "usher_prefix_index_bytes", "usher_prefix_index_evictions_total",
+		"usher_prefix_index_hit_ratio", "usher_prefix_index_matched_blocks_total", "usher_prefix_index_queried_blocks_total"}
+	steps := []struct {
+		stats     IndexStats
+		wantRatio string
+	}{
+		{IndexStats{Blocks: 10, Bytes: 640, QueriedBlocks: 100, MatchedBlocks: 25}, "0.25"},
+		{IndexStats{Blocks: 12, Bytes: 768, Evictions: 3, QueriedBlocks: 200, MatchedBlocks: 100}, "0.75"},
+		{IndexStats{Blocks: 12, Bytes: 768, Evictions: 3, QueriedBlocks: 200, MatchedBlocks: 100}, "0.75"}, // no queries: keep
+		{IndexStats{Blocks: 1, Bytes: 64, QueriedBlocks: 10, MatchedBlocks: 1}, "0.1"},                     // index rebuilt: from zero
+	}
+	for i, step := range steps {
+		u.SetIndexStats(step.stats)
+		got := gatherText(t, u, names...)
+		s := step.stats
+		want := `# HELP usher_prefix_index_blocks Blocks stored in the prefix index.
+# TYPE usher_prefix_index_blocks gauge
+usher_prefix_index_blocks ` + strconv.FormatInt(s.Blocks, 10) + `
+# HELP usher_prefix_index_bytes Bytes used by the prefix index.
+# TYPE usher_prefix_index_bytes gauge
+usher_prefix_index_bytes ` + strconv.FormatInt(s.Bytes, 10) + `
+# HELP usher_prefix_index_evictions_total Blocks evicted from the prefix index.
+# TYPE usher_prefix_index_evictions_total counter
+usher_prefix_index_evictions_total ` + strconv.FormatUint(s.Evictions, 10) + `
+# HELP usher_prefix_index_hit_ratio Matched over queried blocks between the last two index statistics updates.
+# TYPE usher_prefix_index_hit_ratio gauge
+usher_prefix_index_hit_ratio ` + step.wantRatio + `
+# HELP usher_prefix_index_matched_blocks_total Prompt blocks found in the prefix index.
+# TYPE usher_prefix_index_matched_blocks_total counter
+usher_prefix_index_matched_blocks_total ` + strconv.FormatUint(s.MatchedBlocks, 10) + `
+# HELP usher_prefix_index_queried_blocks_total Prompt blocks looked up in the prefix index.
+# TYPE usher_prefix_index_queried_blocks_total counter
+usher_prefix_index_queried_blocks_total ` + strconv.FormatUint(s.QueriedBlocks, 10) + `
+`
+		if got != want {
+			t.Errorf("step %d:\n%s\nwant:\n%s", i, got, want)
+		}
+	}
+}
+
+func TestUsherNil(t *testing.T) {
+	var u *Usher
+	u.ObserveAdmission("dispatched", 0, time.Second)
+	u.SetQueue(0, 1, 1)
+	u.ObservePick("a")
+	u.SetBackends([]string{"a"})
+	u.SetIndexStats(IndexStats{Blocks: 1})
+}
+
+func TestUsherOptions(t *testing.T) {
+	for _, opts := range []UsherOptions{
+		{Bands: []int{1, 1}},
+		{Outcomes: []string{"ok", "ok"}},
+		{Outcomes: []string{OtherLabel}},
+		{Outcomes: []string{""}},
+		{Backends: []string{"a", "a"}},
+		{WaitBuckets: []float64{1, 0.5}},
+		{WaitBuckets: []float64{math.NaN()}},
+	} {
+		if _, err := NewUsher(opts); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("NewUsher(%+v) = %v, want ErrInvalidOptions", opts, err)
+		}
+	}
+	u := mustUsher(t, UsherOptions{ConstLabels: prometheus.Labels{"gateway": "g1"}})
+	for _, mf := range gather(t, u) {
+		for _, m := range mf.GetMetric() {
+			if !strings.Contains(labelString(m), `gateway="g1"`) {
+				t.Errorf("%s{%s} lacks the constant label", mf.GetName(), labelString(m))
+			}
+		}
+	}
+}
+
+func TestUsherAllocs(t *testing.T) {
+	u := mustUsher(t, UsherOptions{Backends: []string{"a", "b"}})
+	stats := IndexStats{Blocks: 1, QueriedBlocks: 1}
+	for name, f := range map[string]func(){
+		"ObserveAdmission": func() { u.ObserveAdmission("expired", 3, time.Millisecond) },
+		"ObservePick":      func() { u.ObservePick("b") },
+		"ObservePickOther": func() { u.ObservePick("zz") },
+		"SetQueue":         func() { u.SetQueue(2, 10, 100) },
+		"SetIndexStats":    func() { stats.QueriedBlocks++; u.SetIndexStats(stats) },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s: %v allocs, want 0", name, n)
+		}
+	}
+}
+
+func TestScraperCollector(t *testing.T) {
+	clock := newFakeClock()
+	good := newFakeServer(t, vllmBody(t, 1, 0, 0.1, 0, 0))
+	bad := newFakeServer(t, vllmBody(t, 1, 0, 0.1, 0, 0))
+	bad.metricsCode.Store(http.StatusBadGateway)
+	s := mustScraper(t, Options{Now: clock.Now, Targets: []Target{{Name: "good", URL: good.URL}, {Name: "bad", URL: bad.URL}}})
+	_ = s.ScrapeOnce(context.Background())
+	clock.Advance(3 * time.Second)
+	_ = s.ScrapeOnce(context.Background())
+
+	ts := strconv.FormatFloat(float64(clock.Now().UnixNano())/1e9, 'e', -1, 64)
+	got := gatherText(t, s, "usher_scrape_errors_total", "usher_backend_stale", "usher_backend_healthy",
+		"usher_scrapes_total", "usher_backend_last_scrape_timestamp_seconds")
+	want := `# HELP usher_backend_healthy 1 if the model server is healthy (see State.Health), 0 if unhealthy or unknown.
+# TYPE usher_backend_healthy gauge
+usher_backend_healthy{backend="bad"} 1
+usher_backend_healthy{backend="good"} 1
+# HELP usher_backend_last_scrape_timestamp_seconds Unix time of the model server's last good metrics scrape (0 if none).
+# TYPE usher_backend_last_scrape_timestamp_seconds gauge
+usher_backend_last_scrape_timestamp_seconds{backend="bad"} 0
+usher_backend_last_scrape_timestamp_seconds{backend="good"} ` + ts + `
+# HELP usher_backend_stale 1 if the model server's last good metrics scrape is older than the staleness limit.
+# TYPE usher_backend_stale gauge
+usher_backend_stale{backend="bad"} 1
+usher_backend_stale{backend="good"} 0
+# HELP usher_scrape_errors_total Failed scrapes of a model server, by reason (timeout, transport, status, too_large, parse, health).
+# TYPE usher_scrape_errors_total counter
+usher_scrape_errors_total{backend="bad",reason="health"} 0
+usher_scrape_errors_total{backend="bad",reason="parse"} 0
+usher_scrape_errors_total{backend="bad",reason="status"} 2
+usher_scrape_errors_total{backend="bad",reason="timeout"} 0
+usher_scrape_errors_total{backend="bad",reason="too_large"} 0
+usher_scrape_errors_total{backend="bad",reason="transport"} 0
+usher_scrape_errors_total{backend="good",reason="health"} 0
+usher_scrape_errors_total{backend="good",reason="parse"} 0
+usher_scrape_errors_total{backend="good",reason="status"} 0
+usher_scrape_errors_total{backend="good",reason="timeout"} 0
+usher_scrape_errors_total{backend="good",reason="too_large"} 0
+usher_scrape_errors_total{backend="good",reason="transport"} 0
+# HELP usher_scrapes_total Completed scrape attempts of a model server.
+# TYPE usher_scrapes_total counter
+usher_scrapes_total{backend="bad"} 2
+usher_scrapes_total{backend="good"} 2
+`
+	if got != want {
+		t.Errorf("exposition:\n%s\nwant:\n%s", got, want)
+	}
+	// Both collectors in one registry: no name collides, every name is usher_.
+	u := mustUsher(t, UsherOptions{})
+	for _, mf := range gather(t, u, s) {
+		if !strings.HasPrefix(mf.GetName(), "usher_") {
+			t.Errorf("metric %s lacks the usher_ prefix", mf.GetName())
+		}
+	}
+}
