@@ -92,7 +92,7 @@ const (
 // fmtProtoDelim makes expfmt's protobuf decoder accept UTF-8 metric names, so a server using
 // them is read rather than rejected.
 const (
-	fmtProtoDelim  = expfmt.Format(`application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; escaping=allow-utf-8`)
+	fmtProtoDelim = expfmt.Format(`application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; escaping=allow-utf-8`)
 )
 
 type format uint8
