@@ -141,8 +141,10 @@ type Router struct {
 	// loads holds the in-flight counters by id; they outlive the backend's presence in the set
 	// so that requests in flight across an update are released where they were counted.
 	loads []*inflight
-	// indexIDs caches the prefix index id of each backend id (-1: not yet interned).
-	indexIDs []int64
+	// indexIDs caches the prefix index id of each backend id (-1: not yet interned), and
+	// indexCaps the capacity last passed to AddBackend for it.
+	indexIDs  []int64
+	indexCaps []int
 }
 
 type snapshot struct {
@@ -268,8 +270,14 @@ func New(opts Options) (*Router, error) {
 // started afterwards see. It copies states; the caller may reuse the slice. Backends keep their
 // in-flight counters and BackendID across updates by Name. Out-of-range signal values are
 // dropped from Known and counted. Update fails with ErrInvalidBackend, publishing nothing, when
-// a name is empty or repeated, and with the index's error when the prefix index refuses a new
-// backend.
+// a name is empty or repeated or a Role or Health is not one of the constants, and with the
+// index's error when the prefix index refuses a new backend.
+//
+// With a prefix index, Update registers each new name with AddBackend, passing
+// KVCapacityBlocks when known (0 otherwise), and calls it again when a backend's known capacity
+// changes. The router never removes backends from the index: a backend that leaves the set keeps
+// its blocks until the index evicts them, so a server that comes back is still warm. Whoever
+// removes backends from a shared index must not do it while the router still routes to them.
 //
 // Update is O(n) in the number of backends and allocates the new snapshot; it is the writer
 // side and is not meant for the request path.
@@ -284,6 +292,9 @@ func (r *Router) Update(states []BackendState) error {
 		}
 		if _, dup := seen[name]; dup {
 			return fmt.Errorf("%w: duplicate name %q", ErrInvalidBackend, name)
+		}
+		if states[i].Role > RoleDecode || states[i].Health > Unhealthy {
+			return fmt.Errorf("%w: backend %q has role %v, health %v", ErrInvalidBackend, name, states[i].Role, states[i].Health)
 		}
 		seen[name] = struct{}{}
 	}
@@ -302,21 +313,25 @@ func (r *Router) Update(states []BackendState) error {
 			r.ids[b.state.Name] = id
 			r.loads = append(r.loads, new(inflight))
 			r.indexIDs = append(r.indexIDs, -1)
+			r.indexCaps = append(r.indexCaps, 0)
 		}
 		b.id = id
 		b.load = r.loads[id]
 		b.index = -1
 		if r.index != nil {
-			if r.indexIDs[id] < 0 {
-				capacity := 0
-				if b.state.Known.Has(SignalKVCapacity) {
-					capacity = b.state.KVCapacityBlocks
-				}
+			capacity := 0
+			if b.state.Known.Has(SignalKVCapacity) {
+				capacity = b.state.KVCapacityBlocks
+			}
+			// Intern new names; tell the index when a backend's capacity becomes known or
+			// changes (AddBackend of a known name updates its capacity).
+			if r.indexIDs[id] < 0 || (capacity > 0 && capacity != r.indexCaps[id]) {
 				ix, err := r.index.AddBackend(b.state.Name, capacity)
 				if err != nil {
 					return fmt.Errorf("routing: adding backend %q to the prefix index: %w", b.state.Name, err)
 				}
 				r.indexIDs[id] = int64(ix)
+				r.indexCaps[id] = capacity
 			}
 			b.index = r.indexIDs[id]
 		}
@@ -353,6 +368,9 @@ func (r *Router) InFlight(name string) (InFlight, bool) {
 	}
 	return InFlight{Requests: l.requests.Load(), PrefillTokens: l.prefill.Load()}, true
 }
+
+// Name returns the name of the router's Profile. O(1).
+func (r *Router) Name() string { return r.name }
 
 // Stats returns the router's cumulative counters. O(1).
 func (r *Router) Stats() Stats {

@@ -20,16 +20,18 @@ type fakeIndex struct {
 	held    []map[BlockHash]bool
 	inserts int
 	failAdd bool
+	adds    []string // "name:capacity" per AddBackend call
 }
 
 func newFakeIndex() *fakeIndex { return &fakeIndex{names: map[string]indexID{}} }
 
-func (f *fakeIndex) AddBackend(name string, _ int) (indexID, error) {
+func (f *fakeIndex) AddBackend(name string, capacity int) (indexID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failAdd {
 		return 0, errors.New("fake: full")
 	}
+	f.adds = append(f.adds, fmt.Sprintf("%s:%d", name, capacity))
 	if id, ok := f.names[name]; ok {
 		return id, nil
 	}
@@ -349,6 +351,13 @@ func TestUpdateValidation(t *testing.T) {
 		t.Errorf("Known of a never-observed backend = %v, want 0", got)
 	}
 
+	if err := r.Update([]BackendState{{Name: "a", Role: 7}}); !errors.Is(err, ErrInvalidBackend) {
+		t.Errorf("bad role: %v", err)
+	}
+	if err := r.Update([]BackendState{{Name: "a", Health: 9}}); !errors.Is(err, ErrInvalidBackend) {
+		t.Errorf("bad health: %v", err)
+	}
+
 	ix := newFakeIndex()
 	ix.failAdd = true
 	r = mustNew(t, Options{Index: ix})
@@ -603,4 +612,24 @@ func TestTieredPrefixWithIndex(t *testing.T) {
 		t.Errorf("GPU match %d, uncached %d: want 0 and 128 (CPU blocks still cost a transfer)", p.MatchedBlocks, p.UncachedTokens)
 	}
 	p.Done(DoneInfo{Err: errors.New("x")})
+}
+
+// The index learns each backend once, and its capacity when it becomes known or changes.
+func TestUpdateRegistersCapacity(t *testing.T) {
+	ix := newFakeIndex()
+	r := mustNew(t, Options{Index: ix})
+	s := fleet(1, t0)
+	s[0].Known &^= SignalKVCapacity
+	mustUpdate(t, r, s) // capacity unknown: 0
+	mustUpdate(t, r, s) // nothing new
+	s[0].Known |= SignalKVCapacity
+	s[0].KVCapacityBlocks = 500
+	mustUpdate(t, r, s) // capacity known: 500
+	mustUpdate(t, r, s) // unchanged
+	s[0].KVCapacityBlocks = 800
+	mustUpdate(t, r, s) // changed: 800
+	want := []string{"b0:0", "b0:500", "b0:800"}
+	if fmt.Sprint(ix.adds) != fmt.Sprint(want) {
+		t.Errorf("AddBackend calls %v, want %v", ix.adds, want)
+	}
 }
