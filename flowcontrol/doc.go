@@ -1,4 +1,118 @@
-// Package flowcontrol is an admission queue for LLM inference gateways: it holds requests
-// in flows and priority bands in front of saturated model servers and decides who goes
-// next, through a pluggable Policy.
+// Package flowcontrol is the admission queue of an LLM inference gateway: it holds requests
+// in front of model servers that are saturated, decides who goes next, and ends every
+// request in exactly one outcome.
+//
+// # The model
+//
+// A gateway calls Admit(ctx, req) before proxying a request and Ticket.Done(usage) when the
+// answer has been streamed. Between the two the request is in flight; before the first it
+// waits in the queue, which is organised in three levels:
+//
+//   - Bands. Request.Band picks one of Options.Bands priority bands. Bands are served
+//     strictly by index: a request of band b is dispatched only when no request of a band
+//     below b can be (nothing waits there, or the gate holds that band back).
+//   - Flows. Within a band, requests belong to flows, keyed by the FlowID the gateway
+//     assigned (a tenant, a session). The Policy orders the band's non-empty flows.
+//   - Requests. Within a flow, the Policy orders the flow's requests.
+//
+// A saturation Gate is consulted before each dispatch: it answers whether the servers can
+// take one more request of this band (ConcurrencyLimit counts the queue's own in-flight
+// requests; Saturation compares pool levels, such as prefill and decode utilisation,
+// against per-band thresholds). Capacity limits (Options.Capacity, BandCapacity,
+// FlowCapacity, in requests and bytes) bound what may wait; a request that does not fit is
+// rejected at once, with an error that names the limit.
+//
+// # Time-invariant keys
+//
+// The Policy does not compare two requests with a function of the current time, as a
+// Less(a, b) comparator re-evaluated at each dispatch would: a heap is only valid if keys
+// do not change while their items wait, and an order that drifts with time would force a
+// re-sort or an O(n) scan on every decision. Instead the policy gives each request a Key at
+// enqueue (ItemKey) and each non-empty flow a Key (FlowKey) that the queue keeps in a heap.
+// Most time-dependent orders can be rewritten so: "highest turn + w·(now − t_enq)" orders
+// exactly like "lowest −turn + w·t_enq", because now is the same for every candidate;
+// exponentially decayed service S·2^(−(now−t)/h) orders like log₂S + t/h. When a key does
+// change at a known future time — a session's depth resets 120 s after its last
+// completion, a request is promoted to an urgent tier once it has waited W — FlowKey
+// returns that time with the key, and the queue keeps such flows in a re-key heap ordered
+// by it. At the start of every dispatch decision the flows whose time has come are re-keyed,
+// so a key is never stale when it is used, and nothing is ever scanned. The queue re-asks
+// FlowKey only when something about the flow changed: it became non-empty, its head
+// changed, one of its requests completed, or its key's validity ended.
+//
+// An order that genuinely depends on all waiting flows at once (llm-d's LAS normalises
+// service and wait by their minimum and maximum over the waiting flows) cannot be a key.
+// Such a policy implements FlowPicker and chooses the next flow itself from the band's list
+// of non-empty flows; that costs O(flows) per dispatch, which the policy documents. The same
+// hook lets a policy keep its own structure (a tenant heap over per-tenant session heaps)
+// maintained from Observe events.
+//
+// # Event-driven dispatch, and no goroutine
+//
+// There is no dispatcher goroutine and no ticker. Dispatch runs, under the queue's lock, in
+// whichever goroutine changed something that could let a request through: an Admit or
+// Enqueue (arrival), a Ticket.Done (completion frees a slot), a Ticket.Cancel or cancelled
+// context, a waiter whose deadline timer fired, and Notify, which the caller invokes when
+// the gate may have opened for a reason the queue cannot see (saturation fell). Each run
+// dispatches as many requests as the gate allows, band by band, and wakes each dispatched
+// Admit caller through its own channel. An Admit that cannot be served at once blocks in the
+// caller's own goroutine, on its channel, its context and its own deadline timer: when the
+// timer fires, that goroutine takes the lock and processes every expiry that is due. Work
+// is therefore proportional to events, the queue costs nothing while idle, and a backlog
+// drains as fast as completions arrive, not at the pace of a ticker.
+//
+// A caller that cannot block a goroutine per request — a discrete-event simulator running
+// in virtual time, an event loop — uses Enqueue instead: the outcome is delivered through
+// Options.Observer, and Tick processes expiry at the Clock's current time and returns the
+// next deadline. Time always comes from the injected Clock; package flowcontroltest
+// provides a manual one, so every behaviour, including expiry, is testable deterministically.
+//
+// # Deadlines, cancellation and outcomes
+//
+// Every waiting request has a deadline (Request.Deadline, or Arrival plus a TTL) and sits
+// in a deadline heap besides its flow's heap; it carries its index in both, so expiry pops
+// the deadline heap and a cancellation removes the request from both in O(log n). A request
+// ends in exactly one Outcome — Dispatched, RejectedCapacity, RejectedClosed,
+// RejectedInvalid, Expired or Cancelled — counted in Stats and reported to the Observer,
+// whose hooks run outside the lock. Outcome.HTTPStatus is the one mapping to an HTTP
+// answer: 429 with Retry-After when the queue is full, 503 when the request waited and no
+// capacity came in time or the queue is closing, 400 for an invalid request.
+//
+// # Memory
+//
+// A flow exists only while it has something waiting or in flight; then it is forgotten, so
+// millions of distinct flow ids (one per session) leave no trace. What a policy needs to
+// remember about a flow beyond that (its depth, its attained service) the policy keeps
+// itself, bounded by its own rules. Request records and flow records come from bounded free
+// lists, so a steady state allocates nothing; a Ticket is a small value holding a pooled
+// record and a generation number, so a Ticket used after its request ended is detected
+// instead of corrupting the request that reuses the record.
+//
+// # Costs
+//
+// With n requests waiting in total, r in the flow and f non-empty flows in the band:
+// enqueue O(log r + log f + log n); dispatch O(log r + log f + log n) plus the gate and
+// policy calls; completion O(log f); cancellation and expiry O(log r + log f + log n);
+// re-keying O(log f) per flow whose key expired. One mutex guards the queue; the policy and
+// the gate run under it and must not block.
+//
+// # Alternatives considered
+//
+//   - A dispatcher goroutine on a ticker (llm-d dispatches at most one item per 1 ms cycle,
+//     so an idle backlog drains at ~1,000 requests/s, and its loop was reported to spin at
+//     100% CPU). Here dispatch is a side effect of the events that make it possible.
+//   - Sweeping the queue for expired items every second (O(n) per sweep, up to a second of
+//     overshoot). The deadline heap expires each request at its deadline in O(log n).
+//   - Comparators evaluated against the current time. They corrupt a heap as time passes;
+//     keys plus validity times keep every operation logarithmic.
+//   - A sync.Cond broadcast to wake waiters. Every waiter would wake to find it was not
+//     chosen; a channel per waiter wakes exactly the dispatched ones.
+//   - One capacity for waiting and running work. Waiting capacity (the gateway's memory)
+//     and in-flight capacity (the servers) are different resources: the first is bounded
+//     by the capacity limits, per queue, band and flow; the second is the Gate's.
+//   - Sharding the queue across several locks. Dispatch order is global within a band, so
+//     shards would need a merge step; at the measured cost of one admission (well under a
+//     microsecond) a single lock is not the bottleneck of a gateway.
+//   - Returning *Ticket from a pool. A pointer cannot tell a second Done from a Done on
+//     the next request using the same record; the generation in the Ticket value can.
 package flowcontrol

@@ -352,4 +352,3 @@ func TestModelRandom(t *testing.T) {
 		checkModel(t, ops)
 	}
 }
-

@@ -1,0 +1,197 @@
+package flowcontrol_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
+)
+
+// A gateway admits each request before proxying it and reports its usage afterwards. Here
+// two requests may run at once; the third waits until one completes.
+func Example() {
+	q, err := flowcontrol.New(flowcontrol.Options{
+		Gate: &flowcontrol.ConcurrencyLimit{Limit: 2},
+		TTL:  30 * time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	a, _ := q.Admit(ctx, flowcontrol.Request{Flow: "tenant-a", PromptTokens: 900})
+	b, _ := q.Admit(ctx, flowcontrol.Request{Flow: "tenant-b", PromptTokens: 300})
+
+	admitted := make(chan flowcontrol.Ticket)
+	go func() {
+		c, err := q.Admit(ctx, flowcontrol.Request{Flow: "tenant-a", PromptTokens: 50})
+		if err != nil {
+			fmt.Println("third:", err, "→ HTTP", flowcontrol.HTTPStatus(err))
+			return
+		}
+		admitted <- c
+	}()
+	for q.Stats().Queued == 0 { // wait until the third request is queued
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Printf("queued %d, in flight %d\n", q.Stats().Queued, q.Stats().InFlight)
+
+	a.Done(flowcontrol.Usage{PromptTokens: 900, CachedTokens: 512, OutputTokens: 120})
+	c := <-admitted
+	fmt.Printf("queued %d, in flight %d\n", q.Stats().Queued, q.Stats().InFlight)
+	b.Done(flowcontrol.Usage{PromptTokens: 300, OutputTokens: 40})
+	c.Done(flowcontrol.Usage{PromptTokens: 50, OutputTokens: 10})
+	s := q.Stats()
+	fmt.Printf("dispatched %d, completed %d, flows remembered %d\n", s.Dispatched, s.Completed, s.Flows)
+	// Output:
+	// queued 1, in flight 2
+	// queued 0, in flight 2
+	// dispatched 3, completed 3, flows remembered 0
+}
+
+// A simulator drives the queue in virtual time from a single goroutine: Enqueue instead of
+// Admit, outcomes through the Observer, and Tick whenever the clock reaches the next
+// deadline.
+func Example_virtualTime() {
+	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	start := clk.Now()
+	var running []flowcontrol.Ticket
+	q, _ := flowcontrol.New(flowcontrol.Options{
+		Clock: clk,
+		Gate:  &flowcontrol.ConcurrencyLimit{Limit: 1},
+		TTL:   10 * time.Second,
+		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
+			fmt.Printf("t=%v %v %s (waited %v)\n", clk.Now().Sub(start), r.Request.Value, r.Outcome, r.Wait)
+			if r.Outcome == flowcontrol.Dispatched {
+				running = append(running, r.Ticket)
+			}
+		}},
+	})
+	q.Enqueue(flowcontrol.Request{Flow: "s1", Value: "s1/turn1"})
+	q.Enqueue(flowcontrol.Request{Flow: "s2", Value: "s2/turn1"})
+	q.Enqueue(flowcontrol.Request{Flow: "s3", Value: "s3/turn1", TTL: 3 * time.Second})
+
+	next := q.Tick() // the earliest deadline: s3's, at t=3s
+	fmt.Println("next deadline at t =", next.Sub(start))
+	clk.Set(next)
+	q.Tick()                     // s3 expires
+	clk.Advance(1 * time.Second) // s1's answer completes at t=4s
+	running[0].Done(flowcontrol.Usage{OutputTokens: 100})
+	// Output:
+	// t=0s s1/turn1 dispatched (waited 0s)
+	// next deadline at t = 3s
+	// t=3s s3/turn1 expired (waited 3s)
+	// t=4s s2/turn1 dispatched (waited 4s)
+}
+
+// TryAdmit never waits: it admits at once or says the request would have to wait, which a
+// gateway answers with 429 and a Retry-After header.
+func ExampleQueue_TryAdmit() {
+	q, _ := flowcontrol.New(flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	first, err := q.TryAdmit(flowcontrol.Request{Flow: "a"})
+	fmt.Println("first:", err)
+	_, err = q.TryAdmit(flowcontrol.Request{Flow: "b"})
+	fmt.Println("second:", err, "→ HTTP", flowcontrol.HTTPStatus(err))
+	first.Done(flowcontrol.Usage{})
+	// Output:
+	// first: <nil>
+	// second: flowcontrol: request would wait → HTTP 429
+}
+
+// Capacity errors say which limit was hit, and all match ErrQueueFull.
+func ExampleErrQueueFull() {
+	q, _ := flowcontrol.New(flowcontrol.Options{
+		Gate:         flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false }),
+		FlowCapacity: flowcontrol.Limits{Requests: 1},
+	})
+	q.Enqueue(flowcontrol.Request{Flow: "greedy"})
+	_, err := q.Enqueue(flowcontrol.Request{Flow: "greedy"})
+	fmt.Println(err)
+	fmt.Println(errors.Is(err, flowcontrol.ErrQueueFull), errors.Is(err, flowcontrol.ErrFlowFull), flowcontrol.HTTPStatus(err))
+	// Output:
+	// flowcontrol: queue full: flow limit on requests
+	// true true 429
+}
+
+// Each outcome maps to one HTTP status.
+func ExampleOutcome_HTTPStatus() {
+	for o := flowcontrol.Dispatched; o <= flowcontrol.Cancelled; o++ {
+		fmt.Println(o, o.HTTPStatus())
+	}
+	// Output:
+	// dispatched 200
+	// rejected_capacity 429
+	// rejected_closed 503
+	// rejected_invalid 400
+	// expired 503
+	// cancelled 499
+}
+
+// The Saturation gate holds a band back while any pool is at or above the band's threshold;
+// the caller calls Notify when a level falls.
+func ExampleSaturation() {
+	prefill, decode := 0.97, 0.60 // in a real gateway: atomics updated by the metrics scraper
+	gate := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{
+		{Level: func() float64 { return prefill }, Thresholds: []float64{1.0, 0.9}},
+		{Level: func() float64 { return decode }, Thresholds: []float64{1.0, 0.8}},
+	}}
+	q, _ := flowcontrol.New(flowcontrol.Options{Bands: 2, Gate: gate})
+	interactive, err := q.TryAdmit(flowcontrol.Request{Band: 0})
+	fmt.Println("band 0:", err)
+	_, err = q.Enqueue(flowcontrol.Request{Band: 1})
+	fmt.Println("band 1 waiting:", err == nil, q.Stats().Queued)
+	prefill = 0.5
+	q.Notify()
+	fmt.Println("after Notify, waiting:", q.Stats().Queued)
+	interactive.Done(flowcontrol.Usage{})
+	// Output:
+	// band 0: <nil>
+	// band 1 waiting: true 1
+	// after Notify, waiting: 0
+}
+
+// deadlineFirst is a custom policy: flows are served by their head request's deadline
+// (earliest first) and requests within a flow likewise.
+type deadlineFirst struct{}
+
+func (deadlineFirst) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
+	return flowcontrol.Key{Tie: r.Deadline.UnixNano()}
+}
+
+func (deadlineFirst) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
+	return f.HeadKey, time.Time{}
+}
+
+func (deadlineFirst) Observe(*flowcontrol.Event) {}
+
+// A Policy orders flows and requests by keys; here, earliest deadline first.
+func ExamplePolicy() {
+	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var order []any
+	var running []flowcontrol.Ticket
+	q, _ := flowcontrol.New(flowcontrol.Options{
+		Clock:  clk,
+		Policy: deadlineFirst{},
+		Gate:   &flowcontrol.ConcurrencyLimit{Limit: 1},
+		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
+			if r.Outcome == flowcontrol.Dispatched {
+				order = append(order, r.Request.Value)
+				running = append(running, r.Ticket)
+			}
+		}},
+	})
+	q.Enqueue(flowcontrol.Request{Value: "running"}) // takes the only slot
+	q.Enqueue(flowcontrol.Request{Flow: "batch", TTL: time.Minute, Value: "batch"})
+	q.Enqueue(flowcontrol.Request{Flow: "chat", TTL: 5 * time.Second, Value: "chat"})
+	q.Enqueue(flowcontrol.Request{Flow: "agent", TTL: 20 * time.Second, Value: "agent"})
+	for len(running) > 0 { // each completion dispatches the next
+		t := running[0]
+		running = running[1:]
+		t.Done(flowcontrol.Usage{})
+	}
+	fmt.Println(order)
+	// Output:
+	// [running chat agent batch]
+}
