@@ -161,12 +161,14 @@ func (s *snapshot) find(id BackendID) *backend {
 	return nil
 }
 
+// backend is one entry of a snapshot. The fields Pick reads for every candidate come first, so
+// that they share a cache line with the start of state.
 type backend struct {
-	state   BackendState
-	id      BackendID
-	updated int64 // state.UpdatedAt in Unix nanoseconds; 0 for never
 	load    *inflight
+	updated int64 // state.UpdatedAt in Unix nanoseconds; 0 for never
 	index   int64 // prefix index id; -1 when there is no index
+	id      BackendID
+	state   BackendState
 }
 
 // inflight holds one backend's router-side counters. Padded to a cache line so that picks on

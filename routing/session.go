@@ -190,24 +190,31 @@ type SessionAwareOptions struct {
 }
 
 // SessionAware is usher's session-aware placement scorer, from production studies of coding
-// agents, where most reusable KV cache is within a session:
+// agents, where most reusable KV cache is within a session. With L a candidate's load (below),
+// balance(c) = 1 − L(c)/(max L + 1) and overloaded(c) ⇔ L(c) > Overload · (mean L + 1):
 //
 //   - A session's first turn, and any turn whose history is gone, is placed for balance:
-//     score = (max L − L) / (max L − min L) (1 for all when equal), with no regard to prefix
-//     matches. A shared opening prompt (the same system instructions for everyone) is cached on
-//     whichever servers saw it first; scoring it would pull every new session onto them.
+//     score = balance, with no regard to prefix matches. A shared opening prompt (the same
+//     system instructions for everyone) is cached on whichever servers saw it first; scoring it
+//     would pull every new session onto them.
 //   - A later turn stays where its history is cached: the home backend scores 1 and every other
-//     candidate half its balance score, unless the home is overloaded,
-//     L(home) > Overload · (mean L + 1), or evicted, MatchedBlocks(home) < KeptFraction · the
-//     blocks of the previous turn (checked only when the Router has a prefix index). Then the turn is placed for balance and the new backend
-//     becomes home.
-//   - A request without a session scores (balance + MatchedBlocks/len(Chain)) / 2: prefix reuse
-//     and balance in equal parts.
+//     candidate balance/2 — unless the home is overloaded, or its history was evicted
+//     (MatchedBlocks(home) < KeptFraction · the blocks of the previous turn; checked only when
+//     the Router has a prefix index). Then the turn is placed for balance, the new backend
+//     becomes home, and Moved counts it.
+//   - A request without a session scores (MatchedBlocks/len(Chain) + balance)/2, or balance/4
+//     when the candidate is overloaded: prefix reuse and balance in equal parts, never onto a
+//     server already carrying twice its share.
 //
-// L is a candidate's load: the larger of the router's in-flight requests and the server's
-// queued + running requests when those are fresh (the router's own counter is never stale, so a
-// missing or stale metric falls back to it instead of being read as zero). O(n) per pick, O(1)
-// to learn; no allocation; safe for concurrent use.
+// balance is relative to the busiest candidate rather than min-max normalised, so one request
+// more or less moves it by 1/(max L + 1), not from 1 to 0: a prefix match can outweigh a small
+// load difference but not a large one. The "+ 1" in both formulas keeps a nearly idle pool from
+// treating 1 request against 0 as overload.
+//
+// L is the larger of the router's in-flight requests and the server's queued + running requests
+// when those are fresh (the router's own counter is never stale, so a missing or stale metric
+// falls back to it instead of being read as zero). O(n) per pick, O(1) to learn; no allocation;
+// safe for concurrent use.
 type SessionAware struct {
 	t        *sessionTable
 	overload float64
@@ -252,14 +259,14 @@ func load(c *Candidate) float64 {
 
 // Score implements Scorer.
 func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
-	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	hi, sum := 0.0, 0.0
 	for i := range cands {
 		l := load(&cands[i])
 		dst[i] = l // raw load; turned into a score below
-		lo, hi = min(lo, l), max(hi, l)
+		hi = max(hi, l)
 		sum += l
 	}
-	mean := sum / float64(len(cands))
+	limit := s.overload * (sum/float64(len(cands)) + 1)
 	home := -1
 	if req.Session != "" {
 		if id, blocks, ok := s.t.lookup(s.t.hash(req.Session), nowOf(req, cands)); ok {
@@ -267,7 +274,7 @@ func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 				if cands[i].ID != id {
 					continue
 				}
-				overloaded := dst[i] > s.overload*(mean+1)
+				overloaded := dst[i] > limit
 				evicted := !s.noEvict && req.indexed && blocks > 0 && len(req.Chain) > 0 &&
 					float64(cands[i].MatchedBlocks) < s.kept*float64(min(blocks, len(req.Chain)))
 				if overloaded || evicted {
@@ -279,18 +286,19 @@ func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 			}
 		}
 	}
+	n := float64(len(req.Chain))
 	for i := range cands {
-		b := 1.0
-		if hi > lo {
-			b = (hi - dst[i]) / (hi - lo)
-		}
+		l := dst[i]
+		b := 1 - l/(hi+1)
 		switch {
 		case home >= 0 && i == home:
 			dst[i] = 1
 		case home >= 0:
 			dst[i] = b / 2
-		case req.Session == "" && len(req.Chain) > 0:
-			dst[i] = (b + float64(min(cands[i].MatchedBlocks, len(req.Chain)))/float64(len(req.Chain))) / 2
+		case req.Session == "" && n > 0 && l > limit:
+			dst[i] = b / 4
+		case req.Session == "" && n > 0:
+			dst[i] = (float64(min(cands[i].MatchedBlocks, len(req.Chain)))/n + b) / 2
 		default:
 			dst[i] = b
 		}

@@ -215,17 +215,26 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 }
 
 // A sessionless request weighs prefix and balance equally.
-func TestSessionAwareSessionless(t *testing.T) {
+func TestSessionAwareScores(t *testing.T) {
 	sa := NewSessionAware(SessionAwareOptions{})
 	req := &Request{Chain: chain(4)}
-	// loads 0, 2, 4 → balance 1, 0.5, 0; ratios 0, 1, 0.5.
-	got := score(sa, req, cands(cand{inflight: 0}, cand{inflight: 2, matched: 4}, cand{inflight: 4, matched: 2}))
-	checkScores(t, "sessionless", got, []float64{0.5, 0.75, 0.25})
+	// loads 0, 2, 4: balance 1 − L/5 = 1, 0.6, 0.2; limit 2·(2+1) = 6, nobody overloaded;
+	// ratios 0, 1, 0.5.
+	three := func() []Candidate {
+		return cands(cand{inflight: 0}, cand{inflight: 2, matched: 4}, cand{inflight: 4, matched: 2})
+	}
+	checkScores(t, "sessionless", score(sa, req, three()), []float64{0.5, 0.8, 0.35})
 	// First turn (unknown session): balance only, the prefix ignored.
 	req.Session = "new"
-	got = score(sa, req, cands(cand{inflight: 0}, cand{inflight: 2, matched: 4}, cand{inflight: 4, matched: 2}))
-	checkScores(t, "first turn", got, []float64{1, 0.5, 0})
-	// Stale polled load falls back to the router's own count, not to zero.
+	checkScores(t, "first turn", score(sa, req, three()), []float64{1, 0.6, 0.2})
+	// Sessionless with an overloaded candidate: loads 0, 0, 0, 12: mean 3, limit 8; balance
+	// 1, 1, 1, 1 − 12/13; the full match on the overloaded one counts for nothing.
+	got := score(sa, &Request{Chain: chain(4)}, cands(cand{}, cand{matched: 2}, cand{}, cand{inflight: 12, matched: 4}))
+	checkScores(t, "sessionless overloaded", got, []float64{0.5, 0.75, 0.5, (1.0 / 13) / 4})
+	// Stale polled load falls back to the router's own count, not to zero: loads 1, 3.
 	got = score(sa, &Request{Session: "x"}, cands(cand{inflight: 1, queued: 50, known: QR, stale: true}, cand{inflight: 3}))
-	checkScores(t, "stale load", got, []float64{1, 0})
+	checkScores(t, "stale load", got, []float64{0.75, 0.25})
+	// Fresh polled load counts when larger: queued 5 + running 1 = 6 against in-flight 1.
+	got = score(sa, &Request{Session: "x"}, cands(cand{inflight: 1, queued: 5, running: 1, known: QR}, cand{inflight: 3}))
+	checkScores(t, "polled load", got, []float64{1 - 6.0/7, 1 - 3.0/7})
 }
