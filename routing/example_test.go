@@ -178,3 +178,76 @@ func ExampleProfile() {
 	// least-request                 filters 1, scorers 1
 	// usher                         filters 1, scorers 3
 }
+
+// New sessions that share a long system prompt spread over the fleet instead of piling onto
+// the server that cached the prompt first; each session's next turn returns to its server.
+func ExampleSessionAware() {
+	ix, _ := prefixcache.New(prefixcache.Options{})
+	now := time.Unix(1_700_000_000, 0)
+	r, _ := routing.New(routing.Options{
+		Profile: routing.Profile{Scorers: []routing.Weighted{
+			{Scorer: routing.NewSessionAware(routing.SessionAwareOptions{}), Weight: 1},
+		}},
+		Index: ix,
+		Now:   func() time.Time { return now },
+		Seed:  3,
+	})
+	var states []routing.BackendState
+	for _, name := range []string{"gpu-0", "gpu-1", "gpu-2"} {
+		states = append(states, routing.BackendState{Name: name, UpdatedAt: now})
+	}
+	_ = r.Update(states)
+
+	system := []prefixcache.BlockHash{1, 2, 3, 4, 5, 6} // the shared instructions
+	warm, _ := ix.AddBackend("gpu-0", 0)
+	_ = ix.Insert(warm, system)
+
+	turn := func(session string, extra ...prefixcache.BlockHash) routing.Result {
+		p, _ := r.Pick(&routing.Request{Session: session, Chain: append(append([]prefixcache.BlockHash{}, system...), extra...)})
+		return p
+	}
+	var first []routing.Result
+	for i, s := range []string{"ann", "bob", "cat"} {
+		p := turn(s, prefixcache.BlockHash(100+i))
+		fmt.Printf("%s turn 1 → %s\n", s, p.Backend.Name)
+		first = append(first, p)
+	}
+	for _, p := range first {
+		p.Done(routing.DoneInfo{}) // success: the turn's blocks are now cached there
+	}
+	p := turn("bob", 101, 200)
+	fmt.Printf("bob turn 2 → %s (%d blocks cached)\n", p.Backend.Name, p.MatchedBlocks)
+	p.Done(routing.DoneInfo{})
+	// Output:
+	// ann turn 1 → gpu-0
+	// bob turn 1 → gpu-1
+	// cat turn 1 → gpu-2
+	// bob turn 2 → gpu-1 (7 blocks cached)
+}
+
+// A backend whose metrics stopped arriving is routed around while fresh ones exist; its
+// stale numbers are never read as an idle server.
+func ExampleHealthFilter() {
+	now := time.Unix(1_700_000_000, 0)
+	health := routing.NewHealthFilter()
+	r, _ := routing.New(routing.Options{
+		Profile: routing.Profile{
+			Filters: []routing.Filter{health},
+			Scorers: []routing.Weighted{{Scorer: routing.QueueDepth(), Weight: 1}},
+		},
+		Now: func() time.Time { return now },
+	})
+	_ = r.Update([]routing.BackendState{
+		// Its last scrape said "idle", 30 s ago.
+		{Name: "silent", Known: routing.SignalQueued, Queued: 0, UpdatedAt: now.Add(-30 * time.Second)},
+		{Name: "busy", Known: routing.SignalQueued, Queued: 9, UpdatedAt: now},
+		{Name: "down", Health: routing.Unhealthy, Known: routing.SignalQueued, UpdatedAt: now},
+	})
+	p, _ := r.Pick(&routing.Request{})
+	fmt.Println("picked:", p.Backend.Name)
+	p.Done(routing.DoneInfo{})
+	fmt.Println("stale candidates seen:", r.Stats().StaleCandidates)
+	// Output:
+	// picked: busy
+	// stale candidates seen: 1
+}
