@@ -269,7 +269,7 @@ func TestDoneMisuse(t *testing.T) {
 }
 
 func TestTryAdmit(t *testing.T) {
-	q, _, _ := newQueue(t, flowcontrol.Options{Bands: 2, Gate: &flowcontrol.ConcurrencyLimit{Limit: 2}})
+	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 2, Gate: &flowcontrol.ConcurrencyLimit{Limit: 2}})
 	a, err := q.TryAdmit(flowcontrol.Request{Band: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -278,37 +278,46 @@ func TestTryAdmit(t *testing.T) {
 	if _, err := q.TryAdmit(flowcontrol.Request{Band: 0}); !errors.Is(err, flowcontrol.ErrWouldWait) || flowcontrol.HTTPStatus(err) != 429 {
 		t.Fatalf("TryAdmit at the limit = %v, want ErrWouldWait (429)", err)
 	}
-	if s := q.Stats(); s.Queued != 0 || s.RejectedCapacity != 1 {
-		t.Fatalf("stats %+v: TryAdmit must not queue", s)
+	if s := q.Stats(); s.Queued != 0 || s.RejectedCapacity != 1 || s.Flows != 1 {
+		t.Fatalf("stats %+v: a refused TryAdmit must not queue", s)
 	}
-	q.Enqueue(flowcontrol.Request{Band: 0})
+	q.Enqueue(flowcontrol.Request{Band: 0, Value: "queued"})
 	a.Done(flowcontrol.Usage{}) // dispatches the queued band-0 request
+	if !rec.ticket("queued").Valid() {
+		t.Fatal("queued request not dispatched by the completion")
+	}
 	if _, err := q.TryAdmit(flowcontrol.Request{Band: 1}); !errors.Is(err, flowcontrol.ErrWouldWait) {
 		t.Fatalf("TryAdmit = %v, want ErrWouldWait", err)
 	}
 	b.Done(flowcontrol.Usage{})
-	q.Enqueue(flowcontrol.Request{Band: 0, Value: "waits"})
-	// A free slot, but a band-0 request... was just dispatched; nothing waits now.
-	if s := q.Stats(); s.Queued != 0 {
-		t.Fatalf("stats %+v, want nothing queued", s)
+	c, err := q.TryAdmit(flowcontrol.Request{Band: 1})
+	if err != nil {
+		t.Fatalf("TryAdmit with a free slot = %v", err)
+	}
+	c.Done(flowcontrol.Usage{})
+	rec.ticket("queued").Done(flowcontrol.Usage{})
+	if s := q.Stats(); s.Dispatched != 4 || s.Completed != 4 || s.RejectedCapacity != 2 || s.Flows != 0 {
+		t.Errorf("stats %+v", s)
 	}
 }
 
 func TestTryAdmitRespectsWaiters(t *testing.T) {
-	closed := true
-	gate := flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return !closed })
+	// Band 0 is held back by its gate; band 1 is open.
+	band0Open := false
+	gate := flowcontrol.GateFunc(func(r *flowcontrol.Request, _ flowcontrol.Load) bool { return r.Band == 1 || band0Open })
 	q, _, _ := newQueue(t, flowcontrol.Options{Bands: 2, Gate: gate})
-	q.Enqueue(flowcontrol.Request{Band: 1})
-	closed = false
-	// The gate is open now but nobody told the queue: the waiting band-1 request is first.
-	if _, err := q.TryAdmit(flowcontrol.Request{Band: 1}); err != nil {
-		t.Fatalf("TryAdmit = %v: TryAdmit processes the queue first, so the waiter goes and then this one", err)
+	q.Enqueue(flowcontrol.Request{Band: 0, Value: "held"})
+	if _, err := q.TryAdmit(flowcontrol.Request{Band: 0}); !errors.Is(err, flowcontrol.ErrWouldWait) {
+		t.Fatalf("TryAdmit behind a waiter of its band = %v, want ErrWouldWait", err)
 	}
-	closed = true
-	q.Enqueue(flowcontrol.Request{Band: 1})
-	closed = false
+	tk, err := q.TryAdmit(flowcontrol.Request{Band: 1})
+	if err != nil {
+		t.Fatalf("TryAdmit band 1 = %v; a higher band held by its own gate must not block it", err)
+	}
+	tk.Done(flowcontrol.Usage{})
+	band0Open = true
 	if _, err := q.TryAdmit(flowcontrol.Request{Band: 0}); err != nil {
-		t.Fatalf("TryAdmit band 0 = %v; a lower band's waiter must not block it", err)
+		t.Fatalf("TryAdmit = %v: TryAdmit brings the queue up to date first, so the waiter goes and then this one", err)
 	}
 }
 

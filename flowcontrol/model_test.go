@@ -133,7 +133,7 @@ func (m *model) enqueue(r mreq) flowcontrol.Outcome {
 func (m *model) tryAdmit(r mreq) {
 	m.run()
 	if !m.closed {
-		n, _ := m.count(func(x mreq) bool { return x.band <= r.band })
+		n, _ := m.count(func(x mreq) bool { return x.band == r.band })
 		if n > 0 || !m.gateOpen() {
 			m.events = append(m.events, event{r.id, flowcontrol.RejectedCapacity})
 			return

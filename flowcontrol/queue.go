@@ -365,9 +365,12 @@ func (q *Queue) wait(ctx context.Context, w *waiter, d time.Duration) (Ticket, e
 }
 
 // TryAdmit is Admit's non-blocking twin: it dispatches r at once if capacity and the gate
-// allow it and nothing of the same or a higher band is waiting, and otherwise returns
-// ErrWouldWait (outcome RejectedCapacity) without changing the queue. The policy sees the
-// request enqueued and dispatched. O(log n); allocation-free in steady state.
+// allow it and no request of r's band is waiting (those would go first, or at least
+// deserve to: like a semaphore's TryAcquire, TryAdmit does not overtake waiters), and
+// otherwise returns ErrWouldWait (outcome RejectedCapacity) without changing the queue.
+// Waiters in higher bands do not stop it: after the queue has been brought up to date they
+// are held back by the gate for their own band. The policy sees the request enqueued and
+// dispatched. O(log n); allocation-free in steady state.
 func (q *Queue) TryAdmit(r Request) (Ticket, error) {
 	q.mu.Lock()
 	now := q.clock.Now()
@@ -405,13 +408,11 @@ func (q *Queue) TryAdmit(r Request) (Ticket, error) {
 	return t, nil
 }
 
-// wouldDispatchLocked reports whether a request of r's band would be dispatched right now:
-// nothing waits in its band or a higher one and the gate is open.
+// wouldDispatchLocked reports whether r would be dispatched right now: nothing waits in
+// its band and the gate is open for it.
 func (q *Queue) wouldDispatchLocked(r *Request) bool {
-	for b := 0; b <= r.Band; b++ {
-		if q.bands[b].queued > 0 {
-			return false
-		}
+	if q.bands[r.Band].queued > 0 {
+		return false
 	}
 	return q.gate == nil || q.gate.Open(r, Load{InFlight: q.inFlight, BandInFlight: q.bands[r.Band].inFlight})
 }
