@@ -77,7 +77,9 @@ type Weighted struct {
 }
 
 // Profile is a complete routing configuration: filters applied in order, weighted scorers, and
-// a picker. The combined score of a candidate is Σ Weight_i · clamp(score_i, 0, 1): weights are
+// a picker. Some filters, scorers and pickers keep state (session tables, counters, a
+// round-robin cursor); a Profile value shares them with every Router built from it, so build a
+// fresh Profile per Router (the constructors below do) unless sharing is meant. The combined score of a candidate is Σ Weight_i · clamp(score_i, 0, 1): weights are
 // not normalised (as in llm-d), so a weight of 3 beside two weights of 2 is exactly 3/7 of the
 // range. A nil Picker means MaxScore.
 type Profile struct {

@@ -98,7 +98,9 @@ func (s Signal) Has(want Signal) bool { return s&want == want }
 // and all of them only while UpdatedAt is recent (Options.StaleAfter). A signal that is missing
 // or stale is neither treated as zero nor as infinite load: each filter and scorer documents what
 // it does with it (the built-in load scorers impute the mean of the candidates that have it, and
-// count that in Stats.Imputed).
+// count candidates with stale signals in Stats.StaleCandidates).
+//
+// A BackendState is a plain value: copy it freely; the router never retains the caller's copy.
 type BackendState struct {
 	// Name identifies the backend (for example its address). It must be non-empty and unique
 	// within an update; it is also the name the prefix index knows the backend by, and the key
@@ -169,8 +171,8 @@ type InFlight struct {
 }
 
 // Candidate is one eligible backend as filters, scorers and pickers see it during one Pick.
-// Candidates live in a scratch buffer owned by the router: a Scorer may read them during its call
-// and must not keep pointers to them.
+// Candidates live in a scratch buffer owned by the pick: a Scorer may read them during its call
+// and must not keep pointers to them. Only the goroutine running the pick touches them.
 type Candidate struct {
 	// State is the backend's published state. It is immutable: never write through it.
 	State *BackendState
@@ -206,8 +208,10 @@ func (c *Candidate) Has(want Signal) bool { return c.Fresh.Has(want) }
 // across updates for the lifetime of the Router. Ids are small and dense, starting at 0.
 type BackendID uint32
 
-// Request is what Pick needs to know about one request. It is passed by pointer and read during
-// Pick only; Pick copies what it keeps. Fields can be added later without breaking callers.
+// Request is what Pick needs to know about one request. It is passed by pointer and only read,
+// during Pick; Pick copies what it keeps (the chain, when there is a prefix index), so the caller
+// may reuse it as soon as Pick returns, and may share one Request between concurrent picks.
+// Fields can be added later without breaking callers.
 type Request struct {
 	// Chain is the prompt's chained block hashes, computed once by the caller (see
 	// prefixcache). Empty means no prefix information.
