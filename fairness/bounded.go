@@ -1,0 +1,239 @@
+package fairness
+
+import (
+	"math"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+// UrgentTier is the Key.Tier of a flow that BoundedWait has promoted: below every tier an
+// inner policy uses (inner policies must not use math.MinInt64 themselves).
+const UrgentTier = math.MinInt64
+
+// BoundedWaitOptions configures BoundedWait.
+type BoundedWaitOptions struct {
+	// Wait is W, the wait the policy bounds; required, > 0, and below the queue's TTL
+	// (otherwise requests expire before the bound applies).
+	Wait time.Duration
+	// Headroom is how long before W a request is promoted: promotion happens at age
+	// Wait − Headroom, leaving Headroom for the gate to admit it. 0 ≤ Headroom < Wait;
+	// zero promotes at W itself (then W bounds the wait until promotion, not until dispatch).
+	Headroom time.Duration
+	// Inner orders the flows that are not urgent; nil means llm-d's turn-priority with its
+	// defaults. It must not be a FlowPicker.
+	Inner flowcontrol.Policy
+	// FirstTurnShare, in [0, 1), reserves that share of the dispatches for first turns —
+	// flows with no dispatch in their remembered history — while any are waiting. Zero
+	// reserves nothing.
+	FirstTurnShare float64
+	// FirstTurnMemory bounds the history that decides what a first turn is; its Forget
+	// defaults to 120 s (llm-d's turn reset): a flow idle longer starts at its first turn
+	// again.
+	FirstTurnMemory Memory
+}
+
+// BoundedWait is usher's answer to the newcomer question. It wraps any keyed policy
+// (turn-priority by default) and bounds how long a request can wait: a request that has
+// waited Wait − Headroom is promoted to an urgent tier, ahead of all other work of its
+// band, where requests are served earliest-deadline first. Optionally it reserves a share
+// of dispatches for first turns while any are waiting. Within a flow requests go in arrival
+// order, so a flow's head is always its oldest request and the first to be promoted (the
+// inner policy's own item order is not used; inner policies whose flow key is their head's
+// item key, such as EDF, then order flows by head arrival).
+//
+// # Guarantee
+//
+// Let P = Wait − Headroom. Once a request r has waited P, no request that is not urgent is
+// dispatched before it, and urgent requests go by deadline. So r is dispatched within
+//
+//	P + the time the gate takes to admit the urgent requests with earlier deadlines
+//	    waiting at r's promotion or promoted before r's dispatch, and then r
+//
+// provided the gate keeps admitting work (capacity keeps completing). With a uniform TTL
+// deadlines follow arrival, so the urgent tier is FCFS and "ahead of r" means older than r.
+// If the gate admits a request at least every δ and requests reach age P at a rate below
+// 1/δ, the urgent backlog ahead of r stays at most the number promoted within one δ, and
+// every wait is at most P + (that backlog + 1)·δ: set Headroom to cover it and no request
+// waits longer than Wait, and none is shed if Wait < TTL. TestBoundedWaitNewcomers measures
+// it (max newcomer wait and no sheds where llm-d's turn-priority sheds them all). If
+// requests reach age P faster than capacity serves them (overload), the urgent tier is FCFS
+// and the excess expires at its TTL, as under any policy; BoundedWait then guarantees only
+// that the order among the overdue is by deadline.
+//
+// With FirstTurnShare = s > 0, urgent requests still go first; otherwise, while first
+// turns are waiting, at least a share s of dispatches (one in every ⌈1/s⌉ as credit
+// accrues) goes to the best first-turn flow in the inner order.
+//
+// # Cost to deep sessions
+//
+// Deep sessions give up exactly the dispatches taken by promoted requests and reserved
+// first turns: with newcomers arriving at rate λ that would otherwise starve, they lose λ
+// dispatches per second (plus the reserved share while first turns wait), and nothing when
+// nobody waits P. The scenario tests report deep-session throughput for both policies.
+//
+// # Mechanics
+//
+// BoundedWait is a FlowPicker that keeps the band's order itself, from the inner policy's
+// keys, so that the first-turn share can see the whole band; promotion is a key validity
+// limit (the inner key is valid until the head reaches age P). O(log flows) per event and
+// dispatch, allocation-free in steady state. FlowKey gives the same keys for use inside a
+// Hierarchy (without the first-turn share). A BoundedWait serves one queue; it is not safe
+// for concurrent use except through the queue.
+type BoundedWait struct {
+	inner   flowcontrol.Policy
+	promote int64 // Wait − Headroom, ns
+	share   float64
+
+	hist  table[bwState]
+	nodes map[flowRef]*node
+	bands []bwBand
+	rekey untilHeap
+	pool  nodePool
+	seq   uint64
+}
+
+type bwState struct{ dispatched int64 }
+
+type bwBand struct {
+	all    nodeHeap // every non-empty flow (slot 0)
+	first  nodeHeap // non-empty flows at their first turn (slot 1)
+	credit float64
+}
+
+var (
+	_ flowcontrol.Policy     = (*BoundedWait)(nil)
+	_ flowcontrol.FlowPicker = (*BoundedWait)(nil)
+)
+
+// NewBoundedWait returns a bounded-wait policy, or an error wrapping ErrInvalidOptions.
+func NewBoundedWait(o BoundedWaitOptions) (*BoundedWait, error) {
+	if o.Wait <= 0 {
+		return nil, invalid("BoundedWait needs Wait > 0")
+	}
+	if o.Headroom < 0 || o.Headroom >= o.Wait {
+		return nil, invalid("BoundedWait Headroom %v not in [0, Wait)", o.Headroom)
+	}
+	if !(o.FirstTurnShare >= 0 && o.FirstTurnShare < 1) {
+		return nil, invalid("BoundedWait FirstTurnShare %v not in [0, 1)", o.FirstTurnShare)
+	}
+	if o.Inner == nil {
+		tp, _ := NewTurnPriority(TurnPriorityOptions{})
+		o.Inner = tp
+	}
+	if _, ok := o.Inner.(flowcontrol.FlowPicker); ok {
+		return nil, invalid("BoundedWait cannot wrap a FlowPicker (%T)", o.Inner)
+	}
+	m, err := o.FirstTurnMemory.resolve(120 * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &BoundedWait{
+		inner: o.Inner, promote: int64(o.Wait - o.Headroom), share: o.FirstTurnShare,
+		hist: newTable[bwState](m.MaxIdle, m.Forget), nodes: make(map[flowRef]*node),
+	}, nil
+}
+
+// ItemKey orders a flow's requests by arrival (the inner policy's ItemKey is called for
+// its bookkeeping and its result not used). O(1) plus the inner call.
+func (p *BoundedWait) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+	p.inner.ItemKey(r, f, now)
+	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
+}
+
+// FlowKey is the inner policy's key until the head has waited Wait − Headroom, then
+// {UrgentTier, head deadline}. O(1) plus the inner call.
+func (p *BoundedWait) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+	at := f.Head.Arrival.UnixNano() + p.promote
+	if now.UnixNano() >= at {
+		return flowcontrol.Key{Tier: UrgentTier, Tie: f.Head.Deadline.UnixNano()}, time.Time{}
+	}
+	k, until := p.inner.FlowKey(f, now)
+	if until.IsZero() || until.UnixNano() > at {
+		until = time.Unix(0, at)
+	}
+	return k, until
+}
+
+func (p *BoundedWait) band(b int) *bwBand {
+	for len(p.bands) <= b {
+		p.bands = append(p.bands, bwBand{first: nodeHeap{slot: 1}})
+	}
+	return &p.bands[b]
+}
+
+// Observe passes the event to the inner policy, counts first turns and keeps the band's
+// order. O(log flows) amortised.
+func (p *BoundedWait) Observe(e *flowcontrol.Event) {
+	p.inner.Observe(e)
+	f := e.Flow
+	r := refOf(f)
+	h := p.hist.use(r)
+	bd := p.band(f.Band)
+	n := p.nodes[r]
+	if e.Kind == flowcontrol.EventDispatch {
+		if p.share > 0 && bd.first.len() > 0 {
+			bd.credit = min(bd.credit+p.share, 1)
+		}
+		if n != nil && n.first {
+			bd.credit = max(bd.credit-1, 0)
+		}
+		h.dispatched++
+	}
+	switch {
+	case f.Queued == 0 && n != nil:
+		bd.all.remove(n)
+		bd.first.remove(n)
+		p.rekey.remove(n)
+		delete(p.nodes, r)
+		p.pool.put(n)
+	case f.Queued > 0:
+		if n == nil {
+			n = p.pool.get()
+			n.seq = p.seq
+			p.seq++
+			p.nodes[r] = n
+		}
+		n.st = *f
+		n.first = h.dispatched == 0
+		p.keyNode(n, bd, e.Now)
+	}
+	p.hist.settle(f, e.Now.UnixNano())
+}
+
+func (p *BoundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
+	k, until := p.FlowKey(&n.st, now)
+	n.key = sanitizeKey(k)
+	var u int64
+	if !until.IsZero() && until.After(now) {
+		u = until.UnixNano()
+	}
+	p.rekey.set(n, u)
+	bd.all.fix(n)
+	if n.first {
+		bd.first.fix(n)
+	} else {
+		bd.first.remove(n)
+	}
+}
+
+// PickFlow re-keys the flows whose keys expired, then returns the urgent flow with the
+// earliest deadline, else (when the first-turn credit is due) the best first-turn flow,
+// else the best flow by the inner policy. O(log flows) per re-keyed flow, O(1) otherwise.
+func (p *BoundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+	ns := now.UnixNano()
+	for len(p.rekey) > 0 && p.rekey[0].until <= ns {
+		n := p.rekey[0]
+		p.rekey.remove(n)
+		p.keyNode(n, p.band(n.st.Band), now)
+	}
+	bd := p.band(band)
+	if bd.all.len() == 0 {
+		return "", false
+	}
+	top := bd.all.top()
+	if p.share > 0 && top.key.Tier != UrgentTier && !top.first && bd.credit >= 1 && bd.first.len() > 0 {
+		top = bd.first.top()
+	}
+	return top.st.ID, true
+}

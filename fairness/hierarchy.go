@@ -1,0 +1,239 @@
+package fairness
+
+import (
+	"strings"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+// HierarchyOptions configures Hierarchy.
+type HierarchyOptions struct {
+	// Tenants orders tenants; nil means VTC with its defaults. It sees each tenant as one
+	// flow whose id is the tenant id, whose Queued, QueuedBytes and InFlight are the sums
+	// over the tenant's sessions and whose head is the head of the tenant's next session;
+	// it is told every event of every session, with that tenant flow as Event.Flow. Its
+	// ItemKey result is not used. It must not be a FlowPicker.
+	Tenants flowcontrol.Policy
+	// Sessions orders the flows (sessions) within one tenant, and the requests within a
+	// flow; nil means llm-d's turn-priority with its defaults. It must not be a FlowPicker.
+	// It must not be the same instance as Tenants.
+	Sessions flowcontrol.Policy
+	// Tenant maps a flow id to its tenant id; nil means the part before the first "/"
+	// (the whole id if there is none): flow "acme/chat-42" belongs to tenant "acme".
+	Tenant func(id flowcontrol.FlowID) flowcontrol.FlowID
+}
+
+// Hierarchy is two-level fairness: first between tenants, by the Tenants policy, then among
+// the chosen tenant's sessions, by the Sessions policy — for example VTC across tenants so
+// that a tenant with many sessions cannot crowd out a tenant with few, and turn-priority (or
+// BoundedWait) across one tenant's sessions. The queue's flows are the sessions; flow ids
+// carry the tenant (see HierarchyOptions.Tenant). Within each level the inner policy's
+// promise holds among the competitors of that level.
+//
+// Both levels are ordered by their policies' keys in heaps that Hierarchy maintains from
+// the queue's events (it is a FlowPicker, because a tenant's key depends on the events of
+// all its sessions, which the queue would not re-key). O(log tenants + log sessions of the
+// tenant) per event and dispatch, allocation-free in steady state. Hierarchy keeps a record
+// per tenant and per session only while they have work queued or in flight; the level
+// policies keep their own bounded history.
+//
+// A Hierarchy serves one queue; it is not safe for concurrent use except through the queue.
+type Hierarchy struct {
+	tenants  flowcontrol.Policy
+	sessions flowcontrol.Policy
+	tenantOf func(flowcontrol.FlowID) flowcontrol.FlowID
+
+	nodes   map[flowRef]*node // sessions with requests queued
+	tnodes  map[flowRef]*node // tenants with requests queued or in flight
+	bands   []nodeHeap        // per band, tenants with requests queued
+	rekey   untilHeap
+	pool    nodePool
+	seq     uint64
+	scratch flowcontrol.Event
+}
+
+var (
+	_ flowcontrol.Policy     = (*Hierarchy)(nil)
+	_ flowcontrol.FlowPicker = (*Hierarchy)(nil)
+)
+
+// TenantBeforeSlash is the default HierarchyOptions.Tenant: the part of id before its first
+// "/", or id itself.
+func TenantBeforeSlash(id flowcontrol.FlowID) flowcontrol.FlowID {
+	t, _, _ := strings.Cut(string(id), "/")
+	return flowcontrol.FlowID(t)
+}
+
+// NewHierarchy returns a two-level policy, or an error wrapping ErrInvalidOptions.
+func NewHierarchy(o HierarchyOptions) (*Hierarchy, error) {
+	if o.Tenants == nil {
+		v, _ := NewVTC(VTCOptions{})
+		o.Tenants = v
+	}
+	if o.Sessions == nil {
+		tp, _ := NewTurnPriority(TurnPriorityOptions{})
+		o.Sessions = tp
+	}
+	if o.Tenants == o.Sessions {
+		return nil, invalid("Hierarchy needs distinct Tenants and Sessions policy instances")
+	}
+	for _, p := range []flowcontrol.Policy{o.Tenants, o.Sessions} {
+		if _, ok := p.(flowcontrol.FlowPicker); ok {
+			return nil, invalid("Hierarchy level policy %T is a FlowPicker", p)
+		}
+	}
+	if o.Tenant == nil {
+		o.Tenant = TenantBeforeSlash
+	}
+	return &Hierarchy{
+		tenants: o.Tenants, sessions: o.Sessions, tenantOf: o.Tenant,
+		nodes: make(map[flowRef]*node), tnodes: make(map[flowRef]*node),
+	}, nil
+}
+
+// ItemKey is the Sessions policy's item key. O(1) plus the level policies' calls.
+func (p *Hierarchy) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+	t := p.tenant(f.ID, f.Band)
+	p.tenants.ItemKey(r, &t.st, now)
+	return p.sessions.ItemKey(r, f, now)
+}
+
+// FlowKey is the Sessions policy's flow key (the queue does not call it; Hierarchy picks
+// flows itself). O(1) plus the Sessions call.
+func (p *Hierarchy) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+	return p.sessions.FlowKey(f, now)
+}
+
+// tenant returns the record of f's tenant, creating it.
+func (p *Hierarchy) tenant(id flowcontrol.FlowID, band int) *node {
+	r := flowRef{p.tenantOf(id), band}
+	t := p.tnodes[r]
+	if t == nil {
+		t = p.pool.get()
+		t.st.ID, t.st.Band = r.id, band
+		t.seq = p.seq
+		p.seq++
+		p.tnodes[r] = t
+	}
+	return t
+}
+
+func (p *Hierarchy) band(b int) *nodeHeap {
+	for len(p.bands) <= b {
+		p.bands = append(p.bands, nodeHeap{})
+	}
+	return &p.bands[b]
+}
+
+// Observe updates both levels. O(log tenants + log sessions) amortised.
+func (p *Hierarchy) Observe(e *flowcontrol.Event) {
+	p.sessions.Observe(e)
+	f := e.Flow
+	t := p.tenant(f.ID, f.Band)
+	ts := &t.st
+	switch e.Kind {
+	case flowcontrol.EventEnqueue:
+		ts.Queued++
+		ts.QueuedBytes += e.Request.Bytes
+	case flowcontrol.EventDispatch:
+		ts.Queued--
+		ts.QueuedBytes -= e.Request.Bytes
+		ts.InFlight++
+	case flowcontrol.EventExpire, flowcontrol.EventCancel, flowcontrol.EventClose:
+		ts.Queued--
+		ts.QueuedBytes -= e.Request.Bytes
+	case flowcontrol.EventDone:
+		ts.InFlight--
+	}
+	r := refOf(f)
+	n := p.nodes[r]
+	switch {
+	case f.Queued == 0 && n != nil:
+		t.kids.remove(n)
+		p.rekey.remove(n)
+		delete(p.nodes, r)
+		p.pool.put(n)
+	case f.Queued > 0:
+		if n == nil {
+			n = p.pool.get()
+			n.parent = t
+			n.seq = p.seq
+			p.seq++
+			p.nodes[r] = n
+		}
+		n.st = *f
+		p.keySession(n, e.Now)
+	}
+	p.setHead(t)
+	p.scratch = *e
+	p.scratch.Flow = ts
+	p.tenants.Observe(&p.scratch)
+	p.scratch = flowcontrol.Event{}
+	p.keyTenant(t, e.Now)
+}
+
+func (p *Hierarchy) setHead(t *node) {
+	if t.kids.len() == 0 {
+		t.st.Head, t.st.HeadKey = nil, flowcontrol.Key{}
+		return
+	}
+	k := t.kids.top()
+	t.st.Head, t.st.HeadKey = k.st.Head, k.st.HeadKey
+}
+
+func untilNs(until, now time.Time) int64 {
+	if until.IsZero() || !until.After(now) {
+		return 0
+	}
+	return until.UnixNano()
+}
+
+func (p *Hierarchy) keySession(n *node, now time.Time) {
+	k, until := p.sessions.FlowKey(&n.st, now)
+	n.key = sanitizeKey(k)
+	p.rekey.set(n, untilNs(until, now))
+	n.parent.kids.fix(n)
+}
+
+// keyTenant places t in its band's order, or takes it out (and forgets it) when it has
+// nothing queued.
+func (p *Hierarchy) keyTenant(t *node, now time.Time) {
+	bh := p.band(t.st.Band)
+	if t.st.Queued == 0 {
+		bh.remove(t)
+		p.rekey.remove(t)
+		if t.st.InFlight == 0 {
+			delete(p.tnodes, flowRef{t.st.ID, t.st.Band})
+			p.pool.put(t)
+		}
+		return
+	}
+	k, until := p.tenants.FlowKey(&t.st, now)
+	t.key = sanitizeKey(k)
+	p.rekey.set(t, untilNs(until, now))
+	bh.fix(t)
+}
+
+// PickFlow re-keys what expired, then returns the best session of the best tenant.
+// O(log) per re-keyed node, O(1) otherwise.
+func (p *Hierarchy) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+	ns := now.UnixNano()
+	for len(p.rekey) > 0 && p.rekey[0].until <= ns {
+		n := p.rekey[0]
+		p.rekey.remove(n)
+		if t := n.parent; t != nil {
+			p.keySession(n, now)
+			p.setHead(t)
+			p.keyTenant(t, now)
+		} else {
+			p.keyTenant(n, now)
+		}
+	}
+	bh := p.band(band)
+	if bh.len() == 0 {
+		return "", false
+	}
+	t := bh.top()
+	return t.kids.top().st.ID, true
+}

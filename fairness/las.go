@@ -1,0 +1,299 @@
+package fairness
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+// LASOptions configures LAS. The zero value uses llm-d's cost weights and half-life.
+type LASOptions struct {
+	// HalfLife is the time in which attained service halves; zero means 60 s.
+	HalfLife time.Duration
+	// PromptWeight and OutputWeight price a token of prompt and of output; zero means 1
+	// and 2.
+	PromptWeight, OutputWeight float64
+	// Memory bounds the per-flow history; Memory.Forget defaults to one hour.
+	Memory Memory
+}
+
+func (o *LASOptions) resolve() (Memory, error) {
+	if o.HalfLife < 0 || o.PromptWeight < 0 || o.OutputWeight < 0 {
+		return Memory{}, invalid("negative LAS option")
+	}
+	if o.HalfLife == 0 {
+		o.HalfLife = 60 * time.Second
+	}
+	if o.PromptWeight == 0 {
+		o.PromptWeight = 1
+	}
+	if o.OutputWeight == 0 {
+		o.OutputWeight = 2
+	}
+	return o.Memory.resolve(time.Hour)
+}
+
+// LAS is usher's least-attained-service policy: the flow that has received the least
+// recent service goes next, oldest head first among equals, requests of a flow in arrival
+// order. Service is prompt tokens × 1 + output tokens × 2 (PromptWeight, OutputWeight),
+// decaying exponentially with a 60 s half-life, so a flow is judged on the last few
+// minutes, not on its lifetime.
+//
+// Its promise: among backlogged flows, service converges to equal shares in weighted
+// tokens, whatever the flows' request sizes or depths; a flow that was idle returns with
+// little service and is served promptly. It does not bound waits by itself (a flow that
+// just received a large answer waits until the others catch up); compose with BoundedWait.
+//
+// The key is time-invariant. A flow's decayed service at time t is S(t) = S(t₀)·2^−(t−t₀)/h,
+// so log₂ S(t) = log₂ S(t₀) + t₀/h − t/h: comparing flows by L = log₂ S(t₀) + t₀/h orders
+// them exactly as comparing S(now), for any now, and L changes only when the flow itself is
+// charged. Dispatch is therefore a heap operation, O(log flows), allocation-free.
+//
+// Service is charged as the queue observes it: the prompt estimate (Request.PromptTokens,
+// which the gateway computes) at dispatch, then at completion the actual output and the
+// difference between the actual and estimated prompt (Usage). Flows are keyed by flow id
+// and band.
+//
+// How it differs from llm-d's LAS (LASReference): llm-d charges the whole cost at
+// completion, so a flow with many requests in flight looks unserved until they finish;
+// llm-d blends service with head wait (0.8/0.2) after min-max normalising both over the
+// waiting flows, which makes the order depend on who else waits and costs O(flows) per
+// dispatch; usher's LAS orders by service alone and leaves wait bounds to BoundedWait.
+//
+// A LAS serves one queue; it is not safe for concurrent use except through the queue.
+type LAS struct {
+	wp, wo float64
+	h      float64 // half-life in ns
+	epoch  int64
+	flows  table[lasState]
+}
+
+type lasState struct {
+	logS float64 // log₂ S(t₀) + (t₀ − epoch)/h; −Inf without service
+	set  bool
+}
+
+var _ flowcontrol.Policy = (*LAS)(nil)
+
+// NewLAS returns usher's LAS policy, or an error wrapping ErrInvalidOptions.
+func NewLAS(o LASOptions) (*LAS, error) {
+	m, err := o.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return &LAS{wp: o.PromptWeight, wo: o.OutputWeight, h: float64(o.HalfLife), flows: newTable[lasState](m.MaxIdle, m.Forget)}, nil
+}
+
+// ItemKey orders a flow's requests by arrival. O(1).
+func (p *LAS) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+	if p.epoch == 0 {
+		p.epoch = now.UnixNano()
+	}
+	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
+}
+
+// FlowKey is the flow's time-invariant log service, then its head's arrival; valid until
+// the flow is charged again. O(1).
+func (p *LAS) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
+	s := p.flows.use(refOf(f))
+	return flowcontrol.Key{Value: s.value(), Tie: f.Head.Arrival.UnixNano()}, time.Time{}
+}
+
+func (s *lasState) value() float64 {
+	if !s.set {
+		return math.Inf(-1)
+	}
+	return s.logS
+}
+
+// charge adds c (possibly negative, a correction) to the service at now.
+func (p *LAS) charge(s *lasState, c float64, now int64) {
+	if c == 0 {
+		return
+	}
+	tau := float64(now-p.epoch) / p.h
+	cur := 0.0
+	if s.set {
+		cur = math.Exp2(s.logS - tau)
+	}
+	cur += c
+	if cur <= 0 {
+		*s = lasState{}
+		return
+	}
+	s.logS, s.set = math.Log2(cur)+tau, true
+}
+
+// Service returns the decayed service attained by flow (id, band) at now, in weighted
+// tokens, and false if the flow is not remembered. Call it only while the queue is idle or
+// from the goroutine operating it (the policy is not synchronised). O(1).
+func (p *LAS) Service(id flowcontrol.FlowID, band int, now time.Time) (float64, bool) {
+	s := p.flows.get(flowRef{id, band})
+	if s == nil {
+		return 0, false
+	}
+	if !s.set {
+		return 0, true
+	}
+	return math.Exp2(s.logS - float64(now.UnixNano()-p.epoch)/p.h), true
+}
+
+// Observe charges service: prompt estimate at dispatch, output and prompt correction at
+// completion. O(1) amortised.
+func (p *LAS) Observe(e *flowcontrol.Event) {
+	now := e.Now.UnixNano()
+	s := p.flows.use(refOf(e.Flow))
+	switch e.Kind {
+	case flowcontrol.EventDispatch:
+		p.charge(s, p.wp*float64(e.Request.PromptTokens), now)
+	case flowcontrol.EventDone:
+		c := p.wo*float64(e.Usage.OutputTokens) + p.wp*float64(e.Usage.PromptTokens-e.Request.PromptTokens)
+		p.charge(s, c, now)
+	}
+	p.flows.settle(e.Flow, now)
+}
+
+// LASReferenceOptions configures LASReference. The zero value is llm-d's default.
+type LASReferenceOptions struct {
+	// HalfLife is the time in which attained service halves; zero means 60 s.
+	HalfLife time.Duration
+	// PromptWeight and OutputWeight price a token of prompt and of output; zero means 1
+	// and 2.
+	PromptWeight, OutputWeight float64
+	// ServiceWeight and WaitWeight weigh normalised service and normalised head wait in the
+	// score; both zero means 0.8 and 0.2.
+	ServiceWeight, WaitWeight float64
+	// Memory bounds the per-flow history; Memory.Forget defaults to 3600 s, llm-d's.
+	Memory Memory
+}
+
+type lasRefState struct {
+	service float64 // at time at
+	at      int64
+}
+
+// LASReference is llm-d's least-attained-service fairness (its flow-control default),
+// reproduced exactly as a reference: each completed request costs prompt tokens + 2 ×
+// completion tokens, charged at completion; a flow's service decays by 2^−elapsed/60 s;
+// the waiting flow with the highest
+//
+//	score = 0.8 · (1 − normalised service) + 0.2 · normalised head wait
+//
+// goes next, both terms min-max normalised over the flows waiting in the band (a term whose
+// values are all equal normalises to 0). Ties go to the longer head wait, then the smaller
+// flow id. Flows idle for 3600 s are forgotten. Requests of a flow go in arrival order.
+//
+// Its promise is llm-d's: light flows overtake heavy ones, tempered by wait. Because the
+// normalisation spans every waiting flow, the order cannot be a per-flow key: it is a
+// FlowPicker that scans every waiting flow of the band on each dispatch, computing a decayed
+// service (one exp2) and a map look-up per flow. Cost: O(flows in the band) per dispatch —
+// about 1 ms at 100,000 waiting flows — allocation-free. Use LAS for the O(log flows) form.
+//
+// A LASReference serves one queue; it is not safe for concurrent use except through the
+// queue.
+type LASReference struct {
+	wp, wo, ws, ww float64
+	h              float64
+	flows          table[lasRefState]
+	scratch        []float64 // decayed services of the flows being picked among
+}
+
+var (
+	_ flowcontrol.Policy     = (*LASReference)(nil)
+	_ flowcontrol.FlowPicker = (*LASReference)(nil)
+)
+
+// NewLASReference returns llm-d's LAS, or an error wrapping ErrInvalidOptions.
+func NewLASReference(o LASReferenceOptions) (*LASReference, error) {
+	lo := LASOptions{HalfLife: o.HalfLife, PromptWeight: o.PromptWeight, OutputWeight: o.OutputWeight, Memory: o.Memory}
+	m, err := lo.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if o.ServiceWeight < 0 || o.WaitWeight < 0 {
+		return nil, invalid("negative LAS score weight")
+	}
+	if o.ServiceWeight == 0 && o.WaitWeight == 0 {
+		o.ServiceWeight, o.WaitWeight = 0.8, 0.2
+	}
+	return &LASReference{
+		wp: lo.PromptWeight, wo: lo.OutputWeight, ws: o.ServiceWeight, ww: o.WaitWeight,
+		h: float64(lo.HalfLife), flows: newTable[lasRefState](m.MaxIdle, m.Forget),
+	}, nil
+}
+
+// ItemKey orders a flow's requests by arrival. O(1).
+func (p *LASReference) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
+	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
+}
+
+// FlowKey is not used by the queue (LASReference is a FlowPicker); it returns the head's
+// key so that the policy still orders flows FCFS where a FlowKey is needed. O(1).
+func (p *LASReference) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
+	return f.HeadKey, time.Time{}
+}
+
+func (p *LASReference) service(s *lasRefState, now int64) float64 {
+	if s == nil || s.service == 0 {
+		return 0
+	}
+	return s.service * math.Exp2(-float64(now-s.at)/p.h)
+}
+
+// Observe charges prompt + 2 × output tokens at completion. O(1) amortised.
+func (p *LASReference) Observe(e *flowcontrol.Event) {
+	now := e.Now.UnixNano()
+	s := p.flows.use(refOf(e.Flow))
+	if e.Kind == flowcontrol.EventDone {
+		s.service = p.service(s, now) + p.wp*float64(e.Usage.PromptTokens) + p.wo*float64(e.Usage.OutputTokens)
+		s.at = now
+	}
+	p.flows.settle(e.Flow, now)
+}
+
+// PickFlow scores every waiting flow of the band and returns the best. O(flows).
+func (p *LASReference) PickFlow(band int, flows []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+	if len(flows) == 0 {
+		return "", false
+	}
+	ns := now.UnixNano()
+	minS, maxS := math.Inf(1), math.Inf(-1)
+	minW, maxW := int64(math.MaxInt64), int64(math.MinInt64)
+	p.scratch = slices.Grow(p.scratch[:0], len(flows))[:len(flows)]
+	for i, f := range flows {
+		sv := p.service(p.flows.get(refOf(f)), ns)
+		p.scratch[i] = sv
+		minS, maxS = min(minS, sv), max(maxS, sv)
+		w := ns - f.Head.Arrival.UnixNano()
+		minW, maxW = min(minW, w), max(maxW, w)
+	}
+	best, bestScore, bestWait := -1, math.Inf(-1), int64(0)
+	for i, f := range flows {
+		sv := p.scratch[i]
+		w := ns - f.Head.Arrival.UnixNano()
+		var nsv, nw float64
+		if maxS > minS {
+			nsv = (sv - minS) / (maxS - minS)
+		}
+		if maxW > minW {
+			nw = float64(w-minW) / float64(maxW-minW)
+		}
+		score := p.ws*(1-nsv) + p.ww*nw
+		if best < 0 || score > bestScore || (score == bestScore && (w > bestWait || (w == bestWait && f.ID < flows[best].ID))) {
+			best, bestScore, bestWait = i, score, w
+		}
+	}
+	return flows[best].ID, true
+}
+
+// Service returns the decayed service attained by flow (id, band) at now, and false if
+// the flow is not remembered. Same synchronisation rule as LAS.Service. O(1).
+func (p *LASReference) Service(id flowcontrol.FlowID, band int, now time.Time) (float64, bool) {
+	s := p.flows.get(flowRef{id, band})
+	if s == nil {
+		return 0, false
+	}
+	return p.service(s, now.UnixNano()), true
+}

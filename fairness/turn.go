@@ -1,0 +1,129 @@
+package fairness
+
+import (
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+// TurnPriorityOptions configures TurnPriority. The zero value is llm-d's default.
+type TurnPriorityOptions struct {
+	// WaitWeight is the score added per second the flow's head request has waited; zero
+	// means 0.05 (llm-d's default).
+	WaitWeight float64
+	// ResetAfter: a flow with nothing in flight whose last completion is more than
+	// ResetAfter ago counts as turn 1 again; zero means 120 s (llm-d's default).
+	ResetAfter time.Duration
+	// Memory bounds the per-flow history; Memory.Forget defaults to ResetAfter, after which
+	// an idle flow is at turn 1 anyway.
+	Memory Memory
+}
+
+type turnState struct {
+	dispatched int64 // requests of the flow dispatched since its last reset
+	lastDone   int64 // unix ns of its last completion, 0 if none since the reset
+}
+
+// TurnPriority is llm-d's turn-priority fairness, reproduced exactly for comparison: the
+// flow with the highest score
+//
+//	score = turn + 0.05 × (seconds its head request has waited)
+//	turn  = the flow's dispatched count + 1
+//
+// goes next, ties going to the longer wait. A flow with nothing in flight whose last
+// completion is more than 120 s ago counts as turn 1 again. Within a flow requests are
+// served in arrival order. Flow ids are sessions: a deep conversation is served before a
+// shallow one, which keeps cached prefixes warm.
+//
+// Its promise is throughput for admitted conversations, not fairness to newcomers: a new
+// session's score tops out at 1 + 0.05 × TTL, 4 with the 60 s default, so under sustained
+// competition from sessions at turn 5 or more a newcomer is never dispatched and is shed at
+// its TTL (llm-d's documented workaround is a 9000 s TTL and a concurrency cap). The
+// scenario test TestTurnPriorityStarvesNewcomers reproduces this; wrap it in BoundedWait to
+// bound every wait.
+//
+// The order is a time-invariant key: turn + w·(now − a) orders like −turn + w·a, so the
+// queue keeps flows in a heap; the 120 s reset is a key validity limit. O(log flows) per
+// dispatch, allocation-free. The turn is counted from what the queue observed, keyed by
+// flow id and band.
+//
+// A TurnPriority serves one queue; it is not safe for concurrent use except through the
+// queue, which serialises its calls.
+type TurnPriority struct {
+	w     float64
+	reset int64
+	epoch int64
+	flows table[turnState]
+}
+
+var _ flowcontrol.Policy = (*TurnPriority)(nil)
+
+// NewTurnPriority returns a turn-priority policy, or an error wrapping ErrInvalidOptions.
+func NewTurnPriority(o TurnPriorityOptions) (*TurnPriority, error) {
+	if o.WaitWeight < 0 || o.ResetAfter < 0 {
+		return nil, invalid("negative turn-priority option")
+	}
+	if o.WaitWeight == 0 {
+		o.WaitWeight = 0.05
+	}
+	if o.ResetAfter == 0 {
+		o.ResetAfter = 120 * time.Second
+	}
+	m, err := o.Memory.resolve(o.ResetAfter)
+	if err != nil {
+		return nil, err
+	}
+	return &TurnPriority{w: o.WaitWeight, reset: int64(o.ResetAfter), flows: newTable[turnState](m.MaxIdle, m.Forget)}, nil
+}
+
+// ItemKey orders a flow's requests by arrival. O(1).
+func (p *TurnPriority) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+	if p.epoch == 0 {
+		p.epoch = now.UnixNano()
+	}
+	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
+}
+
+// turn returns the flow's turn at now and the time it may reset (0: not before another
+// event). inFlight is the flow's in-flight count at now.
+func (p *TurnPriority) turn(s *turnState, inFlight int, now int64) (turn, until int64) {
+	if s.lastDone != 0 && inFlight == 0 {
+		if now-s.lastDone > p.reset {
+			*s = turnState{}
+			return 1, 0
+		}
+		return s.dispatched + 1, s.lastDone + p.reset + 1
+	}
+	return s.dispatched + 1, 0
+}
+
+// FlowKey is −turn + w·(head arrival), so the highest score is the smallest key; valid
+// until the flow's turn may reset. O(1).
+func (p *TurnPriority) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+	s := p.flows.use(refOf(f))
+	turn, until := p.turn(s, f.InFlight, now.UnixNano())
+	k := scoreKey(-float64(turn), p.w, f.Head.Arrival.UnixNano(), p.epoch)
+	if until == 0 {
+		return k, time.Time{}
+	}
+	return k, time.Unix(0, until)
+}
+
+// scoreKey turns "highest base + w·wait first" into a time-invariant key.
+func scoreKey(negBase, w float64, arrival, epoch int64) flowcontrol.Key {
+	return flowcontrol.Key{Value: negBase + w*float64(arrival-epoch)/1e9, Tie: arrival}
+}
+
+// Observe counts dispatches and completions. O(1) amortised.
+func (p *TurnPriority) Observe(e *flowcontrol.Event) {
+	now := e.Now.UnixNano()
+	s := p.flows.use(refOf(e.Flow))
+	switch e.Kind {
+	case flowcontrol.EventDispatch:
+		p.turn(s, e.Flow.InFlight-1, now) // apply a reset that was due before this dispatch
+		s.dispatched++
+	case flowcontrol.EventDone:
+		s.lastDone = now
+	}
+	p.flows.settle(e.Flow, now)
+}
