@@ -95,7 +95,10 @@ type SGLangOptions struct {
 //     are equal).
 //
 // SGLang matches characters in an approximate radix tree per worker; here the match rate is in
-// prefix blocks. O(n), no allocation, safe for concurrent use.
+// prefix blocks. Below the threshold SGLang's source sends the request to the worker whose tree
+// holds the fewest characters (its emptiest cache); a router does not see per-backend cache
+// sizes on the pick path, so this follows the published description, least-loaded, which is
+// what an empty cache usually means. O(n), no allocation, safe for concurrent use.
 type SGLangCacheAware struct {
 	abs, rel, thresh float64
 }
@@ -242,15 +245,22 @@ func Dynamo(opts DynamoOptions) Profile {
 	}
 }
 
-// AIBrixPrefixGate is AIBrix's prefix-cache routing behind a load gate, as one scorer. With L
-// the router's in-flight request count per backend, mean μ and standard deviation σ:
+// AIBrixPrefixGate is AIBrix's prefix-cache router as one scorer (its "prefix-cache" routing
+// algorithm). L is the router's in-flight request count per backend (AIBrix's realtime running
+// count), μ and σ its mean and standard deviation over the candidates, m the match ratio
+// MatchedBlocks/len(Chain):
 //
-//   - if max L > 2·(μ + 1) and max L − min L ≥ 8, the pool is imbalanced and the least-request
-//     backend wins: score = (max L − L)/(max L − min L);
-//   - otherwise the highest match among backends with L ≤ μ + σ wins: those score
-//     0.5 + 0.5·MatchedBlocks/len(Chain), the others 0.
+//   - Load gate: if max L > 2·(μ + 1) and max L − min L ≥ 8, only the least-loaded backends
+//     (L = min L) may be chosen; among them the best match wins.
+//   - Otherwise a backend with m > 0 and L ≤ μ + σ is eligible; the highest m wins, ties going
+//     to the lower L.
+//   - With no eligible backend, the least-request backend wins.
 //
-// O(n), no allocation, safe for concurrent use.
+// Encoded as scores: an eligible backend scores 0.5 + 0.49·m + 0.49/(n+1)·(1 − L/(max L + 1))
+// for a chain of n blocks (the last term orders equal matches by load and is smaller than one
+// block of match), a non-eligible one 0.49·(max L − L)/(max L − min L) (0.49 when all equal),
+// and, under the load gate, the least-loaded score 0.5 + 0.49·m and the others 0. AIBrix matches
+// characters or tokens; here m is in prefix blocks. O(n), no allocation, safe for concurrent use.
 type AIBrixPrefixGate struct{}
 
 // Score implements Scorer.
@@ -263,9 +273,19 @@ func (AIBrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
 		sum += l
 	}
 	mean := sum / n
+	blocks := len(req.Chain)
+	ratio := func(c *Candidate) float64 {
+		if blocks == 0 {
+			return 0
+		}
+		return float64(min(c.MatchedBlocks, blocks)) / float64(blocks)
+	}
 	if hi > 2*(mean+1) && hi-lo >= 8 {
 		for i := range cands {
-			dst[i] = (hi - float64(cands[i].InFlight.Requests)) / (hi - lo)
+			dst[i] = 0
+			if float64(cands[i].InFlight.Requests) == lo {
+				dst[i] = 0.5 + 0.49*ratio(&cands[i])
+			}
 		}
 		return
 	}
@@ -275,16 +295,17 @@ func (AIBrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
 		varsum += d * d
 	}
 	limit := mean + math.Sqrt(varsum/n)
+	tie := 0.49 / float64(blocks+1)
 	for i := range cands {
-		if float64(cands[i].InFlight.Requests) > limit {
-			dst[i] = 0
+		l := float64(cands[i].InFlight.Requests)
+		if m := ratio(&cands[i]); m > 0 && l <= limit {
+			dst[i] = 0.5 + 0.49*m + tie*(1-l/(hi+1))
 			continue
 		}
-		r := 0.0
-		if len(req.Chain) > 0 {
-			r = float64(min(cands[i].MatchedBlocks, len(req.Chain))) / float64(len(req.Chain))
+		dst[i] = 0.49
+		if hi > lo {
+			dst[i] = 0.49 * (hi - l) / (hi - lo)
 		}
-		dst[i] = 0.5 + 0.5*r
 	}
 }
 

@@ -191,14 +191,24 @@ func TestPeerScorerTables(t *testing.T) {
 				cand{prefill: 32, kv: 0.2, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
 				cand{uncached: 80}),
 			[]float64{0, 1, 0.5}},
-		// AIBrix: loads 0, 0, 0, 20: mean 5, max 20 > 2·6 = 12 and 20 − 0 ≥ 8 → least-request.
+		// AIBrix: loads 0, 0, 0, 20: mean 5, max 20 > 2·6 = 12 and 20 − 0 ≥ 8 → only the
+		// least-loaded (0, 1, 2) may be chosen; among them the best match: 0.5 + 0.49·m.
 		{"aibrix imbalanced", AIBrixPrefixGate{}, req10,
-			cands(cand{inflight: 0}, cand{inflight: 0, matched: 10}, cand{inflight: 0}, cand{inflight: 20, matched: 10}),
-			[]float64{1, 1, 1, 0}},
-		// Loads 2, 4, 6: mean 4, σ = √(8/3) ≈ 1.63 → limit 5.63; the third is excluded.
+			cands(cand{inflight: 0}, cand{inflight: 0, matched: 10}, cand{inflight: 0, matched: 5}, cand{inflight: 20, matched: 10}),
+			[]float64{0.5, 0.99, 0.745, 0}},
+		// Loads 2, 4, 6: mean 4, σ = √(8/3) ≈ 1.63 → limit 5.63; the third is over it and falls
+		// to the least-request band: 0.49·(6 − 6)/4 = 0. Eligible: 0.5 + 0.49·m + 0.49/11·(1 − L/7).
 		{"aibrix prefix", AIBrixPrefixGate{}, req10,
 			cands(cand{inflight: 2, matched: 2}, cand{inflight: 4, matched: 6}, cand{inflight: 6, matched: 10}),
-			[]float64{0.6, 0.8, 0}},
+			[]float64{0.5 + 0.49*0.2 + 0.49/11*(1-2.0/7), 0.5 + 0.49*0.6 + 0.49/11*(1-4.0/7), 0}},
+		// Equal matches: the lower load wins by the tie term.
+		{"aibrix tie", AIBrixPrefixGate{}, req10,
+			cands(cand{inflight: 1, matched: 5}, cand{inflight: 0, matched: 5}),
+			[]float64{0.5 + 0.245 + 0.49/11*(1-1.0/2), 0.5 + 0.245 + 0.49/11}},
+		// No match anywhere: least request, 0.49·(max − L)/(max − min).
+		{"aibrix no match", AIBrixPrefixGate{}, req10,
+			cands(cand{inflight: 1}, cand{inflight: 3}, cand{inflight: 2}),
+			[]float64{0.49, 0, 0.245}},
 	}
 	for _, tt := range tests {
 		checkScores(t, tt.name, score(tt.scorer, tt.req, tt.cands), tt.want)
