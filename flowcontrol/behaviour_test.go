@@ -54,6 +54,11 @@ func TestGatePerBandThreshold(t *testing.T) {
 	if s := q.Stats(); s.InFlight != 3 || s.Queued != 3 {
 		t.Errorf("stats %+v, want 3 in flight, 3 queued", s)
 	}
+	for b, want := range []flowcontrol.BandStats{{Queued: 1, InFlight: 2, Flows: 1}, {Queued: 2, InFlight: 1, Flows: 1}, {}, {}} {
+		if got := q.BandStats(b); got != want {
+			t.Errorf("BandStats(%d) = %+v, want %+v", b, got, want)
+		}
+	}
 }
 
 func TestSaturationNotifyDispatchesMany(t *testing.T) {

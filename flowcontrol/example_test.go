@@ -195,3 +195,47 @@ func ExamplePolicy() {
 	// Output:
 	// [running chat agent batch]
 }
+
+// longestQueue is a FlowPicker: it serves the flow with the most waiting requests. Its
+// choice depends on all flows at once, so it scans them: O(flows) per dispatch.
+type longestQueue struct{ flowcontrol.FCFS }
+
+func (longestQueue) PickFlow(_ int, flows []*flowcontrol.FlowState, _ time.Time) (flowcontrol.FlowID, bool) {
+	best := flows[0]
+	for _, f := range flows[1:] {
+		if f.Queued > best.Queued || (f.Queued == best.Queued && f.Head.Arrival.Before(best.Head.Arrival)) {
+			best = f
+		}
+	}
+	return best.ID, true
+}
+
+// A FlowPicker chooses the next flow itself, for orders that are not keys.
+func ExampleFlowPicker() {
+	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var order []any
+	var running []flowcontrol.Ticket
+	q, _ := flowcontrol.New(flowcontrol.Options{
+		Clock:  clk,
+		Policy: longestQueue{},
+		Gate:   &flowcontrol.ConcurrencyLimit{Limit: 1},
+		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
+			if r.Outcome == flowcontrol.Dispatched {
+				order = append(order, r.Request.Value)
+				running = append(running, r.Ticket)
+			}
+		}},
+	})
+	for i, f := range []flowcontrol.FlowID{"x", "a", "b", "b", "c", "b", "c"} {
+		q.Enqueue(flowcontrol.Request{Flow: f, Value: fmt.Sprint(f, i)})
+		clk.Advance(time.Millisecond)
+	}
+	for len(running) > 0 {
+		t := running[0]
+		running = running[1:]
+		t.Done(flowcontrol.Usage{})
+	}
+	fmt.Println(order)
+	// Output:
+	// [x0 b2 b3 c4 a1 b5 c6]
+}

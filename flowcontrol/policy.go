@@ -145,7 +145,8 @@ type Policy interface {
 	// before r is added. now is the queue clock's time.
 	ItemKey(r *Request, f *FlowState, now time.Time) Key
 	// FlowKey returns the key of the non-empty flow f (f.Head != nil) among its band's
-	// flows, valid until the returned time (zero: no time limit).
+	// flows, valid until the returned time. A zero until, or one not after now, means
+	// no time limit: the key stands until one of the other triggers.
 	FlowKey(f *FlowState, now time.Time) (k Key, until time.Time)
 	// Observe is told about each event of each request that was enqueued.
 	Observe(e *Event)
@@ -161,7 +162,8 @@ type Policy interface {
 // list's order is unspecified and changes as flows come and go. ItemKey still orders the
 // requests inside each flow. PickFlow returns the id of the flow to serve next, or ok ==
 // false to dispatch nothing from this band now. Returning an id that is not in flows is
-// misuse and panics.
+// misuse and panics. The slice and the states belong to the queue: read them during the
+// call, do not modify or retain them.
 //
 // Cost: the queue's part is O(1) per call, but a picker that scans flows makes every
 // dispatch O(flows in the band); say so in its doc.

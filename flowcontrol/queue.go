@@ -394,8 +394,8 @@ func (q *Queue) TryAdmit(r Request) (Ticket, error) {
 	w.owned = true
 	q.runLocked(now)
 	if w.state != stateDispatched {
-		// Unreachable while the gate answers consistently; a gate that changed its mind
-		// between the two calls gets the request back out.
+		// Only when the gate changed its mind between the two calls, or a FlowPicker
+		// held the band back: take the request back out.
 		q.removeLocked(w, 0, nil, now)
 		q.stats.RejectedCapacity++
 		q.noteLocked(false, Record{Outcome: RejectedCapacity, Err: ErrWouldWait, Request: w.req})
@@ -483,6 +483,26 @@ func (q *Queue) Stats() Stats {
 	s.Queued, s.QueuedBytes, s.InFlight, s.Flows = q.queued, q.bytes, q.inFlight, q.flows
 	q.mu.Unlock()
 	return s
+}
+
+// BandStats is a snapshot of one band's gauges.
+type BandStats struct {
+	Queued      int
+	QueuedBytes int64
+	InFlight    int
+	Flows       int // flows of this band with something waiting or in flight
+}
+
+// BandStats returns band b's gauges; b must be in [0, Options.Bands), otherwise the result
+// is zero. O(1).
+func (q *Queue) BandStats(b int) BandStats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if b < 0 || b >= len(q.bands) {
+		return BandStats{}
+	}
+	bd := &q.bands[b]
+	return BandStats{Queued: bd.queued, QueuedBytes: bd.bytes, InFlight: bd.inFlight, Flows: len(bd.flows)}
 }
 
 // RetryAfter is a suggestion for the Retry-After header of a 429 answer: the time the
@@ -754,9 +774,9 @@ func (q *Queue) recycleLocked(w *waiter) {
 
 // observeLocked tells the policy about an event.
 func (q *Queue) observeLocked(k EventKind, f *flow, w *waiter, now time.Time) {
-	q.ev = Event{Kind: k, Now: now, Flow: &f.st, Request: &w.req}
-	q.policy.Observe(&q.ev)
-	q.ev = Event{}
+	ev := &q.ev
+	ev.Kind, ev.Now, ev.Flow, ev.Request, ev.Usage = k, now, &f.st, &w.req, Usage{}
+	q.policy.Observe(ev)
 }
 
 // takeLocked removes a queued w from its flow and the deadline heap and updates the
@@ -902,9 +922,9 @@ func (q *Queue) doneLocked(w *waiter, u Usage, now time.Time) {
 	bd.inFlight--
 	q.inFlight--
 	q.stats.Completed++
-	q.ev = Event{Kind: EventDone, Now: now, Flow: &f.st, Request: &w.req, Usage: u}
-	q.policy.Observe(&q.ev)
-	q.ev = Event{}
+	ev := &q.ev
+	ev.Kind, ev.Now, ev.Flow, ev.Request, ev.Usage = EventDone, now, &f.st, &w.req, u
+	q.policy.Observe(ev)
 	if f.st.Queued > 0 {
 		q.keyFlowLocked(f, bd, now)
 	} else {

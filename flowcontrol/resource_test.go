@@ -21,14 +21,14 @@ func heapInUse() uint64 {
 	return m.HeapInuse
 }
 
-// TestMemoryFlatUnderManyFlows runs two million distinct flow ids (a quarter of a million
+// TestMemoryFlatUnderManyFlows runs two million distinct flow ids (150,000
 // under -race) through the queue, a few hundred alive at a time, and checks that the queue
 // forgets them: no flows left, and live heap after the run no larger than after the first
 // slice of it.
 func TestMemoryFlatUnderManyFlows(t *testing.T) {
 	total := 2_000_000
 	if raceEnabled || testing.Short() {
-		total = 250_000
+		total = 150_000
 	}
 	q, _ := newBareQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 256}})
 	ring := make([]flowcontrol.Ticket, 512)
