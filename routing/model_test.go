@@ -17,6 +17,7 @@ type refPick struct {
 	res        Result
 	name       string
 	uncached   int64
+	blocks     int64
 	firstToken bool
 }
 
@@ -111,6 +112,7 @@ func (m *model) step(op, arg byte) {
 		p.res.Done(DoneInfo{})
 		c := m.count(p.name)
 		c.Requests--
+		c.Blocks -= p.blocks
 		if !p.firstToken {
 			c.PrefillTokens -= p.uncached
 		}
@@ -207,10 +209,12 @@ func (m *model) pick(req *Request) {
 	c := m.count(p.Backend.Name)
 	c.Requests++
 	c.PrefillTokens += int64(p.UncachedTokens)
+	blocks := int64((req.PromptTokens + 15) / 16)
+	c.Blocks += blocks
 	if p.UncachedTokens != req.PromptTokens {
 		m.fail("uncached %d, want %d without an index", p.UncachedTokens, req.PromptTokens)
 	}
-	m.open = append(m.open, &refPick{res: p, name: p.Backend.Name, uncached: int64(p.UncachedTokens)})
+	m.open = append(m.open, &refPick{res: p, name: p.Backend.Name, uncached: int64(p.UncachedTokens), blocks: blocks})
 }
 
 func (m *model) check() {

@@ -168,15 +168,15 @@ type DynamoOptions struct {
 //
 //	cost = OverlapWeight · prefill_blocks + decode_blocks
 //	prefill_blocks = (InFlight.PrefillTokens + UncachedTokens) / block size
-//	decode_blocks  = KVUtilization · KVCapacityBlocks + ⌈PromptTokens / block size⌉
+//	decode_blocks  = InFlight.Blocks + ⌈PromptTokens / block size⌉
 //
-// prefill_blocks counts the blocks the backend still has to prefill, this request's uncached
-// blocks included; decode_blocks the blocks active on it after admitting this request. Scores
-// are the min-max normalised cost turned around, score = (max − cost) / (max − min) (1 for all
-// when equal), so the max-score picker takes Dynamo's argmin and Softmax(T) samples with
-// p ∝ exp(−normalised cost / T), as Dynamo does. A backend without fresh KV signals has its
-// active blocks imputed as the mean of those that have them (0 when none has). O(n), no
-// allocation, safe for concurrent use.
+// prefill_blocks counts the blocks the backend would still have to prefill with this request
+// there (its own uncached blocks included), decode_blocks the blocks active on it after admitting
+// this request; like Dynamo, both come from the router's own request accounting, never from
+// polled metrics, so nothing is missing or stale. Scores are the min-max normalised cost turned
+// around, score = (max − cost) / (max − min) (1 for all when equal), so the max-score picker takes
+// Dynamo's argmin and Softmax(T) samples with p ∝ exp(−normalised cost / T), as Dynamo does.
+// O(n), no allocation, safe for concurrent use.
 type DynamoCost struct {
 	w float64
 }
@@ -200,28 +200,11 @@ func (d *DynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
 		bs = DefaultBlockSize
 	}
 	reqBlocks := math.Ceil(float64(req.PromptTokens) / bs)
-	sum, known := 0.0, 0
-	for i := range cands {
-		c := &cands[i]
-		if c.Has(SignalKVUtilization | SignalKVCapacity) {
-			a := c.State.KVUtilization * float64(c.State.KVCapacityBlocks)
-			sum += a
-			known++
-		}
-	}
-	meanActive := 0.0
-	if known > 0 {
-		meanActive = sum / float64(known)
-	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for i := range cands {
 		c := &cands[i]
-		active := meanActive
-		if c.Has(SignalKVUtilization | SignalKVCapacity) {
-			active = c.State.KVUtilization * float64(c.State.KVCapacityBlocks)
-		}
 		prefill := float64(c.InFlight.PrefillTokens+int64(c.UncachedTokens)) / bs
-		cost := d.w*prefill + active + reqBlocks
+		cost := d.w*prefill + float64(c.InFlight.Blocks) + reqBlocks
 		dst[i] = cost
 		lo, hi = min(lo, cost), max(hi, cost)
 	}

@@ -178,7 +178,8 @@ type backend struct {
 type inflight struct {
 	requests atomic.Int64
 	prefill  atomic.Int64
-	_        [48]byte
+	blocks   atomic.Int64
+	_        [40]byte
 }
 
 type counters struct {
@@ -370,7 +371,7 @@ func (r *Router) InFlight(name string) (InFlight, bool) {
 	if !ok {
 		return InFlight{}, false
 	}
-	return InFlight{Requests: l.requests.Load(), PrefillTokens: l.prefill.Load()}, true
+	return InFlight{Requests: l.requests.Load(), PrefillTokens: l.prefill.Load(), Blocks: l.blocks.Load()}, true
 }
 
 // Name returns the name of the router's Profile. O(1).
@@ -408,8 +409,8 @@ func (s *scratch) reset(n int) {
 }
 
 // Pick chooses a backend for req. It runs the filters, the weighted scorers and the picker over
-// the current snapshot, then charges the chosen backend's in-flight counters (one request, and
-// its uncached prompt tokens as prefill work) before returning. The Result must be finished with
+// the current snapshot, then charges the chosen backend's in-flight counters (one request, its
+// uncached prompt tokens as prefill work, and its prompt's blocks) before returning. The Result must be finished with
 // Done exactly once.
 //
 // Filters, scorers, pickers and observers receive a copy of req in which Now, BlockSize and
@@ -463,7 +464,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		*c = Candidate{
 			State:    &b.state,
 			ID:       b.id,
-			InFlight: InFlight{Requests: b.load.requests.Load(), PrefillTokens: b.load.prefill.Load()},
+			InFlight: InFlight{Requests: b.load.requests.Load(), PrefillTokens: b.load.prefill.Load(), Blocks: b.load.blocks.Load()},
 			Age:      -1,
 			slot:     uint32(i + 1),
 			ix:       int32(b.index + 1),
@@ -555,12 +556,15 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	if uncached > 0 {
 		b.load.prefill.Add(int64(uncached))
 	}
+	blocks := int64((prompt + bs - 1) / bs)
+	b.load.blocks.Add(blocks)
 	r.stats.picks.Add(1)
 
 	t := r.tickets.Get().(*ticket)
 	t.load = b.load
 	t.index = b.index
 	t.prefill = int64(uncached)
+	t.blocks = blocks
 	if b.index >= 0 {
 		t.chain = append(t.chain[:0], req.Chain...)
 	}
@@ -620,6 +624,7 @@ type ticket struct {
 	load    *inflight
 	index   int64
 	prefill int64
+	blocks  int64
 	chain   []BlockHash
 }
 
@@ -647,7 +652,7 @@ func (p Result) FirstToken(at time.Time) {
 	}
 }
 
-// Done closes the books on the request: it releases the in-flight request and, unless
+// Done closes the books on the request: it releases the in-flight request and its blocks and, unless
 // FirstToken already did, the prefill tokens. When the request got a first token (FirstToken
 // was called or info.FirstTokenAt is set) or succeeded, the prompt's blocks are inserted into the
 // prefix index under the chosen backend; a request that failed before any token inserts nothing,
@@ -665,6 +670,7 @@ func (p Result) Done(info DoneInfo) {
 				t.releasePrefill(info.Err == nil || !info.FirstTokenAt.IsZero())
 			}
 			t.load.requests.Add(-1)
+			t.load.blocks.Add(-t.blocks)
 			t.load = nil
 			t.chain = t.chain[:0]
 			t.r.tickets.Put(t)

@@ -230,18 +230,18 @@ func TestInFlightAccounting(t *testing.T) {
 			t.Fatalf("%s: in flight %+v, want %+v", step, got, want)
 		}
 	}
-	check("after pick", InFlight{Requests: 1, PrefillTokens: 82})
+	check("after pick", InFlight{Requests: 1, PrefillTokens: 82, Blocks: 9})
 	p2, _ := r.Pick(&Request{Chain: c, PromptTokens: 130})
-	check("after second pick", InFlight{Requests: 2, PrefillTokens: 164})
+	check("after second pick", InFlight{Requests: 2, PrefillTokens: 164, Blocks: 18})
 
 	p.FirstToken(t0)
-	check("after first token", InFlight{Requests: 2, PrefillTokens: 82})
+	check("after first token", InFlight{Requests: 2, PrefillTokens: 82, Blocks: 18})
 	if ix.inserts != 1 {
 		t.Fatalf("inserts after first token = %d, want 1", ix.inserts)
 	}
 	p.FirstToken(t0) // harmless
 	p.Done(DoneInfo{FirstTokenAt: t0, OutputTokens: 5})
-	check("after done", InFlight{Requests: 1, PrefillTokens: 82})
+	check("after done", InFlight{Requests: 1, PrefillTokens: 82, Blocks: 9})
 	if ix.inserts != 1 {
 		t.Fatalf("inserts after done = %d, want still 1", ix.inserts)
 	}

@@ -17,6 +17,7 @@ type cand struct {
 	stale           bool
 	inflight        int64
 	prefill         int64
+	blocks          int64
 	matched         int
 	uncached        int
 	id              BackendID
@@ -37,7 +38,7 @@ func cands(cs ...cand) []Candidate {
 			fresh = 0
 		}
 		out[i] = Candidate{
-			State: st, ID: c.id, InFlight: InFlight{Requests: c.inflight, PrefillTokens: c.prefill},
+			State: st, ID: c.id, InFlight: InFlight{Requests: c.inflight, PrefillTokens: c.prefill, Blocks: c.blocks},
 			MatchedBlocks: c.matched, MatchedTokens: c.matched * 16, Fresh: fresh, Stale: c.stale,
 			UncachedTokens: c.uncached, ix: c.ix,
 		}
@@ -174,23 +175,21 @@ func TestPeerScorerTables(t *testing.T) {
 			cands(cand{inflight: 130, matched: 8}, cand{inflight: 195, matched: 2}, cand{inflight: 160}),
 			[]float64{0.8, 0.2, 0}},
 		// Dynamo: block size 16, prompt 160 tokens = 10 blocks.
-		//   a: prefill (0 + 160)/16 = 10, active 0.5·100 = 50 → cost 10 + 50 + 10 = 70
-		//   b: prefill (32 + 0)/16 = 2,   active 0.2·100 = 20 → cost 2 + 20 + 10 = 32
-		//   c: prefill (0 + 80)/16 = 5,   active imputed (50+20)/2 = 35 → cost 5 + 35 + 10 = 50
+		//   a: prefill (0 + 160)/16 = 10, active 50 + 10 → cost 70
+		//   b: prefill (32 + 0)/16 = 2,   active 20 + 10 → cost 32
+		//   c: prefill (0 + 80)/16 = 5,   active 35 + 10 → cost 50
 		// scores (70 − cost)/(70 − 32): 0, 1, 20/38.
 		{"dynamo cost", NewDynamoCost(DynamoOptions{}), req10,
-			cands(
-				cand{uncached: 160, kv: 0.5, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
-				cand{prefill: 32, uncached: 0, kv: 0.2, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
-				cand{uncached: 80}),
+			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Overlap weight 0 (negative): prefill ignored: costs 60, 30, 45 → 0, 1, 0.5.
 		{"dynamo no overlap", NewDynamoCost(DynamoOptions{OverlapWeight: -1}), req10,
-			cands(
-				cand{uncached: 160, kv: 0.5, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
-				cand{prefill: 32, kv: 0.2, capBlocks: 100, known: SignalKVUtilization | SignalKVCapacity},
-				cand{uncached: 80}),
+			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 0.5}},
+		// Weight 2: costs 2·10+60 = 80, 2·2+30 = 34, 2·5+45 = 55 → 0, 1, 25/46.
+		{"dynamo weight 2", NewDynamoCost(DynamoOptions{OverlapWeight: 2}), req10,
+			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
+			[]float64{0, 1, 25.0 / 46}},
 		// AIBrix: loads 0, 0, 0, 20: mean 5, max 20 > 2·6 = 12 and 20 − 0 ≥ 8 → only the
 		// least-loaded (0, 1, 2) may be chosen; among them the best match: 0.5 + 0.49·m.
 		{"aibrix imbalanced", AIBrixPrefixGate{}, req10,

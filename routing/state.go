@@ -168,6 +168,10 @@ type InFlight struct {
 	// PrefillTokens is the sum of uncached prompt tokens of requests picked whose first token
 	// has not yet arrived: the prefill work the backend still has to do for this router.
 	PrefillTokens int64
+	// Blocks is the sum of the prompt blocks (⌈prompt tokens / block size⌉) of requests picked
+	// and not yet Done: the KV cache this router's work occupies there, as Dynamo's router counts
+	// active blocks.
+	Blocks int64
 }
 
 // Candidate is one eligible backend as filters, scorers and pickers see it during one Pick.
