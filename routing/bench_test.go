@@ -132,3 +132,29 @@ func BenchmarkPickParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPickParts splits BenchmarkPick/backends=100 into its two halves: the prefix index
+// match alone (prefixcache's cost) and a pick of a request without a chain (the router's own
+// cost: candidates, four scorers, picker, accounting).
+func BenchmarkPickParts(b *testing.B) {
+	b.Run("match-only", func(b *testing.B) {
+		r, req := benchRouter(b, 100, benchProfile())
+		dst := make([]int32, 0, 128)
+		b.ReportAllocs()
+		for b.Loop() {
+			dst = r.index.Match(dst[:0], req.Chain)
+		}
+	})
+	b.Run("pick-without-chain", func(b *testing.B) {
+		r, req := benchRouter(b, 100, benchProfile())
+		req.Chain = nil
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := r.Pick(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.Done(DoneInfo{Err: errBench})
+		}
+	})
+}
