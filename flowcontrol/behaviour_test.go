@@ -155,6 +155,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"deadline past", flowcontrol.Request{Deadline: now.Add(-time.Second)}},
 		{"arrival future", flowcontrol.Request{Arrival: now.Add(time.Second)}},
 		{"ttl passed", flowcontrol.Request{Arrival: now.Add(-time.Minute), TTL: time.Second}},
+		{"arrival before 1678", flowcontrol.Request{Arrival: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)}},
 	}
 	for _, b := range bad {
 		for _, call := range []struct {
@@ -182,6 +183,23 @@ func TestInvalidRequests(t *testing.T) {
 	if want := uint64(3*len(bad) + 1); s.RejectedInvalid != want || s.Queued != 0 || s.Flows != 0 || s.Dispatched != 0 {
 		t.Errorf("stats %+v, want %d invalid and nothing else", s, want)
 	}
+}
+
+func TestFarDeadlines(t *testing.T) {
+	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	run, _ := q.TryAdmit(flowcontrol.Request{})
+	q.Enqueue(flowcontrol.Request{Value: "max ttl", TTL: math.MaxInt64})
+	q.Enqueue(flowcontrol.Request{Value: "year 9999", Deadline: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)})
+	clk.Advance(100 * 365 * 24 * time.Hour)
+	if next := q.Tick(); next.Year() != 2262 {
+		t.Errorf("next deadline %v, want the end of representable time (2262)", next)
+	}
+	if s := q.Stats(); s.Expired != 0 || s.Queued != 2 {
+		t.Fatalf("far deadlines expired early: %+v", s)
+	}
+	run.Done(flowcontrol.Usage{})
+	rec.ticket("max ttl").Done(flowcontrol.Usage{})
+	rec.ticket("year 9999").Done(flowcontrol.Usage{})
 }
 
 func TestBadOptions(t *testing.T) {

@@ -1,6 +1,7 @@
 package flowcontrol_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -351,4 +352,53 @@ func TestModelRandom(t *testing.T) {
 		}
 		checkModel(t, ops)
 	}
+}
+
+// FuzzRequestInput feeds arbitrary request fields to Enqueue: every request is either
+// accepted or rejected with a sentinel error that leaves the queue unchanged, and nothing
+// panics.
+func FuzzRequestInput(f *testing.F) {
+	f.Add(0, int64(10), int64(5), int64(5), int64(0), int64(0), int64(0), 1)
+	f.Add(3, int64(-1), int64(0), int64(0), int64(-5), int64(1), int64(-1), 0)
+	f.Add(1, int64(1<<40), int64(1<<62), int64(0), int64(1<<62), int64(-1<<62), int64(1<<62), 2)
+	f.Fuzz(func(t *testing.T, band int, bytes, prompt, output, ttl, deadlineOff, arrivalOff int64, flows int) {
+		clk := flowcontroltest.NewClock(t0)
+		q, err := flowcontrol.New(flowcontrol.Options{Bands: 2, Clock: clk, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, FlowCapacity: flowcontrol.Limits{Bytes: 1 << 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Enqueue(flowcontrol.Request{Flow: "running"})
+		r := flowcontrol.Request{
+			Flow: flowcontrol.FlowID(rune('a' + flows%3)), Band: band, Bytes: bytes,
+			PromptTokens: flowcontrol.Tokens(prompt), OutputTokens: flowcontrol.Tokens(output), TTL: time.Duration(ttl),
+		}
+		if deadlineOff != 0 {
+			r.Deadline = t0.Add(time.Duration(deadlineOff))
+		}
+		if arrivalOff != 0 {
+			r.Arrival = t0.Add(time.Duration(arrivalOff))
+		}
+		before := q.Stats()
+		tk, err := q.Enqueue(r)
+		after := q.Stats()
+		if err != nil {
+			if !errors.Is(err, flowcontrol.ErrInvalidRequest) && !errors.Is(err, flowcontrol.ErrQueueFull) {
+				t.Fatalf("Enqueue(%+v) = %v: not a sentinel", r, err)
+			}
+			if after.Queued != before.Queued || after.QueuedBytes != before.QueuedBytes || after.Flows != before.Flows {
+				t.Fatalf("rejected request changed the queue: %+v → %+v", before, after)
+			}
+			return
+		}
+		if after.Queued != before.Queued+1 || after.QueuedBytes != before.QueuedBytes+bytes {
+			t.Fatalf("accepted request not queued: %+v → %+v", before, after)
+		}
+		req, ok := tk.Request()
+		if !ok || !req.Deadline.After(t0) || req.Arrival.After(t0) {
+			t.Fatalf("accepted request has Arrival %v, Deadline %v", req.Arrival, req.Deadline)
+		}
+		if !tk.Cancel() || q.Stats().Queued != before.Queued {
+			t.Fatal("Cancel of the accepted request failed")
+		}
+	})
 }

@@ -3,6 +3,7 @@ package flowcontrol
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -558,6 +559,8 @@ func (q *Queue) validateLocked(r *Request, now time.Time) error {
 		r.Arrival = now
 	} else if r.Arrival.After(now) {
 		return fmt.Errorf("%w: Arrival %v is in the future", ErrInvalidRequest, r.Arrival)
+	} else if r.Arrival.Before(minTime) {
+		return fmt.Errorf("%w: Arrival %v is before %v", ErrInvalidRequest, r.Arrival, minTime)
 	}
 	if r.Deadline.IsZero() {
 		ttl := r.TTL
@@ -571,8 +574,17 @@ func (q *Queue) validateLocked(r *Request, now time.Time) error {
 	} else if !r.Deadline.After(now) {
 		return fmt.Errorf("%w: Deadline %v is not in the future", ErrInvalidRequest, r.Deadline)
 	}
+	if r.Deadline.After(maxTime) {
+		r.Deadline = maxTime // "never", within the range of UnixNano
+	}
 	return nil
 }
+
+// The range of times that int64 nanoseconds since 1970 can hold (years 1678 to 2262).
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
 
 // enqueueLocked validates r, checks capacity and queues it. Rejections are counted and
 // noted here.
@@ -686,7 +698,7 @@ func (q *Queue) keyFlowLocked(f *flow, bd *band, now time.Time) {
 		bd.heap.fix(f.bandIdx)
 	}
 	var u int64
-	if !until.IsZero() && until.After(now) {
+	if !until.IsZero() && until.After(now) && !until.After(maxTime) {
 		u = until.UnixNano()
 	}
 	switch {
