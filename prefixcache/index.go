@@ -39,7 +39,7 @@ const maxWords = MaxBackends / 64
 // Options configures an Index. The zero value is valid: every zero field takes the default
 // stated beside it.
 type Options struct {
-	// Shards is the number of lock stripes, a power of two in [1, 256]. Default 32.
+	// Shards is the number of lock stripes, a power of two in [1, 256]. Default 16.
 	Shards int
 	// DefaultCapacity is the capacity, in blocks, of a backend added with capacity 0, e.g. a
 	// vLLM server's num_gpu_blocks. Default 65,536.
@@ -60,7 +60,7 @@ type Options struct {
 }
 
 const (
-	defaultShards         = 32
+	defaultShards         = 16
 	defaultCapacity       = 1 << 16
 	defaultMaxBytes       = 256 << 20
 	defaultMaxChainBlocks = 8192
@@ -98,20 +98,37 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// shard is one lock stripe: a table and the lock and sequence counter that guard it.
+// shard is one lock stripe: a table and the sequence counter that guards it (a seqlock).
 //
-// Writers hold mu and make seq odd while they change the table (seqlock); readers never lock:
-// they read seq, probe, and retry if seq was odd or changed. Shards sit by value in a fixed
-// array, padded so two shards never share a cache line.
+// A writer takes the shard by moving seq from even to odd with a compare-and-swap, changes the
+// table, and makes seq even again; so seq is both the writers' lock and the readers' validity
+// check, and a shard visit costs a writer two atomic instructions. Readers never lock and never
+// write: they read seq, probe, and retry if seq was odd or has changed. Writers hold a shard for
+// a handful of entry updates (or one table growth) and spin, yielding, while another writer has
+// it. Shards sit by value in a fixed array, padded so two shards never share a cache line.
 type shard struct {
-	mu  sync.Mutex
 	seq atomic.Uint64
 	tab atomic.Pointer[table]
 	// Match statistics, counted in the shard of the chain's first block to spread contention.
 	hits   atomic.Int64
 	misses atomic.Int64
-	_      [128 - 48]byte
+	_      [128 - 32]byte
 }
+
+// lock takes sh for writing: it makes seq odd.
+func (sh *shard) lock() {
+	for spins := 0; ; spins++ {
+		if s := sh.seq.Load(); s&1 == 0 && sh.seq.CompareAndSwap(s, s+1) {
+			return
+		}
+		if spins >= 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// unlock releases sh: it makes seq even again, invalidating reads that overlapped the writer.
+func (sh *shard) unlock() { sh.seq.Add(1) }
 
 // Index maps chained block hashes to the set of backends holding them, and answers, for a
 // chain, how many leading blocks each backend holds.
@@ -357,32 +374,60 @@ const (
 	pairLiveRef // held, reference bit set
 )
 
+// batch is how many pairs a writer updates per round: it prefetches their slots, then takes
+// each shard's lock once for all of the round's pairs in that shard.
+const batch = 128
+
 func (ix *Index) insertLocked(b *backend, chain []BlockHash, tier Medium) {
 	n := min(len(chain), ix.opts.MaxChainBlocks, b.capacity)
-	for i := n - 1; i >= 0; i-- {
-		bk := blockKey(chain[i], tier)
-		switch ix.touch(bk, b.id) {
-		case pairAbsent:
-			ix.bytes.Add(b.ring.push(bk))
-			b.live++
-			ix.pairs.Add(1)
-		case pairStale:
-			b.stale--
-			b.live++
+	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
+	var keys [batch]uint64
+	var states [batch]uint8
+	var added int64
+	// Deepest block first, in rounds of up to batch blocks.
+	for end := n; end > 0; {
+		m := min(end, batch)
+		for j := range m {
+			keys[j] = entryKey(blockKey(chain[end-1-j], tier), word)
 		}
+		ix.applyBatch(opTouch, keys[:m], bit, states[:m])
+		for j := range m {
+			switch states[j] {
+			case pairAbsent:
+				if g := b.ring.push(blockKey(chain[end-1-j], tier)); g != 0 {
+					ix.bytes.Add(g)
+				}
+				b.live++
+				added++
+			case pairStale:
+				b.stale--
+				b.live++
+			}
+		}
+		end -= m
 	}
-	b.size.Store(int64(b.ring.len()))
+	ix.pairs.Add(added)
 	ix.evictToCapacityLocked(b)
 }
 
 func (ix *Index) removeLocked(b *backend, chain []BlockHash, tier Medium) {
 	n := min(len(chain), ix.opts.MaxChainBlocks)
-	for _, h := range chain[:n] {
-		switch ix.unhold(blockKey(h, tier), b.id) {
-		case pairLive, pairLiveRef:
-			b.live--
-			b.stale++
+	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
+	var keys [batch]uint64
+	var states [batch]uint8
+	for start := 0; start < n; {
+		m := min(n-start, batch)
+		for j := range m {
+			keys[j] = entryKey(blockKey(chain[start+j], tier), word)
 		}
+		ix.applyBatch(opUnhold, keys[:m], bit, states[:m])
+		for _, st := range states[:m] {
+			if st == pairLive || st == pairLiveRef {
+				b.live--
+				b.stale++
+			}
+		}
+		start += m
 	}
 	ix.maybeCompactLocked(b)
 }
@@ -398,9 +443,10 @@ func (ix *Index) maybeCompactLocked(b *backend) {
 		b.size.Store(int64(b.ring.len()))
 		return
 	}
+	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
 	for j := b.ring.len(); j > 0; j-- {
 		bk := b.ring.pop()
-		if ix.dropStale(bk, b.id) {
+		if ix.apply1(opDropStale, entryKey(bk, word), bit) == pairStale {
 			b.stale--
 			ix.pairs.Add(-1)
 			continue
@@ -411,50 +457,80 @@ func (ix *Index) maybeCompactLocked(b *backend) {
 }
 
 func (ix *Index) evictToCapacityLocked(b *backend) {
-	for b.live > b.capacity && ix.evictOneLocked(b) {
+	ix.sweepLocked(b, b.live-b.capacity, false)
+}
+
+// sweepLocked moves b's CLOCK hand until want pairs have left the ring: live pairs evicted,
+// and, if countStale, stale pairs dropped. At each pair the hand visits, a referenced pair loses
+// its reference bit and goes to the back (its second chance), an unreferenced one is evicted, a
+// stale one is dropped.
+//
+// It works in rounds of applyBatch, one lock per shard per round. A round visits at most as
+// many pairs as are still wanted, so it can never take more than sequential CLOCK would; when
+// reference bits leave a round short, the next rounds first read the states of the pairs at the
+// front without locking (b's own bits cannot change while b.mu is held, so those reads are
+// exact) to find how far the hand must go. Either way the hand visits the same pairs in the same
+// order with the same outcomes as one step at a time.
+func (ix *Index) sweepLocked(b *backend, want int, countStale bool) {
+	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
+	var keys [batch]uint64
+	var states [batch]uint8
+	for first := true; want > 0 && b.ring.len() > 0; first = false {
+		m := min(want, batch, b.ring.len())
+		for j := range m {
+			keys[j] = entryKey(b.ring.at(j), word)
+		}
+		if !first {
+			// Extend the round over pairs that will not count, up to a full batch.
+			m = 0
+			for got := 0; m < batch && m < b.ring.len() && got < want; m++ {
+				k := entryKey(b.ring.at(m), word)
+				keys[m] = k
+				hold, aux := ix.readBits(k)
+				if hold&bit != 0 && aux&bit == 0 || countStale && hold&bit == 0 {
+					got++
+				}
+			}
+		}
+		ix.applyBatch(opVisit, keys[:m], bit, states[:m])
+		var evicted, dropped int64
+		for _, st := range states[:m] {
+			bk := b.ring.pop()
+			switch st {
+			case pairLiveRef:
+				b.ring.push(bk)
+			case pairLive:
+				b.live--
+				evicted++
+			default:
+				b.stale--
+				dropped++
+			}
+		}
+		b.evictions += evicted
+		ix.evictions.Add(evicted)
+		ix.pairs.Add(-evicted - dropped)
+		if countStale {
+			want -= int(evicted + dropped)
+		} else {
+			want -= int(evicted)
+		}
 	}
 	b.size.Store(int64(b.ring.len()))
 }
 
-// evictOneLocked advances b's CLOCK hand until it evicts one live pair and reports false if
-// the ring held no live pair.
-func (ix *Index) evictOneLocked(b *backend) bool {
-	for b.ring.len() > 0 {
-		if ix.clockStepLocked(b) {
-			return true
-		}
-	}
-	return false
-}
-
-// clockStepLocked moves b's CLOCK hand by one pair: a referenced pair loses its reference bit
-// and goes to the back (its second chance), an unreferenced one is evicted, a stale one is
-// dropped. It reports whether a live pair was evicted. The ring must not be empty.
-func (ix *Index) clockStepLocked(b *backend) bool {
-	bk := b.ring.pop()
-	switch ix.clockVisit(bk, b.id) {
-	case pairLiveRef:
-		b.ring.push(bk)
-		return false
-	case pairLive:
-		b.live--
-		b.evictions++
-		ix.evictions.Add(1)
-		ix.pairs.Add(-1)
-		return true
-	default:
-		b.stale--
-		ix.pairs.Add(-1)
-		return false
-	}
-}
-
 func (ix *Index) clearLocked(b *backend) {
-	n := b.ring.len()
+	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
+	var keys [batch]uint64
+	var states [batch]uint8
+	ix.pairs.Add(int64(-b.ring.len()))
 	for b.ring.len() > 0 {
-		ix.clearPair(b.ring.pop(), b.id)
+		m := min(b.ring.len(), batch)
+		for j := range m {
+			keys[j] = entryKey(b.ring.pop(), word)
+		}
+		ix.applyBatch(opClear, keys[:m], bit, states[:m])
 	}
-	ix.pairs.Add(int64(-n))
 	ix.bytes.Add(-b.ring.reset())
 	b.live, b.stale = 0, 0
 	b.size.Store(0)
@@ -479,10 +555,7 @@ func (ix *Index) enforceBudget() {
 		}
 		victim.mu.Lock()
 		if !victim.removed {
-			for ix.pairs.Load() > ix.maxPairs && victim.ring.len() > 0 {
-				ix.clockStepLocked(victim)
-			}
-			victim.size.Store(int64(victim.ring.len()))
+			ix.sweepLocked(victim, int(min(ix.pairs.Load()-ix.maxPairs, int64(victim.ring.len()))), true)
 		}
 		victim.mu.Unlock()
 	}
@@ -534,17 +607,31 @@ func (ix *Index) readHold(k uint64) uint64 {
 	}
 }
 
-// lockShard locks k's shard for writing and makes its sequence odd.
-func (ix *Index) lockShard(k uint64) *shard {
+// readBits returns the hold and aux words of table key k, never blocking.
+func (ix *Index) readBits(k uint64) (hold, aux uint64) {
 	sh := &ix.shards[k&ix.mask]
-	sh.mu.Lock()
-	sh.seq.Add(1)
-	return sh
+	for spins := 0; ; spins++ {
+		s := sh.seq.Load()
+		if s&1 == 0 {
+			hold, aux = 0, 0
+			if t := sh.tab.Load(); t != nil {
+				hold, aux = t.readBits(k)
+			}
+			if sh.seq.Load() == s {
+				return hold, aux
+			}
+		}
+		if spins >= 8 {
+			runtime.Gosched()
+		}
+	}
 }
 
-func (sh *shard) unlock() {
-	sh.seq.Add(1)
-	sh.mu.Unlock()
+// lockShard takes k's shard for writing.
+func (ix *Index) lockShard(k uint64) *shard {
+	sh := &ix.shards[k&ix.mask]
+	sh.lock()
+	return sh
 }
 
 // reserveLocked returns sh's table with room for one more entry, growing it by half (and
@@ -565,129 +652,6 @@ func (ix *Index) reserveLocked(sh *shard) *table {
 	ix.bytes.Add(int64(u.n-t.n) * slotBytes)
 	sh.tab.Store(u)
 	return u
-}
-
-// touch makes backend id hold bk, setting the reference bit of a pair already held, and
-// returns the pair's state before.
-func (ix *Index) touch(bk uint64, id BackendID) int {
-	k := entryKey(bk, int(id>>6))
-	bit := uint64(1) << (id & 63)
-	sh := ix.lockShard(k)
-	t := ix.reserveLocked(sh)
-	i := t.findOrAdd(k)
-	s := &t.slots[i]
-	hold, aux := s.hold, t.aux(i)
-	st := pairAbsent
-	switch {
-	case hold&bit != 0:
-		st = pairLive
-		if aux&bit != 0 {
-			st = pairLiveRef
-		}
-		aux |= bit
-	case aux&bit != 0:
-		st = pairStale // revived in place, referenced
-	}
-	t.set(i, hold|bit, aux)
-	sh.unlock()
-	return st
-}
-
-// unhold turns a held pair stale and returns its state before.
-func (ix *Index) unhold(bk uint64, id BackendID) int {
-	k := entryKey(bk, int(id>>6))
-	bit := uint64(1) << (id & 63)
-	sh := ix.lockShard(k)
-	defer sh.unlock()
-	t := sh.tab.Load()
-	if t == nil {
-		return pairAbsent
-	}
-	i := t.find(k)
-	if i < 0 {
-		return pairAbsent
-	}
-	s := &t.slots[i]
-	hold, aux := s.hold, t.aux(i)
-	switch {
-	case hold&bit == 0:
-		if aux&bit != 0 {
-			return pairStale
-		}
-		return pairAbsent
-	case aux&bit != 0:
-		t.set(i, hold&^bit, aux)
-		return pairLiveRef
-	default:
-		t.set(i, hold&^bit, aux|bit)
-		return pairLive
-	}
-}
-
-// clockVisit is the CLOCK hand passing (bk, id): a referenced pair loses its reference bit,
-// an unreferenced one is evicted, a stale one is dropped. It returns the state before.
-func (ix *Index) clockVisit(bk uint64, id BackendID) int {
-	k := entryKey(bk, int(id>>6))
-	bit := uint64(1) << (id & 63)
-	sh := ix.lockShard(k)
-	defer sh.unlock()
-	t := sh.tab.Load()
-	i := -1
-	if t != nil {
-		i = t.find(k)
-	}
-	if i < 0 {
-		panic("prefixcache: internal error: queued pair missing from its table")
-	}
-	s := &t.slots[i]
-	hold, aux := s.hold, t.aux(i)
-	switch {
-	case hold&bit != 0 && aux&bit != 0:
-		t.set(i, hold, aux&^bit)
-		return pairLiveRef
-	case hold&bit != 0:
-		ix.setOrDelete(t, i, hold&^bit, aux)
-		return pairLive
-	default:
-		ix.setOrDelete(t, i, hold, aux&^bit)
-		return pairStale
-	}
-}
-
-// dropStale clears a stale pair and reports whether it was stale.
-func (ix *Index) dropStale(bk uint64, id BackendID) bool {
-	k := entryKey(bk, int(id>>6))
-	bit := uint64(1) << (id & 63)
-	sh := ix.lockShard(k)
-	defer sh.unlock()
-	t := sh.tab.Load()
-	i := t.find(k)
-	s := &t.slots[i]
-	if s.hold&bit != 0 {
-		return false
-	}
-	ix.setOrDelete(t, i, s.hold, t.aux(i)&^bit)
-	return true
-}
-
-// clearPair removes every trace of the pair (bk, id).
-func (ix *Index) clearPair(bk uint64, id BackendID) {
-	k := entryKey(bk, int(id>>6))
-	bit := uint64(1) << (id & 63)
-	sh := ix.lockShard(k)
-	defer sh.unlock()
-	t := sh.tab.Load()
-	i := t.find(k)
-	s := &t.slots[i]
-	ix.setOrDelete(t, i, s.hold&^bit, t.aux(i)&^bit)
-}
-
-func (ix *Index) setOrDelete(t *table, i int, hold, aux uint64) {
-	if hold == 0 && aux == 0 {
-		t.del(i)
-		return
-	}
-	t.set(i, hold, aux)
 }
 
 // Match fills dst with, for every backend id below Bound(), the number of leading blocks of

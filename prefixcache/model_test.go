@@ -378,7 +378,7 @@ func (ix *Index) checkInvariants() error {
 			if got := t.find(s.key); got != i {
 				return fmt.Errorf("key %#x at %d not found by probing (%d)", s.key, i, got)
 			}
-			aux := t.aux(i)
+			aux := s.aux
 			if s.hold == 0 && aux == 0 {
 				return fmt.Errorf("empty entry %#x kept", s.key)
 			}
@@ -416,8 +416,8 @@ func (ix *Index) checkInvariants() error {
 // peek reads an entry's words under its shard lock.
 func (ix *Index) peek(k uint64) (hold, aux uint64) {
 	sh := &ix.shards[k&ix.mask]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.lock()
+	defer sh.unlock()
 	t := sh.tab.Load()
 	if t == nil {
 		return 0, 0
@@ -426,7 +426,7 @@ func (ix *Index) peek(k uint64) (hold, aux uint64) {
 	if i < 0 {
 		return 0, 0
 	}
-	return t.slots[i].hold, t.aux(i)
+	return t.slots[i].hold, t.slots[i].aux
 }
 
 // An op is one step of a model-based run.
@@ -443,7 +443,7 @@ type op struct {
 const (
 	opAdd = iota
 	opRemoveBackend
-	opClear
+	opClearBackend
 	opInsert
 	opRemove
 	opMatch
@@ -479,7 +479,7 @@ func runModel(t testing.TB, o Options, ops []op) {
 			}
 		case opRemoveBackend:
 			same(step, "RemoveBackend", ix.RemoveBackend(p.id), ref.removeBackend(p.id))
-		case opClear:
+		case opClearBackend:
 			same(step, "ClearBackend", ix.ClearBackend(p.id), ref.clear(p.id))
 		case opSetCapacity:
 			same(step, "SetCapacity", ix.SetCapacity(p.id, p.n), ref.setCapacity(p.id, p.n))
@@ -652,7 +652,7 @@ func TestModel(t *testing.T) {
 				if p.kind == opAdd || p.kind == opSetCapacity {
 					p.n *= 10
 				}
-				if (p.kind == opClear || p.kind == opMatch) && r.IntN(4) != 0 {
+				if (p.kind == opClearBackend || p.kind == opMatch) && r.IntN(4) != 0 {
 					p.kind = opRemove // keep stale pairs around long enough to compact
 					p.chain = g.chain()
 				}

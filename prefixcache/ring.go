@@ -54,3 +54,12 @@ func (r *ring) reset() int64 {
 	*r = ring{}
 	return b
 }
+
+// at returns the key j places behind the front; j < len.
+func (r *ring) at(j int) uint64 {
+	i := r.head + j
+	if i >= len(r.buf) {
+		i -= len(r.buf)
+	}
+	return r.buf[i]
+}

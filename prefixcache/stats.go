@@ -44,11 +44,11 @@ func (ix *Index) Stats() Stats {
 		sh := &ix.shards[i]
 		s.Hits += sh.hits.Load()
 		s.Misses += sh.misses.Load()
-		sh.mu.Lock()
+		sh.lock()
 		if t := sh.tab.Load(); t != nil {
 			s.Entries += int64(t.count)
 		}
-		sh.mu.Unlock()
+		sh.unlock()
 	}
 	for i := range int(ix.bound.Load()) {
 		b := ix.backends[i].Load()

@@ -5,42 +5,40 @@ import (
 	"sync/atomic"
 )
 
-// slot is the part of a table entry that Match reads: 16 bytes, four to a cache line.
+// slot is one entry of a shard's open-addressing table: three plain integers, so a table is
+// a single pointer-free allocation the garbage collector never scans.
 //
 // key is the mixed entry key (never 0; 0 marks an empty slot). The entry describes one 64-id
-// "word" of one block: bit j of hold is set when backend 64·word+j holds the block. The entry's
-// third word, aux, lives in a parallel array that only writers touch: bit j is that pair's CLOCK
-// reference bit while the bit in hold is set, and marks a stale pair (removed, but still queued
-// in the backend's ring) while it is clear. See doc.go, "Memory layout".
+// "word" of one block: bit j of hold is set when backend 64·word+j holds the block; bit j of aux
+// is that pair's CLOCK reference bit while the bit in hold is set, and marks a stale pair
+// (removed, but still queued in the backend's ring) while it is clear. See doc.go, "Memory
+// layout".
 type slot struct {
 	key  uint64
 	hold uint64
+	aux  uint64
 }
 
-// slotBytes is the memory of one table slot: the slot plus its aux word.
+// slotBytes is the size of a slot.
 const slotBytes = 24
 
 // table is a linear-probing hash table with backward-shift deletion (no tombstones). Its size
 // need not be a power of two: the home slot of key k is the high word of k·n ("fastrange"),
 // which uses the key's high bits while the shard is chosen by its low bits.
 //
-// A table is written only by the holder of its shard's mu, and readers (Match) read it
-// concurrently under the shard's sequence counter, so every store a reader can observe is
-// atomic and every read by a reader is an atomic load. A grown table is built privately and
-// published through shard.tab.
+// A table is written only by the writer holding its shard and read concurrently by lock-free
+// readers that validate what they read with the shard's sequence counter. So every store a
+// reader can observe is atomic and every read by a lock-free reader is an atomic load. A grown
+// table is built privately (plain stores) and then published through shard.tab.
 type table struct {
 	slots []slot
-	auxs  []uint64 // parallel to slots
-	n     uint64   // len(slots)
-	count int      // occupied slots; guarded by the shard's mu
+	n     uint64 // len(slots)
+	count int    // occupied slots; written only by the shard's writer
 }
 
 func newTable(n int) *table {
-	return &table{slots: make([]slot, n), auxs: make([]uint64, n), n: uint64(n)}
+	return &table{slots: make([]slot, n), n: uint64(n)}
 }
-
-// aux returns slot i's aux word. Writer side.
-func (t *table) aux(i int) uint64 { return t.auxs[i] }
 
 func (t *table) home(k uint64) uint64 {
 	hi, _ := bits.Mul64(k, t.n)
@@ -67,6 +65,31 @@ func (t *table) readHold(k uint64) uint64 {
 	return 0
 }
 
+// readBits is readHold returning the aux word too.
+func (t *table) readBits(k uint64) (hold, aux uint64) {
+	i := t.home(k)
+	for probes := t.n; probes > 0; probes-- {
+		s := &t.slots[i]
+		switch atomic.LoadUint64(&s.key) {
+		case k:
+			return atomic.LoadUint64(&s.hold), atomic.LoadUint64(&s.aux)
+		case 0:
+			return 0, 0
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+	return 0, 0
+}
+
+// touchHome loads k's home slot, so that a later update under the shard's lock finds it in
+// cache: a prefetch, issued before any lock is taken so that the cache misses of a whole batch
+// overlap instead of queuing one by one behind lock instructions.
+func (t *table) touchHome(k uint64) uint64 {
+	return atomic.LoadUint64(&t.slots[t.home(k)].key)
+}
+
 // find returns the index of k's slot, or -1. Writer side.
 func (t *table) find(k uint64) int {
 	i := t.home(k)
@@ -85,7 +108,7 @@ func (t *table) find(k uint64) int {
 }
 
 // findOrAdd returns the index of k's slot, claiming an empty one (hold and aux zero) if k is
-// absent. The caller guarantees a free slot exists (see shard.reserve). Writer side.
+// absent. The caller guarantees a free slot exists (see Index.reserveLocked). Writer side.
 func (t *table) findOrAdd(k uint64) int {
 	i := t.home(k)
 	for {
@@ -106,10 +129,13 @@ func (t *table) findOrAdd(k uint64) int {
 
 // set stores a slot's words, skipping stores that change nothing. Writer side.
 func (t *table) set(i int, hold, aux uint64) {
-	if s := &t.slots[i]; s.hold != hold {
+	s := &t.slots[i]
+	if s.hold != hold {
 		atomic.StoreUint64(&s.hold, hold)
 	}
-	t.auxs[i] = aux
+	if s.aux != aux {
+		atomic.StoreUint64(&s.aux, aux)
+	}
 }
 
 // del empties slot i by backward-shift deletion: later members of the probe run move back
@@ -140,20 +166,24 @@ func (t *table) del(i int) {
 		d := &t.slots[hole]
 		atomic.StoreUint64(&d.key, s.key)
 		atomic.StoreUint64(&d.hold, s.hold)
-		t.auxs[hole] = t.auxs[j]
+		atomic.StoreUint64(&d.aux, s.aux)
 		hole = j
 	}
 	d := &t.slots[hole]
 	atomic.StoreUint64(&d.key, 0)
-	atomic.StoreUint64(&d.hold, 0)
-	t.auxs[hole] = 0
+	if d.hold != 0 {
+		atomic.StoreUint64(&d.hold, 0)
+	}
+	if d.aux != 0 {
+		atomic.StoreUint64(&d.aux, 0)
+	}
 	t.count--
 }
 
 // rehashInto copies every entry of t into the empty table u, which no reader can see yet,
 // so plain stores are enough.
 func (t *table) rehashInto(u *table) {
-	for j, s := range t.slots {
+	for _, s := range t.slots {
 		if s.key == 0 {
 			continue
 		}
@@ -164,7 +194,6 @@ func (t *table) rehashInto(u *table) {
 			}
 		}
 		u.slots[i] = s
-		u.auxs[i] = t.auxs[j]
 		u.count++
 	}
 }

@@ -1,0 +1,136 @@
+package prefixcache
+
+// A pairOp is an update of one (block, backend) pair in a table entry, applied under the
+// entry's shard lock by applyLocked. Every op returns the pair's state before it.
+type pairOp uint8
+
+const (
+	opTouch     pairOp = iota // hold the block; set the reference bit of a pair already held
+	opUnhold                  // a held pair turns stale
+	opVisit                   // the CLOCK hand: clear a reference bit, evict, or drop a stale pair
+	opDropStale               // drop the pair if stale
+	opClear                   // forget the pair entirely
+)
+
+// applyBatch applies op for the backend whose bit is bit to the table entry of every key in
+// keys, storing each pair's previous state in out. It first touches every key's home slot
+// without locking, so the round's cache misses overlap instead of queuing behind lock
+// instructions, then takes each shard's lock once and applies that shard's keys in their
+// order in keys (so a key repeated in one round behaves as it would one at a time).
+// len(keys) <= batch.
+func (ix *Index) applyBatch(op pairOp, keys []uint64, bit uint64, out []uint8) {
+	for _, k := range keys {
+		if t := ix.shards[k&ix.mask].tab.Load(); t != nil {
+			_ = t.touchHome(k)
+		}
+	}
+	if ix.mask == 0 || len(keys) == 1 {
+		for j, k := range keys {
+			sh := ix.lockShard(k)
+			out[j] = ix.applyLocked(sh, op, k, bit)
+			sh.unlock()
+		}
+		return
+	}
+	// A stable counting sort of the round by shard.
+	var start [257]uint16
+	for _, k := range keys {
+		start[k&ix.mask+1]++
+	}
+	shards := len(ix.shards)
+	for s := 1; s <= shards; s++ {
+		start[s] += start[s-1]
+	}
+	var order [batch]uint8
+	next := start
+	for j, k := range keys {
+		s := k & ix.mask
+		order[next[s]] = uint8(j)
+		next[s]++
+	}
+	for s := range shards {
+		lo, hi := start[s], start[s+1]
+		if lo == hi {
+			continue
+		}
+		sh := &ix.shards[s]
+		sh.lock()
+		for _, j := range order[lo:hi] {
+			out[j] = ix.applyLocked(sh, op, keys[j], bit)
+		}
+		sh.unlock()
+	}
+}
+
+// apply1 applies op to one pair, locking its shard.
+func (ix *Index) apply1(op pairOp, k, bit uint64) uint8 {
+	sh := ix.lockShard(k)
+	st := ix.applyLocked(sh, op, k, bit)
+	sh.unlock()
+	return st
+}
+
+// applyLocked applies op to the pair (k, bit) in sh, whose lock is held and sequence odd.
+func (ix *Index) applyLocked(sh *shard, op pairOp, k, bit uint64) uint8 {
+	var t *table
+	var i int
+	if op == opTouch {
+		t = ix.reserveLocked(sh)
+		i = t.findOrAdd(k)
+	} else {
+		if t = sh.tab.Load(); t == nil {
+			return pairAbsent
+		}
+		if i = t.find(k); i < 0 {
+			return pairAbsent
+		}
+	}
+	hold, aux := t.slots[i].hold, t.slots[i].aux
+	st := uint8(pairAbsent)
+	switch {
+	case hold&bit != 0 && aux&bit != 0:
+		st = pairLiveRef
+	case hold&bit != 0:
+		st = pairLive
+	case aux&bit != 0:
+		st = pairStale
+	}
+	switch op {
+	case opTouch:
+		// A new pair starts unreferenced; a held or stale one is (again) held and referenced.
+		if st != pairAbsent {
+			aux |= bit
+		}
+		hold |= bit
+	case opUnhold:
+		if st == pairLive || st == pairLiveRef {
+			hold &^= bit
+			aux |= bit
+		}
+	case opVisit:
+		switch st {
+		case pairLiveRef:
+			aux &^= bit
+		case pairLive:
+			hold &^= bit
+		case pairStale:
+			aux &^= bit
+		default:
+			panic("prefixcache: internal error: queued pair missing from its table")
+		}
+	case opDropStale:
+		if st != pairStale {
+			return st
+		}
+		aux &^= bit
+	case opClear:
+		hold &^= bit
+		aux &^= bit
+	}
+	if hold == 0 && aux == 0 {
+		t.del(i)
+	} else {
+		t.set(i, hold, aux)
+	}
+	return st
+}
