@@ -51,9 +51,12 @@ type Options struct {
 // Observer receives the queue's outcomes. Both hooks are optional (nil means not called),
 // are called outside the queue's lock by whichever goroutine's operation produced the
 // outcome (an Admit, Done, Notify, Tick or Close caller, or a waiter whose context or
-// deadline ended), and may call back into the queue. Calls for different requests may be
-// concurrent and arrive out of order; calls for one request arrive in order (Outcome before
-// Done).
+// deadline ended), and may call back into the queue. Calls may be concurrent and need not
+// arrive in the order the events happened: a request admitted through Admit may even have
+// its Done reported before its Dispatched outcome, when another goroutine dispatched it and
+// has not yet delivered its records. For requests queued with Enqueue, whose Ticket
+// travels in the Dispatched record, Outcome always comes first. A single-goroutine user
+// (a simulator) sees every call in order, synchronously inside its own calls.
 type Observer struct {
 	// Outcome is called exactly once per request, with its Outcome.
 	Outcome func(Record)
