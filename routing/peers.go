@@ -329,22 +329,29 @@ type UsherOptions struct {
 	Session SessionAwareOptions
 }
 
+// UsherTokenLoadCap is the in-flight prefill at which Usher's token-load term reaches 0: 65,536
+// tokens, about 4 s of prefill at 15,928 tok/s, so that one long prompt in flight visibly
+// counts (llm-d's 4,194,304 makes the term nearly constant).
+const UsherTokenLoadCap = 1 << 16
+
 // Usher is usher's own configuration, the one the simulator measures against the peers:
 //
-//	HealthFilter → 4·SessionAware + 1·TokenLoad + 1·KVUtilization → max-score
+//	HealthFilter → 4·SessionAware + 1·TokenLoad(65,536) + 1·KVUtilization → max-score
 //
 // SessionAware decides the placement (first turns for balance, later turns home unless
-// overloaded or evicted, sessionless requests half prefix, half balance); TokenLoad breaks its
-// ties by the prefill work in flight, which the router knows at once; KVUtilization steers away
-// from servers about to preempt. The weights keep SessionAware's decision unless the other two
-// terms disagree by more than its whole margin.
+// overloaded or evicted, sessionless requests half prefix, half balance); TokenLoad weighs the
+// prefill work in flight, which the router knows at once and request counts hide (a 30k-token
+// prompt is not a 100-token one); KVUtilization steers away from servers about to preempt. A
+// session's home scores 4 against at most 2 + 1 + 1 elsewhere, so the other terms can tie but
+// never overturn a stay; between candidates placed for balance they break ties and small
+// differences.
 func Usher(opts UsherOptions) Profile {
 	return Profile{
 		Name:    "usher",
 		Filters: []Filter{NewHealthFilter()},
 		Scorers: []Weighted{
 			{NewSessionAware(opts.Session), 4},
-			{TokenLoad(0), 1},
+			{TokenLoad(UsherTokenLoadCap), 1},
 			{KVUtilization(), 1},
 		},
 		Picker: MaxScore(),
