@@ -1,0 +1,226 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+// Percentiles are latency quantiles (nearest rank).
+type Percentiles struct {
+	P50, P90, P99 time.Duration
+}
+
+// TurnStats counts what happened to one class of requests (first turns of sessions, or later
+// turns).
+type TurnStats struct {
+	// Sent is the number of requests that reached the gateway.
+	Sent int
+	// Completed were served to the end.
+	Completed int
+	// Expired waited in the gateway until their TTL passed; Rejected were refused at arrival
+	// (queue full); Failed were admitted but could not be routed or served (no backend, too
+	// long for the model).
+	Expired, Rejected, Failed int
+	// Abandoned turns were never sent because an earlier turn of their session was shed or
+	// failed (closed-loop workloads only).
+	Abandoned int
+	// WaitMean and WaitP99 are the time admitted requests waited in the gateway queue.
+	WaitMean, WaitP99 time.Duration
+}
+
+// Shed is Expired + Rejected: requests the gateway turned away.
+func (t TurnStats) Shed() int { return t.Expired + t.Rejected }
+
+// Result is the measurement of one run.
+type Result struct {
+	// Workload, Policy and Router name the run; Rate is the caller's label for the load
+	// (Run does not scale the workload itself; see Workload.Scaled).
+	Workload, Policy, Router string
+	Rate                     float64
+
+	// Sent, Completed and Unfinished (still waiting or running at Config.MaxTime) count
+	// requests; First and Later split the counts by turn.
+	Sent, Completed, Unfinished int
+	First, Later                TurnStats
+
+	// TTFT is the time from arrival at the gateway to the first output token, E2E to the last,
+	// over completed requests; both include the wait in the gateway queue.
+	TTFT, E2E Percentiles
+
+	// Span is the virtual time from the first arrival to the last completion.
+	Span time.Duration
+	// ReqPerSec and TokPerSec are completed requests and their tokens (prompt + output) per
+	// second of Span; OutPerSec counts output tokens only.
+	ReqPerSec, TokPerSec, OutPerSec float64
+
+	// HitRate is the share of the completed requests' prompt tokens served from a server's
+	// prefix cache; IdealHitRate is the share an infinite cache shared by all servers would
+	// serve for the same requests (replayed in workload order).
+	HitRate, IdealHitRate float64
+
+	// LoadMean and LoadMax are the time-averaged number of requests on a server (waiting or
+	// running in its engine), over servers and for the most loaded one; LoadImbalance is
+	// LoadMax/LoadMean.
+	LoadMean, LoadMax, LoadImbalance float64
+
+	// Jain is Jain's fairness index over sessions of the share of each session's requested
+	// tokens that was served: (Σx)²/(n·Σx²), 1 when every session got the same share.
+	Jain float64
+
+	// Preemptions is the engines' total recompute preemptions.
+	Preemptions int64
+
+	// Events is the number of simulated events; Wall the wall-clock time of the run, and
+	// EventsPerSec their ratio.
+	Events       int64
+	Wall         time.Duration
+	EventsPerSec float64
+}
+
+// Deterministic returns a copy of r without the wall-clock fields, for comparing runs.
+func (r Result) Deterministic() Result {
+	r.Wall, r.EventsPerSec = 0, 0
+	return r
+}
+
+func (s *sim) result(wall time.Duration) *Result {
+	res := &Result{
+		Workload: s.w.Name, Policy: s.cfg.Policy.Name, Router: s.cfg.Router.Name,
+		Events: s.nEvents, Wall: wall, Preemptions: s.preempts,
+	}
+	if wall > 0 {
+		res.EventsPerSec = float64(s.nEvents) / wall.Seconds()
+	}
+	ideal := s.w.idealHits(s.cfg.Profile.BlockSize)
+	var ttft, e2e []time.Duration
+	var waits [2][]time.Duration
+	var prompt, cached, idealHit, tokens, out int64
+	first, last := time.Duration(math.MaxInt64), time.Duration(0)
+	served := make([]float64, s.w.Sessions)
+	asked := make([]float64, s.w.Sessions)
+	for i := range s.reqs {
+		r := &s.reqs[i]
+		t := &res.First
+		cls := 0
+		if r.w.Turn > 1 {
+			t, cls = &res.Later, 1
+		}
+		if r.state == rsAbandoned {
+			t.Abandoned++
+			continue
+		}
+		if r.state == rsNone {
+			continue // never arrived (MaxTime)
+		}
+		res.Sent++
+		t.Sent++
+		first = min(first, r.arrival)
+		size := float64(r.w.PromptTokens) + float64(r.w.OutputTokens)
+		if r.w.Session >= 0 {
+			asked[r.w.Session] += size
+		}
+		if r.state == rsRunning || r.state == rsDone {
+			waits[cls] = append(waits[cls], r.wait)
+		}
+		switch r.state {
+		case rsQueued, rsRunning:
+			res.Unfinished++
+		case rsShed:
+			if r.outcome == flowcontrol.Expired {
+				t.Expired++
+			} else {
+				t.Rejected++
+			}
+		case rsFailed:
+			t.Failed++
+		case rsDone:
+			res.Completed++
+			t.Completed++
+			ttft = append(ttft, r.firstToken-r.arrival)
+			e2e = append(e2e, r.finish-r.arrival)
+			last = max(last, r.finish)
+			prompt += int64(r.w.PromptTokens)
+			cached += int64(r.cached)
+			idealHit += int64(ideal[i])
+			tokens += int64(r.w.PromptTokens) + int64(r.w.OutputTokens)
+			out += int64(r.w.OutputTokens)
+			if r.w.Session >= 0 {
+				served[r.w.Session] += size
+			}
+		}
+	}
+	res.TTFT, res.E2E = percentiles(ttft), percentiles(e2e)
+	for k, t := range [2]*TurnStats{&res.First, &res.Later} {
+		w := waits[k]
+		if len(w) > 0 {
+			var sum time.Duration
+			for _, d := range w {
+				sum += d
+			}
+			t.WaitMean = sum / time.Duration(len(w))
+			t.WaitP99 = percentiles(w).P99
+		}
+	}
+	if res.Completed > 0 && last > first {
+		res.Span = last - first
+		sec := res.Span.Seconds()
+		res.ReqPerSec = float64(res.Completed) / sec
+		res.TokPerSec = float64(tokens) / sec
+		res.OutPerSec = float64(out) / sec
+	}
+	if prompt > 0 {
+		res.HitRate = float64(cached) / float64(prompt)
+		res.IdealHitRate = float64(idealHit) / float64(prompt)
+	}
+	if s.now > 0 && len(s.srv) > 0 {
+		sum := 0.0
+		for i := range s.srv {
+			l := s.srv[i].area / s.now.Seconds()
+			sum += l
+			res.LoadMax = max(res.LoadMax, l)
+		}
+		res.LoadMean = sum / float64(len(s.srv))
+		if res.LoadMean > 0 {
+			res.LoadImbalance = res.LoadMax / res.LoadMean
+		}
+	}
+	xs := make([]float64, 0, len(asked))
+	for i, a := range asked {
+		if a > 0 {
+			xs = append(xs, served[i]/a)
+		}
+	}
+	res.Jain = Jain(xs)
+	return res
+}
+
+// percentiles returns nearest-rank quantiles of d (sorted in place).
+func percentiles(d []time.Duration) Percentiles {
+	if len(d) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(d)
+	q := func(p float64) time.Duration {
+		k := int(math.Ceil(p*float64(len(d)))) - 1
+		return d[min(max(k, 0), len(d)-1)]
+	}
+	return Percentiles{P50: q(0.50), P90: q(0.90), P99: q(0.99)}
+}
+
+// Jain returns Jain's fairness index of xs, (Σx)²/(n·Σx²): 1 when all are equal, 1/n when one
+// gets everything. It returns 1 for an empty or all-zero slice (nobody is treated worse than
+// anybody else). O(len(xs)).
+func Jain(xs []float64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 1
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}

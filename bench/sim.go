@@ -1,0 +1,749 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing"
+)
+
+// GateKind selects the saturation gate of the simulated gateway's admission queue.
+type GateKind uint8
+
+const (
+	// GateConcurrency (the zero value) admits while fewer than MaxInFlight·Servers requests
+	// are in flight: flowcontrol.ConcurrencyLimit. The queue sees every completion, so the gate
+	// is exact and needs no metrics.
+	GateConcurrency GateKind = iota
+	// GateSaturation is llm-d's saturation detector on the scraped metrics: the pool's level
+	// is the mean over servers of max(queued/5, kv_util/0.8), metrics older than 200 ms count
+	// as saturated (level 1), and dispatch stops at level 1: flowcontrol.Saturation, with
+	// Queue.Notify after every scrape. It sees dispatches only at the next scrape, as llm-d does.
+	GateSaturation
+	// GateBoth is GateConcurrency and GateSaturation together.
+	GateBoth
+	// GateNone admits everything at once; the servers' own queues absorb the load.
+	GateNone
+)
+
+var gateNames = [...]string{"concurrency", "saturation", "both", "none"}
+
+// String returns the gate's name as ParseGate accepts it.
+func (g GateKind) String() string {
+	if int(g) < len(gateNames) {
+		return gateNames[g]
+	}
+	return "GateKind(" + strconv.Itoa(int(g)) + ")"
+}
+
+// ParseGate returns the gate named s ("concurrency", "saturation", "both", "none").
+func ParseGate(s string) (GateKind, error) {
+	for i, n := range gateNames {
+		if n == s {
+			return GateKind(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown gate %q", ErrInvalidConfig, s)
+}
+
+// Defaults for the zero Config.
+const (
+	DefaultServers        = 16
+	DefaultMaxInFlight    = 32
+	DefaultScrapeInterval = 50 * time.Millisecond // llm-d's scrape interval
+	DefaultSeed           = 1
+)
+
+// BenchProfile is the engine profile the simulator uses by default: Qwen3-32B on 2×H100
+// (engine.Qwen3_32B_H100) with two changes. The maximum model length is raised to 131,072
+// tokens (the model's context with YaRN scaling), because 574 requests of the Mooncake
+// conversation trace are longer than the profile's 40,960. KV blocks are 64 tokens instead of
+// 16 (4,500 blocks, the same 288k tokens): the engine's and the index's work is per block, so
+// this makes a replay four times cheaper, and it loses no prefix resolution on traces whose
+// ids cover 512 tokens (llm-d's approximate index also uses 64-token blocks). The price is up
+// to 63 instead of 15 tokens of a prompt's tail that can never be a hit.
+func BenchProfile() engine.Profile {
+	p := engine.Qwen3_32B_H100
+	p.MaxModelLen = 131072
+	p.BlockSize = 64
+	p.NumBlocks = engine.Qwen3_32B_H100.NumBlocks * engine.Qwen3_32B_H100.BlockSize / 64
+	return p
+}
+
+// Config describes one simulated cluster and gateway. The zero value is valid: 16 servers of
+// BenchProfile behind an FCFS queue with a concurrency gate of 32 requests per server, routed
+// by usher's profile with a prefix index, metrics scraped every 50 ms.
+type Config struct {
+	// Servers is the number of model servers. Zero: DefaultServers (16).
+	Servers int
+	// Profile is every server's engine profile. Zero: BenchProfile().
+	Profile engine.Profile
+	// Policy is the admission queue's fairness policy. Zero: FCFS.
+	Policy Policy
+	// Router is the routing configuration. Zero: usher's.
+	Router Router
+	// Gate selects the saturation gate. Zero: GateConcurrency.
+	Gate GateKind
+	// MaxInFlight is the concurrency gate's limit per server. Zero: DefaultMaxInFlight (32).
+	MaxInFlight int
+	// TTL is how long a request may wait for admission. Zero: flowcontrol.DefaultTTL (60 s).
+	TTL time.Duration
+	// QueueCapacity bounds the requests waiting in the gateway. Zero: flowcontrol's default
+	// (10,000).
+	QueueCapacity int
+	// ScrapeInterval is how often the servers' metrics are scraped into the router's
+	// BackendState (and the saturation gate). Zero: DefaultScrapeInterval (50 ms).
+	ScrapeInterval time.Duration
+	// StaleAfter is the router's staleness limit for scraped signals. Zero: routing's default
+	// (2 s).
+	StaleAfter time.Duration
+	// NoIndex runs the router without a prefix index (prefix scorers then see no matches).
+	NoIndex bool
+	// IndexCapacity is the prefix index's capacity per server in blocks. Zero: the servers'
+	// KV capacity (NumBlocks), so the approximate index forgets about as much as a server does.
+	IndexCapacity int
+	// Seed makes the router's random choices reproducible. Zero: DefaultSeed.
+	Seed uint64
+	// MaxTime stops the simulation at this virtual time; requests still waiting or running
+	// then are counted as unfinished. Zero: run until every request has finished.
+	MaxTime time.Duration
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	o := *c
+	if o.Servers == 0 {
+		o.Servers = DefaultServers
+	}
+	if o.Profile == (engine.Profile{}) {
+		o.Profile = BenchProfile()
+	}
+	if o.Policy.New == nil {
+		o.Policy = FCFSPolicy()
+	}
+	if o.Router.New == nil {
+		o.Router = UsherRouter()
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.TTL == 0 {
+		o.TTL = flowcontrol.DefaultTTL
+	}
+	if o.ScrapeInterval == 0 {
+		o.ScrapeInterval = DefaultScrapeInterval
+	}
+	if o.Seed == 0 {
+		o.Seed = DefaultSeed
+	}
+	switch {
+	case o.Servers < 0 || o.Servers > 4096:
+		return o, fmt.Errorf("%w: %d servers", ErrInvalidConfig, o.Servers)
+	case o.MaxInFlight < 0 || o.TTL < 0 || o.QueueCapacity < 0 || o.ScrapeInterval < 0 || o.IndexCapacity < 0 || o.MaxTime < 0:
+		return o, fmt.Errorf("%w: negative limit", ErrInvalidConfig)
+	case o.Gate > GateNone:
+		return o, fmt.Errorf("%w: gate %v", ErrInvalidConfig, o.Gate)
+	}
+	return o, nil
+}
+
+// event kinds.
+const (
+	evStep     uint8 = iota + 1 // a server's step ends; arg = server
+	evFollowup                  // a closed-loop turn arrives; arg = request
+	evScrape                    // metrics are scraped
+	evTick                      // the queue's earliest deadline
+)
+
+type event struct {
+	at   time.Duration
+	seq  uint64
+	kind uint8
+	arg  int32
+}
+
+// eventHeap is a binary min-heap of events by (at, seq): simultaneous events run in the order
+// they were scheduled, which makes runs deterministic.
+type eventHeap []event
+
+func (h eventHeap) less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() event {
+	s := *h
+	e := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && s.less(r, l) {
+			m = r
+		}
+		if !s.less(m, i) {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return e
+}
+
+// vclock is the queue's and router's clock: virtual time, moved only by the event loop.
+type vclock struct{ now time.Time }
+
+func (c *vclock) Now() time.Time { return c.now }
+
+// NewTimer is never called: the simulator only uses the queue's asynchronous Enqueue and Tick.
+func (c *vclock) NewTimer(time.Duration) flowcontrol.Timer {
+	panic("bench: the virtual clock has no timers (blocking Admit is not used in simulation)")
+}
+
+// epoch is virtual time zero.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// request states.
+const (
+	rsNone      uint8 = iota // not arrived
+	rsQueued                 // waiting in the gateway
+	rsRunning                // dispatched to a server
+	rsDone                   // completed
+	rsShed                   // expired or rejected by the gateway
+	rsFailed                 // no backend, or the server refused it
+	rsAbandoned              // a closed-loop turn whose session ended before it
+)
+
+type simReq struct {
+	w          *Request
+	idx        int32
+	state      uint8
+	outcome    flowcontrol.Outcome
+	server     int32
+	arrival    time.Duration
+	wait       time.Duration
+	firstToken time.Duration
+	finish     time.Duration
+	cached     int32
+	ticket     flowcontrol.Ticket
+	res        routing.Result
+}
+
+type server struct {
+	e       *engine.Engine
+	name    string
+	busy    bool
+	load    int // requests submitted and not finished
+	lastAt  time.Duration
+	area    float64 // ∫ load dt, in request·seconds
+	started bool    // on the kick list
+}
+
+// sim is one run. It is single-goroutine: the queue's and router's concurrency machinery is
+// exercised by one caller in virtual time.
+type sim struct {
+	cfg    Config
+	w      *Workload
+	clock  vclock
+	now    time.Duration
+	q      *flowcontrol.Queue
+	router *routing.Router
+	index  *prefixcache.Index
+	srv    []server
+	reqs   []simReq
+	next   []int32 // the closed-loop turn that follows each request, -1 if none
+	flows  []flowcontrol.FlowID
+	sess   []string
+	seed   prefixcache.BlockHash
+
+	events   eventHeap
+	seq      uint64
+	nextOpen int // next open-loop request to arrive
+	tickAt   time.Duration
+	notes    []flowcontrol.Record
+	kicks    []int32
+	states   []routing.BackendState
+	engEv    []engine.Event
+	tokens   []uint32
+	chain    []prefixcache.BlockHash
+	blocks   []engine.BlockHash
+	level    float64
+	scraped  time.Duration
+	pending  int // requests arrived or scheduled and not yet ended
+	scrapes  bool
+	nEvents  int64
+	preempts int64
+}
+
+// Run simulates w on the cluster cfg describes and returns the measurements. It is
+// deterministic: the same workload, configuration and seed give the same Result (apart from
+// the wall-clock fields). Run starts no goroutine and may be called concurrently for different
+// configurations sharing one Workload.
+func Run(w *Workload, cfg Config) (*Result, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.validate(); err != nil {
+		return nil, err
+	}
+	if w.BlockTokens%c.Profile.BlockSize != 0 {
+		return nil, fmt.Errorf("%w: workload blocks of %d tokens are not a multiple of the engine's %d", ErrInvalidConfig, w.BlockTokens, c.Profile.BlockSize)
+	}
+	s, err := newSim(w, c)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	s.loop()
+	return s.result(time.Since(start)), nil
+}
+
+func newSim(w *Workload, c Config) (*sim, error) {
+	s := &sim{cfg: c, w: w, tickAt: -1}
+	s.clock.now = epoch
+	s.seed = prefixcache.Seed(c.Profile.Model, "", "")
+	gate, err := s.gate()
+	if err != nil {
+		return nil, err
+	}
+	s.q, err = flowcontrol.New(flowcontrol.Options{
+		Policy:   c.Policy.New(),
+		Gate:     gate,
+		Clock:    &s.clock,
+		TTL:      c.TTL,
+		Capacity: flowcontrol.Limits{Requests: c.QueueCapacity},
+		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.notes = append(s.notes, r) }},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: flowcontrol: %w", err)
+	}
+	ropts := routing.Options{
+		Profile:    c.Router.New(),
+		BlockSize:  c.Profile.BlockSize,
+		StaleAfter: c.StaleAfter,
+		Now:        s.clock.Now,
+		Seed:       c.Seed,
+	}
+	if !c.NoIndex {
+		s.index, err = prefixcache.New(prefixcache.Options{
+			DefaultCapacity: c.Profile.NumBlocks,
+			MaxBytes:        int64(c.Servers) * int64(max(c.IndexCapacity, c.Profile.NumBlocks)) * prefixcache.PairBytes * 2,
+			MaxChainBlocks:  c.Profile.MaxModelLen/c.Profile.BlockSize + 1,
+			MaxBackends:     max(c.Servers, 1),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: prefixcache: %w", err)
+		}
+		ropts.Index = s.index
+	}
+	s.router, err = routing.New(ropts)
+	if err != nil {
+		return nil, fmt.Errorf("bench: routing: %w", err)
+	}
+	s.srv = make([]server, c.Servers)
+	for i := range s.srv {
+		e, err := engine.New(engine.Options{Profile: c.Profile, OmitTokenEvents: true})
+		if err != nil {
+			return nil, fmt.Errorf("bench: engine: %w", err)
+		}
+		s.srv[i] = server{e: e, name: "server-" + strconv.Itoa(i)}
+	}
+	s.reqs = make([]simReq, len(w.Requests))
+	for i := range s.reqs {
+		s.reqs[i] = simReq{w: &w.Requests[i], idx: int32(i), server: -1}
+	}
+	s.next = make([]int32, len(w.Requests))
+	for i := range s.next {
+		s.next[i] = -1
+	}
+	for i := range w.Requests {
+		if p := w.Requests[i].Prev; p >= 0 {
+			if s.next[p] >= 0 {
+				return nil, fmt.Errorf("%w: requests %d and %d both follow request %d", ErrInvalidWorkload, s.next[p], i, p)
+			}
+			s.next[p] = int32(i)
+		}
+	}
+	s.sess = make([]string, w.Sessions)
+	s.flows = make([]flowcontrol.FlowID, w.Sessions)
+	for i := range s.sess {
+		s.sess[i] = "s" + strconv.Itoa(i)
+		s.flows[i] = flowcontrol.FlowID(s.sess[i])
+	}
+	s.states = make([]routing.BackendState, c.Servers)
+	// The first scrape publishes the backends before anything arrives.
+	s.scrape()
+	if c.IndexCapacity > 0 && s.index != nil {
+		for i := range s.srv {
+			id, ok := s.index.Lookup(s.srv[i].name)
+			if ok {
+				if err := s.index.SetCapacity(id, c.IndexCapacity); err != nil {
+					return nil, fmt.Errorf("bench: prefixcache: %w", err)
+				}
+			}
+		}
+	}
+	s.scrapes = c.ScrapeInterval > 0
+	if s.scrapes {
+		s.schedule(c.ScrapeInterval, evScrape, 0)
+	}
+	for i := range w.Requests {
+		if w.Requests[i].Prev < 0 {
+			s.pending++
+		}
+	}
+	return s, nil
+}
+
+// gate builds the queue's gate.
+func (s *sim) gate() (flowcontrol.Gate, error) {
+	conc := &flowcontrol.ConcurrencyLimit{Limit: s.cfg.MaxInFlight * s.cfg.Servers}
+	sat := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: s.saturation}}}
+	switch s.cfg.Gate {
+	case GateConcurrency:
+		return conc, nil
+	case GateSaturation:
+		return sat, nil
+	case GateBoth:
+		return flowcontrol.AllGates{conc, sat}, nil
+	}
+	return nil, nil
+}
+
+// saturation is llm-d's saturation level from the last scrape: the mean over servers of
+// max(queued/5, kv_util/0.8); scraped metrics older than 200 ms count as saturated.
+func (s *sim) saturation() float64 {
+	if s.now-s.scraped > 200*time.Millisecond {
+		return 1
+	}
+	return s.level
+}
+
+func (s *sim) schedule(at time.Duration, kind uint8, arg int32) {
+	s.seq++
+	s.events.push(event{at: at, seq: s.seq, kind: kind, arg: arg})
+}
+
+func (s *sim) setNow(t time.Duration) {
+	s.now = t
+	s.clock.now = epoch.Add(t)
+}
+
+// loop runs events until every request has ended (or MaxTime).
+func (s *sim) loop() {
+	reqs := s.w.Requests
+	for s.pending > 0 {
+		// The next event is the earlier of the next open-loop arrival and the heap's top;
+		// arrivals go first on a tie, as they were "scheduled" before the run began.
+		for s.nextOpen < len(reqs) && reqs[s.nextOpen].Prev >= 0 {
+			s.nextOpen++
+		}
+		arrival := s.nextOpen < len(reqs)
+		if arrival && len(s.events) > 0 && s.events[0].at < reqs[s.nextOpen].At {
+			arrival = false
+		}
+		if !arrival && len(s.events) == 0 {
+			break // nothing can happen any more (unreachable: pending work has events)
+		}
+		var t time.Duration
+		if arrival {
+			t = reqs[s.nextOpen].At
+		} else {
+			t = s.events[0].at
+		}
+		if s.cfg.MaxTime > 0 && t > s.cfg.MaxTime {
+			break
+		}
+		s.setNow(t)
+		s.nEvents++
+		if arrival {
+			i := s.nextOpen
+			s.nextOpen++
+			s.arrive(int32(i))
+		} else {
+			e := s.events.pop()
+			switch e.kind {
+			case evStep:
+				s.stepEnd(e.arg)
+			case evFollowup:
+				s.arrive(e.arg)
+			case evScrape:
+				s.scrape()
+				if s.cfg.Gate == GateSaturation || s.cfg.Gate == GateBoth {
+					s.q.Notify()
+				}
+				s.schedule(s.now+s.cfg.ScrapeInterval, evScrape, 0)
+			case evTick:
+				s.tickAt = -1
+				if next := s.q.Tick(); !next.IsZero() {
+					s.scheduleTick(next.Sub(epoch))
+				}
+			}
+		}
+		s.settle()
+	}
+	s.finishLoads()
+}
+
+func (s *sim) scheduleTick(at time.Duration) {
+	if s.tickAt >= 0 && s.tickAt <= at {
+		return
+	}
+	s.tickAt = at
+	s.schedule(at, evTick, 0)
+}
+
+// arrive sends request i to the gateway queue.
+func (s *sim) arrive(i int32) {
+	r := &s.reqs[i]
+	r.arrival = s.now
+	r.state = rsQueued
+	flow := flowcontrol.FlowID("r" + strconv.Itoa(int(i)))
+	if r.w.Session >= 0 {
+		flow = s.flows[r.w.Session]
+	}
+	// The outcome (dispatched at once, rejected, or later) comes through the observer.
+	_, _ = s.q.Enqueue(flowcontrol.Request{
+		Flow:         flow,
+		PromptTokens: flowcontrol.Tokens(r.w.PromptTokens),
+		OutputTokens: flowcontrol.Tokens(r.w.OutputTokens),
+		Arrival:      s.clock.now,
+		Value:        r,
+	})
+	s.scheduleTick(s.now + s.cfg.TTL)
+}
+
+// settle handles the queue's outcomes produced by the last operation (dispatches, expiries,
+// rejections; a completion may dispatch more) and starts a step on every idle server that
+// got work.
+func (s *sim) settle() {
+	for k := 0; k < len(s.notes); k++ {
+		rec := s.notes[k]
+		r := rec.Request.Value.(*simReq)
+		r.outcome = rec.Outcome
+		switch rec.Outcome {
+		case flowcontrol.Dispatched:
+			r.ticket = rec.Ticket
+			r.wait = rec.Wait
+			s.dispatch(r)
+		default:
+			s.end(r, rsShed)
+		}
+	}
+	clear(s.notes)
+	s.notes = s.notes[:0]
+	for _, i := range s.kicks {
+		sv := &s.srv[i]
+		sv.started = false
+		s.begin(i)
+	}
+	s.kicks = s.kicks[:0]
+}
+
+// chainOf computes r's block chain as the router and the engine see it: every content id
+// stands for BlockTokens/BlockSize engine blocks whose tokens are derived from (id, position
+// in the id), so equal id prefixes give equal chains, hashed by prefixcache.HashTokens.
+func (s *sim) chainOf(r *simReq) []prefixcache.BlockHash {
+	bs := s.cfg.Profile.BlockSize
+	per := s.w.BlockTokens / bs
+	n := int(r.w.PromptTokens) / bs
+	if cap(s.tokens) < n*bs {
+		s.tokens = make([]uint32, n*bs)
+	}
+	tok := s.tokens[:n*bs]
+	for b := range n {
+		id := r.w.IDs[b/per]
+		blk := tok[b*bs : (b+1)*bs]
+		blk[0], blk[1] = uint32(id), uint32(id>>32)
+		if bs > 2 {
+			blk[2] = uint32(b % per)
+			for k := 3; k < bs; k++ {
+				blk[k] = 0x9e3779b9 + uint32(k)
+			}
+		}
+	}
+	s.chain = prefixcache.HashTokens(s.chain[:0], s.seed, tok, bs)
+	return s.chain
+}
+
+// dispatch routes an admitted request and submits it to the chosen server.
+func (s *sim) dispatch(r *simReq) {
+	chain := s.chainOf(r)
+	sess := ""
+	if r.w.Session >= 0 {
+		sess = s.sess[r.w.Session]
+	}
+	res, err := s.router.Pick(&routing.Request{
+		Chain:        chain,
+		BlockSize:    s.cfg.Profile.BlockSize,
+		PromptTokens: int(r.w.PromptTokens),
+		Session:      sess,
+		Now:          s.clock.now,
+	})
+	if err != nil {
+		r.ticket.Done(flowcontrol.Usage{})
+		s.end(r, rsFailed)
+		return
+	}
+	i := int32(res.ID)
+	s.blocks = s.blocks[:0]
+	for _, h := range chain {
+		s.blocks = append(s.blocks, engine.BlockHash(h))
+	}
+	sv := &s.srv[i]
+	err = sv.e.Submit(engine.Request{
+		ID:           engine.RequestID(r.idx),
+		Blocks:       s.blocks,
+		PromptTokens: int(r.w.PromptTokens),
+		OutputTokens: int(r.w.OutputTokens),
+	}, s.now)
+	if err != nil {
+		res.Done(routing.DoneInfo{Err: err})
+		r.ticket.Done(flowcontrol.Usage{})
+		s.end(r, rsFailed)
+		return
+	}
+	r.res = res
+	r.server = i
+	r.state = rsRunning
+	s.addLoad(sv, 1)
+	if !sv.busy && !sv.started {
+		sv.started = true
+		s.kicks = append(s.kicks, i)
+	}
+}
+
+// begin starts a step on idle server i if it has work.
+func (s *sim) begin(i int32) {
+	sv := &s.srv[i]
+	if sv.busy {
+		return
+	}
+	d, ok := sv.e.BeginStep(s.now)
+	if !ok {
+		return
+	}
+	sv.busy = true
+	s.schedule(s.now+d, evStep, i)
+}
+
+// stepEnd completes server i's step and handles what it produced.
+func (s *sim) stepEnd(i int32) {
+	sv := &s.srv[i]
+	sv.busy = false
+	sv.e.EndStep(s.now)
+	s.engEv = sv.e.Events(s.engEv[:0])
+	for _, ev := range s.engEv {
+		r := &s.reqs[ev.ID]
+		switch ev.Kind {
+		case engine.EventStarted:
+			r.cached = int32(ev.Tokens)
+		case engine.EventPreempted:
+			s.preempts++
+		case engine.EventToken:
+			if ev.Tokens == 1 {
+				r.firstToken = s.now
+				r.res.FirstToken(s.clock.now)
+			}
+		case engine.EventFinished:
+			r.finish = s.now
+			s.addLoad(sv, -1)
+			r.res.Done(routing.DoneInfo{FirstTokenAt: epoch.Add(r.firstToken), PromptTokens: int(r.w.PromptTokens), OutputTokens: ev.Tokens})
+			r.ticket.Done(flowcontrol.Usage{
+				PromptTokens: flowcontrol.Tokens(r.w.PromptTokens),
+				CachedTokens: flowcontrol.Tokens(r.cached),
+				OutputTokens: flowcontrol.Tokens(ev.Tokens),
+			})
+			s.end(r, rsDone)
+		}
+	}
+	s.begin(i)
+}
+
+// end records the final state of r and, for a closed-loop session, sends or abandons the
+// next turn.
+func (s *sim) end(r *simReq, st uint8) {
+	r.state = st
+	s.pending--
+	next := s.next[r.idx]
+	if next < 0 {
+		return
+	}
+	if st == rsDone {
+		s.pending++
+		s.schedule(s.now+s.w.Requests[next].At, evFollowup, next)
+		return
+	}
+	// The session ends: every later turn of it is abandoned.
+	for ; next >= 0; next = s.next[next] {
+		s.reqs[next].state = rsAbandoned
+	}
+}
+
+// addLoad changes server load by d, integrating the load over time.
+func (s *sim) addLoad(sv *server, d int) {
+	sv.area += float64(sv.load) * (s.now - sv.lastAt).Seconds()
+	sv.lastAt = s.now
+	sv.load += d
+}
+
+func (s *sim) finishLoads() {
+	for i := range s.srv {
+		s.addLoad(&s.srv[i], 0)
+	}
+}
+
+// scrape publishes every server's metrics to the router, as a metrics scraper would, and
+// refreshes the saturation level.
+func (s *sim) scrape() {
+	level := 0.0
+	for i := range s.srv {
+		st := s.srv[i].e.Stats()
+		s.states[i] = routing.BackendState{
+			Name:             s.srv[i].name,
+			Health:           routing.Healthy,
+			Known:            routing.AllSignals,
+			Queued:           st.Waiting,
+			Running:          st.Running,
+			KVUtilization:    min(max(st.KVUsage, 0), 1),
+			KVCapacityBlocks: st.NumBlocks,
+			BlockSize:        st.BlockSize,
+			UpdatedAt:        s.clock.now,
+		}
+		level += max(float64(st.Waiting)/5, st.KVUsage/0.8)
+	}
+	if len(s.srv) > 0 {
+		s.level = level / float64(len(s.srv))
+	}
+	s.scraped = s.now
+	if err := s.router.Update(s.states); err != nil {
+		panic("bench: router rejected the backend set: " + err.Error()) // names are unique
+	}
+}
