@@ -42,3 +42,37 @@ func Example() {
 	// vllm-a holds 6, vllm-b holds 4
 	// after insert: [8 4]
 }
+
+// The exact mode: apply an engine's KV events, keyed by the engine's own block hashes, and
+// match requests hashed by the gateway against them.
+func ExampleIndex_ApplyStored() {
+	ix, _ := prefixcache.New(prefixcache.Options{})
+	pod, _ := ix.AddBackend("vllm-0", 0)
+	seed := prefixcache.Seed("qwen3-32b", "", "")
+
+	prompt := make([]uint32, 3*16)
+	for i := range prompt {
+		prompt[i] = uint32(7 * i)
+	}
+	// The engine stored the first two blocks, then the third, naming its parent by the
+	// engine's hash of block 2.
+	_ = ix.ApplyStored(pod, prefixcache.StoredBlocks{
+		EngineHashes: []uint64{0xa1, 0xa2}, Tokens: prompt[:32], BlockSize: 16, Seed: seed,
+	})
+	_ = ix.ApplyStored(pod, prefixcache.StoredBlocks{
+		EngineHashes: []uint64{0xa3}, Parent: 0xa2, HasParent: true, Tokens: prompt[32:], BlockSize: 16,
+	})
+	chain := prefixcache.HashTokens(nil, seed, prompt, 16)
+	fmt.Println("matched:", ix.Match(nil, chain)[pod])
+
+	// The engine evicted block 2 (and with it, for matching, everything after it).
+	_ = ix.ApplyRemoved(pod, []uint64{0xa2})
+	fmt.Println("after eviction:", ix.Match(nil, chain)[pod])
+
+	st := ix.Stats()
+	fmt.Println("blocks held:", st.Blocks)
+	// Output:
+	// matched: 3
+	// after eviction: 1
+	// blocks held: 2
+}

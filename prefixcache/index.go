@@ -26,9 +26,10 @@ var (
 	ErrUnknownParent   = errors.New("prefixcache: unknown parent block")
 )
 
-// PairBytes is the memory the byte budget charges for one (block, backend) pair: the table
-// entry (24 bytes at a load factor between 7/12 and 7/8) plus the backend's CLOCK ring slot
-// (8 bytes, up to twice that while the ring grows). TestBytesPerBlock measures the real figure.
+// PairBytes is the memory the byte budget charges for one (block, backend) pair: its table
+// slot (24 bytes at a load factor between 1/2 and 3/4, shared by up to 64 backends holding the
+// block) plus its CLOCK ring slot (8 bytes, up to twice that while the ring grows).
+// TestBytesPerBlock measures the real figure.
 const PairBytes = 64
 
 // MaxBackends is the largest Options.MaxBackends accepted.
@@ -131,20 +132,24 @@ func (sh *shard) lock() {
 func (sh *shard) unlock() { sh.seq.Add(1) }
 
 // Index maps chained block hashes to the set of backends holding them, and answers, for a
-// chain, how many leading blocks each backend holds.
+// chain, how many leading blocks each backend holds. See the package documentation for the
+// model; the zero Index is not usable, call New.
 //
 // Index is safe for concurrent use. Match never blocks on a lock: it reads shards under a
 // sequence counter and retries a probe that raced with a writer. Writers to one backend
-// (Insert, Remove, Apply*, ClearBackend) are serialised by that backend's lock; writers to
-// different backends proceed in parallel and meet only on shard locks, held for one entry
-// update at a time.
+// (Insert, Remove, Apply*, ClearBackend, SetCapacity) are serialised by that backend's mutex;
+// writers to different backends proceed in parallel and meet only on shards, each held for one
+// batch of entry updates. Lock order: regMu, then a backend's mu, then one shard at a time;
+// never two backends or two shards at once.
 type Index struct {
+	// Immutable after New.
 	opts     Options
 	mask     uint64
 	maxPairs int64
 	shards   []shard
-	backends []atomic.Pointer[backend] // by id; len opts.MaxBackends
+	backends []atomic.Pointer[backend] // by id; len opts.MaxBackends; stored under regMu
 
+	// Counters, updated atomically by writers.
 	pairs     atomic.Int64 // ring slots over all backends (live and stale pairs)
 	bytes     atomic.Int64 // bytes allocated to tables and rings
 	evictions atomic.Int64
