@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -179,8 +180,14 @@ func TestAgainstRealPublisher(t *testing.T) {
 		{Endpoint: a.pub.Endpoint(), ReplayEndpoint: a.pub.ReplayEndpoint(), Backend: a.pod, Model: e2eModel},
 		{Endpoint: b.pub.Endpoint(), ReplayEndpoint: b.pub.ReplayEndpoint(), Topic: "kv@"},
 	}
-	sub, err := New(ix, Options{Sources: sources, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-		OnError: func(backend string, err error) { t.Errorf("%s: %v", backend, err) }})
+	sub, err := New(ix, Options{Sources: sources, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, ProbeInterval: 100 * time.Millisecond,
+		OnError: func(backend string, err error) {
+			// A replay endpoint is briefly unreachable while a
+			// publisher restarts; anything else is a bug.
+			if !errors.Is(err, ErrReplay) {
+				t.Errorf("%s: %v", backend, err)
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,21 +201,32 @@ func TestAgainstRealPublisher(t *testing.T) {
 	}()
 	converge(t, ix, sub, a)
 
-	// Live traffic.
+	// Live traffic. pod-b's events cannot be attributed before its topic
+	// is seen live, and a PUB socket drops what it publishes before the
+	// subscription reaches it, so pod-b behaves as a busy engine does:
+	// it keeps publishing until the first batch gets through; the replay
+	// that triggers brings everything before it.
 	a.publish(20)
 	b.publish(20)
+	for deadline := time.Now().Add(20 * time.Second); sub.Stats().Batches <= 25; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no batch of pod-b ever arrived: %+v", sub.Stats())
+		}
+		b.publish(1)
+		time.Sleep(2 * time.Millisecond)
+	}
 	converge(t, ix, sub, a, b)
 
-	// A gap: the PUB socket drops a batch; the next one reveals it.
-	gapsBefore := sub.Stats().Gaps
+	// A gap: the PUB socket drops a batch; the next one reveals it (or,
+	// if the connection stays idle long enough in between, the probe).
+	before := sub.Stats()
 	if _, err := a.pub.Drop(a.step()); err != nil {
 		t.Fatal(err)
 	}
 	a.publish(1)
 	converge(t, ix, sub, a, b)
-	if got := sub.Stats().Gaps; got <= gapsBefore {
-		t.Errorf("Gaps = %d after a dropped batch, want > %d", got, gapsBefore)
-	}
+	eventually(t, func() bool { st := sub.Stats(); return st.Gaps+st.Stale > before.Gaps+before.Stale },
+		"a dropped batch counted neither as a gap nor as a stale connection")
 
 	// pod-b restarts: a new process with an empty cache, new engine hashes,
 	// sequence numbers from 0 again, the tagged-map encoding with 32-byte
@@ -220,8 +238,7 @@ func TestAgainstRealPublisher(t *testing.T) {
 	b.start(pubEP, replayEP, PublisherOptions{ReplayWithTopic: true})
 	b.publish(8)
 	converge(t, ix, sub, a, b)
-	st := sub.Stats()
-	if st.Resets < 1 || st.Reconnects < 1 {
+	if st := sub.Stats(); st.Resets < 1 || st.Reconnects < 1 {
 		t.Errorf("after a restart: Resets = %d, Reconnects = %d, want both >= 1", st.Resets, st.Reconnects)
 	}
 
@@ -233,11 +250,69 @@ func TestAgainstRealPublisher(t *testing.T) {
 	a.publish(5)
 	converge(t, ix, sub, a, b)
 
-	st = sub.Stats()
+	st := sub.Stats()
 	if st.DecodeErrors != 0 || st.ApplyErrors != 0 || st.Lost != 0 || st.Unregistered != 0 {
 		t.Errorf("stats %+v: want no decode, apply, lost or unregistered", st)
 	}
 	if st.Events == 0 || st.Replays == 0 || st.Replayed == 0 {
 		t.Errorf("stats %+v: want events, replays and replayed batches", st)
+	}
+}
+
+// TestProbeRecoversSilentLoss: batches the PUB socket never delivers, with
+// no later batch to reveal the gap, are recovered by the idle probe, and
+// the silent connection is replaced.
+func TestProbeRecoversSilentLoss(t *testing.T) {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ix.AddBackend("pod-a", 1<<14); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	n := &node{t: t, pod: "pod-a", eng: newEngine(5, e2eBlockSize), rng: rng, prompts: prompts(rng, 20, e2eBlockSize, 8)}
+	n.start("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", PublisherOptions{})
+	defer n.shutdown()
+	sub, err := New(ix, Options{
+		Sources:       []Source{{Endpoint: n.pub.Endpoint(), ReplayEndpoint: n.pub.ReplayEndpoint(), Backend: "pod-a", Model: e2eModel}},
+		ProbeInterval: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(context.Background()) }()
+	defer func() { sub.Close(); <-done }()
+
+	for range 3 {
+		if _, err := n.pub.Drop(n.step()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	converge(t, ix, sub, n)
+	// The replay made on connecting recovers whatever was dropped before
+	// it; then the connection is idle and only the probe can notice.
+	for range 2 {
+		if _, err := n.pub.Drop(n.step()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	converge(t, ix, sub, n)
+	// The counter is bumped once the probe's replay is over, just after
+	// the index converged.
+	eventually(t, func() bool { return sub.Stats().Stale >= 1 }, "no stale connection counted")
+	if st := sub.Stats(); st.Lost != 0 || st.Batches != 5 {
+		t.Errorf("stats %+v: want 5 batches applied, none lost", st)
+	}
+}
+
+// eventually polls cond until it holds, failing after a generous deadline.
+func eventually(t *testing.T, cond func() bool, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
 	}
 }

@@ -28,6 +28,10 @@ type Applier interface {
 
 var _ Applier = (*prefixcache.Index)(nil)
 
+// ErrReplay wraps the errors of a failed replay exchange, which the
+// Subscriber reports through Options.OnError and survives.
+var ErrReplay = errors.New("kvevents: replay")
+
 // Source is one publisher: a model-server process (or one data-parallel
 // rank of it) publishing KV events.
 type Source struct {
@@ -61,6 +65,13 @@ type Options struct {
 	// ReplayTimeout bounds one replay exchange (connect, request, all
 	// replies). Default 2 s.
 	ReplayTimeout time.Duration
+	// ProbeInterval is how long a connection to a source with a replay
+	// endpoint may stay silent before the Subscriber asks the replay
+	// endpoint whether it missed anything (a PUB connection can lose its
+	// subscription or outlive its publisher without reporting an error).
+	// Missed batches are applied and the connection is replaced. Default
+	// 1 s; negative disables probing.
+	ProbeInterval time.Duration
 	// OnError, if set, is called with errors that the Subscriber counts
 	// and otherwise survives (decode, apply, replay), with the backend's
 	// name. It runs on the source's goroutine and must not block.
@@ -84,6 +95,9 @@ type Stats struct {
 	Lost int64
 	// Reconnects counts connections made after a source's first one.
 	Reconnects int64
+	// Stale counts connections replaced because an idle probe found
+	// batches they had not delivered.
+	Stale int64
 	// Resets counts publisher restarts detected; each cleared the backend.
 	Resets int64
 	// DecodeErrors counts malformed messages (bad frames, topic or
@@ -95,7 +109,7 @@ type Stats struct {
 
 type counters struct {
 	batches, events, unknown, gaps, replays, replayed, replayErrors, lost,
-	reconnects, resets, decodeErrors, applyErrors, unregistered atomic.Int64
+	reconnects, stale, resets, decodeErrors, applyErrors, unregistered atomic.Int64
 }
 
 // Subscriber keeps a prefix index exact by applying the KV events of many
@@ -146,6 +160,9 @@ func New(ix Applier, opts Options) (*Subscriber, error) {
 	if opts.ReplayTimeout == 0 {
 		opts.ReplayTimeout = 2 * time.Second
 	}
+	if opts.ProbeInterval == 0 {
+		opts.ProbeInterval = time.Second
+	}
 	opts.Sources = append([]Source(nil), opts.Sources...)
 	return &Subscriber{ix: ix, opts: opts}, nil
 }
@@ -156,7 +173,7 @@ func (s *Subscriber) Stats() Stats {
 	return Stats{
 		Batches: c.batches.Load(), Events: c.events.Load(), Unknown: c.unknown.Load(),
 		Gaps: c.gaps.Load(), Replays: c.replays.Load(), Replayed: c.replayed.Load(),
-		ReplayErrors: c.replayErrors.Load(), Lost: c.lost.Load(), Reconnects: c.reconnects.Load(),
+		ReplayErrors: c.replayErrors.Load(), Lost: c.lost.Load(), Reconnects: c.reconnects.Load(), Stale: c.stale.Load(),
 		Resets: c.resets.Load(), DecodeErrors: c.decodeErrors.Load(),
 		ApplyErrors: c.applyErrors.Load(), Unregistered: c.unregistered.Load(),
 	}
@@ -263,7 +280,6 @@ func (st *stream) run(ctx context.Context) {
 			if st.consume(ctx, sub) {
 				backoff = st.s.opts.MinBackoff
 			}
-			sub.Close()
 		}
 		if ctx.Err() != nil {
 			return
@@ -293,19 +309,79 @@ func (st *stream) dial(ctx context.Context) (zmq4.Socket, error) {
 	return sub, nil
 }
 
-// consume handles one connection until it fails; it reports whether any
-// message arrived.
+// consume handles one connection until it fails or looks stale; it
+// reports whether any message arrived. The socket's Recv cannot be
+// interrupted except by closing the socket, so a reader goroutine feeds
+// the loop, which also wakes up to probe an idle connection.
 func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool) {
 	st.liveOnConn = false
-	st.sync(ctx)
-	for {
-		msg, err := sub.Recv()
-		if err != nil {
-			return delivered
+	msgs := make(chan zmq4.Msg)
+	failed := make(chan struct{})
+	connCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			msg, err := sub.Recv()
+			if err != nil {
+				close(failed)
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-connCtx.Done():
+				return
+			}
 		}
-		delivered = true
-		st.live(ctx, msg.Frames)
+	})
+	defer func() {
+		cancel()
+		sub.Close() // makes Recv return
+		wg.Wait()
+	}()
+
+	st.sync(ctx)
+	interval := st.s.opts.ProbeInterval
+	var probe <-chan time.Time
+	var timer *time.Timer
+	if interval > 0 && st.src.ReplayEndpoint != "" {
+		timer = time.NewTimer(interval)
+		defer timer.Stop()
+		probe = timer.C
 	}
+	for {
+		select {
+		case msg := <-msgs:
+			delivered = true
+			st.live(ctx, msg.Frames)
+			if timer != nil {
+				timer.Reset(interval)
+			}
+		case <-failed:
+			return delivered
+		case <-ctx.Done():
+			return delivered
+		case <-probe:
+			if st.probeStale(ctx) {
+				st.s.c.stale.Add(1)
+				return delivered
+			}
+			timer.Reset(interval)
+		}
+	}
+}
+
+// probeStale runs on a connection that delivered nothing for a probe
+// interval: it asks the replay endpoint what happened since the last
+// applied batch. Batches the connection should have delivered are applied
+// from the replay, and the connection is reported stale so that run
+// replaces it; a restarted publisher is handled as in sync.
+func (st *stream) probeStale(ctx context.Context) bool {
+	if st.backend == "" {
+		return false
+	}
+	before, had := st.applied, st.hasApplied
+	st.sync(ctx)
+	return st.hasApplied && (!had || st.applied != before)
 }
 
 // sync brings the backend up to date through the replay endpoint right
@@ -424,7 +500,7 @@ func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, ve
 	defer cancel()
 	fail := func(err error) (bool, bool) {
 		st.s.c.replayErrors.Add(1)
-		st.report(fmt.Errorf("kvevents: replay from %s: %w", st.src.ReplayEndpoint, err))
+		st.report(fmt.Errorf("%w from %s: %w", ErrReplay, st.src.ReplayEndpoint, err))
 		return false, false
 	}
 	d := zmq4.NewDealer(ctx, zmq4.WithLogger(quiet), zmq4.WithDialerMaxRetries(0),

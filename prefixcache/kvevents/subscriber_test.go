@@ -235,7 +235,7 @@ func TestReplayEndpointDown(t *testing.T) {
 	if got, want := rec.take(), []string{"0 stored [3]"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	if s.Stats().ReplayErrors != 1 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "replay from tcp://127.0.0.1:1") {
+	if s.Stats().ReplayErrors != 1 || len(errs) != 1 || !errors.Is(errs[0], ErrReplay) || !strings.Contains(errs[0].Error(), "replay from tcp://127.0.0.1:1") {
 		t.Errorf("ReplayErrors = %d, reported %v; want one replay error", s.Stats().ReplayErrors, errs)
 	}
 }

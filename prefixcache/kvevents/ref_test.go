@@ -1,0 +1,51 @@
+package kvevents
+
+import (
+	"github.com/usher-llm/usher/prefixcache"
+)
+
+// refIndex is a naive exact-mode index for one backend: the reference the
+// model test compares prefixcache.Index against.
+type refIndex struct {
+	engine map[uint64]prefixcache.BlockHash
+	held   map[prefixcache.BlockHash]bool
+}
+
+func newRefIndex() *refIndex {
+	return &refIndex{engine: map[uint64]prefixcache.BlockHash{}, held: map[prefixcache.BlockHash]bool{}}
+}
+
+func (r *refIndex) Lookup(name string) (prefixcache.BackendID, bool) { return 0, true }
+
+func (r *refIndex) ApplyStored(_ prefixcache.BackendID, ev prefixcache.StoredBlocks) error {
+	seed := ev.Seed
+	if ev.HasParent {
+		u, ok := r.engine[ev.Parent]
+		if !ok {
+			return prefixcache.ErrUnknownParent
+		}
+		seed = u
+	}
+	chain := prefixcache.HashTokens(nil, seed, ev.Tokens, ev.BlockSize)
+	for i, h := range ev.EngineHashes {
+		r.engine[h] = chain[i]
+		r.held[chain[i]] = true
+	}
+	return nil
+}
+
+func (r *refIndex) ApplyRemovedFrom(_ prefixcache.BackendID, _ string, hs []uint64) error {
+	for _, h := range hs {
+		if u, ok := r.engine[h]; ok {
+			delete(r.held, u)
+			delete(r.engine, h)
+		}
+	}
+	return nil
+}
+
+func (r *refIndex) ApplyCleared(prefixcache.BackendID) error {
+	clear(r.engine)
+	clear(r.held)
+	return nil
+}
