@@ -1,0 +1,109 @@
+// Package kvevents keeps a prefixcache.Index exact by listening to the KV-cache events model
+// servers publish: vLLM with --kv-events-config (publisher "zmq"), and SGLang, which uses the
+// same framing. It holds three pieces: a Decoder for the msgpack batches, an Encoding and a
+// Publisher that speak the same wire format (tests and simulated servers use them as the real
+// thing), and a Subscriber that follows many publishers over ZeroMQ, recovers lost batches
+// through their replay endpoints and applies every event to the index.
+//
+// # The wire format
+//
+// A publisher binds a ZMQ PUB socket. Every message has three frames: the topic (UTF-8, by
+// convention "kv@<pod>@<model>", see ParseTopic), the sequence number as 8 bytes big-endian
+// (0 for the first batch after the process starts, then +1 per batch), and the payload, a
+// msgpack EventBatch. The batch is the array [ts, events, data_parallel_rank] (trailing rank
+// omitted when unset) or the map {"ts", "events", "data_parallel_rank"} (SGLang names the rank
+// "attn_dp_rank"). Each event is either a legacy positional array whose first element is the
+// type tag,
+//
+//	["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
+//	 lora_name, extra_keys, group_idx]
+//	["BlockRemoved", block_hashes, medium, group_idx]
+//	["AllBlocksCleared"]
+//
+// with trailing fields at their defaults omitted, or a map with a "type" key and the same field
+// names, in any order. A hash is an int (vLLM's older integer hashes, or Python's hash(), hence
+// negative int64 values) or a byte string: 32 bytes for sha256, 16 for xxh3-128. Byte strings
+// are folded to their last 8 bytes read big-endian (FoldHash), ints to their 64-bit pattern; a
+// 64-bit key is all the index needs and collisions among one engine's live blocks are
+// negligible. Events of an unknown type are skipped and counted, unknown map keys and extra
+// positional fields are ignored, so a newer publisher does not break an older subscriber.
+// Anything else that is wrong is an error wrapping ErrMalformed that names the field and the
+// byte offset; no input makes the decoder panic (FuzzDecode checks this, and that every
+// accepted batch survives re-encoding in every encoding).
+//
+// The Decoder uses the low-level API of github.com/vmihailenco/msgpack/v5 for the structure
+// and parses the integer arrays, token_ids and block_hashes, which are most of a payload,
+// straight from the payload bytes: going through the library's reader for each value made
+// decoding four times slower. Decoding into a reused Batch allocates nothing in steady state
+// (media and the last LoRA name are interned).
+//
+// # Two key spaces
+//
+// An engine's block hash is opaque to a router: vLLM hashes (parent hash or a per-process
+// random NONE_HASH, token ids, extra keys) with sha256 over pickle or CBOR, or xxh3, and the
+// seed changes at every restart. A gateway cannot compute it for an incoming request. So the
+// index keeps usher's own chain — prefixcache.HashTokens from Seed(model, lora_name, "") — as
+// its key, exactly what the gateway computes for requests, and the Subscriber hands it each
+// BlockStored's token ids so it can recompute that chain; the index remembers, per backend,
+// which engine hash became which usher hash. BlockRemoved carries engine hashes only and is
+// resolved through that map. A BlockStored that continues a chain (parent_block_hash set)
+// needs its parent's usher hash: if the index never saw the parent, the event cannot be placed
+// and is counted as an apply error. That is why the Subscriber replays history when it joins.
+// The model in the seed comes from the Source or the topic and must be the name the gateway
+// hashes requests with. Engines do not publish the per-request cache_salt, so salted requests
+// are indexed under the unsalted seed; a gateway that salts should not rely on exact mode for
+// them.
+//
+// # Replay
+//
+// vLLM keeps its last batches (buffer_steps, 10,000 by default) and serves them on a ROUTER
+// socket, the replay_endpoint. A client sends the start sequence as 8 bytes big-endian (after
+// an empty delimiter frame, which vLLM's server expects); the server answers with one message
+// [seq, payload] per kept batch with seq >= start, some servers putting the topic first, and
+// ends with seq 0xFFFFFFFFFFFFFFFF (EndOfReplay) and an empty payload. Publisher implements
+// the server side; the Subscriber uses a DEALER socket and accepts both reply shapes.
+//
+// # Failure handling
+//
+// One goroutine per Source applies its batches in sequence order; the index is the only thing
+// sources share. The Subscriber tracks the last applied sequence number and a hash of its
+// payload, and:
+//
+//   - On connecting it asks the replay endpoint for the history from the last applied batch
+//     (from 0 the first time). If the first reply is that same batch, the publisher is the
+//     process it was following and the rest of the reply is what it missed. If not, the
+//     publisher restarted — its engine's cache is gone and its sequence numbers mean something
+//     new — so the backend is cleared (AllBlocksCleared) and the whole new history replayed.
+//     Comparing payloads rather than sequence numbers also catches a restarted publisher that
+//     has already passed the old sequence number.
+//   - A live batch past the next expected number is a gap: the PUB socket dropped messages (a
+//     slow subscriber, the high-water mark, or the moment between connecting and the
+//     subscription reaching the publisher). The missing batches are replayed before the live
+//     one is applied; what the publisher no longer holds is counted as lost.
+//   - A live sequence number that goes back is a restart on that connection (reset, replay).
+//     Without a replay endpoint, a reconnect whose first batch is not past the last applied
+//     one is treated as a restart too; gaps are then counted as lost.
+//   - A dropped connection (a publisher that exits closes it) is redialled with exponential
+//     backoff, MinBackoff doubling up to MaxBackoff, reset once a connection delivers.
+//   - A connection silent for ProbeInterval is probed through the replay endpoint, because a
+//     PUB connection can lose its subscription or outlive its publisher without an error and
+//     an idle engine publishes nothing. Batches it missed are applied and the connection is
+//     replaced.
+//   - A malformed message or batch is counted and skipped (its sequence number is consumed);
+//     an event the index rejects is counted; neither stops the stream. Options.OnError sees
+//     each of these errors.
+//
+// Alternatives not taken: reflection-based msgpack.Unmarshal into tagged structs (one
+// allocation per field and per event, and it cannot tell the two event encodings apart without
+// decoding twice); using engine hashes as the index's keys (the gateway cannot compute them);
+// treating every reconnect as a restart (a network blip would empty a warm backend) or none
+// (a restarted engine's blocks would stay indexed forever); cgo bindings to libzmq (usher
+// builds without cgo; github.com/go-zeromq/zmq4 speaks ZMTP 3 in Go).
+//
+// # Goroutines
+//
+// New starts nothing. Run runs one goroutine per Source and, per live connection, one that
+// reads the socket (zmq4's Recv can only be interrupted by closing the socket), and returns
+// after all of them have exited. The zmq4 library runs its own goroutines per socket and
+// connection. Publisher.Run serves replay requests on the caller's goroutine.
+package kvevents

@@ -1,0 +1,114 @@
+package kvevents_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/prefixcache/kvevents"
+)
+
+// A vLLM server publishes its cache changes; the Subscriber applies them to the index, and the
+// gateway's own hash of a prompt then matches what the server holds.
+func Example() {
+	const model = "Qwen/Qwen3-32B"
+	tokens := []uint32{101, 102, 103, 104, 105, 106, 107, 108} // two blocks of 4
+
+	// The model server side (here in process, on loopback).
+	pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
+		Topic:          kvevents.Topic("pod-0", model),
+		ReplayEndpoint: "tcp://127.0.0.1:0",
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go pub.Run(ctx) // serves replay requests
+
+	// The engine stored both blocks before anyone listened; the replay brings them.
+	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.Event{{
+		Kind: kvevents.BlockStored, Hashes: []uint64{0xaaa, 0xbbb}, Tokens: tokens, BlockSize: 4, Medium: "GPU",
+	}}})
+
+	// The gateway side.
+	ix, _ := prefixcache.New(prefixcache.Options{})
+	ix.AddBackend("pod-0", 0)
+	sub, err := kvevents.New(ix, kvevents.Options{Sources: []kvevents.Source{{
+		Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-0", Model: model,
+	}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	go sub.Run(ctx)
+	defer sub.Close()
+
+	chain := prefixcache.HashTokens(nil, prefixcache.Seed(model, "", ""), tokens, 4)
+	matched := func() int32 {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if m := ix.Match(nil, chain); len(m) > 0 && m[0] == int32(len(chain)) {
+				return m[0]
+			}
+		}
+		return ix.Match(nil, chain)[0]
+	}
+	fmt.Println("blocks matched:", matched())
+	// Output: blocks matched: 2
+}
+
+// Decoding a batch in vLLM's legacy positional encoding, with sha256 block hashes.
+func ExampleDecoder() {
+	sha := make([]byte, 32)
+	sha[31] = 0x2a // the last 8 bytes, big-endian, are the folded hash
+	payload, _ := msgpack.Marshal([]any{
+		1767225600.5, // ts
+		[]any{
+			[]any{"BlockStored", []any{sha}, nil, []any{1, 2, 3, 4}, 4, nil, "GPU"},
+			[]any{"BlockRemoved", []any{sha}, "GPU"},
+			[]any{"SomethingNew", 1},
+		},
+		0, // data_parallel_rank
+	})
+
+	d := kvevents.NewDecoder()
+	var b kvevents.Batch
+	if err := d.Decode(payload, &b); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, e := range b.Events {
+		fmt.Printf("%s %#x tokens=%v medium=%s\n", e.Kind, e.Hashes, e.Tokens, e.Medium)
+	}
+	fmt.Println("unknown events skipped:", b.Unknown)
+
+	// Garbage yields an error that says what and where.
+	err := d.Decode([]byte{0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0xa3, 'x', 'y', 'z'}, &b)
+	fmt.Println(err)
+	// Output:
+	// BlockStored [0x2a] tokens=[1 2 3 4] medium=GPU
+	// BlockRemoved [0x2a] tokens=[] medium=GPU
+	// unknown events skipped: 1
+	// kvevents: malformed payload: events: want array, got str (at byte 10)
+}
+
+// The same batch in the tagged-map encoding newer vLLM versions use.
+func ExampleEncoding() {
+	b := &kvevents.Batch{Timestamp: 2, Events: []kvevents.Event{{Kind: kvevents.AllBlocksCleared}}}
+	payload := kvevents.Encoding{MapBatch: true, MapEvents: true}.Append(nil, b)
+	var v any
+	msgpack.Unmarshal(payload, &v)
+	fmt.Println(v)
+	// Output: map[events:[map[type:AllBlocksCleared]] ts:2]
+}
+
+func ExampleParseTopic() {
+	pod, model, err := kvevents.ParseTopic("kv@vllm-7f9c@meta-llama/Llama-3.1-8B-Instruct")
+	fmt.Println(pod, model, err)
+	// Output: vllm-7f9c meta-llama/Llama-3.1-8B-Instruct <nil>
+}
