@@ -1,12 +1,16 @@
 package metrics
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 var fuzzContentTypes = []string{
@@ -39,8 +43,20 @@ func FuzzParse(f *testing.F) {
 		parsers[i] = mustParser(f, p)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, ct uint8) {
+		contentType := fuzzContentTypes[int(ct)%len(fuzzContentTypes)]
 		for _, p := range parsers {
-			r, err := p.Parse(body, fuzzContentTypes[int(ct)%len(fuzzContentTypes)])
+			r, err := p.Parse(body, contentType)
+			want, werr := referenceParse(p, body, contentType)
+			if werr == nil {
+				// Whatever expfmt accepts whole, the filtered parse reads the same.
+				if err != nil {
+					t.Fatalf("%s: Parse failed (%v) on an exposition expfmt accepts whole", p.profile.Name, err)
+				}
+				want.Series = r.Series
+				if !readingsEqual(r, want) {
+					t.Fatalf("%s: filtered parse %+v, whole parse %+v", p.profile.Name, r, want)
+				}
+			}
 			if err != nil {
 				continue
 			}
@@ -111,4 +127,24 @@ func referenceHitRate(h []Reading) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// referenceParse hands the whole exposition to expfmt, without skipping any family.
+func referenceParse(p *Parser, body []byte, contentType string) (Reading, error) {
+	f := detectFormat(contentType, body)
+	if f == formatProto {
+		return p.Parse(body, contentType)
+	}
+	if f == formatOpenMetrics {
+		if !endsWithEOF(body) {
+			return Reading{}, ErrParse
+		}
+		body = bytes.Clone(p.classicTypes(body))
+	}
+	text := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := text.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return Reading{}, err
+	}
+	return p.extract(fams), nil
 }

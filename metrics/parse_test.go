@@ -232,13 +232,19 @@ vllm:prefix_cache_hits_created 1.7644250001e+09
 // TestParseOpenMetricsExemplar: exemplars and fractional timestamps are OpenMetrics the
 // classic parser cannot read; they are rejected with ErrParse, not misread.
 func TestParseOpenMetricsExemplar(t *testing.T) {
+	p := mustParser(t, &Profile{Name: "a", Waiting: []Selector{{Name: "a"}}, PrefixHits: []Selector{{Name: "a_total"}}})
 	for _, body := range []string{
 		"# TYPE a counter\na_total 4 # {trace_id=\"abc\"} 1.0\n# EOF\n",
 		"# TYPE a gauge\na 4 1764425000.25\n# EOF\n",
 	} {
-		if _, err := mustParser(t, &Profile{Name: "a", Waiting: []Selector{{Name: "a"}}}).Parse([]byte(body), ContentTypeOpenMetrics); !errors.Is(err, ErrParse) {
+		if _, err := p.Parse([]byte(body), ContentTypeOpenMetrics); !errors.Is(err, ErrParse) {
 			t.Errorf("Parse(%q) = %v, want ErrParse", body, err)
 		}
+	}
+	// In a family no selector reads, an exemplar is skipped with the rest of the family.
+	body := "# TYPE b counter\nb_total 4 # {trace_id=\"abc\"} 1.0\n# TYPE a gauge\na 2\n# EOF\n"
+	if r, err := p.Parse([]byte(body), ContentTypeOpenMetrics); err != nil || r.Waiting != 2 || r.Series != 2 {
+		t.Errorf("Parse(%q) = %+v, %v; want Waiting 2, 2 series", body, r, err)
 	}
 }
 
@@ -316,11 +322,18 @@ func TestParseErrors(t *testing.T) {
 		name, body, contentType string
 	}{
 		{"garbage", "this is not an exposition\n", ContentTypeText},
+		{"proxy error page", "upstream connect error or disconnect/reset before headers. reset reason: overflow", ""},
+		{"HTML", "<html><body>502 Bad Gateway</body></html>\n", "text/html"},
+		{"JSON", `{"object":"error","message":"Not Found"}`, "application/json"},
+		{"unclosed labels in an unread family", `foo{a="b" 1` + "\n", ContentTypeText},
+		{"bad value in an unread family", "foo{a=\"b\"} one\n", ContentTypeText},
+		{"missing value in an unread family", "foo{a=\"b\"}\n", ContentTypeText},
 		{"bad value", "vllm:num_requests_waiting abc\n", ContentTypeText},
 		{"unterminated labels", `vllm:num_requests_waiting{model_name="x 1` + "\n", ContentTypeText},
 		{"OpenMetrics without EOF", "# TYPE a gauge\na 1\n", ContentTypeOpenMetrics},
 		{"OpenMetrics data after EOF", "a 1\n# EOF\nb 2\n", ContentTypeOpenMetrics},
 		{"protobuf garbage", "\x05\x01\x02", "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"},
+		{"protobuf length beyond the body", "\xff\xff\xff\xff\x0f\x0a", "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

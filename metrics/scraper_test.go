@@ -719,3 +719,16 @@ func TestAllocs(t *testing.T) {
 		}
 	}
 }
+
+// newBenchServer serves body at /metrics and 200 at /health on a loopback socket.
+func newBenchServer(b *testing.B, body []byte) string {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", ContentTypeText)
+		_, _ = w.Write(body)
+	})
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {})
+	srv := httptest.NewServer(mux)
+	b.Cleanup(srv.Close)
+	return srv.URL
+}

@@ -1,0 +1,67 @@
+package metrics
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/usher-llm/usher/routing"
+)
+
+// BenchmarkScrapeParse parses a realistic vLLM V1 exposition of 195 series (testdata/vllm.txt:
+// the engine's gauges, counters with _created samples, latency and token histograms, the
+// cache_config_info gauge and the Python process collector) and extracts the VLLM profile's
+// signals, as one scrape does after the body is read.
+func BenchmarkScrapeParse(b *testing.B) {
+	load := vllmLoad{running: 17, waiting: 4, kv: 0.8125, queries: 120000, hits: 45000}
+	for _, bc := range []struct{ name, file, contentType string }{
+		{"text", "vllm.txt", ContentTypeText},
+		{"openmetrics", "vllm.om.txt", ContentTypeOpenMetrics},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			body := vllmExposition(b, bc.file, load)
+			p := mustParser(b, VLLM)
+			r, err := p.Parse(body, bc.contentType)
+			if err != nil {
+				b.Fatal(err)
+			}
+			series := r.Series
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Parse(body, bc.contentType); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(series)*float64(b.N)/b.Elapsed().Seconds(), "series/s")
+			b.ReportMetric(float64(series), "series/op")
+		})
+	}
+}
+
+// BenchmarkScrapeOnce scrapes vLLM-like loopback servers end to end (HTTP request, body,
+// parse, health probe, publish) and builds the router's view of them.
+func BenchmarkScrapeOnce(b *testing.B) {
+	for _, n := range []int{1, 8} {
+		b.Run("backends="+strconv.Itoa(n), func(b *testing.B) {
+			body := vllmExposition(b, "vllm.txt", vllmLoad{running: 3, waiting: 1, kv: 0.5, queries: 10, hits: 5})
+			targets := make([]Target, n)
+			for i := range targets {
+				srv := newBenchServer(b, body)
+				targets[i] = Target{Name: "b" + strconv.Itoa(i), URL: srv}
+			}
+			s, err := NewScraper(Options{Targets: targets})
+			if err != nil {
+				b.Fatal(err)
+			}
+			states := make([]routing.BackendState, 0, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.ScrapeOnce(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				states = s.BackendStates(states[:0])
+			}
+		})
+	}
+}
