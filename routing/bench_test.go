@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/usher-llm/usher/prefixcache"
@@ -63,6 +64,27 @@ func benchRouter(tb testing.TB, n int, profile Profile) (*Router, *Request) {
 
 var errBench = errors.New("bench")
 
+// cpuMeter reports the CPU time per operation of the benchmark's own thread as "cpu-ns/op"
+// (Linux only). Call start before the loop and stop after it.
+type cpuMeter struct {
+	t0 int64
+	ok bool
+}
+
+func startCPU() cpuMeter {
+	runtime.LockOSThread()
+	t, ok := threadCPU()
+	return cpuMeter{t0: t, ok: ok}
+}
+
+func (m cpuMeter) stop(b *testing.B) {
+	t, ok := threadCPU()
+	runtime.UnlockOSThread()
+	if m.ok && ok && b.N > 0 {
+		b.ReportMetric(float64(t-m.t0)/float64(b.N), "cpu-ns/op")
+	}
+}
+
 // BenchmarkPick measures one Pick and its Done (without the index insert) for 8, 100 and
 // 1,000 backends with four scorers including a 128-block prefix match.
 func BenchmarkPick(b *testing.B) {
@@ -70,6 +92,7 @@ func BenchmarkPick(b *testing.B) {
 		b.Run(fmt.Sprintf("backends=%d", n), func(b *testing.B) {
 			r, req := benchRouter(b, n, benchProfile())
 			b.ReportAllocs()
+			cpu := startCPU()
 			for b.Loop() {
 				p, err := r.Pick(req)
 				if err != nil {
@@ -77,6 +100,7 @@ func BenchmarkPick(b *testing.B) {
 				}
 				p.Done(DoneInfo{Err: errBench})
 			}
+			cpu.stop(b)
 		})
 	}
 }
@@ -141,14 +165,17 @@ func BenchmarkPickParts(b *testing.B) {
 		r, req := benchRouter(b, 100, benchProfile())
 		dst := make([]int32, 0, 128)
 		b.ReportAllocs()
+		cpu := startCPU()
 		for b.Loop() {
 			dst = r.index.Match(dst[:0], req.Chain)
 		}
+		cpu.stop(b)
 	})
 	b.Run("pick-without-chain", func(b *testing.B) {
 		r, req := benchRouter(b, 100, benchProfile())
 		req.Chain = nil
 		b.ReportAllocs()
+		cpu := startCPU()
 		for b.Loop() {
 			p, err := r.Pick(req)
 			if err != nil {
@@ -156,5 +183,6 @@ func BenchmarkPickParts(b *testing.B) {
 			}
 			p.Done(DoneInfo{Err: errBench})
 		}
+		cpu.stop(b)
 	})
 }
