@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -8,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // vllmLoad are the values templated into testdata/vllm.txt and vllm.om.txt, a V1 exposition
@@ -397,5 +401,31 @@ func TestProfileValidate(t *testing.T) {
 		if _, err := NewParser(p); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("NewParser(%+v) error = %v, want ErrInvalidOptions", p, err)
 		}
+	}
+}
+
+func TestParseProtobuf(t *testing.T) {
+	// Encode the classic vLLM exposition as delimited protobuf with expfmt, then read it back.
+	text := vllmExposition(t, "vllm.txt", vllmLoad{running: 7, waiting: 2, kv: 0.5, queries: 10, hits: 4})
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := tp.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for _, mf := range fams {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := mustParser(t, VLLM).Parse(buf.Bytes(), string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Reading{Waiting: 2, Running: 7, KVUtilization: 0.5, BlockSize: 16, NumBlocks: 27153, PrefixHits: 4, PrefixQueries: 10,
+		Found: HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasPrefixHits | HasPrefixQueries, Series: 195}
+	if !readingsEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }

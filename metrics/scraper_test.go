@@ -732,3 +732,47 @@ func newBenchServer(b *testing.B, body []byte) string {
 	b.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// TestScrapeConcurrencyBound holds every metrics request open and releases them one by one:
+// never more than Concurrency are in flight.
+func TestScrapeConcurrencyBound(t *testing.T) {
+	const backends, limit = 6, 2
+	body := vllmBody(t, 1, 0, 0.1, 0, 0)
+	var inflight, peak, served atomic.Int64
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		n := inflight.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+		inflight.Add(-1)
+		served.Add(1)
+		_, _ = w.Write(body)
+	})
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	targets := make([]Target, backends)
+	for i := range targets {
+		targets[i] = Target{Name: fmt.Sprint("b", i), URL: srv.URL}
+	}
+	s := mustScraper(t, Options{Concurrency: limit, Timeout: time.Minute, Targets: targets})
+	done := make(chan error, 1)
+	go func() { done <- s.ScrapeOnce(context.Background()) }()
+	for i := range backends {
+		waitFor(t, "a blocked scrape", func() bool { return inflight.Load() == min(limit, int64(backends-i)) })
+		release <- struct{}{}
+		waitFor(t, "the released scrape", func() bool { return served.Load() == int64(i+1) })
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := peak.Load(); got != limit {
+		t.Errorf("peak in-flight scrapes = %d, want %d", got, limit)
+	}
+}
