@@ -122,17 +122,22 @@ func minMaxInverse(dst []float64) {
 		}
 	}
 	sum := 0.0
-	span := hi - lo
-	for i, v := range dst {
-		if v != v {
-			continue
+	if span := hi - lo; span > 0 {
+		inv := 1 / span
+		for i, v := range dst {
+			if v == v {
+				v = (hi - v) * inv
+				dst[i] = v
+				sum += v
+			}
 		}
-		v = 1
-		if span > 0 {
-			v = (hi - dst[i]) / span
+	} else {
+		for i, v := range dst {
+			if v == v {
+				dst[i] = 1
+				sum++
+			}
 		}
-		dst[i] = v
-		sum += v
 	}
 	if known < len(dst) {
 		impute(dst, sum, known)
@@ -224,8 +229,9 @@ func TokenLoad(capTokens int) Scorer {
 type tokenLoadScorer struct{ cap float64 }
 
 func (s tokenLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+	inv := 1 / s.cap
 	for i := range cands {
 		t := float64(cands[i].InFlight.PrefillTokens + int64(cands[i].UncachedTokens))
-		dst[i] = 1 - min(t, s.cap)/s.cap
+		dst[i] = 1 - min(t, s.cap)*inv
 	}
 }
