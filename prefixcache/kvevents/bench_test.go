@@ -39,13 +39,23 @@ func benchBatch(shape string) *Batch {
 	return b
 }
 
-// perEvent reports events per second and heap allocations per event for
-// a loop that handled events events in total.
-func perEvent(b *testing.B, before *runtime.MemStats, events int) {
+// perEvent reports events and blocks per second and heap allocations per
+// event for a loop that handled that many events carrying that many block
+// hashes in total.
+func perEvent(b *testing.B, before *runtime.MemStats, events, blocks int) {
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
 	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(events), "allocs/event")
+}
+
+func countBlocks(b *Batch) int {
+	n := 0
+	for _, e := range b.Events {
+		n += len(e.Hashes)
+	}
+	return n
 }
 
 func BenchmarkDecode(b *testing.B) {
@@ -67,14 +77,15 @@ func BenchmarkDecode(b *testing.B) {
 				b.SetBytes(int64(len(payload)))
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
-				n := 0
+				n, blocks := 0, 0
 				for b.Loop() {
 					if err := d.Decode(payload, &out); err != nil {
 						b.Fatal(err)
 					}
 					n += len(out.Events)
+					blocks += countBlocks(&out)
 				}
-				perEvent(b, &ms, n)
+				perEvent(b, &ms, n, blocks)
 			})
 		}
 	}
@@ -93,6 +104,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 	ps := prompts(rng, 200, blockSize, 32)
 	eng := newEngine(1, blockSize)
 	var payloads [][]byte
+	var blocksIn []int
 	for i := range cycle {
 		batch := &Batch{Timestamp: float64(i)}
 		for range 1 + rng.IntN(4) {
@@ -108,6 +120,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 			batch.Events = append(batch.Events, eng.clear())
 		}
 		payloads = append(payloads, Encoding{}.Append(nil, batch))
+		blocksIn = append(blocksIn, countBlocks(batch))
 	}
 
 	ix, err := prefixcache.New(prefixcache.Options{})
@@ -132,12 +145,13 @@ func BenchmarkApplyEvents(b *testing.B) {
 	b.ReportAllocs()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	i := 0
+	i, blocks := 0, 0
 	for b.Loop() {
 		st.apply(uint64(i), payloads[i%cycle], false)
+		blocks += blocksIn[i%cycle]
 		i++
 	}
-	perEvent(b, &ms, int(s.Stats().Events-before))
+	perEvent(b, &ms, int(s.Stats().Events-before), blocks)
 	if e := s.Stats().ApplyErrors; e != 0 {
 		b.Fatalf("%d apply errors", e)
 	}

@@ -77,9 +77,10 @@ func NewDecoder() *Decoder {
 // type tag or a map with a "type" key. Events of unknown type are skipped
 // and counted in b.Unknown.
 //
-// On error b holds the events decoded before the error and the error wraps
+// On error the contents of b are unspecified and the error wraps
 // ErrMalformed. Decode never panics on any input. Cost is linear in the
-// payload size.
+// payload size; it allocates only to grow b's buffers or to intern a new
+// medium or LoRA name.
 func (d *Decoder) Decode(payload []byte, b *Batch) error {
 	b.Reset()
 	d.r.Reset(payload)

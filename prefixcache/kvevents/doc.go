@@ -75,7 +75,9 @@
 //     publisher restarted — its engine's cache is gone and its sequence numbers mean something
 //     new — so the backend is cleared (AllBlocksCleared) and the whole new history replayed.
 //     Comparing payloads rather than sequence numbers also catches a restarted publisher that
-//     has already passed the old sequence number.
+//     has already passed the old sequence number. A history that no longer holds the batch
+//     (an outage longer than the publisher's buffer) is handled the same way: the backend's
+//     state is unknown, so it is rebuilt from what the history still holds.
 //   - A live batch past the next expected number is a gap: the PUB socket dropped messages (a
 //     slow subscriber, the high-water mark, or the moment between connecting and the
 //     subscription reaching the publisher). The missing batches are replayed before the live

@@ -330,3 +330,52 @@ func TestPublisherClosed(t *testing.T) {
 		t.Errorf("Publish after Close = %v, want ErrClosed", err)
 	}
 }
+
+// FuzzStreamSequence drives one source without a replay endpoint with
+// arbitrary sequence numbers and connection drops, and checks: every
+// message is applied exactly once; between two clears the applied
+// sequence numbers strictly increase; a clear happens only when the
+// sequence did not move forward.
+func FuzzStreamSequence(f *testing.F) {
+	f.Add([]byte{0x28, 0x28, 0x30, 0x08, 0x20, 0x00, 0x18, 0x40})
+	f.Add([]byte{0x21, 0x21, 0x00, 0x19, 0x21, 0x1a})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		rec := newRecorder("pod-a")
+		s, st := testSubscriber(t, rec, Source{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-a"})
+		var seq uint64
+		var prev uint64
+		var havePrev bool
+		sent := 0
+		for _, op := range ops {
+			if op&7 == 0 {
+				st.liveOnConn = false
+				continue
+			}
+			d := int64(op>>3) - 8
+			if int64(seq)+d < 0 {
+				d = -int64(seq)
+			}
+			seq = uint64(int64(seq) + d)
+			st.live(t.Context(), frames("", seq, storedBatch(seq)))
+			sent++
+			log := rec.take()
+			want := fmt.Sprintf("0 stored [%d]", seq)
+			switch {
+			case len(log) == 1 && log[0] == want:
+				if havePrev && seq <= prev {
+					t.Fatalf("seq %d applied after %d without a clear", seq, prev)
+				}
+			case len(log) == 2 && log[0] == "0 cleared" && log[1] == want:
+				if havePrev && seq > prev {
+					t.Fatalf("cleared although seq %d followed %d", seq, prev)
+				}
+			default:
+				t.Fatalf("seq %d: index calls %q", seq, log)
+			}
+			prev, havePrev = seq, true
+		}
+		if got := s.Stats().Batches; got != int64(sent) {
+			t.Fatalf("Batches = %d, want %d", got, sent)
+		}
+	})
+}
