@@ -25,15 +25,15 @@ var (
 	// ErrInvalidOptions means New was given options it cannot use.
 	ErrInvalidOptions = errors.New("routing: invalid options")
 	// ErrInvalidBackend means Update was given a backend set it cannot publish (an empty or
-	// duplicate name). Out-of-range signal values are not an error: they are dropped from Known
-	// and counted in Stats.InvalidSignals.
+	// duplicate name, a Role or Health outside the constants). Out-of-range signal values are
+	// not an error: they are dropped from Known and counted in Stats.InvalidSignals.
 	ErrInvalidBackend = errors.New("routing: invalid backend state")
 )
 
 // Scorer rates every candidate of one pick. It is the one method a custom scorer implements.
 //
-// Score writes one value per candidate into dst (len(dst) == len(cands)); higher is better and
-// values belong in [0, 1]. The router clamps anything else (NaN becomes 0, values below 0 become
+// Score writes one value per candidate into dst (len(dst) == len(cands), zeroed on entry);
+// higher is better and values belong in [0, 1]. The router clamps anything else (NaN becomes 0, values below 0 become
 // 0, above 1 become 1) and counts it in Stats.ClampedScores, so a faulty scorer can never
 // propagate NaN into a pick. Score is called on the Pick path, possibly from many goroutines at
 // once: it must be safe for concurrent use, must not block, and should not allocate.
@@ -48,7 +48,7 @@ type ScorerFunc func(req *Request, cands []Candidate, dst []float64)
 func (f ScorerFunc) Score(req *Request, cands []Candidate, dst []float64) { f(req, cands, dst) }
 
 // Filter narrows the candidates of one pick. It returns the candidates to keep, compacted in
-// place at the front of cands (cands[:k], in any order). Returning an empty slice makes Pick fail
+// place at the front of cands (cands[:k], in any order, elements copied unchanged). Returning an empty slice makes Pick fail
 // with ErrNoBackend. Like Scorer, it runs on the Pick path: safe for concurrent use, no
 // blocking, no allocation.
 type Filter interface {
