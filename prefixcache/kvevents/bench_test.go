@@ -134,7 +134,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := newStream(s, s.opts.Sources[0])
+	st := s.streams[0]
 	for i, p := range payloads { // warm the index's tables and maps
 		st.apply(uint64(i), p, false)
 	}

@@ -118,13 +118,19 @@ type counters struct {
 // endpoint and reconnects with exponential backoff. Each source is handled
 // by one goroutine, so a backend's events are applied in sequence order.
 //
+// Events of one Source are applied in order; Sources that name the same
+// backend are not ordered with respect to each other.
+//
 // New starts nothing; Run does the work until its context ends or Close is
 // called. Stats and Close are safe for concurrent use with Run.
 type Subscriber struct {
-	ix   Applier
-	opts Options
+	// Immutable after New, except that each stream is owned by the
+	// goroutine Run starts for it.
+	ix      Applier
+	opts    Options
+	streams []*stream
 
-	c counters
+	c counters // atomic
 
 	mu      sync.Mutex // guards the fields below
 	running bool
@@ -164,7 +170,11 @@ func New(ix Applier, opts Options) (*Subscriber, error) {
 		opts.ProbeInterval = time.Second
 	}
 	opts.Sources = append([]Source(nil), opts.Sources...)
-	return &Subscriber{ix: ix, opts: opts}, nil
+	s := &Subscriber{ix: ix, opts: opts}
+	for _, src := range opts.Sources {
+		s.streams = append(s.streams, newStream(s, src))
+	}
+	return s, nil
 }
 
 // Stats returns the counters. It is O(1) and safe for concurrent use.
@@ -181,8 +191,13 @@ func (s *Subscriber) Stats() Stats {
 
 // Run connects to every source and applies their events until ctx is done
 // or Close is called, then closes its sockets and returns nil. It runs one
-// goroutine per source and waits for all of them before returning. It
-// returns ErrClosed after Close, and an error if Run is already running.
+// goroutine per source, plus one per live connection reading its socket,
+// and waits for all of them before returning. A later Run resumes from the
+// sequence numbers reached. It returns ErrClosed after Close, and an error
+// if Run is already running.
+//
+// Per batch the work is O(payload size + blocks in its events): one decode
+// into reused buffers and one index call per event.
 func (s *Subscriber) Run(ctx context.Context) error {
 	s.mu.Lock()
 	switch {
@@ -205,8 +220,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}()
 
 	var wg sync.WaitGroup
-	for _, src := range s.opts.Sources {
-		st := newStream(s, src)
+	for _, st := range s.streams {
 		wg.Go(func() { st.run(ctx) })
 	}
 	wg.Wait()

@@ -80,7 +80,7 @@ func testSubscriber(t *testing.T, ix Applier, src Source) (*Subscriber, *stream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, newStream(s, src)
+	return s, s.streams[0]
 }
 
 // TestStreamWithoutReplay steps the sequence logic of one source that has
@@ -230,7 +230,7 @@ func TestReplayEndpointDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newStream(s, s.opts.Sources[0])
+	st := s.streams[0]
 	st.live(context.Background(), frames("", 3, storedBatch(3)))
 	if got, want := rec.take(), []string{"0 stored [3]"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
