@@ -24,6 +24,10 @@
 // scorer's weight is the most it can add. The Picker chooses: MaxScore (ties at random),
 // WeightedRandom (A-Res, probability proportional to score), PowerOfTwo, Softmax, RoundRobin.
 //
+// A custom scorer implements one method, Score. A filter, scorer or picker that needs to learn
+// may also implement Observer (told the choice before Pick returns; session tables use it) or
+// Completer (told the outcome at Done: time to first token, failure).
+//
 // # Accounting the router can trust
 //
 // Polled metrics lag: a server scraped every 50 ms shows a burst of ten requests sent in the

@@ -70,6 +70,14 @@ type Observer interface {
 	Picked(req *Request, chosen *Candidate, now time.Time)
 }
 
+// Completer is implemented by filters, scorers and pickers that learn from outcomes (observed
+// time to first token, failures). Completed is called once per Result, from Done, with the
+// backend's id, when it was picked, and the DoneInfo. It must be safe for concurrent use and must
+// not block.
+type Completer interface {
+	Completed(id BackendID, picked time.Time, info DoneInfo)
+}
+
 // Weighted is a Scorer and its weight in the blend.
 type Weighted struct {
 	Scorer Scorer
@@ -125,6 +133,7 @@ type Router struct {
 	scorers    []Weighted
 	picker     Picker
 	observers  []Observer
+	completers []Completer
 	index      PrefixIndex
 	blockSize  int
 	staleAfter time.Duration
@@ -186,7 +195,7 @@ type inflight struct {
 }
 
 type counters struct {
-	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs atomic.Uint64
+	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs, done, failed atomic.Uint64
 }
 
 // Stats are cumulative counters of a Router.
@@ -207,6 +216,9 @@ type Stats struct {
 	StaleCandidates uint64
 	// InsertErrors is the number of prefix index inserts that failed.
 	InsertErrors uint64
+	// Done is the number of Results finished with Done; Failed those with a non-nil Err.
+	// Picks − Done is the number of requests in flight.
+	Done, Failed uint64
 }
 
 // New returns a Router configured by opts, with an empty backend set (Pick returns
@@ -242,9 +254,7 @@ func New(opts Options) (*Router, error) {
 		if f == nil {
 			return nil, fmt.Errorf("%w: Filters[%d] is nil", ErrInvalidOptions, i)
 		}
-		if o, ok := f.(Observer); ok {
-			r.observers = append(r.observers, o)
-		}
+		r.hook(f)
 	}
 	for i, w := range opts.Scorers {
 		if w.Scorer == nil {
@@ -257,13 +267,9 @@ func New(opts Options) (*Router, error) {
 			continue
 		}
 		r.scorers = append(r.scorers, w)
-		if o, ok := w.Scorer.(Observer); ok {
-			r.observers = append(r.observers, o)
-		}
+		r.hook(w.Scorer)
 	}
-	if o, ok := r.picker.(Observer); ok {
-		r.observers = append(r.observers, o)
-	}
+	r.hook(r.picker)
 	seed := opts.Seed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -272,6 +278,16 @@ func New(opts Options) (*Router, error) {
 	r.scratch.New = func() any { return new(scratch) }
 	r.tickets.New = func() any { return &ticket{r: r} }
 	return r, nil
+}
+
+// hook registers x's Observer and Completer sides, if any.
+func (r *Router) hook(x any) {
+	if o, ok := x.(Observer); ok {
+		r.observers = append(r.observers, o)
+	}
+	if c, ok := x.(Completer); ok {
+		r.completers = append(r.completers, c)
+	}
 }
 
 // Update replaces the backend set with states, published as one immutable snapshot that picks
@@ -400,6 +416,8 @@ func (r *Router) Stats() Stats {
 		InvalidSignals:  r.stats.invalid.Load(),
 		StaleCandidates: r.stats.staleCands.Load(),
 		InsertErrors:    r.stats.insertErrs.Load(),
+		Done:            r.stats.done.Load(),
+		Failed:          r.stats.failed.Load(),
 	}
 }
 
@@ -581,6 +599,8 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	t.index = b.index
 	t.prefill = int64(uncached)
 	t.blocks = blocks
+	t.id = b.id
+	t.picked = now
 	if b.index >= 0 {
 		t.chain = append(t.chain[:0], req.Chain...)
 	}
@@ -641,6 +661,8 @@ type ticket struct {
 	index   int64
 	prefill int64
 	blocks  int64
+	id      BackendID
+	picked  time.Time
 	chain   []BlockHash
 }
 
@@ -672,8 +694,8 @@ func (p Result) FirstToken(at time.Time) {
 // FirstToken already did, the prefill tokens. When the request got a first token (FirstToken
 // was called or info.FirstTokenAt is set) or succeeded, the prompt's blocks are inserted into the
 // prefix index under the chosen backend; a request that failed before any token inserts nothing,
-// since the server may never have cached it. Done must be called exactly once; a second call
-// panics. O(len(chain)) for the insert, otherwise O(1).
+// since the server may never have cached it. Then every Completer in the profile hears of it.
+// Done must be called exactly once; a second call panics. O(len(chain)) for the insert, otherwise O(1).
 func (p Result) Done(info DoneInfo) {
 	t := p.mustTicket("Done")
 	for {
@@ -687,6 +709,14 @@ func (p Result) Done(info DoneInfo) {
 			}
 			t.load.requests.Add(-1)
 			t.load.blocks.Add(-t.blocks)
+			r := t.r
+			r.stats.done.Add(1)
+			if info.Err != nil {
+				r.stats.failed.Add(1)
+			}
+			for _, c := range r.completers {
+				c.Completed(t.id, t.picked, info)
+			}
 			t.load = nil
 			t.chain = t.chain[:0]
 			t.r.tickets.Put(t)

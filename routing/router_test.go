@@ -633,3 +633,34 @@ func TestUpdateRegistersCapacity(t *testing.T) {
 		t.Errorf("AddBackend calls %v, want %v", ix.adds, want)
 	}
 }
+
+// ttftSpy is a scorer that learns from completions.
+type ttftSpy struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (s *ttftSpy) Score(_ *Request, _ []Candidate, dst []float64) { clear(dst) }
+
+func (s *ttftSpy) Completed(id BackendID, picked time.Time, info DoneInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen = append(s.seen, fmt.Sprintf("%d ttft=%v err=%v", id, info.FirstTokenAt.Sub(picked), info.Err != nil))
+}
+
+func TestCompleterAndDoneStats(t *testing.T) {
+	spy := &ttftSpy{}
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{spy, 1}}}})
+	mustUpdate(t, r, fleet(1, t0))
+	p, _ := r.Pick(&Request{})
+	p.Done(DoneInfo{FirstTokenAt: t0.Add(250 * time.Millisecond)})
+	q, _ := r.Pick(&Request{})
+	q.Done(DoneInfo{Err: errors.New("boom")})
+	want := []string{"0 ttft=250ms err=false", fmt.Sprintf("0 ttft=%v err=true", time.Time{}.Sub(t0))}
+	if fmt.Sprint(spy.seen) != fmt.Sprint(want) {
+		t.Errorf("completions %q, want %q", spy.seen, want)
+	}
+	if st := r.Stats(); st.Picks != 2 || st.Done != 2 || st.Failed != 1 {
+		t.Errorf("stats %+v, want 2 picks, 2 done, 1 failed", st)
+	}
+}
