@@ -639,7 +639,7 @@ func modelOptions(budgetPairs int) Options {
 }
 
 func TestModel(t *testing.T) {
-	for seed := range uint64(8) {
+	for seed := range uint64(6) {
 		t.Run(fmt.Sprintf("narrow/%d", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 98))
 			g := newOpGen(r.IntN, 5)
@@ -647,7 +647,7 @@ func TestModel(t *testing.T) {
 			for i := range 4 {
 				ops = append(ops, op{kind: opAdd, id: BackendID(i), n: 400})
 			}
-			for range 2500 {
+			for range 2000 {
 				p := g.op()
 				if p.kind == opAdd || p.kind == opSetCapacity {
 					p.n *= 10
@@ -664,7 +664,7 @@ func TestModel(t *testing.T) {
 			runModel(t, o, ops)
 		})
 	}
-	for seed := range uint64(8) {
+	for seed := range uint64(6) {
 		t.Run(fmt.Sprintf("wide/%d", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 99))
 			g := newOpGen(r.IntN, 72)
@@ -673,7 +673,7 @@ func TestModel(t *testing.T) {
 			for i := range 70 {
 				ops = append(ops, op{kind: opAdd, id: BackendID(i), n: []int{0, 8, 20, 40}[i%4]})
 			}
-			for range 1500 {
+			for range 1200 {
 				ops = append(ops, g.op())
 			}
 			runModel(t, modelOptions([]int{50, 400, 1 << 20}[seed%3]), ops)
