@@ -1,5 +1,46 @@
 package bench
 
-// fairnessPolicies returns the fairness package's policies for the matrix. The fairness
-// package is not committed yet; its policies join here when it lands.
-func fairnessPolicies() []Policy { return nil }
+import (
+	"time"
+
+	"github.com/usher-llm/usher/fairness"
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+// BoundedWaitBound is the wait bound W of the matrix's bounded-wait policy, half the default
+// 60 s TTL; requests are promoted BoundedWaitHeadroom before it, leaving the gate time to
+// admit them.
+const (
+	BoundedWaitBound    = 30 * time.Second
+	BoundedWaitHeadroom = 5 * time.Second
+)
+
+// fairnessPolicies returns the fairness package's policies for the matrix, each with its
+// defaults (the peers' published ones where it reproduces a peer):
+//
+//	las           fairness.LAS: usher's least attained service (keyed, O(log flows))
+//	llm-d-las     fairness.LASReference: llm-d's LAS, min-max normalised service and wait
+//	llm-d-turn    fairness.TurnPriority: llm-d's turn-priority (turn + 0.05·wait)
+//	vtc           fairness.VTC: virtual token counters (Sheng et al.)
+//	bounded-wait  fairness.BoundedWait around turn-priority, W = 30 s, 5 s headroom
+//
+// Flows are sessions (a request without a session is a flow of its own).
+func fairnessPolicies() []Policy {
+	return []Policy{
+		{"las", func() flowcontrol.Policy { return must(fairness.NewLAS(fairness.LASOptions{})) }},
+		{"llm-d-las", func() flowcontrol.Policy { return must(fairness.NewLASReference(fairness.LASReferenceOptions{})) }},
+		{"llm-d-turn", func() flowcontrol.Policy { return must(fairness.NewTurnPriority(fairness.TurnPriorityOptions{})) }},
+		{"vtc", func() flowcontrol.Policy { return must(fairness.NewVTC(fairness.VTCOptions{})) }},
+		{"bounded-wait", func() flowcontrol.Policy {
+			return must(fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: BoundedWaitBound, Headroom: BoundedWaitHeadroom}))
+		}},
+	}
+}
+
+// must unwraps a constructor's result for options fixed in this file; an error is a bug here.
+func must[P flowcontrol.Policy](p P, err error) flowcontrol.Policy {
+	if err != nil {
+		panic("bench: " + err.Error())
+	}
+	return p
+}

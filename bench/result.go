@@ -42,8 +42,9 @@ type Result struct {
 	Rate                     float64
 
 	// Sent, Completed and Unfinished (still waiting or running at Config.MaxTime) count
-	// requests; First and Later split the counts by turn.
-	Sent, Completed, Unfinished int
+	// requests, NotSent those that had not arrived by Config.MaxTime; First and Later split
+	// the counts by turn.
+	Sent, Completed, Unfinished, NotSent int
 	First, Later                TurnStats
 
 	// TTFT is the time from arrival at the gateway to the first output token, E2E to the last,
@@ -70,6 +71,15 @@ type Result struct {
 	// tokens that was served: (Σx)²/(n·Σx²), 1 when every session got the same share.
 	Jain float64
 
+	// Duration is the virtual time the run took, from time zero to the last event.
+	Duration time.Duration
+	// InSystem is the mean number of requests in the gateway (waiting in its queue or in
+	// flight to a server), sampled from the queue's gauges at every metrics scrape; Sojourn is
+	// the mean time from arrival to completion of completed requests. By Little's law,
+	// InSystem ≈ (Completed/Duration)·Sojourn when nothing is shed.
+	InSystem float64
+	Sojourn  time.Duration
+
 	// Preemptions is the engines' total recompute preemptions.
 	Preemptions int64
 
@@ -89,7 +99,10 @@ func (r Result) Deterministic() Result {
 func (s *sim) result(wall time.Duration) *Result {
 	res := &Result{
 		Workload: s.w.Name, Policy: s.cfg.Policy.Name, Router: s.cfg.Router.Name,
-		Events: s.nEvents, Wall: wall, Preemptions: s.preempts,
+		Events: s.nEvents, Wall: wall, Preemptions: s.preempts, Duration: s.now,
+	}
+	if s.samples > 0 {
+		res.InSystem = s.inSystem / float64(s.samples)
 	}
 	if wall > 0 {
 		res.EventsPerSec = float64(s.nEvents) / wall.Seconds()
@@ -113,7 +126,8 @@ func (s *sim) result(wall time.Duration) *Result {
 			continue
 		}
 		if r.state == rsNone {
-			continue // never arrived (MaxTime)
+			res.NotSent++ // had not arrived at MaxTime
+			continue
 		}
 		res.Sent++
 		t.Sent++
@@ -151,6 +165,13 @@ func (s *sim) result(wall time.Duration) *Result {
 				served[r.w.Session] += size
 			}
 		}
+	}
+	if len(e2e) > 0 {
+		var sum time.Duration
+		for _, d := range e2e {
+			sum += d
+		}
+		res.Sojourn = sum / time.Duration(len(e2e))
 	}
 	res.TTFT, res.E2E = percentiles(ttft), percentiles(e2e)
 	for k, t := range [2]*TurnStats{&res.First, &res.Later} {

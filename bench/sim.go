@@ -299,6 +299,8 @@ type sim struct {
 	scrapes  bool
 	nEvents  int64
 	preempts int64
+	samples  int     // scrapes at which the gateway's population was sampled
+	inSystem float64 // Σ over samples of requests queued or in flight in the gateway
 }
 
 // Run simulates w on the cluster cfg describes and returns the measurements. It is
@@ -743,6 +745,11 @@ func (s *sim) scrape() {
 		s.level = level / float64(len(s.srv))
 	}
 	s.scraped = s.now
+	if s.q != nil {
+		st := s.q.Stats()
+		s.inSystem += float64(st.Queued + st.InFlight)
+		s.samples++
+	}
 	if err := s.router.Update(s.states); err != nil {
 		panic("bench: router rejected the backend set: " + err.Error()) // names are unique
 	}

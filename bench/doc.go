@@ -1,0 +1,77 @@
+// Package bench is usher's cluster simulator: it replays a workload against N simulated model
+// servers behind a gateway built from usher's own packages, in virtual time, and measures what
+// each combination of admission policy and router costs whom. The command bench/cmd/compare
+// runs the matrix and prints the tables kept in bench/README.md.
+//
+// # What runs in the loop
+//
+// Nothing is re-implemented for the simulation. Each request goes the way it goes in a gateway:
+//
+//   - Admission: a flowcontrol.Queue with the policy under test (flowcontrol.FCFS or one of the
+//     fairness package's) and a saturation gate — by default flowcontrol.ConcurrencyLimit at
+//     MaxInFlight requests per server; optionally llm-d's saturation detector (mean over
+//     servers of max(queued/5, kv/0.8), stale after 200 ms) as a flowcontrol.Saturation fed by
+//     the scraper. The queue is driven through its asynchronous API (Enqueue, Tick, Notify,
+//     Ticket.Done) with outcomes delivered to an Observer, on a virtual clock.
+//   - Routing: a routing.Router with the profile under test and a prefixcache.Index as its
+//     approximate prefix index (capacity per server = the server's KV blocks): Pick charges the
+//     router's in-flight counters, Result.FirstToken releases the prefill tokens and inserts the
+//     prompt's blocks into the index, Result.Done closes the books. BackendState comes from a
+//     simulated scraper that copies every engine's queue, batch and KV use into Router.Update
+//     every ScrapeInterval (50 ms, llm-d's), so the router sees metrics as stale as a real one.
+//   - Serving: one internal/engine.Engine per server — vLLM's V1 scheduler with chunked prefill,
+//     a block KV cache with prefix reuse and LRU eviction, recompute preemption — calibrated as
+//     Qwen3-32B on 2×H100 (BenchProfile).
+//   - Completion: the engine's first token is the TTFT, its last the end-to-end latency; the
+//     actual usage, with the cached prompt tokens the engine reports, goes to Ticket.Done so
+//     the fairness policy charges what was really served.
+//
+// # The event loop
+//
+// A run is a discrete-event simulation in one goroutine: a binary heap of events ordered by
+// (time, scheduling order) — a server's step ends, a closed-loop turn arrives, a scrape, the
+// queue's earliest deadline — merged with the workload's open-loop arrivals. Each event moves
+// the virtual clock, calls the components above, and then settles: outcomes the queue produced
+// (dispatches, expiries) are handled and idle servers that received work begin a step. The
+// engine is clock-free (BeginStep returns the step's duration; EndStep is scheduled then), the
+// queue and router read the virtual clock, and nothing iterates a map or draws an unseeded
+// random number, so a run is a pure function of workload, configuration and seed.
+//
+// # Workloads
+//
+// Prompts are described as in the Mooncake traces: content ids, each standing for a block of
+// BlockTokens tokens (512 in the traces), equal id prefixes meaning equal prompt prefixes. The
+// simulator expands every id into BlockTokens/BlockSize engine blocks whose tokens are derived
+// from the id and the block's position in it, and hashes them with prefixcache.HashTokens; the
+// engine and the index therefore see the same chained hashes, and two prompts share exactly the
+// engine blocks their ids share. Sessions are derived from the ids (see LoadMooncake): the
+// first id after the common opening names the conversation; a session is the request's flow in
+// the queue and its session id for the router. Built-in generators produce multi-turn chat,
+// agentic coding sessions that share long opening instructions, and bursty arrivals, in the
+// same format; their sessions are closed loop (a turn is sent a think time after the previous
+// one completes; a shed turn ends its session). Workload.Scaled multiplies the arrival rate.
+//
+// # Measurements
+//
+// TTFT and end-to-end latency percentiles (from arrival at the gateway, queue wait included);
+// throughput; the prefix hit rate next to the ideal one (an infinite cache shared by every
+// server, the same requests in workload order); time-averaged requests per server and the
+// max/mean ratio; expiries, rejections, waits and abandoned turns for first turns and later
+// turns separately; Jain's index over sessions of the share of their requested tokens that was
+// served; simulated events per second.
+//
+// Sanity checks (sim_test.go): one server with an infinite cache reproduces the trace's ideal
+// hit rate (36.6% of blocks); the population sampled from the queue's gauges obeys Little's
+// law within 3%; the same seed gives identical results for every router.
+//
+// # Rejected alternatives
+//
+// Driving the components from goroutines with a fake clock (one per request, as a gateway
+// would) was rejected: it needs synchronisation to know when everyone is blocked, is slow and
+// is not deterministic. A fixed time step (advance 1 ms, poll everything) would either blur
+// the engine's step boundaries or cost millions of idle ticks; events jump straight to the
+// next thing that happens. Modelling servers by a service-time distribution (M/G/k) would lose
+// exactly what the routers compete on: the prefix cache, its evictions and the prefill cost
+// they save. Expanding the trace into real token arrays was unnecessary: the chained hashes
+// depend only on which blocks are equal, which the ids say.
+package bench
