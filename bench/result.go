@@ -45,7 +45,7 @@ type Result struct {
 	// requests, NotSent those that had not arrived by Config.MaxTime; First and Later split
 	// the counts by turn.
 	Sent, Completed, Unfinished, NotSent int
-	First, Later                TurnStats
+	First, Later                         TurnStats
 
 	// TTFT is the time from arrival at the gateway to the first output token, E2E to the last,
 	// over completed requests; both include the wait in the gateway queue.

@@ -46,10 +46,10 @@ func TestLoadMooncakeErrors(t *testing.T) {
 	for _, in := range []string{
 		``,
 		`not json`,
-		`{"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [0]}`,          // too few ids
-		`{"timestamp": 0, "input_length": 0, "output_length": 10, "hash_ids": []}`,              // empty
-		`{"timestamp": -1, "input_length": 10, "output_length": 10, "hash_ids": [0]}`,           // negative time
-		`{"timestamp": 0, "input_length": 10, "output_length": 0, "hash_ids": [0]}`,             // no output
+		`{"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [0]}`, // too few ids
+		`{"timestamp": 0, "input_length": 0, "output_length": 10, "hash_ids": []}`,     // empty
+		`{"timestamp": -1, "input_length": 10, "output_length": 10, "hash_ids": [0]}`,  // negative time
+		`{"timestamp": 0, "input_length": 10, "output_length": 0, "hash_ids": [0]}`,    // no output
 		"{\"timestamp\": 9, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [0]}\n" + // backwards
 			`{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [0]}`,
 	} {
