@@ -201,7 +201,7 @@ func TestScrapeTimeout(t *testing.T) {
 	fast := newFakeServer(t, vllmBody(t, 3, 0, 0.2, 0, 0))
 	slow.hang.Store(true)
 	s := mustScraper(t, Options{
-		Timeout: 50 * time.Millisecond,
+		Timeout: 500 * time.Millisecond, // generous: the fast backend must never time out on a loaded machine
 		Targets: []Target{{Name: "slow", URL: slow.URL}, {Name: "fast", URL: fast.URL}},
 	})
 	err := s.ScrapeOnce(context.Background())
