@@ -52,6 +52,7 @@ type engineKey struct {
 // StoredBlocks is an engine's report that it stored blocks (vLLM's and SGLang's BlockStored
 // event), for the exact mode. The engine's hashes are opaque: the index recomputes its own
 // chained hashes from the tokens and remembers, per backend, which engine hash maps to which.
+// ApplyStored does not retain the slices.
 type StoredBlocks struct {
 	// EngineHashes are the engine's hashes of the stored blocks, in chain order.
 	EngineHashes []uint64

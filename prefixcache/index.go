@@ -178,6 +178,7 @@ type backend struct {
 }
 
 // New returns an empty Index configured by opts, or an error wrapping ErrInvalidOptions.
+// It is O(Shards + MaxBackends); tables and rings are allocated as blocks arrive.
 func New(opts Options) (*Index, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
