@@ -70,6 +70,7 @@ func ExampleScraper() {
 	if err != nil {
 		panic(err)
 	}
+	defer scraper.Close()
 	if err := scraper.ScrapeOnce(context.Background()); err != nil {
 		panic(err)
 	}

@@ -113,6 +113,7 @@ type Scraper struct {
 	maxBody     int64
 	accept      string
 	client      *http.Client
+	ownClient   bool // client was made by NewScraper; Close closes its idle connections
 	now         func() time.Time
 	seed        uint64
 	durations   prometheus.Histogram
@@ -247,6 +248,7 @@ func NewScraper(opts Options) (*Scraper, error) {
 		tr.MaxIdleConnsPerHost = 2
 		tr.MaxIdleConns = 2 * s.concurrency
 		s.client = &http.Client{Transport: tr}
+		s.ownClient = true
 	}
 	s.durations = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "usher_scrape_duration_seconds",
@@ -367,10 +369,18 @@ func (s *Scraper) BackendStates(dst []routing.BackendState) []routing.BackendSta
 	return dst
 }
 
+// Close releases the idle keep-alive connections of the Scraper's own HTTP client (not of an
+// Options.Client). Call it after Run has returned; a later scrape opens new connections.
+func (s *Scraper) Close() {
+	if s.ownClient {
+		s.client.CloseIdleConnections()
+	}
+}
+
 // ScrapeOnce scrapes every backend once, at most Concurrency at a time, and returns when all
-// are done. It returns the scrape errors joined (each also recorded in its backend's State),
-// or ctx.Err() if ctx ended first, in which case the backends not yet scraped keep their
-// previous State.
+// are done: O(backends) requests and parses. It returns the scrape errors joined (each also
+// recorded in its backend's State), or ctx.Err() if ctx ended first, in which case the
+// backends not yet scraped keep their previous State. It does not call Options.OnUpdate.
 func (s *Scraper) ScrapeOnce(ctx context.Context) error {
 	list := s.fleet.Load().list
 	errs := make([]error, len(list))

@@ -101,6 +101,7 @@ func mustScraper(t *testing.T, opts Options) *Scraper {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
 	return s
 }
 
