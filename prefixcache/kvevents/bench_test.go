@@ -1,9 +1,11 @@
 package kvevents
 
 import (
+	"context"
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
 )
@@ -99,29 +101,8 @@ func BenchmarkDecode(b *testing.B) {
 // tokens sharing prefixes, random evictions, and a cache clear closing
 // each cycle so that the loop runs in steady state.
 func BenchmarkApplyEvents(b *testing.B) {
-	const blockSize, cycle = 16, 256
-	rng := rand.New(rand.NewPCG(5, 6))
-	ps := prompts(rng, 200, blockSize, 32)
-	eng := newEngine(1, blockSize)
-	var payloads [][]byte
-	var blocksIn []int
-	for i := range cycle {
-		batch := &Batch{Timestamp: float64(i)}
-		for range 1 + rng.IntN(4) {
-			if ev, ok := eng.store("", ps[rng.IntN(len(ps))]); ok {
-				batch.Events = append(batch.Events, ev)
-			}
-		}
-		if len(eng.held) > 2000 {
-			ev, _ := eng.evict(len(eng.held) - 1500)
-			batch.Events = append(batch.Events, ev)
-		}
-		if i == cycle-1 {
-			batch.Events = append(batch.Events, eng.clear())
-		}
-		payloads = append(payloads, Encoding{}.Append(nil, batch))
-		blocksIn = append(blocksIn, countBlocks(batch))
-	}
+	payloads, blocksIn := engineCycle()
+	cycle := len(payloads)
 
 	ix, err := prefixcache.New(prefixcache.Options{})
 	if err != nil {
@@ -154,5 +135,102 @@ func BenchmarkApplyEvents(b *testing.B) {
 	perEvent(b, &ms, int(s.Stats().Events-before), blocks)
 	if e := s.Stats().ApplyErrors; e != 0 {
 		b.Fatalf("%d apply errors", e)
+	}
+}
+
+// engineCycle returns the encoded batches of one cycle of the toy engine
+// and the number of block hashes in each; the cycle ends with a clear, so
+// it can be applied over and over.
+func engineCycle() (payloads [][]byte, blocksIn []int) {
+	const blockSize, cycle = 16, 256
+	rng := rand.New(rand.NewPCG(5, 6))
+	ps := prompts(rng, 200, blockSize, 32)
+	eng := newEngine(1, blockSize)
+	for i := range cycle {
+		batch := &Batch{Timestamp: float64(i)}
+		for range 1 + rng.IntN(4) {
+			if ev, ok := eng.store("", ps[rng.IntN(len(ps))]); ok {
+				batch.Events = append(batch.Events, ev)
+			}
+		}
+		if len(eng.held) > 2000 {
+			ev, _ := eng.evict(len(eng.held) - 1500)
+			batch.Events = append(batch.Events, ev)
+		}
+		if i == cycle-1 {
+			batch.Events = append(batch.Events, eng.clear())
+		}
+		payloads = append(payloads, Encoding{}.Append(nil, batch))
+		blocksIn = append(blocksIn, countBlocks(batch))
+	}
+
+	return payloads, blocksIn
+}
+
+// BenchmarkSubscriberLoopback measures the whole path through real
+// sockets: a Publisher on loopback TCP, the Subscriber's ZMQ connection,
+// decoding and applying to the index. Each op publishes one batch of the
+// engine cycle; the timer stops once all of them are applied. Allocations
+// count both ends and the zmq4 library (a fresh buffer per frame received).
+func BenchmarkSubscriberLoopback(b *testing.B) {
+	payloads, blocksIn := engineCycle()
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ix.AddBackend("pod-0", 1<<16); err != nil {
+		b.Fatal(err)
+	}
+	pub, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{ReplayEndpoint: "tcp://127.0.0.1:0", Topic: Topic("pod-0", "m")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer pub.Close()
+	go pub.Run(ctx)
+	s, err := New(ix, Options{Sources: []Source{{Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-0", Model: "m"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go s.Run(ctx)
+	defer s.Close()
+	// Warm up until the live stream delivers (the PUB socket drops what
+	// it sends before the subscription arrives), ending on a clear.
+	warm := 0
+	for s.Stats().Batches == 0 || warm%len(payloads) != 0 {
+		pub.PublishPayload(payloads[warm%len(payloads)])
+		warm++
+		if warm%len(payloads) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitBatches(b, s, int64(warm))
+	before := s.Stats()
+	b.ReportAllocs()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	// b.N rather than b.Loop: the timed region must include waiting for
+	// the last batch to be applied.
+	blocks := 0
+	b.ResetTimer()
+	for i := range b.N {
+		pub.PublishPayload(payloads[i%len(payloads)])
+		blocks += blocksIn[i%len(payloads)]
+	}
+	waitBatches(b, s, int64(warm+b.N))
+	b.StopTimer()
+	after := s.Stats()
+	perEvent(b, &ms, int(after.Events-before.Events), blocks)
+	if e := after.ApplyErrors + after.DecodeErrors; e != 0 {
+		b.Fatalf("%d errors", e)
+	}
+}
+
+func waitBatches(b *testing.B, s *Subscriber, n int64) {
+	for deadline := time.Now().Add(time.Minute); s.Stats().Batches < n; time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d batches applied: %+v", s.Stats().Batches, n, s.Stats())
+		}
 	}
 }
