@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/usher-llm/usher/routing"
 )
 
 var fuzzContentTypes = []string{
@@ -147,4 +149,43 @@ func referenceParse(p *Parser, body []byte, contentType string) (Reading, error)
 		return Reading{}, err
 	}
 	return p.extract(fams), nil
+}
+
+// TestHealthModel compares the health verdict over random probe sequences with a reference
+// that looks at the whole history: unhealthy after a run of n silent probes at the end,
+// otherwise the verdict of the last answer, otherwise unknown.
+func TestHealthModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 300 {
+		n := 1 + rng.IntN(4)
+		b := &backend{}
+		var history []probe
+		for step := range 40 {
+			p := probe(rng.IntN(3))
+			history = append(history, p)
+			b.probeLocked(p, n)
+			if want := referenceHealth(history, n); b.health != want {
+				t.Fatalf("trial %d step %d (n=%d): health %v, reference %v (history %v)", trial, step, n, b.health, want, history)
+			}
+		}
+	}
+}
+
+func referenceHealth(h []probe, n int) routing.Health {
+	silent := 0
+	for i := len(h) - 1; i >= 0 && h[i] == probeSilent; i-- {
+		silent++
+	}
+	if silent >= n {
+		return routing.Unhealthy
+	}
+	for i := len(h) - 1; i >= 0; i-- {
+		switch h[i] {
+		case probeUp:
+			return routing.Healthy
+		case probeDown:
+			return routing.Unhealthy
+		}
+	}
+	return routing.HealthUnknown
 }

@@ -557,14 +557,11 @@ func (s *Scraper) scrape(ctx context.Context, b *backend) error {
 	}
 	switch {
 	case up:
-		b.health, b.misses = routing.Healthy, 0
+		b.probeLocked(probeUp, s.unhealthyN)
 	case answered:
-		b.health, b.misses = routing.Unhealthy, 0
+		b.probeLocked(probeDown, s.unhealthyN)
 	default:
-		b.misses++
-		if b.misses >= s.unhealthyN {
-			b.health = routing.Unhealthy
-		}
+		b.probeLocked(probeSilent, s.unhealthyN)
 	}
 	st := &State{
 		name:       b.name,
@@ -585,6 +582,32 @@ func (s *Scraper) scrape(ctx context.Context, b *backend) error {
 	}
 	b.state.Store(st)
 	return st.err
+}
+
+// probe is what one liveness check learned.
+type probe uint8
+
+const (
+	probeUp     probe = iota // the server answered that it is fine
+	probeDown                // the server answered with an error
+	probeSilent              // no answer at all (refused, reset, timed out)
+)
+
+// probeLocked updates the health verdict: an answer decides at once; silence makes the
+// backend unhealthy only after unhealthyAfter silent probes in a row, and until then keeps
+// the previous verdict (unknown if there was none).
+func (b *backend) probeLocked(p probe, unhealthyAfter int) {
+	switch p {
+	case probeUp:
+		b.health, b.misses = routing.Healthy, 0
+	case probeDown:
+		b.health, b.misses = routing.Unhealthy, 0
+	default:
+		b.misses++
+		if b.misses >= unhealthyAfter {
+			b.health = routing.Unhealthy
+		}
+	}
 }
 
 // updateLocked records a good reading taken at now and updates the prefix hit rate.
