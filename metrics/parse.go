@@ -177,8 +177,9 @@ func NewParser(profile *Profile) (*Parser, error) {
 // summaries, "# UNIT" and "# EOF" lines); the TYPE lines of OpenMetrics-only types (info,
 // stateset, gaugehistogram, unknown) are read as untyped. A body announced as OpenMetrics must
 // end with "# EOF", which is how OpenMetrics tells a complete exposition from a cut one.
-// Exemplars and fractional timestamps are rejected: expfmt's OpenMetrics decoder, which
-// would read them, is too slow for a scrape path (see the package documentation).
+// Exemplars and fractional timestamps in a family the profile reads are rejected: expfmt's
+// OpenMetrics decoder, which would read them, is too slow for a scrape path (see the package
+// documentation).
 //
 // Only the families the profile selects are handed to expfmt (see filter): the rest of the
 // exposition is scanned for line boundaries and names, and counted in Reading.Series.
