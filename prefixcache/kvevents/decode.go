@@ -454,35 +454,41 @@ func (d *Decoder) tokens(dst []uint32) ([]uint32, error) {
 	}
 	p, used := d.unread(), 0
 	for range n {
-		if v, neg, k := fastInt(p[used:]); k > 0 && !neg && v <= math.MaxUint32 {
-			dst = append(dst, uint32(v))
-			used += k
-			continue
+		v, neg, k := fastInt(p[used:])
+		if k == 0 || neg || v > math.MaxUint32 {
+			d.consume(used)
+			return dst, d.badToken()
 		}
-		d.consume(used)
-		p, used = nil, 0
-		c, err := d.peek(what)
-		if err != nil {
-			return dst, err
-		}
-		if !isInt(c) {
-			return dst, d.typeErr(what, "int", c)
-		}
-		v, err := d.dec.DecodeInt64()
-		if err != nil {
-			return dst, d.wrap(what, err)
-		}
-		if c == msgpcode.Uint64 && v < 0 {
-			return dst, d.fail("%s: token id %d out of range", what, uint64(v))
-		}
-		if v < 0 || v > math.MaxUint32 {
-			return dst, d.fail("%s: token id %d out of range", what, v)
-		}
-		dst = append(dst, uint32(v)) // unreachable in practice: the fast path takes every valid id
-		p = d.unread()
+		dst = append(dst, uint32(v))
+		used += k
 	}
 	d.consume(used)
 	return dst, nil
+}
+
+// badToken explains why the next value is not a token id (the fast path
+// accepts every valid one).
+func (d *Decoder) badToken() error {
+	const what = "token_ids"
+	c, err := d.peek(what)
+	if err != nil {
+		return err
+	}
+	if !isInt(c) {
+		return d.typeErr(what, "int", c)
+	}
+	if c == msgpcode.Uint64 {
+		u, err := d.dec.DecodeUint64()
+		if err != nil {
+			return d.wrap(what, err)
+		}
+		return d.fail("%s: token id %d out of range", what, u)
+	}
+	v, err := d.dec.DecodeInt64()
+	if err != nil {
+		return d.wrap(what, err)
+	}
+	return d.fail("%s: token id %d out of range", what, v)
 }
 
 // internMedium returns s as a string without allocating for the common

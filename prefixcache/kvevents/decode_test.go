@@ -234,6 +234,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "batch key not a string", wire: map[int]any{1: 2}, want: "batch key: want str, got int"},
 		{name: "trailing bytes", raw: append(mustMarshal([]any{1.0, []any{}}), 0xc0), want: "1 trailing bytes"},
 		{name: "truncated", raw: mustMarshal([]any{1.0, []any{[]any{"BlockRemoved", []any{uint64(1) << 60}}}})[:30], want: "payload truncated"},
+		{name: "truncated inside token_ids", raw: mustMarshal([]any{1.0, []any{[]any{"BlockStored", []any{}, nil, []any{70000, 70001}, 16}}})[:34], want: "token_ids: payload truncated"},
 		{name: "lying array length", raw: []byte{0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0}, want: "array of 4294967295 elements in 1 remaining bytes"},
 		{name: "lying str length", raw: []byte{0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff}, want: "4294967295 bytes announced"},
 		{name: "invalid code", raw: []byte{0xc1}, want: "invalid code 0xc1"},
