@@ -24,12 +24,18 @@ func (ix *Index) applyBatch(op pairOp, keys []uint64, bit uint64, out []uint8) {
 			_ = t.touchHome(k)
 		}
 	}
-	if ix.mask == 0 || len(keys) == 1 {
+	if len(keys) == 1 {
+		out[0] = ix.apply1(op, keys[0], bit)
+		return
+	}
+	if ix.mask == 0 {
+		sh := &ix.shards[0]
+		sh.lock()
+		t := ix.tableLocked(sh, op, len(keys))
 		for j, k := range keys {
-			sh := ix.lockShard(k)
-			out[j] = ix.applyLocked(sh, op, k, bit)
-			sh.unlock()
+			out[j] = ix.applyLocked(t, op, k, bit)
 		}
+		sh.unlock()
 		return
 	}
 	// A stable counting sort of the round by shard.
@@ -55,8 +61,9 @@ func (ix *Index) applyBatch(op pairOp, keys []uint64, bit uint64, out []uint8) {
 		}
 		sh := &ix.shards[s]
 		sh.lock()
+		t := ix.tableLocked(sh, op, int(hi-lo))
 		for _, j := range order[lo:hi] {
-			out[j] = ix.applyLocked(sh, op, keys[j], bit)
+			out[j] = ix.applyLocked(t, op, keys[j], bit)
 		}
 		sh.unlock()
 	}
@@ -65,25 +72,30 @@ func (ix *Index) applyBatch(op pairOp, keys []uint64, bit uint64, out []uint8) {
 // apply1 applies op to one pair, locking its shard.
 func (ix *Index) apply1(op pairOp, k, bit uint64) uint8 {
 	sh := ix.lockShard(k)
-	st := ix.applyLocked(sh, op, k, bit)
+	st := ix.applyLocked(ix.tableLocked(sh, op, 1), op, k, bit)
 	sh.unlock()
 	return st
 }
 
-// applyLocked applies op to the pair (k, bit) in sh, whose lock is held and sequence odd.
-func (ix *Index) applyLocked(sh *shard, op pairOp, k, bit uint64) uint8 {
-	var t *table
+// tableLocked returns the table that n applications of op will use in sh, whose lock is
+// held: for opTouch one with room for n more entries, otherwise the current one (maybe nil).
+func (ix *Index) tableLocked(sh *shard, op pairOp, n int) *table {
+	if op == opTouch {
+		return ix.reserveLocked(sh, n)
+	}
+	return sh.tab.Load()
+}
+
+// applyLocked applies op to the pair (k, bit) in t, the table of k's shard, whose lock is
+// held (see tableLocked).
+func (ix *Index) applyLocked(t *table, op pairOp, k, bit uint64) uint8 {
 	var i int
 	if op == opTouch {
-		t = ix.reserveLocked(sh)
 		i = t.findOrAdd(k)
-	} else {
-		if t = sh.tab.Load(); t == nil {
-			return pairAbsent
-		}
-		if i = t.find(k); i < 0 {
-			return pairAbsent
-		}
+	} else if t == nil {
+		return pairAbsent
+	} else if i = t.find(k); i < 0 {
+		return pairAbsent
 	}
 	hold, aux := t.slots[i].hold, t.slots[i].aux
 	st := uint8(pairAbsent)

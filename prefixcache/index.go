@@ -640,22 +640,27 @@ func (ix *Index) lockShard(k uint64) *shard {
 	return sh
 }
 
-// reserveLocked returns sh's table with room for one more entry, growing it by half (and
-// publishing the new table) if needed.
-func (ix *Index) reserveLocked(sh *shard) *table {
+// reserveLocked returns sh's table with room for n more entries, growing it by half (and
+// publishing the new table) as often as needed.
+func (ix *Index) reserveLocked(sh *shard, n int) *table {
 	t := sh.tab.Load()
-	if t == nil {
-		t = newTable(minTableSlots)
-		ix.bytes.Add(int64(t.n) * slotBytes)
-		sh.tab.Store(t)
+	if t != nil && uint64(t.count+n)*maxLoadDen <= t.n*maxLoadNum {
 		return t
 	}
-	if uint64(t.count+1)*maxLoadDen <= t.n*maxLoadNum {
-		return t
+	size, count := uint64(minTableSlots), 0
+	if t != nil {
+		size, count = t.n+t.n/2, t.count
 	}
-	u := newTable(int(t.n + t.n/2))
-	t.rehashInto(u)
-	ix.bytes.Add(int64(u.n-t.n) * slotBytes)
+	for uint64(count+n)*maxLoadDen > size*maxLoadNum {
+		size += size / 2
+	}
+	u := newTable(int(size))
+	grown := int64(size)
+	if t != nil {
+		t.rehashInto(u)
+		grown -= int64(t.n)
+	}
+	ix.bytes.Add(grown * slotBytes)
 	sh.tab.Store(u)
 	return u
 }

@@ -17,7 +17,7 @@ func TestTableModel(t *testing.T) {
 		for step := range 3000 {
 			k := entryKey(uint64(r.IntN(universe)), 0)
 			if r.IntN(2) == 0 {
-				tb := ix.reserveLocked(sh)
+				tb := ix.reserveLocked(sh, 1)
 				i := tb.findOrAdd(k)
 				if _, ok := want[k]; !ok && (tb.slots[i].hold != 0 || tb.slots[i].aux != 0) {
 					t.Fatalf("seed %d step %d: new slot for %#x not clear: %+v", seed, step, k, tb.slots[i])
