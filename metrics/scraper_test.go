@@ -565,11 +565,19 @@ func TestRun(t *testing.T) {
 	a := newFakeServer(t, vllmBody(t, 1, 0, 0.1, 0, 0))
 	b := newFakeServer(t, vllmBody(t, 2, 0, 0.2, 0, 0))
 	var updates atomic.Int64
+	var inUpdate, overlapped atomic.Bool
 	s := mustScraper(t, Options{
 		Interval:    5 * time.Millisecond,
 		Concurrency: 1,
 		Seed:        7,
-		OnUpdate:    func() { updates.Add(1) },
+		OnUpdate: func() {
+			// The single writer of a router: never called concurrently with itself.
+			if inUpdate.Swap(true) {
+				overlapped.Store(true)
+			}
+			updates.Add(1)
+			inUpdate.Store(false)
+		},
 		Targets:     []Target{{Name: "a", URL: a.URL}},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -597,6 +605,9 @@ func TestRun(t *testing.T) {
 	}
 	if updates.Load() == 0 {
 		t.Error("OnUpdate never called")
+	}
+	if overlapped.Load() {
+		t.Error("OnUpdate called concurrently with itself")
 	}
 	if st := mustState(t, s, "b"); st.Running() != 2 || st.Err() != nil {
 		t.Errorf("b: Running %d, Err %v", st.Running(), st.Err())
