@@ -22,7 +22,7 @@
 //
 //	signal       vLLM                           SGLang                         trtllm-serve                       Triton TRT-LLM                         TGI
 //	waiting      vllm:num_requests_waiting      sglang:num_queue_reqs          trtllm_num_requests_waiting        nv_trt_llm_request_metrics{waiting}    tgi_queue_size
-//	running      vllm:num_requests_running      sglang:num_running_reqs        trtllm_num_requests_running        nv_trt_llm_request_metrics{scheduled}  tgi_batch_current_size
+//	running      vllm:num_requests_running      sglang:num_running_reqs        trtllm_num_requests_running        nv_trt_llm_request_metrics{active}     tgi_batch_current_size
 //	KV use       vllm:kv_cache_usage_perc       sglang:token_usage             trtllm_kv_cache_utilization        ..._kv_cache_block_metrics{fraction}   -
 //	block size   cache_config_info block_size   cache_config_info page_size    trtllm_kv_cache_tokens_per_block   ..._kv_cache_block_metrics{tokens_per} -
 //	blocks       cache_config_info num_gpu_...  cache_config_info num_pages    trtllm_kv_cache_max_blocks         ..._kv_cache_block_metrics{max}        -

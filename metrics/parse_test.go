@@ -124,13 +124,13 @@ func TestParseProfiles(t *testing.T) {
 		{
 			name: "Triton TensorRT-LLM backend", profile: Triton,
 			body: readTestdata(t, "triton.txt"), contentType: ContentTypeText,
-			want: Reading{Waiting: 9, Running: 48, KVUtilization: 0.625, BlockSize: 64, NumBlocks: 8000, UsedBlocks: 5000,
+			want: Reading{Waiting: 9, Running: 57, KVUtilization: 0.625, BlockSize: 64, NumBlocks: 8000, UsedBlocks: 5000,
 				Found: HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasUsedBlocks},
 		},
 		{
 			name: "Triton without waiting and fraction series", profile: Triton,
 			body: readTestdata(t, "triton_old.txt"), contentType: ContentTypeText,
-			want: Reading{Waiting: 3, Running: 12, KVUtilization: 0.25, BlockSize: 64, NumBlocks: 6240, UsedBlocks: 1560,
+			want: Reading{Waiting: 3, Running: 15, KVUtilization: 0.25, BlockSize: 64, NumBlocks: 6240, UsedBlocks: 1560,
 				Found: HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasUsedBlocks, Series: 9},
 		},
 		{

@@ -271,8 +271,10 @@ var (
 
 	// Triton reads Triton Inference Server with the TensorRT-LLM backend. Its batch
 	// manager statistics are gauges keyed by a type label: nv_trt_llm_request_metrics
-	// {request_type="waiting"|"scheduled"|...} and nv_trt_llm_kv_cache_block_metrics
-	// {kv_cache_block_type="fraction"|"tokens_per"|"max"|"used"|...}. Builds without the
+	// {request_type="waiting"|"active"|"scheduled"|...} and nv_trt_llm_kv_cache_block_metrics
+	// {kv_cache_block_type="fraction"|"tokens_per"|"max"|"used"|...}. Running is "active",
+	// the requests in flight in the engine ("scheduled" counts only those scheduled in the
+	// current iteration), as trtllm-serve's trtllm_num_active_requests. Builds without the
 	// "waiting" and "fraction" series fall back to nv_inference_pending_request_count and
 	// used/max blocks. Triton serves metrics on their own port (8002) and health at
 	// /v2/health/ready on the HTTP port (8000), so HealthPath is empty: give each Target a
@@ -284,7 +286,7 @@ var (
 			{Name: "nv_inference_pending_request_count"},
 		},
 		Running: []Selector{
-			{Name: "nv_trt_llm_request_metrics", Labels: map[string]string{"request_type": "scheduled"}},
+			{Name: "nv_trt_llm_request_metrics", Labels: map[string]string{"request_type": "active"}},
 		},
 		KVUtilization: []Selector{
 			{Name: "nv_trt_llm_kv_cache_block_metrics", Labels: map[string]string{"kv_cache_block_type": "fraction"}},

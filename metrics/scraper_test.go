@@ -154,7 +154,7 @@ func TestScrapeOnceAllProfiles(t *testing.T) {
 			Queued: 2, Running: 30, KVUtilization: 0.375, KVCapacityBlocks: 16384, BlockSize: 32},
 		"triton": {Name: "triton", Health: routing.Healthy, UpdatedAt: now,
 			Known:  routing.AllSignals,
-			Queued: 9, Running: 48, KVUtilization: 0.625, KVCapacityBlocks: 8000, BlockSize: 64},
+			Queued: 9, Running: 57, KVUtilization: 0.625, KVCapacityBlocks: 8000, BlockSize: 64},
 		"tgi": {Name: "tgi", Health: routing.Healthy, UpdatedAt: now,
 			Known:  routing.SignalQueued | routing.SignalRunning,
 			Queued: 7, Running: 24},
