@@ -578,7 +578,7 @@ func TestRun(t *testing.T) {
 			updates.Add(1)
 			inUpdate.Store(false)
 		},
-		Targets:     []Target{{Name: "a", URL: a.URL}},
+		Targets: []Target{{Name: "a", URL: a.URL}},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
