@@ -35,7 +35,7 @@ vllm:prefix_cache_hits_total{engine="0",model_name="qwen"} 5000.0
 `
 
 // Parse one exposition with an engine profile.
-func Example() {
+func ExampleParser() {
 	p, err := metrics.NewParser(metrics.VLLM)
 	if err != nil {
 		panic(err)
@@ -50,6 +50,69 @@ func Example() {
 	// Output:
 	// waiting 3, running 12, KV 0.42, 27153 blocks of 16 tokens
 	// prefix counters: true 5000 20000
+}
+
+// A gateway's wiring: Run scrapes in the background, OnUpdate (called by Run's goroutine, the
+// router's single writer) hands the states to the router, and both the Scraper and Usher
+// are registered as Prometheus collectors.
+func Example() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			fmt.Fprint(w, vllmExposition)
+		}
+	}))
+	defer srv.Close()
+
+	router, err := routing.New(routing.Options{})
+	if err != nil {
+		panic(err)
+	}
+	var (
+		scraper *metrics.Scraper
+		states  []routing.BackendState
+		updated = make(chan struct{}, 1)
+	)
+	scraper, err = metrics.NewScraper(metrics.Options{
+		Targets:  []metrics.Target{{Name: "gpu-0", URL: srv.URL, Profile: metrics.VLLM}},
+		Interval: 50 * time.Millisecond,
+		OnUpdate: func() {
+			states = scraper.BackendStates(states[:0])
+			if err := router.Update(states); err != nil {
+				panic(err)
+			}
+			select {
+			case updated <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer scraper.Close()
+	usher, err := metrics.NewUsher(metrics.UsherOptions{Backends: []string{"gpu-0"}})
+	if err != nil {
+		panic(err)
+	}
+	prometheus.NewRegistry().MustRegister(scraper, usher)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- scraper.Run(ctx) }()
+	<-updated // the first scrape reached the router
+	cancel()
+	fmt.Println("Run:", <-done)
+
+	pick, err := router.Pick(&routing.Request{})
+	if err != nil {
+		panic(err)
+	}
+	usher.ObservePick(pick.Backend.Name)
+	fmt.Printf("picked %s (queued %d, running %d)\n", pick.Backend.Name, pick.Backend.Queued, pick.Backend.Running)
+	pick.Done(routing.DoneInfo{})
+	// Output:
+	// Run: context canceled
+	// picked gpu-0 (queued 3, running 12)
 }
 
 // Scrape a model server and hand its state to a router. A real gateway calls Run in its own
