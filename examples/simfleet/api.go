@@ -242,7 +242,6 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *completio
 		badRequest(w, "%v", err)
 		return
 	}
-	s.generation.Add(1)
 	object, prefix := "text_completion", "cmpl-"
 	if chat {
 		object, prefix = "chat.completion", "chatcmpl-"

@@ -51,27 +51,26 @@ type Options struct {
 // is safe for concurrent use. Lock discipline: the fields above mu are immutable after New;
 // mu guards the engine, the streams and their pending events.
 type Server struct {
-	model      string
-	profile    engine.Profile
-	minAnswer  int
-	maxAnswer  int
-	maxBody    int64
-	onKV       func([]engine.KVEvent)
-	epoch      time.Time
-	idSalt     uint64
-	mux        *http.ServeMux
-	registry   *prometheus.Registry
-	ttft       prometheus.Observer
-	itl        prometheus.Observer
-	e2e        prometheus.Observer
-	queueTime  prometheus.Observer
-	success    *prometheus.CounterVec
-	wake       chan struct{}
-	stop       chan struct{}
-	done       chan struct{}
-	stopOnce   sync.Once
-	started    atomic.Bool
-	generation atomic.Int64 // responses begun, for tests and logs
+	model     string
+	profile   engine.Profile
+	minAnswer int
+	maxAnswer int
+	maxBody   int64
+	onKV      func([]engine.KVEvent)
+	epoch     time.Time
+	idSalt    uint64
+	mux       *http.ServeMux
+	registry  *prometheus.Registry
+	ttft      prometheus.Observer
+	itl       prometheus.Observer
+	e2e       prometheus.Observer
+	queueTime prometheus.Observer
+	success   *prometheus.CounterVec
+	wake      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	stopOnce  sync.Once
+	started   atomic.Bool
 
 	mu      sync.Mutex
 	eng     *engine.Engine

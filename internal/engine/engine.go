@@ -678,3 +678,23 @@ func (e *Engine) Stats() Stats {
 	s.KVUsage = float64(s.UsedBlocks) / float64(e.p.NumBlocks)
 	return s
 }
+
+// SubBlocks appends, for each coarse block hash, per hashes of consecutive engine blocks
+// inside it, for traces that hash prompts at a coarser granularity than the engine's blocks
+// (Mooncake traces use 512-token blocks: per = 512/BlockSize). Coarse hashes must already
+// identify a whole prefix (equal hash, equal prefix), as trace hash ids do; the derived hashes
+// then do too. O(len(coarse)·per), no allocation beyond dst's growth.
+func SubBlocks(dst []BlockHash, coarse []uint64, per int) []BlockHash {
+	for _, c := range coarse {
+		for j := range per {
+			x := c ^ (uint64(j)+1)*0x9e3779b97f4a7c15
+			x ^= x >> 30
+			x *= 0xbf58476d1ce4e5b9
+			x ^= x >> 27
+			x *= 0x94d049bb133111eb
+			x ^= x >> 31
+			dst = append(dst, BlockHash(x))
+		}
+	}
+	return dst
+}

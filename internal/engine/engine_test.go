@@ -652,3 +652,27 @@ func TestSteadyDecodeAllocs(t *testing.T) {
 		t.Errorf("steady decode step allocates %v times, want 0", a)
 	}
 }
+
+func TestSubBlocks(t *testing.T) {
+	a := SubBlocks(nil, []uint64{7, 8}, 4)
+	b := SubBlocks(nil, []uint64{7, 9}, 4)
+	if len(a) != 8 || !slices.Equal(a[:4], b[:4]) || slices.Equal(a[4:], b[4:]) {
+		t.Fatalf("SubBlocks: %v vs %v", a, b)
+	}
+	seen := map[BlockHash]bool{}
+	for _, h := range append(a, b[4:]...) {
+		if seen[h] {
+			t.Fatalf("duplicate sub-block hash %d", h)
+		}
+		seen[h] = true
+	}
+	// A trace request whose first coarse block matches reuses exactly those engine blocks.
+	e := newEngine(t, tiny, nil)
+	must(t, e.Submit(Request{ID: 1, Blocks: a, PromptTokens: 33, OutputTokens: 1}, 0))
+	_, now := drive(t, e, 0)
+	must(t, e.Submit(Request{ID: 2, Blocks: b, PromptTokens: 33, OutputTokens: 1}, now))
+	evs, _ := drive(t, e, now)
+	if got := startedTokens(evs, 2); got != 16 {
+		t.Errorf("cached tokens %d, want 16", got)
+	}
+}
