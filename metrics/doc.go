@@ -59,9 +59,10 @@
 //
 // # Parsing
 //
-// Expositions are parsed by prometheus/common's expfmt, never by hand. The Scraper asks for the
-// classic text format first (all the engines above serve it on request) and reads whatever
-// comes back by its Content-Type: classic text, OpenMetrics 1.0, or delimited protobuf.
+// Every value the package uses is parsed by prometheus/common's expfmt; the package itself
+// only finds line boundaries and metric names (below). The Scraper asks for the classic text
+// format first (all the engines above serve it on request) and reads whatever comes back by
+// its Content-Type: classic text, OpenMetrics 1.0, or delimited protobuf.
 //
 // Most of a model server's exposition is histograms no router reads: 152 of the 195 series of
 // the vLLM exposition in testdata, of which the VLLM profile reads 6. expfmt allocates some thirty times per series, so the Parser first scans the
