@@ -375,6 +375,16 @@ func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool)
 		case <-ctx.Done():
 			return delivered
 		case <-probe:
+			// A message that became ready together with the timer
+			// means the connection is not idle, only slow to be read.
+			select {
+			case msg := <-msgs:
+				delivered = true
+				st.live(ctx, msg.Frames)
+				timer.Reset(interval)
+				continue
+			default:
+			}
 			if st.probeStale(ctx) {
 				st.s.c.stale.Add(1)
 				return delivered
