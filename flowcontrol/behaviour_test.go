@@ -471,8 +471,8 @@ func TestHTTPStatus(t *testing.T) {
 
 func TestRetryAfter(t *testing.T) {
 	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 10}, TTL: time.Minute})
-	if got := q.RetryAfter(); got != time.Minute {
-		t.Errorf("RetryAfter with no history = %v, want the TTL", got)
+	if got := q.RetryAfter(); got != time.Second {
+		t.Errorf("RetryAfter of an empty queue = %v, want 1s", got)
 	}
 	// 10 dispatches in the first second, then 20 waiting: 2 s to drain.
 	for i := range 30 {
@@ -482,5 +482,11 @@ func TestRetryAfter(t *testing.T) {
 	if got := q.RetryAfter(); got != 2*time.Second {
 		t.Errorf("RetryAfter = %v, want 2s", got)
 	}
-	_ = rec
+	clk.Advance(5 * time.Second) // a second with no dispatch: the backlog is stuck
+	if got := q.RetryAfter(); got != time.Minute {
+		t.Errorf("RetryAfter of a stuck backlog = %v, want the TTL", got)
+	}
+	for _, v := range rec.dispatched() {
+		rec.ticket(v).Done(flowcontrol.Usage{}) // completes and dispatches the rest, 10 at a time
+	}
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -238,4 +242,42 @@ func ExampleFlowPicker() {
 	fmt.Println(order)
 	// Output:
 	// [x0 b2 b3 c4 a1 b5 c6]
+}
+
+// How a gateway's HTTP handler uses the queue: admit with the request's context, answer a
+// refusal with the status the outcome maps to (and Retry-After on 429), and report usage
+// when the answer is done.
+func ExampleHTTPStatus() {
+	q, _ := flowcontrol.New(flowcontrol.Options{
+		Gate:         &flowcontrol.ConcurrencyLimit{Limit: 1},
+		FlowCapacity: flowcontrol.Limits{Requests: 1},
+	})
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		t, err := q.Admit(r.Context(), flowcontrol.Request{
+			Flow:  flowcontrol.FlowID(r.Header.Get("X-Tenant")), // assigned by the gateway's auth, not the client
+			Bytes: r.ContentLength,
+		})
+		if err != nil {
+			code := flowcontrol.HTTPStatus(err)
+			if code == http.StatusTooManyRequests {
+				w.Header().Set("Retry-After", strconv.Itoa(int(q.RetryAfter().Seconds())))
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		// ... proxy to a backend, stream the answer, read its usage ...
+		t.Done(flowcontrol.Usage{PromptTokens: 12, OutputTokens: 30})
+		fmt.Fprintln(w, "ok")
+	}
+
+	occupied, _ := q.TryAdmit(flowcontrol.Request{Flow: "t1"})      // one request is running
+	q.Enqueue(flowcontrol.Request{Flow: "t1"})                      // t1 already has one waiting
+	req := httptest.NewRequest("POST", "/v1/chat/completions", nil) // so this one is refused
+	req.Header.Set("X-Tenant", "t1")
+	rec := httptest.NewRecorder()
+	handler(rec, req)
+	fmt.Println(rec.Code, rec.Header().Get("Retry-After"), strings.TrimSpace(rec.Body.String()))
+	occupied.Done(flowcontrol.Usage{})
+	// Output:
+	// 429 60 flowcontrol: queue full: flow limit on requests
 }

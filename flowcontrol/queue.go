@@ -511,13 +511,17 @@ func (q *Queue) BandStats(b int) BandStats {
 
 // RetryAfter is a suggestion for the Retry-After header of a 429 answer: the time the
 // queue would take to drain its current backlog at the dispatch rate of the last complete
-// second, clamped to [1 s, TTL]. O(1).
+// second, clamped to [1 s, TTL]; the TTL when there is a backlog and nothing was dispatched
+// in that second. O(1).
 func (q *Queue) RetryAfter() time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.rateTickLocked(q.clock.Now().UnixNano())
-	if q.rateLast == 0 {
-		return q.ttl
+	switch {
+	case q.queued == 0:
+		return time.Second
+	case q.rateLast == 0:
+		return q.ttl // a backlog and no dispatch in the last second: nothing moves
 	}
 	d := time.Duration(int64(q.queued) * int64(time.Second) / int64(q.rateLast))
 	return min(max(d, time.Second), q.ttl)
