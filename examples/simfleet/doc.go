@@ -31,6 +31,10 @@
 // MaxAnswerTokens ("stop"), cut at max_tokens ("length"); with vLLM's ignore_eos it is exactly
 // max_tokens, which is what load generators want.
 //
-// A Fleet starts several servers on loopback ports. KV events, in the engine's terms, are
-// handed to Options.OnKVEvents for a publisher of vLLM's ZMQ wire format.
+// A Fleet starts several servers on loopback ports (or serve a Server with httptest).
+//
+// KV events, in the engine's terms, are handed to Options.OnKVEvents after every step;
+// PublishKVEvents turns them into vLLM's wire format through a prefixcache/kvevents Publisher
+// (ZMQ PUB, the topic and replay socket of vLLM's --kv-events-config), so a router's precise
+// prefix index can follow a simulated server exactly as it follows a real one.
 package simfleet

@@ -61,7 +61,22 @@ const (
 	clsPunct
 )
 
+// asciiClass holds classOf for ASCII, the common case.
+var asciiClass = func() (t [utf8.RuneSelf]class) {
+	for r := range rune(utf8.RuneSelf) {
+		t[r] = classOfRune(r)
+	}
+	return t
+}()
+
 func classOf(r rune) class {
+	if r < utf8.RuneSelf {
+		return asciiClass[r]
+	}
+	return classOfRune(r)
+}
+
+func classOfRune(r rune) class {
 	switch {
 	case unicode.IsSpace(r):
 		return clsSpace
