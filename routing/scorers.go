@@ -235,3 +235,27 @@ func (s tokenLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 		dst[i] = 1 - min(t, s.cap)*inv
 	}
 }
+
+// PrefillLoad scores by the prefill work the router has sent the backend and not yet seen
+// finish, without this request's own tokens:
+//
+//	score = 1 − min(InFlight.PrefillTokens, cap) / cap
+//
+// Unlike TokenLoad it does not reward a backend for holding this request's prefix, so it
+// measures only how long the request would queue behind others' prefill there. cap ≤ 0 means
+// 65,536 tokens (about 4 s at 15,928 tok/s). The counters are the router's own, always fresh.
+func PrefillLoad(capTokens int) Scorer {
+	if capTokens <= 0 {
+		capTokens = 1 << 16
+	}
+	return prefillLoadScorer{cap: float64(capTokens)}
+}
+
+type prefillLoadScorer struct{ cap float64 }
+
+func (s prefillLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+	inv := 1 / s.cap
+	for i := range cands {
+		dst[i] = 1 - min(float64(cands[i].InFlight.PrefillTokens), s.cap)*inv
+	}
+}

@@ -143,6 +143,12 @@ func TestScorerTables(t *testing.T) {
 			[]float64{1, 0.5, 0}},
 		{"token load default cap", TokenLoad(0), reqNone,
 			cands(cand{prefill: 2097152}), []float64{0.5}},
+		// 1 − min(prefill, cap)/cap: this request's own uncached tokens do not count.
+		{"prefill load", PrefillLoad(1000), reqNone,
+			cands(cand{prefill: 0, uncached: 900}, cand{prefill: 250}, cand{prefill: 5000}),
+			[]float64{1, 0.75, 0}},
+		{"prefill load default cap", PrefillLoad(0), reqNone,
+			cands(cand{prefill: 16384}), []float64{0.75}},
 	}
 	for _, tt := range tests {
 		checkScores(t, tt.name, score(tt.scorer, tt.req, tt.cands), tt.want)
