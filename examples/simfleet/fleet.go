@@ -104,5 +104,17 @@ func (f *Fleet) Close() error {
 	return errors.Join(errs...)
 }
 
+// Kill stops server i abruptly, as a crashed process would: its connections are closed at once,
+// mid-stream, without a final error event or [DONE], and its engine stops. Other servers keep
+// running; Close still works afterwards. For fault-injection tests.
+func (f *Fleet) Kill(i int) error {
+	if i < 0 || i >= len(f.servers) {
+		return fmt.Errorf("%w: no server %d", ErrInvalidOptions, i)
+	}
+	err := f.https[i].Close()
+	_ = f.servers[i].Close()
+	return err
+}
+
 // closeGrace bounds how long Close waits for connections to go idle.
 const closeGrace = 300 * time.Millisecond

@@ -545,3 +545,32 @@ func TestConcurrentClients(t *testing.T) {
 		}
 	}
 }
+
+func TestKillMidStream(t *testing.T) {
+	f := startFleet(t, 2, func(_ int, o *Options) { o.Engine.Profile = engine.Demo })
+	b, _ := json.Marshal(map[string]any{"prompt": "go on", "max_tokens": 5000, "ignore_eos": true, "stream": true})
+	resp, err := http.Post(f.URLs()[0]+"/v1/completions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Kill(0); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(br)
+	if err == nil || bytes.Contains(rest, []byte("[DONE]")) {
+		t.Errorf("killed stream ended cleanly (err %v, tail %q)", err, rest[max(0, len(rest)-100):])
+	}
+	if _, err := http.Get(f.URLs()[0] + "/health"); err == nil {
+		t.Error("killed server still answers")
+	}
+	// The other server is unaffected.
+	decode[chatResponse](t, post(t, f.URLs()[1]+"/v1/completions", map[string]any{"prompt": "hi", "max_tokens": 2}), 200)
+	if err := f.Kill(5); err == nil {
+		t.Error("Kill(5) succeeded on a 2-server fleet")
+	}
+}
