@@ -335,8 +335,12 @@ func (g *gateway) serveCompletion(w http.ResponseWriter, r *http.Request, chat b
 
 	var usage flowcontrol.Usage
 	var info routing.DoneInfo
+	routeSession := "" // sessionless traffic must not look like one long session
+	if session != "" {
+		routeSession = tenant + "/" + session
+	}
 	pick, err := g.router.Pick(&routing.Request{
-		Chain: chain, BlockSize: blockSize, PromptTokens: promptTokens, Session: tenant + "/" + session,
+		Chain: chain, BlockSize: blockSize, PromptTokens: promptTokens, Session: routeSession,
 	})
 	if err != nil {
 		ticket.Done(usage)
