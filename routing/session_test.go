@@ -238,3 +238,43 @@ func TestSessionAwareScores(t *testing.T) {
 	got = score(sa, &Request{Session: "x"}, cands(cand{inflight: 1, queued: 5, running: 1, known: QR}, cand{inflight: 3}))
 	checkScores(t, "polled load", got, []float64{1 - 6.0/7, 1 - 3.0/7})
 }
+
+// FuzzSessionTable checks the session table against a naive map of the last placement of each
+// session: a lookup may miss (the bounded table evicts), but what it returns is always the
+// latest placement stored for that session and never an expired one, and a placement just
+// stored is always found.
+func FuzzSessionTable(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+	f.Add([]byte{0, 0, 0, 255, 255, 255, 17, 17})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		tb := newSessionTable(SessionOptions{TTL: 100, MaxSessions: 8})
+		type placement struct {
+			id     BackendID
+			blocks int
+			exp    int64
+		}
+		ref := map[uint64]placement{}
+		now := int64(0)
+		for i := 0; i+2 < len(ops); i += 3 {
+			key := uint64(ops[i]%24) + 1 // 24 sessions over 8 slots: evictions happen
+			now += int64(ops[i+2] % 16)
+			if ops[i+1]&1 == 0 {
+				id, blocks := BackendID(ops[i+1]>>1), int(ops[i+2])
+				tb.store(key, id, blocks, now)
+				ref[key] = placement{id, blocks, now + 100}
+				if gid, gb, ok := tb.lookup(key, now); !ok || gid != id || gb != blocks {
+					t.Fatalf("op %d: stored %d→(%d,%d), lookup gives (%d,%d,%v)", i, key, id, blocks, gid, gb, ok)
+				}
+				continue
+			}
+			id, blocks, ok := tb.lookup(key, now)
+			if !ok {
+				continue
+			}
+			want, seen := ref[key]
+			if !seen || want.exp <= now || want.id != id || want.blocks != blocks {
+				t.Fatalf("op %d: lookup(%d) at %d = (%d,%d); reference %+v (present %v)", i, key, now, id, blocks, want, seen)
+			}
+		}
+	})
+}
