@@ -157,32 +157,34 @@ func BenchmarkPickParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkPickParts splits BenchmarkPick/backends=100 into its two halves: the prefix index
-// match alone (prefixcache's cost) and a pick of a request without a chain (the router's own
-// cost: candidates, four scorers, picker, accounting).
+// BenchmarkPickParts splits BenchmarkPick into its two halves at 100 and 1,000 backends: the
+// prefix index match alone (prefixcache's cost) and a pick of a request without a chain (the
+// router's own cost: candidates, four scorers, picker, accounting).
 func BenchmarkPickParts(b *testing.B) {
-	b.Run("match-only", func(b *testing.B) {
-		r, req := benchRouter(b, 100, benchProfile())
-		dst := make([]int32, 0, 128)
-		b.ReportAllocs()
-		cpu := startCPU()
-		for b.Loop() {
-			dst = r.index.Match(dst[:0], req.Chain)
-		}
-		cpu.stop(b)
-	})
-	b.Run("pick-without-chain", func(b *testing.B) {
-		r, req := benchRouter(b, 100, benchProfile())
-		req.Chain = nil
-		b.ReportAllocs()
-		cpu := startCPU()
-		for b.Loop() {
-			p, err := r.Pick(req)
-			if err != nil {
-				b.Fatal(err)
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("match-only/backends=%d", n), func(b *testing.B) {
+			r, req := benchRouter(b, n, benchProfile())
+			dst := make([]int32, 0, n)
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				dst = r.index.Match(dst[:0], req.Chain)
 			}
-			p.Done(DoneInfo{Err: errBench})
-		}
-		cpu.stop(b)
-	})
+			cpu.stop(b)
+		})
+		b.Run(fmt.Sprintf("pick-without-chain/backends=%d", n), func(b *testing.B) {
+			r, req := benchRouter(b, n, benchProfile())
+			req.Chain = nil
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				p, err := r.Pick(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Done(DoneInfo{Err: errBench})
+			}
+			cpu.stop(b)
+		})
+	}
 }
