@@ -28,6 +28,9 @@
 // may also implement Observer (told the choice before Pick returns; session tables use it) or
 // Completer (told the outcome at Done: time to first token, failure).
 //
+// Disaggregated serving is two picks: one with Request.Role = RolePrefill, one with RoleDecode;
+// backends of RoleBoth serve either.
+//
 // # Accounting the router can trust
 //
 // Polled metrics lag: a server scraped every 50 ms shows a burst of ten requests sent in the

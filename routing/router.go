@@ -30,6 +30,13 @@ var (
 	ErrInvalidBackend = errors.New("routing: invalid backend state")
 )
 
+// Pick's failures, wrapped once so that the error path does not allocate either.
+var (
+	errEmptySet         = fmt.Errorf("%w: the backend set is empty", ErrNoBackend)
+	errAllFiltered      = fmt.Errorf("%w: no candidate serves the role or passes the filters", ErrNoBackend)
+	errForeignCandidate = fmt.Errorf("%w: a filter returned a candidate that is not in the backend set", ErrNoBackend)
+)
+
 // Scorer rates every candidate of one pick. It is the one method a custom scorer implements.
 //
 // Score writes one value per candidate into dst (len(dst) == len(cands), zeroed on entry);
@@ -454,7 +461,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	s := r.snap.Load()
 	if s == nil || len(s.backends) == 0 {
 		r.stats.noBackend.Add(1)
-		return Result{}, fmt.Errorf("%w: the backend set is empty", ErrNoBackend)
+		return Result{}, errEmptySet
 	}
 	now := req.Now
 	if now.IsZero() {
@@ -536,7 +543,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		sc.req = Request{}
 		r.scratch.Put(sc)
 		r.stats.noBackend.Add(1)
-		return Result{}, fmt.Errorf("%w: no candidate left after filtering", ErrNoBackend)
+		return Result{}, errAllFiltered
 	}
 
 	n := len(cands)
@@ -547,12 +554,14 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		tmp := sc.tmp[:n]
 		clear(tmp)
 		w.Scorer.Score(req, cands, tmp)
+		wt := w.Weight
+		tot := totals[:len(tmp)]
 		for i, v := range tmp {
-			v, bad := clamp01(v)
-			if bad {
+			if !(v >= 0 && v <= 1) {
+				v, _ = clamp01(v)
 				clamped++
 			}
-			totals[i] += w.Weight * v
+			tot[i] += wt * v
 		}
 	}
 	if clamped > 0 {
@@ -581,7 +590,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 			sc.cands = cands[:0]
 			r.scratch.Put(sc)
 			r.stats.noBackend.Add(1)
-			return Result{}, fmt.Errorf("%w: the picked candidate (id %d) is not in the backend set", ErrNoBackend, chosen.ID)
+			return Result{}, errForeignCandidate
 		}
 	}
 	matched, uncached := chosen.MatchedBlocks, chosen.UncachedTokens

@@ -664,3 +664,23 @@ func TestCompleterAndDoneStats(t *testing.T) {
 		t.Errorf("stats %+v, want 2 picks, 2 done, 1 failed", st)
 	}
 }
+
+// Even a failing Pick allocates nothing.
+func TestPickErrorAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{NewHealthFilter()}}})
+	req := &Request{}
+	if n := testing.AllocsPerRun(100, func() { _, _ = r.Pick(req) }); n != 0 {
+		t.Errorf("empty set: %v allocs", n)
+	}
+	s := fleet(3, t0)
+	for i := range s {
+		s[i].Health = Unhealthy
+	}
+	mustUpdate(t, r, s)
+	if n := testing.AllocsPerRun(100, func() { _, _ = r.Pick(req) }); n != 0 {
+		t.Errorf("all filtered: %v allocs", n)
+	}
+}
