@@ -547,6 +547,10 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	}
 
 	n := len(cands)
+	if n > len(sc.totals) {
+		// A custom filter returned more candidates than it was given.
+		sc.totals, sc.tmp = make([]float64, n), make([]float64, n)
+	}
 	totals := sc.totals[:n]
 	clear(totals)
 	clamped := 0
@@ -576,9 +580,6 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	}
 	chosen := &cands[idx]
 	score := totals[idx]
-	for _, o := range r.observers {
-		o.Picked(req, chosen, now)
-	}
 	var b *backend
 	if k := int(chosen.slot) - 1; k >= 0 && k < len(s.backends) && s.backends[k].id == chosen.ID {
 		b = &s.backends[k]
@@ -592,6 +593,9 @@ func (r *Router) Pick(req *Request) (Result, error) {
 			r.stats.noBackend.Add(1)
 			return Result{}, errForeignCandidate
 		}
+	}
+	for _, o := range r.observers {
+		o.Picked(req, chosen, now)
 	}
 	matched, uncached := chosen.MatchedBlocks, chosen.UncachedTokens
 

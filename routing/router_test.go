@@ -684,3 +684,35 @@ func TestPickErrorAllocs(t *testing.T) {
 		t.Errorf("all filtered: %v allocs", n)
 	}
 }
+
+// A custom filter that returns candidates of its own making is tolerated: a known backend is
+// still picked by id, an unknown one fails with ErrNoBackend.
+func TestForeignFilterCandidates(t *testing.T) {
+	var forged []Candidate
+	dup := FilterFunc(func(_ *Request, cs []Candidate) []Candidate {
+		forged = forged[:0]
+		for range 3 { // more candidates than it was given, none from the router's scratch
+			c := cs[0]
+			c.slot = 0
+			forged = append(forged, c)
+		}
+		return forged
+	})
+	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{dup}}})
+	mustUpdate(t, r, fleet(1, t0))
+	p, err := r.Pick(&Request{})
+	if err != nil || p.Backend.Name != "b0" {
+		t.Fatalf("pick = %v, %v; want b0", p.Backend, err)
+	}
+	p.Done(DoneInfo{})
+
+	unknown := FilterFunc(func(_ *Request, cs []Candidate) []Candidate {
+		cs[0].slot, cs[0].ID = 0, 77
+		return cs[:1]
+	})
+	r = mustNew(t, Options{Profile: Profile{Filters: []Filter{unknown}}})
+	mustUpdate(t, r, fleet(1, t0))
+	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
+		t.Fatalf("unknown candidate: err = %v, want ErrNoBackend", err)
+	}
+}
