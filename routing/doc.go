@@ -35,14 +35,15 @@
 //
 // Polled metrics lag: a server scraped every 50 ms shows a burst of ten requests sent in the
 // last millisecond as zero. So the router counts its own work. Pick charges the chosen backend
-// one request and the request's uncached prompt tokens (its prompt minus the blocks the backend
-// already holds) before it returns, so the very next pick sees them. Result.FirstToken releases
-// the prefill tokens — the server has finished prefilling — and inserts the prompt's blocks into
-// the prefix index under that backend; Result.Done releases the request, and inserts the blocks
-// if FirstToken did not and the request got a token or succeeded. A request that failed before
-// any token inserts nothing: the server may never have cached it. Done is called exactly once;
-// the handle is pooled with a generation number, so a second call is detected and panics as
-// misuse rather than corrupting another request's counters.
+// one request, the request's uncached prompt tokens (its prompt minus the blocks the backend
+// already holds) and its prompt's blocks before it returns, so the very next pick sees them.
+// Result.FirstToken releases the prefill tokens — the server has finished prefilling — and
+// inserts the prompt's blocks into the prefix index under that backend; Result.Done releases the
+// request and its blocks, and inserts the prompt's blocks if FirstToken did not and the request
+// got a token or succeeded. A request that failed before any token inserts nothing: the server
+// may never have cached it. Done is called exactly once; the handle is pooled with a generation
+// number, so a second call is detected and panics as misuse rather than corrupting another
+// request's counters.
 //
 // # Missing and stale signals
 //
