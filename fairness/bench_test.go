@@ -1,0 +1,130 @@
+package fairness_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
+)
+
+// driver keeps a real queue in steady state: every flow has one request waiting, a fixed
+// number of requests is in flight, and each step completes the oldest in-flight request
+// (which dispatches the policy's next choice) and gives its flow a new request.
+type driver struct {
+	clk   *flowcontroltest.Clock
+	q     *flowcontrol.Queue
+	ring  []inflight
+	head  int
+	count int
+	req   flowcontrol.Request
+}
+
+type inflight struct {
+	t    flowcontrol.Ticket
+	flow flowcontrol.FlowID
+}
+
+const driverSlots = 64
+
+func flowIDs(n int, tenants bool) []flowcontrol.FlowID {
+	ids := make([]flowcontrol.FlowID, n)
+	for i := range ids {
+		if tenants {
+			ids[i] = flowcontrol.FlowID(fmt.Sprintf("t%03d/s%d", i%100, i))
+		} else {
+			ids[i] = flowcontrol.FlowID(fmt.Sprintf("flow-%d", i))
+		}
+	}
+	return ids
+}
+
+func newDriver(tb testing.TB, p flowcontrol.Policy, flows int) *driver {
+	d := &driver{clk: flowcontroltest.NewClock(simStart), ring: make([]inflight, driverSlots+1)}
+	q, err := flowcontrol.New(flowcontrol.Options{
+		Policy:   p,
+		Gate:     &flowcontrol.ConcurrencyLimit{Limit: driverSlots},
+		Clock:    d.clk,
+		TTL:      24 * time.Hour,
+		Capacity: flowcontrol.Limits{Requests: flows + driverSlots + 1},
+		Observer: flowcontrol.Observer{Outcome: d.outcome},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d.q = q
+	d.req = flowcontrol.Request{PromptTokens: 1000, OutputTokens: 100, Bytes: 4000}
+	for _, id := range flowIDs(flows, true) {
+		d.req.Flow = id
+		if _, err := q.Enqueue(d.req); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if d.count != driverSlots {
+		tb.Fatalf("%d in flight after setup, want %d", d.count, driverSlots)
+	}
+	return d
+}
+
+func (d *driver) outcome(r flowcontrol.Record) {
+	if r.Outcome != flowcontrol.Dispatched {
+		panic("driver: unexpected outcome " + r.Outcome.String())
+	}
+	d.ring[(d.head+d.count)%len(d.ring)] = inflight{r.Ticket, r.Request.Flow}
+	d.count++
+}
+
+// step completes the oldest request in flight and refills its flow: one completion, one
+// dispatch, one enqueue.
+func (d *driver) step() {
+	x := d.ring[d.head]
+	d.ring[d.head] = inflight{}
+	d.head = (d.head + 1) % len(d.ring)
+	d.count--
+	d.clk.Advance(time.Millisecond)
+	x.t.Done(flowcontrol.Usage{PromptTokens: 1000, OutputTokens: 100})
+	d.req.Flow = x.flow
+	if _, err := d.q.Enqueue(d.req); err != nil {
+		panic(err)
+	}
+}
+
+// BenchmarkPolicy measures one dispatch through the real queue in steady state (with the
+// completion that frees the slot and the enqueue that refills the flow), for every policy,
+// with 1,000 and 100,000 flows waiting.
+func BenchmarkPolicy(b *testing.B) {
+	for _, c := range policies() {
+		for _, n := range []int{1000, 100000} {
+			b.Run(fmt.Sprintf("%s/%d", c.name, n), func(b *testing.B) {
+				d := newDriver(b, c.new(b), n)
+				for range 2 * driverSlots {
+					d.step()
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					d.step()
+				}
+			})
+		}
+	}
+}
+
+// TestSteadyStateAllocs checks that a dispatch (with its completion and enqueue) allocates
+// nothing once the queue and the policy have warmed up, for every policy.
+func TestSteadyStateAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts are measured in the full run")
+	}
+	for _, c := range policies() {
+		t.Run(c.name, func(t *testing.T) {
+			d := newDriver(t, c.new(t), 1000)
+			for range 3000 {
+				d.step()
+			}
+			if got := testing.AllocsPerRun(2000, d.step); got != 0 {
+				t.Errorf("%s: %.2f allocations per dispatch, want 0", c.name, got)
+			}
+		})
+	}
+}
