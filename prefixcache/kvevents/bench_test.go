@@ -199,17 +199,33 @@ func BenchmarkSubscriberLoopback(b *testing.B) {
 	}
 	go s.Run(ctx)
 	defer s.Close()
-	// Warm up until the live stream delivers (the PUB socket drops what
-	// it sends before the subscription arrives), ending on a clear.
+	// Warm up with whole cycles until everything published has been
+	// applied: the PUB socket drops what it sends before the subscription
+	// reaches it, and only a later live batch reveals that gap.
 	warm := 0
-	for s.Stats().Batches == 0 || warm%len(payloads) != 0 {
+	for deadline := time.Now().Add(time.Minute); ; {
 		pub.PublishPayload(payloads[warm%len(payloads)])
 		warm++
-		if warm%len(payloads) == 0 {
-			time.Sleep(time.Millisecond)
+		if warm%len(payloads) != 0 {
+			continue
+		}
+		// Wait while the subscriber makes progress; a stall means a
+		// gap that the next cycle's first live batch will reveal.
+		for last := int64(-1); ; {
+			time.Sleep(5 * time.Millisecond)
+			n := s.Stats().Batches
+			if n == int64(warm) || n == last {
+				break
+			}
+			last = n
+		}
+		if s.Stats().Batches == int64(warm) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("warm-up: %+v", s.Stats())
 		}
 	}
-	waitBatches(b, s, int64(warm))
 	before := s.Stats()
 	b.ReportAllocs()
 	var ms runtime.MemStats
