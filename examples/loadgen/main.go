@@ -1,0 +1,241 @@
+// Command loadgen drives an OpenAI-compatible endpoint — usher's gateway, a simulated vLLM
+// server, a real vLLM — with streamed chat completions and reports what clients saw: time to
+// first token, inter-token latency and end-to-end latency (p50, p90, p99), throughput, the
+// prefix-cache hit rate the server reports (usage.prompt_tokens_details.cached_tokens over
+// prompt tokens), and first turns against later turns of conversations (their waits and their
+// rejections).
+//
+// Two workloads:
+//
+//   - the built-in synthetic one (default): agentic coding sessions that share long opening
+//     instructions and grow turn by turn (each turn sends the conversation so far: the previous
+//     answers as the server gave them, then a new instruction, often with a file or a log),
+//     with think time between turns, mixed with single-turn questions; sessions arrive as a
+//     Poisson process, are identified by the X-Session-Id header and belong to tenants (API
+//     keys). Deterministic for a -seed.
+//   - a Mooncake-format trace (-trace file, or -trace mooncake for
+//     ../shared/traces/mooncake-conversation.jsonl), replayed by timestamp (-speed, -limit),
+//     with prompt text synthesised so that the trace's shared hash_id prefixes become shared
+//     token prefixes, and answers of the trace's output_length (max_tokens with ignore_eos).
+//
+// Examples:
+//
+//	go run ./examples/gateway &                 # usher in front of a simulated fleet
+//	go run ./examples/loadgen -url http://127.0.0.1:8080 -duration 30s -rate 3
+//	go run ./examples/loadgen -url http://127.0.0.1:8080 -trace mooncake -speed 2 -limit 500
+//
+// With -overhead it measures the gateway itself: it starts one simulated server and the
+// gateway (built from ./examples/gateway) in front of it, and drives the same load at both in
+// alternating rounds:
+//
+//	go run ./examples/loadgen -overhead
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// config is the command line.
+type config struct {
+	url, model, api     string
+	tracePath           string
+	speed               float64
+	limit               int
+	duration            time.Duration
+	maxContext          int
+	synth               SyntheticOptions
+	run                 RunOptions
+	retries             int
+	apiKey              string
+	tenantHeader        string
+	sessionHeader       string
+	ignoreEOS           bool
+	jsonOut             bool
+	quiet               bool
+	overhead            overheadConfig
+	overheadMode        bool
+	syntheticMaxContext int
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the OpenAI-compatible endpoint")
+	fs.StringVar(&c.model, "model", "", "model to ask for; empty: the first of GET /v1/models")
+	fs.StringVar(&c.api, "api", "chat", "chat (/v1/chat/completions) or completions (/v1/completions, messages joined into one prompt)")
+	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': ../shared/traces/mooncake-conversation.jsonl); empty: synthetic workload")
+	fs.Float64Var(&c.speed, "speed", 1, "trace: replay speed (2 = twice as fast as recorded)")
+	fs.IntVar(&c.limit, "limit", 0, "send at most this many requests (0: no limit)")
+	fs.DurationVar(&c.duration, "duration", 60*time.Second, "synthetic: sessions start within this window; trace: replay the requests arriving within it (0: whole trace)")
+	fs.IntVar(&c.maxContext, "max-context", 0, "trace: fit requests into this many tokens (0: the max_model_len GET /v1/models reports, if any; -1: no limit)")
+	fs.Uint64Var(&c.synth.Seed, "seed", 1, "synthetic: seed of the workload")
+	fs.Float64Var(&c.synth.Rate, "rate", 2, "synthetic: sessions (conversations or single requests) starting per second")
+	fs.Float64Var(&c.synth.SingleTurn, "single-turn", 0.3, "synthetic: share of single-turn sessions")
+	fs.IntVar(&c.synth.Tenants, "tenants", 4, "tenants (API keys); tenant i has weight 1/(i+1) (trace: sessions spread evenly)")
+	fs.IntVar(&c.synth.SystemTokens, "system-tokens", 1500, "synthetic: tokens of the agents' shared opening instructions")
+	fs.IntVar(&c.synth.MinTurns, "min-turns", 3, "synthetic: fewest turns of an agentic session")
+	fs.IntVar(&c.synth.MaxTurns, "max-turns", 10, "synthetic: most turns of an agentic session")
+	fs.DurationVar(&c.synth.Think, "think", time.Second, "synthetic: mean think time between turns (negative: none)")
+	fs.IntVar(&c.synth.MinAnswer, "min-answer", 32, "synthetic: shortest answer (max_tokens)")
+	fs.IntVar(&c.synth.MaxAnswer, "max-answer", 256, "synthetic: longest answer (max_tokens)")
+	fs.IntVar(&c.syntheticMaxContext, "session-context", 7500, "synthetic: tokens a session may grow to (prompt plus answer)")
+	fs.IntVar(&c.run.Concurrency, "concurrency", 64, "most requests in flight")
+	fs.DurationVar(&c.run.Drain, "drain", 2*time.Minute, "how long requests in flight may finish after sending stops (interrupt, limit)")
+	fs.IntVar(&c.retries, "retries", 3, "resend a request rejected with 429/503 up to this many times, after its Retry-After")
+	fs.StringVar(&c.apiKey, "api-key", "", "send this API key instead of one per tenant")
+	fs.StringVar(&c.tenantHeader, "tenant-header", "", "also send the tenant in this header")
+	fs.StringVar(&c.sessionHeader, "session-header", "X-Session-Id", "header carrying the session id")
+	fs.BoolVar(&c.ignoreEOS, "ignore-eos", true, "send ignore_eos so answers are exactly max_tokens long (vLLM, SGLang, the simulator)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
+	fs.BoolVar(&c.overheadMode, "overhead", false, "measure the gateway's overhead: start a simulated server and the gateway, drive the same load at both")
+	fs.IntVar(&c.overhead.rounds, "rounds", 3, "overhead: alternating rounds (each runs the load at both targets)")
+	fs.DurationVar(&c.overhead.phase, "phase", 10*time.Second, "overhead: how long sessions start in each phase")
+	fs.StringVar(&c.overhead.gatewayBin, "gateway-bin", "", "overhead: gateway binary to run (empty: go build ./examples/gateway)")
+	fs.StringVar(&c.overhead.gatewayArgs, "gateway-args", "", "overhead: extra gateway flags, space-separated")
+	fs.StringVar(&c.overhead.profile, "sim-profile", "demo", "overhead: profile of the simulated server (demo, qwen3-32b-h100)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case c.api != "chat" && c.api != "completions":
+		return c, fmt.Errorf("-api %q: want chat or completions", c.api)
+	case c.speed <= 0:
+		return c, fmt.Errorf("-speed %v: want > 0", c.speed)
+	case c.limit < 0 || c.retries < 0 || c.run.Concurrency < 1:
+		return c, errors.New("-limit and -retries must not be negative, -concurrency must be positive")
+	}
+	if c.synth.SingleTurn == 0 {
+		c.synth.SingleTurn = -1 // the flag's 0 means none; the options' 0 means the default
+	}
+	c.synth.MaxContext = c.syntheticMaxContext
+	c.synth.Duration = c.duration
+	c.run.Limit = c.limit
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if !cfg.quiet {
+		cfg.run.Progress = os.Stderr
+		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			cfg.run.ProgressCR = true
+		} else {
+			cfg.run.ProgressEvery = 5 * time.Second
+		}
+	}
+	if cfg.overheadMode {
+		err = runOverhead(ctx, cfg, os.Stdout, os.Stderr)
+	} else {
+		err = runLoad(ctx, cfg, os.Stdout, os.Stderr)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+// configure applies the command line's endpoint settings to a target.
+func (c *config) configure(t *Target) {
+	t.Completions = c.api == "completions"
+	t.APIKey = c.apiKey
+	t.TenantHeader = c.tenantHeader
+	t.SessionHeader = c.sessionHeader
+	t.IgnoreEOS = c.ignoreEOS
+	t.Retries = c.retries
+	t.Model = c.model
+}
+
+// runLoad runs one workload against -url and prints the report.
+func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+	t := newTarget("target", cfg.url, cfg.run.Concurrency)
+	defer t.close()
+	cfg.configure(t)
+	var maxLen int
+	if t.Model == "" || (cfg.tracePath != "" && cfg.maxContext == 0) {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		model, n, err := t.discoverModel(dctx)
+		cancel()
+		if err != nil && t.Model == "" {
+			return fmt.Errorf("finding the model (give -model): %w", err)
+		}
+		if t.Model == "" {
+			t.Model = model
+		}
+		maxLen = n
+	}
+	sessions, workload, err := cfg.workload(maxLen)
+	if err != nil {
+		return err
+	}
+	turns := 0
+	for i := range sessions {
+		turns += len(sessions[i].Turns)
+	}
+	fmt.Fprintf(stderr, "loadgen: %s: %d sessions, %d requests, against %s (model %s)\n", workload, len(sessions), turns, t.URL, t.Model)
+	results, elapsed := run(ctx, t, sessions, cfg.run)
+	rep := summarize(t.Name, t.URL, workload, results, elapsed)
+	if cfg.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.WriteText(stdout)
+	return nil
+}
+
+// workload builds the sessions the command line asks for; maxLen is the server's
+// max_model_len when known.
+func (c *config) workload(maxLen int) ([]Session, string, error) {
+	if c.tracePath == "" {
+		s, err := Synthetic(c.synth)
+		desc := fmt.Sprintf("synthetic: seed %d, %.3g sessions/s for %v, %.0f%% single-turn, %d tenants",
+			c.synth.Seed, c.synth.Rate, c.synth.Duration, 100*max(c.synth.SingleTurn, 0), c.synth.Tenants)
+		return s, desc, err
+	}
+	path := c.tracePath
+	if path == "mooncake" {
+		if path = findTrace("mooncake-conversation.jsonl"); path == "" {
+			return nil, "", errors.New("-trace mooncake: no ../shared/traces/mooncake-conversation.jsonl above the working directory")
+		}
+	}
+	recs, err := ReadTraceFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	mc := c.maxContext
+	switch {
+	case mc < 0:
+		mc = 0
+	case mc == 0:
+		mc = maxLen
+	}
+	s, err := TraceSessions(recs, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants})
+	desc := fmt.Sprintf("trace %s at %.3gx", path, c.speed)
+	if mc > 0 {
+		desc += fmt.Sprintf(", fitted to %d tokens", mc)
+	}
+	return s, desc, err
+}

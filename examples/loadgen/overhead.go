@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/internal/engine"
+)
+
+// overheadConfig is the command line of -overhead.
+type overheadConfig struct {
+	rounds      int
+	phase       time.Duration
+	gatewayBin  string
+	gatewayArgs string
+	profile     string
+}
+
+// Overhead compares the gateway with the server behind it under the same load.
+type Overhead struct {
+	Direct  Report `json:"direct"`
+	Gateway Report `json:"gateway"`
+	// ThroughputRatio is the gateway's completed requests per second over the direct ones'
+	// (and TokenRatio the same for output tokens).
+	ThroughputRatio float64 `json:"throughput_ratio"`
+	TokenRatio      float64 `json:"output_token_ratio"`
+	// Added latencies: gateway minus direct, in milliseconds.
+	AddedTTFTP50 float64 `json:"added_ttft_p50_ms"`
+	AddedTTFTP99 float64 `json:"added_ttft_p99_ms"`
+	AddedE2EP50  float64 `json:"added_e2e_p50_ms"`
+	AddedE2EP99  float64 `json:"added_e2e_p99_ms"`
+	AddedITLP50  float64 `json:"added_inter_token_p50_ms"`
+	AddedITLP99  float64 `json:"added_inter_token_p99_ms"`
+	// Rounds are the per-round added TTFT p50 and p99, to show the spread.
+	Rounds []OverheadRound `json:"rounds"`
+}
+
+// OverheadRound is one round's comparison.
+type OverheadRound struct {
+	First        string  `json:"first"`
+	AddedTTFTP50 float64 `json:"added_ttft_p50_ms"`
+	AddedTTFTP99 float64 `json:"added_ttft_p99_ms"`
+	AddedE2EP50  float64 `json:"added_e2e_p50_ms"`
+	AddedE2EP99  float64 `json:"added_e2e_p99_ms"`
+}
+
+// runOverhead starts a simulated server and the gateway in front of it and drives the same
+// synthetic load at both, alternating which goes first in each round. Every phase runs the
+// same sessions (same seed: same arrival times, turns, lengths and think times) with a salt of
+// its own in the prompts, so each phase meets an equally cold cache.
+func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+	oc := cfg.overhead
+	if oc.rounds < 1 || oc.phase <= 0 {
+		return errors.New("-rounds and -phase must be positive")
+	}
+	p, ok := engine.ProfileByName(oc.profile)
+	if !ok {
+		return fmt.Errorf("-sim-profile %q: want demo or qwen3-32b-h100", oc.profile)
+	}
+	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{Servers: 1, Options: simfleet.Options{Engine: engine.Options{Profile: p}}})
+	if err != nil {
+		return err
+	}
+	defer fleet.Close()
+	simURL := fleet.URLs()[0]
+
+	bin := oc.gatewayBin
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "loadgen-gateway-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintln(stderr, "loadgen: building ./examples/gateway")
+		if bin, err = buildGateway(ctx, dir); err != nil {
+			return err
+		}
+	}
+	args := append([]string{"-listen", "127.0.0.1:0", "-backend", simURL}, strings.Fields(oc.gatewayArgs)...)
+	gw, err := startGateway(ctx, bin, args, stderr)
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
+	fmt.Fprintf(stderr, "loadgen: simulated server %s (%s profile), gateway %s\n", simURL, p.Name, gw.url)
+
+	direct := newTarget("direct", simURL, cfg.run.Concurrency)
+	through := newTarget("gateway", gw.url, cfg.run.Concurrency)
+	defer direct.close()
+	defer through.close()
+	for _, t := range []*Target{direct, through} {
+		cfg.configure(t)
+		t.Model = p.Model
+	}
+
+	synth := cfg.synth
+	synth.Duration = oc.phase
+	phase := func(t *Target, salt string, d time.Duration) ([]result, time.Duration, error) {
+		o := synth
+		o.Salt = salt
+		if d > 0 {
+			o.Duration = d
+		}
+		sessions, err := Synthetic(o)
+		if err != nil {
+			return nil, 0, err
+		}
+		ro := cfg.run
+		ro.Progress = nil
+		res, el := run(ctx, t, sessions, ro)
+		return res, el, ctx.Err()
+	}
+	// Warm both paths up (connections, the gateway's first scrape, the Go runtime).
+	for _, t := range []*Target{direct, through} {
+		if _, _, err := phase(t, "warm-up "+t.Name+". ", 2*time.Second); err != nil {
+			return err
+		}
+	}
+
+	var all [2][]result
+	var elapsed [2]time.Duration
+	var rounds []OverheadRound
+	for r := range oc.rounds {
+		order := []int{0, 1}
+		if r%2 == 1 {
+			order = []int{1, 0}
+		}
+		var reps [2]Report
+		for _, i := range order {
+			t := []*Target{direct, through}[i]
+			res, el, err := phase(t, fmt.Sprintf("Round %d, %s. ", r, t.Name), 0)
+			if err != nil {
+				return err
+			}
+			all[i] = append(all[i], res...)
+			elapsed[i] += el
+			reps[i] = summarize(t.Name, t.URL, "", res, el)
+			fmt.Fprintf(stderr, "loadgen: round %d %-7s: %d requests, %d errors, TTFT p50 %.2f ms p99 %.2f ms, E2E p50 %.1f ms p99 %.1f ms\n",
+				r, t.Name, reps[i].Requests, reps[i].Errors, reps[i].TTFT.P50, reps[i].TTFT.P99, reps[i].E2E.P50, reps[i].E2E.P99)
+		}
+		rounds = append(rounds, OverheadRound{
+			First:        []string{"direct", "gateway"}[order[0]],
+			AddedTTFTP50: reps[1].TTFT.P50 - reps[0].TTFT.P50, AddedTTFTP99: reps[1].TTFT.P99 - reps[0].TTFT.P99,
+			AddedE2EP50: reps[1].E2E.P50 - reps[0].E2E.P50, AddedE2EP99: reps[1].E2E.P99 - reps[0].E2E.P99,
+		})
+	}
+	workload := fmt.Sprintf("synthetic: seed %d, %.3g sessions/s, %d rounds of %v per target", synth.Seed, synth.Rate, oc.rounds, oc.phase)
+	o := Overhead{
+		Direct:  summarize("direct", simURL, workload, all[0], elapsed[0]),
+		Gateway: summarize("gateway", gw.url, workload, all[1], elapsed[1]),
+		Rounds:  rounds,
+	}
+	o.ThroughputRatio = ratioF(o.Gateway.RequestsPerSec, o.Direct.RequestsPerSec)
+	o.TokenRatio = ratioF(o.Gateway.OutputTokPerSec, o.Direct.OutputTokPerSec)
+	o.AddedTTFTP50, o.AddedTTFTP99 = o.Gateway.TTFT.P50-o.Direct.TTFT.P50, o.Gateway.TTFT.P99-o.Direct.TTFT.P99
+	o.AddedE2EP50, o.AddedE2EP99 = o.Gateway.E2E.P50-o.Direct.E2E.P50, o.Gateway.E2E.P99-o.Direct.E2E.P99
+	o.AddedITLP50, o.AddedITLP99 = o.Gateway.ITL.P50-o.Direct.ITL.P50, o.Gateway.ITL.P99-o.Direct.ITL.P99
+	if cfg.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(o)
+	}
+	o.WriteText(stdout)
+	return nil
+}
+
+func ratioF(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// WriteText writes both reports and the comparison.
+func (o *Overhead) WriteText(w io.Writer) {
+	o.Direct.WriteText(w)
+	fmt.Fprintln(w)
+	o.Gateway.WriteText(w)
+	fmt.Fprintf(w, "\ngateway overhead (gateway − direct, same load, %d alternating rounds)\n", len(o.Rounds))
+	fmt.Fprintf(w, "  throughput ratio  %.3f req/s, %.3f output tok/s\n", o.ThroughputRatio, o.TokenRatio)
+	fmt.Fprintf(w, "  added TTFT        p50 %+.3f ms   p99 %+.3f ms\n", o.AddedTTFTP50, o.AddedTTFTP99)
+	fmt.Fprintf(w, "  added end-to-end  p50 %+.3f ms   p99 %+.3f ms\n", o.AddedE2EP50, o.AddedE2EP99)
+	fmt.Fprintf(w, "  added inter-token p50 %+.3f ms   p99 %+.3f ms\n", o.AddedITLP50, o.AddedITLP99)
+	for i, r := range o.Rounds {
+		fmt.Fprintf(w, "  round %d (%s first): TTFT p50 %+.3f p99 %+.3f ms, E2E p50 %+.3f p99 %+.3f ms\n",
+			i, r.First, r.AddedTTFTP50, r.AddedTTFTP99, r.AddedE2EP50, r.AddedE2EP99)
+	}
+	verdict := "meets"
+	if o.AddedTTFTP99 > 1 || o.AddedE2EP99 > 1 {
+		verdict = "misses"
+	}
+	fmt.Fprintf(w, "  target p99 added ≤ 1 ms: %s (TTFT %+.3f ms, E2E %+.3f ms)\n", verdict, o.AddedTTFTP99, o.AddedE2EP99)
+}
+
+// moduleRoot walks up from the working directory to the go.mod of usher.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(data), "module github.com/usher-llm/usher\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the usher module: run from the repository or give -gateway-bin")
+		}
+		dir = parent
+	}
+}
+
+// buildGateway builds ./examples/gateway into dir and returns the binary's path.
+func buildGateway(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(dir, "gateway")
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./examples/gateway")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./examples/gateway: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// gatewayProc is a gateway running as a child process.
+type gatewayProc struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan struct{}
+}
+
+// startGateway runs the gateway binary and waits for the line announcing its address
+// ("usher gateway listening on http://...").
+func startGateway(ctx context.Context, bin string, args []string, stderr io.Writer) (*gatewayProc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	g := &gatewayProc{cmd: cmd, done: make(chan struct{})}
+	urlc := make(chan string, 1)
+	go func() {
+		defer close(g.done)
+		sc := bufio.NewScanner(out)
+		sent := false
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), "listening on "); ok && !sent {
+				u, _, _ := strings.Cut(rest, " ")
+				urlc <- u
+				sent = true
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	select {
+	case g.url = <-urlc:
+		return g, nil
+	case <-g.done:
+		return nil, errors.New("the gateway exited before listening")
+	case <-time.After(60 * time.Second):
+	case <-ctx.Done():
+	}
+	g.stop()
+	return nil, errors.New("the gateway did not start listening")
+}
+
+// stop interrupts the gateway (graceful shutdown) and kills it if it lingers.
+func (g *gatewayProc) stop() {
+	_ = g.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-g.done:
+	case <-time.After(10 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.done
+	}
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RunOptions bounds a run.
+type RunOptions struct {
+	// Concurrency caps the requests in flight; a turn due while the cap is reached waits for
+	// a slot (its latency is measured from when it is sent). 0 means 64.
+	Concurrency int
+	// Duration, if > 0, stops sending new requests this long after the start; requests in
+	// flight then have Drain to finish.
+	Duration time.Duration
+	// Limit, if > 0, stops after sending this many requests (retries not counted).
+	Limit int
+	// Drain is how long requests in flight may take after sending stops before they are
+	// cancelled; 0 means 2 minutes.
+	Drain time.Duration
+	// Progress, if not nil, receives a progress line every ProgressEvery (0 means 1 s).
+	Progress      io.Writer
+	ProgressEvery time.Duration
+	// ProgressCR ends progress lines with a carriage return (a terminal) instead of a newline.
+	ProgressCR bool
+}
+
+// counters are the live figures of a run, for the progress line.
+type counters struct {
+	sent, done, errors, rejected, inflight atomic.Int64
+}
+
+// run drives the sessions against the target and returns every request's result and the
+// run's wall time (start to the last request's end). Each session runs on its own goroutine
+// from its start time; turns of a session follow each other, the next one after the previous
+// answer and its think time. A failed turn ends its session (there is no answer to continue
+// from). run returns when every session has ended or been stopped.
+func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([]result, time.Duration) {
+	conc := opts.Concurrency
+	if conc <= 0 {
+		conc = 64
+	}
+	drain := opts.Drain
+	if drain <= 0 {
+		drain = 2 * time.Minute
+	}
+	t0 := time.Now()
+	// sendCtx ends when no more requests may be sent; reqCtx when requests in flight are cut.
+	sendCtx, stopSending := context.WithCancel(ctx)
+	defer stopSending()
+	reqCtx, cancelRequests := context.WithCancel(ctx)
+	defer cancelRequests()
+	if opts.Duration > 0 {
+		sendTimer := time.AfterFunc(opts.Duration, stopSending)
+		defer sendTimer.Stop()
+	}
+	go func() {
+		<-sendCtx.Done()
+		select {
+		case <-time.After(drain):
+			cancelRequests()
+		case <-reqCtx.Done():
+		}
+	}()
+
+	var c counters
+	var mu sync.Mutex
+	results := make([]result, 0, len(sessions))
+	sem := make(chan struct{}, conc)
+	var reserved atomic.Int64
+
+	// send runs one turn; false means stop the session.
+	send := func(s *Session, turn int, answers []string) (string, bool) {
+		if opts.Limit > 0 && reserved.Add(1) > int64(opts.Limit) {
+			stopSending()
+			return "", false
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-sendCtx.Done():
+			return "", false
+		}
+		c.sent.Add(1)
+		c.inflight.Add(1)
+		tr := &s.Turns[turn]
+		res := result{turn: tr.Index}
+		t.do(reqCtx, s, s.messages(turn, answers), tr.MaxTokens, &res)
+		<-sem
+		c.inflight.Add(-1)
+		c.done.Add(1)
+		if !res.ok() {
+			c.errors.Add(1)
+		}
+		if res.rej429+res.rej503 > 0 {
+			c.rejected.Add(int64(res.rej429 + res.rej503))
+		}
+		answer := res.answer
+		res.answer = ""
+		mu.Lock()
+		results = append(results, res)
+		mu.Unlock()
+		return answer, res.ok()
+	}
+
+	var wg sync.WaitGroup
+	runSession := func(s *Session) {
+		defer wg.Done()
+		var answers []string
+		for i := range s.Turns {
+			if i > 0 && s.Turns[i].Think > 0 && !sleep(sendCtx, s.Turns[i].Think) {
+				return
+			}
+			if sendCtx.Err() != nil {
+				return
+			}
+			a, ok := send(s, i, answers)
+			if !ok {
+				return
+			}
+			if s.Chain {
+				answers = append(answers, a)
+			}
+		}
+	}
+
+	progressDone := make(chan struct{})
+	stopProgress := make(chan struct{})
+	if opts.Progress != nil {
+		go func() {
+			defer close(progressDone)
+			progress(opts, t0, &c, stopProgress)
+		}()
+	} else {
+		close(progressDone)
+	}
+
+	for i := range sessions {
+		s := &sessions[i]
+		if !sleep(sendCtx, time.Until(t0.Add(s.Start))) {
+			break
+		}
+		wg.Add(1)
+		go runSession(s)
+	}
+	wg.Wait()
+	close(stopProgress)
+	<-progressDone
+
+	elapsed := time.Since(t0)
+	if len(results) > 0 {
+		last := t0
+		for i := range results {
+			if results[i].finished.After(last) {
+				last = results[i].finished
+			}
+		}
+		elapsed = last.Sub(t0)
+	}
+	return results, elapsed
+}
+
+// sleep waits for d or ctx, reporting whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// progress writes "elapsed sent done errors rejected inflight rate" lines until stop closes,
+// and a final line.
+func progress(opts RunOptions, t0 time.Time, c *counters, stop <-chan struct{}) {
+	every := opts.ProgressEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	end := "\n"
+	if opts.ProgressCR {
+		end = "\r"
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	lastDone, lastAt := int64(0), t0
+	line := func() {
+		now := time.Now()
+		done := c.done.Load()
+		rate := float64(done-lastDone) / now.Sub(lastAt).Seconds()
+		lastDone, lastAt = done, now
+		fmt.Fprintf(opts.Progress, "[%6.1fs] sent %d  done %d  errors %d  rejected %d  in flight %d  rate %.1f req/s   %s",
+			now.Sub(t0).Seconds(), c.sent.Load(), done, c.errors.Load(), c.rejected.Load(), c.inflight.Load(), rate, end)
+	}
+	for {
+		select {
+		case <-stop:
+			line()
+			if opts.ProgressCR {
+				fmt.Fprintln(opts.Progress)
+			}
+			return
+		case <-tick.C:
+			line()
+		}
+	}
+}
