@@ -27,10 +27,24 @@ func FCFSPolicy() Policy {
 	return Policy{Name: "fcfs", New: func() flowcontrol.Policy { return flowcontrol.FCFS{} }}
 }
 
-// UsherRouter is routing.Usher: session-aware placement blended with token load and KV
-// utilisation.
+// UsherRouter is usher's best routing configuration found on the Mooncake conversation trace
+// (see README.md, "Choosing usher's best"), built from package routing's parts:
+//
+//	HealthFilter → 1·SessionAware(Overload 1.5) + 2·TokenLoad(131,072) + 0.5·KVUtilization → max-score
+//
+// Session-aware placement keeps a later turn on the server that holds its history and places
+// first turns for balance; the token-load term, with a cap of 131,072 tokens (about 8 s of
+// prefill) instead of llm-d's 4,194,304, makes the prefill work already sent to a server count
+// at the scale where it decides TTFT, so a session leaves a home whose prefill backlog exceeds
+// the others' by about 33k tokens (2 s) more than its balance advantage.
 func UsherRouter() Router {
-	return Router{Name: "usher", New: func() routing.Profile { return routing.Usher(routing.UsherOptions{}) }}
+	return usherVariant("usher", 1.5, 1, 2, 0.5, 131072)
+}
+
+// UsherDefaultRouter is routing.Usher as the routing package ships it (4·SessionAware with
+// Overload 2 + 1·TokenLoad(4,194,304) + 1·KVUtilization).
+func UsherDefaultRouter() Router {
+	return Router{Name: "usher-default", New: func() routing.Profile { return routing.Usher(routing.UsherOptions{}) }}
 }
 
 // Routers returns the routers of the comparison matrix, peers first and usher's last. Each is
@@ -44,7 +58,8 @@ func UsherRouter() Router {
 //	dynamo          routing.Dynamo (overlap cost, argmin)
 //	aibrix          routing.AIBrix (prefix match behind a load gate)
 //	session-aware   routing.NewSessionAware alone, max-score: placement by session history
-//	usher           routing.Usher
+//	usher-default   routing.Usher, as shipped
+//	usher           usher's best (UsherRouter)
 func Routers() []Router {
 	return []Router{
 		{"round-robin", routing.RoundRobinProfile},
@@ -62,6 +77,7 @@ func Routers() []Router {
 				Picker:  routing.MaxScore(),
 			}
 		}},
+		UsherDefaultRouter(),
 		UsherRouter(),
 	}
 }
@@ -79,10 +95,47 @@ func SelectPolicies(list string) ([]Policy, error) {
 	return selectNamed(list, all, func(p Policy) string { return p.Name })
 }
 
+// usherVariant is usher's routing profile with the session-aware scorer's overload factor set
+// and the scorers weighted as given, all from package routing.
+func usherVariant(name string, overload, session, tokens, kv float64, tokenCap int) Router {
+	return Router{Name: name, New: func() routing.Profile {
+		return routing.Profile{
+			Name:    name,
+			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Scorers: []routing.Weighted{
+				{Scorer: routing.NewSessionAware(routing.SessionAwareOptions{Overload: overload}), Weight: session},
+				{Scorer: routing.TokenLoad(tokenCap), Weight: tokens},
+				{Scorer: routing.KVUtilization(), Weight: kv},
+			},
+			Picker: routing.MaxScore(),
+		}
+	}}
+}
+
+// UsherVariants returns the variations of usher's router tried while choosing UsherRouter
+// (README.md, "Choosing usher's best"). The comparison can select them by name; they are not
+// part of "all". Names give the SessionAware overload factor (o), and the weights of
+// SessionAware, TokenLoad and KVUtilization with the token-load cap.
+func UsherVariants() []Router {
+	return []Router{
+		usherVariant("usher-o1.25", 1.25, 4, 1, 1, 0),
+		usherVariant("usher-o1.5", 1.5, 4, 1, 1, 0),
+		usherVariant("usher-w2-o1.5", 1.5, 2, 1, 1, 0),
+		usherVariant("usher-w1-o1.5", 1.5, 1, 1, 1, 0),
+		usherVariant("usher-v1", 1.5, 2, 2, 1, 262144),
+		usherVariant("usher-v2", 1.5, 1, 2, 0.5, 262144),
+		usherVariant("usher-v3", 1.5, 2, 2, 1, 131072),
+		usherVariant("usher-v5", 1.25, 1, 3, 0.5, 262144),
+	}
+}
+
 // SelectRouters returns the routers named in the comma-separated list ("all" or "" for every
-// one), in the list's order.
+// one of Routers), in the list's order; usher's variants can be named too.
 func SelectRouters(list string) ([]Router, error) {
-	all := Routers()
+	if list == "" || list == "all" {
+		return Routers(), nil
+	}
+	all := append(Routers(), UsherVariants()...)
 	return selectNamed(list, all, func(r Router) string { return r.Name })
 }
 

@@ -51,6 +51,7 @@ func run() error {
 		seed     = flag.Uint64("seed", bench.DefaultSeed, "seed for the router and the synthetic workloads")
 		parallel = flag.Int("parallel", runtime.NumCPU(), "configurations run at once")
 		goal     = flag.Bool("goal", true, "print the goal check after the tables")
+		kvBlocks = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
 	)
 	flag.Parse()
 
@@ -84,7 +85,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	profile := bench.BenchProfile()
+	if *kvBlocks > 0 {
+		profile.NumBlocks = *kvBlocks
+	}
 	base := bench.Config{
+		Profile: profile,
 		Servers: *servers, Gate: g, MaxInFlight: *inflight, TTL: *ttl,
 		ScrapeInterval: *scrape, StaleAfter: *stale, Seed: *seed,
 	}
@@ -140,8 +146,8 @@ func run() error {
 	el := time.Since(start)
 	fmt.Fprintf(os.Stderr, "\ndone: %d runs, %d events in %v (%.0f events/s over all runs)\n", len(jobs), events, el.Round(time.Millisecond), float64(events)/el.Seconds())
 
-	fmt.Printf("Workload %s: %d requests, %d sessions; %d servers, gate %s (%d in flight per server), TTL %v, scrape %v, seed %d.\n\n",
-		w.Name, st.Requests, st.Sessions, base.Servers, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, base.Seed)
+	fmt.Printf("Workload %s: %d requests, %d sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seed %d.\n\n",
+		w.Name, st.Requests, st.Sessions, base.Servers, profile.Name, profile.NumBlocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, base.Seed)
 	if err := bench.WriteTables(os.Stdout, results); err != nil {
 		return err
 	}
