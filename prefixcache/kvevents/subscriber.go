@@ -87,8 +87,9 @@ type Stats struct {
 	// Gaps counts sequence gaps on a live stream: a batch arrived whose
 	// sequence number was past the next expected one.
 	Gaps int64
-	// Replays counts completed replay exchanges; Replayed the batches
-	// they contributed; ReplayErrors the exchanges that failed.
+	// Replays counts completed replay exchanges (gap recovery, the check
+	// made on connecting, idle probes); Replayed the batches they
+	// contributed; ReplayErrors the exchanges that failed.
 	Replays, Replayed, ReplayErrors int64
 	// Lost counts batches no replay recovered (the publisher's history no
 	// longer held them, or there was no replay endpoint).
