@@ -50,7 +50,9 @@
 // needs its parent's usher hash: if the index never saw the parent, the event cannot be placed
 // and is counted as an apply error. That is why the Subscriber replays history when it joins.
 // The model in the seed comes from the Source or the topic and must be the name the gateway
-// hashes requests with. Engines do not publish the per-request cache_salt, so salted requests
+// hashes requests with; the adapter is the event's lora_name (an adapter sent only as a
+// lora_id gets a seed of its own, "lora_id:<id>", so its blocks never match base-model
+// requests). Engines do not publish the per-request cache_salt, so salted requests
 // are indexed under the unsalted seed; a gateway that salts should not rely on exact mode for
 // them.
 //

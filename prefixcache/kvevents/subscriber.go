@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,12 +263,25 @@ type stream struct {
 	liveOnConn bool
 
 	// Where events go, resolved from Source and the topic.
-	topic    string // last topic seen
-	backend  string
-	model    string
-	seedLoRA string
-	seed     prefixcache.BlockHash
-	seedOK   bool
+	topic      string // last topic seen
+	backend    string
+	model      string
+	seedLoRA   string
+	seedLoRAID int64
+	seed       prefixcache.BlockHash
+	seedOK     bool
+}
+
+// loraSeed is the chain seed of blocks computed with an adapter. Blocks of
+// an adapter known only by its id (publishers that send lora_id without
+// lora_name) get a seed of their own, "lora_id:<id>", which no request
+// hashed by name matches: missing a match is better than matching blocks
+// of an adapter against base-model requests.
+func loraSeed(model, name string, id int64) prefixcache.BlockHash {
+	if name == "" && id != 0 {
+		name = "lora_id:" + strconv.FormatInt(id, 10)
+	}
+	return prefixcache.Seed(model, name, "")
 }
 
 func newStream(s *Subscriber, src Source) *stream {
@@ -618,8 +632,8 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 func (st *stream) applyEvent(id prefixcache.BackendID, e *Event) error {
 	switch e.Kind {
 	case BlockStored:
-		if !st.seedOK || e.LoRAName != st.seedLoRA {
-			st.seed, st.seedLoRA, st.seedOK = prefixcache.Seed(st.model, e.LoRAName, ""), e.LoRAName, true
+		if !st.seedOK || e.LoRAName != st.seedLoRA || e.LoRAID != st.seedLoRAID {
+			st.seed, st.seedLoRA, st.seedLoRAID, st.seedOK = loraSeed(st.model, e.LoRAName, e.LoRAID), e.LoRAName, e.LoRAID, true
 		}
 		return st.s.ix.ApplyStored(id, prefixcache.StoredBlocks{
 			EngineHashes: e.Hashes, Parent: e.Parent, HasParent: e.HasParent,

@@ -379,3 +379,41 @@ func FuzzStreamSequence(f *testing.F) {
 		}
 	})
 }
+
+// TestSeeds: blocks are indexed under the seed the gateway computes for
+// the same model and adapter; an adapter known only by id never matches
+// base-model requests.
+func TestSeeds(t *testing.T) {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := ix.AddBackend("pod-a", 0)
+	s, st := testSubscriber(t, ix, Source{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-a", Model: "m"})
+	tokens := []uint32{1, 2, 3, 4}
+	batch := &Batch{Events: []Event{
+		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: tokens, BlockSize: 4},
+		{Kind: BlockStored, Hashes: []uint64{2}, Tokens: tokens, BlockSize: 4, LoRAID: 7, LoRAName: "sql"},
+		{Kind: BlockStored, Hashes: []uint64{3}, Tokens: tokens, BlockSize: 4, LoRAID: 8},
+	}}
+	st.live(t.Context(), frames("", 0, batch))
+	tests := []struct {
+		lora string
+		want int32
+	}{
+		{"", 1}, {"sql", 1}, {"lora_id:8", 1}, {"other", 0},
+	}
+	for _, tt := range tests {
+		chain := prefixcache.HashTokens(nil, prefixcache.Seed("m", tt.lora, ""), tokens, 4)
+		if got := ix.Match(nil, chain)[id]; got != tt.want {
+			t.Errorf("lora %q: matched %d blocks, want %d", tt.lora, got, tt.want)
+		}
+	}
+	if got := s.Stats().Events; got != 3 {
+		t.Errorf("Events = %d, want 3", got)
+	}
+	// Only three pairs: the id-only adapter did not land under the base seed.
+	if got := ix.Stats().Blocks; got != 3 {
+		t.Errorf("index holds %d blocks, want 3", got)
+	}
+}
