@@ -1,8 +1,7 @@
 package flowcontrol
 
-// Four small intrusive binary heaps. Each element carries its own index so that removal
-// from the middle (cancellation, expiry of a non-head request, a flow emptied) costs
-// O(log n). They are written out per type rather than through container/heap or generics:
+// Four intrusive binary heaps. Each element carries its own index so that removal from
+// the middle (cancellation, expiry of a non-head request, a flow emptied) costs O(log n). They are written out per type rather than through container/heap or generics:
 // the interface calls of container/heap and the dictionary calls of generic pointer shapes
 // both cost more than the comparisons themselves on this path.
 
@@ -73,31 +72,42 @@ func (h itemHeap) down(i int) bool {
 	return i > i0
 }
 
-// deadlineLess orders waiting requests by deadline, then enqueue sequence.
-func deadlineLess(a, b *waiter) bool {
-	if a.deadline != b.deadline {
-		return a.deadline < b.deadline
+// The deadline heap and the flow heaps are the large ones (every waiting request, every
+// non-empty flow of a band), so their entries hold the ordering fields inline: a sift
+// compares neighbouring array entries instead of chasing a pointer per comparison, and
+// moves a hole down or up so that each level writes one back-index.
+
+// dlEntry is one waiting request in the deadline heap, ordered by deadline, then enqueue
+// sequence.
+type dlEntry struct {
+	dl  int64 // unix ns
+	seq uint64
+	w   *waiter
+}
+
+func dlLess(a, b *dlEntry) bool {
+	if a.dl != b.dl {
+		return a.dl < b.dl
 	}
 	return a.seq < b.seq
 }
 
-type deadlineHeap []*waiter
+type deadlineHeap []dlEntry
 
 func (h *deadlineHeap) push(w *waiter) {
-	*h = append(*h, w)
-	w.dlIdx = len(*h) - 1
-	h.up(w.dlIdx)
+	*h = append(*h, dlEntry{w.deadline, w.seq, w})
+	h.up(len(*h) - 1)
 }
 
 func (h *deadlineHeap) remove(i int) {
 	s := *h
 	n := len(s) - 1
-	w := s[i]
+	w := s[i].w
 	if i != n {
 		s[i] = s[n]
-		s[i].dlIdx = i
+		s[i].w.dlIdx = i
 	}
-	s[n] = nil
+	s[n] = dlEntry{}
 	*h = s[:n]
 	if i != n {
 		if !h.down(i) {
@@ -108,64 +118,81 @@ func (h *deadlineHeap) remove(i int) {
 }
 
 func (h deadlineHeap) up(i int) {
+	e := h[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !deadlineLess(h[i], h[p]) {
+		if !dlLess(&e, &h[p]) {
 			break
 		}
-		h[i], h[p] = h[p], h[i]
-		h[i].dlIdx, h[p].dlIdx = i, p
+		h[i] = h[p]
+		h[i].w.dlIdx = i
 		i = p
 	}
+	h[i] = e
+	e.w.dlIdx = i
 }
 
-func (h deadlineHeap) down(i int) bool {
-	i0, n := i, len(h)
+func (h deadlineHeap) down(i0 int) bool {
+	n, i := len(h), i0
+	e := h[i]
 	for {
 		l := 2*i + 1
 		if l >= n {
 			break
 		}
 		j := l
-		if r := l + 1; r < n && deadlineLess(h[r], h[l]) {
+		if r := l + 1; r < n && dlLess(&h[r], &h[l]) {
 			j = r
 		}
-		if !deadlineLess(h[j], h[i]) {
+		if !dlLess(&h[j], &e) {
 			break
 		}
-		h[i], h[j] = h[j], h[i]
-		h[i].dlIdx, h[j].dlIdx = i, j
+		h[i] = h[j]
+		h[i].w.dlIdx = i
 		i = j
 	}
+	h[i] = e
+	e.w.dlIdx = i
 	return i > i0
 }
 
-// flowLess orders non-empty flows within a band: flow key, then the enqueue sequence of
-// the flow's head request.
-func flowLess(a, b *flow) bool {
+// flowEntry is one non-empty flow in its band's heap, ordered by flow key, then the
+// enqueue sequence of the flow's head request.
+type flowEntry struct {
+	key Key
+	seq uint64
+	f   *flow
+}
+
+func flowLess(a, b *flowEntry) bool {
 	if a.key != b.key {
 		return a.key.Less(b.key)
 	}
-	return a.headSeq < b.headSeq
+	return a.seq < b.seq
 }
 
-type flowHeap []*flow
+type flowHeap []flowEntry
 
-func (h *flowHeap) push(f *flow) {
-	*h = append(*h, f)
-	f.bandIdx = len(*h) - 1
-	h.up(f.bandIdx)
+func (h *flowHeap) push(f *flow, k Key, seq uint64) {
+	*h = append(*h, flowEntry{k, seq, f})
+	h.up(len(*h) - 1)
+}
+
+// set changes the key of the entry at i and restores the heap.
+func (h flowHeap) set(i int, k Key, seq uint64) {
+	h[i].key, h[i].seq = k, seq
+	h.fix(i)
 }
 
 func (h *flowHeap) remove(i int) {
 	s := *h
 	n := len(s) - 1
-	f := s[i]
+	f := s[i].f
 	if i != n {
 		s[i] = s[n]
-		s[i].bandIdx = i
+		s[i].f.bandIdx = i
 	}
-	s[n] = nil
+	s[n] = flowEntry{}
 	*h = s[:n]
 	if i != n {
 		h.fix(i)
@@ -180,35 +207,41 @@ func (h flowHeap) fix(i int) {
 }
 
 func (h flowHeap) up(i int) {
+	e := h[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if !flowLess(h[i], h[p]) {
+		if !flowLess(&e, &h[p]) {
 			break
 		}
-		h[i], h[p] = h[p], h[i]
-		h[i].bandIdx, h[p].bandIdx = i, p
+		h[i] = h[p]
+		h[i].f.bandIdx = i
 		i = p
 	}
+	h[i] = e
+	e.f.bandIdx = i
 }
 
-func (h flowHeap) down(i int) bool {
-	i0, n := i, len(h)
+func (h flowHeap) down(i0 int) bool {
+	n, i := len(h), i0
+	e := h[i]
 	for {
 		l := 2*i + 1
 		if l >= n {
 			break
 		}
 		j := l
-		if r := l + 1; r < n && flowLess(h[r], h[l]) {
+		if r := l + 1; r < n && flowLess(&h[r], &h[l]) {
 			j = r
 		}
-		if !flowLess(h[j], h[i]) {
+		if !flowLess(&h[j], &e) {
 			break
 		}
-		h[i], h[j] = h[j], h[i]
-		h[i].bandIdx, h[j].bandIdx = i, j
+		h[i] = h[j]
+		h[i].f.bandIdx = i
 		i = j
 	}
+	h[i] = e
+	e.f.bandIdx = i
 	return i > i0
 }
 

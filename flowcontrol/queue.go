@@ -128,7 +128,6 @@ type waiter struct {
 type flow struct {
 	st       FlowState
 	items    itemHeap
-	key      Key
 	headSeq  uint64
 	until    int64 // unix ns, 0 = no limit
 	bandIdx  int   // index in band.heap or band.list, -1 when not there
@@ -461,7 +460,7 @@ func (q *Queue) Tick() (next time.Time) {
 	q.mu.Lock()
 	q.runLocked(q.clock.Now())
 	if len(q.deadlines) > 0 {
-		next = time.Unix(0, q.deadlines[0].deadline)
+		next = time.Unix(0, q.deadlines[0].dl)
 	}
 	q.unlock()
 	return next
@@ -475,7 +474,7 @@ func (q *Queue) Close() {
 	q.closed = true
 	now := q.clock.Now()
 	for len(q.deadlines) > 0 {
-		q.removeLocked(q.deadlines[0], RejectedClosed, ErrClosed, now)
+		q.removeLocked(q.deadlines[0].w, RejectedClosed, ErrClosed, now)
 	}
 	q.unlock()
 }
@@ -698,11 +697,11 @@ func (q *Queue) keyFlowLocked(f *flow, bd *band, now time.Time) {
 		return
 	}
 	k, until := q.policy.FlowKey(&f.st, now)
-	f.key = k.sanitize()
+	k = k.sanitize()
 	if f.bandIdx < 0 {
-		bd.heap.push(f)
+		bd.heap.push(f, k, f.headSeq)
 	} else {
-		bd.heap.fix(f.bandIdx)
+		bd.heap.set(f.bandIdx, k, f.headSeq)
 	}
 	var u int64
 	if !until.IsZero() && until.After(now) && !until.After(maxTime) {
@@ -764,7 +763,7 @@ func (q *Queue) newFlowLocked(id FlowID, b int) *flow {
 		f = &flow{bandIdx: -1, rekeyIdx: -1}
 	}
 	f.st.ID, f.st.Band = id, b
-	f.key, f.until = Key{}, 0
+	f.until = 0
 	return f
 }
 
@@ -876,8 +875,8 @@ func (q *Queue) endLocked(w *waiter, o Outcome, err error, now time.Time) {
 // expireLocked ends every waiting request whose deadline is not after now.
 func (q *Queue) expireLocked(now time.Time) {
 	ns := now.UnixNano()
-	for len(q.deadlines) > 0 && q.deadlines[0].deadline <= ns {
-		q.removeLocked(q.deadlines[0], Expired, ErrExpired, now)
+	for len(q.deadlines) > 0 && q.deadlines[0].dl <= ns {
+		q.removeLocked(q.deadlines[0].w, Expired, ErrExpired, now)
 	}
 }
 
@@ -903,7 +902,7 @@ func (q *Queue) dispatchLocked(now time.Time) {
 		for bd.queued > 0 {
 			var f *flow
 			if q.picker == nil {
-				f = bd.heap[0]
+				f = bd.heap[0].f
 			} else {
 				id, ok := q.picker.PickFlow(b, bd.states, now)
 				if !ok {
