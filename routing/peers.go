@@ -348,10 +348,12 @@ const UsherLoadCap = 1 << 16
 // other server, so a stay is overturned only when the home is saturated in prefill and KV at
 // once while another server is idle.
 //
-// The blend was chosen on the bench simulator (16 servers, load ×4, FCFS admission): against
-// SessionAware alone it cut Mooncake's p99 TTFT from 15.3 s to 12.1 s and agentic's from 2.4 s to
-// 0.8 s; TokenLoad at full weight without PrefillLoad tripled Mooncake's p99 (it pushes long,
-// uncached prompts away from every busy server at once).
+// The blend was chosen on the bench simulator (16 servers, load ×4, FCFS admission, router seed
+// 1): against SessionAware alone it cut Mooncake's p99 TTFT from 15.3 s to 12.1 s and agentic's
+// from 2.4 s to 0.8 s (other router seeds: 12.1–13.1 s and 0.8–1.7 s). TokenLoad at full weight
+// without PrefillLoad tripled Mooncake's p99: it pushes long, uncached prompts away from every
+// busy server at once. Doubling PrefillLoad's weight gained about 1 s of Mooncake's p99 and lost
+// as much on agentic for some seeds, so it stays at 1.
 func Usher(opts UsherOptions) Profile {
 	return Profile{
 		Name:    "usher",
