@@ -113,11 +113,10 @@ func (d *Decoder) wrap(what string, err error) error {
 }
 
 func (d *Decoder) peek(what string) (byte, error) {
-	c, err := d.dec.PeekCode()
-	if err != nil {
-		return 0, d.wrap(what, err)
+	if d.r.Len() == 0 {
+		return 0, d.fail("%s: payload truncated", what)
 	}
-	return c, nil
+	return d.payload[d.size-d.r.Len()], nil
 }
 
 func isArray(c byte) bool {
@@ -177,8 +176,10 @@ func (d *Decoder) arrayLen(what string) (int, error) {
 	if !isArray(c) {
 		return 0, d.typeErr(what, "array", c)
 	}
-	n, err := d.dec.DecodeArrayLen()
-	if err != nil {
+	n, k := containerLen(d.unread(), msgpcode.FixedArrayMask)
+	if k > 0 {
+		d.consume(k)
+	} else if n, err = d.dec.DecodeArrayLen(); err != nil {
 		return 0, d.wrap(what, err)
 	}
 	if n > d.r.Len() {
@@ -187,11 +188,37 @@ func (d *Decoder) arrayLen(what string) (int, error) {
 	return n, nil
 }
 
-func (d *Decoder) mapLen(what string) (int, error) {
-	n, err := d.dec.DecodeMapLen()
-	if err != nil {
-		return 0, d.wrap(what, err)
+// containerLen parses the header of an array or map at the start of p
+// (fixed, 16- or 32-bit length) and returns the element count and the
+// header's length; k == 0 when the header is incomplete.
+func containerLen(p []byte, fixMask byte) (n, k int) {
+	if len(p) == 0 {
+		return 0, 0
 	}
+	switch c := p[0]; c {
+	case msgpcode.Array16, msgpcode.Map16:
+		if len(p) >= 3 {
+			return int(binary.BigEndian.Uint16(p[1:])), 3
+		}
+	case msgpcode.Array32, msgpcode.Map32:
+		if len(p) >= 5 {
+			return int(binary.BigEndian.Uint32(p[1:])), 5
+		}
+	default:
+		return int(c & fixMask), 1
+	}
+	return 0, 0
+}
+
+func (d *Decoder) mapLen(what string) (int, error) {
+	n, k := containerLen(d.unread(), msgpcode.FixedMapMask)
+	if k == 0 {
+		var err error
+		if n, err = d.dec.DecodeMapLen(); err != nil {
+			return 0, d.wrap(what, err)
+		}
+	}
+	d.consume(k)
 	if 2*n > d.r.Len() {
 		return 0, d.fail("%s: map of %d entries in %d remaining bytes", what, n, d.r.Len())
 	}
@@ -200,12 +227,29 @@ func (d *Decoder) mapLen(what string) (int, error) {
 
 // rawBytes reads the payload of a str or bin into d.scratch.
 func (d *Decoder) rawBytes(what string) ([]byte, error) {
+	// Fast path: the bytes are returned in place, valid until Decode
+	// returns.
+	p := d.unread()
+	n, k := -1, 0
+	if len(p) > 0 {
+		switch c := p[0]; {
+		case msgpcode.IsFixedString(c):
+			n, k = int(c&msgpcode.FixedStrMask), 1
+		case (c == msgpcode.Str8 || c == msgpcode.Bin8) && len(p) >= 2:
+			n, k = int(p[1]), 2
+		case (c == msgpcode.Str16 || c == msgpcode.Bin16) && len(p) >= 3:
+			n, k = int(binary.BigEndian.Uint16(p[1:])), 3
+		case (c == msgpcode.Str32 || c == msgpcode.Bin32) && len(p) >= 5:
+			n, k = int(binary.BigEndian.Uint32(p[1:])), 5
+		}
+	}
+	if k > 0 && n <= len(p)-k {
+		d.consume(k + n)
+		return p[k : k+n], nil
+	}
 	n, err := d.dec.DecodeBytesLen()
 	if err != nil {
 		return nil, d.wrap(what, err)
-	}
-	if n < 0 { // nil; callers peeked, so this is unreachable in practice
-		return d.scratch[:0], nil
 	}
 	if n > d.r.Len() {
 		return nil, d.fail("%s: %d bytes announced, %d remain", what, n, d.r.Len())
@@ -213,7 +257,7 @@ func (d *Decoder) rawBytes(what string) ([]byte, error) {
 	if n > cap(d.scratch) {
 		d.scratch = make([]byte, n)
 	}
-	buf := d.scratch[:n]
+	buf := d.scratch[:max(n, 0)]
 	if err := d.dec.ReadFull(buf); err != nil {
 		return nil, d.wrap(what, err)
 	}
@@ -252,26 +296,22 @@ func (d *Decoder) optInt(what string) (v int64, ok bool, err error) {
 		return 0, false, err
 	}
 	if c == msgpcode.Nil {
-		return 0, false, d.skip(what)
+		d.consume(1)
+		return 0, false, nil
 	}
 	if !isInt(c) {
 		return 0, false, d.typeErr(what, "int", c)
 	}
-	if c == msgpcode.Uint64 {
-		u, err := d.dec.DecodeUint64()
-		if err != nil {
-			return 0, false, d.wrap(what, err)
-		}
-		if u > math.MaxInt64 {
-			return 0, false, d.fail("%s: %d out of range", what, u)
-		}
-		return int64(u), true, nil
-	}
-	v, err = d.dec.DecodeInt64()
-	if err != nil {
+	u, neg, k := fastInt(d.unread())
+	if k == 0 {
+		_, err := d.dec.DecodeInt64() // truncated: let the library say so
 		return 0, false, d.wrap(what, err)
 	}
-	return v, true, nil
+	if !neg && u > math.MaxInt64 {
+		return 0, false, d.fail("%s: %d out of range", what, u)
+	}
+	d.consume(k)
+	return int64(u), true, nil
 }
 
 // smallInt reads an optional int that must fit comfortably in an int.
@@ -287,6 +327,12 @@ func (d *Decoder) smallInt(what string) (int, error) {
 }
 
 func (d *Decoder) skip(what string) error {
+	if c, err := d.peek(what); err != nil {
+		return err
+	} else if c == msgpcode.Nil {
+		d.consume(1)
+		return nil
+	}
 	if err := d.dec.Skip(); err != nil {
 		return d.wrap(what, err)
 	}
@@ -300,6 +346,10 @@ func (d *Decoder) hash(what string) (uint64, error) {
 	c, err := d.peek(what)
 	if err != nil {
 		return 0, err
+	}
+	if h, k := fastHash(d.unread()); k > 0 {
+		d.consume(k)
+		return h, nil
 	}
 	switch {
 	case isInt(c):
