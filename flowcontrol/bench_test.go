@@ -43,7 +43,7 @@ func flowIDs(n int) []flowcontrol.FlowID {
 //     Done (which dispatches the oldest waiting request: a flow-heap pop) and Enqueue of a
 //     new request (a flow-heap push). This is the O(log flows) path.
 func BenchmarkAdmitDone(b *testing.B) {
-	for _, n := range []int{1, 100_000} {
+	for _, n := range []int{1, 1000, 100_000} {
 		ids := flowIDs(n)
 		b.Run(fmt.Sprintf("idle/flows=%d", n), func(b *testing.B) {
 			q, err := flowcontrol.New(flowcontrol.Options{})
