@@ -21,7 +21,8 @@ const maxPiece = 8
 // digits, a run of punctuation, a run of whitespace, or a chat-template marker such as
 // <|im_start|>; words longer than 8 bytes are split every 8 bytes. A token's id is a hash of its
 // text. Tokenizing a text that extends another gives the other's tokens except possibly its
-// last one, so equal text prefixes share their token (and so KV block) prefixes.
+// last one (when the shorter text ends on a character boundary and not inside a marker), so
+// equal text prefixes share their token (and so KV block) prefixes.
 //
 // Tokenize allocates the result; AppendTokens fills a caller's buffer. O(len(text)).
 func Tokenize(text string) []uint32 {
