@@ -39,7 +39,7 @@ func (k Kind) String() string {
 //
 // Hashes are in the engine's key space: opaque identifiers the engine
 // chose (see the package documentation); they are folded to 64 bits by
-// the decoder.
+// the decoder. Event and Batch are plain data with no synchronisation.
 type Event struct {
 	Kind Kind
 	// Hashes are the engine block hashes (block_hashes), in chain order.

@@ -29,6 +29,10 @@ type Applier interface {
 
 var _ Applier = (*prefixcache.Index)(nil)
 
+// ErrRunning is returned by Run while another Run of the same Subscriber
+// is in progress.
+var ErrRunning = errors.New("kvevents: already running")
+
 // ErrReplay wraps the errors of a failed replay exchange, which the
 // Subscriber reports through Options.OnError and survives.
 var ErrReplay = errors.New("kvevents: replay")
@@ -195,8 +199,8 @@ func (s *Subscriber) Stats() Stats {
 // or Close is called, then closes its sockets and returns nil. It runs one
 // goroutine per source, plus one per live connection reading its socket,
 // and waits for all of them before returning. A later Run resumes from the
-// sequence numbers reached. It returns ErrClosed after Close, and an error
-// if Run is already running.
+// sequence numbers reached. It returns ErrClosed after Close, and
+// ErrRunning if Run is already running.
 //
 // Per batch the work is O(payload size + blocks in its events): one decode
 // into reused buffers and one index call per event.
@@ -208,7 +212,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		return ErrClosed
 	case s.running:
 		s.mu.Unlock()
-		return errors.New("kvevents: Subscriber.Run called twice")
+		return ErrRunning
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s.running, s.cancel, s.done = true, cancel, make(chan struct{})

@@ -283,8 +283,8 @@ func TestRunAndClose(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if err := s.Run(context.Background()); err == nil {
-		t.Error("second concurrent Run succeeded")
+	if err := s.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Errorf("second concurrent Run = %v, want ErrRunning", err)
 	}
 	s.Close()
 	if err := <-done; err != nil {
