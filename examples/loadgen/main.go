@@ -98,14 +98,37 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.ignoreEOS, "ignore-eos", true, "send ignore_eos so answers are exactly max_tokens long (vLLM, SGLang, the simulator)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
-	fs.BoolVar(&c.overheadMode, "overhead", false, "measure the gateway's overhead: start a simulated server and the gateway, drive the same load at both")
-	fs.IntVar(&c.overhead.rounds, "rounds", 3, "overhead: alternating rounds (each runs the load at both targets)")
-	fs.DurationVar(&c.overhead.phase, "phase", 10*time.Second, "overhead: how long sessions start in each phase")
+	fs.BoolVar(&c.overheadMode, "overhead", false, "measure the gateway's overhead: start a simulated server and the gateway in front of it, drive the same load at both (defaults: -rate 6 -think 100ms -min-answer 16 -max-answer 64)")
+	fs.IntVar(&c.overhead.rounds, "rounds", 3, "overhead: rounds (each runs the load at both targets at once)")
+	fs.DurationVar(&c.overhead.phase, "phase", 15*time.Second, "overhead: how long sessions start in each round")
 	fs.StringVar(&c.overhead.gatewayBin, "gateway-bin", "", "overhead: gateway binary to run (empty: go build ./examples/gateway)")
 	fs.StringVar(&c.overhead.gatewayArgs, "gateway-args", "", "overhead: extra gateway flags, space-separated")
 	fs.StringVar(&c.overhead.profile, "sim-profile", "demo", "overhead: profile of the simulated server (demo, qwen3-32b-h100)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.overheadMode {
+		// The overhead load: many short requests, so that a round gives enough samples for
+		// a p99, unless the command line says otherwise.
+		for name, v := range map[string]any{"rate": 6.0, "think": 100 * time.Millisecond, "min-answer": 16, "max-answer": 64} {
+			if set[name] {
+				continue
+			}
+			switch p := v.(type) {
+			case float64:
+				c.synth.Rate = p
+			case time.Duration:
+				c.synth.Think = p
+			case int:
+				if name == "min-answer" {
+					c.synth.MinAnswer = p
+				} else {
+					c.synth.MaxAnswer = p
+				}
+			}
+		}
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/usher-llm/usher/examples/simfleet"
@@ -42,13 +44,21 @@ type Overhead struct {
 	AddedE2EP99  float64 `json:"added_e2e_p99_ms"`
 	AddedITLP50  float64 `json:"added_inter_token_p50_ms"`
 	AddedITLP99  float64 `json:"added_inter_token_p99_ms"`
+	// GatewayCPUPerRequest is the gateway process's CPU time (user and system) during the
+	// rounds, less its idle rate (metrics scraping) measured for 2 s before them, over the
+	// GatewayRequests sent through it, in milliseconds: a figure other processes on the
+	// machine disturb far less than the latencies. Linux only (read from /proc); 0 elsewhere.
+	GatewayCPUPerRequest float64 `json:"gateway_cpu_ms_per_request"`
+	GatewayRequests      int     `json:"gateway_requests"`
+	// GatewayIdleCPU is the share of a core the idle gateway uses (scraping its backends).
+	GatewayIdleCPU float64 `json:"gateway_idle_cpu"`
 	// Rounds are the per-round added TTFT p50 and p99, to show the spread.
 	Rounds []OverheadRound `json:"rounds"`
 }
 
 // OverheadRound is one round's comparison.
 type OverheadRound struct {
-	First        string  `json:"first"`
+	First        string  `json:"started_first"`
 	AddedTTFTP50 float64 `json:"added_ttft_p50_ms"`
 	AddedTTFTP99 float64 `json:"added_ttft_p99_ms"`
 	AddedE2EP50  float64 `json:"added_e2e_p50_ms"`
@@ -56,9 +66,15 @@ type OverheadRound struct {
 }
 
 // runOverhead starts a simulated server and the gateway in front of it and drives the same
-// synthetic load at both, alternating which goes first in each round. Every phase runs the
-// same sessions (same seed: same arrival times, turns, lengths and think times) with a salt of
-// its own in the prompts, so each phase meets an equally cold cache.
+// synthetic load at both at once, in rounds. Both copies of a round run the same sessions
+// (same seed: same arrival times, turns, lengths and think times) with a salt of their own in
+// the prompts, so each meets an equally cold cache, and both share the machine and the
+// server at the same moments: noise from other processes and from the engine's step timing
+// falls on both alike, and the difference between the two distributions is the gateway's.
+// (Running them in alternating phases instead was dominated by the load of other processes
+// on a shared machine.) The gateway's own CPU use slows the direct copy slightly too, so on a
+// machine with few cores the added latency is, if anything, understated by the share of a
+// core the gateway takes.
 func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	oc := cfg.overhead
 	if oc.rounds < 1 || oc.phase <= 0 {
@@ -92,7 +108,7 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer gw.stop()
+	defer func() { _, _ = gw.stop() }()
 	fmt.Fprintf(stderr, "loadgen: simulated server %s (%s profile), gateway %s\n", simURL, p.Name, gw.url)
 
 	direct := newTarget("direct", simURL, cfg.run.Concurrency)
@@ -106,7 +122,11 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 
 	synth := cfg.synth
 	synth.Duration = oc.phase
-	phase := func(t *Target, salt string, d time.Duration) ([]result, time.Duration, error) {
+	var sentThrough atomic.Int64 // requests sent through the gateway, for its CPU per request
+	phase := func(t *Target, salt string, d, delay time.Duration) ([]result, time.Duration, error) {
+		if !sleep(ctx, delay) {
+			return nil, 0, ctx.Err()
+		}
 		o := synth
 		o.Salt = salt
 		if d > 0 {
@@ -119,43 +139,90 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 		ro := cfg.run
 		ro.Progress = nil
 		res, el := run(ctx, t, sessions, ro)
+		if t == through {
+			sentThrough.Add(int64(len(res)))
+		}
 		return res, el, ctx.Err()
 	}
 	// Warm both paths up (connections, the gateway's first scrape, the Go runtime).
 	for _, t := range []*Target{direct, through} {
-		if _, _, err := phase(t, "warm-up "+t.Name+". ", 2*time.Second); err != nil {
+		if _, _, err := phase(t, "warm-up "+t.Name+". ", 2*time.Second, 0); err != nil {
 			return err
 		}
 	}
 
+	// Keep the server stepping: a resident stream decodes throughout, so that each request
+	// meets an engine mid-step as on a busy server (and both copies meet the same phase
+	// distribution) rather than an idle one whose first step timing depends on how long it
+	// has been idle.
+	fillCtx, stopFill := context.WithCancel(ctx)
+	fillDone := make(chan struct{})
+	go func() {
+		defer close(fillDone)
+		filler := Session{ID: "loadgen-filler", Tenant: "sk-loadgen-filler", Turns: []Turn{{User: "Keep the engine busy.", MaxTokens: 4000}}}
+		for fillCtx.Err() == nil {
+			var res result
+			direct.do(fillCtx, &filler, filler.messages(0, nil), 4000, &res)
+			if !res.ok() && fillCtx.Err() == nil {
+				sleep(fillCtx, 100*time.Millisecond)
+			}
+		}
+	}()
+	defer func() { stopFill(); <-fillDone }()
+
 	var all [2][]result
 	var elapsed [2]time.Duration
 	var rounds []OverheadRound
+	targets := []*Target{direct, through}
+	idleStart, idleErr := procCPU(gw.cmd.Process.Pid)
+	idleFrom := time.Now()
+	sleep(ctx, 2*time.Second)
+	cpuStart, cpuErr := procCPU(gw.cmd.Process.Pid)
+	idleRate := float64(cpuStart-idleStart) / float64(time.Since(idleFrom))
+	roundsFrom := time.Now()
+	sentThrough.Store(0)
 	for r := range oc.rounds {
+		// Both copies of the load run at once, each request of one paired with the same
+		// request of the other (same lengths, turns and think times), so that both meet the
+		// same machine load and engine; the copy started second is offset by a fraction of the
+		// mean time between sessions, so that paired requests do not race each other into the
+		// same engine step, and the rounds alternate which copy leads.
+		offset := time.Duration(0.37 / synth.Rate * float64(time.Second))
 		order := []int{0, 1}
 		if r%2 == 1 {
 			order = []int{1, 0}
 		}
 		var reps [2]Report
-		for _, i := range order {
-			t := []*Target{direct, through}[i]
-			res, el, err := phase(t, fmt.Sprintf("Round %d, %s. ", r, t.Name), 0)
-			if err != nil {
-				return err
-			}
-			all[i] = append(all[i], res...)
-			elapsed[i] += el
-			reps[i] = summarize(t.Name, t.URL, "", res, el)
+		var res [2][]result
+		var el [2]time.Duration
+		var errs [2]error
+		var wg sync.WaitGroup
+		for k, i := range order {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[i], el[i], errs[i] = phase(targets[i], fmt.Sprintf("Round %d, %s. ", r, targets[i].Name), 0, time.Duration(k)*offset)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs[0], errs[1]); err != nil {
+			return err
+		}
+		for i, t := range targets {
+			all[i] = append(all[i], res[i]...)
+			elapsed[i] += el[i]
+			reps[i] = summarize(t.Name, t.URL, "", res[i], el[i])
 			fmt.Fprintf(stderr, "loadgen: round %d %-7s: %d requests, %d errors, TTFT p50 %.2f ms p99 %.2f ms, E2E p50 %.1f ms p99 %.1f ms\n",
 				r, t.Name, reps[i].Requests, reps[i].Errors, reps[i].TTFT.P50, reps[i].TTFT.P99, reps[i].E2E.P50, reps[i].E2E.P99)
 		}
 		rounds = append(rounds, OverheadRound{
-			First:        []string{"direct", "gateway"}[order[0]],
+			First:        targets[order[0]].Name,
 			AddedTTFTP50: reps[1].TTFT.P50 - reps[0].TTFT.P50, AddedTTFTP99: reps[1].TTFT.P99 - reps[0].TTFT.P99,
 			AddedE2EP50: reps[1].E2E.P50 - reps[0].E2E.P50, AddedE2EP99: reps[1].E2E.P99 - reps[0].E2E.P99,
 		})
 	}
-	workload := fmt.Sprintf("synthetic: seed %d, %.3g sessions/s, %d rounds of %v per target", synth.Seed, synth.Rate, oc.rounds, oc.phase)
+	workload := fmt.Sprintf("synthetic: seed %d, %.3g sessions/s, answers %d-%d tokens, think %v; %d rounds of %v, both copies at once",
+		synth.Seed, synth.Rate, synth.MinAnswer, synth.MaxAnswer, synth.Think, oc.rounds, oc.phase)
 	o := Overhead{
 		Direct:  summarize("direct", simURL, workload, all[0], elapsed[0]),
 		Gateway: summarize("gateway", gw.url, workload, all[1], elapsed[1]),
@@ -166,6 +233,12 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 	o.AddedTTFTP50, o.AddedTTFTP99 = o.Gateway.TTFT.P50-o.Direct.TTFT.P50, o.Gateway.TTFT.P99-o.Direct.TTFT.P99
 	o.AddedE2EP50, o.AddedE2EP99 = o.Gateway.E2E.P50-o.Direct.E2E.P50, o.Gateway.E2E.P99-o.Direct.E2E.P99
 	o.AddedITLP50, o.AddedITLP99 = o.Gateway.ITL.P50-o.Direct.ITL.P50, o.Gateway.ITL.P99-o.Direct.ITL.P99
+	if cpuEnd, err := procCPU(gw.cmd.Process.Pid); err == nil && cpuErr == nil && idleErr == nil && sentThrough.Load() > 0 {
+		busy := float64(cpuEnd-cpuStart) - idleRate*float64(time.Since(roundsFrom))
+		o.GatewayRequests = int(sentThrough.Load())
+		o.GatewayCPUPerRequest = max(busy, 0) / float64(time.Millisecond) / float64(o.GatewayRequests)
+		o.GatewayIdleCPU = idleRate
+	}
 	if cfg.jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -187,20 +260,50 @@ func (o *Overhead) WriteText(w io.Writer) {
 	o.Direct.WriteText(w)
 	fmt.Fprintln(w)
 	o.Gateway.WriteText(w)
-	fmt.Fprintf(w, "\ngateway overhead (gateway − direct, same load, %d alternating rounds)\n", len(o.Rounds))
+	fmt.Fprintf(w, "\ngateway overhead (gateway − direct, the same load side by side, %d rounds)\n", len(o.Rounds))
 	fmt.Fprintf(w, "  throughput ratio  %.3f req/s, %.3f output tok/s\n", o.ThroughputRatio, o.TokenRatio)
 	fmt.Fprintf(w, "  added TTFT        p50 %+.3f ms   p99 %+.3f ms\n", o.AddedTTFTP50, o.AddedTTFTP99)
 	fmt.Fprintf(w, "  added end-to-end  p50 %+.3f ms   p99 %+.3f ms\n", o.AddedE2EP50, o.AddedE2EP99)
 	fmt.Fprintf(w, "  added inter-token p50 %+.3f ms   p99 %+.3f ms\n", o.AddedITLP50, o.AddedITLP99)
 	for i, r := range o.Rounds {
-		fmt.Fprintf(w, "  round %d (%s first): TTFT p50 %+.3f p99 %+.3f ms, E2E p50 %+.3f p99 %+.3f ms\n",
+		fmt.Fprintf(w, "  round %d (%s started first): TTFT p50 %+.3f p99 %+.3f ms, E2E p50 %+.3f p99 %+.3f ms\n",
 			i, r.First, r.AddedTTFTP50, r.AddedTTFTP99, r.AddedE2EP50, r.AddedE2EP99)
+	}
+	if o.GatewayRequests > 0 {
+		fmt.Fprintf(w, "  gateway CPU       %.3f ms per request (%d requests; idle: %.2f%% of a core)\n", o.GatewayCPUPerRequest, o.GatewayRequests, 100*o.GatewayIdleCPU)
 	}
 	verdict := "meets"
 	if o.AddedTTFTP99 > 1 || o.AddedE2EP99 > 1 {
 		verdict = "misses"
 	}
 	fmt.Fprintf(w, "  target p99 added ≤ 1 ms: %s (TTFT %+.3f ms, E2E %+.3f ms)\n", verdict, o.AddedTTFTP99, o.AddedE2EP99)
+}
+
+// procCPU returns the user plus system CPU time of process pid, from /proc/pid/stat (in
+// clock ticks of 10 ms, the kernel's USER_HZ on every common Linux).
+func procCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: fields count from
+	// the last ')'.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, errors.New("unreadable /proc stat")
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	var utime, stime int64
+	if _, err := fmt.Sscan(f[11], &utime); err != nil {
+		return 0, err
+	}
+	if _, err := fmt.Sscan(f[12], &stime); err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
 // moduleRoot walks up from the working directory to the go.mod of usher.
@@ -243,9 +346,10 @@ func buildGateway(ctx context.Context, dir string) (string, error) {
 
 // gatewayProc is a gateway running as a child process.
 type gatewayProc struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan struct{}
+	cmd      *exec.Cmd
+	url      string
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
 // startGateway runs the gateway binary and waits for the line announcing its address
@@ -287,13 +391,23 @@ func startGateway(ctx context.Context, bin string, args []string, stderr io.Writ
 	return nil, errors.New("the gateway did not start listening")
 }
 
-// stop interrupts the gateway (graceful shutdown) and kills it if it lingers.
-func (g *gatewayProc) stop() {
-	_ = g.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-g.done:
-	case <-time.After(10 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.done
+// stop interrupts the gateway (graceful shutdown), kills it if it lingers, and returns the
+// CPU time it used. Later calls do nothing.
+func (g *gatewayProc) stop() (time.Duration, error) {
+	stopped := false
+	g.stopOnce.Do(func() {
+		stopped = true
+		_ = g.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-g.done:
+		case <-time.After(10 * time.Second):
+			_ = g.cmd.Process.Kill()
+			<-g.done
+		}
+	})
+	if !stopped || g.cmd.ProcessState == nil {
+		return 0, errors.New("gateway already stopped")
 	}
+	st := g.cmd.ProcessState
+	return st.UserTime() + st.SystemTime(), nil
 }
