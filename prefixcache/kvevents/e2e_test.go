@@ -316,3 +316,34 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 		}
 	}
 }
+
+// TestCloseLeavesNoGoroutines: after Close, the goroutines Run started
+// (per source, per connection, and the zmq4 sockets' own) are gone.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ix.AddBackend("pod-a", 0); err != nil {
+		t.Fatal(err)
+	}
+	pub := startPublisher(t, PublisherOptions{Topic: Topic("pod-a", "m")})
+	pub.Publish(storedBatch(1))
+	baseline := runtime.NumGoroutine()
+
+	sub, err := New(ix, Options{Sources: []Source{
+		{Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-a"},
+		{Endpoint: "tcp://127.0.0.1:1"}, // never reachable: retried with backoff
+	}, MinBackoff: time.Millisecond, ProbeInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(context.Background()) }()
+	eventually(t, func() bool { return sub.Stats().Batches == 1 && sub.Stats().Replays >= 3 }, "no batch replayed and probed")
+	sub.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	eventually(t, func() bool { return runtime.NumGoroutine() <= baseline }, "goroutines left behind after Close")
+}
