@@ -12,4 +12,3 @@ func processCPU() (int64, bool) {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano(), true
 }
-
