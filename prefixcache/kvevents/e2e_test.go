@@ -250,6 +250,14 @@ func TestAgainstRealPublisher(t *testing.T) {
 	a.publish(5)
 	converge(t, ix, sub, a, b)
 
+	// Both sources are connected, pod-b's name learnt from its topic, and
+	// each has applied the last batch its publisher sent.
+	eventually(t, func() bool {
+		ss := sub.Sources()
+		return ss[0].Connected && ss[1].Connected && ss[0].Backend == "pod-a" && ss[1].Backend == "pod-b" &&
+			ss[0].HasApplied && ss[0].Applied == a.pub.Sequence()-1 && ss[1].HasApplied && ss[1].Applied == b.pub.Sequence()-1
+	}, "Sources() never showed both sources connected and caught up")
+
 	st := sub.Stats()
 	if st.DecodeErrors != 0 || st.ApplyErrors != 0 || st.Lost != 0 || st.Unregistered != 0 {
 		t.Errorf("stats %+v: want no decode, apply, lost or unregistered", st)

@@ -113,6 +113,20 @@ type Stats struct {
 	DecodeErrors, ApplyErrors, Unregistered int64
 }
 
+// SourceStatus describes one source as its goroutine last left it.
+type SourceStatus struct {
+	Source
+	// Backend is the backend events are applied to: Source.Backend, or
+	// the pod learnt from the topic ("" until a batch arrived).
+	Backend string
+	// Connected reports whether the PUB connection is up now.
+	Connected bool
+	// Applied is the sequence number of the last batch applied; valid
+	// when HasApplied (false before the first batch and after a reset).
+	Applied    uint64
+	HasApplied bool
+}
+
 type counters struct {
 	batches, events, unknown, gaps, replays, replayed, replayErrors, lost,
 	reconnects, stale, resets, decodeErrors, applyErrors, unregistered atomic.Int64
@@ -266,6 +280,11 @@ type stream struct {
 	lastLive   uint64
 	liveOnConn bool
 
+	// Published for Sources, written only by the source's goroutine.
+	connected   atomic.Bool
+	appliedPlus atomic.Uint64          // applied+1; 0 when !hasApplied
+	backendName atomic.Pointer[string] // a copy of backend
+
 	// Where events go, resolved from Source and the topic.
 	topic      string // last topic seen
 	backend    string
@@ -289,7 +308,24 @@ func loraSeed(model, name string, id int64) prefixcache.BlockHash {
 }
 
 func newStream(s *Subscriber, src Source) *stream {
-	return &stream{s: s, src: src, dec: NewDecoder(), backend: src.Backend, model: src.Model}
+	st := &stream{s: s, src: src, dec: NewDecoder(), backend: src.Backend, model: src.Model}
+	name := src.Backend
+	st.backendName.Store(&name)
+	return st
+}
+
+// Sources returns the status of every source, in Options.Sources order.
+// It is O(sources), safe for concurrent use with Run, and allocates the
+// result.
+func (s *Subscriber) Sources() []SourceStatus {
+	out := make([]SourceStatus, len(s.streams))
+	for i, st := range s.streams {
+		out[i] = SourceStatus{Source: st.src, Backend: *st.backendName.Load(), Connected: st.connected.Load()}
+		if a := st.appliedPlus.Load(); a != 0 {
+			out[i].Applied, out[i].HasApplied = a-1, true
+		}
+	}
+	return out
 }
 
 func (st *stream) report(err error) {
@@ -348,6 +384,8 @@ func (st *stream) dial(ctx context.Context) (zmq4.Socket, error) {
 // the loop, which also wakes up to probe an idle connection.
 func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool) {
 	st.liveOnConn = false
+	st.connected.Store(true)
+	defer st.connected.Store(false)
 	msgs := make(chan zmq4.Msg)
 	failed := make(chan struct{})
 	connCtx, cancel := context.WithCancel(ctx)
@@ -451,6 +489,7 @@ func (st *stream) sync(ctx context.Context) {
 func (st *stream) reset() {
 	st.s.c.resets.Add(1)
 	st.hasApplied, st.liveOnConn = false, false
+	st.appliedPlus.Store(0)
 	if id, ok := st.s.ix.Lookup(st.backend); ok {
 		if err := st.s.ix.ApplyCleared(id); err != nil {
 			st.s.c.applyErrors.Add(1)
@@ -524,8 +563,10 @@ func (st *stream) learnTopic(topic []byte) bool {
 		return false
 	}
 	st.topic = string(topic)
-	if st.src.Backend == "" {
+	if st.src.Backend == "" && pod != st.backend {
 		st.backend = pod
+		name := pod
+		st.backendName.Store(&name)
 	}
 	if st.src.Model == "" && model != st.model {
 		st.model, st.seedOK = model, false
@@ -608,6 +649,7 @@ func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, ve
 // apply decodes a payload and applies its events to the backend.
 func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 	st.applied, st.hasApplied, st.digest = seq, true, xxhash.Sum64(payload)
+	st.appliedPlus.Store(seq + 1)
 	c := &st.s.c
 	if replayed {
 		c.replayed.Add(1)

@@ -286,6 +286,9 @@ func TestRunAndClose(t *testing.T) {
 	if err := s.Run(context.Background()); !errors.Is(err, ErrRunning) {
 		t.Errorf("second concurrent Run = %v, want ErrRunning", err)
 	}
+	if got, want := s.Sources(), []SourceStatus{{Source: Source{Endpoint: "tcp://127.0.0.1:1"}}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Sources() = %+v, want %+v", got, want)
+	}
 	s.Close()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v, want nil after Close", err)
