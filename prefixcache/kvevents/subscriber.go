@@ -115,7 +115,7 @@ type Stats struct {
 
 // SourceStatus describes one source as its goroutine last left it.
 type SourceStatus struct {
-	Source
+	Source Source // as configured
 	// Backend is the backend events are applied to: Source.Backend, or
 	// the pod learnt from the topic ("" until a batch arrived).
 	Backend string
