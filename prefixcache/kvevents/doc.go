@@ -97,7 +97,8 @@
 //     replaced.
 //   - A malformed message or batch is counted and skipped (its sequence number is consumed);
 //     an event the index rejects is counted; neither stops the stream. Options.OnError sees
-//     each of these errors.
+//     each of these errors; Subscriber.Stats counts them and Subscriber.Sources shows each
+//     source's backend, connection and position.
 //
 // Alternatives not taken: reflection-based msgpack.Unmarshal into tagged structs (one
 // allocation per field and per event, and it cannot tell the two event encodings apart without
