@@ -2,6 +2,7 @@ package flowcontrol_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -71,6 +72,7 @@ func TestPolicyCallOrder(t *testing.T) {
 type promoting struct {
 	value map[flowcontrol.FlowID]float64
 	after time.Duration
+	only  func(flowcontrol.FlowID) bool // which flows may be promoted; nil: all
 	calls int
 }
 
@@ -80,6 +82,9 @@ func (p *promoting) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ 
 
 func (p *promoting) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
 	p.calls++
+	if p.only != nil && !p.only(f.ID) {
+		return flowcontrol.Key{Tier: 1, Value: p.value[f.ID]}, time.Time{}
+	}
 	due := f.Head.Arrival.Add(p.after)
 	if !now.Before(due) {
 		return flowcontrol.Key{Tier: 0, Tie: f.Head.Arrival.UnixNano()}, time.Time{}
@@ -110,6 +115,51 @@ func TestFlowKeyRekeyedWhenValidityEnds(t *testing.T) {
 	run.Done(flowcontrol.Usage{})
 	if p.calls > 20 {
 		t.Errorf("FlowKey called %d times for 7 requests: re-keying is not targeted", p.calls)
+	}
+}
+
+func TestRekeyHeapManyFlows(t *testing.T) {
+	p := &promoting{
+		value: map[flowcontrol.FlowID]float64{"deep": 0},
+		after: 30 * time.Second,
+		only:  func(id flowcontrol.FlowID) bool { return id != "deep" },
+	}
+	q, clk, rec := newQueue(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, TTL: time.Hour})
+	for i := range 20 {
+		q.Enqueue(flowcontrol.Request{Flow: "deep", Value: fmt.Sprint("d", i)})
+	}
+	// Newcomers (value 0 by default, but "deep" has the same value and earlier requests,
+	// so they only go once promoted: 30 s after their arrival).
+	arrivals := map[time.Duration]string{0: "n0", 5 * time.Second: "n1", 12 * time.Second: "n2", 18 * time.Second: "n3", 41 * time.Second: "n4"}
+	p.value["n0"], p.value["n1"], p.value["n2"], p.value["n3"], p.value["n4"] = 1, 1, 1, 1, 1
+	for now := time.Duration(0); now <= 90*time.Second; now += time.Second {
+		if now > 0 {
+			clk.Advance(time.Second)
+		}
+		if v, ok := arrivals[now]; ok {
+			q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(v), Value: v})
+		}
+		if now > 0 && now%(10*time.Second) == 0 { // one completion every 10 s
+			d := rec.dispatched()
+			rec.ticket(d[len(d)-1]).Done(flowcontrol.Usage{})
+		}
+	}
+	want := []any{"d0", "d1", "d2", "n0", "n1", "n2", "n3", "d3", "n4", "d4"}
+	if got := rec.dispatched(); !equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
+}
+
+func TestTryAdmitHeldByPicker(t *testing.T) {
+	p := &mostQueued{hold: true}
+	q, _, _ := newQueue(t, flowcontrol.Options{Policy: p})
+	before := q.Stats()
+	if _, err := q.TryAdmit(flowcontrol.Request{Flow: "a", Bytes: 3}); !errors.Is(err, flowcontrol.ErrWouldWait) {
+		t.Fatalf("TryAdmit with the picker holding the band = %v, want ErrWouldWait", err)
+	}
+	after := q.Stats()
+	if after.Queued != 0 || after.Flows != 0 || after.QueuedBytes != 0 || after.RejectedCapacity != before.RejectedCapacity+1 {
+		t.Errorf("stats %+v: the refused request must leave nothing behind", after)
 	}
 }
 
