@@ -205,6 +205,8 @@ func checkModel(t *testing.T, ops []byte) {
 		t.Fatal(err)
 	}
 	ended := map[int]flowcontrol.Outcome{}
+	lastDispatched := map[[2]int]int{} // (flow, band) → id of its latest dispatched request
+	flowOf := map[int][2]int{}
 	nextID := 0
 	var trace []string
 	for step := 0; len(ops) >= 2 && step < mMaxActions; step, ops = step+1, ops[2:] {
@@ -221,6 +223,7 @@ func checkModel(t *testing.T, ops []byte) {
 				r.dl = m.now.Add(mTTL)
 			}
 			nextID++
+			flowOf[r.id] = [2]int{r.flow, r.band}
 			trace = append(trace, fmt.Sprintf("enqueue %+v", r))
 			want := m.enqueue(r)
 			tk, err := q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(rune('a' + r.flow)), Band: r.band, Bytes: r.bytes, TTL: ttl, Value: r.id})
@@ -231,6 +234,7 @@ func checkModel(t *testing.T, ops []byte) {
 		case 2: // TryAdmit
 			r := mreq{id: nextID, flow: arg % mFlows, band: (arg / mFlows) % mBands, bytes: int64(arg%4) * 15, arrival: m.now, dl: m.now.Add(mTTL)}
 			nextID++
+			flowOf[r.id] = [2]int{r.flow, r.band}
 			trace = append(trace, fmt.Sprintf("try %+v", r))
 			m.tryAdmit(r)
 			q.TryAdmit(flowcontrol.Request{Flow: flowcontrol.FlowID(rune('a' + r.flow)), Band: r.band, Bytes: r.bytes, Value: r.id})
@@ -289,6 +293,13 @@ func checkModel(t *testing.T, ops []byte) {
 			ended[e.id] = e.o
 			if e.o == flowcontrol.Dispatched && m.saturated {
 				t.Fatalf("%s\nrequest %d dispatched while saturated", trace, e.id)
+			}
+			if e.o == flowcontrol.Dispatched { // FCFS within a flow: ids rise
+				k := flowOf[e.id]
+				if prev, ok := lastDispatched[k]; ok && prev > e.id {
+					t.Fatalf("%s\nflow %v dispatched %d after %d", trace, k, e.id, prev)
+				}
+				lastDispatched[k] = e.id
 			}
 		}
 		s := q.Stats()
