@@ -248,6 +248,9 @@ func (t *Target) attempt(ctx context.Context, path string, data []byte, key, ses
 			payload = bytes.TrimSpace(payload)
 			if string(payload) == "[DONE]" {
 				res.e2e = time.Since(start)
+				// Read the end of the chunked body so the connection goes back to the pool
+				// (closing an unfinished body closes the connection).
+				_, _ = io.Copy(io.Discard, io.LimitReader(rd, 64<<10))
 				break
 			}
 			var c chunk

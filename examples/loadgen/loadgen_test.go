@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -583,6 +584,42 @@ func TestParseFlags(t *testing.T) {
 	for _, args := range [][]string{{"-api", "grpc"}, {"-speed", "0"}, {"-concurrency", "0"}, {"stray"}} {
 		if _, err := parseFlags(args, &stderr); err == nil {
 			t.Errorf("parseFlags(%q) accepted", args)
+		}
+	}
+}
+
+func TestOverheadFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	c, err := parseFlags([]string{"-overhead", "-rate", "5"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.synth.Rate != 5 || c.synth.Think != 100*time.Millisecond || c.synth.MaxAnswer != 64 || c.synth.MaxContext != 4000 {
+		t.Errorf("overhead defaults: rate %v think %v max answer %d context %d", c.synth.Rate, c.synth.Think, c.synth.MaxAnswer, c.synth.MaxContext)
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	for x := 0; x < 1e8; x++ { // burn a little CPU so the count is not zero
+		_ = x * x
+	}
+	d, err := procCPU(os.Getpid())
+	if err != nil || d < 0 {
+		t.Fatalf("procCPU = %v, %v", d, err)
+	}
+}
+
+func TestOverheadText(t *testing.T) {
+	o := Overhead{Direct: Report{Target: "direct"}, Gateway: Report{Target: "gateway"}, AddedTTFTP99: 0.4, AddedE2EP99: 0.7,
+		GatewayRequests: 10, GatewayCPUPerRequest: 0.2, Rounds: []OverheadRound{{First: "direct"}}}
+	var b bytes.Buffer
+	o.WriteText(&b)
+	for _, s := range []string{"throughput ratio", "added TTFT", "round 0 (direct started first)", "gateway CPU", "meets"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("overhead text lacks %q:\n%s", s, b.String())
 		}
 	}
 }

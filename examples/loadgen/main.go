@@ -98,7 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.ignoreEOS, "ignore-eos", true, "send ignore_eos so answers are exactly max_tokens long (vLLM, SGLang, the simulator)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
-	fs.BoolVar(&c.overheadMode, "overhead", false, "measure the gateway's overhead: start a simulated server and the gateway in front of it, drive the same load at both (defaults: -rate 6 -think 100ms -min-answer 16 -max-answer 64)")
+	fs.BoolVar(&c.overheadMode, "overhead", false, "measure the gateway's overhead: start a simulated server and the gateway in front of it, drive the same load at both (defaults: -rate 3 -think 100ms -min-answer 16 -max-answer 64 -session-context 4000)")
 	fs.IntVar(&c.overhead.rounds, "rounds", 3, "overhead: rounds (each runs the load at both targets at once)")
 	fs.DurationVar(&c.overhead.phase, "phase", 15*time.Second, "overhead: how long sessions start in each round")
 	fs.StringVar(&c.overhead.gatewayBin, "gateway-bin", "", "overhead: gateway binary to run (empty: go build ./examples/gateway)")
@@ -112,7 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.overheadMode {
 		// The overhead load: many short requests, so that a round gives enough samples for
 		// a p99, unless the command line says otherwise.
-		for name, v := range map[string]any{"rate": 6.0, "think": 100 * time.Millisecond, "min-answer": 16, "max-answer": 64} {
+		for name, v := range map[string]any{"rate": 3.0, "think": 100 * time.Millisecond, "min-answer": 16, "max-answer": 64, "session-context": 4000} {
 			if set[name] {
 				continue
 			}
@@ -122,10 +122,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			case time.Duration:
 				c.synth.Think = p
 			case int:
-				if name == "min-answer" {
+				switch name {
+				case "min-answer":
 					c.synth.MinAnswer = p
-				} else {
+				case "max-answer":
 					c.synth.MaxAnswer = p
+				default:
+					c.syntheticMaxContext = p
 				}
 			}
 		}
