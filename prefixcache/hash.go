@@ -42,15 +42,16 @@ func Seed(model, lora, salt string) BlockHash {
 	return BlockHash(d.Sum64())
 }
 
-// combine chains a block's content hash onto its parent's chained hash. Two rounds of a
-// 64×64→128-bit multiply-fold (the wyhash "mum"): the first mixes parent and block, the second
-// makes the result depend on both even if one of the first-round operands happens to be zero.
-// It costs two multiplies, far less than a second xxhash call over (parent ‖ block).
+// combine chains a block's content hash onto its parent's chained hash: the XOR of two
+// 64×64→128-bit multiplies, each folded to 64 bits (the wyhash "mum"), of the pair under two
+// different key pairs. Either product alone collapses to 0 when one of its operands happens to
+// be 0; the other product still depends on both inputs, so the chain never loses its parent.
+// The two multiplies are independent, so the chain's critical path through a block is one
+// multiply (about 5 cycles) — far less than a second xxhash call over parent ‖ block.
 func combine(parent, block uint64) uint64 {
-	hi, lo := bits.Mul64(parent^mixK1, block^mixK2)
-	m := hi ^ lo
-	hi, lo = bits.Mul64(m^mixK3, parent^bits.RotateLeft64(block, 29)^mixK4)
-	return hi ^ lo
+	hi1, lo1 := bits.Mul64(parent^mixK1, block^mixK2)
+	hi2, lo2 := bits.Mul64(parent^mixK3, bits.RotateLeft64(block, 29)^mixK4)
+	return hi1 ^ lo1 ^ hi2 ^ lo2
 }
 
 // HashTokens appends to dst the chained hashes of the full blocks of tokens, blockSize tokens
@@ -74,13 +75,16 @@ func HashTokens(dst []BlockHash, seed BlockHash, tokens []uint32, blockSize int)
 		return dst
 	}
 	dst = grow(dst, n)
+	out := dst[len(dst) : len(dst)+n]
+	// Two passes: the blocks' content hashes first (independent calls, as in the xxhash
+	// baseline), then the chain, a tight loop of multiplies with nothing spilled around a call.
+	hashBlocks(out, tokens[:n*blockSize], blockSize)
 	h := uint64(seed)
-	for i := 0; i < n; i++ {
-		blk := tokens[i*blockSize : (i+1)*blockSize : (i+1)*blockSize]
-		h = combine(h, hashBlock(blk))
-		dst = append(dst, BlockHash(h))
+	for i, b := range out {
+		h = combine(h, uint64(b))
+		out[i] = BlockHash(h)
 	}
-	return dst
+	return dst[:len(dst)+n]
 }
 
 // HashBytes is HashTokens for gateways without a tokenizer: it appends the chained hashes of
@@ -106,12 +110,14 @@ func HashBytes(dst []BlockHash, seed BlockHash, prompt []byte, blockSize int) []
 		return dst
 	}
 	dst = grow(dst, n)
+	out := dst[len(dst) : len(dst)+n]
 	h := uint64(seed)
-	for i := 0; i < n; i++ {
-		h = combine(h, xxhash.Sum64(prompt[i*blockSize:(i+1)*blockSize]))
-		dst = append(dst, BlockHash(h))
+	for i := range out {
+		h = combine(h, xxhash.Sum64(prompt[:blockSize]))
+		out[i] = BlockHash(h)
+		prompt = prompt[blockSize:]
 	}
-	return dst
+	return dst[:len(dst)+n]
 }
 
 // grow makes room for n more elements in one allocation at most.
@@ -122,6 +128,14 @@ func grow(dst []BlockHash, n int) []BlockHash {
 	out := make([]BlockHash, len(dst), len(dst)+n)
 	copy(out, dst)
 	return out
+}
+
+// hashBlocksPortable stores in out[i] the content hash of tokens' block i (blockSize tokens),
+// without unsafe. len(tokens) == len(out)·blockSize.
+func hashBlocksPortable(out []BlockHash, tokens []uint32, blockSize int) {
+	for i := range out {
+		out[i] = BlockHash(hashBlockPortable(tokens[i*blockSize : (i+1)*blockSize]))
+	}
 }
 
 // hashBlockPortable hashes the little-endian encoding of tokens without unsafe, encoding

@@ -8,3 +8,8 @@ const fastHash = false
 // hashBlock hashes the little-endian encoding of tokens; on this platform (big-endian, or
 // built with the purego tag) it encodes through a stack buffer.
 func hashBlock(tokens []uint32) uint64 { return hashBlockPortable(tokens) }
+
+// hashBlocks stores in out[i] the content hash of tokens' block i; see hashBlocksPortable.
+func hashBlocks(out []BlockHash, tokens []uint32, blockSize int) {
+	hashBlocksPortable(out, tokens, blockSize)
+}

@@ -24,11 +24,11 @@ func TestHashKnownAnswers(t *testing.T) {
 	for i := range tok {
 		tok[i] = uint32(i * 7919)
 	}
-	if got, want := HashTokens(nil, s, tok, 16), []BlockHash{0xa18019f3b4755cd5, 0x6ca4fbe690f05d87}; !slices.Equal(got, want) {
+	if got, want := HashTokens(nil, s, tok, 16), []BlockHash{0x6841f6c2c68acc72, 0x9d16f8b6e96d2446}; !slices.Equal(got, want) {
 		t.Errorf("HashTokens = %#x, want %#x", got, want)
 	}
 	got := HashBytes(nil, s, []byte("The quick brown fox jumps over the lazy dog."), 16)
-	if want := []BlockHash{0xb309b99a13e46b38, 0xceedf554de994cc5}; !slices.Equal(got, want) {
+	if want := []BlockHash{0x3aa55a831d61342c, 0xd72f9bfc32e6117c}; !slices.Equal(got, want) {
 		t.Errorf("HashBytes = %#x, want %#x", got, want)
 	}
 }
