@@ -23,10 +23,13 @@
 // (HashBytes) also drops the trailing partial block, because its hash would change with every
 // byte appended and no longer prompt could ever match it.
 //
-// combine is two rounds of a 64×64→128-bit multiply folded to 64 bits (the "mum" of wyhash),
-// a few cycles, instead of a second xxhash call over parent ‖ block as llm-d does: that second
-// call, together with encoding each block's tokens into a fresh byte slice, is what makes a
-// naive chained hash 2.5–3× slower than xxhash over the same bytes. The token ids are hashed in
+// combine is the XOR of two independent 64×64→128-bit multiplies of (parent, block) under
+// different keys, each folded to 64 bits (the "mum" of wyhash): a few cycles, where llm-d
+// calls xxhash a second time over parent ‖ block. That second call, together with encoding
+// each block's tokens into a fresh byte slice, is what makes a naive chained hash 2.5–3×
+// slower than xxhash over the same bytes. HashTokens first hashes every block's content (the
+// calls are independent, so they overlap in the CPU like the plain xxhash loop), then runs the
+// chain, whose critical path is one multiply per block. The token ids are hashed in
 // place: on little-endian platforms a []uint32 already is its little-endian encoding, so
 // hash_le.go passes xxhash the same memory reinterpreted as bytes (unsafe, behind a build tag);
 // elsewhere, or with the purego tag, hash_portable.go encodes through a stack buffer. A test
