@@ -27,6 +27,9 @@ type Config struct {
 	SimServers int `json:"sim_servers"`
 	// SimProfile is the engine profile of the simulated fleet (see internal/engine).
 	SimProfile string `json:"sim_profile"`
+	// SimKVEvents makes the simulated servers publish KV events over ZMQ, which the gateway
+	// follows to keep its prefix index exact.
+	SimKVEvents bool `json:"sim_kv_events"`
 
 	// Policy is the fairness policy: fcfs, priority, round-robin, turn-priority, las,
 	// las-llmd, vtc, edf, slo, bounded-wait, hierarchy.
@@ -93,6 +96,7 @@ func defaultConfig() Config {
 		Listen:         "127.0.0.1:8080",
 		SimServers:     4,
 		SimProfile:     "demo",
+		SimKVEvents:    true,
 		Policy:         "bounded-wait",
 		BoundedWait:    10 * time.Second,
 		Router:         "usher",
@@ -188,6 +192,7 @@ func parseConfig(args []string) (Config, error) {
 	fs.Var(backendFlag{&cfg.Backends}, "backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,kv-events=tcp://host:5557][,replay=tcp://host:5558] (repeat; none: simulated fleet)")
 	fs.IntVar(&cfg.SimServers, "sim-servers", cfg.SimServers, "servers in the simulated fleet (when no -backend)")
 	fs.StringVar(&cfg.SimProfile, "sim-profile", cfg.SimProfile, "engine profile of the simulated fleet: demo or qwen3-32b-h100")
+	fs.BoolVar(&cfg.SimKVEvents, "sim-kv-events", cfg.SimKVEvents, "simulated servers publish KV events over ZMQ (vLLM's wire format) and the gateway follows them")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "fairness policy: "+strings.Join(policyNames, ", "))
 	fs.DurationVar(&cfg.BoundedWait, "bounded-wait", cfg.BoundedWait, "W for -policy bounded-wait: no request waits longer (must be below -ttl)")
 	fs.StringVar(&cfg.Router, "router", cfg.Router, "routing profile: "+strings.Join(routerNames, ", "))

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/prefixcache"
 )
 
 const model = "usher/demo"
@@ -430,5 +431,80 @@ func TestParseConfig(t *testing.T) {
 		if _, err := parseConfig(args); err == nil {
 			t.Errorf("parseConfig(%q) succeeded, want an error", args)
 		}
+	}
+}
+
+// With the simulated servers publishing KV events, the prefix index learns what the engine
+// really cached — including the blocks of the answer, which the router's own bookkeeping cannot
+// know — so the next turn of a conversation matches beyond the previous prompt.
+func TestSimKVEventsKeepIndexExact(t *testing.T) {
+	cfg := testConfig()
+	cfg.SimServers, cfg.SimKVEvents = 2, true
+	sim, err := startFleet(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sim.Close)
+	g, base := startTestGateway(t, cfg, sim.backends)
+	if g.kv == nil {
+		t.Fatal("gateway is not following KV events")
+	}
+	c := client(base)
+	history := []openai.ChatCompletionMessageParamUnion{
+		openai.SystemMessage(strings.Repeat("You review pull requests carefully. ", 12)),
+		openai.UserMessage("Review change 1."),
+	}
+	resp, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model: model, Messages: history, MaxTokens: openai.Int(40),
+	}, option.WithHeader("X-Session-Id", "kv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	history = append(history, openai.AssistantMessage(resp.Choices[0].Message.Content), openai.UserMessage("And change 2?"))
+
+	chainOf := func(msgs []openai.ChatCompletionMessageParamUnion) []uint64 {
+		body, _ := json.Marshal(openai.ChatCompletionNewParams{Model: model, Messages: msgs})
+		req, err := parseRequest(body, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain, _, _, err := localTokenizer{blockSize: cfg.BlockSize}.Chain(context.Background(), nil, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]uint64, len(chain))
+		for i, h := range chain {
+			out[i] = uint64(h)
+		}
+		return out
+	}
+	first := chainOf(history[:2])
+	next := chainOf(history)
+	eventually(t, "KV events to reach the index", func() bool {
+		st := g.kv.sub.Stats()
+		return st.Events > 0
+	})
+	defer func() {
+		if t.Failed() {
+			var chain []prefixcache.BlockHash
+			for _, h := range next {
+				chain = append(chain, prefixcache.BlockHash(h))
+			}
+			t.Logf("first %d next %d match %v stats %+v kv %+v", len(first), len(next), g.index.Match(nil, chain), g.index.Stats().Backends, g.kv.sub.Stats())
+		}
+	}()
+	eventually(t, "the answer's blocks to be matched", func() bool {
+		var chain []prefixcache.BlockHash
+		for _, h := range next {
+			chain = append(chain, prefixcache.BlockHash(h))
+		}
+		best := int32(0)
+		for _, m := range g.index.Match(nil, chain) {
+			best = max(best, m)
+		}
+		return int(best) > len(first)
+	})
+	if st := g.kv.sub.Stats(); st.ApplyErrors != 0 || st.Unregistered != 0 || st.DecodeErrors != 0 {
+		t.Errorf("subscriber stats = %+v, want no errors", st)
 	}
 }

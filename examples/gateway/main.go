@@ -29,11 +29,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/usher-llm/usher/examples/simfleet"
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/prefixcache/kvevents"
 )
 
 func main() {
@@ -57,15 +59,17 @@ func main() {
 func run(ctx context.Context, cfg Config, out io.Writer, ready chan<- string) error {
 	backends := cfg.Backends
 	if len(backends) == 0 {
-		fleet, err := startFleet(cfg)
+		sim, err := startFleet(cfg)
 		if err != nil {
 			return err
 		}
-		defer fleet.Close()
-		for _, u := range fleet.URLs() {
-			backends = append(backends, Backend{URL: u, Engine: "vllm"})
+		defer sim.Close()
+		backends = sim.backends
+		kv := ""
+		if cfg.SimKVEvents {
+			kv = ", publishing KV events over ZMQ"
 		}
-		fmt.Fprintf(out, "started a simulated vLLM fleet of %d servers (%s profile): %v\n", len(backends), cfg.SimProfile, fleet.URLs())
+		fmt.Fprintf(out, "started a simulated vLLM fleet of %d servers (%s profile%s): %v\n", len(backends), cfg.SimProfile, kv, sim.fleet.URLs())
 	}
 
 	g, err := newGateway(cfg, backends)
@@ -120,13 +124,70 @@ func modelName(cfg Config) string {
 	return p.Model
 }
 
-func startFleet(cfg Config) (*simfleet.Fleet, error) {
+// simFleet is the simulated fleet with, optionally, one KV-event publisher per server (vLLM's
+// ZMQ wire format, with a replay endpoint), so the gateway's prefix index runs in exact mode.
+type simFleet struct {
+	fleet    *simfleet.Fleet
+	pubs     []*kvevents.Publisher
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	backends []Backend
+}
+
+func startFleet(cfg Config) (*simFleet, error) {
 	p, ok := engine.ProfileByName(cfg.SimProfile)
 	if !ok {
 		return nil, fmt.Errorf("unknown -sim-profile %q (demo, qwen3-32b-h100)", cfg.SimProfile)
 	}
-	return simfleet.StartFleet(simfleet.FleetOptions{
+	s := &simFleet{}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	if cfg.SimKVEvents {
+		for i := range cfg.SimServers {
+			pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
+				Topic:          kvevents.Topic(fmt.Sprintf("sim-%d", i), p.Model),
+				ReplayEndpoint: "tcp://127.0.0.1:0",
+			})
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
+			s.pubs = append(s.pubs, pub)
+			s.wg.Go(func() { _ = pub.Run(ctx) })
+		}
+	}
+	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{
 		Servers: cfg.SimServers,
 		Options: simfleet.Options{Engine: engine.Options{Profile: p}},
+		Configure: func(i int, o *simfleet.Options) {
+			if i < len(s.pubs) {
+				o.OnKVEvents = simfleet.PublishKVEvents(s.pubs[i], nil)
+			}
+		},
 	})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.fleet = fleet
+	for i, u := range fleet.URLs() {
+		b := Backend{URL: u, Engine: "vllm"}
+		if i < len(s.pubs) {
+			b.KVEvents, b.Replay = s.pubs[i].Endpoint(), s.pubs[i].ReplayEndpoint()
+		}
+		s.backends = append(s.backends, b)
+	}
+	return s, nil
+}
+
+// Close stops the servers, then the publishers.
+func (s *simFleet) Close() {
+	if s.fleet != nil {
+		s.fleet.Close()
+	}
+	s.cancel()
+	for _, p := range s.pubs {
+		_ = p.Close()
+	}
+	s.wg.Wait()
 }

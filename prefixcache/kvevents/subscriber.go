@@ -505,11 +505,19 @@ func (st *stream) live(ctx context.Context, frames [][]byte) {
 		st.report(fmt.Errorf("%w: message of %d frames, want topic, 8-byte sequence, payload", ErrMalformed, len(frames)))
 		return
 	}
+	model := st.model
 	if !st.learnTopic(frames[0]) {
 		return
 	}
 	seq := binary.BigEndian.Uint64(frames[1])
 	replay := st.src.ReplayEndpoint != ""
+	if st.hasApplied && st.model != model {
+		// Batches replayed before the first live topic named the model were
+		// chained from the wrong seed (replay replies need not carry the
+		// topic): their blocks could never match a request. Rebuild the
+		// backend under the right model; the gap below replays the history.
+		st.reset()
+	}
 	switch {
 	case st.liveOnConn && seq <= st.lastLive,
 		!st.liveOnConn && !replay && st.hasApplied && seq <= st.applied:

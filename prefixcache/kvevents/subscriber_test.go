@@ -420,3 +420,35 @@ func TestSeeds(t *testing.T) {
 		t.Errorf("index holds %d blocks, want 3", got)
 	}
 }
+
+// TestModelLearnedAfterReplay: a source that names its backend but not its model replays the
+// history on connect, from replies without a topic frame, before any live message has named the
+// model. The first live topic does; the blocks applied under the unknown model must then be
+// rebuilt under the right seed, or they (and every block chained to them) could never match.
+func TestModelLearnedAfterReplay(t *testing.T) {
+	pub := startPublisher(t, PublisherOptions{Topic: Topic("pod-a", "m")})
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	pub.Publish(&Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{10}, Tokens: tokens[:4], BlockSize: 4}}})
+	second := &Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{11}, Parent: 10, HasParent: true, Tokens: tokens[4:], BlockSize: 4}}}
+	pub.Publish(second)
+
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := ix.AddBackend("pod-a", 0)
+	s, st := testSubscriber(t, ix, Source{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-a"})
+	st.sync(t.Context()) // both batches, model unknown
+	st.live(t.Context(), frames(Topic("pod-a", "m"), 1, second))
+
+	chain := prefixcache.HashTokens(nil, prefixcache.Seed("m", "", ""), tokens, 4)
+	if got := ix.Match(nil, chain)[id]; got != 2 {
+		t.Errorf("matched %d blocks under model m, want 2", got)
+	}
+	if got := ix.Stats().Blocks; got != 2 {
+		t.Errorf("index holds %d blocks, want 2 (nothing left under the unknown model)", got)
+	}
+	if st := s.Stats(); st.ApplyErrors != 0 {
+		t.Errorf("stats %+v: want no apply errors", st)
+	}
+}
