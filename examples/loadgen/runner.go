@@ -14,14 +14,9 @@ type RunOptions struct {
 	// Concurrency caps the requests in flight; a turn due while the cap is reached waits for
 	// a slot (its latency is measured from when it is sent). 0 means 64.
 	Concurrency int
-	// Duration, if > 0, stops sending new requests this long after the start; requests in
-	// flight then have Drain to finish.
-	Duration time.Duration
-	// Limit, if > 0, stops after sending this many requests (retries not counted).
+	// Limit, if > 0, stops after sending this many requests (retries not counted); the
+	// requests in flight then finish.
 	Limit int
-	// Drain is how long requests in flight may take after sending stops before they are
-	// cancelled; 0 means 2 minutes.
-	Drain time.Duration
 	// Progress, if not nil, receives a progress line every ProgressEvery (0 means 1 s).
 	Progress      io.Writer
 	ProgressEvery time.Duration
@@ -44,28 +39,13 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 	if conc <= 0 {
 		conc = 64
 	}
-	drain := opts.Drain
-	if drain <= 0 {
-		drain = 2 * time.Minute
-	}
 	t0 := time.Now()
-	// sendCtx ends when no more requests may be sent; reqCtx when requests in flight are cut.
-	sendCtx, stopSending := context.WithCancel(ctx)
-	defer stopSending()
-	reqCtx, cancelRequests := context.WithCancel(ctx)
-	defer cancelRequests()
-	if opts.Duration > 0 {
-		sendTimer := time.AfterFunc(opts.Duration, stopSending)
-		defer sendTimer.Stop()
-	}
-	go func() {
-		<-sendCtx.Done()
-		select {
-		case <-time.After(drain):
-			cancelRequests()
-		case <-reqCtx.Done():
-		}
-	}()
+	// Cancelling ctx (an interrupt) stops everything, requests in flight included; the report
+	// then covers what finished.
+	// startCtx also ends when the limit is reached: nothing new starts, but the requests
+	// already counted against the limit are still sent.
+	startCtx, stopStarting := context.WithCancel(ctx)
+	defer stopStarting()
 
 	var c counters
 	var mu sync.Mutex
@@ -75,22 +55,30 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 
 	// send runs one turn; false means stop the session.
 	send := func(s *Session, turn int, answers []string) (string, bool) {
-		if opts.Limit > 0 && reserved.Add(1) > int64(opts.Limit) {
-			stopSending()
-			return "", false
+		if opts.Limit > 0 {
+			n := reserved.Add(1)
+			if n >= int64(opts.Limit) {
+				stopStarting()
+			}
+			if n > int64(opts.Limit) {
+				return "", false
+			}
 		}
 		select {
 		case sem <- struct{}{}:
-		case <-sendCtx.Done():
+		case <-ctx.Done():
 			return "", false
 		}
 		c.sent.Add(1)
 		c.inflight.Add(1)
 		tr := &s.Turns[turn]
 		res := result{turn: tr.Index}
-		t.do(reqCtx, s, s.messages(turn, answers), tr.MaxTokens, &res)
+		t.do(ctx, s, s.messages(turn, answers), tr.MaxTokens, &res)
 		<-sem
 		c.inflight.Add(-1)
+		if !res.ok() && ctx.Err() != nil {
+			return "", false // cut short by the interrupt: not a failure of the endpoint
+		}
 		c.done.Add(1)
 		if !res.ok() {
 			c.errors.Add(1)
@@ -111,10 +99,10 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 		defer wg.Done()
 		var answers []string
 		for i := range s.Turns {
-			if i > 0 && s.Turns[i].Think > 0 && !sleep(sendCtx, s.Turns[i].Think) {
+			if i > 0 && s.Turns[i].Think > 0 && !sleep(startCtx, s.Turns[i].Think) {
 				return
 			}
-			if sendCtx.Err() != nil {
+			if startCtx.Err() != nil {
 				return
 			}
 			a, ok := send(s, i, answers)
@@ -140,7 +128,7 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 
 	for i := range sessions {
 		s := &sessions[i]
-		if !sleep(sendCtx, time.Until(t0.Add(s.Start))) {
+		if !sleep(startCtx, time.Until(t0.Add(s.Start))) {
 			break
 		}
 		wg.Add(1)
