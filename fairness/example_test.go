@@ -198,3 +198,44 @@ func ExampleEDF() {
 	// t=  0s dispatched urgent (waited 0s)
 	// t=  0s dispatched patient (waited 0s)
 }
+
+// llm-d's LAS as a reference: the flow with less decayed service wins unless the other's
+// head has waited much longer (0.8 on service, 0.2 on wait, both min-max normalised).
+func ExampleLASReference() {
+	ref, _ := fairness.NewLASReference(fairness.LASReferenceOptions{})
+	q, clk, tickets := exampleQueue(ref)
+	q.Enqueue(flowcontrol.Request{Flow: "heavy"})
+	q.Enqueue(flowcontrol.Request{Flow: "heavy"})
+	clk.Advance(5 * time.Second)
+	q.Enqueue(flowcontrol.Request{Flow: "light"})
+	(*tickets)[0].Done(flowcontrol.Usage{PromptTokens: 4000, OutputTokens: 500})
+	// Output:
+	// t=  0s dispatched heavy (waited 0s)
+	// t=  5s dispatched light (waited 0s)
+}
+
+// SLODeadline orders by arrival + a time-to-first-token target, here tighter for
+// short interactive prompts.
+func ExampleSLODeadline() {
+	slo, _ := fairness.NewSLODeadline(fairness.SLODeadlineOptions{
+		TTFT: 10 * time.Second,
+		Target: func(r *flowcontrol.Request) time.Duration {
+			if r.PromptTokens < 1000 {
+				return 2 * time.Second
+			}
+			return 0 // the default TTFT
+		},
+	})
+	q, clk, tickets := exampleQueue(slo)
+	q.Enqueue(flowcontrol.Request{Flow: "hold"})
+	q.Enqueue(flowcontrol.Request{Flow: "batch", PromptTokens: 50000})
+	clk.Advance(time.Second)
+	q.Enqueue(flowcontrol.Request{Flow: "chat", PromptTokens: 300})
+	for i := 0; i < len(*tickets); i++ {
+		(*tickets)[i].Done(flowcontrol.Usage{})
+	}
+	// Output:
+	// t=  0s dispatched hold (waited 0s)
+	// t=  1s dispatched chat (waited 0s)
+	// t=  1s dispatched batch (waited 1s)
+}

@@ -1,0 +1,106 @@
+// Package fairness provides the policies that decide, inside a flowcontrol.Queue, who is
+// served next: llm-d's turn-priority and least-attained-service (LAS) reproduced exactly
+// for comparison, usher's own LAS, the virtual token counter (VTC), earliest deadline
+// first, SLO deadlines, round-robin, a two-level tenant/session hierarchy, and BoundedWait,
+// which caps how long anyone waits.
+//
+// # The newcomer question
+//
+// A model server that already holds a conversation's KV cache serves its next turn
+// cheaply. Favouring admitted conversations therefore saves GPU work — and, at saturation,
+// can keep the person still waiting to start out indefinitely. llm-d's turn-priority makes
+// that trade-off without saying so: its score, turn + 0.05 × seconds waited, lets a session
+// at turn 5 or more beat any newcomer that has waited less than the 60 s TTL, so under
+// sustained competition from deep sessions newcomers are shed at their TTL (the scenario
+// test TestNewcomerStarvationTurnPriority reproduces it). Fair-share policies (LAS, VTC)
+// answer the other way: everyone gets an equal share of tokens, and depth earns nothing.
+//
+// usher's answer is BoundedWait: keep whatever order you like — turn-priority by default,
+// so deep sessions keep their cache advantage — but promote any request that has waited W
+// to an urgent tier served earliest-deadline first, and optionally reserve a share of
+// dispatches for first turns. Deep sessions pay only for the dispatches that go to promoted
+// or reserved requests; nobody waits past W as long as capacity keeps completing work (see
+// BoundedWait for the exact bound). The scenario tests measure every policy on the same
+// workloads; the table is in the package's closing note and is printed by
+// TestStarvationTable (go test -run StarvationTable -v).
+//
+// # Keys that stay valid
+//
+// A flowcontrol.Queue keeps flows and requests in heaps ordered by keys the policy computes
+// at a few moments (see flowcontrol.Policy); a key must stay right while work waits. Most
+// published policies are written as scores that change with time, which is why peers
+// re-sort or scan on a ticker. Rewritten, they become time-invariant:
+//
+//   - turn + w·(now − a) is maximised by the same flow as −turn + w·a is minimised, because
+//     now is common to every candidate (TurnPriority);
+//   - decayed service S·2^−(now−t)/h compares like log₂ S + t/h (LAS);
+//   - a VTC counter changes only when its own flow is charged (VTC);
+//   - a condition that becomes true at a known time — a turn that resets after 120 s
+//     without a completion, a request that reaches age W — is a key validity limit: the
+//     queue re-keys the flow at that time, through a heap, without scanning.
+//
+// So every policy here dispatches in O(log flows) without allocating, except llm-d's LAS,
+// whose min-max normalisation over all waiting flows cannot be a per-flow key: it is kept
+// as LASReference, a FlowPicker that scans the band on every dispatch, and its cost is
+// measured (BenchmarkPolicy/las-llm-d).
+//
+// # What a policy may know
+//
+// Depth, attained service and history come only from what the queue observed — dispatches,
+// completions and the usage reported with them — keyed by the flow id the gateway assigned
+// and the band; never from a request field a client could set. (Token estimates in the
+// Request are the gateway's, used only as a first charge that completion corrects.) Each
+// policy's per-flow memory is bounded (Memory): a flow with work queued or in flight is
+// always remembered, idle flows are forgotten after a policy-specific time or when more
+// than MaxIdle are idle, longest idle first.
+//
+// # The policies
+//
+//   - TurnPriority: llm-d's turn-priority, exactly (0.05 per second of head wait, reset to
+//     turn 1 after 120 s without a completion and nothing in flight, ties to the longer
+//     wait). Maximises cache reuse; starves newcomers and even its own shallower sessions
+//     at saturation.
+//   - LASReference: llm-d's LAS, exactly (prompt + 2 × completion tokens charged at
+//     completion, 60 s half-life, 0.8 · (1 − normalised service) + 0.2 · normalised wait,
+//     min-max over waiting flows, forgotten after an hour). O(flows) per dispatch.
+//   - LAS: usher's LAS: the same cost and decay, ordered by decayed service alone through a
+//     time-invariant key, charged as service is observed (prompt at dispatch, output and
+//     correction at completion). O(log flows).
+//   - VTC: virtual token counters (Sheng et al., OSDI 2024) in fixed point, lifted on
+//     return; bounded service gap between backlogged flows (TestVTCBound).
+//   - EDF, SLODeadline: earliest deadline first, on the expiry deadline or on arrival + a
+//     TTFT target. EDF meets every deadline whenever any order would
+//     (TestEDFMeetsFeasibleDeadlines).
+//   - RoundRobin: one request per backlogged flow per round.
+//   - BoundedWait: any of the keyed policies above plus a wait bound and an optional
+//     first-turn share.
+//   - Hierarchy: a tenant policy (VTC by default) over a session policy (turn-priority by
+//     default); flow ids "tenant/session".
+//
+// Every policy instance serves one queue. The queue serialises the calls, so policies do no
+// locking; their inspection methods (LAS.Service, VTC.Counter) must be called from the
+// goroutine operating the queue or while it is idle.
+//
+// # Rejected alternatives
+//
+//   - Re-scoring every waiting flow on a ticker or at each dispatch (llm-d's flow control
+//     dispatches one item per 1 ms cycle and sweeps expiry by scanning): cost grows with
+//     every flow, and the order is stale between ticks. Time-invariant keys make the heap
+//     exact at all times.
+//   - Fixing starvation by raising the wait weight of turn-priority: any finite weight still
+//     loses to a deep enough session within a finite TTL, and a large one destroys the
+//     depth preference for everyone. A separate urgent tier bounds the wait and leaves the
+//     order of everyone else alone.
+//   - Reserving slots for newcomers: idle when none wait. BoundedWait's share is a credit
+//     that accrues only while first turns are waiting.
+//   - Weighted fair queuing with per-request finish tags, or deficit round-robin: both need
+//     a request's cost when it is dispatched, but an LLM request's output length is known
+//     only at completion. VTC and LAS charge the prompt at dispatch and the output when it
+//     is observed.
+//   - Floating-point virtual time for VTC: counters grow without bound and float rounding
+//     makes equal services compare unequal; counters are int64 fixed point (1/1024 token).
+//   - Trusting a session-depth or priority header: a client would raise its own priority.
+//     Depth is what the queue observed under the flow id the gateway assigned.
+//   - Unbounded per-flow maps (a peer's dispatch cost grew with every flow ever seen): state
+//     is bounded and idle flows are forgotten.
+package fairness
