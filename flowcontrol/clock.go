@@ -16,14 +16,17 @@ type Clock interface {
 }
 
 // Timer is the part of *time.Timer the queue uses. Stop and Reset follow Go 1.23+
-// semantics: after Stop or Reset returns, no stale value is received from C.
+// semantics: after Stop or Reset returns, no stale value is received from C. Each timer is
+// used by one goroutine at a time (the blocked Admit that owns it), so its methods need not
+// be safe for concurrent use.
 type Timer interface {
 	C() <-chan time.Time
 	Reset(d time.Duration)
 	Stop() bool
 }
 
-// SystemClock is the Clock backed by package time.
+// SystemClock is the Clock backed by package time. It is stateless and safe for concurrent
+// use.
 type SystemClock struct{}
 
 // Now returns time.Now().

@@ -115,4 +115,13 @@
 //     microsecond) a single lock is not the bottleneck of a gateway.
 //   - Returning *Ticket from a pool. A pointer cannot tell a second Done from a Done on
 //     the next request using the same record; the generation in the Ticket value can.
+//
+// # Concurrency
+//
+// A Queue is safe for concurrent use. Its Policy, FlowPicker and Gate are called under its
+// lock, never concurrently for one queue, so they need no locks of their own; its Observer's
+// hooks are called outside the lock and may run concurrently. A Ticket belongs to the
+// goroutine that was given it. The other exported types (Request,
+// Options, Limits, Stats, Record, Key, FlowState, Event, Usage, Outcome, Tokens) are plain
+// values: copy them freely, and do not modify one while another goroutine reads it.
 package flowcontrol

@@ -16,12 +16,14 @@ type Load struct {
 // Open is called with the queue's lock held: it must be fast (read an atomic, not the
 // network), must not block and must not call the Queue. When the gate's answer can turn
 // from false to true for a reason the queue does not see (saturation fell, a backend came
-// back), the caller must call Queue.Notify; the queue does not poll.
+// back), the caller must call Queue.Notify; the queue does not poll. One queue never calls Open
+// concurrently with itself; a Gate shared by several queues must be safe for concurrent use.
 type Gate interface {
 	Open(r *Request, l Load) bool
 }
 
-// GateFunc adapts a function to the Gate interface.
+// GateFunc adapts a function to the Gate interface. It is as safe for concurrent use as the
+// function it wraps.
 type GateFunc func(r *Request, l Load) bool
 
 // Open calls f.
@@ -48,7 +50,8 @@ func (c *ConcurrencyLimit) Open(r *Request, l Load) bool {
 	return true
 }
 
-// Pool is one pool of model servers as the saturation gate sees it.
+// Pool is one pool of model servers as the saturation gate sees it: configuration, read by
+// Saturation.Open without locking, so it must not be modified once the gate is in use.
 type Pool struct {
 	// Level reports how full the pool is: 0 idle, 1 at its saturation point, more beyond.
 	// It is called under the queue lock on every dispatch: read a precomputed value (an
@@ -83,6 +86,7 @@ func (s *Saturation) Open(r *Request, _ Load) bool {
 }
 
 // AllGates is open only when every gate in it is open; an empty AllGates is always open.
+// Safe for concurrent use if not modified after New and its gates are; O(gates).
 type AllGates []Gate
 
 // Open implements Gate.

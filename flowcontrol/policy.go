@@ -167,13 +167,17 @@ type Policy interface {
 //
 // Cost: the queue's part is O(1) per call, but a picker that scans flows makes every
 // dispatch O(flows in the band); say so in its doc.
+//
+// Concurrency: like the Policy methods, PickFlow is called with the queue's lock held, never
+// concurrently for one queue; it must not block or call the Queue.
 type FlowPicker interface {
 	PickFlow(band int, flows []*FlowState, now time.Time) (id FlowID, ok bool)
 }
 
 // FCFS serves requests in arrival order within each band, across all flows: the item key
 // and the flow key are both the (head) request's arrival time, so the oldest request in the
-// band goes first. It keeps no state. Requests with equal arrival times go in enqueue order.
+// band goes first. It keeps no state, so one value is safe for concurrent use by any number
+// of queues. Requests with equal arrival times go in enqueue order.
 type FCFS struct{}
 
 var _ Policy = FCFS{}
@@ -194,7 +198,8 @@ func (FCFS) Observe(*Event) {}
 // StrictPriority serves, within each band, the request with the highest Request.Priority
 // first, and FCFS among equal priorities, across all flows. A high-priority flow can starve
 // the others for as long as it has work; use bands for coarse classes and this for order
-// within one. It keeps no state.
+// within one. It keeps no state, so one value is safe for concurrent use by any number of
+// queues.
 type StrictPriority struct{}
 
 var _ Policy = StrictPriority{}
