@@ -97,4 +97,13 @@
 // Blocks offloaded to CPU memory or held in a shared store are neither free hits nor misses:
 // TieredPrefix counts each at its transfer cost relative to recomputing it (bandwidth against
 // prefill throughput), using the index's per-medium match.
+//
+// # Concurrency
+//
+// A Router is safe for concurrent use: Pick runs on any number of goroutines while one writer
+// calls Update. The filters, scorers and pickers it is built from are called from every
+// picking goroutine and must be safe for concurrent use; the built-ins are. A Result belongs to
+// the request it was picked for. Options, Profile, the peers' option structs, BackendState,
+// InFlight, DoneInfo, Stats and the unit types are plain values: copy them freely, and do not
+// modify one (or a Profile's slices) while a Router uses it.
 package routing
