@@ -107,4 +107,11 @@
 //     which is exact.
 //   - Trusting the protobuf length prefixes. expfmt's protobuf decoder allocates what the
 //     prefix claims; the Parser checks every prefix against the body first.
+//
+// # Concurrency
+//
+// A Scraper and the Usher collectors are safe for concurrent use. A Parser is not: give each
+// goroutine its own. A State is immutable once published. Options, Target, Profile, Selector,
+// Signals, Reading and IndexStats are plain values: copy them freely, and do not modify one
+// (in particular a Profile handed to a Scraper or Parser) while another goroutine reads it.
 package metrics
