@@ -73,4 +73,11 @@
 // router should see. Admission counted in whole-prompt blocks (reserving a request's full
 // prompt before admitting it) would under-use the cache compared with vLLM, which reserves
 // chunk by chunk.
+//
+// # Concurrency
+//
+// An Engine is not safe for concurrent use: it is one server's state machine, driven by one
+// goroutine (the simulated server holds a lock around every call; the simulator runs it in
+// virtual time on one goroutine). Profile, Options, Request, Event, KVEvent, Stats and the unit
+// types are plain values.
 package engine

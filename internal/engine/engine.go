@@ -65,6 +65,8 @@ const (
 	EventAborted
 )
 
+// String returns the kind's lower-case name ("EventKind(n)" for unknown values), for logs
+// and test messages.
 func (k EventKind) String() string {
 	switch k {
 	case EventStarted:
