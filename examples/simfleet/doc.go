@@ -37,4 +37,7 @@
 // PublishKVEvents turns them into vLLM's wire format through a prefixcache/kvevents Publisher
 // (ZMQ PUB, the topic and replay socket of vLLM's --kv-events-config), so a router's precise
 // prefix index can follow a simulated server exactly as it follows a real one.
+//
+// A Server and a Fleet are safe for concurrent use; Options, FleetOptions and Message are
+// plain values.
 package simfleet

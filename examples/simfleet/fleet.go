@@ -25,7 +25,8 @@ type FleetOptions struct {
 }
 
 // Fleet is a set of simulated servers in one process, each listening on its own loopback port
-// with its engine running. Close stops them all. Its fields are immutable after StartFleet.
+// with its engine running. Close stops them all. Its fields are immutable after StartFleet, so
+// its methods are safe for concurrent use.
 type Fleet struct {
 	servers []*Server
 	urls    []string

@@ -8,6 +8,8 @@ import (
 )
 
 // KVPublisher sends batches of KV events; *kvevents.Publisher (vLLM's ZMQ wire format) is one.
+// The hook made by PublishKVEvents calls Publish from one server's Run goroutine, one batch at
+// a time; a publisher shared by several servers must be safe for concurrent use.
 type KVPublisher interface {
 	Publish(b *kvevents.Batch) (uint64, error)
 }
@@ -44,6 +46,8 @@ func AppendKVBatch(b *kvevents.Batch, evs []engine.KVEvent) {
 // one batch, stamped with the wall clock, as a vLLM server with
 // --kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", ...}' does. Publish
 // errors are passed to onErr when it is non-nil (the engine does not wait for subscribers).
+// The hook reuses one batch between calls, so it is not safe for concurrent use: give each
+// server its own.
 func PublishKVEvents(p KVPublisher, onErr func(error)) func([]engine.KVEvent) {
 	var b kvevents.Batch
 	return func(evs []engine.KVEvent) {
