@@ -129,5 +129,6 @@
 // Every function and method of the package is safe for concurrent use. Match and MatchMedium
 // never block; writers to one backend are serialised by that backend's mutex (the lock order is
 // backend, then shard, never two of either at once), and writers to different backends meet
-// only on shards, each held for a batch of entry updates.
+// only on shards, each held for a batch of entry updates. Options, Stats, BackendStats,
+// StoredBlocks and the unit types are plain values with no synchronisation of their own.
 package prefixcache

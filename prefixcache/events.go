@@ -31,6 +31,7 @@ func ParseMedium(s string) Medium {
 	}
 }
 
+// String returns "GPU", "CPU" or "Remote", and "Medium(n)" for any other value.
 func (m Medium) String() string {
 	switch m {
 	case GPU:

@@ -125,4 +125,8 @@
 // reads the socket (zmq4's Recv can only be interrupted by closing the socket), and returns
 // after all of them have exited. The zmq4 library runs its own goroutines per socket and
 // connection. Publisher.Run serves replay requests on the caller's goroutine.
+//
+// A Subscriber and a Publisher are safe for concurrent use; a Decoder is not (use one per
+// goroutine). Event, Batch, Source, Options, PublisherOptions, Stats and SourceStatus are plain
+// values with no synchronisation of their own.
 package kvevents
