@@ -495,6 +495,9 @@ func (g *gateway) relayStream(w http.ResponseWriter, resp *http.Response, req *c
 		switch {
 		case bytes.Equal(data, []byte("[DONE]")):
 			sawDone = true
+		case sawFirst && !bytes.Contains(data, []byte(`"usage"`)):
+			// After the first token only the usage chunk needs parsing; count the rest.
+			chunks++
 		case len(data) > 0:
 			var chunk struct {
 				Choices []struct {
@@ -530,7 +533,9 @@ func (g *gateway) relayStream(w http.ResponseWriter, resp *http.Response, req *c
 			if _, err := w.Write(event); err != nil {
 				return usage, err
 			}
-			if flusher != nil {
+			// Flush per event, except that events which already arrived together go out in
+			// one write: nothing waits behind a flush for data that is not there yet.
+			if flusher != nil && br.Buffered() == 0 {
 				flusher.Flush()
 			}
 		}
@@ -539,6 +544,12 @@ func (g *gateway) relayStream(w http.ResponseWriter, resp *http.Response, req *c
 			break
 		}
 	}
+	if flusher != nil {
+		flusher.Flush()
+	}
+	// Read the rest of the body (the chunked terminator), bounded, so that the connection to
+	// the backend goes back to the pool instead of being closed.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if usage.CompletionTokens == 0 {
 		usage.CompletionTokens = chunks
 	}

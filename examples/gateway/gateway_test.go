@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -506,5 +507,54 @@ func TestSimKVEventsKeepIndexExact(t *testing.T) {
 	})
 	if st := g.kv.sub.Stats(); st.ApplyErrors != 0 || st.Unregistered != 0 || st.DecodeErrors != 0 {
 		t.Errorf("subscriber stats = %+v, want no errors", st)
+	}
+}
+
+// Streamed answers leave the backend connection reusable: the gateway reads each body to its
+// end, so ten streams in a row dial the backend once (plus the scraper's own connection).
+func TestStreamsReuseBackendConnections(t *testing.T) {
+	var mu sync.Mutex
+	conns := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n")
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+	})
+	backend := httptest.NewUnstartedServer(mux)
+	backend.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	backend.Start()
+	t.Cleanup(backend.Close)
+	cfg := testConfig()
+	cfg.ScrapeInterval = time.Hour // only the initial scrape
+	_, base := startTestGateway(t, cfg, []Backend{{URL: backend.URL, Engine: "vllm"}})
+	mu.Lock()
+	before := conns
+	mu.Unlock()
+	c := client(base)
+	for range 10 {
+		s := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
+			Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+		})
+		for s.Next() {
+		}
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := conns - before; got > 1 {
+		t.Errorf("10 streams dialled the backend %d times, want 1", got)
 	}
 }

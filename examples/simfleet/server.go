@@ -205,6 +205,9 @@ func (s *Server) Run(ctx context.Context) error {
 		if !ok {
 			select {
 			case <-s.wake:
+				// Idle time is not lag to catch up on: the first step after it
+				// takes its full modelled duration.
+				cursor = time.Now()
 				continue
 			case <-ctx.Done():
 				s.shutdown()
