@@ -145,11 +145,11 @@ func TestSteadyStateAllocs(t *testing.T) {
 	}
 	for _, c := range policies() {
 		t.Run(c.name, func(t *testing.T) {
-			d := newDriver(t, c.new(t), 1000)
-			for range 3000 {
+			d := newDriver(t, c.new(t), 256)
+			for range 1000 {
 				d.step()
 			}
-			if got := testing.AllocsPerRun(2000, d.step); got != 0 {
+			if got := testing.AllocsPerRun(1000, d.step); got != 0 {
 				t.Errorf("%s: %.2f allocations per dispatch, want 0", c.name, got)
 			}
 		})

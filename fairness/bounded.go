@@ -238,3 +238,13 @@ func (p *BoundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Ti
 	}
 	return top.st.ID, true
 }
+
+// keysExact marks BoundedWait as a FlowPicker whose FlowKey alone expresses its order
+// (the first-turn share aside), so it can serve as a level of a Hierarchy.
+func (p *BoundedWait) keysExact() {}
+
+// keyedExactly reports whether p, although a FlowPicker, orders flows by its FlowKey.
+func keyedExactly(p flowcontrol.Policy) bool {
+	_, ok := p.(interface{ keysExact() })
+	return ok
+}

@@ -16,7 +16,8 @@ type HierarchyOptions struct {
 	// ItemKey result is not used. It must not be a FlowPicker.
 	Tenants flowcontrol.Policy
 	// Sessions orders the flows (sessions) within one tenant, and the requests within a
-	// flow; nil means llm-d's turn-priority with its defaults. It must not be a FlowPicker.
+	// flow; nil means llm-d's turn-priority with its defaults. It must not be a FlowPicker,
+	// except BoundedWait, whose keys carry its order (without the first-turn share).
 	// It must not be the same instance as Tenants.
 	Sessions flowcontrol.Policy
 	// Tenant maps a flow id to its tenant id; nil means the part before the first "/"
@@ -29,7 +30,9 @@ type HierarchyOptions struct {
 // that a tenant with many sessions cannot crowd out a tenant with few, and turn-priority (or
 // BoundedWait) across one tenant's sessions. The queue's flows are the sessions; flow ids
 // carry the tenant (see HierarchyOptions.Tenant). Within each level the inner policy's
-// promise holds among the competitors of that level.
+// promise holds among the competitors of that level. With a BoundedWait as the Sessions
+// policy the wait bound holds across tenants as well: a tenant whose best session is urgent
+// (Key.Tier == UrgentTier) is served before the others, by that session's deadline.
 //
 // Both levels are ordered by their policies' keys in heaps that Hierarchy maintains from
 // the queue's events (it is a FlowPicker, because a tenant's key depends on the events of
@@ -79,7 +82,7 @@ func NewHierarchy(o HierarchyOptions) (*Hierarchy, error) {
 		return nil, invalid("Hierarchy needs distinct Tenants and Sessions policy instances")
 	}
 	for _, p := range []flowcontrol.Policy{o.Tenants, o.Sessions} {
-		if _, ok := p.(flowcontrol.FlowPicker); ok {
+		if _, ok := p.(flowcontrol.FlowPicker); ok && !keyedExactly(p) {
 			return nil, invalid("Hierarchy level policy %T is a FlowPicker", p)
 		}
 	}
@@ -210,6 +213,11 @@ func (p *Hierarchy) keyTenant(t *node, now time.Time) {
 		return
 	}
 	k, until := p.tenants.FlowKey(&t.st, now)
+	if top := t.kids.top(); top.key.Tier == UrgentTier {
+		// A session promoted by BoundedWait makes its tenant urgent too, so the wait bound
+		// holds across tenants; urgent tenants go by their urgent session's deadline.
+		k = top.key
+	}
 	t.key = sanitizeKey(k)
 	p.rekey.set(t, untilNs(until, now))
 	bh.fix(t)

@@ -430,3 +430,37 @@ func TestInvalidOptions(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+func TestHierarchyBoundedWaitAcrossTenants(t *testing.T) {
+	// Sessions under BoundedWait inside a Hierarchy: a request of a tenant that the tenant
+	// policy would not serve (VTC, after the tenant consumed a million tokens while another
+	// tenant keeps work queued) is still dispatched once it has waited the bound.
+	bw, _ := fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: 20 * time.Second})
+	vtc, _ := fairness.NewVTC(fairness.VTCOptions{})
+	h, err := fairness.NewHierarchy(fairness.HierarchyOptions{Tenants: vtc, Sessions: bw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSim(t, h, 1)
+	// Tenant "poor" keeps a closed-loop session with work queued; tenant "rich" is charged a
+	// million prompt tokens at its first dispatch, so VTC ranks "poor" first from then on.
+	again := func(s *sim, j *job) {
+		if j.flow == "poor/loop" {
+			s.submit(s.now(), &job{flow: "poor/loop", prompt: 10, service: time.Second})
+		}
+	}
+	s.onDone = again
+	for range 3 { // one in flight, two queued: "poor" never leaves the backlog
+		s.submit(simStart, &job{flow: "poor/loop", prompt: 10, service: time.Second})
+	}
+	s.submit(simStart, &job{flow: "rich/old", prompt: 1 << 20, service: time.Second})
+	late := &job{flow: "rich/new", prompt: 10, service: time.Second}
+	s.submit(simStart.Add(2*time.Second), late)
+	s.run(simStart.Add(time.Minute))
+	if late.dispatched.IsZero() {
+		t.Fatalf("rich/new never dispatched: its tenant's VTC counter is far ahead and the urgent tier did not cross tenants")
+	}
+	if w := late.dispatched.Sub(late.arrival); w < 20*time.Second || w > 21*time.Second {
+		t.Errorf("rich/new waited %v, want just over the 20 s bound", w)
+	}
+}

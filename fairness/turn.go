@@ -39,7 +39,7 @@ type turnState struct {
 // session's score tops out at 1 + 0.05 × TTL, 4 with the 60 s default, so under sustained
 // competition from sessions at turn 5 or more a newcomer is never dispatched and is shed at
 // its TTL (llm-d's documented workaround is a 9000 s TTL and a concurrency cap). The
-// scenario test TestTurnPriorityStarvesNewcomers reproduces this; wrap it in BoundedWait to
+// scenario test TestNewcomerStarvationTurnPriority reproduces this (and shows that it starves its own shallower sessions too); wrap it in BoundedWait to
 // bound every wait.
 //
 // The order is a time-invariant key: turn + w·(now − a) orders like −turn + w·a, so the
