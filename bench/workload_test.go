@@ -90,9 +90,9 @@ func totalTokens(w *Workload) int64 {
 
 func TestSynthetic(t *testing.T) {
 	for _, w := range []*Workload{
-		Chat(ChatOptions{Seed: 1}),
-		Agentic(AgenticOptions{Seed: 1}),
-		Bursty(BurstyOptions{Seed: 1}),
+		Chat(ChatOptions{Seed: 1, Sessions: 300}),
+		Agentic(AgenticOptions{Seed: 1, Sessions: 60}),
+		Bursty(BurstyOptions{Seed: 1, Requests: 1500}),
 	} {
 		t.Run(w.Name, func(t *testing.T) {
 			if err := w.validate(); err != nil {
