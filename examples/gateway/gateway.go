@@ -528,6 +528,12 @@ func (g *gateway) relayStream(w http.ResponseWriter, resp *http.Response, req *c
 				}
 			}
 		}
+		if sawDone {
+			// Read the rest of the body (the chunked terminator, which follows [DONE] at
+			// once), bounded, before the client hears [DONE] and hangs up: then the backend
+			// connection goes back to the pool instead of being closed.
+			_, _ = io.Copy(io.Discard, io.LimitReader(br, 64<<10))
+		}
 		if forward {
 			event = append(event, '\n')
 			if _, err := w.Write(event); err != nil {
@@ -547,9 +553,6 @@ func (g *gateway) relayStream(w http.ResponseWriter, resp *http.Response, req *c
 	if flusher != nil {
 		flusher.Flush()
 	}
-	// Read the rest of the body (the chunked terminator), bounded, so that the connection to
-	// the backend goes back to the pool instead of being closed.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if usage.CompletionTokens == 0 {
 		usage.CompletionTokens = chunks
 	}

@@ -524,6 +524,10 @@ func TestStreamsReuseBackendConnections(t *testing.T) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
 		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+		// The end of the body (the chunked terminator) arrives after [DONE], as from a
+		// server that finishes its handler a moment after the last event.
+		w.(http.Flusher).Flush()
+		time.Sleep(2 * time.Millisecond)
 	})
 	backend := httptest.NewUnstartedServer(mux)
 	backend.Config.ConnState = func(_ net.Conn, s http.ConnState) {
