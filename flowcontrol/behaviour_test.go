@@ -490,3 +490,25 @@ func TestRetryAfter(t *testing.T) {
 		rec.ticket(v).Done(flowcontrol.Usage{}) // completes and dispatches the rest, 10 at a time
 	}
 }
+
+// TestCapacityHugeBytes: a request whose Bytes would overflow the sum with what is already
+// queued is rejected by the byte limit, never admitted with the gauges wrapped negative. (The
+// band and flow sums are at most the global one, so the global check guards them too.)
+func TestCapacityHugeBytes(t *testing.T) {
+	gate := flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false })
+	q, _, _ := newQueue(t, flowcontrol.Options{Gate: gate, Capacity: flowcontrol.Limits{Bytes: math.MaxInt64}})
+	if _, err := q.Enqueue(flowcontrol.Request{Flow: "a", Bytes: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []int64{math.MaxInt64, math.MaxInt64 - 9} {
+		if _, err := q.Enqueue(flowcontrol.Request{Flow: "b", Bytes: b}); !errors.Is(err, flowcontrol.ErrGlobalFull) {
+			t.Errorf("Enqueue(Bytes: %d) = %v, want ErrGlobalFull", b, err)
+		}
+	}
+	if s := q.Stats(); s.Queued != 1 || s.QueuedBytes != 10 {
+		t.Errorf("stats %+v, want 1 queued, 10 bytes", s)
+	}
+	if _, err := q.Enqueue(flowcontrol.Request{Flow: "b", Bytes: math.MaxInt64 - 10}); err != nil {
+		t.Errorf("Enqueue(Bytes: MaxInt64-10) = %v, want it to fit exactly", err)
+	}
+}

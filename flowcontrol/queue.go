@@ -649,11 +649,11 @@ func (q *Queue) capacityLocked(r *Request, bd *band, f *flow) error {
 	switch {
 	case q.queued+1 > q.capacity.Requests:
 		return errGlobalRequests
-	case q.bytes+r.Bytes > q.capacity.Bytes:
+	case r.Bytes > q.capacity.Bytes-q.bytes: // not q.bytes+r.Bytes: that can overflow
 		return errGlobalBytes
 	case bd.limits.Requests > 0 && bd.queued+1 > bd.limits.Requests:
 		return errBandRequests
-	case bd.limits.Bytes > 0 && bd.bytes+r.Bytes > bd.limits.Bytes:
+	case bd.limits.Bytes > 0 && r.Bytes > bd.limits.Bytes-bd.bytes:
 		return errBandBytes
 	}
 	var fq int
@@ -664,7 +664,7 @@ func (q *Queue) capacityLocked(r *Request, bd *band, f *flow) error {
 	switch {
 	case q.flowCap.Requests > 0 && fq+1 > q.flowCap.Requests:
 		return errFlowRequests
-	case q.flowCap.Bytes > 0 && fb+r.Bytes > q.flowCap.Bytes:
+	case q.flowCap.Bytes > 0 && r.Bytes > q.flowCap.Bytes-fb:
 		return errFlowBytes
 	}
 	return nil
