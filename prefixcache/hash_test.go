@@ -58,6 +58,26 @@ func TestHashBlockPortableAgrees(t *testing.T) {
 	}
 }
 
+// TestHashBlocksPortableAgrees checks the multi-block pass HashTokens uses (in place when the
+// fast path is built) against the portable one that big-endian and purego builds use, so the
+// portable path is exercised on every CI machine.
+func TestHashBlocksPortableAgrees(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, c := range []struct{ blocks, blockSize int }{{0, 16}, {1, 1}, {5, 16}, {3, 64}, {2, 65}, {4, 200}} {
+		tok := make([]uint32, c.blocks*c.blockSize)
+		for i := range tok {
+			tok[i] = r.Uint32()
+		}
+		got := make([]BlockHash, c.blocks)
+		want := make([]BlockHash, c.blocks)
+		hashBlocks(got, tok, c.blockSize)
+		hashBlocksPortable(want, tok, c.blockSize)
+		if !slices.Equal(got, want) {
+			t.Errorf("%d blocks of %d: hashBlocks = %#x, hashBlocksPortable = %#x", c.blocks, c.blockSize, got, want)
+		}
+	}
+}
+
 func TestHashTokensChaining(t *testing.T) {
 	seed := Seed("m", "", "")
 	a := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
