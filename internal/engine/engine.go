@@ -202,7 +202,6 @@ type Engine struct {
 
 	events   []Event
 	kvEvents []KVEvent
-	evictAt  time.Duration
 
 	pool     []*request
 	deferred []*request // aborted during a step; recycled at its end
