@@ -27,7 +27,6 @@ type fakeServer struct {
 	accept      atomic.Pointer[string]
 	metricsHits atomic.Int64
 	healthHits  atomic.Int64
-	path        string
 }
 
 func newFakeServer(t *testing.T, body []byte) *fakeServer {
@@ -37,7 +36,7 @@ func newFakeServer(t *testing.T, body []byte) *fakeServer {
 
 func newFakeServerPath(t *testing.T, path string, body []byte) *fakeServer {
 	t.Helper()
-	f := &fakeServer{path: path}
+	f := &fakeServer{}
 	f.setBody(body, ContentTypeText)
 	mux := http.NewServeMux()
 	mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
@@ -72,8 +71,6 @@ func (f *fakeServer) setBody(body []byte, contentType string) {
 	f.body.Store(&body)
 	f.contentType.Store(&contentType)
 }
-
-func (f *fakeServer) metricsURL() string { return f.URL + f.path }
 
 // fakeClock is an injected clock the test moves by hand.
 type fakeClock struct {
