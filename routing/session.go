@@ -21,9 +21,9 @@ type SessionOptions struct {
 	// TTL is how long a placement is remembered after the session's last pick. Zero:
 	// DefaultSessionTTL.
 	TTL time.Duration
-	// MaxSessions bounds the table; it is rounded up to a power of two (at least 4). When full,
-	// a new session takes the slot of the entry closest to expiry in its bucket of four. Zero:
-	// DefaultMaxSessions. Memory is 24 bytes per slot.
+	// MaxSessions bounds the table; it is rounded up to a power of two (at least 4, at most
+	// 2^30). When full, a new session takes the slot of the entry closest to expiry in its
+	// bucket of four. Zero: DefaultMaxSessions. Memory is 24 bytes per slot.
 	MaxSessions int
 }
 
@@ -52,20 +52,30 @@ func newSessionTable(opts SessionOptions) *sessionTable {
 	if ttl <= 0 {
 		ttl = DefaultSessionTTL
 	}
-	n := opts.MaxSessions
-	if n <= 0 {
-		n = DefaultMaxSessions
-	}
-	size := 4
-	for size < n {
-		size <<= 1
-	}
+	size := sessionSlots(opts.MaxSessions)
 	return &sessionTable{
 		slots: make([]sessionSlot, size),
 		mask:  uint64(size - 1),
 		ttl:   int64(ttl),
 		seed:  maphash.MakeSeed(),
 	}
+}
+
+// maxSessionSlots caps the table at 2^30 slots (24 GiB); larger requests are clamped, so
+// the rounding below can neither overflow nor loop forever.
+const maxSessionSlots = 1 << 30
+
+// sessionSlots is the table size for MaxSessions n: n rounded up to a power of two in
+// [4, maxSessionSlots], DefaultMaxSessions when n ≤ 0.
+func sessionSlots(n int) int {
+	if n <= 0 {
+		n = DefaultMaxSessions
+	}
+	size := 4
+	for size < n && size < maxSessionSlots {
+		size <<= 1
+	}
+	return size
 }
 
 func (t *sessionTable) hash(session string) uint64 {
