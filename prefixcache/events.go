@@ -145,6 +145,7 @@ func (ix *Index) ApplyRemoved(id BackendID, engineHashes []uint64) error {
 }
 
 // ApplyRemovedFrom is ApplyRemoved for blocks in the named medium (see ParseMedium).
+// Cost O(len(engineHashes)).
 func (ix *Index) ApplyRemovedFrom(id BackendID, medium string, engineHashes []uint64) error {
 	m := ParseMedium(medium)
 	b, err := ix.lockBackend(id)
@@ -165,5 +166,5 @@ func (ix *Index) ApplyRemovedFrom(id BackendID, medium string, engineHashes []ui
 }
 
 // ApplyCleared applies an AllBlocksCleared event: backend id holds nothing any more, in any
-// medium, and its engine→usher map is emptied. It is ClearBackend.
+// medium, and its engine→usher map is emptied. It is ClearBackend: O(the backend's blocks).
 func (ix *Index) ApplyCleared(id BackendID) error { return ix.ClearBackend(id) }

@@ -681,7 +681,7 @@ func (ix *Index) Match(dst []int32, chain []BlockHash) []int32 {
 }
 
 // MatchMedium is Match over the blocks stored in medium m (see ApplyStored); Match is
-// MatchMedium(dst, chain, GPU).
+// MatchMedium(dst, chain, GPU). Its cost and allocation behaviour are Match's.
 func (ix *Index) MatchMedium(dst []int32, chain []BlockHash, m Medium) []int32 {
 	bound := int(ix.bound.Load())
 	if cap(dst) < bound {

@@ -246,7 +246,7 @@ func NewSessionAware(opts SessionAwareOptions) *SessionAware {
 }
 
 // Moved is the number of later turns that left their home because it was overloaded or its
-// history was evicted.
+// history was evicted. O(1).
 func (s *SessionAware) Moved() uint64 { return s.moved.Load() }
 
 // load is a candidate's load as SessionAware sees it.

@@ -69,7 +69,7 @@ func NewTieredPrefix(ix MediumIndex, opts TieredOptions) *TieredPrefix {
 }
 
 // Credit returns the worth of one block held in medium m relative to one on GPU, for blocks of
-// blockSize tokens: 1 for GPU, k_m (above) otherwise.
+// blockSize tokens: 1 for GPU, k_m (above) otherwise. O(1).
 func (t *TieredPrefix) Credit(m prefixcache.Medium, blockSize int) float64 {
 	var bw float64
 	switch m {

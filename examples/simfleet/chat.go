@@ -56,7 +56,7 @@ func TextMessage(role, text string) Message {
 //
 // An assistant answer produced for one turn, sent back as the assistant message of the next,
 // renders to exactly the tokens the server generated, so the next turn can reuse the cached
-// blocks of the answer too.
+// blocks of the answer too. O(total length of the messages).
 func RenderChat(messages []Message, addGenerationPrompt bool) (string, error) {
 	var b strings.Builder
 	for _, m := range messages {

@@ -30,7 +30,7 @@ func Tokenize(text string) []uint32 {
 }
 
 // AppendTokens appends the tokens of text to dst and returns it; it allocates only if dst must
-// grow. See Tokenize.
+// grow. O(len(text)). See Tokenize.
 func AppendTokens(dst []uint32, text string) []uint32 {
 	for i := 0; i < len(text); {
 		n := nextPiece(text[i:])
@@ -40,7 +40,7 @@ func AppendTokens(dst []uint32, text string) []uint32 {
 	return dst
 }
 
-// TokenCount returns len(Tokenize(text)) without allocating.
+// TokenCount returns len(Tokenize(text)) without allocating. O(len(text)).
 func TokenCount(text string) int {
 	n := 0
 	for i := 0; i < len(text); n++ {

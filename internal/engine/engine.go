@@ -661,6 +661,7 @@ func (e *Engine) Events(dst []Event) []Event {
 
 // KVEvents appends the KV events recorded since the last call (only with Options.KVEvents) to
 // dst and forgets them. The slices inside the events are owned by the caller afterwards.
+// O(events).
 func (e *Engine) KVEvents(dst []KVEvent) []KVEvent {
 	dst = append(dst, e.kvEvents...)
 	clear(e.kvEvents)

@@ -373,7 +373,7 @@ func (d *Decoder) hash(what string) (uint64, error) {
 
 // FoldHash folds a byte-string block hash to 64 bits: its last 8 bytes read
 // big-endian (all of it when shorter). vLLM's sha256 block hashes are 32
-// bytes; the fold keeps their low-order 64 bits.
+// bytes; the fold keeps their low-order 64 bits. O(1); it does not allocate.
 func FoldHash(b []byte) uint64 {
 	if len(b) > 8 {
 		b = b[len(b)-8:]
