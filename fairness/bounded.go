@@ -71,7 +71,12 @@ type BoundedWaitOptions struct {
 // Deep sessions give up exactly the dispatches taken by promoted requests and reserved
 // first turns: with newcomers arriving at rate λ that would otherwise starve, they lose λ
 // dispatches per second (plus the reserved share while first turns wait), and nothing when
-// nobody waits P. The scenario tests report deep-session throughput for both policies.
+// nobody waits P. In the scenario tests (8 slots, 8 deep sessions, a newcomer every 15 s)
+// deep sessions dispatch 2.34 requests/s under BoundedWait against 2.45 under plain
+// turn-priority (−4.5%), while no newcomer is shed instead of 37 of 40; the difference
+// includes the shallower deep sessions that turn-priority starves itself and BoundedWait
+// promotes. With FirstTurnShare 0.1 newcomers wait at most 5.6 s instead of 25.8 s for the
+// same deep-session rate.
 //
 // # Mechanics
 //

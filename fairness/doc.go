@@ -16,11 +16,12 @@
 // answer the other way: everyone gets an equal share of tokens, and depth earns nothing.
 //
 // usher's answer is BoundedWait: keep whatever order you like — turn-priority by default,
-// so deep sessions keep their cache advantage — but promote any request that has waited W
-// to an urgent tier served earliest-deadline first, and optionally reserve a share of
-// dispatches for first turns. Deep sessions pay only for the dispatches that go to promoted
-// or reserved requests; nobody waits past W as long as capacity keeps completing work (see
-// BoundedWait for the exact bound). The scenario tests measure every policy on the same
+// so deep sessions keep their cache advantage — but promote any request that has waited
+// W − Headroom to an urgent tier served earliest-deadline first, and optionally reserve a
+// share of dispatches for first turns. Deep sessions pay only for the dispatches that go to
+// promoted or reserved requests; nobody waits past W as long as capacity keeps completing
+// work fast enough to admit the overdue within the headroom (see BoundedWait for the exact
+// bound). The scenario tests measure every policy on the same
 // workloads; the table is in the package's closing note and is printed by
 // TestStarvationTable (go test -run StarvationTable -v).
 //
@@ -75,7 +76,8 @@
 //   - BoundedWait: any of the keyed policies above plus a wait bound and an optional
 //     first-turn share.
 //   - Hierarchy: a tenant policy (VTC by default) over a session policy (turn-priority by
-//     default); flow ids "tenant/session".
+//     default); flow ids "tenant/session". With BoundedWait as the session policy the
+//     wait bound holds across tenants (TestHierarchyBoundedWaitAcrossTenants).
 //
 // Every policy instance serves one queue. The queue serialises the calls, so policies do no
 // locking; their inspection methods (LAS.Service, VTC.Counter) must be called from the

@@ -62,7 +62,7 @@ var (
 )
 
 // TenantBeforeSlash is the default HierarchyOptions.Tenant: the part of id before its first
-// "/", or id itself.
+// "/", or id itself. O(len(id)); it does not allocate.
 func TenantBeforeSlash(id flowcontrol.FlowID) flowcontrol.FlowID {
 	t, _, _ := strings.Cut(string(id), "/")
 	return flowcontrol.FlowID(t)

@@ -188,11 +188,12 @@ type lasRefState struct {
 // Its promise is llm-d's: light flows overtake heavy ones, tempered by wait. Because the
 // normalisation spans every waiting flow, the order cannot be a per-flow key: it is a
 // FlowPicker that scans every waiting flow of the band on each pick, computing a decayed
-// service (one exp2) and a map look-up per flow. Cost: O(flows in the band) per pick, about
-// 0.1–0.25 µs per waiting flow, allocation-free; the queue asks for a pick on every enqueue
-// and completion, not only on dispatches, so in BenchmarkPolicy's steady state a dispatch
-// costs three scans: ≈ 0.3 ms at 1,000 waiting flows and ≈ 70 ms at 100,000. Use LAS for
-// the O(log flows) form.
+// service (one exp2) and a map look-up per flow. Cost: O(flows in the band) per pick,
+// roughly 0.2 µs per waiting flow at 1,000 flows and 0.5 µs at 100,000 (cache misses),
+// allocation-free. The queue asks for a pick on every enqueue and completion, not only on
+// dispatches, so in BenchmarkPolicy's steady state a dispatch costs three scans: measured
+// 0.64 ms per dispatch at 1,000 waiting flows and 0.14 s at 100,000 (median of 6 on a
+// shared 2-core machine), against 2–5 µs for LAS. Use LAS for the O(log flows) form.
 //
 // A LASReference serves one queue; it is not safe for concurrent use except through the
 // queue.
