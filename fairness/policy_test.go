@@ -464,3 +464,49 @@ func TestHierarchyBoundedWaitAcrossTenants(t *testing.T) {
 		t.Errorf("rich/new waited %v, want just over the 20 s bound", w)
 	}
 }
+
+func TestNewcomerFirstTurnShare(t *testing.T) {
+	// No promotion within the test (Wait 10 min); deep sessions always have work queued
+	// and, under turn-priority, would win every dispatch. With FirstTurnShare 0.25 one
+	// dispatch in four goes to a first turn while first turns wait.
+	bw, err := fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: 10 * time.Minute, FirstTurnShare: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSim(t, bw, 1)
+	again := func(s *sim, j *job) {
+		if j.class == "deep" {
+			s.submit(s.now(), &job{flow: j.flow, class: "deep", service: time.Second, deadline: simStart.Add(time.Hour)})
+		}
+	}
+	s.onDone = again
+	for i := range 4 {
+		for range 2 {
+			s.submit(simStart, &job{flow: flowcontrol.FlowID(rune('a' + i)), class: "deep", service: time.Second, deadline: simStart.Add(time.Hour)})
+		}
+	}
+	// Deep sessions get a few turns first, then 30 first turns arrive at once.
+	for i := range 30 {
+		s.submit(simStart.Add(10500*time.Millisecond), &job{flow: flowcontrol.FlowID("new-" + string(rune('A'+i))), class: "new", service: time.Second, deadline: simStart.Add(time.Hour)})
+	}
+	var order []string
+	s.onDispatch = func(s *sim, j *job) {
+		if s.now().After(simStart.Add(10500 * time.Millisecond)) {
+			order = append(order, j.class)
+		}
+	}
+	s.run(simStart.Add(51 * time.Second)) // 40 dispatches after the newcomers arrived
+	news := 0
+	for i, c := range order {
+		if c == "new" {
+			news++
+		}
+		if want := (i+1)/4 - 1; news < want {
+			t.Fatalf("after %d dispatches only %d first turns, want at least %d (share 0.25): %v", i+1, news, want, order)
+		}
+	}
+	if news < len(order)/4-1 || news > len(order)/4+1 {
+		t.Errorf("%d first turns in %d dispatches, want the reserved share 1/4 (deep sessions outrank them otherwise)", news, len(order))
+	}
+	t.Logf("%d of %d dispatches went to first turns", news, len(order))
+}
