@@ -333,9 +333,95 @@ func (d *Decoder) skip(what string) error {
 		d.consume(1)
 		return nil
 	}
-	if err := d.dec.Skip(); err != nil {
-		return d.wrap(what, err)
+	return d.skipValue(what)
+}
+
+// skipValue skips one msgpack value by reading its headers straight from
+// the payload, without the library: every announced length and element
+// count is checked against the bytes that remain, so a garbage header that
+// claims gigabytes fails at once instead of making the library allocate
+// (it reads such a value in chunks of up to 1 MB before it meets the end).
+// Nested values are counted, not recursed into. O(size of the value).
+func (d *Decoder) skipValue(what string) error {
+	p := d.unread()
+	i, pending := 0, 1
+	for pending > 0 {
+		pending--
+		if i >= len(p) {
+			return d.fail("%s: payload truncated", what)
+		}
+		c := p[i]
+		i++
+		var lenBytes, fixed, items int // a length field, fixed data bytes, nested values
+		switch {
+		case c <= msgpcode.PosFixedNumHigh || c >= msgpcode.NegFixedNumLow,
+			c == msgpcode.Nil, c == msgpcode.False, c == msgpcode.True:
+		case msgpcode.IsFixedMap(c):
+			items = 2 * int(c&0x0f)
+		case msgpcode.IsFixedArray(c):
+			items = int(c & 0x0f)
+		case msgpcode.IsFixedString(c):
+			fixed = int(c & 0x1f)
+		case c == msgpcode.Bin8 || c == msgpcode.Str8:
+			lenBytes = 1
+		case c == msgpcode.Bin16 || c == msgpcode.Str16:
+			lenBytes = 2
+		case c == msgpcode.Bin32 || c == msgpcode.Str32:
+			lenBytes = 4
+		case c == msgpcode.Ext8:
+			lenBytes, fixed = 1, 1 // the type byte follows the length
+		case c == msgpcode.Ext16:
+			lenBytes, fixed = 2, 1
+		case c == msgpcode.Ext32:
+			lenBytes, fixed = 4, 1
+		case c == msgpcode.Uint8 || c == msgpcode.Int8:
+			fixed = 1
+		case c == msgpcode.Uint16 || c == msgpcode.Int16:
+			fixed = 2
+		case c == msgpcode.Uint32 || c == msgpcode.Int32 || c == msgpcode.Float:
+			fixed = 4
+		case c == msgpcode.Uint64 || c == msgpcode.Int64 || c == msgpcode.Double:
+			fixed = 8
+		case c >= msgpcode.FixExt1 && c <= msgpcode.FixExt16:
+			fixed = 1 + 1<<(c-msgpcode.FixExt1) // type byte and 1, 2, 4, 8 or 16 data bytes
+		case c == msgpcode.Array16 || c == msgpcode.Map16:
+			lenBytes = 2
+		case c == msgpcode.Array32 || c == msgpcode.Map32:
+			lenBytes = 4
+		default:
+			return d.fail("%s: invalid msgpack code %#x", what, c)
+		}
+		if lenBytes > 0 {
+			if lenBytes > len(p)-i {
+				return d.fail("%s: payload truncated", what)
+			}
+			var n uint64
+			for _, x := range p[i : i+lenBytes] {
+				n = n<<8 | uint64(x)
+			}
+			i += lenBytes
+			if n > uint64(len(p)) { // more than can possibly remain
+				return d.fail("%s: %d bytes or elements announced, %d remain", what, n, len(p)-i)
+			}
+			switch c {
+			case msgpcode.Array16, msgpcode.Array32:
+				items = int(n)
+			case msgpcode.Map16, msgpcode.Map32:
+				items = 2 * int(n)
+			default:
+				fixed += int(n)
+			}
+		}
+		if fixed > len(p)-i {
+			return d.fail("%s: payload truncated", what)
+		}
+		i += fixed
+		pending += items
+		if pending > len(p)-i { // every pending value takes at least one byte
+			return d.fail("%s: %d values announced, %d bytes remain", what, pending, len(p)-i)
+		}
 	}
+	d.consume(i)
 	return nil
 }
 
