@@ -32,11 +32,13 @@
 // accepted batch survives re-encoding in every encoding).
 //
 // The Decoder reads the payload in place: array and map headers, strings, integers and nils
-// come straight from the payload bytes, and the low-level Decoder of
-// github.com/vmihailenco/msgpack/v5 handles the rest — floats, skipping values it does not
-// need, and saying exactly what is wrong whenever a fast path does not recognise what it
-// sees. Going through the library's reader for every value made decoding three to seven
-// times slower on the benchmark batches. Decoding into a reused Batch allocates nothing in
+// come straight from the payload bytes, and so do the headers of values it skips (every
+// announced length is checked against the bytes that remain, so a garbage header claiming
+// gigabytes costs nothing; the library's Skip allocated up to megabytes for it). The
+// low-level Decoder of github.com/vmihailenco/msgpack/v5 handles the rest — floats, and
+// saying exactly what is wrong whenever a fast path does not recognise what it sees. Going
+// through the library's reader for every value made decoding three to seven times slower on
+// the benchmark batches. Decoding into a reused Batch allocates nothing in
 // steady state (media and the last LoRA name are interned).
 //
 // # Two key spaces
