@@ -51,15 +51,19 @@ const (
 
 // Names the goal check looks for.
 const (
-	usherRouterName       = "usher"
 	turnPriorityName      = "llm-d-turn"
 	boundedWaitPolicyName = "bounded-wait"
 )
 
+// isUsher reports whether a router is one of usher's (usher, usher-default, the variants);
+// every other router is a peer.
+func isUsher(router string) bool { return strings.HasPrefix(router, "usher") }
+
 // WriteGoal writes, as markdown, the comparison the goal asks for: at the knee (the
-// highest swept rate at which some peer configuration still completes at least 99% of the
-// requests sent; the highest rate when none does), usher's best configuration (the usher
-// router under any policy, best by throughput, then p99 TTFT) against the best peer (any other
+// highest swept rate, among those with a run of usher's routers, at which some peer
+// configuration still completes at least 99% of the requests sent; the highest rate when none
+// does), usher's best configuration (any of usher's
+// routers under any policy, best by throughput, then p99 TTFT) against the best peer (any other
 // router, same ordering); and, at every rate, bounded wait against llm-d turn-priority on the
 // same router. Every comparison says plainly whether usher wins or loses.
 func WriteGoal(w io.Writer, results []*Result) error {
@@ -70,13 +74,15 @@ func WriteGoal(w io.Writer, results []*Result) error {
 	}
 	knee := rs[len(rs)-1]
 	for i := len(rs) - 1; i >= 0; i-- {
-		ok := false
+		ok, hasUsher := false, false
 		for _, r := range byRate(results, rs[i]) {
-			if r.Router != usherRouterName && r.Sent > 0 && float64(r.Completed) >= kneeServed*float64(r.Sent) {
+			if isUsher(r.Router) {
+				hasUsher = true
+			} else if r.Sent > 0 && float64(r.Completed) >= kneeServed*float64(r.Sent) {
 				ok = true
 			}
 		}
-		if ok {
+		if ok && hasUsher {
 			knee = rs[i]
 			break
 		}
@@ -84,7 +90,7 @@ func WriteGoal(w io.Writer, results []*Result) error {
 	rows := byRate(results, knee)
 	var usher, peer *Result
 	for _, r := range rows {
-		if r.Router == usherRouterName {
+		if isUsher(r.Router) {
 			if better(r, usher) {
 				usher = r
 			}

@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWriteGoal(t *testing.T) {
+	mk := func(rate float64, policy, router string, sent, done, shedFirst int, p99 time.Duration, hit float64) *Result {
+		return &Result{
+			Rate: rate, Policy: policy, Router: router, Sent: sent, Completed: done,
+			ReqPerSec: float64(done), TTFT: Percentiles{P99: p99},
+			HitRate: hit, IdealHitRate: 0.4, LoadImbalance: 1.1,
+			First: TurnStats{Expired: shedFirst},
+		}
+	}
+	results := []*Result{
+		mk(4, "fcfs", "sglang", 100, 100, 0, 10*time.Second, 0.2),
+		mk(4, "fcfs", "usher-default", 100, 100, 0, 12*time.Second, 0.39),
+		mk(4, "fcfs", "usher", 100, 100, 0, 8*time.Second, 0.38),
+		mk(8, "llm-d-turn", "sglang", 100, 90, 10, 30*time.Second, 0.2),
+		mk(8, "bounded-wait", "sglang", 100, 100, 0, 20*time.Second, 0.2), // no usher run at ×8
+	}
+	var b strings.Builder
+	if err := WriteGoal(&b, results); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"knee (load ×4)",                  // ×8 sheds: the knee is ×4
+		"| usher's best | fcfs | usher |", // the better of usher's two
+		"| best peer | fcfs | sglang |",
+		"lower p99 TTFT (8.00s vs 10.0s): **met**",
+		"hit rate ≥ 90% of ideal (38.0% of 40.0%: 0.95): **met**",
+		"| ×8 | sglang | 10 | 0 | 20.0% | 20.0% | 1.00 | met |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("goal check lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	if err := WriteTables(&b, results); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(b.String(), "| fcfs | usher |"); got != 2 {
+		t.Errorf("tables have %d rows for fcfs × usher, want 2 (performance and admission)", got)
+	}
+}
