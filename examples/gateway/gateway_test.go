@@ -562,3 +562,89 @@ func TestStreamsReuseBackendConnections(t *testing.T) {
 		t.Errorf("10 streams dialled the backend %d times, want 1", got)
 	}
 }
+
+// BenchmarkGateway is one streamed chat request through the gateway — parse, tokenize and hash a
+// 2,600-token conversation, admit, pick, proxy 40 events — against a backend that answers at once,
+// so what it measures is the gateway's own work per request (client and backend included).
+func BenchmarkGateway(b *testing.B) {
+	var events strings.Builder
+	events.WriteString("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+	for range 40 {
+		events.WriteString("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" word\"},\"finish_reason\":null}]}\n\n")
+	}
+	events.WriteString("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":2600,\"completion_tokens\":40,\"prompt_tokens_details\":{\"cached_tokens\":2400}}}\n\ndata: [DONE]\n\n")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n")
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, events.String())
+	})
+	backend := httptest.NewServer(mux)
+	b.Cleanup(backend.Close)
+
+	cfg := defaultConfig()
+	cfg.Tokenizer = "local"
+	g, err := newGateway(cfg, []Backend{{URL: backend.URL, Engine: "vllm"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g.Start(context.Background())
+	srv := httptest.NewServer(g)
+	b.Cleanup(func() { srv.Close(); g.Close() })
+
+	var msgs []map[string]string
+	msgs = append(msgs, map[string]string{"role": "system", "content": strings.Repeat("You are a coding agent; follow the repository conventions. ", 200)})
+	for i := range 6 {
+		msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("turn %d: %s", i, strings.Repeat("please change this function ", 20))},
+			map[string]string{"role": "assistant", "content": strings.Repeat("done ", 40)})
+	}
+	msgs = append(msgs, map[string]string{"role": "user", "content": "and now the tests"})
+	body, _ := json.Marshal(map[string]any{"model": "m", "stream": true, "messages": msgs})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(string(body)))
+		req.Header.Set("X-Session-Id", "bench")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+func TestPrepareBody(t *testing.T) {
+	tests := []struct{ body, want string }{
+		{`{"model":"m","stream":true,"messages":[]}`, `{"model":"m","stream":true,"messages":[],"stream_options":{"include_usage":true}}`},
+		{` { "stream" : true }`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":true,"stream_options":null}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":true,"stream_options":{"include_obfuscation":false}}`, `{"stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true}}`},
+		{`{"stream":true,"stream_options":{"include_usage":true}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":false}`, `{"stream":false}`},
+	}
+	for _, tt := range tests {
+		req := &chatRequest{}
+		if err := json.Unmarshal([]byte(tt.body), req); err != nil {
+			t.Fatal(err)
+		}
+		req.wantsUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+		got, err := prepareBody([]byte(tt.body), req)
+		if err != nil {
+			t.Fatalf("prepareBody(%s): %v", tt.body, err)
+		}
+		// Compare as values: key order is not the point.
+		var g, w any
+		if json.Unmarshal(got, &g) != nil || json.Unmarshal([]byte(tt.want), &w) != nil {
+			t.Fatalf("prepareBody(%s) = %s: not JSON", tt.body, got)
+		}
+		if gs, ws := fmt.Sprint(g), fmt.Sprint(w); gs != ws {
+			t.Errorf("prepareBody(%s) = %s, want %s", tt.body, got, tt.want)
+		}
+	}
+}

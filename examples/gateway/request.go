@@ -54,8 +54,12 @@ func parseRequest(body []byte, chat bool) (*chatRequest, error) {
 			if m.Role == "" {
 				return nil, fmt.Errorf("%w: messages[%d].role is required", errBadRequest, i)
 			}
-			if _, err := m.Text(); err != nil {
-				return nil, fmt.Errorf("%w: messages[%d]: %v", errBadRequest, i, err)
+			// A string content is valid JSON already (the decoder checked it); only parts
+			// need a look. The tokenizer decodes each content once, later.
+			if c := bytes.TrimSpace(m.Content); len(c) > 0 && c[0] != '"' {
+				if _, err := m.Text(); err != nil {
+					return nil, fmt.Errorf("%w: messages[%d]: %v", errBadRequest, i, err)
+				}
 			}
 		}
 	} else {
@@ -102,6 +106,21 @@ func (r *chatRequest) maxOutput() int {
 func prepareBody(body []byte, req *chatRequest) ([]byte, error) {
 	if !req.Stream || req.wantsUsage {
 		return body, nil
+	}
+	if !bytes.Contains(body, []byte(`"stream_options"`)) {
+		// The common case: splice the option in after the opening brace instead of
+		// re-encoding the whole body (the prompt is most of it).
+		i := bytes.IndexByte(body, '{')
+		if i < 0 {
+			return nil, fmt.Errorf("%w: body is not a JSON object", errBadRequest)
+		}
+		out := make([]byte, 0, len(body)+40)
+		out = append(out, body[:i+1]...)
+		out = append(out, `"stream_options":{"include_usage":true}`...)
+		if rest := bytes.TrimSpace(body[i+1:]); len(rest) > 0 && rest[0] != '}' {
+			out = append(out, ',')
+		}
+		return append(out, body[i+1:]...), nil
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
