@@ -43,7 +43,9 @@
 // prefix is the position where its bit dropped out. Ids are grouped in words of 64: with up to
 // 64 backends a block is one table entry and Match does one probe per block; beyond that
 // (up to 4,096 backends) a block has one entry per word that has holders, and Match probes
-// only the words in which some backend is still matching.
+// only the words in which some backend is still matching. A block's entries for all its words
+// sit in one shard (the word index changes only the key's high bits), so a wide Match mixes a
+// block's key once and checks one shard's sequence counter once for all of its words.
 //
 // The entries live in a power-of-two number of shards chosen by the low bits of the (mixed)
 // entry key. Each shard is an open-addressing table with linear probing and backward-shift

@@ -569,28 +569,40 @@ func (ix *Index) enforceBudget() {
 
 // Key derivation. A (block, medium) pair has a block key; its holders for ids 64w..64w+63 live
 // in the table entry keyed by entryKey(blockKey, w).
-const (
-	tierK = 0x9e3779b97f4a7c15
-	wordK = 0xc2b2ae3d27d4eb4f
-)
+const tierK = 0x9e3779b97f4a7c15
 
 func blockKey(h BlockHash, tier Medium) uint64 { return uint64(h) ^ uint64(tier)*tierK }
 
-// entryKey mixes a block key and word index into a table key with the bijective murmur3
-// finaliser, so keys are uniform even for hand-made chains like 1, 2, 3. The one input that
-// mixes to 0 (the empty marker) is folded onto 1.
-func entryKey(bk uint64, word int) uint64 {
-	k := bk ^ uint64(word)*wordK
+// wordK spreads a word index over a key's high bits, which choose the home slot, and leaves
+// its low bits, which choose the shard, alone: every word of a block lives in the shard of
+// word 0, so a wide Match reads all of a block's words under one sequence-counter check.
+const wordK = 0xc2b2ae3d27d4eb4f &^ 0xff
+
+// baseKey mixes a block key with the bijective murmur3 finaliser, so keys are uniform even for
+// hand-made chains like 1, 2, 3. It is the entry key of word 0 but for the input that mixes
+// to 0.
+func baseKey(bk uint64) uint64 {
+	k := bk
 	k ^= k >> 33
 	k *= 0xff51afd7ed558ccd
 	k ^= k >> 33
 	k *= 0xc4ceb9fe1a85ec53
 	k ^= k >> 33
+	return k
+}
+
+// wordKey is the table key of word w of the block whose baseKey is base. The one word key
+// per word that would be 0 (the empty marker) is folded onto 1<<63, which is in the same shard.
+func wordKey(base uint64, word int) uint64 {
+	k := base ^ uint64(word)*wordK
 	if k == 0 {
-		k = 1
+		k = 1 << 63
 	}
 	return k
 }
+
+// entryKey is the table key of word w of block key bk.
+func entryKey(bk uint64, word int) uint64 { return wordKey(baseKey(bk), word) }
 
 // readHold returns the hold word of table key k, never blocking: it retries while a writer
 // is active in k's shard.
@@ -729,10 +741,11 @@ func (ix *Index) match1(dst []int32, chain []BlockHash, m Medium, bound int) int
 	return len(chain)
 }
 
-// matchWide is Match for any number of ids: it probes only the words whose backends are still
-// matching.
+// matchWide is Match for any number of ids. All words of a block share a shard (see wordK),
+// so each block costs one key mix and one sequence-counter check, and then one probe per word
+// whose backends are still matching.
 func (ix *Index) matchWide(dst []int32, chain []BlockHash, m Medium, bound int) int {
-	var run [maxWords]uint64
+	var run, got [maxWords]uint64
 	words := (bound + 63) / 64
 	for w := range words {
 		run[w] = ^uint64(0)
@@ -740,31 +753,61 @@ func (ix *Index) matchWide(dst []int32, chain []BlockHash, m Medium, bound int) 
 	if r := bound % 64; r != 0 {
 		run[words-1] = ^uint64(0) >> (64 - r)
 	}
+	alive := ^uint64(0) >> (64 - words) // words whose backends are still matching
 	for i, h := range chain {
-		bk := blockKey(h, m)
-		alive := false
-		for w := range words {
+		ix.readWords(baseKey(blockKey(h, m)), alive, &got)
+		next := uint64(0)
+		for a := alive; a != 0; a &= a - 1 {
+			w := bits.TrailingZeros64(a)
 			r := run[w]
-			if r == 0 {
-				continue
-			}
-			hold := ix.readHold(entryKey(bk, w)) & r
+			hold := got[w] & r
 			if lost := r &^ hold; lost != 0 && i > 0 {
 				for ; lost != 0; lost &= lost - 1 {
 					dst[w*64+bits.TrailingZeros64(lost)] = int32(i)
 				}
 			}
 			run[w] = hold
-			alive = alive || hold != 0
+			if hold != 0 {
+				next |= 1 << w
+			}
 		}
-		if !alive {
+		if alive = next; alive == 0 {
 			return i
 		}
 	}
-	for w := range words {
+	for a := alive; a != 0; a &= a - 1 {
+		w := bits.TrailingZeros64(a)
 		for r := run[w]; r != 0; r &= r - 1 {
 			dst[w*64+bits.TrailingZeros64(r)] = int32(len(chain))
 		}
 	}
 	return len(chain)
+}
+
+// readWords sets got[w], for every word w in the bitset want, to the hold word of entry
+// wordKey(base, w) (0 if absent), never blocking: it retries while a writer is active in the
+// block's shard.
+func (ix *Index) readWords(base, want uint64, got *[maxWords]uint64) {
+	sh := &ix.shards[base&ix.mask]
+	for spins := 0; ; spins++ {
+		s := sh.seq.Load()
+		if s&1 == 0 {
+			if t := sh.tab.Load(); t != nil {
+				for a := want; a != 0; a &= a - 1 {
+					w := bits.TrailingZeros64(a)
+					got[w] = t.readHold(wordKey(base, w))
+				}
+			} else {
+				for a := want; a != 0; a &= a - 1 {
+					got[bits.TrailingZeros64(a)] = 0
+				}
+			}
+			if sh.seq.Load() == s {
+				return
+			}
+		}
+		if spins >= 8 {
+			runtime.Gosched()
+		}
+	}
 }
