@@ -20,7 +20,11 @@
 // requests; Saturation compares pool levels, such as prefill and decode utilisation,
 // against per-band thresholds). Capacity limits (Options.Capacity, BandCapacity,
 // FlowCapacity, in requests and bytes) bound what may wait; a request that does not fit is
-// rejected at once, with an error that names the limit.
+// rejected at once, with an error that names the limit. A gate that can answer for a
+// whole band without seeing the request (a BandGate: ConcurrencyLimit, Saturation, and
+// AllGates of such gates) is asked first, before the policy chooses a request, so at
+// saturation a closed band costs no policy work; the chosen request is still passed to
+// Open before it is dispatched.
 //
 // # Time-invariant keys
 //
@@ -92,7 +96,8 @@
 //
 // With n requests waiting in total, r in the flow and f non-empty flows in the band:
 // enqueue O(log r + log f + log n); dispatch O(log r + log f + log n) plus the gate and
-// policy calls; completion O(log f); cancellation and expiry O(log r + log f + log n);
+// policy calls (a FlowPicker that scans adds O(f), but only when the gate is not closed to
+// the band as a BandGate); completion O(log f); cancellation and expiry O(log r + log f + log n);
 // re-keying O(log f) per flow whose key expired. One mutex guards the queue; the policy and
 // the gate run under it and must not block.
 //

@@ -22,6 +22,25 @@ type Gate interface {
 	Open(r *Request, l Load) bool
 }
 
+// BandGate is implemented by a Gate that can tell, from the band and the load alone, that
+// it is closed to every request of a band. The queue asks OpenBand before choosing the
+// band's next request, so a closed gate (the normal state at saturation) costs no policy
+// work: in particular a FlowPicker's PickFlow, which may scan every flow of the band, is
+// not called for a band whose OpenBand is false.
+//
+// OpenBand(b, l) == false must imply Open(r, l) == false for every request r of band b;
+// true promises nothing, and the queue still calls Open for the request it would dispatch
+// (so answering true is always correct, and a gate that depends on the request as well
+// can implement BandGate for its band-only part). The same rules as for Open apply: called
+// under the queue's lock, fast, non-blocking, never calling the Queue.
+//
+// ConcurrencyLimit, Saturation and AllGates implement it; GateFunc does not (it sees the
+// request).
+type BandGate interface {
+	Gate
+	OpenBand(band int, l Load) bool
+}
+
 // GateFunc adapts a function to the Gate interface. It is as safe for concurrent use as the
 // function it wraps.
 type GateFunc func(r *Request, l Load) bool
@@ -39,12 +58,15 @@ type ConcurrencyLimit struct {
 	BandLimits []int
 }
 
-// Open implements Gate.
-func (c *ConcurrencyLimit) Open(r *Request, l Load) bool {
+// Open implements Gate. It depends on r's band only.
+func (c *ConcurrencyLimit) Open(r *Request, l Load) bool { return c.OpenBand(r.Band, l) }
+
+// OpenBand implements BandGate: the exact answer of Open for any request of band.
+func (c *ConcurrencyLimit) OpenBand(band int, l Load) bool {
 	if c.Limit > 0 && l.InFlight >= c.Limit {
 		return false
 	}
-	if r.Band < len(c.BandLimits) && c.BandLimits[r.Band] > 0 && l.InFlight >= c.BandLimits[r.Band] {
+	if band < len(c.BandLimits) && c.BandLimits[band] > 0 && l.InFlight >= c.BandLimits[band] {
 		return false
 	}
 	return true
@@ -70,13 +92,17 @@ type Saturation struct {
 	Pools []Pool
 }
 
-// Open implements Gate.
-func (s *Saturation) Open(r *Request, _ Load) bool {
+// Open implements Gate. It depends on r's band only.
+func (s *Saturation) Open(r *Request, l Load) bool { return s.OpenBand(r.Band, l) }
+
+// OpenBand implements BandGate: the answer of Open for any request of band at the pools'
+// current levels.
+func (s *Saturation) OpenBand(band int, _ Load) bool {
 	for i := range s.Pools {
 		p := &s.Pools[i]
 		t := 1.0
-		if r.Band < len(p.Thresholds) && p.Thresholds[r.Band] > 0 {
-			t = p.Thresholds[r.Band]
+		if band < len(p.Thresholds) && p.Thresholds[band] > 0 {
+			t = p.Thresholds[band]
 		}
 		if p.Level() >= t {
 			return false
@@ -99,9 +125,21 @@ func (g AllGates) Open(r *Request, l Load) bool {
 	return true
 }
 
+// OpenBand implements BandGate: false when a member that implements BandGate is closed to
+// band; members that do not (a GateFunc) count as open here and are asked through Open.
+// O(gates).
+func (g AllGates) OpenBand(band int, l Load) bool {
+	for _, x := range g {
+		if bg, ok := x.(BandGate); ok && !bg.OpenBand(band, l) {
+			return false
+		}
+	}
+	return true
+}
+
 var (
-	_ Gate = (*ConcurrencyLimit)(nil)
-	_ Gate = (*Saturation)(nil)
-	_ Gate = AllGates(nil)
-	_ Gate = GateFunc(nil)
+	_ BandGate = (*ConcurrencyLimit)(nil)
+	_ BandGate = (*Saturation)(nil)
+	_ BandGate = AllGates(nil)
+	_ Gate     = GateFunc(nil)
 )

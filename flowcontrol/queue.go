@@ -31,7 +31,8 @@ type Options struct {
 	// Policy orders flows and requests within a band; nil means FCFS.
 	Policy Policy
 	// Gate is consulted before each dispatch; nil means always open (the queue then only
-	// orders and bounds; requests are dispatched as they arrive).
+	// orders and bounds; requests are dispatched as they arrive). A Gate that implements
+	// BandGate is asked per band before the policy chooses the request.
 	Gate Gate
 	// Clock is the source of time; nil means SystemClock.
 	Clock Clock
@@ -155,6 +156,7 @@ type Queue struct {
 	policy   Policy
 	picker   FlowPicker
 	gate     Gate
+	bandGate BandGate // gate, when it implements BandGate
 	clock    Clock
 	ttl      time.Duration
 	capacity Limits
@@ -249,6 +251,7 @@ func New(o Options) (*Queue, error) {
 		bands:    make([]band, o.Bands),
 	}
 	q.picker, _ = o.Policy.(FlowPicker)
+	q.bandGate, _ = o.Gate.(BandGate)
 	q.notePool.New = func() any { return new(noteBuf) }
 	for i := range q.bands {
 		q.bands[i].flows = make(map[FlowID]*flow)
@@ -900,6 +903,11 @@ func (q *Queue) dispatchLocked(now time.Time) {
 	for b := range q.bands {
 		bd := &q.bands[b]
 		for bd.queued > 0 {
+			// A gate closed to the whole band is found out before the policy is asked:
+			// no PickFlow (possibly a scan of the band) for a dispatch that cannot happen.
+			if q.bandGate != nil && !q.bandGate.OpenBand(b, Load{InFlight: q.inFlight, BandInFlight: bd.inFlight}) {
+				break
+			}
 			var f *flow
 			if q.picker == nil {
 				f = bd.heap[0].f
