@@ -94,7 +94,7 @@ func (w *Workload) validate() error {
 	return nil
 }
 
-// Stats summarises a workload.
+// WorkloadStats summarises a workload.
 type WorkloadStats struct {
 	Requests, Sessions   int
 	FirstTurns           int
@@ -197,8 +197,9 @@ func (w *Workload) Scaled(rate float64) *Workload {
 	return &c
 }
 
-// Head returns a copy of w limited to its first n requests (closed-loop turns whose previous
-// turn is cut off are dropped with it). Useful for short runs.
+// Head returns a copy of w limited to its first n requests, for short runs. A closed-loop turn
+// always follows an earlier request, so every turn kept still has its previous turn; sessions
+// are numbered as in w (some may have no request left).
 func (w *Workload) Head(n int) *Workload {
 	if n >= len(w.Requests) {
 		return w
