@@ -49,16 +49,18 @@ func (t *table) home(k uint64) uint64 {
 // the caller validates the result with the shard's sequence counter. It never loops more than
 // n times, even over a table a writer is rearranging.
 func (t *table) readHold(k uint64) uint64 {
-	i := t.home(k)
-	for probes := t.n; probes > 0; probes-- {
-		s := &t.slots[i]
+	slots := t.slots // locals: the atomic loads would otherwise make every pass reload t
+	n := uint64(len(slots))
+	i, _ := bits.Mul64(k, n)
+	for probes := n; probes > 0; probes-- {
+		s := &slots[i]
 		switch atomic.LoadUint64(&s.key) {
 		case k:
 			return atomic.LoadUint64(&s.hold)
 		case 0:
 			return 0
 		}
-		if i++; i == t.n {
+		if i++; i == n {
 			i = 0
 		}
 	}
@@ -92,16 +94,17 @@ func (t *table) touchHome(k uint64) uint64 {
 
 // find returns the index of k's slot, or -1. Writer side.
 func (t *table) find(k uint64) int {
-	i := t.home(k)
+	slots := t.slots
+	n := uint64(len(slots))
+	i, _ := bits.Mul64(k, n)
 	for {
-		s := &t.slots[i]
-		if s.key == k {
+		switch slots[i].key {
+		case k:
 			return int(i)
-		}
-		if s.key == 0 {
+		case 0:
 			return -1
 		}
-		if i++; i == t.n {
+		if i++; i == n {
 			i = 0
 		}
 	}
@@ -110,18 +113,19 @@ func (t *table) find(k uint64) int {
 // findOrAdd returns the index of k's slot, claiming an empty one (hold and aux zero) if k is
 // absent. The caller guarantees a free slot exists (see Index.reserveLocked). Writer side.
 func (t *table) findOrAdd(k uint64) int {
-	i := t.home(k)
+	slots := t.slots
+	n := uint64(len(slots))
+	i, _ := bits.Mul64(k, n)
 	for {
-		s := &t.slots[i]
-		if s.key == k {
+		switch slots[i].key {
+		case k:
 			return int(i)
-		}
-		if s.key == 0 {
-			atomic.StoreUint64(&s.key, k)
+		case 0:
+			atomic.StoreUint64(&slots[i].key, k)
 			t.count++
 			return int(i)
 		}
-		if i++; i == t.n {
+		if i++; i == n {
 			i = 0
 		}
 	}
@@ -141,35 +145,39 @@ func (t *table) set(i int, hold, aux uint64) {
 // del empties slot i by backward-shift deletion: later members of the probe run move back
 // so that no lookup ever needs a tombstone. Writer side.
 func (t *table) del(i int) {
-	n := t.n
+	slots := t.slots // locals: the atomic stores would otherwise make every pass reload t
+	n := uint64(len(slots))
 	hole := uint64(i)
 	j := hole
 	for {
 		if j++; j == n {
 			j = 0
 		}
-		s := &t.slots[j]
-		if s.key == 0 {
+		s := &slots[j]
+		k := s.key
+		if k == 0 {
 			break
 		}
-		h := t.home(s.key)
-		// The entry at j may move to the hole unless its home lies cyclically in (hole, j].
-		var stays bool
-		if hole <= j {
-			stays = hole < h && h <= j
-		} else {
-			stays = hole < h || h <= j
+		// The entry at j stays unless the hole lies on its probe path, i.e. unless its home is
+		// at least as far behind j as the hole is (distances cyclic).
+		h, _ := bits.Mul64(k, n)
+		fromHome, fromHole := j-h, j-hole
+		if j < h {
+			fromHome += n
 		}
-		if stays {
+		if j < hole {
+			fromHole += n
+		}
+		if fromHome < fromHole {
 			continue
 		}
-		d := &t.slots[hole]
-		atomic.StoreUint64(&d.key, s.key)
+		d := &slots[hole]
+		atomic.StoreUint64(&d.key, k)
 		atomic.StoreUint64(&d.hold, s.hold)
 		atomic.StoreUint64(&d.aux, s.aux)
 		hole = j
 	}
-	d := &t.slots[hole]
+	d := &slots[hole]
 	atomic.StoreUint64(&d.key, 0)
 	if d.hold != 0 {
 		atomic.StoreUint64(&d.hold, 0)
