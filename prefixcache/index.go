@@ -723,8 +723,43 @@ func (ix *Index) MatchMedium(dst []int32, chain []BlockHash, m Medium) []int32 {
 // match1 is Match's fast path for ids below 64: one probe and one AND per block.
 func (ix *Index) match1(dst []int32, chain []BlockHash, m Medium, bound int) int {
 	run := ^uint64(0) >> (64 - bound)
+	shards, mask := ix.shards, ix.mask
 	for i, h := range chain {
-		hold := ix.readHold(entryKey(blockKey(h, m), 0)) & run
+		// ix.readHold and table.readHold, inlined by hand: this loop is the router's hot path,
+		// and the calls cost about a tenth of its instructions.
+		k := entryKey(blockKey(h, m), 0)
+		sh := &shards[k&mask]
+		var hold uint64
+		for spins := 0; ; spins++ {
+			s := sh.seq.Load()
+			if s&1 == 0 {
+				hold = 0
+				if t := sh.tab.Load(); t != nil {
+					slots := t.slots
+					n := uint64(len(slots))
+					j, _ := bits.Mul64(k, n)
+					for probes := n; probes > 0; probes-- {
+						sl := &slots[j]
+						if key := atomic.LoadUint64(&sl.key); key == k {
+							hold = atomic.LoadUint64(&sl.hold)
+							break
+						} else if key == 0 {
+							break
+						}
+						if j++; j == n {
+							j = 0
+						}
+					}
+				}
+				if sh.seq.Load() == s {
+					break
+				}
+			}
+			if spins >= 8 {
+				runtime.Gosched()
+			}
+		}
+		hold &= run
 		if lost := run &^ hold; lost != 0 && i > 0 {
 			for ; lost != 0; lost &= lost - 1 {
 				dst[bits.TrailingZeros64(lost)] = int32(i)
