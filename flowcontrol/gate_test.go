@@ -108,3 +108,75 @@ func TestBandGateAgreesWithOpen(t *testing.T) {
 		}
 	}
 }
+
+// seqPicker serves the flow with the smallest (HeadKey, HeadSeq) — what the queue does
+// with FCFS keys — and checks the FlowState contract on every call: a copy taken at the
+// flow's latest event still equals the live state, Head included.
+type seqPicker struct {
+	flowcontrol.FCFS
+	t    *testing.T
+	last map[flowcontrol.FlowID]flowcontrol.FlowState
+}
+
+func (p *seqPicker) Observe(e *flowcontrol.Event) {
+	if (e.Flow.Head == nil) != (e.Flow.HeadSeq == 0) {
+		p.t.Errorf("%v of %s: Head %p with HeadSeq %d", e.Kind, e.Flow.ID, e.Flow.Head, e.Flow.HeadSeq)
+	}
+	p.last[e.Flow.ID] = *e.Flow
+}
+
+func (p *seqPicker) PickFlow(_ int, flows []*flowcontrol.FlowState, _ time.Time) (flowcontrol.FlowID, bool) {
+	best := flows[0]
+	for _, f := range flows {
+		if c, ok := p.last[f.ID]; !ok || c != *f || *c.Head != *f.Head {
+			p.t.Errorf("flow %s: copy from its last event %+v, live state %+v", f.ID, c, *f)
+		}
+		if f.HeadKey.Less(best.HeadKey) || (f.HeadKey == best.HeadKey && f.HeadSeq < best.HeadSeq) {
+			best = f
+		}
+	}
+	return best.ID, true
+}
+
+// A FlowPicker that breaks ties by HeadSeq reproduces the keyed queue's order exactly,
+// here with every arrival at the same instant (all keys tie), and FlowState copies stay
+// exact until the flow's next event.
+func TestHeadSeqReproducesQueueOrder(t *testing.T) {
+	run := func(p flowcontrol.Policy) []any {
+		q, clk, rec := newQueue(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 2}})
+		var tickets []flowcontrol.Ticket
+		done := 0 // rec.dispatched()[:done] are completed (they complete in dispatch order)
+		for i := range 60 {
+			tk, err := q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(fmt.Sprint("f", i*7%5)), Value: i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tickets = append(tickets, tk)
+			if i%9 == 4 {
+				tickets[i-2].Cancel() // a head or not, depending on the flow
+			}
+			if i%3 == 2 {
+				if d := rec.dispatched(); done < len(d) {
+					rec.ticket(d[done]).Done(flowcontrol.Usage{})
+					done++
+				}
+				if i%12 == 5 {
+					clk.Advance(time.Millisecond)
+				}
+			}
+		}
+		for d := rec.dispatched(); done < len(d); d = rec.dispatched() {
+			rec.ticket(d[done]).Done(flowcontrol.Usage{})
+			done++
+		}
+		if s := q.Stats(); s.Queued != 0 || s.InFlight != 0 {
+			t.Fatalf("not drained: %+v", s)
+		}
+		return rec.dispatched()
+	}
+	want := run(flowcontrol.FCFS{})
+	got := run(&seqPicker{t: t, last: map[flowcontrol.FlowID]flowcontrol.FlowState{}})
+	if !equal(got, want) {
+		t.Errorf("picker order %v\nwant (FCFS keys) %v", got, want)
+	}
+}

@@ -47,6 +47,14 @@ func (k Key) sanitize() Key {
 // FlowState is the queue's view of one flow, handed to the policy. The queue owns it and
 // keeps it current; a policy reads it during a call and must not retain the pointer or
 // modify the struct (the queue reuses it for other flows once this one is forgotten).
+//
+// A policy may keep a copy of the struct. The copy stays exact until the flow's next
+// event (the next Observe call whose Event.Flow is this flow): nothing in a FlowState
+// changes without an event of its own flow, and Head keeps pointing at the same queued
+// request, whose fields do not change, until then. A picker that keeps its own order
+// (heaps maintained from Observe) can therefore re-key a flow from its last copy at any
+// time before the flow's next event — but not after it: once the head is dispatched,
+// expires or is cancelled the pointer refers to a record the queue reuses.
 type FlowState struct {
 	// ID and Band identify the flow.
 	ID   FlowID
@@ -62,6 +70,11 @@ type FlowState struct {
 	Head *Request
 	// HeadKey is Head's item key (zero when Head is nil).
 	HeadKey Key
+	// HeadSeq is Head's enqueue sequence number, zero exactly when Head is nil: it starts
+	// at 1 and increases with every request the queue enqueues, across all flows and bands. The queue
+	// breaks full ties between requests and between flows (equal keys) by the smaller
+	// sequence; a FlowPicker can do the same to reproduce the queue's order exactly.
+	HeadSeq uint64
 }
 
 // EventKind says what happened to a request.
@@ -139,6 +152,9 @@ type Event struct {
 // then FlowKey if the flow still has queued requests. On completion, Observe(EventDone) then
 // FlowKey if the flow still has queued requests.
 //
+// State kept between calls: a policy may copy a FlowState (not retain the pointer); the
+// copy, Head included, stays valid until that flow's next Observe call (see FlowState).
+//
 // A policy whose order cannot be written as keys implements FlowPicker in addition.
 type Policy interface {
 	// ItemKey returns the key of r among the requests of its flow. f is the flow's state
@@ -164,6 +180,16 @@ type Policy interface {
 // false to dispatch nothing from this band now. Returning an id that is not in flows is
 // misuse and panics. The slice and the states belong to the queue: read them during the
 // call, do not modify or retain them.
+//
+// A picker that keeps its own order (heaps maintained from Observe events) may keep a copy
+// of each flow's FlowState from the flow's latest event and re-key the flow from it later
+// (when a time-based key expires): the copy, Head included, is exact until the flow's next
+// event (see FlowState). With keys, the queue breaks full ties between flows by
+// FlowState.HeadSeq (smaller first); a picker that does the same reproduces that order.
+//
+// PickFlow is called only when a dispatch can happen as far as the queue can tell: not
+// for a band whose gate is a BandGate closed to it. Without a BandGate (a GateFunc) it is
+// called first and the gate then judges the head of the flow it picked.
 //
 // Cost: the queue's part is O(1) per call, but a picker that scans flows makes every
 // dispatch O(flows in the band); say so in its doc.

@@ -129,7 +129,6 @@ type waiter struct {
 type flow struct {
 	st       FlowState
 	items    itemHeap
-	headSeq  uint64
 	until    int64 // unix ns, 0 = no limit
 	bandIdx  int   // index in band.heap or band.list, -1 when not there
 	rekeyIdx int   // index in Queue.rekey, -1 when not there
@@ -623,8 +622,8 @@ func (q *Queue) enqueueLocked(r *Request, now time.Time) (*waiter, error) {
 	}
 	w := q.newWaiterLocked()
 	w.req = *r
+	q.seq++ // from 1, so that FlowState.HeadSeq is non-zero exactly when Head is set
 	w.seq = q.seq
-	q.seq++
 	w.deadline = r.Deadline.UnixNano()
 	w.flow = f
 	w.state = stateQueued
@@ -676,11 +675,11 @@ func (q *Queue) capacityLocked(r *Request, bd *band, f *flow) error {
 // setHeadLocked refreshes f's head fields from its item heap.
 func (q *Queue) setHeadLocked(f *flow) {
 	if len(f.items) == 0 {
-		f.st.Head, f.st.HeadKey, f.headSeq = nil, Key{}, 0
+		f.st.Head, f.st.HeadKey, f.st.HeadSeq = nil, Key{}, 0
 		return
 	}
 	h := f.items[0]
-	f.st.Head, f.st.HeadKey, f.headSeq = &h.req, h.key, h.seq
+	f.st.Head, f.st.HeadKey, f.st.HeadSeq = &h.req, h.key, h.seq
 }
 
 // keyFlowLocked places the non-empty flow f in its band's order after its head or the
@@ -702,9 +701,9 @@ func (q *Queue) keyFlowLocked(f *flow, bd *band, now time.Time) {
 	k, until := q.policy.FlowKey(&f.st, now)
 	k = k.sanitize()
 	if f.bandIdx < 0 {
-		bd.heap.push(f, k, f.headSeq)
+		bd.heap.push(f, k, f.st.HeadSeq)
 	} else {
-		bd.heap.set(f.bandIdx, k, f.headSeq)
+		bd.heap.set(f.bandIdx, k, f.st.HeadSeq)
 	}
 	var u int64
 	if !until.IsZero() && until.After(now) && !until.After(maxTime) {
