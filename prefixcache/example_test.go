@@ -76,3 +76,40 @@ func ExampleIndex_ApplyStored() {
 	// after eviction: 1
 	// blocks held: 2
 }
+
+// Each backend holds at most its capacity in blocks (a vLLM server's num_gpu_blocks): past it,
+// the index evicts that backend's least recently used blocks (CLOCK), exactly as the engine
+// would have to. Clearing a backend costs only its own blocks.
+func ExampleIndex() {
+	ix, _ := prefixcache.New(prefixcache.Options{})
+	small, _ := ix.AddBackend("small-gpu", 4) // room for 4 blocks
+	big, _ := ix.AddBackend("big-gpu", 1000)
+	seed := prefixcache.Seed("qwen3-32b", "", "")
+
+	chainOf := func(first uint32) []prefixcache.BlockHash {
+		tokens := make([]uint32, 3*16)
+		for i := range tokens {
+			tokens[i] = first + uint32(i)
+		}
+		return prefixcache.HashTokens(nil, seed, tokens, 16)
+	}
+	p1, p2 := chainOf(1), chainOf(100000) // two unrelated 3-block prompts
+	for _, id := range []prefixcache.BackendID{small, big} {
+		_ = ix.Insert(id, p1)
+		_ = ix.Insert(id, p2) // small-gpu must evict 2 of p1's blocks to make room
+	}
+	fmt.Println("p1 matched:", ix.Match(nil, p1))
+	fmt.Println("p2 matched:", ix.Match(nil, p2))
+	for _, b := range ix.Stats().Backends {
+		fmt.Printf("%s: %d blocks, %d evicted\n", b.Name, b.Blocks, b.Evictions)
+	}
+
+	_ = ix.ClearBackend(big)
+	fmt.Println("after clearing big-gpu:", ix.Match(nil, p2))
+	// Output:
+	// p1 matched: [1 3]
+	// p2 matched: [3 3]
+	// small-gpu: 4 blocks, 2 evicted
+	// big-gpu: 6 blocks, 0 evicted
+	// after clearing big-gpu: [3 0]
+}
