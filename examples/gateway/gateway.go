@@ -142,7 +142,7 @@ func newGateway(cfg Config, backends []Backend) (*gateway, error) {
 	case "endpoint":
 		g.tok = &endpointTokenizer{blockSize: cfg.BlockSize, client: g.client, urls: urls}
 	}
-	if g.kv, err = newKVWiring(g.index, backends, cfg.BlockSize); err != nil {
+	if g.kv, err = newKVWiring(g.index, backends); err != nil {
 		return nil, err
 	}
 
@@ -201,12 +201,13 @@ func (g *gateway) publishStates() {
 	_ = g.router.Update(g.states) // names are unique by construction
 
 	// llm-d's saturation detector: mean over backends of max(queued/5, kv/0.8); a backend
-	// without fresh signals counts as saturated.
+	// without fresh signals counts as saturated. Fresh means younger than the scraper's own
+	// staleness limit (2 s), not llm-d's 200 ms, which a 100 ms scrape with jitter would miss.
 	sum := 0.0
 	for i := range g.states {
 		s := &g.states[i]
 		level := 1.0
-		if s.Known&routing.SignalQueued != 0 && time.Since(s.UpdatedAt) < 2*time.Second {
+		if s.Known&routing.SignalQueued != 0 && time.Since(s.UpdatedAt) < saturationFresh {
 			level = float64(s.Queued) / 5
 			if s.Known&routing.SignalKVUtilization != 0 {
 				level = max(level, s.KVUtilization/0.8)
@@ -233,6 +234,9 @@ func (g *gateway) publishStates() {
 		QueriedBlocks: uint64(st.Hits + st.Misses), MatchedBlocks: uint64(st.Hits),
 	})
 }
+
+// saturationFresh is the age below which scraped signals count in the saturation estimate.
+const saturationFresh = 2 * time.Second
 
 // flowOf derives the flow id from what the gateway trusts: the tenant is the trusted tenant
 // header when one is configured, else a digest of the API key (the key itself is never kept);

@@ -18,7 +18,7 @@ type kvWiring struct {
 }
 
 // newKVWiring returns nil when no backend publishes KV events.
-func newKVWiring(ix *prefixcache.Index, backends []Backend, _ int) (*kvWiring, error) {
+func newKVWiring(ix *prefixcache.Index, backends []Backend) (*kvWiring, error) {
 	var sources []kvevents.Source
 	for _, b := range backends {
 		if b.KVEvents == "" {
