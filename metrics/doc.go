@@ -4,8 +4,10 @@
 // SGLang, TensorRT-LLM, Triton and TGI servers (or any server described by a custom Profile)
 // and publishes, per backend, an immutable State that converts to routing.BackendState. The
 // second, Usher, holds usher's own Prometheus collectors: admission outcomes and waits, queue
-// length and bytes per band, picks per backend, prefix index size, evictions and hit ratio. The
-// Scraper is itself a collector for its scrape errors, backend staleness and health.
+// length and bytes per band, live flows, picks and requests in flight per backend, prefix index
+// size, evictions and hit ratio, and the KV-event subscriber's connection, batches, losses,
+// resets and reconnects per source. The Scraper is itself a collector for its scrape errors,
+// backend staleness and health.
 //
 // # From exposition to router
 //
@@ -82,12 +84,15 @@
 // # usher's own metrics
 //
 // Every name starts with usher_. Every label value comes from a set fixed by configuration
-// (priority bands, admission outcomes, backends, scrape error reasons) plus "other": a flow, a
-// session or a tenant never becomes a label, so the number of series is bounded by
-// configuration, whatever the traffic (unbounded per-flow labels are a known failure of
-// llm-d's flow control). The gateway calls plain methods where things happen
-// (ObserveAdmission, SetQueue, ObservePick, SetIndexStats); they do not allocate, and a nil
-// *Usher is a no-op.
+// (priority bands, admission outcomes, backends, KV-event sources, scrape error reasons) plus
+// "other": a flow, a session or a tenant never becomes a label, so the number of series is
+// bounded by configuration, whatever the traffic (unbounded per-flow labels are a known failure
+// of llm-d's flow control). The gateway calls plain methods where things happen
+// (ObserveAdmission, SetQueue, SetFlows, ObservePick, SetInFlight, SetInFlightTotal,
+// SetIndexStats, SetKVSource); they do not allocate, and a nil *Usher is a no-op. Values set
+// from outside are merged into "other" only where that stays a valid series: an unknown
+// source's cumulative KV-event counters keep the highest value reported, while an unknown
+// backend's in-flight count, a gauge that cannot be merged, is dropped and the drop counted.
 //
 // # Rejected alternatives
 //
@@ -112,6 +117,7 @@
 //
 // A Scraper and the Usher collectors are safe for concurrent use. A Parser is not: give each
 // goroutine its own. A State is immutable once published. Options, Target, Profile, Selector,
-// Signals, Reading and IndexStats are plain values: copy them freely, and do not modify one
-// (in particular a Profile handed to a Scraper or Parser) while another goroutine reads it.
+// Signals, Reading, IndexStats and KVSource are plain values: copy them freely, and do not
+// modify one (in particular a Profile handed to a Scraper or Parser) while another goroutine
+// reads it.
 package metrics

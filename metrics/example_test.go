@@ -185,7 +185,9 @@ srv_build_info{version="2.1",page_tokens="32"} 1
 
 // usher's own metrics: plain calls where things happen, bounded labels.
 func ExampleUsher() {
-	u, err := metrics.NewUsher(metrics.UsherOptions{Bands: []int{0, 1}, Backends: []string{"gpu-0", "gpu-1"}})
+	u, err := metrics.NewUsher(metrics.UsherOptions{
+		Bands: []int{0, 1}, Backends: []string{"gpu-0", "gpu-1"}, KVSources: []string{"gpu-0", "gpu-1"},
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -198,6 +200,12 @@ func ExampleUsher() {
 	u.SetQueue(1, 17, 64<<10)
 	u.ObservePick("gpu-1")
 	u.ObservePick("10.1.2.3:8000") // not a configured backend: counted as "other"
+	u.SetFlows(12)
+	u.SetInFlight("gpu-1", 5)
+	u.SetInFlight("10.1.2.3:8000", 2) // not a configured backend: dropped, and the drop counted
+	u.SetInFlightTotal(7)
+	// The KV-event subscriber's cumulative counters per source, as kvevents.SourceStatus has them.
+	u.SetKVSource("gpu-1", metrics.KVSource{Connected: true, Batches: 420, Lost: 3, Resets: 1, Reconnects: 2})
 	u.SetIndexStats(metrics.IndexStats{Blocks: 1 << 20, Bytes: 48 << 20, QueriedBlocks: 1000, MatchedBlocks: 640})
 
 	fams, _ := reg.Gather()
@@ -225,6 +233,15 @@ func ExampleUsher() {
 	// Output:
 	// usher_admissions_total band=0 outcome=dispatched 2
 	// usher_admissions_total band=1 outcome=expired 1
+	// usher_backend_inflight_dropped_total 1
+	// usher_backend_inflight_requests backend=gpu-1 5
+	// usher_flows 12
+	// usher_inflight_requests 7
+	// usher_kvevents_batches_total source=gpu-1 420
+	// usher_kvevents_connected source=gpu-1 1
+	// usher_kvevents_lost_batches_total source=gpu-1 3
+	// usher_kvevents_reconnects_total source=gpu-1 2
+	// usher_kvevents_resets_total source=gpu-1 1
 	// usher_picks_total backend=gpu-1 1
 	// usher_picks_total backend=other 1
 	// usher_prefix_index_blocks 1.048576e+06

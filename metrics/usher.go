@@ -18,8 +18,8 @@ var DefaultOutcomes = []string{
 	"dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled",
 }
 
-// OtherLabel is the label value that any outcome, band or backend outside the configured sets
-// is counted under, so that no input can grow the number of series.
+// OtherLabel is the label value that any outcome, band, backend or KV-event source outside the
+// configured sets is counted under, so that no input can grow the number of series.
 const OtherLabel = "other"
 
 // UsherOptions configures Usher. The zero value of every field is a documented default.
@@ -31,8 +31,13 @@ type UsherOptions struct {
 	// means DefaultOutcomes. Any other outcome is counted as "other".
 	Outcomes []string
 	// Backends are the backends that get their own "backend" label value in the pick
-	// counter; any other backend is counted as "other". SetBackends replaces the set.
+	// counter (any other backend is counted as "other") and the in-flight gauge (any other
+	// backend is dropped; see SetInFlight). SetBackends replaces the set.
 	Backends []string
+	// KVSources are the KV-event sources (the gateway's names for the subscriber's
+	// publishers) that get their own "source" label value; any other source is counted as
+	// "other" (see SetKVSource). Fixed for the life of the Usher.
+	KVSources []string
 	// WaitBuckets are the upper bounds, in seconds, of the admission wait histogram. Nil
 	// means 1ms doubling up to 131s (18 buckets).
 	WaitBuckets []float64
@@ -52,22 +57,32 @@ type IndexStats struct {
 
 // Usher holds usher's own Prometheus metrics, every name prefixed "usher_":
 //
-//	usher_admissions_total{band,outcome}                    counter
-//	usher_admission_wait_seconds{band,outcome}              histogram
-//	usher_queue_requests{band}                              gauge
-//	usher_queue_bytes{band}                                 gauge
-//	usher_picks_total{backend}                              counter
-//	usher_prefix_index_blocks                               gauge
-//	usher_prefix_index_bytes                                gauge
-//	usher_prefix_index_evictions_total                      counter
-//	usher_prefix_index_queried_blocks_total                 counter
-//	usher_prefix_index_matched_blocks_total                 counter
-//	usher_prefix_index_hit_ratio                            gauge
+//	usher_admissions_total{band,outcome}                    counter    ObserveAdmission
+//	usher_admission_wait_seconds{band,outcome}              histogram  ObserveAdmission
+//	usher_queue_requests{band}                              gauge      SetQueue
+//	usher_queue_bytes{band}                                 gauge      SetQueue
+//	usher_flows                                             gauge      SetFlows
+//	usher_inflight_requests                                 gauge      SetInFlightTotal
+//	usher_picks_total{backend}                              counter    ObservePick
+//	usher_backend_inflight_requests{backend}                gauge      SetInFlight
+//	usher_backend_inflight_dropped_total                    counter    SetInFlight
+//	usher_prefix_index_blocks                               gauge      SetIndexStats
+//	usher_prefix_index_bytes                                gauge      SetIndexStats
+//	usher_prefix_index_evictions_total                      counter    SetIndexStats
+//	usher_prefix_index_queried_blocks_total                 counter    SetIndexStats
+//	usher_prefix_index_matched_blocks_total                 counter    SetIndexStats
+//	usher_prefix_index_hit_ratio                            gauge      SetIndexStats
+//	usher_kvevents_connected{source}                        gauge      SetKVSource
+//	usher_kvevents_batches_total{source}                    counter    SetKVSource
+//	usher_kvevents_lost_batches_total{source}               counter    SetKVSource
+//	usher_kvevents_resets_total{source}                     counter    SetKVSource
+//	usher_kvevents_reconnects_total{source}                 counter    SetKVSource
 //
 // Scrape errors and staleness of model servers are exported by the Scraper (also a
 // prometheus.Collector). Every label value comes from a set fixed by configuration (bands,
-// outcomes, backends) plus "other": a flow, a session or a tenant never becomes a label, so the
-// number of series is bounded whatever the traffic.
+// outcomes, backends, KV-event sources) plus "other": a flow, a session or a tenant never
+// becomes a label, so the number of series is bounded whatever the traffic. The in-flight
+// gauge per backend is the one series without "other" (SetInFlight says why).
 //
 // The Observe and Set methods are plain calls the gateway makes where things happen; they
 // do not allocate and are safe for concurrent use (atomics; SetIndexStats takes a short
@@ -82,6 +97,10 @@ type Usher struct {
 	queueReqs   prometheus.Collector // *GaugeVec
 	queueBytes  prometheus.Collector // *GaugeVec
 	picksVec    *prometheus.CounterVec
+	inflightVec *prometheus.GaugeVec
+	dropped     prometheus.Counter // SetInFlight calls for unknown backends
+	inflight    prometheus.Gauge
+	flows       prometheus.Gauge
 	admitted    [][]prometheus.Counter  // [band+other][outcome+other]
 	waited      [][]prometheus.Observer // [band+other][outcome+other]
 	queueN      []prometheus.Gauge      // [band+other]
@@ -92,14 +111,44 @@ type Usher struct {
 	descQueried *prometheus.Desc
 	descMatched *prometheus.Desc
 	descRatio   *prometheus.Desc
+	kvIndex     map[string]int // KV source name to its index in kv
+	kvLabels    []string       // [source+other]
+	kv          []kvSeries     // [source+other]
+	descKVConn  *prometheus.Desc
+	descKVBatch *prometheus.Desc
+	descKVLost  *prometheus.Desc
+	descKVReset *prometheus.Desc
+	descKVRecon *prometheus.Desc
 
-	picks atomic.Pointer[map[string]prometheus.Counter] // copy on write by SetBackends
-	other prometheus.Counter                            // picks of unknown backends
+	backends atomic.Pointer[map[string]backendSeries] // copy on write by SetBackends
+	other    prometheus.Counter                       // picks of unknown backends
 
 	mu       sync.Mutex // guards the fields below and serialises SetBackends
 	index    IndexStats
 	hasIndex bool
 	ratio    float64 // hit ratio between the last two SetIndexStats calls with queries
+}
+
+// backendSeries are the series of one configured backend.
+type backendSeries struct {
+	picks    prometheus.Counter
+	inflight prometheus.Gauge
+}
+
+// kvSeries holds what SetKVSource last recorded for one source label; the counters only grow.
+type kvSeries struct {
+	connected                         atomic.Bool
+	batches, lost, resets, reconnects atomic.Uint64
+}
+
+// KVSource is what the KV-event subscriber reports about one source; the gateway copies a
+// kvevents.SourceStatus into one and calls Usher.SetKVSource. Counters are cumulative.
+type KVSource struct {
+	Connected  bool   // the source's event connection is up
+	Batches    uint64 // batches applied, live and replayed, cumulative
+	Lost       uint64 // batches no replay recovered, cumulative
+	Resets     uint64 // publisher restarts detected, cumulative
+	Reconnects uint64 // connections after the first, cumulative
 }
 
 // NewUsher validates opts and returns an Usher with every configured series created (at 0).
@@ -123,6 +172,9 @@ func NewUsher(opts UsherOptions) (*Usher, error) {
 		return nil, err
 	}
 	if err := distinctLabels("backend", opts.Backends); err != nil {
+		return nil, err
+	}
+	if err := distinctLabels("KV source", opts.KVSources); err != nil {
 		return nil, err
 	}
 	for i, b := range buckets {
@@ -152,11 +204,31 @@ func NewUsher(opts UsherOptions) (*Usher, error) {
 		Name: "usher_picks_total", ConstLabels: cl,
 		Help: "Requests routed to each backend.",
 	}, []string{"backend"})
+	inflight := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "usher_backend_inflight_requests", ConstLabels: cl,
+		Help: "Requests routed to each backend and not finished.",
+	}, []string{"backend"})
+	kvDesc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"source"}, cl)
+	}
 
 	u := &Usher{
 		bands: bands, outcomes: outcomes,
 		admissions: admissions, waits: waits, queueReqs: queueReqs, queueBytes: queueBytes,
 		picksVec:    picks,
+		inflightVec: inflight,
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "usher_backend_inflight_dropped_total", ConstLabels: cl,
+			Help: "In-flight updates dropped because their backend is not in the configured set.",
+		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "usher_inflight_requests", ConstLabels: cl,
+			Help: "Requests routed to a backend and not finished.",
+		}),
+		flows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "usher_flows", ConstLabels: cl,
+			Help: "Live flows (with requests waiting or in flight) in the admission queue.",
+		}),
 		descBlocks:  prometheus.NewDesc("usher_prefix_index_blocks", "Blocks stored in the prefix index.", nil, cl),
 		descBytes:   prometheus.NewDesc("usher_prefix_index_bytes", "Bytes used by the prefix index.", nil, cl),
 		descEvicted: prometheus.NewDesc("usher_prefix_index_evictions_total", "Blocks evicted from the prefix index.", nil, cl),
@@ -164,6 +236,17 @@ func NewUsher(opts UsherOptions) (*Usher, error) {
 		descMatched: prometheus.NewDesc("usher_prefix_index_matched_blocks_total", "Prompt blocks found in the prefix index.", nil, cl),
 		descRatio: prometheus.NewDesc("usher_prefix_index_hit_ratio",
 			"Matched over queried blocks between the last two index statistics updates.", nil, cl),
+		kvIndex:     make(map[string]int, len(opts.KVSources)),
+		kvLabels:    append(slices.Clone(opts.KVSources), OtherLabel),
+		kv:          make([]kvSeries, len(opts.KVSources)+1),
+		descKVConn:  kvDesc("usher_kvevents_connected", "1 if the KV-event subscriber is connected to the source, 0 if not."),
+		descKVBatch: kvDesc("usher_kvevents_batches_total", "KV-event batches applied from the source, live and replayed."),
+		descKVLost:  kvDesc("usher_kvevents_lost_batches_total", "KV-event batches of the source that no replay recovered."),
+		descKVReset: kvDesc("usher_kvevents_resets_total", "Restarts of the source's publisher detected, each clearing its backend."),
+		descKVRecon: kvDesc("usher_kvevents_reconnects_total", "Connections to the source after the first."),
+	}
+	for i, name := range opts.KVSources {
+		u.kvIndex[name] = i
 	}
 	bandLabels := make([]string, len(bands)+1)
 	for i, b := range bands {
@@ -255,43 +338,118 @@ func (u *Usher) SetQueue(band int, requests int, bytes int64) {
 	u.queueB[b].Set(float64(bytes))
 }
 
+// SetFlows sets the number of live flows in the admission queue: flows with requests
+// waiting or in flight. Allocation-free; O(1).
+func (u *Usher) SetFlows(n int) {
+	if u == nil {
+		return
+	}
+	u.flows.Set(float64(n))
+}
+
+// SetInFlightTotal sets the number of requests the gateway has routed to a backend and not
+// finished, over all backends. Allocation-free; O(1).
+func (u *Usher) SetInFlightTotal(n int) {
+	if u == nil {
+		return
+	}
+	u.inflight.Set(float64(n))
+}
+
 // ObservePick counts one request routed to backend; a backend outside the configured set
 // counts as "other". Allocation-free; O(1).
 func (u *Usher) ObservePick(backend string) {
 	if u == nil {
 		return
 	}
-	if c, ok := (*u.picks.Load())[backend]; ok {
-		c.Inc()
+	if bs, ok := (*u.backends.Load())[backend]; ok {
+		bs.picks.Inc()
 		return
 	}
 	u.other.Inc()
 }
 
-// SetBackends replaces the set of backends that have their own pick counter (for example
-// when the Scraper's targets change), deleting the series of backends that left. Empty
-// names, "other" and repeats are ignored. O(backends).
+// SetInFlight sets the number of requests routed to backend and not finished.
+//
+// A backend outside the configured set is not exported: its value is dropped and the call
+// counted in usher_backend_inflight_dropped_total. There is no "other" in-flight series
+// because a gauge that several backends set cannot be merged into one series: the last call
+// would win (one arbitrary backend's value, read as a total), and summing would need each
+// unknown backend's last value, state that grows with the names passed in. The usual unknown
+// backend is one SetBackends removed while its requests drain; they remain in
+// usher_inflight_requests. Allocation-free; O(1).
+func (u *Usher) SetInFlight(backend string, requests int64) {
+	if u == nil {
+		return
+	}
+	if bs, ok := (*u.backends.Load())[backend]; ok {
+		bs.inflight.Set(float64(requests))
+		return
+	}
+	u.dropped.Inc()
+}
+
+// SetBackends replaces the set of backends that have their own pick counter and in-flight
+// gauge (for example when the Scraper's targets change), deleting the series of backends
+// that left; a backend that stays keeps its values. Empty names, "other" and repeats are
+// ignored. O(backends).
 func (u *Usher) SetBackends(names []string) {
 	if u == nil {
 		return
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	next := make(map[string]prometheus.Counter, len(names))
+	next := make(map[string]backendSeries, len(names))
 	for _, n := range names {
 		if n == "" || n == OtherLabel {
 			continue
 		}
-		next[n] = u.picksVec.WithLabelValues(n)
+		next[n] = backendSeries{picks: u.picksVec.WithLabelValues(n), inflight: u.inflightVec.WithLabelValues(n)}
 	}
-	if prev := u.picks.Load(); prev != nil {
+	if prev := u.backends.Load(); prev != nil {
 		for n := range *prev {
 			if _, keep := next[n]; !keep {
 				u.picksVec.DeleteLabelValues(n)
+				u.inflightVec.DeleteLabelValues(n)
 			}
 		}
 	}
-	u.picks.Store(&next)
+	u.backends.Store(&next)
+}
+
+// SetKVSource records the KV-event subscriber's state of one source: s holds cumulative
+// counters, as kvevents.SourceStatus reports them.
+//
+// The counters are exported as Prometheus counters and never go down: a value lower than the
+// one recorded (a new Subscriber counting from zero again) leaves the higher one in place,
+// so they stay flat until the new count passes the old. A source outside
+// UsherOptions.KVSources is recorded under "other", where by the same rule each counter is the
+// highest value any unknown source reported (exact for one unknown source, a lower bound of
+// their sum for several) and connected is what the last call said. Allocation-free; O(1).
+func (u *Usher) SetKVSource(source string, s KVSource) {
+	if u == nil {
+		return
+	}
+	i, ok := u.kvIndex[source]
+	if !ok {
+		i = len(u.kv) - 1
+	}
+	k := &u.kv[i]
+	k.connected.Store(s.Connected)
+	storeMax(&k.batches, s.Batches)
+	storeMax(&k.lost, s.Lost)
+	storeMax(&k.resets, s.Resets)
+	storeMax(&k.reconnects, s.Reconnects)
+}
+
+// storeMax raises a to v if v is higher.
+func storeMax(a *atomic.Uint64, v uint64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }
 
 // SetIndexStats records the prefix index's statistics. The hit ratio is the matched over the
@@ -321,7 +479,12 @@ func (u *Usher) Describe(ch chan<- *prometheus.Desc) {
 	u.queueReqs.Describe(ch)
 	u.queueBytes.Describe(ch)
 	u.picksVec.Describe(ch)
-	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched, u.descRatio} {
+	u.inflightVec.Describe(ch)
+	u.dropped.Describe(ch)
+	u.inflight.Describe(ch)
+	u.flows.Describe(ch)
+	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched, u.descRatio,
+		u.descKVConn, u.descKVBatch, u.descKVLost, u.descKVReset, u.descKVRecon} {
 		ch <- d
 	}
 }
@@ -333,6 +496,22 @@ func (u *Usher) Collect(ch chan<- prometheus.Metric) {
 	u.queueReqs.Collect(ch)
 	u.queueBytes.Collect(ch)
 	u.picksVec.Collect(ch)
+	u.inflightVec.Collect(ch)
+	u.dropped.Collect(ch)
+	u.inflight.Collect(ch)
+	u.flows.Collect(ch)
+	for i := range u.kv {
+		k, l := &u.kv[i], u.kvLabels[i]
+		conn := 0.0
+		if k.connected.Load() {
+			conn = 1
+		}
+		ch <- prometheus.MustNewConstMetric(u.descKVConn, prometheus.GaugeValue, conn, l)
+		ch <- prometheus.MustNewConstMetric(u.descKVBatch, prometheus.CounterValue, float64(k.batches.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descKVLost, prometheus.CounterValue, float64(k.lost.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descKVReset, prometheus.CounterValue, float64(k.resets.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descKVRecon, prometheus.CounterValue, float64(k.reconnects.Load()), l)
+	}
 	u.mu.Lock()
 	s, ratio := u.index, u.ratio
 	u.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,6 +149,8 @@ func TestUsherBoundedLabels(t *testing.T) {
 		u.ObserveAdmission(id, i, time.Duration(i))
 		u.SetQueue(i, i, int64(i))
 		u.ObservePick(id)
+		u.SetInFlight(id, int64(i))
+		u.SetKVSource(id, KVSource{Connected: true, Batches: uint64(i)})
 	}
 	if after := countSeries(gather(t, u)); after != before {
 		t.Errorf("series grew from %d to %d with per-flow input", before, after)
@@ -175,6 +178,158 @@ usher_picks_total{backend="other"} 1
 `
 	if got != want {
 		t.Errorf("after SetBackends:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestUsherInFlight(t *testing.T) {
+	u := mustUsher(t, UsherOptions{Backends: []string{"a", "b"}})
+	names := []string{"usher_backend_inflight_requests", "usher_backend_inflight_dropped_total", "usher_inflight_requests", "usher_flows"}
+	u.SetInFlight("a", 3)
+	u.SetInFlight("b", 9)
+	u.SetInFlight("b", 5)
+	u.SetInFlight("10.9.9.9:8000", 7) // not a backend: dropped, counted
+	u.SetInFlightTotal(15)
+	u.SetFlows(4)
+	want := `# HELP usher_backend_inflight_dropped_total In-flight updates dropped because their backend is not in the configured set.
+# TYPE usher_backend_inflight_dropped_total counter
+usher_backend_inflight_dropped_total 1
+# HELP usher_backend_inflight_requests Requests routed to each backend and not finished.
+# TYPE usher_backend_inflight_requests gauge
+usher_backend_inflight_requests{backend="a"} 3
+usher_backend_inflight_requests{backend="b"} 5
+# HELP usher_flows Live flows (with requests waiting or in flight) in the admission queue.
+# TYPE usher_flows gauge
+usher_flows 4
+# HELP usher_inflight_requests Requests routed to a backend and not finished.
+# TYPE usher_inflight_requests gauge
+usher_inflight_requests 15
+`
+	if got := gatherText(t, u, names...); got != want {
+		t.Errorf("exposition:\n%s\nwant:\n%s", got, want)
+	}
+
+	// a leaves: its series goes and its requests, still draining, are dropped; b keeps its
+	// value; c starts at 0.
+	u.SetBackends([]string{"b", "c"})
+	u.SetInFlight("a", 2)
+	want = `# HELP usher_backend_inflight_dropped_total In-flight updates dropped because their backend is not in the configured set.
+# TYPE usher_backend_inflight_dropped_total counter
+usher_backend_inflight_dropped_total 2
+# HELP usher_backend_inflight_requests Requests routed to each backend and not finished.
+# TYPE usher_backend_inflight_requests gauge
+usher_backend_inflight_requests{backend="b"} 5
+usher_backend_inflight_requests{backend="c"} 0
+`
+	if got := gatherText(t, u, names[:2]...); got != want {
+		t.Errorf("after SetBackends:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestUsherKVSources(t *testing.T) {
+	u := mustUsher(t, UsherOptions{KVSources: []string{"pod-a", "pod-b"}})
+	names := []string{"usher_kvevents_connected", "usher_kvevents_batches_total", "usher_kvevents_lost_batches_total",
+		"usher_kvevents_resets_total", "usher_kvevents_reconnects_total"}
+	type row struct{ conn, batches, lost, resets, reconnects string } // for pod-a, pod-b, other
+	steps := []struct {
+		name   string
+		source string
+		set    KVSource
+		want   [3]row
+	}{
+		{"pod-a connects", "pod-a", KVSource{Connected: true, Batches: 10, Lost: 1, Resets: 0, Reconnects: 2},
+			[3]row{{"1", "10", "1", "0", "2"}, {"0", "0", "0", "0", "0"}, {"0", "0", "0", "0", "0"}}},
+		{"pod-b, disconnected", "pod-b", KVSource{Batches: 3, Resets: 1, Reconnects: 4},
+			[3]row{{"1", "10", "1", "0", "2"}, {"0", "3", "0", "1", "4"}, {"0", "0", "0", "0", "0"}}},
+		{"unknown source: other", "pod-z", KVSource{Connected: true, Batches: 7, Lost: 2},
+			[3]row{{"1", "10", "1", "0", "2"}, {"0", "3", "0", "1", "4"}, {"1", "7", "2", "0", "0"}}},
+		{"second unknown source: other keeps the highest, connected the last", "pod-y", KVSource{Batches: 4, Lost: 5},
+			[3]row{{"1", "10", "1", "0", "2"}, {"0", "3", "0", "1", "4"}, {"0", "7", "5", "0", "0"}}},
+		{"pod-a counts from zero again: counters keep the higher", "pod-a", KVSource{Connected: true, Batches: 2, Reconnects: 3},
+			[3]row{{"1", "10", "1", "0", "3"}, {"0", "3", "0", "1", "4"}, {"0", "7", "5", "0", "0"}}},
+		{"pod-a passes its old count", "pod-a", KVSource{Batches: 12, Lost: 1, Reconnects: 3},
+			[3]row{{"0", "12", "1", "0", "3"}, {"0", "3", "0", "1", "4"}, {"0", "7", "5", "0", "0"}}},
+	}
+	labels := [3]string{"pod-a", "pod-b", "other"}
+	for _, step := range steps {
+		u.SetKVSource(step.source, step.set)
+		var want strings.Builder
+		for _, m := range []struct {
+			name, help, typ string
+			val             func(row) string
+		}{
+			{"usher_kvevents_batches_total", "KV-event batches applied from the source, live and replayed.", "counter", func(r row) string { return r.batches }},
+			{"usher_kvevents_connected", "1 if the KV-event subscriber is connected to the source, 0 if not.", "gauge", func(r row) string { return r.conn }},
+			{"usher_kvevents_lost_batches_total", "KV-event batches of the source that no replay recovered.", "counter", func(r row) string { return r.lost }},
+			{"usher_kvevents_reconnects_total", "Connections to the source after the first.", "counter", func(r row) string { return r.reconnects }},
+			{"usher_kvevents_resets_total", "Restarts of the source's publisher detected, each clearing its backend.", "counter", func(r row) string { return r.resets }},
+		} {
+			want.WriteString("# HELP " + m.name + " " + m.help + "\n# TYPE " + m.name + " " + m.typ + "\n")
+			for _, i := range []int{2, 0, 1} { // sorted by label value: other, pod-a, pod-b
+				want.WriteString(m.name + `{source="` + labels[i] + `"} ` + m.val(step.want[i]) + "\n")
+			}
+		}
+		if got := gatherText(t, u, names...); got != want.String() {
+			t.Errorf("%s:\n%s\nwant:\n%s", step.name, got, want.String())
+		}
+	}
+}
+
+// TestUsherConcurrent sets every new series from several goroutines while a registry
+// gathers (run it with -race): the KV-event counters end at the highest value any goroutine
+// set.
+func TestUsherConcurrent(t *testing.T) {
+	u := mustUsher(t, UsherOptions{Backends: []string{"a"}, KVSources: []string{"pod-a"}})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(u)
+	const writers, n = 4, 500
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range uint64(n) {
+				v := i*writers + uint64(w)
+				u.SetKVSource("pod-a", KVSource{Connected: i%2 == 0, Batches: v, Lost: v / 2, Resets: v / 3, Reconnects: v / 4})
+				u.SetKVSource("pod-z", KVSource{Batches: v})
+				u.SetInFlight("a", int64(i))
+				u.SetInFlight("b", int64(i))
+				u.SetInFlightTotal(int(i))
+				u.SetFlows(int(i))
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			if _, err := reg.Gather(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	top := float64(n*writers - 1)
+	want := map[string]float64{
+		`usher_kvevents_batches_total{source="pod-a"}`:      top,
+		`usher_kvevents_lost_batches_total{source="pod-a"}`: float64(uint64(top) / 2),
+		`usher_kvevents_resets_total{source="pod-a"}`:       float64(uint64(top) / 3),
+		`usher_kvevents_reconnects_total{source="pod-a"}`:   float64(uint64(top) / 4),
+		`usher_kvevents_batches_total{source="other"}`:      top,
+		`usher_backend_inflight_dropped_total`:              n * writers,
+	}
+	for _, mf := range gather(t, u) {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			if l := labelString(m); l != "" {
+				key += "{" + l + "}"
+			}
+			if w, ok := want[key]; ok {
+				if got := m.GetCounter().GetValue(); got != w {
+					t.Errorf("%s = %v, want %v", key, got, w)
+				}
+				delete(want, key)
+			}
+		}
+	}
+	for key := range want {
+		t.Errorf("%s missing", key)
 	}
 }
 
@@ -229,6 +384,10 @@ func TestUsherNil(t *testing.T) {
 	u.ObservePick("a")
 	u.SetBackends([]string{"a"})
 	u.SetIndexStats(IndexStats{Blocks: 1})
+	u.SetFlows(1)
+	u.SetInFlight("a", 1)
+	u.SetInFlightTotal(1)
+	u.SetKVSource("a", KVSource{Connected: true, Batches: 1})
 }
 
 func TestUsherOptions(t *testing.T) {
@@ -238,6 +397,9 @@ func TestUsherOptions(t *testing.T) {
 		{Outcomes: []string{OtherLabel}},
 		{Outcomes: []string{""}},
 		{Backends: []string{"a", "a"}},
+		{KVSources: []string{"a", "a"}},
+		{KVSources: []string{OtherLabel}},
+		{KVSources: []string{""}},
 		{WaitBuckets: []float64{1, 0.5}},
 		{WaitBuckets: []float64{math.NaN()}},
 	} {
@@ -245,7 +407,7 @@ func TestUsherOptions(t *testing.T) {
 			t.Errorf("NewUsher(%+v) = %v, want ErrInvalidOptions", opts, err)
 		}
 	}
-	u := mustUsher(t, UsherOptions{ConstLabels: prometheus.Labels{"gateway": "g1"}})
+	u := mustUsher(t, UsherOptions{Backends: []string{"a"}, KVSources: []string{"a"}, ConstLabels: prometheus.Labels{"gateway": "g1"}})
 	for _, mf := range gather(t, u) {
 		for _, m := range mf.GetMetric() {
 			if !strings.Contains(labelString(m), `gateway="g1"`) {
@@ -256,9 +418,16 @@ func TestUsherOptions(t *testing.T) {
 }
 
 func TestUsherAllocs(t *testing.T) {
-	u := mustUsher(t, UsherOptions{Backends: []string{"a", "b"}})
+	u := mustUsher(t, UsherOptions{Backends: []string{"a", "b"}, KVSources: []string{"pod-a", "pod-b"}})
 	stats := IndexStats{Blocks: 1, QueriedBlocks: 1}
+	kv := KVSource{Connected: true}
 	for name, f := range map[string]func(){
+		"SetFlows":         func() { u.SetFlows(7) },
+		"SetInFlight":      func() { u.SetInFlight("b", 3) },
+		"SetInFlightOther": func() { u.SetInFlight("zz", 3) },
+		"SetInFlightTotal": func() { u.SetInFlightTotal(9) },
+		"SetKVSource":      func() { kv.Batches++; u.SetKVSource("pod-b", kv) },
+		"SetKVSourceOther": func() { kv.Batches++; u.SetKVSource("pod-z", kv) },
 		"ObserveAdmission": func() { u.ObserveAdmission("expired", 3, time.Millisecond) },
 		"ObservePick":      func() { u.ObservePick("b") },
 		"ObservePickOther": func() { u.ObservePick("zz") },

@@ -100,7 +100,8 @@
 //   - A malformed message or batch is counted and skipped (its sequence number is consumed);
 //     an event the index rejects is counted; neither stops the stream. Options.OnError sees
 //     each of these errors; Subscriber.Stats counts them and Subscriber.Sources shows each
-//     source's backend, connection and position.
+//     source's backend, connection and position, and its own batches, losses, resets and
+//     reconnects.
 //
 // Alternatives not taken: reflection-based msgpack.Unmarshal into tagged structs (one
 // allocation per field and per event, and it cannot tell the two event encodings apart without

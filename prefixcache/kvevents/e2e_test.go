@@ -258,6 +258,14 @@ func TestAgainstRealPublisher(t *testing.T) {
 		return ss[0].Connected && ss[1].Connected && ss[0].Backend == "pod-a" && ss[1].Backend == "pod-b" &&
 			ss[0].HasApplied && ss[0].Applied == a.pub.Sequence()-1 && ss[1].HasApplied && ss[1].Applied == b.pub.Sequence()-1
 	}, "Sources() never showed both sources connected and caught up")
+	// Each source counts its own share of Stats: pod-b's publisher
+	// restarted, pod-a's did not. The two are read one after the other
+	// while idle probes may still replace connections, hence the polling.
+	eventually(t, func() bool {
+		ss := sub.Sources()
+		return perSource(ss...) == sharedCounters(sub.Stats()) && ss[0].Batches > 0 && ss[0].Resets == 0 &&
+			ss[1].Batches > 0 && ss[1].Resets >= 1 && ss[1].Reconnects >= 1
+	}, "Sources() counters never split Stats as expected (pod-a: batches, no reset; pod-b: batches, reset, reconnect)")
 
 	st := sub.Stats()
 	if st.DecodeErrors != 0 || st.ApplyErrors != 0 || st.Lost != 0 || st.Unregistered != 0 {

@@ -114,6 +114,11 @@ type Stats struct {
 }
 
 // SourceStatus describes one source as its goroutine last left it.
+//
+// Batches, Lost, Resets and Reconnects are this source's share of the
+// Stats counters of the same names, counted since New at the same places:
+// over all sources they add up to Stats (up to the increments in flight
+// while the two are read, since both are read one counter at a time).
 type SourceStatus struct {
 	Source Source // as configured
 	// Backend is the backend events are applied to: Source.Backend, or
@@ -125,6 +130,16 @@ type SourceStatus struct {
 	// when HasApplied (false before the first batch and after a reset).
 	Applied    uint64
 	HasApplied bool
+	// Batches counts batches applied from this source, live and
+	// replayed.
+	Batches int64
+	// Lost counts batches of this source no replay recovered.
+	Lost int64
+	// Resets counts restarts of this source's publisher detected; each
+	// cleared the backend.
+	Resets int64
+	// Reconnects counts connections to this source after its first one.
+	Reconnects int64
 }
 
 type counters struct {
@@ -142,7 +157,7 @@ type counters struct {
 // backend are not ordered with respect to each other.
 //
 // New starts nothing; Run does the work until its context ends or Close is
-// called. Stats and Close are safe for concurrent use with Run.
+// called. Stats, Sources and Close are safe for concurrent use with Run.
 type Subscriber struct {
 	// Immutable after New, except that each stream is owned by the
 	// goroutine Run starts for it.
@@ -284,6 +299,9 @@ type stream struct {
 	connected   atomic.Bool
 	appliedPlus atomic.Uint64          // applied+1; 0 when !hasApplied
 	backendName atomic.Pointer[string] // a copy of backend
+	// This source's share of the Subscriber's counters of the same
+	// names, incremented next to them.
+	batches, lost, resets, reconnects atomic.Int64
 
 	// Where events go, resolved from Source and the topic.
 	topic      string // last topic seen
@@ -320,7 +338,10 @@ func newStream(s *Subscriber, src Source) *stream {
 func (s *Subscriber) Sources() []SourceStatus {
 	out := make([]SourceStatus, len(s.streams))
 	for i, st := range s.streams {
-		out[i] = SourceStatus{Source: st.src, Backend: *st.backendName.Load(), Connected: st.connected.Load()}
+		out[i] = SourceStatus{
+			Source: st.src, Backend: *st.backendName.Load(), Connected: st.connected.Load(),
+			Batches: st.batches.Load(), Lost: st.lost.Load(), Resets: st.resets.Load(), Reconnects: st.reconnects.Load(),
+		}
 		if a := st.appliedPlus.Load(); a != 0 {
 			out[i].Applied, out[i].HasApplied = a-1, true
 		}
@@ -344,6 +365,7 @@ func (st *stream) run(ctx context.Context) {
 		if err == nil {
 			if connected {
 				st.s.c.reconnects.Add(1)
+				st.reconnects.Add(1)
 			}
 			connected = true
 			if st.consume(ctx, sub) {
@@ -488,6 +510,7 @@ func (st *stream) sync(ctx context.Context) {
 // restarted and its engine's cache is gone.
 func (st *stream) reset() {
 	st.s.c.resets.Add(1)
+	st.resets.Add(1)
 	st.hasApplied, st.liveOnConn = false, false
 	st.appliedPlus.Store(0)
 	if id, ok := st.s.ix.Lookup(st.backend); ok {
@@ -547,7 +570,7 @@ func (st *stream) live(ctx context.Context, frames [][]byte) {
 			}
 		}
 		if st.hasApplied && seq > next {
-			st.s.c.lost.Add(int64(seq - next))
+			st.addLost(seq - next)
 		}
 	}
 	st.apply(seq, frames[2], false)
@@ -648,10 +671,16 @@ func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, ve
 			expect = st.applied + 1
 		}
 		if seq > expect {
-			st.s.c.lost.Add(int64(seq - expect))
+			st.addLost(seq - expect)
 		}
 		st.apply(seq, fr[1], true)
 	}
+}
+
+// addLost counts n batches of this source as lost.
+func (st *stream) addLost(n uint64) {
+	st.s.c.lost.Add(int64(n))
+	st.lost.Add(int64(n))
 }
 
 // apply decodes a payload and applies its events to the backend.
@@ -674,6 +703,7 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 		return
 	}
 	c.batches.Add(1)
+	st.batches.Add(1)
 	c.events.Add(int64(len(st.b.Events)))
 	for i := range st.b.Events {
 		if err := st.applyEvent(id, &st.b.Events[i]); err != nil {

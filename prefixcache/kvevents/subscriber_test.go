@@ -74,6 +74,25 @@ func frames(topic string, seq uint64, b *Batch) [][]byte {
 	return [][]byte{[]byte(topic), binary.BigEndian.AppendUint64(nil, seq), Encoding{}.Append(nil, b)}
 }
 
+// perSource is the part of Stats that SourceStatus also counts, summed
+// over ss.
+func perSource(ss ...SourceStatus) Stats {
+	var sum Stats
+	for _, st := range ss {
+		sum.Batches += st.Batches
+		sum.Lost += st.Lost
+		sum.Resets += st.Resets
+		sum.Reconnects += st.Reconnects
+	}
+	return sum
+}
+
+// sharedCounters keeps the counters of s that SourceStatus splits by
+// source.
+func sharedCounters(s Stats) Stats {
+	return Stats{Batches: s.Batches, Lost: s.Lost, Resets: s.Resets, Reconnects: s.Reconnects}
+}
+
 func testSubscriber(t *testing.T, ix Applier, src Source) (*Subscriber, *stream) {
 	t.Helper()
 	s, err := New(ix, Options{Sources: []Source{src}, ReplayTimeout: 5 * time.Second})
@@ -123,6 +142,10 @@ func TestStreamWithoutReplay(t *testing.T) {
 	want := Stats{Batches: 6, Events: 6, Gaps: 1, Lost: 2, Resets: 2, DecodeErrors: 4, Unregistered: 1}
 	if got != want {
 		t.Errorf("Stats() = %+v\nwant       %+v", got, want)
+	}
+	// The only source has all of them.
+	if got, want := perSource(s.Sources()...), sharedCounters(want); got != want {
+		t.Errorf("Sources() counters %+v, want %+v", got, want)
 	}
 }
 
@@ -185,6 +208,11 @@ func TestStreamReplay(t *testing.T) {
 			if stats.Resets != 1 || stats.Gaps != 1 || stats.Lost != 0 || stats.Replays != 5 || stats.Replayed != 19 {
 				t.Errorf("stats %+v: want 1 reset, 1 gap, 0 lost, 5 replays, 19 replayed", stats)
 			}
+			// Every batch came from a replay (live 4 and 7 arrived after their
+			// replay) and counts in the source's Batches.
+			if got, want := perSource(s.Sources()...), (Stats{Batches: 19, Resets: 1}); got != want || sharedCounters(stats) != want {
+				t.Errorf("Sources() counters %+v, Stats %+v; want %+v for both", got, sharedCounters(stats), want)
+			}
 		})
 	}
 }
@@ -205,6 +233,36 @@ func startPublisher(t *testing.T, opts PublisherOptions) *Publisher {
 	return pub
 }
 
+// TestSourceCounters: with two sources, each SourceStatus counts its own
+// batches, losses and resets, and together they make up Stats.
+func TestSourceCounters(t *testing.T) {
+	rec := newRecorder("pod-a", "pod-b")
+	s, err := New(rec, Options{Sources: []Source{
+		{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-a"},
+		{Endpoint: "tcp://127.0.0.1:2", Backend: "pod-b"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := s.streams[0], s.streams[1]
+	ctx := t.Context()
+	for _, seq := range []uint64{0, 1, 4, 5} { // 2 and 3 lost
+		a.live(ctx, frames("", seq, storedBatch(seq)))
+	}
+	for _, seq := range []uint64{0, 1, 0, 1, 2} { // back to 0: a restart
+		b.live(ctx, frames("", seq, storedBatch(100+seq)))
+	}
+	ss := s.Sources()
+	for i, want := range []Stats{{Batches: 4, Lost: 2}, {Batches: 5, Resets: 1}} {
+		if got := perSource(ss[i]); got != want {
+			t.Errorf("source %d: counters %+v, want %+v", i, got, want)
+		}
+	}
+	if got, want := perSource(ss...), sharedCounters(s.Stats()); got != want {
+		t.Errorf("sources add up to %+v, Stats has %+v", got, want)
+	}
+}
+
 func TestReplayHistoryIsBounded(t *testing.T) {
 	pub := startPublisher(t, PublisherOptions{History: 3})
 	for h := range uint64(6) {
@@ -219,6 +277,9 @@ func TestReplayHistoryIsBounded(t *testing.T) {
 	}
 	if got := s.Stats().Lost; got != 3 {
 		t.Errorf("Lost = %d, want 3 (seqs 0..2 fell out of the history)", got)
+	}
+	if got := s.Sources()[0].Lost; got != 3 {
+		t.Errorf("Sources()[0].Lost = %d, want 3", got)
 	}
 }
 
