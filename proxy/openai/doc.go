@@ -1,0 +1,91 @@
+// Package openai reads the OpenAI API requests usher schedules — POST /v1/chat/completions
+// and /v1/completions — exactly as the model server behind usher will read them, and
+// writes OpenAI API errors.
+//
+// # Two parsers, one body
+//
+// usher decides on what a body says: the model routes it, "stream" decides how the answer
+// is relayed, max_tokens and n feed the admission accounting, the messages are hashed for
+// prefix-cache affinity. Then the backend (vLLM, SGLang: Python, json and pydantic) parses
+// the same bytes again. Wherever the two parsers can disagree, a client can make usher
+// believe one thing and the engine do another. encoding/json was such a parser: it matches
+// field names case-insensitively, so {"model":"m","STREAM":true,...} was streaming to the
+// gateway and not to vLLM, which ignores the unknown "STREAM"; the client got a JSON body
+// where it expected events. Its errors also leaked Go type names ("cannot unmarshal string
+// into Go struct field .stream of type bool").
+//
+// So Parse reads the body the way the backend does, and where backends might differ among
+// themselves, it refuses rather than guess:
+//
+//   - Field names are exact and case-sensitive, with JSON escapes decoded first:
+//     "\u0073tream" is stream, as Python reads it. "STREAM" is an unknown field.
+//   - Unknown fields are not interpreted and pass to the backend byte for byte.
+//   - A known field given twice (at the top level, in a message, a content part, or
+//     stream_options) is refused: Python keeps the last, a hand-written reader might keep
+//     the first, and usher must not take the side the backend does not.
+//   - Values are typed strictly. pydantic's lax mode would take "10" or 10.0 for 10, and
+//     "true" or 1 for true; Parse accepts only the JSON type itself (or null where the
+//     field is optional), so there is no coercion to get wrong.
+//   - The body is strict RFC 8259 JSON: valid UTF-8, one object and only whitespace around
+//     it, no NaN or Infinity (which Python would accept), no comments, no trailing commas,
+//     no raw control characters in strings, nesting at most Limits.MaxDepth deep.
+//
+// # What it refuses
+//
+// Every refusal is an *Error with Status 400, Type "invalid_request_error", a Code
+// ("invalid_utf8", "invalid_json", "invalid_type", "invalid_value", "missing_field",
+// "duplicate_field"), the field in Param ("max_tokens", "messages[2].role",
+// "messages[3].content[1].text", "prompt[0][4]") and a message that names the field and
+// what it must be, such as `"stream" must be a boolean, got a string`. When a body has both a field error and a
+// syntax error, the syntax error is reported. Beyond the JSON rules above:
+//
+//   - model must be a non-empty string.
+//   - Chat: messages must be a non-empty array of at most Limits.MaxMessages objects; each
+//     has a role (system, user, assistant, tool, developer, function) and a content that
+//     is a string, an array of parts each with a string "type" (a "text" part needs a
+//     string "text"), or — for the assistant only — null or absent.
+//   - Completions: prompt must be a string, or a non-empty array of strings, of token ids
+//     (non-negative integers), or of non-empty arrays of token ids.
+//   - stream is a boolean or null; stream_options an object or null, allowed only when
+//     stream is true, with include_usage a boolean or null.
+//   - n, max_tokens and max_completion_tokens (chat only; the completions API has no such
+//     field) are integers or null: no fraction, no exponent, within [1, limit].
+//   - user and cache_salt are strings or null, cache_salt non-empty; priority is an
+//     integer or null.
+//
+// # The body sent upstream
+//
+// Request.AppendUpstream writes the body for the backend by splicing the byte ranges Parse
+// recorded: the top-level "priority" is removed (the engine must not reorder what usher's
+// bands ordered), and a streaming request is made to report its usage. Nothing is
+// re-encoded, so numbers, escapes, key order and unknown fields reach the engine as the
+// client wrote them.
+//
+// # Cost
+//
+// Parse checks the body with one utf8.Valid, then reads it in one pass, O(len(body)), with
+// recursion only as deep as the nesting: plain string bytes are skipped eight at a time,
+// and what it keeps are spans into the body, not copies.
+// A chat body costs two allocations — the Request, with room for 16 messages, and one
+// string holding Model, User and CacheSalt — and a third past 16 messages, for Messages
+// (collected meanwhile in a pooled scratch slice). A refused body is scanned a second time
+// to check its syntax. Message.AppendText, Request.AppendPrompt and AppendUpstream are
+// O(len(body)) and allocate only to grow the caller's buffer.
+//
+// # Concurrency
+//
+// Parse is safe for concurrent use. A Request is not mutated after Parse returns it: any
+// number of goroutines may read its fields and call its methods at once, provided no one
+// modifies the body, which the Request aliases.
+//
+// # Rejected alternatives
+//
+//   - encoding/json into tagged structs: case-insensitive names, duplicate keys resolved
+//     silently (the last wins), Go type names in errors, and an allocation per string.
+//   - encoding/json/v2, which is case-sensitive and rejects duplicate names, is still
+//     behind GOEXPERIMENT=jsonv2 in Go 1.26, and reflection would still allocate.
+//   - Decoding into map[string]any: allocates the whole tree, message texts included, to
+//     read a dozen fields.
+//   - Re-encoding a modified body: changes bytes the client chose (number formatting,
+//     escapes, key order) and can lose precision in values usher does not read.
+package openai

@@ -1,0 +1,254 @@
+package openai
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+)
+
+// This file reads the messages of a chat body.
+
+// scratch holds the messages of bodies with more than the 16 a chatRequest has room for,
+// while they are counted.
+var scratch = sync.Pool{New: func() any { s := make([]Message, 0, 256); return &s }}
+
+// maxScratch is the largest scratch slice given back to the pool (640 KiB): larger ones
+// come from Limits above the default and are left to the garbage collector.
+const maxScratch = DefaultMaxMessages
+
+func msgParam(m int, field string) string {
+	p := "messages[" + strconv.Itoa(m) + "]"
+	if field != "" {
+		p += "." + field
+	}
+	return p
+}
+
+func partParam(m, j int, field string) string {
+	p := msgParam(m, "content") + "[" + strconv.Itoa(j) + "]"
+	if field != "" {
+		p += "." + field
+	}
+	return p
+}
+
+// messages reads the messages array into chat.Messages.
+func (p *parser) messages(i int, chat *chatRequest) (int, *Error) {
+	if p.b[i] != '[' {
+		return p.wrongType(i, "messages", "an array of messages")
+	}
+	i, done, err := p.openArray(i)
+	if err != nil {
+		return i, err
+	}
+	if done {
+		return i, invalid(codeInvalidValue, "messages", `"messages" must not be empty`)
+	}
+	msgs := chat.inline[:0]
+	var spill *[]Message // from scratch, once msgs outgrows inline
+	for !done {
+		if len(msgs) == p.lim.MaxMessages {
+			return i, invalid(codeInvalidValue, "messages", `"messages" must hold at most %d messages`, p.lim.MaxMessages)
+		}
+		var m Message
+		if m, i, err = p.message(i, len(msgs)); err != nil {
+			return i, err
+		}
+		if len(msgs) == cap(msgs) && spill == nil {
+			spill = scratch.Get().(*[]Message)
+			msgs = append((*spill)[:0], msgs...)
+		}
+		msgs = append(msgs, m)
+		if i, done, err = p.next(i, ']'); err != nil {
+			return i, err
+		}
+	}
+	if spill == nil {
+		chat.Messages = msgs
+		return i, nil
+	}
+	chat.Messages = append([]Message(nil), msgs...)
+	if cap(msgs) <= maxScratch {
+		clear(msgs) // they alias the body
+		*spill = msgs[:0]
+		scratch.Put(spill)
+	}
+	return i, nil
+}
+
+// message reads the message at i, the m-th.
+func (p *parser) message(i, m int) (Message, int, *Error) {
+	var msg Message
+	if p.b[i] != '{' {
+		i, err := p.wrongType(i, msgParam(m, ""), "an object")
+		return msg, i, err
+	}
+	i, done, err := p.openObject(i)
+	if err != nil {
+		return msg, i, err
+	}
+	var seen uint32
+	for !done {
+		k, esc, v, err := p.key(i)
+		if err != nil {
+			return msg, v, err
+		}
+		i = v
+		switch w := lookup(k, esc); w {
+		case wRole, wContent:
+			if seen&(1<<w) != 0 {
+				name := "role"
+				if w == wContent {
+					name = "content"
+				}
+				return msg, i, duplicate(msgParam(m, name))
+			}
+			seen |= 1 << w
+			if w == wRole {
+				msg.Role, i, err = p.role(i, m)
+			} else {
+				start := i
+				i, err = p.content(i, m)
+				msg.Content = p.b[start:i]
+			}
+		default:
+			i, err = p.skip(i)
+		}
+		if err != nil {
+			return msg, i, err
+		}
+		if i, done, err = p.next(i, '}'); err != nil {
+			return msg, i, err
+		}
+	}
+	if msg.Role == "" {
+		return msg, i, missing(msgParam(m, "role"), "")
+	}
+	if msg.Role != "assistant" && (msg.Content == nil || msg.Content[0] == 'n') {
+		return msg, i, missing(msgParam(m, "content"), fmt.Sprintf(" (a string or an array of content parts) for role %q", msg.Role))
+	}
+	return msg, i, nil
+}
+
+// role reads the role of the m-th message.
+func (p *parser) role(i, m int) (string, int, *Error) {
+	if p.b[i] != '"' {
+		end, err := p.wrongType(i, msgParam(m, "role"), "a string")
+		return "", end, err
+	}
+	end, esc, err := p.str(i)
+	if err != nil {
+		return "", end, err
+	}
+	raw := p.b[i+1 : end-1]
+	if w := lookup(raw, esc); int(w) < len(roles) && roles[w] != "" {
+		return roles[w], end, nil
+	}
+	param := msgParam(m, "role")
+	return "", end, invalid(codeInvalidValue, param,
+		`%q must be one of "system", "user", "assistant", "tool", "developer", "function", got %q`,
+		param, short(string(appendUnescaped(nil, raw))))
+}
+
+// content reads the content of the m-th message.
+func (p *parser) content(i, m int) (int, *Error) {
+	switch p.b[i] {
+	case '"':
+		end, _, err := p.str(i)
+		return end, err
+	case 'n':
+		return p.literal(i, "null")
+	case '[':
+	default:
+		return p.wrongType(i, msgParam(m, "content"), "a string, an array of content parts, or null")
+	}
+	i, done, err := p.openArray(i)
+	if err != nil {
+		return i, err
+	}
+	for j := 0; !done; j++ {
+		if i, err = p.part(i, m, j); err != nil {
+			return i, err
+		}
+		if i, done, err = p.next(i, ']'); err != nil {
+			return i, err
+		}
+	}
+	return i, nil
+}
+
+// part reads the j-th content part of the m-th message: an object with a string "type";
+// a part of type "text" needs a string "text". Other types pass unread.
+func (p *parser) part(i, m, j int) (int, *Error) {
+	if p.b[i] != '{' {
+		return p.wrongType(i, partParam(m, j, ""), "an object")
+	}
+	i, done, err := p.openObject(i)
+	if err != nil {
+		return i, err
+	}
+	var typ, text byte // first byte of the values of "type" and "text"; 0 when absent
+	isText := false
+	for !done {
+		k, esc, v, err := p.key(i)
+		if err != nil {
+			return v, err
+		}
+		i = v
+		switch lookup(k, esc) {
+		case wType:
+			if typ != 0 {
+				return i, duplicate(partParam(m, j, "type"))
+			}
+			typ = p.b[i]
+			if typ != '"' {
+				return p.wrongType(i, partParam(m, j, "type"), "a string")
+			}
+			var tesc bool
+			if i, tesc, err = p.str(v); err == nil {
+				isText = lookup(p.b[v+1:i-1], tesc) == wText
+			}
+		case wText:
+			if text != 0 {
+				return i, duplicate(partParam(m, j, "text"))
+			}
+			text = p.b[i]
+			i, err = p.skip(i)
+		default:
+			i, err = p.skip(i)
+		}
+		if err != nil {
+			return i, err
+		}
+		if i, done, err = p.next(i, '}'); err != nil {
+			return i, err
+		}
+	}
+	switch {
+	case typ == 0:
+		return i, missing(partParam(m, j, "type"), "")
+	case !isText:
+		return i, nil
+	case text == 0:
+		return i, missing(partParam(m, j, "text"), ` in a part of type "text"`)
+	case text != '"':
+		// The value was valid JSON; name its type without reading it again.
+		return i, typeError(partParam(m, j, "text"), "a string", describeStart(text))
+	}
+	return i, nil
+}
+
+// describeStart names a JSON value by its first byte.
+func describeStart(c byte) string {
+	switch c {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}

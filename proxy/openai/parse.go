@@ -1,0 +1,261 @@
+package openai
+
+import (
+	"math"
+	"net/http"
+	"unicode/utf8"
+)
+
+// Parse validates body as a request to ep and returns what usher reads of it. It refuses
+// what a backend might read differently (see the package documentation); every error is an
+// *Error with Status 400, Type TypeInvalidRequest, a Code, and the offending field in
+// Param. An ep other than Chat or Completions is the caller's mistake: Status 500,
+// TypeServer.
+//
+// Parse is safe for concurrent use. After one utf8.Valid it reads the body in one pass,
+// O(len(body)), and keeps spans into it rather than copies; a refused body is scanned a
+// second time for syntax errors. It allocates the Request (for Chat, with room for 16
+// messages), one string holding Model, User and CacheSalt, and, past 16 messages, the
+// Messages slice.
+func Parse(body []byte, ep Endpoint, lim Limits) (*Request, error) {
+	if ep != Chat && ep != Completions {
+		return nil, &Error{
+			Status:  http.StatusInternalServerError,
+			Type:    TypeServer,
+			Message: "openai.Parse called for unknown endpoint " + ep.String(),
+		}
+	}
+	if !utf8.Valid(body) {
+		return nil, utf8Error(body)
+	}
+	lim = lim.orDefaults()
+	p := parser{b: body, maxDepth: lim.MaxDepth, lim: lim}
+	r, err := p.request(ep)
+	if err != nil {
+		// A body that is not JSON is reported as such, even when the first thing wrong
+		// with it was a field: check the syntax of the rest.
+		if err.Code != codeInvalidJSON {
+			if serr := (&parser{b: body, maxDepth: lim.MaxDepth}).document(); serr != nil {
+				return nil, serr
+			}
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+func utf8Error(body []byte) *Error {
+	i := 0
+	for i < len(body) {
+		r, size := utf8.DecodeRune(body[i:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		i += size
+	}
+	return invalid(codeInvalidUTF8, "", "the request body is not valid UTF-8 (at byte offset %d)", i)
+}
+
+// document validates the whole body as one JSON value, whitespace around it allowed.
+func (p *parser) document() *Error {
+	end, err := p.skip(p.ws(0))
+	if err != nil {
+		return err
+	}
+	if end = p.ws(end); end != len(p.b) {
+		return p.unexpected(end, "after the top-level object")
+	}
+	return nil
+}
+
+// top is what request gathers about the top-level members before it builds the Request.
+type top struct {
+	seen           uint32 // bit w: field w was given
+	model          []byte // raw strings, between their quotes
+	user, salt     []byte
+	maxTokens      int // 0: not given, or null
+	maxCompletion  int
+	streamOptions  byte // first byte of its value: 0 absent, 'n' null, '{' object
+	options        span // the value of stream_options
+	optionsMembers int
+	includeUsage   byte // first byte of its value: 0 absent, 't', 'f', 'n'
+	usage          span // the value of include_usage
+	lastEnd        int  // end of the last member's value
+}
+
+// chatRequest is a chat Request with room for its messages, so that a typical chat body
+// costs one allocation rather than two.
+type chatRequest struct {
+	Request
+	inline [16]Message
+}
+
+// request parses the top-level object.
+func (p *parser) request(ep Endpoint) (*Request, *Error) {
+	b := p.b
+	i := p.ws(0)
+	if i >= len(b) {
+		return nil, p.unexpected(i, "looking for the request object")
+	}
+	if b[i] != '{' {
+		end, err := p.skip(i)
+		if err != nil {
+			return nil, err
+		}
+		return nil, syntaxError(i, "the request body must be a JSON object, got %s", describe(b, i, end))
+	}
+	var r *Request
+	var chat *chatRequest
+	if ep == Chat {
+		chat = new(chatRequest)
+		r = &chat.Request
+	} else {
+		r = new(Request)
+	}
+	r.Endpoint, r.Body, r.N = ep, b, 1
+
+	var t top
+	prevEnd := -1    // end of the previous member's value
+	cutOpen := false // priority came first: its cut ends at the next key
+	i, done, err := p.openObject(i)
+	if err != nil {
+		return nil, err
+	}
+	for !done {
+		keyAt := i
+		k, esc, v, err := p.key(i)
+		if err != nil {
+			return nil, err
+		}
+		i = v
+		if cutOpen {
+			r.cut.to, cutOpen = keyAt, false
+		}
+		w := topField(lookup(k, esc), ep)
+		if w != wOther {
+			if t.seen&(1<<w) != 0 {
+				return nil, duplicate(fieldNames[w])
+			}
+			t.seen |= 1 << w
+		}
+		switch w {
+		case wModel:
+			i, t.model, _, err = p.stringValue(i, "model", false)
+		case wMessages:
+			from := i
+			if i, err = p.messages(i, chat); err == nil {
+				r.RawMessages = p.b[from:i]
+			}
+		case wPrompt:
+			i, err = p.prompt(i, r)
+		case wStream:
+			i, r.Stream, _, err = p.boolean(i, "stream")
+		case wStreamOptions:
+			i, err = p.streamOptions(i, &t)
+		case wN:
+			var n int
+			if i, n, err = p.count(i, "n", p.lim.MaxN); n > 0 {
+				r.N = n
+			}
+		case wMaxTokens:
+			i, t.maxTokens, err = p.count(i, "max_tokens", p.lim.MaxTokens)
+		case wMaxCompletionTokens:
+			i, t.maxCompletion, err = p.count(i, "max_completion_tokens", p.lim.MaxTokens)
+		case wUser:
+			i, t.user, _, err = p.stringValue(i, "user", true)
+		case wCacheSalt:
+			var null bool
+			if i, t.salt, null, err = p.stringValue(i, "cache_salt", true); err == nil && !null && len(t.salt) == 0 {
+				err = invalid(codeInvalidValue, "cache_salt", `"cache_salt" must be a non-empty string or null`)
+			}
+		case wPriority:
+			i, _, err = p.integer(i, "priority", math.MinInt64, math.MaxInt64)
+			r.HasPriority = true
+			if prevEnd < 0 {
+				r.cut, cutOpen = span{keyAt, i}, true
+			} else {
+				r.cut = span{prevEnd, i}
+			}
+		default:
+			i, err = p.skip(i)
+		}
+		if err != nil {
+			return nil, err
+		}
+		prevEnd = i
+		if i, done, err = p.next(i, '}'); err != nil {
+			return nil, err
+		}
+	}
+	if end := p.ws(i); end != len(b) {
+		return nil, p.unexpected(end, "after the top-level object")
+	}
+	t.lastEnd = prevEnd
+	if err := t.check(ep, r); err != nil {
+		return nil, err
+	}
+	r.MaxTokens = t.maxTokens
+	if t.maxCompletion > 0 {
+		r.MaxTokens = t.maxCompletion
+	}
+	r.IncludeUsage = t.includeUsage == 't'
+	if r.Stream && !r.IncludeUsage {
+		r.splice, r.insert = t.usageSplice()
+	}
+	t.setStrings(r)
+	return r, nil
+}
+
+// check reports a required field that is missing, and stream_options without streaming.
+func (t *top) check(ep Endpoint, r *Request) *Error {
+	if t.seen&(1<<wModel) == 0 {
+		return missing("model", "")
+	}
+	if len(t.model) == 0 {
+		return invalid(codeInvalidValue, "model", `"model" must not be empty`)
+	}
+	if ep == Chat && t.seen&(1<<wMessages) == 0 {
+		return missing("messages", "")
+	}
+	if ep == Completions && t.seen&(1<<wPrompt) == 0 {
+		return missing("prompt", "")
+	}
+	if t.streamOptions == '{' && !r.Stream {
+		return invalid(codeInvalidValue, "stream_options", "stream_options is only allowed when stream is true")
+	}
+	return nil
+}
+
+// usageSplice returns what AppendUpstream replaces, and with what, to set
+// stream_options.include_usage to true.
+func (t *top) usageSplice() (span, string) {
+	switch {
+	case t.streamOptions == 0:
+		return span{t.lastEnd, t.lastEnd}, `,"stream_options":{"include_usage":true}`
+	case t.streamOptions == 'n':
+		return t.options, `{"include_usage":true}`
+	case t.includeUsage != 0: // false or null
+		return t.usage, "true"
+	case t.optionsMembers == 0:
+		at := t.options.from + 1
+		return span{at, at}, `"include_usage":true`
+	}
+	at := t.options.from + 1
+	return span{at, at}, `"include_usage":true,`
+}
+
+// setStrings sets Model, User and CacheSalt, decoded, as parts of one string.
+func (t *top) setStrings(r *Request) {
+	var stack [256]byte
+	buf := stack[:0]
+	if n := len(t.model) + len(t.user) + len(t.salt); n > len(stack) {
+		buf = make([]byte, 0, n)
+	}
+	buf = appendUnescaped(buf, t.model)
+	m := len(buf)
+	buf = appendUnescaped(buf, t.user)
+	u := len(buf)
+	buf = appendUnescaped(buf, t.salt)
+	s := string(buf)
+	r.Model, r.User, r.CacheSalt = s[:m], s[m:u], s[u:]
+}

@@ -1,0 +1,177 @@
+package openai
+
+import (
+	"math"
+	"unicode/utf8"
+)
+
+// This file reads typed values. Each helper reads the value at i (inside the body) and returns the index
+// after it; a value of the wrong type is validated as JSON first, so that a body that is
+// not JSON is always reported as such.
+
+// wrongType validates the value at i and reports that param must be want.
+func (p *parser) wrongType(i int, param, want string) (int, *Error) {
+	end, err := p.skip(i)
+	if err != nil {
+		return end, err
+	}
+	return end, typeError(param, want, describe(p.b, i, end))
+}
+
+// describe names the JSON value b[from:to] for an error message.
+func describe(b []byte, from, to int) string {
+	switch b[from] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	if to-from <= 32 {
+		return "the number " + string(b[from:to])
+	}
+	return "a number"
+}
+
+// boolean reads a boolean or null.
+func (p *parser) boolean(i int, param string) (end int, v, null bool, err *Error) {
+	switch p.b[i] {
+	case 't':
+		end, err = p.literal(i, "true")
+		return end, true, false, err
+	case 'f':
+		end, err = p.literal(i, "false")
+		return end, false, false, err
+	case 'n':
+		end, err = p.literal(i, "null")
+		return end, false, true, err
+	}
+	end, err = p.wrongType(i, param, "a boolean")
+	return end, false, false, err
+}
+
+// stringValue reads a string, or null when nullable, and returns its raw bytes between the quotes.
+func (p *parser) stringValue(i int, param string, nullable bool) (end int, raw []byte, null bool, err *Error) {
+	switch p.b[i] {
+	case '"':
+		end, _, err = p.str(i)
+		if err != nil {
+			return end, nil, false, err
+		}
+		return end, p.b[i+1 : end-1], false, nil
+	case 'n':
+		if nullable {
+			end, err = p.literal(i, "null")
+			return end, nil, true, err
+		}
+	}
+	end, err = p.wrongType(i, param, "a string")
+	return end, nil, false, err
+}
+
+// integer reads an integer or null; an integer must lie in [lo, hi].
+func (p *parser) integer(i int, param string, lo, hi int64) (end int, v int64, err *Error) {
+	b := p.b
+	switch c := b[i]; {
+	case c == 'n':
+		end, err = p.literal(i, "null")
+		return end, 0, err
+	case c == '-' || '0' <= c && c <= '9':
+		end, isInt, err := p.number(i)
+		if err != nil {
+			return end, 0, err
+		}
+		if !isInt {
+			return end, 0, typeError(param, "an integer", describe(b, i, end))
+		}
+		v, ok := parseInt(b[i:end])
+		if !ok || v < lo || v > hi {
+			return end, 0, rangeError(param, lo, hi, b[i:end])
+		}
+		return end, v, nil
+	}
+	end, err = p.wrongType(i, param, "an integer")
+	return end, 0, err
+}
+
+// count reads an integer in [1, max], or null (reported as 0).
+func (p *parser) count(i int, param string, max int) (end, v int, err *Error) {
+	end, x, err := p.integer(i, param, 1, int64(max))
+	return end, int(x), err
+}
+
+func rangeError(param string, lo, hi int64, lit []byte) *Error {
+	got := short(string(lit))
+	switch {
+	case lo == math.MinInt64 && hi == math.MaxInt64:
+		return invalid(codeInvalidValue, param, "%q must fit in a signed 64-bit integer, got %s", param, got)
+	case hi == math.MaxInt64:
+		return invalid(codeInvalidValue, param, "%q must be a non-negative integer below 2^63, got %s", param, got)
+	case lo == hi:
+		return invalid(codeInvalidValue, param, "%q must be %d, got %s", param, lo, got)
+	}
+	return invalid(codeInvalidValue, param, "%q must be between %d and %d, got %s", param, lo, hi, got)
+}
+
+// short truncates s for an error message, at a rune boundary.
+func short(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return s
+	}
+	n := max
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// streamOptions reads stream_options: an object or null, with include_usage a boolean or null.
+func (p *parser) streamOptions(i int, t *top) (int, *Error) {
+	start := i
+	t.streamOptions = p.b[i]
+	switch p.b[i] {
+	case 'n':
+		end, err := p.literal(i, "null")
+		t.options = span{start, end}
+		return end, err
+	case '{':
+	default:
+		return p.wrongType(i, "stream_options", "an object or null")
+	}
+	i, done, err := p.openObject(i)
+	if err != nil {
+		return i, err
+	}
+	for !done {
+		k, esc, v, err := p.key(i)
+		if err != nil {
+			return v, err
+		}
+		i = v
+		t.optionsMembers++
+		if lookup(k, esc) == wIncludeUsage {
+			if t.includeUsage != 0 {
+				return i, duplicate("stream_options.include_usage")
+			}
+			t.includeUsage = p.b[i]
+			i, _, _, err = p.boolean(i, "stream_options.include_usage")
+			t.usage = span{v, i}
+		} else {
+			i, err = p.skip(i)
+		}
+		if err != nil {
+			return i, err
+		}
+		if i, done, err = p.next(i, '}'); err != nil {
+			return i, err
+		}
+	}
+	t.options = span{start, i}
+	return i, nil
+}
