@@ -1,8 +1,8 @@
-// Command gateway is an OpenAI-compatible gateway assembled from usher's packages: it keys each
-// request to a flow (tenant and session), hashes its prompt once, admits it through a
-// flowcontrol queue ordered by a fairness policy, picks a model server with a routing profile,
-// proxies the answer (streamed or not), and reports the usage back to the policy, the router and
-// the prefix index.
+// Command gateway is an OpenAI-compatible gateway: a thin main over usher's proxy.Handler,
+// which keys each request to a flow (tenant and session), hashes its prompt once, admits it
+// through a flowcontrol queue ordered by a fairness policy, picks a model server with a
+// routing profile, relays the answer (streamed or not), and reports the usage back to the
+// policy, the router and the prefix index.
 //
 // With no -backend it starts a simulated vLLM-compatible fleet in process, so it runs on a
 // laptop:
@@ -15,7 +15,8 @@
 //	  -backend 'http://10.0.0.7:8000,engine=vllm,kv-events=tcp://10.0.0.7:5557,replay=tcp://10.0.0.7:5558' \
 //	  -backend 'http://10.0.0.8:8000,engine=vllm,kv-events=tcp://10.0.0.8:5557,replay=tcp://10.0.0.8:5558'
 //
-// Run with -h for every flag; -config reads the same settings from a JSON file.
+// Run with -h for every flag; -config reads the proxy's settings from a JSON file (the JSON
+// names of proxy.Config).
 package main
 
 import (
@@ -36,6 +37,7 @@ import (
 	"github.com/usher-llm/usher/examples/simfleet"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/proxy"
 )
 
 func main() {
@@ -54,29 +56,83 @@ func main() {
 	}
 }
 
+// config is the proxy's configuration and what only this program needs.
+type config struct {
+	proxy.Config
+	Listen        string        // address to serve on
+	SimServers    int           // size of the simulated fleet started when there is no backend
+	SimProfile    string        // its engine profile (internal/engine)
+	SimKVEvents   bool          // its servers publish KV events, which the gateway follows
+	ShutdownGrace time.Duration // how long shutdown waits for requests in flight
+}
+
+func parseConfig(args []string) (config, error) {
+	c := config{Config: proxy.DefaultConfig(), Listen: "127.0.0.1:8080", SimServers: 4, SimProfile: "demo",
+		SimKVEvents: true, ShutdownGrace: 30 * time.Second}
+	c.Tokenizer = "" // default: local with the simulated fleet, bytes otherwise
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.Func("config", "JSON config file (flags given after it override it)", func(path string) error { return c.LoadFile(path) })
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the OpenAI API on")
+	fs.IntVar(&c.SimServers, "sim-servers", c.SimServers, "servers in the simulated fleet (when no -backend)")
+	fs.StringVar(&c.SimProfile, "sim-profile", c.SimProfile, "engine profile of the simulated fleet: demo or qwen3-32b-h100")
+	fs.BoolVar(&c.SimKVEvents, "sim-kv-events", c.SimKVEvents, "simulated servers publish KV events over ZMQ (vLLM's wire format) and the gateway follows them")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for in-flight requests")
+	c.RegisterFlags(fs)
+	fs.Lookup("tokenizer").Usage += "; local: the simulated fleet's tokenizer (default with it, bytes otherwise)"
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if c.Tokenizer == "" {
+		c.Tokenizer = "bytes"
+		if len(c.Backends) == 0 {
+			c.Tokenizer = "local"
+		}
+	}
+	if len(c.Backends) == 0 && (c.SimServers < 1 || c.SimServers > 64) {
+		return c, fmt.Errorf("sim-servers %d: want 1..64", c.SimServers)
+	}
+	_, err := c.options()
+	return c, err
+}
+
+// options builds the Handler's options; "local" is the simulated fleet's tokenizer.
+func (c config) options() (proxy.Options, error) {
+	pc := c.Config
+	if pc.Tokenizer == "local" {
+		pc.Tokenizer = "bytes"
+	}
+	o, err := pc.Options()
+	if c.Tokenizer == "local" {
+		o.Tokenizer = simfleet.Tokenizer{BlockSize: c.BlockSize}
+	}
+	return o, err
+}
+
 // run serves until ctx ends, then shuts down gracefully. If ready is not nil it receives the
 // gateway's base URL once it is listening.
-func run(ctx context.Context, cfg Config, out io.Writer, ready chan<- string) error {
-	backends := cfg.Backends
-	if len(backends) == 0 {
-		sim, err := startFleet(cfg)
+func run(ctx context.Context, c config, out io.Writer, ready chan<- string) error {
+	model := "<your model>"
+	if len(c.Backends) == 0 {
+		sim, err := startFleet(c)
 		if err != nil {
 			return err
 		}
 		defer sim.Close()
-		backends = sim.backends
-		kv := ""
-		if cfg.SimKVEvents {
-			kv = ", publishing KV events over ZMQ"
-		}
-		fmt.Fprintf(out, "started a simulated vLLM fleet of %d servers (%s profile%s): %v\n", len(backends), cfg.SimProfile, kv, sim.fleet.URLs())
+		c.Backends, model = sim.backends, sim.model
+		fmt.Fprintf(out, "started a simulated vLLM fleet of %d servers (%s profile, KV events %v): %v\n", len(sim.backends), c.SimProfile, c.SimKVEvents, sim.fleet.URLs())
 	}
-
-	g, err := newGateway(cfg, backends)
+	opts, err := c.options()
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	h, err := proxy.New(opts)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return err
 	}
@@ -84,44 +140,33 @@ func run(ctx context.Context, cfg Config, out io.Writer, ready chan<- string) er
 
 	bg, cancelBG := context.WithCancel(context.Background())
 	defer cancelBG()
-	g.Start(ctx)
+	h.Start(ctx)
 	runDone := make(chan error, 1)
-	go func() { runDone <- g.Run(bg) }()
-
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	go func() { runDone <- h.Run(bg) }()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 
-	fmt.Fprintf(out, "usher gateway listening on %s (policy %s, router %s, tokenizer %s)\n", base, cfg.Policy, cfg.Router, cfg.Tokenizer)
-	fmt.Fprintf(out, "try:\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Session-Id: demo-1' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n", base, modelName(cfg))
+	fmt.Fprintf(out, "usher gateway listening on %s (policy %s, router %s, tokenizer %s)\n", base, c.Policy, c.Router, c.Tokenizer)
+	fmt.Fprintf(out, "try:\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Session-Id: demo-1' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n", base, model)
 	if ready != nil {
 		ready <- base
 	}
-
 	select {
 	case <-ctx.Done():
 	case err := <-serveDone:
 		return err
 	}
 	fmt.Fprintln(out, "shutting down: draining in-flight requests")
-	// Stop taking connections and wait for the requests in flight; whatever still waits for
-	// admission is answered 503 (closing) at once.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	// Whatever still waits for admission is answered 503 at once; requests in flight finish.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
 	defer cancel()
-	g.queue.Close()
+	h.Queue().Close()
 	err = srv.Shutdown(shutdownCtx)
-	g.Close()
+	h.Close()
 	cancelBG()
 	<-runDone
 	return err
-}
-
-func modelName(cfg Config) string {
-	if len(cfg.Backends) > 0 {
-		return "<your model>"
-	}
-	p, _ := engine.ProfileByName(cfg.SimProfile)
-	return p.Model
 }
 
 // simFleet is the simulated fleet with, optionally, one KV-event publisher per server (vLLM's
@@ -131,33 +176,34 @@ type simFleet struct {
 	pubs     []*kvevents.Publisher
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	backends []Backend
+	backends []proxy.BackendConfig
+	model    string
 }
 
-func startFleet(cfg Config) (*simFleet, error) {
-	p, ok := engine.ProfileByName(cfg.SimProfile)
+func startFleet(c config) (*simFleet, error) {
+	p, ok := engine.ProfileByName(c.SimProfile)
 	if !ok {
-		return nil, fmt.Errorf("unknown -sim-profile %q (demo, qwen3-32b-h100)", cfg.SimProfile)
+		return nil, fmt.Errorf("unknown -sim-profile %q (demo, qwen3-32b-h100)", c.SimProfile)
 	}
-	s := &simFleet{}
+	s := &simFleet{model: p.Model}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	if cfg.SimKVEvents {
-		for i := range cfg.SimServers {
-			pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
-				Topic:          kvevents.Topic(fmt.Sprintf("sim-%d", i), p.Model),
-				ReplayEndpoint: "tcp://127.0.0.1:0",
-			})
-			if err != nil {
-				s.Close()
-				return nil, err
-			}
-			s.pubs = append(s.pubs, pub)
-			s.wg.Go(func() { _ = pub.Run(ctx) })
+	for i := range c.SimServers {
+		if !c.SimKVEvents {
+			break
 		}
+		pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
+			Topic: kvevents.Topic(fmt.Sprintf("sim-%d", i), p.Model), ReplayEndpoint: "tcp://127.0.0.1:0",
+		})
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.pubs = append(s.pubs, pub)
+		s.wg.Go(func() { _ = pub.Run(ctx) })
 	}
 	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{
-		Servers: cfg.SimServers,
+		Servers: c.SimServers,
 		Options: simfleet.Options{Engine: engine.Options{Profile: p}},
 		Configure: func(i int, o *simfleet.Options) {
 			if i < len(s.pubs) {
@@ -171,7 +217,7 @@ func startFleet(cfg Config) (*simFleet, error) {
 	}
 	s.fleet = fleet
 	for i, u := range fleet.URLs() {
-		b := Backend{URL: u, Engine: "vllm"}
+		b := proxy.BackendConfig{URL: u, Engine: "vllm"}
 		if i < len(s.pubs) {
 			b.KVEvents, b.Replay = s.pubs[i].Endpoint(), s.pubs[i].ReplayEndpoint()
 		}

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/usher-llm/usher/internal/engine"
@@ -51,8 +54,11 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 		writeError(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "Method Not Allowed")
 		return false
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err := dec.Decode(v); err != nil {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err == nil {
+		err = decodeExact(data, v)
+	}
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge",
@@ -63,6 +69,49 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 		return false
 	}
 	return true
+}
+
+// decodeExact decodes a JSON object into the struct v matching top-level field names exactly,
+// as vLLM (pydantic) does: a key that differs from a field's JSON name only in case, such as
+// "STREAM", is an unknown field and ignored, where encoding/json alone would take it for
+// "stream". Fields inside nested values are matched by encoding/json's rules.
+func decodeExact(data []byte, v any) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return err
+	}
+	names := jsonNames(reflect.TypeOf(v).Elem())
+	for k := range fields {
+		if !names[k] {
+			delete(fields, k)
+		}
+	}
+	exact, err := json.Marshal(fields)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(exact, v)
+}
+
+var jsonNameCache sync.Map // reflect.Type → map[string]bool
+
+// jsonNames returns the JSON names of a struct type's fields.
+func jsonNames(t reflect.Type) map[string]bool {
+	if m, ok := jsonNameCache.Load(t); ok {
+		return m.(map[string]bool)
+	}
+	m := map[string]bool{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if name != "-" {
+			m[name] = true
+		}
+	}
+	jsonNameCache.Store(t, m)
+	return m
 }
 
 // checkModel answers 404 for another model than the served one; an empty name means the

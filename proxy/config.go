@@ -1,0 +1,346 @@
+package proxy
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/usher-llm/usher/fairness"
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/metrics"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing"
+)
+
+// Config is a Handler's configuration by names and numbers, as a JSON file or command-line
+// flags give it (see RegisterFlags and LoadFile); Options builds the Handler's Options from
+// it. Durations are written as strings in JSON ("60s"). Embedders who build Options in code
+// need none of this.
+type Config struct {
+	// Backends are the model servers.
+	Backends []BackendConfig `json:"backends"`
+	// Policy is the fairness policy by name (PolicyNames); BoundedWait is bounded-wait's W.
+	Policy      string        `json:"policy"`
+	BoundedWait time.Duration `json:"bounded_wait"`
+	// Router is the routing profile by name (RouterNames).
+	Router string `json:"router"`
+	// TTL is the longest wait for admission.
+	TTL time.Duration `json:"ttl"`
+	// MaxQueue and MaxQueueBytes bound what may wait in total, MaxFlowQueue what one flow
+	// (tenant/session) may have waiting (0: no flow limit).
+	MaxQueue      int   `json:"max_queue"`
+	MaxQueueBytes int64 `json:"max_queue_bytes"`
+	MaxFlowQueue  int   `json:"max_flow_queue"`
+	// MaxInFlight bounds requests in flight to the fleet; 0: 64 per backend.
+	MaxInFlight int `json:"max_inflight"`
+	// Saturation, if > 0, also holds admission while llm-d's saturation estimate of the
+	// fleet is at or above it.
+	Saturation float64 `json:"saturation"`
+	// Tokenizer is "bytes" (hash the prompt's bytes: approximate index) or "endpoint" (the
+	// servers' POST /tokenize: exact token ids, needed to match KV events).
+	Tokenizer string `json:"tokenizer"`
+	// BlockSize is tokens per block (the engines' block size); ByteBlock bytes per block in
+	// bytes mode.
+	BlockSize int `json:"block_size"`
+	ByteBlock int `json:"byte_block"`
+	// TenantHeader, SessionHeader, TenantBands, DefaultBand and MaxTenants are the Keyer's
+	// options; TenantSecretFile names a file whose content is its Secret.
+	TenantHeader     string         `json:"tenant_header"`
+	SessionHeader    string         `json:"session_header"`
+	TenantBands      map[string]int `json:"tenant_bands"`
+	DefaultBand      int            `json:"default_band"`
+	MaxTenants       int            `json:"max_tenants"`
+	TenantSecretFile string         `json:"tenant_secret_file"`
+	// Models restricts the model names requests may ask for; empty: the backends' lists.
+	Models []string `json:"models"`
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+	// ScrapeInterval is how often backend metrics are scraped.
+	ScrapeInterval time.Duration `json:"scrape_interval"`
+}
+
+// BackendConfig is a Backend by names: Engine is vllm (default), sglang, trtllm, triton or
+// tgi, the metric names to scrape.
+type BackendConfig struct {
+	URL      string `json:"url"`
+	Engine   string `json:"engine"`
+	KVEvents string `json:"kv_events"`
+	Replay   string `json:"replay"`
+}
+
+// Bands is the number of priority bands a Config configures.
+const Bands = 4
+
+// DefaultConfig returns the defaults: bounded wait (W 10 s) under a 60 s TTL, usher's router,
+// byte hashing, 8 MiB bodies, a 100 ms scrape.
+func DefaultConfig() Config {
+	return Config{
+		Policy:         "bounded-wait",
+		BoundedWait:    10 * time.Second,
+		Router:         "usher",
+		TTL:            60 * time.Second,
+		MaxQueue:       10000,
+		MaxQueueBytes:  1 << 30,
+		MaxFlowQueue:   64,
+		Tokenizer:      "bytes",
+		BlockSize:      16,
+		ByteBlock:      64,
+		SessionHeader:  "X-Session-Id",
+		MaxBodyBytes:   8 << 20,
+		ScrapeInterval: 100 * time.Millisecond,
+	}
+}
+
+// RegisterFlags defines a flag for each field of c on fs, with c's values as defaults.
+// -backend may be repeated: URL[,engine=...][,kv-events=tcp://...][,replay=tcp://...].
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,kv-events=tcp://host:5557][,replay=tcp://host:5558] (repeat)", func(s string) error {
+		b, err := ParseBackend(s)
+		c.Backends = append(c.Backends, b)
+		return err
+	})
+	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(PolicyNames, ", "))
+	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait: no request waits longer (below -ttl)")
+	fs.StringVar(&c.Router, "router", c.Router, "routing profile: "+strings.Join(RouterNames, ", "))
+	fs.DurationVar(&c.TTL, "ttl", c.TTL, "longest wait for admission")
+	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait in total")
+	fs.Int64Var(&c.MaxQueueBytes, "max-queue-bytes", c.MaxQueueBytes, "bytes that may wait in total")
+	fs.IntVar(&c.MaxFlowQueue, "max-flow-queue", c.MaxFlowQueue, "requests one flow (tenant/session) may have waiting; 0: no limit")
+	fs.IntVar(&c.MaxInFlight, "max-inflight", c.MaxInFlight, "requests in flight to the fleet at once; 0: 64 per backend")
+	fs.Float64Var(&c.Saturation, "saturation", c.Saturation, "also hold admission while the fleet's saturation (llm-d's estimate) reaches this; 0: off")
+	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "prompt tokenization: bytes (approximate index) or endpoint (the servers' POST /tokenize: exact, needed for KV events)")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block: the engines' block size")
+	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block in -tokenizer bytes")
+	fs.StringVar(&c.TenantHeader, "tenant-header", c.TenantHeader, "trusted header naming the tenant (set by an auth proxy); empty: a keyed digest of the API key")
+	fs.StringVar(&c.SessionHeader, "session-header", c.SessionHeader, "header naming the session (the OpenAI user field is the fallback)")
+	fs.IntVar(&c.DefaultBand, "default-band", c.DefaultBand, "priority band of tenants not in tenant_bands (config file)")
+	fs.IntVar(&c.MaxTenants, "max-tenants", c.MaxTenants, "unlisted tenants with a flow of their own at once; beyond: anonymous (0: 10000, -1: no bound)")
+	fs.StringVar(&c.TenantSecretFile, "tenant-secret-file", c.TenantSecretFile, "file holding the secret that keys API-key digests (same on every replica); empty: random per process")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body", c.MaxBodyBytes, "largest request body accepted (413 above)")
+	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "backend metrics scrape interval")
+}
+
+// ParseBackend parses a -backend value: URL[,engine=...][,kv-events=...][,replay=...].
+func ParseBackend(s string) (BackendConfig, error) {
+	fields := strings.Split(s, ",")
+	b := BackendConfig{URL: strings.TrimSpace(fields[0]), Engine: "vllm"}
+	for _, kv := range fields[1:] {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		switch {
+		case !ok:
+			return b, fmt.Errorf("backend %q: option %q is not key=value", s, kv)
+		case k == "engine":
+			b.Engine = v
+		case k == "kv-events":
+			b.KVEvents = v
+		case k == "replay":
+			b.Replay = v
+		default:
+			return b, fmt.Errorf("backend %q: unknown option %q (engine, kv-events, replay)", s, k)
+		}
+	}
+	return b, nil
+}
+
+// LoadFile reads a JSON config file over c: keys are the JSON names of Config's fields
+// (unknown keys are an error), durations strings such as "60s".
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	type plain Config
+	var raw struct {
+		plain
+		BoundedWait    duration `json:"bounded_wait"`
+		TTL            duration `json:"ttl"`
+		ScrapeInterval duration `json:"scrape_interval"`
+	}
+	raw.plain = plain(*c)
+	raw.BoundedWait, raw.TTL, raw.ScrapeInterval = duration(c.BoundedWait), duration(c.TTL), duration(c.ScrapeInterval)
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	*c = Config(raw.plain)
+	c.BoundedWait, c.TTL, c.ScrapeInterval = time.Duration(raw.BoundedWait), time.Duration(raw.TTL), time.Duration(raw.ScrapeInterval)
+	for i := range c.Backends {
+		if c.Backends[i].Engine == "" {
+			c.Backends[i].Engine = "vllm"
+		}
+	}
+	return nil
+}
+
+// duration is a time.Duration written as a string in JSON.
+type duration time.Duration
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"60s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	*d = duration(v)
+	return err
+}
+
+// Engines are the engine names a BackendConfig may give, with their metric profiles.
+var Engines = map[string]*metrics.Profile{
+	"vllm": metrics.VLLM, "sglang": metrics.SGLang, "trtllm": metrics.TensorRTLLM, "triton": metrics.Triton, "tgi": metrics.TGI,
+}
+
+// PolicyNames are the policies Config.Policy may name.
+var PolicyNames = []string{"fcfs", "priority", "round-robin", "turn-priority", "las", "las-llmd", "vtc", "edf", "slo", "bounded-wait", "hierarchy"}
+
+// NewPolicy returns the fairness policy named name (PolicyNames); boundedWait is W for
+// bounded-wait.
+func NewPolicy(name string, boundedWait time.Duration) (flowcontrol.Policy, error) {
+	switch name {
+	case "fcfs":
+		return flowcontrol.FCFS{}, nil
+	case "priority":
+		return flowcontrol.StrictPriority{}, nil
+	case "round-robin":
+		return fairness.NewRoundRobin(), nil
+	case "turn-priority":
+		return fairness.NewTurnPriority(fairness.TurnPriorityOptions{})
+	case "las":
+		return fairness.NewLAS(fairness.LASOptions{})
+	case "las-llmd":
+		return fairness.NewLASReference(fairness.LASReferenceOptions{})
+	case "vtc":
+		return fairness.NewVTC(fairness.VTCOptions{})
+	case "edf":
+		return fairness.EDF{}, nil
+	case "slo":
+		return fairness.NewSLODeadline(fairness.SLODeadlineOptions{TTFT: 2 * time.Second})
+	case "bounded-wait":
+		return fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: boundedWait})
+	case "hierarchy":
+		return fairness.NewHierarchy(fairness.HierarchyOptions{})
+	}
+	return nil, fmt.Errorf("%w: policy %q: want one of %s", ErrInvalidOptions, name, strings.Join(PolicyNames, ", "))
+}
+
+// RouterNames are the routing profiles Config.Router may name.
+var RouterNames = []string{"usher", "llmd", "llmd-sticky", "sglang", "dynamo", "aibrix", "round-robin", "least-request"}
+
+// NewProfile returns the routing profile named name (RouterNames).
+func NewProfile(name string) (routing.Profile, error) {
+	switch name {
+	case "usher":
+		return routing.Usher(routing.UsherOptions{}), nil
+	case "llmd":
+		return routing.LLMDDefault(), nil
+	case "llmd-sticky":
+		return routing.LLMDSticky(routing.LLMDStickyOptions{}), nil
+	case "sglang":
+		return routing.SGLang(routing.SGLangOptions{}), nil
+	case "dynamo":
+		return routing.Dynamo(routing.DynamoOptions{}), nil
+	case "aibrix":
+		return routing.AIBrix(), nil
+	case "round-robin":
+		return routing.RoundRobinProfile(), nil
+	case "least-request":
+		return routing.LeastRequest(), nil
+	}
+	return routing.Profile{}, fmt.Errorf("%w: router %q: want one of %s", ErrInvalidOptions, name, strings.Join(RouterNames, ", "))
+}
+
+// Options validates c and builds the Handler options it describes: the index, the router
+// and the queue made here, the tokenizer and keyer it names. A caller may still replace any
+// part (Tokenizer, say) before calling New.
+func (c Config) Options() (Options, error) {
+	bad := func(format string, args ...any) (Options, error) {
+		return Options{}, fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.TTL <= 0:
+		return bad("ttl %v: want > 0", c.TTL)
+	case c.Policy == "bounded-wait" && (c.BoundedWait <= 0 || c.BoundedWait >= c.TTL):
+		return bad("bounded-wait %v: want 0 < W < ttl (%v)", c.BoundedWait, c.TTL)
+	case c.MaxQueue < 1 || c.MaxQueueBytes < 1:
+		return bad("max-queue and max-queue-bytes must be positive")
+	case c.MaxFlowQueue < 0 || c.MaxInFlight < 0 || c.Saturation < 0:
+		return bad("max-flow-queue, max-inflight and saturation must not be negative")
+	case c.BlockSize < 1 || c.ByteBlock < 1:
+		return bad("block sizes must be positive")
+	case c.MaxBodyBytes < 1024:
+		return bad("max-body %d: want at least 1024", c.MaxBodyBytes)
+	case c.ScrapeInterval <= 0:
+		return bad("scrape-interval must be positive")
+	case c.DefaultBand < 0 || c.DefaultBand >= Bands:
+		return bad("default-band %d: want 0..%d", c.DefaultBand, Bands-1)
+	}
+	for t, b := range c.TenantBands {
+		if b < 0 || b >= Bands {
+			return bad("tenant %q band %d: want 0..%d", t, b, Bands-1)
+		}
+	}
+	o := Options{
+		Models: c.Models, MaxBodyBytes: c.MaxBodyBytes, Bands: Bands, BlockSize: c.BlockSize,
+		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, TTL: c.TTL,
+		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
+		FlowCapacity:  flowcontrol.Limits{Requests: c.MaxFlowQueue},
+	}
+	urls := make([]string, len(c.Backends))
+	for i, b := range c.Backends {
+		p, ok := Engines[b.Engine]
+		if !ok {
+			return bad("backend %q: unknown engine %q", b.URL, b.Engine)
+		}
+		be := Backend{URL: b.URL, Profile: p, KVEvents: b.KVEvents, Replay: b.Replay}
+		if err := be.validate(); err != nil {
+			return Options{}, err
+		}
+		o.Backends = append(o.Backends, be)
+		urls[i] = b.URL
+	}
+	switch c.Tokenizer {
+	case "bytes":
+		o.Tokenizer = BytesTokenizer{BlockBytes: c.ByteBlock}
+	case "endpoint":
+		o.Tokenizer = &EndpointTokenizer{URLs: urls, BlockSize: c.BlockSize, Client: &http.Client{Transport: DefaultTransport(), Timeout: 10 * time.Second}}
+	default:
+		return bad("tokenizer %q: want bytes or endpoint", c.Tokenizer)
+	}
+	var secret []byte
+	if c.TenantSecretFile != "" {
+		s, err := os.ReadFile(c.TenantSecretFile)
+		if err != nil {
+			return bad("tenant-secret-file: %v", err)
+		}
+		if secret = []byte(strings.TrimSpace(string(s))); len(secret) < 16 {
+			return bad("tenant-secret-file: want a secret of at least 16 bytes")
+		}
+	}
+	keyer, err := NewKeyer(KeyerOptions{
+		Secret: secret, TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader,
+		TenantBands: c.TenantBands, DefaultBand: c.DefaultBand, MaxTenants: c.MaxTenants,
+	})
+	if err != nil {
+		return Options{}, err
+	}
+	o.Keyer = keyer
+	if o.Policy, err = NewPolicy(c.Policy, c.BoundedWait); err != nil {
+		return Options{}, err
+	}
+	profile, err := NewProfile(c.Router)
+	if err != nil {
+		return Options{}, err
+	}
+	if o.Index, err = prefixcache.New(prefixcache.Options{}); err != nil {
+		return Options{}, err
+	}
+	if o.Router, err = routing.New(routing.Options{Profile: profile, Index: o.Index, BlockSize: c.BlockSize}); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}

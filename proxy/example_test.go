@@ -1,0 +1,98 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"strings"
+
+	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/proxy"
+)
+
+// A complete gateway: the Handler over a fleet, with its background work running.
+func ExampleHandler() {
+	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{Servers: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer fleet.Close()
+	var backends []proxy.Backend
+	for _, u := range fleet.URLs() {
+		backends = append(backends, proxy.Backend{URL: u})
+	}
+
+	h, err := proxy.New(proxy.Options{Backends: backends})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.Start(ctx)  // know the fleet before the first request
+	go h.Run(ctx) // scrape it, follow its KV events
+
+	srv := httptest.NewServer(h) // or http.ListenAndServe(":8080", h)
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"usher/demo","max_tokens":4,"ignore_eos":true,"messages":[{"role":"user","content":"Hello!"}]}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&answer)
+	fmt.Println(resp.Status, answer.Usage.CompletionTokens, "tokens")
+	// Output: 200 OK 4 tokens
+}
+
+// A plain httputil.ReverseProxy gains usher's admission, routing and accounting with three
+// hooks.
+func ExampleHandler_Rewrite() {
+	fleet, _ := simfleet.StartFleet(simfleet.FleetOptions{Servers: 2})
+	defer fleet.Close()
+	var backends []proxy.Backend
+	for _, u := range fleet.URLs() {
+		backends = append(backends, proxy.Backend{URL: u})
+	}
+	h, err := proxy.New(proxy.Options{Backends: backends})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Close()
+	h.Start(context.Background())
+
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			h.Rewrite(pr) // admit, pick, point pr.Out at the backend
+			pr.SetXForwarded()
+		},
+		ModifyResponse: h.ModifyResponse, // first token, usage, exactly-once close
+		ErrorHandler:   h.ErrorHandler,   // OpenAI error JSON
+	}
+	srv := httptest.NewServer(rp)
+	defer srv.Close()
+
+	for _, body := range []string{
+		`{"model":"usher/demo","max_tokens":4,"messages":[{"role":"user","content":"Hello!"}]}`,
+		`{"model":"usher/demo","max_tokens":-4,"messages":[{"role":"user","content":"Hello!"}]}`,
+	} {
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status)
+	}
+	// Output:
+	// 200 OK
+	// 400 Bad Request
+}

@@ -1,0 +1,450 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/routing"
+)
+
+// exchange is one request's trip through the pipeline: what Rewrite decided, the handles it
+// holds, and what the response tap learnt. It travels in the outgoing request's context from
+// Rewrite to ModifyResponse or ErrorHandler.
+//
+// Lock discipline: the fields above mu are written by Rewrite before the request is sent and
+// only read afterwards; the fields below mu are guarded by it, since the response body may
+// be read and closed from different goroutines.
+type exchange struct {
+	h        *Handler
+	ctx      context.Context // the client's request context
+	req      *openai.Request // nil for a request passed through without admission
+	id       Identity
+	arrival  time.Time
+	ticket   flowcontrol.Ticket
+	admitted bool
+	pick     routing.Result
+	picked   bool
+	backend  string
+	// rejected is the answer decided before any backend was asked (retryAfter goes with a
+	// 429); the outgoing request then carries a cancelled context so it is never sent.
+	rejected   *openai.Error
+	retryAfter time.Duration
+
+	mu       sync.Mutex
+	finished bool
+	usage    flowcontrol.Usage
+	info     routing.DoneInfo
+}
+
+type exchangeKey struct{}
+
+// exchangeOf returns the exchange Rewrite attached to ctx, or nil.
+func exchangeOf(ctx context.Context) *exchange {
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+// errRejected cancels the outgoing request of a rejected exchange.
+var errRejected = errors.New("proxy: request rejected before reaching a backend")
+
+// Rewrite is the httputil.ReverseProxy hook that runs usher's pipeline on a request: for a
+// POST to a chat or completions path (any path ending in /chat/completions or
+// /completions) it reads and validates the body, keys the request to a flow, hashes its
+// prompt, waits for admission and picks a backend, then points pr.Out at that backend with
+// the body the backend should see (the client's "priority" removed; usage asked for when
+// streaming). Any other request is routed to a backend the router picks, without admission.
+//
+// If the request is rejected (bad input, unknown model, queue full, no backend, client gone)
+// Rewrite leaves pr.Out with a cancelled context, so the transport fails it at once and
+// ErrorHandler writes the rejection. Use Rewrite together with ModifyResponse and
+// ErrorHandler: they close what Rewrite opened. Call it first in a Rewrite of your own, then
+// adjust pr.Out (headers, X-Forwarded-For with pr.SetXForwarded).
+func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
+	ex := &exchange{h: h, ctx: pr.In.Context(), arrival: time.Now()}
+	ctx := context.WithValue(pr.Out.Context(), exchangeKey{}, ex)
+	ep, ok := openai.EndpointOf(pr.In.URL.Path)
+	var body []byte
+	var err *openai.Error
+	if ok && pr.In.Method == http.MethodPost {
+		body, err = ex.begin(pr.In, ep)
+	} else {
+		err = ex.pass()
+	}
+	if err != nil {
+		ex.rejected = err
+		ctx, cancel := context.WithCancelCause(ctx)
+		cancel(errRejected)
+		pr.Out = pr.Out.WithContext(ctx)
+		pr.Out.URL = &url.URL{Scheme: "usher-rejected", Host: "invalid", Path: "/"}
+		pr.Out.Body = nil
+		return
+	}
+	pr.Out = pr.Out.WithContext(ctx)
+	target := h.backendURL(ex.backend)
+	if target == nil {
+		// The router published a backend whose name is not a URL: nothing can reach it.
+		ex.finish(fmt.Errorf("proxy: backend name %q is not a base URL", ex.backend))
+		ex.rejected = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeServer, Code: "bad_backend",
+			Message: "the chosen backend has no usable address"}
+		c, cancel := context.WithCancelCause(ctx)
+		cancel(errRejected)
+		pr.Out = pr.Out.WithContext(c)
+		return
+	}
+	out := pr.Out
+	out.URL.Scheme, out.URL.Host, out.URL.User = target.Scheme, target.Host, nil
+	out.Host = ""
+	if ex.req != nil {
+		out.URL.Path, out.URL.RawPath = target.Path+ep.Path(), ""
+		up := ex.req.AppendUpstream(nil)
+		if bytes.Equal(up, body) {
+			up = body
+		}
+		out.Body = io.NopCloser(bytes.NewReader(up))
+		out.ContentLength = int64(len(up))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(up)), nil }
+		out.Header.Set("Content-Type", "application/json")
+		// The response tap reads what it relays: ask for it uncompressed.
+		out.Header.Del("Accept-Encoding")
+	} else {
+		out.URL.Path, out.URL.RawPath = target.Path+pr.In.URL.Path, ""
+	}
+}
+
+// begin runs the pipeline up to the pick for a chat or completions request. It returns the
+// body read, or the answer to reject the request with (holding nothing).
+func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) ([]byte, *openai.Error) {
+	h := ex.h
+	if n := headerBytes(in.Header); n > h.maxHeader {
+		return nil, &openai.Error{Status: http.StatusRequestHeaderFieldsTooLarge, Type: openai.TypeInvalidRequest,
+			Code: "headers_too_large", Message: fmt.Sprintf("request header fields total %d bytes, more than the %d allowed", n, h.maxHeader)}
+	}
+	body, rerr := readBody(in, h.maxBody)
+	if rerr != nil {
+		return nil, rerr
+	}
+	req, err := openai.Parse(body, ep, h.limits)
+	if err != nil {
+		return nil, asOpenAIError(err)
+	}
+	ex.req = req
+	if !h.knownModel(req.Model) {
+		return nil, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Code: "model_not_found",
+			Param: "model", Message: fmt.Sprintf("the model %q does not exist here", clip(req.Model))}
+	}
+	if ex.id, err = h.keyer.Key(in, req); err != nil {
+		return nil, asOpenAIError(err)
+	}
+	if ex.id.Band < 0 || ex.id.Band >= h.bands {
+		// A keyer's mistake, not the client's: do not guess a band.
+		return nil, &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "bad_band",
+			Message: "the gateway's keyer gave this request a band outside its configuration"}
+	}
+
+	// Hash once; the chain goes to the router and, through it, to the index.
+	ctx := in.Context()
+	bufp := h.chains.Get().(*[]prefixcache.BlockHash)
+	prompt, err := h.tok.Tokenize(ctx, (*bufp)[:0], req)
+	if err != nil {
+		prompt, _ = BytesTokenizer{}.Tokenize(ctx, (*bufp)[:0], req)
+	}
+	defer func() {
+		if cap(prompt.Chain) <= 1<<16 {
+			*bufp = prompt.Chain[:0]
+			h.chains.Put(bufp)
+		}
+	}()
+
+	t, err := h.queue.Admit(ctx, flowcontrol.Request{
+		Flow:         ex.id.Flow(),
+		Band:         ex.id.Band,
+		Bytes:        int64(len(body)),
+		PromptTokens: flowcontrol.Tokens(prompt.Tokens),
+		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
+		Arrival:      ex.arrival,
+	})
+	if err != nil {
+		return nil, ex.admissionError(err)
+	}
+	ex.ticket, ex.admitted = t, true
+
+	session := "" // sessionless traffic must not look like one long session
+	if ex.id.Session != "" {
+		session = ex.id.Tenant + "/" + ex.id.Session
+	}
+	// Pick copies the chain it keeps, so the buffer goes back to the pool when begin returns.
+	p, err := h.router.Pick(&routing.Request{
+		Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: session,
+	})
+	if err != nil {
+		ex.finish(err)
+		return nil, &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend",
+			Message: "no backend can take the request now: " + err.Error()}
+	}
+	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
+	h.usher.ObservePick(ex.backend)
+	return body, nil
+}
+
+// pass picks a backend for a request that is not a chat or completions request (a
+// ReverseProxy of the caller's may carry /v1/models, /tokenize, ...), without admission.
+func (ex *exchange) pass() *openai.Error {
+	p, err := ex.h.router.Pick(&routing.Request{})
+	if err != nil {
+		return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend",
+			Message: "no backend can take the request now: " + err.Error()}
+	}
+	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
+	return nil
+}
+
+// outputBudget is the request's expected output, for the admission cost estimate.
+func outputBudget(req *openai.Request) int {
+	if req.MaxTokens > 0 {
+		return req.MaxTokens
+	}
+	return 256
+}
+
+// admissionError is the answer to a request the queue did not admit.
+func (ex *exchange) admissionError(err error) *openai.Error {
+	status := flowcontrol.HTTPStatus(err)
+	switch status {
+	case http.StatusTooManyRequests:
+		ex.retryAfter = ex.h.queue.RetryAfter()
+		return &openai.Error{Status: status, Type: openai.TypeRateLimit, Code: "rate_limit_exceeded",
+			Message: "too many requests are waiting; retry after the time in the Retry-After header"}
+	case http.StatusServiceUnavailable:
+		if errors.Is(err, flowcontrol.ErrClosed) {
+			return &openai.Error{Status: status, Type: openai.TypeUnavailable, Code: "shutting_down",
+				Message: "the gateway is shutting down; retry on another replica"}
+		}
+		return &openai.Error{Status: status, Type: openai.TypeUnavailable, Code: "queue_timeout",
+			Message: "no capacity became free before the request's time limit"}
+	case flowcontrol.StatusClientClosedRequest:
+		return &openai.Error{Status: status, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
+			Message: "the client closed the request while it waited"}
+	}
+	return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "admission_failed",
+		Message: "admission failed: " + err.Error()}
+}
+
+// asOpenAIError returns err as an *openai.Error (400 invalid_request_error when it is not one).
+func asOpenAIError(err error) *openai.Error {
+	var oe *openai.Error
+	if errors.As(err, &oe) {
+		return oe
+	}
+	return &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "invalid_request", Message: err.Error()}
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(in *http.Request, limit int64) ([]byte, *openai.Error) {
+	tooBig := &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
+		Message: fmt.Sprintf("the request body exceeds %d bytes", limit)}
+	if in.ContentLength > limit {
+		return nil, tooBig
+	}
+	size := int64(16 << 10)
+	if in.ContentLength > 0 {
+		size = in.ContentLength + 1 // +1: see EOF without growing
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	var err error
+	if in.Body != nil {
+		_, err = buf.ReadFrom(io.LimitReader(in.Body, limit+1))
+	}
+	switch {
+	case err != nil && isTimeout(err): // the server's read timeout; it also cancels the context
+		return nil, &openai.Error{Status: http.StatusRequestTimeout, Type: openai.TypeInvalidRequest, Code: "request_timeout",
+			Message: "the request body did not arrive in time"}
+	case err != nil && in.Context().Err() != nil:
+		return nil, &openai.Error{Status: flowcontrol.StatusClientClosedRequest, Type: openai.TypeInvalidRequest,
+			Code: "client_closed_request", Message: "the client closed the request while sending it"}
+	case err != nil:
+		return nil, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "unreadable_body",
+			Message: "the request body could not be read: " + err.Error()}
+	case int64(buf.Len()) > limit:
+		return nil, tooBig
+	}
+	return buf.Bytes(), nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// headerBytes is the size of a header: names and values summed.
+func headerBytes(hd http.Header) int {
+	n := 0
+	for k, vs := range hd {
+		for _, v := range vs {
+			n += len(k) + len(v)
+		}
+	}
+	return n
+}
+
+// backendURL returns the parsed base URL of a backend name, cached.
+func (h *Handler) backendURL(name string) *url.URL {
+	if u, ok := h.urls.Load(name); ok {
+		return u.(*url.URL)
+	}
+	u, err := url.Parse(name)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil
+	}
+	u.Path = trimSlash(u.Path)
+	h.urls.Store(name, u)
+	return u
+}
+
+func trimSlash(p string) string {
+	for len(p) > 0 && p[len(p)-1] == '/' {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// ModifyResponse is the httputil.ReverseProxy hook that watches the backend's answer to a
+// request Rewrite routed: it wraps the body in a tap that notes the first token and the
+// usage (streamed server-sent events or a whole JSON answer), drops the usage chunk the
+// client did not ask for, turns a stream that breaks into an OpenAI error event, and closes
+// the queue's Ticket and the router's Result exactly once — when the body ends, fails, or is
+// closed early because the client went away. A backend's error answer is passed through
+// unchanged. Responses to requests Rewrite did not see are left alone. It never fails.
+func (h *Handler) ModifyResponse(resp *http.Response) error {
+	ex := exchangeOf(resp.Request.Context())
+	if ex == nil {
+		return nil
+	}
+	switch {
+	case resp.StatusCode != http.StatusOK:
+		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status))
+		resp.Body = &wholeTap{ex: ex, up: resp.Body}
+	case ex.req != nil && ex.req.Stream && isEventStream(resp.Header.Get("Content-Type")):
+		// The tap may drop an event, so the length is no longer the backend's.
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		resp.Header.Set("Cache-Control", "no-cache")
+		resp.Header.Set("X-Accel-Buffering", "no")
+		resp.Body = newSSETap(ex, resp.Body)
+	default:
+		resp.Body = &wholeTap{ex: ex, up: resp.Body, keep: ex.req != nil}
+	}
+	return nil
+}
+
+// ErrorHandler is the httputil.ReverseProxy hook that answers a request that got no response:
+// one Rewrite rejected (its status and OpenAI error: 400, 404, 408, 413, 429 with
+// Retry-After, 431, 499, 503), or one whose backend failed before answering (502, or 504 on a
+// timeout), whose handles it closes. Errors are always OpenAI error JSON.
+func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	ex := exchangeOf(r.Context())
+	var oe *openai.Error
+	switch {
+	case ex == nil:
+		oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error", Message: "the backend failed: " + err.Error()}
+	case ex.rejected != nil:
+		oe = ex.rejected
+		if ex.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ex.retryAfter.Seconds()))))
+		}
+	default:
+		ex.finish(err)
+		switch {
+		case errors.Is(err, context.Canceled):
+			oe = &openai.Error{Status: flowcontrol.StatusClientClosedRequest, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
+				Message: "the client closed the request"}
+		case isTimeout(err):
+			oe = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "upstream_timeout",
+				Message: "backend " + ex.backend + " did not answer in time"}
+		default:
+			oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error",
+				Message: "backend " + ex.backend + " failed: " + err.Error()}
+		}
+	}
+	openai.WriteError(w, oe)
+}
+
+// ctxErr is the client's context error: non-nil once the client has gone away.
+func (ex *exchange) ctxErr() error { return ex.ctx.Err() }
+
+// setErr records the request's error, if it has none yet.
+func (ex *exchange) setErr(err error) {
+	ex.mu.Lock()
+	if ex.info.Err == nil {
+		ex.info.Err = err
+	}
+	ex.mu.Unlock()
+}
+
+// firstToken notes the first token of a stream: the router releases the prefill charge.
+func (ex *exchange) firstToken(at time.Time) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.finished || !ex.info.FirstTokenAt.IsZero() {
+		return
+	}
+	ex.info.FirstTokenAt = at
+	if ex.picked {
+		ex.pick.FirstToken(at)
+	}
+}
+
+// setUsage records the usage the backend reported.
+func (ex *exchange) setUsage(u upstreamUsage) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	ex.usage.PromptTokens = flowcontrol.Tokens(u.PromptTokens)
+	ex.usage.OutputTokens = flowcontrol.Tokens(u.CompletionTokens)
+	if u.PromptTokensDetails != nil {
+		ex.usage.CachedTokens = flowcontrol.Tokens(min(u.PromptTokensDetails.CachedTokens, u.PromptTokens))
+	}
+	ex.info.PromptTokens, ex.info.OutputTokens = u.PromptTokens, u.CompletionTokens
+}
+
+// finish closes the books exactly once: the router's first, so that the next request the
+// queue dispatches sees the backend's load released, then the queue's. err (if no error was
+// recorded before) is the request's outcome; nil is success.
+func (ex *exchange) finish(err error) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.finished {
+		return
+	}
+	ex.finished = true
+	if ex.info.Err == nil {
+		ex.info.Err = err
+	}
+	if ex.picked {
+		ex.pick.Done(ex.info)
+	}
+	if ex.admitted {
+		ex.ticket.Done(ex.usage)
+	}
+}
+
+// upstreamUsage is the usage object of an OpenAI response.
+type upstreamUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}

@@ -1,0 +1,676 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/usher-llm/usher/fairness"
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/metrics"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/routing"
+)
+
+// ErrInvalidOptions is returned (wrapped) by New and NewKeyer for options they cannot use.
+var ErrInvalidOptions = errors.New("proxy: invalid options")
+
+// Backend is one model server behind the Handler.
+type Backend struct {
+	// URL is the server's base URL (http://host:port); the OpenAI API is under /v1. It is
+	// also the backend's name in the router and the prefix index.
+	URL string
+	// Profile names the server's metrics (metrics.VLLM, metrics.SGLang, ...). Nil:
+	// metrics.VLLM.
+	Profile *metrics.Profile
+	// KVEvents is the server's KV-event ZMQ endpoint (vLLM's --kv-events-config endpoint),
+	// and Replay its replay endpoint; both optional. With them the prefix index is exact.
+	KVEvents, Replay string
+}
+
+func (b Backend) validate() error {
+	u, err := url.Parse(b.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: backend URL %q: want http(s)://host:port", ErrInvalidOptions, b.URL)
+	}
+	if b.Replay != "" && b.KVEvents == "" {
+		return fmt.Errorf("%w: backend %q: a replay endpoint without a KV-event endpoint", ErrInvalidOptions, b.URL)
+	}
+	return nil
+}
+
+// Options configures a Handler. Every part can be swapped; the zero value of each field is
+// the documented default, so Options{Backends: ...} is a working gateway.
+type Options struct {
+	// Backends are the model servers. Run scrapes their metrics into the router (and follows
+	// their KV events); GET /v1/models lists their models. Empty: the caller keeps the
+	// Router's backend set up to date itself (Router.Update), naming each backend by its
+	// base URL.
+	Backends []Backend
+
+	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
+	Index *prefixcache.Index
+	// Router picks backends. Nil: routing.Usher over Index.
+	Router *routing.Router
+	// Queue admits requests. Nil: a queue of Bands bands ordered by Policy, with TTL,
+	// QueueCapacity and FlowCapacity, at most MaxInFlight requests in flight and, if
+	// Saturation is set, llm-d's saturation gate; its outcomes are counted in Metrics. A
+	// Queue of your own brings its own gate and observer (see Saturation and
+	// ObserveOutcome), and the fields below that configure the default queue must be zero.
+	Queue *flowcontrol.Queue
+	// Policy orders the default queue. Nil: fairness.BoundedWait with W 10 s.
+	Policy flowcontrol.Policy
+	// TTL is the default queue's longest wait for admission. Zero: 60 s.
+	TTL time.Duration
+	// QueueCapacity and FlowCapacity bound what waits in the default queue in all and per
+	// flow (flowcontrol.Options.Capacity and FlowCapacity; zero fields: their defaults).
+	QueueCapacity, FlowCapacity flowcontrol.Limits
+	// Tokenizer turns prompts into block hashes. Nil: BytesTokenizer{}. When it fails, the
+	// request is hashed by BytesTokenizer instead (never rejected for it).
+	Tokenizer Tokenizer
+	// Keyer derives each request's tenant, session and band. Nil: NewKeyer(KeyerOptions{}).
+	Keyer FlowKeyer
+	// Transport sends requests to backends. Nil: DefaultTransport().
+	Transport http.RoundTripper
+	// Metrics receives usher's own metrics; served with the scraper's on GET /metrics. Nil:
+	// one over Bands and Backends.
+	Metrics *metrics.Usher
+
+	// Models are the model names requests may ask for (404 model_not_found otherwise). Nil:
+	// the models the backends list on GET /v1/models, refreshed by Start and Run; until one
+	// answered, any model is accepted and the backend judges.
+	Models []string
+	// Limits bound what a request body may ask for (max_tokens, n, nesting, messages).
+	Limits openai.Limits
+	// MaxBodyBytes bounds a request body (413 above it). Zero: 8 MiB.
+	MaxBodyBytes int64
+	// MaxHeaderBytes bounds the request's header fields, names and values summed (431 above
+	// it). Zero: 64 KiB. (The http.Server's own MaxHeaderBytes, 1 MiB by default, applies
+	// before the Handler is called.)
+	MaxHeaderBytes int
+	// Bands is the number of priority bands of the default queue and of the metrics' band
+	// labels. Zero: 4.
+	Bands int
+	// BlockSize is the default router's tokens per block. Zero: routing.DefaultBlockSize.
+	BlockSize int
+	// MaxInFlight bounds the default queue's requests in flight. Zero: 64 per backend (64
+	// when Backends is empty).
+	MaxInFlight int
+	// Saturation, if positive, makes the default queue also hold admission while llm-d's
+	// saturation estimate of the fleet (mean over backends of max(queued/5, kv/0.8), a
+	// backend without fresh signals counting 1) is at or above it.
+	Saturation float64
+	// ScrapeInterval is how often Run scrapes the backends. Zero: 100 ms.
+	ScrapeInterval time.Duration
+	// Logger receives what goes wrong in the background (KV events, scrapes). Nil:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler is an OpenAI-compatible gateway over a fleet of model servers: for POST
+// /v1/chat/completions and /v1/completions it parses and validates the body, keys the request
+// to a flow, hashes its prompt once, admits it through the queue, picks a backend, relays the
+// answer (streamed or whole) and closes the queue's Ticket and the router's Result exactly
+// once with the usage the backend reported. It also serves GET /v1/models, GET /health and GET
+// /metrics; everything else is a 404 in OpenAI's error format.
+//
+// The same pipeline is available as hooks for an httputil.ReverseProxy of your own: Rewrite,
+// ModifyResponse and ErrorHandler.
+//
+// New starts nothing; Start scrapes the fleet once, Run does the background work (scraping,
+// KV events, model lists) until its context ends, Close releases everything. A Handler is
+// safe for concurrent use; its fields are set by New and never change.
+type Handler struct {
+	backends  []Backend
+	index     *prefixcache.Index
+	router    *routing.Router
+	queue     *flowcontrol.Queue
+	tok       Tokenizer
+	keyer     FlowKeyer
+	transport http.RoundTripper
+	usher     *metrics.Usher
+	registry  *prometheus.Registry
+	scraper   *metrics.Scraper     // nil without Backends
+	kv        *kvevents.Subscriber // nil without KV-event endpoints
+	log       *slog.Logger
+	limits    openai.Limits
+	maxBody   int64
+	maxHeader int
+	bands     int
+	rp        *httputil.ReverseProxy
+	metricsH  http.Handler
+
+	staticModels map[string]bool // from Options.Models; nil: learnt
+	staticList   []byte          // GET /v1/models's answer for staticModels
+	models       atomic.Pointer[modelList]
+	saturation   atomic.Uint64 // math.Float64bits of llm-d's saturation estimate
+
+	statesMu sync.Mutex // guards states (publishStates may run from Start and Run)
+	states   []routing.BackendState
+	sources  []string // KV-event source names, by subscriber order
+
+	scraped atomic.Bool // the first scrape was published
+	urls    sync.Map    // backend name → *url.URL
+	chains  sync.Pool   // *[]prefixcache.BlockHash
+}
+
+// modelList is what the backends answered on GET /v1/models.
+type modelList struct {
+	body  []byte          // the first answer, served as is
+	names map[string]bool // every model any backend listed
+}
+
+// New assembles a Handler from opts. It starts nothing.
+func New(opts Options) (*Handler, error) {
+	h := &Handler{
+		backends:  opts.Backends,
+		index:     opts.Index,
+		router:    opts.Router,
+		queue:     opts.Queue,
+		tok:       opts.Tokenizer,
+		keyer:     opts.Keyer,
+		transport: opts.Transport,
+		usher:     opts.Metrics,
+		log:       opts.Logger,
+		limits:    opts.Limits,
+		maxBody:   opts.MaxBodyBytes,
+		maxHeader: opts.MaxHeaderBytes,
+		bands:     opts.Bands,
+	}
+	h.chains.New = func() any { s := make([]prefixcache.BlockHash, 0, 1024); return &s }
+	if h.maxBody == 0 {
+		h.maxBody = 8 << 20
+	}
+	if h.maxHeader == 0 {
+		h.maxHeader = 64 << 10
+	}
+	if h.bands == 0 {
+		h.bands = 4
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	switch {
+	case h.maxBody < 0 || h.maxHeader < 0 || h.bands < 0 || opts.MaxInFlight < 0 || opts.BlockSize < 0 ||
+		opts.ScrapeInterval < 0 || opts.Saturation < 0 || math.IsNaN(opts.Saturation):
+		return nil, fmt.Errorf("%w: negative size, count, interval or level", ErrInvalidOptions)
+	case opts.Queue != nil && (opts.Saturation > 0 || opts.Policy != nil || opts.TTL != 0 || opts.MaxInFlight != 0 ||
+		opts.QueueCapacity != (flowcontrol.Limits{}) || opts.FlowCapacity != (flowcontrol.Limits{})):
+		return nil, fmt.Errorf("%w: Policy, TTL, capacities, MaxInFlight and Saturation configure the default queue; configure your Queue itself", ErrInvalidOptions)
+	}
+	names := make([]string, len(opts.Backends))
+	seen := make(map[string]bool, len(opts.Backends))
+	for i, b := range opts.Backends {
+		if err := b.validate(); err != nil {
+			return nil, err
+		}
+		if seen[b.URL] {
+			return nil, fmt.Errorf("%w: backend %q listed twice", ErrInvalidOptions, b.URL)
+		}
+		seen[b.URL] = true
+		names[i] = b.URL
+	}
+	if len(opts.Models) > 0 {
+		h.staticModels = make(map[string]bool, len(opts.Models))
+		for _, m := range opts.Models {
+			h.staticModels[m] = true
+		}
+		h.staticList = staticModelList(h.staticModels)
+	}
+
+	var err error
+	if h.index == nil {
+		if h.index, err = prefixcache.New(prefixcache.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	if h.router == nil {
+		h.router, err = routing.New(routing.Options{Profile: routing.Usher(routing.UsherOptions{}), Index: h.index, BlockSize: opts.BlockSize})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if h.tok == nil {
+		h.tok = BytesTokenizer{}
+	}
+	if h.keyer == nil {
+		if h.keyer, err = NewKeyer(KeyerOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	if h.transport == nil {
+		h.transport = DefaultTransport()
+	}
+	if h.usher == nil {
+		bands := make([]int, h.bands)
+		for i := range bands {
+			bands[i] = i
+		}
+		var sources []string
+		for _, b := range opts.Backends {
+			if b.KVEvents != "" {
+				sources = append(sources, b.URL)
+			}
+		}
+		if h.usher, err = metrics.NewUsher(metrics.UsherOptions{Bands: bands, Backends: names, KVSources: sources}); err != nil {
+			return nil, err
+		}
+	}
+	if h.queue == nil {
+		if h.queue, err = h.defaultQueue(opts); err != nil {
+			return nil, err
+		}
+	}
+	if len(opts.Backends) > 0 {
+		targets := make([]metrics.Target, len(opts.Backends))
+		for i, b := range opts.Backends {
+			targets[i] = metrics.Target{Name: b.URL, URL: b.URL, Profile: b.Profile}
+		}
+		h.scraper, err = metrics.NewScraper(metrics.Options{Targets: targets, Interval: opts.ScrapeInterval, OnUpdate: h.publishStates})
+		if err != nil {
+			return nil, err
+		}
+		if err := h.followKVEvents(); err != nil {
+			return nil, err
+		}
+	}
+
+	h.registry = prometheus.NewRegistry()
+	h.registry.MustRegister(h.usher)
+	if h.scraper != nil {
+		h.registry.MustRegister(h.scraper)
+	}
+	h.metricsH = promhttp.HandlerFor(h.registry, promhttp.HandlerOpts{})
+	h.rp = &httputil.ReverseProxy{
+		Rewrite:        h.Rewrite,
+		ModifyResponse: h.ModifyResponse,
+		ErrorHandler:   h.ErrorHandler,
+		Transport:      h.transport,
+		FlushInterval:  -1,
+		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+	}
+	return h, nil
+}
+
+// defaultQueue is the queue Options.Queue nil stands for.
+func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, error) {
+	policy := opts.Policy
+	if policy == nil {
+		var err error
+		if policy, err = fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: 10 * time.Second}); err != nil {
+			return nil, err
+		}
+	}
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = 60 * time.Second
+	}
+	limit := opts.MaxInFlight
+	if limit == 0 {
+		limit = 64 * max(1, len(opts.Backends))
+	}
+	var gate flowcontrol.Gate = &flowcontrol.ConcurrencyLimit{Limit: limit}
+	if opts.Saturation > 0 {
+		threshold := opts.Saturation
+		gate = flowcontrol.AllGates{gate, &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{
+			Level: func() float64 { return h.Saturation() / threshold },
+		}}}}
+	}
+	return flowcontrol.New(flowcontrol.Options{
+		Bands:        h.bands,
+		Policy:       policy,
+		Gate:         gate,
+		TTL:          ttl,
+		Capacity:     opts.QueueCapacity,
+		FlowCapacity: opts.FlowCapacity,
+		Observer:     flowcontrol.Observer{Outcome: h.ObserveOutcome},
+	})
+}
+
+// ObserveOutcome counts an admission outcome in usher's metrics. The default queue's
+// observer calls it; set it as flowcontrol.Options.Observer.Outcome of a queue of your own.
+func (h *Handler) ObserveOutcome(r flowcontrol.Record) {
+	h.usher.ObserveAdmission(r.Outcome.String(), r.Request.Band, r.Wait)
+}
+
+// followKVEvents subscribes to the backends that publish KV events.
+func (h *Handler) followKVEvents() error {
+	var sources []kvevents.Source
+	for _, b := range h.backends {
+		if b.KVEvents == "" {
+			continue
+		}
+		// The backend is registered in the index under its URL, the name the router gives it.
+		sources = append(sources, kvevents.Source{Endpoint: b.KVEvents, ReplayEndpoint: b.Replay, Backend: b.URL})
+		h.sources = append(h.sources, b.URL)
+	}
+	if len(sources) == 0 {
+		return nil
+	}
+	sub, err := kvevents.New(h.index, kvevents.Options{
+		Sources: sources,
+		OnError: func(backend string, err error) { h.log.Warn("kv events", "backend", backend, "err", err) },
+	})
+	if err != nil {
+		return err
+	}
+	h.kv = sub
+	return nil
+}
+
+// DefaultTransport returns the transport the Handler uses when Options.Transport is nil:
+// keep-alive connections (256 idle per backend, closed after 90 s idle), no compression (the
+// Handler reads the streams it relays), and HTTP/1.1 as model servers speak it.
+func DefaultTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+		DisableCompression:  true,
+	}
+}
+
+// Queue, Router and Index return the Handler's parts (the ones given in Options, or the
+// defaults it made), for inspection and tests.
+func (h *Handler) Queue() *flowcontrol.Queue { return h.queue }
+
+// Router returns the Handler's router.
+func (h *Handler) Router() *routing.Router { return h.router }
+
+// Index returns the Handler's prefix index.
+func (h *Handler) Index() *prefixcache.Index { return h.index }
+
+// KVEvents returns the KV-event subscriber, nil when no backend publishes events.
+func (h *Handler) KVEvents() *kvevents.Subscriber { return h.kv }
+
+// Registry returns the registry GET /metrics serves (usher's metrics and the scraper's); add
+// your own collectors to it.
+func (h *Handler) Registry() *prometheus.Registry { return h.registry }
+
+// Saturation returns llm-d's saturation estimate of the fleet as last scraped: the mean over
+// backends of max(queued/5, kv/0.8), a backend without fresh signals counting 1; 1 before
+// the first scrape. Use it as a flowcontrol.Pool level for a queue of your own.
+func (h *Handler) Saturation() float64 {
+	if !h.scraped.Load() {
+		return 1
+	}
+	return math.Float64frombits(h.saturation.Load())
+}
+
+// ServeHTTP serves the OpenAI API: POST /v1/chat/completions and /v1/completions through
+// the pipeline, GET /v1/models, GET /health, GET /metrics; errors in OpenAI's format.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	var allow string
+	switch path {
+	case "/v1/chat/completions", "/v1/completions":
+		if r.Method == http.MethodPost {
+			h.rp.ServeHTTP(w, r)
+			return
+		}
+		allow = http.MethodPost
+	case "/v1/models":
+		if r.Method == http.MethodGet {
+			h.serveModels(w, r)
+			return
+		}
+		allow = http.MethodGet
+	case "/health":
+		if r.Method == http.MethodGet {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		allow = http.MethodGet
+	case "/metrics":
+		if r.Method == http.MethodGet {
+			h.metricsH.ServeHTTP(w, r)
+			return
+		}
+		allow = http.MethodGet
+	default:
+		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
+			Message: fmt.Sprintf("no route for %s %s", r.Method, clip(path))})
+		return
+	}
+	w.Header().Set("Allow", allow)
+	openai.WriteError(w, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
+		Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, path, allow)})
+}
+
+// Start scrapes every backend and asks for their models once, so the router knows the fleet
+// before the first request. Failures are recorded per backend as health and staleness.
+func (h *Handler) Start(ctx context.Context) {
+	if h.scraper == nil {
+		return
+	}
+	_ = h.scraper.ScrapeOnce(ctx)
+	h.publishStates()
+	h.refreshModels(ctx)
+}
+
+// Run scrapes the backends, follows their KV events and refreshes their model lists until
+// ctx ends. It returns the first error of a background task that failed for another reason
+// than ctx ending; nil otherwise. Call it once.
+func (h *Handler) Run(ctx context.Context) error {
+	errc := make(chan error, 3)
+	n := 0
+	if h.scraper != nil {
+		n += 2
+		go func() { errc <- h.scraper.Run(ctx) }()
+		go func() { errc <- h.refreshModelsEvery(ctx, 30*time.Second) }()
+	}
+	if h.kv != nil {
+		n++
+		go func() { errc <- h.kv.Run(ctx) }()
+	}
+	if n == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	var first error
+	for range n {
+		if err := <-errc; err != nil && first == nil && !errors.Is(err, context.Canceled) {
+			first = err
+		}
+	}
+	return first
+}
+
+// Close rejects everything still waiting for admission (503), stops following KV events and
+// closes idle backend connections. Requests in flight finish normally; wait for them (with
+// http.Server.Shutdown) before closing if you want them to. Close is idempotent.
+func (h *Handler) Close() {
+	h.queue.Close()
+	if h.kv != nil {
+		_ = h.kv.Close()
+	}
+	if c, ok := h.transport.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// publishStates hands the scraped states to the router (the one writer), refreshes the
+// saturation estimate and usher's gauges, and wakes the queue if the fleet has room again.
+func (h *Handler) publishStates() {
+	h.statesMu.Lock()
+	defer h.statesMu.Unlock()
+	h.states = h.scraper.BackendStates(h.states[:0])
+	if err := h.router.Update(h.states); err != nil {
+		h.log.Warn("router update", "err", err)
+	}
+	level := fleetSaturation(h.states, time.Now())
+	old := math.Float64frombits(h.saturation.Swap(math.Float64bits(level)))
+	first := !h.scraped.Swap(true)
+	if first || level < old {
+		h.queue.Notify()
+	}
+	h.publishGauges()
+}
+
+// fleetSaturation is llm-d's saturation estimate: mean over backends of max(queued/5,
+// kv/0.8); a backend without signals fresher than saturationFresh counts as saturated (1).
+func fleetSaturation(states []routing.BackendState, now time.Time) float64 {
+	if len(states) == 0 {
+		return 1
+	}
+	sum := 0.0
+	for i := range states {
+		s := &states[i]
+		level := 1.0
+		if s.Known&routing.SignalQueued != 0 && now.Sub(s.UpdatedAt) < saturationFresh {
+			level = float64(s.Queued) / 5
+			if s.Known&routing.SignalKVUtilization != 0 {
+				level = max(level, s.KVUtilization/0.8)
+			}
+		}
+		sum += level
+	}
+	return sum / float64(len(states))
+}
+
+// saturationFresh is the age below which scraped signals count in the saturation estimate:
+// the scraper's own staleness limit (2 s), not llm-d's 200 ms, which a 100 ms scrape with
+// jitter would often miss.
+const saturationFresh = 2 * time.Second
+
+// publishGauges refreshes usher's gauges from the queue, the router, the index and the KV
+// subscriber. O(bands + backends + sources).
+func (h *Handler) publishGauges() {
+	for b := range h.bands {
+		bs := h.queue.BandStats(b)
+		h.usher.SetQueue(b, bs.Queued, bs.QueuedBytes)
+	}
+	qs := h.queue.Stats()
+	h.usher.SetInFlightTotal(qs.InFlight)
+	h.usher.SetFlows(qs.Flows)
+	for _, b := range h.backends {
+		if in, ok := h.router.InFlight(b.URL); ok {
+			h.usher.SetInFlight(b.URL, in.Requests)
+		}
+	}
+	st := h.index.Stats()
+	h.usher.SetIndexStats(metrics.IndexStats{
+		Blocks: st.Blocks, Bytes: st.Bytes, Evictions: uint64(st.Evictions),
+		QueriedBlocks: uint64(st.Hits + st.Misses), MatchedBlocks: uint64(st.Hits),
+	})
+	if h.kv != nil {
+		for _, s := range h.kv.Sources() {
+			h.usher.SetKVSource(s.Source.Backend, metrics.KVSource{
+				Connected: s.Connected, Batches: uint64(s.Batches), Lost: uint64(s.Lost),
+				Resets: uint64(s.Resets), Reconnects: uint64(s.Reconnects),
+			})
+		}
+	}
+}
+
+// serveModels answers GET /v1/models: the configured models, or the first backend's list.
+func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
+	if h.staticModels != nil {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(h.staticList)
+		return
+	}
+	ml := h.models.Load()
+	if ml == nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		h.refreshModels(ctx)
+		cancel()
+		ml = h.models.Load()
+	}
+	if ml == nil {
+		openai.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable,
+			Code: "no_backend", Message: "no backend listed its models"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(ml.body)
+}
+
+// knownModel reports whether requests may ask for model.
+func (h *Handler) knownModel(model string) bool {
+	if h.staticModels != nil {
+		return h.staticModels[model]
+	}
+	ml := h.models.Load()
+	return ml == nil || ml.names[model]
+}
+
+func (h *Handler) refreshModelsEvery(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			h.refreshModels(ctx)
+		}
+	}
+}
+
+// refreshModels asks every backend for its models and keeps the union of their names and
+// the first answer's body. A backend that does not answer changes nothing.
+func (h *Handler) refreshModels(ctx context.Context) {
+	if h.staticModels != nil || len(h.backends) == 0 {
+		return
+	}
+	var list *modelList
+	for _, b := range h.backends {
+		body, names, err := fetchModels(ctx, h.transport, b.URL)
+		if err != nil {
+			continue
+		}
+		if list == nil {
+			list = &modelList{body: body, names: map[string]bool{}}
+		}
+		for _, n := range names {
+			list.names[n] = true
+		}
+	}
+	if list != nil {
+		h.models.Store(list)
+	}
+}
+
+func fetchModels(ctx context.Context, rt http.RoundTripper, base string) ([]byte, []string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("%s/v1/models: %s", base, resp.Status)
+	}
+	names, err := modelNames(body)
+	if err != nil || len(names) == 0 {
+		return nil, nil, fmt.Errorf("%s/v1/models: no models listed", base)
+	}
+	return body, names, nil
+}

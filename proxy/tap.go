@@ -1,0 +1,339 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/proxy/openai"
+)
+
+// maxEventBytes bounds one server-sent event of a backend's stream; maxWholeBytes the part of
+// a whole answer kept to read its usage.
+const (
+	maxEventBytes = 16 << 20
+	maxWholeBytes = 4 << 20
+)
+
+// errClosedEarly is the outcome of a response body closed before its end: the client went
+// away, or the proxy stopped copying.
+var errClosedEarly = errors.New("proxy: response closed before its end")
+
+func isEventStream(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "text/event-stream"
+}
+
+// wholeTap passes a whole answer through unchanged and reads its usage at the end (keep).
+// It finishes the exchange at EOF, on a read error, or on Close.
+type wholeTap struct {
+	ex    *exchange
+	up    io.ReadCloser
+	keep  bool   // read the usage of a successful answer
+	buf   []byte // the answer so far, while it fits in maxWholeBytes
+	first bool
+}
+
+func (t *wholeTap) Read(p []byte) (int, error) {
+	n, err := t.up.Read(p)
+	if n > 0 {
+		if !t.first {
+			t.first = true
+			t.ex.mu.Lock()
+			t.ex.info.FirstTokenAt = time.Now()
+			t.ex.mu.Unlock()
+		}
+		if t.keep && len(t.buf)+n <= maxWholeBytes {
+			t.buf = append(t.buf, p[:n]...)
+		}
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		if t.keep {
+			var body struct {
+				Usage *upstreamUsage `json:"usage"`
+			}
+			if json.Unmarshal(t.buf, &body) == nil && body.Usage != nil {
+				t.ex.setUsage(*body.Usage)
+			}
+			t.buf = nil
+		}
+		t.ex.finish(nil)
+	case err != nil:
+		t.ex.finish(err)
+	}
+	return n, err
+}
+
+func (t *wholeTap) Close() error {
+	t.ex.finish(errClosedEarly)
+	return t.up.Close()
+}
+
+// sseTap relays a backend's server-sent-event stream event by event. It notes the first
+// token (the first chunk with text) and the usage chunk, which it drops when only the proxy
+// asked for it; after [DONE] it reads the rest of the backend's body, so the connection can
+// be reused, and finishes the exchange before the client hears [DONE]. A stream that breaks
+// (an error, or EOF before [DONE]) ends with an OpenAI error event and a clean end, so the
+// client learns what happened; one the client abandoned ends with the read error.
+type sseTap struct {
+	ex        *exchange
+	up        io.ReadCloser
+	dropUsage bool
+
+	in       []byte // bytes from the backend; in[r:] not yet processed
+	r        int
+	out      []byte // processed bytes for the client; out[o:] not yet returned
+	o        int
+	upErr    error // the backend body's terminal error (io.EOF included), once seen
+	ended    bool  // nothing more for the client after out
+	sawFirst bool
+	chunks   int // chunks with text, for streams that report no usage
+	data     []byte
+}
+
+func newSSETap(ex *exchange, up io.ReadCloser) *sseTap {
+	return &sseTap{
+		ex:        ex,
+		up:        up,
+		dropUsage: !ex.req.IncludeUsage,
+		in:        make([]byte, 0, 32<<10),
+		out:       make([]byte, 0, 32<<10),
+	}
+}
+
+func (t *sseTap) Read(p []byte) (int, error) {
+	for {
+		if t.o < len(t.out) {
+			n := copy(p, t.out[t.o:])
+			t.o += n
+			return n, nil
+		}
+		t.out, t.o = t.out[:0], 0
+		if t.ended {
+			return 0, io.EOF
+		}
+		if t.process() {
+			continue
+		}
+		if t.upErr != nil {
+			if t.r < len(t.in) {
+				// The body ended inside an event: take what came as the last one.
+				ev := append(t.in[t.r:], '\n', '\n')
+				t.r = len(t.in)
+				if t.handle(ev) {
+					t.out = append(t.out, ev...)
+				}
+				continue
+			}
+			return 0, t.broken()
+		}
+		t.fill()
+	}
+}
+
+// fill reads more of the backend's body into in.
+func (t *sseTap) fill() {
+	if t.r > 0 {
+		t.in = t.in[:copy(t.in, t.in[t.r:])]
+		t.r = 0
+	}
+	if len(t.in) == cap(t.in) {
+		if cap(t.in) >= maxEventBytes {
+			t.upErr = errors.New("an event exceeds 16 MiB")
+			return
+		}
+		t.in = append(t.in, make([]byte, cap(t.in))...)[:len(t.in)]
+	}
+	n, err := t.up.Read(t.in[len(t.in):cap(t.in)])
+	t.in = t.in[:len(t.in)+n]
+	if err != nil {
+		t.upErr = err
+	}
+}
+
+// process handles the complete events buffered in in, appending what the client gets to out.
+// It reports whether it produced output or ended the stream.
+func (t *sseTap) process() bool {
+	progressed := false
+	for !t.ended {
+		ev, ok := t.nextEvent()
+		if !ok {
+			break
+		}
+		if t.handle(ev) {
+			t.out = append(t.out, ev...)
+			progressed = true
+		}
+	}
+	return progressed || t.ended
+}
+
+// nextEvent cuts the next complete event (through the blank line that ends it) from in. A
+// blank line with no event before it comes back alone, and is passed on as it is.
+func (t *sseTap) nextEvent() ([]byte, bool) {
+	buf := t.in[t.r:]
+	for i := 0; i < len(buf); {
+		j := bytes.IndexByte(buf[i:], '\n')
+		if j < 0 {
+			return nil, false
+		}
+		blank := j == 0 || (j == 1 && buf[i] == '\r')
+		i += j + 1
+		if blank {
+			t.r += i
+			return buf[:i], true
+		}
+	}
+	return nil, false
+}
+
+// handle looks at one event and reports whether the client gets it.
+func (t *sseTap) handle(ev []byte) bool {
+	data := t.eventData(ev)
+	switch {
+	case data == nil:
+		return true // a comment, a blank line or another field
+	case bytes.Equal(data, doneData):
+		// Read the rest of the body (the chunked terminator, which follows [DONE] at once),
+		// bounded, before the client hears [DONE] and hangs up: then the backend connection
+		// goes back to the pool instead of being closed.
+		if t.upErr == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(t.up, 64<<10))
+		}
+		t.end(nil)
+		return true
+	case bytes.HasPrefix(data, []byte(`{"error"`)):
+		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"))
+		return true
+	}
+	hasUsage := chunkHasUsage(data)
+	if t.sawFirst && !hasUsage {
+		// After the first token only the usage chunk needs parsing; count the rest.
+		t.chunks++
+		return true
+	}
+	var chunk struct {
+		Choices []struct {
+			Text  string `json:"text"`
+			Delta struct {
+				Content          string          `json:"content"`
+				ReasoningContent string          `json:"reasoning_content"`
+				ToolCalls        json.RawMessage `json:"tool_calls"`
+			} `json:"delta"`
+		} `json:"choices"`
+		Usage *upstreamUsage `json:"usage"`
+	}
+	if json.Unmarshal(data, &chunk) != nil {
+		return true
+	}
+	for _, c := range chunk.Choices {
+		if c.Text == "" && c.Delta.Content == "" && c.Delta.ReasoningContent == "" && len(c.Delta.ToolCalls) == 0 {
+			continue // a chat stream opens with a role-only chunk
+		}
+		t.chunks++
+		if !t.sawFirst {
+			t.sawFirst = true
+			t.ex.firstToken(time.Now())
+		}
+		break
+	}
+	if chunk.Usage != nil {
+		t.ex.setUsage(*chunk.Usage)
+		return !t.dropUsage || len(chunk.Choices) > 0
+	}
+	return true
+}
+
+var doneData = []byte("[DONE]")
+
+// chunkHasUsage reports whether a chunk carries a usage object that is not null. O(len).
+func chunkHasUsage(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`"usage"`))
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(`"usage"`):]
+		v := bytes.TrimLeft(data, " \t\r\n")
+		if len(v) > 0 && v[0] == ':' {
+			v = bytes.TrimLeft(v[1:], " \t\r\n")
+			return len(v) > 0 && v[0] == '{'
+		}
+	}
+}
+
+// eventData returns the data of an event: its data lines' values joined by newlines; nil if
+// it has none. A single data line is returned in place.
+func (t *sseTap) eventData(ev []byte) []byte {
+	var data []byte
+	lines := 0
+	for len(ev) > 0 {
+		line := ev
+		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			ev = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		d, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue
+		}
+		d = bytes.TrimPrefix(d, []byte(" "))
+		switch lines {
+		case 0:
+			data = d
+		case 1:
+			t.data = append(append(append(t.data[:0], data...), '\n'), d...)
+			data = t.data
+		default:
+			t.data = append(append(t.data, '\n'), d...)
+			data = t.data
+		}
+		lines++
+	}
+	if lines > 0 && data == nil {
+		data = []byte{}
+	}
+	return data
+}
+
+// broken ends a stream that stopped before [DONE]: an OpenAI error event for the client, then
+// a clean end — unless the client is gone, when the read error goes back to the proxy.
+func (t *sseTap) broken() error {
+	err := t.upErr
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	if t.ex.ctxErr() != nil {
+		t.end(err)
+		return err
+	}
+	t.out = (&openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "stream_broken",
+		Message: "the backend's stream broke: " + err.Error()}).AppendEvent(t.out[:0])
+	t.end(err)
+	return nil
+}
+
+// end finishes the exchange with the usage seen (chunks counted when none was reported).
+func (t *sseTap) end(err error) {
+	t.ended = true
+	t.ex.mu.Lock()
+	if t.ex.usage.OutputTokens == 0 && t.chunks > 0 {
+		t.ex.usage.OutputTokens = flowcontrol.Tokens(t.chunks)
+		t.ex.info.OutputTokens = t.chunks
+	}
+	t.ex.mu.Unlock()
+	t.ex.finish(err)
+}
+
+func (t *sseTap) Close() error {
+	t.ex.finish(errClosedEarly)
+	return t.up.Close()
+}
