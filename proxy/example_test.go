@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log"
 	"net/http"
@@ -95,4 +96,50 @@ func ExampleHandler_Rewrite() {
 	// Output:
 	// 200 OK
 	// 400 Bad Request
+}
+
+// Tenants are keyed digests of API keys: list a key's tenant in TenantBands without storing
+// the key, and a spoofed header changes nothing.
+func ExampleNewKeyer() {
+	secret := []byte("the same secret on every replica")
+	k, err := proxy.NewKeyer(proxy.KeyerOptions{
+		Secret:      secret,
+		TenantBands: map[string]int{proxy.TenantOfKey(secret, "sk-gold"): 0},
+		DefaultBand: 2,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, key := range []string{"sk-gold", "sk-other"} {
+		r, _ := http.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		r.Header.Set("X-Priority", "0") // not trusted: ignored
+		r.Header.Set("X-Session-Id", "chat-7")
+		id, _ := k.Key(r, nil)
+		fmt.Println(id.Band, id.Session, id.Tenant == proxy.TenantOfKey(secret, key))
+	}
+	// Output:
+	// 0 chat-7 true
+	// 2 chat-7 true
+}
+
+// A Handler from a configuration by names, as a flag set or a JSON file gives it.
+func ExampleConfig() {
+	c := proxy.DefaultConfig()
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-backend", "http://127.0.0.1:8000,engine=vllm", "-policy", "vtc", "-router", "llmd"}); err != nil {
+		log.Fatal(err)
+	}
+	opts, err := c.Options()
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := proxy.New(opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Close()
+	fmt.Println(len(opts.Backends), h.Router().Name())
+	// Output: 1 llm-d-default
 }

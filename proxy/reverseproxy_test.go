@@ -76,6 +76,18 @@ func TestReverseProxyExample(t *testing.T) {
 		closedExactlyOnce(t, h)
 	})
 
+	t.Run("other paths pass through", func(t *testing.T) {
+		before := h.Queue().Stats().Dispatched
+		models, err := c.Models.List(ctx)
+		if err != nil || len(models.Data) != 1 || models.Data[0].ID != model {
+			t.Fatalf("models through the proxy: %+v, %v", models, err)
+		}
+		closedExactlyOnce(t, h)
+		if st := h.Queue().Stats(); st.Dispatched != before {
+			t.Errorf("a models request went through admission")
+		}
+	})
+
 	// A backend that resets the connection before answering, and one that dies mid-stream.
 	reset := fakeBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		conn, _, err := w.(http.Hijacker).Hijack()

@@ -396,3 +396,17 @@ func TestParseAllocs(t *testing.T) {
 		t.Errorf("Parse of a completions body: %v allocations, want at most 2", allocs)
 	}
 }
+
+func TestRawMessages(t *testing.T) {
+	msgs := `[ {"role":"user","content":"hi","name":"x"} ,{"role":"assistant","tool_calls":[]}]`
+	r, err := openai.Parse([]byte(`{"model":"m","messages":`+msgs+` ,"stream":false}`), openai.Chat, openai.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(r.RawMessages) != msgs {
+		t.Errorf("RawMessages = %q, want %q", r.RawMessages, msgs)
+	}
+	if r, _ := openai.Parse([]byte(`{"model":"m","prompt":"p"}`), openai.Completions, openai.Limits{}); r.RawMessages != nil {
+		t.Errorf("completions RawMessages = %q, want nil", r.RawMessages)
+	}
+}
