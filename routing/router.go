@@ -3,6 +3,9 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -287,14 +290,30 @@ func New(opts Options) (*Router, error) {
 	return r, nil
 }
 
-// hook registers x's Observer and Completer sides, if any.
+// hook registers x's Observer and Completer sides, if any, once per value: a component that is
+// both a filter and a scorer (Outlier, see WithOutlier) hears of each pick and each outcome once.
 func (r *Router) hook(x any) {
-	if o, ok := x.(Observer); ok {
+	if o, ok := x.(Observer); ok && !hooked(r.observers, o) {
 		r.observers = append(r.observers, o)
 	}
-	if c, ok := x.(Completer); ok {
+	if c, ok := x.(Completer); ok && !hooked(r.completers, c) {
 		r.completers = append(r.completers, c)
 	}
+}
+
+// hooked reports whether x is already in list. Values of a type that cannot be compared (a
+// func or slice type implementing the interface) are never taken for duplicates: comparing them
+// would panic.
+func hooked[T any](list []T, x T) bool {
+	if t := reflect.TypeOf(x); t == nil || !t.Comparable() {
+		return false
+	}
+	for _, y := range list {
+		if any(y) == any(x) {
+			return true
+		}
+	}
+	return false
 }
 
 // Update replaces the backend set with states, published as one immutable snapshot that picks
@@ -494,7 +513,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	stale := 0
 	for i := range s.backends {
 		b := &s.backends[i]
-		if !b.state.Role.serves(req.Role) {
+		if !b.state.Role.serves(req.Role) || (len(req.Exclude) > 0 && slices.Contains(req.Exclude, b.id)) {
 			continue
 		}
 		// Compute every field in locals and store each once: a composite literal would zero
@@ -655,6 +674,20 @@ type Result struct {
 }
 
 // DoneInfo is what happened to a routed request.
+//
+// Err and Failure combine as follows:
+//
+//   - Err == nil: the request succeeded. Failure is ignored, whatever it says.
+//   - Err != nil, Failure == FailureNone: the request failed, but not in a way that says
+//     anything about the backend (the client went away, the input was bad, or the caller did not
+//     classify it). It counts in Stats.Failed and is neutral for passive health: neither a
+//     success nor a failure. Code that only sets Err gets exactly this.
+//   - Err != nil, Failure == FailureConnect, FailureTimeout or FailureServer: a failure of the
+//     backend. Passive health (Outlier) counts it towards ejection.
+//   - Err != nil, Failure == FailureOverload: the backend refused the work because it is busy.
+//     A load signal, not a health failure: Outlier does not count it either way.
+//
+// A Failure outside the constants is read as FailureNone.
 type DoneInfo struct {
 	// FirstTokenAt is when the first output token arrived; zero if none did.
 	FirstTokenAt time.Time
@@ -662,6 +695,47 @@ type DoneInfo struct {
 	PromptTokens, OutputTokens int
 	// Err is the request's error, nil on success.
 	Err error
+	// Failure classifies a non-nil Err for passive health; see above. Zero: FailureNone.
+	Failure Failure
+}
+
+// Failure says what a failed request tells about its backend, for passive health. The proxy
+// (or whoever finishes a Result) classifies the error; the router only carries it to the
+// Completers. The zero value is FailureNone.
+type Failure uint8
+
+const (
+	// FailureNone: success, or a failure that says nothing about the backend (the client went
+	// away, bad input).
+	FailureNone Failure = iota
+	// FailureConnect: the backend could not be reached: connection refused or reset before an
+	// answer, dial timeout.
+	FailureConnect
+	// FailureTimeout: the backend did not answer in time (response-header or stream-idle
+	// timeout).
+	FailureTimeout
+	// FailureServer: the backend answered with a server error (5xx) or broke its stream.
+	FailureServer
+	// FailureOverload: the backend said it is overloaded (429, or 503 with Retry-After): a load
+	// signal, not a health failure.
+	FailureOverload
+)
+
+// String returns "none", "connect", "timeout", "server" or "overload".
+func (f Failure) String() string {
+	switch f {
+	case FailureNone:
+		return "none"
+	case FailureConnect:
+		return "connect"
+	case FailureTimeout:
+		return "timeout"
+	case FailureServer:
+		return "server"
+	case FailureOverload:
+		return "overload"
+	}
+	return "Failure(" + strconv.Itoa(int(f)) + ")"
 }
 
 // ticket is the pooled state behind a Result. state packs a generation (state>>2) with two flags:
@@ -707,7 +781,8 @@ func (p Result) FirstToken(at time.Time) {
 // FirstToken already did, the prefill tokens. When the request got a first token (FirstToken
 // was called or info.FirstTokenAt is set) or succeeded, the prompt's blocks are inserted into the
 // prefix index under the chosen backend; a request that failed before any token inserts nothing,
-// since the server may never have cached it. Then every Completer in the profile hears of it.
+// since the server may never have cached it. Then every Completer in the profile hears of it,
+// with info as given (its Failure classifies an error for passive health, see DoneInfo).
 // Done must be called exactly once; a second call panics. O(len(chain)) for the insert, otherwise O(1).
 func (p Result) Done(info DoneInfo) {
 	t := p.mustTicket("Done")

@@ -231,6 +231,9 @@ type Request struct {
 	Role Role
 	// Now is the time of the pick. Zero: Options.Now().
 	Now time.Time
+	// Exclude lists backends the pick must not choose, for example those a retry already
+	// tried. Checked before the filters, O(len(Exclude)) per backend; keep it short.
+	Exclude []BackendID
 
 	indexed bool // set on the router's copy when the Router has a prefix index
 }

@@ -1,0 +1,716 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock is a clock tests advance by hand; safe for concurrent use.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock(at time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(at.UnixNano())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// prefer scores the backend with id target 1 and every other 0 (none when target < 0), so that
+// a test can say which backend it wants and see whether the outlier let it through.
+type prefer struct{ target atomic.Int64 }
+
+func (p *prefer) Score(_ *Request, cands []Candidate, dst []float64) {
+	t := p.target.Load()
+	for i := range cands {
+		if int64(cands[i].ID) == t {
+			dst[i] = 1
+		}
+	}
+}
+
+var (
+	errConnect  = errors.New("connection refused")
+	errServer   = errors.New("500")
+	errClient   = errors.New("client went away")
+	errOverload = errors.New("429")
+)
+
+var (
+	connectFail = DoneInfo{Err: errConnect, Failure: FailureConnect}
+	serverFail  = DoneInfo{Err: errServer, Failure: FailureServer}
+	timeoutFail = DoneInfo{Err: errServer, Failure: FailureTimeout}
+	neutral     = DoneInfo{Err: errClient}
+	overload    = DoneInfo{Err: errOverload, Failure: FailureOverload}
+	success     = DoneInfo{}
+)
+
+// outlierFixture is a Router over n backends b0..b(n-1) whose profile is
+// WithOutlier(HealthFilter → 10·prefer, outlier, 1), on a fake clock, signals never stale.
+type outlierFixture struct {
+	t      *testing.T
+	r      *Router
+	o      *Outlier
+	clock  *fakeClock
+	prefer *prefer
+}
+
+func newOutlierFixture(t *testing.T, n int, opts OutlierOptions) *outlierFixture {
+	t.Helper()
+	return newOutlierFixtureWith(t, n, opts, Options{StaleAfter: -1})
+}
+
+func newOutlierFixtureWith(t *testing.T, n int, opts OutlierOptions, ropts Options) *outlierFixture {
+	t.Helper()
+	f := &outlierFixture{t: t, clock: newFakeClock(t0), prefer: &prefer{}}
+	f.prefer.target.Store(-1)
+	opts.Now = f.clock.Now
+	o, err := NewOutlier(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.o = o
+	ropts.Now = f.clock.Now
+	ropts.Profile = WithOutlier(Profile{
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{{f.prefer, 10}},
+	}, o, 1)
+	f.r = mustNew(t, ropts)
+	mustUpdate(t, f.r, fleet(n, t0))
+	return f
+}
+
+// pick picks with id preferred and returns the result.
+func (f *outlierFixture) pick(id int) Result {
+	f.t.Helper()
+	f.prefer.target.Store(int64(id))
+	p, err := f.r.Pick(&Request{})
+	if err != nil {
+		f.t.Fatalf("pick: %v", err)
+	}
+	return p
+}
+
+// hit picks with id preferred, requires that id is chosen, and finishes it with info.
+func (f *outlierFixture) hit(id int, info DoneInfo) {
+	f.t.Helper()
+	p := f.pick(id)
+	if int(p.ID) != id {
+		f.t.Fatalf("picked b%d, want b%d", p.ID, id)
+	}
+	p.Done(info)
+}
+
+// avoids makes n picks preferring id, finishing each successfully, and fails if one chose it.
+func (f *outlierFixture) avoids(id, n int) {
+	f.t.Helper()
+	for i := range n {
+		p := f.pick(id)
+		p.Done(success)
+		if int(p.ID) == id {
+			f.t.Fatalf("pick %d of %d chose ejected b%d", i+1, n, id)
+		}
+	}
+}
+
+// ejectedFor returns how much longer id's ejection lasts, and whether it is out of rotation.
+func (f *outlierFixture) ejectedFor(id int) (time.Duration, bool) {
+	until, ok := f.o.Ejected(BackendID(id))
+	return until.Sub(f.clock.Now()), ok
+}
+
+func TestOutlierConnectFailureEjectsAndProbes(t *testing.T) {
+	f := newOutlierFixture(t, 4, OutlierOptions{})
+	f.hit(0, connectFail)
+	if d, ok := f.ejectedFor(0); !ok || d != time.Second {
+		t.Fatalf("after a connect failure: ejected %v for %v, want true for 1s", ok, d)
+	}
+	f.avoids(0, 1000)
+
+	f.clock.Advance(time.Second) // half-open
+	probe := f.pick(0)
+	if probe.ID != 0 {
+		t.Fatalf("half-open b0 not probed: picked b%d", probe.ID)
+	}
+	f.avoids(0, 1000) // one probe at a time
+	if st := f.o.Stats(); st.Probes != 1 || st.Ejected != 1 {
+		t.Fatalf("stats %+v, want 1 probe, 1 ejected", st)
+	}
+	probe.Done(success)
+	if _, ok := f.ejectedFor(0); ok {
+		t.Fatal("a successful probe did not restore b0")
+	}
+	f.hit(0, success)
+	f.hit(0, success)
+	if st := f.o.Stats(); st.Restored != 1 || st.Ejected != 0 || st.Ejections != 1 {
+		t.Fatalf("stats %+v, want 1 restored, 0 ejected, 1 ejection", st)
+	}
+}
+
+// The n-th ejection in a row lasts min(Base·2^(n−1), Max); it decays by one step per Window
+// in rotation.
+func TestOutlierBackoff(t *testing.T) {
+	f := newOutlierFixture(t, 2, OutlierOptions{})
+	f.hit(0, connectFail)
+	for i, want := range []time.Duration{1, 2, 4, 8, 16, 30, 30, 30} {
+		d, ok := f.ejectedFor(0)
+		if !ok || d != want*time.Second {
+			t.Fatalf("ejection %d: out %v for %v, want %v", i+1, ok, d, want*time.Second)
+		}
+		f.avoids(0, 10)
+		f.clock.Advance(d)
+		f.hit(0, connectFail) // the probe fails
+	}
+	// A successful probe, then time in rotation: each Window takes one step off.
+	d, _ := f.ejectedFor(0)
+	f.clock.Advance(d)
+	f.hit(0, success)
+	for _, step := range []struct {
+		healthy time.Duration
+		want    time.Duration
+	}{
+		{0, 30 * time.Second},                        // n = min(6 + 1, cap 6) = 6
+		{2 * DefaultOutlierWindow, 16 * time.Second}, // 6 − 2 + 1 = 5
+		{3 * DefaultOutlierWindow, 4 * time.Second},  // 5 − 3 + 1 = 3
+		{10 * DefaultOutlierWindow, 1 * time.Second}, // max(0, 3 − 10) + 1 = 1
+	} {
+		f.clock.Advance(step.healthy)
+		f.hit(0, connectFail)
+		got, _ := f.ejectedFor(0)
+		if got != step.want {
+			t.Errorf("after %v in rotation: ejected for %v, want %v", step.healthy, got, step.want)
+		}
+		f.clock.Advance(got)
+		f.hit(0, success) // the probe restores
+	}
+}
+
+func TestOutlierConsecutiveFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		seq   []DoneInfo
+		eject bool
+	}{
+		{"5 server errors", []DoneInfo{serverFail, serverFail, serverFail, serverFail, serverFail}, true},
+		{"5 timeouts", []DoneInfo{timeoutFail, timeoutFail, timeoutFail, timeoutFail, timeoutFail}, true},
+		{"4 errors", []DoneInfo{serverFail, serverFail, serverFail, serverFail}, false},
+		{"4 errors, a success, 4 errors", []DoneInfo{serverFail, serverFail, serverFail, serverFail, success, serverFail, serverFail, serverFail, serverFail}, false},
+		{"neutral and overload do not reset", []DoneInfo{serverFail, serverFail, neutral, serverFail, overload, serverFail, serverFail}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newOutlierFixture(t, 4, OutlierOptions{FailureRate: -1})
+			for _, info := range tc.seq {
+				f.hit(0, info)
+			}
+			if _, ok := f.ejectedFor(0); ok != tc.eject {
+				t.Errorf("ejected = %v, want %v", ok, tc.eject)
+			}
+		})
+	}
+}
+
+func TestOutlierFailureRate(t *testing.T) {
+	opts := OutlierOptions{ConsecutiveFailures: -1}
+	t.Run("reaches the rate with MinRequests", func(t *testing.T) {
+		f := newOutlierFixture(t, 4, opts)
+		for i := range 19 { // 10 failures in 19 requests: above the rate, below MinRequests
+			if i%2 == 0 {
+				f.hit(0, serverFail)
+			} else {
+				f.hit(0, success)
+			}
+		}
+		if _, ok := f.ejectedFor(0); ok {
+			t.Fatal("ejected below MinRequests")
+		}
+		f.hit(0, serverFail) // 11 of 20
+		if _, ok := f.ejectedFor(0); !ok {
+			t.Fatal("not ejected at 11 failures of 20 requests")
+		}
+	})
+	t.Run("below the rate", func(t *testing.T) {
+		f := newOutlierFixture(t, 4, opts)
+		for i := range 40 { // 9 failures in every 20, spread out
+			if i%2 == 1 && i%20 < 18 {
+				f.hit(0, serverFail)
+			} else {
+				f.hit(0, success)
+			}
+		}
+		if _, ok := f.ejectedFor(0); ok {
+			t.Fatal("ejected at a failure rate of 0.45")
+		}
+	})
+	t.Run("old failures leave the window", func(t *testing.T) {
+		f := newOutlierFixture(t, 4, opts)
+		for range 15 {
+			f.hit(0, serverFail)
+		}
+		f.clock.Advance(DefaultOutlierWindow + time.Second)
+		for range 10 {
+			f.hit(0, success)
+		}
+		for range 9 {
+			f.hit(0, serverFail) // 9 of 19 in the window
+		}
+		f.hit(0, serverFail) // 10 of 20: 0.5
+		if _, ok := f.ejectedFor(0); !ok {
+			t.Fatal("not ejected at 10 of 20")
+		}
+		if st := f.o.Stats(); st.Ejections != 1 {
+			t.Fatalf("ejections %d, want 1", st.Ejections)
+		}
+	})
+}
+
+func TestOutlierMaxEjectedPercent(t *testing.T) {
+	f := newOutlierFixture(t, 4, OutlierOptions{})
+	for id := range 4 {
+		f.hit(id, success) // all four are known
+	}
+	f.hit(0, connectFail)
+	f.hit(1, connectFail)
+	f.hit(2, connectFail) // a third of four at 50%: not ejected
+	if _, ok := f.ejectedFor(2); ok {
+		t.Fatal("b2 ejected beyond MaxEjectedPercent")
+	}
+	if st := f.o.Stats(); st.Ejected != 2 || st.Suppressed != 1 {
+		t.Fatalf("stats %+v, want 2 ejected, 1 suppressed", st)
+	}
+
+	// All ejected: all kept.
+	g := newOutlierFixture(t, 2, OutlierOptions{MaxEjectedPercent: 100})
+	g.hit(0, connectFail)
+	g.hit(1, connectFail)
+	p := g.pick(0)
+	p.Done(success) // picked before the ejection ended: ignored
+	if st := g.o.Stats(); st.Ejected != 2 || st.Fallbacks != 1 || g.o.Fallbacks() != 1 {
+		t.Fatalf("stats %+v, want 2 ejected and 1 fallback", st)
+	}
+	// One backend alone may always be ejected.
+	h := newOutlierFixture(t, 1, OutlierOptions{})
+	h.hit(0, connectFail)
+	h.hit(0, success) // kept by the fallback
+	if st := h.o.Stats(); st.Ejected != 1 || st.Fallbacks != 1 {
+		t.Fatalf("single backend: stats %+v, want 1 ejected, 1 fallback", st)
+	}
+}
+
+// When everything not ejected is unhealthy, the ejected backends are kept: HealthFilter drops
+// the unhealthy one, and the request still has a backend.
+func TestOutlierFallbackWithUnhealthy(t *testing.T) {
+	f := newOutlierFixture(t, 2, OutlierOptions{})
+	f.hit(0, connectFail)
+	s := fleet(2, t0)
+	s[1].Health = Unhealthy
+	mustUpdate(t, f.r, s)
+	p := f.pick(1)
+	if p.ID != 0 {
+		t.Fatalf("picked b%d, want the ejected b0 (b1 is unhealthy)", p.ID)
+	}
+	p.Done(success)
+	if got := f.o.Fallbacks(); got != 1 {
+		t.Fatalf("fallbacks %d, want 1", got)
+	}
+}
+
+// candidateSpy records the candidate ids it sees.
+type candidateSpy struct{ seen []BackendID }
+
+func (s *candidateSpy) Filter(_ *Request, cands []Candidate) []Candidate {
+	s.seen = s.seen[:0]
+	for i := range cands {
+		s.seen = append(s.seen, cands[i].ID)
+	}
+	return cands
+}
+
+// A half-open backend that passes the filter but is not chosen has claimed nothing: it is
+// probed by a later pick.
+func TestOutlierUnchosenProbeDoesNotLeak(t *testing.T) {
+	f := newOutlierFixture(t, 3, OutlierOptions{})
+	spy := &candidateSpy{}
+	prof := WithOutlier(Profile{Filters: []Filter{spy}, Scorers: []Weighted{{f.prefer, 10}}}, f.o, 1)
+	f.r = mustNew(t, Options{Now: f.clock.Now, StaleAfter: -1, Profile: prof})
+	mustUpdate(t, f.r, fleet(3, t0))
+	f.hit(0, connectFail)
+	f.clock.Advance(time.Second)
+	for range 5 {
+		f.hit(1, success) // b0 is a candidate, b1 is chosen
+		if len(spy.seen) != 3 {
+			t.Fatalf("candidates after the outlier %v, want all three", spy.seen)
+		}
+	}
+	if st := f.o.Stats(); st.Probes != 0 {
+		t.Fatalf("probes %d before b0 was chosen, want 0", st.Probes)
+	}
+	f.hit(0, success)
+	if st := f.o.Stats(); st.Probes != 1 || st.Restored != 1 {
+		t.Fatalf("stats %+v, want 1 probe, 1 restored", st)
+	}
+}
+
+// A probe that is never finished holds off others only for ProbeTimeout.
+func TestOutlierProbeTimeout(t *testing.T) {
+	f := newOutlierFixture(t, 2, OutlierOptions{ProbeTimeout: 5 * time.Second})
+	f.hit(0, connectFail)
+	f.clock.Advance(time.Second)
+	lost := f.pick(0) // the probe; its Done comes much later
+	if lost.ID != 0 {
+		t.Fatalf("picked b%d, want the probe to b0", lost.ID)
+	}
+	f.avoids(0, 10)
+	f.clock.Advance(5 * time.Second)
+	f.hit(0, success) // a second probe
+	if _, ok := f.ejectedFor(0); ok {
+		t.Fatal("second probe did not restore b0")
+	}
+	lost.Done(neutral)
+	if st := f.o.Stats(); st.Probes != 2 || st.Ejected != 0 {
+		t.Fatalf("stats %+v, want 2 probes, none ejected", st)
+	}
+}
+
+// A neutral or overload outcome of a probe frees the claim for another probe.
+func TestOutlierProbeNeutral(t *testing.T) {
+	f := newOutlierFixture(t, 2, OutlierOptions{})
+	f.hit(0, connectFail)
+	f.clock.Advance(time.Second)
+	f.hit(0, neutral)
+	f.hit(0, overload)
+	if _, ok := f.ejectedFor(0); !ok {
+		t.Fatal("restored by a neutral probe")
+	}
+	f.hit(0, success)
+	if st := f.o.Stats(); st.Probes != 3 || st.Restored != 1 {
+		t.Fatalf("stats %+v, want 3 probes, 1 restored", st)
+	}
+}
+
+// Requests picked before the ejection say nothing about the backend after it.
+func TestOutlierIgnoresEarlierPicks(t *testing.T) {
+	f := newOutlierFixture(t, 2, OutlierOptions{})
+	a, b := f.pick(0), f.pick(0)
+	f.clock.Advance(time.Millisecond)
+	a.Done(connectFail)
+	b.Done(success) // picked before the ejection: does not restore
+	if _, ok := f.ejectedFor(0); !ok {
+		t.Fatal("a request picked before the ejection restored b0")
+	}
+	f.clock.Advance(time.Second)
+	f.hit(0, success) // the probe restores
+	if _, ok := f.ejectedFor(0); ok {
+		t.Fatal("the probe did not restore b0")
+	}
+}
+
+func TestOutlierEarlyProbe(t *testing.T) {
+	opts := OutlierOptions{BaseEjection: 10 * time.Second, MaxEjectedPercent: 100}
+	f := newOutlierFixtureWith(t, 3, opts, Options{}) // signals go stale after 2 s
+	update := func(health ...Health) {
+		t.Helper()
+		s := fleet(3, f.clock.Now())
+		for i, h := range health {
+			s[i].Health = h
+		}
+		mustUpdate(t, f.r, s)
+	}
+	f.hit(0, connectFail) // died
+	f.hit(1, connectFail) // fails requests, answers health checks
+	f.clock.Advance(100 * time.Millisecond)
+	update(Unhealthy, Healthy, Healthy)
+	f.avoids(0, 3) // the outlier sees b0 unhealthy
+	f.clock.Advance(100 * time.Millisecond)
+	update(Healthy, Healthy, Healthy) // b0 is back
+	f.hit(0, success)                 // probed at once, restored
+	if st := f.o.Stats(); st.EarlyProbes != 1 || st.Restored != 1 {
+		t.Fatalf("stats %+v, want 1 early probe, 1 restored", st)
+	}
+	f.avoids(1, 20) // b1 never went unhealthy: no early probe
+	if _, ok := f.ejectedFor(1); !ok {
+		t.Fatal("b1 restored early")
+	}
+
+	// Stale signals count as down, fresh ones again as back: for b1 too, whose signals went
+	// stale with everyone's.
+	f.hit(0, connectFail)
+	f.clock.Advance(3 * time.Second) // every signal is stale now
+	f.avoids(0, 3)
+	update(Healthy, Healthy, Healthy)
+	f.hit(0, success)
+	if st := f.o.Stats(); st.EarlyProbes != 3 || st.Restored != 2 {
+		t.Fatalf("stats %+v, want 3 early probes, 2 restored", st)
+	}
+	if d, ok := f.ejectedFor(1); !ok || d > 0 {
+		t.Fatalf("b1: out %v for %v, want half-open", ok, d)
+	}
+}
+
+func TestOutlierScore(t *testing.T) {
+	f := newOutlierFixture(t, 3, OutlierOptions{ConsecutiveFailures: -1, FailureRate: -1})
+	for i := range 10 {
+		if i%2 == 0 {
+			f.hit(0, serverFail)
+		} else {
+			f.hit(0, success)
+		}
+	}
+	for range 30 {
+		f.hit(1, serverFail) // 30 of 30
+	}
+	cs := []Candidate{{ID: 0}, {ID: 1}, {ID: 2}, {ID: 9}}
+	req := &Request{Now: f.clock.Now()}
+	got := score(f.o, req, cs)
+	checkScores(t, "after failures", got, []float64{1 - 5.0/20, 0, 1, 1})
+
+	// The outlier's score alone steers picks away from the failing backends.
+	r := mustNew(t, Options{Now: f.clock.Now, StaleAfter: -1, Profile: Profile{Scorers: []Weighted{{f.o, 1}, {ActiveRequests(), 0.01}}}})
+	mustUpdate(t, r, fleet(3, t0))
+	for range 50 {
+		p, err := r.Pick(&Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.ID != 2 {
+			t.Fatalf("picked b%d, want b2, the one without failures", p.ID)
+		}
+		p.Done(neutral)
+	}
+
+	f.clock.Advance(DefaultOutlierWindow + time.Nanosecond)
+	req.Now = f.clock.Now()
+	checkScores(t, "a Window later", score(f.o, req, cs), []float64{1, 1, 1, 1})
+}
+
+func TestOutlierNeutralAndOverloadDoNotEject(t *testing.T) {
+	f := newOutlierFixture(t, 2, OutlierOptions{})
+	for range 200 {
+		f.hit(0, neutral)
+		f.hit(0, overload)
+		f.hit(0, DoneInfo{Err: errClient, Failure: Failure(99)}) // unknown: neutral
+	}
+	if st := f.o.Stats(); st.Ejections != 0 {
+		t.Fatalf("stats %+v, want no ejections", st)
+	}
+	cs := []Candidate{{ID: 0}}
+	checkScores(t, "score", score(f.o, &Request{Now: f.clock.Now()}, cs), []float64{1})
+}
+
+// A backend that left the set while half-open does not keep its ejection place forever.
+func TestOutlierForgetsDepartedBackends(t *testing.T) {
+	f := newOutlierFixture(t, 3, OutlierOptions{})
+	f.hit(2, connectFail)
+	mustUpdate(t, f.r, fleet(2, t0)) // b2 leaves
+	f.clock.Advance(DefaultOutlierBaseEjection + DefaultOutlierMaxEjection)
+	f.hit(0, success) // the sweep runs
+	if st := f.o.Stats(); st.Ejected != 0 {
+		t.Fatalf("stats %+v, want nothing ejected", st)
+	}
+}
+
+func TestOutlierHookedOnce(t *testing.T) {
+	f := newOutlierFixture(t, 2, OutlierOptions{FailureRate: -1})
+	if n := len(f.r.completers); n != 1 {
+		t.Fatalf("%d completers, want the outlier once", n)
+	}
+	if n := len(f.r.observers); n != 1 {
+		t.Fatalf("%d observers, want the outlier once", n)
+	}
+	for range 4 {
+		f.hit(0, serverFail) // counted twice, these would eject
+	}
+	if _, ok := f.ejectedFor(0); ok {
+		t.Fatal("4 failures ejected: Completed ran twice per Done")
+	}
+}
+
+func TestNewOutlierRejectsBadOptions(t *testing.T) {
+	for i, o := range []OutlierOptions{
+		{FailureRate: 1.5},
+		{FailureRate: math.NaN()},
+		{MinRequests: -1},
+		{Window: -time.Second},
+		{Window: 5},
+		{BaseEjection: -1},
+		{MaxEjection: -1},
+		{BaseEjection: time.Minute, MaxEjection: time.Second},
+		{MaxEjectedPercent: -1},
+		{MaxEjectedPercent: 101},
+		{ProbeTimeout: -1},
+	} {
+		if _, err := NewOutlier(o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("options %d %+v: err = %v, want ErrInvalidOptions", i, o, err)
+		}
+	}
+	if _, err := NewOutlier(OutlierOptions{FailureRate: -1, ConsecutiveFailures: -1, ConsecutiveConnectFailures: -1}); err != nil {
+		t.Errorf("everything off: %v", err)
+	}
+	o, err := NewOutlier(OutlierOptions{BaseEjection: time.Hour, MaxEjection: math.MaxInt64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.ejection(o.maxN); got != math.MaxInt64 || o.ejection(o.maxN-1) >= math.MaxInt64 {
+		t.Errorf("longest ejection %v at n = %d, want the cap, reached at that n and not before", time.Duration(got), o.maxN)
+	}
+}
+
+func TestWithOutlierCopies(t *testing.T) {
+	o, _ := NewOutlier(OutlierOptions{})
+	base := Usher(UsherOptions{})
+	// Room to append: a WithOutlier that aliased them would write into these arrays.
+	base.Filters = append(make([]Filter, 0, 8), base.Filters...)
+	base.Scorers = append(make([]Weighted, 0, 8), base.Scorers...)
+	nf, ns := len(base.Filters), len(base.Scorers)
+	p := WithOutlier(base, o, 2)
+	if len(base.Filters) != nf || len(base.Scorers) != ns {
+		t.Fatal("WithOutlier changed its argument")
+	}
+	if p.Filters[0] != Filter(o) || len(p.Filters) != nf+1 || p.Scorers[ns].Scorer != Scorer(o) || p.Scorers[ns].Weight != 2 {
+		t.Fatalf("WithOutlier: filters %v, scorers %v", p.Filters, p.Scorers)
+	}
+	p.Filters[1], p.Scorers[0].Weight = nil, 99
+	if base.Filters[0] == nil || base.Scorers[0].Weight == 99 {
+		t.Fatal("WithOutlier aliases p's slices")
+	}
+	if q := WithOutlier(base, o, 0); len(q.Scorers) != ns || len(q.Filters) != nf+1 {
+		t.Fatalf("weight 0: %d scorers, %d filters; want %d and %d", len(q.Scorers), len(q.Filters), ns, nf+1)
+	}
+}
+
+func TestFailureString(t *testing.T) {
+	for f, want := range map[Failure]string{
+		FailureNone: "none", FailureConnect: "connect", FailureTimeout: "timeout",
+		FailureServer: "server", FailureOverload: "overload", 9: "Failure(9)",
+	} {
+		if got := f.String(); got != want {
+			t.Errorf("Failure(%d).String() = %q, want %q", f, got, want)
+		}
+	}
+}
+
+// Pick and Done with the outlier in the Usher profile allocate nothing: with nothing failing
+// (the fast paths), and with one backend ejected and recent failures (the slow paths).
+func TestOutlierAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	clock := newFakeClock(t0)
+	o, err := NewOutlier(OutlierOptions{Now: clock.Now, ConsecutiveFailures: 1000, FailureRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, req := benchRouter(t, 100, WithOutlier(Usher(UsherOptions{}), o, 1))
+	req.Session = "s1"
+	run := func(name string, info DoneInfo) {
+		t.Helper()
+		allocs := testing.AllocsPerRun(200, func() {
+			p, err := r.Pick(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.FirstToken(t0)
+			p.Done(info)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: Pick+FirstToken+Done allocates %v times, want 0", name, allocs)
+		}
+	}
+	run("nothing failing", success)
+	o.Completed(7, clock.Now(), connectFail) // b7 ejected
+	o.Completed(8, clock.Now(), serverFail)  // b8 failed recently
+	if st := o.Stats(); st.Ejected != 1 {
+		t.Fatalf("stats %+v, want 1 ejected", st)
+	}
+	run("one ejected, failures in the window", success)
+	run("server failures", serverFail)
+}
+
+// Many goroutines pick and finish with random outcomes while time advances and the writer
+// publishes: no race, counters back to zero, the outlier's books consistent.
+func TestOutlierConcurrent(t *testing.T) {
+	for _, pct := range []int{0, 100} { // the default; every backend may go (fallbacks)
+		t.Run(fmt.Sprintf("MaxEjectedPercent=%d", pct), func(t *testing.T) { outlierConcurrent(t, pct) })
+	}
+}
+
+func outlierConcurrent(t *testing.T, pct int) {
+	clock := newFakeClock(t0)
+	o, err := NewOutlier(OutlierOptions{Now: clock.Now, MaxEjectedPercent: pct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustNew(t, Options{Now: clock.Now, StaleAfter: -1, Profile: WithOutlier(Usher(UsherOptions{}), o, 1)})
+	mustUpdate(t, r, fleet(8, t0))
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // time and the writer
+		defer wg.Done()
+		for i := 0; !stop.Load(); i++ {
+			clock.Advance(20 * time.Millisecond)
+			s := fleet(8, clock.Now())
+			if i%50 < 5 {
+				s[i%8].Health = Unhealthy
+			}
+			if err := r.Update(s); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+	}()
+	const workers, per = 8, 2000
+	kinds := []DoneInfo{success, success, success, connectFail, serverFail, timeoutFail, neutral, overload}
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := range per {
+				p, err := r.Pick(&Request{Session: fmt.Sprint(w, i%7)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				info := success
+				switch {
+				case p.ID%4 == 0 && rng.IntN(2) == 0: // b0 and b4 fail often, in every way
+					info = kinds[rng.IntN(len(kinds))]
+				case pct == 100 && rng.IntN(8) == 0: // the others too
+					info = kinds[rng.IntN(len(kinds))]
+				case rng.IntN(8) == 0: // the others now and then, never to be ejected
+					info = [...]DoneInfo{serverFail, neutral, overload}[rng.IntN(3)]
+				}
+				p.Done(info)
+			}
+		}()
+	}
+	for r.Stats().Done < workers*per && !t.Failed() {
+		time.Sleep(time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	for i := range 8 {
+		if got, _ := r.InFlight(fmt.Sprintf("b%d", i)); got != (InFlight{}) {
+			t.Errorf("b%d left in flight: %+v", i, got)
+		}
+	}
+	st := o.Stats()
+	out := 0
+	for i := range 8 {
+		if _, ok := o.Ejected(BackendID(i)); ok {
+			out++
+		}
+	}
+	if st.Ejected != out || (pct == 0 && st.Ejected > 4) || st.Ejections == 0 {
+		t.Errorf("stats %+v, %d backends out: inconsistent", st, out)
+	}
+	t.Logf("%d picks: %+v", r.Stats().Picks, st)
+}
