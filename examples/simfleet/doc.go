@@ -32,6 +32,10 @@
 // max_tokens, which is what load generators want.
 //
 // A Fleet starts several servers on loopback ports (or serve a Server with httptest).
+// Command simserver (examples/simfleet/cmd/simserver) serves one Server, with its KV-event
+// publisher, as a process of its own, and package simproc starts it from tests: fault tests
+// can then kill -9 a real process, freeze it with SIGSTOP and restart it on the same ports,
+// where Fleet.Kill can only close an in-process server.
 //
 // KV events, in the engine's terms, are handed to Options.OnKVEvents after every step;
 // PublishKVEvents turns them into vLLM's wire format through a prefixcache/kvevents Publisher

@@ -1,0 +1,137 @@
+// Command simserver runs one simulated vLLM-compatible model server (package simfleet) as a
+// process of its own, so that fault tests can kill -9 it, SIGSTOP it and restart it:
+//
+//	go run ./examples/simfleet/cmd/simserver -listen 127.0.0.1:8000 \
+//	  -kv-events tcp://127.0.0.1:5557 -replay tcp://127.0.0.1:5558
+//
+// A port of 0 picks a free one. Once the HTTP listener and the KV-event sockets are bound it
+// prints exactly one line to stdout, with the bound addresses, and nothing else:
+//
+//	simserver listening on http://127.0.0.1:8000 kv-events=tcp://127.0.0.1:5557 replay=tcp://127.0.0.1:5558
+//
+// (the kv-events and replay parts only when configured; with a wildcard host the address is
+// printed as bound, e.g. tcp://[::]:5557). KV events are published as vLLM publishes them, on
+// the topic kv@POD@MODEL. It serves until SIGINT or SIGTERM, then lets the requests in flight
+// finish for up to -shutdown-grace; a second signal ends it at once. Errors go to stderr; a
+// flag error exits with status 2, and a bind error with status 1, before the line is printed.
+// Package examples/simfleet/simproc builds and drives it from tests.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/prefixcache/kvevents"
+)
+
+func main() {
+	err := run(os.Args[1:], os.Stdout)
+	var usage usageError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &usage):
+		fmt.Fprintln(os.Stderr, "simserver:", err)
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "simserver:", err)
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ error }
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("simserver", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8000", "address to serve the OpenAI API on (port 0: any free port)")
+	profile := fs.String("profile", engine.Demo.Name, "engine profile: demo or qwen3-32b-h100")
+	kvEndpoint := fs.String("kv-events", "", "ZMQ endpoint the KV-event PUB socket binds, e.g. tcp://*:5557 (empty: no KV events)")
+	replay := fs.String("replay", "", "ZMQ endpoint the KV-event replay ROUTER socket binds (needs -kv-events)")
+	pod := fs.String("pod", "", "pod name in the KV-event topic kv@POD@MODEL (default: the bound listen address)")
+	grace := fs.Duration("shutdown-grace", 5*time.Second, "how long shutdown waits for requests in flight")
+	exitOnEOF := fs.Bool("exit-on-eof", false, "also shut down when stdin reaches end of file, i.e. when the parent holding it dies")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	p, ok := engine.ProfileByName(*profile)
+	switch {
+	case fs.NArg() > 0:
+		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	case !ok:
+		return usageError{fmt.Errorf("unknown -profile %q (demo, qwen3-32b-h100)", *profile)}
+	case *replay != "" && *kvEndpoint == "":
+		return usageError{errors.New("-replay needs -kv-events")}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *exitOnEOF {
+		go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	line := "simserver listening on http://" + ln.Addr().String()
+	opts := simfleet.Options{Engine: engine.Options{Profile: p}}
+	if *kvEndpoint != "" {
+		if *pod == "" {
+			*pod = ln.Addr().String()
+		}
+		pub, err := kvevents.NewPublisher(*kvEndpoint, kvevents.PublisherOptions{
+			Topic: kvevents.Topic(*pod, p.Model), ReplayEndpoint: *replay,
+		})
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		runCtx, cancelRun := context.WithCancel(ctx)
+		ran := make(chan struct{})
+		go func() { _ = pub.Run(runCtx); close(ran) }()
+		defer func() { cancelRun(); <-ran }()
+		opts.OnKVEvents = simfleet.PublishKVEvents(pub, func(err error) { fmt.Fprintln(os.Stderr, "simserver:", err) })
+		line += " kv-events=" + pub.Endpoint()
+		if *replay != "" {
+			line += " replay=" + pub.ReplayEndpoint()
+		}
+	}
+	s, err := simfleet.New(opts)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	s.Start()
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintln(out, line)
+
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return err
+	}
+	stop() // a second signal ends the process at once
+	// Requests in flight finish on the running engine; then (deferred) the engine stops, and
+	// the publisher after it.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		_ = hs.Close()
+	}
+	return nil
+}
