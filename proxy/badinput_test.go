@@ -156,10 +156,12 @@ func TestHugeBody(t *testing.T) {
 	}
 }
 
-// A body that stops arriving ends with 408 when the server's read timeout passes.
+// A body that stops arriving ends with 408 when the body timeout passes.
 func TestSlowBody408(t *testing.T) {
 	fleet := startFleet(t, 1)
-	h, err := proxy.New(testOptions(backendsOf(fleet)))
+	opts := testOptions(backendsOf(fleet))
+	opts.Timeouts.Body = 200 * time.Millisecond
+	h, err := proxy.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func TestSlowBody408(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, ReadTimeout: 200 * time.Millisecond}
+	srv := proxy.NewServer("", h)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	conn, err := net.Dial("tcp", ln.Addr().String())

@@ -61,6 +61,12 @@ type Config struct {
 	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// ScrapeInterval is how often backend metrics are scraped.
 	ScrapeInterval time.Duration `json:"scrape_interval"`
+	// HeaderTimeout, IdleTimeout and RequestTimeout are Timeouts.ResponseHeader,
+	// StreamIdle and Request; RetryAttempts is Retry.Attempts (zero: their defaults).
+	HeaderTimeout  time.Duration `json:"header_timeout"`
+	IdleTimeout    time.Duration `json:"idle_timeout"`
+	RequestTimeout time.Duration `json:"request_timeout"`
+	RetryAttempts  int           `json:"retry_attempts"`
 }
 
 // BackendConfig is a Backend by names: Engine is vllm (default), sglang, trtllm, triton or
@@ -122,6 +128,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TenantSecretFile, "tenant-secret-file", c.TenantSecretFile, "file holding the secret that keys API-key digests (same on every replica); empty: random per process")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body", c.MaxBodyBytes, "largest request body accepted (413 above)")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "backend metrics scrape interval")
+	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "longest wait for a backend's response headers (non-streamed requests get 100ms more per output token); 0: 30s")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "longest silence of a backend's answer before it is cut; 0: 60s")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "cap on a request from sending to the end of its answer; 0: 10m")
+	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "tries per request before any byte reached the client (1: no retry); 0: 3")
 }
 
 // ParseBackend parses a -backend value: URL[,engine=...][,kv-events=...][,replay=...].
@@ -159,16 +169,30 @@ func (c *Config) LoadFile(path string) error {
 		BoundedWait    duration `json:"bounded_wait"`
 		TTL            duration `json:"ttl"`
 		ScrapeInterval duration `json:"scrape_interval"`
+		HeaderTimeout  duration `json:"header_timeout"`
+		IdleTimeout    duration `json:"idle_timeout"`
+		RequestTimeout duration `json:"request_timeout"`
 	}
 	raw.plain = plain(*c)
-	raw.BoundedWait, raw.TTL, raw.ScrapeInterval = duration(c.BoundedWait), duration(c.TTL), duration(c.ScrapeInterval)
+	durations := []struct {
+		raw *duration
+		dst *time.Duration
+	}{
+		{&raw.BoundedWait, &c.BoundedWait}, {&raw.TTL, &c.TTL}, {&raw.ScrapeInterval, &c.ScrapeInterval},
+		{&raw.HeaderTimeout, &c.HeaderTimeout}, {&raw.IdleTimeout, &c.IdleTimeout}, {&raw.RequestTimeout, &c.RequestTimeout},
+	}
+	for _, d := range durations {
+		*d.raw = duration(*d.dst)
+	}
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	*c = Config(raw.plain)
-	c.BoundedWait, c.TTL, c.ScrapeInterval = time.Duration(raw.BoundedWait), time.Duration(raw.TTL), time.Duration(raw.ScrapeInterval)
+	for _, d := range durations {
+		*d.dst = time.Duration(*d.raw)
+	}
 	for i := range c.Backends {
 		if c.Backends[i].Engine == "" {
 			c.Backends[i].Engine = "vllm"
@@ -276,6 +300,8 @@ func (c Config) Options() (Options, error) {
 		return bad("max-body %d: want at least 1024", c.MaxBodyBytes)
 	case c.ScrapeInterval <= 0:
 		return bad("scrape-interval must be positive")
+	case c.HeaderTimeout < 0 || c.IdleTimeout < 0 || c.RequestTimeout < 0 || c.RetryAttempts < 0:
+		return bad("timeouts and retry-attempts must not be negative")
 	case c.DefaultBand < 0 || c.DefaultBand >= Bands:
 		return bad("default-band %d: want 0..%d", c.DefaultBand, Bands-1)
 	}
@@ -289,6 +315,8 @@ func (c Config) Options() (Options, error) {
 		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, TTL: c.TTL,
 		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
 		FlowCapacity:  flowcontrol.Limits{Requests: c.MaxFlowQueue},
+		Timeouts:      Timeouts{ResponseHeader: c.HeaderTimeout, StreamIdle: c.IdleTimeout, Request: c.RequestTimeout},
+		Retry:         Retry{Attempts: c.RetryAttempts},
 	}
 	urls := make([]string, len(c.Backends))
 	for i, b := range c.Backends {
@@ -334,6 +362,9 @@ func (c Config) Options() (Options, error) {
 	}
 	profile, err := NewProfile(c.Router)
 	if err != nil {
+		return Options{}, err
+	}
+	if profile, err = WithPassiveHealth(profile, routing.OutlierOptions{}); err != nil {
 		return Options{}, err
 	}
 	if o.Index, err = prefixcache.New(prefixcache.Options{}); err != nil {

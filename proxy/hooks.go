@@ -36,18 +36,32 @@ type exchange struct {
 	arrival  time.Time
 	ticket   flowcontrol.Ticket
 	admitted bool
-	pick     routing.Result
-	picked   bool
-	backend  string
+	// prompt is the request's chain (in bufp, from the Handler's pool), kept for the picks
+	// of retries; routeSession the router's session key.
+	prompt       Prompt
+	bufp         *[]prefixcache.BlockHash
+	routeSession string
+	endpointPath string
 	// rejected is the answer decided before any backend was asked (retryAfter goes with a
 	// 429); the outgoing request then carries a cancelled context so it is never sent.
 	rejected   *openai.Error
 	retryAfter time.Duration
+	cancelCap  context.CancelFunc // releases the whole-request cap
 
-	mu       sync.Mutex
-	finished bool
-	usage    flowcontrol.Usage
-	info     routing.DoneInfo
+	mu      sync.Mutex
+	pick    routing.Result // the current attempt's
+	picked  bool           // pick is open
+	backend string
+	tried   []routing.BackendID // backends of abandoned attempts
+	// The current attempt: its context, its cancel, and the timer that cancels it when the
+	// response headers (phaseHeaders) or the stream (phaseBody) keep it waiting too long.
+	attemptCtx context.Context
+	cancel     context.CancelCauseFunc
+	timer      *time.Timer
+	phase      int
+	finished   bool
+	usage      flowcontrol.Usage
+	info       routing.DoneInfo
 }
 
 type exchangeKey struct{}
@@ -93,6 +107,7 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Body = nil
 		return
 	}
+	ctx, ex.cancelCap = context.WithTimeoutCause(ctx, h.timeouts.Request, errRequestCap)
 	pr.Out = pr.Out.WithContext(ctx)
 	target := h.backendURL(ex.backend)
 	if target == nil {
@@ -109,7 +124,8 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Scheme, out.URL.Host, out.URL.User = target.Scheme, target.Host, nil
 	out.Host = ""
 	if ex.req != nil {
-		out.URL.Path, out.URL.RawPath = target.Path+ep.Path(), ""
+		ex.endpointPath = ep.Path()
+		out.URL.Path, out.URL.RawPath = target.Path+ex.endpointPath, ""
 		up := ex.req.AppendUpstream(nil)
 		if bytes.Equal(up, body) {
 			up = body
@@ -133,8 +149,11 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) ([]byte, *openai
 		return nil, &openai.Error{Status: http.StatusRequestHeaderFieldsTooLarge, Type: openai.TypeInvalidRequest,
 			Code: "headers_too_large", Message: fmt.Sprintf("request header fields total %d bytes, more than the %d allowed", n, h.maxHeader)}
 	}
-	body, rerr := readBody(in, h.maxBody)
+	body, rerr := h.readBody(in)
 	if rerr != nil {
+		if rerr == errBusyReading {
+			ex.retryAfter = time.Second
+		}
 		return nil, rerr
 	}
 	req, err := openai.Parse(body, ep, h.limits)
@@ -162,12 +181,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) ([]byte, *openai
 	if err != nil {
 		prompt, _ = BytesTokenizer{}.Tokenize(ctx, (*bufp)[:0], req)
 	}
-	defer func() {
-		if cap(prompt.Chain) <= 1<<16 {
-			*bufp = prompt.Chain[:0]
-			h.chains.Put(bufp)
-		}
-	}()
+	ex.prompt, ex.bufp = prompt, bufp // back to the pool when the exchange finishes
 
 	t, err := h.queue.Admit(ctx, flowcontrol.Request{
 		Flow:         ex.id.Flow(),
@@ -182,13 +196,11 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) ([]byte, *openai
 	}
 	ex.ticket, ex.admitted = t, true
 
-	session := "" // sessionless traffic must not look like one long session
-	if ex.id.Session != "" {
-		session = ex.id.Tenant + "/" + ex.id.Session
+	if ex.id.Session != "" { // sessionless traffic must not look like one long session
+		ex.routeSession = ex.id.Tenant + "/" + ex.id.Session
 	}
-	// Pick copies the chain it keeps, so the buffer goes back to the pool when begin returns.
 	p, err := h.router.Pick(&routing.Request{
-		Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: session,
+		Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.routeSession,
 	})
 	if err != nil {
 		ex.finish(err)
@@ -252,8 +264,10 @@ func asOpenAIError(err error) *openai.Error {
 	return &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "invalid_request", Message: err.Error()}
 }
 
-// readBody reads a request body of at most limit bytes.
-func readBody(in *http.Request, limit int64) ([]byte, *openai.Error) {
+// readBody reads a request body of at most Options.MaxBodyBytes, holding its bytes in the
+// budget of bodies being read at once (Options.MaxBodyBytesReading) while it reads.
+func (h *Handler) readBody(in *http.Request) ([]byte, *openai.Error) {
+	limit := h.maxBody
 	tooBig := &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
 		Message: fmt.Sprintf("the request body exceeds %d bytes", limit)}
 	if in.ContentLength > limit {
@@ -263,10 +277,32 @@ func readBody(in *http.Request, limit int64) ([]byte, *openai.Error) {
 	if in.ContentLength > 0 {
 		size = in.ContentLength + 1 // +1: see EOF without growing
 	}
+	if !h.reading.acquire(size) {
+		return nil, errBusyReading
+	}
+	held := size
+	defer func() { h.reading.release(held) }()
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	var err error
 	if in.Body != nil {
-		_, err = buf.ReadFrom(io.LimitReader(in.Body, limit+1))
+		// Read in steps, taking room in the budget before each step that grows the buffer.
+		r := io.LimitReader(in.Body, limit+1)
+		for err == nil {
+			if buf.Available() == 0 {
+				grow := int64(buf.Cap())
+				if !h.reading.acquire(grow) {
+					return nil, errBusyReading
+				}
+				held += grow
+				buf.Grow(int(grow))
+			}
+			var n int
+			n, err = r.Read(buf.AvailableBuffer()[:buf.Available()])
+			buf.Write(buf.AvailableBuffer()[:n])
+		}
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
 	}
 	switch {
 	case err != nil && isTimeout(err): // the server's read timeout; it also cancels the context
@@ -283,6 +319,10 @@ func readBody(in *http.Request, limit int64) ([]byte, *openai.Error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// errBusyReading answers a request whose body does not fit the budget of bodies being read.
+var errBusyReading = &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "overloaded",
+	Message: "too many request bytes are arriving at once; retry after the time in the Retry-After header"}
 
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -333,9 +373,17 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 	if ex == nil {
 		return nil
 	}
+	ex.bodyStarted()
 	switch {
 	case resp.StatusCode != http.StatusOK:
-		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status))
+		f := routing.FailureNone
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests || (resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""):
+			f = routing.FailureOverload
+		case resp.StatusCode >= 500:
+			f = routing.FailureServer
+		}
+		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), f)
 		resp.Body = &wholeTap{ex: ex, up: resp.Body}
 	case ex.req != nil && ex.req.Stream && isEventStream(resp.Header.Get("Content-Type")):
 		// The tap may drop an event, so the length is no longer the backend's.
@@ -371,9 +419,12 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 		case errors.Is(err, context.Canceled):
 			oe = &openai.Error{Status: flowcontrol.StatusClientClosedRequest, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 				Message: "the client closed the request"}
-		case isTimeout(err):
+		case isTimeout(err) || ex.failureOf(err) == routing.FailureTimeout:
 			oe = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "upstream_timeout",
 				Message: "backend " + ex.backend + " did not answer in time"}
+		case errors.Is(err, errNoBackendLeft):
+			oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error",
+				Message: "every backend tried failed before answering"}
 		default:
 			oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error",
 				Message: "backend " + ex.backend + " failed: " + err.Error()}
@@ -385,11 +436,11 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 // ctxErr is the client's context error: non-nil once the client has gone away.
 func (ex *exchange) ctxErr() error { return ex.ctx.Err() }
 
-// setErr records the request's error, if it has none yet.
-func (ex *exchange) setErr(err error) {
+// setErr records the request's error and what it says about the backend, if it has none yet.
+func (ex *exchange) setErr(err error, f routing.Failure) {
 	ex.mu.Lock()
 	if ex.info.Err == nil {
-		ex.info.Err = err
+		ex.info.Err, ex.info.Failure = err, f
 	}
 	ex.mu.Unlock()
 }
@@ -423,6 +474,10 @@ func (ex *exchange) setUsage(u upstreamUsage) {
 // queue dispatches sees the backend's load released, then the queue's. err (if no error was
 // recorded before) is the request's outcome; nil is success.
 func (ex *exchange) finish(err error) {
+	var f routing.Failure
+	if err != nil {
+		f = ex.failureOf(err)
+	}
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	if ex.finished {
@@ -430,14 +485,29 @@ func (ex *exchange) finish(err error) {
 	}
 	ex.finished = true
 	if ex.info.Err == nil {
-		ex.info.Err = err
+		ex.info.Err, ex.info.Failure = err, f
+	}
+	if ex.timer != nil {
+		ex.timer.Stop()
 	}
 	if ex.picked {
+		ex.picked = false
 		ex.pick.Done(ex.info)
 	}
 	if ex.admitted {
 		ex.ticket.Done(ex.usage)
 	}
+	if ex.cancel != nil {
+		ex.cancel(nil)
+	}
+	if ex.cancelCap != nil {
+		ex.cancelCap()
+	}
+	if ex.bufp != nil && cap(ex.prompt.Chain) <= 1<<16 {
+		*ex.bufp = ex.prompt.Chain[:0]
+		ex.h.chains.Put(ex.bufp)
+	}
+	ex.bufp, ex.prompt.Chain = nil, nil
 }
 
 // upstreamUsage is the usage object of an OpenAI response.

@@ -65,8 +65,12 @@ type Options struct {
 
 	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
 	Index *prefixcache.Index
-	// Router picks backends. Nil: routing.Usher over Index.
+	// Router picks backends. Nil: routing.Usher over Index, with passive health
+	// (routing.Outlier with PassiveHealth) in front.
 	Router *routing.Router
+	// PassiveHealth configures the default router's outlier detection: backends whose
+	// requests fail are ejected for a while and probed back. Zero fields: routing's defaults.
+	PassiveHealth routing.OutlierOptions
 	// Queue admits requests. Nil: a queue of Bands bands ordered by Policy, with TTL,
 	// QueueCapacity and FlowCapacity, at most MaxInFlight requests in flight and, if
 	// Saturation is set, llm-d's saturation gate; its outcomes are counted in Metrics. A
@@ -115,6 +119,14 @@ type Options struct {
 	// saturation estimate of the fleet (mean over backends of max(queued/5, kv/0.8), a
 	// backend without fresh signals counting 1) is at or above it.
 	Saturation float64
+	// Timeouts bound every wait: dial, TLS, response headers, stream silence, the whole
+	// request, the request body. Zero fields are their defaults.
+	Timeouts Timeouts
+	// Retry configures retries before the first byte and their budget.
+	Retry Retry
+	// MaxBodyBytesReading bounds the bytes of request bodies being read at once, over all
+	// requests; a body that does not fit is answered 503 with Retry-After. Zero: 256 MiB.
+	MaxBodyBytesReading int64
 	// ScrapeInterval is how often Run scrapes the backends. Zero: 100 ms.
 	ScrapeInterval time.Duration
 	// Logger receives what goes wrong in the background (KV events, scrapes). Nil:
@@ -154,6 +166,13 @@ type Handler struct {
 	bands     int
 	rp        *httputil.ReverseProxy
 	metricsH  http.Handler
+	timeouts  Timeouts
+	retry     Retry
+	retrier   *retryTransport
+	budget    *budget
+	reading   bodyLimiter
+
+	sent, retried, exhausted atomic.Uint64 // RetryStats
 
 	staticModels map[string]bool // from Options.Models; nil: learnt
 	staticList   []byte          // GET /v1/models's answer for staticModels
@@ -205,7 +224,16 @@ func New(opts Options) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
+	h.timeouts, h.retry = opts.Timeouts.withDefaults(), opts.Retry.withDefaults()
+	h.budget = newBudget(h.retry)
+	h.reading.limit = opts.MaxBodyBytesReading
+	if h.reading.limit == 0 {
+		h.reading.limit = 256 << 20
+	}
 	switch {
+	case !opts.Timeouts.valid() || opts.Retry.Attempts < 0 || opts.Retry.BudgetRatio < 0 || opts.Retry.BudgetMin < 0 ||
+		opts.Retry.BudgetWindow < 0 || opts.MaxBodyBytesReading < 0:
+		return nil, fmt.Errorf("%w: negative timeout, retry or body setting", ErrInvalidOptions)
 	case h.maxBody < 0 || h.maxHeader < 0 || h.bands < 0 || opts.MaxInFlight < 0 || opts.BlockSize < 0 ||
 		opts.ScrapeInterval < 0 || opts.Saturation < 0 || math.IsNaN(opts.Saturation):
 		return nil, fmt.Errorf("%w: negative size, count, interval or level", ErrInvalidOptions)
@@ -240,8 +268,11 @@ func New(opts Options) (*Handler, error) {
 		}
 	}
 	if h.router == nil {
-		h.router, err = routing.New(routing.Options{Profile: routing.Usher(routing.UsherOptions{}), Index: h.index, BlockSize: opts.BlockSize})
+		profile, err := WithPassiveHealth(routing.Usher(routing.UsherOptions{}), opts.PassiveHealth)
 		if err != nil {
+			return nil, err
+		}
+		if h.router, err = routing.New(routing.Options{Profile: profile, Index: h.index, BlockSize: opts.BlockSize}); err != nil {
 			return nil, err
 		}
 	}
@@ -254,8 +285,9 @@ func New(opts Options) (*Handler, error) {
 		}
 	}
 	if h.transport == nil {
-		h.transport = DefaultTransport()
+		h.transport = defaultTransport(h.timeouts)
 	}
+	h.retrier = &retryTransport{h: h, base: h.transport}
 	if h.usher == nil {
 		bands := make([]int, h.bands)
 		for i := range bands {
@@ -300,12 +332,27 @@ func New(opts Options) (*Handler, error) {
 		Rewrite:        h.Rewrite,
 		ModifyResponse: h.ModifyResponse,
 		ErrorHandler:   h.ErrorHandler,
-		Transport:      h.transport,
+		Transport:      h.retrier,
 		FlushInterval:  -1,
 		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
 	return h, nil
 }
+
+// WithPassiveHealth returns p behind a routing.Outlier made from o: its filter first, its
+// failure score beside p's scorers (weight PassiveHealthWeight). The Handler's default router
+// and Config's routers use it; use it for a Router of your own.
+func WithPassiveHealth(p routing.Profile, o routing.OutlierOptions) (routing.Profile, error) {
+	out, err := routing.NewOutlier(o)
+	if err != nil {
+		return routing.Profile{}, err
+	}
+	return routing.WithOutlier(p, out, PassiveHealthWeight), nil
+}
+
+// PassiveHealthWeight is the weight of the outlier detector's failure score in
+// WithPassiveHealth.
+const PassiveHealthWeight = 1.0
 
 // defaultQueue is the queue Options.Queue nil stands for.
 func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, error) {
@@ -373,16 +420,18 @@ func (h *Handler) followKVEvents() error {
 	return nil
 }
 
-// DefaultTransport returns the transport the Handler uses when Options.Transport is nil:
-// keep-alive connections (256 idle per backend, closed after 90 s idle), no compression (the
-// Handler reads the streams it relays), and HTTP/1.1 as model servers speak it.
-func DefaultTransport() *http.Transport {
+// DefaultTransport returns the transport the Handler uses when Options.Transport is nil,
+// with the default Timeouts: keep-alive connections (256 idle per backend, closed after 90 s
+// idle), no compression (the Handler reads the streams it relays), HTTP/1.1 as model servers
+// speak it. Response-header and stream timeouts are the Handler's, not the transport's.
+func DefaultTransport() *http.Transport { return defaultTransport(Timeouts{}.withDefaults()) }
+
+func defaultTransport(t Timeouts) *http.Transport {
 	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         (&net.Dialer{Timeout: t.Dial, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: 10 * time.Second,
+		TLSHandshakeTimeout: t.TLS,
 		DisableCompression:  true,
 	}
 }
@@ -422,7 +471,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch path {
 	case "/v1/chat/completions", "/v1/completions":
 		if r.Method == http.MethodPost {
-			h.rp.ServeHTTP(w, r)
+			h.serveCompletion(w, r)
 			return
 		}
 		allow = http.MethodPost
@@ -452,6 +501,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", allow)
 	openai.WriteError(w, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
 		Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, path, allow)})
+}
+
+// serveCompletion relays a chat or completions request, bounding the body's read with the
+// connection's read deadline (lifted once the body is read, so the answer's stream is not cut).
+func (h *Handler) serveCompletion(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(h.timeouts.Body)) == nil && r.Body != nil {
+		// A copy: the server must keep seeing its own body, to decide about the connection.
+		r = r.WithContext(r.Context())
+		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+	}
+	h.rp.ServeHTTP(w, r)
+}
+
+// deadlineBody lifts the connection's read deadline when the body has been read.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.done {
+		b.done = true
+		if errors.Is(err, io.EOF) {
+			_ = b.rc.SetReadDeadline(time.Time{})
+		}
+	}
+	return n, err
 }
 
 // Start scrapes every backend and asks for their models once, so the router knows the fleet

@@ -330,7 +330,9 @@ func fakeBackendWith(t testing.TB, chat http.HandlerFunc, configure func(*http.S
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
 	})
-	mux.HandleFunc("POST /v1/chat/completions", chat)
+	if chat != nil {
+		mux.HandleFunc("POST /v1/chat/completions", chat)
+	}
 	srv := httptest.NewUnstartedServer(mux)
 	if configure != nil {
 		configure(srv.Config)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/routing"
 )
 
 // maxEventBytes bounds one server-sent event of a backend's stream; maxWholeBytes the part of
@@ -42,6 +44,7 @@ type wholeTap struct {
 func (t *wholeTap) Read(p []byte) (int, error) {
 	n, err := t.up.Read(p)
 	if n > 0 {
+		t.ex.touch()
 		if !t.first {
 			t.first = true
 			t.ex.mu.Lock()
@@ -151,6 +154,9 @@ func (t *sseTap) fill() {
 		t.in = append(t.in, make([]byte, cap(t.in))...)[:len(t.in)]
 	}
 	n, err := t.up.Read(t.in[len(t.in):cap(t.in)])
+	if n > 0 {
+		t.ex.touch()
+	}
 	t.in = t.in[:len(t.in)+n]
 	if err != nil {
 		t.upErr = err
@@ -209,7 +215,7 @@ func (t *sseTap) handle(ev []byte) bool {
 		t.end(nil)
 		return true
 	case bytes.HasPrefix(data, []byte(`{"error"`)):
-		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"))
+		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"), routing.FailureServer)
 		return true
 	}
 	hasUsage := chunkHasUsage(data)
@@ -315,8 +321,17 @@ func (t *sseTap) broken() error {
 		t.end(err)
 		return err
 	}
-	t.out = (&openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "stream_broken",
-		Message: "the backend's stream broke: " + err.Error()}).AppendEvent(t.out[:0])
+	e := &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "stream_broken",
+		Message: "the backend's stream broke: " + err.Error()}
+	switch cause := t.ex.cause(); {
+	case errors.Is(cause, errIdleTimeout):
+		e = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "stream_idle_timeout",
+			Message: fmt.Sprintf("the backend sent nothing for %v; the stream was cut", t.ex.h.timeouts.StreamIdle)}
+	case errors.Is(cause, errRequestCap):
+		e = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "request_timeout",
+			Message: fmt.Sprintf("the request ran past its %v cap; the stream was cut", t.ex.h.timeouts.Request)}
+	}
+	t.out = e.AppendEvent(t.out[:0])
 	t.end(err)
 	return nil
 }

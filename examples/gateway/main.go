@@ -27,7 +27,6 @@ import (
 	"io"
 	"log"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -143,7 +142,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	h.Start(ctx)
 	runDone := make(chan error, 1)
 	go func() { runDone <- h.Run(bg) }()
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := proxy.NewServer(c.Listen, h)
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 

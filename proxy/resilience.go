@@ -1,0 +1,431 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/usher-llm/usher/routing"
+)
+
+// Timeouts bound every wait of a proxied request. Zero fields are the defaults.
+type Timeouts struct {
+	// Dial bounds connecting to a backend, TLS its handshake (the default transport only;
+	// a Transport of your own brings its own). Zero: 5 s and 10 s.
+	Dial, TLS time.Duration
+	// ResponseHeader bounds the wait for a backend's response headers. Model servers send
+	// a stream's headers as soon as they accept it, so for a streamed request this is the
+	// time to accept; a whole answer's headers come with the answer, so a non-streamed
+	// request is given ResponseHeader plus PerOutputToken for each token it may generate.
+	// A backend that misses it is abandoned and the request retried elsewhere (see Retry).
+	// Zero: 30 s.
+	ResponseHeader time.Duration
+	// PerOutputToken is what each token of a non-streamed request's output budget
+	// (max_tokens, or 256) adds to ResponseHeader. Zero: 100 ms.
+	PerOutputToken time.Duration
+	// StreamIdle bounds the silence of an answer being relayed, including the time to the
+	// first token after the headers: a backend that sends nothing for this long is cut off,
+	// the client gets an OpenAI error event, and the request's handles are freed. Zero: 60 s.
+	StreamIdle time.Duration
+	// Request caps a request from the moment it is sent to a backend to the end of its
+	// answer. Zero: 10 min.
+	Request time.Duration
+	// Body bounds reading a request body, when the Handler serves the request itself (it
+	// sets the connection's read deadline through http.ResponseController; the server's own
+	// ReadTimeout would also cut the answers' streams). 408 beyond it. Zero: 30 s.
+	Body time.Duration
+}
+
+func (t Timeouts) withDefaults() Timeouts {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&t.Dial, 5*time.Second)
+	def(&t.TLS, 10*time.Second)
+	def(&t.ResponseHeader, 30*time.Second)
+	def(&t.PerOutputToken, 100*time.Millisecond)
+	def(&t.StreamIdle, 60*time.Second)
+	def(&t.Request, 10*time.Minute)
+	def(&t.Body, 30*time.Second)
+	return t
+}
+
+func (t Timeouts) valid() bool {
+	for _, d := range []time.Duration{t.Dial, t.TLS, t.ResponseHeader, t.PerOutputToken, t.StreamIdle, t.Request, t.Body} {
+		if d < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Retry configures retries before the first byte: a request whose backend refused or
+// reset the connection, missed the response-header timeout, or answered 502, 503, 504 or
+// 429 is sent to another backend — never after any byte of an answer reached the client.
+// Each failed attempt closes its routing.Result with the failure, which passive health
+// (routing.Outlier) hears at once. Retries are bounded by a budget, as in Envoy: over the
+// last BudgetWindow, retries may be at most BudgetRatio of the requests (and BudgetMin
+// always), so a sick fleet is not hit by a retry storm. Zero fields are the defaults.
+type Retry struct {
+	// Attempts is the most tries per request, the first included. Zero: 3; 1: no retry.
+	Attempts int
+	// BudgetRatio is the largest share of requests that may be retries. Zero: 0.2.
+	BudgetRatio float64
+	// BudgetMin is the number of retries allowed per window whatever the ratio. Zero: 3.
+	BudgetMin int
+	// BudgetWindow is the window of the budget. Zero: 10 s.
+	BudgetWindow time.Duration
+}
+
+func (r Retry) withDefaults() Retry {
+	if r.Attempts == 0 {
+		r.Attempts = 3
+	}
+	if r.BudgetRatio == 0 {
+		r.BudgetRatio = 0.2
+	}
+	if r.BudgetMin == 0 {
+		r.BudgetMin = 3
+	}
+	if r.BudgetWindow == 0 {
+		r.BudgetWindow = 10 * time.Second
+	}
+	return r
+}
+
+// budget counts requests and retries over a sliding window of budgetSlots slots.
+type budget struct {
+	ratio float64
+	min   int
+	slot  time.Duration
+
+	mu       sync.Mutex
+	at       int64 // index of the current slot (time / slot)
+	requests [budgetSlots]int
+	retries  [budgetSlots]int
+	denied   uint64
+}
+
+const budgetSlots = 10
+
+func newBudget(r Retry) *budget {
+	return &budget{ratio: r.BudgetRatio, min: r.BudgetMin, slot: max(time.Millisecond, r.BudgetWindow/budgetSlots)}
+}
+
+// advanceLocked moves the window to now, clearing the slots it passed.
+func (b *budget) advanceLocked(now time.Time) int {
+	at := now.UnixNano() / int64(b.slot)
+	if d := at - b.at; d > 0 {
+		for i := int64(1); i <= min(d, budgetSlots); i++ {
+			k := (b.at + i) % budgetSlots
+			b.requests[k], b.retries[k] = 0, 0
+		}
+		b.at = at
+	}
+	return int(at % budgetSlots)
+}
+
+// request counts one request. O(1).
+func (b *budget) request(now time.Time) {
+	b.mu.Lock()
+	b.requests[b.advanceLocked(now)]++
+	b.mu.Unlock()
+}
+
+// allow reports whether one more retry fits the budget, and counts it if so. O(slots).
+func (b *budget) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.advanceLocked(now)
+	reqs, rets := 0, 0
+	for i := range budgetSlots {
+		reqs += b.requests[i]
+		rets += b.retries[i]
+	}
+	if rets >= max(b.min, int(b.ratio*float64(reqs))) {
+		b.denied++
+		return false
+	}
+	b.retries[k]++
+	return true
+}
+
+// RetryStats counts what the retry logic did since New.
+type RetryStats struct {
+	// Requests sent to a backend, Retries the extra attempts made, Denied the retries the
+	// budget refused, Exhausted the requests that failed on their last allowed attempt.
+	Requests, Retries, Denied, Exhausted uint64
+}
+
+// RetryStats returns the retry counters.
+func (h *Handler) RetryStats() RetryStats {
+	h.budget.mu.Lock()
+	defer h.budget.mu.Unlock()
+	return RetryStats{Requests: h.sent.Load(), Retries: h.retried.Load(), Denied: h.budget.denied, Exhausted: h.exhausted.Load()}
+}
+
+// Causes with which the proxy cancels an attempt.
+var (
+	errHeaderTimeout = errors.New("proxy: the backend sent no response headers in time")
+	errIdleTimeout   = errors.New("proxy: the backend sent nothing for the stream idle timeout")
+	errRetried       = errors.New("proxy: attempt abandoned for a retry")
+	errRequestCap    = errors.New("proxy: the request ran past its time cap")
+)
+
+// retryTransport is the RoundTripper of the Handler (and of Transport()): it sends each
+// attempt of a request Rewrite routed, with its response-header timeout, and retries the
+// ones that failed before any answer on other backends.
+type retryTransport struct {
+	h    *Handler
+	base http.RoundTripper
+}
+
+// Transport returns the RoundTripper the Handler sends requests with: Options.Transport
+// wrapped with the response-header timeout and retries (see Retry). Set it as the Transport
+// of your own httputil.ReverseProxy that uses the Handler's hooks, to get both; without it,
+// the hooks still admit, route and account, but do not retry.
+func (h *Handler) Transport() http.RoundTripper { return h.retrier }
+
+func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ex := exchangeOf(req.Context())
+	if ex == nil || ex.rejected != nil || !ex.picked {
+		return t.base.RoundTrip(req)
+	}
+	h := t.h
+	h.sent.Add(1)
+	h.budget.request(time.Now())
+	for attempt := 1; ; attempt++ {
+		areq := ex.startAttempt(req)
+		resp, err := t.base.RoundTrip(areq)
+		failure, retryable := ex.classify(resp, err)
+		if !retryable {
+			return resp, err
+		}
+		if attempt >= h.retry.Attempts || ex.ctx.Err() != nil || !h.budget.allow(time.Now()) {
+			h.exhausted.Add(1)
+			return resp, err
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			err = errors.New("proxy: backend " + ex.backend + " answered " + resp.Status)
+		}
+		ex.abandonAttempt(err, failure)
+		if !ex.repick() {
+			// Nowhere else to go: answer as if this attempt had been the last.
+			return nil, errNoBackendLeft
+		}
+		h.retried.Add(1)
+		if req.GetBody != nil {
+			body, gerr := req.GetBody()
+			if gerr != nil {
+				return nil, gerr
+			}
+			req.Body = body
+		}
+	}
+}
+
+var errNoBackendLeft = errors.New("proxy: no other backend to retry on")
+
+// startAttempt points req at the exchange's current backend, with a context of its own that
+// the response-header timer (and later the stream-idle timer) cancels.
+func (ex *exchange) startAttempt(req *http.Request) *http.Request {
+	h := ex.h
+	ctx, cancel := context.WithCancelCause(req.Context())
+	wait := h.timeouts.ResponseHeader
+	if ex.req != nil && !ex.req.Stream {
+		wait += time.Duration(outputBudget(ex.req)) * h.timeouts.PerOutputToken
+	}
+	ex.mu.Lock()
+	ex.cancel = cancel
+	ex.attemptCtx = ctx
+	if ex.timer == nil {
+		ex.timer = time.AfterFunc(wait, ex.expire)
+	} else {
+		ex.timer.Reset(wait)
+	}
+	ex.phase = phaseHeaders
+	ex.mu.Unlock()
+	out := req.WithContext(ctx)
+	if target := h.backendURL(ex.backend); target != nil {
+		u := *out.URL
+		u.Scheme, u.Host = target.Scheme, target.Host
+		if ex.req != nil {
+			u.Path = target.Path + ex.endpointPath
+		}
+		out.URL = &u
+		out.Host = ""
+	}
+	return out
+}
+
+// Attempt phases, for the timer's verdict.
+const (
+	phaseHeaders = iota + 1 // waiting for response headers
+	phaseBody               // relaying the answer
+)
+
+// expire is the attempt timer's action: cancel the attempt with the cause of its phase.
+func (ex *exchange) expire() {
+	ex.mu.Lock()
+	cancel, phase := ex.cancel, ex.phase
+	ex.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	if phase == phaseHeaders {
+		cancel(errHeaderTimeout)
+	} else {
+		cancel(errIdleTimeout)
+	}
+}
+
+// bodyStarted switches the attempt timer to the stream-idle timeout.
+func (ex *exchange) bodyStarted() {
+	ex.mu.Lock()
+	ex.phase = phaseBody
+	if ex.timer != nil {
+		ex.timer.Reset(ex.h.timeouts.StreamIdle)
+	}
+	ex.mu.Unlock()
+}
+
+// touch notes bytes from the backend: the idle timer starts over. O(1).
+func (ex *exchange) touch() {
+	if t := ex.timer; t != nil {
+		t.Reset(ex.h.timeouts.StreamIdle)
+	}
+}
+
+// cause is why the current attempt's context ended (nil while it has not).
+func (ex *exchange) cause() error {
+	ex.mu.Lock()
+	ctx := ex.attemptCtx
+	ex.mu.Unlock()
+	if ctx == nil {
+		return nil
+	}
+	return context.Cause(ctx)
+}
+
+// classify tells what an attempt's outcome says about its backend, and whether another
+// backend should be tried. Only failures before any answer reached the client get here.
+func (ex *exchange) classify(resp *http.Response, err error) (routing.Failure, bool) {
+	if ex.ctx.Err() != nil {
+		return routing.FailureNone, false // the client went away
+	}
+	if err != nil {
+		switch cause := ex.cause(); {
+		case errors.Is(cause, errHeaderTimeout):
+			return routing.FailureTimeout, true
+		case errors.Is(cause, errRequestCap), errors.Is(err, context.DeadlineExceeded):
+			return routing.FailureTimeout, false
+		}
+		// Refused, reset or closed before an answer: nothing reached the client.
+		return routing.FailureConnect, true
+	}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		return routing.FailureOverload, true
+	case http.StatusServiceUnavailable:
+		if resp.Header.Get("Retry-After") != "" {
+			return routing.FailureOverload, true
+		}
+		return routing.FailureServer, true
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		return routing.FailureServer, true
+	}
+	if resp.StatusCode >= 500 {
+		return routing.FailureServer, false
+	}
+	return routing.FailureNone, false
+}
+
+// abandonAttempt closes the current attempt's Result with its failure.
+func (ex *exchange) abandonAttempt(err error, f routing.Failure) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.cancel != nil {
+		ex.cancel(errRetried)
+	}
+	if ex.picked {
+		ex.pick.Done(routing.DoneInfo{Err: err, Failure: f})
+		ex.picked = false
+		ex.tried = append(ex.tried, ex.pick.ID)
+	}
+}
+
+// repick chooses another backend for the request, excluding those tried. It reports false
+// when none is left.
+func (ex *exchange) repick() bool {
+	p, err := ex.h.router.Pick(&routing.Request{
+		Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
+		Session: ex.routeSession, Exclude: ex.tried,
+	})
+	if err != nil {
+		return false
+	}
+	ex.mu.Lock()
+	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
+	ex.mu.Unlock()
+	ex.h.usher.ObservePick(ex.backend)
+	return true
+}
+
+// failureOf classifies an error that ends a request after its answer began, or a final
+// attempt's failure, for routing.DoneInfo.
+func (ex *exchange) failureOf(err error) routing.Failure {
+	switch cause := ex.cause(); {
+	case err == nil, ex.ctx.Err() != nil:
+		return routing.FailureNone
+	case errors.Is(cause, errHeaderTimeout), errors.Is(cause, errIdleTimeout), errors.Is(cause, errRequestCap):
+		return routing.FailureTimeout
+	case errors.Is(err, errClosedEarly):
+		return routing.FailureNone
+	}
+	return routing.FailureServer
+}
+
+// NewServer returns an http.Server for h with the timeouts a gateway needs: 10 s to read
+// request headers, idle keep-alive connections closed after 2 min, headers up to 1 MiB. It
+// sets no ReadTimeout or WriteTimeout, which would cut long streamed answers: the Handler
+// bounds the body read itself (Timeouts.Body) and every wait on a backend.
+func NewServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
+}
+
+// bodyLimiter bounds the bytes of request bodies being read at once.
+type bodyLimiter struct {
+	mu    sync.Mutex
+	limit int64
+	used  int64
+}
+
+// acquire takes n bytes if they fit. O(1).
+func (l *bodyLimiter) acquire(n int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.used+n > l.limit {
+		return false
+	}
+	l.used += n
+	return true
+}
+
+func (l *bodyLimiter) release(n int64) {
+	l.mu.Lock()
+	l.used -= n
+	l.mu.Unlock()
+}
