@@ -42,6 +42,20 @@
 // error answer of the backend is passed through unchanged. A stream that breaks after it
 // began ends with an error event in the same format.
 //
+// # Faults
+//
+// Every wait has a bound (Timeouts): connecting, the backend's response headers (for a whole
+// answer, which comes with its headers, scaled by the output budget), the silence of an answer
+// being relayed (which also bounds the time to the first token), the request as a whole, and
+// reading the client's body. A request that fails before any byte of an answer reached the
+// client — refused or reset connection, header timeout, 502, 503, 504, or 429 from the engine —
+// is retried on a backend not yet tried (Retry), as long as retries stay within a budget of the
+// requests (Envoy's rule, so a failing fleet is not hit by a retry storm). Each failed attempt
+// closes its routing.Result with a routing.Failure, and the default routers' passive health
+// (routing.Outlier) ejects a backend at once after a refused connection, or after five server
+// failures in a row, and probes it back. A stream cut after it began ends with an OpenAI error
+// event; both handles are freed either way.
+//
 // # Trust
 //
 // The tenant is a header set by a trusted proxy (KeyerOptions.TenantHeader) or a keyed
