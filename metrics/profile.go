@@ -92,6 +92,10 @@ type Profile struct {
 	// server has no health endpoint there: the backend counts as healthy while its metrics
 	// scrape succeeds.
 	HealthPath string
+	// RankLabel is the label that tells a data-parallel rank's series apart ("engine" for
+	// vLLM, "dp_rank" for SGLang); Target.Rank restricts a target to one rank's series.
+	// Empty: the server's ranks cannot be scraped apart.
+	RankLabel string
 
 	// Waiting is the number of requests queued in the server, not yet scheduled.
 	Waiting []Selector
@@ -115,6 +119,37 @@ type Profile struct {
 	// PrefixHitRate is a gauge of the prefix cache hit rate, 0..1, used when the counters
 	// are absent.
 	PrefixHitRate []Selector
+}
+
+// forRank returns a copy of p whose selectors match only the series of one data-parallel
+// rank (RankLabel = rank). The cache geometry (block size, blocks, capacity) falls back to the
+// largest value of any series, for servers that publish it once rather than per rank.
+func (p *Profile) forRank(rank string) *Profile {
+	q := *p
+	restrict := func(sels []Selector, fallback bool) []Selector {
+		out := make([]Selector, 0, 2*len(sels))
+		for _, s := range sels {
+			r := s
+			r.Labels = make(map[string]string, len(s.Labels)+1)
+			for k, v := range s.Labels {
+				r.Labels[k] = v
+			}
+			r.Labels[p.RankLabel] = rank
+			out = append(out, r)
+		}
+		if fallback {
+			for _, s := range sels {
+				s.Agg = AggMax
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	q.Waiting, q.Running, q.KVUtilization = restrict(p.Waiting, false), restrict(p.Running, false), restrict(p.KVUtilization, false)
+	q.UsedBlocks, q.PrefixHits, q.PrefixQueries = restrict(p.UsedBlocks, false), restrict(p.PrefixHits, false), restrict(p.PrefixQueries, false)
+	q.PrefixHitRate = restrict(p.PrefixHitRate, false)
+	q.BlockSize, q.NumBlocks, q.CapacityTokens = restrict(p.BlockSize, true), restrict(p.NumBlocks, true), restrict(p.CapacityTokens, true)
+	return &q
 }
 
 // signal indexes the signals of a Profile and the values of a Reading.
@@ -204,6 +239,7 @@ var (
 	VLLM = &Profile{
 		Name:       "vllm",
 		HealthPath: "/health",
+		RankLabel:  "engine",
 		Waiting:    []Selector{{Name: "vllm:num_requests_waiting"}},
 		Running:    []Selector{{Name: "vllm:num_requests_running"}},
 		KVUtilization: []Selector{
@@ -233,6 +269,7 @@ var (
 	SGLang = &Profile{
 		Name:           "sglang",
 		HealthPath:     "/health",
+		RankLabel:      "dp_rank",
 		Waiting:        []Selector{{Name: "sglang:num_queue_reqs"}},
 		Running:        []Selector{{Name: "sglang:num_running_reqs"}},
 		KVUtilization:  []Selector{{Name: "sglang:token_usage"}},

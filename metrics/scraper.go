@@ -32,6 +32,10 @@ type Target struct {
 	HealthURL string
 	// Profile says where the signals are; nil means Options.Profile.
 	Profile *Profile
+	// Rank, if set, restricts the target to the series of one data-parallel rank of the
+	// server (those whose Profile.RankLabel has this value), so that each rank behind one
+	// address is a backend of its own. The profile must name its RankLabel.
+	Rank string
 	// Role is the part of inference the backend serves, passed through to
 	// routing.BackendState. Zero: routing.RoleBoth.
 	Role routing.Role
@@ -140,6 +144,7 @@ type backend struct {
 	metricsURL string
 	healthURL  string
 	profile    *Profile
+	rank       string // Target.Rank
 
 	state   atomic.Pointer[State]
 	errs    [numReasons]atomic.Uint64
@@ -280,7 +285,7 @@ func (s *Scraper) SetTargets(targets []Target) error {
 			return fmt.Errorf("%w: duplicate target name %q", ErrInvalidOptions, b.name)
 		}
 		if prev, ok := old.byName[b.name]; ok && prev.metricsURL == b.metricsURL &&
-			prev.healthURL == b.healthURL && prev.profile == b.profile && prev.role == b.role {
+			prev.healthURL == b.healthURL && prev.profile == b.profile && prev.rank == b.rank && prev.role == b.role {
 			b = prev
 		}
 		next.list = append(next.list, b)
@@ -302,7 +307,14 @@ func (s *Scraper) newBackend(t Target) (*backend, error) {
 	if prof == nil {
 		prof = s.defProfile
 	}
-	parser, err := NewParser(prof)
+	parsed := prof
+	if t.Rank != "" {
+		if prof.RankLabel == "" {
+			return nil, fmt.Errorf("%w: target %q: rank %q, but profile %s has no RankLabel", ErrInvalidOptions, t.Name, t.Rank, prof.Name)
+		}
+		parsed = prof.forRank(t.Rank)
+	}
+	parser, err := NewParser(parsed)
 	if err != nil {
 		return nil, err
 	}
@@ -332,6 +344,7 @@ func (s *Scraper) newBackend(t Target) (*backend, error) {
 		metricsURL: mu.String(),
 		healthURL:  health,
 		profile:    prof,
+		rank:       t.Rank,
 		parser:     parser,
 	}
 	b.state.Store(&State{name: t.Name, role: t.Role, stale: true, err: fmt.Errorf("%s: %w", t.Name, ErrNotScraped)})

@@ -785,3 +785,46 @@ func TestScrapeConcurrencyBound(t *testing.T) {
 		t.Errorf("peak in-flight scrapes = %d, want %d", got, limit)
 	}
 }
+
+// A vLLM server with two data-parallel engines is scraped as two backends, one per rank: each
+// reads its own engine's series, and both read the cache geometry.
+func TestScrapeRanks(t *testing.T) {
+	body := []byte(`# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3
+vllm:num_requests_running{engine="1",model_name="m"} 7
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 1
+vllm:num_requests_waiting{engine="1",model_name="m"} 4
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1
+`)
+	srv := newFakeServer(t, body)
+	clock := newFakeClock()
+	s := mustScraper(t, Options{Now: clock.Now, Targets: []Target{
+		{Name: "all", URL: srv.URL},
+		{Name: "r0", URL: srv.URL, Rank: "0"},
+		{Name: "r1", URL: srv.URL, Rank: "1"},
+	}})
+	if err := s.ScrapeOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]routing.BackendState{}
+	for _, st := range s.BackendStates(nil) {
+		got[st.Name] = st
+	}
+	for name, want := range map[string]struct {
+		running, queued, blocks int
+		kv                      float64
+	}{"all": {10, 5, 1000, 0.5}, "r0": {3, 1, 1000, 0.25}, "r1": {7, 4, 1000, 0.75}} {
+		st := got[name]
+		if st.Running != want.running || st.Queued != want.queued || st.KVCapacityBlocks != want.blocks || st.KVUtilization != want.kv {
+			t.Errorf("%s: running %d queued %d blocks %d kv %v, want %+v", name, st.Running, st.Queued, st.KVCapacityBlocks, st.KVUtilization, want)
+		}
+	}
+	if _, err := NewScraper(Options{Targets: []Target{{Name: "x", URL: srv.URL, Rank: "0", Profile: TGI}}}); err == nil {
+		t.Error("a rank on a profile without RankLabel was accepted")
+	}
+}

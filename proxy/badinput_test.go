@@ -200,6 +200,9 @@ func TestIdentityAndPriority(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		bodies = append(bodies, string(b))
+		if rank := r.Header.Get("X-Data-Parallel-Rank"); rank != "" {
+			bodies = append(bodies, "rank header "+rank)
+		}
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
@@ -228,7 +231,7 @@ func TestIdentityAndPriority(t *testing.T) {
 	_, base := startHandler(t, opts)
 	body := `{"model":"m","priority":-100,"messages":[{"role":"user","content":"hi"}]}`
 	for _, hd := range []http.Header{
-		{"X-Priority": {"0"}, "X-Tenant": {"vip"}},                     // spoofed: band 3
+		{"X-Priority": {"0"}, "X-Tenant": {"vip"}, "X-Data-Parallel-Rank": {"3"}}, // spoofed: band 3, no rank
 		{"X-Trusted-Tenant": {"vip"}},                                  // trusted: band 0
 		{"Authorization": {"Bearer gold-key"}},                         // listed key: band 1
 		{"Authorization": {"Bearer some-key"}, "X-Session-Id": {"s1"}}, // unlisted key: band 3
@@ -249,8 +252,8 @@ func TestIdentityAndPriority(t *testing.T) {
 		t.Errorf("flow %q holds the API key", flows[2])
 	}
 	for _, b := range bodies {
-		if strings.Contains(b, "priority") {
-			t.Errorf("backend saw the client's priority: %s", b)
+		if strings.Contains(b, "priority") || strings.Contains(b, "rank header") {
+			t.Errorf("backend saw the client's priority or rank: %s", b)
 		}
 	}
 }

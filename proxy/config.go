@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,6 +77,7 @@ type BackendConfig struct {
 	Engine   string `json:"engine"`
 	KVEvents string `json:"kv_events"`
 	Replay   string `json:"replay"`
+	Ranks    int    `json:"ranks"` // data-parallel ranks behind the URL (Backend.Ranks)
 }
 
 // Bands is the number of priority bands a Config configures.
@@ -104,7 +106,7 @@ func DefaultConfig() Config {
 // RegisterFlags defines a flag for each field of c on fs, with c's values as defaults.
 // -backend may be repeated: URL[,engine=...][,kv-events=tcp://...][,replay=tcp://...].
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,kv-events=tcp://host:5557][,replay=tcp://host:5558] (repeat)", func(s string) error {
+	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,kv-events=tcp://host:5557][,replay=tcp://host:5558][,ranks=N] (repeat; ranks: data-parallel ranks behind the URL)", func(s string) error {
 		b, err := ParseBackend(s)
 		c.Backends = append(c.Backends, b)
 		return err
@@ -134,7 +136,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "tries per request before any byte reached the client (1: no retry); 0: 3")
 }
 
-// ParseBackend parses a -backend value: URL[,engine=...][,kv-events=...][,replay=...].
+// ParseBackend parses a -backend value: URL[,engine=...][,kv-events=...][,replay=...][,ranks=N].
 func ParseBackend(s string) (BackendConfig, error) {
 	fields := strings.Split(s, ",")
 	b := BackendConfig{URL: strings.TrimSpace(fields[0]), Engine: "vllm"}
@@ -149,8 +151,14 @@ func ParseBackend(s string) (BackendConfig, error) {
 			b.KVEvents = v
 		case k == "replay":
 			b.Replay = v
+		case k == "ranks":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 1024 {
+				return b, fmt.Errorf("backend %q: ranks=%q: want 0..1024", s, v)
+			}
+			b.Ranks = n
 		default:
-			return b, fmt.Errorf("backend %q: unknown option %q (engine, kv-events, replay)", s, k)
+			return b, fmt.Errorf("backend %q: unknown option %q (engine, kv-events, replay, ranks)", s, k)
 		}
 	}
 	return b, nil
@@ -324,7 +332,7 @@ func (c Config) Options() (Options, error) {
 		if !ok {
 			return bad("backend %q: unknown engine %q", b.URL, b.Engine)
 		}
-		be := Backend{URL: b.URL, Profile: p, KVEvents: b.KVEvents, Replay: b.Replay}
+		be := Backend{URL: b.URL, Profile: p, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks}
 		if err := be.validate(); err != nil {
 			return Options{}, err
 		}

@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,6 +124,7 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	out := pr.Out
 	out.URL.Scheme, out.URL.Host, out.URL.User = target.Scheme, target.Host, nil
 	out.Host = ""
+	pinRank(out.Header, target)
 	if ex.req != nil {
 		ex.endpointPath = ep.Path()
 		out.URL.Path, out.URL.RawPath = target.Path+ex.endpointPath, ""
@@ -340,18 +342,44 @@ func headerBytes(hd http.Header) int {
 	return n
 }
 
-// backendURL returns the parsed base URL of a backend name, cached.
-func (h *Handler) backendURL(name string) *url.URL {
-	if u, ok := h.urls.Load(name); ok {
-		return u.(*url.URL)
+// target is where a backend name points: a base URL and, for a data-parallel rank
+// (RankName), the rank to pin the request to.
+type target struct {
+	*url.URL
+	rank string // "" for none
+}
+
+// backendURL returns the target of a backend name, cached; nil if the name is not a base URL.
+func (h *Handler) backendURL(name string) *target {
+	if t, ok := h.urls.Load(name); ok {
+		return t.(*target)
 	}
 	u, err := url.Parse(name)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil
 	}
-	u.Path = trimSlash(u.Path)
-	h.urls.Store(name, u)
-	return u
+	t := &target{URL: u}
+	if r, ok := strings.CutPrefix(u.Fragment, "dp="); ok {
+		if _, err := strconv.Atoi(r); err == nil {
+			t.rank = r
+		}
+	}
+	u.Path, u.Fragment, u.RawFragment = trimSlash(u.Path), "", ""
+	h.urls.Store(name, t)
+	return t
+}
+
+// rankHeader is the header vLLM and SGLang read to pin a request to a data-parallel rank.
+const rankHeader = "X-Data-Parallel-Rank"
+
+// pinRank sets (or, for a backend without ranks, removes) the rank header of an outgoing
+// request: only the router chooses a rank, never the client.
+func pinRank(hd http.Header, t *target) {
+	if t.rank != "" {
+		hd.Set(rankHeader, t.rank)
+	} else {
+		hd.Del(rankHeader)
+	}
 }
 
 func trimSlash(p string) string {

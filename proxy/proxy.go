@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,12 +43,73 @@ type Backend struct {
 	// KVEvents is the server's KV-event ZMQ endpoint (vLLM's --kv-events-config endpoint),
 	// and Replay its replay endpoint; both optional. With them the prefix index is exact.
 	KVEvents, Replay string
+	// Ranks is the number of data-parallel ranks the server runs behind its one address
+	// (vLLM --data-parallel-size with its internal load balancer, SGLang --dp-size); 0 or 1:
+	// none. Each rank is then a backend of its own, named RankName(URL, rank): the router
+	// places requests on a rank and the Handler pins them there with the
+	// X-Data-Parallel-Rank header (both engines honour it); each rank's metrics are the
+	// series labelled with its rank (Profile.RankLabel); its KV events come from its own
+	// publisher, on KVEvents' (and Replay's) port plus the rank, as vLLM publishes them.
+	Ranks int
+}
+
+// RankName is the name of data-parallel rank rank of the backend at url, in the router, the
+// prefix index and the metrics: url + "#dp=" + rank.
+func RankName(url string, rank int) string { return url + "#dp=" + strconv.Itoa(rank) }
+
+// member is one backend as the router knows it: a server, or one rank of a server.
+type member struct {
+	name             string // the router's and the index's name
+	url              string // the server's base URL
+	rank             int    // -1: the server has no ranks
+	profile          *metrics.Profile
+	kvEvents, replay string // this member's publisher
+}
+
+// members expands backends into what the router sees: one member per server, or per rank.
+func members(backends []Backend) ([]member, error) {
+	var out []member
+	for _, b := range backends {
+		if b.Ranks <= 1 {
+			out = append(out, member{name: b.URL, url: b.URL, rank: -1, profile: b.Profile, kvEvents: b.KVEvents, replay: b.Replay})
+			continue
+		}
+		for r := range b.Ranks {
+			m := member{name: RankName(b.URL, r), url: b.URL, rank: r, profile: b.Profile}
+			var err error
+			if m.kvEvents, err = offsetPort(b.KVEvents, r); err != nil {
+				return nil, err
+			}
+			if m.replay, err = offsetPort(b.Replay, r); err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// offsetPort adds off to the port of a tcp:// endpoint ("" stays "").
+func offsetPort(endpoint string, off int) (string, error) {
+	if endpoint == "" || off == 0 {
+		return endpoint, nil
+	}
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	host, port, err := net.SplitHostPort(rest)
+	n, perr := strconv.Atoi(port)
+	if !ok || err != nil || perr != nil || n+off > 65535 {
+		return "", fmt.Errorf("%w: KV-event endpoint %q: a backend with ranks needs tcp://host:port", ErrInvalidOptions, endpoint)
+	}
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(n+off)), nil
 }
 
 func (b Backend) validate() error {
 	u, err := url.Parse(b.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%w: backend URL %q: want http(s)://host:port", ErrInvalidOptions, b.URL)
+	}
+	if b.Ranks < 0 || b.Ranks > 1024 {
+		return fmt.Errorf("%w: backend %q: %d ranks, want 0..1024", ErrInvalidOptions, b.URL, b.Ranks)
 	}
 	if b.Replay != "" && b.KVEvents == "" {
 		return fmt.Errorf("%w: backend %q: a replay endpoint without a KV-event endpoint", ErrInvalidOptions, b.URL)
@@ -149,6 +212,7 @@ type Options struct {
 // safe for concurrent use; its fields are set by New and never change.
 type Handler struct {
 	backends  []Backend
+	members   []member // the router's backends: servers, or their ranks
 	index     *prefixcache.Index
 	router    *routing.Router
 	queue     *flowcontrol.Queue
@@ -241,9 +305,8 @@ func New(opts Options) (*Handler, error) {
 		opts.QueueCapacity != (flowcontrol.Limits{}) || opts.FlowCapacity != (flowcontrol.Limits{})):
 		return nil, fmt.Errorf("%w: Policy, TTL, capacities, MaxInFlight and Saturation configure the default queue; configure your Queue itself", ErrInvalidOptions)
 	}
-	names := make([]string, len(opts.Backends))
 	seen := make(map[string]bool, len(opts.Backends))
-	for i, b := range opts.Backends {
+	for _, b := range opts.Backends {
 		if err := b.validate(); err != nil {
 			return nil, err
 		}
@@ -251,7 +314,14 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("%w: backend %q listed twice", ErrInvalidOptions, b.URL)
 		}
 		seen[b.URL] = true
-		names[i] = b.URL
+	}
+	var err error
+	if h.members, err = members(opts.Backends); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(h.members))
+	for i, m := range h.members {
+		names[i] = m.name
 	}
 	if len(opts.Models) > 0 {
 		h.staticModels = make(map[string]bool, len(opts.Models))
@@ -261,7 +331,6 @@ func New(opts Options) (*Handler, error) {
 		h.staticList = staticModelList(h.staticModels)
 	}
 
-	var err error
 	if h.index == nil {
 		if h.index, err = prefixcache.New(prefixcache.Options{}); err != nil {
 			return nil, err
@@ -294,9 +363,9 @@ func New(opts Options) (*Handler, error) {
 			bands[i] = i
 		}
 		var sources []string
-		for _, b := range opts.Backends {
-			if b.KVEvents != "" {
-				sources = append(sources, b.URL)
+		for _, m := range h.members {
+			if m.kvEvents != "" {
+				sources = append(sources, m.name)
 			}
 		}
 		if h.usher, err = metrics.NewUsher(metrics.UsherOptions{Bands: bands, Backends: names, KVSources: sources}); err != nil {
@@ -309,9 +378,12 @@ func New(opts Options) (*Handler, error) {
 		}
 	}
 	if len(opts.Backends) > 0 {
-		targets := make([]metrics.Target, len(opts.Backends))
-		for i, b := range opts.Backends {
-			targets[i] = metrics.Target{Name: b.URL, URL: b.URL, Profile: b.Profile}
+		targets := make([]metrics.Target, len(h.members))
+		for i, m := range h.members {
+			targets[i] = metrics.Target{Name: m.name, URL: m.url, Profile: m.profile}
+			if m.rank >= 0 {
+				targets[i].Rank = strconv.Itoa(m.rank)
+			}
 		}
 		h.scraper, err = metrics.NewScraper(metrics.Options{Targets: targets, Interval: opts.ScrapeInterval, OnUpdate: h.publishStates})
 		if err != nil {
@@ -398,13 +470,13 @@ func (h *Handler) ObserveOutcome(r flowcontrol.Record) {
 // followKVEvents subscribes to the backends that publish KV events.
 func (h *Handler) followKVEvents() error {
 	var sources []kvevents.Source
-	for _, b := range h.backends {
-		if b.KVEvents == "" {
+	for _, m := range h.members {
+		if m.kvEvents == "" {
 			continue
 		}
-		// The backend is registered in the index under its URL, the name the router gives it.
-		sources = append(sources, kvevents.Source{Endpoint: b.KVEvents, ReplayEndpoint: b.Replay, Backend: b.URL})
-		h.sources = append(h.sources, b.URL)
+		// The backend is registered in the index under the name the router gives it.
+		sources = append(sources, kvevents.Source{Endpoint: m.kvEvents, ReplayEndpoint: m.replay, Backend: m.name})
+		h.sources = append(h.sources, m.name)
 	}
 	if len(sources) == 0 {
 		return nil
@@ -639,9 +711,9 @@ func (h *Handler) publishGauges() {
 	qs := h.queue.Stats()
 	h.usher.SetInFlightTotal(qs.InFlight)
 	h.usher.SetFlows(qs.Flows)
-	for _, b := range h.backends {
-		if in, ok := h.router.InFlight(b.URL); ok {
-			h.usher.SetInFlight(b.URL, in.Requests)
+	for _, m := range h.members {
+		if in, ok := h.router.InFlight(m.name); ok {
+			h.usher.SetInFlight(m.name, in.Requests)
 		}
 	}
 	st := h.index.Stats()

@@ -261,6 +261,10 @@ func (ex *exchange) startAttempt(req *http.Request) *http.Request {
 		}
 		out.URL = &u
 		out.Host = ""
+		if out.Header.Get(rankHeader) != target.rank {
+			out.Header = out.Header.Clone() // the attempt's own: a retry may change the rank
+			pinRank(out.Header, target)
+		}
 	}
 	return out
 }
