@@ -158,7 +158,8 @@ func (b *budget) allow(now time.Time) bool {
 // RetryStats counts what the retry logic did since New.
 type RetryStats struct {
 	// Requests sent to a backend, Retries the extra attempts made, Denied the retries the
-	// budget refused, Exhausted the requests that failed on their last allowed attempt.
+	// budget refused, Exhausted the requests whose last attempt failed in a way worth
+	// retrying (out of attempts, out of budget, or the client gone).
 	Requests, Retries, Denied, Exhausted uint64
 }
 
@@ -203,11 +204,17 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		areq := ex.startAttempt(req)
 		resp, err := t.base.RoundTrip(areq)
 		failure, retryable := ex.classify(resp, err)
-		if !retryable {
-			return resp, err
+		last := !retryable || attempt >= h.retry.Attempts || ex.ctx.Err() != nil
+		if !last && !h.budget.allow(time.Now()) {
+			last = true
 		}
-		if attempt >= h.retry.Attempts || ex.ctx.Err() != nil || !h.budget.allow(time.Now()) {
-			h.exhausted.Add(1)
+		if last {
+			if retryable {
+				h.exhausted.Add(1)
+			}
+			if err != nil {
+				ex.setErr(err, failure) // what the attempt said about the backend, for Done
+			}
 			return resp, err
 		}
 		if resp != nil {
