@@ -20,7 +20,8 @@ import (
 // Config is a Handler's configuration by names and numbers, as a JSON file or command-line
 // flags give it (see RegisterFlags and LoadFile); Options builds the Handler's Options from
 // it. Durations are written as strings in JSON ("60s"). Embedders who build Options in code
-// need none of this.
+// need none of this. A Config is a plain value, not safe for concurrent mutation; Options
+// reads it once.
 type Config struct {
 	// Backends are the model servers.
 	Backends []BackendConfig `json:"backends"`

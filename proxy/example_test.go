@@ -10,9 +10,11 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"strings"
+	"time"
 
 	"github.com/usher-llm/usher/examples/simfleet"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // A complete gateway: the Handler over a fleet, with its background work running.
@@ -142,4 +144,33 @@ func ExampleConfig() {
 	defer h.Close()
 	fmt.Println(len(opts.Backends), h.Router().Name())
 	// Output: 1 llm-d-default
+}
+
+// The prompt of a request as the prefix index sees it: chained block hashes of its bytes.
+func ExampleBytesTokenizer() {
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("You are a careful reviewer. ", 10) + `"},{"role":"user","content":"Review this."}]}`)
+	req, err := openai.Parse(body, openai.Chat, openai.Limits{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	p, _ := proxy.BytesTokenizer{BlockBytes: 64}.Tokenize(context.Background(), nil, req)
+	fmt.Println(len(p.Chain), "blocks of", p.BlockSize, "tokens, about", p.Tokens, "tokens in all")
+	// Output: 4 blocks of 16 tokens, about 76 tokens in all
+}
+
+// A server for the Handler, with timeouts that bound slow clients without cutting streams,
+// and the Handler's own bounds on every wait of a request.
+func ExampleNewServer() {
+	h, err := proxy.New(proxy.Options{
+		Backends: []proxy.Backend{{URL: "http://127.0.0.1:8000"}},
+		Timeouts: proxy.Timeouts{StreamIdle: 30 * time.Second, Body: 10 * time.Second},
+		Retry:    proxy.Retry{Attempts: 2},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Close()
+	srv := proxy.NewServer(":8080", h) // then srv.ListenAndServe()
+	fmt.Println(srv.ReadHeaderTimeout, srv.IdleTimeout, srv.ReadTimeout, srv.WriteTimeout)
+	// Output: 10s 2m0s 0s 0s
 }

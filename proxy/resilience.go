@@ -11,7 +11,8 @@ import (
 	"github.com/usher-llm/usher/routing"
 )
 
-// Timeouts bound every wait of a proxied request. Zero fields are the defaults.
+// Timeouts bound every wait of a proxied request. Zero fields are the defaults. It is plain
+// data, read once by New.
 type Timeouts struct {
 	// Dial bounds connecting to a backend, TLS its handshake (the default transport only;
 	// a Transport of your own brings its own). Zero: 5 s and 10 s.
@@ -70,7 +71,8 @@ func (t Timeouts) valid() bool {
 // Each failed attempt closes its routing.Result with the failure, which passive health
 // (routing.Outlier) hears at once. Retries are bounded by a budget, as in Envoy: over the
 // last BudgetWindow, retries may be at most BudgetRatio of the requests (and BudgetMin
-// always), so a sick fleet is not hit by a retry storm. Zero fields are the defaults.
+// always), so a sick fleet is not hit by a retry storm. Zero fields are the defaults. It is
+// plain data, read once by New; the budget itself is safe for concurrent use.
 type Retry struct {
 	// Attempts is the most tries per request, the first included. Zero: 3; 1: no retry.
 	Attempts int
