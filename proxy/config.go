@@ -57,6 +57,9 @@ type Config struct {
 	DefaultBand      int            `json:"default_band"`
 	MaxTenants       int            `json:"max_tenants"`
 	TenantSecretFile string         `json:"tenant_secret_file"`
+	// KVListen is an endpoint the gateway binds for KV events from servers that connect
+	// (Options.KVListen).
+	KVListen string `json:"kv_listen"`
 	// Models restricts the model names requests may ask for; empty: the backends' lists.
 	Models []string `json:"models"`
 	// MaxBodyBytes bounds a request body.
@@ -78,7 +81,8 @@ type BackendConfig struct {
 	Engine   string `json:"engine"`
 	KVEvents string `json:"kv_events"`
 	Replay   string `json:"replay"`
-	Ranks    int    `json:"ranks"` // data-parallel ranks behind the URL (Backend.Ranks)
+	Ranks    int    `json:"ranks"`  // data-parallel ranks behind the URL (Backend.Ranks)
+	KVPod    string `json:"kv_pod"` // the pod of its KV events when it connects to kv_listen
 }
 
 // Bands is the number of priority bands a Config configures.
@@ -107,7 +111,7 @@ func DefaultConfig() Config {
 // RegisterFlags defines a flag for each field of c on fs, with c's values as defaults.
 // -backend may be repeated: URL[,engine=...][,kv-events=tcp://...][,replay=tcp://...].
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,kv-events=tcp://host:5557][,replay=tcp://host:5558][,ranks=N] (repeat; ranks: data-parallel ranks behind the URL)", func(s string) error {
+	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,kv-events=tcp://host:5557][,kv-pod=POD][,replay=tcp://host:5558][,ranks=N] (repeat; kv-events: the server binds it, the gateway connects; kv-pod: the server connects to -kv-listen with this pod in its topic; ranks: data-parallel ranks behind the URL)", func(s string) error {
 		b, err := ParseBackend(s)
 		c.Backends = append(c.Backends, b)
 		return err
@@ -124,6 +128,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "prompt tokenization: bytes (approximate index) or endpoint (the servers' POST /tokenize: exact, needed for KV events)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block: the engines' block size")
 	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block in -tokenizer bytes")
+	fs.StringVar(&c.KVListen, "kv-listen", c.KVListen, "endpoint to bind for KV events from servers that connect to the gateway (vLLM with endpoint tcp://GATEWAY:PORT), e.g. tcp://0.0.0.0:5557; their -backend names kv-pod")
 	fs.StringVar(&c.TenantHeader, "tenant-header", c.TenantHeader, "trusted header naming the tenant (set by an auth proxy); empty: a keyed digest of the API key")
 	fs.StringVar(&c.SessionHeader, "session-header", c.SessionHeader, "header naming the session (the OpenAI user field is the fallback)")
 	fs.IntVar(&c.DefaultBand, "default-band", c.DefaultBand, "priority band of tenants not in tenant_bands (config file)")
@@ -152,6 +157,8 @@ func ParseBackend(s string) (BackendConfig, error) {
 			b.KVEvents = v
 		case k == "replay":
 			b.Replay = v
+		case k == "kv-pod":
+			b.KVPod = v
 		case k == "ranks":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > 1024 {
@@ -159,7 +166,7 @@ func ParseBackend(s string) (BackendConfig, error) {
 			}
 			b.Ranks = n
 		default:
-			return b, fmt.Errorf("backend %q: unknown option %q (engine, kv-events, replay, ranks)", s, k)
+			return b, fmt.Errorf("backend %q: unknown option %q (engine, kv-events, kv-pod, replay, ranks)", s, k)
 		}
 	}
 	return b, nil
@@ -320,7 +327,7 @@ func (c Config) Options() (Options, error) {
 		}
 	}
 	o := Options{
-		Models: c.Models, MaxBodyBytes: c.MaxBodyBytes, Bands: Bands, BlockSize: c.BlockSize,
+		Models: c.Models, MaxBodyBytes: c.MaxBodyBytes, KVListen: c.KVListen, Bands: Bands, BlockSize: c.BlockSize,
 		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, TTL: c.TTL,
 		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
 		FlowCapacity:  flowcontrol.Limits{Requests: c.MaxFlowQueue},
@@ -333,7 +340,7 @@ func (c Config) Options() (Options, error) {
 		if !ok {
 			return bad("backend %q: unknown engine %q", b.URL, b.Engine)
 		}
-		be := Backend{URL: b.URL, Profile: p, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks}
+		be := Backend{URL: b.URL, Profile: p, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod}
 		if err := be.validate(); err != nil {
 			return Options{}, err
 		}

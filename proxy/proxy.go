@@ -40,9 +40,14 @@ type Backend struct {
 	// Profile names the server's metrics (metrics.VLLM, metrics.SGLang, ...). Nil:
 	// metrics.VLLM.
 	Profile *metrics.Profile
-	// KVEvents is the server's KV-event ZMQ endpoint (vLLM's --kv-events-config endpoint),
-	// and Replay its replay endpoint; both optional. With them the prefix index is exact.
+	// KVEvents is the server's KV-event ZMQ endpoint (vLLM's --kv-events-config endpoint,
+	// which the server binds when it is a wildcard such as tcp://*:5557), and Replay its
+	// replay endpoint; both optional. With them the prefix index is exact.
 	KVEvents, Replay string
+	// KVPod is the pod name in the topics of the server's KV events (kv@<pod>@<model>) when
+	// the server connects to the Handler's Options.KVListen instead (vLLM connects when its
+	// endpoint names a host, tcp://gateway:5557). Replay may still name its replay endpoint.
+	KVPod string
 	// Ranks is the number of data-parallel ranks the server runs behind its one address
 	// (vLLM --data-parallel-size with its internal load balancer, SGLang --dp-size); 0 or 1:
 	// none. Each rank is then a backend of its own, named RankName(URL, rank): the router
@@ -64,6 +69,7 @@ type member struct {
 	rank             int    // -1: the server has no ranks
 	profile          *metrics.Profile
 	kvEvents, replay string // this member's publisher
+	kvPod            string // its pod, when it connects to KVListen
 }
 
 // members expands backends into what the router sees: one member per server, or per rank.
@@ -71,7 +77,7 @@ func members(backends []Backend) ([]member, error) {
 	var out []member
 	for _, b := range backends {
 		if b.Ranks <= 1 {
-			out = append(out, member{name: b.URL, url: b.URL, rank: -1, profile: b.Profile, kvEvents: b.KVEvents, replay: b.Replay})
+			out = append(out, member{name: b.URL, url: b.URL, rank: -1, profile: b.Profile, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
 			continue
 		}
 		for r := range b.Ranks {
@@ -111,8 +117,11 @@ func (b Backend) validate() error {
 	if b.Ranks < 0 || b.Ranks > 1024 {
 		return fmt.Errorf("%w: backend %q: %d ranks, want 0..1024", ErrInvalidOptions, b.URL, b.Ranks)
 	}
-	if b.Replay != "" && b.KVEvents == "" {
-		return fmt.Errorf("%w: backend %q: a replay endpoint without a KV-event endpoint", ErrInvalidOptions, b.URL)
+	if b.Replay != "" && b.KVEvents == "" && b.KVPod == "" {
+		return fmt.Errorf("%w: backend %q: a replay endpoint without a KV-event endpoint or pod", ErrInvalidOptions, b.URL)
+	}
+	if b.KVPod != "" && (b.KVEvents != "" || b.Ranks > 1) {
+		return fmt.Errorf("%w: backend %q: KVPod (the server connects to KVListen) excludes KVEvents and ranks", ErrInvalidOptions, b.URL)
 	}
 	return nil
 }
@@ -182,6 +191,10 @@ type Options struct {
 	// saturation estimate of the fleet (mean over backends of max(queued/5, kv/0.8), a
 	// backend without fresh signals counting 1) is at or above it.
 	Saturation float64
+	// KVListen, if set, is an endpoint the Handler's KV-event subscriber binds, to which
+	// servers with a KVPod connect (e.g. tcp://0.0.0.0:5557; see KVListenAddr). Bind it
+	// where only model servers reach it: whoever connects can publish.
+	KVListen string
 	// Timeouts bound every wait: dial, TLS, response headers, stream silence, the whole
 	// request, the request body. Zero fields are their defaults.
 	Timeouts Timeouts
@@ -364,7 +377,7 @@ func New(opts Options) (*Handler, error) {
 		}
 		var sources []string
 		for _, m := range h.members {
-			if m.kvEvents != "" {
+			if m.kvEvents != "" || m.kvPod != "" {
 				sources = append(sources, m.name)
 			}
 		}
@@ -389,7 +402,7 @@ func New(opts Options) (*Handler, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := h.followKVEvents(); err != nil {
+		if err := h.followKVEvents(opts.KVListen); err != nil {
 			return nil, err
 		}
 	}
@@ -468,23 +481,34 @@ func (h *Handler) ObserveOutcome(r flowcontrol.Record) {
 }
 
 // followKVEvents subscribes to the backends that publish KV events.
-func (h *Handler) followKVEvents() error {
-	var sources []kvevents.Source
+func (h *Handler) followKVEvents(listen string) error {
+	var sources, listening []kvevents.Source
 	for _, m := range h.members {
-		if m.kvEvents == "" {
+		// The backend is registered in the index under the name the router gives it.
+		switch {
+		case m.kvEvents != "":
+			sources = append(sources, kvevents.Source{Endpoint: m.kvEvents, ReplayEndpoint: m.replay, Backend: m.name})
+		case m.kvPod != "":
+			listening = append(listening, kvevents.Source{Pod: m.kvPod, ReplayEndpoint: m.replay, Backend: m.name})
+		default:
 			continue
 		}
-		// The backend is registered in the index under the name the router gives it.
-		sources = append(sources, kvevents.Source{Endpoint: m.kvEvents, ReplayEndpoint: m.replay, Backend: m.name})
 		h.sources = append(h.sources, m.name)
 	}
-	if len(sources) == 0 {
+	if len(listening) > 0 && listen == "" {
+		return fmt.Errorf("%w: backends with a KVPod need Options.KVListen", ErrInvalidOptions)
+	}
+	if len(sources)+len(listening) == 0 {
 		return nil
 	}
-	sub, err := kvevents.New(h.index, kvevents.Options{
+	o := kvevents.Options{
 		Sources: sources,
 		OnError: func(backend string, err error) { h.log.Warn("kv events", "backend", backend, "err", err) },
-	})
+	}
+	if len(listening) > 0 {
+		o.Listen, o.ListenSources = listen, listening
+	}
+	sub, err := kvevents.New(h.index, o)
 	if err != nil {
 		return err
 	}
@@ -520,6 +544,15 @@ func (h *Handler) Index() *prefixcache.Index { return h.index }
 
 // KVEvents returns the KV-event subscriber, nil when no backend publishes events.
 func (h *Handler) KVEvents() *kvevents.Subscriber { return h.kv }
+
+// KVListenAddr returns the address Options.KVListen is bound to, with the port resolved,
+// once Run has bound it; "" before, or without KVListen.
+func (h *Handler) KVListenAddr() string {
+	if h.kv == nil {
+		return ""
+	}
+	return h.kv.ListenAddr()
+}
 
 // Registry returns the registry GET /metrics serves (usher's metrics and the scraper's); add
 // your own collectors to it.

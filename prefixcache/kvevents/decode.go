@@ -667,8 +667,10 @@ func (d *Decoder) readField(e *Event, f field) error {
 			e.Parent, e.HasParent = 0, false
 			return d.skip("parent_block_hash")
 		}
+		// 0 means no parent too: some vLLM-compatible publishers send it
+		// where vLLM sends nil, and no engine hash folds to 0 in practice.
 		e.Parent, err = d.hash("parent_block_hash")
-		e.HasParent = err == nil
+		e.HasParent = err == nil && e.Parent != 0
 	case fTokens:
 		e.Tokens, err = d.tokens(e.Tokens)
 	case fBlockSize:

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/usher-llm/usher/prefixcache"
 )
 
 // sampleBatch exercises every field of every event kind.
@@ -40,10 +42,12 @@ func seqTokens(from uint32, n int) []uint32 {
 // allEncodings lists every combination a publisher may use.
 func allEncodings() []Encoding {
 	var out []Encoding
-	for _, mb := range []bool{false, true} {
-		for _, me := range []bool{false, true} {
-			for _, h := range []HashForm{HashUint, HashInt, HashBytes} {
-				out = append(out, Encoding{MapBatch: mb, MapEvents: me, Hashes: h})
+	for _, zp := range []bool{false, true} {
+		for _, mb := range []bool{false, true} {
+			for _, me := range []bool{false, true} {
+				for _, h := range []HashForm{HashUint, HashInt, HashBytes} {
+					out = append(out, Encoding{MapBatch: mb, MapEvents: me, Hashes: h, ZeroParent: zp})
+				}
 			}
 		}
 	}
@@ -51,7 +55,11 @@ func allEncodings() []Encoding {
 }
 
 func (enc Encoding) String() string {
-	return fmt.Sprintf("batch:%s/events:%s/hash:%d", form(enc.MapBatch), form(enc.MapEvents), enc.Hashes)
+	s := fmt.Sprintf("batch:%s/events:%s/hash:%d", form(enc.MapBatch), form(enc.MapEvents), enc.Hashes)
+	if enc.ZeroParent {
+		s += "/zero-parent"
+	}
+	return s
 }
 
 func form(m bool) string {
@@ -200,6 +208,68 @@ func TestVLLMPayloads(t *testing.T) {
 			}
 			if g, w := normalize(&got), normalize(&tt.want); !reflect.DeepEqual(g, w) {
 				t.Fatalf("got  %+v\nwant %+v", g, w)
+			}
+		})
+	}
+}
+
+// TestParentZeroMeansNoParent: a publisher that sends parent_block_hash 0
+// for the first blocks of a sequence, where vLLM sends nil, in either
+// event encoding. Taken as a parent, 0 made the index reject every such
+// event ("unknown parent block: engine hash 0x0") and index nothing.
+func TestParentZeroMeansNoParent(t *testing.T) {
+	tokens := []any{1, 2, 3, 4, 5, 6, 7, 8}
+	zeros := make([]byte, 32) // a sha256-sized hash that folds to 0
+	tests := []struct {
+		name string
+		wire any
+	}{
+		// The shape of that publisher's batches: legacy positional
+		// arrays, int hashes, the rank last.
+		{"array, int 0", []any{1767225600.5, []any{
+			[]any{"BlockStored", []any{uint64(0xa1), uint64(0xa2)}, 0, tokens, 4, nil, "GPU"},
+		}, 0}},
+		{"array, 32 zero bytes", []any{1.0, []any{
+			[]any{"BlockStored", []any{uint64(0xa1), uint64(0xa2)}, zeros, tokens, 4, nil, "GPU"},
+		}}},
+		{"map, int 0", map[string]any{"ts": 1.0, "events": []any{
+			map[string]any{"type": "BlockStored", "block_hashes": []any{uint64(0xa1), uint64(0xa2)},
+				"parent_block_hash": 0, "token_ids": tokens, "block_size": 4, "medium": "GPU"},
+		}}},
+		{"Encoding.ZeroParent", Encoding{ZeroParent: true}.Append(nil, &Batch{Timestamp: 1, Events: []Event{
+			{Kind: BlockStored, Hashes: []uint64{0xa1, 0xa2}, Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, Medium: "GPU"},
+		}})},
+	}
+	want := Event{Kind: BlockStored, Hashes: []uint64{0xa1, 0xa2}, Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, Medium: "GPU"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			payload, ok := tt.wire.([]byte)
+			if !ok {
+				payload = mustMarshal(tt.wire)
+			}
+			var b Batch
+			if err := NewDecoder().Decode(payload, &b); err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Events) != 1 || !reflect.DeepEqual(b.Events[0], want) {
+				t.Fatalf("decoded %+v, want %+v", b.Events, want)
+			}
+
+			// Applied to an index, the blocks are indexed and match the
+			// gateway's own hash of the prompt.
+			ix, err := prefixcache.New(prefixcache.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, _ := ix.AddBackend("pod-a", 0)
+			s, st := testSubscriber(t, ix, Source{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-a", Model: "m"})
+			st.live(t.Context(), [][]byte{nil, be64(0), payload})
+			if st := s.Stats(); st.ApplyErrors != 0 || st.Events != 1 {
+				t.Errorf("stats %+v: want 1 event applied, no apply error", st)
+			}
+			chain := prefixcache.HashTokens(nil, prefixcache.Seed("m", "", ""), want.Tokens, 4)
+			if got := ix.Match(nil, chain)[id]; got != 2 {
+				t.Errorf("matched %d blocks, want 2", got)
 			}
 		})
 	}

@@ -5,12 +5,48 @@
 // thing), and a Subscriber that follows many publishers over ZeroMQ, recovers lost batches
 // through their replay endpoints and applies every event to the index.
 //
+// # Who binds: connect mode and listen mode
+//
+// ZeroMQ lets either end of a PUB/SUB pair bind, and vLLM's publisher picks by its endpoint: it
+// binds a wildcard host ("tcp://*:5557"), ipc:// and inproc:// endpoints, and connects to a
+// concrete host ("tcp://gateway:5557", llm-d's pattern; other vLLM-compatible servers connect
+// too). Its replay endpoint is always bound. The Subscriber follows both:
+//
+//   - Connect mode (Options.Sources): each engine runs with "endpoint": "tcp://*:5557" and the
+//     Subscriber connects to every engine's address, one connection and one Source each.
+//   - Listen mode (Options.Listen): each engine runs with "endpoint":
+//     "tcp://<gateway>:5557" and Run binds that port ("tcp://0.0.0.0:5557"); every engine
+//     connects to the one socket. Sources are told apart by topic, so each engine must set
+//     "topic": "kv@<pod>@<model>"; Options.ListenSources gives each pod's replay endpoint
+//     ("replay_endpoint": "tcp://*:5558" on the engine, "tcp://<pod>:5558" here), and
+//     Options.AcceptUnknown admits pods not configured, without replay, at most
+//     Options.MaxSources of them.
+//
+// A Subscriber may do both at once. If neither side binds, nothing arrives and nothing fails:
+// that is what the silence warnings below are for. In listen mode each source gets the same
+// sequence, replay and restart handling as in connect mode (see Failure handling), with what
+// listen mode cannot see replaced: a publisher's connection is invisible behind the socket, so
+// a source counts as connected from its first message until an idle probe of its replay
+// endpoint fails, and the first message after that is treated as a new connection (checked
+// against the replay endpoint before it is applied). When Run starts, each configured source
+// with a replay endpoint catches up through it, so a restarted gateway learns what idle
+// engines hold; a source not heard from since is not probed (an engine that is down would be
+// asked every second), so one whose only batches were dropped before its subscription
+// arrived is caught up by its next batch. One goroutine reads the socket and hands each
+// message to its source's goroutine through a queue of 256 messages, without waiting: a
+// source stuck in a slow replay does not hold the others up, and what its full queue drops
+// (Stats.Dropped) it later sees as a gap. Anyone who can reach the listening endpoint can
+// publish; bind it where only model servers reach it. (zmq4 performs each incoming
+// connection's handshake on its accepting goroutine without a deadline, so a client that
+// connects and says nothing stalls further accepts until it disconnects; a Publisher's bound
+// socket has the same weakness.)
+//
 // # The wire format
 //
-// A publisher binds a ZMQ PUB socket. Every message has three frames: the topic (UTF-8, by
-// convention "kv@<pod>@<model>", see ParseTopic), the sequence number as 8 bytes big-endian
-// (0 for the first batch after the process starts, then +1 per batch), and the payload, a
-// msgpack EventBatch. The batch is the array [ts, events, data_parallel_rank] (trailing rank
+// Every message has three frames: the topic (UTF-8, by convention "kv@<pod>@<model>", see
+// ParseTopic), the sequence number as 8 bytes big-endian (vLLM counts from 0 after the
+// process starts, some servers from 1, then +1 per batch), and the payload, a msgpack
+// EventBatch. The batch is the array [ts, events, data_parallel_rank] (trailing rank
 // omitted when unset) or the map {"ts", "events", "data_parallel_rank"} (SGLang names the rank
 // "attn_dp_rank"). Each event is either a legacy positional array whose first element is the
 // type tag,
@@ -21,7 +57,9 @@
 //	["AllBlocksCleared"]
 //
 // with trailing fields at their defaults omitted, or a map with a "type" key and the same field
-// names, in any order. A hash is an int (vLLM's older integer hashes, or Python's hash(), hence
+// names, in any order. parent_block_hash is nil for a chain that starts a sequence; 0 (an int,
+// or a byte string that folds to 0) means the same, as some publishers send it, in either
+// encoding. A hash is an int (vLLM's older integer hashes, or Python's hash(), hence
 // negative int64 values) or a byte string: 32 bytes for sha256, 16 for xxh3-128. Byte strings
 // are folded to their last 8 bytes read big-endian (FoldHash), ints to their 64-bit pattern; a
 // 64-bit key is all the index needs and collisions among one engine's live blocks are
@@ -67,7 +105,11 @@
 // an empty delimiter frame, which vLLM's server expects); the server answers with one message
 // [seq, payload] per kept batch with seq >= start, some servers putting the topic first, and
 // ends with seq 0xFFFFFFFFFFFFFFFF (EndOfReplay) and an empty payload. Publisher implements
-// the server side; the Subscriber uses a DEALER socket and accepts both reply shapes.
+// the server side; the Subscriber uses a DEALER socket and accepts both reply shapes. It
+// reads every reply up to EndOfReplay (within ReplayTimeout) before closing the connection,
+// even when the first reply already told it what it needed: a server still sending to a
+// closed connection fails ("failed to send end-of-replay sentinel: use of closed network
+// connection"), and the Publisher reports such failures through PublisherOptions.OnError.
 //
 // # Failure handling
 //
@@ -75,8 +117,10 @@
 // sources share. The Subscriber tracks the last applied sequence number and a hash of its
 // payload, and:
 //
+//   - The first batch seen from a source is where it starts, whatever its number: a publisher
+//     counting from 1, or one that has been running for a while, has lost nothing before it.
 //   - On connecting it asks the replay endpoint for the history from the last applied batch
-//     (from 0 the first time). If the first reply is that same batch, the publisher is the
+//     (all of it the first time). If the first reply is that same batch, the publisher is the
 //     process it was following and the rest of the reply is what it missed. If not, the
 //     publisher restarted — its engine's cache is gone and its sequence numbers mean something
 //     new — so the backend is cleared (AllBlocksCleared) and the whole new history replayed.
@@ -86,8 +130,11 @@
 //     state is unknown, so it is rebuilt from what the history still holds.
 //   - A live batch past the next expected number is a gap: the PUB socket dropped messages (a
 //     slow subscriber, the high-water mark, or the moment between connecting and the
-//     subscription reaching the publisher). The missing batches are replayed before the live
-//     one is applied; what the publisher no longer holds is counted as lost.
+//     subscription reaching the publisher). The missing batches are replayed, with the same
+//     check as on connecting, before the live one is applied: in listen mode, where a
+//     reconnection is invisible, a gap is how a restarted publisher that passed the old
+//     sequence number shows. Without a replay endpoint (or when it fails) the missing
+//     batches are counted as lost.
 //   - A live sequence number that goes back is a restart on that connection (reset, replay).
 //     Without a replay endpoint, a reconnect whose first batch is not past the last applied
 //     one is treated as a restart too; gaps are then counted as lost.
@@ -100,15 +147,30 @@
 //   - A malformed message or batch is counted and skipped (its sequence number is consumed);
 //     an event the index rejects is counted; neither stops the stream. Options.OnError sees
 //     each of these errors; Subscriber.Stats counts them and Subscriber.Sources shows each
-//     source's backend, connection and position, and its own batches, losses, resets and
-//     reconnects.
+//     source's backend, connection, position and last batch time, and its own batches,
+//     events, losses, resets, reconnects, stale probes, decode and apply errors. Messages on
+//     the listening socket that no source takes (no kv@<pod>@<model> topic, an unknown pod)
+//     come from whoever connects, so their reports are throttled: the 1st, 2nd, 4th, 8th...
+//   - A configured source that delivers no batch for Options.SilentAfter (30 s) is reported
+//     once, with ErrSilent and whether it is connected, and again only after a batch and a new
+//     silence; so is a listening socket that receives nothing. An idle engine publishes
+//     nothing, so a warning asks for a look: a source connected and silent is usually idle,
+//     one never connected or never heard from usually misconfigured (neither side binds,
+//     a wrong topic, a firewall).
 //
 // Alternatives not taken: reflection-based msgpack.Unmarshal into tagged structs (one
 // allocation per field and per event, and it cannot tell the two event encodings apart without
 // decoding twice); using engine hashes as the index's keys (the gateway cannot compute them);
 // treating every reconnect as a restart (a network blip would empty a warm backend) or none
 // (a restarted engine's blocks would stay indexed forever); cgo bindings to libzmq (usher
-// builds without cgo; github.com/go-zeromq/zmq4 speaks ZMTP 3 in Go).
+// builds without cgo; github.com/go-zeromq/zmq4 speaks ZMTP 3 in Go). For listen mode: a SUB
+// socket per pod (publishers connect to one address; zmq4 does not say which connection a
+// message came from, so the topic is the only name a source has); binding in New (the
+// address would be known at once, but New would hold a socket and zmq4's goroutines before
+// Run, and need Close even if Run never came); blocking the reader while a source is busy
+// (one slow replay endpoint would stall every engine behind TCP backpressure); keeping every
+// pod ever seen (pod names change at every rollout, and MaxSources would fill for good: a
+// learnt source silent for SilentAfter makes room for a new one instead).
 //
 // # Cost
 //
@@ -124,10 +186,13 @@
 //
 // # Goroutines
 //
-// New starts nothing. Run runs one goroutine per Source and, per live connection, one that
-// reads the socket (zmq4's Recv can only be interrupted by closing the socket), and returns
-// after all of them have exited. The zmq4 library runs its own goroutines per socket and
-// connection. Publisher.Run serves replay requests on the caller's goroutine.
+// New binds nothing and starts nothing. Run binds the listening socket (Ready and ListenAddr
+// report it), runs one goroutine per source (connect-mode, configured listen-mode and learnt)
+// and, per live connection, one that reads the socket (zmq4's Recv can only be interrupted by
+// closing the socket), plus one reading the listening socket, watches the listening socket
+// for silence on its own goroutine, and returns after all of them have exited. The zmq4
+// library runs its own goroutines per socket and connection. Publisher.Run serves replay
+// requests on the caller's goroutine.
 //
 // A Subscriber and a Publisher are safe for concurrent use; a Decoder is not (use one per
 // goroutine). Event, Batch, Source, Options, PublisherOptions, Stats and SourceStatus are plain

@@ -37,6 +37,10 @@ type Encoding struct {
 	MapEvents bool
 	// Hashes selects the representation of block hashes.
 	Hashes HashForm
+	// ZeroParent writes parent_block_hash 0 instead of nil for a chain
+	// that starts a sequence, as some vLLM-compatible servers do. The
+	// Decoder reads both as "no parent".
+	ZeroParent bool
 }
 
 // Append appends the msgpack encoding of b to dst and returns the extended
@@ -156,9 +160,12 @@ func (w *writer) event(e *Event) {
 		w.key("block_hashes")
 		w.hashList(e.Hashes)
 		w.key("parent_block_hash")
-		if e.HasParent {
+		switch {
+		case e.HasParent:
 			w.hash(e.Parent)
-		} else {
+		case w.enc.ZeroParent:
+			_ = w.EncodeUint(0)
+		default:
 			_ = w.EncodeNil()
 		}
 		w.key("token_ids")

@@ -46,7 +46,9 @@ type Event struct {
 	Hashes []uint64
 	// Parent is the engine hash of the block preceding Hashes[0]
 	// (parent_block_hash); HasParent is false when the chain starts at
-	// the beginning of a sequence (the wire carries nil).
+	// the beginning of a sequence: the wire carries nil, or 0 (an int 0
+	// or a byte string that folds to 0), which some publishers send for
+	// "no parent". Parent is then 0.
 	Parent    uint64
 	HasParent bool
 	// Tokens are the token ids of all stored blocks concatenated
@@ -111,15 +113,32 @@ var ErrTopic = errors.New("kvevents: malformed topic")
 // and the model name. The model may itself contain '@'; the pod may not.
 // Both parts must be non-empty. It does not allocate.
 func ParseTopic(topic string) (pod, model string, err error) {
-	rest, ok := strings.CutPrefix(topic, "kv@")
-	if !ok {
+	if !strings.HasPrefix(topic, "kv@") {
 		return "", "", fmt.Errorf("%w: %q does not start with \"kv@\"", ErrTopic, topic)
 	}
-	pod, model, ok = strings.Cut(rest, "@")
-	if !ok || pod == "" || model == "" {
+	pod, model, ok := cutTopic(topic)
+	if !ok {
 		return "", "", fmt.Errorf("%w: %q is not kv@<pod>@<model>", ErrTopic, topic)
 	}
 	return pod, model, nil
+}
+
+// cutTopic is ParseTopic without the error, for topics as strings or as
+// the bytes of a frame (which it does not copy).
+func cutTopic[T ~string | ~[]byte](topic T) (pod, model T, ok bool) {
+	if len(topic) < 3 || string(topic[:3]) != "kv@" {
+		return pod, model, false
+	}
+	rest := topic[3:]
+	for i := range len(rest) {
+		if rest[i] == '@' {
+			if i == 0 || i+1 == len(rest) {
+				break
+			}
+			return rest[:i], rest[i+1:], true
+		}
+	}
+	return pod, model, false
 }
 
 // Topic returns the vLLM KV-event topic for a pod and a model.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -62,6 +64,71 @@ func Example() {
 	}
 	fmt.Println("blocks matched:", matched())
 	// Output: blocks matched: 2
+}
+
+// Listen mode: the gateway binds one endpoint and every model server connects to it, which is what
+// vLLM does whenever its endpoint names a host:
+//
+//	--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
+//	  "endpoint": "tcp://gateway:5557", "replay_endpoint": "tcp://*:5558",
+//	  "topic": "kv@pod-0@Qwen/Qwen3-32B"}'
+//
+// The topic tells the servers apart; the gateway's configuration gives each one's replay endpoint.
+func Example_listen() {
+	const model = "Qwen/Qwen3-32B"
+	tokens := []uint32{101, 102, 103, 104, 105, 106, 107, 108} // two blocks of 4
+	dir, err := os.MkdirTemp("", "kvevents")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	replay := "ipc://" + filepath.Join(dir, "pod-0-replay") // pod-0's replay endpoint
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// The gateway side.
+	ix, _ := prefixcache.New(prefixcache.Options{})
+	ix.AddBackend("pod-0", 0)
+	sub, err := kvevents.New(ix, kvevents.Options{
+		Listen:        "tcp://127.0.0.1:0", // "tcp://0.0.0.0:5557" in a deployment
+		ListenSources: []kvevents.Source{{Backend: "pod-0", Model: model, ReplayEndpoint: replay}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	go sub.Run(ctx)
+	defer sub.Close()
+	<-sub.Ready()
+
+	// The model server side: it connects to the gateway.
+	pub, err := kvevents.NewPublisher(sub.ListenAddr(), kvevents.PublisherOptions{
+		Connect: true, Topic: kvevents.Topic("pod-0", model), ReplayEndpoint: replay,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pub.Close()
+	go pub.Run(ctx)
+	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.Event{{
+		Kind: kvevents.BlockStored, Hashes: []uint64{0xaaa, 0xbbb}, Tokens: tokens, BlockSize: 4, Medium: "GPU",
+	}}})
+
+	// A PUB socket drops what it publishes before the subscription reaches it; the first batch
+	// that gets through brings the earlier ones by replay. The engine keeps working (here:
+	// steps that change nothing) until then.
+	chain := prefixcache.HashTokens(nil, prefixcache.Seed(model, "", ""), tokens, 4)
+	for deadline := time.Now().Add(10 * time.Second); ix.Match(nil, chain)[0] < 2 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		pub.Publish(&kvevents.Batch{Timestamp: 2})
+	}
+	fmt.Println("blocks matched:", ix.Match(nil, chain)[0])
+	ss := sub.Sources()[0]
+	fmt.Println(ss.Backend, "connected:", ss.Connected, "lost:", ss.Lost)
+	// Output:
+	// blocks matched: 2
+	// pod-0 connected: true lost: 0
 }
 
 // Decoding a batch in vLLM's legacy positional encoding, with sha256 block hashes.

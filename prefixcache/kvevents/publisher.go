@@ -26,10 +26,20 @@ var ErrClosed = errors.New("kvevents: closed")
 // ErrInvalidOptions reports options that New or NewPublisher rejects.
 var ErrInvalidOptions = errors.New("kvevents: invalid options")
 
-// PublisherOptions configures a Publisher. The zero value publishes with
-// the empty topic, no replay endpoint, a history of DefaultHistory batches
-// and the legacy positional encoding.
+// PublisherOptions configures a Publisher. The zero value binds its
+// endpoint and publishes with the empty topic from sequence number 0, no
+// replay endpoint, a history of DefaultHistory batches and the legacy
+// positional encoding.
 type PublisherOptions struct {
+	// Connect makes the PUB socket dial the endpoint, a listening
+	// Subscriber (Options.Listen), instead of binding it. vLLM does this
+	// when its endpoint names a concrete host ("tcp://gateway:5557") and
+	// binds only for a wildcard host ("tcp://*:5557"), ipc:// and
+	// inproc://. A dropped connection is redialled. (zmq4 makes 10
+	// attempts 250 ms apart, for the first dial and for every redial,
+	// then gives up; libzmq retries forever.) The replay endpoint is
+	// bound in either case, as vLLM binds it.
+	Connect bool
 	// Topic is sent as the first frame of every message, e.g.
 	// Topic("pod-0", "llama"). vLLM's default topic is empty.
 	Topic string
@@ -44,6 +54,14 @@ type PublisherOptions struct {
 	ReplayWithTopic bool
 	// Encoding is the wire encoding of published batches.
 	Encoding Encoding
+	// FirstSequence is the sequence number of the first batch. vLLM
+	// starts at 0; some servers start at 1.
+	FirstSequence uint64
+	// OnError, if set, is called with the errors the Publisher survives:
+	// a replay reply it could not send (the client went away before the
+	// end-of-replay message, for instance), wrapping ErrReplay. It runs
+	// on Run's goroutine and must not block. Nil ignores them.
+	OnError func(err error)
 }
 
 type entry struct {
@@ -64,6 +82,8 @@ type Publisher struct {
 	topic     []byte
 	enc       Encoding
 	withTopic bool
+	endpoint  string // as dialled, with Connect
+	onError   func(error)
 	pub       zmq4.Socket
 	router    zmq4.Socket // nil without a replay endpoint
 
@@ -78,8 +98,11 @@ type Publisher struct {
 var quiet = log.New(io.Discard, "", 0)
 
 // NewPublisher binds a PUB socket to endpoint (e.g. "tcp://127.0.0.1:0"
-// for any free port) and, if configured, the ROUTER replay socket. It
-// starts no goroutine of its own; call Run to serve replay requests.
+// for any free port), or with opts.Connect dials it, and binds the ROUTER
+// replay socket if configured. It starts no goroutine of its own (zmq4
+// runs its own per socket and connection); call Run to serve replay
+// requests. With Connect it returns an error if the endpoint cannot be
+// reached within zmq4's dial retries.
 func NewPublisher(endpoint string, opts PublisherOptions) (*Publisher, error) {
 	if opts.History < 0 {
 		return nil, fmt.Errorf("%w: History %d < 0", ErrInvalidOptions, opts.History)
@@ -91,12 +114,23 @@ func NewPublisher(endpoint string, opts PublisherOptions) (*Publisher, error) {
 		topic:     []byte(opts.Topic),
 		enc:       opts.Encoding,
 		withTopic: opts.ReplayWithTopic,
+		onError:   opts.OnError,
+		seq:       opts.FirstSequence,
 		hist:      make([]entry, 0, opts.History),
 	}
-	p.pub = zmq4.NewPub(context.Background(), zmq4.WithLogger(quiet))
-	if err := p.pub.Listen(endpoint); err != nil {
-		p.pub.Close()
-		return nil, fmt.Errorf("kvevents: publisher: %w", err)
+	if opts.Connect {
+		p.endpoint = endpoint
+		p.pub = zmq4.NewPub(context.Background(), zmq4.WithLogger(quiet), zmq4.WithAutomaticReconnect(true))
+		if err := p.pub.Dial(endpoint); err != nil {
+			p.pub.Close()
+			return nil, fmt.Errorf("kvevents: publisher: %w", err)
+		}
+	} else {
+		p.pub = zmq4.NewPub(context.Background(), zmq4.WithLogger(quiet))
+		if err := p.pub.Listen(endpoint); err != nil {
+			p.pub.Close()
+			return nil, fmt.Errorf("kvevents: publisher: %w", err)
+		}
 	}
 	if opts.ReplayEndpoint != "" {
 		p.router = zmq4.NewRouter(context.Background(), zmq4.WithLogger(quiet))
@@ -110,8 +144,14 @@ func NewPublisher(endpoint string, opts PublisherOptions) (*Publisher, error) {
 }
 
 // Endpoint returns the address the PUB socket is bound to, with the port
-// resolved ("tcp://127.0.0.1:40123").
-func (p *Publisher) Endpoint() string { return "tcp://" + p.pub.Addr().String() }
+// resolved ("tcp://127.0.0.1:40123"), or with Connect the endpoint it
+// dialled.
+func (p *Publisher) Endpoint() string {
+	if p.endpoint != "" {
+		return p.endpoint
+	}
+	return "tcp://" + p.pub.Addr().String()
+}
 
 // ReplayEndpoint returns the address of the ROUTER replay socket, or ""
 // without one.
@@ -200,9 +240,10 @@ func (p *Publisher) history(start uint64) []entry {
 // 8-byte big-endian start sequence (after vLLM's empty delimiter frame when
 // the client sends one); the reply is one message [seq, payload] per kept
 // batch with seq >= start (preceded by the topic with ReplayWithTopic),
-// then [EndOfReplay, ""]. Malformed requests are ignored. Without a replay
-// endpoint Run just waits for ctx. It returns nil when stopped by ctx or
-// Close.
+// then [EndOfReplay, ""]. Malformed requests are ignored; a reply that
+// cannot be sent ends that exchange and goes to PublisherOptions.OnError.
+// Without a replay endpoint Run just waits for ctx. It returns nil when
+// stopped by ctx or Close.
 func (p *Publisher) Run(ctx context.Context) error {
 	if p.router == nil {
 		<-ctx.Done()
@@ -256,11 +297,20 @@ func (p *Publisher) serve(frames [][]byte) {
 		return p.router.SendMulti(zmq4.NewMsgFrom(fr...))
 	}
 	for _, e := range p.history(start) {
-		if reply(e.seq, e.payload) != nil {
+		if err := reply(e.seq, e.payload); err != nil {
+			p.report(fmt.Errorf("%w: send seq %d: %w", ErrReplay, e.seq, err))
 			return
 		}
 	}
-	_ = reply(EndOfReplay, nil)
+	if err := reply(EndOfReplay, nil); err != nil {
+		p.report(fmt.Errorf("%w: send end-of-replay: %w", ErrReplay, err))
+	}
+}
+
+func (p *Publisher) report(err error) {
+	if p.onError != nil && !p.isClosed() {
+		p.onError(err)
+	}
 }
 
 // Close closes both sockets; subscribers see the connection drop. Close is

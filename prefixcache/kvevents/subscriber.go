@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,34 +35,105 @@ var _ Applier = (*prefixcache.Index)(nil)
 var ErrRunning = errors.New("kvevents: already running")
 
 // ErrReplay wraps the errors of a failed replay exchange, which the
-// Subscriber reports through Options.OnError and survives.
+// Subscriber reports through Options.OnError and survives, and the replay
+// replies a Publisher could not send (PublisherOptions.OnError).
 var ErrReplay = errors.New("kvevents: replay")
+
+// ErrSilent is wrapped by the warning Options.OnError receives when a
+// configured source has delivered no batch for Options.SilentAfter.
+var ErrSilent = errors.New("kvevents: source silent")
+
+// ErrUnknownSource is wrapped by the errors Options.OnError receives for
+// messages on the listening socket from a pod that is not a source: not
+// in Options.ListenSources without Options.AcceptUnknown, or past
+// Options.MaxSources.
+var ErrUnknownSource = errors.New("kvevents: unknown source")
+
+// Defaults of Options fields left zero.
+const (
+	DefaultSilentAfter = 30 * time.Second
+	DefaultMaxSources  = 1024
+)
+
+// inboxSize is the number of messages the listening socket queues for one
+// source while the source's goroutine is busy (a replay, typically).
+// Beyond it messages are dropped, and the source sees a gap.
+const inboxSize = 256
 
 // Source is one publisher: a model-server process (or one data-parallel
 // rank of it) publishing KV events.
+//
+// In Options.Sources (connect mode) the Subscriber connects to Endpoint.
+// In Options.ListenSources (listen mode) the publisher connects to the
+// Subscriber's listening socket and is recognised by the pod in its
+// topics, kv@<pod>@<model>: Backend is that pod and Endpoint and Topic
+// stay empty.
 type Source struct {
 	// Endpoint is the publisher's PUB address, e.g. "tcp://10.0.0.7:5557".
+	// Empty in listen mode.
 	Endpoint string
 	// ReplayEndpoint is its ROUTER replay address; "" disables replay (gaps
 	// are then counted as lost and restarts detected from sequence
 	// numbers alone).
 	ReplayEndpoint string
 	// Backend is the name the backend is registered under in the index;
-	// "" takes the pod from the topic kv@<pod>@<model>.
+	// "" takes the pod from the topic kv@<pod>@<model>. In listen mode it
+	// is required.
 	Backend string
+	// Pod is, in listen mode, the pod the source's topics name
+	// (kv@<pod>@<model>), which tells its messages apart on the listening
+	// socket; "" means Backend. Unused in connect mode.
+	Pod string
 	// Model names the model for the chain seed (prefixcache.Seed(model,
 	// lora_name, "")); "" takes the model from the topic. It must be the
 	// name the gateway hashes requests with.
 	Model string
-	// Topic is the subscription prefix; "" receives every topic.
+	// Topic is the subscription prefix; "" receives every topic. Empty
+	// in listen mode (the listening socket receives every topic).
 	Topic string
 }
 
+// pod is the pod a listen-mode source's topics name.
+func (s Source) pod() string {
+	if s.Pod != "" {
+		return s.Pod
+	}
+	return s.Backend
+}
+
 // Options configures a Subscriber. Zero values take the documented
-// defaults.
+// defaults. At least one of Sources and Listen is required; both may be
+// used at once.
 type Options struct {
-	// Sources lists the publishers; at least one is required.
+	// Sources lists the publishers the Subscriber connects to (connect
+	// mode: the publisher binds, as vLLM does with "tcp://*:5557").
 	Sources []Source
+	// Listen, if set, is an endpoint Run binds a SUB socket to, which
+	// publishers connect to (listen mode: vLLM connects when its endpoint
+	// names a concrete host, "tcp://gateway:5557"), e.g.
+	// "tcp://0.0.0.0:5557", or "tcp://127.0.0.1:0" for any free port (see
+	// ListenAddr). Sources on it are told apart by topic, which must be
+	// kv@<pod>@<model>: messages with other topics are counted as decode
+	// errors.
+	Listen string
+	// ListenSources configures the publishers that connect to Listen,
+	// one per pod (see Source). Each gets the same sequence, replay and
+	// restart handling as a connect-mode source.
+	ListenSources []Source
+	// AcceptUnknown makes the listening socket accept pods that are not
+	// in ListenSources: each becomes a source of its own, without replay,
+	// applied to the backend named after the pod with the model from the
+	// topic. Without it their messages are counted in Stats.Rejected.
+	// Anyone who can reach the listening endpoint can publish: bind it
+	// on a network only model servers reach.
+	AcceptUnknown bool
+	// MaxSources bounds the pods AcceptUnknown learns, so that topics
+	// cannot grow memory without bound. At the bound a new pod takes the
+	// place of the learnt source that has been silent the longest, if it
+	// has been silent for SilentAfter (DefaultSilentAfter if warnings are
+	// disabled); otherwise the new pod's messages are rejected. Default
+	// DefaultMaxSources.
+	MaxSources int
 	// MinBackoff is the first wait before reconnecting to a publisher that
 	// refused or dropped the connection; it doubles up to MaxBackoff and
 	// returns to MinBackoff once a connection delivers. Defaults 50 ms
@@ -74,12 +146,25 @@ type Options struct {
 	// endpoint may stay silent before the Subscriber asks the replay
 	// endpoint whether it missed anything (a PUB connection can lose its
 	// subscription or outlive its publisher without reporting an error).
-	// Missed batches are applied and the connection is replaced. Default
-	// 1 s; negative disables probing.
+	// Missed batches are applied and the connection is replaced (in
+	// listen mode, where the publisher owns the connection, only
+	// counted). Default 1 s; negative disables probing.
 	ProbeInterval time.Duration
+	// SilentAfter is how long a configured source (in Sources or
+	// ListenSources) may deliver no batch before OnError receives a
+	// warning wrapping ErrSilent, once per silence: the next comes only
+	// after a batch has arrived and another silence has lasted as long.
+	// The listening socket itself is watched the same way (the warning
+	// names backend ""). An idle engine publishes nothing, so a warning
+	// says "look", not "broken". Default DefaultSilentAfter; negative
+	// disables.
+	SilentAfter time.Duration
 	// OnError, if set, is called with errors that the Subscriber counts
-	// and otherwise survives (decode, apply, replay), with the backend's
-	// name. It runs on the source's goroutine and must not block.
+	// and otherwise survives (decode, apply, replay, silence, unknown
+	// sources), with the backend's name: "" for the listening socket's
+	// own (messages that name no pod, its silence). It runs on the
+	// source's goroutine, the listening socket's reader for messages no
+	// source took, Run's for the socket's silence, and must not block.
 	OnError func(backend string, err error)
 }
 
@@ -96,13 +181,14 @@ type Stats struct {
 	// made on connecting, idle probes); Replayed the batches they
 	// contributed; ReplayErrors the exchanges that failed.
 	Replays, Replayed, ReplayErrors int64
-	// Lost counts batches no replay recovered (the publisher's history no
-	// longer held them, or there was no replay endpoint).
+	// Lost counts batches no replay recovered (there was no replay
+	// endpoint, or it failed). Batches before the first one seen from a
+	// source are not counted: that one is where the source starts.
 	Lost int64
 	// Reconnects counts connections made after a source's first one.
 	Reconnects int64
-	// Stale counts connections replaced because an idle probe found
-	// batches they had not delivered.
+	// Stale counts idle probes that found batches their connection had
+	// not delivered (in connect mode the connection is then replaced).
 	Stale int64
 	// Resets counts publisher restarts detected; each cleared the backend.
 	Resets int64
@@ -111,28 +197,44 @@ type Stats struct {
 	// BlockStored whose parent it never saw); Unregistered batches for a
 	// backend not registered in the index.
 	DecodeErrors, ApplyErrors, Unregistered int64
+	// Rejected counts messages on the listening socket from pods that are
+	// not sources (ErrUnknownSource); Dropped those dropped because their
+	// source's queue was full (the source then sees a gap).
+	Rejected, Dropped int64
 }
 
 // SourceStatus describes one source as its goroutine last left it.
 //
-// Batches, Lost, Resets and Reconnects are this source's share of the
-// Stats counters of the same names, counted since New at the same places:
-// over all sources they add up to Stats (up to the increments in flight
-// while the two are read, since both are read one counter at a time).
+// Batches, Events, Lost, Resets, Reconnects, Stale, DecodeErrors and
+// ApplyErrors are this source's share of the Stats counters of the same
+// names, counted since New at the same places: over all sources they add
+// up to Stats (up to the increments in flight while the two are read,
+// since both are read one counter at a time), except for decode errors
+// of listening-socket messages that name no source, and for learnt
+// sources forgotten at MaxSources.
 type SourceStatus struct {
-	Source Source // as configured
+	// Source is as configured; for a pod learnt from a topic
+	// (AcceptUnknown) it is Source{Backend: pod}, and Learnt is set.
+	Source Source
+	Learnt bool
 	// Backend is the backend events are applied to: Source.Backend, or
 	// the pod learnt from the topic ("" until a batch arrived).
 	Backend string
-	// Connected reports whether the PUB connection is up now.
+	// Connected reports whether the PUB connection is up now. In listen
+	// mode, where the publisher's connection is not visible, it reports
+	// that the source has delivered a message during this Run and no
+	// idle probe of its replay endpoint has failed since.
 	Connected bool
 	// Applied is the sequence number of the last batch applied; valid
 	// when HasApplied (false before the first batch and after a reset).
 	Applied    uint64
 	HasApplied bool
+	// LastBatch is when the last batch of this source arrived, live or
+	// replayed; zero before the first.
+	LastBatch time.Time
 	// Batches counts batches applied from this source, live and
-	// replayed.
-	Batches int64
+	// replayed; Events the events in them.
+	Batches, Events int64
 	// Lost counts batches of this source no replay recovered.
 	Lost int64
 	// Resets counts restarts of this source's publisher detected; each
@@ -140,56 +242,104 @@ type SourceStatus struct {
 	Resets int64
 	// Reconnects counts connections to this source after its first one.
 	Reconnects int64
+	// Stale counts idle probes that found batches the connection had
+	// not delivered.
+	Stale int64
+	// DecodeErrors counts this source's malformed messages, ApplyErrors
+	// its events the index rejected.
+	DecodeErrors, ApplyErrors int64
 }
 
 type counters struct {
 	batches, events, unknown, gaps, replays, replayed, replayErrors, lost,
-	reconnects, stale, resets, decodeErrors, applyErrors, unregistered atomic.Int64
+	reconnects, stale, resets, decodeErrors, applyErrors, unregistered,
+	rejected, dropped atomic.Int64
 }
 
 // Subscriber keeps a prefix index exact by applying the KV events of many
-// publishers: it subscribes to each publisher's PUB socket, detects
-// sequence gaps and publisher restarts, recovers through the replay
-// endpoint and reconnects with exponential backoff. Each source is handled
-// by one goroutine, so a backend's events are applied in sequence order.
+// publishers: it subscribes to each publisher's PUB socket (connect mode)
+// or binds one SUB socket that publishers connect to (listen mode),
+// detects sequence gaps and publisher restarts, recovers through the
+// replay endpoint and reconnects with exponential backoff. Each source is
+// handled by one goroutine, so a backend's events are applied in sequence
+// order.
 //
 // Events of one Source are applied in order; Sources that name the same
 // backend are not ordered with respect to each other.
 //
 // New starts nothing; Run does the work until its context ends or Close is
-// called. Stats, Sources and Close are safe for concurrent use with Run.
+// called. Stats, Sources, ListenAddr, Ready and Close are safe for
+// concurrent use with Run.
 type Subscriber struct {
 	// Immutable after New, except that each stream is owned by the
 	// goroutine Run starts for it.
 	ix      Applier
 	opts    Options
-	streams []*stream
+	streams []*stream // connect mode, in Options.Sources order
+	lis     *listener // nil without Options.Listen
+	ready   chan struct{}
+
+	// listening holds the listen-mode sources: ListenSources in order,
+	// then learnt pods in the order they arrived. Written by New and by
+	// the listening socket's goroutine (copy on write), read by Sources.
+	listening atomic.Pointer[[]*stream]
 
 	c counters // atomic
 
-	mu      sync.Mutex // guards the fields below
-	running bool
-	closed  bool
-	cancel  context.CancelFunc // cancels Run's context
-	done    chan struct{}      // closed when Run returns
+	mu       sync.Mutex // guards the fields below
+	running  bool
+	closed   bool
+	isReady  bool
+	addr     string             // the bound listening address, "" before
+	rebind   string             // the endpoint a later Run binds
+	cancel   context.CancelFunc // cancels Run's context
+	done     chan struct{}      // closed when Run returns
+	runStart time.Time
 }
 
 // New validates opts and returns a Subscriber that applies events to ix.
-// It returns an error wrapping ErrInvalidOptions for a nil ix, no
-// sources, a source without an endpoint, or negative durations.
+// It returns an error wrapping ErrInvalidOptions for a nil ix, neither
+// sources nor a listening endpoint, a source without an endpoint, a
+// listen source without a pod or with an endpoint or topic, a pod named
+// twice, ListenSources or AcceptUnknown without Listen, Listen with
+// nothing to accept, negative durations or a negative MaxSources. New
+// binds nothing and starts nothing.
 func New(ix Applier, opts Options) (*Subscriber, error) {
 	switch {
 	case ix == nil:
 		return nil, fmt.Errorf("%w: nil index", ErrInvalidOptions)
-	case len(opts.Sources) == 0:
-		return nil, fmt.Errorf("%w: no sources", ErrInvalidOptions)
+	case len(opts.Sources) == 0 && opts.Listen == "":
+		return nil, fmt.Errorf("%w: no sources and no listening endpoint", ErrInvalidOptions)
 	case opts.MinBackoff < 0 || opts.MaxBackoff < 0 || opts.ReplayTimeout < 0:
 		return nil, fmt.Errorf("%w: negative duration", ErrInvalidOptions)
+	case opts.MaxSources < 0:
+		return nil, fmt.Errorf("%w: MaxSources %d < 0", ErrInvalidOptions, opts.MaxSources)
+	case opts.Listen == "" && (len(opts.ListenSources) > 0 || opts.AcceptUnknown):
+		return nil, fmt.Errorf("%w: ListenSources or AcceptUnknown without Listen", ErrInvalidOptions)
+	case opts.Listen != "" && !strings.Contains(opts.Listen, "://"):
+		return nil, fmt.Errorf("%w: Listen %q is not an endpoint like tcp://0.0.0.0:5557", ErrInvalidOptions, opts.Listen)
+	case opts.Listen != "" && len(opts.ListenSources) == 0 && !opts.AcceptUnknown:
+		return nil, fmt.Errorf("%w: Listen without ListenSources or AcceptUnknown accepts nothing", ErrInvalidOptions)
 	}
 	for i, s := range opts.Sources {
 		if s.Endpoint == "" {
 			return nil, fmt.Errorf("%w: source %d has no endpoint", ErrInvalidOptions, i)
 		}
+	}
+	pods := make(map[string]bool, len(opts.ListenSources))
+	for i, s := range opts.ListenSources {
+		pod := s.pod()
+		switch {
+		case s.Backend == "":
+			return nil, fmt.Errorf("%w: listen source %d has no Backend", ErrInvalidOptions, i)
+		case strings.Contains(pod, "@"):
+			return nil, fmt.Errorf("%w: listen source %d: %q is not a pod name", ErrInvalidOptions, i, pod)
+		case s.Endpoint != "" || s.Topic != "":
+			return nil, fmt.Errorf("%w: listen source %d (%s): Endpoint and Topic must be empty", ErrInvalidOptions, i, s.Backend)
+		case pods[pod]:
+			return nil, fmt.Errorf("%w: listen source %d: pod %q named twice", ErrInvalidOptions, i, pod)
+		}
+		pods[pod] = true
 	}
 	if opts.MinBackoff == 0 {
 		opts.MinBackoff = 50 * time.Millisecond
@@ -204,10 +354,22 @@ func New(ix Applier, opts Options) (*Subscriber, error) {
 	if opts.ProbeInterval == 0 {
 		opts.ProbeInterval = time.Second
 	}
+	if opts.SilentAfter == 0 {
+		opts.SilentAfter = DefaultSilentAfter
+	}
+	if opts.MaxSources == 0 {
+		opts.MaxSources = DefaultMaxSources
+	}
 	opts.Sources = append([]Source(nil), opts.Sources...)
-	s := &Subscriber{ix: ix, opts: opts}
+	opts.ListenSources = append([]Source(nil), opts.ListenSources...)
+	s := &Subscriber{ix: ix, opts: opts, ready: make(chan struct{}), rebind: opts.Listen}
 	for _, src := range opts.Sources {
-		s.streams = append(s.streams, newStream(s, src))
+		st := newStream(s, src)
+		st.watched = true
+		s.streams = append(s.streams, st)
+	}
+	if opts.Listen != "" {
+		s.lis = newListener(s)
 	}
 	return s, nil
 }
@@ -221,15 +383,20 @@ func (s *Subscriber) Stats() Stats {
 		ReplayErrors: c.replayErrors.Load(), Lost: c.lost.Load(), Reconnects: c.reconnects.Load(), Stale: c.stale.Load(),
 		Resets: c.resets.Load(), DecodeErrors: c.decodeErrors.Load(),
 		ApplyErrors: c.applyErrors.Load(), Unregistered: c.unregistered.Load(),
+		Rejected: c.rejected.Load(), Dropped: c.dropped.Load(),
 	}
 }
 
-// Run connects to every source and applies their events until ctx is done
-// or Close is called, then closes its sockets and returns nil. It runs one
-// goroutine per source, plus one per live connection reading its socket,
-// and waits for all of them before returning. A later Run resumes from the
-// sequence numbers reached. It returns ErrClosed after Close, and
-// ErrRunning if Run is already running.
+// Run binds the listening socket, if Options.Listen is set, connects to
+// every source in Options.Sources and applies their events until ctx is
+// done or Close is called, then closes its sockets and returns nil. It
+// runs one goroutine per source, plus one per live connection reading its
+// socket and one reading the listening socket, and waits for all of them
+// before returning. A later Run resumes from the sequence numbers reached
+// and binds the address the first one got (the same port, if Listen asked
+// for any free one). It returns the error if the listening socket cannot
+// be bound, ErrClosed after Close, and ErrRunning if Run is already
+// running.
 //
 // Per batch the work is O(payload size + blocks in its events): one decode
 // into reused buffers and one index call per event.
@@ -244,7 +411,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s.running, s.cancel, s.done = true, cancel, make(chan struct{})
+	s.running, s.cancel, s.done, s.runStart = true, cancel, make(chan struct{}), time.Now()
 	s.mu.Unlock()
 	defer func() {
 		cancel()
@@ -254,13 +421,45 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		s.mu.Unlock()
 	}()
 
+	var sock zmq4.Socket
+	if s.lis != nil {
+		var err error
+		if sock, err = s.bind(ctx); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	if !s.isReady {
+		s.isReady = true
+		close(s.ready)
+	}
+	s.mu.Unlock()
+
 	var wg sync.WaitGroup
 	for _, st := range s.streams {
 		wg.Go(func() { st.run(ctx) })
 	}
+	if sock != nil {
+		s.lis.run(ctx, sock, &wg)
+	}
 	wg.Wait()
 	return nil
 }
+
+// ListenAddr returns the address the listening socket is bound to, with
+// the port resolved ("tcp://127.0.0.1:40123"), once Run has bound it (see
+// Ready); "" before, or without Options.Listen. It is O(1).
+func (s *Subscriber) ListenAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Ready returns a channel closed once the first Run has started: after it
+// bound the listening socket, if there is one, so that ListenAddr is
+// valid. It stays open if Run fails to bind; wait for it together with
+// Run's result.
+func (s *Subscriber) Ready() <-chan struct{} { return s.ready }
 
 // Close stops Run, waits for it to return, and makes later Run calls fail
 // with ErrClosed. It is idempotent.
@@ -277,12 +476,23 @@ func (s *Subscriber) Close() error {
 }
 
 // stream is the state of one source. Only the source's goroutine touches
-// it.
+// it, except where marked.
 type stream struct {
 	s   *Subscriber
 	src Source
 	dec *Decoder
 	b   Batch
+	// watched sources get silence warnings: the configured ones.
+	watched bool
+
+	// Listen mode. inbox carries the messages the listening socket
+	// dispatched to this source; nil in connect mode.
+	inbox  chan [][]byte
+	learnt bool
+	// Owned by the listening socket's goroutine: when it last dispatched
+	// a message here, and how it stops a learnt source's goroutine.
+	lastMsg time.Time
+	cancel  context.CancelFunc
 
 	// Sequence state. applied is the highest sequence number applied
 	// (valid when hasApplied); digest is the hash of that batch's payload,
@@ -295,13 +505,18 @@ type stream struct {
 	lastLive   uint64
 	liveOnConn bool
 
+	// The silence warning: timer is nil when the source is not watched.
+	quiet silence
+	timer *time.Timer
+
 	// Published for Sources, written only by the source's goroutine.
 	connected   atomic.Bool
 	appliedPlus atomic.Uint64          // applied+1; 0 when !hasApplied
 	backendName atomic.Pointer[string] // a copy of backend
+	lastBatch   atomic.Int64           // UnixNano; 0 before the first batch
 	// This source's share of the Subscriber's counters of the same
 	// names, incremented next to them.
-	batches, lost, resets, reconnects atomic.Int64
+	batches, events, lost, resets, reconnects, stale, decodeErrors, applyErrors atomic.Int64
 
 	// Where events go, resolved from Source and the topic.
 	topic      string // last topic seen
@@ -332,21 +547,38 @@ func newStream(s *Subscriber, src Source) *stream {
 	return st
 }
 
-// Sources returns the status of every source, in Options.Sources order.
-// It is O(sources), safe for concurrent use with Run, and allocates the
-// result.
+// Sources returns the status of every source: Options.Sources in order,
+// then Options.ListenSources in order, then the pods learnt from topics
+// in the order they arrived. It is O(sources), safe for concurrent use
+// with Run, and allocates the result.
 func (s *Subscriber) Sources() []SourceStatus {
-	out := make([]SourceStatus, len(s.streams))
-	for i, st := range s.streams {
-		out[i] = SourceStatus{
-			Source: st.src, Backend: *st.backendName.Load(), Connected: st.connected.Load(),
-			Batches: st.batches.Load(), Lost: st.lost.Load(), Resets: st.resets.Load(), Reconnects: st.reconnects.Load(),
-		}
-		if a := st.appliedPlus.Load(); a != 0 {
-			out[i].Applied, out[i].HasApplied = a-1, true
+	var listening []*stream
+	if p := s.listening.Load(); p != nil {
+		listening = *p
+	}
+	out := make([]SourceStatus, 0, len(s.streams)+len(listening))
+	for _, list := range [][]*stream{s.streams, listening} {
+		for _, st := range list {
+			out = append(out, st.status())
 		}
 	}
 	return out
+}
+
+func (st *stream) status() SourceStatus {
+	ss := SourceStatus{
+		Source: st.src, Learnt: st.learnt, Backend: *st.backendName.Load(), Connected: st.connected.Load(),
+		Batches: st.batches.Load(), Events: st.events.Load(), Lost: st.lost.Load(), Resets: st.resets.Load(),
+		Reconnects: st.reconnects.Load(), Stale: st.stale.Load(),
+		DecodeErrors: st.decodeErrors.Load(), ApplyErrors: st.applyErrors.Load(),
+	}
+	if a := st.appliedPlus.Load(); a != 0 {
+		ss.Applied, ss.HasApplied = a-1, true
+	}
+	if t := st.lastBatch.Load(); t != 0 {
+		ss.LastBatch = time.Unix(0, t)
+	}
+	return ss
 }
 
 func (st *stream) report(err error) {
@@ -355,9 +587,115 @@ func (st *stream) report(err error) {
 	}
 }
 
+// decodeError counts and reports a malformed message of this source.
+func (st *stream) decodeError(err error) {
+	st.s.c.decodeErrors.Add(1)
+	st.decodeErrors.Add(1)
+	if err != nil {
+		st.report(err)
+	}
+}
+
+// applyError counts and reports an event the index rejected.
+func (st *stream) applyError(err error) {
+	st.s.c.applyErrors.Add(1)
+	st.applyErrors.Add(1)
+	st.report(err)
+}
+
+// silence decides when a source that delivers nothing is warned about:
+// once after a silence of length after, counted from the later of its
+// last batch and the start of the watch, and not again until a batch has
+// arrived. It is plain state, driven by the caller's clock.
+type silence struct {
+	after      time.Duration
+	since      time.Time // the watch started (Run did)
+	warned     bool
+	warnedFrom time.Time // the start of the silence last warned about
+}
+
+// check reports whether a warning is due at now for a source whose last
+// batch arrived at last (zero for none), how long the source has been
+// silent, and how long to wait before checking again. O(1).
+func (q *silence) check(now, last time.Time) (warn bool, idle, wait time.Duration) {
+	from := q.since
+	if last.After(from) {
+		from = last
+	}
+	idle = now.Sub(from)
+	if idle < q.after {
+		return false, idle, q.after - idle
+	}
+	if q.warned && q.warnedFrom.Equal(from) {
+		return false, idle, q.after
+	}
+	q.warned, q.warnedFrom = true, from
+	return true, idle, q.after
+}
+
+// watch starts the silence timer of a watched source at the start of a
+// Run; stopWatch stops it.
+func (st *stream) watch() {
+	after := st.s.opts.SilentAfter
+	if !st.watched || after <= 0 {
+		return
+	}
+	st.s.mu.Lock()
+	since := st.s.runStart
+	st.s.mu.Unlock()
+	st.quiet = silence{after: after, since: since}
+	st.timer = time.NewTimer(after)
+}
+
+func (st *stream) stopWatch() {
+	if st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
+}
+
+// silent is the silence timer's channel, nil (never ready) when the
+// source is not watched.
+func (st *stream) silent() <-chan time.Time {
+	if st.timer == nil {
+		return nil
+	}
+	return st.timer.C
+}
+
+// checkSilence runs when the silence timer fires.
+func (st *stream) checkSilence(now time.Time) {
+	var last time.Time
+	if t := st.lastBatch.Load(); t != 0 {
+		last = time.Unix(0, t)
+	}
+	warn, idle, wait := st.quiet.check(now, last)
+	st.timer.Reset(wait)
+	if !warn {
+		return
+	}
+	var state string
+	switch {
+	case st.inbox == nil && st.connected.Load():
+		state = "connected to " + st.src.Endpoint + "; an idle engine publishes nothing"
+	case st.inbox == nil:
+		state = "not connected to " + st.src.Endpoint
+	case st.connected.Load():
+		state = "heard from on the listening socket; an idle engine publishes nothing"
+	default:
+		state = "not heard from on the listening socket " + st.s.ListenAddr()
+	}
+	if last.IsZero() {
+		state += "; no batch ever"
+	}
+	st.report(fmt.Errorf("%w: no batch for %v (%s)", ErrSilent, idle.Round(time.Millisecond), state))
+}
+
 // run connects, consumes until the connection drops, and reconnects with
 // backoff, until ctx is done.
 func (st *stream) run(ctx context.Context) {
+	st.watch()
+	defer st.stopWatch()
 	backoff := st.s.opts.MinBackoff
 	connected := false
 	for ctx.Err() == nil {
@@ -376,11 +714,17 @@ func (st *stream) run(ctx context.Context) {
 			return
 		}
 		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+				break wait
+			case now := <-st.silent():
+				st.checkSilence(now)
+			}
 		}
 		backoff = min(2*backoff, st.s.opts.MaxBackoff)
 	}
@@ -453,6 +797,8 @@ func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool)
 			return delivered
 		case <-ctx.Done():
 			return delivered
+		case now := <-st.silent():
+			st.checkSilence(now)
 		case <-probe:
 			// A message that became ready together with the timer
 			// means the connection is not idle, only slow to be read.
@@ -464,8 +810,9 @@ func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool)
 				continue
 			default:
 			}
-			if st.probeStale(ctx) {
+			if stale, _ := st.probeStale(ctx); stale {
 				st.s.c.stale.Add(1)
+				st.stale.Add(1)
 				return delivered
 			}
 			timer.Reset(interval)
@@ -476,34 +823,40 @@ func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool)
 // probeStale runs on a connection that delivered nothing for a probe
 // interval: it asks the replay endpoint what happened since the last
 // applied batch. Batches the connection should have delivered are applied
-// from the replay, and the connection is reported stale so that run
-// replaces it; a restarted publisher is handled as in sync.
-func (st *stream) probeStale(ctx context.Context) bool {
+// from the replay, and stale reports them (in connect mode the connection
+// is then replaced); a restarted publisher is handled as in sync. ok is
+// false when the replay exchange failed.
+func (st *stream) probeStale(ctx context.Context) (stale, ok bool) {
 	if st.backend == "" {
-		return false
+		return false, true
 	}
 	before, had := st.applied, st.hasApplied
-	st.sync(ctx)
-	return st.hasApplied && (!had || st.applied != before)
+	ok = st.sync(ctx)
+	return st.hasApplied && (!had || st.applied != before), ok
 }
 
-// sync brings the backend up to date through the replay endpoint right
-// after connecting, and tells a publisher that restarted from one that did
-// not: it asks for the history from the last applied batch and checks that
-// the first reply is that very batch. If it is not, the publisher is a new
-// process: the backend is cleared and the whole history replayed.
-func (st *stream) sync(ctx context.Context) {
+// sync brings the backend up to date through the replay endpoint, right
+// after connecting and whenever a gap shows, and tells a publisher that
+// restarted from one that did not: it asks for the history from the last
+// applied batch and checks that the first reply is that very batch. If it
+// is not, the publisher is a new process (or one whose history no longer
+// reaches back that far): the backend is cleared and the whole history
+// replayed. It reports whether the replay endpoint answered (true when
+// there is nothing to ask).
+func (st *stream) sync(ctx context.Context) (ok bool) {
 	if st.src.ReplayEndpoint == "" || st.backend == "" {
-		return
+		return true
 	}
 	if !st.hasApplied {
-		st.replay(ctx, 0, false)
-		return
+		ok, _ = st.replay(ctx, 0, false)
+		return ok
 	}
-	if ok, verified := st.replay(ctx, st.applied, true); ok && !verified {
+	ok, verified := st.replay(ctx, st.applied, true)
+	if ok && !verified {
 		st.reset()
-		st.replay(ctx, 0, false)
+		ok, _ = st.replay(ctx, 0, false)
 	}
+	return ok
 }
 
 // reset forgets the sequence state and clears the backend: the publisher
@@ -515,8 +868,7 @@ func (st *stream) reset() {
 	st.appliedPlus.Store(0)
 	if id, ok := st.s.ix.Lookup(st.backend); ok {
 		if err := st.s.ix.ApplyCleared(id); err != nil {
-			st.s.c.applyErrors.Add(1)
-			st.report(err)
+			st.applyError(err)
 		}
 	}
 }
@@ -524,8 +876,7 @@ func (st *stream) reset() {
 // live handles one message from the PUB socket: [topic, seq, payload].
 func (st *stream) live(ctx context.Context, frames [][]byte) {
 	if len(frames) != 3 || len(frames[1]) != 8 {
-		st.s.c.decodeErrors.Add(1)
-		st.report(fmt.Errorf("%w: message of %d frames, want topic, 8-byte sequence, payload", ErrMalformed, len(frames)))
+		st.decodeError(fmt.Errorf("%w: message of %d frames, want topic, 8-byte sequence, payload", ErrMalformed, len(frames)))
 		return
 	}
 	model := st.model
@@ -561,7 +912,9 @@ func (st *stream) live(ctx context.Context, frames [][]byte) {
 			st.s.c.gaps.Add(1)
 		}
 		if replay {
-			st.replay(ctx, next, false)
+			// sync rather than a replay from next: a publisher that
+			// restarted and already passed our position shows here.
+			st.sync(ctx)
 			if st.hasApplied && seq <= st.applied {
 				return
 			}
@@ -589,8 +942,7 @@ func (st *stream) learnTopic(topic []byte) bool {
 			st.topic = string(topic)
 			return true // the model stays as configured or unknown
 		}
-		st.s.c.decodeErrors.Add(1)
-		st.report(err)
+		st.decodeError(err)
 		return false
 	}
 	st.topic = string(topic)
@@ -609,7 +961,10 @@ func (st *stream) learnTopic(topic []byte) bool {
 // every batch past the last applied one, in order. With verify, the first
 // reply must be the last applied batch itself (same sequence number and
 // payload); verified reports whether it was. ok is false when the exchange
-// failed; batches received before the failure stay applied.
+// failed; batches received before the failure stay applied. The exchange
+// always reads up to the end-of-replay message (within ReplayTimeout),
+// even once the answer is known, so that the publisher is not cut off in
+// the middle of its reply.
 func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, verified bool) {
 	ctx, cancel := context.WithTimeout(ctx, st.s.opts.ReplayTimeout)
 	defer cancel()
@@ -631,10 +986,15 @@ func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, ve
 	if err := d.SendMulti(zmq4.NewMsgFrom(nil, req[:])); err != nil {
 		return fail(err)
 	}
-	first := true
+	// draining: the first reply was not the batch to verify; the rest of
+	// the reply is read and ignored.
+	first, draining := true, false
 	for {
 		msg, err := d.Recv()
 		if err != nil {
+			if draining {
+				return true, false // the answer is known; only the drain was cut short
+			}
 			return fail(err)
 		}
 		fr := msg.Frames
@@ -645,33 +1005,42 @@ func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, ve
 			fr = fr[1:] // [topic, seq, payload]
 		}
 		if len(fr) != 2 || len(fr[0]) != 8 {
-			st.s.c.decodeErrors.Add(1)
+			if draining {
+				continue
+			}
+			st.decodeError(nil)
 			return fail(fmt.Errorf("%w: replay reply of %d frames", ErrMalformed, len(msg.Frames)))
 		}
 		seq := binary.BigEndian.Uint64(fr[0])
 		if seq == EndOfReplay {
-			st.s.c.replays.Add(1)
+			if !draining {
+				st.s.c.replays.Add(1)
+			}
 			return true, verified
+		}
+		if draining {
+			continue
 		}
 		if verify && first {
 			verified = st.hasApplied && seq == st.applied && xxhash.Sum64(fr[1]) == st.digest
 			if !verified {
-				// A different history: drain nothing more, the caller
-				// resets and replays from the start.
+				// A different history: the caller resets and replays
+				// from the start.
 				st.s.c.replays.Add(1)
-				return true, false
+				draining = true
+				continue
 			}
 		}
 		first = false
 		if st.hasApplied && seq <= st.applied {
 			continue
 		}
-		expect := start
-		if st.hasApplied {
-			expect = st.applied + 1
-		}
-		if seq > expect {
-			st.addLost(seq - expect)
+		// Before the first batch applied, the first one replayed is
+		// where the source starts (vLLM counts from 0, others from 1,
+		// and a long-running publisher's history starts wherever it
+		// does): nothing before it counts as lost.
+		if st.hasApplied && seq > st.applied+1 {
+			st.addLost(seq - st.applied - 1)
 		}
 		st.apply(seq, fr[1], true)
 	}
@@ -687,13 +1056,13 @@ func (st *stream) addLost(n uint64) {
 func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 	st.applied, st.hasApplied, st.digest = seq, true, xxhash.Sum64(payload)
 	st.appliedPlus.Store(seq + 1)
+	st.lastBatch.Store(time.Now().UnixNano())
 	c := &st.s.c
 	if replayed {
 		c.replayed.Add(1)
 	}
 	if err := st.dec.Decode(payload, &st.b); err != nil {
-		c.decodeErrors.Add(1)
-		st.report(fmt.Errorf("seq %d: %w", seq, err))
+		st.decodeError(fmt.Errorf("seq %d: %w", seq, err))
 		return
 	}
 	c.unknown.Add(int64(st.b.Unknown))
@@ -705,10 +1074,10 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 	c.batches.Add(1)
 	st.batches.Add(1)
 	c.events.Add(int64(len(st.b.Events)))
+	st.events.Add(int64(len(st.b.Events)))
 	for i := range st.b.Events {
 		if err := st.applyEvent(id, &st.b.Events[i]); err != nil {
-			c.applyErrors.Add(1)
-			st.report(fmt.Errorf("seq %d event %d: %w", seq, i, err))
+			st.applyError(fmt.Errorf("seq %d event %d: %w", seq, i, err))
 		}
 	}
 }

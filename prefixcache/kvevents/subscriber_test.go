@@ -80,9 +80,13 @@ func perSource(ss ...SourceStatus) Stats {
 	var sum Stats
 	for _, st := range ss {
 		sum.Batches += st.Batches
+		sum.Events += st.Events
 		sum.Lost += st.Lost
 		sum.Resets += st.Resets
 		sum.Reconnects += st.Reconnects
+		sum.Stale += st.Stale
+		sum.DecodeErrors += st.DecodeErrors
+		sum.ApplyErrors += st.ApplyErrors
 	}
 	return sum
 }
@@ -90,7 +94,8 @@ func perSource(ss ...SourceStatus) Stats {
 // sharedCounters keeps the counters of s that SourceStatus splits by
 // source.
 func sharedCounters(s Stats) Stats {
-	return Stats{Batches: s.Batches, Lost: s.Lost, Resets: s.Resets, Reconnects: s.Reconnects}
+	return Stats{Batches: s.Batches, Events: s.Events, Lost: s.Lost, Resets: s.Resets, Reconnects: s.Reconnects,
+		Stale: s.Stale, DecodeErrors: s.DecodeErrors, ApplyErrors: s.ApplyErrors}
 }
 
 func testSubscriber(t *testing.T, ix Applier, src Source) (*Subscriber, *stream) {
@@ -210,7 +215,7 @@ func TestStreamReplay(t *testing.T) {
 			}
 			// Every batch came from a replay (live 4 and 7 arrived after their
 			// replay) and counts in the source's Batches.
-			if got, want := perSource(s.Sources()...), (Stats{Batches: 19, Resets: 1}); got != want || sharedCounters(stats) != want {
+			if got, want := perSource(s.Sources()...), (Stats{Batches: 19, Events: 19, Resets: 1}); got != want || sharedCounters(stats) != want {
 				t.Errorf("Sources() counters %+v, Stats %+v; want %+v for both", got, sharedCounters(stats), want)
 			}
 		})
@@ -253,7 +258,7 @@ func TestSourceCounters(t *testing.T) {
 		b.live(ctx, frames("", seq, storedBatch(100+seq)))
 	}
 	ss := s.Sources()
-	for i, want := range []Stats{{Batches: 4, Lost: 2}, {Batches: 5, Resets: 1}} {
+	for i, want := range []Stats{{Batches: 4, Events: 4, Lost: 2}, {Batches: 5, Events: 5, Resets: 1}} {
 		if got := perSource(ss[i]); got != want {
 			t.Errorf("source %d: counters %+v, want %+v", i, got, want)
 		}
@@ -263,6 +268,12 @@ func TestSourceCounters(t *testing.T) {
 	}
 }
 
+// TestReplayHistoryIsBounded: a source joins a publisher whose history
+// no longer holds its first batches, and later falls further behind than
+// the history reaches. Joining, the first batch replayed is where the
+// source starts: nothing is lost. Behind, the history no longer holds the
+// last batch applied, so the backend's state is unknown: it is cleared
+// and rebuilt from what the history holds, as after a restart.
 func TestReplayHistoryIsBounded(t *testing.T) {
 	pub := startPublisher(t, PublisherOptions{History: 3})
 	for h := range uint64(6) {
@@ -270,16 +281,29 @@ func TestReplayHistoryIsBounded(t *testing.T) {
 	}
 	rec := newRecorder("pod-a")
 	s, st := testSubscriber(t, rec, Source{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-a"})
-	st.sync(context.Background())
+	st.sync(t.Context())
 	want := []string{"0 stored [3]", "0 stored [4]", "0 stored [5]"}
 	if got := rec.take(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
+		t.Fatalf("join: got %q, want %q", got, want)
 	}
-	if got := s.Stats().Lost; got != 3 {
-		t.Errorf("Lost = %d, want 3 (seqs 0..2 fell out of the history)", got)
+	if got := s.Stats(); got.Lost != 0 || got.Resets != 0 {
+		t.Errorf("join: Lost %d, Resets %d; want 0, 0 (the first batch seen is the start)", got.Lost, got.Resets)
 	}
-	if got := s.Sources()[0].Lost; got != 3 {
-		t.Errorf("Sources()[0].Lost = %d, want 3", got)
+
+	for h := range uint64(4) { // 6..9 never delivered
+		pub.Drop(storedBatch(6 + h))
+	}
+	pub.Publish(storedBatch(10))
+	st.live(t.Context(), frames("", 10, storedBatch(10)))
+	want = []string{"0 cleared", "0 stored [8]", "0 stored [9]", "0 stored [10]"}
+	if got := rec.take(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("behind: got %q, want %q", got, want)
+	}
+	if got := s.Stats(); got.Lost != 0 || got.Resets != 1 || got.Gaps != 1 {
+		t.Errorf("behind: stats %+v; want 1 gap, 1 reset, none lost", got)
+	}
+	if got, want := perSource(s.Sources()...), sharedCounters(s.Stats()); got != want {
+		t.Errorf("Sources() counters %+v, Stats %+v", got, want)
 	}
 }
 
@@ -312,10 +336,29 @@ func TestNewValidates(t *testing.T) {
 		{"no sources", newRecorder(), Options{}},
 		{"no endpoint", newRecorder(), Options{Sources: []Source{ok, {}}}},
 		{"negative backoff", newRecorder(), Options{Sources: []Source{ok}, MinBackoff: -1}},
+		{"negative MaxSources", newRecorder(), Options{Listen: "tcp://*:5557", AcceptUnknown: true, MaxSources: -1}},
+		{"listen sources without Listen", newRecorder(), Options{Sources: []Source{ok}, ListenSources: []Source{{Backend: "p"}}}},
+		{"AcceptUnknown without Listen", newRecorder(), Options{Sources: []Source{ok}, AcceptUnknown: true}},
+		{"Listen accepting nothing", newRecorder(), Options{Listen: "tcp://*:5557"}},
+		{"Listen not an endpoint", newRecorder(), Options{Listen: "0.0.0.0:5557", AcceptUnknown: true}},
+		{"listen source without pod", newRecorder(), Options{Listen: "tcp://*:5557", ListenSources: []Source{{}}}},
+		{"listen source with an endpoint", newRecorder(), Options{Listen: "tcp://*:5557", ListenSources: []Source{{Backend: "p", Endpoint: "tcp://p:5557"}}}},
+		{"listen source with a topic", newRecorder(), Options{Listen: "tcp://*:5557", ListenSources: []Source{{Backend: "p", Topic: "kv@p@"}}}},
+		{"pod with @", newRecorder(), Options{Listen: "tcp://*:5557", ListenSources: []Source{{Backend: "p@m"}}}},
+		{"pod twice", newRecorder(), Options{Listen: "tcp://*:5557", ListenSources: []Source{{Backend: "p"}, {Backend: "p"}}}},
 	}
 	for _, tt := range tests {
 		if _, err := New(tt.ix, tt.opts); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%s: New error %v, want ErrInvalidOptions", tt.name, err)
+		}
+	}
+	for _, opts := range []Options{
+		{Listen: "tcp://*:5557", AcceptUnknown: true},
+		{Listen: "ipc:///tmp/kv", ListenSources: []Source{{Backend: "p", ReplayEndpoint: "tcp://p:5558"}}},
+		{Sources: []Source{ok}, Listen: "tcp://*:5557", ListenSources: []Source{{Backend: "p"}, {Backend: "q"}}},
+	} {
+		if _, err := New(newRecorder(), opts); err != nil {
+			t.Errorf("New(%+v) = %v, want it accepted", opts, err)
 		}
 	}
 	if _, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{History: -1}); !errors.Is(err, ErrInvalidOptions) {
