@@ -77,6 +77,11 @@ type IndexStats struct {
 //	usher_kvevents_lost_batches_total{source}               counter    SetKVSource
 //	usher_kvevents_resets_total{source}                     counter    SetKVSource
 //	usher_kvevents_reconnects_total{source}                 counter    SetKVSource
+//	usher_kvevents_events_total{source}                     counter    SetKVSource
+//	usher_kvevents_stale_probes_total{source}               counter    SetKVSource
+//	usher_kvevents_decode_errors_total{source}              counter    SetKVSource
+//	usher_kvevents_apply_errors_total{source}               counter    SetKVSource
+//	usher_kvevents_last_batch_timestamp_seconds{source}     gauge      SetKVSource
 //
 // Scrape errors and staleness of model servers are exported by the Scraper (also a
 // prometheus.Collector). Every label value comes from a set fixed by configuration (bands,
@@ -119,6 +124,11 @@ type Usher struct {
 	descKVLost  *prometheus.Desc
 	descKVReset *prometheus.Desc
 	descKVRecon *prometheus.Desc
+	descKVEvent *prometheus.Desc
+	descKVStale *prometheus.Desc
+	descKVDecod *prometheus.Desc
+	descKVApply *prometheus.Desc
+	descKVLast  *prometheus.Desc
 
 	backends atomic.Pointer[map[string]backendSeries] // copy on write by SetBackends
 	other    prometheus.Counter                       // picks of unknown backends
@@ -137,8 +147,10 @@ type backendSeries struct {
 
 // kvSeries holds what SetKVSource last recorded for one source label; the counters only grow.
 type kvSeries struct {
-	connected                         atomic.Bool
-	batches, lost, resets, reconnects atomic.Uint64
+	connected                            atomic.Bool
+	batches, lost, resets, reconnects    atomic.Uint64
+	events, stale, decodeErrs, applyErrs atomic.Uint64
+	lastBatch                            atomic.Int64 // UnixNano; 0: never
 }
 
 // KVSource is what the KV-event subscriber reports about one source; the gateway copies a
@@ -149,6 +161,12 @@ type KVSource struct {
 	Lost       uint64 // batches no replay recovered, cumulative
 	Resets     uint64 // publisher restarts detected, cumulative
 	Reconnects uint64 // connections after the first, cumulative
+	Events     uint64 // events applied, cumulative
+	Stale      uint64 // connections an idle probe found behind, cumulative
+	// DecodeErrors and ApplyErrors count malformed messages and events the index refused.
+	DecodeErrors, ApplyErrors uint64
+	// LastBatch is when the source's last batch arrived; zero: never.
+	LastBatch time.Time
 }
 
 // NewUsher validates opts and returns an Usher with every configured series created (at 0).
@@ -244,6 +262,11 @@ func NewUsher(opts UsherOptions) (*Usher, error) {
 		descKVLost:  kvDesc("usher_kvevents_lost_batches_total", "KV-event batches of the source that no replay recovered."),
 		descKVReset: kvDesc("usher_kvevents_resets_total", "Restarts of the source's publisher detected, each clearing its backend."),
 		descKVRecon: kvDesc("usher_kvevents_reconnects_total", "Connections to the source after the first."),
+		descKVEvent: kvDesc("usher_kvevents_events_total", "KV events applied from the source."),
+		descKVStale: kvDesc("usher_kvevents_stale_probes_total", "Connections to the source that an idle probe found had missed batches."),
+		descKVDecod: kvDesc("usher_kvevents_decode_errors_total", "Malformed messages from the source."),
+		descKVApply: kvDesc("usher_kvevents_apply_errors_total", "Events of the source that the prefix index refused."),
+		descKVLast:  kvDesc("usher_kvevents_last_batch_timestamp_seconds", "Unix time of the source's last batch; 0 if none came."),
 	}
 	for i, name := range opts.KVSources {
 		u.kvIndex[name] = i
@@ -440,6 +463,15 @@ func (u *Usher) SetKVSource(source string, s KVSource) {
 	storeMax(&k.lost, s.Lost)
 	storeMax(&k.resets, s.Resets)
 	storeMax(&k.reconnects, s.Reconnects)
+	storeMax(&k.events, s.Events)
+	storeMax(&k.stale, s.Stale)
+	storeMax(&k.decodeErrs, s.DecodeErrors)
+	storeMax(&k.applyErrs, s.ApplyErrors)
+	if !s.LastBatch.IsZero() {
+		if t := s.LastBatch.UnixNano(); t > k.lastBatch.Load() {
+			k.lastBatch.Store(t)
+		}
+	}
 }
 
 // storeMax raises a to v if v is higher.
@@ -484,7 +516,8 @@ func (u *Usher) Describe(ch chan<- *prometheus.Desc) {
 	u.inflight.Describe(ch)
 	u.flows.Describe(ch)
 	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched, u.descRatio,
-		u.descKVConn, u.descKVBatch, u.descKVLost, u.descKVReset, u.descKVRecon} {
+		u.descKVConn, u.descKVBatch, u.descKVLost, u.descKVReset, u.descKVRecon,
+		u.descKVEvent, u.descKVStale, u.descKVDecod, u.descKVApply, u.descKVLast} {
 		ch <- d
 	}
 }
@@ -511,6 +544,11 @@ func (u *Usher) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(u.descKVLost, prometheus.CounterValue, float64(k.lost.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descKVReset, prometheus.CounterValue, float64(k.resets.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descKVRecon, prometheus.CounterValue, float64(k.reconnects.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descKVEvent, prometheus.CounterValue, float64(k.events.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descKVStale, prometheus.CounterValue, float64(k.stale.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descKVDecod, prometheus.CounterValue, float64(k.decodeErrs.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descKVApply, prometheus.CounterValue, float64(k.applyErrs.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descKVLast, prometheus.GaugeValue, float64(k.lastBatch.Load())/1e9, l)
 	}
 	u.mu.Lock()
 	s, ratio := u.index, u.ratio

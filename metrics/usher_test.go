@@ -495,3 +495,25 @@ usher_scrapes_total{backend="good"} 2
 		}
 	}
 }
+
+// The rest of a source's state: events, stale probes, errors, the time of its last batch.
+func TestUsherKVSourceDetails(t *testing.T) {
+	u := mustUsher(t, UsherOptions{KVSources: []string{"pod-a"}})
+	last := time.Unix(1_700_000_000, 500_000_000)
+	u.SetKVSource("pod-a", KVSource{Events: 40, Stale: 2, DecodeErrors: 1, ApplyErrors: 3, LastBatch: last})
+	u.SetKVSource("pod-a", KVSource{Events: 10, LastBatch: last.Add(-time.Hour)}) // lower: kept
+	got := gatherText(t, u, "usher_kvevents_events_total", "usher_kvevents_stale_probes_total",
+		"usher_kvevents_decode_errors_total", "usher_kvevents_apply_errors_total", "usher_kvevents_last_batch_timestamp_seconds")
+	for _, want := range []string{
+		`usher_kvevents_events_total{source="pod-a"} 40`,
+		`usher_kvevents_stale_probes_total{source="pod-a"} 2`,
+		`usher_kvevents_decode_errors_total{source="pod-a"} 1`,
+		`usher_kvevents_apply_errors_total{source="pod-a"} 3`,
+		`usher_kvevents_last_batch_timestamp_seconds{source="pod-a"} 1.7000000005e+09`,
+		`usher_kvevents_last_batch_timestamp_seconds{source="other"} 0`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("exposition lacks %s:\n%s", want, got)
+		}
+	}
+}

@@ -758,7 +758,9 @@ func (h *Handler) publishGauges() {
 		for _, s := range h.kv.Sources() {
 			h.usher.SetKVSource(s.Source.Backend, metrics.KVSource{
 				Connected: s.Connected, Batches: uint64(s.Batches), Lost: uint64(s.Lost),
-				Resets: uint64(s.Resets), Reconnects: uint64(s.Reconnects),
+				Resets: uint64(s.Resets), Reconnects: uint64(s.Reconnects), Events: uint64(s.Events),
+				Stale: uint64(s.Stale), DecodeErrors: uint64(s.DecodeErrors), ApplyErrors: uint64(s.ApplyErrors),
+				LastBatch: s.LastBatch,
 			})
 		}
 	}
