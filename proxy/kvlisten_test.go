@@ -18,7 +18,9 @@ import (
 )
 
 // latePublisher forwards to a publisher made after the server that publishes through it.
-type latePublisher struct{ p atomic.Pointer[kvevents.Publisher] }
+type latePublisher struct {
+	p atomic.Pointer[kvevents.Publisher]
+}
 
 func (l *latePublisher) Publish(b *kvevents.Batch) (uint64, error) {
 	if p := l.p.Load(); p != nil {
