@@ -201,7 +201,9 @@ type Options struct {
 	// Retry configures retries before the first byte and their budget.
 	Retry Retry
 	// MaxBodyBytesReading bounds the bytes of request bodies being read at once, over all
-	// requests; a body that does not fit is answered 503 with Retry-After. Zero: 256 MiB.
+	// requests; a body that does not fit is answered 503 with Retry-After. Zero: 256 MiB
+	// (and at least 4 × MaxBodyBytes, the most one body of unknown length can hold while its
+	// buffer grows).
 	MaxBodyBytesReading int64
 	// ScrapeInterval is how often Run scrapes the backends. Zero: 100 ms.
 	ScrapeInterval time.Duration
@@ -305,12 +307,14 @@ func New(opts Options) (*Handler, error) {
 	h.budget = newBudget(h.retry)
 	h.reading.limit = opts.MaxBodyBytesReading
 	if h.reading.limit == 0 {
-		h.reading.limit = 256 << 20
+		h.reading.limit = max(256<<20, 4*h.maxBody)
 	}
 	switch {
 	case !opts.Timeouts.valid() || opts.Retry.Attempts < 0 || opts.Retry.BudgetRatio < 0 || opts.Retry.BudgetMin < 0 ||
 		opts.Retry.BudgetWindow < 0 || opts.MaxBodyBytesReading < 0:
 		return nil, fmt.Errorf("%w: negative timeout, retry or body setting", ErrInvalidOptions)
+	case opts.MaxBodyBytesReading > 0 && opts.MaxBodyBytesReading < 4*h.maxBody:
+		return nil, fmt.Errorf("%w: MaxBodyBytesReading %d is below 4 × MaxBodyBytes (%d): a large body could never be read", ErrInvalidOptions, opts.MaxBodyBytesReading, h.maxBody)
 	case h.maxBody < 0 || h.maxHeader < 0 || h.bands < 0 || opts.MaxInFlight < 0 || opts.BlockSize < 0 ||
 		opts.ScrapeInterval < 0 || opts.Saturation < 0 || math.IsNaN(opts.Saturation):
 		return nil, fmt.Errorf("%w: negative size, count, interval or level", ErrInvalidOptions)
