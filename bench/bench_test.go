@@ -34,3 +34,11 @@ func BenchmarkSimulateTrace(b *testing.B) {
 	}
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 }
+
+// BenchmarkPrefixGroup measures the generator at its defaults (20,000 requests).
+func BenchmarkPrefixGroup(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		PrefixGroup(PrefixGroupOptions{Seed: 1})
+	}
+}

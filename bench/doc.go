@@ -49,7 +49,11 @@
 // the queue and its session id for the router. Built-in generators produce multi-turn chat,
 // agentic coding sessions that share long opening instructions, and bursty arrivals, in the
 // same format; their sessions are closed loop (a turn is sent a think time after the previous
-// one completes; a shed turn ends its session). Workload.Scaled multiplies the arrival rate.
+// one completes; a shed turn ends its session). PrefixGroup has no sessions at all: independent
+// requests over prefixes shared in groups of Zipf popularity, in bursts of a Markov-modulated
+// Poisson process, sent in fan-outs of siblings that arrive together. Workload.Scaled
+// multiplies the arrival rate. WorkloadSources is the registry the comparison selects
+// workloads from by name (mooncake, chat, agentic, bursty, prefix-group).
 //
 // # Measurements
 //
@@ -59,6 +63,13 @@
 // max/mean ratio; expiries, rejections, waits and abandoned turns for first turns and later
 // turns separately; Jain's index over sessions of the share of their requested tokens that was
 // served; simulated events per second.
+//
+// One run is one seed. A comparison runs every configuration under several seeds (the seed
+// generates a synthetic workload and drives the router's random choices) and summarises each
+// figure as the median and the min–max range over the seeds (Cells, Spread); the goal check
+// compares medians and calls a tie where the ranges of usher and the best peer overlap. Min–max
+// rather than the interquartile range: at three to five seeds quartiles are interpolations
+// between the same few values.
 //
 // Sanity checks (sim_test.go): one server with an infinite cache reproduces the trace's ideal
 // hit rate (36.6% of blocks); the population sampled from the queue's gauges obeys Little's

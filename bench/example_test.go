@@ -24,3 +24,26 @@ func Example() {
 	// bounded-wait × usher: 133 of 133 requests completed, 0 shed
 	// prefix hits within ideal: true
 }
+
+// A prefix-group workload: independent requests over shared prefixes of Zipf popularity, in
+// fan-outs of siblings that arrive together, served by usher's router on four servers.
+func ExamplePrefixGroup() {
+	w := bench.PrefixGroup(bench.PrefixGroupOptions{Requests: 400, Rate: 8, Groups: 30, Seed: 1})
+	st := w.Stats()
+	together := 0
+	for i := 1; i < len(w.Requests); i++ {
+		if w.Requests[i].At == w.Requests[i-1].At {
+			together++
+		}
+	}
+	fmt.Printf("%d requests, %d sessions, %d sent together with the request before them\n", st.Requests, st.Sessions, together)
+	res, err := bench.Run(w, bench.Config{Servers: 4})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s: %d of %d completed, hit rate within ideal: %v\n", res.Router, res.Completed, res.Sent, res.HitRate <= res.IdealHitRate)
+	// Output:
+	// 400 requests, 0 sessions, 206 sent together with the request before them
+	// usher: 400 of 400 completed, hit rate within ideal: true
+}

@@ -5,35 +5,58 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // WriteTables writes results as markdown: for each rate, one table of performance (throughput,
-// latency, cache, balance) and one of admission (shedding by turn, waits, fairness). Rows keep
-// the order of results.
+// latency, cache, balance) and one of admission (shedding by turn, waits, fairness), one row
+// per configuration (see Cells), in the order of results. A configuration run under several
+// seeds shows each figure as the median over its seeds with the min–max range in parentheses,
+// where the seeds differ at the printed precision; with one seed per configuration the tables
+// hold the single runs' figures.
 func WriteTables(w io.Writer, results []*Result) error {
 	var b strings.Builder
+	cells := Cells(results)
+	if n := maxRuns(cells); n > 1 {
+		fmt.Fprintf(&b, "Each figure is the median over %d seeds (%s), with the min–max range in parentheses where the seeds differ.\n\n", n, seedList(results))
+	}
 	for _, rate := range rates(results) {
-		rows := byRate(results, rate)
+		rows := cellsAt(cells, rate)
 		fmt.Fprintf(&b, "### Load ×%g — performance\n\n", rate)
 		b.WriteString("| policy | router | req/s | out tok/s | TTFT p50 | TTFT p90 | TTFT p99 | E2E p50 | E2E p99 | hit | ideal | hit/ideal | max/mean load |\n")
 		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, r := range rows {
-			fmt.Fprintf(&b, "| %s | %s | %.2f | %.0f | %s | %s | %s | %s | %s | %.1f%% | %.1f%% | %.2f | %.2f |\n",
-				r.Policy, r.Router, r.ReqPerSec, r.OutPerSec,
-				secs(r.TTFT.P50), secs(r.TTFT.P90), secs(r.TTFT.P99), secs(r.E2E.P50), secs(r.E2E.P99),
-				100*r.HitRate, 100*r.IdealHitRate, ratio(r.HitRate, r.IdealHitRate), r.LoadImbalance)
+		for _, c := range rows {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Policy, c.Router,
+				c.fmt(reqPerSec, f2), c.fmt(func(r *Result) float64 { return r.OutPerSec }, f0),
+				c.fmt(func(r *Result) float64 { return float64(r.TTFT.P50) }, secsF),
+				c.fmt(func(r *Result) float64 { return float64(r.TTFT.P90) }, secsF),
+				c.fmt(ttftP99, secsF),
+				c.fmt(func(r *Result) float64 { return float64(r.E2E.P50) }, secsF),
+				c.fmt(func(r *Result) float64 { return float64(r.E2E.P99) }, secsF),
+				c.fmt(func(r *Result) float64 { return r.HitRate }, pct),
+				c.fmt(func(r *Result) float64 { return r.IdealHitRate }, pct),
+				c.fmt(hitShare, f2), c.fmt(imbalance, f2))
 		}
 		fmt.Fprintf(&b, "\n### Load ×%g — admission (first turns / later turns)\n\n", rate)
 		b.WriteString("| policy | router | sent | completed | shed first | shed later | expired | rejected | failed | abandoned | wait p99 first | wait p99 later | Jain | events/s |\n")
 		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, r := range rows {
-			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %.3f | %.0fk |\n",
-				r.Policy, r.Router, r.Sent, r.Completed, r.First.Shed(), r.Later.Shed(),
-				r.First.Expired+r.Later.Expired, r.First.Rejected+r.Later.Rejected,
-				r.First.Failed+r.Later.Failed, r.First.Abandoned+r.Later.Abandoned,
-				secs(r.First.WaitP99), secs(r.Later.WaitP99), r.Jain, r.EventsPerSec/1000)
+		for _, c := range rows {
+			count := func(f func(*Result) int) string {
+				return c.fmt(func(r *Result) float64 { return float64(f(r)) }, num)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Policy, c.Router,
+				count(func(r *Result) int { return r.Sent }), count(func(r *Result) int { return r.Completed }),
+				count(func(r *Result) int { return r.First.Shed() }), count(func(r *Result) int { return r.Later.Shed() }),
+				count(func(r *Result) int { return r.First.Expired + r.Later.Expired }),
+				count(func(r *Result) int { return r.First.Rejected + r.Later.Rejected }),
+				count(func(r *Result) int { return r.First.Failed + r.Later.Failed }),
+				count(func(r *Result) int { return r.First.Abandoned + r.Later.Abandoned }),
+				c.fmt(func(r *Result) float64 { return float64(r.First.WaitP99) }, secsF),
+				c.fmt(func(r *Result) float64 { return float64(r.Later.WaitP99) }, secsF),
+				c.fmt(func(r *Result) float64 { return r.Jain }, f3),
+				c.fmt(func(r *Result) float64 { return r.EventsPerSec / 1000 }, func(x float64) string { return fmt.Sprintf("%.0fk", x) }))
 		}
 		b.WriteString("\n")
 	}
@@ -43,10 +66,11 @@ func WriteTables(w io.Writer, results []*Result) error {
 
 // Goal thresholds of the comparison (issue 8's goal, stated as figures to report against).
 const (
-	goalHitShare    = 0.90 // usher's hit rate ≥ 90% of the ideal
-	goalImbalance   = 1.25 // max/mean load ≤ 1.25
-	goalKeptHitRate = 0.95 // bounded wait keeps ≥ 95% of turn-priority's hit rate
-	kneeServed      = 0.99 // the knee: the highest rate at which some peer still serves 99%
+	goalHitShare    = 0.90  // usher's hit rate ≥ 90% of the ideal
+	goalImbalance   = 1.25  // max/mean load ≤ 1.25
+	goalKeptHitRate = 0.95  // bounded wait keeps ≥ 95% of turn-priority's hit rate
+	kneeServed      = 0.99  // the knee: the highest rate at which some peer still serves 99%
+	throughputTol   = 0.001 // throughputs within 0.1% of each other are equal
 )
 
 // Names the goal check looks for.
@@ -59,26 +83,34 @@ const (
 // every other router is a peer.
 func isUsher(router string) bool { return strings.HasPrefix(router, "usher") }
 
-// WriteGoal writes, as markdown, the comparison the issue's goal asks for: at the knee (the
-// highest swept rate, among those with a run of usher's routers, at which some peer
-// configuration still completes at least 99% of the requests sent; the highest rate when none
-// does), usher's best configuration (any of usher's
-// routers under any policy, best by throughput, then p99 TTFT) against the best peer (any other
-// router, same ordering); and, at every rate, bounded wait against llm-d turn-priority on the
-// same router. Every comparison says plainly whether usher wins or loses.
+// WriteGoal writes, as markdown, the comparison the issue's goal asks for, over configurations
+// (see Cells) and on their medians when they ran under several seeds.
+//
+// At the knee — the highest swept rate, among those with a run of usher's routers, at which
+// some peer configuration still completes at least 99% of the requests sent (median over
+// seeds); the highest rate when none does — usher's best configuration (any of usher's routers
+// under any policy, best by median throughput, then median p99 TTFT) is set against the best
+// peer (any other router, same ordering). A comparison with the peer is "met" or "NOT met" when
+// the two configurations' min–max ranges over seeds are apart, and a "tie" when they overlap
+// (throughputs within 0.1% count as equal); with several seeds the line also counts the seeds
+// on which usher was ahead, level and behind. A threshold (hit rate, balance) is judged on the
+// median, with a note when the seeds' range crosses it. At every rate, bounded wait is set
+// against llm-d turn-priority on the same router, on medians.
 func WriteGoal(w io.Writer, results []*Result) error {
 	var b strings.Builder
 	rs := rates(results)
 	if len(rs) == 0 {
 		return nil
 	}
+	cells := Cells(results)
+	served := func(r *Result) float64 { return ratio(float64(r.Completed), float64(r.Sent)) }
 	knee := rs[len(rs)-1]
 	for i := len(rs) - 1; i >= 0; i-- {
 		ok, hasUsher := false, false
-		for _, r := range byRate(results, rs[i]) {
-			if isUsher(r.Router) {
+		for _, c := range cellsAt(cells, rs[i]) {
+			if isUsher(c.Router) {
 				hasUsher = true
-			} else if r.Sent > 0 && float64(r.Completed) >= kneeServed*float64(r.Sent) {
+			} else if c.Spread(served).Median >= kneeServed {
 				ok = true
 			}
 		}
@@ -87,15 +119,14 @@ func WriteGoal(w io.Writer, results []*Result) error {
 			break
 		}
 	}
-	rows := byRate(results, knee)
-	var usher, peer *Result
-	for _, r := range rows {
-		if isUsher(r.Router) {
-			if better(r, usher) {
-				usher = r
+	var usher, peer *Cell
+	for _, c := range cellsAt(cells, knee) {
+		if isUsher(c.Router) {
+			if better(c, usher) {
+				usher = c
 			}
-		} else if better(r, peer) {
-			peer = r
+		} else if better(c, peer) {
+			peer = c
 		}
 	}
 	fmt.Fprintf(&b, "### Goal check at the knee (load ×%g)\n\n", knee)
@@ -105,52 +136,69 @@ func WriteGoal(w io.Writer, results []*Result) error {
 		b.WriteString("| | policy | router | req/s | TTFT p99 | hit/ideal | max/mean load |\n|---|---|---|---:|---:|---:|---:|\n")
 		for _, x := range []struct {
 			label string
-			r     *Result
+			c     *Cell
 		}{{"usher's best", usher}, {"best peer", peer}} {
-			r := x.r
-			fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s | %.2f | %.2f |\n", x.label, r.Policy, r.Router, r.ReqPerSec, secs(r.TTFT.P99), ratio(r.HitRate, r.IdealHitRate), r.LoadImbalance)
+			c := x.c
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", x.label, c.Policy, c.Router,
+				c.fmt(reqPerSec, f2), c.fmt(ttftP99, secsF), c.fmt(hitShare, f2), c.fmt(imbalance, f2))
 		}
 		b.WriteString("\n")
-		check := func(ok bool, what string) {
-			mark := "met"
-			if !ok {
-				mark = "NOT met"
-			}
-			fmt.Fprintf(&b, "- %s: **%s**\n", what, mark)
+		if n := min(len(usher.Runs), len(peer.Runs)); n > 1 {
+			fmt.Fprintf(&b, "Medians over %d seeds; a comparison is a tie where the two min–max ranges overlap.\n\n", n)
 		}
-		check(usher.ReqPerSec >= peer.ReqPerSec*0.999, fmt.Sprintf("throughput ≥ best peer's (%.2f vs %.2f req/s)", usher.ReqPerSec, peer.ReqPerSec))
-		check(usher.TTFT.P99 < peer.TTFT.P99, fmt.Sprintf("lower p99 TTFT (%s vs %s)", secs(usher.TTFT.P99), secs(peer.TTFT.P99)))
-		check(ratio(usher.HitRate, usher.IdealHitRate) >= goalHitShare, fmt.Sprintf("hit rate ≥ 90%% of ideal (%.1f%% of %.1f%%: %.2f)", 100*usher.HitRate, 100*usher.IdealHitRate, ratio(usher.HitRate, usher.IdealHitRate)))
-		check(usher.LoadImbalance <= goalImbalance, fmt.Sprintf("max/mean load ≤ 1.25 (%.2f)", usher.LoadImbalance))
+		bySeed := func(f func(*Result) float64, higher bool, tol float64) string {
+			a, l, b := paired(usher, peer, f, higher, tol)
+			if a+l+b < 2 {
+				return ""
+			}
+			return fmt.Sprintf("; by seed usher ahead %d, level %d, behind %d", a, l, b)
+		}
+		ur, pr := usher.Spread(reqPerSec), peer.Spread(reqPerSec)
+		fmt.Fprintf(&b, "- throughput ≥ best peer's (%s vs %s req/s%s): **%s**\n",
+			fmtSpread(ur, f2), fmtSpread(pr, f2), bySeed(reqPerSec, true, throughputTol), versus(ur, pr, true, throughputTol))
+		ut, pt := usher.Spread(ttftP99), peer.Spread(ttftP99)
+		fmt.Fprintf(&b, "- lower p99 TTFT (%s vs %s%s): **%s**\n",
+			fmtSpread(ut, secsF), fmtSpread(pt, secsF), bySeed(ttftP99, false, 0), versus(ut, pt, false, 0))
+		hit, ideal := usher.Spread(func(r *Result) float64 { return r.HitRate }), usher.Spread(func(r *Result) float64 { return r.IdealHitRate })
+		hs := usher.Spread(hitShare)
+		v, note := threshold(hs, goalHitShare, true)
+		fmt.Fprintf(&b, "- hit rate ≥ 90%% of ideal (%s of %s: %s): **%s**%s\n", pct(hit.Median), pct(ideal.Median), f2(hs.Median), v, note)
+		lb := usher.Spread(imbalance)
+		v, note = threshold(lb, goalImbalance, false)
+		fmt.Fprintf(&b, "- max/mean load ≤ 1.25 (%s): **%s**%s\n", fmtSpread(lb, f2), v, note)
 		b.WriteString("\n")
 	}
 	b.WriteString("### Bounded wait against llm-d turn-priority (same router)\n\n")
 	b.WriteString("| load | router | turn-priority shed first | bounded wait shed first | turn-priority hit | bounded wait hit | kept | verdict |\n|---:|---|---:|---:|---:|---:|---:|---|\n")
+	shedFirst := func(r *Result) float64 { return float64(r.First.Shed()) }
+	hitRate := func(r *Result) float64 { return r.HitRate }
 	n := 0
 	for _, rate := range rs {
-		rows := byRate(results, rate)
+		rows := cellsAt(cells, rate)
 		for _, tp := range rows {
 			if tp.Policy != turnPriorityName {
 				continue
 			}
 			for _, bw := range rows {
-				if bw.Policy != boundedWaitPolicyName || bw.Router != tp.Router {
+				if bw.Policy != boundedWaitPolicyName || bw.Router != tp.Router || bw.Workload != tp.Workload {
 					continue
 				}
 				n++
-				kept := ratio(bw.HitRate, tp.HitRate)
+				tpShed, bwShed := tp.Spread(shedFirst).Median, bw.Spread(shedFirst).Median
+				kept := ratio(bw.Spread(hitRate).Median, tp.Spread(hitRate).Median)
 				verdict := "turn-priority sheds no newcomer here"
-				if tp.First.Shed() > 0 {
+				if tpShed > 0 {
 					switch {
-					case bw.First.Shed() == 0 && kept >= goalKeptHitRate:
+					case bwShed == 0 && kept >= goalKeptHitRate:
 						verdict = "met"
-					case bw.First.Shed() > 0:
+					case bwShed > 0:
 						verdict = "NOT met: bounded wait sheds newcomers too"
 					default:
 						verdict = "NOT met: hit rate below 95%"
 					}
 				}
-				fmt.Fprintf(&b, "| ×%g | %s | %d | %d | %.1f%% | %.1f%% | %.2f | %s |\n", rate, tp.Router, tp.First.Shed(), bw.First.Shed(), 100*tp.HitRate, 100*bw.HitRate, kept, verdict)
+				fmt.Fprintf(&b, "| ×%g | %s | %s | %s | %s | %s | %.2f | %s |\n", rate, tp.Router,
+					tp.fmt(shedFirst, num), bw.fmt(shedFirst, num), tp.fmt(hitRate, pct), bw.fmt(hitRate, pct), kept, verdict)
 			}
 		}
 	}
@@ -162,17 +210,75 @@ func WriteGoal(w io.Writer, results []*Result) error {
 	return err
 }
 
-// better reports whether a beats b (nil): more throughput, within 0.5% equal, then lower p99
-// TTFT.
-func better(a, b *Result) bool {
+// threshold judges a spread against a goal's bound (at least bound when atLeast, at most
+// otherwise) on its median: "met" or "NOT met", with a note when some seeds meet the bound and
+// others do not.
+func threshold(s Spread, bound float64, atLeast bool) (v, note string) {
+	meets := func(x float64) bool {
+		if atLeast {
+			return x >= bound
+		}
+		return x <= bound
+	}
+	v = "NOT met"
+	if meets(s.Median) {
+		v = "met"
+	}
+	if meets(s.Min) != meets(s.Max) {
+		note = fmt.Sprintf(" on the median, not on every seed (%s–%s)", f2(s.Min), f2(s.Max))
+	}
+	return v, note
+}
+
+// better reports whether cell a beats b (nil) on medians: more throughput, within 0.5% equal,
+// then lower p99 TTFT.
+func better(a, b *Cell) bool {
 	if b == nil {
 		return true
 	}
-	if math.Abs(a.ReqPerSec-b.ReqPerSec) > 0.005*max(a.ReqPerSec, b.ReqPerSec) {
-		return a.ReqPerSec > b.ReqPerSec
+	ar, br := a.Spread(reqPerSec).Median, b.Spread(reqPerSec).Median
+	if math.Abs(ar-br) > 0.005*max(ar, br) {
+		return ar > br
 	}
-	return a.TTFT.P99 < b.TTFT.P99
+	return a.Spread(ttftP99).Median < b.Spread(ttftP99).Median
 }
+
+// The metrics the goal check compares.
+func reqPerSec(r *Result) float64 { return r.ReqPerSec }
+func ttftP99(r *Result) float64   { return float64(r.TTFT.P99) }
+func hitShare(r *Result) float64  { return ratio(r.HitRate, r.IdealHitRate) }
+func imbalance(r *Result) float64 { return r.LoadImbalance }
+
+// fmt formats the spread of f over c's runs (see fmtSpread).
+func (c *Cell) fmt(f func(*Result) float64, format func(float64) string) string {
+	return fmtSpread(c.Spread(f), format)
+}
+
+func maxRuns(cells []*Cell) int {
+	n := 0
+	for _, c := range cells {
+		n = max(n, len(c.Runs))
+	}
+	return n
+}
+
+func cellsAt(cells []*Cell, rate float64) []*Cell {
+	var out []*Cell
+	for _, c := range cells {
+		if c.Rate == rate {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Number formats of the tables.
+func f0(x float64) string    { return fmt.Sprintf("%.0f", x) }
+func f2(x float64) string    { return fmt.Sprintf("%.2f", x) }
+func f3(x float64) string    { return fmt.Sprintf("%.3f", x) }
+func pct(x float64) string   { return fmt.Sprintf("%.1f%%", 100*x) }
+func num(x float64) string   { return strconv.FormatFloat(x, 'f', -1, 64) }
+func secsF(x float64) string { return secs(time.Duration(x)) }
 
 func rates(results []*Result) []float64 {
 	var rs []float64
@@ -183,16 +289,6 @@ func rates(results []*Result) []float64 {
 	}
 	slices.Sort(rs)
 	return rs
-}
-
-func byRate(results []*Result, rate float64) []*Result {
-	var out []*Result
-	for _, r := range results {
-		if r.Rate == rate {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 func ratio(a, b float64) float64 {

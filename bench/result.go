@@ -40,6 +40,9 @@ type Result struct {
 	// (Run does not scale the workload itself; see Workload.Scaled).
 	Workload, Policy, Router string
 	Rate                     float64
+	// Seed is the configuration's seed (Config.Seed after defaults). Results of one
+	// configuration under several seeds are summarised together (see Cells).
+	Seed uint64
 
 	// Sent, Completed and Unfinished (still waiting or running at Config.MaxTime) count
 	// requests, NotSent those that had not arrived by Config.MaxTime; First and Later split
@@ -102,7 +105,7 @@ func (r Result) Deterministic() Result {
 
 func (s *sim) result(wall time.Duration) *Result {
 	res := &Result{
-		Workload: s.w.Name, Policy: s.cfg.Policy.Name, Router: s.cfg.Router.Name,
+		Workload: s.w.Name, Policy: s.cfg.Policy.Name, Router: s.cfg.Router.Name, Seed: s.cfg.Seed,
 		Events: s.nEvents, Wall: wall, Preemptions: s.preempts, Duration: s.now,
 	}
 	if s.samples > 0 {

@@ -185,6 +185,213 @@ func Bursty(o BurstyOptions) *Workload {
 	return g.done(sessions)
 }
 
+// PrefixGroupOptions configures PrefixGroup. Zero values take the defaults in brackets. With
+// the defaults a call sends 2.1 requests on average; the mean prompt depends on the lengths
+// the most popular groups drew (4,400 to 6,600 tokens over seeds 1–5), and an infinite shared
+// cache would serve 95–97% of the prompt blocks. On 16 BenchProfile servers the knee is near
+// ×4 (96 req/s), as on the other workloads.
+type PrefixGroupOptions struct {
+	// Requests is the number of requests; generation stops after the call that reaches it, so
+	// a call's siblings are never split [20000].
+	Requests int
+	// Rate is the mean arrival rate in requests per second, bursts and idle phases together;
+	// calls arrive at Rate divided by the mean fan-out [24].
+	Rate float64
+	// Groups is the number of prefix groups: distinct documents, few-shot templates or agent
+	// instructions that many independent requests start with [200].
+	Groups int
+	// ZipfExponent s sets the groups' popularity: a call picks the group of popularity rank k
+	// (1 = the most popular) with probability k^−s / Σ_j j^−s. A very small exponent (1e-9)
+	// is uniform in effect [1].
+	ZipfExponent float64
+	// PrefixTokens is the median length of a group's prefix; lengths are lognormal with
+	// PrefixSigma the standard deviation of their logarithm, drawn once per group and clamped
+	// to [SynthBlockTokens, MaxPrefixTokens] [4096, σ 0.75, max 32768]. The mean is about
+	// 1.3 × the median.
+	PrefixTokens    int
+	PrefixSigma     float64
+	MaxPrefixTokens int
+	// SuffixTokens is the mean length of a call's own part after the prefix (the question,
+	// the task), exponential, at least 16 [256].
+	SuffixTokens int
+	// FanOut weighs the call sizes 1, 2, 3, ...: FanOut[i] is the relative frequency of calls
+	// that send i+1 siblings at the same instant (best-of-N, an agent's parallel sub-tasks).
+	// Negative weights count as zero; nil or no positive weight: the default, single requests
+	// 70% of the time, 2, 4 or 8 siblings 10% each (mean 2.1)
+	// [0.7, 0.1, 0, 0.1, 0, 0, 0, 0.1].
+	FanOut []float64
+	// SiblingTokens is the mean number of tokens each sibling appends after the shared prompt,
+	// exponential, at least 1. Zero (the default) appends none: the siblings' prompts are
+	// identical, as in best-of-N; with a positive value they share the prefix and the call's
+	// suffix and differ after it, as an agent's sub-tasks do.
+	SiblingTokens int
+	// OutputTokens is the mean answer of each request, exponential, at least 4 [200].
+	OutputTokens int
+	// Burst and Idle are the mean lengths of the arrival process's two phases, each
+	// exponential (a two-state Markov-modulated Poisson process; the run starts in a phase
+	// drawn with its long-run share, Burst/(Burst+Idle)) [5 s, 15 s]. Short phases keep the
+	// offered rate of the default 20,000 requests within about 15% of Rate from seed to seed
+	// (22 to 27 req/s over seeds 1–5).
+	Burst, Idle time.Duration
+	// BurstFactor is the call rate during a burst over the rate while idle; +Inf sends nothing
+	// while idle (an on/off process); 1 is a plain Poisson process [8].
+	BurstFactor float64
+	// Seed makes the workload: the same options and seed give the same workload.
+	Seed uint64
+}
+
+// defaultFanOut is PrefixGroupOptions.FanOut's default: 1, 2, 4 or 8 siblings with weights 0.7,
+// 0.1, 0.1 and 0.1.
+var defaultFanOut = []float64{0.7, 0.1, 0, 0.1, 0, 0, 0, 0.1}
+
+// PrefixGroup generates many independent single requests (no sessions, all open loop) that
+// share long prefixes in groups of Zipf-distributed popularity, arriving in bursts, and sent in
+// fan-outs of siblings that arrive at the same instant with the same prompt prefix. It is the
+// workload of a gateway in front of RAG over a few popular documents, few-shot templates and
+// agent tool calls: what a router gains here it gains from prefix affinity and from placing
+// siblings together, with no session to follow, while the hottest groups are too popular for
+// one server. O(requests + ids). A call's prompt is the group's prefix followed by the call's
+// suffix; the prefix's trailing partial block, if any, is not shared (its content changes with
+// the suffix, as in the Mooncake format). Each request is a flow of its own in the gateway.
+func PrefixGroup(o PrefixGroupOptions) *Workload {
+	w, _ := prefixGroup(o)
+	return w
+}
+
+// phase is an interval [from, to) of the arrival process spent in one state.
+type phase struct {
+	from, to time.Duration
+	burst    bool
+}
+
+// prefixGroup is PrefixGroup returning also the arrival process's phases, up to the last call
+// (the test measures the rates in each).
+func prefixGroup(o PrefixGroupOptions) (*Workload, []phase) {
+	def(&o.Requests, 20000)
+	deff(&o.Rate, 24)
+	def(&o.Groups, 200)
+	deff(&o.ZipfExponent, 1)
+	def(&o.PrefixTokens, 4096)
+	deff(&o.PrefixSigma, 0.75)
+	def(&o.MaxPrefixTokens, 32768)
+	def(&o.SuffixTokens, 256)
+	def(&o.OutputTokens, 200)
+	defd(&o.Burst, 5*time.Second)
+	defd(&o.Idle, 15*time.Second)
+	deff(&o.BurstFactor, 8)
+	g := newGen("prefix-group", o.Seed)
+
+	// Groups, in order of popularity rank: a prefix each, and the cumulative Zipf weights.
+	prefixes := make([][]uint64, o.Groups)
+	lengths := make([]int, o.Groups)
+	popularity := make([]float64, o.Groups)
+	lo, hi := g.w.BlockTokens, max(o.MaxPrefixTokens, g.w.BlockTokens)
+	sum := 0.0
+	for k := range prefixes {
+		n := math.Exp(math.Log(float64(o.PrefixTokens)) + o.PrefixSigma*g.rng.NormFloat64())
+		lengths[k] = min(max(int(math.Round(n)), lo), hi)
+		prefixes[k], _ = g.extend(nil, 0, lengths[k])
+		sum += math.Pow(float64(k+1), -o.ZipfExponent)
+		popularity[k] = sum
+	}
+	fan := cumulative(o.FanOut)
+	if fan == nil {
+		fan = cumulative(defaultFanOut)
+	}
+	meanFan := 0.0
+	for i := range fan {
+		p := fan[i]
+		if i > 0 {
+			p -= fan[i-1]
+		}
+		meanFan += p / fan[len(fan)-1] * float64(i+1)
+	}
+
+	// The two phases' call rates: idle rate q and burst rate f·q average to the call rate,
+	// q·(1−b) + f·q·b = Rate/meanFan with b the long-run burst share.
+	share := o.Burst.Seconds() / (o.Burst + o.Idle).Seconds()
+	calls := o.Rate / meanFan
+	idleRate, burstRate := 0.0, calls/share
+	if !math.IsInf(o.BurstFactor, 1) {
+		idleRate = calls / (1 - share + o.BurstFactor*share)
+		burstRate = o.BurstFactor * idleRate
+	}
+	cur := phase{burst: g.rng.Float64() < share}
+	length := func(burst bool) time.Duration {
+		if burst {
+			return g.exp(o.Burst)
+		}
+		return g.exp(o.Idle)
+	}
+	cur.to = length(cur.burst)
+	var phases []phase
+	at, last := time.Duration(0), time.Duration(-1)
+	for len(g.w.Requests) < o.Requests {
+		rate := idleRate
+		if cur.burst {
+			rate = burstRate
+		}
+		next := cur.to
+		if rate > 0 {
+			next = at + g.exp(time.Duration(float64(time.Second)/rate))
+		}
+		if next >= cur.to {
+			// No arrival before the phase ends; Poisson arrivals are memoryless, so the next
+			// phase starts afresh at its own rate.
+			phases = append(phases, cur)
+			at = cur.to
+			cur = phase{from: at, burst: !cur.burst}
+			cur.to = at + length(cur.burst)
+			continue
+		}
+		// Distinct calls never share an instant, so siblings are the requests that do.
+		at = max(next, last+1)
+		last = at
+		k := pick(g.rng.Float64()*popularity[len(popularity)-1], popularity)
+		ids, tokens := g.extend(slices.Clone(prefixes[k]), lengths[k], g.expInt(o.SuffixTokens, 16))
+		n := pick(g.rng.Float64()*fan[len(fan)-1], fan) + 1
+		for range n {
+			sids, stokens := ids, tokens
+			if o.SiblingTokens > 0 {
+				sids, stokens = g.extend(slices.Clone(ids), tokens, g.expInt(o.SiblingTokens, 1))
+			}
+			g.add(-1, 1, -1, at, sids, stokens, g.expInt(o.OutputTokens, 4))
+		}
+	}
+	cur.to = min(cur.to, last)
+	phases = append(phases, cur)
+	return g.done(0), phases
+}
+
+// cumulative returns the running sums of the weights, negative ones counted as zero, or nil
+// when no weight is positive.
+func cumulative(weights []float64) []float64 {
+	out := make([]float64, len(weights))
+	sum := 0.0
+	for i, x := range weights {
+		if x > 0 {
+			sum += x
+		}
+		out[i] = sum
+	}
+	if sum <= 0 {
+		return nil
+	}
+	return out
+}
+
+// pick returns the first index whose cumulative weight exceeds u (u in [0, cum[last]) ).
+// O(log n).
+func pick(u float64, cum []float64) int {
+	i, _ := slices.BinarySearchFunc(cum, u, func(c, u float64) int {
+		if c <= u {
+			return -1
+		}
+		return 1
+	})
+	return min(i, len(cum)-1)
+}
+
 // gen builds a synthetic workload.
 type gen struct {
 	w    *Workload

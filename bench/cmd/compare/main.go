@@ -1,10 +1,16 @@
 // Command compare runs the bench simulator over a matrix of admission policies and routers, at
-// one load or a sweep of loads, and prints markdown tables (bench/README.md keeps the current
-// ones with the commands that produced them).
+// one load or a sweep of loads, under several seeds, and prints markdown tables
+// (bench/README.md keeps the current ones with the commands that produced them).
 //
-//	go run ./bench/cmd/compare                         # Mooncake trace, ×4 load, whole matrix
+//	go run ./bench/cmd/compare                         # Mooncake trace, ×4 load, whole matrix, 3 seeds
 //	go run ./bench/cmd/compare -sweep 2,4,6,8          # a sweep; the goal check picks the knee
 //	go run ./bench/cmd/compare -workload agentic -policies fcfs,llm-d-turn,bounded-wait
+//	go run ./bench/cmd/compare -workload prefix-group -policies fcfs -seeds 5
+//
+// Every configuration runs once per seed (-seeds, from -seed up): the seed generates the
+// synthetic workloads and drives the router's random choices (the Mooncake trace itself does
+// not change). The tables give each figure as the median over the seeds with its min–max
+// range, and the goal check calls a tie where the ranges of usher and the best peer overlap.
 //
 // Configurations run in parallel (-parallel, default the number of CPUs), each in one
 // goroutine; a progress line goes to stderr.
@@ -12,6 +18,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -35,7 +42,7 @@ func main() {
 
 func run() error {
 	var (
-		workload = flag.String("workload", "mooncake", "mooncake, chat, agentic or bursty")
+		workload = flag.String("workload", "mooncake", "workload: "+bench.WorkloadNames())
 		trace    = flag.String("trace", "", "Mooncake trace path (default: shared/traces/"+bench.MooncakeTraceName+" found above the working directory)")
 		requests = flag.Int("requests", 0, "use only the first N requests (0: all)")
 		rate     = flag.Float64("rate", 4, "load: arrival rate multiplier")
@@ -48,19 +55,41 @@ func run() error {
 		ttl      = flag.Duration("ttl", 60*time.Second, "admission TTL")
 		scrape   = flag.Duration("scrape", bench.DefaultScrapeInterval, "metrics scrape interval")
 		stale    = flag.Duration("stale", 0, "router staleness limit (0: routing's default, 2s)")
-		seed     = flag.Uint64("seed", bench.DefaultSeed, "seed for the router and the synthetic workloads")
+		seed     = flag.Uint64("seed", bench.DefaultSeed, "first seed for the router and the synthetic workloads")
+		seeds    = flag.Int("seeds", 3, "seeds per configuration (seed, seed+1, ...); tables show the median and min–max")
 		parallel = flag.Int("parallel", runtime.NumCPU(), "configurations run at once")
 		goal     = flag.Bool("goal", true, "print the goal check after the tables")
 		kvBlocks = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
 	)
 	flag.Parse()
 
-	w, err := load(*workload, *trace, *seed)
-	if err != nil {
-		return err
+	if *seeds < 1 || *seed == 0 {
+		return fmt.Errorf("need -seeds ≥ 1 and -seed ≥ 1 (got %d and %d)", *seeds, *seed)
 	}
-	if *requests > 0 {
-		w = w.Head(*requests)
+	// One workload per seed; the trace, which no seed changes, is loaded once.
+	seeded := true
+	for _, s := range bench.WorkloadSources() {
+		if s.Name == *workload {
+			seeded = s.Seeded
+		}
+	}
+	var ws []*bench.Workload
+	for k := range *seeds {
+		if k > 0 && !seeded {
+			ws = append(ws, ws[0])
+			continue
+		}
+		w, err := bench.LoadWorkload(*workload, bench.LoadOptions{Seed: *seed + uint64(k), Trace: *trace})
+		if errors.Is(err, bench.ErrNoTrace) {
+			return fmt.Errorf("%w (pass -trace, or another -workload of %s)", err, bench.WorkloadNames())
+		}
+		if err != nil {
+			return err
+		}
+		if *requests > 0 {
+			w = w.Head(*requests)
+		}
+		ws = append(ws, w)
 	}
 	rs := []float64{*rate}
 	if *sweep != "" {
@@ -92,7 +121,7 @@ func run() error {
 	base := bench.Config{
 		Profile: profile,
 		Servers: *servers, Gate: g, MaxInFlight: *inflight, TTL: *ttl,
-		ScrapeInterval: *scrape, StaleAfter: *stale, Seed: *seed,
+		ScrapeInterval: *scrape, StaleAfter: *stale,
 	}
 
 	type job struct {
@@ -102,18 +131,26 @@ func run() error {
 	}
 	var jobs []job
 	for _, r := range rs {
-		sw := w.Scaled(r)
-		for _, p := range ps {
-			for _, ro := range ros {
-				c := base
-				c.Policy, c.Router = p, ro
-				jobs = append(jobs, job{sw, r, c})
+		for k, w := range ws {
+			sw := w.Scaled(r)
+			for _, p := range ps {
+				for _, ro := range ros {
+					c := base
+					c.Policy, c.Router, c.Seed = p, ro, *seed+uint64(k)
+					jobs = append(jobs, job{sw, r, c})
+				}
 			}
 		}
 	}
-	st := w.Stats()
-	fmt.Fprintf(os.Stderr, "%s: %d requests, %d sessions, mean prompt %.0f, mean output %.0f, ideal block hit rate %.1f%%; %d configurations\n",
-		w.Name, st.Requests, st.Sessions, st.MeanPrompt, st.MeanOutp, 100*st.IdealBlockHitRate, len(jobs))
+	var requestsOf, sessionsOf []string
+	for k, w := range ws {
+		st := w.Stats()
+		requestsOf = append(requestsOf, strconv.Itoa(st.Requests))
+		sessionsOf = append(sessionsOf, strconv.Itoa(st.Sessions))
+		fmt.Fprintf(os.Stderr, "%s, seed %d: %d requests, %d sessions, mean prompt %.0f, mean output %.0f, ideal block hit rate %.1f%%\n",
+			w.Name, *seed+uint64(k), st.Requests, st.Sessions, st.MeanPrompt, st.MeanOutp, 100*st.IdealBlockHitRate)
+	}
+	fmt.Fprintf(os.Stderr, "%d configurations × %d seeds = %d runs\n", len(jobs) / *seeds, *seeds, len(jobs))
 
 	results := make([]*bench.Result, len(jobs))
 	var mu sync.Mutex
@@ -133,8 +170,8 @@ func run() error {
 			mu.Lock()
 			done++
 			events += res.Events
-			fmt.Fprintf(os.Stderr, "\r[%d/%d] ×%g %s × %s: %.2f req/s, p99 TTFT %.1fs (%.1fs)      ",
-				done, len(jobs), j.rate, j.cfg.Policy.Name, j.cfg.Router.Name, res.ReqPerSec, res.TTFT.P99.Seconds(), res.Wall.Seconds())
+			fmt.Fprintf(os.Stderr, "\r[%d/%d] ×%g %s × %s, seed %d: %.2f req/s, p99 TTFT %.1fs (%.1fs)      ",
+				done, len(jobs), j.rate, j.cfg.Policy.Name, j.cfg.Router.Name, j.cfg.Seed, res.ReqPerSec, res.TTFT.P99.Seconds(), res.Wall.Seconds())
 			mu.Unlock()
 			return nil
 		})
@@ -146,8 +183,12 @@ func run() error {
 	el := time.Since(start)
 	fmt.Fprintf(os.Stderr, "\ndone: %d runs, %d events in %v (%.0f events/s over all runs)\n", len(jobs), events, el.Round(time.Millisecond), float64(events)/el.Seconds())
 
-	fmt.Printf("Workload %s: %d requests, %d sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seed %d.\n\n",
-		w.Name, st.Requests, st.Sessions, base.Servers, profile.Name, profile.NumBlocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, base.Seed)
+	seedsOf := strconv.FormatUint(*seed, 10)
+	if *seeds > 1 {
+		seedsOf = fmt.Sprintf("%d–%d", *seed, *seed+uint64(*seeds-1))
+	}
+	fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s.\n\n",
+		ws[0].Name, perSeed(requestsOf), perSeed(sessionsOf), base.Servers, profile.Name, profile.NumBlocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, seedsOf)
 	if err := bench.WriteTables(os.Stdout, results); err != nil {
 		return err
 	}
@@ -157,24 +198,13 @@ func run() error {
 	return nil
 }
 
-// load returns the named workload.
-func load(name, trace string, seed uint64) (*bench.Workload, error) {
-	switch name {
-	case "mooncake":
-		if trace == "" {
-			p, err := bench.FindTrace(bench.MooncakeTraceName)
-			if err != nil {
-				return nil, fmt.Errorf("%w (pass -trace, or use -workload chat|agentic|bursty)", err)
-			}
-			trace = p
+// perSeed joins per-seed values with slashes, in seed order ("20007/20000/20000"), or gives
+// the one value when every seed has it ("12031").
+func perSeed(xs []string) string {
+	for _, x := range xs {
+		if x != xs[0] {
+			return strings.Join(xs, "/")
 		}
-		return bench.LoadMooncakeFile(trace, bench.MooncakeOptions{})
-	case "chat":
-		return bench.Chat(bench.ChatOptions{Seed: seed}), nil
-	case "agentic":
-		return bench.Agentic(bench.AgenticOptions{Seed: seed}), nil
-	case "bursty":
-		return bench.Bursty(bench.BurstyOptions{Seed: seed}), nil
 	}
-	return nil, fmt.Errorf("unknown workload %q", name)
+	return xs[0]
 }

@@ -1,0 +1,76 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// LoadOptions says how LoadWorkload builds a workload.
+type LoadOptions struct {
+	// Seed drives the synthetic generators; the same seed gives the same workload.
+	Seed uint64
+	// Trace is the Mooncake trace's path. Empty: FindTrace(MooncakeTraceName).
+	Trace string
+}
+
+// WorkloadSource is one workload the comparison can select by name.
+type WorkloadSource struct {
+	Name string
+	// Seeded reports whether LoadOptions.Seed changes the workload. It is false for the
+	// recorded trace: over seeds, only the router's random choices vary there.
+	Seeded bool
+	// Load builds the workload with its documented defaults.
+	Load func(LoadOptions) (*Workload, error)
+}
+
+// WorkloadSources returns the workloads the comparison can select by name, in this order:
+//
+//	mooncake      the Mooncake conversation trace (LoadMooncakeFile, MooncakeOptions{})
+//	chat          Chat: multi-turn conversations under a few system prompts
+//	agentic       Agentic: coding-agent sessions sharing long opening instructions
+//	bursty        Bursty: on/off bursts of single requests over shared prefixes
+//	prefix-group  PrefixGroup: Zipf-popular prefix groups, bursty arrivals, fan-outs of
+//	              siblings, no sessions
+//
+// Each call returns a fresh slice.
+func WorkloadSources() []WorkloadSource {
+	return []WorkloadSource{
+		{"mooncake", false, func(o LoadOptions) (*Workload, error) {
+			path := o.Trace
+			if path == "" {
+				p, err := FindTrace(MooncakeTraceName)
+				if err != nil {
+					return nil, err
+				}
+				path = p
+			}
+			return LoadMooncakeFile(path, MooncakeOptions{})
+		}},
+		{"chat", true, func(o LoadOptions) (*Workload, error) { return Chat(ChatOptions{Seed: o.Seed}), nil }},
+		{"agentic", true, func(o LoadOptions) (*Workload, error) { return Agentic(AgenticOptions{Seed: o.Seed}), nil }},
+		{"bursty", true, func(o LoadOptions) (*Workload, error) { return Bursty(BurstyOptions{Seed: o.Seed}), nil }},
+		{"prefix-group", true, func(o LoadOptions) (*Workload, error) {
+			return PrefixGroup(PrefixGroupOptions{Seed: o.Seed}), nil
+		}},
+	}
+}
+
+// WorkloadNames returns the names of WorkloadSources, comma-separated.
+func WorkloadNames() string {
+	var names []string
+	for _, s := range WorkloadSources() {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// LoadWorkload builds the workload of WorkloadSources named name. An unknown name is an error
+// wrapping ErrInvalidConfig; a missing trace one wrapping ErrNoTrace.
+func LoadWorkload(name string, o LoadOptions) (*Workload, error) {
+	for _, s := range WorkloadSources() {
+		if s.Name == name {
+			return s.Load(o)
+		}
+	}
+	return nil, fmt.Errorf("%w: unknown workload %q (have %s)", ErrInvalidConfig, name, WorkloadNames())
+}
