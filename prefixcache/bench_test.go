@@ -247,3 +247,54 @@ func BenchmarkMatchParallel(b *testing.B) {
 	})
 	cpu.report(b)
 }
+
+// BenchmarkApplyEvents applies a toy engine's KV events to an index in exact mode, one event
+// per op: usher's hashes recomputed from the tokens, the engine→usher map updated, blocks
+// inserted or removed. "gpu" is an engine without offloading; "mixed" one that copies every
+// block to a CPU tier four times the GPU's, as vLLM's CPU offloading does, so that about half
+// of the events are about CPU blocks. The engine serves 512 conversation-shaped prompts of up
+// to 32 blocks of 16 tokens on 1,024 GPU blocks; the cycle ends with a clear, so the loop runs
+// in steady state.
+func BenchmarkApplyEvents(b *testing.B) {
+	const blockSize, gpuBlocks, requests = 16, 1024, 512
+	for _, c := range []struct {
+		name      string
+		cpuBlocks int
+	}{{"gpu", 0}, {"mixed", 4 * gpuBlocks}} {
+		r := rand.New(rand.NewPCG(5, 6))
+		eng := newToyEngine(1, blockSize, gpuBlocks, c.cpuBlocks)
+		var events []toyEvent
+		for _, p := range toyPrompts(r, requests, blockSize, 32, 4) {
+			events = eng.serve(p, events)
+		}
+		events = append(events, eng.clearAll())
+		b.Run(c.name, func(b *testing.B) {
+			ix, err := New(Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			id, _ := ix.AddBackend("pod-0", gpuBlocks)
+			for _, ev := range events { // warm the tables
+				if err := ev.apply(ix, id); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			cpu := startCPU()
+			i, blocks, errs := 0, 0, 0
+			for b.Loop() {
+				ev := events[i%len(events)]
+				if ev.apply(ix, id) != nil {
+					errs++
+				}
+				blocks += ev.blocks()
+				i++
+			}
+			cpu.report(b)
+			b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+			if errs != 0 {
+				b.Fatalf("%d of %d events failed", errs, i)
+			}
+		})
+	}
+}

@@ -77,14 +77,19 @@
 //
 // # Eviction
 //
-// Each backend has a capacity in blocks (for vLLM, num_gpu_blocks) and its own CLOCK:
-// a FIFO ring of the blocks it holds, whose front is the clock hand, and a reference bit per
-// (block, backend) pair kept in the entry's aux word. Insert sets the reference bit of a block
-// the backend already holds and queues new blocks at the back, deepest block of the chain
-// first, so that eviction takes a chain from its tail as vLLM's own LRU does and a prefix
-// outlives its extensions. When a backend exceeds its capacity the hand advances: a referenced
-// pair loses its bit and goes to the back (its second chance), an unreferenced one is evicted.
-// Eviction state is per backend rather than per shard, because capacity is per backend.
+// Each medium of each backend has a capacity in blocks and its own CLOCK: a FIFO ring of the
+// blocks it holds there, whose front is the clock hand, and a reference bit per (block,
+// backend, medium) pair kept in the entry's aux word. The GPU's capacity is the one AddBackend
+// and SetCapacity set (for vLLM, num_gpu_blocks); the CPU and Remote media take theirs from
+// SetMediumCapacity or Options (DefaultCPUCapacity, DefaultRemoteCapacity), and by default are
+// bounded only by the byte budget. Insert sets the reference bit of a block the backend
+// already holds and queues new blocks at the back, deepest block of the chain first, so that
+// eviction takes a chain from its tail as vLLM's own LRU does and a prefix outlives its
+// extensions. When a medium exceeds its capacity its hand advances: a referenced pair loses its
+// bit and goes to the back (its second chance), an unreferenced one is evicted. Eviction state
+// is per (backend, medium) rather than per shard, because capacity is: an engine's GPU and its
+// CPU offload are separate caches of separate sizes, and one ring for both (the first design) let a
+// stream of CPU-tier events evict GPU blocks the engine still held.
 //
 // CLOCK instead of exact LRU: exact LRU needs a doubly-linked list node per (block, backend)
 // pair (16–24 bytes) and a list update, under the backend's lock, on every touch; CLOCK needs
@@ -101,9 +106,14 @@
 // twice its live pairs. ClearBackend walks only that backend's ring: its cost is
 // proportional to the backend's blocks, not to the index.
 //
-// Above the per-backend capacities sits a global byte budget, Options.MaxBytes: the index
-// holds at most MaxBytes/PairBytes (block, backend) pairs, and when it is over, the backend
-// holding the most pairs loses its CLOCK victims until it is back within budget.
+// Above the capacities sits a global byte budget, Options.MaxBytes. The index charges
+// PairBytes for each (block, backend, medium) pair, live or stale, and EngineHashBytes for each
+// engine hash the exact mode remembers (below); when the charges pass MaxBytes, the (backend,
+// medium) charged the most loses its CLOCK victims, each taking its engine hashes with it,
+// until the index is back within budget. CPU and Remote media are taken before any GPU medium:
+// they are the ones a capacity may leave unbounded, and a GPU block is worth the most to a
+// router. The charges are what a pair and an engine hash occupy in tables at their lowest load
+// after growing; Stats.Bytes reports what is actually allocated.
 //
 // # Memory layout
 //
@@ -111,7 +121,11 @@
 // backends holding the same block) at a load factor kept between 1/2 and 3/4, plus an 8-byte
 // ring slot in its backend's ring. For blocks held by one backend that is 40–56 bytes; the
 // budget charges PairBytes = 64 per pair, and TestBytesPerBlock measures the live heap after
-// inserting 10⁶ blocks (about 45–50 bytes per block). For comparison, llm-d's approximate
+// inserting 10⁶ blocks (about 45–50 bytes per block). In exact mode each block also has its
+// engine hash: two 16-byte entries of its medium's engine map (below), some 52 bytes at the
+// map's load factor, charged EngineHashBytes = 64; TestTieredExactMode measures about 101
+// bytes per block at 10⁶ exact-mode blocks, and Stats.Bytes, which counts the tables, the
+// rings and the engine maps, within 1% of the live heap. For comparison, llm-d's approximate
 // index uses 210–538 bytes per (server, block) and its precise index about 1,130.
 //
 // # Exact mode
@@ -119,18 +133,41 @@
 // Engines publish the blocks they store and evict, keyed by their own hashes, which a router
 // cannot reproduce (vLLM seeds them with a per-process random value). ApplyStored therefore
 // recomputes usher's hash from the event's token ids, continuing the chain from the parent's
-// usher hash, found through a per-backend map from engine hash to usher hash; ApplyRemoved
-// looks engine hashes up in the same map. Blocks in CPU memory or a shared store are indexed
-// apart from GPU blocks (Medium), so that MatchMedium can report them and placement can charge
-// their transfer. The map is bounded by twice the backend's capacity; when it outgrows that it
-// is reset, and an event whose parent is no longer known fails with ErrUnknownParent until the
-// engine starts a new chain.
+// usher hash, and records the engine hash as the block's name; ApplyRemovedFrom finds blocks
+// by their names. Blocks in CPU memory or a shared store are indexed apart from GPU blocks
+// (Medium), each medium with its own capacity and CLOCK, so that MatchMedium can report them
+// and placement can charge their transfer, and so that traffic in one medium never evicts
+// another's blocks: a GPU prefix the engine holds matches however many blocks it offloads.
+//
+// Names live in one engine map per (backend, medium), and a name lasts exactly as long as its
+// block stays in that medium: the engine's removal forgets it, and a block that leaves the
+// medium otherwise (evicted by its capacity or the byte budget, removed by Remove, cleared)
+// takes its names with it. A block offloaded to CPU keeps its engine hash there, as a separate
+// name that the GPU's removal does not touch, and a continuation finds its parent in any
+// medium (its own first). So a continuation of a block the index holds always finds its
+// parent, a removal always finds its block however long ago it was stored, and, as every name
+// belongs to a block the index holds, the maps are bounded by the same capacities and byte
+// budget as the blocks. An engine hash can name only one block, but a block can have several
+// names, when engine hashes differ in what usher does not hash (vLLM's cache salt, multimodal
+// inputs): the block leaves on a removal only when its last name is removed.
+//
+// A map is a set of pointer-free open-addressing tables (16 bytes a slot, split in 16 parts so
+// that growing one rebuilds a sixteenth) holding, for each name, an entry from the engine hash
+// to the usher hash, and, for each block, entries (block, k) → its k-th name, k = 0, 1, ..., so
+// that a block leaving finds its names without a search. The first design was a Go map from
+// engine hash to usher hash per backend, cleared whole when it outgrew twice the backend's
+// capacity: after a reset, continuations of hot prefixes failed with ErrUnknownParent and
+// removals of older blocks were ignored, leaving stale blocks; it cost about 56 bytes per
+// block that the byte budget did not see. Keeping a block's name in its ring slot (8 more
+// bytes a slot) instead of a reverse entry (16 bytes at the table's load) would be smaller,
+// but a ring slot cannot be found from its block, which a second name and a removal need.
 //
 // # Concurrency
 //
 // Every function and method of the package is safe for concurrent use. Match and MatchMedium
-// never block; writers to one backend are serialised by that backend's mutex (the lock order is
-// backend, then shard, never two of either at once), and writers to different backends meet
-// only on shards, each held for a batch of entry updates. Options, Stats, BackendStats,
-// StoredBlocks and the unit types are plain values with no synchronisation of their own.
+// never block; writers to one backend, in any medium, are serialised by that backend's mutex,
+// which also guards its engine maps (the lock order is backend, then shard, never two of
+// either at once), and writers to different backends meet only on shards, each held for a
+// batch of entry updates. Options, Stats, BackendStats, MediumStats, StoredBlocks and the unit
+// types are plain values with no synchronisation of their own.
 package prefixcache

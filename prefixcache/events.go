@@ -7,7 +7,9 @@ import (
 
 // Medium is where a cached block lives on a backend. Blocks in different media are indexed
 // separately: Match answers for GPU blocks, MatchMedium for the others, so placement can charge
-// a block held only in CPU memory or a shared store at its transfer cost.
+// a block held only in CPU memory or a shared store at its transfer cost. Each medium of a
+// backend has its own capacity (SetMediumCapacity) and CLOCK, so blocks stored in one medium
+// never evict another's.
 type Medium uint8
 
 // Media, in the order ParseMedium recognises them.
@@ -15,7 +17,9 @@ const (
 	GPU    Medium = iota // device memory: served without transfer
 	CPU                  // host memory (CPU offload): must be copied to the GPU first
 	Remote               // any other store (disk, a shared or remote KV store)
-	numMedia
+
+	// NumMedia is the number of media: the media are 0 ≤ m < NumMedia.
+	NumMedia
 )
 
 // ParseMedium maps an engine's medium name to a Medium: "" and "GPU" (any case; vLLM's
@@ -44,16 +48,10 @@ func (m Medium) String() string {
 	return fmt.Sprintf("Medium(%d)", uint8(m))
 }
 
-// engineKey is an engine block hash in one medium.
-type engineKey struct {
-	hash   uint64
-	medium Medium
-}
-
 // StoredBlocks is an engine's report that it stored blocks (vLLM's and SGLang's BlockStored
 // event), for the exact mode. The engine's hashes are opaque: the index recomputes its own
-// chained hashes from the tokens and remembers, per backend, which engine hash maps to which.
-// ApplyStored does not retain the slices.
+// chained hashes from the tokens and remembers, per backend and medium, which engine hash
+// names which block. ApplyStored does not retain the slices.
 type StoredBlocks struct {
 	// EngineHashes are the engine's hashes of the stored blocks, in chain order.
 	EngineHashes []uint64
@@ -74,15 +72,25 @@ type StoredBlocks struct {
 
 // ApplyStored applies a BlockStored event from backend id: it computes usher's chained hashes
 // of the blocks (continuing from the parent's usher hash, found through the backend's
-// engine→usher map, or from ev.Seed), records each engine hash's usher hash, and inserts the
-// blocks into ev.Medium as Insert does. The chain is the same one HashTokens computes for a
-// request with the same seed and tokens, so Match finds the blocks.
+// engine→usher map, or from ev.Seed), inserts the blocks into ev.Medium as Insert does into
+// the GPU (with that medium's capacity and CLOCK), and records each inserted block's engine
+// hash as its name in that medium. The chain is the same one HashTokens computes for a request
+// with the same seed and tokens, so Match (or MatchMedium) finds the blocks.
+//
+// A name lasts exactly as long as its block in that medium: until ApplyRemovedFrom removes
+// it, or the block leaves the medium (evicted by the medium's capacity or the byte budget,
+// removed by Remove, or cleared), so a continuation naming a block the index holds always finds
+// its parent, and a removal always finds its block, however long ago it was stored. A block
+// can have several names (engine hashes that differ in what usher does not hash, such as a
+// cache salt); it stays while any of them does. The names are charged to the byte budget
+// (EngineHashBytes each) and counted in Stats.Bytes. Blocks past min(MaxChainBlocks,
+// capacity) in one event are neither inserted nor named.
 //
 // It returns ErrInvalidEvent (nothing applied) when BlockSize <= 0, there are no hashes, or
-// Tokens does not hold exactly len(EngineHashes) full blocks; ErrUnknownParent when the parent
-// engine hash was never stored (or was removed or cleared) on this backend; ErrUnknownBackend
-// when id is not registered. Cost O(len(Tokens)); the engine map holds at most about twice the
-// backend's capacity entries (it is reset, with the blocks kept, when it outgrows that).
+// Tokens does not hold exactly len(EngineHashes) full blocks; ErrUnknownParent (nothing
+// applied) when the parent engine hash names no block the backend holds in any medium;
+// ErrUnknownBackend when id is not registered. Cost O(len(Tokens)) amortised, plus
+// O(names of a block) probes per block, which is 1 but for aliased blocks.
 func (ix *Index) ApplyStored(id BackendID, ev StoredBlocks) error {
 	n := len(ev.EngineHashes)
 	switch {
@@ -107,64 +115,64 @@ func (ix *Index) ApplyStored(id BackendID, ev StoredBlocks) error {
 		}
 	}
 	b.scratch = HashTokens(b.scratch[:0], seed, ev.Tokens, ev.BlockSize)
-	if b.engine == nil {
-		b.engine = make(map[engineKey]BlockHash)
-	}
-	if len(b.engine)+n > 2*b.capacity+1024 {
-		clear(b.engine)
-	}
-	for i, eh := range ev.EngineHashes {
-		b.engine[engineKey{eh, m}] = b.scratch[i]
-	}
-	ix.insertLocked(b, b.scratch, m)
+	ix.insertLocked(b, b.scratch, m, ev.EngineHashes)
 	b.mu.Unlock()
 	ix.enforceBudget()
 	return nil
 }
 
-// parentLocked finds the usher hash of engine hash h, preferring medium m: a block offloaded
-// to CPU continues the same chain as its GPU copy.
+// parentLocked finds the usher hash of the block engine hash h names, preferring medium m: a
+// block offloaded to CPU continues the same chain as its GPU copy.
 func (b *backend) parentLocked(h uint64, m Medium) (BlockHash, bool) {
-	if u, ok := b.engine[engineKey{h, m}]; ok {
-		return u, true
-	}
-	for o := range numMedia {
-		if u, ok := b.engine[engineKey{h, o}]; ok {
+	if e := b.tiers[m].eng; e != nil {
+		if u, ok := e.lookup(h); ok {
 			return u, true
+		}
+	}
+	for o := range NumMedia {
+		if e := b.tiers[o].eng; o != m && e != nil {
+			if u, ok := e.lookup(h); ok {
+				return u, true
+			}
 		}
 	}
 	return 0, false
 }
 
-// ApplyRemoved applies a BlockRemoved event for GPU blocks from backend id: each engine hash
-// the backend stored is removed from the index and forgotten; unknown hashes are ignored (the
-// engine may evict blocks stored before the subscription began). Cost O(len(engineHashes)).
-// It returns ErrUnknownBackend when id is not registered.
+// ApplyRemoved applies a BlockRemoved event for GPU blocks from backend id:
+// ApplyRemovedFrom(id, "", engineHashes).
 func (ix *Index) ApplyRemoved(id BackendID, engineHashes []uint64) error {
 	return ix.ApplyRemovedFrom(id, "", engineHashes)
 }
 
-// ApplyRemovedFrom is ApplyRemoved for blocks in the named medium (see ParseMedium).
-// Cost O(len(engineHashes)).
+// ApplyRemovedFrom applies a BlockRemoved event for blocks in the named medium (see
+// ParseMedium) from backend id: each engine hash is forgotten, and a block that no other
+// engine hash names any more leaves the medium. Only that medium is touched: a copy of the
+// block in another medium stays, with its own name. Unknown hashes are ignored (the engine may
+// evict blocks stored before the subscription began, or ones the index has already evicted).
+// Cost O(len(engineHashes)) amortised. It returns ErrUnknownBackend when id is not registered.
 func (ix *Index) ApplyRemovedFrom(id BackendID, medium string, engineHashes []uint64) error {
 	m := ParseMedium(medium)
 	b, err := ix.lockBackend(id)
 	if err != nil {
 		return err
 	}
+	t := &b.tiers[m]
 	b.scratch = b.scratch[:0]
-	for _, eh := range engineHashes {
-		k := engineKey{eh, m}
-		if u, ok := b.engine[k]; ok {
-			b.scratch = append(b.scratch, u)
-			delete(b.engine, k)
+	if e := t.eng; e != nil {
+		bytes, names := e.bytes, e.names
+		for _, eh := range engineHashes {
+			if u, last, ok := e.remove(eh); ok && last {
+				b.scratch = append(b.scratch, u)
+			}
 		}
+		ix.accountLocked(t, bytes, names)
 	}
-	ix.removeLocked(b, b.scratch, m)
+	ix.removeLocked(b, b.scratch, m, false)
 	b.mu.Unlock()
 	return nil
 }
 
 // ApplyCleared applies an AllBlocksCleared event: backend id holds nothing any more, in any
-// medium, and its engine→usher map is emptied. It is ClearBackend: O(the backend's blocks).
+// medium, and its engine→usher maps are emptied. It is ClearBackend.
 func (ix *Index) ApplyCleared(id BackendID) error { return ix.ClearBackend(id) }

@@ -113,3 +113,52 @@ func ExampleIndex() {
 	// big-gpu: 6 blocks, 0 evicted
 	// after clearing big-gpu: [3 0]
 }
+
+// Each medium of a backend has its own capacity and CLOCK: in exact mode, blocks an engine
+// offloads to CPU memory never push its GPU blocks out, and a block removed from one medium
+// stays in the other.
+func ExampleIndex_SetMediumCapacity() {
+	ix, _ := prefixcache.New(prefixcache.Options{})
+	pod, _ := ix.AddBackend("vllm-0", 4)               // num_gpu_blocks: 4
+	_ = ix.SetMediumCapacity(pod, prefixcache.CPU, 16) // 16 blocks of CPU offload
+	seed := prefixcache.Seed("qwen3-32b", "", "")
+	prompt := make([]uint32, 3*16)
+	for i := range prompt {
+		prompt[i] = uint32(i)
+	}
+	chain := prefixcache.HashTokens(nil, seed, prompt, 16)
+	match := func() {
+		fmt.Println("GPU:", ix.MatchMedium(nil, chain, prefixcache.GPU)[pod], "CPU:", ix.MatchMedium(nil, chain, prefixcache.CPU)[pod])
+	}
+
+	// The engine computes the prompt's three blocks on the GPU and offloads copies to the CPU.
+	for _, medium := range []string{"GPU", "CPU"} {
+		_ = ix.ApplyStored(pod, prefixcache.StoredBlocks{
+			EngineHashes: []uint64{1, 2, 3}, Tokens: prompt, BlockSize: 16, Seed: seed, Medium: medium,
+		})
+	}
+	match()
+	// Then it offloads 20 blocks of other prompts: the CPU evicts its oldest blocks, the GPU
+	// keeps its own.
+	for i := range 20 {
+		other := make([]uint32, 16)
+		other[0] = uint32(1000 + i)
+		_ = ix.ApplyStored(pod, prefixcache.StoredBlocks{
+			EngineHashes: []uint64{uint64(100 + i)}, Tokens: other, BlockSize: 16, Seed: seed, Medium: "CPU",
+		})
+	}
+	match()
+	// The GPU evicts the prompt's last block.
+	_ = ix.ApplyRemovedFrom(pod, "GPU", []uint64{3})
+	match()
+	for m, ms := range ix.Stats().Backends[0].Media[:prefixcache.CPU+1] {
+		fmt.Printf("%v: %d of %d blocks, %d evicted, %d engine hashes\n",
+			prefixcache.Medium(m), ms.Blocks, ms.Capacity, ms.Evictions, ms.EngineHashes)
+	}
+	// Output:
+	// GPU: 3 CPU: 3
+	// GPU: 3 CPU: 0
+	// GPU: 2 CPU: 0
+	// GPU: 2 of 4 blocks, 0 evicted, 2 engine hashes
+	// CPU: 16 of 16 blocks, 7 evicted, 16 engine hashes
+}

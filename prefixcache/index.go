@@ -3,6 +3,7 @@ package prefixcache
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -26,11 +27,18 @@ var (
 	ErrUnknownParent   = errors.New("prefixcache: unknown parent block")
 )
 
-// PairBytes is the memory the byte budget charges for one (block, backend) pair: its table
-// slot (24 bytes at a load factor between 1/2 and 3/4, shared by up to 64 backends holding the
-// block) plus its CLOCK ring slot (8 bytes, up to twice that while the ring grows).
-// TestBytesPerBlock measures the real figure.
+// PairBytes is the memory the byte budget charges for one (block, backend, medium) pair: its
+// table slot (24 bytes at a load factor between 1/2 and 3/4, shared by up to 64 backends
+// holding the block) plus its CLOCK ring slot (8 bytes, up to twice that while the ring
+// grows). TestBytesPerBlock measures the real figure.
 const PairBytes = 64
+
+// EngineHashBytes is the memory the byte budget charges, on top of the pair's PairBytes, for
+// each engine hash the exact mode remembers (one per block an engine reported stored in a
+// medium and has not removed): its entry from engine hash to usher hash and the entry from the
+// block back to it, 16 bytes each at a load factor between 1/2 and 3/4. TestTieredExactMode
+// measures the real figure.
+const EngineHashBytes = 64
 
 // MaxBackends is the largest Options.MaxBackends accepted.
 const MaxBackends = 4096
@@ -42,12 +50,20 @@ const maxWords = MaxBackends / 64
 type Options struct {
 	// Shards is the number of lock stripes, a power of two in [1, 256]. Default 16.
 	Shards int
-	// DefaultCapacity is the capacity, in blocks, of a backend added with capacity 0, e.g. a
-	// vLLM server's num_gpu_blocks. Default 65,536.
+	// DefaultCapacity is the GPU capacity, in blocks, of a backend added with capacity 0, e.g.
+	// a vLLM server's num_gpu_blocks. Default 65,536.
 	DefaultCapacity int
-	// MaxBytes is the global memory budget. The index holds at most MaxBytes/PairBytes
-	// (block, backend) pairs; past that, the backend holding the most pairs loses its CLOCK
-	// victims. Default 256 MiB (4M pairs).
+	// DefaultCPUCapacity is the capacity, in blocks, of each backend's CPU medium (CPU
+	// offload, e.g. vLLM's num_cpu_blocks) unless SetMediumCapacity sets it. Default 0: no
+	// limit but the byte budget.
+	DefaultCPUCapacity int
+	// DefaultRemoteCapacity is the same for the Remote medium (disk, a shared or remote KV
+	// store). Default 0: no limit but the byte budget.
+	DefaultRemoteCapacity int
+	// MaxBytes is the global memory budget. The index charges PairBytes per (block, backend,
+	// medium) pair and EngineHashBytes per engine hash it remembers in exact mode, and holds at
+	// most MaxBytes of charges: past that, CLOCK victims are evicted from the (backend, medium)
+	// charged the most, CPU and Remote media before any GPU one. Default 256 MiB (4M pairs).
 	MaxBytes int64
 	// MaxChainBlocks is the longest chain Insert, Remove and Match consider: longer chains are
 	// truncated to their first MaxChainBlocks blocks (the rest could only matter after all of
@@ -89,6 +105,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: Shards %d is not a power of two in [1, 256]", ErrInvalidOptions, o.Shards)
 	case o.DefaultCapacity < 0:
 		return o, fmt.Errorf("%w: DefaultCapacity %d < 0", ErrInvalidOptions, o.DefaultCapacity)
+	case o.DefaultCPUCapacity < 0:
+		return o, fmt.Errorf("%w: DefaultCPUCapacity %d < 0", ErrInvalidOptions, o.DefaultCPUCapacity)
+	case o.DefaultRemoteCapacity < 0:
+		return o, fmt.Errorf("%w: DefaultRemoteCapacity %d < 0", ErrInvalidOptions, o.DefaultRemoteCapacity)
 	case o.MaxBytes < PairBytes:
 		return o, fmt.Errorf("%w: MaxBytes %d < %d", ErrInvalidOptions, o.MaxBytes, PairBytes)
 	case o.MaxChainBlocks < 0:
@@ -137,9 +157,9 @@ func (sh *shard) unlock() { sh.seq.Add(1) }
 //
 // Index is safe for concurrent use. Match never blocks on a lock: it reads shards under a
 // sequence counter and retries a probe that raced with a writer. Writers to one backend
-// (Insert, Remove, Apply*, ClearBackend, SetCapacity) are serialised by that backend's mutex;
-// writers to different backends proceed in parallel and meet only on shards, each held for one
-// batch of entry updates. Lock order: regMu, then a backend's mu, then one shard at a time;
+// (Insert, Remove, Apply*, ClearBackend, SetCapacity, SetMediumCapacity), in any medium, are
+// serialised by that backend's mutex; writers to different backends proceed in parallel and
+// meet only on shards, each held for one batch of entry updates. Lock order: regMu, then a backend's mu, then one shard at a time;
 // never two backends or two shards at once.
 type Index struct {
 	// Immutable after New.
@@ -150,8 +170,9 @@ type Index struct {
 	backends []atomic.Pointer[backend] // by id; len opts.MaxBackends; stored under regMu
 
 	// Counters, updated atomically by writers.
-	pairs     atomic.Int64 // ring slots over all backends (live and stale pairs)
-	bytes     atomic.Int64 // bytes allocated to tables and rings
+	pairs     atomic.Int64 // ring slots over all backends and media (live and stale pairs)
+	engNames  atomic.Int64 // engine hashes remembered over all backends and media
+	bytes     atomic.Int64 // bytes allocated to tables, rings and engine maps
 	evictions atomic.Int64
 
 	regMu sync.Mutex // guards names and bound updates
@@ -164,17 +185,33 @@ type backend struct {
 	id   BackendID
 	name string
 
-	size atomic.Int64 // ring length (live + stale), readable without mu
+	mu      sync.Mutex
+	removed bool
+	tiers   [NumMedia]tier // by Medium
+	scratch []BlockHash
+}
 
-	mu        sync.Mutex
-	removed   bool
-	capacity  int
+// tier is one medium of a backend: its capacity, its CLOCK ring and, in exact mode, its map
+// from the engine's block hashes to usher's. size and names are written under the backend's
+// mu and read without it (by enforceBudget); the rest is guarded by mu.
+type tier struct {
+	size  atomic.Int64 // ring length (live + stale)
+	names atomic.Int64 // engine hashes in eng
+
+	capacity  int // blocks; noLimit when bounded only by the byte budget
 	live      int
 	stale     int
 	evictions int64
 	ring      ring
-	engine    map[engineKey]BlockHash // exact mode: engine hash → usher hash
-	scratch   []BlockHash
+	eng       *engMap // nil until the medium's first ApplyStored
+}
+
+// noLimit is the capacity of a medium bounded only by the byte budget.
+const noLimit = math.MaxInt
+
+// charge is what the byte budget charges t for.
+func (t *tier) charge() int64 {
+	return t.size.Load()*PairBytes + t.names.Load()*EngineHashBytes
 }
 
 // New returns an empty Index configured by opts, or an error wrapping ErrInvalidOptions.
@@ -195,9 +232,11 @@ func New(opts Options) (*Index, error) {
 	return ix, nil
 }
 
-// AddBackend registers a backend under name with a capacity in blocks (0 means
-// Options.DefaultCapacity) and returns its id. Adding a name that is already registered is not
-// an error: it returns the existing id and sets that backend's capacity, evicting if it shrank.
+// AddBackend registers a backend under name with a GPU capacity in blocks (0 means
+// Options.DefaultCapacity; its CPU and Remote media take DefaultCPUCapacity and
+// DefaultRemoteCapacity, see SetMediumCapacity) and returns its id. Adding a name that is
+// already registered is not an error: it returns the existing id and sets that backend's GPU
+// capacity, evicting if it shrank.
 // It returns ErrInvalidName for an empty name, ErrInvalidCapacity for a negative capacity and
 // ErrTooManyBackends when Options.MaxBackends backends are registered.
 //
@@ -222,7 +261,11 @@ func (ix *Index) AddBackend(name string, capacityBlocks int) (BackendID, error) 
 		if ix.backends[i].Load() != nil {
 			continue
 		}
-		b := &backend{id: BackendID(i), name: name, capacity: capacityBlocks}
+		b := &backend{id: BackendID(i), name: name}
+		for m := range NumMedia {
+			b.tiers[m].capacity = ix.capacityOf(m, 0)
+		}
+		b.tiers[GPU].capacity = capacityBlocks
 		ix.backends[i].Store(b)
 		ix.names[name] = b.id
 		if int32(i) >= ix.bound.Load() {
@@ -253,23 +296,53 @@ func (ix *Index) Name(id BackendID) string {
 // result. It is O(1) and never blocks.
 func (ix *Index) Bound() int { return int(ix.bound.Load()) }
 
-// SetCapacity changes backend id's capacity in blocks (0 means Options.DefaultCapacity),
-// evicting its CLOCK victims down to the new capacity. Cost O(evicted blocks).
+// SetCapacity changes backend id's GPU capacity in blocks (0 means Options.DefaultCapacity),
+// evicting its CLOCK victims down to the new capacity: SetMediumCapacity(id, GPU,
+// capacityBlocks). Cost O(evicted blocks).
 func (ix *Index) SetCapacity(id BackendID, capacityBlocks int) error {
-	if capacityBlocks < 0 {
-		return fmt.Errorf("%w: %d blocks for backend %d", ErrInvalidCapacity, capacityBlocks, id)
-	}
-	if capacityBlocks == 0 {
-		capacityBlocks = ix.opts.DefaultCapacity
+	return ix.SetMediumCapacity(id, GPU, capacityBlocks)
+}
+
+// SetMediumCapacity changes the capacity in blocks of backend id's medium m (for a vLLM
+// server: num_gpu_blocks for GPU, the CPU offload's block count for CPU), evicting that
+// medium's CLOCK victims down to it. 0 means the medium's default, Options.DefaultCapacity,
+// DefaultCPUCapacity or DefaultRemoteCapacity, where a CPU or Remote default of 0 sets no limit
+// but the byte budget; math.MaxInt sets no limit for any medium. Each medium of a backend has
+// its own capacity and CLOCK, so blocks stored in one medium never evict those of another.
+//
+// It returns ErrInvalidCapacity for a negative capacity or an unknown medium, ErrUnknownBackend
+// if id is not registered. It is serialised with the backend's other writers; cost O(evicted
+// blocks).
+func (ix *Index) SetMediumCapacity(id BackendID, m Medium, capacityBlocks int) error {
+	if capacityBlocks < 0 || m >= NumMedia {
+		return fmt.Errorf("%w: %d blocks of %v for backend %d", ErrInvalidCapacity, capacityBlocks, m, id)
 	}
 	b, err := ix.lockBackend(id)
 	if err != nil {
 		return err
 	}
-	b.capacity = capacityBlocks
-	ix.evictToCapacityLocked(b)
+	b.tiers[m].capacity = ix.capacityOf(m, capacityBlocks)
+	ix.evictToCapacityLocked(b, m)
 	b.mu.Unlock()
 	return nil
+}
+
+// capacityOf resolves a capacity given for medium m: 0 takes the medium's default.
+func (ix *Index) capacityOf(m Medium, blocks int) int {
+	if blocks == 0 {
+		switch m {
+		case GPU:
+			blocks = ix.opts.DefaultCapacity
+		case CPU:
+			blocks = ix.opts.DefaultCPUCapacity
+		default:
+			blocks = ix.opts.DefaultRemoteCapacity
+		}
+		if blocks == 0 {
+			blocks = noLimit
+		}
+	}
+	return blocks
 }
 
 // RemoveBackend clears backend id and unregisters it; its id becomes free for reuse. Cost
@@ -281,7 +354,7 @@ func (ix *Index) RemoveBackend(id BackendID) error {
 	if err != nil {
 		return err
 	}
-	ix.clearLocked(b)
+	ix.clearLocked(b, true)
 	b.removed = true
 	b.mu.Unlock()
 	ix.backends[id].Store(nil)
@@ -297,26 +370,27 @@ func (ix *Index) RemoveBackend(id BackendID) error {
 	return nil
 }
 
-// ClearBackend removes every block of backend id, keeping it registered. Cost O(the backend's
-// blocks), independent of the index's size. It returns ErrUnknownBackend if id is not
-// registered.
+// ClearBackend removes every block of backend id, in every medium, and every engine hash it
+// remembers, keeping it registered (and the tables of its engine maps allocated, for the
+// blocks to come). Cost O(the backend's blocks and the size its engine maps have reached),
+// independent of the index's size. It returns ErrUnknownBackend if id is not registered.
 func (ix *Index) ClearBackend(id BackendID) error {
 	b, err := ix.lockBackend(id)
 	if err != nil {
 		return err
 	}
-	ix.clearLocked(b)
+	ix.clearLocked(b, false)
 	b.mu.Unlock()
 	return nil
 }
 
-// Insert records that backend id holds the blocks of chain (the approximate mode: call it
-// after routing a request there). Blocks it already holds get their CLOCK reference bit set;
-// new blocks join the back of its CLOCK queue, deepest block first, so that eviction takes a
-// chain from its tail as vLLM does. Then the backend's CLOCK victims are evicted down to its
-// capacity, and, if the index is over its byte budget, victims of the backend holding the most
-// pairs. Only the first min(MaxChainBlocks, capacity) blocks of chain are inserted: a block is
-// useless without its prefix. An empty chain is a no-op.
+// Insert records that backend id holds the blocks of chain on its GPU (the approximate mode:
+// call it after routing a request there). Blocks it already holds get their CLOCK reference
+// bit set; new blocks join the back of its GPU CLOCK queue, deepest block first, so that
+// eviction takes a chain from its tail as vLLM does. Then the backend's GPU CLOCK victims are
+// evicted down to its capacity, and, if the index is over its byte budget, victims of the
+// (backend, medium) charged the most. Only the first min(MaxChainBlocks, capacity) blocks of
+// chain are inserted: a block is useless without its prefix. An empty chain is a no-op.
 //
 // Insert is O(len(chain)) amortised and allocates nothing in steady state. It returns
 // ErrUnknownBackend if id is not registered.
@@ -324,29 +398,31 @@ func (ix *Index) Insert(id BackendID, chain []BlockHash) error {
 	return ix.insert(id, chain, GPU)
 }
 
-func (ix *Index) insert(id BackendID, chain []BlockHash, tier Medium) error {
+func (ix *Index) insert(id BackendID, chain []BlockHash, m Medium) error {
 	b, err := ix.lockBackend(id)
 	if err != nil {
 		return err
 	}
-	ix.insertLocked(b, chain, tier)
+	ix.insertLocked(b, chain, m, nil)
 	b.mu.Unlock()
 	ix.enforceBudget()
 	return nil
 }
 
-// Remove deletes backend id's pairs for the blocks of chain (blocks it does not hold are
-// ignored). Cost O(len(chain)) amortised. It returns ErrUnknownBackend if id is not registered.
+// Remove deletes backend id's GPU pairs for the blocks of chain (blocks it does not hold are
+// ignored); engine hashes that named them (exact mode) are forgotten with them. Only the first
+// MaxChainBlocks blocks are considered. Cost O(len(chain)) amortised. It returns
+// ErrUnknownBackend if id is not registered.
 func (ix *Index) Remove(id BackendID, chain []BlockHash) error {
 	return ix.remove(id, chain, GPU)
 }
 
-func (ix *Index) remove(id BackendID, chain []BlockHash, tier Medium) error {
+func (ix *Index) remove(id BackendID, chain []BlockHash, m Medium) error {
 	b, err := ix.lockBackend(id)
 	if err != nil {
 		return err
 	}
-	ix.removeLocked(b, chain, tier)
+	ix.removeLocked(b, chain[:min(len(chain), ix.opts.MaxChainBlocks)], m, true)
 	b.mu.Unlock()
 	return nil
 }
@@ -384,187 +460,308 @@ const (
 // each shard's lock once for all of the round's pairs in that shard.
 const batch = 128
 
-func (ix *Index) insertLocked(b *backend, chain []BlockHash, tier Medium) {
-	n := min(len(chain), ix.opts.MaxChainBlocks, b.capacity)
+// insertLocked inserts the first min(len(chain), MaxChainBlocks, capacity) blocks of chain
+// into b's medium m, then, if engine is not nil (ApplyStored), records engine[i] as a name of
+// chain[i] for each inserted block, and last evicts m's CLOCK victims down to its capacity,
+// their names with them.
+func (ix *Index) insertLocked(b *backend, chain []BlockHash, m Medium, engine []uint64) {
+	t := &b.tiers[m]
+	n := min(len(chain), ix.opts.MaxChainBlocks, t.capacity)
 	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
 	var keys [batch]uint64
 	var states [batch]uint8
 	var added int64
 	// Deepest block first, in rounds of up to batch blocks.
 	for end := n; end > 0; {
-		m := min(end, batch)
-		for j := range m {
-			keys[j] = entryKey(blockKey(chain[end-1-j], tier), word)
+		r := min(end, batch)
+		for j := range r {
+			keys[j] = entryKey(blockKey(chain[end-1-j], m), word)
 		}
-		ix.applyBatch(opTouch, keys[:m], bit, states[:m])
-		for j := range m {
+		ix.applyBatch(opTouch, keys[:r], bit, states[:r])
+		for j := range r {
 			switch states[j] {
 			case pairAbsent:
-				if g := b.ring.push(blockKey(chain[end-1-j], tier)); g != 0 {
+				if g := t.ring.push(blockKey(chain[end-1-j], m)); g != 0 {
 					ix.bytes.Add(g)
 				}
-				b.live++
+				t.live++
 				added++
 			case pairStale:
-				b.stale--
-				b.live++
+				t.stale--
+				t.live++
 			}
 		}
-		end -= m
+		end -= r
 	}
 	ix.pairs.Add(added)
-	ix.evictToCapacityLocked(b)
+	if engine != nil && n > 0 {
+		if t.eng == nil {
+			t.eng = new(engMap)
+		}
+		e := t.eng
+		bytes, names := e.bytes, e.names
+		for i, h := range chain[:n] {
+			e.add(engine[i], h)
+		}
+		ix.accountLocked(t, bytes, names)
+	}
+	ix.evictToCapacityLocked(b, m)
 }
 
-func (ix *Index) removeLocked(b *backend, chain []BlockHash, tier Medium) {
-	n := min(len(chain), ix.opts.MaxChainBlocks)
+// accountLocked publishes the change of t's engine map since it had bytes and names.
+func (ix *Index) accountLocked(t *tier, bytes int64, names int) {
+	if d := t.eng.bytes - bytes; d != 0 {
+		ix.bytes.Add(d)
+	}
+	if d := t.eng.names - names; d != 0 {
+		ix.engNames.Add(int64(d))
+		t.names.Store(int64(t.eng.names))
+	}
+}
+
+// removeLocked removes b's pairs of medium m for the blocks of chain, and, if dropNames, the
+// engine hashes that named them.
+func (ix *Index) removeLocked(b *backend, chain []BlockHash, m Medium, dropNames bool) {
+	t := &b.tiers[m]
 	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
+	e := t.eng
+	if e != nil && (!dropNames || e.names == 0) {
+		e = nil
+	}
+	var bytes int64
+	var names int
+	if e != nil {
+		bytes, names = e.bytes, e.names
+	}
 	var keys [batch]uint64
 	var states [batch]uint8
-	for start := 0; start < n; {
-		m := min(n-start, batch)
-		for j := range m {
-			keys[j] = entryKey(blockKey(chain[start+j], tier), word)
+	for start := 0; start < len(chain); {
+		r := min(len(chain)-start, batch)
+		for j := range r {
+			keys[j] = entryKey(blockKey(chain[start+j], m), word)
 		}
-		ix.applyBatch(opUnhold, keys[:m], bit, states[:m])
-		for _, st := range states[:m] {
+		ix.applyBatch(opUnhold, keys[:r], bit, states[:r])
+		for j, st := range states[:r] {
 			if st == pairLive || st == pairLiveRef {
-				b.live--
-				b.stale++
+				t.live--
+				t.stale++
+				if e != nil {
+					e.drop(chain[start+j])
+				}
 			}
 		}
-		start += m
+		start += r
 	}
-	ix.maybeCompactLocked(b)
+	if e != nil {
+		ix.accountLocked(t, bytes, names)
+	}
+	ix.maybeCompactLocked(b, m)
 }
 
 // compactMin is the fewest stale pairs worth a compaction pass.
 const compactMin = 16
 
-// maybeCompactLocked drops stale pairs from b's ring once they are at least compactMin and
-// outnumber live ones, so a ring never holds more than about twice its live pairs plus
-// compactMin. Order is kept. Cost O(ring), amortised O(1) per removal.
-func (ix *Index) maybeCompactLocked(b *backend) {
-	if b.stale < compactMin || b.stale <= b.live {
-		b.size.Store(int64(b.ring.len()))
+// maybeCompactLocked drops stale pairs from the ring of b's medium m once they are at least
+// compactMin and outnumber live ones, so a ring never holds more than about twice its live
+// pairs plus compactMin. Order is kept. Cost O(ring), amortised O(1) per removal.
+func (ix *Index) maybeCompactLocked(b *backend, m Medium) {
+	t := &b.tiers[m]
+	if t.stale < compactMin || t.stale <= t.live {
+		t.size.Store(int64(t.ring.len()))
 		return
 	}
 	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
-	for j := b.ring.len(); j > 0; j-- {
-		bk := b.ring.pop()
+	for j := t.ring.len(); j > 0; j-- {
+		bk := t.ring.pop()
 		if ix.apply1(opDropStale, entryKey(bk, word), bit) == pairStale {
-			b.stale--
+			t.stale--
 			ix.pairs.Add(-1)
 			continue
 		}
-		b.ring.push(bk)
+		t.ring.push(bk)
 	}
-	b.size.Store(int64(b.ring.len()))
+	t.size.Store(int64(t.ring.len()))
 }
 
-func (ix *Index) evictToCapacityLocked(b *backend) {
-	ix.sweepLocked(b, b.live-b.capacity, false)
+func (ix *Index) evictToCapacityLocked(b *backend, m Medium) {
+	t := &b.tiers[m]
+	ix.sweepLocked(b, m, int64(t.live)-int64(t.capacity), false)
 }
 
-// sweepLocked moves b's CLOCK hand until want pairs have left the ring: live pairs evicted,
-// and, if countStale, stale pairs dropped. At each pair the hand visits, a referenced pair loses
-// its reference bit and goes to the back (its second chance), an unreferenced one is evicted, a
-// stale one is dropped.
+// usherHash recovers a block's usher hash from its block key in medium m.
+func usherHash(bk uint64, m Medium) BlockHash { return BlockHash(bk ^ uint64(m)*tierK) }
+
+// sweepLocked moves the CLOCK hand of b's medium m until want units have left its ring. For
+// capacity (budget false) a unit is a live pair evicted; for the byte budget a unit is a byte
+// of charge: PairBytes for each pair evicted or stale pair dropped, plus EngineHashBytes for
+// each engine hash an evicted pair takes with it. At each pair the hand visits, a referenced
+// pair loses its reference bit and goes to the back (its second chance), an unreferenced one
+// is evicted (with its engine hashes), a stale one is dropped.
 //
-// It works in rounds of applyBatch, one lock per shard per round. A round visits at most as
-// many pairs as are still wanted, so it can never take more than sequential CLOCK would; when
-// reference bits leave a round short, the next rounds first read the states of the pairs at the
-// front without locking (b's own bits cannot change while b.mu is held, so those reads are
-// exact) to find how far the hand must go. Either way the hand visits the same pairs in the same
-// order with the same outcomes as one step at a time.
-func (ix *Index) sweepLocked(b *backend, want int, countStale bool) {
+// It works in rounds of applyBatch, one lock per shard per round. A round never visits more
+// pairs than sequential CLOCK would: where every pair that leaves counts the same, a round
+// visits at most as many pairs as are still wanted; otherwise (reference bits left the first
+// round short, or pairs with engine hashes weigh more than others) the round first reads the
+// states of the pairs at the front without locking (b's own bits cannot change while b.mu is
+// held, so those reads are exact), and their engine hashes, to find how far the hand must go.
+// Either way the hand visits the same pairs in the same order with the same outcomes as one
+// step at a time.
+func (ix *Index) sweepLocked(b *backend, m Medium, want int64, budget bool) {
+	t := &b.tiers[m]
 	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
+	e := t.eng
+	if e != nil && e.names == 0 {
+		e = nil
+	}
+	var bytes int64
+	var names int
+	if e != nil {
+		bytes, names = e.bytes, e.names
+	}
+	unit := int64(1)
+	if budget {
+		unit = PairBytes
+	}
 	var keys [batch]uint64
 	var states [batch]uint8
-	for first := true; want > 0 && b.ring.len() > 0; first = false {
-		m := min(want, batch, b.ring.len())
-		for j := range m {
-			keys[j] = entryKey(b.ring.at(j), word)
-		}
-		if !first {
+	for first := true; want > 0 && t.ring.len() > 0; first = false {
+		var r int
+		if first && (!budget || e == nil) {
+			r = int(min((want+unit-1)/unit, batch, int64(t.ring.len())))
+			for j := range r {
+				keys[j] = entryKey(t.ring.at(j), word)
+			}
+		} else {
 			// Extend the round over pairs that will not count, up to a full batch.
-			m = 0
-			for got := 0; m < batch && m < b.ring.len() && got < want; m++ {
-				k := entryKey(b.ring.at(m), word)
-				keys[m] = k
+			for got := int64(0); r < batch && r < t.ring.len() && got < want; r++ {
+				bk := t.ring.at(r)
+				k := entryKey(bk, word)
+				keys[r] = k
 				hold, aux := ix.readBits(k)
-				if hold&bit != 0 && aux&bit == 0 || countStale && hold&bit == 0 {
-					got++
+				switch {
+				case hold&bit != 0 && aux&bit == 0:
+					got += unit
+					if budget && e != nil {
+						got += EngineHashBytes * int64(e.count(usherHash(bk, m)))
+					}
+				case budget && hold&bit == 0:
+					got += unit
 				}
 			}
 		}
-		ix.applyBatch(opVisit, keys[:m], bit, states[:m])
-		var evicted, dropped int64
-		for _, st := range states[:m] {
-			bk := b.ring.pop()
+		ix.applyBatch(opVisit, keys[:r], bit, states[:r])
+		var evicted, dropped, unnamed int64
+		for _, st := range states[:r] {
+			bk := t.ring.pop()
 			switch st {
 			case pairLiveRef:
-				b.ring.push(bk)
+				t.ring.push(bk)
 			case pairLive:
-				b.live--
+				t.live--
 				evicted++
+				if e != nil {
+					unnamed += int64(e.drop(usherHash(bk, m)))
+				}
 			default:
-				b.stale--
+				t.stale--
 				dropped++
 			}
 		}
-		b.evictions += evicted
+		t.evictions += evicted
 		ix.evictions.Add(evicted)
 		ix.pairs.Add(-evicted - dropped)
-		if countStale {
-			want -= int(evicted + dropped)
+		if budget {
+			want -= (evicted+dropped)*PairBytes + unnamed*EngineHashBytes
 		} else {
-			want -= int(evicted)
+			want -= evicted
 		}
 	}
-	b.size.Store(int64(b.ring.len()))
+	if e != nil {
+		ix.accountLocked(t, bytes, names)
+	}
+	t.size.Store(int64(t.ring.len()))
 }
 
-func (ix *Index) clearLocked(b *backend) {
+// clearLocked removes every pair and engine hash of b. Its engine maps keep their tables
+// (an engine that cleared its cache refills it soon) unless release, as when b is removed.
+func (ix *Index) clearLocked(b *backend, release bool) {
 	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
 	var keys [batch]uint64
 	var states [batch]uint8
-	ix.pairs.Add(int64(-b.ring.len()))
-	for b.ring.len() > 0 {
-		m := min(b.ring.len(), batch)
-		for j := range m {
-			keys[j] = entryKey(b.ring.pop(), word)
+	for m := range NumMedia {
+		t := &b.tiers[m]
+		ix.pairs.Add(int64(-t.ring.len()))
+		for t.ring.len() > 0 {
+			r := min(t.ring.len(), batch)
+			for j := range r {
+				keys[j] = entryKey(t.ring.pop(), word)
+			}
+			ix.applyBatch(opClear, keys[:r], bit, states[:r])
 		}
-		ix.applyBatch(opClear, keys[:m], bit, states[:m])
-	}
-	ix.bytes.Add(-b.ring.reset())
-	b.live, b.stale = 0, 0
-	b.size.Store(0)
-	clear(b.engine)
-}
-
-// enforceBudget moves the CLOCK hand of the backend holding the most pairs, live or stale
-// (the lowest id on a tie), until the index is back within its budget.
-func (ix *Index) enforceBudget() {
-	for ix.pairs.Load() > ix.maxPairs {
-		var victim *backend
-		var most int64
-		for i := range int(ix.bound.Load()) {
-			if b := ix.backends[i].Load(); b != nil {
-				if s := b.size.Load(); s > most {
-					victim, most = b, s
-				}
+		ix.bytes.Add(-t.ring.reset())
+		t.live, t.stale = 0, 0
+		t.size.Store(0)
+		if t.eng != nil {
+			ix.engNames.Add(-int64(t.eng.names))
+			t.names.Store(0)
+			if release {
+				ix.bytes.Add(-t.eng.bytes)
+				t.eng = nil
+			} else {
+				t.eng.reset()
 			}
 		}
-		if victim == nil {
+	}
+}
+
+// charged is what the byte budget charges the whole index for.
+func (ix *Index) charged() int64 {
+	return ix.pairs.Load()*PairBytes + ix.engNames.Load()*EngineHashBytes
+}
+
+// enforceBudget moves the CLOCK hand of the (backend, medium) charged the most until the index
+// is back within its budget. CPU and Remote media are victims before any GPU one: a block held
+// on a GPU is the one worth most to a router, and the GPU media are bounded by capacities that
+// the engines themselves honour, where the other media may be bounded by the budget alone. Ties
+// go to the lowest id, then the lowest medium.
+func (ix *Index) enforceBudget() {
+	for {
+		over := ix.charged() - ix.opts.MaxBytes
+		if over <= 0 {
 			return
+		}
+		victim, m := ix.budgetVictim(CPU, Remote)
+		if victim == nil {
+			if victim, m = ix.budgetVictim(GPU); victim == nil {
+				return
+			}
 		}
 		victim.mu.Lock()
 		if !victim.removed {
-			ix.sweepLocked(victim, int(min(ix.pairs.Load()-ix.maxPairs, int64(victim.ring.len()))), true)
+			ix.sweepLocked(victim, m, min(over, victim.tiers[m].charge()), true)
 		}
 		victim.mu.Unlock()
 	}
+}
+
+// budgetVictim returns the backend and medium, among media, charged the most (nil if none is
+// charged anything). It reads the charges without locking. O(backends).
+func (ix *Index) budgetVictim(media ...Medium) (*backend, Medium) {
+	var victim *backend
+	var vm Medium
+	var most int64
+	for i := range int(ix.bound.Load()) {
+		b := ix.backends[i].Load()
+		if b == nil {
+			continue
+		}
+		for _, m := range media {
+			if c := b.tiers[m].charge(); c > most {
+				victim, vm, most = b, m, c
+			}
+		}
+	}
+	return victim, vm
 }
 
 // Key derivation. A (block, medium) pair has a block key; its holders for ids 64w..64w+63 live

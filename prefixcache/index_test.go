@@ -49,6 +49,9 @@ func TestOptions(t *testing.T) {
 		{"too many shards", Options{Shards: 512}, false},
 		{"negative shards", Options{Shards: -1}, false},
 		{"negative capacity", Options{DefaultCapacity: -1}, false},
+		{"negative CPU capacity", Options{DefaultCPUCapacity: -1}, false},
+		{"negative Remote capacity", Options{DefaultRemoteCapacity: -1}, false},
+		{"medium capacities", Options{DefaultCPUCapacity: 10, DefaultRemoteCapacity: 20}, true},
 		{"budget below one pair", Options{MaxBytes: PairBytes - 1}, false},
 		{"negative chain", Options{MaxChainBlocks: -1}, false},
 		{"max backends", Options{MaxBackends: MaxBackends}, true},
@@ -96,6 +99,9 @@ func TestBackendRegistry(t *testing.T) {
 		{"empty name", func() error { _, err := ix.AddBackend("", 1); return err }(), ErrInvalidName},
 		{"negative capacity", func() error { _, err := ix.AddBackend("x", -1); return err }(), ErrInvalidCapacity},
 		{"set negative capacity", ix.SetCapacity(a, -2), ErrInvalidCapacity},
+		{"set negative CPU capacity", ix.SetMediumCapacity(a, CPU, -2), ErrInvalidCapacity},
+		{"set capacity of an unknown medium", ix.SetMediumCapacity(a, NumMedia, 5), ErrInvalidCapacity},
+		{"set capacity unknown", ix.SetMediumCapacity(99, CPU, 5), ErrUnknownBackend},
 		{"insert unknown", ix.Insert(99, seq(1, 3)), ErrUnknownBackend},
 		{"remove unknown", ix.Remove(99, seq(1, 3)), ErrUnknownBackend},
 		{"clear unknown", ix.ClearBackend(99), ErrUnknownBackend},
@@ -183,7 +189,7 @@ func TestClockEviction(t *testing.T) {
 	a := mustAdd(t, ix, "a", 4)
 	// Insert 1..4: queued deepest first (4 3 2 1).
 	_ = ix.Insert(a, seq(1, 4))
-	if got := ix.snapshotRing(a); got[0].key != 4 || got[3].key != 1 {
+	if got := ix.snapshotRing(a, GPU); got[0].key != 4 || got[3].key != 1 {
 		t.Fatalf("queue %v, want 4 3 2 1", got)
 	}
 	// Touch 4 (a chain of one block, 4) and add 5: the hand skips 4 (second chance) and
@@ -191,7 +197,7 @@ func TestClockEviction(t *testing.T) {
 	_ = ix.Insert(a, seq(4, 1))
 	_ = ix.Insert(a, seq(5, 1))
 	var keys []uint64
-	for _, p := range ix.snapshotRing(a) {
+	for _, p := range ix.snapshotRing(a, GPU) {
 		keys = append(keys, p.key)
 	}
 	if want := []uint64{2, 1, 5, 4}; !slices.Equal(keys, want) {
@@ -205,11 +211,52 @@ func TestClockEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys = keys[:0]
-	for _, p := range ix.snapshotRing(a) {
+	for _, p := range ix.snapshotRing(a, GPU) {
 		keys = append(keys, p.key)
 	}
 	if want := []uint64{5, 4}; !slices.Equal(keys, want) {
 		t.Errorf("queue after shrink %v, want %v", keys, want)
+	}
+}
+
+// TestMediumCapacity checks that each medium of a backend has its own capacity and CLOCK.
+func TestMediumCapacity(t *testing.T) {
+	ix := mustNew(t, Options{DefaultCapacity: 4, DefaultRemoteCapacity: 2})
+	a := mustAdd(t, ix, "a", 0)
+	medium := func(m Medium) MediumStats { return ix.Stats().Backends[0].Media[m] }
+	steps := []struct {
+		do   func() error
+		m    Medium
+		want MediumStats
+	}{
+		{func() error { return ix.insert(a, seq(1, 4), GPU) }, GPU, MediumStats{Blocks: 4, Capacity: 4}},
+		// CPU has no capacity of its own: only the byte budget bounds it.
+		{func() error { return ix.insert(a, seq(100, 50), CPU) }, CPU, MediumStats{Blocks: 50}},
+		{nil, GPU, MediumStats{Blocks: 4, Capacity: 4}},
+		// Remote holds the first 2 blocks of a longer chain (its DefaultRemoteCapacity).
+		{func() error { return ix.insert(a, seq(200, 5), Remote) }, Remote, MediumStats{Blocks: 2, Capacity: 2}},
+		{func() error { return ix.SetMediumCapacity(a, CPU, 10) }, CPU, MediumStats{Blocks: 10, Capacity: 10, Evictions: 40}},
+		{nil, GPU, MediumStats{Blocks: 4, Capacity: 4}},
+		// 0 restores the medium's default: no limit for CPU.
+		{func() error { return ix.SetMediumCapacity(a, CPU, 0) }, CPU, MediumStats{Blocks: 10, Evictions: 40}},
+		{func() error { return ix.SetCapacity(a, 2) }, GPU, MediumStats{Blocks: 2, Capacity: 2, Evictions: 2}},
+		{nil, CPU, MediumStats{Blocks: 10, Evictions: 40}},
+	}
+	for i, s := range steps {
+		if s.do != nil {
+			if err := s.do(); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+		}
+		if got := medium(s.m); got != s.want {
+			t.Errorf("step %d: %v %+v, want %+v", i, s.m, got, s.want)
+		}
+	}
+	if got := ix.Match(nil, seq(1, 4)); got[a] != 2 {
+		t.Errorf("GPU match %v, want 2", got)
+	}
+	if st := ix.Stats(); st.Blocks != 14 || st.Backends[0].Blocks != 14 || st.Backends[0].Capacity != 2 || st.Backends[0].Evictions != 42 {
+		t.Errorf("totals %+v", st)
 	}
 }
 
@@ -341,6 +388,26 @@ func TestAllocs(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { _ = ix.Insert(ids[3], chain) }); a != 0 {
 		t.Errorf("Insert of existing blocks: %v allocs/op, want 0", a)
 	}
+	// Exact mode: a store and the removal of the same blocks, in two media, once the engine
+	// maps have grown.
+	tokens := make([]uint32, 64*16)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	hashes := make([]uint64, 64)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	events := func() {
+		for _, medium := range []string{"GPU", "CPU"} {
+			_ = ix.ApplyStored(ids[5], StoredBlocks{EngineHashes: hashes, Tokens: tokens, BlockSize: 16, Medium: medium})
+			_ = ix.ApplyRemovedFrom(ids[5], medium, hashes)
+		}
+	}
+	events()
+	if a := testing.AllocsPerRun(100, events); a != 0 {
+		t.Errorf("ApplyStored and ApplyRemovedFrom: %v allocs/op, want 0", a)
+	}
 	// Wide path: ids past 64.
 	for i := 64; i < 130; i++ {
 		_ = ix.Insert(mustAdd(t, ix, fmt.Sprint(i), 1<<12), chain[:64])
@@ -354,7 +421,7 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
-// TestConcurrent runs writers (insert, remove, clear, events) and readers (Match, Stats) at
+// TestConcurrent runs writers (insert, remove, clear, KV events) and readers (Match, Stats) at
 // once; run with -race. Afterwards the index must satisfy its invariants, and a quiescent
 // Match must agree with the rings.
 func TestConcurrent(t *testing.T) {
@@ -393,6 +460,20 @@ func TestConcurrent(t *testing.T) {
 			}
 		})
 	}
+	// KV events from an engine with CPU offloading, into a backend the writers above also
+	// insert into, remove from and clear (so some events fail: their parent was cleared).
+	wg.Go(func() {
+		lr := rand.New(rand.NewPCG(9, 3))
+		eng := newToyEngine(2, 4, 200, 800)
+		prompts := toyPrompts(lr, 100, 4, 20, 3)
+		var evs []toyEvent
+		for range iters {
+			evs = eng.serve(prompts[lr.IntN(len(prompts))], evs[:0])
+			for _, ev := range evs {
+				_ = ev.apply(ix, ids[2])
+			}
+		}
+	})
 	for rd := range 2 {
 		wg.Go(func() {
 			lr := rand.New(rand.NewPCG(uint64(rd), 2))
@@ -416,7 +497,7 @@ func TestConcurrent(t *testing.T) {
 	if err := ix.checkInvariants(); err != nil {
 		t.Fatal(err)
 	}
-	if st := ix.Stats(); st.Blocks+st.Stale > st.BudgetBlocks {
+	if st := ix.Stats(); (st.Blocks+st.Stale)*PairBytes+st.EngineHashes*EngineHashBytes > 3000*PairBytes {
 		t.Errorf("over budget: %+v", st)
 	}
 	for _, c := range chains {
@@ -478,4 +559,7 @@ func TestBytesPerBlock(t *testing.T) {
 			runtime.KeepAlive(ix)
 		})
 	}
+	// The same for the exact mode (see TestTieredExactMode), so that CI's memory step, which
+	// runs this test without the race detector, checks its target too.
+	t.Run("exact", func(t *testing.T) { exactBytesPerBlock(t, blocks, true) })
 }

@@ -3,13 +3,17 @@ package prefixcache
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
 )
 
-// The reference: a naive model of the documented semantics, one list per backend in CLOCK
-// order (front first) and linear searches everywhere.
+// The reference: a naive model of the documented semantics, with linear searches everywhere.
+// Each (backend, medium) has a capacity, a list in CLOCK order (front first) and, for the
+// exact mode, a map from the engine's block hashes to usher's: an engine hash names its block
+// until the engine removes it or the block leaves that medium; a block leaves on a BlockRemoved
+// only once no engine hash names it any more.
 
 type refPair struct {
 	key   uint64 // block key (hash with medium folded in)
@@ -17,16 +21,20 @@ type refPair struct {
 	stale bool
 }
 
-type refBackend struct {
-	name      string
+type refTier struct {
 	capacity  int
 	queue     []refPair
 	evictions int64
-	engine    map[engineKey]BlockHash
+	engine    map[uint64]BlockHash // engine hash → usher hash
 }
 
-func (b *refBackend) find(k uint64) int {
-	for i, p := range b.queue {
+type refBackend struct {
+	name  string
+	tiers [NumMedia]refTier
+}
+
+func (t *refTier) find(k uint64) int {
+	for i, p := range t.queue {
 		if p.key == k {
 			return i
 		}
@@ -34,14 +42,41 @@ func (b *refBackend) find(k uint64) int {
 	return -1
 }
 
-func (b *refBackend) count(stale bool) int {
+func (t *refTier) count(stale bool) int {
 	n := 0
-	for _, p := range b.queue {
+	for _, p := range t.queue {
 		if p.stale == stale {
 			n++
 		}
 	}
 	return n
+}
+
+// names returns how many engine hashes name block u.
+func (t *refTier) names(u BlockHash) int {
+	n := 0
+	for _, v := range t.engine {
+		if v == u {
+			n++
+		}
+	}
+	return n
+}
+
+// forget drops every engine hash naming u and returns how many there were.
+func (t *refTier) forget(u BlockHash) int {
+	n := 0
+	for e, v := range t.engine {
+		if v == u {
+			delete(t.engine, e)
+			n++
+		}
+	}
+	return n
+}
+
+func (t *refTier) charge() int64 {
+	return int64(len(t.queue))*PairBytes + int64(len(t.engine))*EngineHashBytes
 }
 
 type refIndex struct {
@@ -55,14 +90,16 @@ func newRef(o Options) *refIndex {
 	return &refIndex{opts: o, backends: make([]*refBackend, o.MaxBackends)}
 }
 
-func (r *refIndex) pairs() int {
-	n := 0
+func (r *refIndex) charge() int64 {
+	var c int64
 	for _, b := range r.backends {
 		if b != nil {
-			n += len(b.queue)
+			for m := range b.tiers {
+				c += b.tiers[m].charge()
+			}
 		}
 	}
-	return n
+	return c
 }
 
 func (r *refIndex) bound() int {
@@ -74,6 +111,18 @@ func (r *refIndex) bound() int {
 	return 0
 }
 
+// resolve is the capacity of medium m given as blocks (0: the medium's default).
+func (r *refIndex) resolve(m Medium, blocks int) int {
+	if blocks != 0 {
+		return blocks
+	}
+	blocks = []int{r.opts.DefaultCapacity, r.opts.DefaultCPUCapacity, r.opts.DefaultRemoteCapacity}[m]
+	if blocks == 0 {
+		return noLimit
+	}
+	return blocks
+}
+
 func (r *refIndex) add(name string, capacity int) (BackendID, error) {
 	if name == "" {
 		return 0, ErrInvalidName
@@ -81,17 +130,19 @@ func (r *refIndex) add(name string, capacity int) (BackendID, error) {
 	if capacity < 0 {
 		return 0, ErrInvalidCapacity
 	}
-	if capacity == 0 {
-		capacity = r.opts.DefaultCapacity
-	}
 	for i, b := range r.backends {
 		if b != nil && b.name == name {
-			return BackendID(i), r.setCapacity(BackendID(i), capacity)
+			return BackendID(i), r.setCapacity(BackendID(i), GPU, capacity)
 		}
 	}
 	for i, b := range r.backends {
 		if b == nil {
-			r.backends[i] = &refBackend{name: name, capacity: capacity}
+			nb := &refBackend{name: name}
+			for m := range NumMedia {
+				nb.tiers[m].capacity = r.resolve(m, 0)
+			}
+			nb.tiers[GPU].capacity = r.resolve(GPU, capacity)
+			r.backends[i] = nb
 			return BackendID(i), nil
 		}
 	}
@@ -105,74 +156,90 @@ func (r *refIndex) get(id BackendID) (*refBackend, error) {
 	return r.backends[id], nil
 }
 
-func (r *refIndex) setCapacity(id BackendID, capacity int) error {
-	if capacity < 0 {
+func (r *refIndex) setCapacity(id BackendID, m Medium, capacity int) error {
+	if capacity < 0 || m >= NumMedia {
 		return ErrInvalidCapacity
-	}
-	if capacity == 0 {
-		capacity = r.opts.DefaultCapacity
 	}
 	b, err := r.get(id)
 	if err != nil {
 		return err
 	}
-	b.capacity = capacity
-	r.evictToCapacity(b)
+	b.tiers[m].capacity = r.resolve(m, capacity)
+	r.evictToCapacity(&b.tiers[m], m)
 	return nil
 }
 
-// step moves the CLOCK hand one pair and reports whether it evicted a live pair.
-func (r *refIndex) step(b *refBackend) bool {
-	p := b.queue[0]
-	b.queue = b.queue[1:]
+// step moves t's CLOCK hand one pair and returns what left: pairs evicted (0 or 1) and the
+// bytes of charge released.
+func (r *refIndex) step(t *refTier, m Medium) (evicted int, freed int64) {
+	p := t.queue[0]
+	t.queue = t.queue[1:]
 	switch {
 	case p.stale:
-		return false
+		return 0, PairBytes
 	case p.ref:
 		p.ref = false
-		b.queue = append(b.queue, p)
-		return false
+		t.queue = append(t.queue, p)
+		return 0, 0
 	default:
-		b.evictions++
+		t.evictions++
 		r.evictions++
-		return true
+		return 1, PairBytes + int64(t.forget(usherHash(p.key, m)))*EngineHashBytes
 	}
 }
 
-func (r *refIndex) evictToCapacity(b *refBackend) {
-	for b.count(false) > b.capacity {
-		for !r.step(b) {
+func (r *refIndex) evictToCapacity(t *refTier, m Medium) {
+	for t.count(false) > t.capacity {
+		for ev, _ := r.step(t, m); ev == 0; ev, _ = r.step(t, m) {
 		}
 	}
 }
 
+// budget evicts until the index is within its byte budget: from the (backend, medium) charged
+// the most, CPU and Remote before GPU, the lowest id and then medium first on ties.
 func (r *refIndex) budget() {
-	maxPairs := int(r.opts.MaxBytes / PairBytes)
-	for r.pairs() > maxPairs {
-		var victim *refBackend
-		for _, b := range r.backends {
-			if b != nil && (victim == nil || len(b.queue) > len(victim.queue)) {
-				victim = b
+	for r.charge() > r.opts.MaxBytes {
+		var victim *refTier
+		var vm Medium
+		for _, media := range [][]Medium{{CPU, Remote}, {GPU}} {
+			for _, b := range r.backends {
+				for _, m := range media {
+					if b != nil && b.tiers[m].charge() > 0 && (victim == nil || b.tiers[m].charge() > victim.charge()) {
+						victim, vm = &b.tiers[m], m
+					}
+				}
+			}
+			if victim != nil {
+				break
 			}
 		}
-		for r.pairs() > maxPairs && len(victim.queue) > 0 {
-			r.step(victim)
+		for r.charge() > r.opts.MaxBytes && len(victim.queue) > 0 {
+			r.step(victim, vm)
 		}
 	}
 }
 
-func (r *refIndex) insertLocked(b *refBackend, chain []BlockHash, m Medium) {
-	n := min(len(chain), r.opts.MaxChainBlocks, b.capacity)
+func (r *refIndex) insertLocked(b *refBackend, chain []BlockHash, m Medium, engine []uint64) {
+	t := &b.tiers[m]
+	n := min(len(chain), r.opts.MaxChainBlocks, t.capacity)
 	for i := n - 1; i >= 0; i-- {
 		k := blockKey(chain[i], m)
-		if j := b.find(k); j >= 0 {
-			b.queue[j].ref = true
-			b.queue[j].stale = false
+		if j := t.find(k); j >= 0 {
+			t.queue[j].ref = true
+			t.queue[j].stale = false
 			continue
 		}
-		b.queue = append(b.queue, refPair{key: k})
+		t.queue = append(t.queue, refPair{key: k})
 	}
-	r.evictToCapacity(b)
+	if engine != nil {
+		if t.engine == nil {
+			t.engine = map[uint64]BlockHash{}
+		}
+		for i := range n {
+			t.engine[engine[i]] = chain[i]
+		}
+	}
+	r.evictToCapacity(t, m)
 }
 
 func (r *refIndex) insert(id BackendID, chain []BlockHash, m Medium) error {
@@ -180,20 +247,22 @@ func (r *refIndex) insert(id BackendID, chain []BlockHash, m Medium) error {
 	if err != nil {
 		return err
 	}
-	r.insertLocked(b, chain, m)
+	r.insertLocked(b, chain, m, nil)
 	r.budget()
 	return nil
 }
 
 func (r *refIndex) removeLocked(b *refBackend, chain []BlockHash, m Medium) {
-	for _, h := range chain[:min(len(chain), r.opts.MaxChainBlocks)] {
-		if j := b.find(blockKey(h, m)); j >= 0 && !b.queue[j].stale {
-			b.queue[j].stale = true
-			b.queue[j].ref = false
+	t := &b.tiers[m]
+	for _, h := range chain {
+		if j := t.find(blockKey(h, m)); j >= 0 && !t.queue[j].stale {
+			t.queue[j].stale = true
+			t.queue[j].ref = false
+			t.forget(h)
 		}
 	}
-	if stale := b.count(true); stale >= compactMin && stale > b.count(false) {
-		b.queue = slices.DeleteFunc(b.queue, func(p refPair) bool { return p.stale })
+	if stale := t.count(true); stale >= compactMin && stale > t.count(false) {
+		t.queue = slices.DeleteFunc(t.queue, func(p refPair) bool { return p.stale })
 	}
 }
 
@@ -202,7 +271,7 @@ func (r *refIndex) remove(id BackendID, chain []BlockHash, m Medium) error {
 	if err != nil {
 		return err
 	}
-	r.removeLocked(b, chain, m)
+	r.removeLocked(b, chain[:min(len(chain), r.opts.MaxChainBlocks)], m)
 	return nil
 }
 
@@ -211,8 +280,10 @@ func (r *refIndex) clear(id BackendID) error {
 	if err != nil {
 		return err
 	}
-	b.queue = nil
-	b.engine = nil
+	for m := range b.tiers {
+		b.tiers[m].queue = nil
+		b.tiers[m].engine = nil
+	}
 	return nil
 }
 
@@ -228,13 +299,14 @@ func (r *refIndex) match(chain []BlockHash, m Medium) []int32 {
 	out := make([]int32, r.bound())
 	chain = chain[:min(len(chain), r.opts.MaxChainBlocks)]
 	for id, b := range r.backends[:len(out)] {
-		if b == nil {
+		if b == nil || m >= NumMedia {
 			continue
 		}
+		t := &b.tiers[m]
 		n := 0
 		for _, h := range chain {
-			j := b.find(blockKey(h, m))
-			if j < 0 || b.queue[j].stale {
+			j := t.find(blockKey(h, m))
+			if j < 0 || t.queue[j].stale {
 				break
 			}
 			n++
@@ -256,26 +328,16 @@ func (r *refIndex) applyStored(id BackendID, ev StoredBlocks) error {
 	m := ParseMedium(ev.Medium)
 	seed := ev.Seed
 	if ev.HasParent {
-		u, ok := b.engine[engineKey{ev.Parent, m}]
-		for o := Medium(0); !ok && o < numMedia; o++ {
-			u, ok = b.engine[engineKey{ev.Parent, o}]
+		u, ok := b.tiers[m].engine[ev.Parent]
+		for o := Medium(0); !ok && o < NumMedia; o++ {
+			u, ok = b.tiers[o].engine[ev.Parent]
 		}
 		if !ok {
 			return ErrUnknownParent
 		}
 		seed = u
 	}
-	chain := HashTokens(nil, seed, ev.Tokens, ev.BlockSize)
-	if b.engine == nil {
-		b.engine = map[engineKey]BlockHash{}
-	}
-	if len(b.engine)+n > 2*b.capacity+1024 {
-		b.engine = map[engineKey]BlockHash{}
-	}
-	for i, eh := range ev.EngineHashes {
-		b.engine[engineKey{eh, m}] = chain[i]
-	}
-	r.insertLocked(b, chain, m)
+	r.insertLocked(b, HashTokens(nil, seed, ev.Tokens, ev.BlockSize), m, ev.EngineHashes)
 	r.budget()
 	return nil
 }
@@ -286,29 +348,33 @@ func (r *refIndex) applyRemoved(id BackendID, medium string, hashes []uint64) er
 		return err
 	}
 	m := ParseMedium(medium)
-	var chain []BlockHash
+	t := &b.tiers[m]
+	var gone []BlockHash
 	for _, eh := range hashes {
-		if u, ok := b.engine[engineKey{eh, m}]; ok {
-			chain = append(chain, u)
-			delete(b.engine, engineKey{eh, m})
+		if u, ok := t.engine[eh]; ok {
+			delete(t.engine, eh)
+			if t.names(u) == 0 {
+				gone = append(gone, u)
+			}
 		}
 	}
-	r.removeLocked(b, chain, m)
+	r.removeLocked(b, gone, m)
 	return nil
 }
 
-// snapshotRing reads backend id's CLOCK queue and pair bits out of the index, front first.
-func (ix *Index) snapshotRing(id BackendID) []refPair {
+// snapshotRing reads the CLOCK queue of backend id's medium m and its pair bits out of the
+// index, front first.
+func (ix *Index) snapshotRing(id BackendID, m Medium) []refPair {
 	b := ix.load(id)
 	if b == nil {
 		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]refPair, 0, b.ring.len())
-	for j := range b.ring.len() {
-		i := (b.ring.head + j) % len(b.ring.buf)
-		k := b.ring.buf[i]
+	rg := &b.tiers[m].ring
+	out := make([]refPair, 0, rg.len())
+	for j := range rg.len() {
+		k := rg.at(j)
 		hold, aux := ix.peek(entryKey(k, int(id>>6)))
 		bit := uint64(1) << (id & 63)
 		out = append(out, refPair{key: k, ref: hold&bit != 0 && aux&bit != 0, stale: hold&bit == 0})
@@ -319,53 +385,150 @@ func (ix *Index) snapshotRing(id BackendID) []refPair {
 	return out
 }
 
-// checkInvariants verifies the index's internal consistency: counters agree with rings and
-// tables, and every bit in a table belongs to exactly one ring slot.
+// engineNames returns the engine hashes backend id's medium m remembers, with their blocks.
+func (ix *Index) engineNames(id BackendID, m Medium) map[uint64]BlockHash {
+	b := ix.load(id)
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[uint64]BlockHash{}
+	e := b.tiers[m].eng
+	if e == nil {
+		return out
+	}
+	// Walk the reverse lists of the medium's live pairs; checkInvariants proves they hold
+	// every forward entry.
+	for j := range b.tiers[m].ring.len() {
+		u := usherHash(b.tiers[m].ring.at(j), m)
+		for k := 0; ; k++ {
+			v, ok := e.get(revKey(u, k))
+			if !ok {
+				break
+			}
+			out[v&^nextBit] = u
+		}
+	}
+	return out
+}
+
+// checkInvariants verifies the index's internal consistency: counters agree with rings,
+// tables and engine maps; every bit in a table belongs to exactly one ring slot; every engine
+// hash names a block its medium holds, and is listed by it; the byte counter is the sum of
+// what is allocated.
 func (ix *Index) checkInvariants() error {
 	bits := map[[2]uint64]int{} // (entry key, id) → ring slots
-	var pairs int64
+	var pairs, names, bytes int64
 	for id := range ix.backends {
 		b := ix.backends[id].Load()
 		if b == nil {
 			continue
 		}
 		b.mu.Lock()
-		live, stale := 0, 0
-		for j := range b.ring.len() {
-			k := b.ring.buf[(b.ring.head+j)%len(b.ring.buf)]
-			ek := entryKey(k, id>>6)
-			bits[[2]uint64{ek, uint64(id)}]++
-			hold, aux := ix.peek(ek)
-			bit := uint64(1) << (id & 63)
-			switch {
-			case hold&bit != 0:
-				live++
-			case aux&bit != 0:
-				stale++
-			default:
-				b.mu.Unlock()
-				return fmt.Errorf("backend %d: queued key %#x has no bits", id, k)
+		err := func() error {
+			for m := range NumMedia {
+				t := &b.tiers[m]
+				live, stale := 0, 0
+				var liveKeys []uint64
+				for j := range t.ring.len() {
+					k := t.ring.at(j)
+					ek := entryKey(k, id>>6)
+					bits[[2]uint64{ek, uint64(id)}]++
+					hold, aux := ix.peek(ek)
+					bit := uint64(1) << (id & 63)
+					switch {
+					case hold&bit != 0:
+						live++
+						liveKeys = append(liveKeys, k)
+					case aux&bit != 0:
+						stale++
+					default:
+						return fmt.Errorf("backend %d %v: queued key %#x has no bits", id, m, k)
+					}
+				}
+				if live != t.live || stale != t.stale || int64(t.ring.len()) != t.size.Load() {
+					return fmt.Errorf("backend %d %v: live %d/%d stale %d/%d size %d/%d", id, m, live, t.live, stale, t.stale, t.ring.len(), t.size.Load())
+				}
+				if t.live > t.capacity {
+					return fmt.Errorf("backend %d %v: %d live > capacity %d", id, m, t.live, t.capacity)
+				}
+				pairs += int64(t.ring.len())
+				bytes += int64(len(t.ring.buf)) * 8
+				if t.eng == nil {
+					if t.names.Load() != 0 {
+						return fmt.Errorf("backend %d %v: %d names without a map", id, m, t.names.Load())
+					}
+					continue
+				}
+				e := t.eng
+				listed := 0
+				for _, k := range liveKeys {
+					u := usherHash(k, Medium(m))
+					for n := 0; ; n++ {
+						rv, ok := e.get(revKey(u, n))
+						if !ok {
+							break
+						}
+						listed++
+						if v, ok := e.get(rv &^ nextBit); !ok || BlockHash(v) != u {
+							return fmt.Errorf("backend %d %v: block %#x lists a name that names %#x (%v)", id, m, u, v, ok)
+						}
+						if _, more := e.get(revKey(u, n+1)); more != (rv&nextBit != 0) {
+							return fmt.Errorf("backend %d %v: block %#x name %d: next bit %v, next entry %v", id, m, u, n, rv&nextBit != 0, more)
+						}
+					}
+				}
+				entries, slots := 0, 0
+				for p := range e.parts {
+					pt := &e.parts[p]
+					slots += len(pt.slots)
+					n := 0
+					for i, s := range pt.slots {
+						if s.key == 0 {
+							continue
+						}
+						n++
+						if s.key&(engParts-1) != uint64(p) {
+							return fmt.Errorf("backend %d %v: key %#x in part %d", id, m, s.key, p)
+						}
+						if v, ok := e.get(s.key); !ok || v != s.val {
+							return fmt.Errorf("backend %d %v: key %#x at %d not found by probing", id, m, s.key, i)
+						}
+					}
+					if n != pt.count {
+						return fmt.Errorf("backend %d %v: part %d count %d, holds %d", id, m, p, pt.count, n)
+					}
+					entries += n
+				}
+				if listed != e.names || entries != 2*e.names || int64(e.names) != t.names.Load() {
+					return fmt.Errorf("backend %d %v: %d names, %d listed by live blocks, %d entries, published %d", id, m, e.names, listed, entries, t.names.Load())
+				}
+				if int64(slots)*engSlotBytes != e.bytes {
+					return fmt.Errorf("backend %d %v: engine map bytes %d, slots %d", id, m, e.bytes, slots)
+				}
+				names += int64(e.names)
+				bytes += e.bytes
 			}
-		}
-		if live != b.live || stale != b.stale || int64(b.ring.len()) != b.size.Load() {
-			b.mu.Unlock()
-			return fmt.Errorf("backend %d: live %d/%d stale %d/%d size %d/%d", id, live, b.live, stale, b.stale, b.ring.len(), b.size.Load())
-		}
-		if b.live > b.capacity {
-			b.mu.Unlock()
-			return fmt.Errorf("backend %d: %d live > capacity %d", id, b.live, b.capacity)
-		}
-		pairs += int64(b.ring.len())
+			return nil
+		}()
 		b.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	if got := ix.pairs.Load(); got != pairs {
 		return fmt.Errorf("pairs counter %d, rings hold %d", got, pairs)
+	}
+	if got := ix.engNames.Load(); got != names {
+		return fmt.Errorf("engine hash counter %d, maps hold %d", got, names)
 	}
 	for si := range ix.shards {
 		t := ix.shards[si].tab.Load()
 		if t == nil {
 			continue
 		}
+		bytes += int64(len(t.slots)) * slotBytes
 		count := 0
 		for i, s := range t.slots {
 			if s.key == 0 {
@@ -409,6 +572,9 @@ func (ix *Index) checkInvariants() error {
 		if n != 1 {
 			return fmt.Errorf("pair %v queued %d times", k, n)
 		}
+	}
+	if got := ix.bytes.Load(); got != bytes {
+		return fmt.Errorf("bytes counter %d, allocated %d", got, bytes)
 	}
 	return nil
 }
@@ -482,7 +648,13 @@ func runModel(t testing.TB, o Options, ops []op) {
 		case opClearBackend:
 			same(step, "ClearBackend", ix.ClearBackend(p.id), ref.clear(p.id))
 		case opSetCapacity:
-			same(step, "SetCapacity", ix.SetCapacity(p.id, p.n), ref.setCapacity(p.id, p.n))
+			var got error
+			if p.medium == GPU {
+				got = ix.SetCapacity(p.id, p.n)
+			} else {
+				got = ix.SetMediumCapacity(p.id, p.medium, p.n)
+			}
+			same(step, "SetCapacity", got, ref.setCapacity(p.id, p.medium, p.n))
 		case opInsert:
 			var got error
 			if p.medium == GPU {
@@ -518,13 +690,27 @@ func runModel(t testing.TB, o Options, ops []op) {
 		if ix.Bound() != ref.bound() {
 			t.Fatalf("step %d: Bound %d, want %d", step, ix.Bound(), ref.bound())
 		}
+		var live, stale, names int64
 		for id, rb := range ref.backends {
 			if rb == nil {
 				continue
 			}
-			got := ix.snapshotRing(BackendID(id))
-			if !slices.Equal(got, rb.queue) && !(len(got) == 0 && len(rb.queue) == 0) {
-				t.Fatalf("step %d (op %d): backend %d queue\n got %v\nwant %v", step, p.kind, id, got, rb.queue)
+			for m := range NumMedia {
+				rt := &rb.tiers[m]
+				got := ix.snapshotRing(BackendID(id), m)
+				if !slices.Equal(got, rt.queue) && !(len(got) == 0 && len(rt.queue) == 0) {
+					t.Fatalf("step %d (op %d): backend %d %v queue\n got %v\nwant %v", step, p.kind, id, m, got, rt.queue)
+				}
+				want := map[uint64]BlockHash{}
+				for e, u := range rt.engine {
+					want[fwdKey(e)] = u
+				}
+				if got := ix.engineNames(BackendID(id), m); !maps.Equal(got, want) {
+					t.Fatalf("step %d (op %d): backend %d %v engine hashes\n got %v\nwant %v", step, p.kind, id, m, got, want)
+				}
+				live += int64(rt.count(false))
+				stale += int64(rt.count(true))
+				names += int64(len(rt.engine))
 			}
 		}
 		if err := ix.checkInvariants(); err != nil {
@@ -534,15 +720,8 @@ func runModel(t testing.TB, o Options, ops []op) {
 		if st.Evictions != ref.evictions {
 			t.Fatalf("step %d: Evictions %d, want %d", step, st.Evictions, ref.evictions)
 		}
-		var live, stale int64
-		for _, rb := range ref.backends {
-			if rb != nil {
-				live += int64(rb.count(false))
-				stale += int64(rb.count(true))
-			}
-		}
-		if st.Blocks != live || st.Stale != stale {
-			t.Fatalf("step %d: Blocks %d Stale %d, want %d %d", step, st.Blocks, st.Stale, live, stale)
+		if st.Blocks != live || st.Stale != stale || st.EngineHashes != names {
+			t.Fatalf("step %d: Blocks %d Stale %d EngineHashes %d, want %d %d %d", step, st.Blocks, st.Stale, st.EngineHashes, live, stale, names)
 		}
 	}
 }
@@ -557,6 +736,7 @@ type opGen struct {
 	seed     BlockHash
 	engine   map[BackendID][]uint64 // engine hashes handed out per backend
 	ehash    uint64
+	exact    bool // mostly KV events, in every medium
 }
 
 func newOpGen(next func(int) int, backends int) *opGen {
@@ -596,10 +776,20 @@ func (g *opGen) chain() []BlockHash {
 	return HashTokens(nil, g.seed, c[:n*4], 4)
 }
 
+// exactKinds weighs the operations of an exact-mode run.
+var exactKinds = []uint8{opStored, opStored, opStored, opStored, opStored, opRemoved, opRemoved, opRemoved,
+	opMatch, opMatch, opInsert, opRemove, opSetCapacity, opAdd, opClearBackend}
+
 func (g *opGen) op() op {
 	p := op{kind: uint8(g.next(numOps)), id: g.id()}
-	if g.next(4) == 0 {
-		p.medium = Medium(g.next(int(numMedia)))
+	if g.exact {
+		p.kind = exactKinds[g.next(len(exactKinds))]
+		if p.kind == opClearBackend && g.next(4) != 0 {
+			p.kind = opStored
+		}
+	}
+	if g.exact || g.next(4) == 0 {
+		p.medium = Medium(g.next(int(NumMedia)))
 	}
 	switch p.kind {
 	case opAdd, opSetCapacity:
@@ -611,12 +801,18 @@ func (g *opGen) op() op {
 		start, n := g.next(8), 1+g.next(6)
 		hashes := make([]uint64, n)
 		for i := range hashes {
+			if prev := g.engine[p.id]; len(prev) > 0 && g.next(8) == 0 {
+				hashes[i] = prev[g.next(len(prev))] // stored again, maybe for another block
+				continue
+			}
 			g.ehash++
 			hashes[i] = g.ehash
 		}
 		p.ev = StoredBlocks{EngineHashes: hashes, Tokens: c[start*4 : (start+n)*4], BlockSize: 4, Seed: g.seed,
 			Medium: []string{"", "GPU", "CPU", "disk"}[g.next(4)]}
-		if prev := g.engine[p.id]; start > 0 && len(prev) > 0 {
+		// Without a parent, blocks of one conversation at one position hash alike whatever
+		// their engine hashes: a block with several names.
+		if prev := g.engine[p.id]; start > 0 && len(prev) > 0 && g.next(3) > 0 {
 			p.ev.Parent, p.ev.HasParent = prev[g.next(len(prev))], true
 		}
 		if g.next(10) == 0 {
@@ -629,7 +825,7 @@ func (g *opGen) op() op {
 				p.hashes = append(p.hashes, prev[g.next(len(prev))])
 			}
 		}
-		p.ev.Medium = []string{"", "CPU"}[g.next(2)]
+		p.ev.Medium = []string{"", "CPU", "GPU", "disk"}[g.next(4)]
 	}
 	return p
 }
@@ -659,6 +855,7 @@ func TestModel(t *testing.T) {
 				ops = append(ops, p)
 			}
 			o := modelOptions([]int{300, 1 << 20}[seed%2])
+			o.DefaultCPUCapacity = []int{0, 250}[seed/2%2]
 			o.MaxBackends = 8
 			o.MaxChainBlocks = 22
 			runModel(t, o, ops)
@@ -676,7 +873,33 @@ func TestModel(t *testing.T) {
 			for range 1200 {
 				ops = append(ops, g.op())
 			}
-			runModel(t, modelOptions([]int{50, 400, 1 << 20}[seed%3]), ops)
+			o := modelOptions([]int{50, 400, 1 << 20}[seed%3])
+			o.DefaultCPUCapacity, o.DefaultRemoteCapacity = []int{0, 25}[seed%2], []int{0, 10}[seed/2%2]
+			runModel(t, o, ops)
+		})
+	}
+}
+
+// TestModelExact runs mostly KV events in every medium against the reference, with tight
+// capacities and budgets, so that blocks with several engine hashes, evictions that take
+// engine hashes with them, and budget pressure from engine hashes are all frequent.
+func TestModelExact(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 97))
+			g := newOpGen(r.IntN, 3)
+			g.exact = true
+			var ops []op
+			for i := range 3 {
+				ops = append(ops, op{kind: opAdd, id: BackendID(i), n: []int{12, 30, 0}[i]})
+			}
+			for range 1500 {
+				ops = append(ops, g.op())
+			}
+			o := modelOptions([]int{60, 150, 1 << 20, 100}[seed%4])
+			o.MaxBackends = 4
+			o.DefaultCPUCapacity, o.DefaultRemoteCapacity = []int{0, 16}[seed%2], []int{0, 8}[seed/2%2]
+			runModel(t, o, ops)
 		})
 	}
 }
