@@ -340,7 +340,8 @@ func (c Config) Options() (Options, error) {
 		if !ok {
 			return bad("backend %q: unknown engine %q", b.URL, b.Engine)
 		}
-		be := Backend{URL: b.URL, Profile: p, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod}
+		be := Backend{URL: b.URL, Profile: p, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
+			SharedKVPublisher: b.Engine == "sglang"} // SGLang publishes every rank's events on one endpoint
 		if err := be.validate(); err != nil {
 			return Options{}, err
 		}

@@ -54,8 +54,12 @@ type Backend struct {
 	// places requests on a rank and the Handler pins them there with the
 	// X-Data-Parallel-Rank header (both engines honour it); each rank's metrics are the
 	// series labelled with its rank (Profile.RankLabel); its KV events come from its own
-	// publisher, on KVEvents' (and Replay's) port plus the rank, as vLLM publishes them.
+	// publisher, on KVEvents' (and Replay's) port plus the rank, as vLLM publishes them —
+	// or, with SharedKVPublisher, from one publisher for all ranks.
 	Ranks int
+	// SharedKVPublisher says the server publishes the KV events of all its ranks on the one
+	// KVEvents endpoint, each batch naming its rank (SGLang's attn_dp_rank).
+	SharedKVPublisher bool
 }
 
 // RankName is the name of data-parallel rank rank of the backend at url, in the router, the
@@ -68,8 +72,9 @@ type member struct {
 	url              string // the server's base URL
 	rank             int    // -1: the server has no ranks
 	profile          *metrics.Profile
-	kvEvents, replay string // this member's publisher
-	kvPod            string // its pod, when it connects to KVListen
+	kvEvents, replay string   // this member's publisher
+	kvPod            string   // its pod, when it connects to KVListen
+	rankBackends     []string // a shared publisher's ranks (on rank 0's member)
 }
 
 // members expands backends into what the router sees: one member per server, or per rank.
@@ -82,6 +87,16 @@ func members(backends []Backend) ([]member, error) {
 		}
 		for r := range b.Ranks {
 			m := member{name: RankName(b.URL, r), url: b.URL, rank: r, profile: b.Profile}
+			if b.SharedKVPublisher {
+				if r == 0 && b.KVEvents != "" {
+					m.kvEvents, m.replay = b.KVEvents, b.Replay
+					for k := range b.Ranks {
+						m.rankBackends = append(m.rankBackends, RankName(b.URL, k))
+					}
+				}
+				out = append(out, m)
+				continue
+			}
 			var err error
 			if m.kvEvents, err = offsetPort(b.KVEvents, r); err != nil {
 				return nil, err
@@ -260,7 +275,6 @@ type Handler struct {
 
 	statesMu sync.Mutex // guards states (publishStates may run from Start and Run)
 	states   []routing.BackendState
-	sources  []string // KV-event source names, by subscriber order
 
 	scraped atomic.Bool // the first scrape was published
 	urls    sync.Map    // backend name → *url.URL
@@ -491,13 +505,12 @@ func (h *Handler) followKVEvents(listen string) error {
 		// The backend is registered in the index under the name the router gives it.
 		switch {
 		case m.kvEvents != "":
-			sources = append(sources, kvevents.Source{Endpoint: m.kvEvents, ReplayEndpoint: m.replay, Backend: m.name})
+			sources = append(sources, kvevents.Source{Endpoint: m.kvEvents, ReplayEndpoint: m.replay, Backend: m.name, RankBackends: m.rankBackends})
 		case m.kvPod != "":
 			listening = append(listening, kvevents.Source{Pod: m.kvPod, ReplayEndpoint: m.replay, Backend: m.name})
 		default:
 			continue
 		}
-		h.sources = append(h.sources, m.name)
 	}
 	if len(listening) > 0 && listen == "" {
 		return fmt.Errorf("%w: backends with a KVPod need Options.KVListen", ErrInvalidOptions)

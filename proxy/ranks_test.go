@@ -104,3 +104,24 @@ func TestRanksConfig(t *testing.T) {
 		}
 	}
 }
+
+// SGLang publishes the events of all its ranks on one endpoint, each batch naming its rank:
+// one source, applied per rank.
+func TestRanksSharedPublisher(t *testing.T) {
+	c := proxy.DefaultConfig()
+	c.Backends = []proxy.BackendConfig{{URL: "http://10.0.0.9:30000", Engine: "sglang", Ranks: 2, KVEvents: "tcp://10.0.0.9:5557"}}
+	o, err := c.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := proxy.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	src := h.KVEvents().Sources()
+	if len(src) != 1 || src[0].Source.Endpoint != "tcp://10.0.0.9:5557" ||
+		fmt.Sprint(src[0].Source.RankBackends) != fmt.Sprint([]string{proxy.RankName("http://10.0.0.9:30000", 0), proxy.RankName("http://10.0.0.9:30000", 1)}) {
+		t.Errorf("sources = %+v, want one shared publisher applied per rank", src)
+	}
+}

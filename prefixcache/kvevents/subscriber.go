@@ -80,6 +80,13 @@ type Source struct {
 	// "" takes the pod from the topic kv@<pod>@<model>. In listen mode it
 	// is required.
 	Backend string
+	// RankBackends, for a publisher whose batches carry a data-parallel
+	// rank for several ranks at once (SGLang's attn_dp_rank, one publisher
+	// per server), names the backend of each rank: a batch of rank r is
+	// applied to RankBackends[r]; a batch without a rank, or of a rank
+	// beyond the list, to Backend. A publisher restart clears them all.
+	// Nil: every batch goes to Backend.
+	RankBackends []string
 	// Pod is, in listen mode, the pod the source's topics name
 	// (kv@<pod>@<model>), which tells its messages apart on the listening
 	// socket; "" means Backend. Unused in connect mode.
@@ -866,9 +873,11 @@ func (st *stream) reset() {
 	st.resets.Add(1)
 	st.hasApplied, st.liveOnConn = false, false
 	st.appliedPlus.Store(0)
-	if id, ok := st.s.ix.Lookup(st.backend); ok {
-		if err := st.s.ix.ApplyCleared(id); err != nil {
-			st.applyError(err)
+	for _, name := range append([]string{st.backend}, st.src.RankBackends...) {
+		if id, ok := st.s.ix.Lookup(name); ok {
+			if err := st.s.ix.ApplyCleared(id); err != nil {
+				st.applyError(err)
+			}
 		}
 	}
 }
@@ -1066,7 +1075,11 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 		return
 	}
 	c.unknown.Add(int64(st.b.Unknown))
-	id, ok := st.s.ix.Lookup(st.backend)
+	name := st.backend
+	if r := st.b.DataParallelRank; st.b.HasRank && r >= 0 && r < len(st.src.RankBackends) {
+		name = st.src.RankBackends[r]
+	}
+	id, ok := st.s.ix.Lookup(name)
 	if !ok {
 		c.unregistered.Add(1)
 		return

@@ -556,3 +556,27 @@ func TestModelLearnedAfterReplay(t *testing.T) {
 		t.Errorf("stats %+v: want no apply errors", st)
 	}
 }
+
+// One publisher for several data-parallel ranks (SGLang's attn_dp_rank): each batch goes to
+// its rank's backend, a batch without a rank to the source's, and a restart clears them all.
+func TestRankBackends(t *testing.T) {
+	rec := newRecorder("srv", "srv#dp=0", "srv#dp=1")
+	s, err := New(rec, Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "srv", RankBackends: []string{"srv#dp=0", "srv#dp=1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStream(s, s.opts.Sources[0])
+	for i, rank := range []int{1, 0, -1, 7} {
+		b := storedBatch(uint64(10 + i))
+		if rank >= 0 {
+			b.DataParallelRank, b.HasRank = rank, true
+		}
+		st.apply(uint64(i), Encoding{MapBatch: i%2 == 0}.Append(nil, b), false)
+	}
+	st.reset()
+	got := strings.Join(rec.take(), "; ")
+	want := "2 stored [10]; 1 stored [11]; 0 stored [12]; 0 stored [13]; 0 cleared; 1 cleared; 2 cleared"
+	if got != want {
+		t.Errorf("applied: %s\nwant:    %s", got, want)
+	}
+}
