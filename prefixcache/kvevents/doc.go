@@ -48,7 +48,10 @@
 // process starts, some servers from 1, then +1 per batch), and the payload, a msgpack
 // EventBatch. The batch is the array [ts, events, data_parallel_rank] (trailing rank
 // omitted when unset) or the map {"ts", "events", "data_parallel_rank"} (SGLang names the rank
-// "attn_dp_rank"). Each event is either a legacy positional array whose first element is the
+// "attn_dp_rank"). A server running data parallelism is a backend per rank: vLLM publishes
+// each rank on its own endpoint (its port plus the rank), one Source each; SGLang publishes
+// every rank on one endpoint, one Source whose RankBackends name each rank's backend, to which
+// each batch is applied by its rank. Each event is either a legacy positional array whose first element is the
 // type tag,
 //
 //	["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
