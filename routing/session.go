@@ -124,7 +124,7 @@ func (t *sessionTable) store(h uint64, id BackendID, blocks int, now int64) {
 	}
 	s := &t.slots[base+uint64(victim)]
 	s.key.Store(0)
-	s.val.Store(uint64(id)<<32 | uint64(uint32(min(blocks, math.MaxUint32))))
+	s.val.Store(uint64(id)<<32 | min(uint64(max(blocks, 0)), math.MaxUint32))
 	s.exp.Store(now + t.ttl)
 	s.key.Store(h)
 }

@@ -284,7 +284,7 @@ func TestSessionSlots(t *testing.T) {
 	for _, c := range []struct{ n, want int }{
 		{0, DefaultMaxSessions}, {-1, DefaultMaxSessions}, {1, 4}, {4, 4}, {5, 8}, {100, 128},
 		{maxSessionSlots, maxSessionSlots}, {maxSessionSlots + 1, maxSessionSlots},
-		{1<<62 + 1, maxSessionSlots}, {math.MaxInt, maxSessionSlots}, // used to loop forever
+		{math.MaxInt/2 + 2, maxSessionSlots}, {math.MaxInt, maxSessionSlots}, // above 2^62 (64-bit): used to loop forever
 	} {
 		if got := sessionSlots(c.n); got != c.want {
 			t.Errorf("sessionSlots(%d) = %d, want %d", c.n, got, c.want)
