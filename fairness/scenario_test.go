@@ -348,13 +348,51 @@ func TestEDFMeetsFeasibleDeadlines(t *testing.T) {
 // scenario tests above; this is the table of the closing note.
 func TestStarvationTable(t *testing.T) {
 	t.Logf("%-20s %13s %15s %11s %11s %13s", "policy", "newcomer p99", "newcomer sheds", "deep req/s", "deep sheds", "light share")
+	type row struct {
+		a newcomerResult
+		b tenantResult
+	}
+	rows := map[string]row{}
 	for _, c := range policies() {
 		a := runNewcomers(t, c.new(t))
 		b := runTenants(t, c.new(t))
+		rows[c.name] = row{a, b}
 		p99 := "—"
 		if len(a.waits) > 0 {
 			p99 = a.p99.Round(100 * time.Millisecond).String()
 		}
 		t.Logf("%-20s %13s %12d/%d %11.3f %11d %13.3f", c.name, p99, a.sheds, a.newcomers, a.deepPerSec, a.deepExpired, b.lightShare())
+	}
+	// What the table is there to show, checked. llm-d's turn priority sheds newcomers while
+	// deep sessions compete; no other policy sheds anyone, and none serves the deep sessions
+	// much less than FCFS does; bounded wait keeps every newcomer's wait within W (plus the
+	// headroom), and its first-turn share shortens it; the flow-fair policies give the light
+	// tenant about its fair share.
+	if r := rows["turn-priority"]; r.a.sheds == 0 {
+		t.Errorf("turn-priority shed no newcomer (%d of %d): the scenario no longer shows the starvation", r.a.sheds, r.a.newcomers)
+	}
+	fcfs := rows["fcfs"].a.deepPerSec
+	for name, r := range rows {
+		if name == "turn-priority" {
+			continue
+		}
+		if r.a.sheds != 0 || r.a.deepExpired != 0 {
+			t.Errorf("%s shed %d newcomers and %d deep requests, want none", name, r.a.sheds, r.a.deepExpired)
+		}
+		if r.a.deepPerSec < 0.9*fcfs {
+			t.Errorf("%s served the deep sessions at %.3f req/s, below 90%% of FCFS's %.3f", name, r.a.deepPerSec, fcfs)
+		}
+	}
+	bw, share := rows["bounded-wait"].a, rows["bounded-wait+share"].a
+	if bw.max > scenarioWait+scenarioHeadroom {
+		t.Errorf("bounded-wait: a newcomer waited %v, want ≤ W + headroom = %v", bw.max, scenarioWait+scenarioHeadroom)
+	}
+	if share.p99 >= bw.p99 {
+		t.Errorf("bounded-wait with a first-turn share: newcomer p99 %v, want below bounded-wait's %v", share.p99, bw.p99)
+	}
+	for _, name := range []string{"las", "vtc", "hierarchy"} {
+		if got := rows[name].b.lightShare(); got < 0.2 {
+			t.Errorf("%s gave the light tenant %.3f of the service, want ≥ 0.2 (its fair share is 0.25)", name, got)
+		}
 	}
 }
