@@ -801,27 +801,6 @@ func wordKey(base uint64, word int) uint64 {
 // entryKey is the table key of word w of block key bk.
 func entryKey(bk uint64, word int) uint64 { return wordKey(baseKey(bk), word) }
 
-// readHold returns the hold word of table key k, never blocking: it retries while a writer
-// is active in k's shard.
-func (ix *Index) readHold(k uint64) uint64 {
-	sh := &ix.shards[k&ix.mask]
-	for spins := 0; ; spins++ {
-		s := sh.seq.Load()
-		if s&1 == 0 {
-			var hold uint64
-			if t := sh.tab.Load(); t != nil {
-				hold = t.readHold(k)
-			}
-			if sh.seq.Load() == s {
-				return hold
-			}
-		}
-		if spins >= 8 {
-			runtime.Gosched()
-		}
-	}
-}
-
 // readBits returns the hold and aux words of table key k, never blocking.
 func (ix *Index) readBits(k uint64) (hold, aux uint64) {
 	sh := &ix.shards[k&ix.mask]
@@ -922,7 +901,7 @@ func (ix *Index) match1(dst []int32, chain []BlockHash, m Medium, bound int) int
 	run := ^uint64(0) >> (64 - bound)
 	shards, mask := ix.shards, ix.mask
 	for i, h := range chain {
-		// ix.readHold and table.readHold, inlined by hand: this loop is the router's hot path,
+		// a seqlocked read of table.readHold, inlined by hand: this loop is the router's hot path,
 		// and the calls cost about a tenth of its instructions.
 		k := entryKey(blockKey(h, m), 0)
 		sh := &shards[k&mask]

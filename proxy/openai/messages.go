@@ -241,6 +241,8 @@ func (p *parser) part(i, m, j int) (int, *Error) {
 // describeStart names a JSON value by its first byte.
 func describeStart(c byte) string {
 	switch c {
+	case '"':
+		return "a string"
 	case '{':
 		return "an object"
 	case '[':

@@ -18,24 +18,12 @@ func (p *parser) wrongType(i int, param, want string) (int, *Error) {
 	return end, typeError(param, want, describe(p.b, i, end))
 }
 
-// describe names the JSON value b[from:to] for an error message.
+// describe names the JSON value b[from:to] for an error message, quoting a short number.
 func describe(b []byte, from, to int) string {
-	switch b[from] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
+	if s := describeStart(b[from]); s != "a number" || to-from > 32 {
+		return s
 	}
-	if to-from <= 32 {
-		return "the number " + string(b[from:to])
-	}
-	return "a number"
+	return "the number " + string(b[from:to])
 }
 
 // boolean reads a boolean or null.
