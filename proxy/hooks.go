@@ -42,7 +42,7 @@ type exchange struct {
 	prompt       Prompt
 	bufp         *[]prefixcache.BlockHash
 	routeSession string
-	endpointPath string
+	path         string // the request's path under a backend's base path
 	// rejected is the answer decided before any backend was asked (retryAfter goes with a
 	// 429); the outgoing request then carries a cancelled context so it is never sent.
 	rejected   *openai.Error
@@ -91,13 +91,17 @@ var errRejected = errors.New("proxy: request rejected before reaching a backend"
 func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	ex := &exchange{h: h, ctx: pr.In.Context(), arrival: time.Now()}
 	ctx := context.WithValue(pr.Out.Context(), exchangeKey{}, ex)
-	ep, ok := openai.EndpointOf(pr.In.URL.Path)
-	var body []byte
 	var err *openai.Error
-	if ok && pr.In.Method == http.MethodPost {
-		body, err = ex.begin(pr.In, ep)
+	if ep, ok := openai.EndpointOf(pr.In.URL.Path); ok && pr.In.Method == http.MethodPost {
+		err, ex.path = ex.begin(pr.In, ep), ep.Path()
 	} else {
-		err = ex.pass()
+		err, ex.path = ex.pass(), pr.In.URL.Path
+	}
+	if err == nil && h.backendURL(ex.backend) == nil {
+		// The router published a backend whose name is not a URL: nothing can reach it.
+		ex.finish(fmt.Errorf("proxy: backend name %q is not a base URL", ex.backend))
+		err = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeServer, Code: "bad_backend",
+			Message: "the chosen backend has no usable address"}
 	}
 	if err != nil {
 		ex.rejected = err
@@ -110,45 +114,40 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	}
 	ctx, ex.cancelCap = context.WithTimeoutCause(ctx, h.timeouts.Request, errRequestCap)
 	pr.Out = pr.Out.WithContext(ctx)
-	target := h.backendURL(ex.backend)
-	if target == nil {
-		// The router published a backend whose name is not a URL: nothing can reach it.
-		ex.finish(fmt.Errorf("proxy: backend name %q is not a base URL", ex.backend))
-		ex.rejected = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeServer, Code: "bad_backend",
-			Message: "the chosen backend has no usable address"}
-		c, cancel := context.WithCancelCause(ctx)
-		cancel(errRejected)
-		pr.Out = pr.Out.WithContext(c)
-		return
-	}
 	out := pr.Out
-	out.URL.Scheme, out.URL.Host, out.URL.User = target.Scheme, target.Host, nil
-	out.Host = ""
-	pinRank(out.Header, target)
+	ex.pointAt(out)
 	if ex.req != nil {
-		ex.endpointPath = ep.Path()
-		out.URL.Path, out.URL.RawPath = target.Path+ex.endpointPath, ""
-		up := ex.req.AppendUpstream(nil)
-		if bytes.Equal(up, body) {
-			up = body
-		}
+		up := ex.req.Upstream()
 		out.Body = io.NopCloser(bytes.NewReader(up))
 		out.ContentLength = int64(len(up))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(up)), nil }
 		out.Header.Set("Content-Type", "application/json")
 		// The response tap reads what it relays: ask for it uncompressed.
 		out.Header.Del("Accept-Encoding")
-	} else {
-		out.URL.Path, out.URL.RawPath = target.Path+pr.In.URL.Path, ""
 	}
 }
 
+// pointAt points out at the exchange's current backend: its address, the request's path
+// under the backend's base path, and its data-parallel rank. It writes out's URL and headers
+// in place, so give it a request of the attempt's own.
+func (ex *exchange) pointAt(out *http.Request) {
+	t := ex.h.backendURL(ex.backend)
+	if t == nil {
+		return
+	}
+	u := *out.URL
+	u.Scheme, u.Host, u.User = t.Scheme, t.Host, nil
+	u.Path, u.RawPath = t.Path+ex.path, ""
+	out.URL, out.Host = &u, ""
+	pinRank(out.Header, t)
+}
+
 // begin runs the pipeline up to the pick for a chat or completions request. It returns the
-// body read, or the answer to reject the request with (holding nothing).
-func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) ([]byte, *openai.Error) {
+// answer to reject the request with (holding nothing), or nil.
+func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	h := ex.h
 	if n := headerBytes(in.Header); n > h.maxHeader {
-		return nil, &openai.Error{Status: http.StatusRequestHeaderFieldsTooLarge, Type: openai.TypeInvalidRequest,
+		return &openai.Error{Status: http.StatusRequestHeaderFieldsTooLarge, Type: openai.TypeInvalidRequest,
 			Code: "headers_too_large", Message: fmt.Sprintf("request header fields total %d bytes, more than the %d allowed", n, h.maxHeader)}
 	}
 	body, rerr := h.readBody(in)
@@ -156,23 +155,23 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) ([]byte, *openai
 		if rerr == errBusyReading {
 			ex.retryAfter = time.Second
 		}
-		return nil, rerr
+		return rerr
 	}
 	req, err := openai.Parse(body, ep, h.limits)
 	if err != nil {
-		return nil, asOpenAIError(err)
+		return asOpenAIError(err)
 	}
 	ex.req = req
 	if !h.knownModel(req.Model) {
-		return nil, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Code: "model_not_found",
+		return &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Code: "model_not_found",
 			Param: "model", Message: fmt.Sprintf("the model %q does not exist here", clip(req.Model))}
 	}
 	if ex.id, err = h.keyer.Key(in, req); err != nil {
-		return nil, asOpenAIError(err)
+		return asOpenAIError(err)
 	}
 	if ex.id.Band < 0 || ex.id.Band >= h.bands {
 		// A keyer's mistake, not the client's: do not guess a band.
-		return nil, &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "bad_band",
+		return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "bad_band",
 			Message: "the gateway's keyer gave this request a band outside its configuration"}
 	}
 
@@ -194,7 +193,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) ([]byte, *openai
 		Arrival:      ex.arrival,
 	})
 	if err != nil {
-		return nil, ex.admissionError(err)
+		return ex.admissionError(err)
 	}
 	ex.ticket, ex.admitted = t, true
 
@@ -206,12 +205,12 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) ([]byte, *openai
 	})
 	if err != nil {
 		ex.finish(err)
-		return nil, &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend",
+		return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend",
 			Message: "no backend can take the request now: " + err.Error()}
 	}
 	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
 	h.usher.ObservePick(ex.backend)
-	return body, nil
+	return nil
 }
 
 // pass picks a backend for a request that is not a chat or completions request (a

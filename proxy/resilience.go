@@ -262,19 +262,10 @@ func (ex *exchange) startAttempt(req *http.Request) *http.Request {
 	ex.phase = phaseHeaders
 	ex.mu.Unlock()
 	out := req.WithContext(ctx)
-	if target := h.backendURL(ex.backend); target != nil {
-		u := *out.URL
-		u.Scheme, u.Host = target.Scheme, target.Host
-		if ex.req != nil {
-			u.Path = target.Path + ex.endpointPath
-		}
-		out.URL = &u
-		out.Host = ""
-		if out.Header.Get(rankHeader) != target.rank {
-			out.Header = out.Header.Clone() // the attempt's own: a retry may change the rank
-			pinRank(out.Header, target)
-		}
+	if t := h.backendURL(ex.backend); t != nil && out.Header.Get(rankHeader) != t.rank {
+		out.Header = out.Header.Clone() // the attempt's own: a retry changed the rank
 	}
+	ex.pointAt(out)
 	return out
 }
 

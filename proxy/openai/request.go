@@ -162,3 +162,13 @@ func (r *Request) AppendUpstream(dst []byte) []byte {
 	}
 	return append(dst, r.Body[pos:]...)
 }
+
+// Upstream returns the body to send to the backend: Body itself when AppendUpstream would
+// change nothing, else a new slice holding what AppendUpstream appends. O(1) without a
+// change, O(len(Body)) with one.
+func (r *Request) Upstream() []byte {
+	if !r.HasPriority && r.insert == "" {
+		return r.Body
+	}
+	return r.AppendUpstream(make([]byte, 0, len(r.Body)+len(r.insert)))
+}

@@ -91,3 +91,25 @@ func TestAppendUpstream(t *testing.T) {
 		})
 	}
 }
+
+// Upstream is AppendUpstream without the copy when nothing changes.
+func TestUpstream(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","priority":3,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		r, err := openai.Parse([]byte(body), openai.Chat, openai.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, want := r.Upstream(), r.AppendUpstream(nil)
+		if string(up) != string(want) {
+			t.Errorf("Upstream(%s) = %s, want %s", body, up, want)
+		}
+		if same := &up[0] == &r.Body[0]; same != (string(want) == body) {
+			t.Errorf("Upstream(%s) shares the body: %v, want %v (only when unchanged)", body, same, !same)
+		}
+	}
+}
