@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -87,12 +88,15 @@ type EndpointTokenizer struct {
 	URLs []string
 	// BlockSize is the engines' block size (vLLM --block-size). Zero: 16.
 	BlockSize int
-	// Client sends the requests. Nil: http.DefaultClient. Bound each call with the request
-	// context (the Handler's context carries its deadline).
+	// Client sends the requests. Nil: a client with a 10 s timeout. Each call is also bound
+	// by the request's context.
 	Client *http.Client
 
 	next atomic.Uint64
 }
+
+// tokenizeClient is EndpointTokenizer's client when it names none.
+var tokenizeClient = &http.Client{Timeout: 10 * time.Second}
 
 // ErrTokenize is returned (wrapped) when no server tokenized the prompt.
 var ErrTokenize = errors.New("proxy: tokenize")
@@ -149,7 +153,7 @@ func (t *EndpointTokenizer) tokenize(ctx context.Context, base string, body []by
 	req.Header.Set("Content-Type", "application/json")
 	c := t.Client
 	if c == nil {
-		c = http.DefaultClient
+		c = tokenizeClient
 	}
 	resp, err := c.Do(req)
 	if err != nil {
