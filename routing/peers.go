@@ -27,6 +27,21 @@ func LLMDDefault() Profile {
 	}
 }
 
+// LLMDPrecise is llm-d's default blend over its precise prefix index, the one fed by the
+// engines' KV events (llm-d-kv-cache):
+//
+//	total = 2·QueueDepth + 2·KVUtilization + 3·PrefixRatio, max-score picker
+//
+// The router itself never inserts (Learn = LearnFromEvents): a block counts from the moment the
+// engine's BlockStored event is applied until its BlockRemoved, so a request still in prefill
+// attracts nothing. Use it with an index fed by prefixcache/kvevents.
+func LLMDPrecise() Profile {
+	p := LLMDDefault()
+	p.Name = "llm-d-precise"
+	p.Learn = LearnFromEvents
+	return p
+}
+
 // Bottleneck selects the load scorer that follows llm-d's sticky filter.
 type Bottleneck uint8
 
@@ -218,7 +233,9 @@ func (d *DynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
 }
 
 // Dynamo is NVIDIA Dynamo's KV router as a profile: DynamoCost, and the max-score picker
-// (temperature 0, argmin cost) or Softmax(temperature).
+// (temperature 0, argmin cost) or Softmax(temperature). Dynamo reads an index fed by KV events
+// and predicts on route (the chosen worker's blocks-to-be count at once), which is the default
+// Learn; give it an index fed by prefixcache/kvevents.
 func Dynamo(opts DynamoOptions) Profile {
 	return Profile{
 		Name:    "dynamo-kv",

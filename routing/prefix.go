@@ -8,8 +8,8 @@ type BlockHash = prefixcache.BlockHash
 type indexID = prefixcache.BackendID
 
 // PrefixIndex is the part of a prefix index the router uses; *prefixcache.Index satisfies it.
-// Match is called from Pick and Insert from Result's completion methods, on any goroutine, so
-// both must be safe for concurrent use, and Match must not block. AddBackend is called only from
+// Match is called from Pick, and Insert from Pick or Result's completion methods (see Learn),
+// on any goroutine, so both must be safe for concurrent use, and Match must not block. AddBackend is called only from
 // Update, once per backend name the router has not seen before.
 type PrefixIndex interface {
 	// AddBackend interns a backend name (with its KV capacity in blocks, 0 when unknown) and
@@ -22,4 +22,15 @@ type PrefixIndex interface {
 	Insert(id prefixcache.BackendID, chain []prefixcache.BlockHash) error
 }
 
-var _ PrefixIndex = (*prefixcache.Index)(nil)
+// PrefixRemover is implemented by prefix indexes that can forget blocks; a Router learning
+// on pick (LearnOnPick) uses it to retract the blocks it predicted for a request that failed
+// before its first token. *prefixcache.Index satisfies it. Safe for concurrent use.
+type PrefixRemover interface {
+	// Remove records that backend id no longer holds the blocks of chain.
+	Remove(id prefixcache.BackendID, chain []prefixcache.BlockHash) error
+}
+
+var (
+	_ PrefixIndex   = (*prefixcache.Index)(nil)
+	_ PrefixRemover = (*prefixcache.Index)(nil)
+)

@@ -106,6 +106,44 @@ type Profile struct {
 	Filters []Filter
 	Scorers []Weighted
 	Picker  Picker
+	// Learn says when the router tells its prefix index that the chosen backend holds a
+	// request's prompt. Zero: LearnOnPick.
+	Learn Learn
+}
+
+// Learn says when a Router records a request's prompt blocks in its prefix index under the
+// chosen backend.
+type Learn uint8
+
+const (
+	// LearnOnPick (the zero value) inserts the chain at Pick: the chosen backend is about to
+	// compute those blocks, so a request sent right behind it with the same prefix (a sibling of
+	// a best-of-N or agent fan-out, the next request of a popular template) sees them there and
+	// co-locates instead of scattering before the first of them has produced a token. This is
+	// when the peers learn too: llm-d's approximate prefix scorer in its PreRequest hook,
+	// SGLang's and AIBrix's trees on selection, and Dynamo's predict-on-route side index. The
+	// prediction is retracted if the request fails before its first token: the blocks the
+	// backend did not hold at pick time are removed again, when the index implements
+	// PrefixRemover (*prefixcache.Index does). A success needs nothing more; in exact mode the
+	// engine's KV events then confirm or evict the blocks.
+	LearnOnPick Learn = iota
+	// LearnOnFirstToken inserts the chain when the first token arrives (FirstToken, or Done of
+	// a request that succeeded or got a token): only what the backend has certainly computed,
+	// at the price of blindness to requests still in prefill.
+	LearnOnFirstToken
+	// LearnFromEvents never inserts: the index is fed by the engines' KV events alone (exact
+	// mode without prediction, as llm-d's precise prefix scorer).
+	LearnFromEvents
+)
+
+var learnNames = [...]string{"on-pick", "on-first-token", "from-events"}
+
+// String returns "on-pick", "on-first-token" or "from-events".
+func (l Learn) String() string {
+	if int(l) < len(learnNames) {
+		return learnNames[l]
+	}
+	return "Learn(" + strconv.Itoa(int(l)) + ")"
 }
 
 // Options configures a Router. Zero values are the documented defaults.
@@ -149,6 +187,8 @@ type Router struct {
 	staleAfter time.Duration
 	now        func() time.Time
 	name       string
+	learn      Learn
+	remover    PrefixRemover // the index's Remove, when it has one and learn is LearnOnPick
 
 	snap    atomic.Pointer[snapshot]
 	seed    atomic.Uint64
@@ -205,7 +245,7 @@ type inflight struct {
 }
 
 type counters struct {
-	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs, done, failed atomic.Uint64
+	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs, retracted, done, failed atomic.Uint64
 }
 
 // Stats are cumulative counters of a Router.
@@ -224,8 +264,11 @@ type Stats struct {
 	// StaleCandidates is the number of candidates considered with stale or never-observed
 	// signals (summed over picks). Built-in scorers impute such values; see each scorer.
 	StaleCandidates uint64
-	// InsertErrors is the number of prefix index inserts that failed.
+	// InsertErrors is the number of prefix index inserts (and retractions) that failed.
 	InsertErrors uint64
+	// Retracted is the number of requests whose predicted blocks were removed from the prefix
+	// index because they failed before their first token (LearnOnPick).
+	Retracted uint64
 	// Done is the number of Results finished with Done; Failed those with a non-nil Err.
 	// Picks − Done is the number of requests in flight.
 	Done, Failed uint64
@@ -243,7 +286,14 @@ func New(opts Options) (*Router, error) {
 		staleAfter: opts.StaleAfter,
 		now:        opts.Now,
 		name:       opts.Name,
+		learn:      opts.Learn,
 		ids:        make(map[string]BackendID),
+	}
+	if r.learn > LearnFromEvents {
+		return nil, fmt.Errorf("%w: Learn %v", ErrInvalidOptions, opts.Learn)
+	}
+	if rm, ok := opts.Index.(PrefixRemover); ok && r.learn == LearnOnPick {
+		r.remover = rm
 	}
 	if r.blockSize == 0 {
 		r.blockSize = DefaultBlockSize
@@ -442,6 +492,7 @@ func (r *Router) Stats() Stats {
 		InvalidSignals:  r.stats.invalid.Load(),
 		StaleCandidates: r.stats.staleCands.Load(),
 		InsertErrors:    r.stats.insertErrs.Load(),
+		Retracted:       r.stats.retracted.Load(),
 		Done:            r.stats.done.Load(),
 		Failed:          r.stats.failed.Load(),
 	}
@@ -633,8 +684,14 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	t.blocks = blocks
 	t.id = b.id
 	t.picked = now
-	if b.index >= 0 {
+	t.matched = matched
+	if b.index >= 0 && r.learn != LearnFromEvents {
 		t.chain = append(t.chain[:0], req.Chain...)
+		if r.learn == LearnOnPick && matched < len(t.chain) {
+			if err := r.index.Insert(indexID(b.index), t.chain); err != nil {
+				r.stats.insertErrs.Add(1)
+			}
+		}
 	}
 	sc.req = Request{}
 	sc.cands = cands[:0]
@@ -750,6 +807,7 @@ type ticket struct {
 	blocks  int64
 	id      BackendID
 	picked  time.Time
+	matched int // blocks the backend held at pick time
 	chain   []BlockHash
 }
 
@@ -757,9 +815,9 @@ const firstTokenBit = 1
 
 // FirstToken records that the first output token arrived at at: the backend has finished
 // prefilling this request, so its uncached prompt tokens are released from the in-flight prefill
-// counter and the prompt's blocks are inserted into the prefix index under the chosen backend.
-// Calling it more than once is harmless; calling it after Done panics. O(len(chain)) for the
-// insert, otherwise O(1).
+// counter and, with LearnOnFirstToken, the prompt's blocks are inserted into the prefix index
+// under the chosen backend (with LearnOnPick they already were, at Pick). Calling it more than
+// once is harmless; calling it after Done panics. O(len(chain)) for an insert, otherwise O(1).
 func (p Result) FirstToken(at time.Time) {
 	t := p.mustTicket("FirstToken")
 	for {
@@ -778,12 +836,14 @@ func (p Result) FirstToken(at time.Time) {
 }
 
 // Done closes the books on the request: it releases the in-flight request and its blocks and, unless
-// FirstToken already did, the prefill tokens. When the request got a first token (FirstToken
-// was called or info.FirstTokenAt is set) or succeeded, the prompt's blocks are inserted into the
-// prefix index under the chosen backend; a request that failed before any token inserts nothing,
-// since the server may never have cached it. Then every Completer in the profile hears of it,
-// with info as given (its Failure classifies an error for passive health, see DoneInfo).
-// Done must be called exactly once; a second call panics. O(len(chain)) for the insert, otherwise O(1).
+// FirstToken already did, the prefill tokens. What the prefix index learns depends on the
+// profile's Learn: with LearnOnFirstToken, a request that got a first token (FirstToken was
+// called or info.FirstTokenAt is set) or succeeded inserts the prompt's blocks under the chosen
+// backend; with LearnOnPick, a request that failed before any token removes the blocks Pick
+// predicted (those the backend did not hold then), since the server may never have computed
+// them. Then every Completer in the profile hears of it, with info as given (its Failure
+// classifies an error for passive health, see DoneInfo). Done must be called exactly once; a
+// second call panics. O(len(chain)) for an insert or a retraction, otherwise O(1).
 func (p Result) Done(info DoneInfo) {
 	t := p.mustTicket("Done")
 	for {
@@ -820,14 +880,26 @@ func (p Result) mustTicket(op string) *ticket {
 	return p.t
 }
 
-func (t *ticket) releasePrefill(insert bool) {
+// releasePrefill releases the request's prefill tokens and settles what the index learns:
+// computed says whether the backend computed the prompt (a first token, or success).
+func (t *ticket) releasePrefill(computed bool) {
 	if t.prefill > 0 {
 		t.load.prefill.Add(-t.prefill)
 	}
-	if insert && t.index >= 0 && len(t.chain) > 0 {
-		if err := t.r.index.Insert(indexID(t.index), t.chain); err != nil {
-			t.r.stats.insertErrs.Add(1)
+	if t.index < 0 || len(t.chain) == 0 {
+		return
+	}
+	r := t.r
+	switch {
+	case r.learn == LearnOnFirstToken && computed:
+		if err := r.index.Insert(indexID(t.index), t.chain); err != nil {
+			r.stats.insertErrs.Add(1)
 		}
+	case r.learn == LearnOnPick && !computed && r.remover != nil && t.matched < len(t.chain):
+		if err := r.remover.Remove(indexID(t.index), t.chain[t.matched:]); err != nil {
+			r.stats.insertErrs.Add(1)
+		}
+		r.stats.retracted.Add(1)
 	}
 }
 

@@ -19,6 +19,7 @@ type fakeIndex struct {
 	names   map[string]indexID
 	held    []map[BlockHash]bool
 	inserts int
+	removes int
 	failAdd bool
 	adds    []string // "name:capacity" per AddBackend call
 }
@@ -64,6 +65,16 @@ func (f *fakeIndex) Insert(id indexID, chain []BlockHash) error {
 	f.inserts++
 	for _, b := range chain {
 		f.held[id][b] = true
+	}
+	return nil
+}
+
+func (f *fakeIndex) Remove(id indexID, chain []BlockHash) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removes++
+	for _, b := range chain {
+		delete(f.held[id], b)
 	}
 	return nil
 }
@@ -209,9 +220,85 @@ func TestFilterRespected(t *testing.T) {
 	}
 }
 
-func TestInFlightAccounting(t *testing.T) {
+// TestLearnOnPick checks the default learning: the chosen backend holds the chain from the
+// pick on (a sibling sent right behind co-locates), a success inserts nothing more, and a
+// failure before the first token retracts exactly the blocks the backend did not hold.
+func TestLearnOnPick(t *testing.T) {
 	ix := newFakeIndex()
 	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{PrefixRatio(), 1}}}})
+	mustUpdate(t, r, fleet(4, t0))
+	c := chain(8)
+	ix.hold("b2", c[:3])
+
+	p, err := r.Pick(&Request{Chain: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Backend.Name != "b2" || p.MatchedBlocks != 3 || ix.inserts != 1 {
+		t.Fatalf("first pick %s matched %d, %d inserts; want b2, 3, 1", p.Backend.Name, p.MatchedBlocks, ix.inserts)
+	}
+	sib, _ := r.Pick(&Request{Chain: c})
+	if sib.Backend.Name != "b2" || sib.MatchedBlocks != 8 {
+		t.Fatalf("sibling went to %s matching %d, want b2 matching all 8 predicted blocks", sib.Backend.Name, sib.MatchedBlocks)
+	}
+	if ix.inserts != 1 {
+		t.Fatalf("a chain already held was inserted again (%d inserts)", ix.inserts)
+	}
+	p.FirstToken(t0)
+	p.Done(DoneInfo{FirstTokenAt: t0})
+	if ix.inserts != 1 || ix.removes != 0 {
+		t.Fatalf("success changed the index: %d inserts, %d removes", ix.inserts, ix.removes)
+	}
+	sib.Done(DoneInfo{Err: errors.New("reset")}) // matched everything: nothing of its own to retract
+	if ix.removes != 0 || r.Stats().Retracted != 0 {
+		t.Fatalf("a failure that predicted nothing retracted (%d removes)", ix.removes)
+	}
+
+	// A new chain on a fresh backend, failing before its first token: its predicted blocks go.
+	c2 := make([]BlockHash, 8)
+	for i := range c2 {
+		c2[i] = BlockHash(100 + i)
+	}
+	ix.hold("b1", c2[:2])
+	p, _ = r.Pick(&Request{Chain: c2})
+	if p.Backend.Name != "b1" {
+		t.Fatalf("picked %s, want b1", p.Backend.Name)
+	}
+	p.Done(DoneInfo{Err: errors.New("connect refused")})
+	if ix.removes != 1 || r.Stats().Retracted != 1 {
+		t.Fatalf("removes %d, retracted %d; want 1, 1", ix.removes, r.Stats().Retracted)
+	}
+	if m := ix.Match(nil, c2); m[1] != 2 {
+		t.Fatalf("after the retraction b1 holds %d blocks of the chain, want the 2 it held before", m[1])
+	}
+	// A failure after its first token keeps the blocks: the server computed them.
+	p, _ = r.Pick(&Request{Chain: c2})
+	p.FirstToken(t0)
+	p.Done(DoneInfo{Err: errors.New("stream broken"), FirstTokenAt: t0})
+	if m := ix.Match(nil, c2); int(m[1]) != len(c2) || ix.removes != 1 {
+		t.Fatalf("a failure after the first token retracted: b1 holds %d of %d", m[1], len(c2))
+	}
+
+	// LearnFromEvents never touches the index.
+	ix2 := newFakeIndex()
+	r2 := mustNew(t, Options{Index: ix2, Profile: Profile{Learn: LearnFromEvents}})
+	mustUpdate(t, r2, fleet(2, t0))
+	p, _ = r2.Pick(&Request{Chain: c})
+	p.FirstToken(t0)
+	p.Done(DoneInfo{})
+	p, _ = r2.Pick(&Request{Chain: c})
+	p.Done(DoneInfo{Err: errors.New("x")})
+	if ix2.inserts != 0 || ix2.removes != 0 {
+		t.Fatalf("LearnFromEvents: %d inserts, %d removes", ix2.inserts, ix2.removes)
+	}
+	if _, err := New(Options{Profile: Profile{Learn: LearnFromEvents + 1}}); !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("Learn out of range: %v", err)
+	}
+}
+
+func TestInFlightAccounting(t *testing.T) {
+	ix := newFakeIndex()
+	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{PrefixRatio(), 1}}, Learn: LearnOnFirstToken}})
 	mustUpdate(t, r, fleet(1, t0))
 	c := chain(8) // 128 tokens
 	ix.hold("b0", c[:3])

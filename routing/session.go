@@ -197,6 +197,10 @@ type SessionAwareOptions struct {
 	// IgnoreEviction skips the eviction check. Without a prefix index in the Router the check
 	// is skipped anyway (MatchedBlocks would always be 0 and every history would look evicted).
 	IgnoreEviction bool
+	// PrefixFirstTurns scores a session's first turn (and a turn whose home is gone) as a
+	// request without a session: prefix reuse and balance in equal parts, never onto an
+	// overloaded server. Off, such turns are placed for balance alone.
+	PrefixFirstTurns bool
 }
 
 // SessionAware is usher's session-aware placement scorer, from production studies of coding
@@ -230,12 +234,13 @@ type SessionAware struct {
 	overload float64
 	kept     float64
 	noEvict  bool
+	prefix1  bool
 	moved    atomic.Uint64
 }
 
 // NewSessionAware returns a SessionAware configured by opts.
 func NewSessionAware(opts SessionAwareOptions) *SessionAware {
-	s := &SessionAware{t: newSessionTable(opts.SessionOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction}
+	s := &SessionAware{t: newSessionTable(opts.SessionOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction, prefix1: opts.PrefixFirstTurns}
 	if s.overload <= 0 {
 		s.overload = DefaultOverload
 	}
@@ -297,6 +302,7 @@ func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		}
 	}
 	n := float64(len(req.Chain))
+	mixed := req.Session == "" || s.prefix1
 	for i := range cands {
 		l := dst[i]
 		b := 1 - l/(hi+1)
@@ -305,9 +311,9 @@ func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 			dst[i] = 1
 		case home >= 0:
 			dst[i] = b / 2
-		case req.Session == "" && n > 0 && l > limit:
+		case mixed && n > 0 && l > limit:
 			dst[i] = b / 4
-		case req.Session == "" && n > 0:
+		case mixed && n > 0:
 			dst[i] = (float64(min(cands[i].MatchedBlocks, len(req.Chain)))/n + b) / 2
 		default:
 			dst[i] = b

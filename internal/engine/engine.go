@@ -700,3 +700,9 @@ func SubBlocks(dst []BlockHash, coarse []uint64, per int) []BlockHash {
 	}
 	return dst
 }
+
+// Cached reports whether block h is in the prefix cache (in use or free but reusable). O(1).
+func (e *Engine) Cached(h BlockHash) bool {
+	_, ok := e.kv.lookup(h)
+	return ok
+}

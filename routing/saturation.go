@@ -1,0 +1,91 @@
+package routing
+
+import "time"
+
+// Defaults of SaturationOptions.
+const (
+	// DefaultSaturationQueue is the requests waiting in a server's own queue at which it counts
+	// as saturated: a few keep its next batch full, more only wait there.
+	DefaultSaturationQueue = 4
+	// DefaultSaturationKV is the KV cache utilisation at which a server counts as saturated:
+	// past it, a new request's blocks push running ones out (preemption) or wait.
+	DefaultSaturationKV = 0.95
+)
+
+// SaturationOptions configures Router.Saturation. Zero values are the documented defaults.
+type SaturationOptions struct {
+	// Queue is the waiting requests at which a backend is saturated. Zero:
+	// DefaultSaturationQueue.
+	Queue float64
+	// KV is the KV cache utilisation at which a backend is saturated. Zero:
+	// DefaultSaturationKV.
+	KV float64
+	// Mean takes the pool's level as the mean of the backends' levels (llm-d's detector);
+	// off, it is the least saturated backend's level: the pool has room while any backend
+	// has.
+	Mean bool
+}
+
+// Saturation returns how saturated the published backends are, for an admission gate
+// (flowcontrol.Saturation stops dispatching at 1): each healthy backend's level is
+//
+//	max(waiting / Queue, KVUtilization / KV),  waiting = max(Queued, InFlight.Requests − Running)
+//
+// and the pool's level is the smallest backend level (or their mean with opts.Mean); 1 when no
+// backend is healthy. waiting counts the requests this router sent that the server has not
+// started — which its scraped queue shows only at the next scrape — so a burst dispatched
+// between two scrapes saturates the gauge at once instead of overrunning the servers. A
+// backend with stale or missing queue and KV signals is judged by the router's own count
+// alone. It reads the current snapshot and the live counters: O(backends), no allocation,
+// safe for concurrent use with Pick and Update.
+//
+// Behind a concurrency gate alone, a pool above its knee admits everything its limit allows,
+// and the excess waits inside KV-full servers, beyond the reach of the fair queue and its TTL.
+// With this gauge it waits in the queue, where the policy orders it and the TTL bounds it.
+func (r *Router) Saturation(opts SaturationOptions) float64 {
+	q, kv := opts.Queue, opts.KV
+	if !(q > 0) {
+		q = DefaultSaturationQueue
+	}
+	if !(kv > 0) {
+		kv = DefaultSaturationKV
+	}
+	s := r.snap.Load()
+	if s == nil {
+		return 1
+	}
+	now := r.now().UnixNano()
+	lowest, sum, n := 1.0, 0.0, 0
+	for i := range s.backends {
+		b := &s.backends[i]
+		if b.state.Health == Unhealthy {
+			continue
+		}
+		fresh := b.updated != 0 && (r.staleAfter < 0 || time.Duration(now-b.updated) <= r.staleAfter)
+		waiting := float64(b.load.requests.Load())
+		level := 0.0
+		if fresh {
+			st := &b.state
+			if st.Known&SignalRunning != 0 {
+				waiting -= float64(st.Running)
+			}
+			if st.Known&SignalQueued != 0 {
+				waiting = max(waiting, float64(st.Queued))
+			}
+			if st.Known&SignalKVUtilization != 0 {
+				level = st.KVUtilization / kv
+			}
+		}
+		level = max(level, waiting/q)
+		lowest = min(lowest, level)
+		sum += level
+		n++
+	}
+	if n == 0 {
+		return 1
+	}
+	if opts.Mean {
+		return sum / float64(n)
+	}
+	return lowest
+}
