@@ -20,6 +20,11 @@ type Policy struct {
 type Router struct {
 	Name string
 	New  func() routing.Profile
+	// Events says the router reads an index fed by the engines' KV events (exact mode), as the
+	// system it stands for does (Dynamo, llm-d's precise prefix scorer); otherwise its index is
+	// approximate, fed only by the router itself (routing.Profile.Learn). Config.Index can
+	// override it for every router of a run.
+	Events bool
 }
 
 // FCFSPolicy is flowcontrol.FCFS: the oldest request first, across all flows.
@@ -27,24 +32,13 @@ func FCFSPolicy() Policy {
 	return Policy{Name: "fcfs", New: func() flowcontrol.Policy { return flowcontrol.FCFS{} }}
 }
 
-// UsherRouter is usher's best routing configuration found on the Mooncake conversation trace
-// (see README.md, "Choosing usher's best"), built from package routing's parts:
+// UsherRouter is routing.Usher, usher's default router as the routing package ships it:
 //
-//	HealthFilter → 1·SessionAware(Overload 1.5) + 2·TokenLoad(131,072) + 0.5·KVUtilization → max-score
+//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072) + 0.5·KVUtilization → max-score
 //
-// Session-aware placement keeps a later turn on the server that holds its history and places
-// first turns for balance; the token-load term, with a cap of 131,072 tokens (about 8 s of
-// prefill) instead of llm-d's 4,194,304, makes the prefill work already sent to a server count
-// at the scale where it decides TTFT, so a session leaves a home whose prefill backlog exceeds
-// the others' by about 33k tokens (2 s) more than its balance advantage.
+// learning at pick (predict-on-route). It is the router the goal check holds against the peers.
 func UsherRouter() Router {
-	return usherVariant("usher", 1.5, 1, 2, 0.5, 131072)
-}
-
-// UsherDefaultRouter is routing.Usher as the routing package ships it (4·SessionAware with
-// Overload 2 + 1·TokenLoad(4,194,304) + 1·KVUtilization).
-func UsherDefaultRouter() Router {
-	return Router{Name: "usher-default", New: func() routing.Profile { return routing.Usher(routing.UsherOptions{}) }}
+	return Router{Name: "usher", New: func() routing.Profile { return routing.Usher(routing.UsherOptions{}) }}
 }
 
 // Routers returns the routers of the comparison matrix, peers first and usher's last. Each is
@@ -53,23 +47,24 @@ func UsherDefaultRouter() Router {
 //	round-robin     routing.RoundRobinProfile
 //	least-request   routing.LeastRequest
 //	llm-d           routing.LLMDDefault (2·queue + 2·kv-utilisation + 3·prefix)
+//	llm-d-precise   routing.LLMDPrecise: the same blend over an index fed by KV events
 //	llm-d-sticky    routing.LLMDSticky, prefill-bound (sticky until saturated, token load)
 //	sglang          routing.SGLang (cache-aware with its balance thresholds)
-//	dynamo          routing.Dynamo (overlap cost, argmin)
+//	dynamo          routing.Dynamo (overlap cost, argmin), over KV events and predict-on-route
 //	aibrix          routing.AIBrix (prefix match behind a load gate)
 //	session-aware   routing.NewSessionAware alone, max-score: placement by session history
-//	usher-default   routing.Usher, as shipped
-//	usher           usher's best (UsherRouter)
+//	usher           routing.Usher, as shipped (UsherRouter)
 func Routers() []Router {
 	return []Router{
-		{"round-robin", routing.RoundRobinProfile},
-		{"least-request", routing.LeastRequest},
-		{"llm-d", routing.LLMDDefault},
-		{"llm-d-sticky", func() routing.Profile { return routing.LLMDSticky(routing.LLMDStickyOptions{}) }},
-		{"sglang", func() routing.Profile { return routing.SGLang(routing.SGLangOptions{}) }},
-		{"dynamo", func() routing.Profile { return routing.Dynamo(routing.DynamoOptions{}) }},
-		{"aibrix", routing.AIBrix},
-		{"session-aware", func() routing.Profile {
+		{Name: "round-robin", New: routing.RoundRobinProfile},
+		{Name: "least-request", New: routing.LeastRequest},
+		{Name: "llm-d", New: routing.LLMDDefault},
+		{Name: "llm-d-precise", New: routing.LLMDPrecise, Events: true},
+		{Name: "llm-d-sticky", New: func() routing.Profile { return routing.LLMDSticky(routing.LLMDStickyOptions{}) }},
+		{Name: "sglang", New: func() routing.Profile { return routing.SGLang(routing.SGLangOptions{}) }},
+		{Name: "dynamo", New: func() routing.Profile { return routing.Dynamo(routing.DynamoOptions{}) }, Events: true},
+		{Name: "aibrix", New: routing.AIBrix},
+		{Name: "session-aware", New: func() routing.Profile {
 			return routing.Profile{
 				Name:    "session-aware",
 				Filters: []routing.Filter{routing.NewHealthFilter()},
@@ -77,7 +72,6 @@ func Routers() []Router {
 				Picker:  routing.MaxScore(),
 			}
 		}},
-		UsherDefaultRouter(),
 		UsherRouter(),
 	}
 }
@@ -95,37 +89,79 @@ func SelectPolicies(list string) ([]Policy, error) {
 	return selectNamed(list, all, func(p Policy) string { return p.Name })
 }
 
-// usherVariant is usher's routing profile with the session-aware scorer's overload factor set
-// and the scorers weighted as given, all from package routing.
-func usherVariant(name string, overload, session, tokens, kv float64, tokenCap int) Router {
-	return Router{Name: name, New: func() routing.Profile {
-		return routing.Profile{
-			Name:    name,
+// usherVariant is a composition of usher's router from package routing's parts: SessionAware
+// (options sa, weight session), TokenLoad (cap, weight tokens), KVUtilization (weight kv),
+// and, when set, PrefillLoad (cap, weight prefill) and the SaturationFilter.
+type usherVariant struct {
+	name                   string
+	sa                     routing.SessionAwareOptions
+	session, tokens, kv    float64
+	tokenCap               int
+	prefill                float64
+	saturation, firstToken bool
+}
+
+func (v usherVariant) router() Router {
+	return Router{Name: v.name, New: func() routing.Profile {
+		p := routing.Profile{
+			Name:    v.name,
 			Filters: []routing.Filter{routing.NewHealthFilter()},
 			Scorers: []routing.Weighted{
-				{Scorer: routing.NewSessionAware(routing.SessionAwareOptions{Overload: overload}), Weight: session},
-				{Scorer: routing.TokenLoad(tokenCap), Weight: tokens},
-				{Scorer: routing.KVUtilization(), Weight: kv},
+				{Scorer: routing.NewSessionAware(v.sa), Weight: v.session},
+				{Scorer: routing.TokenLoad(v.tokenCap), Weight: v.tokens},
+				{Scorer: routing.KVUtilization(), Weight: v.kv},
 			},
 			Picker: routing.MaxScore(),
 		}
+		if v.prefill > 0 {
+			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.PrefillLoad(v.tokenCap), Weight: v.prefill})
+		}
+		if v.saturation {
+			p.Filters = append(p.Filters, routing.NewSaturationFilter(routing.SaturationOptions{}))
+		}
+		if v.firstToken {
+			p.Learn = routing.LearnOnFirstToken
+		}
+		return p
 	}}
 }
 
-// UsherVariants returns the variations of usher's router tried while choosing UsherRouter
-// (README.md, "Choosing usher's best"). The comparison can select them by name; they are not
-// part of "all". Names give the SessionAware overload factor (o), and the weights of
-// SessionAware, TokenLoad and KVUtilization with the token-load cap.
+// UsherVariants returns the compositions of usher's router tried while choosing routing.Usher
+// (README.md, "Choosing the default"), selectable by name but not part of "all":
+//
+//	usher-was-default  the previous routing.Usher: 4·SA(o2) + 1·PrefillLoad + 0.5·TokenLoad (65,536) + 1·KV
+//	usher-was-best     the bench's previous best: 1·SA(o1.5) + 2·TokenLoad(131,072) + 0.5·KV
+//	usher-first-token  routing.Usher learning at the first token instead of at pick
+//	usher-p1           SA(o1.5) also scoring prefix matches for first turns, weight 1
+//	usher-p1-w1.5      the same at weight 1.5
+//	usher-o2-p1        routing.Usher with first-turn prefix scoring
+//	usher-w2           2·SA(o2) + 2·TokenLoad + 0.5·KV
+//	usher-w2-t2.5      2·SA(o2) + 2.5·TokenLoad + 0.5·KV
+//	usher-cap64k       routing.Usher with a 65,536-token cap
+//	usher-sat          routing.Usher behind the SaturationFilter
 func UsherVariants() []Router {
+	o15 := routing.SessionAwareOptions{Overload: 1.5}
+	o2 := routing.SessionAwareOptions{Overload: 2}
+	p15 := routing.SessionAwareOptions{Overload: 1.5, PrefixFirstTurns: true}
+	p2 := routing.SessionAwareOptions{Overload: 2, PrefixFirstTurns: true}
+	shipped := usherVariant{name: "usher", sa: o2, session: 1.5, tokens: 2, kv: 0.5, tokenCap: routing.UsherLoadCap}
+	with := func(name string, f func(*usherVariant)) Router {
+		v := shipped
+		v.name = name
+		f(&v)
+		return v.router()
+	}
 	return []Router{
-		usherVariant("usher-o1.25", 1.25, 4, 1, 1, 0),
-		usherVariant("usher-o1.5", 1.5, 4, 1, 1, 0),
-		usherVariant("usher-w2-o1.5", 1.5, 2, 1, 1, 0),
-		usherVariant("usher-w1-o1.5", 1.5, 1, 1, 1, 0),
-		usherVariant("usher-v1", 1.5, 2, 2, 1, 262144),
-		usherVariant("usher-v2", 1.5, 1, 2, 0.5, 262144),
-		usherVariant("usher-v3", 1.5, 2, 2, 1, 131072),
-		usherVariant("usher-v5", 1.25, 1, 3, 0.5, 262144),
+		usherVariant{name: "usher-was-default", sa: o2, session: 4, tokens: 0.5, kv: 1, tokenCap: 1 << 16, prefill: 1}.router(),
+		usherVariant{name: "usher-was-best", sa: o15, session: 1, tokens: 2, kv: 0.5, tokenCap: 1 << 17}.router(),
+		with("usher-first-token", func(v *usherVariant) { v.firstToken = true }),
+		with("usher-p1", func(v *usherVariant) { v.sa, v.session = p15, 1 }),
+		with("usher-p1-w1.5", func(v *usherVariant) { v.sa = p15 }),
+		with("usher-o2-p1", func(v *usherVariant) { v.sa = p2 }),
+		with("usher-w2", func(v *usherVariant) { v.session = 2 }),
+		with("usher-w2-t2.5", func(v *usherVariant) { v.session, v.tokens = 2, 2.5 }),
+		with("usher-cap64k", func(v *usherVariant) { v.tokenCap = 1 << 16 }),
+		with("usher-sat", func(v *usherVariant) { v.saturation = true }),
 	}
 }
 

@@ -79,7 +79,7 @@ const (
 	boundedWaitPolicyName = "bounded-wait"
 )
 
-// isUsher reports whether a router is one of usher's (usher, usher-default, the variants);
+// isUsher reports whether a router is one of usher's (usher and its variants);
 // every other router is a peer.
 func isUsher(router string) bool { return strings.HasPrefix(router, "usher") }
 

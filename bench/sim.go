@@ -28,9 +28,16 @@ const (
 	GateBoth
 	// GateNone admits everything at once; the servers' own queues absorb the load.
 	GateNone
+	// GateUsher is GateConcurrency and usher's saturation gauge, routing.Router.Saturation
+	// with its defaults: dispatch stops while every server has 4 requests waiting (counting
+	// those the router sent since the last scrape) or 95% of its KV cache in use, so the
+	// excess above the knee waits in the fair queue instead of inside the servers.
+	GateUsher
+	// GateUsherMean is GateUsher with the gauge's pool level the mean over servers.
+	GateUsherMean
 )
 
-var gateNames = [...]string{"concurrency", "saturation", "both", "none"}
+var gateNames = [...]string{"concurrency", "saturation", "both", "none", "usher", "usher-mean"}
 
 // String returns the gate's name as ParseGate accepts it.
 func (g GateKind) String() string {
@@ -50,12 +57,50 @@ func ParseGate(s string) (GateKind, error) {
 	return 0, fmt.Errorf("%w: unknown gate %q", ErrInvalidConfig, s)
 }
 
+// IndexMode says how the routers' prefix index is fed in a run.
+type IndexMode uint8
+
+const (
+	// IndexAuto (the zero value) lets each Router say: exact when Router.Events is set,
+	// approximate otherwise.
+	IndexAuto IndexMode = iota
+	// IndexApprox feeds every router's index from the router alone (routing.Profile.Learn).
+	IndexApprox
+	// IndexExact feeds every router's index from the engines' KV events, delivered after
+	// Config.EventDelay, on top of what the router itself learns.
+	IndexExact
+)
+
+var indexModeNames = [...]string{"auto", "approx", "exact"}
+
+// String returns the mode's name as ParseIndexMode accepts it.
+func (m IndexMode) String() string {
+	if int(m) < len(indexModeNames) {
+		return indexModeNames[m]
+	}
+	return "IndexMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseIndexMode returns the mode named s ("auto", "approx", "exact").
+func ParseIndexMode(s string) (IndexMode, error) {
+	for i, n := range indexModeNames {
+		if n == s {
+			return IndexMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown index mode %q", ErrInvalidConfig, s)
+}
+
 // Defaults for the zero Config.
 const (
 	DefaultServers        = 16
 	DefaultMaxInFlight    = 32
 	DefaultScrapeInterval = 50 * time.Millisecond // llm-d's scrape interval
 	DefaultSeed           = 1
+	// DefaultEventDelay is how long a KV event takes from the engine's step to the index in
+	// exact mode: vLLM publishes a step's events when the step ends, and a subscriber over
+	// ZMQ or a message bus applies them a few to tens of milliseconds later.
+	DefaultEventDelay = 20 * time.Millisecond
 )
 
 // BenchProfile is the engine profile the simulator uses by default: Qwen3-32B on 2×H100
@@ -103,6 +148,11 @@ type Config struct {
 	StaleAfter time.Duration
 	// NoIndex runs the router without a prefix index (prefix scorers then see no matches).
 	NoIndex bool
+	// Index says how the prefix index is fed. Zero: IndexAuto (each Router's Events).
+	Index IndexMode
+	// EventDelay is the delay of KV events in exact mode. Zero: DefaultEventDelay (20 ms);
+	// negative: applied at the end of the step that produced them.
+	EventDelay time.Duration
 	// IndexCapacity is the prefix index's capacity per server in blocks. Zero: the servers'
 	// KV capacity (NumBlocks), so the approximate index forgets about as much as a server does.
 	IndexCapacity int
@@ -139,13 +189,18 @@ func (c *Config) withDefaults() (Config, error) {
 	if o.Seed == 0 {
 		o.Seed = DefaultSeed
 	}
+	if o.EventDelay == 0 {
+		o.EventDelay = DefaultEventDelay
+	}
 	switch {
 	case o.Servers < 0 || o.Servers > 4096:
 		return o, fmt.Errorf("%w: %d servers", ErrInvalidConfig, o.Servers)
 	case o.MaxInFlight < 0 || o.TTL < 0 || o.QueueCapacity < 0 || o.ScrapeInterval < 0 || o.IndexCapacity < 0 || o.MaxTime < 0:
 		return o, fmt.Errorf("%w: negative limit", ErrInvalidConfig)
-	case o.Gate > GateNone:
+	case o.Gate > GateUsherMean:
 		return o, fmt.Errorf("%w: gate %v", ErrInvalidConfig, o.Gate)
+	case o.Index > IndexExact:
+		return o, fmt.Errorf("%w: index mode %v", ErrInvalidConfig, o.Index)
 	}
 	return o, nil
 }
@@ -156,6 +211,7 @@ const (
 	evFollowup                  // a closed-loop turn arrives; arg = request
 	evScrape                    // metrics are scraped
 	evTick                      // the queue's earliest deadline
+	evKV                        // delayed KV events reach the index
 )
 
 type event struct {
@@ -301,6 +357,22 @@ type sim struct {
 	preempts int64
 	samples  int     // scrapes at which the gateway's population was sampled
 	inSystem float64 // Σ over samples of requests queued or in flight in the gateway
+
+	// Exact mode: the engines' KV events on their way to the index, in delivery order.
+	exact   bool
+	ixIDs   []prefixcache.BackendID // index id of each server
+	kvq     []pendingKV
+	kvHead  int
+	kvBuf   []engine.KVEvent
+	kvChain []prefixcache.BlockHash
+	kvApply int64 // events applied
+}
+
+// pendingKV is one engine KV event in transit to the index.
+type pendingKV struct {
+	at  time.Duration
+	srv int32
+	ev  engine.KVEvent
 }
 
 // Run simulates w on the cluster cfg describes and returns the measurements. It is
@@ -346,6 +418,7 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: flowcontrol: %w", err)
 	}
+	s.exact = !c.NoIndex && (c.Index == IndexExact || (c.Index == IndexAuto && c.Router.Events))
 	ropts := routing.Options{
 		Profile:    c.Router.New(),
 		BlockSize:  c.Profile.BlockSize,
@@ -356,7 +429,7 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	if !c.NoIndex {
 		s.index, err = prefixcache.New(prefixcache.Options{
 			DefaultCapacity: c.Profile.NumBlocks,
-			MaxBytes:        int64(c.Servers) * int64(max(c.IndexCapacity, c.Profile.NumBlocks)) * prefixcache.PairBytes * 2,
+			MaxBytes:        int64(c.Servers) * int64(max(c.IndexCapacity, 2*c.Profile.NumBlocks)) * prefixcache.PairBytes * 2,
 			MaxChainBlocks:  c.Profile.MaxModelLen/c.Profile.BlockSize + 1,
 			MaxBackends:     max(c.Servers, 1),
 		})
@@ -371,7 +444,7 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	}
 	s.srv = make([]server, c.Servers)
 	for i := range s.srv {
-		e, err := engine.New(engine.Options{Profile: c.Profile, OmitTokenEvents: true})
+		e, err := engine.New(engine.Options{Profile: c.Profile, OmitTokenEvents: true, KVEvents: s.exact})
 		if err != nil {
 			return nil, fmt.Errorf("bench: engine: %w", err)
 		}
@@ -402,11 +475,24 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	s.states = make([]routing.BackendState, c.Servers)
 	// The first scrape publishes the backends before anything arrives.
 	s.scrape()
-	if c.IndexCapacity > 0 && s.index != nil {
+	if s.index != nil {
+		// The first scrape registered every server with the index. An approximate index
+		// forgets about as much as a server does (its KV capacity) unless IndexCapacity says
+		// otherwise; an exact one follows the engine's evictions, so its own capacity only
+		// bounds what the router predicts beyond them.
+		capacity := c.IndexCapacity
+		if capacity == 0 && s.exact {
+			capacity = 2 * c.Profile.NumBlocks
+		}
+		s.ixIDs = make([]prefixcache.BackendID, len(s.srv))
 		for i := range s.srv {
 			id, ok := s.index.Lookup(s.srv[i].name)
-			if ok {
-				if err := s.index.SetCapacity(id, c.IndexCapacity); err != nil {
+			if !ok {
+				return nil, fmt.Errorf("bench: server %s is not in the prefix index", s.srv[i].name)
+			}
+			s.ixIDs[i] = id
+			if capacity > 0 {
+				if err := s.index.SetCapacity(id, capacity); err != nil {
 					return nil, fmt.Errorf("bench: prefixcache: %w", err)
 				}
 			}
@@ -435,6 +521,10 @@ func (s *sim) gate() (flowcontrol.Gate, error) {
 		return sat, nil
 	case GateBoth:
 		return flowcontrol.AllGates{conc, sat}, nil
+	case GateUsher, GateUsherMean:
+		opts := routing.SaturationOptions{Mean: s.cfg.Gate == GateUsherMean}
+		gauge := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: func() float64 { return s.router.Saturation(opts) }}}}
+		return flowcontrol.AllGates{conc, gauge}, nil
 	}
 	return nil, nil
 }
@@ -498,7 +588,7 @@ func (s *sim) loop() {
 				s.arrive(e.arg)
 			case evScrape:
 				s.scrape()
-				if s.cfg.Gate == GateSaturation || s.cfg.Gate == GateBoth {
+				if s.cfg.Gate != GateConcurrency && s.cfg.Gate != GateNone {
 					s.q.Notify()
 				}
 				s.schedule(s.now+s.cfg.ScrapeInterval, evScrape, 0)
@@ -507,6 +597,8 @@ func (s *sim) loop() {
 				if next := s.q.Tick(); !next.IsZero() {
 					s.scheduleTick(next.Sub(epoch))
 				}
+			case evKV:
+				s.deliverKV()
 			}
 		}
 		s.settle()
@@ -661,6 +753,9 @@ func (s *sim) stepEnd(i int32) {
 	sv := &s.srv[i]
 	sv.busy = false
 	sv.e.EndStep(s.now)
+	if s.exact {
+		s.publishKV(i)
+	}
 	s.engEv = sv.e.Events(s.engEv[:0])
 	for _, ev := range s.engEv {
 		r := &s.reqs[ev.ID]
@@ -687,6 +782,63 @@ func (s *sim) stepEnd(i int32) {
 		}
 	}
 	s.begin(i)
+}
+
+// publishKV takes server i's KV events from the step that just ended and sends them on their
+// way to the index: applied now with a negative EventDelay, else after it.
+func (s *sim) publishKV(i int32) {
+	s.kvBuf = s.srv[i].e.KVEvents(s.kvBuf[:0])
+	if len(s.kvBuf) == 0 {
+		return
+	}
+	at := s.now + s.cfg.EventDelay
+	for _, ev := range s.kvBuf {
+		s.kvq = append(s.kvq, pendingKV{at: at, srv: i, ev: ev})
+	}
+	clear(s.kvBuf)
+	if s.cfg.EventDelay < 0 {
+		s.deliverKV()
+		return
+	}
+	s.schedule(at, evKV, 0)
+}
+
+// deliverKV applies every KV event due by now, in the order the engines produced them. The
+// simulated engines hash blocks exactly as the router does (their block hashes are the
+// request's chain), so a stored block is inserted under its own hash and a removed one removed:
+// the index then holds what each engine holds, which is what prefixcache.ApplyStored and
+// ApplyRemoved achieve with a real engine's opaque hashes.
+func (s *sim) deliverKV() {
+	for s.kvHead < len(s.kvq) && s.kvq[s.kvHead].at <= s.now {
+		p := &s.kvq[s.kvHead]
+		id := s.ixIDs[p.srv]
+		s.kvChain = s.kvChain[:0]
+		for _, h := range p.ev.Hashes {
+			s.kvChain = append(s.kvChain, prefixcache.BlockHash(h))
+		}
+		var err error
+		switch p.ev.Kind {
+		case engine.KVBlockStored:
+			err = s.index.Insert(id, s.kvChain)
+		case engine.KVBlockRemoved:
+			err = s.index.Remove(id, s.kvChain)
+		case engine.KVAllBlocksCleared:
+			err = s.index.ClearBackend(id)
+		}
+		if err != nil {
+			panic("bench: applying a KV event: " + err.Error()) // ids are registered, hashes valid
+		}
+		s.kvApply++
+		*p = pendingKV{}
+		s.kvHead++
+	}
+	if s.kvHead == len(s.kvq) {
+		s.kvq, s.kvHead = s.kvq[:0], 0
+	} else if s.kvHead > 4096 && s.kvHead > len(s.kvq)/2 {
+		n := copy(s.kvq, s.kvq[s.kvHead:])
+		clear(s.kvq[n:])
+		s.kvq, s.kvHead = s.kvq[:n], 0
+	}
 }
 
 // end records the final state of r and, for a closed-loop session, sends or abandons the

@@ -277,7 +277,8 @@ func TestInvalidConfig(t *testing.T) {
 	for _, c := range []Config{
 		{Servers: -1},
 		{MaxInFlight: -1},
-		{Gate: GateNone + 1},
+		{Gate: GateUsherMean + 1},
+		{Index: IndexExact + 1},
 		{TTL: -time.Second},
 	} {
 		if _, err := Run(w, c); err == nil {

@@ -342,44 +342,52 @@ func LeastRequest() Profile {
 
 // UsherOptions configures Usher.
 type UsherOptions struct {
-	// Session configures the SessionAware scorer.
+	// Session configures the SessionAware scorer. Its Overload defaults to 2 here too.
 	Session SessionAwareOptions
 }
 
-// UsherLoadCap is the in-flight prefill at which Usher's token terms reach 0: 65,536 tokens,
-// about 4 s of prefill at 15,928 tok/s, so that one long prompt in flight visibly counts
-// (llm-d's 4,194,304 makes its token-load term nearly constant).
-const UsherLoadCap = 1 << 16
+// UsherLoadCap is the in-flight prefill at which Usher's token-load term reaches 0: 131,072
+// tokens, about 8 s of prefill at 15,928 tok/s, so that the prefill already sent to a server
+// counts at the scale where it decides TTFT (llm-d's 4,194,304 makes its token-load term nearly
+// constant; 65,536 saturates on a long-context trace, where busy servers then all score 0 and
+// the term stops telling them apart).
+const UsherLoadCap = 1 << 17
 
-// Usher is usher's own configuration, the one the simulator measures against the peers:
+// Usher is usher's default routing configuration:
 //
-//	HealthFilter → 4·SessionAware + 1·PrefillLoad(65,536) + 0.5·TokenLoad(65,536)
-//	               + 1·KVUtilization → max-score
+//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072) + 0.5·KVUtilization → max-score
 //
-// SessionAware decides the placement (first turns for balance, later turns home unless
-// overloaded or evicted, sessionless requests half prefix, half balance). PrefillLoad weighs the
-// prefill work already in flight, which the router knows at once and request counts hide (a
-// 30k-token prompt is not a 100-token one); TokenLoad at half weight adds this request's own
-// uncached tokens, a mild pull towards servers holding part of its prompt; KVUtilization steers
-// away from servers about to preempt. A session's home scores 4 against at most 2 + 2.5 for any
-// other server, so a stay is overturned only when the home is saturated in prefill and KV at
-// once while another server is idle.
+// with the prefix index learning at pick (LearnOnPick, the Profile default). The terms divide the
+// work:
 //
-// The blend was chosen on the bench simulator (16 servers, load ×4, FCFS admission, router seed
-// 1): against SessionAware alone it cut Mooncake's p99 TTFT from 15.3 s to 12.1 s and agentic's
-// from 2.4 s to 0.8 s (other router seeds: 12.1–13.1 s and 0.8–1.7 s). TokenLoad at full weight
-// without PrefillLoad tripled Mooncake's p99: it pushes long, uncached prompts away from every
-// busy server at once. Doubling PrefillLoad's weight gained about 1 s of Mooncake's p99 and lost
-// as much on agentic for some seeds, so it stays at 1.
+//   - TokenLoad scores the prefill this server would have in front of the request's first
+//     token — its in-flight uncached tokens plus this request's own uncached tokens there — so
+//     it is prefix affinity and load balance in one unit, for every request: a server holding
+//     the prompt's prefix wins exactly when the tokens it saves exceed its extra backlog.
+//   - SessionAware keeps a later turn at home unless the home holds more than twice the mean
+//     load or has evicted the history, and places first turns for balance (request counts),
+//     which TokenLoad cannot see: decode work.
+//   - KVUtilization steers away from servers about to preempt.
+//
+// Learning at pick is what co-locates requests sent together (siblings of a fan-out, bursts on
+// one template): each sees the blocks the previous one is about to compute.
+//
+// The composition was chosen on the bench simulator (16 servers, FCFS, every workload at its
+// knee, see bench/README.md "Choosing the default"); it replaced 4·SessionAware + 1·PrefillLoad
+// + 0.5·TokenLoad (65,536) + 1·KVUtilization, which lost to llm-d-sticky and Dynamo on the
+// Mooncake trace. The measured tables are in bench/README.md, not here.
 func Usher(opts UsherOptions) Profile {
+	sa := opts.Session
+	if sa.Overload == 0 {
+		sa.Overload = DefaultOverload
+	}
 	return Profile{
 		Name:    "usher",
 		Filters: []Filter{NewHealthFilter()},
 		Scorers: []Weighted{
-			{NewSessionAware(opts.Session), 4},
-			{PrefillLoad(UsherLoadCap), 1},
-			{TokenLoad(UsherLoadCap), 0.5},
-			{KVUtilization(), 1},
+			{NewSessionAware(sa), 1.5},
+			{TokenLoad(UsherLoadCap), 2},
+			{KVUtilization(), 0.5},
 		},
 		Picker: MaxScore(),
 	}

@@ -43,13 +43,7 @@ type SaturationOptions struct {
 // and the excess waits inside KV-full servers, beyond the reach of the fair queue and its TTL.
 // With this gauge it waits in the queue, where the policy orders it and the TTL bounds it.
 func (r *Router) Saturation(opts SaturationOptions) float64 {
-	q, kv := opts.Queue, opts.KV
-	if !(q > 0) {
-		q = DefaultSaturationQueue
-	}
-	if !(kv > 0) {
-		kv = DefaultSaturationKV
-	}
+	q, kv := opts.limits()
 	s := r.snap.Load()
 	if s == nil {
 		return 1
@@ -61,22 +55,11 @@ func (r *Router) Saturation(opts SaturationOptions) float64 {
 		if b.state.Health == Unhealthy {
 			continue
 		}
-		fresh := b.updated != 0 && (r.staleAfter < 0 || time.Duration(now-b.updated) <= r.staleAfter)
-		waiting := float64(b.load.requests.Load())
-		level := 0.0
-		if fresh {
-			st := &b.state
-			if st.Known&SignalRunning != 0 {
-				waiting -= float64(st.Running)
-			}
-			if st.Known&SignalQueued != 0 {
-				waiting = max(waiting, float64(st.Queued))
-			}
-			if st.Known&SignalKVUtilization != 0 {
-				level = st.KVUtilization / kv
-			}
+		known := Signal(0)
+		if b.updated != 0 && (r.staleAfter < 0 || time.Duration(now-b.updated) <= r.staleAfter) {
+			known = b.state.Known
 		}
-		level = max(level, waiting/q)
+		level := saturationLevel(&b.state, known, b.load.requests.Load(), q, kv)
 		lowest = min(lowest, level)
 		sum += level
 		n++
@@ -88,4 +71,63 @@ func (r *Router) Saturation(opts SaturationOptions) float64 {
 		return sum / float64(n)
 	}
 	return lowest
+}
+
+// saturationLevel is one backend's level for Saturation and SaturationFilter; known holds the
+// signals that are fresh.
+func saturationLevel(st *BackendState, known Signal, inflight int64, q, kv float64) float64 {
+	waiting := float64(inflight)
+	level := 0.0
+	if known&SignalRunning != 0 {
+		waiting -= float64(st.Running)
+	}
+	if known&SignalQueued != 0 {
+		waiting = max(waiting, float64(st.Queued))
+	}
+	if known&SignalKVUtilization != 0 {
+		level = st.KVUtilization / kv
+	}
+	return max(level, waiting/q)
+}
+
+func (o SaturationOptions) limits() (q, kv float64) {
+	q, kv = o.Queue, o.KV
+	if !(q > 0) {
+		q = DefaultSaturationQueue
+	}
+	if !(kv > 0) {
+		kv = DefaultSaturationKV
+	}
+	return q, kv
+}
+
+// SaturationFilter keeps the candidates below saturation (level < 1, as Router.Saturation
+// computes it per backend), or every candidate when none is: paired with the gauge behind an
+// admission gate, a request dispatched because some backend had room is sent to one that has
+// it, even when its session's home or its best prefix match is full. O(n), no allocation, safe
+// for concurrent use.
+type SaturationFilter struct {
+	q, kv float64
+}
+
+// NewSaturationFilter returns the filter with the limits of opts (Mean is ignored).
+func NewSaturationFilter(opts SaturationOptions) *SaturationFilter {
+	q, kv := opts.limits()
+	return &SaturationFilter{q: q, kv: kv}
+}
+
+// Filter implements Filter.
+func (f *SaturationFilter) Filter(_ *Request, cands []Candidate) []Candidate {
+	k := 0
+	for i := range cands {
+		c := &cands[i]
+		if saturationLevel(c.State, c.Fresh, c.InFlight.Requests, f.q, f.kv) < 1 {
+			cands[k] = *c
+			k++
+		}
+	}
+	if k == 0 {
+		return cands
+	}
+	return cands[:k]
 }

@@ -60,6 +60,8 @@ func run() error {
 		parallel = flag.Int("parallel", runtime.NumCPU(), "configurations run at once")
 		goal     = flag.Bool("goal", true, "print the goal check after the tables")
 		kvBlocks = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
+		index    = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
+		evDelay  = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
 	)
 	flag.Parse()
 
@@ -114,6 +116,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	im, err := bench.ParseIndexMode(*index)
+	if err != nil {
+		return err
+	}
 	profile := bench.BenchProfile()
 	if *kvBlocks > 0 {
 		profile.NumBlocks = *kvBlocks
@@ -122,6 +128,7 @@ func run() error {
 		Profile: profile,
 		Servers: *servers, Gate: g, MaxInFlight: *inflight, TTL: *ttl,
 		ScrapeInterval: *scrape, StaleAfter: *stale,
+		Index: im, EventDelay: *evDelay,
 	}
 
 	type job struct {
