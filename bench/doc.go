@@ -13,10 +13,16 @@
 //     servers of max(queued/5, kv/0.8), stale after 200 ms) as a flowcontrol.Saturation fed by
 //     the scraper. The queue is driven through its asynchronous API (Enqueue, Tick, Notify,
 //     Ticket.Done) with outcomes delivered to an Observer, on a virtual clock.
-//   - Routing: a routing.Router with the profile under test and a prefixcache.Index as its
-//     approximate prefix index (capacity per server = the server's KV blocks): Pick charges the
-//     router's in-flight counters, Result.FirstToken releases the prefill tokens and inserts the
-//     prompt's blocks into the index, Result.Done closes the books. BackendState comes from a
+//   - Routing: a routing.Router with the profile under test and a prefixcache.Index: Pick
+//     charges the router's in-flight counters and (with the profile's Learn, by default) records
+//     the prompt's blocks under the chosen server, Result.FirstToken releases the prefill tokens,
+//     Result.Done closes the books. The index is approximate — fed only by the router, capacity
+//     per server = the server's KV blocks — unless the router stands for a system built on KV
+//     events (Router.Events: Dynamo, llm-d's precise scorer) or Config.Index says exact: then
+//     the engines record vLLM-style KV events (BlockStored, BlockRemoved, AllBlocksCleared) and
+//     the simulator applies them to the index Config.EventDelay (20 ms) after the step that
+//     produced them, so the index holds what each engine holds, late by that delay, plus what
+//     the router predicts. BackendState comes from a
 //     simulated scraper that copies every engine's queue, batch and KV use into Router.Update
 //     every ScrapeInterval (50 ms, llm-d's), so the router sees metrics as stale as a real one.
 //   - Serving: one internal/engine.Engine per server — vLLM's V1 scheduler with chunked prefill,

@@ -34,7 +34,8 @@ func FCFSPolicy() Policy {
 
 // UsherRouter is routing.Usher, usher's default router as the routing package ships it:
 //
-//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072) + 0.5·KVUtilization → max-score
+//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072) + 1·DynamoCost
+//	               + 0.5·KVUtilization → max-score
 //
 // learning at pick (predict-on-route). It is the router the goal check holds against the peers.
 func UsherRouter() Router {
@@ -97,7 +98,7 @@ type usherVariant struct {
 	sa                     routing.SessionAwareOptions
 	session, tokens, kv    float64
 	tokenCap               int
-	prefill                float64
+	prefill, dynamo        float64
 	saturation, firstToken bool
 }
 
@@ -116,6 +117,9 @@ func (v usherVariant) router() Router {
 		if v.prefill > 0 {
 			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.PrefillLoad(v.tokenCap), Weight: v.prefill})
 		}
+		if v.dynamo > 0 {
+			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.NewDynamoCost(routing.DynamoOptions{}), Weight: v.dynamo})
+		}
 		if v.saturation {
 			p.Filters = append(p.Filters, routing.NewSaturationFilter(routing.SaturationOptions{}))
 		}
@@ -129,22 +133,21 @@ func (v usherVariant) router() Router {
 // UsherVariants returns the compositions of usher's router tried while choosing routing.Usher
 // (README.md, "Choosing the default"), selectable by name but not part of "all":
 //
-//	usher-was-default  the previous routing.Usher: 4·SA(o2) + 1·PrefillLoad + 0.5·TokenLoad (65,536) + 1·KV
+//	usher-was-default  the previous routing.Usher: 4·SA(o2) + 1·PrefillLoad + 0.5·TokenLoad(65,536)
+//	                   + 1·KV, learning at the first token
 //	usher-was-best     the bench's previous best: 1·SA(o1.5) + 2·TokenLoad(131,072) + 0.5·KV
 //	usher-first-token  routing.Usher learning at the first token instead of at pick
-//	usher-p1           SA(o1.5) also scoring prefix matches for first turns, weight 1
-//	usher-p1-w1.5      the same at weight 1.5
-//	usher-o2-p1        routing.Usher with first-turn prefix scoring
-//	usher-w2           2·SA(o2) + 2·TokenLoad + 0.5·KV
-//	usher-w2-t2.5      2·SA(o2) + 2.5·TokenLoad + 0.5·KV
+//	usher-no-dynamo    routing.Usher without its DynamoCost term
+//	usher-dynamo2      routing.Usher with 2·DynamoCost in place of TokenLoad
+//	usher-p1           routing.Usher scoring prefix matches for first turns too (PrefixFirstTurns)
+//	usher-w3           routing.Usher with SessionAware at weight 3
 //	usher-cap64k       routing.Usher with a 65,536-token cap
 //	usher-sat          routing.Usher behind the SaturationFilter
 func UsherVariants() []Router {
 	o15 := routing.SessionAwareOptions{Overload: 1.5}
 	o2 := routing.SessionAwareOptions{Overload: 2}
-	p15 := routing.SessionAwareOptions{Overload: 1.5, PrefixFirstTurns: true}
 	p2 := routing.SessionAwareOptions{Overload: 2, PrefixFirstTurns: true}
-	shipped := usherVariant{name: "usher", sa: o2, session: 1.5, tokens: 2, kv: 0.5, tokenCap: routing.UsherLoadCap}
+	shipped := usherVariant{name: "usher", sa: o2, session: 1.5, tokens: 2, dynamo: 1, kv: 0.5, tokenCap: routing.UsherLoadCap}
 	with := func(name string, f func(*usherVariant)) Router {
 		v := shipped
 		v.name = name
@@ -152,14 +155,13 @@ func UsherVariants() []Router {
 		return v.router()
 	}
 	return []Router{
-		usherVariant{name: "usher-was-default", sa: o2, session: 4, tokens: 0.5, kv: 1, tokenCap: 1 << 16, prefill: 1}.router(),
+		usherVariant{name: "usher-was-default", sa: o2, session: 4, tokens: 0.5, kv: 1, tokenCap: 1 << 16, prefill: 1, firstToken: true}.router(),
 		usherVariant{name: "usher-was-best", sa: o15, session: 1, tokens: 2, kv: 0.5, tokenCap: 1 << 17}.router(),
 		with("usher-first-token", func(v *usherVariant) { v.firstToken = true }),
-		with("usher-p1", func(v *usherVariant) { v.sa, v.session = p15, 1 }),
-		with("usher-p1-w1.5", func(v *usherVariant) { v.sa = p15 }),
-		with("usher-o2-p1", func(v *usherVariant) { v.sa = p2 }),
-		with("usher-w2", func(v *usherVariant) { v.session = 2 }),
-		with("usher-w2-t2.5", func(v *usherVariant) { v.session, v.tokens = 2, 2.5 }),
+		with("usher-no-dynamo", func(v *usherVariant) { v.dynamo = 0 }),
+		with("usher-dynamo2", func(v *usherVariant) { v.dynamo, v.tokens = 2, 0 }),
+		with("usher-p1", func(v *usherVariant) { v.sa = p2 }),
+		with("usher-w3", func(v *usherVariant) { v.session = 3 }),
 		with("usher-cap64k", func(v *usherVariant) { v.tokenCap = 1 << 16 }),
 		with("usher-sat", func(v *usherVariant) { v.saturation = true }),
 	}

@@ -177,7 +177,7 @@ func ExampleProfile() {
 	// aibrix-prefix-cache           filters 1, scorers 1
 	// round-robin                   filters 1, scorers 0
 	// least-request                 filters 1, scorers 1
-	// usher                         filters 1, scorers 3
+	// usher                         filters 1, scorers 4
 }
 
 // New sessions that share a long system prompt spread over the fleet instead of piling onto

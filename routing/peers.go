@@ -355,7 +355,8 @@ const UsherLoadCap = 1 << 17
 
 // Usher is usher's default routing configuration:
 //
-//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072) + 0.5·KVUtilization → max-score
+//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072) + 1·DynamoCost
+//	               + 0.5·KVUtilization → max-score
 //
 // with the prefix index learning at pick (LearnOnPick, the Profile default). The terms divide the
 // work:
@@ -364,18 +365,19 @@ const UsherLoadCap = 1 << 17
 //     token — its in-flight uncached tokens plus this request's own uncached tokens there — so
 //     it is prefix affinity and load balance in one unit, for every request: a server holding
 //     the prompt's prefix wins exactly when the tokens it saves exceed its extra backlog.
+//   - DynamoCost adds the KV blocks the server's requests hold (the router's own count, never
+//     stale) to the prefill it would do: the decode-side load that prefill tokens miss.
 //   - SessionAware keeps a later turn at home unless the home holds more than twice the mean
-//     load or has evicted the history, and places first turns for balance (request counts),
-//     which TokenLoad cannot see: decode work.
+//     load or has evicted the history, and places first turns for balance in request counts.
 //   - KVUtilization steers away from servers about to preempt.
 //
 // Learning at pick is what co-locates requests sent together (siblings of a fan-out, bursts on
 // one template): each sees the blocks the previous one is about to compute.
 //
-// The composition was chosen on the bench simulator (16 servers, FCFS, every workload at its
-// knee, see bench/README.md "Choosing the default"); it replaced 4·SessionAware + 1·PrefillLoad
-// + 0.5·TokenLoad (65,536) + 1·KVUtilization, which lost to llm-d-sticky and Dynamo on the
-// Mooncake trace. The measured tables are in bench/README.md, not here.
+// The composition was chosen on the bench simulator (16 servers, FCFS, each workload at its
+// knee over three seeds; bench/README.md, "Choosing the default", has the tables). It replaced
+// 4·SessionAware + 1·PrefillLoad + 0.5·TokenLoad(65,536) + 1·KVUtilization, learning at the
+// first token, which lost to llm-d-sticky and Dynamo on the Mooncake trace.
 func Usher(opts UsherOptions) Profile {
 	sa := opts.Session
 	if sa.Overload == 0 {
@@ -387,6 +389,7 @@ func Usher(opts UsherOptions) Profile {
 		Scorers: []Weighted{
 			{NewSessionAware(sa), 1.5},
 			{TokenLoad(UsherLoadCap), 2},
+			{NewDynamoCost(DynamoOptions{}), 1},
 			{KVUtilization(), 0.5},
 		},
 		Picker: MaxScore(),
