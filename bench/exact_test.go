@@ -143,3 +143,21 @@ func checkIndexEqualsEngines(t *testing.T, s *sim, w *Workload) {
 	}
 	t.Logf("%d (block, server) pairs agree, %d held", checked, held)
 }
+
+// TestUsherShippedVariant checks that the base of usher's variants is routing.Usher itself:
+// the same runs, to the last figure, on two workloads.
+func TestUsherShippedVariant(t *testing.T) {
+	for _, w := range []*Workload{small(), PrefixGroup(PrefixGroupOptions{Requests: 800, Rate: 30, Seed: 2})} {
+		a, err := Run(w, Config{Servers: 4, Router: UsherRouter()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Run(w, Config{Servers: 4, Router: usherShipped().router()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.TTFT != b.TTFT || a.HitRate != b.HitRate || a.Completed != b.Completed {
+			t.Fatalf("routing.Usher and the variants' base differ: TTFT %+v / %+v, hit %v / %v", a.TTFT, b.TTFT, a.HitRate, b.HitRate)
+		}
+	}
+}

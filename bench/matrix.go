@@ -130,6 +130,12 @@ func (v usherVariant) router() Router {
 	}}
 }
 
+// usherShipped is routing.Usher spelled as a variant, the base the variants change one thing
+// of; TestUsherShippedVariant keeps the two equal.
+func usherShipped() usherVariant {
+	return usherVariant{name: "usher", sa: routing.SessionAwareOptions{Overload: 2}, session: 1.5, tokens: 2, dynamo: 1, kv: 0.5, tokenCap: routing.UsherLoadCap}
+}
+
 // UsherVariants returns the compositions of usher's router tried while choosing routing.Usher
 // (README.md, "Choosing the default"), selectable by name but not part of "all":
 //
@@ -147,7 +153,7 @@ func UsherVariants() []Router {
 	o15 := routing.SessionAwareOptions{Overload: 1.5}
 	o2 := routing.SessionAwareOptions{Overload: 2}
 	p2 := routing.SessionAwareOptions{Overload: 2, PrefixFirstTurns: true}
-	shipped := usherVariant{name: "usher", sa: o2, session: 1.5, tokens: 2, dynamo: 1, kv: 0.5, tokenCap: routing.UsherLoadCap}
+	shipped := usherShipped()
 	with := func(name string, f func(*usherVariant)) Router {
 		v := shipped
 		v.name = name
