@@ -210,6 +210,11 @@ func TestBadOptions(t *testing.T) {
 		{FlowCapacity: flowcontrol.Limits{Bytes: -1}},
 		{BandCapacity: []flowcontrol.Limits{{}, {}}},
 		{Bands: 2, BandCapacity: []flowcontrol.Limits{{}, {Requests: -2}}},
+		{EarlyShed: flowcontrol.EarlyShed{Bound: -1}},
+		{EarlyShed: flowcontrol.EarlyShed{HalfLife: -1}},
+		{EarlyShed: flowcontrol.EarlyShed{Margin: -1}},
+		{EarlyShed: flowcontrol.EarlyShed{Margin: math.NaN()}},
+		{EarlyShed: flowcontrol.EarlyShed{Margin: math.Inf(1)}},
 	} {
 		if _, err := flowcontrol.New(o); !errors.Is(err, flowcontrol.ErrInvalidOptions) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", o, err)
@@ -453,6 +458,7 @@ func TestHTTPStatus(t *testing.T) {
 		{nil, 200, flowcontrol.Dispatched},
 		{flowcontrol.ErrFlowFull, 429, flowcontrol.RejectedCapacity},
 		{flowcontrol.ErrWouldWait, 429, flowcontrol.RejectedCapacity},
+		{flowcontrol.ErrWouldExpire, 429, flowcontrol.RejectedWait},
 		{flowcontrol.ErrClosed, 503, flowcontrol.RejectedClosed},
 		{flowcontrol.ErrExpired, 503, flowcontrol.Expired},
 		{context.DeadlineExceeded, 503, flowcontrol.Expired},

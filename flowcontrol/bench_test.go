@@ -95,6 +95,63 @@ func BenchmarkAdmitDone(b *testing.B) {
 	}
 }
 
+// BenchmarkAdmitDoneEarlyShed is BenchmarkAdmitDone's idle and backlog cases with early
+// shedding on. In backlog the queue has a known rate (warmed up at 10 dispatches/s) and a TTL
+// long enough that nothing is shed, so every Enqueue computes the estimate and keeps the
+// request.
+func BenchmarkAdmitDoneEarlyShed(b *testing.B) {
+	shed := flowcontrol.EarlyShed{Enabled: true}
+	b.Run("idle", func(b *testing.B) {
+		q, err := flowcontrol.New(flowcontrol.Options{EarlyShed: shed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		b.ReportAllocs()
+		defer cpuMeter(b)()
+		for b.Loop() {
+			tk, err := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 512, PromptTokens: 100})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tk.Done(flowcontrol.Usage{PromptTokens: 100, OutputTokens: 10})
+		}
+	})
+	b.Run("backlog/flows=1000", func(b *testing.B) {
+		const n = 1000
+		ids := flowIDs(n)
+		clk := flowcontroltest.NewClock(t0)
+		q, err := flowcontrol.New(flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, Clock: clk, TTL: 24 * time.Hour,
+			Capacity: flowcontrol.Limits{Requests: n + 2}, EarlyShed: shed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		warmRate(q, clk)
+		ring := make([]flowcontrol.Ticket, n+1)
+		for i := range ring {
+			if ring[i], err = q.Enqueue(flowcontrol.Request{Flow: ids[i%n], Bytes: 512}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, ok := q.EstimateWait(0); !ok {
+			b.Fatal("rate unknown after warming up")
+		}
+		head, k := 0, 1
+		b.ReportAllocs()
+		defer cpuMeter(b)()
+		for b.Loop() {
+			ring[head].Done(flowcontrol.Usage{PromptTokens: 100, OutputTokens: 10})
+			if ring[head], err = q.Enqueue(flowcontrol.Request{Flow: ids[k%n], Bytes: 512}); err != nil {
+				b.Fatal(err)
+			}
+			k++
+			if head++; head == len(ring) {
+				head = 0
+			}
+		}
+	})
+}
+
 // BenchmarkAdmitParallel measures Admit + Done from GOMAXPROCS goroutines on one queue
 // (system clock, no gate: the cost of sharing the lock).
 func BenchmarkAdmitParallel(b *testing.B) {

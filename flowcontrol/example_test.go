@@ -121,7 +121,7 @@ func ExampleErrQueueFull() {
 
 // Each outcome maps to one HTTP status.
 func ExampleOutcome_HTTPStatus() {
-	for o := flowcontrol.Dispatched; o <= flowcontrol.Cancelled; o++ {
+	for o := flowcontrol.Dispatched; o <= flowcontrol.RejectedWait; o++ {
 		fmt.Println(o, o.HTTPStatus())
 	}
 	// Output:
@@ -131,6 +131,7 @@ func ExampleOutcome_HTTPStatus() {
 	// rejected_invalid 400
 	// expired 503
 	// cancelled 499
+	// rejected_wait 429
 }
 
 // The Saturation gate holds a band back while any pool is at or above the band's threshold;
@@ -280,4 +281,43 @@ func ExampleHTTPStatus() {
 	occupied.Done(flowcontrol.Usage{})
 	// Output:
 	// 429 60 flowcontrol: queue full: flow limit on requests
+}
+
+// With early shedding on, a request that the queue estimates it cannot dispatch before its
+// deadline is refused on arrival — 429 with a Retry-After header — instead of being held
+// until it expires.
+func ExampleEarlyShed() {
+	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	q, _ := flowcontrol.New(flowcontrol.Options{
+		Clock:     clk,
+		Gate:      &flowcontrol.ConcurrencyLimit{Limit: 1},
+		EarlyShed: flowcontrol.EarlyShed{Enabled: true},
+	})
+	_, ok := q.EstimateWait(0)
+	fmt.Println("estimate known at start:", ok)
+
+	// Two seconds in which the server finishes a request every 100 ms while two arrive: the
+	// queue learns its dispatch rate (about 10 requests/s), and a backlog builds.
+	var fifo []flowcontrol.Ticket // dispatched in this order
+	for range 20 {
+		for range 2 {
+			tk, _ := q.Enqueue(flowcontrol.Request{})
+			fifo = append(fifo, tk)
+		}
+		clk.Advance(100 * time.Millisecond)
+		fifo[0].Done(flowcontrol.Usage{})
+		fifo = fifo[1:]
+	}
+	est, _ := q.EstimateWait(0)
+	fmt.Printf("%d waiting, estimated wait %v\n", q.Stats().Queued, est.Round(10*time.Millisecond))
+
+	_, err := q.Enqueue(flowcontrol.Request{TTL: time.Second})
+	fmt.Println(err, "→ HTTP", flowcontrol.HTTPStatus(err), "with Retry-After", q.RetryAfter())
+	_, err = q.Enqueue(flowcontrol.Request{TTL: 5 * time.Second})
+	fmt.Println("with a 5 s TTL:", err)
+	// Output:
+	// estimate known at start: false
+	// 19 waiting, estimated wait 2.05s
+	// flowcontrol: estimated wait exceeds the request's deadline → HTTP 429 with Retry-After 1.9s
+	// with a 5 s TTL: <nil>
 }

@@ -17,6 +17,11 @@ import (
 // after every step. On top of that it checks the invariants directly: exactly one outcome
 // per request, counts never negative, capacities never exceeded, nothing dispatched while
 // saturated, the gate's limit held.
+//
+// With early shedding on, the model does not reproduce the queue's rate estimate; it takes
+// EstimateWait, read just before each Enqueue, as given and decides from it, the deadline
+// and its own view of the gate whether the request is shed: the queue must agree, and
+// everything else must still match.
 
 const (
 	mLimit      = 2
@@ -110,8 +115,9 @@ func (m *model) count(pred func(mreq) bool) (n int, bytes int64) {
 	return n, bytes
 }
 
-// enqueue mirrors Queue.Enqueue; it returns the rejection outcome or 0.
-func (m *model) enqueue(r mreq) flowcontrol.Outcome {
+// enqueue mirrors Queue.Enqueue; it returns the rejection outcome or 0. est is the queue's
+// EstimateWait for r's band when early shedding is on (ok false otherwise).
+func (m *model) enqueue(r mreq, est time.Duration, ok bool) flowcontrol.Outcome {
 	if m.closed {
 		m.events = append(m.events, event{r.id, flowcontrol.RejectedClosed})
 		return flowcontrol.RejectedClosed
@@ -123,6 +129,10 @@ func (m *model) enqueue(r mreq) flowcontrol.Outcome {
 	if n+1 > mCapReqs || by+r.bytes > mCapBytes || (r.band == 1 && bn+1 > mBand1Reqs) || fn+1 > mFlowReqs || fb+r.bytes > mFlowBytes {
 		m.events = append(m.events, event{r.id, flowcontrol.RejectedCapacity})
 		return flowcontrol.RejectedCapacity
+	}
+	if ok && est > r.dl.Sub(m.now) && (bn > 0 || !m.gateOpen()) {
+		m.events = append(m.events, event{r.id, flowcontrol.RejectedWait})
+		return flowcontrol.RejectedWait
 	}
 	r.seq = m.seq
 	m.seq++
@@ -140,7 +150,7 @@ func (m *model) tryAdmit(r mreq) {
 			return
 		}
 	}
-	m.enqueue(r)
+	m.enqueue(r, 0, false)
 }
 
 func (m *model) cancel(id int) bool {
@@ -174,9 +184,9 @@ func (m *model) close() {
 	m.waiting = nil
 }
 
-// checkModel runs the operations encoded in ops against both and reports the first
-// divergence.
-func checkModel(t *testing.T, ops []byte) {
+// checkModel runs the operations encoded in ops against both, with early shedding on if
+// shed, and reports the first divergence. It returns the number of requests shed.
+func checkModel(t *testing.T, ops []byte, shed bool) (sheds int) {
 	clk := flowcontroltest.NewClock(t0)
 	m := &model{now: t0, inflight: map[int]mreq{}}
 	var got []event
@@ -193,6 +203,7 @@ func checkModel(t *testing.T, ops []byte) {
 		Capacity:     flowcontrol.Limits{Requests: mCapReqs, Bytes: mCapBytes},
 		BandCapacity: []flowcontrol.Limits{{}, {Requests: mBand1Reqs}},
 		FlowCapacity: flowcontrol.Limits{Requests: mFlowReqs, Bytes: mFlowBytes},
+		EarlyShed:    flowcontrol.EarlyShed{Enabled: shed},
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			id := r.Request.Value.(int)
 			got = append(got, event{id, r.Outcome})
@@ -225,7 +236,15 @@ func checkModel(t *testing.T, ops []byte) {
 			nextID++
 			flowOf[r.id] = [2]int{r.flow, r.band}
 			trace = append(trace, fmt.Sprintf("enqueue %+v", r))
-			want := m.enqueue(r)
+			var est time.Duration
+			var ok bool
+			if shed {
+				est, ok = q.EstimateWait(r.band)
+			}
+			want := m.enqueue(r, est, ok)
+			if want == flowcontrol.RejectedWait {
+				sheds++
+			}
 			tk, err := q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(rune('a' + r.flow)), Band: r.band, Bytes: r.bytes, TTL: ttl, Value: r.id})
 			if (err == nil) != (want == 0) || (err != nil && flowcontrol.OutcomeOf(err) != want) {
 				t.Fatalf("%s\nEnqueue error %v, model %v", trace, err, want)
@@ -310,8 +329,8 @@ func checkModel(t *testing.T, ops []byte) {
 		if s.Queued < 0 || s.QueuedBytes < 0 || s.InFlight < 0 || s.Flows < 0 || s.Queued > mCapReqs || s.QueuedBytes > mCapBytes || s.InFlight > mLimit {
 			t.Fatalf("%s\nstats out of bounds: %+v", trace, s)
 		}
-		sum := s.Dispatched + s.RejectedCapacity + s.RejectedClosed + s.RejectedInvalid + s.Expired + s.Cancelled
-		if sum != uint64(len(ended)) {
+		sum := s.Dispatched + s.RejectedCapacity + s.RejectedClosed + s.RejectedInvalid + s.Expired + s.Cancelled + s.RejectedWait
+		if sum != uint64(len(ended)) || int(s.RejectedWait) != countOutcome(ended, flowcontrol.RejectedWait) {
 			t.Fatalf("%s\n%d outcomes counted, %d observed", trace, sum, len(ended))
 		}
 	}
@@ -328,6 +347,7 @@ func checkModel(t *testing.T, ops []byte) {
 	if len(ended)+len(m.events) != nextID {
 		t.Fatalf("%d requests, %d outcomes", nextID, len(ended)+len(m.events))
 	}
+	return sheds
 }
 
 func countOutcome(m map[int]flowcontrol.Outcome, o flowcontrol.Outcome) int {
@@ -344,7 +364,7 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 0, 2, 3, 0, 5, 7, 0, 4})
 	f.Add([]byte{6, 1, 0, 5, 0, 9, 2, 0, 5, 3, 6, 0, 3, 0, 3, 0})
 	f.Add([]byte{0, 0x81, 0, 0x82, 0, 3, 5, 2, 5, 2, 4, 1, 2, 5, 7, 16, 0, 0})
-	f.Fuzz(func(t *testing.T, ops []byte) { checkModel(t, ops) })
+	f.Fuzz(func(t *testing.T, ops []byte) { checkModel(t, ops, false); checkModel(t, ops, true) })
 }
 
 func TestModelRandom(t *testing.T) {
@@ -352,7 +372,8 @@ func TestModelRandom(t *testing.T) {
 	if raceEnabled {
 		seeds = 60
 	}
-	for s := range seeds {
+	sheds := 0
+	for s := range 2 * seeds { // the second half with early shedding on
 		ops := make([]byte, 2*mMaxActions)
 		x := uint64(s)*0x9E3779B97F4A7C15 + 1
 		for i := range ops {
@@ -361,8 +382,12 @@ func TestModelRandom(t *testing.T) {
 			x ^= x << 17
 			ops[i] = byte(x)
 		}
-		checkModel(t, ops)
+		sheds += checkModel(t, ops, s >= seeds)
 	}
+	if sheds == 0 {
+		t.Error("no request was shed: the early-shedding half tests nothing")
+	}
+	t.Logf("%d requests shed", sheds)
 }
 
 // FuzzRequestInput feeds arbitrary request fields to Enqueue: every request is either

@@ -24,9 +24,12 @@ const (
 	Expired
 	// Cancelled: the caller's context ended, or Ticket.Cancel was called, while it waited.
 	Cancelled
+	// RejectedWait: refused at once by early shedding (Options.EarlyShed) because its
+	// estimated wait would outlast its deadline or the configured bound.
+	RejectedWait
 )
 
-var outcomeNames = [...]string{"none", "dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled"}
+var outcomeNames = [...]string{"none", "dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled", "rejected_wait"}
 
 // String returns a snake_case name suitable for a metric label.
 func (o Outcome) String() string {
@@ -41,6 +44,7 @@ func (o Outcome) String() string {
 //
 //	Dispatched        200 (proxy the request; the backend decides the final status)
 //	RejectedCapacity  429 Too Many Requests, with a Retry-After header (see Queue.RetryAfter)
+//	RejectedWait      429 Too Many Requests, with a Retry-After header (see Queue.RetryAfter)
 //	RejectedClosed    503 Service Unavailable (the gateway is shutting down; retry elsewhere)
 //	RejectedInvalid   400 Bad Request
 //	Expired           503 Service Unavailable: no capacity became free in time. A
@@ -48,14 +52,15 @@ func (o Outcome) String() string {
 //	Cancelled         499 (nginx's "client closed request"); nobody is listening, so this
 //	                  is for logs and metrics only
 //
-// 429 says "you, slow down" and is the answer when the queue was full on arrival; 503 says
-// "we could not serve this in time" and is the answer after the request waited. A caller's
-// own context deadline (context.DeadlineExceeded) is treated as expiry.
+// 429 says "you, slow down" and is the answer on arrival, when the queue was full or (early
+// shedding) too slow to serve the request before its deadline; 503 says "we could not serve
+// this in time" and is the answer after the request waited. A caller's own context deadline
+// (context.DeadlineExceeded) is treated as expiry.
 func (o Outcome) HTTPStatus() int {
 	switch o {
 	case Dispatched:
 		return http.StatusOK
-	case RejectedCapacity:
+	case RejectedCapacity, RejectedWait:
 		return http.StatusTooManyRequests
 	case RejectedClosed, Expired:
 		return http.StatusServiceUnavailable
@@ -79,6 +84,8 @@ func OutcomeOf(err error) Outcome {
 		return Dispatched
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrWouldWait):
 		return RejectedCapacity
+	case errors.Is(err, ErrWouldExpire):
+		return RejectedWait
 	case errors.Is(err, ErrClosed):
 		return RejectedClosed
 	case errors.Is(err, ErrInvalidRequest):
@@ -108,6 +115,9 @@ var (
 	ErrFlowFull error = &scopeError{"flowcontrol: queue full: flow limit"}
 	// ErrWouldWait: TryAdmit could not dispatch the request at once.
 	ErrWouldWait = errors.New("flowcontrol: request would wait")
+	// ErrWouldExpire: early shedding refused the request on arrival, because its
+	// estimated wait outlasts its deadline or Options.EarlyShed.Bound.
+	ErrWouldExpire = errors.New("flowcontrol: estimated wait exceeds the request's deadline")
 	// ErrExpired: the request's deadline passed while it waited.
 	ErrExpired = errors.New("flowcontrol: deadline passed while waiting")
 	// ErrClosed: the queue is closed.

@@ -13,6 +13,9 @@ const (
 	DefaultTTL      = 60 * time.Second
 	DefaultRequests = 10000
 	DefaultBytes    = 1 << 30
+	// DefaultRateHalfLife is the half-life of the dispatch-rate average behind
+	// EstimateWait when EarlyShed.HalfLife is zero.
+	DefaultRateHalfLife = 10 * time.Second
 )
 
 // Limits bounds what may wait in the queue (in flight work is the Gate's business).
@@ -47,6 +50,34 @@ type Options struct {
 	FlowCapacity Limits
 	// Observer is told about every outcome and completion, outside the lock.
 	Observer Observer
+	// EarlyShed rejects at once a request that the queue estimates would not be dispatched
+	// before its deadline, instead of holding it until it expires; the zero value is off.
+	EarlyShed EarlyShed
+}
+
+// EarlyShed configures early shedding (see "Early shedding" in the package documentation).
+// When Enabled, a request that Admit or Enqueue cannot dispatch at once is refused on
+// arrival with RejectedWait (ErrWouldExpire) if its estimated wait (Queue.EstimateWait)
+// exceeds its budget — the time left until its Deadline, or until Arrival+Bound if that is
+// sooner — by more than the factor 1+Margin. TryAdmit never waits, so it never sheds: what it
+// cannot dispatch at once is ErrWouldWait as before. An unknown estimate (no recent
+// dispatch history) never sheds. The zero value is off; New rejects a negative Bound or
+// HalfLife and a Margin that is not finite and > −1.
+type EarlyShed struct {
+	// Enabled turns shedding on. When it is off the estimate is still kept, so
+	// EstimateWait can be watched before shedding is turned on.
+	Enabled bool
+	// Bound caps the wait, counted from Arrival, that a request may be queued for when its
+	// deadline is later; zero means the deadline alone.
+	Bound time.Duration
+	// Margin moves the shedding threshold to the budget times 1+Margin. Zero sheds as soon
+	// as the estimate exceeds the budget; a positive Margin tolerates that much relative
+	// error before shedding (fewer requests shed that could have been served), a negative
+	// one, > −1, sheds earlier (fewer admitted requests expire after all).
+	Margin float64
+	// HalfLife is the half-life of the dispatch-rate average; zero means
+	// DefaultRateHalfLife. It applies to EstimateWait whether or not shedding is enabled.
+	HalfLife time.Duration
 }
 
 // Observer receives the queue's outcomes. Both hooks are optional (nil means not called),
@@ -85,7 +116,7 @@ type Record struct {
 // Stats is a snapshot of the queue's counters and gauges.
 type Stats struct {
 	// Outcome counters since New.
-	Dispatched, RejectedCapacity, RejectedClosed, RejectedInvalid, Expired, Cancelled uint64
+	Dispatched, RejectedCapacity, RejectedClosed, RejectedInvalid, Expired, Cancelled, RejectedWait uint64
 	// Completed counts Ticket.Done calls.
 	Completed uint64
 	// Gauges: waiting requests and their bytes, requests in flight, flows known (waiting
@@ -143,6 +174,17 @@ type band struct {
 	queued   int
 	bytes    int64
 	inFlight int
+	// Dispatch-rate history for EstimateWait. served counts the band's dispatches, in the
+	// current rate window, of requests that had waited; busy the nanoseconds of the window
+	// during which the band had a request waiting (backlog: it had one at the end of the
+	// latest operation, since busyFrom). At each window's end both are folded into rateN
+	// and rateT, exponentially decayed, so rateN/rateT is the band's recent dispatch rate
+	// while it had a backlog.
+	served       int
+	busy         int64
+	busyFrom     int64
+	backlog      bool
+	rateN, rateT float64
 }
 
 // Queue is an admission queue of flows in priority bands. All methods are safe for
@@ -163,6 +205,7 @@ type Queue struct {
 	observer Observer
 	observed bool
 	notePool sync.Pool
+	shed     EarlyShed // HalfLife filled in
 
 	mu        sync.Mutex
 	bands     []band
@@ -185,6 +228,12 @@ type Queue struct {
 	rateStart int64
 	rateCount int
 	rateLast  int
+	// busy-time accounting for the rate behind EstimateWait (see band.served), as of the
+	// end of the latest operation: how many bands had a backlog, and the enqueue sequence
+	// number reached (a request with a higher one was enqueued by the operation under way
+	// and has not waited).
+	backlogs int
+	seqMark  uint64
 }
 
 type note struct {
@@ -238,6 +287,12 @@ func New(o Options) (*Queue, error) {
 	if o.Clock == nil {
 		o.Clock = SystemClock{}
 	}
+	if es := o.EarlyShed; es.Bound < 0 || es.HalfLife < 0 || !(es.Margin > -1) || math.IsInf(es.Margin, 1) {
+		return nil, fmt.Errorf("%w: EarlyShed %+v: Bound and HalfLife must be ≥ 0, Margin finite and > −1", ErrInvalidOptions, es)
+	}
+	if o.EarlyShed.HalfLife == 0 {
+		o.EarlyShed.HalfLife = DefaultRateHalfLife
+	}
 	q := &Queue{
 		policy:   o.Policy,
 		gate:     o.Gate,
@@ -248,6 +303,7 @@ func New(o Options) (*Queue, error) {
 		observer: o.Observer,
 		observed: o.Observer.Outcome != nil || o.Observer.Done != nil,
 		bands:    make([]band, o.Bands),
+		shed:     o.EarlyShed,
 	}
 	q.picker, _ = o.Policy.(FlowPicker)
 	q.bandGate, _ = o.Gate.(BandGate)
@@ -271,9 +327,10 @@ func New(o Options) (*Queue, error) {
 // sleeps on its own deadline timer too, and when it fires it processes every expiry due.
 //
 // It returns an error wrapping ErrInvalidRequest (nil ctx, invalid r), ErrQueueFull (one of
-// ErrGlobalFull, ErrBandFull, ErrFlowFull), ErrClosed, ErrExpired, or ctx.Err() if ctx ends
-// first; in every error case the returned Ticket is the zero Ticket. If the request was
-// dispatched before the cancellation was seen, Admit returns the Ticket and no error.
+// ErrGlobalFull, ErrBandFull, ErrFlowFull), ErrWouldExpire (early shedding), ErrClosed,
+// ErrExpired, or ctx.Err() if ctx ends first; in every error case the returned Ticket is
+// the zero Ticket. If the request was dispatched before the cancellation was seen, Admit
+// returns the Ticket and no error.
 //
 // Cost: O(log n) for the enqueue and each dispatch it triggers, n the requests in the flow
 // and the flows in the band; allocation-free in steady state.
@@ -402,6 +459,7 @@ func (q *Queue) TryAdmit(r Request) (Ticket, error) {
 		// Only when the gate changed its mind between the two calls, or a FlowPicker
 		// held the band back: take the request back out.
 		q.removeLocked(w, 0, nil, now)
+		q.markLocked(now.UnixNano())
 		q.stats.RejectedCapacity++
 		q.noteLocked(false, Record{Outcome: RejectedCapacity, Err: ErrWouldWait, Request: w.req})
 		q.recycleLocked(w)
@@ -478,6 +536,7 @@ func (q *Queue) Close() {
 	for len(q.deadlines) > 0 {
 		q.removeLocked(q.deadlines[0].w, RejectedClosed, ErrClosed, now)
 	}
+	q.markLocked(now.UnixNano())
 	q.unlock()
 }
 
@@ -528,6 +587,79 @@ func (q *Queue) RetryAfter() time.Duration {
 	return min(max(d, time.Second), q.ttl)
 }
 
+// EstimateWait estimates how long a request of band b arriving now would wait to be
+// dispatched if it cannot go at once: the requests waiting in bands 0..b, plus one half
+// (the next dispatch is due half an interval from now on average), divided by band b's
+// recent dispatch rate. That rate is measured only while band b had a backlog (dispatches
+// of its requests that had waited, per second of backlog) and averaged exponentially with
+// half-life EarlyShed.HalfLife, so it is the rate at which the gate lets band b's backlog
+// through — what is left after the bands above took their share — not the arrival rate of
+// an idle queue. Dividing the work ahead by what is left is what accounts for the
+// requests of higher bands that will arrive, and overtake, while it waits.
+//
+// ok is false when b is not a band or when there is no rate history: before the first
+// one-second window with such dispatches has ended (cold start), and again once less than
+// four dispatches' worth of history remains after a long time without a backlog. Early
+// shedding never sheds on an unknown estimate.
+//
+// Under FCFS every request waiting in bands 0..b goes first, so the count is exact; under
+// another policy the queue cannot rank a newcomer cheaply and uses the same count, an upper
+// bound on the requests ahead of it now (a fair policy may put a light flow's request in
+// front), and later arrivals of its own band that overtake it are not counted. Requests
+// ahead that expire or are cancelled make the wait shorter than estimated. "Early shedding"
+// in the package documentation gives the measured error.
+//
+// O(b); safe for concurrent use.
+func (q *Queue) EstimateWait(b int) (wait time.Duration, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if b < 0 || b >= len(q.bands) {
+		return 0, false
+	}
+	q.rateTickLocked(q.clock.Now().UnixNano())
+	return q.estimateLocked(b)
+}
+
+// minRateEvidence is the decayed number of dispatches below which the rate is unknown.
+const minRateEvidence = 4
+
+func (q *Queue) estimateLocked(b int) (time.Duration, bool) {
+	bd := &q.bands[b]
+	if bd.rateN < minRateEvidence {
+		return 0, false
+	}
+	ahead := 0
+	for c := 0; c <= b; c++ {
+		ahead += q.bands[c].queued
+	}
+	ns := (float64(ahead) + 0.5) * bd.rateT / bd.rateN
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64, true
+	}
+	return time.Duration(ns), true
+}
+
+// shedLocked reports whether early shedding refuses r, which is valid and fits capacity.
+func (q *Queue) shedLocked(r *Request, now time.Time) bool {
+	q.rateTickLocked(now.UnixNano())
+	est, ok := q.estimateLocked(r.Band)
+	if !ok {
+		return false
+	}
+	budget := r.Deadline.Sub(now)
+	if q.shed.Bound > 0 {
+		budget = min(budget, q.shed.Bound-now.Sub(r.Arrival))
+	}
+	if float64(est) <= float64(budget)*(1+q.shed.Margin) {
+		return false
+	}
+	// The estimate is for a request that waits; one that goes at once waits nothing.
+	q.scratch = *r // the gate gets a pointer; r itself must not escape
+	atOnce := q.wouldDispatchLocked(&q.scratch)
+	q.scratch = Request{}
+	return !atOnce
+}
+
 func (q *Queue) rateTickLocked(now int64) {
 	const window = int64(time.Second)
 	if now-q.rateStart < window {
@@ -538,7 +670,57 @@ func (q *Queue) rateTickLocked(now int64) {
 	} else {
 		q.rateLast = 0
 	}
+	// Fold the window into the decayed per-band history behind EstimateWait.
+	q.flushBusyLocked(now)
+	decay := math.Exp2(-float64(now-q.rateStart) / float64(q.shed.HalfLife))
+	for b := range q.bands {
+		bd := &q.bands[b]
+		bd.rateN = bd.rateN*decay + float64(bd.served)
+		bd.rateT = bd.rateT*decay + float64(bd.busy)
+		if bd.rateN == 0 {
+			// History starts with the first window that had a dispatch: the backlog before
+			// the first dispatch ever (always in a window of its own, as that dispatch
+			// starts the next) says nothing about the rate.
+			bd.rateT = 0
+		}
+		bd.served, bd.busy = 0, 0
+	}
 	q.rateStart, q.rateCount = now, 0
+}
+
+// flushBusyLocked counts the time since busyFrom as busy for the bands with a backlog.
+func (q *Queue) flushBusyLocked(now int64) {
+	if q.backlogs == 0 {
+		return
+	}
+	for b := range q.bands {
+		if bd := &q.bands[b]; bd.backlog {
+			bd.busy += max(now-bd.busyFrom, 0)
+			bd.busyFrom = now
+		}
+	}
+}
+
+// markLocked ends an operation that may have changed what waits: it notes which bands
+// have a backlog, whose busy time runs until the next change, and the enqueue sequence
+// reached. O(1) when nothing waits or waited, O(bands) otherwise.
+func (q *Queue) markLocked(now int64) {
+	q.seqMark = q.seq
+	if q.queued == 0 && q.backlogs == 0 {
+		return
+	}
+	for b := range q.bands {
+		bd := &q.bands[b]
+		switch w := bd.queued > 0; {
+		case w && !bd.backlog:
+			bd.backlog, bd.busyFrom = true, now
+			q.backlogs++
+		case !w && bd.backlog:
+			bd.backlog = false
+			bd.busy += max(now-bd.busyFrom, 0)
+			q.backlogs--
+		}
+	}
 }
 
 // ---- internals; everything below expects q.mu held ----
@@ -613,7 +795,14 @@ func (q *Queue) enqueueLocked(r *Request, now time.Time) (*waiter, error) {
 	if err := q.capacityLocked(r, bd, f); err != nil {
 		q.stats.RejectedCapacity++
 		q.noteLocked(false, Record{Outcome: RejectedCapacity, Err: err, Request: *r})
+		q.markLocked(now.UnixNano()) // the expiry above may have emptied a band
 		return nil, err
+	}
+	if q.shed.Enabled && q.shedLocked(r, now) {
+		q.stats.RejectedWait++
+		q.noteLocked(false, Record{Outcome: RejectedWait, Err: ErrWouldExpire, Request: *r})
+		q.markLocked(now.UnixNano())
+		return nil, ErrWouldExpire
 	}
 	if f == nil {
 		f = q.newFlowLocked(r.Flow, r.Band)
@@ -891,10 +1080,10 @@ func (q *Queue) runLocked(now time.Time) {
 		q.rekey.remove(0)
 		q.keyFlowLocked(f, &q.bands[f.st.Band], now)
 	}
-	if q.queued == 0 {
-		return
+	if q.queued > 0 {
+		q.dispatchLocked(now)
 	}
-	q.dispatchLocked(now)
+	q.markLocked(ns)
 }
 
 // dispatchLocked dispatches as much as the gate allows, band by band.
@@ -933,6 +1122,9 @@ func (q *Queue) dispatchLocked(now time.Time) {
 			q.keyFlowLocked(f, bd, now)
 			q.rateTickLocked(now.UnixNano())
 			q.rateCount++
+			if w.seq <= q.seqMark { // it waited: a dispatch the gate paced
+				bd.served++
+			}
 			q.endLocked(w, Dispatched, nil, now)
 		}
 	}

@@ -2,6 +2,7 @@ package flowcontrol_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
 )
 
 func heapInUse() uint64 {
@@ -176,37 +178,71 @@ func TestAllocs(t *testing.T) {
 		t.Skip("allocation counts are not meaningful under -race")
 	}
 	ctx := context.Background()
+	shed := flowcontrol.EarlyShed{Enabled: true}
+	limit1 := func() flowcontrol.Gate { return &flowcontrol.ConcurrencyLimit{Limit: 1} }
 	cases := []struct {
-		name string
-		opts flowcontrol.Options
-		run  func(q *flowcontrol.Queue)
+		name  string
+		opts  flowcontrol.Options
+		run   func(q *flowcontrol.Queue)
+		setup func(*flowcontrol.Queue, *flowcontroltest.Clock) // nil: see below
 	}{
 		{"Admit+Done", flowcontrol.Options{}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 10})
 			tk.Done(flowcontrol.Usage{})
-		}},
+		}, nil},
 		{"TryAdmit+Done", flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}}, func(q *flowcontrol.Queue) {
 			tk, _ := q.TryAdmit(flowcontrol.Request{Flow: "a"})
 			tk.Done(flowcontrol.Usage{})
-		}},
+		}, nil},
 		{"Enqueue+Cancel", flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Enqueue(flowcontrol.Request{Flow: "b"})
 			tk.Cancel()
-		}},
+		}, nil},
 		{"Enqueue+Tick expiry", flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}}, func(q *flowcontrol.Queue) {
 			q.Enqueue(flowcontrol.Request{Flow: "c", TTL: time.Nanosecond})
 			q.Tick()
-		}},
+		}, nil},
 		{"observed Admit+Done", flowcontrol.Options{Observer: flowcontrol.Observer{
 			Outcome: func(flowcontrol.Record) {}, Done: func(flowcontrol.Record) {},
 		}}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Admit(ctx, flowcontrol.Request{Flow: "a"})
 			tk.Done(flowcontrol.Usage{})
+		}, nil},
+		// Early shedding on, with a known rate: the estimate is computed on each arrival.
+		{"early shed: Admit+Done", flowcontrol.Options{Gate: limit1(), EarlyShed: shed}, func(q *flowcontrol.Queue) {
+			tk, _ := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 10})
+			tk.Done(flowcontrol.Usage{})
+		}, warmRate},
+		{"early shed: Enqueue+Cancel", flowcontrol.Options{Gate: limit1(), EarlyShed: shed}, func(q *flowcontrol.Queue) {
+			tk, _ := q.Enqueue(flowcontrol.Request{Flow: "b"})
+			tk.Cancel()
+		}, func(q *flowcontrol.Queue, clk *flowcontroltest.Clock) {
+			warmRate(q, clk)
+			q.TryAdmit(flowcontrol.Request{Flow: "holder"})
+		}},
+		{"early shed: Enqueue shed", flowcontrol.Options{Gate: limit1(), EarlyShed: shed, Observer: flowcontrol.Observer{
+			Outcome: func(flowcontrol.Record) {},
+		}}, func(q *flowcontrol.Queue) {
+			q.Enqueue(flowcontrol.Request{Flow: "c", TTL: 100 * time.Millisecond})
+		}, func(q *flowcontrol.Queue, clk *flowcontroltest.Clock) {
+			warmRate(q, clk)
+			q.TryAdmit(flowcontrol.Request{Flow: "holder"})
+			for range 20 {
+				q.Enqueue(flowcontrol.Request{Flow: "backlog"})
+			}
+			if _, err := q.Enqueue(flowcontrol.Request{Flow: "c", TTL: 100 * time.Millisecond}); !errors.Is(err, flowcontrol.ErrWouldExpire) {
+				t.Errorf("early shed: Enqueue behind 20 = %v, want ErrWouldExpire", err)
+			}
 		}},
 	}
 	for _, c := range cases {
 		q, clk := newBareQueue(t, c.opts)
-		if c.opts.Gate != nil {
+		if c.setup != nil {
+			c.setup(q, clk)
+			if _, ok := q.EstimateWait(0); !ok {
+				t.Errorf("%s: the rate is unknown after warming up", c.name)
+			}
+		} else if c.opts.Gate != nil {
 			// Occupy the single slot so that Enqueue'd requests wait.
 			if _, ok := c.opts.Gate.(*flowcontrol.ConcurrencyLimit); ok && c.name != "TryAdmit+Done" {
 				q.TryAdmit(flowcontrol.Request{Flow: "holder"})
@@ -217,5 +253,27 @@ func TestAllocs(t *testing.T) {
 		if got := testing.AllocsPerRun(1000, tick); got != 0 {
 			t.Errorf("%s: %v allocs per run, want 0", c.name, got)
 		}
+		if s := q.Stats(); c.name == "early shed: Enqueue shed" && s.RejectedWait < 1000 {
+			t.Errorf("%s: %d shed, want every run shed", c.name, s.RejectedWait)
+		}
+	}
+}
+
+// warmRate gives q, whose gate admits one request at a time, a dispatch-rate history: three
+// seconds of a backlog served at 10 requests/s, then drained, so that nothing waits or runs.
+func warmRate(q *flowcontrol.Queue, clk *flowcontroltest.Clock) {
+	var fifo []flowcontrol.Ticket // dispatched in this order
+	for range 30 {
+		for range 2 {
+			tk, _ := q.Enqueue(flowcontrol.Request{Flow: "warm"})
+			fifo = append(fifo, tk)
+		}
+		clk.Advance(100 * time.Millisecond)
+		fifo[0].Done(flowcontrol.Usage{})
+		fifo = fifo[1:]
+	}
+	for _, tk := range fifo {
+		clk.Advance(100 * time.Millisecond)
+		tk.Done(flowcontrol.Usage{})
 	}
 }

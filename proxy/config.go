@@ -42,6 +42,9 @@ type Config struct {
 	// Saturation, if > 0, also holds admission while llm-d's saturation estimate of the
 	// fleet is at or above it.
 	Saturation float64 `json:"saturation"`
+	// EarlyShed answers 429 at once a request whose estimated wait exceeds its TTL, instead of
+	// holding it until the TTL expires (flowcontrol.EarlyShed); off by default.
+	EarlyShed bool `json:"early_shed"`
 	// Tokenizer is "bytes" (hash the prompt's bytes: approximate index) or "endpoint" (the
 	// servers' POST /tokenize: exact token ids, needed to match KV events).
 	Tokenizer string `json:"tokenizer"`
@@ -125,6 +128,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxFlowQueue, "max-flow-queue", c.MaxFlowQueue, "requests one flow (tenant/session) may have waiting; 0: no limit")
 	fs.IntVar(&c.MaxInFlight, "max-inflight", c.MaxInFlight, "requests in flight to the fleet at once; 0: 64 per backend")
 	fs.Float64Var(&c.Saturation, "saturation", c.Saturation, "also hold admission while the fleet's saturation (llm-d's estimate) reaches this; 0: off")
+	fs.BoolVar(&c.EarlyShed, "early-shed", c.EarlyShed, "answer 429 at once when a request's estimated wait exceeds -ttl, instead of after waiting it")
 	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "prompt tokenization: bytes (approximate index) or endpoint (the servers' POST /tokenize: exact, needed for KV events)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block: the engines' block size")
 	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block in -tokenizer bytes")
@@ -328,7 +332,7 @@ func (c Config) Options() (Options, error) {
 	}
 	o := Options{
 		Models: c.Models, MaxBodyBytes: c.MaxBodyBytes, KVListen: c.KVListen, Bands: Bands, BlockSize: c.BlockSize,
-		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, TTL: c.TTL,
+		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, TTL: c.TTL,
 		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
 		FlowCapacity:  flowcontrol.Limits{Requests: c.MaxFlowQueue},
 		Timeouts:      Timeouts{ResponseHeader: c.HeaderTimeout, StreamIdle: c.IdleTimeout, Request: c.RequestTimeout},

@@ -37,7 +37,8 @@
 //
 // Every answer the pipeline writes itself is OpenAI error JSON ({"error": {"message", "type",
 // "param", "code"}}): 400 with the field at fault, 404 for an unknown model or route, 405,
-// 408, 413, 429 with Retry-After when the queue is full, 431, 499 when the client left, 502
+// 408, 413, 429 with Retry-After when the queue is full (or, with Options.EarlyShed, when the
+// estimated wait exceeds the TTL: at once, not after waiting it), 431, 499 when the client left, 502
 // and 504 when the backend failed before answering, 503 when no capacity came in time. An
 // error answer of the backend is passed through unchanged. A stream that breaks after it
 // began ends with an error event in the same format.

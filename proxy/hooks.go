@@ -239,6 +239,10 @@ func (ex *exchange) admissionError(err error) *openai.Error {
 	switch status {
 	case http.StatusTooManyRequests:
 		ex.retryAfter = ex.h.queue.RetryAfter()
+		if errors.Is(err, flowcontrol.ErrWouldExpire) {
+			return &openai.Error{Status: status, Type: openai.TypeRateLimit, Code: "rate_limit_exceeded",
+				Message: "the estimated wait for admission exceeds the request's time limit; retry after the time in the Retry-After header"}
+		}
 		return &openai.Error{Status: status, Type: openai.TypeRateLimit, Code: "rate_limit_exceeded",
 			Message: "too many requests are waiting; retry after the time in the Retry-After header"}
 	case http.StatusServiceUnavailable:

@@ -206,6 +206,10 @@ type Options struct {
 	// saturation estimate of the fleet (mean over backends of max(queued/5, kv/0.8), a
 	// backend without fresh signals counting 1) is at or above it.
 	Saturation float64
+	// EarlyShed configures the default queue's early shedding (flowcontrol.EarlyShed): a
+	// request that the queue estimates cannot be dispatched before its TTL is answered 429
+	// with Retry-After at once instead of after waiting the whole TTL. Zero: off.
+	EarlyShed flowcontrol.EarlyShed
 	// KVListen, if set, is an endpoint the Handler's KV-event subscriber binds, to which
 	// servers with a KVPod connect (e.g. tcp://0.0.0.0:5557; see KVListenAddr). Bind it
 	// where only model servers reach it: whoever connects can publish.
@@ -332,9 +336,9 @@ func New(opts Options) (*Handler, error) {
 	case h.maxBody < 0 || h.maxHeader < 0 || h.bands < 0 || opts.MaxInFlight < 0 || opts.BlockSize < 0 ||
 		opts.ScrapeInterval < 0 || opts.Saturation < 0 || math.IsNaN(opts.Saturation):
 		return nil, fmt.Errorf("%w: negative size, count, interval or level", ErrInvalidOptions)
-	case opts.Queue != nil && (opts.Saturation > 0 || opts.Policy != nil || opts.TTL != 0 || opts.MaxInFlight != 0 ||
+	case opts.Queue != nil && (opts.Saturation > 0 || opts.EarlyShed != (flowcontrol.EarlyShed{}) || opts.Policy != nil || opts.TTL != 0 || opts.MaxInFlight != 0 ||
 		opts.QueueCapacity != (flowcontrol.Limits{}) || opts.FlowCapacity != (flowcontrol.Limits{})):
-		return nil, fmt.Errorf("%w: Policy, TTL, capacities, MaxInFlight and Saturation configure the default queue; configure your Queue itself", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: Policy, TTL, capacities, MaxInFlight, Saturation and EarlyShed configure the default queue; configure your Queue itself", ErrInvalidOptions)
 	}
 	seen := make(map[string]bool, len(opts.Backends))
 	for _, b := range opts.Backends {
@@ -489,6 +493,7 @@ func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, error) {
 		Capacity:     opts.QueueCapacity,
 		FlowCapacity: opts.FlowCapacity,
 		Observer:     flowcontrol.Observer{Outcome: h.ObserveOutcome},
+		EarlyShed:    opts.EarlyShed,
 	})
 }
 
