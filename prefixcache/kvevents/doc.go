@@ -28,7 +28,10 @@
 // listen mode cannot see replaced: a publisher's connection is invisible behind the socket, so
 // a source counts as connected from its first message until an idle probe of its replay
 // endpoint fails, and the first message after that is treated as a new connection (checked
-// against the replay endpoint before it is applied). When Run starts, each configured source
+// against the replay endpoint before it is applied). A publisher that restarts between two
+// probes reconnects unseen; its batches are not known to come from the process the backend
+// follows until a replay vouches for them, and blocks that continue blocks the index never
+// saw bring that check at once (see Failure handling). When Run starts, each configured source
 // with a replay endpoint catches up through it, so a restarted gateway learns what idle
 // engines hold; a source not heard from since is not probed (an engine that is down would be
 // asked every second), so one whose only batches were dropped before its subscription
@@ -118,19 +121,26 @@
 //
 // One goroutine per Source applies its batches in sequence order; the index is the only thing
 // sources share. The Subscriber tracks the last applied sequence number and a hash of its
-// payload, and:
+// payload, and the anchor: the last applied batch known to come from the publisher process
+// the backend follows — the last one a replay applied or found in the history, or, in connect
+// mode, the last batch of a connection whose replay check passed (a connection is one
+// process). In listen mode a live batch could come from a process that replaced the old one
+// unseen, so the anchor stays at the last replay until the next one. Then:
 //
 //   - The first batch seen from a source is where it starts, whatever its number: a publisher
 //     counting from 1, or one that has been running for a while, has lost nothing before it.
-//   - On connecting it asks the replay endpoint for the history from the last applied batch
-//     (all of it the first time). If the first reply is that same batch, the publisher is the
-//     process it was following and the rest of the reply is what it missed. If not, the
-//     publisher restarted — its engine's cache is gone and its sequence numbers mean something
-//     new — so the backend is cleared (AllBlocksCleared) and the whole new history replayed.
-//     Comparing payloads rather than sequence numbers also catches a restarted publisher that
-//     has already passed the old sequence number. A history that no longer holds the batch
-//     (an outage longer than the publisher's buffer) is handled the same way: the backend's
-//     state is unknown, so it is rebuilt from what the history still holds.
+//   - On connecting it asks the replay endpoint for the history from the anchor (all of it
+//     the first time). If the first reply is that same batch, the publisher is the process it
+//     was following and the rest of the reply is what it missed. If not, the publisher
+//     restarted — its engine's cache is gone and its sequence numbers mean something new — so
+//     the backend is cleared (AllBlocksCleared) and the whole new history replayed. Comparing
+//     payloads rather than sequence numbers also catches a restarted publisher that has
+//     already passed the old sequence number. A history that no longer holds the batch (an
+//     outage longer than the publisher's buffer) is handled the same way: the backend's state
+//     is unknown, so it is rebuilt from what the history still holds. (When the history no
+//     longer reaches back to an anchor left behind by a long run of live batches, but still
+//     holds the last applied batch, finding that batch unchanged is accepted instead: a busy
+//     listen-mode source is not rebuilt for being busy.)
 //   - A live batch past the next expected number is a gap: the PUB socket dropped messages (a
 //     slow subscriber, the high-water mark, or the moment between connecting and the
 //     subscription reaching the publisher). The missing batches are replayed, with the same
@@ -141,6 +151,22 @@
 //   - A live sequence number that goes back is a restart on that connection (reset, replay).
 //     Without a replay endpoint, a reconnect whose first batch is not past the last applied
 //     one is treated as a restart too; gaps are then counted as lost.
+//   - A live batch not known to come from the followed process whose BlockStored continues a
+//     block the index never saw (prefixcache.ErrUnknownParent) is evidence of a restart the
+//     numbers did not show: in listen mode a publisher that restarted between two probes,
+//     whose first batches the PUB socket dropped, can first show the number after the last
+//     one applied, or one already applied from a replay (skipped as a duplicate); or the
+//     replay a gap asked for failed. So the history is checked against the anchor, as on
+//     connecting: after a restart the backend is rebuilt from the new history, which places
+//     those blocks, and their errors, explained, are neither counted nor reported (the reset
+//     is). Otherwise — the stream checks out (the index can lose a parent the engine keeps,
+//     to its own capacity) or the replay endpoint does not answer — they are apply errors.
+//     Checks are at least ProbeInterval apart (a second if probing is disabled), so that a
+//     stream that keeps continuing blocks the index evicted is not replayed batch by batch;
+//     a failed check is retried on the next such error after that. Sources without a replay
+//     endpoint have nothing to check against: the errors are counted and nothing is reset,
+//     since lost batches explain them as well as a restart does. Errors in replayed batches
+//     are not evidence (a history that no longer reaches a chain's start cannot place it).
 //   - A dropped connection (a publisher that exits closes it) is redialled with exponential
 //     backoff, MinBackoff doubling up to MaxBackoff, reset once a connection delivers.
 //   - A connection silent for ProbeInterval is probed through the replay endpoint, because a
@@ -173,7 +199,13 @@
 // Run, and need Close even if Run never came); blocking the reader while a source is busy
 // (one slow replay endpoint would stall every engine behind TCP backpressure); keeping every
 // pod ever seen (pod names change at every rollout, and MaxSources would fill for good: a
-// learnt source silent for SilentAfter makes room for a new one instead).
+// learnt source silent for SilentAfter makes room for a new one instead); checking the
+// history on every live batch (a replay per batch) or whenever any connection to the socket
+// ends (zmq4 does not say whose, so every source would replay at every pod's restart) rather
+// than on evidence; resetting on the first unknown-parent error without a check (an index
+// smaller than the engine's cache loses parents the engine keeps, and the backend would be
+// rebuilt for it); checking against the last applied batch only (the first batch of an
+// unseen restart, once applied, would vouch for itself).
 //
 // # Cost
 //

@@ -59,8 +59,15 @@ type PublisherOptions struct {
 	FirstSequence uint64
 	// OnError, if set, is called with the errors the Publisher survives:
 	// a replay reply it could not send (the client went away before the
-	// end-of-replay message, for instance), wrapping ErrReplay. It runs
-	// on Run's goroutine and must not block. Nil ignores them.
+	// end-of-replay message, for instance), wrapping ErrReplay. Errors
+	// caused by stopping Run or closing the Publisher are not reported.
+	// zmq4 writes a frame's header and its body separately, even an empty
+	// one, so a client that closes as soon as it has read the
+	// end-of-replay message (empty payload, the last frame) can make the
+	// write of that empty body fail: "send end-of-replay: zmq4: error
+	// sending frame n/n" with n the message's last frame is reported
+	// although the client received everything. It runs on Run's goroutine
+	// and must not block. Nil ignores them.
 	OnError func(err error)
 }
 
@@ -86,6 +93,9 @@ type Publisher struct {
 	onError   func(error)
 	pub       zmq4.Socket
 	router    zmq4.Socket // nil without a replay endpoint
+	// closeRouter closes router exactly once; a concurrent caller waits
+	// until it is closed (see Close).
+	closeRouter func() error
 
 	mu     sync.Mutex
 	seq    uint64  // next sequence number
@@ -139,6 +149,7 @@ func NewPublisher(endpoint string, opts PublisherOptions) (*Publisher, error) {
 			p.router.Close()
 			return nil, fmt.Errorf("kvevents: publisher replay: %w", err)
 		}
+		p.closeRouter = sync.OnceValue(p.router.Close)
 	}
 	return p, nil
 }
@@ -243,13 +254,15 @@ func (p *Publisher) history(start uint64) []entry {
 // then [EndOfReplay, ""]. Malformed requests are ignored; a reply that
 // cannot be sent ends that exchange and goes to PublisherOptions.OnError.
 // Without a replay endpoint Run just waits for ctx. It returns nil when
-// stopped by ctx or Close.
+// stopped by ctx or Close, once the replay socket is closed: a Publisher
+// started next can bind the same endpoint.
 func (p *Publisher) Run(ctx context.Context) error {
 	if p.router == nil {
 		<-ctx.Done()
 		return nil
 	}
-	stop := context.AfterFunc(ctx, func() { p.router.Close() })
+	defer p.closeRouter()
+	stop := context.AfterFunc(ctx, func() { p.closeRouter() })
 	defer stop()
 	for {
 		msg, err := p.router.Recv()
@@ -259,7 +272,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		p.serve(msg.Frames)
+		p.serve(ctx, msg.Frames)
 	}
 }
 
@@ -269,7 +282,9 @@ func (p *Publisher) isClosed() bool {
 	return p.closed
 }
 
-func (p *Publisher) serve(frames [][]byte) {
+// serve answers one replay request. Errors are reported unless Run is
+// stopping: a reply cut short by closing the socket is no client's fault.
+func (p *Publisher) serve(ctx context.Context, frames [][]byte) {
 	// [identity, "", start] from a vLLM-style client, [identity, start]
 	// from a bare DEALER.
 	if len(frames) < 2 {
@@ -298,24 +313,28 @@ func (p *Publisher) serve(frames [][]byte) {
 	}
 	for _, e := range p.history(start) {
 		if err := reply(e.seq, e.payload); err != nil {
-			p.report(fmt.Errorf("%w: send seq %d: %w", ErrReplay, e.seq, err))
+			p.report(ctx, fmt.Errorf("%w: send seq %d: %w", ErrReplay, e.seq, err))
 			return
 		}
 	}
 	if err := reply(EndOfReplay, nil); err != nil {
-		p.report(fmt.Errorf("%w: send end-of-replay: %w", ErrReplay, err))
+		p.report(ctx, fmt.Errorf("%w: send end-of-replay: %w", ErrReplay, err))
 	}
 }
 
-func (p *Publisher) report(err error) {
-	if p.onError != nil && !p.isClosed() {
+func (p *Publisher) report(ctx context.Context, err error) {
+	if p.onError != nil && ctx.Err() == nil && !p.isClosed() {
 		p.onError(err)
 	}
 }
 
 // Close closes both sockets; subscribers see the connection drop. Close is
-// idempotent. (zmq4 v0.17.0 leaves the idle writer goroutine of a closed
-// PUB socket behind: one per Publisher ever closed.)
+// idempotent, and returns once both are closed, even when Run's context
+// began closing the replay socket first: zmq4 removes an ipc:// socket's
+// file when it closes it, so a close still in progress (or a second one)
+// would remove the file of a new Publisher bound to the same endpoint,
+// which nobody could then reach. (zmq4 v0.17.0 leaves the idle writer
+// goroutine of a closed PUB socket behind: one per Publisher ever closed.)
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -326,7 +345,7 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 	err := p.pub.Close()
 	if p.router != nil {
-		if e := p.router.Close(); err == nil {
+		if e := p.closeRouter(); err == nil {
 			err = e
 		}
 	}

@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
 )
 
 // TestFirstSequenceIsTheStart: the first sequence number seen from a
@@ -81,11 +87,17 @@ func TestFirstSequenceIsTheStart(t *testing.T) {
 // rest of the reply up to the end-of-replay message before closing the
 // connection; closing early made publishers fail to send the rest ("failed
 // to send end-of-replay sentinel: use of closed network connection"). The
-// Publisher reports every reply it could not send, so the test sees it.
+// Publisher reports every reply it could not send, so the test sees it
+// (all but the empty last frame of the end-of-replay message, which zmq4
+// may fail to write after the Subscriber, having read the message, left:
+// see sentinelTail).
 func TestReplayReadsToEndOfReplay(t *testing.T) {
 	var mu sync.Mutex
 	var pubErrs []error
 	pub := startPublisher(t, PublisherOptions{OnError: func(err error) {
+		if sentinelTail(err) {
+			return
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		pubErrs = append(pubErrs, err)
@@ -227,4 +239,201 @@ func TestSilenceWarnings(t *testing.T) {
 		t.Errorf("second warning about pod-l: %q", got)
 	}
 	mu.Unlock()
+}
+
+// chainedBatch announces block h, continuing block parent (0: none).
+func chainedBatch(h, parent uint64) *Batch {
+	e := Event{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2, Parent: parent, HasParent: parent != 0}
+	return &Batch{Timestamp: float64(h), Events: []Event{e}}
+}
+
+// TestListenRestartUnseen: in listen mode a publisher that restarts
+// between two idle probes reconnects unseen, and the PUB socket drops its
+// first batches, so the first batch seen from the new process can carry
+// the next sequence number of the old one, or one already applied from a
+// replay, and nothing in the numbers shows the restart. Its blocks then
+// continue blocks the index never saw; that evidence makes the Subscriber
+// check the history against the last batch it knows came from the old
+// process, and rebuild the backend from the new history. The errors the
+// restart explains are not reported. A stream whose history checks out
+// keeps its backend and reports its errors, and checks are spaced by
+// ProbeInterval.
+func TestListenRestartUnseen(t *testing.T) {
+	topic := Topic("pod-a", "m")
+	// setup: process A published blocks 1..5, each continuing the one
+	// before; the source has replayed 0..3 and received 4 live.
+	setup := func(t *testing.T, probe time.Duration) (*Subscriber, *stream, *refIndex, *Publisher, *[]error) {
+		pubA := startPublisher(t, PublisherOptions{Topic: topic})
+		ref := newRefIndex()
+		var errs []error
+		s, err := New(ref, Options{Listen: "tcp://127.0.0.1:0", ReplayTimeout: 5 * time.Second, ProbeInterval: probe,
+			ListenSources: []Source{{Backend: "pod-a", Model: "m", ReplayEndpoint: pubA.ReplayEndpoint()}},
+			OnError:       func(_ string, err error) { errs = append(errs, err) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := s.lis.byPod["pod-a"]
+		for h := range uint64(4) {
+			pubA.Publish(chainedBatch(1+h, h))
+		}
+		st.sync(t.Context())
+		pubA.Publish(chainedBatch(5, 4))
+		st.live(t.Context(), frames(topic, 4, chainedBatch(5, 4)))
+		if got := engineHashes(ref); !reflect.DeepEqual(got, []uint64{1, 2, 3, 4, 5}) {
+			t.Fatalf("before the restart the index holds %v", got)
+		}
+		return s, st, ref, pubA, &errs
+	}
+	// restart: process B publishes blocks 100, 101, ... from sequence 0.
+	restart := func(t *testing.T, st *stream, n uint64) *Publisher {
+		pubB := startPublisher(t, PublisherOptions{Topic: topic})
+		for h := range n {
+			pubB.Publish(chainedBatch(100+h, (99+h)*min(h, 1)))
+		}
+		st.src.ReplayEndpoint = pubB.ReplayEndpoint()
+		return pubB
+	}
+	blocksOfB := func(n uint64) []uint64 {
+		var out []uint64
+		for h := range n {
+			out = append(out, 100+h)
+		}
+		return out
+	}
+
+	t.Run("next sequence number", func(t *testing.T) {
+		s, st, ref, _, errs := setup(t, time.Nanosecond)
+		restart(t, st, 6)
+		st.live(t.Context(), frames(topic, 5, chainedBatch(105, 104))) // 0..4 dropped
+		if got, want := engineHashes(ref), blocksOfB(6); !reflect.DeepEqual(got, want) {
+			t.Errorf("index holds %v, want %v", got, want)
+		}
+		if got := s.Stats(); got.Resets != 1 || got.ApplyErrors != 0 || got.Lost != 0 || len(*errs) != 0 {
+			t.Errorf("stats %+v, errors %v: want 1 reset, no apply error, nothing lost or reported", got, *errs)
+		}
+	})
+
+	t.Run("sequence numbers already applied", func(t *testing.T) {
+		s, st, ref, pubA, errs := setup(t, time.Nanosecond)
+		// A's 5 and 6 never arrive live; an idle probe replays them.
+		pubA.Drop(chainedBatch(6, 5))
+		pubA.Drop(chainedBatch(7, 6))
+		if stale, ok := st.probeStale(t.Context()); !stale || !ok {
+			t.Fatalf("probe: stale %v, ok %v", stale, ok)
+		}
+		restart(t, st, 8)
+		for seq := uint64(5); seq < 8; seq++ { // 0..4 dropped; 5 and 6 look applied
+			st.live(t.Context(), frames(topic, seq, chainedBatch(100+seq, 99+seq)))
+		}
+		if got, want := engineHashes(ref), blocksOfB(8); !reflect.DeepEqual(got, want) {
+			t.Errorf("index holds %v, want %v", got, want)
+		}
+		if got := s.Stats(); got.Resets != 1 || got.ApplyErrors != 0 || got.Lost != 0 || len(*errs) != 0 {
+			t.Errorf("stats %+v, errors %v: want 1 reset, no apply error, nothing lost or reported", got, *errs)
+		}
+	})
+
+	t.Run("gap while the replay endpoint is down", func(t *testing.T) {
+		s, st, ref, _, errs := setup(t, time.Nanosecond)
+		pubB := restart(t, st, 8)
+		up := st.src.ReplayEndpoint
+		st.src.ReplayEndpoint = "tcp://127.0.0.1:1"
+		st.live(t.Context(), frames(topic, 7, chainedBatch(107, 106))) // a gap; neither replay nor check answers
+		if got := s.Stats(); got.Resets != 0 || got.ApplyErrors != 1 || got.ReplayErrors != 2 {
+			t.Fatalf("endpoint down: stats %+v: want no reset, 1 apply error, 2 replay errors", got)
+		}
+		// The endpoint is back: the next block that cannot be placed
+		// brings the check that finds the restart.
+		st.src.ReplayEndpoint = up
+		pubB.Publish(chainedBatch(108, 107))
+		st.live(t.Context(), frames(topic, 8, chainedBatch(108, 107)))
+		if got, want := engineHashes(ref), blocksOfB(9); !reflect.DeepEqual(got, want) {
+			t.Errorf("index holds %v, want %v", got, want)
+		}
+		if got := s.Stats(); got.Resets != 1 || got.ApplyErrors != 1 {
+			t.Errorf("stats %+v: want 1 reset, 1 apply error (the one seen while the endpoint was down)", got)
+		}
+		var apply int
+		for _, err := range *errs {
+			if errors.Is(err, prefixcache.ErrUnknownParent) {
+				apply++
+			} else if !errors.Is(err, ErrReplay) {
+				t.Errorf("unexpected error %v", err)
+			}
+		}
+		if apply != 1 {
+			t.Errorf("%d unknown-parent errors reported, want 1: %v", apply, *errs)
+		}
+	})
+
+	t.Run("same process", func(t *testing.T) {
+		s, st, ref, pubA, errs := setup(t, time.Hour)
+		before := s.Stats().Replays
+		// Blocks whose parents the index never had (a capacity the engine
+		// does not share, for instance): the history checks out.
+		for seq, parent := range []uint64{998, 999} {
+			pubA.Publish(chainedBatch(10+uint64(seq), parent))
+			st.live(t.Context(), frames(topic, 5+uint64(seq), chainedBatch(10+uint64(seq), parent)))
+		}
+		if got, want := engineHashes(ref), []uint64{1, 2, 3, 4, 5}; !reflect.DeepEqual(got, want) {
+			t.Errorf("index holds %v, want %v", got, want)
+		}
+		got := s.Stats()
+		if got.Resets != 0 || got.ApplyErrors != 2 || len(*errs) != 2 {
+			t.Errorf("stats %+v, errors %v: want no reset, 2 apply errors reported", got, *errs)
+		}
+		if got.Replays != before+1 {
+			t.Errorf("%d replays for two batches with unknown parents within ProbeInterval, want 1", got.Replays-before)
+		}
+		if !st.hasAnchor || st.anchor.seq != 5 {
+			t.Errorf("anchor %+v (valid %v), want the batch checked, 5", st.anchor, st.hasAnchor)
+		}
+	})
+}
+
+// engineHashes lists the engine hashes ref holds, in order.
+func engineHashes(ref *refIndex) []uint64 {
+	var out []uint64
+	for h := range ref.engine {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestPublisherRestartOnSameEndpoint: a Publisher stopped the way a
+// process stops (Run's context cancelled, then Close) has closed its
+// ipc:// replay socket when Run returns, and nothing it does afterwards
+// touches the endpoint: a Publisher started next on the same path is
+// reachable. (zmq4 removes an ipc socket's file when it closes the socket;
+// Run used to return while that close was still in progress, and Close
+// closed the socket a second time, either of which could remove the file
+// of the next Publisher, which every replay request then failed to reach.)
+func TestPublisherRestartOnSameEndpoint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "replay")
+	ep := "ipc://" + path
+	for i := range 20 {
+		pub, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{ReplayEndpoint: ep})
+		if err != nil {
+			t.Fatalf("restart %d: %v", i, err)
+		}
+		pub.Publish(storedBatch(uint64(i)))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); pub.Run(ctx) }()
+		rec := newRecorder("pod-a")
+		_, st := testSubscriber(t, rec, Source{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: ep, Backend: "pod-a"})
+		if ok, _ := st.sync(t.Context()); !ok {
+			t.Fatalf("restart %d: the replay endpoint does not answer", i)
+		}
+		if got, want := rec.take(), []string{fmt.Sprintf("0 stored [%d]", i)}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("restart %d: replayed %q, want %q", i, got, want)
+		}
+		cancel()
+		<-done
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("restart %d: Run returned before closing the replay socket (stat: %v)", i, err)
+		}
+		pub.Close()
+	}
 }

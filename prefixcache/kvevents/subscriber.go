@@ -155,7 +155,10 @@ type Options struct {
 	// subscription or outlive its publisher without reporting an error).
 	// Missed batches are applied and the connection is replaced (in
 	// listen mode, where the publisher owns the connection, only
-	// counted). Default 1 s; negative disables probing.
+	// counted). It also spaces the history checks that blocks continuing
+	// blocks the index never saw bring (see the package doc's Failure
+	// handling; 1 s when probing is disabled). Default 1 s; negative
+	// disables probing.
 	ProbeInterval time.Duration
 	// SilentAfter is how long a configured source (in Sources or
 	// ListenSources) may deliver no batch before OnError receives a
@@ -201,7 +204,8 @@ type Stats struct {
 	Resets int64
 	// DecodeErrors counts malformed messages (bad frames, topic or
 	// payload); ApplyErrors events the index rejected (for instance a
-	// BlockStored whose parent it never saw); Unregistered batches for a
+	// BlockStored whose parent it never saw, unless a publisher restart
+	// detected because of it explains it); Unregistered batches for a
 	// backend not registered in the index.
 	DecodeErrors, ApplyErrors, Unregistered int64
 	// Rejected counts messages on the listening socket from pods that are
@@ -511,6 +515,24 @@ type stream struct {
 	// connection (valid when liveOnConn).
 	lastLive   uint64
 	liveOnConn bool
+	// anchor is the last applied batch known to come from the publisher
+	// process the backend follows (valid when hasAnchor): the last one a
+	// replay exchange applied or found in the history, or a live batch
+	// while trustLive. sync checks the history against it. In listen mode
+	// a live batch is not known to come from that process (a restarted
+	// publisher reconnects unseen), so the anchor stays behind the last
+	// applied batch until the next replay; in connect mode, once a
+	// connection is checked, it follows every batch.
+	anchor    mark
+	hasAnchor bool
+	// trustLive: the live batches on the current connection come from the
+	// process of the anchor (connect mode, after a sync succeeded on it).
+	trustLive bool
+	// held keeps the unknown-parent errors of the live batch being
+	// applied until recheck decides whether a restart explains them;
+	// nextCheck is the earliest time of the next such check.
+	held      []error
+	nextCheck time.Time
 
 	// The silence warning: timer is nil when the source is not watched.
 	quiet silence
@@ -545,6 +567,12 @@ func loraSeed(model, name string, id int64) prefixcache.BlockHash {
 		name = "lora_id:" + strconv.FormatInt(id, 10)
 	}
 	return prefixcache.Seed(model, name, "")
+}
+
+// mark identifies a batch: its sequence number and the hash of its
+// payload.
+type mark struct {
+	seq, digest uint64
 }
 
 func newStream(s *Subscriber, src Source) *stream {
@@ -783,6 +811,7 @@ func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool)
 		wg.Wait()
 	}()
 
+	st.trustLive = false
 	st.sync(ctx)
 	interval := st.s.opts.ProbeInterval
 	var probe <-chan time.Time
@@ -838,32 +867,76 @@ func (st *stream) probeStale(ctx context.Context) (stale, ok bool) {
 		return false, true
 	}
 	before, had := st.applied, st.hasApplied
-	ok = st.sync(ctx)
+	ok, _ = st.sync(ctx)
 	return st.hasApplied && (!had || st.applied != before), ok
 }
 
 // sync brings the backend up to date through the replay endpoint, right
-// after connecting and whenever a gap shows, and tells a publisher that
-// restarted from one that did not: it asks for the history from the last
-// applied batch and checks that the first reply is that very batch. If it
-// is not, the publisher is a new process (or one whose history no longer
-// reaches back that far): the backend is cleared and the whole history
-// replayed. It reports whether the replay endpoint answered (true when
-// there is nothing to ask).
-func (st *stream) sync(ctx context.Context) (ok bool) {
+// after connecting, whenever a gap shows and when recheck asks, and tells
+// a publisher that restarted from one that did not: it asks for the
+// history from the anchor (the last applied batch if there is none) and
+// checks that the first reply is that very batch. If it is not, the
+// publisher is a new process (or one whose history no longer reaches back
+// that far): the backend is cleared and the whole history replayed. It
+// reports whether the replay endpoint answered (true when there is
+// nothing to ask) and whether the backend was reset.
+func (st *stream) sync(ctx context.Context) (ok, restarted bool) {
 	if st.src.ReplayEndpoint == "" || st.backend == "" {
-		return true
+		return true, false
 	}
 	if !st.hasApplied {
-		ok, _ = st.replay(ctx, 0, false)
-		return ok
+		ok, _ = st.replay(ctx, nil)
+	} else {
+		want := mark{st.applied, st.digest}
+		if st.hasAnchor {
+			want = st.anchor
+		}
+		var verified bool
+		if ok, verified = st.replay(ctx, &want); ok && !verified {
+			st.reset()
+			restarted = true
+			ok, _ = st.replay(ctx, nil)
+		}
 	}
-	ok, verified := st.replay(ctx, st.applied, true)
-	if ok && !verified {
-		st.reset()
-		ok, _ = st.replay(ctx, 0, false)
+	if st.inbox == nil {
+		// In connect mode the connection and the replay endpoint are the
+		// same process: what the connection delivers next follows what
+		// the replay left.
+		st.trustLive = ok
 	}
-	return ok
+	return ok, restarted
+}
+
+// recheck runs after a live batch not known to come from the process the
+// backend follows (see anchor) had blocks the index could not place
+// because it never saw their parents: evidence that the stream is not the
+// one the index followed, typically a publisher that restarted and
+// reconnected unseen, whose first batches the PUB socket dropped, so that
+// the first one seen continued the old sequence. sync checks the history
+// against the anchor: after a restart the backend is rebuilt from the new
+// history, which places those blocks too, and the errors, explained by
+// the restart, are dropped; otherwise (or if the check cannot be made)
+// they are reported as apply errors. Checks are at least ProbeInterval
+// apart (a second when probing is disabled), so that a stream that keeps
+// continuing blocks the index evicted does not replay on every batch.
+func (st *stream) recheck(ctx context.Context) {
+	if now := time.Now(); !now.Before(st.nextCheck) {
+		interval := st.s.opts.ProbeInterval
+		if interval <= 0 {
+			interval = time.Second
+		}
+		st.nextCheck = now.Add(interval)
+		if _, restarted := st.sync(ctx); restarted {
+			clear(st.held)
+			st.held = st.held[:0]
+			return
+		}
+	}
+	for _, err := range st.held {
+		st.applyError(err)
+	}
+	clear(st.held)
+	st.held = st.held[:0]
 }
 
 // reset forgets the sequence state and clears the backend: the publisher
@@ -871,7 +944,7 @@ func (st *stream) sync(ctx context.Context) (ok bool) {
 func (st *stream) reset() {
 	st.s.c.resets.Add(1)
 	st.resets.Add(1)
-	st.hasApplied, st.liveOnConn = false, false
+	st.hasApplied, st.hasAnchor, st.liveOnConn = false, false, false
 	st.appliedPlus.Store(0)
 	for _, name := range append([]string{st.backend}, st.src.RankBackends...) {
 		if id, ok := st.s.ix.Lookup(name); ok {
@@ -936,6 +1009,9 @@ func (st *stream) live(ctx context.Context, frames [][]byte) {
 		}
 	}
 	st.apply(seq, frames[2], false)
+	if len(st.held) > 0 {
+		st.recheck(ctx)
+	}
 }
 
 // learnTopic resolves the backend and model from the topic when the
@@ -966,15 +1042,24 @@ func (st *stream) learnTopic(topic []byte) bool {
 	return true
 }
 
-// replay asks the replay endpoint for the history from start and applies
-// every batch past the last applied one, in order. With verify, the first
-// reply must be the last applied batch itself (same sequence number and
-// payload); verified reports whether it was. ok is false when the exchange
-// failed; batches received before the failure stay applied. The exchange
-// always reads up to the end-of-replay message (within ReplayTimeout),
-// even once the answer is known, so that the publisher is not cut off in
-// the middle of its reply.
-func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, verified bool) {
+// replay asks the replay endpoint for the history and applies every batch
+// past the last applied one, in order. Without want it asks for all of
+// it. With want, a batch applied before, it asks for the history from
+// want, whose first reply must be want itself (same sequence number and
+// payload); if the history starts past want (it no longer reaches back
+// that far) but not past the last applied batch, the reply at the last
+// applied sequence number must be that batch instead. verified reports
+// whether the check passed; the anchor then moves to the last applied
+// batch, and every batch applied from the reply becomes the anchor in
+// turn. ok is false when the exchange failed; batches received before the
+// failure stay applied. The exchange always reads up to the end-of-replay
+// message (within ReplayTimeout), even once the answer is known, so that
+// the publisher is not cut off in the middle of its reply.
+func (st *stream) replay(ctx context.Context, want *mark) (ok, verified bool) {
+	var start uint64
+	if want != nil {
+		start = want.seq
+	}
 	ctx, cancel := context.WithTimeout(ctx, st.s.opts.ReplayTimeout)
 	defer cancel()
 	fail := func(err error) (bool, bool) {
@@ -995,9 +1080,12 @@ func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, ve
 	if err := d.SendMulti(zmq4.NewMsgFrom(nil, req[:])); err != nil {
 		return fail(err)
 	}
-	// draining: the first reply was not the batch to verify; the rest of
-	// the reply is read and ignored.
-	first, draining := true, false
+	// verifying: want is being looked for; fallback: the history starts
+	// past want, and the last applied batch is looked for instead;
+	// draining: the history is not the one applied, and the rest of the
+	// reply is read and ignored.
+	verifying, fallback, draining := want != nil, false, false
+	first := true
 	for {
 		msg, err := d.Recv()
 		if err != nil {
@@ -1030,9 +1118,20 @@ func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, ve
 		if draining {
 			continue
 		}
-		if verify && first {
-			verified = st.hasApplied && seq == st.applied && xxhash.Sum64(fr[1]) == st.digest
-			if !verified {
+		if verifying {
+			sum := xxhash.Sum64(fr[1])
+			if first && seq > want.seq && st.hasApplied && seq <= st.applied {
+				fallback = true
+			}
+			first = false
+			switch {
+			case !fallback && seq == want.seq && sum == want.digest,
+				fallback && seq == st.applied && sum == st.digest:
+				verifying, verified = false, true
+				st.anchor, st.hasAnchor = mark{st.applied, st.digest}, true
+			case fallback && seq < st.applied:
+				continue
+			default:
 				// A different history: the caller resets and replays
 				// from the start.
 				st.s.c.replays.Add(1)
@@ -1040,7 +1139,6 @@ func (st *stream) replay(ctx context.Context, start uint64, verify bool) (ok, ve
 				continue
 			}
 		}
-		first = false
 		if st.hasApplied && seq <= st.applied {
 			continue
 		}
@@ -1064,6 +1162,10 @@ func (st *stream) addLost(n uint64) {
 // apply decodes a payload and applies its events to the backend.
 func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 	st.applied, st.hasApplied, st.digest = seq, true, xxhash.Sum64(payload)
+	trusted := replayed || st.trustLive
+	if trusted {
+		st.anchor, st.hasAnchor = mark{seq, st.digest}, true
+	}
 	st.appliedPlus.Store(seq + 1)
 	st.lastBatch.Store(time.Now().UnixNano())
 	c := &st.s.c
@@ -1090,7 +1192,12 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 	st.events.Add(int64(len(st.b.Events)))
 	for i := range st.b.Events {
 		if err := st.applyEvent(id, &st.b.Events[i]); err != nil {
-			st.applyError(fmt.Errorf("seq %d event %d: %w", seq, i, err))
+			err = fmt.Errorf("seq %d event %d: %w", seq, i, err)
+			if !trusted && st.src.ReplayEndpoint != "" && errors.Is(err, prefixcache.ErrUnknownParent) {
+				st.held = append(st.held, err) // for recheck
+				continue
+			}
+			st.applyError(err)
 		}
 	}
 }
