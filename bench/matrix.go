@@ -84,9 +84,16 @@ func Policies() []Policy {
 }
 
 // SelectPolicies returns the policies named in the comma-separated list ("all" or "" for
-// every one), in the list's order.
+// every one of Policies, "frontier" for FrontierPolicies), in the list's order; the frontier's
+// policies can be named too.
 func SelectPolicies(list string) ([]Policy, error) {
-	all := Policies()
+	if list == "frontier" {
+		return FrontierPolicies(), nil
+	}
+	all := append(Policies(), FrontierPolicies()...)
+	if list == "" || list == "all" {
+		all = Policies()
+	}
 	return selectNamed(list, all, func(p Policy) string { return p.Name })
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/usher-llm/usher/fairness"
@@ -43,4 +44,41 @@ func must[P flowcontrol.Policy](p P, err error) flowcontrol.Policy {
 		panic("bench: " + err.Error())
 	}
 	return p
+}
+
+// boundedWait is fairness.BoundedWait around turn-priority with wait bound w, promoted
+// min(5 s, w/4) before it, reserving share of the dispatches for first turns.
+func boundedWait(w time.Duration, share float64) Policy {
+	name := "bw-" + w.String()
+	if share > 0 {
+		name += "-share" + strconv.FormatFloat(share, 'g', -1, 64)
+	}
+	return Policy{name, func() flowcontrol.Policy {
+		return must(fairness.NewBoundedWait(fairness.BoundedWaitOptions{
+			Wait: w, Headroom: min(BoundedWaitHeadroom, w/4), FirstTurnShare: share,
+		}))
+	}}
+}
+
+// FrontierPolicies returns the policies of the admission frontier (SelectPolicies
+// "frontier"): FCFS, llm-d's turn-priority, LAS, VTC and a hierarchy (VTC across tenants,
+// turn-priority within one; in the simulator every session is its own tenant), and bounded
+// wait around turn-priority with W from 5 s to 45 s, with and without a 20% first-turn share.
+func FrontierPolicies() []Policy {
+	ps := []Policy{FCFSPolicy()}
+	for _, p := range fairnessPolicies() {
+		if p.Name != "bounded-wait" && p.Name != "llm-d-las" {
+			ps = append(ps, p)
+		}
+	}
+	ps = append(ps, Policy{"hierarchy", func() flowcontrol.Policy {
+		return must(fairness.NewHierarchy(fairness.HierarchyOptions{}))
+	}})
+	for _, w := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, 45 * time.Second} {
+		ps = append(ps, boundedWait(w, 0))
+	}
+	for _, w := range []time.Duration{10 * time.Second, 30 * time.Second} {
+		ps = append(ps, boundedWait(w, 0.2))
+	}
+	return ps
 }

@@ -29,6 +29,11 @@ type TurnStats struct {
 	Abandoned int
 	// WaitMean and WaitP99 are the time admitted requests waited in the gateway queue.
 	WaitMean, WaitP99 time.Duration
+	// TTFT is the time to first token of this class's completed requests, from arrival.
+	TTFT Percentiles
+	// ShedAfter is how long the shed requests of this class waited for their answer: the TTL
+	// for an expired one, about zero for one rejected on arrival.
+	ShedAfter Percentiles
 }
 
 // Shed is Expired + Rejected: requests the gateway turned away.
@@ -116,7 +121,7 @@ func (s *sim) result(wall time.Duration) *Result {
 	}
 	ideal := s.w.idealHits(s.cfg.Profile.BlockSize)
 	var ttft, e2e []time.Duration
-	var waits [2][]time.Duration
+	var waits, ttfts, sheds [2][]time.Duration
 	var prompt, cached, idealHit, tokens, out int64
 	first, last, lastArrival := time.Duration(math.MaxInt64), time.Duration(0), time.Duration(0)
 	served := make([]float64, s.w.Sessions)
@@ -146,6 +151,12 @@ func (s *sim) result(wall time.Duration) *Result {
 		}
 		if r.state == rsRunning || r.state == rsDone {
 			waits[cls] = append(waits[cls], r.wait)
+		}
+		if r.state == rsDone {
+			ttfts[cls] = append(ttfts[cls], r.firstToken-r.arrival)
+		}
+		if r.state == rsShed {
+			sheds[cls] = append(sheds[cls], r.finish-r.arrival)
 		}
 		switch r.state {
 		case rsQueued, rsRunning:
@@ -183,6 +194,7 @@ func (s *sim) result(wall time.Duration) *Result {
 	}
 	res.TTFT, res.E2E = percentiles(ttft), percentiles(e2e)
 	for k, t := range [2]*TurnStats{&res.First, &res.Later} {
+		t.TTFT, t.ShedAfter = percentiles(ttfts[k]), percentiles(sheds[k])
 		w := waits[k]
 		if len(w) > 0 {
 			var sum time.Duration

