@@ -43,7 +43,7 @@ func TestWriteGoal(t *testing.T) {
 	if err := WriteTables(&b, results); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Count(b.String(), "| fcfs | usher |"); got != 2 {
-		t.Errorf("tables have %d rows for fcfs × usher, want 2 (performance and admission)", got)
+	if got := strings.Count(b.String(), "| fcfs | usher |"); got != 3 {
+		t.Errorf("tables have %d rows for fcfs × usher, want 3 (performance, admission, newcomers against later turns)", got)
 	}
 }

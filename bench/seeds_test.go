@@ -146,7 +146,7 @@ func TestGoalOverSeeds(t *testing.T) {
 			t.Errorf("tables lack %q:\n%s", want, out)
 		}
 	}
-	if got := strings.Count(out, "| fcfs | usher |"); got != 2 {
-		t.Errorf("tables have %d rows for fcfs × usher, want 2 (one per table, seeds merged)", got)
+	if got := strings.Count(out, "| fcfs | usher |"); got != 3 {
+		t.Errorf("tables have %d rows for fcfs × usher, want 3 (one per table, seeds merged)", got)
 	}
 }
