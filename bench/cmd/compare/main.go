@@ -63,6 +63,7 @@ func run() error {
 		index    = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
 		evDelay  = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
 		shed     = flag.String("early-shed", "off", "early shedding in the gateway queue: off, on, or both (every policy twice, the shedding one named POLICY+shed)")
+		plotDir  = flag.String("plot", "", "write the admission frontier of every rate (and the knee of a sweep) as PNG and SVG into this directory")
 	)
 	flag.Parse()
 
@@ -217,7 +218,16 @@ func run() error {
 		return err
 	}
 	if *goal {
-		return bench.WriteGoal(os.Stdout, results)
+		if err := bench.WriteGoal(os.Stdout, results); err != nil {
+			return err
+		}
+	}
+	if *plotDir != "" {
+		paths, err := bench.WritePlots(*plotDir, results)
+		for _, p := range paths {
+			fmt.Fprintln(os.Stderr, "wrote", p)
+		}
+		return err
 	}
 	return nil
 }

@@ -1,0 +1,492 @@
+package bench
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Errors of the plots.
+var (
+	// ErrNothingToPlot is returned when no cell or point of a plot's input can be drawn.
+	ErrNothingToPlot = errors.New("bench: nothing to plot")
+	// ErrPlotInput is returned for an invalid point or an unsupported file extension.
+	ErrPlotInput = errors.New("bench: bad plot input")
+)
+
+// Plot size: 6 × 4.5 inches (576 × 432 pixels in PNG at gonum's 96 dpi).
+const (
+	plotWidth  = 6 * vg.Inch
+	plotHeight = 4.5 * vg.Inch
+)
+
+// Marker radii of the frontier, in points: a cell that shed nothing gets frontierMinRadius, the
+// one that shed most frontierMinRadius+frontierSpanRadius, and the area in between grows with
+// the number shed (the radius with its square root).
+const (
+	frontierMinRadius  = 2
+	frontierSpanRadius = 6
+)
+
+// PlotFrontier draws the admission frontier of cells — normally the cells of one workload at
+// one rate under many policies, behind one router or several — and saves it to path, as PNG
+// or SVG by the extension (.png, .svg).
+//
+// Each cell is one point: x is the median over its runs of First.WaitP99, the p99 wait of
+// newcomers (first turns) in the gateway queue, in seconds; y is the median of Later.TTFT.P50,
+// the p50 time to first token of later turns, in seconds, over the runs that completed a later
+// turn. Both axes start at zero and are better low: the frontier is the lower-left edge. The
+// marker's area grows with the median number of requests the cell shed (First.Shed() +
+// Later.Shed()): radius 2 + 6·√(shed/maxShed) points, maxShed the largest over the plotted
+// cells. Each point is labelled with its policy, prefixed with "router/" when the cells have
+// more than one router.
+// FCFS ("fcfs") and llm-d's turn-priority ("llm-d-turn") have their own colours and shapes,
+// named in the legend, filled for the policy and hollow for its "+shed" twin; other policies
+// are grey circles.
+//
+// Cells without a completed later turn in any run are skipped. PlotFrontier returns an error
+// wrapping ErrNothingToPlot when no cell is left, ErrPlotInput for an unsupported extension,
+// and the file system's error for a bad path. It is safe for concurrent use. O(cells·runs).
+func PlotFrontier(cells []*Cell, title, path string) error {
+	if err := checkExt(path); err != nil {
+		return err
+	}
+	pts, maxShed := frontierPoints(cells)
+	if len(pts) == 0 {
+		return fmt.Errorf("%w: no cell with a completed later turn", ErrNothingToPlot)
+	}
+	radius := func(shed float64) vg.Length {
+		if maxShed == 0 {
+			return frontierMinRadius
+		}
+		return vg.Length(frontierMinRadius + frontierSpanRadius*math.Sqrt(shed/maxShed))
+	}
+
+	p := newPlot(title, "newcomer p99 wait (s)", "later-turn p50 TTFT (s)")
+	entries := 0
+	for g, fg := range frontierGroups {
+		var xys plotter.XYs
+		var radii []vg.Length
+		for _, pt := range pts {
+			if pt.group == g {
+				xys = append(xys, plotter.XY{X: pt.x, Y: pt.y})
+				radii = append(radii, radius(pt.shed))
+			}
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		s, err := plotter.NewScatter(xys)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrPlotInput, err)
+		}
+		s.GlyphStyle = draw.GlyphStyle{Color: fg.colour, Shape: fg.shape, Radius: 4}
+		s.GlyphStyleFunc = func(i int) draw.GlyphStyle {
+			st := s.GlyphStyle
+			st.Radius = radii[i]
+			return st
+		}
+		p.Add(s)
+		p.Legend.Add(fg.name, s)
+		entries++
+	}
+	for _, pt := range pts {
+		l, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: pt.x, Y: pt.y}}, Labels: []string{pt.label}})
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrPlotInput, err)
+		}
+		l.TextStyle[0].Font.Size = vg.Points(7)
+		l.Offset = vg.Point{X: radius(pt.shed) + 2, Y: -vg.Points(2.5)}
+		p.Add(l)
+	}
+	if maxShed > 0 {
+		p.Legend.Add("marker area: requests shed (max " + strconv.FormatFloat(maxShed, 'f', -1, 64) + ")")
+		entries++
+	}
+	p.X.Min = min(p.X.Min, 0)
+	if p.X.Max <= p.X.Min { // nobody waited: 0–1 s rather than gonum's −1–1
+		p.X.Max = p.X.Min + 1
+	}
+	return save(p, path, entries)
+}
+
+// frontierPoint is one cell on the frontier: x and y in seconds, shed in requests, all medians
+// over the cell's runs (see PlotFrontier).
+type frontierPoint struct {
+	x, y, shed float64
+	label      string
+	group      int // index in frontierGroups
+}
+
+// frontierPoints returns the frontier's points of cells, in order, skipping the cells without
+// a completed later turn, and the largest number shed. O(cells·runs).
+func frontierPoints(cells []*Cell) (pts []frontierPoint, maxShed float64) {
+	routers := make(map[string]bool)
+	for _, c := range cells {
+		routers[c.Router] = true
+	}
+	for _, c := range cells {
+		var ttft []float64
+		for _, r := range c.Runs {
+			if r.Later.Completed > 0 {
+				ttft = append(ttft, r.Later.TTFT.P50.Seconds())
+			}
+		}
+		if len(ttft) == 0 {
+			continue
+		}
+		p := frontierPoint{
+			x:     c.Spread(func(r *Result) float64 { return r.First.WaitP99.Seconds() }).Median,
+			y:     SpreadOf(ttft).Median,
+			shed:  c.Spread(func(r *Result) float64 { return float64(r.First.Shed() + r.Later.Shed()) }).Median,
+			label: c.Policy,
+			group: frontierGroupOf(c.Policy),
+		}
+		if len(routers) > 1 {
+			p.label = c.Router + "/" + c.Policy
+		}
+		maxShed = max(maxShed, p.shed)
+		pts = append(pts, p)
+	}
+	return pts, maxShed
+}
+
+// frontierGroup is a family of policies drawn alike on the frontier.
+type frontierGroup struct {
+	name   string
+	colour color.Color
+	shape  draw.GlyphDrawer
+}
+
+// frontierGroups are the frontier's marker styles, indexed by frontierGroupOf.
+var frontierGroups = []frontierGroup{
+	{"FCFS", okabeIto[1], draw.BoxGlyph{}},
+	{"FCFS+shed", okabeIto[1], draw.SquareGlyph{}},
+	{"turn-priority", okabeIto[0], draw.PyramidGlyph{}},
+	{"turn-priority+shed", okabeIto[0], draw.TriangleGlyph{}},
+	{"other", color.Gray{Y: 110}, draw.CircleGlyph{}},
+	{"other+shed", color.Gray{Y: 110}, draw.RingGlyph{}},
+}
+
+// frontierGroupOf returns the index in frontierGroups of policy's style.
+func frontierGroupOf(policy string) int {
+	base, shed := strings.CutSuffix(policy, "+shed")
+	g := 4
+	switch base {
+	case FCFSPolicy().Name:
+		g = 0
+	case turnPriorityName:
+		g = 2
+	}
+	if shed {
+		g++
+	}
+	return g
+}
+
+// PlotKnee draws the knee of p99 TTFT under load and saves it to path, as PNG or SVG by the
+// extension (.png, .svg): x is the cell's Rate (the load multiplier), y the median over the
+// cell's runs of TTFT.P99, the p99 time to first token of all completed requests, in seconds,
+// from zero. There is one line with points per router, named by the router in the legend;
+// when the cells hold several policies, one line per policy and router, named "policy/router"
+// (or by the policy alone when there is one router). Runs that completed nothing are left out
+// of the medians, and a cell with no other run is skipped.
+//
+// PlotKnee returns an error wrapping ErrNothingToPlot when no cell is left, ErrPlotInput for an
+// unsupported extension, and the file system's error for a bad path. It is safe for
+// concurrent use. O(cells·runs + cells·log cells).
+func PlotKnee(cells []*Cell, title, path string) error {
+	if err := checkExt(path); err != nil {
+		return err
+	}
+	type key struct{ policy, router string }
+	var keys []key
+	lines := make(map[key]plotter.XYs)
+	policies, routers := make(map[string]bool), make(map[string]bool)
+	for _, c := range cells {
+		policies[c.Policy], routers[c.Router] = true, true
+	}
+	for _, c := range cells {
+		var p99 []float64
+		for _, r := range c.Runs {
+			if r.Completed > 0 {
+				p99 = append(p99, r.TTFT.P99.Seconds())
+			}
+		}
+		if len(p99) == 0 {
+			continue
+		}
+		k := key{c.Policy, c.Router}
+		if _, ok := lines[k]; !ok {
+			keys = append(keys, k)
+		}
+		lines[k] = append(lines[k], plotter.XY{X: c.Rate, Y: SpreadOf(p99).Median})
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no cell with a completed request", ErrNothingToPlot)
+	}
+	p := newPlot(title, "load ×", "p99 TTFT (s)")
+	for i, k := range keys {
+		xys := lines[k]
+		slices.SortStableFunc(xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+		name := k.router
+		switch {
+		case len(policies) > 1 && len(routers) > 1:
+			name = k.policy + "/" + k.router
+		case len(policies) > 1:
+			name = k.policy
+		}
+		if err := addLine(p, i, name, xys); err != nil {
+			return err
+		}
+	}
+	return save(p, path, len(keys))
+}
+
+// KVPoint is one point of PlotHitVsKV: the prefix-cache hit rate a router reached, as a share
+// of the ideal (Result.HitRate / Result.IdealHitRate), with KVBlocks KV-cache blocks per
+// server (engine.Profile.NumBlocks).
+type KVPoint struct {
+	Router       string
+	KVBlocks     int
+	HitOverIdeal float64
+}
+
+// PlotHitVsKV draws each router's hit rate over the ideal (y from zero, a ratio, 1 for a
+// router that serves every hit an infinite shared cache would) against the KV blocks per
+// server (x, on a log scale with a tick at every block count when the counts span more than
+// 8×), one line with points per router in the order of the routers' first point, and saves it
+// to path, as PNG or SVG by the extension (.png, .svg). Points of one router at one block
+// count (several seeds) are drawn as their median.
+//
+// PlotHitVsKV returns an error wrapping ErrNothingToPlot for no points, ErrPlotInput for a
+// point with KVBlocks ≤ 0 or a HitOverIdeal that is NaN or infinite or for an unsupported
+// extension, and the file system's error for a bad path. It is safe for concurrent use.
+// O(n log n) in the points.
+func PlotHitVsKV(points []KVPoint, title, path string) error {
+	if err := checkExt(path); err != nil {
+		return err
+	}
+	if len(points) == 0 {
+		return fmt.Errorf("%w: no points", ErrNothingToPlot)
+	}
+	type key struct {
+		router string
+		blocks int
+	}
+	var routers []string
+	at := make(map[key][]float64)
+	lo, hi := math.MaxInt, 0
+	for i, pt := range points {
+		if pt.KVBlocks <= 0 || math.IsNaN(pt.HitOverIdeal) || math.IsInf(pt.HitOverIdeal, 0) {
+			return fmt.Errorf("%w: point %d (%s, %d KV blocks, hit/ideal %g)", ErrPlotInput, i, pt.Router, pt.KVBlocks, pt.HitOverIdeal)
+		}
+		if !slices.Contains(routers, pt.Router) {
+			routers = append(routers, pt.Router)
+		}
+		k := key{pt.Router, pt.KVBlocks}
+		at[k] = append(at[k], pt.HitOverIdeal)
+		lo, hi = min(lo, pt.KVBlocks), max(hi, pt.KVBlocks)
+	}
+	p := newPlot(title, "KV blocks per server", "hit rate / ideal")
+	if hi > 8*lo {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = blockTicks(points)
+	}
+	for i, r := range routers {
+		var xys plotter.XYs
+		for k, v := range at {
+			if k.router == r {
+				xys = append(xys, plotter.XY{X: float64(k.blocks), Y: SpreadOf(v).Median})
+			}
+		}
+		slices.SortFunc(xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+		if err := addLine(p, i, r, xys); err != nil {
+			return err
+		}
+	}
+	return save(p, path, len(routers))
+}
+
+// blockTicks returns ticks at the distinct block counts of points, labelled at most 12 of
+// them (every k-th) so that the labels do not run into each other.
+func blockTicks(points []KVPoint) plot.ConstantTicks {
+	var bs []int
+	for _, pt := range points {
+		bs = append(bs, pt.KVBlocks)
+	}
+	slices.Sort(bs)
+	bs = slices.Compact(bs)
+	every := (len(bs) + 11) / 12
+	ticks := make(plot.ConstantTicks, len(bs))
+	for i, b := range bs {
+		ticks[i].Value = float64(b)
+		if i%every == 0 {
+			ticks[i].Label = strconv.Itoa(b)
+		}
+	}
+	return ticks
+}
+
+// WritePlots writes the figures of a comparison into dir, creating it if missing, and returns
+// the paths it wrote, in order. For each workload of results (in the order of its first
+// result): the admission frontier at every rate (PlotFrontier over that rate's cells, every
+// policy and router), as frontier-<workload>-x<rate>.png and .svg; and, when more than one rate
+// was run, the knee (PlotKnee over all the workload's cells) as knee-<workload>.png and .svg.
+// A figure with nothing to plot (a frontier of a workload without later turns) is left out.
+// O(results + figures·cells·runs).
+func WritePlots(dir string, results []*Result) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: plot directory: %w", err)
+	}
+	cells := Cells(results)
+	var workloads []string
+	for _, c := range cells {
+		if !slices.Contains(workloads, c.Workload) {
+			workloads = append(workloads, c.Workload)
+		}
+	}
+	var written []string
+	figure := func(f func(cells []*Cell, title, path string) error, cells []*Cell, title, base string) error {
+		for _, ext := range []string{".png", ".svg"} {
+			path := filepath.Join(dir, base+ext)
+			err := f(cells, title, path)
+			if errors.Is(err, ErrNothingToPlot) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			written = append(written, path)
+		}
+		return nil
+	}
+	for _, w := range workloads {
+		var mine []*Cell
+		var rs []float64
+		for _, c := range cells {
+			if c.Workload == w {
+				mine = append(mine, c)
+				if !slices.Contains(rs, c.Rate) {
+					rs = append(rs, c.Rate)
+				}
+			}
+		}
+		slices.Sort(rs)
+		name := fileSafe(w)
+		for _, r := range rs {
+			rate := strconv.FormatFloat(r, 'g', -1, 64)
+			err := figure(PlotFrontier, cellsAt(mine, r), w+" at load ×"+rate+": admission frontier", "frontier-"+name+"-x"+rate)
+			if err != nil {
+				return written, err
+			}
+		}
+		if len(rs) > 1 {
+			if err := figure(PlotKnee, mine, w+": p99 TTFT against load", "knee-"+name); err != nil {
+				return written, err
+			}
+		}
+	}
+	return written, nil
+}
+
+// fileSafe replaces every character of s outside [A-Za-z0-9._-] with '-', for a file name.
+func fileSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '.' || r == '_' || r == '-' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+// okabeIto is the Okabe–Ito palette, readable with the common colour-vision deficiencies,
+// without its yellow, which is too light on white.
+var okabeIto = []color.Color{
+	color.RGBA{0, 114, 178, 255},   // blue
+	color.RGBA{213, 94, 0, 255},    // vermillion
+	color.RGBA{0, 158, 115, 255},   // bluish green
+	color.RGBA{204, 121, 167, 255}, // reddish purple
+	color.RGBA{230, 159, 0, 255},   // orange
+	color.RGBA{86, 180, 233, 255},  // sky blue
+	color.RGBA{0, 0, 0, 255},       // black
+}
+
+// lineShapes are the point markers of the lines, cycled at a different period from the
+// colours so that lines up to len(okabeIto)·len(lineShapes) stay distinct.
+var lineShapes = []draw.GlyphDrawer{
+	draw.CircleGlyph{}, draw.BoxGlyph{}, draw.PyramidGlyph{}, draw.RingGlyph{}, draw.SquareGlyph{},
+	draw.TriangleGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{},
+}
+
+// addLine adds the i-th line of a plot, xys joined by a line with a marker at each point,
+// named in the legend.
+func addLine(p *plot.Plot, i int, name string, xys plotter.XYs) error {
+	l, s, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrPlotInput, err)
+	}
+	c := okabeIto[i%len(okabeIto)]
+	l.Color, l.Width = c, vg.Points(1.2)
+	if i >= len(okabeIto) {
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+	}
+	s.GlyphStyle = draw.GlyphStyle{Color: c, Shape: lineShapes[i%len(lineShapes)], Radius: 3}
+	p.Add(l, s)
+	p.Legend.Add(name, l, s)
+	return nil
+}
+
+// newPlot returns a plot with a title, axis labels, a light grid and the legend at the top
+// right.
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text, p.Y.Label.Text = x, y
+	g := plotter.NewGrid()
+	g.Vertical.Color, g.Horizontal.Color = color.Gray{Y: 225}, color.Gray{Y: 225}
+	p.Add(g)
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	return p
+}
+
+// checkExt returns an error wrapping ErrPlotInput unless path ends in .png or .svg (in any
+// case), before any file is created.
+func checkExt(path string) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".png", ".svg":
+		return nil
+	}
+	return fmt.Errorf("%w: %q: want a .png or .svg file", ErrPlotInput, path)
+}
+
+// save writes p to path at the plots' size, in the format of the extension. It starts the
+// y axis at zero (every y of the plots is a non-negative duration or ratio) and raises its top
+// to leave the legend, at the top right, a band of its own above the data.
+func save(p *plot.Plot, path string, legendEntries int) error {
+	p.Y.Min = min(p.Y.Min, 0)
+	if p.Y.Max <= p.Y.Min {
+		p.Y.Max = p.Y.Min + 1
+	}
+	// About 9 points per legend entry of an 8-point font, over the ~270 points of the data
+	// area's height at 4.5 inches.
+	band := min(float64(legendEntries*9+10)/270, 0.5)
+	p.Y.Max = p.Y.Min + (p.Y.Max-p.Y.Min)/(1-band)
+	if err := p.Save(plotWidth, plotHeight, path); err != nil {
+		return fmt.Errorf("bench: saving plot: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,394 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pngSignature is the first eight bytes of every PNG file.
+var pngSignature = []byte{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'}
+
+// checkPlot fails the test unless path holds a PNG (by its signature) or an SVG document, as
+// its extension says, and returns the file's contents.
+func checkPlot(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".png":
+		if !bytes.HasPrefix(b, pngSignature) {
+			t.Errorf("%s: first bytes %q, want the PNG signature", path, b[:min(8, len(b))])
+		}
+	case ".svg":
+		if !bytes.Contains(b, []byte("<svg")) {
+			t.Errorf("%s: no <svg element in %d bytes", path, len(b))
+		}
+	default:
+		t.Fatalf("checkPlot(%q): not a .png or .svg", path)
+	}
+	return b
+}
+
+// frontierRun is a hand-made run for the frontier: first-turn p99 wait, later-turn p50 TTFT
+// (zero completed later turns when laterTTFT is 0) and requests shed.
+func frontierRun(workload, policy, router string, rate float64, seed uint64, wait, laterTTFT time.Duration, shed int) *Result {
+	r := &Result{
+		Workload: workload, Policy: policy, Router: router, Rate: rate, Seed: seed,
+		Sent: 100, Completed: 100 - shed, TTFT: Percentiles{P50: laterTTFT / 2, P99: 3 * laterTTFT},
+		First: TurnStats{WaitP99: wait, Expired: shed},
+	}
+	if laterTTFT > 0 {
+		r.Later = TurnStats{Sent: 50, Completed: 50, TTFT: Percentiles{P50: laterTTFT, P99: 2 * laterTTFT}}
+	}
+	return r
+}
+
+// frontierCells are the cells of one workload and rate under five policies and two routers,
+// three seeds each; "vtc" never completes a later turn.
+func frontierCells() []*Cell {
+	var rs []*Result
+	for _, router := range []string{"usher", "sglang"} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			d := time.Duration(seed) * 100 * time.Millisecond
+			rs = append(rs,
+				frontierRun("chat", "fcfs", router, 4, seed, 2*time.Second+d, 3*time.Second, 0),
+				frontierRun("chat", "llm-d-turn", router, 4, seed, 9*time.Second+d, time.Second, 12),
+				frontierRun("chat", "llm-d-turn+shed", router, 4, seed, 5*time.Second+d, time.Second, 30),
+				frontierRun("chat", "bw-10s", router, 4, seed, 4*time.Second+d, 1500*time.Millisecond, 3),
+				frontierRun("chat", "vtc", router, 4, seed, time.Second, 0, 0),
+			)
+		}
+	}
+	return Cells(rs)
+}
+
+func TestPlotFrontier(t *testing.T) {
+	cells := frontierCells()
+	dir := t.TempDir()
+	for _, ext := range []string{".png", ".svg", ".SVG"} {
+		path := filepath.Join(dir, "frontier"+ext)
+		if err := PlotFrontier(cells, "chat at load ×4", path); err != nil {
+			t.Fatalf("PlotFrontier(%s): %v", ext, err)
+		}
+		b := checkPlot(t, path)
+		if ext == ".png" {
+			continue
+		}
+		svg := string(b)
+		for _, want := range []string{
+			"usher/fcfs", "sglang/llm-d-turn+shed", "usher/bw-10s", // two routers: labels prefixed
+			"FCFS", "turn-priority", "turn-priority+shed", "other", // legend
+			"newcomer p99 wait (s)", "later-turn p50 TTFT (s)", "chat at load ×4",
+			"marker area: requests shed (max 30)",
+		} {
+			if !strings.Contains(svg, ">"+want) {
+				t.Errorf("frontier SVG lacks the text %q", want)
+			}
+		}
+		if strings.Contains(svg, "vtc") {
+			t.Errorf("frontier SVG labels vtc, whose cells completed no later turn")
+		}
+	}
+
+	// One router: labels are the bare policy names.
+	var usher []*Cell
+	for _, c := range cells {
+		if c.Router == "usher" {
+			usher = append(usher, c)
+		}
+	}
+	path := filepath.Join(dir, "usher.svg")
+	if err := PlotFrontier(usher, "usher", path); err != nil {
+		t.Fatal(err)
+	}
+	svg := string(checkPlot(t, path))
+	if !strings.Contains(svg, ">llm-d-turn+shed<") || strings.Contains(svg, "usher/") {
+		t.Errorf("one-router frontier: want labels without the router prefix")
+	}
+}
+
+// TestFrontierPoints checks the frontier's points against their cells' medians over seeds,
+// and that a cell is skipped when no run completed a later turn and kept (on the runs that
+// did) when some did.
+func TestFrontierPoints(t *testing.T) {
+	rs := []*Result{
+		frontierRun("chat", "fcfs", "usher", 4, 1, 1*time.Second, 4*time.Second, 2),
+		frontierRun("chat", "fcfs", "usher", 4, 2, 5*time.Second, 2*time.Second, 9),
+		frontierRun("chat", "fcfs", "usher", 4, 3, 3*time.Second, 9*time.Second, 4),
+		frontierRun("chat", "vtc", "usher", 4, 1, 1*time.Second, 0, 0),
+		frontierRun("chat", "las", "usher", 4, 1, 1*time.Second, 0, 0),
+		frontierRun("chat", "las", "usher", 4, 2, 7*time.Second, 6*time.Second, 1),
+	}
+	pts, maxShed := frontierPoints(Cells(rs))
+	want := []frontierPoint{
+		{x: 3, y: 4, shed: 4, label: "fcfs", group: 0},
+		{x: 4, y: 6, shed: 0.5, label: "las", group: 4}, // y over the one run with later turns
+	}
+	if !slices.Equal(pts, want) || maxShed != 4 {
+		t.Errorf("frontierPoints = %+v, max shed %g; want %+v, max shed 4", pts, maxShed, want)
+	}
+}
+
+func TestFrontierGroupOf(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   string
+	}{
+		{"fcfs", "FCFS"},
+		{"fcfs+shed", "FCFS+shed"},
+		{"llm-d-turn", "turn-priority"},
+		{"llm-d-turn+shed", "turn-priority+shed"},
+		{"las", "other"},
+		{"bw-10s+shed", "other+shed"},
+		{"fcfs-ish", "other"},
+	} {
+		if got := frontierGroups[frontierGroupOf(tc.policy)].name; got != tc.want {
+			t.Errorf("frontierGroupOf(%q) = %q, want %q", tc.policy, got, tc.want)
+		}
+	}
+}
+
+func TestPlotErrors(t *testing.T) {
+	dir := t.TempDir()
+	noLater := Cells([]*Result{frontierRun("chat", "fcfs", "usher", 4, 1, time.Second, 0, 0)})
+	noneDone := Cells([]*Result{{Workload: "chat", Policy: "fcfs", Router: "usher", Rate: 4, Sent: 10}})
+	good := frontierCells()
+	png := filepath.Join(dir, "x.png")
+	missing := filepath.Join(dir, "no", "such", "dir", "x.png")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error // nil: any error that is neither sentinel
+	}{
+		{"frontier of no cells", PlotFrontier(nil, "", png), ErrNothingToPlot},
+		{"frontier without later turns", PlotFrontier(noLater, "", png), ErrNothingToPlot},
+		{"frontier to .txt", PlotFrontier(good, "", filepath.Join(dir, "x.txt")), ErrPlotInput},
+		{"frontier without extension", PlotFrontier(good, "", filepath.Join(dir, "x")), ErrPlotInput},
+		{"frontier into a missing directory", PlotFrontier(good, "", missing), nil},
+		{"knee of no cells", PlotKnee(nil, "", png), ErrNothingToPlot},
+		{"knee without completions", PlotKnee(noneDone, "", png), ErrNothingToPlot},
+		{"knee to .pdf", PlotKnee(good, "", filepath.Join(dir, "x.pdf")), ErrPlotInput},
+		{"knee into a missing directory", PlotKnee(good, "", missing), nil},
+		{"hit/KV of no points", PlotHitVsKV(nil, "", png), ErrNothingToPlot},
+		{"hit/KV with 0 blocks", PlotHitVsKV([]KVPoint{{"usher", 0, 0.9}}, "", png), ErrPlotInput},
+		{"hit/KV with NaN", PlotHitVsKV([]KVPoint{{"usher", 100, math.NaN()}}, "", png), ErrPlotInput},
+		{"hit/KV with +Inf", PlotHitVsKV([]KVPoint{{"usher", 100, math.Inf(1)}}, "", png), ErrPlotInput},
+		{"hit/KV to .jpg", PlotHitVsKV([]KVPoint{{"usher", 100, 0.9}}, "", filepath.Join(dir, "x.jpg")), ErrPlotInput},
+		{"hit/KV into a missing directory", PlotHitVsKV([]KVPoint{{"usher", 100, 0.9}}, "", missing), nil},
+	} {
+		switch {
+		case tc.err == nil:
+			t.Errorf("%s: no error", tc.name)
+		case tc.want != nil && !errors.Is(tc.err, tc.want):
+			t.Errorf("%s: error %v, want %v", tc.name, tc.err, tc.want)
+		case tc.want == nil && (errors.Is(tc.err, ErrNothingToPlot) || errors.Is(tc.err, ErrPlotInput)):
+			t.Errorf("%s: error %v, want the file system's", tc.name, tc.err)
+		}
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Errorf("failed plots left files behind: %v (%v)", ents, err)
+	}
+}
+
+// kneeCells are the cells of one workload at three rates under two routers (and, with
+// policies, under two policies), two seeds each.
+func kneeCells(policies ...string) []*Cell {
+	var rs []*Result
+	for _, rate := range []float64{6, 2, 4} { // out of order: the lines sort by rate
+		for _, p := range policies {
+			for _, router := range []string{"usher", "dynamo"} {
+				for seed := uint64(1); seed <= 2; seed++ {
+					ttft := time.Duration(rate*rate) * time.Second / time.Duration(seed)
+					rs = append(rs, frontierRun("chat", p, router, rate, seed, time.Second, ttft, 0))
+				}
+			}
+		}
+	}
+	return Cells(rs)
+}
+
+func TestPlotKnee(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name     string
+		cells    []*Cell
+		want     []string
+		unwanted string
+	}{
+		{"one policy", kneeCells("fcfs"), []string{">usher<", ">dynamo<", ">load ×<", ">p99 TTFT (s)<"}, "fcfs"},
+		{"two policies", kneeCells("fcfs", "llm-d-turn"), []string{">fcfs/usher<", ">llm-d-turn/dynamo<"}, ""},
+	} {
+		for _, ext := range []string{".png", ".svg"} {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+ext)
+			if err := PlotKnee(tc.cells, "chat: knee", path); err != nil {
+				t.Fatalf("%s: PlotKnee: %v", tc.name, err)
+			}
+			b := string(checkPlot(t, path))
+			if ext != ".svg" {
+				continue
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(b, w) {
+					t.Errorf("%s: knee SVG lacks %q", tc.name, w)
+				}
+			}
+			if tc.unwanted != "" && strings.Contains(b, tc.unwanted) {
+				t.Errorf("%s: knee SVG names %q, the only policy", tc.name, tc.unwanted)
+			}
+		}
+	}
+}
+
+func TestPlotHitVsKV(t *testing.T) {
+	dir := t.TempDir()
+	var wide []KVPoint
+	for _, kv := range []int{250, 500, 1000, 2000, 4500} {
+		wide = append(wide,
+			KVPoint{"usher", kv, 0.5 + float64(kv)/10000},
+			KVPoint{"usher", kv, 0.55 + float64(kv)/10000}, // a second seed: drawn as the median
+			KVPoint{"round-robin", kv, 0.2 + float64(kv)/20000})
+	}
+	narrow := []KVPoint{{"usher", 4000, 0.95}, {"usher", 4500, 0.97}, {"sglang", 4500, 0.9}}
+	for _, tc := range []struct {
+		name   string
+		points []KVPoint
+		ticks  []string // tick labels the SVG must have
+	}{
+		{"log scale", wide, []string{">250<", ">4500<", ">usher<", ">round-robin<", ">KV blocks per server<", ">hit rate / ideal<"}},
+		{"linear scale", narrow, []string{">usher<", ">sglang<"}},
+	} {
+		for _, ext := range []string{".png", ".svg"} {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+ext)
+			if err := PlotHitVsKV(tc.points, "hit rate against KV cache", path); err != nil {
+				t.Fatalf("%s: PlotHitVsKV: %v", tc.name, err)
+			}
+			b := string(checkPlot(t, path))
+			if ext != ".svg" {
+				continue
+			}
+			for _, w := range tc.ticks {
+				if !strings.Contains(b, w) {
+					t.Errorf("%s: SVG lacks %q", tc.name, w)
+				}
+			}
+		}
+	}
+}
+
+func TestBlockTicks(t *testing.T) {
+	var pts []KVPoint
+	for i := 30; i >= 1; i-- { // 30 distinct counts, each twice, out of order
+		pts = append(pts, KVPoint{"a", 100 * i, 1}, KVPoint{"b", 100 * i, 1})
+	}
+	ticks := blockTicks(pts)
+	if len(ticks) != 30 || ticks[0].Value != 100 || ticks[29].Value != 3000 {
+		t.Fatalf("blockTicks: %d ticks from %g to %g, want 30 from 100 to 3000", len(ticks), ticks[0].Value, ticks[len(ticks)-1].Value)
+	}
+	labelled := 0
+	for _, tk := range ticks {
+		if tk.Label != "" {
+			labelled++
+		}
+	}
+	if labelled > 12 || ticks[0].Label != "100" {
+		t.Errorf("blockTicks labels %d ticks (want ≤ 12), first %q (want \"100\")", labelled, ticks[0].Label)
+	}
+}
+
+func TestWritePlots(t *testing.T) {
+	var results []*Result
+	for _, c := range kneeCells("fcfs", "llm-d-turn") {
+		results = append(results, c.Runs...)
+	}
+	// A second workload at one rate, without later turns: no frontier, no knee.
+	results = append(results, frontierRun("prefix group", "fcfs", "usher", 2, 1, time.Second, 0, 0))
+	dir := filepath.Join(t.TempDir(), "plots") // created by WritePlots
+	paths, err := WritePlots(dir, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range paths {
+		checkPlot(t, p)
+		got = append(got, filepath.Base(p))
+	}
+	want := []string{
+		"frontier-chat-x2.png", "frontier-chat-x2.svg",
+		"frontier-chat-x4.png", "frontier-chat-x4.svg",
+		"frontier-chat-x6.png", "frontier-chat-x6.svg",
+		"knee-chat.png", "knee-chat.svg",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("WritePlots wrote %q, want %q", got, want)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != len(want) {
+		t.Errorf("plot directory holds %d files, want %d (%v)", len(ents), len(want), err)
+	}
+}
+
+func TestFileSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"mooncake":     "mooncake",
+		"prefix-group": "prefix-group",
+		"a/b c":        "a-b-c",
+		"x_1.5":        "x_1.5",
+	} {
+		if got := fileSafe(in); got != want {
+			t.Errorf("fileSafe(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestPlotFrontierSimulated plots the frontier of a short simulated comparison: two policies
+// behind usher's router on a small closed-loop chat workload, tight enough to queue.
+func TestPlotFrontierSimulated(t *testing.T) {
+	w := tiny()
+	var results []*Result
+	for _, p := range []Policy{FCFSPolicy(), fairnessPolicy(t, turnPriorityName)} {
+		res, err := Run(w, Config{Servers: 2, MaxInFlight: 4, Policy: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Rate = 1
+		if res.Later.Completed == 0 {
+			t.Fatalf("%s: no later turn completed; the workload is multi-turn", p.Name)
+		}
+		results = append(results, res)
+	}
+	cells := Cells(results)
+	if len(cells) != 2 {
+		t.Fatalf("%d cells, want 2", len(cells))
+	}
+	path := filepath.Join(t.TempDir(), "frontier.svg")
+	if err := PlotFrontier(cells, "tiny chat", path); err != nil {
+		t.Fatal(err)
+	}
+	svg := string(checkPlot(t, path))
+	for _, want := range []string{">fcfs<", ">llm-d-turn<"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("frontier of the simulation lacks the label %q", want)
+		}
+	}
+}
+
+// fairnessPolicy returns the matrix policy named name.
+func fairnessPolicy(t *testing.T, name string) Policy {
+	t.Helper()
+	for _, p := range fairnessPolicies() {
+		if p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("no policy %q", name)
+	return Policy{}
+}
