@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -82,10 +83,10 @@ func siblingsTogether(s *sim) float64 {
 	together, siblings := 0, 0
 	for i := 1; i < len(s.reqs); i++ {
 		r, first := &s.reqs[i], &s.reqs[i-1]
-		for first.idx > 0 && s.reqs[first.idx-1].w.At == r.w.At && sameIDs(s.reqs[first.idx-1].w.IDs, r.w.IDs) {
+		for first.idx > 0 && s.reqs[first.idx-1].w.At == r.w.At && slices.Equal(s.reqs[first.idx-1].w.IDs, r.w.IDs) {
 			first = &s.reqs[first.idx-1]
 		}
-		if first == r || first.w.At != r.w.At || !sameIDs(first.w.IDs, r.w.IDs) || r.server < 0 || first.server < 0 {
+		if first == r || first.w.At != r.w.At || !slices.Equal(first.w.IDs, r.w.IDs) || r.server < 0 || first.server < 0 {
 			continue
 		}
 		siblings++
@@ -97,18 +98,6 @@ func siblingsTogether(s *sim) float64 {
 		return 0
 	}
 	return float64(together) / float64(siblings)
-}
-
-func sameIDs(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func checkIndexEqualsEngines(t *testing.T, s *sim, w *Workload) {
