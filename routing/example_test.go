@@ -328,3 +328,43 @@ func ExampleOutlier() {
 	// then → gpu-1
 	// ejections 1, probes 1, restored 1
 }
+
+// Learning at pick: two siblings of one fan-out, sent before either has a first token, land on
+// the same backend, because the first one's blocks count there from its pick.
+func ExampleLearn() {
+	ix, _ := prefixcache.New(prefixcache.Options{})
+	now := time.Unix(1_700_000_000, 0)
+	r, _ := routing.New(routing.Options{
+		Profile: routing.LLMDDefault(), // Learn is LearnOnPick, the zero value
+		Index:   ix, Now: func() time.Time { return now }, Seed: 7,
+	})
+	var fleet []routing.BackendState
+	for _, name := range []string{"a", "b", "c", "d"} {
+		fleet = append(fleet, routing.BackendState{Name: name, Health: routing.Healthy, UpdatedAt: now, Known: routing.SignalQueued | routing.SignalKVUtilization})
+	}
+	_ = r.Update(fleet)
+	tokens := make([]uint32, 64*16)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	chain := prefixcache.HashTokens(nil, prefixcache.Seed("m", "", ""), tokens, 16)
+	first, _ := r.Pick(&routing.Request{Chain: chain})
+	second, _ := r.Pick(&routing.Request{Chain: chain})
+	fmt.Println(first.Backend.Name == second.Backend.Name, second.MatchedBlocks)
+	first.Done(routing.DoneInfo{})
+	second.Done(routing.DoneInfo{})
+	// Output: true 64
+}
+
+// Saturation as an admission gauge: the least saturated backend's level, counting the
+// requests sent since the last scrape as waiting.
+func ExampleRouter_Saturation() {
+	now := time.Unix(1_700_000_000, 0)
+	r, _ := routing.New(routing.Options{Now: func() time.Time { return now }})
+	_ = r.Update([]routing.BackendState{
+		{Name: "a", Health: routing.Healthy, UpdatedAt: now, Known: routing.AllSignals, Queued: 2, KVUtilization: 0.5},
+		{Name: "b", Health: routing.Healthy, UpdatedAt: now, Known: routing.AllSignals, Queued: 8, KVUtilization: 0.9},
+	})
+	fmt.Printf("%.2f %.2f\n", r.Saturation(routing.SaturationOptions{}), r.Saturation(routing.SaturationOptions{Mean: true}))
+	// Output: 0.53 1.26
+}
