@@ -86,8 +86,10 @@ func (m cpuMeter) stop(b *testing.B) {
 	}
 }
 
-// BenchmarkPick measures one Pick and its Done (without the index insert) for 8, 100 and
-// 1,000 backends with four scorers including a 128-block prefix match.
+// BenchmarkPick measures one Pick and its Done for 8, 100 and 1,000 backends with four scorers
+// including a 128-block prefix match. The request succeeds, so what the index learns is the
+// pick's own insert, which on a chain the chosen backend already holds is none: the steady
+// state of a repeated prompt. BenchmarkPickRetract measures the other case.
 func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{8, 100, 1000} {
 		b.Run(fmt.Sprintf("backends=%d", n), func(b *testing.B) {
@@ -99,14 +101,15 @@ func BenchmarkPick(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				p.Done(DoneInfo{Err: errBench})
+				p.Done(DoneInfo{FirstTokenAt: t0})
 			}
 			cpu.stop(b)
 		})
 	}
 }
 
-// BenchmarkPickProfiles measures every peer configuration and usher's at 100 backends.
+// BenchmarkPickProfiles measures every peer configuration and usher's at 100 backends, each
+// request succeeding (see BenchmarkPick).
 func BenchmarkPickProfiles(b *testing.B) {
 	for _, p := range []Profile{
 		LLMDDefault(), LLMDSticky(LLMDStickyOptions{}), SGLang(SGLangOptions{}),
@@ -121,9 +124,37 @@ func BenchmarkPickProfiles(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				pk.Done(DoneInfo{Err: errBench})
+				pk.Done(DoneInfo{FirstTokenAt: t0})
 			}
 		})
+	}
+}
+
+// BenchmarkPickRetract is a pick that learns a chain no backend holds (a fresh 128-block
+// prompt each time, round-robin placement) and fails before its first token, so Done
+// retracts the prediction: Pick, the insert, Done and the removal.
+func BenchmarkPickRetract(b *testing.B) {
+	r, req := benchRouter(b, 100, RoundRobinProfile())
+	chains := make([][]BlockHash, 64)
+	for i := range chains {
+		chains[i] = make([]BlockHash, len(req.Chain))
+		for k := range chains[i] {
+			chains[i][k] = BlockHash(uint64(i+1)<<32 | uint64(k+1))
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		req.Chain = chains[i%len(chains)]
+		i++
+		p, err := r.Pick(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Done(DoneInfo{Err: errBench})
+	}
+	if r.Stats().Retracted == 0 {
+		b.Fatal("nothing was retracted")
 	}
 }
 
