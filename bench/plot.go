@@ -182,7 +182,7 @@ var frontierGroups = []frontierGroup{
 
 // frontierGroupOf returns the index in frontierGroups of policy's style.
 func frontierGroupOf(policy string) int {
-	base, shed := strings.CutSuffix(policy, "+shed")
+	base, shed := strings.CutSuffix(policy, EarlyShedSuffix)
 	g := 4
 	switch base {
 	case FCFSPolicy().Name:

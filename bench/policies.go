@@ -46,6 +46,10 @@ func must[P flowcontrol.Policy](p P, err error) flowcontrol.Policy {
 	return p
 }
 
+// EarlyShedSuffix ends the name of a policy run with early shedding (Config.EarlyShed), as
+// compare -early-shed labels it; the plots draw such a policy as its twin's hollow marker.
+const EarlyShedSuffix = "+shed"
+
 // boundedWait is fairness.BoundedWait around turn-priority with wait bound w, promoted
 // min(5 s, w/4) before it, reserving share of the dispatches for first turns.
 func boundedWait(w time.Duration, share float64) Policy {

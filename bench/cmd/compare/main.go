@@ -146,7 +146,7 @@ func run() error {
 			with = append(with, ps...)
 		}
 		for _, p := range ps {
-			p.Name += "+shed"
+			p.Name += bench.EarlyShedSuffix
 			with = append(with, p)
 		}
 		ps = with
@@ -161,7 +161,7 @@ func run() error {
 				for _, ro := range ros {
 					c := base
 					c.Policy, c.Router, c.Seed = p, ro, *seed+uint64(k)
-					c.EarlyShed.Enabled = strings.HasSuffix(p.Name, "+shed")
+					c.EarlyShed.Enabled = strings.HasSuffix(p.Name, bench.EarlyShedSuffix)
 					jobs = append(jobs, job{sw, r, c})
 				}
 			}
