@@ -117,10 +117,12 @@ func Example_listen() {
 	}}})
 
 	// A PUB socket drops what it publishes before the subscription reaches it; the first batch
-	// that gets through brings the earlier ones by replay. The engine keeps working (here:
-	// steps that change nothing) until then.
+	// that gets through brings the earlier ones by replay (the catch-up at start may bring them
+	// sooner, before the source has been heard from). The engine keeps working (here: steps that
+	// change nothing) until then.
 	chain := prefixcache.HashTokens(nil, prefixcache.Seed(model, "", ""), tokens, 4)
-	for deadline := time.Now().Add(10 * time.Second); ix.Match(nil, chain)[0] < 2 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	heard := func() bool { return ix.Match(nil, chain)[0] == 2 && sub.Sources()[0].Connected }
+	for deadline := time.Now().Add(10 * time.Second); !heard() && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		pub.Publish(&kvevents.Batch{Timestamp: 2})
 	}
 	fmt.Println("blocks matched:", ix.Match(nil, chain)[0])
