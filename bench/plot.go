@@ -76,6 +76,7 @@ func PlotFrontier(cells []*Cell, title, path string) error {
 
 	p := newPlot(title, "newcomer p99 wait (s)", "later-turn p50 TTFT (s)")
 	entries := 0
+	scatters := make([]*plotter.Scatter, len(frontierGroups))
 	for g, fg := range frontierGroups {
 		var xys plotter.XYs
 		var radii []vg.Length
@@ -98,18 +99,29 @@ func PlotFrontier(cells []*Cell, title, path string) error {
 			st.Radius = radii[i]
 			return st
 		}
-		p.Add(s)
-		p.Legend.Add(fg.name, s)
-		entries++
+		scatters[g] = s
 	}
-	for _, pt := range pts {
-		l, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: pt.x, Y: pt.y}}, Labels: []string{pt.label}})
+	// The grey policies first, so that a big marker of sheds does not hide FCFS or
+	// turn-priority drawn at the same place; the legend keeps the groups' order.
+	for _, g := range frontierDrawOrder {
+		if scatters[g] != nil {
+			p.Add(scatters[g])
+		}
+	}
+	for g, fg := range frontierGroups {
+		if scatters[g] != nil {
+			p.Legend.Add(fg.name, scatters[g])
+			entries++
+		}
+	}
+	for _, l := range frontierLabels(pts) {
+		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: l.x, Y: l.y}}, Labels: []string{l.label}})
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrPlotInput, err)
 		}
-		l.TextStyle[0].Font.Size = vg.Points(7)
-		l.Offset = vg.Point{X: radius(pt.shed) + 2, Y: -vg.Points(2.5)}
-		p.Add(l)
+		lb.TextStyle[0].Font.Size = vg.Points(7)
+		lb.Offset = vg.Point{X: radius(l.shed) + 2, Y: -vg.Points(2.5)}
+		p.Add(lb)
 	}
 	if maxShed > 0 {
 		p.Legend.Add("marker area: requests shed (max " + strconv.FormatFloat(maxShed, 'f', -1, 64) + ")")
@@ -163,6 +175,35 @@ func frontierPoints(cells []*Cell) (pts []frontierPoint, maxShed float64) {
 	return pts, maxShed
 }
 
+// frontierLabels returns one label per place on the frontier: points that fall within 1% of
+// the axes' spans of each other (turn-priority and bounded wait with W past the TTL, say)
+// share one label naming them all, at the first one's position with the largest marker.
+func frontierLabels(pts []frontierPoint) []frontierPoint {
+	var spanX, spanY float64
+	for _, pt := range pts {
+		spanX, spanY = max(spanX, pt.x), max(spanY, pt.y)
+	}
+	near := func(a, b frontierPoint) bool {
+		return math.Abs(a.x-b.x) <= 0.01*spanX && math.Abs(a.y-b.y) <= 0.01*spanY
+	}
+	var out []frontierPoint
+	for _, pt := range pts {
+		merged := false
+		for i := range out {
+			if near(out[i], pt) {
+				out[i].label += ", " + pt.label
+				out[i].shed = max(out[i].shed, pt.shed)
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			out = append(out, pt)
+		}
+	}
+	return out
+}
+
 // frontierGroup is a family of policies drawn alike on the frontier.
 type frontierGroup struct {
 	name   string
@@ -179,6 +220,9 @@ var frontierGroups = []frontierGroup{
 	{"other", color.Gray{Y: 110}, draw.CircleGlyph{}},
 	{"other+shed", color.Gray{Y: 110}, draw.RingGlyph{}},
 }
+
+// frontierDrawOrder is the order the groups are drawn in: the grey ones underneath.
+var frontierDrawOrder = []int{4, 5, 0, 1, 2, 3}
 
 // frontierGroupOf returns the index in frontierGroups of policy's style.
 func frontierGroupOf(policy string) int {
@@ -398,6 +442,24 @@ func WritePlots(dir string, results []*Result) ([]string, error) {
 				return written, err
 			}
 		}
+	}
+	return written, nil
+}
+
+// WriteHitVsKV writes PlotHitVsKV of points, titled with the workload's name, into dir
+// (created if missing) as hit-kv-<workload>.png and .svg, and returns the paths it wrote.
+// Errors are PlotHitVsKV's and the file system's.
+func WriteHitVsKV(dir, workload string, points []KVPoint) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: plot directory: %w", err)
+	}
+	var written []string
+	for _, ext := range []string{".png", ".svg"} {
+		path := filepath.Join(dir, "hit-kv-"+fileSafe(workload)+ext)
+		if err := PlotHitVsKV(points, workload+": hit rate against KV cache", path); err != nil {
+			return written, err
+		}
+		written = append(written, path)
 	}
 	return written, nil
 }

@@ -59,6 +59,9 @@ func frontierCells() []*Cell {
 	for _, router := range []string{"usher", "sglang"} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			d := time.Duration(seed) * 100 * time.Millisecond
+			if router == "sglang" {
+				d += 7 * time.Second // apart from usher's points, so that each has its own label
+			}
 			rs = append(rs,
 				frontierRun("chat", "fcfs", router, 4, seed, 2*time.Second+d, 3*time.Second, 0),
 				frontierRun("chat", "llm-d-turn", router, 4, seed, 9*time.Second+d, time.Second, 12),
@@ -113,6 +116,32 @@ func TestPlotFrontier(t *testing.T) {
 	svg := string(checkPlot(t, path))
 	if !strings.Contains(svg, ">llm-d-turn+shed<") || strings.Contains(svg, "usher/") {
 		t.Errorf("one-router frontier: want labels without the router prefix")
+	}
+}
+
+// TestFrontierLabels: points within 1% of the axes' spans share one label naming them all,
+// with the largest of their sheds; points apart keep their own.
+func TestFrontierLabels(t *testing.T) {
+	pts := []frontierPoint{
+		{x: 20, y: 0.22, shed: 192, label: "llm-d-turn"},
+		{x: 1, y: 4, label: "fcfs"},
+		{x: 19.9, y: 0.221, shed: 200, label: "bw-30s"},
+		{x: 20, y: 0.22, shed: 10, label: "bw-45s"},
+		{x: 15, y: 0.3, label: "bw-20s"},
+	}
+	got := frontierLabels(pts)
+	want := []frontierPoint{
+		{x: 20, y: 0.22, shed: 200, label: "llm-d-turn, bw-30s, bw-45s"},
+		{x: 1, y: 4, label: "fcfs"},
+		{x: 15, y: 0.3, label: "bw-20s"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d labels %+v, want %+v", len(got), got, want)
+	}
+	for i := range want {
+		if got[i].label != want[i].label || got[i].shed != want[i].shed || got[i].x != want[i].x {
+			t.Errorf("label %d: got %+v, want %+v", i, got[i], want[i])
+		}
 	}
 }
 

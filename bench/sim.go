@@ -160,6 +160,12 @@ type Config struct {
 	Seed uint64
 	// EarlyShed configures the queue's early shedding (flowcontrol.EarlyShed). Zero: off.
 	EarlyShed flowcontrol.EarlyShed
+	// ContinueAfterShed keeps a closed-loop session going when one of its turns is shed or
+	// fails: the next turn is sent its think time after the shed, as if the user had carried
+	// on (its prompt then finds nothing cached for the turn that was never served). Every
+	// policy is then offered the same turns, whatever it sheds. Zero: the session ends there
+	// and its later turns are abandoned, as a user who gives up.
+	ContinueAfterShed bool
 	// MaxTime stops the simulation at this virtual time; requests still waiting or running
 	// then are counted as unfinished. Zero: run until every request has finished.
 	MaxTime time.Duration
@@ -854,7 +860,7 @@ func (s *sim) end(r *simReq, st uint8) {
 	if next < 0 {
 		return
 	}
-	if st == rsDone {
+	if st == rsDone || s.cfg.ContinueAfterShed {
 		s.pending++
 		s.schedule(s.now+s.w.Requests[next].At, evFollowup, next)
 		return

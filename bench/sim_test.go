@@ -272,6 +272,34 @@ func TestShedding(t *testing.T) {
 	}
 }
 
+// TestContinueAfterShed: the same overload with sessions that carry on after a shed turn
+// offers every turn of the workload — none is abandoned, more later turns are sent than
+// when sessions end, and the accounting holds.
+func TestContinueAfterShed(t *testing.T) {
+	w := Chat(ChatOptions{Sessions: 200, Rate: 20, Turns: 3, Think: time.Second, Seed: 3})
+	cfg := Config{Servers: 1, MaxInFlight: 2, TTL: 5 * time.Second}
+	ended, err := Run(w, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ContinueAfterShed = true
+	cont, err := Run(w, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounting(t, "continue", w, cont)
+	if cont.First.Abandoned+cont.Later.Abandoned != 0 {
+		t.Errorf("continue: %d first and %d later turns abandoned, want 0", cont.First.Abandoned, cont.Later.Abandoned)
+	}
+	if cont.Sent+cont.NotSent != len(w.Requests) {
+		t.Errorf("continue: sent %d + not sent %d ≠ %d requests", cont.Sent, cont.NotSent, len(w.Requests))
+	}
+	if cont.First.Shed() == 0 || cont.Later.Sent <= ended.Later.Sent {
+		t.Errorf("continue: %d first turns shed, %d later turns sent (%d when sessions end): want sheds, and more later turns",
+			cont.First.Shed(), cont.Later.Sent, ended.Later.Sent)
+	}
+}
+
 func TestInvalidConfig(t *testing.T) {
 	w := small()
 	for _, c := range []Config{

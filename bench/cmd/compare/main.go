@@ -63,7 +63,9 @@ func run() error {
 		index    = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
 		evDelay  = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
 		shed     = flag.String("early-shed", "off", "early shedding in the gateway queue: off, on, or both (every policy twice, the shedding one named POLICY+shed)")
-		plotDir  = flag.String("plot", "", "write the admission frontier of every rate (and the knee of a sweep) as PNG and SVG into this directory")
+		plotDir  = flag.String("plot", "", "write the admission frontier of every rate (and the knee of a sweep, and hit rate against KV of a -kv-sweep) as PNG and SVG into this directory")
+		kvSweep  = flag.String("kv-sweep", "", "comma-separated KV cache blocks per server: run everything at each (overrides -kv-blocks), print the tables of each, and plot hit rate against KV")
+		after    = flag.String("after-shed", "end", "a closed-loop session whose turn is shed or fails: end (its later turns are abandoned) or continue (its next turn is still sent, so every policy is offered the same turns)")
 	)
 	flag.Parse()
 
@@ -126,16 +128,37 @@ func run() error {
 	if *kvBlocks > 0 {
 		profile.NumBlocks = *kvBlocks
 	}
+	kvs := []int{profile.NumBlocks}
+	if *kvSweep != "" {
+		kvs = kvs[:0]
+		for _, f := range strings.Split(*kvSweep, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || v <= 0 {
+				return fmt.Errorf("bad -kv-sweep value %q (a positive number of blocks)", f)
+			}
+			kvs = append(kvs, v)
+		}
+	}
+	var continueAfterShed bool
+	switch *after {
+	case "end":
+	case "continue":
+		continueAfterShed = true
+	default:
+		return fmt.Errorf("bad -after-shed %q (end or continue)", *after)
+	}
 	base := bench.Config{
 		Profile: profile,
 		Servers: *servers, Gate: g, MaxInFlight: *inflight, TTL: *ttl,
 		ScrapeInterval: *scrape, StaleAfter: *stale,
 		Index: im, EventDelay: *evDelay,
+		ContinueAfterShed: continueAfterShed,
 	}
 
 	type job struct {
 		w    *bench.Workload
 		rate float64
+		kv   int // index into kvs
 		cfg  bench.Config
 	}
 	switch *shed {
@@ -154,15 +177,18 @@ func run() error {
 		return fmt.Errorf("bad -early-shed %q (off, on or both)", *shed)
 	}
 	var jobs []job
-	for _, r := range rs {
-		for k, w := range ws {
-			sw := w.Scaled(r)
-			for _, p := range ps {
-				for _, ro := range ros {
-					c := base
-					c.Policy, c.Router, c.Seed = p, ro, *seed+uint64(k)
-					c.EarlyShed.Enabled = strings.HasSuffix(p.Name, bench.EarlyShedSuffix)
-					jobs = append(jobs, job{sw, r, c})
+	for kv, blocks := range kvs {
+		for _, r := range rs {
+			for k, w := range ws {
+				sw := w.Scaled(r)
+				for _, p := range ps {
+					for _, ro := range ros {
+						c := base
+						c.Profile.NumBlocks = blocks
+						c.Policy, c.Router, c.Seed = p, ro, *seed+uint64(k)
+						c.EarlyShed.Enabled = strings.HasSuffix(p.Name, bench.EarlyShedSuffix)
+						jobs = append(jobs, job{sw, r, kv, c})
+					}
 				}
 			}
 		}
@@ -212,24 +238,65 @@ func run() error {
 	if *seeds > 1 {
 		seedsOf = fmt.Sprintf("%d–%d", *seed, *seed+uint64(*seeds-1))
 	}
-	fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s.\n\n",
-		ws[0].Name, perSeed(requestsOf), perSeed(sessionsOf), base.Servers, profile.Name, profile.NumBlocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, seedsOf)
-	if err := bench.WriteTables(os.Stdout, results); err != nil {
-		return err
-	}
-	if *goal {
-		if err := bench.WriteGoal(os.Stdout, results); err != nil {
+	var points []bench.KVPoint
+	for kv, blocks := range kvs {
+		var mine []*bench.Result
+		for i, j := range jobs {
+			if j.kv == kv {
+				mine = append(mine, results[i])
+				r := results[i]
+				points = append(points, bench.KVPoint{Router: r.Router, KVBlocks: blocks, HitOverIdeal: hitOverIdeal(r)})
+			}
+		}
+		if kv > 0 {
+			fmt.Println()
+		}
+		fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s%s.\n\n",
+			ws[0].Name, perSeed(requestsOf), perSeed(sessionsOf), base.Servers, profile.Name, blocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, seedsOf, afterShedNote(continueAfterShed))
+		if err := bench.WriteTables(os.Stdout, mine); err != nil {
 			return err
 		}
+		if *goal {
+			if err := bench.WriteGoal(os.Stdout, mine); err != nil {
+				return err
+			}
+		}
+		if *plotDir != "" && len(kvs) == 1 {
+			paths, err := bench.WritePlots(*plotDir, mine)
+			for _, p := range paths {
+				fmt.Fprintln(os.Stderr, "wrote", p)
+			}
+			if err != nil {
+				return err
+			}
+		}
 	}
-	if *plotDir != "" {
-		paths, err := bench.WritePlots(*plotDir, results)
+	if *plotDir != "" && len(kvs) > 1 {
+		paths, err := bench.WriteHitVsKV(*plotDir, ws[0].Name, points)
 		for _, p := range paths {
 			fmt.Fprintln(os.Stderr, "wrote", p)
 		}
-		return err
+		if err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// hitOverIdeal is a run's hit rate as a share of the ideal one (0 when the ideal is 0).
+func hitOverIdeal(r *bench.Result) float64 {
+	if r.IdealHitRate <= 0 {
+		return 0
+	}
+	return r.HitRate / r.IdealHitRate
+}
+
+// afterShedNote says, in the tables' heading, that shed sessions went on.
+func afterShedNote(cont bool) string {
+	if cont {
+		return "; a shed turn's session continues (equal offered load)"
+	}
+	return ""
 }
 
 // perSeed joins per-seed values with slashes, in seed order ("20007/20000/20000"), or gives
