@@ -63,9 +63,62 @@ func PlotFrontier(cells []*Cell, title, path string) error {
 	if err := checkExt(path); err != nil {
 		return err
 	}
-	pts, maxShed := frontierPoints(cells)
+	pts := frontierPoints(cells)
 	if len(pts) == 0 {
 		return fmt.Errorf("%w: no cell with a completed later turn", ErrNothingToPlot)
+	}
+	return PlotFrontierPoints(pts, FrontierAxes{}, title, path)
+}
+
+// FrontierPoint is one point of an admission frontier: X and Y in seconds, better low; Shed
+// sets the marker's area (radius 2 + 6·√(Shed/max Shed) points); Label is written beside it;
+// Policy chooses its style: FCFS ("fcfs") and turn-priority (bench's "llm-d-turn" or the
+// gateway's "turn-priority") have their own, every other policy is a grey circle, and a name
+// ending in EarlyShedSuffix gets the hollow twin of its style.
+type FrontierPoint struct {
+	X, Y, Shed    float64
+	Label, Policy string
+}
+
+// FrontierAxes names what a frontier's axes and marker sizes measure. Zero fields are
+// PlotFrontier's: "newcomer p99 wait (s)", "later-turn p50 TTFT (s)", "requests shed".
+type FrontierAxes struct {
+	X, Y, Shed string
+}
+
+// PlotFrontierPoints draws pts as an admission frontier (the drawing of PlotFrontier, from
+// points a caller measured itself — a load generator's reports, say) and saves it to path, as
+// PNG or SVG by the extension. Both axes start at zero; the x axis leaves room for the
+// rightmost label. Points within 1% of the axes' spans of each other share one label.
+//
+// It returns an error wrapping ErrNothingToPlot for no points, ErrPlotInput for a coordinate
+// or Shed that is negative, NaN or infinite or for an unsupported extension, and the file
+// system's error for a bad path. It is safe for concurrent use. O(n²) in the points (the
+// label merging), which are few.
+func PlotFrontierPoints(pts []FrontierPoint, axes FrontierAxes, title, path string) error {
+	if err := checkExt(path); err != nil {
+		return err
+	}
+	if len(pts) == 0 {
+		return fmt.Errorf("%w: no points", ErrNothingToPlot)
+	}
+	if axes.X == "" {
+		axes.X = "newcomer p99 wait (s)"
+	}
+	if axes.Y == "" {
+		axes.Y = "later-turn p50 TTFT (s)"
+	}
+	if axes.Shed == "" {
+		axes.Shed = "requests shed"
+	}
+	maxShed := 0.0
+	for i, pt := range pts {
+		for _, v := range []float64{pt.X, pt.Y, pt.Shed} {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("%w: point %d (%s) at (%g, %g), shed %g", ErrPlotInput, i, pt.Label, pt.X, pt.Y, pt.Shed)
+			}
+		}
+		maxShed = max(maxShed, pt.Shed)
 	}
 	radius := func(shed float64) vg.Length {
 		if maxShed == 0 {
@@ -74,16 +127,16 @@ func PlotFrontier(cells []*Cell, title, path string) error {
 		return vg.Length(frontierMinRadius + frontierSpanRadius*math.Sqrt(shed/maxShed))
 	}
 
-	p := newPlot(title, "newcomer p99 wait (s)", "later-turn p50 TTFT (s)")
+	p := newPlot(title, axes.X, axes.Y)
 	entries := 0
 	scatters := make([]*plotter.Scatter, len(frontierGroups))
 	for g, fg := range frontierGroups {
 		var xys plotter.XYs
 		var radii []vg.Length
 		for _, pt := range pts {
-			if pt.group == g {
-				xys = append(xys, plotter.XY{X: pt.x, Y: pt.y})
-				radii = append(radii, radius(pt.shed))
+			if frontierGroupOf(pt.Policy) == g {
+				xys = append(xys, plotter.XY{X: pt.X, Y: pt.Y})
+				radii = append(radii, radius(pt.Shed))
 			}
 		}
 		if len(xys) == 0 {
@@ -115,40 +168,35 @@ func PlotFrontier(cells []*Cell, title, path string) error {
 		}
 	}
 	for _, l := range frontierLabels(pts) {
-		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: l.x, Y: l.y}}, Labels: []string{l.label}})
+		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: l.X, Y: l.Y}}, Labels: []string{l.Label}})
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrPlotInput, err)
 		}
 		lb.TextStyle[0].Font.Size = vg.Points(7)
-		lb.Offset = vg.Point{X: radius(l.shed) + 2, Y: -vg.Points(2.5)}
+		lb.Offset = vg.Point{X: radius(l.Shed) + 2, Y: -vg.Points(2.5)}
 		p.Add(lb)
 	}
 	if maxShed > 0 {
-		p.Legend.Add("marker area: requests shed (max " + strconv.FormatFloat(maxShed, 'f', -1, 64) + ")")
+		p.Legend.Add("marker area: " + axes.Shed + " (max " + strconv.FormatFloat(maxShed, 'f', -1, 64) + ")")
 		entries++
 	}
+	// From zero (nobody waited: 0–1 s rather than gonum's −1–1), widened by a seventh so
+	// that the rightmost point's label fits.
 	p.X.Min = min(p.X.Min, 0)
-	if p.X.Max <= p.X.Min { // nobody waited: 0–1 s rather than gonum's −1–1
-		p.X.Max = p.X.Min + 1
-	}
+	p.X.Max = max(p.X.Max, p.X.Min+1)
+	p.X.Max = p.X.Min + (p.X.Max-p.X.Min)*8/7
 	return save(p, path, entries)
 }
 
-// frontierPoint is one cell on the frontier: x and y in seconds, shed in requests, all medians
-// over the cell's runs (see PlotFrontier).
-type frontierPoint struct {
-	x, y, shed float64
-	label      string
-	group      int // index in frontierGroups
-}
-
 // frontierPoints returns the frontier's points of cells, in order, skipping the cells without
-// a completed later turn, and the largest number shed. O(cells·runs).
-func frontierPoints(cells []*Cell) (pts []frontierPoint, maxShed float64) {
+// a completed later turn: x, y and shed are medians over the cell's runs (see PlotFrontier).
+// O(cells·runs).
+func frontierPoints(cells []*Cell) []FrontierPoint {
 	routers := make(map[string]bool)
 	for _, c := range cells {
 		routers[c.Router] = true
 	}
+	var pts []FrontierPoint
 	for _, c := range cells {
 		var ttft []float64
 		for _, r := range c.Runs {
@@ -159,40 +207,39 @@ func frontierPoints(cells []*Cell) (pts []frontierPoint, maxShed float64) {
 		if len(ttft) == 0 {
 			continue
 		}
-		p := frontierPoint{
-			x:     c.Spread(func(r *Result) float64 { return r.First.WaitP99.Seconds() }).Median,
-			y:     SpreadOf(ttft).Median,
-			shed:  c.Spread(func(r *Result) float64 { return float64(r.First.Shed() + r.Later.Shed()) }).Median,
-			label: c.Policy,
-			group: frontierGroupOf(c.Policy),
+		p := FrontierPoint{
+			X:      c.Spread(func(r *Result) float64 { return r.First.WaitP99.Seconds() }).Median,
+			Y:      SpreadOf(ttft).Median,
+			Shed:   c.Spread(func(r *Result) float64 { return float64(r.First.Shed() + r.Later.Shed()) }).Median,
+			Label:  c.Policy,
+			Policy: c.Policy,
 		}
 		if len(routers) > 1 {
-			p.label = c.Router + "/" + c.Policy
+			p.Label = c.Router + "/" + c.Policy
 		}
-		maxShed = max(maxShed, p.shed)
 		pts = append(pts, p)
 	}
-	return pts, maxShed
+	return pts
 }
 
 // frontierLabels returns one label per place on the frontier: points that fall within 1% of
 // the axes' spans of each other (turn-priority and bounded wait with W past the TTL, say)
 // share one label naming them all, at the first one's position with the largest marker.
-func frontierLabels(pts []frontierPoint) []frontierPoint {
+func frontierLabels(pts []FrontierPoint) []FrontierPoint {
 	var spanX, spanY float64
 	for _, pt := range pts {
-		spanX, spanY = max(spanX, pt.x), max(spanY, pt.y)
+		spanX, spanY = max(spanX, pt.X), max(spanY, pt.Y)
 	}
-	near := func(a, b frontierPoint) bool {
-		return math.Abs(a.x-b.x) <= 0.01*spanX && math.Abs(a.y-b.y) <= 0.01*spanY
+	near := func(a, b FrontierPoint) bool {
+		return math.Abs(a.X-b.X) <= 0.01*spanX && math.Abs(a.Y-b.Y) <= 0.01*spanY
 	}
-	var out []frontierPoint
+	var out []FrontierPoint
 	for _, pt := range pts {
 		merged := false
 		for i := range out {
 			if near(out[i], pt) {
-				out[i].label += ", " + pt.label
-				out[i].shed = max(out[i].shed, pt.shed)
+				out[i].Label += ", " + pt.Label
+				out[i].Shed = max(out[i].Shed, pt.Shed)
 				merged = true
 				break
 			}
@@ -231,7 +278,7 @@ func frontierGroupOf(policy string) int {
 	switch base {
 	case FCFSPolicy().Name:
 		g = 0
-	case turnPriorityName:
+	case turnPriorityName, "turn-priority":
 		g = 2
 	}
 	if shed {

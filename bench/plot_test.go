@@ -122,26 +122,51 @@ func TestPlotFrontier(t *testing.T) {
 // TestFrontierLabels: points within 1% of the axes' spans share one label naming them all,
 // with the largest of their sheds; points apart keep their own.
 func TestFrontierLabels(t *testing.T) {
-	pts := []frontierPoint{
-		{x: 20, y: 0.22, shed: 192, label: "llm-d-turn"},
-		{x: 1, y: 4, label: "fcfs"},
-		{x: 19.9, y: 0.221, shed: 200, label: "bw-30s"},
-		{x: 20, y: 0.22, shed: 10, label: "bw-45s"},
-		{x: 15, y: 0.3, label: "bw-20s"},
+	pts := []FrontierPoint{
+		{X: 20, Y: 0.22, Shed: 192, Label: "llm-d-turn"},
+		{X: 1, Y: 4, Label: "fcfs"},
+		{X: 19.9, Y: 0.221, Shed: 200, Label: "bw-30s"},
+		{X: 20, Y: 0.22, Shed: 10, Label: "bw-45s"},
+		{X: 15, Y: 0.3, Label: "bw-20s"},
 	}
 	got := frontierLabels(pts)
-	want := []frontierPoint{
-		{x: 20, y: 0.22, shed: 200, label: "llm-d-turn, bw-30s, bw-45s"},
-		{x: 1, y: 4, label: "fcfs"},
-		{x: 15, y: 0.3, label: "bw-20s"},
+	want := []FrontierPoint{
+		{X: 20, Y: 0.22, Shed: 200, Label: "llm-d-turn, bw-30s, bw-45s"},
+		{X: 1, Y: 4, Label: "fcfs"},
+		{X: 15, Y: 0.3, Label: "bw-20s"},
 	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d labels %+v, want %+v", len(got), got, want)
+	if !slices.Equal(got, want) {
+		t.Errorf("frontierLabels = %+v, want %+v", got, want)
 	}
-	for i := range want {
-		if got[i].label != want[i].label || got[i].shed != want[i].shed || got[i].x != want[i].x {
-			t.Errorf("label %d: got %+v, want %+v", i, got[i], want[i])
+}
+
+// TestPlotFrontierPoints: points measured elsewhere, with their own axis names, and the
+// inputs it refuses.
+func TestPlotFrontierPoints(t *testing.T) {
+	dir := t.TempDir()
+	pts := []FrontierPoint{
+		{X: 19.9, Y: 0.3, Shed: 43, Label: "turn-priority", Policy: "turn-priority"},
+		{X: 12.6, Y: 6.8, Label: "fcfs", Policy: "fcfs"},
+		{X: 12.8, Y: 4.6, Label: "bounded-wait-10s", Policy: "bounded-wait"},
+	}
+	path := filepath.Join(dir, "f.svg")
+	axes := FrontierAxes{X: "first-turn p99 TTFT (s)", Shed: "first turns rejected"}
+	if err := PlotFrontierPoints(pts, axes, "real processes", path); err != nil {
+		t.Fatal(err)
+	}
+	svg := string(checkPlot(t, path))
+	for _, want := range []string{"first-turn p99 TTFT (s)", "later-turn p50 TTFT (s)", "marker area: first turns rejected (max 43)", "turn-priority", "bounded-wait-10s", "real processes"} {
+		if !strings.Contains(svg, ">"+want) {
+			t.Errorf("SVG lacks %q", want)
 		}
+	}
+	for _, bad := range []FrontierPoint{{X: -1}, {Y: math.NaN()}, {Shed: math.Inf(1)}} {
+		if err := PlotFrontierPoints([]FrontierPoint{bad}, FrontierAxes{}, "", path); !errors.Is(err, ErrPlotInput) {
+			t.Errorf("point %+v: err %v, want ErrPlotInput", bad, err)
+		}
+	}
+	if err := PlotFrontierPoints(nil, FrontierAxes{}, "", path); !errors.Is(err, ErrNothingToPlot) {
+		t.Errorf("no points: err %v, want ErrNothingToPlot", err)
 	}
 }
 
@@ -157,13 +182,13 @@ func TestFrontierPoints(t *testing.T) {
 		frontierRun("chat", "las", "usher", 4, 1, 1*time.Second, 0, 0),
 		frontierRun("chat", "las", "usher", 4, 2, 7*time.Second, 6*time.Second, 1),
 	}
-	pts, maxShed := frontierPoints(Cells(rs))
-	want := []frontierPoint{
-		{x: 3, y: 4, shed: 4, label: "fcfs", group: 0},
-		{x: 4, y: 6, shed: 0.5, label: "las", group: 4}, // y over the one run with later turns
+	pts := frontierPoints(Cells(rs))
+	want := []FrontierPoint{
+		{X: 3, Y: 4, Shed: 4, Label: "fcfs", Policy: "fcfs"},
+		{X: 4, Y: 6, Shed: 0.5, Label: "las", Policy: "las"}, // y over the one run with later turns
 	}
-	if !slices.Equal(pts, want) || maxShed != 4 {
-		t.Errorf("frontierPoints = %+v, max shed %g; want %+v, max shed 4", pts, maxShed, want)
+	if !slices.Equal(pts, want) {
+		t.Errorf("frontierPoints = %+v; want %+v", pts, want)
 	}
 }
 
@@ -176,6 +201,8 @@ func TestFrontierGroupOf(t *testing.T) {
 		{"fcfs+shed", "FCFS+shed"},
 		{"llm-d-turn", "turn-priority"},
 		{"llm-d-turn+shed", "turn-priority+shed"},
+		{"turn-priority", "turn-priority"}, // the gateway's name
+		{"turn-priority+shed", "turn-priority+shed"},
 		{"las", "other"},
 		{"bw-10s+shed", "other+shed"},
 		{"fcfs-ish", "other"},

@@ -1,9 +1,11 @@
 #!/bin/sh
 # frontier.sh — the admission frontier on real processes: for each policy (and bounded wait's
 # W) it starts the gateway on its embedded simulated fleet, replays the same synthetic agentic
-# load through loadgen, and keeps loadgen's JSON report; at the end it prints one line per
-# policy: newcomers (first turns) sent, rejected and their TTFT, later turns and their TTFT,
-# throughput. Run from the repository root:
+# load through loadgen, and keeps loadgen's JSON report; at the end loadgen -frontier prints one
+# line per policy (newcomers — first turns — sent, rejected and their TTFT, later turns and their
+# TTFT, throughput) and draws the frontier into OUT_DIR/frontier.png and frontier.svg (x: the
+# newcomers' p99 TTFT, y: the later turns' p50 TTFT, marker area: newcomers rejected). Only Go
+# is needed. Run from the repository root:
 #
 #	sh examples/loadgen/frontier.sh [OUT_DIR]
 #
@@ -27,6 +29,7 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/gateway" ./examples/gateway
 go build -o "$bin/loadgen" ./examples/loadgen
+set -- # the reports, in the order of $policies
 for p in $policies; do
 	name=${p%%:*}
 	args="-policy $name"
@@ -41,7 +44,7 @@ for p in $policies; do
 	"$bin/gateway" -listen "127.0.0.1:$port" -ttl "$ttl" -max-inflight "$inflight" -sim-profile "$profile" $args ${GATEWAY_ARGS:-} >"$log" 2>&1 &
 	gw=$!
 	i=0
-	until grep -q "listening on" "$log"; do
+	until grep -qs "listening on" "$log"; do
 		i=$((i + 1))
 		if [ $i -gt 150 ] || ! kill -0 $gw 2>/dev/null; then
 			echo "gateway for $label did not start:" >&2
@@ -52,23 +55,11 @@ for p in $policies; do
 		sleep 0.2
 	done
 	echo "== $label" >&2
-	"$bin/loadgen" -url "http://127.0.0.1:$port" -rate "$rate" -duration "$duration" -retries 0 -quiet -json >"$out/$label.json" || true
+	"$bin/loadgen" -url "http://127.0.0.1:$port" -rate "$rate" -duration "$duration" -retries 0 -quiet -json -label "$label" >"$out/$label.json" || true
+	set -- "$@" "$out/$label.json"
 	kill $gw
 	wait $gw 2>/dev/null || true
 done
-python3 - "$out" $policies <<'PY'
-import json, sys
-out = sys.argv[1]
-print("| policy | first sent | first 429/503 | first TTFT p50 / p99 | later sent | later 429/503 | later TTFT p50 / p99 | req/s |")
-print("|---|---:|---:|---|---:|---:|---|---:|")
-for p in sys.argv[2:]:
-    label = p.replace(":", "-")
-    try:
-        r = json.load(open(f"{out}/{label}.json"))
-    except (OSError, ValueError) as e:
-        print(f"| {label} | no report ({e}) |")
-        continue
-    f, l = r["first_turn"], r["later_turns"]
-    ms = lambda d: f'{d["ttft"]["p50_ms"]/1000:.2f} / {d["ttft"]["p99_ms"]/1000:.2f} s'
-    print(f'| {label} | {f["requests"]} | {f["rejected_429"]}/{f["rejected_503"]} | {ms(f)} | {l["requests"]} | {l["rejected_429"]}/{l["rejected_503"]} | {ms(l)} | {r["requests_per_sec"]:.2f} |')
-PY
+# The table on stdout, the plots beside the reports (loadgen -frontier; exits non-zero, after
+# the table, if a report is missing or unreadable).
+"$bin/loadgen" -frontier "$out" -title "admission frontier: $rate sessions/s, TTL $ttl, $inflight in flight" "$@"

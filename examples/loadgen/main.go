@@ -24,6 +24,16 @@
 //	go run ./examples/loadgen -url http://127.0.0.1:8080 -duration 30s -rate 3
 //	go run ./examples/loadgen -url http://127.0.0.1:8080 -trace mooncake -speed 2 -limit 500
 //
+// With -frontier it runs no load but reads reports that -json wrote (a run per policy, each
+// named with -label), prints them as a markdown table of first turns against later turns and
+// draws the admission frontier (first-turn p99 TTFT against later-turn p50 TTFT, the marker
+// growing with the first turns rejected) as DIR/frontier.png and DIR/frontier.svg:
+//
+//	go run ./examples/loadgen -url http://127.0.0.1:8080 -json -label fcfs >out/fcfs.json
+//	go run ./examples/loadgen -frontier out out/fcfs.json out/turn-priority.json
+//
+// examples/loadgen/frontier.sh runs the whole comparison, one gateway per policy.
+//
 // With -overhead it measures the gateway itself: it starts one simulated server and the
 // gateway (built from ./examples/gateway) in front of it, and drives the same load at both in
 // alternating rounds:
@@ -64,6 +74,10 @@ type config struct {
 	overhead            overheadConfig
 	overheadMode        bool
 	syntheticMaxContext int
+	label               string
+	frontierDir         string   // -frontier: where the plots go ("" when not in that mode)
+	frontierReports     []string // its reports, the arguments after the flags
+	frontierTitle       string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -97,6 +111,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.ignoreEOS, "ignore-eos", true, "send ignore_eos so answers are exactly max_tokens long (vLLM, SGLang, the simulator)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
+	fs.StringVar(&c.label, "label", "", "name of the run, written in the report (the -frontier table and plot name a run by it)")
+	fs.StringVar(&c.frontierDir, "frontier", "", "report mode: read the -json reports given as arguments (none: every DIR/*.json), print their markdown table of first against later turns, and write DIR/frontier.png and .svg; runs no load")
+	fs.StringVar(&c.frontierTitle, "title", "admission frontier", "frontier: the plot's title")
 	fs.BoolVar(&c.overheadMode, "overhead", false, "measure the gateway's overhead: start a simulated server and the gateway in front of it, drive the same load at both (defaults: -rate 3 -think 100ms -min-answer 16 -max-answer 64 -session-context 4000)")
 	fs.IntVar(&c.overhead.rounds, "rounds", 3, "overhead: rounds (each runs the load at both targets at once)")
 	fs.DurationVar(&c.overhead.phase, "phase", 15*time.Second, "overhead: how long sessions start in each round")
@@ -132,8 +149,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			}
 		}
 	}
+	if c.frontierDir != "" {
+		c.frontierReports = fs.Args()
+		return c, nil
+	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return c, fmt.Errorf("unexpected arguments %q (reports are read with -frontier DIR)", fs.Args())
 	}
 	switch {
 	case c.api != "chat" && c.api != "completions":
@@ -153,33 +174,47 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 }
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// cli runs the command line args and returns the exit status: 0, 1 when the run failed, 2
+// for a bad command line.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return
+		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(2)
+		fmt.Fprintln(stderr, "loadgen:", err)
+		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if !cfg.quiet {
-		cfg.run.Progress = os.Stderr
-		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			cfg.run.ProgressCR = true
-		} else {
+		cfg.run.Progress = stderr
+		if f, ok := stderr.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				cfg.run.ProgressCR = true
+			}
+		}
+		if !cfg.run.ProgressCR {
 			cfg.run.ProgressEvery = 5 * time.Second
 		}
 	}
-	if cfg.overheadMode {
-		err = runOverhead(ctx, cfg, os.Stdout, os.Stderr)
-	} else {
-		err = runLoad(ctx, cfg, os.Stdout, os.Stderr)
+	switch {
+	case cfg.frontierDir != "":
+		err = runFrontier(cfg, stdout, stderr)
+	case cfg.overheadMode:
+		err = runOverhead(ctx, cfg, stdout, stderr)
+	default:
+		err = runLoad(ctx, cfg, stdout, stderr)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "loadgen:", err)
+		return 1
 	}
+	return 0
 }
 
 // configure applies the command line's endpoint settings to a target.
@@ -222,6 +257,7 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "loadgen: %s: %d sessions, %d requests, against %s (model %s)\n", workload, len(sessions), turns, t.URL, t.Model)
 	results, elapsed := run(ctx, t, sessions, cfg.run)
 	rep := summarize(t.Name, t.URL, workload, results, elapsed)
+	rep.Label = cfg.label
 	if cfg.jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

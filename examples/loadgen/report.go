@@ -67,6 +67,8 @@ type TurnClass struct {
 
 // Report is the summary of a run.
 type Report struct {
+	// Label is the run's name, from -label.
+	Label           string    `json:"label,omitempty"`
 	Target          string    `json:"target"`
 	URL             string    `json:"url"`
 	Workload        string    `json:"workload"`
@@ -159,6 +161,9 @@ func ratio(a, b int64) float64 {
 
 // WriteText writes the report as readable tables.
 func (r *Report) WriteText(w io.Writer) {
+	if r.Label != "" {
+		fmt.Fprintf(w, "%s: ", r.Label)
+	}
 	fmt.Fprintf(w, "%s  %s  (%s)\n", r.Target, r.URL, r.Workload)
 	fmt.Fprintf(w, "requests %d: ok %d, errors %d; rejections 429: %d, 503: %d; %.1f s\n",
 		r.Requests, r.OK, r.Errors, r.Rejected429, r.Rejected503, r.Seconds)

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/usher-llm/usher/bench"
+)
+
+// The frontier mode (-frontier DIR) reads reports that loadgen -json wrote, one run per
+// policy against the same load, prints them as one markdown table of first turns against
+// later turns, and draws them as the admission frontier in DIR/frontier.png and
+// DIR/frontier.svg.
+//
+// The plot is drawn here rather than by bench.PlotFrontier, whose x axis is the newcomers'
+// p99 wait in the gateway queue: a client does not see that wait, only the time to the
+// first token, which adds the prefill to it. The axes are named for what loadgen measured,
+// and the markers follow bench's (FCFS and turn-priority in their own colour and shape, the
+// others grey circles, hollow for a "+shed" label) so that the two plots read alike.
+
+// errNoReport is returned when the frontier mode has no report to read.
+var errNoReport = errors.New("no loadgen -json report")
+
+// frontierRun is one report of the frontier and the name it goes by.
+type frontierRun struct {
+	label string
+	path  string
+	rep   *Report // nil when the file could not be read
+	err   error   // why rep is nil
+}
+
+// frontierRuns reads the reports at paths, in order; with no paths, every *.json file of dir
+// in name order. A file that cannot be read or is not a loadgen report gives a run with its
+// error, named by its file. O(total size of the files).
+func frontierRuns(dir string, paths []string) ([]frontierRun, error) {
+	if len(paths) == 0 {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, err
+		}
+		var err error
+		if paths, err = filepath.Glob(filepath.Join(dir, "*.json")); err != nil {
+			return nil, err
+		}
+		if len(paths) == 0 {
+			return nil, fmt.Errorf("%w in %s (give the reports' files after the flags)", errNoReport, dir)
+		}
+	}
+	runs := make([]frontierRun, len(paths))
+	for i, p := range paths {
+		runs[i] = frontierRun{label: strings.TrimSuffix(filepath.Base(p), ".json"), path: p}
+		rep, err := readReport(p)
+		if err != nil {
+			runs[i].err = err
+			continue
+		}
+		runs[i].rep = rep
+		if rep.Label != "" {
+			runs[i].label = rep.Label
+		}
+	}
+	return runs, nil
+}
+
+// readReport reads one loadgen -json report. A JSON file without the first-turn and
+// later-turn figures (an -overhead report, a report of another tool, an empty file) is an
+// error.
+func readReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var probe struct {
+		Target     *string          `json:"target"`
+		FirstTurn  *json.RawMessage `json:"first_turn"`
+		LaterTurns *json.RawMessage `json:"later_turns"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", path, errNoReport, err)
+	}
+	if probe.Target == nil || probe.FirstTurn == nil || probe.LaterTurns == nil {
+		return nil, fmt.Errorf("%s: %w: no target, first_turn or later_turns", path, errNoReport)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", path, errNoReport, err)
+	}
+	return &rep, nil
+}
+
+// writeFrontierTable writes runs as a markdown table, one row per run in order: first turns
+// sent, their 429 and 503 answers, their TTFT p50 and p99 in seconds; the same for later
+// turns; completed requests per second. A run without a report has a row saying why. O(runs).
+func writeFrontierTable(w io.Writer, runs []frontierRun) {
+	fmt.Fprintln(w, "| policy | first sent | first 429/503 | first TTFT p50 / p99 | later sent | later 429/503 | later TTFT p50 / p99 | req/s |")
+	fmt.Fprintln(w, "|---|---:|---:|---|---:|---:|---|---:|")
+	for _, r := range runs {
+		if r.rep == nil {
+			fmt.Fprintf(w, "| %s | no report (%v) |\n", r.label, r.err)
+			continue
+		}
+		f, l := &r.rep.FirstTurn, &r.rep.LaterTurns
+		fmt.Fprintf(w, "| %s | %d | %d/%d | %s | %d | %d/%d | %s | %.2f |\n", r.label,
+			f.Requests, f.Rejected429, f.Rejected503, ttftSeconds(f.TTFT),
+			l.Requests, l.Rejected429, l.Rejected503, ttftSeconds(l.TTFT), r.rep.RequestsPerSec)
+	}
+}
+
+// ttftSeconds formats a TTFT distribution's p50 and p99 as "p50 / p99 s", or "-" when no
+// request completed.
+func ttftSeconds(d Dist) string {
+	if d.Count == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f / %.2f s", d.P50/1000, d.P99/1000)
+}
+
+// plotFrontier draws the runs' frontier with bench.PlotFrontierPoints and saves it to path,
+// as PNG or SVG by the extension: x is the p99 TTFT of first turns (newcomers; loadgen sees
+// their time to first token, queue wait and prefill together), y the p50 TTFT of later turns,
+// both in seconds; the marker's area grows with the first turns rejected (429 and 503
+// answers). A run's label (the gateway's policy name, bench.EarlyShedSuffix for a run with
+// -early-shed) chooses its style. Runs without a report or without a completed first and
+// later turn are left out and returned by label; it is an error when no run is left. O(runs).
+func plotFrontier(runs []frontierRun, title, path string) (skipped []string, err error) {
+	var pts []bench.FrontierPoint
+	for _, r := range runs {
+		if r.rep == nil {
+			continue
+		}
+		f, l := &r.rep.FirstTurn, &r.rep.LaterTurns
+		if f.TTFT.Count == 0 || l.TTFT.Count == 0 {
+			skipped = append(skipped, r.label)
+			continue
+		}
+		pts = append(pts, bench.FrontierPoint{
+			X: f.TTFT.P99 / 1000, Y: l.TTFT.P50 / 1000, Shed: float64(f.Rejected429 + f.Rejected503),
+			Label: r.label, Policy: policyOf(r.label),
+		})
+	}
+	if len(pts) == 0 {
+		return skipped, errors.New("no report with a completed first turn and a completed later turn to plot")
+	}
+	axes := bench.FrontierAxes{X: "first-turn p99 TTFT (s)", Y: "later-turn p50 TTFT (s)", Shed: "first turns rejected"}
+	if err := bench.PlotFrontierPoints(pts, axes, title, path); err != nil {
+		return skipped, fmt.Errorf("saving the plot: %w", err)
+	}
+	return skipped, nil
+}
+
+// policyOf returns the policy of a run's label: the label without a bounded wait's "-W"
+// suffix ("bounded-wait-10s" → "bounded-wait"), keeping bench.EarlyShedSuffix.
+func policyOf(label string) string {
+	base, shed := strings.CutSuffix(label, bench.EarlyShedSuffix)
+	if rest, ok := strings.CutPrefix(base, "bounded-wait-"); ok && rest != "" {
+		base = "bounded-wait"
+	}
+	if shed {
+		base += bench.EarlyShedSuffix
+	}
+	return base
+}
+
+// runFrontier is the frontier mode: it reads the reports, prints the table to stdout, and
+// writes frontier.png and frontier.svg into the directory, creating it if missing. The table
+// is printed and the plots drawn from the readable reports even when some are not readable;
+// the error then names those.
+func runFrontier(cfg config, stdout, stderr io.Writer) error {
+	runs, err := frontierRuns(cfg.frontierDir, cfg.frontierReports)
+	if err != nil {
+		return err
+	}
+	writeFrontierTable(stdout, runs)
+	var bad []error
+	for _, r := range runs {
+		if r.err != nil {
+			bad = append(bad, r.err)
+		}
+	}
+	if len(bad) == len(runs) {
+		return errors.Join(bad...)
+	}
+	if err := os.MkdirAll(cfg.frontierDir, 0o755); err != nil {
+		return err
+	}
+	for _, ext := range []string{".png", ".svg"} {
+		path := filepath.Join(cfg.frontierDir, "frontier"+ext)
+		skipped, err := plotFrontier(runs, cfg.frontierTitle, path)
+		if err != nil {
+			return errors.Join(append(bad, err)...)
+		}
+		if ext == ".png" && len(skipped) > 0 {
+			fmt.Fprintf(stderr, "loadgen: not plotted, without a completed first and later turn: %s\n", strings.Join(skipped, ", "))
+		}
+		fmt.Fprintf(stderr, "loadgen: wrote %s\n", path)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%d of %d reports unreadable: %w", len(bad), len(runs), errors.Join(bad...))
+	}
+	return nil
+}
