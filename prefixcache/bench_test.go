@@ -95,7 +95,12 @@ func benchChain(r *rand.Rand, n int) []BlockHash {
 // background pairs of random blocks, so that probes miss the CPU caches as they would in a
 // full index.
 func benchIndex(tb testing.TB, backends, background int) (*Index, []BackendID) {
-	ix, err := New(Options{MaxBytes: 1 << 30})
+	return benchIndexWith(tb, backends, background, nil)
+}
+
+// benchIndexWith is benchIndex with feed as Options.Feed, told of the background inserts too.
+func benchIndexWith(tb testing.TB, backends, background int, feed Feed) (*Index, []BackendID) {
+	ix, err := New(Options{MaxBytes: 1 << 30, Feed: feed})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -211,6 +216,44 @@ func BenchmarkInsert(b *testing.B) {
 		}
 		cpu.report(b)
 	})
+}
+
+// BenchmarkInsertFeed is BenchmarkInsert's "existing" case without a Feed and with a
+// FeedBuffer as Options.Feed, drained every 64 inserts by the benchmark's own goroutine (a
+// replication goroutine would drain it elsewhere): what reporting every insert for other
+// gateway replicas adds, side by side.
+func BenchmarkInsertFeed(b *testing.B) {
+	const blocks = 128
+	for _, withFeed := range []bool{false, true} {
+		name := "feed=none"
+		var fb *FeedBuffer
+		if withFeed {
+			name, fb = "feed=buffer", NewFeedBuffer(0)
+		}
+		b.Run(name, func(b *testing.B) {
+			var feed Feed
+			if fb != nil {
+				feed = fb
+			}
+			ix, ids := benchIndexWith(b, 8, 1<<16, feed)
+			chain := benchChain(rand.New(rand.NewPCG(5, 6)), blocks)
+			_ = ix.Insert(ids[0], chain)
+			discard := func(string, []BlockHash, bool) {}
+			b.ReportAllocs()
+			cpu := startCPU()
+			n := 0
+			for b.Loop() {
+				_ = ix.Insert(ids[0], chain)
+				if n++; fb != nil && n%64 == 0 {
+					fb.Drain(discard)
+				}
+			}
+			cpu.report(b)
+			if fb.Dropped() != 0 {
+				b.Fatalf("dropped %d", fb.Dropped())
+			}
+		})
+	}
 }
 
 // BenchmarkMatchParallel mixes 90% Match with 10% Insert (recording a routed request) from

@@ -162,6 +162,18 @@
 // bytes a slot) instead of a reverse entry (16 bytes at the table's load) would be smaller,
 // but a ring slot cannot be found from its block, which a second name and a removal need.
 //
+// # Gateway replicas
+//
+// Replicas of a gateway each keep an index of what they routed. Options.Feed hears every chain
+// an index learns through Insert or forgets through Remove, by backend name, after the change
+// and outside the locks; a replication layer sends it on, and the other replicas apply it with
+// InsertRemote and RemoveRemote, which change the index exactly as Insert and Remove do but are
+// not reported, so nothing echoes. FeedBuffer is a Feed for that layer to drain: a bounded,
+// allocation-free buffer that drops the newest change when full (a missed chain costs one less
+// well routed prefix, an unbounded buffer the gateway's memory). The exact mode's events are not
+// fed: every replica can subscribe to the engines itself, and evictions follow from the same
+// inserts under the same capacities.
+//
 // # Concurrency
 //
 // Every function and method of the package is safe for concurrent use. Match and MatchMedium

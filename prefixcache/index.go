@@ -74,6 +74,11 @@ type Options struct {
 	// probe per block; each further 64 ids add a word that Match probes while any of its
 	// backends is still matching.
 	MaxBackends int
+	// Feed, if set, hears of every successful Insert and Remove (not of InsertRemote,
+	// RemoveRemote, the Apply* methods of the exact mode, or evictions), so that a replication
+	// layer can send what this index learns to other gateway replicas; see Feed. Nil: nobody
+	// hears, at the cost of one nil check per Insert and Remove.
+	Feed Feed
 }
 
 const (
@@ -164,6 +169,7 @@ func (sh *shard) unlock() { sh.seq.Add(1) }
 type Index struct {
 	// Immutable after New.
 	opts     Options
+	feed     Feed // opts.Feed
 	mask     uint64
 	maxPairs int64
 	shards   []shard
@@ -223,6 +229,7 @@ func New(opts Options) (*Index, error) {
 	}
 	ix := &Index{
 		opts:     o,
+		feed:     o.Feed,
 		mask:     uint64(o.Shards - 1),
 		maxPairs: o.MaxBytes / PairBytes,
 		shards:   make([]shard, o.Shards),
@@ -393,38 +400,75 @@ func (ix *Index) ClearBackend(id BackendID) error {
 // chain are inserted: a block is useless without its prefix. An empty chain is a no-op.
 //
 // Insert is O(len(chain)) amortised and allocates nothing in steady state. It returns
-// ErrUnknownBackend if id is not registered.
+// ErrUnknownBackend if id is not registered. With Options.Feed set, a successful Insert of a
+// non-empty chain then calls Feed.Inserted with the backend's name and the chain cut to
+// MaxChainBlocks.
 func (ix *Index) Insert(id BackendID, chain []BlockHash) error {
+	name, err := ix.insertNamed(id, chain, GPU)
+	if ix.feed != nil && err == nil && len(chain) > 0 {
+		ix.feed.Inserted(name, chain[:min(len(chain), ix.opts.MaxChainBlocks)])
+	}
+	return err
+}
+
+// InsertRemote is Insert for a chain another gateway replica learnt (its Feed reported it):
+// the same effect on the index, but not reported to this index's Feed, so that replicas
+// applying each other's feeds do not echo them back. Same cost and errors as Insert.
+func (ix *Index) InsertRemote(id BackendID, chain []BlockHash) error {
 	return ix.insert(id, chain, GPU)
 }
 
 func (ix *Index) insert(id BackendID, chain []BlockHash, m Medium) error {
+	_, err := ix.insertNamed(id, chain, m)
+	return err
+}
+
+// insertNamed inserts chain into backend id's medium m and returns the backend's name.
+func (ix *Index) insertNamed(id BackendID, chain []BlockHash, m Medium) (string, error) {
 	b, err := ix.lockBackend(id)
 	if err != nil {
-		return err
+		return "", err
 	}
 	ix.insertLocked(b, chain, m, nil)
 	b.mu.Unlock()
 	ix.enforceBudget()
-	return nil
+	return b.name, nil
 }
 
 // Remove deletes backend id's GPU pairs for the blocks of chain (blocks it does not hold are
 // ignored); engine hashes that named them (exact mode) are forgotten with them. Only the first
 // MaxChainBlocks blocks are considered. Cost O(len(chain)) amortised. It returns
-// ErrUnknownBackend if id is not registered.
+// ErrUnknownBackend if id is not registered. With Options.Feed set, a successful Remove of a
+// non-empty chain then calls Feed.Removed with the backend's name and the chain cut to
+// MaxChainBlocks.
 func (ix *Index) Remove(id BackendID, chain []BlockHash) error {
+	name, err := ix.removeNamed(id, chain, GPU)
+	if ix.feed != nil && err == nil && len(chain) > 0 {
+		ix.feed.Removed(name, chain[:min(len(chain), ix.opts.MaxChainBlocks)])
+	}
+	return err
+}
+
+// RemoveRemote is Remove for a chain another gateway replica forgot: the same effect, not
+// reported to this index's Feed. Same cost and errors as Remove.
+func (ix *Index) RemoveRemote(id BackendID, chain []BlockHash) error {
 	return ix.remove(id, chain, GPU)
 }
 
 func (ix *Index) remove(id BackendID, chain []BlockHash, m Medium) error {
+	_, err := ix.removeNamed(id, chain, m)
+	return err
+}
+
+// removeNamed removes chain from backend id's medium m and returns the backend's name.
+func (ix *Index) removeNamed(id BackendID, chain []BlockHash, m Medium) (string, error) {
 	b, err := ix.lockBackend(id)
 	if err != nil {
-		return err
+		return "", err
 	}
 	ix.removeLocked(b, chain[:min(len(chain), ix.opts.MaxChainBlocks)], m, true)
 	b.mu.Unlock()
-	return nil
+	return b.name, nil
 }
 
 func (ix *Index) load(id BackendID) *backend {

@@ -26,7 +26,13 @@ func benchProfile() Profile {
 // diverges after block 16 — so the match walks all 128 blocks for some backends.
 func benchRouter(tb testing.TB, n int, profile Profile) (*Router, *Request) {
 	tb.Helper()
-	ix, err := prefixcache.New(prefixcache.Options{})
+	return benchRouterIndex(tb, n, profile, prefixcache.Options{})
+}
+
+// benchRouterIndex is benchRouter with an index configured by ixOpts.
+func benchRouterIndex(tb testing.TB, n int, profile Profile, ixOpts prefixcache.Options) (*Router, *Request) {
+	tb.Helper()
+	ix, err := prefixcache.New(ixOpts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -94,6 +100,44 @@ func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{8, 100, 1000} {
 		b.Run(fmt.Sprintf("backends=%d", n), func(b *testing.B) {
 			r, req := benchRouter(b, n, benchProfile())
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				p, err := r.Pick(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Done(DoneInfo{FirstTokenAt: t0})
+			}
+			cpu.stop(b)
+		})
+	}
+}
+
+// BenchmarkPickPeers is BenchmarkPick at 100 backends without peers' in-flight counts, with
+// the same counts set on every backend (so that the picks are those of "none": what the extra
+// loads cost), and with counts that differ per backend (SetPeerInFlight), so that each
+// candidate's counts are own + peers'.
+func BenchmarkPickPeers(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		peers func(i int) InFlight
+	}{
+		{"peers=none", nil},
+		{"peers=uniform", func(int) InFlight { return InFlight{Requests: 1, PrefillTokens: 100, Blocks: 2} }},
+		{"peers=varied", func(i int) InFlight {
+			return InFlight{Requests: int64(i % 4), PrefillTokens: int64(i * 100), Blocks: int64(i)}
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			r, req := benchRouter(b, 100, benchProfile())
+			if tc.peers != nil {
+				var peers []BackendInFlight
+				for i, s := range r.Backends(nil) {
+					peers = append(peers, BackendInFlight{s.Name, tc.peers(i)})
+				}
+				r.SetPeerInFlight(peers)
+			}
 			b.ReportAllocs()
 			cpu := startCPU()
 			for b.Loop() {

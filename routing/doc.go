@@ -101,6 +101,24 @@
 // Sessions are remembered in a fixed-size, set-associative table of atomic words with a TTL:
 // bounded memory whatever clients send, no lock on the pick path.
 //
+// # Several gateway replicas
+//
+// Gateway replicas in front of one fleet each have their own router, and each counts only the
+// work it sent. The package gives a replication layer (its own package, off the request path)
+// two seams and takes no network dependency. In-flight counts: each router publishes its own
+// with AppendInFlight, and SetPeerInFlight hands it the other replicas' sums, kept in atomics
+// beside its own counters, so that a pick reads own + peers' (Candidate.InFlight) with one more
+// atomic load per counter and no lock; Router.InFlight stays the router's own, so published
+// counts are never summed twice. Session placements: a SessionFeed on the session scorer hears
+// each placement a pick makes (hashed session id, backend name, expiry), and LearnPlacement
+// applies another replica's placement, kept only if it expires later than what the table
+// holds; the replicas share SessionOptions.Seed so that their hashes agree, and translate
+// names to ids with Router.Lookup. Profile.SessionScorers finds the session scorer of a
+// profile built by a constructor. Prefix blocks are shared by the index itself (see
+// prefixcache.Feed). What a peer reports is a hint as old as the last exchange: peers' counts
+// are replaced wholesale at each round, and a placement learnt late costs one turn placed for
+// balance, never a failed pick.
+//
 // # The peers as configurations
 //
 // llm-d's default blend and its sticky-until-saturated profile, SGLang's cache-aware policy,

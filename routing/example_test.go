@@ -368,3 +368,134 @@ func ExampleRouter_Saturation() {
 	fmt.Printf("%.2f %.2f\n", r.Saturation(routing.SaturationOptions{}), r.Saturation(routing.SaturationOptions{Mean: true}))
 	// Output: 0.53 1.26
 }
+
+// Two gateway replicas share their in-flight counts: each publishes its own with
+// AppendInFlight, and each is told the others' with SetPeerInFlight (a replication layer does
+// both, off the request path). Replica B then avoids the backend replica A is loading, though
+// B itself has sent nothing there.
+func ExampleRouter_SetPeerInFlight() {
+	now := time.Unix(1_700_000_000, 0)
+	fleet := []routing.BackendState{
+		{Name: "gpu-0", Health: routing.Healthy, UpdatedAt: now},
+		{Name: "gpu-1", Health: routing.Healthy, UpdatedAt: now},
+	}
+	newReplica := func() *routing.Router {
+		r, _ := routing.New(routing.Options{Profile: routing.LeastRequest(), Now: func() time.Time { return now }, Seed: 1})
+		_ = r.Update(fleet)
+		return r
+	}
+	a, b := newReplica(), newReplica()
+
+	var held []routing.Result
+	gpu1, _ := a.Lookup("gpu-1")
+	for range 3 { // A sends three requests to gpu-0
+		p, _ := a.Pick(&routing.Request{PromptTokens: 64, Exclude: []routing.BackendID{gpu1}})
+		held = append(held, p)
+	}
+
+	// The replication layer's round: publish A's counts, hand them to B (with more replicas,
+	// every other replica's entries, which SetPeerInFlight sums per backend).
+	published := a.AppendInFlight(nil)
+	b.SetPeerInFlight(published)
+	for _, e := range published {
+		fmt.Printf("A publishes %s: %d requests, %d prefill tokens\n", e.Backend, e.Requests, e.PrefillTokens)
+	}
+	own, _ := b.InFlight("gpu-0")
+	fmt.Printf("B's own on gpu-0: %d, its peers': %d\n", own.Requests, b.PeerInFlight("gpu-0").Requests)
+
+	p, _ := b.Pick(&routing.Request{})
+	fmt.Println("B picks", p.Backend.Name)
+	p.Done(routing.DoneInfo{})
+	for _, h := range held {
+		h.Done(routing.DoneInfo{})
+	}
+	// Output:
+	// A publishes gpu-0: 3 requests, 192 prefill tokens
+	// A publishes gpu-1: 0 requests, 0 prefill tokens
+	// B's own on gpu-0: 0, its peers': 3
+	// B picks gpu-1
+}
+
+// Two gateway replicas share session placements. Both build usher's profile with the same
+// session Seed and a SessionFeed; router A places a conversation's first turn, its feed hands
+// the placement (hashed session, backend name, expiry) to the replication layer, which applies
+// it to router B through B's session scorer (Profile.SessionScorers) and B's id for the
+// backend (Router.Lookup). B then sends the next turn to the same backend, though B never saw
+// the session and would otherwise have placed it for balance.
+func ExampleSessionAware_LearnPlacement() {
+	now := time.Unix(1_700_000_000, 0)
+	const seed = 0x7e11 // shared by every replica, from the gateway's configuration
+
+	type placement struct {
+		session uint64
+		backend string
+		blocks  int
+		expires time.Time
+	}
+	wire := make(chan placement, 16) // stands for the replication layer's queue
+	newReplica := func(feed routing.SessionFeed) (*routing.Router, []routing.SessionPlacer) {
+		profile := routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{
+			SessionOptions: routing.SessionOptions{Seed: seed, Feed: feed},
+		}})
+		r, _ := routing.New(routing.Options{Profile: profile, Now: func() time.Time { return now }, Seed: 1})
+		_ = r.Update([]routing.BackendState{
+			{Name: "gpu-0", Health: routing.Healthy, UpdatedAt: now},
+			{Name: "gpu-1", Health: routing.Healthy, UpdatedAt: now},
+			{Name: "gpu-2", Health: routing.Healthy, UpdatedAt: now},
+		})
+		return r, profile.SessionScorers()
+	}
+	a, _ := newReplica(feedFunc(func(session uint64, backend string, blocks int, expires time.Time) {
+		select {
+		case wire <- placement{session, backend, blocks, expires}: // never block a pick
+		default:
+		}
+	}))
+	b, placers := newReplica(nil)
+
+	req := &routing.Request{Session: "conversation-7", PromptTokens: 512}
+	first, _ := a.Pick(req)
+	fmt.Println("A: turn 1 →", first.Backend.Name)
+	first.Done(routing.DoneInfo{})
+
+	// B has a request of its own in flight there: left to balance, it would place the next
+	// turn elsewhere.
+	busy, _ := b.Pick(&routing.Request{Exclude: excludeAllBut(b, first.Backend.Name)})
+
+	// The replication layer delivers A's placement to B.
+	for len(wire) > 0 {
+		pl := <-wire
+		if id, ok := b.Lookup(pl.backend); ok {
+			for _, sp := range placers {
+				fmt.Println("B learns:", sp.LearnPlacement(pl.session, id, pl.blocks, pl.expires))
+			}
+		}
+	}
+	second, _ := b.Pick(req)
+	fmt.Println("B: turn 2 →", second.Backend.Name)
+	second.Done(routing.DoneInfo{})
+	busy.Done(routing.DoneInfo{})
+	// Output:
+	// A: turn 1 → gpu-0
+	// B learns: true
+	// B: turn 2 → gpu-0
+}
+
+// feedFunc adapts a function to routing.SessionFeed.
+type feedFunc func(session uint64, backend string, blocks int, expires time.Time)
+
+func (f feedFunc) Placed(session uint64, backend string, blocks int, expires time.Time) {
+	f(session, backend, blocks, expires)
+}
+
+// excludeAllBut returns the ids of r's backends other than name.
+func excludeAllBut(r *routing.Router, name string) []routing.BackendID {
+	var ids []routing.BackendID
+	for _, s := range r.Backends(nil) {
+		if s.Name != name {
+			id, _ := r.Lookup(s.Name)
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

@@ -342,7 +342,9 @@ func LeastRequest() Profile {
 
 // UsherOptions configures Usher.
 type UsherOptions struct {
-	// Session configures the SessionAware scorer. Its Overload defaults to 2 here too.
+	// Session configures the SessionAware scorer. Its Overload defaults to 2 here too. Gateway
+	// replicas that share session placements set the same Session.Seed and a Session.Feed, and
+	// reach the scorer for LearnPlacement with Profile.SessionScorers.
 	Session SessionAwareOptions
 }
 

@@ -171,10 +171,12 @@ type Options struct {
 // Router picks a backend for each request. Build one with New and publish the backend set with
 // Update.
 //
-// Concurrency: Pick, Backends, InFlight and Stats are safe for concurrent use from any number of
+// Concurrency: Pick, Backends, InFlight, Stats and the peer methods (SetPeerInFlight,
+// AppendInFlight, PeerInFlight, Lookup) are safe for concurrent use from any number of
 // goroutines. Update is meant for one writer (it is serialised internally, so a second writer is
 // safe but pointless). Pick never blocks: it reads the current snapshot through an atomic
-// pointer and scratch space from a pool.
+// pointer and scratch space from a pool, and the in-flight counters, its own and its peers',
+// through atomics.
 type Router struct {
 	// Immutable after New.
 	filters    []Filter
@@ -196,9 +198,10 @@ type Router struct {
 	tickets sync.Pool // *ticket
 	stats   counters
 
-	mu sync.Mutex // serialises Update; guards the fields below.
-	// ids interns backend names to stable ids.
-	ids map[string]BackendID
+	mu sync.Mutex // serialises Update and SetPeerInFlight; guards the fields below.
+	// ids interns backend names to stable ids; names is its inverse, by id.
+	ids   map[string]BackendID
+	names []string
 	// loads holds the in-flight counters by id; they outlive the backend's presence in the set
 	// so that requests in flight across an update are released where they were counted.
 	loads []*inflight
@@ -208,6 +211,11 @@ type Router struct {
 	// indexCaps the capacity last passed to AddBackend for it.
 	indexIDs  []int64
 	indexCaps []int
+	// peerSums is SetPeerInFlight's scratch, by id; peerPending holds what it was told of
+	// names not interned yet (at most MaxUnknownPeerNames), for Update to apply when they
+	// appear.
+	peerSums    []InFlight
+	peerPending map[string]InFlight
 }
 
 type snapshot struct {
@@ -237,15 +245,38 @@ type backend struct {
 // inflight holds one backend's router-side counters. They are not padded to a cache line:
 // every pick reads the counters of every candidate, so packing them (from a slab, see
 // Router.newInflight) means fewer cache lines per pick, while a write invalidates one line for
-// the readers either way.
+// the readers either way. The peers' counts sit beside the router's own so that a pick reads
+// both from the same line; only SetPeerInFlight and Update write them.
 type inflight struct {
 	requests atomic.Int64
 	prefill  atomic.Int64
 	blocks   atomic.Int64
+
+	peerRequests atomic.Int64
+	peerPrefill  atomic.Int64
+	peerBlocks   atomic.Int64
+}
+
+// own returns the router's own counts.
+func (l *inflight) own() InFlight {
+	return InFlight{Requests: l.requests.Load(), PrefillTokens: l.prefill.Load(), Blocks: l.blocks.Load()}
+}
+
+// peers returns the peers' counts.
+func (l *inflight) peers() InFlight {
+	return InFlight{Requests: l.peerRequests.Load(), PrefillTokens: l.peerPrefill.Load(), Blocks: l.peerBlocks.Load()}
+}
+
+// setPeers stores the peers' counts, field by field: a concurrent pick may see some fields
+// before and others after the change.
+func (l *inflight) setPeers(v InFlight) {
+	l.peerRequests.Store(v.Requests)
+	l.peerPrefill.Store(v.PrefillTokens)
+	l.peerBlocks.Store(v.Blocks)
 }
 
 type counters struct {
-	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs, retracted, done, failed atomic.Uint64
+	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs, retracted, done, failed, peerNames atomic.Uint64
 }
 
 // Stats are cumulative counters of a Router.
@@ -272,6 +303,9 @@ type Stats struct {
 	// Done is the number of Results finished with Done; Failed those with a non-nil Err.
 	// Picks − Done is the number of requests in flight.
 	Done, Failed uint64
+	// DroppedPeerNames is the number of SetPeerInFlight entries dropped because they named a
+	// backend the router did not know while MaxUnknownPeerNames others were already kept.
+	DroppedPeerNames uint64
 }
 
 // New returns a Router configured by opts, with an empty backend set (Pick returns
@@ -411,7 +445,14 @@ func (r *Router) Update(states []BackendState) error {
 		if !ok {
 			id = BackendID(len(r.loads))
 			r.ids[b.state.Name] = id
-			r.loads = append(r.loads, r.newInflight())
+			r.names = append(r.names, b.state.Name)
+			l := r.newInflight()
+			if v, ok := r.peerPending[b.state.Name]; ok {
+				// Peers reported this backend before the router knew it.
+				l.setPeers(v)
+				delete(r.peerPending, b.state.Name)
+			}
+			r.loads = append(r.loads, l)
 			r.indexIDs = append(r.indexIDs, -1)
 			r.indexCaps = append(r.indexCaps, 0)
 		}
@@ -463,8 +504,8 @@ func (r *Router) Backends(dst []BackendState) []BackendState {
 	return dst
 }
 
-// InFlight returns the router's in-flight counters of the named backend, and whether the router
-// has ever known it. O(1) after a map lookup under the writer lock; not for the hot path.
+// InFlight returns the router's own in-flight counters of the named backend (without its
+// peers', see SetPeerInFlight), and whether the router has ever known it. O(1) after a map lookup under the writer lock; not for the hot path.
 func (r *Router) InFlight(name string) (InFlight, bool) {
 	r.mu.Lock()
 	id, ok := r.ids[name]
@@ -476,7 +517,7 @@ func (r *Router) InFlight(name string) (InFlight, bool) {
 	if !ok {
 		return InFlight{}, false
 	}
-	return InFlight{Requests: l.requests.Load(), PrefillTokens: l.prefill.Load(), Blocks: l.blocks.Load()}, true
+	return l.own(), true
 }
 
 // Name returns the name of the router's Profile. O(1).
@@ -485,16 +526,17 @@ func (r *Router) Name() string { return r.name }
 // Stats returns the router's cumulative counters. O(1).
 func (r *Router) Stats() Stats {
 	return Stats{
-		Picks:           r.stats.picks.Load(),
-		NoBackend:       r.stats.noBackend.Load(),
-		ClampedScores:   r.stats.clamped.Load(),
-		BadPicks:        r.stats.badPicks.Load(),
-		InvalidSignals:  r.stats.invalid.Load(),
-		StaleCandidates: r.stats.staleCands.Load(),
-		InsertErrors:    r.stats.insertErrs.Load(),
-		Retracted:       r.stats.retracted.Load(),
-		Done:            r.stats.done.Load(),
-		Failed:          r.stats.failed.Load(),
+		Picks:            r.stats.picks.Load(),
+		NoBackend:        r.stats.noBackend.Load(),
+		ClampedScores:    r.stats.clamped.Load(),
+		BadPicks:         r.stats.badPicks.Load(),
+		InvalidSignals:   r.stats.invalid.Load(),
+		StaleCandidates:  r.stats.staleCands.Load(),
+		InsertErrors:     r.stats.insertErrs.Load(),
+		Retracted:        r.stats.retracted.Load(),
+		Done:             r.stats.done.Load(),
+		Failed:           r.stats.failed.Load(),
+		DroppedPeerNames: r.stats.peerNames.Load(),
 	}
 }
 
@@ -589,9 +631,10 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		c.ID = b.id
 		c.Fresh = fresh
 		c.Stale = isStale
-		c.InFlight.Requests = b.load.requests.Load()
-		c.InFlight.PrefillTokens = b.load.prefill.Load()
-		c.InFlight.Blocks = b.load.blocks.Load()
+		l := b.load
+		c.InFlight.Requests = l.requests.Load() + l.peerRequests.Load()
+		c.InFlight.PrefillTokens = l.prefill.Load() + l.peerPrefill.Load()
+		c.InFlight.Blocks = l.blocks.Load() + l.peerBlocks.Load()
 		c.MatchedBlocks = matched
 		c.MatchedTokens = matched * bs
 		c.UncachedTokens = max(0, prompt-matched*bs)

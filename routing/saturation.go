@@ -34,9 +34,10 @@ type SaturationOptions struct {
 // and the pool's level is the smallest backend level (or their mean with opts.Mean); 1 when no
 // backend is healthy. waiting counts the requests this router sent that the server has not
 // started — which its scraped queue shows only at the next scrape — so a burst dispatched
-// between two scrapes saturates the gauge at once instead of overrunning the servers. A
-// backend with stale or missing queue and KV signals is judged by the router's own count
-// alone. It reads the current snapshot and the live counters: O(backends), no allocation,
+// between two scrapes saturates the gauge at once instead of overrunning the servers. InFlight
+// here is the router's own count plus what other gateway replicas hold there, as
+// SetPeerInFlight last set it (as Candidate.InFlight, which SaturationFilter reads). A backend
+// with stale or missing queue and KV signals is judged by the in-flight counts alone. It reads the current snapshot and the live counters: O(backends), no allocation,
 // safe for concurrent use with Pick and Update.
 //
 // Behind a concurrency gate alone, a pool above its knee admits everything its limit allows,
@@ -59,7 +60,7 @@ func (r *Router) Saturation(opts SaturationOptions) float64 {
 		if b.updated != 0 && (r.staleAfter < 0 || time.Duration(now-b.updated) <= r.staleAfter) {
 			known = b.state.Known
 		}
-		level := saturationLevel(&b.state, known, b.load.requests.Load(), q, kv)
+		level := saturationLevel(&b.state, known, b.load.requests.Load()+b.load.peerRequests.Load(), q, kv)
 		lowest = min(lowest, level)
 		sum += level
 		n++

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Session defaults.
@@ -25,6 +27,64 @@ type SessionOptions struct {
 	// 2^30). When full, a new session takes the slot of the entry closest to expiry in its
 	// bucket of four. Zero: DefaultMaxSessions. Memory is 24 bytes per slot.
 	MaxSessions int
+	// Seed keys the hash of session ids. Gateway replicas that share placements (Feed and
+	// LearnPlacement, which carry the hashed id) must use the same nonzero Seed, or their
+	// hashes will not agree and shared placements will never be found. It is the key of a
+	// seeded xxhash64, which spreads ids that clients choose over the table: keep it as private
+	// as the gateway's configuration. Zero: a random key per table, as hash/maphash picks it.
+	Seed uint64
+	// Feed, if set, hears of every placement the scorer learns from a pick, for replication
+	// to other gateway replicas (not of those applied with LearnPlacement, so replicas do not
+	// echo each other). Nil: nobody hears.
+	Feed SessionFeed
+}
+
+// SessionFeed receives each placement a session scorer (SessionAffinity, SessionAware) learns
+// from a pick, so that a replication layer can send it to other gateway replicas, which apply
+// it with LearnPlacement. session is the hashed session id (see SessionOptions.Seed), backend
+// the chosen backend's name (ids differ between routers), blocks the request's chain length and
+// expires when the placement will be forgotten (the pick's time plus the TTL).
+//
+// Placed is called from the scorer's Picked, inside Pick, on the picking goroutine: it must be
+// safe for concurrent use and must not block (buffer and send from another goroutine). Its
+// arguments are values it may keep.
+type SessionFeed interface {
+	Placed(session uint64, backend string, blocks int, expires time.Time)
+}
+
+// SessionPlacer is a session scorer that applies placements other gateway replicas learnt:
+// SessionAffinity and SessionAware. Profile.SessionScorers finds them in a built profile.
+type SessionPlacer interface {
+	// LearnPlacement applies a placement another replica learnt (see SessionAware's).
+	LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool
+}
+
+var (
+	_ SessionPlacer = (*SessionAffinity)(nil)
+	_ SessionPlacer = (*SessionAware)(nil)
+)
+
+// SessionScorers returns the filters, scorers and picker of p that are session scorers
+// (implement SessionPlacer), each once, in that order: how a replication layer reaches the
+// session table of a profile built by a constructor, such as Usher's SessionAware. With
+// sharing, build the profile with the same SessionOptions.Seed on every replica and a Feed,
+// for example Usher(UsherOptions{Session: SessionAwareOptions{SessionOptions:
+// SessionOptions{Seed: seed, Feed: feed}}}). O(filters + scorers); it allocates the result.
+func (p Profile) SessionScorers() []SessionPlacer {
+	var out []SessionPlacer
+	add := func(x any) {
+		if sp, ok := x.(SessionPlacer); ok && !hooked(out, sp) {
+			out = append(out, sp)
+		}
+	}
+	for _, f := range p.Filters {
+		add(f)
+	}
+	for _, w := range p.Scorers {
+		add(w.Scorer)
+	}
+	add(p.Picker)
+	return out
 }
 
 // sessionTable maps a session id to the backend of its last pick, with an expiry. It is a
@@ -38,7 +98,9 @@ type sessionTable struct {
 	slots []sessionSlot
 	mask  uint64
 	ttl   int64
-	seed  maphash.Seed
+	key   uint64       // SessionOptions.Seed; 0: hash with seed
+	seed  maphash.Seed // when key is 0
+	feed  SessionFeed
 }
 
 type sessionSlot struct {
@@ -57,7 +119,9 @@ func newSessionTable(opts SessionOptions) *sessionTable {
 		slots: make([]sessionSlot, size),
 		mask:  uint64(size - 1),
 		ttl:   int64(ttl),
+		key:   opts.Seed,
 		seed:  maphash.MakeSeed(),
+		feed:  opts.Feed,
 	}
 }
 
@@ -78,8 +142,17 @@ func sessionSlots(n int) int {
 	return size
 }
 
+// hash returns the table's hash of a session id, never 0 (the empty slot). O(len(session)).
 func (t *sessionTable) hash(session string) uint64 {
-	h := maphash.String(t.seed, session)
+	var h uint64
+	if t.key != 0 {
+		var d xxhash.Digest
+		d.ResetWithSeed(t.key)
+		_, _ = d.WriteString(session)
+		h = d.Sum64()
+	} else {
+		h = maphash.String(t.seed, session)
+	}
 	if h == 0 {
 		h = 1
 	}
@@ -103,8 +176,19 @@ func (t *sessionTable) lookup(h uint64, now int64) (BackendID, int, bool) {
 	return 0, 0, false
 }
 
-// store remembers that session hash h was placed on id with a chain of blocks blocks. O(1).
-func (t *sessionTable) store(h uint64, id BackendID, blocks int, now int64) {
+// store remembers that session hash h was placed on id with a chain of blocks blocks, until
+// now + TTL, which it returns. O(1).
+func (t *sessionTable) store(h uint64, id BackendID, blocks int, now int64) int64 {
+	exp := now + t.ttl
+	t.put(h, id, blocks, exp, false)
+	return exp
+}
+
+// put writes the placement of session hash h into its bucket: over h's own slot, else an empty
+// one, else the one closest to expiry. With keepLater (a placement another replica learnt) it
+// writes nothing, and returns false, when h's slot already expires at or after exp, or when h
+// has no slot and every slot of the bucket outlives exp. O(1).
+func (t *sessionTable) put(h uint64, id BackendID, blocks int, exp int64, keepLater bool) bool {
 	base := h & t.mask &^ 3
 	victim := -1
 	oldest := int64(math.MaxInt64)
@@ -112,7 +196,10 @@ func (t *sessionTable) store(h uint64, id BackendID, blocks int, now int64) {
 		s := &t.slots[base+uint64(i)]
 		k := s.key.Load()
 		if k == h {
-			victim = i
+			if keepLater && s.exp.Load() >= exp {
+				return false
+			}
+			victim, oldest = i, math.MinInt64
 			break
 		}
 		if e := s.exp.Load(); k == 0 || e < oldest {
@@ -122,17 +209,42 @@ func (t *sessionTable) store(h uint64, id BackendID, blocks int, now int64) {
 			}
 		}
 	}
+	if keepLater && oldest >= exp {
+		return false
+	}
 	s := &t.slots[base+uint64(victim)]
 	s.key.Store(0)
 	s.val.Store(uint64(id)<<32 | min(uint64(max(blocks, 0)), math.MaxUint32))
-	s.exp.Store(now + t.ttl)
+	s.exp.Store(exp)
 	s.key.Store(h)
+	return true
+}
+
+// picked learns the placement of req's session, if it has one, and tells the feed. O(1).
+func (t *sessionTable) picked(req *Request, chosen *Candidate, now time.Time) {
+	if req.Session == "" {
+		return
+	}
+	h := t.hash(req.Session)
+	exp := t.store(h, chosen.ID, len(req.Chain), now.UnixNano())
+	if t.feed != nil && chosen.State != nil {
+		t.feed.Placed(h, chosen.State.Name, len(req.Chain), time.Unix(0, exp))
+	}
+}
+
+// learn applies a placement another replica learnt; see SessionAware.LearnPlacement. O(1).
+func (t *sessionTable) learn(session uint64, id BackendID, blocks int, expires time.Time) bool {
+	if session == 0 || expires.IsZero() {
+		return false
+	}
+	return t.put(session, id, blocks, expires.UnixNano(), true)
 }
 
 // SessionAffinity scores the backend that served a session's previous turn 1 and every other
 // candidate 0 (llm-d's session-affinity scorer, 300 s TTL). A request without a session, or whose
-// session is unknown or expired, scores 0 everywhere. It learns placements as an Observer. O(n)
-// per pick, O(1) to learn; no allocation; safe for concurrent use.
+// session is unknown or expired, scores 0 everywhere. It learns placements as an Observer, and
+// from other gateway replicas through LearnPlacement (see SessionFeed). O(n) per pick, O(1) to
+// learn; no allocation; safe for concurrent use.
 type SessionAffinity struct {
 	t *sessionTable
 }
@@ -159,11 +271,16 @@ func (s *SessionAffinity) Score(req *Request, cands []Candidate, dst []float64) 
 	}
 }
 
-// Picked implements Observer.
+// Picked implements Observer: the chosen backend becomes the session's, and SessionOptions.Feed
+// hears of it.
 func (s *SessionAffinity) Picked(req *Request, chosen *Candidate, now time.Time) {
-	if req.Session != "" {
-		s.t.store(s.t.hash(req.Session), chosen.ID, len(req.Chain), now.UnixNano())
-	}
+	s.t.picked(req, chosen, now)
+}
+
+// LearnPlacement applies a placement another gateway replica learnt; see
+// SessionAware.LearnPlacement. O(1), no allocation, safe for concurrent use with picks.
+func (s *SessionAffinity) LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool {
+	return s.t.learn(session, id, blocks, expires)
 }
 
 // nowOf returns the pick time for a scorer: Request.Now, which Pick always resolves, else the
@@ -225,10 +342,12 @@ type SessionAwareOptions struct {
 // load difference but not a large one. The "+ 1" in both formulas keeps a nearly idle pool from
 // treating 1 request against 0 as overload.
 //
-// L is the larger of the router's in-flight requests and the server's queued + running requests
-// when those are fresh (the router's own counter is never stale, so a missing or stale metric
-// falls back to it instead of being read as zero). O(n) per pick, O(1) to learn; no allocation;
-// safe for concurrent use.
+// L is the larger of the in-flight requests (Candidate.InFlight: the router's own, plus its
+// peers' when SetPeerInFlight is used) and the server's queued + running requests when those
+// are fresh (the router's own counter is never stale, so a missing or stale metric
+// falls back to it instead of being read as zero). Gateway replicas share placements through
+// SessionOptions.Feed and LearnPlacement. O(n) per pick, O(1) to learn; no allocation; safe for
+// concurrent use.
 type SessionAware struct {
 	t        *sessionTable
 	overload float64
@@ -321,9 +440,26 @@ func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 }
 
-// Picked implements Observer: the chosen backend becomes the session's home.
+// Picked implements Observer: the chosen backend becomes the session's home, and
+// SessionOptions.Feed hears of it.
 func (s *SessionAware) Picked(req *Request, chosen *Candidate, now time.Time) {
-	if req.Session != "" {
-		s.t.store(s.t.hash(req.Session), chosen.ID, len(req.Chain), now.UnixNano())
-	}
+	s.t.picked(req, chosen, now)
+}
+
+// LearnPlacement applies a placement another gateway replica learnt, as its SessionFeed
+// reported it: session is the hashed session id (the replicas must share
+// SessionOptions.Seed), id this router's BackendID for the backend (Router.Lookup of the name
+// the feed gave), blocks the chain length of the turn placed and expires the placement's
+// expiry (an absolute time: the replicas' clocks should agree to well within the TTL). The next
+// turn of that session then goes home here as if this router had placed it.
+//
+// It keeps the existing placement, and returns false, when that one expires at the same time or
+// later (a pick here since, or a fresher copy of the same placement); it also ignores, rather
+// than evict a placement that outlives it, a session whose bucket is full of such placements,
+// and it ignores session 0 and a zero expires. Otherwise it returns true. It is not reported
+// to the Feed. An id the router does not route to is harmless: it matches no candidate. O(1),
+// no allocation, lock-free and safe for concurrent use with picks; a write racing with a pick
+// of the same session may lose, which costs at most one misplaced turn.
+func (s *SessionAware) LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool {
+	return s.t.learn(session, id, blocks, expires)
 }

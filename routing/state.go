@@ -160,8 +160,9 @@ func (s *BackendState) sanitize() int {
 	return bad
 }
 
-// InFlight is the router's own count of work it sent to a backend and that has not finished.
-// It changes at once on Pick, unlike polled signals.
+// InFlight is a count of work sent to a backend that has not finished: the router's own
+// (Router.InFlight), which changes at once on Pick, unlike polled signals, or its peers'
+// (Router.SetPeerInFlight), or both summed (Candidate.InFlight).
 type InFlight struct {
 	// Requests picked and not yet Done.
 	Requests int64
@@ -188,7 +189,9 @@ type Candidate struct {
 	// Stale is true when the backend's signals were observed longer ago than
 	// Options.StaleAfter, or never; Fresh is then empty.
 	Stale bool
-	// InFlight is the router's in-flight counters for this backend, read at the start of Pick.
+	// InFlight is the in-flight work on this backend, read at the start of Pick: the router's
+	// own counters plus the counts other gateway replicas hold there, as SetPeerInFlight last
+	// set them (zero for a router that is never told). Router.InFlight returns the own part.
 	InFlight InFlight
 	// MatchedBlocks is the number of leading blocks of Request.Chain that the prefix index says
 	// this backend holds in GPU memory (0 without an index), at most len(Chain).

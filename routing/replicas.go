@@ -1,0 +1,131 @@
+package routing
+
+import "math"
+
+// Several gateway replicas in front of one fleet each run a Router. What one replica sends a
+// backend, the others do not see in their own counters; a replication layer (outside this
+// package, off the request path) exchanges them: it publishes AppendInFlight of each router and
+// hands each router the sum of the others' with SetPeerInFlight. Session placements are shared
+// through SessionOptions.Feed and LearnPlacement (see SessionFeed), prefix blocks through the
+// prefix index (prefixcache.Options.Feed and Index.InsertRemote).
+
+// MaxUnknownPeerNames bounds the backend names SetPeerInFlight keeps for backends the router
+// does not know yet; entries naming further unknown backends are dropped and counted in
+// Stats.DroppedPeerNames.
+const MaxUnknownPeerNames = 4096
+
+// maxPeerCount caps each peer count, so that own + peers cannot overflow.
+const maxPeerCount = math.MaxInt64 / 4
+
+// BackendInFlight is one backend's in-flight counts, by backend name: what AppendInFlight
+// publishes and SetPeerInFlight applies. It is a plain value.
+type BackendInFlight struct {
+	Backend string
+	InFlight
+}
+
+// AppendInFlight appends the router's own in-flight counts (requests it picked and that are not
+// Done; see InFlight) of every backend it has ever known, in the order it first saw them, and
+// returns dst: what a replication layer publishes for the other replicas. Backends that left the
+// set are included, as requests sent there may still be in flight; peers' counts are not, so
+// that replicas summing each other's do not count anything twice. O(backends known) under the
+// writer's lock; not for the hot path.
+func (r *Router) AppendInFlight(dst []BackendInFlight) []BackendInFlight {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, name := range r.names {
+		dst = append(dst, BackendInFlight{Backend: name, InFlight: r.loads[id].own()})
+	}
+	return dst
+}
+
+// SetPeerInFlight replaces the in-flight counts that other replicas hold, per backend name:
+// entries naming the same backend (one per peer replica) are summed, and every backend no entry
+// names gets zero. From then on, the Candidate.InFlight that filters and scorers see, and
+// Saturation, count own + peers'; Router.InFlight and AppendInFlight still return the router's
+// own counts.
+//
+// Entries naming a backend the router does not know yet are kept, and applied when Update adds
+// it (at most MaxUnknownPeerNames such names; entries beyond are dropped and counted in
+// Stats.DroppedPeerNames). Negative counts are read as 0, entries with an empty name are
+// ignored. It copies what it keeps; the caller may reuse peers.
+//
+// SetPeerInFlight is safe for concurrent use with Pick, which reads the counts with no lock: a
+// pick running during the call may see some backends' (or fields') old counts and others' new
+// ones. It is serialised with Update. O(len(peers) + backends known); it allocates only while
+// its scratch grows.
+func (r *Router) SetPeerInFlight(peers []BackendInFlight) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cap(r.peerSums) < len(r.loads) {
+		r.peerSums = make([]InFlight, len(r.loads), len(r.loads)+len(r.loads)/2)
+	}
+	sums := r.peerSums[:len(r.loads)]
+	clear(sums)
+	clear(r.peerPending)
+	dropped := 0
+	for i := range peers {
+		p := &peers[i]
+		v := p.InFlight.sanitized()
+		if id, ok := r.ids[p.Backend]; ok {
+			sums[id] = sums[id].plus(v)
+			continue
+		}
+		if p.Backend == "" || v == (InFlight{}) {
+			continue
+		}
+		old, ok := r.peerPending[p.Backend]
+		if !ok && len(r.peerPending) >= MaxUnknownPeerNames {
+			dropped++
+			continue
+		}
+		if r.peerPending == nil {
+			r.peerPending = make(map[string]InFlight)
+		}
+		r.peerPending[p.Backend] = old.plus(v)
+	}
+	for id, l := range r.loads {
+		l.setPeers(sums[id])
+	}
+	if dropped > 0 {
+		r.stats.peerNames.Add(uint64(dropped))
+	}
+}
+
+// PeerInFlight returns the in-flight counts of the named backend that the last SetPeerInFlight
+// set (summed over the peers), whether the router knows the backend yet or not; zero when none
+// was set. O(1) under the writer's lock; not for the hot path.
+func (r *Router) PeerInFlight(name string) InFlight {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id, ok := r.ids[name]; ok {
+		return r.loads[id].peers()
+	}
+	return r.peerPending[name]
+}
+
+// Lookup returns the router's BackendID for a backend name, and whether the router knows it
+// (names are interned by Update and keep their id for the Router's lifetime). Ids differ
+// between routers: a replication layer sends names and turns them into ids with Lookup, for
+// example for LearnPlacement. O(1) under the writer's lock; not for the hot path.
+func (r *Router) Lookup(name string) (BackendID, bool) {
+	r.mu.Lock()
+	id, ok := r.ids[name]
+	r.mu.Unlock()
+	return id, ok
+}
+
+// sanitized returns v with negative counts read as 0 and each count capped.
+func (v InFlight) sanitized() InFlight {
+	c := func(x int64) int64 { return min(max(x, 0), maxPeerCount) }
+	return InFlight{Requests: c(v.Requests), PrefillTokens: c(v.PrefillTokens), Blocks: c(v.Blocks)}
+}
+
+// plus returns v + w for sanitized values, each count capped.
+func (v InFlight) plus(w InFlight) InFlight {
+	return InFlight{
+		Requests:      min(v.Requests+w.Requests, maxPeerCount),
+		PrefillTokens: min(v.PrefillTokens+w.PrefillTokens, maxPeerCount),
+		Blocks:        min(v.Blocks+w.Blocks, maxPeerCount),
+	}
+}
