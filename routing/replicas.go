@@ -129,3 +129,10 @@ func (v InFlight) plus(w InFlight) InFlight {
 		Blocks:        min(v.Blocks+w.Blocks, maxPeerCount),
 	}
 }
+
+// SessionScorers returns the router's session scorers (its profile's, see
+// Profile.SessionScorers), for a replication layer handed a built Router. O(filters +
+// scorers); it allocates the result.
+func (r *Router) SessionScorers() []SessionPlacer {
+	return Profile{Filters: r.filters, Scorers: r.scorers, Picker: r.picker}.SessionScorers()
+}

@@ -597,3 +597,19 @@ func TestProfileSessionScorers(t *testing.T) {
 		t.Error("Usher's session scorer is not its SessionAware")
 	}
 }
+
+func TestRouterSessionScorers(t *testing.T) {
+	p := Usher(UsherOptions{})
+	r, err := New(Options{Profile: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := r.SessionScorers(), p.SessionScorers()
+	if len(got) != 1 || len(want) != 1 || got[0] != want[0] {
+		t.Errorf("Router.SessionScorers = %v, want the profile's %v", got, want)
+	}
+	rr, _ := New(Options{Profile: RoundRobinProfile()})
+	if s := rr.SessionScorers(); len(s) != 0 {
+		t.Errorf("round-robin has session scorers %v", s)
+	}
+}
