@@ -32,6 +32,19 @@
 //     actual usage, with the cached prompt tokens the engine reports, goes to Ticket.Done so
 //     the fairness policy charges what was really served.
 //
+// # Gateway replicas
+//
+// Config.Replicas = K > 1 puts K gateway replicas in front of the same servers, as behind a
+// Kubernetes Service without session affinity: arrivals are dealt to them round-robin, so a
+// conversation's turns land on different replicas. Each replica has its own queue (its share
+// of the concurrency limit), router, prefix index and session table. Every SyncInterval
+// (50 ms) each replica flushes what it learnt — the chains its index's prefixcache.FeedBuffer
+// heard, the placements its session scorers reported to their SessionOptions.Feed, its
+// Router.AppendInFlight — and the others apply it Config.SyncLag later with
+// Index.InsertRemote, SessionPlacer.LearnPlacement and Router.SetPeerInFlight: the seams a
+// replication layer (package replica) uses, exercised here in virtual time. NoSync shares
+// nothing. In exact mode every replica's index applies every engine's KV events itself.
+//
 // # The event loop
 //
 // A run is a discrete-event simulation in one goroutine: a binary heap of events ordered by

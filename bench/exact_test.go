@@ -113,16 +113,19 @@ func checkIndexEqualsEngines(t *testing.T, s *sim, w *Workload) {
 			}
 			seen[h] = true
 			one[0] = h
-			match = s.index.Match(match[:0], one[:])
-			for k := range s.srv {
-				inIndex := int(s.ixIDs[k]) < len(match) && match[s.ixIDs[k]] == 1
-				inEngine := s.srv[k].e.Cached(engine.BlockHash(h))
-				if inIndex != inEngine {
-					t.Fatalf("block %#x on %s: index %v, engine %v", h, s.srv[k].name, inIndex, inEngine)
-				}
-				checked++
-				if inEngine {
-					held++
+			for g := range s.gw {
+				ix, ids := s.gw[g].index, s.gw[g].ixIDs
+				match = ix.Match(match[:0], one[:])
+				for k := range s.srv {
+					inIndex := int(ids[k]) < len(match) && match[ids[k]] == 1
+					inEngine := s.srv[k].e.Cached(engine.BlockHash(h))
+					if inIndex != inEngine {
+						t.Fatalf("block %#x on %s: replica %d's index %v, engine %v", h, s.srv[k].name, g, inIndex, inEngine)
+					}
+					checked++
+					if inEngine {
+						held++
+					}
 				}
 			}
 		}

@@ -25,6 +25,11 @@ type Router struct {
 	// approximate, fed only by the router itself (routing.Profile.Learn). Config.Index can
 	// override it for every router of a run.
 	Events bool
+	// NewReplica, if set, builds the same profile as New with its session scorers' tables
+	// configured by opts, for gateway replicas that share session placements
+	// (Config.Replicas): the simulator passes the Seed every replica shares and a Feed. Nil:
+	// every replica builds New, and session tables, if the profile has any, are not shared.
+	NewReplica func(opts routing.SessionOptions) routing.Profile
 }
 
 // FCFSPolicy is flowcontrol.FCFS: the oldest request first, across all flows.
@@ -39,7 +44,13 @@ func FCFSPolicy() Policy {
 //
 // learning at pick (predict-on-route). It is the router the goal check holds against the peers.
 func UsherRouter() Router {
-	return Router{Name: "usher", New: func() routing.Profile { return routing.Usher(routing.UsherOptions{}) }}
+	return Router{
+		Name: "usher",
+		New:  func() routing.Profile { return routing.Usher(routing.UsherOptions{}) },
+		NewReplica: func(o routing.SessionOptions) routing.Profile {
+			return routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o}})
+		},
+	}
 }
 
 // Routers returns the routers of the comparison matrix, peers first and usher's last. Each is
@@ -65,16 +76,22 @@ func Routers() []Router {
 		{Name: "sglang", New: func() routing.Profile { return routing.SGLang(routing.SGLangOptions{}) }},
 		{Name: "dynamo", New: func() routing.Profile { return routing.Dynamo(routing.DynamoOptions{}) }, Events: true},
 		{Name: "aibrix", New: routing.AIBrix},
-		{Name: "session-aware", New: func() routing.Profile {
-			return routing.Profile{
-				Name:    "session-aware",
-				Filters: []routing.Filter{routing.NewHealthFilter()},
-				Scorers: []routing.Weighted{{Scorer: routing.NewSessionAware(routing.SessionAwareOptions{}), Weight: 1}},
-				Picker:  routing.MaxScore(),
-			}
-		}},
+		sessionAwareRouter(),
 		UsherRouter(),
 	}
+}
+
+// sessionAwareRouter is routing.SessionAware alone, max-score.
+func sessionAwareRouter() Router {
+	build := func(o routing.SessionOptions) routing.Profile {
+		return routing.Profile{
+			Name:    "session-aware",
+			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Scorers: []routing.Weighted{{Scorer: routing.NewSessionAware(routing.SessionAwareOptions{SessionOptions: o}), Weight: 1}},
+			Picker:  routing.MaxScore(),
+		}
+	}
+	return Router{Name: "session-aware", New: func() routing.Profile { return build(routing.SessionOptions{}) }, NewReplica: build}
 }
 
 // Policies returns the admission policies of the comparison matrix: FCFS, then those of the
@@ -110,12 +127,14 @@ type usherVariant struct {
 }
 
 func (v usherVariant) router() Router {
-	return Router{Name: v.name, New: func() routing.Profile {
+	build := func(o routing.SessionOptions) routing.Profile {
+		sa := v.sa
+		sa.SessionOptions = o
 		p := routing.Profile{
 			Name:    v.name,
 			Filters: []routing.Filter{routing.NewHealthFilter()},
 			Scorers: []routing.Weighted{
-				{Scorer: routing.NewSessionAware(v.sa), Weight: v.session},
+				{Scorer: routing.NewSessionAware(sa), Weight: v.session},
 				{Scorer: routing.TokenLoad(v.tokenCap), Weight: v.tokens},
 				{Scorer: routing.KVUtilization(), Weight: v.kv},
 			},
@@ -134,7 +153,8 @@ func (v usherVariant) router() Router {
 			p.Learn = routing.LearnOnFirstToken
 		}
 		return p
-	}}
+	}
+	return Router{Name: v.name, New: func() routing.Profile { return build(v.sa.SessionOptions) }, NewReplica: build}
 }
 
 // usherShipped is routing.Usher spelled as a variant, the base the variants change one thing

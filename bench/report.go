@@ -331,3 +331,63 @@ func secs(d time.Duration) string {
 	}
 	return fmt.Sprintf("%.0fs", s)
 }
+
+// WriteReplicaTable writes, as markdown, one row per gateway-replica setting (Result.Replicas
+// and SyncLag, in the order of their first result) and configuration (see Cells): throughput,
+// p99 TTFT, hit rate, balance, and the hit rate and p99 TTFT as a ratio to the same
+// configuration's run with one replica, when the results hold one. Medians over seeds, with
+// the min–max range where the seeds differ.
+func WriteReplicaTable(w io.Writer, results []*Result) error {
+	type setting struct {
+		replicas int
+		lag      time.Duration
+	}
+	var order []setting
+	by := map[setting][]*Result{}
+	for _, r := range results {
+		k := setting{r.Replicas, r.SyncLag}
+		if _, ok := by[k]; !ok {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	type cfg struct {
+		workload, policy, router string
+		rate                     float64
+	}
+	single := map[cfg]*Cell{}
+	for _, c := range Cells(by[setting{1, 0}]) {
+		single[cfg{c.Workload, c.Policy, c.Router, c.Rate}] = c
+	}
+	hitRate := func(r *Result) float64 { return r.HitRate }
+	var b strings.Builder
+	b.WriteString("| replicas | sync | policy | router | load | req/s | TTFT p99 | hit | hit/ideal | max/mean load | hit vs 1 replica | p99 vs 1 replica |\n")
+	b.WriteString("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, k := range order {
+		for _, c := range Cells(by[k]) {
+			vsHit, vsP99 := "", ""
+			if one := single[cfg{c.Workload, c.Policy, c.Router, c.Rate}]; one != nil && k.replicas > 1 {
+				vsHit = f2(ratio(c.Spread(hitRate).Median, one.Spread(hitRate).Median))
+				vsP99 = f2(ratio(c.Spread(ttftP99).Median, one.Spread(ttftP99).Median))
+			}
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | ×%g | %s | %s | %s | %s | %s | %s | %s |\n", k.replicas, SyncLagString(k.replicas, k.lag),
+				c.Policy, c.Router, c.Rate, c.fmt(reqPerSec, f2), c.fmt(ttftP99, secsF), c.fmt(hitRate, pct),
+				c.fmt(hitShare, f2), c.fmt(imbalance, f2), vsHit, vsP99)
+		}
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// SyncLagString describes how replicas sync: "–" for one replica, "none" for NoSync, else the
+// lag ("0s", "10ms").
+func SyncLagString(replicas int, lag time.Duration) string {
+	switch {
+	case replicas <= 1:
+		return "–"
+	case lag < 0:
+		return "none"
+	}
+	return lag.String()
+}

@@ -48,6 +48,10 @@ type Result struct {
 	// Seed is the configuration's seed (Config.Seed after defaults). Results of one
 	// configuration under several seeds are summarised together (see Cells).
 	Seed uint64
+	// Replicas is the number of gateway replicas (1: one gateway) and SyncLag how late they
+	// saw each other's changes (NoSync: never; 0 with one replica), as configured.
+	Replicas int
+	SyncLag  time.Duration
 
 	// Sent, Completed and Unfinished (still waiting or running at Config.MaxTime) count
 	// requests, NotSent those that had not arrived by Config.MaxTime; First and Later split
@@ -111,6 +115,7 @@ func (r Result) Deterministic() Result {
 func (s *sim) result(wall time.Duration) *Result {
 	res := &Result{
 		Workload: s.w.Name, Policy: s.cfg.Policy.Name, Router: s.cfg.Router.Name, Seed: s.cfg.Seed,
+		Replicas: len(s.gw), SyncLag: s.cfg.SyncLag,
 		Events: s.nEvents, Wall: wall, Preemptions: s.preempts, Duration: s.now,
 	}
 	if s.samples > 0 {

@@ -101,7 +101,16 @@ const (
 	// exact mode: vLLM publishes a step's events when the step ends, and a subscriber over
 	// ZMQ or a message bus applies them a few to tens of milliseconds later.
 	DefaultEventDelay = 20 * time.Millisecond
+	// DefaultSyncInterval is how often each gateway replica hands what it learnt to the
+	// others (Config.Replicas): the replica package's flush interval (replica.DefaultInterval).
+	DefaultSyncInterval = 50 * time.Millisecond
+	// MaxReplicas bounds Config.Replicas.
+	MaxReplicas = 64
 )
+
+// NoSync as Config.SyncLag: gateway replicas share nothing, each routes on what it alone
+// learnt (any negative SyncLag means the same).
+const NoSync time.Duration = -1
 
 // BenchProfile is the engine profile the simulator uses by default: Qwen3-32B on 2×H100
 // (engine.Qwen3_32B_H100) with two changes. The maximum model length is raised to 131,072
@@ -169,6 +178,19 @@ type Config struct {
 	// MaxTime stops the simulation at this virtual time; requests still waiting or running
 	// then are counted as unfinished. Zero: run until every request has finished.
 	MaxTime time.Duration
+	// Replicas is the number of gateway replicas in front of the servers, as behind a
+	// Kubernetes Service without session affinity: requests are spread over them round-robin
+	// by arrival, and each has its own queue (its share of the concurrency limit,
+	// MaxInFlight·Servers/Replicas rounded up), router, prefix index and session table; the
+	// servers are shared (package doc, "Gateway replicas"). Zero or one: one gateway.
+	Replicas int
+	// SyncLag is how late what one replica learns reaches the others: every SyncInterval each
+	// replica's new prefix chains, session placements and in-flight counts are handed over,
+	// and applied by every other replica SyncLag later. Zero: at the flush instant. Negative
+	// (NoSync): never; each replica routes alone. Ignored with one replica.
+	SyncLag time.Duration
+	// SyncInterval is how often the replicas flush. Zero: DefaultSyncInterval (50 ms).
+	SyncInterval time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -200,10 +222,24 @@ func (c *Config) withDefaults() (Config, error) {
 	if o.EventDelay == 0 {
 		o.EventDelay = DefaultEventDelay
 	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.SyncInterval == 0 {
+		o.SyncInterval = DefaultSyncInterval
+	}
+	switch {
+	case o.Replicas == 1:
+		o.SyncLag = 0 // nobody to sync with
+	case o.SyncLag < 0:
+		o.SyncLag = NoSync
+	}
 	switch {
 	case o.Servers < 0 || o.Servers > 4096:
 		return o, fmt.Errorf("%w: %d servers", ErrInvalidConfig, o.Servers)
-	case o.MaxInFlight < 0 || o.TTL < 0 || o.QueueCapacity < 0 || o.ScrapeInterval < 0 || o.IndexCapacity < 0 || o.MaxTime < 0:
+	case o.Replicas < 0 || o.Replicas > MaxReplicas:
+		return o, fmt.Errorf("%w: %d gateway replicas (at most %d)", ErrInvalidConfig, o.Replicas, MaxReplicas)
+	case o.MaxInFlight < 0 || o.TTL < 0 || o.QueueCapacity < 0 || o.ScrapeInterval < 0 || o.IndexCapacity < 0 || o.MaxTime < 0 || o.SyncInterval < 0:
 		return o, fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	case o.Gate > GateUsherMean:
 		return o, fmt.Errorf("%w: gate %v", ErrInvalidConfig, o.Gate)
@@ -215,11 +251,13 @@ func (c *Config) withDefaults() (Config, error) {
 
 // event kinds.
 const (
-	evStep     uint8 = iota + 1 // a server's step ends; arg = server
-	evFollowup                  // a closed-loop turn arrives; arg = request
-	evScrape                    // metrics are scraped
-	evTick                      // the queue's earliest deadline
-	evKV                        // delayed KV events reach the index
+	evStep      uint8 = iota + 1 // a server's step ends; arg = server
+	evFollowup                   // a closed-loop turn arrives; arg = request
+	evScrape                     // metrics are scraped
+	evTick                       // a queue's earliest deadline; arg = replica
+	evKV                         // delayed KV events reach the index
+	evSync                       // the gateway replicas flush what they learnt
+	evSyncApply                  // flushed changes reach the other replicas
 )
 
 type event struct {
@@ -308,6 +346,7 @@ type simReq struct {
 	w          *Request
 	idx        int32
 	state      uint8
+	gw         uint8 // the gateway replica it arrived at
 	outcome    flowcontrol.Outcome
 	server     int32
 	arrival    time.Duration
@@ -332,24 +371,22 @@ type server struct {
 // sim is one run. It is single-goroutine: the queue's and router's concurrency machinery is
 // exercised by one caller in virtual time.
 type sim struct {
-	cfg    Config
-	w      *Workload
-	clock  vclock
-	now    time.Duration
-	q      *flowcontrol.Queue
-	router *routing.Router
-	index  *prefixcache.Index
-	srv    []server
-	reqs   []simReq
-	next   []int32 // the closed-loop turn that follows each request, -1 if none
-	flows  []flowcontrol.FlowID
-	sess   []string
-	seed   prefixcache.BlockHash
+	cfg   Config
+	w     *Workload
+	clock vclock
+	now   time.Duration
+	gw    []gateway // the gateway replicas, at least one
+	rr    int       // the replica the next arrival goes to
+	srv   []server
+	reqs  []simReq
+	next  []int32 // the closed-loop turn that follows each request, -1 if none
+	flows []flowcontrol.FlowID
+	sess  []string
+	seed  prefixcache.BlockHash
 
 	events   eventHeap
 	seq      uint64
 	nextOpen int // next open-loop request to arrive
-	tickAt   time.Duration
 	notes    []flowcontrol.Record
 	kicks    []int32
 	states   []routing.BackendState
@@ -366,14 +403,15 @@ type sim struct {
 	samples  int     // scrapes at which the gateway's population was sampled
 	inSystem float64 // Σ over samples of requests queued or in flight in the gateway
 
-	// Exact mode: the engines' KV events on their way to the index, in delivery order.
+	// Exact mode: the engines' KV events on their way to the indexes, in delivery order.
 	exact   bool
-	ixIDs   []prefixcache.BackendID // index id of each server
 	kvq     []pendingKV
 	kvHead  int
 	kvBuf   []engine.KVEvent
 	kvChain []prefixcache.BlockHash
-	kvApply int64 // events applied
+	kvApply int64 // events applied (to every replica's index)
+
+	sync syncState // with several replicas: what they hand each other
 }
 
 // pendingKV is one engine KV event in transit to the index.
@@ -408,48 +446,15 @@ func Run(w *Workload, cfg Config) (*Result, error) {
 }
 
 func newSim(w *Workload, c Config) (*sim, error) {
-	s := &sim{cfg: c, w: w, tickAt: -1}
+	s := &sim{cfg: c, w: w}
 	s.clock.now = epoch
 	s.seed = prefixcache.Seed(c.Profile.Model, "", "")
-	gate, err := s.gate()
-	if err != nil {
-		return nil, err
-	}
-	s.q, err = flowcontrol.New(flowcontrol.Options{
-		Policy:    c.Policy.New(),
-		Gate:      gate,
-		Clock:     &s.clock,
-		TTL:       c.TTL,
-		Capacity:  flowcontrol.Limits{Requests: c.QueueCapacity},
-		EarlyShed: c.EarlyShed,
-		Observer:  flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.notes = append(s.notes, r) }},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bench: flowcontrol: %w", err)
-	}
 	s.exact = !c.NoIndex && (c.Index == IndexExact || (c.Index == IndexAuto && c.Router.Events))
-	ropts := routing.Options{
-		Profile:    c.Router.New(),
-		BlockSize:  c.Profile.BlockSize,
-		StaleAfter: c.StaleAfter,
-		Now:        s.clock.Now,
-		Seed:       c.Seed,
-	}
-	if !c.NoIndex {
-		s.index, err = prefixcache.New(prefixcache.Options{
-			DefaultCapacity: c.Profile.NumBlocks,
-			MaxBytes:        int64(c.Servers) * int64(max(c.IndexCapacity, 2*c.Profile.NumBlocks)) * prefixcache.PairBytes * 2,
-			MaxChainBlocks:  c.Profile.MaxModelLen/c.Profile.BlockSize + 1,
-			MaxBackends:     max(c.Servers, 1),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bench: prefixcache: %w", err)
+	s.gw = make([]gateway, c.Replicas)
+	for k := range s.gw {
+		if err := s.newGateway(k); err != nil {
+			return nil, err
 		}
-		ropts.Index = s.index
-	}
-	s.router, err = routing.New(ropts)
-	if err != nil {
-		return nil, fmt.Errorf("bench: routing: %w", err)
 	}
 	s.srv = make([]server, c.Servers)
 	for i := range s.srv {
@@ -484,32 +489,17 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	s.states = make([]routing.BackendState, c.Servers)
 	// The first scrape publishes the backends before anything arrives.
 	s.scrape()
-	if s.index != nil {
-		// The first scrape registered every server with the index. An approximate index
-		// forgets about as much as a server does (its KV capacity) unless IndexCapacity says
-		// otherwise; an exact one follows the engine's evictions, so its own capacity only
-		// bounds what the router predicts beyond them.
-		capacity := c.IndexCapacity
-		if capacity == 0 && s.exact {
-			capacity = 2 * c.Profile.NumBlocks
-		}
-		s.ixIDs = make([]prefixcache.BackendID, len(s.srv))
-		for i := range s.srv {
-			id, ok := s.index.Lookup(s.srv[i].name)
-			if !ok {
-				return nil, fmt.Errorf("bench: server %s is not in the prefix index", s.srv[i].name)
-			}
-			s.ixIDs[i] = id
-			if capacity > 0 {
-				if err := s.index.SetCapacity(id, capacity); err != nil {
-					return nil, fmt.Errorf("bench: prefixcache: %w", err)
-				}
-			}
+	for k := range s.gw {
+		if err := s.registerServers(&s.gw[k]); err != nil {
+			return nil, err
 		}
 	}
 	s.scrapes = c.ScrapeInterval > 0
 	if s.scrapes {
 		s.schedule(c.ScrapeInterval, evScrape, 0)
+	}
+	if s.syncs() {
+		s.schedule(c.SyncInterval, evSync, 0)
 	}
 	for i := range w.Requests {
 		if w.Requests[i].Prev < 0 {
@@ -519,9 +509,91 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	return s, nil
 }
 
-// gate builds the queue's gate.
-func (s *sim) gate() (flowcontrol.Gate, error) {
-	conc := &flowcontrol.ConcurrencyLimit{Limit: s.cfg.MaxInFlight * s.cfg.Servers}
+// newGateway builds gateway replica k: its queue, prefix index and router.
+func (s *sim) newGateway(k int) error {
+	c := &s.cfg
+	g := &s.gw[k]
+	g.tickAt = -1
+	gate, err := s.gate(k)
+	if err != nil {
+		return err
+	}
+	g.q, err = flowcontrol.New(flowcontrol.Options{
+		Policy:    c.Policy.New(),
+		Gate:      gate,
+		Clock:     &s.clock,
+		TTL:       c.TTL,
+		Capacity:  flowcontrol.Limits{Requests: c.QueueCapacity},
+		EarlyShed: c.EarlyShed,
+		Observer:  flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.notes = append(s.notes, r) }},
+	})
+	if err != nil {
+		return fmt.Errorf("bench: flowcontrol: %w", err)
+	}
+	ropts := routing.Options{
+		Profile:    s.profile(g),
+		BlockSize:  c.Profile.BlockSize,
+		StaleAfter: c.StaleAfter,
+		Now:        s.clock.Now,
+		Seed:       replicaSeed(c.Seed, k),
+	}
+	if !c.NoIndex {
+		iopts := prefixcache.Options{
+			DefaultCapacity: c.Profile.NumBlocks,
+			MaxBytes:        int64(c.Servers) * int64(max(c.IndexCapacity, 2*c.Profile.NumBlocks)) * prefixcache.PairBytes * 2,
+			MaxChainBlocks:  c.Profile.MaxModelLen/c.Profile.BlockSize + 1,
+			MaxBackends:     max(c.Servers, 1),
+		}
+		// Exact mode shares no chains: every replica applies every engine's KV events itself.
+		if s.syncs() && !s.exact {
+			g.feed = prefixcache.NewFeedBuffer(0)
+			iopts.Feed = g.feed
+		}
+		g.index, err = prefixcache.New(iopts)
+		if err != nil {
+			return fmt.Errorf("bench: prefixcache: %w", err)
+		}
+		ropts.Index = g.index
+	}
+	g.router, err = routing.New(ropts)
+	if err != nil {
+		return fmt.Errorf("bench: routing: %w", err)
+	}
+	return nil
+}
+
+// registerServers sets up g's index for the servers, which the first scrape registered with
+// it: an approximate index forgets about as much as a server does (its KV capacity) unless
+// IndexCapacity says otherwise; an exact one follows the engine's evictions, so its own
+// capacity only bounds what the router predicts beyond them.
+func (s *sim) registerServers(g *gateway) error {
+	if g.index == nil {
+		return nil
+	}
+	capacity := s.cfg.IndexCapacity
+	if capacity == 0 && s.exact {
+		capacity = 2 * s.cfg.Profile.NumBlocks
+	}
+	g.ixIDs = make([]prefixcache.BackendID, len(s.srv))
+	for i := range s.srv {
+		id, ok := g.index.Lookup(s.srv[i].name)
+		if !ok {
+			return fmt.Errorf("bench: server %s is not in the prefix index", s.srv[i].name)
+		}
+		g.ixIDs[i] = id
+		if capacity > 0 {
+			if err := g.index.SetCapacity(id, capacity); err != nil {
+				return fmt.Errorf("bench: prefixcache: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// gate builds the queue's gate for gateway replica k.
+func (s *sim) gate(k int) (flowcontrol.Gate, error) {
+	n := len(s.gw)
+	conc := &flowcontrol.ConcurrencyLimit{Limit: (s.cfg.MaxInFlight*s.cfg.Servers + n - 1) / n}
 	sat := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: s.saturation}}}
 	switch s.cfg.Gate {
 	case GateConcurrency:
@@ -532,7 +604,7 @@ func (s *sim) gate() (flowcontrol.Gate, error) {
 		return flowcontrol.AllGates{conc, sat}, nil
 	case GateUsher, GateUsherMean:
 		opts := routing.SaturationOptions{Mean: s.cfg.Gate == GateUsherMean}
-		gauge := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: func() float64 { return s.router.Saturation(opts) }}}}
+		gauge := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: func() float64 { return s.gw[k].router.Saturation(opts) }}}}
 		return flowcontrol.AllGates{conc, gauge}, nil
 	}
 	return nil, nil
@@ -598,16 +670,24 @@ func (s *sim) loop() {
 			case evScrape:
 				s.scrape()
 				if s.cfg.Gate != GateConcurrency && s.cfg.Gate != GateNone {
-					s.q.Notify()
+					for k := range s.gw {
+						s.gw[k].q.Notify()
+					}
 				}
 				s.schedule(s.now+s.cfg.ScrapeInterval, evScrape, 0)
 			case evTick:
-				s.tickAt = -1
-				if next := s.q.Tick(); !next.IsZero() {
-					s.scheduleTick(next.Sub(epoch))
+				g := &s.gw[e.arg]
+				g.tickAt = -1
+				if next := g.q.Tick(); !next.IsZero() {
+					s.scheduleTick(e.arg, next.Sub(epoch))
 				}
 			case evKV:
 				s.deliverKV()
+			case evSync:
+				s.flush()
+				s.schedule(s.now+s.cfg.SyncInterval, evSync, 0)
+			case evSyncApply:
+				s.applySync()
 			}
 		}
 		s.settle()
@@ -615,32 +695,38 @@ func (s *sim) loop() {
 	s.finishLoads()
 }
 
-func (s *sim) scheduleTick(at time.Duration) {
-	if s.tickAt >= 0 && s.tickAt <= at {
+// scheduleTick schedules gateway replica k's queue tick at at, unless one is due by then.
+func (s *sim) scheduleTick(k int32, at time.Duration) {
+	g := &s.gw[k]
+	if g.tickAt >= 0 && g.tickAt <= at {
 		return
 	}
-	s.tickAt = at
-	s.schedule(at, evTick, 0)
+	g.tickAt = at
+	s.schedule(at, evTick, k)
 }
 
-// arrive sends request i to the gateway queue.
+// arrive sends request i to the queue of the next gateway replica, round-robin.
 func (s *sim) arrive(i int32) {
 	r := &s.reqs[i]
 	r.arrival = s.now
 	r.state = rsQueued
+	r.gw = uint8(s.rr)
+	if s.rr++; s.rr == len(s.gw) {
+		s.rr = 0
+	}
 	flow := flowcontrol.FlowID("r" + strconv.Itoa(int(i)))
 	if r.w.Session >= 0 {
 		flow = s.flows[r.w.Session]
 	}
 	// The outcome (dispatched at once, rejected, or later) comes through the observer.
-	_, _ = s.q.Enqueue(flowcontrol.Request{
+	_, _ = s.gw[r.gw].q.Enqueue(flowcontrol.Request{
 		Flow:         flow,
 		PromptTokens: flowcontrol.Tokens(r.w.PromptTokens),
 		OutputTokens: flowcontrol.Tokens(r.w.OutputTokens),
 		Arrival:      s.clock.now,
 		Value:        r,
 	})
-	s.scheduleTick(s.now + s.cfg.TTL)
+	s.scheduleTick(int32(r.gw), s.now+s.cfg.TTL)
 }
 
 // settle handles the queue's outcomes produced by the last operation (dispatches, expiries,
@@ -704,7 +790,7 @@ func (s *sim) dispatch(r *simReq) {
 	if r.w.Session >= 0 {
 		sess = s.sess[r.w.Session]
 	}
-	res, err := s.router.Pick(&routing.Request{
+	res, err := s.gw[r.gw].router.Pick(&routing.Request{
 		Chain:        chain,
 		BlockSize:    s.cfg.Profile.BlockSize,
 		PromptTokens: int(r.w.PromptTokens),
@@ -813,30 +899,34 @@ func (s *sim) publishKV(i int32) {
 	s.schedule(at, evKV, 0)
 }
 
-// deliverKV applies every KV event due by now, in the order the engines produced them. The
-// simulated engines hash blocks exactly as the router does (their block hashes are the
-// request's chain), so a stored block is inserted under its own hash and a removed one removed:
-// the index then holds what each engine holds, which is what prefixcache.ApplyStored and
-// ApplyRemoved achieve with a real engine's opaque hashes.
+// deliverKV applies every KV event due by now, in the order the engines produced them, to
+// every gateway replica's index (each subscribes to every engine). The simulated engines hash
+// blocks exactly as the router does (their block hashes are the request's chain), so a stored
+// block is inserted under its own hash and a removed one removed: the index then holds what
+// each engine holds, which is what prefixcache.ApplyStored and ApplyRemoved achieve with a real
+// engine's opaque hashes. Exact-mode indexes have no Feed, so nothing here is shared.
 func (s *sim) deliverKV() {
 	for s.kvHead < len(s.kvq) && s.kvq[s.kvHead].at <= s.now {
 		p := &s.kvq[s.kvHead]
-		id := s.ixIDs[p.srv]
 		s.kvChain = s.kvChain[:0]
 		for _, h := range p.ev.Hashes {
 			s.kvChain = append(s.kvChain, prefixcache.BlockHash(h))
 		}
-		var err error
-		switch p.ev.Kind {
-		case engine.KVBlockStored:
-			err = s.index.Insert(id, s.kvChain)
-		case engine.KVBlockRemoved:
-			err = s.index.Remove(id, s.kvChain)
-		case engine.KVAllBlocksCleared:
-			err = s.index.ClearBackend(id)
-		}
-		if err != nil {
-			panic("bench: applying a KV event: " + err.Error()) // ids are registered, hashes valid
+		for k := range s.gw {
+			g := &s.gw[k]
+			id := g.ixIDs[p.srv]
+			var err error
+			switch p.ev.Kind {
+			case engine.KVBlockStored:
+				err = g.index.Insert(id, s.kvChain)
+			case engine.KVBlockRemoved:
+				err = g.index.Remove(id, s.kvChain)
+			case engine.KVAllBlocksCleared:
+				err = g.index.ClearBackend(id)
+			}
+			if err != nil {
+				panic("bench: applying a KV event: " + err.Error()) // ids are registered, hashes valid
+			}
 		}
 		s.kvApply++
 		*p = pendingKV{}
@@ -907,12 +997,13 @@ func (s *sim) scrape() {
 		s.level = level / float64(len(s.srv))
 	}
 	s.scraped = s.now
-	if s.q != nil {
-		st := s.q.Stats()
+	for k := range s.gw {
+		g := &s.gw[k]
+		st := g.q.Stats()
 		s.inSystem += float64(st.Queued + st.InFlight)
-		s.samples++
+		if err := g.router.Update(s.states); err != nil {
+			panic("bench: router rejected the backend set: " + err.Error()) // names are unique
+		}
 	}
-	if err := s.router.Update(s.states); err != nil {
-		panic("bench: router rejected the backend set: " + err.Error()) // names are unique
-	}
+	s.samples++
 }

@@ -6,6 +6,12 @@
 //	go run ./bench/cmd/compare -sweep 2,4,6,8          # a sweep; the goal check picks the knee
 //	go run ./bench/cmd/compare -workload agentic -policies fcfs,llm-d-turn,bounded-wait
 //	go run ./bench/cmd/compare -workload prefix-group -policies fcfs -seeds 5
+//	go run ./bench/cmd/compare -policies fcfs -routers usher -replica-sweep 1,3:none,3:10ms,3:200ms
+//
+// -replicas K puts K gateway replicas in front of the servers (requests dealt round-robin),
+// which share what they learn SyncLag late (-sync-lag, a duration or "none"); -replica-sweep
+// runs every configuration at each of a list of K:lag settings and ends with a table of them
+// side by side.
 //
 // Every configuration runs once per seed (-seeds, from -seed up): the seed generates the
 // synthetic workloads and drives the router's random choices (the Mooncake trace itself does
@@ -42,30 +48,35 @@ func main() {
 
 func run() error {
 	var (
-		workload = flag.String("workload", "mooncake", "workload: "+bench.WorkloadNames())
-		trace    = flag.String("trace", "", "Mooncake trace path (default: shared/traces/"+bench.MooncakeTraceName+" found above the working directory)")
-		requests = flag.Int("requests", 0, "use only the first N requests (0: all)")
-		rate     = flag.Float64("rate", 4, "load: arrival rate multiplier")
-		sweep    = flag.String("sweep", "", "comma-separated rate multipliers (overrides -rate)")
-		policies = flag.String("policies", "all", "comma-separated policies, or all")
-		routers  = flag.String("routers", "all", "comma-separated routers, or all")
-		servers  = flag.Int("servers", bench.DefaultServers, "model servers")
-		gate     = flag.String("gate", "concurrency", "admission gate: concurrency, saturation, both or none")
-		inflight = flag.Int("max-inflight", bench.DefaultMaxInFlight, "concurrency gate: requests in flight per server")
-		ttl      = flag.Duration("ttl", 60*time.Second, "admission TTL")
-		scrape   = flag.Duration("scrape", bench.DefaultScrapeInterval, "metrics scrape interval")
-		stale    = flag.Duration("stale", 0, "router staleness limit (0: routing's default, 2s)")
-		seed     = flag.Uint64("seed", bench.DefaultSeed, "first seed for the router and the synthetic workloads")
-		seeds    = flag.Int("seeds", 3, "seeds per configuration (seed, seed+1, ...); tables show the median and min–max")
-		parallel = flag.Int("parallel", runtime.NumCPU(), "configurations run at once")
-		goal     = flag.Bool("goal", true, "print the goal check after the tables")
-		kvBlocks = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
-		index    = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
-		evDelay  = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
-		shed     = flag.String("early-shed", "off", "early shedding in the gateway queue: off, on, or both (every policy twice, the shedding one named POLICY+shed)")
-		plotDir  = flag.String("plot", "", "write the admission frontier of every rate (and the knee of a sweep, and hit rate against KV of a -kv-sweep) as PNG and SVG into this directory")
-		kvSweep  = flag.String("kv-sweep", "", "comma-separated KV cache blocks per server: run everything at each (overrides -kv-blocks), print the tables of each, and plot hit rate against KV")
-		after    = flag.String("after-shed", "end", "a closed-loop session whose turn is shed or fails: end (its later turns are abandoned) or continue (its next turn is still sent, so every policy is offered the same turns)")
+		workload  = flag.String("workload", "mooncake", "workload: "+bench.WorkloadNames())
+		trace     = flag.String("trace", "", "Mooncake trace path (default: shared/traces/"+bench.MooncakeTraceName+" found above the working directory)")
+		requests  = flag.Int("requests", 0, "use only the first N requests (0: all)")
+		rate      = flag.Float64("rate", 4, "load: arrival rate multiplier")
+		sweep     = flag.String("sweep", "", "comma-separated rate multipliers (overrides -rate)")
+		policies  = flag.String("policies", "all", "comma-separated policies, or all")
+		routers   = flag.String("routers", "all", "comma-separated routers, or all")
+		servers   = flag.Int("servers", bench.DefaultServers, "model servers")
+		gate      = flag.String("gate", "concurrency", "admission gate: concurrency, saturation, both or none")
+		inflight  = flag.Int("max-inflight", bench.DefaultMaxInFlight, "concurrency gate: requests in flight per server")
+		ttl       = flag.Duration("ttl", 60*time.Second, "admission TTL")
+		scrape    = flag.Duration("scrape", bench.DefaultScrapeInterval, "metrics scrape interval")
+		stale     = flag.Duration("stale", 0, "router staleness limit (0: routing's default, 2s)")
+		seed      = flag.Uint64("seed", bench.DefaultSeed, "first seed for the router and the synthetic workloads")
+		seeds     = flag.Int("seeds", 3, "seeds per configuration (seed, seed+1, ...); tables show the median and min–max")
+		parallel  = flag.Int("parallel", runtime.NumCPU(), "configurations run at once")
+		goal      = flag.Bool("goal", true, "print the goal check after the tables")
+		kvBlocks  = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
+		index     = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
+		evDelay   = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
+		shed      = flag.String("early-shed", "off", "early shedding in the gateway queue: off, on, or both (every policy twice, the shedding one named POLICY+shed)")
+		plotDir   = flag.String("plot", "", "write the admission frontier of every rate (and the knee of a sweep, and hit rate against KV of a -kv-sweep) as PNG and SVG into this directory")
+		kvSweep   = flag.String("kv-sweep", "", "comma-separated KV cache blocks per server: run everything at each (overrides -kv-blocks), print the tables of each, and plot hit rate against KV")
+		replicas  = flag.Int("replicas", 1, "gateway replicas in front of the servers, each with its own queue (its share of the limit), router, prefix index and session table")
+		syncLag   = flag.String("sync-lag", "0", "with -replicas > 1: how late one replica's changes (prefix chains, session placements, in-flight counts, flushed every -sync-interval) reach the others, a duration, or none (never: each replica alone)")
+		syncEvery = flag.Duration("sync-interval", bench.DefaultSyncInterval, "with -replicas > 1: how often each replica flushes what it learnt")
+		repSweep  = flag.String("replica-sweep", "", "comma-separated replica settings K or K:LAG (LAG a duration or none), e.g. 1,3:none,3:10ms,3:200ms: run everything at each (overrides -replicas and -sync-lag), print the tables of each and a table of all")
+		spread    = flag.Bool("spread-arrivals", false, "spread open-loop requests that arrive at the same instant evenly up to the next instant (the Mooncake trace's timestamps are 3 s apart, about ten requests each)")
+		after     = flag.String("after-shed", "end", "a closed-loop session whose turn is shed or fails: end (its later turns are abandoned) or continue (its next turn is still sent, so every policy is offered the same turns)")
 	)
 	flag.Parse()
 
@@ -94,6 +105,9 @@ func run() error {
 		}
 		if *requests > 0 {
 			w = w.Head(*requests)
+		}
+		if *spread {
+			w = w.SpreadArrivals()
 		}
 		ws = append(ws, w)
 	}
@@ -139,6 +153,50 @@ func run() error {
 			kvs = append(kvs, v)
 		}
 	}
+	type replicaSetting struct {
+		n   int
+		lag time.Duration
+	}
+	parseReplicas := func(n int, lag string) (replicaSetting, error) {
+		if n < 1 || n > bench.MaxReplicas {
+			return replicaSetting{}, fmt.Errorf("bad replica count %d (1 to %d)", n, bench.MaxReplicas)
+		}
+		if lag == "none" {
+			return replicaSetting{n, bench.NoSync}, nil
+		}
+		d, err := time.ParseDuration(lag)
+		if err != nil || d < 0 {
+			return replicaSetting{}, fmt.Errorf("bad sync lag %q (a duration ≥ 0, or none)", lag)
+		}
+		return replicaSetting{n, d}, nil
+	}
+	if *syncEvery <= 0 {
+		return fmt.Errorf("bad -sync-interval %v (> 0)", *syncEvery)
+	}
+	var reps []replicaSetting
+	if *repSweep == "" {
+		rp, err := parseReplicas(*replicas, *syncLag)
+		if err != nil {
+			return err
+		}
+		reps = append(reps, rp)
+	} else {
+		for _, f := range strings.Split(*repSweep, ",") {
+			n, lag, _ := strings.Cut(strings.TrimSpace(f), ":")
+			k, err := strconv.Atoi(n)
+			if err != nil {
+				return fmt.Errorf("bad -replica-sweep entry %q (K or K:LAG)", f)
+			}
+			if lag == "" {
+				lag = "0"
+			}
+			rp, err := parseReplicas(k, lag)
+			if err != nil {
+				return err
+			}
+			reps = append(reps, rp)
+		}
+	}
 	var continueAfterShed bool
 	switch *after {
 	case "end":
@@ -159,6 +217,7 @@ func run() error {
 		w    *bench.Workload
 		rate float64
 		kv   int // index into kvs
+		rp   int // index into reps
 		cfg  bench.Config
 	}
 	switch *shed {
@@ -178,16 +237,19 @@ func run() error {
 	}
 	var jobs []job
 	for kv, blocks := range kvs {
-		for _, r := range rs {
-			for k, w := range ws {
-				sw := w.Scaled(r)
-				for _, p := range ps {
-					for _, ro := range ros {
-						c := base
-						c.Profile.NumBlocks = blocks
-						c.Policy, c.Router, c.Seed = p, ro, *seed+uint64(k)
-						c.EarlyShed.Enabled = strings.HasSuffix(p.Name, bench.EarlyShedSuffix)
-						jobs = append(jobs, job{sw, r, kv, c})
+		for rp, rep := range reps {
+			for _, r := range rs {
+				for k, w := range ws {
+					sw := w.Scaled(r)
+					for _, p := range ps {
+						for _, ro := range ros {
+							c := base
+							c.Profile.NumBlocks = blocks
+							c.Policy, c.Router, c.Seed = p, ro, *seed+uint64(k)
+							c.EarlyShed.Enabled = strings.HasSuffix(p.Name, bench.EarlyShedSuffix)
+							c.Replicas, c.SyncLag, c.SyncInterval = rep.n, rep.lag, *syncEvery
+							jobs = append(jobs, job{sw, r, kv, rp, c})
+						}
 					}
 				}
 			}
@@ -221,8 +283,8 @@ func run() error {
 			mu.Lock()
 			done++
 			events += res.Events
-			fmt.Fprintf(os.Stderr, "\r[%d/%d] ×%g %s × %s, seed %d: %.2f req/s, p99 TTFT %.1fs (%.1fs)      ",
-				done, len(jobs), j.rate, j.cfg.Policy.Name, j.cfg.Router.Name, j.cfg.Seed, res.ReqPerSec, res.TTFT.P99.Seconds(), res.Wall.Seconds())
+			fmt.Fprintf(os.Stderr, "\r[%d/%d] ×%g %s × %s%s, seed %d: %.2f req/s, p99 TTFT %.1fs (%.1fs)      ",
+				done, len(jobs), j.rate, j.cfg.Policy.Name, j.cfg.Router.Name, replicaNote(j.cfg.Replicas, j.cfg.SyncLag, *syncEvery), j.cfg.Seed, res.ReqPerSec, res.TTFT.P99.Seconds(), res.Wall.Seconds())
 			mu.Unlock()
 			return nil
 		})
@@ -240,33 +302,45 @@ func run() error {
 	}
 	var points []bench.KVPoint
 	for kv, blocks := range kvs {
-		var mine []*bench.Result
-		for i, j := range jobs {
-			if j.kv == kv {
-				mine = append(mine, results[i])
-				r := results[i]
-				points = append(points, bench.KVPoint{Router: r.Router, KVBlocks: blocks, HitOverIdeal: hitOverIdeal(r)})
+		var ofKV []*bench.Result
+		for rp, rep := range reps {
+			var mine []*bench.Result
+			for i, j := range jobs {
+				if j.kv == kv && j.rp == rp {
+					mine = append(mine, results[i])
+					if r := results[i]; len(reps) == 1 {
+						points = append(points, bench.KVPoint{Router: r.Router, KVBlocks: blocks, HitOverIdeal: hitOverIdeal(r)})
+					}
+				}
 			}
-		}
-		if kv > 0 {
-			fmt.Println()
-		}
-		fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s%s.\n\n",
-			ws[0].Name, perSeed(requestsOf), perSeed(sessionsOf), base.Servers, profile.Name, blocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, seedsOf, afterShedNote(continueAfterShed))
-		if err := bench.WriteTables(os.Stdout, mine); err != nil {
-			return err
-		}
-		if *goal {
-			if err := bench.WriteGoal(os.Stdout, mine); err != nil {
+			ofKV = append(ofKV, mine...)
+			if kv > 0 || rp > 0 {
+				fmt.Println()
+			}
+			fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s%s%s%s.\n\n",
+				ws[0].Name, perSeed(requestsOf), perSeed(sessionsOf), base.Servers, profile.Name, blocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, seedsOf,
+				replicaNote(rep.n, rep.lag, *syncEvery), spreadNote(*spread), afterShedNote(continueAfterShed))
+			if err := bench.WriteTables(os.Stdout, mine); err != nil {
 				return err
 			}
-		}
-		if *plotDir != "" && len(kvs) == 1 {
-			paths, err := bench.WritePlots(*plotDir, mine)
-			for _, p := range paths {
-				fmt.Fprintln(os.Stderr, "wrote", p)
+			if *goal {
+				if err := bench.WriteGoal(os.Stdout, mine); err != nil {
+					return err
+				}
 			}
-			if err != nil {
+			if *plotDir != "" && len(kvs) == 1 && len(reps) == 1 {
+				paths, err := bench.WritePlots(*plotDir, mine)
+				for _, p := range paths {
+					fmt.Fprintln(os.Stderr, "wrote", p)
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		if len(reps) > 1 {
+			fmt.Printf("### Gateway replicas side by side\n\n")
+			if err := bench.WriteReplicaTable(os.Stdout, ofKV); err != nil {
 				return err
 			}
 		}
@@ -289,6 +363,26 @@ func hitOverIdeal(r *bench.Result) float64 {
 		return 0
 	}
 	return r.HitRate / r.IdealHitRate
+}
+
+// replicaNote says, in the tables' heading, how many gateway replicas there were and how
+// they synced; nothing for one.
+func replicaNote(n int, lag, every time.Duration) string {
+	switch {
+	case n <= 1:
+		return ""
+	case lag < 0:
+		return fmt.Sprintf("; %d gateway replicas, no sync", n)
+	}
+	return fmt.Sprintf("; %d gateway replicas, synced every %v, %v late", n, every, lag)
+}
+
+// spreadNote says, in the tables' heading, that bunched arrivals were spread.
+func spreadNote(spread bool) string {
+	if spread {
+		return "; arrivals at one instant spread to the next (-spread-arrivals)"
+	}
+	return ""
 }
 
 // afterShedNote says, in the tables' heading, that shed sessions went on.
