@@ -4,16 +4,19 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/replica"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -63,6 +66,15 @@ type Config struct {
 	// KVListen is an endpoint the gateway binds for KV events from servers that connect
 	// (Options.KVListen).
 	KVListen string `json:"kv_listen"`
+	// Redis, if set, is the Redis (or Valkey) server through which this gateway shares its
+	// state with the other replicas of its Cluster (Options.Replica): host:port, or a
+	// redis:// or rediss:// URL.
+	Redis string `json:"redis"`
+	// ReplicaID names this replica among its peers (replica.Options.ID; empty: host name,
+	// process id and a random suffix); Cluster names the group of replicas that share state
+	// (empty: "usher").
+	ReplicaID string `json:"replica_id"`
+	Cluster   string `json:"cluster"`
 	// Models restricts the model names requests may ask for; empty: the backends' lists.
 	Models []string `json:"models"`
 	// MaxBodyBytes bounds a request body.
@@ -132,6 +144,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "prompt tokenization: bytes (approximate index) or endpoint (the servers' POST /tokenize: exact, needed for KV events)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block: the engines' block size")
 	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block in -tokenizer bytes")
+	fs.StringVar(&c.Redis, "redis", c.Redis, "Redis (or Valkey) to share prefix, load, session and fairness state with the other gateway replicas: host:port or redis://...; empty: this gateway alone")
+	fs.StringVar(&c.ReplicaID, "replica-id", c.ReplicaID, "this replica's name among its peers (with -redis); empty: host-pid-random")
+	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "the replicas sharing state through -redis (key namespace); empty: usher")
 	fs.StringVar(&c.KVListen, "kv-listen", c.KVListen, "endpoint to bind for KV events from servers that connect to the gateway (vLLM with endpoint tcp://GATEWAY:PORT), e.g. tcp://0.0.0.0:5557; their -backend names kv-pod")
 	fs.StringVar(&c.TenantHeader, "tenant-header", c.TenantHeader, "trusted header naming the tenant (set by an auth proxy); empty: a keyed digest of the API key")
 	fs.StringVar(&c.SessionHeader, "session-header", c.SessionHeader, "header naming the session (the OpenAI user field is the fallback)")
@@ -277,9 +292,15 @@ var RouterNames = []string{"usher", "llmd", "llmd-sticky", "sglang", "dynamo", "
 
 // NewProfile returns the routing profile named name (RouterNames).
 func NewProfile(name string) (routing.Profile, error) {
+	return newProfile(name, routing.SessionOptions{})
+}
+
+// newProfile is NewProfile with the session options of the profiles that keep sessions
+// (usher's SessionAware), for replicas that share placements.
+func newProfile(name string, sess routing.SessionOptions) (routing.Profile, error) {
 	switch name {
 	case "usher":
-		return routing.Usher(routing.UsherOptions{}), nil
+		return routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: sess}}), nil
 	case "llmd":
 		return routing.LLMDDefault(), nil
 	case "llmd-sticky":
@@ -381,18 +402,52 @@ func (c Config) Options() (Options, error) {
 	if o.Policy, err = NewPolicy(c.Policy, c.BoundedWait); err != nil {
 		return Options{}, err
 	}
-	profile, err := NewProfile(c.Router)
+	var sess routing.SessionOptions
+	var io prefixcache.Options
+	if c.Redis != "" {
+		if o.Replica, err = newReplica(c); err != nil {
+			return Options{}, err
+		}
+		sess = routing.SessionOptions{Seed: o.Replica.SessionSeed(), Feed: o.Replica.SessionFeed()}
+		io.Feed = o.Replica.PrefixFeed()
+	}
+	profile, err := newProfile(c.Router, sess)
 	if err != nil {
 		return Options{}, err
 	}
 	if profile, err = WithPassiveHealth(profile, routing.OutlierOptions{}); err != nil {
 		return Options{}, err
 	}
-	if o.Index, err = prefixcache.New(prefixcache.Options{}); err != nil {
+	if o.Index, err = prefixcache.New(io); err != nil {
 		return Options{}, err
 	}
 	if o.Router, err = routing.New(routing.Options{Profile: profile, Index: o.Index, BlockSize: c.BlockSize}); err != nil {
 		return Options{}, err
 	}
 	return o, nil
+}
+
+// newReplica connects (lazily: nothing is dialled here) to c.Redis for the replica c names.
+func newReplica(c Config) (*replica.Replica, error) {
+	var ro *redis.Options
+	if strings.Contains(c.Redis, "://") {
+		var err error
+		if ro, err = redis.ParseURL(c.Redis); err != nil {
+			return nil, fmt.Errorf("%w: redis %q: %v", ErrInvalidOptions, c.Redis, err)
+		}
+	} else {
+		if _, _, err := net.SplitHostPort(c.Redis); err != nil {
+			return nil, fmt.Errorf("%w: redis %q: want host:port or a redis:// URL", ErrInvalidOptions, c.Redis)
+		}
+		ro = &redis.Options{Addr: c.Redis}
+	}
+	// Every call is off the request path and bounded again by the replica; fail fast and let
+	// the replica retry rather than the client.
+	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	ro.MaxRetries, ro.PoolSize, ro.ContextTimeoutEnabled = -1, 4, true
+	rep, err := replica.New(replica.Options{ID: c.ReplicaID, Cluster: c.Cluster, Client: redis.NewClient(ro)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
+	}
+	return rep, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/replica"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -229,6 +230,16 @@ type Options struct {
 	// Logger receives what goes wrong in the background (KV events, scrapes). Nil:
 	// slog.Default().
 	Logger *slog.Logger
+	// Replica, if set, keeps this gateway in step with the other replicas of its cluster
+	// through Redis (package replica): Run runs it, GET /metrics adds its
+	// usher_replica_sync_* series, and New attaches the Index, the Router and its session
+	// scorers, the default queue's per-flow usage and its concurrency gate, whose MaxInFlight
+	// then is the limit of the whole cluster, shared among the live replicas. The default
+	// Index and Router are built with the Replica's feeds; an Index or Router of your own
+	// must be built with them (prefixcache.Options.Feed = Replica.PrefixFeed(); the session
+	// scorers' SessionOptions.Seed = Replica.SessionSeed() and Feed = Replica.SessionFeed()),
+	// or what it learns stays local.
+	Replica *replica.Replica
 }
 
 // Handler is an OpenAI-compatible gateway over a fleet of model servers: for POST
@@ -257,6 +268,7 @@ type Handler struct {
 	registry  *prometheus.Registry
 	scraper   *metrics.Scraper     // nil without Backends
 	kv        *kvevents.Subscriber // nil without KV-event endpoints
+	replica   *replica.Replica     // nil without Options.Replica
 	log       *slog.Logger
 	limits    openai.Limits
 	maxBody   int64
@@ -366,13 +378,22 @@ func New(opts Options) (*Handler, error) {
 		h.staticList = staticModelList(h.staticModels)
 	}
 
+	rep := opts.Replica
 	if h.index == nil {
-		if h.index, err = prefixcache.New(prefixcache.Options{}); err != nil {
+		var io prefixcache.Options
+		if rep != nil {
+			io.Feed = rep.PrefixFeed()
+		}
+		if h.index, err = prefixcache.New(io); err != nil {
 			return nil, err
 		}
 	}
 	if h.router == nil {
-		profile, err := WithPassiveHealth(routing.Usher(routing.UsherOptions{}), opts.PassiveHealth)
+		var uo routing.UsherOptions
+		if rep != nil {
+			uo.Session.Seed, uo.Session.Feed = rep.SessionSeed(), rep.SessionFeed()
+		}
+		profile, err := WithPassiveHealth(routing.Usher(uo), opts.PassiveHealth)
 		if err != nil {
 			return nil, err
 		}
@@ -407,10 +428,23 @@ func New(opts Options) (*Handler, error) {
 			return nil, err
 		}
 	}
+	var limit *flowcontrol.ConcurrencyLimit
 	if h.queue == nil {
-		if h.queue, err = h.defaultQueue(opts); err != nil {
+		if h.queue, limit, err = h.defaultQueue(opts); err != nil {
 			return nil, err
 		}
+	}
+	if rep != nil {
+		parts := replica.Parts{Index: h.index, Router: h.router, Sessions: h.router.SessionScorers()}
+		if opts.Queue == nil {
+			parts.Usage = h.queue
+			parts.GlobalLimit = limit.Limit
+			parts.SetLimit = func(n int) { h.queue.Reconfigure(func() { limit.Limit = n }) }
+		}
+		if err := rep.Attach(parts); err != nil {
+			return nil, err
+		}
+		h.replica = rep
 	}
 	if len(opts.Backends) > 0 {
 		targets := make([]metrics.Target, len(h.members))
@@ -433,6 +467,9 @@ func New(opts Options) (*Handler, error) {
 	h.registry.MustRegister(h.usher)
 	if h.scraper != nil {
 		h.registry.MustRegister(h.scraper)
+	}
+	if h.replica != nil {
+		h.registry.MustRegister(h.replica)
 	}
 	h.metricsH = promhttp.HandlerFor(h.registry, promhttp.HandlerOpts{})
 	h.rp = &httputil.ReverseProxy{
@@ -462,12 +499,12 @@ func WithPassiveHealth(p routing.Profile, o routing.OutlierOptions) (routing.Pro
 const PassiveHealthWeight = 1.0
 
 // defaultQueue is the queue Options.Queue nil stands for.
-func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, error) {
+func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, *flowcontrol.ConcurrencyLimit, error) {
 	policy := opts.Policy
 	if policy == nil {
 		var err error
 		if policy, err = fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: 10 * time.Second}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	ttl := opts.TTL
@@ -478,14 +515,15 @@ func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, error) {
 	if limit == 0 {
 		limit = 64 * max(1, len(opts.Backends))
 	}
-	var gate flowcontrol.Gate = &flowcontrol.ConcurrencyLimit{Limit: limit}
+	conc := &flowcontrol.ConcurrencyLimit{Limit: limit}
+	var gate flowcontrol.Gate = conc
 	if opts.Saturation > 0 {
 		threshold := opts.Saturation
 		gate = flowcontrol.AllGates{gate, &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{
 			Level: func() float64 { return h.Saturation() / threshold },
 		}}}}
 	}
-	return flowcontrol.New(flowcontrol.Options{
+	q, err := flowcontrol.New(flowcontrol.Options{
 		Bands:        h.bands,
 		Policy:       policy,
 		Gate:         gate,
@@ -495,6 +533,7 @@ func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, error) {
 		Observer:     flowcontrol.Observer{Outcome: h.ObserveOutcome},
 		EarlyShed:    opts.EarlyShed,
 	})
+	return q, conc, err
 }
 
 // ObserveOutcome counts an admission outcome in usher's metrics. The default queue's
@@ -675,7 +714,7 @@ func (h *Handler) Start(ctx context.Context) {
 // ctx ends. It returns the first error of a background task that failed for another reason
 // than ctx ending; nil otherwise. Call it once.
 func (h *Handler) Run(ctx context.Context) error {
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	n := 0
 	if h.scraper != nil {
 		n += 2
@@ -685,6 +724,10 @@ func (h *Handler) Run(ctx context.Context) error {
 	if h.kv != nil {
 		n++
 		go func() { errc <- h.kv.Run(ctx) }()
+	}
+	if h.replica != nil {
+		n++
+		go func() { errc <- h.replica.Run(ctx) }()
 	}
 	if n == 0 {
 		<-ctx.Done()

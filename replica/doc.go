@@ -1,0 +1,65 @@
+// Package replica lets several usher gateway replicas run active-active behind one Service:
+// each keeps its own prefix index, router load, session table and fairness counters, and
+// Redis (or Valkey) carries what each learns to the others, so that a conversation whose
+// turns land on different replicas still finds its cache-warm backend, load seen by one
+// replica counts for all, and a tenant's fair share is global.
+//
+// # What is shared, and how
+//
+// Every Interval (50 ms) a replica's writer does one pipelined round trip:
+//
+//   - XADD to the change stream usher:{cluster}:changes one entry with what this replica
+//     learnt since the last flush: the prefix chains its index inserted (and retracted) with
+//     the backend's name, the session placements its session scorers made, and the usage
+//     each flow accrued under the queue's policy (VTC, LAS, turn counts) as deltas. The
+//     stream is trimmed to about StreamLength entries.
+//   - SET usher:{cluster}:load:<id> to its own in-flight counts per backend (requests,
+//     uncached prefill tokens, KV blocks), expiring after PeerTTL, and ZADD its id with the
+//     time to the member set usher:{cluster}:replicas.
+//   - then MGET the load keys of the replicas seen within PeerTTL: the router adds their sum
+//     to its own counts (Router.SetPeerInFlight), and the concurrency gate is given this
+//     replica's share of the global limit, the limit over the live replicas rounded up.
+//
+// A reader follows the change stream with a blocking XREAD and applies every peer's entry:
+// chains go into the local index (InsertRemote, which does not feed them back), placements
+// into the session tables (LearnPlacement, the later expiry wins), usage deltas into the
+// policy. A replica that starts reads the stream from Warm (5 minutes) back, so it starts
+// with what its peers learnt rather than cold.
+//
+// Matching a prefix, picking a backend and admitting a request stay local, lock-free and
+// allocation-free: the request path only appends to two bounded in-memory buffers, which the
+// writer drains. The cost of replication on the hot path is one more atomic load per
+// candidate in Pick (the peers' counts) and a buffered copy of each inserted chain.
+//
+// Exact mode needs none of the prefix feed: every replica subscribes to every engine's KV
+// events itself (prefixcache/kvevents), so each index follows the engines directly. Load,
+// placements and usage are shared as above either way.
+//
+// # When Redis is down or slow
+//
+// No request waits on Redis and none fails because of it. Each round trip is bounded by
+// IOTimeout; a failure is counted (usher_replica_sync_errors_total{kind="redis"}), logged
+// once per outage, and retried with backoff. Meanwhile each replica goes on alone: its
+// peers' counts expire after PeerTTL, its index and session table keep what they learnt, and
+// its share of the global limit stays at the last value (so replicas that cannot see each
+// other do not together exceed the limit). The changes of failed flushes are kept for the
+// next, up to half a payload (2 MiB); beyond that they are dropped and counted. When Redis returns, the writer resumes and
+// the reader continues the stream from the last entry it applied — or, after a Redis
+// restart that lost the stream, from what arrives next.
+//
+// # Trust
+//
+// Everything read from Redis is decoded by a bounds-checked parser (a versioned binary
+// format, wire.go): data that is foreign, corrupt or of another version is rejected and
+// counted (kind="rejected"), never applied; records naming a backend this replica does not
+// know are skipped and counted (kind="unknown_backend"). Redis must still be trusted not to
+// lie within the format — a writer with access to it can steer placements — so give it the
+// network exposure of the gateways' own configuration.
+//
+// # Metrics
+//
+// A Replica is a prometheus.Collector: usher_replica_sync_connected, _peers,
+// _lag_seconds (age of the newest applied peer change), _limit_share,
+// _records_total{direction}, _errors_total{kind} and _resyncs_total, each labelled with the
+// replica id.
+package replica

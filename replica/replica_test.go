@@ -1,0 +1,311 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/usher-llm/usher/internal/redistest"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing"
+)
+
+func init() { redis.SetLogger(quietRedis{}) }
+
+// quietRedis keeps go-redis's own pool messages out of the test output; the replicas count
+// and log what matters.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+var backends = []string{"http://a:8000", "http://b:8000", "http://c:8000", "http://d:8000"}
+
+// node is one gateway replica in process: its index, router and Replica.
+type node struct {
+	rep    *Replica
+	ix     *prefixcache.Index
+	rt     *routing.Router
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func client(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr: addr, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+		MaxRetries: -1, PoolSize: 4, ContextTimeoutEnabled: true,
+	})
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newNode(t *testing.T, addr, id string, o Options) *node {
+	t.Helper()
+	c := client(addr)
+	t.Cleanup(func() { c.Close() })
+	o.ID, o.Client = id, c
+	if o.Interval == 0 {
+		o.Interval = 10 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = quiet()
+	}
+	rep, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := prefixcache.New(prefixcache.Options{Feed: rep.PrefixFeed()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	profile := routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{
+		SessionOptions: routing.SessionOptions{Seed: 42, Feed: rep.SessionFeed()},
+	}})
+	rt, err := routing.New(routing.Options{Profile: profile, Index: ix, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []routing.BackendState
+	for _, b := range backends {
+		states = append(states, routing.BackendState{Name: b, Health: routing.Healthy})
+	}
+	if err := rt.Update(states); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Attach(Parts{Index: ix, Router: rt, Sessions: profile.SessionScorers()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &node{rep: rep, ix: ix, rt: rt, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(n.done); rep.Run(ctx) }()
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *node) stop() {
+	n.cancel()
+	<-n.done
+}
+
+// eventually polls cond every 5 ms for up to 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func chainOf(seed uint64, n int) []prefixcache.BlockHash {
+	c := make([]prefixcache.BlockHash, n)
+	for i := range c {
+		c[i] = prefixcache.BlockHash(seed<<20 | uint64(i+1))
+	}
+	return c
+}
+
+// holds reports how many leading blocks of chain the index says backend holds.
+func holds(ix *prefixcache.Index, backend string, chain []prefixcache.BlockHash) int32 {
+	id, ok := ix.Lookup(backend)
+	if !ok {
+		return 0
+	}
+	m := ix.Match(nil, chain)
+	if int(id) >= len(m) {
+		return 0
+	}
+	return m[id]
+}
+
+// TestShare: what one replica learns from its picks — the prefix it sent, the session's
+// home, its in-flight load — reaches the other, which routes the session's next turn to the
+// same backend without having seen it.
+func TestShare(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newNode(t, srv.Addr, "a", Options{})
+	b := newNode(t, srv.Addr, "b", Options{})
+	eventually(t, "both replicas to see each other", func() bool {
+		return a.rep.Stats().Peers == 1 && b.rep.Stats().Peers == 1
+	})
+
+	chain := chainOf(1, 64)
+	res, err := a.rt.Pick(&routing.Request{Chain: chain, PromptTokens: 64 * 16, Session: "conv-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := res.Backend.Name
+	eventually(t, "b's index to hold a's chain", func() bool { return holds(b.ix, home, chain) == 64 })
+	eventually(t, "a's in-flight request to count on b", func() bool { return b.rt.PeerInFlight(home).Requests == 1 })
+	if own, _ := b.rt.InFlight(home); own.Requests != 0 {
+		t.Errorf("b's own in-flight on %s = %d, want 0", home, own.Requests)
+	}
+
+	// The turn ends; the next arrives at b: same session, a longer prompt.
+	res.Done(routing.DoneInfo{})
+	eventually(t, "a's request to leave b's peer counts", func() bool { return b.rt.PeerInFlight(home).Requests == 0 })
+	next := append(chain[:64:64], chainOf(2, 16)...)
+	res2, err := b.rt.Pick(&routing.Request{Chain: next, PromptTokens: 80 * 16, Session: "conv-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Backend.Name != home {
+		t.Errorf("b placed the session's next turn on %s, want its home %s", res2.Backend.Name, home)
+	}
+	res2.Done(routing.DoneInfo{})
+	eventually(t, "b's pick to reach a", func() bool { return a.rep.Stats().Applied > 0 })
+
+	for name, n := range map[string]*node{"a": a, "b": b} {
+		st := n.rep.Stats()
+		if !st.Connected || st.Sent == 0 || st.Applied == 0 || st.Rejected != 0 || st.Unknown != 0 || st.Errors != 0 {
+			t.Errorf("%s: stats %+v", name, st)
+		}
+	}
+}
+
+// TestWarmStart: a replica that starts later reads what its peers learnt from the stream.
+func TestWarmStart(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newNode(t, srv.Addr, "a", Options{})
+	chain := chainOf(3, 32)
+	res, err := a.rt.Pick(&routing.Request{Chain: chain, PromptTokens: 32 * 16, Session: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Done(routing.DoneInfo{})
+	eventually(t, "a to flush", func() bool { return a.rep.Stats().Sent >= 2 })
+	c := newNode(t, srv.Addr, "c", Options{})
+	eventually(t, "c to learn a's chain at start", func() bool { return holds(c.ix, res.Backend.Name, chain) == 32 })
+}
+
+// TestRedisOutage: Redis killed while replicas route — no pick fails or waits, the peers'
+// counts expire so each goes on alone, and after Redis returns (empty) they share again.
+func TestRedisOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newNode(t, srv.Addr, "a", Options{PeerTTL: 200 * time.Millisecond})
+	b := newNode(t, srv.Addr, "b", Options{PeerTTL: 200 * time.Millisecond})
+	eventually(t, "peers", func() bool { return a.rep.Stats().Peers == 1 && b.rep.Stats().Peers == 1 })
+	held, err := a.rt.Pick(&routing.Request{Chain: chainOf(4, 8), PromptTokens: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a's load on b", func() bool { return b.rt.PeerInFlight(held.Backend.Name).Requests == 1 })
+
+	srv.Kill()
+	// Picks go on at full speed while Redis is gone.
+	var slowest time.Duration
+	for i := range 2000 {
+		start := time.Now()
+		res, err := b.rt.Pick(&routing.Request{Chain: chainOf(uint64(100+i%50), 16), PromptTokens: 256, Session: fmt.Sprint("s", i%20)})
+		if err != nil {
+			t.Fatalf("pick %d with Redis down: %v", i, err)
+		}
+		res.Done(routing.DoneInfo{})
+		slowest = max(slowest, time.Since(start))
+		if i%100 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if slowest > 50*time.Millisecond {
+		t.Errorf("slowest pick with Redis down took %v", slowest)
+	}
+	eventually(t, "b to notice", func() bool { return !b.rep.Stats().Connected && b.rep.Stats().Errors > 0 })
+	eventually(t, "a's counts to expire on b", func() bool {
+		return b.rt.PeerInFlight(held.Backend.Name).Requests == 0 && b.rep.Stats().Peers == 0
+	})
+
+	srv.Restart()
+	eventually(t, "both to reconnect", func() bool {
+		sa, sb := a.rep.Stats(), b.rep.Stats()
+		return sa.Connected && sb.Connected && sa.Resyncs >= 1 && sb.Resyncs >= 1 && sa.Peers == 1 && sb.Peers == 1
+	})
+	eventually(t, "a's load on b again", func() bool { return b.rt.PeerInFlight(held.Backend.Name).Requests == 1 })
+	chain := chainOf(5, 24)
+	res, err := a.rt.Pick(&routing.Request{Chain: chain, PromptTokens: 24 * 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a new chain to reach b after the restart", func() bool { return holds(b.ix, res.Backend.Name, chain) == 24 })
+	res.Done(routing.DoneInfo{})
+	held.Done(routing.DoneInfo{})
+}
+
+// TestForeignData: entries and load keys that are not a replica's, or are corrupt, are
+// counted and never applied; records naming unknown backends are skipped.
+func TestForeignData(t *testing.T) {
+	srv := redistest.Start(t)
+	b := newNode(t, srv.Addr, "b", Options{})
+	c := client(srv.Addr)
+	defer c.Close()
+	ctx := context.Background()
+	k := b.rep.keys
+	eventually(t, "b to start", func() bool { return b.rep.Stats().Connected })
+
+	mustXAdd := func(values ...any) {
+		t.Helper()
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: k.changes, Values: values}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustXAdd("r", "mallory", "d", "not a payload")                        // foreign bytes
+	mustXAdd("x", "y")                                                    // no replica fields
+	mustXAdd("r", "bad id!", "d", string(appendHeader(nil, kindChanges))) // invalid id
+	unknown, _ := appendChain(appendHeader(nil, kindChanges), recInsert, "http://nobody:1", chainOf(6, 4))
+	mustXAdd("r", "peer", "d", string(unknown))
+	c.ZAdd(ctx, k.replicas, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "peer"})
+	c.Set(ctx, k.loadPrefix+"peer", "garbage", time.Hour)
+
+	eventually(t, "the bad data to be counted", func() bool {
+		st := b.rep.Stats()
+		return st.Rejected >= 4 && st.Unknown >= 1
+	})
+	for _, name := range backends {
+		if l := b.rt.PeerInFlight(name); l != (routing.InFlight{}) {
+			t.Errorf("%s: peer load %+v from garbage", name, l)
+		}
+	}
+	if m := b.ix.Match(nil, chainOf(6, 4)); len(m) > 0 {
+		for id, v := range m {
+			if v != 0 {
+				t.Errorf("backend %d holds %d blocks of a chain for an unknown backend", id, v)
+			}
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, o := range []Options{
+		{},
+		{Client: c, ID: "has space"},
+		{Client: c, ID: strings.Repeat("x", 129)},
+		{Client: c, Cluster: "a/b"},
+		{Client: c, Interval: -1},
+	} {
+		if _, err := New(o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("New(%+v): err %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	r, err := New(Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checkName("ID", r.ID()) != nil {
+		t.Errorf("default id %q is not valid", r.ID())
+	}
+	if err := r.Attach(Parts{GlobalLimit: 5}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("GlobalLimit without SetLimit: %v", err)
+	}
+	if err := r.Attach(Parts{Sessions: []routing.SessionPlacer{nil}}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("nil session placer: %v", err)
+	}
+}
