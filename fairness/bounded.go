@@ -87,7 +87,9 @@ type BoundedWaitOptions struct {
 // keys, so that the first-turn share can see the whole band; promotion is a key validity
 // limit (the inner key is valid until the head reaches age P). O(log flows) per event and
 // dispatch, allocation-free in steady state. FlowKey gives the same keys for use inside a
-// Hierarchy (without the first-turn share). A BoundedWait serves one queue; it is not safe
+// Hierarchy (without the first-turn share). It is a flowcontrol.Ranker and Positioner, for
+// the queue's wait estimate: the inner policy's classes and keys, its own count of what is
+// ahead, and the promotion as a cap. A BoundedWait serves one queue; it is not safe
 // for concurrent use except through the queue.
 type BoundedWait struct {
 	inner   flowcontrol.Policy
@@ -113,6 +115,8 @@ type bwBand struct {
 var (
 	_ flowcontrol.Policy     = (*BoundedWait)(nil)
 	_ flowcontrol.FlowPicker = (*BoundedWait)(nil)
+	_ flowcontrol.Ranker     = (*BoundedWait)(nil)
+	_ flowcontrol.Positioner = (*BoundedWait)(nil)
 )
 
 // NewBoundedWait returns a bounded-wait policy, or an error wrapping ErrInvalidOptions.
@@ -162,6 +166,63 @@ func (p *BoundedWait) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcont
 		until = time.Unix(0, at)
 	}
 	return k, until
+}
+
+// Rank is the inner policy's rank of the request, if the inner policy is a
+// flowcontrol.Ranker — its class, and its flow's key in the order of the flows that are not
+// urgent (the flow's own key if it waits already) — with Within the promotion age, Wait −
+// Headroom: a request that waits that long is served by deadline among the urgent, so its
+// wait is at most about the larger of the two and its wait behind everything waiting when
+// it arrived. O(1) plus the inner call; the policy's state is not changed.
+func (p *BoundedWait) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
+	rk := flowcontrol.Rank{Within: time.Duration(p.promote)}
+	in, ok := p.inner.(flowcontrol.Ranker)
+	if !ok {
+		return rk
+	}
+	ir := in.Rank(r, f, now)
+	rk.Key, rk.Class = ir.Key, ir.Class
+	if n := p.nodes[refOf(f)]; n != nil && f.Head != nil && headArrival(r, f) == f.Head.Arrival.UnixNano() {
+		rk.Key = n.key // r joins behind the head: the flow keeps its key, urgent or not
+	}
+	return rk
+}
+
+// Ahead counts the requests of band that BoundedWait would serve before a flow of key k:
+// those of every flow whose key (urgent or the inner policy's) is not after k, walking the
+// band's order and stopping at keys after k; ok is false past limit flows, or when the
+// inner policy is not a flowcontrol.Ranker (the keys then mean nothing). The first-turn
+// share, which moves first turns ahead, is not counted. O(min(flows ahead, limit)).
+func (p *BoundedWait) Ahead(band int, k flowcontrol.Key, limit int) (n int, ok bool) {
+	if _, ok := p.inner.(flowcontrol.Ranker); !ok {
+		return 0, false
+	}
+	if band >= len(p.bands) {
+		return 0, true
+	}
+	w := nodeWalk{a: p.bands[band].all.a, k: k, budget: limit}
+	return w.n, w.from(0)
+}
+
+// nodeWalk counts the queued requests of the nodes of a heap whose keys are not after k;
+// see flowcontrol's walk of its flow heap, which it mirrors.
+type nodeWalk struct {
+	a      []*node
+	k      flowcontrol.Key
+	budget int
+	n      int
+}
+
+func (w *nodeWalk) from(i int) bool {
+	if i >= len(w.a) || w.k.Less(w.a[i].key) {
+		return true
+	}
+	if w.budget == 0 {
+		return false
+	}
+	w.budget--
+	w.n += w.a[i].st.Queued
+	return w.from(2*i+1) && w.from(2*i+2)
 }
 
 func (p *BoundedWait) band(b int) *bwBand {

@@ -16,7 +16,10 @@ import (
 // the load with capacity limits. Stateless; O(log n) per operation; safe for concurrent use.
 type EDF struct{}
 
-var _ flowcontrol.Policy = EDF{}
+var (
+	_ flowcontrol.Policy = EDF{}
+	_ flowcontrol.Ranker = EDF{}
+)
 
 // ItemKey orders by deadline. O(1).
 func (EDF) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
@@ -30,6 +33,12 @@ func (EDF) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time
 
 // Observe does nothing.
 func (EDF) Observe(*flowcontrol.Event) {}
+
+// Rank is the flow key the request's flow would have, without a class: a request with an
+// early deadline goes before most of a backlog, and only what is ahead of it counts. O(1).
+func (p EDF) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
+	return flowcontrol.Rank{Key: flowcontrol.HeadKeyWith(f, p.ItemKey(r, f, now))}
+}
 
 // SLODeadlineOptions configures SLODeadline.
 type SLODeadlineOptions struct {

@@ -79,6 +79,12 @@
 //     default); flow ids "tenant/session". With BoundedWait as the session policy the
 //     wait bound holds across tenants (TestHierarchyBoundedWaitAcrossTenants).
 //
+// TurnPriority, BoundedWait, LAS, VTC and EDF are flowcontrol.Rankers too: they tell the
+// queue where a request would stand under their order — its flow's key and, for
+// turn-priority, a class per turn depth — so that early shedding estimates its wait under
+// that order rather than behind every waiting request (TestEstimateWaitOfError measures the
+// estimate per policy, TestEarlyShedNewcomerStarvation the newcomers refused on arrival).
+//
 // Every policy instance serves one queue. The queue serialises the calls, so policies do no
 // locking; their inspection methods (LAS.Service, VTC.Counter) must be called from the
 // goroutine operating the queue or while it is idle.

@@ -75,7 +75,10 @@ type lasState struct {
 	set  bool
 }
 
-var _ flowcontrol.Policy = (*LAS)(nil)
+var (
+	_ flowcontrol.Policy = (*LAS)(nil)
+	_ flowcontrol.Ranker = (*LAS)(nil)
+)
 
 // NewLAS returns usher's LAS policy, or an error wrapping ErrInvalidOptions.
 func NewLAS(o LASOptions) (*LAS, error) {
@@ -99,6 +102,16 @@ func (p *LAS) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, now time
 func (p *LAS) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
 	s := p.flows.use(refOf(f))
 	return flowcontrol.Key{Value: s.value(), Tie: f.Head.Arrival.UnixNano()}, time.Time{}
+}
+
+// Rank is the flow key the request's flow would have, without a class. O(1); the policy's
+// state is not changed.
+func (p *LAS) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
+	v := math.Inf(-1)
+	if s := p.flows.get(refOf(f)); s != nil {
+		v = s.value()
+	}
+	return flowcontrol.Rank{Key: flowcontrol.Key{Value: v, Tie: headArrival(r, f)}}
 }
 
 func (s *lasState) value() float64 {

@@ -94,7 +94,10 @@ func deepService(i int) time.Duration {
 
 type newcomerResult struct {
 	newcomers, sheds int
-	waits            []time.Duration // dispatched newcomers
+	rejected         []int                 // newcomers refused on arrival (early shedding), by number
+	expired          []int                 // newcomers expired, by number
+	waitOf           map[int]time.Duration // dispatched newcomers' waits, by number
+	waits            []time.Duration       // dispatched newcomers
 	p99, max         time.Duration
 	deepPerSec       float64 // deep-session dispatches per second while newcomers arrive
 	deepExpired      int     // deep-session requests shed (and retried)
@@ -107,7 +110,13 @@ type newcomerResult struct {
 // with 8 deep requests always waiting. From t = 120 s a new single-turn session arrives
 // every 15 s until t = 720 s.
 func runNewcomers(t testing.TB, p flowcontrol.Policy) newcomerResult {
-	s := newSim(t, p, aSlots)
+	return runNewcomersShed(t, p, flowcontrol.EarlyShed{})
+}
+
+// runNewcomersShed is runNewcomers with the queue's early shedding configured by es; a
+// deep request refused on arrival is retried a second later.
+func runNewcomersShed(t testing.TB, p flowcontrol.Policy, es flowcontrol.EarlyShed) newcomerResult {
+	s := newSimOptions(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: aSlots}, TTL: 60 * time.Second, EarlyShed: es})
 	deepJob := func(i int) *job {
 		return &job{flow: flowcontrol.FlowID(fmt.Sprintf("deep-%02d", i)), class: "deep", prompt: 4000, output: 200, service: deepService(i)}
 	}
@@ -121,6 +130,11 @@ func runNewcomers(t testing.TB, p flowcontrol.Policy) newcomerResult {
 		}
 	}
 	s.onDone, s.onExpire = again, again
+	s.onShed = func(s *sim, j *job) { // retried a second later, as a client would after a 429
+		if j.class == "deep" {
+			s.submit(s.now().Add(time.Second), &job{flow: j.flow, class: "deep", prompt: j.prompt, output: j.output, service: j.service})
+		}
+	}
 	n := 0
 	for at := aWarm; at < aNewEnd; at += aNewEvery {
 		s.submit(simStart.Add(at), &job{flow: flowcontrol.FlowID(fmt.Sprintf("new-%03d", n)), class: "new", prompt: 2000, output: 200, service: 4 * time.Second})
@@ -130,7 +144,7 @@ func runNewcomers(t testing.TB, p flowcontrol.Policy) newcomerResult {
 	var r newcomerResult
 	deep := 0
 	for _, j := range s.jobs {
-		if j.class == "deep" && j.expired {
+		if j.class == "deep" && (j.expired || j.shed) {
 			r.deepExpired++
 		}
 	}
@@ -139,10 +153,18 @@ func runNewcomers(t testing.TB, p flowcontrol.Policy) newcomerResult {
 		case "new":
 			r.newcomers++
 			switch {
+			case j.shed:
+				r.sheds++
+				r.rejected = append(r.rejected, r.newcomers-1)
 			case j.expired:
 				r.sheds++
+				r.expired = append(r.expired, r.newcomers-1)
 			case !j.dispatched.IsZero():
 				r.waits = append(r.waits, j.dispatched.Sub(j.arrival))
+				if r.waitOf == nil {
+					r.waitOf = map[int]time.Duration{}
+				}
+				r.waitOf[r.newcomers-1] = j.dispatched.Sub(j.arrival)
 			default:
 				t.Fatalf("newcomer %s has no outcome at the end", j.flow)
 			}

@@ -2,6 +2,7 @@ package fairness_test
 
 import (
 	"container/heap"
+	"errors"
 	"sort"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ type job struct {
 	arrival    time.Time
 	dispatched time.Time
 	expired    bool
+	shed       bool // refused on arrival by early shedding
 	ticket     flowcontrol.Ticket
 }
 
@@ -68,21 +70,29 @@ type sim struct {
 	jobs []*job
 	// onDone is called after a job completes (closed-loop sessions submit their next turn).
 	onDone func(s *sim, j *job)
-	// onDispatch is called when a job is dispatched, onExpire when it expires.
+	// onDispatch is called when a job is dispatched, onExpire when it expires, onShed when
+	// early shedding refuses it on arrival.
 	onDispatch func(s *sim, j *job)
 	onExpire   func(s *sim, j *job)
+	onShed     func(s *sim, j *job)
+	// arrive, if set, is called with each job's request just before it is enqueued.
+	arrive func(s *sim, j *job, r flowcontrol.Request)
 }
 
 func newSim(t testing.TB, p flowcontrol.Policy, slots int) *sim {
+	return newSimOptions(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: slots}, TTL: 60 * time.Second})
+}
+
+// newSimOptions is newSim with the queue's options; Clock, Capacity (unless set) and
+// Observer are the harness's.
+func newSimOptions(t testing.TB, o flowcontrol.Options) *sim {
 	s := &sim{t: t, clk: flowcontroltest.NewClock(simStart)}
-	q, err := flowcontrol.New(flowcontrol.Options{
-		Policy:   p,
-		Gate:     &flowcontrol.ConcurrencyLimit{Limit: slots},
-		Clock:    s.clk,
-		TTL:      60 * time.Second,
-		Capacity: flowcontrol.Limits{Requests: 1 << 20},
-		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.pending = append(s.pending, r) }},
-	})
+	o.Clock = s.clk
+	if o.Capacity == (flowcontrol.Limits{}) {
+		o.Capacity = flowcontrol.Limits{Requests: 1 << 20}
+	}
+	o.Observer = flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.pending = append(s.pending, r) }}
+	q, err := flowcontrol.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +126,11 @@ func (s *sim) drain() {
 			j.expired = true
 			if s.onExpire != nil {
 				s.onExpire(s, j)
+			}
+		case flowcontrol.RejectedWait:
+			j.shed = true
+			if s.onShed != nil {
+				s.onShed(s, j)
 			}
 		default:
 			s.t.Fatalf("job %s: unexpected outcome %v (%v)", j.flow, r.Outcome, r.Err)
@@ -160,10 +175,14 @@ func (s *sim) step(e simEvent) {
 	}
 	e.j.arrival = at
 	s.jobs = append(s.jobs, e.j)
-	if _, err := s.q.Enqueue(flowcontrol.Request{
+	r := flowcontrol.Request{
 		Flow: e.j.flow, PromptTokens: e.j.prompt, OutputTokens: e.j.output,
 		Arrival: at, Deadline: e.j.deadline, Value: e.j,
-	}); err != nil {
+	}
+	if s.arrive != nil {
+		s.arrive(s, e.j, r)
+	}
+	if _, err := s.q.Enqueue(r); err != nil && !errors.Is(err, flowcontrol.ErrWouldExpire) {
 		s.t.Fatalf("enqueue %s: %v", e.j.flow, err)
 	}
 	s.drain()

@@ -40,7 +40,9 @@ type turnState struct {
 // competition from sessions at turn 5 or more a newcomer is never dispatched and is shed at
 // its TTL (llm-d's documented workaround is a 9000 s TTL and a concurrency cap). The
 // scenario test TestNewcomerStarvationTurnPriority reproduces this (and shows that it starves its own shallower sessions too); wrap it in BoundedWait to
-// bound every wait.
+// bound every wait. It is a flowcontrol.Ranker: with the queue's early shedding on, each turn
+// depth is timed by its own pace, so the newcomers it starves are refused on arrival with a
+// 429 rather than after their TTL (TestEarlyShedNewcomerStarvation).
 //
 // The order is a time-invariant key: turn + w·(now − a) orders like −turn + w·a, so the
 // queue keeps flows in a heap; the 120 s reset is a key validity limit. O(log flows) per
@@ -56,7 +58,10 @@ type TurnPriority struct {
 	flows table[turnState]
 }
 
-var _ flowcontrol.Policy = (*TurnPriority)(nil)
+var (
+	_ flowcontrol.Policy = (*TurnPriority)(nil)
+	_ flowcontrol.Ranker = (*TurnPriority)(nil)
+)
 
 // NewTurnPriority returns a turn-priority policy, or an error wrapping ErrInvalidOptions.
 func NewTurnPriority(o TurnPriorityOptions) (*TurnPriority, error) {
@@ -107,6 +112,53 @@ func (p *TurnPriority) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcon
 		return k, time.Time{}
 	}
 	return k, time.Unix(0, until)
+}
+
+// Rank is the flow key the request's flow would have, and a class by its turn: 1 for a
+// first turn, 2 for a second, 3 for the third and fourth, 4 beyond. A deeper turn goes first
+// unless the shallower one has waited 20 s longer per turn of difference (at the default
+// weight), so under sustained load from deep sessions the shallower classes are served only
+// when the deeper ones run dry; the queue measures each class's pace apart, and a class
+// left behind shows it (see flowcontrol.Rank). O(1); the policy's state is not changed.
+func (p *TurnPriority) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
+	turn := int64(1)
+	if s := p.flows.get(refOf(f)); s != nil {
+		turn = p.peekTurn(s, f.InFlight, now.UnixNano())
+	}
+	epoch := p.epoch
+	if epoch == 0 { // ItemKey will set it now
+		epoch = now.UnixNano()
+	}
+	return flowcontrol.Rank{Key: scoreKey(-float64(turn), p.w, headArrival(r, f), epoch), Class: turnClass(turn)}
+}
+
+// peekTurn is turn without applying a due reset to s.
+func (p *TurnPriority) peekTurn(s *turnState, inFlight int, now int64) int64 {
+	if s.lastDone != 0 && inFlight == 0 && now-s.lastDone > p.reset {
+		return 1
+	}
+	return s.dispatched + 1
+}
+
+// turnClass is the Rank.Class of a turn: 1, 2, 3 for turns 3–4, 4 for turns 5 on.
+func turnClass(turn int64) int {
+	switch {
+	case turn <= 2:
+		return int(max(turn, 1))
+	case turn <= 4:
+		return 3
+	}
+	return 4
+}
+
+// headArrival is the arrival of flow f's head once r has joined it, for policies that
+// order a flow's requests by arrival: r's when f is empty or r arrived before f's head.
+func headArrival(r *flowcontrol.Request, f *flowcontrol.FlowState) int64 {
+	a := r.Arrival.UnixNano()
+	if f.Head != nil {
+		a = min(a, f.Head.Arrival.UnixNano())
+	}
+	return a
 }
 
 // scoreKey turns "highest base + w·wait first" into a time-invariant key.

@@ -61,7 +61,10 @@ type vtcBand struct {
 	lastLeft int64    // counter of the flow that last left the backlog
 }
 
-var _ flowcontrol.Policy = (*VTC)(nil)
+var (
+	_ flowcontrol.Policy = (*VTC)(nil)
+	_ flowcontrol.Ranker = (*VTC)(nil)
+)
 
 // NewVTC returns a VTC policy, or an error wrapping ErrInvalidOptions.
 func NewVTC(o VTCOptions) (*VTC, error) {
@@ -93,6 +96,25 @@ func (p *VTC) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.T
 // FlowKey is the flow's counter; valid until the flow is charged again. O(1).
 func (p *VTC) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
 	return flowcontrol.Key{Tie: p.flows.use(refOf(f)).counter}, time.Time{}
+}
+
+// Rank is the flow key the request's flow would have: its counter, lifted as Observe would
+// lift it if the flow is not backlogged; no class. O(1); the policy's state is not changed.
+func (p *VTC) Rank(_ *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
+	var c int64
+	s := p.flows.get(refOf(f))
+	if s != nil {
+		c = s.counter
+	}
+	if (s == nil || s.n == nil) && f.Band < len(p.bands) {
+		bd := &p.bands[f.Band]
+		floor := bd.lastLeft
+		if bd.backlog.len() > 0 {
+			floor = bd.backlog.top().key.Tie
+		}
+		c = max(c, floor)
+	}
+	return flowcontrol.Rank{Key: flowcontrol.Key{Tie: c}}
 }
 
 func (p *VTC) band(b int) *vtcBand {

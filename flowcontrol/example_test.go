@@ -321,3 +321,41 @@ func ExampleEarlyShed() {
 	// flowcontrol: estimated wait exceeds the request's deadline → HTTP 429 with Retry-After 1.9s
 	// with a 5 s TTL: <nil>
 }
+
+// A high-priority request behind a backlog of low-priority ones: the band count says it
+// waits as long as they do; EstimateWaitOf counts only what StrictPriority serves before
+// it, and early shedding admits it.
+func ExampleQueue_EstimateWaitOf() {
+	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	q, _ := flowcontrol.New(flowcontrol.Options{
+		Clock:     clk,
+		Policy:    flowcontrol.StrictPriority{},
+		Gate:      &flowcontrol.ConcurrencyLimit{Limit: 1},
+		EarlyShed: flowcontrol.EarlyShed{Enabled: true},
+	})
+	// Two seconds in which the server finishes a request every 100 ms while two arrive.
+	var fifo []flowcontrol.Ticket
+	for range 20 {
+		for range 2 {
+			tk, _ := q.Enqueue(flowcontrol.Request{Flow: "batch"})
+			fifo = append(fifo, tk)
+		}
+		clk.Advance(100 * time.Millisecond)
+		fifo[0].Done(flowcontrol.Usage{})
+		fifo = fifo[1:]
+	}
+	band, _ := q.EstimateWait(0)
+	low, _ := q.EstimateWaitOf(flowcontrol.Request{Flow: "batch"})
+	high, _ := q.EstimateWaitOf(flowcontrol.Request{Flow: "chat", Priority: 1})
+	fmt.Printf("%d waiting: band count %v, low priority %v, high priority %v\n", q.Stats().Queued,
+		band.Round(10*time.Millisecond), low.Round(10*time.Millisecond), high.Round(10*time.Millisecond))
+
+	_, err := q.Enqueue(flowcontrol.Request{Flow: "chat", Priority: 1, TTL: time.Second})
+	fmt.Println("high priority, 1 s TTL:", err)
+	_, err = q.Enqueue(flowcontrol.Request{Flow: "batch", TTL: time.Second})
+	fmt.Println("low priority, 1 s TTL:", err)
+	// Output:
+	// 19 waiting: band count 2.05s, low priority 2.05s, high priority 50ms
+	// high priority, 1 s TTL: <nil>
+	// low priority, 1 s TTL: flowcontrol: estimated wait exceeds the request's deadline
+}

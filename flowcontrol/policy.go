@@ -200,6 +200,57 @@ type FlowPicker interface {
 	PickFlow(band int, flows []*FlowState, now time.Time) (id FlowID, ok bool)
 }
 
+// MaxClasses is the number of classes a Ranker may sort requests into (Rank.Class).
+const MaxClasses = 4
+
+// Ranker is implemented by a Policy that can say where a request would stand in its band if
+// it were enqueued now, for the wait estimate behind early shedding (Queue.EstimateWaitOf;
+// see "Early shedding" in the package documentation). Without it the queue assumes that a
+// new request goes behind everything waiting in its band, which is exact for FCFS and errs
+// high for a request the policy moves ahead.
+//
+// Rank is called for every request Admit, TryAdmit or Enqueue queues, before ItemKey, and
+// by EstimateWaitOf; r has its Arrival and Deadline filled in, f is r's flow's state before
+// r is added (Queued zero and Head nil when nothing of the flow waits). It must not change
+// the policy's state: the request may be refused, and EstimateWaitOf only asks. It is
+// called with the queue's lock held, like the Policy methods, and must be as cheap: O(1)
+// or O(log flows), no allocation.
+type Ranker interface {
+	Rank(r *Request, f *FlowState, now time.Time) Rank
+}
+
+// Rank is where a request would stand under its band's policy (see Ranker).
+type Rank struct {
+	// Key is the flow key r's flow would have once r is enqueued: f's current key when r
+	// joins behind f's head, the key with r as head otherwise. The queue counts the
+	// requests of the flows whose keys come first (a FlowPicker, which orders flows itself,
+	// counts them if it is a Positioner).
+	Key Key
+	// Class, in [1, MaxClasses], groups requests the policy treats alike — a first turn
+	// and a later turn under turn-priority — whose rate of service the queue measures
+	// apart: a class the policy leaves behind shows a low rate, and its requests a long
+	// wait, however few requests are ahead of them now. Requests of one class should be
+	// served in about their order of arrival. Zero means no class: the wait is estimated
+	// from the position and the band's rate alone.
+	Class int
+	// Within, if positive, is the wait after which the policy serves the request ahead of
+	// everything that has not waited as long, in order of deadline (BoundedWait's
+	// promotion). Its wait is then at most about the larger of Within and its wait behind
+	// everything waiting now, and the estimate is capped there.
+	Within time.Duration
+}
+
+// Positioner is implemented by a FlowPicker that is a Ranker and can count, in its own
+// order, the requests it would serve before a flow of key k in band: every request of
+// every flow whose key comes before k or equals it (a flow already waiting goes before a new
+// one with the same key). It stops past limit flows and reports ok false;
+// it reports ok false too when it has no keys to compare. Called with the queue's lock
+// held, only for requests that early shedding would otherwise refuse, and by
+// EstimateWaitOf. O(min(flows ahead, limit)).
+type Positioner interface {
+	Ahead(band int, k Key, limit int) (n int, ok bool)
+}
+
 // FCFS serves requests in arrival order within each band, across all flows: the item key
 // and the flow key are both the (head) request's arrival time, so the oldest request in the
 // band goes first. It keeps no state, so one value is safe for concurrent use by any number
@@ -225,7 +276,8 @@ func (FCFS) Observe(*Event) {}
 // first, and FCFS among equal priorities, across all flows. A high-priority flow can starve
 // the others for as long as it has work; use bands for coarse classes and this for order
 // within one. It keeps no state, so one value is safe for concurrent use by any number of
-// queues.
+// queues. It is a Ranker: the wait estimate of a request counts only the requests of its
+// priority or higher ahead of it, not the whole band.
 type StrictPriority struct{}
 
 var _ Policy = StrictPriority{}
@@ -242,3 +294,21 @@ func (StrictPriority) FlowKey(f *FlowState, _ time.Time) (Key, time.Time) {
 
 // Observe does nothing.
 func (StrictPriority) Observe(*Event) {}
+
+// Rank places r by its item key among flows keyed by their heads, with no class. O(1).
+func (p StrictPriority) Rank(r *Request, f *FlowState, now time.Time) Rank {
+	return Rank{Key: HeadKeyWith(f, p.ItemKey(r, f, now))}
+}
+
+var _ Ranker = StrictPriority{}
+
+// HeadKeyWith is, for a policy whose flow key is its head request's item key (FCFS,
+// StrictPriority, earliest deadline first), the key flow f would have once a request with
+// item key k joined it: k if the request becomes the head (f is empty or k comes before its
+// head's key), f's current key otherwise. A Ranker's helper. O(1).
+func HeadKeyWith(f *FlowState, k Key) Key {
+	if f.Head == nil || k.sanitize().Less(f.HeadKey) {
+		return k
+	}
+	return f.HeadKey
+}

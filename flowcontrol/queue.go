@@ -13,8 +13,8 @@ const (
 	DefaultTTL      = 60 * time.Second
 	DefaultRequests = 10000
 	DefaultBytes    = 1 << 30
-	// DefaultRateHalfLife is the half-life of the dispatch-rate average behind
-	// EstimateWait when EarlyShed.HalfLife is zero.
+	// DefaultRateHalfLife is the half-life of the recent dispatch-rate average behind the
+	// wait estimate when EarlyShed.HalfLife is zero.
 	DefaultRateHalfLife = 10 * time.Second
 )
 
@@ -57,7 +57,7 @@ type Options struct {
 
 // EarlyShed configures early shedding (see "Early shedding" in the package documentation).
 // When Enabled, a request that Admit or Enqueue cannot dispatch at once is refused on
-// arrival with RejectedWait (ErrWouldExpire) if its estimated wait (Queue.EstimateWait)
+// arrival with RejectedWait (ErrWouldExpire) if its estimated wait (Queue.EstimateWaitOf)
 // exceeds its budget — the time left until its Deadline, or until Arrival+Bound if that is
 // sooner — by more than the factor 1+Margin. TryAdmit never waits, so it never sheds: what it
 // cannot dispatch at once is ErrWouldWait as before. An unknown estimate (no recent
@@ -65,7 +65,7 @@ type Options struct {
 // HalfLife and a Margin that is not finite and > −1.
 type EarlyShed struct {
 	// Enabled turns shedding on. When it is off the estimate is still kept, so
-	// EstimateWait can be watched before shedding is turned on.
+	// EstimateWait and EstimateWaitOf can be watched before shedding is turned on.
 	Enabled bool
 	// Bound caps the wait, counted from Arrival, that a request may be queued for when its
 	// deadline is later; zero means the deadline alone.
@@ -75,8 +75,9 @@ type EarlyShed struct {
 	// error before shedding (fewer requests shed that could have been served), a negative
 	// one, > −1, sheds earlier (fewer admitted requests expire after all).
 	Margin float64
-	// HalfLife is the half-life of the dispatch-rate average; zero means
-	// DefaultRateHalfLife. It applies to EstimateWait whether or not shedding is enabled.
+	// HalfLife is the half-life of the recent dispatch-rate average, and a quarter of that
+	// of the long one; zero means DefaultRateHalfLife. It applies to the estimate whether or
+	// not shedding is enabled.
 	HalfLife time.Duration
 }
 
@@ -145,6 +146,7 @@ type waiter struct {
 	deadline int64 // unix ns
 	gen      uint64
 	state    uint8
+	class    uint8 // Rank.Class, 0 for none
 	outcome  Outcome
 	err      error // the error for a non-dispatched outcome
 	owned    bool  // an Admit/TryAdmit call recycles it; otherwise the queue does
@@ -174,17 +176,10 @@ type band struct {
 	queued   int
 	bytes    int64
 	inFlight int
-	// Dispatch-rate history for EstimateWait. served counts the band's dispatches, in the
-	// current rate window, of requests that had waited; busy the nanoseconds of the window
-	// during which the band had a request waiting (backlog: it had one at the end of the
-	// latest operation, since busyFrom). At each window's end both are folded into rateN
-	// and rateT, exponentially decayed, so rateN/rateT is the band's recent dispatch rate
-	// while it had a backlog.
-	served       int
-	busy         int64
-	busyFrom     int64
-	backlog      bool
-	rateN, rateT float64
+	// The dispatch-rate history behind the wait estimate, of the band and, when the
+	// policy is a Ranker, of each class (cls[c−1] for Rank.Class c).
+	hist history
+	cls  []classHistory
 }
 
 // Queue is an admission queue of flows in priority bands. All methods are safe for
@@ -205,7 +200,9 @@ type Queue struct {
 	observer Observer
 	observed bool
 	notePool sync.Pool
-	shed     EarlyShed // HalfLife filled in
+	shed     EarlyShed  // HalfLife filled in
+	ranker   Ranker     // policy, when it implements Ranker
+	position Positioner // picker, when it is a Ranker and implements Positioner
 
 	mu        sync.Mutex
 	bands     []band
@@ -228,12 +225,14 @@ type Queue struct {
 	rateStart int64
 	rateCount int
 	rateLast  int
-	// busy-time accounting for the rate behind EstimateWait (see band.served), as of the
+	// busy-time accounting for the rate behind the wait estimate (see history), as of the
 	// end of the latest operation: how many bands had a backlog, and the enqueue sequence
 	// number reached (a request with a higher one was enqueued by the operation under way
 	// and has not waited).
 	backlogs int
 	seqMark  uint64
+	// scratchFlow is the state handed to Rank for a flow the queue does not know.
+	scratchFlow FlowState
 }
 
 type note struct {
@@ -306,12 +305,19 @@ func New(o Options) (*Queue, error) {
 		shed:     o.EarlyShed,
 	}
 	q.picker, _ = o.Policy.(FlowPicker)
+	q.ranker, _ = o.Policy.(Ranker)
+	if q.picker != nil && q.ranker != nil {
+		q.position, _ = o.Policy.(Positioner)
+	}
 	q.bandGate, _ = o.Gate.(BandGate)
 	q.notePool.New = func() any { return new(noteBuf) }
 	for i := range q.bands {
 		q.bands[i].flows = make(map[FlowID]*flow)
 		if i < len(o.BandCapacity) {
 			q.bands[i].limits = o.BandCapacity[i]
+		}
+		if q.ranker != nil {
+			q.bands[i].cls = make([]classHistory, MaxClasses)
 		}
 	}
 	return q, nil
@@ -587,142 +593,6 @@ func (q *Queue) RetryAfter() time.Duration {
 	return min(max(d, time.Second), q.ttl)
 }
 
-// EstimateWait estimates how long a request of band b arriving now would wait to be
-// dispatched if it cannot go at once: the requests waiting in bands 0..b, plus one half
-// (the next dispatch is due half an interval from now on average), divided by band b's
-// recent dispatch rate. That rate is measured only while band b had a backlog (dispatches
-// of its requests that had waited, per second of backlog) and averaged exponentially with
-// half-life EarlyShed.HalfLife, so it is the rate at which the gate lets band b's backlog
-// through — what is left after the bands above took their share — not the arrival rate of
-// an idle queue. Dividing the work ahead by what is left is what accounts for the
-// requests of higher bands that will arrive, and overtake, while it waits.
-//
-// ok is false when b is not a band or when there is no rate history: before the first
-// one-second window with such dispatches has ended (cold start), and again once less than
-// four dispatches' worth of history remains after a long time without a backlog. Early
-// shedding never sheds on an unknown estimate.
-//
-// Under FCFS every request waiting in bands 0..b goes first, so the count is exact; under
-// another policy the queue cannot rank a newcomer cheaply and uses the same count, an upper
-// bound on the requests ahead of it now (a fair policy may put a light flow's request in
-// front), and later arrivals of its own band that overtake it are not counted. Requests
-// ahead that expire or are cancelled make the wait shorter than estimated. "Early shedding"
-// in the package documentation gives the measured error.
-//
-// O(b); safe for concurrent use.
-func (q *Queue) EstimateWait(b int) (wait time.Duration, ok bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if b < 0 || b >= len(q.bands) {
-		return 0, false
-	}
-	q.rateTickLocked(q.clock.Now().UnixNano())
-	return q.estimateLocked(b)
-}
-
-// minRateEvidence is the decayed number of dispatches below which the rate is unknown.
-const minRateEvidence = 4
-
-func (q *Queue) estimateLocked(b int) (time.Duration, bool) {
-	bd := &q.bands[b]
-	if bd.rateN < minRateEvidence {
-		return 0, false
-	}
-	ahead := 0
-	for c := 0; c <= b; c++ {
-		ahead += q.bands[c].queued
-	}
-	ns := (float64(ahead) + 0.5) * bd.rateT / bd.rateN
-	if ns >= math.MaxInt64 {
-		return math.MaxInt64, true
-	}
-	return time.Duration(ns), true
-}
-
-// shedLocked reports whether early shedding refuses r, which is valid and fits capacity.
-func (q *Queue) shedLocked(r *Request, now time.Time) bool {
-	q.rateTickLocked(now.UnixNano())
-	est, ok := q.estimateLocked(r.Band)
-	if !ok {
-		return false
-	}
-	budget := r.Deadline.Sub(now)
-	if q.shed.Bound > 0 {
-		budget = min(budget, q.shed.Bound-now.Sub(r.Arrival))
-	}
-	if float64(est) <= float64(budget)*(1+q.shed.Margin) {
-		return false
-	}
-	// The estimate is for a request that waits; one that goes at once waits nothing.
-	q.scratch = *r // the gate gets a pointer; r itself must not escape
-	atOnce := q.wouldDispatchLocked(&q.scratch)
-	q.scratch = Request{}
-	return !atOnce
-}
-
-func (q *Queue) rateTickLocked(now int64) {
-	const window = int64(time.Second)
-	if now-q.rateStart < window {
-		return
-	}
-	if now-q.rateStart < 2*window {
-		q.rateLast = q.rateCount
-	} else {
-		q.rateLast = 0
-	}
-	// Fold the window into the decayed per-band history behind EstimateWait.
-	q.flushBusyLocked(now)
-	decay := math.Exp2(-float64(now-q.rateStart) / float64(q.shed.HalfLife))
-	for b := range q.bands {
-		bd := &q.bands[b]
-		bd.rateN = bd.rateN*decay + float64(bd.served)
-		bd.rateT = bd.rateT*decay + float64(bd.busy)
-		if bd.rateN == 0 {
-			// History starts with the first window that had a dispatch: the backlog before
-			// the first dispatch ever (always in a window of its own, as that dispatch
-			// starts the next) says nothing about the rate.
-			bd.rateT = 0
-		}
-		bd.served, bd.busy = 0, 0
-	}
-	q.rateStart, q.rateCount = now, 0
-}
-
-// flushBusyLocked counts the time since busyFrom as busy for the bands with a backlog.
-func (q *Queue) flushBusyLocked(now int64) {
-	if q.backlogs == 0 {
-		return
-	}
-	for b := range q.bands {
-		if bd := &q.bands[b]; bd.backlog {
-			bd.busy += max(now-bd.busyFrom, 0)
-			bd.busyFrom = now
-		}
-	}
-}
-
-// markLocked ends an operation that may have changed what waits: it notes which bands
-// have a backlog, whose busy time runs until the next change, and the enqueue sequence
-// reached. O(1) when nothing waits or waited, O(bands) otherwise.
-func (q *Queue) markLocked(now int64) {
-	q.seqMark = q.seq
-	if q.queued == 0 && q.backlogs == 0 {
-		return
-	}
-	for b := range q.bands {
-		bd := &q.bands[b]
-		switch w := bd.queued > 0; {
-		case w && !bd.backlog:
-			bd.backlog, bd.busyFrom = true, now
-			q.backlogs++
-		case !w && bd.backlog:
-			bd.backlog = false
-			bd.busy += max(now-bd.busyFrom, 0)
-			q.backlogs--
-		}
-	}
-}
-
 // ---- internals; everything below expects q.mu held ----
 
 func (q *Queue) rejectInvalid(r *Request, err error) error {
@@ -798,7 +668,11 @@ func (q *Queue) enqueueLocked(r *Request, now time.Time) (*waiter, error) {
 		q.markLocked(now.UnixNano()) // the expiry above may have emptied a band
 		return nil, err
 	}
-	if q.shed.Enabled && q.shedLocked(r, now) {
+	var rk Rank
+	if q.ranker != nil {
+		rk = q.rankLocked(r, bd, f, now)
+	}
+	if q.shed.Enabled && q.shedLocked(r, &rk, bd, f, now) {
 		q.stats.RejectedWait++
 		q.noteLocked(false, Record{Outcome: RejectedWait, Err: ErrWouldExpire, Request: *r})
 		q.markLocked(now.UnixNano())
@@ -816,6 +690,10 @@ func (q *Queue) enqueueLocked(r *Request, now time.Time) (*waiter, error) {
 	w.deadline = r.Deadline.UnixNano()
 	w.flow = f
 	w.state = stateQueued
+	w.class = uint8(rk.Class)
+	if rk.Class > 0 {
+		bd.cls[rk.Class-1].queued++
+	}
 	w.key = q.policy.ItemKey(&w.req, &f.st, now).sanitize()
 	f.items.push(w)
 	q.deadlines.push(w)
@@ -1001,6 +879,9 @@ func (q *Queue) takeLocked(w *waiter) bool {
 	f.st.QueuedBytes -= b
 	bd.queued--
 	bd.bytes -= b
+	if w.class > 0 {
+		bd.cls[w.class-1].queued--
+	}
 	q.queued--
 	q.bytes -= b
 	if wasHead {
@@ -1123,7 +1004,10 @@ func (q *Queue) dispatchLocked(now time.Time) {
 			q.rateTickLocked(now.UnixNano())
 			q.rateCount++
 			if w.seq <= q.seqMark { // it waited: a dispatch the gate paced
-				bd.served++
+				bd.hist.served++
+				if w.class > 0 {
+					bd.cls[w.class-1].hist.served++
+				}
 			}
 			q.endLocked(w, Dispatched, nil, now)
 		}

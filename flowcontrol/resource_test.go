@@ -3,9 +3,11 @@ package flowcontrol_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,6 +236,26 @@ func TestAllocs(t *testing.T) {
 				t.Errorf("early shed: Enqueue behind 20 = %v, want ErrWouldExpire", err)
 			}
 		}},
+		// A Ranker policy: Rank on every enqueue, the class's history, and for a request the
+		// band count would shed, the walk of the flow heap that counts what is ahead of it.
+		{"ranked early shed: Admit+Done", flowcontrol.Options{Policy: rankedClassPolicy{}, Gate: limit1(), EarlyShed: shed}, func(q *flowcontrol.Queue) {
+			tk, _ := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 10})
+			tk.Done(flowcontrol.Usage{})
+		}, warmRate},
+		{"ranked early shed: Enqueue shed", flowcontrol.Options{Policy: rankedClassPolicy{}, Gate: limit1(), EarlyShed: shed, Observer: flowcontrol.Observer{
+			Outcome: func(flowcontrol.Record) {},
+		}}, func(q *flowcontrol.Queue) {
+			q.Enqueue(flowcontrol.Request{Flow: "c", TTL: 100 * time.Millisecond})
+		}, func(q *flowcontrol.Queue, clk *flowcontroltest.Clock) {
+			warmRate(q, clk)
+			q.TryAdmit(flowcontrol.Request{Flow: "holder"})
+			for i := range 20 {
+				q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(fmt.Sprint("backlog-", i%5))})
+			}
+			if _, err := q.Enqueue(flowcontrol.Request{Flow: "c", TTL: 100 * time.Millisecond}); !errors.Is(err, flowcontrol.ErrWouldExpire) {
+				t.Errorf("ranked early shed: Enqueue behind 20 = %v, want ErrWouldExpire", err)
+			}
+		}},
 	}
 	for _, c := range cases {
 		q, clk := newBareQueue(t, c.opts)
@@ -253,7 +275,7 @@ func TestAllocs(t *testing.T) {
 		if got := testing.AllocsPerRun(1000, tick); got != 0 {
 			t.Errorf("%s: %v allocs per run, want 0", c.name, got)
 		}
-		if s := q.Stats(); c.name == "early shed: Enqueue shed" && s.RejectedWait < 1000 {
+		if s := q.Stats(); strings.HasSuffix(c.name, "early shed: Enqueue shed") && s.RejectedWait < 1000 {
 			t.Errorf("%s: %d shed, want every run shed", c.name, s.RejectedWait)
 		}
 	}
