@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,7 +19,9 @@ import (
 type Target struct {
 	// Name labels the target in reports.
 	Name string
-	// URL is the base URL (http://host:port); a trailing /v1 is accepted.
+	// URL is the base URL (http://host:port); a trailing /v1 is accepted. Several, separated
+	// by commas, are used in turn, one request each — as a Kubernetes Service without session
+	// affinity spreads requests over gateway replicas.
 	URL string
 	// Model is the model asked for.
 	Model string
@@ -38,6 +41,8 @@ type Target struct {
 	Retries int
 
 	client *http.Client
+	urls   []string
+	next   atomic.Uint64
 }
 
 // MaxRetryAfter caps how long a rejected request waits before it is sent again.
@@ -45,9 +50,17 @@ const MaxRetryAfter = 30 * time.Second
 
 // newTarget returns a target with an HTTP client sized for conc requests at once.
 func newTarget(name, url string, conc int) *Target {
-	url = strings.TrimSuffix(strings.TrimSuffix(url, "/"), "/v1")
+	var urls []string
+	for _, u := range strings.Split(url, ",") {
+		if u = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(u), "/"), "/v1"); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	if len(urls) == 0 {
+		urls = []string{""}
+	}
 	return &Target{
-		Name: name, URL: url, IgnoreEOS: true, Retries: 3,
+		Name: name, URL: strings.Join(urls, ","), urls: urls, IgnoreEOS: true, Retries: 3,
 		client: &http.Client{Transport: &http.Transport{
 			MaxIdleConns:        conc + 16,
 			MaxIdleConnsPerHost: conc + 16,
@@ -57,13 +70,24 @@ func newTarget(name, url string, conc int) *Target {
 	}
 }
 
+// base returns the base URL for the next request: the URLs in turn.
+func (t *Target) base() string {
+	switch len(t.urls) {
+	case 0: // a Target built without newTarget
+		return t.URL
+	case 1:
+		return t.urls[0]
+	}
+	return t.urls[(t.next.Add(1)-1)%uint64(len(t.urls))]
+}
+
 // close releases the target's idle connections.
 func (t *Target) close() { t.client.CloseIdleConnections() }
 
 // discoverModel asks GET /v1/models for the first model and its max_model_len (vLLM reports
 // it; 0 when absent).
 func (t *Target) discoverModel(ctx context.Context) (string, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL+"/v1/models", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.Split(t.URL, ",")[0]+"/v1/models", nil)
 	if err != nil {
 		return "", 0, err
 	}
@@ -192,7 +216,7 @@ func (t *Target) do(ctx context.Context, s *Session, msgs []Message, maxTokens i
 // request succeeded or failed for good.
 func (t *Target) attempt(ctx context.Context, path string, data []byte, key, sessionHeader string, s *Session, res *result) time.Duration {
 	*res = result{turn: res.turn, rej429: res.rej429, rej503: res.rej503}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL+path, bytes.NewReader(data))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base()+path, bytes.NewReader(data))
 	if err != nil {
 		res.err = err.Error()
 		return -1

@@ -203,3 +203,32 @@ func runFrontier(cfg config, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// runTable prints the reports at paths as a markdown table, a row each: requests, errors,
+// 429/503 answers, the share of later turns' prompt tokens that were cached, the same over
+// all prompts, and TTFT p50 / p99. A report that cannot be read gets a row saying why, and
+// the error names it.
+func runTable(paths []string, w io.Writer) error {
+	runs, err := frontierRuns("", paths)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "| run | requests | errors | 429/503 | later-turn hit rate | prompt hit rate | TTFT p50 / p99 |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|")
+	var bad []string
+	for _, r := range runs {
+		if r.rep == nil {
+			fmt.Fprintf(w, "| %s | no report (%v) |\n", r.label, r.err)
+			bad = append(bad, r.label)
+			continue
+		}
+		p := r.rep
+		fmt.Fprintf(w, "| %s | %d | %d | %d/%d | %.3f | %.3f | %s |\n", r.label, p.Requests, p.Errors,
+			p.Rejected429, p.Rejected503, p.LaterTurns.HitRate, p.HitRate, ttftSeconds(p.TTFT))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("unreadable reports: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+

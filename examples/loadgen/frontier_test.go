@@ -236,3 +236,26 @@ func TestFrontierEndToEnd(t *testing.T) {
 	}
 	checkPlots(t, dir)
 }
+
+func TestTable(t *testing.T) {
+	dir := t.TempDir()
+	rep := Report{Label: "three-synced", Requests: 10, OK: 9, Errors: 1, Rejected503: 1, HitRate: 0.5,
+		TTFT: Dist{Count: 9, P50: 120, P99: 900}, LaterTurns: TurnClass{Requests: 6, HitRate: 0.75}, FirstTurn: TurnClass{Requests: 4}}
+	b, _ := json.Marshal(rep)
+	good := filepath.Join(dir, "a.json")
+	os.WriteFile(good, b, 0o644)
+	var out, errb bytes.Buffer
+	if code := cli(context.Background(), []string{"-table", good}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if want := "| three-synced | 10 | 1 | 0/1 | 0.750 | 0.500 | 0.12 / 0.90 s |"; !strings.Contains(out.String(), want) {
+		t.Errorf("table:\n%s\nwant the row %s", out.String(), want)
+	}
+	out.Reset()
+	if code := cli(context.Background(), []string{"-table", filepath.Join(dir, "missing.json")}, &out, &errb); code != 1 || !strings.Contains(out.String(), "no report") {
+		t.Errorf("missing report: exit %d, table %q", code, out.String())
+	}
+	if code := cli(context.Background(), []string{"-table"}, &out, &errb); code != 2 {
+		t.Errorf("-table without reports: exit %d, want 2", code)
+	}
+}

@@ -78,13 +78,14 @@ type config struct {
 	frontierDir         string   // -frontier: where the plots go ("" when not in that mode)
 	frontierReports     []string // its reports, the arguments after the flags
 	frontierTitle       string
+	table               bool // -table: print the reports given as arguments, a row each
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the OpenAI-compatible endpoint")
+	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the OpenAI-compatible endpoint; several, comma-separated, take the requests in turn (gateway replicas behind a Service)")
 	fs.StringVar(&c.model, "model", "", "model to ask for; empty: the first of GET /v1/models")
 	fs.StringVar(&c.api, "api", "chat", "chat (/v1/chat/completions) or completions (/v1/completions, messages joined into one prompt)")
 	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': ../shared/traces/mooncake-conversation.jsonl); empty: synthetic workload")
@@ -114,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.label, "label", "", "name of the run, written in the report (the -frontier table and plot name a run by it)")
 	fs.StringVar(&c.frontierDir, "frontier", "", "report mode: read the -json reports given as arguments (none: every DIR/*.json), print their markdown table of first against later turns, and write DIR/frontier.png and .svg; runs no load")
 	fs.StringVar(&c.frontierTitle, "title", "admission frontier", "frontier: the plot's title")
+	fs.BoolVar(&c.table, "table", false, "report mode: read the -json reports given as arguments and print a markdown row each (requests, errors, rejections, prefix hit rate of later turns and of all prompts, TTFT); runs no load")
 	fs.BoolVar(&c.overheadMode, "overhead", false, "measure the gateway's overhead: start a simulated server and the gateway in front of it, drive the same load at both (defaults: -rate 3 -think 100ms -min-answer 16 -max-answer 64 -session-context 4000)")
 	fs.IntVar(&c.overhead.rounds, "rounds", 3, "overhead: rounds (each runs the load at both targets at once)")
 	fs.DurationVar(&c.overhead.phase, "phase", 15*time.Second, "overhead: how long sessions start in each round")
@@ -149,8 +151,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			}
 		}
 	}
-	if c.frontierDir != "" {
+	if c.frontierDir != "" || c.table {
 		c.frontierReports = fs.Args()
+		if c.table && len(c.frontierReports) == 0 {
+			return c, errors.New("-table needs the reports' files as arguments")
+		}
 		return c, nil
 	}
 	if fs.NArg() > 0 {
@@ -205,6 +210,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case cfg.frontierDir != "":
 		err = runFrontier(cfg, stdout, stderr)
+	case cfg.table:
+		err = runTable(cfg.frontierReports, stdout)
 	case cfg.overheadMode:
 		err = runOverhead(ctx, cfg, stdout, stderr)
 	default:
