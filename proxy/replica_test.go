@@ -78,9 +78,9 @@ func startGateways(t *testing.T, procs []*simproc.Proc, k int, addr, cluster str
 
 // homeLog records which backend served each session's turns.
 type homeLog struct {
-	base http.RoundTripper
-	mu   sync.Mutex
-	last map[string]string
+	base         http.RoundTripper
+	mu           sync.Mutex
+	last         map[string]string
 	moves, turns int
 }
 

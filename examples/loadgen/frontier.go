@@ -231,4 +231,3 @@ func runTable(paths []string, w io.Writer) error {
 	}
 	return nil
 }
-
