@@ -1,0 +1,5 @@
+//go:build race
+
+package replica
+
+func init() { raceEnabled = true }
