@@ -21,13 +21,7 @@ import (
 	"github.com/usher-llm/usher/replica"
 )
 
-func init() { redis.SetLogger(quietRedis{}) }
-
-// quietRedis keeps go-redis's own pool messages out of the test output; the replicas count
-// and log what matters.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
+func init() { redistest.QuietClient() }
 
 // gatewaySet is K gateways over the same servers, each with its own Replica when addr is set.
 type gatewaySet struct {

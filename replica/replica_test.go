@@ -17,13 +17,7 @@ import (
 	"github.com/usher-llm/usher/routing"
 )
 
-func init() { redis.SetLogger(quietRedis{}) }
-
-// quietRedis keeps go-redis's own pool messages out of the test output; the replicas count
-// and log what matters.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
+func init() { redistest.QuietClient() }
 
 var backends = []string{"http://a:8000", "http://b:8000", "http://c:8000", "http://d:8000"}
 
@@ -307,5 +301,43 @@ func TestOptions(t *testing.T) {
 	}
 	if err := r.Attach(Parts{Sessions: []routing.SessionPlacer{nil}}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("nil session placer: %v", err)
+	}
+}
+
+func TestSharedSecret(t *testing.T) {
+	addr := redistest.Shared(t)
+	cluster := fmt.Sprintf("secret-%d", time.Now().UnixNano())
+	var got [][]byte
+	for i := range 3 {
+		c := client(addr)
+		defer c.Close()
+		r, err := New(Options{ID: fmt.Sprint("r", i), Cluster: cluster, Client: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := r.SharedSecret(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	if len(got[0]) != 32 || string(got[0]) != string(got[1]) || string(got[1]) != string(got[2]) {
+		t.Errorf("replicas got different secrets: %x", got)
+	}
+	// Something else under the key is refused.
+	c := client(addr)
+	defer c.Close()
+	r, _ := New(Options{Cluster: cluster + "-x", Client: c})
+	c.Set(context.Background(), "usher:{"+cluster+"-x}:tenant-secret", "short", 0)
+	if _, err := r.SharedSecret(context.Background()); !errors.Is(err, ErrBadPayload) {
+		t.Errorf("a foreign value: err %v, want ErrBadPayload", err)
+	}
+	// Redis unreachable: an error, at once.
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	defer dead.Close()
+	r, _ = New(Options{Client: dead})
+	start := time.Now()
+	if _, err := r.SharedSecret(context.Background()); err == nil || time.Since(start) > 2*time.Second {
+		t.Errorf("unreachable Redis: err %v after %v", err, time.Since(start))
 	}
 }
