@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -382,6 +384,7 @@ func (c Config) Options() (Options, error) {
 		return bad("tokenizer %q: want bytes or endpoint", c.Tokenizer)
 	}
 	var secret []byte
+	var err error
 	if c.TenantSecretFile != "" {
 		s, err := os.ReadFile(c.TenantSecretFile)
 		if err != nil {
@@ -389,6 +392,22 @@ func (c Config) Options() (Options, error) {
 		}
 		if secret = []byte(strings.TrimSpace(string(s))); len(secret) < 16 {
 			return bad("tenant-secret-file: want a secret of at least 16 bytes")
+		}
+	}
+	if c.Redis != "" {
+		if o.Replica, err = newReplica(c); err != nil {
+			return Options{}, err
+		}
+		if secret == nil {
+			// Replicas must name an API key's tenant alike (sessions and usage are keyed by
+			// it): without a secret file they share one kept in Redis.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			secret, err = o.Replica.SharedSecret(ctx)
+			cancel()
+			if err != nil {
+				secret = nil
+				slog.Warn("no shared tenant secret (set -tenant-secret-file on every replica): tenants will differ between replicas", "err", err)
+			}
 		}
 	}
 	keyer, err := NewKeyer(KeyerOptions{
@@ -404,10 +423,7 @@ func (c Config) Options() (Options, error) {
 	}
 	var sess routing.SessionOptions
 	var io prefixcache.Options
-	if c.Redis != "" {
-		if o.Replica, err = newReplica(c); err != nil {
-			return Options{}, err
-		}
+	if o.Replica != nil {
 		sess = routing.SessionOptions{Seed: o.Replica.SessionSeed(), Feed: o.Replica.SessionFeed()}
 		io.Feed = o.Replica.PrefixFeed()
 	}

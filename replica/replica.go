@@ -715,3 +715,28 @@ func entryMillis(id string) (int64, bool) {
 	ms, err := strconv.ParseInt(id[:i], 10, 64)
 	return ms, err == nil && ms > 0 && ms < 1<<50
 }
+
+// SharedSecret returns the cluster's secret for turning API keys into tenant names
+// (proxy.KeyerOptions.Secret), creating it in Redis on first use (SET NX of 32 random
+// bytes), so that every replica names a key's tenant alike — and thus keys its sessions and
+// fairness usage alike — without a secret file of its own. It is one round trip, at startup,
+// bounded by ctx and IOTimeout; a value in Redis that is not such a secret is an error
+// wrapping ErrBadPayload. Whoever can read Redis can then compute tenant names from API keys:
+// give Redis the protection of the gateways' configuration, or set the secret yourself.
+func (r *Replica) SharedSecret(ctx context.Context) ([]byte, error) {
+	var b [32]byte
+	rand.Read(b[:])
+	cctx, cancel := context.WithTimeout(ctx, r.o.IOTimeout)
+	defer cancel()
+	key := strings.TrimSuffix(r.keys.loadPrefix, "load:") + "tenant-secret"
+	r.o.Client.SetNX(cctx, key, hex.EncodeToString(b[:]), 0)
+	v, err := r.o.Client.Get(cctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("replica: shared secret: %w", err)
+	}
+	secret, err := hex.DecodeString(v)
+	if err != nil || len(secret) != len(b) {
+		return nil, fmt.Errorf("%w: %s is not a 32-byte hex secret", ErrBadPayload, key)
+	}
+	return secret, nil
+}
