@@ -40,9 +40,10 @@
 // of the concurrency limit), router, prefix index and session table. Every SyncInterval
 // (50 ms) each replica flushes what it learnt — the chains its index's prefixcache.FeedBuffer
 // heard, the placements its session scorers reported to their SessionOptions.Feed, its
-// Router.AppendInFlight — and the others apply it Config.SyncLag later with
-// Index.InsertRemote, SessionPlacer.LearnPlacement and Router.SetPeerInFlight: the seams a
-// replication layer (package replica) uses, exercised here in virtual time. NoSync shares
+// Router.AppendInFlight, its queue's Queue.AppendUsageDeltas (the fairness usage each flow
+// accrued) — and the others apply it Config.SyncLag later with Index.InsertRemote,
+// SessionPlacer.LearnPlacement, Router.SetPeerInFlight and Queue.ApplyUsageDeltas: the seams
+// a replication layer (package replica) uses, exercised here in virtual time. NoSync shares
 // nothing. In exact mode every replica's index applies every engine's KV events itself.
 //
 // # The event loop

@@ -27,14 +27,18 @@ import (
 //     with LearnPlacement on each of their Profile.SessionScorers, under the router id
 //     Router.Lookup gives for the name;
 //   - load: Router.AppendInFlight; each replica is given the sum of the others' latest
-//     counts with SetPeerInFlight.
+//     counts with SetPeerInFlight;
+//   - fairness usage: Queue.AppendUsageDeltas, the usage each flow accrued under the replica's
+//     policy since the last flush (VTC's and LAS's service, turn priority's completed turns;
+//     see fairness, "Gateway replicas"); the others apply it with Queue.ApplyUsageDeltas,
+//     which re-keys their waiting flows. A policy that keeps no usage (FCFS, the figures'
+//     policy) flushes none.
 //
 // Every SyncInterval (50 ms by default) every replica flushes; what it flushed is applied by every other
 // replica SyncLag later (at the flush instant when SyncLag is 0), in flush order. With NoSync
 // nothing is flushed. In exact mode no chain is shared — every replica's index applies every
 // engine's KV events itself — and what a router predicts at pick (Dynamo's predict-on-route)
-// stays with that replica, as with the replica package. Fairness usage is not shared: each
-// replica's policy sees only the flows that reached it (FCFS, the figures' policy, keeps none).
+// stays with that replica, as with the replica package.
 //
 // Rejected: one shared index and session table for all replicas with a delay line in front
 // (simpler, but it would test nothing of the seams a real deployment uses, and would hide the
@@ -132,7 +136,7 @@ type syncState struct {
 	peers []routing.BackendInFlight // SetPeerInFlight's argument, reused
 
 	// Applied, counted once per receiving replica.
-	chains, placements int64
+	chains, placements, usage int64
 }
 
 // syncBatch is what one replica flushed at one instant.
@@ -143,6 +147,7 @@ type syncBatch struct {
 	hashes   []prefixcache.BlockHash // the changes' chains, back to back
 	places   []placement
 	inflight []routing.BackendInFlight
+	usage    []flowcontrol.UsageDelta
 }
 
 // chainChange is one chain a replica's index inserted or removed.
@@ -158,8 +163,9 @@ func (b *syncBatch) add(backend string, chain []prefixcache.BlockHash, removed b
 	b.hashes = append(b.hashes, chain...)
 }
 
-// flush takes what every replica learnt since the last flush and its in-flight counts, for
-// the others to apply SyncLag from now. O(replicas · servers + what was learnt).
+// flush takes what every replica learnt since the last flush, its in-flight counts and its
+// policy's usage deltas, for the others to apply SyncLag from now. O(replicas · servers +
+// what was learnt).
 func (s *sim) flush() {
 	at := s.now + s.cfg.SyncLag
 	q := &s.sync
@@ -179,6 +185,7 @@ func (s *sim) flush() {
 			g.placed.buf = g.placed.buf[:0]
 		}
 		b.inflight = g.router.AppendInFlight(b.inflight[:0])
+		b.usage = g.q.AppendUsageDeltas(b.usage[:0])
 		q.queue = append(q.queue, b)
 	}
 	if s.cfg.SyncLag == 0 {
@@ -207,7 +214,8 @@ func (s *sim) applySync() {
 		from.latest = append(from.latest[:0], b.inflight...)
 		clear(b.places) // let go of the names
 		clear(b.inflight)
-		b.changes, b.hashes, b.places, b.inflight = b.changes[:0], b.hashes[:0], b.places[:0], b.inflight[:0]
+		clear(b.usage)
+		b.changes, b.hashes, b.places, b.inflight, b.usage = b.changes[:0], b.hashes[:0], b.places[:0], b.inflight[:0], b.usage[:0]
 		q.free = append(q.free, b)
 		applied = true
 	}
@@ -229,8 +237,14 @@ func (s *sim) applySync() {
 	}
 }
 
-// applyBatch applies another replica's chains and placements to g, by backend name.
+// applyBatch applies another replica's chains, placements and usage to g, chains and
+// placements by backend name. Applying usage may dispatch (the queue re-keys its waiting
+// flows); the outcomes are settled after the event, as any other's.
 func (s *sim) applyBatch(g *gateway, b *syncBatch) {
+	if len(b.usage) > 0 {
+		g.q.ApplyUsageDeltas(b.usage)
+		s.sync.usage += int64(len(b.usage))
+	}
 	off := 0
 	for _, c := range b.changes {
 		chain := b.hashes[off : off+c.blocks]

@@ -185,7 +185,8 @@ type Config struct {
 	// servers are shared (package doc, "Gateway replicas"). Zero or one: one gateway.
 	Replicas int
 	// SyncLag is how late what one replica learns reaches the others: every SyncInterval each
-	// replica's new prefix chains, session placements and in-flight counts are handed over,
+	// replica's new prefix chains, session placements, in-flight counts and fairness usage
+	// deltas are handed over,
 	// and applied by every other replica SyncLag later. Zero: at the flush instant. Negative
 	// (NoSync): never; each replica routes alone. Ignored with one replica.
 	SyncLag time.Duration

@@ -58,12 +58,23 @@ func (w *quickSetup) PickFlow(band int, flows []*flowcontrol.FlowState, now time
 	return w.picker.PickFlow(band, flows, now)
 }
 
+// quickSharer is a quickSetup around a policy that is a flowcontrol.UsageSharer, which the
+// wrapper must stay for the queue to exchange its usage.
+type quickSharer struct {
+	*quickSetup
+	flowcontrol.UsageSharer
+}
+
 func newDriver(tb testing.TB, p flowcontrol.Policy, flows int) *driver {
 	d := &driver{clk: flowcontroltest.NewClock(simStart), ring: make([]inflight, driverSlots+1)}
 	var quick *quickSetup
 	if fp, ok := p.(flowcontrol.FlowPicker); ok {
 		quick = &quickSetup{Policy: p, picker: fp, filling: true}
-		p = quick
+		if us, ok := p.(flowcontrol.UsageSharer); ok {
+			p = quickSharer{quick, us}
+		} else {
+			p = quick
+		}
 	}
 	q, err := flowcontrol.New(flowcontrol.Options{
 		Policy:   p,

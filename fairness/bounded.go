@@ -89,8 +89,13 @@ type BoundedWaitOptions struct {
 // dispatch, allocation-free in steady state. FlowKey gives the same keys for use inside a
 // Hierarchy (without the first-turn share). It is a flowcontrol.Ranker and Positioner, for
 // the queue's wait estimate: the inner policy's classes and keys, its own count of what is
-// ahead, and the promotion as a cap. A BoundedWait serves one queue; it is not safe
-// for concurrent use except through the queue.
+// ahead, and the promotion as a cap.
+//
+// It is a flowcontrol.UsageSharer that forwards to the inner policy when that is one (and
+// shares nothing otherwise): its own order — promotion by age, deadlines — needs no history.
+// A peer's delta also tells it that the flow was dispatched somewhere, so that a session whose
+// first turn went to another gateway replica is not a first turn here. A BoundedWait serves
+// one queue; it is not safe for concurrent use except through the queue.
 type BoundedWait struct {
 	inner   flowcontrol.Policy
 	promote int64 // Wait − Headroom, ns
@@ -113,10 +118,11 @@ type bwBand struct {
 }
 
 var (
-	_ flowcontrol.Policy     = (*BoundedWait)(nil)
-	_ flowcontrol.FlowPicker = (*BoundedWait)(nil)
-	_ flowcontrol.Ranker     = (*BoundedWait)(nil)
-	_ flowcontrol.Positioner = (*BoundedWait)(nil)
+	_ flowcontrol.Policy      = (*BoundedWait)(nil)
+	_ flowcontrol.FlowPicker  = (*BoundedWait)(nil)
+	_ flowcontrol.Ranker      = (*BoundedWait)(nil)
+	_ flowcontrol.Positioner  = (*BoundedWait)(nil)
+	_ flowcontrol.UsageSharer = (*BoundedWait)(nil)
 )
 
 // NewBoundedWait returns a bounded-wait policy, or an error wrapping ErrInvalidOptions.
@@ -309,6 +315,41 @@ func (p *BoundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Ti
 		top = bd.first.top()
 	}
 	return top.st.ID, true
+}
+
+// AppendUsageDeltas is the inner policy's, if it is a flowcontrol.UsageSharer; otherwise it
+// returns dst. O(the inner call).
+func (p *BoundedWait) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+	if us, ok := p.inner.(flowcontrol.UsageSharer); ok {
+		return us.AppendUsageDeltas(dst, now)
+	}
+	return dst
+}
+
+// ApplyUsageDeltas hands other replicas' deltas to the inner policy, if it is a
+// flowcontrol.UsageSharer (otherwise it does nothing), records each flow named by a usable
+// delta as dispatched (no longer at its first turn), and re-keys the waiting flows named: the
+// queue does not, for a FlowPicker keeps its own order. O(len(ds) · log flows) plus the inner
+// call.
+func (p *BoundedWait) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+	us, ok := p.inner.(flowcontrol.UsageSharer)
+	if !ok {
+		return
+	}
+	us.ApplyUsageDeltas(ds, now)
+	ns := now.UnixNano()
+	for k := range ds {
+		d := &ds[k]
+		if !usable(d) {
+			continue
+		}
+		r := flowRef{d.Flow, d.Band}
+		p.hist.touch(r, ns).dispatched++
+		if n := p.nodes[r]; n != nil {
+			n.first = false
+			p.keyNode(n, &p.bands[d.Band], now)
+		}
+	}
 }
 
 // keysExact marks BoundedWait as a FlowPicker whose FlowKey alone expresses its order

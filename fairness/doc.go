@@ -85,9 +85,65 @@
 // that order rather than behind every waiting request (TestEstimateWaitOfError measures the
 // estimate per policy, TestEarlyShedNewcomerStarvation the newcomers refused on arrival).
 //
-// Every policy instance serves one queue. The queue serialises the calls, so policies do no
-// locking; their inspection methods (LAS.Service, VTC.Counter) must be called from the
+// Every policy instance serves one queue. The queue serialises the calls (AppendUsageDeltas
+// and ApplyUsageDeltas too), so policies do no locking; their inspection methods (LAS.Service, VTC.Counter) must be called from the
 // goroutine operating the queue or while it is idle.
+//
+// # Gateway replicas
+//
+// Behind one Service, several gateway replicas each run a queue with its own policy instance,
+// and each sees only the requests dealt to it. A fair share is global only if what orders
+// flows is: VTC, LAS, LASReference, TurnPriority, Hierarchy and BoundedWait (forwarding to
+// its inner policy) are flowcontrol.UsageSharers, and package replica exchanges their usage
+// deltas over Redis every flush (Queue.AppendUsageDeltas, Queue.ApplyUsageDeltas). FCFS,
+// EDF, SLODeadline and RoundRobin keep no usage and share nothing. Per policy, a delta for
+// (flow, band) is:
+//
+//   - VTC: the weighted tokens charged to the flow here since the last exchange (dispatch
+//     estimates and completion corrections, net); applied, it is added to the counter as a
+//     local charge is. The lift of a returning flow stays local — a floor taken from the
+//     replica's own backlog, whose counters carry the global usage — except that a flow
+//     peers have charged, which may be backlogged at a peer while it has nothing queued
+//     here, is lifted only to (k+1)·U below that floor, the most a backlogged flow trails
+//     (see VTC). Lifting it all the way would take from a tenant, at each replica it returns
+//     to, the service it is owed for waiting at the others.
+//   - LAS, LASReference: the service attained here since the last exchange, decayed to the
+//     exchange; applied, it is charged as attained at the time it is applied, so it then
+//     decays with the rest (SyncLag adds at most a factor 2^(lag/half-life), 1.0006 at
+//     50 ms and 60 s).
+//   - TurnPriority: the number of the flow's requests completed here; applied, each counts as
+//     a turn dispatched and completed at that time, so a conversation is as deep on every
+//     replica once its previous turn is known, and a peer's completion holds off the 120 s
+//     reset. Completions rather than dispatches, because they move both the depth and the
+//     reset clock, and a conversation's next turn exists only once the previous one is done.
+//   - Hierarchy: the Tenants policy's deltas under the tenant id and the Sessions policy's
+//     under the flow id, told apart on arrival by Tenant(id) == id.
+//   - BoundedWait: its inner policy's; any usable delta also marks the flow as past its first
+//     turn, so the first-turn share goes to sessions new to every replica.
+//
+// Exchanging deltas keeps the hot path as it was: a charge adds to a per-flow accumulator in
+// the flow's slot of the policy's bounded table and, the first time since the last exchange,
+// puts the slot on a dirty list, so that AppendUsageDeltas costs O(flows charged since the
+// last exchange), never a scan of every flow, and nothing allocates in steady state (the
+// list is kept from the first AppendUsageDeltas on, which scans the table once: a policy
+// nobody asks keeps none). A flow
+// whose net growth is negative (a correction larger than the charges) keeps it for the next
+// exchange; deltas are positive. An idle flow forgotten with growth not yet reported hands
+// it to a list the next AppendUsageDeltas drains (at most Memory.MaxIdle flows; until the
+// first AppendUsageDeltas nobody listens, and it is dropped with the flow). Applying a delta
+// for a flow the policy does not remember creates it idle, as a flow that was just served,
+// so peers' flows are bounded by Memory like local ones; a known idle flow becomes the most
+// recently idle. Deltas that are not finite and positive, or name a negative band, are
+// ignored (a policy is not told how many bands its queue has; a delta in a band beyond them
+// creates idle state that no request joins, forgotten like any other).
+//
+// Two instances that exchange their deltas order flows as one instance that saw every charge
+// would (TestUsageSharingMatchesOneInstance, model-based, per policy); what stays local is
+// what depends on the replica's own queue — VTC's lift, BoundedWait's promotions and
+// first-turn credit. Replicas must run the same policy with the same options: a delta is in
+// the policy's units. In the cluster simulator, three replicas with shared usage give VTC's
+// light tenants their max-min share where replicas alone do not (bench,
+// TestReplicasTenantShare).
 //
 // # Rejected alternatives
 //
@@ -111,4 +167,19 @@
 //     Depth is what the queue observed under the flow id the gateway assigned.
 //   - Unbounded per-flow maps (a peer's dispatch cost grew with every flow ever seen): state
 //     is bounded and idle flows are forgotten.
+//   - Sharing absolute usage (each replica publishing its counters, peers taking the
+//     maximum or the sum): a maximum loses concurrent usage, a sum double-counts what was
+//     already applied, and both send every flow every time. Deltas need no merge rule, cost
+//     only what changed, and compose with decay and local lifts.
+//   - Sharing VTC's lifts as usage, or keeping the paper's lift unchanged with shared
+//     counters: a replica lifts a tenant that has nothing queued there although it waits at
+//     another; shared, the lift would erase its deficit everywhere, and kept local it still
+//     erases it at every return (light tenants 0.20 of the service instead of 0.25 across
+//     three replicas). Exchanging which flows are backlogged where would fix the lift
+//     exactly, at the price of a second record per flow and flush.
+//   - Scanning every flow's state at each exchange for what changed: O(flows) every 50 ms
+//     under the queue's lock; the dirty list makes it O(flows charged).
+//   - Counting a peer's dispatches, not its completions, for turn priority: it would deepen a
+//     session whose turn is still running, and would leave the reset clock to local
+//     completions alone.
 package fairness

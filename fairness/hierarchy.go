@@ -41,6 +41,15 @@ type HierarchyOptions struct {
 // per tenant and per session only while they have work queued or in flight; the level
 // policies keep their own bounded history.
 //
+// It is a flowcontrol.UsageSharer that shares both levels, for those of its policies that
+// are UsageSharers themselves: the Tenants policy's deltas name tenants ("acme"), the
+// Sessions policy's name flows ("acme/chat-42"), and a delta is told apart on arrival by
+// whether its flow id is a tenant's (Tenant(id) == id). So the Tenant function must map a
+// tenant id to itself, as TenantBeforeSlash does; a tenant-level delta whose id does not, and
+// the session-level delta of a flow whose id is its own tenant's (a flow without "/"), are
+// not sent: such a flow shares its tenant's usage, not its own standing among the tenant's
+// sessions. Applying re-keys both levels of the flows named.
+//
 // A Hierarchy serves one queue; it is not safe for concurrent use except through the queue.
 type Hierarchy struct {
 	tenants  flowcontrol.Policy
@@ -54,11 +63,14 @@ type Hierarchy struct {
 	pool    nodePool
 	seq     uint64
 	scratch flowcontrol.Event
+	tds     []flowcontrol.UsageDelta // ApplyUsageDeltas' scratch: the tenant-level deltas
+	sds     []flowcontrol.UsageDelta // and the session-level ones
 }
 
 var (
-	_ flowcontrol.Policy     = (*Hierarchy)(nil)
-	_ flowcontrol.FlowPicker = (*Hierarchy)(nil)
+	_ flowcontrol.Policy      = (*Hierarchy)(nil)
+	_ flowcontrol.FlowPicker  = (*Hierarchy)(nil)
+	_ flowcontrol.UsageSharer = (*Hierarchy)(nil)
 )
 
 // TenantBeforeSlash is the default HierarchyOptions.Tenant: the part of id before its first
@@ -244,4 +256,70 @@ func (p *Hierarchy) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time
 	}
 	t := bh.top()
 	return t.kids.top().st.ID, true
+}
+
+// AppendUsageDeltas appends the Tenants policy's deltas (those naming a tenant id), then the
+// Sessions policy's (those naming a flow that is not a tenant id), for each level policy that
+// is a flowcontrol.UsageSharer. O(the level calls).
+func (p *Hierarchy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+	if us, ok := p.tenants.(flowcontrol.UsageSharer); ok {
+		n := len(dst)
+		dst = p.keep(us.AppendUsageDeltas(dst, now), n, true)
+	}
+	if us, ok := p.sessions.(flowcontrol.UsageSharer); ok {
+		n := len(dst)
+		dst = p.keep(us.AppendUsageDeltas(dst, now), n, false)
+	}
+	return dst
+}
+
+// keep filters the deltas of ds from index n on, in place, to those whose flow id is a tenant
+// id (tenants) or is not (sessions). O(len(ds) − n).
+func (p *Hierarchy) keep(ds []flowcontrol.UsageDelta, n int, tenants bool) []flowcontrol.UsageDelta {
+	out := ds[:n]
+	for _, d := range ds[n:] {
+		if (p.tenantOf(d.Flow) == d.Flow) == tenants {
+			out = append(out, d)
+		}
+	}
+	clear(ds[len(out):])
+	return out
+}
+
+// ApplyUsageDeltas splits other replicas' deltas by level — a flow id that is its own tenant
+// names a tenant — hands each level's to its policy (if a flowcontrol.UsageSharer), and
+// re-keys the waiting sessions and tenants named. Unusable deltas (not finite and positive,
+// a negative band) are dropped. O(len(ds) · (log tenants + log sessions)) plus the level calls.
+func (p *Hierarchy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+	tds, sds := p.tds[:0], p.sds[:0]
+	for k := range ds {
+		if d := &ds[k]; usable(d) {
+			if p.tenantOf(d.Flow) == d.Flow {
+				tds = append(tds, *d)
+			} else {
+				sds = append(sds, *d)
+			}
+		}
+	}
+	if us, ok := p.tenants.(flowcontrol.UsageSharer); ok && len(tds) > 0 {
+		us.ApplyUsageDeltas(tds, now)
+	}
+	if us, ok := p.sessions.(flowcontrol.UsageSharer); ok && len(sds) > 0 {
+		us.ApplyUsageDeltas(sds, now)
+	}
+	for _, d := range sds {
+		if n := p.nodes[flowRef{d.Flow, d.Band}]; n != nil {
+			p.keySession(n, now)
+			p.setHead(n.parent)
+			p.keyTenant(n.parent, now)
+		}
+	}
+	for _, d := range tds {
+		if t := p.tnodes[flowRef{d.Flow, d.Band}]; t != nil && t.st.Queued > 0 {
+			p.keyTenant(t, now)
+		}
+	}
+	clear(tds) // let go of the flow ids
+	clear(sds)
+	p.tds, p.sds = tds[:0], sds[:0]
 }

@@ -56,6 +56,10 @@ func (o *LASOptions) resolve() (Memory, error) {
 // difference between the actual and estimated prompt (Usage). Flows are keyed by flow id
 // and band.
 //
+// A LAS is a flowcontrol.UsageSharer: a delta is the service a flow attained on one replica
+// since the last exchange, decayed to the time of the exchange; applying it charges it as if
+// it were attained at the time it is applied (package doc, "Gateway replicas").
+//
 // How it differs from llm-d's LAS (LASReference): llm-d charges the whole cost at
 // completion, so a flow with many requests in flight looks unserved until they finish;
 // llm-d blends service with head wait (0.8/0.2) after min-max normalising both over the
@@ -71,13 +75,15 @@ type LAS struct {
 }
 
 type lasState struct {
-	logS float64 // log₂ S(t₀) + (t₀ − epoch)/h; −Inf without service
-	set  bool
+	logS    float64 // log₂ S(t₀) + (t₀ − epoch)/h; −Inf without service
+	set     bool
+	grownAt int64 // unix ns at which the slot's unreported growth is valued
 }
 
 var (
-	_ flowcontrol.Policy = (*LAS)(nil)
-	_ flowcontrol.Ranker = (*LAS)(nil)
+	_ flowcontrol.Policy      = (*LAS)(nil)
+	_ flowcontrol.Ranker      = (*LAS)(nil)
+	_ flowcontrol.UsageSharer = (*LAS)(nil)
 )
 
 // NewLAS returns usher's LAS policy, or an error wrapping ErrInvalidOptions.
@@ -133,10 +139,53 @@ func (p *LAS) charge(s *lasState, c float64, now int64) {
 	}
 	cur += c
 	if cur <= 0 {
-		*s = lasState{}
+		s.logS, s.set = 0, false
 		return
 	}
 	s.logS, s.set = math.Log2(cur)+tau, true
+}
+
+// decayed is growth g valued at time at, decayed to now.
+func decayed(g float64, at, now int64, h float64) float64 {
+	if g == 0 || at == now {
+		return g
+	}
+	return g * math.Exp2(-float64(now-at)/h)
+}
+
+// grow adds c, charged at now, to the unreported growth of slot i, which decays like
+// service: it is kept as a value at s.grownAt.
+func (p *LAS) grow(s *lasState, i int32, c float64, now int64) {
+	if c == 0 {
+		return
+	}
+	g := p.flows.grow(i)
+	*g = decayed(*g, s.grownAt, now, p.h) + c
+	s.grownAt = now
+}
+
+// AppendUsageDeltas appends, for every flow charged since the previous call, the service it
+// attained here since then, decayed to now, and forgets it (a flow whose corrections
+// outweigh its service carries the difference into the next call). O(flows charged).
+func (p *LAS) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+	ns := now.UnixNano()
+	return p.flows.report(dst, func(grown float64, s *lasState) float64 { return decayed(grown, s.grownAt, ns, p.h) })
+}
+
+// ApplyUsageDeltas charges other replicas' service (weighted tokens) as attained now, as
+// Observe charges local service but without reporting it back; a flow this policy does not
+// remember is created idle, within Memory. Deltas that are not finite and positive, or
+// name a negative band, are ignored. The queue re-keys the waiting flows named. O(len(ds)).
+func (p *LAS) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+	ns := now.UnixNano()
+	if p.epoch == 0 {
+		p.epoch = ns
+	}
+	for k := range ds {
+		if d := &ds[k]; usable(d) {
+			p.charge(p.flows.touch(flowRef{d.Flow, d.Band}, ns), d.Amount, ns)
+		}
+	}
 }
 
 // Service returns the decayed service attained by flow (id, band) at now, in weighted
@@ -157,14 +206,16 @@ func (p *LAS) Service(id flowcontrol.FlowID, band int, now time.Time) (float64, 
 // completion. O(1) amortised.
 func (p *LAS) Observe(e *flowcontrol.Event) {
 	now := e.Now.UnixNano()
-	s := p.flows.use(refOf(e.Flow))
+	s, i := p.flows.useAt(refOf(e.Flow))
+	var c float64
 	switch e.Kind {
 	case flowcontrol.EventDispatch:
-		p.charge(s, p.wp*float64(e.Request.PromptTokens), now)
+		c = p.wp * float64(e.Request.PromptTokens)
 	case flowcontrol.EventDone:
-		c := p.wo*float64(e.Usage.OutputTokens) + p.wp*float64(e.Usage.PromptTokens-e.Request.PromptTokens)
-		p.charge(s, c, now)
+		c = p.wo*float64(e.Usage.OutputTokens) + p.wp*float64(e.Usage.PromptTokens-e.Request.PromptTokens)
 	}
+	p.charge(s, c, now)
+	p.grow(s, i, c, now)
 	p.flows.settle(e.Flow, now)
 }
 
@@ -185,6 +236,7 @@ type LASReferenceOptions struct {
 type lasRefState struct {
 	service float64 // at time at
 	at      int64
+	grownAt int64 // unix ns at which the slot's unreported growth is valued
 }
 
 // LASReference is llm-d's least-attained-service fairness (its flow-control default),
@@ -211,6 +263,10 @@ type lasRefState struct {
 // 2–5 µs for LAS. With a GateFunc every enqueue and completion still costs a scan. Use LAS
 // for the O(log flows) form.
 //
+// A LASReference is a flowcontrol.UsageSharer with LAS's semantics: a delta is the cost
+// completed on one replica since the last exchange, decayed to the exchange; applying it
+// charges it as if completed then.
+//
 // A LASReference serves one queue; it is not safe for concurrent use except through the
 // queue.
 type LASReference struct {
@@ -221,8 +277,9 @@ type LASReference struct {
 }
 
 var (
-	_ flowcontrol.Policy     = (*LASReference)(nil)
-	_ flowcontrol.FlowPicker = (*LASReference)(nil)
+	_ flowcontrol.Policy      = (*LASReference)(nil)
+	_ flowcontrol.FlowPicker  = (*LASReference)(nil)
+	_ flowcontrol.UsageSharer = (*LASReference)(nil)
 )
 
 // NewLASReference returns llm-d's LAS, or an error wrapping ErrInvalidOptions.
@@ -265,12 +322,38 @@ func (p *LASReference) service(s *lasRefState, now int64) float64 {
 // Observe charges prompt + 2 × output tokens at completion. O(1) amortised.
 func (p *LASReference) Observe(e *flowcontrol.Event) {
 	now := e.Now.UnixNano()
-	s := p.flows.use(refOf(e.Flow))
+	s, i := p.flows.useAt(refOf(e.Flow))
 	if e.Kind == flowcontrol.EventDone {
-		s.service = p.service(s, now) + p.wp*float64(e.Usage.PromptTokens) + p.wo*float64(e.Usage.OutputTokens)
+		c := p.wp*float64(e.Usage.PromptTokens) + p.wo*float64(e.Usage.OutputTokens)
+		s.service = p.service(s, now) + c
 		s.at = now
+		if c != 0 {
+			g := p.flows.grow(i)
+			*g = decayed(*g, s.grownAt, now, p.h) + c
+			s.grownAt = now
+		}
 	}
 	p.flows.settle(e.Flow, now)
+}
+
+// AppendUsageDeltas appends, for every flow that completed work since the previous call,
+// its cost completed here since then, decayed to now, and forgets it. O(flows charged).
+func (p *LASReference) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+	ns := now.UnixNano()
+	return p.flows.report(dst, func(grown float64, s *lasRefState) float64 { return decayed(grown, s.grownAt, ns, p.h) })
+}
+
+// ApplyUsageDeltas charges other replicas' completed cost as completed now; see
+// LAS.ApplyUsageDeltas. No re-keying is needed: every pick scans. O(len(ds)).
+func (p *LASReference) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+	ns := now.UnixNano()
+	for k := range ds {
+		if d := &ds[k]; usable(d) {
+			s := p.flows.touch(flowRef{d.Flow, d.Band}, ns)
+			s.service = p.service(s, ns) + d.Amount
+			s.at = ns
+		}
+	}
 }
 
 // PickFlow scores every waiting flow of the band and returns the best. O(flows).

@@ -1,6 +1,7 @@
 package fairness
 
 import (
+	"math"
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -22,6 +23,7 @@ type TurnPriorityOptions struct {
 type turnState struct {
 	dispatched int64 // requests of the flow dispatched since its last reset
 	lastDone   int64 // unix ns of its last completion, 0 if none since the reset
+	inFlight   int   // the flow's in-flight count after its latest event
 }
 
 // TurnPriority is llm-d's turn-priority fairness, reproduced exactly for comparison: the
@@ -49,6 +51,13 @@ type turnState struct {
 // dispatch, allocation-free. The turn is counted from what the queue observed, keyed by
 // flow id and band.
 //
+// A TurnPriority is a flowcontrol.UsageSharer, so that a session whose turns land on
+// different gateway replicas has the same depth on all of them: a delta is the number of the
+// flow's requests completed on one replica since the last exchange; applying it counts each
+// as a turn dispatched and completed here at the time it is applied (after a reset that was
+// due), so the peer's completion also holds off the 120 s reset (package doc, "Gateway
+// replicas").
+//
 // A TurnPriority serves one queue; it is not safe for concurrent use except through the
 // queue, which serialises its calls.
 type TurnPriority struct {
@@ -59,8 +68,9 @@ type TurnPriority struct {
 }
 
 var (
-	_ flowcontrol.Policy = (*TurnPriority)(nil)
-	_ flowcontrol.Ranker = (*TurnPriority)(nil)
+	_ flowcontrol.Policy      = (*TurnPriority)(nil)
+	_ flowcontrol.Ranker      = (*TurnPriority)(nil)
+	_ flowcontrol.UsageSharer = (*TurnPriority)(nil)
 )
 
 // NewTurnPriority returns a turn-priority policy, or an error wrapping ErrInvalidOptions.
@@ -169,13 +179,40 @@ func scoreKey(negBase, w float64, arrival, epoch int64) flowcontrol.Key {
 // Observe counts dispatches and completions. O(1) amortised.
 func (p *TurnPriority) Observe(e *flowcontrol.Event) {
 	now := e.Now.UnixNano()
-	s := p.flows.use(refOf(e.Flow))
+	s, i := p.flows.useAt(refOf(e.Flow))
 	switch e.Kind {
 	case flowcontrol.EventDispatch:
 		p.turn(s, e.Flow.InFlight-1, now) // apply a reset that was due before this dispatch
 		s.dispatched++
 	case flowcontrol.EventDone:
 		s.lastDone = now
+		*p.flows.grow(i)++
 	}
+	s.inFlight = e.Flow.InFlight
 	p.flows.settle(e.Flow, now)
+}
+
+// AppendUsageDeltas appends, for every flow with requests completed since the previous
+// call, how many, and forgets them. O(flows that completed).
+func (p *TurnPriority) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flowcontrol.UsageDelta {
+	return p.flows.report(dst, func(grown float64, _ *turnState) float64 { return grown })
+}
+
+// ApplyUsageDeltas counts other replicas' completed turns (the amount rounded to a whole
+// number, at least one) as turns dispatched and completed now, after applying a reset that
+// was due; a flow this policy does not remember is created idle, within Memory. Deltas that
+// are not finite and positive, or name a negative band, are ignored. The queue re-keys the
+// waiting flows named. O(len(ds)).
+func (p *TurnPriority) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+	ns := now.UnixNano()
+	for k := range ds {
+		d := &ds[k]
+		if !usable(d) {
+			continue
+		}
+		s := p.flows.touch(flowRef{d.Flow, d.Band}, ns)
+		p.turn(s, s.inFlight, ns)
+		s.dispatched += int64(max(math.Round(min(d.Amount, 1<<32)), 1))
+		s.lastDone = ns
+	}
 }

@@ -43,6 +43,20 @@ const vtcScale = 1024
 // flows. O(log flows) per event, allocation-free in steady state. Flows are keyed by flow
 // id and band.
 //
+// A VTC is a flowcontrol.UsageSharer: gateway replicas exchange what each charged, so that
+// the counters — and a tenant's share — are global (package doc, "Gateway replicas"). A delta
+// is the weighted tokens a flow was charged on one replica since the last exchange; applying
+// it adds it to the flow's counter as a local charge would. Lifts stay local, with one
+// change: a flow that other replicas have charged may be backlogged there while it has
+// nothing queued here, so when it becomes backlogged here it is lifted only to (k+1)·U below
+// the smallest counter (k the band's requests in flight here, U about the largest request
+// cost lately) — the most a backlogged flow can trail — instead of to it; otherwise each
+// replica would take away, at every return, the service a tenant is owed for waiting at the
+// others (in the bench tenant-share scenario across three replicas, the light tenants' share
+// fell from 0.25 to 0.20). Such a flow starts at most (k+1)·U further behind than the
+// paper's bound allows, so the bound at most doubles for it; a flow no peer has charged is
+// lifted as before, and one VTC alone behaves exactly as before.
+//
 // A VTC serves one queue; it is not safe for concurrent use except through the queue.
 type VTC struct {
 	wp, wo int64
@@ -54,16 +68,22 @@ type VTC struct {
 type vtcState struct {
 	counter int64
 	n       *node // in the band's backlog heap while the flow has requests queued
+	// peer: another replica has charged the flow (since this one remembers it), so it may be
+	// backlogged there.
+	peer bool
 }
 
 type vtcBand struct {
 	backlog  nodeHeap // backlogged flows by counter (key.Tie)
 	lastLeft int64    // counter of the flow that last left the backlog
+	inFlight int      // requests of the band dispatched and not done
+	maxCost  int64    // U: about the largest weighted cost of a request completed lately
 }
 
 var (
-	_ flowcontrol.Policy = (*VTC)(nil)
-	_ flowcontrol.Ranker = (*VTC)(nil)
+	_ flowcontrol.Policy      = (*VTC)(nil)
+	_ flowcontrol.Ranker      = (*VTC)(nil)
+	_ flowcontrol.UsageSharer = (*VTC)(nil)
 )
 
 // NewVTC returns a VTC policy, or an error wrapping ErrInvalidOptions.
@@ -107,14 +127,28 @@ func (p *VTC) Rank(_ *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time
 		c = s.counter
 	}
 	if (s == nil || s.n == nil) && f.Band < len(p.bands) {
-		bd := &p.bands[f.Band]
-		floor := bd.lastLeft
-		if bd.backlog.len() > 0 {
-			floor = bd.backlog.top().key.Tie
-		}
-		c = max(c, floor)
+		c = max(c, p.bands[f.Band].floor(s != nil && s.peer))
 	}
 	return flowcontrol.Rank{Key: flowcontrol.Key{Tie: c}}
+}
+
+// floor is the counter a flow that becomes backlogged is lifted to: the smallest counter of
+// the band's backlogged flows, or the counter of the flow that last left the backlog. For a
+// flow another replica has charged (peer) it is lower by (k+1)·U, with k the band's requests
+// in flight here and U about the largest cost of a request completed in the band lately (the
+// largest, decaying by 1/64 per completion): that flow may be backlogged at the peer, and a
+// backlogged flow of a VTC trails the smallest counter by at most about that much (the
+// paper's bound), so lifting it further would take away service it is owed, not credit it
+// banked by idling. O(1).
+func (bd *vtcBand) floor(peer bool) int64 {
+	f := bd.lastLeft
+	if bd.backlog.len() > 0 {
+		f = bd.backlog.top().key.Tie
+	}
+	if peer {
+		f -= satMul(int64(bd.inFlight)+1, bd.maxCost)
+	}
+	return f
 }
 
 func (p *VTC) band(b int) *vtcBand {
@@ -127,25 +161,26 @@ func (p *VTC) band(b int) *vtcBand {
 // Observe lifts returning flows and charges service. O(log flows) amortised.
 func (p *VTC) Observe(e *flowcontrol.Event) {
 	f := e.Flow
-	s := p.flows.use(refOf(f))
+	s, i := p.flows.useAt(refOf(f))
 	bd := p.band(f.Band)
 	switch e.Kind {
 	case flowcontrol.EventEnqueue:
 		if s.n == nil { // the flow becomes backlogged
-			floor := bd.lastLeft
-			if bd.backlog.len() > 0 {
-				floor = bd.backlog.top().key.Tie
-			}
-			s.counter = max(s.counter, floor)
+			s.counter = max(s.counter, bd.floor(s.peer))
 			s.n = p.pool.get()
 			s.n.key.Tie = s.counter
 			bd.backlog.push(s.n)
 		}
 	case flowcontrol.EventDispatch:
-		p.add(s, bd, satMul(int64(e.Request.PromptTokens), p.wp))
+		bd.inFlight++
+		p.charge(s, i, bd, satMul(int64(e.Request.PromptTokens), p.wp))
 	case flowcontrol.EventDone:
 		u := e.Usage
-		p.add(s, bd, satMul(int64(u.OutputTokens), p.wo)+satMul(int64(u.PromptTokens-e.Request.PromptTokens), p.wp))
+		bd.inFlight = max(bd.inFlight-1, 0)
+		// U decays by 1/64 per completion, so that one huge request does not widen the
+		// floor for good.
+		bd.maxCost = max(bd.maxCost-bd.maxCost>>6, satMul(int64(u.PromptTokens), p.wp)+satMul(int64(u.OutputTokens), p.wo))
+		p.charge(s, i, bd, satMul(int64(u.OutputTokens), p.wo)+satMul(int64(u.PromptTokens-e.Request.PromptTokens), p.wp))
 	}
 	if f.Queued == 0 && s.n != nil { // the flow leaves the backlog
 		bd.backlog.remove(s.n)
@@ -156,11 +191,56 @@ func (p *VTC) Observe(e *flowcontrol.Event) {
 	p.flows.settle(f, e.Now.UnixNano())
 }
 
+// charge adds c to the counter of the flow in slot i and to its unreported growth.
+func (p *VTC) charge(s *vtcState, i int32, bd *vtcBand, c int64) {
+	if c == 0 {
+		return
+	}
+	*p.flows.grow(i) += float64(c)
+	p.add(s, bd, c)
+}
+
+// add adds c (|c| ≤ MaxInt64/4, see satMul) to a counter, which stays in [0, MaxInt64/2] so
+// that no number of charges — a peer's deltas included — wraps it; bd is the flow's band,
+// needed only while the flow is backlogged.
 func (p *VTC) add(s *vtcState, bd *vtcBand, c int64) {
-	s.counter = max(s.counter+c, 0)
+	s.counter = min(max(s.counter+c, 0), math.MaxInt64/2)
 	if s.n != nil {
 		s.n.key.Tie = s.counter
 		bd.backlog.fix(s.n)
+	}
+}
+
+// AppendUsageDeltas appends, for every flow charged since the previous call, the weighted
+// tokens it was charged (corrections included; a flow whose corrections outweigh its charges
+// carries the difference into the next call), and forgets them. O(flows charged).
+func (p *VTC) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flowcontrol.UsageDelta {
+	return p.flows.report(dst, func(grown float64, _ *vtcState) float64 { return grown / vtcScale })
+}
+
+// ApplyUsageDeltas adds other replicas' charges (weighted tokens) to the flows' counters, as
+// Observe adds a local charge but without reporting it back; a flow this policy does not
+// remember is created idle, as after a charge, within Memory. Deltas that are not finite
+// and positive, or name a negative band, are ignored. The queue re-keys the waiting flows
+// named. O(len(ds) · log flows).
+func (p *VTC) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+	ns := now.UnixNano()
+	for k := range ds {
+		d := &ds[k]
+		if !usable(d) {
+			continue
+		}
+		c := int64(math.Round(min(d.Amount*vtcScale, math.MaxInt64/4)))
+		if c <= 0 {
+			continue
+		}
+		s := p.flows.touch(flowRef{d.Flow, d.Band}, ns)
+		var bd *vtcBand
+		if s.n != nil { // backlogged, so the band exists
+			bd = &p.bands[d.Band]
+		}
+		s.peer = true
+		p.add(s, bd, c)
 	}
 }
 

@@ -1,0 +1,5 @@
+//go:build !race
+
+package fairness_test
+
+const raceEnabled = false
