@@ -167,4 +167,3 @@ func QuietClient() { redis.SetLogger(quiet{}) }
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
-
