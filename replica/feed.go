@@ -15,9 +15,8 @@ type placement struct {
 }
 
 // placeBuffer is the routing.SessionFeed a Replica hands out: a bounded buffer of placements
-// between two flushes. A session placed again before the flush keeps only its last placement
-// in the wire (the peers keep the later expiry anyway), but the buffer does not dedupe: it is
-// the order of picks. When full it drops the newest and counts it.
+// between two flushes, in the order of the picks (a session placed twice is sent twice; the
+// peers keep the later expiry). When full it drops the newest and counts it.
 type placeBuffer struct {
 	mu      sync.Mutex
 	buf     []placement
