@@ -16,9 +16,11 @@
 //   - SET usher:{cluster}:load:<id> to its own in-flight counts per backend (requests,
 //     uncached prefill tokens, KV blocks), expiring after PeerTTL, and ZADD its id with the
 //     time to the member set usher:{cluster}:replicas.
-//   - then MGET the load keys of the replicas seen within PeerTTL: the router adds their sum
-//     to its own counts (Router.SetPeerInFlight), and the concurrency gate is given this
-//     replica's share of the global limit, the limit over the live replicas rounded up.
+//   - then MGET the load keys of the member set's recent replicas. A replica is alive while
+//     its load key is (Redis expires it on its own clock, so the gateways' clocks need not
+//     agree). The router adds the live peers' counts to its own (Router.SetPeerInFlight),
+//     and the concurrency gate is given this replica's share of the global limit, the limit
+//     over the live replicas rounded up.
 //
 // A reader follows the change stream with a blocking XREAD and applies every peer's entry:
 // chains go into the local index (InsertRemote, which does not feed them back), placements

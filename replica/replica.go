@@ -395,15 +395,15 @@ type writer struct {
 func (r *Replica) flush(ctx context.Context, w *writer) {
 	now := r.o.Now()
 	n := r.encodeChanges(w)
-	w.load = w.load[:0]
+	w.loads = w.loads[:0]
 	if r.parts.Router != nil {
-		w.loads = r.parts.Router.AppendInFlight(w.loads[:0])
-		w.load = appendLoad(w.load, now, w.loads)
+		w.loads = r.parts.Router.AppendInFlight(w.loads)
 	}
+	w.load = appendLoad(w.load[:0], now, w.loads)
 	cctx, cancel := context.WithTimeout(ctx, r.o.IOTimeout)
 	defer cancel()
 	nowMs := now.UnixMilli()
-	alive := nowMs - r.o.PeerTTL.Milliseconds()
+	candidates := nowMs - 10*r.o.PeerTTL.Milliseconds()
 	pipe := r.o.Client.Pipeline()
 	if n > 0 {
 		pipe.XAdd(cctx, &redis.XAddArgs{
@@ -411,12 +411,13 @@ func (r *Replica) flush(ctx context.Context, w *writer) {
 			Values: []any{"r", r.o.ID, "d", w.changes},
 		})
 	}
-	if len(w.load) > 0 {
-		pipe.Set(cctx, r.keys.loadPrefix+r.o.ID, w.load, r.o.PeerTTL)
-	}
+	// A replica is alive while its load key is: Redis expires it PeerTTL after the last
+	// flush, on Redis's own clock. The member set only names the candidates, with a window
+	// wide enough for the replicas' clocks to disagree by seconds.
+	pipe.Set(cctx, r.keys.loadPrefix+r.o.ID, w.load, r.o.PeerTTL)
 	pipe.ZAdd(cctx, r.keys.replicas, redis.Z{Score: float64(nowMs), Member: r.o.ID})
-	pipe.ZRemRangeByScore(cctx, r.keys.replicas, "-inf", "("+strconv.FormatInt(nowMs-10*r.o.PeerTTL.Milliseconds(), 10))
-	live := pipe.ZRangeByScore(cctx, r.keys.replicas, &redis.ZRangeBy{Min: strconv.FormatInt(alive, 10), Max: "+inf"})
+	pipe.ZRemRangeByScore(cctx, r.keys.replicas, "-inf", "("+strconv.FormatInt(nowMs-100*r.o.PeerTTL.Milliseconds(), 10))
+	live := pipe.ZRangeByScore(cctx, r.keys.replicas, &redis.ZRangeBy{Min: strconv.FormatInt(candidates, 10), Max: "+inf"})
 	_, err := pipe.Exec(cctx)
 	r.outcome(err)
 	if err != nil {
@@ -494,62 +495,59 @@ func (r *Replica) encodeChanges(w *writer) int {
 // readPeers reads the live peers' counts, gives their sum to the router and this replica's
 // share of the global limit to the gate.
 func (r *Replica) readPeers(ctx context.Context, w *writer, now time.Time) {
-	r.peers.Store(int64(len(w.peerIDs)))
+	alive := 0
+	w.peer = w.peer[:0]
+	if len(w.peerIDs) > 0 {
+		w.keys = w.keys[:0]
+		for _, id := range w.peerIDs {
+			w.keys = append(w.keys, r.keys.loadPrefix+id)
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.o.IOTimeout)
+		defer cancel()
+		vals, err := r.o.Client.MGet(cctx, w.keys...).Result()
+		r.outcome(err)
+		if err != nil {
+			r.expirePeers(now)
+			return
+		}
+		if w.at == nil {
+			w.at = make(map[string]int)
+		}
+		clear(w.at)
+		for _, v := range vals {
+			str, ok := v.(string)
+			if !ok {
+				continue // its load key expired: that replica is gone (or was never ours)
+			}
+			loads, _, err := decodeLoad([]byte(str), w.scratch[:0])
+			w.scratch = loads
+			if err != nil {
+				r.rejected.Add(1)
+				continue
+			}
+			alive++
+			for _, l := range loads {
+				if i, ok := w.at[l.Backend]; ok {
+					w.peer[i].Requests += l.Requests
+					w.peer[i].PrefillTokens += l.PrefillTokens
+					w.peer[i].Blocks += l.Blocks
+					continue
+				}
+				w.at[l.Backend] = len(w.peer)
+				w.peer = append(w.peer, l)
+			}
+		}
+	}
+	r.peers.Store(int64(alive))
 	if r.parts.SetLimit != nil {
-		share := (r.parts.GlobalLimit + len(w.peerIDs)) / (len(w.peerIDs) + 1)
+		share := (r.parts.GlobalLimit + alive) / (alive + 1)
 		if int64(share) != r.share.Swap(int64(share)) {
 			r.parts.SetLimit(share)
 		}
 	}
-	if r.parts.Router == nil {
-		r.lastPeerRead.Store(now.UnixNano())
-		return
+	if r.parts.Router != nil {
+		r.parts.Router.SetPeerInFlight(w.peer)
 	}
-	if len(w.peerIDs) == 0 {
-		r.parts.Router.SetPeerInFlight(nil)
-		r.lastPeerRead.Store(now.UnixNano())
-		return
-	}
-	w.keys = w.keys[:0]
-	for _, id := range w.peerIDs {
-		w.keys = append(w.keys, r.keys.loadPrefix+id)
-	}
-	cctx, cancel := context.WithTimeout(ctx, r.o.IOTimeout)
-	defer cancel()
-	vals, err := r.o.Client.MGet(cctx, w.keys...).Result()
-	r.outcome(err)
-	if err != nil {
-		r.expirePeers(now)
-		return
-	}
-	if w.at == nil {
-		w.at = make(map[string]int)
-	}
-	clear(w.at)
-	w.peer = w.peer[:0]
-	for _, v := range vals {
-		str, ok := v.(string)
-		if !ok {
-			continue // expired between the two reads
-		}
-		loads, _, err := decodeLoad([]byte(str), w.scratch[:0])
-		w.scratch = loads
-		if err != nil {
-			r.rejected.Add(1)
-			continue
-		}
-		for _, l := range loads {
-			if i, ok := w.at[l.Backend]; ok {
-				w.peer[i].Requests += l.Requests
-				w.peer[i].PrefillTokens += l.PrefillTokens
-				w.peer[i].Blocks += l.Blocks
-				continue
-			}
-			w.at[l.Backend] = len(w.peer)
-			w.peer = append(w.peer, l)
-		}
-	}
-	r.parts.Router.SetPeerInFlight(w.peer)
 	r.lastPeerRead.Store(now.UnixNano())
 }
 
