@@ -19,6 +19,10 @@
 //   - routing: a Router of filters, weighted scorers and a picker over BackendState, with the
 //     peers' algorithms (llm-d, SGLang, Dynamo, AIBrix) as configurations.
 //   - metrics: scraping model servers into BackendState, and usher's own Prometheus metrics.
+//   - proxy: the request pipeline for HTTP, composing the packages above: an OpenAI-compatible
+//     Handler, or the same as httputil.ReverseProxy hooks.
+//   - replica: several gateway replicas sharing prefix, load, session and fairness state
+//     through Redis, off the request path (the only package that talks to Redis).
 //   - examples: an OpenAI-compatible gateway, a simulated vLLM-compatible fleet, load replay.
 //   - bench: a cluster simulator that replays traces to compare policies and routers.
 //
