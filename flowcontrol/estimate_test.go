@@ -114,8 +114,8 @@ func TestEstimateWaitOfPosition(t *testing.T) {
 
 // classPolicy is a test Ranker in two classes: flows named "vip…" (class 1) always go before
 // the others (class 2), each class in arrival order, like turn-priority's later turns and
-// newcomers. With keyed false it is the same order without Rank.
-type classPolicy struct{ keyed bool }
+// newcomers. It has no Rank; rankedClassPolicy is the same order with one.
+type classPolicy struct{}
 
 func (classPolicy) tier(f flowcontrol.FlowID) int64 {
 	if len(f) >= 3 && f[:3] == "vip" {
