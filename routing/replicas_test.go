@@ -275,14 +275,7 @@ func TestPickWithPeersAllocs(t *testing.T) {
 			peers = append(peers, BackendInFlight{b.Name, InFlight{Requests: int64(i % 4), PrefillTokens: int64(i * 100), Blocks: int64(i)}})
 		}
 		r.SetPeerInFlight(peers)
-		allocs := testing.AllocsPerRun(200, func() {
-			p, err := r.Pick(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.FirstToken(t0)
-			p.Done(DoneInfo{})
-		})
+		allocs := pickAllocs(t, r, req)
 		if allocs != 0 {
 			t.Errorf("%s: Pick+FirstToken+Done with peers allocates %v times, want 0", tc.name, allocs)
 		}

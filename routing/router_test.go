@@ -647,14 +647,7 @@ func TestPickAllocs(t *testing.T) {
 	} {
 		r, req := benchRouter(t, 100, tc.profile)
 		req.Session = "s1"
-		allocs := testing.AllocsPerRun(200, func() {
-			p, err := r.Pick(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.FirstToken(t0)
-			p.Done(DoneInfo{})
-		})
+		allocs := pickAllocs(t, r, req)
 		if allocs != 0 {
 			t.Errorf("%s: Pick+FirstToken+Done allocates %v times, want 0", tc.name, allocs)
 		}
@@ -802,4 +795,17 @@ func TestForeignFilterCandidates(t *testing.T) {
 	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
 		t.Fatalf("unknown candidate: err = %v, want ErrNoBackend", err)
 	}
+}
+
+// pickAllocs is the allocations of one Pick, FirstToken and Done of req, averaged over 200.
+func pickAllocs(t *testing.T, r *Router, req *Request) float64 {
+	t.Helper()
+	return testing.AllocsPerRun(200, func() {
+		p, err := r.Pick(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.FirstToken(t0)
+		p.Done(DoneInfo{})
+	})
 }
