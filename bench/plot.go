@@ -495,7 +495,8 @@ func WritePlots(dir string, results []*Result) ([]string, error) {
 
 // WriteHitVsKV writes PlotHitVsKV of points, titled with the workload's name, into dir
 // (created if missing) as hit-kv-<workload>.png and .svg, and returns the paths it wrote.
-// Errors are PlotHitVsKV's and the file system's.
+// Errors are PlotHitVsKV's and the file system's. It is safe for concurrent use (calls
+// writing the same files race on them, as any two writers would).
 func WriteHitVsKV(dir, workload string, points []KVPoint) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: plot directory: %w", err)
