@@ -43,7 +43,9 @@ type Options struct {
 	// digits and ".-_:". Zero: the host name, the process id and a random suffix.
 	ID string
 	// Client is the Redis (or Valkey) client every replica of the cluster points at.
-	// Required. Its own timeouts bound each call; IOTimeout bounds them again.
+	// Required. Its own timeouts bound each call; IOTimeout bounds them again when the
+	// client honours context deadlines (redis.Options.ContextTimeoutEnabled, as the gateway
+	// sets it).
 	Client redis.UniversalClient
 	// Cluster namespaces the keys: replicas with the same Cluster share state. Zero:
 	// DefaultCluster. Same character set as ID.
