@@ -155,7 +155,8 @@ func TestShare(t *testing.T) {
 		t.Errorf("b placed the session's next turn on %s, want its home %s", res2.Backend.Name, home)
 	}
 	res2.Done(routing.DoneInfo{})
-	eventually(t, "b's pick to reach a", func() bool { return a.rep.Stats().Applied > 0 })
+	// b counts what it sent once its round trip returns, which may be after a applied it.
+	eventually(t, "b's pick to reach a", func() bool { return a.rep.Stats().Applied > 0 && b.rep.Stats().Sent > 0 })
 
 	for name, n := range map[string]*node{"a": a, "b": b} {
 		st := n.rep.Stats()
