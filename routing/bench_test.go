@@ -203,18 +203,69 @@ func BenchmarkPickRetract(b *testing.B) {
 }
 
 // BenchmarkPickInsert is the full cycle at 100 backends: Pick, FirstToken (which inserts the
-// 128-block chain into the index) and Done.
+// request's 128-block chain into the chosen backend's index entries) and Done.
+//
+// new-chain brings a chain no backend holds on every request, cycling over 4,096 of them
+// (64 MiB of distinct prompts at 16 tokens a block), into backends of 2,048 blocks each, so
+// that once the first few are full every insert stores 128 new blocks and evicts as many: the
+// cost of learning fresh traffic. repeat-chain sends one chain over and over, so its insert
+// only re-touches blocks already held: the steady state of a repeated prompt.
 func BenchmarkPickInsert(b *testing.B) {
-	r, req := benchRouter(b, 100, benchProfile())
-	b.ReportAllocs()
-	for b.Loop() {
-		p, err := r.Pick(req)
-		if err != nil {
-			b.Fatal(err)
+	b.Run("new-chain", func(b *testing.B) {
+		r, req := benchRouterIndex(b, 100, benchProfile(), prefixcache.Options{})
+		ix := r.index.(*prefixcache.Index)
+		for _, s := range r.Backends(nil) {
+			id, _ := ix.Lookup(s.Name)
+			if err := ix.SetCapacity(id, 2048); err != nil {
+				b.Fatal(err)
+			}
 		}
-		p.FirstToken(t0)
-		p.Done(DoneInfo{})
+		chains := distinctChains(4096, len(req.Chain))
+		evicted := ix.Stats().Evictions
+		b.ReportAllocs()
+		cpu := startCPU()
+		i := 0
+		for b.Loop() {
+			req.Chain = chains[i%len(chains)]
+			i++
+			p, err := r.Pick(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.FirstToken(t0)
+			p.Done(DoneInfo{})
+		}
+		cpu.stop(b)
+		if b.N >= 64 && ix.Stats().Evictions == evicted {
+			b.Fatal("nothing was evicted: the benchmark does not measure insertion at capacity")
+		}
+	})
+	b.Run("repeat-chain", func(b *testing.B) {
+		r, req := benchRouter(b, 100, benchProfile())
+		b.ReportAllocs()
+		cpu := startCPU()
+		for b.Loop() {
+			p, err := r.Pick(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.FirstToken(t0)
+			p.Done(DoneInfo{})
+		}
+		cpu.stop(b)
+	})
+}
+
+// distinctChains returns n chains of length blocks that share no block.
+func distinctChains(n, blocks int) [][]BlockHash {
+	chains := make([][]BlockHash, n)
+	for i := range chains {
+		chains[i] = make([]BlockHash, blocks)
+		for k := range chains[i] {
+			chains[i][k] = BlockHash(0x9e3779b97f4a7c15 * (uint64(i+1)<<20 | uint64(k+1)))
+		}
 	}
+	return chains
 }
 
 // BenchmarkPickParallel runs Pick and Done from GOMAXPROCS goroutines at 100 backends.

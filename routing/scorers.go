@@ -116,8 +116,15 @@ func minMaxInverse(dst []float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	known := 0
 	for _, v := range dst {
+		// Plain comparisons, not the min and max builtins: those order NaN and ±0, which the
+		// test v == v and the normalisation make moot, at several instructions an element.
 		if v == v {
-			lo, hi = min(lo, v), max(hi, v)
+			if v < lo {
+				lo = v
+			}
+			if v > hi {
+				hi = v
+			}
 			known++
 		}
 	}
