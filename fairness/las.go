@@ -253,14 +253,12 @@ type lasRefState struct {
 // Its promise is llm-d's: light flows overtake heavy ones, tempered by wait. Because the
 // normalisation spans every waiting flow, the order cannot be a per-flow key: it is a
 // FlowPicker that scans every waiting flow of the band on each pick, computing a decayed
-// service (one exp2) and a map look-up per flow. Cost: O(flows in the band) per pick,
-// roughly 0.2 µs per waiting flow at 1,000 flows and 0.5 µs at 100,000 (cache misses),
-// allocation-free. With a gate that answers per band (a flowcontrol.BandGate such as
-// ConcurrencyLimit or Saturation) the queue asks for a pick only when the band can dispatch,
-// so a dispatch costs one scan: measured 79 µs per dispatch at 1,000 waiting flows and
-// 28 ms at 100,000 in BenchmarkPolicy (medians of 6 on a shared 2-core machine; three
-// scans, 0.22 ms and 74 ms, before the queue consulted the band gate first), against
-// 2–5 µs for LAS. With a GateFunc every enqueue and completion still costs a scan. Use LAS
+// service (one exp2) and a map look-up per flow. Cost: O(flows in the band) per pick, with a
+// cache miss per flow once the flows outgrow the cache, allocation-free. With a gate that
+// answers per band (a flowcontrol.BandGate such as ConcurrencyLimit or Saturation) the queue
+// asks for a pick only when the band can dispatch, so a dispatch costs one scan; with a
+// GateFunc every enqueue and completion still costs a scan. BenchmarkPolicy measures it
+// against LAS (bench/BENCHMARKS.md). Use LAS
 // for the O(log flows) form.
 //
 // A LASReference is a flowcontrol.UsageSharer with LAS's semantics: a delta is the cost

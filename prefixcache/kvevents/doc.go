@@ -209,15 +209,12 @@
 //
 // # Cost
 //
-// Measured on a shared 2-core AMD EPYC (BenchmarkDecode, BenchmarkApplyEvents,
-// BenchmarkSubscriberLoopback; medians of 6 runs under heavy load from other processes,
-// roughly twice as fast when the machine was quieter): decoding a prefill-step batch (4
-// BlockStored of 32 blocks of 16 tokens, 2 BlockRemoved) takes 46 µs in either encoding,
-// about 3.5M blocks/s; a decode-step batch of 33 small events 27 µs (legacy) to 42 µs
-// (tagged maps, sha256 hashes), 0.8–1.2M events/s; no allocation. Decoding and applying
-// the toy engine's batches to a prefixcache.Index runs at about 60k events/s, 1.35M blocks/s,
-// with 0.014 allocations per event amortised (the index regrowing after each cycle's
-// clear). Through real loopback sockets, publisher to index, about 25k events/s.
+// Decoding is linear in the batch's bytes, in either encoding, and a Decoder decoding into a
+// reused Batch allocates nothing once its buffers have grown to the largest batch seen. Applying a batch to a prefixcache.Index costs one Insert or Remove per event
+// (see prefixcache's complexity notes); the index regrowing after a backend's clear is the
+// only allocation, amortised. BenchmarkDecode, BenchmarkApplyEvents and
+// BenchmarkSubscriberLoopback (through real loopback sockets) measure these; the current
+// figures are in bench/BENCHMARKS.md.
 //
 // # Goroutines
 //
