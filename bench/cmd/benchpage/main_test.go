@@ -30,7 +30,7 @@ func TestPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errs bytes.Buffer
-	if code := run([]string{"-date", "2026-12-02", "-command", "go test -bench .", "-check", in}, &out, &errs); code != 1 {
+	if code := run([]string{"-date", "2026-12-02", "-command", "go test -bench .", "-check-allocs", "-check-targets", in}, &out, &errs); code != 1 {
 		t.Fatalf("exit %d, want 1 (a missed target and an allocation):\n%s", code, errs.String())
 	}
 	page := out.String()
@@ -60,6 +60,20 @@ func TestPage(t *testing.T) {
 	}
 	if strings.Contains(errs.String(), "Pick/backends=100") {
 		t.Errorf("-check flagged a met target:\n%s", errs.String())
+	}
+}
+
+func TestCheckAllocsOnly(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "raw.txt")
+	if err := os.WriteFile(in, []byte(sample), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	if code := run([]string{"-check-allocs", in}, &out, &errs); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(errs.String(), "promised 0") || strings.Contains(errs.String(), "target") {
+		t.Errorf("-check-allocs reported %q, want the allocation only", errs.String())
 	}
 }
 
