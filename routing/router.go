@@ -51,6 +51,11 @@ type Scorer interface {
 	Score(req *Request, cands []Candidate, dst []float64)
 }
 
+// unitScorer is implemented by the built-in scorers that write every entry of dst, each in
+// [0, 1] whatever the candidates hold (a custom filter's candidates included), so that Pick
+// need neither zero dst before them nor clamp after them.
+type unitScorer interface{ writesUnit() }
+
 // ScorerFunc adapts a function to the Scorer interface.
 type ScorerFunc func(req *Request, cands []Candidate, dst []float64)
 
@@ -181,6 +186,7 @@ type Router struct {
 	// Immutable after New.
 	filters    []Filter
 	scorers    []Weighted
+	unit       []bool // unit[i]: scorers[i] is a unitScorer
 	picker     Picker
 	observers  []Observer
 	completers []Completer
@@ -361,6 +367,8 @@ func New(opts Options) (*Router, error) {
 			continue
 		}
 		r.scorers = append(r.scorers, w)
+		_, unit := w.Scorer.(unitScorer)
+		r.unit = append(r.unit, unit)
 		r.hook(w.Scorer)
 	}
 	r.hook(r.picker)
@@ -667,12 +675,19 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	totals := sc.totals[:n]
 	clear(totals)
 	clamped := 0
-	for _, w := range r.scorers {
+	for k, w := range r.scorers {
 		tmp := sc.tmp[:n]
-		clear(tmp)
-		w.Scorer.Score(req, cands, tmp)
 		wt := w.Weight
 		tot := totals[:len(tmp)]
+		if r.unit[k] {
+			w.Scorer.Score(req, cands, tmp)
+			for i, v := range tmp {
+				tot[i] += wt * v
+			}
+			continue
+		}
+		clear(tmp)
+		w.Scorer.Score(req, cands, tmp)
 		for i, v := range tmp {
 			if !(v >= 0 && v <= 1) {
 				v, _ = clamp01(v)

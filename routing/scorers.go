@@ -47,16 +47,19 @@ func (p prefixScorer) Score(req *Request, cands []Candidate, dst []float64) {
 		clear(dst)
 		return
 	}
+	inv := 1 / float64(total)
 	for i := range cands {
-		m := cands[i].MatchedBlocks
-		v := float64(min(m, total)) / float64(total)
+		m := max(0, min(cands[i].MatchedBlocks, total))
+		v := float64(m) * inv
 		if p.length > 0 {
-			l := min(1, float64(cands[i].MatchedTokens)/p.length)
+			l := min(1, float64(max(0, cands[i].MatchedTokens))/p.length)
 			v *= l * l
 		}
 		dst[i] = v
 	}
 }
+
+func (prefixScorer) writesUnit() {}
 
 // QueueDepth scores by the server's waiting queue, min-max normalised over the candidates
 // (llm-d's queue scorer):
@@ -109,6 +112,8 @@ func (s minMaxScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 	}
 	minMaxInverse(dst)
 }
+
+func (minMaxScorer) writesUnit() {}
 
 // minMaxInverse maps raw loads in dst to (max − v)/(max − min), 1 for all when max = min, and
 // imputes NaN entries (missing values). O(n).
@@ -178,7 +183,13 @@ func (kvScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 			dst[i] = math.NaN()
 			continue
 		}
-		v := 1 - cands[i].State.KVUtilization
+		u := cands[i].State.KVUtilization
+		if !(u >= 0 && u <= 1) {
+			// A custom filter's candidate whose state was never sanitised: unknown.
+			dst[i] = math.NaN()
+			continue
+		}
+		v := 1 - u
 		dst[i] = v
 		sum += v
 		known++
@@ -187,6 +198,8 @@ func (kvScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 		impute(dst, sum, known)
 	}
 }
+
+func (kvScorer) writesUnit() {}
 
 // LoadAware scores by queue depth against a threshold (llm-d's load-aware scorer): an empty
 // queue scores 0.5, a queue of q scores 0.5·(1 − q/threshold), and a queue at or above the
@@ -238,10 +251,15 @@ type tokenLoadScorer struct{ cap float64 }
 func (s tokenLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 	inv := 1 / s.cap
 	for i := range cands {
-		t := float64(cands[i].InFlight.PrefillTokens + int64(cands[i].UncachedTokens))
-		dst[i] = 1 - min(t, s.cap)*inv
+		t := float64(max(0, cands[i].InFlight.PrefillTokens+int64(cands[i].UncachedTokens)))
+		if t > s.cap {
+			t = s.cap
+		}
+		dst[i] = 1 - t*inv
 	}
 }
+
+func (tokenLoadScorer) writesUnit() {}
 
 // PrefillLoad scores by the prefill work the router has sent the backend and not yet seen
 // finish, without this request's own tokens:

@@ -339,3 +339,41 @@ func TestTieredPrefix(t *testing.T) {
 	}
 	checkScores(t, "tiered without chain", score(def, &Request{}, cands(cand{matched: 3})), []float64{0})
 }
+
+// TestUnitScorersStayInRange feeds the scorers that Pick trusts to write every entry in [0, 1]
+// (unitScorer: no zeroing, no clamp) candidates a custom filter could build: negative and
+// oversized matches and loads, an unsanitised KV utilisation, no signal at all.
+func TestUnitScorersStayInRange(t *testing.T) {
+	hostile := []BackendState{
+		{Name: "a", Known: AllSignals, KVUtilization: 7, Queued: -3},
+		{Name: "b", Known: AllSignals, KVUtilization: math.NaN(), Queued: 1 << 40},
+		{Name: "c", Known: AllSignals, KVUtilization: -1, Running: -5},
+		{Name: "d"},
+	}
+	cands := make([]Candidate, len(hostile))
+	for i := range cands {
+		cands[i] = Candidate{State: &hostile[i], Fresh: hostile[i].Known}
+	}
+	cands[0].MatchedBlocks, cands[0].MatchedTokens = -10, -100000
+	cands[1].MatchedBlocks, cands[1].MatchedTokens = 1000, 1 << 40
+	cands[2].InFlight = InFlight{Requests: -4, PrefillTokens: -1 << 40}
+	cands[2].UncachedTokens = -7
+	cands[3].InFlight = InFlight{Requests: 1 << 50, PrefillTokens: 1 << 50}
+	req := &Request{Chain: make([]BlockHash, 8), BlockSize: 16}
+	for _, s := range []Scorer{PrefixRatio(), PrefixLength(0), QueueDepth(), RunningRequests(), ActiveRequests(), KVUtilization(), TokenLoad(0)} {
+		if _, ok := s.(unitScorer); !ok {
+			t.Errorf("%T is not a unitScorer", s)
+			continue
+		}
+		dst := make([]float64, len(cands))
+		for i := range dst {
+			dst[i] = -42 // Pick does not zero dst for these: every entry must be written
+		}
+		s.Score(req, cands, dst)
+		for i, v := range dst {
+			if !(v >= 0 && v <= 1) {
+				t.Errorf("%T: candidate %d scored %v, want a value in [0, 1]", s, i, v)
+			}
+		}
+	}
+}
