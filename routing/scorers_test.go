@@ -355,7 +355,7 @@ func TestUnitScorersStayInRange(t *testing.T) {
 		cands[i] = Candidate{State: &hostile[i], Fresh: hostile[i].Known}
 	}
 	cands[0].MatchedBlocks, cands[0].MatchedTokens = -10, -100000
-	cands[1].MatchedBlocks, cands[1].MatchedTokens = 1000, 1 << 40
+	cands[1].MatchedBlocks, cands[1].MatchedTokens = 1000, 1<<40
 	cands[2].InFlight = InFlight{Requests: -4, PrefillTokens: -1 << 40}
 	cands[2].UncachedTokens = -7
 	cands[3].InFlight = InFlight{Requests: 1 << 50, PrefillTokens: 1 << 50}
