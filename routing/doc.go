@@ -46,8 +46,9 @@
 // selection). A request that fails before its first token retracts what it predicted, the
 // blocks the backend did not hold at pick time, since the server may never have computed them.
 // LearnOnFirstToken learns only what is certainly computed; LearnFromEvents leaves the index to
-// the engines' KV events. Done is called exactly once; the handle is pooled with a generation
-// number, so a second call is detected and panics as misuse rather than corrupting another
+// the engines' KV events. Done is called exactly once, FirstToken may run concurrently with
+// it; the handle is pooled with a generation number, so a second Done is detected and panics
+// as misuse, and a late FirstToken does nothing, rather than either touching another
 // request's counters.
 //
 // # Missing and stale signals

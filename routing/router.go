@@ -761,16 +761,18 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		MatchedBlocks:  matched,
 		UncachedTokens: uncached,
 		t:              t,
-		gen:            t.state.Load() >> 2,
+		gen:            t.state.Load() >> genShift,
 	}, nil
 }
 
 // Result is the outcome of a successful Pick: the chosen backend and the handle that closes the
 // router's books on it. It is a small value; copies share the same handle.
 //
-// FirstToken (optional) and then Done (mandatory, exactly once) must be called by the owner of
-// the request, not concurrently with each other. Calling Done twice, or either method after
-// Done, is misuse and panics.
+// Its contract is flowcontrol.Ticket's: Done must be called exactly once, FirstToken at most
+// once matters (later calls and calls after Done do nothing), and the two methods are safe for
+// concurrent use from any goroutines — a relay may report the first token while the handler
+// finishes the request. Handles are pooled and carry a generation, so a second Done on any
+// copy panics as misuse and a late call never touches the request that reuses the handle.
 type Result struct {
 	// Backend is the chosen backend's published state (immutable: do not write through it).
 	Backend *BackendState
@@ -853,9 +855,11 @@ func (f Failure) String() string {
 	return "Failure(" + strconv.Itoa(int(f)) + ")"
 }
 
-// ticket is the pooled state behind a Result. state packs a generation (state>>2) with two flags:
-// bit 0 = the prefill tokens were released (first token), bit 1 unused. Done advances the
-// generation, which invalidates every copy of the Result.
+// ticket is the pooled state behind a Result. state packs a generation (state>>genShift)
+// with three flags. Done advances the generation, which turns every later call on any copy of
+// the Result into misuse (Done) or a no-op (FirstToken). FirstToken and Done may overlap on two
+// goroutines: whichever finishes last returns the ticket to the pool, so neither ever sees it
+// recycled under it (see recycleRace for the hand-over).
 type ticket struct {
 	r       *Router
 	state   atomic.Uint64
@@ -869,25 +873,39 @@ type ticket struct {
 	chain   []BlockHash
 }
 
-const firstTokenBit = 1
+const (
+	firstTokenBit = 1 << iota // the prefill tokens were released (first token)
+	busyBit                   // FirstToken is releasing them now
+	doneBit                   // Done has finished with the ticket while FirstToken was busy
+	genShift      = iota
+)
 
 // FirstToken records that the first output token arrived at at: the backend has finished
 // prefilling this request, so its uncached prompt tokens are released from the in-flight prefill
 // counter and, with LearnOnFirstToken, the prompt's blocks are inserted into the prefix index
 // under the chosen backend (with LearnOnPick they already were, at Pick). Calling it more than
-// once is harmless; calling it after Done panics. O(len(chain)) for an insert, otherwise O(1).
+// once is harmless, and so is calling it after Done: a relay goroutine that sees the first
+// token as the handler finishes the request may lose that race, and then Done has settled the
+// books. It is safe to call concurrently with Done; it never touches a later request that the
+// pooled handle serves. O(len(chain)) for an insert, otherwise O(1).
 func (p Result) FirstToken(at time.Time) {
 	t := p.mustTicket("FirstToken")
 	for {
 		st := t.state.Load()
-		if st>>2 != p.gen {
-			panic("routing: Result.FirstToken called after Done")
-		}
-		if st&firstTokenBit != 0 {
+		if st>>genShift != p.gen || st&firstTokenBit != 0 {
 			return
 		}
-		if t.state.CompareAndSwap(st, st|firstTokenBit) {
-			t.releasePrefill(true)
+		if t.state.CompareAndSwap(st, st|firstTokenBit|busyBit) {
+			break
+		}
+	}
+	t.releasePrefill(true)
+	for {
+		st := t.state.Load()
+		if t.state.CompareAndSwap(st, st&^(busyBit|doneBit)) {
+			if st&doneBit != 0 {
+				t.recycle() // Done finished while we were busy and left the ticket to us
+			}
 			return
 		}
 	}
@@ -901,34 +919,59 @@ func (p Result) FirstToken(at time.Time) {
 // predicted (those the backend did not hold then), since the server may never have computed
 // them. Then every Completer in the profile hears of it, with info as given (its Failure
 // classifies an error for passive health, see DoneInfo). Done must be called exactly once; a
-// second call panics. O(len(chain)) for an insert or a retraction, otherwise O(1).
+// second call, on any copy, panics. It is safe to call while FirstToken runs on another
+// goroutine. O(len(chain)) for an insert or a retraction, otherwise O(1).
 func (p Result) Done(info DoneInfo) {
 	t := p.mustTicket("Done")
+	var st uint64
 	for {
-		st := t.state.Load()
-		if st>>2 != p.gen {
+		st = t.state.Load()
+		if st>>genShift != p.gen {
 			panic("routing: Result.Done called twice")
 		}
-		if t.state.CompareAndSwap(st, (p.gen+1)<<2) {
-			if st&firstTokenBit == 0 {
-				t.releasePrefill(info.Err == nil || !info.FirstTokenAt.IsZero())
-			}
-			t.load.requests.Add(-1)
-			t.load.blocks.Add(-t.blocks)
-			r := t.r
-			r.stats.done.Add(1)
-			if info.Err != nil {
-				r.stats.failed.Add(1)
-			}
-			for _, c := range r.completers {
-				c.Completed(t.id, t.picked, info)
-			}
-			t.load = nil
-			t.chain = t.chain[:0]
-			t.r.tickets.Put(t)
+		if t.state.CompareAndSwap(st, (p.gen+1)<<genShift|st&(firstTokenBit|busyBit)) {
+			break
+		}
+	}
+	if st&firstTokenBit == 0 {
+		t.releasePrefill(info.Err == nil || !info.FirstTokenAt.IsZero())
+	}
+	t.load.requests.Add(-1)
+	t.load.blocks.Add(-t.blocks)
+	r := t.r
+	r.stats.done.Add(1)
+	if info.Err != nil {
+		r.stats.failed.Add(1)
+	}
+	for _, c := range r.completers {
+		c.Completed(t.id, t.picked, info)
+	}
+	t.recycleRace()
+}
+
+// recycleRace returns the ticket to the pool once Done is through with it, unless FirstToken
+// is still releasing the prefill: then it marks doneBit and FirstToken recycles when it clears
+// busyBit. Both steps are CASes on state, so exactly one side sees the other gone.
+func (t *ticket) recycleRace() {
+	for {
+		st := t.state.Load()
+		if st&busyBit == 0 {
+			t.recycle()
+			return
+		}
+		if t.state.CompareAndSwap(st, st|doneBit) {
 			return
 		}
 	}
+}
+
+// recycle returns t to its router's pool; the caller is the last to use it. The flags are
+// cleared for the next request, keeping the generation Done gave it.
+func (t *ticket) recycle() {
+	t.load = nil
+	t.chain = t.chain[:0]
+	t.state.Store(t.state.Load() >> genShift << genShift)
+	t.r.tickets.Put(t)
 }
 
 func (p Result) mustTicket(op string) *ticket {

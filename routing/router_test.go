@@ -362,7 +362,6 @@ func TestDoneMisusePanics(t *testing.T) {
 	for name, f := range map[string]func(){
 		"Done twice":             func() { p.Done(DoneInfo{}) },
 		"Done on a copy":         func() { copyOfP.Done(DoneInfo{}) },
-		"FirstToken after Done":  func() { p.FirstToken(t0) },
 		"Done on a zero Result":  func() { Result{}.Done(DoneInfo{}) },
 		"Done after pool reuse":  func() { q, _ := r.Pick(&Request{}); defer q.Done(DoneInfo{}); p.Done(DoneInfo{}) },
 		"FirstToken zero Result": func() { Result{}.FirstToken(t0) },
@@ -376,8 +375,68 @@ func TestDoneMisusePanics(t *testing.T) {
 			f()
 		}()
 	}
+	// FirstToken after Done is a no-op, on the request's own ticket and on one a later
+	// request reuses: it may be the loser of a legitimate race with Done.
+	p.FirstToken(t0)
+	q, _ := r.Pick(&Request{PromptTokens: 100})
+	p.FirstToken(t0)
+	if got, _ := r.InFlight(q.Backend.Name); got.PrefillTokens != 100 {
+		t.Errorf("a stale FirstToken released the next request's prefill: %+v", got)
+	}
+	q.Done(DoneInfo{})
 	if got, _ := r.InFlight(p.Backend.Name); got != (InFlight{}) {
 		t.Errorf("misuse changed the counters: %+v", got)
+	}
+}
+
+// TestFirstTokenRacesDone runs FirstToken and Done of each request on two goroutines at once,
+// with learning on the first token (so FirstToken inserts the chain while Done may be
+// finishing), while other picks reuse the pooled handles. Under -race this checks that neither
+// side sees the handle recycled under it; the counters must come back to zero.
+func TestFirstTokenRacesDone(t *testing.T) {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustNew(t, Options{Index: ix})
+	mustUpdate(t, r, fleet(4, t0))
+	for _, s := range r.Backends(nil) {
+		if _, err := ix.AddBackend(s.Name, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const workers, rounds = 4, 300
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chain := make([]BlockHash, 64)
+			for i := range rounds {
+				for k := range chain {
+					chain[k] = BlockHash(uint64(w+1)<<40 | uint64(i)<<20 | uint64(k+1))
+				}
+				p, err := r.Pick(&Request{Chain: chain})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var both sync.WaitGroup
+				both.Add(2)
+				go func() { defer both.Done(); p.FirstToken(t0) }()
+				go func() { defer both.Done(); p.Done(DoneInfo{}) }()
+				both.Wait()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, s := range r.Backends(nil) {
+		if got, _ := r.InFlight(s.Name); got != (InFlight{}) {
+			t.Errorf("%s: in-flight %+v after every request finished, want zero", s.Name, got)
+		}
+	}
+	if st := r.Stats(); st.Done != workers*rounds {
+		t.Errorf("Done counted %d, want %d", st.Done, workers*rounds)
 	}
 }
 
