@@ -90,14 +90,19 @@ func (ix *Index) tableLocked(sh *shard, op pairOp, n int) *table {
 // held (see tableLocked).
 func (ix *Index) applyLocked(t *table, op pairOp, k, bit uint64) uint8 {
 	var i int
+	var hold, aux uint64
 	if op == opTouch {
-		i = t.findOrAdd(k)
+		var added bool
+		if i, added = t.findOrAdd(k); !added {
+			hold, aux = t.slots[i].hold, t.slots[i].aux
+		}
 	} else if t == nil {
 		return pairAbsent
 	} else if i = t.find(k); i < 0 {
 		return pairAbsent
+	} else {
+		hold, aux = t.slots[i].hold, t.slots[i].aux
 	}
-	hold, aux := t.slots[i].hold, t.slots[i].aux
 	st := uint8(pairAbsent)
 	switch {
 	case hold&bit != 0 && aux&bit != 0:

@@ -51,18 +51,25 @@
 // entry key. Each shard is an open-addressing table with linear probing and backward-shift
 // deletion (no tombstones), whose slot is three plain integers: key, holders, and an aux word
 // (below). A table is one pointer-free allocation the garbage collector never scans; probing it
-// touches one or two cache lines, where Go's map costs a cache miss or more per lookup
-// (2.0–3.0 µs for 128 lookups in 10⁶ entries against about 0.5 µs for such a table). A table
+// touches one or two cache lines, where Go's map costs a cache miss or more per lookup, some
+// four to six times the table's for 128 lookups in 10⁶ entries. A table
 // grows by half when it would pass 3/4 full; its size need not be a power of two, since a key's
 // home slot is the high word of key·size. Tombstone deletion was tried and rejected: deleting
 // becomes a single store, but every insert of a new block (a guaranteed miss) then probes past
 // the tombstones, and under the insert-one-evict-one churn of a full backend the tables ended
-// up either slow to probe or half empty. A radix tree per backend (SGLang's router) was
-// rejected too: it chases pointers per block and per backend, where a bitset answers for 64
-// backends in one load.
+// up either slow to probe or half empty. A deletion stores only what changes: every store a
+// lock-free reader can see is atomic (a locked instruction on amd64), so a moved entry's hold
+// and aux words are stored only where they differ from its new slot's, and a slot left empty
+// only loses its key. Buckets of eight keys with overflow counts (as in Folly's F14), whose
+// deletions move nothing, were tried and rejected: a probe then reads a line of keys and a line
+// of hold words, a writer a line of aux words too, and a hit costs eight compares where linear
+// probing finds most keys in their home slot, so both Match and Insert were slower. A radix
+// tree per backend (SGLang's router) was rejected too: it chases pointers per block and per
+// backend, where a bitset answers for 64 backends in one load.
 //
 // Each shard is guarded by a sequence counter used as a seqlock. Match never takes a lock and
-// never writes shared memory: it reads the counter, probes, and re-reads the counter, retrying
+// writes nothing a writer or another reader needs (its hit counters sit on lines of their
+// own): it reads the counter, probes, and re-reads the counter, retrying
 // the probe if a writer was active. Writers move the counter from even to odd with a
 // compare-and-swap (which is also their mutual exclusion), update the table with atomic
 // stores, and make it even again; a table that must grow is rebuilt aside and published

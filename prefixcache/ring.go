@@ -55,6 +55,9 @@ func (r *ring) reset() int64 {
 	return b
 }
 
+// clear empties the ring, keeping its buffer.
+func (r *ring) clear() { r.head, r.n = 0, 0 }
+
 // at returns the key j places behind the front; j < len.
 func (r *ring) at(j int) uint64 {
 	i := r.head + j

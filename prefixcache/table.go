@@ -8,7 +8,9 @@ import (
 // slot is one entry of a shard's open-addressing table: three plain integers, so a table is
 // a single pointer-free allocation the garbage collector never scans.
 //
-// key is the mixed entry key (never 0; 0 marks an empty slot). The entry describes one 64-id
+// key is the mixed entry key (never 0; 0 marks an empty slot, whose hold and aux words are
+// left as its last occupant had them: readers never read them, and the writer that claims the
+// slot sets them). The entry describes one 64-id
 // "word" of one block: bit j of hold is set when backend 64·word+j holds the block; bit j of aux
 // is that pair's CLOCK reference bit while the bit in hold is set, and marks a stale pair
 // (removed, but still queued in the backend's ring) while it is clear. See doc.go, "Memory
@@ -110,20 +112,22 @@ func (t *table) find(k uint64) int {
 	}
 }
 
-// findOrAdd returns the index of k's slot, claiming an empty one (hold and aux zero) if k is
-// absent. The caller guarantees a free slot exists (see Index.reserveLocked). Writer side.
-func (t *table) findOrAdd(k uint64) int {
+// findOrAdd returns the index of k's slot and false, or, if k is absent, claims a free slot for
+// it and returns its index and true; a claimed slot's hold and aux words are whatever its last
+// occupant left there (the caller sets them, see del). The caller guarantees a free slot exists
+// (see Index.reserveLocked). Writer side.
+func (t *table) findOrAdd(k uint64) (int, bool) {
 	slots := t.slots
 	n := uint64(len(slots))
 	i, _ := bits.Mul64(k, n)
 	for {
 		switch slots[i].key {
 		case k:
-			return int(i)
+			return int(i), false
 		case 0:
 			atomic.StoreUint64(&slots[i].key, k)
 			t.count++
-			return int(i)
+			return int(i), true
 		}
 		if i++; i == n {
 			i = 0
@@ -143,7 +147,11 @@ func (t *table) set(i int, hold, aux uint64) {
 }
 
 // del empties slot i by backward-shift deletion: later members of the probe run move back
-// so that no lookup ever needs a tombstone. Writer side.
+// so that no lookup ever needs a tombstone. Every store is atomic, and so costs a locked
+// instruction on amd64, so it stores only what changes: a moved entry's hold and aux words
+// only where they differ from those already in its new slot (entries held by the same
+// backends often share them), and of the slot left empty only its key (readers never look
+// past an empty key, and findOrAdd's caller overwrites the rest). Writer side.
 func (t *table) del(i int) {
 	slots := t.slots // locals: the atomic stores would otherwise make every pass reload t
 	n := uint64(len(slots))
@@ -173,18 +181,15 @@ func (t *table) del(i int) {
 		}
 		d := &slots[hole]
 		atomic.StoreUint64(&d.key, k)
-		atomic.StoreUint64(&d.hold, s.hold)
-		atomic.StoreUint64(&d.aux, s.aux)
+		if d.hold != s.hold {
+			atomic.StoreUint64(&d.hold, s.hold)
+		}
+		if d.aux != s.aux {
+			atomic.StoreUint64(&d.aux, s.aux)
+		}
 		hole = j
 	}
-	d := &slots[hole]
-	atomic.StoreUint64(&d.key, 0)
-	if d.hold != 0 {
-		atomic.StoreUint64(&d.hold, 0)
-	}
-	if d.aux != 0 {
-		atomic.StoreUint64(&d.aux, 0)
-	}
+	atomic.StoreUint64(&slots[hole].key, 0)
 	t.count--
 }
 

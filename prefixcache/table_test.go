@@ -18,9 +18,9 @@ func TestTableModel(t *testing.T) {
 			k := entryKey(uint64(r.IntN(universe)), 0)
 			if r.IntN(2) == 0 {
 				tb := ix.reserveLocked(sh, 1)
-				i := tb.findOrAdd(k)
-				if _, ok := want[k]; !ok && (tb.slots[i].hold != 0 || tb.slots[i].aux != 0) {
-					t.Fatalf("seed %d step %d: new slot for %#x not clear: %+v", seed, step, k, tb.slots[i])
+				i, added := tb.findOrAdd(k)
+				if _, ok := want[k]; ok == added {
+					t.Fatalf("seed %d step %d: findOrAdd(%#x) added %v, present before %v", seed, step, k, added, ok)
 				}
 				v := r.Uint64() | 1
 				tb.set(i, v, v>>1)
