@@ -245,8 +245,13 @@ func New(opts Options) (*Index, error) {
 // AddBackend registers a backend under name with a GPU capacity in blocks (0 means
 // Options.DefaultCapacity; its CPU and Remote media take DefaultCPUCapacity and
 // DefaultRemoteCapacity, see SetMediumCapacity) and returns its id. Adding a name that is
-// already registered is not an error: it returns the existing id and sets that backend's GPU
-// capacity, evicting if it shrank.
+// already registered is not an error: it returns the existing id and, when capacityBlocks is
+// not 0, sets that backend's GPU capacity, evicting if it shrank; 0 leaves it as it is. To
+// find an id without registering anything, use Lookup.
+//
+// The ids are the index's own: a routing.Router over this index numbers the same backends
+// its own way (routing.BackendID), so read Match's result with the index's ids only (the
+// router's Result.IndexID gives them).
 // It returns ErrInvalidName for an empty name, ErrInvalidCapacity for a negative capacity and
 // ErrTooManyBackends when Options.MaxBackends backends are registered.
 //
@@ -258,13 +263,16 @@ func (ix *Index) AddBackend(name string, capacityBlocks int) (BackendID, error) 
 	if capacityBlocks < 0 {
 		return 0, fmt.Errorf("%w: %d blocks for backend %q", ErrInvalidCapacity, capacityBlocks, name)
 	}
-	if capacityBlocks == 0 {
-		capacityBlocks = ix.opts.DefaultCapacity
-	}
 	ix.regMu.Lock()
 	if id, ok := ix.names[name]; ok {
 		ix.regMu.Unlock()
+		if capacityBlocks == 0 {
+			return id, nil
+		}
 		return id, ix.SetCapacity(id, capacityBlocks)
+	}
+	if capacityBlocks == 0 {
+		capacityBlocks = ix.opts.DefaultCapacity
 	}
 	defer ix.regMu.Unlock()
 	for i := range ix.backends {

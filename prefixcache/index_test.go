@@ -563,3 +563,26 @@ func TestBytesPerBlock(t *testing.T) {
 	// runs this test without the race detector, checks its target too.
 	t.Run("exact", func(t *testing.T) { exactBytesPerBlock(t, blocks, true) })
 }
+
+func TestAddBackendZeroKeepsCapacity(t *testing.T) {
+	ix, err := New(Options{DefaultCapacity: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ix.AddBackend("a", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := ix.AddBackend("a", 0); err != nil || again != id {
+		t.Fatalf("AddBackend(a, 0) = %d, %v; want %d, nil", again, err, id)
+	}
+	if c := ix.Stats().Backends[0].Capacity; c != 4096 {
+		t.Errorf("capacity after re-adding without one: %d, want 4096 (kept)", c)
+	}
+	if _, err := ix.AddBackend("a", 2048); err != nil {
+		t.Fatal(err)
+	}
+	if c := ix.Stats().Backends[0].Capacity; c != 2048 {
+		t.Errorf("capacity after re-adding with 2048: %d", c)
+	}
+}

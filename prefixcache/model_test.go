@@ -132,6 +132,9 @@ func (r *refIndex) add(name string, capacity int) (BackendID, error) {
 	}
 	for i, b := range r.backends {
 		if b != nil && b.name == name {
+			if capacity == 0 { // re-adding without a capacity keeps the one it has
+				return BackendID(i), nil
+			}
 			return BackendID(i), r.setCapacity(BackendID(i), GPU, capacity)
 		}
 	}

@@ -117,7 +117,7 @@ func ExampleScorer() {
 	fmt.Println("no prefix →", p.Backend.Name)
 	p.Done(routing.DoneInfo{})
 
-	id, _ := ix.AddBackend("c", 0)
+	id, _ := ix.Lookup("c") // the index's id for c (Update registered it), not the router's
 	_ = ix.Insert(id, chain) // c holds the whole prompt
 	p, _ = r.Pick(&routing.Request{Chain: chain})
 	fmt.Println("cached on c →", p.Backend.Name)
@@ -200,7 +200,7 @@ func ExampleSessionAware() {
 	_ = r.Update(states)
 
 	system := []prefixcache.BlockHash{1, 2, 3, 4, 5, 6} // the shared instructions
-	warm, _ := ix.AddBackend("gpu-0", 0)
+	warm, _ := ix.Lookup("gpu-0")
 	_ = ix.Insert(warm, system)
 
 	turn := func(session string, extra ...prefixcache.BlockHash) routing.Result {
@@ -498,4 +498,26 @@ func excludeAllBut(r *routing.Router, name string) []routing.BackendID {
 		}
 	}
 	return ids
+}
+
+// A router and its prefix index number the same backends in two id spaces: routing.BackendID
+// for the router's set, prefixcache.BackendID for the index. Read the index's answers with the
+// index's ids; Result.IndexID gives the chosen backend's.
+func ExampleResult_IndexID() {
+	ix, _ := prefixcache.New(prefixcache.Options{})
+	_, _ = ix.AddBackend("elsewhere", 0) // someone else registered a backend in the index first
+	r, _ := routing.New(routing.Options{Index: ix, Profile: routing.RoundRobinProfile()})
+	now := time.Now()
+	_ = r.Update([]routing.BackendState{{Name: "gpu-0", UpdatedAt: now}, {Name: "gpu-1", UpdatedAt: now}})
+
+	chain := []prefixcache.BlockHash{7, 8, 9}
+	p, _ := r.Pick(&routing.Request{Chain: chain})
+	p.Done(routing.DoneInfo{}) // success: the index learns the chain under the chosen backend
+
+	indexID, _ := p.IndexID()
+	match := ix.Match(nil, chain)
+	fmt.Printf("%s: router id %d, index id %d, holds %d of %d blocks\n",
+		p.Backend.Name, p.ID, indexID, match[indexID], len(chain))
+	// Output:
+	// gpu-0: router id 0, index id 1, holds 3 of 3 blocks
 }

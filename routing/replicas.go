@@ -1,6 +1,10 @@
 package routing
 
-import "math"
+import (
+	"math"
+
+	"github.com/usher-llm/usher/prefixcache"
+)
 
 // Several gateway replicas in front of one fleet each run a Router. What one replica sends a
 // backend, the others do not see in their own counters; a replication layer (outside this
@@ -113,6 +117,21 @@ func (r *Router) Lookup(name string) (BackendID, bool) {
 	id, ok := r.ids[name]
 	r.mu.Unlock()
 	return id, ok
+}
+
+// IndexID returns the prefix index's id of the router's backend id, and false when the router
+// has no index or does not know id (see BackendID for why the two differ). O(backends) over
+// the current snapshot, lock-free; not for the hot path (Result.IndexID is O(1)).
+func (r *Router) IndexID(id BackendID) (prefixcache.BackendID, bool) {
+	s := r.snap.Load()
+	if s == nil {
+		return 0, false
+	}
+	b := s.find(id)
+	if b == nil || b.index < 0 {
+		return 0, false
+	}
+	return prefixcache.BackendID(b.index), true
 }
 
 // sanitized returns v with negative counts read as 0 and each count capped.

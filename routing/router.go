@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
 )
 
 // Defaults used when the corresponding Options field is zero.
@@ -762,6 +764,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		UncachedTokens: uncached,
 		t:              t,
 		gen:            t.state.Load() >> genShift,
+		ix:             int32(b.index + 1),
 	}, nil
 }
 
@@ -788,6 +791,7 @@ type Result struct {
 
 	t   *ticket
 	gen uint64
+	ix  int32 // 1 + the prefix index id; 0 without an index
 }
 
 // DoneInfo is what happened to a routed request.
@@ -879,6 +883,16 @@ const (
 	doneBit                   // Done has finished with the ticket while FirstToken was busy
 	genShift      = iota
 )
+
+// IndexID returns the chosen backend's id in the router's prefix index, and false without
+// an index. Use it, not ID, with the index's methods and to read Match's result (see
+// BackendID). O(1).
+func (p Result) IndexID() (prefixcache.BackendID, bool) {
+	if p.ix <= 0 {
+		return 0, false
+	}
+	return prefixcache.BackendID(p.ix - 1), true
+}
 
 // FirstToken records that the first output token arrived at at: the backend has finished
 // prefilling this request, so its uncached prompt tokens are released from the in-flight prefill
