@@ -117,7 +117,7 @@ func ExampleScorer() {
 	fmt.Println("no prefix →", p.Backend.Name)
 	p.Done(routing.DoneInfo{})
 
-	id, _ := ix.Lookup("c") // the index's id for c (Update registered it), not the router's
+	id, _ := ix.Lookup("c")  // the index's id for c (Update registered it), not the router's
 	_ = ix.Insert(id, chain) // c holds the whole prompt
 	p, _ = r.Pick(&routing.Request{Chain: chain})
 	fmt.Println("cached on c →", p.Backend.Name)
