@@ -67,18 +67,23 @@ func UsherRouter() Router {
 //	session-aware   routing.NewSessionAware alone, max-score: placement by session history
 //	usher           routing.Usher, as shipped (UsherRouter)
 func Routers() []Router {
-	return []Router{
-		{Name: "round-robin", New: routing.RoundRobinProfile},
-		{Name: "least-request", New: routing.LeastRequest},
-		{Name: "llm-d", New: routing.LLMDDefault},
-		{Name: "llm-d-precise", New: routing.LLMDPrecise, Events: true},
-		{Name: "llm-d-sticky", New: func() routing.Profile { return routing.LLMDSticky(routing.LLMDStickyOptions{}) }},
-		{Name: "sglang", New: func() routing.Profile { return routing.SGLang(routing.SGLangOptions{}) }},
-		{Name: "dynamo", New: func() routing.Profile { return routing.Dynamo(routing.DynamoOptions{}) }, Events: true},
-		{Name: "aibrix", New: routing.AIBrix},
-		sessionAwareRouter(),
-		UsherRouter(),
+	var rs []Router
+	for _, name := range []string{"round-robin", "least-request", "llm-d", "llm-d-precise", "llm-d-sticky", "sglang", "dynamo", "aibrix"} {
+		rs = append(rs, Router{
+			Name:   name,
+			New:    func() routing.Profile { return mustProfile(routing.ProfileByName(name, routing.ByNameOptions{})) },
+			Events: name == "llm-d-precise" || name == "dynamo",
+		})
 	}
+	return append(rs, sessionAwareRouter(), UsherRouter())
+}
+
+// mustProfile unwraps ProfileByName for the names fixed in this file; an error is a bug here.
+func mustProfile(p routing.Profile, err error) routing.Profile {
+	if err != nil {
+		panic("bench: " + err.Error())
+	}
+	return p
 }
 
 // sessionAwareRouter is routing.SessionAware alone, max-score.

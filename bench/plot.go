@@ -52,7 +52,7 @@ const (
 // Later.Shed()): radius 2 + 6·√(shed/maxShed) points, maxShed the largest over the plotted
 // cells. Each point is labelled with its policy, prefixed with "router/" when the cells have
 // more than one router.
-// FCFS ("fcfs") and llm-d's turn-priority ("llm-d-turn") have their own colours and shapes,
+// FCFS ("fcfs") and llm-d's turn-priority ("turn-priority") have their own colours and shapes,
 // named in the legend, filled for the policy and hollow for its "+shed" twin; other policies
 // are grey circles.
 //
@@ -72,9 +72,9 @@ func PlotFrontier(cells []*Cell, title, path string) error {
 
 // FrontierPoint is one point of an admission frontier: X and Y in seconds, better low; Shed
 // sets the marker's area (radius 2 + 6·√(Shed/max Shed) points); Label is written beside it;
-// Policy chooses its style: FCFS ("fcfs") and turn-priority (bench's "llm-d-turn" or the
-// gateway's "turn-priority") have their own, every other policy is a grey circle, and a name
-// ending in EarlyShedSuffix gets the hollow twin of its style.
+// Policy chooses its style: FCFS ("fcfs") and turn-priority ("turn-priority") have their
+// own, every other policy is a grey circle, and a name ending in EarlyShedSuffix gets the
+// hollow twin of its style.
 type FrontierPoint struct {
 	X, Y, Shed    float64
 	Label, Policy string
@@ -278,7 +278,7 @@ func frontierGroupOf(policy string) int {
 	switch base {
 	case FCFSPolicy().Name:
 		g = 0
-	case turnPriorityName, "turn-priority":
+	case turnPriorityName:
 		g = 2
 	}
 	if shed {

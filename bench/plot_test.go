@@ -64,8 +64,8 @@ func frontierCells() []*Cell {
 			}
 			rs = append(rs,
 				frontierRun("chat", "fcfs", router, 4, seed, 2*time.Second+d, 3*time.Second, 0),
-				frontierRun("chat", "llm-d-turn", router, 4, seed, 9*time.Second+d, time.Second, 12),
-				frontierRun("chat", "llm-d-turn+shed", router, 4, seed, 5*time.Second+d, time.Second, 30),
+				frontierRun("chat", "turn-priority", router, 4, seed, 9*time.Second+d, time.Second, 12),
+				frontierRun("chat", "turn-priority+shed", router, 4, seed, 5*time.Second+d, time.Second, 30),
 				frontierRun("chat", "bw-10s", router, 4, seed, 4*time.Second+d, 1500*time.Millisecond, 3),
 				frontierRun("chat", "vtc", router, 4, seed, time.Second, 0, 0),
 			)
@@ -88,7 +88,7 @@ func TestPlotFrontier(t *testing.T) {
 		}
 		svg := string(b)
 		for _, want := range []string{
-			"usher/fcfs", "sglang/llm-d-turn+shed", "usher/bw-10s", // two routers: labels prefixed
+			"usher/fcfs", "sglang/turn-priority+shed", "usher/bw-10s", // two routers: labels prefixed
 			"FCFS", "turn-priority", "turn-priority+shed", "other", // legend
 			"newcomer p99 wait (s)", "later-turn p50 TTFT (s)", "chat at load ×4",
 			"marker area: requests shed (max 30)",
@@ -114,7 +114,7 @@ func TestPlotFrontier(t *testing.T) {
 		t.Fatal(err)
 	}
 	svg := string(checkPlot(t, path))
-	if !strings.Contains(svg, ">llm-d-turn+shed<") || strings.Contains(svg, "usher/") {
+	if !strings.Contains(svg, ">turn-priority+shed<") || strings.Contains(svg, "usher/") {
 		t.Errorf("one-router frontier: want labels without the router prefix")
 	}
 }
@@ -123,7 +123,7 @@ func TestPlotFrontier(t *testing.T) {
 // with the largest of their sheds; points apart keep their own.
 func TestFrontierLabels(t *testing.T) {
 	pts := []FrontierPoint{
-		{X: 20, Y: 0.22, Shed: 192, Label: "llm-d-turn"},
+		{X: 20, Y: 0.22, Shed: 192, Label: "turn-priority"},
 		{X: 1, Y: 4, Label: "fcfs"},
 		{X: 19.9, Y: 0.221, Shed: 200, Label: "bw-30s"},
 		{X: 20, Y: 0.22, Shed: 10, Label: "bw-45s"},
@@ -131,7 +131,7 @@ func TestFrontierLabels(t *testing.T) {
 	}
 	got := frontierLabels(pts)
 	want := []FrontierPoint{
-		{X: 20, Y: 0.22, Shed: 200, Label: "llm-d-turn, bw-30s, bw-45s"},
+		{X: 20, Y: 0.22, Shed: 200, Label: "turn-priority, bw-30s, bw-45s"},
 		{X: 1, Y: 4, Label: "fcfs"},
 		{X: 15, Y: 0.3, Label: "bw-20s"},
 	}
@@ -199,8 +199,8 @@ func TestFrontierGroupOf(t *testing.T) {
 	}{
 		{"fcfs", "FCFS"},
 		{"fcfs+shed", "FCFS+shed"},
-		{"llm-d-turn", "turn-priority"},
-		{"llm-d-turn+shed", "turn-priority+shed"},
+		{"turn-priority", "turn-priority"},
+		{"turn-priority+shed", "turn-priority+shed"},
 		{"turn-priority", "turn-priority"}, // the gateway's name
 		{"turn-priority+shed", "turn-priority+shed"},
 		{"las", "other"},
@@ -281,7 +281,7 @@ func TestPlotKnee(t *testing.T) {
 		unwanted string
 	}{
 		{"one policy", kneeCells("fcfs"), []string{">usher<", ">dynamo<", ">load ×<", ">p99 TTFT (s)<"}, "fcfs"},
-		{"two policies", kneeCells("fcfs", "llm-d-turn"), []string{">fcfs/usher<", ">llm-d-turn/dynamo<"}, ""},
+		{"two policies", kneeCells("fcfs", "turn-priority"), []string{">fcfs/usher<", ">turn-priority/dynamo<"}, ""},
 	} {
 		for _, ext := range []string{".png", ".svg"} {
 			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+ext)
@@ -362,7 +362,7 @@ func TestBlockTicks(t *testing.T) {
 
 func TestWritePlots(t *testing.T) {
 	var results []*Result
-	for _, c := range kneeCells("fcfs", "llm-d-turn") {
+	for _, c := range kneeCells("fcfs", "turn-priority") {
 		results = append(results, c.Runs...)
 	}
 	// A second workload at one rate, without later turns: no frontier, no knee.
@@ -430,7 +430,7 @@ func TestPlotFrontierSimulated(t *testing.T) {
 		t.Fatal(err)
 	}
 	svg := string(checkPlot(t, path))
-	for _, want := range []string{">fcfs<", ">llm-d-turn<"} {
+	for _, want := range []string{">fcfs<", ">turn-priority<"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("frontier of the simulation lacks the label %q", want)
 		}

@@ -16,26 +16,25 @@ const (
 	BoundedWaitHeadroom = 5 * time.Second
 )
 
-// fairnessPolicies returns the fairness package's policies for the matrix, each with its
-// defaults (the peers' published ones where it reproduces a peer):
+// fairnessPolicies returns the fairness package's policies for the matrix, by their
+// registry names (fairness.Names), each with its defaults (the peers' published ones where it
+// reproduces a peer):
 //
-//	las           fairness.LAS: usher's least attained service (keyed, O(log flows))
-//	llm-d-las     fairness.LASReference: llm-d's LAS, min-max normalised service and wait
-//	llm-d-turn    fairness.TurnPriority: llm-d's turn-priority (turn + 0.05·wait)
-//	vtc           fairness.VTC: virtual token counters (Sheng et al.)
-//	bounded-wait  fairness.BoundedWait around turn-priority, W = 30 s, 5 s headroom
+//	las            fairness.LAS: usher's least attained service (keyed, O(log flows))
+//	las-reference  fairness.LASReference: llm-d's LAS, min-max normalised service and wait
+//	turn-priority  fairness.TurnPriority: llm-d's turn-priority (turn + 0.05·wait)
+//	vtc            fairness.VTC: virtual token counters (Sheng et al.)
+//	bounded-wait   fairness.BoundedWait around turn-priority, W = 30 s, 5 s headroom
 //
 // Flows are sessions (a request without a session is a flow of its own).
 func fairnessPolicies() []Policy {
-	return []Policy{
-		{"las", func() flowcontrol.Policy { return must(fairness.NewLAS(fairness.LASOptions{})) }},
-		{"llm-d-las", func() flowcontrol.Policy { return must(fairness.NewLASReference(fairness.LASReferenceOptions{})) }},
-		{"llm-d-turn", func() flowcontrol.Policy { return must(fairness.NewTurnPriority(fairness.TurnPriorityOptions{})) }},
-		{"vtc", func() flowcontrol.Policy { return must(fairness.NewVTC(fairness.VTCOptions{})) }},
-		{"bounded-wait", func() flowcontrol.Policy {
-			return must(fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: BoundedWaitBound, Headroom: BoundedWaitHeadroom}))
-		}},
+	var ps []Policy
+	for _, name := range []string{"las", "las-reference", "turn-priority", "vtc", "bounded-wait"} {
+		ps = append(ps, Policy{name, func() flowcontrol.Policy {
+			return must(fairness.ByName(name, fairness.ByNameOptions{BoundedWait: BoundedWaitBound, BoundedWaitHeadroom: BoundedWaitHeadroom}))
+		}})
 	}
+	return ps
 }
 
 // must unwraps a constructor's result for options fixed in this file; an error is a bug here.
@@ -71,7 +70,7 @@ func boundedWait(w time.Duration, share float64) Policy {
 func FrontierPolicies() []Policy {
 	ps := []Policy{FCFSPolicy()}
 	for _, p := range fairnessPolicies() {
-		if p.Name != "bounded-wait" && p.Name != "llm-d-las" {
+		if p.Name != "bounded-wait" && p.Name != "las-reference" {
 			ps = append(ps, p)
 		}
 	}

@@ -95,7 +95,7 @@ const (
 
 // Names the goal check looks for.
 const (
-	turnPriorityName      = "llm-d-turn"
+	turnPriorityName      = "turn-priority"
 	boundedWaitPolicyName = "bounded-wait"
 )
 

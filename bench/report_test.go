@@ -19,7 +19,7 @@ func TestWriteGoal(t *testing.T) {
 		mk(4, "fcfs", "sglang", 100, 100, 0, 10*time.Second, 0.2),
 		mk(4, "fcfs", "usher-default", 100, 100, 0, 12*time.Second, 0.39),
 		mk(4, "fcfs", "usher", 100, 100, 0, 8*time.Second, 0.38),
-		mk(8, "llm-d-turn", "sglang", 100, 90, 10, 30*time.Second, 0.2),
+		mk(8, "turn-priority", "sglang", 100, 90, 10, 30*time.Second, 0.2),
 		mk(8, "bounded-wait", "sglang", 100, 100, 0, 20*time.Second, 0.2), // no usher run at ×8
 	}
 	var b strings.Builder

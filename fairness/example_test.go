@@ -239,3 +239,29 @@ func ExampleSLODeadline() {
 	// t=  1s dispatched chat (waited 0s)
 	// t=  1s dispatched batch (waited 1s)
 }
+
+// Every policy has one name, used by the gateway's -policy flag and the simulator alike.
+func ExampleByName() {
+	for _, name := range fairness.Names() {
+		p, err := fairness.ByName(name, fairness.ByNameOptions{BoundedWait: 10 * time.Second})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%-13s %T\n", name, p)
+	}
+	_, err := fairness.ByName("bounded-wait", fairness.ByNameOptions{})
+	fmt.Println(err)
+	// Output:
+	// fcfs          flowcontrol.FCFS
+	// priority      flowcontrol.StrictPriority
+	// round-robin   *fairness.RoundRobin
+	// turn-priority *fairness.TurnPriority
+	// las           *fairness.LAS
+	// las-reference *fairness.LASReference
+	// vtc           *fairness.VTC
+	// edf           fairness.EDF
+	// slo           *fairness.SLODeadline
+	// bounded-wait  *fairness.BoundedWait
+	// hierarchy     *fairness.Hierarchy
+	// policy "bounded-wait": fairness: invalid options: BoundedWait needs Wait > 0
+}

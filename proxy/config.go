@@ -30,10 +30,10 @@ import (
 type Config struct {
 	// Backends are the model servers.
 	Backends []BackendConfig `json:"backends"`
-	// Policy is the fairness policy by name (PolicyNames); BoundedWait is bounded-wait's W.
+	// Policy is the fairness policy by name (fairness.Names); BoundedWait is bounded-wait's W.
 	Policy      string        `json:"policy"`
 	BoundedWait time.Duration `json:"bounded_wait"`
-	// Router is the routing profile by name (RouterNames).
+	// Router is the routing profile by name (routing.ProfileNames).
 	Router string `json:"router"`
 	// TTL is the longest wait for admission.
 	TTL time.Duration `json:"ttl"`
@@ -133,9 +133,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Backends = append(c.Backends, b)
 		return err
 	})
-	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(PolicyNames, ", "))
+	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(fairness.Names(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait: no request waits longer (below -ttl)")
-	fs.StringVar(&c.Router, "router", c.Router, "routing profile: "+strings.Join(RouterNames, ", "))
+	fs.StringVar(&c.Router, "router", c.Router, "routing profile: "+strings.Join(routing.ProfileNames(), ", "))
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "longest wait for admission")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait in total")
 	fs.Int64Var(&c.MaxQueueBytes, "max-queue-bytes", c.MaxQueueBytes, "bytes that may wait in total")
@@ -256,71 +256,6 @@ var Engines = map[string]*metrics.Profile{
 	"vllm": metrics.VLLM, "sglang": metrics.SGLang, "trtllm": metrics.TensorRTLLM, "triton": metrics.Triton, "tgi": metrics.TGI,
 }
 
-// PolicyNames are the policies Config.Policy may name.
-var PolicyNames = []string{"fcfs", "priority", "round-robin", "turn-priority", "las", "las-llmd", "vtc", "edf", "slo", "bounded-wait", "hierarchy"}
-
-// NewPolicy returns the fairness policy named name (PolicyNames); boundedWait is W for
-// bounded-wait.
-func NewPolicy(name string, boundedWait time.Duration) (flowcontrol.Policy, error) {
-	switch name {
-	case "fcfs":
-		return flowcontrol.FCFS{}, nil
-	case "priority":
-		return flowcontrol.StrictPriority{}, nil
-	case "round-robin":
-		return fairness.NewRoundRobin(), nil
-	case "turn-priority":
-		return fairness.NewTurnPriority(fairness.TurnPriorityOptions{})
-	case "las":
-		return fairness.NewLAS(fairness.LASOptions{})
-	case "las-llmd":
-		return fairness.NewLASReference(fairness.LASReferenceOptions{})
-	case "vtc":
-		return fairness.NewVTC(fairness.VTCOptions{})
-	case "edf":
-		return fairness.EDF{}, nil
-	case "slo":
-		return fairness.NewSLODeadline(fairness.SLODeadlineOptions{TTFT: 2 * time.Second})
-	case "bounded-wait":
-		return fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: boundedWait})
-	case "hierarchy":
-		return fairness.NewHierarchy(fairness.HierarchyOptions{})
-	}
-	return nil, fmt.Errorf("%w: policy %q: want one of %s", ErrInvalidOptions, name, strings.Join(PolicyNames, ", "))
-}
-
-// RouterNames are the routing profiles Config.Router may name.
-var RouterNames = []string{"usher", "llmd", "llmd-sticky", "sglang", "dynamo", "aibrix", "round-robin", "least-request"}
-
-// NewProfile returns the routing profile named name (RouterNames).
-func NewProfile(name string) (routing.Profile, error) {
-	return newProfile(name, routing.SessionOptions{})
-}
-
-// newProfile is NewProfile with the session options of the profiles that keep sessions
-// (usher's SessionAware), for replicas that share placements.
-func newProfile(name string, sess routing.SessionOptions) (routing.Profile, error) {
-	switch name {
-	case "usher":
-		return routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: sess}}), nil
-	case "llmd":
-		return routing.LLMDDefault(), nil
-	case "llmd-sticky":
-		return routing.LLMDSticky(routing.LLMDStickyOptions{}), nil
-	case "sglang":
-		return routing.SGLang(routing.SGLangOptions{}), nil
-	case "dynamo":
-		return routing.Dynamo(routing.DynamoOptions{}), nil
-	case "aibrix":
-		return routing.AIBrix(), nil
-	case "round-robin":
-		return routing.RoundRobinProfile(), nil
-	case "least-request":
-		return routing.LeastRequest(), nil
-	}
-	return routing.Profile{}, fmt.Errorf("%w: router %q: want one of %s", ErrInvalidOptions, name, strings.Join(RouterNames, ", "))
-}
-
 // Options validates c and builds the Handler options it describes: the index, the router
 // and the queue made here, the tokenizer and keyer it names. A caller may still replace any
 // part (Tokenizer, say) before calling New.
@@ -418,8 +353,8 @@ func (c Config) Options() (Options, error) {
 		return Options{}, err
 	}
 	o.Keyer = keyer
-	if o.Policy, err = NewPolicy(c.Policy, c.BoundedWait); err != nil {
-		return Options{}, err
+	if o.Policy, err = fairness.ByName(c.Policy, fairness.ByNameOptions{BoundedWait: c.BoundedWait}); err != nil {
+		return Options{}, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	var sess routing.SessionOptions
 	var io prefixcache.Options
@@ -427,9 +362,9 @@ func (c Config) Options() (Options, error) {
 		sess = routing.SessionOptions{Seed: o.Replica.SessionSeed(), Feed: o.Replica.SessionFeed()}
 		io.Feed = o.Replica.PrefixFeed()
 	}
-	profile, err := newProfile(c.Router, sess)
+	profile, err := routing.ProfileByName(c.Router, routing.ByNameOptions{Session: sess})
 	if err != nil {
-		return Options{}, err
+		return Options{}, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	if profile, err = WithPassiveHealth(profile, routing.OutlierOptions{}); err != nil {
 		return Options{}, err

@@ -130,7 +130,7 @@ func ExampleConfig() {
 	c := proxy.DefaultConfig()
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	c.RegisterFlags(fs)
-	if err := fs.Parse([]string{"-backend", "http://127.0.0.1:8000,engine=vllm", "-policy", "vtc", "-router", "llmd"}); err != nil {
+	if err := fs.Parse([]string{"-backend", "http://127.0.0.1:8000,engine=vllm", "-policy", "vtc", "-router", "llm-d"}); err != nil {
 		log.Fatal(err)
 	}
 	opts, err := c.Options()
@@ -143,7 +143,7 @@ func ExampleConfig() {
 	}
 	defer h.Close()
 	fmt.Println(len(opts.Backends), h.Router().Name())
-	// Output: 1 llm-d-default
+	// Output: 1 llm-d
 }
 
 // The prompt of a request as the prefix index sees it: chained block hashes of its bytes.

@@ -155,29 +155,29 @@ func ExampleRouter_Pick() {
 	// done: 0 request(s), 0 prefill tokens
 }
 
-// The peers' routers are profiles; the simulator runs each against the same trace.
-func ExampleProfile() {
-	for _, p := range []routing.Profile{
-		routing.LLMDDefault(),
-		routing.LLMDSticky(routing.LLMDStickyOptions{}),
-		routing.SGLang(routing.SGLangOptions{}),
-		routing.Dynamo(routing.DynamoOptions{Temperature: 0.5}),
-		routing.AIBrix(),
-		routing.RoundRobinProfile(),
-		routing.LeastRequest(),
-		routing.Usher(routing.UsherOptions{}),
-	} {
-		fmt.Printf("%-29s filters %d, scorers %d\n", p.Name, len(p.Filters), len(p.Scorers))
+// The peers' routers are profiles; the simulator runs each against the same trace. The
+// registry gives each one name, used by the gateway's -router flag and the simulator alike.
+func ExampleProfileByName() {
+	for _, name := range routing.ProfileNames() {
+		p, err := routing.ProfileByName(name, routing.ByNameOptions{})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("%-14s filters %d, scorers %d, learns %v\n", p.Name, len(p.Filters), len(p.Scorers), p.Learn)
 	}
+	_, err := routing.ProfileByName("llmd", routing.ByNameOptions{})
+	fmt.Println(err)
 	// Output:
-	// llm-d-default                 filters 1, scorers 3
-	// llm-d-sticky-token-load       filters 2, scorers 1
-	// sglang-cache-aware            filters 1, scorers 1
-	// dynamo-kv                     filters 1, scorers 1
-	// aibrix-prefix-cache           filters 1, scorers 1
-	// round-robin                   filters 1, scorers 0
-	// least-request                 filters 1, scorers 1
-	// usher                         filters 1, scorers 4
+	// usher          filters 1, scorers 4, learns on-pick
+	// llm-d          filters 1, scorers 3, learns on-pick
+	// llm-d-precise  filters 1, scorers 3, learns from-events
+	// llm-d-sticky   filters 2, scorers 1, learns on-pick
+	// sglang         filters 1, scorers 1, learns on-pick
+	// dynamo         filters 1, scorers 1, learns on-pick
+	// aibrix         filters 1, scorers 1, learns on-pick
+	// round-robin    filters 1, scorers 0, learns on-pick
+	// least-request  filters 1, scorers 1, learns on-pick
+	// routing: invalid options: router "llmd": want one of usher, llm-d, llm-d-precise, llm-d-sticky, sglang, dynamo, aibrix, round-robin, least-request
 }
 
 // New sessions that share a long system prompt spread over the fleet instead of piling onto

@@ -16,7 +16,7 @@ import "math"
 // (see the scorers), not read as 0 or as saturation.
 func LLMDDefault() Profile {
 	return Profile{
-		Name:    "llm-d-default",
+		Name:    "llm-d",
 		Filters: []Filter{NewHealthFilter()},
 		Scorers: []Weighted{
 			{QueueDepth(), 2},
@@ -68,10 +68,10 @@ type LLMDStickyOptions struct {
 // active-requests for decode-bound work — and the max-score picker.
 func LLMDSticky(opts LLMDStickyOptions) Profile {
 	load := TokenLoad(0)
-	name := "llm-d-sticky-token-load"
+	name := "llm-d-sticky"
 	if opts.Bottleneck == DecodeBound {
 		load = ActiveRequests()
-		name = "llm-d-sticky-active-requests"
+		name = "llm-d-sticky-decode"
 	}
 	return Profile{
 		Name:    name,
@@ -163,7 +163,7 @@ func (s *SGLangCacheAware) Score(req *Request, cands []Candidate, dst []float64)
 // the max-score picker.
 func SGLang(opts SGLangOptions) Profile {
 	return Profile{
-		Name:    "sglang-cache-aware",
+		Name:    "sglang",
 		Filters: []Filter{NewHealthFilter()},
 		Scorers: []Weighted{{NewSGLangCacheAware(opts), 1}},
 		Picker:  MaxScore(),
@@ -238,7 +238,7 @@ func (d *DynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
 // Learn; give it an index fed by prefixcache/kvevents.
 func Dynamo(opts DynamoOptions) Profile {
 	return Profile{
-		Name:    "dynamo-kv",
+		Name:    "dynamo",
 		Filters: []Filter{NewHealthFilter()},
 		Scorers: []Weighted{{NewDynamoCost(opts), 1}},
 		Picker:  Softmax(opts.Temperature),
@@ -313,7 +313,7 @@ func (AIBrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
 // picker.
 func AIBrix() Profile {
 	return Profile{
-		Name:    "aibrix-prefix-cache",
+		Name:    "aibrix",
 		Filters: []Filter{NewHealthFilter()},
 		Scorers: []Weighted{{AIBrixPrefixGate{}, 1}},
 		Picker:  MaxScore(),

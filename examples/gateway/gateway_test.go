@@ -14,7 +14,7 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
-	c, err := parseConfig([]string{"-backend", "http://10.0.0.7:8000,engine=sglang,kv-events=tcp://10.0.0.7:5557", "-policy", "vtc", "-router", "llmd"})
+	c, err := parseConfig([]string{"-backend", "http://10.0.0.7:8000,engine=sglang,kv-events=tcp://10.0.0.7:5557", "-policy", "vtc", "-router", "llm-d"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 //
 //	go run ./bench/cmd/compare                         # Mooncake trace, ×4 load, whole matrix, 3 seeds
 //	go run ./bench/cmd/compare -sweep 2,4,6,8          # a sweep; the goal check picks the knee
-//	go run ./bench/cmd/compare -workload agentic -policies fcfs,llm-d-turn,bounded-wait
+//	go run ./bench/cmd/compare -workload agentic -policies fcfs,turn-priority,bounded-wait
 //	go run ./bench/cmd/compare -workload prefix-group -policies fcfs -seeds 5
 //	go run ./bench/cmd/compare -policies fcfs -routers usher -replica-sweep 1,3:none,3:10ms,3:200ms
 //
