@@ -18,6 +18,11 @@ var DefaultOutcomes = []string{
 	"dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled",
 }
 
+// WaitedOutcomes are the outcomes the admission wait histogram records: those a request
+// waits in the queue for. Rejections are decided on arrival, so their waits (zero) would
+// only multiply the histogram's series; usher_admissions_total counts them.
+var WaitedOutcomes = []string{"dispatched", "expired", "cancelled"}
+
 // OtherLabel is the label value that any outcome, band, backend or KV-event source outside the
 // configured sets is counted under, so that no input can grow the number of series.
 const OtherLabel = "other"
@@ -58,7 +63,7 @@ type IndexStats struct {
 // Usher holds usher's own Prometheus metrics, every name prefixed "usher_":
 //
 //	usher_admissions_total{band,outcome}                    counter    ObserveAdmission
-//	usher_admission_wait_seconds{band,outcome}              histogram  ObserveAdmission
+//	usher_admission_wait_seconds{band,outcome}              histogram  ObserveAdmission (WaitedOutcomes)
 //	usher_queue_requests{band}                              gauge      SetQueue
 //	usher_queue_bytes{band}                                 gauge      SetQueue
 //	usher_flows                                             gauge      SetFlows
@@ -107,7 +112,7 @@ type Usher struct {
 	inflight    prometheus.Gauge
 	flows       prometheus.Gauge
 	admitted    [][]prometheus.Counter  // [band+other][outcome+other]
-	waited      [][]prometheus.Observer // [band+other][outcome+other]
+	waited      [][]prometheus.Observer // [band+other][outcome]: nil for outcomes decided at arrival
 	queueN      []prometheus.Gauge      // [band+other]
 	queueB      []prometheus.Gauge      // [band+other]
 	descBlocks  *prometheus.Desc
@@ -208,7 +213,7 @@ func NewUsher(opts UsherOptions) (*Usher, error) {
 	}, []string{"band", "outcome"})
 	waits := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "usher_admission_wait_seconds", ConstLabels: cl, Buckets: buckets,
-		Help: "Time from enqueue to the admission outcome, by priority band and outcome.",
+		Help: "Time from enqueue to dispatch, expiry or cancellation, by priority band and outcome.",
 	}, []string{"band", "outcome"})
 	queueReqs := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "usher_queue_requests", ConstLabels: cl,
@@ -286,7 +291,9 @@ func NewUsher(opts UsherOptions) (*Usher, error) {
 		u.waited[i] = make([]prometheus.Observer, len(outcomeLabels))
 		for j, ol := range outcomeLabels {
 			u.admitted[i][j] = admissions.WithLabelValues(bl, ol)
-			u.waited[i][j] = waits.WithLabelValues(bl, ol)
+			if slices.Contains(WaitedOutcomes, ol) {
+				u.waited[i][j] = waits.WithLabelValues(bl, ol)
+			}
 		}
 		u.queueN[i] = queueReqs.WithLabelValues(bl)
 		u.queueB[i] = queueBytes.WithLabelValues(bl)
@@ -347,7 +354,9 @@ func (u *Usher) ObserveAdmission(outcome string, band int, wait time.Duration) {
 	}
 	b, o := u.bandIndex(band), u.outcomeIndex(outcome)
 	u.admitted[b][o].Inc()
-	u.waited[b][o].Observe(max(wait, 0).Seconds())
+	if h := u.waited[b][o]; h != nil {
+		h.Observe(max(wait, 0).Seconds())
+	}
 }
 
 // SetQueue sets the number of requests and bytes waiting in a band. Several unconfigured

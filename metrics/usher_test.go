@@ -517,3 +517,30 @@ func TestUsherKVSourceDetails(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitHistogramSeries checks that the wait histogram has a series per configured band
+// (and "other") and waited-for outcome only: rejections, decided on arrival, are counted but
+// not given wait series.
+func TestWaitHistogramSeries(t *testing.T) {
+	u, err := NewUsher(UsherOptions{Bands: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.ObserveAdmission("rejected_capacity", 0, 0)
+	u.ObserveAdmission("dispatched", 0, 20*time.Millisecond)
+	var series []string
+	for _, mf := range gather(t, u) {
+		if mf.GetName() == "usher_admission_wait_seconds" {
+			for _, m := range mf.GetMetric() {
+				series = append(series, labelString(m))
+			}
+		}
+	}
+	want := []string{
+		`band="0",outcome="cancelled"`, `band="0",outcome="dispatched"`, `band="0",outcome="expired"`,
+		`band="other",outcome="cancelled"`, `band="other",outcome="dispatched"`, `band="other",outcome="expired"`,
+	}
+	if !slices.Equal(series, want) {
+		t.Errorf("wait histogram series:\n%v\nwant\n%v", series, want)
+	}
+}
