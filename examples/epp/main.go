@@ -1,0 +1,286 @@
+// Command epp is usher as an endpoint picker for Envoy-based gateways (the Kubernetes
+// Gateway API Inference Extension's EPP): a thin main over proxy/extproc, serving Envoy's
+// ext_proc v3 gRPC protocol and the gRPC health service on one port, and Prometheus metrics
+// on another.
+//
+//	go run ./examples/epp -listen :9002 -metrics-listen :9090 \
+//	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -profile usher
+//
+// Endpoints come from -endpoints (repeatable, comma-separated ip:port) or -endpoints-file
+// (one per line, re-read on change; see extproc.ParseEndpoints). See README.md for pointing an
+// InferencePool at it. Run with -h for every flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/usher-llm/usher/fairness"
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/extproc"
+	"github.com/usher-llm/usher/routing"
+)
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "epp:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout, nil); err != nil {
+		log.Fatal("epp: ", err)
+	}
+}
+
+// config is what the flags say.
+type config struct {
+	Listen, MetricsListen string
+	Endpoints             []extproc.Endpoint
+	EndpointsFile         string
+	EndpointsInterval     time.Duration
+	Policy, Profile       string
+	BoundedWait, TTL      time.Duration
+	MaxQueue, MaxFlow     int
+	MaxInFlight           int
+	EarlyShed             bool
+	BlockSize, ByteBlock  int
+	TenantHeader          string
+	SessionHeader         string
+	Fallbacks             int
+	Engine                string
+	ScrapeInterval        time.Duration
+	NoScrape              bool
+	KVListen              string
+	StreamIdle            time.Duration
+	MaxBody               int64
+	Models                string
+	ShutdownGrace         time.Duration
+}
+
+func parseConfig(args []string) (config, error) {
+	c := config{Listen: ":9002", Policy: "bounded-wait", Profile: "usher", BoundedWait: 10 * time.Second, TTL: 60 * time.Second,
+		MaxQueue: 10000, MaxFlow: 64, BlockSize: 16, ByteBlock: 64, SessionHeader: "X-Session-Id", Engine: "vllm",
+		ScrapeInterval: 100 * time.Millisecond, EndpointsInterval: time.Second, StreamIdle: 10 * time.Minute, MaxBody: 8 << 20,
+		ShutdownGrace: 30 * time.Second}
+	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the ext_proc gRPC server (and its grpc.health.v1)")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics); empty: none")
+	fs.Func("endpoints", "model servers: ip:port[,ip:port...] (repeatable)", func(s string) error {
+		for part := range strings.SplitSeq(s, ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			e, err := extproc.ParseEndpoint(part)
+			if err != nil {
+				return err
+			}
+			c.Endpoints = append(c.Endpoints, e)
+		}
+		return nil
+	})
+	fs.StringVar(&c.EndpointsFile, "endpoints-file", "", "file of endpoints, one per line: ip:port [metrics=URL] [kv-events=tcp://...] [replay=tcp://...]; re-read on change")
+	fs.DurationVar(&c.EndpointsInterval, "endpoints-interval", c.EndpointsInterval, "poll interval of -endpoints-file")
+	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(fairness.Names(), ", "))
+	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait (below -ttl)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "routing profile: "+strings.Join(routing.ProfileNames(), ", "))
+	fs.DurationVar(&c.TTL, "ttl", c.TTL, "longest wait for admission (set Envoy's ext_proc message_timeout above it)")
+	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait in total")
+	fs.IntVar(&c.MaxFlow, "max-flow-queue", c.MaxFlow, "requests one flow may have waiting; 0: no limit")
+	fs.IntVar(&c.MaxInFlight, "max-inflight", 0, "requests in flight at once; 0: 64 per endpoint")
+	fs.BoolVar(&c.EarlyShed, "early-shed", false, "answer 429 at once when a request's estimated wait exceeds -ttl")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block (the engines' block size)")
+	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block of the prompt hash")
+	fs.StringVar(&c.TenantHeader, "tenant-header", "", "trusted header naming the tenant; empty: a keyed digest of the API key")
+	fs.StringVar(&c.SessionHeader, "session-header", c.SessionHeader, "header naming the session")
+	fs.IntVar(&c.Fallbacks, "fallbacks", 0, "endpoints listed after the pick for Envoy to retry on (0..16)")
+	fs.StringVar(&c.Engine, "engine", c.Engine, "metrics of the model servers: vllm, sglang, trtllm, triton, tgi")
+	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "metrics scrape interval")
+	fs.BoolVar(&c.NoScrape, "no-scrape", false, "do not scrape the endpoints' metrics")
+	fs.StringVar(&c.KVListen, "kv-listen", "", "endpoint to bind for KV events from servers that connect (topic kv@<ip:port>@<model>), e.g. tcp://0.0.0.0:5557")
+	fs.DurationVar(&c.StreamIdle, "stream-idle", c.StreamIdle, "longest silence of an ext_proc stream")
+	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body accepted (413 above)")
+	fs.StringVar(&c.Models, "models", "", "comma-separated model names requests may ask for; empty: any")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for streams in flight")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if len(c.Endpoints) > 0 && c.EndpointsFile != "" {
+		return c, errors.New("give -endpoints or -endpoints-file, not both")
+	}
+	_, err := c.options()
+	return c, err
+}
+
+// options builds the picker's options.
+func (c config) options() (extproc.Options, error) {
+	bad := func(format string, args ...any) (extproc.Options, error) {
+		return extproc.Options{}, fmt.Errorf(format, args...)
+	}
+	switch {
+	case c.TTL <= 0:
+		return bad("-ttl %v: want > 0", c.TTL)
+	case c.Policy == "bounded-wait" && (c.BoundedWait <= 0 || c.BoundedWait >= c.TTL):
+		return bad("-bounded-wait %v: want 0 < W < -ttl (%v)", c.BoundedWait, c.TTL)
+	case c.MaxQueue < 1 || c.MaxFlow < 0 || c.MaxInFlight < 0:
+		return bad("-max-queue must be positive, -max-flow-queue and -max-inflight not negative")
+	case c.BlockSize < 1 || c.ByteBlock < 1:
+		return bad("block sizes must be positive")
+	case c.MaxBody < 1024:
+		return bad("-max-body %d: want at least 1024", c.MaxBody)
+	case c.ScrapeInterval <= 0 || c.EndpointsInterval <= 0 || c.StreamIdle <= 0:
+		return bad("intervals and -stream-idle must be positive")
+	}
+	profile, ok := proxy.Engines[c.Engine]
+	if !ok {
+		return bad("-engine %q: want vllm, sglang, trtllm, triton or tgi", c.Engine)
+	}
+	policy, err := fairness.ByName(c.Policy, fairness.ByNameOptions{BoundedWait: c.BoundedWait})
+	if err != nil {
+		return extproc.Options{}, err
+	}
+	rp, err := routing.ProfileByName(c.Profile, routing.ByNameOptions{})
+	if err != nil {
+		return extproc.Options{}, err
+	}
+	if rp, err = proxy.WithPassiveHealth(rp, routing.OutlierOptions{}); err != nil {
+		return extproc.Options{}, err
+	}
+	keyer, err := proxy.NewKeyer(proxy.KeyerOptions{TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader})
+	if err != nil {
+		return extproc.Options{}, err
+	}
+	o := extproc.Options{
+		Endpoints: c.Endpoints, Policy: policy, TTL: c.TTL, MaxInFlight: c.MaxInFlight,
+		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue}, FlowCapacity: flowcontrol.Limits{Requests: c.MaxFlow},
+		EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, Tokenizer: proxy.BytesTokenizer{BlockBytes: c.ByteBlock},
+		Keyer: keyer, MaxBodyBytes: c.MaxBody, Fallbacks: c.Fallbacks, StreamIdle: c.StreamIdle,
+		NoScrape: c.NoScrape, MetricsProfile: profile, ScrapeInterval: c.ScrapeInterval, KVListen: c.KVListen,
+		BlockSize: c.BlockSize,
+	}
+	if c.Models != "" {
+		for m := range strings.SplitSeq(c.Models, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				o.Models = append(o.Models, m)
+			}
+		}
+	}
+	if c.EndpointsFile != "" {
+		src := extproc.FileSource{Path: c.EndpointsFile, Interval: c.EndpointsInterval,
+			OnError: func(err error) { log.Print("epp: ", err) }}
+		if o.Endpoints, err = src.Load(); err != nil {
+			return extproc.Options{}, err
+		}
+		o.Source = src
+	}
+	// The router is the profile's; its index is made here so both share it.
+	o.Router, o.Index, err = newRouter(rp, c.BlockSize)
+	return o, err
+}
+
+// run serves until ctx ends. If ready is not nil it receives the gRPC address (and then the
+// metrics address, when there is one) once listening.
+func run(ctx context.Context, c config, out io.Writer, ready chan<- string) error {
+	opts, err := c.options()
+	if err != nil {
+		return err
+	}
+	epp, err := extproc.New(opts)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer()
+	epp.Register(g)
+	var ms *http.Server
+	var mln net.Listener
+	if c.MetricsListen != "" {
+		if mln, err = net.Listen("tcp", c.MetricsListen); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(epp.Registry(), promhttp.HandlerOpts{}))
+		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	bg, cancelBG := context.WithCancel(context.Background())
+	defer cancelBG()
+	runDone := make(chan error, 1)
+	go func() { runDone <- epp.Run(bg) }()
+	serveDone := make(chan error, 2)
+	go func() { serveDone <- g.Serve(ln) }()
+	if ms != nil {
+		go func() {
+			if err := ms.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				serveDone <- err
+			}
+		}()
+	}
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (policy %s, profile %s), %d endpoints\n", ln.Addr(), c.Policy, c.Profile, len(opts.Endpoints))
+	if ready != nil {
+		ready <- ln.Addr().String()
+		if mln != nil {
+			ready <- mln.Addr().String()
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-serveDone:
+	}
+	fmt.Fprintln(out, "shutting down: not ready, draining streams")
+	epp.Close() // health NOT_SERVING, waiting requests answered 503
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(c.ShutdownGrace):
+		g.Stop()
+	}
+	if ms != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = ms.Shutdown(sctx)
+		cancel()
+	}
+	cancelBG()
+	if rerr := <-runDone; err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// newRouter builds a router over a prefix index of its own for profile p.
+func newRouter(p routing.Profile, blockSize int) (*routing.Router, *prefixcache.Index, error) {
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := routing.New(routing.Options{Profile: p, Index: ix, BlockSize: blockSize})
+	return r, ix, err
+}

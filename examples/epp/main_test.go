@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/usher-llm/usher/proxy/extproc"
+)
+
+func TestParseConfigErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-endpoints", "nohost"},
+		{"-policy", "nope"},
+		{"-profile", "nope"},
+		{"-ttl", "0s"},
+		{"-bounded-wait", "2m"},
+		{"-engine", "x"},
+		{"-endpoints", "10.0.0.1:80", "-endpoints-file", "f"},
+		{"-endpoints-file", "/does/not/exist"},
+		{"-max-body", "10"},
+		{"stray"},
+	} {
+		if _, err := parseConfig(args); err == nil {
+			t.Errorf("parseConfig(%q) succeeded, want an error", args)
+		}
+	}
+	c, err := parseConfig([]string{"-endpoints", "10.0.0.1:8000,10.0.0.2:8000", "-endpoints", "10.0.0.3:8000", "-policy", "vtc", "-profile", "llm-d"})
+	if err != nil || len(c.Endpoints) != 3 || c.Policy != "vtc" || c.Profile != "llm-d" {
+		t.Fatalf("parseConfig: %+v, %v", c, err)
+	}
+}
+
+func TestRun(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "endpoints")
+	if err := os.WriteFile(file, []byte("127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-endpoints-file", file, "-scrape-interval", "50ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 2)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	addr, maddr := <-ready, <-ready
+
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthReadiness})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("readiness: %v, %v", hr, err)
+	}
+	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
+	}}
+	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: h}}})
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), EndOfStream: true}}})
+	r, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for _, hv := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if hv.GetHeader().GetKey() == extproc.DestinationHeader {
+			got = string(hv.GetHeader().GetRawValue())
+		}
+	}
+	if got != "127.0.0.1:1" {
+		t.Fatalf("destination %q, want 127.0.0.1:1 (answer %v)", got, r)
+	}
+	_ = st.CloseSend()
+
+	resp, err := http.Get("http://" + maddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "usher_") {
+		t.Errorf("/metrics has no usher_ series")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return")
+	}
+}

@@ -1,0 +1,94 @@
+// Package extproc is usher as an endpoint picker (EPP) for Envoy-based gateways: an Envoy
+// external-processing (ext_proc v3) gRPC server speaking the Kubernetes Gateway API
+// Inference Extension's endpoint picker protocol, so that usher drops into deployments where
+// an InferencePool names its endpoint picker, in place of the reference picker or llm-d's.
+//
+// # The model
+//
+// Envoy owns the connections: it receives the client's request, asks the picker over one
+// ext_proc stream per request which model server should take it, sends it there itself, and
+// shows the picker the answer as it relays it. The picker never talks to a model server
+// except to scrape its metrics. Per stream, the Server runs the same pipeline as
+// proxy.Handler, with the same library calls:
+//
+//  1. request headers: method, path, authority and headers are kept; the proxy's subset hint
+//     is read from the filter metadata (SubsetNamespace / SubsetKey);
+//  2. request body (BUFFERED): proxy/openai parses and validates it; the FlowKeyer gives the
+//     Identity (it sees the headers Envoy forwarded as an *http.Request); the Tokenizer
+//     hashes the prompt once; the flowcontrol.Queue admits the request, waiting at most the
+//     TTL; the routing.Router picks an endpoint, inside the subset when there is one. The
+//     answer to the body sets DestinationHeader to "ip:port" (then up to Options.Fallbacks
+//     other endpoints, comma-separated) and the same value in the dynamic metadata,
+//     {MetadataNamespace: {DestinationHeader: value}};
+//  3. response headers: the status, and the endpoint that really served — the protocol's
+//     ServedKey in the metadata context's MetadataNamespace, or a response header of the
+//     same name. If Envoy served from a fallback, the pick's Result is closed as not served
+//     (retracting what the index learnt there) and the serving endpoint is charged instead,
+//     counted in Stats.ServedElsewhere: nothing is charged twice;
+//  4. response body (STREAMED or BUFFERED): server-sent events are read for the first token
+//     (routing.Result.FirstToken) and the usage chunk; a JSON answer for its usage object.
+//     The answer is never modified;
+//  5. end: at the response's end of stream (or trailers, or [DONE]) the router's Result and
+//     then the queue's Ticket are closed with the usage. A stream that ends otherwise —
+//     Envoy closes or resets it, the client goes away, its context ends, or it is silent
+//     longer than Options.StreamIdle — closes them with ErrStreamEnded or ErrStreamIdle.
+//     Each handle is closed exactly once, whatever the order of events.
+//
+// # Protocol cases
+//
+// Supported: request body BUFFERED (and BUFFERED_PARTIAL when the body fits), the headers
+// being answered CONTINUE at once and the destination set in the body's answer; request
+// body FULL_DUPLEX_STREAMED (or send_body_without_waiting_for_header_response), where the
+// headers' answer waits for the body's end and carries the destination, and the body is
+// handed back whole; requests without a body (headers with end_of_stream, or request body
+// mode NONE), routed at the headers without admission; response bodies STREAMED, BUFFERED
+// or FULL_DUPLEX_STREAMED (chunks handed back unchanged); trailers; the processing modes
+// Envoy announces in the first message's protocol_config (older Envoys that send none are
+// taken to be BUFFERED). Not supported: request body STREAMED (Envoy forwards the headers
+// before the body arrives, so no destination can be set), rewriting the body (a client's
+// "priority" reaches the engine, and usage is read only when the client asked for it; a
+// stream without a usage chunk is charged one output token per chunk).
+//
+// # Answers the picker gives itself
+//
+// Every refusal is an ImmediateResponse with an OpenAI error JSON body, as proxy.Handler
+// writes them: 429 with Retry-After when the queue is full or early shedding refuses; 503
+// when no capacity came before the TTL, when no endpoint is eligible (none known, all
+// filtered, or none of the subset hint's — an empty hint included), or when the picker
+// shuts down; 400 naming the field for a body proxy/openai refuses (invalid JSON, a missing
+// model, a max_tokens beyond the limits); 413 for a body over Options.MaxBodyBytes; 404 for
+// a model outside Options.Models.
+//
+// # Fail-open or fail-closed
+//
+// Envoy's ext_proc filter decides what a picker outage means (failure_mode_allow). With
+// failure_mode_allow: true (fail-open), a request whose picker is down, slow past
+// message_timeout, or errs is routed by Envoy alone: it reaches a server without usher's
+// admission, fairness, prefix placement or accounting, and the picker's in-flight counters
+// do not see it. With false (fail-closed, the Inference Extension's default), a picker
+// outage is an outage: Envoy answers 500 to every request. Run several replicas behind
+// the picker's Service and keep fail-closed when admission control is the point; choose
+// fail-open when availability matters more than fairness. Either way set Envoy's
+// message_timeout above the queue's TTL (or max_message_timeout), since a request may wait
+// that long for admission before the picker answers its body.
+//
+// # Endpoints, signals, health
+//
+// Endpoints come from Options.Endpoints, SetEndpoints, or a Source run by Run: FileSource
+// re-reads a file on change, and an InferencePool watch is a Source of your own. Run scrapes
+// each endpoint's metrics (metrics.Scraper, vLLM's names by default) into the router, and
+// follows KV events, from endpoints that name a publisher and from pods connecting to
+// Options.KVListen. The gRPC health service answers SERVING for "", HealthReadiness and
+// HealthExtProc once endpoints are known, HealthLiveness always.
+//
+// # Concurrency and cost
+//
+// A Server is safe for concurrent use. gRPC runs each stream's Process on its own
+// goroutine; Process adds one goroutine that receives the stream's messages, so that every
+// wait is bounded by the stream's context, the idle timeout and (for admission) the TTL,
+// and handles the messages in order itself: the request's state has one owner and needs no
+// lock. New starts nothing; Run does the background work until its context ends; Close
+// stops admission. Per request the picker does O(body) parsing and hashing, O(log flows)
+// admission, one Pick (plus O(endpoints) with a subset hint or a fallback list), and parses
+// the answer's JSON only until the first token and then only its usage chunk.
+package extproc

@@ -1,0 +1,212 @@
+package extproc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Endpoint is one model server of the pool, as Envoy reaches it. It is a plain value.
+type Endpoint struct {
+	// Address is "ip:port" (IPv6 in brackets), the form the picker answers with. It is also
+	// the endpoint's name in the router, the prefix index and the metrics.
+	Address string
+	// Metrics is the server's metrics URL. Empty: http://Address/metrics.
+	Metrics string
+	// KVEvents is the server's KV-event ZMQ endpoint (tcp://ip:5557), and Replay its replay
+	// endpoint; both optional.
+	KVEvents, Replay string
+}
+
+// ErrInvalidEndpoint is returned (wrapped) for an endpoint the picker cannot use.
+var ErrInvalidEndpoint = errors.New("extproc: invalid endpoint")
+
+// validate checks that e names an ip:port and that its URLs parse.
+func (e Endpoint) validate() error {
+	host, port, err := net.SplitHostPort(e.Address)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("%w: %q: want ip:port", ErrInvalidEndpoint, e.Address)
+	}
+	if e.Metrics != "" {
+		u, err := url.Parse(e.Metrics)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%w: %s: metrics URL %q: want http(s)://host:port/path", ErrInvalidEndpoint, e.Address, e.Metrics)
+		}
+	}
+	for _, z := range []string{e.KVEvents, e.Replay} {
+		if z != "" && !strings.Contains(z, "://") {
+			return fmt.Errorf("%w: %s: KV-event endpoint %q: want tcp://host:port", ErrInvalidEndpoint, e.Address, z)
+		}
+	}
+	if e.Replay != "" && e.KVEvents == "" {
+		return fmt.Errorf("%w: %s: a replay endpoint without a KV-event endpoint", ErrInvalidEndpoint, e.Address)
+	}
+	return nil
+}
+
+// metricsURL is where the endpoint's metrics are scraped.
+func (e Endpoint) metricsURL() string {
+	if e.Metrics != "" {
+		return e.Metrics
+	}
+	return "http://" + e.Address + "/metrics"
+}
+
+// ParseEndpoint parses one endpoint: "ip:port" followed by optional options separated by
+// commas or spaces: metrics=URL, kv-events=tcp://..., replay=tcp://....
+func ParseEndpoint(s string) (Endpoint, error) {
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	if len(fields) == 0 {
+		return Endpoint{}, fmt.Errorf("%w: empty", ErrInvalidEndpoint)
+	}
+	e := Endpoint{Address: fields[0]}
+	for _, kv := range fields[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok:
+			return e, fmt.Errorf("%w: %q: option %q is not key=value", ErrInvalidEndpoint, s, kv)
+		case k == "metrics":
+			e.Metrics = v
+		case k == "kv-events":
+			e.KVEvents = v
+		case k == "replay":
+			e.Replay = v
+		default:
+			return e, fmt.Errorf("%w: %q: unknown option %q (metrics, kv-events, replay)", ErrInvalidEndpoint, s, k)
+		}
+	}
+	return e, e.validate()
+}
+
+// MaxEndpoints bounds the endpoints of one set (a list, a file, a Source's update).
+const MaxEndpoints = 4096
+
+// ParseEndpoints parses an endpoint file: one endpoint per line (ParseEndpoint), blank lines
+// and lines starting with # ignored. A repeated address is an error, as are more than
+// MaxEndpoints endpoints.
+func ParseEndpoints(data []byte) ([]Endpoint, error) {
+	var out []Endpoint
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		e, err := ParseEndpoint(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		if seen[e.Address] {
+			return nil, fmt.Errorf("line %d: %w: %s listed twice", n, ErrInvalidEndpoint, e.Address)
+		}
+		if len(out) == MaxEndpoints {
+			return nil, fmt.Errorf("line %d: %w: more than %d endpoints", n, ErrInvalidEndpoint, MaxEndpoints)
+		}
+		seen[e.Address] = true
+		out = append(out, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidEndpoint, err)
+	}
+	return out, nil
+}
+
+// A Source tells the picker which endpoints the pool has. It is the seam for a Kubernetes
+// InferencePool watch (pods matching the pool's selector, on its target port): an
+// implementation calls update with the whole set each time it changes, from one goroutine,
+// until ctx ends. Run returns ctx.Err() when ctx ends, or the error that stopped it.
+type Source interface {
+	Run(ctx context.Context, update func([]Endpoint)) error
+}
+
+// FileSource watches a file of endpoints (ParseEndpoints), re-reading it every Interval
+// and reporting the set whenever the file's content changed. A file that cannot be read or
+// parsed keeps the last good set and is reported to OnError. It is a plain value; Run may
+// be called once at a time.
+type FileSource struct {
+	// Path is the file.
+	Path string
+	// Interval is the poll interval. Zero: 1 s.
+	Interval time.Duration
+	// OnError, if set, hears read and parse errors (each distinct error once in a row).
+	OnError func(error)
+}
+
+// Load reads and parses the file once.
+func (f FileSource) Load() ([]Endpoint, error) {
+	data, err := os.ReadFile(f.Path)
+	if err != nil {
+		return nil, fmt.Errorf("endpoints file: %w", err)
+	}
+	eps, err := ParseEndpoints(data)
+	if err != nil {
+		return nil, fmt.Errorf("endpoints file %s: %w", f.Path, err)
+	}
+	return eps, nil
+}
+
+// Run implements Source: it reports the file's set at once (if it loads) and after every
+// change, polling every Interval. O(file) per poll.
+func (f FileSource) Run(ctx context.Context, update func([]Endpoint)) error {
+	every := f.Interval
+	if every <= 0 {
+		every = time.Second
+	}
+	var last []byte
+	var lastErr string
+	poll := func() {
+		data, err := os.ReadFile(f.Path)
+		if err == nil && last != nil && bytes.Equal(data, last) {
+			return
+		}
+		var eps []Endpoint
+		if err == nil {
+			eps, err = ParseEndpoints(data)
+		}
+		if err != nil {
+			if msg := err.Error(); msg != lastErr && f.OnError != nil {
+				f.OnError(fmt.Errorf("endpoints file %s: %w", f.Path, err))
+				lastErr = msg
+			}
+			return
+		}
+		last, lastErr = data, ""
+		update(eps)
+	}
+	poll()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			poll()
+		}
+	}
+}
+
+// Static is a fixed set of endpoints as a Source: Run reports it once and waits for ctx.
+type Static []Endpoint
+
+// Run implements Source.
+func (s Static) Run(ctx context.Context, update func([]Endpoint)) error {
+	update(slices.Clone(s))
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+var (
+	_ Source = FileSource{}
+	_ Source = Static(nil)
+)

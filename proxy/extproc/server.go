@@ -1,0 +1,628 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/usher-llm/usher/fairness"
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/metrics"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/routing"
+)
+
+// ErrInvalidOptions is returned (wrapped) by New for options it cannot use.
+var ErrInvalidOptions = errors.New("extproc: invalid options")
+
+// Options configures a Server. The zero value of every field is its documented default, so
+// Options{Endpoints: ...} is a working picker. It is plain data, read once by New.
+type Options struct {
+	// Endpoints is the initial set of endpoints; Source, when set, replaces it as it
+	// reports. SetEndpoints replaces it at any time.
+	Endpoints []Endpoint
+	// Source, if set, is run by Run and feeds SetEndpoints (a FileSource, or an
+	// InferencePool watch of your own).
+	Source Source
+
+	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
+	Index *prefixcache.Index
+	// Router picks endpoints; it names them by Endpoint.Address. Nil: routing.Usher over
+	// Index with passive health (proxy.WithPassiveHealth).
+	Router *routing.Router
+	// BlockSize is the default router's tokens per block. Zero: routing.DefaultBlockSize.
+	BlockSize int
+	// Queue admits requests. Nil: a queue of Bands bands ordered by Policy, with TTL,
+	// QueueCapacity, FlowCapacity and EarlyShed, at most MaxInFlight requests in flight.
+	// A Queue of your own brings its own gate; the fields that configure the default queue
+	// must then be zero.
+	Queue *flowcontrol.Queue
+	// Policy orders the default queue. Nil: fairness.BoundedWait with W 10 s.
+	Policy flowcontrol.Policy
+	// TTL is the default queue's longest wait for admission. Zero: 60 s. Envoy's ext_proc
+	// message_timeout must allow it (see the package documentation).
+	TTL time.Duration
+	// QueueCapacity and FlowCapacity bound what waits, in all and per flow.
+	QueueCapacity, FlowCapacity flowcontrol.Limits
+	// MaxInFlight bounds the default queue's requests in flight. Zero: 64 per endpoint
+	// currently known (at least 64).
+	MaxInFlight int
+	// EarlyShed configures the default queue's early shedding (429 at once).
+	EarlyShed flowcontrol.EarlyShed
+	// Bands is the number of priority bands of the default queue. Zero: 4.
+	Bands int
+
+	// Tokenizer hashes prompts. Nil: proxy.BytesTokenizer{}. A failing tokenizer falls back
+	// to BytesTokenizer.
+	Tokenizer proxy.Tokenizer
+	// Keyer derives a request's tenant, session and band from its headers and body. Nil:
+	// proxy.NewKeyer(proxy.KeyerOptions{}). It sees an *http.Request carrying the method,
+	// path, authority and headers Envoy forwarded (no body, no TLS state).
+	Keyer proxy.FlowKeyer
+	// Limits bound what a request body may ask for.
+	Limits openai.Limits
+	// MaxBodyBytes bounds a request body (413 above it). Zero: 8 MiB. Envoy's own buffer
+	// limit (per_connection_buffer_limit_bytes) applies first in BUFFERED mode.
+	MaxBodyBytes int64
+	// Models are the model names requests may ask for (404 model_not_found otherwise). Nil:
+	// any.
+	Models []string
+
+	// Fallbacks is how many endpoints to list after the chosen one, for Envoy to try in
+	// order when it fails. Zero: none.
+	Fallbacks int
+	// MetadataNamespace is the dynamic-metadata namespace of the destination and of the
+	// served endpoint. Empty: MetadataNamespace ("envoy.lb").
+	MetadataNamespace string
+	// SubsetNamespace is the filter-metadata namespace of the subset hint. Empty:
+	// SubsetNamespace ("envoy.lb.subset_hint").
+	SubsetNamespace string
+	// ClearRouteCache asks Envoy to recompute the route after the destination header is set
+	// (for routes that match on it). Default false: the override-host load balancer reads the
+	// header without it.
+	ClearRouteCache bool
+	// StreamIdle bounds the silence of one ext_proc stream between two messages: a stream
+	// silent this long is closed and its request's handles freed. It includes the model
+	// server's time to its response headers. Zero: 10 min.
+	StreamIdle time.Duration
+
+	// NoScrape turns metrics scraping off: the router then works on its own counters and
+	// the prefix index alone.
+	NoScrape bool
+	// MetricsProfile names the servers' metrics. Nil: metrics.VLLM.
+	MetricsProfile *metrics.Profile
+	// ScrapeInterval is how often Run scrapes each endpoint. Zero: 100 ms.
+	ScrapeInterval time.Duration
+	// KVListen, if set, is an endpoint the KV-event subscriber binds for servers that
+	// connect (vLLM with a concrete host in its endpoint); a pod's events go to the endpoint
+	// named after the pod in the topic kv@<pod>@<model>, so publish with <pod> = ip:port.
+	// Bind it where only model servers reach it.
+	KVListen string
+	// Metrics receives usher's own metrics. Nil: one over Bands.
+	Metrics *metrics.Usher
+	// Logger receives what goes wrong in the background. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is an ext_proc v3 ExternalProcessor that picks the endpoint of each request Envoy
+// asks about: it parses the body, keys the request to a flow, hashes its prompt, admits it
+// through the queue, picks an endpoint, answers with the destination header and metadata,
+// then watches the response for the first token and the usage, and closes the router's
+// Result and the queue's Ticket exactly once.
+//
+// New starts nothing: Register the Server on a grpc.Server (ext_proc and health), and Run
+// the background work (the endpoint Source, scraping, KV events). A Server is safe for
+// concurrent use: every stream is served by its own goroutine, SetEndpoints may be called
+// from any goroutine, and Stats reads atomics.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	// Immutable after New.
+	index      *prefixcache.Index
+	router     *routing.Router
+	queue      *flowcontrol.Queue
+	tok        proxy.Tokenizer
+	keyer      proxy.FlowKeyer
+	limits     openai.Limits
+	maxBody    int64
+	bands      int
+	models     map[string]bool
+	fallbacks  int
+	ns, subNS  string
+	clearRoute bool
+	idle       time.Duration
+	source     Source
+	scraper    *metrics.Scraper // nil with NoScrape
+	kvListen   string
+	usher      *metrics.Usher
+	registry   *prometheus.Registry
+	health     *health.Server
+	log        *slog.Logger
+	perLimit   int // MaxInFlight per endpoint for the default gate; 0: fixed or foreign gate
+	gate       *inflightGate
+
+	eps    atomic.Pointer[endpointSet]
+	chains sync.Pool // *[]prefixcache.BlockHash
+	stats  counters
+
+	mu      sync.Mutex // serialises SetEndpoints and publishing states; guards below
+	states  []routing.BackendState
+	kv      *kvevents.Subscriber // the current subscriber, rebuilt when KV sources change
+	kvKey   string               // what kv was built for
+	kvStop  context.CancelFunc
+	kvDone  chan struct{}
+	kvCtx   context.Context // Run's context, for subscribers started by SetEndpoints; nil before Run
+	closed  bool
+	running bool
+}
+
+// endpointSet is a published, immutable set of endpoints.
+type endpointSet struct {
+	list   []Endpoint
+	ids    []routing.BackendID // by index in list
+	byAddr map[string]int
+}
+
+// inflightGate bounds requests in flight by a limit that follows the endpoint count.
+type inflightGate struct{ limit atomic.Int64 }
+
+// Open implements flowcontrol.Gate.
+func (g *inflightGate) Open(_ *flowcontrol.Request, l flowcontrol.Load) bool {
+	return int64(l.InFlight) < g.limit.Load()
+}
+
+// counters are the Server's cumulative statistics.
+type counters struct {
+	streams, active, picks, passed, rejected, shed, unavailable, bad, servedElsewhere,
+	completed, failed, cancelled, idleTimeouts atomic.Int64
+}
+
+// Stats are a Server's counters, read one by one (each accurate, not mutually consistent).
+type Stats struct {
+	// Streams is the ext_proc streams served; Active those open now.
+	Streams, Active int64
+	// Picks is the requests admitted and given an endpoint; Passed those routed without
+	// admission (no body, or not a completion).
+	Picks, Passed int64
+	// Rejected is the requests answered with an ImmediateResponse; of them Shed 429s,
+	// Unavailable 503s, BadRequest 4xx for the request's own fault.
+	Rejected, Shed, Unavailable, BadRequest int64
+	// ServedElsewhere is the requests Envoy reported served by another endpoint than the
+	// one picked (a fallback); the charge moved there.
+	ServedElsewhere int64
+	// Completed is the picked requests closed with success, Failed with an error, of which
+	// Cancelled by the stream ending early (client or Envoy gone, reset) and IdleTimeouts
+	// by StreamIdle.
+	Completed, Failed, Cancelled, IdleTimeouts int64
+}
+
+// Stats returns the Server's counters. O(1).
+func (s *Server) Stats() Stats {
+	c := &s.stats
+	return Stats{
+		Streams: c.streams.Load(), Active: c.active.Load(), Picks: c.picks.Load(), Passed: c.passed.Load(),
+		Rejected: c.rejected.Load(), Shed: c.shed.Load(), Unavailable: c.unavailable.Load(), BadRequest: c.bad.Load(),
+		ServedElsewhere: c.servedElsewhere.Load(), Completed: c.completed.Load(), Failed: c.failed.Load(),
+		Cancelled: c.cancelled.Load(), IdleTimeouts: c.idleTimeouts.Load(),
+	}
+}
+
+// New validates opts and assembles a Server. It starts nothing and binds nothing.
+func New(opts Options) (*Server, error) {
+	bad := func(format string, args ...any) (*Server, error) {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case opts.MaxBodyBytes < 0 || opts.Fallbacks < 0 || opts.StreamIdle < 0 || opts.ScrapeInterval < 0 ||
+		opts.MaxInFlight < 0 || opts.Bands < 0 || opts.TTL < 0 || opts.BlockSize < 0:
+		return bad("negative MaxBodyBytes, Fallbacks, StreamIdle, ScrapeInterval, MaxInFlight, Bands, TTL or BlockSize")
+	case opts.Fallbacks > 16:
+		return bad("Fallbacks %d: want at most 16", opts.Fallbacks)
+	case opts.Queue != nil && (opts.Policy != nil || opts.TTL != 0 || opts.MaxInFlight != 0 || opts.Bands != 0 ||
+		opts.QueueCapacity != (flowcontrol.Limits{}) || opts.FlowCapacity != (flowcontrol.Limits{}) || opts.EarlyShed != (flowcontrol.EarlyShed{})):
+		return bad("Queue given together with options of the default queue")
+	case len(opts.Endpoints) > MaxEndpoints:
+		return bad("%d endpoints: at most %d", len(opts.Endpoints), MaxEndpoints)
+	}
+	s := &Server{
+		index: opts.Index, router: opts.Router, queue: opts.Queue, tok: opts.Tokenizer, keyer: opts.Keyer,
+		limits: opts.Limits, maxBody: opts.MaxBodyBytes, bands: opts.Bands, fallbacks: opts.Fallbacks,
+		ns: opts.MetadataNamespace, subNS: opts.SubsetNamespace, clearRoute: opts.ClearRouteCache,
+		idle: opts.StreamIdle, source: opts.Source, kvListen: opts.KVListen, usher: opts.Metrics, log: opts.Logger,
+	}
+	s.chains.New = func() any { b := make([]prefixcache.BlockHash, 0, 1024); return &b }
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&s.idle, 10*time.Minute)
+	if s.maxBody == 0 {
+		s.maxBody = 8 << 20
+	}
+	if s.bands == 0 {
+		s.bands = proxy.Bands
+	}
+	if s.ns == "" {
+		s.ns = MetadataNamespace
+	}
+	if s.subNS == "" {
+		s.subNS = SubsetNamespace
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.tok == nil {
+		s.tok = proxy.BytesTokenizer{}
+	}
+	if len(opts.Models) > 0 {
+		s.models = make(map[string]bool, len(opts.Models))
+		for _, m := range opts.Models {
+			s.models[m] = true
+		}
+	}
+	var err error
+	if s.keyer == nil {
+		if s.keyer, err = proxy.NewKeyer(proxy.KeyerOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	if s.index == nil {
+		if s.index, err = prefixcache.New(prefixcache.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	if s.router == nil {
+		p, err := proxy.WithPassiveHealth(routing.Usher(routing.UsherOptions{}), routing.OutlierOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if s.router, err = routing.New(routing.Options{Profile: p, Index: s.index, BlockSize: opts.BlockSize}); err != nil {
+			return nil, err
+		}
+	}
+	if s.usher == nil {
+		bands := make([]int, s.bands)
+		for i := range bands {
+			bands[i] = i
+		}
+		if s.usher, err = metrics.NewUsher(metrics.UsherOptions{Bands: bands}); err != nil {
+			return nil, err
+		}
+	}
+	if s.queue == nil {
+		if err := s.defaultQueue(opts); err != nil {
+			return nil, err
+		}
+	}
+	if !opts.NoScrape {
+		if s.scraper, err = metrics.NewScraper(metrics.Options{
+			Profile: opts.MetricsProfile, Interval: opts.ScrapeInterval, OnUpdate: s.publish,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	s.registry = prometheus.NewRegistry()
+	s.registry.MustRegister(s.usher)
+	if s.scraper != nil {
+		s.registry.MustRegister(s.scraper)
+	}
+	s.health = health.NewServer()
+	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
+	s.setReady(false)
+	s.eps.Store(&endpointSet{byAddr: map[string]int{}})
+	if err := s.SetEndpoints(opts.Endpoints); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// defaultQueue builds the queue Options.Queue nil stands for.
+func (s *Server) defaultQueue(opts Options) error {
+	policy := opts.Policy
+	if policy == nil {
+		var err error
+		if policy, err = fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: 10 * time.Second}); err != nil {
+			return err
+		}
+	}
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = 60 * time.Second
+	}
+	s.gate = &inflightGate{}
+	if opts.MaxInFlight > 0 {
+		s.gate.limit.Store(int64(opts.MaxInFlight))
+	} else {
+		s.perLimit = 64
+		s.gate.limit.Store(64)
+	}
+	q, err := flowcontrol.New(flowcontrol.Options{
+		Bands: s.bands, Policy: policy, Gate: s.gate, TTL: ttl,
+		Capacity: opts.QueueCapacity, FlowCapacity: opts.FlowCapacity, EarlyShed: opts.EarlyShed,
+		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
+			s.usher.ObserveAdmission(r.Outcome.String(), r.Request.Band, r.Wait)
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidOptions, err)
+	}
+	s.queue = q
+	return nil
+}
+
+// Register registers the Server's ext_proc service and its gRPC health service on g.
+func (s *Server) Register(g *grpc.Server) {
+	extprocv3.RegisterExternalProcessorServer(g, s)
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
+// Health returns the gRPC health service: HealthLiveness is always SERVING; "",
+// HealthReadiness and HealthExtProc are SERVING once endpoints are known and NOT_SERVING
+// while there are none or after Close.
+func (s *Server) Health() *health.Server { return s.health }
+
+func (s *Server) setReady(ready bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ready {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range []string{"", HealthReadiness, HealthExtProc} {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// SetEndpoints replaces the pool's endpoints: the router's backend set, the scraper's
+// targets, the KV-event sources and the health status. Requests in flight to an endpoint
+// that left finish normally. It fails, changing nothing, on an invalid or repeated endpoint.
+// O(endpoints); not for the request path.
+func (s *Server) SetEndpoints(eps []Endpoint) error {
+	if len(eps) > MaxEndpoints {
+		return fmt.Errorf("%w: %d endpoints: at most %d", ErrInvalidEndpoint, len(eps), MaxEndpoints)
+	}
+	set := &endpointSet{list: slices.Clone(eps), byAddr: make(map[string]int, len(eps))}
+	for i, e := range set.list {
+		if err := e.validate(); err != nil {
+			return err
+		}
+		if _, dup := set.byAddr[e.Address]; dup {
+			return fmt.Errorf("%w: %s listed twice", ErrInvalidEndpoint, e.Address)
+		}
+		set.byAddr[e.Address] = i
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scraper != nil {
+		targets := make([]metrics.Target, len(set.list))
+		for i, e := range set.list {
+			targets[i] = metrics.Target{Name: e.Address, URL: e.metricsURL()}
+		}
+		if err := s.scraper.SetTargets(targets); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidEndpoint, err)
+		}
+	}
+	if err := s.publishLocked(set.list); err != nil {
+		return err
+	}
+	set.ids = make([]routing.BackendID, len(set.list))
+	for i, e := range set.list {
+		set.ids[i], _ = s.router.Lookup(e.Address)
+	}
+	s.eps.Store(set)
+	names := make([]string, len(set.list))
+	for i, e := range set.list {
+		names[i] = e.Address
+	}
+	s.usher.SetBackends(names)
+	if s.perLimit > 0 {
+		s.gate.limit.Store(int64(max(1, len(set.list)) * s.perLimit))
+	}
+	s.queue.Notify()
+	s.setReady(len(set.list) > 0 && !s.closed)
+	if s.kvCtx != nil {
+		s.followKVLocked()
+	}
+	return nil
+}
+
+// publish hands the scraped states to the router (the scraper's OnUpdate).
+func (s *Server) publish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.publishLocked(s.eps.Load().list); err != nil {
+		s.log.Warn("router update", "err", err)
+	}
+	s.queue.Notify()
+	s.publishGaugesLocked()
+}
+
+// publishLocked updates the router with the scraped states of eps, or their bare names
+// without a scraper.
+func (s *Server) publishLocked(eps []Endpoint) error {
+	s.states = s.states[:0]
+	if s.scraper != nil {
+		s.states = s.scraper.BackendStates(s.states)
+	} else {
+		for _, e := range eps {
+			s.states = append(s.states, routing.BackendState{Name: e.Address})
+		}
+	}
+	if err := s.router.Update(s.states); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidEndpoint, err)
+	}
+	return nil
+}
+
+// publishGaugesLocked refreshes usher's gauges. O(bands + endpoints).
+func (s *Server) publishGaugesLocked() {
+	for b := range s.bands {
+		bs := s.queue.BandStats(b)
+		s.usher.SetQueue(b, bs.Queued, bs.QueuedBytes)
+	}
+	qs := s.queue.Stats()
+	s.usher.SetInFlightTotal(qs.InFlight)
+	s.usher.SetFlows(qs.Flows)
+	st := s.index.Stats()
+	s.usher.SetIndexStats(metrics.IndexStats{
+		Blocks: st.Blocks, Bytes: st.Bytes, Evictions: uint64(st.Evictions),
+		QueriedBlocks: uint64(st.Hits + st.Misses), MatchedBlocks: uint64(st.Hits),
+	})
+}
+
+// followKVLocked (re)starts the KV-event subscriber when the set of sources changed.
+func (s *Server) followKVLocked() {
+	var sources []kvevents.Source
+	key := s.kvListen
+	for _, e := range s.eps.Load().list {
+		if e.KVEvents != "" {
+			sources = append(sources, kvevents.Source{Endpoint: e.KVEvents, ReplayEndpoint: e.Replay, Backend: e.Address})
+			key += "|" + e.Address + "=" + e.KVEvents + "," + e.Replay
+		}
+	}
+	if s.kv != nil && key == s.kvKey {
+		return
+	}
+	s.stopKVLocked()
+	s.kvKey = key
+	if len(sources) == 0 && s.kvListen == "" {
+		return
+	}
+	o := kvevents.Options{
+		Sources: sources,
+		OnError: func(backend string, err error) { s.log.Warn("kv events", "backend", backend, "err", err) },
+	}
+	if s.kvListen != "" {
+		o.Listen, o.AcceptUnknown = s.kvListen, true
+	}
+	sub, err := kvevents.New(s.index, o)
+	if err != nil {
+		s.log.Warn("kv events", "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(s.kvCtx)
+	done := make(chan struct{})
+	s.kv, s.kvStop, s.kvDone = sub, cancel, done
+	go func() {
+		defer close(done)
+		if err := sub.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Warn("kv events", "err", err)
+		}
+	}()
+}
+
+// stopKVLocked stops the current subscriber and waits for it.
+func (s *Server) stopKVLocked() {
+	if s.kv == nil {
+		return
+	}
+	s.kvStop()
+	_ = s.kv.Close()
+	<-s.kvDone
+	s.kv, s.kvStop, s.kvDone = nil, nil, nil
+}
+
+// KVListenAddr returns the address the KV-event listening socket is bound to, once Run has
+// bound it; "" before, or without Options.KVListen.
+func (s *Server) KVListenAddr() string {
+	s.mu.Lock()
+	kv := s.kv
+	s.mu.Unlock()
+	if kv == nil {
+		return ""
+	}
+	return kv.ListenAddr()
+}
+
+// Run does the background work until ctx ends: it runs the endpoint Source, scrapes the
+// endpoints and follows their KV events. It returns nil when ctx ends, the Source's error
+// if it failed otherwise, ErrRunning if Run is already running. Call it once.
+func (s *Server) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.running || s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: Run called twice or after Close", ErrInvalidOptions)
+	}
+	s.running, s.kvCtx = true, ctx
+	s.followKVLocked()
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.stopKVLocked()
+		s.kvCtx = nil
+		s.mu.Unlock()
+	}()
+
+	errc := make(chan error, 2)
+	n := 0
+	if s.scraper != nil {
+		n++
+		go func() { errc <- s.scraper.Run(ctx) }()
+	}
+	if s.source != nil {
+		n++
+		go func() {
+			errc <- s.source.Run(ctx, func(eps []Endpoint) {
+				if err := s.SetEndpoints(eps); err != nil {
+					s.log.Warn("endpoints", "err", err)
+				}
+			})
+		}()
+	}
+	var first error
+	if n == 0 {
+		<-ctx.Done()
+	}
+	for range n {
+		if err := <-errc; err != nil && first == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			first = err
+		}
+	}
+	if s.scraper != nil {
+		s.scraper.Close()
+	}
+	return first
+}
+
+// Close marks the server not ready (health NOT_SERVING, so Envoy stops sending), rejects
+// what still waits for admission (503) and stops the KV events. Requests in flight finish
+// normally. Idempotent.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.setReady(false)
+	s.stopKVLocked()
+	s.mu.Unlock()
+	s.queue.Close()
+}
+
+// Router returns the Server's router.
+func (s *Server) Router() *routing.Router { return s.router }
+
+// Queue returns the Server's admission queue.
+func (s *Server) Queue() *flowcontrol.Queue { return s.queue }
+
+// Index returns the Server's prefix index.
+func (s *Server) Index() *prefixcache.Index { return s.index }
+
+// Registry returns a registry of usher's metrics and the scraper's, for a Prometheus
+// handler (promhttp.HandlerFor).
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Endpoints returns a copy of the current endpoints. O(endpoints).
+func (s *Server) Endpoints() []Endpoint { return slices.Clone(s.eps.Load().list) }
+
+var _ extprocv3.ExternalProcessorServer = (*Server)(nil)

@@ -1,0 +1,556 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	procmodev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+// sseChunks is a streamed chat answer as Envoy forwards it: cut at arbitrary places, a
+// role-only opening chunk, two content chunks, the usage chunk, [DONE].
+var sseChunks = []string{
+	"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\nda",
+	"ta: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+	"data: {\"choices\":[{\"delta\":{\"content\":\" there\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n",
+	"data: [DONE]\n\n",
+}
+
+// usageQueue is a queue whose Observer records the usage each Done reports.
+func usageQueue(t *testing.T) (*flowcontrol.Queue, func() []flowcontrol.Usage) {
+	var mu sync.Mutex
+	var got []flowcontrol.Usage
+	q, err := flowcontrol.New(flowcontrol.Options{Bands: 4, Observer: flowcontrol.Observer{Done: func(r flowcontrol.Record) {
+		mu.Lock()
+		got = append(got, r.Usage)
+		mu.Unlock()
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, func() []flowcontrol.Usage {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]flowcontrol.Usage(nil), got...)
+	}
+}
+
+func TestBufferedRequestStreamedResponse(t *testing.T) {
+	q, usages := usageQueue(t)
+	s := newServer(t, Options{Queue: q})
+	c := serve(t, s)
+	st, _ := open(t, c)
+
+	r := exchangeRequest(t, st, chatBody, nil, "x-session-id", "s1")
+	header, meta := destinationOf(t, r)
+	if !inFleet(header) || header != meta {
+		t.Fatalf("destination header %q, metadata %q: want the same endpoint of the fleet", header, meta)
+	}
+	if in, _ := s.Router().InFlight(header); in.Requests != 1 {
+		t.Fatalf("in flight at %s after the pick = %d, want 1", header, in.Requests)
+	}
+	send(t, st, respHeaders("200", "text/event-stream", false, nil))
+	if r := recv(t, st); r.GetResponseHeaders() == nil {
+		t.Fatalf("answer to the response headers: %v", r)
+	}
+	for i, ch := range sseChunks {
+		send(t, st, respBody(ch, i == len(sseChunks)-1))
+		r := recv(t, st)
+		if r.GetResponseBody() == nil || r.GetResponseBody().GetResponse().GetBodyMutation() != nil {
+			t.Fatalf("answer to body chunk %d: %v, want CONTINUE without mutation", i, r)
+		}
+	}
+	send(t, st, respTrailers())
+	if r := recv(t, st); r.GetResponseTrailers() == nil {
+		t.Fatalf("answer to the trailers: %v", r)
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after CloseSend: %v, want EOF", err)
+	}
+	waitIdle(t, s)
+	stats := s.Stats()
+	if stats.Picks != 1 || stats.Completed != 1 || stats.Failed != 0 {
+		t.Errorf("stats %+v: want 1 pick, 1 completed, 0 failed", stats)
+	}
+	want := []flowcontrol.Usage{{PromptTokens: 9, CachedTokens: 4, OutputTokens: 2}}
+	if got := usages(); len(got) != 1 || got[0] != want[0] {
+		t.Errorf("usage reported to the queue: %+v, want %+v", got, want)
+	}
+	if rs := s.Router().Stats(); rs.Done != 1 || rs.Failed != 0 {
+		t.Errorf("router Done %d Failed %d, want 1, 0", rs.Done, rs.Failed)
+	}
+}
+
+func TestJSONResponseUsage(t *testing.T) {
+	q, usages := usageQueue(t)
+	s := newServer(t, Options{Queue: q})
+	st, _ := open(t, serve(t, s))
+	send(t, st, buffered(reqHeaders("/v1/completions", false, nil)))
+	recv(t, st)
+	send(t, st, reqBody(`{"model":"m","prompt":"once upon a time"}`, true))
+	destinationOf(t, recv(t, st))
+	send(t, st, respHeaders("200", "application/json", false, nil))
+	recv(t, st)
+	body := `{"id":"x","choices":[{"text":"there was"}],"usage":{"prompt_tokens":5,"completion_tokens":3}}`
+	send(t, st, respBody(body[:20], false))
+	recv(t, st)
+	send(t, st, respBody(body[20:], true))
+	recv(t, st)
+	_ = st.CloseSend()
+	waitIdle(t, s)
+	got := usages()
+	if len(got) != 1 || got[0] != (flowcontrol.Usage{PromptTokens: 5, OutputTokens: 3}) {
+		t.Errorf("usages %+v: want one of 5 prompt, 3 output", got)
+	}
+}
+
+func TestSubset(t *testing.T) {
+	s := newServer(t, Options{})
+	c := serve(t, s)
+	for range 20 {
+		st, _ := open(t, c)
+		r := exchangeRequest(t, st, chatBody, subsetHint("10.0.0.3:8000", "192.168.9.9:80"))
+		if h, m := destinationOf(t, r); h != "10.0.0.3:8000" || m != h {
+			t.Fatalf("with subset [10.0.0.3:8000, unknown]: destination %q / %q, want 10.0.0.3:8000", h, m)
+		}
+		_ = st.CloseSend()
+		recvEOF(st)
+	}
+	for _, sub := range [][]string{{}, {"192.168.9.9:80"}} {
+		st, _ := open(t, c)
+		r := exchangeRequest(t, st, chatBody, subsetHint(sub...))
+		if code := r.GetImmediateResponse().GetStatus().GetCode(); code != 503 {
+			t.Errorf("subset %q: status %v, want 503 (%v)", sub, code, r)
+		}
+		_ = st.CloseSend()
+		recvEOF(st)
+	}
+	waitIdle(t, s)
+}
+
+func recvEOF(st extprocv3.ExternalProcessor_ProcessClient) {
+	for {
+		if _, err := st.Recv(); err != nil {
+			return
+		}
+	}
+}
+
+func TestFallbacks(t *testing.T) {
+	s := newServer(t, Options{Fallbacks: 2})
+	st, _ := open(t, serve(t, s))
+	h, m := destinationOf(t, exchangeRequest(t, st, chatBody, nil))
+	parts := strings.Split(h, ",")
+	if h != m || len(parts) != 3 || parts[0] == parts[1] || parts[1] == parts[2] || parts[0] == parts[2] {
+		t.Fatalf("destination %q / %q: want three distinct endpoints, the same in both", h, m)
+	}
+	for _, p := range parts {
+		if !inFleet(p) {
+			t.Fatalf("destination %q lists %q, not in the fleet", h, p)
+		}
+	}
+}
+
+func TestServedElsewhere(t *testing.T) {
+	s := newServer(t, Options{Fallbacks: 1})
+	st, _ := open(t, serve(t, s))
+	h, _ := destinationOf(t, exchangeRequest(t, st, chatBody, nil))
+	primary, fallback, _ := strings.Cut(h, ",")
+	send(t, st, respHeaders("200", "text/event-stream", false, servedBy(fallback)))
+	recv(t, st)
+	if in, _ := s.Router().InFlight(primary); in.Requests != 0 {
+		t.Errorf("picked %s still charged %d after Envoy served from %s", primary, in.Requests, fallback)
+	}
+	if in, _ := s.Router().InFlight(fallback); in.Requests != 1 {
+		t.Errorf("serving %s charged %d, want 1", fallback, in.Requests)
+	}
+	send(t, st, respBody("data: [DONE]\n\n", true))
+	recv(t, st)
+	_ = st.CloseSend()
+	recvEOF(st)
+	waitIdle(t, s)
+	if got := s.Stats().ServedElsewhere; got != 1 {
+		t.Errorf("ServedElsewhere = %d, want 1", got)
+	}
+}
+
+func TestServedHeader(t *testing.T) {
+	s := newServer(t, Options{})
+	st, _ := open(t, serve(t, s))
+	h, _ := destinationOf(t, exchangeRequest(t, st, chatBody, nil))
+	other := "10.0.0.1:8000"
+	if h == other {
+		other = "10.0.0.2:8000"
+	}
+	m := respHeaders("200", "text/event-stream", false, nil)
+	m.GetResponseHeaders().Headers.Headers = append(headerMap(ServedKey, other).Headers, m.GetResponseHeaders().Headers.Headers...)
+	send(t, st, m)
+	recv(t, st)
+	if in, _ := s.Router().InFlight(other); in.Requests != 1 {
+		t.Errorf("served %s (response header) charged %d, want 1", other, in.Requests)
+	}
+	_ = st.CloseSend()
+	recvEOF(st)
+	waitIdle(t, s)
+}
+
+func TestImmediateResponses(t *testing.T) {
+	tests := []struct {
+		name      string
+		opts      Options
+		path      string
+		body      string
+		status    int32
+		param     string
+		retry     bool
+		endpoints []Endpoint
+	}{
+		{name: "invalid JSON", body: `{"model":`, status: 400},
+		{name: "missing model", body: `{"messages":[{"role":"user","content":"x"}]}`, status: 400, param: "model"},
+		{name: "max_tokens too large", body: `{"model":"m","max_tokens":99999999,"messages":[{"role":"user","content":"x"}]}`, status: 400, param: "max_tokens"},
+		{name: "body too large", opts: Options{MaxBodyBytes: 64}, body: chatBody + strings.Repeat(" ", 64), status: 413},
+		{name: "unknown model", opts: Options{Models: []string{"other"}}, body: chatBody, status: 404, param: "model"},
+		{name: "no endpoint", endpoints: []Endpoint{}, body: chatBody, status: 503},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.opts
+			o.Endpoints = tt.endpoints
+			if o.Endpoints == nil {
+				o.Endpoints = fleet
+			}
+			s := newServer(t, o)
+			st, _ := open(t, serve(t, s))
+			r := exchangeRequest(t, st, tt.body, nil)
+			ir := r.GetImmediateResponse()
+			if ir == nil || int32(ir.GetStatus().GetCode()) != tt.status {
+				t.Fatalf("got %v, want an immediate %d", r, tt.status)
+			}
+			var e struct {
+				Error struct {
+					Message, Type string
+					Param         *string
+				}
+			}
+			if err := json.Unmarshal(ir.GetBody(), &e); err != nil || e.Error.Message == "" || e.Error.Type == "" {
+				t.Fatalf("body %q is not an OpenAI error (%v)", ir.GetBody(), err)
+			}
+			if tt.param != "" && (e.Error.Param == nil || *e.Error.Param != tt.param) {
+				t.Errorf("param %v, want %q (body %s)", e.Error.Param, tt.param, immediateBody(r))
+			}
+			ct := ""
+			for _, h := range ir.GetHeaders().GetSetHeaders() {
+				if h.GetHeader().GetKey() == "content-type" {
+					ct = string(h.GetHeader().GetRawValue())
+				}
+			}
+			if ct != "application/json" {
+				t.Errorf("content-type %q, want application/json", ct)
+			}
+			_ = st.CloseSend()
+			recvEOF(st)
+			waitIdle(t, s)
+		})
+	}
+}
+
+// closedGate never lets a request through.
+type closedGate struct{}
+
+func (closedGate) Open(*flowcontrol.Request, flowcontrol.Load) bool { return false }
+
+func TestQueueFull429AndTTL503(t *testing.T) {
+	q, err := flowcontrol.New(flowcontrol.Options{Bands: 4, Gate: closedGate{}, TTL: 200 * time.Millisecond, Capacity: flowcontrol.Limits{Requests: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, Options{Queue: q})
+	c := serve(t, s)
+
+	// The first request waits for admission (the gate is closed) until its TTL: 503.
+	first, _ := open(t, c)
+	send(t, first, buffered(reqHeaders("/v1/chat/completions", false, nil)))
+	recv(t, first)
+	send(t, first, reqBody(chatBody, true))
+	for s.Queue().Stats().Queued != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	// The second finds the queue full: 429 with Retry-After.
+	second, _ := open(t, c)
+	r := exchangeRequest(t, second, chatBody, nil)
+	ir := r.GetImmediateResponse()
+	if ir.GetStatus().GetCode() != 429 {
+		t.Fatalf("second request: %v, want 429", r)
+	}
+	retry := ""
+	for _, h := range ir.GetHeaders().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "retry-after" {
+			retry = string(h.GetHeader().GetRawValue())
+		}
+	}
+	if retry == "" || retry == "0" {
+		t.Errorf("429 without a Retry-After (headers %v)", ir.GetHeaders())
+	}
+	r = recv(t, first)
+	if r.GetImmediateResponse().GetStatus().GetCode() != 503 {
+		t.Fatalf("first request after its TTL: %v, want 503", r)
+	}
+	for _, st := range []extprocv3.ExternalProcessor_ProcessClient{first, second} {
+		_ = st.CloseSend()
+		recvEOF(st)
+	}
+	waitIdle(t, s)
+	if got := s.Stats(); got.Shed != 1 || got.Unavailable != 1 {
+		t.Errorf("stats %+v: want 1 shed, 1 unavailable", got)
+	}
+}
+
+func TestEarlyShed429(t *testing.T) {
+	// Early shedding refuses at once with 429 when the estimate exceeds the TTL; without a
+	// dispatch history the estimate is unknown, so here only the plumbing is checked: the
+	// option reaches the default queue.
+	if _, err := New(Options{NoScrape: true, EarlyShed: flowcontrol.EarlyShed{Enabled: true, HalfLife: -1}}); err == nil {
+		t.Fatal("negative HalfLife accepted")
+	}
+}
+
+func TestCancelMidStream(t *testing.T) {
+	for _, where := range []string{"waiting for admission", "after the pick", "mid-response"} {
+		t.Run(where, func(t *testing.T) {
+			var o Options
+			if where == "waiting for admission" {
+				q, err := flowcontrol.New(flowcontrol.Options{Bands: 4, Gate: closedGate{}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Queue = q
+			}
+			s := newServer(t, o)
+			st, cancel := open(t, serve(t, s))
+			send(t, st, buffered(reqHeaders("/v1/chat/completions", false, nil)))
+			recv(t, st)
+			send(t, st, reqBody(chatBody, true))
+			switch where {
+			case "waiting for admission":
+				for s.Queue().Stats().Queued != 1 {
+					time.Sleep(time.Millisecond)
+				}
+			case "after the pick":
+				recv(t, st)
+			case "mid-response":
+				recv(t, st)
+				send(t, st, respHeaders("200", "text/event-stream", false, nil))
+				recv(t, st)
+				send(t, st, respBody(sseChunks[0]+sseChunks[1], false))
+				recv(t, st)
+			}
+			cancel()
+			waitIdle(t, s)
+			stats := s.Stats()
+			if where == "waiting for admission" {
+				if stats.Picks != 0 || s.Queue().Stats().Cancelled != 1 {
+					t.Errorf("stats %+v, queue %+v: want no pick, one cancelled", stats, s.Queue().Stats())
+				}
+				return
+			}
+			if stats.Failed != 1 || stats.Cancelled != 1 || stats.Completed != 0 {
+				t.Errorf("stats %+v: want exactly one failed (cancelled) request", stats)
+			}
+			if rs := s.Router().Stats(); rs.Done != 1 {
+				t.Errorf("router Done = %d, want exactly 1", rs.Done)
+			}
+		})
+	}
+}
+
+func TestEnvoyClosesEarly(t *testing.T) {
+	// Envoy closes the stream (CloseSend, as when the upstream reset) after the pick and
+	// before any response: Done once, with an error.
+	s := newServer(t, Options{})
+	st, _ := open(t, serve(t, s))
+	destinationOf(t, exchangeRequest(t, st, chatBody, nil))
+	_ = st.CloseSend()
+	recvEOF(st)
+	waitIdle(t, s)
+	if stats := s.Stats(); stats.Failed != 1 || stats.Cancelled != 1 {
+		t.Errorf("stats %+v: want one cancelled", stats)
+	}
+}
+
+func TestStreamIdleTimeout(t *testing.T) {
+	s := newServer(t, Options{StreamIdle: 50 * time.Millisecond})
+	st, _ := open(t, serve(t, s))
+	destinationOf(t, exchangeRequest(t, st, chatBody, nil))
+	_, err := st.Recv()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("silent stream ended with %v, want DeadlineExceeded", err)
+	}
+	waitIdle(t, s)
+	if stats := s.Stats(); stats.IdleTimeouts != 1 || stats.Failed != 1 {
+		t.Errorf("stats %+v: want one idle timeout", stats)
+	}
+}
+
+func TestServerErrorResponse(t *testing.T) {
+	s := newServer(t, Options{})
+	st, _ := open(t, serve(t, s))
+	destinationOf(t, exchangeRequest(t, st, chatBody, nil))
+	send(t, st, respHeaders("500", "application/json", false, nil))
+	recv(t, st)
+	send(t, st, respBody(`{"error":{"message":"boom"}}`, true))
+	recv(t, st)
+	_ = st.CloseSend()
+	recvEOF(st)
+	waitIdle(t, s)
+	if stats := s.Stats(); stats.Failed != 1 || stats.Cancelled != 0 {
+		t.Errorf("stats %+v: want one failed, not cancelled", stats)
+	}
+}
+
+func TestHeadersOnlyRequest(t *testing.T) {
+	s := newServer(t, Options{})
+	st, _ := open(t, serve(t, s))
+	send(t, st, reqHeaders("/v1/models", true, nil))
+	r := recv(t, st)
+	if h, _ := destinationOf(t, r); !inFleet(h) || r.GetRequestHeaders() == nil {
+		t.Fatalf("GET without body: %v, want a headers answer with a destination", r)
+	}
+	send(t, st, respHeaders("200", "application/json", true, nil))
+	recv(t, st)
+	_ = st.CloseSend()
+	recvEOF(st)
+	waitIdle(t, s)
+	if stats := s.Stats(); stats.Passed != 1 || stats.Completed != 1 {
+		t.Errorf("stats %+v: want one passed and completed", stats)
+	}
+}
+
+func TestFullDuplex(t *testing.T) {
+	s := newServer(t, Options{})
+	st, _ := open(t, serve(t, s))
+	h := reqHeaders("/v1/chat/completions", false, nil)
+	h.ProtocolConfig = &extprocv3.ProtocolConfiguration{
+		RequestBodyMode: procmodev3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: procmodev3.ProcessingMode_FULL_DUPLEX_STREAMED,
+	}
+	send(t, st, h)
+	half := len(chatBody) / 2
+	send(t, st, reqBody(chatBody[:half], false))
+	send(t, st, reqBody(chatBody[half:], true))
+	r := recv(t, st)
+	if hdr, _ := destinationOf(t, r); r.GetRequestHeaders() == nil || !inFleet(hdr) {
+		t.Fatalf("first answer: %v, want the headers answer with the destination", r)
+	}
+	r = recv(t, st)
+	sr := r.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+	if string(sr.GetBody()) != chatBody || !sr.GetEndOfStream() {
+		t.Fatalf("second answer: %v, want the whole body streamed back", r)
+	}
+	send(t, st, respHeaders("200", "text/event-stream", false, nil))
+	recv(t, st)
+	send(t, st, respBody(sseChunks[1], true))
+	r = recv(t, st)
+	if got := r.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse(); string(got.GetBody()) != sseChunks[1] || !got.GetEndOfStream() {
+		t.Fatalf("response chunk: %v, want it echoed", r)
+	}
+	_ = st.CloseSend()
+	recvEOF(st)
+	waitIdle(t, s)
+}
+
+func TestHealth(t *testing.T) {
+	s := newServer(t, Options{Endpoints: []Endpoint{}})
+	_, conn := serveConn(t, s)
+	hc := healthpb.NewHealthClient(conn)
+	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if got := check(HealthReadiness); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("readiness without endpoints: %v", got)
+	}
+	if got := check(HealthLiveness); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("liveness: %v", got)
+	}
+	if err := s.SetEndpoints(fleet); err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range []string{"", HealthReadiness, HealthExtProc} {
+		if got := check(svc); got != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("%q with endpoints: %v", svc, got)
+		}
+	}
+	s.Close()
+	if got := check(HealthExtProc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("after Close: %v", got)
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	q, _ := flowcontrol.New(flowcontrol.Options{})
+	for _, o := range []Options{
+		{MaxBodyBytes: -1},
+		{Fallbacks: 17},
+		{Queue: q, TTL: time.Second},
+		{Endpoints: []Endpoint{{Address: "nohost"}}},
+		{Endpoints: []Endpoint{{Address: "10.0.0.1:80"}, {Address: "10.0.0.1:80"}}},
+		{Endpoints: []Endpoint{{Address: "10.0.0.1:80", Replay: "tcp://x:1"}}},
+	} {
+		o.NoScrape = true
+		if _, err := New(o); err == nil {
+			t.Errorf("New(%+v) succeeded, want an error", o)
+		}
+	}
+}
+
+func TestConcurrentStreams(t *testing.T) {
+	s := newServer(t, Options{})
+	c := serve(t, s)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st, err := c.Process(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = st.Send(buffered(reqHeaders("/v1/chat/completions", false, nil)))
+			_, _ = st.Recv()
+			_ = st.Send(reqBody(chatBody, true))
+			_, _ = st.Recv()
+			if i%2 == 0 {
+				return // cancelled by the deferred cancel
+			}
+			_ = st.Send(respHeaders("200", "text/event-stream", false, nil))
+			_, _ = st.Recv()
+			_ = st.Send(respBody(strings.Join(sseChunks, ""), true))
+			_, _ = st.Recv()
+			_ = st.CloseSend()
+			recvEOF(st)
+		})
+	}
+	wg.Wait()
+	waitIdle(t, s)
+	if stats := s.Stats(); stats.Completed+stats.Failed != 16 || stats.Picks != 16 {
+		t.Errorf("stats %+v: want 16 picks, each closed once", stats)
+	}
+}

@@ -1,0 +1,653 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	procmodev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/routing"
+)
+
+// Errors a request's handles are closed with when its stream did not end normally.
+var (
+	// ErrStreamEnded: the stream ended (Envoy closed it, the client went away, a reset)
+	// before the response was complete.
+	ErrStreamEnded = errors.New("extproc: stream ended before the response was complete")
+	// ErrStreamIdle: the stream was silent longer than Options.StreamIdle.
+	ErrStreamIdle = errors.New("extproc: stream idle timeout")
+	// errServedElsewhere closes the pick of an endpoint Envoy did not use (it used a fallback).
+	errServedElsewhere = errors.New("extproc: served by a fallback endpoint")
+)
+
+// received is one Recv result, handed from the reader goroutine.
+type received struct {
+	m   *extprocv3.ProcessingRequest
+	err error
+}
+
+// Process implements ExternalProcessorServer: it serves one ext_proc stream, which is one
+// HTTP request through Envoy. A reader goroutine receives the messages, so that the stream's
+// idle timeout and context bound every wait; the messages are handled in order on the
+// calling goroutine, which alone touches the request's state. Whatever happens — the
+// response ends, Envoy closes or resets the stream, the context ends, the idle timeout — the
+// request's router Result and queue Ticket are closed exactly once before Process returns.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	ctx := stream.Context()
+	s.stats.streams.Add(1)
+	s.stats.active.Add(1)
+	defer s.stats.active.Add(-1)
+	ex := &exchange{s: s, ctx: ctx}
+	defer ex.finish(ErrStreamEnded, routing.FailureNone) // a no-op when the response completed
+
+	in := make(chan received)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			select {
+			case in <- received{m, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	idle := time.NewTimer(s.idle)
+	defer idle.Stop()
+	var out []*extprocv3.ProcessingResponse
+	for {
+		var r received
+		select {
+		case r = <-in:
+		case <-idle.C:
+			s.stats.idleTimeouts.Add(1)
+			ex.finish(ErrStreamIdle, routing.FailureTimeout)
+			return status.Errorf(codes.DeadlineExceeded, "extproc: no message for %v", s.idle)
+		case <-ctx.Done():
+			ex.finish(ErrStreamEnded, routing.FailureNone)
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		if r.err != nil {
+			if errors.Is(r.err, io.EOF) {
+				return nil // finish(ErrStreamEnded) unless the response completed
+			}
+			return r.err
+		}
+		idle.Reset(s.idle)
+		out = ex.handle(r.m, out[:0])
+		for _, resp := range out {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// exchange is one request's state across its stream's messages. Only the goroutine running
+// Process touches it.
+type exchange struct {
+	s   *Server
+	ctx context.Context
+
+	started  bool // request headers seen
+	decided  bool // the request was answered (destination or immediate response)
+	duplex   bool // request body in FULL_DUPLEX_STREAMED mode: the headers answer waits for the body
+	duplexRe bool // response body in FULL_DUPLEX_STREAMED mode: chunks are echoed back
+	noBody   bool // request body mode NONE: decide at the headers
+	method   string
+	path     string
+	host     string
+	header   http.Header
+	subset   []string
+	hasSub   bool
+	body     []byte
+	tooBig   bool
+	arrival  time.Time
+
+	req      *openai.Request
+	id       proxy.Identity
+	ticket   flowcontrol.Ticket
+	admitted bool
+	pick     routing.Result
+	picked   bool
+	endpoint string // the picked endpoint's address
+	prompt   proxy.Prompt
+	bufp     *[]prefixcache.BlockHash
+	session  string
+
+	status   int // the response's status; 0 before its headers
+	watch    watcher
+	info     routing.DoneInfo
+	usage    flowcontrol.Usage
+	finished bool
+}
+
+// handle answers one message, appending the responses to out.
+func (ex *exchange) handle(m *extprocv3.ProcessingRequest, out []*extprocv3.ProcessingResponse) []*extprocv3.ProcessingResponse {
+	if pc := m.GetProtocolConfig(); pc != nil {
+		ex.duplex = pc.GetRequestBodyMode() == procmodev3.ProcessingMode_FULL_DUPLEX_STREAMED || pc.GetSendBodyWithoutWaitingForHeaderResponse()
+		ex.duplexRe = pc.GetResponseBodyMode() == procmodev3.ProcessingMode_FULL_DUPLEX_STREAMED
+		ex.noBody = pc.GetRequestBodyMode() == procmodev3.ProcessingMode_NONE
+	}
+	switch r := m.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return ex.requestHeaders(m, r.RequestHeaders, out)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return ex.requestBody(r.RequestBody, out)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if !ex.decided {
+			// The body ended without end_of_stream: decide now. Only the metadata can still
+			// carry the destination.
+			resp := ex.decide()
+			if resp.GetImmediateResponse() != nil {
+				return append(out, resp)
+			}
+			tr := continueRequestTrailers()
+			tr.DynamicMetadata = resp.DynamicMetadata
+			return append(out, tr)
+		}
+		return append(out, continueRequestTrailers())
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return ex.responseHeaders(m, r.ResponseHeaders, out)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		b := r.ResponseBody
+		ex.responseBody(b.GetBody(), b.GetEndOfStream())
+		return append(out, responseBody(b.GetBody(), b.GetEndOfStream(), ex.duplexRe))
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		ex.complete()
+		return append(out, continueResponseTrailers())
+	}
+	// A message this picker does not know (a newer protocol): no answer is better than a
+	// wrong one; the stream's idle bound and Envoy's message timeout still apply.
+	return out
+}
+
+// requestHeaders records the request's headers and subset hint. The decision waits for the
+// body unless there is none.
+func (ex *exchange) requestHeaders(m *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders, out []*extprocv3.ProcessingResponse) []*extprocv3.ProcessingResponse {
+	if ex.started {
+		return append(out, continueRequestHeaders())
+	}
+	ex.started, ex.arrival = true, time.Now()
+	ex.header = make(http.Header, len(h.GetHeaders().GetHeaders()))
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		k := hv.GetKey()
+		switch k {
+		case ":path":
+			ex.path = headerValue(hv)
+		case ":method":
+			ex.method = headerValue(hv)
+		case ":authority":
+			ex.host = headerValue(hv)
+		default:
+			if k != "" && k[0] != ':' {
+				ex.header.Add(k, headerValue(hv))
+			}
+		}
+	}
+	ex.subset, ex.hasSub = subsetOf(metadataField(m.GetMetadataContext(), ex.s.subNS, SubsetKey))
+	if h.GetEndOfStream() || ex.noBody {
+		return append(out, ex.asHeaders(ex.decide()))
+	}
+	if ex.duplex {
+		return out // answered with the decision, after the body
+	}
+	return append(out, continueRequestHeaders())
+}
+
+// requestBody accumulates the body and decides at its end.
+func (ex *exchange) requestBody(b *extprocv3.HttpBody, out []*extprocv3.ProcessingResponse) []*extprocv3.ProcessingResponse {
+	if ex.decided {
+		return append(out, continueRequestBody())
+	}
+	if !ex.tooBig {
+		if int64(len(ex.body)+len(b.GetBody())) > ex.s.maxBody {
+			ex.tooBig, ex.body = true, nil
+		} else {
+			ex.body = append(ex.body, b.GetBody()...)
+		}
+	}
+	if !b.GetEndOfStream() {
+		if ex.duplex {
+			return out
+		}
+		return append(out, continueRequestBody())
+	}
+	resp := ex.decide()
+	if resp.GetImmediateResponse() != nil {
+		return append(out, resp)
+	}
+	if ex.duplex {
+		// Full duplex: the headers answer carries the destination, then the whole body goes
+		// back to Envoy, which forwards it.
+		hr := ex.asHeaders(resp)
+		body := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+			Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: ex.body, EndOfStream: true},
+			}}},
+		}}}
+		return append(out, hr, body)
+	}
+	return append(out, resp)
+}
+
+// asHeaders turns a body decision into the answer to the request headers.
+func (ex *exchange) asHeaders(resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	if br, ok := resp.GetResponse().(*extprocv3.ProcessingResponse_RequestBody); ok {
+		resp.Response = &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: br.RequestBody.GetResponse()}}
+	}
+	return resp
+}
+
+// decide runs the pipeline — parse, key, hash, admit, pick — and returns the answer to the
+// request body: the destination, or an immediate response.
+func (ex *exchange) decide() *extprocv3.ProcessingResponse {
+	ex.decided = true
+	s := ex.s
+	var e *openai.Error
+	var retryAfter time.Duration
+	if ep, ok := openai.EndpointOf(pathOnly(ex.path)); ok && ex.method == http.MethodPost {
+		e, retryAfter = ex.admit(ep)
+	} else {
+		e = ex.route(nil)
+		if e == nil {
+			s.stats.passed.Add(1)
+		}
+	}
+	if e != nil {
+		s.stats.rejected.Add(1)
+		switch {
+		case e.Status == http.StatusTooManyRequests:
+			s.stats.shed.Add(1)
+		case e.Status == http.StatusServiceUnavailable:
+			s.stats.unavailable.Add(1)
+		case e.Status >= 400 && e.Status < 500:
+			s.stats.bad.Add(1)
+		}
+		return immediate(e, retryAfter)
+	}
+	value := ex.destination()
+	cr := &extprocv3.CommonResponse{
+		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(DestinationHeader, value)}},
+		ClearRouteCache: s.clearRoute,
+	}
+	return &extprocv3.ProcessingResponse{
+		Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}},
+		DynamicMetadata: destinationMetadata(s.ns, value),
+	}
+}
+
+// admit parses, keys, hashes, admits and picks a completion request.
+func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
+	s := ex.s
+	if ex.tooBig {
+		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
+			Message: fmt.Sprintf("the request body exceeds %d bytes", s.maxBody)}, 0
+	}
+	req, err := openai.Parse(ex.body, ep, s.limits)
+	if err != nil {
+		return asOpenAIError(err), 0
+	}
+	ex.req = req
+	if s.models != nil && !s.models[req.Model] {
+		return &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Code: "model_not_found",
+			Param: "model", Message: fmt.Sprintf("the model %q does not exist here", clip(req.Model))}, 0
+	}
+	hr := &http.Request{Method: ex.method, URL: &url.URL{Path: pathOnly(ex.path)}, Host: ex.host, Header: ex.header}
+	if ex.id, err = s.keyer.Key(hr.WithContext(ex.ctx), req); err != nil {
+		return asOpenAIError(err), 0
+	}
+	if ex.id.Band < 0 || ex.id.Band >= s.bands {
+		return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "bad_band",
+			Message: "the picker's keyer gave this request a band outside its configuration"}, 0
+	}
+	// An empty subset can never be served: refuse before waiting for admission.
+	if ex.hasSub && !ex.subsetEligible() {
+		return noEndpoint("none of the endpoints in the proxy's subset hint is known to the picker"), 0
+	}
+	bufp := s.chains.Get().(*[]prefixcache.BlockHash)
+	prompt, terr := s.tok.Tokenize(ex.ctx, (*bufp)[:0], req)
+	if terr != nil {
+		prompt, _ = proxy.BytesTokenizer{}.Tokenize(ex.ctx, (*bufp)[:0], req)
+	}
+	ex.prompt, ex.bufp = prompt, bufp
+	t, err := s.queue.Admit(ex.ctx, flowcontrol.Request{
+		Flow:         ex.id.Flow(),
+		Band:         ex.id.Band,
+		Bytes:        int64(len(ex.body)),
+		PromptTokens: flowcontrol.Tokens(prompt.Tokens),
+		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
+		Arrival:      ex.arrival,
+	})
+	if err != nil {
+		return ex.admissionError(err)
+	}
+	ex.ticket, ex.admitted = t, true
+	if ex.id.Session != "" {
+		ex.session = ex.id.Tenant + "/" + ex.id.Session
+	}
+	if e := ex.route(&routing.Request{Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.session}); e != nil {
+		ex.finish(errors.New("extproc: no endpoint"), routing.FailureNone)
+		return e, 0
+	}
+	s.stats.picks.Add(1)
+	return nil, 0
+}
+
+// route picks an endpoint for rr (nil: a request without prompt, routed without admission),
+// within the subset hint when there is one.
+func (ex *exchange) route(rr *routing.Request) *openai.Error {
+	if rr == nil {
+		rr = &routing.Request{}
+	}
+	set := ex.s.eps.Load()
+	if ex.hasSub {
+		if !ex.subsetEligible() {
+			return noEndpoint("none of the endpoints in the proxy's subset hint is known to the picker")
+		}
+		rr.Exclude = ex.outsideSubset(set)
+	}
+	p, err := ex.s.router.Pick(rr)
+	if err != nil {
+		return noEndpoint("no endpoint can take the request now: " + err.Error())
+	}
+	ex.pick, ex.picked, ex.endpoint = p, true, p.Backend.Name
+	ex.s.usher.ObservePick(ex.endpoint)
+	return nil
+}
+
+// subsetEligible reports whether the subset names an endpoint the picker knows.
+func (ex *exchange) subsetEligible() bool {
+	set := ex.s.eps.Load()
+	for _, a := range ex.subset {
+		if _, ok := set.byAddr[a]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// outsideSubset lists the known endpoints not in the subset: the pick's exclusions.
+// O(endpoints + subset).
+func (ex *exchange) outsideSubset(set *endpointSet) []routing.BackendID {
+	in := make([]bool, len(set.list))
+	for _, a := range ex.subset {
+		if i, ok := set.byAddr[a]; ok {
+			in[i] = true
+		}
+	}
+	var out []routing.BackendID
+	for i, ok := range in {
+		if !ok {
+			out = append(out, set.ids[i])
+		}
+	}
+	return out
+}
+
+// destination is the header and metadata value: the pick, then up to Fallbacks other
+// eligible endpoints in the set's order after it (unscored: they are where Envoy goes if the
+// pick fails).
+func (ex *exchange) destination() string {
+	n := ex.s.fallbacks
+	if n == 0 {
+		return ex.endpoint
+	}
+	set := ex.s.eps.Load()
+	start, ok := set.byAddr[ex.endpoint]
+	if !ok || len(set.list) < 2 {
+		return ex.endpoint
+	}
+	var allowed map[string]bool
+	if ex.hasSub {
+		allowed = make(map[string]bool, len(ex.subset))
+		for _, a := range ex.subset {
+			allowed[a] = true
+		}
+	}
+	var b strings.Builder
+	b.WriteString(ex.endpoint)
+	for k := 1; k < len(set.list) && n > 0; k++ {
+		a := set.list[(start+k)%len(set.list)].Address
+		if allowed != nil && !allowed[a] {
+			continue
+		}
+		b.WriteByte(',')
+		b.WriteString(a)
+		n--
+	}
+	return b.String()
+}
+
+// responseHeaders notes the status and the endpoint that served.
+func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders, out []*extprocv3.ProcessingResponse) []*extprocv3.ProcessingResponse {
+	served := ""
+	if v := metadataField(m.GetMetadataContext(), ex.s.ns, ServedKey); v != nil {
+		served = firstEndpoint(v.GetStringValue())
+	}
+	ex.status = 200
+	var contentType string
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.GetKey() {
+		case ":status":
+			if c, err := strconv.Atoi(headerValue(hv)); err == nil {
+				ex.status = c
+			}
+		case "content-type":
+			contentType = headerValue(hv)
+		case ServedKey:
+			if served == "" {
+				served = firstEndpoint(headerValue(hv))
+			}
+		}
+	}
+	if served != "" && ex.picked && served != ex.endpoint {
+		ex.moveTo(served)
+	}
+	if ex.status != http.StatusOK {
+		f := routing.FailureNone
+		switch {
+		case ex.status == http.StatusTooManyRequests || ex.status == http.StatusServiceUnavailable:
+			f = routing.FailureOverload
+		case ex.status >= 500:
+			f = routing.FailureServer
+		}
+		if ex.info.Err == nil {
+			ex.info.Err, ex.info.Failure = fmt.Errorf("extproc: endpoint %s answered %d", ex.endpoint, ex.status), f
+		}
+	}
+	ex.watch.reset(ex.req != nil && ex.req.Stream && isEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
+	if h.GetEndOfStream() {
+		ex.complete()
+	}
+	return append(out, continueResponseHeaders())
+}
+
+// moveTo moves the router's charge to the endpoint that really served (Envoy took a
+// fallback): the pick's Result is closed as not served — which retracts what its prompt
+// taught the index there — and served is charged instead, so nothing is charged twice.
+func (ex *exchange) moveTo(served string) {
+	s := ex.s
+	s.stats.servedElsewhere.Add(1)
+	ex.pick.Done(routing.DoneInfo{Err: errServedElsewhere})
+	ex.picked = false
+	set := s.eps.Load()
+	i, ok := set.byAddr[served]
+	if !ok {
+		ex.endpoint = served
+		return // not ours: nothing to charge
+	}
+	exclude := make([]routing.BackendID, 0, len(set.list)-1)
+	for k, id := range set.ids {
+		if k != i {
+			exclude = append(exclude, id)
+		}
+	}
+	rr := routing.Request{Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens, Session: ex.session, Exclude: exclude}
+	if p, err := s.router.Pick(&rr); err == nil {
+		ex.pick, ex.picked = p, true
+	}
+	ex.endpoint = served
+}
+
+// responseBody watches one chunk of the answer.
+func (ex *exchange) responseBody(chunk []byte, eos bool) {
+	if ex.finished {
+		return
+	}
+	if len(chunk) > 0 && ex.info.FirstTokenAt.IsZero() && !ex.watch.sse && ex.status == http.StatusOK {
+		ex.info.FirstTokenAt = time.Now() // a whole answer: its first byte is its first token
+	}
+	ex.watch.feed(chunk, eos, ex)
+	if eos || ex.watch.done {
+		ex.complete()
+	}
+}
+
+// firstToken notes the first token of a stream: the router releases the prefill charge.
+func (ex *exchange) firstToken(at time.Time) {
+	if ex.finished || !ex.info.FirstTokenAt.IsZero() {
+		return
+	}
+	ex.info.FirstTokenAt = at
+	if ex.picked {
+		ex.pick.FirstToken(at)
+	}
+}
+
+// setUsage records the usage the endpoint reported.
+func (ex *exchange) setUsage(u usage) {
+	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))
+	ex.usage.OutputTokens = flowcontrol.Tokens(max(u.CompletionTokens, 0))
+	if u.PromptTokensDetails != nil {
+		ex.usage.CachedTokens = flowcontrol.Tokens(min(max(u.PromptTokensDetails.CachedTokens, 0), max(u.PromptTokens, 0)))
+	}
+	ex.info.PromptTokens, ex.info.OutputTokens = u.PromptTokens, u.CompletionTokens
+}
+
+// complete ends the exchange normally: the response is over.
+func (ex *exchange) complete() {
+	if ex.usage.OutputTokens == 0 && ex.watch.chunks > 0 {
+		ex.usage.OutputTokens = flowcontrol.Tokens(ex.watch.chunks)
+		ex.info.OutputTokens = ex.watch.chunks
+	}
+	ex.finish(nil, routing.FailureNone)
+}
+
+// finish closes the books exactly once: the router's Result first, so that the next request
+// the queue dispatches sees the endpoint's load released, then the queue's Ticket. err, if
+// no error was recorded before, is the outcome (nil: success), f its class.
+func (ex *exchange) finish(err error, f routing.Failure) {
+	if ex.finished {
+		return
+	}
+	ex.finished = true
+	if ex.info.Err == nil && err != nil {
+		ex.info.Err, ex.info.Failure = err, f
+	}
+	if ex.picked || ex.admitted {
+		switch {
+		case ex.info.Err == nil:
+			ex.s.stats.completed.Add(1)
+		default:
+			ex.s.stats.failed.Add(1)
+			if errors.Is(ex.info.Err, ErrStreamEnded) {
+				ex.s.stats.cancelled.Add(1)
+			}
+		}
+	}
+	if ex.picked {
+		ex.picked = false
+		ex.pick.Done(ex.info)
+	}
+	if ex.admitted {
+		ex.admitted = false
+		ex.ticket.Done(ex.usage)
+	}
+	if ex.bufp != nil && cap(ex.prompt.Chain) <= 1<<16 {
+		*ex.bufp = ex.prompt.Chain[:0]
+		ex.s.chains.Put(ex.bufp)
+	}
+	ex.bufp, ex.prompt.Chain = nil, nil
+}
+
+// admissionError is the answer to a request the queue did not admit, and its Retry-After.
+func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
+	st := flowcontrol.HTTPStatus(err)
+	switch st {
+	case http.StatusTooManyRequests:
+		msg := "too many requests are waiting; retry after the time in the Retry-After header"
+		if errors.Is(err, flowcontrol.ErrWouldExpire) {
+			msg = "the estimated wait for admission exceeds the request's time limit; retry after the time in the Retry-After header"
+		}
+		return &openai.Error{Status: st, Type: openai.TypeRateLimit, Code: "rate_limit_exceeded", Message: msg}, ex.s.queue.RetryAfter()
+	case http.StatusServiceUnavailable:
+		if errors.Is(err, flowcontrol.ErrClosed) {
+			return &openai.Error{Status: st, Type: openai.TypeUnavailable, Code: "shutting_down",
+				Message: "the endpoint picker is shutting down; retry"}, time.Second
+		}
+		return &openai.Error{Status: st, Type: openai.TypeUnavailable, Code: "queue_timeout",
+			Message: "no capacity became free before the request's time limit"}, 0
+	case flowcontrol.StatusClientClosedRequest:
+		return &openai.Error{Status: st, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
+			Message: "the client closed the request while it waited"}, 0
+	}
+	return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "admission_failed",
+		Message: "admission failed: " + err.Error()}, 0
+}
+
+func noEndpoint(msg string) *openai.Error {
+	return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend", Message: msg}
+}
+
+// asOpenAIError returns err as an *openai.Error (400 invalid_request_error when it is not one).
+func asOpenAIError(err error) *openai.Error {
+	var oe *openai.Error
+	if errors.As(err, &oe) {
+		return oe
+	}
+	return &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "invalid_request", Message: err.Error()}
+}
+
+// outputBudget is the request's expected output, for the admission cost estimate.
+func outputBudget(req *openai.Request) int {
+	if req.MaxTokens > 0 {
+		return req.MaxTokens
+	}
+	return 256
+}
+
+// pathOnly is a :path without its query.
+func pathOnly(p string) string {
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// clip cuts a client-given name for an error message.
+func clip(s string) string {
+	if len(s) > 128 {
+		return s[:128]
+	}
+	return s
+}
