@@ -4,7 +4,7 @@
 // on another.
 //
 //	go run ./examples/epp -listen :9002 -metrics-listen :9090 \
-//	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -profile usher
+//	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -router usher
 //
 // Endpoints come from -endpoints (repeatable, comma-separated ip:port) or -endpoints-file
 // (one per line, re-read on change; see extproc.ParseEndpoints). See README.md for pointing an
@@ -103,7 +103,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.EndpointsInterval, "endpoints-interval", c.EndpointsInterval, "poll interval of -endpoints-file")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(fairness.Names(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait (below -ttl)")
-	fs.StringVar(&c.Profile, "profile", c.Profile, "routing profile: "+strings.Join(routing.ProfileNames(), ", "))
+	fs.StringVar(&c.Profile, "router", c.Profile, "routing profile: "+strings.Join(routing.ProfileNames(), ", "))
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "longest wait for admission (set Envoy's ext_proc message_timeout above it)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait in total")
 	fs.IntVar(&c.MaxFlow, "max-flow-queue", c.MaxFlow, "requests one flow may have waiting; 0: no limit")
@@ -243,7 +243,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 			}
 		}()
 	}
-	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (policy %s, profile %s), %d endpoints\n", ln.Addr(), c.Policy, c.Profile, len(opts.Endpoints))
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), c.Policy, c.Profile, len(opts.Endpoints))
 	if ready != nil {
 		ready <- ln.Addr().String()
 		if mln != nil {

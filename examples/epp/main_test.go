@@ -23,7 +23,7 @@ func TestParseConfigErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-endpoints", "nohost"},
 		{"-policy", "nope"},
-		{"-profile", "nope"},
+		{"-router", "nope"},
 		{"-ttl", "0s"},
 		{"-bounded-wait", "2m"},
 		{"-engine", "x"},
@@ -36,7 +36,7 @@ func TestParseConfigErrors(t *testing.T) {
 			t.Errorf("parseConfig(%q) succeeded, want an error", args)
 		}
 	}
-	c, err := parseConfig([]string{"-endpoints", "10.0.0.1:8000,10.0.0.2:8000", "-endpoints", "10.0.0.3:8000", "-policy", "vtc", "-profile", "llm-d"})
+	c, err := parseConfig([]string{"-endpoints", "10.0.0.1:8000,10.0.0.2:8000", "-endpoints", "10.0.0.3:8000", "-policy", "vtc", "-router", "llm-d"})
 	if err != nil || len(c.Endpoints) != 3 || c.Policy != "vtc" || c.Profile != "llm-d" {
 		t.Fatalf("parseConfig: %+v, %v", c, err)
 	}
