@@ -4,7 +4,8 @@
 // conversation cheaply. Schedulers therefore favour established conversations, and can starve
 // the person still waiting to start. Routing has the same tension: affinity to the cache-warm
 // server saves prefill and piles load onto it. usher gives a gateway author the pieces to make
-// both trade-offs explicitly, quickly, and with measured figures.
+// both trade-offs explicitly and cheaply; bench/README.md compares the choices on a cluster
+// simulator, and bench/BENCHMARKS.md holds the hot paths' current figures.
 //
 // The root package holds only this documentation. The work is done by its packages, each usable
 // on its own; none starts a goroutine or touches the network unless the caller asks it to:
@@ -25,6 +26,12 @@
 //     through Redis, off the request path (the only package that talks to Redis).
 //   - examples: an OpenAI-compatible gateway, a simulated vLLM-compatible fleet, load replay.
 //   - bench: a cluster simulator that replays traces to compare policies and routers.
+//
+// The packages share one set of conventions: hashing, prefix matching and picking neither block
+// nor allocate in steady state, a call that waits takes a context and returns its error, a
+// completion handle (a flowcontrol Ticket, a routing Result) is finished exactly once,
+// errors are sentinels prefixed with the package name and wrapped with %w, and each package's
+// documentation states what is safe for concurrent use.
 //
 // A request's path through a gateway built on usher:
 //

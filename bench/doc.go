@@ -1,7 +1,8 @@
 // Package bench is usher's cluster simulator: it replays a workload against N simulated model
 // servers behind a gateway built from usher's own packages, in virtual time, and measures what
-// each combination of admission policy and router costs whom. The command bench/cmd/compare
-// runs the matrix and prints the tables kept in bench/README.md.
+// each combination of admission policy and router costs whom. Run simulates one Workload under
+// one Config; the command bench/cmd/compare runs the matrix of Policies and Routers and prints
+// the tables kept in bench/README.md.
 //
 // # What runs in the loop
 //
@@ -13,7 +14,9 @@
 //     servers of max(queued/5, kv/0.8), stale after 200 ms) as a flowcontrol.Saturation fed by
 //     the scraper. The queue is driven through its asynchronous API (Enqueue, Tick, Notify,
 //     Ticket.Done) with outcomes delivered to an Observer, on a virtual clock.
-//   - Routing: a routing.Router with the profile under test and a prefixcache.Index: Pick
+//   - Routing: a routing.Router with the profile under test (by default routing.Usher:
+//     HealthFilter, then 1.5·SessionAware + 2·TokenLoad(UsherLoadCap) + 1·DynamoCost +
+//     0.5·KVUtilization, max-score, learning at pick) and a prefixcache.Index: Pick
 //     charges the router's in-flight counters and (with the profile's Learn, by default) records
 //     the prompt's blocks under the chosen server, Result.FirstToken releases the prefill tokens,
 //     Result.Done closes the books. The index is approximate — fed only by the router, capacity
@@ -25,9 +28,10 @@
 //     the router predicts. BackendState comes from a
 //     simulated scraper that copies every engine's queue, batch and KV use into Router.Update
 //     every ScrapeInterval (50 ms, llm-d's), so the router sees metrics as stale as a real one.
-//   - Serving: one internal/engine.Engine per server — vLLM's V1 scheduler with chunked prefill,
-//     a block KV cache with prefix reuse and LRU eviction, recompute preemption — calibrated as
-//     Qwen3-32B on 2×H100 (BenchProfile).
+//   - Serving: one simulated engine per server — vLLM's V1 scheduler with chunked prefill, a
+//     block KV cache with prefix reuse and LRU eviction, recompute preemption — whose capacity
+//     and costs are an EngineProfile (Config.Profile; by default BenchProfile, Qwen3-32B on
+//     2×H100).
 //   - Completion: the engine's first token is the TTFT, its last the end-to-end latency; the
 //     actual usage, with the cached prompt tokens the engine reports, goes to Ticket.Done so
 //     the fairness policy charges what was really served.
@@ -91,18 +95,28 @@
 // rather than the interquartile range: at three to five seeds quartiles are interpolations
 // between the same few values.
 //
-// Sanity checks (sim_test.go): one server with an infinite cache reproduces the trace's ideal
-// hit rate (36.6% of blocks); the population sampled from the queue's gauges obeys Little's
-// law within 3%; the same seed gives identical results for every router.
+// The package's tests check the simulator itself: one server with an infinite cache
+// reproduces the trace's ideal hit rate, the population sampled from the queue's gauges obeys
+// Little's law, and the same seed gives identical results for every router (bench/README.md,
+// "The simulator", has the figures).
 //
-// # Rejected alternatives
+// # Contract and cost
 //
-// Driving the components from goroutines with a fake clock (one per request, as a gateway
-// would) was rejected: it needs synchronisation to know when everyone is blocked, is slow and
-// is not deterministic. A fixed time step (advance 1 ms, poll everything) would either blur
-// the engine's step boundaries or cost millions of idle ticks; events jump straight to the
-// next thing that happens. Modelling servers by a service-time distribution (M/G/k) would lose
-// exactly what the routers compete on: the prefix cache, its evictions and the prefill cost
-// they save. Expanding the trace into real token arrays was unnecessary: the chained hashes
-// depend only on which blocks are equal, which the ids say.
+// Run is a pure function of its workload, configuration and seed; it starts no goroutine, and
+// separate runs may go in parallel (compare bounds them with errgroup). Its cost is linear in
+// the events simulated, each O(log pending events) plus the work of the components it calls.
+// Config's zero value is valid, each zero field a documented default; a Config or Workload that
+// cannot run fails with an error wrapping ErrInvalidConfig.
+//
+// # Alternatives not taken
+//
+//   - Driving the components from goroutines on a fake clock, one per request as a gateway
+//     would: it needs synchronisation to know when everyone is blocked, and is slow and not
+//     deterministic.
+//   - A fixed time step: it either blurs the engine's step boundaries or costs idle ticks;
+//     events jump straight to the next thing that happens.
+//   - Servers as a service-time distribution (M/G/k): it loses what the routers compete on,
+//     the prefix cache, its evictions and the prefill they save.
+//   - Real token arrays from the trace: the chained hashes depend only on which blocks are
+//     equal, which the ids say.
 package bench

@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -46,4 +47,30 @@ func ExamplePrefixGroup() {
 	// Output:
 	// 400 requests, 0 sessions, 206 sent together with the request before them
 	// usher: 400 of 400 completed, hit rate within ideal: true
+}
+
+// Config.Profile takes an EngineProfile: start from one of the package's profiles and change
+// what the experiment varies, here the KV cache per server and its block size.
+func ExampleEngineProfile() {
+	p := bench.BenchProfile()
+	p.Name = "bench-8x-kv"
+	p.NumBlocks *= 8
+	fmt.Printf("%s: %d blocks of %d tokens, %d tokens of KV cache\n", p.Name, p.NumBlocks, p.BlockSize, p.NumBlocks*p.BlockSize)
+
+	w := bench.Chat(bench.ChatOptions{Sessions: 20, Rate: 2, Turns: 3, Think: 5 * time.Second, Seed: 1})
+	res, err := bench.Run(w, bench.Config{Servers: 2, Profile: p})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d of %d requests completed\n", res.Completed, res.Sent)
+
+	bad := bench.DemoProfile()
+	bad.BlockSize = 0
+	_, err = bench.Run(w, bench.Config{Servers: 2, Profile: bad})
+	fmt.Println(errors.Is(err, bench.ErrInvalidConfig))
+	// Output:
+	// bench-8x-kv: 36000 blocks of 64 tokens, 2304000 tokens of KV cache
+	// 47 of 47 requests completed
+	// true
 }

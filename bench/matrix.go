@@ -100,7 +100,9 @@ func sessionAwareRouter() Router {
 }
 
 // Policies returns the admission policies of the comparison matrix: FCFS, then those of the
-// fairness package (see policies.go).
+// fairness package — las, las-reference, turn-priority, vtc, and bounded-wait around
+// turn-priority (BoundedWaitBound, BoundedWaitHeadroom). Flows are sessions; a request without
+// a session is a flow of its own.
 func Policies() []Policy {
 	return append([]Policy{FCFSPolicy()}, fairnessPolicies()...)
 }
@@ -121,7 +123,8 @@ func SelectPolicies(list string) ([]Policy, error) {
 
 // usherVariant is a composition of usher's router from package routing's parts: SessionAware
 // (options sa, weight session), TokenLoad (cap, weight tokens), KVUtilization (weight kv),
-// and, when set, PrefillLoad (cap, weight prefill) and the SaturationFilter.
+// and, when set, PrefillLoad (cap, weight prefill), DynamoCost (weight dynamo), the
+// SaturationFilter, and learning at the first token.
 type usherVariant struct {
 	name                   string
 	sa                     routing.SessionAwareOptions

@@ -348,7 +348,7 @@ func PlotKnee(cells []*Cell, title, path string) error {
 
 // KVPoint is one point of PlotHitVsKV: the prefix-cache hit rate a router reached, as a share
 // of the ideal (Result.HitRate / Result.IdealHitRate), with KVBlocks KV-cache blocks per
-// server (engine.Profile.NumBlocks).
+// server (EngineProfile.NumBlocks).
 type KVPoint struct {
 	Router       string
 	KVBlocks     int

@@ -112,15 +112,44 @@ const (
 // learnt (any negative SyncLag means the same).
 const NoSync time.Duration = -1
 
+// EngineProfile holds the capacity and cost parameters of one simulated model server:
+// Config.Profile's type. It is a plain value; start from BenchProfile, Qwen3Profile or
+// DemoProfile and adjust fields. The capacity fields mirror vLLM's flags: BlockSize (tokens per
+// KV block), NumBlocks (num_gpu_blocks), MaxNumSeqs, MaxNumBatchedTokens (the token budget of a
+// step, with chunked prefill) and MaxModelLen. One engine step costs
+//
+//	StepBase
+//	+ Σ over prefill chunks of n tokens starting at context c:
+//	      n·PrefillPerToken + n·(c + n/2)·PrefillAttnPerTokenPair
+//	+ (decoding sequences)·DecodePerSeq + (their total context tokens)·DecodePerContextToken
+//
+// where the per-token-pair and per-context-token costs are in Picoseconds. Name and Model label
+// the server. Sizes must be positive, costs not negative, and a step must cost something: Run
+// reports a profile that breaks these rules with an error wrapping ErrInvalidConfig.
+type EngineProfile = engine.Profile
+
+// Picoseconds is a duration in units of 10⁻¹² s, the unit of EngineProfile's per-token costs
+// that are too small for time.Duration.
+type Picoseconds = engine.Picoseconds
+
+// Qwen3Profile returns the engine profile of Qwen3-32B (bf16) served by vLLM with tensor
+// parallelism 2 on two H100 80 GB GPUs, with vLLM's 16-token blocks and a 40,960-token maximum
+// model length: the calibration BenchProfile adapts. Each call returns a fresh copy.
+func Qwen3Profile() EngineProfile { return engine.Qwen3_32B_H100 }
+
+// DemoProfile returns a small, fast engine profile for running simulated servers in real time
+// (2,048 blocks of 16 tokens, 32 sequences at once). Each call returns a fresh copy.
+func DemoProfile() EngineProfile { return engine.Demo }
+
 // BenchProfile is the engine profile the simulator uses by default: Qwen3-32B on 2×H100
-// (engine.Qwen3_32B_H100) with two changes. The maximum model length is raised to 131,072
+// (Qwen3Profile) with two changes. The maximum model length is raised to 131,072
 // tokens (the model's context with YaRN scaling), because 574 requests of the Mooncake
 // conversation trace are longer than the profile's 40,960. KV blocks are 64 tokens instead of
 // 16 (4,500 blocks, the same 288k tokens): the engine's and the index's work is per block, so
 // this makes a replay four times cheaper, and it loses no prefix resolution on traces whose
 // ids cover 512 tokens (llm-d's approximate index also uses 64-token blocks). The price is up
 // to 63 instead of 15 tokens of a prompt's tail that can never be a hit.
-func BenchProfile() engine.Profile {
+func BenchProfile() EngineProfile {
 	p := engine.Qwen3_32B_H100
 	p.MaxModelLen = 131072
 	p.BlockSize = 64
@@ -135,7 +164,7 @@ type Config struct {
 	// Servers is the number of model servers. Zero: DefaultServers (16).
 	Servers int
 	// Profile is every server's engine profile. Zero: BenchProfile().
-	Profile engine.Profile
+	Profile EngineProfile
 	// Policy is the admission queue's fairness policy. Zero: FCFS.
 	Policy Policy
 	// Router is the routing configuration. Zero: usher's.
@@ -199,8 +228,11 @@ func (c *Config) withDefaults() (Config, error) {
 	if o.Servers == 0 {
 		o.Servers = DefaultServers
 	}
-	if o.Profile == (engine.Profile{}) {
+	if o.Profile == (EngineProfile{}) {
 		o.Profile = BenchProfile()
+	}
+	if o.Profile.BlockSize <= 0 {
+		return o, fmt.Errorf("%w: engine profile %q: BlockSize %d must be positive", ErrInvalidConfig, o.Profile.Name, o.Profile.BlockSize)
 	}
 	if o.Policy.New == nil {
 		o.Policy = FCFSPolicy()
@@ -461,7 +493,7 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	for i := range s.srv {
 		e, err := engine.New(engine.Options{Profile: c.Profile, OmitTokenEvents: true, KVEvents: s.exact})
 		if err != nil {
-			return nil, fmt.Errorf("bench: engine: %w", err)
+			return nil, fmt.Errorf("%w: engine profile: %w", ErrInvalidConfig, err)
 		}
 		s.srv[i] = server{e: e, name: "server-" + strconv.Itoa(i)}
 	}

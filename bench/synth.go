@@ -186,10 +186,9 @@ func Bursty(o BurstyOptions) *Workload {
 }
 
 // PrefixGroupOptions configures PrefixGroup. Zero values take the defaults in brackets. With
-// the defaults a call sends 2.1 requests on average; the mean prompt depends on the lengths
-// the most popular groups drew (4,400 to 6,600 tokens over seeds 1–5), and an infinite shared
-// cache would serve 95–97% of the prompt blocks. On 16 BenchProfile servers the knee is near
-// ×4 (96 req/s), as on the other workloads.
+// the defaults a call sends 2.1 requests on average, and the mean prompt depends on the lengths
+// the most popular groups drew; bench/README.md, "The prefix-group workload", describes the
+// defaults' prompts, ideal hit rate and knee.
 type PrefixGroupOptions struct {
 	// Requests is the number of requests; generation stops after the call that reaches it, so
 	// a call's siblings are never split [20000].
@@ -230,8 +229,7 @@ type PrefixGroupOptions struct {
 	// Burst and Idle are the mean lengths of the arrival process's two phases, each
 	// exponential (a two-state Markov-modulated Poisson process; the run starts in a phase
 	// drawn with its long-run share, Burst/(Burst+Idle)) [5 s, 15 s]. Short phases keep the
-	// offered rate of the default 20,000 requests within about 15% of Rate from seed to seed
-	// (22 to 27 req/s over seeds 1–5).
+	// offered rate of the default 20,000 requests close to Rate from seed to seed.
 	Burst, Idle time.Duration
 	// BurstFactor is the call rate during a burst over the rate while idle; +Inf sends nothing
 	// while idle (an on/off process); 1 is a plain Poisson process [8].

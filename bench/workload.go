@@ -127,8 +127,7 @@ func (w *Workload) Stats() WorkloadStats {
 
 // IdealBlockHitRate is the share of all content ids that are prefix hits for one server with an
 // infinite cache, replaying the requests in order: an id counts when it and every id before it
-// in its request appeared in an earlier request. On the Mooncake conversation trace it is 36.6%.
-// O(ids).
+// in its request appeared in an earlier request. O(ids).
 func (w *Workload) IdealBlockHitRate() float64 {
 	seen := make(map[uint64]struct{}, len(w.Requests)*8)
 	hit, total := 0, 0

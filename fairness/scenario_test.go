@@ -362,12 +362,12 @@ func TestEDFMeetsFeasibleDeadlines(t *testing.T) {
 	t.Logf("FCFS missed %d deadlines over 20 feasible sets; EDF missed none", fcfsMissed)
 }
 
-// ---- the closing-note table ----
+// ---- the comparison table ----
 
 // TestStarvationTable prints, for every policy, scenario (a)'s newcomer p99 wait, newcomer
 // sheds, deep-session dispatch rate and deep requests shed, and scenario (b)'s mean light-
-// tenant share of the service (max-min fair reference 0.250). The assertions are in the
-// scenario tests above; this is the table of the closing note.
+// tenant share of the service (max-min fair reference 0.250), and asserts what the table
+// shows (the package doc points here for the comparison).
 func TestStarvationTable(t *testing.T) {
 	t.Logf("%-20s %13s %15s %11s %11s %13s", "policy", "newcomer p99", "newcomer sheds", "deep req/s", "deep sheds", "light share")
 	type row struct {

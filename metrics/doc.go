@@ -1,6 +1,8 @@
 // Package metrics reads model servers and exports usher's own metrics.
 //
-// It has two halves. The first scrapes the Prometheus endpoints and health endpoints of vLLM,
+// # The model
+//
+// The package has two halves. The first scrapes the Prometheus endpoints and health endpoints of vLLM,
 // SGLang, TensorRT-LLM, Triton and TGI servers (or any server described by a custom Profile)
 // and publishes, per backend, an immutable State that converts to routing.BackendState. The
 // second, Usher, holds usher's own Prometheus collectors: admission outcomes and waits, queue
@@ -61,18 +63,17 @@
 //
 // # Parsing
 //
-// Every value the package uses is parsed by prometheus/common's expfmt; the package itself
-// only finds line boundaries and metric names (below). The Scraper asks for the classic text
+// Every value the package uses is parsed by prometheus/common's expfmt; the package itself only
+// finds line boundaries and metric names. The Scraper asks for the classic text
 // format first (all the engines above serve it on request) and reads whatever comes back by
 // its Content-Type: classic text, OpenMetrics 1.0, or delimited protobuf.
 //
-// Most of a model server's exposition is histograms no router reads: 152 of the 195 series of
-// the vLLM exposition in testdata, of which the VLLM profile reads 6. expfmt allocates some thirty times per series, so the Parser first scans the
-// exposition's lines and hands expfmt only the TYPE lines and samples of the families its
-// profile selects, plus any line that does not have the shape of a sample, so that an HTML
-// error page or a truncated body still fails to parse. This cut the parse of that exposition
-// from ~7,000 allocations to ~320 and its time tenfold (BenchmarkScrapeParse); FuzzParse checks
-// that the filtered parse reads exactly what a parse of the whole exposition reads.
+// Most of a model server's exposition is histograms no router reads, and expfmt allocates
+// several times per series. So the Parser first scans the exposition's lines and hands expfmt
+// only the TYPE lines and samples of the families its profile selects, plus any line that does
+// not have the shape of a sample, so that an HTML error page or a truncated body still fails to
+// parse. FuzzParse checks that the filtered parse reads exactly what a parse of the whole
+// exposition reads; BenchmarkScrapeParse measures it (current figures in bench/BENCHMARKS.md).
 //
 // OpenMetrics from model servers (Python's prometheus_client: counters with _total and
 // _created samples, "# UNIT", "# EOF") is read by the same classic parser, with the TYPE of
@@ -94,14 +95,20 @@
 // source's cumulative KV-event counters keep the highest value reported, while an unknown
 // backend's in-flight count, a gauge that cannot be merged, is dropped and the drop counted.
 //
-// # Rejected alternatives
+// # Complexity
 //
-//   - expfmt's OpenMetrics decoder. In prometheus/common v0.73.1 it matches every line against
-//     the OpenMetrics ABNF grammar: 550 ms to build the grammar once, then 2–6 ms per line
-//     here, about 1 s for one vLLM exposition, and super-linear in line length (a 2,000-byte
-//     HELP line took 34 s). A server could stall its own scrape indefinitely, so the Scraper
-//     never calls it. It is the one thing given up: exemplars and fractional timestamps in a
-//     selected OpenMetrics family are errors rather than read.
+// One scrape is O(exposition bytes) to find lines and names, plus expfmt's parse of the
+// selected families, plus O(selectors × matching series) to extract the signals. The heap of
+// due times costs O(log backends) per scrape. The Usher methods cost one look-up in their
+// label's fixed set of values, and allocate nothing.
+//
+// # Alternatives not taken
+//
+//   - expfmt's OpenMetrics decoder (prometheus/common v0.73.1): it matches every line against
+//     the OpenMetrics ABNF grammar, at a cost per line far above a scrape's budget and
+//     super-linear in line length, so a server could stall its own scrape indefinitely. The
+//     Scraper never calls it; the one thing given up is that exemplars and fractional
+//     timestamps in a selected OpenMetrics family are errors rather than read.
 //   - Rounds in lockstep (scrape everyone, wait for all, sleep). One hanging backend would
 //     hold every other backend's data back to its timeout. Per-backend due times in one heap
 //     cost O(log n) per scrape and keep slow backends to themselves.

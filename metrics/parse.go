@@ -181,7 +181,7 @@ func NewParser(profile *Profile) (*Parser, error) {
 // OpenMetrics decoder, which would read them, is too slow for a scrape path (see the package
 // documentation).
 //
-// Only the families the profile selects are handed to expfmt (see filter): the rest of the
+// Only the families the profile selects are handed to expfmt: the rest of the
 // exposition is scanned for line boundaries and names, and counted in Reading.Series.
 //
 // Cost: linear in the size of the exposition, plus expfmt's parse of the selected families

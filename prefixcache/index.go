@@ -167,8 +167,8 @@ func (sh *shard) unlock() { sh.seq.Add(1) }
 // sequence counter and retries a probe that raced with a writer. Writers to one backend
 // (Insert, Remove, Apply*, ClearBackend, SetCapacity, SetMediumCapacity), in any medium, are
 // serialised by that backend's mutex; writers to different backends proceed in parallel and
-// meet only on shards, each held for one batch of entry updates. Lock order: regMu, then a backend's mu, then one shard at a time;
-// never two backends or two shards at once.
+// meet only on shards, each held for one batch of entry updates; no writer holds two backends'
+// locks or two shards at once.
 type Index struct {
 	// Immutable after New.
 	opts     Options
@@ -184,6 +184,8 @@ type Index struct {
 	bytes     atomic.Int64 // bytes allocated to tables, rings and engine maps
 	evictions atomic.Int64
 
+	// Lock order: regMu, then a backend's mu, then one shard at a time; never two backends or
+	// two shards at once.
 	regMu sync.Mutex // guards names and bound updates
 	names map[string]BackendID
 	bound atomic.Int32 // max registered id + 1

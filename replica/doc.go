@@ -45,18 +45,34 @@
 // peers' counts expire after PeerTTL, its index and session table keep what they learnt, and
 // its share of the global limit stays at the last value (so replicas that cannot see each
 // other do not together exceed the limit). The changes of failed flushes are kept for the
-// next, up to half a payload (2 MiB); beyond that they are dropped and counted. When Redis returns, the writer resumes and
-// the reader continues the stream from the last entry it applied — or, after a Redis
+// next, up to half a payload (2 MiB); beyond that they are dropped and counted. When Redis
+// returns, the writer resumes and the reader continues the stream from the last entry it applied — or, after a Redis
 // restart that lost the stream, from what arrives next.
 //
 // # Trust
 //
-// Everything read from Redis is decoded by a bounds-checked parser (a versioned binary
-// format, wire.go): data that is foreign, corrupt or of another version is rejected and
+// Everything read from Redis is decoded by a bounds-checked parser of a versioned binary
+// format: data that is foreign, corrupt or of another version is rejected and
 // counted (kind="rejected"), never applied; records naming a backend this replica does not
 // know are skipped and counted (kind="unknown_backend"). Redis must still be trusted not to
 // lie within the format — a writer with access to it can steer placements — so give it the
 // network exposure of the gateways' own configuration.
+//
+// # Concurrency and goroutines
+//
+// New starts nothing. Run, called once after Attach, runs the writer and the reader on two
+// goroutines of its own and returns ctx's error after both have stopped. PrefixFeed and
+// SessionFeed are safe for concurrent use by any number of request goroutines and never block;
+// Stats may be called at any time.
+//
+// # Alternatives not taken
+//
+//   - Redis on the request path (a look-up per pick or admission): every request would wait on
+//     the network and fail with it; here Redis carries hints, off the path.
+//   - Absolute state (each replica publishing whole tables): large payloads and a merge rule per
+//     kind; deltas and placements with expiries compose without one.
+//   - Pub/Sub instead of a stream: a replica that restarts or falls behind loses what was sent
+//     meanwhile, where a stream lets it read back Warm.
 //
 // # Metrics
 //

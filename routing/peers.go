@@ -376,10 +376,8 @@ const UsherLoadCap = 1 << 17
 // Learning at pick is what co-locates requests sent together (siblings of a fan-out, bursts on
 // one template): each sees the blocks the previous one is about to compute.
 //
-// The composition was chosen on the bench simulator (16 servers, FCFS, each workload at its
-// knee over three seeds; bench/README.md, "Choosing the default", has the tables). It replaced
-// 4·SessionAware + 1·PrefillLoad + 0.5·TokenLoad(65,536) + 1·KVUtilization, learning at the
-// first token, which lost to llm-d-sticky and Dynamo on the Mooncake trace.
+// The alternatives weighed against this composition are compared on the bench simulator in
+// bench/README.md, "Choosing the default".
 func Usher(opts UsherOptions) Profile {
 	sa := opts.Session
 	if sa.Overload == 0 {
