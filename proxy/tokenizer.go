@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
+	"golang.org/x/sync/singleflight"
 )
 
 // Prompt is a request's prompt as the prefix index and the router see it.
@@ -92,16 +95,23 @@ type EndpointTokenizer struct {
 	// by the request's context.
 	Client *http.Client
 
-	next atomic.Uint64
+	next  atomic.Uint64
+	calls singleflight.Group // identical prompts tokenizing at once share one round trip
 }
 
+// tokenizeTimeout bounds one shared tokenize call, every server tried included.
+const tokenizeTimeout = 10 * time.Second
+
 // tokenizeClient is EndpointTokenizer's client when it names none.
-var tokenizeClient = &http.Client{Timeout: 10 * time.Second}
+var tokenizeClient = &http.Client{Timeout: tokenizeTimeout}
 
 // ErrTokenize is returned (wrapped) when no server tokenized the prompt.
 var ErrTokenize = errors.New("proxy: tokenize")
 
-// Tokenize implements Tokenizer.
+// Tokenize implements Tokenizer. Concurrent calls for the same prompt (the same model and
+// messages or prompt: a fan-out's siblings, a retried request) share one round trip, which
+// runs detached from any one caller's cancellation and is bounded by 10 s (and the client's
+// own timeout); each caller still stops waiting when its own context ends.
 func (t *EndpointTokenizer) Tokenize(ctx context.Context, dst []prefixcache.BlockHash, req *openai.Request) (Prompt, error) {
 	if len(t.URLs) == 0 {
 		return Prompt{Chain: dst}, fmt.Errorf("%w: no URLs", ErrTokenize)
@@ -111,21 +121,38 @@ func (t *EndpointTokenizer) Tokenize(ctx context.Context, dst []prefixcache.Bloc
 	if bs <= 0 {
 		bs = 16
 	}
+	key := strconv.FormatUint(xxhash.Sum64(body), 16) + "/" + strconv.Itoa(len(body))
+	shared := context.WithoutCancel(ctx)
+	ch := t.calls.DoChan(key, func() (any, error) {
+		c, cancel := context.WithTimeout(shared, tokenizeTimeout)
+		defer cancel()
+		return t.tokenizeAny(c, body)
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return Prompt{Chain: dst}, r.Err
+		}
+		tokens := r.Val.([]uint32) // shared by the callers: only read
+		return Prompt{Chain: prefixcache.HashTokens(dst, SeedOf(req), tokens, bs), Tokens: len(tokens), BlockSize: bs}, nil
+	case <-ctx.Done():
+		return Prompt{Chain: dst}, fmt.Errorf("%w: %w", ErrTokenize, context.Cause(ctx))
+	}
+}
+
+// tokenizeAny asks the servers in turn, from a rotating start, until one tokenizes body.
+func (t *EndpointTokenizer) tokenizeAny(ctx context.Context, body []byte) ([]uint32, error) {
 	start := t.next.Add(1)
 	var lastErr error
 	for i := range t.URLs {
 		u := t.URLs[(start+uint64(i))%uint64(len(t.URLs))]
 		tokens, err := t.tokenize(ctx, u, body)
-		if err != nil {
-			lastErr = err
-			if ctx.Err() != nil {
-				break
-			}
-			continue
+		if err == nil {
+			return tokens, nil
 		}
-		return Prompt{Chain: prefixcache.HashTokens(dst, SeedOf(req), tokens, bs), Tokens: len(tokens), BlockSize: bs}, nil
+		lastErr = err
 	}
-	return Prompt{Chain: dst}, fmt.Errorf("%w: no server tokenized the prompt: %v", ErrTokenize, lastErr)
+	return nil, fmt.Errorf("%w: no server tokenized the prompt: %v", ErrTokenize, lastErr)
 }
 
 // tokenizeBody is vLLM's tokenize request for req: the chat messages as received (so the

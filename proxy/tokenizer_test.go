@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy/openai"
+)
+
+// tokenizeServer answers POST /tokenize with one token per byte of the request's messages (or
+// prompt), once release is closed (nil: at once), counting the calls; status != 200 makes it
+// fail.
+func tokenizeServer(t *testing.T, release <-chan struct{}, status int) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if r.URL.Path != "/tokenize" || r.Method != http.MethodPost {
+			http.NotFound(w, r)
+			return
+		}
+		var in struct {
+			Model    string          `json:"model"`
+			Messages json.RawMessage `json:"messages"`
+			Prompt   json.RawMessage `json:"prompt"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Model == "" {
+			http.Error(w, "bad tokenize request", http.StatusBadRequest)
+			return
+		}
+		if release != nil {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if status != http.StatusOK {
+			http.Error(w, "tokenizer down", status)
+			return
+		}
+		text := append(in.Messages, in.Prompt...)
+		tokens := make([]uint32, len(text))
+		for i, c := range text {
+			tokens[i] = uint32(c)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"tokens": tokens, "count": len(tokens)})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &calls
+}
+
+func chatRequest(t *testing.T, content string) *openai.Request {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": content}}})
+	req, err := openai.Parse(body, openai.Chat, openai.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func TestEndpointTokenizer(t *testing.T) {
+	down, downCalls := tokenizeServer(t, nil, http.StatusInternalServerError)
+	up, _ := tokenizeServer(t, nil, http.StatusOK)
+	tk := &EndpointTokenizer{URLs: []string{down.URL, up.URL}, BlockSize: 4}
+	req := chatRequest(t, "hello there, tokenizer")
+	for range 2 { // from both rotating starts: the failing server is skipped either way
+		p, err := tk.Tokenize(context.Background(), nil, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens := make([]uint32, len(req.RawMessages))
+		for i, c := range req.RawMessages {
+			tokens[i] = uint32(c)
+		}
+		want := prefixcache.HashTokens(nil, SeedOf(req), tokens, 4)
+		if p.Tokens != len(tokens) || p.BlockSize != 4 || !slices.Equal(p.Chain, want) {
+			t.Fatalf("prompt %d tokens, block %d, chain %v; want %d, 4, %v", p.Tokens, p.BlockSize, p.Chain, len(tokens), want)
+		}
+	}
+	if downCalls.Load() == 0 {
+		t.Error("the failing server was never tried")
+	}
+
+	only := &EndpointTokenizer{URLs: []string{down.URL}}
+	if _, err := only.Tokenize(context.Background(), nil, req); !errors.Is(err, ErrTokenize) {
+		t.Errorf("every server failing: error %v, want ErrTokenize", err)
+	}
+	if _, err := (&EndpointTokenizer{}).Tokenize(context.Background(), nil, req); !errors.Is(err, ErrTokenize) {
+		t.Errorf("no URLs: error %v, want ErrTokenize", err)
+	}
+}
+
+// TestEndpointTokenizerShares sends the same prompt from many goroutines at once: they share
+// one /tokenize call, and a caller that gives up does not fail the others.
+func TestEndpointTokenizerShares(t *testing.T) {
+	release := make(chan struct{})
+	srv, calls := tokenizeServer(t, release, http.StatusOK)
+	tk := &EndpointTokenizer{URLs: []string{srv.URL}}
+	req := chatRequest(t, "the same long system prompt")
+
+	impatient, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan struct{})
+	var started, wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		started.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			if i == 0 {
+				ctx = impatient
+			}
+			started.Done()
+			_, errs[i] = tk.Tokenize(ctx, nil, req)
+			if i == 0 {
+				close(gaveUp)
+			}
+		}()
+	}
+	started.Wait()
+	for calls.Load() == 0 { // the one call reached the server, and holds there
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // the callers join it while it is held
+	cancel()
+	<-gaveUp // the impatient caller leaves while the call is still held
+	close(release)
+	wg.Wait()
+	if !errors.Is(errs[0], ErrTokenize) || !errors.Is(errs[0], context.Canceled) {
+		t.Errorf("the cancelled caller: %v, want ErrTokenize wrapping context.Canceled", errs[0])
+	}
+	for i, err := range errs[1:] {
+		if err != nil {
+			t.Errorf("caller %d: %v (another caller's cancel must not fail it)", i+1, err)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d /tokenize calls for 8 identical concurrent prompts, want 1", n)
+	}
+	// A different prompt is its own call.
+	if _, err := tk.Tokenize(context.Background(), nil, chatRequest(t, "another prompt")); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d calls after a second prompt, want 2", n)
+	}
+}
