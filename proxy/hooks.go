@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -61,8 +62,11 @@ type exchange struct {
 	timer      *time.Timer
 	phase      int
 	finished   bool
-	usage      flowcontrol.Usage
-	info       routing.DoneInfo
+	// lastTouch is when the backend last sent bytes, as time since arrival (monotonic); it
+	// is atomic rather than guarded by mu, since touch runs for every read of a stream.
+	lastTouch atomic.Int64
+	usage     flowcontrol.Usage
+	info      routing.DoneInfo
 }
 
 type exchangeKey struct{}

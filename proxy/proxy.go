@@ -478,9 +478,24 @@ func New(opts Options) (*Handler, error) {
 		ErrorHandler:   h.ErrorHandler,
 		Transport:      h.retrier,
 		FlushInterval:  -1,
+		BufferPool:     copyBufs{},
 		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
 	return h, nil
+}
+
+// copyBufs is the ReverseProxy's pool of copy buffers (32 KiB, its own default size), so that
+// relaying an answer allocates none in steady state.
+type copyBufs struct{}
+
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBufs) Get() []byte { return *copyBufPool.Get().(*[]byte) }
+
+func (copyBufs) Put(b []byte) {
+	if cap(b) == 32<<10 {
+		copyBufPool.Put(&b) // one small allocation (the slice header) instead of 32 KiB
+	}
 }
 
 // WithPassiveHealth returns p behind a routing.Outlier made from o: its filter first, its

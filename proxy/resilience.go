@@ -275,10 +275,20 @@ const (
 	phaseBody               // relaying the answer
 )
 
-// expire is the attempt timer's action: cancel the attempt with the cause of its phase.
+// expire is the attempt timer's action: cancel the attempt with the cause of its phase. While
+// the body is relayed, the timer is not reset on every read (touch only notes the time); when
+// it fires early because bytes came since, it is set again for the rest of the idle timeout.
 func (ex *exchange) expire() {
 	ex.mu.Lock()
 	cancel, phase := ex.cancel, ex.phase
+	if phase == phaseBody && !ex.finished {
+		idle := time.Since(ex.arrival) - time.Duration(ex.lastTouch.Load())
+		if rest := ex.h.timeouts.StreamIdle - idle; rest > 0 {
+			ex.timer.Reset(rest)
+			ex.mu.Unlock()
+			return
+		}
+	}
 	ex.mu.Unlock()
 	if cancel == nil {
 		return
@@ -294,17 +304,18 @@ func (ex *exchange) expire() {
 func (ex *exchange) bodyStarted() {
 	ex.mu.Lock()
 	ex.phase = phaseBody
+	ex.lastTouch.Store(int64(time.Since(ex.arrival)))
 	if ex.timer != nil {
 		ex.timer.Reset(ex.h.timeouts.StreamIdle)
 	}
 	ex.mu.Unlock()
 }
 
-// touch notes bytes from the backend: the idle timer starts over. O(1).
+// touch notes bytes from the backend: the idle timeout counts from now. It only stores the
+// time (the monotonic clock, no lock, no timer change: it runs for every read of a stream);
+// expire looks at it when the timer fires. O(1), no allocation.
 func (ex *exchange) touch() {
-	if t := ex.timer; t != nil {
-		t.Reset(ex.h.timeouts.StreamIdle)
-	}
+	ex.lastTouch.Store(int64(time.Since(ex.arrival)))
 }
 
 // cause is why the current attempt's context ended (nil while it has not).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -98,16 +99,35 @@ type sseTap struct {
 	sawFirst bool
 	chunks   int // chunks with text, for streams that report no usage
 	data     []byte
+
+	inp, outp *[]byte // the pooled buffers behind in and out (nil once released)
 }
 
+// tapBufSize is the size of an sseTap's two buffers as they start: a stream's events are far
+// smaller, a long one grows its buffer.
+const tapBufSize = 32 << 10
+
+// tapBufs holds the buffers of finished taps (*[]byte of capacity tapBufSize), so that a
+// stream allocates none in steady state.
+var tapBufs = sync.Pool{New: func() any { b := make([]byte, 0, tapBufSize); return &b }}
+
 func newSSETap(ex *exchange, up io.ReadCloser) *sseTap {
-	return &sseTap{
-		ex:        ex,
-		up:        up,
-		dropUsage: !ex.req.IncludeUsage,
-		in:        make([]byte, 0, 32<<10),
-		out:       make([]byte, 0, 32<<10),
+	t := &sseTap{ex: ex, up: up, dropUsage: !ex.req.IncludeUsage}
+	t.inp, t.outp = tapBufs.Get().(*[]byte), tapBufs.Get().(*[]byte)
+	t.in, t.out = (*t.inp)[:0], (*t.outp)[:0]
+	return t
+}
+
+// release returns the tap's pooled buffers (a buffer that grew is a copy of its own, left
+// to the collector). After it the tap reads as ended; Close calls it.
+func (t *sseTap) release() {
+	for _, bp := range [2]**[]byte{&t.inp, &t.outp} {
+		if *bp != nil {
+			tapBufs.Put(*bp)
+		}
+		*bp = nil
 	}
+	t.in, t.out, t.r, t.o, t.ended = nil, nil, 0, 0, true
 }
 
 func (t *sseTap) Read(p []byte) (int, error) {
@@ -151,7 +171,9 @@ func (t *sseTap) fill() {
 			t.upErr = errors.New("an event exceeds 16 MiB")
 			return
 		}
-		t.in = append(t.in, make([]byte, cap(t.in))...)[:len(t.in)]
+		grown := make([]byte, len(t.in), 2*cap(t.in))
+		copy(grown, t.in)
+		t.in = grown
 	}
 	n, err := t.up.Read(t.in[len(t.in):cap(t.in)])
 	if n > 0 {
@@ -350,5 +372,7 @@ func (t *sseTap) end(err error) {
 
 func (t *sseTap) Close() error {
 	t.ex.finish(errClosedEarly)
-	return t.up.Close()
+	err := t.up.Close()
+	t.release()
+	return err
 }

@@ -29,6 +29,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -50,7 +51,19 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			log.Fatal("gateway: ", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal("gateway: ", err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile() // runs first: the profile is complete before the file closes
+	}
 	if err := run(ctx, cfg, os.Stdout, nil); err != nil {
+		pprof.StopCPUProfile()
 		log.Fatal("gateway: ", err)
 	}
 }
@@ -63,6 +76,7 @@ type config struct {
 	SimProfile    string        // its engine profile (internal/engine)
 	SimKVEvents   bool          // its servers publish KV events, which the gateway follows
 	ShutdownGrace time.Duration // how long shutdown waits for requests in flight
+	CPUProfile    string        // file to write a CPU profile of the whole run to ("": none)
 }
 
 func parseConfig(args []string) (config, error) {
@@ -76,6 +90,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.SimProfile, "sim-profile", c.SimProfile, "engine profile of the simulated fleet: demo or qwen3-32b-h100")
 	fs.BoolVar(&c.SimKVEvents, "sim-kv-events", c.SimKVEvents, "simulated servers publish KV events over ZMQ (vLLM's wire format) and the gateway follows them")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for in-flight requests")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof), finished at shutdown")
 	c.RegisterFlags(fs)
 	fs.Lookup("tokenizer").Usage += "; local: the simulated fleet's tokenizer (default with it, bytes otherwise)"
 	if err := fs.Parse(args); err != nil {
