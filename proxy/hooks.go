@@ -420,7 +420,7 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 		}
 		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), f)
 		resp.Body = &wholeTap{ex: ex, up: resp.Body}
-	case ex.req != nil && ex.req.Stream && isEventStream(resp.Header.Get("Content-Type")):
+	case ex.req != nil && ex.req.Stream && openai.IsEventStream(resp.Header.Get("Content-Type")):
 		// The tap may drop an event, so the length is no longer the backend's.
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
@@ -494,14 +494,12 @@ func (ex *exchange) firstToken(at time.Time) {
 }
 
 // setUsage records the usage the backend reported.
-func (ex *exchange) setUsage(u upstreamUsage) {
+func (ex *exchange) setUsage(u openai.Usage) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
-	ex.usage.PromptTokens = flowcontrol.Tokens(u.PromptTokens)
-	ex.usage.OutputTokens = flowcontrol.Tokens(u.CompletionTokens)
-	if u.PromptTokensDetails != nil {
-		ex.usage.CachedTokens = flowcontrol.Tokens(min(u.PromptTokensDetails.CachedTokens, u.PromptTokens))
-	}
+	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))
+	ex.usage.OutputTokens = flowcontrol.Tokens(max(u.CompletionTokens, 0))
+	ex.usage.CachedTokens = flowcontrol.Tokens(u.Cached())
 	ex.info.PromptTokens, ex.info.OutputTokens = u.PromptTokens, u.CompletionTokens
 }
 
@@ -543,13 +541,4 @@ func (ex *exchange) finish(err error) {
 		ex.h.chains.Put(ex.bufp)
 	}
 	ex.bufp, ex.prompt.Chain = nil, nil
-}
-
-// upstreamUsage is the usage object of an OpenAI response.
-type upstreamUsage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"sync"
 	"time"
@@ -26,11 +25,6 @@ const (
 // errClosedEarly is the outcome of a response body closed before its end: the client went
 // away, or the proxy stopped copying.
 var errClosedEarly = errors.New("proxy: response closed before its end")
-
-func isEventStream(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && mt == "text/event-stream"
-}
 
 // wholeTap passes a whole answer through unchanged and reads its usage at the end (keep).
 // It finishes the exchange at EOF, on a read error, or on Close.
@@ -60,7 +54,7 @@ func (t *wholeTap) Read(p []byte) (int, error) {
 	case errors.Is(err, io.EOF):
 		if t.keep {
 			var body struct {
-				Usage *upstreamUsage `json:"usage"`
+				Usage *openai.Usage `json:"usage"`
 			}
 			if json.Unmarshal(t.buf, &body) == nil && body.Usage != nil {
 				t.ex.setUsage(*body.Usage)
@@ -227,7 +221,7 @@ func (t *sseTap) handle(ev []byte) bool {
 	switch {
 	case data == nil:
 		return true // a comment, a blank line or another field
-	case bytes.Equal(data, doneData):
+	case bytes.Equal(data, openai.DoneData):
 		// Read the rest of the body (the chunked terminator, which follows [DONE] at once),
 		// bounded, before the client hears [DONE] and hangs up: then the backend connection
 		// goes back to the pool instead of being closed.
@@ -240,60 +234,27 @@ func (t *sseTap) handle(ev []byte) bool {
 		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"), routing.FailureServer)
 		return true
 	}
-	hasUsage := chunkHasUsage(data)
-	if t.sawFirst && !hasUsage {
+	if t.sawFirst && !openai.ChunkHasUsage(data) {
 		// After the first token only the usage chunk needs parsing; count the rest.
 		t.chunks++
 		return true
 	}
-	var chunk struct {
-		Choices []struct {
-			Text  string `json:"text"`
-			Delta struct {
-				Content          string          `json:"content"`
-				ReasoningContent string          `json:"reasoning_content"`
-				ToolCalls        json.RawMessage `json:"tool_calls"`
-			} `json:"delta"`
-		} `json:"choices"`
-		Usage *upstreamUsage `json:"usage"`
-	}
-	if json.Unmarshal(data, &chunk) != nil {
+	c, err := openai.ParseStreamChunk(data)
+	if err != nil {
 		return true
 	}
-	for _, c := range chunk.Choices {
-		if c.Text == "" && c.Delta.Content == "" && c.Delta.ReasoningContent == "" && len(c.Delta.ToolCalls) == 0 {
-			continue // a chat stream opens with a role-only chunk
-		}
+	if c.Token {
 		t.chunks++
 		if !t.sawFirst {
 			t.sawFirst = true
 			t.ex.firstToken(time.Now())
 		}
-		break
 	}
-	if chunk.Usage != nil {
-		t.ex.setUsage(*chunk.Usage)
-		return !t.dropUsage || len(chunk.Choices) > 0
+	if c.Usage != nil {
+		t.ex.setUsage(*c.Usage)
+		return !t.dropUsage || c.Choices > 0
 	}
 	return true
-}
-
-var doneData = []byte("[DONE]")
-
-// chunkHasUsage reports whether a chunk carries a usage object that is not null. O(len).
-func chunkHasUsage(data []byte) bool {
-	for {
-		i := bytes.Index(data, []byte(`"usage"`))
-		if i < 0 {
-			return false
-		}
-		data = data[i+len(`"usage"`):]
-		v := bytes.TrimLeft(data, " \t\r\n")
-		if len(v) > 0 && v[0] == ':' {
-			v = bytes.TrimLeft(v[1:], " \t\r\n")
-			return len(v) > 0 && v[0] == '{'
-		}
-	}
 }
 
 // eventData returns the data of an event: its data lines' values joined by newlines; nil if

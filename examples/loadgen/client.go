@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // Target is an OpenAI-compatible endpoint. It is safe for concurrent use once built.
@@ -146,20 +148,8 @@ type chatBody struct {
 	StreamOptions map[string]any `json:"stream_options"`
 }
 
-type chunk struct {
-	Choices []struct {
-		Delta struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-		Text string `json:"text"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
+// errorBody is an OpenAI error answer.
+type errorBody struct {
 	Error *struct {
 		Message string `json:"message"`
 	} `json:"error"`
@@ -238,7 +228,7 @@ func (t *Target) attempt(ctx context.Context, path string, data []byte, key, ses
 	res.status = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		var e chunk
+		var e errorBody
 		text := strings.TrimSpace(string(msg))
 		if json.Unmarshal(msg, &e) == nil && e.Error != nil {
 			text = e.Error.Message
@@ -270,27 +260,23 @@ func (t *Target) attempt(ctx context.Context, path string, data []byte, key, ses
 		line = bytes.TrimRight(line, "\r\n")
 		if payload, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 			payload = bytes.TrimSpace(payload)
-			if string(payload) == "[DONE]" {
+			if bytes.Equal(payload, openai.DoneData) {
 				res.e2e = time.Since(start)
 				// Read the end of the chunked body so the connection goes back to the pool
 				// (closing an unfinished body closes the connection).
 				_, _ = io.Copy(io.Discard, io.LimitReader(rd, 64<<10))
 				break
 			}
-			var c chunk
-			if jerr := json.Unmarshal(payload, &c); jerr != nil {
+			c, jerr := openai.ParseStreamChunk(payload)
+			if jerr != nil {
 				res.err = "stream: bad chunk: " + clip(string(payload), 120)
 				break
 			}
-			if c.Error != nil {
-				res.err = "stream: " + clip(c.Error.Message, 200)
+			if c.Error != "" {
+				res.err = "stream: " + clip(c.Error, 200)
 				break
 			}
-			for _, ch := range c.Choices {
-				text := ch.Delta.Content + ch.Text
-				if text == "" {
-					continue
-				}
+			if c.Text != "" {
 				now := time.Now()
 				if chunks == 0 {
 					res.ttft = now.Sub(start)
@@ -299,13 +285,10 @@ func (t *Target) attempt(ctx context.Context, path string, data []byte, key, ses
 				}
 				last = now
 				chunks++
-				answer.WriteString(text)
+				answer.WriteString(c.Text)
 			}
 			if u := c.Usage; u != nil {
-				res.prompt, res.output = u.PromptTokens, u.CompletionTokens
-				if u.PromptTokensDetails != nil {
-					res.cached = u.PromptTokensDetails.CachedTokens
-				}
+				res.prompt, res.output, res.cached = u.PromptTokens, u.CompletionTokens, u.Cached()
 			}
 		}
 		if err != nil {

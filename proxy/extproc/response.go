@@ -3,8 +3,9 @@ package extproc
 import (
 	"bytes"
 	"encoding/json"
-	"mime"
 	"time"
+
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // Bounds of what the watcher keeps: one server-sent event, and the part of a whole JSON
@@ -13,20 +14,6 @@ const (
 	maxEventBytes = 1 << 20
 	maxWholeBytes = 4 << 20
 )
-
-// usage is the usage object of an OpenAI response.
-type usage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
-func isEventStream(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && mt == "text/event-stream"
-}
 
 // watcher reads the answer as Envoy forwards it, chunk by chunk, without changing it: for a
 // stream, the first chunk with text (the first token) and the usage chunk; for a whole
@@ -57,7 +44,7 @@ func (w *watcher) feed(chunk []byte, eos bool, ex *exchange) {
 		}
 		if eos && w.keep {
 			var body struct {
-				Usage *usage `json:"usage"`
+				Usage *openai.Usage `json:"usage"`
 			}
 			if json.Unmarshal(w.buf, &body) == nil && body.Usage != nil {
 				ex.setUsage(*body.Usage)
@@ -109,61 +96,28 @@ func (w *watcher) line(ex *exchange) {
 	w.buf = w.buf[:0]
 }
 
-var doneData = []byte("[DONE]")
-
 // data handles one data line: a chunk of the stream.
 func (w *watcher) data(data []byte, ex *exchange) {
-	if bytes.Equal(data, doneData) {
+	if bytes.Equal(data, openai.DoneData) {
 		w.done = true
 		return
 	}
-	hasUsage := chunkHasUsage(data)
-	if w.sawFirst && !hasUsage {
+	if w.sawFirst && !openai.ChunkHasUsage(data) {
 		w.chunks++
 		return
 	}
-	var chunk struct {
-		Choices []struct {
-			Text  string `json:"text"`
-			Delta struct {
-				Content          string          `json:"content"`
-				ReasoningContent string          `json:"reasoning_content"`
-				ToolCalls        json.RawMessage `json:"tool_calls"`
-			} `json:"delta"`
-		} `json:"choices"`
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(data, &chunk) != nil {
+	c, err := openai.ParseStreamChunk(data)
+	if err != nil {
 		return
 	}
-	for _, c := range chunk.Choices {
-		if c.Text == "" && c.Delta.Content == "" && c.Delta.ReasoningContent == "" && len(c.Delta.ToolCalls) == 0 {
-			continue // a chat stream opens with a role-only chunk
-		}
+	if c.Token {
 		w.chunks++
 		if !w.sawFirst {
 			w.sawFirst = true
 			ex.firstToken(time.Now())
 		}
-		break
 	}
-	if chunk.Usage != nil {
-		ex.setUsage(*chunk.Usage)
-	}
-}
-
-// chunkHasUsage reports whether a chunk carries a usage object that is not null. O(len).
-func chunkHasUsage(data []byte) bool {
-	for {
-		i := bytes.Index(data, []byte(`"usage"`))
-		if i < 0 {
-			return false
-		}
-		data = data[i+len(`"usage"`):]
-		v := bytes.TrimLeft(data, " \t\r\n")
-		if len(v) > 0 && v[0] == ':' {
-			v = bytes.TrimLeft(v[1:], " \t\r\n")
-			return len(v) > 0 && v[0] == '{'
-		}
+	if c.Usage != nil {
+		ex.setUsage(*c.Usage)
 	}
 }

@@ -475,7 +475,7 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 			ex.info.Err, ex.info.Failure = fmt.Errorf("extproc: endpoint %s answered %d", ex.endpoint, ex.status), f
 		}
 	}
-	ex.watch.reset(ex.req != nil && ex.req.Stream && isEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
+	ex.watch.reset(ex.req != nil && ex.req.Stream && openai.IsEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
 	if h.GetEndOfStream() {
 		ex.complete()
 	}
@@ -535,12 +535,10 @@ func (ex *exchange) firstToken(at time.Time) {
 }
 
 // setUsage records the usage the endpoint reported.
-func (ex *exchange) setUsage(u usage) {
+func (ex *exchange) setUsage(u openai.Usage) {
 	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))
 	ex.usage.OutputTokens = flowcontrol.Tokens(max(u.CompletionTokens, 0))
-	if u.PromptTokensDetails != nil {
-		ex.usage.CachedTokens = flowcontrol.Tokens(min(max(u.PromptTokensDetails.CachedTokens, 0), max(u.PromptTokens, 0)))
-	}
+	ex.usage.CachedTokens = flowcontrol.Tokens(u.Cached())
 	ex.info.PromptTokens, ex.info.OutputTokens = u.PromptTokens, u.CompletionTokens
 }
 

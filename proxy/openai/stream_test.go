@@ -1,0 +1,82 @@
+package openai_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/usher-llm/usher/proxy/openai"
+)
+
+func TestParseStreamChunk(t *testing.T) {
+	for _, tc := range []struct {
+		data           string
+		token          bool
+		text           string
+		choices        int
+		prompt, cached int
+		hasUsage       bool
+		errMsg         string
+	}{
+		{data: `{"choices":[{"delta":{"role":"assistant"}}]}`, choices: 1},                        // a chat stream's opening
+		{data: `{"choices":[{"delta":{"content":"Hel"}}]}`, token: true, text: "Hel", choices: 1}, // chat content
+		{data: `{"choices":[{"text":"lo"}]}`, token: true, text: "lo", choices: 1},                // completions
+		{data: `{"choices":[{"delta":{"reasoning_content":"hmm"}}]}`, token: true, choices: 1},    // reasoning
+		{data: `{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`, token: true, choices: 1},   // tool calls
+		{data: `{"choices":[{"delta":{"tool_calls":null}}]}`, choices: 1},                         // null tool calls are none
+		{data: `{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":12}}}`, hasUsage: true, prompt: 9, cached: 9},
+		{data: `{"choices":[{"delta":{}}],"usage":null}`, choices: 1},
+		{data: `{"error":{"message":"engine died"}}`, errMsg: "engine died"},
+		{data: `{"error":{}}`, errMsg: "the server reported an error"},
+	} {
+		c, err := openai.ParseStreamChunk([]byte(tc.data))
+		if err != nil {
+			t.Errorf("%s: %v", tc.data, err)
+			continue
+		}
+		if c.Token != tc.token || c.Text != tc.text || c.Choices != tc.choices || c.Error != tc.errMsg || (c.Usage != nil) != tc.hasUsage {
+			t.Errorf("%s: got %+v", tc.data, c)
+		}
+		if c.Usage != nil && (c.Usage.PromptTokens != tc.prompt || c.Usage.Cached() != tc.cached) {
+			t.Errorf("%s: usage %+v, cached %d", tc.data, *c.Usage, c.Usage.Cached())
+		}
+		if openai.ChunkHasUsage([]byte(tc.data)) != tc.hasUsage {
+			t.Errorf("%s: ChunkHasUsage = %v", tc.data, !tc.hasUsage)
+		}
+	}
+	for _, bad := range []string{"", "[DONE]", "{", `{"choices":"x"}`} {
+		if _, err := openai.ParseStreamChunk([]byte(bad)); !errors.Is(err, openai.ErrChunk) {
+			t.Errorf("%q: error %v, want ErrChunk", bad, err)
+		}
+	}
+	for ct, want := range map[string]bool{"text/event-stream": true, "text/event-stream; charset=utf-8": true, "application/json": false, "": false, "text/event-stream;;": false} {
+		if got := openai.IsEventStream(ct); got != want {
+			t.Errorf("IsEventStream(%q) = %v", ct, got)
+		}
+	}
+}
+
+// FuzzParseStreamChunk: any bytes give a chunk or ErrChunk, never a panic, and ChunkHasUsage
+// (the cheap pre-check) never misses a usage object the parse finds.
+func FuzzParseStreamChunk(f *testing.F) {
+	for _, s := range []string{
+		`{"choices":[{"delta":{"content":"x"}}]}`, `{"choices":[],"usage":{"prompt_tokens":1}}`,
+		`{"error":{"message":"m"}}`, `{"usage" : {}}`, `"usage":`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := openai.ParseStreamChunk(data)
+		if err != nil {
+			if !errors.Is(err, openai.ErrChunk) {
+				t.Fatalf("error %v does not wrap ErrChunk", err)
+			}
+			return
+		}
+		if c.Usage != nil && !openai.ChunkHasUsage(data) {
+			t.Fatalf("ChunkHasUsage missed the usage of %q", data)
+		}
+		if c.Usage != nil && (c.Usage.Cached() < 0 || c.Usage.Cached() > max(c.Usage.PromptTokens, 0)) {
+			t.Fatalf("Cached() = %d outside [0, %d]", c.Usage.Cached(), c.Usage.PromptTokens)
+		}
+	})
+}
