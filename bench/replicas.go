@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/mix"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 )
@@ -89,7 +90,7 @@ func replicaSeed(seed uint64, k int) uint64 {
 	if k == 0 {
 		return seed
 	}
-	x := mix64(seed + uint64(k)*0x9e3779b97f4a7c15)
+	x := mix.Mix64(seed + uint64(k)*0x9e3779b97f4a7c15)
 	if x == 0 {
 		x = 1
 	}
@@ -98,17 +99,7 @@ func replicaSeed(seed uint64, k int) uint64 {
 
 // sessionSeed is the SessionOptions.Seed every replica of a run shares: nonzero, derived from
 // the configuration's seed.
-func sessionSeed(seed uint64) uint64 { return mix64(seed^0x5e55_1075_eed5_0000) | 1 }
-
-// mix64 is splitmix64's finaliser.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+func sessionSeed(seed uint64) uint64 { return mix.Mix64(seed^0x5e55_1075_eed5_0000) | 1 }
 
 // placement is one session placement a replica's session scorers learnt.
 type placement struct {

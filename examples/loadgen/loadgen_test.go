@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/bench"
 	"github.com/usher-llm/usher/examples/simfleet"
 )
 
@@ -171,30 +172,15 @@ func TestSyntheticInvalid(t *testing.T) {
 	}
 }
 
-func TestReadTrace(t *testing.T) {
-	tests := []struct {
-		name, in string
-		want     []TraceRecord
-		bad      bool
-	}{
-		{"two", `{"timestamp": 5, "input_length": 600, "output_length": 7, "hash_ids": [0, 1]}` + "\n\n" +
-			`{"timestamp": 2, "input_length": 10, "output_length": 0, "hash_ids": [0]}`,
-			[]TraceRecord{{2, 10, 0, []uint64{0}}, {5, 600, 7, []uint64{0, 1}}}, false},
-		{"not json", `{"timestamp": 5,`, nil, true},
-		{"no ids", `{"timestamp": 5, "input_length": 600, "output_length": 7, "hash_ids": []}`, nil, true},
-		{"too many ids", `{"timestamp": 5, "input_length": 600, "output_length": 7, "hash_ids": [0, 1, 2]}`, nil, true},
-		{"negative", `{"timestamp": -1, "input_length": 6, "output_length": 7, "hash_ids": [0]}`, nil, true},
+// traceOf builds a workload from Mooncake-format records (timestamp ms, input, output, ids)
+// through bench.LoadMooncake, with only the ids every request carries (id 0) as the common opening.
+func traceOf(t *testing.T, recs ...string) *bench.Workload {
+	t.Helper()
+	w, err := bench.LoadMooncake(strings.NewReader(strings.Join(recs, "\n")), bench.MooncakeOptions{OpeningShare: 1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		got, err := ReadTrace(strings.NewReader(tt.in))
-		if (err != nil) != tt.bad {
-			t.Errorf("%s: err = %v, want error %v", tt.name, err, tt.bad)
-			continue
-		}
-		if !tt.bad && !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("%s: got %+v, want %+v", tt.name, got, tt.want)
-		}
-	}
+	return w
 }
 
 // Equal hash_id prefixes give equal token prefixes under simfleet.Tokenize, of exactly
@@ -246,16 +232,16 @@ func commonPrefix64(a, b []uint64) int {
 
 // With the real trace: every pair among the first requests shares as many tokens as ids.
 func TestMooncakePrefixSharing(t *testing.T) {
-	path := findTrace("mooncake-conversation.jsonl")
-	if path == "" {
-		t.Skip("../shared/traces/mooncake-conversation.jsonl not found")
+	path, err := bench.FindTrace(bench.MooncakeTraceName)
+	if err != nil {
+		t.Skip(err)
 	}
-	recs, err := ReadTraceFile(path)
+	recs, err := bench.LoadMooncakeFile(path, bench.MooncakeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 12031 {
-		t.Errorf("got %d records, want 12,031", len(recs))
+	if len(recs.Requests) != 12031 {
+		t.Errorf("got %d records, want 12,031", len(recs.Requests))
 	}
 	sessions, err := TraceSessions(recs, TraceOptions{Limit: 60, MaxContext: 8192})
 	if err != nil {
@@ -294,13 +280,13 @@ func TestMooncakePrefixSharing(t *testing.T) {
 }
 
 func TestTraceSessions(t *testing.T) {
-	recs := []TraceRecord{
-		{0, 1000, 10, []uint64{0, 1}},
-		{1000, 300, 5, []uint64{0}},
-		{2000, 1500, 0, []uint64{0, 1, 2}},
-		{3000, 1100, 10, []uint64{0, 7, 8}},
-		{4000, 2000, 10, []uint64{0, 1, 2, 3}},
-	}
+	recs := traceOf(t,
+		`{"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [0, 1]}`,
+		`{"timestamp": 1000, "input_length": 300, "output_length": 5, "hash_ids": [0]}`,
+		`{"timestamp": 2000, "input_length": 1500, "output_length": 1, "hash_ids": [0, 1, 2]}`,
+		`{"timestamp": 3000, "input_length": 1100, "output_length": 10, "hash_ids": [0, 7, 8]}`,
+		`{"timestamp": 4000, "input_length": 2000, "output_length": 10, "hash_ids": [0, 1, 2, 3]}`,
+	)
 	got, err := TraceSessions(recs, TraceOptions{Speed: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -310,11 +296,11 @@ func TestTraceSessions(t *testing.T) {
 		start      time.Duration
 		turn, outN int
 	}{
-		{"trace-1", 0, 0, 10},
+		{"trace-0", 0, 0, 10},
 		{"trace-single-1", 500 * time.Millisecond, 0, 5},
-		{"trace-1", time.Second, 1, 1},
-		{"trace-7", 1500 * time.Millisecond, 0, 10},
-		{"trace-1", 2 * time.Second, 2, 10},
+		{"trace-0", time.Second, 1, 1},
+		{"trace-1", 1500 * time.Millisecond, 0, 10},
+		{"trace-0", 2 * time.Second, 2, 10},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d sessions, want %d", len(got), len(want))
@@ -499,12 +485,12 @@ func TestRunTraceWithRejection(t *testing.T) {
 	}))
 	defer proxy.Close()
 
-	recs := []TraceRecord{
-		{0, 1200, 8, []uint64{0, 1, 2}},
-		{300, 1400, 8, []uint64{0, 1, 2}},
-		{600, 700, 8, []uint64{0, 5}},
-		{900, 10000, 8, []uint64{0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}},
-	}
+	recs := traceOf(t,
+		`{"timestamp": 0, "input_length": 1200, "output_length": 8, "hash_ids": [0, 1, 2]}`,
+		`{"timestamp": 300, "input_length": 1400, "output_length": 8, "hash_ids": [0, 1, 2]}`,
+		`{"timestamp": 600, "input_length": 700, "output_length": 8, "hash_ids": [0, 5]}`,
+		`{"timestamp": 900, "input_length": 10000, "output_length": 8, "hash_ids": [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]}`,
+	)
 	sessions, err := TraceSessions(recs, TraceOptions{Speed: 3, MaxContext: 8192})
 	if err != nil {
 		t.Fatal(err)
@@ -522,8 +508,8 @@ func TestRunTraceWithRejection(t *testing.T) {
 	if rep.LaterTurns.Requests != 2 || rep.LaterTurns.CachedTokens < 2400 || rep.FirstTurn.CachedTokens > 560 { // the [0, 5] request shares block 0
 		t.Errorf("later turns: %d, %d tokens cached; first turns %d cached", rep.LaterTurns.Requests, rep.LaterTurns.CachedTokens, rep.FirstTurn.CachedTokens)
 	}
-	if got := sessionHeader.Load(); got != "trace-1" {
-		t.Errorf("last session header %v, want trace-1", got)
+	if got := sessionHeader.Load(); got != "trace-0" {
+		t.Errorf("last session header %v, want trace-0", got)
 	}
 	// The fitted long prompt: 8192 minus the answer and template room.
 	if p := results[len(results)-1].prompt; p < 8000 || p > 8192 {

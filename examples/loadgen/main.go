@@ -52,6 +52,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/usher-llm/usher/bench"
 )
 
 // config is the command line.
@@ -88,7 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the OpenAI-compatible endpoint; several, comma-separated, take the requests in turn (gateway replicas behind a Service)")
 	fs.StringVar(&c.model, "model", "", "model to ask for; empty: the first of GET /v1/models")
 	fs.StringVar(&c.api, "api", "chat", "chat (/v1/chat/completions) or completions (/v1/completions, messages joined into one prompt)")
-	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': ../shared/traces/mooncake-conversation.jsonl); empty: synthetic workload")
+	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': shared/traces/mooncake-conversation.jsonl in or above the working directory); empty: synthetic workload")
 	fs.Float64Var(&c.speed, "speed", 1, "trace: replay speed (2 = twice as fast as recorded)")
 	fs.IntVar(&c.limit, "limit", 0, "send at most this many requests (0: no limit)")
 	fs.DurationVar(&c.duration, "duration", 60*time.Second, "synthetic: sessions start within this window; trace: replay the requests arriving within it (0: whole trace)")
@@ -285,11 +287,12 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 	}
 	path := c.tracePath
 	if path == "mooncake" {
-		if path = findTrace("mooncake-conversation.jsonl"); path == "" {
-			return nil, "", errors.New("-trace mooncake: no ../shared/traces/mooncake-conversation.jsonl above the working directory")
+		var err error
+		if path, err = bench.FindTrace(bench.MooncakeTraceName); err != nil {
+			return nil, "", fmt.Errorf("-trace mooncake: %w", err)
 		}
 	}
-	recs, err := ReadTraceFile(path)
+	recs, err := bench.LoadMooncakeFile(path, bench.MooncakeOptions{})
 	if err != nil {
 		return nil, "", err
 	}

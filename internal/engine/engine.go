@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/usher-llm/usher/internal/mix"
 )
 
 // Errors returned by New and Submit, wrapped with context.
@@ -689,13 +690,7 @@ func (e *Engine) Stats() Stats {
 func SubBlocks(dst []BlockHash, coarse []uint64, per int) []BlockHash {
 	for _, c := range coarse {
 		for j := range per {
-			x := c ^ (uint64(j)+1)*0x9e3779b97f4a7c15
-			x ^= x >> 30
-			x *= 0xbf58476d1ce4e5b9
-			x ^= x >> 27
-			x *= 0x94d049bb133111eb
-			x ^= x >> 31
-			dst = append(dst, BlockHash(x))
+			dst = append(dst, BlockHash(mix.Mix64(c^(uint64(j)+1)*0x9e3779b97f4a7c15)))
 		}
 	}
 	return dst
