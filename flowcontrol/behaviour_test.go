@@ -3,6 +3,7 @@ package flowcontrol_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -517,4 +518,87 @@ func TestCapacityHugeBytes(t *testing.T) {
 	if _, err := q.Enqueue(flowcontrol.Request{Flow: "b", Bytes: math.MaxInt64 - 10}); err != nil {
 		t.Errorf("Enqueue(Bytes: MaxInt64-10) = %v, want it to fit exactly", err)
 	}
+}
+
+// TestStaleDeadlines has most waiting requests leave the queue other than by expiry
+// (cancelled, dispatched), enough for the deadline heap to compact, and checks against the
+// set of those still waiting that Tick reports the earliest remaining deadline and that each
+// one expires at its deadline, once.
+func TestStaleDeadlines(t *testing.T) {
+	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, TTL: time.Hour})
+	holder, _ := q.Enqueue(flowcontrol.Request{Value: -1})
+	const n = 400
+	tickets := make([]flowcontrol.Ticket, n)
+	waiting := map[int]time.Duration{} // value → deadline from t0
+	for i := range n {
+		ttl := time.Duration(n-i) * time.Second // later arrivals expire first
+		tk, err := q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(fmt.Sprint("f", i%7)), Value: i, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets[i], waiting[i] = tk, ttl
+	}
+	for i := range n {
+		if i%4 != 3 {
+			if !tickets[i].Cancel() {
+				t.Fatalf("Cancel(%d) = false", i)
+			}
+			delete(waiting, i)
+		}
+	}
+	// Dispatch the first ten still waiting, one at a time, in FCFS order.
+	prev := holder
+	for range 10 {
+		prev.Done(flowcontrol.Usage{})
+		d := rec.outcomes[len(rec.outcomes)-1]
+		if d.Outcome != flowcontrol.Dispatched {
+			t.Fatalf("last outcome %v, want a dispatch", d.Outcome)
+		}
+		delete(waiting, d.Request.Value.(int))
+		prev = d.Ticket
+	}
+	// Enqueue more, which compacts the heap, then let everything expire.
+	for i := n; i < n+100; i++ {
+		ttl := time.Duration(i-n)*time.Second + 500*time.Millisecond
+		if _, err := q.Enqueue(flowcontrol.Request{Value: i, TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+		waiting[i] = ttl
+	}
+	expired := map[int]bool{}
+	for now := time.Duration(0); len(waiting) > 0; now += 250 * time.Millisecond {
+		if now > 0 {
+			clk.Advance(250 * time.Millisecond)
+		}
+		next := q.Tick()
+		for _, r := range rec.outcomes {
+			if r.Outcome == flowcontrol.Expired && !expired[r.Request.Value.(int)] {
+				v := r.Request.Value.(int)
+				if dl, ok := waiting[v]; !ok || dl > now {
+					t.Fatalf("at %v: %d expired, deadline %v (waiting %v)", now, v, dl, ok)
+				}
+				expired[v] = true
+				delete(waiting, v)
+			}
+		}
+		var want time.Time
+		for _, dl := range waiting {
+			if dl <= now {
+				t.Fatalf("at %v: a request with deadline %v has not expired", now, dl)
+			}
+			if w := t0.Add(dl); want.IsZero() || w.Before(want) {
+				want = w
+			}
+		}
+		if !next.Equal(want) {
+			t.Fatalf("at %v: Tick = %v, want %v", now, next.Sub(t0), want.Sub(t0))
+		}
+	}
+	if got, want := len(expired), n/4-10+100; got != want {
+		t.Errorf("%d expired, want %d", got, want)
+	}
+	if s := q.Stats(); s.Queued != 0 || s.Expired != uint64(len(expired)) {
+		t.Errorf("stats %+v, want nothing waiting and %d expired", s, len(expired))
+	}
+	prev.Done(flowcontrol.Usage{})
 }

@@ -27,6 +27,12 @@ type Timer interface {
 
 // SystemClock is the Clock backed by package time. It is stateless and safe for concurrent
 // use.
+//
+// A Queue whose Options.Clock is SystemClock (or nil) does not call Now: it reads the
+// monotonic clock alone, which costs one clock read instead of time.Now's two, and adds the
+// elapsed time to a time.Now reading it takes again once a second. Its times then carry the
+// same monotonic reading as time.Now's would, and a wall-clock reading that lags by what the
+// system clock was adjusted since the last second (a step is seen within a second).
 type SystemClock struct{}
 
 // Now returns time.Now().
@@ -40,3 +46,22 @@ type sysTimer struct{ t *time.Timer }
 func (s sysTimer) C() <-chan time.Time   { return s.t.C }
 func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
 func (s sysTimer) Stop() bool            { return s.t.Stop() }
+
+// monoClock is a Queue's reading of the system clock (see SystemClock). Not safe for
+// concurrent use: the queue reads it with its lock held.
+type monoClock struct {
+	base time.Time // a time.Now reading, with its monotonic part
+}
+
+// monoRebase is how long monoClock extends one time.Now reading.
+const monoRebase = time.Second
+
+// now returns the current time. O(1).
+func (c *monoClock) now() time.Time {
+	d := time.Since(c.base) // the monotonic clock only, once base has a reading
+	if d < 0 || d >= monoRebase {
+		c.base = time.Now()
+		return c.base
+	}
+	return c.base.Add(d)
+}

@@ -128,7 +128,7 @@ func (q *Queue) EstimateWait(b int) (wait time.Duration, ok bool) {
 	if b < 0 || b >= len(q.bands) {
 		return 0, false
 	}
-	q.rateTickLocked(q.clock.Now().UnixNano())
+	q.rateTickLocked(q.nowLocked().UnixNano())
 	return q.estimateLocked(b, 0, q.bands[b].queued, 0, -1)
 }
 
@@ -168,13 +168,13 @@ func (q *Queue) EstimateWait(b int) (wait time.Duration, ok bool) {
 func (q *Queue) EstimateWaitOf(r Request) (wait time.Duration, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now := q.clock.Now()
+	now := q.nowLocked()
 	if q.validateLocked(&r, now) != nil {
 		return 0, false
 	}
 	q.rateTickLocked(now.UnixNano())
 	bd := &q.bands[r.Band]
-	f := bd.flows[r.Flow]
+	f := bd.flows.get(r.Flow, flowHash(q.seed, r.Flow))
 	rk := q.rankLocked(&r, bd, f, now)
 	ahead, aheadC := q.aheadLocked(r.Band, bd, f, &rk)
 	return q.estimateLocked(r.Band, rk.Class, ahead, aheadC, within(&r, &rk, now))
@@ -288,8 +288,8 @@ func (q *Queue) aheadLocked(b int, bd *band, f *flow, rk *Rank) (ahead, aheadC i
 // of a request's flow: n the requests they hold, nc those of the flows whose head is of
 // class (0: none). Every entry before e has all its ancestors before e too (they are
 // smaller), so a walk from the root that stops at entries not before e visits each flow
-// ahead once, and at most one more entry per flow ahead plus one. skip, the request's own
-// flow, is not counted.
+// ahead once, and at most four more entries (its children) per flow ahead plus one. skip,
+// the request's own flow, is not counted.
 type aheadWalk struct {
 	h      flowHeap
 	e      flowEntry
@@ -300,7 +300,7 @@ type aheadWalk struct {
 }
 
 // from walks the subtree at i; false means the budget of flows ran out. O(flows ahead in
-// the subtree), recursing at most log₂(flows) deep.
+// the subtree), recursing at most log₄(flows) deep.
 func (w *aheadWalk) from(i int) bool {
 	if i >= len(w.h) || !flowLess(&w.h[i], &w.e) {
 		return true
@@ -315,7 +315,12 @@ func (w *aheadWalk) from(i int) bool {
 			w.nc += f.st.Queued
 		}
 	}
-	return w.from(2*i+1) && w.from(2*i+2)
+	for c := heapArity*i + 1; c <= heapArity*i+heapArity; c++ {
+		if !w.from(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // shedLocked reports whether early shedding refuses r, which is valid and fits capacity,

@@ -3,6 +3,7 @@ package flowcontrol
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"sync"
 	"time"
@@ -153,7 +154,6 @@ type waiter struct {
 	blocking bool  // an Admit goroutine waits on ready
 	flow     *flow
 	itemIdx  int
-	dlIdx    int
 	ready    chan struct{}
 	timer    Timer
 }
@@ -162,13 +162,19 @@ type waiter struct {
 type flow struct {
 	st       FlowState
 	items    itemHeap
-	until    int64 // unix ns, 0 = no limit
-	bandIdx  int   // index in band.heap or band.list, -1 when not there
-	rekeyIdx int   // index in Queue.rekey, -1 when not there
+	until    int64  // unix ns, 0 = no limit
+	hash     uint64 // of st.ID, for band.flows
+	bandIdx  int    // index in band.heap or band.list, -1 when not there
+	rekeyIdx int    // index in Queue.rekey, -1 when not there
+	// key and keySeq are a copy of f's band.heap entry's ordering fields, valid while
+	// bandIdx ≥ 0 under a keyed policy, so that a re-key that changes nothing is seen
+	// without reading the entry.
+	key    Key
+	keySeq uint64
 }
 
 type band struct {
-	flows    map[FlowID]*flow
+	flows    flowTable
 	heap     flowHeap     // non-empty flows, when the policy is not a FlowPicker
 	list     []*flow      // non-empty flows, when it is
 	states   []*FlowState // &list[i].st, handed to PickFlow
@@ -200,9 +206,11 @@ type Queue struct {
 	observer Observer
 	observed bool
 	notePool sync.Pool
-	shed     EarlyShed  // HalfLife filled in
-	ranker   Ranker     // policy, when it implements Ranker
-	position Positioner // picker, when it is a Ranker and implements Positioner
+	shed     EarlyShed    // HalfLife filled in
+	ranker   Ranker       // policy, when it implements Ranker
+	position Positioner   // picker, when it is a Ranker and implements Positioner
+	seed     maphash.Seed // of the flow tables' hashes
+	sysClock bool         // clock is SystemClock, read through mono
 
 	mu        sync.Mutex
 	bands     []band
@@ -233,6 +241,7 @@ type Queue struct {
 	seqMark  uint64
 	// scratchFlow is the state handed to Rank for a flow the queue does not know.
 	scratchFlow FlowState
+	mono        monoClock // when sysClock
 }
 
 type note struct {
@@ -303,6 +312,7 @@ func New(o Options) (*Queue, error) {
 		observed: o.Observer.Outcome != nil || o.Observer.Done != nil,
 		bands:    make([]band, o.Bands),
 		shed:     o.EarlyShed,
+		seed:     maphash.MakeSeed(),
 	}
 	q.picker, _ = o.Policy.(FlowPicker)
 	q.ranker, _ = o.Policy.(Ranker)
@@ -310,9 +320,10 @@ func New(o Options) (*Queue, error) {
 		q.position, _ = o.Policy.(Positioner)
 	}
 	q.bandGate, _ = o.Gate.(BandGate)
+	q.deadlines.limit = 2*o.Capacity.Requests + minCompact
+	_, q.sysClock = o.Clock.(SystemClock)
 	q.notePool.New = func() any { return new(noteBuf) }
 	for i := range q.bands {
-		q.bands[i].flows = make(map[FlowID]*flow)
 		if i < len(o.BandCapacity) {
 			q.bands[i].limits = o.BandCapacity[i]
 		}
@@ -338,14 +349,15 @@ func New(o Options) (*Queue, error) {
 // the zero Ticket. If the request was dispatched before the cancellation was seen, Admit
 // returns the Ticket and no error.
 //
-// Cost: O(log n) for the enqueue and each dispatch it triggers, n the requests in the flow
-// and the flows in the band; allocation-free in steady state.
+// Cost: O(log n) for the enqueue, n the requests waiting, and O(log r + log f) for each
+// dispatch it triggers, r the requests in the flow and f the flows in the band (see Costs in
+// the package documentation); allocation-free in steady state.
 func (q *Queue) Admit(ctx context.Context, r Request) (Ticket, error) {
 	if ctx == nil {
 		return Ticket{}, q.rejectInvalid(&r, errNilContext)
 	}
 	q.mu.Lock()
-	now := q.clock.Now()
+	now := q.nowLocked()
 	if err := ctx.Err(); err != nil {
 		o := ctxOutcome(err)
 		if o == Expired {
@@ -395,7 +407,7 @@ func (q *Queue) wait(ctx context.Context, w *waiter, d time.Duration) (Ticket, e
 				break
 			}
 			w.blocking = false
-			now := q.clock.Now()
+			now := q.nowLocked()
 			err := ctx.Err()
 			q.removeLocked(w, ctxOutcome(err), err, now)
 			q.runLocked(now)
@@ -406,7 +418,7 @@ func (q *Queue) wait(ctx context.Context, w *waiter, d time.Duration) (Ticket, e
 				break
 			}
 			w.blocking = false
-			now := q.clock.Now()
+			now := q.nowLocked()
 			q.runLocked(now)
 			if w.state == stateQueued {
 				// The clock has not reached the deadline yet (timer and clock disagree
@@ -441,7 +453,7 @@ func (q *Queue) wait(ctx context.Context, w *waiter, d time.Duration) (Ticket, e
 // dispatched. O(log n); allocation-free in steady state.
 func (q *Queue) TryAdmit(r Request) (Ticket, error) {
 	q.mu.Lock()
-	now := q.clock.Now()
+	now := q.nowLocked()
 	q.runLocked(now)
 	if !q.closed && r.Band >= 0 && r.Band < len(q.bands) {
 		q.scratch = r // the gate gets a pointer; r itself must not escape
@@ -495,7 +507,7 @@ func (q *Queue) wouldDispatchLocked(r *Request) bool {
 // one of Admit's immediate rejections. O(log n).
 func (q *Queue) Enqueue(r Request) (Ticket, error) {
 	q.mu.Lock()
-	now := q.clock.Now()
+	now := q.nowLocked()
 	w, err := q.enqueueLocked(&r, now)
 	if err != nil {
 		q.unlock()
@@ -512,7 +524,7 @@ func (q *Queue) Enqueue(r Request) (Ticket, error) {
 // O(k log n) for k dispatches.
 func (q *Queue) Notify() {
 	q.mu.Lock()
-	q.runLocked(q.clock.Now())
+	q.runLocked(q.nowLocked())
 	q.unlock()
 }
 
@@ -521,12 +533,14 @@ func (q *Queue) Notify() {
 // returns the earliest remaining deadline (zero if nothing waits). Admit callers never need
 // it: their own deadline timers drive expiry. A caller running the queue in virtual time,
 // or using Enqueue, calls Tick whenever its clock reaches the returned time.
-// O((k+1) log n) for k expiries and dispatches.
+// O((k+1) log n) for k expiries and dispatches, plus O(log n) for each stale entry (of a
+// request that left the queue otherwise) it drops from the top of the deadline heap.
 func (q *Queue) Tick() (next time.Time) {
 	q.mu.Lock()
-	q.runLocked(q.clock.Now())
-	if len(q.deadlines) > 0 {
-		next = time.Unix(0, q.deadlines[0].dl)
+	q.runLocked(q.nowLocked())
+	q.deadlines.dropStale()
+	if e := q.deadlines.top(); e != nil {
+		next = time.Unix(0, e.dl)
 	}
 	q.unlock()
 	return next
@@ -538,9 +552,12 @@ func (q *Queue) Tick() (next time.Time) {
 func (q *Queue) Close() {
 	q.mu.Lock()
 	q.closed = true
-	now := q.clock.Now()
-	for len(q.deadlines) > 0 {
-		q.removeLocked(q.deadlines[0].w, RejectedClosed, ErrClosed, now)
+	now := q.nowLocked()
+	for e := q.deadlines.top(); e != nil; e = q.deadlines.top() {
+		if e.live() {
+			q.removeLocked(e.w, RejectedClosed, ErrClosed, now)
+		}
+		q.deadlines.pop()
 	}
 	q.markLocked(now.UnixNano())
 	q.unlock()
@@ -572,7 +589,7 @@ func (q *Queue) BandStats(b int) BandStats {
 		return BandStats{}
 	}
 	bd := &q.bands[b]
-	return BandStats{Queued: bd.queued, QueuedBytes: bd.bytes, InFlight: bd.inFlight, Flows: len(bd.flows)}
+	return BandStats{Queued: bd.queued, QueuedBytes: bd.bytes, InFlight: bd.inFlight, Flows: bd.flows.n}
 }
 
 // RetryAfter is a suggestion for the Retry-After header of a 429 answer: the time the
@@ -582,7 +599,7 @@ func (q *Queue) BandStats(b int) BandStats {
 func (q *Queue) RetryAfter() time.Duration {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.rateTickLocked(q.clock.Now().UnixNano())
+	q.rateTickLocked(q.nowLocked().UnixNano())
 	switch {
 	case q.queued == 0:
 		return time.Second
@@ -594,6 +611,14 @@ func (q *Queue) RetryAfter() time.Duration {
 }
 
 // ---- internals; everything below expects q.mu held ----
+
+// nowLocked reads the queue's clock.
+func (q *Queue) nowLocked() time.Time {
+	if q.sysClock {
+		return q.mono.now()
+	}
+	return q.clock.Now()
+}
 
 func (q *Queue) rejectInvalid(r *Request, err error) error {
 	q.mu.Lock()
@@ -661,7 +686,8 @@ func (q *Queue) enqueueLocked(r *Request, now time.Time) (*waiter, error) {
 	}
 	q.expireLocked(now) // expired requests must not hold capacity against this one
 	bd := &q.bands[r.Band]
-	f := bd.flows[r.Flow]
+	h := flowHash(q.seed, r.Flow)
+	f := bd.flows.get(r.Flow, h)
 	if err := q.capacityLocked(r, bd, f); err != nil {
 		q.stats.RejectedCapacity++
 		q.noteLocked(false, Record{Outcome: RejectedCapacity, Err: err, Request: *r})
@@ -679,8 +705,8 @@ func (q *Queue) enqueueLocked(r *Request, now time.Time) (*waiter, error) {
 		return nil, ErrWouldExpire
 	}
 	if f == nil {
-		f = q.newFlowLocked(r.Flow, r.Band)
-		bd.flows[r.Flow] = f
+		f = q.newFlowLocked(r.Flow, r.Band, h)
+		bd.flows.add(f)
 		q.flows++
 	}
 	w := q.newWaiterLocked()
@@ -767,11 +793,15 @@ func (q *Queue) keyFlowLocked(f *flow, bd *band, now time.Time) {
 	}
 	k, until := q.policy.FlowKey(&f.st, now)
 	k = k.sanitize()
-	if f.bandIdx < 0 {
+	switch {
+	case f.bandIdx < 0:
 		bd.heap.push(f, k, f.st.HeadSeq)
-	} else {
+	case k != f.key || f.st.HeadSeq != f.keySeq:
 		bd.heap.set(f.bandIdx, k, f.st.HeadSeq)
 	}
+	// An unchanged key (a completion under a policy that does not charge, say) leaves
+	// the heap alone: its entry is likely out of the cache.
+	f.key, f.keySeq = k, f.st.HeadSeq
 	var u int64
 	if !until.IsZero() && until.After(now) && !until.After(maxTime) {
 		u = until.UnixNano()
@@ -814,7 +844,7 @@ func (q *Queue) forgetIfIdleLocked(f *flow, bd *band) {
 	if f.st.Queued != 0 || f.st.InFlight != 0 {
 		return
 	}
-	delete(bd.flows, f.st.ID)
+	bd.flows.remove(f)
 	q.flows--
 	if len(q.freeF) < maxFreeFlows {
 		f.st = FlowState{}
@@ -822,7 +852,7 @@ func (q *Queue) forgetIfIdleLocked(f *flow, bd *band) {
 	}
 }
 
-func (q *Queue) newFlowLocked(id FlowID, b int) *flow {
+func (q *Queue) newFlowLocked(id FlowID, b int, h uint64) *flow {
 	var f *flow
 	if n := len(q.freeF); n > 0 {
 		f = q.freeF[n-1]
@@ -832,7 +862,7 @@ func (q *Queue) newFlowLocked(id FlowID, b int) *flow {
 		f = &flow{bandIdx: -1, rekeyIdx: -1}
 	}
 	f.st.ID, f.st.Band = id, b
-	f.until = 0
+	f.until, f.hash = 0, h
 	return f
 }
 
@@ -843,7 +873,7 @@ func (q *Queue) newWaiterLocked() *waiter {
 		q.freeW = q.freeW[:n-1]
 		return w
 	}
-	return &waiter{q: q, itemIdx: -1, dlIdx: -1, ready: make(chan struct{}, 1)}
+	return &waiter{q: q, itemIdx: -1, ready: make(chan struct{}, 1)}
 }
 
 // recycleLocked returns a finished waiter to the free list; its Tickets go stale.
@@ -873,7 +903,7 @@ func (q *Queue) takeLocked(w *waiter) bool {
 	bd := &q.bands[f.st.Band]
 	wasHead := w.itemIdx == 0
 	f.items.remove(w.itemIdx)
-	q.deadlines.remove(w.dlIdx)
+	q.deadlines.stale++ // w's entry; see deadlineHeap
 	b := w.req.Bytes
 	f.st.Queued--
 	f.st.QueuedBytes -= b
@@ -947,8 +977,11 @@ func (q *Queue) endLocked(w *waiter, o Outcome, err error, now time.Time) {
 // expireLocked ends every waiting request whose deadline is not after now.
 func (q *Queue) expireLocked(now time.Time) {
 	ns := now.UnixNano()
-	for len(q.deadlines) > 0 && q.deadlines[0].dl <= ns {
-		q.removeLocked(q.deadlines[0].w, Expired, ErrExpired, now)
+	for e := q.deadlines.top(); e != nil && e.dl <= ns; e = q.deadlines.top() {
+		if e.live() {
+			q.removeLocked(e.w, Expired, ErrExpired, now)
+		}
+		q.deadlines.pop()
 	}
 }
 
@@ -985,7 +1018,7 @@ func (q *Queue) dispatchLocked(now time.Time) {
 				if !ok {
 					break
 				}
-				f = bd.flows[id]
+				f = bd.flows.get(id, flowHash(q.seed, id))
 				if f == nil || f.bandIdx < 0 {
 					panic(fmt.Sprintf("flowcontrol: PickFlow returned flow %q, which has nothing waiting in band %d", id, b))
 				}

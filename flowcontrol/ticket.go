@@ -20,7 +20,8 @@ type Ticket struct {
 //
 // Done must be called exactly once per dispatched request. Calling it on the zero Ticket
 // (a rejected request), on a Ticket that was never dispatched, or a second time, is misuse
-// and panics. O(log n) plus the dispatches it triggers; allocation-free.
+// and panics. O(log f) to re-key its flow, f the flows in the band (nothing when the key is
+// unchanged), plus the dispatches it triggers; allocation-free.
 func (t Ticket) Done(u Usage) {
 	w := t.w
 	if w == nil {
@@ -37,7 +38,7 @@ func (t Ticket) Done(u Usage) {
 		panic("flowcontrol: Ticket.Done called twice, or on a request that was not dispatched")
 	}
 	u.PromptTokens, u.CachedTokens, u.OutputTokens = max(u.PromptTokens, 0), max(u.CachedTokens, 0), max(u.OutputTokens, 0)
-	now := q.clock.Now()
+	now := q.nowLocked()
 	q.doneLocked(w, u, now)
 	q.runLocked(now)
 	q.unlock()
@@ -45,7 +46,8 @@ func (t Ticket) Done(u Usage) {
 
 // Cancel withdraws a request that is still waiting (one queued with Enqueue; Admit callers
 // cancel through their context) and reports whether it did: false if the request already
-// has its outcome. The outcome is Cancelled. O(log n).
+// has its outcome. The outcome is Cancelled. O(log r + log f), r the requests in its flow
+// and f the flows in the band, plus the dispatches it triggers.
 func (t Ticket) Cancel() bool {
 	w := t.w
 	if w == nil {
@@ -57,7 +59,7 @@ func (t Ticket) Cancel() bool {
 		q.mu.Unlock()
 		return false
 	}
-	now := q.clock.Now()
+	now := q.nowLocked()
 	q.removeLocked(w, Cancelled, context.Canceled, now)
 	q.runLocked(now)
 	q.unlock()

@@ -35,7 +35,7 @@ func (q *Queue) AppendUsageDeltas(dst []UsageDelta) []UsageDelta {
 		return dst
 	}
 	q.mu.Lock()
-	dst = us.AppendUsageDeltas(dst, q.clock.Now())
+	dst = us.AppendUsageDeltas(dst, q.nowLocked())
 	q.unlock()
 	return dst
 }
@@ -49,14 +49,14 @@ func (q *Queue) ApplyUsageDeltas(ds []UsageDelta) {
 		return
 	}
 	q.mu.Lock()
-	now := q.clock.Now()
+	now := q.nowLocked()
 	us.ApplyUsageDeltas(ds, now)
 	for _, d := range ds {
 		if d.Band < 0 || d.Band >= len(q.bands) {
 			continue
 		}
 		bd := &q.bands[d.Band]
-		if f := bd.flows[d.Flow]; f != nil && f.st.Queued > 0 {
+		if f := bd.flows.get(d.Flow, flowHash(q.seed, d.Flow)); f != nil && f.st.Queued > 0 {
 			q.keyFlowLocked(f, bd, now)
 		}
 	}
@@ -71,6 +71,6 @@ func (q *Queue) ApplyUsageDeltas(ds []UsageDelta) {
 func (q *Queue) Reconfigure(fn func()) {
 	q.mu.Lock()
 	fn()
-	q.runLocked(q.clock.Now())
+	q.runLocked(q.nowLocked())
 	q.unlock()
 }
