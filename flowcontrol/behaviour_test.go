@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -130,8 +129,8 @@ func TestCapacity(t *testing.T) {
 		if after.Queued != before.Queued || after.QueuedBytes != before.QueuedBytes || after.Flows != before.Flows {
 			t.Errorf("step %d: rejection changed the queue: %+v → %+v", i, before, after)
 		}
-		if got := flowcontrol.HTTPStatus(err); got != http.StatusTooManyRequests {
-			t.Errorf("step %d: HTTPStatus = %d, want 429", i, got)
+		if got := flowcontrol.OutcomeOf(err); got != flowcontrol.RejectedCapacity {
+			t.Errorf("step %d: OutcomeOf = %v, want rejected_capacity", i, got)
 		}
 	}
 	if s := q.Stats(); s.RejectedCapacity != 6 || s.Queued != 6 {
@@ -171,8 +170,8 @@ func TestInvalidRequests(t *testing.T) {
 			if !errors.Is(err, flowcontrol.ErrInvalidRequest) || tk.Valid() {
 				t.Errorf("%s %s: err = %v, want ErrInvalidRequest", call.name, b.name, err)
 			}
-			if got := flowcontrol.HTTPStatus(err); got != http.StatusBadRequest {
-				t.Errorf("%s %s: HTTPStatus = %d, want 400", call.name, b.name, got)
+			if got := flowcontrol.OutcomeOf(err); got != flowcontrol.RejectedInvalid {
+				t.Errorf("%s %s: OutcomeOf = %v, want rejected_invalid", call.name, b.name, got)
 			}
 		}
 	}
@@ -304,7 +303,7 @@ func TestTryAdmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := q.TryAdmit(flowcontrol.Request{Band: 1})
-	if _, err := q.TryAdmit(flowcontrol.Request{Band: 0}); !errors.Is(err, flowcontrol.ErrWouldWait) || flowcontrol.HTTPStatus(err) != 429 {
+	if _, err := q.TryAdmit(flowcontrol.Request{Band: 0}); !errors.Is(err, flowcontrol.ErrWouldWait) || flowcontrol.OutcomeOf(err) != flowcontrol.RejectedCapacity {
 		t.Fatalf("TryAdmit at the limit = %v, want ErrWouldWait (429)", err)
 	}
 	if s := q.Stats(); s.Queued != 0 || s.RejectedCapacity != 1 || s.Flows != 1 {
@@ -385,7 +384,7 @@ func TestTickAndEnqueueExpiry(t *testing.T) {
 	for _, r := range rec.outcomes {
 		if r.Outcome == flowcontrol.Expired {
 			order = append(order, r.Request.Value)
-			if !errors.Is(r.Err, flowcontrol.ErrExpired) || flowcontrol.HTTPStatus(r.Err) != 503 {
+			if !errors.Is(r.Err, flowcontrol.ErrExpired) || flowcontrol.OutcomeOf(r.Err) != flowcontrol.Expired {
 				t.Errorf("expired record err %v", r.Err)
 			}
 		}
@@ -441,7 +440,7 @@ func TestAdmitContextDeadlineIsExpiry(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := q.Admit(ctx, flowcontrol.Request{}); done <- err }()
 	// No WaitTimers here: the context may end before the test would see the timer armed.
-	if err := <-done; err != context.DeadlineExceeded || flowcontrol.HTTPStatus(err) != 503 {
+	if err := <-done; err != context.DeadlineExceeded || flowcontrol.OutcomeOf(err) != flowcontrol.Expired {
 		t.Fatalf("Admit = %v, want DeadlineExceeded mapped to 503", err)
 	}
 	if s := q.Stats(); s.Expired != 1 {
@@ -450,26 +449,22 @@ func TestAdmitContextDeadlineIsExpiry(t *testing.T) {
 	first.Done(flowcontrol.Usage{})
 }
 
-func TestHTTPStatus(t *testing.T) {
+func TestOutcomeOf(t *testing.T) {
 	for _, c := range []struct {
-		err  error
-		want int
-		o    flowcontrol.Outcome
+		err error
+		o   flowcontrol.Outcome
 	}{
-		{nil, 200, flowcontrol.Dispatched},
-		{flowcontrol.ErrFlowFull, 429, flowcontrol.RejectedCapacity},
-		{flowcontrol.ErrWouldWait, 429, flowcontrol.RejectedCapacity},
-		{flowcontrol.ErrWouldExpire, 429, flowcontrol.RejectedWait},
-		{flowcontrol.ErrClosed, 503, flowcontrol.RejectedClosed},
-		{flowcontrol.ErrExpired, 503, flowcontrol.Expired},
-		{context.DeadlineExceeded, 503, flowcontrol.Expired},
-		{flowcontrol.ErrInvalidRequest, 400, flowcontrol.RejectedInvalid},
-		{context.Canceled, 499, flowcontrol.Cancelled},
-		{errors.New("other"), 500, 0},
+		{nil, flowcontrol.Dispatched},
+		{flowcontrol.ErrFlowFull, flowcontrol.RejectedCapacity},
+		{flowcontrol.ErrWouldWait, flowcontrol.RejectedCapacity},
+		{flowcontrol.ErrWouldExpire, flowcontrol.RejectedWait},
+		{flowcontrol.ErrClosed, flowcontrol.RejectedClosed},
+		{flowcontrol.ErrExpired, flowcontrol.Expired},
+		{context.DeadlineExceeded, flowcontrol.Expired},
+		{flowcontrol.ErrInvalidRequest, flowcontrol.RejectedInvalid},
+		{context.Canceled, flowcontrol.Cancelled},
+		{errors.New("other"), 0},
 	} {
-		if got := flowcontrol.HTTPStatus(c.err); got != c.want {
-			t.Errorf("HTTPStatus(%v) = %d, want %d", c.err, got, c.want)
-		}
 		if got := flowcontrol.OutcomeOf(c.err); got != c.o {
 			t.Errorf("OutcomeOf(%v) = %v, want %v", c.err, got, c.o)
 		}

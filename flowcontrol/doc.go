@@ -81,10 +81,10 @@
 // of the heap (see Costs). A request
 // ends in exactly one Outcome — Dispatched, RejectedCapacity, RejectedClosed,
 // RejectedInvalid, Expired, Cancelled or RejectedWait — counted in Stats and reported to the
-// Observer, whose hooks run outside the lock. Outcome.HTTPStatus is the one mapping to an
-// HTTP answer: 429 with Retry-After when the queue is full or sheds the request early, 503
-// when the request waited and no capacity came in time or the queue is closing, 400 for an
-// invalid request.
+// Observer, whose hooks run outside the lock; OutcomeOf tells which an error stands for. The
+// package knows nothing of HTTP: proxy.OutcomeStatus maps outcomes to a gateway's answer (429
+// with Retry-After when the queue is full or sheds the request early, 503 when the request
+// waited and no capacity came in time or the queue is closing, 400 for an invalid request).
 //
 // # Early shedding
 //

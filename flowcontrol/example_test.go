@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -32,7 +28,7 @@ func Example() {
 	go func() {
 		c, err := q.Admit(ctx, flowcontrol.Request{Flow: "tenant-a", PromptTokens: 50})
 		if err != nil {
-			fmt.Println("third:", err, "→ HTTP", flowcontrol.HTTPStatus(err))
+			fmt.Println("third:", err, "→", flowcontrol.OutcomeOf(err))
 			return
 		}
 		admitted <- c
@@ -97,11 +93,11 @@ func ExampleQueue_TryAdmit() {
 	first, err := q.TryAdmit(flowcontrol.Request{Flow: "a"})
 	fmt.Println("first:", err)
 	_, err = q.TryAdmit(flowcontrol.Request{Flow: "b"})
-	fmt.Println("second:", err, "→ HTTP", flowcontrol.HTTPStatus(err))
+	fmt.Println("second:", err, "→", flowcontrol.OutcomeOf(err))
 	first.Done(flowcontrol.Usage{})
 	// Output:
 	// first: <nil>
-	// second: flowcontrol: request would wait → HTTP 429
+	// second: flowcontrol: request would wait → rejected_capacity
 }
 
 // Capacity errors say which limit was hit, and all match ErrQueueFull.
@@ -113,25 +109,24 @@ func ExampleErrQueueFull() {
 	q.Enqueue(flowcontrol.Request{Flow: "greedy"})
 	_, err := q.Enqueue(flowcontrol.Request{Flow: "greedy"})
 	fmt.Println(err)
-	fmt.Println(errors.Is(err, flowcontrol.ErrQueueFull), errors.Is(err, flowcontrol.ErrFlowFull), flowcontrol.HTTPStatus(err))
+	fmt.Println(errors.Is(err, flowcontrol.ErrQueueFull), errors.Is(err, flowcontrol.ErrFlowFull), flowcontrol.OutcomeOf(err))
 	// Output:
 	// flowcontrol: queue full: flow limit on requests
-	// true true 429
+	// true true rejected_capacity
 }
 
-// Each outcome maps to one HTTP status.
-func ExampleOutcome_HTTPStatus() {
-	for o := flowcontrol.Dispatched; o <= flowcontrol.RejectedWait; o++ {
-		fmt.Println(o, o.HTTPStatus())
+// OutcomeOf tells which outcome an error of Admit, TryAdmit or Enqueue stands for; a
+// gateway maps outcomes to its answers (package proxy's OutcomeStatus for HTTP).
+func ExampleOutcomeOf() {
+	for _, err := range []error{nil, flowcontrol.ErrFlowFull, flowcontrol.ErrWouldExpire, flowcontrol.ErrExpired, context.Canceled} {
+		fmt.Println(flowcontrol.OutcomeOf(err))
 	}
 	// Output:
-	// dispatched 200
-	// rejected_capacity 429
-	// rejected_closed 503
-	// rejected_invalid 400
-	// expired 503
-	// cancelled 499
-	// rejected_wait 429
+	// dispatched
+	// rejected_capacity
+	// rejected_wait
+	// expired
+	// cancelled
 }
 
 // The Saturation gate holds a band back while any pool is at or above the band's threshold;
@@ -245,44 +240,6 @@ func ExampleFlowPicker() {
 	// [x0 b2 b3 c4 a1 b5 c6]
 }
 
-// How a gateway's HTTP handler uses the queue: admit with the request's context, answer a
-// refusal with the status the outcome maps to (and Retry-After on 429), and report usage
-// when the answer is done.
-func ExampleHTTPStatus() {
-	q, _ := flowcontrol.New(flowcontrol.Options{
-		Gate:         &flowcontrol.ConcurrencyLimit{Limit: 1},
-		FlowCapacity: flowcontrol.Limits{Requests: 1},
-	})
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		t, err := q.Admit(r.Context(), flowcontrol.Request{
-			Flow:  flowcontrol.FlowID(r.Header.Get("X-Tenant")), // assigned by the gateway's auth, not the client
-			Bytes: r.ContentLength,
-		})
-		if err != nil {
-			code := flowcontrol.HTTPStatus(err)
-			if code == http.StatusTooManyRequests {
-				w.Header().Set("Retry-After", strconv.Itoa(int(q.RetryAfter().Seconds())))
-			}
-			http.Error(w, err.Error(), code)
-			return
-		}
-		// ... proxy to a backend, stream the answer, read its usage ...
-		t.Done(flowcontrol.Usage{PromptTokens: 12, OutputTokens: 30})
-		fmt.Fprintln(w, "ok")
-	}
-
-	occupied, _ := q.TryAdmit(flowcontrol.Request{Flow: "t1"})      // one request is running
-	q.Enqueue(flowcontrol.Request{Flow: "t1"})                      // t1 already has one waiting
-	req := httptest.NewRequest("POST", "/v1/chat/completions", nil) // so this one is refused
-	req.Header.Set("X-Tenant", "t1")
-	rec := httptest.NewRecorder()
-	handler(rec, req)
-	fmt.Println(rec.Code, rec.Header().Get("Retry-After"), strings.TrimSpace(rec.Body.String()))
-	occupied.Done(flowcontrol.Usage{})
-	// Output:
-	// 429 60 flowcontrol: queue full: flow limit on requests
-}
-
 // With early shedding on, a request that the queue estimates it cannot dispatch before its
 // deadline is refused on arrival — 429 with a Retry-After header — instead of being held
 // until it expires.
@@ -312,13 +269,13 @@ func ExampleEarlyShed() {
 	fmt.Printf("%d waiting, estimated wait %v\n", q.Stats().Queued, est.Round(10*time.Millisecond))
 
 	_, err := q.Enqueue(flowcontrol.Request{TTL: time.Second})
-	fmt.Println(err, "→ HTTP", flowcontrol.HTTPStatus(err), "with Retry-After", q.RetryAfter())
+	fmt.Println(err, "→", flowcontrol.OutcomeOf(err), "with Retry-After", q.RetryAfter())
 	_, err = q.Enqueue(flowcontrol.Request{TTL: 5 * time.Second})
 	fmt.Println("with a 5 s TTL:", err)
 	// Output:
 	// estimate known at start: false
 	// 19 waiting, estimated wait 2.05s
-	// flowcontrol: estimated wait exceeds the request's deadline → HTTP 429 with Retry-After 1.9s
+	// flowcontrol: estimated wait exceeds the request's deadline → rejected_wait with Retry-After 1.9s
 	// with a 5 s TTL: <nil>
 }
 

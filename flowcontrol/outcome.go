@@ -3,7 +3,6 @@ package flowcontrol
 import (
 	"context"
 	"errors"
-	"net/http"
 )
 
 // Outcome is how a request's stay in the queue ended. Every request that Admit, TryAdmit
@@ -39,42 +38,6 @@ func (o Outcome) String() string {
 	return "none"
 }
 
-// HTTPStatus is the status a gateway should answer with for a request that ended with
-// outcome o. This is flowcontrol's one mapping; HTTPStatus(err) applies it to errors.
-//
-//	Dispatched        200 (proxy the request; the backend decides the final status)
-//	RejectedCapacity  429 Too Many Requests, with a Retry-After header (see Queue.RetryAfter)
-//	RejectedWait      429 Too Many Requests, with a Retry-After header (see Queue.RetryAfter)
-//	RejectedClosed    503 Service Unavailable (the gateway is shutting down; retry elsewhere)
-//	RejectedInvalid   400 Bad Request
-//	Expired           503 Service Unavailable: no capacity became free in time. A
-//	                  Retry-After header is optional; the client's own patience is spent.
-//	Cancelled         499 (nginx's "client closed request"); nobody is listening, so this
-//	                  is for logs and metrics only
-//
-// 429 says "you, slow down" and is the answer on arrival, when the queue was full or (early
-// shedding) too slow to serve the request before its deadline; 503 says "we could not serve
-// this in time" and is the answer after the request waited. A caller's own context deadline
-// (context.DeadlineExceeded) is treated as expiry.
-func (o Outcome) HTTPStatus() int {
-	switch o {
-	case Dispatched:
-		return http.StatusOK
-	case RejectedCapacity, RejectedWait:
-		return http.StatusTooManyRequests
-	case RejectedClosed, Expired:
-		return http.StatusServiceUnavailable
-	case RejectedInvalid:
-		return http.StatusBadRequest
-	case Cancelled:
-		return StatusClientClosedRequest
-	}
-	return http.StatusInternalServerError
-}
-
-// StatusClientClosedRequest is nginx's non-standard 499 status, used for Cancelled.
-const StatusClientClosedRequest = 499
-
 // OutcomeOf returns the Outcome that the error returned by Admit, TryAdmit or Enqueue
 // stands for: nil is Dispatched; context.Canceled is Cancelled and
 // context.DeadlineExceeded is Expired. Any other error maps to 0, whose String is "none".
@@ -97,10 +60,6 @@ func OutcomeOf(err error) Outcome {
 	}
 	return 0
 }
-
-// HTTPStatus maps an error returned by Admit, TryAdmit or Enqueue to the status a gateway
-// should answer with: OutcomeOf(err).HTTPStatus(). Unknown errors map to 500.
-func HTTPStatus(err error) int { return OutcomeOf(err).HTTPStatus() }
 
 // Errors returned by the queue. Capacity errors name the limit that was hit and all match
 // ErrQueueFull with errors.Is.

@@ -239,7 +239,7 @@ func outputBudget(req *openai.Request) int {
 
 // admissionError is the answer to a request the queue did not admit.
 func (ex *exchange) admissionError(err error) *openai.Error {
-	status := flowcontrol.HTTPStatus(err)
+	status := StatusOf(err)
 	switch status {
 	case http.StatusTooManyRequests:
 		ex.retryAfter = ex.h.queue.RetryAfter()
@@ -256,7 +256,7 @@ func (ex *exchange) admissionError(err error) *openai.Error {
 		}
 		return &openai.Error{Status: status, Type: openai.TypeUnavailable, Code: "queue_timeout",
 			Message: "no capacity became free before the request's time limit"}
-	case flowcontrol.StatusClientClosedRequest:
+	case StatusClientClosedRequest:
 		return &openai.Error{Status: status, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 			Message: "the client closed the request while it waited"}
 	}
@@ -318,7 +318,7 @@ func (h *Handler) readBody(in *http.Request) ([]byte, *openai.Error) {
 		return nil, &openai.Error{Status: http.StatusRequestTimeout, Type: openai.TypeInvalidRequest, Code: "request_timeout",
 			Message: "the request body did not arrive in time"}
 	case err != nil && in.Context().Err() != nil:
-		return nil, &openai.Error{Status: flowcontrol.StatusClientClosedRequest, Type: openai.TypeInvalidRequest,
+		return nil, &openai.Error{Status: StatusClientClosedRequest, Type: openai.TypeInvalidRequest,
 			Code: "client_closed_request", Message: "the client closed the request while sending it"}
 	case err != nil:
 		return nil, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "unreadable_body",
@@ -452,7 +452,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 		ex.finish(err)
 		switch {
 		case errors.Is(err, context.Canceled):
-			oe = &openai.Error{Status: flowcontrol.StatusClientClosedRequest, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
+			oe = &openai.Error{Status: StatusClientClosedRequest, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 				Message: "the client closed the request"}
 		case isTimeout(err) || ex.failureOf(err) == routing.FailureTimeout:
 			oe = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "upstream_timeout",

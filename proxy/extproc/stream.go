@@ -590,7 +590,7 @@ func (ex *exchange) finish(err error, f routing.Failure) {
 
 // admissionError is the answer to a request the queue did not admit, and its Retry-After.
 func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
-	st := flowcontrol.HTTPStatus(err)
+	st := proxy.StatusOf(err)
 	switch st {
 	case http.StatusTooManyRequests:
 		msg := "too many requests are waiting; retry after the time in the Retry-After header"
@@ -605,7 +605,7 @@ func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
 		}
 		return &openai.Error{Status: st, Type: openai.TypeUnavailable, Code: "queue_timeout",
 			Message: "no capacity became free before the request's time limit"}, 0
-	case flowcontrol.StatusClientClosedRequest:
+	case proxy.StatusClientClosedRequest:
 		return &openai.Error{Status: st, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 			Message: "the client closed the request while it waited"}, 0
 	}
