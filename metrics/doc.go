@@ -5,7 +5,7 @@
 // The package has two halves. The first scrapes the Prometheus endpoints and health endpoints of vLLM,
 // SGLang, TensorRT-LLM, Triton and TGI servers (or any server described by a custom Profile)
 // and publishes, per backend, an immutable State that converts to routing.BackendState. The
-// second, Usher, holds usher's own Prometheus collectors: admission outcomes and waits, queue
+// second, Gateway, holds usher's own Prometheus collectors: admission outcomes and waits, queue
 // length and bytes per band, live flows, picks and requests in flight per backend, prefix index
 // size, evictions and hit ratio, and the KV-event subscriber's connection, batches, losses,
 // resets and reconnects per source. The Scraper is itself a collector for its scrape errors,
@@ -90,7 +90,7 @@
 // bounded by configuration, whatever the traffic (unbounded per-flow labels are a known failure
 // of llm-d's flow control). The gateway calls plain methods where things happen
 // (ObserveAdmission, SetQueue, SetFlows, ObservePick, SetInFlight, SetInFlightTotal,
-// SetIndexStats, SetKVSource); they do not allocate, and a nil *Usher is a no-op. Values set
+// SetIndexStats, SetKVSource); they do not allocate, and a nil *Gateway is a no-op. Values set
 // from outside are merged into "other" only where that stays a valid series: an unknown
 // source's cumulative KV-event counters keep the highest value reported, while an unknown
 // backend's in-flight count, a gauge that cannot be merged, is dropped and the drop counted.
@@ -99,7 +99,7 @@
 //
 // One scrape is O(exposition bytes) to find lines and names, plus expfmt's parse of the
 // selected families, plus O(selectors × matching series) to extract the signals. The heap of
-// due times costs O(log backends) per scrape. The Usher methods cost one look-up in their
+// due times costs O(log backends) per scrape. The Gateway methods cost one look-up in their
 // label's fixed set of values, and allocate nothing.
 //
 // # Alternatives not taken
@@ -122,9 +122,9 @@
 //
 // # Concurrency
 //
-// A Scraper and the Usher collectors are safe for concurrent use. A Parser is not: give each
+// A Scraper and the Gateway collectors are safe for concurrent use. A Parser is not: give each
 // goroutine its own. A State is immutable once published. Options, Target, Profile, Selector,
-// Signals, Reading, IndexStats and KVSource are plain values: copy them freely, and do not
+// Found, Reading, IndexStats and KVSource are plain values: copy them freely, and do not
 // modify one (in particular a Profile handed to a Scraper or Parser) while another goroutine
 // reads it.
 package metrics

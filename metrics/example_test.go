@@ -53,7 +53,7 @@ func ExampleParser() {
 }
 
 // A gateway's wiring: Run scrapes in the background, OnUpdate (called by Run's goroutine, the
-// router's single writer) hands the states to the router, and both the Scraper and Usher
+// router's single writer) hands the states to the router, and both the Scraper and Gateway
 // are registered as Prometheus collectors.
 func Example() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +90,7 @@ func Example() {
 		panic(err)
 	}
 	defer scraper.Close()
-	usher, err := metrics.NewUsher(metrics.UsherOptions{Backends: []string{"gpu-0"}})
+	usher, err := metrics.NewGateway(metrics.GatewayOptions{Backends: []string{"gpu-0"}})
 	if err != nil {
 		panic(err)
 	}
@@ -184,8 +184,8 @@ srv_build_info{version="2.1",page_tokens="32"} 1
 }
 
 // usher's own metrics: plain calls where things happen, bounded labels.
-func ExampleUsher() {
-	u, err := metrics.NewUsher(metrics.UsherOptions{
+func ExampleGateway() {
+	u, err := metrics.NewGateway(metrics.GatewayOptions{
 		Bands: []int{0, 1}, Backends: []string{"gpu-0", "gpu-1"}, KVSources: []string{"gpu-0", "gpu-1"},
 	})
 	if err != nil {

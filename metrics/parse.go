@@ -15,12 +15,13 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// Signals is a set of the signals a Reading found, one bit each.
-type Signals uint16
+// Found is the set of signals a Reading found, one bit each (routing.Signal is the router's
+// own set, which a State translates to).
+type Found uint16
 
 // The signals of a Reading.
 const (
-	HasWaiting Signals = 1 << iota
+	HasWaiting Found = 1 << iota
 	HasRunning
 	HasKVUtilization
 	HasBlockSize
@@ -33,7 +34,7 @@ const (
 )
 
 // Has reports whether every signal in want is in s.
-func (s Signals) Has(want Signals) bool { return s&want == want }
+func (s Found) Has(want Found) bool { return s&want == want }
 
 // Reading is what one exposition said about the signals of a Profile: raw values, before any
 // rate between scrapes is taken. A field is meaningful only if its bit is set in Found.
@@ -51,7 +52,7 @@ type Reading struct {
 
 	// Found holds the signals the exposition provided, directly or derived
 	// (KVUtilization from UsedBlocks/NumBlocks, NumBlocks from CapacityTokens/BlockSize).
-	Found Signals
+	Found Found
 	// Series is the number of samples (series) in the exposition: one per counter, gauge or
 	// untyped metric, buckets+2 per histogram, quantiles+2 per summary.
 	Series int

@@ -37,7 +37,7 @@ func (s *State) Name() string { return s.name }
 func (s *State) Reading() Reading { return s.reading }
 
 // Known reports whether the last good scrape provided every signal in want.
-func (s *State) Known(want Signals) bool { return s.reading.Found.Has(want) }
+func (s *State) Known(want Found) bool { return s.reading.Found.Has(want) }
 
 // Waiting returns the number of requests queued in the server (0 if unknown).
 func (s *State) Waiting() int { return toInt(s.reading.Waiting) }

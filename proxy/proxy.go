@@ -181,7 +181,7 @@ type Options struct {
 	Transport http.RoundTripper
 	// Metrics receives usher's own metrics; served with the scraper's on GET /metrics. Nil:
 	// one over Bands and Backends.
-	Metrics *metrics.Usher
+	Metrics *metrics.Gateway
 
 	// Models are the model names requests may ask for (404 model_not_found otherwise). Nil:
 	// the models the backends list on GET /v1/models, refreshed by Start and Run; until one
@@ -264,7 +264,7 @@ type Handler struct {
 	tok       Tokenizer
 	keyer     FlowKeyer
 	transport http.RoundTripper
-	usher     *metrics.Usher
+	usher     *metrics.Gateway
 	registry  *prometheus.Registry
 	scraper   *metrics.Scraper     // nil without Backends
 	kv        *kvevents.Subscriber // nil without KV-event endpoints
@@ -424,7 +424,7 @@ func New(opts Options) (*Handler, error) {
 				sources = append(sources, m.name)
 			}
 		}
-		if h.usher, err = metrics.NewUsher(metrics.UsherOptions{Bands: bands, Backends: names, KVSources: sources}); err != nil {
+		if h.usher, err = metrics.NewGateway(metrics.GatewayOptions{Bands: bands, Backends: names, KVSources: sources}); err != nil {
 			return nil, err
 		}
 	}

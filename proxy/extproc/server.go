@@ -113,7 +113,7 @@ type Options struct {
 	// Bind it where only model servers reach it.
 	KVListen string
 	// Metrics receives usher's own metrics. Nil: one over Bands.
-	Metrics *metrics.Usher
+	Metrics *metrics.Gateway
 	// Logger receives what goes wrong in the background. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -148,7 +148,7 @@ type Server struct {
 	source     Source
 	scraper    *metrics.Scraper // nil with NoScrape
 	kvListen   string
-	usher      *metrics.Usher
+	usher      *metrics.Gateway
 	registry   *prometheus.Registry
 	health     *health.Server
 	log        *slog.Logger
@@ -300,7 +300,7 @@ func New(opts Options) (*Server, error) {
 		for i := range bands {
 			bands[i] = i
 		}
-		if s.usher, err = metrics.NewUsher(metrics.UsherOptions{Bands: bands}); err != nil {
+		if s.usher, err = metrics.NewGateway(metrics.GatewayOptions{Bands: bands}); err != nil {
 			return nil, err
 		}
 	}

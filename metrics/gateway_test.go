@@ -58,9 +58,9 @@ func countSeries(fams []*dto.MetricFamily) int {
 	return n
 }
 
-func mustUsher(t *testing.T, opts UsherOptions) *Usher {
+func mustUsher(t *testing.T, opts GatewayOptions) *Gateway {
 	t.Helper()
-	u, err := NewUsher(opts)
+	u, err := NewGateway(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func mustUsher(t *testing.T, opts UsherOptions) *Usher {
 }
 
 func TestUsherCounters(t *testing.T) {
-	u := mustUsher(t, UsherOptions{Bands: []int{0, 1}, Outcomes: []string{"dispatched", "expired"}, Backends: []string{"a", "b"}})
+	u := mustUsher(t, GatewayOptions{Bands: []int{0, 1}, Outcomes: []string{"dispatched", "expired"}, Backends: []string{"a", "b"}})
 	u.ObserveAdmission("dispatched", 0, 10*time.Millisecond)
 	u.ObserveAdmission("dispatched", 0, 30*time.Millisecond)
 	u.ObserveAdmission("expired", 1, 2*time.Second)
@@ -141,7 +141,7 @@ func labelString(m *dto.Metric) string {
 }
 
 func TestUsherBoundedLabels(t *testing.T) {
-	u := mustUsher(t, UsherOptions{Backends: []string{"a"}})
+	u := mustUsher(t, GatewayOptions{Backends: []string{"a"}})
 	before := countSeries(gather(t, u))
 	// Twenty thousand distinct flows, sessions, bands and backends must not add one series.
 	for i := range 20000 {
@@ -163,7 +163,7 @@ func TestUsherBoundedLabels(t *testing.T) {
 }
 
 func TestUsherSetBackends(t *testing.T) {
-	u := mustUsher(t, UsherOptions{Backends: []string{"a", "b"}})
+	u := mustUsher(t, GatewayOptions{Backends: []string{"a", "b"}})
 	u.ObservePick("a")
 	u.ObservePick("b")
 	u.SetBackends([]string{"b", "c", "", OtherLabel, "c"})
@@ -182,7 +182,7 @@ usher_picks_total{backend="other"} 1
 }
 
 func TestUsherInFlight(t *testing.T) {
-	u := mustUsher(t, UsherOptions{Backends: []string{"a", "b"}})
+	u := mustUsher(t, GatewayOptions{Backends: []string{"a", "b"}})
 	names := []string{"usher_backend_inflight_requests", "usher_backend_inflight_dropped_total", "usher_inflight_requests", "usher_flows"}
 	u.SetInFlight("a", 3)
 	u.SetInFlight("b", 9)
@@ -226,7 +226,7 @@ usher_backend_inflight_requests{backend="c"} 0
 }
 
 func TestUsherKVSources(t *testing.T) {
-	u := mustUsher(t, UsherOptions{KVSources: []string{"pod-a", "pod-b"}})
+	u := mustUsher(t, GatewayOptions{KVSources: []string{"pod-a", "pod-b"}})
 	names := []string{"usher_kvevents_connected", "usher_kvevents_batches_total", "usher_kvevents_lost_batches_total",
 		"usher_kvevents_resets_total", "usher_kvevents_reconnects_total"}
 	type row struct{ conn, batches, lost, resets, reconnects string } // for pod-a, pod-b, other
@@ -278,7 +278,7 @@ func TestUsherKVSources(t *testing.T) {
 // gathers (run it with -race): the KV-event counters end at the highest value any goroutine
 // set.
 func TestUsherConcurrent(t *testing.T) {
-	u := mustUsher(t, UsherOptions{Backends: []string{"a"}, KVSources: []string{"pod-a"}})
+	u := mustUsher(t, GatewayOptions{Backends: []string{"a"}, KVSources: []string{"pod-a"}})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(u)
 	const writers, n = 4, 500
@@ -334,7 +334,7 @@ func TestUsherConcurrent(t *testing.T) {
 }
 
 func TestUsherIndexStats(t *testing.T) {
-	u := mustUsher(t, UsherOptions{})
+	u := mustUsher(t, GatewayOptions{})
 	names := []string{"usher_prefix_index_blocks", "usher_prefix_index_bytes", "usher_prefix_index_evictions_total",
 		"usher_prefix_index_hit_ratio", "usher_prefix_index_matched_blocks_total", "usher_prefix_index_queried_blocks_total"}
 	steps := []struct {
@@ -375,10 +375,10 @@ usher_prefix_index_queried_blocks_total ` + strconv.FormatUint(s.QueriedBlocks, 
 	}
 }
 
-// TestUsherNil: every Observe and Set method of a nil *Usher is a no-op; the test fails if
+// TestUsherNil: every Observe and Set method of a nil *Gateway is a no-op; the test fails if
 // any of them panics.
 func TestUsherNil(t *testing.T) {
-	var u *Usher
+	var u *Gateway
 	u.ObserveAdmission("dispatched", 0, time.Second)
 	u.SetQueue(0, 1, 1)
 	u.ObservePick("a")
@@ -391,7 +391,7 @@ func TestUsherNil(t *testing.T) {
 }
 
 func TestUsherOptions(t *testing.T) {
-	for _, opts := range []UsherOptions{
+	for _, opts := range []GatewayOptions{
 		{Bands: []int{1, 1}},
 		{Outcomes: []string{"ok", "ok"}},
 		{Outcomes: []string{OtherLabel}},
@@ -403,11 +403,11 @@ func TestUsherOptions(t *testing.T) {
 		{WaitBuckets: []float64{1, 0.5}},
 		{WaitBuckets: []float64{math.NaN()}},
 	} {
-		if _, err := NewUsher(opts); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("NewUsher(%+v) = %v, want ErrInvalidOptions", opts, err)
+		if _, err := NewGateway(opts); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("NewGateway(%+v) = %v, want ErrInvalidOptions", opts, err)
 		}
 	}
-	u := mustUsher(t, UsherOptions{Backends: []string{"a"}, KVSources: []string{"a"}, ConstLabels: prometheus.Labels{"gateway": "g1"}})
+	u := mustUsher(t, GatewayOptions{Backends: []string{"a"}, KVSources: []string{"a"}, ConstLabels: prometheus.Labels{"gateway": "g1"}})
 	for _, mf := range gather(t, u) {
 		for _, m := range mf.GetMetric() {
 			if !strings.Contains(labelString(m), `gateway="g1"`) {
@@ -418,7 +418,7 @@ func TestUsherOptions(t *testing.T) {
 }
 
 func TestUsherAllocs(t *testing.T) {
-	u := mustUsher(t, UsherOptions{Backends: []string{"a", "b"}, KVSources: []string{"pod-a", "pod-b"}})
+	u := mustUsher(t, GatewayOptions{Backends: []string{"a", "b"}, KVSources: []string{"pod-a", "pod-b"}})
 	stats := IndexStats{Blocks: 1, QueriedBlocks: 1}
 	kv := KVSource{Connected: true}
 	for name, f := range map[string]func(){
@@ -488,7 +488,7 @@ usher_scrapes_total{backend="good"} 2
 		t.Errorf("exposition:\n%s\nwant:\n%s", got, want)
 	}
 	// Both collectors in one registry: no name collides, every name is usher_.
-	u := mustUsher(t, UsherOptions{})
+	u := mustUsher(t, GatewayOptions{})
 	for _, mf := range gather(t, u, s) {
 		if !strings.HasPrefix(mf.GetName(), "usher_") {
 			t.Errorf("metric %s lacks the usher_ prefix", mf.GetName())
@@ -498,7 +498,7 @@ usher_scrapes_total{backend="good"} 2
 
 // The rest of a source's state: events, stale probes, errors, the time of its last batch.
 func TestUsherKVSourceDetails(t *testing.T) {
-	u := mustUsher(t, UsherOptions{KVSources: []string{"pod-a"}})
+	u := mustUsher(t, GatewayOptions{KVSources: []string{"pod-a"}})
 	last := time.Unix(1_700_000_000, 500_000_000)
 	u.SetKVSource("pod-a", KVSource{Events: 40, Stale: 2, DecodeErrors: 1, ApplyErrors: 3, LastBatch: last})
 	u.SetKVSource("pod-a", KVSource{Events: 10, LastBatch: last.Add(-time.Hour)}) // lower: kept
@@ -522,7 +522,7 @@ func TestUsherKVSourceDetails(t *testing.T) {
 // (and "other") and waited-for outcome only: rejections, decided on arrival, are counted but
 // not given wait series.
 func TestWaitHistogramSeries(t *testing.T) {
-	u, err := NewUsher(UsherOptions{Bands: []int{0}})
+	u, err := NewGateway(GatewayOptions{Bands: []int{0}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DefaultOutcomes are the admission outcome label values Usher knows when UsherOptions.Outcomes
+// DefaultOutcomes are the admission outcome label values Gateway knows when GatewayOptions.Outcomes
 // is nil: the names flowcontrol's Outcome.String returns.
 var DefaultOutcomes = []string{
 	"dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled",
@@ -27,8 +27,8 @@ var WaitedOutcomes = []string{"dispatched", "expired", "cancelled"}
 // configured sets is counted under, so that no input can grow the number of series.
 const OtherLabel = "other"
 
-// UsherOptions configures Usher. The zero value of every field is a documented default.
-type UsherOptions struct {
+// GatewayOptions configures Gateway. The zero value of every field is a documented default.
+type GatewayOptions struct {
 	// Bands are the priority bands that get their own "band" label value. Nil means bands
 	// 0 through 7. Any other band is counted as "other".
 	Bands []int
@@ -41,7 +41,7 @@ type UsherOptions struct {
 	Backends []string
 	// KVSources are the KV-event sources (the gateway's names for the subscriber's
 	// publishers) that get their own "source" label value; any other source is counted as
-	// "other" (see SetKVSource). Fixed for the life of the Usher.
+	// "other" (see SetKVSource). Fixed for the life of the Gateway.
 	KVSources []string
 	// WaitBuckets are the upper bounds, in seconds, of the admission wait histogram. Nil
 	// means 1ms doubling up to 131s (18 buckets).
@@ -51,7 +51,7 @@ type UsherOptions struct {
 }
 
 // IndexStats is what the prefix index reports about itself; the gateway copies its index's
-// statistics into one and calls Usher.SetIndexStats. Counters are cumulative.
+// statistics into one and calls Gateway.SetIndexStats. Counters are cumulative.
 type IndexStats struct {
 	Blocks        int64  // blocks stored
 	Bytes         int64  // bytes used (the budget is bounded by configuration)
@@ -60,7 +60,7 @@ type IndexStats struct {
 	MatchedBlocks uint64 // blocks found by matches, cumulative
 }
 
-// Usher holds usher's own Prometheus metrics, every name prefixed "usher_":
+// Gateway holds usher's own Prometheus metrics, every name prefixed "usher_":
 //
 //	usher_admissions_total{band,outcome}                    counter    ObserveAdmission
 //	usher_admission_wait_seconds{band,outcome}              histogram  ObserveAdmission (WaitedOutcomes)
@@ -96,10 +96,10 @@ type IndexStats struct {
 //
 // The Observe and Set methods are plain calls the gateway makes where things happen; they
 // do not allocate and are safe for concurrent use (atomics; SetIndexStats takes a short
-// lock). A nil *Usher is a valid no-op, so a gateway can run without metrics. Register an
-// Usher with a prometheus.Registerer: it is a prometheus.Collector.
-type Usher struct {
-	// Immutable after NewUsher.
+// lock). A nil *Gateway is a valid no-op, so a gateway can run without metrics. Register an
+// Gateway with a prometheus.Registerer: it is a prometheus.Collector.
+type Gateway struct {
+	// Immutable after NewGateway.
 	bands       []int
 	outcomes    []string
 	admissions  prometheus.Collector // *CounterVec
@@ -159,7 +159,7 @@ type kvSeries struct {
 }
 
 // KVSource is what the KV-event subscriber reports about one source; the gateway copies a
-// kvevents.SourceStatus into one and calls Usher.SetKVSource. Counters are cumulative.
+// kvevents.SourceStatus into one and calls Gateway.SetKVSource. Counters are cumulative.
 type KVSource struct {
 	Connected  bool   // the source's event connection is up
 	Batches    uint64 // batches applied, live and replayed, cumulative
@@ -174,8 +174,8 @@ type KVSource struct {
 	LastBatch time.Time
 }
 
-// NewUsher validates opts and returns an Usher with every configured series created (at 0).
-func NewUsher(opts UsherOptions) (*Usher, error) {
+// NewGateway validates opts and returns a Gateway with every configured series created (at 0).
+func NewGateway(opts GatewayOptions) (*Gateway, error) {
 	bands := slices.Clone(opts.Bands)
 	if bands == nil {
 		bands = []int{0, 1, 2, 3, 4, 5, 6, 7}
@@ -235,7 +235,7 @@ func NewUsher(opts UsherOptions) (*Usher, error) {
 		return prometheus.NewDesc(name, help, []string{"source"}, cl)
 	}
 
-	u := &Usher{
+	u := &Gateway{
 		bands: bands, outcomes: outcomes,
 		admissions: admissions, waits: waits, queueReqs: queueReqs, queueBytes: queueBytes,
 		picksVec:    picks,
@@ -326,7 +326,7 @@ func distinctLabels(what string, vals []string) error {
 }
 
 // bandIndex returns the index of band in u.bands, or the "other" index. O(bands).
-func (u *Usher) bandIndex(band int) int {
+func (u *Gateway) bandIndex(band int) int {
 	for i, b := range u.bands {
 		if b == band {
 			return i
@@ -336,7 +336,7 @@ func (u *Usher) bandIndex(band int) int {
 }
 
 // outcomeIndex returns the index of outcome in u.outcomes, or the "other" index. O(outcomes).
-func (u *Usher) outcomeIndex(outcome string) int {
+func (u *Gateway) outcomeIndex(outcome string) int {
 	for i, o := range u.outcomes {
 		if o == outcome {
 			return i
@@ -348,7 +348,7 @@ func (u *Usher) outcomeIndex(outcome string) int {
 // ObserveAdmission counts one admission outcome in a band and records how long the request
 // waited for it. Unknown outcomes and bands count as "other". Allocation-free;
 // O(bands + outcomes).
-func (u *Usher) ObserveAdmission(outcome string, band int, wait time.Duration) {
+func (u *Gateway) ObserveAdmission(outcome string, band int, wait time.Duration) {
 	if u == nil {
 		return
 	}
@@ -361,7 +361,7 @@ func (u *Usher) ObserveAdmission(outcome string, band int, wait time.Duration) {
 
 // SetQueue sets the number of requests and bytes waiting in a band. Several unconfigured
 // bands share "other", where the last call wins. Allocation-free; O(bands).
-func (u *Usher) SetQueue(band int, requests int, bytes int64) {
+func (u *Gateway) SetQueue(band int, requests int, bytes int64) {
 	if u == nil {
 		return
 	}
@@ -372,7 +372,7 @@ func (u *Usher) SetQueue(band int, requests int, bytes int64) {
 
 // SetFlows sets the number of live flows in the admission queue: flows with requests
 // waiting or in flight. Allocation-free; O(1).
-func (u *Usher) SetFlows(n int) {
+func (u *Gateway) SetFlows(n int) {
 	if u == nil {
 		return
 	}
@@ -381,7 +381,7 @@ func (u *Usher) SetFlows(n int) {
 
 // SetInFlightTotal sets the number of requests the gateway has routed to a backend and not
 // finished, over all backends. Allocation-free; O(1).
-func (u *Usher) SetInFlightTotal(n int) {
+func (u *Gateway) SetInFlightTotal(n int) {
 	if u == nil {
 		return
 	}
@@ -390,7 +390,7 @@ func (u *Usher) SetInFlightTotal(n int) {
 
 // ObservePick counts one request routed to backend; a backend outside the configured set
 // counts as "other". Allocation-free; O(1).
-func (u *Usher) ObservePick(backend string) {
+func (u *Gateway) ObservePick(backend string) {
 	if u == nil {
 		return
 	}
@@ -410,7 +410,7 @@ func (u *Usher) ObservePick(backend string) {
 // unknown backend's last value, state that grows with the names passed in. The usual unknown
 // backend is one SetBackends removed while its requests drain; they remain in
 // usher_inflight_requests. Allocation-free; O(1).
-func (u *Usher) SetInFlight(backend string, requests int64) {
+func (u *Gateway) SetInFlight(backend string, requests int64) {
 	if u == nil {
 		return
 	}
@@ -425,7 +425,7 @@ func (u *Usher) SetInFlight(backend string, requests int64) {
 // gauge (for example when the Scraper's targets change), deleting the series of backends
 // that left; a backend that stays keeps its values. Empty names, "other" and repeats are
 // ignored. O(backends).
-func (u *Usher) SetBackends(names []string) {
+func (u *Gateway) SetBackends(names []string) {
 	if u == nil {
 		return
 	}
@@ -455,10 +455,10 @@ func (u *Usher) SetBackends(names []string) {
 // The counters are exported as Prometheus counters and never go down: a value lower than the
 // one recorded (a new Subscriber counting from zero again) leaves the higher one in place,
 // so they stay flat until the new count passes the old. A source outside
-// UsherOptions.KVSources is recorded under "other", where by the same rule each counter is the
+// GatewayOptions.KVSources is recorded under "other", where by the same rule each counter is the
 // highest value any unknown source reported (exact for one unknown source, a lower bound of
 // their sum for several) and connected is what the last call said. Allocation-free; O(1).
-func (u *Usher) SetKVSource(source string, s KVSource) {
+func (u *Gateway) SetKVSource(source string, s KVSource) {
 	if u == nil {
 		return
 	}
@@ -497,7 +497,7 @@ func storeMax(a *atomic.Uint64, v uint64) {
 // queried blocks since the previous call that saw queries (a counter that went down counts
 // from zero); Prometheus users can also take rate(matched)/rate(queried) themselves.
 // Allocation-free; O(1).
-func (u *Usher) SetIndexStats(s IndexStats) {
+func (u *Gateway) SetIndexStats(s IndexStats) {
 	if u == nil {
 		return
 	}
@@ -514,7 +514,7 @@ func (u *Usher) SetIndexStats(s IndexStats) {
 }
 
 // Describe implements prometheus.Collector.
-func (u *Usher) Describe(ch chan<- *prometheus.Desc) {
+func (u *Gateway) Describe(ch chan<- *prometheus.Desc) {
 	u.admissions.Describe(ch)
 	u.waits.Describe(ch)
 	u.queueReqs.Describe(ch)
@@ -532,7 +532,7 @@ func (u *Usher) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector. O(series).
-func (u *Usher) Collect(ch chan<- prometheus.Metric) {
+func (u *Gateway) Collect(ch chan<- prometheus.Metric) {
 	u.admissions.Collect(ch)
 	u.waits.Collect(ch)
 	u.queueReqs.Collect(ch)
@@ -570,4 +570,4 @@ func (u *Usher) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(u.descRatio, prometheus.GaugeValue, ratio)
 }
 
-var _ prometheus.Collector = (*Usher)(nil)
+var _ prometheus.Collector = (*Gateway)(nil)
