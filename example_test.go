@@ -64,7 +64,7 @@ func Example() {
 	// 2. Admission: the flow is the tenant's session, chosen by the gateway, never by the client.
 	ticket, err := queue.Admit(ctx, flowcontrol.Request{
 		Flow:         "tenant-a/session-7",
-		PromptTokens: flowcontrol.Tokens(len(tokens)),
+		PromptTokens: len(tokens),
 		OutputTokens: 256,
 	})
 	if err != nil {

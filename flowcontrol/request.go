@@ -11,8 +11,11 @@ import "time"
 // flows. Policies receive both and may merge them in their own accounting.
 type FlowID string
 
-// Tokens counts model tokens (prompt, cached or generated).
-type Tokens int64
+// Tokens counts model tokens (prompt, cached or generated). It is an int, the unit every
+// usher package counts tokens in (routing.DoneInfo, proxy, bench); the name only says what a
+// field holds, so a Usage and a routing.DoneInfo are filled from the same usage report without
+// conversions.
+type Tokens = int
 
 // Request is what the caller asks the queue to admit. The caller fills it; flowcontrol reads
 // no headers and trusts no field for ordering except through the configured Policy.
