@@ -33,6 +33,21 @@
 // errors are sentinels prefixed with the package name and wrapped with %w, and each package's
 // documentation states what is safe for concurrent use.
 //
+// Constructors follow one rule, by what they build. A type with state and settings is made by
+// New or NewT from a T's Options struct and returns (*T, error): the zero value of every field
+// is its documented default, and an invalid one is an error wrapping the package's
+// ErrInvalidOptions. A stateless value with one or two numeric settings (a scorer such as
+// routing.TokenLoad) takes them as arguments, 0 meaning the documented default, and cannot
+// fail. A type with no settings has a NewT() without error, or a usable zero value. Each
+// package has one registry of names for what it offers by name (fairness.ByName,
+// routing.ProfileByName).
+//
+// The ordered structures are intrusive d-ary heaps and open-addressing tables rather than an
+// ordered map such as a B-tree: every ordering usher keeps (dispatch order, deadlines, re-key
+// times, idle expiry) is read only at its minimum, which a heap gives in O(1) and updates in
+// O(log n) without allocating, where a B-tree costs a node per few entries and pointer chasing
+// on every update.
+//
 // A request's path through a gateway built on usher:
 //
 //	client ─► gateway
