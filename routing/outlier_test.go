@@ -556,7 +556,7 @@ func TestNewOutlierRejectsBadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.ejection(o.maxN); got != math.MaxInt64 || o.ejection(o.maxN-1) >= math.MaxInt64 {
+	if got := o.ejection(o.maxN); got != math.MaxInt64 || o.ejection(o.maxN-1) == math.MaxInt64 {
 		t.Errorf("longest ejection %v at n = %d, want the cap, reached at that n and not before", time.Duration(got), o.maxN)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -412,7 +411,7 @@ func buildGateway(ctx context.Context, dir string) (string, error) {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("building the gateway needs the go command on PATH (or -gateway-bin): %w", err)
 	}
 	bin := filepath.Join(dir, "gateway")
 	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./examples/gateway")

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,10 +34,12 @@ const (
 )
 
 var build = sync.OnceValues(func() (string, error) {
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
+	// The go command that runs the tests sets GOROOT for them: build with the same toolchain,
+	// else with the go command on PATH.
+	gobin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	if _, err := os.Stat(gobin); os.Getenv("GOROOT") == "" || err != nil {
 		if gobin, err = exec.LookPath("go"); err != nil {
-			return "", fmt.Errorf("simproc: no go command: %w", err)
+			return "", fmt.Errorf("simproc: no go command in $GOROOT/bin or on PATH: %w", err)
 		}
 	}
 	sweep()
