@@ -2,6 +2,7 @@ package openai_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/usher-llm/usher/proxy/openai"
@@ -79,4 +80,42 @@ func FuzzParseStreamChunk(f *testing.F) {
 			t.Fatalf("Cached() = %d outside [0, %d]", c.Usage.Cached(), c.Usage.PromptTokens)
 		}
 	})
+}
+
+// A reader of a completion stream: skip chunks cheaply after the first token, parse the ones
+// that carry output before it and the usage chunk at the end. Safe for concurrent use: the
+// functions are pure.
+func ExampleParseStreamChunk() {
+	events := []string{
+		`{"choices":[{"delta":{"role":"assistant"}}]}`,
+		`{"choices":[{"delta":{"content":"Hello"}}]}`,
+		`{"choices":[{"delta":{"content":" world"}}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":8}}}`,
+		"[DONE]",
+	}
+	first := false
+	for _, data := range events {
+		if data == string(openai.DoneData) {
+			fmt.Println("done")
+			break
+		}
+		if first && !openai.ChunkHasUsage([]byte(data)) {
+			continue // after the first token only the usage matters here
+		}
+		c, err := openai.ParseStreamChunk([]byte(data))
+		if err != nil {
+			panic(err)
+		}
+		if c.Token && !first {
+			first = true
+			fmt.Printf("first token: %q\n", c.Text)
+		}
+		if c.Usage != nil {
+			fmt.Println("usage:", c.Usage.PromptTokens, "prompt,", c.Usage.Cached(), "cached,", c.Usage.CompletionTokens, "out")
+		}
+	}
+	// Output:
+	// first token: "Hello"
+	// usage: 12 prompt, 8 cached, 2 out
+	// done
 }
