@@ -100,18 +100,24 @@ func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{8, 100, 1000} {
 		b.Run(fmt.Sprintf("backends=%d", n), func(b *testing.B) {
 			r, req := benchRouter(b, n, benchProfile())
-			b.ReportAllocs()
-			cpu := startCPU()
-			for b.Loop() {
-				p, err := r.Pick(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Done(DoneInfo{FirstTokenAt: t0})
-			}
-			cpu.stop(b)
+			pickLoop(b, r, req)
 		})
 	}
+}
+
+// pickLoop is the measured loop of BenchmarkPick and BenchmarkPickPeers: Pick and a
+// successful Done, with the thread's CPU time per op reported.
+func pickLoop(b *testing.B, r *Router, req *Request) {
+	b.ReportAllocs()
+	cpu := startCPU()
+	for b.Loop() {
+		p, err := r.Pick(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Done(DoneInfo{FirstTokenAt: t0})
+	}
+	cpu.stop(b)
 }
 
 // BenchmarkPickPeers is BenchmarkPick at 100 backends without peers' in-flight counts, with
@@ -138,16 +144,7 @@ func BenchmarkPickPeers(b *testing.B) {
 				}
 				r.SetPeerInFlight(peers)
 			}
-			b.ReportAllocs()
-			cpu := startCPU()
-			for b.Loop() {
-				p, err := r.Pick(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Done(DoneInfo{FirstTokenAt: t0})
-			}
-			cpu.stop(b)
+			pickLoop(b, r, req)
 		})
 	}
 }
