@@ -433,7 +433,7 @@ func (s *Server) SetEndpoints(eps []Endpoint) error {
 	}
 	s.queue.Notify()
 	s.setReady(len(set.list) > 0 && !s.closed)
-	if s.kvCtx != nil {
+	if s.kvCtx != nil && !s.closed {
 		s.followKVLocked()
 	}
 	return nil

@@ -92,13 +92,15 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			}
 			return r.err
 		}
-		idle.Reset(s.idle)
 		out = ex.handle(r.m, out[:0])
 		for _, resp := range out {
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
 		}
+		// Counted from the answer, not the message: handling a body may wait for admission
+		// (up to the TTL), which is not the stream being idle.
+		idle.Reset(s.idle)
 	}
 }
 
@@ -113,6 +115,7 @@ type exchange struct {
 	duplex   bool // request body in FULL_DUPLEX_STREAMED mode: the headers answer waits for the body
 	duplexRe bool // response body in FULL_DUPLEX_STREAMED mode: chunks are echoed back
 	noBody   bool // request body mode NONE: decide at the headers
+	noResp   bool // response body mode NONE: the response ends with its headers
 	method   string
 	path     string
 	host     string
@@ -147,6 +150,7 @@ func (ex *exchange) handle(m *extprocv3.ProcessingRequest, out []*extprocv3.Proc
 		ex.duplex = pc.GetRequestBodyMode() == procmodev3.ProcessingMode_FULL_DUPLEX_STREAMED || pc.GetSendBodyWithoutWaitingForHeaderResponse()
 		ex.duplexRe = pc.GetResponseBodyMode() == procmodev3.ProcessingMode_FULL_DUPLEX_STREAMED
 		ex.noBody = pc.GetRequestBodyMode() == procmodev3.ProcessingMode_NONE
+		ex.noResp = pc.GetResponseBodyMode() == procmodev3.ProcessingMode_NONE
 	}
 	switch r := m.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
@@ -161,19 +165,31 @@ func (ex *exchange) handle(m *extprocv3.ProcessingRequest, out []*extprocv3.Proc
 			if resp.GetImmediateResponse() != nil {
 				return append(out, resp)
 			}
+			if ex.duplex {
+				// Full duplex held the headers answer and the body: both go now, then the
+				// trailers'.
+				return append(out, ex.asHeaders(resp), streamedBody(ex.body), continueRequestTrailers())
+			}
 			tr := continueRequestTrailers()
 			tr.DynamicMetadata = resp.DynamicMetadata
 			return append(out, tr)
 		}
 		return append(out, continueRequestTrailers())
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if !ex.decided {
+			return append(out, continueResponseHeaders()) // out of order: nothing of ours to close
+		}
 		return ex.responseHeaders(m, r.ResponseHeaders, out)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		b := r.ResponseBody
-		ex.responseBody(b.GetBody(), b.GetEndOfStream())
+		if ex.decided {
+			ex.responseBody(b.GetBody(), b.GetEndOfStream())
+		}
 		return append(out, responseBody(b.GetBody(), b.GetEndOfStream(), ex.duplexRe))
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		ex.complete()
+		if ex.decided {
+			ex.complete()
+		}
 		return append(out, continueResponseTrailers())
 	}
 	// A message this picker does not know (a newer protocol): no answer is better than a
@@ -239,15 +255,18 @@ func (ex *exchange) requestBody(b *extprocv3.HttpBody, out []*extprocv3.Processi
 	if ex.duplex {
 		// Full duplex: the headers answer carries the destination, then the whole body goes
 		// back to Envoy, which forwards it.
-		hr := ex.asHeaders(resp)
-		body := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
-			Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: ex.body, EndOfStream: true},
-			}}},
-		}}}
-		return append(out, hr, body)
+		return append(out, ex.asHeaders(resp), streamedBody(ex.body))
 	}
 	return append(out, resp)
+}
+
+// streamedBody is the full-duplex answer that hands the whole request body back to Envoy.
+func streamedBody(body []byte) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+		Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+			StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body, EndOfStream: true},
+		}}},
+	}}}
 }
 
 // asHeaders turns a body decision into the answer to the request headers.
@@ -265,9 +284,20 @@ func (ex *exchange) decide() *extprocv3.ProcessingResponse {
 	s := ex.s
 	var e *openai.Error
 	var retryAfter time.Duration
-	if ep, ok := openai.EndpointOf(pathOnly(ex.path)); ok && ex.method == http.MethodPost {
+	ep, completion := openai.EndpointOf(pathOnly(ex.path))
+	switch {
+	case ex.finished:
+		// The stream's books are closed (it ended before its request was decided): take no
+		// ticket and no pick that nothing would close.
+		e = noEndpoint("the stream ended before the request was decided")
+	case ex.tooBig && (completion || ex.duplex):
+		// A completion must be read whole; in full duplex the picker would have to hand back a
+		// body it did not keep. A buffered request of another kind goes on: Envoy holds it.
+		e = &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
+			Message: fmt.Sprintf("the request body exceeds %d bytes", s.maxBody)}
+	case completion && ex.method == http.MethodPost && !ex.noBody:
 		e, retryAfter = ex.admit(ep)
-	} else {
+	default: // no body to read (request body mode NONE), or not a completion
 		e = ex.route(nil)
 		if e == nil {
 			s.stats.passed.Add(1)
@@ -299,10 +329,6 @@ func (ex *exchange) decide() *extprocv3.ProcessingResponse {
 // admit parses, keys, hashes, admits and picks a completion request.
 func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 	s := ex.s
-	if ex.tooBig {
-		return &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
-			Message: fmt.Sprintf("the request body exceeds %d bytes", s.maxBody)}, 0
-	}
 	req, err := openai.Parse(ex.body, ep, s.limits)
 	if err != nil {
 		return asOpenAIError(err), 0
@@ -476,8 +502,8 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 		}
 	}
 	ex.watch.reset(ex.req != nil && ex.req.Stream && openai.IsEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
-	if h.GetEndOfStream() {
-		ex.complete()
+	if h.GetEndOfStream() || ex.noResp {
+		ex.complete() // no body will follow (or none will be shown to the picker)
 	}
 	return append(out, continueResponseHeaders())
 }
