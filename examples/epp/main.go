@@ -216,7 +216,8 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer()
+	// A buffered body is one message: let it be as large as the picker accepts, and more.
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(int(max(c.MaxBody, 8<<20)) + 1<<20))
 	epp.Register(g)
 	var ms *http.Server
 	var mln net.Listener

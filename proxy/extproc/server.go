@@ -365,7 +365,10 @@ func (s *Server) defaultQueue(opts Options) error {
 	return nil
 }
 
-// Register registers the Server's ext_proc service and its gRPC health service on g.
+// Register registers the Server's ext_proc service and its gRPC health service on g. A
+// buffered request body arrives as one message, so give g a receive limit above
+// Options.MaxBodyBytes (grpc.MaxRecvMsgSize; grpc-go's default is 4 MiB, below the default
+// MaxBodyBytes of 8 MiB): a larger message fails the stream before the picker can answer 413.
 func (s *Server) Register(g *grpc.Server) {
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)
