@@ -1,10 +1,9 @@
 package proxy
 
 import (
-	"errors"
-	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/routing"
 )
@@ -18,16 +17,14 @@ func TestConfigNames(t *testing.T) {
 	for _, name := range fairness.Names() {
 		c := base
 		c.Policy = name
-		if _, err := c.Options(); err != nil {
-			t.Errorf("-policy %s: %v", name, err)
-		}
+		_, err := c.Options()
+		assert.NoError(t, err, "-policy %s", name)
 	}
 	for _, name := range routing.ProfileNames() {
 		c := base
 		c.Router = name
-		if _, err := c.Options(); err != nil {
-			t.Errorf("-router %s: %v", name, err)
-		}
+		_, err := c.Options()
+		assert.NoError(t, err, "-router %s", name)
 	}
 	for _, c := range []func(*Config){
 		func(c *Config) { c.Policy = "las-llmd" },
@@ -36,8 +33,8 @@ func TestConfigNames(t *testing.T) {
 		cfg := base
 		c(&cfg)
 		_, err := cfg.Options()
-		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "want one of") {
-			t.Errorf("policy %q router %q: error %v, want ErrInvalidOptions listing the names", cfg.Policy, cfg.Router, err)
+		if assert.ErrorIs(t, err, ErrInvalidOptions, "policy %q router %q", cfg.Policy, cfg.Router) {
+			assert.Contains(t, err.Error(), "want one of", "the error lists the known names")
 		}
 	}
 }

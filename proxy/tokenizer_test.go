@@ -3,15 +3,15 @@ package proxy
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 )
@@ -63,9 +63,7 @@ func chatRequest(t *testing.T, content string) *openai.Request {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": content}}})
 	req, err := openai.Parse(body, openai.Chat, openai.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return req
 }
 
@@ -76,29 +74,22 @@ func TestEndpointTokenizer(t *testing.T) {
 	req := chatRequest(t, "hello there, tokenizer")
 	for range 2 { // from both rotating starts: the failing server is skipped either way
 		p, err := tk.Tokenize(context.Background(), nil, req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		tokens := make([]uint32, len(req.RawMessages))
 		for i, c := range req.RawMessages {
 			tokens[i] = uint32(c)
 		}
-		want := prefixcache.HashTokens(nil, SeedOf(req), tokens, 4)
-		if p.Tokens != len(tokens) || p.BlockSize != 4 || !slices.Equal(p.Chain, want) {
-			t.Fatalf("prompt %d tokens, block %d, chain %v; want %d, 4, %v", p.Tokens, p.BlockSize, p.Chain, len(tokens), want)
-		}
+		assert.Equal(t, len(tokens), p.Tokens, "prompt tokens")
+		assert.Equal(t, 4, p.BlockSize, "block size")
+		assert.Equal(t, prefixcache.HashTokens(nil, SeedOf(req), tokens, 4), p.Chain, "chain")
 	}
-	if downCalls.Load() == 0 {
-		t.Error("the failing server was never tried")
-	}
+	assert.NotZero(t, downCalls.Load(), "the failing server was never tried")
 
 	only := &EndpointTokenizer{URLs: []string{down.URL}}
-	if _, err := only.Tokenize(context.Background(), nil, req); !errors.Is(err, ErrTokenize) {
-		t.Errorf("every server failing: error %v, want ErrTokenize", err)
-	}
-	if _, err := (&EndpointTokenizer{}).Tokenize(context.Background(), nil, req); !errors.Is(err, ErrTokenize) {
-		t.Errorf("no URLs: error %v, want ErrTokenize", err)
-	}
+	_, err := only.Tokenize(context.Background(), nil, req)
+	assert.ErrorIs(t, err, ErrTokenize, "every server failing")
+	_, err = (&EndpointTokenizer{}).Tokenize(context.Background(), nil, req)
+	assert.ErrorIs(t, err, ErrTokenize, "no URLs")
 }
 
 // TestEndpointTokenizerShares sends the same prompt from many goroutines at once: they share
@@ -138,22 +129,14 @@ func TestEndpointTokenizerShares(t *testing.T) {
 	<-gaveUp // the impatient caller leaves while the call is still held
 	close(release)
 	wg.Wait()
-	if !errors.Is(errs[0], ErrTokenize) || !errors.Is(errs[0], context.Canceled) {
-		t.Errorf("the cancelled caller: %v, want ErrTokenize wrapping context.Canceled", errs[0])
-	}
+	assert.ErrorIs(t, errs[0], ErrTokenize, "the cancelled caller")
+	assert.ErrorIs(t, errs[0], context.Canceled, "the cancelled caller")
 	for i, err := range errs[1:] {
-		if err != nil {
-			t.Errorf("caller %d: %v (another caller's cancel must not fail it)", i+1, err)
-		}
+		assert.NoError(t, err, "caller %d: another caller's cancel must not fail it", i+1)
 	}
-	if n := calls.Load(); n != 1 {
-		t.Errorf("%d /tokenize calls for 8 identical concurrent prompts, want 1", n)
-	}
+	assert.EqualValues(t, 1, calls.Load(), "/tokenize calls for 8 identical concurrent prompts")
 	// A different prompt is its own call.
-	if _, err := tk.Tokenize(context.Background(), nil, chatRequest(t, "another prompt")); err != nil {
-		t.Fatal(err)
-	}
-	if n := calls.Load(); n != 2 {
-		t.Errorf("%d calls after a second prompt, want 2", n)
-	}
+	_, err := tk.Tokenize(context.Background(), nil, chatRequest(t, "another prompt"))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, calls.Load(), "calls after a second prompt")
 }
