@@ -100,14 +100,14 @@ func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{8, 100, 1000} {
 		b.Run(fmt.Sprintf("backends=%d", n), func(b *testing.B) {
 			r, req := benchRouter(b, n, benchProfile())
-			pickLoop(b, r, req)
+			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0})
 		})
 	}
 }
 
-// pickLoop is the measured loop of BenchmarkPick and BenchmarkPickPeers: Pick and a
-// successful Done, with the thread's CPU time per op reported.
-func pickLoop(b *testing.B, r *Router, req *Request) {
+// pickLoop is the measured loop of the Pick benchmarks: Pick and Done(info), with the
+// thread's CPU time per op reported.
+func pickLoop(b *testing.B, r *Router, req *Request, info DoneInfo) {
 	b.ReportAllocs()
 	cpu := startCPU()
 	for b.Loop() {
@@ -115,7 +115,7 @@ func pickLoop(b *testing.B, r *Router, req *Request) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p.Done(DoneInfo{FirstTokenAt: t0})
+		p.Done(info)
 	}
 	cpu.stop(b)
 }
@@ -144,7 +144,7 @@ func BenchmarkPickPeers(b *testing.B) {
 				}
 				r.SetPeerInFlight(peers)
 			}
-			pickLoop(b, r, req)
+			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0})
 		})
 	}
 }
@@ -299,16 +299,7 @@ func BenchmarkPickParts(b *testing.B) {
 		b.Run(fmt.Sprintf("pick-without-chain/backends=%d", n), func(b *testing.B) {
 			r, req := benchRouter(b, n, benchProfile())
 			req.Chain = nil
-			b.ReportAllocs()
-			cpu := startCPU()
-			for b.Loop() {
-				p, err := r.Pick(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Done(DoneInfo{Err: errBench})
-			}
-			cpu.stop(b)
+			pickLoop(b, r, req, DoneInfo{Err: errBench})
 		})
 	}
 }

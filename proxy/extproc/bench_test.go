@@ -32,8 +32,7 @@ func BenchmarkExtProcPick(b *testing.B) {
 		recv(b, st)
 		send(b, st, rb)
 		recv(b, st)
-		_ = st.CloseSend()
-		recvEOF(st)
+		closeStream(st)
 		cancel()
 	}
 	b.StopTimer()

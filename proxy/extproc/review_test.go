@@ -23,8 +23,7 @@ func TestResponseBeforeRequest(t *testing.T) {
 	if h, _ := destinationOf(t, recv(t, st)); !inFleet(h) {
 		t.Fatalf("no destination after the out-of-order start")
 	}
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s) // the ticket and the pick were closed
 }
 
@@ -56,16 +55,14 @@ func TestIdleCountsFromTheAnswer(t *testing.T) {
 	}
 	send(t, first, respBody(sseChunks[3], true))
 	recv(t, first)
-	_ = first.CloseSend()
-	recvEOF(first)
+	closeStream(first)
 	r := <-done
 	if h, _ := destinationOf(t, r); !inFleet(h) {
 		t.Fatalf("second request after its wait: %v, want a destination", r)
 	}
 	send(t, second, respHeaders("200", "application/json", true, nil))
 	recv(t, second)
-	_ = second.CloseSend()
-	recvEOF(second)
+	closeStream(second)
 	waitIdle(t, s)
 	if st := s.Stats(); st.IdleTimeouts != 0 || st.Completed != 2 {
 		t.Errorf("stats %+v: want no idle timeout and two completed", st)
@@ -86,8 +83,7 @@ func TestBodyModeNone(t *testing.T) {
 	}
 	send(t, st, respHeaders("200", "text/event-stream", false, nil))
 	recv(t, st)
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s)
 	if stats := s.Stats(); stats.Completed != 1 || stats.Failed != 0 {
 		t.Errorf("stats %+v: want one completed, none failed", stats)
@@ -115,7 +111,6 @@ func TestFullDuplexTrailers(t *testing.T) {
 	}
 	send(t, st, respHeaders("200", "application/json", true, nil))
 	recv(t, st)
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s)
 }

@@ -128,8 +128,7 @@ func TestSubset(t *testing.T) {
 		if h, m := destinationOf(t, r); h != "10.0.0.3:8000" || m != h {
 			t.Fatalf("with subset [10.0.0.3:8000, unknown]: destination %q / %q, want 10.0.0.3:8000", h, m)
 		}
-		_ = st.CloseSend()
-		recvEOF(st)
+		closeStream(st)
 	}
 	for _, sub := range [][]string{{}, {"192.168.9.9:80"}} {
 		st, _ := open(t, c)
@@ -137,10 +136,16 @@ func TestSubset(t *testing.T) {
 		if code := r.GetImmediateResponse().GetStatus().GetCode(); code != 503 {
 			t.Errorf("subset %q: status %v, want 503 (%v)", sub, code, r)
 		}
-		_ = st.CloseSend()
-		recvEOF(st)
+		closeStream(st)
 	}
 	waitIdle(t, s)
+}
+
+// closeStream ends the client's side of st as Envoy does at the end of a request and reads
+// until the server has ended its side too.
+func closeStream(st extprocv3.ExternalProcessor_ProcessClient) {
+	_ = st.CloseSend()
+	recvEOF(st)
 }
 
 func recvEOF(st extprocv3.ExternalProcessor_ProcessClient) {
@@ -181,8 +186,7 @@ func TestServedElsewhere(t *testing.T) {
 	}
 	send(t, st, respBody("data: [DONE]\n\n", true))
 	recv(t, st)
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s)
 	if got := s.Stats().ServedElsewhere; got != 1 {
 		t.Errorf("ServedElsewhere = %d, want 1", got)
@@ -204,8 +208,7 @@ func TestServedHeader(t *testing.T) {
 	if in, _ := s.Router().InFlight(other); in.Requests != 1 {
 		t.Errorf("served %s (response header) charged %d, want 1", other, in.Requests)
 	}
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s)
 }
 
@@ -262,8 +265,7 @@ func TestImmediateResponses(t *testing.T) {
 			if ct != "application/json" {
 				t.Errorf("content-type %q, want application/json", ct)
 			}
-			_ = st.CloseSend()
-			recvEOF(st)
+			closeStream(st)
 			waitIdle(t, s)
 		})
 	}
@@ -311,8 +313,7 @@ func TestQueueFull429AndTTL503(t *testing.T) {
 		t.Fatalf("first request after its TTL: %v, want 503", r)
 	}
 	for _, st := range []extprocv3.ExternalProcessor_ProcessClient{first, second} {
-		_ = st.CloseSend()
-		recvEOF(st)
+		closeStream(st)
 	}
 	waitIdle(t, s)
 	if got := s.Stats(); got.Shed != 1 || got.Unavailable != 1 {
@@ -384,8 +385,7 @@ func TestEnvoyClosesEarly(t *testing.T) {
 	s := newServer(t, Options{})
 	st, _ := open(t, serve(t, s))
 	destinationOf(t, exchangeRequest(t, st, chatBody, nil))
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s)
 	if stats := s.Stats(); stats.Failed != 1 || stats.Cancelled != 1 {
 		t.Errorf("stats %+v: want one cancelled", stats)
@@ -414,8 +414,7 @@ func TestServerErrorResponse(t *testing.T) {
 	recv(t, st)
 	send(t, st, respBody(`{"error":{"message":"boom"}}`, true))
 	recv(t, st)
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s)
 	if stats := s.Stats(); stats.Failed != 1 || stats.Cancelled != 0 {
 		t.Errorf("stats %+v: want one failed, not cancelled", stats)
@@ -432,8 +431,7 @@ func TestHeadersOnlyRequest(t *testing.T) {
 	}
 	send(t, st, respHeaders("200", "application/json", true, nil))
 	recv(t, st)
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s)
 	if stats := s.Stats(); stats.Passed != 1 || stats.Completed != 1 {
 		t.Errorf("stats %+v: want one passed and completed", stats)
@@ -467,8 +465,7 @@ func TestFullDuplex(t *testing.T) {
 	if got := r.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse(); string(got.GetBody()) != sseChunks[1] || !got.GetEndOfStream() {
 		t.Fatalf("response chunk: %v, want it echoed", r)
 	}
-	_ = st.CloseSend()
-	recvEOF(st)
+	closeStream(st)
 	waitIdle(t, s)
 }
 
@@ -544,8 +541,7 @@ func TestConcurrentStreams(t *testing.T) {
 			_, _ = st.Recv()
 			_ = st.Send(respBody(strings.Join(sseChunks, ""), true))
 			_, _ = st.Recv()
-			_ = st.CloseSend()
-			recvEOF(st)
+			closeStream(st)
 		})
 	}
 	wg.Wait()
