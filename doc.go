@@ -42,11 +42,13 @@
 // package has one registry of names for what it offers by name (fairness.ByName,
 // routing.ProfileByName).
 //
-// The ordered structures are intrusive d-ary heaps and open-addressing tables rather than an
-// ordered map such as a B-tree: every ordering usher keeps (dispatch order, deadlines, re-key
-// times, idle expiry) is read only at its minimum, which a heap gives in O(1) and updates in
-// O(log n) without allocating, where a B-tree costs a node per few entries and pointer chasing
-// on every update.
+// The ordered structures are d-ary heaps and open-addressing tables rather than an ordered map
+// such as a B-tree: every ordering usher keeps (dispatch order, deadlines, re-key times, idle
+// expiry) is read only at its minimum, which a heap gives in O(1) and updates in O(log n)
+// without allocating, where a B-tree costs a node per few entries and pointer chasing on every
+// update. Everything ordered by time (deadlines, re-key timers, the simulator's events) shares
+// one heap, internal/heap; the orders by a flowcontrol.Key move elements in place and are
+// written in their packages.
 //
 // A request's path through a gateway built on usher:
 //

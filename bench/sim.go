@@ -7,6 +7,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/internal/heap"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 )
@@ -293,62 +294,11 @@ const (
 	evSyncApply                  // flushed changes reach the other replicas
 )
 
+// event is what happens at a time in the simulator's event heap, ordered by (time, sequence):
+// simultaneous events run in the order they were scheduled, which makes runs deterministic.
 type event struct {
-	at   time.Duration
-	seq  uint64
 	kind uint8
 	arg  int32
-}
-
-// eventHeap is a binary min-heap of events by (at, seq): simultaneous events run in the order
-// they were scheduled, which makes runs deterministic.
-type eventHeap []event
-
-func (h eventHeap) less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
-}
-
-func (h *eventHeap) push(e event) {
-	*h = append(*h, e)
-	s := *h
-	i := len(s) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *eventHeap) pop() event {
-	s := *h
-	e := s[0]
-	n := len(s) - 1
-	s[0] = s[n]
-	s = s[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && s.less(r, l) {
-			m = r
-		}
-		if !s.less(m, i) {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return e
 }
 
 // vclock is the queue's and router's clock: virtual time, moved only by the event loop.
@@ -417,7 +367,7 @@ type sim struct {
 	sess  []string
 	seed  prefixcache.BlockHash
 
-	events   eventHeap
+	events   heap.Heap[event]
 	seq      uint64
 	nextOpen int // next open-loop request to arrive
 	notes    []flowcontrol.Record
@@ -654,7 +604,7 @@ func (s *sim) saturation() float64 {
 
 func (s *sim) schedule(at time.Duration, kind uint8, arg int32) {
 	s.seq++
-	s.events.push(event{at: at, seq: s.seq, kind: kind, arg: arg})
+	s.events.Push(int64(at), s.seq, event{kind, arg})
 }
 
 func (s *sim) setNow(t time.Duration) {
@@ -672,17 +622,17 @@ func (s *sim) loop() {
 			s.nextOpen++
 		}
 		arrival := s.nextOpen < len(reqs)
-		if arrival && len(s.events) > 0 && s.events[0].at < reqs[s.nextOpen].At {
+		if e := s.events.Top(); arrival && e != nil && time.Duration(e.At) < reqs[s.nextOpen].At {
 			arrival = false
 		}
-		if !arrival && len(s.events) == 0 {
+		if !arrival && s.events.Len() == 0 {
 			break // nothing can happen any more (unreachable: pending work has events)
 		}
 		var t time.Duration
 		if arrival {
 			t = reqs[s.nextOpen].At
 		} else {
-			t = s.events[0].at
+			t = time.Duration(s.events.Top().At)
 		}
 		if s.cfg.MaxTime > 0 && t > s.cfg.MaxTime {
 			break
@@ -694,7 +644,7 @@ func (s *sim) loop() {
 			s.nextOpen++
 			s.arrive(int32(i))
 		} else {
-			e := s.events.pop()
+			e := s.events.Pop().Val
 			switch e.kind {
 			case evStep:
 				s.stepEnd(e.arg)

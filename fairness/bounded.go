@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/heap"
 )
 
 // UrgentTier is the Key.Tier of a flow that BoundedWait has promoted: below every tier an
@@ -100,7 +101,7 @@ type BoundedWait struct {
 	hist  table[bwState]
 	nodes map[flowRef]*node
 	bands []bwBand
-	rekey untilHeap
+	rekey heap.Timers[*node]
 	pool  nodePool
 	seq   uint64
 }
@@ -259,7 +260,7 @@ func (p *BoundedWait) Observe(e *flowcontrol.Event) {
 	case f.Queued == 0 && n != nil:
 		bd.all.remove(n)
 		bd.first.remove(n)
-		p.rekey.remove(n)
+		p.rekey.Clear(&n.rekey)
 		delete(p.nodes, r)
 		p.pool.put(n)
 	case f.Queued > 0:
@@ -283,7 +284,7 @@ func (p *BoundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
 	if !until.IsZero() && until.After(now) {
 		u = until.UnixNano()
 	}
-	p.rekey.set(n, u)
+	p.rekey.Set(&n.rekey, u, n)
 	bd.all.fix(n)
 	if n.first {
 		bd.first.fix(n)
@@ -297,9 +298,7 @@ func (p *BoundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
 // else the best flow by the inner policy. O(log flows) per re-keyed flow, O(1) otherwise.
 func (p *BoundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
 	ns := now.UnixNano()
-	for len(p.rekey) > 0 && p.rekey[0].until <= ns {
-		n := p.rekey[0]
-		p.rekey.remove(n)
+	for n, ok := p.rekey.Due(ns); ok; n, ok = p.rekey.Due(ns) {
 		p.keyNode(n, p.band(n.st.Band), now)
 	}
 	bd := p.band(band)

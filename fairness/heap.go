@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/heap"
 )
 
 // node is a flow (or, in a Hierarchy, a tenant) that a FlowPicker policy orders itself.
@@ -14,10 +15,9 @@ import (
 type node struct {
 	st    flowcontrol.FlowState
 	key   flowcontrol.Key
-	seq   uint64 // insertion order, the last tie-break
-	until int64  // unix ns; 0 = no limit
+	seq   uint64     // insertion order, the last tie-break
+	rekey heap.Timer // when the key must be recomputed
 	idx   [2]int32
-	ridx  int32
 
 	parent *node    // a session's tenant (Hierarchy)
 	kids   nodeHeap // a tenant's non-empty sessions (Hierarchy)
@@ -26,7 +26,7 @@ type node struct {
 
 func (n *node) reset() {
 	kids := n.kids.a[:0]
-	*n = node{idx: [2]int32{-1, -1}, ridx: -1}
+	*n = node{idx: [2]int32{-1, -1}}
 	n.kids.a = kids
 }
 
@@ -38,7 +38,9 @@ func nodeLess(a, b *node) bool {
 }
 
 // nodeHeap is an intrusive binary min-heap of nodes by (key, seq); slot says which of a
-// node's two heap positions it uses, so a node can sit in two heaps at once.
+// node's two heap positions it uses, so a node can sit in two heaps at once. Re-key times go
+// in internal/heap's Timers; this order, by a Key, moves nodes in place, which that heap
+// (ordered by time, with lazy removal) does not.
 type nodeHeap struct {
 	a    []*node
 	slot uint8
@@ -116,82 +118,6 @@ func (h *nodeHeap) down(i int) bool {
 			j = r
 		}
 		if !nodeLess(h.a[j], h.a[i]) {
-			break
-		}
-		h.swap(i, j)
-		i = j
-	}
-	return i > i0
-}
-
-// untilHeap orders nodes whose keys have a validity limit by that limit.
-type untilHeap []*node
-
-func (h *untilHeap) set(n *node, until int64) {
-	n.until = until
-	switch {
-	case until == 0 && n.ridx >= 0:
-		h.remove(n)
-	case until == 0:
-	case n.ridx >= 0:
-		if !h.down(int(n.ridx)) {
-			h.up(int(n.ridx))
-		}
-	default:
-		*h = append(*h, n)
-		n.ridx = int32(len(*h) - 1)
-		h.up(len(*h) - 1)
-	}
-}
-
-func (h *untilHeap) remove(n *node) {
-	i := int(n.ridx)
-	if i < 0 {
-		return
-	}
-	s := *h
-	last := len(s) - 1
-	if i != last {
-		s[i] = s[last]
-		s[i].ridx = int32(i)
-	}
-	s[last] = nil
-	*h = s[:last]
-	if i != last && !h.down(i) {
-		h.up(i)
-	}
-	n.ridx = -1
-	n.until = 0
-}
-
-func (h untilHeap) swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].ridx, h[j].ridx = int32(i), int32(j)
-}
-
-func (h untilHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if h[i].until >= h[p].until {
-			return
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
-
-func (h untilHeap) down(i int) bool {
-	i0, n := i, len(h)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		j := l
-		if r := l + 1; r < n && h[r].until < h[l].until {
-			j = r
-		}
-		if h[j].until >= h[i].until {
 			break
 		}
 		h.swap(i, j)

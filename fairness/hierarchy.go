@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/heap"
 )
 
 // HierarchyOptions configures Hierarchy.
@@ -59,7 +60,7 @@ type Hierarchy struct {
 	nodes   map[flowRef]*node // sessions with requests queued
 	tnodes  map[flowRef]*node // tenants with requests queued or in flight
 	bands   []nodeHeap        // per band, tenants with requests queued
-	rekey   untilHeap
+	rekey   heap.Timers[*node]
 	pool    nodePool
 	seq     uint64
 	scratch flowcontrol.Event
@@ -166,7 +167,7 @@ func (p *Hierarchy) Observe(e *flowcontrol.Event) {
 	switch {
 	case f.Queued == 0 && n != nil:
 		t.kids.remove(n)
-		p.rekey.remove(n)
+		p.rekey.Clear(&n.rekey)
 		delete(p.nodes, r)
 		p.pool.put(n)
 	case f.Queued > 0:
@@ -207,7 +208,7 @@ func untilNs(until, now time.Time) int64 {
 func (p *Hierarchy) keySession(n *node, now time.Time) {
 	k, until := p.sessions.FlowKey(&n.st, now)
 	n.key = sanitizeKey(k)
-	p.rekey.set(n, untilNs(until, now))
+	p.rekey.Set(&n.rekey, untilNs(until, now), n)
 	n.parent.kids.fix(n)
 }
 
@@ -217,7 +218,7 @@ func (p *Hierarchy) keyTenant(t *node, now time.Time) {
 	bh := p.band(t.st.Band)
 	if t.st.Queued == 0 {
 		bh.remove(t)
-		p.rekey.remove(t)
+		p.rekey.Clear(&t.rekey)
 		if t.st.InFlight == 0 {
 			delete(p.tnodes, flowRef{t.st.ID, t.st.Band})
 			p.pool.put(t)
@@ -231,7 +232,7 @@ func (p *Hierarchy) keyTenant(t *node, now time.Time) {
 		k = top.key
 	}
 	t.key = sanitizeKey(k)
-	p.rekey.set(t, untilNs(until, now))
+	p.rekey.Set(&t.rekey, untilNs(until, now), t)
 	bh.fix(t)
 }
 
@@ -239,9 +240,7 @@ func (p *Hierarchy) keyTenant(t *node, now time.Time) {
 // O(log) per re-keyed node, O(1) otherwise.
 func (p *Hierarchy) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
 	ns := now.UnixNano()
-	for len(p.rekey) > 0 && p.rekey[0].until <= ns {
-		n := p.rekey[0]
-		p.rekey.remove(n)
+	for n, ok := p.rekey.Due(ns); ok; n, ok = p.rekey.Due(ns) {
 		if t := n.parent; t != nil {
 			p.keySession(n, now)
 			p.setHead(t)

@@ -297,7 +297,7 @@ func (q *Queue) enqueueLocked(r *Request, now time.Time) (*waiter, error) {
 	}
 	w.key = q.policy.ItemKey(&w.req, &f.st, now).sanitize()
 	f.items.push(w)
-	q.deadlines.push(w)
+	q.deadlines.Push(w.deadline, w.seq, w)
 	f.st.Queued++
 	f.st.QueuedBytes += r.Bytes
 	bd.queued++
@@ -347,10 +347,10 @@ func (q *Queue) newFlowLocked(id FlowID, b int, h uint64) *flow {
 		q.freeF[n-1] = nil
 		q.freeF = q.freeF[:n-1]
 	} else {
-		f = &flow{bandIdx: -1, rekeyIdx: -1}
+		f = &flow{bandIdx: -1}
 	}
 	f.st.ID, f.st.Band = id, b
-	f.until, f.hash = 0, h
+	f.hash = h
 	return f
 }
 

@@ -49,23 +49,12 @@ func (q *Queue) keyFlowLocked(f *flow, bd *band, now time.Time) {
 	if !until.IsZero() && until.After(now) && !until.After(maxTime) {
 		u = until.UnixNano()
 	}
-	switch {
-	case u == 0 && f.rekeyIdx >= 0:
-		q.rekey.remove(f.rekeyIdx)
-	case u != 0 && f.rekeyIdx >= 0:
-		f.until = u
-		q.rekey.fix(f.rekeyIdx)
-	case u != 0:
-		f.until = u
-		q.rekey.push(f)
-	}
+	q.rekey.Set(&f.rekey, u, f)
 }
 
 // unlistLocked takes f out of its band's order and the re-key heap.
 func (q *Queue) unlistLocked(f *flow, bd *band) {
-	if f.rekeyIdx >= 0 {
-		q.rekey.remove(f.rekeyIdx)
-	}
+	q.rekey.Clear(&f.rekey)
 	if f.bandIdx < 0 {
 		return
 	}
@@ -122,7 +111,7 @@ func (q *Queue) takeLocked(w *waiter) bool {
 	bd := &q.bands[f.st.Band]
 	wasHead := w.itemIdx == 0
 	f.items.remove(w.itemIdx)
-	q.deadlines.stale++ // w's entry; see deadlineHeap
+	q.deadlines.Stale() // w's entry; see dlLive
 	b := w.req.Bytes
 	f.st.Queued--
 	f.st.QueuedBytes -= b
@@ -143,9 +132,7 @@ func (q *Queue) takeLocked(w *waiter) bool {
 func (q *Queue) runLocked(now time.Time) {
 	q.expireLocked(now)
 	ns := now.UnixNano()
-	for len(q.rekey) > 0 && q.rekey[0].until <= ns {
-		f := q.rekey[0]
-		q.rekey.remove(0)
+	for f, ok := q.rekey.Due(ns); ok; f, ok = q.rekey.Due(ns) {
 		q.keyFlowLocked(f, &q.bands[f.st.Band], now)
 	}
 	if q.queued > 0 {

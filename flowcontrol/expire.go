@@ -18,9 +18,9 @@ import (
 func (q *Queue) Tick() (next time.Time) {
 	q.mu.Lock()
 	q.runLocked(q.nowLocked())
-	q.deadlines.dropStale()
-	if e := q.deadlines.top(); e != nil {
-		next = time.Unix(0, e.dl)
+	q.deadlines.DropStale()
+	if e := q.deadlines.Top(); e != nil {
+		next = time.Unix(0, e.At)
 	}
 	q.unlock()
 	return next
@@ -83,11 +83,11 @@ func (q *Queue) endLocked(w *waiter, o Outcome, err error, now time.Time) {
 // expireLocked ends every waiting request whose deadline is not after now.
 func (q *Queue) expireLocked(now time.Time) {
 	ns := now.UnixNano()
-	for e := q.deadlines.top(); e != nil && e.dl <= ns; e = q.deadlines.top() {
-		if e.live() {
-			q.removeLocked(e.w, Expired, ErrExpired, now)
+	for e := q.deadlines.Top(); e != nil && e.At <= ns; e = q.deadlines.Top() {
+		if dlLive(e) {
+			q.removeLocked(e.Val, Expired, ErrExpired, now)
 		}
-		q.deadlines.pop()
+		q.deadlines.Pop()
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/usher-llm/usher/internal/heap"
 )
 
 // Defaults for the zero Options.
@@ -159,12 +161,11 @@ type waiter struct {
 
 // flow is the queue's record of one (FlowID, band) with something queued or in flight.
 type flow struct {
-	st       FlowState
-	items    itemHeap
-	until    int64  // unix ns, 0 = no limit
-	hash     uint64 // of st.ID, for band.flows
-	bandIdx  int    // index in band.heap or band.list, -1 when not there
-	rekeyIdx int    // index in Queue.rekey, -1 when not there
+	st      FlowState
+	items   itemHeap
+	rekey   heap.Timer // when the flow's key must be recomputed, in Queue.rekey
+	hash    uint64     // of st.ID, for band.flows
+	bandIdx int        // index in band.heap or band.list, -1 when not there
 	// key and keySeq are a copy of f's band.heap entry's ordering fields, valid while
 	// bandIdx ≥ 0 under a keyed policy, so that a re-key that changes nothing is seen
 	// without reading the entry.
@@ -213,8 +214,8 @@ type Queue struct {
 
 	mu        sync.Mutex
 	bands     []band
-	deadlines deadlineHeap
-	rekey     rekeyHeap
+	deadlines heap.Heap[*waiter] // every waiting request by deadline; see dlLive
+	rekey     heap.Timers[*flow]
 	seq       uint64
 	queued    int
 	bytes     int64
@@ -319,7 +320,7 @@ func New(o Options) (*Queue, error) {
 		q.position, _ = o.Policy.(Positioner)
 	}
 	q.bandGate, _ = o.Gate.(BandGate)
-	q.deadlines.limit = 2*o.Capacity.Requests + minCompact
+	q.deadlines.Live, q.deadlines.MaxLive = dlLive, o.Capacity.Requests
 	_, q.sysClock = o.Clock.(SystemClock)
 	q.notePool.New = func() any { return new(noteBuf) }
 	for i := range q.bands {
@@ -349,11 +350,11 @@ func (q *Queue) Close() {
 	q.mu.Lock()
 	q.closed = true
 	now := q.nowLocked()
-	for e := q.deadlines.top(); e != nil; e = q.deadlines.top() {
-		if e.live() {
-			q.removeLocked(e.w, RejectedClosed, ErrClosed, now)
+	for e := q.deadlines.Top(); e != nil; e = q.deadlines.Top() {
+		if dlLive(e) {
+			q.removeLocked(e.Val, RejectedClosed, ErrClosed, now)
 		}
-		q.deadlines.pop()
+		q.deadlines.Pop()
 	}
 	q.markLocked(now.UnixNano())
 	q.unlock()
