@@ -40,11 +40,12 @@ if [ "${OVERHEAD:-1}" != 0 ]; then
 		echo
 		echo "### Gateway overhead"
 		echo
-		echo "\`go run ./examples/loadgen -overhead\` (one simulated server, the gateway in front of it, the same"
-		echo "load at both; the gateway's CPU from its own process):"
+		echo "\`go run ./examples/loadgen -overhead -floor\` (one simulated server, the gateway in front of it and"
+		echo "a bare httputil.ReverseProxy beside it, the same load at all three at once; each proxy's CPU from"
+		echo "its own process):"
 		echo
 		echo '```'
-		go run ./examples/loadgen -overhead 2>&1 | tail -n 25
+		go run ./examples/loadgen -overhead -floor 2>&1 | tail -n 29
 		echo '```'
 	} >>"$extra"
 fi

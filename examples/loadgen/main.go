@@ -36,9 +36,11 @@
 //
 // With -overhead it measures the gateway itself: it starts one simulated server and the
 // gateway (built from ./examples/gateway) in front of it, and drives the same load at both in
-// alternating rounds:
+// alternating rounds; -floor adds a third copy through a bare httputil.ReverseProxy (this
+// program with -bare-proxy, in a process of its own), the floor of any net/http gateway, and
+// reports the gateway's CPU per request above it:
 //
-//	go run ./examples/loadgen -overhead
+//	go run ./examples/loadgen -overhead -floor
 package main
 
 import (
@@ -80,7 +82,8 @@ type config struct {
 	frontierDir         string   // -frontier: where the plots go ("" when not in that mode)
 	frontierReports     []string // its reports, the arguments after the flags
 	frontierTitle       string
-	table               bool // -table: print the reports given as arguments, a row each
+	table               bool   // -table: print the reports given as arguments, a row each
+	bareProxy           string // -bare-proxy: serve a bare reverse proxy to this URL and nothing else
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -124,6 +127,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.overhead.gatewayBin, "gateway-bin", "", "overhead: gateway binary to run (empty: go build ./examples/gateway)")
 	fs.StringVar(&c.overhead.gatewayArgs, "gateway-args", "", "overhead: extra gateway flags, space-separated")
 	fs.StringVar(&c.overhead.profile, "sim-profile", "demo", "overhead: profile of the simulated server (demo, qwen3-32b-h100)")
+	fs.BoolVar(&c.overhead.floor, "floor", false, "overhead: also drive the same load through a bare httputil.ReverseProxy in a process of its own (this program with -bare-proxy), the floor of any Go net/http gateway on this machine, and report the gateway's CPU above it")
+	fs.StringVar(&c.bareProxy, "bare-proxy", "", "serve a bare httputil.ReverseProxy (flushing every write) to this URL on a loopback port, print its address and run until interrupted; what -overhead -floor starts")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -210,6 +215,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	switch {
+	case cfg.bareProxy != "":
+		err = runBareProxy(ctx, cfg.bareProxy, stdout)
 	case cfg.frontierDir != "":
 		err = runFrontier(cfg, stdout, stderr)
 	case cfg.table:

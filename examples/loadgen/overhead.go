@@ -26,6 +26,7 @@ type overheadConfig struct {
 	gatewayBin  string
 	gatewayArgs string
 	profile     string
+	floor       bool // also run the load through a bare reverse proxy (-bare-proxy)
 }
 
 // Overhead compares the gateway with the server behind it under the same load.
@@ -61,6 +62,16 @@ type Overhead struct {
 	CPUSource string `json:"cpu_source,omitempty"`
 	// GatewayIdleCPU is the share of a core the idle gateway uses (scraping its backends).
 	GatewayIdleCPU float64 `json:"gateway_idle_cpu"`
+	// Floor, with -floor, is the same load through a bare httputil.ReverseProxy in a process
+	// of its own, run at the same time: FloorCPUPerRequest is its CPU per successful request,
+	// measured like the gateway's, the least any Go net/http gateway spends here, and
+	// GatewayCPUAboveFloor the gateway's less that — what usher's pipeline itself costs.
+	Floor                *Report `json:"floor,omitempty"`
+	FloorCPUPerRequest   float64 `json:"floor_cpu_ms_per_request,omitempty"`
+	FloorRequests        int     `json:"floor_requests,omitempty"`
+	GatewayCPUAboveFloor float64 `json:"gateway_cpu_ms_above_floor,omitempty"`
+	AddedTTFTP50Floor    float64 `json:"floor_added_ttft_p50_ms,omitempty"`
+	AddedTTFTP99Floor    float64 `json:"floor_added_ttft_p99_ms,omitempty"`
 	// Rounds are the per-round added TTFT p50 and p99, to show the spread.
 	Rounds []OverheadRound `json:"rounds"`
 }
@@ -124,16 +135,35 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 	through := newTarget("gateway", gw.url, cfg.run.Concurrency)
 	defer direct.close()
 	defer through.close()
-	for _, t := range []*Target{direct, through} {
+	targets := []*Target{direct, through}
+	// procs[i] is the process whose CPU targets[i]'s requests are charged to (nil: none).
+	procs := []*gatewayProc{nil, gw}
+	if oc.floor {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("-floor: %w", err)
+		}
+		bare, err := startGateway(ctx, self, []string{"-bare-proxy", simURL}, stderr)
+		if err != nil {
+			return fmt.Errorf("-floor: the bare reverse proxy: %w", err)
+		}
+		defer func() { _, _ = bare.stop() }()
+		fmt.Fprintf(stderr, "loadgen: bare reverse proxy %s\n", bare.url)
+		floor := newTarget("floor", bare.url, cfg.run.Concurrency)
+		defer floor.close()
+		targets, procs = append(targets, floor), append(procs, bare)
+	}
+	for _, t := range targets {
 		cfg.configure(t)
 		t.Model = p.Model
 	}
 
 	synth := cfg.synth
 	synth.Duration = oc.phase
-	var sentThrough, failedThrough atomic.Int64 // requests through the gateway, for its CPU per request
-	var promptThrough, outputThrough atomic.Int64
-	phase := func(t *Target, salt string, d, delay time.Duration) ([]result, time.Duration, error) {
+	// Per proxied target, its successful requests (for its CPU per request) and their tokens.
+	counts := make([]struct{ sent, failed, prompt, output atomic.Int64 }, len(targets))
+	counting := atomic.Bool{}
+	phase := func(i int, salt string, d, delay time.Duration) ([]result, time.Duration, error) {
 		if !sleep(ctx, delay) {
 			return nil, 0, ctx.Err()
 		}
@@ -148,29 +178,30 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 		}
 		ro := cfg.run
 		ro.Progress = nil
-		res, el := run(ctx, t, sessions, ro)
-		if t == through {
-			for i := range res {
-				if !res[i].ok() {
-					failedThrough.Add(1)
+		res, el := run(ctx, targets[i], sessions, ro)
+		if counting.Load() {
+			c := &counts[i]
+			for j := range res {
+				if !res[j].ok() {
+					c.failed.Add(1)
 					continue
 				}
-				sentThrough.Add(1)
-				promptThrough.Add(int64(res[i].prompt))
-				outputThrough.Add(int64(res[i].output))
+				c.sent.Add(1)
+				c.prompt.Add(int64(res[j].prompt))
+				c.output.Add(int64(res[j].output))
 			}
 		}
 		return res, el, ctx.Err()
 	}
-	// Warm both paths up (connections, the gateway's first scrape, the Go runtime).
-	for _, t := range []*Target{direct, through} {
-		if _, _, err := phase(t, "warm-up "+t.Name+". ", 2*time.Second, 0); err != nil {
+	// Warm every path up (connections, the gateway's first scrape, the Go runtime).
+	for i, t := range targets {
+		if _, _, err := phase(i, "warm-up "+t.Name+". ", 2*time.Second, 0); err != nil {
 			return err
 		}
 	}
 
 	// Keep the server stepping: a resident stream decodes throughout, so that each request
-	// meets an engine mid-step as on a busy server (and both copies meet the same phase
+	// meets an engine mid-step as on a busy server (and every copy meets the same phase
 	// distribution) rather than an idle one whose first step timing depends on how long it
 	// has been idle.
 	fillCtx, stopFill := context.WithCancel(ctx)
@@ -188,46 +219,57 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 	}()
 	defer func() { stopFill(); <-fillDone }()
 
-	var all [2][]result
-	var elapsed [2]time.Duration
+	n := len(targets)
+	all := make([][]result, n)
+	elapsed := make([]time.Duration, n)
 	var rounds []OverheadRound
-	targets := []*Target{direct, through}
-	pid := gw.cmd.Process.Pid
-	idleStart, src, idleErr := procCPU(pid)
+	// The proxies' CPU: 2 s idle first, for the rate of their background work (scraping),
+	// which is subtracted from what they use during the rounds.
+	idleStart, cpuStart := make([]time.Duration, n), make([]time.Duration, n)
+	cpuOK := true
+	var src string
+	for i, pr := range procs {
+		if pr != nil {
+			var err error
+			idleStart[i], src, err = procCPU(pr.cmd.Process.Pid)
+			cpuOK = cpuOK && err == nil
+		}
+	}
 	idleFrom := time.Now()
 	sleep(ctx, 2*time.Second)
-	cpuStart, _, cpuErr := procCPU(pid)
-	idleRate := float64(cpuStart-idleStart) / float64(time.Since(idleFrom))
-	roundsFrom := time.Now()
-	sentThrough.Store(0)
-	failedThrough.Store(0)
-	promptThrough.Store(0)
-	outputThrough.Store(0)
-	for r := range oc.rounds {
-		// Both copies of the load run at once, each request of one paired with the same
-		// request of the other (same lengths, turns and think times), so that both meet the
-		// same machine load and engine; the copy started second is offset by a fraction of the
-		// mean time between sessions, so that paired requests do not race each other into the
-		// same engine step, and the rounds alternate which copy leads.
-		offset := time.Duration(0.37 / synth.Rate * float64(time.Second))
-		order := []int{0, 1}
-		if r%2 == 1 {
-			order = []int{1, 0}
+	idleFor := time.Since(idleFrom)
+	for i, pr := range procs {
+		if pr != nil {
+			var err error
+			cpuStart[i], _, err = procCPU(pr.cmd.Process.Pid)
+			cpuOK = cpuOK && err == nil
 		}
-		var reps [2]Report
-		var res [2][]result
-		var el [2]time.Duration
-		var errs [2]error
+	}
+	roundsFrom := time.Now()
+	counting.Store(true)
+	for r := range oc.rounds {
+		// Every copy of the load runs at once, each request of one paired with the same
+		// request of the others (same lengths, turns and think times), so that all meet the
+		// same machine load and engine; the copies started later are offset by a fraction of
+		// the mean time between sessions, so that paired requests do not race each other into
+		// the same engine step, and the rounds rotate which copy leads.
+		offset := time.Duration(0.37 / synth.Rate * float64(time.Second))
+		reps := make([]Report, n)
+		res := make([][]result, n)
+		el := make([]time.Duration, n)
+		errs := make([]error, n)
 		var wg sync.WaitGroup
-		for k, i := range order {
+		lead := r % n
+		for k := range n {
+			i := (lead + k) % n
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res[i], el[i], errs[i] = phase(targets[i], fmt.Sprintf("Round %d, %s. ", r, targets[i].Name), 0, time.Duration(k)*offset)
+				res[i], el[i], errs[i] = phase(i, fmt.Sprintf("Round %d, %s. ", r, targets[i].Name), 0, time.Duration(k)*offset)
 			}()
 		}
 		wg.Wait()
-		if err := errors.Join(errs[0], errs[1]); err != nil {
+		if err := errors.Join(errs...); err != nil {
 			return err
 		}
 		for i, t := range targets {
@@ -238,13 +280,17 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 				r, t.Name, reps[i].Requests, reps[i].Errors, reps[i].TTFT.P50, reps[i].TTFT.P99, reps[i].E2E.P50, reps[i].E2E.P99)
 		}
 		rounds = append(rounds, OverheadRound{
-			First:        targets[order[0]].Name,
+			First:        targets[lead].Name,
 			AddedTTFTP50: reps[1].TTFT.P50 - reps[0].TTFT.P50, AddedTTFTP99: reps[1].TTFT.P99 - reps[0].TTFT.P99,
 			AddedE2EP50: reps[1].E2E.P50 - reps[0].E2E.P50, AddedE2EP99: reps[1].E2E.P99 - reps[0].E2E.P99,
 		})
 	}
-	workload := fmt.Sprintf("synthetic: seed %d, %.3g sessions/s, answers %d-%d tokens, think %v; %d rounds of %v, both copies at once",
-		synth.Seed, synth.Rate, synth.MinAnswer, synth.MaxAnswer, synth.Think, oc.rounds, oc.phase)
+	copies := "both copies at once"
+	if n > 2 {
+		copies = "the three copies at once"
+	}
+	workload := fmt.Sprintf("synthetic: seed %d, %.3g sessions/s, answers %d-%d tokens, think %v; %d rounds of %v, %s",
+		synth.Seed, synth.Rate, synth.MinAnswer, synth.MaxAnswer, synth.Think, oc.rounds, oc.phase, copies)
 	o := Overhead{
 		Direct:  summarize("direct", simURL, workload, all[0], elapsed[0]),
 		Gateway: summarize("gateway", gw.url, workload, all[1], elapsed[1]),
@@ -255,15 +301,38 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 	o.AddedTTFTP50, o.AddedTTFTP99 = o.Gateway.TTFT.P50-o.Direct.TTFT.P50, o.Gateway.TTFT.P99-o.Direct.TTFT.P99
 	o.AddedE2EP50, o.AddedE2EP99 = o.Gateway.E2E.P50-o.Direct.E2E.P50, o.Gateway.E2E.P99-o.Direct.E2E.P99
 	o.AddedITLP50, o.AddedITLP99 = o.Gateway.ITL.P50-o.Direct.ITL.P50, o.Gateway.ITL.P99-o.Direct.ITL.P99
-	if cpuEnd, _, err := procCPU(pid); err == nil && cpuErr == nil && idleErr == nil && sentThrough.Load() > 0 {
-		busy := float64(cpuEnd-cpuStart) - idleRate*float64(time.Since(roundsFrom))
-		n := sentThrough.Load()
-		o.GatewayRequests, o.GatewayErrors = int(n), int(failedThrough.Load())
-		o.GatewayCPUPerRequest = max(busy, 0) / float64(time.Millisecond) / float64(n)
-		o.GatewayIdleCPU = idleRate
-		o.MeanPromptTokens = float64(promptThrough.Load()) / float64(n)
-		o.MeanOutputTokens = float64(outputThrough.Load()) / float64(n)
+	// cpuPerRequest is proxy i's CPU during the rounds less its idle rate, per success, in ms.
+	roundsFor := time.Since(roundsFrom)
+	cpuPerRequest := func(i int) (float64, bool) {
+		end, _, err := procCPU(procs[i].cmd.Process.Pid)
+		sent := counts[i].sent.Load()
+		if err != nil || !cpuOK || sent == 0 {
+			return 0, false
+		}
+		idleRate := float64(cpuStart[i]-idleStart[i]) / float64(idleFor)
+		busy := float64(end-cpuStart[i]) - idleRate*float64(roundsFor)
+		if i == 1 {
+			o.GatewayIdleCPU = idleRate
+		}
+		return max(busy, 0) / float64(time.Millisecond) / float64(sent), true
+	}
+	if v, ok := cpuPerRequest(1); ok {
+		c := &counts[1]
+		sent := c.sent.Load()
+		o.GatewayCPUPerRequest = v
+		o.GatewayRequests, o.GatewayErrors = int(sent), int(c.failed.Load())
+		o.MeanPromptTokens = float64(c.prompt.Load()) / float64(sent)
+		o.MeanOutputTokens = float64(c.output.Load()) / float64(sent)
 		o.CPUSource = src
+	}
+	if n > 2 {
+		f := summarize("floor", targets[2].URL, workload, all[2], elapsed[2])
+		o.Floor = &f
+		o.AddedTTFTP50Floor, o.AddedTTFTP99Floor = f.TTFT.P50-o.Direct.TTFT.P50, f.TTFT.P99-o.Direct.TTFT.P99
+		if v, ok := cpuPerRequest(2); ok {
+			o.FloorCPUPerRequest, o.FloorRequests = v, int(counts[2].sent.Load())
+			o.GatewayCPUAboveFloor = o.GatewayCPUPerRequest - v
+		}
 	}
 	if cfg.jsonOut {
 		enc := json.NewEncoder(stdout)
@@ -311,7 +380,17 @@ func (o *Overhead) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  target CPU ≤ 1 ms per request: %s\n", verdict)
 	}
-	fmt.Fprintf(w, "\nsummary: gateway %.3f ms CPU/request, added TTFT p50 %+.3f ms p99 %+.3f ms\n", o.GatewayCPUPerRequest, o.AddedTTFTP50, o.AddedTTFTP99)
+	if o.Floor != nil {
+		fmt.Fprintf(w, "  floor             a bare httputil.ReverseProxy (its own process, the same load at the same time):\n")
+		fmt.Fprintf(w, "                    %.3f ms CPU per request over %d successful requests; added TTFT p50 %+.3f ms p99 %+.3f ms\n",
+			o.FloorCPUPerRequest, o.FloorRequests, o.AddedTTFTP50Floor, o.AddedTTFTP99Floor)
+		fmt.Fprintf(w, "  gateway above the floor  %+.3f ms CPU per request: usher's pipeline (parse, hash, admit, route, account)\n", o.GatewayCPUAboveFloor)
+	}
+	fmt.Fprintf(w, "\nsummary: gateway %.3f ms CPU/request, added TTFT p50 %+.3f ms p99 %+.3f ms", o.GatewayCPUPerRequest, o.AddedTTFTP50, o.AddedTTFTP99)
+	if o.Floor != nil {
+		fmt.Fprintf(w, "; bare reverse proxy %.3f ms CPU/request (gateway %+.3f ms above it)", o.FloorCPUPerRequest, o.GatewayCPUAboveFloor)
+	}
+	fmt.Fprintln(w)
 }
 
 // procCPU returns the CPU time process pid used so far, its threads summed, and where it read
