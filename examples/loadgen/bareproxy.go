@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,8 +16,9 @@ import (
 // newBareProxy is the floor -overhead -floor measures: net/http's reverse proxy and nothing
 // else — no parsing, hashing, admission or routing — flushing every write as a streaming
 // gateway must, over a transport set up as the gateway's (connection reuse, no compression).
-// What any Go gateway built on net/http spends per request on this machine is at least what
-// this spends.
+// Like the gateway, which must see a request's body before it can route it, it reads the body
+// whole and forwards it with its length. What any Go gateway built on net/http spends per
+// request on this machine is at least what this spends.
 func newBareProxy(backend *url.URL) http.Handler {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -27,8 +29,19 @@ func newBareProxy(backend *url.URL) http.Handler {
 	p := httputil.NewSingleHostReverseProxy(backend)
 	p.Transport = tr
 	p.FlushInterval = -1
-	return p
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBareBody))
+		if err != nil {
+			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		p.ServeHTTP(w, r)
+	})
 }
+
+// maxBareBody bounds a request body the bare proxy reads, as the gateway's MaxBodyBytes does.
+const maxBareBody = 8 << 20
 
 // runBareProxy serves newBareProxy to backend on a loopback port until ctx ends, after
 // printing "listening on http://ADDR" (the line startGateway waits for).
