@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/heap"
 )
 
 // UrgentTier is the Key.Tier of a flow that BoundedWait has promoted: below every tier an
@@ -101,7 +100,7 @@ type BoundedWait struct {
 	hist  table[bwState]
 	nodes map[flowRef]*node
 	bands []bwBand
-	rekey heap.Timers[*node]
+	rekey flowcontrol.RekeyTimers[*node]
 	pool  nodePool
 	seq   uint64
 }
@@ -280,11 +279,7 @@ func (p *BoundedWait) Observe(e *flowcontrol.Event) {
 func (p *BoundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
 	k, until := p.FlowKey(&n.st, now)
 	n.key = sanitizeKey(k)
-	var u int64
-	if !until.IsZero() && until.After(now) {
-		u = until.UnixNano()
-	}
-	p.rekey.Set(&n.rekey, u, n)
+	p.rekey.Set(&n.rekey, validUntil(until, now), n)
 	bd.all.fix(n)
 	if n.first {
 		bd.first.fix(n)
@@ -297,8 +292,7 @@ func (p *BoundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
 // earliest deadline, else (when the first-turn credit is due) the best first-turn flow,
 // else the best flow by the inner policy. O(log flows) per re-keyed flow, O(1) otherwise.
 func (p *BoundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
-	ns := now.UnixNano()
-	for n, ok := p.rekey.Due(ns); ok; n, ok = p.rekey.Due(ns) {
+	for n, ok := p.rekey.Due(now); ok; n, ok = p.rekey.Due(now) {
 		p.keyNode(n, p.band(n.st.Band), now)
 	}
 	bd := p.band(band)

@@ -4,7 +4,6 @@ import (
 	"math"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/heap"
 )
 
 // node is a flow (or, in a Hierarchy, a tenant) that a FlowPicker policy orders itself.
@@ -15,8 +14,8 @@ import (
 type node struct {
 	st    flowcontrol.FlowState
 	key   flowcontrol.Key
-	seq   uint64     // insertion order, the last tie-break
-	rekey heap.Timer // when the key must be recomputed
+	seq   uint64                 // insertion order, the last tie-break
+	rekey flowcontrol.RekeyTimer // when the key must be recomputed
 	idx   [2]int32
 
 	parent *node    // a session's tenant (Hierarchy)
@@ -39,8 +38,8 @@ func nodeLess(a, b *node) bool {
 
 // nodeHeap is an intrusive binary min-heap of nodes by (key, seq); slot says which of a
 // node's two heap positions it uses, so a node can sit in two heaps at once. Re-key times go
-// in internal/heap's Timers; this order, by a Key, moves nodes in place, which that heap
-// (ordered by time, with lazy removal) does not.
+// in a flowcontrol.RekeyTimers, on the time-ordered heap the queue uses; this order, by a
+// Key, moves nodes in place, which that heap (with lazy removal) does not.
 type nodeHeap struct {
 	a    []*node
 	slot uint8

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/heap"
 )
 
 // HierarchyOptions configures Hierarchy.
@@ -60,7 +59,7 @@ type Hierarchy struct {
 	nodes   map[flowRef]*node // sessions with requests queued
 	tnodes  map[flowRef]*node // tenants with requests queued or in flight
 	bands   []nodeHeap        // per band, tenants with requests queued
-	rekey   heap.Timers[*node]
+	rekey   flowcontrol.RekeyTimers[*node]
 	pool    nodePool
 	seq     uint64
 	scratch flowcontrol.Event
@@ -198,17 +197,19 @@ func (p *Hierarchy) setHead(t *node) {
 	t.st.Head, t.st.HeadKey = k.st.Head, k.st.HeadKey
 }
 
-func untilNs(until, now time.Time) int64 {
-	if until.IsZero() || !until.After(now) {
-		return 0
+// validUntil is a key's until as a re-key time: the zero Time (no limit) unless it is after
+// now.
+func validUntil(until, now time.Time) time.Time {
+	if !until.After(now) {
+		return time.Time{}
 	}
-	return until.UnixNano()
+	return until
 }
 
 func (p *Hierarchy) keySession(n *node, now time.Time) {
 	k, until := p.sessions.FlowKey(&n.st, now)
 	n.key = sanitizeKey(k)
-	p.rekey.Set(&n.rekey, untilNs(until, now), n)
+	p.rekey.Set(&n.rekey, validUntil(until, now), n)
 	n.parent.kids.fix(n)
 }
 
@@ -232,15 +233,14 @@ func (p *Hierarchy) keyTenant(t *node, now time.Time) {
 		k = top.key
 	}
 	t.key = sanitizeKey(k)
-	p.rekey.Set(&t.rekey, untilNs(until, now), t)
+	p.rekey.Set(&t.rekey, validUntil(until, now), t)
 	bh.fix(t)
 }
 
 // PickFlow re-keys what expired, then returns the best session of the best tenant.
 // O(log) per re-keyed node, O(1) otherwise.
 func (p *Hierarchy) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
-	ns := now.UnixNano()
-	for n, ok := p.rekey.Due(ns); ok; n, ok = p.rekey.Due(ns) {
+	for n, ok := p.rekey.Due(now); ok; n, ok = p.rekey.Due(now) {
 		if t := n.parent; t != nil {
 			p.keySession(n, now)
 			p.setHead(t)

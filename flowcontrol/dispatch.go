@@ -45,11 +45,10 @@ func (q *Queue) keyFlowLocked(f *flow, bd *band, now time.Time) {
 	// An unchanged key (a completion under a policy that does not charge, say) leaves
 	// the heap alone: its entry is likely out of the cache.
 	f.key, f.keySeq = k, f.st.HeadSeq
-	var u int64
-	if !until.IsZero() && until.After(now) && !until.After(maxTime) {
-		u = until.UnixNano()
+	if !until.After(now) {
+		until = time.Time{} // no limit
 	}
-	q.rekey.Set(&f.rekey, u, f)
+	q.rekey.Set(&f.rekey, until, f)
 }
 
 // unlistLocked takes f out of its band's order and the re-key heap.
@@ -132,7 +131,7 @@ func (q *Queue) takeLocked(w *waiter) bool {
 func (q *Queue) runLocked(now time.Time) {
 	q.expireLocked(now)
 	ns := now.UnixNano()
-	for f, ok := q.rekey.Due(ns); ok; f, ok = q.rekey.Due(ns) {
+	for f, ok := q.rekey.Due(now); ok; f, ok = q.rekey.Due(now) {
 		q.keyFlowLocked(f, &q.bands[f.st.Band], now)
 	}
 	if q.queued > 0 {

@@ -163,7 +163,7 @@ type waiter struct {
 type flow struct {
 	st      FlowState
 	items   itemHeap
-	rekey   heap.Timer // when the flow's key must be recomputed, in Queue.rekey
+	rekey   RekeyTimer // when the flow's key must be recomputed, in Queue.rekey
 	hash    uint64     // of st.ID, for band.flows
 	bandIdx int        // index in band.heap or band.list, -1 when not there
 	// key and keySeq are a copy of f's band.heap entry's ordering fields, valid while
@@ -215,7 +215,7 @@ type Queue struct {
 	mu        sync.Mutex
 	bands     []band
 	deadlines heap.Heap[*waiter] // every waiting request by deadline; see dlLive
-	rekey     heap.Timers[*flow]
+	rekey     RekeyTimers[*flow]
 	seq       uint64
 	queued    int
 	bytes     int64

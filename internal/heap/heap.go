@@ -13,8 +13,8 @@
 // Removal is lazy: an entry whose owner no longer wants it is not searched for and taken out
 // but reported stale (Heap.Stale) and dropped when it reaches the top or when stale entries
 // outnumber live ones and the heap is compacted, in one pass, O(1) amortised per stale entry.
-// So entries need no back-index and a sift writes into the heap alone. Timers builds on this a
-// set of per-owner timers that can be moved and cleared.
+// So entries need no back-index and a sift writes into the heap alone. flowcontrol.Timers
+// builds on this the re-key timers of the queue and of the policies that keep their own order.
 //
 // The heaps ordered by a flowcontrol.Key (a flow's requests, a band's flows, a policy's nodes)
 // are written in their packages: their elements move in place and carry their index.
@@ -188,80 +188,3 @@ func down[T any](h []Entry[T], i int, e Entry[T]) {
 	}
 	h[i] = e
 }
-
-// Timer is one owner's pending time in a Timers heap: embed it in the owner's record. The zero
-// value is not set.
-type Timer struct {
-	at  int64
-	seq uint64 // of its live entry; 0 when not set
-}
-
-// At returns the time the timer is set for, 0 when it is not set. O(1).
-func (t *Timer) At() int64 {
-	if t.seq == 0 {
-		return 0
-	}
-	return t.at
-}
-
-type timed[T any] struct {
-	t *Timer
-	v T
-}
-
-func timedLive[T any](e *Entry[timed[T]]) bool { return e.Val.t.seq == e.Seq }
-
-// Timers is a set of timers, each embedded in its owner's record, from which the owners whose
-// time has come are taken in time order. The zero value is empty and ready to use. Moving or
-// clearing a timer leaves its old entry stale in the heap (see the package doc), so every
-// operation is O(log n) amortised with n the number of set timers, and the heap holds at most
-// about twice that many entries.
-type Timers[T any] struct {
-	h   Heap[timed[T]]
-	seq uint64
-}
-
-// Set sets t, owned by v, to fire at at; at ≤ 0 clears it. Setting a timer to the time it is
-// already set for changes nothing. O(log n).
-func (ts *Timers[T]) Set(t *Timer, at int64, v T) {
-	if at <= 0 {
-		ts.Clear(t)
-		return
-	}
-	if t.seq != 0 {
-		if t.at == at {
-			return
-		}
-		ts.h.Stale()
-	}
-	if ts.h.Live == nil {
-		ts.h.Live = timedLive[T]
-	}
-	ts.seq++
-	t.at, t.seq = at, ts.seq
-	ts.h.Push(at, ts.seq, timed[T]{t, v})
-}
-
-// Clear clears t if it is set. O(1).
-func (ts *Timers[T]) Clear(t *Timer) {
-	if t.seq != 0 {
-		t.seq = 0
-		ts.h.Stale()
-	}
-}
-
-// Due removes the earliest timer whose time is not after now, clears it and returns its owner;
-// ok is false when no timer is due. O(log n) amortised.
-func (ts *Timers[T]) Due(now int64) (v T, ok bool) {
-	ts.h.DropStale()
-	e := ts.h.Top()
-	if e == nil || e.At > now {
-		return v, false
-	}
-	x := ts.h.Pop()
-	x.Val.t.seq = 0
-	return x.Val.v, true
-}
-
-// Len returns the number of entries held, set timers and stale entries. O(1).
-func (ts *Timers[T]) Len() int { return ts.h.Len() }
