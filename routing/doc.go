@@ -113,6 +113,14 @@
 // nothing in steady state. Update is O(n) and allocates one snapshot. Done and FirstToken are
 // O(1). Current figures are in bench/BENCHMARKS.md.
 //
+// The built-in scorers do not read Candidates: a pick lays out the inputs they need once, as
+// dense columns (queue depths, free KV cache, in-flight tokens, matched blocks), and each
+// scorer runs over contiguous numbers. The snapshot carries the polled signals' columns and
+// their ranges, valid while no backend is stale. When every filter is a HealthFilter with
+// nothing to drop, every scorer is built in and so is the picker, Pick builds no Candidate
+// but the chosen one. Any custom filter, scorer, picker or observer takes the general path,
+// which builds them all; both paths give the same choice and the same scores, bit for bit.
+//
 // # Alternatives not taken
 //
 //   - A mutex around the backend set: every pick would contend with every other and with the

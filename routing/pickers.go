@@ -5,6 +5,16 @@ import (
 	"sync/atomic"
 )
 
+// builtinPicker reports whether p is one of this package's pickers, which read nothing of the
+// candidates but their number.
+func builtinPicker(p Picker) bool {
+	switch p.(type) {
+	case maxScorePicker, weightedRandomPicker, powerOfTwoPicker, softmaxPicker, *roundRobinPicker:
+		return true
+	}
+	return false
+}
+
 // MaxScore returns the picker that takes the highest combined score, breaking exact ties
 // uniformly at random (llm-d's max-score picker shuffles ties the same way). O(n).
 func MaxScore() Picker { return maxScorePicker{} }
@@ -18,15 +28,17 @@ func (maxScorePicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *Ran
 // maxScore returns the index of the highest score; ties are broken by reservoir sampling, so
 // each of k tied maxima is chosen with probability 1/k.
 func maxScore(scores []float64, rng *Rand) int {
-	best, ties := 0, 1
-	for i := 1; i < len(scores); i++ {
-		switch v := scores[i]; {
-		case v > scores[best]:
-			best, ties = i, 1
-		case v == scores[best]:
+	if len(scores) == 0 {
+		return 0
+	}
+	best, ties, hi := 0, 1, scores[0] // hi is scores[best], kept in a register
+	for i, v := range scores[1:] {
+		if v > hi {
+			best, ties, hi = i+1, 1, v
+		} else if v == hi {
 			ties++
 			if rng.IntN(ties) == 0 {
-				best = i
+				best = i + 1
 			}
 		}
 	}

@@ -53,10 +53,18 @@ type Scorer interface {
 	Score(req *Request, cands []Candidate, dst []float64)
 }
 
-// unitScorer is implemented by the built-in scorers that write every entry of dst, each in
-// [0, 1] whatever the candidates hold (a custom filter's candidates included), so that Pick
-// need neither zero dst before them nor clamp after them.
-type unitScorer interface{ writesUnit() }
+// unitScorer is implemented by the built-in scorers whose Score writes every entry of dst,
+// each in [0, 1], whatever the candidates hold (a custom filter's candidates included), and
+// which can score a pick's columns instead of its Candidates (see cols). needs says which
+// columns addCols reads; addCols adds w·dst[i] to tot[i] for every candidate i < len(tot),
+// where dst[i] is bit for bit what Score would write given the Candidates the columns were
+// taken from. Pick neither zeroes, clamps nor combines their scores separately. addCols is
+// O(len(tot)) and allocates nothing.
+type unitScorer interface {
+	Scorer
+	needs() colMask
+	addCols(req *Request, c *cols, w float64, tot []float64)
+}
 
 // ScorerFunc adapts a function to the Scorer interface.
 type ScorerFunc func(req *Request, cands []Candidate, dst []float64)
@@ -188,7 +196,7 @@ type Router struct {
 	// Immutable after New.
 	filters    []Filter
 	scorers    []Weighted
-	unit       []bool // unit[i]: scorers[i] is a unitScorer
+	unit       []unitScorer // unit[i]: scorers[i].Scorer as a unitScorer, or nil
 	picker     Picker
 	observers  []Observer
 	completers []Completer
@@ -199,6 +207,16 @@ type Router struct {
 	name       string
 	learn      Learn
 	remover    PrefixRemover // the index's Remove, when it has one and learn is LearnOnPick
+	// cleanSkip[i]: filters[i] is a HealthFilter preceded only by filters that return a subset
+	// of the candidates they are given (HealthFilter, Outlier), so that it keeps every
+	// candidate, and can be skipped, when no candidate Pick built is stale or unhealthy.
+	cleanSkip []bool
+	// need is the union of the columns the unit scorers read. fast: every filter is a
+	// HealthFilter, every scorer a unitScorer, the picker a built-in and there is no Observer,
+	// so that a pick that keeps every backend can score the columns without building the
+	// candidates (see Pick).
+	need colMask
+	fast bool
 
 	snap    atomic.Pointer[snapshot]
 	seed    atomic.Uint64
@@ -227,7 +245,15 @@ type Router struct {
 }
 
 type snapshot struct {
-	backends []backend
+	backends  []backend
+	unhealthy int // backends whose Health is Unhealthy
+	// What every pick would otherwise recompute, set by summarise: the range of the backends'
+	// updated times (never: some backend was never observed), and the columns of the polled
+	// signals as they are while every backend is fresh (see cols).
+	oldest, newest                     int64
+	never                              bool
+	queued, running, kv                []float64
+	queuedStats, runningStats, kvStats colStats
 }
 
 // find returns the backend with id, or nil. O(n).
@@ -352,11 +378,21 @@ func New(opts Options) (*Router, error) {
 	if r.picker == nil {
 		r.picker = MaxScore()
 	}
+	subset := true // every filter so far returns a subset of its candidates, unchanged
 	for i, f := range opts.Filters {
 		if f == nil {
 			return nil, fmt.Errorf("%w: Filters[%d] is nil", ErrInvalidOptions, i)
 		}
 		r.hook(f)
+		switch f.(type) {
+		case *HealthFilter:
+			r.cleanSkip = append(r.cleanSkip, subset)
+		case *Outlier:
+			r.cleanSkip = append(r.cleanSkip, false)
+		default:
+			r.cleanSkip = append(r.cleanSkip, false)
+			subset = false
+		}
 	}
 	for i, w := range opts.Scorers {
 		if w.Scorer == nil {
@@ -369,11 +405,24 @@ func New(opts Options) (*Router, error) {
 			continue
 		}
 		r.scorers = append(r.scorers, w)
-		_, unit := w.Scorer.(unitScorer)
+		unit, _ := w.Scorer.(unitScorer)
 		r.unit = append(r.unit, unit)
 		r.hook(w.Scorer)
 	}
 	r.hook(r.picker)
+	r.fast = len(r.observers) == 0 && builtinPicker(r.picker)
+	for _, f := range r.filters {
+		if _, ok := f.(*HealthFilter); !ok {
+			r.fast = false
+		}
+	}
+	for _, u := range r.unit {
+		if u == nil {
+			r.fast = false
+			continue
+		}
+		r.need |= u.needs()
+	}
 	seed := opts.Seed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -448,6 +497,9 @@ func (r *Router) Update(states []BackendState) error {
 		b := &s.backends[i]
 		b.state = states[i]
 		invalid += b.state.sanitize()
+		if b.state.Health == Unhealthy {
+			s.unhealthy++
+		}
 		if !b.state.UpdatedAt.IsZero() {
 			b.updated = b.state.UpdatedAt.UnixNano()
 		}
@@ -488,6 +540,7 @@ func (r *Router) Update(states []BackendState) error {
 		}
 	}
 	r.stats.invalid.Add(uint64(invalid))
+	s.summarise()
 	r.snap.Store(s)
 	return nil
 }
@@ -556,16 +609,24 @@ type scratch struct {
 	cands  []Candidate
 	totals []float64
 	tmp    []float64
+	cols   cols // the columns' buffers
+	view   cols // the columns of a pick that gathers them (cols and the snapshot's)
 	match  []int32
 	rng    Rand
 }
 
+// reset makes room for n candidates.
 func (s *scratch) reset(n int) {
 	if cap(s.cands) < n {
 		s.cands = make([]Candidate, 0, n)
-		s.totals = make([]float64, n)
-		s.tmp = make([]float64, n)
+		s.grow(n)
 	}
+}
+
+// grow gives totals, tmp and the columns n entries.
+func (s *scratch) grow(n int) {
+	s.totals, s.tmp = make([]float64, n), make([]float64, n)
+	s.cols.grow(n)
 }
 
 // Pick chooses a backend for req. It runs the filters, the weighted scorers and the picker over
@@ -612,116 +673,83 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		sc.match = match[:0]
 	}
 
-	cands := sc.cands[:0]
-	stale := 0
-	for i := range s.backends {
-		b := &s.backends[i]
-		if !b.state.Role.serves(req.Role) || (len(req.Exclude) > 0 && slices.Contains(req.Exclude, b.id)) {
-			continue
-		}
-		// Compute every field in locals and store each once: a composite literal would zero
-		// the element first and then write most of it again.
-		age, fresh, isStale := time.Duration(-1), Signal(0), true
-		if b.updated != 0 {
-			age = time.Duration(nowNs - b.updated)
-			if r.staleAfter < 0 || age <= r.staleAfter {
-				fresh, isStale = b.state.Known, false
+	p := candParams{nowNs: nowNs, staleAfter: r.staleAfter, match: match, chain: len(req.Chain), bs: bs, prompt: prompt}
+	var (
+		cands  []Candidate
+		chosen *Candidate
+		b      *backend
+		score  float64
+	)
+	if r.fast && req.Role == RoleBoth && len(req.Exclude) == 0 {
+		// Every backend is a candidate, at its own index, and no filter changes that unless
+		// one is stale or unhealthy: score the columns without building the candidates.
+		n := len(s.backends)
+		if stale := p.gather(s, &sc.cols, &sc.view, r.need); stale == 0 || len(r.filters) == 0 {
+			if stale > 0 {
+				r.stats.staleCands.Add(uint64(stale))
+			}
+			if len(r.filters) == 0 || s.unhealthy == 0 {
+				totals := sc.totals[:n]
+				clear(totals)
+				for k, w := range r.scorers {
+					r.unit[k].addCols(req, &sc.view, w.Weight, totals)
+				}
+				// The built-in pickers read nothing of the candidates but their number.
+				idx := r.pick(req, sc.cands[:n], totals, &sc.rng)
+				b, score = &s.backends[idx], totals[idx]
+				cands = sc.cands[:1]
+				p.fill(cands, s.backends[idx:idx+1], idx)
+				chosen = &cands[0]
 			}
 		}
-		if isStale {
-			stale++
-		}
-		matched := 0
-		if b.index >= 0 && b.index < int64(len(match)) {
-			matched = min(int(match[b.index]), len(req.Chain))
-		}
-		cands = cands[:len(cands)+1]
-		c := &cands[len(cands)-1]
-		c.State = &b.state
-		c.ID = b.id
-		c.Fresh = fresh
-		c.Stale = isStale
-		l := b.load
-		c.InFlight.Requests = l.requests.Load() + l.peerRequests.Load()
-		c.InFlight.PrefillTokens = l.prefill.Load() + l.peerPrefill.Load()
-		c.InFlight.Blocks = l.blocks.Load() + l.peerBlocks.Load()
-		c.MatchedBlocks = matched
-		c.MatchedTokens = matched * bs
-		c.UncachedTokens = max(0, prompt-matched*bs)
-		c.Age = age
-		c.slot = uint32(i + 1)
-		c.ix = int32(b.index + 1)
 	}
-	if stale > 0 {
-		r.stats.staleCands.Add(uint64(stale))
-	}
-	for _, f := range r.filters {
+	if chosen == nil {
+		var stale int
+		cands, stale = s.candidates(sc.cands[:0], req, &p)
+		if stale > 0 {
+			r.stats.staleCands.Add(uint64(stale))
+		}
+		clean := stale == 0 && s.unhealthy == 0
+		for k, f := range r.filters {
+			if len(cands) == 0 {
+				break
+			}
+			if clean && r.cleanSkip[k] {
+				continue // HealthFilter would return cands as they are
+			}
+			cands = f.Filter(req, cands)
+		}
 		if len(cands) == 0 {
-			break
-		}
-		cands = f.Filter(req, cands)
-	}
-	if len(cands) == 0 {
-		sc.cands = cands[:0]
-		sc.req = Request{}
-		r.scratch.Put(sc)
-		r.stats.noBackend.Add(1)
-		return Result{}, errAllFiltered
-	}
-
-	n := len(cands)
-	if n > len(sc.totals) {
-		// A custom filter returned more candidates than it was given.
-		sc.totals, sc.tmp = make([]float64, n), make([]float64, n)
-	}
-	totals := sc.totals[:n]
-	clear(totals)
-	clamped := 0
-	for k, w := range r.scorers {
-		tmp := sc.tmp[:n]
-		wt := w.Weight
-		tot := totals[:len(tmp)]
-		if r.unit[k] {
-			w.Scorer.Score(req, cands, tmp)
-			for i, v := range tmp {
-				tot[i] += wt * v
-			}
-			continue
-		}
-		clear(tmp)
-		w.Scorer.Score(req, cands, tmp)
-		for i, v := range tmp {
-			if !(v >= 0 && v <= 1) {
-				v, _ = clamp01(v)
-				clamped++
-			}
-			tot[i] += wt * v
-		}
-	}
-	if clamped > 0 {
-		r.stats.clamped.Add(uint64(clamped))
-	}
-
-	sc.rng.s = r.seed.Add(0x9e3779b97f4a7c15)
-	idx := r.picker.Pick(req, cands, totals, &sc.rng)
-	if idx < 0 || idx >= n {
-		r.stats.badPicks.Add(1)
-		idx = maxScore(totals, &sc.rng)
-	}
-	chosen := &cands[idx]
-	score := totals[idx]
-	var b *backend
-	if k := int(chosen.slot) - 1; k >= 0 && k < len(s.backends) && s.backends[k].id == chosen.ID {
-		b = &s.backends[k]
-	} else {
-		// A custom filter built its own candidates: find the backend by id.
-		b = s.find(chosen.ID)
-		if b == nil {
-			sc.req = Request{}
 			sc.cands = cands[:0]
+			sc.req = Request{}
 			r.scratch.Put(sc)
 			r.stats.noBackend.Add(1)
-			return Result{}, errForeignCandidate
+			return Result{}, errAllFiltered
+		}
+
+		n := len(cands)
+		if n > len(sc.totals) {
+			// A custom filter returned more candidates than it was given.
+			sc.grow(n)
+		}
+		totals := sc.totals[:n]
+		if clamped := r.score(req, cands, totals, sc); clamped > 0 {
+			r.stats.clamped.Add(uint64(clamped))
+		}
+		idx := r.pick(req, cands, totals, &sc.rng)
+		chosen, score = &cands[idx], totals[idx]
+		if k := int(chosen.slot) - 1; k >= 0 && k < len(s.backends) && s.backends[k].id == chosen.ID {
+			b = &s.backends[k]
+		} else {
+			// A custom filter built its own candidates: find the backend by id.
+			b = s.find(chosen.ID)
+			if b == nil {
+				sc.req = Request{}
+				sc.cands = cands[:0]
+				r.scratch.Put(sc)
+				r.stats.noBackend.Add(1)
+				return Result{}, errForeignCandidate
+			}
 		}
 	}
 	for _, o := range r.observers {
@@ -766,6 +794,127 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		gen:            t.state.Load() >> genShift,
 		ix:             int32(b.index + 1),
 	}, nil
+}
+
+// candidates fills cands, whose capacity must be at least len(s.backends), with one Candidate
+// for each backend that serves req.Role and is not in req.Exclude, in snapshot order, and
+// returns them with how many are stale (see candParams). O(n·(1 + len(req.Exclude))), no
+// allocation.
+func (s *snapshot) candidates(cands []Candidate, req *Request, p *candParams) (_ []Candidate, stale int) {
+	backends := s.backends
+	if req.Role == RoleBoth && len(req.Exclude) == 0 {
+		// Every backend is a candidate, at its own index.
+		cands = cands[:len(backends)]
+		return cands, p.fill(cands, backends, 0)
+	}
+	k := 0
+	for i := range backends {
+		b := &backends[i]
+		if !b.state.Role.serves(req.Role) || (len(req.Exclude) > 0 && slices.Contains(req.Exclude, b.id)) {
+			continue
+		}
+		cands = cands[:k+1]
+		stale += p.fill(cands[k:], backends[i:i+1], i)
+		k++
+	}
+	return cands[:k], stale
+}
+
+// candParams is what a pick needs to fill a Candidate or its columns: the time of the pick,
+// Options.StaleAfter, the prefix index's result by index id (nil without one), and the
+// request's chain length, block size and prompt tokens with the defaults resolved.
+type candParams struct {
+	nowNs      int64
+	staleAfter time.Duration
+	match      []int32
+	chain      int // len(req.Chain)
+	bs, prompt int // the request's block size and prompt tokens
+}
+
+// fill sets every field of cands[j] for backends[j], the backend at index first+j of the
+// snapshot, for j < len(backends) ≤ len(cands), and returns how many of them are stale.
+// O(len(backends)).
+func (p *candParams) fill(cands []Candidate, backends []backend, first int) (stale int) {
+	cands = cands[:len(backends)]
+	for j := range backends {
+		b := &backends[j]
+		c := &cands[j]
+		// Compute every field in locals and store each once: a composite literal would zero
+		// the element first and then write most of it again.
+		age, fresh, isStale := time.Duration(-1), Signal(0), true
+		if b.updated != 0 {
+			age = time.Duration(p.nowNs - b.updated)
+			if p.staleAfter < 0 || age <= p.staleAfter {
+				fresh, isStale = b.state.Known, false
+			}
+		}
+		if isStale {
+			stale++
+		}
+		matched := 0
+		if b.index >= 0 && b.index < int64(len(p.match)) {
+			matched = min(int(p.match[b.index]), p.chain)
+		}
+		tokens := matched * p.bs
+		c.State = &b.state
+		c.ID = b.id
+		c.Fresh = fresh
+		c.Stale = isStale
+		l := b.load
+		c.InFlight.Requests = l.requests.Load() + l.peerRequests.Load()
+		c.InFlight.PrefillTokens = l.prefill.Load() + l.peerPrefill.Load()
+		c.InFlight.Blocks = l.blocks.Load() + l.peerBlocks.Load()
+		c.MatchedBlocks = matched
+		c.MatchedTokens = tokens
+		c.UncachedTokens = max(0, p.prompt-tokens)
+		c.Age = age
+		c.slot = uint32(first + j + 1)
+		c.ix = int32(b.index + 1)
+	}
+	return stale
+}
+
+// pick seeds the pick's generator and runs the picker, replacing an index out of range by the
+// max-score choice (counted). O(picker).
+func (r *Router) pick(req *Request, cands []Candidate, totals []float64, rng *Rand) int {
+	rng.s = r.seed.Add(0x9e3779b97f4a7c15)
+	idx := r.picker.Pick(req, cands, totals, rng)
+	if idx < 0 || idx >= len(totals) {
+		r.stats.badPicks.Add(1)
+		idx = maxScore(totals, rng)
+	}
+	return idx
+}
+
+// score fills totals (len(totals) == len(cands) ≤ len(sc.tmp)) with each candidate's combined
+// score, Σ weight·clamp(score, 0, 1) over the scorers in order, and returns how many scores
+// it clamped. The built-in scorers read the candidates' columns, taken once for all of them
+// (unitScorer); any other is called into sc.tmp, zeroed first, then clamped and added.
+// O(len(cands)·scorers), no allocation.
+func (r *Router) score(req *Request, cands []Candidate, totals []float64, sc *scratch) (clamped int) {
+	clear(totals)
+	if r.need != 0 {
+		sc.cols.from(cands, r.need)
+	}
+	for k, w := range r.scorers {
+		if u := r.unit[k]; u != nil {
+			u.addCols(req, &sc.cols, w.Weight, totals)
+			continue
+		}
+		tmp := sc.tmp[:len(cands)]
+		clear(tmp)
+		w.Scorer.Score(req, cands, tmp)
+		wt := w.Weight
+		tot := totals[:len(tmp)]
+		for i, v := range tmp {
+			if !(v >= 0 && v <= 1) {
+				v, _ = clamp01(v)
+				clamped++
+			}
+			tot[i] += wt * v
+		}
+	}
+	return clamped
 }
 
 // Result is the outcome of a successful Pick: the chosen backend and the handle that closes the

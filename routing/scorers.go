@@ -59,7 +59,30 @@ func (p prefixScorer) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 }
 
-func (prefixScorer) writesUnit() {}
+func (prefixScorer) needs() colMask { return colMatched }
+
+// addCols implements unitScorer. Without a chain every score is 0 and the totals, which are
+// never negative zero, stay as they are.
+func (p prefixScorer) addCols(req *Request, c *cols, w float64, tot []float64) {
+	total := len(req.Chain)
+	if total == 0 {
+		return
+	}
+	inv := 1 / float64(total)
+	matched, tokens := c.matched[:len(tot)], c.matchedTokens[:len(tot)]
+	if p.length <= 0 {
+		for i, m := range matched {
+			tot[i] += w * (float64(max(0, min(m, total))) * inv)
+		}
+		return
+	}
+	for i, m := range matched {
+		v := float64(max(0, min(m, total))) * inv
+		l := min(1, float64(max(0, tokens[i]))/p.length)
+		v *= l * l
+		tot[i] += w * v
+	}
+}
 
 // QueueDepth scores by the server's waiting queue, min-max normalised over the candidates
 // (llm-d's queue scorer):
@@ -113,7 +136,36 @@ func (s minMaxScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 	minMaxInverse(dst)
 }
 
-func (minMaxScorer) writesUnit() {}
+func (s minMaxScorer) needs() colMask {
+	switch s.kind {
+	case byQueued:
+		return colQueued
+	case byRunning:
+		return colRunning
+	}
+	return colActive
+}
+
+// addCols implements unitScorer: one pass takes the range of the raw values, one more
+// normalises and adds them.
+func (s minMaxScorer) addCols(_ *Request, c *cols, w float64, tot []float64) {
+	var (
+		raw []float64
+		st  colStats
+	)
+	switch s.kind {
+	case byQueued:
+		raw, st = c.queued[:len(tot)], c.queuedStats
+	case byRunning:
+		raw, st = c.running[:len(tot)], c.runningStats
+	default:
+		raw = c.active[:len(tot)]
+	}
+	if !st.ok {
+		st = statsOf(raw) // minMaxInverse's comparisons, in the same order
+	}
+	addMinMaxInverse(raw, st.lo, st.hi, st.known, w, tot)
+}
 
 // minMaxInverse maps raw loads in dst to (max − v)/(max − min), 1 for all when max = min, and
 // imputes NaN entries (missing values). O(n).
@@ -170,6 +222,60 @@ func impute(dst []float64, sum float64, known int) {
 	}
 }
 
+// addMinMaxInverse adds w times minMaxInverse(raw) to tot, given the range [lo, hi] of raw's
+// known (non-NaN) entries and their number. len(tot) == len(raw). O(n).
+func addMinMaxInverse(raw []float64, lo, hi float64, known int, w float64, tot []float64) {
+	tot = tot[:len(raw)]
+	sum := 0.0
+	if span := hi - lo; span > 0 {
+		inv := 1 / span
+		if known == len(raw) {
+			for i, v := range raw {
+				tot[i] += w * ((hi - v) * inv)
+			}
+			return
+		}
+		for i, v := range raw {
+			if v == v {
+				v = (hi - v) * inv
+				tot[i] += w * v
+				sum += v
+			}
+		}
+	} else {
+		// Every known value scores 1, and w·1 is w.
+		if known == len(raw) {
+			for i := range tot {
+				tot[i] += w
+			}
+			return
+		}
+		for i, v := range raw {
+			if v == v {
+				tot[i] += w
+				sum++
+			}
+		}
+	}
+	addImputed(raw, sum, known, w, tot)
+}
+
+// addImputed adds w times impute's fill to the entries of tot whose raw value is NaN: the
+// mean of the known scores (sum over known of them), or 0.5 when none is known. O(n).
+func addImputed(raw []float64, sum float64, known int, w float64, tot []float64) {
+	fill := 0.5
+	if known > 0 {
+		fill = sum / float64(known)
+	}
+	wf := w * fill
+	tot = tot[:len(raw)]
+	for i, v := range raw {
+		if v != v {
+			tot[i] += wf
+		}
+	}
+}
+
 // KVUtilization scores by free KV cache: score = 1 − KVUtilization (llm-d's
 // kv-cache-utilization scorer). Candidates without a fresh SignalKVUtilization are imputed.
 func KVUtilization() Scorer { return kvScorer{} }
@@ -199,7 +305,29 @@ func (kvScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 	}
 }
 
-func (kvScorer) writesUnit() {}
+func (kvScorer) needs() colMask { return colKV }
+
+// addCols implements unitScorer.
+func (kvScorer) addCols(_ *Request, c *cols, w float64, tot []float64) {
+	free := c.kv[:len(tot)]
+	if c.kvStats.ok && c.kvStats.known == len(free) {
+		for i, v := range free {
+			tot[i] += w * v
+		}
+		return
+	}
+	sum, known := 0.0, 0
+	for i, v := range free {
+		if v == v {
+			tot[i] += w * v
+			sum += v
+			known++
+		}
+	}
+	if known < len(free) {
+		addImputed(free, sum, known, w, tot)
+	}
+}
 
 // LoadAware scores by queue depth against a threshold (llm-d's load-aware scorer): an empty
 // queue scores 0.5, a queue of q scores 0.5·(1 − q/threshold), and a queue at or above the
@@ -243,10 +371,13 @@ func TokenLoad(capTokens int) Scorer {
 	if capTokens <= 0 {
 		capTokens = DefaultTokenLoadCap
 	}
-	return tokenLoadScorer{cap: float64(capTokens)}
+	return tokenLoadScorer{cap: float64(capTokens), capTokens: int64(capTokens)}
 }
 
-type tokenLoadScorer struct{ cap float64 }
+type tokenLoadScorer struct {
+	cap       float64
+	capTokens int64 // cap as an integer
+}
 
 func (s tokenLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 	inv := 1 / s.cap
@@ -259,7 +390,23 @@ func (s tokenLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 	}
 }
 
-func (tokenLoadScorer) writesUnit() {}
+func (tokenLoadScorer) needs() colMask { return colTokens }
+
+// addCols implements unitScorer.
+func (s tokenLoadScorer) addCols(_ *Request, c *cols, w float64, tot []float64) {
+	inv, capF, capI := 1/s.cap, s.cap, s.capTokens
+	tokens := c.tokens[:len(tot)]
+	for i, n := range tokens {
+		// Score's min(float64(max(0, n)), cap), compared as integers: float64 rounding is
+		// monotone, so n < capI gives a value ≤ cap, and n ≥ capI one ≥ cap, which Score
+		// replaces by cap or which equals it.
+		t := capF
+		if n < capI {
+			t = float64(max(0, n))
+		}
+		tot[i] += w * (1 - t*inv)
+	}
+}
 
 // PrefillLoad scores by the prefill work the router has sent the backend and not yet seen
 // finish, without this request's own tokens:

@@ -1,0 +1,294 @@
+package routing
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
+)
+
+// The built-in scorers are scored two ways: Score over Candidates (what custom code calls) and
+// addCols over a pick's columns (what Pick calls). These tests hold the two, and a Router's
+// columnar fast path and its general path, to the same bits.
+
+// randomCands returns n candidates with signals that are missing, stale, out of range (as a
+// custom filter's candidates may be) or ordinary, and matches that are negative, oversized or
+// ordinary.
+func randomCands(rng *rand.Rand, n int) []Candidate {
+	states := make([]BackendState, n)
+	cands := make([]Candidate, n)
+	for i := range cands {
+		st := &states[i]
+		st.Queued = rng.IntN(9) - 1
+		st.Running = rng.IntN(5)
+		st.KVUtilization = []float64{0, 0.25, 1, 0.7, -1, 1.5, math.NaN()}[rng.IntN(7)]
+		if rng.IntN(6) == 0 {
+			st.Queued = 1 << 40
+		}
+		cands[i] = Candidate{
+			State: st,
+			Fresh: Signal(rng.IntN(16)),
+			InFlight: InFlight{
+				Requests:      int64(rng.IntN(6) - 1),
+				PrefillTokens: int64(rng.IntN(1<<22)) - 1000,
+			},
+			MatchedBlocks:  rng.IntN(40) - 4,
+			UncachedTokens: rng.IntN(5000) - 10,
+		}
+		cands[i].MatchedTokens = cands[i].MatchedBlocks * 16
+		if rng.IntN(8) == 0 {
+			cands[i].InFlight.PrefillTokens = 1 << 50
+		}
+		if rng.IntN(3) == 0 {
+			cands[i].Fresh = AllSignals // most candidates know everything
+		}
+	}
+	return cands
+}
+
+func builtinUnitScorers() []Scorer {
+	return []Scorer{
+		PrefixRatio(), PrefixLength(0), PrefixLength(100), QueueDepth(), RunningRequests(),
+		ActiveRequests(), KVUtilization(), TokenLoad(0), TokenLoad(3000),
+	}
+}
+
+func TestUnitScorerColumns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 300 {
+		n := 1 + rng.IntN(12)
+		cands := randomCands(rng, n)
+		if round%5 == 0 {
+			for i := range cands {
+				cands[i].Fresh = AllSignals // every signal known: the scorers' shortcuts
+				cands[i].State.KVUtilization = float64(rng.IntN(5)) / 4
+				cands[i].State.Queued = rng.IntN(3)
+			}
+		}
+		req := &Request{Chain: make([]BlockHash, rng.IntN(30)), BlockSize: 16}
+		for _, s := range builtinUnitScorers() {
+			u := s.(unitScorer)
+			want := make([]float64, n)
+			s.Score(req, cands, want)
+
+			var c cols
+			c.grow(n)
+			c.from(cands, u.needs())
+			for _, precomputed := range []bool{false, true} {
+				if precomputed {
+					// As the snapshot's columns come: with their statistics.
+					c.queuedStats, c.runningStats, c.kvStats = statsOf(c.queued[:n]), statsOf(c.running[:n]), statsOf(c.kv[:n])
+				}
+				got := make([]float64, n)
+				u.addCols(req, &c, 1, got)
+				base := make([]float64, n)
+				for i := range base {
+					base[i] = float64(rng.IntN(100)) / 7
+				}
+				acc := append([]float64(nil), base...)
+				u.addCols(req, &c, 2.5, acc)
+				for i := range want {
+					if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+						t.Fatalf("round %d, %T (precomputed stats %v), candidate %d: addCols with weight 1 gave %v, Score %v",
+							round, s, precomputed, i, got[i], want[i])
+					}
+					if w := base[i] + 2.5*want[i]; math.Float64bits(acc[i]) != math.Float64bits(w) {
+						t.Fatalf("round %d, %T (precomputed stats %v), candidate %d: addCols with weight 2.5 gave %v, want %v",
+							round, s, precomputed, i, acc[i], w)
+					}
+				}
+			}
+		}
+	}
+}
+
+// genericPicker hides a built-in picker's type from the Router.
+type genericPicker struct{ p Picker }
+
+func (g genericPicker) Pick(req *Request, cands []Candidate, scores []float64, rng *Rand) int {
+	return g.p.Pick(req, cands, scores, rng)
+}
+
+// generic returns p with every filter, scorer and picker wrapped so that a Router takes its
+// general path: Candidates for all, Score into a buffer, clamp, then combine.
+func generic(p Profile) Profile {
+	g := Profile{Name: p.Name + "/generic", Picker: genericPicker{p.Picker}}
+	if p.Picker == nil {
+		g.Picker = genericPicker{MaxScore()}
+	}
+	for _, f := range p.Filters {
+		g.Filters = append(g.Filters, FilterFunc(f.Filter))
+	}
+	for _, w := range p.Scorers {
+		g.Scorers = append(g.Scorers, Weighted{ScorerFunc(w.Scorer.Score), w.Weight})
+	}
+	return g
+}
+
+func TestFastPathMatchesGeneralPath(t *testing.T) {
+	profiles := []func() Profile{
+		benchProfile, LLMDDefault, LeastRequest, RoundRobinProfile,
+		func() Profile {
+			return Profile{Scorers: []Weighted{{RunningRequests(), 1}, {PrefixLength(64), 2}, {TokenLoad(5000), 1}}, Picker: WeightedRandom()}
+		},
+		func() Profile {
+			return Profile{Filters: []Filter{NewHealthFilter(), NewHealthFilter()}, Scorers: []Weighted{{ActiveRequests(), 1}, {KVUtilization(), 1}}, Picker: PowerOfTwo()}
+		},
+		func() Profile {
+			return Profile{Filters: []Filter{NewHealthFilter()}, Scorers: []Weighted{{QueueDepth(), 1}, {PrefixRatio(), 1}}, Picker: Softmax(0.2)}
+		},
+		func() Profile {
+			// No filter: stale candidates are scored, so the columns are computed per pick.
+			return Profile{Scorers: []Weighted{{QueueDepth(), 1}, {KVUtilization(), 1.5}, {RunningRequests(), 0.5}, {ActiveRequests(), 2}}}
+		},
+	}
+	for pi, mk := range profiles {
+		t.Run(fmt.Sprint(pi, "-", mk().Name), func(t *testing.T) {
+			comparePaths(t, mk(), generic(mk()), uint64(pi))
+		})
+	}
+}
+
+// comparePaths drives a router built from fast and one built from slow with the same backend
+// sets, requests and completions, and requires the same picks, scores and counters.
+func comparePaths(t *testing.T, fast, slow Profile, seed uint64) {
+	now := t0
+	clock := func() time.Time { return now }
+	var routers [2]*Router
+	var indexes [2]*prefixcache.Index
+	for i, p := range []Profile{fast, slow} {
+		ix, err := prefixcache.New(prefixcache.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		indexes[i] = ix
+		routers[i] = mustNew(t, Options{Profile: p, Index: ix, Now: clock, Seed: 7, StaleAfter: time.Second})
+	}
+	if !routers[0].fast || routers[1].fast {
+		t.Fatalf("fast path: %v and %v, want true and false", routers[0].fast, routers[1].fast)
+	}
+	rng := rand.New(rand.NewPCG(seed, 5))
+	chains := make([][]BlockHash, 4)
+	for i := range chains {
+		chains[i] = make([]BlockHash, 8+rng.IntN(24))
+		for k := range chains[i] {
+			chains[i][k] = BlockHash(uint64(i+1)<<32 | uint64(k+1))
+		}
+	}
+	var open [2][]Result
+	for step := range 1500 {
+		switch op := rng.IntN(10); {
+		case op == 0 || step == 0:
+			states := fleet(1+rng.IntN(9), now)
+			for i := range states {
+				s := &states[i]
+				s.Queued, s.Running = rng.IntN(6), rng.IntN(4)
+				s.KVUtilization = float64(rng.IntN(11)) / 10
+				switch rng.IntN(12) {
+				case 0:
+					s.UpdatedAt = now.Add(-3 * time.Second) // stale
+				case 1:
+					s.UpdatedAt = time.Time{} // never observed
+				case 2:
+					s.Health = Unhealthy
+				case 3:
+					s.Known &^= Signal(1 + rng.IntN(15))
+				case 4:
+					s.Role = Role(1 + rng.IntN(2))
+				case 5:
+					s.UpdatedAt = now.Add(time.Duration(rng.IntN(3)) * time.Second) // from the future
+				}
+			}
+			for _, r := range routers {
+				mustUpdate(t, r, states)
+			}
+		case op <= 6:
+			req := &Request{PromptTokens: rng.IntN(3000)}
+			if rng.IntN(3) > 0 {
+				req.Chain = chains[rng.IntN(len(chains))][:1+rng.IntN(8)]
+			}
+			if rng.IntN(8) == 0 {
+				req.Role = Role(1 + rng.IntN(2))
+			}
+			if rng.IntN(8) == 0 {
+				req.Exclude = []BackendID{BackendID(rng.IntN(4))}
+			}
+			var res [2]Result
+			var errs [2]error
+			for i, r := range routers {
+				res[i], errs[i] = r.Pick(req)
+			}
+			if (errs[0] == nil) != (errs[1] == nil) {
+				t.Fatalf("step %d: errors %v and %v", step, errs[0], errs[1])
+			}
+			if errs[0] != nil {
+				continue
+			}
+			a, b := res[0], res[1]
+			if a.ID != b.ID || math.Float64bits(a.Score) != math.Float64bits(b.Score) ||
+				a.MatchedBlocks != b.MatchedBlocks || a.UncachedTokens != b.UncachedTokens {
+				t.Fatalf("step %d: fast path picked %d (score %v, %d blocks, %d uncached), general path %d (score %v, %d blocks, %d uncached)",
+					step, a.ID, a.Score, a.MatchedBlocks, a.UncachedTokens, b.ID, b.Score, b.MatchedBlocks, b.UncachedTokens)
+			}
+			for i := range open {
+				open[i] = append(open[i], res[i])
+			}
+		case op <= 8 && len(open[0]) > 0:
+			k := rng.IntN(len(open[0]))
+			info := DoneInfo{}
+			if rng.IntN(4) == 0 {
+				info.Err = errBench
+			}
+			for i := range open {
+				open[i][k].Done(info)
+				open[i] = append(open[i][:k], open[i][k+1:]...)
+			}
+		default:
+			now = now.Add(time.Duration(rng.IntN(600)) * time.Millisecond)
+		}
+	}
+	if a, b := routers[0].Stats(), routers[1].Stats(); a != b {
+		t.Fatalf("stats differ:\nfast    %+v\ngeneral %+v", a, b)
+	}
+}
+
+func TestAllFresh(t *testing.T) {
+	const sa = time.Second
+	for _, tc := range []struct {
+		name    string
+		updated []int64
+		now     int64
+		stale   time.Duration
+		want    bool
+	}{
+		{"all recent", []int64{100, 200}, 1000, 1000, true},
+		{"oldest just in time", []int64{0 + 1, 500}, 1001, 1000, true},
+		{"oldest too old", []int64{1, 500}, 1002, 1000, false},
+		{"never observed", []int64{0, 500}, 600, sa, false},
+		{"never stale", []int64{1, 500}, math.MaxInt64, -1, true},
+		{"future", []int64{5000}, 1000, 10, true},
+		{"overflowing age", []int64{math.MinInt64 + 1, 10}, math.MaxInt64 - 5, sa, false},
+	} {
+		s := &snapshot{backends: make([]backend, len(tc.updated))}
+		for i, u := range tc.updated {
+			s.backends[i].updated = u
+		}
+		s.summarise()
+		if got := s.allFresh(tc.now, tc.stale); got != tc.want {
+			t.Errorf("%s: allFresh = %v, want %v", tc.name, got, tc.want)
+		}
+		// allFresh may say false when every backend is fresh (an overflow), never true when
+		// one is stale.
+		p := candParams{nowNs: tc.now, staleAfter: tc.stale}
+		cands := make([]Candidate, len(s.backends))
+		for i := range s.backends {
+			s.backends[i].load = new(inflight)
+		}
+		if stale := p.fill(cands, s.backends, 0); tc.want && stale != 0 {
+			t.Errorf("%s: allFresh, but fill counts %d stale", tc.name, stale)
+		}
+	}
+}
