@@ -1,69 +1,249 @@
 package prefixcache
 
-// A pairOp is an update of one (block, backend) pair in a table entry, applied under the
-// entry's shard lock by applyLocked. Every op returns the pair's state before it.
-type pairOp uint8
-
-const (
-	opTouch     pairOp = iota // hold the block; set the reference bit of a pair already held
-	opUnhold                  // a held pair turns stale
-	opVisit                   // the CLOCK hand: clear a reference bit, evict, or drop a stale pair
-	opDropStale               // drop the pair if stale
-	opClear                   // forget the pair entirely
+import (
+	"math/bits"
+	"sync/atomic"
 )
 
-// applyBatch applies op for the backend whose bit is bit to the table entry of every key in
-// keys, storing each pair's previous state in out. It first touches every key's home slot
-// without locking, so the round's cache misses overlap instead of queuing behind lock
-// instructions, then takes each shard's lock once and applies that shard's keys in their
-// order in keys (so a key repeated in one round behaves as it would one at a time).
-// len(keys) <= batch.
-func (ix *Index) applyBatch(op pairOp, keys []uint64, bit uint64, out []uint8) {
-	for _, k := range keys {
-		if t := ix.shards[k&ix.mask].tab.Load(); t != nil {
+// A writer updates pairs in rounds of up to batch keys. Each round first touches every key's
+// home slot without locking, so that the round's cache misses overlap instead of queuing one
+// by one behind lock instructions, then takes each shard's lock once for all of the round's
+// keys in that shard. The two hot updates, Insert's touch and the CLOCK hand's visit, have
+// loops of their own (touchBatch, visitBatch); the others go through applyBatch.
+
+// round is one backend's scratch space for a round of pair updates: the round's table keys,
+// the pairs' previous states and the keys' order by shard. It is used only under the
+// backend's mu, so nothing in it is zeroed per round. states and perm are indexed by a uint8
+// and keys by one masked to batch-1, so their loops need no bounds checks.
+type round struct {
+	keys   [batch]uint64
+	states [256]uint8
+	order  shardOrder
+}
+
+// shardOrder is a round's keys in the order a writer applies them: grouped by shard, shards
+// ascending, each shard's keys in their order in the round (so a key repeated in one round
+// behaves as it would one at a time). Shard s's keys are keys[j] for j in
+// perm[bound[s]:bound[s+1]].
+type shardOrder struct {
+	bound [257]uint8
+	perm  [256]uint8
+}
+
+// A tally counts a round's pairs by previous state, one byte per state (a round has at most
+// batch = 128 pairs), so that the loops under a shard's lock keep one counter, not four.
+type tally uint64
+
+// tallyOne[st] is a tally of one pair in state st.
+var tallyOne = [4]tally{1, 1 << 8, 1 << 16, 1 << 24}
+
+// of returns how many pairs of the tally were in state st.
+func (c tally) of(st uint8) int { return int(c >> (8 * (st & 3)) & 0xff) }
+
+// group touches the home slot of the first r keys of rd without locking and fills rd.order
+// with their order by shard (a stable counting sort). It returns the number of shards.
+// r <= batch. O(r + shards).
+func (ix *Index) group(rd *round, r int) int {
+	shards, mask := ix.shards, uint8(ix.mask)
+	ns := len(shards)
+	o := &rd.order
+	clear(o.bound[:ns])
+	for _, k := range rd.keys[:r] {
+		s := uint8(k) & mask
+		o.bound[s]++
+		if t := shards[s].tab.Load(); t != nil {
 			_ = t.touchHome(k)
 		}
 	}
-	if len(keys) == 1 {
-		out[0] = ix.apply1(op, keys[0], bit)
-		return
+	for s := 1; s < ns; s++ {
+		o.bound[s] += o.bound[s-1]
 	}
-	if ix.mask == 0 {
-		sh := &ix.shards[0]
-		sh.lock()
-		t := ix.tableLocked(sh, op, len(keys))
-		for j, k := range keys {
-			out[j] = ix.applyLocked(t, op, k, bit)
-		}
-		sh.unlock()
-		return
+	o.bound[ns] = uint8(r)
+	// Filled from the back, each bound[s] moves down from the end of shard s to its start.
+	for j := r - 1; j >= 0; j-- {
+		s := uint8(rd.keys[j&(batch-1)]) & mask
+		o.bound[s]--
+		o.perm[o.bound[s]] = uint8(j)
 	}
-	// A stable counting sort of the round by shard.
-	var start [257]uint16
-	for _, k := range keys {
-		start[k&ix.mask+1]++
-	}
-	shards := len(ix.shards)
-	for s := 1; s <= shards; s++ {
-		start[s] += start[s-1]
-	}
-	var order [batch]uint8
-	next := start
-	for j, k := range keys {
-		s := k & ix.mask
-		order[next[s]] = uint8(j)
-		next[s]++
-	}
-	for s := range shards {
-		lo, hi := start[s], start[s+1]
+	return ns
+}
+
+// touchBatch holds, for the backend whose bit is bit, the block of each of the first r table
+// keys of rd: a new pair starts unreferenced, a held or stale one is (again) held and
+// referenced. It stores each pair's previous state in rd.states and returns their tally.
+// r <= batch; O(r) probes and one lock per shard with keys.
+func (ix *Index) touchBatch(rd *round, r int, bit uint64) tally {
+	var c tally
+	ns := ix.group(rd, r)
+	for s := range ns {
+		lo, hi := rd.order.bound[s], rd.order.bound[s+1]
 		if lo == hi {
 			continue
 		}
 		sh := &ix.shards[s]
 		sh.lock()
-		t := ix.tableLocked(sh, op, int(hi-lo))
-		for _, j := range order[lo:hi] {
-			out[j] = ix.applyLocked(t, op, keys[j], bit)
+		c += ix.reserveLocked(sh, int(hi-lo)).touch(rd, lo, hi, bit)
+		sh.unlock()
+	}
+	return c
+}
+
+// visitBatch moves the CLOCK hand of the backend whose bit is bit over the pairs of the
+// first r table keys of rd: a referenced pair loses its reference bit, an unreferenced one is
+// evicted, a stale one is dropped. It stores each pair's previous state in rd.states (absent,
+// never for a queued pair, if its entry is missing) and returns their tally. r <= batch;
+// O(r) probes and one lock per shard with keys.
+func (ix *Index) visitBatch(rd *round, r int, bit uint64) tally {
+	var c tally
+	ns := ix.group(rd, r)
+	for s := range ns {
+		lo, hi := rd.order.bound[s], rd.order.bound[s+1]
+		if lo == hi {
+			continue
+		}
+		sh := &ix.shards[s]
+		sh.lock()
+		c += sh.tab.Load().visit(rd, lo, hi, bit)
+		sh.unlock()
+	}
+	return c
+}
+
+// touch is touchBatch's update, in this table, of the pairs of rd's keys perm[lo:hi], for
+// which it has room. Writer side.
+func (t *table) touch(rd *round, lo, hi uint8, bit uint64) tally {
+	slots := t.slots
+	n := uint64(len(slots))
+	var c tally
+	claimed := 0
+	for p := lo; p < hi; p++ {
+		j := rd.order.perm[p]
+		k := rd.keys[j&(batch-1)]
+		i, _ := bits.Mul64(k, n)
+		for {
+			if key := slots[i].key; key == k || key == 0 {
+				break
+			}
+			if i++; i == n {
+				i = 0
+			}
+		}
+		s := &slots[i]
+		hold, aux := s.hold, s.aux
+		if s.key == 0 {
+			// Claimed: its words are its last occupant's, overwritten below.
+			atomic.StoreUint64(&s.key, k)
+			claimed++
+			hold, aux = 0, 0
+		}
+		st := uint8(pairAbsent)
+		if hold&bit != 0 {
+			st = pairLive
+		}
+		if aux&bit != 0 {
+			st |= 1 // pairLive becomes pairLiveRef, pairAbsent pairStale
+		}
+		rd.states[j] = st
+		c += tallyOne[st&3]
+		// Held from now on; referenced unless new.
+		if h := hold | bit; s.hold != h {
+			atomic.StoreUint64(&s.hold, h)
+		}
+		if a := aux | (hold|aux)&bit; s.aux != a {
+			atomic.StoreUint64(&s.aux, a)
+		}
+	}
+	t.count += claimed
+	return c
+}
+
+// visit is visitBatch's update, in this table (nil if the shard has none), of the pairs of
+// rd's keys perm[lo:hi]. Writer side.
+func (t *table) visit(rd *round, lo, hi uint8, bit uint64) tally {
+	var c tally
+	if t == nil {
+		for p := lo; p < hi; p++ {
+			rd.states[rd.order.perm[p]] = pairAbsent
+			c += tallyOne[pairAbsent]
+		}
+		return c
+	}
+	slots := t.slots
+	n := uint64(len(slots))
+	for p := lo; p < hi; p++ {
+		j := rd.order.perm[p]
+		k := rd.keys[j&(batch-1)]
+		i, _ := bits.Mul64(k, n)
+		for {
+			if key := slots[i].key; key == k || key == 0 {
+				break
+			}
+			if i++; i == n {
+				i = 0
+			}
+		}
+		s := &slots[i]
+		if s.key == 0 {
+			rd.states[j] = pairAbsent
+			c += tallyOne[pairAbsent]
+			continue
+		}
+		hold, aux := s.hold, s.aux
+		st := uint8(pairStale)
+		switch {
+		case hold&bit != 0 && aux&bit != 0:
+			st = pairLiveRef
+			aux &^= bit
+		case hold&bit != 0:
+			st = pairLive
+			hold &^= bit
+		case aux&bit != 0:
+			aux &^= bit
+		default:
+			panic("prefixcache: internal error: queued pair missing from its table")
+		}
+		rd.states[j] = st
+		c += tallyOne[st&3]
+		if hold|aux == 0 {
+			t.del(int(i))
+			continue
+		}
+		if s.hold != hold {
+			atomic.StoreUint64(&s.hold, hold)
+		}
+		if s.aux != aux {
+			atomic.StoreUint64(&s.aux, aux)
+		}
+	}
+	return c
+}
+
+// A pairOp is one of the other updates of one (block, backend) pair in a table entry,
+// applied under the entry's shard lock by applyLocked. Every op returns the pair's state
+// before it.
+type pairOp uint8
+
+const (
+	opUnhold    pairOp = iota // a held pair turns stale
+	opDropStale               // drop the pair if stale
+	opClear                   // forget the pair entirely
+)
+
+// applyBatch applies op for the backend whose bit is bit to the table entries of the first r
+// keys of rd, storing each pair's previous state in rd.states, in a round as touchBatch does.
+// r <= batch.
+func (ix *Index) applyBatch(op pairOp, rd *round, r int, bit uint64) {
+	ns := ix.group(rd, r)
+	for s := range ns {
+		lo, hi := rd.order.bound[s], rd.order.bound[s+1]
+		if lo == hi {
+			continue
+		}
+		sh := &ix.shards[s]
+		sh.lock()
+		t := sh.tab.Load()
+		for _, j := range rd.order.perm[lo:hi] {
+			rd.states[j] = applyLocked(t, op, rd.keys[j&(batch-1)], bit)
 		}
 		sh.unlock()
 	}
@@ -72,37 +252,22 @@ func (ix *Index) applyBatch(op pairOp, keys []uint64, bit uint64, out []uint8) {
 // apply1 applies op to one pair, locking its shard.
 func (ix *Index) apply1(op pairOp, k, bit uint64) uint8 {
 	sh := ix.lockShard(k)
-	st := ix.applyLocked(ix.tableLocked(sh, op, 1), op, k, bit)
+	st := applyLocked(sh.tab.Load(), op, k, bit)
 	sh.unlock()
 	return st
 }
 
-// tableLocked returns the table that n applications of op will use in sh, whose lock is
-// held: for opTouch one with room for n more entries, otherwise the current one (maybe nil).
-func (ix *Index) tableLocked(sh *shard, op pairOp, n int) *table {
-	if op == opTouch {
-		return ix.reserveLocked(sh, n)
-	}
-	return sh.tab.Load()
-}
-
-// applyLocked applies op to the pair (k, bit) in t, the table of k's shard, whose lock is
-// held (see tableLocked).
-func (ix *Index) applyLocked(t *table, op pairOp, k, bit uint64) uint8 {
-	var i int
-	var hold, aux uint64
-	if op == opTouch {
-		var added bool
-		if i, added = t.findOrAdd(k); !added {
-			hold, aux = t.slots[i].hold, t.slots[i].aux
-		}
-	} else if t == nil {
+// applyLocked applies op to the pair (k, bit) in t, the table of k's shard (maybe nil), whose
+// lock is held.
+func applyLocked(t *table, op pairOp, k, bit uint64) uint8 {
+	if t == nil {
 		return pairAbsent
-	} else if i = t.find(k); i < 0 {
-		return pairAbsent
-	} else {
-		hold, aux = t.slots[i].hold, t.slots[i].aux
 	}
+	i := t.find(k)
+	if i < 0 {
+		return pairAbsent
+	}
+	hold, aux := t.slots[i].hold, t.slots[i].aux
 	st := uint8(pairAbsent)
 	switch {
 	case hold&bit != 0 && aux&bit != 0:
@@ -113,27 +278,10 @@ func (ix *Index) applyLocked(t *table, op pairOp, k, bit uint64) uint8 {
 		st = pairStale
 	}
 	switch op {
-	case opTouch:
-		// A new pair starts unreferenced; a held or stale one is (again) held and referenced.
-		if st != pairAbsent {
-			aux |= bit
-		}
-		hold |= bit
 	case opUnhold:
 		if st == pairLive || st == pairLiveRef {
 			hold &^= bit
 			aux |= bit
-		}
-	case opVisit:
-		switch st {
-		case pairLiveRef:
-			aux &^= bit
-		case pairLive:
-			hold &^= bit
-		case pairStale:
-			aux &^= bit
-		default:
-			panic("prefixcache: internal error: queued pair missing from its table")
 		}
 	case opDropStale:
 		if st != pairStale {

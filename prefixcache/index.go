@@ -200,6 +200,7 @@ type backend struct {
 	removed bool
 	tiers   [NumMedia]tier // by Medium
 	scratch []BlockHash
+	round   round // the batch updates' scratch space
 }
 
 // tier is one medium of a backend: its capacity, its CLOCK ring and, in exact mode, its map
@@ -505,7 +506,8 @@ func (ix *Index) lockBackend(id BackendID) (*backend, error) {
 	return b, nil
 }
 
-// Pair states, as found before an update.
+// Pair states, as found before an update. A state is 2·(hold bit) + (aux bit): touch and
+// visit compute it so.
 const (
 	pairAbsent = iota
 	pairStale
@@ -524,30 +526,64 @@ const batch = 128
 func (ix *Index) insertLocked(b *backend, chain []BlockHash, m Medium, engine []uint64) {
 	t := &b.tiers[m]
 	n := min(len(chain), ix.opts.MaxChainBlocks, t.capacity)
-	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
-	var keys [batch]uint64
-	var states [batch]uint8
+	mk, salt, bit := uint64(m)*tierK, wordSalt(int(b.id>>6)), uint64(1)<<(b.id&63)
+	rd := &b.round
 	var added int64
 	// Deepest block first, in rounds of up to batch blocks.
 	for end := n; end > 0; {
 		r := min(end, batch)
-		for j := range r {
-			keys[j] = entryKey(blockKey(chain[end-1-j], m), word)
-		}
-		ix.applyBatch(opTouch, keys[:r], bit, states[:r])
-		for j := range r {
-			switch states[j] {
-			case pairAbsent:
-				if g := t.ring.push(blockKey(chain[end-1-j], m)); g != 0 {
-					ix.bytes.Add(g)
-				}
-				t.live++
-				added++
-			case pairStale:
-				t.stale--
-				t.live++
+		src := chain[end-r : end]
+		keys := rd.keys[:len(src)]
+		rg := &t.ring
+		// Where the ring has room for the whole round, the block keys go straight to the
+		// slots past its back, so that a round of new blocks only has to count them in.
+		staged := rg.n+r <= len(rg.buf)
+		if staged {
+			buf, mask, tail := rg.buf, len(rg.buf)-1, rg.head+rg.n
+			for j := range keys {
+				bk := uint64(src[len(src)-1-j]) ^ mk
+				buf[(tail+j)&mask] = bk
+				keys[j] = saltedKey(baseKey(bk), salt)
+			}
+		} else {
+			for j := range keys {
+				keys[j] = saltedKey(baseKey(uint64(src[len(src)-1-j])^mk), salt)
 			}
 		}
+		c := ix.touchBatch(rd, r, bit)
+		absent, stale := c.of(pairAbsent), c.of(pairStale)
+		states := rd.states[:r]
+		switch {
+		case absent == 0:
+		case staged:
+			// Keep the new ones, in order.
+			if absent < r {
+				buf, mask, tail := rg.buf, len(rg.buf)-1, rg.head+rg.n
+				w := 0
+				for j, st := range states {
+					if st == pairAbsent {
+						buf[(tail+w)&mask] = buf[(tail+j)&mask]
+						w++
+					}
+				}
+			}
+			rg.n += absent
+		default:
+			if g := rg.reserve(absent); g != 0 {
+				ix.bytes.Add(g)
+			}
+			buf, mask, pos := rg.buf, len(rg.buf)-1, rg.head+rg.n
+			for j, st := range states {
+				if st == pairAbsent {
+					buf[pos&mask] = uint64(src[len(src)-1-j]) ^ mk
+					pos++
+				}
+			}
+			rg.n += absent
+		}
+		t.live += absent + stale
+		t.stale -= stale
+		added += int64(absent)
 		end -= r
 	}
 	ix.pairs.Add(added)
@@ -590,15 +626,14 @@ func (ix *Index) removeLocked(b *backend, chain []BlockHash, m Medium, dropNames
 	if e != nil {
 		bytes, names = e.bytes, e.names
 	}
-	var keys [batch]uint64
-	var states [batch]uint8
+	rd := &b.round
 	for start := 0; start < len(chain); {
 		r := min(len(chain)-start, batch)
-		for j := range r {
-			keys[j] = entryKey(blockKey(chain[start+j], m), word)
+		for j := range rd.keys[:r] {
+			rd.keys[j] = entryKey(blockKey(chain[start+j], m), word)
 		}
-		ix.applyBatch(opUnhold, keys[:r], bit, states[:r])
-		for j, st := range states[:r] {
+		ix.applyBatch(opUnhold, rd, r, bit)
+		for j, st := range rd.states[:r] {
 			if st == pairLive || st == pairLiveRef {
 				t.live--
 				t.stale++
@@ -655,7 +690,7 @@ func usherHash(bk uint64, m Medium) BlockHash { return BlockHash(bk ^ uint64(m)*
 // pair loses its reference bit and goes to the back (its second chance), an unreferenced one
 // is evicted (with its engine hashes), a stale one is dropped.
 //
-// It works in rounds of applyBatch, one lock per shard per round. A round never visits more
+// It works in rounds of visitBatch, one lock per shard per round. A round never visits more
 // pairs than sequential CLOCK would: where every pair that leaves counts the same, a round
 // visits at most as many pairs as are still wanted; otherwise (reference bits left the first
 // round short, or pairs with engine hashes weigh more than others) the round first reads the
@@ -666,6 +701,7 @@ func usherHash(bk uint64, m Medium) BlockHash { return BlockHash(bk ^ uint64(m)*
 func (ix *Index) sweepLocked(b *backend, m Medium, want int64, budget bool) {
 	t := &b.tiers[m]
 	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
+	salt := wordSalt(word)
 	e := t.eng
 	if e != nil && e.names == 0 {
 		e = nil
@@ -679,14 +715,15 @@ func (ix *Index) sweepLocked(b *backend, m Medium, want int64, budget bool) {
 	if budget {
 		unit = PairBytes
 	}
-	var keys [batch]uint64
-	var states [batch]uint8
+	rd := &b.round
+	keys := rd.keys[:]
 	for first := true; want > 0 && t.ring.len() > 0; first = false {
 		var r int
 		if first && (!budget || e == nil) {
 			r = int(min((want+unit-1)/unit, batch, int64(t.ring.len())))
-			for j := range r {
-				keys[j] = entryKey(t.ring.at(j), word)
+			buf, mask, head := t.ring.buf, len(t.ring.buf)-1, t.ring.head
+			for j := range keys[:r] {
+				keys[j] = saltedKey(baseKey(buf[(head+j)&mask]), salt)
 			}
 		} else {
 			// Extend the round over pairs that will not count, up to a full batch.
@@ -706,31 +743,28 @@ func (ix *Index) sweepLocked(b *backend, m Medium, want int64, budget bool) {
 				}
 			}
 		}
-		ix.applyBatch(opVisit, keys[:r], bit, states[:r])
-		var evicted, dropped, unnamed int64
-		for _, st := range states[:r] {
-			bk := t.ring.pop()
-			switch st {
-			case pairLiveRef:
-				t.ring.push(bk)
-			case pairLive:
-				t.live--
-				evicted++
-				if e != nil {
-					unnamed += int64(e.drop(usherHash(bk, m)))
+		c := ix.visitBatch(rd, r, bit)
+		ref, evicted := c.of(pairLiveRef), c.of(pairLive)
+		dropped := r - ref - evicted
+		states := rd.states[:r]
+		var unnamed int64
+		if e != nil && evicted > 0 {
+			for j, st := range states {
+				if st == pairLive {
+					unnamed += int64(e.drop(usherHash(t.ring.at(j), m)))
 				}
-			default:
-				t.stale--
-				dropped++
 			}
 		}
-		t.evictions += evicted
-		ix.evictions.Add(evicted)
-		ix.pairs.Add(-evicted - dropped)
+		t.ring.advance(states, ref)
+		t.live -= evicted
+		t.stale -= dropped
+		t.evictions += int64(evicted)
+		ix.evictions.Add(int64(evicted))
+		ix.pairs.Add(-int64(evicted + dropped))
 		if budget {
-			want -= (evicted+dropped)*PairBytes + unnamed*EngineHashBytes
+			want -= int64(evicted+dropped)*PairBytes + unnamed*EngineHashBytes
 		} else {
-			want -= evicted
+			want -= int64(evicted)
 		}
 	}
 	if e != nil {
@@ -744,17 +778,16 @@ func (ix *Index) sweepLocked(b *backend, m Medium, want int64, budget bool) {
 // as when b is removed.
 func (ix *Index) clearLocked(b *backend, release bool) {
 	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
-	var keys [batch]uint64
-	var states [batch]uint8
+	rd := &b.round
 	for m := range NumMedia {
 		t := &b.tiers[m]
 		ix.pairs.Add(int64(-t.ring.len()))
 		for t.ring.len() > 0 {
 			r := min(t.ring.len(), batch)
-			for j := range r {
-				keys[j] = entryKey(t.ring.pop(), word)
+			for j := range rd.keys[:r] {
+				rd.keys[j] = entryKey(t.ring.pop(), word)
 			}
-			ix.applyBatch(opClear, keys[:r], bit, states[:r])
+			ix.applyBatch(opClear, rd, r, bit)
 		}
 		if release {
 			ix.bytes.Add(-t.ring.reset())
@@ -852,8 +885,14 @@ func baseKey(bk uint64) uint64 {
 
 // wordKey is the table key of word w of the block whose baseKey is base. The one word key
 // per word that would be 0 (the empty marker) is folded onto 1<<63, which is in the same shard.
-func wordKey(base uint64, word int) uint64 {
-	k := base ^ uint64(word)*wordK
+func wordKey(base uint64, word int) uint64 { return saltedKey(base, wordSalt(word)) }
+
+// wordSalt is what wordKey mixes into a block's base key for word w.
+func wordSalt(word int) uint64 { return uint64(word) * wordK }
+
+// saltedKey is wordKey(base, w) given salt = wordSalt(w), for loops over one word.
+func saltedKey(base, salt uint64) uint64 {
+	k := base ^ salt
 	if k == 0 {
 		k = 1 << 63
 	}

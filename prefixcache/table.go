@@ -151,23 +151,39 @@ func (t *table) set(i int, hold, aux uint64) {
 // instruction on amd64, so it stores only what changes: a moved entry's hold and aux words
 // only where they differ from those already in its new slot (entries held by the same
 // backends often share them), and of the slot left empty only its key (readers never look
-// past an empty key, and findOrAdd's caller overwrites the rest). Writer side.
+// past an empty key, and the writer that claims the slot sets the rest). O(the probe run
+// after i). Writer side.
 func (t *table) del(i int) {
 	slots := t.slots // locals: the atomic stores would otherwise make every pass reload t
 	n := uint64(len(slots))
 	hole := uint64(i)
-	j := hole
-	for {
-		if j++; j == n {
-			j = 0
+	j := hole + 1
+	// Until the scan passes the end of the table, hole < j < n, and the entry at j stays
+	// unless the hole lies on its probe path, i.e. unless its home h is in (hole, j]; h > j
+	// means its probe path wrapped past the end, through the hole. One unsigned comparison
+	// tests both.
+	for ; j < n; j++ {
+		s := &slots[j]
+		k := s.key
+		if k == 0 {
+			t.vacate(hole)
+			return
 		}
+		if h, _ := bits.Mul64(k, n); h-hole-1 < j-hole {
+			continue
+		}
+		move(&slots[hole], s)
+		hole = j
+	}
+	// The same past the end, with cyclic distances.
+	for j = 0; ; {
 		s := &slots[j]
 		k := s.key
 		if k == 0 {
 			break
 		}
 		// The entry at j stays unless the hole lies on its probe path, i.e. unless its home is
-		// at least as far behind j as the hole is (distances cyclic).
+		// at least as far behind j as the hole is.
 		h, _ := bits.Mul64(k, n)
 		fromHome, fromHole := j-h, j-hole
 		if j < h {
@@ -176,20 +192,31 @@ func (t *table) del(i int) {
 		if j < hole {
 			fromHole += n
 		}
-		if fromHome < fromHole {
-			continue
+		if fromHome >= fromHole {
+			move(&slots[hole], s)
+			hole = j
 		}
-		d := &slots[hole]
-		atomic.StoreUint64(&d.key, k)
-		if d.hold != s.hold {
-			atomic.StoreUint64(&d.hold, s.hold)
+		if j++; j == n {
+			j = 0
 		}
-		if d.aux != s.aux {
-			atomic.StoreUint64(&d.aux, s.aux)
-		}
-		hole = j
 	}
-	atomic.StoreUint64(&slots[hole].key, 0)
+	t.vacate(hole)
+}
+
+// move moves the entry s into the empty slot d, as del does. Writer side.
+func move(d, s *slot) {
+	atomic.StoreUint64(&d.key, s.key)
+	if d.hold != s.hold {
+		atomic.StoreUint64(&d.hold, s.hold)
+	}
+	if d.aux != s.aux {
+		atomic.StoreUint64(&d.aux, s.aux)
+	}
+}
+
+// vacate ends del: slot hole is left empty.
+func (t *table) vacate(hole uint64) {
+	atomic.StoreUint64(&t.slots[hole].key, 0)
 	t.count--
 }
 
