@@ -527,11 +527,16 @@ func (ix *Index) insertLocked(b *backend, chain []BlockHash, m Medium, engine []
 	t := &b.tiers[m]
 	n := min(len(chain), ix.opts.MaxChainBlocks, t.capacity)
 	mk, salt, bit := uint64(m)*tierK, wordSalt(int(b.id>>6)), uint64(1)<<(b.id&63)
+	// A pair already held and referenced is left as it is by a touch, so the leading blocks
+	// whose pairs are need no round: a chain the backend holds (a routed request's prefix,
+	// re-inserted on every pick) costs one lock-free probe per block instead of a locked
+	// update. The reads are exact, not a guess: b's bits change only under b.mu, held here.
+	held := ix.referencedPrefix(chain[:n], mk, salt, bit)
 	rd := &b.round
 	var added int64
 	// Deepest block first, in rounds of up to batch blocks.
-	for end := n; end > 0; {
-		r := min(end, batch)
+	for end := n; end > held; {
+		r := min(end-held, batch)
 		src := chain[end-r : end]
 		keys := rd.keys[:len(src)]
 		rg := &t.ring
@@ -599,6 +604,19 @@ func (ix *Index) insertLocked(b *backend, chain []BlockHash, m Medium, engine []
 		ix.accountLocked(t, bytes, names)
 	}
 	ix.evictToCapacityLocked(b, m)
+}
+
+// referencedPrefix returns how many leading blocks of chain have their pair for the backend
+// whose bit is bit, in the medium whose key offset is mk, held and referenced. salt is the
+// backend's wordSalt. It locks nothing and stops at the first block that is not.
+func (ix *Index) referencedPrefix(chain []BlockHash, mk, salt, bit uint64) int {
+	for i, h := range chain {
+		hold, aux := ix.readBits(saltedKey(baseKey(uint64(h)^mk), salt))
+		if hold&aux&bit == 0 {
+			return i
+		}
+	}
+	return len(chain)
 }
 
 // accountLocked publishes the change of t's engine map since it had bytes and names.
