@@ -586,3 +586,68 @@ func TestAddBackendZeroKeepsCapacity(t *testing.T) {
 		t.Errorf("capacity after re-adding with 2048: %d", c)
 	}
 }
+
+// TestMatch2 checks Match's two-word path against the general one (matchWide) at every fleet
+// size it serves, 65 to 128 ids, and both against a reference walk of readBits: chains share
+// prefixes of random lengths, backends hold random prefixes of them, some ids are removed.
+func TestMatch2(t *testing.T) {
+	for _, n := range []int{65, 70, 100, 127, 128} {
+		ix := mustNew(t, Options{Shards: 4, MaxBackends: 128})
+		ids := make([]BackendID, n)
+		for i := range ids {
+			ids[i] = mustAdd(t, ix, fmt.Sprint(i), 1000)
+		}
+		r := rand.New(rand.NewPCG(uint64(n), 2))
+		chains := make([][]BlockHash, 30)
+		for c := range chains {
+			chains[c] = benchChain(r, 1+r.IntN(40))
+			if c > 0 && r.IntN(2) == 0 {
+				prev := chains[r.IntN(c)]
+				copy(chains[c], prev[:min(len(prev), len(chains[c]), r.IntN(20))])
+			}
+		}
+		for range 400 {
+			c := chains[r.IntN(len(chains))]
+			if err := ix.Insert(ids[r.IntN(n)], c[:r.IntN(len(c)+1)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ix.RemoveBackend(ids[n/2]); err != nil {
+			t.Fatal(err)
+		}
+		bound := ix.Bound()
+		var low, high int // blocks matched by ids below and above 64: both words are exercised
+		for _, c := range chains {
+			two := make([]int32, bound)
+			wide := make([]int32, bound)
+			m2, mw := ix.match2(two, c, GPU, bound), ix.matchWide(wide, c, GPU, bound)
+			if m2 != mw || !slices.Equal(two, wide) {
+				t.Fatalf("%d ids: match2 %d %v, matchWide %d %v", n, m2, two, mw, wide)
+			}
+			for id := range bound {
+				want := 0
+				w, bit := id/64, uint64(1)<<(id%64)
+				for _, h := range c {
+					if hold, _ := ix.readBits(entryKey(blockKey(h, GPU), w)); hold&bit == 0 {
+						break
+					}
+					want++
+				}
+				if int(two[id]) != want {
+					t.Fatalf("%d ids: id %d matched %d, reference %d", n, id, two[id], want)
+				}
+				if id < 64 {
+					low += want
+				} else {
+					high += want
+				}
+			}
+			if got := ix.Match(nil, c); !slices.Equal(got, two) {
+				t.Fatalf("%d ids: Match %v, match2 %v", n, got, two)
+			}
+		}
+		if low == 0 || high == 0 {
+			t.Fatalf("%d ids: blocks matched below 64 %d, above %d: a word went untested", n, low, high)
+		}
+	}
+}
