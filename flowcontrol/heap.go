@@ -178,10 +178,26 @@ func (h flowHeap) down(i0 int, e flowEntry) bool {
 		if c >= n {
 			break
 		}
-		j := c // the smallest child
-		for k, end := c+1, min(c+heapArity, n); k < end; k++ {
-			if flowLess(&h[k], &h[j]) {
-				j = k
+		var j int // the smallest child
+		if kids := h[c:min(c+heapArity, n)]; len(kids) == heapArity {
+			// A full family, as a tournament: two independent comparisons, then their winners.
+			a, b := 0, 2
+			if flowLess(&kids[1], &kids[0]) {
+				a = 1
+			}
+			if flowLess(&kids[3], &kids[2]) {
+				b = 3
+			}
+			if flowLess(&kids[b], &kids[a]) {
+				a = b
+			}
+			j = c + a
+		} else {
+			j = c
+			for k := c + 1; k < n; k++ {
+				if flowLess(&h[k], &h[j]) {
+					j = k
+				}
 			}
 		}
 		if !flowLess(&h[j], &e) {
