@@ -75,15 +75,7 @@ func HashTokens(dst []BlockHash, seed BlockHash, tokens []uint32, blockSize int)
 		return dst
 	}
 	dst = grow(dst, n)
-	out := dst[len(dst) : len(dst)+n]
-	// Two passes: the blocks' content hashes first (independent calls, as in the xxhash
-	// baseline), then the chain, a tight loop of multiplies with nothing spilled around a call.
-	hashBlocks(out, tokens[:n*blockSize], blockSize)
-	h := uint64(seed)
-	for i, b := range out {
-		h = combine(h, uint64(b))
-		out[i] = BlockHash(h)
-	}
+	hashChain(dst[len(dst):len(dst)+n], uint64(seed), tokens[:n*blockSize], blockSize)
 	return dst[:len(dst)+n]
 }
 
@@ -130,11 +122,12 @@ func grow(dst []BlockHash, n int) []BlockHash {
 	return out
 }
 
-// hashBlocksPortable stores in out[i] the content hash of tokens' block i (blockSize tokens),
-// without unsafe. len(tokens) == len(out)·blockSize.
-func hashBlocksPortable(out []BlockHash, tokens []uint32, blockSize int) {
+// hashChainPortable stores in out[i] the chained hash of tokens' block i (blockSize tokens),
+// the chain starting from h, without unsafe. len(tokens) == len(out)·blockSize.
+func hashChainPortable(out []BlockHash, h uint64, tokens []uint32, blockSize int) {
 	for i := range out {
-		out[i] = BlockHash(hashBlockPortable(tokens[i*blockSize : (i+1)*blockSize]))
+		h = combine(h, hashBlockPortable(tokens[i*blockSize:(i+1)*blockSize]))
+		out[i] = BlockHash(h)
 	}
 }
 

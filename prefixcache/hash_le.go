@@ -18,13 +18,16 @@ func hashBlock(tokens []uint32) uint64 {
 	return xxhash.Sum64(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), len(tokens)*4))
 }
 
-// hashBlocks stores in out[i] the content hash of tokens' block i (blockSize tokens), hashing
-// the tokens in place. len(tokens) == len(out)·blockSize.
-func hashBlocks(out []BlockHash, tokens []uint32, blockSize int) {
+// hashChain stores in out[i] the chained hash of tokens' block i (blockSize tokens), the chain
+// starting from h, hashing the tokens in place: each block's content hash is chained as soon as
+// it is computed, so that the chain's multiplies overlap the next block's hashing instead of
+// running as a second, latency-bound pass. len(tokens) == len(out)·blockSize.
+func hashChain(out []BlockHash, h uint64, tokens []uint32, blockSize int) {
 	all := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), len(tokens)*4)
 	step := blockSize * 4
 	for i := range out {
-		out[i] = BlockHash(xxhash.Sum64(all[:step]))
+		h = combine(h, xxhash.Sum64(all[:step]))
+		out[i] = BlockHash(h)
 		all = all[step:]
 	}
 }

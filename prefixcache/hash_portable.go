@@ -9,7 +9,7 @@ const fastHash = false
 // built with the purego tag) it encodes through a stack buffer.
 func hashBlock(tokens []uint32) uint64 { return hashBlockPortable(tokens) }
 
-// hashBlocks stores in out[i] the content hash of tokens' block i; see hashBlocksPortable.
-func hashBlocks(out []BlockHash, tokens []uint32, blockSize int) {
-	hashBlocksPortable(out, tokens, blockSize)
+// hashChain stores in out[i] the chained hash of tokens' block i; see hashChainPortable.
+func hashChain(out []BlockHash, h uint64, tokens []uint32, blockSize int) {
+	hashChainPortable(out, h, tokens, blockSize)
 }
