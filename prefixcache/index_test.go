@@ -649,5 +649,19 @@ func TestMatch2(t *testing.T) {
 		if low == 0 || high == 0 {
 			t.Fatalf("%d ids: blocks matched below 64 %d, above %d: a word went untested", n, low, high)
 		}
+		// A Match that read the bound before backends at and above it were added (a race
+		// Match allows) must ignore them: the two paths agree at every smaller bound.
+		for _, small := range []int{65, (65 + bound) / 2} {
+			if small >= bound {
+				continue
+			}
+			for _, c := range chains {
+				two, wide := make([]int32, small), make([]int32, small)
+				m2, mw := ix.match2(two, c, GPU, small), ix.matchWide(wide, c, GPU, small)
+				if m2 != mw || !slices.Equal(two, wide) {
+					t.Fatalf("%d ids read as %d: match2 %d %v, matchWide %d %v", n, small, m2, two, mw, wide)
+				}
+			}
+		}
 	}
 }
