@@ -528,9 +528,10 @@ func (ix *Index) insertLocked(b *backend, chain []BlockHash, m Medium, engine []
 	n := min(len(chain), ix.opts.MaxChainBlocks, t.capacity)
 	mk, salt, bit := uint64(m)*tierK, wordSalt(int(b.id>>6)), uint64(1)<<(b.id&63)
 	// A pair already held and referenced is left as it is by a touch, so the leading blocks
-	// whose pairs are need no round: a chain the backend holds (a routed request's prefix,
-	// re-inserted on every pick) costs one lock-free probe per block instead of a locked
-	// update. The reads are exact, not a guess: b's bits change only under b.mu, held here.
+	// whose pairs are need no round: the prefix a backend already holds (a routed request's
+	// cached turns, inserted again with the new blocks after them) costs one lock-free probe
+	// per block instead of a locked update. The reads are exact, not a guess: b's bits change
+	// only under b.mu, held here.
 	held := ix.referencedPrefix(chain[:n], mk, salt, bit)
 	rd := &b.round
 	var added int64
