@@ -45,20 +45,18 @@ func (q *Queue) keyFlowLocked(f *flow, bd *band, now time.Time) {
 	// An unchanged key (a completion under a policy that does not charge, say) leaves
 	// the heap alone: its entry is likely out of the cache.
 	f.key, f.keySeq = k, f.st.HeadSeq
-	// Most keys have no limit: that case costs a test, not a call.
-	switch {
-	case until.After(now):
+	// Most keys have no limit: that case only clears a timer, which is not set (Clear is
+	// inlined to a test).
+	if until.After(now) {
 		q.rekey.Set(&f.rekey, until, f)
-	case f.rekey.seq != 0:
+	} else {
 		q.rekey.Clear(&f.rekey)
 	}
 }
 
 // unlistLocked takes f out of its band's order and the re-key heap.
 func (q *Queue) unlistLocked(f *flow, bd *band) {
-	if f.rekey.seq != 0 {
-		q.rekey.Clear(&f.rekey)
-	}
+	q.rekey.Clear(&f.rekey)
 	if f.bandIdx < 0 {
 		return
 	}
@@ -136,7 +134,7 @@ func (q *Queue) takeLocked(w *waiter) bool {
 func (q *Queue) runLocked(now time.Time) {
 	q.expireLocked(now)
 	ns := now.UnixNano()
-	if q.rekey.h.Len() > 0 { // no call when no key has a limit
+	if q.rekey.Len() > 0 { // no call when no key has a limit
 		for f, ok := q.rekey.Due(now); ok; f, ok = q.rekey.Due(now) {
 			q.keyFlowLocked(f, &q.bands[f.st.Band], now)
 		}
