@@ -8,21 +8,14 @@ import (
 	"time"
 )
 
-// trace loads the Mooncake conversation trace once per test binary, or skips the test when it
-// is not beside the repository.
-var traceOnce = sync.OnceValues(func() (*Workload, error) {
-	p, err := FindTrace(MooncakeTraceName)
-	if err != nil {
-		return nil, err
-	}
-	return LoadMooncakeFile(p, MooncakeOptions{})
-})
+// trace loads the Mooncake conversation trace once per test binary.
+var traceOnce = sync.OnceValues(func() (*Workload, error) { return Mooncake(MooncakeOptions{}) })
 
 func trace(t testing.TB) *Workload {
 	t.Helper()
 	w, err := traceOnce()
 	if err != nil {
-		t.Skipf("Mooncake trace unavailable: %v", err)
+		t.Fatalf("Mooncake trace: %v", err)
 	}
 	return w
 }

@@ -9,7 +9,8 @@ import (
 type LoadOptions struct {
 	// Seed drives the synthetic generators; the same seed gives the same workload.
 	Seed uint64
-	// Trace is the Mooncake trace's path. Empty: FindTrace(MooncakeTraceName).
+	// Trace is the path of a Mooncake-format trace. Empty: the conversation trace that ships
+	// with the package (Mooncake).
 	Trace string
 }
 
@@ -25,7 +26,7 @@ type WorkloadSource struct {
 
 // WorkloadSources returns the workloads the comparison can select by name, in this order:
 //
-//	mooncake      the Mooncake conversation trace (LoadMooncakeFile, MooncakeOptions{})
+//	mooncake      the Mooncake conversation trace (Mooncake, MooncakeOptions{})
 //	chat          Chat: multi-turn conversations under a few system prompts
 //	agentic       Agentic: coding-agent sessions sharing long opening instructions
 //	bursty        Bursty: on/off bursts of single requests over shared prefixes
@@ -36,15 +37,10 @@ type WorkloadSource struct {
 func WorkloadSources() []WorkloadSource {
 	return []WorkloadSource{
 		{"mooncake", false, func(o LoadOptions) (*Workload, error) {
-			path := o.Trace
-			if path == "" {
-				p, err := FindTrace(MooncakeTraceName)
-				if err != nil {
-					return nil, err
-				}
-				path = p
+			if o.Trace == "" {
+				return Mooncake(MooncakeOptions{})
 			}
-			return LoadMooncakeFile(path, MooncakeOptions{})
+			return LoadMooncakeFile(o.Trace, MooncakeOptions{})
 		}},
 		{"chat", true, func(o LoadOptions) (*Workload, error) { return Chat(ChatOptions{Seed: o.Seed}), nil }},
 		{"agentic", true, func(o LoadOptions) (*Workload, error) { return Agentic(AgenticOptions{Seed: o.Seed}), nil }},
@@ -65,7 +61,7 @@ func WorkloadNames() string {
 }
 
 // LoadWorkload builds the workload of WorkloadSources named name. An unknown name is an error
-// wrapping ErrInvalidConfig; a missing trace one wrapping ErrNoTrace.
+// wrapping ErrInvalidConfig.
 func LoadWorkload(name string, o LoadOptions) (*Workload, error) {
 	for _, s := range WorkloadSources() {
 		if s.Name == name {

@@ -2,12 +2,14 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 )
@@ -18,8 +20,6 @@ var (
 	ErrInvalidWorkload = errors.New("bench: invalid workload")
 	// ErrInvalidConfig: Run was given a configuration it cannot simulate.
 	ErrInvalidConfig = errors.New("bench: invalid config")
-	// ErrNoTrace: the Mooncake trace was not found next to the repository.
-	ErrNoTrace = errors.New("bench: trace not found")
 )
 
 // Request is one request of a Workload.
@@ -256,28 +256,22 @@ func (w *Workload) Head(n int) *Workload {
 	return &c
 }
 
-// MooncakeTraceName is the file name of the Mooncake conversation trace.
-const MooncakeTraceName = "mooncake-conversation.jsonl"
+// The Mooncake conversation trace ships with the module, gzipped (traces/README.md gives its
+// source and licence), so a clone or a binary replays it without a download.
+//
+//go:embed traces/mooncake-conversation.jsonl.gz
+var mooncakeGz []byte
 
-// FindTrace looks for shared/traces/name in the current directory and each of its parents
-// (the trace sits beside the repository, in ../shared/traces from its root) and returns its
-// path, or an error wrapping ErrNoTrace.
-func FindTrace(name string) (string, error) {
-	dir, err := os.Getwd()
+// Mooncake returns the Mooncake conversation trace that ships with the package (the FAST'25
+// release of kvcache-ai/Mooncake, Apache-2.0: 12,031 requests over an hour of production
+// traffic), read by LoadMooncake with opts. Each call decodes it afresh (about 3 MB of JSON).
+func Mooncake(opts MooncakeOptions) (*Workload, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(mooncakeGz))
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrNoTrace, err)
+		return nil, fmt.Errorf("bench: embedded trace: %w", err)
 	}
-	for {
-		p := filepath.Join(dir, "shared", "traces", name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%w: no shared/traces/%s above the working directory", ErrNoTrace, name)
-		}
-		dir = parent
-	}
+	defer zr.Close()
+	return LoadMooncake(zr, opts)
 }
 
 // MooncakeOptions configures LoadMooncake.

@@ -232,11 +232,7 @@ func commonPrefix64(a, b []uint64) int {
 
 // With the real trace: every pair among the first requests shares as many tokens as ids.
 func TestMooncakePrefixSharing(t *testing.T) {
-	path, err := bench.FindTrace(bench.MooncakeTraceName)
-	if err != nil {
-		t.Skip(err)
-	}
-	recs, err := bench.LoadMooncakeFile(path, bench.MooncakeOptions{})
+	recs, err := bench.Mooncake(bench.MooncakeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@
 //     with think time between turns, mixed with single-turn questions; sessions arrive as a
 //     Poisson process, are identified by the X-Session-Id header and belong to tenants (API
 //     keys). Deterministic for a -seed.
-//   - a Mooncake-format trace (-trace file, or -trace mooncake for
-//     ../shared/traces/mooncake-conversation.jsonl), replayed by timestamp (-speed, -limit),
+//   - a Mooncake-format trace (-trace file, or -trace mooncake for the conversation trace
+//     shipped in bench/traces), replayed by timestamp (-speed, -limit),
 //     with prompt text synthesised so that the trace's shared hash_id prefixes become shared
 //     token prefixes, and answers of the trace's output_length (max_tokens with ignore_eos).
 //
@@ -93,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the OpenAI-compatible endpoint; several, comma-separated, take the requests in turn (gateway replicas behind a Service)")
 	fs.StringVar(&c.model, "model", "", "model to ask for; empty: the first of GET /v1/models")
 	fs.StringVar(&c.api, "api", "chat", "chat (/v1/chat/completions) or completions (/v1/completions, messages joined into one prompt)")
-	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': shared/traces/mooncake-conversation.jsonl in or above the working directory); empty: synthetic workload")
+	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': the Mooncake conversation trace shipped in bench/traces); empty: synthetic workload")
 	fs.Float64Var(&c.speed, "speed", 1, "trace: replay speed (2 = twice as fast as recorded)")
 	fs.IntVar(&c.limit, "limit", 0, "send at most this many requests (0: no limit)")
 	fs.DurationVar(&c.duration, "duration", 60*time.Second, "synthetic: sessions start within this window; trace: replay the requests arriving within it (0: whole trace)")
@@ -293,15 +293,15 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 		return s, desc, err
 	}
 	path := c.tracePath
+	var recs *bench.Workload
+	var err error
 	if path == "mooncake" {
-		var err error
-		if path, err = bench.FindTrace(bench.MooncakeTraceName); err != nil {
-			return nil, "", fmt.Errorf("-trace mooncake: %w", err)
-		}
+		recs, err = bench.Mooncake(bench.MooncakeOptions{})
+	} else {
+		recs, err = bench.LoadMooncakeFile(path, bench.MooncakeOptions{})
 	}
-	recs, err := bench.LoadMooncakeFile(path, bench.MooncakeOptions{})
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("-trace: %w (-trace mooncake replays the Mooncake conversation trace that ships in bench/traces; a path names a Mooncake-format JSONL file)", err)
 	}
 	mc := c.maxContext
 	switch {

@@ -24,7 +24,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -49,7 +48,7 @@ func main() {
 func run() error {
 	var (
 		workload  = flag.String("workload", "mooncake", "workload: "+bench.WorkloadNames())
-		trace     = flag.String("trace", "", "Mooncake trace path (default: shared/traces/"+bench.MooncakeTraceName+" found above the working directory)")
+		trace     = flag.String("trace", "", "Mooncake-format trace path for -workload mooncake (default: the conversation trace shipped in bench/traces)")
 		requests  = flag.Int("requests", 0, "use only the first N requests (0: all)")
 		rate      = flag.Float64("rate", 4, "load: arrival rate multiplier")
 		sweep     = flag.String("sweep", "", "comma-separated rate multipliers (overrides -rate)")
@@ -97,9 +96,6 @@ func run() error {
 			continue
 		}
 		w, err := bench.LoadWorkload(*workload, bench.LoadOptions{Seed: *seed + uint64(k), Trace: *trace})
-		if errors.Is(err, bench.ErrNoTrace) {
-			return fmt.Errorf("%w (pass -trace, or another -workload of %s)", err, bench.WorkloadNames())
-		}
 		if err != nil {
 			return err
 		}
