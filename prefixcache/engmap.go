@@ -28,9 +28,10 @@ import "math/bits"
 // some 52 bytes per single-named block) at every size, instead of swinging between 1/2 and 3/4
 // as one table's does (64 to 43 bytes per block), and no two tables rebuild at once.
 type engMap struct {
-	parts [engParts]engTable
-	names int   // forward entries
-	bytes int64 // bytes allocated to the tables
+	parts  [engParts]engTable
+	names  int   // forward entries
+	blocks int   // blocks with at least one name (first reverse entries)
+	bytes  int64 // bytes allocated to the tables
 }
 
 const engParts = 16
@@ -167,7 +168,7 @@ func (m *engMap) reset() {
 		clear(t.slots)
 		t.count = 0
 	}
-	m.names = 0
+	m.names, m.blocks = 0, 0
 }
 
 // delAt empties slot hole by backward-shift deletion (see table.del).
@@ -227,6 +228,9 @@ func (m *engMap) add(e uint64, u BlockHash) {
 		r, added := m.claim(revKey(u, k))
 		if added {
 			r.val = fk
+			if k == 0 {
+				m.blocks++
+			}
 			return
 		}
 		if r.val&nextBit == 0 {
@@ -293,6 +297,9 @@ func (m *engMap) unlink(u BlockHash, fk uint64) int {
 		before.val &^= nextBit
 	}
 	lastT.delAt(lastI)
+	if n == 1 {
+		m.blocks--
+	}
 	return n - 1
 }
 
@@ -304,6 +311,9 @@ func (m *engMap) drop(u BlockHash) int {
 		t, i, ok := m.locate(revKey(u, k))
 		if !ok {
 			return dropped
+		}
+		if k == 0 {
+			m.blocks--
 		}
 		v := t.slots[i].val
 		t.delAt(i)

@@ -78,9 +78,10 @@ type StoredBlocks struct {
 // with the same seed and tokens, so Match (or MatchMedium) finds the blocks.
 //
 // A name lasts exactly as long as its block in that medium: until ApplyRemovedFrom removes
-// it, or the block leaves the medium (evicted by the medium's capacity or the byte budget,
-// removed by Remove, or cleared), so a continuation naming a block the index holds always finds
-// its parent, and a removal always finds its block, however long ago it was stored. A block
+// it, or the block leaves the medium by the byte budget or a clear, so a continuation naming a
+// block the index holds always finds its parent, and a removal always finds its block, however
+// long ago it was stored. Predictions never take a named block away: the medium's capacity
+// evicts only blocks that Insert alone put there, and Remove leaves named blocks alone. A block
 // can have several names (engine hashes that differ in what usher does not hash, such as a
 // cache salt); it stays while any of them does. The names are charged to the byte budget
 // (EngineHashBytes each) and counted in Stats.Bytes. Blocks past min(MaxChainBlocks,
@@ -168,7 +169,7 @@ func (ix *Index) ApplyRemovedFrom(id BackendID, medium string, engineHashes []ui
 		}
 		ix.accountLocked(t, bytes, names)
 	}
-	ix.removeLocked(b, b.scratch, m, false)
+	ix.removeLocked(b, b.scratch, m)
 	b.mu.Unlock()
 	return nil
 }

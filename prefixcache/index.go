@@ -450,8 +450,9 @@ func (ix *Index) insertNamed(id BackendID, chain []BlockHash, m Medium) (string,
 }
 
 // Remove deletes backend id's GPU pairs for the blocks of chain (blocks it does not hold are
-// ignored); engine hashes that named them (exact mode) are forgotten with them. Only the first
-// MaxChainBlocks blocks are considered. Cost O(len(chain)) amortised. It returns
+// ignored). It retracts a prediction, so it leaves alone the blocks the engine itself reported
+// (exact mode: blocks with an engine hash as their name), which only the engine's removal, the
+// byte budget or a clear take away. Only the first MaxChainBlocks blocks are considered. Cost O(len(chain)) amortised. It returns
 // ErrUnknownBackend if id is not registered. With Options.Feed set, a successful Remove of a
 // non-empty chain then calls Feed.Removed with the backend's name and the chain cut to
 // MaxChainBlocks.
@@ -480,7 +481,18 @@ func (ix *Index) removeNamed(id BackendID, chain []BlockHash, m Medium) (string,
 	if err != nil {
 		return "", err
 	}
-	ix.removeLocked(b, chain[:min(len(chain), ix.opts.MaxChainBlocks)], m, true)
+	chain = chain[:min(len(chain), ix.opts.MaxChainBlocks)]
+	if e := b.tiers[m].eng; e != nil && e.blocks > 0 {
+		// Keep what the engine reported: retract only the blocks no engine hash names.
+		b.scratch = b.scratch[:0]
+		for _, h := range chain {
+			if e.count(h) == 0 {
+				b.scratch = append(b.scratch, h)
+			}
+		}
+		chain = b.scratch
+	}
+	ix.removeLocked(b, chain, m)
 	b.mu.Unlock()
 	return b.name, nil
 }
@@ -631,20 +643,11 @@ func (ix *Index) accountLocked(t *tier, bytes int64, names int) {
 	}
 }
 
-// removeLocked removes b's pairs of medium m for the blocks of chain, and, if dropNames, the
-// engine hashes that named them.
-func (ix *Index) removeLocked(b *backend, chain []BlockHash, m Medium, dropNames bool) {
+// removeLocked removes b's pairs of medium m for the blocks of chain, none of which has an
+// engine hash as its name.
+func (ix *Index) removeLocked(b *backend, chain []BlockHash, m Medium) {
 	t := &b.tiers[m]
 	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
-	e := t.eng
-	if e != nil && (!dropNames || e.names == 0) {
-		e = nil
-	}
-	var bytes int64
-	var names int
-	if e != nil {
-		bytes, names = e.bytes, e.names
-	}
 	rd := &b.round
 	for start := 0; start < len(chain); {
 		r := min(len(chain)-start, batch)
@@ -652,19 +655,13 @@ func (ix *Index) removeLocked(b *backend, chain []BlockHash, m Medium, dropNames
 			rd.keys[j] = entryKey(blockKey(chain[start+j], m), word)
 		}
 		ix.applyBatch(opUnhold, rd, r, bit)
-		for j, st := range rd.states[:r] {
+		for _, st := range rd.states[:r] {
 			if st == pairLive || st == pairLiveRef {
 				t.live--
 				t.stale++
-				if e != nil {
-					e.drop(chain[start+j])
-				}
 			}
 		}
 		start += r
-	}
-	if e != nil {
-		ix.accountLocked(t, bytes, names)
 	}
 	ix.maybeCompactLocked(b, m)
 }
@@ -694,9 +691,58 @@ func (ix *Index) maybeCompactLocked(b *backend, m Medium) {
 	t.size.Store(int64(t.ring.len()))
 }
 
+// evictToCapacityLocked evicts CLOCK victims of b's medium m until it is within its capacity.
+// In exact mode the blocks an engine reported are left to the engine, which evicts its own and
+// says so: the pairs that predictions alone put there go first (evictPredictedLocked), and
+// named blocks only when they alone are over capacity (the engine reported more than the
+// capacity says it holds, or its removals were lost).
 func (ix *Index) evictToCapacityLocked(b *backend, m Medium) {
 	t := &b.tiers[m]
+	if e := t.eng; e != nil && e.blocks > 0 && t.live > t.capacity && t.live > e.blocks {
+		ix.evictPredictedLocked(b, m, int64(min(t.live-t.capacity, t.live-e.blocks)))
+	}
 	ix.sweepLocked(b, m, int64(t.live)-int64(t.capacity), false)
+}
+
+// evictPredictedLocked is the capacity sweep of a medium that holds blocks an engine reported:
+// the hand moves named pairs to the back as it meets them, their reference bits as they were,
+// and treats the pairs between as sweepLocked does, in rounds of consecutive unnamed pairs,
+// until want unnamed pairs are evicted. want is at most the medium's unnamed live pairs, so the
+// sweep ends: each turn of the hand clears the reference bits it finds. Cost O(pairs visited),
+// plus a probe of the engine map per pair.
+func (ix *Index) evictPredictedLocked(b *backend, m Medium, want int64) {
+	t := &b.tiers[m]
+	e := t.eng
+	word, bit := int(b.id>>6), uint64(1)<<(b.id&63)
+	rd := &b.round
+	keys := rd.keys[:]
+	for want > 0 && t.ring.len() > 0 {
+		for t.ring.len() > 0 && e.count(usherHash(t.ring.at(0), m)) > 0 {
+			t.ring.push(t.ring.pop())
+		}
+		r := 0
+		for got := int64(0); r < batch && r < t.ring.len() && got < want; r++ {
+			bk := t.ring.at(r)
+			if e.count(usherHash(bk, m)) > 0 {
+				break
+			}
+			k := entryKey(bk, word)
+			keys[r] = k
+			if hold, aux := ix.readBits(k); hold&bit != 0 && aux&bit == 0 {
+				got++
+			}
+		}
+		c := ix.visitBatch(rd, r, bit)
+		ref, evicted := c.of(pairLiveRef), c.of(pairLive)
+		dropped := r - ref - evicted
+		t.ring.advance(rd.states[:r], ref)
+		t.live -= evicted
+		t.stale -= dropped
+		t.evictions += int64(evicted)
+		ix.evictions.Add(int64(evicted))
+		ix.pairs.Add(-int64(evicted + dropped))
+		want -= int64(evicted)
+	}
 }
 
 // usherHash recovers a block's usher hash from its block key in medium m.

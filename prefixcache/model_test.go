@@ -63,6 +63,15 @@ func (t *refTier) names(u BlockHash) int {
 	return n
 }
 
+// named returns how many blocks have at least one engine hash as their name.
+func (t *refTier) named() int {
+	blocks := map[BlockHash]bool{}
+	for _, v := range t.engine {
+		blocks[v] = true
+	}
+	return len(blocks)
+}
+
 // forget drops every engine hash naming u and returns how many there were.
 func (t *refTier) forget(u BlockHash) int {
 	n := 0
@@ -191,9 +200,20 @@ func (r *refIndex) step(t *refTier, m Medium) (evicted int, freed int64) {
 	}
 }
 
+// evictToCapacity evicts until t is within its capacity. Blocks an engine named are the
+// engine's to evict: while unnamed blocks are left, the hand moves named ones to the back as
+// they are; named blocks are evicted only when they alone are over capacity.
 func (r *refIndex) evictToCapacity(t *refTier, m Medium) {
 	for t.count(false) > t.capacity {
-		for ev, _ := r.step(t, m); ev == 0; ev, _ = r.step(t, m) {
+		unnamed := t.count(false) > t.named()
+		for {
+			if p := t.queue[0]; unnamed && !p.stale && t.names(usherHash(p.key, m)) > 0 {
+				t.queue = append(t.queue[1:], p)
+				continue
+			}
+			if ev, _ := r.step(t, m); ev > 0 {
+				break
+			}
 		}
 	}
 }
@@ -255,9 +275,14 @@ func (r *refIndex) insert(id BackendID, chain []BlockHash, m Medium) error {
 	return nil
 }
 
-func (r *refIndex) removeLocked(b *refBackend, chain []BlockHash, m Medium) {
+// removeLocked removes b's pairs of medium m for chain; a prediction's retraction (predicted)
+// leaves the blocks an engine named.
+func (r *refIndex) removeLocked(b *refBackend, chain []BlockHash, m Medium, predicted bool) {
 	t := &b.tiers[m]
 	for _, h := range chain {
+		if predicted && t.names(h) > 0 {
+			continue
+		}
 		if j := t.find(blockKey(h, m)); j >= 0 && !t.queue[j].stale {
 			t.queue[j].stale = true
 			t.queue[j].ref = false
@@ -274,7 +299,7 @@ func (r *refIndex) remove(id BackendID, chain []BlockHash, m Medium) error {
 	if err != nil {
 		return err
 	}
-	r.removeLocked(b, chain[:min(len(chain), r.opts.MaxChainBlocks)], m)
+	r.removeLocked(b, chain[:min(len(chain), r.opts.MaxChainBlocks)], m, true)
 	return nil
 }
 
@@ -361,7 +386,7 @@ func (r *refIndex) applyRemoved(id BackendID, medium string, hashes []uint64) er
 			}
 		}
 	}
-	r.removeLocked(b, gone, m)
+	r.removeLocked(b, gone, m, false)
 	return nil
 }
 

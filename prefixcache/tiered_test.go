@@ -289,6 +289,51 @@ func TestExactModeRegressions(t *testing.T) {
 			}
 		}
 	})
+	t.Run("predictions-keep-engine-blocks", func(t *testing.T) {
+		// A gateway that learns at pick and follows the engine's events: the engine reports
+		// a conversation's 4 blocks, then predictions of other prompts fill the capacity (8).
+		// They may evict each other, never the engine's blocks, so the engine's next
+		// BlockStored continuing the conversation finds its parent; and retracting a failed
+		// prediction (Remove) takes away only what no engine reported. Before the fix the
+		// predictions' CLOCK victims included the engine's blocks and the continuation failed
+		// with ErrUnknownParent.
+		ix := mustNew(t, Options{})
+		id := mustAdd(t, ix, "pod", 8)
+		conv := toks(0, 4)
+		stored(t, ix, id, StoredBlocks{EngineHashes: hashes(1, 4), Tokens: conv})
+		for i := range 6 {
+			chain := HashTokens(nil, seed, toks(1000+i*100, 3), bs)
+			if err := ix.Insert(id, chain); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := match(ix, id, GPU, conv); got != 4 {
+			t.Errorf("after predictions over capacity: the engine's chain matches %d blocks, want 4", got)
+		}
+		if st := ix.Stats(); st.Blocks != 8 {
+			t.Errorf("%d blocks held, want the capacity, 8", st.Blocks)
+		}
+		stored(t, ix, id, StoredBlocks{EngineHashes: []uint64{5}, Parent: 4, HasParent: true, Tokens: toks(16, 1)})
+		if got := match(ix, id, GPU, toks(0, 5)); got != 5 {
+			t.Errorf("continuation: matches %d blocks, want 5", got)
+		}
+		// A prediction over the engine's blocks and one more, retracted.
+		both := HashTokens(nil, seed, toks(0, 6), bs)
+		if err := ix.Insert(id, both); err != nil {
+			t.Fatal(err)
+		}
+		if err := ix.Remove(id, both); err != nil {
+			t.Fatal(err)
+		}
+		if got := match(ix, id, GPU, toks(0, 6)); got != 5 {
+			t.Errorf("after a retraction: matches %d blocks, want the engine's 5", got)
+		}
+		// The engine's own removal still removes its block.
+		removed(t, ix, id, "GPU", 5)
+		if got := match(ix, id, GPU, toks(0, 6)); got != 4 {
+			t.Errorf("after the engine removed block 5: matches %d blocks, want 4", got)
+		}
+	})
 	t.Run("budget-evicts-offload-first", func(t *testing.T) {
 		// Over the byte budget, CPU blocks go before any GPU block.
 		ix := mustNew(t, Options{MaxBytes: 40 * (PairBytes + EngineHashBytes)})
