@@ -374,6 +374,13 @@ func fakeBackendWith(t testing.TB, chat http.HandlerFunc, configure func(*http.S
 // endpoints.
 func startPublishingFleet(t testing.TB, n int) (*simfleet.Fleet, []proxy.Backend) {
 	t.Helper()
+	return startPublishingFleetWith(t, n, nil)
+}
+
+// startPublishingFleetWith is startPublishingFleet with each server's options adjusted by
+// configure (when not nil) before its KV events are wired.
+func startPublishingFleetWith(t testing.TB, n int, configure func(i int, o *simfleet.Options)) (*simfleet.Fleet, []proxy.Backend) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	pubs := make([]*kvevents.Publisher, n)
@@ -389,7 +396,12 @@ func startPublishingFleet(t testing.TB, n int) (*simfleet.Fleet, []proxy.Backend
 	}
 	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{
 		Servers:   n,
-		Configure: func(i int, o *simfleet.Options) { o.OnKVEvents = simfleet.PublishKVEvents(pubs[i], nil) },
+		Configure: func(i int, o *simfleet.Options) {
+			if configure != nil {
+				configure(i, o)
+			}
+			o.OnKVEvents = simfleet.PublishKVEvents(pubs[i], nil)
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -162,6 +162,24 @@ func (s *Server) Stats() engine.Stats {
 	return s.eng.Stats()
 }
 
+// CachedPrefix returns how many leading full blocks of tokens the engine holds in its prefix
+// cache now, read from the engine's own block table (not from its KV events), so that a test
+// or a tool can check a gateway's prefix index against what the server really caches.
+// O(len(tokens)).
+func (s *Server) CachedPrefix(tokens []uint32) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bs := s.profile.BlockSize
+	var parent engine.BlockHash
+	for i := 0; (i+1)*bs <= len(tokens); i++ {
+		parent = s.eng.HashBlock(parent, i > 0, tokens[i*bs:(i+1)*bs])
+		if !s.eng.Cached(parent) {
+			return i
+		}
+	}
+	return len(tokens) / bs
+}
+
 // now is the engine time: time since New, on the monotonic clock.
 func (s *Server) now() time.Duration { return time.Since(s.epoch) }
 
