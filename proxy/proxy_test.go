@@ -395,7 +395,7 @@ func startPublishingFleetWith(t testing.TB, n int, configure func(i int, o *simf
 		wg.Go(func() { _ = pub.Run(ctx) })
 	}
 	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{
-		Servers:   n,
+		Servers: n,
 		Configure: func(i int, o *simfleet.Options) {
 			if configure != nil {
 				configure(i, o)
