@@ -246,7 +246,6 @@ func ExampleGateway() {
 	// usher_picks_total backend=other 1
 	// usher_prefix_index_blocks 1.048576e+06
 	// usher_prefix_index_bytes 5.0331648e+07
-	// usher_prefix_index_hit_ratio 0.64
 	// usher_prefix_index_matched_blocks_total 640
 	// usher_prefix_index_queried_blocks_total 1000
 	// usher_queue_bytes band=1 65536

@@ -76,7 +76,6 @@ type IndexStats struct {
 //	usher_prefix_index_evictions_total                      counter    SetIndexStats
 //	usher_prefix_index_queried_blocks_total                 counter    SetIndexStats
 //	usher_prefix_index_matched_blocks_total                 counter    SetIndexStats
-//	usher_prefix_index_hit_ratio                            gauge      SetIndexStats
 //	usher_kvevents_connected{source}                        gauge      SetKVSource
 //	usher_kvevents_batches_total{source}                    counter    SetKVSource
 //	usher_kvevents_lost_batches_total{source}               counter    SetKVSource
@@ -120,7 +119,6 @@ type Gateway struct {
 	descEvicted *prometheus.Desc
 	descQueried *prometheus.Desc
 	descMatched *prometheus.Desc
-	descRatio   *prometheus.Desc
 	kvIndex     map[string]int // KV source name to its index in kv
 	kvLabels    []string       // [source+other]
 	kv          []kvSeries     // [source+other]
@@ -140,8 +138,6 @@ type Gateway struct {
 
 	mu       sync.Mutex // guards the fields below and serialises SetBackends
 	index    IndexStats
-	hasIndex bool
-	ratio    float64 // hit ratio between the last two SetIndexStats calls with queries
 }
 
 // backendSeries are the series of one configured backend.
@@ -257,8 +253,6 @@ func NewGateway(opts GatewayOptions) (*Gateway, error) {
 		descEvicted: prometheus.NewDesc("usher_prefix_index_evictions_total", "Blocks evicted from the prefix index.", nil, cl),
 		descQueried: prometheus.NewDesc("usher_prefix_index_queried_blocks_total", "Prompt blocks looked up in the prefix index.", nil, cl),
 		descMatched: prometheus.NewDesc("usher_prefix_index_matched_blocks_total", "Prompt blocks found in the prefix index.", nil, cl),
-		descRatio: prometheus.NewDesc("usher_prefix_index_hit_ratio",
-			"Matched over queried blocks between the last two index statistics updates.", nil, cl),
 		kvIndex:     make(map[string]int, len(opts.KVSources)),
 		kvLabels:    append(slices.Clone(opts.KVSources), OtherLabel),
 		kv:          make([]kvSeries, len(opts.KVSources)+1),
@@ -493,24 +487,16 @@ func storeMax(a *atomic.Uint64, v uint64) {
 	}
 }
 
-// SetIndexStats records the prefix index's statistics. The hit ratio is the matched over the
-// queried blocks since the previous call that saw queries (a counter that went down counts
-// from zero); Prometheus users can also take rate(matched)/rate(queried) themselves.
-// Allocation-free; O(1).
+// SetIndexStats records the prefix index's statistics. The hit rate is left to PromQL, over
+// the window the reader chooses: rate(usher_prefix_index_matched_blocks_total[5m]) /
+// rate(usher_prefix_index_queried_blocks_total[5m]). Allocation-free; O(1).
 func (u *Gateway) SetIndexStats(s IndexStats) {
 	if u == nil {
 		return
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	dq, dm := s.QueriedBlocks, s.MatchedBlocks
-	if u.hasIndex && s.QueriedBlocks >= u.index.QueriedBlocks && s.MatchedBlocks >= u.index.MatchedBlocks {
-		dq, dm = s.QueriedBlocks-u.index.QueriedBlocks, s.MatchedBlocks-u.index.MatchedBlocks
-	}
-	if dq > 0 {
-		u.ratio = min(float64(dm)/float64(dq), 1)
-	}
-	u.index, u.hasIndex = s, true
+	u.index = s
 }
 
 // Describe implements prometheus.Collector.
@@ -524,7 +510,7 @@ func (u *Gateway) Describe(ch chan<- *prometheus.Desc) {
 	u.dropped.Describe(ch)
 	u.inflight.Describe(ch)
 	u.flows.Describe(ch)
-	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched, u.descRatio,
+	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched,
 		u.descKVConn, u.descKVBatch, u.descKVLost, u.descKVReset, u.descKVRecon,
 		u.descKVEvent, u.descKVStale, u.descKVDecod, u.descKVApply, u.descKVLast} {
 		ch <- d
@@ -560,14 +546,13 @@ func (u *Gateway) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(u.descKVLast, prometheus.GaugeValue, float64(k.lastBatch.Load())/1e9, l)
 	}
 	u.mu.Lock()
-	s, ratio := u.index, u.ratio
+	s := u.index
 	u.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(u.descBlocks, prometheus.GaugeValue, float64(s.Blocks))
 	ch <- prometheus.MustNewConstMetric(u.descBytes, prometheus.GaugeValue, float64(s.Bytes))
 	ch <- prometheus.MustNewConstMetric(u.descEvicted, prometheus.CounterValue, float64(s.Evictions))
 	ch <- prometheus.MustNewConstMetric(u.descQueried, prometheus.CounterValue, float64(s.QueriedBlocks))
 	ch <- prometheus.MustNewConstMetric(u.descMatched, prometheus.CounterValue, float64(s.MatchedBlocks))
-	ch <- prometheus.MustNewConstMetric(u.descRatio, prometheus.GaugeValue, ratio)
 }
 
 var _ prometheus.Collector = (*Gateway)(nil)

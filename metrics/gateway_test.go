@@ -336,15 +336,11 @@ func TestUsherConcurrent(t *testing.T) {
 func TestUsherIndexStats(t *testing.T) {
 	u := mustUsher(t, GatewayOptions{})
 	names := []string{"usher_prefix_index_blocks", "usher_prefix_index_bytes", "usher_prefix_index_evictions_total",
-		"usher_prefix_index_hit_ratio", "usher_prefix_index_matched_blocks_total", "usher_prefix_index_queried_blocks_total"}
-	steps := []struct {
-		stats     IndexStats
-		wantRatio string
-	}{
-		{IndexStats{Blocks: 10, Bytes: 640, QueriedBlocks: 100, MatchedBlocks: 25}, "0.25"},
-		{IndexStats{Blocks: 12, Bytes: 768, Evictions: 3, QueriedBlocks: 200, MatchedBlocks: 100}, "0.75"},
-		{IndexStats{Blocks: 12, Bytes: 768, Evictions: 3, QueriedBlocks: 200, MatchedBlocks: 100}, "0.75"}, // no queries: keep
-		{IndexStats{Blocks: 1, Bytes: 64, QueriedBlocks: 10, MatchedBlocks: 1}, "0.1"},                     // index rebuilt: from zero
+		"usher_prefix_index_matched_blocks_total", "usher_prefix_index_queried_blocks_total"}
+	steps := []struct{ stats IndexStats }{
+		{IndexStats{Blocks: 10, Bytes: 640, QueriedBlocks: 100, MatchedBlocks: 25}},
+		{IndexStats{Blocks: 12, Bytes: 768, Evictions: 3, QueriedBlocks: 200, MatchedBlocks: 100}},
+		{IndexStats{Blocks: 1, Bytes: 64, QueriedBlocks: 10, MatchedBlocks: 1}}, // index rebuilt
 	}
 	for i, step := range steps {
 		u.SetIndexStats(step.stats)
@@ -359,9 +355,6 @@ usher_prefix_index_bytes ` + strconv.FormatInt(s.Bytes, 10) + `
 # HELP usher_prefix_index_evictions_total Blocks evicted from the prefix index.
 # TYPE usher_prefix_index_evictions_total counter
 usher_prefix_index_evictions_total ` + strconv.FormatUint(s.Evictions, 10) + `
-# HELP usher_prefix_index_hit_ratio Matched over queried blocks between the last two index statistics updates.
-# TYPE usher_prefix_index_hit_ratio gauge
-usher_prefix_index_hit_ratio ` + step.wantRatio + `
 # HELP usher_prefix_index_matched_blocks_total Prompt blocks found in the prefix index.
 # TYPE usher_prefix_index_matched_blocks_total counter
 usher_prefix_index_matched_blocks_total ` + strconv.FormatUint(s.MatchedBlocks, 10) + `

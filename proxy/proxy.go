@@ -22,6 +22,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
@@ -577,9 +578,12 @@ func (h *Handler) followKVEvents(listen string) error {
 	if len(sources)+len(listening) == 0 {
 		return nil
 	}
+	kvLog := lograte.New(h.log, 0)
 	o := kvevents.Options{
 		Sources: sources,
-		OnError: func(backend string, err error) { h.log.Warn("kv events", "backend", backend, "err", err) },
+		// One line per kind of problem per backend and interval, with a count: a run of
+		// events that fail alike is counted in usher_kvevents_*_total, not logged one by one.
+		OnError: func(backend string, err error) { kvLog.Warn("kv events", backend, err) },
 	}
 	if len(listening) > 0 {
 		o.Listen, o.ListenSources = listen, listening

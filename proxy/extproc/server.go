@@ -18,6 +18,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
@@ -152,6 +153,7 @@ type Server struct {
 	registry   *prometheus.Registry
 	health     *health.Server
 	log        *slog.Logger
+	kvLog      *lograte.Logger
 	perLimit   int // MaxInFlight per endpoint for the default gate; 0: fixed or foreign gate
 	gate       *inflightGate
 
@@ -266,6 +268,7 @@ func New(opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.kvLog = lograte.New(s.log, 0)
 	if s.tok == nil {
 		s.tok = proxy.BytesTokenizer{}
 	}
@@ -506,7 +509,8 @@ func (s *Server) followKVLocked() {
 	}
 	o := kvevents.Options{
 		Sources: sources,
-		OnError: func(backend string, err error) { s.log.Warn("kv events", "backend", backend, "err", err) },
+		// One line per kind of problem, backend and interval, with a count.
+		OnError: func(backend string, err error) { s.kvLog.Warn("kv events", backend, err) },
 	}
 	if s.kvListen != "" {
 		o.Listen, o.AcceptUnknown = s.kvListen, true
