@@ -7,8 +7,8 @@
 // and publishes, per backend, an immutable State that converts to routing.BackendState. The
 // second, Gateway, holds usher's own Prometheus collectors: admission outcomes and waits, queue
 // length and bytes per band, live flows, picks and requests in flight per backend, prefix index
-// size, evictions, queried and matched blocks (PromQL takes the hit rate), and the KV-event subscriber's connection, batches, losses,
-// resets and reconnects per source. The Scraper is itself a collector for its scrape errors,
+// size, evictions, queried and matched blocks (PromQL takes the hit rate), and the KV-event
+// subscriber's connection, batches, losses, resets and reconnects per source. The Scraper is itself a collector for its scrape errors,
 // backend staleness and health.
 //
 // # From exposition to router

@@ -136,8 +136,8 @@ type Gateway struct {
 	backends atomic.Pointer[map[string]backendSeries] // copy on write by SetBackends
 	other    prometheus.Counter                       // picks of unknown backends
 
-	mu       sync.Mutex // guards the fields below and serialises SetBackends
-	index    IndexStats
+	mu    sync.Mutex // guards the fields below and serialises SetBackends
+	index IndexStats
 }
 
 // backendSeries are the series of one configured backend.

@@ -115,4 +115,3 @@ func class(err error) string {
 		err = next
 	}
 }
-
