@@ -30,11 +30,16 @@ import (
 type Config struct {
 	// Backends are the model servers.
 	Backends []BackendConfig `json:"backends"`
-	// Policy is the fairness policy by name (fairness.Names); BoundedWait is bounded-wait's W.
+	// Policy is the fairness policy by its name in the Registry (fairness.Names, and the
+	// program's own); BoundedWait is bounded-wait's W.
 	Policy      string        `json:"policy"`
 	BoundedWait time.Duration `json:"bounded_wait"`
-	// Router is the routing profile by name (routing.ProfileNames).
-	Router string `json:"router"`
+	// Router is the routing profile: a registered profile's name ("usher", "llm-d", ...) or
+	// a profile described as data, from the Registry's filters, scorers and pickers
+	// (ProfileSpec): {"extends": "usher", "scorers": [{"name": "my-scorer", "weight": 1}]}.
+	Router ProfileSpec `json:"router"`
+	// Registry names the parts Policy and Router may use. Nil: NewRegistry(), the built-ins.
+	Registry *Registry `json:"-"`
 	// TTL is the longest wait for admission.
 	TTL time.Duration `json:"ttl"`
 	// MaxQueue and MaxQueueBytes bound what may wait in total, MaxFlowQueue what one flow
@@ -111,7 +116,7 @@ func DefaultConfig() Config {
 	return Config{
 		Policy:         "bounded-wait",
 		BoundedWait:    10 * time.Second,
-		Router:         "usher",
+		Router:         ProfileSpec{Extends: "usher"},
 		TTL:            60 * time.Second,
 		MaxQueue:       10000,
 		MaxQueueBytes:  1 << 30,
@@ -135,7 +140,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(fairness.Names(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait: no request waits longer (below -ttl)")
-	fs.StringVar(&c.Router, "router", c.Router, "routing profile: "+strings.Join(routing.ProfileNames(), ", "))
+	fs.Func("router", "routing profile: "+strings.Join(routing.ProfileNames(), ", ")+", or one described in -config (default "+c.Router.Extends+")", func(s string) error {
+		c.Router = ProfileSpec{Extends: s}
+		return nil
+	})
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "longest wait for admission")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait in total")
 	fs.Int64Var(&c.MaxQueueBytes, "max-queue-bytes", c.MaxQueueBytes, "bytes that may wait in total")
@@ -353,8 +361,16 @@ func (c Config) Options() (Options, error) {
 		return Options{}, err
 	}
 	o.Keyer = keyer
-	if o.Policy, err = fairness.ByName(c.Policy, fairness.ByNameOptions{BoundedWait: c.BoundedWait}); err != nil {
-		return Options{}, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	reg := c.Registry
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	policy := PartSpec{Name: c.Policy}
+	if c.Policy == "bounded-wait" {
+		policy.Params, _ = json.Marshal(map[string]string{"bounded_wait": c.BoundedWait.String()})
+	}
+	if o.Policy, err = reg.Policy(policy); err != nil {
+		return Options{}, err
 	}
 	var sess routing.SessionOptions
 	var io prefixcache.Options
@@ -362,9 +378,9 @@ func (c Config) Options() (Options, error) {
 		sess = routing.SessionOptions{Seed: o.Replica.SessionSeed(), Feed: o.Replica.SessionFeed()}
 		io.Feed = o.Replica.PrefixFeed()
 	}
-	profile, err := routing.ProfileByName(c.Router, routing.ByNameOptions{Session: sess})
+	profile, err := reg.Profile(c.Router, sess)
 	if err != nil {
-		return Options{}, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		return Options{}, err
 	}
 	if profile, err = WithPassiveHealth(profile, routing.OutlierOptions{}); err != nil {
 		return Options{}, err

@@ -22,19 +22,19 @@ func TestConfigNames(t *testing.T) {
 	}
 	for _, name := range routing.ProfileNames() {
 		c := base
-		c.Router = name
+		c.Router = ProfileSpec{Extends: name}
 		_, err := c.Options()
 		assert.NoError(t, err, "-router %s", name)
 	}
 	for _, c := range []func(*Config){
 		func(c *Config) { c.Policy = "las-llmd" },
-		func(c *Config) { c.Router = "llmd" },
+		func(c *Config) { c.Router = ProfileSpec{Extends: "llmd"} },
 	} {
 		cfg := base
 		c(&cfg)
 		_, err := cfg.Options()
 		if assert.ErrorIs(t, err, ErrInvalidOptions, "policy %q router %q", cfg.Policy, cfg.Router) {
-			assert.Contains(t, err.Error(), "want one of", "the error lists the known names")
+			assert.Contains(t, err.Error(), "(have ", "the error lists the known names")
 		}
 	}
 }

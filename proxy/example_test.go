@@ -15,6 +15,7 @@ import (
 	"github.com/usher-llm/usher/examples/simfleet"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/routing"
 )
 
 // A complete gateway: the Handler over a fleet, with its background work running.
@@ -173,4 +174,39 @@ func ExampleNewServer() {
 	srv := proxy.NewServer(":8080", h) // then srv.ListenAndServe()
 	fmt.Println(srv.ReadHeaderTimeout, srv.IdleTimeout, srv.ReadTimeout, srv.WriteTimeout)
 	// Output: 10s 2m0s 0s 0s
+}
+
+// A program's own scorer, registered beside the built-ins and used from a profile described as
+// data: the default profile extended by one weighted scorer.
+func ExampleRegistry() {
+	reg := proxy.NewRegistry()
+	err := reg.AddScorer("fewest-requests", func(p proxy.Params) (routing.Scorer, error) {
+		if err := p.Decode(&struct{}{}); err != nil { // no parameters
+			return nil, err
+		}
+		return routing.ScorerFunc(func(_ *routing.Request, cands []routing.Candidate, dst []float64) {
+			for i, c := range cands {
+				dst[i] = 1 / float64(1+c.InFlight.Requests)
+			}
+		}), nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var spec proxy.ProfileSpec
+	if err := json.Unmarshal([]byte(`{"extends":"usher","scorers":[{"name":"fewest-requests","weight":0.5}]}`), &spec); err != nil {
+		log.Fatal(err)
+	}
+	profile, err := reg.Profile(spec, routing.SessionOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	last := profile.Scorers[len(profile.Scorers)-1]
+	fmt.Println(profile.Name, len(profile.Scorers), last.Weight)
+
+	_, err = reg.Profile(proxy.ProfileSpec{Extends: "usher", Scorers: []proxy.PartSpec{{Name: "fewest-request"}}}, routing.SessionOptions{})
+	fmt.Println(err != nil)
+	// Output:
+	// usher 5 0.5
+	// true
 }

@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,7 +60,8 @@ type config struct {
 	Endpoints             []extproc.Endpoint
 	EndpointsFile         string
 	EndpointsInterval     time.Duration
-	Policy, Profile       string
+	Policy                string
+	Router                proxy.ProfileSpec
 	BoundedWait, TTL      time.Duration
 	MaxQueue, MaxFlow     int
 	MaxInFlight           int
@@ -79,7 +81,7 @@ type config struct {
 }
 
 func parseConfig(args []string) (config, error) {
-	c := config{Listen: ":9002", Policy: "bounded-wait", Profile: "usher", BoundedWait: 10 * time.Second, TTL: 60 * time.Second,
+	c := config{Listen: ":9002", Policy: "bounded-wait", Router: proxy.ProfileSpec{Extends: "usher"}, BoundedWait: 10 * time.Second, TTL: 60 * time.Second,
 		MaxQueue: 10000, MaxFlow: 64, BlockSize: 16, ByteBlock: 64, SessionHeader: "X-Session-Id", Engine: "vllm",
 		ScrapeInterval: 100 * time.Millisecond, EndpointsInterval: time.Second, StreamIdle: 10 * time.Minute, MaxBody: 8 << 20,
 		ShutdownGrace: 30 * time.Second}
@@ -103,7 +105,15 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.EndpointsInterval, "endpoints-interval", c.EndpointsInterval, "poll interval of -endpoints-file")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(fairness.Names(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait (below -ttl)")
-	fs.StringVar(&c.Profile, "router", c.Profile, "routing profile: "+strings.Join(routing.ProfileNames(), ", "))
+	fs.Func("router", "routing profile: "+strings.Join(routing.ProfileNames(), ", ")+
+		`, or one described as JSON (proxy.ProfileSpec), e.g. {"extends":"usher","scorers":[{"name":"kv-utilization","weight":1}]} (default usher)`,
+		func(s string) error {
+			if strings.HasPrefix(strings.TrimSpace(s), "{") {
+				return json.Unmarshal([]byte(s), &c.Router)
+			}
+			c.Router = proxy.ProfileSpec{Extends: s}
+			return nil
+		})
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "longest wait for admission (set Envoy's ext_proc message_timeout above it)")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests that may wait in total")
 	fs.IntVar(&c.MaxFlow, "max-flow-queue", c.MaxFlow, "requests one flow may have waiting; 0: no limit")
@@ -158,11 +168,12 @@ func (c config) options() (extproc.Options, error) {
 	if !ok {
 		return bad("-engine %q: want vllm, sglang, trtllm, triton or tgi", c.Engine)
 	}
+	reg := proxy.NewRegistry()
 	policy, err := fairness.ByName(c.Policy, fairness.ByNameOptions{BoundedWait: c.BoundedWait})
 	if err != nil {
 		return extproc.Options{}, err
 	}
-	rp, err := routing.ProfileByName(c.Profile, routing.ByNameOptions{})
+	rp, err := reg.Profile(c.Router, routing.SessionOptions{})
 	if err != nil {
 		return extproc.Options{}, err
 	}
@@ -244,7 +255,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 			}
 		}()
 	}
-	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), c.Policy, c.Profile, len(opts.Endpoints))
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), c.Policy, routerName(c.Router), len(opts.Endpoints))
 	if ready != nil {
 		ready <- ln.Addr().String()
 		if mln != nil {
@@ -284,4 +295,15 @@ func newRouter(p routing.Profile, blockSize int) (*routing.Router, *prefixcache.
 	}
 	r, err := routing.New(routing.Options{Profile: p, Index: ix, BlockSize: blockSize})
 	return r, ix, err
+}
+
+// routerName names a profile spec for the startup line.
+func routerName(s proxy.ProfileSpec) string {
+	switch {
+	case s.Name != "":
+		return s.Name
+	case s.Extends != "":
+		return s.Extends
+	}
+	return "custom"
 }

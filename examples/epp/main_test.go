@@ -37,7 +37,7 @@ func TestParseConfigErrors(t *testing.T) {
 		}
 	}
 	c, err := parseConfig([]string{"-endpoints", "10.0.0.1:8000,10.0.0.2:8000", "-endpoints", "10.0.0.3:8000", "-policy", "vtc", "-router", "llm-d"})
-	if err != nil || len(c.Endpoints) != 3 || c.Policy != "vtc" || c.Profile != "llm-d" {
+	if err != nil || len(c.Endpoints) != 3 || c.Policy != "vtc" || c.Router.Extends != "llm-d" {
 		t.Fatalf("parseConfig: %+v, %v", c, err)
 	}
 }

@@ -37,7 +37,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policy != "las" || c.TTL != 30*time.Second || c.BoundedWait != 5*time.Second || c.Router != "dynamo" || c.TenantBands["vip"] != 0 {
+	if c.Policy != "las" || c.TTL != 30*time.Second || c.BoundedWait != 5*time.Second || c.Router.Extends != "dynamo" || c.TenantBands["vip"] != 0 {
 		t.Errorf("config file + flags = %+v", c.Config)
 	}
 

@@ -1,0 +1,79 @@
+// Command ownscorer is a gateway with a scorer of its own, chosen and weighted from a JSON
+// config file: a Registry with the built-ins plus "fewest-streams", and the gateway's own
+// configuration path (proxy.Config, its flags and -config) over it.
+//
+//	go run ./examples/ownscorer -config examples/ownscorer/gateway.json
+//
+// With no backend in the config it serves a simulated fleet of four in process.
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+
+	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/routing"
+)
+
+// fewestStreams prefers the backend with the fewest requests this gateway has in flight there,
+// with a bonus for an empty one (params: {"idle_bonus": 0.5}).
+type fewestStreams struct{ idleBonus float64 }
+
+func (s fewestStreams) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
+	for i, c := range cands {
+		dst[i] = 1 / float64(1+c.InFlight.Requests)
+		if c.InFlight.Requests == 0 {
+			dst[i] += s.idleBonus
+		}
+	}
+}
+
+func main() {
+	reg := proxy.NewRegistry()
+	if err := reg.AddScorer("fewest-streams", func(p proxy.Params) (routing.Scorer, error) {
+		var o struct {
+			IdleBonus float64 `json:"idle_bonus"`
+		}
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return fewestStreams{o.IdleBonus}, nil
+	}); err != nil {
+		log.Fatal(err)
+	}
+	c := proxy.DefaultConfig()
+	c.Registry = reg
+	listen := flag.String("listen", "127.0.0.1:8080", "address to serve on")
+	flag.Func("config", "JSON config file", c.LoadFile)
+	c.RegisterFlags(flag.CommandLine)
+	flag.Parse()
+	if len(c.Backends) == 0 {
+		fleet, err := simfleet.StartFleet(simfleet.FleetOptions{Servers: 4})
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, u := range fleet.URLs() {
+			c.Backends = append(c.Backends, proxy.BackendConfig{URL: u, Engine: "vllm"})
+		}
+	}
+	if err := serve(c, *listen); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func serve(c proxy.Config, listen string) error {
+	o, err := c.Options()
+	if err != nil {
+		return err
+	}
+	h, err := proxy.New(o)
+	if err != nil {
+		return err
+	}
+	h.Start(context.Background())
+	go h.Run(context.Background())
+	log.Printf("gateway with the fewest-streams scorer on http://%s", listen)
+	return proxy.NewServer(listen, h).ListenAndServe()
+}

@@ -1,0 +1,449 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/usher-llm/usher/fairness"
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/routing"
+)
+
+// A Registry names the parts a configuration can compose a gateway from: routing filters,
+// scorers and pickers, whole routing profiles, and fairness policies. NewRegistry returns one
+// holding usher's built-ins; a program adds its own parts with the Add methods, by explicit
+// calls in its main, and hands the Registry to Config.Registry (or uses Profile and Policy
+// directly). There is no global registry.
+//
+// Each part is made by a factory from its Params, the "params" object the configuration gives
+// it (decoded strictly: an unknown key is an error naming the part). A factory is called once
+// per use, so stateful parts (a session table, an outlier detector) are never shared by two
+// routers.
+//
+// A Registry is not safe for concurrent mutation: fill it, then use it from any number of
+// goroutines (Profile and Policy only read it).
+type Registry struct {
+	parts map[kind]map[string]any
+}
+
+// kind is a sort of part a Registry names; each has its own name space.
+type kind string
+
+const (
+	kindFilter  kind = "filter"
+	kindScorer  kind = "scorer"
+	kindPicker  kind = "picker"
+	kindProfile kind = "profile"
+	kindPolicy  kind = "policy"
+)
+
+// Factories of the parts a Registry names. A factory validates its Params and returns an error
+// (which the Registry wraps with the part's name) rather than a part it cannot build.
+type (
+	FilterFactory  func(Params) (routing.Filter, error)
+	ScorerFactory  func(Params) (routing.Scorer, error)
+	PickerFactory  func(Params) (routing.Picker, error)
+	ProfileFactory func(Params) (routing.Profile, error)
+	PolicyFactory  func(Params) (flowcontrol.Policy, error)
+)
+
+// Params are one part's parameters as a configuration wrote them, and what the gateway knows
+// that a part may need.
+type Params struct {
+	raw  json.RawMessage
+	part string // "scorer \"token-load\"", for errors
+	// Session holds the seams a session table shares placements by (the replica's seed and
+	// feed); zero for a gateway alone. Factories of session scorers pass it on.
+	Session routing.SessionOptions
+}
+
+// Decode decodes the parameters into v (a pointer to a struct, usually), strictly: a key v has
+// no field for is an error naming it and the part. No parameters leave v as it is.
+func (p Params) Decode(v any) error {
+	if len(bytes.TrimSpace(p.raw)) == 0 || string(bytes.TrimSpace(p.raw)) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(p.raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %s params: %v", ErrInvalidOptions, p.part, err)
+	}
+	return nil
+}
+
+// NewRegistry returns a Registry holding usher's built-in parts:
+//
+//	filters   health, saturation, sticky
+//	scorers   prefix-ratio, prefix-length, queue-depth, running-requests, active-requests,
+//	          kv-utilization, load-aware, token-load, prefill-load, dynamo-cost,
+//	          session-aware, session-affinity, sglang-cache-aware
+//	pickers   max-score, weighted-random, power-of-two, round-robin, softmax
+//	profiles  routing.ProfileNames: usher (the default), llm-d, llm-d-precise, llm-d-sticky,
+//	          sglang, dynamo, aibrix, round-robin, least-request
+//	policies  fairness.Names: bounded-wait (the default), fcfs, priority, round-robin, las,
+//	          turn-priority, edf, vtc, ...
+//
+// The parameters of a part with an Options struct are that struct's fields by name
+// (saturation: routing.SaturationOptions, dynamo-cost: routing.DynamoOptions, ...); of a part
+// with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
+// and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
+// load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}.
+func NewRegistry() *Registry {
+	r := &Registry{parts: make(map[kind]map[string]any)}
+	must := func(err error) {
+		if err != nil {
+			panic(err) // the built-ins' names are distinct and valid
+		}
+	}
+	// Filters.
+	must(r.AddFilter("health", func(Params) (routing.Filter, error) { return routing.NewHealthFilter(), nil }))
+	must(r.AddFilter("saturation", func(p Params) (routing.Filter, error) {
+		var o routing.SaturationOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return routing.NewSaturationFilter(o), nil
+	}))
+	must(r.AddFilter("sticky", func(p Params) (routing.Filter, error) {
+		var o routing.StickyOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return routing.NewStickyFilter(o), nil
+	}))
+	// Scorers without settings, and with one number.
+	for name, s := range map[string]func() routing.Scorer{
+		"prefix-ratio": routing.PrefixRatio, "queue-depth": routing.QueueDepth, "running-requests": routing.RunningRequests,
+		"active-requests": routing.ActiveRequests, "kv-utilization": routing.KVUtilization,
+	} {
+		must(r.AddScorer(name, func(p Params) (routing.Scorer, error) { return s(), p.Decode(&struct{}{}) }))
+	}
+	number := func(name, param string, make func(int) routing.Scorer) {
+		must(r.AddScorer(name, func(p Params) (routing.Scorer, error) {
+			v := map[string]int{}
+			if err := p.Decode(&v); err != nil {
+				return nil, err
+			}
+			for k := range v {
+				if k != param {
+					return nil, fmt.Errorf("%w: %s params: unknown key %q (want %q)", ErrInvalidOptions, p.part, k, param)
+				}
+			}
+			if v[param] < 0 {
+				return nil, fmt.Errorf("%w: %s params: %s %d: want >= 0", ErrInvalidOptions, p.part, param, v[param])
+			}
+			return make(v[param]), nil
+		}))
+	}
+	number("prefix-length", "length_tokens", routing.PrefixLength)
+	number("load-aware", "threshold", routing.LoadAware)
+	number("token-load", "cap_tokens", routing.TokenLoad)
+	number("prefill-load", "cap_tokens", routing.PrefillLoad)
+	// Scorers with Options.
+	must(r.AddScorer("dynamo-cost", func(p Params) (routing.Scorer, error) {
+		var o routing.DynamoOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return routing.NewDynamoCost(o), nil
+	}))
+	must(r.AddScorer("session-aware", func(p Params) (routing.Scorer, error) {
+		var o routing.SessionAwareOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		o.Seed, o.Feed = p.Session.Seed, p.Session.Feed
+		return routing.NewSessionAware(o), nil
+	}))
+	must(r.AddScorer("session-affinity", func(p Params) (routing.Scorer, error) {
+		var o routing.SessionOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		o.Seed, o.Feed = p.Session.Seed, p.Session.Feed
+		return routing.NewSessionAffinity(o), nil
+	}))
+	must(r.AddScorer("sglang-cache-aware", func(p Params) (routing.Scorer, error) {
+		var o routing.SGLangOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return routing.NewSGLangCacheAware(o), nil
+	}))
+	// Pickers.
+	for name, pk := range map[string]func() routing.Picker{
+		"max-score": routing.MaxScore, "weighted-random": routing.WeightedRandom,
+		"power-of-two": routing.PowerOfTwo, "round-robin": routing.RoundRobin,
+	} {
+		must(r.AddPicker(name, func(p Params) (routing.Picker, error) { return pk(), p.Decode(&struct{}{}) }))
+	}
+	must(r.AddPicker("softmax", func(p Params) (routing.Picker, error) {
+		var o struct {
+			Temperature float64 `json:"temperature"`
+		}
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		if o.Temperature < 0 {
+			return nil, fmt.Errorf("%w: %s params: temperature %v: want >= 0", ErrInvalidOptions, p.part, o.Temperature)
+		}
+		return routing.Softmax(o.Temperature), nil
+	}))
+	// Whole profiles and policies, by their packages' names.
+	for _, name := range routing.ProfileNames() {
+		must(r.AddProfile(name, func(p Params) (routing.Profile, error) {
+			if err := p.Decode(&struct{}{}); err != nil {
+				return routing.Profile{}, err
+			}
+			return routing.ProfileByName(name, routing.ByNameOptions{Session: p.Session})
+		}))
+	}
+	for _, name := range fairness.Names() {
+		must(r.AddPolicy(name, func(p Params) (flowcontrol.Policy, error) {
+			var o struct {
+				BoundedWait duration `json:"bounded_wait"`
+			}
+			if err := p.Decode(&o); err != nil {
+				return nil, err
+			}
+			return fairness.ByName(name, fairness.ByNameOptions{BoundedWait: time.Duration(o.BoundedWait)})
+		}))
+	}
+	return r
+}
+
+// AddFilter names a filter factory. Names are non-empty, lower-case letters, digits and '-',
+// and unique within their kind; anything else is an error wrapping ErrInvalidOptions.
+func (r *Registry) AddFilter(name string, f FilterFactory) error { return r.add(kindFilter, name, f) }
+
+// AddScorer names a scorer factory; see AddFilter for names.
+func (r *Registry) AddScorer(name string, f ScorerFactory) error { return r.add(kindScorer, name, f) }
+
+// AddPicker names a picker factory; see AddFilter for names.
+func (r *Registry) AddPicker(name string, f PickerFactory) error { return r.add(kindPicker, name, f) }
+
+// AddProfile names a whole routing profile, which a ProfileSpec can start from; see AddFilter
+// for names.
+func (r *Registry) AddProfile(name string, f ProfileFactory) error {
+	return r.add(kindProfile, name, f)
+}
+
+// AddPolicy names a fairness policy factory; see AddFilter for names.
+func (r *Registry) AddPolicy(name string, f PolicyFactory) error { return r.add(kindPolicy, name, f) }
+
+func (r *Registry) add(k kind, name string, f any) error {
+	valid := name != "" && strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
+	switch {
+	case !valid:
+		return fmt.Errorf("%w: %s name %q: want lower-case letters, digits and '-'", ErrInvalidOptions, k, name)
+	case f == nil:
+		return fmt.Errorf("%w: %s %q: nil factory", ErrInvalidOptions, k, name)
+	}
+	m := r.parts[k]
+	if m == nil {
+		m = make(map[string]any)
+		r.parts[k] = m
+	}
+	if _, ok := m[name]; ok {
+		return fmt.Errorf("%w: %s %q is already registered", ErrInvalidOptions, k, name)
+	}
+	m[name] = f
+	return nil
+}
+
+// Names returns the registered names of a kind ("filter", "scorer", "picker", "profile" or
+// "policy"), sorted.
+func (r *Registry) Names(k string) []string {
+	var out []string
+	for name := range r.parts[kind(k)] {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// lookup finds a part's factory, or says which names there are.
+func (r *Registry) lookup(k kind, name string) (any, Params, error) {
+	f, ok := r.parts[k][name]
+	if !ok {
+		return nil, Params{}, fmt.Errorf("%w: unknown %s %q (have %s)", ErrInvalidOptions, k, name, strings.Join(r.Names(string(k)), ", "))
+	}
+	return f, Params{part: fmt.Sprintf("%s %q", k, name)}, nil
+}
+
+// PartSpec names one part and its parameters. In JSON it is an object {"name": ...,
+// "weight": ..., "params": {...}} (unknown keys are an error) or, without weight and params,
+// just the name as a string.
+type PartSpec struct {
+	Name string `json:"name"`
+	// Weight is a scorer's weight in the router's sum; zero means 1. Filters and pickers
+	// have none.
+	Weight float64 `json:"weight,omitempty"`
+	// Params are the part's parameters, decoded by its factory (Params.Decode).
+	Params json.RawMessage `json:"params,omitempty"`
+}
+
+// UnmarshalJSON decodes a name or a strict object.
+func (s *PartSpec) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		*s = PartSpec{}
+		return json.Unmarshal(b, &s.Name)
+	}
+	type plain PartSpec
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	*s = PartSpec(p)
+	return nil
+}
+
+// ProfileSpec describes a routing profile as data: a registered profile to start from, and
+// filters, weighted scorers and a picker to add or change. In JSON it is an object (unknown
+// keys are an error) or, to take a registered profile as it is, its name as a string:
+//
+//	"router": "usher"
+//	"router": {"extends": "usher", "scorers": [{"name": "my-scorer", "weight": 1}]}
+//	"router": {"filters": ["health"], "scorers": [{"name": "token-load", "weight": 2,
+//	           "params": {"cap_tokens": 131072}}, "kv-utilization"], "picker": "max-score"}
+type ProfileSpec struct {
+	// Extends names a registered profile whose filters, scorers, picker and learning the
+	// profile starts from. Empty: an empty profile (no filters or scorers, picker max-score).
+	Extends string `json:"extends,omitempty"`
+	// Filters run after the base profile's, in order.
+	Filters []PartSpec `json:"filters,omitempty"`
+	// Scorers are added to the base profile's.
+	Scorers []PartSpec `json:"scorers,omitempty"`
+	// Picker, if set, replaces the base profile's picker.
+	Picker *PartSpec `json:"picker,omitempty"`
+	// Learn, if set, is when the router learns a pick's prefix: on-pick, on-first-token or
+	// from-events (routing.Learn).
+	Learn string `json:"learn,omitempty"`
+	// Name labels the profile in reports; empty: Extends.
+	Name string `json:"name,omitempty"`
+}
+
+// UnmarshalJSON decodes a profile's name or a strict object.
+func (s *ProfileSpec) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		*s = ProfileSpec{}
+		return json.Unmarshal(b, &s.Extends)
+	}
+	type plain ProfileSpec
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	*s = ProfileSpec(p)
+	return nil
+}
+
+// Profile builds the profile spec describes, with session seams session (zero for a gateway
+// alone). Each call builds new parts. Errors wrap ErrInvalidOptions and name the part.
+func (r *Registry) Profile(spec ProfileSpec, session routing.SessionOptions) (routing.Profile, error) {
+	var p routing.Profile
+	if spec.Extends != "" {
+		f, params, err := r.lookup(kindProfile, spec.Extends)
+		if err != nil {
+			return p, err
+		}
+		params.Session = session
+		if p, err = f.(ProfileFactory)(params); err != nil {
+			return p, fmt.Errorf("%w: profile %q: %w", ErrInvalidOptions, spec.Extends, err)
+		}
+		p.Filters, p.Scorers = slices.Clone(p.Filters), slices.Clone(p.Scorers)
+	}
+	if spec.Name != "" || p.Name == "" {
+		p.Name = cmpOr(spec.Name, spec.Extends, "custom")
+	}
+	for _, fs := range spec.Filters {
+		f, params, err := r.lookup(kindFilter, fs.Name)
+		if err != nil {
+			return p, err
+		}
+		if fs.Weight != 0 {
+			return p, fmt.Errorf("%w: filter %q has no weight", ErrInvalidOptions, fs.Name)
+		}
+		params.raw, params.Session = fs.Params, session
+		flt, err := f.(FilterFactory)(params)
+		if err != nil {
+			return p, fmt.Errorf("%w: filter %q: %w", ErrInvalidOptions, fs.Name, err)
+		}
+		p.Filters = append(p.Filters, flt)
+	}
+	for _, ss := range spec.Scorers {
+		f, params, err := r.lookup(kindScorer, ss.Name)
+		if err != nil {
+			return p, err
+		}
+		w := ss.Weight
+		switch {
+		case w == 0:
+			w = 1
+		case w < 0 || w != w:
+			return p, fmt.Errorf("%w: scorer %q: weight %v: want > 0", ErrInvalidOptions, ss.Name, ss.Weight)
+		}
+		params.raw, params.Session = ss.Params, session
+		sc, err := f.(ScorerFactory)(params)
+		if err != nil {
+			return p, fmt.Errorf("%w: scorer %q: %w", ErrInvalidOptions, ss.Name, err)
+		}
+		p.Scorers = append(p.Scorers, routing.Weighted{Scorer: sc, Weight: w})
+	}
+	if ps := spec.Picker; ps != nil {
+		f, params, err := r.lookup(kindPicker, ps.Name)
+		if err != nil {
+			return p, err
+		}
+		if ps.Weight != 0 {
+			return p, fmt.Errorf("%w: picker %q has no weight", ErrInvalidOptions, ps.Name)
+		}
+		params.raw, params.Session = ps.Params, session
+		if p.Picker, err = f.(PickerFactory)(params); err != nil {
+			return p, fmt.Errorf("%w: picker %q: %w", ErrInvalidOptions, ps.Name, err)
+		}
+	}
+	if spec.Learn != "" {
+		i := slices.IndexFunc([]routing.Learn{routing.LearnOnPick, routing.LearnOnFirstToken, routing.LearnFromEvents},
+			func(l routing.Learn) bool { return l.String() == spec.Learn })
+		if i < 0 {
+			return p, fmt.Errorf("%w: learn %q: want on-pick, on-first-token or from-events", ErrInvalidOptions, spec.Learn)
+		}
+		p.Learn = routing.Learn(i)
+	}
+	return p, nil
+}
+
+// Policy builds the fairness policy spec names. Errors wrap ErrInvalidOptions and name it.
+func (r *Registry) Policy(spec PartSpec) (flowcontrol.Policy, error) {
+	f, params, err := r.lookup(kindPolicy, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Weight != 0 {
+		return nil, fmt.Errorf("%w: policy %q has no weight", ErrInvalidOptions, spec.Name)
+	}
+	params.raw = spec.Params
+	pol, err := f.(PolicyFactory)(params)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy %q: %w", ErrInvalidOptions, spec.Name, err)
+	}
+	return pol, nil
+}
+
+func cmpOr(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
