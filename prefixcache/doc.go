@@ -105,9 +105,12 @@
 // A gateway may also learn at pick time (Insert) while it follows an engine's events, so an
 // index in exact mode holds two kinds of block: those an engine reported (named) and those
 // only predicted. A prediction never evicts, retracts or hides what an engine reported: the
-// engine evicts its own blocks and says so, so a medium over capacity evicts only predicted
-// blocks (its CLOCK hand passes over named ones, leaving their reference bits as they were),
-// and Remove, which retracts a prediction that failed, leaves named blocks in place. Were
+// engine evicts its own blocks and says so, so the capacity bounds named blocks only when they
+// alone exceed it, and Remove, which retracts a prediction that failed, leaves them in place.
+// Predicted blocks have an allowance of their own, the room the named ones leave and at least
+// a quarter of the capacity (a warm engine's cache is always full, and a prediction must last
+// until the engine's events confirm it); past it they evict each other, the CLOCK hand
+// passing over named blocks and leaving their reference bits as they were. Were
 // predictions allowed to push engine blocks out, as they were before, the next BlockStored
 // that continued such a block would find no parent and be lost: on the embedded demo fleet
 // under the README's load, 109–151 events of about 3,000 in 20 s.

@@ -692,17 +692,40 @@ func (ix *Index) maybeCompactLocked(b *backend, m Medium) {
 }
 
 // evictToCapacityLocked evicts CLOCK victims of b's medium m until it is within its capacity.
-// In exact mode the blocks an engine reported are left to the engine, which evicts its own and
-// says so: the pairs that predictions alone put there go first (evictPredictedLocked), and
-// named blocks only when they alone are over capacity (the engine reported more than the
-// capacity says it holds, or its removals were lost).
+//
+// In exact mode the blocks an engine reported are the engine's to evict (it says so), and the
+// capacity bounds them only if they alone exceed it (the engine reported more than the capacity
+// says it holds, or its removals were lost): then the CLOCK evicts whatever it meets until the
+// medium is within its capacity. The blocks only predicted have an allowance of
+// their own: the room the engine's blocks leave, and at least a quarter of the capacity, so a
+// prediction outlives the wait for the engine's events even on a full engine (whose cache
+// always is, once warm: it evicts only when it needs room, and says so when it does).
+// Predictions over their allowance are evicted by the CLOCK among themselves
+// (evictPredictedLocked).
 func (ix *Index) evictToCapacityLocked(b *backend, m Medium) {
 	t := &b.tiers[m]
-	if e := t.eng; e != nil && e.blocks > 0 && t.live > t.capacity && t.live > e.blocks {
-		ix.evictPredictedLocked(b, m, int64(min(t.live-t.capacity, t.live-e.blocks)))
+	if e := t.eng; e != nil && e.blocks > 0 {
+		if t.capacity == noLimit {
+			t.size.Store(int64(t.ring.len()))
+			return
+		}
+		allowance := max(t.capacity-e.blocks, t.capacity/predictedShare)
+		if predicted := t.live - e.blocks; predicted > allowance {
+			ix.evictPredictedLocked(b, m, int64(predicted-allowance))
+		}
+		if e.blocks > t.capacity {
+			// The engine's blocks alone are over capacity: the CLOCK evicts whatever it meets.
+			ix.sweepLocked(b, m, int64(t.live)-int64(t.capacity), false)
+		}
+		t.size.Store(int64(t.ring.len()))
+		return
 	}
 	ix.sweepLocked(b, m, int64(t.live)-int64(t.capacity), false)
 }
+
+// predictedShare: in exact mode, predictions may always hold 1/predictedShare of a medium's
+// capacity beyond the blocks its engine reported.
+const predictedShare = 4
 
 // evictPredictedLocked is the capacity sweep of a medium that holds blocks an engine reported:
 // the hand moves named pairs to the back as it meets them, their reference bits as they were,

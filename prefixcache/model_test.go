@@ -200,20 +200,34 @@ func (r *refIndex) step(t *refTier, m Medium) (evicted int, freed int64) {
 	}
 }
 
-// evictToCapacity evicts until t is within its capacity. Blocks an engine named are the
-// engine's to evict: while unnamed blocks are left, the hand moves named ones to the back as
-// they are; named blocks are evicted only when they alone are over capacity.
+// evictToCapacity evicts until t is within its capacity. Once an engine named some of t's
+// blocks they are the engine's to evict, and are evicted here only when they alone are over
+// capacity; the blocks only predicted may hold the room the named ones leave, and at least a
+// quarter of the capacity, and are evicted among themselves: the hand moves named blocks to
+// the back as they are.
 func (r *refIndex) evictToCapacity(t *refTier, m Medium) {
-	for t.count(false) > t.capacity {
-		unnamed := t.count(false) > t.named()
-		for {
-			if p := t.queue[0]; unnamed && !p.stale && t.names(usherHash(p.key, m)) > 0 {
+	if named := t.named(); named > 0 {
+		if t.capacity == noLimit {
+			return
+		}
+		allowance := max(t.capacity-named, t.capacity/4)
+		for t.count(false)-t.named() > allowance {
+			if p := t.queue[0]; !p.stale && t.names(usherHash(p.key, m)) > 0 {
 				t.queue = append(t.queue[1:], p)
 				continue
 			}
-			if ev, _ := r.step(t, m); ev > 0 {
-				break
+			r.step(t, m)
+		}
+		if named > t.capacity {
+			for t.count(false) > t.capacity {
+				for ev, _ := r.step(t, m); ev == 0; ev, _ = r.step(t, m) {
+				}
 			}
+		}
+		return
+	}
+	for t.count(false) > t.capacity {
+		for ev, _ := r.step(t, m); ev == 0; ev, _ = r.step(t, m) {
 		}
 	}
 }
@@ -478,8 +492,14 @@ func (ix *Index) checkInvariants() error {
 				if live != t.live || stale != t.stale || int64(t.ring.len()) != t.size.Load() {
 					return fmt.Errorf("backend %d %v: live %d/%d stale %d/%d size %d/%d", id, m, live, t.live, stale, t.stale, t.ring.len(), t.size.Load())
 				}
-				if t.live > t.capacity {
-					return fmt.Errorf("backend %d %v: %d live > capacity %d", id, m, t.live, t.capacity)
+				// In exact mode the engine's blocks are bounded by the capacity and the
+				// predictions by their allowance; without names, everything by the capacity.
+				limit := t.capacity
+				if t.eng != nil && t.eng.blocks > 0 && t.capacity != noLimit {
+					limit = t.capacity + t.capacity/predictedShare
+				}
+				if t.live > limit {
+					return fmt.Errorf("backend %d %v: %d live > limit %d (capacity %d)", id, m, t.live, limit, t.capacity)
 				}
 				pairs += int64(t.ring.len())
 				bytes += int64(len(t.ring.buf)) * 8

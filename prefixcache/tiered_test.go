@@ -334,6 +334,36 @@ func TestExactModeRegressions(t *testing.T) {
 			t.Errorf("after the engine removed block 5: matches %d blocks, want 4", got)
 		}
 	})
+	t.Run("predictions-survive-a-full-engine", func(t *testing.T) {
+		// A warm engine's cache is always full: it evicts only when it needs room, and says
+		// so. A prediction made then must last until the engine's events arrive, not be
+		// evicted at once for want of room the engine's blocks take.
+		ix := mustNew(t, Options{})
+		id := mustAdd(t, ix, "pod", 16)
+		stored(t, ix, id, StoredBlocks{EngineHashes: hashes(1, 16), Tokens: toks(0, 16)})
+		next := toks(5000, 3)
+		if err := ix.Insert(id, HashTokens(nil, seed, next, bs)); err != nil {
+			t.Fatal(err)
+		}
+		if got := match(ix, id, GPU, next); got != 3 {
+			t.Errorf("a prediction on a full engine matches %d blocks, want 3", got)
+		}
+		if got := match(ix, id, GPU, toks(0, 16)); got != 16 {
+			t.Errorf("the engine's blocks match %d, want 16", got)
+		}
+		// Predictions beyond a quarter of the capacity evict each other, oldest first.
+		for i := range 4 {
+			if err := ix.Insert(id, HashTokens(nil, seed, toks(6000+i*100, 3), bs)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := ix.Stats(); st.Blocks != 16+4 {
+			t.Errorf("%d blocks held, want the engine's 16 and 4 predicted", st.Blocks)
+		}
+		if got := match(ix, id, GPU, toks(6300, 3)); got != 3 {
+			t.Errorf("the newest prediction matches %d blocks, want 3", got)
+		}
+	})
 	t.Run("budget-evicts-offload-first", func(t *testing.T) {
 		// Over the byte budget, CPU blocks go before any GPU block.
 		ix := mustNew(t, Options{MaxBytes: 40 * (PairBytes + EngineHashBytes)})
