@@ -99,7 +99,9 @@
 // always finds its parent, a removal always finds its block, and the maps are bounded by the
 // same capacities and budget as the blocks. A block may have several names, when engine hashes
 // differ in what usher does not hash (vLLM's cache salt, multimodal inputs); it leaves on a
-// removal only when its last name is removed. Each map is pointer-free, with a reverse entry
+// removal only when its last name is removed. A name counts the copies of its block the engine
+// reported stored and not yet removed (vLLM keeps two when two requests compute one block at
+// once, and reports both), and leaves with the last. Each map is pointer-free, with a reverse entry
 // per name so a leaving block finds its names without a search.
 //
 // A gateway may also learn at pick time (Insert) while it follows an engine's events, so an

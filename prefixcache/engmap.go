@@ -31,6 +31,7 @@ type engMap struct {
 	parts  [engParts]engTable
 	names  int   // forward entries
 	blocks int   // blocks with at least one name (first reverse entries)
+	copies int   // entries counting a name's extra copies
 	bytes  int64 // bytes allocated to the tables
 }
 
@@ -60,6 +61,7 @@ const (
 	fwdK    = 0x6a09e667f3bcc909
 	revK    = 0xbb67ae8584caa73b
 	revStep = 0x3c6ef372fe94f82b
+	copyK   = 0xa54ff53a5f1d36f1
 )
 
 func engKey(x uint64) uint64 {
@@ -81,6 +83,9 @@ func fwdKey(engineHash uint64) uint64 {
 }
 
 func revKey(u BlockHash, k int) uint64 { return engKey(uint64(u) ^ revK + uint64(k)*revStep) }
+
+// copyKey is the key of the entry counting the extra copies of the block forward key fk names.
+func copyKey(fk uint64) uint64 { return engKey(fk ^ copyK) }
 
 // locate returns the table and slot index of key k; ok is false if k is absent.
 func (m *engMap) locate(k uint64) (t *engTable, i uint64, ok bool) {
@@ -168,7 +173,7 @@ func (m *engMap) reset() {
 		clear(t.slots)
 		t.count = 0
 	}
-	m.names, m.blocks = 0, 0
+	m.names, m.blocks, m.copies = 0, 0, 0
 }
 
 // delAt empties slot hole by backward-shift deletion (see table.del).
@@ -207,9 +212,11 @@ func (m *engMap) lookup(e uint64) (BlockHash, bool) {
 	return BlockHash(u), ok
 }
 
-// add records that engine hash e names block u. A name already given to u is left as it is;
-// a name that named another block is moved to u (the other block keeps its pair, as one
-// inserted by Insert does). O(names of u) probes: two for a block's first name.
+// add records that engine hash e names block u. A name already given to u counts one more
+// copy of the block: an engine may hold several (vLLM does, when two requests compute the same
+// block at once) and reports each stored and each removed, so the name lasts until the last
+// copy's removal. A name that named another block is moved to u (the other block keeps its
+// pair, as one inserted by Insert does). O(names of u) probes: two for a block's first name.
 func (m *engMap) add(e uint64, u BlockHash) {
 	fk := fwdKey(e)
 	s, added := m.claim(fk)
@@ -218,8 +225,14 @@ func (m *engMap) add(e uint64, u BlockHash) {
 	if added {
 		m.names++
 	} else if old == u {
+		c, added := m.claim(copyKey(fk))
+		if added {
+			m.copies++
+		}
+		c.val++
 		return
 	} else {
+		m.forgetCopies(fk)
 		m.unlink(old, fk)
 	}
 	// Append fk to u's list: claim entry 0, or walk to the last entry, mark it, and claim the
@@ -239,9 +252,9 @@ func (m *engMap) add(e uint64, u BlockHash) {
 	}
 }
 
-// remove forgets engine hash e. It returns the block e named and whether that block has no
-// other name left; ok is false if e was unknown. O(names of the block) probes: two for a
-// block's only name.
+// remove forgets one copy of the block engine hash e names, and the name with its last copy.
+// It returns the block e named and whether that block has no name left; ok is false if e was
+// unknown. O(names of the block) probes: three for a block's only name.
 func (m *engMap) remove(e uint64) (u BlockHash, last, ok bool) {
 	fk := fwdKey(e)
 	t, i, ok := m.locate(fk)
@@ -249,6 +262,13 @@ func (m *engMap) remove(e uint64) (u BlockHash, last, ok bool) {
 		return 0, false, false
 	}
 	u = BlockHash(t.slots[i].val)
+	if ct, ci, ok := m.locate(copyKey(fk)); ok {
+		if ct.slots[ci].val--; ct.slots[ci].val == 0 {
+			ct.delAt(ci)
+			m.copies--
+		}
+		return u, false, true
+	}
 	t.delAt(i)
 	m.names--
 	return u, m.unlink(u, fk) == 0, true
@@ -303,8 +323,16 @@ func (m *engMap) unlink(u BlockHash, fk uint64) int {
 	return n - 1
 }
 
-// drop forgets every name of block u and returns how many there were. O(names of u) probes:
-// two for a block with one name.
+// forgetCopies deletes the count of extra copies of the block forward key fk names, if any.
+func (m *engMap) forgetCopies(fk uint64) {
+	if t, i, ok := m.locate(copyKey(fk)); ok {
+		t.delAt(i)
+		m.copies--
+	}
+}
+
+// drop forgets every name of block u, with its copies, and returns how many names there were.
+// O(names of u) probes: three for a block with one name.
 func (m *engMap) drop(u BlockHash) int {
 	dropped := 0
 	for k := 0; ; k++ {
@@ -319,6 +347,7 @@ func (m *engMap) drop(u BlockHash) int {
 		t.delAt(i)
 		if t, i, ok := m.locate(v &^ nextBit); ok && BlockHash(t.slots[i].val) == u {
 			t.delAt(i)
+			m.forgetCopies(v &^ nextBit)
 			m.names--
 			dropped++
 		}

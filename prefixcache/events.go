@@ -83,7 +83,9 @@ type StoredBlocks struct {
 // long ago it was stored. Predictions never take a named block away: the medium's capacity
 // evicts only blocks that Insert alone put there, and Remove leaves named blocks alone. A block
 // can have several names (engine hashes that differ in what usher does not hash, such as a
-// cache salt); it stays while any of them does. The names are charged to the byte budget
+// cache salt); it stays while any of them does. An engine may hold several copies of one block
+// (vLLM does when two requests compute it at once) and report each stored and each removed:
+// the name stays until its last copy is removed. The names are charged to the byte budget
 // (EngineHashBytes each) and counted in Stats.Bytes. Blocks past min(MaxChainBlocks,
 // capacity) in one event are neither inserted nor named.
 //

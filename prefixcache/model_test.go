@@ -549,7 +549,7 @@ func (ix *Index) checkInvariants() error {
 					}
 					entries += n
 				}
-				if listed != e.names || entries != 2*e.names || int64(e.names) != t.names.Load() {
+				if listed != e.names || entries != 2*e.names+e.copies || int64(e.names) != t.names.Load() {
 					return fmt.Errorf("backend %d %v: %d names, %d listed by live blocks, %d entries, published %d", id, m, e.names, listed, entries, t.names.Load())
 				}
 				if int64(slots)*engSlotBytes != e.bytes {

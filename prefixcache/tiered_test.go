@@ -334,6 +334,28 @@ func TestExactModeRegressions(t *testing.T) {
 			t.Errorf("after the engine removed block 5: matches %d blocks, want 4", got)
 		}
 	})
+	t.Run("two-copies-of-a-block", func(t *testing.T) {
+		// vLLM keeps both copies when two requests compute the same block at once, and
+		// reports each stored and each removed: the block stays until the last copy goes (the
+		// shared opening, computed by concurrent first turns, is the usual case).
+		ix := mustNew(t, Options{})
+		id := mustAdd(t, ix, "pod", 16)
+		opening := toks(0, 2)
+		stored(t, ix, id, StoredBlocks{EngineHashes: hashes(1, 2), Tokens: opening})
+		stored(t, ix, id, StoredBlocks{EngineHashes: hashes(1, 2), Tokens: opening})
+		removed(t, ix, id, "GPU", 2)
+		if got := match(ix, id, GPU, opening); got != 2 {
+			t.Errorf("one of two copies removed: matches %d blocks, want 2", got)
+		}
+		stored(t, ix, id, StoredBlocks{EngineHashes: hashes(3, 1), Parent: 2, HasParent: true, Tokens: toks(8, 1)})
+		removed(t, ix, id, "GPU", 2)
+		if got := match(ix, id, GPU, opening); got != 1 {
+			t.Errorf("both copies removed: matches %d blocks, want 1", got)
+		}
+		if st := ix.Stats(); st.EngineHashes != 2 {
+			t.Errorf("%d engine hashes, want 2 (blocks 1 and 3)", st.EngineHashes)
+		}
+	})
 	t.Run("predictions-survive-a-full-engine", func(t *testing.T) {
 		// A warm engine's cache is always full: it evicts only when it needs room, and says
 		// so. A prediction made then must last until the engine's events arrive, not be
@@ -389,6 +411,7 @@ func TestEngMap(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 5))
 		var e engMap
 		want := map[uint64]BlockHash{} // engine hash → block
+		copies := map[uint64]int{}     // engine hash → copies of its block beyond the first
 		blocks := []BlockHash{0, 1, 1 << 63, BlockHash(r.Uint64())}
 		for range 300 {
 			blocks = append(blocks, BlockHash(r.Uint64()))
@@ -408,11 +431,21 @@ func TestEngMap(t *testing.T) {
 			switch r.IntN(10) {
 			case 0, 1, 2, 3, 4:
 				e.add(eh, u)
+				if old, ok := want[eh]; ok && old == u {
+					copies[eh]++
+				} else {
+					delete(copies, eh)
+				}
 				want[eh] = u
 			case 5, 6, 7:
 				gu, last, ok := e.remove(eh)
 				wu, wok := want[eh]
-				delete(want, eh)
+				if copies[eh] > 0 {
+					copies[eh]--
+				} else {
+					delete(want, eh)
+					delete(copies, eh)
+				}
 				if ok != wok || gu != wu || (ok && last != (names(wu) == 0)) {
 					t.Fatalf("seed %d step %d: remove(%d) = %#x, %v, %v; want %#x, %v, %v", seed, step, eh, gu, last, ok, wu, names(wu) == 0, wok)
 				}
@@ -422,6 +455,7 @@ func TestEngMap(t *testing.T) {
 				for k, v := range want {
 					if v == u {
 						delete(want, k)
+						delete(copies, k)
 						n++
 					}
 				}
@@ -460,7 +494,7 @@ func TestEngMap(t *testing.T) {
 				entries += e.parts[p].count
 				slots += len(e.parts[p].slots)
 			}
-			if entries != 2*len(want) || int64(slots)*engSlotBytes != e.bytes {
+			if entries != 2*len(want)+e.copies || int64(slots)*engSlotBytes != e.bytes {
 				t.Fatalf("seed %d step %d: %d entries for %d names; %d bytes for %d slots", seed, step, entries, len(want), e.bytes, slots)
 			}
 		}
