@@ -101,8 +101,8 @@
 // differ in what usher does not hash (vLLM's cache salt, multimodal inputs); it leaves on a
 // removal only when its last name is removed. A name counts the copies of its block the engine
 // reported stored and not yet removed (vLLM keeps two when two requests compute one block at
-// once, and reports both), and leaves with the last. Each map is pointer-free, with a reverse entry
-// per name so a leaving block finds its names without a search.
+// once, and reports both), and leaves with the last. Each map is pointer-free, with a reverse
+// entry per name so a leaving block finds its names without a search.
 //
 // A gateway may also learn at pick time (Insert) while it follows an engine's events, so an
 // index in exact mode holds two kinds of block: those an engine reported (named) and those
