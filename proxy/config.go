@@ -382,7 +382,8 @@ func (c Config) Options() (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
-	if profile, err = WithPassiveHealth(profile, routing.OutlierOptions{}); err != nil {
+	stall := Timeouts{ResponseHeader: c.HeaderTimeout}.withDefaults().Stall
+	if profile, err = WithPassiveHealth(profile, routing.OutlierOptions{StallAfter: stall}); err != nil {
 		return Options{}, err
 	}
 	if o.Index, err = prefixcache.New(io); err != nil {

@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/examples/simfleet/simproc"
+	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/routing"
 )
 
 // attempts records every attempt the Handler sends, by backend host, with its time.
@@ -30,17 +32,45 @@ type attempts struct {
 }
 
 type attempt struct {
-	host string
-	at   time.Time
+	host    string
+	at, end time.Time // sent; headers or error (zero while waiting)
 }
 
 func (a *attempts) RoundTrip(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.URL.Path, "/completions") {
-		a.mu.Lock()
-		a.log = append(a.log, attempt{r.URL.Host, time.Now()})
-		a.mu.Unlock()
+	if !strings.HasSuffix(r.URL.Path, "/completions") {
+		return a.base.RoundTrip(r)
 	}
-	return a.base.RoundTrip(r)
+	a.mu.Lock()
+	a.log = append(a.log, attempt{host: r.URL.Host, at: time.Now()})
+	i := len(a.log) - 1
+	a.mu.Unlock()
+	resp, err := a.base.RoundTrip(r)
+	a.mu.Lock()
+	a.log[i].end = time.Now()
+	a.mu.Unlock()
+	return resp, err
+}
+
+// silentPicks counts the attempts sent to host while it had an attempt in flight that had
+// waited longer than limit for its headers (nothing ever comes from a stuck host), and
+// returns the attempts to host in all.
+func (a *attempts) silentPicks(host string, limit time.Duration) (silent, toHost int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, x := range a.log {
+		if x.host != host {
+			continue
+		}
+		toHost++
+		for _, y := range a.log {
+			waiting := y.host == host && y.at.Before(x.at) && (y.end.IsZero() || y.end.After(x.at))
+			if waiting && x.at.Sub(y.at) > limit+100*time.Millisecond {
+				silent++
+				break
+			}
+		}
+	}
+	return silent, toHost
 }
 
 // since returns the attempts made at or after t: to host, and in all.
@@ -476,4 +506,107 @@ func TestRetryBeforeFirstByte(t *testing.T) {
 			closedExactlyOnce(t, h)
 		})
 	}
+}
+
+// A server whose metrics stay healthy but which holds every answer's headers (a stuck engine):
+// once it has been silent on all its requests for the stall timeout it gets no new requests,
+// and the streamed requests waiting there are retried elsewhere, so no client waits longer
+// than the stall timeout and one retry. Without the stall signal (Stall < 0) the clients sent
+// there wait out the response-header timeout, and the server keeps being picked until five
+// timeouts eject it; the test logs both.
+func TestStuckBackend(t *testing.T) {
+	const headerTimeout, stall = 4 * time.Second, 2 * time.Second
+	run := func(t *testing.T, stallTimeout time.Duration) (worst time.Duration, silent, toStuck, total int) {
+		procs := []*simproc.Proc{simproc.Start(t, simproc.Options{Args: []string{"-fault-hold-headers", "45s"}})}
+		for range 3 {
+			procs = append(procs, simproc.Start(t, simproc.Options{}))
+		}
+		rec := &attempts{}
+		h, base := faultHandler(t, procs, rec, func(o *proxy.Options) {
+			o.Timeouts = proxy.Timeouts{ResponseHeader: headerTimeout, StreamIdle: headerTimeout, Dial: time.Second, Stall: stallTimeout}
+		})
+		// The stuck server's metrics are healthy: it is picked like the others at first.
+		stop := make(chan struct{})
+		results := load(base, 24, 16, stop)
+		time.Sleep(faultScale(6 * time.Second))
+		close(stop)
+		for r := range results {
+			total++
+			worst = max(worst, r.end.Sub(r.start))
+			if r.err != nil {
+				t.Errorf("request failed: %v", r.err)
+			}
+		}
+		silent, toStuck = rec.silentPicks(hostOf(procs[0].URL), stall)
+		closedExactlyOnce(t, h)
+		return worst, silent, toStuck, total
+	}
+	var off struct {
+		worst                  time.Duration
+		silent, toStuck, total int
+	}
+	t.Run("without the stall signal", func(t *testing.T) {
+		off.worst, off.silent, off.toStuck, off.total = run(t, -1)
+	})
+	worst, silent, toStuck, total := run(t, stall)
+	t.Logf("stall signal off: %d requests, the longest took %v; %d attempts to the stuck server, %d sent while it had been silent > %v",
+		off.total, off.worst.Round(time.Millisecond), off.toStuck, off.silent, stall)
+	t.Logf("stall signal on (%v): %d requests, the longest took %v; %d attempts to the stuck server, %d sent while it had been silent > %v",
+		stall, total, worst.Round(time.Millisecond), toStuck, silent, stall)
+	if silent != 0 {
+		t.Errorf("%d requests were sent to the stuck server after it had been silent for %v", silent, stall)
+	}
+	// The limit, one retry on a healthy server (a 16-token answer), and scheduling slack.
+	if limit := stall + 1500*time.Millisecond; worst > limit {
+		t.Errorf("a client waited %v, want at most the stall timeout and one retry (%v)", worst, limit)
+	}
+}
+
+// A server that resets every stream after 1,500 bytes fails every request it gets, after the
+// client has bytes, so none can be retried: its first broken stream ejects it, as a refused
+// connection does (one, by default), where a server error would take five.
+func TestMidStreamBreaker(t *testing.T) {
+	breaker := simproc.Start(t, simproc.Options{Args: []string{"-fault-reset-after", "1500"}})
+	procs := []*simproc.Proc{breaker, simproc.Start(t, simproc.Options{}), simproc.Start(t, simproc.Options{})}
+	out, err := routing.NewOutlier(routing.OutlierOptions{BaseEjection: time.Minute, MaxEjection: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := prefixcache.New(prefixcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := routing.New(routing.Options{Profile: routing.WithOutlier(routing.Usher(routing.UsherOptions{}), out, 1), Index: ix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &attempts{}
+	h, base := faultHandler(t, procs, rec, func(o *proxy.Options) { o.Index, o.Router = ix, r })
+	stop := make(chan struct{})
+	results := load(base, 2, 64, stop)
+	time.Sleep(faultScale(3 * time.Second))
+	close(stop)
+	var total, broken int
+	for res := range results {
+		total++
+		if res.err != nil {
+			broken++
+		}
+	}
+	id, ok := r.Lookup(breaker.URL)
+	if !ok {
+		t.Fatal("breaker unknown to the router")
+	}
+	until, ejected := out.Ejected(id)
+	_, toBreaker := rec.silentPicks(hostOf(breaker.URL), time.Hour)
+	t.Logf("%d requests, %d broken mid-stream; %d attempts to the breaker; ejected %v (until %v from now); outlier %+v",
+		total, broken, toBreaker, ejected, time.Until(until).Round(time.Second), out.Stats())
+	if !ejected {
+		t.Fatal("the breaker was not ejected")
+	}
+	// Two clients: at most one more request was on the breaker when its first stream broke.
+	if toBreaker > 2 || broken > 2 {
+		t.Errorf("the breaker got %d requests (%d broke) before its ejection; want it ejected after its first broken stream (at most 2 with 2 clients)", toBreaker, broken)
+	}
+	closedExactlyOnce(t, h)
 }

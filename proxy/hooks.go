@@ -60,6 +60,8 @@ type exchange struct {
 	attemptCtx context.Context
 	cancel     context.CancelCauseFunc
 	timer      *time.Timer
+	attemptAt  time.Time     // when the current attempt was sent
+	headerWait time.Duration // its response-header timeout
 	phase      int
 	finished   bool
 	// lastTouch is when the backend last sent bytes, as time since arrival (monotonic); it

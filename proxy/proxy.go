@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -394,7 +395,11 @@ func New(opts Options) (*Handler, error) {
 		if rep != nil {
 			uo.Session.Seed, uo.Session.Feed = rep.SessionSeed(), rep.SessionFeed()
 		}
-		profile, err := WithPassiveHealth(routing.Usher(uo), opts.PassiveHealth)
+		ph := opts.PassiveHealth
+		if ph.StallAfter == 0 {
+			ph.StallAfter = cmp.Or(h.timeouts.Stall, -1) // the Handler's stall timeout; off with it
+		}
+		profile, err := WithPassiveHealth(routing.Usher(uo), ph)
 		if err != nil {
 			return nil, err
 		}

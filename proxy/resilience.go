@@ -38,6 +38,15 @@ type Timeouts struct {
 	// sets the connection's read deadline through http.ResponseController; the server's own
 	// ReadTimeout would also cut the answers' streams). 408 beyond it. Zero: 30 s.
 	Body time.Duration
+	// Stall is how long a backend may send nothing on every request in flight there (the
+	// router's Result.Silence: no byte of any answer, counted from when it became busy)
+	// before a streamed request still waiting for its headers there is abandoned and retried
+	// elsewhere, and the default router's passive health (routing.OutlierOptions.StallAfter)
+	// stops sending it new requests. A streamed answer's headers come as soon as the server
+	// accepts it, so a server silent on all its requests for this long is stuck, however
+	// healthy its metrics; a whole answer's headers come only with the answer, so non-streamed
+	// requests keep their ResponseHeader wait. Zero: ResponseHeader / 2. Negative: off.
+	Stall time.Duration
 }
 
 func (t Timeouts) withDefaults() Timeouts {
@@ -53,6 +62,7 @@ func (t Timeouts) withDefaults() Timeouts {
 	def(&t.StreamIdle, 60*time.Second)
 	def(&t.Request, 10*time.Minute)
 	def(&t.Body, 30*time.Second)
+	def(&t.Stall, t.ResponseHeader/2)
 	return t
 }
 
@@ -178,6 +188,7 @@ var (
 	errIdleTimeout   = errors.New("proxy: the backend sent nothing for the stream idle timeout")
 	errRetried       = errors.New("proxy: attempt abandoned for a retry")
 	errRequestCap    = errors.New("proxy: the request ran past its time cap")
+	errStalled       = errors.New("proxy: the backend sent nothing on any request for the stall timeout")
 )
 
 // retryTransport is the RoundTripper of the Handler (and of Transport()): it sends each
@@ -251,13 +262,18 @@ func (ex *exchange) startAttempt(req *http.Request) *http.Request {
 	if ex.req != nil && !ex.req.Stream {
 		wait += time.Duration(outputBudget(ex.req)) * h.timeouts.PerOutputToken
 	}
+	first := wait
+	if ex.watchStall() {
+		first = min(wait, h.timeouts.Stall)
+	}
 	ex.mu.Lock()
 	ex.cancel = cancel
 	ex.attemptCtx = ctx
+	ex.attemptAt, ex.headerWait = time.Now(), wait
 	if ex.timer == nil {
-		ex.timer = time.AfterFunc(wait, ex.expire)
+		ex.timer = time.AfterFunc(first, ex.expire)
 	} else {
-		ex.timer.Reset(wait)
+		ex.timer.Reset(first)
 	}
 	ex.phase = phaseHeaders
 	ex.mu.Unlock()
@@ -281,6 +297,28 @@ const (
 func (ex *exchange) expire() {
 	ex.mu.Lock()
 	cancel, phase := ex.cancel, ex.phase
+	if phase == phaseHeaders && ex.watchStall() {
+		// Woken to look at the backend: give up on it if it has been silent on every
+		// request for the stall timeout, else sleep until it could be or the wait ends.
+		now := time.Now()
+		if rest := ex.headerWait - now.Sub(ex.attemptAt); rest > 0 {
+			stall := ex.h.timeouts.Stall
+			silent := time.Duration(0)
+			if ex.picked {
+				silent = ex.pick.Silence(now)
+			}
+			if silent < stall {
+				ex.timer.Reset(min(rest, stall-silent))
+				ex.mu.Unlock()
+				return
+			}
+			ex.mu.Unlock()
+			if cancel != nil {
+				cancel(errStalled)
+			}
+			return
+		}
+	}
 	if phase == phaseBody && !ex.finished {
 		idle := time.Since(ex.arrival) - time.Duration(ex.lastTouch.Load())
 		if rest := ex.h.timeouts.StreamIdle - idle; rest > 0 {
@@ -300,9 +338,18 @@ func (ex *exchange) expire() {
 	}
 }
 
+// watchStall reports whether the attempt gives up on a backend silent for the stall timeout:
+// a streamed request, whose headers a live server sends at once.
+func (ex *exchange) watchStall() bool {
+	return ex.h.timeouts.Stall > 0 && ex.req != nil && ex.req.Stream
+}
+
 // bodyStarted switches the attempt timer to the stream-idle timeout.
 func (ex *exchange) bodyStarted() {
 	ex.mu.Lock()
+	if ex.picked {
+		ex.pick.Progress(time.Now())
+	}
 	ex.phase = phaseBody
 	ex.lastTouch.Store(int64(time.Since(ex.arrival)))
 	if ex.timer != nil {
@@ -311,11 +358,15 @@ func (ex *exchange) bodyStarted() {
 	ex.mu.Unlock()
 }
 
-// touch notes bytes from the backend: the idle timeout counts from now. It only stores the
-// time (the monotonic clock, no lock, no timer change: it runs for every read of a stream);
-// expire looks at it when the timer fires. O(1), no allocation.
+// touch notes bytes from the backend: the idle timeout counts from now, and the router hears
+// that the backend makes progress (Result.Progress). It only stores times (the monotonic clock,
+// no lock, no timer change: it runs for every read of a stream); expire looks at them when the
+// timer fires. The pick is read without the lock: the body is read only after the attempt that
+// set it returned its response. O(1), no allocation.
 func (ex *exchange) touch() {
-	ex.lastTouch.Store(int64(time.Since(ex.arrival)))
+	now := time.Now()
+	ex.lastTouch.Store(int64(now.Sub(ex.arrival)))
+	ex.pick.Progress(now)
 }
 
 // cause is why the current attempt's context ended (nil while it has not).
@@ -337,7 +388,7 @@ func (ex *exchange) classify(resp *http.Response, err error) (routing.Failure, b
 	}
 	if err != nil {
 		switch cause := ex.cause(); {
-		case errors.Is(cause, errHeaderTimeout):
+		case errors.Is(cause, errHeaderTimeout), errors.Is(cause, errStalled):
 			return routing.FailureTimeout, true
 		case errors.Is(cause, errRequestCap), errors.Is(err, context.DeadlineExceeded):
 			return routing.FailureTimeout, false
@@ -404,7 +455,10 @@ func (ex *exchange) failureOf(err error) routing.Failure {
 	case errors.Is(err, errClosedEarly):
 		return routing.FailureNone
 	}
-	return routing.FailureServer
+	// The connection broke during the answer (reset, closed early): as a refused connection
+	// does, it fails every request the backend gets, and cannot be retried once bytes reached
+	// the client, so it counts toward ejection as fast as one.
+	return routing.FailureConnect
 }
 
 // NewServer returns an http.Server for h with the timeouts a gateway needs: 10 s to read

@@ -33,6 +33,8 @@ const (
 	DefaultOutlierMaxEjectedPercent = 50
 	// DefaultOutlierProbeTimeout is how long a probe claim holds off the next probe.
 	DefaultOutlierProbeTimeout = 10 * time.Second
+	// DefaultOutlierStallAfter is the silence of a busy backend that holds new picks off it.
+	DefaultOutlierStallAfter = 15 * time.Second
 )
 
 // OutlierOptions configures an Outlier. Zero values are the documented defaults.
@@ -70,6 +72,16 @@ type OutlierOptions struct {
 	// probe still running after it (a long stream, a hung request, a Result never finished)
 	// lets one more probe through. Zero: DefaultOutlierProbeTimeout (10 s).
 	ProbeTimeout time.Duration
+	// StallAfter holds new picks off a backend that has requests of this router in flight and
+	// has sent no byte on any of them (Result.Progress) for this long — counted from the pick
+	// that made it busy if nothing came since: a server whose metrics look healthy but which
+	// holds every answer. It is not an ejection: the backend is picked again as soon as one of
+	// its requests progresses or ends (a timeout, say), and, as with ejections, when every
+	// candidate is silent or ejected all are kept. Set it below the response-header timeout
+	// (the proxy uses half of it): requests already waiting there are abandoned at that
+	// timeout, new ones are not sent after StallAfter. Zero: DefaultOutlierStallAfter (15 s).
+	// Negative: off.
+	StallAfter time.Duration
 	// Now is the clock of Completed, which has no pick time to go by; use the Router's clock
 	// (Options.Now). Nil: time.Now.
 	Now func() time.Time
@@ -92,6 +104,9 @@ type OutlierStats struct {
 	EarlyProbes uint64
 	// Ejected is the number of backends out of rotation now: ejected or half-open.
 	Ejected int
+	// Stalled counts picks that passed over a backend silent for StallAfter with requests in
+	// flight.
+	Stalled uint64
 }
 
 // Outlier is passive health: it learns from the outcome of every request (as a Completer) which
@@ -164,13 +179,14 @@ type Outlier struct {
 	maxN                 int32 // the smallest n whose ejection lasts max
 	pct                  int
 	probeTimeout         int64
+	stallAfter           int64 // 0: off
 	now                  func() time.Time
 
 	dir      atomic.Pointer[outlierDir]
 	out      atomic.Int32 // backends ejected or half-open
 	lastFail atomic.Int64 // the latest failure of any backend, Unix ns; 0: none
 
-	ejections, probes, restored, fallbacks, suppressed, early atomic.Uint64
+	ejections, probes, restored, fallbacks, suppressed, early, stalled atomic.Uint64
 
 	mu sync.Mutex // serialises Completed; guards the fields below and the slots' guarded fields.
 	// known is the number of slots with known set.
@@ -274,6 +290,7 @@ func NewOutlier(o OutlierOptions) (*Outlier, error) {
 	maxEj := defDur(o.MaxEjection, DefaultOutlierMaxEjection)
 	pct := def(o.MaxEjectedPercent, DefaultOutlierMaxEjectedPercent)
 	probe := defDur(o.ProbeTimeout, DefaultOutlierProbeTimeout)
+	stall := defDur(o.StallAfter, DefaultOutlierStallAfter)
 	switch {
 	case math.IsNaN(rate) || rate > 1:
 		return nil, fmt.Errorf("%w: outlier FailureRate %v (want ≤ 1, negative for off)", ErrInvalidOptions, o.FailureRate)
@@ -298,6 +315,7 @@ func NewOutlier(o OutlierOptions) (*Outlier, error) {
 		max:          int64(maxEj),
 		pct:          pct,
 		probeTimeout: int64(probe),
+		stallAfter:   max(0, int64(stall)),
 		now:          o.Now,
 	}
 	if consec > 0 {
@@ -359,16 +377,27 @@ func (o *Outlier) nowNs(req *Request) int64 {
 // swapping, so all of them are still in cands when the fallback keeps them. O(1) when no
 // backend is out of rotation, else O(n); lock-free, no allocation.
 func (o *Outlier) Filter(req *Request, cands []Candidate) []Candidate {
-	if o.out.Load() == 0 {
+	out := o.out.Load()
+	if out == 0 && o.stallAfter == 0 {
 		return cands
 	}
 	now := o.nowNs(req)
+	if out == 0 && !o.anySilent(cands, now) {
+		return cands
+	}
 	d := o.dir.Load()
 	// Partition in place: each dropped candidate is swapped with the last undecided one, so the
 	// kept ones end up in cands[:k] and the dropped ones, still there for the fallback, after.
-	k, j, usable := 0, len(cands), 0
+	k, j, usable, silent := 0, len(cands), 0, false
 	for k < j {
-		if !o.admit(d, &cands[k], now) {
+		c := &cands[k]
+		drop := o.silent(c, now)
+		if drop {
+			silent = true
+		} else if out != 0 {
+			drop = !o.admit(d, c, now)
+		}
+		if drop {
 			j--
 			cands[k], cands[j] = cands[j], cands[k]
 			continue
@@ -379,12 +408,30 @@ func (o *Outlier) Filter(req *Request, cands []Candidate) []Candidate {
 		k++
 	}
 	if usable == 0 && k < len(cands) {
-		// Only ejected and unhealthy backends: keep everyone, and let HealthFilter drop the
-		// unhealthy ones, rather than fail the request.
+		// Only ejected, silent and unhealthy backends: keep everyone, and let HealthFilter drop
+		// the unhealthy ones, rather than fail the request.
 		o.fallbacks.Add(1)
 		return cands
 	}
+	if silent {
+		o.stalled.Add(1)
+	}
 	return cands[:k]
+}
+
+// silent reports whether c has requests of the router in flight and has sent nothing on any
+// for StallAfter. Candidates built outside a Router are never silent.
+func (o *Outlier) silent(c *Candidate, now int64) bool {
+	return o.stallAfter > 0 && c.busy > 0 && now-c.heard > o.stallAfter
+}
+
+func (o *Outlier) anySilent(cands []Candidate, now int64) bool {
+	for i := range cands {
+		if o.silent(&cands[i], now) {
+			return true
+		}
+	}
+	return false
 }
 
 // admit reports whether c may be picked at now. Lock-free.
@@ -707,5 +754,6 @@ func (o *Outlier) Stats() OutlierStats {
 		Suppressed:  o.suppressed.Load(),
 		EarlyProbes: o.early.Load(),
 		Ejected:     int(o.out.Load()),
+		Stalled:     o.stalled.Load(),
 	}
 }

@@ -714,3 +714,58 @@ func outlierConcurrent(t *testing.T, pct int) {
 	}
 	t.Logf("%d picks: %+v", r.Stats().Picks, st)
 }
+
+// A backend with requests in flight that sends nothing on any of them for StallAfter gets no
+// new picks until one of them progresses or ends; it is not ejected, and when every backend
+// is silent all are kept.
+func TestOutlierStall(t *testing.T) {
+	f := newOutlierFixture(t, 2, OutlierOptions{StallAfter: 2 * time.Second})
+	stuck := f.pick(0)
+	if stuck.ID != 0 {
+		t.Fatalf("picked b%d, want b0", stuck.ID)
+	}
+	steps := []struct {
+		name    string
+		do      func()
+		advance time.Duration
+		want    BackendID // the pick preferring b0
+		stalled uint64
+	}{
+		{"silent for less than StallAfter", nil, 1900 * time.Millisecond, 0, 0},
+		{"silent for StallAfter", nil, 200 * time.Millisecond, 1, 1},
+		{"a byte on the stuck request", func() { stuck.Progress(f.clock.Now()) }, 0, 0, 1},
+		{"silent again", nil, 2100 * time.Millisecond, 1, 2},
+		{"the stuck request ends", func() { stuck.Done(timeoutFail) }, 0, 0, 2},
+	}
+	for _, st := range steps {
+		if st.do != nil {
+			st.do()
+		}
+		f.clock.Advance(st.advance)
+		p := f.pick(0)
+		p.Done(success)
+		if p.ID != st.want || f.o.Stats().Stalled != st.stalled {
+			t.Errorf("%s: picked b%d, %d stalled picks; want b%d, %d", st.name, p.ID, f.o.Stats().Stalled, st.want, st.stalled)
+		}
+		if _, out := f.ejectedFor(0); out {
+			t.Errorf("%s: b0 ejected; a silent backend is only passed over", st.name)
+		}
+	}
+	if got := stuck.Silence(f.clock.Now()); got != 0 {
+		t.Errorf("Silence after Done with nothing in flight = %v, want 0", got)
+	}
+
+	// Every backend silent: all are kept rather than failing the pick.
+	a, b := f.pick(0), f.pick(1)
+	f.clock.Advance(3 * time.Second)
+	if got := a.Silence(f.clock.Now()); got != 3*time.Second {
+		t.Errorf("Silence = %v, want 3s", got)
+	}
+	p := f.pick(0)
+	if p.ID != 0 {
+		t.Errorf("all silent: picked b%d, want the preferred b0", p.ID)
+	}
+	for _, r := range []Result{a, b, p} {
+		r.Done(success)
+	}
+}

@@ -289,6 +289,18 @@ type inflight struct {
 	peerRequests atomic.Int64
 	peerPrefill  atomic.Int64
 	peerBlocks   atomic.Int64
+
+	// heard is when the backend was last heard from on this router's requests, Unix ns: the
+	// later of the last Result.Progress and the pick that made requests go from 0 to 1.
+	heard atomic.Int64
+}
+
+// progress notes that the backend was heard from at now (Unix ns). It writes only when the
+// time moved on by a millisecond, so a stream's reads do not all write the shared line.
+func (l *inflight) progress(now int64) {
+	if h := l.heard.Load(); now-h >= int64(time.Millisecond) {
+		l.heard.CompareAndSwap(h, now)
+	}
 }
 
 // own returns the router's own counts.
@@ -757,7 +769,9 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	}
 	matched, uncached := chosen.MatchedBlocks, chosen.UncachedTokens
 
-	b.load.requests.Add(1)
+	if b.load.requests.Add(1) == 1 {
+		b.load.heard.Store(now.UnixNano()) // busy from now: silence counts from here
+	}
 	if uncached > 0 {
 		b.load.prefill.Add(int64(uncached))
 	}
@@ -793,6 +807,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		t:              t,
 		gen:            t.state.Load() >> genShift,
 		ix:             int32(b.index + 1),
+		load:           b.load,
 	}, nil
 }
 
@@ -864,6 +879,7 @@ func (p *candParams) fill(cands []Candidate, backends []backend, first int) (sta
 		c.InFlight.Requests = l.requests.Load() + l.peerRequests.Load()
 		c.InFlight.PrefillTokens = l.prefill.Load() + l.peerPrefill.Load()
 		c.InFlight.Blocks = l.blocks.Load() + l.peerBlocks.Load()
+		c.busy, c.heard = l.requests.Load(), l.heard.Load()
 		c.MatchedBlocks = matched
 		c.MatchedTokens = tokens
 		c.UncachedTokens = max(0, p.prompt-tokens)
@@ -938,9 +954,10 @@ type Result struct {
 	// charged to its in-flight prefill counter until FirstToken or Done.
 	UncachedTokens int
 
-	t   *ticket
-	gen uint64
-	ix  int32 // 1 + the prefix index id; 0 without an index
+	t    *ticket
+	gen  uint64
+	ix   int32     // 1 + the prefix index id; 0 without an index
+	load *inflight // the backend's counters, which outlive the ticket
 }
 
 // DoneInfo is what happened to a routed request.
@@ -1072,6 +1089,31 @@ func (p Result) FirstToken(at time.Time) {
 			return
 		}
 	}
+}
+
+// Progress records that bytes of the answer arrived from the chosen backend at at (response
+// headers, a chunk of a stream): the backend is making progress. The router keeps, per backend,
+// when it last heard from it on any request in flight, and the Outlier holds new picks off a
+// backend that has requests in flight and has sent nothing on any of them for its StallAfter
+// (see OutlierOptions). "Any request" because a whole answer's headers come only with the
+// answer and a long prefill sends nothing for a while: one live stream shows the server alive.
+// Call it as bytes come; it writes at most once per millisecond per backend. Calling it after
+// Done does nothing harmful: the time only moves forward. O(1), lock-free, no allocation.
+func (p Result) Progress(at time.Time) {
+	if p.load != nil {
+		p.load.progress(at.UnixNano())
+	}
+}
+
+// Silence returns how long, at at, the chosen backend has sent nothing on any of this router's
+// requests in flight there (counted from the pick that made it busy when nothing came since),
+// or 0 when none is in flight. A caller waiting for an answer can give up on a backend that
+// stopped making progress for every request, not only its own. O(1), lock-free.
+func (p Result) Silence(at time.Time) time.Duration {
+	if p.load == nil || p.load.requests.Load() == 0 {
+		return 0
+	}
+	return max(0, time.Duration(at.UnixNano()-p.load.heard.Load()))
 }
 
 // Done closes the books on the request: it releases the in-flight request and its blocks and, unless

@@ -208,6 +208,10 @@ type Candidate struct {
 
 	slot uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
 	ix   int32  // 1 + the prefix index id; 0 when unknown (no index, or built outside a Router)
+	// busy is the router's own requests in flight there; heard the later of the last byte
+	// any of them got (Result.Progress) and the moment the first was picked, Unix ns.
+	busy  int64
+	heard int64
 }
 
 // Has reports whether the signals in want are known and fresh for this candidate.

@@ -15,6 +15,11 @@
 // finish for up to -shutdown-grace; a second signal ends it at once. Errors go to stderr; a
 // flag error exits with status 2, and a bind error with status 1, before the line is printed.
 // Package examples/simfleet/simproc builds and drives it from tests.
+//
+// The -fault-* flags make it misbehave on the OpenAI endpoints while /metrics and /health stay
+// healthy, to reproduce field faults on a real process: -fault-hold-headers 45s (a stuck
+// server), -fault-reset-after 1500 (every stream reset after 1,500 bytes), -fault-status 502,
+// -fault-slow-write 200ms, each on every request or one in -fault-every.
 package main
 
 import (
@@ -60,6 +65,12 @@ func run(args []string, out io.Writer) error {
 	pod := fs.String("pod", "", "pod name in the KV-event topic kv@POD@MODEL (default: the bound listen address)")
 	grace := fs.Duration("shutdown-grace", 5*time.Second, "how long shutdown waits for requests in flight")
 	exitOnEOF := fs.Bool("exit-on-eof", false, "also shut down when stdin reaches end of file, i.e. when the parent holding it dies")
+	var faults simfleet.Faults
+	fs.DurationVar(&faults.HoldHeaders, "fault-hold-headers", 0, "fault: hold the response headers of every OpenAI request this long (metrics stay healthy)")
+	fs.IntVar(&faults.ResetAfterBytes, "fault-reset-after", 0, "fault: reset the connection (TCP RST) after this many bytes of each answer's body")
+	fs.IntVar(&faults.Status, "fault-status", 0, "fault: answer every OpenAI request with this HTTP status, e.g. 502")
+	fs.DurationVar(&faults.SlowWrite, "fault-slow-write", 0, "fault: sleep this long before each write of an answer")
+	fs.IntVar(&faults.Every, "fault-every", 0, "apply the faults to one request in N (0: all)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -74,6 +85,9 @@ func run(args []string, out io.Writer) error {
 		return usageError{fmt.Errorf("unknown -profile %q (demo, qwen3-32b-h100)", *profile)}
 	case *replay != "" && *kvEndpoint == "":
 		return usageError{errors.New("-replay needs -kv-events")}
+	case faults.HoldHeaders < 0 || faults.ResetAfterBytes < 0 || faults.SlowWrite < 0 || faults.Every < 0 ||
+		(faults.Status != 0 && (faults.Status < 400 || faults.Status > 599)):
+		return usageError{errors.New("fault flags: durations and counts must not be negative, -fault-status is 400..599")}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -115,7 +129,7 @@ func run(args []string, out io.Writer) error {
 	}
 	defer s.Close()
 	s.Start()
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: faults.Wrap(s), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintln(out, line)
