@@ -76,6 +76,9 @@ type IndexStats struct {
 //	usher_prefix_index_evictions_total                      counter    SetIndexStats
 //	usher_prefix_index_queried_blocks_total                 counter    SetIndexStats
 //	usher_prefix_index_matched_blocks_total                 counter    SetIndexStats
+//	usher_backend_ejections_total{backend}                  counter    SetPassiveHealth
+//	usher_backend_probes_total{backend}                     counter    SetPassiveHealth
+//	usher_backend_ejected{backend}                          gauge      SetPassiveHealth
 //	usher_kvevents_connected{source}                        gauge      SetKVSource
 //	usher_kvevents_batches_total{source}                    counter    SetKVSource
 //	usher_kvevents_lost_batches_total{source}               counter    SetKVSource
@@ -119,6 +122,9 @@ type Gateway struct {
 	descEvicted *prometheus.Desc
 	descQueried *prometheus.Desc
 	descMatched *prometheus.Desc
+	descEject   *prometheus.Desc
+	descProbe   *prometheus.Desc
+	descEjected *prometheus.Desc
 	kvIndex     map[string]int // KV source name to its index in kv
 	kvLabels    []string       // [source+other]
 	kv          []kvSeries     // [source+other]
@@ -144,6 +150,7 @@ type Gateway struct {
 type backendSeries struct {
 	picks    prometheus.Counter
 	inflight prometheus.Gauge
+	health   *healthSeries
 }
 
 // kvSeries holds what SetKVSource last recorded for one source label; the counters only grow.
@@ -253,6 +260,12 @@ func NewGateway(opts GatewayOptions) (*Gateway, error) {
 		descEvicted: prometheus.NewDesc("usher_prefix_index_evictions_total", "Blocks evicted from the prefix index.", nil, cl),
 		descQueried: prometheus.NewDesc("usher_prefix_index_queried_blocks_total", "Prompt blocks looked up in the prefix index.", nil, cl),
 		descMatched: prometheus.NewDesc("usher_prefix_index_matched_blocks_total", "Prompt blocks found in the prefix index.", nil, cl),
+		descEject: prometheus.NewDesc("usher_backend_ejections_total",
+			"Ejections of each backend by passive health (its requests failed).", []string{"backend"}, cl),
+		descProbe: prometheus.NewDesc("usher_backend_probes_total",
+			"Requests sent to each ejected backend as its probe back into rotation.", []string{"backend"}, cl),
+		descEjected: prometheus.NewDesc("usher_backend_ejected",
+			"1 while passive health keeps the backend out of rotation (ejected or half-open), else 0.", []string{"backend"}, cl),
 		kvIndex:     make(map[string]int, len(opts.KVSources)),
 		kvLabels:    append(slices.Clone(opts.KVSources), OtherLabel),
 		kv:          make([]kvSeries, len(opts.KVSources)+1),
@@ -419,6 +432,39 @@ func (u *Gateway) SetInFlight(backend string, requests int64) {
 // gauge (for example when the Scraper's targets change), deleting the series of backends
 // that left; a backend that stays keeps its values. Empty names, "other" and repeats are
 // ignored. O(backends).
+// healthSeries is one backend's passive health, as last set.
+type healthSeries struct {
+	ejections, probes atomic.Uint64
+	ejected           atomic.Bool
+}
+
+// SetPassiveHealth records a configured backend's passive-health counters (routing.Outlier's
+// BackendStats): its ejections and probes so far, and whether it is out of rotation now. The
+// counters only move forward. Allocation-free; O(1); a backend outside the configured set is
+// ignored.
+func (u *Gateway) SetPassiveHealth(backend string, ejections, probes uint64, ejected bool) {
+	if u == nil {
+		return
+	}
+	bs, ok := (*u.backends.Load())[backend]
+	if !ok {
+		return
+	}
+	raise(&bs.health.ejections, ejections)
+	raise(&bs.health.probes, probes)
+	bs.health.ejected.Store(ejected)
+}
+
+// raise stores v in a if it is larger.
+func raise(a *atomic.Uint64, v uint64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
 func (u *Gateway) SetBackends(names []string) {
 	if u == nil {
 		return
@@ -430,7 +476,13 @@ func (u *Gateway) SetBackends(names []string) {
 		if n == "" || n == OtherLabel {
 			continue
 		}
-		next[n] = backendSeries{picks: u.picksVec.WithLabelValues(n), inflight: u.inflightVec.WithLabelValues(n)}
+		health := new(healthSeries)
+		if prev := u.backends.Load(); prev != nil {
+			if old, ok := (*prev)[n]; ok {
+				health = old.health
+			}
+		}
+		next[n] = backendSeries{picks: u.picksVec.WithLabelValues(n), inflight: u.inflightVec.WithLabelValues(n), health: health}
 	}
 	if prev := u.backends.Load(); prev != nil {
 		for n := range *prev {
@@ -511,6 +563,7 @@ func (u *Gateway) Describe(ch chan<- *prometheus.Desc) {
 	u.inflight.Describe(ch)
 	u.flows.Describe(ch)
 	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched,
+		u.descEject, u.descProbe, u.descEjected,
 		u.descKVConn, u.descKVBatch, u.descKVLost, u.descKVReset, u.descKVRecon,
 		u.descKVEvent, u.descKVStale, u.descKVDecod, u.descKVApply, u.descKVLast} {
 		ch <- d
@@ -544,6 +597,17 @@ func (u *Gateway) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(u.descKVDecod, prometheus.CounterValue, float64(k.decodeErrs.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descKVApply, prometheus.CounterValue, float64(k.applyErrs.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descKVLast, prometheus.GaugeValue, float64(k.lastBatch.Load())/1e9, l)
+	}
+	if bs := u.backends.Load(); bs != nil {
+		for name, b := range *bs {
+			ejected := 0.0
+			if b.health.ejected.Load() {
+				ejected = 1
+			}
+			ch <- prometheus.MustNewConstMetric(u.descEject, prometheus.CounterValue, float64(b.health.ejections.Load()), name)
+			ch <- prometheus.MustNewConstMetric(u.descProbe, prometheus.CounterValue, float64(b.health.probes.Load()), name)
+			ch <- prometheus.MustNewConstMetric(u.descEjected, prometheus.GaugeValue, ejected, name)
+		}
 	}
 	u.mu.Lock()
 	s := u.index

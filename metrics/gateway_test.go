@@ -537,3 +537,27 @@ func TestWaitHistogramSeries(t *testing.T) {
 		t.Errorf("wait histogram series:\n%v\nwant\n%v", series, want)
 	}
 }
+
+func TestPassiveHealthSeries(t *testing.T) {
+	u := mustUsher(t, GatewayOptions{Backends: []string{"a", "b"}})
+	u.SetPassiveHealth("a", 3, 2, true)
+	u.SetPassiveHealth("a", 1, 1, false) // counters never go back
+	u.SetPassiveHealth("zzz", 9, 9, true)
+	got := gatherText(t, u, "usher_backend_ejections_total", "usher_backend_probes_total", "usher_backend_ejected")
+	for _, want := range []string{
+		`usher_backend_ejections_total{backend="a"} 3`, `usher_backend_probes_total{backend="a"} 2`, `usher_backend_ejected{backend="a"} 0`,
+		`usher_backend_ejections_total{backend="b"} 0`, `usher_backend_ejected{backend="b"} 0`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %s in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "zzz") {
+		t.Errorf("a backend outside the set was exported:\n%s", got)
+	}
+	// Replacing the set keeps a remaining backend's counters.
+	u.SetBackends([]string{"a"})
+	if got := gatherText(t, u, "usher_backend_ejections_total"); !strings.Contains(got, `{backend="a"} 3`) || strings.Contains(got, `"b"`) {
+		t.Errorf("after SetBackends([a]):\n%s", got)
+	}
+}

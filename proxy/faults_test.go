@@ -604,6 +604,17 @@ func TestMidStreamBreaker(t *testing.T) {
 	if !ejected {
 		t.Fatal("the breaker was not ejected")
 	}
+	// The gateway exports it by backend.
+	eventually(t, "the ejection in /metrics", func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), fmt.Sprintf("usher_backend_ejections_total{backend=%q} 1", breaker.URL)) &&
+			strings.Contains(string(body), fmt.Sprintf("usher_backend_ejected{backend=%q} 1", breaker.URL))
+	})
 	// Two clients: at most one more request was on the breaker when its first stream broke.
 	if toBreaker > 2 || broken > 2 {
 		t.Errorf("the breaker got %d requests (%d broke) before its ejection; want it ejected after its first broken stream (at most 2 with 2 clients)", toBreaker, broken)

@@ -833,9 +833,14 @@ func (h *Handler) publishGauges() {
 	qs := h.queue.Stats()
 	h.usher.SetInFlightTotal(qs.InFlight)
 	h.usher.SetFlows(qs.Flows)
+	out := h.router.Outlier()
 	for _, m := range h.members {
 		if in, ok := h.router.InFlight(m.name); ok {
 			h.usher.SetInFlight(m.name, in.Requests)
+		}
+		if id, ok := h.router.Lookup(m.name); ok && out != nil {
+			st := out.BackendStats(id)
+			h.usher.SetPassiveHealth(m.name, st.Ejections, st.Probes, st.Ejected)
 		}
 	}
 	st := h.index.Stats()

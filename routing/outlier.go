@@ -166,7 +166,7 @@ type OutlierStats struct {
 // within Window Score is one atomic load and fills dst with 1; otherwise Filter and Score are
 // O(n) atomic loads for n candidates and Picked O(1). Completed takes a short lock and is O(1)
 // (ten window buckets), plus, at most once per Window, an O(backends) sweep; a neutral outcome
-// with nothing ejected takes no lock. Memory is 240 bytes per BackendID the Outlier has heard
+// with nothing ejected takes no lock. Memory is 256 bytes per BackendID the Outlier has heard
 // of, in chunks of 64 slots that hold no pointers.
 type Outlier struct {
 	// Immutable after NewOutlier. Durations and times are in nanoseconds.
@@ -245,6 +245,8 @@ type outlierSlot struct {
 	lastFail atomic.Int64  // the latest failure in the window, Unix ns; 0: none
 	counts   atomic.Uint64 // failures<<32 | requests in the window as of the last outcome
 	down     atomic.Bool   // seen Unhealthy or stale while ejected
+	// Cumulative, for BackendStats.
+	ejected, probed atomic.Uint64
 
 	// Guarded by Outlier.mu.
 	known         bool
@@ -486,6 +488,7 @@ func (o *Outlier) Picked(_ *Request, chosen *Candidate, now time.Time) {
 		}
 		if s.probe.CompareAndSwap(p, n) {
 			o.probes.Add(1)
+			s.probed.Add(1)
 			return
 		}
 	}
@@ -665,6 +668,7 @@ func (o *Outlier) ejectLocked(s *outlierSlot, now int64) {
 		o.out.Add(1)
 	}
 	o.ejections.Add(1)
+	s.ejected.Add(1)
 }
 
 // restoreLocked returns s to rotation; its ejection ended at u.
@@ -743,6 +747,25 @@ func (o *Outlier) Ejected(id BackendID) (until time.Time, ok bool) {
 
 // Fallbacks is the number of picks in which every candidate was ejected and all were kept. O(1).
 func (o *Outlier) Fallbacks() uint64 { return o.fallbacks.Load() }
+
+// OutlierBackendStats are one backend's passive-health counters.
+type OutlierBackendStats struct {
+	// Ejections and Probes count the backend's ejections (a failed probe's re-ejection
+	// included) and the requests sent to it as probes.
+	Ejections, Probes uint64
+	// Ejected reports whether it is out of rotation now (ejected or half-open).
+	Ejected bool
+}
+
+// BackendStats returns backend id's counters; zero for a backend the Outlier never heard of.
+// O(1), lock-free.
+func (o *Outlier) BackendStats(id BackendID) OutlierBackendStats {
+	s := o.dir.Load().slot(id)
+	if s == nil {
+		return OutlierBackendStats{}
+	}
+	return OutlierBackendStats{Ejections: s.ejected.Load(), Probes: s.probed.Load(), Ejected: s.until.Load() != 0}
+}
 
 // Stats returns the Outlier's counters. O(1), lock-free.
 func (o *Outlier) Stats() OutlierStats {

@@ -205,6 +205,7 @@ type Router struct {
 	staleAfter time.Duration
 	now        func() time.Time
 	name       string
+	outlier    *Outlier // the first Outlier among filters, for Outlier()
 	learn      Learn
 	remover    PrefixRemover // the index's Remove, when it has one and learn is LearnOnPick
 	// cleanSkip[i]: filters[i] is a HealthFilter preceded only by filters that return a subset
@@ -354,6 +355,10 @@ type Stats struct {
 	DroppedPeerNames uint64
 }
 
+// Outlier returns the passive health among the profile's filters (WithOutlier), or nil: its
+// per-backend counters are what a gateway exports. O(1).
+func (r *Router) Outlier() *Outlier { return r.outlier }
+
 // New returns a Router configured by opts, with an empty backend set (Pick returns
 // ErrNoBackend until the first Update). It fails with ErrInvalidOptions when a scorer, filter
 // or weight is unusable.
@@ -371,6 +376,11 @@ func New(opts Options) (*Router, error) {
 	}
 	if r.learn > LearnFromEvents {
 		return nil, fmt.Errorf("%w: Learn %v", ErrInvalidOptions, opts.Learn)
+	}
+	for _, f := range opts.Filters {
+		if o, ok := f.(*Outlier); ok && r.outlier == nil {
+			r.outlier = o
+		}
 	}
 	if rm, ok := opts.Index.(PrefixRemover); ok && r.learn == LearnOnPick {
 		r.remover = rm
