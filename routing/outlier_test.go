@@ -720,6 +720,20 @@ func outlierConcurrent(t *testing.T, pct int) {
 // is silent all are kept.
 func TestOutlierStall(t *testing.T) {
 	f := newOutlierFixture(t, 2, OutlierOptions{StallAfter: 2 * time.Second})
+	// A router never told of progress never counts a backend as silent: its caller does not
+	// report bytes, and every busy backend would look stuck.
+	quiet := f.pick(0)
+	f.clock.Advance(5 * time.Second)
+	if p := f.pick(0); p.ID != 0 || f.o.Stats().Stalled != 0 {
+		t.Errorf("without Progress: picked b%d, %d stalled; want b0, 0", p.ID, f.o.Stats().Stalled)
+	} else {
+		p.Done(success)
+	}
+	quiet.Done(success)
+	warm := f.pick(1)
+	warm.Progress(f.clock.Now())
+	warm.Done(success)
+
 	stuck := f.pick(0)
 	if stuck.ID != 0 {
 		t.Fatalf("picked b%d, want b0", stuck.ID)

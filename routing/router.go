@@ -206,8 +206,11 @@ type Router struct {
 	now        func() time.Time
 	name       string
 	outlier    *Outlier // the first Outlier among filters, for Outlier()
-	learn      Learn
-	remover    PrefixRemover // the index's Remove, when it has one and learn is LearnOnPick
+	// heard is set by the first Result.Progress: until a caller reports progress, no backend
+	// counts as silent (a caller that never does would see every busy backend fall silent).
+	heard   atomic.Bool
+	learn   Learn
+	remover PrefixRemover // the index's Remove, when it has one and learn is LearnOnPick
 	// cleanSkip[i]: filters[i] is a HealthFilter preceded only by filters that return a subset
 	// of the candidates they are given (HealthFilter, Outlier), so that it keeps every
 	// candidate, and can be skipped, when no candidate Pick built is stale or unhealthy.
@@ -695,7 +698,8 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		sc.match = match[:0]
 	}
 
-	p := candParams{nowNs: nowNs, staleAfter: r.staleAfter, match: match, chain: len(req.Chain), bs: bs, prompt: prompt}
+	p := candParams{nowNs: nowNs, staleAfter: r.staleAfter, match: match, chain: len(req.Chain), bs: bs, prompt: prompt,
+		heard: r.heard.Load()}
 	var (
 		cands  []Candidate
 		chosen *Candidate
@@ -852,8 +856,9 @@ type candParams struct {
 	nowNs      int64
 	staleAfter time.Duration
 	match      []int32
-	chain      int // len(req.Chain)
-	bs, prompt int // the request's block size and prompt tokens
+	chain      int  // len(req.Chain)
+	bs, prompt int  // the request's block size and prompt tokens
+	heard      bool // Progress was ever reported: fill the candidates' silence fields
 }
 
 // fill sets every field of cands[j] for backends[j], the backend at index first+j of the
@@ -889,7 +894,11 @@ func (p *candParams) fill(cands []Candidate, backends []backend, first int) (sta
 		c.InFlight.Requests = l.requests.Load() + l.peerRequests.Load()
 		c.InFlight.PrefillTokens = l.prefill.Load() + l.peerPrefill.Load()
 		c.InFlight.Blocks = l.blocks.Load() + l.peerBlocks.Load()
-		c.busy, c.heard = l.requests.Load(), l.heard.Load()
+		if p.heard {
+			c.busy, c.heard = l.requests.Load(), l.heard.Load()
+		} else {
+			c.busy = 0
+		}
 		c.MatchedBlocks = matched
 		c.MatchedTokens = tokens
 		c.UncachedTokens = max(0, p.prompt-tokens)
@@ -1107,11 +1116,16 @@ func (p Result) FirstToken(at time.Time) {
 // backend that has requests in flight and has sent nothing on any of them for its StallAfter
 // (see OutlierOptions). "Any request" because a whole answer's headers come only with the
 // answer and a long prefill sends nothing for a while: one live stream shows the server alive.
-// Call it as bytes come; it writes at most once per millisecond per backend. Calling it after
+// Call it as bytes come; it writes at most once per millisecond per backend. A router that
+// never hears of progress never counts a backend as silent. Calling it after
 // Done does nothing harmful: the time only moves forward. O(1), lock-free, no allocation.
 func (p Result) Progress(at time.Time) {
-	if p.load != nil {
-		p.load.progress(at.UnixNano())
+	if p.load == nil {
+		return
+	}
+	p.load.progress(at.UnixNano())
+	if r := p.t.r; !r.heard.Load() { // t.r is the same for every use of the ticket
+		r.heard.Store(true)
 	}
 }
 
