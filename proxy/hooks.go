@@ -208,6 +208,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	}
 	p, err := h.router.Pick(&routing.Request{
 		Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.routeSession,
+		Stream: ex.req != nil && ex.req.Stream,
 	})
 	if err != nil {
 		ex.finish(err)

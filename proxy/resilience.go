@@ -432,7 +432,7 @@ func (ex *exchange) abandonAttempt(err error, f routing.Failure) {
 func (ex *exchange) repick() bool {
 	p, err := ex.h.router.Pick(&routing.Request{
 		Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
-		Session: ex.routeSession, Exclude: ex.tried,
+		Session: ex.routeSession, Exclude: ex.tried, Stream: ex.req != nil && ex.req.Stream,
 	})
 	if err != nil {
 		return false

@@ -72,10 +72,11 @@ type OutlierOptions struct {
 	// probe still running after it (a long stream, a hung request, a Result never finished)
 	// lets one more probe through. Zero: DefaultOutlierProbeTimeout (10 s).
 	ProbeTimeout time.Duration
-	// StallAfter holds new picks off a backend that has requests of this router in flight and
-	// has sent no byte on any of them (Result.Progress) for this long — counted from the pick
-	// that made it busy if nothing came since: a server whose metrics look healthy but which
-	// holds every answer. It is not an ejection: the backend is picked again as soon as one of
+	// StallAfter holds new picks off a backend that has streamed requests of this router in
+	// flight (Request.Stream) and has sent no byte on any request (Result.Progress) for this
+	// long — counted from the pick of the first stream if nothing came since: a server whose
+	// metrics look healthy but which holds every answer. Until the router hears of progress
+	// once, nothing counts as silent. It is not an ejection: the backend is picked again as soon as one of
 	// its requests progresses or ends (a timeout, say), and, as with ejections, when every
 	// candidate is silent or ejected all are kept. Set it below the response-header timeout
 	// (the proxy uses half of it): requests already waiting there are abandoned at that

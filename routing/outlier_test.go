@@ -715,14 +715,25 @@ func outlierConcurrent(t *testing.T, pct int) {
 	t.Logf("%d picks: %+v", r.Stats().Picks, st)
 }
 
-// A backend with requests in flight that sends nothing on any of them for StallAfter gets no
+// stream picks a streamed request with id preferred.
+func (f *outlierFixture) stream(id int) Result {
+	f.t.Helper()
+	f.prefer.target.Store(int64(id))
+	p, err := f.r.Pick(&Request{Stream: true})
+	if err != nil {
+		f.t.Fatalf("pick: %v", err)
+	}
+	return p
+}
+
+// A backend with streams in flight that sends nothing on any request for StallAfter gets no
 // new picks until one of them progresses or ends; it is not ejected, and when every backend
 // is silent all are kept.
 func TestOutlierStall(t *testing.T) {
 	f := newOutlierFixture(t, 2, OutlierOptions{StallAfter: 2 * time.Second})
 	// A router never told of progress never counts a backend as silent: its caller does not
 	// report bytes, and every busy backend would look stuck.
-	quiet := f.pick(0)
+	quiet := f.stream(0)
 	f.clock.Advance(5 * time.Second)
 	if p := f.pick(0); p.ID != 0 || f.o.Stats().Stalled != 0 {
 		t.Errorf("without Progress: picked b%d, %d stalled; want b0, 0", p.ID, f.o.Stats().Stalled)
@@ -734,7 +745,7 @@ func TestOutlierStall(t *testing.T) {
 	warm.Progress(f.clock.Now())
 	warm.Done(success)
 
-	stuck := f.pick(0)
+	stuck := f.stream(0)
 	if stuck.ID != 0 {
 		t.Fatalf("picked b%d, want b0", stuck.ID)
 	}
@@ -770,7 +781,7 @@ func TestOutlierStall(t *testing.T) {
 	}
 
 	// Every backend silent: all are kept rather than failing the pick.
-	a, b := f.pick(0), f.pick(1)
+	a, b := f.stream(0), f.stream(1)
 	f.clock.Advance(3 * time.Second)
 	if got := a.Silence(f.clock.Now()); got != 3*time.Second {
 		t.Errorf("Silence = %v, want 3s", got)
@@ -782,4 +793,15 @@ func TestOutlierStall(t *testing.T) {
 	for _, r := range []Result{a, b, p} {
 		r.Done(success)
 	}
+
+	// A whole answer's headers come only with the answer: a backend busy with non-streamed
+	// requests alone is never silent.
+	whole := f.pick(0)
+	f.clock.Advance(10 * time.Second)
+	if p := f.pick(0); p.ID != 0 || whole.Silence(f.clock.Now()) != 0 {
+		t.Errorf("busy with a whole answer: picked b%d, silence %v; want b0, 0", p.ID, whole.Silence(f.clock.Now()))
+	} else {
+		p.Done(success)
+	}
+	whole.Done(success)
 }

@@ -294,9 +294,11 @@ type inflight struct {
 	peerPrefill  atomic.Int64
 	peerBlocks   atomic.Int64
 
-	// heard is when the backend was last heard from on this router's requests, Unix ns: the
-	// later of the last Result.Progress and the pick that made requests go from 0 to 1.
-	heard atomic.Int64
+	// streams counts this router's streamed requests in flight; heard is when the backend was
+	// last heard from on any of its requests, Unix ns: the later of the last Result.Progress
+	// and the pick that made streams go from 0 to 1.
+	streams atomic.Int64
+	heard   atomic.Int64
 }
 
 // progress notes that the backend was heard from at now (Unix ns). It writes only when the
@@ -783,8 +785,9 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	}
 	matched, uncached := chosen.MatchedBlocks, chosen.UncachedTokens
 
-	if b.load.requests.Add(1) == 1 {
-		b.load.heard.Store(now.UnixNano()) // busy from now: silence counts from here
+	b.load.requests.Add(1)
+	if req.Stream && b.load.streams.Add(1) == 1 {
+		b.load.heard.Store(now.UnixNano()) // a stream from now: silence counts from here
 	}
 	if uncached > 0 {
 		b.load.prefill.Add(int64(uncached))
@@ -800,6 +803,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	t.blocks = blocks
 	t.id = b.id
 	t.picked = now
+	t.stream = req.Stream
 	t.matched = matched
 	if b.index >= 0 && r.learn != LearnFromEvents {
 		t.chain = append(t.chain[:0], req.Chain...)
@@ -895,7 +899,7 @@ func (p *candParams) fill(cands []Candidate, backends []backend, first int) (sta
 		c.InFlight.PrefillTokens = l.prefill.Load() + l.peerPrefill.Load()
 		c.InFlight.Blocks = l.blocks.Load() + l.peerBlocks.Load()
 		if p.heard {
-			c.busy, c.heard = l.requests.Load(), l.heard.Load()
+			c.busy, c.heard = l.streams.Load(), l.heard.Load()
 		} else {
 			c.busy = 0
 		}
@@ -1058,7 +1062,8 @@ type ticket struct {
 	blocks  int64
 	id      BackendID
 	picked  time.Time
-	matched int // blocks the backend held at pick time
+	matched int  // blocks the backend held at pick time
+	stream  bool // counted in load.streams
 	chain   []BlockHash
 }
 
@@ -1112,9 +1117,9 @@ func (p Result) FirstToken(at time.Time) {
 
 // Progress records that bytes of the answer arrived from the chosen backend at at (response
 // headers, a chunk of a stream): the backend is making progress. The router keeps, per backend,
-// when it last heard from it on any request in flight, and the Outlier holds new picks off a
-// backend that has requests in flight and has sent nothing on any of them for its StallAfter
-// (see OutlierOptions). "Any request" because a whole answer's headers come only with the
+// when it last heard from it on any request, and the Outlier holds new picks off a backend that
+// has streamed requests in flight (Request.Stream) and has sent nothing on any request for its
+// StallAfter (see OutlierOptions). "Any request" because a whole answer's headers come only with the
 // answer and a long prefill sends nothing for a while: one live stream shows the server alive.
 // Call it as bytes come; it writes at most once per millisecond per backend. A router that
 // never hears of progress never counts a backend as silent. Calling it after
@@ -1130,11 +1135,11 @@ func (p Result) Progress(at time.Time) {
 }
 
 // Silence returns how long, at at, the chosen backend has sent nothing on any of this router's
-// requests in flight there (counted from the pick that made it busy when nothing came since),
-// or 0 when none is in flight. A caller waiting for an answer can give up on a backend that
+// requests while streamed ones were in flight there (counted from the pick of the first stream
+// when nothing came since), or 0 when no stream is in flight (Request.Stream). A caller waiting for an answer can give up on a backend that
 // stopped making progress for every request, not only its own. O(1), lock-free.
 func (p Result) Silence(at time.Time) time.Duration {
-	if p.load == nil || p.load.requests.Load() == 0 {
+	if p.load == nil || p.load.streams.Load() == 0 {
 		return 0
 	}
 	return max(0, time.Duration(at.UnixNano()-p.load.heard.Load()))
@@ -1166,6 +1171,9 @@ func (p Result) Done(info DoneInfo) {
 		t.releasePrefill(info.Err == nil || !info.FirstTokenAt.IsZero())
 	}
 	t.load.requests.Add(-1)
+	if t.stream {
+		t.load.streams.Add(-1)
+	}
 	t.load.blocks.Add(-t.blocks)
 	r := t.r
 	r.stats.done.Add(1)

@@ -208,8 +208,8 @@ type Candidate struct {
 
 	slot uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
 	ix   int32  // 1 + the prefix index id; 0 when unknown (no index, or built outside a Router)
-	// busy is the router's own requests in flight there; heard the later of the last byte
-	// any of them got (Result.Progress) and the moment the first was picked, Unix ns.
+	// busy is the router's own streamed requests in flight there; heard the later of the last
+	// byte any request got (Result.Progress) and the moment the first stream was picked, Unix ns.
 	busy  int64
 	heard int64
 }
@@ -260,6 +260,11 @@ type Request struct {
 	// Exclude lists backends the pick must not choose, for example those a retry already
 	// tried. Checked before the filters, O(len(Exclude)) per backend; keep it short.
 	Exclude []BackendID
+	// Stream says the answer is streamed, so a live backend sends bytes soon (a stream's
+	// headers come when the server accepts it): only streamed requests in flight make a
+	// backend that sends nothing count as silent (see Result.Progress). A whole answer's
+	// headers come only with the answer, which may take minutes.
+	Stream bool
 
 	indexed bool // set on the router's copy when the Router has a prefix index
 }

@@ -371,7 +371,8 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 	if ex.id.Session != "" {
 		ex.session = ex.id.Tenant + "/" + ex.id.Session
 	}
-	if e := ex.route(&routing.Request{Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.session}); e != nil {
+	if e := ex.route(&routing.Request{Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.session,
+		Stream: ex.req != nil && ex.req.Stream}); e != nil {
 		ex.finish(errors.New("extproc: no endpoint"), routing.FailureNone)
 		return e, 0
 	}
@@ -489,6 +490,9 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 	if served != "" && ex.picked && served != ex.endpoint {
 		ex.moveTo(served)
 	}
+	if ex.picked {
+		ex.pick.Progress(time.Now()) // the endpoint answered: it is not stuck
+	}
 	if ex.status != http.StatusOK {
 		f := routing.FailureNone
 		switch {
@@ -528,7 +532,8 @@ func (ex *exchange) moveTo(served string) {
 			exclude = append(exclude, id)
 		}
 	}
-	rr := routing.Request{Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens, Session: ex.session, Exclude: exclude}
+	rr := routing.Request{Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens, Session: ex.session, Exclude: exclude,
+		Stream: ex.req != nil && ex.req.Stream}
 	if p, err := s.router.Pick(&rr); err == nil {
 		ex.pick, ex.picked = p, true
 	}
@@ -539,6 +544,9 @@ func (ex *exchange) moveTo(served string) {
 func (ex *exchange) responseBody(chunk []byte, eos bool) {
 	if ex.finished {
 		return
+	}
+	if len(chunk) > 0 && ex.picked {
+		ex.pick.Progress(time.Now()) // bytes from the endpoint: it makes progress
 	}
 	if len(chunk) > 0 && ex.info.FirstTokenAt.IsZero() && !ex.watch.sse && ex.status == http.StatusOK {
 		ex.info.FirstTokenAt = time.Now() // a whole answer: its first byte is its first token
