@@ -11,15 +11,19 @@ import (
 // engine is a toy model server's prefix cache: the ground truth the index
 // must end up mirroring. Its block hashes live in the engine's own key
 // space (salted per process, as vLLM's NONE_HASH is), unrelated to usher's.
+// Like vLLM's block pool, it may hold several copies of a block: a prompt
+// whose cached prefix stops at an evicted block computes everything after it
+// again, also blocks it still holds, and reports each copy stored and each
+// removed.
 type engine struct {
 	blockSize int
 	salt      uint64
-	held      map[uint64]bool // engine hashes cached now
+	held      map[uint64]int // engine hashes cached now, and their copies
 	rng       *rand.Rand
 }
 
 func newEngine(seed uint64, blockSize int) *engine {
-	return &engine{blockSize: blockSize, salt: seed*0x9E3779B97F4A7C15 + 1, held: map[uint64]bool{}, rng: rand.New(rand.NewPCG(seed, 7))}
+	return &engine{blockSize: blockSize, salt: seed*0x9E3779B97F4A7C15 + 1, held: map[uint64]int{}, rng: rand.New(rand.NewPCG(seed, 7))}
 }
 
 // chain returns the engine hashes of the full blocks of tokens.
@@ -43,7 +47,7 @@ func (e *engine) chain(lora string, tokens []uint32) []uint64 {
 func (e *engine) store(lora string, tokens []uint32) (Event, bool) {
 	ch := e.chain(lora, tokens)
 	first := 0
-	for first < len(ch) && e.held[ch[first]] {
+	for first < len(ch) && e.held[ch[first]] > 0 {
 		first++
 	}
 	if first == len(ch) {
@@ -58,16 +62,19 @@ func (e *engine) store(lora string, tokens []uint32) (Event, bool) {
 		ev.Parent, ev.HasParent = ch[first-1], true
 	}
 	for _, h := range ch[first:] {
-		e.held[h] = true
+		e.held[h]++
 	}
 	return ev, true
 }
 
-// evict drops n random cached blocks and returns the BlockRemoved event.
+// evict drops n random cached copies and returns the BlockRemoved event:
+// one hash per copy, as vLLM reports them.
 func (e *engine) evict(n int) (Event, bool) {
 	var victims []uint64
-	for h := range e.held { // sorted below, for reproducible victims
-		victims = append(victims, h)
+	for h, copies := range e.held { // sorted below, for reproducible victims
+		for range copies {
+			victims = append(victims, h)
+		}
 	}
 	if len(victims) == 0 {
 		return Event{}, false
@@ -76,7 +83,9 @@ func (e *engine) evict(n int) (Event, bool) {
 	e.rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
 	victims = victims[:min(n, len(victims))]
 	for _, h := range victims {
-		delete(e.held, h)
+		if e.held[h]--; e.held[h] == 0 {
+			delete(e.held, h)
+		}
 	}
 	return Event{Kind: BlockRemoved, Hashes: victims, Medium: "GPU"}, true
 }
@@ -90,7 +99,7 @@ func (e *engine) clear() Event {
 func (e *engine) matched(lora string, tokens []uint32) int {
 	n := 0
 	for _, h := range e.chain(lora, tokens) {
-		if !e.held[h] {
+		if e.held[h] == 0 {
 			break
 		}
 		n++

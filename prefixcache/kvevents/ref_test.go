@@ -8,11 +8,12 @@ import (
 // model test compares prefixcache.Index against.
 type refIndex struct {
 	engine map[uint64]prefixcache.BlockHash
+	copies map[uint64]int // copies of the block each engine hash names
 	held   map[prefixcache.BlockHash]bool
 }
 
 func newRefIndex() *refIndex {
-	return &refIndex{engine: map[uint64]prefixcache.BlockHash{}, held: map[prefixcache.BlockHash]bool{}}
+	return &refIndex{engine: map[uint64]prefixcache.BlockHash{}, copies: map[uint64]int{}, held: map[prefixcache.BlockHash]bool{}}
 }
 
 func (r *refIndex) Lookup(name string) (prefixcache.BackendID, bool) { return 0, true }
@@ -28,6 +29,11 @@ func (r *refIndex) ApplyStored(_ prefixcache.BackendID, ev prefixcache.StoredBlo
 	}
 	chain := prefixcache.HashTokens(nil, seed, ev.Tokens, ev.BlockSize)
 	for i, h := range ev.EngineHashes {
+		if u, ok := r.engine[h]; ok && u == chain[i] {
+			r.copies[h]++
+		} else {
+			r.copies[h] = 1
+		}
 		r.engine[h] = chain[i]
 		r.held[chain[i]] = true
 	}
@@ -37,8 +43,12 @@ func (r *refIndex) ApplyStored(_ prefixcache.BackendID, ev prefixcache.StoredBlo
 func (r *refIndex) ApplyRemovedFrom(_ prefixcache.BackendID, _ string, hs []uint64) error {
 	for _, h := range hs {
 		if u, ok := r.engine[h]; ok {
+			if r.copies[h]--; r.copies[h] > 0 {
+				continue
+			}
 			delete(r.held, u)
 			delete(r.engine, h)
+			delete(r.copies, h)
 		}
 	}
 	return nil
@@ -46,6 +56,7 @@ func (r *refIndex) ApplyRemovedFrom(_ prefixcache.BackendID, _ string, hs []uint
 
 func (r *refIndex) ApplyCleared(prefixcache.BackendID) error {
 	clear(r.engine)
+	clear(r.copies)
 	clear(r.held)
 	return nil
 }
