@@ -22,7 +22,7 @@ import (
 	"github.com/usher-llm/usher/replica"
 )
 
-func init() { redistest.QuietClient() }
+func init() { replica.QuietRedisLog() }
 
 // gatewaySet is K gateways over the same servers, each with its own Replica when addr is set.
 type gatewaySet struct {

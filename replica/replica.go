@@ -154,6 +154,7 @@ type Replica struct {
 	lastPeerRead                                             atomic.Int64 // Unix ns of the last successful read of peers
 	down                                                     atomic.Bool  // logged as unreachable
 	downMu                                                   sync.Mutex
+	upAt                                                     atomic.Int64 // when Redis was last found back, Unix ns
 	// back wakes the reader from its backoff when the writer finds Redis reachable again.
 	back chan struct{}
 }
@@ -329,14 +330,20 @@ func (r *Replica) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// outcome records a Redis round trip's result, logging the first failure of an outage and
-// the recovery.
+// recoveryHold is how long a recovery stands: failures within it (connections of the pool
+// broken by the outage, a server still loading) count as errors but do not make a new outage.
+const recoveryHold = time.Second
+
+// outcome records a Redis round trip's result, logging an outage once, at its first failure,
+// and its end once, at the first success after it. A recovery is not reversed within
+// recoveryHold, so a server coming back does not flap between the two.
 func (r *Replica) outcome(err error) {
 	if err == nil || errors.Is(err, redis.Nil) {
 		r.connected.Store(true)
 		if r.down.Load() {
 			r.downMu.Lock()
 			if r.down.CompareAndSwap(true, false) {
+				r.upAt.Store(time.Now().UnixNano())
 				r.resyncs.Add(1)
 				select {
 				case r.back <- struct{}{}:
@@ -349,6 +356,9 @@ func (r *Replica) outcome(err error) {
 		return
 	}
 	r.errs.Add(1)
+	if up := r.upAt.Load(); up != 0 && time.Since(time.Unix(0, up)) < recoveryHold {
+		return // the recovery stands for now
+	}
 	r.connected.Store(false)
 	if !r.down.Load() {
 		r.downMu.Lock()
@@ -358,6 +368,16 @@ func (r *Replica) outcome(err error) {
 		r.downMu.Unlock()
 	}
 }
+
+// QuietRedisLog silences go-redis's own log, which writes a line for every dial its pool
+// fails (many a second while Redis is down), so that an outage is told once by the Replica's
+// Logger. go-redis's logger is process-wide: a program calls this once, in main, if it wants
+// that; the package never calls it itself.
+func QuietRedisLog() { redis.SetLogger(quietRedis{}) }
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // writeLoop flushes and publishes every Interval.
 func (r *Replica) writeLoop(ctx context.Context) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 	"github.com/usher-llm/usher/routing"
 )
 
-func init() { redistest.QuietClient() }
+func init() { QuietRedisLog() }
 
 var backends = []string{"http://a:8000", "http://b:8000", "http://c:8000", "http://d:8000"}
 
@@ -185,8 +186,9 @@ func TestWarmStart(t *testing.T) {
 // counts expire so each goes on alone, and after Redis returns (empty) they share again.
 func TestRedisOutage(t *testing.T) {
 	srv := redistest.Start(t)
+	var blog lines
 	a := newNode(t, srv.Addr, "a", Options{PeerTTL: 200 * time.Millisecond})
-	b := newNode(t, srv.Addr, "b", Options{PeerTTL: 200 * time.Millisecond})
+	b := newNode(t, srv.Addr, "b", Options{PeerTTL: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&blog, nil))})
 	eventually(t, "peers", func() bool { return a.rep.Stats().Peers == 1 && b.rep.Stats().Peers == 1 })
 	held, err := a.rt.Pick(&routing.Request{Chain: chainOf(4, 8), PromptTokens: 128})
 	if err != nil {
@@ -231,7 +233,62 @@ func TestRedisOutage(t *testing.T) {
 	eventually(t, "a new chain to reach b after the restart", func() bool { return holds(b.ix, res.Backend.Name, chain) == 24 })
 	res.Done(routing.DoneInfo{})
 	held.Done(routing.DoneInfo{})
+	// One line for the outage and one for the recovery, however many round trips failed.
+	time.Sleep(recoveryHold + 100*time.Millisecond)
+	if down, up := blog.count("Redis unreachable"), blog.count("Redis reachable again"); down != 1 || up != 1 {
+		t.Errorf("b logged %d outage and %d recovery lines, want 1 and 1 (%d errors):\n%s", down, up, b.rep.Stats().Errors, blog.String())
+	}
 }
+
+// TestRecoveryHold: a failure right after Redis came back (a broken pooled connection) does
+// not make a new outage; one a second later does.
+func TestRecoveryHold(t *testing.T) {
+	var log lines
+	r, err := New(Options{ID: "r", Client: client("127.0.0.1:1"), Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("connection reset")
+	steps := []struct {
+		err      error
+		wait     time.Duration
+		down, up int
+	}{
+		{boom, 0, 1, 0},
+		{boom, 0, 1, 0}, // the same outage
+		{nil, 0, 1, 1},
+		{boom, 0, 1, 1}, // within the hold: the recovery stands
+		{nil, 0, 1, 1},
+		{boom, recoveryHold + 50*time.Millisecond, 2, 1},
+	}
+	for i, st := range steps {
+		time.Sleep(st.wait)
+		r.outcome(st.err)
+		if down, up := log.count("Redis unreachable"), log.count("Redis reachable again"); down != st.down || up != st.up {
+			t.Fatalf("step %d: %d outage and %d recovery lines, want %d and %d", i, down, up, st.down, st.up)
+		}
+	}
+}
+
+// lines is a log sink safe for concurrent use.
+type lines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lines) count(s string) int { return strings.Count(l.String(), s) }
 
 // TestForeignData: entries and load keys that are not a replica's, or are corrupt, are
 // counted and never applied; records naming unknown backends are skipped.

@@ -38,6 +38,7 @@ import (
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/replica"
 )
 
 func main() {
@@ -61,6 +62,11 @@ func main() {
 		}
 		defer f.Close()
 		defer pprof.StopCPUProfile() // runs first: the profile is complete before the file closes
+	}
+	if cfg.Redis != "" {
+		// The replica logs one line per Redis outage and one per recovery; go-redis's own
+		// log would add a line for every failed dial of its pool.
+		replica.QuietRedisLog()
 	}
 	if err := run(ctx, cfg, os.Stdout, nil); err != nil {
 		pprof.StopCPUProfile()

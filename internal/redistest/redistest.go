@@ -7,7 +7,6 @@ package redistest
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -18,8 +17,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Server is one redis-server process.
@@ -158,12 +155,3 @@ func (s *Server) Restart() {
 		s.t.Fatal(err)
 	}
 }
-
-// QuietClient keeps go-redis's own messages (a pool that cannot dial, when a test has
-// killed the server on purpose) out of the test output; the replicas count and log what
-// matters. It sets go-redis's process-wide logger: call it from a test binary only.
-func QuietClient() { redis.SetLogger(quiet{}) }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
