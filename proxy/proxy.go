@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/usher-llm/usher/fairness"
@@ -470,6 +471,9 @@ func New(opts Options) (*Handler, error) {
 	}
 
 	h.registry = prometheus.NewRegistry()
+	// The Go runtime's and the process's series (go_*, process_*: goroutines, heap, RSS, open
+	// files), as every Go service exports them.
+	h.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.registry.MustRegister(h.usher)
 	if h.scraper != nil {
 		h.registry.MustRegister(h.scraper)

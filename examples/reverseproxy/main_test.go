@@ -54,6 +54,13 @@ func TestReverseProxy(t *testing.T) {
 		t.Fatalf("stream: %d chunks, %v", n, err)
 	}
 	for path, want := range map[string]string{"/metrics": "usher_picks_total", "/health": "", "/v1/models": "usher/demo"} {
+		if path == "/metrics" {
+			for _, series := range []string{"go_goroutines", "process_resident_memory_bytes", "process_open_fds"} {
+				if body := get(t, base+path); !strings.Contains(body, series) {
+					t.Errorf("/metrics has no %s", series)
+				}
+			}
+		}
 		r, err := http.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
@@ -73,4 +80,15 @@ func TestReverseProxy(t *testing.T) {
 	if r.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"error"`) {
 		t.Errorf("unknown path: %d %s, want an OpenAI 404", r.StatusCode, body)
 	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	return string(body)
 }

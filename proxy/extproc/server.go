@@ -12,6 +12,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -320,6 +321,9 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.registry = prometheus.NewRegistry()
+	// The Go runtime's and the process's series (go_*, process_*: goroutines, heap, RSS, open
+	// files), as every Go service exports them.
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.registry.MustRegister(s.usher)
 	if s.scraper != nil {
 		s.registry.MustRegister(s.scraper)
