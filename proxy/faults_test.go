@@ -73,6 +73,36 @@ func (a *attempts) silentPicks(host string, limit time.Duration) (silent, toHost
 	return silent, toHost
 }
 
+// afterStall looks at the attempts to host after the first that waited longer than limit for
+// headers had ended: those still sent there (probes of an ejected backend, or picks) and how
+// many were sent while another to host was in flight (a probe is alone).
+func (a *attempts) afterStall(host string, limit time.Duration) (after, overlapping int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var first time.Time
+	for _, x := range a.log {
+		if x.host == host && !x.end.IsZero() && x.end.Sub(x.at) >= limit && (first.IsZero() || x.end.Before(first)) {
+			first = x.end
+		}
+	}
+	if first.IsZero() {
+		return 0, 0
+	}
+	for _, x := range a.log {
+		if x.host != host || x.at.Before(first) {
+			continue
+		}
+		after++
+		for _, y := range a.log {
+			if y.host == host && y.at.Before(x.at) && !y.at.Before(first) && (y.end.IsZero() || y.end.After(x.at)) {
+				overlapping++
+				break
+			}
+		}
+	}
+	return after, overlapping
+}
+
 // since returns the attempts made at or after t: to host, and in all.
 func (a *attempts) since(t time.Time, host string) (toHost, all int, first time.Time) {
 	a.mu.Lock()
@@ -215,7 +245,7 @@ func TestKilledBackend(t *testing.T) {
 	rec := &attempts{}
 	h, base := faultHandler(t, procs, rec, nil)
 	stop := make(chan struct{})
-	results := load(base, 8, 16, stop)
+	results := load(base, 24, 16, stop)
 
 	time.Sleep(faultScale(time.Second))
 	dead := procs[0]
@@ -516,7 +546,7 @@ func TestRetryBeforeFirstByte(t *testing.T) {
 // timeouts eject it; the test logs both.
 func TestStuckBackend(t *testing.T) {
 	const headerTimeout, stall = 4 * time.Second, 2 * time.Second
-	run := func(t *testing.T, stallTimeout time.Duration) (worst time.Duration, silent, toStuck, total int) {
+	run := func(t *testing.T, stallTimeout time.Duration) (worst time.Duration, silent, toStuck, total, after, overlapping int) {
 		procs := []*simproc.Proc{simproc.Start(t, simproc.Options{Args: []string{"-fault-hold-headers", "45s"}})}
 		for range 3 {
 			procs = append(procs, simproc.Start(t, simproc.Options{}))
@@ -538,23 +568,30 @@ func TestStuckBackend(t *testing.T) {
 			}
 		}
 		silent, toStuck = rec.silentPicks(hostOf(procs[0].URL), stall)
+		after, overlapping = rec.afterStall(hostOf(procs[0].URL), stall)
 		closedExactlyOnce(t, h)
-		return worst, silent, toStuck, total
+		return worst, silent, toStuck, total, after, overlapping
 	}
 	var off struct {
 		worst                  time.Duration
 		silent, toStuck, total int
 	}
 	t.Run("without the stall signal", func(t *testing.T) {
-		off.worst, off.silent, off.toStuck, off.total = run(t, -1)
+		off.worst, off.silent, off.toStuck, off.total, _, _ = run(t, -1)
 	})
-	worst, silent, toStuck, total := run(t, stall)
+	worst, silent, toStuck, total, after, overlapping := run(t, stall)
 	t.Logf("stall signal off: %d requests, the longest took %v; %d attempts to the stuck server, %d sent while it had been silent > %v",
 		off.total, off.worst.Round(time.Millisecond), off.toStuck, off.silent, stall)
 	t.Logf("stall signal on (%v): %d requests, the longest took %v; %d attempts to the stuck server, %d sent while it had been silent > %v",
 		stall, total, worst.Round(time.Millisecond), toStuck, silent, stall)
+	t.Logf("after the first abandoned attempt: %d attempts to the stuck server, %d of them beside another", after, overlapping)
 	if silent != 0 {
 		t.Errorf("%d requests were sent to the stuck server after it had been silent for %v", silent, stall)
+	}
+	// Its first abandoned attempt ejects it: from then on it gets only probes, one at a time
+	// (the first after a second's ejection, each failed probe doubling the next wait).
+	if overlapping != 0 || after > 3 {
+		t.Errorf("after its first stall the stuck server got %d attempts, %d beside another: want probes only, one at a time", after, overlapping)
 	}
 	// The limit, one retry on a healthy server (a 16-token answer), and scheduling slack.
 	if limit := stall + 1500*time.Millisecond; worst > limit {
@@ -620,4 +657,47 @@ func TestMidStreamBreaker(t *testing.T) {
 		t.Errorf("the breaker got %d requests (%d broke) before its ejection; want it ejected after its first broken stream (at most 2 with 2 clients)", toBreaker, broken)
 	}
 	closedExactlyOnce(t, h)
+}
+
+// A client that leaves is never its backend's failure: twelve clients give up on a server, some
+// while it still holds the answer's headers, some mid-stream; the passive health that one
+// refused connection would trip ejects nothing, and the server then answers as before.
+func TestClientLeavingIsNotAFailure(t *testing.T) {
+	proc := simproc.Start(t, simproc.Options{Args: []string{"-fault-hold-headers", "300ms", "-fault-every", "2"}})
+	h, base := faultHandler(t, []*simproc.Proc{proc}, &attempts{}, nil)
+	out := h.Router().Outlier()
+	if out == nil {
+		t.Fatal("the default router has no passive health")
+	}
+	body := `{"model":"usher/demo","stream":true,"max_tokens":2000,"ignore_eos":true,"messages":[{"role":"user","content":"go on"}]}`
+	for i := range 12 {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if i%2 == 0 { // leave while waiting for headers (or just after)
+			time.AfterFunc(100*time.Millisecond, cancel)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			cancel()
+			continue
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil { // leave mid-stream
+			t.Fatal(err)
+		}
+		cancel()
+		resp.Body.Close()
+	}
+	closedExactlyOnce(t, h)
+	if st := out.Stats(); st.Ejections != 0 || st.Ejected != 0 {
+		t.Fatalf("clients leaving ejected their server: %+v", st)
+	}
+	resp, e := post(t, base+"/v1/chat/completions", `{"model":"usher/demo","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the clients left: %d %+v", resp.StatusCode, e)
+	}
 }

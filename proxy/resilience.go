@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -388,7 +389,13 @@ func (ex *exchange) classify(resp *http.Response, err error) (routing.Failure, b
 	}
 	if err != nil {
 		switch cause := ex.cause(); {
-		case errors.Is(cause, errHeaderTimeout), errors.Is(cause, errStalled):
+		case errors.Is(cause, errStalled):
+			// Silent on every request for the stall timeout, headers of a streamed answer
+			// included: as unreachable as a refused connection, and once its requests are
+			// abandoned it has none in flight to look silent with, so only ejecting it keeps
+			// the next picks off it.
+			return routing.FailureConnect, true
+		case errors.Is(cause, errHeaderTimeout):
 			return routing.FailureTimeout, true
 		case errors.Is(cause, errRequestCap), errors.Is(err, context.DeadlineExceeded):
 			return routing.FailureTimeout, false
@@ -454,11 +461,20 @@ func (ex *exchange) failureOf(err error) routing.Failure {
 		return routing.FailureTimeout
 	case errors.Is(err, errClosedEarly):
 		return routing.FailureNone
+	case isTimeout(err) && !isDial(err):
+		// A transport's own timeout (a user's Transport's deadline): slow, not gone.
+		return routing.FailureTimeout
 	}
 	// The connection broke during the answer (reset, closed early): as a refused connection
 	// does, it fails every request the backend gets, and cannot be retried once bytes reached
 	// the client, so it counts toward ejection as fast as one.
 	return routing.FailureConnect
+}
+
+// isDial reports whether err is a failure to connect (a dial refused or timed out).
+func isDial(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // NewServer returns an http.Server for h with the timeouts a gateway needs: 10 s to read

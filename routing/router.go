@@ -1018,8 +1018,9 @@ const (
 	// FailureNone: success, or a failure that says nothing about the backend (the client went
 	// away, bad input).
 	FailureNone Failure = iota
-	// FailureConnect: the backend could not be reached: connection refused or reset before an
-	// answer, dial timeout.
+	// FailureConnect: the backend could not be reached or is gone: connection refused or reset
+	// before an answer, dial timeout, a connection broken during the answer, or (the proxy's
+	// stall timeout) nothing from the backend on any request for that long.
 	FailureConnect
 	// FailureTimeout: the backend did not answer in time (response-header or stream-idle
 	// timeout).
