@@ -73,12 +73,19 @@ func TestBadInput(t *testing.T) {
 		{"client priority field", chat, `{"model":"usher/demo","priority":-100,"max_tokens":3,` + msg + `}`, nil, 200, "", "", ""},
 	}
 	ok := 0
+	ids := map[string]bool{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := h.Queue().Stats().Dispatched
 			resp, e := post(t, tt.url, tt.body, tt.header)
 			if resp.StatusCode != tt.status {
 				t.Fatalf("status = %d (%+v), want %d", resp.StatusCode, e, tt.status)
+			}
+			// Every answer names the request, with an id of its own.
+			if id := resp.Header.Values(proxy.RequestIDHeader); len(id) != 1 || id[0] == "" || ids[id[0]] {
+				t.Errorf("%s = %q, want one new id", proxy.RequestIDHeader, id)
+			} else {
+				ids[id[0]] = true
 			}
 			if tt.status == 200 {
 				ok++
@@ -99,6 +106,74 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("dispatched %d, want %d (the accepted requests only)", st.Dispatched, ok)
 	}
 	closedExactlyOnce(t, h)
+}
+
+// TestHTTPRefusals sends what net/http refuses before any handler runs, and more that only
+// the Handler sees, through proxy.Listener: every answer is OpenAI error JSON, and what the
+// client sent is echoed at most in part.
+func TestHTTPRefusals(t *testing.T) {
+	fleet := startFleet(t, 1)
+	h, base := startHandler(t, testOptions(backendsOf(fleet)))
+	addr := strings.TrimPrefix(base, "http://")
+	chat := `{"model":"usher/demo","messages":[{"role":"user","content":"hi"}]}`
+	huge := strings.Repeat("m", 1<<20)
+	tests := []struct {
+		name, raw    string
+		status       int
+		code, detail string
+	}{
+		{"2 MB of headers", "GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("p", 2<<20) + "\r\n\r\n",
+			431, "headers_too_large", ""},
+		{"a bad Content-Length", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n",
+			400, "bad_request", ""},
+		{"two Content-Lengths", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n{}}",
+			400, "bad_request", ""},
+		{"no Host", "GET /health HTTP/1.1\r\n\r\n", 400, "bad_request", "missing required Host header"},
+		{"a malformed request line", "GET\r\n\r\n", 400, "bad_request", ""},
+		{"a header without a colon", "GET /health HTTP/1.1\r\nHost: x\r\nnocolon\r\n\r\n", 400, "bad_request", ""},
+		{"gzip transfer encoding", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
+			501, "unsupported_transfer_encoding", ""},
+		{"HTTP/3.0 in the request line", "GET /health HTTP/3.0\r\nHost: x\r\n\r\n", 505, "unsupported_http_version", ""},
+		{"a 1 MiB model name", fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			len(chat)+len(huge)-len("usher/demo"), strings.Replace(chat, "usher/demo", huge, 1)), 404, "model_not_found", ""},
+		{"a 256 KiB path", "GET /" + strings.Repeat("a", 256<<10) + " HTTP/1.1\r\nHost: x\r\n\r\n", 404, "unknown_url", ""},
+		{"a 256 KiB method", strings.Repeat("M", 256<<10) + " /x HTTP/1.1\r\nHost: x\r\n\r\n", 404, "unknown_url", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			go func() { _, _ = io.WriteString(conn, tt.raw) }() // the server may answer before reading it all
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			data, _ := io.ReadAll(resp.Body)
+			e := decodeError(t, resp, data)
+			if resp.StatusCode != tt.status || e.Code != tt.code {
+				t.Fatalf("%d %+v, want %d %s", resp.StatusCode, e, tt.status, tt.code)
+			}
+			if !strings.Contains(e.Message, tt.detail) {
+				t.Errorf("message %q, want it to say %q", e.Message, tt.detail)
+			}
+			if len(data) > 1024 {
+				t.Errorf("a %d-byte error answer: echoed values must be capped", len(data))
+			}
+		})
+	}
+	// The connection's ordinary answers pass untouched.
+	resp, err := http.Get(base + "/health")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("health through the listener: %v", err)
+	}
+	resp.Body.Close()
+	if st := h.Queue().Stats(); st.Dispatched != 0 {
+		t.Errorf("a refused request was admitted: %+v", st)
+	}
 }
 
 // A 100 MB body is refused from its Content-Length at once, without being read, and a

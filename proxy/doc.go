@@ -43,6 +43,18 @@
 // error answer of the backend is passed through unchanged. A stream that breaks after it
 // began ends with an error event in the same format.
 //
+// A message says what happened, never where or in Go's words: no backend address or port,
+// no system call or Go error text; values the client sent are echoed at most in part (128
+// bytes). Every request gets an id (RequestIDHeader, X-Request-Id) that its answer carries,
+// that the backend receives in place of any the client sent, and under which the log line of
+// a failure keeps the detail.
+//
+// A few malformed requests never reach a handler: net/http answers them itself in plain text
+// and closes the connection — 431 for headers beyond the server's MaxHeaderBytes, 400 for a
+// malformed request line or header, a bad or repeated Content-Length or a missing Host, 501
+// for a Transfer-Encoding other than chunked, 505 for an unknown HTTP version. Serve from
+// Listener(ln) and these go out as OpenAI error JSON too (plain HTTP only; see Listener).
+//
 // # Faults
 //
 // Every wait has a bound (Timeouts): connecting, the backend's response headers (for a whole

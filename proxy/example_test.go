@@ -1,11 +1,13 @@
 package proxy_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -209,4 +211,39 @@ func ExampleRegistry() {
 	// Output:
 	// usher 5 0.5
 	// true
+}
+
+// Listener turns the answers net/http gives malformed requests before any handler runs into
+// OpenAI error JSON: here a request without the Host header HTTP/1.1 requires.
+func ExampleListener() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := proxy.NewServer("", http.NotFoundHandler())
+	go func() { _ = srv.Serve(proxy.Listener(ln)) }()
+	defer srv.Close()
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET /v1/models HTTP/1.1\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Error struct{ Message, Type, Code string }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(resp.StatusCode, resp.Header.Get("Content-Type"), body.Error.Code)
+	fmt.Println(body.Error.Message)
+	// Output:
+	// 400 application/json bad_request
+	// the HTTP request is malformed (missing required Host header)
 }

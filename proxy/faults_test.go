@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"io"
 	"net"
 	"net/http"
@@ -700,4 +701,89 @@ func TestClientLeavingIsNotAFailure(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("after the clients left: %d %+v", resp.StatusCode, e)
 	}
+}
+
+// syncBuffer is a log sink tests read while the Handler writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// What a client hears of a backend's failure names no address, port or Go error; the log has
+// the detail under the request id the answer carries. Two failures: a server that resets
+// every stream after 1,500 bytes (an error event mid-stream), and a server that closes every
+// connection before answering (a 502 after the retries).
+func TestFaultsTellNoAddresses(t *testing.T) {
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	check := func(t *testing.T, id, msg, logWant string) {
+		t.Helper()
+		if id == "" {
+			t.Fatalf("no %s in the answer", proxy.RequestIDHeader)
+		}
+		if leak := leakedDetail.FindString(msg); leak != "" {
+			t.Errorf("client message %q shows %q", msg, leak)
+		}
+		eventually(t, "the failure's log line", func() bool {
+			for line := range strings.Lines(logs.String()) {
+				if strings.Contains(line, "request_id="+id) && strings.Contains(line, logWant) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+
+	t.Run("reset mid-stream", func(t *testing.T) {
+		breaker := simproc.Start(t, simproc.Options{Args: []string{"-fault-reset-after", "1500"}})
+		_, base := faultHandler(t, []*simproc.Proc{breaker}, &attempts{}, func(o *proxy.Options) { o.Logger = logger })
+		body := `{"model":"usher/demo","stream":true,"max_tokens":2000,"ignore_eos":true,"messages":[{"role":"user","content":"go on"}]}`
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var msg string
+		for line := range strings.Lines(string(data)) {
+			if strings.Contains(line, `"error"`) {
+				msg = line
+			}
+		}
+		if msg == "" {
+			t.Fatalf("no error event in the broken stream:\n%s", data)
+		}
+		check(t, resp.Header.Get(proxy.RequestIDHeader), msg, "connection reset")
+	})
+
+	t.Run("closed before answering", func(t *testing.T) {
+		closer := fakeBackend(t, func(w http.ResponseWriter, r *http.Request) {
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				c.Close()
+			}
+		})
+		_, base := startHandler(t, func() proxy.Options {
+			o := testOptions([]proxy.Backend{{URL: closer.URL}})
+			o.Logger = logger
+			return o
+		}())
+		resp, e := post(t, base+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("%d %+v, want 502", resp.StatusCode, e)
+		}
+		check(t, resp.Header.Get(proxy.RequestIDHeader), e.Message, "EOF")
+	})
 }

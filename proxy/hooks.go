@@ -35,6 +35,8 @@ type exchange struct {
 	ctx      context.Context // the client's request context
 	req      *openai.Request // nil for a request passed through without admission
 	id       Identity
+	rid      string // the request id (RequestIDHeader)
+	ridSet   bool   // ServeHTTP already put rid in the client's answer
 	arrival  time.Time
 	ticket   flowcontrol.Ticket
 	admitted bool
@@ -96,6 +98,7 @@ var errRejected = errors.New("proxy: request rejected before reaching a backend"
 // adjust pr.Out (headers, X-Forwarded-For with pr.SetXForwarded).
 func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	ex := &exchange{h: h, ctx: pr.In.Context(), arrival: time.Now()}
+	ex.rid, ex.ridSet = h.requestID(ex.ctx)
 	ctx := context.WithValue(pr.Out.Context(), exchangeKey{}, ex)
 	var err *openai.Error
 	if ep, ok := openai.EndpointOf(pr.In.URL.Path); ok && pr.In.Method == http.MethodPost {
@@ -121,6 +124,7 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	ctx, ex.cancelCap = context.WithTimeoutCause(ctx, h.timeouts.Request, errRequestCap)
 	pr.Out = pr.Out.WithContext(ctx)
 	out := pr.Out
+	out.Header.Set(RequestIDHeader, ex.rid)
 	ex.pointAt(out)
 	if ex.req != nil {
 		up := ex.req.Upstream()
@@ -156,7 +160,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 		return &openai.Error{Status: http.StatusRequestHeaderFieldsTooLarge, Type: openai.TypeInvalidRequest,
 			Code: "headers_too_large", Message: fmt.Sprintf("request header fields total %d bytes, more than the %d allowed", n, h.maxHeader)}
 	}
-	body, rerr := h.readBody(in)
+	body, rerr := ex.readBody(in)
 	if rerr != nil {
 		if rerr == errBusyReading {
 			ex.retryAfter = time.Second
@@ -212,8 +216,8 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	})
 	if err != nil {
 		ex.finish(err)
-		return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend",
-			Message: "no backend can take the request now: " + err.Error()}
+		ex.logFailure("no backend", err)
+		return errNoBackend
 	}
 	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
 	h.usher.ObservePick(ex.backend)
@@ -225,12 +229,17 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 func (ex *exchange) pass() *openai.Error {
 	p, err := ex.h.router.Pick(&routing.Request{})
 	if err != nil {
-		return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend",
-			Message: "no backend can take the request now: " + err.Error()}
+		ex.logFailure("no backend", err)
+		return errNoBackend
 	}
 	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
 	return nil
 }
+
+// errNoBackend answers a request for which the router found no backend (all unhealthy,
+// ejected, or none known yet).
+var errNoBackend = &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend",
+	Message: "no backend can take the request now"}
 
 // outputBudget is the request's expected output, for the admission cost estimate.
 func outputBudget(req *openai.Request) int {
@@ -263,8 +272,9 @@ func (ex *exchange) admissionError(err error) *openai.Error {
 		return &openai.Error{Status: status, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 			Message: "the client closed the request while it waited"}
 	}
+	ex.logFailure("admission failed", err)
 	return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "admission_failed",
-		Message: "admission failed: " + err.Error()}
+		Message: "admission failed"}
 }
 
 // asOpenAIError returns err as an *openai.Error (400 invalid_request_error when it is not one).
@@ -278,7 +288,8 @@ func asOpenAIError(err error) *openai.Error {
 
 // readBody reads a request body of at most Options.MaxBodyBytes, holding its bytes in the
 // budget of bodies being read at once (Options.MaxBodyBytesReading) while it reads.
-func (h *Handler) readBody(in *http.Request) ([]byte, *openai.Error) {
+func (ex *exchange) readBody(in *http.Request) ([]byte, *openai.Error) {
+	h := ex.h
 	limit := h.maxBody
 	tooBig := &openai.Error{Status: http.StatusRequestEntityTooLarge, Type: openai.TypeInvalidRequest, Code: "request_too_large",
 		Message: fmt.Sprintf("the request body exceeds %d bytes", limit)}
@@ -324,8 +335,9 @@ func (h *Handler) readBody(in *http.Request) ([]byte, *openai.Error) {
 		return nil, &openai.Error{Status: StatusClientClosedRequest, Type: openai.TypeInvalidRequest,
 			Code: "client_closed_request", Message: "the client closed the request while sending it"}
 	case err != nil:
+		ex.logFailure("unreadable body", err)
 		return nil, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "unreadable_body",
-			Message: "the request body could not be read: " + err.Error()}
+			Message: "the request body could not be read (a broken chunked encoding or connection)"}
 	case int64(buf.Len()) > limit:
 		return nil, tooBig
 	}
@@ -411,6 +423,11 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 	if ex == nil {
 		return nil
 	}
+	if ex.ridSet { // the backend's echo of the id would repeat it
+		resp.Header.Del(RequestIDHeader)
+	} else {
+		resp.Header.Set(RequestIDHeader, ex.rid)
+	}
 	ex.bodyStarted()
 	switch {
 	case resp.StatusCode != http.StatusOK:
@@ -445,30 +462,47 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 	var oe *openai.Error
 	switch {
 	case ex == nil:
-		oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error", Message: "the backend failed: " + err.Error()}
+		// A request Rewrite did not see: its detail is the caller's ReverseProxy's to log.
+		oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error", Message: "the backend failed"}
 	case ex.rejected != nil:
+		if !ex.ridSet {
+			w.Header().Set(RequestIDHeader, ex.rid)
+		}
 		oe = ex.rejected
 		if ex.retryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ex.retryAfter.Seconds()))))
 		}
 	default:
+		if !ex.ridSet {
+			w.Header().Set(RequestIDHeader, ex.rid)
+		}
 		ex.finish(err)
+		// The client hears what happened, never where or in Go's words (addresses, ports,
+		// syscalls); the log has the detail under the request id.
 		switch {
-		case errors.Is(err, context.Canceled):
+		case ex.ctx.Err() != nil:
 			oe = &openai.Error{Status: StatusClientClosedRequest, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 				Message: "the client closed the request"}
-		case isTimeout(err) || ex.failureOf(err) == routing.FailureTimeout:
-			oe = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "upstream_timeout",
-				Message: "backend " + ex.backend + " did not answer in time"}
 		case errors.Is(err, errNoBackendLeft):
 			oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error",
 				Message: "every backend tried failed before answering"}
+		case isTimeout(err) || ex.failureOf(err) == routing.FailureTimeout:
+			oe = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "upstream_timeout",
+				Message: "the backend did not answer in time"}
 		default:
 			oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error",
-				Message: "backend " + ex.backend + " failed: " + err.Error()}
+				Message: "the backend failed before answering"}
+		}
+		if oe.Status != StatusClientClosedRequest {
+			ex.logFailure(oe.Message, err)
 		}
 	}
 	openai.WriteError(w, oe)
+}
+
+// logFailure logs what went wrong with the request, with the detail its client is not told.
+func (ex *exchange) logFailure(msg string, err error) {
+	ex.h.log.Warn("request failed: "+msg, "request_id", ex.rid, "backend", ex.backend, "path", ex.path, "err", err)
 }
 
 // ctxErr is the client's context error: non-nil once the client has gone away.

@@ -273,6 +273,7 @@ type Handler struct {
 	kv        *kvevents.Subscriber // nil without KV-event endpoints
 	replica   *replica.Replica     // nil without Options.Replica
 	log       *slog.Logger
+	ids       *requestIDs
 	limits    openai.Limits
 	maxBody   int64
 	maxHeader int
@@ -318,6 +319,7 @@ func New(opts Options) (*Handler, error) {
 		transport: opts.Transport,
 		usher:     opts.Metrics,
 		log:       opts.Logger,
+		ids:       newRequestIDs(),
 		limits:    opts.Limits,
 		maxBody:   opts.MaxBodyBytes,
 		maxHeader: opts.MaxHeaderBytes,
@@ -660,6 +662,7 @@ func (h *Handler) Saturation() float64 {
 // ServeHTTP serves the OpenAI API: POST /v1/chat/completions and /v1/completions through
 // the pipeline, GET /v1/models, GET /health, GET /metrics; errors in OpenAI's format.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = h.withRequestID(w, r)
 	path := r.URL.Path
 	var allow string
 	switch path {
@@ -689,7 +692,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		allow = http.MethodGet
 	default:
 		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
-			Message: fmt.Sprintf("no route for %s %s", r.Method, clip(path))})
+			Message: fmt.Sprintf("no route for %s %s", clip(r.Method), clip(path))})
 		return
 	}
 	w.Header().Set("Allow", allow)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -67,7 +68,9 @@ func startHandler(t testing.TB, opts proxy.Options) (*proxy.Handler, string) {
 	h.Start(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = h.Run(ctx) }()
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = proxy.Listener(srv.Listener)
+	srv.Start()
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -552,8 +555,17 @@ func decodeError(t testing.TB, resp *http.Response, data []byte) openai.Error {
 			t.Errorf("error message %q shows an implementation detail (%q)", e.Message, leak)
 		}
 	}
+	if leak := leakedDetail.FindString(e.Message); leak != "" {
+		t.Errorf("error message %q shows an address or a Go error (%q)", e.Message, leak)
+	}
 	return e
 }
+
+// leakedDetail matches what a client-facing message must not show: an address and port, a
+// Go package's error prefix or a system call's words.
+var leakedDetail = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+|\[[0-9a-fA-F]*:[0-9a-fA-F:]*\]|localhost:\d+|:\d{2,5}\b|` +
+	`\b(read|write|dial) (tcp|udp|unix)|connection (reset|refused)|broken pipe|EOF|use of closed|` +
+	`context (canceled|deadline)|i/o timeout|\b(http|net|proxy|routing|flowcontrol|prefixcache|io|syscall): `)
 
 // With the simulated servers publishing KV events, the prefix index learns what the engine
 // really cached — including the blocks of the answer, which the router's own bookkeeping cannot

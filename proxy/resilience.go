@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -238,8 +239,9 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		ex.abandonAttempt(err, failure)
 		if !ex.repick() {
-			// Nowhere else to go: answer as if this attempt had been the last.
-			return nil, errNoBackendLeft
+			// Nowhere else to go: answer as if this attempt had been the last (its error kept
+			// for the log).
+			return nil, fmt.Errorf("%w; the last attempt: %w", errNoBackendLeft, err)
 		}
 		h.retried.Add(1)
 		if req.GetBody != nil {

@@ -305,7 +305,7 @@ func (t *sseTap) broken() error {
 		return err
 	}
 	e := &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "stream_broken",
-		Message: "the backend's stream broke: " + err.Error()}
+		Message: "the backend's stream broke before its end"}
 	switch cause := t.ex.cause(); {
 	case errors.Is(cause, errIdleTimeout):
 		e = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "stream_idle_timeout",
@@ -314,6 +314,7 @@ func (t *sseTap) broken() error {
 		e = &openai.Error{Status: http.StatusGatewayTimeout, Type: openai.TypeTimeout, Code: "request_timeout",
 			Message: fmt.Sprintf("the request ran past its %v cap; the stream was cut", t.ex.h.timeouts.Request)}
 	}
+	t.ex.logFailure(e.Message, err)
 	t.out = e.AppendEvent(t.out[:0])
 	t.end(err)
 	return nil

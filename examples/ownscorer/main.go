@@ -11,6 +11,7 @@ import (
 	"context"
 	"flag"
 	"log"
+	"net"
 
 	"github.com/usher-llm/usher/examples/simfleet"
 	"github.com/usher-llm/usher/proxy"
@@ -74,6 +75,10 @@ func serve(c proxy.Config, listen string) error {
 	}
 	h.Start(context.Background())
 	go h.Run(context.Background())
-	log.Printf("gateway with the fewest-streams scorer on http://%s", listen)
-	return proxy.NewServer(listen, h).ListenAndServe()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	log.Printf("gateway with the fewest-streams scorer on http://%s", ln.Addr())
+	return proxy.NewServer(listen, h).Serve(proxy.Listener(ln))
 }

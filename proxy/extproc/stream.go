@@ -643,8 +643,9 @@ func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
 		return &openai.Error{Status: st, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 			Message: "the client closed the request while it waited"}, 0
 	}
+	ex.s.log.Warn("admission failed", "err", err)
 	return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "admission_failed",
-		Message: "admission failed: " + err.Error()}, 0
+		Message: "admission failed"}, 0
 }
 
 func noEndpoint(msg string) *openai.Error {
