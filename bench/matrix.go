@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -34,7 +36,7 @@ type Router struct {
 
 // FCFSPolicy is flowcontrol.FCFS: the oldest request first, across all flows.
 func FCFSPolicy() Policy {
-	return Policy{Name: "fcfs", New: func() flowcontrol.Policy { return flowcontrol.FCFS{} }}
+	return Policy{Name: "fcfs", New: func() flowcontrol.Policy { return fairness.FCFS() }}
 }
 
 // UsherRouter is routing.Usher, usher's default router as the routing package ships it:
@@ -71,7 +73,7 @@ func Routers() []Router {
 	for _, name := range []string{"round-robin", "least-request", "llm-d", "llm-d-precise", "llm-d-sticky", "sglang", "dynamo", "aibrix"} {
 		rs = append(rs, Router{
 			Name:   name,
-			New:    func() routing.Profile { return mustProfile(routing.ProfileByName(name, routing.ByNameOptions{})) },
+			New:    func() routing.Profile { return mustProfile(builtin.Profile(name, builtin.ProfileOptions{})) },
 			Events: name == "llm-d-precise" || name == "dynamo",
 		})
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/builtin"
 )
 
 // BoundedWaitBound is the wait bound W of the matrix's bounded-wait policy, half the default
@@ -31,7 +32,7 @@ func fairnessPolicies() []Policy {
 	var ps []Policy
 	for _, name := range []string{"las", "las-reference", "turn-priority", "vtc", "bounded-wait"} {
 		ps = append(ps, Policy{name, func() flowcontrol.Policy {
-			return must(fairness.ByName(name, fairness.ByNameOptions{BoundedWait: BoundedWaitBound, BoundedWaitHeadroom: BoundedWaitHeadroom}))
+			return must(builtin.Policy(name, builtin.PolicyOptions{BoundedWait: BoundedWaitBound, BoundedWaitHeadroom: BoundedWaitHeadroom}))
 		}})
 	}
 	return ps

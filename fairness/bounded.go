@@ -11,7 +11,7 @@ import (
 // inner policy uses (inner policies must not use math.MinInt64 themselves).
 const UrgentTier = math.MinInt64
 
-// BoundedWaitOptions configures BoundedWait.
+// BoundedWaitOptions configures NewBoundedWait.
 type BoundedWaitOptions struct {
 	// Wait is W, the wait the policy bounds; required, > 0, and below the queue's TTL
 	// (otherwise requests expire before the bound applies).
@@ -33,66 +33,8 @@ type BoundedWaitOptions struct {
 	FirstTurnMemory Memory
 }
 
-// BoundedWait is usher's answer to the newcomer question. It wraps any keyed policy
-// (turn-priority by default) and bounds how long a request can wait: a request that has
-// waited Wait − Headroom is promoted to an urgent tier, ahead of all other work of its
-// band, where requests are served earliest-deadline first. Optionally it reserves a share
-// of dispatches for first turns while any are waiting. Within a flow requests go in arrival
-// order, so a flow's head is always its oldest request and the first to be promoted (the
-// inner policy's own item order is not used; inner policies whose flow key is their head's
-// item key, such as EDF, then order flows by head arrival).
-//
-// # Guarantee
-//
-// Let P = Wait − Headroom. Once a request r has waited P, no request that is not urgent is
-// dispatched before it, and urgent requests go by deadline. So, provided the gate keeps
-// admitting work (capacity keeps completing),
-//
-//	wait(r) ≤ P + the time the gate takes to admit u_r + 1 requests,
-//
-// where u_r counts the urgent requests with a deadline before r's that are dispatched after
-// r's promotion. With a uniform TTL deadlines follow arrival, so the urgent tier is FCFS and
-// u_r counts older requests that were also overdue. If the gate admits a request at least
-// every δ while work waits (k slots whose requests each finish within s: δ ≤ s), then
-// wait(r) ≤ P + (u_r + 1)·δ; when promotions are at least δ apart u_r = 0, and with
-// Headroom ≥ δ no request waits longer than Wait — none is shed if Wait < TTL.
-// TestNewcomerBoundedWait checks it in the scenario where llm-d's turn-priority sheds
-// newcomers.
-// If requests reach age P faster than capacity serves them (overload), u_r grows, the urgent
-// tier is FCFS and the excess expires at its TTL as under any policy: BoundedWait then
-// guarantees only that the overdue are served oldest deadline first.
-//
-// With FirstTurnShare = s > 0, urgent requests still go first; otherwise, while first
-// turns are waiting, a credit grows by s per dispatch and each first turn dispatched costs
-// 1 (the credit stays in [0, 1]); when it reaches 1 the next dispatch goes to the best
-// first-turn flow in the inner order. So among n consecutive dispatches while first turns
-// wait and none is urgent, at least ⌊n·s⌋ − 1 go to first turns
-// (TestNewcomerFirstTurnShare: one in four with s = 0.25).
-//
-// # Cost to deep sessions
-//
-// Deep sessions give up exactly the dispatches taken by promoted requests and reserved
-// first turns: with newcomers arriving at rate λ that would otherwise starve, they lose λ
-// dispatches per second (plus the reserved share while first turns wait), and nothing when
-// nobody waits P. TestStarvationTable prints the deep sessions' throughput under every policy
-// in the scenario tests and checks that BoundedWait keeps at least 90% of FCFS's.
-//
-// # Mechanics
-//
-// BoundedWait is a FlowPicker that keeps the band's order itself, from the inner policy's
-// keys, so that the first-turn share can see the whole band; promotion is a key validity
-// limit (the inner key is valid until the head reaches age P). O(log flows) per event and
-// dispatch, allocation-free in steady state. FlowKey gives the same keys for use inside a
-// Hierarchy (without the first-turn share). It is a flowcontrol.Ranker and Positioner, for
-// the queue's wait estimate: the inner policy's classes and keys, its own count of what is
-// ahead, and the promotion as a cap.
-//
-// It is a flowcontrol.UsageSharer that forwards to the inner policy when that is one (and
-// shares nothing otherwise): its own order — promotion by age, deadlines — needs no history.
-// A peer's delta also tells it that the flow was dispatched somewhere, so that a session whose
-// first turn went to another gateway replica is not a first turn here. A BoundedWait serves
-// one queue; it is not safe for concurrent use except through the queue.
-type BoundedWait struct {
+// boundedWait is the policy NewBoundedWait returns.
+type boundedWait struct {
 	inner   flowcontrol.Policy
 	promote int64 // Wait − Headroom, ns
 	share   float64
@@ -114,15 +56,15 @@ type bwBand struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*BoundedWait)(nil)
-	_ flowcontrol.FlowPicker  = (*BoundedWait)(nil)
-	_ flowcontrol.Ranker      = (*BoundedWait)(nil)
-	_ flowcontrol.Positioner  = (*BoundedWait)(nil)
-	_ flowcontrol.UsageSharer = (*BoundedWait)(nil)
+	_ flowcontrol.Policy      = (*boundedWait)(nil)
+	_ flowcontrol.FlowPicker  = (*boundedWait)(nil)
+	_ flowcontrol.Ranker      = (*boundedWait)(nil)
+	_ flowcontrol.Positioner  = (*boundedWait)(nil)
+	_ flowcontrol.UsageSharer = (*boundedWait)(nil)
 )
 
-// NewBoundedWait returns a bounded-wait policy, or an error wrapping ErrInvalidOptions.
-func NewBoundedWait(o BoundedWaitOptions) (*BoundedWait, error) {
+// newBoundedWait builds the policy NewBoundedWait returns.
+func newBoundedWait(o BoundedWaitOptions) (*boundedWait, error) {
 	if o.Wait <= 0 {
 		return nil, invalid("BoundedWait needs Wait > 0")
 	}
@@ -133,7 +75,7 @@ func NewBoundedWait(o BoundedWaitOptions) (*BoundedWait, error) {
 		return nil, invalid("BoundedWait FirstTurnShare %v not in [0, 1)", o.FirstTurnShare)
 	}
 	if o.Inner == nil {
-		tp, _ := NewTurnPriority(TurnPriorityOptions{})
+		tp, _ := newTurnPriority(TurnPriorityOptions{})
 		o.Inner = tp
 	}
 	if _, ok := o.Inner.(flowcontrol.FlowPicker); ok {
@@ -143,7 +85,7 @@ func NewBoundedWait(o BoundedWaitOptions) (*BoundedWait, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &BoundedWait{
+	return &boundedWait{
 		inner: o.Inner, promote: int64(o.Wait - o.Headroom), share: o.FirstTurnShare,
 		hist: newTable[bwState](m.MaxIdle, m.Forget), nodes: make(map[flowRef]*node),
 	}, nil
@@ -151,14 +93,14 @@ func NewBoundedWait(o BoundedWaitOptions) (*BoundedWait, error) {
 
 // ItemKey orders a flow's requests by arrival (the inner policy's ItemKey is called for
 // its bookkeeping and its result not used). O(1) plus the inner call.
-func (p *BoundedWait) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+func (p *boundedWait) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
 	p.inner.ItemKey(r, f, now)
 	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
 }
 
 // FlowKey is the inner policy's key until the head has waited Wait − Headroom, then
 // {UrgentTier, head deadline}. O(1) plus the inner call.
-func (p *BoundedWait) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+func (p *boundedWait) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
 	at := f.Head.Arrival.UnixNano() + p.promote
 	if now.UnixNano() >= at {
 		return flowcontrol.Key{Tier: UrgentTier, Tie: f.Head.Deadline.UnixNano()}, time.Time{}
@@ -176,7 +118,7 @@ func (p *BoundedWait) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcont
 // Headroom: a request that waits that long is served by deadline among the urgent, so its
 // wait is at most about the larger of the two and its wait behind everything waiting when
 // it arrived. O(1) plus the inner call; the policy's state is not changed.
-func (p *BoundedWait) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
+func (p *boundedWait) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
 	rk := flowcontrol.Rank{Within: time.Duration(p.promote)}
 	in, ok := p.inner.(flowcontrol.Ranker)
 	if !ok {
@@ -195,7 +137,7 @@ func (p *BoundedWait) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now
 // band's order and stopping at keys after k; ok is false past limit flows, or when the
 // inner policy is not a flowcontrol.Ranker (the keys then mean nothing). The first-turn
 // share, which moves first turns ahead, is not counted. O(min(flows ahead, limit)).
-func (p *BoundedWait) Ahead(band int, k flowcontrol.Key, limit int) (n int, ok bool) {
+func (p *boundedWait) Ahead(band int, k flowcontrol.Key, limit int) (n int, ok bool) {
 	if _, ok := p.inner.(flowcontrol.Ranker); !ok {
 		return 0, false
 	}
@@ -227,7 +169,7 @@ func (w *nodeWalk) from(i int) bool {
 	return w.from(2*i+1) && w.from(2*i+2)
 }
 
-func (p *BoundedWait) band(b int) *bwBand {
+func (p *boundedWait) band(b int) *bwBand {
 	for len(p.bands) <= b {
 		p.bands = append(p.bands, bwBand{first: nodeHeap{slot: 1}})
 	}
@@ -236,7 +178,7 @@ func (p *BoundedWait) band(b int) *bwBand {
 
 // Observe passes the event to the inner policy, counts first turns and keeps the band's
 // order. O(log flows) amortised.
-func (p *BoundedWait) Observe(e *flowcontrol.Event) {
+func (p *boundedWait) Observe(e *flowcontrol.Event) {
 	p.inner.Observe(e)
 	f := e.Flow
 	r := refOf(f)
@@ -276,7 +218,7 @@ func (p *BoundedWait) Observe(e *flowcontrol.Event) {
 	p.hist.settle(f, e.Now.UnixNano())
 }
 
-func (p *BoundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
+func (p *boundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
 	k, until := p.FlowKey(&n.st, now)
 	n.key = sanitizeKey(k)
 	p.rekey.Set(&n.rekey, validUntil(until, now), n)
@@ -291,7 +233,7 @@ func (p *BoundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
 // PickFlow re-keys the flows whose keys expired, then returns the urgent flow with the
 // earliest deadline, else (when the first-turn credit is due) the best first-turn flow,
 // else the best flow by the inner policy. O(log flows) per re-keyed flow, O(1) otherwise.
-func (p *BoundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+func (p *boundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
 	for n, ok := p.rekey.Due(now); ok; n, ok = p.rekey.Due(now) {
 		p.keyNode(n, p.band(n.st.Band), now)
 	}
@@ -308,7 +250,7 @@ func (p *BoundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Ti
 
 // AppendUsageDeltas is the inner policy's, if it is a flowcontrol.UsageSharer; otherwise it
 // returns dst. O(the inner call).
-func (p *BoundedWait) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+func (p *boundedWait) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
 	if us, ok := p.inner.(flowcontrol.UsageSharer); ok {
 		return us.AppendUsageDeltas(dst, now)
 	}
@@ -320,7 +262,7 @@ func (p *BoundedWait) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.T
 // delta as dispatched (no longer at its first turn), and re-keys the waiting flows named: the
 // queue does not, for a FlowPicker keeps its own order. O(len(ds) · log flows) plus the inner
 // call.
-func (p *BoundedWait) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *boundedWait) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
 	us, ok := p.inner.(flowcontrol.UsageSharer)
 	if !ok {
 		return
@@ -343,7 +285,7 @@ func (p *BoundedWait) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Tim
 
 // keysExact marks BoundedWait as a FlowPicker whose FlowKey alone expresses its order
 // (the first-turn share aside), so it can serve as a level of a Hierarchy.
-func (p *BoundedWait) keysExact() {}
+func (p *boundedWait) keysExact() {}
 
 // keyedExactly reports whether p, although a FlowPicker, orders flows by its FlowKey.
 func keyedExactly(p flowcontrol.Policy) bool {

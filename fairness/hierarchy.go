@@ -7,7 +7,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
-// HierarchyOptions configures Hierarchy.
+// HierarchyOptions configures NewHierarchy.
 type HierarchyOptions struct {
 	// Tenants orders tenants; nil means VTC with its defaults. It sees each tenant as one
 	// flow whose id is the tenant id, whose Queued, QueuedBytes and InFlight are the sums
@@ -25,33 +25,8 @@ type HierarchyOptions struct {
 	Tenant func(id flowcontrol.FlowID) flowcontrol.FlowID
 }
 
-// Hierarchy is two-level fairness: first between tenants, by the Tenants policy, then among
-// the chosen tenant's sessions, by the Sessions policy — for example VTC across tenants so
-// that a tenant with many sessions cannot crowd out a tenant with few, and turn-priority (or
-// BoundedWait) across one tenant's sessions. The queue's flows are the sessions; flow ids
-// carry the tenant (see HierarchyOptions.Tenant). Within each level the inner policy's
-// promise holds among the competitors of that level. With a BoundedWait as the Sessions
-// policy the wait bound holds across tenants as well: a tenant whose best session is urgent
-// (Key.Tier == UrgentTier) is served before the others, by that session's deadline.
-//
-// Both levels are ordered by their policies' keys in heaps that Hierarchy maintains from
-// the queue's events (it is a FlowPicker, because a tenant's key depends on the events of
-// all its sessions, which the queue would not re-key). O(log tenants + log sessions of the
-// tenant) per event and dispatch, allocation-free in steady state. Hierarchy keeps a record
-// per tenant and per session only while they have work queued or in flight; the level
-// policies keep their own bounded history.
-//
-// It is a flowcontrol.UsageSharer that shares both levels, for those of its policies that
-// are UsageSharers themselves: the Tenants policy's deltas name tenants ("acme"), the
-// Sessions policy's name flows ("acme/chat-42"), and a delta is told apart on arrival by
-// whether its flow id is a tenant's (Tenant(id) == id). So the Tenant function must map a
-// tenant id to itself, as TenantBeforeSlash does; a tenant-level delta whose id does not, and
-// the session-level delta of a flow whose id is its own tenant's (a flow without "/"), are
-// not sent: such a flow shares its tenant's usage, not its own standing among the tenant's
-// sessions. Applying re-keys both levels of the flows named.
-//
-// A Hierarchy serves one queue; it is not safe for concurrent use except through the queue.
-type Hierarchy struct {
+// hierarchy is the policy NewHierarchy returns.
+type hierarchyPolicy struct {
 	tenants  flowcontrol.Policy
 	sessions flowcontrol.Policy
 	tenantOf func(flowcontrol.FlowID) flowcontrol.FlowID
@@ -68,9 +43,9 @@ type Hierarchy struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*Hierarchy)(nil)
-	_ flowcontrol.FlowPicker  = (*Hierarchy)(nil)
-	_ flowcontrol.UsageSharer = (*Hierarchy)(nil)
+	_ flowcontrol.Policy      = (*hierarchyPolicy)(nil)
+	_ flowcontrol.FlowPicker  = (*hierarchyPolicy)(nil)
+	_ flowcontrol.UsageSharer = (*hierarchyPolicy)(nil)
 )
 
 // TenantBeforeSlash is the default HierarchyOptions.Tenant: the part of id before its first
@@ -80,14 +55,14 @@ func TenantBeforeSlash(id flowcontrol.FlowID) flowcontrol.FlowID {
 	return flowcontrol.FlowID(t)
 }
 
-// NewHierarchy returns a two-level policy, or an error wrapping ErrInvalidOptions.
-func NewHierarchy(o HierarchyOptions) (*Hierarchy, error) {
+// newHierarchy builds the policy NewHierarchy returns.
+func newHierarchy(o HierarchyOptions) (*hierarchyPolicy, error) {
 	if o.Tenants == nil {
-		v, _ := NewVTC(VTCOptions{})
+		v, _ := newVTC(VTCOptions{})
 		o.Tenants = v
 	}
 	if o.Sessions == nil {
-		tp, _ := NewTurnPriority(TurnPriorityOptions{})
+		tp, _ := newTurnPriority(TurnPriorityOptions{})
 		o.Sessions = tp
 	}
 	if o.Tenants == o.Sessions {
@@ -101,14 +76,14 @@ func NewHierarchy(o HierarchyOptions) (*Hierarchy, error) {
 	if o.Tenant == nil {
 		o.Tenant = TenantBeforeSlash
 	}
-	return &Hierarchy{
+	return &hierarchyPolicy{
 		tenants: o.Tenants, sessions: o.Sessions, tenantOf: o.Tenant,
 		nodes: make(map[flowRef]*node), tnodes: make(map[flowRef]*node),
 	}, nil
 }
 
 // ItemKey is the Sessions policy's item key. O(1) plus the level policies' calls.
-func (p *Hierarchy) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+func (p *hierarchyPolicy) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
 	t := p.tenant(f.ID, f.Band)
 	p.tenants.ItemKey(r, &t.st, now)
 	return p.sessions.ItemKey(r, f, now)
@@ -116,12 +91,12 @@ func (p *Hierarchy) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, no
 
 // FlowKey is the Sessions policy's flow key (the queue does not call it; Hierarchy picks
 // flows itself). O(1) plus the Sessions call.
-func (p *Hierarchy) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+func (p *hierarchyPolicy) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
 	return p.sessions.FlowKey(f, now)
 }
 
 // tenant returns the record of f's tenant, creating it.
-func (p *Hierarchy) tenant(id flowcontrol.FlowID, band int) *node {
+func (p *hierarchyPolicy) tenant(id flowcontrol.FlowID, band int) *node {
 	r := flowRef{p.tenantOf(id), band}
 	t := p.tnodes[r]
 	if t == nil {
@@ -134,7 +109,7 @@ func (p *Hierarchy) tenant(id flowcontrol.FlowID, band int) *node {
 	return t
 }
 
-func (p *Hierarchy) band(b int) *nodeHeap {
+func (p *hierarchyPolicy) band(b int) *nodeHeap {
 	for len(p.bands) <= b {
 		p.bands = append(p.bands, nodeHeap{})
 	}
@@ -142,7 +117,7 @@ func (p *Hierarchy) band(b int) *nodeHeap {
 }
 
 // Observe updates both levels. O(log tenants + log sessions) amortised.
-func (p *Hierarchy) Observe(e *flowcontrol.Event) {
+func (p *hierarchyPolicy) Observe(e *flowcontrol.Event) {
 	p.sessions.Observe(e)
 	f := e.Flow
 	t := p.tenant(f.ID, f.Band)
@@ -188,7 +163,7 @@ func (p *Hierarchy) Observe(e *flowcontrol.Event) {
 	p.keyTenant(t, e.Now)
 }
 
-func (p *Hierarchy) setHead(t *node) {
+func (p *hierarchyPolicy) setHead(t *node) {
 	if t.kids.len() == 0 {
 		t.st.Head, t.st.HeadKey = nil, flowcontrol.Key{}
 		return
@@ -206,7 +181,7 @@ func validUntil(until, now time.Time) time.Time {
 	return until
 }
 
-func (p *Hierarchy) keySession(n *node, now time.Time) {
+func (p *hierarchyPolicy) keySession(n *node, now time.Time) {
 	k, until := p.sessions.FlowKey(&n.st, now)
 	n.key = sanitizeKey(k)
 	p.rekey.Set(&n.rekey, validUntil(until, now), n)
@@ -215,7 +190,7 @@ func (p *Hierarchy) keySession(n *node, now time.Time) {
 
 // keyTenant places t in its band's order, or takes it out (and forgets it) when it has
 // nothing queued.
-func (p *Hierarchy) keyTenant(t *node, now time.Time) {
+func (p *hierarchyPolicy) keyTenant(t *node, now time.Time) {
 	bh := p.band(t.st.Band)
 	if t.st.Queued == 0 {
 		bh.remove(t)
@@ -239,7 +214,7 @@ func (p *Hierarchy) keyTenant(t *node, now time.Time) {
 
 // PickFlow re-keys what expired, then returns the best session of the best tenant.
 // O(log) per re-keyed node, O(1) otherwise.
-func (p *Hierarchy) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+func (p *hierarchyPolicy) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
 	for n, ok := p.rekey.Due(now); ok; n, ok = p.rekey.Due(now) {
 		if t := n.parent; t != nil {
 			p.keySession(n, now)
@@ -260,7 +235,7 @@ func (p *Hierarchy) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time
 // AppendUsageDeltas appends the Tenants policy's deltas (those naming a tenant id), then the
 // Sessions policy's (those naming a flow that is not a tenant id), for each level policy that
 // is a flowcontrol.UsageSharer. O(the level calls).
-func (p *Hierarchy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+func (p *hierarchyPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
 	if us, ok := p.tenants.(flowcontrol.UsageSharer); ok {
 		n := len(dst)
 		dst = p.keep(us.AppendUsageDeltas(dst, now), n, true)
@@ -274,7 +249,7 @@ func (p *Hierarchy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Tim
 
 // keep filters the deltas of ds from index n on, in place, to those whose flow id is a tenant
 // id (tenants) or is not (sessions). O(len(ds) − n).
-func (p *Hierarchy) keep(ds []flowcontrol.UsageDelta, n int, tenants bool) []flowcontrol.UsageDelta {
+func (p *hierarchyPolicy) keep(ds []flowcontrol.UsageDelta, n int, tenants bool) []flowcontrol.UsageDelta {
 	out := ds[:n]
 	for _, d := range ds[n:] {
 		if (p.tenantOf(d.Flow) == d.Flow) == tenants {
@@ -289,7 +264,7 @@ func (p *Hierarchy) keep(ds []flowcontrol.UsageDelta, n int, tenants bool) []flo
 // names a tenant — hands each level's to its policy (if a flowcontrol.UsageSharer), and
 // re-keys the waiting sessions and tenants named. Unusable deltas (not finite and positive,
 // a negative band) are dropped. O(len(ds) · (log tenants + log sessions)) plus the level calls.
-func (p *Hierarchy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *hierarchyPolicy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
 	tds, sds := p.tds[:0], p.sds[:0]
 	for k := range ds {
 		if d := &ds[k]; usable(d) {

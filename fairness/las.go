@@ -8,7 +8,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
-// LASOptions configures LAS. The zero value uses llm-d's cost weights and half-life.
+// LASOptions configures NewLAS. The zero value uses llm-d's cost weights and half-life.
 type LASOptions struct {
 	// HalfLife is the time in which attained service halves; zero means 60 s.
 	HalfLife time.Duration
@@ -35,39 +35,8 @@ func (o *LASOptions) resolve() (Memory, error) {
 	return o.Memory.resolve(time.Hour)
 }
 
-// LAS is usher's least-attained-service policy: the flow that has received the least
-// recent service goes next, oldest head first among equals, requests of a flow in arrival
-// order. Service is prompt tokens × 1 + output tokens × 2 (PromptWeight, OutputWeight),
-// decaying exponentially with a 60 s half-life, so a flow is judged on the last few
-// minutes, not on its lifetime.
-//
-// Its promise: among backlogged flows, service converges to equal shares in weighted
-// tokens, whatever the flows' request sizes or depths; a flow that was idle returns with
-// little service and is served promptly. It does not bound waits by itself (a flow that
-// just received a large answer waits until the others catch up); compose with BoundedWait.
-//
-// The key is time-invariant. A flow's decayed service at time t is S(t) = S(t₀)·2^−(t−t₀)/h,
-// so log₂ S(t) = log₂ S(t₀) + t₀/h − t/h: comparing flows by L = log₂ S(t₀) + t₀/h orders
-// them exactly as comparing S(now), for any now, and L changes only when the flow itself is
-// charged. Dispatch is therefore a heap operation, O(log flows), allocation-free.
-//
-// Service is charged as the queue observes it: the prompt estimate (Request.PromptTokens,
-// which the gateway computes) at dispatch, then at completion the actual output and the
-// difference between the actual and estimated prompt (Usage). Flows are keyed by flow id
-// and band.
-//
-// A LAS is a flowcontrol.UsageSharer: a delta is the service a flow attained on one replica
-// since the last exchange, decayed to the time of the exchange; applying it charges it as if
-// it were attained at the time it is applied (package doc, "Gateway replicas").
-//
-// How it differs from llm-d's LAS (LASReference): llm-d charges the whole cost at
-// completion, so a flow with many requests in flight looks unserved until they finish;
-// llm-d blends service with head wait (0.8/0.2) after min-max normalising both over the
-// waiting flows, which makes the order depend on who else waits and costs O(flows) per
-// dispatch; usher's LAS orders by service alone and leaves wait bounds to BoundedWait.
-//
-// A LAS serves one queue; it is not safe for concurrent use except through the queue.
-type LAS struct {
+// lAS is the policy NewLAS returns.
+type lasPolicy struct {
 	wp, wo float64
 	h      float64 // half-life in ns
 	epoch  int64
@@ -81,22 +50,22 @@ type lasState struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*LAS)(nil)
-	_ flowcontrol.Ranker      = (*LAS)(nil)
-	_ flowcontrol.UsageSharer = (*LAS)(nil)
+	_ flowcontrol.Policy      = (*lasPolicy)(nil)
+	_ flowcontrol.Ranker      = (*lasPolicy)(nil)
+	_ flowcontrol.UsageSharer = (*lasPolicy)(nil)
 )
 
-// NewLAS returns usher's LAS policy, or an error wrapping ErrInvalidOptions.
-func NewLAS(o LASOptions) (*LAS, error) {
+// newLAS builds the policy NewLAS returns.
+func newLAS(o LASOptions) (*lasPolicy, error) {
 	m, err := o.resolve()
 	if err != nil {
 		return nil, err
 	}
-	return &LAS{wp: o.PromptWeight, wo: o.OutputWeight, h: float64(o.HalfLife), flows: newTable[lasState](m.MaxIdle, m.Forget)}, nil
+	return &lasPolicy{wp: o.PromptWeight, wo: o.OutputWeight, h: float64(o.HalfLife), flows: newTable[lasState](m.MaxIdle, m.Forget)}, nil
 }
 
 // ItemKey orders a flow's requests by arrival. O(1).
-func (p *LAS) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+func (p *lasPolicy) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
 	if p.epoch == 0 {
 		p.epoch = now.UnixNano()
 	}
@@ -105,14 +74,14 @@ func (p *LAS) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, now time
 
 // FlowKey is the flow's time-invariant log service, then its head's arrival; valid until
 // the flow is charged again. O(1).
-func (p *LAS) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
+func (p *lasPolicy) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
 	s := p.flows.use(refOf(f))
 	return flowcontrol.Key{Value: s.value(), Tie: f.Head.Arrival.UnixNano()}, time.Time{}
 }
 
 // Rank is the flow key the request's flow would have, without a class. O(1); the policy's
 // state is not changed.
-func (p *LAS) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
+func (p *lasPolicy) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
 	v := math.Inf(-1)
 	if s := p.flows.get(refOf(f)); s != nil {
 		v = s.value()
@@ -128,7 +97,7 @@ func (s *lasState) value() float64 {
 }
 
 // charge adds c (possibly negative, a correction) to the service at now.
-func (p *LAS) charge(s *lasState, c float64, now int64) {
+func (p *lasPolicy) charge(s *lasState, c float64, now int64) {
 	if c == 0 {
 		return
 	}
@@ -155,7 +124,7 @@ func decayed(g float64, at, now int64, h float64) float64 {
 
 // grow adds c, charged at now, to the unreported growth of slot i, which decays like
 // service: it is kept as a value at s.grownAt.
-func (p *LAS) grow(s *lasState, i int32, c float64, now int64) {
+func (p *lasPolicy) grow(s *lasState, i int32, c float64, now int64) {
 	if c == 0 {
 		return
 	}
@@ -167,7 +136,7 @@ func (p *LAS) grow(s *lasState, i int32, c float64, now int64) {
 // AppendUsageDeltas appends, for every flow charged since the previous call, the service it
 // attained here since then, decayed to now, and forgets it (a flow whose corrections
 // outweigh its service carries the difference into the next call). O(flows charged).
-func (p *LAS) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+func (p *lasPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
 	ns := now.UnixNano()
 	return p.flows.report(dst, func(grown float64, s *lasState) float64 { return decayed(grown, s.grownAt, ns, p.h) })
 }
@@ -176,7 +145,7 @@ func (p *LAS) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []f
 // Observe charges local service but without reporting it back; a flow this policy does not
 // remember is created idle, within Memory. Deltas that are not finite and positive, or
 // name a negative band, are ignored. The queue re-keys the waiting flows named. O(len(ds)).
-func (p *LAS) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *lasPolicy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
 	ns := now.UnixNano()
 	if p.epoch == 0 {
 		p.epoch = ns
@@ -191,7 +160,7 @@ func (p *LAS) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
 // Service returns the decayed service attained by flow (id, band) at now, in weighted
 // tokens, and false if the flow is not remembered. Call it only while the queue is idle or
 // from the goroutine operating it (the policy is not synchronised). O(1).
-func (p *LAS) Service(id flowcontrol.FlowID, band int, now time.Time) (float64, bool) {
+func (p *lasPolicy) Service(id flowcontrol.FlowID, band int, now time.Time) (float64, bool) {
 	s := p.flows.get(flowRef{id, band})
 	if s == nil {
 		return 0, false
@@ -204,7 +173,7 @@ func (p *LAS) Service(id flowcontrol.FlowID, band int, now time.Time) (float64, 
 
 // Observe charges service: prompt estimate at dispatch, output and prompt correction at
 // completion. O(1) amortised.
-func (p *LAS) Observe(e *flowcontrol.Event) {
+func (p *lasPolicy) Observe(e *flowcontrol.Event) {
 	now := e.Now.UnixNano()
 	s, i := p.flows.useAt(refOf(e.Flow))
 	var c float64
@@ -219,7 +188,7 @@ func (p *LAS) Observe(e *flowcontrol.Event) {
 	p.flows.settle(e.Flow, now)
 }
 
-// LASReferenceOptions configures LASReference. The zero value is llm-d's default.
+// LASReferenceOptions configures NewLASReference. The zero value is llm-d's default.
 type LASReferenceOptions struct {
 	// HalfLife is the time in which attained service halves; zero means 60 s.
 	HalfLife time.Duration
@@ -239,35 +208,8 @@ type lasRefState struct {
 	grownAt int64 // unix ns at which the slot's unreported growth is valued
 }
 
-// LASReference is llm-d's least-attained-service fairness (its flow-control default),
-// reproduced exactly as a reference: each completed request costs prompt tokens + 2 ×
-// completion tokens, charged at completion; a flow's service decays by 2^−elapsed/60 s;
-// the waiting flow with the highest
-//
-//	score = 0.8 · (1 − normalised service) + 0.2 · normalised head wait
-//
-// goes next, both terms min-max normalised over the flows waiting in the band (a term whose
-// values are all equal normalises to 0). Ties go to the longer head wait, then the smaller
-// flow id. Flows idle for 3600 s are forgotten. Requests of a flow go in arrival order.
-//
-// Its promise is llm-d's: light flows overtake heavy ones, tempered by wait. Because the
-// normalisation spans every waiting flow, the order cannot be a per-flow key: it is a
-// FlowPicker that scans every waiting flow of the band on each pick, computing a decayed
-// service (one exp2) and a map look-up per flow. Cost: O(flows in the band) per pick, with a
-// cache miss per flow once the flows outgrow the cache, allocation-free. With a gate that
-// answers per band (a flowcontrol.BandGate such as ConcurrencyLimit or Saturation) the queue
-// asks for a pick only when the band can dispatch, so a dispatch costs one scan; with a
-// GateFunc every enqueue and completion still costs a scan. BenchmarkPolicy measures it
-// against LAS (bench/BENCHMARKS.md). Use LAS
-// for the O(log flows) form.
-//
-// A LASReference is a flowcontrol.UsageSharer with LAS's semantics: a delta is the cost
-// completed on one replica since the last exchange, decayed to the exchange; applying it
-// charges it as if completed then.
-//
-// A LASReference serves one queue; it is not safe for concurrent use except through the
-// queue.
-type LASReference struct {
+// lASReference is the policy NewLASReference returns.
+type lasReference struct {
 	wp, wo, ws, ww float64
 	h              float64
 	flows          table[lasRefState]
@@ -275,13 +217,13 @@ type LASReference struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*LASReference)(nil)
-	_ flowcontrol.FlowPicker  = (*LASReference)(nil)
-	_ flowcontrol.UsageSharer = (*LASReference)(nil)
+	_ flowcontrol.Policy      = (*lasReference)(nil)
+	_ flowcontrol.FlowPicker  = (*lasReference)(nil)
+	_ flowcontrol.UsageSharer = (*lasReference)(nil)
 )
 
-// NewLASReference returns llm-d's LAS, or an error wrapping ErrInvalidOptions.
-func NewLASReference(o LASReferenceOptions) (*LASReference, error) {
+// newLASReference builds the policy NewLASReference returns.
+func newLASReference(o LASReferenceOptions) (*lasReference, error) {
 	lo := LASOptions{HalfLife: o.HalfLife, PromptWeight: o.PromptWeight, OutputWeight: o.OutputWeight, Memory: o.Memory}
 	m, err := lo.resolve()
 	if err != nil {
@@ -293,24 +235,24 @@ func NewLASReference(o LASReferenceOptions) (*LASReference, error) {
 	if o.ServiceWeight == 0 && o.WaitWeight == 0 {
 		o.ServiceWeight, o.WaitWeight = 0.8, 0.2
 	}
-	return &LASReference{
+	return &lasReference{
 		wp: lo.PromptWeight, wo: lo.OutputWeight, ws: o.ServiceWeight, ww: o.WaitWeight,
 		h: float64(lo.HalfLife), flows: newTable[lasRefState](m.MaxIdle, m.Forget),
 	}, nil
 }
 
 // ItemKey orders a flow's requests by arrival. O(1).
-func (p *LASReference) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
+func (p *lasReference) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
 	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
 }
 
 // FlowKey is not used by the queue (LASReference is a FlowPicker); it returns the head's
 // key so that the policy still orders flows FCFS where a FlowKey is needed. O(1).
-func (p *LASReference) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
+func (p *lasReference) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
 	return f.HeadKey, time.Time{}
 }
 
-func (p *LASReference) service(s *lasRefState, now int64) float64 {
+func (p *lasReference) service(s *lasRefState, now int64) float64 {
 	if s == nil || s.service == 0 {
 		return 0
 	}
@@ -318,7 +260,7 @@ func (p *LASReference) service(s *lasRefState, now int64) float64 {
 }
 
 // Observe charges prompt + 2 × output tokens at completion. O(1) amortised.
-func (p *LASReference) Observe(e *flowcontrol.Event) {
+func (p *lasReference) Observe(e *flowcontrol.Event) {
 	now := e.Now.UnixNano()
 	s, i := p.flows.useAt(refOf(e.Flow))
 	if e.Kind == flowcontrol.EventDone {
@@ -336,14 +278,14 @@ func (p *LASReference) Observe(e *flowcontrol.Event) {
 
 // AppendUsageDeltas appends, for every flow that completed work since the previous call,
 // its cost completed here since then, decayed to now, and forgets it. O(flows charged).
-func (p *LASReference) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+func (p *lasReference) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
 	ns := now.UnixNano()
 	return p.flows.report(dst, func(grown float64, s *lasRefState) float64 { return decayed(grown, s.grownAt, ns, p.h) })
 }
 
 // ApplyUsageDeltas charges other replicas' completed cost as completed now; see
 // LAS.ApplyUsageDeltas. No re-keying is needed: every pick scans. O(len(ds)).
-func (p *LASReference) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *lasReference) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
 	ns := now.UnixNano()
 	for k := range ds {
 		if d := &ds[k]; usable(d) {
@@ -355,7 +297,7 @@ func (p *LASReference) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Ti
 }
 
 // PickFlow scores every waiting flow of the band and returns the best. O(flows).
-func (p *LASReference) PickFlow(band int, flows []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+func (p *lasReference) PickFlow(band int, flows []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
 	if len(flows) == 0 {
 		return "", false
 	}
@@ -391,7 +333,7 @@ func (p *LASReference) PickFlow(band int, flows []*flowcontrol.FlowState, now ti
 
 // Service returns the decayed service attained by flow (id, band) at now, and false if
 // the flow is not remembered. Same synchronisation rule as LAS.Service. O(1).
-func (p *LASReference) Service(id flowcontrol.FlowID, band int, now time.Time) (float64, bool) {
+func (p *lasReference) Service(id flowcontrol.FlowID, band int, now time.Time) (float64, bool) {
 	s := p.flows.get(flowRef{id, band})
 	if s == nil {
 		return 0, false

@@ -170,7 +170,7 @@ func TestLASKeyOrdersByDecayedService(t *testing.T) {
 		}
 		later := now.Add(time.Duration(rng.IntN(600)) * time.Second)
 		for a := range n {
-			got, _ := p.Service(flows[a].ID, 0, later)
+			got, _ := fairness.Service(p, flows[a].ID, 0, later)
 			if want := naive(a, later); math.Abs(got-want) > 1e-6*math.Max(1, want) {
 				t.Fatalf("flow %d service at +%v: %.6f, want %.6f", a, later.Sub(now), got, want)
 			}
@@ -228,7 +228,7 @@ func TestLASReferencePickMatchesScore(t *testing.T) {
 				best = i
 			}
 		}
-		got, ok := p.PickFlow(0, flows, now)
+		got, ok := p.(flowcontrol.FlowPicker).PickFlow(0, flows, now)
 		if !ok || got != flows[best].ID {
 			t.Fatalf("trial %d: picked %q, want %q (services %v, waits %v)", trial, got, flows[best].ID, svc, wait)
 		}
@@ -316,8 +316,8 @@ func TestVTCLiftsReturningFlow(t *testing.T) {
 	b.Queued = 1
 	rb := &flowcontrol.Request{Flow: "b", Arrival: simStart}
 	feed(p, flowcontrol.EventEnqueue, b, rb, simStart, flowcontrol.Usage{})
-	ca, _ := p.Counter("a", 0)
-	cb, _ := p.Counter("b", 0)
+	ca, _ := fairness.Counter(p, "a", 0)
+	cb, _ := fairness.Counter(p, "b", 0)
 	if ca != 1200 || cb != 1200 {
 		t.Errorf("counters a=%v b=%v, want both 1200 (b lifted to the backlogged minimum)", ca, cb)
 	}
@@ -328,7 +328,7 @@ func TestRoundRobinOrder(t *testing.T) {
 	var order []flowcontrol.FlowID
 	var tickets []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Policy: fairness.NewRoundRobin(), Clock: clk, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1},
+		Policy: fairness.RoundRobin(), Clock: clk, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1},
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			order = append(order, r.Request.Flow)
 			tickets = append(tickets, r.Ticket)
@@ -372,7 +372,7 @@ func TestBoundedWaitPromotes(t *testing.T) {
 func TestHierarchyTenantsBeforeSessions(t *testing.T) {
 	// Round-robin across tenants: tenant "big" with five sessions and tenant "small" with
 	// one alternate, whatever the session count.
-	h, err := fairness.NewHierarchy(fairness.HierarchyOptions{Tenants: fairness.NewRoundRobin(), Sessions: fairness.NewRoundRobin()})
+	h, err := fairness.NewHierarchy(fairness.HierarchyOptions{Tenants: fairness.RoundRobin(), Sessions: fairness.RoundRobin()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,32 +37,32 @@ const (
 
 func policies() []policyCase {
 	return []policyCase{
-		{"fcfs", func(testing.TB) flowcontrol.Policy { return flowcontrol.FCFS{} }},
+		{"fcfs", func(testing.TB) flowcontrol.Policy { return fairness.FCFS() }},
 		{"turn-priority", func(t testing.TB) flowcontrol.Policy {
-			return must[*fairness.TurnPriority](t)(fairness.NewTurnPriority(fairness.TurnPriorityOptions{}))
+			return must[flowcontrol.Policy](t)(fairness.NewTurnPriority(fairness.TurnPriorityOptions{}))
 		}},
 		{"bounded-wait", func(t testing.TB) flowcontrol.Policy {
-			return must[*fairness.BoundedWait](t)(fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: scenarioWait, Headroom: scenarioHeadroom}))
+			return must[flowcontrol.Policy](t)(fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: scenarioWait, Headroom: scenarioHeadroom}))
 		}},
 		{"bounded-wait+share", func(t testing.TB) flowcontrol.Policy {
-			return must[*fairness.BoundedWait](t)(fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: scenarioWait, Headroom: scenarioHeadroom, FirstTurnShare: 0.1}))
+			return must[flowcontrol.Policy](t)(fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: scenarioWait, Headroom: scenarioHeadroom, FirstTurnShare: 0.1}))
 		}},
 		{"las", func(t testing.TB) flowcontrol.Policy {
-			return must[*fairness.LAS](t)(fairness.NewLAS(fairness.LASOptions{}))
+			return must[flowcontrol.Policy](t)(fairness.NewLAS(fairness.LASOptions{}))
 		}},
 		{"las-llm-d", func(t testing.TB) flowcontrol.Policy {
-			return must[*fairness.LASReference](t)(fairness.NewLASReference(fairness.LASReferenceOptions{}))
+			return must[flowcontrol.Policy](t)(fairness.NewLASReference(fairness.LASReferenceOptions{}))
 		}},
 		{"vtc", func(t testing.TB) flowcontrol.Policy {
-			return must[*fairness.VTC](t)(fairness.NewVTC(fairness.VTCOptions{}))
+			return must[flowcontrol.Policy](t)(fairness.NewVTC(fairness.VTCOptions{}))
 		}},
-		{"round-robin", func(testing.TB) flowcontrol.Policy { return fairness.NewRoundRobin() }},
-		{"edf", func(testing.TB) flowcontrol.Policy { return fairness.EDF{} }},
+		{"round-robin", func(testing.TB) flowcontrol.Policy { return fairness.RoundRobin() }},
+		{"edf", func(testing.TB) flowcontrol.Policy { return fairness.EDF() }},
 		{"slo-deadline", func(t testing.TB) flowcontrol.Policy {
-			return must[*fairness.SLODeadline](t)(fairness.NewSLODeadline(fairness.SLODeadlineOptions{TTFT: 10 * time.Second}))
+			return must[flowcontrol.Policy](t)(fairness.NewSLODeadline(fairness.SLODeadlineOptions{TTFT: 10 * time.Second}))
 		}},
 		{"hierarchy", func(t testing.TB) flowcontrol.Policy {
-			return must[*fairness.Hierarchy](t)(fairness.NewHierarchy(fairness.HierarchyOptions{}))
+			return must[flowcontrol.Policy](t)(fairness.NewHierarchy(fairness.HierarchyOptions{}))
 		}},
 	}
 }
@@ -305,7 +305,7 @@ func TestFairShareHeavyTenant(t *testing.T) {
 		})
 	}
 	// Without fairness the heavy tenant takes most of the service: the test has teeth.
-	if r := runTenants(t, flowcontrol.FCFS{}); r.lightShare() > 0.15 {
+	if r := runTenants(t, fairness.FCFS()); r.lightShare() > 0.15 {
 		t.Errorf("fcfs light share %.3f, expected well below the fair 0.25", r.lightShare())
 	}
 }
@@ -330,7 +330,7 @@ func TestEDFMeetsFeasibleDeadlines(t *testing.T) {
 		for _, pc := range []struct {
 			name string
 			p    flowcontrol.Policy
-		}{{"edf", fairness.EDF{}}, {"fcfs", flowcontrol.FCFS{}}} {
+		}{{"edf", fairness.EDF()}, {"fcfs", fairness.FCFS()}} {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			s := newSim(t, pc.p, 1)
 			s.submit(simStart, &job{flow: "blocker", service: time.Second, deadline: simStart.Add(time.Minute)})

@@ -7,7 +7,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
-// TurnPriorityOptions configures TurnPriority. The zero value is llm-d's default.
+// TurnPriorityOptions configures NewTurnPriority. The zero value is llm-d's default.
 type TurnPriorityOptions struct {
 	// WaitWeight is the score added per second the flow's head request has waited; zero
 	// means 0.05 (llm-d's default).
@@ -26,41 +26,8 @@ type turnState struct {
 	inFlight   int   // the flow's in-flight count after its latest event
 }
 
-// TurnPriority is llm-d's turn-priority fairness, reproduced exactly for comparison: the
-// flow with the highest score
-//
-//	score = turn + 0.05 × (seconds its head request has waited)
-//	turn  = the flow's dispatched count + 1
-//
-// goes next, ties going to the longer wait. A flow with nothing in flight whose last
-// completion is more than 120 s ago counts as turn 1 again. Within a flow requests are
-// served in arrival order. Flow ids are sessions: a deep conversation is served before a
-// shallow one, which keeps cached prefixes warm.
-//
-// Its promise is throughput for admitted conversations, not fairness to newcomers: a new
-// session's score tops out at 1 + 0.05 × TTL, 4 with the 60 s default, so under sustained
-// competition from sessions at turn 5 or more a newcomer is never dispatched and is shed at
-// its TTL (llm-d's documented workaround is a 9000 s TTL and a concurrency cap). The
-// scenario test TestNewcomerStarvationTurnPriority reproduces this (and shows that it starves its own shallower sessions too); wrap it in BoundedWait to
-// bound every wait. It is a flowcontrol.Ranker: with the queue's early shedding on, each turn
-// depth is timed by its own pace, so the newcomers it starves are refused on arrival with a
-// 429 rather than after their TTL (TestEarlyShedNewcomerStarvation).
-//
-// The order is a time-invariant key: turn + w·(now − a) orders like −turn + w·a, so the
-// queue keeps flows in a heap; the 120 s reset is a key validity limit. O(log flows) per
-// dispatch, allocation-free. The turn is counted from what the queue observed, keyed by
-// flow id and band.
-//
-// A TurnPriority is a flowcontrol.UsageSharer, so that a session whose turns land on
-// different gateway replicas has the same depth on all of them: a delta is the number of the
-// flow's requests completed on one replica since the last exchange; applying it counts each
-// as a turn dispatched and completed here at the time it is applied (after a reset that was
-// due), so the peer's completion also holds off the 120 s reset (package doc, "Gateway
-// replicas").
-//
-// A TurnPriority serves one queue; it is not safe for concurrent use except through the
-// queue, which serialises its calls.
-type TurnPriority struct {
+// turnPriority is the policy NewTurnPriority returns.
+type turnPriority struct {
 	w     float64
 	reset int64
 	epoch int64
@@ -68,13 +35,13 @@ type TurnPriority struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*TurnPriority)(nil)
-	_ flowcontrol.Ranker      = (*TurnPriority)(nil)
-	_ flowcontrol.UsageSharer = (*TurnPriority)(nil)
+	_ flowcontrol.Policy      = (*turnPriority)(nil)
+	_ flowcontrol.Ranker      = (*turnPriority)(nil)
+	_ flowcontrol.UsageSharer = (*turnPriority)(nil)
 )
 
-// NewTurnPriority returns a turn-priority policy, or an error wrapping ErrInvalidOptions.
-func NewTurnPriority(o TurnPriorityOptions) (*TurnPriority, error) {
+// newTurnPriority builds the policy NewTurnPriority returns.
+func newTurnPriority(o TurnPriorityOptions) (*turnPriority, error) {
 	if o.WaitWeight < 0 || o.ResetAfter < 0 {
 		return nil, invalid("negative turn-priority option")
 	}
@@ -88,11 +55,11 @@ func NewTurnPriority(o TurnPriorityOptions) (*TurnPriority, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &TurnPriority{w: o.WaitWeight, reset: int64(o.ResetAfter), flows: newTable[turnState](m.MaxIdle, m.Forget)}, nil
+	return &turnPriority{w: o.WaitWeight, reset: int64(o.ResetAfter), flows: newTable[turnState](m.MaxIdle, m.Forget)}, nil
 }
 
 // ItemKey orders a flow's requests by arrival. O(1).
-func (p *TurnPriority) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+func (p *turnPriority) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
 	if p.epoch == 0 {
 		p.epoch = now.UnixNano()
 	}
@@ -101,7 +68,7 @@ func (p *TurnPriority) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState,
 
 // turn returns the flow's turn at now and the time it may reset (0: not before another
 // event). inFlight is the flow's in-flight count at now.
-func (p *TurnPriority) turn(s *turnState, inFlight int, now int64) (turn, until int64) {
+func (p *turnPriority) turn(s *turnState, inFlight int, now int64) (turn, until int64) {
 	if s.lastDone != 0 && inFlight == 0 {
 		if now-s.lastDone > p.reset {
 			*s = turnState{}
@@ -114,7 +81,7 @@ func (p *TurnPriority) turn(s *turnState, inFlight int, now int64) (turn, until 
 
 // FlowKey is −turn + w·(head arrival), so the highest score is the smallest key; valid
 // until the flow's turn may reset. O(1).
-func (p *TurnPriority) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+func (p *turnPriority) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
 	s := p.flows.use(refOf(f))
 	turn, until := p.turn(s, f.InFlight, now.UnixNano())
 	k := scoreKey(-float64(turn), p.w, f.Head.Arrival.UnixNano(), p.epoch)
@@ -130,7 +97,7 @@ func (p *TurnPriority) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcon
 // weight), so under sustained load from deep sessions the shallower classes are served only
 // when the deeper ones run dry; the queue measures each class's pace apart, and a class
 // left behind shows it (see flowcontrol.Rank). O(1); the policy's state is not changed.
-func (p *TurnPriority) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
+func (p *turnPriority) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
 	turn := int64(1)
 	if s := p.flows.get(refOf(f)); s != nil {
 		turn = p.peekTurn(s, f.InFlight, now.UnixNano())
@@ -143,7 +110,7 @@ func (p *TurnPriority) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, no
 }
 
 // peekTurn is turn without applying a due reset to s.
-func (p *TurnPriority) peekTurn(s *turnState, inFlight int, now int64) int64 {
+func (p *turnPriority) peekTurn(s *turnState, inFlight int, now int64) int64 {
 	if s.lastDone != 0 && inFlight == 0 && now-s.lastDone > p.reset {
 		return 1
 	}
@@ -177,7 +144,7 @@ func scoreKey(negBase, w float64, arrival, epoch int64) flowcontrol.Key {
 }
 
 // Observe counts dispatches and completions. O(1) amortised.
-func (p *TurnPriority) Observe(e *flowcontrol.Event) {
+func (p *turnPriority) Observe(e *flowcontrol.Event) {
 	now := e.Now.UnixNano()
 	s, i := p.flows.useAt(refOf(e.Flow))
 	switch e.Kind {
@@ -194,7 +161,7 @@ func (p *TurnPriority) Observe(e *flowcontrol.Event) {
 
 // AppendUsageDeltas appends, for every flow with requests completed since the previous
 // call, how many, and forgets them. O(flows that completed).
-func (p *TurnPriority) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flowcontrol.UsageDelta {
+func (p *turnPriority) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flowcontrol.UsageDelta {
 	return p.flows.report(dst, func(grown float64, _ *turnState) float64 { return grown })
 }
 
@@ -203,7 +170,7 @@ func (p *TurnPriority) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Ti
 // was due; a flow this policy does not remember is created idle, within Memory. Deltas that
 // are not finite and positive, or name a negative band, are ignored. The queue re-keys the
 // waiting flows named. O(len(ds)).
-func (p *TurnPriority) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *turnPriority) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
 	ns := now.UnixNano()
 	for k := range ds {
 		d := &ds[k]

@@ -256,7 +256,7 @@ func BenchmarkApplyUsageDeltas(b *testing.B) {
 // Two gateway replicas share VTC's counters: replica A serves tenant acme, replica B then
 // sees two tenants waiting with nothing of their own history to tell them apart, and with
 // A's deltas applied serves beta first.
-func ExampleVTC_ApplyUsageDeltas() {
+func ExampleNewVTC_replicas() {
 	a, _ := fairness.NewVTC(fairness.VTCOptions{})
 	b, _ := fairness.NewVTC(fairness.VTCOptions{})
 	qa, _, ta := exampleQueue(a)
@@ -271,7 +271,7 @@ func ExampleVTC_ApplyUsageDeltas() {
 	qb.Enqueue(flowcontrol.Request{Flow: "acme", PromptTokens: 100})
 	qb.Enqueue(flowcontrol.Request{Flow: "beta", PromptTokens: 100})
 	qb.ApplyUsageDeltas(deltas) // what package replica applies from the stream
-	c, _ := b.Counter("acme", 0)
+	c, _ := fairness.Counter(b, "acme", 0)
 	fmt.Println("B's counter for acme", c)
 	(*tb)[0].Done(flowcontrol.Usage{PromptTokens: 10})
 	// Output:

@@ -151,15 +151,15 @@ type sharingCase struct {
 }
 
 func sharingCases(t testing.TB) []sharingCase {
-	vtc := func() *VTC { p, _ := NewVTC(VTCOptions{}); return p }
-	vtcUsage := func(p *VTC) func(flowcontrol.FlowID, int, time.Time) []float64 {
+	vtc := func() *vtcPolicy { p, _ := newVTC(VTCOptions{}); return p }
+	vtcUsage := func(p *vtcPolicy) func(flowcontrol.FlowID, int, time.Time) []float64 {
 		return func(id flowcontrol.FlowID, b int, _ time.Time) []float64 {
 			c, _ := p.Counter(id, b)
 			return []float64{c}
 		}
 	}
-	turn := func() *TurnPriority { p, _ := NewTurnPriority(TurnPriorityOptions{}); return p }
-	turnUsage := func(p *TurnPriority) func(flowcontrol.FlowID, int, time.Time) []float64 {
+	turn := func() *turnPriority { p, _ := newTurnPriority(TurnPriorityOptions{}); return p }
+	turnUsage := func(p *turnPriority) func(flowcontrol.FlowID, int, time.Time) []float64 {
 		return func(id flowcontrol.FlowID, b int, _ time.Time) []float64 {
 			s := p.flows.get(flowRef{id, b})
 			if s == nil {
@@ -179,18 +179,18 @@ func sharingCases(t testing.TB) []sharingCase {
 			return p, vtcUsage(p)
 		}},
 		{"las", func() (flowcontrol.Policy, func(flowcontrol.FlowID, int, time.Time) []float64) {
-			p, err := NewLAS(LASOptions{HalfLife: 5 * time.Second})
+			p, err := newLAS(LASOptions{HalfLife: 5 * time.Second})
 			check(err)
 			return p, func(id flowcontrol.FlowID, b int, now time.Time) []float64 {
-				s, _ := p.Service(id, b, now)
+				s, _ := Service(p, id, b, now)
 				return []float64{s}
 			}
 		}},
 		{"las-llm-d", func() (flowcontrol.Policy, func(flowcontrol.FlowID, int, time.Time) []float64) {
-			p, err := NewLASReference(LASReferenceOptions{HalfLife: 5 * time.Second})
+			p, err := newLASReference(LASReferenceOptions{HalfLife: 5 * time.Second})
 			check(err)
 			return p, func(id flowcontrol.FlowID, b int, now time.Time) []float64 {
-				s, _ := p.Service(id, b, now)
+				s, _ := Service(p, id, b, now)
 				return []float64{s}
 			}
 		}},
@@ -200,20 +200,20 @@ func sharingCases(t testing.TB) []sharingCase {
 		}},
 		{"bounded-wait/vtc", func() (flowcontrol.Policy, func(flowcontrol.FlowID, int, time.Time) []float64) {
 			in := vtc()
-			p, err := NewBoundedWait(BoundedWaitOptions{Wait: time.Hour, Inner: in})
+			p, err := newBoundedWait(BoundedWaitOptions{Wait: time.Hour, Inner: in})
 			check(err)
 			return p, vtcUsage(in)
 		}},
 		{"bounded-wait/turn", func() (flowcontrol.Policy, func(flowcontrol.FlowID, int, time.Time) []float64) {
 			in := turn()
 			// No first-turn share: its credit is a share of each replica's own dispatches.
-			p, err := NewBoundedWait(BoundedWaitOptions{Wait: time.Hour, Inner: in})
+			p, err := newBoundedWait(BoundedWaitOptions{Wait: time.Hour, Inner: in})
 			check(err)
 			return p, turnUsage(in)
 		}},
 		{"hierarchy/vtc-vtc", func() (flowcontrol.Policy, func(flowcontrol.FlowID, int, time.Time) []float64) {
 			ten, ses := vtc(), vtc()
-			p, err := NewHierarchy(HierarchyOptions{Tenants: ten, Sessions: ses})
+			p, err := newHierarchy(HierarchyOptions{Tenants: ten, Sessions: ses})
 			check(err)
 			tu, su := vtcUsage(ten), vtcUsage(ses)
 			return p, func(id flowcontrol.FlowID, b int, now time.Time) []float64 {
@@ -222,7 +222,7 @@ func sharingCases(t testing.TB) []sharingCase {
 		}},
 		{"hierarchy/vtc-turn", func() (flowcontrol.Policy, func(flowcontrol.FlowID, int, time.Time) []float64) {
 			ten, ses := vtc(), turn()
-			p, err := NewHierarchy(HierarchyOptions{Tenants: ten, Sessions: ses})
+			p, err := newHierarchy(HierarchyOptions{Tenants: ten, Sessions: ses})
 			check(err)
 			tu, su := vtcUsage(ten), turnUsage(ses)
 			return p, func(id flowcontrol.FlowID, b int, now time.Time) []float64 {
@@ -302,7 +302,7 @@ func TestUsageSharingMatchesOneInstance(t *testing.T) {
 // TestUsageDeltasDirtyList: a report walks only the flows charged since the previous one,
 // empties the dirty list, and the next report without charges is empty.
 func TestUsageDeltasDirtyList(t *testing.T) {
-	p, _ := NewVTC(VTCOptions{})
+	p, _ := newVTC(VTCOptions{})
 	m := newUsageModel(1000)
 	x := m.inst(p)
 	if d := p.AppendUsageDeltas(nil, m.now); len(d) != 0 || len(p.flows.dirty) != 0 {
@@ -340,7 +340,7 @@ func TestUsageDeltasDirtyList(t *testing.T) {
 // TestUsageDeltasCarryCorrections: a correction that outweighs what a flow accrued since the
 // last report is carried, not sent (deltas are positive), and nets against later growth.
 func TestUsageDeltasCarryCorrections(t *testing.T) {
-	p, _ := NewVTC(VTCOptions{})
+	p, _ := newVTC(VTCOptions{})
 	m := newUsageModel(1)
 	x := m.inst(p)
 	f := &x.flows[0]
@@ -381,7 +381,7 @@ func TestUsageDeltasCarryCorrections(t *testing.T) {
 // report once reports are being asked for; before the first, it is dropped with the flow.
 func TestUsageDeltasForgottenFlow(t *testing.T) {
 	for _, sharing := range []bool{false, true} {
-		p, _ := NewVTC(VTCOptions{Memory: Memory{MaxIdle: 2}})
+		p, _ := newVTC(VTCOptions{Memory: Memory{MaxIdle: 2}})
 		now := usageStart
 		if sharing {
 			p.AppendUsageDeltas(nil, now)
@@ -451,17 +451,17 @@ func TestApplyUsageDeltasBoundedAndChecked(t *testing.T) {
 // policies) remember.
 func flowsRemembered(p flowcontrol.Policy) int {
 	switch p := p.(type) {
-	case *VTC:
+	case *vtcPolicy:
 		return p.flows.len()
-	case *LAS:
+	case *lasPolicy:
 		return p.flows.len()
-	case *LASReference:
+	case *lasReference:
 		return p.flows.len()
-	case *TurnPriority:
+	case *turnPriority:
 		return p.flows.len()
-	case *BoundedWait:
+	case *boundedWait:
 		return flowsRemembered(p.inner)
-	case *Hierarchy:
+	case *hierarchyPolicy:
 		return flowsRemembered(p.tenants) + flowsRemembered(p.sessions)
 	}
 	return 0
@@ -470,7 +470,7 @@ func flowsRemembered(p flowcontrol.Policy) int {
 // TestTurnPriorityApplyTurns steps the turn count through peers' completed turns: they deepen
 // the session, hold off the reset, and arrive after a reset that was due.
 func TestTurnPriorityApplyTurns(t *testing.T) {
-	p, _ := NewTurnPriority(TurnPriorityOptions{})
+	p, _ := newTurnPriority(TurnPriorityOptions{})
 	f := &flowcontrol.FlowState{ID: "s", Queued: 1, Head: &flowcontrol.Request{Arrival: usageStart}}
 	turnAt := func(now time.Time) int64 {
 		s := p.flows.get(flowRef{"s", 0})
@@ -505,8 +505,8 @@ func TestTurnPriorityApplyTurns(t *testing.T) {
 // TestBoundedWaitApplyEndsFirstTurn: a session whose turn was served on another replica is no
 // longer a first turn here, so the first-turn share does not go to it.
 func TestBoundedWaitApplyEndsFirstTurn(t *testing.T) {
-	in, _ := NewTurnPriority(TurnPriorityOptions{})
-	p, _ := NewBoundedWait(BoundedWaitOptions{Wait: time.Hour, Inner: in, FirstTurnShare: 0.5})
+	in, _ := newTurnPriority(TurnPriorityOptions{})
+	p, _ := newBoundedWait(BoundedWaitOptions{Wait: time.Hour, Inner: in, FirstTurnShare: 0.5})
 	m := newUsageModel(2)
 	m.inst(p)
 	n := p.nodes[flowRef{m.ids[0], m.bands[0]}]
@@ -523,7 +523,7 @@ func TestBoundedWaitApplyEndsFirstTurn(t *testing.T) {
 // is lifted to the smallest counter, as in one VTC; a flow peers have charged only to (k+1)·U
 // below it, and not at all when it is within that.
 func TestVTCPeerLift(t *testing.T) {
-	p, _ := NewVTC(VTCOptions{})
+	p, _ := newVTC(VTCOptions{})
 	now := usageStart
 	ev := func(kind flowcontrol.EventKind, f *flowcontrol.FlowState, prompt flowcontrol.Tokens, u flowcontrol.Usage) {
 		r := &flowcontrol.Request{Flow: f.ID, PromptTokens: prompt, Arrival: now}
@@ -572,7 +572,7 @@ func TestVTCPeerLift(t *testing.T) {
 // TestVTCApplySaturates: however large and many a peer's deltas, a counter saturates rather
 // than wrapping to a small value (which would put the flow first).
 func TestVTCApplySaturates(t *testing.T) {
-	p, _ := NewVTC(VTCOptions{})
+	p, _ := newVTC(VTCOptions{})
 	var last float64
 	for i := range 10 {
 		p.ApplyUsageDeltas([]flowcontrol.UsageDelta{{Flow: "f", Amount: 1e300}}, usageStart)

@@ -7,7 +7,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
-// VTCOptions configures VTC. The zero value is the paper's weights.
+// VTCOptions configures NewVTC. The zero value is the paper's weights.
 type VTCOptions struct {
 	// PromptWeight and OutputWeight price a token of prompt and of output; zero means 1
 	// and 2. They are held in fixed point with a resolution of 1/1024.
@@ -20,45 +20,8 @@ type VTCOptions struct {
 // prompt token at weight 1) is vtcScale counter units.
 const vtcScale = 1024
 
-// VTC is the virtual token counter of Sheng et al. (OSDI 2024): each flow has a counter of
-// the weighted tokens it was served (prompt × 1, output × 2); the backlogged flow with the
-// smallest counter goes next; a flow that becomes backlogged again has its counter lifted to
-// the smallest counter of the flows backlogged in its band (to the counter of the flow that
-// last left the backlog when there is none), so that idling earns no credit. Requests of a
-// flow go in arrival order.
-//
-// Service is charged as the queue observes it: the prompt estimate (Request.PromptTokens)
-// at dispatch; at completion the actual output tokens and the difference between actual
-// and estimated prompt (Usage). Counters are fixed-point integers (1/1024 of a weighted
-// token), so virtual time does not drift with float rounding.
-//
-// Its promise, the paper's bound adapted to a queue with up to k requests in flight: while
-// two flows f and g are both backlogged, their counters differ by at most (k+1)·U, and the
-// service they receive over any interval in which both stay backlogged differs by at most
-// 2·(k+1)·U, where U is the largest weighted cost of one request (with exact prompt
-// estimates; an estimate error adds to U). TestVTCBound checks this on a fake clock.
-//
-// FlowKey is the flow's own counter, which changes only at the flow's own dispatches and
-// completions, so the queue orders flows in a heap; the lift uses a heap of the backlogged
-// flows. O(log flows) per event, allocation-free in steady state. Flows are keyed by flow
-// id and band.
-//
-// A VTC is a flowcontrol.UsageSharer: gateway replicas exchange what each charged, so that
-// the counters — and a tenant's share — are global (package doc, "Gateway replicas"). A delta
-// is the weighted tokens a flow was charged on one replica since the last exchange; applying
-// it adds it to the flow's counter as a local charge would. Lifts stay local, with one
-// change: a flow that other replicas have charged may be backlogged there while it has
-// nothing queued here, so when it becomes backlogged here it is lifted only to (k+1)·U below
-// the smallest counter (k the band's requests in flight here, U about the largest request
-// cost lately) — the most a backlogged flow can trail — instead of to it; otherwise each
-// replica would take away, at every return, the service a tenant is owed for waiting at the
-// others (in the bench tenant-share scenario across three replicas, the light tenants' share
-// fell from 0.25 to 0.20). Such a flow starts at most (k+1)·U further behind than the
-// paper's bound allows, so the bound at most doubles for it; a flow no peer has charged is
-// lifted as before, and one VTC alone behaves exactly as before.
-//
-// A VTC serves one queue; it is not safe for concurrent use except through the queue.
-type VTC struct {
+// vTC is the policy NewVTC returns.
+type vtcPolicy struct {
 	wp, wo int64
 	flows  table[vtcState]
 	bands  []vtcBand
@@ -81,13 +44,13 @@ type vtcBand struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*VTC)(nil)
-	_ flowcontrol.Ranker      = (*VTC)(nil)
-	_ flowcontrol.UsageSharer = (*VTC)(nil)
+	_ flowcontrol.Policy      = (*vtcPolicy)(nil)
+	_ flowcontrol.Ranker      = (*vtcPolicy)(nil)
+	_ flowcontrol.UsageSharer = (*vtcPolicy)(nil)
 )
 
-// NewVTC returns a VTC policy, or an error wrapping ErrInvalidOptions.
-func NewVTC(o VTCOptions) (*VTC, error) {
+// newVTC builds the policy NewVTC returns.
+func newVTC(o VTCOptions) (*vtcPolicy, error) {
 	if o.PromptWeight < 0 || o.OutputWeight < 0 || o.PromptWeight > 1<<20 || o.OutputWeight > 1<<20 {
 		return nil, invalid("VTC weights must be in [0, 2^20]")
 	}
@@ -101,7 +64,7 @@ func NewVTC(o VTCOptions) (*VTC, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &VTC{
+	return &vtcPolicy{
 		wp:    int64(math.Round(o.PromptWeight * vtcScale)),
 		wo:    int64(math.Round(o.OutputWeight * vtcScale)),
 		flows: newTable[vtcState](m.MaxIdle, m.Forget),
@@ -109,18 +72,18 @@ func NewVTC(o VTCOptions) (*VTC, error) {
 }
 
 // ItemKey orders a flow's requests by arrival. O(1).
-func (p *VTC) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
+func (p *vtcPolicy) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
 	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
 }
 
 // FlowKey is the flow's counter; valid until the flow is charged again. O(1).
-func (p *VTC) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
+func (p *vtcPolicy) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
 	return flowcontrol.Key{Tie: p.flows.use(refOf(f)).counter}, time.Time{}
 }
 
 // Rank is the flow key the request's flow would have: its counter, lifted as Observe would
 // lift it if the flow is not backlogged; no class. O(1); the policy's state is not changed.
-func (p *VTC) Rank(_ *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
+func (p *vtcPolicy) Rank(_ *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
 	var c int64
 	s := p.flows.get(refOf(f))
 	if s != nil {
@@ -151,7 +114,7 @@ func (bd *vtcBand) floor(peer bool) int64 {
 	return f
 }
 
-func (p *VTC) band(b int) *vtcBand {
+func (p *vtcPolicy) band(b int) *vtcBand {
 	for len(p.bands) <= b {
 		p.bands = append(p.bands, vtcBand{})
 	}
@@ -159,7 +122,7 @@ func (p *VTC) band(b int) *vtcBand {
 }
 
 // Observe lifts returning flows and charges service. O(log flows) amortised.
-func (p *VTC) Observe(e *flowcontrol.Event) {
+func (p *vtcPolicy) Observe(e *flowcontrol.Event) {
 	f := e.Flow
 	s, i := p.flows.useAt(refOf(f))
 	bd := p.band(f.Band)
@@ -192,7 +155,7 @@ func (p *VTC) Observe(e *flowcontrol.Event) {
 }
 
 // charge adds c to the counter of the flow in slot i and to its unreported growth.
-func (p *VTC) charge(s *vtcState, i int32, bd *vtcBand, c int64) {
+func (p *vtcPolicy) charge(s *vtcState, i int32, bd *vtcBand, c int64) {
 	if c == 0 {
 		return
 	}
@@ -203,7 +166,7 @@ func (p *VTC) charge(s *vtcState, i int32, bd *vtcBand, c int64) {
 // add adds c (|c| ≤ MaxInt64/4, see satMul) to a counter, which stays in [0, MaxInt64/2] so
 // that no number of charges — a peer's deltas included — wraps it; bd is the flow's band,
 // needed only while the flow is backlogged.
-func (p *VTC) add(s *vtcState, bd *vtcBand, c int64) {
+func (p *vtcPolicy) add(s *vtcState, bd *vtcBand, c int64) {
 	s.counter = min(max(s.counter+c, 0), math.MaxInt64/2)
 	if s.n != nil {
 		s.n.key.Tie = s.counter
@@ -214,7 +177,7 @@ func (p *VTC) add(s *vtcState, bd *vtcBand, c int64) {
 // AppendUsageDeltas appends, for every flow charged since the previous call, the weighted
 // tokens it was charged (corrections included; a flow whose corrections outweigh its charges
 // carries the difference into the next call), and forgets them. O(flows charged).
-func (p *VTC) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flowcontrol.UsageDelta {
+func (p *vtcPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flowcontrol.UsageDelta {
 	return p.flows.report(dst, func(grown float64, _ *vtcState) float64 { return grown / vtcScale })
 }
 
@@ -223,7 +186,7 @@ func (p *VTC) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flo
 // remember is created idle, as after a charge, within Memory. Deltas that are not finite
 // and positive, or name a negative band, are ignored. The queue re-keys the waiting flows
 // named. O(len(ds) · log flows).
-func (p *VTC) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *vtcPolicy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
 	ns := now.UnixNano()
 	for k := range ds {
 		d := &ds[k]
@@ -261,7 +224,7 @@ func satMul(a, b int64) int64 {
 // Counter returns flow (id, band)'s counter in weighted tokens, and false if the flow is
 // not remembered. Call it only while the queue is idle or from the goroutine operating it.
 // O(1).
-func (p *VTC) Counter(id flowcontrol.FlowID, band int) (float64, bool) {
+func (p *vtcPolicy) Counter(id flowcontrol.FlowID, band int) (float64, bool) {
 	s := p.flows.get(flowRef{id, band})
 	if s == nil {
 		return 0, false

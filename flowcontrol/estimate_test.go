@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
@@ -42,7 +43,7 @@ func positionQueue(t *testing.T, p flowcontrol.Policy) (*flowcontrol.Queue, time
 // 200 flows wait; each probe is a request of random priority in a random flow (or a new
 // one).
 func TestEstimateWaitOfPosition(t *testing.T) {
-	q, now, aheadOf := positionQueue(t, flowcontrol.StrictPriority{})
+	q, now, aheadOf := positionQueue(t, fairness.StrictPriority())
 	clk := 0 // the requests' arrivals, in µs from a second ago; the queue's clock stays still
 	at := func(us int) time.Time { return now.Add(-time.Second + time.Duration(us)*time.Microsecond) }
 	type req struct {
@@ -137,7 +138,11 @@ func (classPolicy) Observe(*flowcontrol.Event) {}
 type rankedClassPolicy struct{ classPolicy }
 
 func (p rankedClassPolicy) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
-	return flowcontrol.Rank{Key: flowcontrol.HeadKeyWith(f, p.ItemKey(r, f, now)), Class: int(p.tier(r.Flow)) + 1}
+	k := p.ItemKey(r, f, now)
+	if f.Head != nil && f.HeadKey.Less(k) {
+		k = f.HeadKey // the flow's key stays its head's
+	}
+	return flowcontrol.Rank{Key: k, Class: int(p.tier(r.Flow)) + 1}
 }
 
 // TestEarlyShedStarvedClass: a server that dispatches a request every 100 ms behind 4

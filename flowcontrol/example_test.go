@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
 )
@@ -198,7 +199,7 @@ func ExamplePolicy() {
 
 // longestQueue is a FlowPicker: it serves the flow with the most waiting requests. Its
 // choice depends on all flows at once, so it scans them: O(flows) per dispatch.
-type longestQueue struct{ flowcontrol.FCFS }
+type longestQueue struct{ flowcontrol.Policy }
 
 func (longestQueue) PickFlow(_ int, flows []*flowcontrol.FlowState, _ time.Time) (flowcontrol.FlowID, bool) {
 	best := flows[0]
@@ -217,7 +218,7 @@ func ExampleFlowPicker() {
 	var running []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
 		Clock:  clk,
-		Policy: longestQueue{},
+		Policy: longestQueue{fairness.FCFS()},
 		Gate:   &flowcontrol.ConcurrencyLimit{Limit: 1},
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			if r.Outcome == flowcontrol.Dispatched {
@@ -286,7 +287,7 @@ func ExampleQueue_EstimateWaitOf() {
 	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	q, _ := flowcontrol.New(flowcontrol.Options{
 		Clock:     clk,
-		Policy:    flowcontrol.StrictPriority{},
+		Policy:    fairness.StrictPriority(),
 		Gate:      &flowcontrol.ConcurrencyLimit{Limit: 1},
 		EarlyShed: flowcontrol.EarlyShed{Enabled: true},
 	})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
@@ -113,7 +114,7 @@ func TestBandGateAgreesWithOpen(t *testing.T) {
 // with FCFS keys — and checks the FlowState contract on every call: a copy taken at the
 // flow's latest event still equals the live state, Head included.
 type seqPicker struct {
-	flowcontrol.FCFS
+	fcfs
 	t    *testing.T
 	last map[flowcontrol.FlowID]flowcontrol.FlowState
 }
@@ -174,7 +175,7 @@ func TestHeadSeqReproducesQueueOrder(t *testing.T) {
 		}
 		return rec.dispatched()
 	}
-	want := run(flowcontrol.FCFS{})
+	want := run(fairness.FCFS())
 	got := run(&seqPicker{t: t, last: map[flowcontrol.FlowID]flowcontrol.FlowState{}})
 	if !equal(got, want) {
 		t.Errorf("picker order %v\nwant (FCFS keys) %v", got, want)

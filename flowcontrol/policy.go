@@ -251,64 +251,12 @@ type Positioner interface {
 	Ahead(band int, k Key, limit int) (n int, ok bool)
 }
 
-// FCFS serves requests in arrival order within each band, across all flows: the item key
-// and the flow key are both the (head) request's arrival time, so the oldest request in the
-// band goes first. It keeps no state, so one value is safe for concurrent use by any number
-// of queues. Requests with equal arrival times go in enqueue order.
-type FCFS struct{}
+// fcfs is the default policy: requests in arrival order within each band, across all flows
+// (fairness.FCFS is the same order).
+type fcfs struct{}
 
-var _ Policy = FCFS{}
+func (fcfs) ItemKey(r *Request, _ *FlowState, _ time.Time) Key { return Key{Tie: r.Arrival.UnixNano()} }
 
-// ItemKey orders by arrival. O(1).
-func (FCFS) ItemKey(r *Request, _ *FlowState, _ time.Time) Key {
-	return Key{Tie: r.Arrival.UnixNano()}
-}
+func (fcfs) FlowKey(f *FlowState, _ time.Time) (Key, time.Time) { return f.HeadKey, time.Time{} }
 
-// FlowKey is the head request's key, valid forever. O(1).
-func (FCFS) FlowKey(f *FlowState, _ time.Time) (Key, time.Time) {
-	return f.HeadKey, time.Time{}
-}
-
-// Observe does nothing.
-func (FCFS) Observe(*Event) {}
-
-// StrictPriority serves, within each band, the request with the highest Request.Priority
-// first, and FCFS among equal priorities, across all flows. A high-priority flow can starve
-// the others for as long as it has work; use bands for coarse classes and this for order
-// within one. It keeps no state, so one value is safe for concurrent use by any number of
-// queues. It is a Ranker: the wait estimate of a request counts only the requests of its
-// priority or higher ahead of it, not the whole band.
-type StrictPriority struct{}
-
-var _ Policy = StrictPriority{}
-
-// ItemKey orders by descending Priority, then arrival. O(1).
-func (StrictPriority) ItemKey(r *Request, _ *FlowState, _ time.Time) Key {
-	return Key{Tier: -int64(r.Priority), Tie: r.Arrival.UnixNano()}
-}
-
-// FlowKey is the head request's key, valid forever. O(1).
-func (StrictPriority) FlowKey(f *FlowState, _ time.Time) (Key, time.Time) {
-	return f.HeadKey, time.Time{}
-}
-
-// Observe does nothing.
-func (StrictPriority) Observe(*Event) {}
-
-// Rank places r by its item key among flows keyed by their heads, with no class. O(1).
-func (p StrictPriority) Rank(r *Request, f *FlowState, now time.Time) Rank {
-	return Rank{Key: HeadKeyWith(f, p.ItemKey(r, f, now))}
-}
-
-var _ Ranker = StrictPriority{}
-
-// HeadKeyWith is, for a policy whose flow key is its head request's item key (FCFS,
-// StrictPriority, earliest deadline first), the key flow f would have once a request with
-// item key k joined it: k if the request becomes the head (f is empty or k comes before its
-// head's key), f's current key otherwise. A Ranker's helper. O(1).
-func HeadKeyWith(f *FlowState, k Key) Key {
-	if f.Head == nil || k.sanitize().Less(f.HeadKey) {
-		return k
-	}
-	return f.HeadKey
-}
+func (fcfs) Observe(*Event) {}

@@ -8,23 +8,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
 // tracePolicy is FCFS that logs every call with the flow state it saw.
 type tracePolicy struct {
-	flowcontrol.FCFS
+	fcfs
 	log []string
 }
 
 func (p *tracePolicy) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
 	p.log = append(p.log, fmt.Sprintf("item %v q=%d", r.Value, f.Queued))
-	return p.FCFS.ItemKey(r, f, now)
+	return p.fcfs.ItemKey(r, f, now)
 }
 
 func (p *tracePolicy) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
 	p.log = append(p.log, fmt.Sprintf("flow %s head=%v q=%d i=%d", f.ID, f.Head.Value, f.Queued, f.InFlight))
-	return p.FCFS.FlowKey(f, now)
+	return p.fcfs.FlowKey(f, now)
 }
 
 func (p *tracePolicy) Observe(e *flowcontrol.Event) {
@@ -165,7 +166,7 @@ func TestTryAdmitHeldByPicker(t *testing.T) {
 
 // mostQueued picks the flow with the most waiting requests; it can also hold a band back.
 type mostQueued struct {
-	flowcontrol.FCFS
+	fcfs
 	hold  bool
 	bogus bool
 	seen  int
@@ -214,7 +215,7 @@ func TestFlowPicker(t *testing.T) {
 }
 
 func TestStrictPriorityPolicy(t *testing.T) {
-	q, _, rec := newQueue(t, flowcontrol.Options{Policy: flowcontrol.StrictPriority{}, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _, rec := newQueue(t, flowcontrol.Options{Policy: fairness.StrictPriority(), Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
 	run, _ := q.TryAdmit(flowcontrol.Request{Value: "first"})
 	for i, pr := range []int{0, 5, 1, 5, -3} {
 		q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(fmt.Sprint(i % 2)), Priority: pr, Value: i})
@@ -266,7 +267,7 @@ func TestKeyOrder(t *testing.T) {
 
 // keyed gives each flow a fixed key.
 type keyed struct {
-	flowcontrol.FCFS
+	fcfs
 	keys map[flowcontrol.FlowID]flowcontrol.Key
 }
 
@@ -306,3 +307,16 @@ func TestOutcomeRecordsAdmitPath(t *testing.T) {
 		t.Errorf("done record %+v", d)
 	}
 }
+
+// fcfs is arrival order (fairness.FCFS's), for the test policies to embed.
+type fcfs struct{}
+
+func (fcfs) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
+	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
+}
+
+func (fcfs) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
+	return f.HeadKey, time.Time{}
+}
+
+func (fcfs) Observe(*flowcontrol.Event) {}

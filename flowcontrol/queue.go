@@ -290,7 +290,7 @@ func New(o Options) (*Queue, error) {
 		o.Capacity.Bytes = DefaultBytes
 	}
 	if o.Policy == nil {
-		o.Policy = FCFS{}
+		o.Policy = fcfs{}
 	}
 	if o.Clock == nil {
 		o.Clock = SystemClock{}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/replica"
@@ -138,9 +138,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Backends = append(c.Backends, b)
 		return err
 	})
-	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(fairness.Names(), ", "))
+	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait: no request waits longer (below -ttl)")
-	fs.Func("router", "routing profile: "+strings.Join(routing.ProfileNames(), ", ")+", or one described in -config (default "+c.Router.Extends+")", func(s string) error {
+	fs.Func("router", "routing profile: "+strings.Join(builtin.ProfileNames(), ", ")+", or one described in -config (default "+c.Router.Extends+")", func(s string) error {
 		c.Router = ProfileSpec{Extends: s}
 		return nil
 	})

@@ -4,8 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/usher-llm/usher/fairness"
-	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/internal/builtin"
 )
 
 // TestConfigNames builds a Handler configuration for every policy and router name the
@@ -14,13 +13,13 @@ import (
 func TestConfigNames(t *testing.T) {
 	base := DefaultConfig()
 	base.Backends = []BackendConfig{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
-	for _, name := range fairness.Names() {
+	for _, name := range builtin.PolicyNames() {
 		c := base
 		c.Policy = name
 		_, err := c.Options()
 		assert.NoError(t, err, "-policy %s", name)
 	}
-	for _, name := range routing.ProfileNames() {
+	for _, name := range builtin.ProfileNames() {
 		c := base
 		c.Router = ProfileSpec{Extends: name}
 		_, err := c.Options()

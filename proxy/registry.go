@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -194,15 +194,15 @@ func NewRegistry() *Registry {
 		return routing.Softmax(o.Temperature), nil
 	}))
 	// Whole profiles and policies, by their packages' names.
-	for _, name := range routing.ProfileNames() {
+	for _, name := range builtin.ProfileNames() {
 		must(r.AddProfile(name, func(p Params) (routing.Profile, error) {
 			if err := p.Decode(&struct{}{}); err != nil {
 				return routing.Profile{}, err
 			}
-			return routing.ProfileByName(name, routing.ByNameOptions{Session: p.Session})
+			return builtin.Profile(name, builtin.ProfileOptions{Session: p.Session})
 		}))
 	}
-	for _, name := range fairness.Names() {
+	for _, name := range builtin.PolicyNames() {
 		must(r.AddPolicy(name, func(p Params) (flowcontrol.Policy, error) {
 			var o struct {
 				BoundedWait duration `json:"bounded_wait"`
@@ -210,7 +210,7 @@ func NewRegistry() *Registry {
 			if err := p.Decode(&o); err != nil {
 				return nil, err
 			}
-			return fairness.ByName(name, fairness.ByNameOptions{BoundedWait: time.Duration(o.BoundedWait)})
+			return builtin.Policy(name, builtin.PolicyOptions{BoundedWait: time.Duration(o.BoundedWait)})
 		}))
 	}
 	return r

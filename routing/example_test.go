@@ -155,31 +155,6 @@ func ExampleRouter_Pick() {
 	// done: 0 request(s), 0 prefill tokens
 }
 
-// The peers' routers are profiles; the simulator runs each against the same trace. The
-// registry gives each one name, used by the gateway's -router flag and the simulator alike.
-func ExampleProfileByName() {
-	for _, name := range routing.ProfileNames() {
-		p, err := routing.ProfileByName(name, routing.ByNameOptions{})
-		if err != nil {
-			panic(err)
-		}
-		fmt.Printf("%-14s filters %d, scorers %d, learns %v\n", p.Name, len(p.Filters), len(p.Scorers), p.Learn)
-	}
-	_, err := routing.ProfileByName("llmd", routing.ByNameOptions{})
-	fmt.Println(err)
-	// Output:
-	// usher          filters 1, scorers 4, learns on-pick
-	// llm-d          filters 1, scorers 3, learns on-pick
-	// llm-d-precise  filters 1, scorers 3, learns from-events
-	// llm-d-sticky   filters 2, scorers 1, learns on-pick
-	// sglang         filters 1, scorers 1, learns on-pick
-	// dynamo         filters 1, scorers 1, learns on-pick
-	// aibrix         filters 1, scorers 1, learns on-pick
-	// round-robin    filters 1, scorers 0, learns on-pick
-	// least-request  filters 1, scorers 1, learns on-pick
-	// routing: invalid options: router "llmd": want one of usher, llm-d, llm-d-precise, llm-d-sticky, sglang, dynamo, aibrix, round-robin, least-request
-}
-
 // New sessions that share a long system prompt spread over the fleet instead of piling onto
 // the server that cached the prompt first; each session's next turn returns to its server.
 func ExampleSessionAware() {

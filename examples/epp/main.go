@@ -30,8 +30,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
-	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
@@ -103,9 +103,9 @@ func parseConfig(args []string) (config, error) {
 	})
 	fs.StringVar(&c.EndpointsFile, "endpoints-file", "", "file of endpoints, one per line: ip:port [metrics=URL] [kv-events=tcp://...] [replay=tcp://...]; re-read on change")
 	fs.DurationVar(&c.EndpointsInterval, "endpoints-interval", c.EndpointsInterval, "poll interval of -endpoints-file")
-	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(fairness.Names(), ", "))
+	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait (below -ttl)")
-	fs.Func("router", "routing profile: "+strings.Join(routing.ProfileNames(), ", ")+
+	fs.Func("router", "routing profile: "+strings.Join(builtin.ProfileNames(), ", ")+
 		`, or one described as JSON (proxy.ProfileSpec), e.g. {"extends":"usher","scorers":[{"name":"kv-utilization","weight":1}]} (default usher)`,
 		func(s string) error {
 			if strings.HasPrefix(strings.TrimSpace(s), "{") {
@@ -169,7 +169,7 @@ func (c config) options() (extproc.Options, error) {
 		return bad("-engine %q: want vllm, sglang, trtllm, triton or tgi", c.Engine)
 	}
 	reg := proxy.NewRegistry()
-	policy, err := fairness.ByName(c.Policy, fairness.ByNameOptions{BoundedWait: c.BoundedWait})
+	policy, err := builtin.Policy(c.Policy, builtin.PolicyOptions{BoundedWait: c.BoundedWait})
 	if err != nil {
 		return extproc.Options{}, err
 	}

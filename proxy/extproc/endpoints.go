@@ -130,7 +130,9 @@ type Source interface {
 }
 
 // FileSource watches a file of endpoints (ParseEndpoints), re-reading it every Interval
-// and reporting the set whenever the file's content changed. A file that cannot be read or
+// and reporting the set whenever the file's content changed and stayed the same for one
+// more poll (so a file caught mid-write is never applied; a change takes one to two
+// intervals). A file that cannot be read or
 // parsed keeps the last good set and is reported to OnError. It is a plain value; Run may
 // be called once at a time.
 type FileSource struct {
@@ -162,13 +164,21 @@ func (f FileSource) Run(ctx context.Context, update func([]Endpoint)) error {
 	if every <= 0 {
 		every = time.Second
 	}
-	var last []byte
+	var last, pending []byte
 	var lastErr string
 	poll := func() {
 		data, err := os.ReadFile(f.Path)
 		if err == nil && last != nil && bytes.Equal(data, last) {
+			pending = nil
 			return
 		}
+		if err == nil && last != nil && !bytes.Equal(data, pending) {
+			// Changed since the last poll: apply it once the next poll reads the same, so a
+			// file caught mid-write (truncated, half written) is never applied.
+			pending = data
+			return
+		}
+		pending = nil
 		var eps []Endpoint
 		if err == nil {
 			eps, err = ParseEndpoints(data)

@@ -1,0 +1,144 @@
+// Package builtin names usher's built-in fairness policies and routing profiles: the one
+// table of names behind proxy.Registry, the gateway's and the picker's flags and the bench
+// simulator. The packages themselves offer constructors only.
+package builtin
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/usher-llm/usher/fairness"
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/routing"
+)
+
+// PolicyOptions are the settings Policy passes to the policies that need one; every other
+// setting is the policy's default.
+type PolicyOptions struct {
+	// boundedWait is W for "bounded-wait" (required there); BoundedWaitHeadroom its headroom
+	// and FirstTurnShare its reserved share of dispatches (both zero by default).
+	BoundedWait         time.Duration
+	BoundedWaitHeadroom time.Duration
+	FirstTurnShare      float64
+	// SLOTTFT is the time-to-first-token target of "slo". Zero: 2 s.
+	SLOTTFT time.Duration
+}
+
+// named is one entry of the registry.
+type named struct {
+	name string
+	make func(PolicyOptions) (flowcontrol.Policy, error)
+}
+
+// names is the registry, in the order Names lists it.
+var policies = []named{
+	{"fcfs", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.FCFS(), nil }},
+	{"priority", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.StrictPriority(), nil }},
+	{"round-robin", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.RoundRobin(), nil }},
+	{"turn-priority", func(PolicyOptions) (flowcontrol.Policy, error) {
+		return fairness.NewTurnPriority(fairness.TurnPriorityOptions{})
+	}},
+	{"las", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.NewLAS(fairness.LASOptions{}) }},
+	{"las-reference", func(PolicyOptions) (flowcontrol.Policy, error) {
+		return fairness.NewLASReference(fairness.LASReferenceOptions{})
+	}},
+	{"vtc", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.NewVTC(fairness.VTCOptions{}) }},
+	{"edf", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.EDF(), nil }},
+	{"slo", func(o PolicyOptions) (flowcontrol.Policy, error) {
+		ttft := o.SLOTTFT
+		if ttft == 0 {
+			ttft = 2 * time.Second
+		}
+		return fairness.NewSLODeadline(fairness.SLODeadlineOptions{TTFT: ttft})
+	}},
+	{"bounded-wait", func(o PolicyOptions) (flowcontrol.Policy, error) {
+		return fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: o.BoundedWait, Headroom: o.BoundedWaitHeadroom, FirstTurnShare: o.FirstTurnShare})
+	}},
+	{"hierarchy", func(PolicyOptions) (flowcontrol.Policy, error) {
+		return fairness.NewHierarchy(fairness.HierarchyOptions{})
+	}},
+}
+
+// PolicyNames returns the names Policy knows, one per policy: fcfs, priority (flowcontrol's FCFS
+// and StrictPriority), round-robin, turn-priority (llm-d's), las, las-reference (llm-d's lasPolicy),
+// vtc, edf, slo, bounded-wait and hierarchy. The gateway's -policy flag and the bench
+// simulator's -policies take these names. The slice is a fresh copy.
+func PolicyNames() []string {
+	out := make([]string, len(policies))
+	for i, n := range policies {
+		out[i] = n.name
+	}
+	return out
+}
+
+// Policy returns a new policy of the named kind with its defaults and the settings of o that
+// apply to it. An unknown name, or settings the policy rejects, give an error wrapping
+// fairness.ErrInvalidOptions. Safe for concurrent use; each call builds a new policy.
+func Policy(name string, o PolicyOptions) (flowcontrol.Policy, error) {
+	i := slices.IndexFunc(policies, func(n named) bool { return n.name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: policy %q: want one of %s", fairness.ErrInvalidOptions, name, strings.Join(PolicyNames(), ", "))
+	}
+	p, err := policies[i].make(o)
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %w", name, err)
+	}
+	return p, nil
+}
+
+// ProfileOptions are the settings Profile passes to the profiles that take them; every
+// other setting is the profile's default.
+type ProfileOptions struct {
+	// Session configures the session table of the profiles that keep one (usher's
+	// SessionAware): its capacity and idle time, and the seams replicas share placements by.
+	Session routing.SessionOptions
+}
+
+// namedProfile is one entry of the registry.
+type namedProfile struct {
+	name string
+	make func(ProfileOptions) routing.Profile
+}
+
+// profiles is the registry, in the order ProfileNames lists it. Each profile's Name is its
+// registry name.
+var profiles = []namedProfile{
+	{"usher", func(o ProfileOptions) routing.Profile {
+		return routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o.Session}})
+	}},
+	{"llm-d", func(ProfileOptions) routing.Profile { return routing.LLMDDefault() }},
+	{"llm-d-precise", func(ProfileOptions) routing.Profile { return routing.LLMDPrecise() }},
+	{"llm-d-sticky", func(ProfileOptions) routing.Profile { return routing.LLMDSticky(routing.LLMDStickyOptions{}) }},
+	{"sglang", func(ProfileOptions) routing.Profile { return routing.SGLang(routing.SGLangOptions{}) }},
+	{"dynamo", func(ProfileOptions) routing.Profile { return routing.Dynamo(routing.DynamoOptions{}) }},
+	{"aibrix", func(ProfileOptions) routing.Profile { return routing.AIBrix() }},
+	{"round-robin", func(ProfileOptions) routing.Profile { return routing.RoundRobinProfile() }},
+	{"least-request", func(ProfileOptions) routing.Profile { return routing.LeastRequest() }},
+}
+
+// ProfileNames returns the names Profile knows, one per profile: usher (the default),
+// the peers' (llm-d, llm-d-precise, llm-d-sticky, sglang, dynamo, aibrix) and the baselines
+// (round-robin, least-request). The gateway's -router flag and the bench simulator's
+// -routers take these names. The slice is a fresh copy.
+func ProfileNames() []string {
+	out := make([]string, len(profiles))
+	for i, p := range profiles {
+		out[i] = p.name
+	}
+	return out
+}
+
+// Profile returns a new profile of the named kind with its defaults and the settings of
+// o that apply to it, or an error wrapping ErrInvalidOptions for an unknown name. The
+// profiles that learn from KV events (llm-d-precise, and dynamo in exact deployments) need an
+// index fed by them; see Profile.Learn. Safe for concurrent use; each call builds new filters
+// and scorers.
+func Profile(name string, o ProfileOptions) (routing.Profile, error) {
+	i := slices.IndexFunc(profiles, func(p namedProfile) bool { return p.name == name })
+	if i < 0 {
+		return routing.Profile{}, fmt.Errorf("%w: router %q: want one of %s", routing.ErrInvalidOptions, name, strings.Join(ProfileNames(), ", "))
+	}
+	return profiles[i].make(o), nil
+}
