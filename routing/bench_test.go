@@ -14,7 +14,7 @@ import (
 func benchProfile() Profile {
 	return Profile{
 		Name:    "bench-four",
-		Filters: []Filter{NewHealthFilter()},
+		Filters: []Filter{newHealthFilter()},
 		Scorers: []Weighted{{PrefixRatio(), 3}, {QueueDepth(), 2}, {KVUtilization(), 2}, {TokenLoad(0), 1}},
 		Picker:  MaxScore(),
 	}

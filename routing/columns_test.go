@@ -135,10 +135,10 @@ func TestFastPathMatchesGeneralPath(t *testing.T) {
 			return Profile{Scorers: []Weighted{{RunningRequests(), 1}, {PrefixLength(64), 2}, {TokenLoad(5000), 1}}, Picker: WeightedRandom()}
 		},
 		func() Profile {
-			return Profile{Filters: []Filter{NewHealthFilter(), NewHealthFilter()}, Scorers: []Weighted{{ActiveRequests(), 1}, {KVUtilization(), 1}}, Picker: PowerOfTwo()}
+			return Profile{Filters: []Filter{newHealthFilter(), newHealthFilter()}, Scorers: []Weighted{{ActiveRequests(), 1}, {KVUtilization(), 1}}, Picker: PowerOfTwo()}
 		},
 		func() Profile {
-			return Profile{Filters: []Filter{NewHealthFilter()}, Scorers: []Weighted{{QueueDepth(), 1}, {PrefixRatio(), 1}}, Picker: Softmax(0.2)}
+			return Profile{Filters: []Filter{newHealthFilter()}, Scorers: []Weighted{{QueueDepth(), 1}, {PrefixRatio(), 1}}, Picker: Softmax(0.2)}
 		},
 		func() Profile {
 			// No filter: stale candidates are scored, so the columns are computed per pick.

@@ -157,7 +157,7 @@ func ExampleRouter_Pick() {
 
 // New sessions that share a long system prompt spread over the fleet instead of piling onto
 // the server that cached the prompt first; each session's next turn returns to its server.
-func ExampleSessionAware() {
+func ExampleNewSessionAware() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	now := time.Unix(1_700_000_000, 0)
 	r, _ := routing.New(routing.Options{
@@ -203,7 +203,7 @@ func ExampleSessionAware() {
 
 // A backend whose metrics stopped arriving is routed around while fresh ones exist; its
 // stale numbers are never read as an idle server.
-func ExampleHealthFilter() {
+func ExampleNewHealthFilter() {
 	now := time.Unix(1_700_000_000, 0)
 	health := routing.NewHealthFilter()
 	r, _ := routing.New(routing.Options{
@@ -397,7 +397,7 @@ func ExampleRouter_SetPeerInFlight() {
 // it to router B through B's session scorer (Profile.SessionScorers) and B's id for the
 // backend (Router.Lookup). B then sends the next turn to the same backend, though B never saw
 // the session and would otherwise have placed it for balance.
-func ExampleSessionAware_LearnPlacement() {
+func ExampleNewSessionAware_replicas() {
 	now := time.Unix(1_700_000_000, 0)
 	const seed = 0x7e11 // shared by every replica, from the gateway's configuration
 

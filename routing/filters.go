@@ -5,28 +5,19 @@ import (
 	"time"
 )
 
-// HealthFilter drops unhealthy backends and routes around backends whose signals are stale.
-//
-//   - A backend marked Unhealthy is always dropped.
-//   - A backend whose signals are stale (older than Options.StaleAfter) or were never observed
-//     is dropped while at least one candidate with fresh signals remains. When every remaining
-//     candidate is stale — the scraper is down, not the fleet — they are all kept rather than
-//     failing every request, and the fallback is counted in Fallbacks. Their stale signals are
-//     then imputed by the load scorers, never read as zero load or as saturation.
-//
-// O(n), no allocation. Safe for concurrent use.
-type HealthFilter struct {
+// healthFilter is the filter NewHealthFilter returns.
+type healthFilter struct {
 	fallbacks atomic.Uint64
 }
 
-// NewHealthFilter returns a HealthFilter.
-func NewHealthFilter() *HealthFilter { return new(HealthFilter) }
+// newHealthFilter builds the filter NewHealthFilter returns.
+func newHealthFilter() *healthFilter { return new(healthFilter) }
 
 // Fallbacks is the number of picks in which every healthy candidate was stale and all were kept.
-func (f *HealthFilter) Fallbacks() uint64 { return f.fallbacks.Load() }
+func (f *healthFilter) Fallbacks() uint64 { return f.fallbacks.Load() }
 
 // Filter implements Filter.
-func (f *HealthFilter) Filter(_ *Request, cands []Candidate) []Candidate {
+func (f *healthFilter) Filter(_ *Request, cands []Candidate) []Candidate {
 	clean := true
 	for i := range cands {
 		if cands[i].Stale || cands[i].State.Health == Unhealthy {
@@ -92,25 +83,17 @@ type StickyOptions struct {
 	PeakPrefillThroughput float64
 }
 
-// StickyFilter is llm-d's "sticky until saturated" filter. A backend is sticky when it holds at
-// least Threshold of the prompt's blocks. The filter keeps only the sticky candidates, unless
-//
-//	min TTFT(sticky) − min TTFT(non-sticky) > MaxTTFTPenalty,  TTFT(e) = InFlight.PrefillTokens(e) / PeakPrefillThroughput
-//
-// in which case it keeps everyone and the load scorer after it chooses. With no chain, no
-// sticky candidate or only sticky candidates it keeps everyone. It reads only the router's own
-// in-flight counters, which are never missing or stale (llm-d's gate breaks when a backend lacks
-// its load attribute; this one cannot). O(n), no allocation, safe for concurrent use.
-type StickyFilter struct {
+// stickyFilter is the filter NewStickyFilter returns.
+type stickyFilter struct {
 	threshold float64
 	penalty   float64 // seconds
 	peak      float64
 	opened    atomic.Uint64
 }
 
-// NewStickyFilter returns a StickyFilter configured by opts (zero fields take llm-d's defaults).
-func NewStickyFilter(opts StickyOptions) *StickyFilter {
-	f := &StickyFilter{threshold: opts.Threshold, penalty: opts.MaxTTFTPenalty.Seconds(), peak: opts.PeakPrefillThroughput}
+// newStickyFilter builds the filter NewStickyFilter returns.
+func newStickyFilter(opts StickyOptions) *stickyFilter {
+	f := &stickyFilter{threshold: opts.Threshold, penalty: opts.MaxTTFTPenalty.Seconds(), peak: opts.PeakPrefillThroughput}
 	if f.threshold <= 0 {
 		f.threshold = DefaultStickyThreshold
 	}
@@ -124,14 +107,14 @@ func NewStickyFilter(opts StickyOptions) *StickyFilter {
 }
 
 // Opened is the number of picks in which the TTFT gate gave up stickiness.
-func (f *StickyFilter) Opened() uint64 { return f.opened.Load() }
+func (f *stickyFilter) Opened() uint64 { return f.opened.Load() }
 
-func (f *StickyFilter) sticky(req *Request, c *Candidate) bool {
+func (f *stickyFilter) sticky(req *Request, c *Candidate) bool {
 	return float64(c.MatchedBlocks) >= f.threshold*float64(len(req.Chain))
 }
 
 // Filter implements Filter.
-func (f *StickyFilter) Filter(req *Request, cands []Candidate) []Candidate {
+func (f *stickyFilter) Filter(req *Request, cands []Candidate) []Candidate {
 	if len(req.Chain) == 0 {
 		return cands
 	}

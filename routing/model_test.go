@@ -39,7 +39,7 @@ func newModel(t testing.TB) *model {
 		Now:        func() time.Time { return m.now },
 		StaleAfter: time.Second,
 		Profile: Profile{
-			Filters: []Filter{NewHealthFilter()},
+			Filters: []Filter{newHealthFilter()},
 			Scorers: []Weighted{{ActiveRequests(), 2}, {KVUtilization(), 1}, {TokenLoad(1000), 1}},
 			Picker:  MaxScore(),
 		},

@@ -79,7 +79,7 @@ func newOutlierFixtureWith(t *testing.T, n int, opts OutlierOptions, ropts Optio
 	f.o = o
 	ropts.Now = f.clock.Now
 	ropts.Profile = WithOutlier(Profile{
-		Filters: []Filter{NewHealthFilter()},
+		Filters: []Filter{newHealthFilter()},
 		Scorers: []Weighted{{f.prefer, 10}},
 	}, o, 1)
 	f.r = mustNew(t, ropts)

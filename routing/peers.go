@@ -17,7 +17,7 @@ import "math"
 func LLMDDefault() Profile {
 	return Profile{
 		Name:    "llm-d",
-		Filters: []Filter{NewHealthFilter()},
+		Filters: []Filter{newHealthFilter()},
 		Scorers: []Weighted{
 			{QueueDepth(), 2},
 			{KVUtilization(), 2},
@@ -75,7 +75,7 @@ func LLMDSticky(opts LLMDStickyOptions) Profile {
 	}
 	return Profile{
 		Name:    name,
-		Filters: []Filter{NewHealthFilter(), NewStickyFilter(opts.StickyOptions)},
+		Filters: []Filter{newHealthFilter(), newStickyFilter(opts.StickyOptions)},
 		Scorers: []Weighted{{load, 1}},
 		Picker:  MaxScore(),
 	}
@@ -98,29 +98,14 @@ type SGLangOptions struct {
 	CacheThreshold float64
 }
 
-// SGLangCacheAware is SGLang model gateway's cache-aware policy as one scorer, used with the
-// max-score picker. Load L is the router's own in-flight request count (the gateway counts its
-// outstanding requests per worker):
-//
-//   - if max L − min L > BalanceAbs and max L > BalanceRel · min L, the pool is imbalanced and
-//     the least-loaded backend wins: score = (max L − L) / (max L − min L);
-//   - otherwise, if the best match rate MatchedBlocks/len(Chain) exceeds CacheThreshold, the
-//     best match wins: score = match rate;
-//   - otherwise the least-loaded backend wins, scored as in the first case (1 for all when loads
-//     are equal).
-//
-// SGLang matches characters in an approximate radix tree per worker; here the match rate is in
-// prefix blocks. Below the threshold SGLang's source sends the request to the worker whose tree
-// holds the fewest characters (its emptiest cache); a router does not see per-backend cache
-// sizes on the pick path, so this follows the published description, least-loaded, which is
-// what an empty cache usually means. O(n), no allocation, safe for concurrent use.
-type SGLangCacheAware struct {
+// sglangCacheAware is the scorer NewSGLangCacheAware returns.
+type sglangCacheAware struct {
 	abs, rel, thresh float64
 }
 
-// NewSGLangCacheAware returns the scorer configured by opts.
-func NewSGLangCacheAware(opts SGLangOptions) *SGLangCacheAware {
-	s := &SGLangCacheAware{abs: opts.BalanceAbs, rel: opts.BalanceRel, thresh: opts.CacheThreshold}
+// newSGLangCacheAware builds the scorer NewSGLangCacheAware returns.
+func newSGLangCacheAware(opts SGLangOptions) *sglangCacheAware {
+	s := &sglangCacheAware{abs: opts.BalanceAbs, rel: opts.BalanceRel, thresh: opts.CacheThreshold}
 	if s.abs <= 0 {
 		s.abs = DefaultSGLangBalanceAbs
 	}
@@ -134,7 +119,7 @@ func NewSGLangCacheAware(opts SGLangOptions) *SGLangCacheAware {
 }
 
 // Score implements Scorer.
-func (s *SGLangCacheAware) Score(req *Request, cands []Candidate, dst []float64) {
+func (s *sglangCacheAware) Score(req *Request, cands []Candidate, dst []float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	best := 0.0
 	for i := range cands {
@@ -164,8 +149,8 @@ func (s *SGLangCacheAware) Score(req *Request, cands []Candidate, dst []float64)
 func SGLang(opts SGLangOptions) Profile {
 	return Profile{
 		Name:    "sglang",
-		Filters: []Filter{NewHealthFilter()},
-		Scorers: []Weighted{{NewSGLangCacheAware(opts), 1}},
+		Filters: []Filter{newHealthFilter()},
+		Scorers: []Weighted{{newSGLangCacheAware(opts), 1}},
 		Picker:  MaxScore(),
 	}
 }
@@ -179,25 +164,13 @@ type DynamoOptions struct {
 	Temperature float64
 }
 
-// DynamoCost is NVIDIA Dynamo's KV router cost, lower is better:
-//
-//	cost = OverlapWeight · prefill_blocks + decode_blocks
-//	prefill_blocks = (InFlight.PrefillTokens + UncachedTokens) / block size
-//	decode_blocks  = InFlight.Blocks + ⌈PromptTokens / block size⌉
-//
-// prefill_blocks counts the blocks the backend would still have to prefill with this request
-// there (its own uncached blocks included), decode_blocks the blocks active on it after admitting
-// this request; like Dynamo, both come from the router's own request accounting, never from
-// polled metrics, so nothing is missing or stale. Scores are the min-max normalised cost turned
-// around, score = (max − cost) / (max − min) (1 for all when equal), so the max-score picker takes
-// Dynamo's argmin and Softmax(T) samples with p ∝ exp(−normalised cost / T), as Dynamo does.
-// O(n), no allocation, safe for concurrent use.
-type DynamoCost struct {
+// dynamoCost is the scorer NewDynamoCost returns.
+type dynamoCost struct {
 	w float64
 }
 
-// NewDynamoCost returns the scorer with the given overlap weight (see DynamoOptions).
-func NewDynamoCost(opts DynamoOptions) *DynamoCost {
+// newDynamoCost builds the scorer NewDynamoCost returns.
+func newDynamoCost(opts DynamoOptions) *dynamoCost {
 	w := opts.OverlapWeight
 	if w == 0 {
 		w = 1
@@ -205,11 +178,11 @@ func NewDynamoCost(opts DynamoOptions) *DynamoCost {
 	if w < 0 {
 		w = 0
 	}
-	return &DynamoCost{w: w}
+	return &dynamoCost{w: w}
 }
 
 // Score implements Scorer.
-func (d *DynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
+func (d *dynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
 	bs := float64(req.BlockSize)
 	if bs <= 0 {
 		bs = DefaultBlockSize
@@ -239,13 +212,16 @@ func (d *DynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
 func Dynamo(opts DynamoOptions) Profile {
 	return Profile{
 		Name:    "dynamo",
-		Filters: []Filter{NewHealthFilter()},
-		Scorers: []Weighted{{NewDynamoCost(opts), 1}},
+		Filters: []Filter{newHealthFilter()},
+		Scorers: []Weighted{{newDynamoCost(opts), 1}},
 		Picker:  Softmax(opts.Temperature),
 	}
 }
 
-// AIBrixPrefixGate is AIBrix's prefix-cache router as one scorer (its "prefix-cache" routing
+// aibrixPrefixGate is the scorer AIBrixPrefixGate returns.
+type aibrixPrefixGate struct{}
+
+// AIBrixPrefixGate returns AIBrix's prefix-cache router as one scorer (its "prefix-cache" routing
 // algorithm). L is the router's in-flight request count per backend (AIBrix's realtime running
 // count), μ and σ its mean and standard deviation over the candidates, m the match ratio
 // MatchedBlocks/len(Chain):
@@ -261,10 +237,10 @@ func Dynamo(opts DynamoOptions) Profile {
 // block of match), a non-eligible one 0.49·(max L − L)/(max L − min L) (0.49 when all equal),
 // and, under the load gate, the least-loaded score 0.5 + 0.49·m and the others 0. AIBrix matches
 // characters or tokens; here m is in prefix blocks. O(n), no allocation, safe for concurrent use.
-type AIBrixPrefixGate struct{}
+func AIBrixPrefixGate() Scorer { return aibrixPrefixGate{} }
 
 // Score implements Scorer.
-func (AIBrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
+func (aibrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
 	n := float64(len(cands))
 	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
 	for i := range cands {
@@ -314,8 +290,8 @@ func (AIBrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
 func AIBrix() Profile {
 	return Profile{
 		Name:    "aibrix",
-		Filters: []Filter{NewHealthFilter()},
-		Scorers: []Weighted{{AIBrixPrefixGate{}, 1}},
+		Filters: []Filter{newHealthFilter()},
+		Scorers: []Weighted{{aibrixPrefixGate{}, 1}},
 		Picker:  MaxScore(),
 	}
 }
@@ -324,7 +300,7 @@ func AIBrix() Profile {
 func RoundRobinProfile() Profile {
 	return Profile{
 		Name:    "round-robin",
-		Filters: []Filter{NewHealthFilter()},
+		Filters: []Filter{newHealthFilter()},
 		Picker:  RoundRobin(),
 	}
 }
@@ -334,7 +310,7 @@ func RoundRobinProfile() Profile {
 func LeastRequest() Profile {
 	return Profile{
 		Name:    "least-request",
-		Filters: []Filter{NewHealthFilter()},
+		Filters: []Filter{newHealthFilter()},
 		Scorers: []Weighted{{ActiveRequests(), 1}},
 		Picker:  MaxScore(),
 	}
@@ -385,11 +361,11 @@ func Usher(opts UsherOptions) Profile {
 	}
 	return Profile{
 		Name:    "usher",
-		Filters: []Filter{NewHealthFilter()},
+		Filters: []Filter{newHealthFilter()},
 		Scorers: []Weighted{
-			{NewSessionAware(sa), 1.5},
+			{newSessionAware(sa), 1.5},
 			{TokenLoad(UsherLoadCap), 2},
-			{NewDynamoCost(DynamoOptions{}), 1},
+			{newDynamoCost(DynamoOptions{}), 1},
 			{KVUtilization(), 0.5},
 		},
 		Picker: MaxScore(),

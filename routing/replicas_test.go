@@ -371,7 +371,7 @@ func TestSessionSharingBetweenRouters(t *testing.T) {
 			return Usher(UsherOptions{Session: SessionAwareOptions{SessionOptions: o}})
 		}},
 		{"session-affinity", func(o SessionOptions) Profile {
-			return Profile{Scorers: []Weighted{{NewSessionAffinity(o), 10}, {ActiveRequests(), 1}}}
+			return Profile{Scorers: []Weighted{{newSessionAffinity(o), 10}, {ActiveRequests(), 1}}}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -486,7 +486,7 @@ func TestLearnPlacementScorers(t *testing.T) {
 	log := &placementLog{}
 	opts := SessionOptions{Seed: 77, Feed: log}
 	h := newSessionTable(opts).hash("alice")
-	for _, sp := range []SessionPlacer{NewSessionAffinity(opts), NewSessionAware(SessionAwareOptions{SessionOptions: opts})} {
+	for _, sp := range []SessionPlacer{newSessionAffinity(opts), newSessionAware(SessionAwareOptions{SessionOptions: opts})} {
 		if !sp.LearnPlacement(h, 2, 5, t0.Add(time.Minute)) {
 			t.Errorf("%T: LearnPlacement = false", sp)
 		}
@@ -502,7 +502,7 @@ func TestLearnPlacementScorers(t *testing.T) {
 // The feed hears each placement a pick makes: hashed session, backend name, blocks, expiry.
 func TestSessionFeedPlaced(t *testing.T) {
 	log := &placementLog{}
-	sa := NewSessionAffinity(SessionOptions{TTL: time.Minute, Seed: 3, Feed: log})
+	sa := newSessionAffinity(SessionOptions{TTL: time.Minute, Seed: 3, Feed: log})
 	now := t0
 	r := mustNew(t, Options{Now: func() time.Time { return now }, Profile: Profile{Scorers: []Weighted{{sa, 1}}}})
 	mustUpdate(t, r, fleet(3, t0))
@@ -565,7 +565,7 @@ func TestSessionSeedAllocs(t *testing.T) {
 }
 
 func TestProfileSessionScorers(t *testing.T) {
-	sa := NewSessionAffinity(SessionOptions{})
+	sa := newSessionAffinity(SessionOptions{})
 	o, err := NewOutlier(OutlierOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -579,7 +579,7 @@ func TestProfileSessionScorers(t *testing.T) {
 		{"usher with outlier", WithOutlier(Usher(UsherOptions{}), o, 1), 1},
 		{"llm-d default", LLMDDefault(), 0},
 		{"one scorer twice", Profile{Scorers: []Weighted{{sa, 1}, {sa, 2}}}, 1},
-		{"two tables", Profile{Scorers: []Weighted{{sa, 1}, {NewSessionAware(SessionAwareOptions{}), 2}}}, 2},
+		{"two tables", Profile{Scorers: []Weighted{{sa, 1}, {newSessionAware(SessionAwareOptions{}), 2}}}, 2},
 	} {
 		if got := tc.profile.SessionScorers(); len(got) != tc.want {
 			t.Errorf("%s: %d session scorers, want %d", tc.name, len(got), tc.want)
@@ -587,7 +587,7 @@ func TestProfileSessionScorers(t *testing.T) {
 	}
 	p := Usher(UsherOptions{})
 	if got := p.SessionScorers(); got[0] != p.Scorers[0].Scorer.(SessionPlacer) {
-		t.Error("Usher's session scorer is not its SessionAware")
+		t.Error("Usher's session scorer is not its sessionAware")
 	}
 }
 

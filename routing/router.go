@@ -412,7 +412,7 @@ func New(opts Options) (*Router, error) {
 		}
 		r.hook(f)
 		switch f.(type) {
-		case *HealthFilter:
+		case *healthFilter:
 			r.cleanSkip = append(r.cleanSkip, subset)
 		case *Outlier:
 			r.cleanSkip = append(r.cleanSkip, false)
@@ -439,7 +439,7 @@ func New(opts Options) (*Router, error) {
 	r.hook(r.picker)
 	r.fast = len(r.observers) == 0 && builtinPicker(r.picker)
 	for _, f := range r.filters {
-		if _, ok := f.(*HealthFilter); !ok {
+		if _, ok := f.(*healthFilter); !ok {
 			r.fast = false
 		}
 	}

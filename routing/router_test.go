@@ -144,7 +144,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestErrNoBackend(t *testing.T) {
-	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{NewHealthFilter()}}})
+	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{newHealthFilter()}}})
 	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
 		t.Fatalf("empty router: err = %v, want ErrNoBackend", err)
 	}
@@ -625,9 +625,9 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sa := NewSessionAware(SessionAwareOptions{})
+	sa := newSessionAware(SessionAwareOptions{})
 	r := mustNew(t, Options{Index: ix, Now: time.Now, Profile: Profile{
-		Filters: []Filter{NewHealthFilter()},
+		Filters: []Filter{newHealthFilter()},
 		Scorers: []Weighted{{PrefixRatio(), 2}, {QueueDepth(), 1}, {sa, 3}, {TokenLoad(0), 1}},
 		Picker:  WeightedRandom(),
 	}})
@@ -700,9 +700,9 @@ func TestPickAllocs(t *testing.T) {
 		{"dynamo softmax", Dynamo(DynamoOptions{Temperature: 0.5})},
 		{"aibrix", AIBrix()},
 		{"usher", Usher(UsherOptions{})},
-		{"session affinity", Profile{Scorers: []Weighted{{NewSessionAffinity(SessionOptions{}), 1}}, Picker: PowerOfTwo()}},
+		{"session affinity", Profile{Scorers: []Weighted{{newSessionAffinity(SessionOptions{}), 1}}, Picker: PowerOfTwo()}},
 		{"round robin", RoundRobinProfile()},
-		{"tiered prefix", Profile{Scorers: []Weighted{{NewTieredPrefix(mediumFake{}, TieredOptions{}), 1}}}},
+		{"tiered prefix", Profile{Scorers: []Weighted{{newTieredPrefix(mediumFake{}, TieredOptions{}), 1}}}},
 	} {
 		r, req := benchRouter(t, 100, tc.profile)
 		req.Session = "s1"
@@ -720,7 +720,7 @@ func TestTieredPrefixWithIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{NewTieredPrefix(ix, TieredOptions{}), 1}}}})
+	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{newTieredPrefix(ix, TieredOptions{}), 1}}}})
 	mustUpdate(t, r, fleet(2, t0))
 	seed := prefixcache.Seed("m", "", "")
 	tokens := make([]uint32, 128)
@@ -809,7 +809,7 @@ func TestPickErrorAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{NewHealthFilter()}}})
+	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{newHealthFilter()}}})
 	req := &Request{}
 	if n := testing.AllocsPerRun(100, func() { _, _ = r.Pick(req) }); n != 0 {
 		t.Errorf("empty set: %v allocs", n)

@@ -102,23 +102,19 @@ func (o SaturationOptions) limits() (q, kv float64) {
 	return q, kv
 }
 
-// SaturationFilter keeps the candidates below saturation (level < 1, as Router.Saturation
-// computes it per backend), or every candidate when none is: paired with the gauge behind an
-// admission gate, a request dispatched because some backend had room is sent to one that has
-// it, even when its session's home or its best prefix match is full. O(n), no allocation, safe
-// for concurrent use.
-type SaturationFilter struct {
+// saturationFilter is the filter NewSaturationFilter returns.
+type saturationFilter struct {
 	q, kv float64
 }
 
-// NewSaturationFilter returns the filter with the limits of opts (Mean is ignored).
-func NewSaturationFilter(opts SaturationOptions) *SaturationFilter {
+// newSaturationFilter builds the filter NewSaturationFilter returns.
+func newSaturationFilter(opts SaturationOptions) *saturationFilter {
 	q, kv := opts.limits()
-	return &SaturationFilter{q: q, kv: kv}
+	return &saturationFilter{q: q, kv: kv}
 }
 
 // Filter implements Filter.
-func (f *SaturationFilter) Filter(_ *Request, cands []Candidate) []Candidate {
+func (f *saturationFilter) Filter(_ *Request, cands []Candidate) []Candidate {
 	k := 0
 	for i := range cands {
 		c := &cands[i]

@@ -165,19 +165,19 @@ func TestPeerScorerTables(t *testing.T) {
 		want   []float64
 	}{
 		// Loads 10 and 100: 90 > 64 and 100 > 1.5·10 → imbalanced → least-loaded by min-max.
-		{"sglang imbalanced", NewSGLangCacheAware(SGLangOptions{}), req10,
+		{"sglang imbalanced", newSGLangCacheAware(SGLangOptions{}), req10,
 			cands(cand{inflight: 10, matched: 0}, cand{inflight: 100, matched: 10}, cand{inflight: 55, matched: 5}),
 			[]float64{1, 0, 0.5}},
 		// Loads 10 and 70: 60 ≤ 64 → balanced; best match 0.5 > 0.3 → match rate.
-		{"sglang cache", NewSGLangCacheAware(SGLangOptions{}), req10,
+		{"sglang cache", newSGLangCacheAware(SGLangOptions{}), req10,
 			cands(cand{inflight: 10, matched: 0}, cand{inflight: 70, matched: 5}),
 			[]float64{0, 0.5}},
 		// Best match 0.3 is not above 0.3 → least-loaded.
-		{"sglang low match", NewSGLangCacheAware(SGLangOptions{}), req10,
+		{"sglang low match", newSGLangCacheAware(SGLangOptions{}), req10,
 			cands(cand{inflight: 2, matched: 3}, cand{inflight: 4, matched: 0}),
 			[]float64{1, 0}},
 		// 195 − 130 = 65 > 64 but 195 ≤ 1.5·130 → not imbalanced; best match 0.8 → cache.
-		{"sglang rel rule", NewSGLangCacheAware(SGLangOptions{}), req10,
+		{"sglang rel rule", newSGLangCacheAware(SGLangOptions{}), req10,
 			cands(cand{inflight: 130, matched: 8}, cand{inflight: 195, matched: 2}, cand{inflight: 160}),
 			[]float64{0.8, 0.2, 0}},
 		// Dynamo: block size 16, prompt 160 tokens = 10 blocks.
@@ -185,33 +185,33 @@ func TestPeerScorerTables(t *testing.T) {
 		//   b: prefill (32 + 0)/16 = 2,   active 20 + 10 → cost 32
 		//   c: prefill (0 + 80)/16 = 5,   active 35 + 10 → cost 50
 		// scores (70 − cost)/(70 − 32): 0, 1, 20/38.
-		{"dynamo cost", NewDynamoCost(DynamoOptions{}), req10,
+		{"dynamo cost", newDynamoCost(DynamoOptions{}), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Overlap weight 0 (negative): prefill ignored: costs 60, 30, 45 → 0, 1, 0.5.
-		{"dynamo no overlap", NewDynamoCost(DynamoOptions{OverlapWeight: -1}), req10,
+		{"dynamo no overlap", newDynamoCost(DynamoOptions{OverlapWeight: -1}), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 0.5}},
 		// Weight 2: costs 2·10+60 = 80, 2·2+30 = 34, 2·5+45 = 55 → 0, 1, 25/46.
-		{"dynamo weight 2", NewDynamoCost(DynamoOptions{OverlapWeight: 2}), req10,
+		{"dynamo weight 2", newDynamoCost(DynamoOptions{OverlapWeight: 2}), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 25.0 / 46}},
 		// AIBrix: loads 0, 0, 0, 20: mean 5, max 20 > 2·6 = 12 and 20 − 0 ≥ 8 → only the
 		// least-loaded (0, 1, 2) may be chosen; among them the best match: 0.5 + 0.49·m.
-		{"aibrix imbalanced", AIBrixPrefixGate{}, req10,
+		{"aibrix imbalanced", aibrixPrefixGate{}, req10,
 			cands(cand{inflight: 0}, cand{inflight: 0, matched: 10}, cand{inflight: 0, matched: 5}, cand{inflight: 20, matched: 10}),
 			[]float64{0.5, 0.99, 0.745, 0}},
 		// Loads 2, 4, 6: mean 4, σ = √(8/3) ≈ 1.63 → limit 5.63; the third is over it and falls
 		// to the least-request band: 0.49·(6 − 6)/4 = 0. Eligible: 0.5 + 0.49·m + 0.49/11·(1 − L/7).
-		{"aibrix prefix", AIBrixPrefixGate{}, req10,
+		{"aibrix prefix", aibrixPrefixGate{}, req10,
 			cands(cand{inflight: 2, matched: 2}, cand{inflight: 4, matched: 6}, cand{inflight: 6, matched: 10}),
 			[]float64{0.5 + 0.49*0.2 + 0.49/11*(1-2.0/7), 0.5 + 0.49*0.6 + 0.49/11*(1-4.0/7), 0}},
 		// Equal matches: the lower load wins by the tie term.
-		{"aibrix tie", AIBrixPrefixGate{}, req10,
+		{"aibrix tie", aibrixPrefixGate{}, req10,
 			cands(cand{inflight: 1, matched: 5}, cand{inflight: 0, matched: 5}),
 			[]float64{0.5 + 0.245 + 0.49/11*(1-1.0/2), 0.5 + 0.245 + 0.49/11}},
 		// No match anywhere: least request, 0.49·(max − L)/(max − min).
-		{"aibrix no match", AIBrixPrefixGate{}, req10,
+		{"aibrix no match", aibrixPrefixGate{}, req10,
 			cands(cand{inflight: 1}, cand{inflight: 3}, cand{inflight: 2}),
 			[]float64{0.49, 0, 0.245}},
 	}
@@ -233,7 +233,7 @@ func TestHealthFilter(t *testing.T) {
 		{"all unhealthy", []cand{{health: Unhealthy}}, nil, 0},
 	}
 	for _, tt := range tests {
-		f := NewHealthFilter()
+		f := newHealthFilter()
 		got := f.Filter(&Request{}, cands(tt.in...))
 		if !sameIDs(got, tt.want) {
 			t.Errorf("%s: kept %v, want %v", tt.name, ids(got), tt.want)
@@ -271,7 +271,7 @@ func TestStickyFilter(t *testing.T) {
 			[]cand{{matched: 5, prefill: 1500}, {matched: 4, prefill: 200}}, []BackendID{0, 1}, 1},
 	}
 	for _, tt := range tests {
-		f := NewStickyFilter(tt.opts)
+		f := newStickyFilter(tt.opts)
 		got := f.Filter(tt.req, cands(tt.in...))
 		if !sameIDs(got, tt.want) {
 			t.Errorf("%s: kept %v, want %v", tt.name, ids(got), tt.want)
@@ -313,7 +313,7 @@ func (f mediumFake) MatchMedium(dst []int32, _ []prefixcache.BlockHash, m prefix
 func TestTieredPrefix(t *testing.T) {
 	// 1000-byte blocks of 16 tokens; prefill 16 tok/s = 1 s per block; CPU 0.25 s per block
 	// (credit 0.75), remote 0.5 s (credit 0.5).
-	tp := NewTieredPrefix(mediumFake{
+	tp := newTieredPrefix(mediumFake{
 		prefixcache.CPU:    {6, 3, 0},
 		prefixcache.Remote: {8, 0, 10},
 	}, TieredOptions{BlockBytes: 1000, CPUBandwidth: 4000, RemoteBandwidth: 2000, PrefillThroughput: 16})
@@ -330,7 +330,7 @@ func TestTieredPrefix(t *testing.T) {
 	checkScores(t, "tiered", got, []float64{0.6, 0.5, 0.5, 0.4})
 
 	// Defaults: a CPU block is worth ≈0.833 of a GPU block, a remote one nothing.
-	def := NewTieredPrefix(mediumFake{}, TieredOptions{})
+	def := newTieredPrefix(mediumFake{}, TieredOptions{})
 	if c := def.Credit(prefixcache.CPU, 16); math.Abs(c-0.833) > 0.001 {
 		t.Errorf("default CPU credit %v, want ≈0.833", c)
 	}

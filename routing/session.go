@@ -60,8 +60,8 @@ type SessionPlacer interface {
 }
 
 var (
-	_ SessionPlacer = (*SessionAffinity)(nil)
-	_ SessionPlacer = (*SessionAware)(nil)
+	_ SessionPlacer = (*sessionAffinity)(nil)
+	_ SessionPlacer = (*sessionAware)(nil)
 )
 
 // SessionScorers returns the filters, scorers and picker of p that are session scorers
@@ -240,22 +240,18 @@ func (t *sessionTable) learn(session uint64, id BackendID, blocks int, expires t
 	return t.put(session, id, blocks, expires.UnixNano(), true)
 }
 
-// SessionAffinity scores the backend that served a session's previous turn 1 and every other
-// candidate 0 (llm-d's session-affinity scorer, 300 s TTL). A request without a session, or whose
-// session is unknown or expired, scores 0 everywhere. It learns placements as an Observer, and
-// from other gateway replicas through LearnPlacement (see SessionFeed). O(n) per pick, O(1) to
-// learn; no allocation; safe for concurrent use.
-type SessionAffinity struct {
+// sessionAffinity is the scorer NewSessionAffinity returns.
+type sessionAffinity struct {
 	t *sessionTable
 }
 
-// NewSessionAffinity returns a SessionAffinity with its own bounded session table.
-func NewSessionAffinity(opts SessionOptions) *SessionAffinity {
-	return &SessionAffinity{t: newSessionTable(opts)}
+// newSessionAffinity builds the scorer NewSessionAffinity returns.
+func newSessionAffinity(opts SessionOptions) *sessionAffinity {
+	return &sessionAffinity{t: newSessionTable(opts)}
 }
 
 // Score implements Scorer.
-func (s *SessionAffinity) Score(req *Request, cands []Candidate, dst []float64) {
+func (s *sessionAffinity) Score(req *Request, cands []Candidate, dst []float64) {
 	clear(dst)
 	if req.Session == "" {
 		return
@@ -273,13 +269,13 @@ func (s *SessionAffinity) Score(req *Request, cands []Candidate, dst []float64) 
 
 // Picked implements Observer: the chosen backend becomes the session's, and SessionOptions.Feed
 // hears of it.
-func (s *SessionAffinity) Picked(req *Request, chosen *Candidate, now time.Time) {
+func (s *sessionAffinity) Picked(req *Request, chosen *Candidate, now time.Time) {
 	s.t.picked(req, chosen, now)
 }
 
 // LearnPlacement applies a placement another gateway replica learnt; see
 // SessionAware.LearnPlacement. O(1), no allocation, safe for concurrent use with picks.
-func (s *SessionAffinity) LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool {
+func (s *sessionAffinity) LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool {
 	return s.t.learn(session, id, blocks, expires)
 }
 
@@ -320,35 +316,8 @@ type SessionAwareOptions struct {
 	PrefixFirstTurns bool
 }
 
-// SessionAware is usher's session-aware placement scorer, from production studies of coding
-// agents, where most reusable KV cache is within a session. With L a candidate's load (below),
-// balance(c) = 1 − L(c)/(max L + 1) and overloaded(c) ⇔ L(c) > Overload · (mean L + 1):
-//
-//   - A session's first turn, and any turn whose history is gone, is placed for balance:
-//     score = balance, with no regard to prefix matches. A shared opening prompt (the same
-//     system instructions for everyone) is cached on whichever servers saw it first; scoring it
-//     would pull every new session onto them.
-//   - A later turn stays where its history is cached: the home backend scores 1 and every other
-//     candidate balance/2 — unless the home is overloaded, or its history was evicted
-//     (MatchedBlocks(home) < KeptFraction · the blocks of the previous turn; checked only when
-//     the Router has a prefix index). Then the turn is placed for balance, the new backend
-//     becomes home, and Moved counts it.
-//   - A request without a session scores (MatchedBlocks/len(Chain) + balance)/2, or balance/4
-//     when the candidate is overloaded: prefix reuse and balance in equal parts, never onto a
-//     server already carrying twice its share.
-//
-// balance is relative to the busiest candidate rather than min-max normalised, so one request
-// more or less moves it by 1/(max L + 1), not from 1 to 0: a prefix match can outweigh a small
-// load difference but not a large one. The "+ 1" in both formulas keeps a nearly idle pool from
-// treating 1 request against 0 as overload.
-//
-// L is the larger of the in-flight requests (Candidate.InFlight: the router's own, plus its
-// peers' when SetPeerInFlight is used) and the server's queued + running requests when those
-// are fresh (the router's own counter is never stale, so a missing or stale metric
-// falls back to it instead of being read as zero). Gateway replicas share placements through
-// SessionOptions.Feed and LearnPlacement. O(n) per pick, O(1) to learn; no allocation; safe for
-// concurrent use.
-type SessionAware struct {
+// sessionAware is the scorer NewSessionAware returns.
+type sessionAware struct {
 	t        *sessionTable
 	overload float64
 	kept     float64
@@ -357,9 +326,9 @@ type SessionAware struct {
 	moved    atomic.Uint64
 }
 
-// NewSessionAware returns a SessionAware configured by opts.
-func NewSessionAware(opts SessionAwareOptions) *SessionAware {
-	s := &SessionAware{t: newSessionTable(opts.SessionOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction, prefix1: opts.PrefixFirstTurns}
+// newSessionAware builds the scorer NewSessionAware returns.
+func newSessionAware(opts SessionAwareOptions) *sessionAware {
+	s := &sessionAware{t: newSessionTable(opts.SessionOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction, prefix1: opts.PrefixFirstTurns}
 	if s.overload <= 0 {
 		s.overload = DefaultOverload
 	}
@@ -371,7 +340,7 @@ func NewSessionAware(opts SessionAwareOptions) *SessionAware {
 
 // Moved is the number of later turns that left their home because it was overloaded or its
 // history was evicted. O(1).
-func (s *SessionAware) Moved() uint64 { return s.moved.Load() }
+func (s *sessionAware) Moved() uint64 { return s.moved.Load() }
 
 // load is a candidate's load as SessionAware sees it.
 func load(c *Candidate) float64 {
@@ -392,7 +361,7 @@ func load(c *Candidate) float64 {
 }
 
 // Score implements Scorer.
-func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
+func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	hi, sum := 0.0, 0.0
 	for i := range cands {
 		l := load(&cands[i])
@@ -442,7 +411,7 @@ func (s *SessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 
 // Picked implements Observer: the chosen backend becomes the session's home, and
 // SessionOptions.Feed hears of it.
-func (s *SessionAware) Picked(req *Request, chosen *Candidate, now time.Time) {
+func (s *sessionAware) Picked(req *Request, chosen *Candidate, now time.Time) {
 	s.t.picked(req, chosen, now)
 }
 
@@ -460,6 +429,6 @@ func (s *SessionAware) Picked(req *Request, chosen *Candidate, now time.Time) {
 // to the Feed. An id the router does not route to is harmless: it matches no candidate. O(1),
 // no allocation, lock-free and safe for concurrent use with picks; a write racing with a pick
 // of the same session may lose, which costs at most one misplaced turn.
-func (s *SessionAware) LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool {
+func (s *sessionAware) LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool {
 	return s.t.learn(session, id, blocks, expires)
 }

@@ -77,7 +77,7 @@ func TestSessionTableBounded(t *testing.T) {
 }
 
 func TestSessionAffinity(t *testing.T) {
-	sa := NewSessionAffinity(SessionOptions{TTL: time.Minute})
+	sa := newSessionAffinity(SessionOptions{TTL: time.Minute})
 	now := t0
 	r := mustNew(t, Options{Now: func() time.Time { return now }, Profile: Profile{
 		Scorers: []Weighted{{sa, 10}, {ActiveRequests(), 1}},
@@ -107,16 +107,16 @@ func TestSessionAffinity(t *testing.T) {
 }
 
 // sessionFleet is a router over 8 fresh backends, a fake index, and a SessionAware scorer.
-func sessionFleet(t *testing.T, profile func(*SessionAware) Profile) (*Router, *fakeIndex, *SessionAware, []BackendState) {
+func sessionFleet(t *testing.T, profile func(*sessionAware) Profile) (*Router, *fakeIndex, *sessionAware, []BackendState) {
 	ix := newFakeIndex()
-	sa := NewSessionAware(SessionAwareOptions{})
+	sa := newSessionAware(SessionAwareOptions{})
 	r := mustNew(t, Options{Index: ix, Profile: profile(sa)})
 	s := fleet(8, t0)
 	mustUpdate(t, r, s)
 	return r, ix, sa, s
 }
 
-func usherWith(sa *SessionAware) Profile {
+func usherWith(sa *sessionAware) Profile {
 	p := Usher(UsherOptions{})
 	p.Scorers[0].Scorer = sa
 	return p
@@ -217,7 +217,7 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 
 // A sessionless request weighs prefix and balance equally.
 func TestSessionAwareScores(t *testing.T) {
-	sa := NewSessionAware(SessionAwareOptions{})
+	sa := newSessionAware(SessionAwareOptions{})
 	req := &Request{Chain: chain(4)}
 	// loads 0, 2, 4: balance 1 − L/5 = 1, 0.6, 0.2; limit 2·(2+1) = 6, nobody overloaded;
 	// ratios 0, 1, 0.5.

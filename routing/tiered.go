@@ -30,28 +30,17 @@ type TieredOptions struct {
 	PrefillThroughput float64
 }
 
-// TieredPrefix is a prefix scorer that counts blocks held outside GPU memory at their transfer
-// cost instead of as free hits or as misses. With the request's chain of n blocks, and g, c, r
-// the leading blocks a candidate holds on GPU, in CPU memory and in a remote store:
-//
-//	score = (g + k_cpu·(c′ − g) + k_remote·(r′ − c′)) / n,  c′ = max(c, g), r′ = max(r, c′)
-//	k_m   = max(0, 1 − transfer time of a block from m / prefill time of a block)
-//
-// where a block's transfer time is BlockBytes / bandwidth and its prefill time is block size /
-// PrefillThroughput. With the defaults a CPU block is worth 0.83 of a GPU block and a remote
-// block nothing (fetching it is slower than recomputing it). g comes from the router's own match
-// (Candidate.MatchedBlocks); c and r cost one MatchMedium each per pick. The scratch slices come
-// from a pool: no allocation once warm. Safe for concurrent use.
-type TieredPrefix struct {
+// tieredPrefix is the scorer NewTieredPrefix returns.
+type tieredPrefix struct {
 	ix                  MediumIndex
 	bytes, cpuBW, remBW float64
 	prefill             float64
 	pool                sync.Pool // *[2][]int32
 }
 
-// NewTieredPrefix returns a TieredPrefix over ix, normally the same index as Options.Index.
-func NewTieredPrefix(ix MediumIndex, opts TieredOptions) *TieredPrefix {
-	t := &TieredPrefix{ix: ix, bytes: opts.BlockBytes, cpuBW: opts.CPUBandwidth, remBW: opts.RemoteBandwidth, prefill: opts.PrefillThroughput}
+// newTieredPrefix builds the scorer NewTieredPrefix returns.
+func newTieredPrefix(ix MediumIndex, opts TieredOptions) *tieredPrefix {
+	t := &tieredPrefix{ix: ix, bytes: opts.BlockBytes, cpuBW: opts.CPUBandwidth, remBW: opts.RemoteBandwidth, prefill: opts.PrefillThroughput}
 	if t.bytes <= 0 {
 		t.bytes = 4 << 20
 	}
@@ -70,7 +59,7 @@ func NewTieredPrefix(ix MediumIndex, opts TieredOptions) *TieredPrefix {
 
 // Credit returns the worth of one block held in medium m relative to one on GPU, for blocks of
 // blockSize tokens: 1 for GPU, k_m (above) otherwise. O(1).
-func (t *TieredPrefix) Credit(m prefixcache.Medium, blockSize int) float64 {
+func (t *tieredPrefix) Credit(m prefixcache.Medium, blockSize int) float64 {
 	var bw float64
 	switch m {
 	case prefixcache.GPU:
@@ -87,7 +76,7 @@ func (t *TieredPrefix) Credit(m prefixcache.Medium, blockSize int) float64 {
 }
 
 // Score implements Scorer.
-func (t *TieredPrefix) Score(req *Request, cands []Candidate, dst []float64) {
+func (t *tieredPrefix) Score(req *Request, cands []Candidate, dst []float64) {
 	n := len(req.Chain)
 	if n == 0 {
 		clear(dst)
