@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/rekey"
 )
 
 // UrgentTier is the Key.Tier of a flow that BoundedWait has promoted: below every tier an
@@ -42,7 +43,7 @@ type boundedWait struct {
 	hist  table[bwState]
 	nodes map[flowRef]*node
 	bands []bwBand
-	rekey flowcontrol.RekeyTimers[*node]
+	rekey rekey.Timers[*node]
 	pool  nodePool
 	seq   uint64
 }

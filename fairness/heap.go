@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/rekey"
 )
 
 // node is a flow (or, in a Hierarchy, a tenant) that a FlowPicker policy orders itself.
@@ -14,8 +15,8 @@ import (
 type node struct {
 	st    flowcontrol.FlowState
 	key   flowcontrol.Key
-	seq   uint64                 // insertion order, the last tie-break
-	rekey flowcontrol.RekeyTimer // when the key must be recomputed
+	seq   uint64      // insertion order, the last tie-break
+	rekey rekey.Timer // when the key must be recomputed
 	idx   [2]int32
 
 	parent *node    // a session's tenant (Hierarchy)
@@ -38,7 +39,7 @@ func nodeLess(a, b *node) bool {
 
 // nodeHeap is an intrusive binary min-heap of nodes by (key, seq); slot says which of a
 // node's two heap positions it uses, so a node can sit in two heaps at once. Re-key times go
-// in a flowcontrol.RekeyTimers, on the time-ordered heap the queue uses; this order, by a
+// in a rekey.Timers, on the time-ordered heap the queue uses; this order, by a
 // Key, moves nodes in place, which that heap (with lazy removal) does not.
 type nodeHeap struct {
 	a    []*node

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/rekey"
 )
 
 // HierarchyOptions configures NewHierarchy.
@@ -34,7 +35,7 @@ type hierarchyPolicy struct {
 	nodes   map[flowRef]*node // sessions with requests queued
 	tnodes  map[flowRef]*node // tenants with requests queued or in flight
 	bands   []nodeHeap        // per band, tenants with requests queued
-	rekey   flowcontrol.RekeyTimers[*node]
+	rekey   rekey.Timers[*node]
 	pool    nodePool
 	seq     uint64
 	scratch flowcontrol.Event

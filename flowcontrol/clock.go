@@ -25,21 +25,21 @@ type Timer interface {
 	Stop() bool
 }
 
-// SystemClock is the Clock backed by package time. It is stateless and safe for concurrent
+// systemClock is the Clock backed by package time. It is stateless and safe for concurrent
 // use.
 //
-// A Queue whose Options.Clock is SystemClock (or nil) does not call Now: it reads the
+// A Queue whose Options.Clock is systemClock (or nil) does not call Now: it reads the
 // monotonic clock alone, which costs one clock read instead of time.Now's two, and adds the
 // elapsed time to a time.Now reading it takes again once a second. Its times then carry the
 // same monotonic reading as time.Now's would, and a wall-clock reading that lags by what the
 // system clock was adjusted since the last second (a step is seen within a second).
-type SystemClock struct{}
+type systemClock struct{}
 
 // Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
+func (systemClock) Now() time.Time { return time.Now() }
 
 // NewTimer returns a timer backed by time.NewTimer.
-func (SystemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+func (systemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
 
 type sysTimer struct{ t *time.Timer }
 
@@ -47,7 +47,7 @@ func (s sysTimer) C() <-chan time.Time   { return s.t.C }
 func (s sysTimer) Reset(d time.Duration) { s.t.Reset(d) }
 func (s sysTimer) Stop() bool            { return s.t.Stop() }
 
-// monoClock is a Queue's reading of the system clock (see SystemClock). Not safe for
+// monoClock is a Queue's reading of the system clock (see systemClock). Not safe for
 // concurrent use: the queue reads it with its lock held.
 type monoClock struct {
 	base time.Time // a time.Now reading, with its monotonic part

@@ -184,7 +184,7 @@ type Policy interface {
 // A picker that keeps its own order (heaps maintained from Observe events) may keep a copy
 // of each flow's FlowState from the flow's latest event and re-key the flow from it later
 // (when a time-based key expires): the copy, Head included, is exact until the flow's next
-// event (see FlowState). RekeyTimers keeps such expiry times as the queue keeps its own. With keys, the queue breaks full ties between flows by
+// event (see FlowState). rekey.Timers keeps such expiry times as the queue keeps its own. With keys, the queue breaks full ties between flows by
 // FlowState.HeadSeq (smaller first); a picker that does the same reproduces that order.
 //
 // PickFlow is called only when a dispatch can happen as far as the queue can tell: not

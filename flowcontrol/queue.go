@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/heap"
+	"github.com/usher-llm/usher/internal/rekey"
 )
 
 // Defaults for the zero Options.
@@ -39,7 +40,7 @@ type Options struct {
 	// orders and bounds; requests are dispatched as they arrive). A Gate that implements
 	// BandGate is asked per band before the policy chooses the request.
 	Gate Gate
-	// Clock is the source of time; nil means SystemClock.
+	// Clock is the source of time; nil means systemClock.
 	Clock Clock
 	// TTL is the default time a request may wait, from its Arrival; zero means DefaultTTL.
 	TTL time.Duration
@@ -163,9 +164,9 @@ type waiter struct {
 type flow struct {
 	st      FlowState
 	items   itemHeap
-	rekey   RekeyTimer // when the flow's key must be recomputed, in Queue.rekey
-	hash    uint64     // of st.ID, for band.flows
-	bandIdx int        // index in band.heap or band.list, -1 when not there
+	rekey   rekey.Timer // when the flow's key must be recomputed, in Queue.rekey
+	hash    uint64      // of st.ID, for band.flows
+	bandIdx int         // index in band.heap or band.list, -1 when not there
 	// key and keySeq are a copy of f's band.heap entry's ordering fields, valid while
 	// bandIdx ≥ 0 under a keyed policy, so that a re-key that changes nothing is seen
 	// without reading the entry.
@@ -210,12 +211,12 @@ type Queue struct {
 	ranker   Ranker       // policy, when it implements Ranker
 	position Positioner   // picker, when it is a Ranker and implements Positioner
 	seed     maphash.Seed // of the flow tables' hashes
-	sysClock bool         // clock is SystemClock, read through mono
+	sysClock bool         // clock is systemClock, read through mono
 
 	mu        sync.Mutex
 	bands     []band
 	deadlines heap.Heap[*waiter] // every waiting request by deadline; see dlLive
-	rekey     RekeyTimers[*flow]
+	rekey     rekey.Timers[*flow]
 	seq       uint64
 	queued    int
 	bytes     int64
@@ -293,7 +294,7 @@ func New(o Options) (*Queue, error) {
 		o.Policy = fcfs{}
 	}
 	if o.Clock == nil {
-		o.Clock = SystemClock{}
+		o.Clock = systemClock{}
 	}
 	if es := o.EarlyShed; es.Bound < 0 || es.HalfLife < 0 || !(es.Margin > -1) || math.IsInf(es.Margin, 1) {
 		return nil, fmt.Errorf("%w: EarlyShed %+v: Bound and HalfLife must be ≥ 0, Margin finite and > −1", ErrInvalidOptions, es)
@@ -321,7 +322,7 @@ func New(o Options) (*Queue, error) {
 	}
 	q.bandGate, _ = o.Gate.(BandGate)
 	q.deadlines.Live, q.deadlines.MaxLive = dlLive, o.Capacity.Requests
-	_, q.sysClock = o.Clock.(SystemClock)
+	_, q.sysClock = o.Clock.(systemClock)
 	q.notePool.New = func() any { return new(noteBuf) }
 	for i := range q.bands {
 		if i < len(o.BandCapacity) {

@@ -1,27 +1,31 @@
-package flowcontrol
+// Package rekey keeps re-key timers: the times at which records ordered by a key that expires
+// must be keyed again, taken in time order (flowcontrol's queue and fairness's policies that
+// keep their own order use it).
+package rekey
 
 import (
+	"math"
 	"time"
 
 	"github.com/usher-llm/usher/internal/heap"
 )
 
-// RekeyTimer is one record's pending re-key time in a RekeyTimers set: a FlowPicker embeds it in its
+// Timer is one record's pending re-key time in a Timers set: a FlowPicker embeds it in its
 // per-flow record (the queue embeds one in each of its flows). The zero value is not set.
-type RekeyTimer struct {
+type Timer struct {
 	at  int64  // unix ns
 	seq uint64 // of its live entry; 0 when not set
 }
 
 // At returns the time the timer is set for, or the zero Time when it is not set. O(1).
-func (t *RekeyTimer) At() time.Time {
+func (t *Timer) At() time.Time {
 	if t.seq == 0 {
 		return time.Time{}
 	}
 	return time.Unix(0, t.at)
 }
 
-// RekeyTimers is a set of re-key timers, each embedded in its owner's record, from which the
+// Timers is a set of re-key timers, each embedded in its owner's record, from which the
 // owners whose time has come are taken in time order. It is what the queue uses for keys
 // with a validity limit (FlowKey's until), offered to a FlowPicker that keeps its own order
 // and must re-key a flow from its FlowState copy when a time-based key expires: set a timer
@@ -32,13 +36,13 @@ func (t *RekeyTimer) At() time.Time {
 // every operation is O(log n) amortised for n timers set, the heap holds at most about twice
 // that many entries, and it does not allocate once grown. The zero value is empty and ready
 // to use. Not safe for concurrent use: a policy's methods run under the queue's lock.
-type RekeyTimers[T any] struct {
+type Timers[T any] struct {
 	h   heap.Heap[timed[T]]
 	seq uint64
 }
 
 type timed[T any] struct {
-	t *RekeyTimer
+	t *Timer
 	v T
 }
 
@@ -47,7 +51,7 @@ func timedLive[T any](e *heap.Entry[timed[T]]) bool { return e.Val.t.seq == e.Se
 // Set sets t, owned by v, to fire at at. The zero Time, or one past the range of
 // time.Time.UnixNano, clears it. Setting a timer to the time it is already set for changes
 // nothing. O(log n) amortised.
-func (ts *RekeyTimers[T]) Set(t *RekeyTimer, at time.Time, v T) {
+func (ts *Timers[T]) Set(t *Timer, at time.Time, v T) {
 	if at.IsZero() || at.After(maxTime) || at.Before(minTime) {
 		ts.Clear(t)
 		return
@@ -68,7 +72,7 @@ func (ts *RekeyTimers[T]) Set(t *RekeyTimer, at time.Time, v T) {
 }
 
 // Clear clears t if it is set. O(1).
-func (ts *RekeyTimers[T]) Clear(t *RekeyTimer) {
+func (ts *Timers[T]) Clear(t *Timer) {
 	if t.seq != 0 {
 		t.seq = 0
 		ts.h.Stale()
@@ -76,9 +80,9 @@ func (ts *RekeyTimers[T]) Clear(t *RekeyTimer) {
 }
 
 // Due removes the timer with the earliest time if that time is not after now, clears it
-// and returns its owner; ok is false when no timer is due. RekeyTimers set for the same time come
+// and returns its owner; ok is false when no timer is due. Timers set for the same time come
 // out in the order they were set. O(log n) amortised.
-func (ts *RekeyTimers[T]) Due(now time.Time) (v T, ok bool) {
+func (ts *Timers[T]) Due(now time.Time) (v T, ok bool) {
 	ts.h.DropStale()
 	e := ts.h.Top()
 	if e == nil || e.At > now.UnixNano() {
@@ -91,4 +95,10 @@ func (ts *RekeyTimers[T]) Due(now time.Time) (v T, ok bool) {
 
 // Len returns the number of entries held: the timers set and the stale entries not yet
 // dropped. O(1).
-func (ts *RekeyTimers[T]) Len() int { return ts.h.Len() }
+func (ts *Timers[T]) Len() int { return ts.h.Len() }
+
+// The range of times time.Time.UnixNano represents.
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)

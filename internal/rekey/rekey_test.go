@@ -1,14 +1,11 @@
-package flowcontrol_test
+package rekey
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/usher-llm/usher/flowcontrol"
 )
 
 // TestRekeyTimersModel runs random sets, moves, clears and due-takes against a map of owner →
@@ -17,7 +14,7 @@ import (
 func TestRekeyTimersModel(t *testing.T) {
 	type owner struct {
 		id int
-		tm flowcontrol.RekeyTimer
+		tm Timer
 	}
 	t0 := time.Unix(1_700_000_000, 0)
 	for seed := range uint64(20) {
@@ -27,7 +24,7 @@ func TestRekeyTimersModel(t *testing.T) {
 			owners[i] = &owner{id: i}
 		}
 		want := map[int]time.Time{}
-		var ts flowcontrol.RekeyTimers[*owner]
+		var ts Timers[*owner]
 		now := t0
 		for op := range 5000 {
 			o := owners[rng.IntN(len(owners))]
@@ -72,8 +69,8 @@ func TestRekeyTimersModel(t *testing.T) {
 }
 
 func TestRekeyTimersEdges(t *testing.T) {
-	var ts flowcontrol.RekeyTimers[int]
-	var tm flowcontrol.RekeyTimer
+	var ts Timers[int]
+	var tm Timer
 	at := time.Unix(100, 0)
 	ts.Set(&tm, at, 1)
 	ts.Set(&tm, at, 1)
@@ -95,8 +92,8 @@ func TestRekeyTimersEdges(t *testing.T) {
 }
 
 func TestRekeyTimersAllocs(t *testing.T) {
-	var ts flowcontrol.RekeyTimers[int]
-	tms := make([]flowcontrol.RekeyTimer, 256)
+	var ts Timers[int]
+	tms := make([]Timer, 256)
 	t0 := time.Unix(1_700_000_000, 0)
 	cycle := func() {
 		for i := range tms {
@@ -110,31 +107,4 @@ func TestRekeyTimersAllocs(t *testing.T) {
 	}
 	cycle()
 	require.Zero(t, testing.AllocsPerRun(50, cycle), "timers allocate once grown")
-}
-
-// A FlowPicker whose keys expire keeps its flows' re-key times in a RekeyTimers and, at the
-// start of each PickFlow, re-keys every flow whose time has come.
-func ExampleRekeyTimers() {
-	type session struct {
-		name  string
-		timer flowcontrol.RekeyTimer
-	}
-	var timers flowcontrol.RekeyTimers[*session]
-	t0 := time.Unix(1_700_000_000, 0)
-	a, b, c := &session{name: "a"}, &session{name: "b"}, &session{name: "c"}
-	timers.Set(&a.timer, t0.Add(3*time.Second), a)
-	timers.Set(&b.timer, t0.Add(1*time.Second), b)
-	timers.Set(&c.timer, t0.Add(2*time.Second), c)
-	timers.Set(&a.timer, t0.Add(500*time.Millisecond), a) // a's key changed: its timer moves
-	timers.Clear(&c.timer)                                // c left the queue
-
-	now := t0.Add(2 * time.Second)
-	for s, ok := timers.Due(now); ok; s, ok = timers.Due(now) {
-		fmt.Println("re-key", s.name) // compute its key again; Set its timer if the new key expires too
-	}
-	fmt.Println("still set:", timers.Len() > 0 && !a.timer.At().IsZero())
-	// Output:
-	// re-key a
-	// re-key b
-	// still set: false
 }
