@@ -349,3 +349,21 @@ var (
 		Running:    []Selector{{Name: "tgi_batch_current_size"}},
 	}
 )
+
+// ProfileOf returns the metric profile of an engine by its name in configuration: vllm,
+// sglang, trtllm, triton or tgi.
+func ProfileOf(engine string) (*Profile, bool) {
+	switch engine {
+	case "vllm":
+		return VLLM, true
+	case "sglang":
+		return SGLang, true
+	case "trtllm":
+		return TensorRTLLM, true
+	case "triton":
+		return Triton, true
+	case "tgi":
+		return TGI, true
+	}
+	return nil, false
+}

@@ -140,7 +140,7 @@ func TestExactModeUnderLoad(t *testing.T) {
 			t.Errorf("backend %d: the index names %d blocks, the engine caches %d", i, a, b)
 		}
 	}
-	st := h.KVEvents().Stats()
+	st := kvOf(h).Stats()
 	if st.ApplyErrors != 0 || st.Lost != 0 || st.DecodeErrors != 0 || st.Unregistered != 0 {
 		t.Errorf("subscriber: %d apply errors (unknown parents), %d lost, %d decode errors, %d unregistered; want none (%+v)",
 			st.ApplyErrors, st.Lost, st.DecodeErrors, st.Unregistered, st)

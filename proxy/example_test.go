@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"log"
 	"net"
@@ -126,27 +125,6 @@ func ExampleNewKeyer() {
 	// Output:
 	// 0 chat-7 true
 	// 2 chat-7 true
-}
-
-// A Handler from a configuration by names, as a flag set or a JSON file gives it.
-func ExampleConfig() {
-	c := proxy.DefaultConfig()
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	if err := fs.Parse([]string{"-backend", "http://127.0.0.1:8000,engine=vllm", "-policy", "vtc", "-router", "llm-d"}); err != nil {
-		log.Fatal(err)
-	}
-	opts, err := c.Options()
-	if err != nil {
-		log.Fatal(err)
-	}
-	h, err := proxy.New(opts)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer h.Close()
-	fmt.Println(len(opts.Backends), h.Router().Name())
-	// Output: 1 llm-d
 }
 
 // The prompt of a request as the prefix index sees it: chained block hashes of its bytes.

@@ -54,10 +54,10 @@ func TestKVListenMode(t *testing.T) {
 		backends = append(backends, proxy.Backend{URL: u, KVPod: fmt.Sprintf("engine-%d", i)})
 	}
 	opts := testOptions(backends)
-	opts.KVListen = listen
+	feed := withKV(&opts, listen)
 	h, base := startHandler(t, opts)
-	<-h.KVEvents().Ready()
-	if got := h.KVListenAddr(); got != listen {
+	<-feed.Subscriber().Ready()
+	if got := feed.ListenAddr(); got != listen {
 		t.Fatalf("KVListenAddr = %q, want %q", got, listen)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -91,14 +91,14 @@ func TestKVListenMode(t *testing.T) {
 			}
 		}
 		heard := 0
-		for _, s := range h.KVEvents().Sources() {
+		for _, s := range feed.Subscriber().Sources() {
 			if s.Batches > 0 {
 				heard++
 			}
 		}
 		return heard == 2
 	})
-	for _, s := range h.KVEvents().Sources() {
+	for _, s := range feed.Subscriber().Sources() {
 		// (Apply errors are possible: without a replay endpoint, continuations of a batch
 		// dropped before the subscription arrived have no parent.)
 		if s.Backend != s.Source.Backend || !strings.HasPrefix(s.Backend, "http://") || s.DecodeErrors != 0 {
@@ -110,7 +110,7 @@ func TestKVListenMode(t *testing.T) {
 			t.Errorf("index backend %+v holds nothing", b)
 		}
 	}
-	if st := h.KVEvents().Stats(); st.Rejected != 0 {
+	if st := feed.Subscriber().Stats(); st.Rejected != 0 {
 		t.Errorf("subscriber stats %+v: messages rejected", st)
 	}
 }

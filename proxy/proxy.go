@@ -24,12 +24,9 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
-	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy/openai"
-	"github.com/usher-llm/usher/replica"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -64,6 +61,12 @@ type Backend struct {
 	// SharedKVPublisher says the server publishes the KV events of all its ranks on the one
 	// KVEvents endpoint, each batch naming its rank (SGLang's attn_dp_rank).
 	SharedKVPublisher bool
+	// Role is the part of inference the server serves (routing.BackendState.Role): both
+	// (the zero value), prefill or decode.
+	Role routing.Role
+	// Models are the models the server serves, if given. Without Options.Models, their
+	// union is what requests may ask for and what GET /v1/models lists.
+	Models []string
 }
 
 // RankName is the name of data-parallel rank rank of the backend at url, in the router, the
@@ -76,6 +79,7 @@ type member struct {
 	url              string // the server's base URL
 	rank             int    // -1: the server has no ranks
 	profile          *metrics.Profile
+	role             routing.Role
 	kvEvents, replay string   // this member's publisher
 	kvPod            string   // its pod, when it connects to KVListen
 	rankBackends     []string // a shared publisher's ranks (on rank 0's member)
@@ -86,11 +90,11 @@ func members(backends []Backend) ([]member, error) {
 	var out []member
 	for _, b := range backends {
 		if b.Ranks <= 1 {
-			out = append(out, member{name: b.URL, url: b.URL, rank: -1, profile: b.Profile, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
+			out = append(out, member{name: b.URL, url: b.URL, rank: -1, profile: b.Profile, role: b.Role, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
 			continue
 		}
 		for r := range b.Ranks {
-			m := member{name: RankName(b.URL, r), url: b.URL, rank: r, profile: b.Profile}
+			m := member{name: RankName(b.URL, r), url: b.URL, rank: r, profile: b.Profile, role: b.Role}
 			if b.SharedKVPublisher {
 				if r == 0 && b.KVEvents != "" {
 					m.kvEvents, m.replay = b.KVEvents, b.Replay
@@ -128,7 +132,9 @@ func offsetPort(endpoint string, off int) (string, error) {
 	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(n+off)), nil
 }
 
-func (b Backend) validate() error {
+// Validate reports what makes b unusable (an error wrapping ErrInvalidOptions), or nil; New
+// validates every backend this way.
+func (b Backend) Validate() error {
 	u, err := url.Parse(b.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%w: backend URL %q: want http(s)://host:port", ErrInvalidOptions, b.URL)
@@ -138,6 +144,14 @@ func (b Backend) validate() error {
 	}
 	if b.Replay != "" && b.KVEvents == "" && b.KVPod == "" {
 		return fmt.Errorf("%w: backend %q: a replay endpoint without a KV-event endpoint or pod", ErrInvalidOptions, b.URL)
+	}
+	if b.Role > routing.RoleDecode {
+		return fmt.Errorf("%w: backend %q: role %v", ErrInvalidOptions, b.URL, b.Role)
+	}
+	for _, m := range b.Models {
+		if m == "" || len(m) > 256 {
+			return fmt.Errorf("%w: backend %q: a model name must have 1 to 256 bytes", ErrInvalidOptions, b.URL)
+		}
 	}
 	if b.KVPod != "" && (b.KVEvents != "" || b.Ranks > 1) {
 		return fmt.Errorf("%w: backend %q: KVPod (the server connects to KVListen) excludes KVEvents and ranks", ErrInvalidOptions, b.URL)
@@ -187,7 +201,8 @@ type Options struct {
 	Metrics *metrics.Gateway
 
 	// Models are the model names requests may ask for (404 model_not_found otherwise). Nil:
-	// the models the backends list on GET /v1/models, refreshed by Start and Run; until one
+	// the union of the Backends' Models, or, when none lists any, the models the backends
+	// list on GET /v1/models, refreshed by Start and Run; until one
 	// answered, any model is accepted and the backend judges.
 	Models []string
 	// Limits bound what a request body may ask for (max_tokens, n, nesting, messages).
@@ -214,10 +229,6 @@ type Options struct {
 	// request that the queue estimates cannot be dispatched before its TTL is answered 429
 	// with Retry-After at once instead of after waiting the whole TTL. Zero: off.
 	EarlyShed flowcontrol.EarlyShed
-	// KVListen, if set, is an endpoint the Handler's KV-event subscriber binds, to which
-	// servers with a KVPod connect (e.g. tcp://0.0.0.0:5557; see KVListenAddr). Bind it
-	// where only model servers reach it: whoever connects can publish.
-	KVListen string
 	// Timeouts bound every wait: dial, TLS, response headers, stream silence, the whole
 	// request, the request body. Zero fields are their defaults.
 	Timeouts Timeouts
@@ -233,16 +244,12 @@ type Options struct {
 	// Logger receives what goes wrong in the background (KV events, scrapes). Nil:
 	// slog.Default().
 	Logger *slog.Logger
-	// Replica, if set, keeps this gateway in step with the other replicas of its cluster
-	// through Redis (package replica): Run runs it, GET /metrics adds its
-	// usher_replica_sync_* series, and New attaches the Index, the Router and its session
-	// scorers, the default queue's per-flow usage and its concurrency gate, whose MaxInFlight
-	// then is the limit of the whole cluster, shared among the live replicas. The default
-	// Index and Router are built with the Replica's feeds; an Index or Router of your own
-	// must be built with them (prefixcache.Options.Feed = Replica.PrefixFeed(); the session
-	// scorers' SessionOptions.Seed = Replica.SessionSeed() and Feed = Replica.SessionFeed()),
-	// or what it learns stays local.
-	Replica *replica.Replica
+	// Extensions run beside the Handler and feed it: proxy/kvfeed follows the backends'
+	// KV events (required when a Backend names KVEvents or KVPod), package replica keeps the
+	// gateway in step with its peers through Redis. New calls each one's Prepare (before it
+	// builds the default Index and Router) and Attach (after); Run runs them; Close closes
+	// them. Their heavy clients (ZMQ, Redis) are linked only by a program that imports them.
+	Extensions []Extension
 }
 
 // Handler is an OpenAI-compatible gateway over a fleet of model servers: for POST
@@ -269,9 +276,9 @@ type Handler struct {
 	transport http.RoundTripper
 	usher     *metrics.Gateway
 	registry  *prometheus.Registry
-	scraper   *metrics.Scraper     // nil without Backends
-	kv        *kvevents.Subscriber // nil without KV-event endpoints
-	replica   *replica.Replica     // nil without Options.Replica
+	scraper   *metrics.Scraper // nil without Backends
+	exts      []Extension
+	limit     *flowcontrol.ConcurrencyLimit // the default queue's gate; nil with Options.Queue
 	log       *slog.Logger
 	ids       *requestIDs
 	limits    openai.Limits
@@ -359,7 +366,7 @@ func New(opts Options) (*Handler, error) {
 	}
 	seen := make(map[string]bool, len(opts.Backends))
 	for _, b := range opts.Backends {
-		if err := b.validate(); err != nil {
+		if err := b.Validate(); err != nil {
 			return nil, err
 		}
 		if seen[b.URL] {
@@ -375,29 +382,39 @@ func New(opts Options) (*Handler, error) {
 	for i, m := range h.members {
 		names[i] = m.name
 	}
-	if len(opts.Models) > 0 {
-		h.staticModels = make(map[string]bool, len(opts.Models))
-		for _, m := range opts.Models {
+	models := opts.Models
+	if len(models) == 0 {
+		for _, b := range opts.Backends {
+			models = append(models, b.Models...)
+		}
+	}
+	if len(models) > 0 {
+		h.staticModels = make(map[string]bool, len(models))
+		for _, m := range models {
 			h.staticModels[m] = true
 		}
 		h.staticList = staticModelList(h.staticModels)
 	}
 
-	rep := opts.Replica
-	if h.index == nil {
-		var io prefixcache.Options
-		if rep != nil {
-			io.Feed = rep.PrefixFeed()
+	h.exts = opts.Extensions
+	var io prefixcache.Options
+	var sess routing.SessionOptions
+	for i, e := range h.exts {
+		if e == nil {
+			return nil, fmt.Errorf("%w: Extensions[%d] is nil", ErrInvalidOptions, i)
 		}
+		if err := e.Prepare(&Defaults{Index: &io, Session: &sess}); err != nil {
+			return nil, err
+		}
+	}
+	if h.index == nil {
 		if h.index, err = prefixcache.New(io); err != nil {
 			return nil, err
 		}
 	}
 	if h.router == nil {
 		var uo routing.UsherOptions
-		if rep != nil {
-			uo.Session.Seed, uo.Session.Feed = rep.SessionSeed(), rep.SessionFeed()
-		}
+		uo.Session.SessionOptions = sess
 		ph := opts.PassiveHealth
 		if ph.StallAfter == 0 {
 			ph.StallAfter = cmp.Or(h.timeouts.Stall, -1) // the Handler's stall timeout; off with it
@@ -437,37 +454,21 @@ func New(opts Options) (*Handler, error) {
 			return nil, err
 		}
 	}
-	var limit *flowcontrol.ConcurrencyLimit
 	if h.queue == nil {
-		if h.queue, limit, err = h.defaultQueue(opts); err != nil {
+		if h.queue, h.limit, err = h.defaultQueue(opts); err != nil {
 			return nil, err
 		}
-	}
-	if rep != nil {
-		parts := replica.Parts{Index: h.index, Router: h.router, Sessions: h.router.SessionScorers()}
-		if opts.Queue == nil {
-			parts.Usage = h.queue
-			parts.GlobalLimit = limit.Limit
-			parts.SetLimit = func(n int) { h.queue.Reconfigure(func() { limit.Limit = n }) }
-		}
-		if err := rep.Attach(parts); err != nil {
-			return nil, err
-		}
-		h.replica = rep
 	}
 	if len(opts.Backends) > 0 {
 		targets := make([]metrics.Target, len(h.members))
 		for i, m := range h.members {
-			targets[i] = metrics.Target{Name: m.name, URL: m.url, Profile: m.profile}
+			targets[i] = metrics.Target{Name: m.name, URL: m.url, Profile: m.profile, Role: m.role}
 			if m.rank >= 0 {
 				targets[i].Rank = strconv.Itoa(m.rank)
 			}
 		}
 		h.scraper, err = metrics.NewScraper(metrics.Options{Targets: targets, Interval: opts.ScrapeInterval, OnUpdate: h.publishStates})
 		if err != nil {
-			return nil, err
-		}
-		if err := h.followKVEvents(opts.KVListen); err != nil {
 			return nil, err
 		}
 	}
@@ -480,8 +481,13 @@ func New(opts Options) (*Handler, error) {
 	if h.scraper != nil {
 		h.registry.MustRegister(h.scraper)
 	}
-	if h.replica != nil {
-		h.registry.MustRegister(h.replica)
+	for _, e := range h.exts {
+		if err := e.Attach(h); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.checkKVFollowed(); err != nil {
+		return nil, err
 	}
 	h.metricsH = promhttp.HandlerFor(h.registry, promhttp.HandlerOpts{})
 	h.rp = &httputil.ReverseProxy{
@@ -569,44 +575,6 @@ func (h *Handler) ObserveOutcome(r flowcontrol.Record) {
 	h.usher.ObserveAdmission(r.Outcome.String(), r.Request.Band, r.Wait)
 }
 
-// followKVEvents subscribes to the backends that publish KV events.
-func (h *Handler) followKVEvents(listen string) error {
-	var sources, listening []kvevents.Source
-	for _, m := range h.members {
-		// The backend is registered in the index under the name the router gives it.
-		switch {
-		case m.kvEvents != "":
-			sources = append(sources, kvevents.Source{Endpoint: m.kvEvents, ReplayEndpoint: m.replay, Backend: m.name, RankBackends: m.rankBackends})
-		case m.kvPod != "":
-			listening = append(listening, kvevents.Source{Pod: m.kvPod, ReplayEndpoint: m.replay, Backend: m.name})
-		default:
-			continue
-		}
-	}
-	if len(listening) > 0 && listen == "" {
-		return fmt.Errorf("%w: backends with a KVPod need Options.KVListen", ErrInvalidOptions)
-	}
-	if len(sources)+len(listening) == 0 {
-		return nil
-	}
-	kvLog := lograte.New(h.log, 0)
-	o := kvevents.Options{
-		Sources: sources,
-		// One line per kind of problem per backend and interval, with a count: a run of
-		// events that fail alike is counted in usher_kvevents_*_total, not logged one by one.
-		OnError: func(backend string, err error) { kvLog.Warn("kv events", backend, err) },
-	}
-	if len(listening) > 0 {
-		o.Listen, o.ListenSources = listen, listening
-	}
-	sub, err := kvevents.New(h.index, o)
-	if err != nil {
-		return err
-	}
-	h.kv = sub
-	return nil
-}
-
 // DefaultTransport returns the transport the Handler uses when Options.Transport is nil,
 // with the default Timeouts: keep-alive connections (256 idle per backend, closed after 90 s
 // idle), no compression (the Handler reads the streams it relays), HTTP/1.1 as model servers
@@ -633,17 +601,10 @@ func (h *Handler) Router() *routing.Router { return h.router }
 // Index returns the Handler's prefix index.
 func (h *Handler) Index() *prefixcache.Index { return h.index }
 
-// KVEvents returns the KV-event subscriber, nil when no backend publishes events.
-func (h *Handler) KVEvents() *kvevents.Subscriber { return h.kv }
-
-// KVListenAddr returns the address Options.KVListen is bound to, with the port resolved,
-// once Run has bound it; "" before, or without KVListen.
-func (h *Handler) KVListenAddr() string {
-	if h.kv == nil {
-		return ""
-	}
-	return h.kv.ListenAddr()
-}
+// ConcurrencyLimit returns the default queue's gate on requests in flight (its Limit is
+// MaxInFlight), for an extension that shares a cluster-wide limit among replicas (change
+// Limit inside Queue().Reconfigure); nil when Options.Queue was given.
+func (h *Handler) ConcurrencyLimit() *flowcontrol.ConcurrencyLimit { return h.limit }
 
 // Registry returns the registry GET /metrics serves (usher's metrics and the scraper's); add
 // your own collectors to it.
@@ -745,20 +706,16 @@ func (h *Handler) Start(ctx context.Context) {
 // ctx ends. It returns the first error of a background task that failed for another reason
 // than ctx ending; nil otherwise. Call it once.
 func (h *Handler) Run(ctx context.Context) error {
-	errc := make(chan error, 4)
+	errc := make(chan error, 2+len(h.exts))
 	n := 0
 	if h.scraper != nil {
 		n += 2
 		go func() { errc <- h.scraper.Run(ctx) }()
 		go func() { errc <- h.refreshModelsEvery(ctx, 30*time.Second) }()
 	}
-	if h.kv != nil {
+	for _, e := range h.exts {
 		n++
-		go func() { errc <- h.kv.Run(ctx) }()
-	}
-	if h.replica != nil {
-		n++
-		go func() { errc <- h.replica.Run(ctx) }()
+		go func() { errc <- e.Run(ctx) }()
 	}
 	if n == 0 {
 		<-ctx.Done()
@@ -778,8 +735,8 @@ func (h *Handler) Run(ctx context.Context) error {
 // http.Server.Shutdown) before closing if you want them to. Close is idempotent.
 func (h *Handler) Close() {
 	h.queue.Close()
-	if h.kv != nil {
-		_ = h.kv.Close()
+	for _, e := range h.exts {
+		_ = e.Close()
 	}
 	if c, ok := h.transport.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
@@ -855,16 +812,10 @@ func (h *Handler) publishGauges() {
 		Blocks: st.Blocks, Bytes: st.Bytes, Evictions: uint64(st.Evictions),
 		QueriedBlocks: uint64(st.Hits + st.Misses), MatchedBlocks: uint64(st.Hits),
 	})
-	if h.kv != nil {
-		for _, s := range h.kv.Sources() {
-			h.usher.SetKVSource(s.Source.Backend, metrics.KVSource{
-				Connected: s.Connected, Batches: uint64(s.Batches), Lost: uint64(s.Lost),
-				Resets: uint64(s.Resets), Reconnects: uint64(s.Reconnects), Events: uint64(s.Events),
-				Stale: uint64(s.Stale), DecodeErrors: uint64(s.DecodeErrors), ApplyErrors: uint64(s.ApplyErrors),
-				LastBatch: s.LastBatch,
-			})
-		}
+	for _, e := range h.exts {
+		e.Gauges(h.usher)
 	}
+
 }
 
 // serveModels answers GET /v1/models: the configured models, or the first backend's list.

@@ -23,6 +23,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -57,12 +58,48 @@ func testOptions(backends []proxy.Backend) proxy.Options {
 	}
 }
 
+// feeds holds the kvfeed of each Handler startHandler made with one.
+var feeds sync.Map // *proxy.Handler → *kvfeed.Feed
+
+// withKV adds a KV-event feed to opts when a backend publishes KV events or listen is set
+// (binding it), and returns it; nil when none is needed.
+func withKV(opts *proxy.Options, listen string) *kvfeed.Feed {
+	need := listen != ""
+	for _, b := range opts.Backends {
+		need = need || b.KVEvents != "" || b.KVPod != ""
+	}
+	for _, e := range opts.Extensions {
+		if f, ok := e.(*kvfeed.Feed); ok {
+			return f // one already
+		}
+	}
+	if !need {
+		return nil
+	}
+	feed := kvfeed.New(kvfeed.Options{Listen: listen})
+	opts.Extensions = append(opts.Extensions, feed)
+	return feed
+}
+
+// kvOf returns the KV-event subscriber of a Handler startHandler made (nil without one).
+func kvOf(h *proxy.Handler) *kvevents.Subscriber {
+	f, ok := feeds.Load(h)
+	if !ok {
+		return nil
+	}
+	return f.(*kvfeed.Feed).Subscriber()
+}
+
 // startHandler serves a Handler on a loopback port, with its background work running.
 func startHandler(t testing.TB, opts proxy.Options) (*proxy.Handler, string) {
 	t.Helper()
+	feed := withKV(&opts, "")
 	h, err := proxy.New(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if feed != nil {
+		feeds.Store(h, feed)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.Start(ctx)
@@ -573,7 +610,7 @@ var leakedDetail = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+|\[[0-9a-fA-F]*:[0-9a-f
 func TestSimKVEventsKeepIndexExact(t *testing.T) {
 	_, backends := startPublishingFleet(t, 2)
 	h, base := startHandler(t, testOptions(backends))
-	if h.KVEvents() == nil {
+	if kvOf(h) == nil {
 		t.Fatal("handler is not following KV events")
 	}
 	c := client(base)
@@ -602,7 +639,7 @@ func TestSimKVEventsKeepIndexExact(t *testing.T) {
 		return p.Chain
 	}
 	first, next := chainOf(history[:2]), chainOf(history)
-	eventually(t, "KV events to reach the index", func() bool { return h.KVEvents().Stats().Events > 0 })
+	eventually(t, "KV events to reach the index", func() bool { return kvOf(h).Stats().Events > 0 })
 	eventually(t, "the answer's blocks to be matched", func() bool {
 		best := int32(0)
 		for _, m := range h.Index().Match(nil, next) {
@@ -610,7 +647,7 @@ func TestSimKVEventsKeepIndexExact(t *testing.T) {
 		}
 		return int(best) > len(first)
 	})
-	if st := h.KVEvents().Stats(); st.ApplyErrors != 0 || st.Unregistered != 0 || st.DecodeErrors != 0 {
+	if st := kvOf(h).Stats(); st.ApplyErrors != 0 || st.Unregistered != 0 || st.DecodeErrors != 0 {
 		t.Errorf("subscriber stats = %+v, want no errors", st)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy"
 )
 
@@ -70,24 +71,16 @@ func TestDataParallelRanks(t *testing.T) {
 }
 
 func TestRanksConfig(t *testing.T) {
-	b, err := proxy.ParseBackend("http://10.0.0.7:8000,engine=vllm,kv-events=tcp://10.0.0.7:5557,replay=tcp://10.0.0.7:5600,ranks=4")
-	if err != nil || b.Ranks != 4 {
-		t.Fatalf("ParseBackend = %+v, %v", b, err)
-	}
-	c := proxy.DefaultConfig()
-	c.Backends = []proxy.BackendConfig{b}
-	o, err := c.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := proxy.Options{Backends: []proxy.Backend{{URL: "http://10.0.0.7:8000", KVEvents: "tcp://10.0.0.7:5557", Replay: "tcp://10.0.0.7:5600", Ranks: 4}}}
+	withKV(&o, "")
 	h, err := proxy.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
 	var got []string
-	for _, s := range h.KVEvents().Sources() {
-		got = append(got, s.Source.Backend+" "+s.Source.Endpoint+" "+s.Source.ReplayEndpoint)
+	for _, s := range h.KVSources() {
+		got = append(got, s.Backend+" "+s.Endpoint+" "+s.Replay)
 	}
 	want := []string{
 		"http://10.0.0.7:8000#dp=0 tcp://10.0.0.7:5557 tcp://10.0.0.7:5600",
@@ -108,20 +101,16 @@ func TestRanksConfig(t *testing.T) {
 // SGLang publishes the events of all its ranks on one endpoint, each batch naming its rank:
 // one source, applied per rank.
 func TestRanksSharedPublisher(t *testing.T) {
-	c := proxy.DefaultConfig()
-	c.Backends = []proxy.BackendConfig{{URL: "http://10.0.0.9:30000", Engine: "sglang", Ranks: 2, KVEvents: "tcp://10.0.0.9:5557"}}
-	o, err := c.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := proxy.Options{Backends: []proxy.Backend{{URL: "http://10.0.0.9:30000", Profile: metrics.SGLang, Ranks: 2, KVEvents: "tcp://10.0.0.9:5557", SharedKVPublisher: true}}}
+	withKV(&o, "")
 	h, err := proxy.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	src := h.KVEvents().Sources()
-	if len(src) != 1 || src[0].Source.Endpoint != "tcp://10.0.0.9:5557" ||
-		fmt.Sprint(src[0].Source.RankBackends) != fmt.Sprint([]string{proxy.RankName("http://10.0.0.9:30000", 0), proxy.RankName("http://10.0.0.9:30000", 1)}) {
+	src := h.KVSources()
+	if len(src) != 1 || src[0].Endpoint != "tcp://10.0.0.9:5557" ||
+		fmt.Sprint(src[0].Ranks) != fmt.Sprint([]string{proxy.RankName("http://10.0.0.9:30000", 0), proxy.RankName("http://10.0.0.9:30000", 1)}) {
 		t.Errorf("sources = %+v, want one shared publisher applied per rank", src)
 	}
 }

@@ -447,3 +447,16 @@ func cmpOr(vs ...string) string {
 	}
 	return ""
 }
+
+// duration is a time.Duration written as a string in JSON ("60s").
+type duration time.Duration
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"60s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	*d = duration(v)
+	return err
+}

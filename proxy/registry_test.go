@@ -3,8 +3,6 @@ package proxy_test
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -121,31 +119,5 @@ func TestRegistryNames(t *testing.T) {
 	}
 	if _, err := reg.Policy(proxy.PartSpec{Name: "vtc", Params: json.RawMessage(`{"weight":2}`)}); err == nil {
 		t.Error("vtc with an unknown parameter: no error")
-	}
-}
-
-// A user's scorer, used from a JSON config file through Config.Registry: the gateway's whole
-// configuration path, as a main that reuses it would take.
-func TestConfigFileWithOwnScorer(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "gateway.json")
-	cfgJSON := `{"backends":[{"url":"http://127.0.0.1:8000"}],
-	  "router":{"extends":"usher","scorers":[{"name":"even-first","weight":3,"params":{"bonus":1}}]}}`
-	if err := os.WriteFile(file, []byte(cfgJSON), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := proxy.DefaultConfig()
-	if err := c.LoadFile(file); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Options(); err == nil || !strings.Contains(err.Error(), `unknown scorer "even-first"`) {
-		t.Errorf("without the user's registry: %v, want an unknown scorer", err)
-	}
-	c.Registry = newRegistry(t)
-	o, err := c.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Router == nil {
-		t.Fatal("no router")
 	}
 }

@@ -2,7 +2,6 @@ package proxy_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,7 +61,7 @@ func startGateways(t *testing.T, procs []*simproc.Proc, k int, addr, cluster str
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts.Replica = rep
+			opts.Extensions = append(opts.Extensions, replica.Extension(rep))
 			gs.replicas = append(gs.replicas, rep)
 		}
 		_, url := startHandler(t, opts)
@@ -283,47 +282,4 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
-}
-
-// TestReplicaConfig: -redis builds a Replica sharing its tenant secret through Redis (two
-// configs, one API key, one tenant), refuses a malformed address, and starts — with a
-// random secret and a warning — when Redis is unreachable.
-func TestReplicaConfig(t *testing.T) {
-	addr := redistest.Shared(t)
-	cluster := fmt.Sprint("config-", time.Now().UnixNano())
-	var tenants []string
-	for i := range 2 {
-		c := proxy.DefaultConfig()
-		c.Redis, c.ReplicaID, c.Cluster = addr, fmt.Sprint("cfg", i), cluster
-		o, err := c.Options()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o.Replica == nil || o.Replica.ID() != c.ReplicaID {
-			t.Fatalf("Options().Replica = %v", o.Replica)
-		}
-		req, _ := http.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
-		req.Header.Set("Authorization", "Bearer sk-same-key")
-		id, err := o.Keyer.Key(req, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tenants = append(tenants, id.Tenant)
-	}
-	if tenants[0] != tenants[1] || !strings.HasPrefix(tenants[0], "key-") {
-		t.Errorf("two replicas named one API key's tenant %q and %q", tenants[0], tenants[1])
-	}
-	for _, bad := range []string{"no-port", "redis://%zz"} {
-		c := proxy.DefaultConfig()
-		c.Redis = bad
-		if _, err := c.Options(); !errors.Is(err, proxy.ErrInvalidOptions) {
-			t.Errorf("-redis %q: err %v, want ErrInvalidOptions", bad, err)
-		}
-	}
-	c := proxy.DefaultConfig()
-	c.Redis = "127.0.0.1:1"
-	start := time.Now()
-	if _, err := c.Options(); err != nil || time.Since(start) > 3*time.Second {
-		t.Errorf("unreachable Redis: err %v after %v, want a gateway that starts", err, time.Since(start))
-	}
 }

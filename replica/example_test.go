@@ -28,7 +28,8 @@ func Example() {
 	}
 	h, err := proxy.New(proxy.Options{
 		Backends: []proxy.Backend{{URL: "http://10.0.0.7:8000"}, {URL: "http://10.0.0.8:8000"}},
-		Replica:  rep, // Run runs it; /metrics exports usher_replica_sync_*
+		// Run runs it; /metrics exports usher_replica_sync_*
+		Extensions: []proxy.Extension{replica.Extension(rep)},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
@@ -164,7 +165,7 @@ func (c config) options() (extproc.Options, error) {
 	case c.ScrapeInterval <= 0 || c.EndpointsInterval <= 0 || c.StreamIdle <= 0:
 		return bad("intervals and -stream-idle must be positive")
 	}
-	profile, ok := proxy.Engines[c.Engine]
+	profile, ok := metrics.ProfileOf(c.Engine)
 	if !ok {
 		return bad("-engine %q: want vllm, sglang, trtllm, triton or tgi", c.Engine)
 	}

@@ -16,7 +16,7 @@
 //	  -backend 'http://10.0.0.8:8000,engine=vllm,kv-events=tcp://10.0.0.8:5557,replay=tcp://10.0.0.8:5558'
 //
 // Run with -h for every flag; -config reads the proxy's settings from a JSON file (the JSON
-// names of proxy.Config).
+// names of gateway.Config).
 package main
 
 import (
@@ -38,6 +38,7 @@ import (
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/gateway"
 	"github.com/usher-llm/usher/replica"
 )
 
@@ -76,7 +77,7 @@ func main() {
 
 // config is the proxy's configuration and what only this program needs.
 type config struct {
-	proxy.Config
+	gateway.Config
 	Listen        string        // address to serve on
 	SimServers    int           // size of the simulated fleet started when there is no backend
 	SimProfile    string        // its engine profile (internal/engine)
@@ -86,7 +87,7 @@ type config struct {
 }
 
 func parseConfig(args []string) (config, error) {
-	c := config{Config: proxy.DefaultConfig(), Listen: "127.0.0.1:8080", SimServers: 4, SimProfile: "demo",
+	c := config{Config: gateway.DefaultConfig(), Listen: "127.0.0.1:8080", SimServers: 4, SimProfile: "demo",
 		SimKVEvents: true, ShutdownGrace: 30 * time.Second}
 	c.Tokenizer = "" // default: local with the simulated fleet, bytes otherwise
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
@@ -196,7 +197,7 @@ type simFleet struct {
 	pubs     []*kvevents.Publisher
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	backends []proxy.BackendConfig
+	backends []gateway.Backend
 	model    string
 }
 
@@ -237,7 +238,7 @@ func startFleet(c config) (*simFleet, error) {
 	}
 	s.fleet = fleet
 	for i, u := range fleet.URLs() {
-		b := proxy.BackendConfig{URL: u, Engine: "vllm"}
+		b := gateway.Backend{URL: u, Engine: "vllm"}
 		if i < len(s.pubs) {
 			b.KVEvents, b.Replay = s.pubs[i].Endpoint(), s.pubs[i].ReplayEndpoint()
 		}

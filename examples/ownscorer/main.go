@@ -1,6 +1,6 @@
 // Command ownscorer is a gateway with a scorer of its own, chosen and weighted from a JSON
 // config file: a Registry with the built-ins plus "fewest-streams", and the gateway's own
-// configuration path (proxy.Config, its flags and -config) over it.
+// configuration path (gateway.Config, its flags and -config) over it.
 //
 //	go run ./examples/ownscorer -config examples/ownscorer/gateway.json
 //
@@ -15,6 +15,7 @@ import (
 
 	"github.com/usher-llm/usher/examples/simfleet"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/gateway"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -44,7 +45,7 @@ func main() {
 	}); err != nil {
 		log.Fatal(err)
 	}
-	c := proxy.DefaultConfig()
+	c := gateway.DefaultConfig()
 	c.Registry = reg
 	listen := flag.String("listen", "127.0.0.1:8080", "address to serve on")
 	flag.Func("config", "JSON config file", c.LoadFile)
@@ -56,7 +57,7 @@ func main() {
 			log.Fatal(err)
 		}
 		for _, u := range fleet.URLs() {
-			c.Backends = append(c.Backends, proxy.BackendConfig{URL: u, Engine: "vllm"})
+			c.Backends = append(c.Backends, gateway.Backend{URL: u, Engine: "vllm"})
 		}
 	}
 	if err := serve(c, *listen); err != nil {
@@ -64,7 +65,7 @@ func main() {
 	}
 }
 
-func serve(c proxy.Config, listen string) error {
+func serve(c gateway.Config, listen string) error {
 	o, err := c.Options()
 	if err != nil {
 		return err

@@ -12,6 +12,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/usher-llm/usher/internal/backendspec"
+	"github.com/usher-llm/usher/routing"
 )
 
 // Endpoint is one model server of the pool, as Envoy reaches it. It is a plain value.
@@ -24,6 +27,9 @@ type Endpoint struct {
 	// KVEvents is the server's KV-event ZMQ endpoint (tcp://ip:5557), and Replay its replay
 	// endpoint; both optional.
 	KVEvents, Replay string
+	// Role is the part of inference the server serves (routing.BackendState.Role): both
+	// (the zero value), prefill or decode.
+	Role routing.Role
 }
 
 // ErrInvalidEndpoint is returned (wrapped) for an endpoint the picker cannot use.
@@ -60,28 +66,21 @@ func (e Endpoint) metricsURL() string {
 	return "http://" + e.Address + "/metrics"
 }
 
-// ParseEndpoint parses one endpoint: "ip:port" followed by optional options separated by
-// commas or spaces: metrics=URL, kv-events=tcp://..., replay=tcp://....
+// endpointKeys are ParseEndpoint's options; true marks a list.
+var endpointKeys = backendspec.Keys{"metrics": false, "kv-events": false, "replay": false, "role": false}
+
+// ParseEndpoint parses one endpoint in usher's backend syntax (the gateway's -backend one,
+// with an ip:port for the URL): "ip:port" followed by options separated by commas or spaces —
+// metrics=URL, kv-events=tcp://..., replay=tcp://..., role=prefill|decode|both. An unknown or
+// repeated option is an error naming it.
 func ParseEndpoint(s string) (Endpoint, error) {
-	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
-	if len(fields) == 0 {
-		return Endpoint{}, fmt.Errorf("%w: empty", ErrInvalidEndpoint)
+	sp, err := backendspec.Parse(s, endpointKeys)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
-	e := Endpoint{Address: fields[0]}
-	for _, kv := range fields[1:] {
-		k, v, ok := strings.Cut(kv, "=")
-		switch {
-		case !ok:
-			return e, fmt.Errorf("%w: %q: option %q is not key=value", ErrInvalidEndpoint, s, kv)
-		case k == "metrics":
-			e.Metrics = v
-		case k == "kv-events":
-			e.KVEvents = v
-		case k == "replay":
-			e.Replay = v
-		default:
-			return e, fmt.Errorf("%w: %q: unknown option %q (metrics, kv-events, replay)", ErrInvalidEndpoint, s, k)
-		}
+	e := Endpoint{Address: sp.Target, Metrics: sp.Get("metrics"), KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay")}
+	if e.Role, err = backendspec.Role(sp.Get("role")); err != nil {
+		return e, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
 	return e, e.validate()
 }

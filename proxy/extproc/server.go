@@ -258,7 +258,7 @@ func New(opts Options) (*Server, error) {
 		s.maxBody = 8 << 20
 	}
 	if s.bands == 0 {
-		s.bands = proxy.Bands
+		s.bands = 4
 	}
 	if s.ns == "" {
 		s.ns = MetadataNamespace
@@ -419,7 +419,7 @@ func (s *Server) SetEndpoints(eps []Endpoint) error {
 	if s.scraper != nil {
 		targets := make([]metrics.Target, len(set.list))
 		for i, e := range set.list {
-			targets[i] = metrics.Target{Name: e.Address, URL: e.metricsURL()}
+			targets[i] = metrics.Target{Name: e.Address, URL: e.metricsURL(), Role: e.Role}
 		}
 		if err := s.scraper.SetTargets(targets); err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalidEndpoint, err)

@@ -1,6 +1,13 @@
-package proxy
+// Package gateway is the configuration of a complete usher gateway by names and numbers —
+// command-line flags and a JSON file — and its translation into proxy.Options: the policy and
+// router from a proxy.Registry, the backends in one syntax (ParseBackend), the tenant keyer,
+// and the extensions the configuration asks for (KV events through proxy/kvfeed, replicas
+// through package replica and Redis). examples/gateway is a main over it; an embedder who
+// builds proxy.Options in code needs none of it, and does not link ZMQ or Redis.
+package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -15,31 +22,34 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/backendspec"
 	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/replica"
 	"github.com/usher-llm/usher/routing"
 )
 
 // Config is a Handler's configuration by names and numbers, as a JSON file or command-line
-// flags give it (see RegisterFlags and LoadFile); Options builds the Handler's Options from
-// it. Durations are written as strings in JSON ("60s"). Embedders who build Options in code
-// need none of this. A Config is a plain value, not safe for concurrent mutation; Options
+// flags give it (see RegisterFlags and LoadFile); proxy.Options builds the Handler's proxy.Options from
+// it. Durations are written as strings in JSON ("60s"). Embedders who build proxy.Options in code
+// need none of this. A Config is a plain value, not safe for concurrent mutation; proxy.Options
 // reads it once.
 type Config struct {
 	// Backends are the model servers.
-	Backends []BackendConfig `json:"backends"`
-	// Policy is the fairness policy by its name in the Registry (fairness.Names, and the
+	Backends []Backend `json:"backends"`
+	// Policy is the fairness policy by its name in the proxy.Registry (fairness.Names, and the
 	// program's own); BoundedWait is bounded-wait's W.
 	Policy      string        `json:"policy"`
 	BoundedWait time.Duration `json:"bounded_wait"`
 	// Router is the routing profile: a registered profile's name ("usher", "llm-d", ...) or
-	// a profile described as data, from the Registry's filters, scorers and pickers
-	// (ProfileSpec): {"extends": "usher", "scorers": [{"name": "my-scorer", "weight": 1}]}.
-	Router ProfileSpec `json:"router"`
-	// Registry names the parts Policy and Router may use. Nil: NewRegistry(), the built-ins.
-	Registry *Registry `json:"-"`
+	// a profile described as data, from the proxy.Registry's filters, scorers and pickers
+	// (proxy.ProfileSpec): {"extends": "usher", "scorers": [{"name": "my-scorer", "weight": 1}]}.
+	Router proxy.ProfileSpec `json:"router"`
+	// Registry names the parts Policy and Router may use. Nil: proxy.NewRegistry(), the built-ins.
+	Registry *proxy.Registry `json:"-"`
 	// TTL is the longest wait for admission.
 	TTL time.Duration `json:"ttl"`
 	// MaxQueue and MaxQueueBytes bound what may wait in total, MaxFlowQueue what one flow
@@ -71,10 +81,10 @@ type Config struct {
 	MaxTenants       int            `json:"max_tenants"`
 	TenantSecretFile string         `json:"tenant_secret_file"`
 	// KVListen is an endpoint the gateway binds for KV events from servers that connect
-	// (Options.KVListen).
+	// (kvfeed.Options.Listen).
 	KVListen string `json:"kv_listen"`
 	// Redis, if set, is the Redis (or Valkey) server through which this gateway shares its
-	// state with the other replicas of its Cluster (Options.Replica): host:port, or a
+	// state with the other replicas of its Cluster (package replica, through proxy.Options.Extensions): host:port, or a
 	// redis:// or rediss:// URL.
 	Redis string `json:"redis"`
 	// ReplicaID names this replica among its peers (replica.Options.ID; empty: host name,
@@ -88,27 +98,60 @@ type Config struct {
 	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// ScrapeInterval is how often backend metrics are scraped.
 	ScrapeInterval time.Duration `json:"scrape_interval"`
-	// HeaderTimeout, IdleTimeout and RequestTimeout are Timeouts.ResponseHeader,
-	// StreamIdle and Request; RetryAttempts is Retry.Attempts (zero: their defaults).
+	// HeaderTimeout, IdleTimeout and RequestTimeout are proxy.Timeouts.ResponseHeader,
+	// StreamIdle and Request; RetryAttempts is proxy.Retry.Attempts (zero: their defaults).
 	HeaderTimeout  time.Duration `json:"header_timeout"`
 	IdleTimeout    time.Duration `json:"idle_timeout"`
 	RequestTimeout time.Duration `json:"request_timeout"`
 	RetryAttempts  int           `json:"retry_attempts"`
 }
 
-// BackendConfig is a Backend by names: Engine is vllm (default), sglang, trtllm, triton or
-// tgi, the metric names to scrape.
-type BackendConfig struct {
-	URL      string `json:"url"`
+// Backend is a proxy.Backend by names. In the JSON config it is an object with these keys,
+// or a string in the syntax of -backend (ParseBackend).
+type Backend struct {
+	URL string `json:"url"`
+	// Engine is vllm (the default), sglang, trtllm, triton or tgi: the metric names to
+	// scrape (metrics.ProfileOf).
 	Engine   string `json:"engine"`
 	KVEvents string `json:"kv_events"`
 	Replay   string `json:"replay"`
-	Ranks    int    `json:"ranks"`  // data-parallel ranks behind the URL (Backend.Ranks)
+	Ranks    int    `json:"ranks"`  // data-parallel ranks behind the URL (proxy.Backend.Ranks)
 	KVPod    string `json:"kv_pod"` // the pod of its KV events when it connects to kv_listen
+	// Role is prefill, decode or both (the default): the part of inference the server
+	// serves (proxy.Backend.Role).
+	Role string `json:"role"`
+	// Models are the models the server serves (proxy.Backend.Models).
+	Models []string `json:"models"`
 }
 
-// Bands is the number of priority bands a Config configures.
-const Bands = 4
+// backendKeys are ParseBackend's options; true marks a list.
+var backendKeys = backendspec.Keys{"engine": false, "kv-events": false, "kv-pod": false, "replay": false, "ranks": false, "role": false, "models": true}
+
+// UnmarshalJSON reads a backend as an object (unknown keys are an error) or as a string in
+// ParseBackend's syntax.
+func (b *Backend) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err == nil {
+		nb, err := ParseBackend(s)
+		if err != nil {
+			return err
+		}
+		*b = nb
+		return nil
+	}
+	type plain Backend
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	var p plain
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("backend: %w", err)
+	}
+	*b = Backend(p)
+	return nil
+}
+
+// bands is the number of priority bands a Config configures.
+const bands = 4
 
 // DefaultConfig returns the defaults: bounded wait (W 10 s) under a 60 s TTL, usher's router,
 // byte hashing, 8 MiB bodies, a 100 ms scrape.
@@ -116,7 +159,7 @@ func DefaultConfig() Config {
 	return Config{
 		Policy:         "bounded-wait",
 		BoundedWait:    10 * time.Second,
-		Router:         ProfileSpec{Extends: "usher"},
+		Router:         proxy.ProfileSpec{Extends: "usher"},
 		TTL:            60 * time.Second,
 		MaxQueue:       10000,
 		MaxQueueBytes:  1 << 30,
@@ -131,9 +174,9 @@ func DefaultConfig() Config {
 }
 
 // RegisterFlags defines a flag for each field of c on fs, with c's values as defaults.
-// -backend may be repeated: URL[,engine=...][,kv-events=tcp://...][,replay=tcp://...].
+// -backend may be repeated, in ParseBackend's syntax.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,kv-events=tcp://host:5557][,kv-pod=POD][,replay=tcp://host:5558][,ranks=N] (repeat; kv-events: the server binds it, the gateway connects; kv-pod: the server connects to -kv-listen with this pod in its topic; ranks: data-parallel ranks behind the URL)", func(s string) error {
+	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,role=prefill|decode|both][,models=A,B...][,kv-events=tcp://host:5557][,kv-pod=POD][,replay=tcp://host:5558][,ranks=N] (repeat; kv-events: the server binds it, the gateway connects; kv-pod: the server connects to -kv-listen with this pod in its topic; ranks: data-parallel ranks behind the URL)", func(s string) error {
 		b, err := ParseBackend(s)
 		c.Backends = append(c.Backends, b)
 		return err
@@ -141,7 +184,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait: no request waits longer (below -ttl)")
 	fs.Func("router", "routing profile: "+strings.Join(builtin.ProfileNames(), ", ")+", or one described in -config (default "+c.Router.Extends+")", func(s string) error {
-		c.Router = ProfileSpec{Extends: s}
+		c.Router = proxy.ProfileSpec{Extends: s}
 		return nil
 	})
 	fs.DurationVar(&c.TTL, "ttl", c.TTL, "longest wait for admission")
@@ -171,32 +214,35 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "tries per request before any byte reached the client (1: no retry); 0: 3")
 }
 
-// ParseBackend parses a -backend value: URL[,engine=...][,kv-events=...][,replay=...][,ranks=N].
-func ParseBackend(s string) (BackendConfig, error) {
-	fields := strings.Split(s, ",")
-	b := BackendConfig{URL: strings.TrimSpace(fields[0]), Engine: "vllm"}
-	for _, kv := range fields[1:] {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		switch {
-		case !ok:
-			return b, fmt.Errorf("backend %q: option %q is not key=value", s, kv)
-		case k == "engine":
-			b.Engine = v
-		case k == "kv-events":
-			b.KVEvents = v
-		case k == "replay":
-			b.Replay = v
-		case k == "kv-pod":
-			b.KVPod = v
-		case k == "ranks":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > 1024 {
-				return b, fmt.Errorf("backend %q: ranks=%q: want 0..1024", s, v)
-			}
-			b.Ranks = n
-		default:
-			return b, fmt.Errorf("backend %q: unknown option %q (engine, kv-events, kv-pod, replay, ranks)", s, k)
+// ParseBackend parses usher's backend syntax, as -backend, the JSON config's backend strings
+// and the endpoint picker's endpoint lists write it: the URL, then options separated by
+// commas (or white space), a list's values continuing it:
+//
+//	http://10.0.0.7:8000,engine=vllm,role=decode,models=llama-3-8b,qwen-2.5-7b,kv-events=tcp://10.0.0.7:5557
+//
+// Options: engine (vllm, sglang, trtllm, triton, tgi), kv-events (the server's publisher,
+// which it binds), kv-pod (its pod when it connects to -kv-listen instead), replay, ranks
+// (data-parallel ranks behind the URL, 0..1024), role (prefill, decode, both), models (a
+// list). An unknown or repeated option is an error naming it.
+func ParseBackend(s string) (Backend, error) {
+	sp, err := backendspec.Parse(s, backendKeys)
+	if err != nil {
+		return Backend{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
+	}
+	b := Backend{URL: sp.Target, Engine: "vllm", KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay"),
+		KVPod: sp.Get("kv-pod"), Role: sp.Get("role"), Models: sp.List("models")}
+	if e := sp.Get("engine"); e != "" {
+		b.Engine = e
+	}
+	if v := sp.Get("ranks"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1024 {
+			return b, fmt.Errorf("%w: backend %q: ranks=%q: want 0..1024", proxy.ErrInvalidOptions, s, v)
 		}
+		b.Ranks = n
+	}
+	if _, err := backendspec.Role(b.Role); err != nil {
+		return b, fmt.Errorf("%w: backend %q: %w", proxy.ErrInvalidOptions, s, err)
 	}
 	return b, nil
 }
@@ -259,17 +305,12 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// Engines are the engine names a BackendConfig may give, with their metric profiles.
-var Engines = map[string]*metrics.Profile{
-	"vllm": metrics.VLLM, "sglang": metrics.SGLang, "trtllm": metrics.TensorRTLLM, "triton": metrics.Triton, "tgi": metrics.TGI,
-}
-
-// Options validates c and builds the Handler options it describes: the index, the router
+// proxy.Options validates c and builds the Handler options it describes: the index, the router
 // and the queue made here, the tokenizer and keyer it names. A caller may still replace any
 // part (Tokenizer, say) before calling New.
-func (c Config) Options() (Options, error) {
-	bad := func(format string, args ...any) (Options, error) {
-		return Options{}, fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+func (c Config) Options() (proxy.Options, error) {
+	bad := func(format string, args ...any) (proxy.Options, error) {
+		return proxy.Options{}, fmt.Errorf("%w: %s", proxy.ErrInvalidOptions, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case c.TTL <= 0:
@@ -288,41 +329,49 @@ func (c Config) Options() (Options, error) {
 		return bad("scrape-interval must be positive")
 	case c.HeaderTimeout < 0 || c.IdleTimeout < 0 || c.RequestTimeout < 0 || c.RetryAttempts < 0:
 		return bad("timeouts and retry-attempts must not be negative")
-	case c.DefaultBand < 0 || c.DefaultBand >= Bands:
-		return bad("default-band %d: want 0..%d", c.DefaultBand, Bands-1)
+	case c.DefaultBand < 0 || c.DefaultBand >= bands:
+		return bad("default-band %d: want 0..%d", c.DefaultBand, bands-1)
 	}
 	for t, b := range c.TenantBands {
-		if b < 0 || b >= Bands {
-			return bad("tenant %q band %d: want 0..%d", t, b, Bands-1)
+		if b < 0 || b >= bands {
+			return bad("tenant %q band %d: want 0..%d", t, b, bands-1)
 		}
 	}
-	o := Options{
-		Models: c.Models, MaxBodyBytes: c.MaxBodyBytes, KVListen: c.KVListen, Bands: Bands, BlockSize: c.BlockSize,
+	o := proxy.Options{
+		Models: c.Models, MaxBodyBytes: c.MaxBodyBytes, Bands: bands, BlockSize: c.BlockSize,
 		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, TTL: c.TTL,
 		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
 		FlowCapacity:  flowcontrol.Limits{Requests: c.MaxFlowQueue},
-		Timeouts:      Timeouts{ResponseHeader: c.HeaderTimeout, StreamIdle: c.IdleTimeout, Request: c.RequestTimeout},
-		Retry:         Retry{Attempts: c.RetryAttempts},
+		Timeouts:      proxy.Timeouts{ResponseHeader: c.HeaderTimeout, StreamIdle: c.IdleTimeout, Request: c.RequestTimeout},
+		Retry:         proxy.Retry{Attempts: c.RetryAttempts},
 	}
 	urls := make([]string, len(c.Backends))
+	kv := c.KVListen != ""
 	for i, b := range c.Backends {
-		p, ok := Engines[b.Engine]
+		p, ok := metrics.ProfileOf(b.Engine)
 		if !ok {
 			return bad("backend %q: unknown engine %q", b.URL, b.Engine)
 		}
-		be := Backend{URL: b.URL, Profile: p, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
+		role, err := backendspec.Role(b.Role)
+		if err != nil {
+			return bad("backend %q: %v", b.URL, err)
+		}
+		be := proxy.Backend{URL: b.URL, Profile: p, Role: role, Models: b.Models, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
 			SharedKVPublisher: b.Engine == "sglang"} // SGLang publishes every rank's events on one endpoint
-		if err := be.validate(); err != nil {
-			return Options{}, err
+		if err := be.Validate(); err != nil {
+			return proxy.Options{}, err
+		}
+		if b.KVEvents != "" || b.KVPod != "" {
+			kv = true
 		}
 		o.Backends = append(o.Backends, be)
 		urls[i] = b.URL
 	}
 	switch c.Tokenizer {
 	case "bytes":
-		o.Tokenizer = BytesTokenizer{BlockBytes: c.ByteBlock}
+		o.Tokenizer = proxy.BytesTokenizer{BlockBytes: c.ByteBlock}
 	case "endpoint":
-		o.Tokenizer = &EndpointTokenizer{URLs: urls, BlockSize: c.BlockSize, Client: &http.Client{Transport: DefaultTransport(), Timeout: 10 * time.Second}}
+		o.Tokenizer = &proxy.EndpointTokenizer{URLs: urls, BlockSize: c.BlockSize, Client: &http.Client{Transport: proxy.DefaultTransport(), Timeout: 10 * time.Second}}
 	default:
 		return bad("tokenizer %q: want bytes or endpoint", c.Tokenizer)
 	}
@@ -337,15 +386,20 @@ func (c Config) Options() (Options, error) {
 			return bad("tenant-secret-file: want a secret of at least 16 bytes")
 		}
 	}
+	if kv {
+		o.Extensions = append(o.Extensions, kvfeed.New(kvfeed.Options{Listen: c.KVListen}))
+	}
+	var rep *replica.Replica
 	if c.Redis != "" {
-		if o.Replica, err = newReplica(c); err != nil {
-			return Options{}, err
+		if rep, err = newReplica(c); err != nil {
+			return proxy.Options{}, err
 		}
+		o.Extensions = append(o.Extensions, replica.Extension(rep))
 		if secret == nil {
 			// Replicas must name an API key's tenant alike (sessions and usage are keyed by
 			// it): without a secret file they share one kept in Redis.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			secret, err = o.Replica.SharedSecret(ctx)
+			secret, err = rep.SharedSecret(ctx)
 			cancel()
 			if err != nil {
 				secret = nil
@@ -353,44 +407,46 @@ func (c Config) Options() (Options, error) {
 			}
 		}
 	}
-	keyer, err := NewKeyer(KeyerOptions{
+	keyer, err := proxy.NewKeyer(proxy.KeyerOptions{
 		Secret: secret, TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader,
 		TenantBands: c.TenantBands, DefaultBand: c.DefaultBand, MaxTenants: c.MaxTenants,
 	})
 	if err != nil {
-		return Options{}, err
+		return proxy.Options{}, err
 	}
 	o.Keyer = keyer
 	reg := c.Registry
 	if reg == nil {
-		reg = NewRegistry()
+		reg = proxy.NewRegistry()
 	}
-	policy := PartSpec{Name: c.Policy}
+	policy := proxy.PartSpec{Name: c.Policy}
 	if c.Policy == "bounded-wait" {
 		policy.Params, _ = json.Marshal(map[string]string{"bounded_wait": c.BoundedWait.String()})
 	}
 	if o.Policy, err = reg.Policy(policy); err != nil {
-		return Options{}, err
+		return proxy.Options{}, err
 	}
 	var sess routing.SessionOptions
 	var io prefixcache.Options
-	if o.Replica != nil {
-		sess = routing.SessionOptions{Seed: o.Replica.SessionSeed(), Feed: o.Replica.SessionFeed()}
-		io.Feed = o.Replica.PrefixFeed()
+	if rep != nil {
+		sess = routing.SessionOptions{Seed: rep.SessionSeed(), Feed: rep.SessionFeed()}
+		io.Feed = rep.PrefixFeed()
 	}
 	profile, err := reg.Profile(c.Router, sess)
 	if err != nil {
-		return Options{}, err
+		return proxy.Options{}, err
 	}
-	stall := Timeouts{ResponseHeader: c.HeaderTimeout}.withDefaults().Stall
-	if profile, err = WithPassiveHealth(profile, routing.OutlierOptions{StallAfter: stall}); err != nil {
-		return Options{}, err
+	// The Handler's stall timeout (Timeouts.Stall's default: half the header timeout, 30 s
+	// by default), which its default router would take.
+	stall := cmp.Or(c.HeaderTimeout, 30*time.Second) / 2
+	if profile, err = proxy.WithPassiveHealth(profile, routing.OutlierOptions{StallAfter: stall}); err != nil {
+		return proxy.Options{}, err
 	}
 	if o.Index, err = prefixcache.New(io); err != nil {
-		return Options{}, err
+		return proxy.Options{}, err
 	}
 	if o.Router, err = routing.New(routing.Options{Profile: profile, Index: o.Index, BlockSize: c.BlockSize}); err != nil {
-		return Options{}, err
+		return proxy.Options{}, err
 	}
 	return o, nil
 }
@@ -401,11 +457,11 @@ func newReplica(c Config) (*replica.Replica, error) {
 	if strings.Contains(c.Redis, "://") {
 		var err error
 		if ro, err = redis.ParseURL(c.Redis); err != nil {
-			return nil, fmt.Errorf("%w: redis %q: %v", ErrInvalidOptions, c.Redis, err)
+			return nil, fmt.Errorf("%w: redis %q: %v", proxy.ErrInvalidOptions, c.Redis, err)
 		}
 	} else {
 		if _, _, err := net.SplitHostPort(c.Redis); err != nil {
-			return nil, fmt.Errorf("%w: redis %q: want host:port or a redis:// URL", ErrInvalidOptions, c.Redis)
+			return nil, fmt.Errorf("%w: redis %q: want host:port or a redis:// URL", proxy.ErrInvalidOptions, c.Redis)
 		}
 		ro = &redis.Options{Addr: c.Redis}
 	}
@@ -415,7 +471,7 @@ func newReplica(c Config) (*replica.Replica, error) {
 	ro.MaxRetries, ro.PoolSize, ro.ContextTimeoutEnabled = -1, 4, true
 	rep, err := replica.New(replica.Options{ID: c.ReplicaID, Cluster: c.Cluster, Client: redis.NewClient(ro)})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%w: %v", proxy.ErrInvalidOptions, err)
 	}
 	return rep, nil
 }

@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/usher-llm/usher/metrics"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing"
+)
+
+// An Extension runs beside a Handler and keeps it fed from outside the request path: the
+// backends' KV events (package proxy/kvfeed), the state of the other gateway replicas
+// (package replica). It is how the Handler uses a heavy client (ZMQ, Redis) without linking
+// it: only a program that builds the extension imports its package.
+//
+// New calls Prepare on each extension in order, then builds its defaults, then calls Attach
+// on each; Handler.Run runs each Run until its context ends; Handler.Close calls Close; each
+// refresh of the gateway's gauges (GET /metrics) calls Gauges.
+type Extension interface {
+	// Prepare adjusts the options of the default Index and of the default router's session
+	// table before New builds them (a replication layer sets their feeds). It is not called
+	// again; parts given in Options are the caller's to build alike.
+	Prepare(d *Defaults) error
+	// Attach connects the extension to the built Handler: its Index, Router, Queue,
+	// ConcurrencyLimit, KVSources, Registry (to register its own collectors), Logger.
+	Attach(h *Handler) error
+	// Run does the extension's work until ctx ends, and returns ctx's error.
+	Run(ctx context.Context) error
+	// Close releases what the extension holds. It may be called before, after or without
+	// Run.
+	Close() error
+	// Gauges sets the extension's series among the gateway's metrics, if it has any.
+	Gauges(g *metrics.Gateway)
+}
+
+// Defaults are the options of the parts New builds when Options leaves them nil, for an
+// Extension's Prepare to adjust.
+type Defaults struct {
+	// Index configures the default prefix index.
+	Index *prefixcache.Options
+	// Session configures the session table of the default router's session scorer.
+	Session *routing.SessionOptions
+}
+
+// KVSource is one KV-event publisher of the fleet, as Backends describe it: the backend (or
+// data-parallel rank) whose blocks it reports, by its name in the router and the index.
+type KVSource struct {
+	// Backend is the name the events are applied under.
+	Backend string
+	// Endpoint is the publisher's ZMQ endpoint, which the server binds ("" when it connects
+	// to the gateway instead, naming Pod in its topics).
+	Endpoint, Pod string
+	// Replay is the publisher's replay endpoint, if any.
+	Replay string
+	// Ranks names the backends of a shared publisher's data-parallel ranks, in rank order
+	// (nil when the publisher serves one backend).
+	Ranks []string
+}
+
+// KVSources lists the KV-event publishers the Backends name, for the extension that follows
+// them (kvfeed). The slice is a fresh copy.
+func (h *Handler) KVSources() []KVSource {
+	var out []KVSource
+	for _, m := range h.members {
+		if m.kvEvents == "" && m.kvPod == "" {
+			continue
+		}
+		out = append(out, KVSource{Backend: m.name, Endpoint: m.kvEvents, Pod: m.kvPod, Replay: m.replay, Ranks: append([]string(nil), m.rankBackends...)})
+	}
+	return out
+}
+
+// KVFollower is implemented by an Extension that follows the KV events of KVSources
+// (kvfeed's): New refuses Backends that name KV events when no extension does, rather than
+// leave them unheard.
+type KVFollower interface {
+	FollowsKVEvents()
+}
+
+// checkKVFollowed refuses KV-event endpoints nobody follows.
+func (h *Handler) checkKVFollowed() error {
+	src := h.KVSources()
+	if len(src) == 0 {
+		return nil
+	}
+	for _, e := range h.exts {
+		if _, ok := e.(KVFollower); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: backend %s names KV events but no extension follows them (add kvfeed.New to Options.Extensions)", ErrInvalidOptions, src[0].Backend)
+}
+
+// Logger returns the Handler's logger (Options.Logger, or slog.Default()).
+func (h *Handler) Logger() *slog.Logger { return h.log }

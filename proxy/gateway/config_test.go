@@ -1,0 +1,131 @@
+package gateway
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/routing"
+)
+
+// TestConfigNames builds a Handler configuration for every policy and router name the
+// registries list (the names -policy and -router accept), and checks that an unknown name is
+// refused with the list of known ones.
+func TestConfigNames(t *testing.T) {
+	base := DefaultConfig()
+	base.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
+	for _, name := range builtin.PolicyNames() {
+		c := base
+		c.Policy = name
+		_, err := c.Options()
+		assert.NoError(t, err, "-policy %s", name)
+	}
+	for _, name := range builtin.ProfileNames() {
+		c := base
+		c.Router = proxy.ProfileSpec{Extends: name}
+		_, err := c.Options()
+		assert.NoError(t, err, "-router %s", name)
+	}
+	for _, c := range []func(*Config){
+		func(c *Config) { c.Policy = "las-llmd" },
+		func(c *Config) { c.Router = proxy.ProfileSpec{Extends: "llmd"} },
+	} {
+		cfg := base
+		c(&cfg)
+		_, err := cfg.Options()
+		if assert.ErrorIs(t, err, proxy.ErrInvalidOptions, "policy %q router %q", cfg.Policy, cfg.Router) {
+			assert.Contains(t, err.Error(), "(have ", "the error lists the known names")
+		}
+	}
+}
+
+// evenFirst is a user's scorer: a bonus for backends with an even id.
+type evenFirst struct{ bonus float64 }
+
+func (e evenFirst) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
+	for i := range cands {
+		if cands[i].ID%2 == 0 {
+			dst[i] = e.bonus
+		}
+	}
+}
+
+// A user's scorer, used from a JSON config file through Config.Registry: the gateway's whole
+// configuration path, as a main that reuses it would take.
+func TestConfigFileWithOwnScorer(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "gateway.json")
+	cfgJSON := `{"backends":[{"url":"http://127.0.0.1:8000"}],
+	  "router":{"extends":"usher","scorers":[{"name":"even-first","weight":3,"params":{"bonus":1}}]}}`
+	if err := os.WriteFile(file, []byte(cfgJSON), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	if err := c.LoadFile(file); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Options(); err == nil || !strings.Contains(err.Error(), `unknown scorer "even-first"`) {
+		t.Errorf("without the user's registry: %v, want an unknown scorer", err)
+	}
+	reg := proxy.NewRegistry()
+	err := reg.AddScorer("even-first", func(p proxy.Params) (routing.Scorer, error) {
+		o := struct {
+			Bonus float64 `json:"bonus"`
+		}{Bonus: 1}
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return evenFirst{o.Bonus}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Registry = reg
+	o, err := c.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Router == nil {
+		t.Fatal("no router")
+	}
+}
+
+// One backend syntax: -backend, a string in the JSON config, and the object form agree; lists
+// and a role come through to proxy.Backend.
+func TestBackendSyntax(t *testing.T) {
+	const line = "http://10.0.0.7:8000,engine=sglang,role=decode,models=llama-3,qwen-2.5,kv-events=tcp://10.0.0.7:5557,ranks=2"
+	want := Backend{URL: "http://10.0.0.7:8000", Engine: "sglang", Role: "decode", Models: []string{"llama-3", "qwen-2.5"}, KVEvents: "tcp://10.0.0.7:5557", Ranks: 2}
+	got, err := ParseBackend(line)
+	assert.NoError(t, err)
+	assert.Equal(t, want, got)
+	file := filepath.Join(t.TempDir(), "gateway.json")
+	cfgJSON := `{"backends":["` + line + `",{"url":"http://10.0.0.8:8000","role":"prefill","models":["llama-3"]}]}`
+	assert.NoError(t, os.WriteFile(file, []byte(cfgJSON), 0o600))
+	c := DefaultConfig()
+	assert.NoError(t, c.LoadFile(file))
+	if assert.Len(t, c.Backends, 2) {
+		assert.Equal(t, want, c.Backends[0])
+		assert.Equal(t, Backend{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"llama-3"}}, c.Backends[1])
+	}
+	o, err := c.Options()
+	if assert.NoError(t, err) && assert.Len(t, o.Backends, 2) {
+		assert.Equal(t, routing.RoleDecode, o.Backends[0].Role)
+		assert.Equal(t, routing.RolePrefill, o.Backends[1].Role)
+		assert.Equal(t, []string{"llama-3", "qwen-2.5"}, o.Backends[0].Models)
+		assert.Len(t, o.Extensions, 1, "the KV feed for kv-events")
+	}
+	for _, bad := range []string{"http://a:1,role=primary", "http://a:1,colour=red", "http://a:1,engine=vllm,engine=sglang", "http://a:1,ranks=-1", "http://a:1,bare"} {
+		_, err := ParseBackend(bad)
+		assert.ErrorIs(t, err, proxy.ErrInvalidOptions, bad)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	assert.NoError(t, os.WriteFile(bad, []byte(`{"backends":[{"url":"http://a:1","colour":"red"}]}`), 0o600))
+	c = DefaultConfig()
+	err = c.LoadFile(bad)
+	if assert.Error(t, err) {
+		assert.Contains(t, err.Error(), "colour")
+	}
+}

@@ -1,0 +1,140 @@
+// Package kvfeed follows the KV events of a proxy.Handler's backends (vLLM's and SGLang's
+// ZMQ publishers, package prefixcache/kvevents) and applies them to the Handler's prefix
+// index, which is then exact. It is a proxy.Extension, in a package of its own so that a
+// program that never follows KV events does not link ZMQ:
+//
+//	feed := kvfeed.New(kvfeed.Options{Listen: "tcp://0.0.0.0:5557"})
+//	opts.Extensions = append(opts.Extensions, feed)
+//
+// A Backend's KVEvents endpoint is a publisher the server binds and the feed connects to; a
+// Backend's KVPod names a server that connects to Options.Listen instead. Problems are logged
+// once per kind, backend and interval, with a count, and exported as usher_kvevents_* series.
+package kvfeed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/usher-llm/usher/internal/lograte"
+	"github.com/usher-llm/usher/metrics"
+	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/proxy"
+)
+
+// Options configures a Feed.
+type Options struct {
+	// Listen, if set, is an endpoint the feed binds, to which servers with a KVPod connect
+	// (e.g. tcp://0.0.0.0:5557; see Feed.ListenAddr). Bind it where only model servers reach
+	// it: whoever connects can publish.
+	Listen string
+	// Subscriber, if set, adjusts the subscriber's options (backoff, replay timeout, ...)
+	// before it is built; Sources, Listen, ListenSources and OnError are the feed's.
+	Subscriber func(*kvevents.Options)
+}
+
+// Feed is the extension. Its methods are safe for concurrent use once New returned; the
+// Handler calls Prepare, Attach, Run, Gauges and Close.
+type Feed struct {
+	opts Options
+	sub  *kvevents.Subscriber // nil until Attach, and when no backend publishes
+}
+
+var (
+	_ proxy.Extension  = (*Feed)(nil)
+	_ proxy.KVFollower = (*Feed)(nil)
+)
+
+// New returns a feed with opts.
+func New(opts Options) *Feed { return &Feed{opts: opts} }
+
+// FollowsKVEvents implements proxy.KVFollower.
+func (*Feed) FollowsKVEvents() {}
+
+// Prepare implements proxy.Extension; the feed changes no default.
+func (*Feed) Prepare(*proxy.Defaults) error { return nil }
+
+// Attach builds the subscriber over h's KV sources and index. Without any source and
+// without Listen it does nothing.
+func (f *Feed) Attach(h *proxy.Handler) error {
+	var sources, listening []kvevents.Source
+	for _, s := range h.KVSources() {
+		src := kvevents.Source{Endpoint: s.Endpoint, ReplayEndpoint: s.Replay, Backend: s.Backend, RankBackends: s.Ranks, Pod: s.Pod}
+		if s.Endpoint != "" {
+			sources = append(sources, src)
+		} else {
+			listening = append(listening, src)
+		}
+	}
+	if len(listening) > 0 && f.opts.Listen == "" {
+		return fmt.Errorf("%w: backends with a KVPod need kvfeed.Options.Listen", proxy.ErrInvalidOptions)
+	}
+	if len(sources)+len(listening) == 0 && f.opts.Listen == "" {
+		return nil
+	}
+	var o kvevents.Options
+	if f.opts.Subscriber != nil {
+		f.opts.Subscriber(&o)
+	}
+	log := lograte.New(h.Logger(), 0)
+	// One line per kind of problem per backend and interval, with a count: a run of events
+	// that fail alike is counted in usher_kvevents_*_total, not logged one by one.
+	o.Sources, o.OnError = sources, func(backend string, err error) { log.Warn("kv events", backend, err) }
+	if f.opts.Listen != "" {
+		o.Listen, o.ListenSources = f.opts.Listen, listening
+	}
+	sub, err := kvevents.New(h.Index(), o)
+	if err != nil {
+		return err
+	}
+	f.sub = sub
+	return nil
+}
+
+// Run follows the publishers until ctx ends.
+func (f *Feed) Run(ctx context.Context) error {
+	if f.sub == nil {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return f.sub.Run(ctx)
+}
+
+// Close stops following.
+func (f *Feed) Close() error {
+	if f.sub == nil {
+		return nil
+	}
+	if err := f.sub.Close(); err != nil && !errors.Is(err, kvevents.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// Gauges sets each publisher's usher_kvevents_* series.
+func (f *Feed) Gauges(g *metrics.Gateway) {
+	if f.sub == nil {
+		return
+	}
+	for _, s := range f.sub.Sources() {
+		g.SetKVSource(s.Source.Backend, metrics.KVSource{
+			Connected: s.Connected, Batches: uint64(s.Batches), Lost: uint64(s.Lost),
+			Resets: uint64(s.Resets), Reconnects: uint64(s.Reconnects), Events: uint64(s.Events),
+			Stale: uint64(s.Stale), DecodeErrors: uint64(s.DecodeErrors), ApplyErrors: uint64(s.ApplyErrors),
+			LastBatch: s.LastBatch,
+		})
+	}
+}
+
+// Subscriber returns the KV-event subscriber (its Stats, Sources, Ready), nil before Attach
+// or when no backend publishes.
+func (f *Feed) Subscriber() *kvevents.Subscriber { return f.sub }
+
+// ListenAddr returns the address Options.Listen is bound to, with the port resolved, once Run
+// has bound it; "" before, or without Listen.
+func (f *Feed) ListenAddr() string {
+	if f.sub == nil {
+		return ""
+	}
+	return f.sub.ListenAddr()
+}
