@@ -21,7 +21,10 @@
 //     peers' algorithms (llm-d, SGLang, Dynamo, AIBrix) as configurations.
 //   - metrics: scraping model servers into BackendState, and usher's own Prometheus metrics.
 //   - proxy: the request pipeline for HTTP, composing the packages above: an OpenAI-compatible
-//     Handler, or the same as httputil.ReverseProxy hooks.
+//     Handler, or the same as httputil.ReverseProxy hooks; its Registry names every part a
+//     configuration may use. It links no Redis, ZMQ or gRPC client: those come as
+//     Extensions from proxy/kvfeed (KV events) and replica, proxy/gateway configures a whole
+//     gateway from flags or JSON, proxy/extproc is the same pipeline as Envoy's endpoint picker.
 //   - replica: several gateway replicas sharing prefix, load, session and fairness state
 //     through Redis, off the request path (the only package that talks to Redis).
 //   - examples: an OpenAI-compatible gateway, a simulated vLLM-compatible fleet, load replay.
@@ -33,14 +36,30 @@
 // errors are sentinels prefixed with the package name and wrapped with %w, and each package's
 // documentation states what is safe for concurrent use.
 //
-// Constructors follow one rule, by what they build. A type with state and settings is made by
-// New or NewT from a T's Options struct and returns (*T, error): the zero value of every field
-// is its documented default, and an invalid one is an error wrapping the package's
-// ErrInvalidOptions. A stateless value with one or two numeric settings (a scorer such as
-// routing.TokenLoad) takes them as arguments, 0 meaning the documented default, and cannot
-// fail. A type with no settings has a NewT() without error, or a usable zero value. Each
-// package has one registry of names for what it offers by name (fairness.ByName,
-// routing.ProfileByName).
+// The API follows one set of rules, checked in review against the committed surface of each
+// package (internal/apicheck/testdata; TestAPI fails on any change not written there):
+//
+//   - One way to build each thing. A part with state that a caller drives (prefixcache.Index,
+//     flowcontrol.Queue, routing.Router, routing.Outlier, proxy.Handler) is made by New or
+//     NewT from a T's Options struct and returns (*T, error). A part that plugs into an
+//     interface (a flowcontrol.Policy, a routing Scorer, Filter or Picker) is made by a
+//     function that returns that interface, not its type: NewX(XOptions) (I, error) when it
+//     has options, X(n) or X() when it takes at most a number or two and cannot fail. The zero
+//     value of every Options field is its documented default; an invalid one is an error
+//     wrapping the package's ErrInvalidOptions.
+//   - One name per concept, one package per kind: every fairness policy is in fairness,
+//     every routing part in routing, and names are not reused across them for different kinds
+//     of thing.
+//   - One registry of names: proxy.Registry names the built-in filters, scorers, pickers,
+//     profiles and policies and takes a program's own by explicit calls; flags, the JSON
+//     configuration (proxy/gateway) and the endpoint picker all resolve names through it. No
+//     package mutates a global from init.
+//   - One backend syntax, for flags, JSON and endpoint lists: a URL then key=value options
+//     (proxy/gateway.ParseBackend).
+//   - No exported internals: what only the module's own packages need (re-key timers, name
+//     tables, the syntax parser) lives under internal/.
+//   - Heavy clients stay out of the core: prefixcache, flowcontrol, fairness and routing
+//     depend on xxhash alone, and proxy on none of Redis, ZMQ or gRPC (TestDependencies).
 //
 // The ordered structures are d-ary heaps and open-addressing tables rather than an ordered map
 // such as a B-tree: every ordering usher keeps (dispatch order, deadlines, re-key times, idle
