@@ -5,6 +5,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/mix"
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 )
@@ -54,10 +55,10 @@ type gateway struct {
 	tickAt time.Duration           // when the queue's tick is scheduled; -1: none
 
 	// Shared with the other replicas (nil or empty without sync):
-	feed     *prefixcache.FeedBuffer   // chains its index learnt since the last flush (approximate mode)
-	placed   *placeLog                 // placements its session scorers learnt since the last flush
-	sessions []routing.SessionPlacer   // its session scorers, which apply the others' placements
-	latest   []routing.BackendInFlight // its in-flight counts as the others last received them
+	feed     *prefixcache.FeedBuffer // chains its index learnt since the last flush (approximate mode)
+	placed   *placeLog               // placements its session scorers learnt since the last flush
+	sessions []peer.Placer           // its session scorers, which apply the others' placements
+	latest   []peer.Load             // its in-flight counts as the others last received them
 }
 
 // syncs reports whether the replicas share state: more than one, and SyncLag not NoSync.
@@ -76,11 +77,7 @@ func (s *sim) profile(g *gateway) routing.Profile {
 		g.placed = &placeLog{}
 		opts.Feed = g.placed
 	}
-	p := r.NewReplica(opts)
-	if s.syncs() {
-		g.sessions = p.SessionScorers()
-	}
-	return p
+	return r.NewReplica(opts)
 }
 
 // replicaSeed is the router seed of replica k: the configuration's seed for the first (so one
@@ -124,7 +121,7 @@ type syncState struct {
 	queue []*syncBatch // in flush order, so by due time
 	head  int
 	free  []*syncBatch
-	peers []routing.BackendInFlight // SetPeerInFlight's argument, reused
+	peers []peer.Load // SetPeerInFlight's argument, reused
 
 	// Applied, counted once per receiving replica.
 	chains, placements, usage int64
@@ -137,7 +134,7 @@ type syncBatch struct {
 	changes  []chainChange
 	hashes   []prefixcache.BlockHash // the changes' chains, back to back
 	places   []placement
-	inflight []routing.BackendInFlight
+	inflight []peer.Load
 	usage    []flowcontrol.UsageDelta
 }
 
@@ -175,7 +172,7 @@ func (s *sim) flush() {
 			clear(g.placed.buf)
 			g.placed.buf = g.placed.buf[:0]
 		}
-		b.inflight = g.router.AppendInFlight(b.inflight[:0])
+		b.inflight = peer.AppendLoads(g.router, b.inflight[:0])
 		b.usage = g.q.AppendUsageDeltas(b.usage[:0])
 		q.queue = append(q.queue, b)
 	}
@@ -223,7 +220,7 @@ func (s *sim) applySync() {
 				peers = append(peers, s.gw[j].latest...)
 			}
 		}
-		s.gw[k].router.SetPeerInFlight(peers)
+		peer.SetPeerLoads(s.gw[k].router, peers)
 		q.peers = peers
 	}
 }
@@ -262,12 +259,8 @@ func (s *sim) applyBatch(g *gateway, b *syncBatch) {
 		return
 	}
 	for _, p := range b.places {
-		id, ok := g.router.Lookup(p.backend)
-		if !ok {
-			continue
-		}
-		for _, sp := range g.sessions {
-			if sp.LearnPlacement(p.session, id, p.blocks, p.expires) {
+		for _, place := range g.sessions {
+			if _, applied := place(p.session, p.backend, p.blocks, p.expires); applied {
 				s.sync.placements++
 			}
 		}

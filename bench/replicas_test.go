@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"github.com/usher-llm/usher/internal/peer"
 	"reflect"
 	"strings"
 	"testing"
@@ -139,7 +140,7 @@ func TestSyncLag(t *testing.T) {
 				if int(id) < len(m) {
 					matched = m[id]
 				}
-				return matched, s.sync.placements, r1.PeerInFlight(server).Requests
+				return matched, s.sync.placements, peer.PeerLoad(r1, server).Requests
 			}
 			for _, at := range []time.Duration{10 * time.Millisecond, 49 * time.Millisecond, 50 * time.Millisecond,
 				169 * time.Millisecond, 170 * time.Millisecond, 171 * time.Millisecond, time.Second} {
@@ -150,7 +151,7 @@ func TestSyncLag(t *testing.T) {
 				if got := m == 3 && p == 1 && f == 1; got != want {
 					t.Errorf("at %v: replica 1 matched %d blocks, learnt %d placements, sees %d peer requests; want all of it %v", at, m, p, f, want)
 				}
-				if back := r0.PeerInFlight(server).Requests; back != 0 {
+				if back := peer.PeerLoad(r0, server).Requests; back != 0 {
 					t.Errorf("at %v: replica 0 sees %d peer requests on %s, its own echoed back", at, back, server)
 				}
 			}

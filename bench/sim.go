@@ -8,6 +8,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/heap"
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 )
@@ -541,6 +542,9 @@ func (s *sim) newGateway(k int) error {
 	g.router, err = routing.New(ropts)
 	if err != nil {
 		return fmt.Errorf("bench: routing: %w", err)
+	}
+	if g.placed != nil {
+		g.sessions = peer.Placers(g.router)
 	}
 	return nil
 }

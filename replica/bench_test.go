@@ -2,6 +2,7 @@ package replica
 
 import (
 	"fmt"
+	"github.com/usher-llm/usher/internal/peer"
 	"testing"
 	"time"
 
@@ -31,18 +32,18 @@ func benchGateway(b testing.TB, rep *Replica) (*routing.Router, []routing.Reques
 		b.Fatal(err)
 	}
 	var states []routing.BackendState
-	var peers []routing.BackendInFlight
+	var peers []peer.Load
 	for i := range 100 {
 		name := fmt.Sprintf("http://10.0.%d.%d:8000", i/250, i%250)
 		states = append(states, routing.BackendState{Name: name, Health: routing.Healthy, Known: routing.AllSignals,
 			Running: i % 7, Queued: i % 3, KVUtilization: float64(i%10) / 10, KVCapacityBlocks: 4096, BlockSize: 16, UpdatedAt: time.Now()})
-		peers = append(peers, routing.BackendInFlight{Backend: name, InFlight: routing.InFlight{Requests: int64(i % 4), PrefillTokens: int64(i * 100), Blocks: int64(i)}})
+		peers = append(peers, peer.Load{Backend: name, Requests: int64(i % 4), PrefillTokens: int64(i * 100), Blocks: int64(i)})
 	}
 	if err := rt.Update(states); err != nil {
 		b.Fatal(err)
 	}
 	if rep != nil {
-		rt.SetPeerInFlight(peers)
+		peer.SetPeerLoads(rt, peers)
 	}
 	// 64 conversations of 128-block prompts, picked in turn, so that sessions have homes and
 	// the index holds their prefixes.

@@ -18,13 +18,13 @@
 //     time to the member set usher:{cluster}:replicas.
 //   - then MGET the load keys of the member set's recent replicas. A replica is alive while
 //     its load key is (Redis expires it on its own clock, so the gateways' clocks need not
-//     agree). The router adds the live peers' counts to its own (Router.SetPeerInFlight),
+//     agree). The router adds the live peers' counts to its own,
 //     and the concurrency gate is given this replica's share of the global limit, the limit
 //     over the live replicas rounded up.
 //
 // A reader follows the change stream with a blocking XREAD and applies every peer's entry:
 // chains go into the local index (InsertRemote, which does not feed them back), placements
-// into the session tables (LearnPlacement, the later expiry wins), usage deltas into the
+// into the router's session tables (the later expiry wins), usage deltas into the
 // policy. A replica that starts reads the stream from Warm (5 minutes) back, so it starts
 // with what its peers learnt rather than cold.
 //

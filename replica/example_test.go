@@ -53,7 +53,7 @@ func ExampleReplica_Attach() {
 		SessionOptions: routing.SessionOptions{Seed: rep.SessionSeed(), Feed: rep.SessionFeed()},
 	}})
 	rt, _ := routing.New(routing.Options{Profile: profile, Index: ix})
-	if err := rep.Attach(replica.Parts{Index: ix, Router: rt, Sessions: rt.SessionScorers()}); err != nil {
+	if err := rep.Attach(replica.Parts{Index: ix, Router: rt}); err != nil {
 		log.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

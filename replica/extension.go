@@ -30,7 +30,7 @@ func (e extension) Prepare(d *proxy.Defaults) error {
 }
 
 func (e extension) Attach(h *proxy.Handler) error {
-	parts := Parts{Index: h.Index(), Router: h.Router(), Sessions: h.Router().SessionScorers()}
+	parts := Parts{Index: h.Index(), Router: h.Router()}
 	if limit := h.ConcurrencyLimit(); limit != nil {
 		q := h.Queue()
 		parts.Usage, parts.GlobalLimit = q, limit.Limit

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 )
@@ -81,14 +82,12 @@ type Parts struct {
 	// Index receives the prefix chains peers learnt (InsertRemote, RemoveRemote). Its own
 	// inserts reach the replica only if it was built with Options.Feed = Replica.PrefixFeed().
 	Index *prefixcache.Index
-	// Router publishes its own in-flight counts and is given the sum of its live peers'
-	// (SetPeerInFlight); its ids resolve the backend names of shared session placements.
+	// Router publishes its own in-flight counts and is given the sum of its live peers';
+	// its session scorers learn the placements peers made. Its own placements reach the
+	// replica only if its session table was built with SessionOptions.Feed =
+	// Replica.SessionFeed() (and the same SessionOptions.Seed = Replica.SessionSeed() on every
+	// replica, so that session hashes agree).
 	Router *routing.Router
-	// Sessions are the router's session scorers (Profile.SessionScorers). Each learns the
-	// placements peers made; its own reach the replica through SessionOptions.Feed =
-	// Replica.SessionFeed() (with the same SessionOptions.Seed on every replica, so that
-	// session hashes agree).
-	Sessions []routing.SessionPlacer
 	// Usage exchanges per-flow usage (a flowcontrol.Queue whose policy keeps usage: VTC,
 	// LAS, turn priority), so that a tenant's share is global.
 	Usage UsageSharer
@@ -144,6 +143,7 @@ type Replica struct {
 	prefix  *prefixcache.FeedBuffer
 	places  placeBuffer
 	parts   Parts
+	placers []peer.Placer // the router's session scorers (Attach)
 	log     *slog.Logger
 	running atomic.Bool
 
@@ -282,15 +282,10 @@ func (r *Replica) Attach(p Parts) error {
 	if p.GlobalLimit < 0 || (p.GlobalLimit > 0) != (p.SetLimit != nil) {
 		return fmt.Errorf("%w: SetLimit and GlobalLimit > 0 go together", ErrInvalidOptions)
 	}
-	for i, s := range p.Sessions {
-		if s == nil {
-			return fmt.Errorf("%w: Sessions[%d] is nil", ErrInvalidOptions, i)
-		}
-	}
-	if len(p.Sessions) > 0 && p.Router == nil {
-		return fmt.Errorf("%w: Sessions need the Router, whose ids they use", ErrInvalidOptions)
-	}
 	r.parts = p
+	if p.Router != nil {
+		r.placers = peer.Placers(p.Router)
+	}
 	if p.SetLimit != nil {
 		r.share.Store(int64(p.GlobalLimit))
 	}
@@ -398,14 +393,14 @@ func (r *Replica) writeLoop(ctx context.Context) {
 type writer struct {
 	changes []byte
 	load    []byte
-	loads   []routing.BackendInFlight
+	loads   []peer.Load
 	usage   []flowcontrol.UsageDelta
 	places  []placement
 	peerIDs []string
 	keys    []string
-	peer    []routing.BackendInFlight // the peers' counts summed per backend
-	scratch []routing.BackendInFlight // one peer's counts
-	at      map[string]int            // backend → index in peer
+	peer    []peer.Load    // the peers' counts summed per backend
+	scratch []peer.Load    // one peer's counts
+	at      map[string]int // backend → index in peer
 	// pending holds the records of failed flushes (pendingN of them), sent with the next
 	// one, up to half a payload.
 	pending  []byte
@@ -419,7 +414,7 @@ func (r *Replica) flush(ctx context.Context, w *writer) {
 	n := r.encodeChanges(w)
 	w.loads = w.loads[:0]
 	if r.parts.Router != nil {
-		w.loads = r.parts.Router.AppendInFlight(w.loads)
+		w.loads = peer.AppendLoads(r.parts.Router, w.loads)
 	}
 	w.load = appendLoad(w.load[:0], now, w.loads)
 	cctx, cancel := context.WithTimeout(ctx, r.o.IOTimeout)
@@ -568,7 +563,7 @@ func (r *Replica) readPeers(ctx context.Context, w *writer, now time.Time) {
 		}
 	}
 	if r.parts.Router != nil {
-		r.parts.Router.SetPeerInFlight(w.peer)
+		peer.SetPeerLoads(r.parts.Router, w.peer)
 	}
 	r.lastPeerRead.Store(now.UnixNano())
 }
@@ -583,7 +578,7 @@ func (r *Replica) expirePeers(now time.Time) {
 	}
 	r.peers.Store(0)
 	if r.parts.Router != nil {
-		r.parts.Router.SetPeerInFlight(nil)
+		peer.SetPeerLoads(r.parts.Router, nil)
 	}
 }
 
@@ -697,16 +692,14 @@ func (r *Replica) applyEntry(a *applier, m redis.XMessage) {
 			}
 			applied++
 		case recPlace:
-			if len(r.parts.Sessions) == 0 {
+			if len(r.placers) == 0 {
 				return
 			}
-			id, ok := r.parts.Router.Lookup(c.backend)
-			if !ok {
-				unknown++
-				return
-			}
-			for _, s := range r.parts.Sessions {
-				s.LearnPlacement(c.session, id, c.blocks, c.expires)
+			for _, place := range r.placers {
+				if known, _ := place(c.session, c.backend, c.blocks, c.expires); !known {
+					unknown++
+					return
+				}
 			}
 			applied++
 		case recUsage:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/usher-llm/usher/internal/peer"
 	"io"
 	"log/slog"
 	"strings"
@@ -74,7 +75,7 @@ func newNode(t *testing.T, addr, id string, o Options) *node {
 	if err := rt.Update(states); err != nil {
 		t.Fatal(err)
 	}
-	if err := rep.Attach(Parts{Index: ix, Router: rt, Sessions: profile.SessionScorers()}); err != nil {
+	if err := rep.Attach(Parts{Index: ix, Router: rt}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -139,14 +140,14 @@ func TestShare(t *testing.T) {
 	}
 	home := res.Backend.Name
 	eventually(t, "b's index to hold a's chain", func() bool { return holds(b.ix, home, chain) == 64 })
-	eventually(t, "a's in-flight request to count on b", func() bool { return b.rt.PeerInFlight(home).Requests == 1 })
+	eventually(t, "a's in-flight request to count on b", func() bool { return peer.PeerLoad(b.rt, home).Requests == 1 })
 	if own, _ := b.rt.InFlight(home); own.Requests != 0 {
 		t.Errorf("b's own in-flight on %s = %d, want 0", home, own.Requests)
 	}
 
 	// The turn ends; the next arrives at b: same session, a longer prompt.
 	res.Done(routing.DoneInfo{})
-	eventually(t, "a's request to leave b's peer counts", func() bool { return b.rt.PeerInFlight(home).Requests == 0 })
+	eventually(t, "a's request to leave b's peer counts", func() bool { return peer.PeerLoad(b.rt, home).Requests == 0 })
 	next := append(chain[:64:64], chainOf(2, 16)...)
 	res2, err := b.rt.Pick(&routing.Request{Chain: next, PromptTokens: 80 * 16, Session: "conv-1"})
 	if err != nil {
@@ -194,7 +195,7 @@ func TestRedisOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a's load on b", func() bool { return b.rt.PeerInFlight(held.Backend.Name).Requests == 1 })
+	eventually(t, "a's load on b", func() bool { return peer.PeerLoad(b.rt, held.Backend.Name).Requests == 1 })
 
 	srv.Kill()
 	// Picks go on at full speed while Redis is gone.
@@ -216,7 +217,7 @@ func TestRedisOutage(t *testing.T) {
 	}
 	eventually(t, "b to notice", func() bool { return !b.rep.Stats().Connected && b.rep.Stats().Errors > 0 })
 	eventually(t, "a's counts to expire on b", func() bool {
-		return b.rt.PeerInFlight(held.Backend.Name).Requests == 0 && b.rep.Stats().Peers == 0
+		return peer.PeerLoad(b.rt, held.Backend.Name).Requests == 0 && b.rep.Stats().Peers == 0
 	})
 
 	srv.Restart()
@@ -224,7 +225,7 @@ func TestRedisOutage(t *testing.T) {
 		sa, sb := a.rep.Stats(), b.rep.Stats()
 		return sa.Connected && sb.Connected && sa.Resyncs >= 1 && sb.Resyncs >= 1 && sa.Peers == 1 && sb.Peers == 1
 	})
-	eventually(t, "a's load on b again", func() bool { return b.rt.PeerInFlight(held.Backend.Name).Requests == 1 })
+	eventually(t, "a's load on b again", func() bool { return peer.PeerLoad(b.rt, held.Backend.Name).Requests == 1 })
 	chain := chainOf(5, 24)
 	res, err := a.rt.Pick(&routing.Request{Chain: chain, PromptTokens: 24 * 16})
 	if err != nil {
@@ -320,7 +321,7 @@ func TestForeignData(t *testing.T) {
 		return st.Rejected >= 4 && st.Unknown >= 1
 	})
 	for _, name := range backends {
-		if l := b.rt.PeerInFlight(name); l != (routing.InFlight{}) {
+		if l := peer.PeerLoad(b.rt, name); l != (peer.Load{Backend: name}) {
 			t.Errorf("%s: peer load %+v from garbage", name, l)
 		}
 	}
@@ -356,9 +357,6 @@ func TestOptions(t *testing.T) {
 	}
 	if err := r.Attach(Parts{GlobalLimit: 5}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("GlobalLimit without SetLimit: %v", err)
-	}
-	if err := r.Attach(Parts{Sessions: []routing.SessionPlacer{nil}}); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("nil session placer: %v", err)
 	}
 }
 

@@ -4,13 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/usher-llm/usher/internal/peer"
 	"math"
 	"time"
 	"unicode/utf8"
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/prefixcache"
-	"github.com/usher-llm/usher/routing"
 )
 
 // The wire format of everything a replica writes to Redis. A payload is
@@ -119,7 +119,7 @@ func appendUsage(b []byte, d flowcontrol.UsageDelta) ([]byte, bool) {
 }
 
 // appendLoad appends a whole load payload.
-func appendLoad(b []byte, at time.Time, loads []routing.BackendInFlight) []byte {
+func appendLoad(b []byte, at time.Time, loads []peer.Load) []byte {
 	b = appendHeader(b, kindLoad)
 	b = binary.AppendVarint(b, at.UnixMilli())
 	n := 0
@@ -296,7 +296,7 @@ func decodeChanges(payload []byte, scratch *[]prefixcache.BlockHash, fn func(*ch
 }
 
 // decodeLoad decodes a load payload into dst (reused), with the time it was sent.
-func decodeLoad(payload []byte, dst []routing.BackendInFlight) ([]routing.BackendInFlight, time.Time, error) {
+func decodeLoad(payload []byte, dst []peer.Load) ([]peer.Load, time.Time, error) {
 	r := reader{b: payload}
 	r.header(kindLoad)
 	at := time.UnixMilli(r.varint("sent at"))
@@ -304,7 +304,7 @@ func decodeLoad(payload []byte, dst []routing.BackendInFlight) ([]routing.Backen
 	dst = dst[:0]
 	const maxCount = 1 << 40
 	for i := 0; i < n && r.err == nil; i++ {
-		var l routing.BackendInFlight
+		var l peer.Load
 		l.Backend = r.str("backend")
 		l.Requests = int64(r.uvarint("requests", maxCount))
 		l.PrefillTokens = int64(r.uvarint("prefill", maxCount))

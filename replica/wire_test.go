@@ -2,6 +2,7 @@ package replica
 
 import (
 	"errors"
+	"github.com/usher-llm/usher/internal/peer"
 	"math"
 	"slices"
 	"testing"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/prefixcache"
-	"github.com/usher-llm/usher/routing"
 )
 
 func TestChangesRoundTrip(t *testing.T) {
@@ -80,8 +80,8 @@ func TestAppendRefuses(t *testing.T) {
 
 func TestLoadRoundTrip(t *testing.T) {
 	at := time.UnixMilli(1_767_225_600_000)
-	in := []routing.BackendInFlight{
-		{Backend: "a", InFlight: routing.InFlight{Requests: 3, PrefillTokens: 4000, Blocks: 60}},
+	in := []peer.Load{
+		{Backend: "a", Requests: 3, PrefillTokens: 4000, Blocks: 60},
 		{Backend: "b"},
 	}
 	got, gotAt, err := decodeLoad(appendLoad(nil, at, in), nil)
@@ -124,7 +124,7 @@ func FuzzDecode(f *testing.F) {
 	b, _ = appendPlace(b, 7, "b", 3, time.UnixMilli(5))
 	b, _ = appendUsage(b, flowcontrol.UsageDelta{Flow: "t", Band: 1, Amount: 2})
 	f.Add(b)
-	f.Add(appendLoad(nil, time.UnixMilli(9), []routing.BackendInFlight{{Backend: "a", InFlight: routing.InFlight{Requests: 1}}}))
+	f.Add(appendLoad(nil, time.UnixMilli(9), []peer.Load{{Backend: "a", Requests: 1}}))
 	f.Add([]byte("usr"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var scratch []prefixcache.BlockHash

@@ -122,7 +122,7 @@ func pickLoop(b *testing.B, r *Router, req *Request, info DoneInfo) {
 
 // BenchmarkPickPeers is BenchmarkPick at 100 backends without peers' in-flight counts, with
 // the same counts set on every backend (so that the picks are those of "none": what the extra
-// loads cost), and with counts that differ per backend (SetPeerInFlight), so that each
+// loads cost), and with counts that differ per backend (setPeerInFlight), so that each
 // candidate's counts are own + peers'.
 func BenchmarkPickPeers(b *testing.B) {
 	for _, tc := range []struct {
@@ -138,11 +138,11 @@ func BenchmarkPickPeers(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			r, req := benchRouter(b, 100, benchProfile())
 			if tc.peers != nil {
-				var peers []BackendInFlight
+				var peers []backendInFlight
 				for i, s := range r.Backends(nil) {
-					peers = append(peers, BackendInFlight{s.Name, tc.peers(i)})
+					peers = append(peers, backendInFlight{s.Name, tc.peers(i)})
 				}
-				r.SetPeerInFlight(peers)
+				r.setPeerInFlight(peers)
 			}
 			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0})
 		})

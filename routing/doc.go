@@ -87,15 +87,15 @@
 //
 // # Several gateway replicas
 //
-// Each replica's router counts only the work it sent. The package offers a replication layer
-// (package replica) two seams and takes no network dependency. In-flight counts: AppendInFlight
-// publishes this router's own, and SetPeerInFlight hands it the other replicas' sums, which a
-// pick adds to its own (Candidate.InFlight) with one more atomic load per counter;
-// Router.InFlight stays the router's own, so published counts are never summed twice. Session
-// placements: a SessionFeed on the session scorer hears each placement, and LearnPlacement
-// applies a peer's, kept only if it expires later than what the table holds; replicas share
-// SessionOptions.Seed so that their hashes agree, and translate names with Router.Lookup.
-// Profile.SessionScorers finds the session scorer of a constructed profile. Prefix blocks are
+// Each replica's router counts only the work it sent. The package takes no network
+// dependency; a replication layer (package replica) reaches it through a seam kept out of
+// the Router's API (the module's internal/peer). In-flight counts: the router publishes its
+// own and is handed the other replicas' sums, which a pick adds to its own
+// (Candidate.InFlight) with one more atomic load per counter; Router.InFlight stays the
+// router's own, so published counts are never summed twice. Session placements: a
+// SessionFeed on the session scorer hears each placement, and the seam applies a peer's, kept
+// only if it expires later than what the table holds; replicas share SessionOptions.Seed so
+// that their hashes agree. Prefix blocks are
 // shared by the index itself (prefixcache.Feed). A peer's report is a hint as old as the last
 // exchange: a placement learnt late costs one turn placed for balance, never a failed pick.
 //

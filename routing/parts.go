@@ -103,7 +103,7 @@ func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(
 // treating 1 request against 0 as overload.
 //
 // L is the larger of the in-flight requests (Candidate.InFlight: the router's own, plus its
-// peers' when SetPeerInFlight is used) and the server's queued + running requests when those
+// peers' when setPeerInFlight is used) and the server's queued + running requests when those
 // are fresh (the router's own counter is never stale, so a missing or stale metric
 // falls back to it instead of being read as zero). Gateway replicas share placements through
 // SessionOptions.Feed and LearnPlacement. O(n) per pick, O(1) to learn; no allocation; safe for

@@ -320,7 +320,7 @@ func LeastRequest() Profile {
 type UsherOptions struct {
 	// Session configures the SessionAware scorer. Its Overload defaults to 2 here too. Gateway
 	// replicas that share session placements set the same Session.Seed and a Session.Feed, and
-	// reach the scorer for LearnPlacement with Profile.SessionScorers.
+	// reach the scorer for LearnPlacement with Profile.sessionScorers.
 	Session SessionAwareOptions
 }
 

@@ -2,63 +2,66 @@ package routing
 
 import (
 	"math"
+	"time"
 
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 )
 
 // Several gateway replicas in front of one fleet each run a Router. What one replica sends a
 // backend, the others do not see in their own counters; a replication layer (outside this
-// package, off the request path) exchanges them: it publishes AppendInFlight of each router and
-// hands each router the sum of the others' with SetPeerInFlight. Session placements are shared
-// through SessionOptions.Feed and LearnPlacement (see SessionFeed), prefix blocks through the
+// package, off the request path, through internal/peer, whose functions init installs below)
+// exchanges them: it publishes appendInFlight of each router and hands each router the sum of
+// the others' with setPeerInFlight. Session placements are shared through
+// SessionOptions.Feed and the session scorers' LearnPlacement, prefix blocks through the
 // prefix index (prefixcache.Options.Feed and Index.InsertRemote).
 
-// MaxUnknownPeerNames bounds the backend names SetPeerInFlight keeps for backends the router
+// maxUnknownPeerNames bounds the backend names setPeerInFlight keeps for backends the router
 // does not know yet; entries naming further unknown backends are dropped and counted in
 // Stats.DroppedPeerNames.
-const MaxUnknownPeerNames = 4096
+const maxUnknownPeerNames = 4096
 
 // maxPeerCount caps each peer count, so that own + peers cannot overflow.
 const maxPeerCount = math.MaxInt64 / 4
 
-// BackendInFlight is one backend's in-flight counts, by backend name: what AppendInFlight
-// publishes and SetPeerInFlight applies. It is a plain value.
-type BackendInFlight struct {
+// backendInFlight is one backend's in-flight counts, by backend name: what appendInFlight
+// publishes and setPeerInFlight applies. It is a plain value.
+type backendInFlight struct {
 	Backend string
 	InFlight
 }
 
-// AppendInFlight appends the router's own in-flight counts (requests it picked and that are not
+// appendInFlight appends the router's own in-flight counts (requests it picked and that are not
 // Done; see InFlight) of every backend it has ever known, in the order it first saw them, and
 // returns dst: what a replication layer publishes for the other replicas. Backends that left the
 // set are included, as requests sent there may still be in flight; peers' counts are not, so
 // that replicas summing each other's do not count anything twice. O(backends known) under the
 // writer's lock; not for the hot path.
-func (r *Router) AppendInFlight(dst []BackendInFlight) []BackendInFlight {
+func (r *Router) appendInFlight(dst []backendInFlight) []backendInFlight {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, name := range r.names {
-		dst = append(dst, BackendInFlight{Backend: name, InFlight: r.loads[id].own()})
+		dst = append(dst, backendInFlight{Backend: name, InFlight: r.loads[id].own()})
 	}
 	return dst
 }
 
-// SetPeerInFlight replaces the in-flight counts that other replicas hold, per backend name:
+// setPeerInFlight replaces the in-flight counts that other replicas hold, per backend name:
 // entries naming the same backend (one per peer replica) are summed, and every backend no entry
 // names gets zero. From then on, the Candidate.InFlight that filters and scorers see, and
-// Saturation, count own + peers'; Router.InFlight and AppendInFlight still return the router's
+// Saturation, count own + peers'; Router.InFlight and appendInFlight still return the router's
 // own counts.
 //
 // Entries naming a backend the router does not know yet are kept, and applied when Update adds
-// it (at most MaxUnknownPeerNames such names; entries beyond are dropped and counted in
+// it (at most maxUnknownPeerNames such names; entries beyond are dropped and counted in
 // Stats.DroppedPeerNames). Negative counts are read as 0, entries with an empty name are
 // ignored. It copies what it keeps; the caller may reuse peers.
 //
-// SetPeerInFlight is safe for concurrent use with Pick, which reads the counts with no lock: a
+// setPeerInFlight is safe for concurrent use with Pick, which reads the counts with no lock: a
 // pick running during the call may see some backends' (or fields') old counts and others' new
 // ones. It is serialised with Update. O(len(peers) + backends known); it allocates only while
 // its scratch grows.
-func (r *Router) SetPeerInFlight(peers []BackendInFlight) {
+func (r *Router) setPeerInFlight(peers []backendInFlight) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if cap(r.peerSums) < len(r.loads) {
@@ -79,7 +82,7 @@ func (r *Router) SetPeerInFlight(peers []BackendInFlight) {
 			continue
 		}
 		old, ok := r.peerPending[p.Backend]
-		if !ok && len(r.peerPending) >= MaxUnknownPeerNames {
+		if !ok && len(r.peerPending) >= maxUnknownPeerNames {
 			dropped++
 			continue
 		}
@@ -96,10 +99,10 @@ func (r *Router) SetPeerInFlight(peers []BackendInFlight) {
 	}
 }
 
-// PeerInFlight returns the in-flight counts of the named backend that the last SetPeerInFlight
+// peerInFlight returns the in-flight counts of the named backend that the last setPeerInFlight
 // set (summed over the peers), whether the router knows the backend yet or not; zero when none
 // was set. O(1) under the writer's lock; not for the hot path.
-func (r *Router) PeerInFlight(name string) InFlight {
+func (r *Router) peerInFlight(name string) InFlight {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if id, ok := r.ids[name]; ok {
@@ -149,9 +152,52 @@ func (v InFlight) plus(w InFlight) InFlight {
 	}
 }
 
-// SessionScorers returns the router's session scorers (its profile's, see
-// Profile.SessionScorers), for a replication layer handed a built Router. O(filters +
+// sessionScorers returns the router's session scorers (its profile's, see
+// Profile.sessionScorers), for a replication layer handed a built Router. O(filters +
 // scorers); it allocates the result.
-func (r *Router) SessionScorers() []SessionPlacer {
-	return Profile{Filters: r.filters, Scorers: r.scorers, Picker: r.picker}.SessionScorers()
+func (r *Router) sessionScorers() []sessionPlacer {
+	return Profile{Filters: r.filters, Scorers: r.scorers, Picker: r.picker}.sessionScorers()
+}
+
+// The seam for a replication layer (internal/peer), kept off the Router's API.
+func init() {
+	peer.AppendLoads = func(router any, dst []peer.Load) []peer.Load {
+		r := router.(*Router)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for id, name := range r.names {
+			v := r.loads[id].own()
+			dst = append(dst, peer.Load{Backend: name, Requests: v.Requests, PrefillTokens: v.PrefillTokens, Blocks: v.Blocks})
+		}
+		return dst
+	}
+	peer.SetPeerLoads = func(router any, loads []peer.Load) {
+		r := router.(*Router)
+		r.peerInMu.Lock()
+		defer r.peerInMu.Unlock()
+		in := r.peerIn[:0]
+		for _, l := range loads {
+			in = append(in, backendInFlight{Backend: l.Backend, InFlight: InFlight{Requests: l.Requests, PrefillTokens: l.PrefillTokens, Blocks: l.Blocks}})
+		}
+		r.peerIn = in
+		r.setPeerInFlight(in)
+	}
+	peer.PeerLoad = func(router any, backend string) peer.Load {
+		v := router.(*Router).peerInFlight(backend)
+		return peer.Load{Backend: backend, Requests: v.Requests, PrefillTokens: v.PrefillTokens, Blocks: v.Blocks}
+	}
+	peer.Placers = func(router any) []peer.Placer {
+		r := router.(*Router)
+		var out []peer.Placer
+		for _, sp := range r.sessionScorers() {
+			out = append(out, func(session uint64, backend string, blocks int, expires time.Time) (known, applied bool) {
+				id, ok := r.Lookup(backend)
+				if !ok {
+					return false, false
+				}
+				return true, sp.LearnPlacement(session, id, blocks, expires)
+			})
+		}
+		return out
+	}
 }

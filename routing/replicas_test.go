@@ -46,22 +46,22 @@ func TestPeerInFlightSteersPicks(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		profile Profile
-		peers   []BackendInFlight
+		peers   []backendInFlight
 		want    string
 	}{
-		{"least-request, peers on b0", LeastRequest(), []BackendInFlight{{"b0", InFlight{Requests: 3}}}, "b1"},
-		{"least-request, peers on b1", LeastRequest(), []BackendInFlight{{"b1", InFlight{Requests: 3}}}, "b0"},
+		{"least-request, peers on b0", LeastRequest(), []backendInFlight{{"b0", InFlight{Requests: 3}}}, "b1"},
+		{"least-request, peers on b1", LeastRequest(), []backendInFlight{{"b1", InFlight{Requests: 3}}}, "b0"},
 		{"token-load, peers' prefill on b0", Profile{Scorers: []Weighted{{TokenLoad(0), 1}}},
-			[]BackendInFlight{{"b0", InFlight{PrefillTokens: 50_000}}}, "b1"},
+			[]backendInFlight{{"b0", InFlight{PrefillTokens: 50_000}}}, "b1"},
 		{"token-load, peers' prefill on b1", Profile{Scorers: []Weighted{{TokenLoad(0), 1}}},
-			[]BackendInFlight{{"b1", InFlight{PrefillTokens: 50_000}}}, "b0"},
+			[]backendInFlight{{"b1", InFlight{PrefillTokens: 50_000}}}, "b0"},
 		{"dynamo, peers' blocks on b0", Dynamo(DynamoOptions{}),
-			[]BackendInFlight{{"b0", InFlight{Blocks: 500}}}, "b1"},
+			[]backendInFlight{{"b0", InFlight{Blocks: 500}}}, "b1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mustNew(t, Options{Profile: tc.profile})
 			mustUpdate(t, r, fleet(2, t0))
-			r.SetPeerInFlight(tc.peers)
+			r.setPeerInFlight(tc.peers)
 			for i := range 5 {
 				if got := pickName(t, r, &Request{PromptTokens: 512}); got != tc.want {
 					t.Fatalf("pick %d went to %s, want %s", i, got, tc.want)
@@ -71,7 +71,7 @@ func TestPeerInFlightSteersPicks(t *testing.T) {
 	}
 }
 
-// Candidate.InFlight is own + peers'; Router.InFlight and AppendInFlight stay the router's own.
+// Candidate.InFlight is own + peers'; Router.InFlight and appendInFlight stay the router's own.
 func TestPeerInFlightSums(t *testing.T) {
 	spy := &inflightSpy{}
 	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{spy, 1}}, Picker: RoundRobin()}})
@@ -83,7 +83,7 @@ func TestPeerInFlightSums(t *testing.T) {
 	}
 	own := InFlight{Requests: 1, PrefillTokens: 32, Blocks: 2}
 	peers := InFlight{Requests: 4, PrefillTokens: 1000, Blocks: 70}
-	r.SetPeerInFlight([]BackendInFlight{{"b0", peers}})
+	r.setPeerInFlight([]backendInFlight{{"b0", peers}})
 	q, _ := r.Pick(&Request{PromptTokens: 16})
 	q.Done(DoneInfo{})
 	if got, want := spy.seen("b0"), (InFlight{Requests: 5, PrefillTokens: 1032, Blocks: 72}); got != want {
@@ -95,44 +95,44 @@ func TestPeerInFlightSums(t *testing.T) {
 	if got, _ := r.InFlight("b0"); got != own {
 		t.Errorf("InFlight(b0) = %+v, want the router's own %+v", got, own)
 	}
-	if got := r.PeerInFlight("b0"); got != peers {
-		t.Errorf("PeerInFlight(b0) = %+v, want %+v", got, peers)
+	if got := r.peerInFlight("b0"); got != peers {
+		t.Errorf("peerInFlight(b0) = %+v, want %+v", got, peers)
 	}
-	got := r.AppendInFlight([]BackendInFlight{{"keep", InFlight{}}})
-	want := []BackendInFlight{{"keep", InFlight{}}, {"b0", own}, {"b1", InFlight{}}}
+	got := r.appendInFlight([]backendInFlight{{"keep", InFlight{}}})
+	want := []backendInFlight{{"keep", InFlight{}}, {"b0", own}, {"b1", InFlight{}}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("AppendInFlight = %v, want %v", got, want)
+		t.Errorf("appendInFlight = %v, want %v", got, want)
 	}
 }
 
-// Each SetPeerInFlight replaces the last: entries for one name add up, names left out drop to
+// Each setPeerInFlight replaces the last: entries for one name add up, names left out drop to
 // zero, negative counts read as zero.
 func TestSetPeerInFlightReplaces(t *testing.T) {
 	r := mustNew(t, Options{})
 	mustUpdate(t, r, fleet(3, t0))
 	steps := []struct {
-		set  []BackendInFlight
+		set  []backendInFlight
 		want [3]InFlight // b0, b1, b2
 	}{
 		{
-			set:  []BackendInFlight{{"b0", InFlight{Requests: 2, Blocks: 10}}, {"b0", InFlight{Requests: 3, PrefillTokens: 7}}, {"b1", InFlight{Requests: 1}}},
+			set:  []backendInFlight{{"b0", InFlight{Requests: 2, Blocks: 10}}, {"b0", InFlight{Requests: 3, PrefillTokens: 7}}, {"b1", InFlight{Requests: 1}}},
 			want: [3]InFlight{{Requests: 5, PrefillTokens: 7, Blocks: 10}, {Requests: 1}},
 		},
 		{
-			set:  []BackendInFlight{{"b2", InFlight{Requests: 4}}},
+			set:  []backendInFlight{{"b2", InFlight{Requests: 4}}},
 			want: [3]InFlight{{}, {}, {Requests: 4}},
 		},
 		{
-			set:  []BackendInFlight{{"b1", InFlight{Requests: -5, PrefillTokens: 3}}, {"", InFlight{Requests: 9}}},
+			set:  []backendInFlight{{"b1", InFlight{Requests: -5, PrefillTokens: 3}}, {"", InFlight{Requests: 9}}},
 			want: [3]InFlight{{}, {PrefillTokens: 3}, {}},
 		},
 		{set: nil},
 	}
 	for i, s := range steps {
-		r.SetPeerInFlight(s.set)
+		r.setPeerInFlight(s.set)
 		for k, name := range []string{"b0", "b1", "b2"} {
-			if got := r.PeerInFlight(name); got != s.want[k] {
-				t.Errorf("step %d: PeerInFlight(%s) = %+v, want %+v", i, name, got, s.want[k])
+			if got := r.peerInFlight(name); got != s.want[k] {
+				t.Errorf("step %d: peerInFlight(%s) = %+v, want %+v", i, name, got, s.want[k])
 			}
 			if own, _ := r.InFlight(name); own != (InFlight{}) {
 				t.Errorf("step %d: own InFlight(%s) = %+v, want zero", i, name, own)
@@ -142,15 +142,15 @@ func TestSetPeerInFlightReplaces(t *testing.T) {
 }
 
 // Counts for a backend the router does not know yet are kept until Update adds it, within
-// MaxUnknownPeerNames names.
+// maxUnknownPeerNames names.
 func TestPeerInFlightUnknownNames(t *testing.T) {
 	spy := &inflightSpy{}
 	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{spy, 1}}}})
 	mustUpdate(t, r, fleet(1, t0))
 	later := InFlight{Requests: 7, PrefillTokens: 70}
-	r.SetPeerInFlight([]BackendInFlight{{"later", InFlight{Requests: 3}}, {"later", InFlight{Requests: 4, PrefillTokens: 70}}, {"b0", InFlight{Requests: 1}}})
-	if got := r.PeerInFlight("later"); got != later {
-		t.Fatalf("PeerInFlight(later) before Update = %+v, want %+v", got, later)
+	r.setPeerInFlight([]backendInFlight{{"later", InFlight{Requests: 3}}, {"later", InFlight{Requests: 4, PrefillTokens: 70}}, {"b0", InFlight{Requests: 1}}})
+	if got := r.peerInFlight("later"); got != later {
+		t.Fatalf("peerInFlight(later) before Update = %+v, want %+v", got, later)
 	}
 	if _, ok := r.Lookup("later"); ok {
 		t.Fatal("Lookup knows a backend no Update named")
@@ -165,34 +165,34 @@ func TestPeerInFlightUnknownNames(t *testing.T) {
 	if got := spy.seen("later"); got != later {
 		t.Errorf("candidate later sees %+v, want the kept %+v", got, later)
 	}
-	if got := r.PeerInFlight("later"); got != later {
-		t.Errorf("PeerInFlight(later) after Update = %+v, want %+v", got, later)
+	if got := r.peerInFlight("later"); got != later {
+		t.Errorf("peerInFlight(later) after Update = %+v, want %+v", got, later)
 	}
 
-	// The bound: names beyond MaxUnknownPeerNames are dropped and counted.
+	// The bound: names beyond maxUnknownPeerNames are dropped and counted.
 	const extra = 10
-	peers := make([]BackendInFlight, MaxUnknownPeerNames+extra)
+	peers := make([]backendInFlight, maxUnknownPeerNames+extra)
 	for i := range peers {
-		peers[i] = BackendInFlight{fmt.Sprint("unknown-", i), InFlight{Requests: 1}}
+		peers[i] = backendInFlight{fmt.Sprint("unknown-", i), InFlight{Requests: 1}}
 	}
-	peers = append(peers, BackendInFlight{"unknown-0", InFlight{Requests: 1}}) // a kept name adds up
-	r.SetPeerInFlight(peers)
+	peers = append(peers, backendInFlight{"unknown-0", InFlight{Requests: 1}}) // a kept name adds up
+	r.setPeerInFlight(peers)
 	if got := r.Stats().DroppedPeerNames; got != extra {
 		t.Errorf("DroppedPeerNames = %d, want %d", got, extra)
 	}
-	if got := r.PeerInFlight("unknown-0"); got.Requests != 2 {
-		t.Errorf("PeerInFlight(unknown-0) = %+v, want 2 requests", got)
+	if got := r.peerInFlight("unknown-0"); got.Requests != 2 {
+		t.Errorf("peerInFlight(unknown-0) = %+v, want 2 requests", got)
 	}
-	if got := r.PeerInFlight(fmt.Sprint("unknown-", MaxUnknownPeerNames)); got != (InFlight{}) {
+	if got := r.peerInFlight(fmt.Sprint("unknown-", maxUnknownPeerNames)); got != (InFlight{}) {
 		t.Errorf("a name past the bound was kept: %+v", got)
 	}
-	if got := r.PeerInFlight("later"); got != (InFlight{}) {
-		t.Errorf("PeerInFlight(later) = %+v after a set that left it out, want zero", got)
+	if got := r.peerInFlight("later"); got != (InFlight{}) {
+		t.Errorf("peerInFlight(later) = %+v after a set that left it out, want zero", got)
 	}
 	// Replacing forgets the unknown names too.
-	r.SetPeerInFlight(nil)
-	if got := r.PeerInFlight("unknown-0"); got != (InFlight{}) {
-		t.Errorf("PeerInFlight(unknown-0) = %+v after an empty set, want zero", got)
+	r.setPeerInFlight(nil)
+	if got := r.peerInFlight("unknown-0"); got != (InFlight{}) {
+		t.Errorf("peerInFlight(unknown-0) = %+v after an empty set, want zero", got)
 	}
 }
 
@@ -203,7 +203,7 @@ func TestSaturationCountsPeers(t *testing.T) {
 	if got := r.Saturation(SaturationOptions{}); got != 0 {
 		t.Fatalf("idle saturation %v", got)
 	}
-	r.SetPeerInFlight([]BackendInFlight{{"a", InFlight{Requests: 2}}})
+	r.setPeerInFlight([]backendInFlight{{"a", InFlight{Requests: 2}}})
 	if got := r.Saturation(SaturationOptions{}); got != 0.5 {
 		t.Errorf("saturation with 2 peer requests = %v, want 2/4", got)
 	}
@@ -216,7 +216,7 @@ func TestSaturationCountsPeers(t *testing.T) {
 	}
 }
 
-// SetPeerInFlight and Update run while picks do (meant for -race).
+// setPeerInFlight and Update run while picks do (meant for -race).
 func TestSetPeerInFlightConcurrent(t *testing.T) {
 	r, req := benchRouter(t, 16, LeastRequest())
 	states := r.Backends(nil)
@@ -239,18 +239,18 @@ func TestSetPeerInFlightConcurrent(t *testing.T) {
 			}
 		})
 	}
-	peers := make([]BackendInFlight, 0, 32)
+	peers := make([]backendInFlight, 0, 32)
 	for i := range 200 {
 		peers = peers[:0]
 		for k := range states {
-			peers = append(peers, BackendInFlight{states[k].Name, InFlight{Requests: int64((i + k) % 5)}})
+			peers = append(peers, backendInFlight{states[k].Name, InFlight{Requests: int64((i + k) % 5)}})
 		}
-		peers = append(peers, BackendInFlight{fmt.Sprint("new-", i%3), InFlight{Requests: 1}})
-		r.SetPeerInFlight(peers)
+		peers = append(peers, backendInFlight{fmt.Sprint("new-", i%3), InFlight{Requests: 1}})
+		r.setPeerInFlight(peers)
 		if i%50 == 0 {
 			mustUpdate(t, r, states)
 		}
-		_ = r.AppendInFlight(nil)
+		_ = r.appendInFlight(nil)
 	}
 	close(stop)
 	wg.Wait()
@@ -270,11 +270,11 @@ func TestPickWithPeersAllocs(t *testing.T) {
 	} {
 		r, req := benchRouter(t, 100, tc.profile)
 		req.Session = "s1"
-		var peers []BackendInFlight
+		var peers []backendInFlight
 		for i, b := range r.Backends(nil) {
-			peers = append(peers, BackendInFlight{b.Name, InFlight{Requests: int64(i % 4), PrefillTokens: int64(i * 100), Blocks: int64(i)}})
+			peers = append(peers, backendInFlight{b.Name, InFlight{Requests: int64(i % 4), PrefillTokens: int64(i * 100), Blocks: int64(i)}})
 		}
-		r.SetPeerInFlight(peers)
+		r.setPeerInFlight(peers)
 		allocs := pickAllocs(t, r, req)
 		if allocs != 0 {
 			t.Errorf("%s: Pick+FirstToken+Done with peers allocates %v times, want 0", tc.name, allocs)
@@ -395,11 +395,11 @@ func TestSessionSharingBetweenRouters(t *testing.T) {
 			// B and C have one peer request on home (not enough to overload it): placed for
 			// balance, the turn would go elsewhere.
 			for _, r := range []*Router{b, c} {
-				r.SetPeerInFlight([]BackendInFlight{{home, InFlight{Requests: 1}}})
+				r.setPeerInFlight([]backendInFlight{{home, InFlight{Requests: 1}}})
 			}
-			placers := pb.SessionScorers()
+			placers := pb.sessionScorers()
 			if len(placers) != 1 {
-				t.Fatalf("SessionScorers found %d, want 1", len(placers))
+				t.Fatalf("sessionScorers found %d, want 1", len(placers))
 			}
 			for _, pl := range got {
 				id, ok := b.Lookup(pl.backend)
@@ -486,7 +486,7 @@ func TestLearnPlacementScorers(t *testing.T) {
 	log := &placementLog{}
 	opts := SessionOptions{Seed: 77, Feed: log}
 	h := newSessionTable(opts).hash("alice")
-	for _, sp := range []SessionPlacer{newSessionAffinity(opts), newSessionAware(SessionAwareOptions{SessionOptions: opts})} {
+	for _, sp := range []sessionPlacer{newSessionAffinity(opts), newSessionAware(SessionAwareOptions{SessionOptions: opts})} {
 		if !sp.LearnPlacement(h, 2, 5, t0.Add(time.Minute)) {
 			t.Errorf("%T: LearnPlacement = false", sp)
 		}
@@ -581,12 +581,12 @@ func TestProfileSessionScorers(t *testing.T) {
 		{"one scorer twice", Profile{Scorers: []Weighted{{sa, 1}, {sa, 2}}}, 1},
 		{"two tables", Profile{Scorers: []Weighted{{sa, 1}, {newSessionAware(SessionAwareOptions{}), 2}}}, 2},
 	} {
-		if got := tc.profile.SessionScorers(); len(got) != tc.want {
+		if got := tc.profile.sessionScorers(); len(got) != tc.want {
 			t.Errorf("%s: %d session scorers, want %d", tc.name, len(got), tc.want)
 		}
 	}
 	p := Usher(UsherOptions{})
-	if got := p.SessionScorers(); got[0] != p.Scorers[0].Scorer.(SessionPlacer) {
+	if got := p.sessionScorers(); got[0] != p.Scorers[0].Scorer.(sessionPlacer) {
 		t.Error("Usher's session scorer is not its sessionAware")
 	}
 }
@@ -597,12 +597,12 @@ func TestRouterSessionScorers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, want := r.SessionScorers(), p.SessionScorers()
+	got, want := r.sessionScorers(), p.sessionScorers()
 	if len(got) != 1 || len(want) != 1 || got[0] != want[0] {
-		t.Errorf("Router.SessionScorers = %v, want the profile's %v", got, want)
+		t.Errorf("Router.sessionScorers = %v, want the profile's %v", got, want)
 	}
 	rr, _ := New(Options{Profile: RoundRobinProfile()})
-	if s := rr.SessionScorers(); len(s) != 0 {
+	if s := rr.sessionScorers(); len(s) != 0 {
 		t.Errorf("round-robin has session scorers %v", s)
 	}
 }

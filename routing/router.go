@@ -186,8 +186,8 @@ type Options struct {
 // Router picks a backend for each request. Build one with New and publish the backend set with
 // Update.
 //
-// Concurrency: Pick, Backends, InFlight, Stats and the peer methods (SetPeerInFlight,
-// AppendInFlight, PeerInFlight, Lookup) are safe for concurrent use from any number of
+// Concurrency: Pick, Backends, InFlight, Stats and the peer methods (setPeerInFlight,
+// appendInFlight, peerInFlight, Lookup) are safe for concurrent use from any number of
 // goroutines. Update is meant for one writer (it is serialised internally, so a second writer is
 // safe but pointless). Pick never blocks: it reads the current snapshot through an atomic
 // pointer and scratch space from a pool, and the in-flight counters, its own and its peers',
@@ -228,7 +228,11 @@ type Router struct {
 	tickets sync.Pool // *ticket
 	stats   counters
 
-	mu sync.Mutex // serialises Update and SetPeerInFlight; guards the fields below.
+	// peerIn is the peer hook's conversion buffer (internal/peer.SetPeerLoads), under peerInMu.
+	peerInMu sync.Mutex
+	peerIn   []backendInFlight
+
+	mu sync.Mutex // serialises Update and setPeerInFlight; guards the fields below.
 	// ids interns backend names to stable ids; names is its inverse, by id.
 	ids   map[string]BackendID
 	names []string
@@ -241,8 +245,8 @@ type Router struct {
 	// indexCaps the capacity last passed to AddBackend for it.
 	indexIDs  []int64
 	indexCaps []int
-	// peerSums is SetPeerInFlight's scratch, by id; peerPending holds what it was told of
-	// names not interned yet (at most MaxUnknownPeerNames), for Update to apply when they
+	// peerSums is setPeerInFlight's scratch, by id; peerPending holds what it was told of
+	// names not interned yet (at most maxUnknownPeerNames), for Update to apply when they
 	// appear.
 	peerSums    []InFlight
 	peerPending map[string]InFlight
@@ -284,7 +288,7 @@ type backend struct {
 // every pick reads the counters of every candidate, so packing them (from a slab, see
 // Router.newInflight) means fewer cache lines per pick, while a write invalidates one line for
 // the readers either way. The peers' counts sit beside the router's own so that a pick reads
-// both from the same line; only SetPeerInFlight and Update write them.
+// both from the same line; only setPeerInFlight and Update write them.
 type inflight struct {
 	requests atomic.Int64
 	prefill  atomic.Int64
@@ -355,8 +359,8 @@ type Stats struct {
 	// Done is the number of Results finished with Done; Failed those with a non-nil Err.
 	// Picks − Done is the number of requests in flight.
 	Done, Failed uint64
-	// DroppedPeerNames is the number of SetPeerInFlight entries dropped because they named a
-	// backend the router did not know while MaxUnknownPeerNames others were already kept.
+	// DroppedPeerNames is the number of setPeerInFlight entries dropped because they named a
+	// backend the router did not know while maxUnknownPeerNames others were already kept.
 	DroppedPeerNames uint64
 }
 
@@ -595,7 +599,7 @@ func (r *Router) Backends(dst []BackendState) []BackendState {
 }
 
 // InFlight returns the router's own in-flight counters of the named backend (without its
-// peers', see SetPeerInFlight), and whether the router has ever known it. O(1) after a map lookup under the writer lock; not for the hot path.
+// peers', see setPeerInFlight), and whether the router has ever known it. O(1) after a map lookup under the writer lock; not for the hot path.
 func (r *Router) InFlight(name string) (InFlight, bool) {
 	r.mu.Lock()
 	id, ok := r.ids[name]

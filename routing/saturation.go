@@ -36,7 +36,7 @@ type SaturationOptions struct {
 // started — which its scraped queue shows only at the next scrape — so a burst dispatched
 // between two scrapes saturates the gauge at once instead of overrunning the servers. InFlight
 // here is the router's own count plus what other gateway replicas hold there, as
-// SetPeerInFlight last set it (as Candidate.InFlight, which SaturationFilter reads). A backend
+// setPeerInFlight last set it (as Candidate.InFlight, which SaturationFilter reads). A backend
 // with stale or missing queue and KV signals is judged by the in-flight counts alone. It reads the current snapshot and the live counters: O(backends), no allocation,
 // safe for concurrent use with Pick and Update.
 //

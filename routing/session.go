@@ -52,28 +52,28 @@ type SessionFeed interface {
 	Placed(session uint64, backend string, blocks int, expires time.Time)
 }
 
-// SessionPlacer is a session scorer that applies placements other gateway replicas learnt:
-// SessionAffinity and SessionAware. Profile.SessionScorers finds them in a built profile.
-type SessionPlacer interface {
+// sessionPlacer is a session scorer that applies placements other gateway replicas learnt:
+// SessionAffinity and SessionAware. Profile.sessionScorers finds them in a built profile.
+type sessionPlacer interface {
 	// LearnPlacement applies a placement another replica learnt (see SessionAware's).
 	LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool
 }
 
 var (
-	_ SessionPlacer = (*sessionAffinity)(nil)
-	_ SessionPlacer = (*sessionAware)(nil)
+	_ sessionPlacer = (*sessionAffinity)(nil)
+	_ sessionPlacer = (*sessionAware)(nil)
 )
 
-// SessionScorers returns the filters, scorers and picker of p that are session scorers
-// (implement SessionPlacer), each once, in that order: how a replication layer reaches the
+// sessionScorers returns the filters, scorers and picker of p that are session scorers
+// (implement sessionPlacer), each once, in that order: how a replication layer reaches the
 // session table of a profile built by a constructor, such as Usher's SessionAware. With
 // sharing, build the profile with the same SessionOptions.Seed on every replica and a Feed,
 // for example Usher(UsherOptions{Session: SessionAwareOptions{SessionOptions:
 // SessionOptions{Seed: seed, Feed: feed}}}). O(filters + scorers); it allocates the result.
-func (p Profile) SessionScorers() []SessionPlacer {
-	var out []SessionPlacer
+func (p Profile) sessionScorers() []sessionPlacer {
+	var out []sessionPlacer
 	add := func(x any) {
-		if sp, ok := x.(SessionPlacer); ok && !hooked(out, sp) {
+		if sp, ok := x.(sessionPlacer); ok && !hooked(out, sp) {
 			out = append(out, sp)
 		}
 	}
