@@ -190,12 +190,11 @@ type band struct {
 }
 
 // Queue is an admission queue of flows in priority bands. All methods are safe for
-// concurrent use. See the package documentation for the model.
-//
-// Lock discipline: the fields above mu are set by New and never change; the fields below mu
-// are guarded by it; methods ending in Locked expect it held. The Policy and Gate are called
-// with mu held; the Observer never is.
+// concurrent use; the Policy and the Gate are called one at a time (under the queue's lock),
+// the Observer never under it. See the package documentation for the model.
 type Queue struct {
+	// Lock discipline: the fields above mu are set by New and never change; the fields below
+	// mu are guarded by it; methods ending in Locked expect it held.
 	policy   Policy
 	picker   FlowPicker
 	gate     Gate

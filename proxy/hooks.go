@@ -202,6 +202,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
 		Arrival:      ex.arrival,
 	})
+	h.usher.ObserveAdmission(flowcontrol.OutcomeOf(err).String(), ex.id.Band, time.Since(ex.arrival))
 	if err != nil {
 		return ex.admissionError(err)
 	}

@@ -170,19 +170,26 @@ type Options struct {
 
 	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
 	Index *prefixcache.Index
-	// Router picks backends. Nil: routing.Usher over Index, with passive health
+	// Router picks backends. Nil: a router of Profile over Index, with passive health
 	// (routing.Outlier with PassiveHealth) in front.
 	Router *routing.Router
+	// Profile is the default router's profile. Zero: routing.Usher, its session table fed by
+	// the Extensions (replicas share placements through it). Extending the default is one
+	// assignment, say a scorer of your own at weight 1:
+	//
+	//	opts.Profile = routing.Usher(routing.UsherOptions{}).With(routing.Weighted{Scorer: mine, Weight: 1})
+	Profile routing.Profile
 	// PassiveHealth configures the default router's outlier detection: backends whose
 	// requests fail are ejected for a while and probed back. Zero fields: routing's defaults.
 	PassiveHealth routing.OutlierOptions
 	// Queue admits requests. Nil: a queue of Bands bands ordered by Policy, with TTL,
 	// QueueCapacity and FlowCapacity, at most MaxInFlight requests in flight and, if
-	// Saturation is set, llm-d's saturation gate; its outcomes are counted in Metrics. A
-	// Queue of your own brings its own gate and observer (see Saturation and
-	// ObserveOutcome), and the fields below that configure the default queue must be zero.
+	// Saturation is set, llm-d's saturation gate. Either way the Handler counts the
+	// admission outcome of each request it admits in Metrics. A Queue of your own brings its
+	// own gate (see Handler.Saturation), and the fields below that configure the default
+	// queue must be zero.
 	Queue *flowcontrol.Queue
-	// Policy orders the default queue. Nil: fairness.BoundedWait with W 10 s.
+	// Policy orders the default queue. Nil: fairness.NewBoundedWait with W 10 s.
 	Policy flowcontrol.Policy
 	// TTL is the default queue's longest wait for admission. Zero: 60 s.
 	TTL time.Duration
@@ -413,13 +420,17 @@ func New(opts Options) (*Handler, error) {
 		}
 	}
 	if h.router == nil {
-		var uo routing.UsherOptions
-		uo.Session.SessionOptions = sess
+		profile := opts.Profile
+		if profile.Picker == nil && len(profile.Filters) == 0 && len(profile.Scorers) == 0 {
+			var uo routing.UsherOptions
+			uo.Session.SessionOptions = sess
+			profile = routing.Usher(uo)
+		}
 		ph := opts.PassiveHealth
 		if ph.StallAfter == 0 {
 			ph.StallAfter = cmp.Or(h.timeouts.Stall, -1) // the Handler's stall timeout; off with it
 		}
-		profile, err := WithPassiveHealth(routing.Usher(uo), ph)
+		profile, err := withPassiveHealth(profile, ph)
 		if err != nil {
 			return nil, err
 		}
@@ -516,20 +527,15 @@ func (copyBufs) Put(b []byte) {
 	}
 }
 
-// WithPassiveHealth returns p behind a routing.Outlier made from o: its filter first, its
-// failure score beside p's scorers (weight PassiveHealthWeight). The Handler's default router
-// and Config's routers use it; use it for a Router of your own.
-func WithPassiveHealth(p routing.Profile, o routing.OutlierOptions) (routing.Profile, error) {
+// withPassiveHealth returns p behind a routing.Outlier made from o, its failure score at
+// weight 1 (routing.WithOutlier).
+func withPassiveHealth(p routing.Profile, o routing.OutlierOptions) (routing.Profile, error) {
 	out, err := routing.NewOutlier(o)
 	if err != nil {
 		return routing.Profile{}, err
 	}
-	return routing.WithOutlier(p, out, PassiveHealthWeight), nil
+	return routing.WithOutlier(p, out, 1), nil
 }
-
-// PassiveHealthWeight is the weight of the outlier detector's failure score in
-// WithPassiveHealth.
-const PassiveHealthWeight = 1.0
 
 // defaultQueue is the queue Options.Queue nil stands for.
 func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, *flowcontrol.ConcurrencyLimit, error) {
@@ -563,16 +569,9 @@ func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, *flowcontrol.C
 		TTL:          ttl,
 		Capacity:     opts.QueueCapacity,
 		FlowCapacity: opts.FlowCapacity,
-		Observer:     flowcontrol.Observer{Outcome: h.ObserveOutcome},
 		EarlyShed:    opts.EarlyShed,
 	})
 	return q, conc, err
-}
-
-// ObserveOutcome counts an admission outcome in usher's metrics. The default queue's
-// observer calls it; set it as flowcontrol.Options.Observer.Outcome of a queue of your own.
-func (h *Handler) ObserveOutcome(r flowcontrol.Record) {
-	h.usher.ObserveAdmission(r.Outcome.String(), r.Request.Band, r.Wait)
 }
 
 // DefaultTransport returns the transport the Handler uses when Options.Transport is nil,

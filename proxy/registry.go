@@ -177,7 +177,7 @@ func NewRegistry() *Registry {
 	// Pickers.
 	for name, pk := range map[string]func() routing.Picker{
 		"max-score": routing.MaxScore, "weighted-random": routing.WeightedRandom,
-		"power-of-two": routing.PowerOfTwo, "round-robin": routing.RoundRobin,
+		"power-of-two": routing.PowerOfTwo, "round-robin": routing.RoundRobinPicker,
 	} {
 		must(r.AddPicker(name, func(p Params) (routing.Picker, error) { return pk(), p.Decode(&struct{}{}) }))
 	}

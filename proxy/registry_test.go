@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/usher-llm/usher/proxy"
@@ -119,5 +120,35 @@ func TestRegistryNames(t *testing.T) {
 	}
 	if _, err := reg.Policy(proxy.PartSpec{Name: "vtc", Params: json.RawMessage(`{"weight":2}`)}); err == nil {
 		t.Error("vtc with an unknown parameter: no error")
+	}
+}
+
+// countingScorer counts the candidates it scores.
+type countingScorer struct{ n *atomic.Int64 }
+
+func (c countingScorer) Score(_ *routing.Request, cands []routing.Candidate, _ []float64) {
+	c.n.Add(int64(len(cands)))
+}
+
+// Extending the default router is one assignment: Options.Profile with a scorer of one's own;
+// the Handler still adds passive health and builds it over its index.
+func TestOptionsProfile(t *testing.T) {
+	fleet := startFleet(t, 2)
+	var n atomic.Int64
+	opts := testOptions(backendsOf(fleet))
+	base := routing.Usher(routing.UsherOptions{})
+	opts.Profile = base.With(routing.Weighted{Scorer: countingScorer{&n}, Weight: 1})
+	if len(base.Scorers)+1 != len(opts.Profile.Scorers) {
+		t.Fatalf("With changed its receiver or dropped a scorer: %d, %d", len(base.Scorers), len(opts.Profile.Scorers))
+	}
+	h, url := startHandler(t, opts)
+	if resp, e := post(t, url+"/v1/chat/completions", `{"model":"usher/demo","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+		t.Fatalf("%d %+v", resp.StatusCode, e)
+	}
+	if n.Load() == 0 {
+		t.Error("the scorer added to the default profile was never asked")
+	}
+	if h.Router().Outlier() == nil {
+		t.Error("the router built from Options.Profile has no passive health")
 	}
 }

@@ -26,7 +26,7 @@
 // WeightedRandom (probability proportional to score), PowerOfTwo, Softmax, RoundRobin.
 //
 // A custom scorer implements one method, Score. A filter, scorer or picker that learns may also
-// implement Observer (told the choice before Pick returns) or Completer (told the outcome at
+// implement PickObserver (told the choice before Pick returns) or Completer (told the outcome at
 // Done). Disaggregated serving is two picks, one with Request.Role = RolePrefill and one with
 // RoleDecode; backends of RoleBoth serve either.
 //

@@ -112,7 +112,7 @@ type OutlierStats struct {
 
 // Outlier is passive health: it learns from the outcome of every request (as a Completer) which
 // backends are failing, ejects them from the candidates (as a Filter) for a backoff period, lets
-// one probe at a time through when the period is over (claimed as an Observer), and lowers the
+// one probe at a time through when the period is over (claimed as a PickObserver), and lowers the
 // score of backends with a recent failure share (as a Scorer). Its semantics are Envoy's outlier
 // detection, with these defaults:
 //
@@ -197,10 +197,10 @@ type Outlier struct {
 }
 
 var (
-	_ Filter    = (*Outlier)(nil)
-	_ Scorer    = (*Outlier)(nil)
-	_ Observer  = (*Outlier)(nil)
-	_ Completer = (*Outlier)(nil)
+	_ Filter       = (*Outlier)(nil)
+	_ Scorer       = (*Outlier)(nil)
+	_ PickObserver = (*Outlier)(nil)
+	_ Completer    = (*Outlier)(nil)
 )
 
 // outlierBuckets is the number of buckets of the failure-rate window.
@@ -353,7 +353,7 @@ func (o *Outlier) ejection(n int32) int64 {
 // WithOutlier returns p with o prepended to its Filters — before HealthFilter, so that o sees
 // the health verdicts it needs for the early probe — and, unless weight is 0, o appended to its
 // Scorers with that weight (see Outlier for a suggested one). The slices are copied: p's are
-// not modified or shared. p's Name is kept. The Router registers o's Observer and Completer
+// not modified or shared. p's Name is kept. The Router registers o's PickObserver and Completer
 // sides once even though it is both a filter and a scorer.
 func WithOutlier(p Profile, o *Outlier, weight float64) Profile {
 	filters := make([]Filter, 0, len(p.Filters)+1)

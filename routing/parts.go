@@ -73,7 +73,7 @@ func NewTieredPrefix(ix MediumIndex, opts TieredOptions) Scorer { return newTier
 //
 // SessionAffinity scores the backend that served a session's previous turn 1 and every other
 // candidate 0 (llm-d's session-affinity scorer, 300 s TTL). A request without a session, or whose
-// session is unknown or expired, scores 0 everywhere. It learns placements as an Observer, and
+// session is unknown or expired, scores 0 everywhere. It learns placements as a PickObserver, and
 // from other gateway replicas through LearnPlacement (see SessionFeed). O(n) per pick, O(1) to
 // learn; no allocation; safe for concurrent use.
 func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(opts) }

@@ -301,7 +301,7 @@ func RoundRobinProfile() Profile {
 	return Profile{
 		Name:    "round-robin",
 		Filters: []Filter{newHealthFilter()},
-		Picker:  RoundRobin(),
+		Picker:  RoundRobinPicker(),
 	}
 }
 

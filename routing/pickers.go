@@ -106,7 +106,7 @@ func (powerOfTwoPicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *R
 // RoundRobin returns a picker that ignores scores and cycles through the candidates with a
 // shared atomic counter: the i-th pick takes candidate i mod n. Each call of RoundRobin returns
 // an independent cycle. O(1).
-func RoundRobin() Picker { return &roundRobinPicker{} }
+func RoundRobinPicker() Picker { return &roundRobinPicker{} }
 
 type roundRobinPicker struct{ next atomic.Uint64 }
 

@@ -74,7 +74,7 @@ func TestSoftmaxDistribution(t *testing.T) {
 }
 
 func TestRoundRobinCycles(t *testing.T) {
-	p := RoundRobin()
+	p := RoundRobinPicker()
 	cs := make([]Candidate, 3)
 	var got []int
 	for range 7 {

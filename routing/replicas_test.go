@@ -74,7 +74,7 @@ func TestPeerInFlightSteersPicks(t *testing.T) {
 // Candidate.InFlight is own + peers'; Router.InFlight and appendInFlight stay the router's own.
 func TestPeerInFlightSums(t *testing.T) {
 	spy := &inflightSpy{}
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{spy, 1}}, Picker: RoundRobin()}})
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{spy, 1}}, Picker: RoundRobinPicker()}})
 	mustUpdate(t, r, fleet(2, t0))
 	p, _ := r.Pick(&Request{PromptTokens: 32}) // b0 (round robin), 32 tokens = 2 blocks
 	defer p.Done(DoneInfo{})

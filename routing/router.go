@@ -88,10 +88,10 @@ type Picker interface {
 	Pick(req *Request, cands []Candidate, scores []float64, rng *Rand) int
 }
 
-// Observer is implemented by filters and scorers that learn from placements (session tables,
+// PickObserver is implemented by filters and scorers that learn from placements (session tables,
 // for example). Picked is called once per successful Pick, after the choice and before Pick
 // returns, with the chosen candidate. It must be safe for concurrent use and must not block.
-type Observer interface {
+type PickObserver interface {
 	Picked(req *Request, chosen *Candidate, now time.Time)
 }
 
@@ -124,6 +124,14 @@ type Profile struct {
 	// Learn says when the router tells its prefix index that the chosen backend holds a
 	// request's prompt. Zero: LearnOnPick.
 	Learn Learn
+}
+
+// With returns p with scorers appended: how to extend a profile (the default's, say) with a
+// scorer of your own. p's slices are copied, not shared or modified.
+func (p Profile) With(scorers ...Weighted) Profile {
+	p.Filters = slices.Clone(p.Filters)
+	p.Scorers = append(slices.Clone(p.Scorers), scorers...)
+	return p
 }
 
 // Learn says when a Router records a request's prompt blocks in its prefix index under the
@@ -198,7 +206,7 @@ type Router struct {
 	scorers    []Weighted
 	unit       []unitScorer // unit[i]: scorers[i].Scorer as a unitScorer, or nil
 	picker     Picker
-	observers  []Observer
+	observers  []PickObserver
 	completers []Completer
 	index      PrefixIndex
 	blockSize  int
@@ -216,7 +224,7 @@ type Router struct {
 	// candidate, and can be skipped, when no candidate Pick built is stale or unhealthy.
 	cleanSkip []bool
 	// need is the union of the columns the unit scorers read. fast: every filter is a
-	// HealthFilter, every scorer a unitScorer, the picker a built-in and there is no Observer,
+	// HealthFilter, every scorer a unitScorer, the picker a built-in and there is no PickObserver,
 	// so that a pick that keeps every backend can score the columns without building the
 	// candidates (see Pick).
 	need colMask
@@ -464,10 +472,10 @@ func New(opts Options) (*Router, error) {
 	return r, nil
 }
 
-// hook registers x's Observer and Completer sides, if any, once per value: a component that is
+// hook registers x's PickObserver and Completer sides, if any, once per value: a component that is
 // both a filter and a scorer (Outlier, see WithOutlier) hears of each pick and each outcome once.
 func (r *Router) hook(x any) {
-	if o, ok := x.(Observer); ok && !hooked(r.observers, o) {
+	if o, ok := x.(PickObserver); ok && !hooked(r.observers, o) {
 		r.observers = append(r.observers, o)
 	}
 	if c, ok := x.(Completer); ok && !hooked(r.completers, c) {

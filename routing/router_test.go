@@ -204,7 +204,7 @@ func TestFilterRespected(t *testing.T) {
 			}
 		}
 	})
-	for _, pk := range []Picker{MaxScore(), WeightedRandom(), PowerOfTwo(), RoundRobin(), Softmax(0.5)} {
+	for _, pk := range []Picker{MaxScore(), WeightedRandom(), PowerOfTwo(), RoundRobinPicker(), Softmax(0.5)} {
 		r := mustNew(t, Options{Profile: Profile{Filters: []Filter{onlyOdd}, Scorers: []Weighted{{preferEven, 5}}, Picker: pk}})
 		mustUpdate(t, r, fleet(9, t0))
 		for range 200 {

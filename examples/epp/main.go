@@ -178,9 +178,11 @@ func (c config) options() (extproc.Options, error) {
 	if err != nil {
 		return extproc.Options{}, err
 	}
-	if rp, err = proxy.WithPassiveHealth(rp, routing.OutlierOptions{}); err != nil {
+	out, err := routing.NewOutlier(routing.OutlierOptions{})
+	if err != nil {
 		return extproc.Options{}, err
 	}
+	rp = routing.WithOutlier(rp, out, 1)
 	keyer, err := proxy.NewKeyer(proxy.KeyerOptions{TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader})
 	if err != nil {
 		return extproc.Options{}, err

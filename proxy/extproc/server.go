@@ -44,7 +44,7 @@ type Options struct {
 	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
 	Index *prefixcache.Index
 	// Router picks endpoints; it names them by Endpoint.Address. Nil: routing.Usher over
-	// Index with passive health (proxy.WithPassiveHealth).
+	// Index with passive health (routing.WithOutlier).
 	Router *routing.Router
 	// BlockSize is the default router's tokens per block. Zero: routing.DefaultBlockSize.
 	BlockSize int
@@ -291,10 +291,11 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	if s.router == nil {
-		p, err := proxy.WithPassiveHealth(routing.Usher(routing.UsherOptions{}), routing.OutlierOptions{})
+		out, err := routing.NewOutlier(routing.OutlierOptions{})
 		if err != nil {
 			return nil, err
 		}
+		p := routing.WithOutlier(routing.Usher(routing.UsherOptions{}), out, 1)
 		if s.router, err = routing.New(routing.Options{Profile: p, Index: s.index, BlockSize: opts.BlockSize}); err != nil {
 			return nil, err
 		}

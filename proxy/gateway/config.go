@@ -439,9 +439,11 @@ func (c Config) Options() (proxy.Options, error) {
 	// The Handler's stall timeout (Timeouts.Stall's default: half the header timeout, 30 s
 	// by default), which its default router would take.
 	stall := cmp.Or(c.HeaderTimeout, 30*time.Second) / 2
-	if profile, err = proxy.WithPassiveHealth(profile, routing.OutlierOptions{StallAfter: stall}); err != nil {
+	out, err := routing.NewOutlier(routing.OutlierOptions{StallAfter: stall})
+	if err != nil {
 		return proxy.Options{}, err
 	}
+	profile = routing.WithOutlier(profile, out, 1)
 	if o.Index, err = prefixcache.New(io); err != nil {
 		return proxy.Options{}, err
 	}
