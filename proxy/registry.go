@@ -10,6 +10,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -205,7 +206,7 @@ func NewRegistry() *Registry {
 	for _, name := range builtin.PolicyNames() {
 		must(r.AddPolicy(name, func(p Params) (flowcontrol.Policy, error) {
 			var o struct {
-				BoundedWait duration `json:"bounded_wait"`
+				BoundedWait jsontime.Duration `json:"bounded_wait"`
 			}
 			if err := p.Decode(&o); err != nil {
 				return nil, err
@@ -446,17 +447,4 @@ func cmpOr(vs ...string) string {
 		}
 	}
 	return ""
-}
-
-// duration is a time.Duration written as a string in JSON ("60s").
-type duration time.Duration
-
-func (d *duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("a duration is a string such as \"60s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	*d = duration(v)
-	return err
 }

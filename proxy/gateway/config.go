@@ -24,6 +24,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/backendspec"
 	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -257,23 +258,23 @@ func (c *Config) LoadFile(path string) error {
 	type plain Config
 	var raw struct {
 		plain
-		BoundedWait    duration `json:"bounded_wait"`
-		TTL            duration `json:"ttl"`
-		ScrapeInterval duration `json:"scrape_interval"`
-		HeaderTimeout  duration `json:"header_timeout"`
-		IdleTimeout    duration `json:"idle_timeout"`
-		RequestTimeout duration `json:"request_timeout"`
+		BoundedWait    jsontime.Duration `json:"bounded_wait"`
+		TTL            jsontime.Duration `json:"ttl"`
+		ScrapeInterval jsontime.Duration `json:"scrape_interval"`
+		HeaderTimeout  jsontime.Duration `json:"header_timeout"`
+		IdleTimeout    jsontime.Duration `json:"idle_timeout"`
+		RequestTimeout jsontime.Duration `json:"request_timeout"`
 	}
 	raw.plain = plain(*c)
 	durations := []struct {
-		raw *duration
+		raw *jsontime.Duration
 		dst *time.Duration
 	}{
 		{&raw.BoundedWait, &c.BoundedWait}, {&raw.TTL, &c.TTL}, {&raw.ScrapeInterval, &c.ScrapeInterval},
 		{&raw.HeaderTimeout, &c.HeaderTimeout}, {&raw.IdleTimeout, &c.IdleTimeout}, {&raw.RequestTimeout, &c.RequestTimeout},
 	}
 	for _, d := range durations {
-		*d.raw = duration(*d.dst)
+		*d.raw = jsontime.Duration(*d.dst)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
@@ -292,20 +293,7 @@ func (c *Config) LoadFile(path string) error {
 	return nil
 }
 
-// duration is a time.Duration written as a string in JSON.
-type duration time.Duration
-
-func (d *duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("a duration is a string such as \"60s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	*d = duration(v)
-	return err
-}
-
-// proxy.Options validates c and builds the Handler options it describes: the index, the router
+// Options validates c and builds the Handler options it describes: the index, the router
 // and the queue made here, the tokenizer and keyer it names. A caller may still replace any
 // part (Tokenizer, say) before calling New.
 func (c Config) Options() (proxy.Options, error) {
