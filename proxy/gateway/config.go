@@ -34,14 +34,14 @@ import (
 )
 
 // Config is a Handler's configuration by names and numbers, as a JSON file or command-line
-// flags give it (see RegisterFlags and LoadFile); proxy.Options builds the Handler's proxy.Options from
-// it. Durations are written as strings in JSON ("60s"). Embedders who build proxy.Options in code
-// need none of this. A Config is a plain value, not safe for concurrent mutation; proxy.Options
-// reads it once.
+// flags give it (see RegisterFlags and LoadFile); Options builds the Handler's proxy.Options
+// from it. Durations are written as strings in JSON ("60s"). Embedders who build
+// proxy.Options in code need none of this. A Config is a plain value, not safe for concurrent
+// mutation; Options reads it once.
 type Config struct {
 	// Backends are the model servers.
 	Backends []Backend `json:"backends"`
-	// Policy is the fairness policy by its name in the proxy.Registry (fairness.Names, and the
+	// Policy is the fairness policy by its name in the proxy.Registry (the built-ins, and the
 	// program's own); BoundedWait is bounded-wait's W.
 	Policy      string        `json:"policy"`
 	BoundedWait time.Duration `json:"bounded_wait"`
@@ -85,8 +85,8 @@ type Config struct {
 	// (kvfeed.Options.Listen).
 	KVListen string `json:"kv_listen"`
 	// Redis, if set, is the Redis (or Valkey) server through which this gateway shares its
-	// state with the other replicas of its Cluster (package replica, through proxy.Options.Extensions): host:port, or a
-	// redis:// or rediss:// URL.
+	// state with the other replicas of its Cluster (package replica, as one of
+	// proxy.Options.Extensions): host:port, or a redis:// or rediss:// URL.
 	Redis string `json:"redis"`
 	// ReplicaID names this replica among its peers (replica.Options.ID; empty: host name,
 	// process id and a random suffix); Cluster names the group of replicas that share state
