@@ -384,3 +384,17 @@ func ExampleResult_IndexID() {
 	// Output:
 	// gpu-0: router id 0, index id 1, holds 3 of 3 blocks
 }
+
+// A profile extended with a scorer of one's own: the default's filters, scorers and picker,
+// and one more scorer at weight 2. The default itself is not modified.
+func ExampleProfile_With() {
+	fewestStreams := routing.ScorerFunc(func(_ *routing.Request, cands []routing.Candidate, dst []float64) {
+		for i := range cands {
+			dst[i] = 1 / (1 + float64(cands[i].InFlight.Requests))
+		}
+	})
+	base := routing.Usher(routing.UsherOptions{})
+	mine := base.With(routing.Weighted{Scorer: fewestStreams, Weight: 2})
+	fmt.Println(len(base.Scorers), len(mine.Scorers), mine.Scorers[len(mine.Scorers)-1].Weight)
+	// Output: 4 5 2
+}
