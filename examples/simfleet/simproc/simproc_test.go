@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
@@ -221,5 +222,34 @@ func TestKVEvents(t *testing.T) {
 	}
 	if n := held(before); n != 0 {
 		t.Errorf("after the restart the index holds %d blocks of the killed process", n)
+	}
+}
+
+// The engine flags configure the process as the bench simulator's servers are: its metrics
+// report the KV cache it was given, and a prompt longer than its token budget still runs (in
+// chunks); a negative value is refused.
+func TestEngineFlags(t *testing.T) {
+	p := Start(t, Options{Args: []string{"-kv-blocks", "64", "-block-size", "32", "-max-num-seqs", "2", "-max-batched-tokens", "256"}})
+	resp, err := http.Get(p.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `block_size="32"`) || !strings.Contains(string(body), `num_gpu_blocks="64"`) {
+		t.Errorf("cache config not the flags':\n%s", body)
+	}
+	req := `{"model":"usher/demo","max_tokens":4,"ignore_eos":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 600) + `"}]}`
+	r2, err := http.Post(p.URL+"/v1/chat/completions", "application/json", strings.NewReader(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != http.StatusOK {
+		t.Errorf("a 600-word prompt over a 256-token step budget: %d", r2.StatusCode)
+	}
+	out, err := exec.Command(Build(t), "-kv-blocks", "-1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "must not be negative") {
+		t.Errorf("-kv-blocks -1: %v %s", err, out)
 	}
 }

@@ -65,6 +65,17 @@ func run(args []string, out io.Writer) error {
 	pod := fs.String("pod", "", "pod name in the KV-event topic kv@POD@MODEL (default: the bound listen address)")
 	grace := fs.Duration("shutdown-grace", 5*time.Second, "how long shutdown waits for requests in flight")
 	exitOnEOF := fs.Bool("exit-on-eof", false, "also shut down when stdin reaches end of file, i.e. when the parent holding it dies")
+	// Engine parameters over the profile's (0: the profile's), so that a process can be
+	// configured as the bench simulator's servers are.
+	var tune engine.Profile
+	fs.IntVar(&tune.NumBlocks, "kv-blocks", 0, "KV blocks on the device (vLLM's num_gpu_blocks; 0: the profile's)")
+	fs.IntVar(&tune.BlockSize, "block-size", 0, "tokens per KV block (vLLM's --block-size; 0: the profile's)")
+	fs.IntVar(&tune.MaxNumSeqs, "max-num-seqs", 0, "most requests running at once (vLLM's --max-num-seqs; 0: the profile's)")
+	fs.IntVar(&tune.MaxNumBatchedTokens, "max-batched-tokens", 0, "token budget of one step (vLLM's --max-num-batched-tokens; 0: the profile's)")
+	fs.IntVar(&tune.MaxModelLen, "max-model-len", 0, "most prompt plus output tokens of one request (0: the profile's)")
+	fs.DurationVar(&tune.StepBase, "step-base", 0, "fixed cost of every engine step (0: the profile's)")
+	fs.DurationVar(&tune.PrefillPerToken, "prefill-per-token", 0, "compute cost of one prompt token (0: the profile's)")
+	fs.DurationVar(&tune.DecodePerSeq, "decode-per-seq", 0, "cost of one decoding sequence in a step (0: the profile's)")
 	var faults simfleet.Faults
 	fs.DurationVar(&faults.HoldHeaders, "fault-hold-headers", 0, "fault: hold the response headers of every OpenAI request this long (metrics stay healthy)")
 	fs.IntVar(&faults.ResetAfterBytes, "fault-reset-after", 0, "fault: reset the connection (TCP RST) after this many bytes of each answer's body")
@@ -83,12 +94,17 @@ func run(args []string, out io.Writer) error {
 		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	case !ok:
 		return usageError{fmt.Errorf("unknown -profile %q (demo, qwen3-32b-h100)", *profile)}
+	case tune.NumBlocks < 0 || tune.BlockSize < 0 || tune.MaxNumSeqs < 0 || tune.MaxNumBatchedTokens < 0 || tune.MaxModelLen < 0 ||
+		tune.StepBase < 0 || tune.PrefillPerToken < 0 || tune.DecodePerSeq < 0:
+		return usageError{errors.New("engine flags must not be negative")}
 	case *replay != "" && *kvEndpoint == "":
 		return usageError{errors.New("-replay needs -kv-events")}
 	case faults.HoldHeaders < 0 || faults.ResetAfterBytes < 0 || faults.SlowWrite < 0 || faults.Every < 0 ||
 		(faults.Status != 0 && (faults.Status < 400 || faults.Status > 599)):
 		return usageError{errors.New("fault flags: durations and counts must not be negative, -fault-status is 400..599")}
 	}
+
+	p = override(p, tune)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -148,4 +164,27 @@ func run(args []string, out io.Writer) error {
 		_ = hs.Close()
 	}
 	return nil
+}
+
+// override returns p with every non-zero parameter of t in place of its own.
+func override(p, t engine.Profile) engine.Profile {
+	set := func(dst *int, v int) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	setD := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&p.NumBlocks, t.NumBlocks)
+	set(&p.BlockSize, t.BlockSize)
+	set(&p.MaxNumSeqs, t.MaxNumSeqs)
+	set(&p.MaxNumBatchedTokens, t.MaxNumBatchedTokens)
+	set(&p.MaxModelLen, t.MaxModelLen)
+	setD(&p.StepBase, t.StepBase)
+	setD(&p.PrefillPerToken, t.PrefillPerToken)
+	setD(&p.DecodePerSeq, t.DecodePerSeq)
+	return p
 }
