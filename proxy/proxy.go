@@ -64,9 +64,27 @@ type Backend struct {
 	// Role is the part of inference the server serves (routing.BackendState.Role): both
 	// (the zero value), prefill or decode.
 	Role routing.Role
-	// Models are the models the server serves, if given. Without Options.Models, their
-	// union is what requests may ask for and what GET /v1/models lists.
+	// Models are the models the server serves, if given. Requests are not routed by model
+	// (yet): every backend must list the same models, or none. Without Options.Models, they
+	// are what requests may ask for and what GET /v1/models lists.
 	Models []string
+}
+
+// sameModels reports whether two model lists name the same set.
+func sameModels(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	set := make(map[string]bool, len(a))
+	for _, m := range a {
+		set[m] = true
+	}
+	for _, m := range b {
+		if !set[m] {
+			return false
+		}
+	}
+	return true
 }
 
 // RankName is the name of data-parallel rank rank of the backend at url, in the router, the
@@ -208,7 +226,7 @@ type Options struct {
 	Metrics *metrics.Gateway
 
 	// Models are the model names requests may ask for (404 model_not_found otherwise). Nil:
-	// the union of the Backends' Models, or, when none lists any, the models the backends
+	// the Backends' Models, or, when none lists any, the models the backends
 	// list on GET /v1/models, refreshed by Start and Run; until one
 	// answered, any model is accepted and the backend judges.
 	Models []string
@@ -375,6 +393,10 @@ func New(opts Options) (*Handler, error) {
 	for _, b := range opts.Backends {
 		if err := b.Validate(); err != nil {
 			return nil, err
+		}
+		// Requests are not routed by model yet: every backend must serve every model.
+		if a := opts.Backends[0]; !sameModels(a.Models, b.Models) {
+			return nil, fmt.Errorf("%w: backends %q and %q list different models; the Handler routes every request to any backend, so they must list the same ones (or none)", ErrInvalidOptions, a.URL, b.URL)
 		}
 		if seen[b.URL] {
 			return nil, fmt.Errorf("%w: backend %q listed twice", ErrInvalidOptions, b.URL)

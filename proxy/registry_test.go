@@ -152,3 +152,21 @@ func TestOptionsProfile(t *testing.T) {
 		t.Error("the router built from Options.Profile has no passive health")
 	}
 }
+
+// Backends may list their models, all the same ones: requests are not routed by model yet.
+func TestBackendModels(t *testing.T) {
+	fleet := startFleet(t, 2)
+	urls := fleet.URLs()
+	opts := testOptions([]proxy.Backend{{URL: urls[0], Models: []string{"usher/demo", "other"}}, {URL: urls[1], Models: []string{"other", "usher/demo"}}})
+	_, base := startHandler(t, opts)
+	if resp, e := post(t, base+"/v1/chat/completions", `{"model":"unlisted","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 404 || e.Code != "model_not_found" {
+		t.Errorf("a model no backend lists: %d %+v", resp.StatusCode, e)
+	}
+	if resp, e := post(t, base+"/v1/chat/completions", `{"model":"usher/demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+		t.Errorf("a listed model: %d %+v", resp.StatusCode, e)
+	}
+	bad := testOptions([]proxy.Backend{{URL: urls[0], Models: []string{"a"}}, {URL: urls[1], Models: []string{"b"}}})
+	if _, err := proxy.New(bad); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("backends listing different models: %v, want ErrInvalidOptions", err)
+	}
+}

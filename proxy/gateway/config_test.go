@@ -102,13 +102,13 @@ func TestBackendSyntax(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Equal(t, want, got)
 	file := filepath.Join(t.TempDir(), "gateway.json")
-	cfgJSON := `{"backends":["` + line + `",{"url":"http://10.0.0.8:8000","role":"prefill","models":["llama-3"]}]}`
+	cfgJSON := `{"backends":["` + line + `",{"url":"http://10.0.0.8:8000","role":"prefill","models":["qwen-2.5","llama-3"]}]}`
 	assert.NoError(t, os.WriteFile(file, []byte(cfgJSON), 0o600))
 	c := DefaultConfig()
 	assert.NoError(t, c.LoadFile(file))
 	if assert.Len(t, c.Backends, 2) {
 		assert.Equal(t, want, c.Backends[0])
-		assert.Equal(t, Backend{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"llama-3"}}, c.Backends[1])
+		assert.Equal(t, Backend{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"qwen-2.5", "llama-3"}}, c.Backends[1])
 	}
 	o, err := c.Options()
 	if assert.NoError(t, err) && assert.Len(t, o.Backends, 2) {
