@@ -200,7 +200,7 @@ func TestTraceTextPrefixSharing(t *testing.T) {
 	toks := make([][]uint32, len(reqs))
 	chat := make([][]uint32, len(reqs))
 	for i, r := range reqs {
-		text := traceText(r.ids, r.tokens)
+		text := traceText(r.ids, r.tokens, TraceBlock)
 		toks[i] = simfleet.Tokenize(text)
 		if len(toks[i]) != r.tokens {
 			t.Errorf("request %d: %d tokens, want %d", i, len(toks[i]), r.tokens)
@@ -612,5 +612,66 @@ func TestOverheadText(t *testing.T) {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("overhead text lacks %q:\n%s", s, b.String())
 		}
+	}
+}
+
+// A bench workload with closed-loop sessions (agentic: turns sent a think time after the
+// previous answer) replays as one Session per conversation whose turns follow each other, at
+// the workload's block size: requests sharing k block ids share k·BlockTokens tokens of text.
+func TestBenchWorkloadSessions(t *testing.T) {
+	w := bench.Agentic(bench.AgenticOptions{Seed: 3})
+	sessions, err := TraceSessions(w, TraceOptions{Limit: 400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns, multi, thinking := 0, 0, 0
+	for _, s := range sessions {
+		turns += len(s.Turns)
+		if len(s.Turns) > 1 {
+			multi++
+		}
+		for i, tn := range s.Turns {
+			if tn.BlockTokens != w.BlockTokens || tn.Index != i+s.Turns[0].Index {
+				t.Fatalf("%s turn %d: block %d (want %d), index %d", s.ID, i, tn.BlockTokens, w.BlockTokens, tn.Index)
+			}
+			if i > 0 && tn.Think > 0 {
+				thinking++
+			}
+		}
+	}
+	if thinking == 0 {
+		t.Error("no chained turn waits a think time after its predecessor")
+	}
+	if turns != 400 || multi == 0 {
+		t.Fatalf("%d turns in %d sessions (%d with several turns), want 400 turns, some chained", turns, len(sessions), multi)
+	}
+	// The text follows the ids: a later turn repeats its predecessor's leading blocks.
+	for _, s := range sessions {
+		if len(s.Turns) < 2 {
+			continue
+		}
+		a, b := s.Turns[0], s.Turns[1]
+		k := 0
+		for k < len(a.HashIDs) && k < len(b.HashIDs) && a.HashIDs[k] == b.HashIDs[k] {
+			k++
+		}
+		ta, tb := strings.Fields(a.text()), strings.Fields(b.text())
+		shared := min(k*w.BlockTokens, len(ta), len(tb))
+		if shared == 0 || strings.Join(ta[:shared], " ") != strings.Join(tb[:shared], " ") {
+			t.Fatalf("%s: %d shared blocks, but the texts' first %d words differ", s.ID, k, shared)
+		}
+		break
+	}
+	// A closed-loop request whose predecessor is not replayed is not replayed either.
+	few, err := TraceSessions(w, TraceOptions{Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range few {
+		n += len(s.Turns)
+	}
+	if n != 3 {
+		t.Errorf("Limit 3 replayed %d requests", n)
 	}
 }

@@ -62,6 +62,7 @@ import (
 type config struct {
 	url, model, api     string
 	tracePath           string
+	benchWorkload       string
 	speed               float64
 	limit               int
 	duration            time.Duration
@@ -93,6 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the OpenAI-compatible endpoint; several, comma-separated, take the requests in turn (gateway replicas behind a Service)")
 	fs.StringVar(&c.model, "model", "", "model to ask for; empty: the first of GET /v1/models")
 	fs.StringVar(&c.api, "api", "chat", "chat (/v1/chat/completions) or completions (/v1/completions, messages joined into one prompt)")
+	fs.StringVar(&c.benchWorkload, "workload", "", "replay one of the bench simulator's workloads, as the simulator runs it (with -seed): "+bench.WorkloadNames()+"; the prompts are synthesised from its block ids, so the same requests reach the gateway and the simulator")
 	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': the Mooncake conversation trace shipped in bench/traces); empty: synthetic workload")
 	fs.Float64Var(&c.speed, "speed", 1, "trace: replay speed (2 = twice as fast as recorded)")
 	fs.IntVar(&c.limit, "limit", 0, "send at most this many requests (0: no limit)")
@@ -250,7 +252,7 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	defer t.close()
 	cfg.configure(t)
 	var maxLen int
-	if t.Model == "" || (cfg.tracePath != "" && cfg.maxContext == 0) {
+	if t.Model == "" || ((cfg.tracePath != "" || cfg.benchWorkload != "") && cfg.maxContext == 0) {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		model, n, err := t.discoverModel(dctx)
 		cancel()
@@ -286,6 +288,24 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 // workload builds the sessions the command line asks for; maxLen is the server's
 // max_model_len when known.
 func (c *config) workload(maxLen int) ([]Session, string, error) {
+	mc := c.maxContext
+	switch {
+	case mc < 0:
+		mc = 0
+	case mc == 0:
+		mc = maxLen
+	}
+	if c.benchWorkload != "" {
+		if c.tracePath != "" {
+			return nil, "", fmt.Errorf("-workload and -trace exclude each other")
+		}
+		w, err := bench.LoadWorkload(c.benchWorkload, bench.LoadOptions{Seed: c.synth.Seed})
+		if err != nil {
+			return nil, "", fmt.Errorf("-workload: %w", err)
+		}
+		s, err := TraceSessions(w, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants})
+		return s, fmt.Sprintf("bench workload %s (seed %d) at %.3gx", c.benchWorkload, c.synth.Seed, c.speed), err
+	}
 	if c.tracePath == "" {
 		s, err := Synthetic(c.synth)
 		desc := fmt.Sprintf("synthetic: seed %d, %.3g sessions/s for %v, %.0f%% single-turn, %d tenants",
@@ -302,13 +322,6 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("-trace: %w (-trace mooncake replays the Mooncake conversation trace that ships in bench/traces; a path names a Mooncake-format JSONL file)", err)
-	}
-	mc := c.maxContext
-	switch {
-	case mc < 0:
-		mc = 0
-	case mc == 0:
-		mc = maxLen
 	}
 	s, err := TraceSessions(recs, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants})
 	desc := fmt.Sprintf("trace %s at %.3gx", path, c.speed)

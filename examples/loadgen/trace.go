@@ -32,14 +32,20 @@ type TraceOptions struct {
 	Tenants int
 }
 
-// TraceSessions turns a Mooncake-format trace, as bench.LoadMooncake reads it (with the
-// sessions it derives from the prefix structure), into a replay: one unchained Session per
-// request, starting at its arrival since the first request divided by Speed, whose user
-// message is the synthesised text of its block ids (see traceText) and whose answer is
-// exactly its output length (max_tokens with ignore_eos). A request of a derived
-// conversation gets the conversation's id ("trace-N") and its turn index from 0; one outside
-// every conversation is its own ("trace-single-I"). The workload's blocks must be TraceBlock
-// tokens. O(requests).
+// TraceSessions turns a workload in bench's format — a Mooncake-format trace as
+// bench.LoadMooncake reads it (with the sessions it derives from the prefix structure), or
+// one of bench's generated workloads — into a replay whose user messages are the synthesised
+// text of each request's block ids (see traceText, at the workload's BlockTokens) and whose
+// answers are exactly each request's output length (max_tokens with ignore_eos), so that the
+// gateway and the bench simulator can be given the same workload.
+//
+// An open-loop request (Prev < 0) starts a Session of its own at its arrival since the first
+// request, divided by Speed; a closed-loop one (Prev ≥ 0) is the next Turn of the Session of
+// the request it follows, sent its At (divided by Speed) after that request's answer — so a
+// session's turns must form a chain. A request of a conversation gets the conversation's id
+// ("trace-N") and its turn index from 0; one outside every conversation is its own
+// ("trace-single-I"). Limit counts requests; Window ends the replay's open-loop arrivals.
+// O(requests).
 func TraceSessions(w *bench.Workload, opts TraceOptions) ([]Session, error) {
 	speed := opts.Speed
 	if speed == 0 {
@@ -51,41 +57,66 @@ func TraceSessions(w *bench.Workload, opts TraceOptions) ([]Session, error) {
 	if opts.MaxContext > 0 && opts.MaxContext < 2*traceTemplateTokens+2 {
 		return nil, fmt.Errorf("%w: max context %d is too small", errTrace, opts.MaxContext)
 	}
-	if w == nil || w.BlockTokens != TraceBlock {
-		return nil, fmt.Errorf("%w: want a workload of %d-token blocks", errTrace, TraceBlock)
+	if w == nil || w.BlockTokens <= 0 {
+		return nil, fmt.Errorf("%w: want a workload with a positive block size", errTrace)
 	}
 	tenants := max(opts.Tenants, 1)
 	var out []Session
 	var t0 time.Duration
+	// at[i] locates request i in out, for the closed-loop turns that follow it; -1: not sent.
+	at := make([]struct{ s, t int32 }, len(w.Requests))
+	sent, first := 0, true
 	for i, r := range w.Requests {
-		if opts.Limit > 0 && len(out) >= opts.Limit {
+		at[i].s = -1
+		if opts.Limit > 0 && sent >= opts.Limit {
 			break
-		}
-		if r.Prev >= 0 {
-			return nil, fmt.Errorf("%w: request %d is closed-loop; a trace replays at fixed times", errTrace, i)
-		}
-		if i == 0 {
-			t0 = r.At
-		}
-		start := time.Duration(float64(r.At-t0) / speed)
-		if opts.Window > 0 && start >= opts.Window {
-			break
-		}
-		id, key, turn := fmt.Sprintf("trace-single-%d", i), uint64(i)|1<<63, 0
-		if r.Session >= 0 {
-			id, key, turn = fmt.Sprintf("trace-%d", r.Session), uint64(r.Session), int(r.Turn)-1
 		}
 		input, output := int(r.PromptTokens), max(int(r.OutputTokens), 1)
 		if m := opts.MaxContext; m > 0 {
 			output = min(output, m/2)
 			input = min(input, m-output-traceTemplateTokens)
 		}
+		turn := Turn{HashIDs: r.IDs, Tokens: input, MaxTokens: output, BlockTokens: w.BlockTokens}
+		if r.Session >= 0 {
+			turn.Index = int(r.Turn) - 1
+		}
+		if r.Prev >= 0 {
+			if int(r.Prev) >= i {
+				return nil, fmt.Errorf("%w: request %d follows request %d, which comes after it", errTrace, i, r.Prev)
+			}
+			p := at[r.Prev]
+			if p.s < 0 {
+				continue // what it follows is not replayed, so neither is it
+			}
+			s := &out[p.s]
+			if int(p.t) != len(s.Turns)-1 {
+				return nil, fmt.Errorf("%w: request %d follows request %d, which another turn already follows: a session replays as a chain", errTrace, i, r.Prev)
+			}
+			turn.Think = time.Duration(float64(r.At) / speed)
+			s.Turns = append(s.Turns, turn)
+			at[i] = struct{ s, t int32 }{p.s, int32(len(s.Turns) - 1)}
+			sent++
+			continue
+		}
+		if first {
+			t0, first = r.At, false
+		}
+		start := time.Duration(float64(r.At-t0) / speed)
+		if opts.Window > 0 && start >= opts.Window {
+			continue
+		}
+		id, key := fmt.Sprintf("trace-single-%d", i), uint64(i)|1<<63
+		if r.Session >= 0 {
+			id, key = fmt.Sprintf("trace-%d", r.Session), uint64(r.Session)
+		}
 		out = append(out, Session{
 			ID:     id,
 			Tenant: fmt.Sprintf("sk-loadgen-tenant-%d", mix.Mix64(key)%uint64(tenants)),
 			Start:  start,
-			Turns:  []Turn{{HashIDs: r.IDs, Tokens: input, MaxTokens: output, Index: turn}},
+			Turns:  []Turn{turn},
 		})
+		at[i] = struct{ s, t int32 }{int32(len(out) - 1), 0}
+		sent++
 	}
 	return out, nil
 }
@@ -95,7 +126,7 @@ func TraceSessions(w *bench.Workload, opts TraceOptions) ([]Session, error) {
 const traceTemplateTokens = 16
 
 // traceText synthesises a prompt of exactly tokens tokens (under simfleet.Tokenize) for the
-// blocks ids: block i holds TraceBlock words chosen by a hash of (ids[i], position), each word
+// blocks ids: block i holds block words (TraceBlock in Mooncake traces) chosen by a hash of (ids[i], position), each word
 // one token with its leading space, so blocks are independent of their neighbours and equal
 // id prefixes give equal text — and so equal token — prefixes. The last block is cut short
 // to the length asked; a prompt longer than its blocks continues the last block's sequence.
@@ -106,12 +137,12 @@ const traceTemplateTokens = 16
 // requests share how long a prefix. Different ids give different text from their first
 // word on (unless two hashes pick the same words, with chance 1/len(words) per word).
 // O(tokens).
-func traceText(ids []uint64, tokens int) string {
+func traceText(ids []uint64, tokens, block int) string {
 	var b strings.Builder
 	b.Grow(tokens * 6)
 	for i := 0; tokens > 0 && i < len(ids); i++ {
 		id := ids[i]
-		n := min(tokens, TraceBlock)
+		n := min(tokens, block)
 		if i >= len(ids)-1 {
 			n = tokens // the last block takes whatever is left
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -44,6 +45,8 @@ type Turn struct {
 	// long trace is not held in memory as text.
 	HashIDs []uint64
 	Tokens  int
+	// BlockTokens is the number of tokens each of HashIDs stands for; 0 means TraceBlock.
+	BlockTokens int
 	// MaxTokens is the answer length, exact with ignore_eos.
 	MaxTokens int
 	// Index is the turn's number in its conversation: 0 is a first turn (a cold prefix beyond
@@ -76,7 +79,7 @@ func (s *Session) messages(t int, answers []string) []Message {
 // text returns the user message. O(its length).
 func (t *Turn) text() string {
 	if t.HashIDs != nil {
-		return traceText(t.HashIDs, t.Tokens)
+		return traceText(t.HashIDs, t.Tokens, cmp.Or(t.BlockTokens, TraceBlock))
 	}
 	return t.User
 }
