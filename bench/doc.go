@@ -8,7 +8,7 @@
 //
 // Nothing is re-implemented for the simulation. Each request goes the way it goes in a gateway:
 //
-//   - Admission: a flowcontrol.Queue with the policy under test (flowcontrol.FCFS or one of the
+//   - Admission: a flowcontrol.Queue with the policy under test (fairness.FCFS or one of the
 //     fairness package's) and a saturation gate — by default flowcontrol.ConcurrencyLimit at
 //     MaxInFlight requests per server; optionally llm-d's saturation detector (mean over
 //     servers of max(queued/5, kv/0.8), stale after 200 ms) as a flowcontrol.Saturation fed by

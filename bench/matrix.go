@@ -34,7 +34,7 @@ type Router struct {
 	NewReplica func(opts routing.SessionOptions) routing.Profile
 }
 
-// FCFSPolicy is flowcontrol.FCFS: the oldest request first, across all flows.
+// FCFSPolicy is fairness.FCFS: the oldest request first, across all flows.
 func FCFSPolicy() Policy {
 	return Policy{Name: "fcfs", New: func() flowcontrol.Policy { return fairness.FCFS() }}
 }
@@ -88,7 +88,7 @@ func mustProfile(p routing.Profile, err error) routing.Profile {
 	return p
 }
 
-// sessionAwareRouter is routing.SessionAware alone, max-score.
+// sessionAwareRouter is routing.NewSessionAware alone, max-score.
 func sessionAwareRouter() Router {
 	build := func(o routing.SessionOptions) routing.Profile {
 		return routing.Profile{

@@ -18,14 +18,14 @@ const (
 )
 
 // fairnessPolicies returns the fairness package's policies for the matrix, by their
-// registry names (fairness.Names), each with its defaults (the peers' published ones where it
+// registry names (the built-in table behind proxy.Registry), each with its defaults (the peers' published ones where it
 // reproduces a peer):
 //
-//	las            fairness.LAS: usher's least attained service (keyed, O(log flows))
-//	las-reference  fairness.LASReference: llm-d's LAS, min-max normalised service and wait
-//	turn-priority  fairness.TurnPriority: llm-d's turn-priority (turn + 0.05·wait)
-//	vtc            fairness.VTC: virtual token counters (Sheng et al.)
-//	bounded-wait   fairness.BoundedWait around turn-priority, W = 30 s, 5 s headroom
+//	las            fairness.NewLAS: usher's least attained service (keyed, O(log flows))
+//	las-reference  fairness.NewLASReference: llm-d's LAS, min-max normalised service and wait
+//	turn-priority  fairness.NewTurnPriority: llm-d's turn-priority (turn + 0.05·wait)
+//	vtc            fairness.NewVTC: virtual token counters (Sheng et al.)
+//	bounded-wait   fairness.NewBoundedWait around turn-priority, W = 30 s, 5 s headroom
 //
 // Flows are sessions (a request without a session is a flow of its own).
 func fairnessPolicies() []Policy {
@@ -50,7 +50,7 @@ func must[P flowcontrol.Policy](p P, err error) flowcontrol.Policy {
 // compare -early-shed labels it; the plots draw such a policy as its twin's hollow marker.
 const EarlyShedSuffix = "+shed"
 
-// boundedWait is fairness.BoundedWait around turn-priority with wait bound w, promoted
+// boundedWait is fairness.NewBoundedWait around turn-priority with wait bound w, promoted
 // min(5 s, w/4) before it, reserving share of the dispatches for first turns.
 func boundedWait(w time.Duration, share float64) Policy {
 	name := "bw-" + w.String()

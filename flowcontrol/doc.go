@@ -111,10 +111,10 @@
 //     of the band's flow heap that stops where keys do not (past 64 flows ahead the whole
 //     band counts): a high priority, an early deadline, a deep turn or a light flow is no
 //     longer timed as if it were behind everyone. A FlowPicker counts for itself if it is a
-//     Positioner (fairness.BoundedWait is).
+//     Positioner (fairness.NewBoundedWait's policy is).
 //   - Class. A position cannot see the requests that will arrive and overtake. Bands
 //     account for theirs by their net pace; a Ranker does the same within a band by giving
-//     requests a class — fairness.TurnPriority's are first turns, second turns, turns 3–4
+//     requests a class — fairness.NewTurnPriority's are first turns, second turns, turns 3–4
 //     and deeper ones — whose pace the band measures apart, while that class has a backlog.
 //     The class's requests ahead, times its interval, is a second estimate, and the larger
 //     one is used: a newcomer behind every later turn still to come sees its class's

@@ -83,9 +83,9 @@ func (p Params) Decode(v any) error {
 //	          kv-utilization, load-aware, token-load, prefill-load, dynamo-cost,
 //	          session-aware, session-affinity, sglang-cache-aware
 //	pickers   max-score, weighted-random, power-of-two, round-robin, softmax
-//	profiles  routing.ProfileNames: usher (the default), llm-d, llm-d-precise, llm-d-sticky,
+//	profiles  usher (the default), llm-d, llm-d-precise, llm-d-sticky,
 //	          sglang, dynamo, aibrix, round-robin, least-request
-//	policies  fairness.Names: bounded-wait (the default), fcfs, priority, round-robin, las,
+//	policies  bounded-wait (the default), fcfs, priority, round-robin, las,
 //	          turn-priority, edf, vtc, ...
 //
 // The parameters of a part with an Options struct are that struct's fields by name

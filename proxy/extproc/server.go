@@ -53,7 +53,7 @@ type Options struct {
 	// A Queue of your own brings its own gate; the fields that configure the default queue
 	// must then be zero.
 	Queue *flowcontrol.Queue
-	// Policy orders the default queue. Nil: fairness.BoundedWait with W 10 s.
+	// Policy orders the default queue. Nil: fairness.NewBoundedWait with W 10 s.
 	Policy flowcontrol.Policy
 	// TTL is the default queue's longest wait for admission. Zero: 60 s. Envoy's ext_proc
 	// message_timeout must allow it (see the package documentation).
