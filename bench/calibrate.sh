@@ -7,9 +7,10 @@
 #   bash bench/calibrate.sh                      # agentic, 300 requests, 4 servers, usher llm-d round-robin
 #   WORKLOAD=prefix-group REQUESTS=400 ROUTERS="usher llm-d" bash bench/calibrate.sh
 #
-# Environment: WORKLOAD (a bench workload name), SEED, REQUESTS, SERVERS, KV_BLOCKS (per server;
-# 0: the profile's), PROFILE (simserver's engine profile; the simulator uses the same engine
-# model), ROUTERS, OUT (directory for the runs' reports).
+# Environment: WORKLOAD (a bench workload name), SEED, REQUESTS, SERVERS, KV_BLOCKS (per server,
+# of 64 tokens), ROUTERS, OUT (directory for the runs' reports). The servers are the
+# simulator's (bench.BenchProfile): Qwen3-32B on 2×H100, 64-token blocks, a 131,072-token
+# context, so that no prompt is cut on one side only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,8 +18,7 @@ WORKLOAD=${WORKLOAD:-agentic}
 SEED=${SEED:-1}
 REQUESTS=${REQUESTS:-300}
 SERVERS=${SERVERS:-4}
-KV_BLOCKS=${KV_BLOCKS:-0}
-PROFILE=${PROFILE:-qwen3-32b-h100}
+KV_BLOCKS=${KV_BLOCKS:-4500}
 ROUTERS=${ROUTERS:-usher llm-d round-robin}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
@@ -29,8 +29,7 @@ go build -o "$bin/simserver" ./examples/simfleet/cmd/simserver
 go build -o "$bin/gateway" ./examples/gateway
 go build -o "$bin/loadgen" ./examples/loadgen
 
-engine=(-profile "$PROFILE")
-[ "$KV_BLOCKS" != 0 ] && engine+=(-kv-blocks "$KV_BLOCKS")
+engine=(-profile qwen3-32b-h100 -block-size 64 -kv-blocks "$KV_BLOCKS" -max-model-len 131072)
 
 # started LINE_PREFIX LOGFILE: waits for a process's "listening on http://..." line, prints the URL.
 started() {
@@ -53,7 +52,7 @@ for router in $ROUTERS; do
 	"$bin/gateway" -listen 127.0.0.1:0 -router "$router" -tokenizer endpoint -block-size 64 "${backends[@]}" \
 		</dev/null >"$OUT/gateway-$router.log" 2>&1 &
 	gw=$(started "usher gateway" "$OUT/gateway-$router.log")
-	"$bin/loadgen" -url "$gw" -workload "$WORKLOAD" -seed "$SEED" -limit "$REQUESTS" -duration 0 -quiet -json \
+	"$bin/loadgen" -url "$gw" -workload "$WORKLOAD" -seed "$SEED" -limit "$REQUESTS" -duration 0 -max-context -1 -quiet -json \
 		-label "$router" >"$OUT/process-$router.json"
 	pkill -P $$ 2>/dev/null || true
 	wait 2>/dev/null || true
