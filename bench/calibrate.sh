@@ -7,7 +7,8 @@
 #   bash bench/calibrate.sh                      # agentic, 300 requests, 4 servers, usher llm-d round-robin
 #   WORKLOAD=prefix-group REQUESTS=400 ROUTERS="usher llm-d" bash bench/calibrate.sh
 #
-# Environment: WORKLOAD (a bench workload name), SEED, REQUESTS, SERVERS, KV_BLOCKS (per server,
+# Environment: WORKLOAD (a bench workload name), SEED, REQUESTS, RATE (arrivals of sessions
+# RATE times as fast, think times unchanged, as compare -rate), SERVERS, KV_BLOCKS (per server,
 # of 64 tokens), ROUTERS, OUT (directory for the runs' reports). The servers are the
 # simulator's (bench.BenchProfile): Qwen3-32B on 2×H100, 64-token blocks, a 131,072-token
 # context, so that no prompt is cut on one side only.
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/.."
 WORKLOAD=${WORKLOAD:-agentic}
 SEED=${SEED:-1}
 REQUESTS=${REQUESTS:-300}
+RATE=${RATE:-1}
 SERVERS=${SERVERS:-4}
 KV_BLOCKS=${KV_BLOCKS:-4500}
 ROUTERS=${ROUTERS:-usher llm-d round-robin}
@@ -52,11 +54,11 @@ for router in $ROUTERS; do
 	"$bin/gateway" -listen 127.0.0.1:0 -router "$router" -tokenizer endpoint -block-size 64 "${backends[@]}" \
 		</dev/null >"$OUT/gateway-$router.log" 2>&1 &
 	gw=$(started "usher gateway" "$OUT/gateway-$router.log")
-	"$bin/loadgen" -url "$gw" -workload "$WORKLOAD" -seed "$SEED" -limit "$REQUESTS" -duration 0 -max-context -1 -quiet -json \
+	"$bin/loadgen" -url "$gw" -workload "$WORKLOAD" -seed "$SEED" -limit "$REQUESTS" -speed "$RATE" -duration 0 -max-context -1 -quiet -json \
 		-label "$router" >"$OUT/process-$router.json"
 	pkill -P $$ 2>/dev/null || true
 	wait 2>/dev/null || true
-	go run ./bench/cmd/compare -workload "$WORKLOAD" -seed "$SEED" -seeds 1 -requests "$REQUESTS" -rate 1 \
+	go run ./bench/cmd/compare -workload "$WORKLOAD" -seed "$SEED" -seeds 1 -requests "$REQUESTS" -rate "$RATE" \
 		-servers "$SERVERS" -kv-blocks "$KV_BLOCKS" -policies fcfs -routers "$router" -goal=false >"$OUT/sim-$router.md"
 done
 

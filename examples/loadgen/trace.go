@@ -41,8 +41,9 @@ type TraceOptions struct {
 //
 // An open-loop request (Prev < 0) starts a Session of its own at its arrival since the first
 // request, divided by Speed; a closed-loop one (Prev ≥ 0) is the next Turn of the Session of
-// the request it follows, sent its At (divided by Speed) after that request's answer — so a
-// session's turns must form a chain. A request of a conversation gets the conversation's id
+// the request it follows, sent its At after that request's answer (not divided by Speed, as
+// bench.Workload.Scaled does not: faster arrivals of sessions do not make users type faster) —
+// so a session's turns must form a chain. A request of a conversation gets the conversation's id
 // ("trace-N") and its turn index from 0; one outside every conversation is its own
 // ("trace-single-I"). Limit counts requests; Window ends the replay's open-loop arrivals.
 // O(requests).
@@ -92,7 +93,7 @@ func TraceSessions(w *bench.Workload, opts TraceOptions) ([]Session, error) {
 			if int(p.t) != len(s.Turns)-1 {
 				return nil, fmt.Errorf("%w: request %d follows request %d, which another turn already follows: a session replays as a chain", errTrace, i, r.Prev)
 			}
-			turn.Think = time.Duration(float64(r.At) / speed)
+			turn.Think = r.At // not scaled: faster arrivals do not make users type faster
 			s.Turns = append(s.Turns, turn)
 			at[i] = struct{ s, t int32 }{p.s, int32(len(s.Turns) - 1)}
 			sent++
