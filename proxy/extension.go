@@ -17,7 +17,8 @@ import (
 //
 // New calls Prepare on each extension in order, then builds its defaults, then calls Attach
 // on each; Handler.Run runs each Run until its context ends; Handler.Close calls Close; each
-// refresh of the gateway's gauges (GET /metrics) calls Gauges.
+// refresh of the gateway's gauges (GET /metrics) calls Gauges. Prepare and Attach run once,
+// from New; Gauges and Close may run concurrently with Run, and must be safe for it.
 type Extension interface {
 	// Prepare adjusts the options of the default Index and of the default router's session
 	// table before New builds them (a replication layer sets their feeds). It is not called
