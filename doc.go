@@ -23,7 +23,7 @@
 //   - proxy: the request pipeline for HTTP, composing the packages above: an OpenAI-compatible
 //     Handler, or the same as httputil.ReverseProxy hooks; its Registry names every part a
 //     configuration may use. It links no Redis, ZMQ or gRPC client: those come as
-//     Extensions from proxy/kvfeed (KV events) and replica, proxy/gateway configures a whole
+//     Extensions from proxy/kvfeed (KV events) and replica (gateway.ReplicaExtension); gateway configures a whole
 //     gateway from flags or JSON, proxy/extproc is the same pipeline as Envoy's endpoint picker.
 //   - replica: several gateway replicas sharing prefix, load, session and fairness state
 //     through Redis, off the request path (the only package that talks to Redis).
@@ -52,10 +52,10 @@
 //     of thing.
 //   - One registry of names: proxy.Registry names the built-in filters, scorers, pickers,
 //     profiles and policies and takes a program's own by explicit calls; flags, the JSON
-//     configuration (proxy/gateway) and the endpoint picker all resolve names through it. No
+//     configuration (package gateway) and the endpoint picker all resolve names through it. No
 //     package mutates a global from init.
 //   - One backend syntax, for flags, JSON and endpoint lists: a URL then key=value options
-//     (proxy/gateway.ParseBackend).
+//     (gateway.ParseBackend).
 //   - No exported internals: what only the module's own packages need (re-key timers, name
 //     tables, the syntax parser) lives under internal/.
 //   - Heavy clients stay out of the core: prefixcache, flowcontrol, fairness and routing

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"github.com/usher-llm/usher/gateway"
 	"io"
 	"log/slog"
 	"net/http"
@@ -61,7 +62,7 @@ func startGateways(t *testing.T, procs []*simproc.Proc, k int, addr, cluster str
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts.Extensions = append(opts.Extensions, replica.Extension(rep))
+			opts.Extensions = append(opts.Extensions, gateway.ReplicaExtension(rep))
 			gs.replicas = append(gs.replicas, rep)
 		}
 		_, url := startHandler(t, opts)

@@ -35,10 +35,10 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
-	"github.com/usher-llm/usher/proxy/gateway"
 	"github.com/usher-llm/usher/replica"
 )
 

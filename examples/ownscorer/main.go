@@ -14,8 +14,8 @@ import (
 	"net"
 
 	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/proxy"
-	"github.com/usher-llm/usher/proxy/gateway"
 	"github.com/usher-llm/usher/routing"
 )
 

@@ -9,7 +9,8 @@ import (
 // TestDependencies keeps heavy clients out of what an embedder links: the core packages
 // depend on xxhash alone (besides the module and the standard library), and proxy links no
 // Redis, ZMQ, gRPC or Kubernetes client — those come with replica, proxy/kvfeed,
-// proxy/extproc and proxy/gateway, for programs that import them.
+// proxy/kvfeed, proxy/extproc and gateway, for programs that import them; no package under
+// proxy links replica or a Redis client, and replica does not import proxy.
 func TestDependencies(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
@@ -27,6 +28,18 @@ func TestDependencies(t *testing.T) {
 			if !strings.HasPrefix(d, mod) && !strings.HasPrefix(d, "github.com/cespare/xxhash") {
 				t.Errorf("%s depends on %s: the core packages depend on xxhash alone", core, d)
 			}
+		}
+	}
+	for _, pkg := range []string{"/proxy/openai", "/proxy/kvfeed", "/proxy/extproc"} {
+		for _, d := range deps(mod + pkg) {
+			if strings.HasPrefix(d, "github.com/redis/") || d == mod+"/replica" {
+				t.Errorf("%s links %s", pkg, d)
+			}
+		}
+	}
+	for _, d := range deps(mod + "/replica") {
+		if d == mod+"/proxy" {
+			t.Error("replica imports proxy")
 		}
 	}
 	for _, d := range deps(mod + "/proxy") {

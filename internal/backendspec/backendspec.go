@@ -1,5 +1,5 @@
 // Package backendspec parses usher's one syntax for a backend, shared by the gateway's
-// -backend flag and JSON config (proxy/gateway) and the endpoint picker's endpoint lists and
+// -backend flag and JSON config (package gateway) and the endpoint picker's endpoint lists and
 // files (proxy/extproc), and ready for pod labels:
 //
 //	TARGET[,key=value]...

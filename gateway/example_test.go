@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/proxy"
-	"github.com/usher-llm/usher/proxy/gateway"
 )
 
 // A Handler from a configuration by names, as a flag set or a JSON file gives it.

@@ -382,7 +382,7 @@ func (c Config) Options() (proxy.Options, error) {
 		if rep, err = newReplica(c); err != nil {
 			return proxy.Options{}, err
 		}
-		o.Extensions = append(o.Extensions, replica.Extension(rep))
+		o.Extensions = append(o.Extensions, ReplicaExtension(rep))
 		if secret == nil {
 			// Replicas must name an API key's tenant alike (sessions and usage are keyed by
 			// it): without a secret file they share one kept in Redis.
