@@ -59,8 +59,8 @@ func WriteTables(w io.Writer, results []*Result) error {
 				c.fmt(func(r *Result) float64 { return r.EventsPerSec / 1000 }, func(x float64) string { return fmt.Sprintf("%.0fk", x) }))
 		}
 		fmt.Fprintf(&b, "\n### Load ×%g — newcomers against later turns\n\n", rate)
-		b.WriteString("| policy | router | first sent | first shed | shed answered after (p50) | first wait p99 | first TTFT p50 | first TTFT p99 | later sent | later abandoned | later TTFT p50 | later TTFT p99 |\n")
-		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| policy | router | first sent | first shed | shed answered after (p50) | first wait p99 | first TTFT p50 | first TTFT p99 | first hit | later sent | later abandoned | later TTFT p50 | later TTFT p99 | later hit |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range rows {
 			count := func(f func(*Result) int) string {
 				return c.fmt(func(r *Result) float64 { return float64(f(r)) }, num)
@@ -68,15 +68,17 @@ func WriteTables(w io.Writer, results []*Result) error {
 			dur := func(f func(*Result) time.Duration) string {
 				return c.fmt(func(r *Result) float64 { return float64(f(r)) }, secsF)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Policy, c.Router,
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Policy, c.Router,
 				count(func(r *Result) int { return r.First.Sent }), count(func(r *Result) int { return r.First.Shed() }),
 				dur(func(r *Result) time.Duration { return r.First.ShedAfter.P50 }),
 				dur(func(r *Result) time.Duration { return r.First.WaitP99 }),
 				dur(func(r *Result) time.Duration { return r.First.TTFT.P50 }),
 				dur(func(r *Result) time.Duration { return r.First.TTFT.P99 }),
+				c.fmt(func(r *Result) float64 { return r.First.HitRate }, pct),
 				count(func(r *Result) int { return r.Later.Sent }), count(func(r *Result) int { return r.Later.Abandoned }),
 				dur(func(r *Result) time.Duration { return r.Later.TTFT.P50 }),
-				dur(func(r *Result) time.Duration { return r.Later.TTFT.P99 }))
+				dur(func(r *Result) time.Duration { return r.Later.TTFT.P99 }),
+				c.fmt(func(r *Result) float64 { return r.Later.HitRate }, pct))
 		}
 		b.WriteString("\n")
 	}

@@ -34,6 +34,11 @@ type TurnStats struct {
 	// ShedAfter is how long the shed requests of this class waited for their answer: the TTL
 	// for an expired one, about zero for one rejected on arrival.
 	ShedAfter Percentiles
+	// HitRate is the share of this class's completed prompt tokens served from a server's
+	// prefix cache.
+	HitRate float64
+	prompt   int64 // completed prompt tokens, for HitRate
+	cached   int64
 }
 
 // Shed is Expired + Rejected: requests the gateway turned away.
@@ -182,6 +187,8 @@ func (s *sim) result(wall time.Duration) *Result {
 			last = max(last, r.finish)
 			prompt += int64(r.w.PromptTokens)
 			cached += int64(r.cached)
+			t.prompt += int64(r.w.PromptTokens)
+			t.cached += int64(r.cached)
 			idealHit += int64(ideal[i])
 			tokens += int64(r.w.PromptTokens) + int64(r.w.OutputTokens)
 			out += int64(r.w.OutputTokens)
@@ -200,6 +207,9 @@ func (s *sim) result(wall time.Duration) *Result {
 	res.TTFT, res.E2E = percentiles(ttft), percentiles(e2e)
 	for k, t := range [2]*TurnStats{&res.First, &res.Later} {
 		t.TTFT, t.ShedAfter = percentiles(ttfts[k]), percentiles(sheds[k])
+		if t.prompt > 0 {
+			t.HitRate = float64(t.cached) / float64(t.prompt)
+		}
 		w := waits[k]
 		if len(w) > 0 {
 			var sum time.Duration

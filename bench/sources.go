@@ -32,6 +32,8 @@ type WorkloadSource struct {
 //	bursty        Bursty: on/off bursts of single requests over shared prefixes
 //	prefix-group  PrefixGroup: Zipf-popular prefix groups, bursty arrivals, fan-outs of
 //	              siblings, no sessions
+//	forks         Forks: short conversations whose first turns fork earlier ones or open
+//	              popular shared documents
 //
 // Each call returns a fresh slice.
 func WorkloadSources() []WorkloadSource {
@@ -48,6 +50,7 @@ func WorkloadSources() []WorkloadSource {
 		{"prefix-group", true, func(o LoadOptions) (*Workload, error) {
 			return PrefixGroup(PrefixGroupOptions{Seed: o.Seed}), nil
 		}},
+		{"forks", true, func(o LoadOptions) (*Workload, error) { return Forks(ForksOptions{Seed: o.Seed}), nil }},
 	}
 }
 

@@ -481,3 +481,116 @@ func defd(p *time.Duration, v time.Duration) {
 		*p = v
 	}
 }
+
+// ForksOptions configures Forks. Zero values take the defaults in brackets.
+type ForksOptions struct {
+	Sessions      int     // conversations [1500]
+	Rate          float64 // new conversations per second [3]
+	Turns         float64 // mean turns per conversation, geometric [2]
+	SystemPrompts int     // distinct short system prompts [4]
+	SystemTokens  int     // system prompt length [512]
+	// Documents is the number of shared documents (a repository, a contract, a manual) that
+	// DocumentShare of the conversations open after the system prompt, picked with Zipf
+	// popularity (exponent 1) [48, 0.3]; their lengths are lognormal around DocumentTokens
+	// (σ 0.5, at most 4×) [6000]. Each document is read under one of the system prompts.
+	Documents      int
+	DocumentShare  float64
+	DocumentTokens int
+	// ForkShare of the conversations are forks of an earlier one that started within
+	// ForkWindow: an agent's sub-task, an edited retry, a branch. A fork's first prompt is the
+	// earlier conversation as far as it had plausibly got (its turns that began by then, at one
+	// Think plus ForkService each) followed by a new message [0.2, 120 s, 2 s].
+	ForkShare     float64
+	ForkWindow    time.Duration
+	ForkService   time.Duration
+	MessageTokens int           // mean user message, exponential [300]
+	OutputTokens  int           // mean answer, exponential [250]
+	Think         time.Duration // mean think time between turns, exponential [20 s]
+	Seed          uint64
+}
+
+// Forks generates short conversations whose first turns share long prefixes with other
+// sessions: forks of earlier conversations (new session, almost all of an earlier prompt) and
+// popular shared documents, besides a few short system prompts. It is the workload where a
+// router that places every new session for balance loses the reuse a first turn carries; run
+// it at small KV caches, where eviction is constant. O(requests + ids).
+func Forks(o ForksOptions) *Workload {
+	def(&o.Sessions, 1500)
+	deff(&o.Rate, 3)
+	deff(&o.Turns, 2)
+	def(&o.SystemPrompts, 4)
+	def(&o.SystemTokens, 512)
+	def(&o.Documents, 48)
+	deff(&o.DocumentShare, 0.3)
+	def(&o.DocumentTokens, 6000)
+	deff(&o.ForkShare, 0.2)
+	defd(&o.ForkWindow, 120*time.Second)
+	defd(&o.ForkService, 2*time.Second)
+	def(&o.MessageTokens, 300)
+	def(&o.OutputTokens, 250)
+	defd(&o.Think, 20*time.Second)
+	g := newGen("forks", o.Seed)
+	systems := make([][]uint64, o.SystemPrompts)
+	for i := range systems {
+		systems[i], _ = g.extend(nil, 0, o.SystemTokens)
+	}
+	docs := make([][]uint64, o.Documents)
+	docLen := make([]int, o.Documents)
+	popularity := make([]float64, o.Documents)
+	sum := 0.0
+	for k := range docs {
+		n := math.Exp(math.Log(float64(o.DocumentTokens)) + 0.5*g.rng.NormFloat64())
+		docLen[k] = min(max(int(math.Round(n)), g.w.BlockTokens), 4*o.DocumentTokens)
+		// A document is read under one of the system prompts.
+		docs[k], docLen[k] = g.extend(slices.Clone(systems[k%len(systems)]), o.SystemTokens, docLen[k])
+		sum += 1 / float64(k+1)
+		popularity[k] = sum
+	}
+	// context is a conversation as it stands after a turn's answer.
+	type context struct {
+		ids    []uint64
+		tokens int
+	}
+	type conversation struct {
+		start time.Duration
+		after []context // after[t]: the conversation after turn t+1's answer
+	}
+	var convs []conversation
+	var at time.Duration
+	for s := range o.Sessions {
+		at += g.exp(time.Duration(float64(time.Second) / o.Rate))
+		var ids []uint64
+		var tokens int
+		first := len(convs)
+		for first > 0 && at-convs[first-1].start <= o.ForkWindow {
+			first--
+		}
+		switch u := g.rng.Float64(); {
+		case u < o.ForkShare && first < len(convs):
+			p := &convs[first+g.rng.IntN(len(convs)-first)]
+			t := int((at - p.start) / (o.Think + o.ForkService))
+			c := p.after[min(t, len(p.after)-1)]
+			ids, tokens = slices.Clone(c.ids), c.tokens
+		case u < o.ForkShare+o.DocumentShare:
+			k := pick(g.rng.Float64()*sum, popularity)
+			ids, tokens = slices.Clone(docs[k]), docLen[k]
+		default:
+			ids, tokens = slices.Clone(systems[g.rng.IntN(len(systems))]), o.SystemTokens
+		}
+		conv := conversation{start: at}
+		prev := int32(-1)
+		for t := range g.geometric(o.Turns) {
+			ids, tokens = g.extend(ids, tokens, g.expInt(o.MessageTokens, 8))
+			out := g.expInt(o.OutputTokens, 4)
+			arrive := at
+			if t > 0 {
+				arrive = g.exp(o.Think)
+			}
+			prev = g.add(int32(s), int32(t+1), prev, arrive, ids, tokens, out)
+			ids, tokens = g.extend(ids, tokens, out)
+			conv.after = append(conv.after, context{slices.Clone(ids), tokens})
+		}
+		convs = append(convs, conv)
+	}
+	return g.done(o.Sessions)
+}

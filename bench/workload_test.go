@@ -93,6 +93,7 @@ func TestSynthetic(t *testing.T) {
 		Chat(ChatOptions{Seed: 1, Sessions: 300}),
 		Agentic(AgenticOptions{Seed: 1, Sessions: 60}),
 		Bursty(BurstyOptions{Seed: 1, Requests: 1500}),
+		Forks(ForksOptions{Seed: 1, Sessions: 400}),
 	} {
 		t.Run(w.Name, func(t *testing.T) {
 			if err := w.validate(); err != nil {
@@ -126,6 +127,64 @@ func TestSynthetic(t *testing.T) {
 	a, b := Agentic(AgenticOptions{Seed: 9, Sessions: 20}), Agentic(AgenticOptions{Seed: 9, Sessions: 20})
 	if len(a.Requests) != len(b.Requests) || a.Requests[len(a.Requests)-1].IDs[5] != b.Requests[len(b.Requests)-1].IDs[5] {
 		t.Error("Agentic is not deterministic for a seed")
+	}
+}
+
+// TestForksShape checks what Forks is for: first turns that share most of their prompt with
+// an earlier session's (forks, shared documents), in the proportions asked.
+func TestForksShape(t *testing.T) {
+	o := ForksOptions{Seed: 3, Sessions: 2000}
+	w := Forks(o)
+	// For each first turn, the longest prefix of full blocks it shares with any earlier
+	// request of another session.
+	seen := map[string]int32{} // prefix of ids → session that sent it first
+	key := func(ids []uint64) string {
+		b := make([]byte, 0, 8*len(ids))
+		for _, id := range ids {
+			b = append(b, byte(id), byte(id>>8), byte(id>>16), byte(id>>24), byte(id>>32), byte(id>>40), byte(id>>48), byte(id>>56))
+		}
+		return string(b)
+	}
+	firsts, mostly, forkTokens, prompt := 0, 0, 0, 0
+	for i := range w.Requests {
+		r := &w.Requests[i]
+		full := int(r.PromptTokens) / w.BlockTokens
+		shared := 0
+		for k := full; k > 0; k-- {
+			if s, ok := seen[key(r.IDs[:k])]; ok && s != r.Session {
+				shared = k
+				break
+			}
+		}
+		for k := 1; k <= full; k++ {
+			if _, ok := seen[key(r.IDs[:k])]; !ok {
+				seen[key(r.IDs[:k])] = r.Session
+			}
+		}
+		prompt += int(r.PromptTokens)
+		if r.Turn != 1 {
+			continue
+		}
+		firsts++
+		if shared*w.BlockTokens >= int(r.PromptTokens)/2 {
+			mostly++
+			forkTokens += int(r.PromptTokens)
+		}
+	}
+	if firsts != o.Sessions {
+		t.Fatalf("%d first turns, want %d", firsts, o.Sessions)
+	}
+	// Forks (20%) and documents (30%) hold most of their prompt elsewhere; so may a fresh
+	// session with a short message under a system prompt.
+	if share := float64(mostly) / float64(firsts); share < 0.45 || share > 0.9 {
+		t.Errorf("%.2f of first turns share at least half their prompt with another session, want 0.45–0.9", share)
+	}
+	if share := float64(forkTokens) / float64(prompt); share < 0.3 {
+		t.Errorf("those first turns carry %.2f of all prompt tokens, want ≥ 0.3", share)
+	}
+	a, b := Forks(ForksOptions{Seed: 9, Sessions: 50}), Forks(ForksOptions{Seed: 9, Sessions: 50})
+	if len(a.Requests) != len(b.Requests) || a.Requests[len(a.Requests)-1].IDs[3] != b.Requests[len(b.Requests)-1].IDs[3] {
+		t.Error("Forks is not deterministic for a seed")
 	}
 }
 
