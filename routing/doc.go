@@ -78,12 +78,15 @@
 //
 // # Sessions and the shared opening prompt
 //
-// When every session starts with the same long system prompt, a prefix scorer sends every new
-// session to the first server that saw it. SessionAware places a session's first turn for
-// balance, ignoring the prefix, and keeps later turns where their history is cached — unless
-// that server's load exceeds Overload (2 by default) times the pool's mean plus one request, or
-// the history was evicted; then the turn is placed for balance again and the session moves. Sessions live in a fixed-size, set-associative table of
-// atomic words with a TTL: bounded memory whatever clients send, no lock on the pick path.
+// When every session starts with the same system prompt, a prefix scorer sends every new
+// session to the first server that saw it. SessionAware keeps a later turn where its history is
+// cached — unless that server's load exceeds Overload (2 by default) times the pool's mean plus
+// one request, or the history was evicted; then the turn has no home again. A turn without a
+// home goes where most of its prompt is cached (at least KeptFraction of its blocks: a fork of
+// another conversation, an agent's sub-task, a shared document) unless every such server is
+// overloaded, and is placed for balance otherwise: a shared opening that is a small part of the
+// prompt does not pull. Sessions live in a fixed-size, set-associative table of atomic words
+// with a TTL: bounded memory whatever clients send, no lock on the pick path.
 //
 // # Several gateway replicas
 //

@@ -155,8 +155,9 @@ func ExampleRouter_Pick() {
 	// done: 0 request(s), 0 prefill tokens
 }
 
-// New sessions that share a long system prompt spread over the fleet instead of piling onto
-// the server that cached the prompt first; each session's next turn returns to its server.
+// New sessions that share a system prompt spread over the fleet instead of piling onto the
+// server that cached the prompt first; each session's next turn returns to its server, and a
+// new session that forks an earlier conversation goes where that conversation is cached.
 func ExampleNewSessionAware() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	now := time.Unix(1_700_000_000, 0)
@@ -174,31 +175,37 @@ func ExampleNewSessionAware() {
 	}
 	_ = r.Update(states)
 
-	system := []prefixcache.BlockHash{1, 2, 3, 4, 5, 6} // the shared instructions
+	system := []prefixcache.BlockHash{1, 2} // the shared instructions
 	warm, _ := ix.Lookup("gpu-0")
 	_ = ix.Insert(warm, system)
 
-	turn := func(session string, extra ...prefixcache.BlockHash) routing.Result {
-		p, _ := r.Pick(&routing.Request{Session: session, Chain: append(append([]prefixcache.BlockHash{}, system...), extra...)})
+	turn := func(session string, blocks ...prefixcache.BlockHash) routing.Result {
+		p, _ := r.Pick(&routing.Request{Session: session, Chain: append(append([]prefixcache.BlockHash{}, system...), blocks...)})
 		return p
 	}
 	var first []routing.Result
 	for i, s := range []string{"ann", "bob", "cat"} {
-		p := turn(s, prefixcache.BlockHash(100+i))
+		b := prefixcache.BlockHash(100 * (i + 1))
+		p := turn(s, b, b+1, b+2) // the system prompt is 2 of 5 blocks: placed for balance
 		fmt.Printf("%s turn 1 → %s\n", s, p.Backend.Name)
 		first = append(first, p)
 	}
 	for _, p := range first {
 		p.Done(routing.DoneInfo{}) // success: the turn's blocks are now cached there
 	}
-	p := turn("bob", 101, 200)
+	p := turn("bob", 200, 201, 202, 203)
 	fmt.Printf("bob turn 2 → %s (%d blocks cached)\n", p.Backend.Name, p.MatchedBlocks)
+	p.Done(routing.DoneInfo{})
+	// A sub-task forked from bob's conversation: a new session, 6 of its 7 blocks on bob's server.
+	p = turn("bob-subtask", 200, 201, 202, 203, 900)
+	fmt.Printf("bob-subtask turn 1 → %s (%d blocks cached)\n", p.Backend.Name, p.MatchedBlocks)
 	p.Done(routing.DoneInfo{})
 	// Output:
 	// ann turn 1 → gpu-0
 	// bob turn 1 → gpu-1
 	// cat turn 1 → gpu-2
-	// bob turn 2 → gpu-1 (7 blocks cached)
+	// bob turn 2 → gpu-1 (5 blocks cached)
+	// bob-subtask turn 1 → gpu-1 (6 blocks cached)
 }
 
 // A backend whose metrics stopped arriving is routed around while fresh ones exist; its

@@ -84,10 +84,15 @@ func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(
 // agents, where most reusable KV cache is within a session. With L a candidate's load (below),
 // balance(c) = 1 − L(c)/(max L + 1) and overloaded(c) ⇔ L(c) > Overload · (mean L + 1):
 //
-//   - A session's first turn, and any turn whose history is gone, is placed for balance:
-//     score = balance, with no regard to prefix matches. A shared opening prompt (the same
-//     system instructions for everyone) is cached on whichever servers saw it first; scoring it
-//     would pull every new session onto them.
+//   - A session's first turn, and any turn whose history is gone, has no home. When some
+//     candidate that is not overloaded holds at least KeptFraction of its blocks — a fork of
+//     another conversation, an agent's sub-task, an edited retry, a shared document — it is
+//     homed among those holders: each scores 1/2 + (held share + balance)/4, every other
+//     candidate balance/2, so the turn goes where most of it is cached unless every holder is
+//     overloaded. Otherwise it is placed for balance: score = balance, with no regard to
+//     smaller matches. A short shared opening (the same system instructions for everyone) is
+//     cached on whichever servers saw it first; scoring it in proportion would pull every new
+//     session onto them.
 //   - A later turn stays where its history is cached: the home backend scores 1 and every other
 //     candidate balance/2 — unless the home is overloaded, or its history was evicted
 //     (MatchedBlocks(home) < KeptFraction · the blocks of the previous turn; checked only when

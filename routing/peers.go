@@ -346,7 +346,8 @@ const UsherLoadCap = 1 << 17
 //   - DynamoCost adds the KV blocks the server's requests hold (the router's own count, never
 //     stale) to the prefill it would do: the decode-side load that prefill tokens miss.
 //   - SessionAware keeps a later turn at home unless the home holds more than twice the mean
-//     load or has evicted the history, and places first turns for balance in request counts.
+//     load or has evicted the history, homes a first turn where most of its prompt is cached
+//     (a fork, a shared document), and places the rest for balance in request counts.
 //   - KVUtilization steers away from servers about to preempt.
 //
 // Learning at pick is what co-locates requests sent together (siblings of a fan-out, bursts on

@@ -312,8 +312,12 @@ type SessionAwareOptions struct {
 	IgnoreEviction bool
 	// PrefixFirstTurns scores a session's first turn (and a turn whose home is gone) as a
 	// request without a session: prefix reuse and balance in equal parts, never onto an
-	// overloaded server. Off, such turns are placed for balance alone.
+	// overloaded server.
 	PrefixFirstTurns bool
+	// BalanceFirstTurns places every turn without a home for balance alone, even one whose
+	// prompt a candidate mostly holds (usher's rule before forks were homed; see
+	// NewSessionAware). PrefixFirstTurns takes precedence.
+	BalanceFirstTurns bool
 }
 
 // sessionAware is the scorer NewSessionAware returns.
@@ -323,12 +327,14 @@ type sessionAware struct {
 	kept     float64
 	noEvict  bool
 	prefix1  bool
+	balance1 bool
 	moved    atomic.Uint64
 }
 
 // newSessionAware builds the scorer NewSessionAware returns.
 func newSessionAware(opts SessionAwareOptions) *sessionAware {
-	s := &sessionAware{t: newSessionTable(opts.SessionOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction, prefix1: opts.PrefixFirstTurns}
+	s := &sessionAware{t: newSessionTable(opts.SessionOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction,
+		prefix1: opts.PrefixFirstTurns, balance1: opts.BalanceFirstTurns}
 	if s.overload <= 0 {
 		s.overload = DefaultOverload
 	}
@@ -391,6 +397,23 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 	n := float64(len(req.Chain))
 	mixed := req.Session == "" || s.prefix1
+	// A turn without a home whose prompt is mostly held by some candidate that is not
+	// overloaded — a fork of another conversation, an agent's sub-task, a shared document —
+	// is homed among those holders: need is the blocks a holder must hold, 0 when none does.
+	need := 0
+	if home < 0 && !mixed && !s.balance1 && req.indexed && n > 0 {
+		need = max(1, int(math.Ceil(s.kept*n)))
+		held := false
+		for i := range cands {
+			if cands[i].MatchedBlocks >= need && dst[i] <= limit {
+				held = true
+				break
+			}
+		}
+		if !held {
+			need = 0
+		}
+	}
 	for i := range cands {
 		l := dst[i]
 		b := 1 - l/(hi+1)
@@ -398,6 +421,10 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		case home >= 0 && i == home:
 			dst[i] = 1
 		case home >= 0:
+			dst[i] = b / 2
+		case need > 0 && cands[i].MatchedBlocks >= need && l <= limit:
+			dst[i] = 0.5 + (float64(min(cands[i].MatchedBlocks, len(req.Chain)))/n+b)/4
+		case need > 0:
 			dst[i] = b / 2
 		case mixed && n > 0 && l > limit:
 			dst[i] = b / 4

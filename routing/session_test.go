@@ -122,37 +122,92 @@ func usherWith(sa *sessionAware) Profile {
 	return p
 }
 
-// A shared opening prompt cached on one server must not pull every new session onto it.
+// A shared opening cached on one server pulls new sessions onto it only as far as the load
+// limit when it is most of their prompt, and not at all when it is a small part of it; llm-d's
+// default blend sends them all there.
 func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
-	system := chain(6) // the shared instructions, 6 blocks
-	firstTurn := func(i int) []BlockHash {
-		return append(append([]BlockHash{}, system...), BlockHash(1000+i))
-	}
-	// usher: eight new sessions land on eight different servers.
-	r, ix, _, _ := sessionFleet(t, usherWith)
-	ix.hold("b0", system)
-	seen := map[string]bool{}
-	for i := range 8 {
-		p, err := r.Pick(&Request{Chain: firstTurn(i), Session: fmt.Sprint("s", i)})
-		if err != nil {
-			t.Fatal(err)
+	placed := func(profile func(*sessionAware) Profile, system []BlockHash, own int) map[string]int {
+		r, ix, _, _ := sessionFleet(t, profile)
+		ix.hold("b0", system)
+		on := map[string]int{}
+		for i := range 8 {
+			c := append([]BlockHash{}, system...)
+			for k := range own {
+				c = append(c, BlockHash(1000+100*i+k))
+			}
+			p, err := r.Pick(&Request{Chain: c, Session: fmt.Sprint("s", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			on[p.Backend.Name]++
 		}
-		seen[p.Backend.Name] = true
+		return on
 	}
-	if len(seen) != 8 {
-		t.Errorf("usher placed 8 new sessions on %d servers, want 8", len(seen))
+	// A 3-block opening before 4 blocks of the session's own: less than KeptFraction, so the
+	// eight new sessions land on eight servers.
+	if on := placed(usherWith, chain(3), 4); len(on) != 8 {
+		t.Errorf("short opening: usher placed 8 new sessions as %v, want 8 servers", on)
 	}
-
-	// llm-d's default blend sends them all to the warm server (polled queues have not moved).
+	// A 6-block opening before 1 block: most of each prompt is cached on b0, so sessions go
+	// there — but never past its load limit (load 3 > 2·(3/8 + 1)), and in the usher profile
+	// DynamoCost's in-flight blocks stop it sooner — then spread.
+	on := placed(usherWith, chain(6), 1)
+	if on["b0"] < 2 || on["b0"] > 3 {
+		t.Errorf("long opening: b0 got %d of 8 new sessions (%v), want 2 or 3: pulled, up to its load limit", on["b0"], on)
+	}
+	for name, n := range on {
+		if n > 3 {
+			t.Errorf("long opening: %s got %d new sessions, more than the load limit lets through", name, n)
+		}
+	}
+	// With BalanceFirstTurns the opening does not pull at all.
+	balanced := func(*sessionAware) Profile {
+		return usherWith(newSessionAware(SessionAwareOptions{BalanceFirstTurns: true}))
+	}
+	if on := placed(balanced, chain(6), 1); len(on) != 8 {
+		t.Errorf("BalanceFirstTurns: placed 8 new sessions as %v, want 8 servers", on)
+	}
+	// llm-d's default blend sends all of them to the warm server (polled queues have not moved).
 	ix2 := newFakeIndex()
 	r2 := mustNew(t, Options{Index: ix2, Profile: LLMDDefault()})
 	mustUpdate(t, r2, fleet(8, t0))
-	ix2.hold("b0", system)
+	ix2.hold("b0", chain(6))
 	for i := range 8 {
-		p, _ := r2.Pick(&Request{Chain: firstTurn(i), Session: fmt.Sprint("s", i)})
+		p, _ := r2.Pick(&Request{Chain: append(chain(6), BlockHash(1000+i)), Session: fmt.Sprint("s", i)})
 		if p.Backend.Name != "b0" {
 			t.Fatalf("llm-d default placed new session %d on %s; the comparison expects b0", i, p.Backend.Name)
 		}
+	}
+}
+
+// A fork — a new session whose prompt is an earlier conversation plus a message — goes where
+// that conversation is cached, though that server is busier, and leaves it when it is
+// overloaded.
+func TestSessionAwareFork(t *testing.T) {
+	r, ix, _, states := sessionFleet(t, usherWith)
+	parent := chain(20)
+	ix.hold("b5", parent)
+	fork := append(append([]BlockHash{}, parent...), 4242)
+	for i := range states {
+		states[i].Queued = 0
+		if states[i].Name == "b5" {
+			states[i].Queued = 2 // 2 ≤ 2·(2/8 + 1)
+		}
+	}
+	mustUpdate(t, r, states)
+	p, err := r.Pick(&Request{Chain: fork, Session: "fork-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Backend.Name != "b5" {
+		t.Errorf("fork went to %s, want b5, which holds 20 of its 21 blocks", p.Backend.Name)
+	}
+	p.Done(DoneInfo{FirstTokenAt: t0})
+	states[5].Queued = 9 // 9 > 2·(9/8 + 1): overloaded
+	mustUpdate(t, r, states)
+	q, _ := r.Pick(&Request{Chain: fork, Session: "fork-2"})
+	if q.Backend.Name == "b5" {
+		t.Errorf("fork went to overloaded b5")
 	}
 }
 
@@ -218,16 +273,26 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 // A sessionless request weighs prefix and balance equally.
 func TestSessionAwareScores(t *testing.T) {
 	sa := newSessionAware(SessionAwareOptions{})
-	req := &Request{Chain: chain(4)}
+	req := &Request{Chain: chain(4), indexed: true}
 	// loads 0, 2, 4: balance 1 − L/5 = 1, 0.6, 0.2; limit 2·(2+1) = 6, nobody overloaded;
 	// ratios 0, 1, 0.5.
 	three := func() []Candidate {
 		return cands(cand{inflight: 0}, cand{inflight: 2, matched: 4}, cand{inflight: 4, matched: 2})
 	}
 	checkScores(t, "sessionless", score(sa, req, three()), []float64{0.5, 0.8, 0.35})
-	// First turn (unknown session): balance only, the prefix ignored.
+	// First turn (unknown session): the candidates holding at least half of it (2 of 4 blocks)
+	// outrank the other, 1/2 + (share + balance)/4 against balance/2.
 	req.Session = "new"
-	checkScores(t, "first turn", score(sa, req, three()), []float64{1, 0.6, 0.2})
+	checkScores(t, "first turn", score(sa, req, three()), []float64{0.5, 0.9, 0.675})
+	// Nobody holds half of it: balance only, the smaller matches ignored.
+	checkScores(t, "first turn, small matches", score(sa, req, cands(cand{inflight: 0}, cand{inflight: 2, matched: 1}, cand{inflight: 4, matched: 1})),
+		[]float64{1, 0.6, 0.2})
+	// The only holder is overloaded (loads 0, 0, 12: limit 2·(4+1) = 10): balance only.
+	checkScores(t, "first turn, holder overloaded", score(sa, req, cands(cand{}, cand{}, cand{inflight: 12, matched: 4})),
+		[]float64{1, 1, 1.0 / 13})
+	// BalanceFirstTurns: balance only.
+	bal := newSessionAware(SessionAwareOptions{BalanceFirstTurns: true})
+	checkScores(t, "BalanceFirstTurns", score(bal, req, three()), []float64{1, 0.6, 0.2})
 	// Sessionless with an overloaded candidate: loads 0, 0, 0, 12: mean 3, limit 8; balance
 	// 1, 1, 1, 1 − 12/13; the full match on the overloaded one counts for nothing.
 	got := score(sa, &Request{Chain: chain(4)}, cands(cand{}, cand{matched: 2}, cand{}, cand{inflight: 12, matched: 4}))
