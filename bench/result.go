@@ -37,8 +37,8 @@ type TurnStats struct {
 	// HitRate is the share of this class's completed prompt tokens served from a server's
 	// prefix cache.
 	HitRate float64
-	prompt   int64 // completed prompt tokens, for HitRate
-	cached   int64
+	prompt  int64 // completed prompt tokens, for HitRate
+	cached  int64
 }
 
 // Shed is Expired + Rejected: requests the gateway turned away.
