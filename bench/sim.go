@@ -193,6 +193,14 @@ type Config struct {
 	// EventDelay is the delay of KV events in exact mode. Zero: DefaultEventDelay (20 ms);
 	// negative: applied at the end of the step that produced them.
 	EventDelay time.Duration
+	// Frontend and FrontendPerToken are the time a request takes from the router's pick to
+	// its arrival in the server's engine: Frontend plus FrontendPerToken per prompt token —
+	// the HTTP hop and the server's own parsing and tokenizing, and (folded in here, since it
+	// delays the answer the same way) the gateway's tokenizing before the pick. The request is
+	// in flight for the router meanwhile, and its TTFT includes it. Zero (the default): the
+	// request reaches the engine at the pick, as the policy comparisons assume. bench's
+	// calibration against real processes measures it (bench/README.md, "Calibration").
+	Frontend, FrontendPerToken time.Duration
 	// IndexCapacity is the prefix index's capacity per server in blocks. Zero: the servers'
 	// KV capacity (NumBlocks), so the approximate index forgets about as much as a server does.
 	IndexCapacity int
@@ -274,7 +282,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, fmt.Errorf("%w: %d servers", ErrInvalidConfig, o.Servers)
 	case o.Replicas < 0 || o.Replicas > MaxReplicas:
 		return o, fmt.Errorf("%w: %d gateway replicas (at most %d)", ErrInvalidConfig, o.Replicas, MaxReplicas)
-	case o.MaxInFlight < 0 || o.TTL < 0 || o.QueueCapacity < 0 || o.ScrapeInterval < 0 || o.IndexCapacity < 0 || o.MaxTime < 0 || o.SyncInterval < 0:
+	case o.MaxInFlight < 0 || o.TTL < 0 || o.QueueCapacity < 0 || o.ScrapeInterval < 0 || o.IndexCapacity < 0 || o.MaxTime < 0 || o.SyncInterval < 0 ||
+		o.Frontend < 0 || o.FrontendPerToken < 0:
 		return o, fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	case o.Gate > GateUsherMean:
 		return o, fmt.Errorf("%w: gate %v", ErrInvalidConfig, o.Gate)
@@ -293,6 +302,7 @@ const (
 	evKV                         // delayed KV events reach the index
 	evSync                       // the gateway replicas flush what they learnt
 	evSyncApply                  // flushed changes reach the other replicas
+	evSubmit                     // a picked request reaches its server's engine; arg = request
 )
 
 // event is what happens at a time in the simulator's event heap, ordered by (time, sequence):
@@ -675,6 +685,8 @@ func (s *sim) loop() {
 				s.schedule(s.now+s.cfg.SyncInterval, evSync, 0)
 			case evSyncApply:
 				s.applySync()
+			case evSubmit:
+				s.submit(&s.reqs[e.arg])
 			}
 		}
 		s.settle()
@@ -789,27 +801,40 @@ func (s *sim) dispatch(r *simReq) {
 		s.end(r, rsFailed)
 		return
 	}
-	i := int32(res.ID)
+	r.res = res
+	r.server = int32(res.ID)
+	r.state = rsRunning
+	if d := s.cfg.Frontend + time.Duration(r.w.PromptTokens)*s.cfg.FrontendPerToken; d > 0 {
+		s.schedule(s.now+d, evSubmit, r.idx)
+		return
+	}
+	s.submit(r)
+}
+
+// submit hands a picked request to its server's engine.
+func (s *sim) submit(r *simReq) {
+	if r.state != rsRunning {
+		return
+	}
+	chain := s.chainOf(r)
 	s.blocks = s.blocks[:0]
 	for _, h := range chain {
 		s.blocks = append(s.blocks, engine.BlockHash(h))
 	}
+	i := r.server
 	sv := &s.srv[i]
-	err = sv.e.Submit(engine.Request{
+	err := sv.e.Submit(engine.Request{
 		ID:           engine.RequestID(r.idx),
 		Blocks:       s.blocks,
 		PromptTokens: int(r.w.PromptTokens),
 		OutputTokens: int(r.w.OutputTokens),
 	}, s.now)
 	if err != nil {
-		res.Done(routing.DoneInfo{Err: err})
+		r.res.Done(routing.DoneInfo{Err: err})
 		r.ticket.Done(flowcontrol.Usage{})
 		s.end(r, rsFailed)
 		return
 	}
-	r.res = res
-	r.server = i
-	r.state = rsRunning
 	s.addLoad(sv, 1)
 	if !sv.busy && !sv.started {
 		sv.started = true

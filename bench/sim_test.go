@@ -236,6 +236,35 @@ func TestShortTrace(t *testing.T) {
 	}
 }
 
+// TestFrontend: the time from pick to engine delays every first token by exactly that much
+// when the servers are never contended (one request at a time), and the accounting holds.
+func TestFrontend(t *testing.T) {
+	w := &Workload{Name: "spaced", BlockTokens: 64}
+	for i := range 20 {
+		w.Requests = append(w.Requests, Request{At: time.Duration(i) * 10 * time.Second, Prev: -1, Session: -1, Turn: 1,
+			PromptTokens: 256, OutputTokens: 2, IDs: []uint64{uint64(4 * i), uint64(4*i + 1), uint64(4*i + 2), uint64(4*i + 3)}})
+	}
+	base, err := Run(w, Config{Servers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Servers: 2, Frontend: 10 * time.Millisecond, FrontendPerToken: 78125 * time.Nanosecond} // 10 + 256·0.078125 = 30 ms
+	res, err := Run(w, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounting(t, "frontend", w, res)
+	if d := res.TTFT.P50 - base.TTFT.P50; d != 30*time.Millisecond {
+		t.Errorf("front end adds %v to the median TTFT, want 30ms", d)
+	}
+	if res.Completed != len(w.Requests) {
+		t.Errorf("completed %d of %d", res.Completed, len(w.Requests))
+	}
+	if _, err := Run(w, Config{FrontendPerToken: -1}); err == nil {
+		t.Error("negative FrontendPerToken accepted")
+	}
+}
+
 func TestMaxTime(t *testing.T) {
 	w := small()
 	res, err := Run(w, Config{Servers: 1, MaxInFlight: 2, MaxTime: 20 * time.Second})

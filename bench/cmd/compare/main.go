@@ -67,6 +67,8 @@ func run() error {
 		kvBlocks  = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
 		index     = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
 		evDelay   = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
+		frontend  = flag.Duration("frontend", 0, "time from the pick to the request's arrival in the engine (HTTP, parsing, tokenizing), plus -frontend-per-token per prompt token")
+		frontTok  = flag.Duration("frontend-per-token", 0, "time per prompt token from the pick to the engine (see -frontend), e.g. 500ns")
 		shed      = flag.String("early-shed", "off", "early shedding in the gateway queue: off, on, or both (every policy twice, the shedding one named POLICY+shed)")
 		plotDir   = flag.String("plot", "", "write the admission frontier of every rate (and the knee of a sweep, and hit rate against KV of a -kv-sweep) as PNG and SVG into this directory")
 		kvSweep   = flag.String("kv-sweep", "", "comma-separated KV cache blocks per server: run everything at each (overrides -kv-blocks), print the tables of each, and plot hit rate against KV")
@@ -206,6 +208,7 @@ func run() error {
 		Servers: *servers, Gate: g, MaxInFlight: *inflight, TTL: *ttl,
 		ScrapeInterval: *scrape, StaleAfter: *stale,
 		Index: im, EventDelay: *evDelay,
+		Frontend: *frontend, FrontendPerToken: *frontTok,
 		ContinueAfterShed: continueAfterShed,
 	}
 
@@ -313,9 +316,9 @@ func run() error {
 			if kv > 0 || rp > 0 {
 				fmt.Println()
 			}
-			fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s%s%s%s.\n\n",
+			fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s%s%s%s%s.\n\n",
 				ws[0].Name, perSeed(requestsOf), perSeed(sessionsOf), base.Servers, profile.Name, blocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, seedsOf,
-				replicaNote(rep.n, rep.lag, *syncEvery), spreadNote(*spread), afterShedNote(continueAfterShed))
+				replicaNote(rep.n, rep.lag, *syncEvery), spreadNote(*spread), afterShedNote(continueAfterShed), frontendNote(*frontend, *frontTok))
 			if err := bench.WriteTables(os.Stdout, mine); err != nil {
 				return err
 			}
@@ -398,4 +401,12 @@ func perSeed(xs []string) string {
 		}
 	}
 	return xs[0]
+}
+
+// frontendNote describes -frontend and -frontend-per-token for the tables' heading.
+func frontendNote(base, perToken time.Duration) string {
+	if base == 0 && perToken == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; front end %v + %v per prompt token", base, perToken)
 }
