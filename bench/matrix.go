@@ -186,9 +186,13 @@ func usherShipped() usherVariant {
 //	usher-w3           routing.Usher with SessionAware at weight 3
 //	usher-cap64k       routing.Usher with a 65,536-token cap
 //	usher-sat          routing.Usher behind the SaturationFilter
+//	usher-balance-first  routing.Usher placing every turn without a home for balance
+//	                   (BalanceFirstTurns), as it did before forks were homed
+//
+// The first two place turns without a home for balance, as they did when they were chosen.
 func UsherVariants() []Router {
-	o15 := routing.SessionAwareOptions{Overload: 1.5}
-	o2 := routing.SessionAwareOptions{Overload: 2}
+	o15 := routing.SessionAwareOptions{Overload: 1.5, BalanceFirstTurns: true}
+	o2 := routing.SessionAwareOptions{Overload: 2, BalanceFirstTurns: true}
 	p2 := routing.SessionAwareOptions{Overload: 2, PrefixFirstTurns: true}
 	shipped := usherShipped()
 	with := func(name string, f func(*usherVariant)) Router {
@@ -207,6 +211,7 @@ func UsherVariants() []Router {
 		with("usher-w3", func(v *usherVariant) { v.session = 3 }),
 		with("usher-cap64k", func(v *usherVariant) { v.tokenCap = 1 << 16 }),
 		with("usher-sat", func(v *usherVariant) { v.saturation = true }),
+		with("usher-balance-first", func(v *usherVariant) { v.sa.BalanceFirstTurns = true }),
 	}
 }
 
