@@ -11,7 +11,9 @@
 # RATE times as fast, think times unchanged, as compare -rate), SERVERS, KV_BLOCKS (per server,
 # of 64 tokens), ROUTERS, REPEAT (process runs per router: the table gives their median and
 # min–max), PARALLEL (process runs at once; each is a gateway and SERVERS servers on loopback),
-# FRONTEND_PER_TOKEN (below), OUT (directory for the runs' reports).
+# FRONTEND_PER_TOKEN (below), OUT (directory for the runs' reports), REUSE (set: no process
+# runs, the table from the reports already in OUT — to try the simulator with another
+# FRONTEND_PER_TOKEN).
 #
 # Both sides are configured alike: the servers are the simulator's (bench.BenchProfile:
 # Qwen3-32B on 2×H100, 64-token blocks, a 131,072-token context, so that no prompt is cut on
@@ -91,11 +93,13 @@ for router in $ROUTERS; do
 		jobs+=("$router $n")
 	done
 done
-for job in "${jobs[@]}"; do
-	while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || true; done
-	run $job &
-done
-wait
+if [ -z "${REUSE:-}" ]; then
+	for job in "${jobs[@]}"; do
+		while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || true; done
+		run $job &
+	done
+	wait
+fi
 
 # The front end's cost per prompt token, unless FRONTEND_PER_TOKEN gives it: the median over
 # the process runs of (client TTFT − server TTFT) / prompt tokens, both means.
