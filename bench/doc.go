@@ -31,7 +31,9 @@
 //   - Serving: one simulated engine per server — vLLM's V1 scheduler with chunked prefill, a
 //     block KV cache with prefix reuse and LRU eviction, recompute preemption — whose capacity
 //     and costs are an EngineProfile (Config.Profile; by default BenchProfile, Qwen3-32B on
-//     2×H100).
+//     2×H100). A picked request reaches its engine at once, or after Config.Frontend plus
+//     Config.FrontendPerToken per prompt token (the HTTP hops, parsing and tokenizing a real
+//     gateway and server spend; calibrate.sh measures it), in flight for the router meanwhile.
 //   - Completion: the engine's first token is the TTFT, its last the end-to-end latency; the
 //     actual usage, with the cached prompt tokens the engine reports, goes to Ticket.Done so
 //     the fairness policy charges what was really served.
@@ -75,9 +77,11 @@
 // same format; their sessions are closed loop (a turn is sent a think time after the previous
 // one completes; a shed turn ends its session). PrefixGroup has no sessions at all: independent
 // requests over prefixes shared in groups of Zipf popularity, in bursts of a Markov-modulated
-// Poisson process, sent in fan-outs of siblings that arrive together. Workload.Scaled
-// multiplies the arrival rate. WorkloadSources is the registry the comparison selects
-// workloads from by name (mooncake, chat, agentic, bursty, prefix-group).
+// Poisson process, sent in fan-outs of siblings that arrive together. Forks has short
+// conversations whose first turns share most of their prompt with other sessions: forks of an
+// earlier conversation and popular shared documents. Workload.Scaled multiplies the arrival
+// rate. WorkloadSources is the registry the comparison selects workloads from by name
+// (mooncake, chat, agentic, bursty, prefix-group, forks).
 //
 // # Measurements
 //
