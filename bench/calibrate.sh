@@ -9,7 +9,8 @@
 #
 # Environment: WORKLOAD (a bench workload name), SEED, REQUESTS, RATE (arrivals of sessions
 # RATE times as fast, think times unchanged, as compare -rate), SERVERS, KV_BLOCKS (per server,
-# of 64 tokens), ROUTERS, REPEAT (process runs per router: the table gives their median and
+# of 64 tokens), ROUTERS (the gateway's profile names, or a bench variant with a configuration
+# in bench/profiles, such as usher-balance-first), REPEAT (process runs per router: the table gives their median and
 # min–max), PARALLEL (process runs at once; each is a gateway and SERVERS servers on loopback),
 # FRONTEND_PER_TOKEN (below), OUT (directory for the runs' reports), REUSE (set: no process
 # runs, the table from the reports already in OUT — to try the simulator with another
@@ -75,7 +76,10 @@ run() (
 		urls+=("$(started simserver "$OUT/sim-$tag-$i.log")")
 		backends+=(-backend "${urls[-1]}")
 	done
-	"$bin/gateway" -listen 127.0.0.1:0 -router "$router" -policy fcfs -max-inflight $((32 * SERVERS)) \
+	local routing=(-router "$router")
+	# A router the gateway does not know by name is a configuration in bench/profiles.
+	[ -f "bench/profiles/$router.json" ] && routing=(-config "bench/profiles/$router.json")
+	"$bin/gateway" -listen 127.0.0.1:0 "${routing[@]}" -policy fcfs -max-inflight $((32 * SERVERS)) \
 		-scrape-interval 50ms -tokenizer endpoint -block-size 64 "${backends[@]}" \
 		</dev/null >"$OUT/gateway-$tag.log" 2>&1 &
 	gw=$(started "usher gateway" "$OUT/gateway-$tag.log")

@@ -129,3 +129,30 @@ func TestBackendSyntax(t *testing.T) {
 		assert.Contains(t, err.Error(), "colour")
 	}
 }
+
+// The bench's gateway configurations of its router variants (bench/profiles, which
+// bench/calibrate.sh runs on processes) load and build.
+func TestBenchProfiles(t *testing.T) {
+	files, err := filepath.Glob("../bench/profiles/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no bench profiles: %v", err)
+	}
+	for _, f := range files {
+		c := DefaultConfig()
+		if err := c.LoadFile(f); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		c.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
+		if o, err := c.Options(); err != nil || o.Router == nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		p, err := proxy.NewRegistry().Profile(c.Router, routing.SessionOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		if p.Name != name || len(p.Scorers) == 0 {
+			t.Errorf("%s: profile %q with %d scorers, want %q", f, p.Name, len(p.Scorers), name)
+		}
+	}
+}
