@@ -305,7 +305,9 @@ type SessionAwareOptions struct {
 	// load(home) > Overload · (mean load + 1). Zero: DefaultOverload (2).
 	Overload float64
 	// KeptFraction is the share of the previous turn's blocks the home backend must still hold
-	// for the history to count as cached. Zero: DefaultKeptFraction (0.5).
+	// for the history to count as cached — unless no other candidate holds more of the prompt,
+	// when what is left still keeps the turn at home. It is also the share of a turn without a
+	// home that a candidate must hold to be its home. Zero: DefaultKeptFraction (0.5).
 	KeptFraction float64
 	// IgnoreEviction skips the eviction check. Without a prefix index in the Router the check
 	// is skipped anyway (MatchedBlocks would always be 0 and every history would look evicted).
@@ -386,6 +388,10 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 				overloaded := dst[i] > limit
 				evicted := !s.noEvict && req.indexed && blocks > 0 && len(req.Chain) > 0 &&
 					float64(cands[i].MatchedBlocks) < s.kept*float64(min(blocks, len(req.Chain)))
+				if evicted && cands[i].MatchedBlocks > 0 {
+					// What is left of the history still counts where nobody holds more.
+					evicted = heldMore(cands, i)
+				}
 				if overloaded || evicted {
 					s.moved.Add(1)
 				} else {
@@ -434,6 +440,16 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 			dst[i] = b
 		}
 	}
+}
+
+// heldMore reports whether a candidate other than cands[i] holds more of the prompt. O(n).
+func heldMore(cands []Candidate, i int) bool {
+	for j := range cands {
+		if j != i && cands[j].MatchedBlocks > cands[i].MatchedBlocks {
+			return true
+		}
+	}
+	return false
 }
 
 // Picked implements Observer: the chosen backend becomes the session's home, and

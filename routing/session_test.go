@@ -356,3 +356,38 @@ func TestSessionSlots(t *testing.T) {
 		}
 	}
 }
+
+// A home that lost part of the history keeps the session while no other server holds more of
+// the prompt, and loses it to one that does.
+func TestSessionAwarePartlyEvictedHome(t *testing.T) {
+	r, ix, sa, _ := sessionFleet(t, usherWith)
+	turn1 := chain(10)
+	p, _ := r.Pick(&Request{Chain: turn1, Session: "s"})
+	home := p.Backend.Name
+	p.Done(DoneInfo{FirstTokenAt: t0})
+	turn2 := append(append([]BlockHash{}, turn1...), 900, 901)
+	// The home keeps 3 of the 10 blocks (less than KeptFraction), nobody else holds any.
+	ix.mu.Lock()
+	ix.held[ix.names[home]] = map[BlockHash]bool{}
+	ix.mu.Unlock()
+	ix.hold(home, turn1[:3])
+	q, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
+	if q.Backend.Name != home || sa.Moved() != 0 {
+		t.Errorf("turn 2 went to %s (home %s), Moved %d: what is left at home should keep it", q.Backend.Name, home, sa.Moved())
+	}
+	q.Done(DoneInfo{FirstTokenAt: t0})
+	// Another server holds 6 blocks of the prompt (a fork's copy), the home still 3: it moves.
+	other := "b0"
+	if home == other {
+		other = "b1"
+	}
+	ix.mu.Lock()
+	ix.held[ix.names[home]] = map[BlockHash]bool{}
+	ix.mu.Unlock()
+	ix.hold(home, turn1[:3])
+	ix.hold(other, turn1[:6])
+	m, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
+	if m.Backend.Name == home || sa.Moved() != 1 {
+		t.Errorf("turn 3 went to %s (home %s), Moved %d: want it to leave", m.Backend.Name, home, sa.Moved())
+	}
+}
