@@ -81,7 +81,8 @@
 // When every session starts with the same system prompt, a prefix scorer sends every new
 // session to the first server that saw it. SessionAware keeps a later turn where its history is
 // cached — unless that server's load exceeds Overload (2 by default) times the pool's mean plus
-// one request, or the history was evicted; then the turn has no home again. A turn without a
+// one request, or the history was evicted there and another server holds more of the prompt;
+// then the turn has no home again. A turn without a
 // home goes where most of its prompt is cached (at least KeptFraction of its blocks: a fork of
 // another conversation, an agent's sub-task, a shared document) unless every such server is
 // overloaded, and is placed for balance otherwise: a shared opening that is a small part of the
