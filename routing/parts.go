@@ -95,9 +95,9 @@ func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(
 //     session onto them.
 //   - A later turn stays where its history is cached: the home backend scores 1 and every other
 //     candidate balance/2 — unless the home is overloaded, or its history was evicted
-//     (MatchedBlocks(home) < KeptFraction · the blocks of the previous turn, and another
-//     candidate holds more of the prompt than the home; checked only when the Router has a
-//     prefix index). Then the turn has no home (above), the backend it goes to becomes home,
+//     (MatchedBlocks(home) < KeptFraction · the blocks of the previous turn, and the home holds
+//     none of the prompt or another candidate holds more of it; checked only when the Router
+//     has a prefix index). Then the turn has no home (above), the backend it goes to becomes home,
 //     and Moved counts it.
 //   - A request without a session scores (MatchedBlocks/len(Chain) + balance)/2, or balance/4
 //     when the candidate is overloaded: prefix reuse and balance in equal parts, never onto a
