@@ -37,8 +37,6 @@ type TurnStats struct {
 	// HitRate is the share of this class's completed prompt tokens served from a server's
 	// prefix cache.
 	HitRate float64
-	prompt  int64 // completed prompt tokens, for HitRate
-	cached  int64
 }
 
 // Shed is Expired + Rejected: requests the gateway turned away.
@@ -133,6 +131,7 @@ func (s *sim) result(wall time.Duration) *Result {
 	var ttft, e2e []time.Duration
 	var waits, ttfts, sheds [2][]time.Duration
 	var prompt, cached, idealHit, tokens, out int64
+	var classPrompt, classCached [2]int64 // completed prompt and cached tokens of first and later turns
 	first, last, lastArrival := time.Duration(math.MaxInt64), time.Duration(0), time.Duration(0)
 	served := make([]float64, s.w.Sessions)
 	asked := make([]float64, s.w.Sessions)
@@ -187,8 +186,8 @@ func (s *sim) result(wall time.Duration) *Result {
 			last = max(last, r.finish)
 			prompt += int64(r.w.PromptTokens)
 			cached += int64(r.cached)
-			t.prompt += int64(r.w.PromptTokens)
-			t.cached += int64(r.cached)
+			classPrompt[cls] += int64(r.w.PromptTokens)
+			classCached[cls] += int64(r.cached)
 			idealHit += int64(ideal[i])
 			tokens += int64(r.w.PromptTokens) + int64(r.w.OutputTokens)
 			out += int64(r.w.OutputTokens)
@@ -207,8 +206,8 @@ func (s *sim) result(wall time.Duration) *Result {
 	res.TTFT, res.E2E = percentiles(ttft), percentiles(e2e)
 	for k, t := range [2]*TurnStats{&res.First, &res.Later} {
 		t.TTFT, t.ShedAfter = percentiles(ttfts[k]), percentiles(sheds[k])
-		if t.prompt > 0 {
-			t.HitRate = float64(t.cached) / float64(t.prompt)
+		if classPrompt[k] > 0 {
+			t.HitRate = float64(classCached[k]) / float64(classPrompt[k])
 		}
 		w := waits[k]
 		if len(w) > 0 {

@@ -686,7 +686,8 @@ func (s *sim) loop() {
 			case evSyncApply:
 				s.applySync()
 			case evSubmit:
-				s.submit(&s.reqs[e.arg])
+				r := &s.reqs[e.arg]
+				s.submit(r, s.chainOf(r))
 			}
 		}
 		s.settle()
@@ -808,15 +809,11 @@ func (s *sim) dispatch(r *simReq) {
 		s.schedule(s.now+d, evSubmit, r.idx)
 		return
 	}
-	s.submit(r)
+	s.submit(r, chain)
 }
 
-// submit hands a picked request to its server's engine.
-func (s *sim) submit(r *simReq) {
-	if r.state != rsRunning {
-		return
-	}
-	chain := s.chainOf(r)
+// submit hands a picked request, whose block chain is chain, to its server's engine.
+func (s *sim) submit(r *simReq, chain []prefixcache.BlockHash) {
 	s.blocks = s.blocks[:0]
 	for _, h := range chain {
 		s.blocks = append(s.blocks, engine.BlockHash(h))

@@ -51,21 +51,32 @@ func Chat(o ChatOptions) *Workload {
 	for s := range o.Sessions {
 		at += g.exp(time.Duration(float64(time.Second) / o.Rate))
 		ids := slices.Clone(systems[g.rng.IntN(len(systems))])
-		tokens := o.SystemTokens
-		prev := int32(-1)
-		turns := g.geometric(o.Turns)
-		for t := range turns {
-			ids, tokens = g.extend(ids, tokens, g.expInt(o.MessageTokens, 8))
-			out := g.expInt(o.OutputTokens, 4)
-			arrive := at
-			if t > 0 {
-				arrive = g.exp(o.Think)
-			}
-			prev = g.add(int32(s), int32(t+1), prev, arrive, ids, tokens, out)
-			ids, tokens = g.extend(ids, tokens, out)
-		}
+		g.conversation(int32(s), at, ids, o.SystemTokens, g.geometric(o.Turns), o.MessageTokens, o.OutputTokens, o.Think, nil)
 	}
 	return g.done(o.Sessions)
+}
+
+// conversation adds a closed-loop conversation of turns turns to the workload, session s
+// starting at at from a prompt of tokens tokens described by ids: each turn appends a user
+// message (mean message tokens, exponential, at least 8) and asks for an answer (mean output,
+// at least 4), which the next turn's prompt includes; later turns arrive a think time
+// (exponential) after the previous answer. after, if not nil, sees the conversation after
+// each answer (ids is reused: clone to keep it). ids is modified in place.
+func (g *gen) conversation(s int32, at time.Duration, ids []uint64, tokens, turns, message, output int, think time.Duration, after func(ids []uint64, tokens int)) {
+	prev := int32(-1)
+	for t := range turns {
+		ids, tokens = g.extend(ids, tokens, g.expInt(message, 8))
+		out := g.expInt(output, 4)
+		arrive := at
+		if t > 0 {
+			arrive = g.exp(think)
+		}
+		prev = g.add(s, int32(t+1), prev, arrive, ids, tokens, out)
+		ids, tokens = g.extend(ids, tokens, out)
+		if after != nil {
+			after(ids, tokens)
+		}
+	}
 }
 
 // AgenticOptions configures Agentic. Zero values take the defaults in brackets.
@@ -286,8 +297,7 @@ func prefixGroup(o PrefixGroupOptions) (*Workload, []phase) {
 	lo, hi := g.w.BlockTokens, max(o.MaxPrefixTokens, g.w.BlockTokens)
 	sum := 0.0
 	for k := range prefixes {
-		n := math.Exp(math.Log(float64(o.PrefixTokens)) + o.PrefixSigma*g.rng.NormFloat64())
-		lengths[k] = min(max(int(math.Round(n)), lo), hi)
+		lengths[k] = g.lognormal(o.PrefixTokens, o.PrefixSigma, lo, hi)
 		prefixes[k], _ = g.extend(nil, 0, lengths[k])
 		sum += math.Pow(float64(k+1), -o.ZipfExponent)
 		popularity[k] = sum
@@ -451,6 +461,13 @@ func (g *gen) expInt(mean, lo int) int {
 	return max(lo, int(math.Round(g.rng.ExpFloat64()*float64(mean))))
 }
 
+// lognormal draws a length whose logarithm is normal around log(median) with standard
+// deviation sigma, rounded and clamped to [lo, hi].
+func (g *gen) lognormal(median int, sigma float64, lo, hi int) int {
+	n := math.Exp(math.Log(float64(median)) + sigma*g.rng.NormFloat64())
+	return min(max(int(math.Round(n)), lo), hi)
+}
+
 // geometric draws a count ≥ 1 with the given mean.
 func (g *gen) geometric(mean float64) int {
 	if mean <= 1 {
@@ -539,10 +556,9 @@ func Forks(o ForksOptions) *Workload {
 	popularity := make([]float64, o.Documents)
 	sum := 0.0
 	for k := range docs {
-		n := math.Exp(math.Log(float64(o.DocumentTokens)) + 0.5*g.rng.NormFloat64())
-		docLen[k] = min(max(int(math.Round(n)), g.w.BlockTokens), 4*o.DocumentTokens)
+		n := g.lognormal(o.DocumentTokens, 0.5, g.w.BlockTokens, 4*o.DocumentTokens)
 		// A document is read under one of the system prompts.
-		docs[k], docLen[k] = g.extend(slices.Clone(systems[k%len(systems)]), o.SystemTokens, docLen[k])
+		docs[k], docLen[k] = g.extend(slices.Clone(systems[k%len(systems)]), o.SystemTokens, n)
 		sum += 1 / float64(k+1)
 		popularity[k] = sum
 	}
@@ -578,18 +594,8 @@ func Forks(o ForksOptions) *Workload {
 			ids, tokens = slices.Clone(systems[g.rng.IntN(len(systems))]), o.SystemTokens
 		}
 		conv := conversation{start: at}
-		prev := int32(-1)
-		for t := range g.geometric(o.Turns) {
-			ids, tokens = g.extend(ids, tokens, g.expInt(o.MessageTokens, 8))
-			out := g.expInt(o.OutputTokens, 4)
-			arrive := at
-			if t > 0 {
-				arrive = g.exp(o.Think)
-			}
-			prev = g.add(int32(s), int32(t+1), prev, arrive, ids, tokens, out)
-			ids, tokens = g.extend(ids, tokens, out)
-			conv.after = append(conv.after, context{slices.Clone(ids), tokens})
-		}
+		g.conversation(int32(s), at, ids, tokens, g.geometric(o.Turns), o.MessageTokens, o.OutputTokens, o.Think,
+			func(ids []uint64, tokens int) { conv.after = append(conv.after, context{slices.Clone(ids), tokens}) })
 		convs = append(convs, conv)
 	}
 	return g.done(o.Sessions)

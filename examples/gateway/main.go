@@ -20,6 +20,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -168,11 +169,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(proxy.Listener(ln)) }()
 
-	router := c.Router.Name
-	if router == "" {
-		router = c.Router.Extends
-	}
-	fmt.Fprintf(out, "usher gateway listening on %s (policy %s, router %s, tokenizer %s)\n", base, c.Policy, router, c.Tokenizer)
+	fmt.Fprintf(out, "usher gateway listening on %s (policy %s, router %s, tokenizer %s)\n", base, c.Policy, cmp.Or(c.Router.Name, c.Router.Extends), c.Tokenizer)
 	fmt.Fprintf(out, "try:\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Session-Id: demo-1' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n", base, model)
 	if ready != nil {
 		ready <- base
