@@ -49,6 +49,36 @@ func ExamplePrefixGroup() {
 	// usher: 400 of 400 completed, hit rate within ideal: true
 }
 
+// A forks workload: new sessions that fork earlier conversations or open shared documents.
+// usher homes such a first turn where most of its prompt is cached; placing every first turn
+// for balance (the usher-balance-first variant) loses that reuse.
+func ExampleForks() {
+	w := bench.Forks(bench.ForksOptions{Sessions: 300, Seed: 1})
+	st := w.Stats()
+	fmt.Printf("%d requests, %d sessions\n", st.Requests, st.Sessions)
+	routers, err := bench.SelectRouters("usher,usher-balance-first")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	first := map[string]float64{}
+	for _, r := range routers {
+		res, err := bench.Run(w, bench.Config{Servers: 4, Router: r})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		first[r.Name] = res.First.HitRate
+		fmt.Printf("%s: %d of %d completed\n", r.Name, res.Completed, res.Sent)
+	}
+	fmt.Println("usher caches more of the first turns:", first["usher"] > first["usher-balance-first"])
+	// Output:
+	// 614 requests, 300 sessions
+	// usher: 614 of 614 completed
+	// usher-balance-first: 614 of 614 completed
+	// usher caches more of the first turns: true
+}
+
 // Config.Profile takes an EngineProfile: start from one of the package's profiles and change
 // what the experiment varies, here the KV cache per server and its block size.
 func ExampleEngineProfile() {
