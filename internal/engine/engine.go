@@ -42,6 +42,13 @@ type Request struct {
 	// hashed and cached like vLLM does (a later turn that repeats the answer then hits them).
 	// Only used together with Prompt. The engine copies it.
 	Output []uint32
+	// RemotePrefill says a prefill server computed the prompt and its KV has been
+	// transferred here (disaggregated serving, vLLM's do_remote_prefill); the caller has
+	// already waited for the transfer. When first admitted, every prompt token but the last
+	// counts as computed at no cost: the blocks not cached here are allocated, filled and
+	// cached as the transfer left them. EventStarted still reports only the local prefix hits.
+	// A request preempted later recomputes locally, as vLLM does.
+	RemotePrefill bool
 }
 
 // EventKind says what happened to a request.
@@ -149,6 +156,7 @@ type request struct {
 	computed     int         // tokens whose KV is computed
 	output       int         // output tokens produced
 	hashedBlocks int         // leading blocks already offered to the cache
+	remote       bool        // Request.RemotePrefill
 	seq          uint64      // submission number, unique in the engine's life
 	started      bool
 	state        state
@@ -297,6 +305,7 @@ func (e *Engine) Submit(req Request, now time.Duration) error {
 	}
 	r := e.newRequest()
 	r.id, r.arrived, r.promptLen, r.outputLen = req.ID, now, promptLen, req.OutputTokens
+	r.remote = req.RemotePrefill
 	if len(req.Prompt) > 0 {
 		r.tokens = append(r.tokens, req.Prompt...)
 		r.tokens = append(r.tokens, req.Output[:min(len(req.Output), req.OutputTokens)]...)
@@ -448,7 +457,11 @@ func (e *Engine) BeginStep(now time.Duration) (time.Duration, bool) {
 				}
 			}
 			e.scratch = hits
-			computed := len(hits) * bs
+			hit := len(hits) * bs
+			computed := hit
+			if r.remote && !r.started {
+				computed = max(computed, r.promptLen-1) // transferred, not computed here
+			}
 			n := min(numTokens-computed, budget)
 			need := (computed+n+bs-1)/bs - len(hits)
 			if need > e.kv.free-touchFree {
@@ -470,8 +483,8 @@ func (e *Engine) BeginStep(now time.Duration) (time.Duration, bool) {
 			if !r.started {
 				r.started = true
 				e.st.PrefixQueries += int64(numTokens)
-				e.st.PrefixHits += int64(computed)
-				e.events = append(e.events, Event{At: now, Arrived: r.arrived, ID: r.id, Kind: EventStarted, Tokens: computed})
+				e.st.PrefixHits += int64(hit)
+				e.events = append(e.events, Event{At: now, Arrived: r.arrived, ID: r.id, Kind: EventStarted, Tokens: hit})
 			}
 			e.batch = append(e.batch, batchItem{r: r, id: r.id, n: n, ctx: computed})
 			budget -= n

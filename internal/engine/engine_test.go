@@ -676,3 +676,33 @@ func TestSubBlocks(t *testing.T) {
 		t.Errorf("cached tokens %d, want 16", got)
 	}
 }
+
+// TestRemotePrefill: a request whose KV was transferred from a prefill server costs one
+// token of compute to start, reports only its local hits as cached, and leaves its prompt
+// cached here for the next turn; preempted, it would recompute like any other.
+func TestRemotePrefill(t *testing.T) {
+	prompt := seq(1, 40)
+	run := func(remote bool) (time.Duration, []Event, *Engine) {
+		e := newEngine(t, tiny, nil)
+		must(t, e.Submit(Request{ID: 1, Prompt: prompt, OutputTokens: 1, RemotePrefill: remote}, 0))
+		evs, end := drive(t, e, 0)
+		return end, evs, e
+	}
+	local, _, _ := run(false)
+	remote, evs, e := run(true)
+	// tiny: 1 ms per step + 10 µs per prefill token. Local: 40 tokens in one step; remote: 1.
+	if want := time.Millisecond + 10*time.Microsecond; remote != want {
+		t.Errorf("remote prefill took %v, want %v (one token)", remote, want)
+	}
+	if remote >= local {
+		t.Errorf("remote prefill %v not cheaper than local %v", remote, local)
+	}
+	if got := startedTokens(evs, 1); got != 0 {
+		t.Errorf("cached tokens reported %d, want 0 (nothing was cached here)", got)
+	}
+	must(t, e.Submit(Request{ID: 2, Prompt: prompt, OutputTokens: 1}, remote))
+	evs, _ = drive(t, e, remote)
+	if got := startedTokens(evs, 2); got != 36 {
+		t.Errorf("next turn cached %d tokens, want 36: the transferred blocks stay cached", got)
+	}
+}

@@ -1,0 +1,90 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+)
+
+// A Decider decides, per request, whether disaggregated serving is worth it: whether the
+// request's prompt is prefilled on a prefill server and its KV transferred to the decode
+// server the router chose (true), or the decode server prefills it itself (false).
+//
+// Disaggregated serving is two picks: the decode pick first (Request.Role RoleDecode), whose
+// Result says how much of the prompt the decode server is believed to hold; then, if the
+// Decider says so, the prefill pick (Role RolePrefill). The caller passes the decode pick's
+// Result, open; the Decider must not close it or keep it.
+//
+// Disaggregate is called on the request path: it must be fast, allocation-free and safe for
+// concurrent use.
+type Decider interface {
+	Disaggregate(req *Request, decode *Result) bool
+}
+
+// DeciderFunc adapts a function to a Decider.
+type DeciderFunc func(req *Request, decode *Result) bool
+
+// Disaggregate calls f.
+func (f DeciderFunc) Disaggregate(req *Request, decode *Result) bool { return f(req, decode) }
+
+// Always is the Decider that disaggregates every request.
+var Always Decider = DeciderFunc(func(*Request, *Result) bool { return true })
+
+// Never is the Decider that disaggregates nothing: decode servers serve every request whole.
+var Never Decider = DeciderFunc(func(*Request, *Result) bool { return false })
+
+// PrefixDeciderOptions configures NewPrefixDecider.
+type PrefixDeciderOptions struct {
+	// MinUncachedTokens is the shortest uncached part of the prompt (prompt tokens the decode
+	// server is not believed to hold) that is sent to a prefill server; a shorter one the
+	// decode server prefills itself. Zero: 512. Negative: an error.
+	MinUncachedTokens int `json:"min_uncached_tokens"`
+	// BusyDecodes, if positive, makes the decider also weigh what an aggregated prefill
+	// costs the decode server's other requests: a prefill of U uncached tokens stalls the R
+	// answers it is producing (its running requests as scraped, or this router's requests
+	// in flight there, whichever is larger) for about U tokens' compute, so the prefill is
+	// sent away when U is at least MinUncachedTokens × BusyDecodes / max(R, BusyDecodes)
+	// — at MinUncachedTokens when R ≥ BusyDecodes, at up to BusyDecodes × MinUncachedTokens
+	// on a server with one answer running, and never on an idle decode server unless U is
+	// that long. Zero: off (llm-d's prefix-based decider: the uncached length alone).
+	BusyDecodes int `json:"busy_decodes"`
+}
+
+// PrefixDecider is llm-d's prefix-based decider, optionally made aware of the decode server's
+// load (PrefixDeciderOptions.BusyDecodes): disaggregate when the part of the prompt the decode
+// server does not hold is long enough to be worth a prefill elsewhere and a transfer.
+// O(1), no allocation; immutable, safe for concurrent use.
+type PrefixDecider struct {
+	min, busy int
+}
+
+// ErrInvalidDecider is wrapped by the errors of the decider constructors.
+var ErrInvalidDecider = errors.New("routing: invalid decider options")
+
+// NewPrefixDecider returns the prefix-based decider of o.
+func NewPrefixDecider(o PrefixDeciderOptions) (*PrefixDecider, error) {
+	if o.MinUncachedTokens < 0 || o.BusyDecodes < 0 {
+		return nil, fmt.Errorf("%w: min_uncached_tokens %d, busy_decodes %d: want ≥ 0", ErrInvalidDecider, o.MinUncachedTokens, o.BusyDecodes)
+	}
+	if o.MinUncachedTokens == 0 {
+		o.MinUncachedTokens = 512
+	}
+	return &PrefixDecider{min: o.MinUncachedTokens, busy: o.BusyDecodes}, nil
+}
+
+// Disaggregate implements Decider.
+func (d *PrefixDecider) Disaggregate(req *Request, decode *Result) bool {
+	u := decode.UncachedTokens
+	if d.busy == 0 {
+		return u >= d.min
+	}
+	r := 0
+	if decode.Backend != nil && decode.Backend.Known&SignalRunning != 0 {
+		r = decode.Backend.Running
+	}
+	if decode.load != nil {
+		// This router's requests there, the new one (already counted) excluded.
+		r = max(r, int(decode.load.requests.Load())-1)
+	}
+	need := d.min * d.busy / max(r, 1)
+	return u >= max(d.min, need)
+}
