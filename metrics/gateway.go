@@ -142,6 +142,8 @@ type Gateway struct {
 	backends atomic.Pointer[map[string]backendSeries] // copy on write by SetBackends
 	other    prometheus.Counter                       // picks of unknown backends
 
+	pd pdSeries // disaggregated serving
+
 	mu    sync.Mutex // guards the fields below and serialises SetBackends
 	index IndexStats
 }
@@ -306,6 +308,7 @@ func NewGateway(opts GatewayOptions) (*Gateway, error) {
 		u.queueB[i] = queueBytes.WithLabelValues(bl)
 	}
 	u.other = picks.WithLabelValues(OtherLabel)
+	u.pd = newPDSeries(cl)
 	u.SetBackends(opts.Backends)
 	return u, nil
 }
@@ -562,6 +565,7 @@ func (u *Gateway) Describe(ch chan<- *prometheus.Desc) {
 	u.dropped.Describe(ch)
 	u.inflight.Describe(ch)
 	u.flows.Describe(ch)
+	u.pd.describe(ch)
 	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched,
 		u.descEject, u.descProbe, u.descEjected,
 		u.descKVConn, u.descKVBatch, u.descKVLost, u.descKVReset, u.descKVRecon,
@@ -581,6 +585,7 @@ func (u *Gateway) Collect(ch chan<- prometheus.Metric) {
 	u.dropped.Collect(ch)
 	u.inflight.Collect(ch)
 	u.flows.Collect(ch)
+	u.pd.collect(ch)
 	for i := range u.kv {
 		k, l := &u.kv[i], u.kvLabels[i]
 		conn := 0.0

@@ -61,6 +61,7 @@ func TestBadInput(t *testing.T) {
 		{"content a number", chat, `{"model":"usher/demo","messages":[{"role":"user","content":5}]}`, nil, 400, "invalid_request_error", "invalid_type", "messages[0].content"},
 		{"text part without text", chat, `{"model":"usher/demo","messages":[{"role":"user","content":[{"type":"text"}]}]}`, nil, 400, "invalid_request_error", "missing_field", "messages[0].content[0].text"},
 		{"priority a string", chat, `{"model":"usher/demo","priority":"high",` + msg + `}`, nil, 400, "invalid_request_error", "invalid_type", "priority"},
+		{"kv_transfer_params from a client", chat, `{"model":"usher/demo","kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.0.0.9","remote_port":5600},` + msg + `}`, nil, 400, "invalid_request_error", "invalid_value", "kv_transfer_params"},
 		{"completions without prompt", comp, `{"model":"usher/demo"}`, nil, 400, "invalid_request_error", "missing_field", "prompt"},
 		{"completions prompt a number", comp, `{"model":"usher/demo","prompt":5}`, nil, 400, "invalid_request_error", "invalid_type", "prompt"},
 		{"body over the limit", chat, `{"model":"usher/demo","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`, nil, 413, "invalid_request_error", "request_too_large", ""},

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
@@ -45,7 +46,9 @@ type exchange struct {
 	prompt       Prompt
 	bufp         *[]prefixcache.BlockHash
 	routeSession string
-	path         string // the request's path under a backend's base path
+	role         routing.Role // of the request's picks: RoleDecode in a disaggregated fleet
+	disagg       bool         // the Decider chose a prefill step (run by the transport)
+	path         string       // the request's path under a backend's base path
 	// rejected is the answer decided before any backend was asked (retryAfter goes with a
 	// 429); the outgoing request then carries a cancelled context so it is never sent.
 	rejected   *openai.Error
@@ -211,10 +214,14 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	if ex.id.Session != "" { // sessionless traffic must not look like one long session
 		ex.routeSession = ex.id.Tenant + "/" + ex.id.Session
 	}
-	p, err := h.router.Pick(&routing.Request{
+	if h.decider != nil {
+		ex.role = routing.RoleDecode
+	}
+	rr := routing.Request{
 		Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.routeSession,
-		Stream: ex.req != nil && ex.req.Stream,
-	})
+		Role: ex.role, Stream: ex.req != nil && ex.req.Stream,
+	}
+	p, err := h.router.Pick(&rr)
 	if err != nil {
 		ex.finish(err)
 		ex.logFailure("no backend", err)
@@ -222,6 +229,11 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	}
 	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
 	h.usher.ObservePick(ex.backend)
+	if h.decider != nil {
+		if ex.disagg = h.decider.Disaggregate(&rr, &p); !ex.disagg {
+			h.usher.ObserveStage(metrics.StageAggregated)
+		}
+	}
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +63,9 @@ type Backend struct {
 	// KVEvents endpoint, each batch naming its rank (SGLang's attn_dp_rank).
 	SharedKVPublisher bool
 	// Role is the part of inference the server serves (routing.BackendState.Role): both
-	// (the zero value), prefill or decode.
+	// (the zero value), prefill or decode. A fleet with a prefill server is disaggregated
+	// (see Options.Decider): chat and completions requests go to decode (or both) servers,
+	// and their prefill, when the Decider says so, to a prefill (or both) server first.
 	Role routing.Role
 	// Models are the models the server serves, if given. Requests are not routed by model
 	// (yet): every backend must list the same models, or none. Without Options.Models, they
@@ -259,6 +262,13 @@ type Options struct {
 	Timeouts Timeouts
 	// Retry configures retries before the first byte and their budget.
 	Retry Retry
+	// Decider decides per request whether a disaggregated fleet (one with a Backend of
+	// RolePrefill) prefills it on a prefill server and has the decode server pull its KV
+	// (vLLM's KV-transfer protocol), or lets the decode server serve it whole. Nil:
+	// routing.NewPrefixDecider with its defaults when the fleet is disaggregated. Setting it
+	// makes the Handler disaggregate even without Backends (a Router kept up to date by the
+	// caller, with roles in its BackendStates). See the package doc, "Disaggregated serving".
+	Decider routing.Decider
 	// MaxBodyBytesReading bounds the bytes of request bodies being read at once, over all
 	// requests; a body that does not fit is answered 503 with Retry-After. Zero: 256 MiB
 	// (and at least 4 × MaxBodyBytes, the most one body of unknown length can hold while its
@@ -317,6 +327,7 @@ type Handler struct {
 	retrier   *retryTransport
 	budget    *budget
 	reading   bodyLimiter
+	decider   routing.Decider // nil: the fleet is not disaggregated
 
 	sent, retried, exhausted atomic.Uint64 // RetryStats
 
@@ -406,6 +417,12 @@ func New(opts Options) (*Handler, error) {
 	var err error
 	if h.members, err = members(opts.Backends); err != nil {
 		return nil, err
+	}
+	h.decider = opts.Decider
+	if h.decider == nil && slices.ContainsFunc(h.members, func(m member) bool { return m.role == routing.RolePrefill }) {
+		if h.decider, err = routing.NewPrefixDecider(routing.PrefixDeciderOptions{}); err != nil {
+			return nil, err
+		}
 	}
 	names := make([]string, len(h.members))
 	for i, m := range h.members {
@@ -819,13 +836,22 @@ func (h *Handler) publishGauges() {
 	h.usher.SetInFlightTotal(qs.InFlight)
 	h.usher.SetFlows(qs.Flows)
 	out := h.router.Outlier()
+	var byRole [3]int64
 	for _, m := range h.members {
 		if in, ok := h.router.InFlight(m.name); ok {
 			h.usher.SetInFlight(m.name, in.Requests)
+			if m.role <= routing.RoleDecode {
+				byRole[m.role] += in.Requests
+			}
 		}
 		if id, ok := h.router.Lookup(m.name); ok && out != nil {
 			st := out.BackendStats(id)
 			h.usher.SetPassiveHealth(m.name, st.Ejections, st.Probes, st.Ejected)
+		}
+	}
+	if h.decider != nil {
+		for r, n := range byRole {
+			h.usher.SetRoleInFlight(routing.Role(r).String(), n)
 		}
 	}
 	st := h.index.Stats()

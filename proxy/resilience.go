@@ -215,6 +215,11 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	h := t.h
 	h.sent.Add(1)
 	h.budget.request(time.Now())
+	if ex.disagg {
+		if err := ex.prefill(req); err != nil {
+			return nil, err // the client left
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		areq := ex.startAttempt(req)
 		resp, err := t.base.RoundTrip(areq)
@@ -441,7 +446,7 @@ func (ex *exchange) abandonAttempt(err error, f routing.Failure) {
 func (ex *exchange) repick() bool {
 	p, err := ex.h.router.Pick(&routing.Request{
 		Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
-		Session: ex.routeSession, Exclude: ex.tried, Stream: ex.req != nil && ex.req.Stream,
+		Session: ex.routeSession, Role: ex.role, Exclude: ex.tried, Stream: ex.req != nil && ex.req.Stream,
 	})
 	if err != nil {
 		return false

@@ -21,6 +21,10 @@ const (
 	// ("ip:port", or "ip:port,ip:port,..." with fallbacks), and also the key of the same
 	// value in the dynamic metadata namespace MetadataNamespace.
 	DestinationHeader = "x-gateway-destination-endpoint"
+	// PrefillerHeader names the prefill endpoint (ip:port) of a disaggregated request, for
+	// the routing sidecar on the decode pod (llm-d's), which sends the prefill step there and
+	// then the decode step to its own server. The picker removes a client's.
+	PrefillerHeader = "x-prefiller-host-port"
 	// MetadataNamespace is the dynamic-metadata namespace of the destination, and the
 	// filter-metadata namespace in which Envoy reports the endpoint that served.
 	MetadataNamespace = "envoy.lb"

@@ -84,6 +84,12 @@ type Options struct {
 	// any.
 	Models []string
 
+	// Decider decides per request, while the endpoint set has a prefill endpoint
+	// (Endpoint.Role), whether its prefill runs on a prefill endpoint: the destination is
+	// then a decode endpoint and the prefill endpoint goes to the decode pod's routing
+	// sidecar in PrefillerHeader, llm-d's protocol. Nil: routing.NewPrefixDecider with its
+	// defaults.
+	Decider routing.Decider
 	// Fallbacks is how many endpoints to list after the chosen one, for Envoy to try in
 	// order when it fails. Zero: none.
 	Fallbacks int
@@ -156,6 +162,7 @@ type Server struct {
 	log        *slog.Logger
 	kvLog      *lograte.Logger
 	perLimit   int // MaxInFlight per endpoint for the default gate; 0: fixed or foreign gate
+	decider    routing.Decider
 	gate       *inflightGate
 
 	eps    atomic.Pointer[endpointSet]
@@ -178,6 +185,9 @@ type endpointSet struct {
 	list   []Endpoint
 	ids    []routing.BackendID // by index in list
 	byAddr map[string]int
+	// disagg: some endpoint is a prefill endpoint, so completions go to decode endpoints
+	// and the Decider may add a prefill endpoint.
+	disagg bool
 }
 
 // inflightGate bounds requests in flight by a limit that follows the endpoint count.
@@ -248,6 +258,9 @@ func New(opts Options) (*Server, error) {
 		idle: opts.StreamIdle, source: opts.Source, kvListen: opts.KVListen, usher: opts.Metrics, log: opts.Logger,
 	}
 	s.chains.New = func() any { b := make([]prefixcache.BlockHash, 0, 1024); return &b }
+	if s.decider = opts.Decider; s.decider == nil {
+		s.decider, _ = routing.NewPrefixDecider(routing.PrefixDeciderOptions{}) // valid options
+	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -414,6 +427,7 @@ func (s *Server) SetEndpoints(eps []Endpoint) error {
 			return fmt.Errorf("%w: %s listed twice", ErrInvalidEndpoint, e.Address)
 		}
 		set.byAddr[e.Address] = i
+		set.disagg = set.disagg || e.Role == routing.RolePrefill
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -469,7 +483,7 @@ func (s *Server) publishLocked(eps []Endpoint) error {
 		s.states = s.scraper.BackendStates(s.states)
 	} else {
 		for _, e := range eps {
-			s.states = append(s.states, routing.BackendState{Name: e.Address})
+			s.states = append(s.states, routing.BackendState{Name: e.Address, Role: e.Role})
 		}
 	}
 	if err := s.router.Update(s.states); err != nil {

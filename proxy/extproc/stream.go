@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -136,6 +137,11 @@ type exchange struct {
 	prompt   proxy.Prompt
 	bufp     *[]prefixcache.BlockHash
 	session  string
+	// The prefill pick of a disaggregated request: charged until the decode pod's answer
+	// begins (its sidecar has then finished the prefill step), closed exactly once.
+	prefill   routing.Result
+	prefilled bool // prefill is open
+	prefiller string
 
 	status   int // the response's status; 0 before its headers
 	watch    watcher
@@ -316,10 +322,13 @@ func (ex *exchange) decide() *extprocv3.ProcessingResponse {
 		return immediate(e, retryAfter)
 	}
 	value := ex.destination()
-	cr := &extprocv3.CommonResponse{
-		HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(DestinationHeader, value)}},
-		ClearRouteCache: s.clearRoute,
+	hm := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(DestinationHeader, value)}}
+	if ex.prefiller != "" {
+		hm.SetHeaders = append(hm.SetHeaders, setHeader(PrefillerHeader, ex.prefiller))
+	} else {
+		hm.RemoveHeaders = []string{PrefillerHeader} // only the picker names a prefill endpoint
 	}
+	cr := &extprocv3.CommonResponse{HeaderMutation: hm, ClearRouteCache: s.clearRoute}
 	return &extprocv3.ProcessingResponse{
 		Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}},
 		DynamicMetadata: destinationMetadata(s.ns, value),
@@ -371,13 +380,55 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 	if ex.id.Session != "" {
 		ex.session = ex.id.Tenant + "/" + ex.id.Session
 	}
-	if e := ex.route(&routing.Request{Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.session,
-		Stream: ex.req != nil && ex.req.Stream}); e != nil {
+	rr := routing.Request{Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.session,
+		Stream: ex.req != nil && ex.req.Stream}
+	disagg := s.eps.Load().disagg
+	if disagg {
+		rr.Role = routing.RoleDecode
+	}
+	if e := ex.route(&rr); e != nil {
 		ex.finish(errors.New("extproc: no endpoint"), routing.FailureNone)
 		return e, 0
 	}
 	s.stats.picks.Add(1)
+	if disagg {
+		ex.pickPrefill(&rr)
+	}
 	return nil, 0
+}
+
+// pickPrefill asks the Decider whether the request's prefill runs on a prefill endpoint and,
+// if so, picks one (by prefix and prefill load). With none available the decode endpoint
+// serves the request whole (a fallback).
+func (ex *exchange) pickPrefill(rr *routing.Request) {
+	s := ex.s
+	if !s.decider.Disaggregate(rr, &ex.pick) {
+		s.usher.ObserveStage(metrics.StageAggregated)
+		return
+	}
+	p, err := s.router.Pick(&routing.Request{Chain: rr.Chain, BlockSize: rr.BlockSize, PromptTokens: rr.PromptTokens,
+		Session: rr.Session, Role: routing.RolePrefill})
+	if err != nil {
+		s.usher.ObserveStage(metrics.StageFallback)
+		return
+	}
+	ex.prefill, ex.prefilled, ex.prefiller = p, true, p.Backend.Name
+	s.usher.ObservePick(ex.prefiller)
+	s.usher.ObserveStage(metrics.StageDisaggregated)
+}
+
+// closePrefill closes the prefill pick, if open: at the decode answer's headers (the sidecar
+// ran the prefill step before the decode server answered), or when the exchange ends first.
+func (ex *exchange) closePrefill(err error) {
+	if !ex.prefilled {
+		return
+	}
+	ex.prefilled = false
+	info := routing.DoneInfo{Err: err}
+	if err == nil {
+		info.FirstTokenAt = time.Now()
+	}
+	ex.prefill.Done(info)
 }
 
 // route picks an endpoint for rr (nil: a request without prompt, routed without admission),
@@ -454,9 +505,10 @@ func (ex *exchange) destination() string {
 	var b strings.Builder
 	b.WriteString(ex.endpoint)
 	for k := 1; k < len(set.list) && n > 0; k++ {
-		a := set.list[(start+k)%len(set.list)].Address
-		if allowed != nil && !allowed[a] {
-			continue
+		e := set.list[(start+k)%len(set.list)]
+		a := e.Address
+		if (allowed != nil && !allowed[a]) || (set.disagg && ex.req != nil && e.Role == routing.RolePrefill) {
+			continue // outside the subset, or a prefill endpoint where a decode one serves
 		}
 		b.WriteByte(',')
 		b.WriteString(a)
@@ -493,6 +545,7 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 	if ex.picked {
 		ex.pick.Progress(time.Now()) // the endpoint answered: it is not stuck
 	}
+	ex.closePrefill(nil)
 	if ex.status != http.StatusOK {
 		f := routing.FailureNone
 		switch {
@@ -607,6 +660,7 @@ func (ex *exchange) finish(err error, f routing.Failure) {
 			}
 		}
 	}
+	ex.closePrefill(ex.info.Err)
 	if ex.picked {
 		ex.picked = false
 		ex.pick.Done(ex.info)

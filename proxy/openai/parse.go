@@ -176,6 +176,10 @@ func (p *parser) request(ep Endpoint) (*Request, *Error) {
 			} else {
 				r.cut = span{prevEnd, i}
 			}
+		case wKVTransferParams:
+			// The gateway sets it for disaggregated serving: from a client it would aim a
+			// decode server's KV pull at any host.
+			err = invalid(codeInvalidValue, "kv_transfer_params", "kv_transfer_params is set by the gateway for disaggregated serving; a client may not send it")
 		default:
 			i, err = p.skip(i)
 		}

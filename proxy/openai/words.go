@@ -17,6 +17,7 @@ const (
 	wUser // a field and a role
 	wCacheSalt
 	wPriority
+	wKVTransferParams
 	wRole
 	wContent
 	wType
@@ -77,6 +78,8 @@ func lookup(raw []byte, esc bool) word {
 		return wCacheSalt
 	case "priority":
 		return wPriority
+	case "kv_transfer_params":
+		return wKVTransferParams
 	case "role":
 		return wRole
 	case "content":
@@ -103,7 +106,7 @@ func lookup(raw []byte, esc bool) word {
 // is a chat field only: vLLM's completions API ignores it, and so does Parse.
 func topField(w word, ep Endpoint) word {
 	switch w {
-	case wModel, wStream, wStreamOptions, wN, wMaxTokens, wUser, wCacheSalt, wPriority:
+	case wModel, wStream, wStreamOptions, wN, wMaxTokens, wUser, wCacheSalt, wPriority, wKVTransferParams:
 		return w
 	case wMessages, wMaxCompletionTokens:
 		if ep == Chat {
@@ -130,4 +133,5 @@ var fieldNames = [...]string{
 	wUser:                "user",
 	wCacheSalt:           "cache_salt",
 	wPriority:            "priority",
+	wKVTransferParams:    "kv_transfer_params",
 }
