@@ -49,7 +49,12 @@ type Config struct {
 	// a profile described as data, from the proxy.Registry's filters, scorers and pickers
 	// (proxy.ProfileSpec): {"extends": "usher", "scorers": [{"name": "my-scorer", "weight": 1}]}.
 	Router proxy.ProfileSpec `json:"router"`
-	// Registry names the parts Policy and Router may use. Nil: proxy.NewRegistry(), the built-ins.
+	// Decider decides, when some backend has role prefill, which requests are prefilled on a
+	// prefill server (proxy.Options.Decider): a registered decider's name ("prefix", the
+	// default; "always"; "never"; the program's own) or {"name": ..., "params": {...}}.
+	Decider proxy.PartSpec `json:"decider"`
+	// Registry names the parts Policy, Router and Decider may use. Nil: proxy.NewRegistry(),
+	// the built-ins.
 	Registry *proxy.Registry `json:"-"`
 	// TTL is the longest wait for admission.
 	TTL time.Duration `json:"ttl"`
@@ -183,6 +188,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return err
 	})
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
+	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), always, never, or a registered decider")
+	fs.Func("decider-params", `the decider's parameters as JSON, e.g. {"min_uncached_tokens":256,"busy_decodes":4}`, func(s string) error {
+		if !json.Valid([]byte(s)) {
+			return fmt.Errorf("-decider-params: not JSON: %q", s)
+		}
+		c.Decider.Params = json.RawMessage(s)
+		return nil
+	})
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait: no request waits longer (below -ttl)")
 	fs.Func("router", "routing profile: "+strings.Join(builtin.ProfileNames(), ", ")+", or one described in -config (default "+c.Router.Extends+")", func(s string) error {
 		c.Router = proxy.ProfileSpec{Extends: s}
@@ -413,6 +426,14 @@ func (c Config) Options() (proxy.Options, error) {
 	}
 	if o.Policy, err = reg.Policy(policy); err != nil {
 		return proxy.Options{}, err
+	}
+	switch {
+	case c.Decider.Name != "":
+		if o.Decider, err = reg.Decider(c.Decider); err != nil {
+			return proxy.Options{}, err
+		}
+	case len(c.Decider.Params) > 0:
+		return proxy.Options{}, fmt.Errorf("%w: decider parameters without a decider name", proxy.ErrInvalidOptions)
 	}
 	var sess routing.SessionOptions
 	var io prefixcache.Options

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,5 +155,43 @@ func TestBenchProfiles(t *testing.T) {
 		if p.Name != name || len(p.Scorers) == 0 {
 			t.Errorf("%s: profile %q with %d scorers, want %q", f, p.Name, len(p.Scorers), name)
 		}
+	}
+}
+
+// TestConfigDecider: -decider and -decider-params name a registered decider of disaggregated
+// serving with its parameters; bad names and parameters are refused with their name.
+func TestConfigDecider(t *testing.T) {
+	base := DefaultConfig()
+	base.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm", Role: "prefill"}, {URL: "http://127.0.0.1:8001", Engine: "vllm", Role: "decode"}}
+	reg := proxy.NewRegistry()
+	for _, name := range reg.Names("decider") {
+		c := base
+		c.Decider = proxy.PartSpec{Name: name}
+		o, err := c.Options()
+		if assert.NoError(t, err, "-decider %s", name) {
+			assert.NotNil(t, o.Decider, "-decider %s", name)
+		}
+	}
+	c := base
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	assert.NoError(t, fs.Parse([]string{"-decider", "prefix", "-decider-params", `{"min_uncached_tokens":64,"busy_decodes":4}`}))
+	o, err := c.Options()
+	if assert.NoError(t, err) {
+		d := o.Decider.(*routing.PrefixDecider)
+		assert.True(t, d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 64, Backend: &routing.BackendState{Known: routing.SignalRunning, Running: 8}}))
+		assert.False(t, d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 63}))
+	}
+	for _, bad := range []proxy.PartSpec{
+		{Name: "sometimes"},
+		{Name: "prefix", Params: []byte(`{"min_uncached":64}`)},
+		{Name: "prefix", Params: []byte(`{"min_uncached_tokens":-1}`)},
+		{Name: "always", Params: []byte(`{"x":1}`)},
+		{Params: []byte(`{"min_uncached_tokens":64}`)},
+	} {
+		c := base
+		c.Decider = bad
+		_, err := c.Options()
+		assert.ErrorIs(t, err, proxy.ErrInvalidOptions, "decider %+v", bad)
 	}
 }

@@ -40,6 +40,7 @@ const (
 	kindPicker  kind = "picker"
 	kindProfile kind = "profile"
 	kindPolicy  kind = "policy"
+	kindDecider kind = "decider"
 )
 
 // Factories of the parts a Registry names. A factory validates its Params and returns an error
@@ -50,6 +51,7 @@ type (
 	PickerFactory  func(Params) (routing.Picker, error)
 	ProfileFactory func(Params) (routing.Profile, error)
 	PolicyFactory  func(Params) (flowcontrol.Policy, error)
+	DeciderFactory func(Params) (routing.Decider, error)
 )
 
 // Params are one part's parameters as a configuration wrote them, and what the gateway knows
@@ -87,12 +89,14 @@ func (p Params) Decode(v any) error {
 //	          sglang, dynamo, aibrix, round-robin, least-request
 //	policies  bounded-wait (the default), fcfs, priority, round-robin, las,
 //	          turn-priority, edf, vtc, ...
+//	deciders  prefix (the default), always, never
 //
 // The parameters of a part with an Options struct are that struct's fields by name
 // (saturation: routing.SaturationOptions, dynamo-cost: routing.DynamoOptions, ...); of a part
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
-// load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}.
+// load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
+// prefix decider, routing.PrefixDeciderOptions: {"min_uncached_tokens": 512, "busy_decodes": 4}.
 func NewRegistry() *Registry {
 	r := &Registry{parts: make(map[kind]map[string]any)}
 	must := func(err error) {
@@ -214,6 +218,22 @@ func NewRegistry() *Registry {
 			return builtin.Policy(name, builtin.PolicyOptions{BoundedWait: time.Duration(o.BoundedWait)})
 		}))
 	}
+	// Deciders of disaggregated serving.
+	must(r.AddDecider("prefix", func(p Params) (routing.Decider, error) {
+		var o routing.PrefixDeciderOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return routing.NewPrefixDecider(o)
+	}))
+	for name, d := range map[string]routing.Decider{"always": routing.Always, "never": routing.Never} {
+		must(r.AddDecider(name, func(p Params) (routing.Decider, error) {
+			if err := p.Decode(&struct{}{}); err != nil {
+				return nil, err
+			}
+			return d, nil
+		}))
+	}
 	return r
 }
 
@@ -236,6 +256,12 @@ func (r *Registry) AddProfile(name string, f ProfileFactory) error {
 // AddPolicy names a fairness policy factory; see AddFilter for names.
 func (r *Registry) AddPolicy(name string, f PolicyFactory) error { return r.add(kindPolicy, name, f) }
 
+// AddDecider names a factory of deciders of disaggregated serving (Options.Decider); see
+// AddFilter for names.
+func (r *Registry) AddDecider(name string, f DeciderFactory) error {
+	return r.add(kindDecider, name, f)
+}
+
 func (r *Registry) add(k kind, name string, f any) error {
 	valid := name != "" && strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
 	switch {
@@ -256,8 +282,8 @@ func (r *Registry) add(k kind, name string, f any) error {
 	return nil
 }
 
-// Names returns the registered names of a kind ("filter", "scorer", "picker", "profile" or
-// "policy"), sorted.
+// Names returns the registered names of a kind ("filter", "scorer", "picker", "profile",
+// "policy" or "decider"), sorted.
 func (r *Registry) Names(k string) []string {
 	var out []string
 	for name := range r.parts[kind(k)] {
@@ -438,6 +464,23 @@ func (r *Registry) Policy(spec PartSpec) (flowcontrol.Policy, error) {
 		return nil, fmt.Errorf("%w: policy %q: %w", ErrInvalidOptions, spec.Name, err)
 	}
 	return pol, nil
+}
+
+// Decider builds the decider spec names. Errors wrap ErrInvalidOptions and name it.
+func (r *Registry) Decider(spec PartSpec) (routing.Decider, error) {
+	f, params, err := r.lookup(kindDecider, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Weight != 0 {
+		return nil, fmt.Errorf("%w: decider %q has no weight", ErrInvalidOptions, spec.Name)
+	}
+	params.raw = spec.Params
+	d, err := f.(DeciderFactory)(params)
+	if err != nil {
+		return nil, fmt.Errorf("%w: decider %q: %w", ErrInvalidOptions, spec.Name, err)
+	}
+	return d, nil
 }
 
 func cmpOr(vs ...string) string {

@@ -63,6 +63,7 @@ type config struct {
 	EndpointsInterval     time.Duration
 	Policy                string
 	Router                proxy.ProfileSpec
+	Decider               proxy.PartSpec
 	BoundedWait, TTL      time.Duration
 	MaxQueue, MaxFlow     int
 	MaxInFlight           int
@@ -106,6 +107,14 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.EndpointsInterval, "endpoints-interval", c.EndpointsInterval, "poll interval of -endpoints-file")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait (below -ttl)")
+	fs.StringVar(&c.Decider.Name, "decider", "prefix", "with prefill endpoints (role=prefill): which requests get a prefill endpoint in x-prefiller-host-port — prefix, always, never")
+	fs.Func("decider-params", `the decider's parameters as JSON, e.g. {"min_uncached_tokens":256}`, func(s string) error {
+		if !json.Valid([]byte(s)) {
+			return fmt.Errorf("not JSON: %q", s)
+		}
+		c.Decider.Params = json.RawMessage(s)
+		return nil
+	})
 	fs.Func("router", "routing profile: "+strings.Join(builtin.ProfileNames(), ", ")+
 		`, or one described as JSON (proxy.ProfileSpec), e.g. {"extends":"usher","scorers":[{"name":"kv-utilization","weight":1}]} (default usher)`,
 		func(s string) error {
@@ -178,6 +187,10 @@ func (c config) options() (extproc.Options, error) {
 	if err != nil {
 		return extproc.Options{}, err
 	}
+	decider, err := reg.Decider(c.Decider)
+	if err != nil {
+		return extproc.Options{}, err
+	}
 	out, err := routing.NewOutlier(routing.OutlierOptions{})
 	if err != nil {
 		return extproc.Options{}, err
@@ -193,7 +206,7 @@ func (c config) options() (extproc.Options, error) {
 		EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, Tokenizer: proxy.BytesTokenizer{BlockBytes: c.ByteBlock},
 		Keyer: keyer, MaxBodyBytes: c.MaxBody, Fallbacks: c.Fallbacks, StreamIdle: c.StreamIdle,
 		NoScrape: c.NoScrape, MetricsProfile: profile, ScrapeInterval: c.ScrapeInterval, KVListen: c.KVListen,
-		BlockSize: c.BlockSize,
+		BlockSize: c.BlockSize, Decider: decider,
 	}
 	if c.Models != "" {
 		for m := range strings.SplitSeq(c.Models, ",") {
