@@ -69,6 +69,45 @@
 // failures in a row, and probes it back. A stream cut after it began ends with an OpenAI error
 // event; both handles are freed either way.
 //
+// # Disaggregated serving
+//
+// A fleet with prefill servers (Backend.Role routing.RolePrefill) and decode servers
+// (RoleDecode; RoleBoth serves either) is served in two steps, in vLLM's KV-transfer protocol
+// as its NIXL connector speaks it (vLLM's disaggregated proxy and llm-d's routing sidecar send
+// the same):
+//
+//  1. the decode pick: the router chooses a decode server as for any request (prefix, load,
+//     session), and the Decider (Options.Decider; by default routing.NewPrefixDecider, llm-d's
+//     rule: at least 512 prompt tokens the decode server is not believed to hold) decides
+//     whether the prompt is worth prefilling elsewhere. If not, the decode server serves the
+//     request whole, as in an aggregated fleet.
+//  2. the prefill step: a second pick, among prefill servers (by prefix and prefill load),
+//     gets the client's request with max_tokens (and max_completion_tokens) 1, min_tokens at
+//     most 1, no streaming, no stream_options and kv_transfer_params {"do_remote_decode":
+//     true, ...}. Its whole answer carries kv_transfer_params (remote_engine_id,
+//     remote_block_ids, remote_host, remote_port, tp_size, ... — opaque to usher).
+//  3. the decode step: the client's request, byte for byte as in the aggregated case, with
+//     those kv_transfer_params added, goes to the decode server, which pulls the KV and
+//     streams the answer. The client sees one answer, its usage the decode server's.
+//
+// Each pick is a routing.Result of its own, charged from its pick and closed exactly once:
+// the prefill pick when its answer comes (or fails), the decode pick as any request's. The
+// router's prefix index learns the prompt on both servers. A prefill step that fails (refused,
+// reset, timed out, an error status, an answer without kv_transfer_params) is retried on
+// another prefill server under Retry's attempts and budget; when none answers, the decode
+// server serves the request whole — a fallback, counted in usher_pd_requests_total. A decode
+// step that fails before its first byte is retried like any request, with the same
+// kv_transfer_params: the prefill server keeps the KV until a decode server pulls it, and a
+// decode server whose pull fails recomputes the prompt (vLLM's default), so the prefill never
+// runs twice. A client that leaves cancels whichever step is running. A client may not send
+// kv_transfer_params itself (400 naming the field): it would aim a decode server's KV pull at
+// a host of its choosing.
+//
+// Metrics: usher_pd_requests_total{decision="aggregated|disaggregated|fallback"},
+// usher_pd_prefill_attempts_total{result="ok|failed|cancelled"}, usher_pd_prefill_seconds,
+// and usher_role_inflight_requests{role}. For Envoy, proxy/extproc picks both and hands the
+// prefill endpoint to the decode pod's sidecar in the x-prefiller-host-port header.
+//
 // # Trust
 //
 // The tenant is a header set by a trusted proxy (KeyerOptions.TenantHeader) or a keyed

@@ -27,8 +27,13 @@
 //
 // A custom scorer implements one method, Score. A filter, scorer or picker that learns may also
 // implement PickObserver (told the choice before Pick returns) or Completer (told the outcome at
-// Done). Disaggregated serving is two picks, one with Request.Role = RolePrefill and one with
-// RoleDecode; backends of RoleBoth serve either.
+// Done). Disaggregated serving is two picks: the decode pick (Request.Role = RoleDecode) first,
+// then, if a Decider approves given that pick's Result (how much of the prompt the decode
+// server is believed to hold, how busy it is), the prefill pick (RolePrefill); backends of
+// RoleBoth serve either. PrefixDecider is llm-d's rule — send the prefill away when the decode
+// server lacks at least MinUncachedTokens of the prompt — optionally weighed by what an
+// aggregated prefill would cost the decode server's running answers (BusyDecodes): a long
+// prefill on a busy decode server stalls every answer it is producing.
 //
 // # Accounting and the exactly-once rule
 //
