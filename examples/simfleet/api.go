@@ -140,6 +140,7 @@ type completionRequest struct {
 	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	KVTransferParams    json.RawMessage `json:"kv_transfer_params"`
 }
 
 // promptTokens turns a completions prompt (a string, one string in an array, or token ids)
@@ -237,6 +238,8 @@ type response struct {
 	Model   string   `json:"model"`
 	Choices []choice `json:"choices"`
 	Usage   *usage   `json:"usage,omitempty"`
+	// KVTransferParams answers a prefill request of disaggregated serving (disagg.go).
+	KVTransferParams map[string]any `json:"kv_transfer_params,omitempty"`
 }
 
 // complete runs one completion through the engine and writes the answer, streamed or whole.
@@ -247,6 +250,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *completio
 	}
 	if req.N != nil && *req.N != 1 {
 		badRequest(w, "the simulator serves n=1 only, got n=%d", *req.N)
+		return
+	}
+	kvp, err := parseTransferParams(req.KVTransferParams)
+	if err != nil {
+		badRequest(w, "%v", err)
 		return
 	}
 	maxLen := s.profile.MaxModelLen
@@ -282,7 +290,15 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *completio
 	for i, p := range pieces {
 		out[i] = tokenID(p)
 	}
-	id, st, err := s.submit(engine.Request{Prompt: prompt, Output: out, OutputTokens: n}, reason)
+	remote := false
+	if kvp != nil && kvp.DoRemotePrefill {
+		s.kv.add(func(st *KVTransferStats) { st.Decodes++ })
+		var perr error
+		if remote, perr = s.pull(r.Context(), kvp, prompt); perr != nil {
+			return // the client left during the transfer
+		}
+	}
+	id, st, err := s.submit(engine.Request{Prompt: prompt, Output: out, OutputTokens: n, RemotePrefill: remote}, reason)
 	switch {
 	case errors.Is(err, ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "the server is shutting down")
@@ -334,6 +350,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *completio
 				}
 				resp.Choices = []choice{c}
 				resp.Usage = makeUsage(len(prompt), produced, cached)
+				if kvp != nil && kvp.DoRemoteDecode {
+					resp.KVTransferParams = s.prefillParams(r, len(prompt))
+				}
 				writeJSON(w, http.StatusOK, resp)
 				return
 			}

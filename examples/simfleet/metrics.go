@@ -35,7 +35,7 @@ func (s *Server) initMetrics() {
 	s.success = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vllm:request_success_total", Help: "Count of successfully processed requests.",
 	}, append(labels, "finished_reason"))
-	s.registry.MustRegister(s.success, &engineCollector{s: s})
+	s.registry.MustRegister(s.success, &engineCollector{s: s}, kvCollector{s: s})
 }
 
 // engineCollector exports the engine's state and counters, read under the server's lock at

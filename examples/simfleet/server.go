@@ -40,6 +40,20 @@ type Options struct {
 	// server's lock. It must not block for long: the engine waits. This is the hook for a
 	// publisher of vLLM's ZMQ wire format (prefixcache/kvevents).
 	OnKVEvents func([]engine.KVEvent)
+	// TransferPerToken and TransferLatency are the time a decode server spends receiving a
+	// prompt's KV from its prefill server in disaggregated serving: TransferLatency plus
+	// TransferPerToken for each prompt token it does not hold already. Zero values mean
+	// 5.2 µs and 1 ms — Qwen3-32B's 256 KiB of KV per token (64 layers × 8 KV heads × 128
+	// head dim × 2 for K and V × 2 bytes) over a 400 Gb/s RDMA NIC at line rate. Negative:
+	// no wait.
+	TransferPerToken, TransferLatency time.Duration
+	// TransferTimeout is how long a prefill server keeps a prompt's KV for a decode server to
+	// pull (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT). Zero means 60 s.
+	TransferTimeout time.Duration
+	// SideChannel is the host:port decode servers pull KV from, named in the prefill answer's
+	// kv_transfer_params. Empty: the address each prefill request was sent to (the server's
+	// own listener, which serves the pulls).
+	SideChannel string
 }
 
 // Server is a simulated vLLM-compatible model server: an http.Handler serving the OpenAI API,
@@ -71,6 +85,15 @@ type Server struct {
 	done      chan struct{}
 	stopOnce  sync.Once
 	started   atomic.Bool
+
+	// Disaggregated serving (disagg.go).
+	side             string
+	transferPerToken time.Duration
+	transferLatency  time.Duration
+	transferTTL      time.Duration
+	transfers        transfers
+	kv               *kvStats
+	pullClient       *http.Client
 
 	mu      sync.Mutex
 	eng     *engine.Engine
@@ -111,6 +134,28 @@ func New(opts Options) (*Server, error) {
 		done:      make(chan struct{}),
 		eng:       eng,
 		streams:   make(map[engine.RequestID]*stream),
+
+		side:             opts.SideChannel,
+		transferPerToken: opts.TransferPerToken,
+		transferLatency:  opts.TransferLatency,
+		transferTTL:      opts.TransferTimeout,
+		kv:               newKVStats(),
+		pullClient:       &http.Client{Timeout: 10 * time.Second},
+	}
+	switch {
+	case s.transferPerToken == 0:
+		s.transferPerToken = 5200 * time.Nanosecond
+	case s.transferPerToken < 0:
+		s.transferPerToken = 0
+	}
+	switch {
+	case s.transferLatency == 0:
+		s.transferLatency = time.Millisecond
+	case s.transferLatency < 0:
+		s.transferLatency = 0
+	}
+	if s.transferTTL <= 0 {
+		s.transferTTL = 60 * time.Second
 	}
 	if s.model == "" {
 		s.model = p.Model
@@ -139,6 +184,7 @@ func New(opts Options) (*Server, error) {
 	s.mux.HandleFunc("/tokenize", s.handleTokenize)
 	s.mux.HandleFunc("/health", s.handleHealth)
 	s.mux.HandleFunc("/version", s.handleVersion)
+	s.mux.HandleFunc("/kv_transfer/pull", s.handlePull)
 	s.mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFoundError", "Not Found")
