@@ -53,6 +53,10 @@ func TestParseConfig(t *testing.T) {
 		{"-max-queue", "0"},
 		{"-tokenizer", "sentencepiece"},
 		{"-sim-servers", "0"},
+		{"-sim-servers", "4", "-sim-prefill", "4"},
+		{"-sim-prefill", "-1"},
+		{"-decider", "sometimes"},
+		{"-decider-params", "{"},
 		{"-config", bad},
 		{"-config", filepath.Join(dir, "missing.json")},
 		{"stray"},
@@ -66,7 +70,21 @@ func TestParseConfig(t *testing.T) {
 // The main job as the README runs it: the gateway on its embedded simulated fleet (with KV
 // events), one request, a graceful shutdown.
 func TestRun(t *testing.T) {
-	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-sim-servers", "2"})
+	runOnce(t, []string{"-listen", "127.0.0.1:0", "-sim-servers", "2"}, "usher_admissions_total", "usher_backend_inflight_requests", "usher_kvevents_connected")
+}
+
+// The embedded fleet disaggregated: two prefill and two decode servers, every request's
+// prefill sent to a prefill server.
+func TestRunDisaggregated(t *testing.T) {
+	runOnce(t, []string{"-listen", "127.0.0.1:0", "-sim-servers", "4", "-sim-prefill", "2", "-decider", "always"},
+		`usher_pd_requests_total{decision="disaggregated"} 1`, `usher_pd_prefill_attempts_total{result="ok"} 1`)
+}
+
+// runOnce runs the gateway with args, sends one request, checks /metrics holds each of want,
+// and shuts it down.
+func runOnce(t *testing.T, args []string, want ...string) {
+	t.Helper()
+	c, err := parseConfig(args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +118,7 @@ func TestRun(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(m.Body)
 	m.Body.Close()
-	for _, want := range []string{"usher_admissions_total", "usher_backend_inflight_requests", "usher_kvevents_connected"} {
+	for _, want := range want {
 		if !bytes.Contains(metrics, []byte(want)) {
 			t.Errorf("/metrics has no %s", want)
 		}

@@ -83,6 +83,7 @@ type config struct {
 	SimServers    int           // size of the simulated fleet started when there is no backend
 	SimProfile    string        // its engine profile (internal/engine)
 	SimKVEvents   bool          // its servers publish KV events, which the gateway follows
+	SimPrefill    int           // of its servers, how many are prefill servers (the rest decode); 0: aggregated
 	ShutdownGrace time.Duration // how long shutdown waits for requests in flight
 	CPUProfile    string        // file to write a CPU profile of the whole run to ("": none)
 }
@@ -97,6 +98,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.SimServers, "sim-servers", c.SimServers, "servers in the simulated fleet (when no -backend)")
 	fs.StringVar(&c.SimProfile, "sim-profile", c.SimProfile, "engine profile of the simulated fleet: demo or qwen3-32b-h100")
 	fs.BoolVar(&c.SimKVEvents, "sim-kv-events", c.SimKVEvents, "simulated servers publish KV events over ZMQ (vLLM's wire format) and the gateway follows them")
+	fs.IntVar(&c.SimPrefill, "sim-prefill", 0, "disaggregate the simulated fleet: this many of its servers are prefill servers, the rest decode servers (0: every server serves both)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof), finished at shutdown")
 	c.RegisterFlags(fs)
@@ -115,6 +117,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if len(c.Backends) == 0 && (c.SimServers < 1 || c.SimServers > 64) {
 		return c, fmt.Errorf("sim-servers %d: want 1..64", c.SimServers)
+	}
+	if c.SimPrefill < 0 || (c.SimPrefill > 0 && c.SimPrefill >= c.SimServers) {
+		return c, fmt.Errorf("sim-prefill %d: want 0, or 1..sim-servers-1 (%d) so that some server decodes", c.SimPrefill, c.SimServers-1)
 	}
 	_, err := c.options()
 	return c, err
@@ -240,6 +245,12 @@ func startFleet(c config) (*simFleet, error) {
 	s.fleet = fleet
 	for i, u := range fleet.URLs() {
 		b := gateway.Backend{URL: u, Engine: "vllm"}
+		switch {
+		case i < c.SimPrefill:
+			b.Role = "prefill"
+		case c.SimPrefill > 0:
+			b.Role = "decode"
+		}
 		if i < len(s.pubs) {
 			b.KVEvents, b.Replay = s.pubs[i].Endpoint(), s.pubs[i].ReplayEndpoint()
 		}
