@@ -63,6 +63,12 @@ func (ex *exchange) prefill(req *http.Request) error {
 			req.ContentLength = int64(len(dec))
 			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(dec)), nil }
 			h.usher.ObserveStage(metrics.StageDisaggregated)
+			// The decode server will not prefill: release the prompt tokens charged to it.
+			ex.mu.Lock()
+			if ex.picked {
+				ex.pick.FirstToken(time.Now())
+			}
+			ex.mu.Unlock()
 			return nil
 		}
 		if cerr := req.Context().Err(); cerr != nil {

@@ -55,8 +55,11 @@ func TestDisaggregated(t *testing.T) {
 		if fb := dest[len(firstEndpoint(dest)):]; fb != "" && fb != ","+pdFleet[2].Address && fb != ","+pdFleet[3].Address {
 			t.Errorf("fallbacks %q: want only the other decode endpoint", fb)
 		}
-		if in, _ := s.Router().InFlight(pre); in.Requests != 1 {
-			t.Errorf("prefill endpoint in flight %d before the answer, want 1", in.Requests)
+		if in, _ := s.Router().InFlight(pre); in.Requests != 1 || in.PrefillTokens == 0 {
+			t.Errorf("prefill endpoint in flight %+v before the answer, want 1 request and its prompt", in)
+		}
+		if in, _ := s.Router().InFlight(firstEndpoint(dest)); in.Requests != 1 || in.PrefillTokens != 0 {
+			t.Errorf("decode endpoint in flight %+v, want 1 request and no prefill: it will not prefill", in)
 		}
 		send(t, st, respHeaders("200", "text/event-stream", false, nil))
 		recv(t, st)

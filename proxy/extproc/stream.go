@@ -413,6 +413,7 @@ func (ex *exchange) pickPrefill(rr *routing.Request) {
 		return
 	}
 	ex.prefill, ex.prefilled, ex.prefiller = p, true, p.Backend.Name
+	ex.pick.FirstToken(time.Now()) // the decode endpoint will not prefill: release its charge
 	s.usher.ObservePick(ex.prefiller)
 	s.usher.ObserveStage(metrics.StageDisaggregated)
 }
