@@ -292,9 +292,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *completio
 	}
 	remote := false
 	if kvp != nil && kvp.DoRemotePrefill {
-		s.kv.add(func(st *KVTransferStats) { st.Decodes++ })
-		var perr error
-		if remote, perr = s.pull(r.Context(), kvp, prompt); perr != nil {
+		s.kv.decodes.Add(1)
+		if remote, err = s.pull(r.Context(), kvp, prompt); err != nil {
 			return // the client left during the transfer
 		}
 	}

@@ -19,6 +19,8 @@
 //     counters, latency histograms), so a router scrapes it as it scrapes vLLM.
 //   - POST /tokenize as vLLM serves it: {model, prompt} or {model, messages} gives
 //     {count, max_model_len, tokens}; messages are rendered by the chat template first.
+//   - POST /kv_transfer/pull, the side channel of disaggregated serving (below), and the
+//     simfleet:kv_transfer_* series of /metrics that count it.
 //
 // Prompts are tokenized by Tokenize, a deterministic word-piece tokenizer that any client can
 // call too: equal text prefixes give equal token prefixes, so requests sharing a system prompt
@@ -42,6 +44,68 @@
 // (ZMQ PUB, the topic and replay socket of vLLM's --kv-events-config), so a router's precise
 // prefix index can follow a simulated server exactly as it follows a real one.
 //
-// A Server and a Fleet are safe for concurrent use; Options, FleetOptions and Message are
-// plain values.
+// # Disaggregated serving
+//
+// A Server takes either role of vLLM's disaggregated prefill and decode (the NIXL connector's
+// protocol), chosen per request by the request's kv_transfer_params, so one fleet can be split
+// into prefill and decode servers by a gateway alone:
+//
+//   - Prefill step: a request with do_remote_decode true (the gateway sends max_tokens 1,
+//     not streamed) is served as usual, and its whole answer also carries, as vLLM's does,
+//     "kv_transfer_params": {"do_remote_prefill": true, "do_remote_decode": false,
+//     "remote_engine_id": ..., "remote_block_ids": [...], "remote_host": ..., "remote_port":
+//     ..., "tp_size": 1}: this server's engine id (random, one per Server), one block id per
+//     block of the prompt, and the side channel's address. The server keeps a pending
+//     transfer for those blocks until a decode server pulls it or Options.TransferTimeout
+//     (60 s, vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT) passes; at most 4,096 are kept, the
+//     oldest dropped first. (A streamed prefill request is served as a plain one: its
+//     parameters would come in a whole answer only.)
+//   - Decode step: a request with do_remote_prefill true and those parameters pulls the KV
+//     from the server they name, waits the transfer's time, and enters the engine with every
+//     prompt token but the last already computed (engine.Request.RemotePrefill): the answer
+//     comes without a prefill of its own, its usage reports the whole prompt with
+//     cached_tokens counting only this server's own prefix-cache hits, and afterwards this
+//     server's cache holds the prompt, so the conversation's next turn finds it here. If the
+//     pull fails — the prefill server is gone or does not answer within 5 s, or keeps no such
+//     transfer (unknown, expired, already pulled) — the server recomputes the prompt itself,
+//     vLLM's default kv_load_failure_policy "recompute", and counts a failed pull.
+//
+// The parameters are checked strictly: a value of the wrong type, do_remote_decode and
+// do_remote_prefill both true, or with do_remote_prefill a missing remote_engine_id or
+// remote_host, no remote_block_ids (non-negative integers), a remote_port outside 1..65535 or a
+// tp_size below 1, is a 400 whose message begins with the field's name, such as
+// "kv_transfer_params.remote_port: ...". Other keys are ignored, since connectors add their
+// own.
+//
+// The side channel is simfleet's stand-in for NIXL's RDMA read, served on each server's own
+// HTTP listener: the decode server sends
+//
+//	POST http://remote_host:remote_port/kv_transfer/pull
+//	{"remote_engine_id": "...", "remote_block_ids": [...], "prompt_tokens": N}
+//
+// and the prefill server answers 200 {"prompt_tokens": N}, releasing the transfer; 404 when it
+// has no such transfer (another engine id, unknown, expired or pulled block ids); 409, keeping
+// the transfer, when the transfer is of a prompt of another length, so that a decode sent a
+// different prompt recomputes it. The address advertised is Options.SideChannel, by default
+// the local address of the connection the prefill request came on. After a successful pull
+// the decode server waits Options.TransferLatency plus Options.TransferPerToken for each
+// prompt token not already in its prefix cache (NIXL reads only the blocks missing locally),
+// cancelled if the client leaves. The defaults, 1 ms and 5.2 µs per token, are Qwen3-32B's:
+// 64 layers × 8 KV heads × 128 head dim × 2 (K and V) × 2 bytes is 256 KiB of KV per token,
+// which a 400 Gb/s (50 GB/s) RDMA NIC moves at line rate in 5.2 µs.
+//
+// Server.KVTransferStats counts both roles, and /metrics exports the same counters under
+// simfleet's own prefix, leaving the vllm: names what vLLM exports:
+// simfleet:kv_transfer_prefills_total, simfleet:kv_transfer_decodes_total,
+// simfleet:kv_transfer_pulls_served_total, simfleet:kv_transfer_pulls_failed_total,
+// simfleet:kv_transfer_pending (a gauge), simfleet:kv_transfer_dropped_total and
+// simfleet:kv_transfer_seconds_total.
+//
+// The model leaves out what a gateway cannot see: the prefill server's blocks are not pinned
+// while the transfer waits (its engine frees them when the one-token request finishes, as
+// blocks of any finished request, and its prefix cache may keep them), and the transfer
+// takes no bandwidth from other transfers.
+//
+// A Server and a Fleet are safe for concurrent use; Options, FleetOptions, Message and
+// KVTransferStats are plain values.
 package simfleet

@@ -95,3 +95,53 @@ func ExampleTokenize() {
 	// Output:
 	// 12 11 7
 }
+
+// Disaggregated serving between two servers: the first prefills the prompt and answers the
+// kv_transfer_params of its pending KV; the second, given them, pulls the KV over the side
+// channel and decodes without a prefill of its own.
+func ExampleServer_KVTransferStats() {
+	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{Servers: 2})
+	if err != nil {
+		panic(err)
+	}
+	defer fleet.Close()
+	prefill, decode := fleet.URLs()[0], fleet.URLs()[1]
+	prompt := strings.Repeat("Summarise the quarterly ledger line by line. ", 20)
+
+	type answer struct {
+		Usage struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			CompletionTokens    int `json:"completion_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	}
+	complete := func(url string, maxTokens int, params any) answer {
+		body, _ := json.Marshal(map[string]any{"model": "usher/demo", "prompt": prompt, "max_tokens": maxTokens,
+			"ignore_eos": true, "kv_transfer_params": params})
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			panic(err)
+		}
+		defer resp.Body.Close()
+		var a answer
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			panic(err)
+		}
+		return a
+	}
+
+	pre := complete(prefill, 1, map[string]any{"do_remote_decode": true})
+	dec := complete(decode, 4, pre.KVTransferParams)
+	fmt.Printf("decode: %d prompt tokens, %d cached here, %d generated\n",
+		dec.Usage.PromptTokens, dec.Usage.PromptTokensDetails.CachedTokens, dec.Usage.CompletionTokens)
+	p, d := fleet.Servers()[0].KVTransferStats(), fleet.Servers()[1].KVTransferStats()
+	fmt.Printf("prefill server: %d prefill, %d pull served, %d pending\n", p.Prefills, p.PullsServed, p.Pending)
+	fmt.Printf("decode server: %d decode, %d pull failed\n", d.Decodes, d.PullsFailed)
+	// Output:
+	// decode: 201 prompt tokens, 0 cached here, 4 generated
+	// prefill server: 1 prefill, 1 pull served, 0 pending
+	// decode server: 1 decode, 0 pull failed
+}

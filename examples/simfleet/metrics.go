@@ -35,7 +35,7 @@ func (s *Server) initMetrics() {
 	s.success = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "vllm:request_success_total", Help: "Count of successfully processed requests.",
 	}, append(labels, "finished_reason"))
-	s.registry.MustRegister(s.success, &engineCollector{s: s}, kvCollector{s: s})
+	s.registry.MustRegister(s.success, &engineCollector{s: s}, &kvCollector{s: s})
 }
 
 // engineCollector exports the engine's state and counters, read under the server's lock at
@@ -76,4 +76,36 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPreemptions, prometheus.CounterValue, float64(st.Preemptions), m, e)
 	ch <- prometheus.MustNewConstMetric(descCacheConfig, prometheus.GaugeValue, 1,
 		strconv.Itoa(st.BlockSize), "auto", "True", "0.9", "0", strconv.Itoa(st.NumBlocks), e)
+}
+
+// kvCollector exports the counters of disaggregated serving (KVTransferStats) under simfleet's
+// own prefix: vllm: names stay what vLLM exports.
+type kvCollector struct{ s *Server }
+
+var (
+	descPrefills     = prometheus.NewDesc("simfleet:kv_transfer_prefills_total", "Requests answered as the prefill step of disaggregated serving (do_remote_decode).", nil, nil)
+	descDecodes      = prometheus.NewDesc("simfleet:kv_transfer_decodes_total", "Requests served as the decode step of disaggregated serving (do_remote_prefill).", nil, nil)
+	descPullsServed  = prometheus.NewDesc("simfleet:kv_transfer_pulls_served_total", "KV transfers decode servers pulled from this server.", nil, nil)
+	descPullsFailed  = prometheus.NewDesc("simfleet:kv_transfer_pulls_failed_total", "KV pulls of this server's decodes that failed; the prompt was recomputed.", nil, nil)
+	descPending      = prometheus.NewDesc("simfleet:kv_transfer_pending", "KV transfers kept for decode servers to pull.", nil, nil)
+	descDropped      = prometheus.NewDesc("simfleet:kv_transfer_dropped_total", "KV transfers that expired or were evicted before a decode server pulled them.", nil, nil)
+	descTransferTime = prometheus.NewDesc("simfleet:kv_transfer_seconds_total", "Time this server's decodes spent on successful KV pulls.", nil, nil)
+)
+
+func (c *kvCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPrefills, descDecodes, descPullsServed, descPullsFailed, descPending,
+		descDropped, descTransferTime} {
+		ch <- d
+	}
+}
+
+func (c *kvCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.KVTransferStats()
+	ch <- prometheus.MustNewConstMetric(descPrefills, prometheus.CounterValue, float64(st.Prefills))
+	ch <- prometheus.MustNewConstMetric(descDecodes, prometheus.CounterValue, float64(st.Decodes))
+	ch <- prometheus.MustNewConstMetric(descPullsServed, prometheus.CounterValue, float64(st.PullsServed))
+	ch <- prometheus.MustNewConstMetric(descPullsFailed, prometheus.CounterValue, float64(st.PullsFailed))
+	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.Pending))
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Dropped))
+	ch <- prometheus.MustNewConstMetric(descTransferTime, prometheus.CounterValue, st.TransferTime.Seconds())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -40,19 +41,21 @@ type Options struct {
 	// server's lock. It must not block for long: the engine waits. This is the hook for a
 	// publisher of vLLM's ZMQ wire format (prefixcache/kvevents).
 	OnKVEvents func([]engine.KVEvent)
-	// TransferPerToken and TransferLatency are the time a decode server spends receiving a
-	// prompt's KV from its prefill server in disaggregated serving: TransferLatency plus
-	// TransferPerToken for each prompt token it does not hold already. Zero values mean
-	// 5.2 µs and 1 ms — Qwen3-32B's 256 KiB of KV per token (64 layers × 8 KV heads × 128
-	// head dim × 2 for K and V × 2 bytes) over a 400 Gb/s RDMA NIC at line rate. Negative:
-	// no wait.
+	// TransferPerToken and TransferLatency model the time a decode server of disaggregated
+	// serving spends receiving a prompt's KV from its prefill server: TransferLatency plus
+	// TransferPerToken for each prompt token not already in its prefix cache. Zero values mean
+	// 5.2 µs and 1 ms: Qwen3-32B holds 256 KiB of KV per token (64 layers × 8 KV heads × 128
+	// head dim × 2 for K and V × 2 bytes), which a 400 Gb/s (50 GB/s) RDMA NIC moves at line
+	// rate in 5.2 µs. A negative value means no wait.
 	TransferPerToken, TransferLatency time.Duration
 	// TransferTimeout is how long a prefill server keeps a prompt's KV for a decode server to
-	// pull (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT). Zero means 60 s.
+	// pull, as vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT; 0 means 60 s.
 	TransferTimeout time.Duration
-	// SideChannel is the host:port decode servers pull KV from, named in the prefill answer's
-	// kv_transfer_params. Empty: the address each prefill request was sent to (the server's
-	// own listener, which serves the pulls).
+	// SideChannel is the host:port a prefill answer's kv_transfer_params names for decode
+	// servers to pull the KV from (remote_host, remote_port). It must reach this server's
+	// HTTP listener, which serves the pulls. Empty means the local address of the connection
+	// each prefill request came on, which is right unless the listener is reached through an
+	// address translation.
 	SideChannel string
 }
 
@@ -87,13 +90,14 @@ type Server struct {
 	started   atomic.Bool
 
 	// Disaggregated serving (disagg.go).
-	side             string
+	engineID         string
+	sideHost         string // Options.SideChannel, or "" for the connection's local address
+	sidePort         int
 	transferPerToken time.Duration
 	transferLatency  time.Duration
-	transferTTL      time.Duration
-	transfers        transfers
-	kv               *kvStats
 	pullClient       *http.Client
+	transfers        transfers  // has its own lock
+	kv               kvCounters // atomic
 
 	mu      sync.Mutex
 	eng     *engine.Engine
@@ -135,12 +139,11 @@ func New(opts Options) (*Server, error) {
 		eng:       eng,
 		streams:   make(map[engine.RequestID]*stream),
 
-		side:             opts.SideChannel,
+		engineID:         fmt.Sprintf("simfleet-%016x", rand.Uint64()),
 		transferPerToken: opts.TransferPerToken,
 		transferLatency:  opts.TransferLatency,
-		transferTTL:      opts.TransferTimeout,
-		kv:               newKVStats(),
-		pullClient:       &http.Client{Timeout: 10 * time.Second},
+		transfers:        transfers{ttl: opts.TransferTimeout},
+		pullClient:       &http.Client{Transport: pullTransport()},
 	}
 	switch {
 	case s.transferPerToken == 0:
@@ -154,8 +157,16 @@ func New(opts Options) (*Server, error) {
 	case s.transferLatency < 0:
 		s.transferLatency = 0
 	}
-	if s.transferTTL <= 0 {
-		s.transferTTL = 60 * time.Second
+	if s.transfers.ttl == 0 {
+		s.transfers.ttl = 60 * time.Second
+	}
+	if s.transfers.ttl < 0 {
+		return nil, fmt.Errorf("%w: negative TransferTimeout %v", ErrInvalidOptions, opts.TransferTimeout)
+	}
+	if opts.SideChannel != "" {
+		if s.sideHost, s.sidePort, err = splitHostPort(opts.SideChannel); err != nil || s.sideHost == "" {
+			return nil, fmt.Errorf("%w: SideChannel %q is not host:port", ErrInvalidOptions, opts.SideChannel)
+		}
 	}
 	if s.model == "" {
 		s.model = p.Model
@@ -333,6 +344,7 @@ func (s *Server) Close() error {
 	} else {
 		s.shutdown()
 	}
+	s.pullClient.CloseIdleConnections()
 	return nil
 }
 

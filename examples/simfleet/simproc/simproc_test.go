@@ -253,3 +253,89 @@ func TestEngineFlags(t *testing.T) {
 		t.Errorf("-kv-blocks -1: %v %s", err, out)
 	}
 }
+
+// metric returns the value of an unlabelled series on a process's /metrics.
+func metric(t *testing.T, p *Proc, name string) float64 {
+	t.Helper()
+	resp, err := get(p.URL+"/metrics", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err != nil {
+				t.Fatalf("%s: %q: %v", name, line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s on %s/metrics", name, p.URL)
+	return 0
+}
+
+// Disaggregated serving between two processes: the decode process pulls the prefill
+// process's KV over the side channel its answer advertised (with the transfer flags); once
+// the prefill process is killed, a decode with the same parameters recomputes and counts a
+// failed pull.
+func TestDisaggregated(t *testing.T) {
+	pre := Start(t, Options{Args: []string{"-kv-transfer-timeout", "30s"}})
+	dec := Start(t, Options{Args: []string{"-kv-transfer-per-token", "1us", "-kv-transfer-latency", "2ms"}})
+	prompt := strings.Repeat("Summarise the quarterly ledger line by line. ", 40)
+	complete := func(url string, maxTokens int, params json.RawMessage) (usage struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	}, answered json.RawMessage) {
+		body, _ := json.Marshal(map[string]any{"model": engine.Demo.Model, "prompt": prompt, "max_tokens": maxTokens, "kv_transfer_params": params})
+		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a struct {
+			Usage            json.RawMessage `json:"usage"`
+			KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("completion: %d, %v", resp.StatusCode, err)
+		}
+		_ = json.Unmarshal(a.Usage, &usage)
+		return usage, a.KVTransferParams
+	}
+	_, params := complete(pre.URL, 1, json.RawMessage(`{"do_remote_decode": true}`))
+	if !strings.Contains(string(params), `"remote_port":`+pre.URL[strings.LastIndex(pre.URL, ":")+1:]) {
+		t.Fatalf("prefill answer's kv_transfer_params %s do not name %s", params, pre.URL)
+	}
+	u, _ := complete(dec.URL, 4, params)
+	if u.PromptTokens < 400 || u.PromptTokensDetails.CachedTokens != 0 {
+		t.Errorf("decode usage %+v", u)
+	}
+	for _, c := range []struct {
+		p    *Proc
+		name string
+		want float64
+	}{
+		{pre, "simfleet:kv_transfer_prefills_total", 1},
+		{pre, "simfleet:kv_transfer_pulls_served_total", 1},
+		{pre, "simfleet:kv_transfer_pending", 0},
+		{dec, "simfleet:kv_transfer_decodes_total", 1},
+		{dec, "simfleet:kv_transfer_pulls_failed_total", 0},
+	} {
+		if got := metric(t, c.p, c.name); got != c.want {
+			t.Errorf("%s %s = %v, want %v", c.p.URL, c.name, got, c.want)
+		}
+	}
+	if got := metric(t, dec, "simfleet:kv_transfer_seconds_total"); got < 0.002 {
+		t.Errorf("simfleet:kv_transfer_seconds_total = %v, want at least the 2ms latency", got)
+	}
+
+	pre.Kill()
+	complete(dec.URL, 4, params)
+	if got := metric(t, dec, "simfleet:kv_transfer_pulls_failed_total"); got != 1 {
+		t.Errorf("a pull from a killed prefill process: %v failed pulls, want 1", got)
+	}
+}

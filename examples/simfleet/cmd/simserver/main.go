@@ -20,6 +20,13 @@
 // healthy, to reproduce field faults on a real process: -fault-hold-headers 45s (a stuck
 // server), -fault-reset-after 1500 (every stream reset after 1,500 bytes), -fault-status 502,
 // -fault-slow-write 200ms, each on every request or one in -fault-every.
+//
+// The server takes either role of vLLM's disaggregated serving per request, from its
+// kv_transfer_params (see package simfleet): -kv-transfer-per-token and -kv-transfer-latency
+// set the modelled KV transfer's cost (5.2µs and 1ms by default), -kv-transfer-timeout how
+// long a prefill's KV waits for its decode server (60s), and -kv-side-channel the host:port
+// prefill answers advertise, when the address requests arrive on is not the one decode
+// servers reach.
 package main
 
 import (
@@ -86,6 +93,7 @@ func run(args []string, out io.Writer) error {
 	fs.DurationVar(&transfer.TransferPerToken, "kv-transfer-per-token", 0, "disaggregated serving: time to receive one prompt token's KV from a prefill server (0: 5.2µs, Qwen3-32B over 400 Gb/s RDMA; negative: none)")
 	fs.DurationVar(&transfer.TransferLatency, "kv-transfer-latency", 0, "disaggregated serving: fixed time of one KV transfer (0: 1ms; negative: none)")
 	fs.DurationVar(&transfer.TransferTimeout, "kv-transfer-timeout", 0, "disaggregated serving: how long a prefill keeps its KV for a decode server to pull (0: 60s)")
+	fs.StringVar(&transfer.SideChannel, "kv-side-channel", "", "disaggregated serving: host:port of this server's listener that prefill answers advertise for decode servers to pull KV from (default: the address each prefill request came to)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -103,6 +111,8 @@ func run(args []string, out io.Writer) error {
 		return usageError{errors.New("engine flags must not be negative")}
 	case *replay != "" && *kvEndpoint == "":
 		return usageError{errors.New("-replay needs -kv-events")}
+	case transfer.TransferTimeout < 0:
+		return usageError{errors.New("-kv-transfer-timeout must not be negative")}
 	case faults.HoldHeaders < 0 || faults.ResetAfterBytes < 0 || faults.SlowWrite < 0 || faults.Every < 0 ||
 		(faults.Status != 0 && (faults.Status < 400 || faults.Status > 599)):
 		return usageError{errors.New("fault flags: durations and counts must not be negative, -fault-status is 400..599")}
@@ -145,6 +155,9 @@ func run(args []string, out io.Writer) error {
 		}
 	}
 	s, err := simfleet.New(opts)
+	if errors.Is(err, simfleet.ErrInvalidOptions) {
+		return usageError{err} // e.g. a -kv-side-channel that is not host:port
+	}
 	if err != nil {
 		return err
 	}
