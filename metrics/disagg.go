@@ -27,6 +27,7 @@ type pdSeries struct {
 	stages   *prometheus.CounterVec
 	decided  [3]prometheus.Counter // aggregated, disaggregated, fallback
 	prefill  prometheus.Histogram
+	decode   prometheus.Histogram
 	roleVec  *prometheus.GaugeVec
 	roleIn   [3]prometheus.Gauge
 	prefills *prometheus.CounterVec
@@ -40,6 +41,9 @@ func newPDSeries(cl prometheus.Labels) pdSeries {
 		prefill: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "usher_pd_prefill_seconds", ConstLabels: cl, Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 			Help: "Time of the prefill step of disaggregated requests, from sending it to a prefill server to its answer with the KV-transfer parameters; the decode server's pull of the KV follows."}),
+		decode: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "usher_pd_decode_first_token_seconds", ConstLabels: cl, Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+			Help: "Time of streamed disaggregated requests from the prefill step's answer to the decode step's first token: the decode server's pull of the KV, its queue and its first step, as the gateway sees them."}),
 		roleVec: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "usher_role_inflight_requests", ConstLabels: cl,
 			Help: "Requests this gateway has in flight on backends of each role (prefill, decode, both), prefill steps included."}, []string{"role"}),
@@ -83,6 +87,10 @@ func (u *Gateway) ObservePrefill(result string, took time.Duration) {
 	}
 }
 
+// ObserveDecodeFirstToken records, for a streamed disaggregated request, the time from its prefill
+// step's answer to its decode step's first token.
+func (u *Gateway) ObserveDecodeFirstToken(took time.Duration) { u.pd.decode.Observe(took.Seconds()) }
+
 // SetRoleInFlight sets the requests in flight on the backends of a role ("both", "prefill"
 // or "decode"; others are ignored).
 func (u *Gateway) SetRoleInFlight(role string, requests int64) {
@@ -96,6 +104,7 @@ func (u *Gateway) SetRoleInFlight(role string, requests int64) {
 func (s *pdSeries) describe(ch chan<- *prometheus.Desc) {
 	s.stages.Describe(ch)
 	s.prefill.Describe(ch)
+	s.decode.Describe(ch)
 	s.roleVec.Describe(ch)
 	s.prefills.Describe(ch)
 }
@@ -103,6 +112,7 @@ func (s *pdSeries) describe(ch chan<- *prometheus.Desc) {
 func (s *pdSeries) collect(ch chan<- prometheus.Metric) {
 	s.stages.Collect(ch)
 	s.prefill.Collect(ch)
+	s.decode.Collect(ch)
 	s.roleVec.Collect(ch)
 	s.prefills.Collect(ch)
 }

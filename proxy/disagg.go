@@ -65,8 +65,9 @@ func (ex *exchange) prefill(req *http.Request) error {
 			h.usher.ObserveStage(metrics.StageDisaggregated)
 			// The decode server will not prefill: release the prompt tokens charged to it.
 			ex.mu.Lock()
+			ex.prefilledAt = time.Now()
 			if ex.picked {
-				ex.pick.FirstToken(time.Now())
+				ex.pick.FirstToken(ex.prefilledAt)
 			}
 			ex.mu.Unlock()
 			return nil

@@ -270,6 +270,9 @@ func TestDisaggregated(t *testing.T) {
 	if served != 2 || failed != 0 {
 		t.Errorf("KV pulls served by the prefill servers %v, failed on the decode servers %v; want 2 and 0", served, failed)
 	}
+	if got := metric(t, base, `usher_pd_decode_first_token_seconds_count`); got != 1 {
+		t.Errorf("decode first tokens observed = %v, want 1 (the streamed request)", got)
+	}
 	if got := metric(t, base, `usher_pd_requests_total{decision="aggregated"}`); got != 1 {
 		t.Errorf("aggregated requests = %v, want 1", got)
 	}

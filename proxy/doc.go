@@ -105,7 +105,9 @@
 //
 // Metrics: usher_pd_requests_total{decision="aggregated|disaggregated|fallback"},
 // usher_pd_prefill_attempts_total{result="ok|failed|cancelled"}, usher_pd_prefill_seconds,
-// and usher_role_inflight_requests{role}. For Envoy, proxy/extproc picks both and hands the
+// usher_pd_decode_first_token_seconds (a stream's time from the prefill's answer to the decode's
+// first token: the KV transfer, the decode server's queue and first step) and
+// usher_role_inflight_requests{role}. For Envoy, proxy/extproc picks both and hands the
 // prefill endpoint to the decode pod's sidecar in the x-prefiller-host-port header.
 //
 // # Trust

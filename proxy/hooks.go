@@ -48,6 +48,7 @@ type exchange struct {
 	routeSession string
 	role         routing.Role // of the request's picks: RoleDecode in a disaggregated fleet
 	disagg       bool         // the Decider chose a prefill step (run by the transport)
+	prefilledAt  time.Time    // when the prefill step answered; zero if none did
 	path         string       // the request's path under a backend's base path
 	// rejected is the answer decided before any backend was asked (retryAfter goes with a
 	// 429); the outgoing request then carries a cancelled context so it is never sent.
@@ -540,6 +541,9 @@ func (ex *exchange) firstToken(at time.Time) {
 	ex.info.FirstTokenAt = at
 	if ex.picked {
 		ex.pick.FirstToken(at)
+	}
+	if !ex.prefilledAt.IsZero() {
+		ex.h.usher.ObserveDecodeFirstToken(at.Sub(ex.prefilledAt))
 	}
 }
 
