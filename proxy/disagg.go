@@ -49,7 +49,7 @@ func (ex *exchange) prefill(req *http.Request) error {
 		}
 		p, err := h.router.Pick(&routing.Request{
 			Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
-			Session: ex.routeSession, Role: routing.RolePrefill, Exclude: tried,
+			Role: routing.RolePrefill, Exclude: tried, // no Session: the session's home is its decode server
 		})
 		if err != nil {
 			last = err

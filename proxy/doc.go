@@ -81,7 +81,8 @@
 //     rule: at least 512 prompt tokens the decode server is not believed to hold) decides
 //     whether the prompt is worth prefilling elsewhere. If not, the decode server serves the
 //     request whole, as in an aggregated fleet.
-//  2. the prefill step: a second pick, among prefill servers (by prefix and prefill load),
+//  2. the prefill step: a second pick, among prefill servers (by prefix and prefill load;
+//     without the session, whose home stays its decode server),
 //     gets the client's request with max_tokens (and max_completion_tokens) 1, min_tokens at
 //     most 1, no streaming, no stream_options and kv_transfer_params {"do_remote_decode":
 //     true, ...}. Its whole answer carries kv_transfer_params (remote_engine_id,

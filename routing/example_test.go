@@ -441,8 +441,8 @@ func ExampleNewPrefixDecider() {
 			panic(err)
 		}
 		if decider.Disaggregate(req, &decode) {
-			req.Role = routing.RolePrefill
-			prefill, err := r.Pick(req)
+			// The prefill pick carries no session: the session's home is its decode server.
+			prefill, err := r.Pick(&routing.Request{Chain: req.Chain, PromptTokens: req.PromptTokens, Role: routing.RolePrefill})
 			if err != nil {
 				panic(err)
 			}

@@ -406,8 +406,9 @@ func (ex *exchange) pickPrefill(rr *routing.Request) {
 		s.usher.ObserveStage(metrics.StageAggregated)
 		return
 	}
+	// No Session: a session's home is its decode endpoint, which the prefill pick must not move.
 	p, err := s.router.Pick(&routing.Request{Chain: rr.Chain, BlockSize: rr.BlockSize, PromptTokens: rr.PromptTokens,
-		Session: rr.Session, Role: routing.RolePrefill})
+		Role: routing.RolePrefill})
 	if err != nil {
 		s.usher.ObserveStage(metrics.StageFallback)
 		return
