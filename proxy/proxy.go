@@ -268,6 +268,9 @@ type Options struct {
 	// routing.NewPrefixDecider with its defaults when the fleet is disaggregated. Setting it
 	// makes the Handler disaggregate even without Backends (a Router kept up to date by the
 	// caller, with roles in its BackendStates). See the package doc, "Disaggregated serving".
+	// The prefill step is run by the Handler's transport: a ReverseProxy of your own that
+	// uses the Handler's hooks must use Handler.Transport() too, or its decode servers serve
+	// every request whole.
 	Decider routing.Decider
 	// MaxBodyBytesReading bounds the bytes of request bodies being read at once, over all
 	// requests; a body that does not fit is answered 503 with Retry-After. Zero: 256 MiB
