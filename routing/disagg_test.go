@@ -44,3 +44,20 @@ func TestPrefixDecider(t *testing.T) {
 		t.Error("Always/Never")
 	}
 }
+
+func TestPrefixDeciderAllocs(t *testing.T) {
+	d, _ := NewPrefixDecider(PrefixDeciderOptions{BusyDecodes: 4})
+	req, res := &Request{PromptTokens: 4096}, &Result{UncachedTokens: 700, Backend: &BackendState{Known: SignalRunning, Running: 3}}
+	if n := testing.AllocsPerRun(1000, func() { d.Disaggregate(req, res) }); n != 0 {
+		t.Errorf("Disaggregate allocates %v times, want 0", n)
+	}
+}
+
+func BenchmarkPrefixDecider(b *testing.B) {
+	d, _ := NewPrefixDecider(PrefixDeciderOptions{BusyDecodes: 4})
+	req, res := &Request{PromptTokens: 4096}, &Result{UncachedTokens: 700, Backend: &BackendState{Known: SignalRunning, Running: 3}}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Disaggregate(req, res)
+	}
+}
