@@ -65,6 +65,13 @@ type Result struct {
 	// TTFT is the time from arrival at the gateway to the first output token, E2E to the last,
 	// over completed requests; both include the wait in the gateway queue.
 	TTFT, E2E Percentiles
+	// TPOT is the time per output token after the first, (E2E − TTFT)/(output − 1), over
+	// completed requests of more than one output token: how smoothly answers stream.
+	TPOT Percentiles
+	// Disaggregated is the share of sent requests prefilled on a prefill server
+	// (Config.PrefillServers), and TransferMean their mean KV transfer time.
+	Disaggregated float64
+	TransferMean  time.Duration
 
 	// Window is the virtual time from the first arrival to the last, the time the load was
 	// offered; Span runs from the first arrival to the last completion (Window plus the drain).
@@ -128,7 +135,7 @@ func (s *sim) result(wall time.Duration) *Result {
 		res.EventsPerSec = float64(s.nEvents) / wall.Seconds()
 	}
 	ideal := s.w.idealHits(s.cfg.Profile.BlockSize)
-	var ttft, e2e []time.Duration
+	var ttft, e2e, tpot []time.Duration
 	var waits, ttfts, sheds [2][]time.Duration
 	var prompt, cached, idealHit, tokens, out int64
 	var classPrompt, classCached [2]int64 // completed prompt and cached tokens of first and later turns
@@ -183,6 +190,9 @@ func (s *sim) result(wall time.Duration) *Result {
 			t.Completed++
 			ttft = append(ttft, r.firstToken-r.arrival)
 			e2e = append(e2e, r.finish-r.arrival)
+			if r.w.OutputTokens > 1 {
+				tpot = append(tpot, (r.finish-r.firstToken)/time.Duration(r.w.OutputTokens-1))
+			}
 			last = max(last, r.finish)
 			prompt += int64(r.w.PromptTokens)
 			cached += int64(r.cached)
@@ -203,7 +213,11 @@ func (s *sim) result(wall time.Duration) *Result {
 		}
 		res.Sojourn = sum / time.Duration(len(e2e))
 	}
-	res.TTFT, res.E2E = percentiles(ttft), percentiles(e2e)
+	res.TTFT, res.E2E, res.TPOT = percentiles(ttft), percentiles(e2e), percentiles(tpot)
+	if n := s.pd.disaggregated; n > 0 {
+		res.Disaggregated = float64(n) / float64(max(res.Sent, 1))
+		res.TransferMean = s.pd.transfer / time.Duration(n)
+	}
 	for k, t := range [2]*TurnStats{&res.First, &res.Later} {
 		t.TTFT, t.ShedAfter = percentiles(ttfts[k]), percentiles(sheds[k])
 		if classPrompt[k] > 0 {

@@ -231,6 +231,20 @@ type Config struct {
 	SyncLag time.Duration
 	// SyncInterval is how often the replicas flush. Zero: DefaultSyncInterval (50 ms).
 	SyncInterval time.Duration
+
+	// PrefillServers, if positive, disaggregates the fleet (see disagg.go): servers
+	// 0..PrefillServers-1 are prefill servers and the rest decode servers. Each request is
+	// picked a decode server; when Decider approves, a prefill server computes its prompt (a
+	// one-token request), the KV is transferred to the decode server in TransferLatency plus
+	// TransferPerToken per prompt token the decode server does not hold, and the decode
+	// server serves it from there (engine.Request.RemotePrefill). Zero: every server serves
+	// both, as before.
+	PrefillServers int
+	// Decider decides which requests of a disaggregated fleet are prefilled on a prefill
+	// server. Nil: routing.NewPrefixDecider's defaults (llm-d's rule, 512 uncached tokens).
+	Decider routing.Decider
+	// TransferPerToken and TransferLatency are the KV transfer's cost (see PrefillServers).
+	TransferPerToken, TransferLatency time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -289,6 +303,13 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, fmt.Errorf("%w: gate %v", ErrInvalidConfig, o.Gate)
 	case o.Index > IndexExact:
 		return o, fmt.Errorf("%w: index mode %v", ErrInvalidConfig, o.Index)
+	case o.PrefillServers < 0 || (o.PrefillServers > 0 && o.PrefillServers >= o.Servers):
+		return o, fmt.Errorf("%w: %d prefill servers of %d: want 0, or fewer than the servers", ErrInvalidConfig, o.PrefillServers, o.Servers)
+	case o.TransferPerToken < 0 || o.TransferLatency < 0:
+		return o, fmt.Errorf("%w: negative transfer time", ErrInvalidConfig)
+	}
+	if o.PrefillServers > 0 && o.Decider == nil {
+		o.Decider, _ = routing.NewPrefixDecider(routing.PrefixDeciderOptions{}) // valid options
 	}
 	return o, nil
 }
@@ -303,6 +324,7 @@ const (
 	evSync                       // the gateway replicas flush what they learnt
 	evSyncApply                  // flushed changes reach the other replicas
 	evSubmit                     // a picked request reaches its server's engine; arg = request
+	evTransfer                   // a prefilled request's KV reaches its decode server; arg = request
 )
 
 // event is what happens at a time in the simulator's event heap, ordered by (time, sequence):
@@ -350,6 +372,10 @@ type simReq struct {
 	cached     int32
 	ticket     flowcontrol.Ticket
 	res        routing.Result
+	// Disaggregated serving: the prefill pick, its server, and the phase.
+	pres    routing.Result
+	pserver int32
+	phase   uint8
 }
 
 type server struct {
@@ -406,6 +432,8 @@ type sim struct {
 	kvApply int64 // events applied (to every replica's index)
 
 	sync syncState // with several replicas: what they hand each other
+
+	pd pdStats // disaggregated serving
 }
 
 // pendingKV is one engine KV event in transit to the index.
@@ -688,6 +716,10 @@ func (s *sim) loop() {
 			case evSubmit:
 				r := &s.reqs[e.arg]
 				s.submit(r, s.chainOf(r))
+			case evTransfer:
+				r := &s.reqs[e.arg]
+				r.phase = phaseDecode
+				s.submit(r, s.chainOf(r))
 			}
 		}
 		s.settle()
@@ -790,13 +822,17 @@ func (s *sim) dispatch(r *simReq) {
 	if r.w.Session >= 0 {
 		sess = s.sess[r.w.Session]
 	}
-	res, err := s.gw[r.gw].router.Pick(&routing.Request{
+	rr := routing.Request{
 		Chain:        chain,
 		BlockSize:    s.cfg.Profile.BlockSize,
 		PromptTokens: int(r.w.PromptTokens),
 		Session:      sess,
 		Now:          s.clock.now,
-	})
+	}
+	if s.cfg.PrefillServers > 0 {
+		rr.Role = routing.RoleDecode
+	}
+	res, err := s.gw[r.gw].router.Pick(&rr)
 	if err != nil {
 		r.ticket.Done(flowcontrol.Usage{})
 		s.end(r, rsFailed)
@@ -805,6 +841,9 @@ func (s *sim) dispatch(r *simReq) {
 	r.res = res
 	r.server = int32(res.ID)
 	r.state = rsRunning
+	if s.cfg.PrefillServers > 0 {
+		s.decide(r, &rr)
+	}
 	if d := s.cfg.Frontend + time.Duration(r.w.PromptTokens)*s.cfg.FrontendPerToken; d > 0 {
 		s.schedule(s.now+d, evSubmit, r.idx)
 		return
@@ -819,14 +858,24 @@ func (s *sim) submit(r *simReq, chain []prefixcache.BlockHash) {
 		s.blocks = append(s.blocks, engine.BlockHash(h))
 	}
 	i := r.server
-	sv := &s.srv[i]
-	err := sv.e.Submit(engine.Request{
+	req := engine.Request{
 		ID:           engine.RequestID(r.idx),
 		Blocks:       s.blocks,
 		PromptTokens: int(r.w.PromptTokens),
 		OutputTokens: int(r.w.OutputTokens),
-	}, s.now)
+	}
+	switch r.phase {
+	case phasePrefill:
+		i, req.OutputTokens = r.pserver, 1
+	case phaseDecode:
+		req.RemotePrefill = true
+	}
+	sv := &s.srv[i]
+	err := sv.e.Submit(req, s.now)
 	if err != nil {
+		if r.phase == phasePrefill {
+			r.pres.Done(routing.DoneInfo{Err: err})
+		}
 		r.res.Done(routing.DoneInfo{Err: err})
 		r.ticket.Done(flowcontrol.Usage{})
 		s.end(r, rsFailed)
@@ -864,6 +913,10 @@ func (s *sim) stepEnd(i int32) {
 	s.engEv = sv.e.Events(s.engEv[:0])
 	for _, ev := range s.engEv {
 		r := &s.reqs[ev.ID]
+		if r.phase == phasePrefill && r.pserver == i {
+			s.prefillEvent(r, sv, ev)
+			continue
+		}
 		switch ev.Kind {
 		case engine.EventStarted:
 			r.cached = int32(ev.Tokens)
@@ -991,6 +1044,7 @@ func (s *sim) scrape() {
 		st := s.srv[i].e.Stats()
 		s.states[i] = routing.BackendState{
 			Name:             s.srv[i].name,
+			Role:             s.role(i),
 			Health:           routing.Healthy,
 			Known:            routing.AllSignals,
 			Queued:           st.Waiting,

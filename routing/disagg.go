@@ -27,10 +27,15 @@ type DeciderFunc func(req *Request, decode *Result) bool
 func (f DeciderFunc) Disaggregate(req *Request, decode *Result) bool { return f(req, decode) }
 
 // Always is the Decider that disaggregates every request.
-var Always Decider = DeciderFunc(func(*Request, *Result) bool { return true })
+var Always Decider = constDecider(true)
 
 // Never is the Decider that disaggregates nothing: decode servers serve every request whole.
-var Never Decider = DeciderFunc(func(*Request, *Result) bool { return false })
+var Never Decider = constDecider(false)
+
+// constDecider always says the same (a comparable type, unlike a DeciderFunc).
+type constDecider bool
+
+func (d constDecider) Disaggregate(*Request, *Result) bool { return bool(d) }
 
 // PrefixDeciderOptions configures NewPrefixDecider.
 type PrefixDeciderOptions struct {

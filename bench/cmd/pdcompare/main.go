@@ -1,0 +1,158 @@
+// Command pdcompare compares aggregated and disaggregated serving in the bench simulator at an
+// equal number of servers: every server serving both (aggregated), every request prefilled on
+// a prefill server (always), and per-request deciders (llm-d's prefix rule, and the prefix rule
+// weighed by the decode server's running answers), on a long-prompt/short-answer workload and
+// the chat workload, at several loads, KV transfer costs and seeds. It prints one markdown
+// table per workload, load and transfer cost: the median over seeds and the range.
+//
+//	go run ./bench/cmd/pdcompare
+//	go run ./bench/cmd/pdcompare -servers 8 -prefill 4 -rates 1,1.5 -transfer-scales 0.5,1,2
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/usher-llm/usher/bench"
+	"github.com/usher-llm/usher/routing"
+)
+
+// mode is one way of serving.
+type mode struct {
+	name    string
+	prefill int // prefill servers; 0: aggregated
+	decider func() routing.Decider
+}
+
+func main() {
+	var (
+		servers   = flag.Int("servers", 8, "servers in every mode")
+		prefill   = flag.Int("prefill", 4, "of them, prefill servers in the disaggregated modes")
+		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, 6k-token shared documents plus 2k tokens of its own, 128-token answers) and chat")
+		rates     = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
+		scales    = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
+		perToken  = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
+		latency   = flag.Duration("transfer-latency", time.Millisecond, "fixed time of one KV transfer")
+		requests  = flag.Int("requests", 4000, "requests of each workload (its first N)")
+		seeds     = flag.Int("seeds", 3, "seeds per configuration")
+		parallel  = flag.Int("parallel", runtime.NumCPU(), "runs at once")
+	)
+	flag.Parse()
+	busy := func(n int) func() routing.Decider {
+		return func() routing.Decider {
+			d, err := routing.NewPrefixDecider(routing.PrefixDeciderOptions{BusyDecodes: n})
+			if err != nil {
+				log.Fatal(err)
+			}
+			return d
+		}
+	}
+	modes := []mode{
+		{"aggregated", 0, nil},
+		{"always", *prefill, func() routing.Decider { return routing.Always }},
+		{"prefix", *prefill, busy(0)},
+		{"prefix busy=4", *prefill, busy(4)},
+		{"prefix busy=16", *prefill, busy(16)},
+	}
+	for _, wl := range strings.Split(*workloads, ",") {
+		for _, rs := range strings.Split(*rates, ",") {
+			rate, err := strconv.ParseFloat(rs, 64)
+			if err != nil {
+				log.Fatalf("-rates: %v", err)
+			}
+			for _, ss := range strings.Split(*scales, ",") {
+				scale, err := strconv.ParseFloat(ss, 64)
+				if err != nil {
+					log.Fatalf("-transfer-scales: %v", err)
+				}
+				table(os.Stdout, wl, rate, scale, modes, *servers, *requests, *seeds, *parallel,
+					time.Duration(scale*float64(*perToken)), *latency)
+			}
+		}
+	}
+}
+
+// workload builds the named workload for seed.
+func workload(name string, seed uint64, n int) *bench.Workload {
+	var w *bench.Workload
+	switch name {
+	case "long-prompt":
+		w = bench.PrefixGroup(bench.PrefixGroupOptions{Requests: n, Rate: 6, PrefixTokens: 6144, SuffixTokens: 2048,
+			OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: seed})
+	case "chat":
+		w = bench.Chat(bench.ChatOptions{Seed: seed})
+	default:
+		log.Fatalf("unknown workload %q", name)
+	}
+	return w.Head(n)
+}
+
+type row struct {
+	mode string
+	res  []*bench.Result
+}
+
+func table(out *os.File, wl string, rate, scale float64, modes []mode, servers, requests, seeds, parallel int, perToken, latency time.Duration) {
+	rows := make([]row, len(modes))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(parallel, 1))
+	var mu sync.Mutex
+	for m, md := range modes {
+		rows[m].mode = md.name
+		rows[m].res = make([]*bench.Result, seeds)
+		for k := range seeds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				seed := bench.DefaultSeed + uint64(k)
+				cfg := bench.Config{Servers: servers, Seed: seed, PrefillServers: md.prefill, TransferPerToken: perToken, TransferLatency: latency,
+					Profile: bench.Qwen3Profile()}
+				if md.decider != nil {
+					cfg.Decider = md.decider()
+				}
+				res, err := bench.Run(workload(wl, seed, requests).Scaled(rate), cfg)
+				if err != nil {
+					log.Fatal(err)
+				}
+				mu.Lock()
+				rows[m].res[k] = res
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	fmt.Fprintf(out, "\n**%s, load ×%g, transfer %v/token + %v** (%d servers; disaggregated modes %d prefill + %d decode; %d seeds, median and range)\n\n",
+		wl, rate, perToken, latency, servers, modes[1].prefill, servers-modes[1].prefill, seeds)
+	fmt.Fprintln(out, "| mode | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | disaggregated | transfer mean | completed |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		get := func(f func(*bench.Result) float64) []float64 {
+			var v []float64
+			for _, x := range r.res {
+				v = append(v, f(x))
+			}
+			slices.Sort(v)
+			return v
+		}
+		ms := func(f func(*bench.Result) time.Duration, digits int) string {
+			v := get(func(x *bench.Result) float64 { return float64(f(x)) / 1e6 })
+			return fmt.Sprintf("%.*f (%.*f–%.*f) ms", digits, v[len(v)/2], digits, v[0], digits, v[len(v)-1])
+		}
+		dis := get(func(x *bench.Result) float64 { return x.Disaggregated })
+		done := get(func(x *bench.Result) float64 { return float64(x.Completed) / float64(max(x.Sent, 1)) })
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %.2f | %s | %.3f |\n", r.mode,
+			ms(func(x *bench.Result) time.Duration { return x.TTFT.P50 }, 0), ms(func(x *bench.Result) time.Duration { return x.TTFT.P99 }, 0),
+			ms(func(x *bench.Result) time.Duration { return x.TPOT.P50 }, 1), ms(func(x *bench.Result) time.Duration { return x.TPOT.P99 }, 1),
+			dis[len(dis)/2], ms(func(x *bench.Result) time.Duration { return x.TransferMean }, 1), done[len(done)/2])
+	}
+}

@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/routing"
+)
+
+// conversation is one session of two turns: an 8k-token first prompt, then the same plus 256
+// tokens (the answer and a short message), sent 1 s after the first ends.
+func conversation() *Workload {
+	ids := make([]uint64, 8192/SynthBlockTokens+4)
+	for i := range ids {
+		ids[i] = uint64(1000 + i)
+	}
+	return &Workload{Name: "two-turns", BlockTokens: SynthBlockTokens, Sessions: 1, Requests: []Request{
+		{At: 0, Prev: -1, Session: 0, Turn: 1, PromptTokens: 8192, OutputTokens: 2, IDs: ids[:8192/SynthBlockTokens]},
+		{At: time.Second, Prev: 0, Session: 0, Turn: 2, PromptTokens: 8192 + 256, OutputTokens: 2, IDs: ids},
+	}}
+}
+
+// runSim runs w under cfg and returns the simulator, so a test can look inside.
+func runSim(t *testing.T, w *Workload, cfg Config) *sim {
+	t.Helper()
+	c, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSim(w, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.loop()
+	return s
+}
+
+// TestDisaggregatedOneRequest: a lone request prefilled elsewhere reaches its first token one
+// transfer later than with a free transfer, and its decode server computes one prompt token
+// (two steps for two output tokens); the warm second turn is served whole by that decode
+// server under the prefix decider; every pick is closed.
+func TestDisaggregatedOneRequest(t *testing.T) {
+	cfg := Config{Servers: 2, PrefillServers: 1, Decider: routing.Always, Profile: Qwen3Profile()}
+	w := conversation()
+	w.Requests = w.Requests[:1]
+	free := runSim(t, w, cfg)
+	cfg.TransferPerToken, cfg.TransferLatency = 10*time.Microsecond, time.Millisecond
+	paid := runSim(t, w, cfg)
+	ttft := func(s *sim) time.Duration { return s.reqs[0].firstToken - s.reqs[0].arrival }
+	if got, want := ttft(paid)-ttft(free), time.Millisecond+8192*10*time.Microsecond; got != want {
+		t.Errorf("the transfer added %v to TTFT, want %v", got, want)
+	}
+	if st := paid.srv[1].e.Stats(); st.Steps != 2 || st.PrefixHits != 0 {
+		t.Errorf("decode server: %d steps, %d hit tokens; want 2 steps (one prompt token, then the second answer token) and no hits", st.Steps, st.PrefixHits)
+	}
+	if st := paid.srv[0].e.Stats(); st.PromptTokens != 8192 || st.GenerationTokens != 1 {
+		t.Errorf("prefill server: %d prompt tokens, %d generated; want 8192 and 1", st.PromptTokens, st.GenerationTokens)
+	}
+	res := paid.result(0)
+	if res.Disaggregated != 1 || res.TransferMean != time.Millisecond+8192*10*time.Microsecond {
+		t.Errorf("result: disaggregated %v, transfer mean %v", res.Disaggregated, res.TransferMean)
+	}
+
+	cfg.Decider = nil // the prefix decider: the second turn finds 8192 tokens on its decode server
+	s := runSim(t, conversation(), cfg)
+	if s.reqs[0].phase != phaseDecode || s.reqs[1].phase != phaseWhole || s.reqs[1].server != s.reqs[0].server {
+		t.Errorf("turn phases %d, %d on servers %d, %d: want the first disaggregated, the second whole on the same decode server",
+			s.reqs[0].phase, s.reqs[1].phase, s.reqs[0].server, s.reqs[1].server)
+	}
+	if c := s.reqs[1].cached; c < 8192-64 {
+		t.Errorf("turn 2 cached %d tokens on its decode server, want the transferred 8192", c)
+	}
+	settledRouters(t, s)
+}
+
+// settledRouters checks that every router closed every pick: nothing in flight anywhere.
+func settledRouters(t *testing.T, s *sim) {
+	t.Helper()
+	for k := range s.gw {
+		rs := s.gw[k].router.Stats()
+		if rs.Picks != rs.Done {
+			t.Errorf("router %d: %d picks, %d done", k, rs.Picks, rs.Done)
+		}
+		for i := range s.srv {
+			if in, _ := s.gw[k].router.InFlight(s.srv[i].name); in != (routing.InFlight{}) {
+				t.Errorf("router %d: %s still has %+v in flight", k, s.srv[i].name, in)
+			}
+		}
+	}
+}
+
+// TestDisaggregatedConservation: under load, every mode completes every request and closes
+// every pick, prefill picks included.
+func TestDisaggregatedConservation(t *testing.T) {
+	w := PrefixGroup(PrefixGroupOptions{Requests: 600, Rate: 8, PrefixTokens: 4096, SuffixTokens: 1024, OutputTokens: 64, Seed: 3})
+	for _, d := range []routing.Decider{routing.Always, nil, routing.Never} {
+		s := runSim(t, w, Config{Servers: 6, PrefillServers: 2, Decider: d, Profile: Qwen3Profile(), TransferPerToken: 5 * time.Microsecond})
+		res := s.result(0)
+		if res.Completed != len(w.Requests) {
+			t.Errorf("%v: %d of %d completed", d, res.Completed, len(w.Requests))
+		}
+		if d == routing.Always && res.Disaggregated != 1 || d == routing.Never && res.Disaggregated != 0 {
+			t.Errorf("disaggregated share %v", res.Disaggregated)
+		}
+		settledRouters(t, s)
+	}
+	if _, err := (&Config{Servers: 2, PrefillServers: 2}).withDefaults(); err == nil {
+		t.Error("a fleet of prefill servers only was accepted")
+	}
+}
