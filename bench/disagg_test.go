@@ -104,6 +104,23 @@ func TestDisaggregatedConservation(t *testing.T) {
 		}
 		settledRouters(t, s)
 	}
+	for _, c := range []Config{
+		{Servers: 6, PrefillServers: 2, Decider: PoolDecider{MinUncachedTokens: 512}},
+		{Servers: 6, Decider: routing.Always}, // every server both: prefilled on another one
+	} {
+		c.Profile, c.TransferPerToken = Qwen3Profile(), 5*time.Microsecond
+		s := runSim(t, w, c)
+		res := s.result(0)
+		if res.Completed != len(w.Requests) || res.Disaggregated == 0 {
+			t.Errorf("%+v: %d of %d completed, %v disaggregated", c.Decider, res.Completed, len(w.Requests), res.Disaggregated)
+		}
+		for i := range s.reqs {
+			if r := &s.reqs[i]; r.phase == phaseDecode && r.pserver == r.server {
+				t.Fatalf("request %d prefilled and decoded on server %d", i, r.server)
+			}
+		}
+		settledRouters(t, s)
+	}
 	if _, err := (&Config{Servers: 2, PrefillServers: 2}).withDefaults(); err == nil {
 		t.Error("a fleet of prefill servers only was accepted")
 	}

@@ -242,6 +242,8 @@ type Config struct {
 	PrefillServers int
 	// Decider decides which requests of a disaggregated fleet are prefilled on a prefill
 	// server. Nil: routing.NewPrefixDecider's defaults (llm-d's rule, 512 uncached tokens).
+	// Set without PrefillServers, every server serves both and a request the Decider approves
+	// is prefilled on another server than its decode server (dynamic disaggregation).
 	Decider routing.Decider
 	// TransferPerToken and TransferLatency are the KV transfer's cost (see PrefillServers).
 	TransferPerToken, TransferLatency time.Duration
@@ -829,7 +831,7 @@ func (s *sim) dispatch(r *simReq) {
 		Session:      sess,
 		Now:          s.clock.now,
 	}
-	if s.cfg.PrefillServers > 0 {
+	if s.cfg.Decider != nil {
 		rr.Role = routing.RoleDecode
 	}
 	res, err := s.gw[r.gw].router.Pick(&rr)
@@ -841,7 +843,7 @@ func (s *sim) dispatch(r *simReq) {
 	r.res = res
 	r.server = int32(res.ID)
 	r.state = rsRunning
-	if s.cfg.PrefillServers > 0 {
+	if s.cfg.Decider != nil {
 		s.decide(r, &rr)
 	}
 	if d := s.cfg.Frontend + time.Duration(r.w.PromptTokens)*s.cfg.FrontendPerToken; d > 0 {
