@@ -108,7 +108,8 @@ func (s *sim) missing(r *simReq) int {
 // see. A request goes to a prefill server when at least MinUncachedTokens of its prompt are
 // uncached on its decode server and the least loaded prefill server has no more prefill work
 // in flight (the router's count of uncached prompt tokens not yet prefilled) than the decode
-// server would have with this request. Its own Disaggregate is the prefix rule alone.
+// server would have with this request. Its own Disaggregate is the prefix rule alone. A plain
+// value: immutable, safe for concurrent use.
 type PoolDecider struct{ MinUncachedTokens int }
 
 // Disaggregate implements routing.Decider without the pool: the prefix rule.

@@ -143,14 +143,7 @@ func (ex *exchange) tryPrefill(req *http.Request, p routing.Result, body []byte)
 	answer, rerr := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	now := time.Now()
 	if resp.StatusCode != http.StatusOK {
-		f := routing.FailureNone // 4xx: the server refused this request, not every request
-		switch {
-		case resp.StatusCode == http.StatusTooManyRequests || (resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""):
-			f = routing.FailureOverload
-		case resp.StatusCode >= 500:
-			f = routing.FailureServer
-		}
-		return nil, routing.DoneInfo{Err: fmt.Errorf("proxy: prefill server %s answered %s", p.Backend.Name, resp.Status), Failure: f}
+		return nil, routing.DoneInfo{Err: fmt.Errorf("proxy: prefill server %s answered %s", p.Backend.Name, resp.Status), Failure: statusFailure(resp)}
 	}
 	if rerr != nil {
 		f := routing.FailureConnect

@@ -445,14 +445,7 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 	ex.bodyStarted()
 	switch {
 	case resp.StatusCode != http.StatusOK:
-		f := routing.FailureNone
-		switch {
-		case resp.StatusCode == http.StatusTooManyRequests || (resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""):
-			f = routing.FailureOverload
-		case resp.StatusCode >= 500:
-			f = routing.FailureServer
-		}
-		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), f)
+		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), statusFailure(resp))
 		resp.Body = &wholeTap{ex: ex, up: resp.Body}
 	case ex.req != nil && ex.req.Stream && openai.IsEventStream(resp.Header.Get("Content-Type")):
 		// The tap may drop an event, so the length is no longer the backend's.
@@ -465,6 +458,18 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 		resp.Body = &wholeTap{ex: ex, up: resp.Body, keep: ex.req != nil}
 	}
 	return nil
+}
+
+// statusFailure is what a backend's error answer says about it: busy (429, or 503 with
+// Retry-After), failing (other 5xx), or nothing (4xx: this request, not the backend).
+func statusFailure(resp *http.Response) routing.Failure {
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests || (resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""):
+		return routing.FailureOverload
+	case resp.StatusCode >= 500:
+		return routing.FailureServer
+	}
+	return routing.FailureNone
 }
 
 // ErrorHandler is the httputil.ReverseProxy hook that answers a request that got no response:

@@ -20,13 +20,15 @@ type Decider interface {
 	Disaggregate(req *Request, decode *Result) bool
 }
 
-// DeciderFunc adapts a function to a Decider.
+// DeciderFunc adapts a function to a Decider; it is as safe for concurrent use as the
+// function.
 type DeciderFunc func(req *Request, decode *Result) bool
 
 // Disaggregate calls f.
 func (f DeciderFunc) Disaggregate(req *Request, decode *Result) bool { return f(req, decode) }
 
-// Always is the Decider that disaggregates every request.
+// Always is the Decider that disaggregates every request. Always and Never are immutable and
+// safe for concurrent use.
 var Always Decider = constDecider(true)
 
 // Never is the Decider that disaggregates nothing: decode servers serve every request whole.
