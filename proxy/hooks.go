@@ -231,7 +231,9 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
 	h.usher.ObservePick(ex.backend)
 	if h.decider != nil {
-		if ex.disagg = h.decider.Disaggregate(&rr, &p); !ex.disagg {
+		// Copies, so that only this path pays for what escapes into the interface call.
+		dr, dp := rr, p
+		if ex.disagg = h.decider.Disaggregate(&dr, &dp); !ex.disagg {
 			h.usher.ObserveStage(metrics.StageAggregated)
 		}
 	}
