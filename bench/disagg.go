@@ -51,11 +51,7 @@ func (s *sim) role(i int) routing.Role {
 // decide asks the Decider about r, picked decode server r.server by rr, and on approval picks
 // its prefill server. Without one available, the decode server serves r whole.
 func (s *sim) decide(r *simReq, rr *routing.Request) {
-	if pd, ok := s.cfg.Decider.(PoolDecider); ok {
-		if !s.poolDecide(pd, r) {
-			return
-		}
-	} else if !s.cfg.Decider.Disaggregate(rr, &r.res) {
+	if !s.cfg.Decider.Disaggregate(rr, &r.res) {
 		return
 	}
 	p, err := s.gw[r.gw].router.Pick(&routing.Request{
@@ -101,39 +97,4 @@ func (s *sim) missing(r *simReq) int {
 		held++
 	}
 	return max(int(r.w.PromptTokens)-held*s.cfg.Profile.BlockSize, 0)
-}
-
-// PoolDecider is an experiment of the simulator's (Config.Decider), not yet a routing.Decider:
-// it also weighs the prefill pool's load, which a Decider given only the decode pick cannot
-// see. A request goes to a prefill server when at least MinUncachedTokens of its prompt are
-// uncached on its decode server and the least loaded prefill server has no more prefill work
-// in flight (the router's count of uncached prompt tokens not yet prefilled) than the decode
-// server would have with this request. Its own Disaggregate is the prefix rule alone. A plain
-// value: immutable, safe for concurrent use.
-type PoolDecider struct{ MinUncachedTokens int }
-
-// Disaggregate implements routing.Decider without the pool: the prefix rule.
-func (d PoolDecider) Disaggregate(_ *routing.Request, decode *routing.Result) bool {
-	return decode.UncachedTokens >= d.MinUncachedTokens
-}
-
-// poolDecide is PoolDecider's rule, with the router of r's gateway.
-func (s *sim) poolDecide(d PoolDecider, r *simReq) bool {
-	u := r.res.UncachedTokens
-	if u < d.MinUncachedTokens {
-		return false
-	}
-	router := s.gw[r.gw].router
-	dec, _ := router.InFlight(s.srv[r.server].name) // includes this request's u
-	least := int64(-1)
-	for i := range s.srv {
-		if s.role(i) == routing.RoleDecode || int32(i) == r.server {
-			continue
-		}
-		in, _ := router.InFlight(s.srv[i].name)
-		if least < 0 || in.PrefillTokens < least {
-			least = in.PrefillTokens
-		}
-	}
-	return least <= dec.PrefillTokens
 }

@@ -105,7 +105,7 @@ func TestDisaggregatedConservation(t *testing.T) {
 		settledRouters(t, s)
 	}
 	for _, c := range []Config{
-		{Servers: 6, PrefillServers: 2, Decider: PoolDecider{MinUncachedTokens: 512}},
+		{Servers: 6, PrefillServers: 2, Decider: mustPool(t)},
 		{Servers: 6, Decider: routing.Always}, // every server both: prefilled on another one
 	} {
 		c.Profile, c.TransferPerToken = Qwen3Profile(), 5*time.Microsecond
@@ -124,4 +124,12 @@ func TestDisaggregatedConservation(t *testing.T) {
 	if _, err := (&Config{Servers: 2, PrefillServers: 2}).withDefaults(); err == nil {
 		t.Error("a fleet of prefill servers only was accepted")
 	}
+}
+
+func mustPool(t *testing.T) routing.Decider {
+	d, err := routing.NewPoolDecider(routing.PoolDeciderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -188,7 +188,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return err
 	})
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
-	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), always, never, or a registered decider")
+	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), pool (the same while some prefill server is no busier than the decode server), always, never, or a registered decider")
 	fs.Func("decider-params", `the decider's parameters as JSON, e.g. {"min_uncached_tokens":256,"busy_decodes":4}`, func(s string) error {
 		if !json.Valid([]byte(s)) {
 			return fmt.Errorf("-decider-params: not JSON: %q", s)

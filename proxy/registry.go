@@ -89,14 +89,15 @@ func (p Params) Decode(v any) error {
 //	          sglang, dynamo, aibrix, round-robin, least-request
 //	policies  bounded-wait (the default), fcfs, priority, round-robin, las,
 //	          turn-priority, edf, vtc, ...
-//	deciders  prefix (the default), always, never
+//	deciders  prefix (the default), pool, always, never
 //
 // The parameters of a part with an Options struct are that struct's fields by name
 // (saturation: routing.SaturationOptions, dynamo-cost: routing.DynamoOptions, ...); of a part
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
 // load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
-// prefix decider, routing.PrefixDeciderOptions: {"min_uncached_tokens": 512, "busy_decodes": 4}.
+// prefix decider, routing.PrefixDeciderOptions: {"min_uncached_tokens": 512, "busy_decodes": 4};
+// of the pool decider, routing.PoolDeciderOptions: {"min_uncached_tokens": 512}.
 func NewRegistry() *Registry {
 	r := &Registry{parts: make(map[kind]map[string]any)}
 	must := func(err error) {
@@ -225,6 +226,13 @@ func NewRegistry() *Registry {
 			return nil, err
 		}
 		return routing.NewPrefixDecider(o)
+	}))
+	must(r.AddDecider("pool", func(p Params) (routing.Decider, error) {
+		var o routing.PoolDeciderOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return routing.NewPoolDecider(o)
 	}))
 	for name, d := range map[string]routing.Decider{"always": routing.Always, "never": routing.Never} {
 		must(r.AddDecider(name, func(p Params) (routing.Decider, error) {

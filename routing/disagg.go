@@ -95,3 +95,60 @@ func (d *PrefixDecider) Disaggregate(req *Request, decode *Result) bool {
 	need := d.min * d.busy / max(r, 1)
 	return u >= max(d.min, need)
 }
+
+// PoolDeciderOptions configures NewPoolDecider.
+type PoolDeciderOptions struct {
+	// MinUncachedTokens is the shortest uncached part of the prompt sent to a prefill server,
+	// as for PrefixDecider. Zero: 512. Negative: an error.
+	MinUncachedTokens int `json:"min_uncached_tokens"`
+}
+
+// PoolDecider is the prefix rule weighed by the prefill pool's load: a request whose decode
+// server lacks at least MinUncachedTokens of its prompt is prefilled elsewhere only while some
+// server that prefills (RolePrefill or RoleBoth, not the decode server itself, not unhealthy)
+// has no more prefill work in flight — uncached prompt tokens picked and not yet prefilled, this
+// router's and its peers' — than the decode server has with this request. Below the prefill
+// pool's capacity it disaggregates almost as often as PrefixDecider; past it, where the prefix
+// rule keeps queueing prefills on a saturated pool (in the simulator, first tokens 30× later),
+// it sends them back to the decode servers, which then degrade as an aggregated fleet does.
+//
+// It reads the pool from the router that made the decode pick (through the Result), so it
+// needs no wiring. O(backends) per decision, no allocation; immutable, safe for concurrent use.
+type PoolDecider struct{ min int }
+
+// NewPoolDecider returns the pool-aware decider of o.
+func NewPoolDecider(o PoolDeciderOptions) (*PoolDecider, error) {
+	if o.MinUncachedTokens < 0 {
+		return nil, fmt.Errorf("%w: min_uncached_tokens %d: want ≥ 0", ErrInvalidDecider, o.MinUncachedTokens)
+	}
+	if o.MinUncachedTokens == 0 {
+		o.MinUncachedTokens = 512
+	}
+	return &PoolDecider{min: o.MinUncachedTokens}, nil
+}
+
+// Disaggregate implements Decider. A Result that no Router made (a test's) is judged by the
+// prefix rule alone.
+func (d *PoolDecider) Disaggregate(_ *Request, decode *Result) bool {
+	if decode.UncachedTokens < d.min {
+		return false
+	}
+	if decode.t == nil || decode.load == nil {
+		return true
+	}
+	s := decode.t.r.snap.Load()
+	if s == nil {
+		return true
+	}
+	own := decode.load.prefill.Load() + decode.load.peerPrefill.Load()
+	for i := range s.backends {
+		b := &s.backends[i]
+		if b.id == decode.ID || b.state.Role == RoleDecode || b.state.Health == Unhealthy {
+			continue
+		}
+		if b.load.prefill.Load()+b.load.peerPrefill.Load() <= own {
+			return true
+		}
+	}
+	return false
+}

@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func TestPrefixDecider(t *testing.T) {
@@ -59,5 +60,63 @@ func BenchmarkPrefixDecider(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		d.Disaggregate(req, res)
+	}
+}
+
+// TestPoolDecider: with the prefill pool idle a long prefill goes there; with the pool holding
+// more prefill work than the decode server would, it stays on the decode server.
+func TestPoolDecider(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r, err := New(Options{Profile: Usher(UsherOptions{}), Now: func() time.Time { return now }, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Update([]BackendState{
+		{Name: "prefill", Role: RolePrefill, Health: Healthy, UpdatedAt: now},
+		{Name: "decode", Role: RoleDecode, Health: Healthy, UpdatedAt: now},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewPoolDecider(PoolDeciderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decodePick := func(tokens int) (*Request, Result) {
+		req := &Request{PromptTokens: tokens, Role: RoleDecode}
+		p, err := r.Pick(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req, p
+	}
+	req, p := decodePick(2048)
+	if !d.Disaggregate(req, &p) {
+		t.Error("an idle prefill pool: the prefill should go there")
+	}
+	p.Done(DoneInfo{})
+	// The prefill server now has 8,192 tokens of prefill in flight.
+	busy, err := r.Pick(&Request{PromptTokens: 8192, Role: RolePrefill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, p = decodePick(2048)
+	if d.Disaggregate(req, &p) {
+		t.Error("a prefill pool with 8,192 tokens queued against the decode server's 2,048: the decode server should prefill")
+	}
+	p.Done(DoneInfo{})
+	req, p = decodePick(300)
+	if d.Disaggregate(req, &p) {
+		t.Error("300 uncached tokens: below the minimum")
+	}
+	p.Done(DoneInfo{})
+	busy.Done(DoneInfo{})
+	if d.Disaggregate(&Request{}, &Result{UncachedTokens: 600}) != true {
+		t.Error("a Result no router made: the prefix rule")
+	}
+	if n := testing.AllocsPerRun(100, func() { d.Disaggregate(req, &p) }); n != 0 {
+		t.Errorf("Disaggregate allocates %v times", n)
+	}
+	if _, err := NewPoolDecider(PoolDeciderOptions{MinUncachedTokens: -1}); !errors.Is(err, ErrInvalidDecider) {
+		t.Errorf("negative minimum: %v", err)
 	}
 }

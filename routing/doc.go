@@ -33,7 +33,10 @@
 // RoleBoth serve either. PrefixDecider is llm-d's rule — send the prefill away when the decode
 // server lacks at least MinUncachedTokens of the prompt — optionally weighed by what an
 // aggregated prefill would cost the decode server's running answers (BusyDecodes): a long
-// prefill on a busy decode server stalls every answer it is producing.
+// prefill on a busy decode server stalls every answer it is producing. PoolDecider weighs the
+// prefill pool instead: it sends a prefill away only while some prefill server has no more
+// prefill work in flight than the decode server would have, so a saturated prefill pool sends
+// work back to the decode servers rather than queueing first tokens behind it.
 //
 // # Accounting and the exactly-once rule
 //

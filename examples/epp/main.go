@@ -107,7 +107,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.EndpointsInterval, "endpoints-interval", c.EndpointsInterval, "poll interval of -endpoints-file")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
 	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait (below -ttl)")
-	fs.StringVar(&c.Decider.Name, "decider", "prefix", "with prefill endpoints (role=prefill): which requests get a prefill endpoint in x-prefiller-host-port — prefix, always, never")
+	fs.StringVar(&c.Decider.Name, "decider", "prefix", "with prefill endpoints (role=prefill): which requests get a prefill endpoint in x-prefiller-host-port — prefix, pool, always, never")
 	fs.Func("decider-params", `the decider's parameters as JSON, e.g. {"min_uncached_tokens":256}`, func(s string) error {
 		if !json.Valid([]byte(s)) {
 			return fmt.Errorf("not JSON: %q", s)

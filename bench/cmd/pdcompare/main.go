@@ -3,10 +3,10 @@
 // a prefill server (always), and per-request deciders (llm-d's prefix rule, and the prefix rule
 // weighed by the decode server's running answers), on a long-prompt/short-answer workload and
 // the chat workload, at several loads, KV transfer costs and seeds. It prints one markdown
-// table per workload, load and transfer cost: the median over seeds and the range. Two rows are
-// experiments: "pool" (bench.PoolDecider, which also weighs the prefill servers' load) and
-// "all both, prefix" (no prefill pool: every server serves both and a long prefill goes to
-// another server).
+// table per workload, load and transfer cost: the median over seeds and the range. "pool" is
+// routing.PoolDecider, which also weighs the prefill servers' load; "all both, prefix" is an
+// experiment without a prefill pool: every server serves both and a long prefill goes to
+// another server.
 //
 //	go run ./bench/cmd/pdcompare
 //	go run ./bench/cmd/pdcompare -servers 8 -prefill 4 -rates 1,1.5 -transfer-scales 0.5,1,2
@@ -64,7 +64,13 @@ func main() {
 		{"prefix", *prefill, busy(0)},
 		{"prefix busy=4", *prefill, busy(4)},
 		{"prefix busy=16", *prefill, busy(16)},
-		{"pool (experiment)", *prefill, func() routing.Decider { return bench.PoolDecider{MinUncachedTokens: 512} }},
+		{"pool", *prefill, func() routing.Decider {
+			d, err := routing.NewPoolDecider(routing.PoolDeciderOptions{})
+			if err != nil {
+				log.Fatal(err)
+			}
+			return d
+		}},
 		{"all both, prefix", 0, busy(0)},
 	}
 	for _, wl := range strings.Split(*workloads, ",") {
