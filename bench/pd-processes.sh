@@ -12,7 +12,8 @@
 #
 # Environment: RATE (sessions starting per second), DURATION (how long sessions start),
 # SYSTEM_TOKENS (the agents' shared opening), REPEAT (runs per mode), MODES (agg, always, prefix,
-# busy: the prefix decider with busy_decodes 4), OUT (directory for the reports), PORT.
+# busy: the prefix decider with busy_decodes 4, pool: the pool decider), OUT (directory for the
+# reports), PORT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +54,7 @@ for rep in $(seq "$REPEAT"); do
 		always) run "$mode-$rep" -sim-prefill 2 -decider always ;;
 		prefix) run "$mode-$rep" -sim-prefill 2 -decider prefix ;;
 		busy) run "$mode-$rep" -sim-prefill 2 -decider prefix -decider-params '{"busy_decodes":4}' ;;
+		pool) run "$mode-$rep" -sim-prefill 2 -decider pool ;;
 		*) echo "unknown mode $mode" >&2; exit 2 ;;
 		esac
 	done
