@@ -64,15 +64,7 @@ type tenantShares struct {
 func runTenantShare(t *testing.T, w *Workload, cfg Config, end time.Duration) tenantShares {
 	t.Helper()
 	cfg.Servers, cfg.MaxInFlight, cfg.TTL, cfg.ContinueAfterShed, cfg.MaxTime = 1, 6, 60*time.Second, true, end
-	c, err := cfg.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := newSim(w, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.loop()
+	s := runSim(t, w, cfg)
 	var r tenantShares
 	var total float64
 	for i := range s.reqs {
