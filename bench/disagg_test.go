@@ -73,6 +73,30 @@ func TestDisaggregatedOneRequest(t *testing.T) {
 	settledRouters(t, s)
 }
 
+// TestDisaggregatedIndexLearnsBothServers: after a disaggregated request, the router's prefix
+// index holds its prompt on the prefill server and on the decode server, whether the router
+// learns from its own picks or from the engines' KV events.
+func TestDisaggregatedIndexLearnsBothServers(t *testing.T) {
+	for _, mode := range []IndexMode{IndexApprox, IndexExact} {
+		w := conversation()
+		w.Requests = w.Requests[:1]
+		s := runSim(t, w, Config{Servers: 3, PrefillServers: 1, Decider: routing.Always, Profile: Qwen3Profile(),
+			Index: mode, EventDelay: -1})
+		r := &s.reqs[0]
+		chain := s.chainOf(r)
+		g := &s.gw[0]
+		got := g.index.Match(nil, chain)
+		for _, srv := range []int32{r.pserver, r.server} {
+			if n := got[g.ixIDs[srv]]; int(n) != len(chain) {
+				t.Errorf("%v index: server %d holds %d of the prompt's %d blocks", mode, srv, n, len(chain))
+			}
+		}
+		if r.pserver != 0 || r.server == 0 {
+			t.Errorf("%v index: prefilled on %d, decoded on %d; want prefill server 0 and a decode server", mode, r.pserver, r.server)
+		}
+	}
+}
+
 // settledRouters checks that every router closed every pick: nothing in flight anywhere.
 func settledRouters(t *testing.T, s *sim) {
 	t.Helper()
@@ -132,4 +156,80 @@ func mustPool(t *testing.T) routing.Decider {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestDisaggregatedDecodeServersDoNotPrefill: with every request disaggregated, each request
+// is submitted once to a prefill server, for one token, and once to a decode server, which
+// computes one prompt token of it (engine.Request.RemotePrefill) unless it is preempted — and
+// none is. The prefill servers compute the prompts.
+func TestDisaggregatedDecodeServersDoNotPrefill(t *testing.T) {
+	w := PrefixGroup(PrefixGroupOptions{Requests: 600, Rate: 8, PrefixTokens: 4096, SuffixTokens: 1024, OutputTokens: 64, Seed: 3})
+	s := runSim(t, w, Config{Servers: 6, PrefillServers: 2, Decider: routing.Always, Profile: Qwen3Profile(), TransferPerToken: 5 * time.Microsecond})
+	var prompts int64
+	for i := range w.Requests {
+		prompts += int64(w.Requests[i].PromptTokens)
+	}
+	var pre, dec struct{ submitted, generated, prompt, preempted int64 }
+	for i := range s.srv {
+		st := s.srv[i].e.Stats()
+		c := &dec
+		if s.role(i) == routing.RolePrefill {
+			c = &pre
+		}
+		c.submitted += st.Submitted
+		c.generated += st.GenerationTokens
+		c.prompt += st.PromptTokens
+		c.preempted += st.Preemptions
+	}
+	n := int64(len(w.Requests))
+	if pre.submitted != n || pre.generated != n || pre.prompt != prompts {
+		t.Errorf("prefill servers: %d submitted, %d generated, %d prompt tokens; want %d, %d (one token each), %d", pre.submitted, pre.generated, pre.prompt, n, n, prompts)
+	}
+	if dec.submitted != n || dec.preempted != 0 {
+		t.Errorf("decode servers: %d submitted, %d preempted; want %d and none (a preempted request recomputes its prompt)", dec.submitted, dec.preempted, n)
+	}
+	for i := range s.reqs {
+		if r := &s.reqs[i]; r.phase != phaseDecode || s.role(int(r.server)) != routing.RoleDecode || s.role(int(r.pserver)) != routing.RolePrefill {
+			t.Fatalf("request %d: phase %d, decoded on %d, prefilled on %d", i, r.phase, r.server, r.pserver)
+		}
+	}
+	settledRouters(t, s)
+}
+
+// TestDisaggregatedDecodeBusyTime: under always-P/D at load, a decode server computes one
+// prompt token per request (the last, whose KV arrived with the rest) and then decodes. With
+// a linear cost model (no step base, no attention or context cost) its busy time is exactly
+// that: n·PrefillPerToken + Σ(output − 1)·DecodePerSeq; the same servers serving every
+// request whole (Never) are busy with the prompts.
+func TestDisaggregatedDecodeBusyTime(t *testing.T) {
+	p := Qwen3Profile()
+	p.StepBase, p.PrefillAttnPerTokenPair, p.DecodePerContextToken = 0, 0, 0
+	p.PrefillPerToken, p.DecodePerSeq = 20*time.Microsecond, time.Millisecond
+	w := PrefixGroup(PrefixGroupOptions{Requests: 400, Rate: 8, PrefixTokens: 4096, SuffixTokens: 1024, OutputTokens: 64, Seed: 3})
+	busy := func(d routing.Decider) (time.Duration, *sim) {
+		s := runSim(t, w, Config{Servers: 6, PrefillServers: 2, Decider: d, Profile: p, TransferPerToken: 5 * time.Microsecond})
+		var b time.Duration
+		for i := 2; i < 6; i++ {
+			if st := s.srv[i].e.Stats(); st.Preemptions != 0 {
+				t.Fatalf("%v: decode server %d preempted %d times; the test wants none", d, i, st.Preemptions)
+			}
+			b += s.srv[i].stepped
+		}
+		return b, s
+	}
+	got, s := busy(routing.Always)
+	var want time.Duration
+	for i := range s.reqs {
+		r := &s.reqs[i]
+		if r.state != rsDone || r.phase != phaseDecode {
+			t.Fatalf("request %d: state %d, phase %d; want every request done after a remote prefill", i, r.state, r.phase)
+		}
+		want += p.PrefillPerToken + time.Duration(r.w.OutputTokens-1)*p.DecodePerSeq
+	}
+	if got != want {
+		t.Errorf("always: decode servers busy %v, want %v (one prompt token per request, then decode)", got, want)
+	}
+	if whole, _ := busy(routing.Never); whole < got+time.Duration(len(w.Requests))*1000*p.PrefillPerToken {
+		t.Errorf("never: decode servers busy %v, want well above always's %v plus the prompts", whole, got)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/bench"
+	"github.com/usher-llm/usher/routing"
 )
 
 // A short synthetic run: 40 chat sessions on two servers, usher's router behind bounded wait.
@@ -103,4 +104,36 @@ func ExampleEngineProfile() {
 	// bench-8x-kv: 36000 blocks of 64 tokens, 2304000 tokens of KV cache
 	// 47 of 47 requests completed
 	// true
+}
+
+// Disaggregated prefill and decode at an equal number of servers: four servers that all serve
+// both, against two prefill and two decode servers under routing.Always and under llm-d's
+// prefix rule (the default Decider), with Qwen3-32B's KV moved at 5.2 µs per token plus 1 ms.
+// Long prompts stall the answers an aggregated server is producing; a decode server that
+// prefills nothing does not stall them.
+func ExampleConfig_disaggregated() {
+	w := bench.PrefixGroup(bench.PrefixGroupOptions{Requests: 300, Rate: 3, PrefixTokens: 6144, SuffixTokens: 2048,
+		OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: 1})
+	modes := []struct {
+		name    string
+		prefill int
+		decider routing.Decider
+	}{{"aggregated", 0, nil}, {"always", 2, routing.Always}, {"prefix", 2, nil}}
+	var tpot []time.Duration
+	for _, m := range modes {
+		res, err := bench.Run(w, bench.Config{Servers: 4, PrefillServers: m.prefill, Decider: m.decider, Profile: bench.Qwen3Profile(),
+			TransferPerToken: 5200 * time.Nanosecond, TransferLatency: time.Millisecond})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		tpot = append(tpot, res.TPOT.P99)
+		fmt.Printf("%s: %d of %d completed, %.0f%% disaggregated\n", m.name, res.Completed, res.Sent, 100*res.Disaggregated)
+	}
+	fmt.Println("TPOT p99 below aggregated's:", tpot[1] < tpot[0], tpot[2] < tpot[0])
+	// Output:
+	// aggregated: 300 of 300 completed, 0% disaggregated
+	// always: 300 of 300 completed, 100% disaggregated
+	// prefix: 300 of 300 completed, 89% disaggregated
+	// TPOT p99 below aggregated's: true true
 }

@@ -384,7 +384,8 @@ type server struct {
 	e       *engine.Engine
 	name    string
 	busy    bool
-	load    int // requests submitted and not finished
+	stepped time.Duration // Σ of its steps' durations: its busy time
+	load    int           // requests submitted and not finished
 	lastAt  time.Duration
 	area    float64 // ∫ load dt, in request·seconds
 	started bool    // on the kick list
@@ -901,6 +902,7 @@ func (s *sim) begin(i int32) {
 		return
 	}
 	sv.busy = true
+	sv.stepped += d
 	s.schedule(s.now+d, evStep, i)
 }
 

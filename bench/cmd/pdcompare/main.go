@@ -10,6 +10,12 @@
 //
 //	go run ./bench/cmd/pdcompare
 //	go run ./bench/cmd/pdcompare -servers 8 -prefill 4 -rates 1,1.5 -transfer-scales 0.5,1,2
+//	go run ./bench/cmd/pdcompare -workloads long-prompt,chat-full -rates 4,5 -prefill 3,4,5,6 -modes aggregated,always,prefix,busy16,pool
+//
+// -modes selects the rows by key: aggregated, always, never (a disaggregated fleet whose
+// decode servers serve every request whole), prefix, busy4, busy16, pool, allboth. -prefill
+// lists the fleet splits: each disaggregated mode has a row per split, named with it
+// ("always 5+3") when there are several.
 package main
 
 import (
@@ -30,6 +36,7 @@ import (
 
 // mode is one way of serving.
 type mode struct {
+	key     string // its name in -modes
 	name    string
 	prefill int // prefill servers; 0: aggregated
 	decider func() routing.Decider
@@ -38,17 +45,26 @@ type mode struct {
 func main() {
 	var (
 		servers   = flag.Int("servers", 8, "servers in every mode")
-		prefill   = flag.Int("prefill", 4, "of them, prefill servers in the disaggregated modes")
-		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, 6k-token shared documents plus 2k tokens of its own, 128-token answers) and chat")
+		splits    = flag.String("prefill", "4", "of them, prefill servers in the disaggregated modes: a list, a row per split")
+		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) and chat-full (all of it: 2,000 conversations, about 10k requests)")
 		rates     = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
 		scales    = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
 		perToken  = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
 		latency   = flag.Duration("transfer-latency", time.Millisecond, "fixed time of one KV transfer")
-		requests  = flag.Int("requests", 4000, "requests of each workload (its first N)")
+		requests  = flag.Int("requests", 4000, "requests of each workload (its first N; chat-full: all)")
 		seeds     = flag.Int("seeds", 3, "seeds per configuration")
 		parallel  = flag.Int("parallel", runtime.NumCPU(), "runs at once")
+		only      = flag.String("modes", "aggregated,always,prefix,busy4,busy16,pool,allboth", "rows, by key: aggregated, always, never, prefix, busy4, busy16, pool, allboth")
 	)
 	flag.Parse()
+	var prefill []int
+	for _, f := range strings.Split(*splits, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 || n >= *servers {
+			log.Fatalf("-prefill: %q: want a number of servers between 1 and %d", f, *servers-1)
+		}
+		prefill = append(prefill, n)
+	}
 	busy := func(n int) func() routing.Decider {
 		return func() routing.Decider {
 			d, err := routing.NewPrefixDecider(routing.PrefixDeciderOptions{BusyDecodes: n})
@@ -58,20 +74,41 @@ func main() {
 			return d
 		}
 	}
-	modes := []mode{
-		{"aggregated", 0, nil},
-		{"always", *prefill, func() routing.Decider { return routing.Always }},
-		{"prefix", *prefill, busy(0)},
-		{"prefix busy=4", *prefill, busy(4)},
-		{"prefix busy=16", *prefill, busy(16)},
-		{"pool", *prefill, func() routing.Decider {
-			d, err := routing.NewPoolDecider(routing.PoolDeciderOptions{})
-			if err != nil {
-				log.Fatal(err)
+	pool := func() routing.Decider {
+		d, err := routing.NewPoolDecider(routing.PoolDeciderOptions{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return d
+	}
+	all := []mode{ // prefill: 1 for the disaggregated modes, set below per split
+		{"aggregated", "aggregated", 0, nil},
+		{"always", "always", 1, func() routing.Decider { return routing.Always }},
+		{"never", "never", 1, func() routing.Decider { return routing.Never }},
+		{"prefix", "prefix", 1, busy(0)},
+		{"busy4", "prefix busy=4", 1, busy(4)},
+		{"busy16", "prefix busy=16", 1, busy(16)},
+		{"pool", "pool", 1, pool},
+		{"allboth", "all both, prefix", 0, busy(0)},
+	}
+	var modes []mode
+	for _, k := range strings.Split(*only, ",") {
+		i := slices.IndexFunc(all, func(m mode) bool { return m.key == k })
+		if i < 0 {
+			log.Fatalf("-modes: unknown mode %q", k)
+		}
+		m := all[i]
+		if m.prefill == 0 {
+			modes = append(modes, m)
+			continue
+		}
+		for _, n := range prefill {
+			m.prefill = n
+			if len(prefill) > 1 {
+				m.name = fmt.Sprintf("%s %d+%d", all[i].name, n, *servers-n)
 			}
-			return d
-		}},
-		{"all both, prefix", 0, busy(0)},
+			modes = append(modes, m)
+		}
 	}
 	for _, wl := range strings.Split(*workloads, ",") {
 		for _, rs := range strings.Split(*rates, ",") {
@@ -84,7 +121,7 @@ func main() {
 				if err != nil {
 					log.Fatalf("-transfer-scales: %v", err)
 				}
-				table(os.Stdout, wl, rate, scale, modes, *servers, *requests, *seeds, *parallel,
+				table(os.Stdout, wl, rate, scale, modes, *servers, *splits, *requests, *seeds, *parallel,
 					time.Duration(scale*float64(*perToken)), *latency)
 			}
 		}
@@ -100,6 +137,8 @@ func workload(name string, seed uint64, n int) *bench.Workload {
 			OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: seed})
 	case "chat":
 		w = bench.Chat(bench.ChatOptions{Seed: seed})
+	case "chat-full":
+		return bench.Chat(bench.ChatOptions{Seed: seed})
 	default:
 		log.Fatalf("unknown workload %q", name)
 	}
@@ -111,7 +150,7 @@ type row struct {
 	res  []*bench.Result
 }
 
-func table(out *os.File, wl string, rate, scale float64, modes []mode, servers, requests, seeds, parallel int, perToken, latency time.Duration) {
+func table(out *os.File, wl string, rate, scale float64, modes []mode, servers int, splits string, requests, seeds, parallel int, perToken, latency time.Duration) {
 	rows := make([]row, len(modes))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(parallel, 1))
@@ -142,8 +181,8 @@ func table(out *os.File, wl string, rate, scale float64, modes []mode, servers, 
 		}
 	}
 	wg.Wait()
-	fmt.Fprintf(out, "\n**%s, load ×%g, transfer %v/token + %v** (%d servers; disaggregated modes %d prefill + %d decode; %d seeds, median and range)\n\n",
-		wl, rate, perToken, latency, servers, modes[1].prefill, servers-modes[1].prefill, seeds)
+	fmt.Fprintf(out, "\n**%s, load ×%g, transfer %v/token + %v** (%d servers; disaggregated modes %s of them prefill servers; %d seeds, median and range)\n\n",
+		wl, rate, perToken, latency, servers, splits, seeds)
 	fmt.Fprintln(out, "| mode | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | disaggregated | transfer mean | completed |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
