@@ -64,6 +64,9 @@ type PrefixDecider struct {
 	min, busy int
 }
 
+// defaultMinUncached is both deciders' MinUncachedTokens when zero.
+const defaultMinUncached = 512
+
 // ErrInvalidDecider is wrapped by the errors of the decider constructors.
 var ErrInvalidDecider = errors.New("routing: invalid decider options")
 
@@ -73,7 +76,7 @@ func NewPrefixDecider(o PrefixDeciderOptions) (*PrefixDecider, error) {
 		return nil, fmt.Errorf("%w: min_uncached_tokens %d, busy_decodes %d: want ≥ 0", ErrInvalidDecider, o.MinUncachedTokens, o.BusyDecodes)
 	}
 	if o.MinUncachedTokens == 0 {
-		o.MinUncachedTokens = 512
+		o.MinUncachedTokens = defaultMinUncached
 	}
 	return &PrefixDecider{min: o.MinUncachedTokens, busy: o.BusyDecodes}, nil
 }
@@ -122,7 +125,7 @@ func NewPoolDecider(o PoolDeciderOptions) (*PoolDecider, error) {
 		return nil, fmt.Errorf("%w: min_uncached_tokens %d: want ≥ 0", ErrInvalidDecider, o.MinUncachedTokens)
 	}
 	if o.MinUncachedTokens == 0 {
-		o.MinUncachedTokens = 512
+		o.MinUncachedTokens = defaultMinUncached
 	}
 	return &PoolDecider{min: o.MinUncachedTokens}, nil
 }
