@@ -60,6 +60,8 @@ type Decoder struct {
 
 	// Interned strings, so that repeated values cost nothing.
 	loraName string
+	keys     [8]string // the last extra keys read (internKey)
+	nextKey  int
 	medium   string
 }
 
@@ -691,10 +693,95 @@ func (d *Decoder) readField(e *Event, f field) error {
 		}
 	case fGroupIdx:
 		e.GroupIdx, err = d.smallInt("group_idx")
-	default: // fExtraKeys and unknown fields
+	case fExtraKeys:
+		err = d.extraKeys(e)
+	default: // unknown fields
 		err = d.skip("field")
 	}
 	return err
+}
+
+// extraKeys reads extra_keys — nil, or one entry per stored block, each nil or an array of
+// what vLLM folded into that block's hash (LoRA name, multimodal identifiers, cache_salt,
+// ...) — and keeps the first block's last string in e.Salt, which finishSalt then keeps
+// only when it is the cache_salt (vLLM appends the salt last, to the first block of a
+// chain only). Nothing else is kept; O(size of the value).
+func (d *Decoder) extraKeys(e *Event) error {
+	const what = "extra_keys"
+	c, err := d.peek(what)
+	if err != nil {
+		return err
+	}
+	if c == msgpcode.Nil {
+		d.consume(1)
+		return nil
+	}
+	n, err := d.arrayLen(what)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		if i > 0 {
+			if err := d.skip(what); err != nil {
+				return err
+			}
+			continue
+		}
+		c, err := d.peek(what)
+		if err != nil {
+			return err
+		}
+		if !isArray(c) {
+			if err := d.skip(what); err != nil {
+				return err
+			}
+			continue
+		}
+		k, err := d.arrayLen(what)
+		if err != nil {
+			return err
+		}
+		for j := range k {
+			c, err := d.peek(what)
+			if err != nil {
+				return err
+			}
+			if j == k-1 && msgpcode.IsString(c) {
+				s, err := d.str(what)
+				if err != nil {
+					return err
+				}
+				e.Salt = d.internKey(s)
+				continue
+			}
+			if err := d.skip(what); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// finishSalt keeps e.Salt only when it can be the cache_salt: the chain starts at the
+// event's first block, and the key read is not the adapter's name.
+func finishSalt(e *Event) {
+	if e.HasParent || e.Salt == e.LoRAName {
+		e.Salt = ""
+	}
+}
+
+// internKey returns s as a string, from the last keys read when it is one of them, so that
+// the salts of a few tenants cost no allocation per batch.
+func (d *Decoder) internKey(s []byte) string {
+	for _, k := range d.keys {
+		if string(s) == k {
+			return k
+		}
+	}
+	k := string(s)
+	d.keys[d.nextKey] = k
+	d.nextKey = (d.nextKey + 1) % len(d.keys)
+	return k
 }
 
 func kindOf(tag []byte) Kind {
@@ -890,6 +977,7 @@ func (d *Decoder) eventArray(b *Batch) error {
 			return fmt.Errorf("%s: %w", kind, err)
 		}
 	}
+	finishSalt(e)
 	return nil
 }
 
@@ -941,5 +1029,6 @@ func (d *Decoder) eventMap(b *Batch) error {
 	case AllBlocksCleared:
 		*e = Event{Kind: kind, Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
 	}
+	finishSalt(e)
 	return nil
 }

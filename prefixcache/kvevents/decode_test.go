@@ -24,6 +24,8 @@ func sampleBatch() *Batch {
 			{Kind: BlockStored, Hashes: []uint64{11, 1 << 63, math.MaxUint64}, Tokens: seqTokens(0, 48), BlockSize: 16, Medium: "GPU"},
 			{Kind: BlockStored, Hashes: []uint64{12}, Parent: math.MaxUint64, HasParent: true, Tokens: seqTokens(100, 16), BlockSize: 16, LoRAID: 3, LoRAName: "sql-adapter", Medium: "CPU"},
 			{Kind: BlockStored, Hashes: []uint64{13}, Parent: 12, HasParent: true, Tokens: seqTokens(7, 16), BlockSize: 16, GroupIdx: 2},
+			{Kind: BlockStored, Hashes: []uint64{14, 15}, Tokens: seqTokens(9, 32), BlockSize: 16, LoRAName: "sql-adapter", Salt: "tenant-7"},
+			{Kind: BlockStored, Hashes: []uint64{16}, Tokens: seqTokens(9, 16), BlockSize: 16, Salt: "tenant-8", GroupIdx: 1},
 			{Kind: BlockRemoved, Hashes: []uint64{11, 12}, Medium: "GPU"},
 			{Kind: BlockRemoved, Hashes: []uint64{13}, GroupIdx: 1},
 			{Kind: AllBlocksCleared},

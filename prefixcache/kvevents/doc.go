@@ -75,14 +75,17 @@
 // An engine's block hash is opaque to a router: vLLM hashes with sha256 or xxh3 from a
 // per-process random seed, so a gateway cannot compute it for an incoming request. The index
 // therefore keys blocks by usher's own chain — prefixcache.HashTokens from Seed(model,
-// lora_name, "") — and the Subscriber hands it each BlockStored's token ids to recompute that
+// lora_name, cache_salt) — and the Subscriber hands it each BlockStored's token ids to recompute that
 // chain; the index remembers which engine hash became which usher hash, and resolves
 // BlockRemoved through it. A BlockStored that continues a chain needs its parent's usher hash:
 // if the index never saw the parent the event cannot be placed and counts as an apply error,
 // which is why the Subscriber replays history when it joins. The model in the seed comes from
 // the Source or the topic and must be the name the gateway hashes requests with; an adapter
-// sent only as a lora_id gets a seed of its own ("lora_id:<id>"). Engines do not publish the
-// per-request cache_salt, so salted requests are indexed under the unsalted seed.
+// sent only as a lora_id gets a seed of its own ("lora_id:<id>"). The cache_salt comes from
+// extra_keys, where vLLM lists, per block, what else it folded into the block's hash — the
+// adapter's name, multimodal identifiers, and, on the first block of a chain, the salt last
+// (Event.Salt) — so a salted request's chain and its engine's blocks agree. A publisher that
+// sends no extra_keys has its chains indexed under the unsalted seed.
 //
 // # Replay
 //

@@ -114,6 +114,41 @@ func (w *writer) optString(s string) {
 	_ = w.EncodeString(s)
 }
 
+// hasExtraKeys reports whether e's blocks were hashed with extra keys: an adapter's name, or
+// the first block's Salt (a cache_salt).
+func hasExtraKeys(e *Event) bool { return e.LoRAName != "" || (e.Salt != "" && !e.HasParent) }
+
+// extraKeys writes extra_keys as vLLM does: one entry per block, the adapter's name, then
+// (first block of a chain only) the salt; nil for a block without any.
+func (w *writer) extraKeys(e *Event) {
+	if !hasExtraKeys(e) {
+		_ = w.EncodeNil()
+		return
+	}
+	_ = w.EncodeArrayLen(len(e.Hashes))
+	for i := range e.Hashes {
+		k := 0
+		if e.LoRAName != "" {
+			k++
+		}
+		salt := i == 0 && !e.HasParent && e.Salt != ""
+		if salt {
+			k++
+		}
+		if k == 0 {
+			_ = w.EncodeNil()
+			continue
+		}
+		_ = w.EncodeArrayLen(k)
+		if e.LoRAName != "" {
+			_ = w.EncodeString(e.LoRAName)
+		}
+		if salt {
+			_ = w.EncodeString(e.Salt)
+		}
+	}
+}
+
 // key writes a map key in the map form; nothing in the positional form.
 func (w *writer) key(k string) {
 	if w.enc.MapEvents {
@@ -129,16 +164,20 @@ func (w *writer) event(e *Event) {
 		n = 6 // block_hashes .. medium are always written
 		switch {
 		case w.enc.MapEvents:
-			// Maps omit defaults wherever they are; extra_keys is
-			// never written.
+			// Maps omit defaults wherever they are.
 			if e.LoRAName != "" {
+				n++
+			}
+			if hasExtraKeys(e) {
 				n++
 			}
 			if e.GroupIdx != 0 {
 				n++
 			}
 		case e.GroupIdx != 0:
-			n = 9 // positional: up to group_idx, extra_keys as nil
+			n = 9 // positional: up to group_idx
+		case hasExtraKeys(e):
+			n = 8
 		case e.LoRAName != "":
 			n = 7
 		}
@@ -188,6 +227,10 @@ func (w *writer) event(e *Event) {
 				w.key("lora_name")
 				_ = w.EncodeString(e.LoRAName)
 			}
+			if hasExtraKeys(e) {
+				w.key("extra_keys")
+				w.extraKeys(e)
+			}
 			if e.GroupIdx != 0 {
 				w.key("group_idx")
 				_ = w.EncodeInt(int64(e.GroupIdx))
@@ -197,8 +240,10 @@ func (w *writer) event(e *Event) {
 		if n >= 7 {
 			w.optString(e.LoRAName)
 		}
+		if n >= 8 {
+			w.extraKeys(e)
+		}
 		if n >= 9 {
-			_ = w.EncodeNil() // extra_keys
 			_ = w.EncodeInt(int64(e.GroupIdx))
 		}
 	case BlockRemoved:

@@ -65,6 +65,12 @@ type Event struct {
 	// GroupIdx is the KV-cache group (group_idx) of hybrid models; 0 by
 	// default.
 	GroupIdx int
+	// Salt is the request's cache_salt, read from the first block's
+	// extra_keys (vLLM folds the adapter's name, multimodal identifiers,
+	// then the salt into the first block of a chain); "" when the chain
+	// does not start here or was not salted. It seeds the chain as a salted
+	// request's is seeded.
+	Salt string
 }
 
 // Reset clears e for reuse, keeping the capacity of its slices.

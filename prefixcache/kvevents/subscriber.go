@@ -553,6 +553,7 @@ type stream struct {
 	model      string
 	seedLoRA   string
 	seedLoRAID int64
+	seedSalt   string
 	seed       prefixcache.BlockHash
 	seedOK     bool
 }
@@ -561,12 +562,13 @@ type stream struct {
 // an adapter known only by its id (publishers that send lora_id without
 // lora_name) get a seed of their own, "lora_id:<id>", which no request
 // hashed by name matches: missing a match is better than matching blocks
-// of an adapter against base-model requests.
-func loraSeed(model, name string, id int64) prefixcache.BlockHash {
+// of an adapter against base-model requests. salt is the request's
+// cache_salt, from the first block's extra_keys.
+func loraSeed(model, name string, id int64, salt string) prefixcache.BlockHash {
 	if name == "" && id != 0 {
 		name = "lora_id:" + strconv.FormatInt(id, 10)
 	}
-	return prefixcache.Seed(model, name, "")
+	return prefixcache.Seed(model, name, salt)
 }
 
 // mark identifies a batch: its sequence number and the hash of its
@@ -1205,8 +1207,9 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 func (st *stream) applyEvent(id prefixcache.BackendID, e *Event) error {
 	switch e.Kind {
 	case BlockStored:
-		if !st.seedOK || e.LoRAName != st.seedLoRA || e.LoRAID != st.seedLoRAID {
-			st.seed, st.seedLoRA, st.seedLoRAID, st.seedOK = loraSeed(st.model, e.LoRAName, e.LoRAID), e.LoRAName, e.LoRAID, true
+		salt := e.Salt // "" unless the chain starts here, salted
+		if !st.seedOK || e.LoRAName != st.seedLoRA || e.LoRAID != st.seedLoRAID || salt != st.seedSalt {
+			st.seed, st.seedLoRA, st.seedLoRAID, st.seedSalt, st.seedOK = loraSeed(st.model, e.LoRAName, e.LoRAID, salt), e.LoRAName, e.LoRAID, salt, true
 		}
 		return st.s.ix.ApplyStored(id, prefixcache.StoredBlocks{
 			EngineHashes: e.Hashes, Parent: e.Parent, HasParent: e.HasParent,

@@ -502,26 +502,29 @@ func TestSeeds(t *testing.T) {
 		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: tokens, BlockSize: 4},
 		{Kind: BlockStored, Hashes: []uint64{2}, Tokens: tokens, BlockSize: 4, LoRAID: 7, LoRAName: "sql"},
 		{Kind: BlockStored, Hashes: []uint64{3}, Tokens: tokens, BlockSize: 4, LoRAID: 8},
+		{Kind: BlockStored, Hashes: []uint64{4}, Tokens: tokens, BlockSize: 4, LoRAName: "sql", Salt: "t1"},
+		{Kind: BlockStored, Hashes: []uint64{5}, Tokens: tokens, BlockSize: 4, Salt: "t2"},
 	}}
 	st.live(t.Context(), frames("", 0, batch))
 	tests := []struct {
-		lora string
-		want int32
+		lora, salt string
+		want       int32
 	}{
-		{"", 1}, {"sql", 1}, {"lora_id:8", 1}, {"other", 0},
+		{"", "", 1}, {"sql", "", 1}, {"lora_id:8", "", 1}, {"other", "", 0},
+		{"sql", "t1", 1}, {"", "t2", 1}, {"", "t1", 0}, {"sql", "t2", 0},
 	}
 	for _, tt := range tests {
-		chain := prefixcache.HashTokens(nil, prefixcache.Seed("m", tt.lora, ""), tokens, 4)
+		chain := prefixcache.HashTokens(nil, prefixcache.Seed("m", tt.lora, tt.salt), tokens, 4)
 		if got := ix.Match(nil, chain)[id]; got != tt.want {
-			t.Errorf("lora %q: matched %d blocks, want %d", tt.lora, got, tt.want)
+			t.Errorf("lora %q salt %q: matched %d blocks, want %d", tt.lora, tt.salt, got, tt.want)
 		}
 	}
-	if got := s.Stats().Events; got != 3 {
-		t.Errorf("Events = %d, want 3", got)
+	if got := s.Stats().Events; got != 5 {
+		t.Errorf("Events = %d, want 5", got)
 	}
-	// Only three pairs: the id-only adapter did not land under the base seed.
-	if got := ix.Stats().Blocks; got != 3 {
-		t.Errorf("index holds %d blocks, want 3", got)
+	// Five pairs: the id-only adapter did not land under the base seed.
+	if got := ix.Stats().Blocks; got != 5 {
+		t.Errorf("index holds %d blocks, want 5", got)
 	}
 }
 
