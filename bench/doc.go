@@ -38,6 +38,16 @@
 //     actual usage, with the cached prompt tokens the engine reports, goes to Ticket.Done so
 //     the fairness policy charges what was really served.
 //
+// # LoRA adapters
+//
+// With Config.LoRA every server has adapter slots and a load cost (the engine's rules, shared
+// with examples/simfleet): a request under an adapter that is not resident loads it into a free
+// slot or in place of the least recently used idle one, and the step that loads it takes the
+// load cost longer; a request whose adapter finds every slot busy with other adapters waits.
+// Request.Adapter seeds the request's block chain, so prefixes are cached per adapter, and
+// the scraper publishes each engine's running and waiting adapters. LoRAWorkload and
+// LoRACompare (compare -lora) compare adapter-blind and adapter-affine routing.
+//
 // # Gateway replicas
 //
 // Config.Replicas = K > 1 puts K gateway replicas in front of the same servers, as behind a

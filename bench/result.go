@@ -108,6 +108,10 @@ type Result struct {
 
 	// Preemptions is the engines' total recompute preemptions.
 	Preemptions int64
+	// AdapterLoads is the number of LoRA adapters the engines loaded into a slot (Config.LoRA),
+	// and AdapterLoadsPerMin that per minute of Window.
+	AdapterLoads       int64
+	AdapterLoadsPerMin float64
 
 	// Events is the number of simulated events; Wall the wall-clock time of the run, and
 	// EventsPerSec their ratio.
@@ -130,6 +134,9 @@ func (s *sim) result(wall time.Duration) *Result {
 	}
 	if s.samples > 0 {
 		res.InSystem = s.inSystem / float64(s.samples)
+	}
+	for i := range s.srv {
+		res.AdapterLoads += s.srv[i].e.Stats().LoRALoads
 	}
 	if wall > 0 {
 		res.EventsPerSec = float64(s.nEvents) / wall.Seconds()
@@ -236,6 +243,7 @@ func (s *sim) result(wall time.Duration) *Result {
 	if res.Completed > 0 && last > first {
 		res.Span = last - first
 		res.Window = max(lastArrival-first, time.Millisecond)
+		res.AdapterLoadsPerMin = float64(res.AdapterLoads) / res.Window.Minutes()
 		sec := res.Window.Seconds()
 		res.ReqPerSec = float64(res.Completed) / sec
 		res.TokPerSec = float64(tokens) / sec

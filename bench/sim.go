@@ -247,6 +247,10 @@ type Config struct {
 	Decider routing.Decider
 	// TransferPerToken and TransferLatency are the KV transfer's cost (see PrefillServers).
 	TransferPerToken, TransferLatency time.Duration
+	// LoRA gives every server adapter slots and a load cost, for workloads whose requests
+	// run under LoRA adapters (Workload.Adapters); the engines follow the rules of
+	// examples/simfleet's servers (internal/engine). Zero: no LoRA.
+	LoRA LoRA
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -406,6 +410,7 @@ type sim struct {
 	flows []flowcontrol.FlowID
 	sess  []string
 	seed  prefixcache.BlockHash
+	seeds []prefixcache.BlockHash // by Request.Adapter: the chain seed under each adapter
 
 	events   heap.Heap[event]
 	seq      uint64
@@ -474,6 +479,14 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	s := &sim{cfg: c, w: w}
 	s.clock.now = epoch
 	s.seed = prefixcache.Seed(c.Profile.Model, "", "")
+	s.seeds = make([]prefixcache.BlockHash, len(w.Adapters)+1)
+	s.seeds[0] = s.seed
+	for k, a := range w.Adapters {
+		s.seeds[k+1] = prefixcache.Seed(c.Profile.Model, a, "")
+	}
+	if len(w.Adapters) > 0 && c.LoRA.MaxLoRAs == 0 {
+		return nil, fmt.Errorf("%w: the workload runs under LoRA adapters and Config.LoRA has no slots", ErrInvalidConfig)
+	}
 	s.exact = !c.NoIndex && (c.Index == IndexExact || (c.Index == IndexAuto && c.Router.Events))
 	s.gw = make([]gateway, c.Replicas)
 	for k := range s.gw {
@@ -483,7 +496,7 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	}
 	s.srv = make([]server, c.Servers)
 	for i := range s.srv {
-		e, err := engine.New(engine.Options{Profile: c.Profile, OmitTokenEvents: true, KVEvents: s.exact})
+		e, err := engine.New(engine.Options{Profile: c.Profile, OmitTokenEvents: true, KVEvents: s.exact, LoRA: c.LoRA})
 		if err != nil {
 			return nil, fmt.Errorf("%w: engine profile: %w", ErrInvalidConfig, err)
 		}
@@ -814,7 +827,7 @@ func (s *sim) chainOf(r *simReq) []prefixcache.BlockHash {
 			}
 		}
 	}
-	s.chain = prefixcache.HashTokens(s.chain[:0], s.seed, tok, bs)
+	s.chain = prefixcache.HashTokens(s.chain[:0], s.seeds[r.w.Adapter], tok, bs)
 	return s.chain
 }
 
@@ -831,6 +844,9 @@ func (s *sim) dispatch(r *simReq) {
 		PromptTokens: int(r.w.PromptTokens),
 		Session:      sess,
 		Now:          s.clock.now,
+	}
+	if a := r.w.Adapter; a > 0 {
+		rr.Model, rr.Adapter = s.w.Adapters[a-1], s.w.Adapters[a-1]
 	}
 	if s.cfg.Decider != nil {
 		rr.Role = routing.RoleDecode
@@ -866,6 +882,9 @@ func (s *sim) submit(r *simReq, chain []prefixcache.BlockHash) {
 		Blocks:       s.blocks,
 		PromptTokens: int(r.w.PromptTokens),
 		OutputTokens: int(r.w.OutputTokens),
+	}
+	if a := r.w.Adapter; a > 0 {
+		req.Adapter = s.w.Adapters[a-1]
 	}
 	switch r.phase {
 	case phasePrefill:
@@ -1057,6 +1076,13 @@ func (s *sim) scrape() {
 			KVCapacityBlocks: st.NumBlocks,
 			BlockSize:        st.BlockSize,
 			UpdatedAt:        s.clock.now,
+		}
+		if st.MaxLoRAs > 0 {
+			// Fresh slices: the router's snapshot keeps the ones it is given.
+			bs := &s.states[i]
+			bs.RunningAdapters, bs.WaitingAdapters = s.srv[i].e.Adapters(nil, nil)
+			bs.MaxAdapters = st.MaxLoRAs
+			bs.Known |= routing.SignalAdapters
 		}
 		level += max(float64(st.Waiting)/5, st.KVUsage/0.8)
 	}

@@ -34,6 +34,7 @@ type WorkloadSource struct {
 //	              siblings, no sessions
 //	forks         Forks: short conversations whose first turns fork earlier ones or open
 //	              popular shared documents
+//	lora          LoRAWorkload: single requests under Zipf-popular LoRA adapters
 //
 // Each call returns a fresh slice.
 func WorkloadSources() []WorkloadSource {
@@ -51,6 +52,7 @@ func WorkloadSources() []WorkloadSource {
 			return PrefixGroup(PrefixGroupOptions{Seed: o.Seed}), nil
 		}},
 		{"forks", true, func(o LoadOptions) (*Workload, error) { return Forks(ForksOptions{Seed: o.Seed}), nil }},
+		{"lora", true, func(o LoadOptions) (*Workload, error) { return LoRAWorkload(LoRAOptions{Seed: o.Seed}), nil }},
 	}
 }
 

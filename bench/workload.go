@@ -44,6 +44,10 @@ type Request struct {
 	// a partial block). Two requests share a prefix of k·BlockTokens tokens exactly when their
 	// first k ids are equal; an id always stands for the same content after the same prefix.
 	IDs []uint64
+	// Adapter is 1 + the index in Workload.Adapters of the LoRA adapter the request runs
+	// under; 0 for the base model. Equal ids under two adapters are different content to the
+	// engines and the router, as on vLLM.
+	Adapter int32
 }
 
 // Workload is a list of requests to replay, in the Mooncake trace format: prompts described
@@ -59,6 +63,9 @@ type Workload struct {
 	Requests []Request
 	// Sessions is the number of distinct sessions.
 	Sessions int
+	// Adapters names the LoRA adapters requests run under (Request.Adapter); the simulated
+	// servers need Config.LoRA to serve them.
+	Adapters []string
 }
 
 // validate checks the invariants Run relies on.
@@ -83,6 +90,8 @@ func (w *Workload) validate() error {
 			return fmt.Errorf("%w: request %d follows request %d", ErrInvalidWorkload, i, r.Prev)
 		case r.Session >= int32(w.Sessions):
 			return fmt.Errorf("%w: request %d in session %d of %d", ErrInvalidWorkload, i, r.Session, w.Sessions)
+		case r.Adapter < 0 || int(r.Adapter) > len(w.Adapters):
+			return fmt.Errorf("%w: request %d runs under adapter %d of %d", ErrInvalidWorkload, i, r.Adapter, len(w.Adapters))
 		}
 		if r.Prev < 0 {
 			if r.At < last {
@@ -127,15 +136,15 @@ func (w *Workload) Stats() WorkloadStats {
 
 // IdealBlockHitRate is the share of all content ids that are prefix hits for one server with an
 // infinite cache, replaying the requests in order: an id counts when it and every id before it
-// in its request appeared in an earlier request. O(ids).
+// in its request appeared in an earlier request under the same adapter. O(ids).
 func (w *Workload) IdealBlockHitRate() float64 {
-	seen := make(map[uint64]struct{}, len(w.Requests)*8)
+	seen := make(map[contentKey]struct{}, len(w.Requests)*8)
 	hit, total := 0, 0
 	for i := range w.Requests {
-		ids := w.Requests[i].IDs
+		ids, a := w.Requests[i].IDs, w.Requests[i].Adapter
 		k := 0
 		for k < len(ids) {
-			if _, ok := seen[ids[k]]; !ok {
+			if _, ok := seen[contentKey{ids[k], a}]; !ok {
 				break
 			}
 			k++
@@ -143,7 +152,7 @@ func (w *Workload) IdealBlockHitRate() float64 {
 		hit += k
 		total += len(ids)
 		for _, id := range ids[k:] {
-			seen[id] = struct{}{}
+			seen[contentKey{id, a}] = struct{}{}
 		}
 	}
 	if total == 0 {
@@ -158,12 +167,12 @@ func (w *Workload) IdealBlockHitRate() float64 {
 // whole blocks only). O(ids).
 func (w *Workload) idealHits(blockSize int) []int32 {
 	out := make([]int32, len(w.Requests))
-	seen := make(map[uint64]struct{}, len(w.Requests)*8)
+	seen := make(map[contentKey]struct{}, len(w.Requests)*8)
 	for i := range w.Requests {
 		r := &w.Requests[i]
 		k := 0
 		for k < len(r.IDs) {
-			if _, ok := seen[r.IDs[k]]; !ok {
+			if _, ok := seen[contentKey{r.IDs[k], r.Adapter}]; !ok {
 				break
 			}
 			k++
@@ -171,10 +180,17 @@ func (w *Workload) idealHits(blockSize int) []int32 {
 		maxHit := (int(r.PromptTokens) - 1) / blockSize * blockSize
 		out[i] = int32(min(k*w.BlockTokens/blockSize*blockSize, maxHit))
 		for _, id := range r.IDs[k:] {
-			seen[id] = struct{}{}
+			seen[contentKey{id, r.Adapter}] = struct{}{}
 		}
 	}
 	return out
+}
+
+// contentKey is a content id under an adapter (Request.Adapter): the same id under two
+// adapters is different KV, as on vLLM.
+type contentKey struct {
+	id      uint64
+	adapter int32
 }
 
 // Scaled returns a copy of w whose open-loop arrivals come rate times as fast (their At divided

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -100,6 +101,9 @@ type Config struct {
 	Cluster   string `json:"cluster"`
 	// Models restricts the model names requests may ask for; empty: the backends' lists.
 	Models []string `json:"models"`
+	// Pools sets the admission limits of a base model's pool, keyed by the model, when the
+	// backends serve different models (proxy.Options.Pools).
+	Pools map[string]proxy.PoolLimits `json:"pools"`
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// ScrapeInterval is how often backend metrics are scraped.
@@ -126,12 +130,15 @@ type Backend struct {
 	// Role is prefill, decode or both (the default): the part of inference the server
 	// serves (proxy.Backend.Role).
 	Role string `json:"role"`
-	// Models are the models the server serves (proxy.Backend.Models).
+	// Models are the base models the server serves (proxy.Backend.Models); empty: what it
+	// lists on GET /v1/models.
 	Models []string `json:"models"`
+	// Adapters are the LoRA adapters it serves on Models[0] (proxy.Backend.Adapters).
+	Adapters []string `json:"adapters"`
 }
 
 // backendKeys are ParseBackend's options; true marks a list.
-var backendKeys = backendspec.Keys{"engine": false, "kv-events": false, "kv-pod": false, "replay": false, "ranks": false, "role": false, "models": true}
+var backendKeys = backendspec.Keys{"engine": false, "kv-events": false, "kv-pod": false, "replay": false, "ranks": false, "role": false, "models": true, "adapters": true}
 
 // UnmarshalJSON reads a backend as an object (unknown keys are an error) or as a string in
 // ParseBackend's syntax.
@@ -182,10 +189,24 @@ func DefaultConfig() Config {
 // RegisterFlags defines a flag for each field of c on fs, with c's values as defaults.
 // -backend may be repeated, in ParseBackend's syntax.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,role=prefill|decode|both][,models=A,B...][,kv-events=tcp://host:5557][,kv-pod=POD][,replay=tcp://host:5558][,ranks=N] (repeat; kv-events: the server binds it, the gateway connects; kv-pod: the server connects to -kv-listen with this pod in its topic; ranks: data-parallel ranks behind the URL)", func(s string) error {
+	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,role=prefill|decode|both][,models=A,B...][,adapters=L1,L2...][,kv-events=tcp://host:5557][,kv-pod=POD][,replay=tcp://host:5558][,ranks=N] (repeat; kv-events: the server binds it, the gateway connects; kv-pod: the server connects to -kv-listen with this pod in its topic; ranks: data-parallel ranks behind the URL)", func(s string) error {
 		b, err := ParseBackend(s)
 		c.Backends = append(c.Backends, b)
 		return err
+	})
+	fs.Func("pool", "admission limits of one base model's pool, when backends serve different models: MODEL[,max-inflight=N][,saturation=X] (repeat)", func(s string) error {
+		model, lim, err := ParsePool(s)
+		if err != nil {
+			return err
+		}
+		if c.Pools == nil {
+			c.Pools = map[string]proxy.PoolLimits{}
+		}
+		if _, dup := c.Pools[model]; dup {
+			return fmt.Errorf("-pool %q: the pool is given twice", model)
+		}
+		c.Pools[model] = lim
+		return nil
 	})
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
 	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), pool (the same while some prefill server is no busier than the decode server), always, never, or a registered decider")
@@ -237,14 +258,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Options: engine (vllm, sglang, trtllm, triton, tgi), kv-events (the server's publisher,
 // which it binds), kv-pod (its pod when it connects to -kv-listen instead), replay, ranks
 // (data-parallel ranks behind the URL, 0..1024), role (prefill, decode, both), models (a
-// list). An unknown or repeated option is an error naming it.
+// list of base models), adapters (a list of LoRA adapters on the first model). An unknown or
+// repeated option is an error naming it.
 func ParseBackend(s string) (Backend, error) {
 	sp, err := backendspec.Parse(s, backendKeys)
 	if err != nil {
 		return Backend{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
 	}
 	b := Backend{URL: sp.Target, Engine: "vllm", KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay"),
-		KVPod: sp.Get("kv-pod"), Role: sp.Get("role"), Models: sp.List("models")}
+		KVPod: sp.Get("kv-pod"), Role: sp.Get("role"), Models: sp.List("models"), Adapters: sp.List("adapters")}
 	if e := sp.Get("engine"); e != "" {
 		b.Engine = e
 	}
@@ -259,6 +281,33 @@ func ParseBackend(s string) (Backend, error) {
 		return b, fmt.Errorf("%w: backend %q: %w", proxy.ErrInvalidOptions, s, err)
 	}
 	return b, nil
+}
+
+// poolKeys are ParsePool's options.
+var poolKeys = backendspec.Keys{"max-inflight": false, "saturation": false}
+
+// ParsePool parses -pool: the base model, then max-inflight=N (requests in flight in the
+// pool) and saturation=X (llm-d's saturation level that holds the pool's admission).
+func ParsePool(s string) (string, proxy.PoolLimits, error) {
+	var lim proxy.PoolLimits
+	sp, err := backendspec.Parse(s, poolKeys)
+	if err != nil {
+		return "", lim, fmt.Errorf("%w: -pool: %w", proxy.ErrInvalidOptions, err)
+	}
+	if sp.Target == "" || len(sp.Target) > 256 {
+		return "", lim, fmt.Errorf("%w: -pool %q: want MODEL[,max-inflight=N][,saturation=X]", proxy.ErrInvalidOptions, s)
+	}
+	if v := sp.Get("max-inflight"); v != "" {
+		if lim.MaxInFlight, err = strconv.Atoi(v); err != nil || lim.MaxInFlight < 1 {
+			return "", lim, fmt.Errorf("%w: -pool %q: max-inflight=%q: want a positive integer", proxy.ErrInvalidOptions, s, v)
+		}
+	}
+	if v := sp.Get("saturation"); v != "" {
+		if lim.Saturation, err = strconv.ParseFloat(v, 64); err != nil || !(lim.Saturation > 0) || math.IsInf(lim.Saturation, 0) {
+			return "", lim, fmt.Errorf("%w: -pool %q: saturation=%q: want a positive number", proxy.ErrInvalidOptions, s, v)
+		}
+	}
+	return sp.Target, lim, nil
 }
 
 // LoadFile reads a JSON config file over c: keys are the JSON names of Config's fields
@@ -339,7 +388,7 @@ func (c Config) Options() (proxy.Options, error) {
 		}
 	}
 	o := proxy.Options{
-		Models: c.Models, MaxBodyBytes: c.MaxBodyBytes, Bands: bands, BlockSize: c.BlockSize,
+		Models: c.Models, Pools: c.Pools, MaxBodyBytes: c.MaxBodyBytes, Bands: bands, BlockSize: c.BlockSize,
 		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, TTL: c.TTL,
 		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
 		FlowCapacity:  flowcontrol.Limits{Requests: c.MaxFlowQueue},
@@ -357,7 +406,7 @@ func (c Config) Options() (proxy.Options, error) {
 		if err != nil {
 			return bad("backend %q: %v", b.URL, err)
 		}
-		be := proxy.Backend{URL: b.URL, Profile: p, Role: role, Models: b.Models, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
+		be := proxy.Backend{URL: b.URL, Profile: p, Role: role, Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
 			SharedKVPublisher: b.Engine == "sglang"} // SGLang publishes every rank's events on one endpoint
 		if err := be.Validate(); err != nil {
 			return proxy.Options{}, err

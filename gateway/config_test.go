@@ -131,6 +131,46 @@ func TestBackendSyntax(t *testing.T) {
 	}
 }
 
+// TestModelsAndPools: adapters in the backend syntax, -pool's syntax, and pools in the JSON
+// config reach the Handler's options.
+func TestModelsAndPools(t *testing.T) {
+	b, err := ParseBackend("http://10.0.0.7:8000,models=llama-3,adapters=sql-lora,chat-lora")
+	assert.NoError(t, err)
+	assert.Equal(t, []string{"sql-lora", "chat-lora"}, b.Adapters)
+	model, lim, err := ParsePool("llama-3,max-inflight=8,saturation=0.9")
+	assert.NoError(t, err)
+	assert.Equal(t, "llama-3", model)
+	assert.Equal(t, proxy.PoolLimits{MaxInFlight: 8, Saturation: 0.9}, lim)
+	for _, bad := range []string{"", "llama-3,max-inflight=0", "llama-3,saturation=-1", "llama-3,saturation=NaN", "llama-3,colour=red", "max-inflight=3"} {
+		_, _, err := ParsePool(bad)
+		assert.ErrorIs(t, err, proxy.ErrInvalidOptions, bad)
+	}
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	c := DefaultConfig()
+	c.RegisterFlags(fs)
+	assert.NoError(t, fs.Parse([]string{
+		"-backend", "http://10.0.0.7:8000,models=llama-3,adapters=sql-lora", "-backend", "http://10.0.0.8:8000,models=qwen-3",
+		"-pool", "llama-3,max-inflight=8", "-pool", "qwen-3,saturation=0.8",
+	}))
+	assert.Error(t, fs.Parse([]string{"-pool", "llama-3", "-pool", "llama-3"}), "a pool given twice")
+	o, err := c.Options()
+	if assert.NoError(t, err) {
+		assert.Equal(t, []string{"sql-lora"}, o.Backends[0].Adapters)
+		assert.Equal(t, map[string]proxy.PoolLimits{"llama-3": {MaxInFlight: 8}, "qwen-3": {Saturation: 0.8}}, o.Pools)
+		h, err := proxy.New(o)
+		if assert.NoError(t, err) {
+			assert.NotSame(t, h.PoolQueue("llama-3"), h.PoolQueue("qwen-3"))
+			assert.Same(t, h.PoolQueue("llama-3"), h.PoolQueue("sql-lora"), "an adapter is admitted in its base model's pool")
+		}
+	}
+	c.Pools = map[string]proxy.PoolLimits{"mistral": {MaxInFlight: 1}}
+	o, err = c.Options()
+	if err == nil {
+		_, err = proxy.New(o)
+	}
+	assert.ErrorIs(t, err, proxy.ErrInvalidOptions, "a pool no backend serves")
+}
+
 // The bench's gateway configurations of its router variants (bench/profiles, which
 // bench/calibrate.sh runs on processes) load and build.
 func TestBenchProfiles(t *testing.T) {

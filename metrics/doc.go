@@ -31,6 +31,11 @@
 //	block size   cache_config_info block_size   cache_config_info page_size    trtllm_kv_cache_tokens_per_block   ..._kv_cache_block_metrics{tokens_per} -
 //	blocks       cache_config_info num_gpu_...  cache_config_info num_pages    trtllm_kv_cache_max_blocks         ..._kv_cache_block_metrics{max}        -
 //	prefix hits  prefix_cache_hits/queries      cached_tokens/prompt_tokens    prompt_cached_tokens/prompt_tokens -                                      -
+//	LoRA         lora_requests_info (labels)    -                              -                                  -                                      -
+//
+// vLLM lists the LoRA adapters of its running and waiting requests and its adapter slots in the
+// labels of vllm:lora_requests_info, one series per label set it ever wrote, valued with the
+// time it wrote it: the newest series is the current state (AdapterInfo).
 //
 // The prefix cache hit rate is taken from counters as a rate between two good scrapes,
 // Δhits/Δqueries, rather than as the lifetime ratio (which stops moving after an hour) or the

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("# TYPE a counter\na_total 1 # {x=\"y\"} 1\n# EOF\n"), uint8(1))
 	f.Add([]byte("vllm:cache_config_info{block_size=\"1e400\",num_gpu_blocks=\"-5\"} 1\n"), uint8(0))
 	f.Add([]byte("\x0a\x05hello"), uint8(2))
+	f.Add([]byte("vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"a,,b\",waiting_lora_adapters=\" c\"} 1.7e9\n"+
+		"vllm:lora_requests_info{max_lora=\"-1\",running_lora_adapters=\"x\",waiting_lora_adapters=\"\"} 1.8e9\n"), uint8(0))
 
 	profiles := []*Profile{VLLM, SGLang, TensorRTLLM, Triton, TGI}
 	parsers := make([]*Parser, len(profiles))
@@ -80,6 +83,9 @@ func checkReading(t *testing.T, profile string, r Reading) {
 	}
 	if r.Found.Has(HasKVUtilization) && r.KVUtilization > 1 || r.Found.Has(HasPrefixHitRate) && r.PrefixHitRate > 1 {
 		t.Fatalf("%s: ratio above 1: %+v", profile, r)
+	}
+	if r.Found.Has(HasAdapters) && (r.MaxAdapters < 1 || slices.Contains(r.RunningAdapters, "") || slices.Contains(r.WaitingAdapters, "")) {
+		t.Fatalf("%s: adapters %q %q %v", profile, r.RunningAdapters, r.WaitingAdapters, r.MaxAdapters)
 	}
 	if r.Series < 0 {
 		t.Fatalf("%s: Series = %d", profile, r.Series)

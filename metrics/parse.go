@@ -31,6 +31,8 @@ const (
 	HasPrefixHits
 	HasPrefixQueries
 	HasPrefixHitRate
+	// HasAdapters: RunningAdapters, WaitingAdapters and MaxAdapters (Profile.Adapters).
+	HasAdapters
 )
 
 // Has reports whether every signal in want is in s.
@@ -49,6 +51,11 @@ type Reading struct {
 	PrefixHits     float64 // prefix cache hit counter (cumulative)
 	PrefixQueries  float64 // prefix cache query counter (cumulative)
 	PrefixHitRate  float64 // prefix cache hit rate gauge, clamped to 0..1
+	// RunningAdapters and WaitingAdapters are the LoRA adapters of the running and waiting
+	// requests, and MaxAdapters the adapter slots (Profile.Adapters). Names are distinct,
+	// non-empty, in the server's order; the slices are never modified once returned.
+	RunningAdapters, WaitingAdapters []string
+	MaxAdapters                      float64
 
 	// Found holds the signals the exposition provided, directly or derived
 	// (KVUtilization from UsedBlocks/NumBlocks, NumBlocks from CapacityTokens/BlockSize).
@@ -164,6 +171,9 @@ func NewParser(profile *Profile) (*Parser, error) {
 		for _, sel := range list {
 			p.wanted[sel.Name] = struct{}{}
 		}
+	}
+	if profile.Adapters.Name != "" {
+		p.wanted[profile.Adapters.Name] = struct{}{}
 	}
 	return p, nil
 }
@@ -406,6 +416,7 @@ func (p *Parser) extract(fams map[string]*dto.MetricFamily) Reading {
 			break
 		}
 	}
+	extractAdapters(&r, fams[p.profile.Adapters.Name], &p.profile.Adapters, p.profile.RankLabel, p.profile.rank)
 	if !r.Found.Has(HasKVUtilization) && r.Found.Has(HasUsedBlocks|HasNumBlocks) && r.NumBlocks > 0 {
 		r.KVUtilization = min(r.UsedBlocks/r.NumBlocks, 1)
 		r.Found |= HasKVUtilization

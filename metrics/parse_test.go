@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -166,7 +167,9 @@ func readingsEqual(a, b Reading) bool {
 		eq(a.Waiting, b.Waiting) && eq(a.Running, b.Running) && eq(a.KVUtilization, b.KVUtilization) &&
 		eq(a.BlockSize, b.BlockSize) && eq(a.NumBlocks, b.NumBlocks) && eq(a.UsedBlocks, b.UsedBlocks) &&
 		eq(a.CapacityTokens, b.CapacityTokens) && eq(a.PrefixHits, b.PrefixHits) &&
-		eq(a.PrefixQueries, b.PrefixQueries) && eq(a.PrefixHitRate, b.PrefixHitRate)
+		eq(a.PrefixQueries, b.PrefixQueries) && eq(a.PrefixHitRate, b.PrefixHitRate) &&
+		slices.Equal(a.RunningAdapters, b.RunningAdapters) && slices.Equal(a.WaitingAdapters, b.WaitingAdapters) &&
+		eq(a.MaxAdapters, b.MaxAdapters)
 }
 
 func TestParseSeriesCount(t *testing.T) {

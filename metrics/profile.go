@@ -119,6 +119,10 @@ type Profile struct {
 	// PrefixHitRate is a gauge of the prefix cache hit rate, 0..1, used when the counters
 	// are absent.
 	PrefixHitRate []Selector
+	// Adapters is where a server with LoRA enabled lists its adapters. Zero: nowhere.
+	Adapters AdapterInfo
+
+	rank string // set by forRank: the rank whose adapter series are read
 }
 
 // forRank returns a copy of p whose selectors match only the series of one data-parallel
@@ -149,6 +153,7 @@ func (p *Profile) forRank(rank string) *Profile {
 	q.UsedBlocks, q.PrefixHits, q.PrefixQueries = restrict(p.UsedBlocks, false), restrict(p.PrefixHits, false), restrict(p.PrefixQueries, false)
 	q.PrefixHitRate = restrict(p.PrefixHitRate, false)
 	q.BlockSize, q.NumBlocks, q.CapacityTokens = restrict(p.BlockSize, true), restrict(p.NumBlocks, true), restrict(p.CapacityTokens, true)
+	q.rank = rank
 	return &q
 }
 
@@ -220,7 +225,10 @@ func (p *Profile) validate() error {
 			n++
 		}
 	}
-	if n == 0 {
+	if err := p.Adapters.validate(p.Name); err != nil {
+		return err
+	}
+	if n == 0 && p.Adapters.Name == "" {
 		return fmt.Errorf("%w: profile %q selects no signal", ErrInvalidOptions, p.Name)
 	}
 	return nil
@@ -235,7 +243,9 @@ var (
 	// the labels block_size and num_gpu_blocks of vllm:cache_config_info. The prefix hit
 	// rate is the rate of vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total
 	// (both in tokens) between two scrapes. Older servers publish the deprecated
-	// vllm:gpu_cache_usage_perc and vllm:gpu_prefix_cache_* names, read as fallbacks.
+	// vllm:gpu_cache_usage_perc and vllm:gpu_prefix_cache_* names, read as fallbacks. A
+	// server with LoRA enabled lists its adapters in vllm:lora_requests_info (see
+	// AdapterInfo).
 	VLLM = &Profile{
 		Name:       "vllm",
 		HealthPath: "/health",
@@ -257,6 +267,7 @@ var (
 			{Name: "vllm:gpu_prefix_cache_queries_total"},
 		},
 		PrefixHitRate: []Selector{{Name: "vllm:gpu_prefix_cache_hit_rate"}},
+		Adapters:      vllmAdapters,
 	}
 
 	// SGLang reads SGLang servers started with --enable-metrics. Scheduler series carry

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,7 +167,7 @@ func TestScrapeOnceAllProfiles(t *testing.T) {
 			t.Errorf("%s: KVUtilization = %v, want %v", bs.Name, bs.KVUtilization, w.KVUtilization)
 		}
 		bs.KVUtilization = w.KVUtilization
-		if bs != w {
+		if !reflect.DeepEqual(bs, w) {
 			t.Errorf("%s:\n got %+v\nwant %+v", bs.Name, bs, w)
 		}
 	}

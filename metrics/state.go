@@ -110,6 +110,11 @@ func (s *State) BackendState() routing.BackendState {
 		bs.KVCapacityBlocks, bs.BlockSize = toInt(r.NumBlocks), toInt(r.BlockSize)
 		bs.Known |= routing.SignalKVCapacity
 	}
+	if r.Found.Has(HasAdapters) {
+		// The reading's slices are never modified: the router may share them.
+		bs.RunningAdapters, bs.WaitingAdapters = r.RunningAdapters, r.WaitingAdapters
+		bs.MaxAdapters, bs.Known = toInt(r.MaxAdapters), bs.Known|routing.SignalAdapters
+	}
 	return bs
 }
 

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -24,6 +25,7 @@ func TestBadInput(t *testing.T) {
 	opts.MaxBodyBytes = 1 << 20
 	h, base := startHandler(t, opts)
 	chat, comp := base+"/v1/chat/completions", base+"/v1/completions"
+	resp, emb := base+"/v1/responses", base+"/v1/embeddings"
 	msg := `"messages":[{"role":"user","content":"hi"}]`
 	deep := strings.Repeat(`{"a":`, 100) + "1" + strings.Repeat("}", 100)
 	tests := []struct {
@@ -66,7 +68,23 @@ func TestBadInput(t *testing.T) {
 		{"completions prompt a number", comp, `{"model":"usher/demo","prompt":5}`, nil, 400, "invalid_request_error", "invalid_type", "prompt"},
 		{"body over the limit", chat, `{"model":"usher/demo","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`, nil, 413, "invalid_request_error", "request_too_large", ""},
 		{"huge headers", chat, `{"model":"usher/demo",` + msg + `}`, http.Header{"X-Padding": {strings.Repeat("p", 100<<10)}}, 431, "invalid_request_error", "headers_too_large", ""},
-		{"unknown route", base + "/v1/embeddings", `{}`, nil, 404, "not_found_error", "unknown_url", ""},
+		{"unknown route", base + "/v1/audio/speech", `{}`, nil, 404, "not_found_error", "unknown_url", ""},
+		// The Responses API: OpenAI's error shape, the field named.
+		{"responses without input", resp, `{"model":"usher/demo"}`, nil, 400, "invalid_request_error", "missing_field", "input"},
+		{"responses input a number", resp, `{"model":"usher/demo","input":7}`, nil, 400, "invalid_request_error", "invalid_type", "input"},
+		{"responses item role", resp, `{"model":"usher/demo","input":[{"role":"tool","content":"x"}]}`, nil, 400, "invalid_request_error", "invalid_value", "input[0].role"},
+		{"responses part text", resp, `{"model":"usher/demo","input":[{"role":"user","content":[{"type":"input_text","text":5}]}]}`, nil, 400, "invalid_request_error", "invalid_type", "input[0].content[0].text"},
+		{"responses store a string", resp, `{"model":"usher/demo","input":"x","store":"no"}`, nil, 400, "invalid_request_error", "invalid_type", "store"},
+		{"responses previous and conversation", resp, `{"model":"usher/demo","input":"x","previous_response_id":"r","conversation":"c"}`, nil, 400, "invalid_request_error", "invalid_value", "previous_response_id"},
+		{"responses max_output_tokens zero", resp, `{"model":"usher/demo","input":"x","max_output_tokens":0}`, nil, 400, "invalid_request_error", "invalid_value", "max_output_tokens"},
+		{"responses kv_transfer_params", resp, `{"model":"usher/demo","input":"x","kv_transfer_params":{"do_remote_prefill":true}}`, nil, 400, "invalid_request_error", "invalid_value", "kv_transfer_params"},
+		{"responses unknown model", resp, `{"model":"gpt-7","input":"x"}`, nil, 404, "invalid_request_error", "model_not_found", "model"},
+		// Embeddings.
+		{"embeddings without input", emb, `{"model":"usher/demo"}`, nil, 400, "invalid_request_error", "missing_field", "input"},
+		{"embeddings mixed input", emb, `{"model":"usher/demo","input":["a",[1]]}`, nil, 400, "invalid_request_error", "invalid_type", "input[1]"},
+		{"embeddings negative token", emb, `{"model":"usher/demo","input":[[1,-1]]}`, nil, 400, "invalid_request_error", "invalid_value", "input[0][1]"},
+		{"embeddings accepted", emb, `{"model":"usher/demo","input":"hello"}`, nil, 200, "", "", ""},
+		{"responses accepted", resp, `{"model":"usher/demo","input":"hello","max_output_tokens":3,"priority":-5}`, nil, 200, "", "", ""},
 		// Accepted, and read exactly as the backend reads it: "STREAM" is not "stream".
 		{"STREAM in capitals is not streaming", chat, `{"model":"usher/demo","STREAM":true,"max_tokens":3,` + msg + `}`, nil, 200, "", "", ""},
 		// Spoofed priority and tenant headers change nothing (no tenant header is trusted here).
@@ -332,4 +350,106 @@ func TestIdentityAndPriority(t *testing.T) {
 			t.Errorf("backend saw the client's priority or rank: %s", b)
 		}
 	}
+}
+
+// TestBadInputAnthropic sends bad Messages requests: each answer is Anthropic's error
+// ({"type":"error","error":{"type":...,"message":...}}), its message naming the field, and
+// nothing rejected is admitted.
+func TestBadInputAnthropic(t *testing.T) {
+	fleet := startFleet(t, 1)
+	opts := testOptions(backendsOf(fleet))
+	opts.MaxBodyBytes = 1 << 20
+	opts.MaxInFlight, opts.QueueCapacity = 1, flowcontrol.Limits{Requests: 1} // for the 429 at the end
+	h, base := startHandler(t, opts)
+	msgs := base + "/v1/messages"
+	hi := `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct {
+		name, body string
+		status     int
+		typ, field string
+	}{
+		{"malformed JSON", `{"model":"usher/demo",`, 400, "invalid_request_error", "invalid JSON"},
+		{"no model", `{"max_tokens":5,` + hi + `}`, 400, "invalid_request_error", `"model"`},
+		{"no max_tokens", `{"model":"usher/demo",` + hi + `}`, 400, "invalid_request_error", `"max_tokens"`},
+		{"max_tokens a string", `{"model":"usher/demo","max_tokens":"5",` + hi + `}`, 400, "invalid_request_error", `"max_tokens"`},
+		{"system role in messages", `{"model":"usher/demo","max_tokens":5,"messages":[{"role":"system","content":"x"}]}`, 400, "invalid_request_error", `"messages[0].role"`},
+		{"text block without text", `{"model":"usher/demo","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text"}]}]}`, 400, "invalid_request_error", `"messages[0].content[0].text"`},
+		{"block without type", `{"model":"usher/demo","max_tokens":5,"messages":[{"role":"user","content":[{"text":"x"}]}]}`, 400, "invalid_request_error", `"messages[0].content[0].type"`},
+		{"system a number", `{"model":"usher/demo","max_tokens":5,"system":1,` + hi + `}`, 400, "invalid_request_error", `"system"`},
+		{"user_id a number", `{"model":"usher/demo","max_tokens":5,"metadata":{"user_id":1},` + hi + `}`, 400, "invalid_request_error", `"metadata.user_id"`},
+		{"stream twice", `{"model":"usher/demo","max_tokens":5,"stream":true,"stream":false,` + hi + `}`, 400, "invalid_request_error", `"stream"`},
+		{"kv_transfer_params", `{"model":"usher/demo","max_tokens":5,"kv_transfer_params":{},` + hi + `}`, 400, "invalid_request_error", "kv_transfer_params"},
+		{"unknown model", `{"model":"claude-9","max_tokens":5,` + hi + `}`, 404, "not_found_error", `"claude-9"`},
+		{"body over the limit", `{"model":"usher/demo","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`, 413, "request_too_large", "exceeds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, msgs, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			data, _ := io.ReadAll(resp.Body)
+			var e struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type    string `json:"type"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(data, &e); err != nil || e.Type != "error" {
+				t.Fatalf("body %s: not an Anthropic error", data)
+			}
+			if resp.StatusCode != tt.status || e.Error.Type != tt.typ || !strings.Contains(e.Error.Message, tt.field) {
+				t.Errorf("%d %s %q, want %d %s naming %s", resp.StatusCode, e.Error.Type, e.Error.Message, tt.status, tt.typ, tt.field)
+			}
+		})
+	}
+	// GET is not allowed, and says so in Anthropic's shape.
+	r, err := http.Get(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 405 || !strings.HasPrefix(string(data), `{"type":"error","error":{"type":"invalid_request_error"`) {
+		t.Errorf("GET /v1/messages: %d %s, want 405 in Anthropic's shape", r.StatusCode, data)
+	}
+	if st := h.Queue().Stats(); st.Dispatched != 0 {
+		t.Errorf("a refused request was admitted: %+v", st)
+	}
+
+	// The admission queue's 429 is Anthropic's too, with Retry-After.
+	long := `{"model":"usher/demo","stream":true,"max_tokens":4000,"ignore_eos":true,"messages":[{"role":"user","content":"long"}]}`
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 2 { // one in flight, one waiting
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(long))
+			req.Header.Set("X-Session-Id", fmt.Sprint("holder-", i))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+		eventually(t, "the holder to be admitted or queued", func() bool {
+			st := h.Queue().Stats()
+			return st.InFlight+st.Queued == i+1
+		})
+	}
+	r, err = http.Post(msgs, "application/json", strings.NewReader(`{"model":"usher/demo","max_tokens":5,`+hi+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ = io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 429 || r.Header.Get("Retry-After") == "" || !strings.HasPrefix(string(data), `{"type":"error","error":{"type":"rate_limit_error"`) {
+		t.Errorf("queue full: %d (Retry-After %q) %s, want 429 in Anthropic's shape with Retry-After", r.StatusCode, r.Header.Get("Retry-After"), data)
+	}
+	cancel()
+	wg.Wait()
+	closedExactlyOnce(t, h)
 }

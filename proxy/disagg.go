@@ -50,6 +50,7 @@ func (ex *exchange) prefill(req *http.Request) error {
 		p, err := h.router.Pick(&routing.Request{
 			Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
 			Role: routing.RolePrefill, Exclude: tried, // no Session: the session's home is its decode server
+			Model: ex.req.Model, Adapter: ex.req.Adapter,
 		})
 		if err != nil {
 			last = err

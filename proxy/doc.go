@@ -3,7 +3,8 @@
 //
 // # The pipeline
 //
-// For each POST to /v1/chat/completions or /v1/completions:
+// For each POST to /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings
+// (OpenAI's APIs) or /v1/messages (Anthropic's):
 //
 //  1. parse: the body is read (bounded by Options.MaxBodyBytes) and validated by
 //     proxy/openai exactly as the backends will read it — field names are case-sensitive,
@@ -33,10 +34,26 @@
 // the same pipeline is three hooks — Handler.Rewrite, Handler.ModifyResponse and
 // Handler.ErrorHandler — and Handler itself is nothing more than a ReverseProxy using them.
 //
+// # Anthropic's Messages, OpenAI's Responses and embeddings
+//
+// These take the same pipeline as chat. Their prompts are rendered so that a conversation's
+// next turn begins with the last one's (openai.Request.AppendPrompt); embeddings are not
+// hashed, and go where the load is lowest. The session is the session header, else the
+// API's own field (Anthropic's metadata.user_id, the Responses API's conversation or
+// prompt_cache_key). Their streams are read in their own events (usage, cached tokens and
+// the first token; the last event stands for [DONE]) and relayed unchanged. A Responses
+// request naming previous_response_id must reach the server that stored that response: the
+// Handler remembers, for the responses it relayed (Options.ResponseHomes of them, least
+// recently used forgotten first), which backend answered, per tenant, and pins a continuation there
+// (and its retries: no other backend could serve it); when that backend has left the fleet
+// it answers 404 naming previous_response_id. A continuation of a response it did not see
+// is routed like any other request, and the backend answers for it.
+//
 // # Errors
 //
 // Every answer the pipeline writes itself is OpenAI error JSON ({"error": {"message", "type",
-// "param", "code"}}): 400 with the field at fault, 404 for an unknown model or route, 405,
+// "param", "code"}}) — Anthropic's ({"type": "error", "error": {"type", "message"}}, the
+// message naming the field) for a request to /v1/messages, mid-stream errors included: 400 with the field at fault, 404 for an unknown model or route, 405,
 // 408, 413, 429 with Retry-After when the queue is full (or, with Options.EarlyShed, when the
 // estimated wait exceeds the TTL: at once, not after waiting it), 431, 499 when the client left, 502
 // and 504 when the backend failed before answering, 503 when no capacity came in time. An
@@ -68,6 +85,26 @@
 // (routing.Outlier) ejects a backend at once after a refused connection, or after five server
 // failures in a row, and probes it back. A stream cut after it began ends with an OpenAI error
 // event; both handles are freed either way.
+//
+// # Models, adapters and pools
+//
+// One Handler may front several models and the LoRA adapters served on them. Each Backend
+// says what it serves (Models, and Adapters on its first model), or else the Handler reads
+// its GET /v1/models (vLLM lists an adapter with its base model as "parent"), at Start and
+// every 30 s. GET /v1/models answers the union; a request naming a model no backend serves is
+// a 404 naming "model"; the router picks only among the backends that serve the model the
+// request names (routing.Request.Model; a backend that lists nothing serves anything). A
+// request naming an adapter carries it (routing.Request.Adapter) to adapter-aware scorers,
+// and its prompt is hashed under the base model and the adapter (SeedOf), the key the engine
+// caches it under and its KV events name (lora_name, and the cache_salt in extra_keys), so a
+// prefix cached under one adapter never counts for another.
+//
+// When the configured backends do not all serve the same models, each base model's backends
+// are a pool with a queue of its own — the default queue's policy, time limit and capacities,
+// with the pool's MaxInFlight and Saturation (Options.Pools; 64 per backend by default) — so a
+// flood of one model waits in its own queue and never holds another's requests (the queue
+// dispatches in order and stops at a closed gate, so one shared queue would). Fairness is
+// accounted per pool. PoolQueue returns a model's queue.
 //
 // # Disaggregated serving
 //

@@ -187,7 +187,7 @@ func ExampleRegistry() {
 	_, err = reg.Profile(proxy.ProfileSpec{Extends: "usher", Scorers: []proxy.PartSpec{{Name: "fewest-request"}}}, routing.SessionOptions{})
 	fmt.Println(err != nil)
 	// Output:
-	// usher 5 0.5
+	// usher 6 0.5
 	// true
 }
 

@@ -35,6 +35,7 @@ type exchange struct {
 	h        *Handler
 	ctx      context.Context // the client's request context
 	req      *openai.Request // nil for a request passed through without admission
+	ep       openai.Endpoint // of req; 0 for a request passed through
 	id       Identity
 	rid      string // the request id (RequestIDHeader)
 	ridSet   bool   // ServeHTTP already put rid in the client's answer
@@ -75,6 +76,7 @@ type exchange struct {
 	lastTouch atomic.Int64
 	usage     flowcontrol.Usage
 	info      routing.DoneInfo
+	queue     *flowcontrol.Queue // the queue of the request's model pool
 }
 
 type exchangeKey struct{}
@@ -106,6 +108,7 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	ctx := context.WithValue(pr.Out.Context(), exchangeKey{}, ex)
 	var err *openai.Error
 	if ep, ok := openai.EndpointOf(pr.In.URL.Path); ok && pr.In.Method == http.MethodPost {
+		ex.ep = ep
 		err, ex.path = ex.begin(pr.In, ep), ep.Path()
 	} else {
 		err, ex.path = ex.pass(), pr.In.URL.Path
@@ -176,12 +179,22 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 		return asOpenAIError(err)
 	}
 	ex.req = req
-	if !h.knownModel(req.Model) {
+	mi, ok := h.resolveModel(req.Model)
+	if !ok {
 		return &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Code: "model_not_found",
 			Param: "model", Message: fmt.Sprintf("the model %q does not exist here", clip(req.Model))}
 	}
+	if mi.adapter {
+		req.BaseModel, req.Adapter = mi.base, req.Model
+	}
+	ex.queue = h.queueFor(mi.base)
 	if ex.id, err = h.keyer.Key(in, req); err != nil {
 		return asOpenAIError(err)
+	}
+	if req.PreviousResponseID != "" {
+		if e := ex.followPrevious(req); e != nil {
+			return e
+		}
 	}
 	if ex.id.Band < 0 || ex.id.Band >= h.bands {
 		// A keyer's mistake, not the client's: do not guess a band.
@@ -192,13 +205,13 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	// Hash once; the chain goes to the router and, through it, to the index.
 	ctx := in.Context()
 	bufp := h.chains.Get().(*[]prefixcache.BlockHash)
-	prompt, err := h.tok.Tokenize(ctx, (*bufp)[:0], req)
+	prompt, err := h.tokenize(ctx, (*bufp)[:0], req)
 	if err != nil {
 		prompt, _ = BytesTokenizer{}.Tokenize(ctx, (*bufp)[:0], req)
 	}
 	ex.prompt, ex.bufp = prompt, bufp // back to the pool when the exchange finishes
 
-	t, err := h.queue.Admit(ctx, flowcontrol.Request{
+	t, err := ex.queue.Admit(ctx, flowcontrol.Request{
 		Flow:         ex.id.Flow(),
 		Band:         ex.id.Band,
 		Bytes:        int64(len(body)),
@@ -220,17 +233,21 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	}
 	rr := routing.Request{
 		Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.routeSession,
-		Role: ex.role, Stream: ex.req != nil && ex.req.Stream,
+		Role: ex.role, Stream: ex.req != nil && ex.req.Stream, Model: req.Model, Adapter: req.Adapter,
+		Exclude: ex.tried, // all but the home of a previous_response_id (apis.go); else none
 	}
 	p, err := h.router.Pick(&rr)
 	if err != nil {
 		ex.finish(err)
 		ex.logFailure("no backend", err)
+		if ex.tried != nil {
+			return errPreviousUnavailable(req)
+		}
 		return errNoBackend
 	}
 	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
 	h.usher.ObservePick(ex.backend)
-	if h.decider != nil {
+	if h.decider != nil && ep <= openai.Completions { // the KV-transfer protocol is chat's and completions'
 		// Copies, so that only this path pays for what escapes into the interface call.
 		dr, dp := rr, p
 		if ex.disagg = h.decider.Disaggregate(&dr, &dp); !ex.disagg {
@@ -270,7 +287,7 @@ func (ex *exchange) admissionError(err error) *openai.Error {
 	status := StatusOf(err)
 	switch status {
 	case http.StatusTooManyRequests:
-		ex.retryAfter = ex.h.queue.RetryAfter()
+		ex.retryAfter = ex.queue.RetryAfter()
 		if errors.Is(err, flowcontrol.ErrWouldExpire) {
 			return &openai.Error{Status: status, Type: openai.TypeRateLimit, Code: "rate_limit_exceeded",
 				Message: "the estimated wait for admission exceeds the request's time limit; retry after the time in the Retry-After header"}
@@ -518,7 +535,11 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 			ex.logFailure(oe.Message, err)
 		}
 	}
-	openai.WriteError(w, oe)
+	var ep openai.Endpoint
+	if ex != nil {
+		ep = ex.ep
+	}
+	openai.WriteErrorFor(w, ep, oe) // each API's errors in its own shape
 }
 
 // logFailure logs what went wrong with the request, with the detail its client is not told.

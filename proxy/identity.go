@@ -56,7 +56,9 @@ type KeyerOptions struct {
 	// without it falls back to the API key.
 	TenantHeader string
 	// SessionHeader names the header that carries the session id. Empty: "X-Session-Id".
-	// The OpenAI "user" field is the fallback.
+	// The API's own field is the fallback (openai.Request.SessionKey: OpenAI's "user",
+	// Anthropic's "metadata.user_id", the Responses API's "conversation" or
+	// "prompt_cache_key").
 	SessionHeader string
 	// TenantBands maps tenants to priority bands; see TenantOfKey for the name of a key's
 	// tenant. Tenants not listed get DefaultBand.
@@ -87,7 +89,8 @@ const maxIDBytes = 128
 
 // Keyer is the default FlowKeyer: the tenant is a trusted header when one is configured,
 // else a keyed digest of the bearer API key (TenantOfKey); the session is the session header
-// or the OpenAI user field; the band comes from TenantBands. It is safe for concurrent use.
+// or the API's own session field (openai.Request.SessionKey); the band comes from
+// TenantBands. It is safe for concurrent use.
 type Keyer struct {
 	secret        []byte
 	tenantHeader  string
@@ -179,7 +182,7 @@ func (k *Keyer) Key(r *http.Request, req *openai.Request) (Identity, error) {
 	id.Band = band
 	id.Session = r.Header.Get(k.sessionHeader)
 	if id.Session == "" && req != nil {
-		id.Session = req.User
+		id.Session = req.SessionKey()
 	}
 	id.Session = clip(id.Session)
 	return id, nil

@@ -25,6 +25,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -67,10 +68,14 @@ type Backend struct {
 	// (see Options.Decider): chat and completions requests go to decode (or both) servers,
 	// and their prefill, when the Decider says so, to a prefill (or both) server first.
 	Role routing.Role
-	// Models are the models the server serves, if given. Requests are not routed by model
-	// (yet): every backend must list the same models, or none. Without Options.Models, they
-	// are what requests may ask for and what GET /v1/models lists.
+	// Models are the base models the server serves. Nil: what the server lists on GET
+	// /v1/models (adapters included), refreshed by Start and Run. A request is routed only to
+	// the backends that serve the model it names; when backends list different models, each
+	// base model's backends are a pool with a queue of their own (Options.Pools).
 	Models []string
+	// Adapters are the LoRA adapters the server serves on Models[0] (vLLM --lora-modules).
+	// Nil: none, or what the server lists on GET /v1/models when Models is nil.
+	Adapters []string
 }
 
 // sameModels reports whether two model lists name the same set.
@@ -169,10 +174,13 @@ func (b Backend) Validate() error {
 	if b.Role > routing.RoleDecode {
 		return fmt.Errorf("%w: backend %q: role %v", ErrInvalidOptions, b.URL, b.Role)
 	}
-	for _, m := range b.Models {
+	for _, m := range slices.Concat(b.Models, b.Adapters) {
 		if m == "" || len(m) > 256 {
-			return fmt.Errorf("%w: backend %q: a model name must have 1 to 256 bytes", ErrInvalidOptions, b.URL)
+			return fmt.Errorf("%w: backend %q: a model or adapter name must have 1 to 256 bytes", ErrInvalidOptions, b.URL)
 		}
+	}
+	if len(b.Adapters) > 0 && len(b.Models) == 0 {
+		return fmt.Errorf("%w: backend %q: adapters need Models, whose first is their base model", ErrInvalidOptions, b.URL)
 	}
 	if b.KVPod != "" && (b.KVEvents != "" || b.Ranks > 1) {
 		return fmt.Errorf("%w: backend %q: KVPod (the server connects to KVListen) excludes KVEvents and ranks", ErrInvalidOptions, b.URL)
@@ -229,12 +237,23 @@ type Options struct {
 	Metrics *metrics.Gateway
 
 	// Models are the model names requests may ask for (404 model_not_found otherwise). Nil:
-	// the Backends' Models, or, when none lists any, the models the backends
-	// list on GET /v1/models, refreshed by Start and Run; until one
-	// answered, any model is accepted and the backend judges.
+	// what the Backends serve (their Models and Adapters, or what they list on GET
+	// /v1/models, refreshed by Start and Run); until one of those is known, any model is
+	// accepted and the backend judges.
 	Models []string
+	// Pools sets the admission limits of a base model's pool, keyed by the model (one of
+	// the Backends' Models). Pools exist when backends list different models: each base
+	// model's backends get a queue of their own, like the default queue (Policy, TTL,
+	// capacities, EarlyShed) but with these limits, so that a flood of one model never holds
+	// another's requests. Zero limits: 64 in flight per backend of the pool, Saturation.
+	Pools map[string]PoolLimits
 	// Limits bound what a request body may ask for (max_tokens, n, nesting, messages).
 	Limits openai.Limits
+	// ResponseHomes bounds how many Responses API response ids the Handler remembers, with
+	// the backend that stored each, so that a request naming one as previous_response_id
+	// goes to that backend (the least recently used are forgotten first). Zero: 100000;
+	// negative: none are remembered, and such requests are routed like any other.
+	ResponseHomes int
 	// MaxBodyBytes bounds a request body (413 above it). Zero: 8 MiB.
 	MaxBodyBytes int64
 	// MaxHeaderBytes bounds the request's header fields, names and values summed (431 above
@@ -334,10 +353,12 @@ type Handler struct {
 
 	sent, retried, exhausted atomic.Uint64 // RetryStats
 
-	staticModels map[string]bool // from Options.Models; nil: learnt
-	staticList   []byte          // GET /v1/models's answer for staticModels
-	models       atomic.Pointer[modelList]
-	saturation   atomic.Uint64 // math.Float64bits of llm-d's saturation estimate
+	catalog       atomic.Pointer[catalog] // what the backends serve
+	modelsMu      sync.Mutex              // one refresh of the catalog at a time
+	allowedModels []string                // Options.Models
+	memberIndex   map[string]int          // member name → index in members
+	pools         map[string]*pool        // base model → its admission; nil: one queue
+	saturation    atomic.Uint64           // math.Float64bits of llm-d's saturation estimate
 
 	statesMu sync.Mutex // guards states (publishStates may run from Start and Run)
 	states   []routing.BackendState
@@ -345,12 +366,8 @@ type Handler struct {
 	scraped atomic.Bool // the first scrape was published
 	urls    sync.Map    // backend name → *url.URL
 	chains  sync.Pool   // *[]prefixcache.BlockHash
-}
 
-// modelList is what the backends answered on GET /v1/models.
-type modelList struct {
-	body  []byte          // the first answer, served as is
-	names map[string]bool // every model any backend listed
+	homes *responseHomes // Responses API: response id → the backend that stored it (apis.go)
 }
 
 // New assembles a Handler from opts. It starts nothing.
@@ -367,6 +384,7 @@ func New(opts Options) (*Handler, error) {
 		log:       opts.Logger,
 		ids:       newRequestIDs(),
 		limits:    opts.Limits,
+		homes:     newResponseHomes(opts.ResponseHomes),
 		maxBody:   opts.MaxBodyBytes,
 		maxHeader: opts.MaxHeaderBytes,
 		bands:     opts.Bands,
@@ -408,10 +426,6 @@ func New(opts Options) (*Handler, error) {
 		if err := b.Validate(); err != nil {
 			return nil, err
 		}
-		// Requests are not routed by model yet: every backend must serve every model.
-		if a := opts.Backends[0]; !sameModels(a.Models, b.Models) {
-			return nil, fmt.Errorf("%w: backends %q and %q list different models; the Handler routes every request to any backend, so they must list the same ones (or none)", ErrInvalidOptions, a.URL, b.URL)
-		}
 		if seen[b.URL] {
 			return nil, fmt.Errorf("%w: backend %q listed twice", ErrInvalidOptions, b.URL)
 		}
@@ -431,19 +445,14 @@ func New(opts Options) (*Handler, error) {
 	for i, m := range h.members {
 		names[i] = m.name
 	}
-	models := opts.Models
-	if len(models) == 0 {
-		for _, b := range opts.Backends {
-			models = append(models, b.Models...)
-		}
+	h.memberIndex = make(map[string]int, len(h.members))
+	for i, m := range h.members {
+		h.memberIndex[m.name] = i
 	}
-	if len(models) > 0 {
-		h.staticModels = make(map[string]bool, len(models))
-		for _, m := range models {
-			h.staticModels[m] = true
-		}
-		h.staticList = staticModelList(h.staticModels)
+	if len(opts.Models) > 0 {
+		h.allowedModels = slices.Clone(opts.Models)
 	}
+	h.catalog.Store(newCatalog(staticLists(opts.Backends), h.allowedModels, opts.Backends, h.members))
 
 	h.exts = opts.Extensions
 	var io prefixcache.Options
@@ -466,6 +475,7 @@ func New(opts Options) (*Handler, error) {
 		if profile.Picker == nil && len(profile.Filters) == 0 && len(profile.Scorers) == 0 {
 			var uo routing.UsherOptions
 			uo.Session.SessionOptions = sess
+			uo.AdapterWeight = builtin.GatewayAdapterWeight // inert without adapters
 			profile = routing.Usher(uo)
 		}
 		ph := opts.PassiveHealth
@@ -507,8 +517,15 @@ func New(opts Options) (*Handler, error) {
 			return nil, err
 		}
 	}
+	if len(opts.Backends) > 0 {
+		if h.pools, err = h.newPools(opts); err != nil {
+			return nil, err
+		}
+	} else if len(opts.Pools) > 0 {
+		return nil, fmt.Errorf("%w: Pools need Backends that list their models", ErrInvalidOptions)
+	}
 	if h.queue == nil {
-		if h.queue, h.limit, err = h.defaultQueue(opts); err != nil {
+		if h.queue, h.limit, err = h.newQueue(opts, h.Saturation); err != nil {
 			return nil, err
 		}
 	}
@@ -579,8 +596,9 @@ func withPassiveHealth(p routing.Profile, o routing.OutlierOptions) (routing.Pro
 	return routing.WithOutlier(p, out, 1), nil
 }
 
-// defaultQueue is the queue Options.Queue nil stands for.
-func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, *flowcontrol.ConcurrencyLimit, error) {
+// newQueue is the queue Options.Queue nil stands for, its saturation gate (if
+// opts.Saturation is set) reading level.
+func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Queue, *flowcontrol.ConcurrencyLimit, error) {
 	policy := opts.Policy
 	if policy == nil {
 		var err error
@@ -601,7 +619,7 @@ func (h *Handler) defaultQueue(opts Options) (*flowcontrol.Queue, *flowcontrol.C
 	if opts.Saturation > 0 {
 		threshold := opts.Saturation
 		gate = flowcontrol.AllGates{gate, &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{
-			Level: func() float64 { return h.Saturation() / threshold },
+			Level: func() float64 { return level() / threshold },
 		}}}}
 	}
 	q, err := flowcontrol.New(flowcontrol.Options{
@@ -633,8 +651,16 @@ func defaultTransport(t Timeouts) *http.Transport {
 }
 
 // Queue, Router and Index return the Handler's parts (the ones given in Options, or the
-// defaults it made), for inspection and tests.
+// defaults it made), for inspection and tests. When backends serve different models, Queue
+// admits the requests of models no pool holds, and PoolQueue those of each pool.
 func (h *Handler) Queue() *flowcontrol.Queue { return h.queue }
+
+// PoolQueue returns the queue that admits the requests for model (a base model or one of
+// its adapters): its pool's, or Queue.
+func (h *Handler) PoolQueue(model string) *flowcontrol.Queue {
+	mi, _ := h.resolveModel(model)
+	return h.queueFor(mi.base)
+}
 
 // Router returns the Handler's router.
 func (h *Handler) Router() *routing.Router { return h.router }
@@ -661,14 +687,16 @@ func (h *Handler) Saturation() float64 {
 	return math.Float64frombits(h.saturation.Load())
 }
 
-// ServeHTTP serves the OpenAI API: POST /v1/chat/completions and /v1/completions through
-// the pipeline, GET /v1/models, GET /health, GET /metrics; errors in OpenAI's format.
+// ServeHTTP serves the OpenAI API — POST /v1/chat/completions, /v1/completions,
+// /v1/responses and /v1/embeddings — and Anthropic's POST /v1/messages through the pipeline,
+// GET /v1/models, GET /health, GET /metrics; errors in each API's format (Anthropic's for
+// /v1/messages, OpenAI's otherwise).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = h.withRequestID(w, r)
 	path := r.URL.Path
 	var allow string
 	switch path {
-	case "/v1/chat/completions", "/v1/completions":
+	case "/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/embeddings":
 		if r.Method == http.MethodPost {
 			h.serveCompletion(w, r)
 			return
@@ -698,7 +726,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Allow", allow)
-	openai.WriteError(w, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
+	ep, _ := openai.EndpointOf(path) // each API's errors in its own shape
+	openai.WriteErrorFor(w, ep, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
 		Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, path, allow)})
 }
 
@@ -738,9 +767,9 @@ func (h *Handler) Start(ctx context.Context) {
 	if h.scraper == nil {
 		return
 	}
+	h.refreshModels(ctx)
 	_ = h.scraper.ScrapeOnce(ctx)
 	h.publishStates()
-	h.refreshModels(ctx)
 }
 
 // Run scrapes the backends, follows their KV events and refreshes their model lists until
@@ -776,6 +805,9 @@ func (h *Handler) Run(ctx context.Context) error {
 // http.Server.Shutdown) before closing if you want them to. Close is idempotent.
 func (h *Handler) Close() {
 	h.queue.Close()
+	for _, p := range h.pools {
+		p.queue.Close()
+	}
 	for _, e := range h.exts {
 		_ = e.Close()
 	}
@@ -790,9 +822,11 @@ func (h *Handler) publishStates() {
 	h.statesMu.Lock()
 	defer h.statesMu.Unlock()
 	h.states = h.scraper.BackendStates(h.states[:0])
+	h.setServed(h.states)
 	if err := h.router.Update(h.states); err != nil {
 		h.log.Warn("router update", "err", err)
 	}
+	h.publishPools(h.states, time.Now())
 	level := fleetSaturation(h.states, time.Now())
 	old := math.Float64frombits(h.saturation.Swap(math.Float64bits(level)))
 	first := !h.scraped.Swap(true)
@@ -833,9 +867,17 @@ const saturationFresh = 2 * time.Second
 func (h *Handler) publishGauges() {
 	for b := range h.bands {
 		bs := h.queue.BandStats(b)
+		for _, p := range h.pools {
+			ps := p.queue.BandStats(b)
+			bs.Queued, bs.QueuedBytes = bs.Queued+ps.Queued, bs.QueuedBytes+ps.QueuedBytes
+		}
 		h.usher.SetQueue(b, bs.Queued, bs.QueuedBytes)
 	}
 	qs := h.queue.Stats()
+	for _, p := range h.pools {
+		ps := p.queue.Stats()
+		qs.InFlight, qs.Flows = qs.InFlight+ps.InFlight, qs.Flows+ps.Flows
+	}
 	h.usher.SetInFlightTotal(qs.InFlight)
 	h.usher.SetFlows(qs.Flows)
 	out := h.router.Outlier()
@@ -866,99 +908,4 @@ func (h *Handler) publishGauges() {
 		e.Gauges(h.usher)
 	}
 
-}
-
-// serveModels answers GET /v1/models: the configured models, or the first backend's list.
-func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
-	if h.staticModels != nil {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(h.staticList)
-		return
-	}
-	ml := h.models.Load()
-	if ml == nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		h.refreshModels(ctx)
-		cancel()
-		ml = h.models.Load()
-	}
-	if ml == nil {
-		openai.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable,
-			Code: "no_backend", Message: "no backend listed its models"})
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(ml.body)
-}
-
-// knownModel reports whether requests may ask for model.
-func (h *Handler) knownModel(model string) bool {
-	if h.staticModels != nil {
-		return h.staticModels[model]
-	}
-	ml := h.models.Load()
-	return ml == nil || ml.names[model]
-}
-
-func (h *Handler) refreshModelsEvery(ctx context.Context, every time.Duration) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			h.refreshModels(ctx)
-		}
-	}
-}
-
-// refreshModels asks every backend for its models and keeps the union of their names and
-// the first answer's body. A backend that does not answer changes nothing.
-func (h *Handler) refreshModels(ctx context.Context) {
-	if h.staticModels != nil || len(h.backends) == 0 {
-		return
-	}
-	var list *modelList
-	for _, b := range h.backends {
-		body, names, err := fetchModels(ctx, h.transport, b.URL)
-		if err != nil {
-			continue
-		}
-		if list == nil {
-			list = &modelList{body: body, names: map[string]bool{}}
-		}
-		for _, n := range names {
-			list.names[n] = true
-		}
-	}
-	if list != nil {
-		h.models.Store(list)
-	}
-}
-
-func fetchModels(ctx context.Context, rt http.RoundTripper, base string) ([]byte, []string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, nil, fmt.Errorf("%s/v1/models: %s", base, resp.Status)
-	}
-	names, err := modelNames(body)
-	if err != nil || len(names) == 0 {
-		return nil, nil, fmt.Errorf("%s/v1/models: no models listed", base)
-	}
-	return body, names, nil
 }

@@ -83,7 +83,7 @@ func (p Params) Decode(v any) error {
 //	filters   health, saturation, sticky
 //	scorers   prefix-ratio, prefix-length, queue-depth, running-requests, active-requests,
 //	          kv-utilization, load-aware, token-load, prefill-load, dynamo-cost,
-//	          session-aware, session-affinity, sglang-cache-aware
+//	          session-aware, session-affinity, sglang-cache-aware, adapter-affinity
 //	pickers   max-score, weighted-random, power-of-two, round-robin, softmax
 //	profiles  usher (the default), llm-d, llm-d-precise, llm-d-sticky,
 //	          sglang, dynamo, aibrix, round-robin, least-request
@@ -92,7 +92,8 @@ func (p Params) Decode(v any) error {
 //	deciders  prefix (the default), pool, always, never
 //
 // The parameters of a part with an Options struct are that struct's fields by name
-// (saturation: routing.SaturationOptions, dynamo-cost: routing.DynamoOptions, ...); of a part
+// (saturation: routing.SaturationOptions, dynamo-cost: routing.DynamoOptions,
+// adapter-affinity: routing.AdapterOptions, ...); of a part
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
 // load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
@@ -172,6 +173,13 @@ func NewRegistry() *Registry {
 		}
 		o.Seed, o.Feed = p.Session.Seed, p.Session.Feed
 		return routing.NewSessionAffinity(o), nil
+	}))
+	must(r.AddScorer("adapter-affinity", func(p Params) (routing.Scorer, error) {
+		var o routing.AdapterOptions
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return routing.NewAdapterAffinity(o)
 	}))
 	must(r.AddScorer("sglang-cache-aware", func(p Params) (routing.Scorer, error) {
 		var o routing.SGLangOptions

@@ -153,7 +153,7 @@ func TestOptionsProfile(t *testing.T) {
 	}
 }
 
-// Backends may list their models, all the same ones: requests are not routed by model yet.
+// Backends may list their models (here the same ones: one pool; TestModelPools has two).
 func TestBackendModels(t *testing.T) {
 	fleet := startFleet(t, 2)
 	urls := fleet.URLs()
@@ -165,8 +165,18 @@ func TestBackendModels(t *testing.T) {
 	if resp, e := post(t, base+"/v1/chat/completions", `{"model":"usher/demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
 		t.Errorf("a listed model: %d %+v", resp.StatusCode, e)
 	}
-	bad := testOptions([]proxy.Backend{{URL: urls[0], Models: []string{"a"}}, {URL: urls[1], Models: []string{"b"}}})
-	if _, err := proxy.New(bad); !errors.Is(err, proxy.ErrInvalidOptions) {
-		t.Errorf("backends listing different models: %v, want ErrInvalidOptions", err)
+	for what, bs := range map[string][]proxy.Backend{
+		"one backend listing models, another none": {{URL: urls[0], Models: []string{"a"}}, {URL: urls[1]}},
+		"adapters without a base model":            {{URL: urls[0], Adapters: []string{"lora"}}},
+		"an empty model name":                      {{URL: urls[0], Models: []string{""}}},
+	} {
+		if _, err := proxy.New(testOptions(bs)); !errors.Is(err, proxy.ErrInvalidOptions) {
+			t.Errorf("%s: %v, want ErrInvalidOptions", what, err)
+		}
+	}
+	o := testOptions([]proxy.Backend{{URL: urls[0], Models: []string{"a"}}})
+	o.Pools = map[string]proxy.PoolLimits{"b": {}}
+	if _, err := proxy.New(o); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("a pool no backend serves: %v, want ErrInvalidOptions", err)
 	}
 }

@@ -444,10 +444,14 @@ func (ex *exchange) abandonAttempt(err error, f routing.Failure) {
 // repick chooses another backend for the request, excluding those tried. It reports false
 // when none is left.
 func (ex *exchange) repick() bool {
-	p, err := ex.h.router.Pick(&routing.Request{
+	rr := routing.Request{
 		Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
-		Session: ex.routeSession, Role: ex.role, Exclude: ex.tried, Stream: ex.req != nil && ex.req.Stream,
-	})
+		Session: ex.routeSession, Role: ex.role, Exclude: ex.tried,
+	}
+	if ex.req != nil {
+		rr.Stream, rr.Model, rr.Adapter = ex.req.Stream, ex.req.Model, ex.req.Adapter
+	}
+	p, err := ex.h.router.Pick(&rr)
 	if err != nil {
 		return false
 	}

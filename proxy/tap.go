@@ -52,7 +52,10 @@ func (t *wholeTap) Read(p []byte) (int, error) {
 	}
 	switch {
 	case errors.Is(err, io.EOF):
-		if t.keep {
+		if t.keep && t.ex.ep > openai.Completions {
+			t.ex.readAnswer(t.buf)
+			t.buf = nil
+		} else if t.keep {
 			var body struct {
 				Usage *openai.Usage `json:"usage"`
 			}
@@ -78,7 +81,10 @@ func (t *wholeTap) Close() error {
 // asked for it; after [DONE] it reads the rest of the backend's body, so the connection can
 // be reused, and finishes the exchange before the client hears [DONE]. A stream that breaks
 // (an error, or EOF before [DONE]) ends with an OpenAI error event and a clean end, so the
-// client learns what happened; one the client abandoned ends with the read error.
+// client learns what happened; one the client abandoned ends with the read error. A Messages
+// or Responses stream is read in its own API's events (handleAPI): its last event
+// (message_stop, response.completed, an error) stands for [DONE], and a break ends it with
+// that API's error event.
 type sseTap struct {
 	ex        *exchange
 	up        io.ReadCloser
@@ -91,7 +97,8 @@ type sseTap struct {
 	upErr    error // the backend body's terminal error (io.EOF included), once seen
 	ended    bool  // nothing more for the client after out
 	sawFirst bool
-	chunks   int // chunks with text, for streams that report no usage
+	chunks   int  // chunks with text, for streams that report no usage
+	api      bool // a Messages or Responses stream: its own events, no [DONE] (apis.go)
 	data     []byte
 
 	inp, outp *[]byte // the pooled buffers behind in and out (nil once released)
@@ -106,7 +113,7 @@ const tapBufSize = 32 << 10
 var tapBufs = sync.Pool{New: func() any { b := make([]byte, 0, tapBufSize); return &b }}
 
 func newSSETap(ex *exchange, up io.ReadCloser) *sseTap {
-	t := &sseTap{ex: ex, up: up, dropUsage: !ex.req.IncludeUsage}
+	t := &sseTap{ex: ex, up: up, dropUsage: !ex.req.IncludeUsage, api: ex.ep == openai.Messages || ex.ep == openai.Responses}
 	t.inp, t.outp = tapBufs.Get().(*[]byte), tapBufs.Get().(*[]byte)
 	t.in, t.out = (*t.inp)[:0], (*t.outp)[:0]
 	return t
@@ -230,6 +237,8 @@ func (t *sseTap) handle(ev []byte) bool {
 		}
 		t.end(nil)
 		return true
+	case t.api:
+		return t.handleAPI(data)
 	case bytes.HasPrefix(data, []byte(`{"error"`)):
 		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"), routing.FailureServer)
 		return true
@@ -315,7 +324,7 @@ func (t *sseTap) broken() error {
 			Message: fmt.Sprintf("the request ran past its %v cap; the stream was cut", t.ex.h.timeouts.Request)}
 	}
 	t.ex.logFailure(e.Message, err)
-	t.out = e.AppendEvent(t.out[:0])
+	t.out = e.AppendEventFor(t.ex.ep, t.out[:0])
 	t.end(err)
 	return nil
 }

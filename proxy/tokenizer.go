@@ -47,9 +47,15 @@ type Tokenizer interface {
 	Tokenize(ctx context.Context, dst []prefixcache.BlockHash, req *openai.Request) (Prompt, error)
 }
 
-// SeedOf is the seed of a request's chain: the model and vLLM's cache_salt folded into the
-// first block, so different models (and salts) never share entries. Tokenizers use it.
+// SeedOf is the seed of a request's chain: the model, the LoRA adapter and vLLM's
+// cache_salt folded into the first block, so that different models, adapters (and salts)
+// never share entries, as the engine keys its cache. A request naming an adapter is seeded
+// with its base model and the adapter (Request.BaseModel and Adapter, which the Handler
+// sets), as KV events key the adapter's blocks. Tokenizers use it.
 func SeedOf(req *openai.Request) prefixcache.BlockHash {
+	if req.Adapter != "" {
+		return prefixcache.Seed(req.BaseModel, req.Adapter, req.CacheSalt)
+	}
 	return prefixcache.Seed(req.Model, "", req.CacheSalt)
 }
 

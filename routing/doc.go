@@ -97,6 +97,22 @@
 // prompt does not pull. Sessions live in a fixed-size, set-associative table of atomic words
 // with a TTL: bounded memory whatever clients send, no lock on the pick path.
 //
+// # Models and LoRA adapters
+//
+// A backend may list the models it serves (BackendState.Models: base models and the adapters it
+// can load); a request naming Request.Model is routed only to backends that list it or list
+// nothing, before the filters, and fails with ErrNoBackendForModel when none does. A server
+// with LoRA also reports the adapters of its running and waiting requests and its adapter slots
+// (SignalAdapters, vLLM's vllm:lora_requests_info). Update interns every name into small ids
+// per snapshot and sorts each backend's sets, so a pick resolves the request's model and adapter
+// once and tests each backend with a binary search over a few integers. Because a scrape lags
+// the burst that loads an adapter, the router counts its own in-flight requests per backend and
+// adapter (Candidate.AdapterInFlight) in a fixed table of atomic words. AdapterAffinity turns
+// both into a score: the adapter in use, then already loading, then a free slot, scaled down by
+// adapters waiting for slots. Weighed against a load term (UsherOptions.AdapterWeight) it cuts
+// adapter loads without pinning adapters to servers; bench/README.md, "LoRA adapters", has the
+// figures.
+//
 // # Several gateway replicas
 //
 // Each replica's router counts only the work it sent. The package takes no network

@@ -322,6 +322,14 @@ type UsherOptions struct {
 	// replicas that share session placements set the same Session.Seed and a Session.Feed, and
 	// reach the scorer for LearnPlacement with Profile.sessionScorers.
 	Session SessionAwareOptions
+	// AdapterWeight is the weight of an AdapterAffinity term (with Adapter's options) added
+	// for fleets serving LoRA adapters; 2 is the weight measured in bench/README.md, "LoRA
+	// adapters". Zero: no such term, and the profile is exactly the one described above. The
+	// term scores every backend 0 for a request without an adapter.
+	AdapterWeight float64
+	// Adapter configures the AdapterAffinity term; ignored when AdapterWeight is 0. Invalid
+	// options are reported by New (the term is then built from the defaults and New fails).
+	Adapter AdapterOptions
 }
 
 // UsherLoadCap is the in-flight prefill at which Usher's token-load term reaches 0: 131,072
@@ -350,6 +358,9 @@ const UsherLoadCap = 1 << 17
 //     (a fork, a shared document), and places the rest for balance in request counts.
 //   - KVUtilization steers away from servers about to preempt.
 //
+// With UsherOptions.AdapterWeight w > 0 the blend gains w·AdapterAffinity, for fleets that
+// serve LoRA adapters; the other weights stay as above.
+//
 // Learning at pick is what co-locates requests sent together (siblings of a fan-out, bursts on
 // one template): each sees the blocks the previous one is about to compute.
 //
@@ -360,7 +371,7 @@ func Usher(opts UsherOptions) Profile {
 	if sa.Overload == 0 {
 		sa.Overload = DefaultOverload
 	}
-	return Profile{
+	p := Profile{
 		Name:    "usher",
 		Filters: []Filter{newHealthFilter()},
 		Scorers: []Weighted{
@@ -371,4 +382,14 @@ func Usher(opts UsherOptions) Profile {
 		},
 		Picker: MaxScore(),
 	}
+	if opts.AdapterWeight != 0 {
+		var sc Scorer
+		if a, err := NewAdapterAffinity(opts.Adapter); err == nil {
+			sc = a
+		} else {
+			sc = invalidScorer{err}
+		}
+		p.Scorers = append(p.Scorers, Weighted{sc, opts.AdapterWeight})
+	}
+	return p
 }

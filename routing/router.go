@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"reflect"
 	"slices"
 	"strconv"
@@ -219,6 +220,8 @@ type Router struct {
 	heard   atomic.Bool
 	learn   Learn
 	remover PrefixRemover // the index's Remove, when it has one and learn is LearnOnPick
+	// adapters counts this router's requests in flight per backend and LoRA adapter.
+	adapters *adapterTable
 	// cleanSkip[i]: filters[i] is a HealthFilter preceded only by filters that return a subset
 	// of the candidates they are given (HealthFilter, Outlier), so that it keeps every
 	// candidate, and can be skipped, when no candidate Pick built is stale or unhealthy.
@@ -262,7 +265,8 @@ type Router struct {
 
 type snapshot struct {
 	backends  []backend
-	unhealthy int // backends whose Health is Unhealthy
+	unhealthy int        // backends whose Health is Unhealthy
+	lora      *loraIndex // interned models and adapters; nil when no backend lists any
 	// What every pick would otherwise recompute, set by summarise: the range of the backends'
 	// updated times (never: some backend was never observed), and the columns of the polled
 	// signals as they are while every backend is fresh (see cols).
@@ -289,6 +293,7 @@ type backend struct {
 	updated int64 // state.UpdatedAt in Unix nanoseconds; 0 for never
 	index   int64 // prefix index id; -1 when there is no index
 	id      BackendID
+	lora    *loraSets // nil when the snapshot's lora is
 	state   BackendState
 }
 
@@ -390,6 +395,7 @@ func New(opts Options) (*Router, error) {
 		name:       opts.Name,
 		learn:      opts.Learn,
 		ids:        make(map[string]BackendID),
+		adapters:   &adapterTable{seed: maphash.MakeSeed()},
 	}
 	if r.learn > LearnFromEvents {
 		return nil, fmt.Errorf("%w: Learn %v", ErrInvalidOptions, opts.Learn)
@@ -436,6 +442,9 @@ func New(opts Options) (*Router, error) {
 	for i, w := range opts.Scorers {
 		if w.Scorer == nil {
 			return nil, fmt.Errorf("%w: Scorers[%d] is nil", ErrInvalidOptions, i)
+		}
+		if bad, ok := w.Scorer.(invalidScorer); ok {
+			return nil, fmt.Errorf("Scorers[%d]: %w", i, bad.err)
 		}
 		if !(w.Weight >= 0) || w.Weight > 1e12 {
 			return nil, fmt.Errorf("%w: Scorers[%d] weight %v (want a finite value ≥ 0)", ErrInvalidOptions, i, w.Weight)
@@ -579,6 +588,7 @@ func (r *Router) Update(states []BackendState) error {
 		}
 	}
 	r.stats.invalid.Add(uint64(invalid))
+	s.lora = buildLora(s.backends)
 	s.summarise()
 	r.snap.Store(s)
 	return nil
@@ -678,7 +688,12 @@ func (s *scratch) grow(n int) {
 //
 // Pick is lock-free and never blocks; it does not allocate once its pools are warm (scorers and
 // filters permitting). Its cost is O(n·s) for n backends and s scorers, plus one prefix match of
-// req.Chain. It fails with ErrNoBackend when no backend is eligible.
+// req.Chain. It fails with ErrNoBackend when no backend is eligible, and with
+// ErrNoBackendForModel (which wraps it) when no backend serves req.Model.
+//
+// Only backends that serve req.Role and req.Model (BackendState.Models lists it, or lists
+// nothing) and are not in req.Exclude become candidates. A request naming an Adapter is
+// counted against that adapter on the chosen backend until Done (Candidate.AdapterInFlight).
 func (r *Router) Pick(req *Request) (Result, error) {
 	s := r.snap.Load()
 	if s == nil || len(s.backends) == 0 {
@@ -705,6 +720,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	sc.req = *req
 	sc.req.Now, sc.req.BlockSize, sc.req.PromptTokens = now, bs, prompt
 	sc.req.indexed = r.index != nil
+	sc.req.lora, sc.req.modelID, sc.req.adapterID = s.lora, s.lora.id(req.Model), s.lora.id(req.Adapter)
 	req = &sc.req
 	var match []int32
 	if r.index != nil && len(req.Chain) > 0 {
@@ -714,13 +730,16 @@ func (r *Router) Pick(req *Request) (Result, error) {
 
 	p := candParams{nowNs: nowNs, staleAfter: r.staleAfter, match: match, chain: len(req.Chain), bs: bs, prompt: prompt,
 		heard: r.heard.Load()}
+	if req.Adapter != "" {
+		p.adapters, p.adapterHash = r.adapters, r.adapters.hash(req.Adapter)
+	}
 	var (
 		cands  []Candidate
 		chosen *Candidate
 		b      *backend
 		score  float64
 	)
-	if r.fast && req.Role == RoleBoth && len(req.Exclude) == 0 {
+	if r.fast && req.Role == RoleBoth && len(req.Exclude) == 0 && (req.Model == "" || s.lora == nil || s.lora.allAny) {
 		// Every backend is a candidate, at its own index, and no filter changes that unless
 		// one is stale or unhealthy: score the columns without building the candidates.
 		n := len(s.backends)
@@ -760,11 +779,15 @@ func (r *Router) Pick(req *Request) (Result, error) {
 			cands = f.Filter(req, cands)
 		}
 		if len(cands) == 0 {
+			err := errAllFiltered
+			if req.Model != "" && s.lora != nil && !s.modelServed(req.modelID) {
+				err = ErrNoBackendForModel
+			}
 			sc.cands = cands[:0]
 			sc.req = Request{}
 			r.scratch.Put(sc)
 			r.stats.noBackend.Add(1)
-			return Result{}, errAllFiltered
+			return Result{}, err
 		}
 
 		n := len(cands)
@@ -817,6 +840,10 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	t.picked = now
 	t.stream = req.Stream
 	t.matched = matched
+	t.adapterSlot = -1
+	if p.adapters != nil {
+		t.adapterSlot = r.adapters.add(p.adapterHash, b.id)
+	}
 	if b.index >= 0 && r.learn != LearnFromEvents {
 		t.chain = append(t.chain[:0], req.Chain...)
 		if r.learn == LearnOnPick && matched < len(t.chain) {
@@ -842,12 +869,13 @@ func (r *Router) Pick(req *Request) (Result, error) {
 }
 
 // candidates fills cands, whose capacity must be at least len(s.backends), with one Candidate
-// for each backend that serves req.Role and is not in req.Exclude, in snapshot order, and
-// returns them with how many are stale (see candParams). O(n·(1 + len(req.Exclude))), no
-// allocation.
+// for each backend that serves req.Role and req.Model and is not in req.Exclude, in snapshot
+// order, and returns them with how many are stale (see candParams). O(n·(len(req.Exclude) +
+// log m)) for m models per backend, no allocation.
 func (s *snapshot) candidates(cands []Candidate, req *Request, p *candParams) (_ []Candidate, stale int) {
 	backends := s.backends
-	if req.Role == RoleBoth && len(req.Exclude) == 0 {
+	model := req.Model != "" && s.lora != nil && !s.lora.allAny
+	if req.Role == RoleBoth && len(req.Exclude) == 0 && !model {
 		// Every backend is a candidate, at its own index.
 		cands = cands[:len(backends)]
 		return cands, p.fill(cands, backends, 0)
@@ -855,7 +883,8 @@ func (s *snapshot) candidates(cands []Candidate, req *Request, p *candParams) (_
 	k := 0
 	for i := range backends {
 		b := &backends[i]
-		if !b.state.Role.serves(req.Role) || (len(req.Exclude) > 0 && slices.Contains(req.Exclude, b.id)) {
+		if !b.state.Role.serves(req.Role) || (len(req.Exclude) > 0 && slices.Contains(req.Exclude, b.id)) ||
+			(model && !b.lora.serves(req.modelID)) {
 			continue
 		}
 		cands = cands[:k+1]
@@ -875,6 +904,10 @@ type candParams struct {
 	chain      int  // len(req.Chain)
 	bs, prompt int  // the request's block size and prompt tokens
 	heard      bool // Progress was ever reported: fill the candidates' silence fields
+	// adapters and adapterHash: the router's adapter table and the hash of Request.Adapter,
+	// when the request names one (adapters is nil otherwise).
+	adapters    *adapterTable
+	adapterHash uint64
 }
 
 // fill sets every field of cands[j] for backends[j], the backend at index first+j of the
@@ -921,6 +954,11 @@ func (p *candParams) fill(cands []Candidate, backends []backend, first int) (sta
 		c.Age = age
 		c.slot = uint32(first + j + 1)
 		c.ix = int32(b.index + 1)
+		c.lora = b.lora
+		c.AdapterInFlight = 0
+		if p.adapters != nil {
+			c.AdapterInFlight = p.adapters.count(p.adapterHash, b.id)
+		}
 	}
 	return stale
 }
@@ -1077,7 +1115,9 @@ type ticket struct {
 	picked  time.Time
 	matched int  // blocks the backend held at pick time
 	stream  bool // counted in load.streams
-	chain   []BlockHash
+	// adapterSlot is the word of Router.adapters counting this request, -1 when none.
+	adapterSlot int32
+	chain       []BlockHash
 }
 
 const (
@@ -1189,6 +1229,10 @@ func (p Result) Done(info DoneInfo) {
 	}
 	t.load.blocks.Add(-t.blocks)
 	r := t.r
+	if t.adapterSlot >= 0 {
+		r.adapters.release(t.adapterSlot)
+		t.adapterSlot = -1
+	}
 	r.stats.done.Add(1)
 	if info.Err != nil {
 		r.stats.failed.Add(1)

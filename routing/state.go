@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -81,8 +82,13 @@ const (
 	// SignalKVCapacity: BackendState.KVCapacityBlocks and BackendState.BlockSize are known.
 	SignalKVCapacity
 
-	// AllSignals is every signal above.
+	// AllSignals is every load signal above. SignalAdapters, which only servers with LoRA
+	// enabled export, is not in it.
 	AllSignals = SignalQueued | SignalRunning | SignalKVUtilization | SignalKVCapacity
+
+	// SignalAdapters: BackendState.RunningAdapters, WaitingAdapters and MaxAdapters are known
+	// (vLLM's vllm:lora_requests_info gauge).
+	SignalAdapters Signal = 1 << 4
 )
 
 // Has reports whether every signal in want is in s.
@@ -103,6 +109,9 @@ func (s Signal) Has(want Signal) bool { return s&want == want }
 // count candidates with stale signals in Stats.StaleCandidates).
 //
 // A BackendState is a plain value: copy it freely; the router never retains the caller's copy.
+// Its slices (Models, RunningAdapters, WaitingAdapters) are shared, not copied, by Update, and
+// never modified by the router: do not modify their elements after handing them over (build
+// new slices for the next update).
 type BackendState struct {
 	// Name identifies the backend (for example its address). It must be non-empty and unique
 	// within an update; it is also the name the prefix index knows the backend by, and the key
@@ -131,6 +140,20 @@ type BackendState struct {
 	// has SignalKVCapacity; must be > 0.
 	BlockSize int
 
+	// Models lists the model names the server serves: base models and the LoRA adapters it can
+	// load (what its GET /v1/models lists). Nil or empty: it serves any model. A Router only
+	// routes a request naming Request.Model to backends that list it or list nothing. It is
+	// configuration, not a polled signal: no Known bit, never stale. Empty names are ignored.
+	Models []string
+	// RunningAdapters lists the LoRA adapters of the requests in the server's running batch,
+	// and WaitingAdapters those of its waiting requests (vLLM's running_lora_adapters and
+	// waiting_lora_adapters labels). An adapter may be in both. Valid when Known has
+	// SignalAdapters; names must be non-empty.
+	RunningAdapters, WaitingAdapters []string
+	// MaxAdapters is the number of adapters the server can hold in its GPU slots at once (vLLM
+	// max_lora). Valid when Known has SignalAdapters; must be > 0.
+	MaxAdapters int
+
 	// UpdatedAt is when the signals were observed. The zero time means never: every signal is
 	// then treated as missing, whatever Known says.
 	UpdatedAt time.Time
@@ -156,10 +179,30 @@ func (s *BackendState) sanitize() int {
 		s.Known &^= SignalKVCapacity
 		bad++
 	}
+	if s.Known.Has(SignalAdapters) && !adaptersValid(s) {
+		s.Known &^= SignalAdapters
+		bad++
+	}
 	if s.UpdatedAt.IsZero() {
 		s.Known = 0
 	}
 	return bad
+}
+
+// maxAdapterSlots bounds BackendState.MaxAdapters: vLLM's max_loras is a handful to a few
+// hundred; anything beyond this is a parse error, not a server.
+const maxAdapterSlots = 1 << 16
+
+// adaptersValid reports whether s's adapter signals make sense: MaxAdapters in
+// [1, maxAdapterSlots], lists no longer than that and no empty names. More distinct running
+// adapters than slots is not rejected: some vLLM versions render both labels from one map of
+// every adapter with requests, running or waiting. O(r + w) for r running and w waiting names.
+func adaptersValid(s *BackendState) bool {
+	if s.MaxAdapters <= 0 || s.MaxAdapters > maxAdapterSlots ||
+		len(s.RunningAdapters) > maxAdapterSlots || len(s.WaitingAdapters) > maxAdapterSlots {
+		return false
+	}
+	return !slices.Contains(s.WaitingAdapters, "") && !slices.Contains(s.RunningAdapters, "")
 }
 
 // InFlight is a count of work sent to a backend that has not finished: the router's own
@@ -205,6 +248,11 @@ type Candidate struct {
 	UncachedTokens int
 	// Age is how long ago the signals were observed; negative when they never were.
 	Age time.Duration
+	// AdapterInFlight is the number of this router's requests for Request.Adapter picked onto
+	// this backend and not yet Done (0 when the request names no adapter): the adapter is in
+	// use there whatever the last scrape said. Peers' requests are not counted. The count is
+	// kept in a fixed table (see Router); in the rare case it is full, a request is not counted.
+	AdapterInFlight int
 
 	slot uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
 	ix   int32  // 1 + the prefix index id; 0 when unknown (no index, or built outside a Router)
@@ -212,6 +260,9 @@ type Candidate struct {
 	// byte any request got (Result.Progress) and the moment the first stream was picked, Unix ns.
 	busy  int64
 	heard int64
+	// lora is the backend's interned model and adapter sets in the snapshot (nil without
+	// them, or for a candidate built outside a Router).
+	lora *loraSets
 }
 
 // Has reports whether the signals in want are known and fresh for this candidate.
@@ -260,6 +311,15 @@ type Request struct {
 	// Exclude lists backends the pick must not choose, for example those a retry already
 	// tried. Checked before the filters, O(len(Exclude)) per backend; keep it short.
 	Exclude []BackendID
+	// Model is the model name the request asks for (the body's "model"). Empty: any. When
+	// some backend lists Models, only backends that list Model, or list nothing, are
+	// candidates; when none is, Pick fails with ErrNoBackendForModel.
+	Model string
+	// Adapter is the LoRA adapter the request needs; empty means the base model. A request
+	// that names an adapter as its model has Model and Adapter both set to that name (as vLLM
+	// serves it). The router counts its own in-flight requests per backend and adapter
+	// (Candidate.AdapterInFlight) and AdapterAffinity scores by it.
+	Adapter string
 	// Stream says the answer is streamed, so a live backend sends bytes soon (a stream's
 	// headers come when the server accepts it): only streamed requests in flight make a
 	// backend that sends nothing count as silent (see Result.Progress). A whole answer's
@@ -267,6 +327,10 @@ type Request struct {
 	Stream bool
 
 	indexed bool // set on the router's copy when the Router has a prefix index
+	// On the router's copy: the snapshot's interned sets the ids below refer to (nil when the
+	// snapshot has none), and Model's and Adapter's ids there (-1: not listed by any backend).
+	lora               *loraIndex
+	modelID, adapterID int32
 }
 
 // clamp01 maps a score into [0, 1]; NaN becomes 0. It reports whether it changed the value.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -157,8 +158,8 @@ type errorBody struct {
 
 // do sends one streamed request, retrying after 429 and 503 as Retries allows, and measures
 // it. It never returns an error: failures are recorded in the result.
-func (t *Target) do(ctx context.Context, s *Session, msgs []Message, maxTokens int, res *result) {
-	body := chatBody{Model: t.Model, MaxTokens: maxTokens, IgnoreEOS: t.IgnoreEOS, Stream: true,
+func (t *Target) do(ctx context.Context, s *Session, msgs []Message, model string, maxTokens int, res *result) {
+	body := chatBody{Model: cmp.Or(model, t.Model), MaxTokens: maxTokens, IgnoreEOS: t.IgnoreEOS, Stream: true,
 		StreamOptions: map[string]any{"include_usage": true}}
 	path := "/v1/chat/completions"
 	if t.Completions {

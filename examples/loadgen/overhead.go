@@ -211,7 +211,7 @@ func runOverhead(ctx context.Context, cfg config, stdout, stderr io.Writer) erro
 		filler := Session{ID: "loadgen-filler", Tenant: "sk-loadgen-filler", Turns: []Turn{{User: "Keep the engine busy.", MaxTokens: 4000}}}
 		for fillCtx.Err() == nil {
 			var res result
-			direct.do(fillCtx, &filler, filler.messages(0, nil), 4000, &res)
+			direct.do(fillCtx, &filler, filler.messages(0, nil), "", 4000, &res)
 			if !res.ok() && fillCtx.Err() == nil {
 				sleep(fillCtx, 100*time.Millisecond)
 			}

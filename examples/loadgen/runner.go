@@ -73,7 +73,7 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 		c.inflight.Add(1)
 		tr := &s.Turns[turn]
 		res := result{turn: tr.Index}
-		t.do(ctx, s, s.messages(turn, answers), tr.MaxTokens, &res)
+		t.do(ctx, s, s.messages(turn, answers), tr.Model, tr.MaxTokens, &res)
 		<-sem
 		c.inflight.Add(-1)
 		if !res.ok() && ctx.Err() != nil {

@@ -78,6 +78,9 @@ func TraceSessions(w *bench.Workload, opts TraceOptions) ([]Session, error) {
 			input = min(input, m-output-traceTemplateTokens)
 		}
 		turn := Turn{HashIDs: r.IDs, Tokens: input, MaxTokens: output, BlockTokens: w.BlockTokens}
+		if r.Adapter > 0 && int(r.Adapter) <= len(w.Adapters) {
+			turn.Model = w.Adapters[r.Adapter-1] // the workload's requests under a LoRA adapter
+		}
 		if r.Session >= 0 {
 			turn.Index = int(r.Turn) - 1
 		}

@@ -52,6 +52,8 @@ type Turn struct {
 	// Index is the turn's number in its conversation: 0 is a first turn (a cold prefix beyond
 	// any shared opening), later turns should find their history cached.
 	Index int
+	// Model is the model the turn asks for (a LoRA adapter, say); empty: Target.Model.
+	Model string
 }
 
 // Message is an OpenAI chat message with string content.

@@ -117,7 +117,7 @@ func jsonNames(t reflect.Type) map[string]bool {
 // checkModel answers 404 for another model than the served one; an empty name means the
 // served model, as vLLM allows.
 func (s *Server) checkModel(w http.ResponseWriter, model string) bool {
-	if model != "" && model != s.model {
+	if !s.serves(model) {
 		writeError(w, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", model))
 		return false
 	}
@@ -297,7 +297,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *completio
 			return // the client left during the transfer
 		}
 	}
-	id, st, err := s.submit(engine.Request{Prompt: prompt, Output: out, OutputTokens: n, RemotePrefill: remote}, reason)
+	adapter := s.adapterOf(req.Model)
+	id, st, err := s.submit(engine.Request{Prompt: prompt, Output: out, OutputTokens: n, RemotePrefill: remote, Adapter: adapter}, reason)
 	switch {
 	case errors.Is(err, ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "the server is shutting down")
@@ -314,7 +315,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, req *completio
 		ID:      fmt.Sprintf("%s%016x", prefix, uint64(id)*0x9e3779b97f4a7c15^s.idSalt),
 		Object:  object,
 		Created: time.Now().Unix(),
-		Model:   s.model,
+		Model:   s.modelName(adapter),
 	}
 	if req.Stream {
 		s.stream(w, r, id, st, &resp, pieces, reason, chat, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, len(prompt))
@@ -454,19 +455,10 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "Method Not Allowed")
 		return
 	}
-	type model struct {
-		ID          string `json:"id"`
-		Object      string `json:"object"`
-		Created     int64  `json:"created"`
-		OwnedBy     string `json:"owned_by"`
-		Root        string `json:"root"`
-		Parent      any    `json:"parent"`
-		MaxModelLen int    `json:"max_model_len"`
-	}
 	writeJSON(w, http.StatusOK, struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{"list", []model{{ID: s.model, Object: "model", Created: s.epoch.Unix(), OwnedBy: "vllm", Root: s.model, MaxModelLen: s.profile.MaxModelLen}}})
+		Object string      `json:"object"`
+		Data   []modelCard `json:"data"`
+	}{"list", s.modelCards()})
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

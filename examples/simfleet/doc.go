@@ -12,6 +12,13 @@
 //     is set, data: [DONE]) or whole; usage reports prompt_tokens_details.cached_tokens, the
 //     prompt tokens the engine served from its prefix cache. A client that disconnects aborts
 //     its request in the engine.
+//   - POST /v1/messages (Anthropic's Messages API, RenderMessages) and /v1/responses
+//     (OpenAI's Responses API, RenderResponses), streamed in each API's own events or whole,
+//     with the cached prompt tokens in each API's usage (cache_read_input_tokens,
+//     input_tokens_details.cached_tokens). A stored response (store defaults to true) keeps
+//     its conversation, so previous_response_id continues it — from the prefix cache — on
+//     this server alone; another answers 404.
+//   - POST /v1/embeddings: a deterministic unit vector per input, and the usage.
 //   - GET /v1/models, GET /health.
 //   - GET /metrics with vLLM's metric names and labels (vllm:num_requests_running,
 //     vllm:num_requests_waiting, vllm:kv_cache_usage_perc, vllm:cache_config_info with
@@ -21,6 +28,15 @@
 //     {count, max_model_len, tokens}; messages are rendered by the chat template first.
 //   - POST /kv_transfer/pull, the side channel of disaggregated serving (below), and the
 //     simfleet:kv_transfer_* series of /metrics that count it.
+//
+// With Options.LoRA a Server serves LoRA adapters on its model as vLLM does with
+// --enable-lora --lora-modules --max-loras: a request whose model names an adapter runs under
+// it, /v1/models lists each adapter with the model as its parent, and /metrics exports
+// vllm:lora_requests_info. The engine holds MaxLoRAs adapters in slots, loads a missing one
+// (LoRAOptions.LoadCost, DefaultLoRALoadCost from published figures) into a free slot or in
+// place of the least recently used idle one, keeps a request waiting while every slot serves
+// other adapters' running requests, and hashes a prompt's blocks under its adapter, so a
+// prefix cached under one adapter is a miss under another; KV events carry lora_name.
 //
 // Prompts are tokenized by Tokenize, a deterministic word-piece tokenizer that any client can
 // call too: equal text prefixes give equal token prefixes, so requests sharing a system prompt

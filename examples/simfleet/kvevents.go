@@ -26,6 +26,7 @@ func AppendKVBatch(b *kvevents.Batch, evs []engine.KVEvent) {
 			out.Parent, out.HasParent = uint64(ev.Parent), ev.HasParent
 			out.Tokens = ev.Tokens
 			out.Medium = "GPU"
+			out.LoRAName = ev.LoRA
 		case engine.KVBlockRemoved:
 			out.Kind = kvevents.BlockRemoved
 			out.Medium = "GPU"

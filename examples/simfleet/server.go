@@ -51,6 +51,8 @@ type Options struct {
 	// TransferTimeout is how long a prefill server keeps a prompt's KV for a decode server to
 	// pull, as vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT; 0 means 60 s.
 	TransferTimeout time.Duration
+	// LoRA configures the LoRA adapters served on the model (lora.go). Zero: none.
+	LoRA LoRAOptions
 	// SideChannel is the host:port a prefill answer's kv_transfer_params names for decode
 	// servers to pull the KV from (remote_host, remote_port). It must reach this server's
 	// HTTP listener, which serves the pulls. Empty means the local address of the connection
@@ -99,6 +101,10 @@ type Server struct {
 	transfers        transfers  // has its own lock
 	kv               kvCounters // atomic
 
+	lora loraState // the LoRA adapters served (lora.go); has its own lock
+
+	stored responseStore // the Responses API's stored conversations (responses.go); has its own lock
+
 	mu      sync.Mutex
 	eng     *engine.Engine
 	streams map[engine.RequestID]*stream
@@ -119,6 +125,10 @@ type stream struct {
 func New(opts Options) (*Server, error) {
 	if opts.OnKVEvents != nil {
 		opts.Engine.KVEvents = true
+	}
+	adapters, err := setupLoRA(&opts)
+	if err != nil {
+		return nil, err
 	}
 	eng, err := engine.New(opts.Engine)
 	if err != nil {
@@ -188,9 +198,13 @@ func New(opts Options) (*Server, error) {
 	}
 	s.idSalt = uint64(s.epoch.UnixNano())
 	s.initMetrics()
+	s.initLoRA(adapters, opts.Engine.LoRA.MaxLoRAs)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("/v1/completions", s.handleCompletions)
+	s.mux.HandleFunc("/v1/messages", s.handleMessages)   // anthropic.go
+	s.mux.HandleFunc("/v1/responses", s.handleResponses) // responses.go
+	s.mux.HandleFunc("/v1/embeddings", s.handleEmbeddings)
 	s.mux.HandleFunc("/v1/models", s.handleModels)
 	s.mux.HandleFunc("/tokenize", s.handleTokenize)
 	s.mux.HandleFunc("/health", s.handleHealth)

@@ -25,7 +25,9 @@ var _ proxy.Tokenizer = Tokenizer{}
 var tokenBufs = sync.Pool{New: func() any { s := make([]uint32, 0, 8192); return &s }}
 
 // Tokenize implements proxy.Tokenizer: chat messages rendered with the simulated chat
-// template (generation prompt added), a completions prompt as text or token ids. O(prompt).
+// template (generation prompt added), a completions prompt as text or token ids, Messages and
+// Responses bodies as the simulated server renders them (RenderMessages, RenderResponses),
+// embeddings not at all (they are routed by load). O(prompt).
 func (t Tokenizer) Tokenize(_ context.Context, dst []prefixcache.BlockHash, req *openai.Request) (proxy.Prompt, error) {
 	bs := t.BlockSize
 	if bs <= 0 {
@@ -35,6 +37,19 @@ func (t Tokenizer) Tokenize(_ context.Context, dst []prefixcache.BlockHash, req 
 	defer tokenBufs.Put(bp)
 	tokens := (*bp)[:0]
 	switch text, ok := req.PromptText(); {
+	case req.Endpoint == openai.Messages || req.Endpoint == openai.Responses:
+		render := RenderMessages
+		if req.Endpoint == openai.Responses {
+			render = RenderResponses // without the stored history of a previous response
+		}
+		rendered, err := render(req.Body)
+		if err != nil {
+			return proxy.Prompt{Chain: dst}, err
+		}
+		tokens = AppendTokens(tokens, rendered)
+	case req.Endpoint == openai.Embeddings:
+		*bp = tokens[:0]
+		return proxy.Prompt{Chain: dst, Tokens: max(1, len(req.Input)/4)}, nil
 	case req.Endpoint == openai.Chat:
 		msgs := make([]Message, len(req.Messages))
 		for i, m := range req.Messages {

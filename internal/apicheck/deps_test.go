@@ -49,4 +49,12 @@ func TestDependencies(t *testing.T) {
 			}
 		}
 	}
+	// The API clients are for tests and examples: the gateway speaks their APIs itself.
+	for _, pkg := range []string{"/proxy", "/proxy/openai", "/proxy/extproc", "/gateway"} {
+		for _, d := range deps(mod + pkg) {
+			if strings.HasPrefix(d, "github.com/anthropics/") || strings.HasPrefix(d, "github.com/openai/") {
+				t.Errorf("%s links the API client %s", pkg, d)
+			}
+		}
+	}
 }

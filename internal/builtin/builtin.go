@@ -97,6 +97,10 @@ type ProfileOptions struct {
 }
 
 // namedProfile is one entry of the registry.
+// GatewayAdapterWeight is the weight of routing.AdapterAffinity in the gateway's usher
+// profile: 2, measured on the simulator's LoRA workload (bench/README.md, "LoRA adapters").
+const GatewayAdapterWeight = 2
+
 type namedProfile struct {
 	name string
 	make func(ProfileOptions) routing.Profile
@@ -106,7 +110,9 @@ type namedProfile struct {
 // registry name.
 var profiles = []namedProfile{
 	{"usher", func(o ProfileOptions) routing.Profile {
-		return routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o.Session}})
+		// The adapter term scores every backend alike for base-model requests: it changes
+		// nothing until a fleet serves LoRA adapters (bench/README.md, "LoRA adapters").
+		return routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o.Session}, AdapterWeight: GatewayAdapterWeight})
 	}},
 	{"llm-d", func(ProfileOptions) routing.Profile { return routing.LLMDDefault() }},
 	{"llm-d-precise", func(ProfileOptions) routing.Profile { return routing.LLMDPrecise() }},

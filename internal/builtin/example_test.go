@@ -21,7 +21,7 @@ func ExampleProfile() {
 	_, err := builtin.Profile("llmd", builtin.ProfileOptions{})
 	fmt.Println(err)
 	// Output:
-	// usher          filters 1, scorers 4, learns on-pick
+	// usher          filters 1, scorers 5, learns on-pick
 	// llm-d          filters 1, scorers 3, learns on-pick
 	// llm-d-precise  filters 1, scorers 3, learns from-events
 	// llm-d-sticky   filters 2, scorers 1, learns on-pick

@@ -49,6 +49,10 @@ type Request struct {
 	// cached as the transfer left them. EventStarted still reports only the local prefix hits.
 	// A request preempted later recomputes locally, as vLLM does.
 	RemotePrefill bool
+	// Adapter is the LoRA adapter the request runs under; empty means the base model. It
+	// needs Options.LoRA, and its prompt blocks are chained from PromptRoot(Adapter). Blocks
+	// given by the caller must be hashed under the adapter already.
+	Adapter string
 }
 
 // EventKind says what happened to a request.
@@ -122,6 +126,7 @@ type KVEvent struct {
 	HasParent bool
 	Tokens    []uint32 // token ids of all stored blocks concatenated, nil when unknown
 	BlockSize int
+	LoRA      string // the adapter the stored blocks were computed under (vLLM's lora_name)
 }
 
 // Options configures an Engine. The zero value is valid and models the Demo profile.
@@ -135,6 +140,8 @@ type Options struct {
 	KVEvents bool
 	// HashSeed seeds the chained hash of token blocks (vLLM's NONE_HASH); 0 is a fixed default.
 	HashSeed uint64
+	// LoRA configures adapter slots; the zero value serves the base model only.
+	LoRA LoRA
 }
 
 type state uint8
@@ -157,6 +164,8 @@ type request struct {
 	output       int         // output tokens produced
 	hashedBlocks int         // leading blocks already offered to the cache
 	remote       bool        // Request.RemotePrefill
+	adapter      string      // Request.Adapter
+	slot         int         // 1 + the LoRA slot it uses while running; 0 for none
 	seq          uint64      // submission number, unique in the engine's life
 	started      bool
 	state        state
@@ -188,6 +197,8 @@ type Stats struct {
 	Aborted          int64
 	Preemptions      int64
 	Steps            int64
+	LoRALoads        int64 // adapters loaded into a slot
+	MaxLoRAs         int   // adapter slots (Options.LoRA.MaxLoRAs)
 }
 
 // Engine models one continuous-batching model server (see the package documentation).
@@ -220,6 +231,10 @@ type Engine struct {
 
 	seq uint64
 	st  Stats
+
+	slots     []loraSlot // Options.LoRA.MaxLoRAs adapter slots
+	skipped   []*request // waiting requests a step skipped for want of an adapter slot
+	stepLoads int        // adapters the step being scheduled loads
 }
 
 // New returns an idle Engine with an empty KV cache. It allocates the block table: O(NumBlocks).
@@ -228,6 +243,9 @@ func New(opts Options) (*Engine, error) {
 		opts.Profile = Demo
 	}
 	if err := opts.Profile.validate(); err != nil {
+		return nil, err
+	}
+	if err := opts.LoRA.validate(); err != nil {
 		return nil, err
 	}
 	if opts.HashSeed == 0 {
@@ -245,6 +263,8 @@ func New(opts Options) (*Engine, error) {
 		e.kv.onEvict = e.recordEvict
 	}
 	e.st.BlockSize, e.st.NumBlocks = e.p.BlockSize, e.p.NumBlocks
+	e.slots = make([]loraSlot, opts.LoRA.MaxLoRAs)
+	e.st.MaxLoRAs = opts.LoRA.MaxLoRAs
 	return e, nil
 }
 
@@ -299,6 +319,8 @@ func (e *Engine) Submit(req Request, now time.Duration) error {
 		return fmt.Errorf("%w: request %d needs %d tokens, max model length is %d", ErrTooLong, req.ID, promptLen+req.OutputTokens, e.p.MaxModelLen)
 	case (promptLen+req.OutputTokens+bs-1)/bs > e.p.NumBlocks:
 		return fmt.Errorf("%w: request %d needs more than the %d KV blocks", ErrTooLong, req.ID, e.p.NumBlocks)
+	case req.Adapter != "" && len(e.slots) == 0:
+		return fmt.Errorf("%w: request %d names adapter %q, and LoRA is not enabled", ErrInvalidRequest, req.ID, req.Adapter)
 	}
 	if _, dup := e.reqs[req.ID]; dup {
 		return fmt.Errorf("%w: %d", ErrDuplicateID, req.ID)
@@ -306,12 +328,13 @@ func (e *Engine) Submit(req Request, now time.Duration) error {
 	r := e.newRequest()
 	r.id, r.arrived, r.promptLen, r.outputLen = req.ID, now, promptLen, req.OutputTokens
 	r.remote = req.RemotePrefill
+	r.adapter = req.Adapter
 	if len(req.Prompt) > 0 {
 		r.tokens = append(r.tokens, req.Prompt...)
 		r.tokens = append(r.tokens, req.Output[:min(len(req.Output), req.OutputTokens)]...)
-		var parent BlockHash
+		parent, rooted := e.PromptRoot(req.Adapter)
 		for k := 0; (k+1)*bs <= promptLen; k++ {
-			parent = e.HashBlock(parent, k > 0, r.tokens[k*bs:(k+1)*bs])
+			parent = e.HashBlock(parent, k > 0 || rooted, r.tokens[k*bs:(k+1)*bs])
 			r.hashes = append(r.hashes, parent)
 		}
 	} else {
@@ -367,6 +390,7 @@ func (e *Engine) Abort(id RequestID, now time.Duration) bool {
 		}
 		e.kv.release(r.blocks)
 		r.blocks = r.blocks[:0]
+		e.releaseLoRA(r)
 	}
 	r.state = stateDone
 	delete(e.reqs, id)
@@ -410,6 +434,7 @@ func (e *Engine) BeginStep(now time.Duration) (time.Duration, bool) {
 	budget := e.p.MaxNumBatchedTokens
 	e.batch = e.batch[:0]
 	e.stepAt = now
+	e.stepLoads = 0
 	preempted := false
 
 	for i := 0; i < len(e.running) && budget > 0; i++ {
@@ -442,6 +467,17 @@ func (e *Engine) BeginStep(now time.Duration) (time.Duration, bool) {
 	if !preempted || len(e.batch) == 0 {
 		for len(e.waiting) > e.wHead && len(e.running) < e.p.MaxNumSeqs && budget > 0 {
 			r := e.waiting[e.wHead]
+			slot := -1
+			if r.adapter != "" {
+				var ok bool
+				if slot, ok = e.loraSlotFor(r.adapter); !ok {
+					// Every slot serves another adapter's running requests: skip it.
+					e.waiting[e.wHead] = nil
+					e.wHead++
+					e.skipped = append(e.skipped, r)
+					continue
+				}
+			}
 			numTokens := r.promptLen + r.output
 			maxHit := (numTokens - 1) / bs
 			hits := e.scratch[:0]
@@ -477,6 +513,9 @@ func (e *Engine) BeginStep(now time.Duration) (time.Duration, bool) {
 			r.computed = computed
 			r.hashedBlocks = len(hits)
 			r.state = stateRunning
+			if slot >= 0 {
+				e.claimLoRA(r, slot)
+			}
 			e.waiting[e.wHead] = nil
 			e.wHead++
 			e.running = append(e.running, r)
@@ -489,6 +528,7 @@ func (e *Engine) BeginStep(now time.Duration) (time.Duration, bool) {
 			e.batch = append(e.batch, batchItem{r: r, id: r.id, n: n, ctx: computed})
 			budget -= n
 		}
+		e.restoreSkipped()
 		if e.wHead == len(e.waiting) {
 			e.waiting, e.wHead = e.waiting[:0], 0
 		} else if e.wHead > 64 && e.wHead*2 > len(e.waiting) {
@@ -514,7 +554,7 @@ func (e *Engine) BeginStep(now time.Duration) (time.Duration, bool) {
 	}
 	e.stepping = true
 	e.st.Steps++
-	return e.p.stepCost(pTokens, pPairs, dSeqs, dCtx), true
+	return e.p.stepCost(pTokens, pPairs, dSeqs, dCtx) + time.Duration(e.stepLoads)*e.opts.LoRA.LoadCost, true
 }
 
 // grow allocates blocks so that r holds tokens tokens, or reports false leaving r unchanged.
@@ -530,6 +570,7 @@ func (e *Engine) grow(r *request, tokens int) bool {
 }
 
 func (e *Engine) preempt(r *request, now time.Duration) {
+	e.releaseLoRA(r)
 	e.kv.release(r.blocks)
 	r.blocks = r.blocks[:0]
 	r.computed = 0
@@ -579,6 +620,7 @@ func (e *Engine) EndStep(now time.Duration) {
 		}
 		e.events = append(e.events, Event{At: now, Arrived: r.arrived, ID: r.id, Kind: EventFinished, Tokens: r.output})
 		e.st.Finished++
+		e.releaseLoRA(r)
 		e.kv.release(r.blocks)
 		r.blocks = r.blocks[:0]
 		r.state = stateDone
@@ -616,12 +658,12 @@ func (e *Engine) cacheFull(r *request, now time.Duration) {
 	for (r.hashedBlocks+1)*bs <= r.computed {
 		k := r.hashedBlocks
 		if k >= len(r.hashes) {
-			var parent BlockHash
+			parent, chained := e.PromptRoot(r.adapter)
 			if k > 0 {
-				parent = r.hashes[k-1]
+				parent, chained = r.hashes[k-1], true
 			}
 			if (k+1)*bs <= len(r.tokens) {
-				r.hashes = append(r.hashes, e.HashBlock(parent, k > 0, r.tokens[k*bs:(k+1)*bs]))
+				r.hashes = append(r.hashes, e.HashBlock(parent, chained, r.tokens[k*bs:(k+1)*bs]))
 			} else {
 				r.hashes = append(r.hashes, e.uniqueHash(parent, r.seq))
 			}
@@ -636,7 +678,7 @@ func (e *Engine) cacheFull(r *request, now time.Duration) {
 			continue
 		}
 		if ev == nil {
-			e.kvEvents = append(e.kvEvents, KVEvent{At: now, Kind: KVBlockStored, BlockSize: bs})
+			e.kvEvents = append(e.kvEvents, KVEvent{At: now, Kind: KVBlockStored, BlockSize: bs, LoRA: r.adapter})
 			ev = &e.kvEvents[len(e.kvEvents)-1]
 			if k > 0 {
 				ev.Parent, ev.HasParent = r.hashes[k-1], true

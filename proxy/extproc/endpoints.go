@@ -30,6 +30,10 @@ type Endpoint struct {
 	// Role is the part of inference the server serves (routing.BackendState.Role): both
 	// (the zero value), prefill or decode.
 	Role routing.Role
+	// Models are the base models the server serves, and Adapters the LoRA adapters it serves
+	// on Models[0]. A request naming a model goes only to the endpoints that list it (or list
+	// none); one naming an adapter is keyed and routed as that adapter of its base model.
+	Models, Adapters []string
 }
 
 // ErrInvalidEndpoint is returned (wrapped) for an endpoint the picker cannot use.
@@ -55,7 +59,28 @@ func (e Endpoint) validate() error {
 	if e.Replay != "" && e.KVEvents == "" {
 		return fmt.Errorf("%w: %s: a replay endpoint without a KV-event endpoint", ErrInvalidEndpoint, e.Address)
 	}
+	for _, m := range slices.Concat(e.Models, e.Adapters) {
+		if m == "" || len(m) > 256 {
+			return fmt.Errorf("%w: %s: a model or adapter name must have 1 to 256 bytes", ErrInvalidEndpoint, e.Address)
+		}
+	}
+	if len(e.Adapters) > 0 && len(e.Models) == 0 {
+		return fmt.Errorf("%w: %s: adapters need models, whose first is their base model", ErrInvalidEndpoint, e.Address)
+	}
 	return nil
+}
+
+// serves reports whether e serves model: it lists it, or lists no models.
+func (e Endpoint) serves(model string) bool {
+	return len(e.Models) == 0 || slices.Contains(e.Models, model) || slices.Contains(e.Adapters, model)
+}
+
+// served returns the names e serves (its models and adapters); nil when it lists none.
+func (e Endpoint) served() []string {
+	if len(e.Models) == 0 {
+		return nil
+	}
+	return slices.Concat(e.Models, e.Adapters)
 }
 
 // metricsURL is where the endpoint's metrics are scraped.
@@ -67,18 +92,19 @@ func (e Endpoint) metricsURL() string {
 }
 
 // endpointKeys are ParseEndpoint's options; true marks a list.
-var endpointKeys = backendspec.Keys{"metrics": false, "kv-events": false, "replay": false, "role": false}
+var endpointKeys = backendspec.Keys{"metrics": false, "kv-events": false, "replay": false, "role": false, "models": true, "adapters": true}
 
 // ParseEndpoint parses one endpoint in usher's backend syntax (the gateway's -backend one,
 // with an ip:port for the URL): "ip:port" followed by options separated by commas or spaces —
-// metrics=URL, kv-events=tcp://..., replay=tcp://..., role=prefill|decode|both. An unknown or
-// repeated option is an error naming it.
+// metrics=URL, kv-events=tcp://..., replay=tcp://..., role=prefill|decode|both, models=A,B...,
+// adapters=L1,L2... An unknown or repeated option is an error naming it.
 func ParseEndpoint(s string) (Endpoint, error) {
 	sp, err := backendspec.Parse(s, endpointKeys)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
-	e := Endpoint{Address: sp.Target, Metrics: sp.Get("metrics"), KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay")}
+	e := Endpoint{Address: sp.Target, Metrics: sp.Get("metrics"), KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay"),
+		Models: sp.List("models"), Adapters: sp.List("adapters")}
 	if e.Role, err = backendspec.Role(sp.Get("role")); err != nil {
 		return e, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}

@@ -129,14 +129,15 @@ func firstEndpoint(list string) string {
 	return strings.TrimSpace(first)
 }
 
-// immediate is the ImmediateResponse that answers the client with e, as OpenAI error JSON;
-// retryAfter > 0 adds a Retry-After header (whole seconds, rounded up).
-func immediate(e *openai.Error, retryAfter time.Duration) *extprocv3.ProcessingResponse {
+// immediate is the ImmediateResponse that answers the client with e, as the error JSON of
+// ep's API (Anthropic's for Messages, OpenAI's otherwise); retryAfter > 0 adds a
+// Retry-After header (whole seconds, rounded up).
+func immediate(ep openai.Endpoint, e *openai.Error, retryAfter time.Duration) *extprocv3.ProcessingResponse {
 	status := e.Status
 	if status < 100 || status > 999 {
 		status = http.StatusInternalServerError
 	}
-	body := append(e.AppendJSON(make([]byte, 0, 128+len(e.Message))), '\n')
+	body := append(e.AppendJSONFor(ep, make([]byte, 0, 128+len(e.Message))), '\n')
 	set := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
 	if retryAfter > 0 {
 		set = append(set, setHeader("retry-after", strconv.Itoa(int(math.Ceil(retryAfter.Seconds())))))

@@ -27,7 +27,8 @@ type watcher struct {
 	skipping bool // inside an oversized event: drop bytes until its end
 	sawFirst bool
 	chunks   int  // chunks with text, for streams that report no usage
-	done     bool // [DONE] seen
+	done     bool // [DONE] seen, or a Messages or Responses stream's last event
+	ep       openai.Endpoint
 }
 
 func (w *watcher) reset(sse, keep bool) {
@@ -42,7 +43,12 @@ func (w *watcher) feed(chunk []byte, eos bool, ex *exchange) {
 		} else {
 			w.keep, w.buf = false, w.buf[:0]
 		}
-		if eos && w.keep {
+		if eos && w.keep && w.ep > openai.Completions {
+			if a, err := openai.ParseAnswer(w.ep, w.buf); err == nil && a.Usage != nil {
+				ex.setUsage(*a.Usage)
+			}
+			w.buf = w.buf[:0]
+		} else if eos && w.keep {
 			var body struct {
 				Usage *openai.Usage `json:"usage"`
 			}
@@ -102,11 +108,12 @@ func (w *watcher) data(data []byte, ex *exchange) {
 		w.done = true
 		return
 	}
-	if w.sawFirst && !openai.ChunkHasUsage(data) {
+	api := w.ep == openai.Messages || w.ep == openai.Responses
+	if w.sawFirst && (api && openai.IsDeltaEvent(data) || !api && !openai.ChunkHasUsage(data)) {
 		w.chunks++
 		return
 	}
-	c, err := openai.ParseStreamChunk(data)
+	c, err := openai.ParseEvent(w.ep, data)
 	if err != nil {
 		return
 	}
@@ -118,6 +125,15 @@ func (w *watcher) data(data []byte, ex *exchange) {
 		}
 	}
 	if c.Usage != nil {
+		if c.Usage.PromptTokens == 0 && ex.info.PromptTokens > 0 { // Anthropic's message_delta
+			c.Usage.PromptTokens = ex.info.PromptTokens
+			c.Usage.PromptTokensDetails = &struct {
+				CachedTokens int `json:"cached_tokens"`
+			}{int(ex.usage.CachedTokens)}
+		}
 		ex.setUsage(*c.Usage)
+	}
+	if c.End {
+		w.done = true
 	}
 }

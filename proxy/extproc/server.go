@@ -188,6 +188,8 @@ type endpointSet struct {
 	// disagg: some endpoint is a prefill endpoint, so completions go to decode endpoints
 	// and the Decider may add a prefill endpoint.
 	disagg bool
+	// adapters maps each LoRA adapter an endpoint lists to its base model.
+	adapters map[string]string
 }
 
 // inflightGate bounds requests in flight by a limit that follows the endpoint count.
@@ -428,6 +430,12 @@ func (s *Server) SetEndpoints(eps []Endpoint) error {
 		}
 		set.byAddr[e.Address] = i
 		set.disagg = set.disagg || e.Role == routing.RolePrefill
+		for _, a := range e.Adapters {
+			if set.adapters == nil {
+				set.adapters = map[string]string{}
+			}
+			set.adapters[a] = e.Models[0]
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -481,9 +489,18 @@ func (s *Server) publishLocked(eps []Endpoint) error {
 	s.states = s.states[:0]
 	if s.scraper != nil {
 		s.states = s.scraper.BackendStates(s.states)
+		for i := range s.states {
+			j := i // the scraper keeps the targets' order; look further only if it did not
+			if j >= len(eps) || eps[j].Address != s.states[i].Name {
+				j = slices.IndexFunc(eps, func(e Endpoint) bool { return e.Address == s.states[i].Name })
+			}
+			if j >= 0 {
+				s.states[i].Models = eps[j].served()
+			}
+		}
 	} else {
 		for _, e := range eps {
-			s.states = append(s.states, routing.BackendState{Name: e.Address, Role: e.Role})
+			s.states = append(s.states, routing.BackendState{Name: e.Address, Role: e.Role, Models: e.served()})
 		}
 	}
 	if err := s.router.Update(s.states); err != nil {

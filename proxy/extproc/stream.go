@@ -319,7 +319,7 @@ func (ex *exchange) decide() *extprocv3.ProcessingResponse {
 		case e.Status >= 400 && e.Status < 500:
 			s.stats.bad.Add(1)
 		}
-		return immediate(e, retryAfter)
+		return immediate(ep, e, retryAfter)
 	}
 	value := ex.destination()
 	hm := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(DestinationHeader, value)}}
@@ -359,6 +359,10 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 	if ex.hasSub && !ex.subsetEligible() {
 		return noEndpoint("none of the endpoints in the proxy's subset hint is known to the picker"), 0
 	}
+	set := s.eps.Load()
+	if base, ok := set.adapters[req.Model]; ok {
+		req.BaseModel, req.Adapter = base, req.Model // keyed as the engine keys the adapter's blocks
+	}
 	bufp := s.chains.Get().(*[]prefixcache.BlockHash)
 	prompt, terr := s.tok.Tokenize(ex.ctx, (*bufp)[:0], req)
 	if terr != nil {
@@ -381,8 +385,8 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 		ex.session = ex.id.Tenant + "/" + ex.id.Session
 	}
 	rr := routing.Request{Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.session,
-		Stream: ex.req != nil && ex.req.Stream}
-	disagg := s.eps.Load().disagg
+		Stream: ex.req != nil && ex.req.Stream, Model: req.Model, Adapter: req.Adapter}
+	disagg := set.disagg
 	if disagg {
 		rr.Role = routing.RoleDecode
 	}
@@ -391,7 +395,7 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 		return e, 0
 	}
 	s.stats.picks.Add(1)
-	if disagg {
+	if disagg && ep <= openai.Completions { // the KV-transfer protocol is chat's and completions'
 		ex.pickPrefill(&rr)
 	}
 	return nil, 0
@@ -408,7 +412,7 @@ func (ex *exchange) pickPrefill(rr *routing.Request) {
 	}
 	// No Session: a session's home is its decode endpoint, which the prefill pick must not move.
 	p, err := s.router.Pick(&routing.Request{Chain: rr.Chain, BlockSize: rr.BlockSize, PromptTokens: rr.PromptTokens,
-		Role: routing.RolePrefill})
+		Role: routing.RolePrefill, Model: rr.Model, Adapter: rr.Adapter})
 	if err != nil {
 		s.usher.ObserveStage(metrics.StageFallback)
 		return
@@ -509,8 +513,9 @@ func (ex *exchange) destination() string {
 	for k := 1; k < len(set.list) && n > 0; k++ {
 		e := set.list[(start+k)%len(set.list)]
 		a := e.Address
-		if (allowed != nil && !allowed[a]) || (set.disagg && ex.req != nil && e.Role == routing.RolePrefill) {
-			continue // outside the subset, or a prefill endpoint where a decode one serves
+		if (allowed != nil && !allowed[a]) || (set.disagg && ex.req != nil && e.Role == routing.RolePrefill) ||
+			(ex.req != nil && !e.serves(ex.req.Model)) {
+			continue // outside the subset, a prefill endpoint where a decode one serves, or another model's
 		}
 		b.WriteByte(',')
 		b.WriteString(a)
@@ -561,6 +566,9 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 		}
 	}
 	ex.watch.reset(ex.req != nil && ex.req.Stream && openai.IsEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
+	if ex.req != nil {
+		ex.watch.ep = ex.req.Endpoint
+	}
 	if h.GetEndOfStream() || ex.noResp {
 		ex.complete() // no body will follow (or none will be shown to the picker)
 	}

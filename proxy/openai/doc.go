@@ -1,6 +1,8 @@
-// Package openai reads the OpenAI API requests usher schedules — POST /v1/chat/completions
-// and /v1/completions — exactly as the model server behind usher will read them, and
-// writes OpenAI API errors.
+// Package openai reads the API requests usher schedules — OpenAI's POST
+// /v1/chat/completions, /v1/completions, /v1/responses and /v1/embeddings, and Anthropic's
+// POST /v1/messages, all of which vLLM serves — exactly as the model server behind usher
+// will read them; reads the usage of their answers and streams in each API's own shape; and
+// writes errors in each API's own shape.
 //
 // # Two parsers, one body
 //
@@ -52,12 +54,41 @@
 //     field) are integers or null: no fraction, no exponent, within [1, limit].
 //   - user and cache_salt are strings or null, cache_salt non-empty; priority is an
 //     integer or null.
+//   - Messages (Anthropic): model, messages and max_tokens are required; messages are
+//     objects with a role, "user" or "assistant", and a content that is a string or an array
+//     of blocks each with a string "type" (a "text" block needs a string "text"; other
+//     types — image, tool_use, tool_result, thinking, and types yet to come — pass unread);
+//     system is a string or an array of text blocks; metadata an object or null whose
+//     user_id is a string or null; tools an array of objects or null.
+//   - Responses: model and input are required; input is a string or a non-empty array of
+//     items, each an object with an optional string "type": a message (no type, or
+//     "message") has a role (user, assistant, system, developer) and a content that is a
+//     string or an array of parts (input_text and output_text need a string "text"); other
+//     items (function calls and their outputs, reasoning, ...) pass unread. instructions,
+//     previous_response_id (non-empty), user and prompt_cache_key are strings or null, store
+//     a boolean or null, max_output_tokens an integer in [1, limit] or null, conversation a
+//     non-empty string or an object with one as "id"; previous_response_id and conversation
+//     exclude each other.
+//   - Embeddings: model and input are required; input is as a completions prompt.
+//   - kv_transfer_params is refused on every endpoint: only the gateway sets it.
+//
+// # Other APIs' answers and errors
+//
+// ParseAnswer and ParseEvent read an answer's usage in OpenAI's terms whatever the API:
+// Anthropic's input_tokens, cache_read_input_tokens and cache_creation_input_tokens add up
+// to the prompt tokens, the cache reads being the cached ones; the Responses API's
+// input_tokens and input_tokens_details.cached_tokens map directly. They also tell a stream's
+// first token, its last event (those streams have no [DONE]) and, for Responses, the id of
+// the stored response. Error.AppendJSONFor, AppendEventFor and WriteErrorFor write an error
+// as the endpoint's API does: Anthropic's {"type":"error","error":{"type","message"}} for
+// Messages, OpenAI's otherwise.
 //
 // # The body sent upstream
 //
 // Request.AppendUpstream writes the body for the backend by splicing the byte ranges Parse
 // recorded: the top-level "priority" is removed (the engine must not reorder what usher's
-// bands ordered), and a streaming request is made to report its usage. Nothing is
+// bands ordered), and a streaming chat or completions request is made to report its usage
+// (Messages and Responses streams always do). Nothing is
 // re-encoded, so numbers, escapes, key order and unknown fields reach the engine as the
 // client wrote them.
 //

@@ -5,46 +5,75 @@ import (
 	"strings"
 )
 
-// Endpoint is an OpenAI API endpoint usher schedules.
+// Endpoint is an API endpoint usher schedules: OpenAI's chat and text completions,
+// Responses and embeddings, and Anthropic's Messages.
 type Endpoint uint8
 
 const (
 	Chat        Endpoint = iota + 1 // POST /v1/chat/completions
 	Completions                     // POST /v1/completions
+	Messages                        // POST /v1/messages (Anthropic's Messages API)
+	Responses                       // POST /v1/responses (OpenAI's Responses API)
+	Embeddings                      // POST /v1/embeddings
 )
 
-// Path returns the endpoint's path under the OpenAI base URL: "/v1/chat/completions" or
-// "/v1/completions"; "" for an unknown endpoint.
+// Path returns the endpoint's path under the API's base URL, such as "/v1/chat/completions"
+// or "/v1/messages"; "" for an unknown endpoint. O(1).
 func (e Endpoint) Path() string {
 	switch e {
 	case Chat:
 		return "/v1/chat/completions"
 	case Completions:
 		return "/v1/completions"
+	case Messages:
+		return "/v1/messages"
+	case Responses:
+		return "/v1/responses"
+	case Embeddings:
+		return "/v1/embeddings"
 	}
 	return ""
 }
 
-// String returns "chat" or "completions", or "Endpoint(n)" for an unknown endpoint.
+// String returns "chat", "completions", "messages", "responses" or "embeddings", or
+// "Endpoint(n)" for an unknown endpoint.
 func (e Endpoint) String() string {
 	switch e {
 	case Chat:
 		return "chat"
 	case Completions:
 		return "completions"
+	case Messages:
+		return "messages"
+	case Responses:
+		return "responses"
+	case Embeddings:
+		return "embeddings"
 	}
 	return "Endpoint(" + strconv.Itoa(int(e)) + ")"
 }
 
-// EndpointOf returns the endpoint a request path names: Chat when the path ends with
-// "/chat/completions", Completions when it ends with "/completions" otherwise, so that a
-// prefix ("/v1", "/openai/v1") does not matter. It reports false for any other path.
+// anthropic reports whether the endpoint speaks Anthropic's API (its error shape and stream
+// events) rather than OpenAI's. O(1).
+func (e Endpoint) anthropic() bool { return e == Messages }
+
+// EndpointOf returns the endpoint a request path names, by its ending, so that a prefix
+// ("/v1", "/openai/v1") does not matter: Chat for "/chat/completions", Completions for
+// "/completions" otherwise, Messages for "/messages", Responses for "/responses",
+// Embeddings for "/embeddings". It reports false for any other path (sub-resources such as
+// "/responses/{id}" or "/messages/count_tokens" included). O(1).
 func EndpointOf(path string) (Endpoint, bool) {
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
 		return Chat, true
 	case strings.HasSuffix(path, "/completions"):
 		return Completions, true
+	case strings.HasSuffix(path, "/messages"):
+		return Messages, true
+	case strings.HasSuffix(path, "/responses"):
+		return Responses, true
+	case strings.HasSuffix(path, "/embeddings"):
+		return Embeddings, true
 	}
 	return 0, false
 }

@@ -55,3 +55,40 @@ func ExampleError() {
 	// 400 {"error":{"message":"\"max_tokens\" must be an integer, got a string","type":"invalid_request_error","param":"max_tokens","code":"invalid_type"}}
 	// "data: {\"error\":{\"message\":\"all backends are saturated\",\"type\":\"service_unavailable\",\"param\":null,\"code\":null}}\n\n"
 }
+
+// Anthropic's Messages and OpenAI's Responses are read as strictly as chat: the prompt is
+// rendered so that a conversation's next turn extends it, the session comes from the API's
+// own fields, and usage and errors are read and written in each API's own shape.
+func Example_otherAPIs() {
+	body := []byte(`{"model":"claude","max_tokens":256,"stream":true,"metadata":{"user_id":"u-42"},` +
+		`"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}]}`)
+	r, err := openai.Parse(body, openai.Messages, openai.Limits{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Endpoint, r.Model, "max tokens:", r.MaxTokens, "session:", r.SessionKey())
+	fmt.Printf("prompt: %q\n", r.AppendPrompt(nil))
+	c, _ := openai.ParseEvent(openai.Messages, []byte(`{"type":"message_start","message":{"usage":{"input_tokens":8,"cache_read_input_tokens":64,"output_tokens":1}}}`))
+	fmt.Println("prompt tokens:", c.Usage.PromptTokens, "cached:", c.Usage.Cached())
+
+	body = []byte(`{"model":"gpt","previous_response_id":"resp_1","input":"And then?","prompt_cache_key":"chat-7"}`)
+	if r, err = openai.Parse(body, openai.Responses, openai.Limits{}); err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Endpoint, "continues", r.PreviousResponseID, "session:", r.SessionKey(), "store:", r.Store)
+	a, _ := openai.ParseAnswer(openai.Responses, []byte(`{"id":"resp_2","usage":{"input_tokens":90,"input_tokens_details":{"cached_tokens":64},"output_tokens":5}}`))
+	fmt.Println("stored as", a.ResponseID, "cached:", a.Usage.Cached())
+
+	_, err = openai.Parse([]byte(`{"model":"claude","messages":[{"role":"user","content":"Hi"}]}`), openai.Messages, openai.Limits{})
+	var e *openai.Error
+	if errors.As(err, &e) {
+		fmt.Printf("%s\n", e.AppendJSONFor(openai.Messages, nil))
+	}
+	// Output:
+	// messages claude max tokens: 256 session: u-42
+	// prompt: "system\nBe brief.\nuser\nHi\n"
+	// prompt tokens: 72 cached: 64
+	// responses continues resp_1 session: chat-7 store: true
+	// stored as resp_2 cached: 64
+	// {"type":"error","error":{"type":"invalid_request_error","message":"\"max_tokens\" is required (a positive integer)"}}
+}

@@ -25,7 +25,13 @@ func msgParam(m int, field string) string {
 }
 
 func partParam(m, j int, field string) string {
-	p := msgParam(m, "content") + "[" + strconv.Itoa(j) + "]"
+	return listPartParam("messages", m, j, field)
+}
+
+// listPartParam names field of content part j of element m of the list named list
+// ("messages", "input").
+func listPartParam(list string, m, j int, field string) string {
+	p := list + "[" + strconv.Itoa(m) + "].content[" + strconv.Itoa(j) + "]"
 	if field != "" {
 		p += "." + field
 	}
@@ -34,24 +40,36 @@ func partParam(m, j int, field string) string {
 
 // messages reads the messages array into chat.Messages.
 func (p *parser) messages(i int, chat *chatRequest) (int, *Error) {
+	list := "messages"
+	if p.ep == Responses {
+		list = "input"
+	}
 	if p.b[i] != '[' {
-		return p.wrongType(i, "messages", "an array of messages")
+		return p.wrongType(i, list, "an array of messages")
 	}
 	i, done, err := p.openArray(i)
 	if err != nil {
 		return i, err
 	}
 	if done {
-		return i, invalid(codeInvalidValue, "messages", `"messages" must not be empty`)
+		return i, invalid(codeInvalidValue, list, "%q must not be empty", list)
 	}
 	msgs := chat.inline[:0]
 	var spill *[]Message // from scratch, once msgs outgrows inline
 	for !done {
 		if len(msgs) == p.lim.MaxMessages {
-			return i, invalid(codeInvalidValue, "messages", `"messages" must hold at most %d messages`, p.lim.MaxMessages)
+			return i, invalid(codeInvalidValue, list, "%q must hold at most %d items", list, p.lim.MaxMessages)
 		}
 		var m Message
-		if m, i, err = p.message(i, len(msgs)); err != nil {
+		switch p.ep {
+		case Messages:
+			m, i, err = p.anthropicMessage(i, len(msgs))
+		case Responses:
+			m, i, err = p.inputItem(i, len(msgs))
+		default:
+			m, i, err = p.message(i, len(msgs))
+		}
+		if err != nil {
 			return i, err
 		}
 		if len(msgs) == cap(msgs) && spill == nil {
@@ -167,7 +185,7 @@ func (p *parser) content(i, m int) (int, *Error) {
 		return i, err
 	}
 	for j := 0; !done; j++ {
-		if i, err = p.part(i, m, j); err != nil {
+		if i, err = p.part(i, "messages", m, j); err != nil {
 			return i, err
 		}
 		if i, done, err = p.next(i, ']'); err != nil {
@@ -177,9 +195,11 @@ func (p *parser) content(i, m int) (int, *Error) {
 	return i, nil
 }
 
-// part reads the j-th content part of the m-th message: an object with a string "type";
-// a part of type "text" needs a string "text". Other types pass unread.
-func (p *parser) part(i, m, j int) (int, *Error) {
+// part reads the j-th content part of the m-th element of list ("messages", "input"): an
+// object with a string "type"; a part of type "text" needs a string "text" (in the
+// Responses API's input, so do "input_text" and "output_text"). Other types pass unread.
+func (p *parser) part(i int, list string, m, j int) (int, *Error) {
+	partParam := func(m, j int, field string) string { return listPartParam(list, m, j, field) }
 	if p.b[i] != '{' {
 		return p.wrongType(i, partParam(m, j, ""), "an object")
 	}
@@ -206,7 +226,8 @@ func (p *parser) part(i, m, j int) (int, *Error) {
 			}
 			var tesc bool
 			if i, tesc, err = p.str(v); err == nil {
-				isText = lookup(p.b[v+1:i-1], tesc) == wText
+				w := lookup(p.b[v+1:i-1], tesc)
+				isText = w == wText || p.ep == Responses && (w == wInputText || w == wOutputText)
 			}
 		case wText:
 			if text != 0 {

@@ -18,7 +18,7 @@ import (
 // messages), one string holding Model, User and CacheSalt, and, past 16 messages, the
 // Messages slice.
 func Parse(body []byte, ep Endpoint, lim Limits) (*Request, error) {
-	if ep != Chat && ep != Completions {
+	if ep < Chat || ep > Embeddings {
 		return nil, &Error{
 			Status:  http.StatusInternalServerError,
 			Type:    TypeServer,
@@ -29,8 +29,14 @@ func Parse(body []byte, ep Endpoint, lim Limits) (*Request, error) {
 		return nil, utf8Error(body)
 	}
 	lim = lim.orDefaults()
-	p := parser{b: body, maxDepth: lim.MaxDepth, lim: lim}
-	r, err := p.request(ep)
+	p := parser{b: body, maxDepth: lim.MaxDepth, lim: lim, ep: ep}
+	var r *Request
+	var err *Error
+	if ep == Chat || ep == Completions {
+		r, err = p.request(ep)
+	} else {
+		r, err = p.apiRequest(ep)
+	}
 	if err != nil {
 		// A body that is not JSON is reported as such, even when the first thing wrong
 		// with it was a field: check the syntax of the rest.

@@ -57,12 +57,17 @@ func (m Message) AppendText(dst []byte) []byte {
 			return appendUnescaped(dst, c[1:len(c)-1])
 		}
 	case '[':
-		return appendPartsText(dst, c)
+		return appendPartsText(dst, c, false)
 	}
 	return dst
 }
 
-// Request is what usher reads of a chat or completions body.
+// Request is what usher reads of a body of any Endpoint.
+//
+// Messages holds the conversation of Chat and Messages and the input items of Responses
+// (a message item as its role and content; any other item — a function call, its output,
+// reasoning — with Role "" and Content the whole item). Raw fields are JSON values as
+// received, nil when absent.
 //
 // Its fields alias the body passed to Parse: do not modify the body while the Request is
 // in use. A Request is not mutated after Parse returns it, so any number of goroutines may
@@ -70,17 +75,35 @@ func (m Message) AppendText(dst []byte) []byte {
 type Request struct {
 	Endpoint     Endpoint
 	Model        string
-	Messages     []Message // Chat
-	RawMessages  []byte    // Chat: the raw JSON value of "messages", as received
+	Messages     []Message // Chat, Messages; Responses when "input" is an array
+	RawMessages  []byte    // Chat, Messages: the raw JSON value of "messages", as received
 	Prompt       []byte    // Completions: the raw JSON value of "prompt"
+	Input        []byte    // Responses, Embeddings: the raw JSON value of "input"
+	System       []byte    // Messages: the raw value of "system"; Responses: of "instructions" (a string)
+	Tools        []byte    // Messages, Responses: the raw value of "tools" when it is an array
 	Stream       bool
 	IncludeUsage bool   // stream_options.include_usage was true
-	MaxTokens    int    // Chat: max_completion_tokens if given, else max_tokens; Completions: max_tokens; 0 when not given
+	MaxTokens    int    // Chat: max_completion_tokens if given, else max_tokens; Completions, Messages: max_tokens; Responses: max_output_tokens; 0 when not given
 	N            int    // 1 when absent
-	User         string // "" when absent
+	User         string // "user", or for Messages "metadata.user_id"; "" when absent
 	CacheSalt    string // vLLM's cache_salt; "" when absent
 	HasPriority  bool   // the body carries a top-level "priority" (vLLM's in-engine priority), which AppendUpstream removes
 	Body         []byte // the body Parse read
+
+	// PreviousResponseID is a Responses request's "previous_response_id": the stored
+	// response it continues, which only the server that stored it knows. "" when absent.
+	PreviousResponseID string
+	// ConversationKey is a Responses request's conversation: "conversation" (its id), else
+	// "prompt_cache_key"; "" when neither is given.
+	ConversationKey string
+	// Store is a Responses request's "store" (true when absent or null): whether the
+	// server keeps the response for a later previous_response_id. False for other endpoints.
+	Store bool
+
+	// BaseModel and Adapter are not read from the body: a gateway that knows Model to be a
+	// LoRA adapter sets them (the adapter's base model, and Model) right after Parse, before
+	// the Request is shared, so that its prompt is keyed as the engine keys it. "" otherwise.
+	BaseModel, Adapter string
 
 	promptText   []byte // Completions: the raw bytes of the prompt's only string, between its quotes
 	promptIsText bool   // the prompt is a string or an array of one string
@@ -95,8 +118,20 @@ type span struct{ from, to int }
 // AppendPrompt appends the prompt rendered for byte hashing (prefix-cache affinity): for
 // Chat, each message as its role, '\n', its text (Message.AppendText), '\n'; for
 // Completions, the prompt's text when it is a string or an array of one string, else the
-// raw JSON of the prompt value. It runs in O(len(Body)) and allocates only to grow dst.
+// raw JSON of the prompt value. Messages and Responses render as Chat does, in an order
+// that makes a conversation's turn N+1 begin with turn N's rendering: first the system
+// prompt (Messages' "system", Responses' "instructions") as a "system" message, then the
+// tools as a "tools" message holding their raw JSON, then the messages or input items (a
+// string input as a "user" message). A Messages content block other than text, and a
+// Responses item other than a message, renders as its raw JSON. Embeddings render to
+// nothing: they are routed by load. It runs in O(len(Body)) and allocates only to grow dst.
 func (r *Request) AppendPrompt(dst []byte) []byte {
+	switch r.Endpoint {
+	case Messages, Responses:
+		return r.appendConversation(dst)
+	case Embeddings:
+		return dst
+	}
 	if r.Endpoint != Chat {
 		if r.promptIsText {
 			return appendUnescaped(dst, r.promptText)
@@ -113,8 +148,8 @@ func (r *Request) AppendPrompt(dst []byte) []byte {
 }
 
 // PromptText returns, for Completions, the prompt as a string when it is a string or an
-// array of one string. It returns false for token ids, several prompts, and Chat. It
-// allocates the string.
+// array of one string. It returns false for token ids, several prompts, and the other
+// endpoints. It allocates the string.
 func (r *Request) PromptText() (string, bool) {
 	if r.Endpoint != Completions || !r.promptIsText {
 		return "", false

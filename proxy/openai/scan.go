@@ -20,6 +20,7 @@ type parser struct {
 	depth    int // containers open at the current position
 	maxDepth int
 	lim      Limits
+	ep       Endpoint
 }
 
 // Contexts for syntax errors: what the parser was looking for.

@@ -41,6 +41,11 @@ type StreamChunk struct {
 	// Error is the message of an error chunk ({"error": {...}}), which some servers send in
 	// place of the rest of a stream; empty otherwise.
 	Error string
+	// End is true for the event that ends a Messages or Responses stream (message_stop,
+	// response.completed, an error, ...: see ParseEvent); those streams have no [DONE].
+	End bool
+	// ResponseID is the id of the stored response a Responses stream's last event names.
+	ResponseID string
 }
 
 // IsEventStream reports whether a Content-Type header value names a server-sent event stream

@@ -6,8 +6,9 @@ import "bytes"
 // be well formed and do not check it again; on anything else they stay within bounds and
 // always make progress, so they cannot panic or loop, but what they return is unspecified.
 
-// appendPartsText appends the text of the parts of type "text" of the content array c.
-func appendPartsText(dst, c []byte) []byte {
+// appendPartsText appends the text of the parts of type "text" of the content array c, and
+// of types "input_text" and "output_text" too when anyText (the Responses API's parts).
+func appendPartsText(dst, c []byte, anyText bool) []byte {
 	i := 1 // past '['
 	for {
 		i = skipSpace(c, i)
@@ -20,7 +21,7 @@ func appendPartsText(dst, c []byte) []byte {
 		case '{':
 			var text []byte
 			var ok bool
-			if i, text, ok = partText(c, i); ok {
+			if i, text, ok = partText(c, i, anyText); ok {
 				dst = appendUnescaped(dst, text)
 			}
 		default:
@@ -30,8 +31,9 @@ func appendPartsText(dst, c []byte) []byte {
 }
 
 // partText reads the part object at c[i] and returns the index after it and, when it is
-// of type "text", the raw bytes of its text between the quotes.
-func partText(c []byte, i int) (end int, text []byte, ok bool) {
+// of type "text" (or, when anyText, "input_text" or "output_text"), the raw bytes of its
+// text between the quotes.
+func partText(c []byte, i int, anyText bool) (end int, text []byte, ok bool) {
 	isText := false
 	i++ // past '{'
 	for {
@@ -67,7 +69,8 @@ func partText(c []byte, i int) (end int, text []byte, ok bool) {
 		val := c[v+1 : i-1]
 		switch lookup(key, bytes.IndexByte(key, '\\') >= 0) {
 		case wType:
-			isText = lookup(val, bytes.IndexByte(val, '\\') >= 0) == wText
+			w := lookup(val, bytes.IndexByte(val, '\\') >= 0)
+			isText = w == wText || anyText && (w == wInputText || w == wOutputText)
 		case wText:
 			text = val
 		}

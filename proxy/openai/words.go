@@ -27,6 +27,21 @@ const (
 	wTool
 	wDeveloper
 	wFunction
+	// Fields and types of the Messages, Responses and Embeddings APIs.
+	wMetadata
+	wUserID
+	wTools
+	wInput
+	wInstructions
+	wPreviousResponseID
+	wStore
+	wMaxOutputTokens
+	wPromptCacheKey
+	wConversation
+	wID
+	wMessage
+	wInputText
+	wOutputText
 )
 
 var roles = [...]string{
@@ -98,6 +113,34 @@ func lookup(raw []byte, esc bool) word {
 		return wDeveloper
 	case "function":
 		return wFunction
+	case "metadata":
+		return wMetadata
+	case "user_id":
+		return wUserID
+	case "tools":
+		return wTools
+	case "input":
+		return wInput
+	case "instructions":
+		return wInstructions
+	case "previous_response_id":
+		return wPreviousResponseID
+	case "store":
+		return wStore
+	case "max_output_tokens":
+		return wMaxOutputTokens
+	case "prompt_cache_key":
+		return wPromptCacheKey
+	case "conversation":
+		return wConversation
+	case "id":
+		return wID
+	case "message":
+		return wMessage
+	case "input_text":
+		return wInputText
+	case "output_text":
+		return wOutputText
 	}
 	return wOther
 }

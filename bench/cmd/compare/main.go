@@ -7,6 +7,7 @@
 //	go run ./bench/cmd/compare -workload agentic -policies fcfs,turn-priority,bounded-wait
 //	go run ./bench/cmd/compare -workload prefix-group -policies fcfs -seeds 5
 //	go run ./bench/cmd/compare -policies fcfs -routers usher -replica-sweep 1,3:none,3:10ms,3:200ms
+//	go run ./bench/cmd/compare -lora                   # LoRA adapters: adapter-blind vs affine
 //
 // -replicas K puts K gateway replicas in front of the servers (requests dealt round-robin),
 // which share what they learn SyncLag late (-sync-lag, a duration or "none"); -replica-sweep
@@ -77,12 +78,35 @@ func run() error {
 		syncEvery = flag.Duration("sync-interval", bench.DefaultSyncInterval, "with -replicas > 1: how often each replica flushes what it learnt")
 		repSweep  = flag.String("replica-sweep", "", "comma-separated replica settings K or K:LAG (LAG a duration or none), e.g. 1,3:none,3:10ms,3:200ms: run everything at each (overrides -replicas and -sync-lag), print the tables of each and a table of all")
 		spread    = flag.Bool("spread-arrivals", false, "spread open-loop requests that arrive at the same instant evenly up to the next instant (the Mooncake trace's timestamps are 3 s apart, about ten requests each)")
+		lora      = flag.Bool("lora", false, "run the LoRA comparison instead (bench/README.md, \"LoRA adapters\"): adapter-blind usher against usher with GIE's LoRA tiers and usher+adapter on the LoRA workload at 0.5, 1 and 2 times the adapter load cost, with -seeds, -seed, -servers (default 8 here), -requests, -rate (default 24/s here) and -parallel")
+		loraSlots = flag.Int("lora-slots", 4, "with -lora: adapter slots per server")
+		loraCost  = flag.Duration("lora-load-cost", bench.DefaultAdapterLoadCost, "with -lora: the adapter load cost, also run at half and twice")
 		after     = flag.String("after-shed", "end", "a closed-loop session whose turn is shed or fails: end (its later turns are abandoned) or continue (its next turn is still sent, so every policy is offered the same turns)")
 	)
 	flag.Parse()
 
 	if *seeds < 1 || *seed == 0 {
 		return fmt.Errorf("need -seeds ≥ 1 and -seed ≥ 1 (got %d and %d)", *seeds, *seed)
+	}
+	if *lora {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		o := bench.LoRACompareOptions{Seeds: *seeds, Seed: *seed, Parallel: *parallel, Slots: *loraSlots,
+			Costs:   []time.Duration{*loraCost / 2, *loraCost, 2 * *loraCost},
+			Routers: []bench.Router{bench.UsherRouter(), bench.GIEAdapterRouter(), bench.AdapterRouter(0)}}
+		o.Workload.Requests = *requests
+		if set["servers"] {
+			o.Servers = *servers
+		}
+		if set["rate"] {
+			o.Workload.Rate = *rate
+		}
+		rows, err := bench.LoRACompare(o)
+		if err != nil {
+			return err
+		}
+		fmt.Print(bench.FormatLoRATable(rows))
+		return nil
 	}
 	// One workload per seed; the trace, which no seed changes, is loaded once.
 	seeded := true

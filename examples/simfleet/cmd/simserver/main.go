@@ -16,6 +16,9 @@
 // flag error exits with status 2, and a bind error with status 1, before the line is printed.
 // Package examples/simfleet/simproc builds and drives it from tests.
 //
+// -lora-modules a,b,c serves LoRA adapters on the model (vLLM's --lora-modules), with
+// -max-loras slots and -lora-load-cost per adapter load.
+//
 // The -fault-* flags make it misbehave on the OpenAI endpoints while /metrics and /health stay
 // healthy, to reproduce field faults on a real process: -fault-hold-headers 45s (a stuck
 // server), -fault-reset-after 1500 (every stream reset after 1,500 bytes), -fault-status 502,
@@ -30,6 +33,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -39,6 +43,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,6 +75,7 @@ func run(args []string, out io.Writer) error {
 	kvEndpoint := fs.String("kv-events", "", "ZMQ endpoint the KV-event PUB socket binds, e.g. tcp://*:5557 (empty: no KV events)")
 	replay := fs.String("replay", "", "ZMQ endpoint the KV-event replay ROUTER socket binds (needs -kv-events)")
 	pod := fs.String("pod", "", "pod name in the KV-event topic kv@POD@MODEL (default: the bound listen address)")
+	servedModel := fs.String("served-model-name", "", "the model name the server serves, as vLLM's --served-model-name (default: the profile's)")
 	grace := fs.Duration("shutdown-grace", 5*time.Second, "how long shutdown waits for requests in flight")
 	exitOnEOF := fs.Bool("exit-on-eof", false, "also shut down when stdin reaches end of file, i.e. when the parent holding it dies")
 	// Engine parameters over the profile's (0: the profile's), so that a process can be
@@ -90,6 +96,9 @@ func run(args []string, out io.Writer) error {
 	fs.DurationVar(&faults.SlowWrite, "fault-slow-write", 0, "fault: sleep this long before each write of an answer")
 	fs.IntVar(&faults.Every, "fault-every", 0, "apply the faults to one request in N (0: all)")
 	var transfer simfleet.Options
+	loraModules := fs.String("lora-modules", "", "LoRA adapters served on the model, comma-separated names (vLLM's --lora-modules; name=path is accepted, the path ignored)")
+	fs.IntVar(&transfer.LoRA.MaxLoRAs, "max-loras", 0, "LoRA adapter slots: most adapters in one batch (vLLM's --max-loras; 0: 1)")
+	fs.DurationVar(&transfer.LoRA.LoadCost, "lora-load-cost", 0, "time to load a LoRA adapter into a slot (0: 50ms; negative: free)")
 	fs.DurationVar(&transfer.TransferPerToken, "kv-transfer-per-token", 0, "disaggregated serving: time to receive one prompt token's KV from a prefill server (0: 5.2µs, Qwen3-32B over 400 Gb/s RDMA; negative: none)")
 	fs.DurationVar(&transfer.TransferLatency, "kv-transfer-latency", 0, "disaggregated serving: fixed time of one KV transfer (0: 1ms; negative: none)")
 	fs.DurationVar(&transfer.TransferTimeout, "kv-transfer-timeout", 0, "disaggregated serving: how long a prefill keeps its KV for a decode server to pull (0: 60s)")
@@ -119,6 +128,11 @@ func run(args []string, out io.Writer) error {
 	}
 
 	p = override(p, tune)
+	for _, m := range strings.Split(*loraModules, ",") {
+		if name, _, _ := strings.Cut(strings.TrimSpace(m), "="); name != "" {
+			transfer.LoRA.Adapters = append(transfer.LoRA.Adapters, name)
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -133,12 +147,13 @@ func run(args []string, out io.Writer) error {
 	line := "simserver listening on http://" + ln.Addr().String()
 	opts := transfer
 	opts.Engine = engine.Options{Profile: p}
+	opts.Model = *servedModel
 	if *kvEndpoint != "" {
 		if *pod == "" {
 			*pod = ln.Addr().String()
 		}
 		pub, err := kvevents.NewPublisher(*kvEndpoint, kvevents.PublisherOptions{
-			Topic: kvevents.Topic(*pod, p.Model), ReplayEndpoint: *replay,
+			Topic: kvevents.Topic(*pod, cmp.Or(*servedModel, p.Model)), ReplayEndpoint: *replay,
 		})
 		if err != nil {
 			return err

@@ -1,0 +1,244 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/routing"
+)
+
+// This file holds what the Messages, Responses and Embeddings APIs add to the pipeline:
+// their prompts' hashing, their streams' events, and the homes of stored responses.
+
+// defaultResponseHomes is Options.ResponseHomes when it is zero.
+const defaultResponseHomes = 100000
+
+// maxResponseIDBytes bounds a remembered response id; a longer one (no server mints such)
+// is not remembered. Keys add the tenant (at most maxIDBytes) before it.
+const maxResponseIDBytes = 256
+
+// home is where a stored response lives, and the session its conversation runs under.
+type home struct {
+	backend string // the backend's name
+	session string // the conversation's session, for the flow and the router
+}
+
+// responseHomes remembers, for the Responses API's previous_response_id, which backend
+// stored each response. It holds at most 2×half entries in two generations: a lookup moves
+// an entry to the current generation, and when the current one is full the older is
+// dropped whole — an approximate LRU in O(1) per operation, without a list to keep. A nil
+// *responseHomes remembers nothing. It is safe for concurrent use.
+type responseHomes struct {
+	half int // immutable
+
+	mu       sync.Mutex
+	cur, old map[string]home
+}
+
+// newResponseHomes returns a store of about n entries (Options.ResponseHomes), nil for n < 0.
+func newResponseHomes(n int) *responseHomes {
+	if n < 0 {
+		return nil
+	}
+	if n == 0 {
+		n = defaultResponseHomes
+	}
+	half := max(1, n/2)
+	return &responseHomes{half: half, cur: make(map[string]home), old: make(map[string]home)}
+}
+
+// put remembers id's home. O(1) amortised.
+func (m *responseHomes) put(id string, h home) {
+	if m == nil || id == "" || len(id) > maxResponseIDBytes+maxIDBytes+1 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.putLocked(id, h)
+}
+
+func (m *responseHomes) putLocked(id string, h home) {
+	if _, ok := m.cur[id]; !ok && len(m.cur) >= m.half {
+		m.old, m.cur = m.cur, make(map[string]home, m.half)
+	}
+	m.cur[id] = h
+}
+
+// get returns id's home, if remembered, and refreshes it. O(1) amortised.
+func (m *responseHomes) get(id string) (home, bool) {
+	if m == nil {
+		return home{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h, ok := m.cur[id]; ok {
+		return h, true
+	}
+	h, ok := m.old[id]
+	if ok {
+		delete(m.old, id)
+		m.putLocked(id, h)
+	}
+	return h, ok
+}
+
+// tokenize hashes the request's prompt. Embeddings are routed by load only: no chain, their
+// size estimated at four bytes of input per token. A Messages or Responses request is
+// hashed by bytes when the Tokenizer asks servers' /tokenize, which takes only chat
+// messages or a prompt.
+func (h *Handler) tokenize(ctx context.Context, dst []prefixcache.BlockHash, req *openai.Request) (Prompt, error) {
+	switch req.Endpoint {
+	case openai.Embeddings:
+		return Prompt{Chain: dst, Tokens: max(1, len(req.Input)/4)}, nil
+	case openai.Messages, openai.Responses:
+		if _, ok := h.tok.(*EndpointTokenizer); ok {
+			return BytesTokenizer{}.Tokenize(ctx, dst, req)
+		}
+	}
+	return h.tok.Tokenize(ctx, dst, req)
+}
+
+// followPrevious points a Responses request that continues a stored response at the backend
+// that stored it: the others are excluded from its pick (and its retries, which then have
+// nowhere else to go), and the conversation keeps its session. A response this gateway did
+// not see stored (another replica's, or one forgotten) is routed like any other request; the
+// backend it reaches answers whether it knows it. A response whose backend has left the
+// fleet is answered 404 here rather than sent where it cannot be known.
+// O(backends) with a home, O(1) without.
+func (ex *exchange) followPrevious(req *openai.Request) *openai.Error {
+	hm, ok := ex.h.homes.get(homeKey(ex.id.Tenant, req.PreviousResponseID))
+	if !ok {
+		return nil
+	}
+	if ex.id.Session == "" {
+		ex.id.Session = hm.session
+	}
+	r := ex.h.router
+	found := false
+	for _, b := range r.Backends(nil) {
+		if b.Name == hm.backend {
+			found = true
+		} else if oid, ok := r.Lookup(b.Name); ok {
+			ex.tried = append(ex.tried, oid)
+		}
+	}
+	if !found {
+		ex.tried = nil
+		return &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Code: "previous_response_not_found",
+			Param: "previous_response_id", Message: fmt.Sprintf(
+				"the response %q named by previous_response_id was stored by a backend that is no longer in the fleet; start the conversation again",
+				clip(req.PreviousResponseID))}
+	}
+	if ex.tried == nil {
+		ex.tried = []routing.BackendID{} // non-nil: the pick is pinned
+	}
+	return nil
+}
+
+// errPreviousUnavailable answers a request pinned to the backend of its previous response
+// when that backend cannot take it now (unhealthy, ejected, draining).
+func errPreviousUnavailable(req *openai.Request) *openai.Error {
+	return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "previous_response_unavailable",
+		Param: "previous_response_id", Message: fmt.Sprintf(
+			"the backend that stored the response %q named by previous_response_id cannot take requests now; retry later",
+			clip(req.PreviousResponseID))}
+}
+
+// remember notes the backend that stored the response id the answer named, when the
+// request asked for it to be stored.
+func (ex *exchange) remember(id string) {
+	if ex.req == nil || !ex.req.Store || id == "" {
+		return
+	}
+	s := ex.id.Session
+	if s == "" {
+		s = id // the chain's first response names its conversation
+	}
+	ex.mu.Lock()
+	backend := ex.backend
+	ex.mu.Unlock()
+	ex.h.homes.put(homeKey(ex.id.Tenant, id), home{backend: backend, session: s})
+}
+
+// homeKey is the key of a response's home: the tenant's own, so that one tenant's ids never
+// steer (or reveal the placement of) another's requests.
+func homeKey(tenant, id string) string {
+	if len(id) > maxResponseIDBytes {
+		return "" // not remembered
+	}
+	return tenant + "\x00" + id
+}
+
+// readAnswer reads the usage and the response id of a whole Messages, Responses or
+// Embeddings answer.
+func (ex *exchange) readAnswer(body []byte) {
+	a, err := openai.ParseAnswer(ex.ep, body)
+	if err != nil {
+		return
+	}
+	if a.Usage != nil {
+		ex.setUsage(*a.Usage)
+	}
+	ex.remember(a.ResponseID)
+}
+
+// mergeUsage records usage from a stream event; a count of prompt tokens of 0 (Anthropic's
+// message_delta) keeps those an earlier event reported.
+func (ex *exchange) mergeUsage(u openai.Usage) {
+	if u.PromptTokens == 0 {
+		ex.mu.Lock()
+		prompt, cached := ex.info.PromptTokens, int(ex.usage.CachedTokens)
+		ex.mu.Unlock()
+		if prompt > 0 {
+			u.PromptTokens = prompt
+			u.PromptTokensDetails = &struct {
+				CachedTokens int `json:"cached_tokens"`
+			}{cached}
+		}
+	}
+	ex.setUsage(u)
+}
+
+// handleAPI looks at one event of a Messages or Responses stream and reports whether the
+// client gets it (always: nothing is added to these streams upstream).
+func (t *sseTap) handleAPI(data []byte) bool {
+	if t.sawFirst && openai.IsDeltaEvent(data) {
+		t.chunks++ // after the first token, text deltas need no parsing
+		return true
+	}
+	c, err := openai.ParseEvent(t.ex.ep, data)
+	if err != nil {
+		return true
+	}
+	if c.Token {
+		t.chunks++
+		if !t.sawFirst {
+			t.sawFirst = true
+			t.ex.firstToken(time.Now())
+		}
+	}
+	if c.Usage != nil {
+		t.ex.mergeUsage(*c.Usage)
+	}
+	if c.Error != "" {
+		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"), routing.FailureServer)
+	} else if c.ResponseID != "" {
+		t.ex.remember(c.ResponseID)
+	}
+	if c.End {
+		// The stream's last event: read the rest of the body (bounded) so the connection
+		// can be reused, and close the books before the client hears it.
+		if t.upErr == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(t.up, 64<<10))
+		}
+		t.end(nil)
+	}
+	return true
+}

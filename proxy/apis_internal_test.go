@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/usher-llm/usher/proxy/openai"
+)
+
+func TestResponseHomes(t *testing.T) {
+	m := newResponseHomes(4) // two generations of two
+	for _, id := range []string{"a", "b", "c"} {
+		m.put(id, home{backend: "B-" + id})
+	}
+	if _, ok := m.get("a"); !ok { // in the older generation: found and refreshed
+		t.Fatal("a forgotten too early")
+	}
+	m.put("d", home{backend: "B-d"}) // the current generation (c, a) is full: b goes
+	if _, ok := m.get("b"); ok {
+		t.Error("b still remembered past the bound")
+	}
+	for _, id := range []string{"a", "c", "d"} {
+		if h, ok := m.get(id); !ok || h.backend != "B-"+id {
+			t.Errorf("get(%q) = %+v, %v; want B-%s", id, h, ok, id)
+		}
+	}
+	if n := len(m.cur) + len(m.old); n > 4 {
+		t.Errorf("%d entries held, want at most 4", n)
+	}
+	long := homeKey("t", strings.Repeat("x", maxResponseIDBytes+1))
+	m.put(long, home{backend: "B"})
+	if _, ok := m.get(long); ok {
+		t.Error("an overlong id was remembered")
+	}
+	var none *responseHomes = newResponseHomes(-1)
+	none.put("a", home{})
+	if _, ok := none.get("a"); ok {
+		t.Error("a disabled store remembered an id")
+	}
+}
+
+// The taps read each API's usage (cached tokens included), first token and stored response
+// id from its own events and answers.
+func TestTapsReadAPIs(t *testing.T) {
+	anthropicStream := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":8,\"cache_read_input_tokens\":32,\"output_tokens\":1}}}\n\n" +
+		"event: ping\ndata: {\"type\":\"ping\"}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" there\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	responsesStream := "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_7\"}}\n\n" +
+		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n" +
+		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_7\",\"usage\":{\"input_tokens\":40,\"input_tokens_details\":{\"cached_tokens\":32},\"output_tokens\":1}}}\n\n"
+	for _, tc := range []struct {
+		name                   string
+		ep                     openai.Endpoint
+		body                   string
+		stream                 bool
+		prompt, output, cached int
+		stored                 string
+	}{
+		{"messages stream", openai.Messages, anthropicStream, true, 40, 2, 32, ""},
+		{"responses stream", openai.Responses, responsesStream, true, 40, 1, 32, "resp_7"},
+		{"messages whole", openai.Messages, `{"usage":{"input_tokens":3,"cache_read_input_tokens":16,"cache_creation_input_tokens":1,"output_tokens":4}}`, false, 20, 4, 16, ""},
+		{"responses whole", openai.Responses, `{"id":"resp_8","usage":{"input_tokens":20,"input_tokens_details":{"cached_tokens":16},"output_tokens":4}}`, false, 20, 4, 16, "resp_8"},
+		{"embeddings whole", openai.Embeddings, `{"data":[],"usage":{"prompt_tokens":5,"total_tokens":5}}`, false, 5, 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Handler{homes: newResponseHomes(0)}
+			req := &openai.Request{Endpoint: tc.ep, Store: tc.ep == openai.Responses, Stream: tc.stream}
+			ex := &exchange{h: h, ctx: context.Background(), req: req, ep: tc.ep, backend: "http://b1"}
+			up := io.NopCloser(strings.NewReader(tc.body))
+			var r io.Reader = &wholeTap{ex: ex, up: up, keep: true}
+			if tc.stream {
+				r = newSSETap(ex, up)
+			}
+			got, err := io.ReadAll(r)
+			if err != nil || string(got) != tc.body {
+				t.Fatalf("relayed %q, %v; want the body unchanged", got, err)
+			}
+			if !ex.finished || ex.info.Err != nil {
+				t.Errorf("finished %v, err %v; want a clean finish", ex.finished, ex.info.Err)
+			}
+			if int(ex.usage.PromptTokens) != tc.prompt || int(ex.usage.OutputTokens) != tc.output || int(ex.usage.CachedTokens) != tc.cached {
+				t.Errorf("usage %+v, want prompt %d, output %d, cached %d", ex.usage, tc.prompt, tc.output, tc.cached)
+			}
+			if tc.stream && ex.info.FirstTokenAt.IsZero() {
+				t.Error("no first token noted")
+			}
+			if tc.stored != "" {
+				if hm, ok := h.homes.get(homeKey("", tc.stored)); !ok || hm.backend != "http://b1" || hm.session != tc.stored {
+					t.Errorf("home of %s = %+v, %v; want http://b1, its own session", tc.stored, hm, ok)
+				}
+			}
+		})
+	}
+}
