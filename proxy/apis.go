@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
+	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
@@ -16,78 +16,6 @@ import (
 
 // This file holds what the Messages, Responses and Embeddings APIs add to the pipeline:
 // their prompts' hashing, their streams' events, and the homes of stored responses.
-
-// defaultResponseHomes is Options.ResponseHomes when it is zero.
-const defaultResponseHomes = 100000
-
-// maxResponseIDBytes bounds a remembered response id; a longer one (no server mints such)
-// is not remembered. Keys add the tenant (at most maxIDBytes) before it.
-const maxResponseIDBytes = 256
-
-// home is where a stored response lives, and the session its conversation runs under.
-type home struct {
-	backend string // the backend's name
-	session string // the conversation's session, for the flow and the router
-}
-
-// responseHomes remembers, for the Responses API's previous_response_id, which backend
-// stored each response. It holds at most 2×half entries in two generations: a lookup moves
-// an entry to the current generation, and when the current one is full the older is
-// dropped whole — an approximate LRU in O(1) per operation, without a list to keep. A nil
-// *responseHomes remembers nothing. It is safe for concurrent use.
-type responseHomes struct {
-	half int // immutable
-
-	mu       sync.Mutex
-	cur, old map[string]home
-}
-
-// newResponseHomes returns a store of about n entries (Options.ResponseHomes), nil for n < 0.
-func newResponseHomes(n int) *responseHomes {
-	if n < 0 {
-		return nil
-	}
-	if n == 0 {
-		n = defaultResponseHomes
-	}
-	half := max(1, n/2)
-	return &responseHomes{half: half, cur: make(map[string]home), old: make(map[string]home)}
-}
-
-// put remembers id's home. O(1) amortised.
-func (m *responseHomes) put(id string, h home) {
-	if m == nil || id == "" || len(id) > maxResponseIDBytes+maxIDBytes+1 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.putLocked(id, h)
-}
-
-func (m *responseHomes) putLocked(id string, h home) {
-	if _, ok := m.cur[id]; !ok && len(m.cur) >= m.half {
-		m.old, m.cur = m.cur, make(map[string]home, m.half)
-	}
-	m.cur[id] = h
-}
-
-// get returns id's home, if remembered, and refreshes it. O(1) amortised.
-func (m *responseHomes) get(id string) (home, bool) {
-	if m == nil {
-		return home{}, false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if h, ok := m.cur[id]; ok {
-		return h, true
-	}
-	h, ok := m.old[id]
-	if ok {
-		delete(m.old, id)
-		m.putLocked(id, h)
-	}
-	return h, ok
-}
 
 // tokenize hashes the request's prompt. Embeddings are routed by load only: no chain, their
 // size estimated at four bytes of input per token. A Messages or Responses request is
@@ -113,17 +41,17 @@ func (h *Handler) tokenize(ctx context.Context, dst []prefixcache.BlockHash, req
 // fleet is answered 404 here rather than sent where it cannot be known.
 // O(backends) with a home, O(1) without.
 func (ex *exchange) followPrevious(req *openai.Request) *openai.Error {
-	hm, ok := ex.h.homes.get(homeKey(ex.id.Tenant, req.PreviousResponseID))
+	hm, ok := ex.h.homes.Get(homes.Key(ex.id.Tenant, req.PreviousResponseID))
 	if !ok {
 		return nil
 	}
 	if ex.id.Session == "" {
-		ex.id.Session = hm.session
+		ex.id.Session = hm.Session
 	}
 	r := ex.h.router
 	found := false
 	for _, b := range r.Backends(nil) {
-		if b.Name == hm.backend {
+		if b.Name == hm.Backend {
 			found = true
 		} else if oid, ok := r.Lookup(b.Name); ok {
 			ex.tried = append(ex.tried, oid)
@@ -164,16 +92,7 @@ func (ex *exchange) remember(id string) {
 	ex.mu.Lock()
 	backend := ex.backend
 	ex.mu.Unlock()
-	ex.h.homes.put(homeKey(ex.id.Tenant, id), home{backend: backend, session: s})
-}
-
-// homeKey is the key of a response's home: the tenant's own, so that one tenant's ids never
-// steer (or reveal the placement of) another's requests.
-func homeKey(tenant, id string) string {
-	if len(id) > maxResponseIDBytes {
-		return "" // not remembered
-	}
-	return tenant + "\x00" + id
+	ex.h.homes.Put(homes.Key(ex.id.Tenant, id), homes.Home{Backend: backend, Session: s})
 }
 
 // readAnswer reads the usage and the response id of a whole Messages, Responses or

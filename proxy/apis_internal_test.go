@@ -6,40 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/proxy/openai"
 )
-
-func TestResponseHomes(t *testing.T) {
-	m := newResponseHomes(4) // two generations of two
-	for _, id := range []string{"a", "b", "c"} {
-		m.put(id, home{backend: "B-" + id})
-	}
-	if _, ok := m.get("a"); !ok { // in the older generation: found and refreshed
-		t.Fatal("a forgotten too early")
-	}
-	m.put("d", home{backend: "B-d"}) // the current generation (c, a) is full: b goes
-	if _, ok := m.get("b"); ok {
-		t.Error("b still remembered past the bound")
-	}
-	for _, id := range []string{"a", "c", "d"} {
-		if h, ok := m.get(id); !ok || h.backend != "B-"+id {
-			t.Errorf("get(%q) = %+v, %v; want B-%s", id, h, ok, id)
-		}
-	}
-	if n := len(m.cur) + len(m.old); n > 4 {
-		t.Errorf("%d entries held, want at most 4", n)
-	}
-	long := homeKey("t", strings.Repeat("x", maxResponseIDBytes+1))
-	m.put(long, home{backend: "B"})
-	if _, ok := m.get(long); ok {
-		t.Error("an overlong id was remembered")
-	}
-	var none *responseHomes = newResponseHomes(-1)
-	none.put("a", home{})
-	if _, ok := none.get("a"); ok {
-		t.Error("a disabled store remembered an id")
-	}
-}
 
 // The taps read each API's usage (cached tokens included), first token and stored response
 // id from its own events and answers.
@@ -68,7 +37,7 @@ func TestTapsReadAPIs(t *testing.T) {
 		{"embeddings whole", openai.Embeddings, `{"data":[],"usage":{"prompt_tokens":5,"total_tokens":5}}`, false, 5, 0, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &Handler{homes: newResponseHomes(0)}
+			h := &Handler{homes: homes.New(0)}
 			req := &openai.Request{Endpoint: tc.ep, Store: tc.ep == openai.Responses, Stream: tc.stream}
 			ex := &exchange{h: h, ctx: context.Background(), req: req, ep: tc.ep, backend: "http://b1"}
 			up := io.NopCloser(strings.NewReader(tc.body))
@@ -90,7 +59,7 @@ func TestTapsReadAPIs(t *testing.T) {
 				t.Error("no first token noted")
 			}
 			if tc.stored != "" {
-				if hm, ok := h.homes.get(homeKey("", tc.stored)); !ok || hm.backend != "http://b1" || hm.session != tc.stored {
+				if hm, ok := h.homes.Get(homes.Key("", tc.stored)); !ok || hm.Backend != "http://b1" || hm.Session != tc.stored {
 					t.Errorf("home of %s = %+v, %v; want http://b1, its own session", tc.stored, hm, ok)
 				}
 			}

@@ -26,6 +26,7 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -367,7 +368,7 @@ type Handler struct {
 	urls    sync.Map    // backend name → *url.URL
 	chains  sync.Pool   // *[]prefixcache.BlockHash
 
-	homes *responseHomes // Responses API: response id → the backend that stored it (apis.go)
+	homes *homes.Store // Responses API: response id → the backend that stored it (apis.go)
 }
 
 // New assembles a Handler from opts. It starts nothing.
@@ -384,7 +385,7 @@ func New(opts Options) (*Handler, error) {
 		log:       opts.Logger,
 		ids:       newRequestIDs(),
 		limits:    opts.Limits,
-		homes:     newResponseHomes(opts.ResponseHomes),
+		homes:     homes.New(opts.ResponseHomes),
 		maxBody:   opts.MaxBodyBytes,
 		maxHeader: opts.MaxHeaderBytes,
 		bands:     opts.Bands,

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -78,5 +79,61 @@ func TestAPIEndpoints(t *testing.T) {
 		if ir := r.GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 400 || !strings.Contains(immediateBody(r), tc.want) {
 			t.Errorf("%s: %v, want a 400 with %s", tc.path, immediateBody(r), tc.want)
 		}
+	}
+}
+
+// A Responses request naming a stored response goes to the endpoint that stored it, without
+// fallbacks; one whose endpoint has left the set is answered 404 naming previous_response_id.
+func TestPreviousResponsePinned(t *testing.T) {
+	s := newServer(t, Options{Fallbacks: 2})
+	turn := func(body string, answer []string) (dest string, immediate string) {
+		st, _ := open(t, serve(t, s))
+		send(t, st, buffered(reqHeaders("/v1/responses", false, nil)))
+		recv(t, st)
+		send(t, st, reqBody(body, true))
+		r := recv(t, st)
+		if r.GetImmediateResponse() != nil {
+			_ = st.CloseSend()
+			return "", immediateBody(r)
+		}
+		dest, _ = destinationOf(t, r)
+		send(t, st, respHeaders("200", "text/event-stream", false, nil))
+		recv(t, st)
+		for i, ch := range answer {
+			send(t, st, respBody(ch, i == len(answer)-1))
+			recv(t, st)
+		}
+		_ = st.CloseSend()
+		waitIdle(t, s)
+		return dest, ""
+	}
+	completed := func(id string) []string {
+		return []string{
+			"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n",
+			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"" + id + "\",\"usage\":{\"input_tokens\":20,\"output_tokens\":3}}}\n\n",
+		}
+	}
+	first, _ := turn(`{"model":"m","stream":true,"input":"hi"}`, completed("resp_1"))
+	home := firstEndpoint(first)
+	for i := range 6 {
+		dest, imm := turn(`{"model":"m","stream":true,"previous_response_id":"resp_1","input":"more"}`, completed(fmt.Sprint("resp_x", i)))
+		if imm != "" || dest != home {
+			t.Fatalf("continuation %d: destination %q (%s), want only %q, the endpoint that stored resp_1", i, dest, imm, home)
+		}
+	}
+	var rest []Endpoint
+	for _, e := range fleet {
+		if e.Address != home {
+			rest = append(rest, e)
+		}
+	}
+	if err := s.SetEndpoints(rest); err != nil {
+		t.Fatal(err)
+	}
+	if _, imm := turn(`{"model":"m","stream":true,"previous_response_id":"resp_1","input":"more"}`, nil); !strings.Contains(imm, `"param":"previous_response_id"`) || !strings.Contains(imm, "previous_response_not_found") {
+		t.Errorf("the home gone: %s, want a 404 naming previous_response_id", imm)
+	}
+	if dest, imm := turn(`{"model":"m","stream":true,"previous_response_id":"resp_unknown","input":"more"}`, completed("resp_2")); imm != "" || dest == "" {
+		t.Errorf("an id the picker never saw: %q %s, want it routed like any request", dest, imm)
 	}
 }

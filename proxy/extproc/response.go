@@ -44,8 +44,11 @@ func (w *watcher) feed(chunk []byte, eos bool, ex *exchange) {
 			w.keep, w.buf = false, w.buf[:0]
 		}
 		if eos && w.keep && w.ep > openai.Completions {
-			if a, err := openai.ParseAnswer(w.ep, w.buf); err == nil && a.Usage != nil {
-				ex.setUsage(*a.Usage)
+			if a, err := openai.ParseAnswer(w.ep, w.buf); err == nil {
+				if a.Usage != nil {
+					ex.setUsage(*a.Usage)
+				}
+				ex.remember(a.ResponseID)
 			}
 			w.buf = w.buf[:0]
 		} else if eos && w.keep {
@@ -132,6 +135,9 @@ func (w *watcher) data(data []byte, ex *exchange) {
 			}{int(ex.usage.CachedTokens)}
 		}
 		ex.setUsage(*c.Usage)
+	}
+	if c.ResponseID != "" && c.Error == "" {
+		ex.remember(c.ResponseID)
 	}
 	if c.End {
 		w.done = true

@@ -19,6 +19,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
@@ -91,8 +92,14 @@ type Options struct {
 	// defaults.
 	Decider routing.Decider
 	// Fallbacks is how many endpoints to list after the chosen one, for Envoy to try in
-	// order when it fails. Zero: none.
+	// order when it fails. Zero: none. A Responses request continuing a stored response gets
+	// none: only the endpoint that stored it can serve it.
 	Fallbacks int
+	// ResponseHomes bounds how many Responses API response ids the picker remembers, with
+	// the endpoint that stored each, so that a request naming one as previous_response_id
+	// goes there (and is answered 404 when that endpoint has left the set). Zero: 100,000;
+	// negative: none are remembered, and such requests are routed like any other.
+	ResponseHomes int
 	// MetadataNamespace is the dynamic-metadata namespace of the destination and of the
 	// served endpoint. Empty: MetadataNamespace ("envoy.lb").
 	MetadataNamespace string
@@ -150,6 +157,7 @@ type Server struct {
 	bands      int
 	models     map[string]bool
 	fallbacks  int
+	homes      *homes.Store // Responses API: response id → the endpoint that stored it
 	ns, subNS  string
 	clearRoute bool
 	idle       time.Duration
@@ -255,7 +263,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		index: opts.Index, router: opts.Router, queue: opts.Queue, tok: opts.Tokenizer, keyer: opts.Keyer,
-		limits: opts.Limits, maxBody: opts.MaxBodyBytes, bands: opts.Bands, fallbacks: opts.Fallbacks,
+		limits: opts.Limits, maxBody: opts.MaxBodyBytes, bands: opts.Bands, fallbacks: opts.Fallbacks, homes: homes.New(opts.ResponseHomes),
 		ns: opts.MetadataNamespace, subNS: opts.SubsetNamespace, clearRoute: opts.ClearRouteCache,
 		idle: opts.StreamIdle, source: opts.Source, kvListen: opts.KVListen, usher: opts.Metrics, log: opts.Logger,
 	}

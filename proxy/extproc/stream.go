@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -134,6 +136,7 @@ type exchange struct {
 	pick     routing.Result
 	picked   bool
 	endpoint string // the picked endpoint's address
+	pinned   string // the endpoint that stored the previous response; "" when none
 	prompt   proxy.Prompt
 	bufp     *[]prefixcache.BlockHash
 	session  string
@@ -355,6 +358,11 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 		return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "bad_band",
 			Message: "the picker's keyer gave this request a band outside its configuration"}, 0
 	}
+	if req.PreviousResponseID != "" {
+		if e := ex.followPrevious(req); e != nil {
+			return e, 0
+		}
+	}
 	// An empty subset can never be served: refuse before waiting for admission.
 	if ex.hasSub && !ex.subsetEligible() {
 		return noEndpoint("none of the endpoints in the proxy's subset hint is known to the picker"), 0
@@ -450,7 +458,18 @@ func (ex *exchange) route(rr *routing.Request) *openai.Error {
 		}
 		rr.Exclude = ex.outsideSubset(set)
 	}
+	if ex.pinned != "" {
+		for i, e := range set.list {
+			if e.Address != ex.pinned && !slices.Contains(rr.Exclude, set.ids[i]) {
+				rr.Exclude = append(rr.Exclude, set.ids[i])
+			}
+		}
+	}
 	p, err := ex.s.router.Pick(rr)
+	if err != nil && ex.pinned != "" {
+		return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "previous_response_unavailable",
+			Param: "previous_response_id", Message: "the endpoint that stored the response named by previous_response_id cannot take requests now; retry later"}
+	}
 	if err != nil {
 		return noEndpoint("no endpoint can take the request now: " + err.Error())
 	}
@@ -493,7 +512,7 @@ func (ex *exchange) outsideSubset(set *endpointSet) []routing.BackendID {
 // pick fails).
 func (ex *exchange) destination() string {
 	n := ex.s.fallbacks
-	if n == 0 {
+	if n == 0 || ex.pinned != "" {
 		return ex.endpoint
 	}
 	set := ex.s.eps.Load()
@@ -601,6 +620,41 @@ func (ex *exchange) moveTo(served string) {
 		ex.pick, ex.picked = p, true
 	}
 	ex.endpoint = served
+}
+
+// followPrevious pins a Responses request that continues a stored response to the endpoint
+// that stored it, and gives it that conversation's session; a response this picker did not
+// see stored is routed like any other (the endpoint answers whether it knows it). One whose
+// endpoint has left the set is answered 404 here.
+func (ex *exchange) followPrevious(req *openai.Request) *openai.Error {
+	hm, ok := ex.s.homes.Get(homes.Key(ex.id.Tenant, req.PreviousResponseID))
+	if !ok {
+		return nil
+	}
+	if _, in := ex.s.eps.Load().byAddr[hm.Backend]; !in {
+		return &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Code: "previous_response_not_found",
+			Param: "previous_response_id", Message: fmt.Sprintf(
+				"the response %q named by previous_response_id was stored by an endpoint that is no longer in the pool; start the conversation again",
+				clip(req.PreviousResponseID))}
+	}
+	if ex.id.Session == "" {
+		ex.id.Session = hm.Session
+	}
+	ex.pinned = hm.Backend
+	return nil
+}
+
+// remember notes the endpoint that stored the response id the answer named, when the
+// request asked for it to be stored.
+func (ex *exchange) remember(id string) {
+	if ex.req == nil || !ex.req.Store || id == "" || ex.endpoint == "" {
+		return
+	}
+	s := ex.id.Session
+	if s == "" {
+		s = id // the chain's first response names its conversation
+	}
+	ex.s.homes.Put(homes.Key(ex.id.Tenant, id), homes.Home{Backend: ex.endpoint, Session: s})
 }
 
 // responseBody watches one chunk of the answer.
