@@ -75,13 +75,15 @@ for n in $(seq "$REPEAT"); do
 done
 
 python3 - "$OUT" $ROUTERS <<'PY'
-import glob, json, statistics, sys
+import glob, json, re, statistics, sys
 out, routers = sys.argv[1], sys.argv[2:]
 print("| router | TTFT p50 | TTFT p99 | adapter loads/min | max/mean load | errors |")
 print("|---|---|---|---|---|---|")
 for r in routers:
     runs = []
     for f in sorted(glob.glob(f"{out}/process-{r}-*.json")):
+        if not re.fullmatch(rf"process-{re.escape(r)}-\d+\.json", f.rsplit("/", 1)[-1]):
+            continue  # another router's whose name starts with this one's
         p = json.load(open(f))
         loads, e2e = 0.0, {}
         for line in open(f.replace("process-", "metrics-").replace(".json", ".txt")):
