@@ -80,9 +80,23 @@ func TestRunDisaggregated(t *testing.T) {
 		`usher_pd_requests_total{decision="disaggregated"} 1`, `usher_pd_prefill_attempts_total{result="ok"} 1`)
 }
 
+// TestRunLoRA: the simulated fleet serves adapters; the gateway learns them from the servers'
+// /v1/models, serves a request naming one, and the servers export their adapters.
+func TestRunLoRA(t *testing.T) {
+	runWith(t, []string{"-listen", "127.0.0.1:0", "-sim-servers", "2", "-sim-lora", "sql-lora,chat-lora", "-sim-max-loras", "1"},
+		`{"model":"sql-lora","max_tokens":5,"messages":[{"role":"user","content":"Hello!"}]}`,
+		`usher_picks_total`)
+}
+
 // runOnce runs the gateway with args, sends one request, checks /metrics holds each of want,
 // and shuts it down.
 func runOnce(t *testing.T, args []string, want ...string) {
+	t.Helper()
+	runWith(t, args, `{"model":"usher/demo","max_tokens":5,"messages":[{"role":"user","content":"Hello!"}]}`, want...)
+}
+
+// runWith is runOnce with the request's body.
+func runWith(t *testing.T, args []string, body string, want ...string) {
 	t.Helper()
 	c, err := parseConfig(args)
 	if err != nil {
@@ -99,8 +113,7 @@ func runOnce(t *testing.T, args []string, want ...string) {
 	case err := <-done:
 		t.Fatalf("run: %v", err)
 	}
-	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"usher/demo","max_tokens":5,"messages":[{"role":"user","content":"Hello!"}]}`))
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -84,6 +85,8 @@ type config struct {
 	SimProfile    string        // its engine profile (internal/engine)
 	SimKVEvents   bool          // its servers publish KV events, which the gateway follows
 	SimPrefill    int           // of its servers, how many are prefill servers (the rest decode); 0: aggregated
+	SimLoRA       string        // LoRA adapters its servers serve, comma-separated ("": none)
+	SimMaxLoRAs   int           // adapter slots per server (0: simfleet's default)
 	ShutdownGrace time.Duration // how long shutdown waits for requests in flight
 	CPUProfile    string        // file to write a CPU profile of the whole run to ("": none)
 }
@@ -99,6 +102,8 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.SimProfile, "sim-profile", c.SimProfile, "engine profile of the simulated fleet: demo or qwen3-32b-h100")
 	fs.BoolVar(&c.SimKVEvents, "sim-kv-events", c.SimKVEvents, "simulated servers publish KV events over ZMQ (vLLM's wire format) and the gateway follows them")
 	fs.IntVar(&c.SimPrefill, "sim-prefill", 0, "disaggregate the simulated fleet: this many of its servers are prefill servers, the rest decode servers (0: every server serves both)")
+	fs.StringVar(&c.SimLoRA, "sim-lora", "", "LoRA adapters the simulated servers serve, comma-separated (vLLM's --lora-modules); requests name one as their model")
+	fs.IntVar(&c.SimMaxLoRAs, "sim-max-loras", 0, "adapter slots of each simulated server (vLLM's --max-loras; 0: 1)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof), finished at shutdown")
 	c.RegisterFlags(fs)
@@ -123,6 +128,18 @@ func parseConfig(args []string) (config, error) {
 	}
 	_, err := c.options()
 	return c, err
+}
+
+// simLoRA is the simulated servers' LoRA configuration.
+func (c config) simLoRA() simfleet.LoRAOptions {
+	var o simfleet.LoRAOptions
+	for _, a := range strings.Split(c.SimLoRA, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.Adapters = append(o.Adapters, a)
+		}
+	}
+	o.MaxLoRAs = c.SimMaxLoRAs
+	return o
 }
 
 // options builds the Handler's options; "local" is the simulated fleet's tokenizer.
@@ -231,7 +248,7 @@ func startFleet(c config) (*simFleet, error) {
 	}
 	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{
 		Servers: c.SimServers,
-		Options: simfleet.Options{Engine: engine.Options{Profile: p}},
+		Options: simfleet.Options{Engine: engine.Options{Profile: p}, LoRA: c.simLoRA()},
 		Configure: func(i int, o *simfleet.Options) {
 			if i < len(s.pubs) {
 				o.OnKVEvents = simfleet.PublishKVEvents(s.pubs[i], nil)

@@ -59,20 +59,22 @@ func (e Endpoint) anthropic() bool { return e == Messages }
 
 // EndpointOf returns the endpoint a request path names, by its ending, so that a prefix
 // ("/v1", "/openai/v1") does not matter: Chat for "/chat/completions", Completions for
-// "/completions" otherwise, Messages for "/messages", Responses for "/responses",
-// Embeddings for "/embeddings". It reports false for any other path (sub-resources such as
-// "/responses/{id}" or "/messages/count_tokens" included). O(1).
+// "/completions" otherwise, Messages for "/v1/messages", Responses for "/v1/responses",
+// Embeddings for "/v1/embeddings". The last three need their "/v1/": other APIs have
+// resources of those names deeper down (OpenAI's Assistants "/v1/threads/{id}/messages"),
+// which must not be read as Anthropic's. It reports false for any other path (sub-resources
+// such as "/v1/responses/{id}" or "/v1/messages/count_tokens" included). O(1).
 func EndpointOf(path string) (Endpoint, bool) {
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
 		return Chat, true
 	case strings.HasSuffix(path, "/completions"):
 		return Completions, true
-	case strings.HasSuffix(path, "/messages"):
+	case strings.HasSuffix(path, "/v1/messages"):
 		return Messages, true
-	case strings.HasSuffix(path, "/responses"):
+	case strings.HasSuffix(path, "/v1/responses"):
 		return Responses, true
-	case strings.HasSuffix(path, "/embeddings"):
+	case strings.HasSuffix(path, "/v1/embeddings"):
 		return Embeddings, true
 	}
 	return 0, false

@@ -128,6 +128,9 @@ func TestEndpoint(t *testing.T) {
 		{"/v1/responses", openai.Responses, true},
 		{"/v1/responses/resp_1", 0, false},
 		{"/v1/messages/count_tokens", 0, false},
+		{"/v1/threads/thread_1/messages", 0, false}, // OpenAI's Assistants, not Anthropic's Messages
+		{"/messages", 0, false},
+		{"/openai/v1/responses", openai.Responses, true},
 		{"/v1/models", 0, false},
 		{"/v1/chat/completions/", 0, false},
 		{"completions", 0, false},
