@@ -373,6 +373,20 @@ func TestPickAdapterAllocs(t *testing.T) {
 
 func BenchmarkPickAdapter(b *testing.B) {
 	for _, n := range []int{8, 64} {
+		// The default profile without the adapter term, for base-model traffic: what the
+		// term costs requests that name no adapter.
+		blind := newLoraRouter(b, Usher(UsherOptions{}), loraFleet(n, 4)...)
+		b.Run("base-without-term/n="+strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			req := Request{Model: "llama", PromptTokens: 500}
+			for b.Loop() {
+				p, err := blind.Pick(&req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Done(DoneInfo{})
+			}
+		})
 		r := newLoraRouter(b, Usher(UsherOptions{AdapterWeight: 2}), loraFleet(n, 4)...)
 		for _, c := range []struct {
 			name string
