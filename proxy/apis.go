@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"time"
 
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/prefixcache"
@@ -137,11 +135,7 @@ func (t *sseTap) handleAPI(data []byte) bool {
 		return true
 	}
 	if c.Token {
-		t.chunks++
-		if !t.sawFirst {
-			t.sawFirst = true
-			t.ex.firstToken(time.Now())
-		}
+		t.token()
 	}
 	if c.Usage != nil {
 		t.ex.mergeUsage(*c.Usage)
@@ -152,12 +146,7 @@ func (t *sseTap) handleAPI(data []byte) bool {
 		t.ex.remember(c.ResponseID)
 	}
 	if c.End {
-		// The stream's last event: read the rest of the body (bounded) so the connection
-		// can be reused, and close the books before the client hears it.
-		if t.upErr == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(t.up, 64<<10))
-		}
-		t.end(nil)
+		t.last()
 	}
 	return true
 }

@@ -229,13 +229,7 @@ func (t *sseTap) handle(ev []byte) bool {
 	case data == nil:
 		return true // a comment, a blank line or another field
 	case bytes.Equal(data, openai.DoneData):
-		// Read the rest of the body (the chunked terminator, which follows [DONE] at once),
-		// bounded, before the client hears [DONE] and hangs up: then the backend connection
-		// goes back to the pool instead of being closed.
-		if t.upErr == nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(t.up, 64<<10))
-		}
-		t.end(nil)
+		t.last()
 		return true
 	case t.api:
 		return t.handleAPI(data)
@@ -253,11 +247,7 @@ func (t *sseTap) handle(ev []byte) bool {
 		return true
 	}
 	if c.Token {
-		t.chunks++
-		if !t.sawFirst {
-			t.sawFirst = true
-			t.ex.firstToken(time.Now())
-		}
+		t.token()
 	}
 	if c.Usage != nil {
 		t.ex.setUsage(*c.Usage)
@@ -327,6 +317,26 @@ func (t *sseTap) broken() error {
 	t.out = e.AppendEventFor(t.ex.ep, t.out[:0])
 	t.end(err)
 	return nil
+}
+
+// token counts a chunk or event that carries generated output; the first is the first token.
+func (t *sseTap) token() {
+	t.chunks++
+	if !t.sawFirst {
+		t.sawFirst = true
+		t.ex.firstToken(time.Now())
+	}
+}
+
+// last ends the stream at its last event ([DONE], or a Messages or Responses stream's
+// end): it reads the rest of the body (the chunked terminator, which follows at once),
+// bounded, before the client hears the event and hangs up, so that the backend connection
+// goes back to the pool instead of being closed; then it closes the books.
+func (t *sseTap) last() {
+	if t.upErr == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(t.up, 64<<10))
+	}
+	t.end(nil)
 }
 
 // end finishes the exchange with the usage seen (chunks counted when none was reported).

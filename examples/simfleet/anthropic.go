@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 )
@@ -149,30 +148,6 @@ func anthropicError(w http.ResponseWriter, status int, typ, msg string) {
 	writeJSON(w, status, e)
 }
 
-// readBody reads a POST body of at most Options.MaxBodyBytes into v (top-level names exact),
-// answering 405, 413 or 400 through fail and reporting false when it did.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, v any, fail func(status int, msg string)) bool {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		fail(http.StatusMethodNotAllowed, "Method Not Allowed")
-		return false
-	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err == nil {
-		err = decodeExact(data, v)
-	}
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.maxBody))
-			return false
-		}
-		fail(http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return false
-	}
-	return true
-}
-
 func anthropicType(status int) string {
 	switch status {
 	case http.StatusNotFound:
@@ -246,54 +221,32 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	var buf bytes.Buffer
-	event := func(name string, v any) {
-		b, _ := json.Marshal(v)
-		buf.WriteString("event: " + name + "\ndata: ")
-		buf.Write(b)
-		buf.WriteString("\n\n")
-	}
+	ew := newEventWriter(w)
 	s.follow(r.Context(), g, genEvents{
 		started: func(cached int) {
-			event("message_start", map[string]any{"type": "message_start",
+			ew.event("message_start", map[string]any{"type": "message_start",
 				"message": message([]map[string]any{}, nil, anthropicUsageOf(len(g.prompt), cached, 1))})
-			event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
+			ew.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
 				"content_block": map[string]any{"type": "text", "text": ""}})
-			event("ping", map[string]any{"type": "ping"})
+			ew.event("ping", map[string]any{"type": "ping"})
 		},
 		tokens: func(from, to int) {
 			for _, p := range g.pieces[from:to] {
-				event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
+				ew.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
 					"delta": map[string]any{"type": "text_delta", "text": p}})
 			}
 		},
 		finished: func(cached, produced int) {
-			event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-			event("message_delta", map[string]any{"type": "message_delta",
+			ew.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+			ew.event("message_delta", map[string]any{"type": "message_delta",
 				"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
 				"usage": map[string]int{"output_tokens": produced}})
-			event("message_stop", map[string]any{"type": "message_stop"})
+			ew.event("message_stop", map[string]any{"type": "message_stop"})
 		},
 		aborted: func() {
-			event("error", map[string]any{"type": "error", "error": map[string]string{
+			ew.event("error", map[string]any{"type": "error", "error": map[string]string{
 				"type": "overloaded_error", "message": "the request was aborted: the server is shutting down"}})
 		},
-		batch: func() error {
-			if buf.Len() == 0 {
-				return nil
-			}
-			_, err := w.Write(buf.Bytes())
-			buf.Reset()
-			if err == nil {
-				err = rc.Flush()
-			}
-			return err
-		},
+		batch: ew.flush,
 	})
 }

@@ -46,12 +46,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-// decodeBody reads a JSON body into v, answering 405, 413 or 400 itself and reporting false
-// when it did.
+// decodeBody reads a JSON body into v as readBody does, answering with vLLM's errors.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	return s.readBody(w, r, v, func(status int, msg string) {
+		typ := "BadRequestError"
+		switch status {
+		case http.StatusMethodNotAllowed:
+			typ = "MethodNotAllowed"
+		case http.StatusRequestEntityTooLarge:
+			typ = "RequestEntityTooLarge"
+		}
+		writeError(w, status, typ, msg)
+	})
+}
+
+// readBody reads a POST body of at most Options.MaxBodyBytes into v (top-level names exact),
+// answering 405, 413 or 400 through fail and reporting false when it did.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, v any, fail func(status int, msg string)) bool {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "MethodNotAllowed", "Method Not Allowed")
+		fail(http.StatusMethodNotAllowed, "Method Not Allowed")
 		return false
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
@@ -61,11 +75,10 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "RequestEntityTooLarge",
-				fmt.Sprintf("request body exceeds %d bytes", s.maxBody))
+			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.maxBody))
 			return false
 		}
-		badRequest(w, "invalid JSON body: %v", err)
+		fail(http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return false
 	}
 	return true
@@ -374,13 +387,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id engine.Reques
 	if chat {
 		resp.Object = "chat.completion.chunk"
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-
+	rc := startEvents(w)
 	var buf bytes.Buffer
 	emit := func(c *choice, u *usage) {
 		resp.Choices = resp.Choices[:0]
@@ -448,6 +455,52 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, id engine.Reques
 			return
 		}
 	}
+}
+
+// startEvents starts a server-sent event answer: its headers and status 200, flushed.
+func startEvents(w http.ResponseWriter) *http.ResponseController {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	return rc
+}
+
+// eventWriter writes the named events of a Messages or Responses stream: they gather in
+// buf, and flush writes them out after each batch of the engine's events.
+type eventWriter struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf bytes.Buffer
+}
+
+// newEventWriter starts the stream (startEvents).
+func newEventWriter(w http.ResponseWriter) *eventWriter {
+	return &eventWriter{w: w, rc: startEvents(w)}
+}
+
+// event adds the event name with v, in JSON, as its data.
+func (e *eventWriter) event(name string, v any) {
+	b, _ := json.Marshal(v)
+	e.buf.WriteString("event: " + name + "\ndata: ")
+	e.buf.Write(b)
+	e.buf.WriteString("\n\n")
+}
+
+// flush writes out the events added since the last flush, and flushes; it is a
+// genEvents.batch.
+func (e *eventWriter) flush() error {
+	if e.buf.Len() == 0 {
+		return nil
+	}
+	_, err := e.w.Write(e.buf.Bytes())
+	e.buf.Reset()
+	if err == nil {
+		err = e.rc.Flush()
+	}
+	return err
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {

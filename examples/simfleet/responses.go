@@ -295,21 +295,12 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	var buf bytes.Buffer
+	ew := newEventWriter(w)
 	seq := 0
 	event := func(typ string, fields map[string]any) {
 		fields["type"], fields["sequence_number"] = typ, seq
 		seq++
-		b, _ := json.Marshal(fields)
-		buf.WriteString("event: " + typ + "\ndata: ")
-		buf.Write(b)
-		buf.WriteString("\n\n")
+		ew.event(typ, fields)
 	}
 	s.follow(r.Context(), g, genEvents{
 		started: func(int) {
@@ -343,16 +334,6 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		aborted: func() {
 			event("error", map[string]any{"code": "server_error", "message": "the request was aborted: the server is shutting down", "param": nil})
 		},
-		batch: func() error {
-			if buf.Len() == 0 {
-				return nil
-			}
-			_, err := w.Write(buf.Bytes())
-			buf.Reset()
-			if err == nil {
-				err = rc.Flush()
-			}
-			return err
-		},
+		batch: ew.flush,
 	})
 }

@@ -1,9 +1,6 @@
 package openai
 
-import (
-	"math"
-	"strconv"
-)
+import "strconv"
 
 // This file reads the bodies of Anthropic's Messages API, OpenAI's Responses API and the
 // embeddings API, as strictly as request reads chat: known fields exact and typed, given
@@ -11,9 +8,9 @@ import (
 
 // apiTop is what apiRequest gathers about the top-level members before it builds the Request.
 type apiTop struct {
-	seen          uint64 // bit w: field w was given
-	model, user   []byte // raw strings, between their quotes
-	prev, conv    []byte
+	fields
+	user, prev    []byte // raw strings, between their quotes
+	conv          []byte
 	cacheKey      []byte
 	maxTokens     int
 	maxTokensNull bool
@@ -48,67 +45,14 @@ func apiField(w word, ep Endpoint) word {
 	return wOther
 }
 
-// apiFieldNames are the names of apiRequest's top-level fields, for errors.
-var apiFieldNames = map[word]string{
-	wModel: "model", wPriority: "priority", wKVTransferParams: "kv_transfer_params", wUser: "user",
-	wInput: "input", wStream: "stream", wTools: "tools", wMessages: "messages", wSystem: "system",
-	wMaxTokens: "max_tokens", wMetadata: "metadata", wInstructions: "instructions",
-	wPreviousResponseID: "previous_response_id", wStore: "store", wMaxOutputTokens: "max_output_tokens",
-	wPromptCacheKey: "prompt_cache_key", wConversation: "conversation",
-}
-
 // apiRequest parses the top-level object of a Messages, Responses or Embeddings body.
 func (p *parser) apiRequest(ep Endpoint) (*Request, *Error) {
-	b := p.b
-	i := p.ws(0)
-	if i >= len(b) {
-		return nil, p.unexpected(i, "looking for the request object")
-	}
-	if b[i] != '{' {
-		end, err := p.skip(i)
-		if err != nil {
-			return nil, err
-		}
-		return nil, syntaxError(i, "the request body must be a JSON object, got %s", describe(b, i, end))
-	}
-	var r *Request
-	var chat *chatRequest
-	if ep == Embeddings {
-		r = new(Request)
-	} else {
-		chat = new(chatRequest)
-		r = &chat.Request
-	}
-	r.Endpoint, r.Body, r.N = ep, b, 1
+	r, chat := p.newRequest(ep, ep != Embeddings)
 	r.Store = ep == Responses
-
 	var t apiTop
-	prevEnd := -1
-	cutOpen := false
-	i, done, err := p.openObject(i)
-	if err != nil {
-		return nil, err
-	}
-	for !done {
-		keyAt := i
-		k, esc, v, err := p.key(i)
-		if err != nil {
-			return nil, err
-		}
-		i = v
-		if cutOpen {
-			r.cut.to, cutOpen = keyAt, false
-		}
-		w := apiField(lookup(k, esc), ep)
-		if w != wOther {
-			if t.seen&(1<<w) != 0 {
-				return nil, duplicate(apiFieldNames[w])
-			}
-			t.seen |= 1 << w
-		}
+	err := p.topLevel(r, &t.fields, apiField, func(w word, i int) (int, *Error) {
+		var err *Error
 		switch w {
-		case wModel:
-			i, t.model, _, err = p.stringValue(i, "model", false)
 		case wMessages:
 			from := i
 			if i, err = p.messages(i, chat); err == nil {
@@ -120,9 +64,9 @@ func (p *parser) apiRequest(ep Endpoint) (*Request, *Error) {
 			case ep == Embeddings:
 				i, err = p.prompt(i, r)
 				r.Prompt, r.promptText, r.promptIsText = nil, nil, false
-			case b[i] == '"':
+			case p.b[i] == '"':
 				i, _, err = p.str(i)
-			case b[i] == '[':
+			case p.b[i] == '[':
 				i, err = p.messages(i, chat)
 			default:
 				i, err = p.wrongType(i, "input", "a string or an array of input items")
@@ -140,7 +84,7 @@ func (p *parser) apiRequest(ep Endpoint) (*Request, *Error) {
 			}
 		case wTools:
 			from := i
-			if i, err = p.tools(i); err == nil && b[from] == '[' {
+			if i, err = p.tools(i); err == nil && p.b[from] == '[' {
 				r.Tools = p.b[from:i]
 			}
 		case wStream:
@@ -151,7 +95,7 @@ func (p *parser) apiRequest(ep Endpoint) (*Request, *Error) {
 				r.Store = v
 			}
 		case wMaxTokens:
-			t.maxTokensNull = b[i] == 'n'
+			t.maxTokensNull = p.b[i] == 'n'
 			i, t.maxTokens, err = p.count(i, "max_tokens", p.lim.MaxTokens)
 		case wMaxOutputTokens:
 			i, t.maxTokens, err = p.count(i, "max_output_tokens", p.lim.MaxTokens)
@@ -168,29 +112,11 @@ func (p *parser) apiRequest(ep Endpoint) (*Request, *Error) {
 			i, t.cacheKey, _, err = p.stringValue(i, "prompt_cache_key", true)
 		case wConversation:
 			i, err = p.conversation(i, &t)
-		case wPriority:
-			i, _, err = p.integer(i, "priority", math.MinInt64, math.MaxInt64)
-			r.HasPriority = true
-			if prevEnd < 0 {
-				r.cut, cutOpen = span{keyAt, i}, true
-			} else {
-				r.cut = span{prevEnd, i}
-			}
-		case wKVTransferParams:
-			err = invalid(codeInvalidValue, "kv_transfer_params", "kv_transfer_params is set by the gateway for disaggregated serving; a client may not send it")
-		default:
-			i, err = p.skip(i)
 		}
-		if err != nil {
-			return nil, err
-		}
-		prevEnd = i
-		if i, done, err = p.next(i, '}'); err != nil {
-			return nil, err
-		}
-	}
-	if end := p.ws(i); end != len(b) {
-		return nil, p.unexpected(end, "after the top-level object")
+		return i, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := t.check(ep); err != nil {
 		return nil, err
@@ -200,14 +126,9 @@ func (p *parser) apiRequest(ep Endpoint) (*Request, *Error) {
 	return r, nil
 }
 
-// check reports a required field that is missing, and fields that exclude each other.
+// check reports a required field that is missing (but model, which topLevel checks), and
+// fields that exclude each other.
 func (t *apiTop) check(ep Endpoint) *Error {
-	if t.seen&(1<<wModel) == 0 {
-		return missing("model", "")
-	}
-	if len(t.model) == 0 {
-		return invalid(codeInvalidValue, "model", `"model" must not be empty`)
-	}
 	switch ep {
 	case Messages:
 		if t.seen&(1<<wMessages) == 0 {
@@ -244,99 +165,6 @@ func (t *apiTop) setStrings(r *Request) {
 	}
 }
 
-func itemParam(list string, m int, field string) string {
-	p := list + "[" + strconv.Itoa(m) + "]"
-	if field != "" {
-		p += "." + field
-	}
-	return p
-}
-
-// anthropicMessage reads the m-th message of a Messages body: an object with a role, "user"
-// or "assistant", and a content that is a string or an array of content blocks (objects
-// with a string "type"; a "text" block needs a string "text"; other types pass unread).
-func (p *parser) anthropicMessage(i, m int) (Message, int, *Error) {
-	var msg Message
-	if p.b[i] != '{' {
-		i, err := p.wrongType(i, msgParam(m, ""), "an object")
-		return msg, i, err
-	}
-	i, done, err := p.openObject(i)
-	if err != nil {
-		return msg, i, err
-	}
-	var seen uint32
-	for !done {
-		k, esc, v, err := p.key(i)
-		if err != nil {
-			return msg, v, err
-		}
-		i = v
-		switch w := lookup(k, esc); w {
-		case wRole, wContent:
-			name := "role"
-			if w == wContent {
-				name = "content"
-			}
-			if seen&(1<<w) != 0 {
-				return msg, i, duplicate(msgParam(m, name))
-			}
-			seen |= 1 << w
-			if w == wRole {
-				msg.Role, i, err = p.roleOf(i, msgParam(m, "role"), wUser, wAssistant)
-			} else if c := p.b[i]; c != '"' && c != '[' {
-				i, err = p.wrongType(i, msgParam(m, "content"), "a string or an array of content blocks")
-			} else {
-				start := i
-				i, err = p.content(i, m)
-				msg.Content = p.b[start:i]
-			}
-		default:
-			i, err = p.skip(i)
-		}
-		if err != nil {
-			return msg, i, err
-		}
-		if i, done, err = p.next(i, '}'); err != nil {
-			return msg, i, err
-		}
-	}
-	if msg.Role == "" {
-		return msg, i, missing(msgParam(m, "role"), "")
-	}
-	if msg.Content == nil {
-		return msg, i, missing(msgParam(m, "content"), " (a string or an array of content blocks)")
-	}
-	return msg, i, nil
-}
-
-// roleOf reads a role that must be one of allowed.
-func (p *parser) roleOf(i int, param string, allowed ...word) (string, int, *Error) {
-	if p.b[i] != '"' {
-		end, err := p.wrongType(i, param, "a string")
-		return "", end, err
-	}
-	end, esc, err := p.str(i)
-	if err != nil {
-		return "", end, err
-	}
-	raw := p.b[i+1 : end-1]
-	w := lookup(raw, esc)
-	for _, a := range allowed {
-		if w == a {
-			return roles[w], end, nil
-		}
-	}
-	list := ""
-	for j, a := range allowed {
-		if j > 0 {
-			list += ", "
-		}
-		list += strconv.Quote(roles[a])
-	}
-	return "", end, invalid(codeInvalidValue, param, "%q must be one of %s, got %q", param, list, short(string(appendUnescaped(nil, raw))))
-}
-
 // inputItem reads the m-th item of a Responses input array: an object with an optional
 // string "type". A message ("type" absent or "message") has a role (user, assistant,
 // system, developer) and a content that is a string or an array of parts; its Message is
@@ -355,6 +183,7 @@ func (p *parser) inputItem(i, m int) (Message, int, *Error) {
 	}
 	var seen uint32
 	isMessage := true
+	roleAt := -1 // the role's value
 	for !done {
 		k, esc, v, err := p.key(i)
 		if err != nil {
@@ -387,13 +216,10 @@ func (p *parser) inputItem(i, m int) (Message, int, *Error) {
 				}
 			case wRole:
 				// Checked once the type is known: other items may carry a role of their own.
-				from := i
-				if i, err = p.skip(i); err == nil {
-					msg.Role = string(p.b[from:i]) // raw for now
-				}
+				roleAt = i
+				i, err = p.skip(i)
 			default:
 				from := i
-				msg.Content = p.b[from:i]
 				if i, err = p.skip(i); err == nil {
 					msg.Content = p.b[from:i]
 				}
@@ -412,15 +238,13 @@ func (p *parser) inputItem(i, m int) (Message, int, *Error) {
 		return Message{Content: p.b[start:i]}, i, nil
 	}
 	// A message: check its role and content now.
-	if msg.Role == "" {
+	if roleAt < 0 {
 		return msg, i, missing(itemParam("input", m, "role"), "")
 	}
-	sub := parser{b: []byte(msg.Role), maxDepth: p.maxDepth, lim: p.lim, ep: p.ep}
-	role, _, rerr := sub.roleOf(0, itemParam("input", m, "role"), wUser, wAssistant, wSystem, wDeveloper)
-	if rerr != nil {
+	var rerr *Error
+	if msg.Role, _, rerr = p.role(roleAt, "input", m, inputRoles); rerr != nil {
 		return msg, i, rerr
 	}
-	msg.Role = role
 	if msg.Content == nil || msg.Content[0] == 'n' {
 		return msg, i, missing(itemParam("input", m, "content"), " (a string or an array of content parts)")
 	}
@@ -441,12 +265,7 @@ func (p *parser) itemContent(c []byte, m int) *Error {
 		return typeError(itemParam("input", m, "content"), "a string or an array of content parts", describe(c, 0, len(c)))
 	}
 	sub := parser{b: c, maxDepth: p.maxDepth, lim: p.lim, ep: p.ep}
-	i, done, err := sub.openArray(0)
-	for j := 0; err == nil && !done; j++ {
-		if i, err = sub.part(i, "input", m, j); err == nil {
-			i, done, err = sub.next(i, ']')
-		}
-	}
+	_, err := sub.elements(0, func(j, i int) (int, *Error) { return sub.part(i, "input", m, j) })
 	return err
 }
 
@@ -460,19 +279,7 @@ func (p *parser) system(i int) (int, *Error) {
 	default:
 		return p.wrongType(i, "system", "a string or an array of text blocks")
 	}
-	i, done, err := p.openArray(i)
-	if err != nil {
-		return i, err
-	}
-	for j := 0; !done; j++ {
-		if i, err = p.textBlock(i, "system["+strconv.Itoa(j)+"]"); err != nil {
-			return i, err
-		}
-		if i, done, err = p.next(i, ']'); err != nil {
-			return i, err
-		}
-	}
-	return i, nil
+	return p.elements(i, func(j, i int) (int, *Error) { return p.textBlock(i, "system["+strconv.Itoa(j)+"]") })
 }
 
 // textBlock reads an object with "type" "text" and a string "text".
@@ -480,18 +287,10 @@ func (p *parser) textBlock(i int, param string) (int, *Error) {
 	if p.b[i] != '{' {
 		return p.wrongType(i, param, "a text block (an object)")
 	}
-	i, done, err := p.openObject(i)
-	if err != nil {
-		return i, err
-	}
 	var sawType, sawText bool
-	for !done {
-		k, esc, v, err := p.key(i)
-		if err != nil {
-			return v, err
-		}
-		i = v
-		switch lookup(k, esc) {
+	i, err := p.members(i, func(w word, i int) (int, *Error) {
+		var err *Error
+		switch w {
 		case wType:
 			if sawType {
 				return i, duplicate(param + ".type")
@@ -510,14 +309,11 @@ func (p *parser) textBlock(i int, param string) (int, *Error) {
 		default:
 			i, err = p.skip(i)
 		}
-		if err != nil {
-			return i, err
-		}
-		if i, done, err = p.next(i, '}'); err != nil {
-			return i, err
-		}
-	}
+		return i, err
+	})
 	switch {
+	case err != nil:
+		return i, err
 	case !sawType:
 		return i, missing(param+".type", "")
 	case !sawText:
@@ -535,22 +331,12 @@ func (p *parser) tools(i int) (int, *Error) {
 	default:
 		return p.wrongType(i, "tools", "an array of tools")
 	}
-	i, done, err := p.openArray(i)
-	if err != nil {
-		return i, err
-	}
-	for j := 0; !done; j++ {
+	return p.elements(i, func(j, i int) (int, *Error) {
 		if p.b[i] != '{' {
 			return p.wrongType(i, "tools["+strconv.Itoa(j)+"]", "an object")
 		}
-		if i, err = p.skip(i); err != nil {
-			return i, err
-		}
-		if i, done, err = p.next(i, ']'); err != nil {
-			return i, err
-		}
-	}
-	return i, nil
+		return p.skip(i)
+	})
 }
 
 // metadata reads a Messages body's metadata: an object or null, whose user_id is a string
@@ -563,34 +349,19 @@ func (p *parser) metadata(i int, t *apiTop) (int, *Error) {
 	default:
 		return p.wrongType(i, "metadata", "an object or null")
 	}
-	i, done, err := p.openObject(i)
-	if err != nil {
-		return i, err
-	}
 	seen := false
-	for !done {
-		k, esc, v, err := p.key(i)
-		if err != nil {
-			return v, err
+	return p.members(i, func(w word, i int) (int, *Error) {
+		if w != wUserID {
+			return p.skip(i)
 		}
-		i = v
-		if lookup(k, esc) == wUserID {
-			if seen {
-				return i, duplicate("metadata.user_id")
-			}
-			seen = true
-			i, t.user, _, err = p.stringValue(i, "metadata.user_id", true)
-		} else {
-			i, err = p.skip(i)
+		if seen {
+			return i, duplicate("metadata.user_id")
 		}
-		if err != nil {
-			return i, err
-		}
-		if i, done, err = p.next(i, '}'); err != nil {
-			return i, err
-		}
-	}
-	return i, nil
+		seen = true
+		var err *Error
+		i, t.user, _, err = p.stringValue(i, "metadata.user_id", true)
+		return i, err
+	})
 }
 
 // conversation reads a Responses body's conversation: a non-empty string id, an object
@@ -610,47 +381,32 @@ func (p *parser) conversation(i int, t *apiTop) (int, *Error) {
 	default:
 		return p.wrongType(i, "conversation", "a string, an object with an id, or null")
 	}
-	i, done, err := p.openObject(i)
-	if err != nil {
-		return i, err
-	}
 	seen := false
-	for !done {
-		k, esc, v, err := p.key(i)
-		if err != nil {
-			return v, err
+	i, err := p.members(i, func(w word, i int) (int, *Error) {
+		if w != wID {
+			return p.skip(i)
 		}
-		i = v
-		if lookup(k, esc) == wID {
-			if seen {
-				return i, duplicate("conversation.id")
-			}
-			seen = true
-			i, t.conv, _, err = p.stringValue(i, "conversation.id", false)
-			if err == nil && len(t.conv) == 0 {
-				err = invalid(codeInvalidValue, "conversation.id", `"conversation.id" must not be empty`)
-			}
-		} else {
-			i, err = p.skip(i)
+		if seen {
+			return i, duplicate("conversation.id")
 		}
-		if err != nil {
-			return i, err
+		seen = true
+		var err *Error
+		if i, t.conv, _, err = p.stringValue(i, "conversation.id", false); err == nil && len(t.conv) == 0 {
+			err = invalid(codeInvalidValue, "conversation.id", `"conversation.id" must not be empty`)
 		}
-		if i, done, err = p.next(i, '}'); err != nil {
-			return i, err
-		}
+		return i, err
+	})
+	if err == nil && !seen {
+		err = missing("conversation.id", "")
 	}
-	if !seen {
-		return i, missing("conversation.id", "")
-	}
-	return i, nil
+	return i, err
 }
 
 // appendConversation renders a Messages or Responses request for AppendPrompt.
 func (r *Request) appendConversation(dst []byte) []byte {
 	if len(r.System) > 0 {
 		dst = append(dst, "system\n"...)
-		dst = appendSystem(dst, r.System)
+		dst = appendContent(dst, r.System, r.Endpoint)
 		dst = append(dst, '\n')
 	}
 	if len(r.Tools) > 0 {
@@ -664,73 +420,30 @@ func (r *Request) appendConversation(dst []byte) []byte {
 		return append(dst, '\n')
 	}
 	for _, m := range r.Messages {
-		switch {
-		case m.Role == "":
+		if m.Role == "" {
 			dst = append(dst, m.Content...)
-		case r.Endpoint == Messages:
+		} else {
 			dst = append(dst, m.Role...)
 			dst = append(dst, '\n')
-			dst = appendBlocks(dst, m.Content)
-		default:
-			dst = append(dst, m.Role...)
-			dst = append(dst, '\n')
-			c := m.Content
-			if len(c) >= 2 && c[0] == '"' {
-				dst = appendUnescaped(dst, c[1:len(c)-1])
-			} else if len(c) >= 2 && c[0] == '[' {
-				dst = appendPartsText(dst, c, true)
-			}
+			dst = appendContent(dst, m.Content, r.Endpoint)
 		}
 		dst = append(dst, '\n')
 	}
 	return dst
 }
 
-// appendSystem appends the text of a system prompt: a string, or the texts of its blocks.
-func appendSystem(dst, s []byte) []byte {
+// appendContent appends the text of a Messages or Responses content (or system prompt): a
+// string unescaped, or an array's parts as appendPartsText appends them — for Responses
+// with "input_text" and "output_text" parts as text, for Messages with a block other than
+// text as its raw JSON.
+func appendContent(dst, c []byte, ep Endpoint) []byte {
 	switch {
-	case len(s) >= 2 && s[0] == '"':
-		return appendUnescaped(dst, s[1:len(s)-1])
-	case len(s) >= 2 && s[0] == '[':
-		return appendPartsText(dst, s, false)
+	case len(c) >= 2 && c[0] == '"':
+		return appendUnescaped(dst, c[1:len(c)-1])
+	case len(c) >= 2 && c[0] == '[':
+		return appendPartsText(dst, c, ep == Responses, ep == Messages)
 	}
 	return dst
-}
-
-// appendBlocks appends a Messages content: the string, or each block in order — a text
-// block's text, any other block's raw JSON.
-func appendBlocks(dst, c []byte) []byte {
-	if len(c) < 2 {
-		return dst
-	}
-	if c[0] == '"' {
-		return appendUnescaped(dst, c[1:len(c)-1])
-	}
-	if c[0] != '[' {
-		return dst
-	}
-	i := 1
-	for {
-		i = skipSpace(c, i)
-		if i >= len(c) || c[i] == ']' {
-			return dst
-		}
-		switch c[i] {
-		case ',':
-			i++
-		case '{':
-			start := i
-			end, text, ok := partText(c, i, false)
-			if ok {
-				dst = appendUnescaped(dst, text)
-			} else {
-				dst = append(dst, c[start:end]...)
-			}
-			i = end
-		default:
-			i = skipLoose(c, i)
-		}
-	}
 }
 
 // SessionKey returns the conversation a request belongs to, by its own fields: for

@@ -327,3 +327,31 @@ func TestErrorFor(t *testing.T) {
 		}
 	}
 }
+
+// TestParseAPIsAllocs holds the Messages, Responses and Embeddings parses to the
+// allocations they make today: the Request, the strings of its fields, and the names of
+// the system blocks' fields.
+func TestParseAPIsAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, tc := range []struct {
+		ep   openai.Endpoint
+		body string
+		most float64
+	}{
+		{openai.Messages, anthropic(`"system":[{"type":"text","text":"s"}],"metadata":{"user_id":"u"},"priority":1`), 7},
+		{openai.Responses, `{"model":"gpt","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","name":"f"}],"conversation":{"id":"c"}}`, 5},
+		{openai.Embeddings, `{"model":"e","input":["a","b"]}`, 2},
+	} {
+		body := []byte(tc.body)
+		allocs := testing.AllocsPerRun(100, func() {
+			if _, err := openai.Parse(body, tc.ep, openai.Limits{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs > tc.most {
+			t.Errorf("Parse(%s) for %v: %v allocations, want at most %v", tc.body, tc.ep, allocs, tc.most)
+		}
+	}
+}

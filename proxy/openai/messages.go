@@ -16,22 +16,20 @@ var scratch = sync.Pool{New: func() any { s := make([]Message, 0, 256); return &
 // come from Limits above the default and are left to the garbage collector.
 const maxScratch = DefaultMaxMessages
 
-func msgParam(m int, field string) string {
-	p := "messages[" + strconv.Itoa(m) + "]"
+// itemParam names field of element m of the list named list ("messages", "input"), or the
+// element itself when field is "".
+func itemParam(list string, m int, field string) string {
+	p := list + "[" + strconv.Itoa(m) + "]"
 	if field != "" {
 		p += "." + field
 	}
 	return p
 }
 
-func partParam(m, j int, field string) string {
-	return listPartParam("messages", m, j, field)
-}
-
-// listPartParam names field of content part j of element m of the list named list
-// ("messages", "input").
-func listPartParam(list string, m, j int, field string) string {
-	p := list + "[" + strconv.Itoa(m) + "].content[" + strconv.Itoa(j) + "]"
+// partParam names field of content part j of element m of the list named list, or the
+// part itself when field is "".
+func partParam(list string, m, j int, field string) string {
+	p := itemParam(list, m, "content") + "[" + strconv.Itoa(j) + "]"
 	if field != "" {
 		p += "." + field
 	}
@@ -61,12 +59,9 @@ func (p *parser) messages(i int, chat *chatRequest) (int, *Error) {
 			return i, invalid(codeInvalidValue, list, "%q must hold at most %d items", list, p.lim.MaxMessages)
 		}
 		var m Message
-		switch p.ep {
-		case Messages:
-			m, i, err = p.anthropicMessage(i, len(msgs))
-		case Responses:
+		if p.ep == Responses {
 			m, i, err = p.inputItem(i, len(msgs))
-		default:
+		} else {
 			m, i, err = p.message(i, len(msgs))
 		}
 		if err != nil {
@@ -94,12 +89,28 @@ func (p *parser) messages(i int, chat *chatRequest) (int, *Error) {
 	return i, nil
 }
 
-// message reads the message at i, the m-th.
+// The roles each list's messages may have.
+var (
+	chatRoles      = []word{wSystem, wUser, wAssistant, wTool, wDeveloper, wFunction}
+	anthropicRoles = []word{wUser, wAssistant}
+	inputRoles     = []word{wUser, wAssistant, wSystem, wDeveloper}
+)
+
+// message reads the message at i, the m-th of a Chat or Messages body: an object with a
+// role and a content; other members pass unread. A chat message's role is one of chatRoles,
+// its content a string, an array of content parts, or null, and required unless the role is
+// "assistant". A Messages message's role is "user" or "assistant", its content a string or
+// an array of content blocks (objects with a string "type"; a "text" block needs a string
+// "text"; other types pass unread), and required.
 func (p *parser) message(i, m int) (Message, int, *Error) {
 	var msg Message
 	if p.b[i] != '{' {
-		i, err := p.wrongType(i, msgParam(m, ""), "an object")
+		i, err := p.wrongType(i, itemParam("messages", m, ""), "an object")
 		return msg, i, err
+	}
+	allowed := chatRoles
+	if p.ep == Messages {
+		allowed = anthropicRoles
 	}
 	i, done, err := p.openObject(i)
 	if err != nil {
@@ -119,11 +130,11 @@ func (p *parser) message(i, m int) (Message, int, *Error) {
 				if w == wContent {
 					name = "content"
 				}
-				return msg, i, duplicate(msgParam(m, name))
+				return msg, i, duplicate(itemParam("messages", m, name))
 			}
 			seen |= 1 << w
 			if w == wRole {
-				msg.Role, i, err = p.role(i, m)
+				msg.Role, i, err = p.role(i, "messages", m, allowed)
 			} else {
 				start := i
 				i, err = p.content(i, m)
@@ -140,18 +151,24 @@ func (p *parser) message(i, m int) (Message, int, *Error) {
 		}
 	}
 	if msg.Role == "" {
-		return msg, i, missing(msgParam(m, "role"), "")
+		return msg, i, missing(itemParam("messages", m, "role"), "")
 	}
-	if msg.Role != "assistant" && (msg.Content == nil || msg.Content[0] == 'n') {
-		return msg, i, missing(msgParam(m, "content"), fmt.Sprintf(" (a string or an array of content parts) for role %q", msg.Role))
+	if msg.Content == nil || msg.Content[0] == 'n' {
+		switch {
+		case p.ep == Messages:
+			return msg, i, missing(itemParam("messages", m, "content"), " (a string or an array of content blocks)")
+		case msg.Role != "assistant":
+			return msg, i, missing(itemParam("messages", m, "content"), fmt.Sprintf(" (a string or an array of content parts) for role %q", msg.Role))
+		}
 	}
 	return msg, i, nil
 }
 
-// role reads the role of the m-th message.
-func (p *parser) role(i, m int) (string, int, *Error) {
+// role reads the role of element m of list, which must be one of allowed.
+// O(len(allowed)).
+func (p *parser) role(i int, list string, m int, allowed []word) (string, int, *Error) {
 	if p.b[i] != '"' {
-		end, err := p.wrongType(i, msgParam(m, "role"), "a string")
+		end, err := p.wrongType(i, itemParam(list, m, "role"), "a string")
 		return "", end, err
 	}
 	end, esc, err := p.str(i)
@@ -159,26 +176,37 @@ func (p *parser) role(i, m int) (string, int, *Error) {
 		return "", end, err
 	}
 	raw := p.b[i+1 : end-1]
-	if w := lookup(raw, esc); int(w) < len(roles) && roles[w] != "" {
-		return roles[w], end, nil
+	w := lookup(raw, esc)
+	for _, a := range allowed {
+		if w == a {
+			return roles[w], end, nil
+		}
 	}
-	param := msgParam(m, "role")
-	return "", end, invalid(codeInvalidValue, param,
-		`%q must be one of "system", "user", "assistant", "tool", "developer", "function", got %q`,
-		param, short(string(appendUnescaped(nil, raw))))
+	names := ""
+	for j, a := range allowed {
+		if j > 0 {
+			names += ", "
+		}
+		names += strconv.Quote(roles[a])
+	}
+	param := itemParam(list, m, "role")
+	return "", end, invalid(codeInvalidValue, param, "%q must be one of %s, got %q", param, names, short(string(appendUnescaped(nil, raw))))
 }
 
-// content reads the content of the m-th message.
+// content reads the content of the m-th message: a string or an array of parts (of
+// content blocks, for Messages), or for Chat null.
 func (p *parser) content(i, m int) (int, *Error) {
-	switch p.b[i] {
-	case '"':
+	switch c := p.b[i]; {
+	case c == '"':
 		end, _, err := p.str(i)
 		return end, err
-	case 'n':
+	case c == 'n' && p.ep != Messages:
 		return p.literal(i, "null")
-	case '[':
+	case c == '[':
+	case p.ep == Messages:
+		return p.wrongType(i, itemParam("messages", m, "content"), "a string or an array of content blocks")
 	default:
-		return p.wrongType(i, msgParam(m, "content"), "a string, an array of content parts, or null")
+		return p.wrongType(i, itemParam("messages", m, "content"), "a string, an array of content parts, or null")
 	}
 	i, done, err := p.openArray(i)
 	if err != nil {
@@ -199,9 +227,8 @@ func (p *parser) content(i, m int) (int, *Error) {
 // object with a string "type"; a part of type "text" needs a string "text" (in the
 // Responses API's input, so do "input_text" and "output_text"). Other types pass unread.
 func (p *parser) part(i int, list string, m, j int) (int, *Error) {
-	partParam := func(m, j int, field string) string { return listPartParam(list, m, j, field) }
 	if p.b[i] != '{' {
-		return p.wrongType(i, partParam(m, j, ""), "an object")
+		return p.wrongType(i, partParam(list, m, j, ""), "an object")
 	}
 	i, done, err := p.openObject(i)
 	if err != nil {
@@ -218,11 +245,11 @@ func (p *parser) part(i int, list string, m, j int) (int, *Error) {
 		switch lookup(k, esc) {
 		case wType:
 			if typ != 0 {
-				return i, duplicate(partParam(m, j, "type"))
+				return i, duplicate(partParam(list, m, j, "type"))
 			}
 			typ = p.b[i]
 			if typ != '"' {
-				return p.wrongType(i, partParam(m, j, "type"), "a string")
+				return p.wrongType(i, partParam(list, m, j, "type"), "a string")
 			}
 			var tesc bool
 			if i, tesc, err = p.str(v); err == nil {
@@ -231,7 +258,7 @@ func (p *parser) part(i int, list string, m, j int) (int, *Error) {
 			}
 		case wText:
 			if text != 0 {
-				return i, duplicate(partParam(m, j, "text"))
+				return i, duplicate(partParam(list, m, j, "text"))
 			}
 			text = p.b[i]
 			i, err = p.skip(i)
@@ -247,14 +274,14 @@ func (p *parser) part(i int, list string, m, j int) (int, *Error) {
 	}
 	switch {
 	case typ == 0:
-		return i, missing(partParam(m, j, "type"), "")
+		return i, missing(partParam(list, m, j, "type"), "")
 	case !isText:
 		return i, nil
 	case text == 0:
-		return i, missing(partParam(m, j, "text"), ` in a part of type "text"`)
+		return i, missing(partParam(list, m, j, "text"), ` in a part of type "text"`)
 	case text != '"':
 		// The value was valid JSON; name its type without reading it again.
-		return i, typeError(partParam(m, j, "text"), "a string", describeStart(text))
+		return i, typeError(partParam(list, m, j, "text"), "a string", describeStart(text))
 	}
 	return i, nil
 }

@@ -74,19 +74,24 @@ func (p *parser) document() *Error {
 	return nil
 }
 
+// fields is what topLevel gathers of the top-level members of any body.
+type fields struct {
+	seen    uint64 // bit w: field w was given
+	model   []byte // raw, between its quotes
+	lastEnd int    // end of the last member's value; -1 for an empty object
+}
+
 // top is what request gathers about the top-level members before it builds the Request.
 type top struct {
-	seen           uint32 // bit w: field w was given
-	model          []byte // raw strings, between their quotes
-	user, salt     []byte
-	maxTokens      int // 0: not given, or null
+	fields
+	user, salt     []byte // raw strings, between their quotes
+	maxTokens      int    // 0: not given, or null
 	maxCompletion  int
 	streamOptions  byte // first byte of its value: 0 absent, 'n' null, '{' object
 	options        span // the value of stream_options
 	optionsMembers int
 	includeUsage   byte // first byte of its value: 0 absent, 't', 'f', 'n'
 	usage          span // the value of include_usage
-	lastEnd        int  // end of the last member's value
 }
 
 // chatRequest is a chat Request with room for its messages, so that a typical chat body
@@ -96,57 +101,108 @@ type chatRequest struct {
 	inline [16]Message
 }
 
-// request parses the top-level object.
-func (p *parser) request(ep Endpoint) (*Request, *Error) {
-	b := p.b
-	i := p.ws(0)
-	if i >= len(b) {
-		return nil, p.unexpected(i, "looking for the request object")
-	}
-	if b[i] != '{' {
-		end, err := p.skip(i)
-		if err != nil {
-			return nil, err
-		}
-		return nil, syntaxError(i, "the request body must be a JSON object, got %s", describe(b, i, end))
-	}
+// newRequest allocates the Request of a body to ep, in a chatRequest when withMessages.
+func (p *parser) newRequest(ep Endpoint, withMessages bool) (*Request, *chatRequest) {
 	var r *Request
 	var chat *chatRequest
-	if ep == Chat {
+	if withMessages {
 		chat = new(chatRequest)
 		r = &chat.Request
 	} else {
 		r = new(Request)
 	}
-	r.Endpoint, r.Body, r.N = ep, b, 1
+	r.Endpoint, r.Body, r.N = ep, p.b, 1
+	return r, chat
+}
 
-	var t top
-	prevEnd := -1    // end of the previous member's value
+// topLevel reads the top-level object of the body into r and f, member by member. A key
+// that field maps to wOther is skipped; a field given twice is refused; "model" is read into
+// f, and required not empty; "priority" is read, and its cut recorded for AppendUpstream;
+// "kv_transfer_params" is refused. The value of every other field goes to member, which
+// returns the index after it.
+func (p *parser) topLevel(r *Request, f *fields, field func(word, Endpoint) word, member func(w word, i int) (int, *Error)) *Error {
+	b := p.b
+	i := p.ws(0)
+	if i >= len(b) {
+		return p.unexpected(i, "looking for the request object")
+	}
+	if b[i] != '{' {
+		end, err := p.skip(i)
+		if err != nil {
+			return err
+		}
+		return syntaxError(i, "the request body must be a JSON object, got %s", describe(b, i, end))
+	}
+	f.lastEnd = -1
 	cutOpen := false // priority came first: its cut ends at the next key
 	i, done, err := p.openObject(i)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for !done {
 		keyAt := i
 		k, esc, v, err := p.key(i)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		i = v
 		if cutOpen {
 			r.cut.to, cutOpen = keyAt, false
 		}
-		w := topField(lookup(k, esc), ep)
+		w := field(lookup(k, esc), r.Endpoint)
 		if w != wOther {
-			if t.seen&(1<<w) != 0 {
-				return nil, duplicate(fieldNames[w])
+			if f.seen&(1<<w) != 0 {
+				return duplicate(fieldNames[w])
 			}
-			t.seen |= 1 << w
+			f.seen |= 1 << w
 		}
 		switch w {
+		case wOther:
+			i, err = p.skip(i)
 		case wModel:
-			i, t.model, _, err = p.stringValue(i, "model", false)
+			i, f.model, _, err = p.stringValue(i, "model", false)
+		case wPriority:
+			i, _, err = p.integer(i, "priority", math.MinInt64, math.MaxInt64)
+			r.HasPriority = true
+			if f.lastEnd < 0 {
+				r.cut, cutOpen = span{keyAt, i}, true
+			} else {
+				r.cut = span{f.lastEnd, i}
+			}
+		case wKVTransferParams:
+			// The gateway sets it for disaggregated serving: from a client it would aim a
+			// decode server's KV pull at any host.
+			err = invalid(codeInvalidValue, "kv_transfer_params", "kv_transfer_params is set by the gateway for disaggregated serving; a client may not send it")
+		default:
+			i, err = member(w, i)
+		}
+		if err != nil {
+			return err
+		}
+		f.lastEnd = i
+		if i, done, err = p.next(i, '}'); err != nil {
+			return err
+		}
+	}
+	if end := p.ws(i); end != len(b) {
+		return p.unexpected(end, "after the top-level object")
+	}
+	if f.seen&(1<<wModel) == 0 {
+		return missing("model", "")
+	}
+	if len(f.model) == 0 {
+		return invalid(codeInvalidValue, "model", `"model" must not be empty`)
+	}
+	return nil
+}
+
+// request parses the top-level object of a Chat or Completions body.
+func (p *parser) request(ep Endpoint) (*Request, *Error) {
+	r, chat := p.newRequest(ep, ep == Chat)
+	var t top
+	err := p.topLevel(r, &t.fields, topField, func(w word, i int) (int, *Error) {
+		var err *Error
+		switch w {
 		case wMessages:
 			from := i
 			if i, err = p.messages(i, chat); err == nil {
@@ -174,33 +230,12 @@ func (p *parser) request(ep Endpoint) (*Request, *Error) {
 			if i, t.salt, null, err = p.stringValue(i, "cache_salt", true); err == nil && !null && len(t.salt) == 0 {
 				err = invalid(codeInvalidValue, "cache_salt", `"cache_salt" must be a non-empty string or null`)
 			}
-		case wPriority:
-			i, _, err = p.integer(i, "priority", math.MinInt64, math.MaxInt64)
-			r.HasPriority = true
-			if prevEnd < 0 {
-				r.cut, cutOpen = span{keyAt, i}, true
-			} else {
-				r.cut = span{prevEnd, i}
-			}
-		case wKVTransferParams:
-			// The gateway sets it for disaggregated serving: from a client it would aim a
-			// decode server's KV pull at any host.
-			err = invalid(codeInvalidValue, "kv_transfer_params", "kv_transfer_params is set by the gateway for disaggregated serving; a client may not send it")
-		default:
-			i, err = p.skip(i)
 		}
-		if err != nil {
-			return nil, err
-		}
-		prevEnd = i
-		if i, done, err = p.next(i, '}'); err != nil {
-			return nil, err
-		}
+		return i, err
+	})
+	if err != nil {
+		return nil, err
 	}
-	if end := p.ws(i); end != len(b) {
-		return nil, p.unexpected(end, "after the top-level object")
-	}
-	t.lastEnd = prevEnd
 	if err := t.check(ep, r); err != nil {
 		return nil, err
 	}
@@ -216,14 +251,9 @@ func (p *parser) request(ep Endpoint) (*Request, *Error) {
 	return r, nil
 }
 
-// check reports a required field that is missing, and stream_options without streaming.
+// check reports a required field that is missing (but model, which topLevel checks), and
+// stream_options without streaming.
 func (t *top) check(ep Endpoint, r *Request) *Error {
-	if t.seen&(1<<wModel) == 0 {
-		return missing("model", "")
-	}
-	if len(t.model) == 0 {
-		return invalid(codeInvalidValue, "model", `"model" must not be empty`)
-	}
 	if ep == Chat && t.seen&(1<<wMessages) == 0 {
 		return missing("messages", "")
 	}

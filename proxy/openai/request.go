@@ -57,7 +57,7 @@ func (m Message) AppendText(dst []byte) []byte {
 			return appendUnescaped(dst, c[1:len(c)-1])
 		}
 	case '[':
-		return appendPartsText(dst, c, false)
+		return appendPartsText(dst, c, false, false)
 	}
 	return dst
 }

@@ -7,8 +7,9 @@ import "bytes"
 // always make progress, so they cannot panic or loop, but what they return is unspecified.
 
 // appendPartsText appends the text of the parts of type "text" of the content array c, and
-// of types "input_text" and "output_text" too when anyText (the Responses API's parts).
-func appendPartsText(dst, c []byte, anyText bool) []byte {
+// of types "input_text" and "output_text" too when anyText (the Responses API's parts); when
+// others, it appends any other part's raw JSON in its place.
+func appendPartsText(dst, c []byte, anyText, others bool) []byte {
 	i := 1 // past '['
 	for {
 		i = skipSpace(c, i)
@@ -19,10 +20,13 @@ func appendPartsText(dst, c []byte, anyText bool) []byte {
 		case ',':
 			i++
 		case '{':
+			start := i
 			var text []byte
 			var ok bool
 			if i, text, ok = partText(c, i, anyText); ok {
 				dst = appendUnescaped(dst, text)
+			} else if others {
+				dst = append(dst, c[start:i]...)
 			}
 		default:
 			i = skipLoose(c, i)

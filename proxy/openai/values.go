@@ -132,34 +132,48 @@ func (p *parser) streamOptions(i int, t *top) (int, *Error) {
 	default:
 		return p.wrongType(i, "stream_options", "an object or null")
 	}
-	i, done, err := p.openObject(i)
-	if err != nil {
-		return i, err
-	}
-	for !done {
-		k, esc, v, err := p.key(i)
-		if err != nil {
-			return v, err
-		}
-		i = v
+	i, err := p.members(i, func(w word, v int) (int, *Error) {
 		t.optionsMembers++
-		if lookup(k, esc) == wIncludeUsage {
-			if t.includeUsage != 0 {
-				return i, duplicate("stream_options.include_usage")
-			}
-			t.includeUsage = p.b[i]
-			i, _, _, err = p.boolean(i, "stream_options.include_usage")
-			t.usage = span{v, i}
-		} else {
-			i, err = p.skip(i)
+		if w != wIncludeUsage {
+			return p.skip(v)
 		}
-		if err != nil {
-			return i, err
+		if t.includeUsage != 0 {
+			return v, duplicate("stream_options.include_usage")
 		}
-		if i, done, err = p.next(i, '}'); err != nil {
-			return i, err
+		t.includeUsage = p.b[v]
+		i, _, _, err := p.boolean(v, "stream_options.include_usage")
+		t.usage = span{v, i}
+		return i, err
+	})
+	t.options = span{start, i}
+	return i, err
+}
+
+// members reads the object at i, which starts with '{': for each member it calls member
+// with the word its key names and the index of its value, and member returns the index
+// after the value.
+func (p *parser) members(i int, member func(w word, v int) (int, *Error)) (int, *Error) {
+	i, done, err := p.openObject(i)
+	for err == nil && !done {
+		k, esc, v, kerr := p.key(i)
+		if kerr != nil {
+			return v, kerr
+		}
+		if i, err = member(lookup(k, esc), v); err == nil {
+			i, done, err = p.next(i, '}')
 		}
 	}
-	t.options = span{start, i}
-	return i, nil
+	return i, err
+}
+
+// elements reads the array at i, which starts with '[': for each element it calls element
+// with the element's position and index, and element returns the index after it.
+func (p *parser) elements(i int, element func(j, v int) (int, *Error)) (int, *Error) {
+	i, done, err := p.openArray(i)
+	for j := 0; err == nil && !done; j++ {
+		if i, err = element(j, i); err == nil {
+			i, done, err = p.next(i, ']')
+		}
+	}
+	return i, err
 }

@@ -163,7 +163,7 @@ func topField(w word, ep Endpoint) word {
 	return wOther
 }
 
-// fieldNames are the names of the top-level fields, for errors.
+// fieldNames are the names of the top-level fields of every endpoint, for errors.
 var fieldNames = [...]string{
 	wModel:               "model",
 	wMessages:            "messages",
@@ -177,4 +177,14 @@ var fieldNames = [...]string{
 	wCacheSalt:           "cache_salt",
 	wPriority:            "priority",
 	wKVTransferParams:    "kv_transfer_params",
+	wInput:               "input",
+	wTools:               "tools",
+	wSystem:              "system",
+	wMetadata:            "metadata",
+	wInstructions:        "instructions",
+	wPreviousResponseID:  "previous_response_id",
+	wStore:               "store",
+	wMaxOutputTokens:     "max_output_tokens",
+	wPromptCacheKey:      "prompt_cache_key",
+	wConversation:        "conversation",
 }
