@@ -15,7 +15,7 @@ import (
 // DefaultOutcomes are the admission outcome label values Gateway knows when GatewayOptions.Outcomes
 // is nil: the names flowcontrol's Outcome.String returns.
 var DefaultOutcomes = []string{
-	"dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled",
+	"dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled", "rejected_wait",
 }
 
 // WaitedOutcomes are the outcomes the admission wait histogram records: those a request
