@@ -7,7 +7,8 @@
 //	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -router usher
 //
 // Endpoints come from -endpoints (repeatable, comma-separated ip:port) or -endpoints-file
-// (one per line, re-read on change; see extproc.ParseEndpoints). See README.md for pointing an
+// (one per line, re-read on change; see extproc.ParseEndpoints), or from an InferencePool
+// (-pool-name, -pool-namespace, -kubeconfig). See README.md for pointing an
 // InferencePool at it. Run with -h for every flag.
 package main
 
@@ -27,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
@@ -36,6 +38,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
+	"github.com/usher-llm/usher/proxy/extproc/inferencepool"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -80,6 +83,24 @@ type config struct {
 	MaxBody               int64
 	Models                string
 	ShutdownGrace         time.Duration
+	PoolName              string
+	PoolNamespace         string
+	Kubeconfig            string
+	// connect builds the API clients of the pool watch; nil: inferencepool.Connect.
+	connect func(kubeconfig string) (inferencepool.Clients, error)
+}
+
+// serviceAccountNamespace is where a pod finds its own namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// defaultNamespace is the pod's namespace, or "default" outside a cluster.
+func defaultNamespace() string {
+	if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return "default"
 }
 
 func parseConfig(args []string) (config, error) {
@@ -142,6 +163,9 @@ func parseConfig(args []string) (config, error) {
 	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body accepted (413 above)")
 	fs.StringVar(&c.Models, "models", "", "comma-separated model names requests may ask for; empty: any")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for streams in flight")
+	fs.StringVar(&c.PoolName, "pool-name", "", "InferencePool to follow (its ready pods on its target ports); instead of -endpoints and -endpoints-file")
+	fs.StringVar(&c.PoolNamespace, "pool-namespace", defaultNamespace(), "namespace of -pool-name (default: the pod's own, else default)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name; empty: the pod's service account (in-cluster)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -150,6 +174,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if len(c.Endpoints) > 0 && c.EndpointsFile != "" {
 		return c, errors.New("give -endpoints or -endpoints-file, not both")
+	}
+	if c.PoolName != "" && (len(c.Endpoints) > 0 || c.EndpointsFile != "") {
+		return c, errors.New("-pool-name follows the pool's pods: give it without -endpoints and -endpoints-file")
 	}
 	_, err := c.options()
 	return c, err
@@ -223,6 +250,19 @@ func (c config) options() (extproc.Options, error) {
 		}
 		o.Source = src
 	}
+	if c.PoolName != "" {
+		connect := c.connect
+		if connect == nil {
+			connect = inferencepool.Connect
+		}
+		clients, err := connect(c.Kubeconfig)
+		if err != nil {
+			return extproc.Options{}, err
+		}
+		if o.Source, err = inferencepool.New(inferencepool.Options{Clients: clients, Name: c.PoolName, Namespace: c.PoolNamespace}); err != nil {
+			return extproc.Options{}, err
+		}
+	}
 	// The router is the profile's; its index is made here so both share it.
 	o.Router, o.Index, err = newRouter(rp, c.BlockSize)
 	return o, err
@@ -238,6 +278,9 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	epp, err := extproc.New(opts)
 	if err != nil {
 		return err
+	}
+	if src, ok := opts.Source.(*inferencepool.Source); ok {
+		registerPoolMetrics(epp.Registry(), src)
 	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -322,4 +365,32 @@ func routerName(s proxy.ProfileSpec) string {
 		return s.Extends
 	}
 	return "custom"
+}
+
+// registerPoolMetrics exports the pool watch's state: whether the API server answers, when
+// it last did, its failed calls, and the endpoints last reported.
+func registerPoolMetrics(reg *prometheus.Registry, src *inferencepool.Source) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_connected", Help: "1 when the last list or watch call of the InferencePool watch succeeded."},
+			func() float64 { return b(src.Stats().Connected) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_found", Help: "1 when the InferencePool exists and is usable."},
+			func() float64 { return b(src.Stats().PoolFound) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_last_sync_timestamp_seconds", Help: "When a list or watch call of the InferencePool watch last succeeded."},
+			func() float64 {
+				if t := src.Stats().LastSync; !t.IsZero() {
+					return float64(t.UnixNano()) / 1e9
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "usher_epp_pool_sync_errors_total", Help: "List and watch calls of the InferencePool watch that failed."},
+			func() float64 { return float64(src.Stats().Errors) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_endpoints", Help: "Endpoints in the set the InferencePool watch last reported."},
+			func() float64 { return float64(src.Stats().Endpoints) }),
+	)
 }

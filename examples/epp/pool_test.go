@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/usher-llm/usher/proxy/extproc"
+	"github.com/usher-llm/usher/proxy/extproc/inferencepool"
+)
+
+func readyPod(name, ip string, ready bool) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{"app": "m"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}}}
+}
+
+// pick sends one chat completion through the picker and returns the destination header.
+func pick(t *testing.T, ctx context.Context, conn *grpc.ClientConn) string {
+	t.Helper()
+	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.CloseSend() }()
+	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
+	}}
+	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: h}}})
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), EndOfStream: true}}})
+	r, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hv := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if hv.GetHeader().GetKey() == extproc.DestinationHeader {
+			return string(hv.GetHeader().GetRawValue())
+		}
+	}
+	return ""
+}
+
+// TestRunPool drives the picker from an InferencePool on a fake API server: after each
+// change of the pool's pods, picks go where the pool now says.
+func TestRunPool(t *testing.T) {
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": inferencepool.Group + "/" + inferencepool.Version, "kind": inferencepool.Kind,
+		"metadata": map[string]any{"name": "pool", "namespace": "ns"},
+		"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "m"}},
+			"targetPorts": []any{map[string]any{"number": int64(8000)}}},
+	}}
+	pods := fake.NewClientset(readyPod("p1", "10.0.0.1", true))
+	pools := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{inferencepool.GroupVersionResource: "InferencePoolList"}, pool)
+
+	if _, err := parseConfig([]string{"-pool-name", "pool", "-endpoints", "10.0.0.1:80"}); err == nil {
+		t.Error("-pool-name with -endpoints: no error")
+	}
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter"})
+	if err == nil {
+		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded")
+	}
+	c.connect = func(string) (inferencepool.Clients, error) {
+		return inferencepool.Clients{Pods: pods, Pools: pools}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 2)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	conn, err := grpc.NewClient("passthrough:///"+<-ready, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	eventually := func(step, want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := pick(t, ctx, conn)
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: pick = %q, want %q", step, got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	eventually("start", "10.0.0.1:8000")
+	if _, err := pods.CoreV1().Pods("ns").Create(ctx, readyPod("p2", "10.0.0.2", true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pods.CoreV1().Pods("ns").Update(ctx, readyPod("p1", "10.0.0.1", false), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("p1 unready, p2 ready", "10.0.0.2:8000")
+	for range 5 {
+		if got := pick(t, ctx, conn); got != "10.0.0.2:8000" {
+			t.Fatalf("pick after the change = %q, want 10.0.0.2:8000", got)
+		}
+	}
+	if _, err := pools.Resource(inferencepool.GroupVersionResource).Namespace("ns").Update(ctx, func() *unstructured.Unstructured {
+		p := pool.DeepCopy()
+		p.Object["spec"].(map[string]any)["targetPorts"] = []any{map[string]any{"number": int64(9000)}}
+		return p
+	}(), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("target port changed", "10.0.0.2:9000")
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return")
+	}
+}
