@@ -34,11 +34,11 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
-	"github.com/usher-llm/usher/proxy/extproc/inferencepool"
 	"github.com/usher-llm/usher/routing"
 )
 

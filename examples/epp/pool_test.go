@@ -18,8 +18,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/proxy/extproc"
-	"github.com/usher-llm/usher/proxy/extproc/inferencepool"
 )
 
 func readyPod(name, ip string, ready bool) *corev1.Pod {

@@ -49,12 +49,12 @@ func TestDependencies(t *testing.T) {
 			}
 		}
 	}
-	// Kubernetes comes only with proxy/extproc/inferencepool, which only the picker's main
+	// Kubernetes comes only with kube/inferencepool, which only the picker's main
 	// imports: an embedder that never runs on Kubernetes never links client-go.
 	for _, pkg := range []string{"/prefixcache", "/flowcontrol", "/fairness", "/routing", "/proxy", "/proxy/extproc", "/proxy/openai", "/proxy/kvfeed", "/gateway", "/replica", "/metrics"} {
 		for _, d := range deps(mod + pkg) {
 			if strings.HasPrefix(d, "k8s.io/") || strings.HasPrefix(d, "sigs.k8s.io/") {
-				t.Errorf("%s links %s: only proxy/extproc/inferencepool may", pkg, d)
+				t.Errorf("%s links %s: only kube/inferencepool may", pkg, d)
 				break
 			}
 		}

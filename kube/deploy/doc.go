@@ -5,7 +5,7 @@
 //
 // The package has no Go API. Its tests are the manifests' CI: every document is decoded
 // strictly with the real types (k8s.io/api for Kubernetes' kinds, package
-// proxy/extproc/inferencepool for the InferencePool), so an unknown, misspelt or repeated field
+// kube/inferencepool for the InferencePool), so an unknown, misspelt or repeated field
 // fails as the API server's strict field validation would; then the references between the
 // objects are checked — Service selectors against pod labels, the pool's endpointPickerRef
 // against the picker's Service and port, the RoleBinding against the ServiceAccount the picker

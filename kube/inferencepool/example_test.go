@@ -13,8 +13,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/proxy/extproc"
-	"github.com/usher-llm/usher/proxy/extproc/inferencepool"
 )
 
 // Example decodes a pool manifest, then follows it on a fake API server holding one ready

@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
-# The image usher/epp: the endpoint picker (examples/epp), a static binary on distroless.
+# The image usher/gateway: the plain-HTTP gateway (examples/gateway), a static binary on distroless.
 # Build from the repository's root (the context must hold go.mod):
 #
-#   docker build -f deploy/images/epp.Dockerfile -t usher/epp:dev .
+#   docker build -f kube/deploy/images/gateway.Dockerfile -t usher/gateway:dev .
 
 # The toolchain, pinned; it builds for the target platform from the build platform's image
 # (docker buildx build --platform linux/amd64,linux/arm64 ...), without emulation.
@@ -15,11 +15,11 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags='-s -w' -o /out/epp ./examples/epp
+    go build -trimpath -ldflags='-s -w' -o /out/gateway ./examples/gateway
 
 # No shell, no package manager, no libc: the binary, CA certificates and a non-root user
 # (65532, the uid the manifests run as).
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/epp /usr/local/bin/epp
+COPY --from=build /out/gateway /usr/local/bin/gateway
 USER 65532:65532
-ENTRYPOINT ["/usr/local/bin/epp"]
+ENTRYPOINT ["/usr/local/bin/gateway"]

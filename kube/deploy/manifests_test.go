@@ -35,9 +35,9 @@ import (
 
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy/extproc"
-	"github.com/usher-llm/usher/proxy/extproc/inferencepool"
 )
 
 // image is a container image the manifests run: the Dockerfile that builds it, the main
@@ -354,7 +354,7 @@ func TestManifests(t *testing.T) {
 		c := d.Spec.Template.Spec.Containers[0]
 		img, ok := imageOf(c.Image)
 		if !ok {
-			t.Errorf("%v: image %q is none of the images deploy/images builds", o, c.Image)
+			t.Errorf("%v: image %q is none of the images kube/deploy/images builds", o, c.Image)
 			continue
 		}
 		used[img.Repo] = true
@@ -941,7 +941,7 @@ func flagNames(t *testing.T, dirs ...string) map[string]bool {
 	names := map[string]bool{}
 	fset := token.NewFileSet()
 	for _, dir := range dirs {
-		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
+		files, err := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("%s: no Go files (%v)", dir, err)
 		}
@@ -1040,12 +1040,12 @@ func TestImages(t *testing.T) {
 			t.Errorf("%s: no ENTRYPOINT", img.Dockerfile)
 		}
 		checkMainPackage(t, img.Main)
-		cmd := fmt.Sprintf("docker build -f deploy/%s -t %s:dev .", img.Dockerfile, img.Repo)
+		cmd := fmt.Sprintf("docker build -f kube/deploy/%s -t %s:dev .", img.Dockerfile, img.Repo)
 		if !bytes.Contains(readme, []byte(cmd)) {
 			t.Errorf("README.md does not build %s with %q", img.Repo, cmd)
 		}
 	}
-	ignore, err := os.ReadFile("../.dockerignore")
+	ignore, err := os.ReadFile("../../.dockerignore")
 	if err != nil {
 		t.Fatalf("the build context's .dockerignore: %v", err)
 	}
@@ -1091,7 +1091,7 @@ func dockerInstructions(s string) [][2]string {
 // goModGo returns go.mod's go line as a go/version string ("go1.26.0").
 func goModGo(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile("../go.mod")
+	data, err := os.ReadFile("../../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1106,7 +1106,7 @@ func goModGo(t *testing.T) string {
 // with a main function, reading its source.
 func checkMainPackage(t *testing.T, dir string) {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join("..", dir, "*.go"))
+	files, _ := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
 	fset := token.NewFileSet()
 	hasMain := false
 	for _, file := range files {
@@ -1139,14 +1139,14 @@ func TestReadme(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(readme, []byte("kubectl apply -k deploy/")) {
-		t.Error("README.md does not apply the kustomization (kubectl apply -k deploy/)")
+	if !bytes.Contains(readme, []byte("kubectl apply -k kube/deploy/")) {
+		t.Error("README.md does not apply the kustomization (kubectl apply -k kube/deploy/)")
 	}
-	top, err := os.ReadFile("../README.md")
+	top, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(top, []byte("(deploy/README.md)")) {
+	if !bytes.Contains(top, []byte("(kube/deploy/README.md)")) {
 		t.Error("the top-level README.md does not link deploy/README.md")
 	}
 }
