@@ -53,17 +53,7 @@ go build -o "$bin/compare" ./bench/cmd/compare
 
 engine=(-profile qwen3-32b-h100 -block-size 64 -kv-blocks "$KV_BLOCKS" -max-model-len 131072)
 
-# started LINE_PREFIX LOGFILE: waits for a process's "listening on http://..." line, prints the URL.
-started() {
-	for _ in $(seq 100); do
-		url=$(grep -o "$1 listening on http://[0-9.:]*" "$2" 2>/dev/null | grep -o 'http://[0-9.:]*' || true)
-		[ -n "$url" ] && { echo "$url"; return; }
-		sleep 0.1
-	done
-	echo "no '$1 listening' line in $2" >&2
-	cat "$2" >&2
-	exit 1
-}
+. bench/procs.sh # started
 
 # run ROUTER N: one process run, its report in $OUT/process-ROUTER-N.json and the servers'
 # metrics in $OUT/metrics-ROUTER-N.txt. It runs in a subshell of its own, so that killing its

@@ -35,16 +35,7 @@ go build -o "$bin/loadgen" ./examples/loadgen
 
 adapters=$(python3 -c 'print(",".join(f"lora-{k}" for k in range(64)))')
 
-started() { # LINE_PREFIX LOGFILE: waits for "LINE_PREFIX listening on http://...", prints the URL
-	for _ in $(seq 100); do
-		url=$(grep -o "$1 listening on http://[0-9.:]*" "$2" 2>/dev/null | grep -o 'http://[0-9.:]*' || true)
-		[ -n "$url" ] && { echo "$url"; return; }
-		sleep 0.1
-	done
-	echo "no '$1 listening' line in $2" >&2
-	cat "$2" >&2
-	exit 1
-}
+. bench/procs.sh # started
 
 run() ( # ROUTER N
 	trap 'pkill -P $BASHPID 2>/dev/null || true' EXIT

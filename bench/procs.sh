@@ -1,0 +1,14 @@
+# procs.sh — shell helpers the process scripts (calibrate.sh, lora-processes.sh) source.
+
+# started LINE_PREFIX LOGFILE: waits up to 10 s for a process's "LINE_PREFIX listening on
+# http://..." line and prints the URL; fails with the log when none comes.
+started() {
+	for _ in $(seq 100); do
+		url=$(grep -o "$1 listening on http://[0-9.:]*" "$2" 2>/dev/null | grep -o 'http://[0-9.:]*' || true)
+		[ -n "$url" ] && { echo "$url"; return; }
+		sleep 0.1
+	done
+	echo "no '$1 listening' line in $2" >&2
+	cat "$2" >&2
+	exit 1
+}
