@@ -468,6 +468,10 @@ func raise(a *atomic.Uint64, v uint64) {
 	}
 }
 
+// SetBackends replaces the set of backends the per-backend series are kept for (the endpoint
+// picker's set changes at run time): a new name gets its series, a name no longer listed has
+// its pick and in-flight series deleted, and a kept name keeps its counts. Empty names and
+// OtherLabel are ignored. O(len(names)); safe for concurrent use with every other method.
 func (u *Gateway) SetBackends(names []string) {
 	if u == nil {
 		return

@@ -422,24 +422,7 @@ func TestBadInputAnthropic(t *testing.T) {
 	}
 
 	// The admission queue's 429 is Anthropic's too, with Retry-After.
-	long := `{"model":"usher/demo","stream":true,"max_tokens":4000,"ignore_eos":true,"messages":[{"role":"user","content":"long"}]}`
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range 2 { // one in flight, one waiting
-		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(long))
-			req.Header.Set("X-Session-Id", fmt.Sprint("holder-", i))
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
-		eventually(t, "the holder to be admitted or queued", func() bool {
-			st := h.Queue().Stats()
-			return st.InFlight+st.Queued == i+1
-		})
-	}
+	release := holdQueue(t, h, base, 2) // one in flight, one waiting
 	r, err = http.Post(msgs, "application/json", strings.NewReader(`{"model":"usher/demo","max_tokens":5,`+hi+`}`))
 	if err != nil {
 		t.Fatal(err)
@@ -449,7 +432,6 @@ func TestBadInputAnthropic(t *testing.T) {
 	if r.StatusCode != 429 || r.Header.Get("Retry-After") == "" || !strings.HasPrefix(string(data), `{"type":"error","error":{"type":"rate_limit_error"`) {
 		t.Errorf("queue full: %d (Retry-After %q) %s, want 429 in Anthropic's shape with Retry-After", r.StatusCode, r.Header.Get("Retry-After"), data)
 	}
-	cancel()
-	wg.Wait()
+	release()
 	closedExactlyOnce(t, h)
 }

@@ -504,12 +504,29 @@ func TestAdmissionRejected429(t *testing.T) {
 	opts := testOptions(backendsOf(fleet))
 	opts.MaxInFlight, opts.QueueCapacity = 1, flowcontrol.Limits{Requests: 1}
 	h, base := startHandler(t, opts)
-	long := `{"model":"usher/demo","stream":true,"max_tokens":4000,"ignore_eos":true,"messages":[{"role":"user","content":"long"}]}`
+	release := holdQueue(t, h, base, 2) // one in flight, one waiting
+	resp, e := post(t, base+"/v1/chat/completions", `{"model":"usher/demo","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("status = %d (%+v), want 429", resp.StatusCode, e)
+	}
+	if resp.Header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	if e.Type != openai.TypeRateLimit || e.Code != "rate_limit_exceeded" {
+		t.Errorf("error = %+v, want an OpenAI rate_limit_error", e)
+	}
+	release()
+	closedExactlyOnce(t, h)
+}
 
+// holdQueue sends n long streamed requests, one after another once the previous one is admitted
+// or queued, and returns a function that cancels them and waits until they have ended.
+func holdQueue(t testing.TB, h *proxy.Handler, base string, n int) (release func()) {
+	t.Helper()
+	long := `{"model":"usher/demo","stream":true,"max_tokens":4000,"ignore_eos":true,"messages":[{"role":"user","content":"long"}]}`
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var wg sync.WaitGroup
-	for i := range 2 { // one in flight, one waiting
+	for i := range n {
 		wg.Go(func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(long))
 			req.Header.Set("X-Session-Id", fmt.Sprint("holder-", i))
@@ -523,19 +540,8 @@ func TestAdmissionRejected429(t *testing.T) {
 			return st.InFlight+st.Queued == i+1
 		})
 	}
-	resp, e := post(t, base+"/v1/chat/completions", `{"model":"usher/demo","messages":[{"role":"user","content":"hi"}]}`, nil)
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("status = %d (%+v), want 429", resp.StatusCode, e)
-	}
-	if resp.Header.Get("Retry-After") == "" {
-		t.Error("429 without Retry-After")
-	}
-	if e.Type != openai.TypeRateLimit || e.Code != "rate_limit_exceeded" {
-		t.Errorf("error = %+v, want an OpenAI rate_limit_error", e)
-	}
-	cancel()
-	wg.Wait()
-	closedExactlyOnce(t, h)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return func() { cancel(); wg.Wait() }
 }
 
 // apiError is an OpenAI error as a client decodes it.
