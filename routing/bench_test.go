@@ -390,3 +390,52 @@ func BenchmarkPickOutlierParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickLatency is BenchmarkPickProfiles/usher at 100 backends without and with a
+// PredictedLatency term (the built-in model), streamed requests that the model learns from:
+// what the learned latency model adds to a pick (the target is ≤ 1 µs).
+func BenchmarkPickLatency(b *testing.B) {
+	for _, withModel := range []bool{false, true} {
+		name := "usher"
+		p := Usher(UsherOptions{})
+		if withModel {
+			name = "usher+latency"
+			sc, err := NewPredictedLatency(PredictedLatencyOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p = p.With(Weighted{sc, 2})
+		}
+		b.Run(name, func(b *testing.B) {
+			r, req := benchRouter(b, 100, p)
+			req.Stream = true
+			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0.Add(time.Second), End: t0.Add(3 * time.Second), OutputTokens: 100})
+		})
+	}
+}
+
+// BenchmarkLinearLatency measures one prediction and one outcome learned (refits included,
+// amortised over the default 64 outcomes between them).
+func BenchmarkLinearLatency(b *testing.B) {
+	m, err := NewLinearLatency(LinearLatencyOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := Features{Backend: 3, PromptTokens: 4000, UncachedTokens: 2000, PrefillTokens: 9000, InFlight: 7, Waiting: 2, Running: 30, KVUtilization: 0.6}
+	obs := Latency{TTFT: 800 * time.Millisecond, TPOT: 30 * time.Millisecond}
+	b.Run("predict", func(b *testing.B) {
+		b.ReportAllocs()
+		var sink Latency
+		for b.Loop() {
+			sink = m.Predict(&f)
+		}
+		_ = sink
+	})
+	b.Run("learn", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			f.Waiting = i % 5
+			m.Learn(&f, obs)
+		}
+	})
+}

@@ -30,6 +30,7 @@ const (
 	colActive                      // cols.active
 	colTokens                      // cols.tokens
 	colMatched                     // cols.matched and cols.matchedTokens
+	colID                          // cols.ids
 )
 
 // cols is the columnar view of one pick's candidates, index for index. Only the columns in
@@ -49,6 +50,10 @@ type cols struct {
 	matched, matchedTokens []int
 	// fresh is Fresh; only gather fills it, for its own use.
 	fresh []Signal
+	// ids are the candidates' BackendIDs.
+	ids []BackendID
+	// ttft and tpot are scratch for a scorer's own use during its addCols (PredictedLatency).
+	ttft, tpot []float64
 	// The statistics of queued, running and kv, when known beforehand (the snapshot's
 	// columns); the scorers compute them otherwise.
 	queuedStats, runningStats, kvStats colStats
@@ -89,6 +94,8 @@ func (c *cols) grow(n int) {
 	c.tokens = make([]int64, n)
 	c.matched, c.matchedTokens = make([]int, n), make([]int, n)
 	c.fresh = make([]Signal, n)
+	c.ids = make([]BackendID, n)
+	c.ttft, c.tpot = make([]float64, n), make([]float64, n)
 }
 
 // from fills the columns in need from cands (len(cands) ≤ the columns' length).
@@ -142,6 +149,12 @@ func (c *cols) from(cands []Candidate, need colMask) {
 		m, mt := c.matched[:n], c.matchedTokens[:n]
 		for i := range cands {
 			m[i], mt[i] = cands[i].MatchedBlocks, cands[i].MatchedTokens
+		}
+	}
+	if need&colID != 0 {
+		ids := c.ids[:n]
+		for i := range cands {
+			ids[i] = cands[i].ID
 		}
 	}
 }
@@ -224,6 +237,13 @@ func (p *candParams) gather(s *snapshot, own, view *cols, need colMask) (stale i
 		view.queuedStats, view.runningStats, view.kvStats = colStats{}, colStats{}, colStats{}
 	}
 	view.active, view.tokens, view.matched, view.matchedTokens = own.active, own.tokens, own.matched, own.matchedTokens
+	view.ids, view.ttft, view.tpot = own.ids, own.ttft, own.tpot
+	if need&colID != 0 {
+		ids := own.ids[:n]
+		for i := range backends {
+			ids[i] = backends[i].id
+		}
+	}
 	if need&colActive != 0 {
 		dst := own.active[:n]
 		for i := range backends {

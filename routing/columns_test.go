@@ -37,6 +37,7 @@ func randomCands(rng *rand.Rand, n int) []Candidate {
 			},
 			MatchedBlocks:  rng.IntN(40) - 4,
 			UncachedTokens: rng.IntN(5000) - 10,
+			ID:             BackendID(rng.IntN(6)),
 		}
 		cands[i].MatchedTokens = cands[i].MatchedBlocks * 16
 		if rng.IntN(8) == 0 {
@@ -53,7 +54,28 @@ func builtinUnitScorers() []Scorer {
 	return []Scorer{
 		PrefixRatio(), PrefixLength(0), PrefixLength(100), QueueDepth(), RunningRequests(),
 		ActiveRequests(), KVUtilization(), TokenLoad(0), TokenLoad(3000),
+		trainedLatencyScorer(),
 	}
+}
+
+// trainedLatencyScorer is PredictedLatency over a built-in model that has learned a little, so
+// that its fit and its speed factors (for backends 0 to 3) are not the prior's.
+func trainedLatencyScorer() Scorer {
+	m, err := NewLinearLatency(LinearLatencyOptions{Refit: 16})
+	if err != nil {
+		panic(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		f := Features{Backend: BackendID(rng.IntN(4)), UncachedTokens: rng.IntN(3000), PrefillTokens: int64(rng.IntN(9000)),
+			Waiting: rng.IntN(4), Running: rng.IntN(30), KVUtilization: rng.Float64(), InFlight: int64(rng.IntN(20))}
+		m.Learn(&f, Latency{TTFT: time.Duration(1+rng.IntN(900)) * time.Millisecond, TPOT: time.Duration(10+rng.IntN(30)) * time.Millisecond})
+	}
+	s, err := NewPredictedLatency(PredictedLatencyOptions{Model: m})
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 func TestUnitScorerColumns(t *testing.T) {

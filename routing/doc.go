@@ -113,6 +113,49 @@
 // adapter loads without pinning adapters to servers; bench/README.md, "LoRA adapters", has the
 // figures.
 //
+// # Predicted latency
+//
+// The default profile is a hand-weighted sum, and weights that win in one regime lose in
+// another. PredictedLatency replaces the weights with a model learned from the fleet's own
+// outcomes: it predicts, per candidate, the request's time to first token and time per output
+// token, and ranks candidates by TTFT + OutputTokens·TPOT. Alone it is a complete router; with
+// the other scorers it is one more term.
+//
+// The built-in model, LinearLatency, is a ridge regression shared by the fleet. TTFT is fitted
+// on the prefill in front of the request and its own (the router's in-flight prefill counter
+// plus the candidate's uncached tokens), its own alone, the polled waiting and running requests,
+// KV use, requests in flight, and the prefill work times the batch (chunked prefill shares every
+// step with the decodes); TPOT on running, in flight, KV use and the prefill in front. The fit
+// covers a sliding window of recent outcomes (4,096), with its normal equations kept current as
+// outcomes come and go, so a refit is one 8×8 Cholesky solve; it is drawn towards a prior (20
+// ms plus the prefill at 16,000 tokens per second; 20 ms per token) with the weight of one
+// outcome per input, so a cold fleet is routed by prefill work, as TokenLoad does, until
+// outcomes outweigh the prior. On top of the shared fit each backend has a speed factor per
+// target, the decayed ratio of what it did to what the shared fit predicted (newest outcome
+// weighted Adapt = 0.1): a server that slows down (a noisy neighbour, a thermal throttle, a
+// smaller GPU) is predicted slower within about ten of its outcomes, while the fit keeps
+// describing how load becomes latency everywhere.
+//
+// The Router feeds the model: Pick records the chosen candidate's Features and the prediction
+// (Result.Predicted); Done computes what was observed — TTFT from the pick to FirstTokenAt, TPOT
+// over the rest of the answer (DoneInfo.End) — and calls Learn. Only streamed requests teach:
+// a whole answer's first byte is its end. Any LatencyModel can take the built-in's place; the
+// scorer calls its Predict per candidate.
+//
+// A request with targets (Request.Targets) is routed by SLO: a candidate predicted to meet all
+// of them scores ½ + ½·headroom, so the one with the most headroom wins; one predicted to miss
+// scores below every candidate that meets them, in order of predicted cost. Router.Predict
+// gives an admission step the best prediction without picking, so that a request no backend can
+// serve in time is queued or shed by flowcontrol (see the proxy package) rather than sent to
+// miss.
+//
+// Cost: a prediction is a dozen multiply-adds and two loads of the backend's factors, written
+// out over the pick's columns (BenchmarkPickLatency); learning an outcome takes a mutex for
+// O(d²) work and a refit every 16 outcomes. llm-d's predicted-latency scheduling trains an
+// XGBoost model in two sidecar containers and asks them over HTTP per pick; the regression is
+// in-process, and bench's boosted-tree model (bench/latencytrees.go) measures what trees would
+// add (bench/README.md, "Predicted latency").
+//
 // # Several gateway replicas
 //
 // Each replica's router counts only the work it sent. The package takes no network

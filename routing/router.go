@@ -209,6 +209,7 @@ type Router struct {
 	picker     Picker
 	observers  []PickObserver
 	completers []Completer
+	models     []LatencyModel // the latency models of the profile's parts, each once
 	index      PrefixIndex
 	blockSize  int
 	staleAfter time.Duration
@@ -458,6 +459,11 @@ func New(opts Options) (*Router, error) {
 		r.hook(w.Scorer)
 	}
 	r.hook(r.picker)
+	for _, w := range r.scorers {
+		if lp, ok := w.Scorer.(latencyPart); ok && !slices.Contains(r.models, lp.latencyModel()) {
+			r.models = append(r.models, lp.latencyModel())
+		}
+	}
 	r.fast = len(r.observers) == 0 && builtinPicker(r.picker)
 	for _, f := range r.filters {
 		if _, ok := f.(*healthFilter); !ok {
@@ -662,6 +668,7 @@ type scratch struct {
 	view   cols // the columns of a pick that gathers them (cols and the snapshot's)
 	match  []int32
 	rng    Rand
+	feat   Features // Router.Predict's argument to the model
 }
 
 // reset makes room for n candidates.
@@ -700,39 +707,9 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		r.stats.noBackend.Add(1)
 		return Result{}, errEmptySet
 	}
-	now := req.Now
-	if now.IsZero() {
-		now = r.now()
-	}
-	nowNs := now.UnixNano()
-	bs := req.BlockSize
-	if bs <= 0 {
-		bs = r.blockSize
-	}
-	prompt := req.PromptTokens
-	if prompt <= 0 {
-		prompt = len(req.Chain) * bs
-	}
-
-	sc := r.scratch.Get().(*scratch)
-	sc.reset(len(s.backends))
-	// Filters, scorers and pickers see a private copy with the defaults resolved.
-	sc.req = *req
-	sc.req.Now, sc.req.BlockSize, sc.req.PromptTokens = now, bs, prompt
-	sc.req.indexed = r.index != nil
-	sc.req.lora, sc.req.modelID, sc.req.adapterID = s.lora, s.lora.id(req.Model), s.lora.id(req.Adapter)
+	sc, p := r.begin(s, req)
 	req = &sc.req
-	var match []int32
-	if r.index != nil && len(req.Chain) > 0 {
-		match = r.index.Match(sc.match[:0], req.Chain)
-		sc.match = match[:0]
-	}
-
-	p := candParams{nowNs: nowNs, staleAfter: r.staleAfter, match: match, chain: len(req.Chain), bs: bs, prompt: prompt,
-		heard: r.heard.Load()}
-	if req.Adapter != "" {
-		p.adapters, p.adapterHash = r.adapters, r.adapters.hash(req.Adapter)
-	}
+	now, prompt, bs := req.Now, req.PromptTokens, req.BlockSize
 	var (
 		cands  []Candidate
 		chosen *Candidate
@@ -841,6 +818,11 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	t.stream = req.Stream
 	t.matched = matched
 	t.adapterSlot = -1
+	var predicted Latency
+	if len(r.models) > 0 {
+		t.features = FeaturesOf(req, chosen)
+		predicted = r.models[0].Predict(&t.features)
+	}
 	if p.adapters != nil {
 		t.adapterSlot = r.adapters.add(p.adapterHash, b.id)
 	}
@@ -861,11 +843,87 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		Score:          score,
 		MatchedBlocks:  matched,
 		UncachedTokens: uncached,
+		Predicted:      predicted,
 		t:              t,
 		gen:            t.state.Load() >> genShift,
 		ix:             int32(b.index + 1),
 		load:           b.load,
 	}, nil
+}
+
+// begin is the start of a pick: a pooled scratch holding the private copy of req that filters,
+// scorers and pickers see, with the defaults resolved (Now, BlockSize, PromptTokens), and the
+// parameters of the candidates, with the prefix match done.
+func (r *Router) begin(s *snapshot, req *Request) (*scratch, candParams) {
+	now := req.Now
+	if now.IsZero() {
+		now = r.now()
+	}
+	bs := req.BlockSize
+	if bs <= 0 {
+		bs = r.blockSize
+	}
+	prompt := req.PromptTokens
+	if prompt <= 0 {
+		prompt = len(req.Chain) * bs
+	}
+	sc := r.scratch.Get().(*scratch)
+	sc.reset(len(s.backends))
+	sc.req = *req
+	sc.req.Now, sc.req.BlockSize, sc.req.PromptTokens = now, bs, prompt
+	sc.req.indexed = r.index != nil
+	sc.req.lora, sc.req.modelID, sc.req.adapterID = s.lora, s.lora.id(req.Model), s.lora.id(req.Adapter)
+	req = &sc.req
+	var match []int32
+	if r.index != nil && len(req.Chain) > 0 {
+		match = r.index.Match(sc.match[:0], req.Chain)
+		sc.match = match[:0]
+	}
+	p := candParams{nowNs: now.UnixNano(), staleAfter: r.staleAfter, match: match, chain: len(req.Chain), bs: bs,
+		prompt: prompt, heard: r.heard.Load()}
+	if req.Adapter != "" {
+		p.adapters, p.adapterHash = r.adapters, r.adapters.hash(req.Adapter)
+	}
+	return sc, p
+}
+
+// Predict returns the best latency the profile's first latency model (PredictedLatency)
+// predicts for req among the backends a Pick would consider now, after the filters, without
+// picking or charging anything: the lowest predicted TTFT and, separately, the lowest TPOT.
+// ok is false when the profile has no latency model or no backend is eligible. An admission
+// step uses it to tell whether any backend can meet a request's targets (Request.Targets).
+// O(n) for n backends plus one prefix match and the filters; safe for concurrent use; no
+// allocation once the pools are warm.
+func (r *Router) Predict(req *Request) (best Latency, ok bool) {
+	s := r.snap.Load()
+	if len(r.models) == 0 || s == nil || len(s.backends) == 0 {
+		return Latency{}, false
+	}
+	sc, p := r.begin(s, req)
+	req = &sc.req
+	cands, _ := s.candidates(sc.cands[:0], req, &p)
+	for _, f := range r.filters {
+		if len(cands) == 0 {
+			break
+		}
+		cands = f.Filter(req, cands)
+	}
+	m, f := r.models[0], &sc.feat
+	for i := range cands {
+		*f = FeaturesOf(req, &cands[i])
+		l := m.Predict(f)
+		if !ok || l.TTFT < best.TTFT {
+			best.TTFT = l.TTFT
+		}
+		if !ok || l.TPOT < best.TPOT {
+			best.TPOT = l.TPOT
+		}
+		ok = true
+	}
+	sc.req = Request{}
+	sc.cands = cands[:0]
+	r.scratch.Put(sc)
+	return best, ok
 }
 
 // candidates fills cands, whose capacity must be at least len(s.backends), with one Candidate
@@ -1026,6 +1084,9 @@ type Result struct {
 	// UncachedTokens is the prompt tokens the backend was expected to prefill; they stay
 	// charged to its in-flight prefill counter until FirstToken or Done.
 	UncachedTokens int
+	// Predicted is what the profile's latency model (PredictedLatency) predicted for the
+	// request on the chosen backend; zero without one.
+	Predicted Latency
 
 	t    *ticket
 	gen  uint64
@@ -1057,6 +1118,9 @@ type DoneInfo struct {
 	Err error
 	// Failure classifies a non-nil Err for passive health; see above. Zero: FailureNone.
 	Failure Failure
+	// End is when the answer ended, for the time per output token a latency model learns.
+	// Zero: the router's clock at Done.
+	End time.Time
 }
 
 // Failure says what a failed request tells about its backend, for passive health. The proxy
@@ -1118,6 +1182,8 @@ type ticket struct {
 	// adapterSlot is the word of Router.adapters counting this request, -1 when none.
 	adapterSlot int32
 	chain       []BlockHash
+	// features are the chosen candidate's, for the latency models (set when there are any).
+	features Features
 }
 
 const (
@@ -1239,6 +1305,9 @@ func (p Result) Done(info DoneInfo) {
 	}
 	for _, c := range r.completers {
 		c.Completed(t.id, t.picked, info)
+	}
+	if len(r.models) > 0 {
+		r.learnLatency(t, &info)
 	}
 	t.recycleRace()
 }

@@ -325,6 +325,14 @@ type Request struct {
 	// backend that sends nothing count as silent (see Result.Progress). A whole answer's
 	// headers come only with the answer, which may take minutes.
 	Stream bool
+	// OutputTokens is the expected answer length (for example max_tokens, or an estimate);
+	// PredictedLatency weighs the predicted time per output token by it. Zero: unknown.
+	OutputTokens int
+	// Targets are the latencies the request should get (its service-level objective); zero
+	// fields set none. PredictedLatency sends a request with targets to a backend predicted to
+	// meet them, with the most headroom. Set them from the operator's configuration (per band,
+	// or from a header the operator trusts), never from what a client may send unchecked.
+	Targets Latency
 
 	indexed bool // set on the router's copy when the Router has a prefix index
 	// On the router's copy: the snapshot's interned sets the ids below refer to (nil when the

@@ -1,0 +1,450 @@
+package routing
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Latency is a time to first token and a time per output token: what a LatencyModel predicts,
+// what a request was observed to get, or the targets it should meet (Request.Targets). A zero
+// field means unknown, or no target.
+type Latency struct {
+	TTFT time.Duration
+	TPOT time.Duration
+}
+
+// Features are what a latency model knows of one candidate for one request at the time of the
+// pick. Polled signals that are not fresh are −1.
+type Features struct {
+	// Backend is the candidate's id in the router.
+	Backend BackendID
+	// PromptTokens is the request's prompt; UncachedTokens the part of it this backend would
+	// prefill (Candidate.UncachedTokens).
+	PromptTokens, UncachedTokens int
+	// PrefillTokens is the prefill already sent to the backend and not yet done (the router's
+	// and its peers', Candidate.InFlight.PrefillTokens), not counting this request's.
+	PrefillTokens int64
+	// InFlight is the requests in flight there (Candidate.InFlight.Requests), not counting
+	// this one.
+	InFlight int64
+	// Waiting and Running are the backend's polled queue and batch (State.Queued, State.Running),
+	// −1 when not fresh.
+	Waiting, Running int
+	// KVUtilization is the polled KV-cache use in [0, 1], −1 when not fresh.
+	KVUtilization float64
+}
+
+// FeaturesOf returns c's features for req. O(1), no allocation.
+func FeaturesOf(req *Request, c *Candidate) Features {
+	f := Features{
+		Backend: c.ID, PromptTokens: req.PromptTokens, UncachedTokens: c.UncachedTokens,
+		PrefillTokens: c.InFlight.PrefillTokens, InFlight: c.InFlight.Requests,
+		Waiting: -1, Running: -1, KVUtilization: -1,
+	}
+	if f.PromptTokens <= 0 {
+		f.PromptTokens = c.UncachedTokens + c.MatchedTokens
+	}
+	if c.State == nil {
+		return f
+	}
+	if c.Fresh&SignalQueued != 0 {
+		f.Waiting = c.State.Queued
+	}
+	if c.Fresh&SignalRunning != 0 {
+		f.Running = c.State.Running
+	}
+	if u := c.State.KVUtilization; c.Fresh&SignalKVUtilization != 0 && u >= 0 && u <= 1 {
+		f.KVUtilization = u
+	}
+	return f
+}
+
+// LatencyModel predicts the latency a request would get on a candidate, and learns from what
+// requests got. A Router whose profile holds a PredictedLatency scorer feeds its model: at every
+// Pick it records the chosen candidate's Features and the model's prediction
+// (Result.Predicted), and at Done it calls Learn with what was observed.
+//
+// Predict runs on the Pick path, once per candidate: it must be safe for concurrent use, must
+// not block and should not allocate. Learn is called from Result.Done, concurrently from any
+// goroutine, once per request that observed anything; it must be safe for concurrent use and
+// keep its memory and CPU bounded.
+type LatencyModel interface {
+	// Predict returns the expected TTFT and TPOT of a request with features f.
+	Predict(f *Features) Latency
+	// Learn records that a request with features f (as they were at its pick) got observed.
+	// A zero field of observed was not observed (TTFT: no first token of a streamed answer;
+	// TPOT: fewer than two output tokens, or a failure).
+	Learn(f *Features, observed Latency)
+}
+
+// Defaults of LinearLatencyOptions.
+const (
+	DefaultLatencyWindow = 4096
+	DefaultLatencyRefit  = 16
+	// DefaultPrefillRate is the prior's prefill speed, tokens per second: an H100-class server
+	// on a 32B model (bench's profile prefills ≈16k tokens per second).
+	DefaultPrefillRate = 16000
+	// DefaultDecodeStep is the prior's time per output token on an idle server.
+	DefaultDecodeStep = 20 * time.Millisecond
+	// DefaultLatencyAdapt is the weight of the newest outcome in a backend's speed factor.
+	DefaultLatencyAdapt = 0.1
+)
+
+// LinearLatencyOptions configures NewLinearLatency. Zero values are the defaults.
+type LinearLatencyOptions struct {
+	// Window is how many recent outcomes the shared model is fitted to. Zero:
+	// DefaultLatencyWindow.
+	Window int `json:"window"`
+	// Refit is how many outcomes arrive between two fits. Zero: DefaultLatencyRefit.
+	Refit int `json:"refit"`
+	// PrefillRate (tokens per second) and DecodeStep set the prior, the prediction before
+	// any outcome: TTFT is the prefill in front of the request and its own at PrefillRate,
+	// TPOT is DecodeStep. Zero: DefaultPrefillRate, DefaultDecodeStep.
+	PrefillRate float64       `json:"prefill_rate"`
+	DecodeStep  time.Duration `json:"-"`
+	// Adapt is the weight, in (0, 1], of a backend's newest outcome in its speed factor: how
+	// fast the model follows a server that slows down or recovers. Zero: DefaultLatencyAdapt.
+	Adapt float64 `json:"adapt"`
+}
+
+// The shared model's inputs. TTFT: 1, the prefill in front of the request and its own
+// (thousands of tokens), its own alone, waiting, running, KV use, requests in flight, and
+// the prefill work times the batch (chunked prefill shares each step with the decodes).
+// TPOT: 1, running, in flight, KV use, prefill in front (which interleaves with decodes).
+const (
+	ttftDims = 8
+	tpotDims = 5
+)
+
+// vec holds either; TPOT uses the first tpotDims entries.
+type vec [ttftDims]float64
+
+// latencyInputs is what both predictions start from, with unknown signals as 0.
+type latencyInputs struct {
+	work, own, waiting, running, kv, inflight float64
+}
+
+func inputsOf(f *Features) latencyInputs {
+	in := latencyInputs{
+		work:     float64(f.PrefillTokens+int64(f.UncachedTokens)) / 1000,
+		own:      float64(f.UncachedTokens) / 1000,
+		inflight: float64(f.InFlight),
+	}
+	if f.Waiting > 0 {
+		in.waiting = float64(f.Waiting)
+	}
+	if f.Running > 0 {
+		in.running = float64(f.Running)
+	}
+	if f.KVUtilization > 0 {
+		in.kv = f.KVUtilization
+	}
+	return in
+}
+
+func (in *latencyInputs) ttft() vec {
+	return vec{1, in.work, in.own, in.waiting, in.running, in.kv, in.inflight, in.work * in.running / 64}
+}
+
+func (in *latencyInputs) tpot() vec {
+	return vec{1, in.running, in.inflight, in.kv, in.work}
+}
+
+// linearCoef is one fit, immutable once published.
+type linearCoef struct {
+	ttft, tpot vec
+}
+
+// speed is a backend's factors, the ratio of what it did to what the shared model predicted,
+// as float64 bits: TTFT, then TPOT.
+type speed struct{ ttft, tpot atomic.Uint64 }
+
+// LinearLatency is usher's built-in LatencyModel: a ridge regression of TTFT and TPOT on the
+// candidate's features, shared by the fleet and refitted to a sliding window of recent
+// outcomes, times a speed factor per backend that follows each server's own ratio of observed
+// to predicted latency. The shared fit learns how load turns into latency; the factor catches a
+// server that is slower (or faster) than its load says, within about 1/Adapt of its requests.
+// Before any outcome it predicts from its prior (LinearLatencyOptions), and the fit is drawn
+// towards the prior until outcomes outweigh it. See "Predicted latency" in the package
+// documentation for the inputs and the measured error.
+//
+// Predict is O(1), lock-free and allocates nothing (about 10 ns). Learn takes a mutex: O(1)
+// per outcome, plus a refit every Refit outcomes, O(Window) (about 50 µs at the defaults),
+// paid by the caller whose outcome triggers it. Memory is O(Window + backends). Safe for
+// concurrent use. Give one model to one Router: the speed factors are kept by BackendID.
+type LinearLatency struct {
+	coef   atomic.Pointer[linearCoef]
+	speeds atomic.Pointer[[]speed]
+	prior  linearCoef
+	adapt  float64
+
+	mu     sync.Mutex
+	window int
+	refit  int
+	// The windows of TTFT and TPOT samples, each target normalised by the backend's factor at
+	// learn time.
+	ttft, tpot normal
+	since      int
+	fits       uint64
+	// per backend: decayed sums of observed and predicted, TTFT then TPOT.
+	sums []speedSums
+}
+
+type speedSums struct{ y, p [2]float64 }
+
+// NewLinearLatency returns a model with the options' prior, or an error wrapping
+// ErrInvalidOptions.
+func NewLinearLatency(o LinearLatencyOptions) (*LinearLatency, error) {
+	if o.Window < 0 || o.Refit < 0 || o.PrefillRate < 0 || o.DecodeStep < 0 || o.Adapt < 0 || o.Adapt > 1 ||
+		math.IsNaN(o.PrefillRate) || math.IsInf(o.PrefillRate, 0) || math.IsNaN(o.Adapt) {
+		return nil, fmt.Errorf("%w: LinearLatencyOptions %+v: want Window, Refit, PrefillRate, DecodeStep ≥ 0 and Adapt in [0, 1]",
+			ErrInvalidOptions, o)
+	}
+	if o.Window == 0 {
+		o.Window = DefaultLatencyWindow
+	}
+	if o.Refit == 0 {
+		o.Refit = DefaultLatencyRefit
+	}
+	if o.PrefillRate == 0 {
+		o.PrefillRate = DefaultPrefillRate
+	}
+	if o.DecodeStep == 0 {
+		o.DecodeStep = DefaultDecodeStep
+	}
+	if o.Adapt == 0 {
+		o.Adapt = DefaultLatencyAdapt
+	}
+	m := &LinearLatency{adapt: o.Adapt, window: o.Window, refit: o.Refit}
+	// The prior: 20 ms of overhead, the prefill work at PrefillRate; one decode step per token,
+	// growing slowly with the batch.
+	step := o.DecodeStep.Seconds()
+	m.prior.ttft = vec{0.02, 1000 / o.PrefillRate}
+	m.prior.tpot = vec{step, step / 100}
+	c := m.prior
+	m.coef.Store(&c)
+	empty := []speed{}
+	m.speeds.Store(&empty)
+	return m, nil
+}
+
+// Predict implements LatencyModel. O(1), lock-free, no allocation.
+func (m *LinearLatency) Predict(f *Features) Latency {
+	in := inputsOf(f)
+	t, d := m.predict(&in, f.Backend)
+	return Latency{TTFT: seconds(t), TPOT: seconds(d)}
+}
+
+// predict returns TTFT and TPOT in seconds for in on backend id.
+func (m *LinearLatency) predict(in *latencyInputs, id BackendID) (ttft, tpot float64) {
+	return m.coef.Load().eval(in, *m.speeds.Load(), id)
+}
+
+// eval is the prediction with coefficients c and speed factors sp: the shared prediction,
+// floored at 1 ms and 0.1 ms, times the backend's factors. Written out rather than looped, for
+// the pick path. O(1).
+func (c *linearCoef) eval(in *latencyInputs, sp []speed, id BackendID) (ttft, tpot float64) {
+	// linearScorer.addCols repeats this arithmetic for the columns.
+	a, b := &c.ttft, &c.tpot
+	ttft = a[0] + a[1]*in.work + a[2]*in.own + a[3]*in.waiting + a[4]*in.running + a[5]*in.kv + a[6]*in.inflight +
+		a[7]*(in.work*in.running/64)
+	tpot = b[0] + b[1]*in.running + b[2]*in.inflight + b[3]*in.kv + b[4]*in.work
+	ttft, tpot = max(ttft, 1e-3), max(tpot, 1e-4)
+	if int(id) < len(sp) {
+		ttft *= math.Float64frombits(sp[id].ttft.Load())
+		tpot *= math.Float64frombits(sp[id].tpot.Load())
+	}
+	return ttft, tpot
+}
+
+// base is the shared prediction alone.
+func (c *linearCoef) base(in *latencyInputs) (ttft, tpot float64) { return c.eval(in, nil, 0) }
+
+func seconds(s float64) time.Duration { return time.Duration(s * 1e9) }
+
+// Learn implements LatencyModel. O(1) amortised, plus a refit every Refit outcomes.
+func (m *LinearLatency) Learn(f *Features, observed Latency) {
+	if observed.TTFT <= 0 && observed.TPOT <= 0 {
+		return
+	}
+	in := inputsOf(f)
+	id := int(f.Backend)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id >= len(m.sums) {
+		m.sums = append(m.sums, speedSums{})
+	}
+	sp := *m.speeds.Load()
+	if id >= len(sp) {
+		grown := make([]speed, max(id+1, 2*len(sp)))
+		for i := range grown {
+			v := 1.0
+			if i < len(sp) {
+				v = math.Float64frombits(sp[i].ttft.Load())
+				grown[i].tpot.Store(sp[i].tpot.Load())
+			} else {
+				grown[i].tpot.Store(math.Float64bits(1))
+			}
+			grown[i].ttft.Store(math.Float64bits(v))
+		}
+		sp = grown
+		m.speeds.Store(&grown)
+	}
+	c := m.coef.Load()
+	pt, pd := c.base(&in)
+	s := &m.sums[id]
+	if observed.TTFT > 0 {
+		y := observed.TTFT.Seconds()
+		f := s.update(0, y, pt, m.adapt)
+		sp[id].ttft.Store(math.Float64bits(f))
+		m.ttft.add(in.ttft(), y/f, ttftDims, m.window)
+	}
+	if observed.TPOT > 0 {
+		y := observed.TPOT.Seconds()
+		f := s.update(1, y, pd, m.adapt)
+		sp[id].tpot.Store(math.Float64bits(f))
+		m.tpot.add(in.tpot(), y/f, tpotDims, m.window)
+	}
+	m.since++
+	if m.since >= m.refit || (m.fits < 4 && m.since >= 8) {
+		m.since = 0
+		m.fit()
+	}
+}
+
+// update folds one outcome (observed y against the shared prediction p) into the decayed sums
+// of target k and returns the backend's factor, the ratio of the sums, kept within [1/20, 20].
+// A backend's first outcome starts both sums at two outcomes' worth of ratio 1, a prior that
+// decays away with the outcomes.
+func (s *speedSums) update(k int, y, p, adapt float64) float64 {
+	if s.p[k] == 0 {
+		s.y[k], s.p[k] = 2*p, 2*p
+	}
+	d := 1 - adapt
+	s.y[k] = d*s.y[k] + y
+	s.p[k] = d*s.p[k] + p
+	return min(max(s.y[k]/s.p[k], 1.0/20), 20)
+}
+
+// fit solves both ridge regressions on the windows and publishes the coefficients. Under mu.
+// O(d³), the windows' sums being kept current.
+func (m *LinearLatency) fit() {
+	next := *m.coef.Load()
+	if m.ttft.n > 0 {
+		next.ttft = m.ttft.solve(&m.prior.ttft, ttftDims)
+	}
+	if m.tpot.n > 0 {
+		next.tpot = m.tpot.solve(&m.prior.tpot, tpotDims)
+	}
+	m.fits++
+	m.coef.Store(&next)
+}
+
+// normal is a sliding window of samples (x, y), x of d inputs, with its normal equations XᵀX
+// (lower triangle) and Xᵀy kept current as samples come and go.
+type normal struct {
+	xs  []vec
+	ys  []float64
+	n   int // samples ever added; the ring position of the next is n % len(xs)
+	ata [ttftDims][ttftDims]float64
+	atb vec
+}
+
+// add puts (x, y) into the window of size samples, evicting the oldest when it is full. The sums
+// are recomputed from the window once per size samples, so that rounding from the evictions
+// does not build up. O(d²) amortised.
+func (w *normal) add(x vec, y float64, d, size int) {
+	if w.xs == nil {
+		w.xs, w.ys = make([]vec, size), make([]float64, size)
+	}
+	k := w.n % size
+	if w.n >= size {
+		w.fold(&w.xs[k], w.ys[k], d, -1)
+	}
+	w.xs[k], w.ys[k] = x, y
+	w.fold(&x, y, d, 1)
+	w.n++
+	if w.n%size == 0 {
+		w.ata, w.atb = [ttftDims][ttftDims]float64{}, vec{}
+		for i := range w.xs {
+			w.fold(&w.xs[i], w.ys[i], d, 1)
+		}
+	}
+}
+
+// fold adds sign times the sample's terms to the sums.
+func (w *normal) fold(x *vec, y float64, d int, sign float64) {
+	for i := range d {
+		xi := sign * x[i]
+		w.atb[i] += xi * y
+		for j := 0; j <= i; j++ {
+			w.ata[i][j] += xi * x[j]
+		}
+	}
+}
+
+// solve returns the w minimising Σ (y − w·x)² + λ‖w − prior‖² over the window, by Cholesky,
+// or prior when the system is singular. O(d³).
+func (w *normal) solve(prior *vec, d int) vec {
+	const lambda = 1.0
+	a, b := w.ata, w.atb
+	for i := range d {
+		a[i][i] += lambda
+		b[i] += lambda * prior[i]
+	}
+	// Cholesky: a = L·Lᵀ, in place in the lower triangle.
+	for j := range d {
+		s := a[j][j]
+		for k := range j {
+			s -= a[j][k] * a[j][k]
+		}
+		if !(s > 1e-12) {
+			return *prior
+		}
+		a[j][j] = math.Sqrt(s)
+		for i := j + 1; i < d; i++ {
+			s := a[i][j]
+			for k := range j {
+				s -= a[i][k] * a[j][k]
+			}
+			a[i][j] = s / a[j][j]
+		}
+	}
+	var z, x vec
+	for i := range d {
+		s := b[i]
+		for k := range i {
+			s -= a[i][k] * z[k]
+		}
+		z[i] = s / a[i][i]
+	}
+	for i := d - 1; i >= 0; i-- {
+		s := z[i]
+		for k := i + 1; k < d; k++ {
+			s -= a[k][i] * x[k]
+		}
+		x[i] = s / a[i][i]
+	}
+	for i := range d {
+		if math.IsNaN(x[i]) || math.IsInf(x[i], 0) {
+			return *prior
+		}
+	}
+	return x
+}
+
+// LatencyStats is what a LinearLatency has learned so far.
+type LatencyStats struct {
+	// TTFTSamples and TPOTSamples count the outcomes learned; Fits the refits.
+	TTFTSamples, TPOTSamples, Fits uint64
+}
+
+// Stats returns the model's counts. Safe for concurrent use.
+func (m *LinearLatency) Stats() LatencyStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return LatencyStats{TTFTSamples: uint64(m.ttft.n), TPOTSamples: uint64(m.tpot.n), Fits: m.fits}
+}

@@ -1,0 +1,372 @@
+package routing
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syntheticServer is a ground truth for the model: TTFT is a fixed overhead, the prefill in
+// front of the request and its own at rate tokens per second, and 10 ms per waiting request;
+// TPOT grows with the batch. slow multiplies both.
+func syntheticServer(f *Features, rate, slow float64) Latency {
+	ttft := 0.03 + float64(f.PrefillTokens+int64(f.UncachedTokens))/rate + 0.01*float64(max(0, f.Waiting))
+	tpot := 0.015 + 0.0005*float64(max(0, f.Running))
+	return Latency{TTFT: seconds(slow * ttft), TPOT: seconds(slow * tpot)}
+}
+
+func randomFeatures(rng *rand.Rand, backends int) Features {
+	return Features{
+		Backend: BackendID(rng.IntN(backends)), PromptTokens: 4000, UncachedTokens: rng.IntN(4000),
+		PrefillTokens: int64(rng.IntN(20000)), Waiting: rng.IntN(5), Running: rng.IntN(64),
+		KVUtilization: rng.Float64(), InFlight: int64(rng.IntN(40)),
+	}
+}
+
+// relErr is |predicted − observed| / observed.
+func relErr(p, o time.Duration) float64 { return math.Abs(float64(p-o)) / float64(o) }
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func TestLinearLatencyPrior(t *testing.T) {
+	m, err := NewLinearLatency(LinearLatencyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := Features{UncachedTokens: 1600, PrefillTokens: 14400, Waiting: -1, Running: -1, KVUtilization: -1}
+	// 20 ms + 16,000 tokens at 16,000 tokens/s; one decode step plus nothing for the batch.
+	if got := m.Predict(&f); got.TTFT != 1020*time.Millisecond || got.TPOT != DefaultDecodeStep {
+		t.Fatalf("cold prediction %+v, want 1.02s / 20ms", got)
+	}
+	f.UncachedTokens, f.PrefillTokens = 0, 0
+	if got := m.Predict(&f); got.TTFT != 20*time.Millisecond {
+		t.Fatalf("cold prediction of no work %v, want 20ms", got.TTFT)
+	}
+}
+
+func TestLinearLatencyOptions(t *testing.T) {
+	for _, o := range []LinearLatencyOptions{
+		{Window: -1}, {Refit: -1}, {PrefillRate: -1}, {PrefillRate: math.NaN()}, {PrefillRate: math.Inf(1)},
+		{DecodeStep: -time.Second}, {Adapt: -0.1}, {Adapt: 1.5}, {Adapt: math.NaN()},
+	} {
+		if _, err := NewLinearLatency(o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%+v: err %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	if _, err := NewPredictedLatency(PredictedLatencyOptions{OutputTokens: -1}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("OutputTokens −1: err %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestLinearLatencyLearns: from the prior (which assumes a server twice as fast) the model
+// learns the synthetic fleet within a few hundred outcomes, then follows one server that slows
+// down threefold within a few dozen of that server's outcomes, without losing the others.
+func TestLinearLatencyLearns(t *testing.T) {
+	m, err := NewLinearLatency(LinearLatencyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const rate, backends = 8000, 4
+	errs := func(n int, slow func(BackendID) float64, only BackendID, learn bool) (ttft, tpot float64) {
+		var et, ed []float64
+		for range n {
+			f := randomFeatures(rng, backends)
+			if only < backends {
+				f.Backend = only
+			}
+			obs := syntheticServer(&f, rate, slow(f.Backend))
+			p := m.Predict(&f)
+			et, ed = append(et, relErr(p.TTFT, obs.TTFT)), append(ed, relErr(p.TPOT, obs.TPOT))
+			if learn {
+				m.Learn(&f, obs)
+			}
+		}
+		return median(et), median(ed)
+	}
+	same := func(BackendID) float64 { return 1 }
+	if tt, _ := errs(200, same, backends, false); tt < 0.2 {
+		t.Fatalf("cold TTFT error %.3f: the prior should be off by about half", tt)
+	}
+	errs(500, same, backends, true)
+	if tt, td := errs(500, same, backends, false); tt > 0.05 || td > 0.05 {
+		t.Fatalf("after 500 outcomes: median relative error TTFT %.3f, TPOT %.3f; want ≤ 0.05", tt, td)
+	}
+	slow := func(b BackendID) float64 {
+		if b == 2 {
+			return 3
+		}
+		return 1
+	}
+	if tt, _ := errs(100, slow, 2, false); tt < 0.5 {
+		t.Fatalf("slowed backend before learning: error %.3f, want the model to be off by ⅔", tt)
+	}
+	errs(60, slow, 2, true) // 60 of the slowed server's outcomes
+	if tt, td := errs(300, slow, 2, false); tt > 0.15 || td > 0.15 {
+		t.Fatalf("slowed backend after 60 of its outcomes: error TTFT %.3f, TPOT %.3f; want ≤ 0.15", tt, td)
+	}
+	errs(2000, slow, backends, true)
+	for b := range BackendID(backends) {
+		if tt, td := errs(300, slow, b, false); tt > 0.08 || td > 0.08 {
+			t.Fatalf("backend %d after the fleet learned the slowdown: error TTFT %.3f, TPOT %.3f; want ≤ 0.08", b, tt, td)
+		}
+	}
+	if st := m.Stats(); st.TTFTSamples != 2560 || st.TPOTSamples != 2560 || st.Fits < 40 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestLinearLatencyIgnoresNothingObserved: an outcome with neither latency observed teaches
+// nothing, and one with only TTFT leaves TPOT alone.
+func TestLinearLatencyPartialOutcomes(t *testing.T) {
+	m, _ := NewLinearLatency(LinearLatencyOptions{Refit: 1})
+	f := Features{Backend: 3, UncachedTokens: 1000, Waiting: -1, Running: -1, KVUtilization: -1}
+	before := m.Predict(&f)
+	m.Learn(&f, Latency{})
+	m.Learn(&f, Latency{TTFT: -time.Second, TPOT: -time.Second})
+	if st := m.Stats(); st.TTFTSamples+st.TPOTSamples != 0 {
+		t.Fatalf("learned from nothing: %+v", st)
+	}
+	for range 50 {
+		m.Learn(&f, Latency{TTFT: 2 * time.Second})
+	}
+	after := m.Predict(&f)
+	if after.TPOT != before.TPOT || relErr(after.TTFT, 2*time.Second) > 0.1 {
+		t.Fatalf("after 50 TTFT-only outcomes of 2s: %+v (before %+v)", after, before)
+	}
+}
+
+// slowFleet is a router with a PredictedLatency scorer alone over two backends, "fast" and
+// "slow", whose model has learned that slow is four times slower for the same load.
+func slowFleet(t *testing.T) (*Router, *LinearLatency) {
+	t.Helper()
+	m, err := NewLinearLatency(LinearLatencyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewPredictedLatency(PredictedLatencyOptions{Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{sc, 1}}}, Now: func() time.Time { return now }})
+	mustUpdate(t, r, fleet(2, t0))
+	fast, slow := r.Backends(nil)[0].Name, r.Backends(nil)[1].Name
+	_ = fast
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 200 {
+		f := randomFeatures(rng, 2)
+		k := 1.0
+		if r.names[f.Backend] == slow {
+			k = 4
+		}
+		m.Learn(&f, syntheticServer(&f, 16000, k))
+	}
+	return r, m
+}
+
+// TestPredictedLatencyRoutes: alone, the scorer sends an idle-fleet request to the faster
+// server; with a TTFT target that only the slow server, less loaded, can meet, to that one; and
+// Router.Predict gives the best prediction without picking.
+func TestPredictedLatencyRoutes(t *testing.T) {
+	r, _ := slowFleet(t)
+	req := &Request{PromptTokens: 2000, Stream: true}
+	p, err := r.Pick(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Backend.Name != "b0" || p.Predicted.TTFT <= 0 || p.Predicted.TPOT <= 0 {
+		t.Fatalf("idle fleet: picked %s, predicted %+v; want b0 (the fast one) and a prediction", p.Backend.Name, p.Predicted)
+	}
+	best, ok := r.Predict(req)
+	if !ok || best.TTFT <= 0 {
+		t.Fatalf("Predict: %+v %v", best, ok)
+	}
+	// Load the fast server with prefill work until the slow one is the faster choice.
+	var held []Result
+	for range 30 {
+		h, err := r.Pick(&Request{PromptTokens: 16000, Exclude: []BackendID{1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, h)
+	}
+	p.Done(DoneInfo{})
+	q, err := r.Pick(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Backend.Name != "b1" {
+		t.Fatalf("fast server loaded with 480k tokens of prefill: picked %s (predicted %+v), want b1", q.Backend.Name, q.Predicted)
+	}
+	q.Done(DoneInfo{})
+	// A target both miss: the least bad; a target only b1 meets: b1 with its headroom.
+	tight := *req
+	tight.Targets = Latency{TTFT: time.Millisecond}
+	if q, err = r.Pick(&tight); err != nil || q.Backend.Name != "b1" {
+		t.Fatalf("a target no server meets: %v %v, want b1, the faster", q.Backend, err)
+	}
+	q.Done(DoneInfo{})
+	for _, h := range held {
+		h.Done(DoneInfo{})
+	}
+}
+
+// TestRouterLearnsLatency: Done teaches the model what a streamed request got, measured from
+// the pick, and nothing for a whole answer (whose first byte is its end).
+func TestRouterLearnsLatency(t *testing.T) {
+	r, m := slowFleet(t)
+	before := m.Stats()
+	p, err := r.Pick(&Request{PromptTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Done(DoneInfo{FirstTokenAt: t0.Add(time.Second), OutputTokens: 10, End: t0.Add(2 * time.Second)})
+	if st := m.Stats(); st != before {
+		t.Fatalf("a whole answer was learned: %+v → %+v", before, st)
+	}
+	for i := range 100 {
+		p, err := r.Pick(&Request{PromptTokens: 100, Stream: true, Now: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := DoneInfo{FirstTokenAt: t0.Add(3 * time.Second), OutputTokens: 11, End: t0.Add(4 * time.Second)}
+		if i%2 == 1 {
+			info.Err, info.End = errors.New("broken"), time.Time{}
+		}
+		p.Done(info)
+	}
+	st := m.Stats()
+	if st.TTFTSamples != before.TTFTSamples+100 || st.TPOTSamples != before.TPOTSamples+50 {
+		t.Fatalf("after 100 streamed requests (50 failed after their first token): %+v, before %+v", st, before)
+	}
+	p, err = r.Pick(&Request{PromptTokens: 100, Stream: true, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if relErr(p.Predicted.TTFT, 3*time.Second) > 0.2 || relErr(p.Predicted.TPOT, 100*time.Millisecond) > 0.2 {
+		t.Fatalf("after learning 3s / 100ms on %s: predicted %+v", p.Backend.Name, p.Predicted)
+	}
+	p.Done(DoneInfo{})
+}
+
+// TestPredictedLatencyCustomModel: a model that is not the built-in one is called per
+// candidate and learned like it.
+func TestPredictedLatencyCustomModel(t *testing.T) {
+	m := &constModel{by: map[BackendID]Latency{0: {TTFT: time.Second}, 1: {TTFT: 100 * time.Millisecond}, 2: {TTFT: 300 * time.Millisecond}}}
+	sc, err := NewPredictedLatency(PredictedLatencyOptions{Model: m, OutputTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{sc, 1}}}})
+	mustUpdate(t, r, fleet(3, t0))
+	p, err := r.Pick(&Request{PromptTokens: 10, Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ID != 1 || p.Predicted.TTFT != 100*time.Millisecond {
+		t.Fatalf("picked %d predicted %+v, want 1 at 100ms", p.ID, p.Predicted)
+	}
+	p.Done(DoneInfo{FirstTokenAt: time.Now()})
+	if m.learned.Load() != 1 {
+		t.Fatalf("learned %d outcomes, want 1", m.learned.Load())
+	}
+	dst := make([]float64, 3)
+	cands := []Candidate{{ID: 0}, {ID: 1}, {ID: 2}}
+	sc.Score(&Request{}, cands, dst)
+	if want := []float64{0.1, 1, 1.0 / 3}; math.Abs(dst[0]-want[0]) > 1e-9 || dst[1] != 1 || math.Abs(dst[2]-want[2]) > 1e-9 {
+		t.Fatalf("scores %v, want %v", dst, want)
+	}
+	sc.Score(&Request{Targets: Latency{TTFT: 500 * time.Millisecond}}, cands, dst)
+	if dst[0] >= 0.5 || math.Abs(dst[1]-0.9) > 1e-9 || math.Abs(dst[2]-0.7) > 1e-9 {
+		t.Fatalf("scores with a 500ms target %v, want <0.5, 0.9 (80%% headroom), 0.7 (40%%)", dst)
+	}
+}
+
+type constModel struct {
+	by      map[BackendID]Latency
+	learned atomicCount
+}
+
+func (m *constModel) Predict(f *Features) Latency { return m.by[f.Backend] }
+func (m *constModel) Learn(*Features, Latency)    { m.learned.Add(1) }
+
+type atomicCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *atomicCount) Add(d int) { c.mu.Lock(); c.n += d; c.mu.Unlock() }
+func (c *atomicCount) Load() int { c.mu.Lock(); defer c.mu.Unlock(); return c.n }
+
+// TestPredictedLatencyAllocs: Pick and Done with the built-in model, learning included, allocate
+// nothing once warm, on both of Pick's paths.
+func TestPredictedLatencyAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, general := range []bool{false, true} {
+		sc, _ := NewPredictedLatency(PredictedLatencyOptions{})
+		r, req := benchRouter(t, 16, Usher(UsherOptions{}).With(Weighted{sc, 1}))
+		req.Stream = true
+		if general {
+			req.Exclude = []BackendID{3}
+		}
+		info := DoneInfo{FirstTokenAt: t0.Add(time.Second), End: t0.Add(2 * time.Second), OutputTokens: 20}
+		for range 100 { // warm the model's buffers
+			p, _ := r.Pick(req)
+			p.Done(info)
+		}
+		if n := testing.AllocsPerRun(500, func() {
+			p, err := r.Pick(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Done(info)
+		}); n != 0 {
+			t.Errorf("general path %v: %v allocations per Pick+Done, want 0", general, n)
+		}
+		if n := testing.AllocsPerRun(200, func() { r.Predict(req) }); n != 0 {
+			t.Errorf("Predict: %v allocations, want 0", n)
+		}
+	}
+}
+
+// TestPredictedLatencyConcurrent: picks, outcomes and predictions from many goroutines (run
+// under -race) keep the model consistent.
+func TestPredictedLatencyConcurrent(t *testing.T) {
+	m, _ := NewLinearLatency(LinearLatencyOptions{Refit: 8})
+	sc, _ := NewPredictedLatency(PredictedLatencyOptions{Model: m})
+	r := mustNew(t, Options{Profile: Usher(UsherOptions{}).With(Weighted{sc, 2})})
+	mustUpdate(t, r, fleet(8, t0))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 300 {
+				req := &Request{PromptTokens: 100 * (i + g), Stream: true}
+				p, err := r.Pick(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, ok := r.Predict(req); !ok {
+					t.Error("Predict: no prediction")
+				}
+				at := time.Now()
+				p.Done(DoneInfo{FirstTokenAt: at.Add(time.Duration(i) * time.Millisecond), End: at.Add(time.Second), OutputTokens: 5})
+			}
+		})
+	}
+	wg.Wait()
+	if st := m.Stats(); st.TTFTSamples == 0 || st.Fits == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
