@@ -72,6 +72,12 @@ type Config struct {
 	// EarlyShed answers 429 at once a request whose estimated wait exceeds its TTL, instead of
 	// holding it until the TTL expires (flowcontrol.EarlyShed); off by default.
 	EarlyShed bool `json:"early_shed"`
+	// SLO are the latency targets of priority bands, keyed by band (proxy.Options.SLO):
+	// {"1": {"ttft": "500ms", "tpot": "50ms"}}. TrustSLOHeaders lets a trusted proxy in front
+	// loosen them per request with the x-slo-ttft-ms and x-slo-tpot-ms headers
+	// (proxy.Options.TrustSLOHeaders).
+	SLO             map[int]Targets `json:"slo"`
+	TrustSLOHeaders bool            `json:"trust_slo_headers"`
 	// Tokenizer is "bytes" (hash the prompt's bytes: approximate index) or "endpoint" (the
 	// servers' POST /tokenize: exact token ids, needed to match KV events).
 	Tokenizer string `json:"tokenizer"`
@@ -163,6 +169,56 @@ func (b *Backend) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// Targets are a band's latency targets (routing.Latency): time to first token and per output
+// token; zero sets none. In JSON: {"ttft": "500ms", "tpot": "50ms"} (unknown keys are an
+// error).
+type Targets struct {
+	TTFT time.Duration `json:"ttft"`
+	TPOT time.Duration `json:"tpot"`
+}
+
+// UnmarshalJSON reads the targets strictly, durations as strings.
+func (t *Targets) UnmarshalJSON(data []byte) error {
+	var raw struct {
+		TTFT jsontime.Duration `json:"ttft"`
+		TPOT jsontime.Duration `json:"tpot"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return fmt.Errorf("slo: %w", err)
+	}
+	*t = Targets{TTFT: time.Duration(raw.TTFT), TPOT: time.Duration(raw.TPOT)}
+	return nil
+}
+
+// sloKeys are -slo's options.
+var sloKeys = backendspec.Keys{"ttft": false, "tpot": false}
+
+// parseSLO parses -slo: the band, then ttft=DURATION and tpot=DURATION.
+func parseSLO(s string) (int, Targets, error) {
+	var t Targets
+	sp, err := backendspec.Parse(s, sloKeys)
+	if err != nil {
+		return 0, t, fmt.Errorf("%w: -slo: %w", proxy.ErrInvalidOptions, err)
+	}
+	band, err := strconv.Atoi(sp.Target)
+	if err != nil || band < 0 || band >= bands {
+		return 0, t, fmt.Errorf("%w: -slo %q: want BAND (0..%d),ttft=DURATION,tpot=DURATION", proxy.ErrInvalidOptions, s, bands-1)
+	}
+	for _, f := range []struct {
+		key string
+		dst *time.Duration
+	}{{"ttft", &t.TTFT}, {"tpot", &t.TPOT}} {
+		if v := sp.Get(f.key); v != "" {
+			if *f.dst, err = time.ParseDuration(v); err != nil || *f.dst <= 0 {
+				return 0, t, fmt.Errorf("%w: -slo %q: %s=%q: want a positive duration such as 500ms", proxy.ErrInvalidOptions, s, f.key, v)
+			}
+		}
+	}
+	return band, t, nil
+}
+
 // bands is the number of priority bands a Config configures.
 const bands = 4
 
@@ -208,6 +264,21 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Pools[model] = lim
 		return nil
 	})
+	fs.Func("slo", "latency targets of a priority band: BAND,ttft=DURATION,tpot=DURATION (repeat; either target may be left out): requests of the band go to a backend predicted to meet them (with the predicted-latency scorer, e.g. -router usher-latency) and, with a TTFT target, are dispatched in time to meet it or refused (see -early-shed)", func(s string) error {
+		band, t, err := parseSLO(s)
+		if err != nil {
+			return err
+		}
+		if c.SLO == nil {
+			c.SLO = map[int]Targets{}
+		}
+		if _, dup := c.SLO[band]; dup {
+			return fmt.Errorf("-slo: band %d is given twice", band)
+		}
+		c.SLO[band] = t
+		return nil
+	})
+	fs.BoolVar(&c.TrustSLOHeaders, "trust-slo-headers", c.TrustSLOHeaders, "read x-slo-ttft-ms and x-slo-tpot-ms from requests (set by a trusted proxy, which removes the clients' own): they may loosen a band's -slo targets, never tighten them")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
 	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), pool (the same while some prefill server is no busier than the decode server), always, never, or a registered decider")
 	fs.Func("decider-params", `the decider's parameters as JSON, e.g. {"min_uncached_tokens":256,"busy_decodes":4}`, func(s string) error {
@@ -387,13 +458,25 @@ func (c Config) Options() (proxy.Options, error) {
 			return bad("tenant %q band %d: want 0..%d", t, b, bands-1)
 		}
 	}
+	var slo map[int]routing.Latency
+	for b, t := range c.SLO {
+		if b < 0 || b >= bands || t.TTFT < 0 || t.TPOT < 0 {
+			return bad("slo of band %d (%v, %v): want a band 0..%d and targets ≥ 0", b, t.TTFT, t.TPOT, bands-1)
+		}
+		if slo == nil {
+			slo = make(map[int]routing.Latency, len(c.SLO))
+		}
+		slo[b] = routing.Latency{TTFT: t.TTFT, TPOT: t.TPOT}
+	}
 	o := proxy.Options{
 		Models: c.Models, Pools: c.Pools, MaxBodyBytes: c.MaxBodyBytes, Bands: bands, BlockSize: c.BlockSize,
 		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, TTL: c.TTL,
-		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
-		FlowCapacity:  flowcontrol.Limits{Requests: c.MaxFlowQueue},
-		Timeouts:      proxy.Timeouts{ResponseHeader: c.HeaderTimeout, StreamIdle: c.IdleTimeout, Request: c.RequestTimeout},
-		Retry:         proxy.Retry{Attempts: c.RetryAttempts},
+		QueueCapacity:   flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
+		FlowCapacity:    flowcontrol.Limits{Requests: c.MaxFlowQueue},
+		Timeouts:        proxy.Timeouts{ResponseHeader: c.HeaderTimeout, StreamIdle: c.IdleTimeout, Request: c.RequestTimeout},
+		Retry:           proxy.Retry{Attempts: c.RetryAttempts},
+		SLO:             slo,
+		TrustSLOHeaders: c.TrustSLOHeaders,
 	}
 	urls := make([]string, len(c.Backends))
 	kv := c.KVListen != ""

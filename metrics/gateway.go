@@ -89,6 +89,8 @@ type IndexStats struct {
 //	usher_kvevents_decode_errors_total{source}              counter    SetKVSource
 //	usher_kvevents_apply_errors_total{source}               counter    SetKVSource
 //	usher_kvevents_last_batch_timestamp_seconds{source}     gauge      SetKVSource
+//	usher_slo_requests_total{band,result}                   counter    ObserveSLO
+//	usher_latency_prediction_error_seconds{target}          histogram  ObservePrediction
 //
 // Scrape errors and staleness of model servers are exported by the Scraper (also a
 // prometheus.Collector). Every label value comes from a set fixed by configuration (bands,
@@ -142,7 +144,8 @@ type Gateway struct {
 	backends atomic.Pointer[map[string]backendSeries] // copy on write by SetBackends
 	other    prometheus.Counter                       // picks of unknown backends
 
-	pd pdSeries // disaggregated serving
+	pd  pdSeries  // disaggregated serving
+	slo sloSeries // latency targets and predictions
 
 	mu    sync.Mutex // guards the fields below and serialises SetBackends
 	index IndexStats
@@ -309,6 +312,7 @@ func NewGateway(opts GatewayOptions) (*Gateway, error) {
 	}
 	u.other = picks.WithLabelValues(OtherLabel)
 	u.pd = newPDSeries(cl)
+	u.slo = newSLOSeries(cl, bandLabels)
 	u.SetBackends(opts.Backends)
 	return u, nil
 }
@@ -570,6 +574,7 @@ func (u *Gateway) Describe(ch chan<- *prometheus.Desc) {
 	u.inflight.Describe(ch)
 	u.flows.Describe(ch)
 	u.pd.describe(ch)
+	u.slo.describe(ch)
 	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched,
 		u.descEject, u.descProbe, u.descEjected,
 		u.descKVConn, u.descKVBatch, u.descKVLost, u.descKVReset, u.descKVRecon,
@@ -590,6 +595,7 @@ func (u *Gateway) Collect(ch chan<- prometheus.Metric) {
 	u.inflight.Collect(ch)
 	u.flows.Collect(ch)
 	u.pd.collect(ch)
+	u.slo.collect(ch)
 	for i := range u.kv {
 		k, l := &u.kv[i], u.kvLabels[i]
 		conn := 0.0

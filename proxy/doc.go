@@ -148,6 +148,44 @@
 // usher_role_inflight_requests{role}. For Envoy, proxy/extproc picks both and hands the
 // prefill endpoint to the decode pod's sidecar in the x-prefiller-host-port header.
 //
+// # Service-level objectives
+//
+// A request may have latency targets (routing.Latency): a time to first token (TTFT, counted
+// from its arrival at the gateway) and a time per output token (TPOT). They come from
+// configuration, per band (Options.SLO), and — only when the operator trusts them
+// (Options.TrustSLOHeaders), as it trusts a tenant header — from the x-slo-ttft-ms and
+// x-slo-tpot-ms headers a proxy in front sets. A client never buys priority with them:
+// untrusted, they are ignored; trusted, a header may only loosen its band's target (the
+// larger of the two counts) and sets nothing where the band has no target, because a tighter
+// target is an earlier place in the queue under the slo policy (ordered by arrival + target)
+// and under edf (ordered by the deadline below). A trusted header that is not one whole
+// number of milliseconds from 1 to 3600000 is a 400 naming it. With targets, a request is:
+//
+//   - routed by SLO: its targets go to the router (routing.Request.Targets, with its
+//     expected length from max_tokens, max_completion_tokens or max_output_tokens as
+//     routing.Request.OutputTokens), and a PredictedLatency scorer in the profile (the
+//     registry's predicted-latency, or the usher-latency profile) sends it to the backend
+//     predicted to meet them with the most headroom, or the fastest when none is;
+//   - admitted in time: when the router predicts latency (Router.Predict: the best TTFT p̂
+//     among the eligible backends), a request with a TTFT target T must be dispatched by
+//     arrival + T − p̂, its flowcontrol.Request.Deadline, but never sooner than 50 ms from
+//     now and never later than the TTL (a deadline at or beyond the TTL is left to the TTL).
+//     So early shedding (Options.EarlyShed) refuses at once, 429 with Retry-After, a request
+//     whose estimated wait exceeds that budget — one that no backend can serve in time
+//     behind the queue — while one that can be dispatched at once is never shed; a request
+//     that waits past its deadline expires, 503 as any expiry. Without a latency model the
+//     deadline stays the TTL. With a Queue of your own, whose TTL the Handler does not know,
+//     the deadline is arrival + T − p̂ (at least 50 ms from now) even when the TTL is sooner;
+//   - ordered by its own target under the slo policy: the Handler's queue requests carry the
+//     targets in their Value, which SLOTarget reads (fairness.NewSLODeadline's Target).
+//
+// The router learns its latency model from streamed requests only (their first token is
+// seen); a whole answer teaches it nothing. Metrics: usher_slo_requests_total{band,result}
+// counts requests with targets as met or missed (streamed requests: TTFT from arrival, TPOT
+// after the first token; a failure misses), shed (429 on arrival) or expired, and
+// usher_latency_prediction_error_seconds{target="ttft|tpot"} the model's absolute error on
+// the chosen backend.
+//
 // # Trust
 //
 // The tenant is a header set by a trusted proxy (KeyerOptions.TenantHeader) or a keyed

@@ -56,11 +56,15 @@ type exchange struct {
 	rejected   *openai.Error
 	retryAfter time.Duration
 	cancelCap  context.CancelFunc // releases the whole-request cap
+	// targets are the request's latency targets (Options.SLO, trusted headers); the queue's
+	// Request.Value points here when any is set (SLOTarget).
+	targets routing.Latency
 
 	mu      sync.Mutex
 	pick    routing.Result // the current attempt's
 	picked  bool           // pick is open
 	backend string
+	pickAt  time.Time           // when the current attempt was picked
 	tried   []routing.BackendID // backends of abandoned attempts
 	// The current attempt: its context, its cancel, and the timer that cancels it when the
 	// response headers (phaseHeaders) or the stream (phaseBody) keep it waiting too long.
@@ -211,32 +215,48 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	}
 	ex.prompt, ex.bufp = prompt, bufp // back to the pool when the exchange finishes
 
-	t, err := ex.queue.Admit(ctx, flowcontrol.Request{
-		Flow:         ex.id.Flow(),
-		Band:         ex.id.Band,
-		Bytes:        int64(len(body)),
-		PromptTokens: flowcontrol.Tokens(prompt.Tokens),
-		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
-		Arrival:      ex.arrival,
-	})
-	h.usher.ObserveAdmission(flowcontrol.OutcomeOf(err).String(), ex.id.Band, time.Since(ex.arrival))
-	if err != nil {
-		return ex.admissionError(err)
+	var e *openai.Error
+	if ex.targets, e = h.targets(in.Header, ex.id.Band); e != nil {
+		return e
 	}
-	ex.ticket, ex.admitted = t, true
-
 	if ex.id.Session != "" { // sessionless traffic must not look like one long session
 		ex.routeSession = ex.id.Tenant + "/" + ex.id.Session
 	}
 	if h.decider != nil {
 		ex.role = routing.RoleDecode
 	}
-	rr := routing.Request{
-		Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.routeSession,
-		Role: ex.role, Stream: ex.req != nil && ex.req.Stream, Model: req.Model, Adapter: req.Adapter,
-		Exclude: ex.tried, // all but the home of a previous_response_id (apis.go); else none
+	rr := ex.routingRequest()
+	fr := flowcontrol.Request{
+		Flow:         ex.id.Flow(),
+		Band:         ex.id.Band,
+		Bytes:        int64(len(body)),
+		PromptTokens: flowcontrol.Tokens(prompt.Tokens),
+		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
+		Arrival:      ex.arrival,
 	}
+	if ex.targets != (routing.Latency{}) {
+		fr.Value = &ex.targets // SLOTarget; the exchange outlives the request's stay in the queue
+		if ex.targets.TTFT > 0 {
+			fr.Deadline = h.sloDeadline(&rr, ex.targets.TTFT, ex.arrival, time.Now())
+		}
+	}
+	t, err := ex.queue.Admit(ctx, fr)
+	h.usher.ObserveAdmission(flowcontrol.OutcomeOf(err).String(), ex.id.Band, time.Since(ex.arrival))
+	if err != nil {
+		if ex.targets != (routing.Latency{}) {
+			switch flowcontrol.OutcomeOf(err) {
+			case flowcontrol.RejectedWait:
+				h.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)
+			case flowcontrol.Expired:
+				h.usher.ObserveSLO(ex.id.Band, metrics.SLOExpired)
+			}
+		}
+		return ex.admissionError(err)
+	}
+	ex.ticket, ex.admitted = t, true
+
 	p, err := h.router.Pick(&rr)
+	ex.pickAt = time.Now()
 	if err != nil {
 		ex.finish(err)
 		ex.logFailure("no backend", err)
@@ -255,6 +275,20 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 		}
 	}
 	return nil
+}
+
+// routingRequest is what the router is asked for the request: its prompt, session, role,
+// model, answer length and targets, excluding the backends already tried (all but the home
+// of a previous_response_id, apis.go; or those of failed attempts).
+func (ex *exchange) routingRequest() routing.Request {
+	rr := routing.Request{
+		Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
+		Session: ex.routeSession, Role: ex.role, Targets: ex.targets, Exclude: ex.tried,
+	}
+	if ex.req != nil {
+		rr.Stream, rr.Model, rr.Adapter, rr.OutputTokens = ex.req.Stream, ex.req.Model, ex.req.Adapter, ex.req.MaxTokens
+	}
+	return rr
 }
 
 // pass picks a backend for a request that is not a chat or completions request (a
@@ -601,6 +635,10 @@ func (ex *exchange) finish(err error) {
 	ex.finished = true
 	if ex.info.Err == nil {
 		ex.info.Err, ex.info.Failure = err, f
+	}
+	ex.info.End = time.Now()
+	if ex.admitted {
+		ex.observeLatency(ex.info.Err, ex.info.End)
 	}
 	if ex.timer != nil {
 		ex.timer.Stop()

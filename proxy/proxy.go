@@ -274,9 +274,24 @@ type Options struct {
 	// backend without fresh signals counting 1) is at or above it.
 	Saturation float64
 	// EarlyShed configures the default queue's early shedding (flowcontrol.EarlyShed): a
-	// request that the queue estimates cannot be dispatched before its TTL is answered 429
-	// with Retry-After at once instead of after waiting the whole TTL. Zero: off.
+	// request that the queue estimates cannot be dispatched before its TTL (or, with a TTFT
+	// target, its SLO deadline) is answered 429 with Retry-After at once instead of after
+	// waiting. Zero: off.
 	EarlyShed flowcontrol.EarlyShed
+	// SLO are the latency targets of the requests of each priority band (routing.Latency:
+	// time to first token and per output token), keyed by band; a band not listed, or a zero
+	// field, sets none. A request with targets is routed to a backend predicted to meet them
+	// (routing.Request.Targets, with a PredictedLatency scorer in the profile), ordered by
+	// its TTFT target under the slo policy (SLOTarget) and, when the router predicts latency,
+	// must be dispatched in time to meet its TTFT target (see "Service-level objectives" in
+	// the package documentation).
+	SLO map[int]routing.Latency
+	// TrustSLOHeaders makes the Handler read targets from the x-slo-ttft-ms and
+	// x-slo-tpot-ms request headers (whole milliseconds, 1 to 3600000; anything else is a 400
+	// naming the header), as set by a trusted proxy in front of the gateway that removes them
+	// from client requests. A header may only loosen its band's target in SLO, never tighten
+	// it, and sets nothing where the band has no target. False: the headers are ignored.
+	TrustSLOHeaders bool
 	// Timeouts bound every wait: dial, TLS, response headers, stream silence, the whole
 	// request, the request body. Zero fields are their defaults.
 	Timeouts Timeouts
@@ -350,7 +365,10 @@ type Handler struct {
 	retrier   *retryTransport
 	budget    *budget
 	reading   bodyLimiter
-	decider   routing.Decider // nil: the fleet is not disaggregated
+	decider   routing.Decider   // nil: the fleet is not disaggregated
+	slo       []routing.Latency // targets by band (len bands); nil: none
+	trustSLO  bool              // read the x-slo-* headers
+	ttl       time.Duration     // the default queue's (and pools') TTL; 0 with Options.Queue
 
 	sent, retried, exhausted atomic.Uint64 // RetryStats
 
@@ -454,6 +472,10 @@ func New(opts Options) (*Handler, error) {
 		h.allowedModels = slices.Clone(opts.Models)
 	}
 	h.catalog.Store(newCatalog(staticLists(opts.Backends), h.allowedModels, opts.Backends, h.members))
+
+	if err := h.setSLO(opts); err != nil {
+		return nil, err
+	}
 
 	h.exts = opts.Extensions
 	var io prefixcache.Options
@@ -611,6 +633,7 @@ func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Que
 	if ttl == 0 {
 		ttl = 60 * time.Second
 	}
+	h.ttl = ttl
 	limit := opts.MaxInFlight
 	if limit == 0 {
 		limit = 64 * max(1, len(opts.Backends))

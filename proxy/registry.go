@@ -41,6 +41,7 @@ const (
 	kindProfile kind = "profile"
 	kindPolicy  kind = "policy"
 	kindDecider kind = "decider"
+	kindModel   kind = "latency-model"
 )
 
 // Factories of the parts a Registry names. A factory validates its Params and returns an error
@@ -52,6 +53,10 @@ type (
 	ProfileFactory func(Params) (routing.Profile, error)
 	PolicyFactory  func(Params) (flowcontrol.Policy, error)
 	DeciderFactory func(Params) (routing.Decider, error)
+	// LatencyModelFactory makes the latency model of a predicted-latency scorer
+	// (routing.PredictedLatencyOptions.Model). It is called once per scorer: a model learns
+	// the fleet of the one Router it serves.
+	LatencyModelFactory func(Params) (routing.LatencyModel, error)
 )
 
 // Params are one part's parameters as a configuration wrote them, and what the gateway knows
@@ -83,13 +88,15 @@ func (p Params) Decode(v any) error {
 //	filters   health, saturation, sticky
 //	scorers   prefix-ratio, prefix-length, queue-depth, running-requests, active-requests,
 //	          kv-utilization, load-aware, token-load, prefill-load, dynamo-cost,
-//	          session-aware, session-affinity, sglang-cache-aware, adapter-affinity
+//	          session-aware, session-affinity, sglang-cache-aware, adapter-affinity,
+//	          predicted-latency
 //	pickers   max-score, weighted-random, power-of-two, round-robin, softmax
 //	profiles  usher (the default), llm-d, llm-d-precise, llm-d-sticky,
-//	          sglang, dynamo, aibrix, round-robin, least-request
+//	          sglang, dynamo, aibrix, round-robin, least-request, usher-latency
 //	policies  bounded-wait (the default), fcfs, priority, round-robin, las,
-//	          turn-priority, edf, vtc, ...
+//	          turn-priority, edf, vtc, slo, ...
 //	deciders  prefix (the default), pool, always, never
+//	latency-models  linear (the default)
 //
 // The parameters of a part with an Options struct are that struct's fields by name
 // (saturation: routing.SaturationOptions, dynamo-cost: routing.DynamoOptions,
@@ -98,7 +105,13 @@ func (p Params) Decode(v any) error {
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
 // load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
 // prefix decider, routing.PrefixDeciderOptions: {"min_uncached_tokens": 512, "busy_decodes": 4};
-// of the pool decider, routing.PoolDeciderOptions: {"min_uncached_tokens": 512}.
+// of the pool decider, routing.PoolDeciderOptions: {"min_uncached_tokens": 512}. The
+// predicted-latency scorer (routing.NewPredictedLatency) takes {"model": "linear",
+// "model_params": {...}, "output_tokens": 256}: a registered latency model by name (default
+// linear), that model's parameters, and the answer length assumed when a request gives none;
+// linear's are routing.LinearLatencyOptions' fields by their JSON names and "decode_step" as
+// a duration string: {"window": 4096, "prefill_rate": 16000, "decode_step": "20ms"}. The slo
+// policy orders each request by its own TTFT target (SLOTarget; 2 s for one without).
 func NewRegistry() *Registry {
 	r := &Registry{parts: make(map[kind]map[string]any)}
 	must := func(err error) {
@@ -181,6 +194,7 @@ func NewRegistry() *Registry {
 		}
 		return routing.NewAdapterAffinity(o)
 	}))
+	must(r.AddScorer("predicted-latency", r.predictedLatency))
 	must(r.AddScorer("sglang-cache-aware", func(p Params) (routing.Scorer, error) {
 		var o routing.SGLangOptions
 		if err := p.Decode(&o); err != nil {
@@ -224,7 +238,7 @@ func NewRegistry() *Registry {
 			if err := p.Decode(&o); err != nil {
 				return nil, err
 			}
-			return builtin.Policy(name, builtin.PolicyOptions{BoundedWait: time.Duration(o.BoundedWait)})
+			return builtin.Policy(name, builtin.PolicyOptions{BoundedWait: time.Duration(o.BoundedWait), SLOTarget: SLOTarget})
 		}))
 	}
 	// Deciders of disaggregated serving.
@@ -250,7 +264,41 @@ func NewRegistry() *Registry {
 			return d, nil
 		}))
 	}
+	// Latency models.
+	must(r.AddLatencyModel("linear", func(p Params) (routing.LatencyModel, error) {
+		var o struct {
+			routing.LinearLatencyOptions
+			DecodeStep jsontime.Duration `json:"decode_step"`
+		}
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		o.LinearLatencyOptions.DecodeStep = time.Duration(o.DecodeStep)
+		return routing.NewLinearLatency(o.LinearLatencyOptions)
+	}))
 	return r
+}
+
+// predictedLatency is the predicted-latency scorer's factory: its model from the Registry.
+func (r *Registry) predictedLatency(p Params) (routing.Scorer, error) {
+	var o struct {
+		Model        string          `json:"model"`
+		ModelParams  json.RawMessage `json:"model_params"`
+		OutputTokens int             `json:"output_tokens"`
+	}
+	if err := p.Decode(&o); err != nil {
+		return nil, err
+	}
+	f, mp, err := r.lookup(kindModel, cmpOr(o.Model, "linear"))
+	if err != nil {
+		return nil, err
+	}
+	mp.raw, mp.Session = o.ModelParams, p.Session
+	m, err := f.(LatencyModelFactory)(mp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidOptions, kindModel, cmpOr(o.Model, "linear"), err)
+	}
+	return routing.NewPredictedLatency(routing.PredictedLatencyOptions{Model: m, OutputTokens: o.OutputTokens})
 }
 
 // AddFilter names a filter factory. Names are non-empty, lower-case letters, digits and '-',
@@ -278,6 +326,12 @@ func (r *Registry) AddDecider(name string, f DeciderFactory) error {
 	return r.add(kindDecider, name, f)
 }
 
+// AddLatencyModel names a latency model factory, which the predicted-latency scorer's
+// "model" parameter chooses; see AddFilter for names.
+func (r *Registry) AddLatencyModel(name string, f LatencyModelFactory) error {
+	return r.add(kindModel, name, f)
+}
+
 func (r *Registry) add(k kind, name string, f any) error {
 	valid := name != "" && strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
 	switch {
@@ -299,7 +353,7 @@ func (r *Registry) add(k kind, name string, f any) error {
 }
 
 // Names returns the registered names of a kind ("filter", "scorer", "picker", "profile",
-// "policy" or "decider"), sorted.
+// "policy", "decider" or "latency-model"), sorted.
 func (r *Registry) Names(k string) []string {
 	var out []string
 	for name := range r.parts[kind(k)] {

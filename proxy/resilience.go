@@ -444,19 +444,13 @@ func (ex *exchange) abandonAttempt(err error, f routing.Failure) {
 // repick chooses another backend for the request, excluding those tried. It reports false
 // when none is left.
 func (ex *exchange) repick() bool {
-	rr := routing.Request{
-		Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
-		Session: ex.routeSession, Role: ex.role, Exclude: ex.tried,
-	}
-	if ex.req != nil {
-		rr.Stream, rr.Model, rr.Adapter = ex.req.Stream, ex.req.Model, ex.req.Adapter
-	}
+	rr := ex.routingRequest()
 	p, err := ex.h.router.Pick(&rr)
 	if err != nil {
 		return false
 	}
 	ex.mu.Lock()
-	ex.pick, ex.picked, ex.backend = p, true, p.Backend.Name
+	ex.pick, ex.picked, ex.backend, ex.pickAt = p, true, p.Backend.Name, time.Now()
 	ex.mu.Unlock()
 	ex.h.usher.ObservePick(ex.backend)
 	return true

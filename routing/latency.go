@@ -375,8 +375,11 @@ func (w *normal) add(x vec, y float64, d, size int) {
 	}
 }
 
-// fold adds sign times the sample's terms to the sums.
+// fold adds sign times the sample's terms to the sums, weighted by 1/y (floored at 5 ms): the
+// fit minimises Σ (y − ŷ)²/y, between absolute error, where a queueing tail of seconds drags
+// every prediction of the bulk towards it, and relative error, where the tail is ignored.
 func (w *normal) fold(x *vec, y float64, d int, sign float64) {
+	sign /= max(y, 0.005)
 	for i := range d {
 		xi := sign * x[i]
 		w.atb[i] += xi * y

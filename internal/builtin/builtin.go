@@ -24,6 +24,9 @@ type PolicyOptions struct {
 	FirstTurnShare      float64
 	// SLOTTFT is the time-to-first-token target of "slo". Zero: 2 s.
 	SLOTTFT time.Duration
+	// SLOTarget, if set, gives "slo" each request's own target (fairness.SLODeadlineOptions.Target;
+	// the gateway's is proxy.SLOTarget); a request without one gets SLOTTFT.
+	SLOTarget func(*flowcontrol.Request) time.Duration
 }
 
 // named is one entry of the registry.
@@ -51,7 +54,7 @@ var policies = []named{
 		if ttft == 0 {
 			ttft = 2 * time.Second
 		}
-		return fairness.NewSLODeadline(fairness.SLODeadlineOptions{TTFT: ttft})
+		return fairness.NewSLODeadline(fairness.SLODeadlineOptions{TTFT: ttft, Target: o.SLOTarget})
 	}},
 	{"bounded-wait", func(o PolicyOptions) (flowcontrol.Policy, error) {
 		return fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: o.BoundedWait, Headroom: o.BoundedWaitHeadroom, FirstTurnShare: o.FirstTurnShare})
@@ -122,11 +125,23 @@ var profiles = []namedProfile{
 	{"aibrix", func(ProfileOptions) routing.Profile { return routing.AIBrix() }},
 	{"round-robin", func(ProfileOptions) routing.Profile { return routing.RoundRobinProfile() }},
 	{"least-request", func(ProfileOptions) routing.Profile { return routing.LeastRequest() }},
+	{"usher-latency", func(ProfileOptions) routing.Profile {
+		// Routing by predicted latency alone: the prefix a backend holds counts through the
+		// prefill it saves, the load through the queueing it adds (routing.NewPredictedLatency
+		// over a fresh routing.NewLinearLatency, each call its own model).
+		s, err := routing.NewPredictedLatency(routing.PredictedLatencyOptions{})
+		if err != nil {
+			panic(err) // the defaults are valid
+		}
+		return routing.Profile{Name: "usher-latency", Filters: []routing.Filter{routing.NewHealthFilter()},
+			Scorers: []routing.Weighted{{Scorer: s, Weight: 1}}, Picker: routing.MaxScore()}
+	}},
 }
 
 // ProfileNames returns the names Profile knows, one per profile: usher (the default),
-// the peers' (llm-d, llm-d-precise, llm-d-sticky, sglang, dynamo, aibrix) and the baselines
-// (round-robin, least-request). The gateway's -router flag and the bench simulator's
+// the peers' (llm-d, llm-d-precise, llm-d-sticky, sglang, dynamo, aibrix), the baselines
+// (round-robin, least-request) and usher-latency (health, then predicted latency alone:
+// SLO routing for requests with targets). The gateway's -router flag and the bench simulator's
 // -routers take these names. The slice is a fresh copy.
 func ProfileNames() []string {
 	out := make([]string, len(profiles))

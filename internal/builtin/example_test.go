@@ -30,7 +30,8 @@ func ExampleProfile() {
 	// aibrix         filters 1, scorers 1, learns on-pick
 	// round-robin    filters 1, scorers 0, learns on-pick
 	// least-request  filters 1, scorers 1, learns on-pick
-	// routing: invalid options: router "llmd": want one of usher, llm-d, llm-d-precise, llm-d-sticky, sglang, dynamo, aibrix, round-robin, least-request
+	// usher-latency  filters 1, scorers 1, learns on-pick
+	// routing: invalid options: router "llmd": want one of usher, llm-d, llm-d-precise, llm-d-sticky, sglang, dynamo, aibrix, round-robin, least-request, usher-latency
 }
 
 // Every policy has one name, used by the gateway's -policy flag and the simulator alike.
