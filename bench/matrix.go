@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/usher-llm/usher/fairness"
@@ -68,6 +69,8 @@ func UsherRouter() Router {
 //	aibrix          routing.AIBrix (prefix match behind a load gate)
 //	session-aware   routing.NewSessionAware alone, max-score: placement by session history
 //	usher           routing.Usher, as shipped (UsherRouter)
+//	usher-latency   routing.NewPredictedLatency alone, max-score (LatencyRouter)
+//	usher+latency   routing.Usher plus PredictedLatency (UsherLatencyRouter)
 func Routers() []Router {
 	var rs []Router
 	for _, name := range []string{"round-robin", "least-request", "llm-d", "llm-d-precise", "llm-d-sticky", "sglang", "dynamo", "aibrix"} {
@@ -77,7 +80,52 @@ func Routers() []Router {
 			Events: name == "llm-d-precise" || name == "dynamo",
 		})
 	}
-	return append(rs, sessionAwareRouter(), UsherRouter())
+	return append(rs, sessionAwareRouter(), UsherRouter(), LatencyRouter(), UsherLatencyRouter(UsherLatencyWeight))
+}
+
+// UsherLatencyWeight is the weight of PredictedLatency in usher+latency, against routing.Usher's
+// total of 5, chosen by measurement (README.md, "Predicted latency").
+const UsherLatencyWeight = 1
+
+// LatencyRouter is "usher-latency": routing.NewPredictedLatency alone behind the health filter,
+// max-score, learning at pick; every run builds a fresh latency model (a LinearLatency with its
+// defaults), which the router learns from every streamed completion.
+func LatencyRouter() Router {
+	build := func() routing.Profile {
+		return routing.Profile{
+			Name:    "usher-latency",
+			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Scorers: []routing.Weighted{{Scorer: newPredictedLatency(), Weight: 1}},
+			Picker:  routing.MaxScore(),
+		}
+	}
+	return Router{Name: "usher-latency", New: build}
+}
+
+// UsherLatencyRouter is "usher+latency": routing.Usher, as shipped, with a PredictedLatency
+// term of the given weight (a fresh latency model per run). A weight other than
+// UsherLatencyWeight is named after it ("usher+latency3").
+func UsherLatencyRouter(weight float64) Router {
+	name := "usher+latency"
+	if weight != UsherLatencyWeight {
+		name += strconv.FormatFloat(weight, 'f', -1, 64)
+	}
+	build := func(o routing.SessionOptions) routing.Profile {
+		p := routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o}})
+		p.Name = name
+		p.Scorers = append(p.Scorers, routing.Weighted{Scorer: newPredictedLatency(), Weight: weight})
+		return p
+	}
+	return Router{Name: name, New: func() routing.Profile { return build(routing.SessionOptions{}) }, NewReplica: build}
+}
+
+// newPredictedLatency is routing.NewPredictedLatency with its defaults, over a fresh model.
+func newPredictedLatency() routing.Scorer {
+	sc, err := routing.NewPredictedLatency(routing.PredictedLatencyOptions{})
+	if err != nil {
+		panic("bench: " + err.Error()) // the zero options are valid
+	}
+	return sc
 }
 
 // mustProfile unwraps ProfileByName for the names fixed in this file; an error is a bug here.
@@ -188,6 +236,8 @@ func usherShipped() usherVariant {
 //	usher-sat          routing.Usher behind the SaturationFilter
 //	usher-balance-first  routing.Usher placing every turn without a home for balance
 //	                   (BalanceFirstTurns), as it did before forks were homed
+//	usher+latency2     usher+latency with PredictedLatency at weight 2 (UsherLatencyRouter)
+//	usher+latency3     usher+latency with PredictedLatency at weight 3
 //
 // The first two place turns without a home for balance, as they did when they were chosen.
 func UsherVariants() []Router {
@@ -212,6 +262,8 @@ func UsherVariants() []Router {
 		with("usher-cap64k", func(v *usherVariant) { v.tokenCap = 1 << 16 }),
 		with("usher-sat", func(v *usherVariant) { v.saturation = true }),
 		with("usher-balance-first", func(v *usherVariant) { v.sa.BalanceFirstTurns = true }),
+		UsherLatencyRouter(2),
+		UsherLatencyRouter(3),
 	}
 }
 

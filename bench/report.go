@@ -12,10 +12,11 @@ import (
 
 // WriteTables writes results as markdown: for each rate, one table of performance (throughput,
 // latency, cache, balance) and one of admission (shedding by turn, waits, fairness), one row
-// per configuration (see Cells), in the order of results. A configuration run under several
-// seeds shows each figure as the median over its seeds with the min–max range in parentheses,
-// where the seeds differ at the printed precision; with one seed per configuration the tables
-// hold the single runs' figures.
+// per configuration (see Cells), in the order of results, then one of the latency models'
+// prediction error for the routers that have one (see PredictionError). A configuration run
+// under several seeds shows each figure as the median over its seeds with the min–max range in
+// parentheses, where the seeds differ at the printed precision; with one seed per
+// configuration the tables hold the single runs' figures.
 func WriteTables(w io.Writer, results []*Result) error {
 	var b strings.Builder
 	cells := Cells(results)
@@ -81,6 +82,7 @@ func WriteTables(w io.Writer, results []*Result) error {
 				c.fmt(func(r *Result) float64 { return r.Later.HitRate }, pct))
 		}
 		b.WriteString("\n")
+		writePredictionTable(&b, rate, rows)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -106,6 +106,10 @@ type Result struct {
 	InSystem float64
 	Sojourn  time.Duration
 
+	// Prediction is the error of the router's latency model over spans of the completed
+	// requests (see PredictionError), nil when the router has none.
+	Prediction []PredictionError
+
 	// Preemptions is the engines' total recompute preemptions.
 	Preemptions int64
 	// AdapterLoads is the number of LoRA adapters the engines loaded into a slot (Config.LoRA),
@@ -272,6 +276,7 @@ func (s *sim) result(wall time.Duration) *Result {
 		}
 	}
 	res.Jain = Jain(xs)
+	res.Prediction = s.predictionErrors()
 	return res
 }
 

@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -251,6 +254,22 @@ type Config struct {
 	// run under LoRA adapters (Workload.Adapters); the engines follow the rules of
 	// examples/simfleet's servers (internal/engine). Zero: no LoRA.
 	LoRA LoRA
+	// Slowdowns change servers' speed during the run (see Slowdown), for seeing how a
+	// router and its latency model follow a server that slows down. Nil: every server keeps
+	// its Profile's speed.
+	Slowdowns []Slowdown
+}
+
+// Slowdown makes one server's engine steps take Factor times as long as its profile says from
+// virtual time At on, as a server whose GPU is throttled or shared would: prefill and decode
+// alike. A later Slowdown of the same server replaces an earlier one (Factor 1 restores it).
+type Slowdown struct {
+	// Server is the server's index, in [0, Config.Servers).
+	Server int
+	// Factor multiplies the duration of every step the server begins from At on; positive.
+	Factor float64
+	// At is when it takes effect, from the start of the run.
+	At time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -314,6 +333,11 @@ func (c *Config) withDefaults() (Config, error) {
 	case o.TransferPerToken < 0 || o.TransferLatency < 0:
 		return o, fmt.Errorf("%w: negative transfer time", ErrInvalidConfig)
 	}
+	for _, d := range o.Slowdowns {
+		if d.Server < 0 || d.Server >= o.Servers || !(d.Factor > 0) || math.IsInf(d.Factor, 1) || d.At < 0 {
+			return o, fmt.Errorf("%w: slowdown %+v: want a server in [0, %d), a positive finite factor and a time ≥ 0", ErrInvalidConfig, d, o.Servers)
+		}
+	}
 	if o.PrefillServers > 0 && o.Decider == nil {
 		o.Decider, _ = routing.NewPrefixDecider(routing.PrefixDeciderOptions{}) // valid options
 	}
@@ -373,6 +397,8 @@ type simReq struct {
 	server     int32
 	arrival    time.Duration
 	wait       time.Duration
+	picked     time.Duration // when the router picked its server
+	pickNo     int32         // its place in the order of picks, from 0; -1 before its pick
 	firstToken time.Duration
 	finish     time.Duration
 	cached     int32
@@ -393,6 +419,8 @@ type server struct {
 	lastAt  time.Duration
 	area    float64 // ∫ load dt, in request·seconds
 	started bool    // on the kick list
+	// slow are the server's Config.Slowdowns, by At; nil when it keeps its speed.
+	slow []Slowdown
 }
 
 // sim is one run. It is single-goroutine: the queue's and router's concurrency machinery is
@@ -424,7 +452,8 @@ type sim struct {
 	blocks   []engine.BlockHash
 	level    float64
 	scraped  time.Duration
-	pending  int // requests arrived or scheduled and not yet ended
+	pending  int   // requests arrived or scheduled and not yet ended
+	picks    int32 // decode picks made so far (simReq.pickNo)
 	scrapes  bool
 	nEvents  int64
 	preempts int64
@@ -502,9 +531,16 @@ func newSim(w *Workload, c Config) (*sim, error) {
 		}
 		s.srv[i] = server{e: e, name: "server-" + strconv.Itoa(i)}
 	}
+	for _, d := range c.Slowdowns {
+		sv := &s.srv[d.Server]
+		sv.slow = append(sv.slow, d)
+	}
+	for i := range s.srv {
+		slices.SortStableFunc(s.srv[i].slow, func(a, b Slowdown) int { return cmp.Compare(a.At, b.At) })
+	}
 	s.reqs = make([]simReq, len(w.Requests))
 	for i := range s.reqs {
-		s.reqs[i] = simReq{w: &w.Requests[i], idx: int32(i), server: -1}
+		s.reqs[i] = simReq{w: &w.Requests[i], idx: int32(i), server: -1, pickNo: -1}
 	}
 	s.next = make([]int32, len(w.Requests))
 	for i := range s.next {
@@ -838,12 +874,16 @@ func (s *sim) dispatch(r *simReq) {
 	if r.w.Session >= 0 {
 		sess = s.sess[r.w.Session]
 	}
+	// Streamed, as chat and agent clients ask: the router then learns its latency models (if
+	// any) from every completion. OutputTokens stays 0: a trace gives the answer's actual
+	// length, which a gateway does not know at the pick, and no max_tokens.
 	rr := routing.Request{
 		Chain:        chain,
 		BlockSize:    s.cfg.Profile.BlockSize,
 		PromptTokens: int(r.w.PromptTokens),
 		Session:      sess,
 		Now:          s.clock.now,
+		Stream:       true,
 	}
 	if a := r.w.Adapter; a > 0 {
 		rr.Model, rr.Adapter = s.w.Adapters[a-1], s.w.Adapters[a-1]
@@ -860,6 +900,8 @@ func (s *sim) dispatch(r *simReq) {
 	r.res = res
 	r.server = int32(res.ID)
 	r.state = rsRunning
+	r.picked, r.pickNo = s.now, s.picks
+	s.picks++
 	if s.cfg.Decider != nil {
 		s.decide(r, &rr)
 	}
@@ -920,9 +962,25 @@ func (s *sim) begin(i int32) {
 	if !ok {
 		return
 	}
+	if f := sv.factor(s.now); f != 1 {
+		d = time.Duration(float64(d) * f)
+	}
 	sv.busy = true
 	sv.stepped += d
 	s.schedule(s.now+d, evStep, i)
+}
+
+// factor is how many times as long as its profile says the server's steps take at now
+// (Config.Slowdowns): the Factor of its latest Slowdown due by now, 1 before any. O(slowdowns).
+func (sv *server) factor(now time.Duration) float64 {
+	f := 1.0
+	for _, d := range sv.slow {
+		if d.At > now {
+			break
+		}
+		f = d.Factor
+	}
+	return f
 }
 
 // stepEnd completes server i's step and handles what it produced.
@@ -953,7 +1011,7 @@ func (s *sim) stepEnd(i int32) {
 		case engine.EventFinished:
 			r.finish = s.now
 			s.addLoad(sv, -1)
-			r.res.Done(routing.DoneInfo{FirstTokenAt: epoch.Add(r.firstToken), PromptTokens: int(r.w.PromptTokens), OutputTokens: ev.Tokens})
+			r.res.Done(routing.DoneInfo{FirstTokenAt: epoch.Add(r.firstToken), PromptTokens: int(r.w.PromptTokens), OutputTokens: ev.Tokens, End: s.clock.now})
 			r.ticket.Done(flowcontrol.Usage{
 				PromptTokens: flowcontrol.Tokens(r.w.PromptTokens),
 				CachedTokens: flowcontrol.Tokens(r.cached),

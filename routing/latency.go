@@ -188,12 +188,16 @@ type LinearLatency struct {
 	// learn time.
 	ttft, tpot normal
 	since      int
+	outcomes   int // outcomes learned, fleet-wide
 	fits       uint64
 	// per backend: decayed sums of observed and predicted, TTFT then TPOT.
 	sums []speedSums
 }
 
-type speedSums struct{ y, p [2]float64 }
+type speedSums struct {
+	y, p [2]float64
+	last int // the fleet's outcome count (LinearLatency.outcomes) at the backend's last outcome
+}
 
 // NewLinearLatency returns a model with the options' prior, or an error wrapping
 // ErrInvalidOptions.
@@ -308,10 +312,39 @@ func (m *LinearLatency) Learn(f *Features, observed Latency) {
 		sp[id].tpot.Store(math.Float64bits(f))
 		m.tpot.add(in.tpot(), y/f, tpotDims, m.window)
 	}
+	s.last = m.outcomes
+	m.outcomes++
 	m.since++
 	if m.since >= m.refit || (m.fits < 4 && m.since >= 8) {
 		m.since = 0
 		m.fit()
+		m.forget(sp)
+	}
+}
+
+// forget draws the speed factor of every backend that has had no outcome among the fleet's
+// last forgetAfter a quarter of the way back to 1. A backend the model has come to predict
+// slow is picked less, and so tells the model less: without this, one bad stretch would keep
+// it out of the rotation after it recovered. Backends in use refresh their factor with every
+// outcome and are left alone. Under mu; O(backends), once per refit.
+func (m *LinearLatency) forget(sp []speed) {
+	const forgetAfter = 256
+	for id := range m.sums {
+		s := &m.sums[id]
+		if m.outcomes-s.last < forgetAfter || id >= len(sp) {
+			continue
+		}
+		for k := range s.y {
+			if s.p[k] > 0 {
+				s.y[k] = 0.75*s.y[k] + 0.25*s.p[k]
+			}
+		}
+		if s.p[0] > 0 {
+			sp[id].ttft.Store(math.Float64bits(min(max(s.y[0]/s.p[0], 1.0/20), 20)))
+		}
+		if s.p[1] > 0 {
+			sp[id].tpot.Store(math.Float64bits(min(max(s.y[1]/s.p[1], 1.0/20), 20)))
+		}
 	}
 }
 

@@ -9,6 +9,9 @@
 //	go run ./bench/cmd/compare -policies fcfs -routers usher -replica-sweep 1,3:none,3:10ms,3:200ms
 //	go run ./bench/cmd/compare -lora                   # LoRA adapters: adapter-blind vs affine
 //
+// -slow 1:3@300s makes server 1 three times slower from virtual time 300 s on, and the table
+// of the latency models' prediction error then shows it before and after.
+//
 // -replicas K puts K gateway replicas in front of the servers (requests dealt round-robin),
 // which share what they learn SyncLag late (-sync-lag, a duration or "none"); -replica-sweep
 // runs every configuration at each of a list of K:lag settings and ends with a table of them
@@ -81,6 +84,7 @@ func run() error {
 		lora      = flag.Bool("lora", false, "run the LoRA comparison instead (bench/README.md, \"LoRA adapters\"): adapter-blind usher against usher with GIE's LoRA tiers and usher+adapter on the LoRA workload at 0.5, 1 and 2 times the adapter load cost, with -seeds, -seed, -servers (default 8 here), -requests, -rate (default 24/s here) and -parallel")
 		loraSlots = flag.Int("lora-slots", 4, "with -lora: adapter slots per server")
 		loraCost  = flag.Duration("lora-load-cost", bench.DefaultAdapterLoadCost, "with -lora: the adapter load cost, also run at half and twice")
+		slow      = flag.String("slow", "", "comma-separated server slowdowns SERVER:FACTOR@TIME, e.g. 1:3@300s (server 1's steps take 3 times as long from virtual time 300 s; a later one of the same server replaces it, FACTOR 1 restores it); the prediction-error table then splits before and after")
 		after     = flag.String("after-shed", "end", "a closed-loop session whose turn is shed or fails: end (its later turns are abandoned) or continue (its next turn is still sent, so every policy is offered the same turns)")
 	)
 	flag.Parse()
@@ -227,6 +231,10 @@ func run() error {
 	default:
 		return fmt.Errorf("bad -after-shed %q (end or continue)", *after)
 	}
+	slowdowns, err := parseSlowdowns(*slow)
+	if err != nil {
+		return err
+	}
 	base := bench.Config{
 		Profile: profile,
 		Servers: *servers, Gate: g, MaxInFlight: *inflight, TTL: *ttl,
@@ -234,6 +242,7 @@ func run() error {
 		Index: im, EventDelay: *evDelay,
 		Frontend: *frontend, FrontendPerToken: *frontTok,
 		ContinueAfterShed: continueAfterShed,
+		Slowdowns:         slowdowns,
 	}
 
 	type job struct {
@@ -340,9 +349,9 @@ func run() error {
 			if kv > 0 || rp > 0 {
 				fmt.Println()
 			}
-			fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s%s%s%s%s.\n\n",
+			fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s%s%s%s%s%s.\n\n",
 				ws[0].Name, perSeed(requestsOf), perSeed(sessionsOf), base.Servers, profile.Name, blocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, seedsOf,
-				replicaNote(rep.n, rep.lag, *syncEvery), spreadNote(*spread), afterShedNote(continueAfterShed), frontendNote(*frontend, *frontTok))
+				replicaNote(rep.n, rep.lag, *syncEvery), spreadNote(*spread), afterShedNote(continueAfterShed), frontendNote(*frontend, *frontTok), slowNote(slowdowns))
 			if err := bench.WriteTables(os.Stdout, mine); err != nil {
 				return err
 			}
@@ -433,4 +442,34 @@ func frontendNote(base, perToken time.Duration) string {
 		return ""
 	}
 	return fmt.Sprintf("; front end %v + %v per prompt token", base, perToken)
+}
+
+// parseSlowdowns parses -slow: comma-separated SERVER:FACTOR@TIME entries.
+func parseSlowdowns(list string) ([]bench.Slowdown, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []bench.Slowdown
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		srv, rest, ok1 := strings.Cut(f, ":")
+		factor, at, ok2 := strings.Cut(rest, "@")
+		n, err1 := strconv.Atoi(srv)
+		x, err2 := strconv.ParseFloat(factor, 64)
+		d, err3 := time.ParseDuration(at)
+		if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil || n < 0 || !(x > 0) || d < 0 {
+			return nil, fmt.Errorf("bad -slow entry %q (SERVER:FACTOR@TIME, e.g. 1:3@300s)", f)
+		}
+		out = append(out, bench.Slowdown{Server: n, Factor: x, At: d})
+	}
+	return out, nil
+}
+
+// slowNote describes -slow for the tables' heading.
+func slowNote(ds []bench.Slowdown) string {
+	var b strings.Builder
+	for _, d := range ds {
+		fmt.Fprintf(&b, "; server %d ×%g slower from %v", d.Server, d.Factor, d.At)
+	}
+	return b.String()
 }
