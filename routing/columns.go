@@ -54,6 +54,10 @@ type cols struct {
 	ids []BackendID
 	// ttft and tpot are scratch for a scorer's own use during its addCols (PredictedLatency).
 	ttft, tpot []float64
+	// cands are the Candidates the columns were taken from (from), nil when gather took them
+	// from the snapshot: a scorer that reads many inputs of each candidate (candScorer) reads
+	// them here in one pass rather than have from fill a column for each.
+	cands []Candidate
 	// The statistics of queued, running and kv, when known beforehand (the snapshot's
 	// columns); the scorers compute them otherwise.
 	queuedStats, runningStats, kvStats colStats
@@ -102,6 +106,7 @@ func (c *cols) grow(n int) {
 // O(len(cands)), no allocation.
 func (c *cols) from(cands []Candidate, need colMask) {
 	n := len(cands)
+	c.cands = cands
 	c.queuedStats, c.runningStats, c.kvStats = colStats{}, colStats{}, colStats{}
 	if need&colQueued != 0 {
 		dst := c.queued[:n]
@@ -237,7 +242,7 @@ func (p *candParams) gather(s *snapshot, own, view *cols, need colMask) (stale i
 		view.queuedStats, view.runningStats, view.kvStats = colStats{}, colStats{}, colStats{}
 	}
 	view.active, view.tokens, view.matched, view.matchedTokens = own.active, own.tokens, own.matched, own.matchedTokens
-	view.ids, view.ttft, view.tpot = own.ids, own.ttft, own.tpot
+	view.ids, view.ttft, view.tpot, view.cands = own.ids, own.ttft, own.tpot, nil
 	if need&colID != 0 {
 		ids := own.ids[:n]
 		for i := range backends {

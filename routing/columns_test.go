@@ -101,8 +101,10 @@ func TestUnitScorerColumns(t *testing.T) {
 			c.from(cands, u.needs())
 			for _, precomputed := range []bool{false, true} {
 				if precomputed {
-					// As the snapshot's columns come: with their statistics.
+					// As the snapshot's columns come: with their statistics, and without the
+					// Candidates (gather's columns).
 					c.queuedStats, c.runningStats, c.kvStats = statsOf(c.queued[:n]), statsOf(c.running[:n]), statsOf(c.kv[:n])
+					c.cands = nil
 				}
 				got := make([]float64, n)
 				u.addCols(req, &c, 1, got)
@@ -165,6 +167,10 @@ func TestFastPathMatchesGeneralPath(t *testing.T) {
 		func() Profile {
 			// No filter: stale candidates are scored, so the columns are computed per pick.
 			return Profile{Scorers: []Weighted{{QueueDepth(), 1}, {KVUtilization(), 1.5}, {RunningRequests(), 0.5}, {ActiveRequests(), 2}}}
+		},
+		func() Profile {
+			// Each call its own model, trained alike.
+			return Profile{Filters: []Filter{newHealthFilter()}, Scorers: []Weighted{{trainedLatencyScorer(), 1}, {TokenLoad(9000), 1}}}
 		},
 	}
 	for pi, mk := range profiles {

@@ -95,8 +95,8 @@ const (
 
 // LinearLatencyOptions configures NewLinearLatency. Zero values are the defaults.
 type LinearLatencyOptions struct {
-	// Window is how many recent outcomes the shared model is fitted to. Zero:
-	// DefaultLatencyWindow.
+	// Window is how many recent outcomes the shared model is fitted to: each outcome's
+	// weight fades by the factor 1 − 1/Window per later outcome. Zero: DefaultLatencyWindow.
 	Window int `json:"window"`
 	// Refit is how many outcomes arrive between two fits. Zero: DefaultLatencyRefit.
 	Refit int `json:"refit"`
@@ -129,8 +129,8 @@ type latencyInputs struct {
 
 func inputsOf(f *Features) latencyInputs {
 	in := latencyInputs{
-		work:     float64(f.PrefillTokens+int64(f.UncachedTokens)) / 1000,
-		own:      float64(f.UncachedTokens) / 1000,
+		work:     float64(f.PrefillTokens+int64(f.UncachedTokens)) * 1e-3,
+		own:      float64(f.UncachedTokens) * 1e-3,
 		inflight: float64(f.InFlight),
 	}
 	if f.Waiting > 0 {
@@ -163,29 +163,30 @@ type linearCoef struct {
 type speed struct{ ttft, tpot atomic.Uint64 }
 
 // LinearLatency is usher's built-in LatencyModel: a ridge regression of TTFT and TPOT on the
-// candidate's features, shared by the fleet and refitted to a sliding window of recent
-// outcomes, times a speed factor per backend that follows each server's own ratio of observed
+// candidate's features, shared by the fleet and refitted to recent outcomes (an exponentially
+// fading window, each weighted by 1/latency), times a speed factor per backend that follows each server's own ratio of observed
 // to predicted latency. The shared fit learns how load turns into latency; the factor catches a
 // server that is slower (or faster) than its load says, within about 1/Adapt of its requests.
 // Before any outcome it predicts from its prior (LinearLatencyOptions), and the fit is drawn
 // towards the prior until outcomes outweigh it. See "Predicted latency" in the package
 // documentation for the inputs and the measured error.
 //
-// Predict is O(1), lock-free and allocates nothing (about 10 ns). Learn takes a mutex: O(1)
-// per outcome, plus a refit every Refit outcomes, O(Window) (about 50 µs at the defaults),
-// paid by the caller whose outcome triggers it. Memory is O(Window + backends). Safe for
-// concurrent use. Give one model to one Router: the speed factors are kept by BackendID.
+// Predict is O(1), lock-free and allocates nothing (about 20 ns; a pick's scorer computes the
+// same over its columns in a few ns per candidate). Learn takes a mutex for O(d²) work (d = 8
+// inputs), plus a refit every Refit outcomes: two Cholesky solves, O(d³), and one allocation
+// for the published coefficients, paid by the caller whose outcome triggers it. Memory is
+// O(backends), whatever the window. Safe for concurrent use. Give one model to one Router: the speed factors are kept by BackendID.
 type LinearLatency struct {
 	coef   atomic.Pointer[linearCoef]
 	speeds atomic.Pointer[[]speed]
 	prior  linearCoef
 	adapt  float64
 
-	mu     sync.Mutex
-	window int
-	refit  int
-	// The windows of TTFT and TPOT samples, each target normalised by the backend's factor at
-	// learn time.
+	mu    sync.Mutex
+	decay float64 // 1 − 1/Window
+	refit int
+	// The fading sums of TTFT and TPOT samples, each target normalised by the backend's factor
+	// at learn time.
 	ttft, tpot normal
 	since      int
 	outcomes   int // outcomes learned, fleet-wide
@@ -222,7 +223,7 @@ func NewLinearLatency(o LinearLatencyOptions) (*LinearLatency, error) {
 	if o.Adapt == 0 {
 		o.Adapt = DefaultLatencyAdapt
 	}
-	m := &LinearLatency{adapt: o.Adapt, window: o.Window, refit: o.Refit}
+	m := &LinearLatency{adapt: o.Adapt, decay: 1 - 1/float64(o.Window), refit: o.Refit}
 	// The prior: 20 ms of overhead, the prefill work at PrefillRate; one decode step per token,
 	// growing slowly with the batch.
 	step := o.DecodeStep.Seconds()
@@ -256,7 +257,12 @@ func (c *linearCoef) eval(in *latencyInputs, sp []speed, id BackendID) (ttft, tp
 	ttft = a[0] + a[1]*in.work + a[2]*in.own + a[3]*in.waiting + a[4]*in.running + a[5]*in.kv + a[6]*in.inflight +
 		a[7]*(in.work*in.running/64)
 	tpot = b[0] + b[1]*in.running + b[2]*in.inflight + b[3]*in.kv + b[4]*in.work
-	ttft, tpot = max(ttft, 1e-3), max(tpot, 1e-4)
+	if ttft < 1e-3 {
+		ttft = 1e-3
+	}
+	if tpot < 1e-4 {
+		tpot = 1e-4
+	}
 	if int(id) < len(sp) {
 		ttft *= math.Float64frombits(sp[id].ttft.Load())
 		tpot *= math.Float64frombits(sp[id].tpot.Load())
@@ -304,13 +310,15 @@ func (m *LinearLatency) Learn(f *Features, observed Latency) {
 		y := observed.TTFT.Seconds()
 		f := s.update(0, y, pt, m.adapt)
 		sp[id].ttft.Store(math.Float64bits(f))
-		m.ttft.add(in.ttft(), y/f, ttftDims, m.window)
+		x := in.ttft()
+		m.ttft.add(&x, y/f, ttftDims, m.decay)
 	}
 	if observed.TPOT > 0 {
 		y := observed.TPOT.Seconds()
 		f := s.update(1, y, pd, m.adapt)
 		sp[id].tpot.Store(math.Float64bits(f))
-		m.tpot.add(in.tpot(), y/f, tpotDims, m.window)
+		x := in.tpot()
+		m.tpot.add(&x, y/f, tpotDims, m.decay)
 	}
 	s.last = m.outcomes
 	m.outcomes++
@@ -362,8 +370,8 @@ func (s *speedSums) update(k int, y, p, adapt float64) float64 {
 	return min(max(s.y[k]/s.p[k], 1.0/20), 20)
 }
 
-// fit solves both ridge regressions on the windows and publishes the coefficients. Under mu.
-// O(d³), the windows' sums being kept current.
+// fit solves both ridge regressions and publishes the coefficients. Under mu. O(d³), the
+// sums being kept current.
 func (m *LinearLatency) fit() {
 	next := *m.coef.Load()
 	if m.ttft.n > 0 {
@@ -376,60 +384,58 @@ func (m *LinearLatency) fit() {
 	m.coef.Store(&next)
 }
 
-// normal is a sliding window of samples (x, y), x of d inputs, with its normal equations XᵀX
-// (lower triangle) and Xᵀy kept current as samples come and go.
+// normal holds the weighted normal equations XᵀWX (lower triangle) and XᵀWy of the samples
+// (x, y) seen so far, each sample's weight decaying by the factor decay per later sample: an
+// exponentially fading window of about 1/(1 − decay) samples, in O(d²) memory whatever the
+// count. The decay is applied lazily: a new sample is folded in with the growing weight g,
+// and the sums are brought back to scale when g grows large.
 type normal struct {
-	xs  []vec
-	ys  []float64
-	n   int // samples ever added; the ring position of the next is n % len(xs)
+	n   int     // samples seen
+	g   float64 // the weight of the next sample, relative to the sums' scale
 	ata [ttftDims][ttftDims]float64
 	atb vec
 }
 
-// add puts (x, y) into the window of size samples, evicting the oldest when it is full. The sums
-// are recomputed from the window once per size samples, so that rounding from the evictions
-// does not build up. O(d²) amortised.
-func (w *normal) add(x vec, y float64, d, size int) {
-	if w.xs == nil {
-		w.xs, w.ys = make([]vec, size), make([]float64, size)
+// add folds (x, y) in, with weight 1/y (floored at 5 ms) on top of the decay: the fit
+// minimises Σ (y − ŷ)²/y, between absolute error, where a queueing tail of seconds drags every
+// prediction of the bulk towards it, and relative error, where the tail is ignored. O(d²).
+func (w *normal) add(x *vec, y float64, d int, decay float64) {
+	if w.n == 0 {
+		w.g = 1
 	}
-	k := w.n % size
-	if w.n >= size {
-		w.fold(&w.xs[k], w.ys[k], d, -1)
-	}
-	w.xs[k], w.ys[k] = x, y
-	w.fold(&x, y, d, 1)
-	w.n++
-	if w.n%size == 0 {
-		w.ata, w.atb = [ttftDims][ttftDims]float64{}, vec{}
-		for i := range w.xs {
-			w.fold(&w.xs[i], w.ys[i], d, 1)
-		}
-	}
-}
-
-// fold adds sign times the sample's terms to the sums, weighted by 1/y (floored at 5 ms): the
-// fit minimises Σ (y − ŷ)²/y, between absolute error, where a queueing tail of seconds drags
-// every prediction of the bulk towards it, and relative error, where the tail is ignored.
-func (w *normal) fold(x *vec, y float64, d int, sign float64) {
-	sign /= max(y, 0.005)
+	k := w.g / max(y, 0.005)
 	for i := range d {
-		xi := sign * x[i]
+		xi := k * x[i]
 		w.atb[i] += xi * y
 		for j := 0; j <= i; j++ {
 			w.ata[i][j] += xi * x[j]
 		}
 	}
+	w.n++
+	if w.g /= decay; w.g > 1e100 {
+		for i := range d {
+			w.atb[i] /= w.g
+			for j := 0; j <= i; j++ {
+				w.ata[i][j] /= w.g
+			}
+		}
+		w.g = 1
+	}
 }
 
-// solve returns the w minimising Σ (y − w·x)² + λ‖w − prior‖² over the window, by Cholesky,
+// solve returns the w minimising Σ weight·(y − w·x)² + λ‖w − prior‖², by Cholesky,
 // or prior when the system is singular. O(d³).
 func (w *normal) solve(prior *vec, d int) vec {
 	const lambda = 1.0
 	a, b := w.ata, w.atb
+	// The sums at the scale where the newest sample weighs 1/y, against the prior.
+	scale := w.g
 	for i := range d {
+		b[i] = b[i]/scale + lambda*prior[i]
+		for j := 0; j <= i; j++ {
+			a[i][j] /= scale
+		}
 		a[i][i] += lambda
-		b[i] += lambda * prior[i]
 	}
 	// Cholesky: a = L·Lᵀ, in place in the lower triangle.
 	for j := range d {

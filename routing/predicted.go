@@ -84,6 +84,15 @@ func (s *linearScorer) needs() colMask {
 	return colQueued | colRunning | colKV | colActive | colTokens | colMatched | colID
 }
 
+// candNeeds is nothing: given the Candidates, addCols reads them in one pass.
+func (s *linearScorer) candNeeds() colMask { return 0 }
+
+// candScorer is a unitScorer that reads cols.cands, when set, rather than the columns it
+// needs: it needs only candNeeds() of them then.
+type candScorer interface {
+	unitScorer
+	candNeeds() colMask
+}
 
 // Score implements Scorer: the candidates' columns, then addCols, so that the two agree by
 // construction. O(len(cands)); the columns come from a pool.
@@ -105,39 +114,84 @@ func (s *linearScorer) Score(req *Request, cands []Candidate, dst []float64) {
 // allocation.
 func (s *linearScorer) addCols(req *Request, c *cols, w float64, tot []float64) {
 	n := len(tot)
-	ttft, tpot, tokens, matched := c.ttft[:n], c.tpot[:n], c.tokens[:n], c.matchedTokens[:n]
-	queued, running, kv, active, ids := c.queued[:n], c.running[:n], c.kv[:n], c.active[:n], c.ids[:n]
+	ttft, tpot := c.ttft[:n], c.tpot[:n]
 	prompt, out := req.PromptTokens, outputOf(req, s.out)
 	coef, sp := s.m.coef.Load(), *s.m.speeds.Load()
 	a0, a1, a2, a3, a4, a5, a6, a7 := coef.ttft[0], coef.ttft[1], coef.ttft[2], coef.ttft[3], coef.ttft[4], coef.ttft[5],
 		coef.ttft[6], coef.ttft[7]
 	b0, b1, b2, b3, b4 := coef.tpot[0], coef.tpot[1], coef.tpot[2], coef.tpot[3], coef.tpot[4]
 	best := math.Inf(1)
-	for i := range tot {
-		work, own := float64(tokens[i])/1000, float64(max(0, prompt-matched[i]))/1000
-		q, r, kvu, act := queued[i], running[i], 0.0, active[i]
-		if !(q > 0) {
-			q = 0 // unknown (NaN) or none
+	if cands := c.cands; cands != nil {
+		// The same inputs as the columns would give, bit for bit, read in one pass.
+		for i := range tot {
+			cd := &cands[i]
+			st, fresh := cd.State, cd.Fresh
+			work, own := float64(cd.InFlight.PrefillTokens+int64(cd.UncachedTokens))*1e-3, float64(max(0, prompt-cd.MatchedTokens))*1e-3
+			q, r, kvu, act := 0.0, 0.0, 0.0, float64(cd.InFlight.Requests)
+			if st != nil {
+				if fresh&SignalQueued != 0 && st.Queued > 0 {
+					q = float64(st.Queued)
+				}
+				if fresh&SignalRunning != 0 && st.Running > 0 {
+					r = float64(st.Running)
+				}
+				if k := kvFree(st.KVUtilization); fresh&SignalKVUtilization != 0 && k == k && k < 1 {
+					kvu = 1 - k
+				}
+			}
+			t := a0 + a1*work + a2*own + a3*q + a4*r + a5*kvu + a6*act + a7*(work*r/64)
+			d := b0 + b1*r + b2*act + b3*kvu + b4*work
+			if t < 1e-3 { // plain comparisons: the min and max builtins order NaN and ±0, at a cost
+				t = 1e-3
+			}
+			if d < 1e-4 {
+				d = 1e-4
+			}
+			if id := cd.ID; int(id) < len(sp) {
+				t *= math.Float64frombits(sp[id].ttft.Load())
+				d *= math.Float64frombits(sp[id].tpot.Load())
+			}
+			ttft[i], tpot[i] = t, d
+			if c := t + out*d; c < best { // positive and finite: t ≥ 1 ms, d ≥ 0.1 ms, finite factors
+				best = c
+			}
 		}
-		if !(r > 0) {
-			r = 0
+	} else {
+		tokens, matched := c.tokens[:n], c.matchedTokens[:n]
+		queued, running, kv, active, ids := c.queued[:n], c.running[:n], c.kv[:n], c.active[:n], c.ids[:n]
+		for i := range tot {
+			work, own := float64(tokens[i])*1e-3, float64(max(0, prompt-matched[i]))*1e-3
+			q, r, kvu, act := queued[i], running[i], 0.0, active[i]
+			if !(q > 0) {
+				q = 0 // unknown (NaN) or none
+			}
+			if !(r > 0) {
+				r = 0
+			}
+			if k := kv[i]; k == k && k < 1 {
+				kvu = 1 - k
+			}
+			t := a0 + a1*work + a2*own + a3*q + a4*r + a5*kvu + a6*act + a7*(work*r/64)
+			d := b0 + b1*r + b2*act + b3*kvu + b4*work
+			if t < 1e-3 { // plain comparisons: the min and max builtins order NaN and ±0, at a cost
+				t = 1e-3
+			}
+			if d < 1e-4 {
+				d = 1e-4
+			}
+			if id := ids[i]; int(id) < len(sp) {
+				t *= math.Float64frombits(sp[id].ttft.Load())
+				d *= math.Float64frombits(sp[id].tpot.Load())
+			}
+			ttft[i], tpot[i] = t, d
+			if c := t + out*d; c < best { // positive and finite: t ≥ 1 ms, d ≥ 0.1 ms, finite factors
+				best = c
+			}
 		}
-		if k := kv[i]; k == k && k < 1 {
-			kvu = 1 - k
-		}
-		t := a0 + a1*work + a2*own + a3*q + a4*r + a5*kvu + a6*act + a7*(work*r/64)
-		d := b0 + b1*r + b2*act + b3*kvu + b4*work
-		t, d = max(t, 1e-3), max(d, 1e-4)
-		if id := ids[i]; int(id) < len(sp) {
-			t *= math.Float64frombits(sp[id].ttft.Load())
-			d *= math.Float64frombits(sp[id].tpot.Load())
-		}
-		ttft[i], tpot[i] = t, d
-		best = min(best, latencyCost(t, d, out))
 	}
 	if req.Targets.TTFT <= 0 && req.Targets.TPOT <= 0 {
 		for i := range tot {
-			tot[i] += w * (best / latencyCost(ttft[i], tpot[i], out))
+			tot[i] += w * (best / (ttft[i] + out*tpot[i]))
 		}
 		return
 	}

@@ -233,6 +233,8 @@ type Router struct {
 	// candidates (see Pick).
 	need colMask
 	fast bool
+	// needFrom is need for the general path, where a candScorer reads the Candidates.
+	needFrom colMask
 
 	snap    atomic.Pointer[snapshot]
 	seed    atomic.Uint64
@@ -476,6 +478,11 @@ func New(opts Options) (*Router, error) {
 			continue
 		}
 		r.need |= u.needs()
+		if cs, ok := u.(candScorer); ok {
+			r.needFrom |= cs.candNeeds()
+		} else {
+			r.needFrom |= u.needs()
+		}
 	}
 	seed := opts.Seed
 	if seed == 0 {
@@ -1041,7 +1048,7 @@ func (r *Router) pick(req *Request, cands []Candidate, totals []float64, rng *Ra
 func (r *Router) score(req *Request, cands []Candidate, totals []float64, sc *scratch) (clamped int) {
 	clear(totals)
 	if r.need != 0 {
-		sc.cols.from(cands, r.need)
+		sc.cols.from(cands, r.needFrom)
 	}
 	for k, w := range r.scorers {
 		if u := r.unit[k]; u != nil {
