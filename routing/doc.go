@@ -125,20 +125,26 @@
 // on the prefill in front of the request and its own (the router's in-flight prefill counter
 // plus the candidate's uncached tokens), its own alone, the polled waiting and running requests,
 // KV use, requests in flight, and the prefill work times the batch (chunked prefill shares every
-// step with the decodes); TPOT on running, in flight, KV use and the prefill in front. The fit
-// covers a sliding window of recent outcomes (4,096), with its normal equations kept current as
-// outcomes come and go, so a refit is one 8×8 Cholesky solve; it is drawn towards a prior (20
-// ms plus the prefill at 16,000 tokens per second; 20 ms per token) with the weight of one
-// outcome per input, so a cold fleet is routed by prefill work, as TokenLoad does, until
-// outcomes outweigh the prior. On top of the shared fit each backend has a speed factor per
-// target, the decayed ratio of what it did to what the shared fit predicted (newest outcome
-// weighted Adapt = 0.1): a server that slows down (a noisy neighbour, a thermal throttle, a
-// smaller GPU) is predicted slower within about ten of its outcomes, while the fit keeps
-// describing how load becomes latency everywhere.
+// step with the decodes); TPOT on running, in flight, KV use and the prefill in front. Each
+// outcome is weighted by 1/latency, so that the fit minimises Σ (y − ŷ)²/y: squared error lets
+// a queueing tail of seconds drag every prediction of the bulk towards it, relative error
+// ignores the tail. The weights fade by 1 − 1/4096 per later outcome, and the normal equations
+// are kept current as outcomes come, so memory is fixed and a refit (every 16 outcomes) is one
+// 8×8 Cholesky solve. The fit is drawn towards a prior (20 ms plus the prefill at 16,000 tokens
+// per second; 20 ms per token) with the weight of one outcome per input, so a cold fleet is
+// routed by prefill work, as TokenLoad does, until outcomes outweigh the prior. On top of the
+// shared fit each backend has a speed factor per target, the decayed ratio of what it did to
+// what the shared fit predicted (newest outcome weighted Adapt = 0.1): a server that slows down
+// (a noisy neighbour, a thermal throttle, a smaller GPU) is predicted slower within about ten of
+// its outcomes, while the fit keeps describing how load becomes latency everywhere. A server the
+// model has come to predict slow is picked less and so teaches it less; its factor is drawn
+// back towards 1 once the fleet has had 64 outcomes without one from it, so that it is tried
+// again after it recovers.
 //
 // The Router feeds the model: Pick records the chosen candidate's Features and the prediction
-// (Result.Predicted); Done computes what was observed — TTFT from the pick to FirstTokenAt, TPOT
-// over the rest of the answer (DoneInfo.End) — and calls Learn. Only streamed requests teach:
+// (Result.Predicted); Result.FirstToken teaches the TTFT, from the pick, as soon as the first
+// token comes (a slowed server is seen at its next first token, not at the end of an answer),
+// and Done the TPOT over the rest of the answer (DoneInfo.End). Only streamed requests teach:
 // a whole answer's first byte is its end. Any LatencyModel can take the built-in's place; the
 // scorer calls its Predict per candidate.
 //

@@ -336,7 +336,7 @@ func (m *LinearLatency) Learn(f *Features, observed Latency) {
 // it out of the rotation after it recovered. Backends in use refresh their factor with every
 // outcome and are left alone. Under mu; O(backends), once per refit.
 func (m *LinearLatency) forget(sp []speed) {
-	const forgetAfter = 256
+	const forgetAfter = 64
 	for id := range m.sums {
 		s := &m.sums[id]
 		if m.outcomes-s.last < forgetAfter || id >= len(sp) {

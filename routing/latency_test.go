@@ -370,3 +370,22 @@ func TestPredictedLatencyConcurrent(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestFirstTokenTeachesTTFT: a streamed request's TTFT is learned when its first token comes,
+// not at the end of its answer, and Done then adds only its TPOT.
+func TestFirstTokenTeachesTTFT(t *testing.T) {
+	r, m := slowFleet(t)
+	before := m.Stats()
+	p, err := r.Pick(&Request{PromptTokens: 100, Stream: true, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.FirstToken(t0.Add(time.Second))
+	if st := m.Stats(); st.TTFTSamples != before.TTFTSamples+1 || st.TPOTSamples != before.TPOTSamples {
+		t.Fatalf("after FirstToken: %+v, before %+v; want one TTFT sample more", st, before)
+	}
+	p.Done(DoneInfo{FirstTokenAt: t0.Add(time.Second), OutputTokens: 3, End: t0.Add(2 * time.Second)})
+	if st := m.Stats(); st.TTFTSamples != before.TTFTSamples+1 || st.TPOTSamples != before.TPOTSamples+1 {
+		t.Fatalf("after Done: %+v, before %+v; want one TPOT sample more and no second TTFT", st, before)
+	}
+}

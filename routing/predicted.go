@@ -266,22 +266,32 @@ func latencyScore(req *Request, ttft, tpot, out, best float64) float64 {
 	return 0.5 * rel
 }
 
-// learnLatency tells the router's latency models what t's request got. TTFT is learned from a
-// streamed request's first token (a whole answer's first byte is its end); TPOT from a
-// streamed request that succeeded with at least two output tokens.
-func (r *Router) learnLatency(t *ticket, info *DoneInfo) {
-	if !t.stream || info.FirstTokenAt.IsZero() {
-		return
+// observed is what Done learns of t's streamed request: its TTFT, from the pick to
+// info.FirstTokenAt, unless FirstToken already taught it (firstSeen); its TPOT, over the rest of
+// the answer, when it succeeded with at least two output tokens.
+func observed(t *ticket, info *DoneInfo, firstSeen bool, now func() time.Time) (obs Latency) {
+	if info.FirstTokenAt.IsZero() {
+		return obs
 	}
-	var obs Latency
-	obs.TTFT = info.FirstTokenAt.Sub(t.picked)
+	if !firstSeen {
+		obs.TTFT = info.FirstTokenAt.Sub(t.picked)
+	}
 	if info.Err == nil && info.OutputTokens >= 2 {
 		end := info.End
 		if end.IsZero() {
-			end = r.now()
+			end = now()
 		}
 		obs.TPOT = end.Sub(info.FirstTokenAt) / time.Duration(info.OutputTokens-1)
 	}
+	return obs
+}
+
+// learnLatency tells the router's latency models what t's streamed request got (a whole
+// answer's first byte is its end, so it teaches nothing). Result.FirstToken teaches the TTFT
+// as soon as the first token comes — a server that slows down is seen at its next first token,
+// not at the end of an answer — and Done the TPOT (and the TTFT, when FirstToken was not
+// called).
+func (r *Router) learnLatency(t *ticket, obs Latency) {
 	if obs.TTFT <= 0 && obs.TPOT <= 0 {
 		return
 	}

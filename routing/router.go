@@ -1230,6 +1230,9 @@ func (p Result) FirstToken(at time.Time) {
 		}
 	}
 	t.releasePrefill(true)
+	if r := t.r; len(r.models) > 0 && t.stream {
+		r.learnLatency(t, Latency{TTFT: at.Sub(t.picked)})
+	}
 	for {
 		st := t.state.Load()
 		if t.state.CompareAndSwap(st, st&^(busyBit|doneBit)) {
@@ -1313,8 +1316,8 @@ func (p Result) Done(info DoneInfo) {
 	for _, c := range r.completers {
 		c.Completed(t.id, t.picked, info)
 	}
-	if len(r.models) > 0 {
-		r.learnLatency(t, &info)
+	if len(r.models) > 0 && t.stream {
+		r.learnLatency(t, observed(t, &info, st&firstTokenBit != 0, r.now))
 	}
 	t.recycleRace()
 }
