@@ -55,6 +55,13 @@
 // can then kill -9 a real process, freeze it with SIGSTOP and restart it on the same ports,
 // where Fleet.Kill can only close an in-process server.
 //
+// Server.SetSlowdown slows a server down mid-run as a noisy neighbour or a thermally
+// throttled GPU slows a real one: every engine step begun afterwards takes the factor times its
+// modelled duration (step base, prefill and decode costs alike), while its profile and
+// /metrics' configuration stay as they were, so a router learns of it only from the latencies
+// it measures. simserver sets it with -slow-factor 3 (with -slow-after 30s: 30 s after it
+// started) or, at a time a script chooses, POST /debug/slow?factor=3.
+//
 // KV events, in the engine's terms, are handed to Options.OnKVEvents after every step;
 // PublishKVEvents turns them into vLLM's wire format through a prefixcache/kvevents Publisher
 // (ZMQ PUB, the topic and replay socket of vLLM's --kv-events-config), so a router's precise

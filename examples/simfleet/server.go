@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -90,6 +91,7 @@ type Server struct {
 	done      chan struct{}
 	stopOnce  sync.Once
 	started   atomic.Bool
+	slowdown  atomic.Uint64 // math.Float64bits of the factor SetSlowdown set; 0 means 1
 
 	// Disaggregated serving (disagg.go).
 	engineID         string
@@ -309,6 +311,9 @@ func (s *Server) Run(ctx context.Context) error {
 		if now := time.Now(); cursor.Before(now.Add(-maxLag)) {
 			cursor = now
 		}
+		if f := s.Slowdown(); f != 1 {
+			d = time.Duration(min(float64(d)*f, math.MaxInt64/2)) // no overflow of the cursor
+		}
 		cursor = cursor.Add(d)
 		var err error
 		stopped := false
@@ -335,6 +340,30 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// SetSlowdown makes every engine step begun from now on take factor times its modelled
+// duration — the step's base cost, its prefill and decode costs and any LoRA load in it alike —
+// as a noisy neighbour or a thermally throttled GPU slows a real server down; 1 restores the
+// modelled speed, and a factor below 1 speeds the server up. The step in progress keeps its
+// duration. Nothing else changes: the profile, /metrics' configuration and the KV transfer
+// times are the modelled ones, so a router sees the slowdown only in the latencies it
+// measures. It returns ErrInvalidOptions, leaving the factor as it was, unless factor is
+// positive and finite. Safe for concurrent use; O(1).
+func (s *Server) SetSlowdown(factor float64) error {
+	if !(factor > 0) || math.IsInf(factor, 1) {
+		return fmt.Errorf("%w: slowdown factor %v, want a positive finite number", ErrInvalidOptions, factor)
+	}
+	s.slowdown.Store(math.Float64bits(factor))
+	return nil
+}
+
+// Slowdown returns the factor SetSlowdown set: 1 until it is called. O(1).
+func (s *Server) Slowdown() float64 {
+	if b := s.slowdown.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return 1
 }
 
 // shutdown refuses new requests and aborts every request in the engine.

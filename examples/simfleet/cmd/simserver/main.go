@@ -24,6 +24,16 @@
 // server), -fault-reset-after 1500 (every stream reset after 1,500 bytes), -fault-status 502,
 // -fault-slow-write 200ms, each on every request or one in -fault-every.
 //
+// -slow-factor 3 slows the server down as a noisy neighbour or a thermally throttled GPU would:
+// every engine step takes 3× its modelled duration (step base, prefill and decode costs alike;
+// Server.SetSlowdown), from the start or, with -slow-after 30s, from 30 s after the server
+// started. A script can also set the factor at a time of its choosing, and read it back:
+//
+//	curl -X POST 'http://127.0.0.1:8000/debug/slow?factor=3'   # answers {"factor":3}
+//	curl http://127.0.0.1:8000/debug/slow                      # the factor now
+//
+// (factor=1 restores the modelled speed). Each change of the factor is noted on stderr.
+//
 // The server takes either role of vLLM's disaggregated serving per request, from its
 // kv_transfer_params (see package simfleet): -kv-transfer-per-token and -kv-transfer-latency
 // set the modelled KV transfer's cost (5.2µs and 1ms by default), -kv-transfer-timeout how
@@ -39,10 +49,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -95,6 +107,8 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&faults.Status, "fault-status", 0, "fault: answer every OpenAI request with this HTTP status, e.g. 502")
 	fs.DurationVar(&faults.SlowWrite, "fault-slow-write", 0, "fault: sleep this long before each write of an answer")
 	fs.IntVar(&faults.Every, "fault-every", 0, "apply the faults to one request in N (0: all)")
+	slowFactor := fs.Float64("slow-factor", 1, "slowdown: every engine step takes this many times its modelled duration (a noisy neighbour, a throttled GPU); also settable with POST /debug/slow?factor=F")
+	slowAfter := fs.Duration("slow-after", 0, "slowdown: apply -slow-factor this long after the start (0: from the start)")
 	var transfer simfleet.Options
 	loraModules := fs.String("lora-modules", "", "LoRA adapters served on the model, comma-separated names (vLLM's --lora-modules; name=path is accepted, the path ignored)")
 	fs.IntVar(&transfer.LoRA.MaxLoRAs, "max-loras", 0, "LoRA adapter slots: most adapters in one batch (vLLM's --max-loras; 0: 1)")
@@ -120,6 +134,8 @@ func run(args []string, out io.Writer) error {
 		return usageError{errors.New("engine flags must not be negative")}
 	case *replay != "" && *kvEndpoint == "":
 		return usageError{errors.New("-replay needs -kv-events")}
+	case !(*slowFactor > 0) || math.IsInf(*slowFactor, 1) || *slowAfter < 0:
+		return usageError{errors.New("-slow-factor must be positive and -slow-after not negative")}
 	case transfer.TransferTimeout < 0:
 		return usageError{errors.New("-kv-transfer-timeout must not be negative")}
 	case faults.HoldHeaders < 0 || faults.ResetAfterBytes < 0 || faults.SlowWrite < 0 || faults.Every < 0 ||
@@ -177,8 +193,15 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer s.Close()
+	if *slowFactor != 1 {
+		slow := time.AfterFunc(*slowAfter, func() { _ = setSlowdown(s, *slowFactor) }) // validated above
+		defer slow.Stop()
+	}
 	s.Start()
-	hs := &http.Server{Handler: faults.Wrap(s), ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/slow", func(w http.ResponseWriter, r *http.Request) { handleSlow(s, w, r) })
+	mux.Handle("/", faults.Wrap(s))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintln(out, line)
@@ -196,6 +219,37 @@ func run(args []string, out io.Writer) error {
 	if err := hs.Shutdown(shutdownCtx); err != nil {
 		_ = hs.Close()
 	}
+	return nil
+}
+
+// handleSlow serves /debug/slow: GET answers the slowdown factor, POST ?factor=F sets it.
+func handleSlow(s *simfleet.Server, w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		f, err := strconv.ParseFloat(r.URL.Query().Get("factor"), 64)
+		if err == nil {
+			err = setSlowdown(s, f)
+		}
+		if err != nil {
+			http.Error(w, "factor: want a positive number, e.g. /debug/slow?factor=3", http.StatusBadRequest)
+			return
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, "{\"factor\":%g}\n", s.Slowdown())
+}
+
+// setSlowdown sets the server's slowdown factor and notes it on stderr.
+func setSlowdown(s *simfleet.Server, f float64) error {
+	if err := s.SetSlowdown(f); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "simserver: every engine step now takes %g× its modelled duration\n", f)
 	return nil
 }
 
