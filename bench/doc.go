@@ -48,6 +48,17 @@
 // the scraper publishes each engine's running and waiting adapters. LoRAWorkload and
 // LoRACompare (compare -lora) compare adapter-blind and adapter-affine routing.
 //
+// # Service-level objectives
+//
+// With Config.Targets (and LaterTargets for later turns) every request carries latency
+// targets, as the gateway gives them (proxy/doc.go, "Service-level objectives"): on its
+// routing.Request, so a PredictedLatency scorer routes by headroom, and in its admission —
+// the deadline arrival + T − p̂ (p̂ the best TTFT the router predicts at arrival, 0 for a
+// router without a model), at least 50 ms, left to the TTL beyond it, with early shedding on.
+// Result.SLO counts each sent request once as met, missed, shed, expired or failed (a request
+// turned away misses), and the attainment Met/Sent. SLOPolicy orders the queue by each
+// request's own target.
+//
 // # Gateway replicas
 //
 // Config.Replicas = K > 1 puts K gateway replicas in front of the same servers, as behind a

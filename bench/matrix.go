@@ -159,12 +159,13 @@ func Policies() []Policy {
 
 // SelectPolicies returns the policies named in the comma-separated list ("all" or "" for
 // every one of Policies, "frontier" for FrontierPolicies), in the list's order; the frontier's
-// policies can be named too.
+// policies and SLOPolicy ("slo") can be named too.
 func SelectPolicies(list string) ([]Policy, error) {
 	if list == "frontier" {
 		return FrontierPolicies(), nil
 	}
 	all := append(Policies(), FrontierPolicies()...)
+	all = append(all, SLOPolicy())
 	if list == "" || list == "all" {
 		all = Policies()
 	}

@@ -86,3 +86,23 @@ func FrontierPolicies() []Policy {
 	}
 	return ps
 }
+
+// SLOPolicy is "slo": fairness.NewSLODeadline ordering each request by its arrival plus its
+// own TTFT target (Config.Targets, LaterTargets), the gateway's slo policy (proxy.SLOTarget);
+// a request without a target goes by its arrival. With one target for every request it is
+// FCFS; it differs when later turns have targets of their own. It is not a
+// flowcontrol.Ranker, so early shedding estimates a request's wait behind every request
+// waiting, whatever their deadlines. Not part of Policies; select it by name.
+func SLOPolicy() Policy {
+	return Policy{"slo", func() flowcontrol.Policy {
+		return must(fairness.NewSLODeadline(fairness.SLODeadlineOptions{Target: sloTarget}))
+	}}
+}
+
+// sloTarget is the TTFT target of a simulated request in the queue, 0 without one.
+func sloTarget(r *flowcontrol.Request) time.Duration {
+	if sr, ok := r.Value.(*simReq); ok {
+		return sr.targets.TTFT
+	}
+	return 0
+}

@@ -16,7 +16,8 @@ import (
 // prediction error for the routers that have one (see PredictionError). A configuration run
 // under several seeds shows each figure as the median over its seeds with the min–max range in
 // parentheses, where the seeds differ at the printed precision; with one seed per
-// configuration the tables hold the single runs' figures.
+// configuration the tables hold the single runs' figures. Runs with latency targets
+// (Config.Targets) get a table of SLO attainment too, before the prediction error.
 func WriteTables(w io.Writer, results []*Result) error {
 	var b strings.Builder
 	cells := Cells(results)
@@ -82,6 +83,7 @@ func WriteTables(w io.Writer, results []*Result) error {
 				c.fmt(func(r *Result) float64 { return r.Later.HitRate }, pct))
 		}
 		b.WriteString("\n")
+		writeSLOTable(&b, rate, rows)
 		writePredictionTable(&b, rate, rows)
 	}
 	_, err := io.WriteString(w, b.String())

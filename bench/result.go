@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/routing"
 )
 
 // Percentiles are latency quantiles (nearest rank).
@@ -37,6 +38,80 @@ type TurnStats struct {
 	// HitRate is the share of this class's completed prompt tokens served from a server's
 	// prefix cache.
 	HitRate float64
+	// SLO counts this class's requests against their latency targets (Config.Targets,
+	// LaterTargets); zero without targets.
+	SLO SLOStats
+}
+
+// SLOStats counts sent requests with latency targets by what they got, each in exactly one of
+// Met, Missed, Shed, Expired, Failed and Unfinished — as the gateway counts them
+// (usher_slo_requests_total), a request turned away counting against the targets.
+type SLOStats struct {
+	// Sent is the number of requests with targets that reached the gateway.
+	Sent int
+	// Met completed with a TTFT from arrival within its target and a TPOT, (E2E − TTFT)/
+	// (output − 1) over an answer of two tokens or more, within its target (each when set).
+	Met int
+	// Missed completed outside a target; MissedTPOT of them met their TTFT target and missed
+	// only TPOT's.
+	Missed, MissedTPOT int
+	// Shed were refused on arrival (early shedding, or a full queue); Expired waited in the
+	// gateway past their deadline; Failed were admitted but could not be routed or served;
+	// Unfinished were still waiting or running at Config.MaxTime.
+	Shed, Expired, Failed, Unfinished int
+	// MetOutputTokens is the output tokens of the met requests.
+	MetOutputTokens int64
+}
+
+// Attainment is Met/Sent, the share of requests that met their targets; 0 when none was sent.
+func (s SLOStats) Attainment() float64 {
+	if s.Sent == 0 {
+		return 0
+	}
+	return float64(s.Met) / float64(s.Sent)
+}
+
+func (s *SLOStats) add(o SLOStats) {
+	s.Sent += o.Sent
+	s.Met += o.Met
+	s.Missed += o.Missed
+	s.MissedTPOT += o.MissedTPOT
+	s.Shed += o.Shed
+	s.Expired += o.Expired
+	s.Failed += o.Failed
+	s.Unfinished += o.Unfinished
+	s.MetOutputTokens += o.MetOutputTokens
+}
+
+// count adds r, a sent request with targets, to s.
+func (s *SLOStats) count(r *simReq) {
+	s.Sent++
+	switch r.state {
+	case rsQueued, rsRunning:
+		s.Unfinished++
+	case rsShed:
+		if r.outcome == flowcontrol.Expired {
+			s.Expired++
+		} else {
+			s.Shed++
+		}
+	case rsFailed:
+		s.Failed++
+	case rsDone:
+		t := r.targets
+		ttft := t.TTFT == 0 || r.firstToken-r.arrival <= t.TTFT
+		tpot := t.TPOT == 0 || r.w.OutputTokens < 2 || (r.finish-r.firstToken)/time.Duration(r.w.OutputTokens-1) <= t.TPOT
+		switch {
+		case ttft && tpot:
+			s.Met++
+			s.MetOutputTokens += int64(r.w.OutputTokens)
+		case ttft:
+			s.Missed++
+			s.MissedTPOT++
+		default:
+			s.Missed++
+		}
+	}
 }
 
 // Shed is Expired + Rejected: requests the gateway turned away.
@@ -68,6 +143,14 @@ type Result struct {
 	// TPOT is the time per output token after the first, (E2E − TTFT)/(output − 1), over
 	// completed requests of more than one output token: how smoothly answers stream.
 	TPOT Percentiles
+	// SLO counts the requests with latency targets (Config.Targets) by what they got: First.SLO
+	// plus Later.SLO. Zero without targets.
+	SLO SLOStats
+	// Targets and LaterTargets are the run's latency targets, as configured.
+	Targets, LaterTargets routing.Latency
+	// MetPerSec and MetOutPerSec are the met requests (SLO.Met) and their output tokens per
+	// second of Window: the goodput within the targets.
+	MetPerSec, MetOutPerSec float64
 	// Disaggregated is the share of sent requests prefilled on a prefill server
 	// (Config.PrefillServers), and TransferMean their mean KV transfer time.
 	Disaggregated float64
@@ -133,7 +216,7 @@ func (r Result) Deterministic() Result {
 func (s *sim) result(wall time.Duration) *Result {
 	res := &Result{
 		Workload: s.w.Name, Policy: s.cfg.Policy.Name, Router: s.cfg.Router.Name, Seed: s.cfg.Seed,
-		Replicas: len(s.gw), SyncLag: s.cfg.SyncLag,
+		Replicas: len(s.gw), SyncLag: s.cfg.SyncLag, Targets: s.cfg.Targets, LaterTargets: s.cfg.LaterTargets,
 		Events: s.nEvents, Wall: wall, Preemptions: s.preempts, Duration: s.now,
 	}
 	if s.samples > 0 {
@@ -170,6 +253,9 @@ func (s *sim) result(wall time.Duration) *Result {
 		}
 		res.Sent++
 		t.Sent++
+		if r.targets != (routing.Latency{}) {
+			t.SLO.count(r)
+		}
 		first = min(first, r.arrival)
 		lastArrival = max(lastArrival, r.arrival)
 		size := float64(r.w.PromptTokens) + float64(r.w.OutputTokens)
@@ -252,6 +338,12 @@ func (s *sim) result(wall time.Duration) *Result {
 		res.ReqPerSec = float64(res.Completed) / sec
 		res.TokPerSec = float64(tokens) / sec
 		res.OutPerSec = float64(out) / sec
+	}
+	res.SLO = res.First.SLO
+	res.SLO.add(res.Later.SLO)
+	if res.Window > 0 {
+		res.MetPerSec = float64(res.SLO.Met) / res.Window.Seconds()
+		res.MetOutPerSec = float64(res.SLO.MetOutputTokens) / res.Window.Seconds()
 	}
 	if prompt > 0 {
 		res.HitRate = float64(cached) / float64(prompt)

@@ -209,8 +209,30 @@ type Config struct {
 	IndexCapacity int
 	// Seed makes the router's random choices reproducible. Zero: DefaultSeed.
 	Seed uint64
-	// EarlyShed configures the queue's early shedding (flowcontrol.EarlyShed). Zero: off.
+	// EarlyShed configures the queue's early shedding (flowcontrol.EarlyShed). Zero: off;
+	// on whenever Targets or LaterTargets are set (see Targets).
 	EarlyShed flowcontrol.EarlyShed
+	// Targets are the latency targets (service-level objectives) of every request, and
+	// LaterTargets, when not zero, those of later turns of a session instead: set on every
+	// routing.Request (so a PredictedLatency scorer routes by them) and admitted as the
+	// gateway admits a request with targets (proxy/slo.go, sloDeadline): a request with a TTFT
+	// target T must be dispatched by arrival + T − p̂, where p̂ is the best TTFT the router
+	// predicts for it at arrival (routing.Router.Predict), but not sooner than 50 ms after
+	// arrival; a deadline at or beyond the TTL is left to the TTL. A router without a latency
+	// model predicts p̂ = 0 — where the gateway would leave such a request to the TTL — so
+	// that every router is admitted by the same rule and only the prediction differs. Early
+	// shedding is then on (EarlyShed.Enabled), so a request whose estimated wait exceeds that
+	// budget is refused on arrival. Result.SLO counts which requests met their targets. Zero:
+	// no targets.
+	Targets, LaterTargets routing.Latency
+	// RefusePredictedMiss refuses on arrival (as early shedding would, RejectedWait) a
+	// request with a TTFT target T whose router predicts p̂ > T on every server — which the
+	// gateway admits when the queue would dispatch it at once, and serves late — once the
+	// router has made ColdRequests picks: before, its model is its prior, which may predict
+	// every request to miss, and a model that sees no request served never learns otherwise.
+	// A variant of admission for the README's "SLO attainment"; it acts only on routers with
+	// a latency model. Zero: off, as the gateway does.
+	RefusePredictedMiss bool
 	// ContinueAfterShed keeps a closed-loop session going when one of its turns is shed or
 	// fails: the next turn is sent its think time after the shed, as if the user had carried
 	// on (its prompt then finds nothing cached for the turn that was never served). Every
@@ -310,6 +332,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if o.SyncInterval == 0 {
 		o.SyncInterval = DefaultSyncInterval
 	}
+	if o.hasTargets() {
+		o.EarlyShed.Enabled = true
+	}
 	switch {
 	case o.Replicas == 1:
 		o.SyncLag = 0 // nobody to sync with
@@ -332,6 +357,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, fmt.Errorf("%w: %d prefill servers of %d: want 0, or fewer than the servers", ErrInvalidConfig, o.PrefillServers, o.Servers)
 	case o.TransferPerToken < 0 || o.TransferLatency < 0:
 		return o, fmt.Errorf("%w: negative transfer time", ErrInvalidConfig)
+	case o.Targets.TTFT < 0 || o.Targets.TPOT < 0 || o.LaterTargets.TTFT < 0 || o.LaterTargets.TPOT < 0:
+		return o, fmt.Errorf("%w: negative latency target", ErrInvalidConfig)
 	}
 	for _, d := range o.Slowdowns {
 		if d.Server < 0 || d.Server >= o.Servers || !(d.Factor > 0) || math.IsInf(d.Factor, 1) || d.At < 0 {
@@ -343,6 +370,24 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	return o, nil
 }
+
+// hasTargets reports whether requests have latency targets (Config.Targets, LaterTargets).
+func (c *Config) hasTargets() bool {
+	return c.Targets != (routing.Latency{}) || c.LaterTargets != (routing.Latency{})
+}
+
+// targetsOf returns the latency targets of w: LaterTargets for a later turn of a session when
+// set, Targets otherwise.
+func (c *Config) targetsOf(w *Request) routing.Latency {
+	if w.Turn > 1 && c.LaterTargets != (routing.Latency{}) {
+		return c.LaterTargets
+	}
+	return c.Targets
+}
+
+// minSLOWait is the least time a request with a TTFT target may wait for admission, however
+// far its router predicts it to miss the target: the gateway's minSLOWait (proxy/slo.go).
+const minSLOWait = 50 * time.Millisecond
 
 // event kinds.
 const (
@@ -404,6 +449,7 @@ type simReq struct {
 	cached     int32
 	ticket     flowcontrol.Ticket
 	res        routing.Result
+	targets    routing.Latency // Config.targetsOf, set at arrival
 	// Disaggregated serving: the prefill pick, its server, and the phase.
 	pres    routing.Result
 	pserver int32
@@ -802,15 +848,53 @@ func (s *sim) arrive(i int32) {
 	if r.w.Session >= 0 {
 		flow = s.flows[r.w.Session]
 	}
-	// The outcome (dispatched at once, rejected, or later) comes through the observer.
-	_, _ = s.gw[r.gw].q.Enqueue(flowcontrol.Request{
+	fr := flowcontrol.Request{
 		Flow:         flow,
 		PromptTokens: flowcontrol.Tokens(r.w.PromptTokens),
 		OutputTokens: flowcontrol.Tokens(r.w.OutputTokens),
 		Arrival:      s.clock.now,
 		Value:        r,
-	})
-	s.scheduleTick(int32(r.gw), s.now+s.cfg.TTL)
+	}
+	r.targets = s.cfg.targetsOf(r.w)
+	if r.targets.TTFT > 0 {
+		var p time.Duration
+		fr.Deadline, p = s.sloDeadline(r)
+		if s.cfg.RefusePredictedMiss && p > r.targets.TTFT && s.picks >= ColdRequests {
+			r.outcome = flowcontrol.RejectedWait
+			r.finish = s.now
+			s.end(r, rsShed)
+			return
+		}
+	}
+	// The outcome (dispatched at once, rejected, or later) comes through the observer.
+	_, _ = s.gw[r.gw].q.Enqueue(fr)
+	at := s.now + s.cfg.TTL
+	if !fr.Deadline.IsZero() {
+		at = fr.Deadline.Sub(epoch)
+	}
+	s.scheduleTick(int32(r.gw), at)
+}
+
+// sloDeadline returns the admission deadline of r, arriving now with a TTFT target T (see
+// Config.Targets), and the p̂ it took: the gateway's rule (proxy/slo.go, Handler.sloDeadline),
+// arrival + T − p̂ with p̂ the best TTFT r's router predicts over the eligible servers (0 for
+// a router without a latency model), no sooner than minSLOWait from now, and zero (the TTL)
+// when that is at or beyond the TTL. O(servers) plus hashing r's chain.
+func (s *sim) sloDeadline(r *simReq) (time.Time, time.Duration) {
+	rr := s.routingRequest(r, s.chainOf(r))
+	var p time.Duration
+	if best, ok := s.gw[r.gw].router.Predict(&rr); ok {
+		p = best.TTFT
+	}
+	arrival := s.clock.now
+	dl := arrival.Add(r.targets.TTFT - p)
+	if floor := s.clock.now.Add(minSLOWait); dl.Before(floor) {
+		dl = floor
+	}
+	if !dl.Before(arrival.Add(s.cfg.TTL)) {
+		return time.Time{}, p
+	}
+	return dl, p
 }
 
 // settle handles the queue's outcomes produced by the last operation (dispatches, expiries,
@@ -870,27 +954,7 @@ func (s *sim) chainOf(r *simReq) []prefixcache.BlockHash {
 // dispatch routes an admitted request and submits it to the chosen server.
 func (s *sim) dispatch(r *simReq) {
 	chain := s.chainOf(r)
-	sess := ""
-	if r.w.Session >= 0 {
-		sess = s.sess[r.w.Session]
-	}
-	// Streamed, as chat and agent clients ask: the router then learns its latency models (if
-	// any) from every completion. OutputTokens stays 0: a trace gives the answer's actual
-	// length, which a gateway does not know at the pick, and no max_tokens.
-	rr := routing.Request{
-		Chain:        chain,
-		BlockSize:    s.cfg.Profile.BlockSize,
-		PromptTokens: int(r.w.PromptTokens),
-		Session:      sess,
-		Now:          s.clock.now,
-		Stream:       true,
-	}
-	if a := r.w.Adapter; a > 0 {
-		rr.Model, rr.Adapter = s.w.Adapters[a-1], s.w.Adapters[a-1]
-	}
-	if s.cfg.Decider != nil {
-		rr.Role = routing.RoleDecode
-	}
+	rr := s.routingRequest(r, chain)
 	res, err := s.gw[r.gw].router.Pick(&rr)
 	if err != nil {
 		r.ticket.Done(flowcontrol.Usage{})
@@ -910,6 +974,33 @@ func (s *sim) dispatch(r *simReq) {
 		return
 	}
 	s.submit(r, chain)
+}
+
+// routingRequest returns the routing.Request of r, whose block chain is chain, as of now.
+func (s *sim) routingRequest(r *simReq, chain []prefixcache.BlockHash) routing.Request {
+	sess := ""
+	if r.w.Session >= 0 {
+		sess = s.sess[r.w.Session]
+	}
+	// Streamed, as chat and agent clients ask: the router then learns its latency models (if
+	// any) from every completion. OutputTokens stays 0: a trace gives the answer's actual
+	// length, which a gateway does not know at the pick, and no max_tokens.
+	rr := routing.Request{
+		Chain:        chain,
+		BlockSize:    s.cfg.Profile.BlockSize,
+		PromptTokens: int(r.w.PromptTokens),
+		Session:      sess,
+		Now:          s.clock.now,
+		Stream:       true,
+		Targets:      r.targets,
+	}
+	if a := r.w.Adapter; a > 0 {
+		rr.Model, rr.Adapter = s.w.Adapters[a-1], s.w.Adapters[a-1]
+	}
+	if s.cfg.Decider != nil {
+		rr.Role = routing.RoleDecode
+	}
+	return rr
 }
 
 // submit hands a picked request, whose block chain is chain, to its server's engine.
