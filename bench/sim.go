@@ -225,14 +225,11 @@ type Config struct {
 	// budget is refused on arrival. Result.SLO counts which requests met their targets. Zero:
 	// no targets.
 	Targets, LaterTargets routing.Latency
-	// RefusePredictedMiss refuses on arrival (as early shedding would, RejectedWait) a
-	// request with a TTFT target T whose router predicts p̂ > T on every server — which the
-	// gateway admits when the queue would dispatch it at once, and serves late — once the
-	// router has made ColdRequests picks: before, its model is its prior, which may predict
-	// every request to miss, and a model that sees no request served never learns otherwise.
-	// A variant of admission for the README's "SLO attainment"; it acts only on routers with
-	// a latency model. Zero: off, as the gateway does.
-	RefusePredictedMiss bool
+	// SLOShedAbove refuses on arrival (RejectedWait, as early shedding) a request with a TTFT
+	// target T whose router predicts no server can serve it within SLOShedAbove·T, once the
+	// router has taught its model routing.ColdLatencyOutcomes observations: the gateway's
+	// proxy.Options.SLOShedAbove. It acts only on routers with a latency model. Zero: off.
+	SLOShedAbove float64
 	// ContinueAfterShed keeps a closed-loop session going when one of its turns is shed or
 	// fails: the next turn is sent its think time after the shed, as if the user had carried
 	// on (its prompt then finds nothing cached for the turn that was never served). Every
@@ -359,6 +356,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, fmt.Errorf("%w: negative transfer time", ErrInvalidConfig)
 	case o.Targets.TTFT < 0 || o.Targets.TPOT < 0 || o.LaterTargets.TTFT < 0 || o.LaterTargets.TPOT < 0:
 		return o, fmt.Errorf("%w: negative latency target", ErrInvalidConfig)
+	case o.SLOShedAbove != 0 && !(o.SLOShedAbove >= 1 && o.SLOShedAbove <= 1000):
+		return o, fmt.Errorf("%w: SLOShedAbove %v: want 0 (off) or a factor from 1 to 1000", ErrInvalidConfig, o.SLOShedAbove)
 	}
 	for _, d := range o.Slowdowns {
 		if d.Server < 0 || d.Server >= o.Servers || !(d.Factor > 0) || math.IsInf(d.Factor, 1) || d.At < 0 {
@@ -857,9 +856,8 @@ func (s *sim) arrive(i int32) {
 	}
 	r.targets = s.cfg.targetsOf(r.w)
 	if r.targets.TTFT > 0 {
-		var p time.Duration
-		fr.Deadline, p = s.sloDeadline(r)
-		if s.cfg.RefusePredictedMiss && p > r.targets.TTFT && s.picks >= ColdRequests {
+		var shed bool
+		if fr.Deadline, shed = s.sloDeadline(r); shed {
 			r.outcome = flowcontrol.RejectedWait
 			r.finish = s.now
 			s.end(r, rsShed)
@@ -876,15 +874,22 @@ func (s *sim) arrive(i int32) {
 }
 
 // sloDeadline returns the admission deadline of r, arriving now with a TTFT target T (see
-// Config.Targets), and the p̂ it took: the gateway's rule (proxy/slo.go, Handler.sloDeadline),
-// arrival + T − p̂ with p̂ the best TTFT r's router predicts over the eligible servers (0 for
-// a router without a latency model), no sooner than minSLOWait from now, and zero (the TTL)
-// when that is at or beyond the TTL. O(servers) plus hashing r's chain.
-func (s *sim) sloDeadline(r *simReq) (time.Time, time.Duration) {
+// Config.Targets), and whether to refuse it at once: the gateway's rule (proxy/slo.go,
+// Handler.sloDeadline), arrival + T − p̂ with p̂ the best TTFT r's router predicts over the
+// eligible servers (0 for a router without a latency model), no sooner than minSLOWait from
+// now, and zero (the TTL) when that is at or beyond the TTL; refused when Config.SLOShedAbove
+// is set, p̂ exceeds that many times T and the model is warm. O(servers) plus hashing r's
+// chain.
+func (s *sim) sloDeadline(r *simReq) (time.Time, bool) {
 	rr := s.routingRequest(r, s.chainOf(r))
+	router := s.gw[r.gw].router
 	var p time.Duration
-	if best, ok := s.gw[r.gw].router.Predict(&rr); ok {
+	if best, ok := router.Predict(&rr); ok {
 		p = best.TTFT
+		if a := s.cfg.SLOShedAbove; a > 0 && float64(p) > a*float64(r.targets.TTFT) &&
+			router.Stats().LatencyOutcomes >= routing.ColdLatencyOutcomes {
+			return time.Time{}, true
+		}
 	}
 	arrival := s.clock.now
 	dl := arrival.Add(r.targets.TTFT - p)
@@ -892,9 +897,9 @@ func (s *sim) sloDeadline(r *simReq) (time.Time, time.Duration) {
 		dl = floor
 	}
 	if !dl.Before(arrival.Add(s.cfg.TTL)) {
-		return time.Time{}, p
+		return time.Time{}, false
 	}
-	return dl, p
+	return dl, false
 }
 
 // settle handles the queue's outcomes produced by the last operation (dispatches, expiries,

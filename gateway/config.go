@@ -78,6 +78,9 @@ type Config struct {
 	// (proxy.Options.TrustSLOHeaders).
 	SLO             map[int]Targets `json:"slo"`
 	TrustSLOHeaders bool            `json:"trust_slo_headers"`
+	// SLOShedAbove refuses at once a request that the router predicts no backend can serve
+	// within this many times its TTFT target (proxy.Options.SLOShedAbove). Zero: off.
+	SLOShedAbove float64 `json:"slo_shed_above"`
 	// Tokenizer is "bytes" (hash the prompt's bytes: approximate index) or "endpoint" (the
 	// servers' POST /tokenize: exact token ids, needed to match KV events).
 	Tokenizer string `json:"tokenizer"`
@@ -278,6 +281,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.SLO[band] = t
 		return nil
 	})
+	fs.Float64Var(&c.SLOShedAbove, "slo-shed-above", c.SLOShedAbove, "refuse at once (429) a request with a TTFT target that the router's latency model predicts no backend can serve within this many times the target (0: off; 2 is measured)")
 	fs.BoolVar(&c.TrustSLOHeaders, "trust-slo-headers", c.TrustSLOHeaders, "read x-slo-ttft-ms and x-slo-tpot-ms from requests (set by a trusted proxy, which removes the clients' own): they may loosen a band's -slo targets, never tighten them")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
 	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), pool (the same while some prefill server is no busier than the decode server), always, never, or a registered decider")
@@ -477,6 +481,7 @@ func (c Config) Options() (proxy.Options, error) {
 		Retry:           proxy.Retry{Attempts: c.RetryAttempts},
 		SLO:             slo,
 		TrustSLOHeaders: c.TrustSLOHeaders,
+		SLOShedAbove:    c.SLOShedAbove,
 	}
 	urls := make([]string, len(c.Backends))
 	kv := c.KVListen != ""

@@ -237,7 +237,13 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	if ex.targets != (routing.Latency{}) {
 		fr.Value = &ex.targets // SLOTarget; the exchange outlives the request's stay in the queue
 		if ex.targets.TTFT > 0 {
-			fr.Deadline = h.sloDeadline(&rr, ex.targets.TTFT, ex.arrival, time.Now())
+			var shed bool
+			if fr.Deadline, shed = h.sloDeadline(&rr, ex.targets.TTFT, ex.arrival, time.Now()); shed {
+				// Refused as early shedding refuses: the same outcome, metrics and answer.
+				h.usher.ObserveAdmission(flowcontrol.RejectedWait.String(), ex.id.Band, time.Since(ex.arrival))
+				h.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)
+				return ex.admissionError(flowcontrol.ErrWouldExpire)
+			}
 		}
 	}
 	t, err := ex.queue.Admit(ctx, fr)

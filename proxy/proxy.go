@@ -292,6 +292,16 @@ type Options struct {
 	// from client requests. A header may only loosen its band's target in SLO, never tighten
 	// it, and sets nothing where the band has no target. False: the headers are ignored.
 	TrustSLOHeaders bool
+	// SLOShedAbove, when not zero, refuses on arrival (429 with Retry-After, as early
+	// shedding does) a request with a TTFT target T that the router predicts no backend can
+	// serve within SLOShedAbove·T, even when it could be dispatched at once: above the knee
+	// the queue is inside the model servers, where admission's wait estimate does not see it,
+	// and a request sent to miss its target only delays the ones that could meet theirs. It
+	// acts once the router has taught its latency model routing.ColdLatencyOutcomes
+	// observations (Stats.LatencyOutcomes), never on the prior alone. The factor leaves room
+	// for the model's error: 2 is measured in bench/README.md ("SLO attainment"). Zero: off;
+	// otherwise at least 1.
+	SLOShedAbove float64
 	// Timeouts bound every wait: dial, TLS, response headers, stream silence, the whole
 	// request, the request body. Zero fields are their defaults.
 	Timeouts Timeouts
@@ -368,6 +378,7 @@ type Handler struct {
 	decider   routing.Decider   // nil: the fleet is not disaggregated
 	slo       []routing.Latency // targets by band (len bands); nil: none
 	trustSLO  bool              // read the x-slo-* headers
+	shedAbove float64           // Options.SLOShedAbove
 	ttl       time.Duration     // the default queue's (and pools') TTL; 0 with Options.Queue
 
 	sent, retried, exhausted atomic.Uint64 // RetryStats

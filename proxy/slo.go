@@ -33,6 +33,10 @@ const minSLOWait = 50 * time.Millisecond
 // setSLO validates Options.SLO and keeps it by band.
 func (h *Handler) setSLO(opts Options) error {
 	h.trustSLO = opts.TrustSLOHeaders
+	if a := opts.SLOShedAbove; a != 0 && !(a >= 1 && a <= 1000) {
+		return fmt.Errorf("%w: SLOShedAbove %v: want 0 (off) or a factor from 1 to 1000", ErrInvalidOptions, a)
+	}
+	h.shedAbove = opts.SLOShedAbove
 	if len(opts.SLO) == 0 {
 		return nil
 	}
@@ -101,20 +105,26 @@ func SLOTarget(r *flowcontrol.Request) time.Duration {
 // sloDeadline returns the admission deadline of a request with TTFT target ttft, arriving at
 // arrival and routed as rr: the latest dispatch that still meets the target on the backend
 // predicted fastest, arrival + ttft − p̂, no sooner than minSLOWait from now; zero (the
-// queue's TTL) when the router predicts nothing or that deadline is beyond the TTL.
-func (h *Handler) sloDeadline(rr *routing.Request, ttft time.Duration, arrival, now time.Time) time.Time {
+// queue's TTL) when the router predicts nothing or that deadline is beyond the TTL. shed says
+// the request is to be refused at once (Options.SLOShedAbove): p̂ exceeds that many times the
+// target, with a model that has learned enough to say so.
+func (h *Handler) sloDeadline(rr *routing.Request, ttft time.Duration, arrival, now time.Time) (dl time.Time, shed bool) {
 	best, ok := h.router.Predict(rr)
 	if !ok {
-		return time.Time{}
+		return time.Time{}, false
 	}
-	dl := arrival.Add(ttft - best.TTFT)
+	if h.shedAbove > 0 && float64(best.TTFT) > h.shedAbove*float64(ttft) &&
+		h.router.Stats().LatencyOutcomes >= routing.ColdLatencyOutcomes {
+		return time.Time{}, true
+	}
+	dl = arrival.Add(ttft - best.TTFT)
 	if floor := now.Add(minSLOWait); dl.Before(floor) {
 		dl = floor
 	}
 	if h.ttl > 0 && !dl.Before(arrival.Add(h.ttl)) {
-		return time.Time{}
+		return time.Time{}, false
 	}
-	return dl
+	return dl, false
 }
 
 // observeLatency records, when a streamed request that was admitted finishes, how far the

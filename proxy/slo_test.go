@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -401,4 +403,67 @@ func TestSLOOptions(t *testing.T) {
 			t.Errorf("SLO %v: %v, want ErrInvalidOptions", slo, err)
 		}
 	}
+	for _, a := range []float64{-1, 0.5, math.NaN(), math.Inf(1), 5000} {
+		opts := testOptions([]proxy.Backend{{URL: "http://127.0.0.1:1"}})
+		opts.SLOShedAbove = a
+		if _, err := proxy.New(opts); !errors.Is(err, proxy.ErrInvalidOptions) {
+			t.Errorf("SLOShedAbove %v: %v, want ErrInvalidOptions", a, err)
+		}
+	}
+}
+
+// With SLOShedAbove, a request that the learned model predicts no backend can serve within
+// that many times its TTFT target is refused at once (429 with Retry-After, counted as shed),
+// even though it could be dispatched; before the model has learned ColdLatencyOutcomes
+// observations the same requests are served.
+func TestSLOShedAbove(t *testing.T) {
+	var served atomic.Int64
+	url := streamBackend(t, 60*time.Millisecond, &served)
+	opts := testOptions([]proxy.Backend{{URL: url}})
+	opts.SLO = map[int]routing.Latency{0: {TTFT: 20 * time.Millisecond}}
+	opts.SLOShedAbove = 2
+	opts.Profile = profileOf(t, `"usher-latency"`)
+	h, base := startHandler(t, opts)
+	c := client(base)
+	chat := func(i int) error {
+		stream := c.Chat.Completions.NewStreaming(context.Background(), oa.ChatCompletionNewParams{
+			Model: "m", Messages: []oa.ChatCompletionMessageParamUnion{oa.UserMessage(fmt.Sprint("question ", i))},
+		})
+		for stream.Next() {
+		}
+		return stream.Err()
+	}
+	// Cold: served although every one misses (two observations each: first token and end).
+	for round := range routing.ColdLatencyOutcomes / 2 / 10 {
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Go(func() {
+				if err := chat(10*round + i); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := served.Load(); n != routing.ColdLatencyOutcomes/2 {
+		t.Fatalf("cold: %d served, want %d", n, routing.ColdLatencyOutcomes/2)
+	}
+	// Warm: the model predicts about 60 ms against a 20 ms target, more than twice it.
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"late"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "rate_limit_exceeded") {
+		t.Fatalf("warm, predicted to miss: %d (Retry-After %q) %s; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if n := served.Load(); n != routing.ColdLatencyOutcomes/2 {
+		t.Fatalf("the refused request reached the backend (%d served)", n)
+	}
+	if got := counterValue(t, h, "usher_slo_requests_total", map[string]string{"result": "shed"}); got != 1 {
+		t.Errorf("shed counted %v times, want 1", got)
+	}
+	closedExactlyOnce(t, h)
 }

@@ -91,6 +91,10 @@ const (
 	DefaultDecodeStep = 20 * time.Millisecond
 	// DefaultLatencyAdapt is the weight of the newest outcome in a backend's speed factor.
 	DefaultLatencyAdapt = 0.1
+	// ColdLatencyOutcomes is how many observations (Stats.LatencyOutcomes) a router's
+	// latency model needs before an admission step should refuse work on its predictions
+	// alone: before, they are mostly the prior's, which may predict every request to miss.
+	ColdLatencyOutcomes = 200
 )
 
 // LinearLatencyOptions configures NewLinearLatency. Zero values are the defaults.

@@ -296,6 +296,7 @@ func (r *Router) learnLatency(t *ticket, obs Latency) {
 		return
 	}
 	obs.TTFT, obs.TPOT = max(obs.TTFT, 0), max(obs.TPOT, 0)
+	r.stats.latency.Add(1)
 	for _, m := range r.models {
 		m.Learn(&t.features, obs)
 	}

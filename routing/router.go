@@ -349,6 +349,7 @@ func (l *inflight) setPeers(v InFlight) {
 
 type counters struct {
 	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs, retracted, done, failed, peerNames atomic.Uint64
+	latency                                                                                                  atomic.Uint64
 }
 
 // Stats are cumulative counters of a Router.
@@ -378,6 +379,10 @@ type Stats struct {
 	// DroppedPeerNames is the number of setPeerInFlight entries dropped because they named a
 	// backend the router did not know while maxUnknownPeerNames others were already kept.
 	DroppedPeerNames uint64
+	// LatencyOutcomes is the number of observations (a streamed request's first token, its
+	// end) the router has taught its latency models: how far a model is from its prior. An
+	// admission step that acts on Predict's figures can wait for a few hundred.
+	LatencyOutcomes uint64
 }
 
 // Outlier returns the passive health among the profile's filters (WithOutlier), or nil: its
@@ -662,6 +667,7 @@ func (r *Router) Stats() Stats {
 		Done:             r.stats.done.Load(),
 		Failed:           r.stats.failed.Load(),
 		DroppedPeerNames: r.stats.peerNames.Load(),
+		LatencyOutcomes:  r.stats.latency.Load(),
 	}
 }
 

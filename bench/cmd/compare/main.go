@@ -57,46 +57,46 @@ func main() {
 
 func run() error {
 	var (
-		workload   = flag.String("workload", "mooncake", "workload: "+bench.WorkloadNames())
-		trace      = flag.String("trace", "", "Mooncake-format trace path for -workload mooncake (default: the conversation trace shipped in bench/traces)")
-		requests   = flag.Int("requests", 0, "use only the first N requests (0: all)")
-		rate       = flag.Float64("rate", 4, "load: arrival rate multiplier")
-		sweep      = flag.String("sweep", "", "comma-separated rate multipliers (overrides -rate)")
-		policies   = flag.String("policies", "all", "comma-separated policies, or all")
-		routers    = flag.String("routers", "all", "comma-separated routers, or all")
-		servers    = flag.Int("servers", bench.DefaultServers, "model servers")
-		gate       = flag.String("gate", "concurrency", "admission gate: concurrency, saturation, both or none")
-		inflight   = flag.Int("max-inflight", bench.DefaultMaxInFlight, "concurrency gate: requests in flight per server")
-		ttl        = flag.Duration("ttl", 60*time.Second, "admission TTL")
-		scrape     = flag.Duration("scrape", bench.DefaultScrapeInterval, "metrics scrape interval")
-		stale      = flag.Duration("stale", 0, "router staleness limit (0: routing's default, 2s)")
-		seed       = flag.Uint64("seed", bench.DefaultSeed, "first seed for the router and the synthetic workloads")
-		seeds      = flag.Int("seeds", 3, "seeds per configuration (seed, seed+1, ...); tables show the median and min–max")
-		parallel   = flag.Int("parallel", runtime.NumCPU(), "configurations run at once")
-		goal       = flag.Bool("goal", true, "print the goal check after the tables")
-		kvBlocks   = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
-		index      = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
-		evDelay    = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
-		frontend   = flag.Duration("frontend", 0, "time from the pick to the request's arrival in the engine (HTTP, parsing, tokenizing), plus -frontend-per-token per prompt token")
-		frontTok   = flag.Duration("frontend-per-token", 0, "time per prompt token from the pick to the engine (see -frontend), e.g. 500ns")
-		shed       = flag.String("early-shed", "off", "early shedding in the gateway queue: off, on, or both (every policy twice, the shedding one named POLICY+shed)")
-		plotDir    = flag.String("plot", "", "write the admission frontier of every rate (and the knee of a sweep, and hit rate against KV of a -kv-sweep) as PNG and SVG into this directory")
-		kvSweep    = flag.String("kv-sweep", "", "comma-separated KV cache blocks per server: run everything at each (overrides -kv-blocks), print the tables of each, and plot hit rate against KV")
-		replicas   = flag.Int("replicas", 1, "gateway replicas in front of the servers, each with its own queue (its share of the limit), router, prefix index and session table")
-		syncLag    = flag.String("sync-lag", "0", "with -replicas > 1: how late one replica's changes (prefix chains, session placements, in-flight counts, flushed every -sync-interval) reach the others, a duration, or none (never: each replica alone)")
-		syncEvery  = flag.Duration("sync-interval", bench.DefaultSyncInterval, "with -replicas > 1: how often each replica flushes what it learnt")
-		repSweep   = flag.String("replica-sweep", "", "comma-separated replica settings K or K:LAG (LAG a duration or none), e.g. 1,3:none,3:10ms,3:200ms: run everything at each (overrides -replicas and -sync-lag), print the tables of each and a table of all")
-		spread     = flag.Bool("spread-arrivals", false, "spread open-loop requests that arrive at the same instant evenly up to the next instant (the Mooncake trace's timestamps are 3 s apart, about ten requests each)")
-		lora       = flag.Bool("lora", false, "run the LoRA comparison instead (bench/README.md, \"LoRA adapters\"): adapter-blind usher against usher with GIE's LoRA tiers and usher+adapter on the LoRA workload at 0.5, 1 and 2 times the adapter load cost, with -seeds, -seed, -servers (default 8 here), -requests, -rate (default 24/s here) and -parallel")
-		loraSlots  = flag.Int("lora-slots", 4, "with -lora: adapter slots per server")
-		loraCost   = flag.Duration("lora-load-cost", bench.DefaultAdapterLoadCost, "with -lora: the adapter load cost, also run at half and twice")
-		slow       = flag.String("slow", "", "comma-separated server slowdowns SERVER:FACTOR@TIME, e.g. 1:3@300s (server 1's steps take 3 times as long from virtual time 300 s; a later one of the same server replaces it, FACTOR 1 restores it); the prediction-error table then splits before and after")
-		sloTTFT    = flag.Duration("slo-ttft", 0, "latency target: time to first token from arrival, set on every request (routing.Request.Targets) and admitted as the gateway admits it (deadline arrival + target − predicted TTFT, early shedding on); adds an SLO attainment table (0: none)")
-		sloTPOT    = flag.Duration("slo-tpot", 0, "latency target: time per output token after the first (see -slo-ttft; 0: none)")
-		laterTTFT  = flag.Duration("slo-later-ttft", 0, "later turns of a session: their TTFT target instead of -slo-ttft (0: -slo-ttft's, unless -slo-later-tpot is set)")
-		laterTPOT  = flag.Duration("slo-later-tpot", 0, "later turns of a session: their TPOT target instead of -slo-tpot (0: -slo-tpot's, unless -slo-later-ttft is set)")
-		refuseMiss = flag.Bool("slo-refuse-predicted-miss", false, "with targets: refuse on arrival a request whose router predicts it to miss its TTFT target on every server (routers with a latency model only), where the gateway admits it when it can go at once")
-		after      = flag.String("after-shed", "end", "a closed-loop session whose turn is shed or fails: end (its later turns are abandoned) or continue (its next turn is still sent, so every policy is offered the same turns)")
+		workload  = flag.String("workload", "mooncake", "workload: "+bench.WorkloadNames())
+		trace     = flag.String("trace", "", "Mooncake-format trace path for -workload mooncake (default: the conversation trace shipped in bench/traces)")
+		requests  = flag.Int("requests", 0, "use only the first N requests (0: all)")
+		rate      = flag.Float64("rate", 4, "load: arrival rate multiplier")
+		sweep     = flag.String("sweep", "", "comma-separated rate multipliers (overrides -rate)")
+		policies  = flag.String("policies", "all", "comma-separated policies, or all")
+		routers   = flag.String("routers", "all", "comma-separated routers, or all")
+		servers   = flag.Int("servers", bench.DefaultServers, "model servers")
+		gate      = flag.String("gate", "concurrency", "admission gate: concurrency, saturation, both or none")
+		inflight  = flag.Int("max-inflight", bench.DefaultMaxInFlight, "concurrency gate: requests in flight per server")
+		ttl       = flag.Duration("ttl", 60*time.Second, "admission TTL")
+		scrape    = flag.Duration("scrape", bench.DefaultScrapeInterval, "metrics scrape interval")
+		stale     = flag.Duration("stale", 0, "router staleness limit (0: routing's default, 2s)")
+		seed      = flag.Uint64("seed", bench.DefaultSeed, "first seed for the router and the synthetic workloads")
+		seeds     = flag.Int("seeds", 3, "seeds per configuration (seed, seed+1, ...); tables show the median and min–max")
+		parallel  = flag.Int("parallel", runtime.NumCPU(), "configurations run at once")
+		goal      = flag.Bool("goal", true, "print the goal check after the tables")
+		kvBlocks  = flag.Int("kv-blocks", 0, "KV cache blocks per server (0: the profile's, 4500 of 64 tokens)")
+		index     = flag.String("index", "auto", "prefix index: auto (exact for routers built on KV events), approx or exact for all")
+		evDelay   = flag.Duration("event-delay", bench.DefaultEventDelay, "exact mode: delay from an engine's step to its KV events reaching the index")
+		frontend  = flag.Duration("frontend", 0, "time from the pick to the request's arrival in the engine (HTTP, parsing, tokenizing), plus -frontend-per-token per prompt token")
+		frontTok  = flag.Duration("frontend-per-token", 0, "time per prompt token from the pick to the engine (see -frontend), e.g. 500ns")
+		shed      = flag.String("early-shed", "off", "early shedding in the gateway queue: off, on, or both (every policy twice, the shedding one named POLICY+shed)")
+		plotDir   = flag.String("plot", "", "write the admission frontier of every rate (and the knee of a sweep, and hit rate against KV of a -kv-sweep) as PNG and SVG into this directory")
+		kvSweep   = flag.String("kv-sweep", "", "comma-separated KV cache blocks per server: run everything at each (overrides -kv-blocks), print the tables of each, and plot hit rate against KV")
+		replicas  = flag.Int("replicas", 1, "gateway replicas in front of the servers, each with its own queue (its share of the limit), router, prefix index and session table")
+		syncLag   = flag.String("sync-lag", "0", "with -replicas > 1: how late one replica's changes (prefix chains, session placements, in-flight counts, flushed every -sync-interval) reach the others, a duration, or none (never: each replica alone)")
+		syncEvery = flag.Duration("sync-interval", bench.DefaultSyncInterval, "with -replicas > 1: how often each replica flushes what it learnt")
+		repSweep  = flag.String("replica-sweep", "", "comma-separated replica settings K or K:LAG (LAG a duration or none), e.g. 1,3:none,3:10ms,3:200ms: run everything at each (overrides -replicas and -sync-lag), print the tables of each and a table of all")
+		spread    = flag.Bool("spread-arrivals", false, "spread open-loop requests that arrive at the same instant evenly up to the next instant (the Mooncake trace's timestamps are 3 s apart, about ten requests each)")
+		lora      = flag.Bool("lora", false, "run the LoRA comparison instead (bench/README.md, \"LoRA adapters\"): adapter-blind usher against usher with GIE's LoRA tiers and usher+adapter on the LoRA workload at 0.5, 1 and 2 times the adapter load cost, with -seeds, -seed, -servers (default 8 here), -requests, -rate (default 24/s here) and -parallel")
+		loraSlots = flag.Int("lora-slots", 4, "with -lora: adapter slots per server")
+		loraCost  = flag.Duration("lora-load-cost", bench.DefaultAdapterLoadCost, "with -lora: the adapter load cost, also run at half and twice")
+		slow      = flag.String("slow", "", "comma-separated server slowdowns SERVER:FACTOR@TIME, e.g. 1:3@300s (server 1's steps take 3 times as long from virtual time 300 s; a later one of the same server replaces it, FACTOR 1 restores it); the prediction-error table then splits before and after")
+		sloTTFT   = flag.Duration("slo-ttft", 0, "latency target: time to first token from arrival, set on every request (routing.Request.Targets) and admitted as the gateway admits it (deadline arrival + target − predicted TTFT, early shedding on); adds an SLO attainment table (0: none)")
+		sloTPOT   = flag.Duration("slo-tpot", 0, "latency target: time per output token after the first (see -slo-ttft; 0: none)")
+		laterTTFT = flag.Duration("slo-later-ttft", 0, "later turns of a session: their TTFT target instead of -slo-ttft (0: -slo-ttft's, unless -slo-later-tpot is set)")
+		laterTPOT = flag.Duration("slo-later-tpot", 0, "later turns of a session: their TPOT target instead of -slo-tpot (0: -slo-tpot's, unless -slo-later-ttft is set)")
+		shedAbove = flag.Float64("slo-shed-above", 0, "with targets: refuse on arrival a request whose router predicts no server can serve it within this many times its TTFT target (routers with a latency model only; the gateway's -slo-shed-above; 0: off)")
+		after     = flag.String("after-shed", "end", "a closed-loop session whose turn is shed or fails: end (its later turns are abandoned) or continue (its next turn is still sent, so every policy is offered the same turns)")
 	)
 	flag.Parse()
 
@@ -255,7 +255,7 @@ func run() error {
 		later = routing.Latency{TTFT: *laterTTFT, TPOT: *laterTPOT}
 	}
 	base := bench.Config{
-		Targets: targets, LaterTargets: later, RefusePredictedMiss: *refuseMiss,
+		Targets: targets, LaterTargets: later, SLOShedAbove: *shedAbove,
 		Profile: profile,
 		Servers: *servers, Gate: g, MaxInFlight: *inflight, TTL: *ttl,
 		ScrapeInterval: *scrape, StaleAfter: *stale,
@@ -371,7 +371,7 @@ func run() error {
 			}
 			fmt.Printf("Workload %s: %s requests, %s sessions; %d servers (%s, %d KV blocks of %d tokens), gate %s (%d in flight per server), TTL %v, scrape %v, seeds %s%s%s%s%s%s%s.\n\n",
 				ws[0].Name, perSeed(requestsOf), perSeed(sessionsOf), base.Servers, profile.Name, blocks, profile.BlockSize, g, base.MaxInFlight, base.TTL, base.ScrapeInterval, seedsOf,
-				replicaNote(rep.n, rep.lag, *syncEvery), spreadNote(*spread), afterShedNote(continueAfterShed), frontendNote(*frontend, *frontTok), slowNote(slowdowns), sloNote(targets, later, *refuseMiss))
+				replicaNote(rep.n, rep.lag, *syncEvery), spreadNote(*spread), afterShedNote(continueAfterShed), frontendNote(*frontend, *frontTok), slowNote(slowdowns), sloNote(targets, later, *shedAbove))
 			if err := bench.WriteTables(os.Stdout, mine); err != nil {
 				return err
 			}
@@ -486,13 +486,13 @@ func parseSlowdowns(list string) ([]bench.Slowdown, error) {
 }
 
 // sloNote describes the latency targets for the tables' heading.
-func sloNote(t, later routing.Latency, refuse bool) string {
+func sloNote(t, later routing.Latency, shedAbove float64) string {
 	if t == (routing.Latency{}) && later == (routing.Latency{}) {
 		return ""
 	}
 	s := "; latency targets " + bench.TargetsString(t, later) + ", SLO admission with early shedding"
-	if refuse {
-		s += ", refusing a predicted miss on arrival"
+	if shedAbove > 0 {
+		s += fmt.Sprintf(", refusing on arrival a request predicted above %g× its TTFT target", shedAbove)
 	}
 	return s
 }
