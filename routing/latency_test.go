@@ -282,7 +282,7 @@ func TestPredictedLatencyCustomModel(t *testing.T) {
 	dst := make([]float64, 3)
 	cands := []Candidate{{ID: 0}, {ID: 1}, {ID: 2}}
 	sc.Score(&Request{}, cands, dst)
-	if want := []float64{0.1, 1, 1.0 / 3}; math.Abs(dst[0]-want[0]) > 1e-9 || dst[1] != 1 || math.Abs(dst[2]-want[2]) > 1e-9 {
+	if want := []float64{0.55, 1, 2.0 / 3}; math.Abs(dst[0]-want[0]) > 1e-9 || dst[1] != 1 || math.Abs(dst[2]-want[2]) > 1e-9 {
 		t.Fatalf("scores %v, want %v", dst, want)
 	}
 	sc.Score(&Request{Targets: Latency{TTFT: 500 * time.Millisecond}}, cands, dst)

@@ -25,11 +25,15 @@ type PredictedLatencyOptions struct {
 // for the request on each, or an error wrapping ErrInvalidOptions.
 //
 // A candidate's cost is its predicted TTFT plus the answer's length times its predicted TPOT,
-// and its score is the lowest cost among the candidates over its own: 1 for the fastest, ½
-// for one predicted twice as slow. A request with targets (Request.Targets) is routed by SLO:
-// a candidate predicted to meet every target scores ½ + ½·h, where h is its smallest headroom
-// (target − prediction)/target, so the one with the most headroom wins; one predicted to miss
-// scores ½ of its cost score, below every candidate that meets them.
+// and its relative speed r is the lowest cost among the candidates over its own: 1 for the
+// fastest, ½ for one predicted twice as slow. Scores come in two tiers. A request with targets
+// (Request.Targets) is routed by SLO: a candidate predicted to meet every target scores
+// ½ + ½·h, where h is its smallest headroom (target − prediction)/target, so the one with the
+// most headroom wins; one predicted to miss scores ½·r, below every candidate that meets them.
+// A request without targets is one that every candidate meets: each scores ½ + ½·r. So the
+// scorer's weight is what it adds between an SLO met and missed, and half of it is what ranks
+// candidates by speed; under MaxScore a term of weight 2 places requests without targets as
+// a full-range term of weight 1 would (the constant ½ changes no choice).
 //
 // The Router learns the model from every Result it finishes (see LatencyModel). With the
 // built-in model the scorer reads the pick's columns like the other built-in scorers: O(n),
@@ -191,7 +195,7 @@ func (s *linearScorer) addCols(req *Request, c *cols, w float64, tot []float64) 
 	}
 	if req.Targets.TTFT <= 0 && req.Targets.TPOT <= 0 {
 		for i := range tot {
-			tot[i] += w * (best / (ttft[i] + out*tpot[i]))
+			tot[i] += w * (0.5 + 0.5*(best/(ttft[i]+out*tpot[i])))
 		}
 		return
 	}
@@ -249,7 +253,7 @@ func latencyScore(req *Request, ttft, tpot, out, best float64) float64 {
 	}
 	tt, td := req.Targets.TTFT, req.Targets.TPOT
 	if tt <= 0 && td <= 0 {
-		return rel
+		return 0.5 + 0.5*rel
 	}
 	head := 1.0
 	if tt > 0 {
