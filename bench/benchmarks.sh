@@ -22,7 +22,7 @@ bench() { # package pattern
 }
 bench ./prefixcache 'HashTokens|Match$|Insert$'
 bench ./prefixcache/kvevents 'Decode|ApplyEvents'
-bench ./routing 'Pick$|PickParts|PickInsert|PickProfiles'
+bench ./routing 'Pick$|PickParts|PickInsert|PickProfiles|PickLatency|LinearLatency'
 bench ./flowcontrol 'AdmitDone$|AdmitParallel'
 bench ./fairness 'Policy$'
 bench ./metrics 'ScrapeParse'
