@@ -304,17 +304,7 @@ func TestSLORoutesToBackendThatMeetsTargets(t *testing.T) {
 	}
 	// Warm-up in concurrent rounds: while one server holds a request's prefill the other is
 	// predicted faster, so the router tries both and the model learns each.
-	for round := range 3 {
-		var wg sync.WaitGroup
-		for i := range 6 {
-			wg.Go(func() {
-				if err := chat(10*round + i); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-	}
+	inRounds(t, 3, 6, chat)
 	warmSlow, warmFast := slow.Load(), fast.Load()
 	t.Logf("warm-up: slow served %d, fast %d", warmSlow, warmFast)
 	if warmSlow == 0 {
@@ -434,17 +424,7 @@ func TestSLOShedAbove(t *testing.T) {
 		return stream.Err()
 	}
 	// Cold: served although every one misses (two observations each: first token and end).
-	for round := range routing.ColdLatencyOutcomes / 2 / 10 {
-		var wg sync.WaitGroup
-		for i := range 10 {
-			wg.Go(func() {
-				if err := chat(10*round + i); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-	}
+	inRounds(t, routing.ColdLatencyOutcomes/2/10, 10, chat)
 	if n := served.Load(); n != routing.ColdLatencyOutcomes/2 {
 		t.Fatalf("cold: %d served, want %d", n, routing.ColdLatencyOutcomes/2)
 	}
@@ -466,4 +446,21 @@ func TestSLOShedAbove(t *testing.T) {
 		t.Errorf("shed counted %v times, want 1", got)
 	}
 	closedExactlyOnce(t, h)
+}
+
+// inRounds calls f(i) for rounds × per values of i, per of them at once in each round, one
+// round after another; an error fails the test.
+func inRounds(t *testing.T, rounds, per int, f func(i int) error) {
+	t.Helper()
+	for round := range rounds {
+		var wg sync.WaitGroup
+		for i := range per {
+			wg.Go(func() {
+				if err := f(per*round + i); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
 }

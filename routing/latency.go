@@ -157,6 +157,17 @@ func (in *latencyInputs) tpot() vec {
 	return vec{1, in.running, in.inflight, in.kv, in.work}
 }
 
+// vec is ttft (k = 0) or tpot (k = 1).
+func (in *latencyInputs) vec(k int) vec {
+	if k == 0 {
+		return in.ttft()
+	}
+	return in.tpot()
+}
+
+// dims are the inputs of TTFT and TPOT.
+var dims = [2]int{ttftDims, tpotDims}
+
 // linearCoef is one fit, immutable once published.
 type linearCoef struct {
 	ttft, tpot vec
@@ -164,7 +175,13 @@ type linearCoef struct {
 
 // speed is a backend's factors, the ratio of what it did to what the shared model predicted,
 // as float64 bits: TTFT, then TPOT.
-type speed struct{ ttft, tpot atomic.Uint64 }
+type speed [2]atomic.Uint64
+
+// factor returns target k's factor (0: TTFT, 1: TPOT).
+func (s *speed) factor(k int) float64 { return math.Float64frombits(s[k].Load()) }
+
+// clampFactor keeps a speed factor within [1/20, 20].
+func clampFactor(f float64) float64 { return min(max(f, 1.0/20), 20) }
 
 // LinearLatency is usher's built-in LatencyModel: a ridge regression of TTFT and TPOT on the
 // candidate's features, shared by the fleet and refitted to recent outcomes (an exponentially
@@ -189,12 +206,12 @@ type LinearLatency struct {
 	mu    sync.Mutex
 	decay float64 // 1 − 1/Window
 	refit int
-	// The fading sums of TTFT and TPOT samples, each target normalised by the backend's factor
-	// at learn time.
-	ttft, tpot normal
-	since      int
-	outcomes   int // outcomes learned, fleet-wide
-	fits       uint64
+	// eqs are the fading normal equations of TTFT and TPOT (k = 0, 1), each target normalised
+	// by the backend's factor at learn time.
+	eqs      [2]normal
+	since    int
+	outcomes int // outcomes learned, fleet-wide
+	fits     uint64
 	// per backend: decayed sums of observed and predicted, TTFT then TPOT.
 	sums []speedSums
 }
@@ -268,8 +285,8 @@ func (c *linearCoef) eval(in *latencyInputs, sp []speed, id BackendID) (ttft, tp
 		tpot = 1e-4
 	}
 	if int(id) < len(sp) {
-		ttft *= math.Float64frombits(sp[id].ttft.Load())
-		tpot *= math.Float64frombits(sp[id].tpot.Load())
+		ttft *= sp[id].factor(0)
+		tpot *= sp[id].factor(1)
 	}
 	return ttft, tpot
 }
@@ -295,34 +312,29 @@ func (m *LinearLatency) Learn(f *Features, observed Latency) {
 	if id >= len(sp) {
 		grown := make([]speed, max(id+1, 2*len(sp)))
 		for i := range grown {
-			v := 1.0
-			if i < len(sp) {
-				v = math.Float64frombits(sp[i].ttft.Load())
-				grown[i].tpot.Store(sp[i].tpot.Load())
-			} else {
-				grown[i].tpot.Store(math.Float64bits(1))
+			for k := range grown[i] {
+				v := math.Float64bits(1)
+				if i < len(sp) {
+					v = sp[i][k].Load()
+				}
+				grown[i][k].Store(v)
 			}
-			grown[i].ttft.Store(math.Float64bits(v))
 		}
 		sp = grown
 		m.speeds.Store(&grown)
 	}
-	c := m.coef.Load()
-	pt, pd := c.base(&in)
+	var pred [2]float64
+	pred[0], pred[1] = m.coef.Load().base(&in)
 	s := &m.sums[id]
-	if observed.TTFT > 0 {
-		y := observed.TTFT.Seconds()
-		f := s.update(0, y, pt, m.adapt)
-		sp[id].ttft.Store(math.Float64bits(f))
-		x := in.ttft()
-		m.ttft.add(&x, y/f, ttftDims, m.decay)
-	}
-	if observed.TPOT > 0 {
-		y := observed.TPOT.Seconds()
-		f := s.update(1, y, pd, m.adapt)
-		sp[id].tpot.Store(math.Float64bits(f))
-		x := in.tpot()
-		m.tpot.add(&x, y/f, tpotDims, m.decay)
+	for k, o := range [2]time.Duration{observed.TTFT, observed.TPOT} {
+		if o <= 0 {
+			continue
+		}
+		y := o.Seconds()
+		f := s.update(k, y, pred[k], m.adapt)
+		sp[id][k].Store(math.Float64bits(f))
+		x := in.vec(k)
+		m.eqs[k].add(&x, y/f, dims[k], m.decay)
 	}
 	s.last = m.outcomes
 	m.outcomes++
@@ -349,13 +361,8 @@ func (m *LinearLatency) forget(sp []speed) {
 		for k := range s.y {
 			if s.p[k] > 0 {
 				s.y[k] = 0.75*s.y[k] + 0.25*s.p[k]
+				sp[id][k].Store(math.Float64bits(clampFactor(s.y[k] / s.p[k])))
 			}
-		}
-		if s.p[0] > 0 {
-			sp[id].ttft.Store(math.Float64bits(min(max(s.y[0]/s.p[0], 1.0/20), 20)))
-		}
-		if s.p[1] > 0 {
-			sp[id].tpot.Store(math.Float64bits(min(max(s.y[1]/s.p[1], 1.0/20), 20)))
 		}
 	}
 }
@@ -371,18 +378,18 @@ func (s *speedSums) update(k int, y, p, adapt float64) float64 {
 	d := 1 - adapt
 	s.y[k] = d*s.y[k] + y
 	s.p[k] = d*s.p[k] + p
-	return min(max(s.y[k]/s.p[k], 1.0/20), 20)
+	return clampFactor(s.y[k] / s.p[k])
 }
 
 // fit solves both ridge regressions and publishes the coefficients. Under mu. O(d³), the
 // sums being kept current.
 func (m *LinearLatency) fit() {
 	next := *m.coef.Load()
-	if m.ttft.n > 0 {
-		next.ttft = m.ttft.solve(&m.prior.ttft, ttftDims)
+	if m.eqs[0].n > 0 {
+		next.ttft = m.eqs[0].solve(&m.prior.ttft, ttftDims)
 	}
-	if m.tpot.n > 0 {
-		next.tpot = m.tpot.solve(&m.prior.tpot, tpotDims)
+	if m.eqs[1].n > 0 {
+		next.tpot = m.eqs[1].solve(&m.prior.tpot, tpotDims)
 	}
 	m.fits++
 	m.coef.Store(&next)
@@ -492,5 +499,5 @@ type LatencyStats struct {
 func (m *LinearLatency) Stats() LatencyStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return LatencyStats{TTFTSamples: uint64(m.ttft.n), TPOTSamples: uint64(m.tpot.n), Fits: m.fits}
+	return LatencyStats{TTFTSamples: uint64(m.eqs[0].n), TPOTSamples: uint64(m.eqs[1].n), Fits: m.fits}
 }

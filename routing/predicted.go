@@ -152,8 +152,8 @@ func (s *linearScorer) addCols(req *Request, c *cols, w float64, tot []float64) 
 				d = 1e-4
 			}
 			if id := cd.ID; int(id) < len(sp) {
-				t *= math.Float64frombits(sp[id].ttft.Load())
-				d *= math.Float64frombits(sp[id].tpot.Load())
+				t *= sp[id].factor(0)
+				d *= sp[id].factor(1)
 			}
 			ttft[i], tpot[i] = t, d
 			if c := t + out*d; c < best { // positive and finite: t ≥ 1 ms, d ≥ 0.1 ms, finite factors
@@ -184,8 +184,8 @@ func (s *linearScorer) addCols(req *Request, c *cols, w float64, tot []float64) 
 				d = 1e-4
 			}
 			if id := ids[i]; int(id) < len(sp) {
-				t *= math.Float64frombits(sp[id].ttft.Load())
-				d *= math.Float64frombits(sp[id].tpot.Load())
+				t *= sp[id].factor(0)
+				d *= sp[id].factor(1)
 			}
 			ttft[i], tpot[i] = t, d
 			if c := t + out*d; c < best { // positive and finite: t ≥ 1 ms, d ≥ 0.1 ms, finite factors
