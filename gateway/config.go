@@ -26,6 +26,7 @@ import (
 	"github.com/usher-llm/usher/internal/backendspec"
 	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/internal/jsontime"
+	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -195,31 +196,10 @@ func (t *Targets) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// sloKeys are -slo's options.
-var sloKeys = backendspec.Keys{"ttft": false, "tpot": false}
-
 // parseSLO parses -slo: the band, then ttft=DURATION and tpot=DURATION.
 func parseSLO(s string) (int, Targets, error) {
-	var t Targets
-	sp, err := backendspec.Parse(s, sloKeys)
-	if err != nil {
-		return 0, t, fmt.Errorf("%w: -slo: %w", proxy.ErrInvalidOptions, err)
-	}
-	band, err := strconv.Atoi(sp.Target)
-	if err != nil || band < 0 || band >= bands {
-		return 0, t, fmt.Errorf("%w: -slo %q: want BAND (0..%d),ttft=DURATION,tpot=DURATION", proxy.ErrInvalidOptions, s, bands-1)
-	}
-	for _, f := range []struct {
-		key string
-		dst *time.Duration
-	}{{"ttft", &t.TTFT}, {"tpot", &t.TPOT}} {
-		if v := sp.Get(f.key); v != "" {
-			if *f.dst, err = time.ParseDuration(v); err != nil || *f.dst <= 0 {
-				return 0, t, fmt.Errorf("%w: -slo %q: %s=%q: want a positive duration such as 500ms", proxy.ErrInvalidOptions, s, f.key, v)
-			}
-		}
-	}
-	return band, t, nil
+	band, t, err := slo.ParseFlag(s, bands, proxy.ErrInvalidOptions)
+	return band, Targets(t), err
 }
 
 // bands is the number of priority bands a Config configures.

@@ -179,6 +179,10 @@
 //   - ordered by its own target under the slo policy: the Handler's queue requests carry the
 //     targets in their Value, which SLOTarget reads (fairness.NewSLODeadline's Target).
 //
+// The endpoint picker (proxy/extproc, examples/epp's -slo, -trust-slo-headers and
+// -slo-shed-above) reads and applies targets the same way (package internal/slo serves both),
+// for Envoy deployments; it counts shed and expired requests, not met and missed ones.
+//
 // The router learns its latency model from streamed requests only (their first token is
 // seen); a whole answer teaches it nothing. Metrics: usher_slo_requests_total{band,result}
 // counts requests with targets as met or missed (streamed requests: TTFT from arrival, TPOT

@@ -216,7 +216,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 	ex.prompt, ex.bufp = prompt, bufp // back to the pool when the exchange finishes
 
 	var e *openai.Error
-	if ex.targets, e = h.targets(in.Header, ex.id.Band); e != nil {
+	if ex.targets, e = h.slo.Targets(in.Header, ex.id.Band); e != nil {
 		return e
 	}
 	if ex.id.Session != "" { // sessionless traffic must not look like one long session
@@ -238,7 +238,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 		fr.Value = &ex.targets // SLOTarget; the exchange outlives the request's stay in the queue
 		if ex.targets.TTFT > 0 {
 			var shed bool
-			if fr.Deadline, shed = h.sloDeadline(&rr, ex.targets.TTFT, ex.arrival, time.Now()); shed {
+			if fr.Deadline, shed = h.slo.Deadline(h.router, &rr, ex.targets.TTFT, h.ttl, ex.arrival, time.Now()); shed {
 				// Refused as early shedding refuses: the same outcome, metrics and answer.
 				h.usher.ObserveAdmission(flowcontrol.RejectedWait.String(), ex.id.Band, time.Since(ex.arrival))
 				h.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)

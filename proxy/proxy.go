@@ -27,6 +27,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/internal/homes"
+	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -375,11 +376,9 @@ type Handler struct {
 	retrier   *retryTransport
 	budget    *budget
 	reading   bodyLimiter
-	decider   routing.Decider   // nil: the fleet is not disaggregated
-	slo       []routing.Latency // targets by band (len bands); nil: none
-	trustSLO  bool              // read the x-slo-* headers
-	shedAbove float64           // Options.SLOShedAbove
-	ttl       time.Duration     // the default queue's (and pools') TTL; 0 with Options.Queue
+	decider   routing.Decider // nil: the fleet is not disaggregated
+	slo       slo.Config      // Options.SLO, TrustSLOHeaders, SLOShedAbove
+	ttl       time.Duration   // the default queue's (and pools') TTL; 0 with Options.Queue
 
 	sent, retried, exhausted atomic.Uint64 // RetryStats
 

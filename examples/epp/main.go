@@ -34,6 +34,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
@@ -71,6 +72,9 @@ type config struct {
 	MaxQueue, MaxFlow     int
 	MaxInFlight           int
 	EarlyShed             bool
+	SLO                   map[int]routing.Latency
+	TrustSLOHeaders       bool
+	SLOShedAbove          float64
 	BlockSize, ByteBlock  int
 	TenantHeader          string
 	SessionHeader         string
@@ -150,6 +154,22 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.MaxFlow, "max-flow-queue", c.MaxFlow, "requests one flow may have waiting; 0: no limit")
 	fs.IntVar(&c.MaxInFlight, "max-inflight", 0, "requests in flight at once; 0: 64 per endpoint")
 	fs.BoolVar(&c.EarlyShed, "early-shed", false, "answer 429 at once when a request's estimated wait exceeds -ttl")
+	fs.Func("slo", "latency targets of a priority band: BAND,ttft=DURATION,tpot=DURATION (repeat): requests of the band go to an endpoint predicted to meet them (with the predicted-latency scorer in -router) and, with a TTFT target, are dispatched in time to meet it or refused (see -early-shed)", func(v string) error {
+		band, t, err := slo.ParseFlag(v, 4, extproc.ErrInvalidOptions)
+		if err != nil {
+			return err
+		}
+		if c.SLO == nil {
+			c.SLO = map[int]routing.Latency{}
+		}
+		if _, dup := c.SLO[band]; dup {
+			return fmt.Errorf("%w: -slo: band %d given twice", extproc.ErrInvalidOptions, band)
+		}
+		c.SLO[band] = t
+		return nil
+	})
+	fs.BoolVar(&c.TrustSLOHeaders, "trust-slo-headers", false, "read x-slo-ttft-ms and x-slo-tpot-ms from requests (set by a trusted proxy, which removes the clients' own): they may loosen a band's -slo targets, never tighten them")
+	fs.Float64Var(&c.SLOShedAbove, "slo-shed-above", 0, "refuse at once (429) a request with a TTFT target that the latency model predicts no endpoint can serve within this many times the target (0: off)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block (the engines' block size)")
 	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block of the prompt hash")
 	fs.StringVar(&c.TenantHeader, "tenant-header", "", "trusted header naming the tenant; empty: a keyed digest of the API key")
@@ -230,7 +250,7 @@ func (c config) options() (extproc.Options, error) {
 	o := extproc.Options{
 		Endpoints: c.Endpoints, Policy: policy, TTL: c.TTL, MaxInFlight: c.MaxInFlight,
 		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue}, FlowCapacity: flowcontrol.Limits{Requests: c.MaxFlow},
-		EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, Tokenizer: proxy.BytesTokenizer{BlockBytes: c.ByteBlock},
+		EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, SLO: c.SLO, TrustSLOHeaders: c.TrustSLOHeaders, SLOShedAbove: c.SLOShedAbove, Tokenizer: proxy.BytesTokenizer{BlockBytes: c.ByteBlock},
 		Keyer: keyer, MaxBodyBytes: c.MaxBody, Fallbacks: c.Fallbacks, StreamIdle: c.StreamIdle,
 		NoScrape: c.NoScrape, MetricsProfile: profile, ScrapeInterval: c.ScrapeInterval, KVListen: c.KVListen,
 		BlockSize: c.BlockSize, Decider: decider,

@@ -53,17 +53,24 @@ func TestFileSource(t *testing.T) {
 	if got := next(); len(got) != 1 || got[0].Address != "10.0.0.1:8000" {
 		t.Fatalf("first set %+v", got)
 	}
-	if err := os.WriteFile(path, []byte("not an endpoint\n"), 0o600); err != nil {
-		t.Fatal(err)
+	// Replace the file whole, as a deployment does (a ConfigMap's symlink swap): written in
+	// place, the poller may read it empty between the truncation and the write.
+	replace := func(content string) {
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
 	}
+	replace("not an endpoint\n")
 	select {
 	case <-errs:
 	case <-time.After(5 * time.Second):
 		t.Fatal("a bad file was not reported")
 	}
-	if err := os.WriteFile(path, []byte("10.0.0.1:8000\n10.0.0.2:8000\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	replace("10.0.0.1:8000\n10.0.0.2:8000\n")
 	if got := next(); len(got) != 2 {
 		t.Fatalf("after the change: %+v, want 2 endpoints (the bad file kept nothing)", got)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/lograte"
+	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
@@ -66,6 +67,17 @@ type Options struct {
 	MaxInFlight int
 	// EarlyShed configures the default queue's early shedding (429 at once).
 	EarlyShed flowcontrol.EarlyShed
+	// SLO, TrustSLOHeaders and SLOShedAbove are the gateway's (proxy.Options): latency
+	// targets by band, read also from x-slo-ttft-ms / x-slo-tpot-ms when a trusted proxy sets
+	// them (a header may only loosen its band's target), which route a request by the
+	// profile's PredictedLatency scorer, set its admission deadline from the router's
+	// prediction (arrival + target − best predicted TTFT, at least 50 ms from now, capped by
+	// TTL) and order it under the slo policy; SLOShedAbove refuses at once what no endpoint is
+	// predicted to serve within that many times its TTFT target. See "Service-level
+	// objectives" in the proxy package documentation.
+	SLO             map[int]routing.Latency
+	TrustSLOHeaders bool
+	SLOShedAbove    float64
 	// Bands is the number of priority bands of the default queue. Zero: 4.
 	Bands int
 
@@ -155,6 +167,8 @@ type Server struct {
 	limits     openai.Limits
 	maxBody    int64
 	bands      int
+	slo        slo.Config    // Options.SLO, TrustSLOHeaders, SLOShedAbove
+	ttl        time.Duration // the default queue's TTL; 0 with Options.Queue
 	models     map[string]bool
 	fallbacks  int
 	homes      *homes.Store // Responses API: response id → the endpoint that stored it
@@ -337,6 +351,9 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	if s.slo, err = slo.New(opts.SLO, opts.TrustSLOHeaders, opts.SLOShedAbove, s.bands, ErrInvalidOptions); err != nil {
+		return nil, err
+	}
 	if !opts.NoScrape {
 		if s.scraper, err = metrics.NewScraper(metrics.Options{
 			Profile: opts.MetricsProfile, Interval: opts.ScrapeInterval, OnUpdate: s.publish,
@@ -375,6 +392,7 @@ func (s *Server) defaultQueue(opts Options) error {
 	if ttl == 0 {
 		ttl = 60 * time.Second
 	}
+	s.ttl = ttl
 	s.gate = &inflightGate{}
 	if opts.MaxInFlight > 0 {
 		s.gate.limit.Store(int64(opts.MaxInFlight))

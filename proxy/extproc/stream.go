@@ -140,6 +140,9 @@ type exchange struct {
 	prompt   proxy.Prompt
 	bufp     *[]prefixcache.BlockHash
 	session  string
+	// targets are the request's latency targets (Options.SLO, trusted headers); the queue's
+	// Request.Value points here when any is set (proxy.SLOTarget).
+	targets routing.Latency
 	// The prefill pick of a disaggregated request: charged until the decode pod's answer
 	// begins (its sidecar has then finished the prefill step), closed exactly once.
 	prefill   routing.Result
@@ -358,6 +361,10 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 		return &openai.Error{Status: http.StatusInternalServerError, Type: openai.TypeServer, Code: "bad_band",
 			Message: "the picker's keyer gave this request a band outside its configuration"}, 0
 	}
+	var oe *openai.Error
+	if ex.targets, oe = s.slo.Targets(ex.header, ex.id.Band); oe != nil {
+		return oe, 0
+	}
 	if req.PreviousResponseID != "" {
 		if e := ex.followPrevious(req); e != nil {
 			return e, 0
@@ -377,23 +384,45 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 		prompt, _ = proxy.BytesTokenizer{}.Tokenize(ex.ctx, (*bufp)[:0], req)
 	}
 	ex.prompt, ex.bufp = prompt, bufp
-	t, err := s.queue.Admit(ex.ctx, flowcontrol.Request{
+	if ex.id.Session != "" {
+		ex.session = ex.id.Tenant + "/" + ex.id.Session
+	}
+	rr := routing.Request{Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.session,
+		Stream: ex.req != nil && ex.req.Stream, Model: req.Model, Adapter: req.Adapter,
+		OutputTokens: int(outputBudget(req)), Targets: ex.targets}
+	fr := flowcontrol.Request{
 		Flow:         ex.id.Flow(),
 		Band:         ex.id.Band,
 		Bytes:        int64(len(ex.body)),
 		PromptTokens: flowcontrol.Tokens(prompt.Tokens),
 		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
 		Arrival:      ex.arrival,
-	})
+	}
+	if ex.targets != (routing.Latency{}) {
+		fr.Value = &ex.targets // proxy.SLOTarget; the exchange outlives the request's stay in the queue
+		if ex.targets.TTFT > 0 {
+			var shed bool
+			if fr.Deadline, shed = s.slo.Deadline(s.router, &rr, ex.targets.TTFT, s.ttl, ex.arrival, time.Now()); shed {
+				// Refused as early shedding refuses: the same outcome, metrics and answer.
+				s.usher.ObserveAdmission(flowcontrol.RejectedWait.String(), ex.id.Band, time.Since(ex.arrival))
+				s.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)
+				return ex.admissionError(flowcontrol.ErrWouldExpire)
+			}
+		}
+	}
+	t, err := s.queue.Admit(ex.ctx, fr)
 	if err != nil {
+		if ex.targets != (routing.Latency{}) {
+			switch flowcontrol.OutcomeOf(err) {
+			case flowcontrol.RejectedWait:
+				s.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)
+			case flowcontrol.Expired:
+				s.usher.ObserveSLO(ex.id.Band, metrics.SLOExpired)
+			}
+		}
 		return ex.admissionError(err)
 	}
 	ex.ticket, ex.admitted = t, true
-	if ex.id.Session != "" {
-		ex.session = ex.id.Tenant + "/" + ex.id.Session
-	}
-	rr := routing.Request{Chain: prompt.Chain, BlockSize: prompt.BlockSize, PromptTokens: prompt.Tokens, Session: ex.session,
-		Stream: ex.req != nil && ex.req.Stream, Model: req.Model, Adapter: req.Adapter}
 	disagg := set.disagg
 	if disagg {
 		rr.Role = routing.RoleDecode
