@@ -120,6 +120,24 @@ func UsherLatencyRouter(weight float64) Router {
 	return Router{Name: name, New: func() routing.Profile { return build(routing.SessionOptions{}) }, NewReplica: build}
 }
 
+// usherTreesRouter is "usher+trees": usher+latency with the PredictedLatency term over a fresh
+// boosted-tree model (newTreeLatency) per run, so that the two models' prediction errors can be
+// compared on the same workloads.
+func usherTreesRouter() Router {
+	const name = "usher+trees"
+	build := func(o routing.SessionOptions) routing.Profile {
+		p := routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o}})
+		p.Name = name
+		sc, err := routing.NewPredictedLatency(routing.PredictedLatencyOptions{Model: newTreeLatency(treeOptions{})})
+		if err != nil {
+			panic(err) // the options are the defaults
+		}
+		p.Scorers = append(p.Scorers, routing.Weighted{Scorer: sc, Weight: UsherLatencyWeight})
+		return p
+	}
+	return Router{Name: name, New: func() routing.Profile { return build(routing.SessionOptions{}) }, NewReplica: build}
+}
+
 // newPredictedLatency is routing.NewPredictedLatency with its defaults, over a fresh model.
 func newPredictedLatency() routing.Scorer {
 	sc, err := routing.NewPredictedLatency(routing.PredictedLatencyOptions{})
@@ -240,6 +258,8 @@ func usherShipped() usherVariant {
 //	                   (BalanceFirstTurns), as it did before forks were homed
 //	usher+latency1     usher+latency with PredictedLatency at weight 1 (UsherLatencyRouter)
 //	usher+latency3     usher+latency with PredictedLatency at weight 3
+//	usher+trees        usher+latency over bench's boosted-tree model (latencytrees.go)
+//	                   instead of routing.LinearLatency: the stronger model, for its error
 //
 // The first two place turns without a home for balance, as they did when they were chosen.
 func UsherVariants() []Router {
@@ -266,6 +286,7 @@ func UsherVariants() []Router {
 		with("usher-balance-first", func(v *usherVariant) { v.sa.BalanceFirstTurns = true }),
 		UsherLatencyRouter(1),
 		UsherLatencyRouter(3),
+		usherTreesRouter(),
 	}
 }
 
