@@ -181,7 +181,7 @@
 //
 // The endpoint picker (proxy/extproc, examples/epp's -slo, -trust-slo-headers and
 // -slo-shed-above) reads and applies targets the same way (package internal/slo serves both),
-// for Envoy deployments; it counts shed and expired requests, not met and missed ones.
+// for Envoy deployments, with the same metrics.
 //
 // The router learns its latency model from streamed requests only (their first token is
 // seen); a whole answer teaches it nothing. Metrics: usher_slo_requests_total{band,result}

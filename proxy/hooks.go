@@ -644,7 +644,7 @@ func (ex *exchange) finish(err error) {
 	}
 	ex.info.End = time.Now()
 	if ex.admitted {
-		ex.observeLatency(ex.info.Err, ex.info.End)
+		ex.observeLatency()
 	}
 	if ex.timer != nil {
 		ex.timer.Stop()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/backendspec"
+	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 )
@@ -158,4 +159,52 @@ func ParseFlag(s string, bands int, invalid error) (int, routing.Latency, error)
 		}
 	}
 	return band, t, nil
+}
+
+// Finished is what a component knows of an admitted request when it finishes, for Observe.
+type Finished struct {
+	// Band and Targets are the request's; Stream says the answer was streamed.
+	Band    int
+	Targets routing.Latency
+	Stream  bool
+	// Pick is the router's Result when a backend was picked (Picked), and PickAt when.
+	Pick   routing.Result
+	Picked bool
+	PickAt time.Time
+	// Arrival is when the request reached the component; Info what the router is told at
+	// Done, End set.
+	Arrival time.Time
+	Info    *routing.DoneInfo
+	// ClientLeft says the client went away: the request neither met nor missed its targets.
+	ClientLeft bool
+}
+
+// Observe records, for a streamed request, how far the router's prediction was from what the
+// chosen backend did (TTFT from the pick, as the router learns it) and whether a request with
+// targets met them (TTFT from arrival, as the client sees it; a failure misses). A whole
+// answer's first token is not seen, so other requests count in neither. O(1).
+func Observe(g *metrics.Gateway, f *Finished) {
+	if !f.Stream {
+		return
+	}
+	info := f.Info
+	var tpot time.Duration
+	if !info.FirstTokenAt.IsZero() && info.Err == nil && info.OutputTokens >= 2 {
+		tpot = info.End.Sub(info.FirstTokenAt) / time.Duration(info.OutputTokens-1)
+	}
+	if p := f.Pick.Predicted; f.Picked && p != (routing.Latency{}) && !info.FirstTokenAt.IsZero() {
+		g.ObservePrediction(p, routing.Latency{TTFT: info.FirstTokenAt.Sub(f.PickAt), TPOT: tpot})
+	}
+	t := f.Targets
+	if t == (routing.Latency{}) || (info.Err != nil && f.ClientLeft) {
+		return
+	}
+	met := info.Err == nil && !info.FirstTokenAt.IsZero() &&
+		(t.TTFT == 0 || info.FirstTokenAt.Sub(f.Arrival) <= t.TTFT) &&
+		(t.TPOT == 0 || tpot <= t.TPOT)
+	if met {
+		g.ObserveSLO(f.Band, metrics.SLOMet)
+	} else {
+		g.ObserveSLO(f.Band, metrics.SLOMissed)
+	}
 }

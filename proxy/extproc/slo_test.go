@@ -53,3 +53,49 @@ func TestSLOOptions(t *testing.T) {
 		}
 	}
 }
+
+// A streamed request with a target that its answer meets is counted met, and the model's
+// prediction error is recorded, as in the gateway.
+func TestSLOMet(t *testing.T) {
+	s := newServer(t, Options{SLO: map[int]routing.Latency{0: {TTFT: time.Minute}}})
+	st, _ := open(t, serve(t, s))
+	r := exchangeRequest(t, st, chatBody, nil, "x-session-id", "s1")
+	if header, _ := destinationOf(t, r); !inFleet(header) {
+		t.Fatalf("destination %q", header)
+	}
+	send(t, st, respHeaders("200", "text/event-stream", false, nil))
+	recv(t, st)
+	for i, ch := range sseChunks {
+		send(t, st, respBody(ch, i == len(sseChunks)-1))
+		recv(t, st)
+	}
+	send(t, st, respTrailers())
+	recv(t, st)
+	_ = st.CloseSend()
+	waitIdle(t, s)
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var met, errs float64
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "usher_slo_requests_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" && l.GetValue() == "met" {
+						met += m.GetCounter().GetValue()
+					}
+				}
+			case "usher_latency_prediction_error_seconds":
+				errs += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	if met != 1 {
+		t.Errorf("met %v, want 1", met)
+	}
+	if errs != 0 {
+		t.Errorf("%v prediction errors recorded without a latency model in the profile, want 0", errs)
+	}
+}

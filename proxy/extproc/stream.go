@@ -20,6 +20,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/homes"
+	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -135,6 +136,7 @@ type exchange struct {
 	admitted bool
 	pick     routing.Result
 	picked   bool
+	pickAt   time.Time
 	endpoint string // the picked endpoint's address
 	pinned   string // the endpoint that stored the previous response; "" when none
 	prompt   proxy.Prompt
@@ -502,7 +504,7 @@ func (ex *exchange) route(rr *routing.Request) *openai.Error {
 	if err != nil {
 		return noEndpoint("no endpoint can take the request now: " + err.Error())
 	}
-	ex.pick, ex.picked, ex.endpoint = p, true, p.Backend.Name
+	ex.pick, ex.picked, ex.endpoint, ex.pickAt = p, true, p.Backend.Name, time.Now()
 	ex.s.usher.ObservePick(ex.endpoint)
 	return nil
 }
@@ -646,7 +648,7 @@ func (ex *exchange) moveTo(served string) {
 	rr := routing.Request{Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens, Session: ex.session, Exclude: exclude,
 		Stream: ex.req != nil && ex.req.Stream}
 	if p, err := s.router.Pick(&rr); err == nil {
-		ex.pick, ex.picked = p, true
+		ex.pick, ex.picked, ex.pickAt = p, true, time.Now()
 	}
 	ex.endpoint = served
 }
@@ -754,6 +756,14 @@ func (ex *exchange) finish(err error, f routing.Failure) {
 		}
 	}
 	ex.closePrefill(ex.info.Err)
+	ex.info.End = time.Now()
+	if ex.admitted {
+		slo.Observe(ex.s.usher, &slo.Finished{
+			Band: ex.id.Band, Targets: ex.targets, Stream: ex.req != nil && ex.req.Stream,
+			Pick: ex.pick, Picked: ex.picked, PickAt: ex.pickAt, Arrival: ex.arrival, Info: &ex.info,
+			ClientLeft: errors.Is(ex.info.Err, ErrStreamEnded),
+		})
+	}
 	if ex.picked {
 		ex.picked = false
 		ex.pick.Done(ex.info)
