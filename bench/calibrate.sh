@@ -44,16 +44,11 @@ PARALLEL=${PARALLEL:-1}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 
-bin=$(mktemp -d)
-trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$bin"' EXIT
-go build -o "$bin/simserver" ./examples/simfleet/cmd/simserver
-go build -o "$bin/gateway" ./examples/gateway
-go build -o "$bin/loadgen" ./examples/loadgen
-go build -o "$bin/compare" ./bench/cmd/compare
+. bench/procs.sh # started, build_tools
+build_tools ./bench/cmd/compare
 
 engine=(-profile qwen3-32b-h100 -block-size 64 -kv-blocks "$KV_BLOCKS" -max-model-len 131072)
 
-. bench/procs.sh # started
 
 # run ROUTER N: one process run, its report in $OUT/process-ROUTER-N.json and the servers'
 # metrics in $OUT/metrics-ROUTER-N.txt. It runs in a subshell of its own, so that killing its

@@ -54,15 +54,11 @@ REPEAT=${REPEAT:-3}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 
-bin=$(mktemp -d)
-trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$bin"' EXIT
-go build -o "$bin/simserver" ./examples/simfleet/cmd/simserver
-go build -o "$bin/gateway" ./examples/gateway
-go build -o "$bin/loadgen" ./examples/loadgen
+. bench/procs.sh # started, build_tools
+build_tools
 
 engine=(-profile qwen3-32b-h100 -block-size 64 -kv-blocks 4500 -max-model-len 131072)
 
-. bench/procs.sh # started
 
 # measured GATEWAY: streamed requests whose TTFT prediction was scored so far.
 measured() {

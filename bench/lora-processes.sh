@@ -27,15 +27,11 @@ ROUTERS=${ROUTERS:-usher usher-adapter-blind}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 
-bin=$(mktemp -d)
-trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$bin"' EXIT
-go build -o "$bin/simserver" ./examples/simfleet/cmd/simserver
-go build -o "$bin/gateway" ./examples/gateway
-go build -o "$bin/loadgen" ./examples/loadgen
+. bench/procs.sh # started, build_tools
+build_tools
 
 adapters=$(python3 -c 'print(",".join(f"lora-{k}" for k in range(64)))')
 
-. bench/procs.sh # started
 
 run() ( # ROUTER N
 	trap 'pkill -P $BASHPID 2>/dev/null || true' EXIT
