@@ -157,8 +157,8 @@
 //
 // Cost: a prediction is a dozen multiply-adds and two loads of the backend's factors, written
 // out in the scorer's one pass over the candidates. At 100 backends the default profile plus
-// the term picks and finishes a request in 4.60 µs of CPU against 3.53 µs without it
-// (BenchmarkPickLatency, learning included; 0 allocations), learning an outcome takes ~140 ns
+// the term picks and finishes a request in 4.31 µs of CPU against 3.33 µs without it
+// (BenchmarkPickLatency, learning included; 0 allocations), learning an outcome takes ~150 ns
 // under the model's mutex and a refit every 16 outcomes. llm-d's predicted-latency scheduling
 // trains an XGBoost model in two sidecar containers and asks them over HTTP per pick; bench's
 // boosted-tree model (bench/latencytrees.go) measures what trees would add — a third of the
