@@ -12,6 +12,7 @@ import (
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/heap"
 	"github.com/usher-llm/usher/internal/peer"
+	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 )
@@ -383,10 +384,6 @@ func (c *Config) targetsOf(w *Request) routing.Latency {
 	}
 	return c.Targets
 }
-
-// minSLOWait is the least time a request with a TTFT target may wait for admission, however
-// far its router predicts it to miss the target: the gateway's minSLOWait (proxy/slo.go).
-const minSLOWait = 50 * time.Millisecond
 
 // event kinds.
 const (
@@ -876,7 +873,7 @@ func (s *sim) arrive(i int32) {
 // sloDeadline returns the admission deadline of r, arriving now with a TTFT target T (see
 // Config.Targets), and whether to refuse it at once: the gateway's rule (proxy/slo.go,
 // Handler.sloDeadline), arrival + T − p̂ with p̂ the best TTFT r's router predicts over the
-// eligible servers (0 for a router without a latency model), no sooner than minSLOWait from
+// eligible servers (0 for a router without a latency model), no sooner than slo.MinWait from
 // now, and zero (the TTL) when that is at or beyond the TTL; refused when Config.SLOShedAbove
 // is set, p̂ exceeds that many times T and the model is warm. O(servers) plus hashing r's
 // chain.
@@ -886,20 +883,9 @@ func (s *sim) sloDeadline(r *simReq) (time.Time, bool) {
 	var p time.Duration
 	if best, ok := router.Predict(&rr); ok {
 		p = best.TTFT
-		if a := s.cfg.SLOShedAbove; a > 0 && float64(p) > a*float64(r.targets.TTFT) &&
-			router.Stats().LatencyOutcomes >= routing.ColdLatencyOutcomes {
-			return time.Time{}, true
-		}
 	}
-	arrival := s.clock.now
-	dl := arrival.Add(r.targets.TTFT - p)
-	if floor := s.clock.now.Add(minSLOWait); dl.Before(floor) {
-		dl = floor
-	}
-	if !dl.Before(arrival.Add(s.cfg.TTL)) {
-		return time.Time{}, false
-	}
-	return dl, false
+	c := slo.Config{ShedAbove: s.cfg.SLOShedAbove}
+	return c.Admit(p, router.Stats().LatencyOutcomes, r.targets.TTFT, s.cfg.TTL, s.clock.now, s.clock.now)
 }
 
 // settle handles the queue's outcomes produced by the last operation (dispatches, expiries,

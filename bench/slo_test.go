@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -78,11 +79,11 @@ func TestSLODeadline(t *testing.T) {
 		want   time.Duration // from arrival; 0: the TTL (zero deadline); -1: T − p̂ with p̂ > 0
 	}{
 		{"usher", 2 * time.Second, 2 * time.Second},
-		{"usher", 10 * time.Millisecond, minSLOWait},
+		{"usher", 10 * time.Millisecond, slo.MinWait},
 		{"usher", 60 * time.Second, 0},
 		{"usher", 90 * time.Second, 0},
 		{"usher-latency", 2 * time.Second, -1},
-		{"usher-latency", time.Millisecond, minSLOWait},
+		{"usher-latency", time.Millisecond, slo.MinWait},
 	} {
 		rs, err := SelectRouters(tc.router)
 		if err != nil {

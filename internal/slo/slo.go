@@ -99,21 +99,27 @@ func (c *Config) Targets(hd http.Header, band int) (routing.Latency, *openai.Err
 }
 
 // Deadline returns the admission deadline of a request with TTFT target ttft, arriving at
-// arrival and routed by r as rr: the latest dispatch that still meets the target on the backend
-// predicted fastest, arrival + ttft − p̂, no sooner than MinWait from now; zero (the queue's
-// TTL) when the router predicts nothing or that deadline is at or beyond ttl (0: unknown, no
-// cap). shed says the request is to be refused at once (ShedAbove): p̂ exceeds that many times
-// the target, with a model that has learned routing.ColdLatencyOutcomes observations.
+// arrival and routed by r as rr (see Admit), with p̂ the best TTFT r predicts; zero (the queue's
+// TTL) when r predicts nothing. shed says the request is to be refused at once. O(backends)
+// plus one prefix match (Router.Predict).
 func (c *Config) Deadline(r *routing.Router, rr *routing.Request, ttft, ttl time.Duration, arrival, now time.Time) (dl time.Time, shed bool) {
 	best, ok := r.Predict(rr)
 	if !ok {
 		return time.Time{}, false
 	}
-	if c.ShedAbove > 0 && float64(best.TTFT) > c.ShedAbove*float64(ttft) &&
-		r.Stats().LatencyOutcomes >= routing.ColdLatencyOutcomes {
+	return c.Admit(best.TTFT, r.Stats().LatencyOutcomes, ttft, ttl, arrival, now)
+}
+
+// Admit is Deadline's rule given the prediction: the latest dispatch that still meets the
+// target on the backend predicted fastest, arrival + ttft − predicted, no sooner than MinWait
+// from now; zero when that is at or beyond ttl (0: unknown, no cap). shed is true when
+// ShedAbove is set, predicted exceeds that many times the target and the model has learned
+// routing.ColdLatencyOutcomes observations (learned). O(1).
+func (c *Config) Admit(predicted time.Duration, learned uint64, ttft, ttl time.Duration, arrival, now time.Time) (dl time.Time, shed bool) {
+	if c.ShedAbove > 0 && float64(predicted) > c.ShedAbove*float64(ttft) && learned >= routing.ColdLatencyOutcomes {
 		return time.Time{}, true
 	}
-	dl = arrival.Add(ttft - best.TTFT)
+	dl = arrival.Add(ttft - predicted)
 	if floor := now.Add(MinWait); dl.Before(floor) {
 		dl = floor
 	}
