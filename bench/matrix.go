@@ -256,15 +256,18 @@ func usherShipped() usherVariant {
 //	usher-sat          routing.Usher behind the SaturationFilter
 //	usher-balance-first  routing.Usher placing every turn without a home for balance
 //	                   (BalanceFirstTurns), as it did before forks were homed
+//	usher-balance-when-quiet  routing.Usher leaving other candidates half their balance while
+//	                   no engine queues (BalanceWhenQuiet), as it did before the quiet rule
 //	usher+latency1     usher+latency with PredictedLatency at weight 1 (UsherLatencyRouter)
 //	usher+latency3     usher+latency with PredictedLatency at weight 3
 //	usher+trees        usher+latency over bench's boosted-tree model (latencytrees.go)
 //	                   instead of routing.LinearLatency: the stronger model, for its error
 //
-// The first two place turns without a home for balance, as they did when they were chosen.
+// The first two place turns without a home for balance, and keep balance while the fleet is
+// quiet, as they did when they were chosen.
 func UsherVariants() []Router {
-	o15 := routing.SessionAwareOptions{Overload: 1.5, BalanceFirstTurns: true}
-	o2 := routing.SessionAwareOptions{Overload: 2, BalanceFirstTurns: true}
+	o15 := routing.SessionAwareOptions{Overload: 1.5, BalanceFirstTurns: true, BalanceWhenQuiet: true}
+	o2 := routing.SessionAwareOptions{Overload: 2, BalanceFirstTurns: true, BalanceWhenQuiet: true}
 	p2 := routing.SessionAwareOptions{Overload: 2, PrefixFirstTurns: true}
 	shipped := usherShipped()
 	with := func(name string, f func(*usherVariant)) Router {
@@ -284,6 +287,7 @@ func UsherVariants() []Router {
 		with("usher-cap64k", func(v *usherVariant) { v.tokenCap = 1 << 16 }),
 		with("usher-sat", func(v *usherVariant) { v.saturation = true }),
 		with("usher-balance-first", func(v *usherVariant) { v.sa.BalanceFirstTurns = true }),
+		with("usher-balance-when-quiet", func(v *usherVariant) { v.sa.BalanceWhenQuiet = true }),
 		UsherLatencyRouter(1),
 		UsherLatencyRouter(3),
 		usherTreesRouter(),

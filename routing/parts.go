@@ -89,12 +89,14 @@ func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(
 //     another conversation, an agent's sub-task, an edited retry, a shared document — it is
 //     homed among those holders: each scores 1/2 + (held share + balance)/4, every other
 //     candidate balance/2, so the turn goes where most of it is cached unless every holder is
-//     overloaded. Otherwise it is placed for balance: score = balance, with no regard to
+//     overloaded (while the fleet is quiet, below, every other candidate scores 0). Otherwise
+//     it is placed for balance: score = balance, with no regard to
 //     smaller matches. A short shared opening (the same system instructions for everyone) is
 //     cached on whichever servers saw it first; scoring it in proportion would pull every new
 //     session onto them.
 //   - A later turn stays where its history is cached: the home backend scores 1 and every other
-//     candidate balance/2 — unless the home is overloaded, or its history was evicted
+//     candidate balance/2 (0 while the fleet is quiet) — unless the home is overloaded, or its
+//     history was evicted
 //     (MatchedBlocks(home) < KeptFraction · the blocks of the previous turn, and the home holds
 //     none of the prompt or another candidate holds more of it; checked only when the Router
 //     has a prefix index). Then the turn has no home (above), the backend it goes to becomes home,
@@ -102,6 +104,15 @@ func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(
 //   - A request without a session scores (MatchedBlocks/len(Chain) + balance)/2, or balance/4
 //     when the candidate is overloaded: prefix reuse and balance in equal parts, never onto a
 //     server already carrying twice its share.
+//
+// The fleet is quiet when every candidate's engine reports no request waiting (SignalQueued
+// known, BackendState.Queued 0). A turn sent to its home or holders then costs a batch slot,
+// and one sent elsewhere costs its prefill, so the other candidates keep none of their balance
+// and only the load limit, and the load scorers the profile sets beside this one, send it
+// away; once any engine queues, they keep half of it. On four servers of small caches at light
+// load this caches as much as llm-d's prefix-heavy blend, while the busy fleets of the
+// Mooncake trace keep their balance (bench/README.md, "The quiet rule").
+// SessionAwareOptions.BalanceWhenQuiet turns it off.
 //
 // balance is relative to the busiest candidate rather than min-max normalised, so one request
 // more or less moves it by 1/(max L + 1), not from 1 to 0: a prefix match can outweigh a small

@@ -320,6 +320,10 @@ type SessionAwareOptions struct {
 	// prompt a candidate mostly holds (usher's rule before forks were homed; see
 	// NewSessionAware). PrefixFirstTurns takes precedence.
 	BalanceFirstTurns bool
+	// BalanceWhenQuiet gives the candidates other than a turn's home or holders balance/2
+	// even while the fleet is quiet, where they would score 0 (usher's rule before the quiet
+	// rule; see NewSessionAware).
+	BalanceWhenQuiet bool
 }
 
 // sessionAware is the scorer NewSessionAware returns.
@@ -330,13 +334,14 @@ type sessionAware struct {
 	noEvict  bool
 	prefix1  bool
 	balance1 bool
+	quiet    bool // the quiet rule is on (not BalanceWhenQuiet)
 	moved    atomic.Uint64
 }
 
 // newSessionAware builds the scorer NewSessionAware returns.
 func newSessionAware(opts SessionAwareOptions) *sessionAware {
 	s := &sessionAware{t: newSessionTable(opts.SessionOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction,
-		prefix1: opts.PrefixFirstTurns, balance1: opts.BalanceFirstTurns}
+		prefix1: opts.PrefixFirstTurns, balance1: opts.BalanceFirstTurns, quiet: !opts.BalanceWhenQuiet}
 	if s.overload <= 0 {
 		s.overload = DefaultOverload
 	}
@@ -371,7 +376,11 @@ func load(c *Candidate) float64 {
 // Score implements Scorer.
 func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	hi, sum := 0.0, 0.0
+	quiet := s.quiet
 	for i := range cands {
+		if !cands[i].Has(SignalQueued) || cands[i].State.Queued > 0 {
+			quiet = false
+		}
 		l := load(&cands[i])
 		dst[i] = l // raw load; turned into a score below
 		hi = max(hi, l)
@@ -420,6 +429,14 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 			need = 0
 		}
 	}
+	// away is the share of its balance a candidate other than the turn's home or holders
+	// keeps: half, and none while the fleet is quiet — no engine has a request waiting, so a
+	// turn placed on its cache costs a batch slot, and one placed elsewhere its prefill. The
+	// load scorers beside this one still weigh the load.
+	away := 0.5
+	if quiet {
+		away = 0
+	}
 	for i := range cands {
 		l := dst[i]
 		b := 1 - l/(hi+1)
@@ -427,11 +444,11 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		case home >= 0 && i == home:
 			dst[i] = 1
 		case home >= 0:
-			dst[i] = b / 2
+			dst[i] = b * away
 		case need > 0 && cands[i].MatchedBlocks >= need && l <= limit:
 			dst[i] = 0.5 + (float64(min(cands[i].MatchedBlocks, len(req.Chain)))/n+b)/4
 		case need > 0:
-			dst[i] = b / 2
+			dst[i] = b * away
 		case mixed && n > 0 && l > limit:
 			dst[i] = b / 4
 		case mixed && n > 0:

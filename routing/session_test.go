@@ -126,8 +126,12 @@ func usherWith(sa *sessionAware) Profile {
 // limit when it is most of their prompt, and not at all when it is a small part of it; llm-d's
 // default blend sends them all there.
 func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
-	placed := func(profile func(*sessionAware) Profile, system []BlockHash, own int) map[string]int {
-		r, ix, _, _ := sessionFleet(t, profile)
+	// placed places 8 new sessions, each the opening system plus own blocks of its own, on a
+	// fleet whose b7 has queued requests waiting (a busy fleet) or none (a quiet one).
+	placed := func(profile func(*sessionAware) Profile, system []BlockHash, own, queued int) map[string]int {
+		r, ix, _, states := sessionFleet(t, profile)
+		states[7].Queued = queued
+		mustUpdate(t, r, states)
 		ix.hold("b0", system)
 		on := map[string]int{}
 		for i := range 8 {
@@ -144,27 +148,44 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 		return on
 	}
 	// A 3-block opening before 4 blocks of the session's own: less than KeptFraction, so the
-	// eight new sessions land on eight servers.
-	if on := placed(usherWith, chain(3), 4); len(on) != 8 {
-		t.Errorf("short opening: usher placed 8 new sessions as %v, want 8 servers", on)
+	// eight new sessions land on eight servers, quiet or busy.
+	for _, queued := range []int{0, 1} {
+		if on := placed(usherWith, chain(3), 4, queued); len(on) != 8 {
+			t.Errorf("short opening, %d queued: usher placed 8 new sessions as %v, want 8 servers", queued, on)
+		}
 	}
 	// A 6-block opening before 1 block: most of each prompt is cached on b0, so sessions go
-	// there — but never past its load limit (load 3 > 2·(3/8 + 1)), and in the usher profile
-	// DynamoCost's in-flight blocks stop it sooner — then spread.
-	on := placed(usherWith, chain(6), 1)
+	// there — but never past its load limit (2·(mean load + 1)) — then to the next server that
+	// holds the opening. In a busy fleet the others keep half their balance, and DynamoCost's
+	// in-flight blocks stop the pull sooner.
+	on := placed(usherWith, chain(6), 1, 1)
 	if on["b0"] < 2 || on["b0"] > 3 {
-		t.Errorf("long opening: b0 got %d of 8 new sessions (%v), want 2 or 3: pulled, up to its load limit", on["b0"], on)
+		t.Errorf("long opening, busy fleet: b0 got %d of 8 new sessions (%v), want 2 or 3", on["b0"], on)
 	}
 	for name, n := range on {
 		if n > 3 {
-			t.Errorf("long opening: %s got %d new sessions, more than the load limit lets through", name, n)
+			t.Errorf("long opening, busy fleet: %s got %d new sessions, more than the load limit lets through", name, n)
 		}
+	}
+	// In a quiet fleet only the load limit stops it: b0 takes three, the fourth would pass
+	// its limit and goes elsewhere, and that server, now holding the opening too, shares the
+	// rest with b0, each within its limit as the fleet's mean load grows.
+	on = placed(usherWith, chain(6), 1, 0)
+	if on["b0"] != 4 || len(on) != 2 {
+		t.Errorf("long opening, quiet fleet: placed as %v, want 4 on b0 and 4 on one other holder", on)
+	}
+	// BalanceWhenQuiet places the quiet fleet's sessions as the busy fleet's.
+	busyRule := func(*sessionAware) Profile {
+		return usherWith(newSessionAware(SessionAwareOptions{BalanceWhenQuiet: true}))
+	}
+	if on := placed(busyRule, chain(6), 1, 0); on["b0"] < 2 || on["b0"] > 3 {
+		t.Errorf("long opening, BalanceWhenQuiet: b0 got %d of 8 new sessions (%v), want 2 or 3", on["b0"], on)
 	}
 	// With BalanceFirstTurns the opening does not pull at all.
 	balanced := func(*sessionAware) Profile {
 		return usherWith(newSessionAware(SessionAwareOptions{BalanceFirstTurns: true}))
 	}
-	if on := placed(balanced, chain(6), 1); len(on) != 8 {
+	if on := placed(balanced, chain(6), 1, 0); len(on) != 8 {
 		t.Errorf("BalanceFirstTurns: placed 8 new sessions as %v, want 8 servers", on)
 	}
 	// llm-d's default blend sends all of them to the warm server (polled queues have not moved).
@@ -303,6 +324,35 @@ func TestSessionAwareScores(t *testing.T) {
 	// Fresh polled load counts when larger: queued 5 + running 1 = 6 against in-flight 1.
 	got = score(sa, &Request{Session: "x"}, cands(cand{inflight: 1, queued: 5, running: 1, known: QR}, cand{inflight: 3}))
 	checkScores(t, "polled load", got, []float64{1 - 6.0/7, 1 - 3.0/7})
+}
+
+// In a quiet fleet — every engine reports, freshly, no request waiting — a turn's home or
+// holders keep their scores and every other candidate scores 0; one waiting request anywhere,
+// or a queue the router cannot see, brings back balance/2.
+func TestSessionAwareQuiet(t *testing.T) {
+	sa := newSessionAware(SessionAwareOptions{})
+	// loads 0, 2, 4 as in TestSessionAwareScores: balance 1, 0.6, 0.2.
+	fleet := func(queued int, known Signal, stale bool) []Candidate {
+		return cands(
+			cand{id: 1, inflight: 0, known: known, stale: stale},
+			cand{id: 2, inflight: 2, matched: 4, known: known, stale: stale},
+			cand{id: 3, inflight: 4, matched: 2, queued: queued, known: known, stale: stale})
+	}
+	first := &Request{Chain: chain(4), indexed: true, Session: "new"}
+	checkScores(t, "first turn, quiet", score(sa, first, fleet(0, QR, false)), []float64{0, 0.9, 0.675})
+	checkScores(t, "first turn, one waiting", score(sa, first, fleet(1, QR, false)), []float64{0.5, 0.9, 0.675})
+	checkScores(t, "first turn, queues stale", score(sa, first, fleet(0, QR, true)), []float64{0.5, 0.9, 0.675})
+	checkScores(t, "first turn, queues unknown", score(sa, first, fleet(0, 0, false)), []float64{0.5, 0.9, 0.675})
+	// A later turn at home on the third candidate (it holds the previous turn's 2 blocks).
+	later := &Request{Chain: chain(4), indexed: true, Session: "old"}
+	sa.t.store(sa.t.hash("old"), 3, 2, time.Now().UnixNano())
+	checkScores(t, "later turn, quiet", score(sa, later, fleet(0, QR, false)), []float64{0, 0, 1})
+	checkScores(t, "later turn, busy", score(sa, later, fleet(0, 0, false)), []float64{0.5, 0.3, 1})
+	// Sessionless requests score prefix and balance in equal parts, quiet or not.
+	checkScores(t, "sessionless, quiet", score(sa, &Request{Chain: chain(4), indexed: true}, fleet(0, QR, false)), []float64{0.5, 0.8, 0.35})
+	// BalanceWhenQuiet keeps balance/2 in a quiet fleet.
+	bal := newSessionAware(SessionAwareOptions{BalanceWhenQuiet: true})
+	checkScores(t, "BalanceWhenQuiet", score(bal, first, fleet(0, QR, false)), []float64{0.5, 0.9, 0.675})
 }
 
 // FuzzSessionTable checks the session table against a naive map of the last placement of each
