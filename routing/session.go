@@ -386,7 +386,8 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		hi = max(hi, l)
 		sum += l
 	}
-	limit := s.overload * (sum/float64(len(cands)) + 1)
+	fair := sum/float64(len(cands)) + 1 // a fair share of the load, plus one request
+	limit := s.overload * fair
 	home := -1
 	if req.Session != "" {
 		if id, blocks, ok := s.t.lookup(s.t.hash(req.Session), nowOf(req, cands)); ok {
@@ -405,6 +406,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 					s.moved.Add(1)
 				} else {
 					home = i
+					quiet = quiet && dst[i] <= fair
 				}
 				break
 			}
@@ -418,21 +420,23 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	need := 0
 	if home < 0 && !mixed && !s.balance1 && req.indexed && n > 0 {
 		need = max(1, int(math.Ceil(s.kept*n)))
-		held := false
+		held, light := false, false
 		for i := range cands {
 			if cands[i].MatchedBlocks >= need && dst[i] <= limit {
 				held = true
-				break
+				light = light || dst[i] <= fair
 			}
 		}
+		quiet = quiet && light
 		if !held {
 			need = 0
 		}
 	}
 	// away is the share of its balance a candidate other than the turn's home or holders
 	// keeps: half, and none while the fleet is quiet — no engine has a request waiting, so a
-	// turn placed on its cache costs a batch slot, and one placed elsewhere its prefill. The
-	// load scorers beside this one still weigh the load.
+	// turn placed on its cache costs a batch slot, and one placed elsewhere its prefill — and
+	// the home, or some holder, carries no more than a fair share of the load plus one
+	// request. The load scorers beside this one still weigh the load.
 	away := 0.5
 	if quiet {
 		away = 0
