@@ -107,10 +107,11 @@ func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(
 //
 // The fleet is quiet when every candidate's engine reports no request waiting (SignalQueued
 // known, BackendState.Queued 0). A turn sent to its home or holders then costs a batch slot,
-// and one sent elsewhere costs its prefill, so while the home (or some holder) carries no more
-// than a fair share of the load plus one (L ≤ mean L + 1) the other candidates keep none of
-// their balance, and only the load scorers the profile sets beside this one send the turn
-// away; once any engine queues, or the home is past that share, they keep half of it. On four servers of small caches at light
+// and one sent elsewhere costs its prefill, so while the home (or some holder) is within the
+// load limit reckoned over the other candidates alone (L ≤ Overload · (their mean L + 1); on
+// two servers the limit over all never binds) the other candidates keep none of their balance,
+// and only the load scorers the profile sets beside this one send the turn away; once any
+// engine queues, or the home is past that limit, they keep half of it. On four servers of small caches at light
 // load this caches as much as llm-d's prefix-heavy blend, while the busy fleets of the
 // Mooncake trace keep their balance (bench/README.md, "The quiet rule").
 // SessionAwareOptions.BalanceWhenQuiet turns it off.

@@ -386,8 +386,13 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		hi = max(hi, l)
 		sum += l
 	}
-	fair := sum/float64(len(cands)) + 1 // a fair share of the load, plus one request
-	limit := s.overload * fair
+	limit := s.overload * (sum/float64(len(cands)) + 1)
+	// calm reports whether a home or holder of load l is within the load limit reckoned over
+	// the other candidates alone: with few candidates its own load lifts the mean it is
+	// measured against (on two servers l ≤ 2·(mean + 1) always holds).
+	calm := func(l float64) bool {
+		return len(cands) > 1 && l <= s.overload*((sum-l)/float64(len(cands)-1)+1)
+	}
 	home := -1
 	if req.Session != "" {
 		if id, blocks, ok := s.t.lookup(s.t.hash(req.Session), nowOf(req, cands)); ok {
@@ -406,7 +411,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 					s.moved.Add(1)
 				} else {
 					home = i
-					quiet = quiet && dst[i] <= fair
+					quiet = quiet && calm(dst[i])
 				}
 				break
 			}
@@ -424,7 +429,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		for i := range cands {
 			if cands[i].MatchedBlocks >= need && dst[i] <= limit {
 				held = true
-				light = light || dst[i] <= fair
+				light = light || calm(dst[i])
 			}
 		}
 		quiet = quiet && light
@@ -435,8 +440,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	// away is the share of its balance a candidate other than the turn's home or holders
 	// keeps: half, and none while the fleet is quiet — no engine has a request waiting, so a
 	// turn placed on its cache costs a batch slot, and one placed elsewhere its prefill — and
-	// the home, or some holder, carries no more than a fair share of the load plus one
-	// request. The load scorers beside this one still weigh the load.
+	// the home, or some holder, is calm. The load scorers beside this one still weigh the load.
 	away := 0.5
 	if quiet {
 		away = 0
