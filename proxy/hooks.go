@@ -234,17 +234,9 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
 		Arrival:      ex.arrival,
 	}
-	if ex.targets != (routing.Latency{}) {
-		fr.Value = &ex.targets // SLOTarget; the exchange outlives the request's stay in the queue
-		if ex.targets.TTFT > 0 {
-			var shed bool
-			if fr.Deadline, shed = h.slo.Deadline(h.router, &rr, ex.targets.TTFT, h.ttl, ex.arrival, time.Now()); shed {
-				// Refused as early shedding refuses: the same outcome, metrics and answer.
-				h.usher.ObserveAdmission(flowcontrol.RejectedWait.String(), ex.id.Band, time.Since(ex.arrival))
-				h.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)
-				return ex.admissionError(flowcontrol.ErrWouldExpire)
-			}
-		}
+	// With targets: SLOTarget's value, the deadline, or a refusal as early shedding refuses.
+	if h.slo.Queue(&fr, &ex.targets, h.router, &rr, h.ttl, ex.arrival, h.usher, ex.id.Band) {
+		return ex.admissionError(flowcontrol.ErrWouldExpire)
 	}
 	t, err := ex.queue.Admit(ctx, fr)
 	h.usher.ObserveAdmission(flowcontrol.OutcomeOf(err).String(), ex.id.Band, time.Since(ex.arrival))

@@ -429,7 +429,9 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		for i := range cands {
 			if cands[i].MatchedBlocks >= need && dst[i] <= limit {
 				held = true
-				light = light || calm(dst[i])
+				if light = light || calm(dst[i]); light {
+					break
+				}
 			}
 		}
 		quiet = quiet && light

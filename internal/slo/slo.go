@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/backendspec"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -108,6 +109,28 @@ func (c *Config) Deadline(r *routing.Router, rr *routing.Request, ttft, ttl time
 		return time.Time{}, false
 	}
 	return c.Admit(best.TTFT, r.Stats().LatencyOutcomes, ttft, ttl, arrival, now)
+}
+
+// Queue readies fr, a request with latency targets, for the admission queue, as the gateway
+// and the endpoint picker both admit one: fr.Value points at targets (what SLOTarget reads; the
+// caller keeps targets alive while fr waits) and, with a TTFT target, fr.Deadline is Deadline's.
+// When Deadline says shed, Queue records the refusal on g as early shedding does (outcome
+// RejectedWait, SLO result shed, in band) and returns true: the caller answers
+// flowcontrol.ErrWouldExpire. Zero targets leave fr alone. O(Deadline).
+func (c *Config) Queue(fr *flowcontrol.Request, targets *routing.Latency, r *routing.Router, rr *routing.Request,
+	ttl time.Duration, arrival time.Time, g *metrics.Gateway, band int) (shed bool) {
+	if *targets == (routing.Latency{}) {
+		return false
+	}
+	fr.Value = targets
+	if targets.TTFT <= 0 {
+		return false
+	}
+	if fr.Deadline, shed = c.Deadline(r, rr, targets.TTFT, ttl, arrival, time.Now()); shed {
+		g.ObserveAdmission(flowcontrol.RejectedWait.String(), band, time.Since(arrival))
+		g.ObserveSLO(band, metrics.SLOShed)
+	}
+	return shed
 }
 
 // Admit is Deadline's rule given the prediction: the latest dispatch that still meets the

@@ -400,17 +400,9 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
 		Arrival:      ex.arrival,
 	}
-	if ex.targets != (routing.Latency{}) {
-		fr.Value = &ex.targets // proxy.SLOTarget; the exchange outlives the request's stay in the queue
-		if ex.targets.TTFT > 0 {
-			var shed bool
-			if fr.Deadline, shed = s.slo.Deadline(s.router, &rr, ex.targets.TTFT, s.ttl, ex.arrival, time.Now()); shed {
-				// Refused as early shedding refuses: the same outcome, metrics and answer.
-				s.usher.ObserveAdmission(flowcontrol.RejectedWait.String(), ex.id.Band, time.Since(ex.arrival))
-				s.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)
-				return ex.admissionError(flowcontrol.ErrWouldExpire)
-			}
-		}
+	// With targets: SLOTarget's value, the deadline, or a refusal as early shedding refuses.
+	if s.slo.Queue(&fr, &ex.targets, s.router, &rr, s.ttl, ex.arrival, s.usher, ex.id.Band) {
+		return ex.admissionError(flowcontrol.ErrWouldExpire)
 	}
 	t, err := s.queue.Admit(ex.ctx, fr)
 	if err != nil {
