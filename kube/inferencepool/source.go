@@ -395,11 +395,12 @@ func (r *reconciler) reconcile() bool {
 		return true
 	}
 	r.sent, r.last = true, eps
-	r.update(slices.Clone(eps))
+	// Counted before it is delivered, so that whoever receives the set sees it in Stats.
 	r.s.mu.Lock()
 	r.s.st.Endpoints, r.s.st.LastUpdate = len(eps), time.Now()
 	r.s.st.Updates++
 	r.s.mu.Unlock()
+	r.update(slices.Clone(eps))
 	return true
 }
 
