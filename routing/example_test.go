@@ -155,9 +155,9 @@ func ExampleRouter_Pick() {
 	// done: 0 request(s), 0 prefill tokens
 }
 
-// New sessions that share a system prompt spread over the fleet instead of piling onto the
-// server that cached the prompt first; each session's next turn returns to its server, and a
-// new session that forks an earlier conversation goes where that conversation is cached.
+// New sessions that share a system prompt follow the server that cached it only as far as the
+// load limit, then spread; each session's next turn returns to its server, and a new session
+// that forks an earlier conversation goes where that conversation is cached.
 func ExampleNewSessionAware() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	now := time.Unix(1_700_000_000, 0)
@@ -184,9 +184,12 @@ func ExampleNewSessionAware() {
 		return p
 	}
 	var first []routing.Result
-	for i, s := range []string{"ann", "bob", "cat"} {
+	for i, s := range []string{"ann", "bob", "cat", "dan"} {
 		b := prefixcache.BlockHash(100 * (i + 1))
-		p := turn(s, b, b+1, b+2) // the system prompt is 2 of 5 blocks: placed for balance
+		// The shared instructions are 2 of 5 blocks: their share pulls a new session to gpu-0
+		// while gpu-0 is within the load limit reckoned over the others, 2·(their mean + 1)
+		// in-flight requests; dan finds it past that limit and is placed for balance.
+		p := turn(s, b, b+1, b+2)
 		fmt.Printf("%s turn 1 → %s\n", s, p.Backend.Name)
 		first = append(first, p)
 	}
@@ -196,16 +199,17 @@ func ExampleNewSessionAware() {
 	p := turn("bob", 200, 201, 202, 203)
 	fmt.Printf("bob turn 2 → %s (%d blocks cached)\n", p.Backend.Name, p.MatchedBlocks)
 	p.Done(routing.DoneInfo{})
-	// A sub-task forked from bob's conversation: a new session, 6 of its 7 blocks on bob's server.
-	p = turn("bob-subtask", 200, 201, 202, 203, 900)
-	fmt.Printf("bob-subtask turn 1 → %s (%d blocks cached)\n", p.Backend.Name, p.MatchedBlocks)
+	// A sub-task forked from dan's conversation: a new session, 5 of its 6 blocks on dan's server.
+	p = turn("dan-subtask", 400, 401, 402, 900)
+	fmt.Printf("dan-subtask turn 1 → %s (%d blocks cached)\n", p.Backend.Name, p.MatchedBlocks)
 	p.Done(routing.DoneInfo{})
 	// Output:
 	// ann turn 1 → gpu-0
-	// bob turn 1 → gpu-1
-	// cat turn 1 → gpu-2
-	// bob turn 2 → gpu-1 (5 blocks cached)
-	// bob-subtask turn 1 → gpu-1 (6 blocks cached)
+	// bob turn 1 → gpu-0
+	// cat turn 1 → gpu-0
+	// dan turn 1 → gpu-2
+	// bob turn 2 → gpu-0 (5 blocks cached)
+	// dan-subtask turn 1 → gpu-2 (5 blocks cached)
 }
 
 // A backend whose metrics stopped arriving is routed around while fresh ones exist; its

@@ -88,15 +88,15 @@ func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(
 //     candidate that is not overloaded holds at least KeptFraction of its blocks — a fork of
 //     another conversation, an agent's sub-task, an edited retry, a shared document — it is
 //     homed among those holders: each scores 1/2 + (held share + balance)/4, every other
-//     candidate balance/2, so the turn goes where most of it is cached unless every holder is
-//     overloaded (while the fleet is quiet, below, every other candidate scores 0). Otherwise
-//     it is placed for balance: score = balance, with no regard to
-//     smaller matches. A short shared opening (the same system instructions for everyone) is
-//     cached on whichever servers saw it first; scoring it in proportion would pull every new
-//     session onto them.
+//     candidate balance/2 (0 while a holder is quiet, below), so the turn goes where most of
+//     it is cached unless every holder is overloaded. When no candidate holds that much, each
+//     calm candidate (below) scores the share of the prompt it holds and every other 0: a
+//     shared document or system prompt opening a longer prompt pulls the turn towards its
+//     holders in proportion to what it saves, and the load scorers the profile sets beside
+//     this one balance the rest. When no calm candidate holds any of it, score = balance.
 //   - A later turn stays where its history is cached: the home backend scores 1 and every other
-//     candidate balance/2 (0 while the fleet is quiet) — unless the home is overloaded, or its
-//     history was evicted
+//     candidate balance/2 (0 while the fleet is quiet, below) — unless the home is overloaded,
+//     or its history was evicted
 //     (MatchedBlocks(home) < KeptFraction · the blocks of the previous turn, and the home holds
 //     none of the prompt or another candidate holds more of it; checked only when the Router
 //     has a prefix index). Then the turn has no home (above), the backend it goes to becomes home,
@@ -105,16 +105,18 @@ func NewSessionAffinity(opts SessionOptions) Scorer { return newSessionAffinity(
 //     when the candidate is overloaded: prefix reuse and balance in equal parts, never onto a
 //     server already carrying twice its share.
 //
-// The fleet is quiet when every candidate's engine reports no request waiting (SignalQueued
-// known, BackendState.Queued 0). A turn sent to its home or holders then costs a batch slot,
-// and one sent elsewhere costs its prefill, so while the home (or some holder) is within the
-// load limit reckoned over the other candidates alone (L ≤ Overload · (their mean L + 1); on
-// two servers the limit over all never binds) the other candidates keep none of their balance,
-// and only the load scorers the profile sets beside this one send the turn away; once any
-// engine queues, or the home is past that limit, they keep half of it. On four servers of small caches at light
-// load this caches as much as llm-d's prefix-heavy blend, while the busy fleets of the
+// A candidate is calm when it is within the load limit reckoned over the other candidates
+// alone, L ≤ Overload · (their mean L + 1) (on two servers the limit over all never binds), and
+// quiet when its engine freshly reports no request waiting (SignalQueued known,
+// BackendState.Queued 0). A turn sent to a quiet server that caches it costs a batch slot, and
+// one sent elsewhere its prefill; so the other candidates keep none of their balance while
+// every candidate is quiet (a later turn at home), or while some holder is calm and quiet (a
+// turn homed among holders), and only the load scorers beside this one send the turn away.
+// Once a request waits, they keep half of it. On four servers of small caches at light load
+// this caches within a point of llm-d's prefix-heavy blend, while the busy fleets of the
 // Mooncake trace keep their balance (bench/README.md, "The quiet rule").
-// SessionAwareOptions.BalanceWhenQuiet turns it off.
+// SessionAwareOptions.BalanceWhenQuiet turns off both the quiet rule and the share of a turn
+// that no candidate mostly holds (such a turn is then placed for balance alone).
 //
 // balance is relative to the busiest candidate rather than min-max normalised, so one request
 // more or less moves it by 1/(max L + 1), not from 1 to 0: a prefix match can outweigh a small

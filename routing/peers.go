@@ -355,8 +355,10 @@ const UsherLoadCap = 1 << 17
 //     stale) to the prefill it would do: the decode-side load that prefill tokens miss.
 //   - SessionAware keeps a later turn at home unless the home holds more than twice the mean
 //     load or has evicted the history, homes a first turn where most of its prompt is cached
-//     (a fork, a shared document), and places the rest for balance in request counts. While no
-//     engine has a request waiting it leaves the balance of a homed turn to the load terms.
+//     (a fork, a shared document), pulls one that is partly cached (a shared opening) towards
+//     the servers within the load limit in proportion to what each holds, and places the
+//     rest for balance in request counts. While the servers that matter have no request
+//     waiting it leaves the balance of a homed turn to the load terms.
 //   - KVUtilization steers away from servers about to preempt.
 //
 // With UsherOptions.AdapterWeight w > 0 the blend gains w·AdapterAffinity, for fleets that

@@ -321,8 +321,10 @@ type SessionAwareOptions struct {
 	// NewSessionAware). PrefixFirstTurns takes precedence.
 	BalanceFirstTurns bool
 	// BalanceWhenQuiet gives the candidates other than a turn's home or holders balance/2
-	// even while the fleet is quiet, where they would score 0 (usher's rule before the quiet
-	// rule; see NewSessionAware).
+	// even while the fleet (or a holder) is quiet, where they would score 0, and places a turn
+	// without a home that no candidate mostly holds for balance alone, where it would follow the
+	// share each calm candidate holds (usher's rules before the quiet rule; see
+	// NewSessionAware).
 	BalanceWhenQuiet bool
 }
 
@@ -376,9 +378,9 @@ func load(c *Candidate) float64 {
 // Score implements Scorer.
 func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	hi, sum := 0.0, 0.0
-	quiet := s.quiet
+	quiet := s.quiet // no candidate has a request waiting (while the quiet rule is on)
 	for i := range cands {
-		if !cands[i].Has(SignalQueued) || cands[i].State.Queued > 0 {
+		if !idle(&cands[i]) {
 			quiet = false
 		}
 		l := load(&cands[i])
@@ -387,9 +389,9 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		sum += l
 	}
 	limit := s.overload * (sum/float64(len(cands)) + 1)
-	// calm reports whether a home or holder of load l is within the load limit reckoned over
-	// the other candidates alone: with few candidates its own load lifts the mean it is
-	// measured against (on two servers l ≤ 2·(mean + 1) always holds).
+	// calm reports whether a candidate of load l is within the load limit reckoned over the
+	// other candidates alone: with few candidates its own load lifts the mean it is measured
+	// against (on two servers l ≤ 2·(mean + 1) always holds).
 	calm := func(l float64) bool {
 		return len(cands) > 1 && l <= s.overload*((sum-l)/float64(len(cands)-1)+1)
 	}
@@ -411,7 +413,6 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 					s.moved.Add(1)
 				} else {
 					home = i
-					quiet = quiet && calm(dst[i])
 				}
 				break
 			}
@@ -419,33 +420,50 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 	n := float64(len(req.Chain))
 	mixed := req.Session == "" || s.prefix1
+	first := home < 0 && !mixed && !s.balance1 && req.indexed && n > 0
 	// A turn without a home whose prompt is mostly held by some candidate that is not
 	// overloaded — a fork of another conversation, an agent's sub-task, a shared document —
 	// is homed among those holders: need is the blocks a holder must hold, 0 when none does.
+	// Such a turn keeps the others at none of their balance when a holder is calm and has no
+	// request waiting itself (the state of the rest of the fleet does not change what going
+	// there costs).
 	need := 0
-	if home < 0 && !mixed && !s.balance1 && req.indexed && n > 0 {
+	if first {
 		need = max(1, int(math.Ceil(s.kept*n)))
 		held, light := false, false
 		for i := range cands {
 			if cands[i].MatchedBlocks >= need && dst[i] <= limit {
 				held = true
-				if light = light || calm(dst[i]); light {
+				if light = light || (calm(dst[i]) && idle(&cands[i])); light {
 					break
 				}
 			}
 		}
-		quiet = quiet && light
+		quiet = s.quiet && light
 		if !held {
 			need = 0
 		}
 	}
 	// away is the share of its balance a candidate other than the turn's home or holders
-	// keeps: half, and none while the fleet is quiet — no engine has a request waiting, so a
-	// turn placed on its cache costs a batch slot, and one placed elsewhere its prefill — and
-	// the home, or some holder, is calm. The load scorers beside this one still weigh the load.
+	// keeps: half, and none while the fleet is quiet (a later turn) or a holder is calm and
+	// idle (a first turn) — no engine that matters has a request waiting, so a turn placed on
+	// its cache costs a batch slot, and one placed elsewhere its prefill. The load scorers
+	// beside this one still weigh the load.
 	away := 0.5
 	if quiet {
 		away = 0
+	}
+	// share: a first turn that no candidate mostly holds (a shared system prompt or
+	// document opening a longer prompt) scores the share of its prompt each calm candidate
+	// holds, and the rest 0: only what has no reuse is left to the load terms to balance.
+	share := false
+	if first && need == 0 && s.quiet {
+		for i := range cands {
+			if cands[i].MatchedBlocks > 0 && calm(dst[i]) {
+				share = true
+				break
+			}
+		}
 	}
 	for i := range cands {
 		l := dst[i]
@@ -459,6 +477,10 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 			dst[i] = 0.5 + (float64(min(cands[i].MatchedBlocks, len(req.Chain)))/n+b)/4
 		case need > 0:
 			dst[i] = b * away
+		case share && calm(l):
+			dst[i] = float64(min(cands[i].MatchedBlocks, len(req.Chain))) / n
+		case share:
+			dst[i] = 0
 		case mixed && n > 0 && l > limit:
 			dst[i] = b / 4
 		case mixed && n > 0:
@@ -468,6 +490,9 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		}
 	}
 }
+
+// idle reports whether a candidate freshly reports no request waiting. O(1).
+func idle(c *Candidate) bool { return c.Has(SignalQueued) && c.State.Queued == 0 }
 
 // heldMore reports whether a candidate other than cands[i] holds more of the prompt. O(n).
 func heldMore(cands []Candidate, i int) bool {

@@ -127,10 +127,11 @@ func usherWith(sa *sessionAware) Profile {
 // default blend sends them all there.
 func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	// placed places 8 new sessions, each the opening system plus own blocks of its own, on a
-	// fleet whose b7 has queued requests waiting (a busy fleet) or none (a quiet one).
+	// fleet where the server holding the opening, b0, has queued requests waiting (a busy
+	// holder) or none (a quiet one).
 	placed := func(profile func(*sessionAware) Profile, system []BlockHash, own, queued int) map[string]int {
 		r, ix, _, states := sessionFleet(t, profile)
-		states[7].Queued = queued
+		states[0].Queued = queued
 		mustUpdate(t, r, states)
 		ix.hold("b0", system)
 		on := map[string]int{}
@@ -147,8 +148,10 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 		}
 		return on
 	}
-	// A 3-block opening before 4 blocks of the session's own: less than KeptFraction, so the
-	// eight new sessions land on eight servers, quiet or busy.
+	// A 3-block opening before 4 blocks of the session's own: less than KeptFraction, so
+	// SessionAware scores the share each calm server holds (3/7 on b0, 1.5 · 3/7 ≈ 0.64 in the
+	// blend) — less than DynamoCost weighs b0's first in-flight session — and the eight new
+	// sessions land on eight servers, quiet or busy.
 	for _, queued := range []int{0, 1} {
 		if on := placed(usherWith, chain(3), 4, queued); len(on) != 8 {
 			t.Errorf("short opening, %d queued: usher placed 8 new sessions as %v, want 8 servers", queued, on)
@@ -156,18 +159,18 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	}
 	// A 6-block opening before 1 block: most of each prompt is cached on b0, so sessions go
 	// there — but never past its load limit (2·(mean load + 1)) — then to the next server that
-	// holds the opening. In a busy fleet the others keep half their balance, and DynamoCost's
-	// in-flight blocks stop the pull sooner.
+	// holds the opening. While the holder has a request waiting, the others keep half their
+	// balance, and DynamoCost's in-flight blocks stop the pull sooner.
 	on := placed(usherWith, chain(6), 1, 1)
 	if on["b0"] < 2 || on["b0"] > 3 {
-		t.Errorf("long opening, busy fleet: b0 got %d of 8 new sessions (%v), want 2 or 3", on["b0"], on)
+		t.Errorf("long opening, busy holder: b0 got %d of 8 new sessions (%v), want 2 or 3", on["b0"], on)
 	}
 	for name, n := range on {
 		if n > 3 {
-			t.Errorf("long opening, busy fleet: %s got %d new sessions, more than the load limit lets through", name, n)
+			t.Errorf("long opening, busy holder: %s got %d new sessions, more than the load limit lets through", name, n)
 		}
 	}
-	// In a quiet fleet a holder outranks the rest while it is within the load limit reckoned
+	// With a quiet holder it outranks the rest while it is within the load limit reckoned
 	// over the other servers; past it the others keep half their balance again, and the
 	// sessions spread over the servers that now hold the opening.
 	on = placed(usherWith, chain(6), 1, 0)
@@ -179,7 +182,7 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	if on["b0"] != 3 || len(on) > 4 {
 		t.Errorf("long opening, quiet fleet: placed as %v, want 3 on b0 and the rest on few holders", on)
 	}
-	// BalanceWhenQuiet places the quiet fleet's sessions as the busy fleet's.
+	// BalanceWhenQuiet places the quiet holder's sessions as the busy holder's.
 	busyRule := func(*sessionAware) Profile {
 		return usherWith(newSessionAware(SessionAwareOptions{BalanceWhenQuiet: true}))
 	}
@@ -310,9 +313,20 @@ func TestSessionAwareScores(t *testing.T) {
 	// outrank the other, 1/2 + (share + balance)/4 against balance/2.
 	req.Session = "new"
 	checkScores(t, "first turn", score(sa, req, three()), []float64{0.5, 0.9, 0.675})
-	// Nobody holds half of it: balance only, the smaller matches ignored.
+	// Nobody holds half of it: the share each candidate within the load limit reckoned over
+	// the others holds (all three here: 0 ≤ 2·(3+1), 2 ≤ 2·(2+1), 4 ≤ 2·(1+1)), none of their
+	// balance — the load terms beside it weigh the load.
 	checkScores(t, "first turn, small matches", score(sa, req, cands(cand{inflight: 0}, cand{inflight: 2, matched: 1}, cand{inflight: 4, matched: 1})),
+		[]float64{0, 0.25, 0.25})
+	// A small match on a candidate past that limit (loads 0, 0, 5: 5 > 2·(0+1)) counts for
+	// nothing, and scores 0 like the others that hold nothing.
+	checkScores(t, "first turn, small match past the others' limit", score(sa, req, cands(cand{}, cand{matched: 1}, cand{inflight: 5, matched: 1})),
+		[]float64{0, 0.25, 0})
+	// Nobody holds any of it, or only candidates past that limit do: balance only.
+	checkScores(t, "first turn, nothing held", score(sa, req, cands(cand{inflight: 0}, cand{inflight: 2}, cand{inflight: 4})),
 		[]float64{1, 0.6, 0.2})
+	checkScores(t, "first turn, held only past the limit", score(sa, req, cands(cand{}, cand{}, cand{inflight: 5, matched: 1})),
+		[]float64{1, 1, 1.0 / 6})
 	// The only holder is overloaded (loads 0, 0, 12: limit 2·(4+1) = 10): balance only.
 	checkScores(t, "first turn, holder overloaded", score(sa, req, cands(cand{}, cand{}, cand{inflight: 12, matched: 4})),
 		[]float64{1, 1, 1.0 / 13})
@@ -346,7 +360,14 @@ func TestSessionAwareQuiet(t *testing.T) {
 	}
 	first := &Request{Chain: chain(4), indexed: true, Session: "new"}
 	checkScores(t, "first turn, quiet", score(sa, first, fleet(0, QR, false)), []float64{0, 0.9, 0.675})
-	checkScores(t, "first turn, one waiting", score(sa, first, fleet(1, QR, false)), []float64{0.5, 0.9, 0.675})
+	// One request waiting on the lesser holder: the other holder is still calm and idle.
+	checkScores(t, "first turn, one waiting on a holder", score(sa, first, fleet(1, QR, false)), []float64{0, 0.9, 0.675})
+	// A request waiting on every holder: balance/2 for the rest.
+	busyHolders := cands(
+		cand{id: 1, inflight: 0, known: QR},
+		cand{id: 2, inflight: 2, matched: 4, queued: 1, known: QR},
+		cand{id: 3, inflight: 4, matched: 2, queued: 1, known: QR})
+	checkScores(t, "first turn, every holder waiting", score(sa, first, busyHolders), []float64{0.5, 0.9, 0.675})
 	checkScores(t, "first turn, queues stale", score(sa, first, fleet(0, QR, true)), []float64{0.5, 0.9, 0.675})
 	checkScores(t, "first turn, queues unknown", score(sa, first, fleet(0, 0, false)), []float64{0.5, 0.9, 0.675})
 	// A later turn at home on the second candidate (load 2; the others' limit 2·(2 + 1)).
@@ -354,12 +375,15 @@ func TestSessionAwareQuiet(t *testing.T) {
 	sa.t.store(sa.t.hash("old"), 2, 4, time.Now().UnixNano())
 	checkScores(t, "later turn, quiet", score(sa, later, fleet(0, QR, false)), []float64{0, 1, 0})
 	checkScores(t, "later turn, busy", score(sa, later, fleet(0, 0, false)), []float64{0.5, 1, 0.1})
-	// At home on a server of load 6 beside two idle ones: within the load limit over all three
-	// (2·(2 + 1)), so still home, but past it over the other two (2·(0 + 1)): balance/2 for
-	// them, quiet or not.
+	// At home on a server of load 6 beside two idle ones: within the load limit (2·(2 + 1)),
+	// so home, and the quiet fleet keeps the others at 0 — a later turn's history is most of its
+	// prompt, so staying costs a batch slot and leaving its whole prefill.
 	sa.t.store(sa.t.hash("old"), 3, 2, time.Now().UnixNano())
 	lopsided := cands(cand{id: 1, known: QR}, cand{id: 2, known: QR}, cand{id: 3, inflight: 6, matched: 2, known: QR})
-	checkScores(t, "later turn, home past the others' limit", score(sa, later, lopsided), []float64{0.5, 0.5, 1})
+	checkScores(t, "later turn, home at the load limit", score(sa, later, lopsided), []float64{0, 0, 1})
+	// One request waiting anywhere: balance/2 for the others.
+	lopsided[0].State.Queued = 1
+	checkScores(t, "later turn, home at the load limit, one waiting", score(sa, later, lopsided), []float64{0.5 * (1 - 1.0/7), 0.5, 1})
 	// Sessionless requests score prefix and balance in equal parts, quiet or not.
 	checkScores(t, "sessionless, quiet", score(sa, &Request{Chain: chain(4), indexed: true}, fleet(0, QR, false)), []float64{0.5, 0.8, 0.35})
 	// BalanceWhenQuiet keeps balance/2 in a quiet fleet.
