@@ -134,6 +134,6 @@ func ExampleConfig_disaggregated() {
 	// Output:
 	// aggregated: 300 of 300 completed, 0% disaggregated
 	// always: 300 of 300 completed, 100% disaggregated
-	// prefix: 300 of 300 completed, 89% disaggregated
+	// prefix: 300 of 300 completed, 88% disaggregated
 	// TPOT p99 below aggregated's: true true
 }

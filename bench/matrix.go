@@ -201,6 +201,7 @@ type usherVariant struct {
 	session, tokens, kv    float64
 	tokenCap               int
 	prefill, dynamo        float64
+	dyn                    routing.DynamoOptions
 	saturation, firstToken bool
 }
 
@@ -222,7 +223,7 @@ func (v usherVariant) router() Router {
 			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.PrefillLoad(v.tokenCap), Weight: v.prefill})
 		}
 		if v.dynamo > 0 {
-			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.NewDynamoCost(routing.DynamoOptions{}), Weight: v.dynamo})
+			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.NewDynamoCost(v.dyn), Weight: v.dynamo})
 		}
 		if v.saturation {
 			p.Filters = append(p.Filters, routing.NewSaturationFilter(routing.SaturationOptions{}))
@@ -238,7 +239,8 @@ func (v usherVariant) router() Router {
 // usherShipped is routing.Usher spelled as a variant, the base the variants change one thing
 // of; TestUsherShippedVariant keeps the two equal.
 func usherShipped() usherVariant {
-	return usherVariant{name: "usher", sa: routing.SessionAwareOptions{Overload: 2}, session: 1.5, tokens: 2, dynamo: 1, kv: 0.5, tokenCap: routing.UsherLoadCap}
+	return usherVariant{name: "usher", sa: routing.SessionAwareOptions{Overload: 2}, session: 1.5, tokens: 2, dynamo: 1,
+		dyn: routing.DynamoOptions{AbstainWhenQuiet: true}, kv: 0.5, tokenCap: routing.UsherLoadCap}
 }
 
 // UsherVariants returns the compositions of usher's router tried while choosing routing.Usher
@@ -257,7 +259,11 @@ func usherShipped() usherVariant {
 //	usher-balance-first  routing.Usher placing every turn without a home for balance
 //	                   (BalanceFirstTurns), as it did before forks were homed
 //	usher-balance-when-quiet  routing.Usher leaving other candidates half their balance while
-//	                   no engine queues (BalanceWhenQuiet), as it did before the quiet rule
+//	                   no engine queues, placing a partly cached first turn for balance
+//	                   (BalanceWhenQuiet), and DynamoCost scoring a quiet fleet too, as it did
+//	                   before the quiet rule
+//	usher-dynamo-always  routing.Usher with DynamoCost scoring a quiet, settled fleet too (no
+//	                   AbstainWhenQuiet), as it did before it abstained
 //	usher+latency1     usher+latency with PredictedLatency at weight 1 (UsherLatencyRouter)
 //	usher+latency3     usher+latency with PredictedLatency at weight 3
 //	usher+trees        usher+latency over bench's boosted-tree model (latencytrees.go)
@@ -287,7 +293,8 @@ func UsherVariants() []Router {
 		with("usher-cap64k", func(v *usherVariant) { v.tokenCap = 1 << 16 }),
 		with("usher-sat", func(v *usherVariant) { v.saturation = true }),
 		with("usher-balance-first", func(v *usherVariant) { v.sa.BalanceFirstTurns = true }),
-		with("usher-balance-when-quiet", func(v *usherVariant) { v.sa.BalanceWhenQuiet = true }),
+		with("usher-balance-when-quiet", func(v *usherVariant) { v.sa.BalanceWhenQuiet, v.dyn = true, routing.DynamoOptions{} }),
+		with("usher-dynamo-always", func(v *usherVariant) { v.dyn = routing.DynamoOptions{} }),
 		UsherLatencyRouter(1),
 		UsherLatencyRouter(3),
 		usherTreesRouter(),

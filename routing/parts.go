@@ -14,7 +14,9 @@ package routing
 // polled metrics, so nothing is missing or stale. Scores are the min-max normalised cost turned
 // around, score = (max − cost) / (max − min) (1 for all when equal), so the max-score picker takes
 // Dynamo's argmin and Softmax(T) samples with p ∝ exp(−normalised cost / T), as Dynamo does.
-// O(n), no allocation, safe for concurrent use.
+// With DynamoOptions.AbstainWhenQuiet it scores every candidate 1 while the fleet is quiet and
+// settled (see the option), which Dynamo does not do. O(n), no allocation, safe for concurrent
+// use.
 func NewDynamoCost(opts DynamoOptions) Scorer { return newDynamoCost(opts) }
 
 // NewHealthFilter returns a HealthFilter.

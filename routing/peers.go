@@ -155,6 +155,10 @@ func SGLang(opts SGLangOptions) Profile {
 	}
 }
 
+// DefaultUnreported is DynamoOptions.Unreported's default: two requests sent since the
+// candidates last reported still leave a quiet fleet settled.
+const DefaultUnreported = 2
+
 // DynamoOptions configures DynamoCost.
 type DynamoOptions struct {
 	// OverlapWeight multiplies the prefill blocks in the cost. Zero: 1.0 (Dynamo's default);
@@ -162,11 +166,27 @@ type DynamoOptions struct {
 	OverlapWeight float64
 	// Temperature > 0 samples with softmax over the normalised cost; 0 takes the argmin.
 	Temperature float64
+	// AbstainWhenQuiet scores every candidate 1, leaving the choice to the other terms of a
+	// blend, for a request on the base model (no Request.Adapter) while the fleet is quiet and
+	// settled: every candidate freshly reports its running and waiting requests
+	// (SignalRunning, SignalQueued), none has a request waiting, and the router has at most
+	// Unreported requests in flight beyond what the candidates reported (summed over them:
+	// the requests sent since the last scrape). A request under a LoRA adapter is scored as
+	// usual: AdapterAffinity pulls it towards its adapter's servers, and without this term's
+	// in-flight blocks the bench's LoRA workload piled onto them. Dynamo's own profile leaves
+	// it off; Usher sets it.
+	AbstainWhenQuiet bool
+	// Unreported is how many requests sent since the candidates last reported still leave
+	// the fleet settled, with AbstainWhenQuiet. Zero: DefaultUnreported (2); use a negative
+	// value for an explicit 0.
+	Unreported int
 }
 
 // dynamoCost is the scorer NewDynamoCost returns.
 type dynamoCost struct {
-	w float64
+	w          float64
+	abstain    bool
+	unreported int64
 }
 
 // newDynamoCost builds the scorer NewDynamoCost returns.
@@ -178,11 +198,39 @@ func newDynamoCost(opts DynamoOptions) *dynamoCost {
 	if w < 0 {
 		w = 0
 	}
-	return &dynamoCost{w: w}
+	u := int64(opts.Unreported)
+	if u == 0 {
+		u = DefaultUnreported
+	}
+	if u < 0 {
+		u = 0
+	}
+	return &dynamoCost{w: w, abstain: opts.AbstainWhenQuiet, unreported: u}
+}
+
+// settled reports whether the fleet is quiet and settled (DynamoOptions.AbstainWhenQuiet): every
+// candidate freshly reports no request waiting, and the router's in-flight requests exceed the
+// running and waiting ones reported by at most unreported, summed over the candidates. O(n).
+func settled(cands []Candidate, unreported int64) bool {
+	var sent int64
+	for i := range cands {
+		c := &cands[i]
+		if !idle(c) || !c.Has(SignalRunning) {
+			return false
+		}
+		sent += max(0, c.InFlight.Requests-int64(c.State.Running+c.State.Queued))
+	}
+	return sent <= unreported
 }
 
 // Score implements Scorer.
 func (d *dynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
+	if d.abstain && req.Adapter == "" && settled(cands, d.unreported) {
+		for i := range cands {
+			dst[i] = 1
+		}
+		return
+	}
 	bs := float64(req.BlockSize)
 	if bs <= 0 {
 		bs = DefaultBlockSize
@@ -341,8 +389,8 @@ const UsherLoadCap = 1 << 17
 
 // Usher is usher's default routing configuration:
 //
-//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072) + 1·DynamoCost
-//	               + 0.5·KVUtilization → max-score
+//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072)
+//	               + 1·DynamoCost(AbstainWhenQuiet) + 0.5·KVUtilization → max-score
 //
 // with the prefix index learning at pick (LearnOnPick, the Profile default). The terms divide the
 // work:
@@ -352,7 +400,12 @@ const UsherLoadCap = 1 << 17
 //     it is prefix affinity and load balance in one unit, for every request: a server holding
 //     the prompt's prefix wins exactly when the tokens it saves exceed its extra backlog.
 //   - DynamoCost adds the KV blocks the server's requests hold (the router's own count, never
-//     stale) to the prefill it would do: the decode-side load that prefill tokens miss.
+//     stale) to the prefill it would do: the decode-side load that prefill tokens miss. It
+//     abstains (AbstainWhenQuiet) while no engine has a request waiting and the router has
+//     sent at most two requests since the engines last reported: a server that caches the
+//     prompt then costs a batch slot, not a wait, and its in-flight blocks would outweigh the
+//     prefill it saves. A burst of arrivals ends the abstention at its third request, before
+//     any scrape could show it.
 //   - SessionAware keeps a later turn at home unless the home holds more than twice the mean
 //     load or has evicted the history, homes a first turn where most of its prompt is cached
 //     (a fork, a shared document), pulls one that is partly cached (a shared opening) towards
@@ -380,7 +433,7 @@ func Usher(opts UsherOptions) Profile {
 		Scorers: []Weighted{
 			{newSessionAware(sa), 1.5},
 			{TokenLoad(UsherLoadCap), 2},
-			{newDynamoCost(DynamoOptions{}), 1},
+			{newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), 1},
 			{KVUtilization(), 0.5},
 		},
 		Picker: MaxScore(),

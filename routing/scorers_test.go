@@ -196,6 +196,38 @@ func TestPeerScorerTables(t *testing.T) {
 		{"dynamo weight 2", newDynamoCost(DynamoOptions{OverlapWeight: 2}), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 25.0 / 46}},
+		// AbstainWhenQuiet: every queue fresh and empty, running reported, and the router's
+		// in-flight requests 2 + 1 + 1 against 2 + 1 + 0 reported: one sent since, within the
+		// default 2 → every candidate 1.
+		{"dynamo abstains, quiet and settled", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+			cands(cand{uncached: 160, blocks: 50, inflight: 2, running: 2, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
+				cand{uncached: 80, blocks: 35, inflight: 1, known: QR}),
+			[]float64{1, 1, 1}},
+		// One request waiting: the cost as without the option.
+		{"dynamo abstains not, one waiting", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+			cands(cand{uncached: 160, blocks: 50, inflight: 2, running: 2, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
+				cand{uncached: 80, blocks: 35, inflight: 1, queued: 1, known: QR}),
+			[]float64{0, 1, 20.0 / 38}},
+		// Three requests sent since the last reports (3 in flight, 0 reported): a burst.
+		{"dynamo abstains not, a burst", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+			cands(cand{uncached: 160, blocks: 50, inflight: 3, known: QR}, cand{prefill: 32, blocks: 20, known: QR},
+				cand{uncached: 80, blocks: 35, known: QR}),
+			[]float64{0, 1, 20.0 / 38}},
+		// With Unreported negative (none), one unreported request is enough.
+		{"dynamo abstains not, none unreported", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true, Unreported: -1}), req10,
+			cands(cand{uncached: 160, blocks: 50, inflight: 1, known: QR}, cand{prefill: 32, blocks: 20, known: QR},
+				cand{uncached: 80, blocks: 35, known: QR}),
+			[]float64{0, 1, 20.0 / 38}},
+		// A request under a LoRA adapter is scored as usual, quiet or not.
+		{"dynamo abstains not, adapter request", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}),
+			&Request{Chain: chain(10), BlockSize: 16, PromptTokens: 160, Adapter: "lora-1"},
+			cands(cand{uncached: 160, blocks: 50, known: QR}, cand{prefill: 32, blocks: 20, known: QR}, cand{uncached: 80, blocks: 35, known: QR}),
+			[]float64{0, 1, 20.0 / 38}},
+		// Queues the router cannot see (stale) are not quiet.
+		{"dynamo abstains not, stale", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+			cands(cand{uncached: 160, blocks: 50, known: QR, stale: true}, cand{prefill: 32, blocks: 20, known: QR},
+				cand{uncached: 80, blocks: 35, known: QR}),
+			[]float64{0, 1, 20.0 / 38}},
 		// AIBrix: loads 0, 0, 0, 20: mean 5, max 20 > 2·6 = 12 and 20 − 0 ≥ 8 → only the
 		// least-loaded (0, 1, 2) may be chosen; among them the best match: 0.5 + 0.49·m.
 		{"aibrix imbalanced", aibrixPrefixGate{}, req10,

@@ -150,18 +150,27 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	}
 	// A 3-block opening before 4 blocks of the session's own: less than KeptFraction, so
 	// SessionAware scores the share each calm server holds (3/7 on b0, 1.5 · 3/7 ≈ 0.64 in the
-	// blend) — less than DynamoCost weighs b0's first in-flight session — and the eight new
-	// sessions land on eight servers, quiet or busy.
-	for _, queued := range []int{0, 1} {
-		if on := placed(usherWith, chain(3), 4, queued); len(on) != 8 {
-			t.Errorf("short opening, %d queued: usher placed 8 new sessions as %v, want 8 servers", queued, on)
+	// blend). While b0 has a request waiting DynamoCost weighs its in-flight sessions more than
+	// that after one session, and the eight new sessions land on eight servers.
+	if on := placed(usherWith, chain(3), 4, 1); len(on) != 8 {
+		t.Errorf("short opening, busy holder: usher placed 8 new sessions as %v, want 8 servers", on)
+	}
+	// In a quiet, settled fleet DynamoCost abstains: the opening pulls sessions to the servers
+	// that hold it while they are within the load limit reckoned over the others, and no further.
+	on := placed(usherWith, chain(3), 4, 0)
+	for name, n := range on {
+		if n > 3 || n > on["b0"] {
+			t.Errorf("short opening, quiet holder: %s got %d of 8 new sessions (%v), want at most 3 and no more than b0", name, n, on)
 		}
+	}
+	if on["b0"] < 2 || len(on) < 3 {
+		t.Errorf("short opening, quiet holder: placed 8 new sessions as %v, want b0 to take 2 or 3 and the rest spread", on)
 	}
 	// A 6-block opening before 1 block: most of each prompt is cached on b0, so sessions go
 	// there — but never past its load limit (2·(mean load + 1)) — then to the next server that
 	// holds the opening. While the holder has a request waiting, the others keep half their
 	// balance, and DynamoCost's in-flight blocks stop the pull sooner.
-	on := placed(usherWith, chain(6), 1, 1)
+	on = placed(usherWith, chain(6), 1, 1)
 	if on["b0"] < 2 || on["b0"] > 3 {
 		t.Errorf("long opening, busy holder: b0 got %d of 8 new sessions (%v), want 2 or 3", on["b0"], on)
 	}
