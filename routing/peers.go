@@ -169,9 +169,11 @@ type DynamoOptions struct {
 	// AbstainWhenQuiet scores every candidate 1, leaving the choice to the other terms of a
 	// blend, for a request on the base model (no Request.Adapter) while the fleet is quiet and
 	// settled: every candidate freshly reports its running and waiting requests
-	// (SignalRunning, SignalQueued), none has a request waiting, and the router has at most
+	// (SignalRunning, SignalQueued), none has a request waiting, the router has at most
 	// Unreported requests in flight beyond what the candidates reported (summed over them:
-	// the requests sent since the last scrape). A request under a LoRA adapter is scored as
+	// the requests sent since the last scrape), and no candidate's load (its running and
+	// waiting requests, or the router's in-flight count if higher) exceeds DefaultOverload
+	// times the mean of the others plus one. A request under a LoRA adapter is scored as
 	// usual: AdapterAffinity pulls it towards its adapter's servers, and without this term's
 	// in-flight blocks the bench's LoRA workload piled onto them. Dynamo's own profile leaves
 	// it off; Usher sets it.
@@ -209,18 +211,37 @@ func newDynamoCost(opts DynamoOptions) *dynamoCost {
 }
 
 // settled reports whether the fleet is quiet and settled (DynamoOptions.AbstainWhenQuiet): every
-// candidate freshly reports no request waiting, and the router's in-flight requests exceed the
-// running and waiting ones reported by at most unreported, summed over the candidates. O(n).
+// candidate freshly reports no request waiting, the router's in-flight requests exceed the
+// running and waiting ones reported by at most unreported, summed over the candidates, and the
+// load is even (no candidate above DefaultOverload times the mean of the others, plus one).
+// O(n).
 func settled(cands []Candidate, unreported int64) bool {
 	var sent int64
+	sum := 0.0
 	for i := range cands {
 		c := &cands[i]
 		if !idle(c) || !c.Has(SignalRunning) {
 			return false
 		}
 		sent += max(0, c.InFlight.Requests-int64(c.State.Running+c.State.Queued))
+		sum += load(c)
 	}
-	return sent <= unreported
+	if sent > unreported {
+		return false
+	}
+	// Even: no candidate carries more than DefaultOverload times the mean load of the others
+	// (plus one request). Long answers keep a server busy without a queue: six streams on one
+	// of two servers is not a quiet fleet, and without this term nothing else in the blend
+	// weighs them.
+	if n := len(cands); n > 1 {
+		for i := range cands {
+			l := load(&cands[i])
+			if l > DefaultOverload*((sum-l)/float64(n-1)+1) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Score implements Scorer.
