@@ -213,15 +213,15 @@ func TestPeerScorerTables(t *testing.T) {
 			cands(cand{uncached: 160, blocks: 50, inflight: 3, known: QR}, cand{prefill: 32, blocks: 20, known: QR},
 				cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
-		// Uneven: loads 5, 1, 1 (all reported, none waiting); 5 > 2·(mean of the others 1 + 1)
-		// = 4, so the fleet is not quiet however empty its queues.
+		// Uneven: loads 9, 1, 1 (all reported, none waiting); 9 > 4·(mean of the others 1 + 1)
+		// = 8, so the fleet is not quiet however empty its queues.
 		{"dynamo abstains not, uneven", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
-			cands(cand{uncached: 160, blocks: 50, inflight: 5, running: 5, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
+			cands(cand{uncached: 160, blocks: 50, inflight: 9, running: 9, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, running: 1, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
-		// Loads 4, 1, 1: 4 ≤ 4, even → every candidate 1.
+		// Loads 8, 1, 1: 8 ≤ 8, even → every candidate 1.
 		{"dynamo abstains, even at the limit", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
-			cands(cand{uncached: 160, blocks: 50, inflight: 4, running: 4, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
+			cands(cand{uncached: 160, blocks: 50, inflight: 8, running: 8, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, running: 1, known: QR}),
 			[]float64{1, 1, 1}},
 		// With Unreported negative (none), one unreported request is enough.
