@@ -428,12 +428,11 @@ const UsherLoadCap = 1 << 17
 //     the prompt's prefix wins exactly when the tokens it saves exceed its extra backlog.
 //   - DynamoCost adds the KV blocks the server's requests hold (the router's own count, never
 //     stale) to the prefill it would do: the decode-side load that prefill tokens miss. It
-//     abstains (AbstainWhenQuiet) while no engine has a request waiting and the router has
-//     sent at most two requests since the engines last reported (and no server carries four
-//     times the others' mean load): a server that caches the
-//     prompt then costs a batch slot, not a wait, and its in-flight blocks would outweigh the
-//     prefill it saves. A burst of arrivals ends the abstention at its third request, before
-//     any scrape could show it.
+//     abstains (AbstainWhenQuiet) while no engine has a request waiting, the router has sent
+//     at most two requests since the engines last reported, and no server carries four times
+//     the others' mean load: a server that caches the prompt then costs a batch slot, not a
+//     wait, and its in-flight blocks would outweigh the prefill it saves. A burst of arrivals
+//     ends the abstention at its third request, before any scrape could show it.
 //   - SessionAware keeps a later turn at home unless the home holds more than twice the mean
 //     load or has evicted the history, homes a first turn where most of its prompt is cached
 //     (a fork, a shared document), pulls one that is partly cached (a shared opening) towards
