@@ -161,8 +161,9 @@ const DefaultUnreported = 2
 
 // abstainOverload bounds the load of any one candidate while DynamoCost abstains: at most this
 // multiple of the mean load of the others, plus one request. It is a guard against piling;
-// balance is the work of the blend's load terms. At 2, the limit SessionAware leaves a home by, the
-// bench's calibrated forks setup lost 1.6 points of cached share; at 4 no simulated figure moved.
+// balance is the work of the blend's load terms. At 2, the limit SessionAware leaves a home by,
+// the bench's calibrated forks setup lost 1.6 points of cached share; at 4 no simulated figure
+// moved.
 const abstainOverload = 4
 
 // DynamoOptions configures DynamoCost.
@@ -179,8 +180,8 @@ type DynamoOptions struct {
 	// Unreported requests in flight beyond what the candidates reported (summed over them:
 	// the requests sent since the last scrape), and no candidate's load (its running and
 	// waiting requests, or the router's in-flight count if higher) exceeds four times the
-	// mean of the others plus one. A request under a LoRA adapter is scored as
-	// usual: AdapterAffinity pulls it towards its adapter's servers, and without this term's
+	// mean of the others plus one. A request under a LoRA adapter is scored as usual:
+	// AdapterAffinity pulls it towards its adapter's servers, and without this term's
 	// in-flight blocks the bench's LoRA workload piled onto them. Dynamo's own profile leaves
 	// it off; Usher sets it.
 	AbstainWhenQuiet bool
@@ -239,10 +240,9 @@ func settled(cands []Candidate, unreported int64) bool {
 	// (plus one request). Long answers keep a server busy without a queue: six streams on one
 	// of two servers is not a quiet fleet, and without this term nothing else in the blend
 	// weighs them.
-	if n := len(cands); n > 1 {
+	if len(cands) > 1 {
 		for i := range cands {
-			l := load(&cands[i])
-			if l > abstainOverload*((sum-l)/float64(n-1)+1) {
+			if !underOthers(load(&cands[i]), sum, len(cands), abstainOverload) {
 				return false
 			}
 		}

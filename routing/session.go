@@ -392,9 +392,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	// calm reports whether a candidate of load l is within the load limit reckoned over the
 	// other candidates alone: with few candidates its own load lifts the mean it is measured
 	// against (on two servers l ≤ 2·(mean + 1) always holds).
-	calm := func(l float64) bool {
-		return len(cands) > 1 && l <= s.overload*((sum-l)/float64(len(cands)-1)+1)
-	}
+	calm := func(l float64) bool { return underOthers(l, sum, len(cands), s.overload) }
 	home := -1
 	if req.Session != "" {
 		if id, blocks, ok := s.t.lookup(s.t.hash(req.Session), nowOf(req, cands)); ok {
@@ -489,6 +487,12 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 			dst[i] = b
 		}
 	}
+}
+
+// underOthers reports whether a load l is within factor times the mean load of the other
+// n−1 candidates plus one request, sum being the load of all n; false when n is 1. O(1).
+func underOthers(l, sum float64, n int, factor float64) bool {
+	return n > 1 && l <= factor*((sum-l)/float64(n-1)+1)
 }
 
 // idle reports whether a candidate freshly reports no request waiting. O(1).
