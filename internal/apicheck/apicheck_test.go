@@ -16,9 +16,13 @@ var update = flag.Bool("update", false, "rewrite the committed API files from th
 
 const module = "github.com/usher-llm/usher"
 
-// publicPackages lists the module's importable packages: every directory with non-test Go
-// files of a package other than main, outside internal/ and testdata/.
-func publicPackages(t *testing.T, root string) []string {
+// root is the library module's directory.
+var root = filepath.Join("..", "..")
+
+// publicPackages lists the library's packages, as paths relative to root ("." for the root
+// package): every directory with non-test Go files of a package other than main, outside
+// internal/ and testdata/ and outside any directory with a go.mod of its own (another module).
+func publicPackages(t testing.TB, root string) []string {
 	t.Helper()
 	var dirs []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -33,9 +37,12 @@ func publicPackages(t *testing.T, root string) []string {
 		if rel != "." && (base == "internal" || base == "testdata" || strings.HasPrefix(base, ".")) {
 			return filepath.SkipDir
 		}
+		if _, err := os.Stat(filepath.Join(p, "go.mod")); rel != "." && err == nil {
+			return filepath.SkipDir // a module of its own
+		}
 		bp, err := build.Default.ImportDir(p, 0)
-		if err != nil || bp.Name == "main" {
-			return nil // no Go files, or a command
+		if err != nil || bp.Name == "main" || len(bp.GoFiles) == 0 {
+			return nil // no Go files, tests only, or a command
 		}
 		dirs = append(dirs, rel)
 		return nil
@@ -45,6 +52,30 @@ func publicPackages(t *testing.T, root string) []string {
 	}
 	sort.Strings(dirs)
 	return dirs
+}
+
+// importPath returns the import path of the library package in directory rel.
+func importPath(rel string) string {
+	if rel == "." {
+		return module
+	}
+	return module + "/" + filepath.ToSlash(rel)
+}
+
+// surfaces returns the exported surface of every library package, by directory relative to
+// root, and the directories in order; packages with documentation only have an empty surface.
+func surfaces(t testing.TB) (map[string][]string, []string) {
+	t.Helper()
+	rels := publicPackages(t, root)
+	m := map[string][]string{}
+	for _, rel := range rels {
+		lines, err := Surface(filepath.Join(root, rel), importPath(rel))
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		m[rel] = lines
+	}
+	return m, rels
 }
 
 func fileFor(rel string) string {
@@ -57,27 +88,18 @@ func fileFor(rel string) string {
 // TestAPI keeps each public package's exported API equal to its committed file, so an API
 // change is a reviewed diff. After an intended change: go test ./internal/apicheck -update.
 func TestAPI(t *testing.T) {
-	root := filepath.Join("..", "..")
 	var total Count
 	seen := map[string]bool{}
-	for _, rel := range publicPackages(t, root) {
-		path := module
-		if rel != "." {
-			path += "/" + filepath.ToSlash(rel)
-		}
-		lines, err := Surface(filepath.Join(root, rel), path)
-		if err != nil {
-			t.Fatalf("%s: %v", rel, err)
-		}
+	all, rels := surfaces(t)
+	for _, rel := range rels {
+		path, lines := importPath(rel), all[rel]
 		if len(lines) == 0 {
 			continue // documentation only
 		}
 		c := CountOf(lines)
-		total.Funcs += c.Funcs
-		total.Methods += c.Methods
-		total.Types += c.Types
-		t.Logf("%-24s %4d identifiers (%d funcs, %d methods, %d types), %d fields, %d consts, %d vars",
-			path[len(module):], c.Identifiers(), c.Funcs, c.Methods, c.Types, c.Fields, c.Consts, c.Vars)
+		total = total.Add(c)
+		t.Logf("%-28s %4d counted (%d funcs, %d methods, %d types, %d interface methods), %d fields, %d consts, %d vars",
+			rel, c.Identifiers(), c.Funcs, c.Methods, c.Types, c.IfaceMethods, c.Fields, c.Consts, c.Vars)
 		file := fileFor(rel)
 		seen[filepath.Base(file)] = true
 		got := strings.Join(lines, "\n") + "\n"
@@ -96,7 +118,8 @@ func TestAPI(t *testing.T) {
 			t.Errorf("%s: exported API differs from %s (- committed, + source); if intended, run go test ./internal/apicheck -update:\n%s", path, file, d)
 		}
 	}
-	t.Logf("module: %d identifiers (%d funcs, %d methods, %d types)", total.Identifiers(), total.Funcs, total.Methods, total.Types)
+	t.Logf("library: %d counted (%d funcs, %d methods, %d types, %d interface methods)",
+		total.Identifiers(), total.Funcs, total.Methods, total.Types, total.IfaceMethods)
 	entries, _ := os.ReadDir("testdata")
 	for _, e := range entries {
 		if !seen[e.Name()] {
@@ -210,7 +233,7 @@ func Map[K comparable, V any](m map[K]V) []K { return nil }
 		t.Errorf("Surface:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	c := CountOf(got)
-	if c.Funcs != 2 || c.Methods != 1 || c.Types != 6 || c.Fields != 4 || c.Consts != 3 || c.Vars != 1 {
+	if c.Funcs != 2 || c.Methods != 1 || c.Types != 6 || c.IfaceMethods != 1 || c.Fields != 3 || c.Consts != 3 || c.Vars != 1 {
 		t.Errorf("CountOf = %+v", c)
 	}
 }
