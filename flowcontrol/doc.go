@@ -192,8 +192,9 @@
 // control word and slot); a completion that leaves the flow's key as it was does not touch
 // the heap; a dispatch does not sift the deadline heap (its entry goes stale, and a
 // compaction, one pass over the heap, drops the stale entries once they outnumber the live
-// ones: two entries read per stale one, amortised). A queue on systemClock reads the
-// monotonic clock alone, one clock read per operation instead of time.Now's two.
+// ones: two entries read per stale one, amortised). A queue on the system clock (a nil
+// Options.Clock) reads the monotonic clock alone, one clock read per operation instead of
+// time.Now's two.
 //
 // # Alternatives considered
 //

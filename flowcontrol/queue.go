@@ -40,7 +40,7 @@ type Options struct {
 	// orders and bounds; requests are dispatched as they arrive). A Gate that implements
 	// BandGate is asked per band before the policy chooses the request.
 	Gate Gate
-	// Clock is the source of time; nil means systemClock.
+	// Clock is the source of time; nil means the system clock (package time).
 	Clock Clock
 	// TTL is the default time a request may wait, from its Arrival; zero means DefaultTTL.
 	TTL time.Duration

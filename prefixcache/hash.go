@@ -62,7 +62,8 @@ func combine(parent, block uint64) uint64 {
 // Block i's content hash is xxhash64 over the little-endian encoding of its token ids
 // (4 bytes each), so results are the same on every platform; on little-endian machines the
 // tokens are hashed in place, elsewhere (or with the purego build tag) they are encoded through
-// a small stack buffer. The chained hash is combine(previous, content).
+// a small stack buffer. A block's chained hash mixes the chained hash before it with the
+// block's content hash, as the package documentation describes.
 //
 // HashTokens is safe for concurrent use, allocates nothing when dst has room, and is
 // O(len(tokens)).

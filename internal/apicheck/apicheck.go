@@ -24,6 +24,14 @@
 // committed budget.txt gives each library package a maximum and the library a total; TestBudget
 // fails when a package or the library is over its budget or a package has none. Raising a
 // budget is a reviewed edit of budget.txt, never done by -update.
+//
+// # Doc comments
+//
+// TestDocLinks parses every doc comment a reader sees (the package's, and those of exported
+// types, funcs, methods, constants, variables, struct fields and interface methods) with
+// go/doc/comment and fails on a doc link ([Name], [pkg.Name], [Type.Method],
+// [pkg.Type.Method]) that does not resolve, and on prose that names an unexported identifier
+// of the package (the rule is spelled out on TestDocLinks).
 package apicheck
 
 import (
