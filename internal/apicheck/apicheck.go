@@ -32,6 +32,12 @@
 // go/doc/comment and fails on a doc link ([Name], [pkg.Name], [Type.Method],
 // [pkg.Type.Method]) that does not resolve, and on prose that names an unexported identifier
 // of the package (the rule is spelled out on TestDocLinks).
+//
+// # Names
+//
+// TestNames fails when an exported top-level name (type, func, constant or variable) is
+// declared in two library packages, except Options, Config, New and ErrInvalidOptions, which
+// every package may have, and the at most ten names in names.txt, each with its reason.
 package apicheck
 
 import (
