@@ -38,6 +38,27 @@
 // TestNames fails when an exported top-level name (type, func, constant or variable) is
 // declared in two library packages, except Options, Config, New and ErrInvalidOptions, which
 // every package may have, and the at most ten names in names.txt, each with its reason.
+//
+// # Constructors
+//
+// One way to build each kind of thing (the rule the root package's doc states, made exact):
+//
+//   - A type with state that callers drive is built by New(Options) (*T, error) when it is
+//     the package's main type, and by NewT(TOptions) (*T, error) otherwise; T is a type of
+//     the same package, and the one parameter is T's own Options struct, by value.
+//   - A part that plugs into an interface I of the library (a flowcontrol.Policy, a routing
+//     Scorer, Filter or Picker) and has settings is built by NewX(XOptions) (I, error); it
+//     returns the interface, not its type, unless callers also drive it (then it is the
+//     first kind).
+//   - A plug-in with nothing to set, or one or two numbers, that cannot fail is X() I or
+//     X(n) I, never named New*.
+//   - A type with nothing to configure has a useful zero value and no constructor.
+//
+// Whether a type's state is driven by callers is a judgement, so TestConstructors checks
+// what can be read from the surface: every func named New or New<Upper>... takes exactly
+// its own Options struct (Options for New, XOptions for NewX) and returns either (*X, error),
+// X a type of the package (any type for New), or, for NewX, (I, error) with I an interface of
+// the library.
 package apicheck
 
 import (
