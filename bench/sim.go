@@ -272,7 +272,7 @@ type Config struct {
 	TransferPerToken, TransferLatency time.Duration
 	// LoRA gives every server adapter slots and a load cost, for workloads whose requests
 	// run under LoRA adapters (Workload.Adapters); the engines follow the rules of
-	// examples/simfleet's servers (internal/engine). Zero: no LoRA.
+	// internal/simfleet's servers (internal/engine). Zero: no LoRA.
 	LoRA LoRA
 	// Slowdowns change servers' speed during the run (see Slowdown), for seeing how a
 	// router and its latency model follow a server that slows down. Nil: every server keeps

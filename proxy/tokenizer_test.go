@@ -3,15 +3,15 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 )
@@ -63,7 +63,9 @@ func chatRequest(t *testing.T, content string) *openai.Request {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": content}}})
 	req, err := openai.Parse(body, openai.Chat, openai.Limits{})
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 	return req
 }
 
@@ -74,22 +76,36 @@ func TestEndpointTokenizer(t *testing.T) {
 	req := chatRequest(t, "hello there, tokenizer")
 	for range 2 { // from both rotating starts: the failing server is skipped either way
 		p, err := tk.Tokenize(context.Background(), nil, req)
-		require.NoError(t, err)
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
 		tokens := make([]uint32, len(req.RawMessages))
 		for i, c := range req.RawMessages {
 			tokens[i] = uint32(c)
 		}
-		assert.Equal(t, len(tokens), p.Tokens, "prompt tokens")
-		assert.Equal(t, 4, p.BlockSize, "block size")
-		assert.Equal(t, prefixcache.HashTokens(nil, SeedOf(req), tokens, 4), p.Chain, "chain")
+		if !reflect.DeepEqual(p.Tokens, len(tokens)) {
+			t.Errorf("prompt tokens: got %v, want %v", p.Tokens, len(tokens))
+		}
+		if !reflect.DeepEqual(p.BlockSize, 4) {
+			t.Errorf("block size: got %v, want %v", p.BlockSize, 4)
+		}
+		if !reflect.DeepEqual(p.Chain, prefixcache.HashTokens(nil, SeedOf(req), tokens, 4)) {
+			t.Errorf("chain: got %v, want %v", p.Chain, prefixcache.HashTokens(nil, SeedOf(req), tokens, 4))
+		}
 	}
-	assert.NotZero(t, downCalls.Load(), "the failing server was never tried")
+	if downCalls.Load() == 0 {
+		t.Errorf("the failing server was never tried: got 0")
+	}
 
 	only := &EndpointTokenizer{URLs: []string{down.URL}}
 	_, err := only.Tokenize(context.Background(), nil, req)
-	assert.ErrorIs(t, err, ErrTokenize, "every server failing")
+	if !errors.Is(err, ErrTokenize) {
+		t.Errorf("every server failing: error %v, want %v", err, ErrTokenize)
+	}
 	_, err = (&EndpointTokenizer{}).Tokenize(context.Background(), nil, req)
-	assert.ErrorIs(t, err, ErrTokenize, "no URLs")
+	if !errors.Is(err, ErrTokenize) {
+		t.Errorf("no URLs: error %v, want %v", err, ErrTokenize)
+	}
 }
 
 // TestEndpointTokenizerShares sends the same prompt from many goroutines at once: they share
@@ -129,14 +145,26 @@ func TestEndpointTokenizerShares(t *testing.T) {
 	<-gaveUp // the impatient caller leaves while the call is still held
 	close(release)
 	wg.Wait()
-	assert.ErrorIs(t, errs[0], ErrTokenize, "the cancelled caller")
-	assert.ErrorIs(t, errs[0], context.Canceled, "the cancelled caller")
-	for i, err := range errs[1:] {
-		assert.NoError(t, err, "caller %d: another caller's cancel must not fail it", i+1)
+	if !errors.Is(errs[0], ErrTokenize) {
+		t.Errorf("the cancelled caller: error %v, want %v", errs[0], ErrTokenize)
 	}
-	assert.EqualValues(t, 1, calls.Load(), "/tokenize calls for 8 identical concurrent prompts")
+	if !errors.Is(errs[0], context.Canceled) {
+		t.Errorf("the cancelled caller: error %v, want %v", errs[0], context.Canceled)
+	}
+	for i, err := range errs[1:] {
+		if err != nil {
+			t.Errorf("caller %d: another caller's cancel must not fail it: unexpected error: %v", i+1, err)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Errorf("/tokenize calls for 8 identical concurrent prompts: got %v, want %v", calls.Load(), 1)
+	}
 	// A different prompt is its own call.
 	_, err := tk.Tokenize(context.Background(), nil, chatRequest(t, "another prompt"))
-	require.NoError(t, err)
-	assert.EqualValues(t, 2, calls.Load(), "calls after a second prompt")
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if calls.Load() != 2 {
+		t.Errorf("calls after a second prompt: got %v, want %v", calls.Load(), 2)
+	}
 }

@@ -36,7 +36,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/prefixcache/kvevents"

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/internal/engine"
 )
 

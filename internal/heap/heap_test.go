@@ -2,11 +2,10 @@ package heap
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 )
 
 // ref is the naive reference: the live entries in a slice, the earliest found by a scan.
@@ -49,22 +48,32 @@ func TestHeapModel(t *testing.T) {
 			case c < 9: // pop the earliest live entry
 				h.DropStale()
 				if len(r.live) == 0 {
-					require.Zero(t, h.Len(), "seed %d op %d: heap holds entries with nothing live", seed, op)
+					if h.Len() != 0 {
+						t.Fatalf("seed %d op %d: heap holds entries with nothing live: got %v, want 0", seed, op, h.Len())
+					}
 					continue
 				}
 				m := r.min()
 				got := h.Pop()
-				require.Equal(t, r.live[m], got, "seed %d op %d: pop", seed, op)
+				if !reflect.DeepEqual(got, r.live[m]) {
+					t.Fatalf("seed %d op %d: pop: got %v, want %v", seed, op, got, r.live[m])
+				}
 				r.live = slices.Delete(r.live, m, m+1)
 			default: // the top, after dropping stale entries, is the minimum
 				h.DropStale()
 				if len(r.live) > 0 {
-					require.Equal(t, r.live[r.min()], *h.Top(), "seed %d op %d: top", seed, op)
+					if !reflect.DeepEqual(*h.Top(), r.live[r.min()]) {
+						t.Fatalf("seed %d op %d: top: got %v, want %v", seed, op, *h.Top(), r.live[r.min()])
+					}
 				} else {
-					require.Nil(t, h.Top(), "seed %d op %d: top of an empty heap", seed, op)
+					if h.Top() != nil {
+						t.Fatalf("seed %d op %d: top of an empty heap: got %v, want nil", seed, op, h.Top())
+					}
 				}
 			}
-			require.LessOrEqual(t, h.Len(), 2*len(r.live)+minCompact+1, "seed %d op %d: stale entries unbounded", seed, op)
+			if h.Len() > 2*len(r.live)+minCompact+1 {
+				t.Fatalf("seed %d op %d: stale entries unbounded: got %v, want at most %v", seed, op, h.Len(), 2*len(r.live)+minCompact+1)
+			}
 		}
 	}
 }
@@ -77,9 +86,13 @@ func TestHeapLimit(t *testing.T) {
 	}
 	// Doubling from the last size below would overshoot by half; taking the limit at once
 	// overshoots only by the allocator's rounding.
-	require.LessOrEqual(t, cap(h.h), 1000*5/4, "capacity past the limit")
+	if cap(h.h) > 1000*5/4 {
+		t.Fatalf("capacity past the limit: got %v, want at most %v", cap(h.h), 1000*5/4)
+	}
 	for i := range 1000 {
-		require.Equal(t, i, h.Pop().Val, "pop %d", i)
+		if !reflect.DeepEqual(h.Pop().Val, i) {
+			t.Fatalf("pop %d: got %v, want %v", i, h.Pop().Val, i)
+		}
 	}
 }
 
@@ -99,7 +112,9 @@ func TestPushPopAllocs(t *testing.T) {
 			h.Pop()
 		}
 	})
-	require.Zero(t, allocs, "push and pop within capacity allocate")
+	if allocs != 0 {
+		t.Fatalf("push and pop within capacity allocate: got %v, want 0", allocs)
+	}
 }
 
 func BenchmarkPushPop(b *testing.B) {

@@ -2,10 +2,9 @@ package rekey
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 )
 
 // TestRekeyTimersModel runs random sets, moves, clears and due-takes against a map of owner →
@@ -49,21 +48,35 @@ func TestRekeyTimersModel(t *testing.T) {
 						break
 					}
 					at, set := want[v.id]
-					require.True(t, set, "seed %d op %d: owner %d due but not set", seed, op, v.id)
-					require.False(t, at.After(now), "seed %d op %d: owner %d due early", seed, op, v.id)
-					require.False(t, at.Before(last), "seed %d op %d: owner %d out of time order", seed, op, v.id)
-					require.True(t, v.tm.At().IsZero(), "a due timer is cleared")
+					if !(set) {
+						t.Fatalf("seed %d op %d: owner %d due but not set: false, want true", seed, op, v.id)
+					}
+					if at.After(now) {
+						t.Fatalf("seed %d op %d: owner %d due early: true, want false", seed, op, v.id)
+					}
+					if at.Before(last) {
+						t.Fatalf("seed %d op %d: owner %d out of time order: true, want false", seed, op, v.id)
+					}
+					if !(v.tm.At().IsZero()) {
+						t.Fatalf("a due timer is cleared: false, want true")
+					}
 					last = at
 					delete(want, v.id)
 				}
 				for id, a := range want {
-					require.True(t, a.After(now), "seed %d op %d: owner %d left due", seed, op, id)
+					if !(a.After(now)) {
+						t.Fatalf("seed %d op %d: owner %d left due: false, want true", seed, op, id)
+					}
 				}
 			}
 			for id, a := range want {
-				require.True(t, a.Equal(owners[id].tm.At()), "seed %d op %d: owner %d's At %v, want %v", seed, op, id, owners[id].tm.At(), a)
+				if !(a.Equal(owners[id].tm.At())) {
+					t.Fatalf("seed %d op %d: owner %d's At %v, want %v: false, want true", seed, op, id, owners[id].tm.At(), a)
+				}
 			}
-			require.LessOrEqual(t, ts.Len(), 2*len(want)+65, "seed %d op %d: stale entries unbounded", seed, op)
+			if ts.Len() > 2*len(want)+65 {
+				t.Fatalf("seed %d op %d: stale entries unbounded: got %v, want at most %v", seed, op, ts.Len(), 2*len(want)+65)
+			}
 		}
 	}
 }
@@ -74,21 +87,37 @@ func TestRekeyTimersEdges(t *testing.T) {
 	at := time.Unix(100, 0)
 	ts.Set(&tm, at, 1)
 	ts.Set(&tm, at, 1)
-	require.Equal(t, 1, ts.Len(), "setting the same time again pushes nothing")
+	if !reflect.DeepEqual(ts.Len(), 1) {
+		t.Fatalf("setting the same time again pushes nothing: got %v, want %v", ts.Len(), 1)
+	}
 	_, ok := ts.Due(at.Add(-time.Nanosecond))
-	require.False(t, ok, "not due before its time")
+	if ok {
+		t.Fatalf("not due before its time: true, want false")
+	}
 	v, ok := ts.Due(at)
-	require.True(t, ok)
-	require.Equal(t, 1, v)
+	if !(ok) {
+		t.Fatalf("false, want true")
+	}
+	if !reflect.DeepEqual(v, 1) {
+		t.Fatalf("got %v, want %v", v, 1)
+	}
 	_, ok = ts.Due(at.Add(time.Hour))
-	require.False(t, ok, "a taken timer does not fire twice")
+	if ok {
+		t.Fatalf("a taken timer does not fire twice: true, want false")
+	}
 
 	ts.Set(&tm, time.Unix(0, 0).Add(1<<63-1).Add(time.Hour), 2) // past UnixNano's range: no limit
-	require.True(t, tm.At().IsZero())
+	if !(tm.At().IsZero()) {
+		t.Fatalf("false, want true")
+	}
 	ts.Set(&tm, time.Unix(-5, 0), 3) // before the epoch is a time like any other
 	v, ok = ts.Due(time.Unix(0, 0))
-	require.True(t, ok)
-	require.Equal(t, 3, v)
+	if !(ok) {
+		t.Fatalf("false, want true")
+	}
+	if !reflect.DeepEqual(v, 3) {
+		t.Fatalf("got %v, want %v", v, 3)
+	}
 }
 
 func TestRekeyTimersAllocs(t *testing.T) {
@@ -106,5 +135,7 @@ func TestRekeyTimersAllocs(t *testing.T) {
 		}
 	}
 	cycle()
-	require.Zero(t, testing.AllocsPerRun(50, cycle), "timers allocate once grown")
+	if testing.AllocsPerRun(50, cycle) != 0 {
+		t.Fatalf("timers allocate once grown: got %v, want 0", testing.AllocsPerRun(50, cycle))
+	}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/usher-llm/usher/examples/simfleet"
+	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/prefixcache/kvevents"

@@ -1,0 +1,182 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/routing"
+)
+
+// evenFirst is a user's own scorer: it prefers backends whose id is even.
+type evenFirst struct{ bonus float64 }
+
+func (s evenFirst) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
+	for i, c := range cands {
+		if c.ID%2 == 0 {
+			dst[i] = s.bonus
+		}
+	}
+}
+
+func newRegistry(t *testing.T) *proxy.Registry {
+	t.Helper()
+	reg := proxy.NewRegistry()
+	err := reg.AddScorer("even-first", func(p proxy.Params) (routing.Scorer, error) {
+		o := struct {
+			Bonus float64 `json:"bonus"`
+		}{Bonus: 1}
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return evenFirst{o.Bonus}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func TestRegistryProfiles(t *testing.T) {
+	reg := newRegistry(t)
+	base, err := reg.Profile(proxy.ProfileSpec{Extends: "usher"}, routing.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		json    string
+		filters int
+		scorers int
+		weights []float64 // of the scorers past the base's
+		err     string    // a substring of the error, "" for none
+	}{
+		{`"usher"`, len(base.Filters), len(base.Scorers), nil, ""},
+		{`{"extends":"usher","scorers":[{"name":"even-first","weight":0.5,"params":{"bonus":2}}]}`,
+			len(base.Filters), len(base.Scorers) + 1, []float64{0.5}, ""},
+		{`{"filters":["health"],"scorers":[{"name":"token-load","weight":2,"params":{"cap_tokens":131072}},"kv-utilization"],"picker":{"name":"softmax","params":{"temperature":0.5}}}`,
+			1, 2, []float64{2, 1}, ""},
+		{`{"extends":"usher","scorers":[{"name":"even-first","params":{"bonsu":2}}]}`, 0, 0, nil, `unknown field "bonsu"`},
+		{`{"extends":"usher","scorers":["no-such-scorer"]}`, 0, 0, nil, `unknown scorer "no-such-scorer" (have `},
+		{`{"extends":"no-such-profile"}`, 0, 0, nil, `unknown profile "no-such-profile"`},
+		{`{"scorers":[{"name":"token-load","params":{"cap":1}}]}`, 0, 0, nil, `unknown key "cap" (want "cap_tokens")`},
+		{`{"scorers":[{"name":"kv-utilization","weight":-1}]}`, 0, 0, nil, `weight -1`},
+		{`{"filters":[{"name":"health","weight":1}]}`, 0, 0, nil, `filter "health" has no weight`},
+		{`{"learn":"sometimes"}`, 0, 0, nil, `learn "sometimes"`},
+	}
+	for _, tt := range tests {
+		var spec proxy.ProfileSpec
+		if err := json.Unmarshal([]byte(tt.json), &spec); err != nil {
+			t.Fatalf("%s: %v", tt.json, err)
+		}
+		p, err := reg.Profile(spec, routing.SessionOptions{})
+		if tt.err != "" {
+			if !errors.Is(err, proxy.ErrInvalidOptions) || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: error %v, want ErrInvalidOptions with %q", tt.json, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.json, err)
+			continue
+		}
+		if len(p.Filters) != tt.filters || len(p.Scorers) != tt.scorers {
+			t.Errorf("%s: %d filters, %d scorers; want %d, %d", tt.json, len(p.Filters), len(p.Scorers), tt.filters, tt.scorers)
+			continue
+		}
+		for i, w := range tt.weights {
+			if got := p.Scorers[len(p.Scorers)-len(tt.weights)+i].Weight; got != w {
+				t.Errorf("%s: scorer %d weight %v, want %v", tt.json, i, got, w)
+			}
+		}
+		if _, err := routing.New(routing.Options{Profile: p}); err != nil {
+			t.Errorf("%s: routing.New: %v", tt.json, err)
+		}
+	}
+	// A spec's unknown key is an error when the configuration is decoded.
+	var spec proxy.ProfileSpec
+	if err := json.Unmarshal([]byte(`{"extend":"usher"}`), &spec); err == nil || !strings.Contains(err.Error(), `unknown field "extend"`) {
+		t.Errorf("unknown key in a profile: %v", err)
+	}
+}
+
+func TestRegistryNames(t *testing.T) {
+	reg := newRegistry(t)
+	if err := reg.AddScorer("even-first", func(proxy.Params) (routing.Scorer, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("a second even-first: %v, want ErrInvalidOptions", err)
+	}
+	for _, bad := range []string{"", "Even", "even first", "even_first"} {
+		if err := reg.AddScorer(bad, func(proxy.Params) (routing.Scorer, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
+			t.Errorf("name %q: %v, want ErrInvalidOptions", bad, err)
+		}
+	}
+	if got := strings.Join(reg.Names("picker"), ","); got != "max-score,power-of-two,round-robin,softmax,weighted-random" {
+		t.Errorf("pickers: %s", got)
+	}
+	if _, err := reg.Policy(proxy.PartSpec{Name: "bounded-wait", Params: json.RawMessage(`{"bounded_wait":"5s"}`)}); err != nil {
+		t.Errorf("bounded-wait: %v", err)
+	}
+	if _, err := reg.Policy(proxy.PartSpec{Name: "vtc", Params: json.RawMessage(`{"weight":2}`)}); err == nil {
+		t.Error("vtc with an unknown parameter: no error")
+	}
+}
+
+// countingScorer counts the candidates it scores.
+type countingScorer struct{ n *atomic.Int64 }
+
+func (c countingScorer) Score(_ *routing.Request, cands []routing.Candidate, _ []float64) {
+	c.n.Add(int64(len(cands)))
+}
+
+// Extending the default router is one assignment: Options.Profile with a scorer of one's own;
+// the Handler still adds passive health and builds it over its index.
+func TestOptionsProfile(t *testing.T) {
+	fleet := startFleet(t, 2)
+	var n atomic.Int64
+	opts := testOptions(backendsOf(fleet))
+	base := routing.Usher(routing.UsherOptions{})
+	opts.Profile = base.With(routing.Weighted{Scorer: countingScorer{&n}, Weight: 1})
+	if len(base.Scorers)+1 != len(opts.Profile.Scorers) {
+		t.Fatalf("With changed its receiver or dropped a scorer: %d, %d", len(base.Scorers), len(opts.Profile.Scorers))
+	}
+	h, url := startHandler(t, opts)
+	if resp, e := post(t, url+"/v1/chat/completions", `{"model":"usher/demo","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+		t.Fatalf("%d %+v", resp.StatusCode, e)
+	}
+	if n.Load() == 0 {
+		t.Error("the scorer added to the default profile was never asked")
+	}
+	if h.Router().Outlier() == nil {
+		t.Error("the router built from Options.Profile has no passive health")
+	}
+}
+
+// Backends may list their models (here the same ones: one pool; TestModelPools has two).
+func TestBackendModels(t *testing.T) {
+	fleet := startFleet(t, 2)
+	urls := fleet.URLs()
+	opts := testOptions([]proxy.Backend{{URL: urls[0], Models: []string{"usher/demo", "other"}}, {URL: urls[1], Models: []string{"other", "usher/demo"}}})
+	_, base := startHandler(t, opts)
+	if resp, e := post(t, base+"/v1/chat/completions", `{"model":"unlisted","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 404 || e.Code != "model_not_found" {
+		t.Errorf("a model no backend lists: %d %+v", resp.StatusCode, e)
+	}
+	if resp, e := post(t, base+"/v1/chat/completions", `{"model":"usher/demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != 200 {
+		t.Errorf("a listed model: %d %+v", resp.StatusCode, e)
+	}
+	for what, bs := range map[string][]proxy.Backend{
+		"one backend listing models, another none": {{URL: urls[0], Models: []string{"a"}}, {URL: urls[1]}},
+		"adapters without a base model":            {{URL: urls[0], Adapters: []string{"lora"}}},
+		"an empty model name":                      {{URL: urls[0], Models: []string{""}}},
+	} {
+		if _, err := proxy.New(testOptions(bs)); !errors.Is(err, proxy.ErrInvalidOptions) {
+			t.Errorf("%s: %v, want ErrInvalidOptions", what, err)
+		}
+	}
+	o := testOptions([]proxy.Backend{{URL: urls[0], Models: []string{"a"}}})
+	o.Pools = map[string]proxy.PoolLimits{"b": {}}
+	if _, err := proxy.New(o); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("a pool no backend serves: %v, want ErrInvalidOptions", err)
+	}
+}
