@@ -19,7 +19,7 @@
 //     VTC, and a bounded wait that guarantees newcomers a turn.
 //   - routing: a Router of filters, weighted scorers and a picker over BackendState, with the
 //     peers' algorithms (llm-d, SGLang, Dynamo, AIBrix) as configurations.
-//   - metrics: scraping model servers into BackendState, and usher's own Prometheus metrics.
+//   - metrics: scraping model servers (each engine's metric names) into BackendState, staleness and health.
 //   - proxy: the request pipeline for HTTP, composing the packages above: an OpenAI-compatible
 //     Handler, or the same as httputil.ReverseProxy hooks; its Registry names every part a
 //     configuration may use. It links no Redis, ZMQ or gRPC client: those come as

@@ -131,7 +131,7 @@ type Config struct {
 type Backend struct {
 	URL string `json:"url"`
 	// Engine is vllm (the default), sglang, trtllm, triton or tgi: the metric names to
-	// scrape (metrics.ProfileOf).
+	// scrape (metrics.EngineOf).
 	Engine   string `json:"engine"`
 	KVEvents string `json:"kv_events"`
 	Replay   string `json:"replay"`
@@ -466,7 +466,7 @@ func (c Config) Options() (proxy.Options, error) {
 	urls := make([]string, len(c.Backends))
 	kv := c.KVListen != ""
 	for i, b := range c.Backends {
-		p, ok := metrics.ProfileOf(b.Engine)
+		p, ok := metrics.EngineOf(b.Engine)
 		if !ok {
 			return bad("backend %q: unknown engine %q", b.URL, b.Engine)
 		}
@@ -474,7 +474,7 @@ func (c Config) Options() (proxy.Options, error) {
 		if err != nil {
 			return bad("backend %q: %v", b.URL, err)
 		}
-		be := proxy.Backend{URL: b.URL, Profile: p, Role: role, Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
+		be := proxy.Backend{URL: b.URL, Engine: p, Role: role, Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
 			SharedKVPublisher: b.Engine == "sglang"} // SGLang publishes every rank's events on one endpoint
 		if err := be.Validate(); err != nil {
 			return proxy.Options{}, err

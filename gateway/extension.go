@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 
-	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
 )
@@ -46,5 +45,3 @@ func (e replicaExtension) Attach(h *proxy.Handler) error {
 func (e replicaExtension) Run(ctx context.Context) error { return e.r.Run(ctx) }
 
 func (replicaExtension) Close() error { return nil }
-
-func (replicaExtension) Gauges(*metrics.Gateway) {}

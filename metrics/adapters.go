@@ -38,7 +38,7 @@ func (a *AdapterInfo) validate(profile string) error {
 	return nil
 }
 
-// vllmAdapters is VLLM's AdapterInfo.
+// vllmAdapters is the vLLM engine's AdapterInfo.
 var vllmAdapters = AdapterInfo{
 	Name:    "vllm:lora_requests_info",
 	Running: "running_lora_adapters",

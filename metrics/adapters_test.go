@@ -14,7 +14,7 @@ func TestParseLoRARequestsInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := mustParser(t, VLLM).Parse(raw, ContentTypeText)
+	r, err := mustParser(t, engineVLLM).Parse(raw, ContentTypeText)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestParseLoRARequestsInfo(t *testing.T) {
 		t.Errorf("BackendState = %+v", bs)
 	}
 	// Servers without LoRA publish no such gauge: the signal is missing, not empty.
-	r, _ = mustParser(t, VLLM).Parse([]byte("vllm:num_requests_running 1\n"), ContentTypeText)
+	r, _ = mustParser(t, engineVLLM).Parse([]byte("vllm:num_requests_running 1\n"), ContentTypeText)
 	if r.Found.Has(HasAdapters) || (&State{reading: r}).BackendState().Known.Has(routing.SignalAdapters) {
 		t.Errorf("no gauge: adapters found %+v", r)
 	}
@@ -59,9 +59,9 @@ func TestParseLoRARequestsInfoCases(t *testing.T) {
 			`vllm:lora_requests_info{engine="1",max_lora="2",running_lora_adapters="b",waiting_lora_adapters="c"} 4`, "1", true, []string{"b"}, []string{"c"}, 2},
 	}
 	for _, tt := range tests {
-		prof := VLLM
+		prof := engineVLLM
 		if tt.rank != "" {
-			prof = VLLM.forRank(tt.rank)
+			prof = engineVLLM.forRank(tt.rank)
 		}
 		r, err := mustParser(t, prof).Parse([]byte(head+tt.body+"\n"), ContentTypeText)
 		if err != nil {
@@ -78,12 +78,12 @@ func TestParseLoRARequestsInfoCases(t *testing.T) {
 }
 
 func TestAdapterInfoValidate(t *testing.T) {
-	p := *VLLM
+	p := *engineVLLM
 	p.Adapters.Max = ""
 	if _, err := NewParser(&p); err == nil {
 		t.Error("AdapterInfo without a Max label accepted")
 	}
-	only := &Profile{Name: "lora-only", Adapters: vllmAdapters}
+	only := &Engine{Name: "lora-only", Adapters: vllmAdapters}
 	if _, err := NewParser(only); err != nil {
 		t.Errorf("a profile reading only adapters: %v", err)
 	}

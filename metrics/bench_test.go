@@ -27,7 +27,7 @@ func BenchmarkScrapeParse(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			body := vllmExposition(b, bc.file, load)
-			p := mustParser(b, VLLM)
+			p := mustParser(b, engineVLLM)
 			r, err := p.Parse(body, bc.contentType)
 			if err != nil {
 				b.Fatal(err)

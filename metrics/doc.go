@@ -1,20 +1,17 @@
-// Package metrics reads model servers and exports usher's own metrics.
+// Package metrics reads model servers into the router's [routing.BackendState].
 //
 // # The model
 //
-// The package has two halves. The first scrapes the Prometheus endpoints and health endpoints of vLLM,
-// SGLang, TensorRT-LLM, Triton and TGI servers (or any server described by a custom Profile)
-// and publishes, per backend, an immutable State that converts to routing.BackendState. The
-// second, Gateway, holds usher's own Prometheus collectors: admission outcomes and waits, queue
-// length and bytes per band, live flows, picks and requests in flight per backend, prefix index
-// size, evictions, queried and matched blocks (PromQL takes the hit rate), and the KV-event
-// subscriber's connection, batches, losses, resets and reconnects per source. The Scraper is itself a collector for its scrape errors,
-// backend staleness and health.
+// A [Scraper] scrapes the Prometheus endpoints and health endpoints of vLLM, SGLang,
+// TensorRT-LLM, Triton and TGI servers (or any server described by a custom [Engine]) and
+// publishes, per backend, an immutable [State] that converts to [routing.BackendState]. The
+// Scraper is itself a Prometheus collector for its scrape errors, backend staleness and
+// health.
 //
 // # From exposition to router
 //
-// A Profile names, for one kind of server, where each signal lives. A signal is a list of
-// Selectors tried in order, so that a profile survives renames: vLLM's KV utilisation is
+// An Engine names, for one kind of server, where each signal lives. A signal is a list of
+// Selectors tried in order, so that an engine's description survives renames: vLLM's KV utilisation is
 // vllm:kv_cache_usage_perc, and vllm:gpu_cache_usage_perc on older servers. A Selector picks
 // series by family name and label values, reads the sample value or a number written in a
 // label (vLLM and SGLang publish their cache geometry as labels of an info gauge:
@@ -87,25 +84,20 @@
 // exposition from a cut one. Exemplars and fractional timestamps in a selected family are
 // rejected.
 //
-// # usher's own metrics
+// # The Scraper's own series
 //
-// Every name starts with usher_. Every label value comes from a set fixed by configuration
-// (priority bands, admission outcomes, backends, KV-event sources, scrape error reasons) plus
-// "other": a flow, a session or a tenant never becomes a label, so the number of series is
-// bounded by configuration, whatever the traffic (unbounded per-flow labels are a known failure
-// of llm-d's flow control). The gateway calls plain methods where things happen
-// (ObserveAdmission, SetQueue, SetFlows, ObservePick, SetInFlight, SetInFlightTotal,
-// SetIndexStats, SetKVSource); they do not allocate, and a nil *Gateway is a no-op. Values set
-// from outside are merged into "other" only where that stays a valid series: an unknown
-// source's cumulative KV-event counters keep the highest value reported, while an unknown
-// backend's in-flight count, a gauge that cannot be merged, is dropped and the drop counted.
+// The Scraper is a Prometheus collector for its scrape errors, backend staleness and health,
+// every name prefixed usher_ and every label value from a set fixed by its targets (backend)
+// or by the package (the scrape error reason), so the number of series is bounded whatever
+// the traffic. The gateway's own series (admission, queue, picks, in-flight requests, the
+// prefix index) are recorded by package proxy where those things happen, and served beside
+// the Scraper's on its GET /metrics.
 //
 // # Complexity
 //
 // One scrape is O(exposition bytes) to find lines and names, plus expfmt's parse of the
 // selected families, plus O(selectors × matching series) to extract the signals. The heap of
-// due times costs O(log backends) per scrape. The Gateway methods cost one look-up in their
-// label's fixed set of values, and allocate nothing.
+// due times costs O(log backends) per scrape.
 //
 // # Alternatives not taken
 //
@@ -127,9 +119,8 @@
 //
 // # Concurrency
 //
-// A Scraper and the Gateway collectors are safe for concurrent use. A Parser is not: give each
-// goroutine its own. A State is immutable once published. Options, Target, Profile, Selector,
-// Found, Reading, IndexStats and KVSource are plain values: copy them freely, and do not
-// modify one (in particular a Profile handed to a Scraper or Parser) while another goroutine
-// reads it.
+// A Scraper is safe for concurrent use. A Parser is not: give each goroutine its own. A State
+// is immutable once published. Options, Target, Engine, Selector, Found and Reading are plain
+// values: copy them freely, and do not modify one (in particular an Engine handed to a
+// Scraper or Parser) while another goroutine reads it.
 package metrics

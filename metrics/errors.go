@@ -5,7 +5,7 @@ import "errors"
 // Sentinel errors. Errors returned by this package wrap one of these with context, so callers
 // test them with errors.Is.
 var (
-	// ErrInvalidOptions reports a malformed Options, GatewayOptions, Target or Profile.
+	// ErrInvalidOptions reports a malformed Options, Target or Engine.
 	ErrInvalidOptions = errors.New("metrics: invalid options")
 	// ErrParse reports an exposition the Prometheus parser rejected.
 	ErrParse = errors.New("metrics: malformed exposition")

@@ -13,7 +13,7 @@ import (
 	"github.com/usher-llm/usher/routing"
 )
 
-// A vLLM server's exposition, trimmed to the series the VLLM profile reads.
+// A vLLM server's exposition, trimmed to the series EngineOf("vllm") reads.
 const vllmExposition = `# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="qwen"} 12.0
@@ -34,9 +34,10 @@ vllm:prefix_cache_queries_total{engine="0",model_name="qwen"} 20000.0
 vllm:prefix_cache_hits_total{engine="0",model_name="qwen"} 5000.0
 `
 
-// Parse one exposition with an engine profile.
+// Parse one exposition with a built-in engine's metric names.
 func ExampleParser() {
-	p, err := metrics.NewParser(metrics.VLLM)
+	vllm, _ := metrics.EngineOf("vllm")
+	p, err := metrics.NewParser(vllm)
 	if err != nil {
 		panic(err)
 	}
@@ -53,8 +54,8 @@ func ExampleParser() {
 }
 
 // A gateway's wiring: Run scrapes in the background, OnUpdate (called by Run's goroutine, the
-// router's single writer) hands the states to the router, and both the Scraper and Gateway
-// are registered as Prometheus collectors.
+// router's single writer) hands the states to the router, and the Scraper is registered as a
+// Prometheus collector.
 func Example() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
@@ -67,13 +68,14 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	vllm, _ := metrics.EngineOf("vllm")
 	var (
 		scraper *metrics.Scraper
 		states  []routing.BackendState
 		updated = make(chan struct{}, 1)
 	)
 	scraper, err = metrics.NewScraper(metrics.Options{
-		Targets:  []metrics.Target{{Name: "gpu-0", URL: srv.URL, Profile: metrics.VLLM}},
+		Targets:  []metrics.Target{{Name: "gpu-0", URL: srv.URL, Engine: vllm}},
 		Interval: 50 * time.Millisecond,
 		OnUpdate: func() {
 			states = scraper.BackendStates(states[:0])
@@ -90,11 +92,7 @@ func Example() {
 		panic(err)
 	}
 	defer scraper.Close()
-	usher, err := metrics.NewGateway(metrics.GatewayOptions{Backends: []string{"gpu-0"}})
-	if err != nil {
-		panic(err)
-	}
-	prometheus.NewRegistry().MustRegister(scraper, usher)
+	prometheus.NewRegistry().MustRegister(scraper)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -107,7 +105,6 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	usher.ObservePick(pick.Backend.Name)
 	fmt.Printf("picked %s (queued %d, running %d)\n", pick.Backend.Name, pick.Backend.Queued, pick.Backend.Running)
 	pick.Done(routing.DoneInfo{})
 	// Output:
@@ -155,10 +152,10 @@ func ExampleScraper() {
 	// router sees gpu-0: queued 3, running 12, KV 0.42, 27153 blocks of 16
 }
 
-// A custom profile for an in-house server: metric names, a label filter, a label that
+// A custom engine for an in-house server: metric names, a label filter, a label that
 // carries the value, a percentage scaled to a fraction.
-func ExampleProfile() {
-	inHouse := &metrics.Profile{
+func ExampleEngine() {
+	inHouse := &metrics.Engine{
 		Name:          "inhouse",
 		HealthPath:    "/healthz",
 		Waiting:       []metrics.Selector{{Name: "srv_requests", Labels: map[string]string{"state": "queued"}}},
@@ -181,73 +178,4 @@ srv_build_info{version="2.1",page_tokens="32"} 1
 	fmt.Println(r.Waiting, r.Running, r.KVUtilization, r.BlockSize)
 	// Output:
 	// 4 9 0.375 32
-}
-
-// usher's own metrics: plain calls where things happen, bounded labels.
-func ExampleGateway() {
-	u, err := metrics.NewGateway(metrics.GatewayOptions{
-		Bands: []int{0, 1}, Backends: []string{"gpu-0", "gpu-1"}, KVSources: []string{"gpu-0", "gpu-1"},
-	})
-	if err != nil {
-		panic(err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(u)
-
-	u.ObserveAdmission("dispatched", 0, 12*time.Millisecond)
-	u.ObserveAdmission("expired", 1, 30*time.Second)
-	u.ObserveAdmission("dispatched", 0, 3*time.Millisecond)
-	u.SetQueue(1, 17, 64<<10)
-	u.ObservePick("gpu-1")
-	u.ObservePick("10.1.2.3:8000") // not a configured backend: counted as "other"
-	u.SetFlows(12)
-	u.SetInFlight("gpu-1", 5)
-	u.SetInFlight("10.1.2.3:8000", 2) // not a configured backend: dropped, and the drop counted
-	u.SetInFlightTotal(7)
-	// The KV-event subscriber's cumulative counters per source, as kvevents.SourceStatus has them.
-	u.SetKVSource("gpu-1", metrics.KVSource{Connected: true, Batches: 420, Lost: 3, Resets: 1, Reconnects: 2})
-	u.SetIndexStats(metrics.IndexStats{Blocks: 1 << 20, Bytes: 48 << 20, QueriedBlocks: 1000, MatchedBlocks: 640})
-
-	fams, _ := reg.Gather()
-	for _, mf := range fams {
-		for _, m := range mf.GetMetric() {
-			var v float64
-			switch {
-			case m.Counter != nil:
-				v = m.Counter.GetValue()
-			case m.Gauge != nil:
-				v = m.Gauge.GetValue()
-			default:
-				continue
-			}
-			if v == 0 {
-				continue
-			}
-			labels := ""
-			for _, lp := range m.GetLabel() {
-				labels += fmt.Sprintf(" %s=%s", lp.GetName(), lp.GetValue())
-			}
-			fmt.Printf("%s%s %v\n", mf.GetName(), labels, v)
-		}
-	}
-	// Output:
-	// usher_admissions_total band=0 outcome=dispatched 2
-	// usher_admissions_total band=1 outcome=expired 1
-	// usher_backend_inflight_dropped_total 1
-	// usher_backend_inflight_requests backend=gpu-1 5
-	// usher_flows 12
-	// usher_inflight_requests 7
-	// usher_kvevents_batches_total source=gpu-1 420
-	// usher_kvevents_connected source=gpu-1 1
-	// usher_kvevents_lost_batches_total source=gpu-1 3
-	// usher_kvevents_reconnects_total source=gpu-1 2
-	// usher_kvevents_resets_total source=gpu-1 1
-	// usher_picks_total backend=gpu-1 1
-	// usher_picks_total backend=other 1
-	// usher_prefix_index_blocks 1.048576e+06
-	// usher_prefix_index_bytes 5.0331648e+07
-	// usher_prefix_index_matched_blocks_total 640
-	// usher_prefix_index_queried_blocks_total 1000
-	// usher_queue_bytes band=1 65536
-	// usher_queue_requests band=1 17
 }

@@ -42,7 +42,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"a,,b\",waiting_lora_adapters=\" c\"} 1.7e9\n"+
 		"vllm:lora_requests_info{max_lora=\"-1\",running_lora_adapters=\"x\",waiting_lora_adapters=\"\"} 1.8e9\n"), uint8(0))
 
-	profiles := []*Profile{VLLM, SGLang, TensorRTLLM, Triton, TGI}
+	profiles := []*Engine{engineVLLM, engineSGLang, engineTensorRTLLM, engineTriton, engineTGI}
 	parsers := make([]*Parser, len(profiles))
 	for i, p := range profiles {
 		parsers[i] = mustParser(f, p)

@@ -31,14 +31,14 @@ const (
 	HasPrefixHits
 	HasPrefixQueries
 	HasPrefixHitRate
-	// HasAdapters: RunningAdapters, WaitingAdapters and MaxAdapters (Profile.Adapters).
+	// HasAdapters: RunningAdapters, WaitingAdapters and MaxAdapters (Engine.Adapters).
 	HasAdapters
 )
 
 // Has reports whether every signal in want is in s.
 func (s Found) Has(want Found) bool { return s&want == want }
 
-// Reading is what one exposition said about the signals of a Profile: raw values, before any
+// Reading is what one exposition said about the signals of an Engine: raw values, before any
 // rate between scrapes is taken. A field is meaningful only if its bit is set in Found.
 type Reading struct {
 	Waiting        float64 // requests queued in the server
@@ -52,7 +52,7 @@ type Reading struct {
 	PrefixQueries  float64 // prefix cache query counter (cumulative)
 	PrefixHitRate  float64 // prefix cache hit rate gauge, clamped to 0..1
 	// RunningAdapters and WaitingAdapters are the LoRA adapters of the running and waiting
-	// requests, and MaxAdapters the adapter slots (Profile.Adapters). Names are distinct,
+	// requests, and MaxAdapters the adapter slots (Engine.Adapters). Names are distinct,
 	// non-empty, in the server's order; the slices are never modified once returned.
 	RunningAdapters, WaitingAdapters []string
 	MaxAdapters                      float64
@@ -137,14 +137,14 @@ func endsWithEOF(body []byte) bool {
 	return bytes.Equal(body, []byte("# EOF")) || bytes.HasSuffix(body, []byte("\n# EOF"))
 }
 
-// Parser turns an exposition into a Reading for one Profile, with a maintained Prometheus
+// Parser turns an exposition into a Reading for one Engine, with a maintained Prometheus
 // parser (github.com/prometheus/common/expfmt): classic text, OpenMetrics 1.0, or delimited
 // protobuf, chosen by Content-Type. A Parser keeps its parsing buffers between calls.
 //
 // A Parser is not safe for concurrent use; give each goroutine (the Scraper gives each
 // backend) its own.
 type Parser struct {
-	profile *Profile
+	profile *Engine
 	sels    [numSignals][]Selector
 	text    expfmt.TextParser
 	fams    map[string]*dto.MetricFamily
@@ -154,15 +154,15 @@ type Parser struct {
 	scratch []byte              // classicTypes' output
 }
 
-// NewParser returns a Parser for profile, or an error wrapping ErrInvalidOptions if the
-// profile is malformed.
-func NewParser(profile *Profile) (*Parser, error) {
-	if err := profile.validate(); err != nil {
+// NewParser returns a Parser for engine, or an error wrapping ErrInvalidOptions if the
+// engine is malformed.
+func NewParser(engine *Engine) (*Parser, error) {
+	if err := engine.validate(); err != nil {
 		return nil, err
 	}
 	p := &Parser{
-		profile: profile,
-		sels:    profile.selectors(),
+		profile: engine,
+		sels:    engine.selectors(),
 		text:    expfmt.NewTextParser(model.UTF8Validation),
 		fams:    make(map[string]*dto.MetricFamily),
 		wanted:  make(map[string]struct{}),
@@ -172,8 +172,8 @@ func NewParser(profile *Profile) (*Parser, error) {
 			p.wanted[sel.Name] = struct{}{}
 		}
 	}
-	if profile.Adapters.Name != "" {
-		p.wanted[profile.Adapters.Name] = struct{}{}
+	if engine.Adapters.Name != "" {
+		p.wanted[engine.Adapters.Name] = struct{}{}
 	}
 	return p, nil
 }
@@ -188,11 +188,11 @@ func NewParser(profile *Profile) (*Parser, error) {
 // summaries, "# UNIT" and "# EOF" lines); the TYPE lines of OpenMetrics-only types (info,
 // stateset, gaugehistogram, unknown) are read as untyped. A body announced as OpenMetrics must
 // end with "# EOF", which is how OpenMetrics tells a complete exposition from a cut one.
-// Exemplars and fractional timestamps in a family the profile reads are rejected: expfmt's
+// Exemplars and fractional timestamps in a family the engine reads are rejected: expfmt's
 // OpenMetrics decoder, which would read them, is too slow for a scrape path (see the package
 // documentation).
 //
-// Only the families the profile selects are handed to expfmt: the rest of the
+// Only the families the engine selects are handed to expfmt: the rest of the
 // exposition is scanned for line boundaries and names, and counted in Reading.Series.
 //
 // Cost: linear in the size of the exposition, plus expfmt's parse of the selected families
@@ -239,7 +239,7 @@ func (p *Parser) decode(body []byte, f format) (fams map[string]*dto.MetricFamil
 // the number of samples in the whole exposition. Most of a model server's exposition is
 // histograms no router reads (vLLM: 152 of 195 series), and expfmt allocates some
 // thirty times per series, so the parser sees only the TYPE lines and samples of the
-// families the profile selects, plus every line that does not look like a sample (quoted
+// families the engine selects, plus every line that does not look like a sample (quoted
 // UTF-8 names, a label set without a closing brace, a value that is not a number: garbage
 // such as an HTML or proxy error page), so that such an exposition still fails to parse.
 // The price: a line of an unselected family that has the shape of a sample but is subtly
@@ -401,7 +401,7 @@ func (p *Parser) classicTypes(body []byte) []byte {
 	return out
 }
 
-// extract applies the profile's selectors to the parsed families and derives the signals
+// extract applies the engine's selectors to the parsed families and derives the signals
 // that can be derived.
 func (p *Parser) extract(fams map[string]*dto.MetricFamily) Reading {
 	var r Reading

@@ -48,7 +48,7 @@ func readTestdata(t testing.TB, file string) []byte {
 	return raw
 }
 
-func mustParser(t testing.TB, p *Profile) *Parser {
+func mustParser(t testing.TB, p *Engine) *Parser {
 	t.Helper()
 	parser, err := NewParser(p)
 	if err != nil {
@@ -59,7 +59,7 @@ func mustParser(t testing.TB, p *Profile) *Parser {
 
 func TestParseProfiles(t *testing.T) {
 	load := vllmLoad{running: 17, waiting: 4, kv: 0.8125, queries: 120000, hits: 45000}
-	custom := &Profile{
+	custom := &Engine{
 		Name:          "custom",
 		Waiting:       []Selector{{Name: "tgi_queue_size"}},
 		Running:       []Selector{{Name: "tgi_batch_current_size", Scale: 0.5}},
@@ -67,41 +67,41 @@ func TestParseProfiles(t *testing.T) {
 	}
 	tests := []struct {
 		name        string
-		profile     *Profile
+		profile     *Engine
 		body        []byte
 		contentType string
 		want        Reading // Series is checked only when non-zero
 	}{
 		{
-			name: "vLLM V1 classic text", profile: VLLM,
+			name: "vLLM V1 classic text", profile: engineVLLM,
 			body: vllmExposition(t, "vllm.txt", load), contentType: ContentTypeText,
 			want: Reading{Waiting: 4, Running: 17, KVUtilization: 0.8125, BlockSize: 16, NumBlocks: 27153,
 				PrefixHits: 45000, PrefixQueries: 120000,
 				Found: HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasPrefixHits | HasPrefixQueries},
 		},
 		{
-			name: "vLLM V1 OpenMetrics", profile: VLLM,
+			name: "vLLM V1 OpenMetrics", profile: engineVLLM,
 			body: vllmExposition(t, "vllm.om.txt", load), contentType: ContentTypeOpenMetrics,
 			want: Reading{Waiting: 4, Running: 17, KVUtilization: 0.8125, BlockSize: 16, NumBlocks: 27153,
 				PrefixHits: 45000, PrefixQueries: 120000,
 				Found: HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasPrefixHits | HasPrefixQueries},
 		},
 		{
-			name: "vLLM OpenMetrics without Content-Type", profile: VLLM,
+			name: "vLLM OpenMetrics without Content-Type", profile: engineVLLM,
 			body: vllmExposition(t, "vllm.om.txt", load), contentType: "",
 			want: Reading{Waiting: 4, Running: 17, KVUtilization: 0.8125, BlockSize: 16, NumBlocks: 27153,
 				PrefixHits: 45000, PrefixQueries: 120000,
 				Found: HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasPrefixHits | HasPrefixQueries},
 		},
 		{
-			name: "vLLM deprecated gpu_cache_usage_perc and hit-rate gauge", profile: VLLM,
+			name: "vLLM deprecated gpu_cache_usage_perc and hit-rate gauge", profile: engineVLLM,
 			body: readTestdata(t, "vllm_v0.txt"), contentType: ContentTypeText,
 			want: Reading{Waiting: 4, Running: 17, KVUtilization: 0.8125, BlockSize: 32, NumBlocks: 9132,
 				PrefixHitRate: 0.4375,
 				Found:         HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasPrefixHitRate, Series: 8},
 		},
 		{
-			name: "SGLang with two data-parallel ranks", profile: SGLang,
+			name: "SGLang with two data-parallel ranks", profile: engineSGLang,
 			body: readTestdata(t, "sglang.txt"), contentType: "text/plain; version=0.0.4; charset=utf-8",
 			want: Reading{Waiting: 8, Running: 40, KVUtilization: 0.54, BlockSize: 16, NumBlocks: 80000,
 				CapacityTokens: 1280000, PrefixHits: 720000, PrefixQueries: 1.2e6, PrefixHitRate: 0.6,
@@ -109,7 +109,7 @@ func TestParseProfiles(t *testing.T) {
 					HasPrefixHits | HasPrefixQueries | HasPrefixHitRate},
 		},
 		{
-			name: "TensorRT-LLM serve", profile: TensorRTLLM,
+			name: "TensorRT-LLM serve", profile: engineTensorRTLLM,
 			body: readTestdata(t, "trtllm.txt"), contentType: ContentTypeText,
 			want: Reading{Waiting: 2, Running: 30, KVUtilization: 0.375, BlockSize: 32, NumBlocks: 16384,
 				PrefixHits: 300000, PrefixQueries: 500000, PrefixHitRate: 0.61,
@@ -117,25 +117,25 @@ func TestParseProfiles(t *testing.T) {
 					HasPrefixHits | HasPrefixQueries | HasPrefixHitRate},
 		},
 		{
-			name: "TensorRT-LLM serve, older names", profile: TensorRTLLM,
+			name: "TensorRT-LLM serve, older names", profile: engineTensorRTLLM,
 			body: readTestdata(t, "trtllm_old.txt"), contentType: ContentTypeText,
 			want: Reading{Waiting: 6, Running: 11, KVUtilization: 0.5, PrefixHitRate: 0.25,
 				Found: HasWaiting | HasRunning | HasKVUtilization | HasPrefixHitRate, Series: 4},
 		},
 		{
-			name: "Triton TensorRT-LLM backend", profile: Triton,
+			name: "Triton TensorRT-LLM backend", profile: engineTriton,
 			body: readTestdata(t, "triton.txt"), contentType: ContentTypeText,
 			want: Reading{Waiting: 9, Running: 57, KVUtilization: 0.625, BlockSize: 64, NumBlocks: 8000, UsedBlocks: 5000,
 				Found: HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasUsedBlocks},
 		},
 		{
-			name: "Triton without waiting and fraction series", profile: Triton,
+			name: "Triton without waiting and fraction series", profile: engineTriton,
 			body: readTestdata(t, "triton_old.txt"), contentType: ContentTypeText,
 			want: Reading{Waiting: 3, Running: 15, KVUtilization: 0.25, BlockSize: 64, NumBlocks: 6240, UsedBlocks: 1560,
 				Found: HasWaiting | HasRunning | HasKVUtilization | HasBlockSize | HasNumBlocks | HasUsedBlocks, Series: 9},
 		},
 		{
-			name: "TGI", profile: TGI,
+			name: "TGI", profile: engineTGI,
 			body: readTestdata(t, "tgi.txt"), contentType: ContentTypeText,
 			want: Reading{Waiting: 7, Running: 24, Found: HasWaiting | HasRunning, Series: 12},
 		},
@@ -186,7 +186,7 @@ func TestParseSeriesCount(t *testing.T) {
 				lines++
 			}
 		}
-		got, err := mustParser(t, VLLM).Parse(body, tt.contentType)
+		got, err := mustParser(t, engineVLLM).Parse(body, tt.contentType)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +219,7 @@ vllm:prefix_cache_hits_total 40
 vllm:prefix_cache_hits_created 1.7644250001e+09
 # EOF
 `)
-	p := mustParser(t, &Profile{Name: "om", Waiting: []Selector{{Name: "q"}}, PrefixHits: VLLM.PrefixHits,
+	p := mustParser(t, &Engine{Name: "om", Waiting: []Selector{{Name: "q"}}, PrefixHits: engineVLLM.PrefixHits,
 		BlockSize: []Selector{{Name: "build_info", ValueLabel: "version", Agg: AggMax}}})
 	got, err := p.Parse(body, ContentTypeOpenMetrics)
 	if err != nil {
@@ -239,7 +239,7 @@ vllm:prefix_cache_hits_created 1.7644250001e+09
 // TestParseOpenMetricsExemplar: exemplars and fractional timestamps are OpenMetrics the
 // classic parser cannot read; they are rejected with ErrParse, not misread.
 func TestParseOpenMetricsExemplar(t *testing.T) {
-	p := mustParser(t, &Profile{Name: "a", Waiting: []Selector{{Name: "a"}}, PrefixHits: []Selector{{Name: "a_total"}}})
+	p := mustParser(t, &Engine{Name: "a", Waiting: []Selector{{Name: "a"}}, PrefixHits: []Selector{{Name: "a_total"}}})
 	for _, body := range []string{
 		"# TYPE a counter\na_total 4 # {trace_id=\"abc\"} 1.0\n# EOF\n",
 		"# TYPE a gauge\na 4 1764425000.25\n# EOF\n",
@@ -271,7 +271,7 @@ q{rank="4",role="draft"} 100
 	}
 	for _, tt := range tests {
 		t.Run(tt.agg.String(), func(t *testing.T) {
-			p := mustParser(t, &Profile{Name: "agg", Waiting: []Selector{{Name: "q", Agg: tt.agg}}})
+			p := mustParser(t, &Engine{Name: "agg", Waiting: []Selector{{Name: "q", Agg: tt.agg}}})
 			got, err := p.Parse(body, ContentTypeText)
 			if err != nil {
 				t.Fatal(err)
@@ -282,7 +282,7 @@ q{rank="4",role="draft"} 100
 		})
 	}
 	// An empty wanted label value matches series without the label.
-	p := mustParser(t, &Profile{Name: "nolabel", Waiting: []Selector{{Name: "q", Labels: map[string]string{"role": ""}}}})
+	p := mustParser(t, &Engine{Name: "nolabel", Waiting: []Selector{{Name: "q", Labels: map[string]string{"role": ""}}}})
 	got, err := p.Parse(body, ContentTypeText)
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +295,7 @@ q{rank="4",role="draft"} 100
 func TestParseFallbackOrder(t *testing.T) {
 	// Both names present: the first selector wins.
 	body := []byte("vllm:kv_cache_usage_perc 0.25\nvllm:gpu_cache_usage_perc 0.75\n")
-	got, err := mustParser(t, VLLM).Parse(body, "")
+	got, err := mustParser(t, engineVLLM).Parse(body, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func TestParseFallbackOrder(t *testing.T) {
 	}
 	// Only unusable values under the current name: fall back.
 	body = []byte("vllm:kv_cache_usage_perc NaN\nvllm:gpu_cache_usage_perc 0.75\n")
-	got, err = mustParser(t, VLLM).Parse(body, "")
+	got, err = mustParser(t, engineVLLM).Parse(body, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestParseFallbackOrder(t *testing.T) {
 	body = []byte(`vllm:kv_cache_usage_perc 1.5
 vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1
 `)
-	got, err = mustParser(t, VLLM).Parse(body, "")
+	got, err = mustParser(t, engineVLLM).Parse(body, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := mustParser(t, VLLM).Parse([]byte(tt.body), tt.contentType)
+			_, err := mustParser(t, engineVLLM).Parse([]byte(tt.body), tt.contentType)
 			if !errors.Is(err, ErrParse) {
 				t.Errorf("Parse error = %v, want ErrParse", err)
 			}
@@ -353,7 +353,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestParseEmpty(t *testing.T) {
-	got, err := mustParser(t, VLLM).Parse(nil, ContentTypeText)
+	got, err := mustParser(t, engineVLLM).Parse(nil, ContentTypeText)
 	if err != nil {
 		t.Fatalf("empty exposition: %v", err)
 	}
@@ -387,12 +387,12 @@ func TestDetectFormat(t *testing.T) {
 }
 
 func TestProfileValidate(t *testing.T) {
-	for _, p := range []*Profile{VLLM, SGLang, TensorRTLLM, Triton, TGI} {
+	for _, p := range []*Engine{engineVLLM, engineSGLang, engineTensorRTLLM, engineTriton, engineTGI} {
 		if err := p.validate(); err != nil {
 			t.Errorf("built-in profile %s: %v", p.Name, err)
 		}
 	}
-	bad := []*Profile{
+	bad := []*Engine{
 		nil,
 		{Name: "empty"},
 		{Name: "noname", Waiting: []Selector{{}}},
@@ -422,7 +422,7 @@ func TestParseProtobuf(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := mustParser(t, VLLM).Parse(buf.Bytes(), string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
+	got, err := mustParser(t, engineVLLM).Parse(buf.Bytes(), string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
 	if err != nil {
 		t.Fatal(err)
 	}

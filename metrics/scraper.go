@@ -25,16 +25,16 @@ type Target struct {
 	// Scraper's own metrics. Names must be unique and non-empty.
 	Name string
 	// URL is the metrics endpoint, e.g. "http://10.0.0.7:8000/metrics". A URL without a
-	// path (or with "/") gets the profile's MetricsPath ("/metrics" by default).
+	// path (or with "/") gets the engine's MetricsPath ("/metrics" by default).
 	URL string
-	// HealthURL is the health endpoint. Empty means the profile's HealthPath on the
+	// HealthURL is the health endpoint. Empty means the engine's HealthPath on the
 	// metrics endpoint's host; if that is empty too, health is not checked separately.
 	HealthURL string
-	// Profile says where the signals are; nil means Options.Profile.
-	Profile *Profile
+	// Engine says where the signals are; nil means Options.Engine.
+	Engine *Engine
 	// Rank, if set, restricts the target to the series of one data-parallel rank of the
-	// server (those whose Profile.RankLabel has this value), so that each rank behind one
-	// address is a backend of its own. The profile must name its RankLabel.
+	// server (those whose Engine.RankLabel has this value), so that each rank behind one
+	// address is a backend of its own. The engine must name its RankLabel.
 	Rank string
 	// Role is the part of inference the backend serves, passed through to
 	// routing.BackendState. Zero: routing.RoleBoth.
@@ -45,8 +45,8 @@ type Target struct {
 type Options struct {
 	// Targets are the backends to scrape. They can be replaced later with SetTargets.
 	Targets []Target
-	// Profile is the profile of targets that name none. Nil means VLLM.
-	Profile *Profile
+	// Engine is the engine of targets that name none. Nil: EngineOf("vllm").
+	Engine *Engine
 	// Interval is the time between the starts of two scrapes of one backend in Run.
 	// Zero means 100ms.
 	Interval time.Duration
@@ -106,7 +106,7 @@ const (
 // scrape errors, backend staleness and health (see Describe).
 type Scraper struct {
 	// Immutable after NewScraper.
-	defProfile  *Profile
+	defProfile  *Engine
 	interval    time.Duration
 	jitter      time.Duration
 	timeout     time.Duration
@@ -143,7 +143,7 @@ type backend struct {
 	role       routing.Role
 	metricsURL string
 	healthURL  string
-	profile    *Profile
+	profile    *Engine
 	rank       string // Target.Rank
 
 	state   atomic.Pointer[State]
@@ -183,7 +183,7 @@ var reasonNames = [numReasons]string{"timeout", "transport", "status", "too_larg
 // Until a backend's first scrape its State is stale, of unknown health, and carries ErrNotScraped.
 func NewScraper(opts Options) (*Scraper, error) {
 	s := &Scraper{
-		defProfile:  opts.Profile,
+		defProfile:  opts.Engine,
 		interval:    opts.Interval,
 		jitter:      opts.Jitter,
 		timeout:     opts.Timeout,
@@ -199,7 +199,7 @@ func NewScraper(opts Options) (*Scraper, error) {
 		changed:     make(chan struct{}, 1),
 	}
 	if s.defProfile == nil {
-		s.defProfile = VLLM
+		s.defProfile = engineVLLM
 	}
 	if s.interval == 0 {
 		s.interval = 100 * time.Millisecond
@@ -267,7 +267,7 @@ func NewScraper(opts Options) (*Scraper, error) {
 	return s, nil
 }
 
-// SetTargets replaces the set of backends. A backend whose Name, URLs and profile are
+// SetTargets replaces the set of backends. A backend whose Name, URLs and engine are
 // unchanged keeps its state and counters; others start unscraped. A running Run picks the
 // new set up at once; scrapes of removed backends in flight finish and are discarded.
 // O(targets).
@@ -303,7 +303,7 @@ func (s *Scraper) newBackend(t Target) (*backend, error) {
 	if t.Name == "" {
 		return nil, fmt.Errorf("%w: target without a name", ErrInvalidOptions)
 	}
-	prof := t.Profile
+	prof := t.Engine
 	if prof == nil {
 		prof = s.defProfile
 	}

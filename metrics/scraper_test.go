@@ -129,11 +129,11 @@ func TestScrapeOnceAllProfiles(t *testing.T) {
 		Now: clock.Now,
 		Targets: []Target{
 			{Name: "vllm", URL: servers["vllm"].URL + "/metrics"},
-			{Name: "sglang", URL: servers["sglang"].URL, Profile: SGLang},
-			{Name: "trtllm", URL: servers["trtllm"].URL, Profile: TensorRTLLM, Role: routing.RolePrefill},
-			{Name: "triton", URL: servers["triton"].URL + "/metrics", Profile: Triton,
+			{Name: "sglang", URL: servers["sglang"].URL, Engine: engineSGLang},
+			{Name: "trtllm", URL: servers["trtllm"].URL, Engine: engineTensorRTLLM, Role: routing.RolePrefill},
+			{Name: "triton", URL: servers["triton"].URL + "/metrics", Engine: engineTriton,
 				HealthURL: servers["triton"].URL + "/health"},
-			{Name: "tgi", URL: servers["tgi"].URL, Profile: TGI},
+			{Name: "tgi", URL: servers["tgi"].URL, Engine: engineTGI},
 		},
 	})
 	if err := s.ScrapeOnce(context.Background()); err != nil {
@@ -504,7 +504,7 @@ func TestSetTargets(t *testing.T) {
 		{{Name: "x", URL: "ftp://host/metrics"}},
 		{{Name: "x", URL: "http://"}},
 		{{Name: "x", URL: a.URL, HealthURL: "::bad"}},
-		{{Name: "x", URL: a.URL, Profile: &Profile{Name: "empty"}}},
+		{{Name: "x", URL: a.URL, Engine: &Engine{Name: "empty"}}},
 	} {
 		if err := s.SetTargets(bad); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("SetTargets(%+v) = %v, want ErrInvalidOptions", bad, err)
@@ -518,7 +518,7 @@ func TestSetTargets(t *testing.T) {
 func TestNewScraperOptions(t *testing.T) {
 	for _, opts := range []Options{
 		{Interval: -1}, {Timeout: -1}, {StaleAfter: -1}, {Concurrency: -1}, {MaxBodyBytes: -1},
-		{UnhealthyAfter: -1}, {Profile: &Profile{Name: "empty"}},
+		{UnhealthyAfter: -1}, {Engine: &Engine{Name: "empty"}},
 	} {
 		if _, err := NewScraper(opts); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("NewScraper(%+v) = %v, want ErrInvalidOptions", opts, err)
@@ -526,7 +526,7 @@ func TestNewScraperOptions(t *testing.T) {
 	}
 	s := mustScraper(t, Options{})
 	if s.interval != 100*time.Millisecond || s.jitter != 10*time.Millisecond || s.timeout != time.Second ||
-		s.staleAfter != 2*time.Second || s.concurrency != 16 || s.unhealthyN != 3 || s.defProfile != VLLM {
+		s.staleAfter != 2*time.Second || s.concurrency != 16 || s.unhealthyN != 3 || s.defProfile != engineVLLM {
 		t.Errorf("defaults: %+v", s)
 	}
 	if err := s.ScrapeOnce(context.Background()); err != nil || s.Len() != 0 {
@@ -539,9 +539,9 @@ func TestTargetURLs(t *testing.T) {
 		{Name: "base", URL: "http://10.0.0.7:8000"},
 		{Name: "slash", URL: "http://10.0.0.7:8000/"},
 		{Name: "full", URL: "http://10.0.0.7:8000/custom/metrics"},
-		{Name: "trt", URL: "http://10.0.0.8:8000", Profile: TensorRTLLM},
-		{Name: "triton", URL: "http://10.0.0.9:8002/metrics", Profile: Triton},
-		{Name: "triton-health", URL: "http://10.0.0.9:8002/metrics", Profile: Triton, HealthURL: "http://10.0.0.9:8000/v2/health/ready"},
+		{Name: "trt", URL: "http://10.0.0.8:8000", Engine: engineTensorRTLLM},
+		{Name: "triton", URL: "http://10.0.0.9:8002/metrics", Engine: engineTriton},
+		{Name: "triton-health", URL: "http://10.0.0.9:8002/metrics", Engine: engineTriton, HealthURL: "http://10.0.0.9:8000/v2/health/ready"},
 	}})
 	want := map[string][2]string{
 		"base":          {"http://10.0.0.7:8000/metrics", "http://10.0.0.7:8000/health"},
@@ -825,7 +825,7 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1
 			t.Errorf("%s: running %d queued %d blocks %d kv %v, want %+v", name, st.Running, st.Queued, st.KVCapacityBlocks, st.KVUtilization, want)
 		}
 	}
-	if _, err := NewScraper(Options{Targets: []Target{{Name: "x", URL: srv.URL, Rank: "0", Profile: TGI}}}); err == nil {
+	if _, err := NewScraper(Options{Targets: []Target{{Name: "x", URL: srv.URL, Rank: "0", Engine: engineTGI}}}); err == nil {
 		t.Error("a rank on a profile without RankLabel was accepted")
 	}
 }

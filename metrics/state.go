@@ -64,7 +64,7 @@ func (s *State) PrefixHitRate() (float64, bool) { return s.hitRate, s.hasHitRate
 func (s *State) Role() routing.Role { return s.role }
 
 // Health returns the backend's liveness verdict: routing.HealthUnknown until the backend first
-// answers; routing.Healthy after its health endpoint answered 2xx (or, for a profile without
+// answers; routing.Healthy after its health endpoint answered 2xx (or, for an engine without
 // a health endpoint, after a good metrics scrape); routing.Unhealthy as soon as the health
 // endpoint answers an error status, or after Options.UnhealthyAfter attempts in a row got no
 // answer at all. Between those, an unanswered attempt keeps the previous verdict.

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/usher-llm/usher/metrics"
+	"github.com/usher-llm/usher/internal/gatewaymetrics"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 )
@@ -63,7 +63,7 @@ func (ex *exchange) prefill(req *http.Request) error {
 			req.Body = io.NopCloser(bytes.NewReader(dec))
 			req.ContentLength = int64(len(dec))
 			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(dec)), nil }
-			h.usher.ObserveStage(metrics.StageDisaggregated)
+			h.usher.ObserveStage(gatewaymetrics.Disaggregated)
 			// The decode server will not prefill: release the prompt tokens charged to it.
 			ex.mu.Lock()
 			ex.prefilledAt = time.Now()
@@ -84,7 +84,7 @@ func (ex *exchange) prefill(req *http.Request) error {
 
 // fallback notes a disaggregated request served whole by its decode server.
 func (ex *exchange) fallback(err error) {
-	ex.h.usher.ObserveStage(metrics.StageFallback)
+	ex.h.usher.ObserveStage(gatewaymetrics.Fallback)
 	ex.h.log.Warn("prefill step failed; the decode server prefills", "request_id", ex.rid, "backend", ex.backend, "err", err)
 }
 
@@ -97,11 +97,11 @@ func (ex *exchange) sendPrefill(req *http.Request, p routing.Result, body []byte
 	p.Done(info)
 	switch {
 	case info.Err == nil:
-		h.usher.ObservePrefill("ok", time.Since(start))
+		h.usher.ObservePrefill(gatewaymetrics.PrefillOK, time.Since(start))
 	case ex.ctx.Err() != nil:
-		h.usher.ObservePrefill("cancelled", 0)
+		h.usher.ObservePrefill(gatewaymetrics.PrefillCancelled, 0)
 	default:
-		h.usher.ObservePrefill("failed", 0)
+		h.usher.ObservePrefill(gatewaymetrics.PrefillFailed, 0)
 		h.log.Warn("prefill attempt failed", "request_id", ex.rid, "backend", p.Backend.Name, "err", info.Err)
 	}
 	return params, info.Err

@@ -34,6 +34,19 @@
 // the same pipeline is three hooks — Handler.Rewrite, Handler.ModifyResponse and
 // Handler.ErrorHandler — and Handler itself is nothing more than a ReverseProxy using them.
 //
+// # usher's own metrics
+//
+// GET /metrics serves [Handler.Registry]: the Go runtime's and the process's series, the
+// backends' scrape state (metrics.Scraper's usher_scrape_*, usher_backend_stale, ...), and the
+// series the Handler records where things happen, every name prefixed usher_: admissions and
+// their waits by band and outcome, the queue by band, flows, picks and requests in flight per
+// backend and per role, passive health, the prefix index, disaggregated serving
+// (usher_pd_*) and latency targets (usher_slo_requests_total,
+// usher_latency_prediction_error_seconds). Every label value comes from a set fixed by
+// configuration (bands, admission outcomes, backends) plus "other", so the number of series is
+// bounded whatever the traffic. Extensions register their own (proxy/kvfeed's
+// usher_kvevents_*, replica's usher_replica_sync_*).
+//
 // # Anthropic's Messages, OpenAI's Responses and embeddings
 //
 // These take the same pipeline as chat. Their prompts are rendered so that a conversation's

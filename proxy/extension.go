@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 )
@@ -16,24 +15,24 @@ import (
 // it: only a program that builds the extension imports its package.
 //
 // New calls Prepare on each extension in order, then builds its defaults, then calls Attach
-// on each; Handler.Run runs each Run until its context ends; Handler.Close calls Close; each
-// refresh of the gateway's gauges (GET /metrics) calls Gauges. Prepare and Attach run once,
-// from New; Gauges and Close may run concurrently with Run, and must be safe for it.
+// on each; Handler.Run runs each Run until its context ends; Handler.Close calls Close.
+// Prepare and Attach run once, from New; Close may run concurrently with Run, and must be
+// safe for it. An extension with series of its own registers them on [Handler.Registry] in
+// Attach.
 type Extension interface {
 	// Prepare adjusts the options of the default Index and of the default router's session
 	// table before New builds them (a replication layer sets their feeds). It is not called
 	// again; parts given in Options are the caller's to build alike.
 	Prepare(d *Defaults) error
 	// Attach connects the extension to the built Handler: its Index, Router, Queue,
-	// ConcurrencyLimit, KVSources, Registry (to register its own collectors), Logger.
+	// ConcurrencyLimit, Registry (to register its own collectors), Logger, and the KV-event
+	// publishers it follows (FollowKVEvents).
 	Attach(h *Handler) error
 	// Run does the extension's work until ctx ends, and returns ctx's error.
 	Run(ctx context.Context) error
 	// Close releases what the extension holds. It may be called before, after or without
 	// Run.
 	Close() error
-	// Gauges sets the extension's series among the gateway's metrics, if it has any.
-	Gauges(g *metrics.Gateway)
 }
 
 // Defaults are the options of the parts New builds when Options leaves them nil, for an
@@ -45,9 +44,10 @@ type Defaults struct {
 	Session *routing.SessionOptions
 }
 
-// KVSource is one KV-event publisher of the fleet, as Backends describe it: the backend (or
-// data-parallel rank) whose blocks it reports, by its name in the router and the index.
-type KVSource struct {
+// KVPublisher is one KV-event publisher of the fleet, as [Options.Backends] describe it: the
+// backend (or data-parallel rank) whose blocks it reports, by its name in the router and the
+// index. It is plain data.
+type KVPublisher struct {
 	// Backend is the name the events are applied under.
 	Backend string
 	// Endpoint is the publisher's ZMQ endpoint, which the server binds ("" when it connects
@@ -60,36 +60,33 @@ type KVSource struct {
 	Ranks []string
 }
 
-// KVSources lists the KV-event publishers the Backends name, for the extension that follows
-// them (kvfeed). The slice is a fresh copy.
-func (h *Handler) KVSources() []KVSource {
-	var out []KVSource
+// FollowKVEvents returns the KV-event publishers the Backends name (a fresh slice), and records
+// that the caller follows them: an [Extension] that applies KV events to [Handler.Index]
+// (package proxy/kvfeed) calls it from Attach. New refuses Backends that name KV events when
+// no extension's Attach called it, rather than leave them unheard. Safe for concurrent use;
+// O(backends).
+func (h *Handler) FollowKVEvents() []KVPublisher {
+	h.kvFollowed.Store(true)
+	return h.kvPublishers()
+}
+
+// kvPublishers lists the KV-event publishers the Backends name.
+func (h *Handler) kvPublishers() []KVPublisher {
+	var out []KVPublisher
 	for _, m := range h.members {
 		if m.kvEvents == "" && m.kvPod == "" {
 			continue
 		}
-		out = append(out, KVSource{Backend: m.name, Endpoint: m.kvEvents, Pod: m.kvPod, Replay: m.replay, Ranks: append([]string(nil), m.rankBackends...)})
+		out = append(out, KVPublisher{Backend: m.name, Endpoint: m.kvEvents, Pod: m.kvPod, Replay: m.replay, Ranks: append([]string(nil), m.rankBackends...)})
 	}
 	return out
 }
 
-// KVFollower is implemented by an Extension that follows the KV events of KVSources
-// (kvfeed's): New refuses Backends that name KV events when no extension does, rather than
-// leave them unheard.
-type KVFollower interface {
-	FollowsKVEvents()
-}
-
 // checkKVFollowed refuses KV-event endpoints nobody follows.
 func (h *Handler) checkKVFollowed() error {
-	src := h.KVSources()
-	if len(src) == 0 {
+	src := h.kvPublishers()
+	if len(src) == 0 || h.kvFollowed.Load() {
 		return nil
-	}
-	for _, e := range h.exts {
-		if _, ok := e.(KVFollower); ok {
-			return nil
-		}
 	}
 	return fmt.Errorf("%w: backend %s names KV events but no extension follows them (add kvfeed.New to Options.Extensions)", ErrInvalidOptions, src[0].Backend)
 }

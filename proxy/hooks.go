@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/metrics"
+	"github.com/usher-llm/usher/internal/gatewaymetrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
@@ -239,14 +239,14 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 		return ex.admissionError(flowcontrol.ErrWouldExpire)
 	}
 	t, err := ex.queue.Admit(ctx, fr)
-	h.usher.ObserveAdmission(flowcontrol.OutcomeOf(err).String(), ex.id.Band, time.Since(ex.arrival))
+	h.usher.ObserveAdmission(flowcontrol.OutcomeOf(err), ex.id.Band, time.Since(ex.arrival))
 	if err != nil {
 		if ex.targets != (routing.Latency{}) {
 			switch flowcontrol.OutcomeOf(err) {
 			case flowcontrol.RejectedWait:
-				h.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)
+				h.usher.ObserveSLO(ex.id.Band, gatewaymetrics.SLOShed)
 			case flowcontrol.Expired:
-				h.usher.ObserveSLO(ex.id.Band, metrics.SLOExpired)
+				h.usher.ObserveSLO(ex.id.Band, gatewaymetrics.SLOExpired)
 			}
 		}
 		return ex.admissionError(err)
@@ -269,7 +269,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
 		// Copies, so that only this path pays for what escapes into the interface call.
 		dr, dp := rr, p
 		if ex.disagg = h.decider.Disaggregate(&dr, &dp); !ex.disagg {
-			h.usher.ObserveStage(metrics.StageAggregated)
+			h.usher.ObserveStage(gatewaymetrics.Aggregated)
 		}
 	}
 	return nil

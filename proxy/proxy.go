@@ -26,6 +26,7 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/metrics"
@@ -42,9 +43,9 @@ type Backend struct {
 	// URL is the server's base URL (http://host:port); the OpenAI API is under /v1. It is
 	// also the backend's name in the router and the prefix index.
 	URL string
-	// Profile names the server's metrics (metrics.VLLM, metrics.SGLang, ...). Nil:
-	// metrics.VLLM.
-	Profile *metrics.Profile
+	// Engine names the server's metrics (for example metrics.EngineOf("sglang")). Nil:
+	// vLLM's.
+	Engine *metrics.Engine
 	// KVEvents is the server's KV-event ZMQ endpoint (vLLM's --kv-events-config endpoint,
 	// which the server binds when it is a wildcard such as tcp://*:5557), and Replay its
 	// replay endpoint; both optional. With them the prefix index is exact.
@@ -106,7 +107,7 @@ type member struct {
 	name             string // the router's and the index's name
 	url              string // the server's base URL
 	rank             int    // -1: the server has no ranks
-	profile          *metrics.Profile
+	engine           *metrics.Engine
 	role             routing.Role
 	kvEvents, replay string   // this member's publisher
 	kvPod            string   // its pod, when it connects to KVListen
@@ -118,11 +119,11 @@ func members(backends []Backend) ([]member, error) {
 	var out []member
 	for _, b := range backends {
 		if b.Ranks <= 1 {
-			out = append(out, member{name: b.URL, url: b.URL, rank: -1, profile: b.Profile, role: b.Role, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
+			out = append(out, member{name: b.URL, url: b.URL, rank: -1, engine: b.Engine, role: b.Role, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
 			continue
 		}
 		for r := range b.Ranks {
-			m := member{name: RankName(b.URL, r), url: b.URL, rank: r, profile: b.Profile, role: b.Role}
+			m := member{name: RankName(b.URL, r), url: b.URL, rank: r, engine: b.Engine, role: b.Role}
 			if b.SharedKVPublisher {
 				if r == 0 && b.KVEvents != "" {
 					m.kvEvents, m.replay = b.KVEvents, b.Replay
@@ -234,10 +235,6 @@ type Options struct {
 	Keyer FlowKeyer
 	// Transport sends requests to backends. Nil: DefaultTransport().
 	Transport http.RoundTripper
-	// Metrics receives usher's own metrics; served with the scraper's on GET /metrics. Nil:
-	// one over Bands and Backends.
-	Metrics *metrics.Gateway
-
 	// Models are the model names requests may ask for (404 model_not_found otherwise). Nil:
 	// what the Backends serve (their Models and Adapters, or what they list on GET
 	// /v1/models, refreshed by Start and Run); until one of those is known, any model is
@@ -358,27 +355,29 @@ type Handler struct {
 	tok       Tokenizer
 	keyer     FlowKeyer
 	transport http.RoundTripper
-	usher     *metrics.Gateway
+	usher     *gatewaymetrics.Recorder
 	registry  *prometheus.Registry
 	scraper   *metrics.Scraper // nil without Backends
 	exts      []Extension
-	limit     *flowcontrol.ConcurrencyLimit // the default queue's gate; nil with Options.Queue
-	log       *slog.Logger
-	ids       *requestIDs
-	limits    openai.Limits
-	maxBody   int64
-	maxHeader int
-	bands     int
-	rp        *httputil.ReverseProxy
-	metricsH  http.Handler
-	timeouts  Timeouts
-	retry     Retry
-	retrier   *retryTransport
-	budget    *budget
-	reading   bodyLimiter
-	decider   routing.Decider // nil: the fleet is not disaggregated
-	slo       slo.Config      // Options.SLO, TrustSLOHeaders, SLOShedAbove
-	ttl       time.Duration   // the default queue's (and pools') TTL; 0 with Options.Queue
+	// kvFollowed is set by FollowKVEvents, from an extension's Attach.
+	kvFollowed atomic.Bool
+	limit      *flowcontrol.ConcurrencyLimit // the default queue's gate; nil with Options.Queue
+	log        *slog.Logger
+	ids        *requestIDs
+	limits     openai.Limits
+	maxBody    int64
+	maxHeader  int
+	bands      int
+	rp         *httputil.ReverseProxy
+	metricsH   http.Handler
+	timeouts   Timeouts
+	retry      Retry
+	retrier    *retryTransport
+	budget     *budget
+	reading    bodyLimiter
+	decider    routing.Decider // nil: the fleet is not disaggregated
+	slo        slo.Config      // Options.SLO, TrustSLOHeaders, SLOShedAbove
+	ttl        time.Duration   // the default queue's (and pools') TTL; 0 with Options.Queue
 
 	sent, retried, exhausted atomic.Uint64 // RetryStats
 
@@ -409,7 +408,6 @@ func New(opts Options) (*Handler, error) {
 		tok:       opts.Tokenizer,
 		keyer:     opts.Keyer,
 		transport: opts.Transport,
-		usher:     opts.Metrics,
 		log:       opts.Logger,
 		ids:       newRequestIDs(),
 		limits:    opts.Limits,
@@ -535,20 +533,12 @@ func New(opts Options) (*Handler, error) {
 		h.transport = defaultTransport(h.timeouts)
 	}
 	h.retrier = &retryTransport{h: h, base: h.transport}
-	if h.usher == nil {
-		bands := make([]int, h.bands)
-		for i := range bands {
-			bands[i] = i
-		}
-		var sources []string
-		for _, m := range h.members {
-			if m.kvEvents != "" || m.kvPod != "" {
-				sources = append(sources, m.name)
-			}
-		}
-		if h.usher, err = metrics.NewGateway(metrics.GatewayOptions{Bands: bands, Backends: names, KVSources: sources}); err != nil {
-			return nil, err
-		}
+	bands := make([]int, h.bands)
+	for i := range bands {
+		bands[i] = i
+	}
+	if h.usher, err = gatewaymetrics.New(gatewaymetrics.Options{Bands: bands, Backends: names}); err != nil {
+		return nil, err
 	}
 	if len(opts.Backends) > 0 {
 		if h.pools, err = h.newPools(opts); err != nil {
@@ -565,7 +555,7 @@ func New(opts Options) (*Handler, error) {
 	if len(opts.Backends) > 0 {
 		targets := make([]metrics.Target, len(h.members))
 		for i, m := range h.members {
-			targets[i] = metrics.Target{Name: m.name, URL: m.url, Profile: m.profile, Role: m.role}
+			targets[i] = metrics.Target{Name: m.name, URL: m.url, Engine: m.engine, Role: m.role}
 			if m.rank >= 0 {
 				targets[i].Rank = strconv.Itoa(m.rank)
 			}
@@ -707,8 +697,8 @@ func (h *Handler) Index() *prefixcache.Index { return h.index }
 // Limit inside Queue().Reconfigure); nil when Options.Queue was given.
 func (h *Handler) ConcurrencyLimit() *flowcontrol.ConcurrencyLimit { return h.limit }
 
-// Registry returns the registry GET /metrics serves (usher's metrics and the scraper's); add
-// your own collectors to it.
+// Registry returns the registry GET /metrics serves (usher's own series, the scraper's and the
+// extensions'); add your own collectors to it.
 func (h *Handler) Registry() *prometheus.Registry { return h.registry }
 
 // Saturation returns llm-d's saturation estimate of the fleet as last scraped: the mean over
@@ -896,8 +886,8 @@ func fleetSaturation(states []routing.BackendState, now time.Time) float64 {
 // jitter would often miss.
 const saturationFresh = 2 * time.Second
 
-// publishGauges refreshes usher's gauges from the queue, the router, the index and the KV
-// subscriber. O(bands + backends + sources).
+// publishGauges refreshes usher's gauges from the queue, the router and the index.
+// O(bands + backends).
 func (h *Handler) publishGauges() {
 	for b := range h.bands {
 		bs := h.queue.BandStats(b)
@@ -930,16 +920,12 @@ func (h *Handler) publishGauges() {
 	}
 	if h.decider != nil {
 		for r, n := range byRole {
-			h.usher.SetRoleInFlight(routing.Role(r).String(), n)
+			h.usher.SetRoleInFlight(routing.Role(r), n)
 		}
 	}
 	st := h.index.Stats()
-	h.usher.SetIndexStats(metrics.IndexStats{
+	h.usher.SetIndexStats(gatewaymetrics.IndexStats{
 		Blocks: st.Blocks, Bytes: st.Bytes, Evictions: uint64(st.Evictions),
 		QueriedBlocks: uint64(st.Hits + st.Misses), MatchedBlocks: uint64(st.Hits),
 	})
-	for _, e := range h.exts {
-		e.Gauges(h.usher)
-	}
-
 }

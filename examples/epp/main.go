@@ -221,7 +221,7 @@ func (c config) options() (extproc.Options, error) {
 	case c.ScrapeInterval <= 0 || c.EndpointsInterval <= 0 || c.StreamIdle <= 0:
 		return bad("intervals and -stream-idle must be positive")
 	}
-	profile, ok := metrics.ProfileOf(c.Engine)
+	profile, ok := metrics.EngineOf(c.Engine)
 	if !ok {
 		return bad("-engine %q: want vllm, sglang, trtllm, triton or tgi", c.Engine)
 	}
@@ -252,7 +252,7 @@ func (c config) options() (extproc.Options, error) {
 		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue}, FlowCapacity: flowcontrol.Limits{Requests: c.MaxFlow},
 		EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, SLO: c.SLO, TrustSLOHeaders: c.TrustSLOHeaders, SLOShedAbove: c.SLOShedAbove, Tokenizer: proxy.BytesTokenizer{BlockBytes: c.ByteBlock},
 		Keyer: keyer, MaxBodyBytes: c.MaxBody, Fallbacks: c.Fallbacks, StreamIdle: c.StreamIdle,
-		NoScrape: c.NoScrape, MetricsProfile: profile, ScrapeInterval: c.ScrapeInterval, KVListen: c.KVListen,
+		NoScrape: c.NoScrape, Engine: profile, ScrapeInterval: c.ScrapeInterval, KVListen: c.KVListen,
 		BlockSize: c.BlockSize, Decider: decider,
 	}
 	if c.Models != "" {

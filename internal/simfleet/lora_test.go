@@ -77,11 +77,12 @@ func TestLoRACachedTokensPerAdapter(t *testing.T) {
 	}
 }
 
-// The exported vllm:lora_requests_info is what metrics.VLLM reads.
+// The exported vllm:lora_requests_info is what metrics.EngineOf("vllm") reads.
 func TestLoRAMetricScraped(t *testing.T) {
 	_, url := loraFleet(t, LoRAOptions{Adapters: []string{"x", "y"}, MaxLoRAs: 3, LoadCost: -1})
 	decode[chatResponse](t, post(t, url+"/v1/chat/completions", chatBody("y", 2, false, "sys", "hi")), 200)
-	p, err := metrics.NewParser(metrics.VLLM)
+	vllm, _ := metrics.EngineOf("vllm")
+	p, err := metrics.NewParser(vllm)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/backendspec"
-	"github.com/usher-llm/usher/metrics"
+	"github.com/usher-llm/usher/internal/gatewaymetrics"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 )
@@ -118,7 +118,7 @@ func (c *Config) Deadline(r *routing.Router, rr *routing.Request, ttft, ttl time
 // RejectedWait, SLO result shed, in band) and returns true: the caller answers
 // flowcontrol.ErrWouldExpire. Zero targets leave fr alone. O(Deadline).
 func (c *Config) Queue(fr *flowcontrol.Request, targets *routing.Latency, r *routing.Router, rr *routing.Request,
-	ttl time.Duration, arrival time.Time, g *metrics.Gateway, band int) (shed bool) {
+	ttl time.Duration, arrival time.Time, g *gatewaymetrics.Recorder, band int) (shed bool) {
 	if *targets == (routing.Latency{}) {
 		return false
 	}
@@ -127,8 +127,8 @@ func (c *Config) Queue(fr *flowcontrol.Request, targets *routing.Latency, r *rou
 		return false
 	}
 	if fr.Deadline, shed = c.Deadline(r, rr, targets.TTFT, ttl, arrival, time.Now()); shed {
-		g.ObserveAdmission(flowcontrol.RejectedWait.String(), band, time.Since(arrival))
-		g.ObserveSLO(band, metrics.SLOShed)
+		g.ObserveAdmission(flowcontrol.RejectedWait, band, time.Since(arrival))
+		g.ObserveSLO(band, gatewaymetrics.SLOShed)
 	}
 	return shed
 }
@@ -212,7 +212,7 @@ type Finished struct {
 // chosen backend did (TTFT from the pick, as the router learns it) and whether a request with
 // targets met them (TTFT from arrival, as the client sees it; a failure misses). A whole
 // answer's first token is not seen, so other requests count in neither. O(1).
-func Observe(g *metrics.Gateway, f *Finished) {
+func Observe(g *gatewaymetrics.Recorder, f *Finished) {
 	if !f.Stream {
 		return
 	}
@@ -232,8 +232,8 @@ func Observe(g *metrics.Gateway, f *Finished) {
 		(t.TTFT == 0 || info.FirstTokenAt.Sub(f.Arrival) <= t.TTFT) &&
 		(t.TPOT == 0 || tpot <= t.TPOT)
 	if met {
-		g.ObserveSLO(f.Band, metrics.SLOMet)
+		g.ObserveSLO(f.Band, gatewaymetrics.SLOMet)
 	} else {
-		g.ObserveSLO(f.Band, metrics.SLOMissed)
+		g.ObserveSLO(f.Band, gatewaymetrics.SLOMissed)
 	}
 }

@@ -757,7 +757,7 @@ func TestPicker(t *testing.T) {
 	if r := args["router"]; !slices.Contains(builtin.ProfileNames(), r) {
 		t.Errorf("epp -router=%q: want one of %v", r, builtin.ProfileNames())
 	}
-	if _, ok := metrics.ProfileOf(args["engine"]); !ok {
+	if _, ok := metrics.EngineOf(args["engine"]); !ok {
 		t.Errorf("epp -engine=%q: not an engine", args["engine"])
 	}
 	checkGrace(t, d, args)

@@ -79,7 +79,7 @@ func TestRanksConfig(t *testing.T) {
 	}
 	defer h.Close()
 	var got []string
-	for _, s := range h.KVSources() {
+	for _, s := range h.FollowKVEvents() {
 		got = append(got, s.Backend+" "+s.Endpoint+" "+s.Replay)
 	}
 	want := []string{
@@ -101,14 +101,15 @@ func TestRanksConfig(t *testing.T) {
 // SGLang publishes the events of all its ranks on one endpoint, each batch naming its rank:
 // one source, applied per rank.
 func TestRanksSharedPublisher(t *testing.T) {
-	o := proxy.Options{Backends: []proxy.Backend{{URL: "http://10.0.0.9:30000", Profile: metrics.SGLang, Ranks: 2, KVEvents: "tcp://10.0.0.9:5557", SharedKVPublisher: true}}}
+	sglang, _ := metrics.EngineOf("sglang")
+	o := proxy.Options{Backends: []proxy.Backend{{URL: "http://10.0.0.9:30000", Engine: sglang, Ranks: 2, KVEvents: "tcp://10.0.0.9:5557", SharedKVPublisher: true}}}
 	withKV(&o, "")
 	h, err := proxy.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	src := h.KVSources()
+	src := h.FollowKVEvents()
 	if len(src) != 1 || src[0].Endpoint != "tcp://10.0.0.9:5557" ||
 		fmt.Sprint(src[0].Ranks) != fmt.Sprint([]string{proxy.RankName("http://10.0.0.9:30000", 0), proxy.RankName("http://10.0.0.9:30000", 1)}) {
 		t.Errorf("sources = %+v, want one shared publisher applied per rank", src)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/internal/slo"
@@ -130,8 +131,9 @@ type Options struct {
 	// NoScrape turns metrics scraping off: the router then works on its own counters and
 	// the prefix index alone.
 	NoScrape bool
-	// MetricsProfile names the servers' metrics. Nil: metrics.VLLM.
-	MetricsProfile *metrics.Profile
+	// Engine names the servers' metrics (for example metrics.EngineOf("sglang")). Nil:
+	// vLLM's.
+	Engine *metrics.Engine
 	// ScrapeInterval is how often Run scrapes each endpoint. Zero: 100 ms.
 	ScrapeInterval time.Duration
 	// KVListen, if set, is an endpoint the KV-event subscriber binds for servers that
@@ -139,8 +141,6 @@ type Options struct {
 	// named after the pod in the topic kv@<pod>@<model>, so publish with <pod> = ip:port.
 	// Bind it where only model servers reach it.
 	KVListen string
-	// Metrics receives usher's own metrics. Nil: one over Bands.
-	Metrics *metrics.Gateway
 	// Logger receives what goes wrong in the background. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -178,7 +178,7 @@ type Server struct {
 	source     Source
 	scraper    *metrics.Scraper // nil with NoScrape
 	kvListen   string
-	usher      *metrics.Gateway
+	usher      *gatewaymetrics.Recorder
 	registry   *prometheus.Registry
 	health     *health.Server
 	log        *slog.Logger
@@ -279,7 +279,7 @@ func New(opts Options) (*Server, error) {
 		index: opts.Index, router: opts.Router, queue: opts.Queue, tok: opts.Tokenizer, keyer: opts.Keyer,
 		limits: opts.Limits, maxBody: opts.MaxBodyBytes, bands: opts.Bands, fallbacks: opts.Fallbacks, homes: homes.New(opts.ResponseHomes),
 		ns: opts.MetadataNamespace, subNS: opts.SubsetNamespace, clearRoute: opts.ClearRouteCache,
-		idle: opts.StreamIdle, source: opts.Source, kvListen: opts.KVListen, usher: opts.Metrics, log: opts.Logger,
+		idle: opts.StreamIdle, source: opts.Source, kvListen: opts.KVListen, log: opts.Logger,
 	}
 	s.chains.New = func() any { b := make([]prefixcache.BlockHash, 0, 1024); return &b }
 	if s.decider = opts.Decider; s.decider == nil {
@@ -337,14 +337,12 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	if s.usher == nil {
-		bands := make([]int, s.bands)
-		for i := range bands {
-			bands[i] = i
-		}
-		if s.usher, err = metrics.NewGateway(metrics.GatewayOptions{Bands: bands}); err != nil {
-			return nil, err
-		}
+	bands := make([]int, s.bands)
+	for i := range bands {
+		bands[i] = i
+	}
+	if s.usher, err = gatewaymetrics.New(gatewaymetrics.Options{Bands: bands}); err != nil {
+		return nil, err
 	}
 	if s.queue == nil {
 		if err := s.defaultQueue(opts); err != nil {
@@ -356,7 +354,7 @@ func New(opts Options) (*Server, error) {
 	}
 	if !opts.NoScrape {
 		if s.scraper, err = metrics.NewScraper(metrics.Options{
-			Profile: opts.MetricsProfile, Interval: opts.ScrapeInterval, OnUpdate: s.publish,
+			Engine: opts.Engine, Interval: opts.ScrapeInterval, OnUpdate: s.publish,
 		}); err != nil {
 			return nil, err
 		}
@@ -404,7 +402,7 @@ func (s *Server) defaultQueue(opts Options) error {
 		Bands: s.bands, Policy: policy, Gate: s.gate, TTL: ttl,
 		Capacity: opts.QueueCapacity, FlowCapacity: opts.FlowCapacity, EarlyShed: opts.EarlyShed,
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
-			s.usher.ObserveAdmission(r.Outcome.String(), r.Request.Band, r.Wait)
+			s.usher.ObserveAdmission(r.Outcome, r.Request.Band, r.Wait)
 		}},
 	})
 	if err != nil {
@@ -545,7 +543,7 @@ func (s *Server) publishGaugesLocked() {
 	s.usher.SetInFlightTotal(qs.InFlight)
 	s.usher.SetFlows(qs.Flows)
 	st := s.index.Stats()
-	s.usher.SetIndexStats(metrics.IndexStats{
+	s.usher.SetIndexStats(gatewaymetrics.IndexStats{
 		Blocks: st.Blocks, Bytes: st.Bytes, Evictions: uint64(st.Evictions),
 		QueriedBlocks: uint64(st.Hits + st.Misses), MatchedBlocks: uint64(st.Hits),
 	})

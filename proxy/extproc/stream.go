@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/slo"
-	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -409,9 +409,9 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 		if ex.targets != (routing.Latency{}) {
 			switch flowcontrol.OutcomeOf(err) {
 			case flowcontrol.RejectedWait:
-				s.usher.ObserveSLO(ex.id.Band, metrics.SLOShed)
+				s.usher.ObserveSLO(ex.id.Band, gatewaymetrics.SLOShed)
 			case flowcontrol.Expired:
-				s.usher.ObserveSLO(ex.id.Band, metrics.SLOExpired)
+				s.usher.ObserveSLO(ex.id.Band, gatewaymetrics.SLOExpired)
 			}
 		}
 		return ex.admissionError(err)
@@ -438,20 +438,20 @@ func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
 func (ex *exchange) pickPrefill(rr *routing.Request) {
 	s := ex.s
 	if !s.decider.Disaggregate(rr, &ex.pick) {
-		s.usher.ObserveStage(metrics.StageAggregated)
+		s.usher.ObserveStage(gatewaymetrics.Aggregated)
 		return
 	}
 	// No Session: a session's home is its decode endpoint, which the prefill pick must not move.
 	p, err := s.router.Pick(&routing.Request{Chain: rr.Chain, BlockSize: rr.BlockSize, PromptTokens: rr.PromptTokens,
 		Role: routing.RolePrefill, Model: rr.Model, Adapter: rr.Adapter})
 	if err != nil {
-		s.usher.ObserveStage(metrics.StageFallback)
+		s.usher.ObserveStage(gatewaymetrics.Fallback)
 		return
 	}
 	ex.prefill, ex.prefilled, ex.prefiller = p, true, p.Backend.Name
 	ex.pick.FirstToken(time.Now()) // the decode endpoint will not prefill: release its charge
 	s.usher.ObservePick(ex.prefiller)
-	s.usher.ObserveStage(metrics.StageDisaggregated)
+	s.usher.ObserveStage(gatewaymetrics.Disaggregated)
 }
 
 // closePrefill closes the prefill pick, if open: at the decode answer's headers (the sidecar

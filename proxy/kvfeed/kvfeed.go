@@ -8,7 +8,8 @@
 //
 // A Backend's KVEvents endpoint is a publisher the server binds and the feed connects to; a
 // Backend's KVPod names a server that connects to Options.Listen instead. Problems are logged
-// once per kind, backend and interval, with a count, and exported as usher_kvevents_* series.
+// once per kind, backend and interval, with a count, and exported as usher_kvevents_* series
+// on the Handler's registry.
 package kvfeed
 
 import (
@@ -16,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usher-llm/usher/internal/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/lograte"
-	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
 )
@@ -34,31 +37,38 @@ type Options struct {
 }
 
 // Feed is the extension. Its methods are safe for concurrent use once New returned; the
-// Handler calls Prepare, Attach, Run, Gauges and Close.
+// Handler calls Prepare, Attach, Run and Close.
 type Feed struct {
 	opts Options
 	sub  *kvevents.Subscriber // nil until Attach, and when no backend publishes
 }
 
-var (
-	_ proxy.Extension  = (*Feed)(nil)
-	_ proxy.KVFollower = (*Feed)(nil)
-)
+var _ proxy.Extension = (*Feed)(nil)
 
 // New returns a feed with opts.
 func New(opts Options) *Feed { return &Feed{opts: opts} }
 
-// FollowsKVEvents implements proxy.KVFollower.
-func (*Feed) FollowsKVEvents() {}
-
 // Prepare implements proxy.Extension; the feed changes no default.
 func (*Feed) Prepare(*proxy.Defaults) error { return nil }
 
-// Attach builds the subscriber over h's KV sources and index. Without any source and
-// without Listen it does nothing.
+// Attach follows h's KV-event publishers (proxy.Handler.FollowKVEvents): it registers their
+// usher_kvevents_* series on h's registry and builds the subscriber over them and h's index.
+// Without any publisher and without Listen it builds no subscriber.
 func (f *Feed) Attach(h *proxy.Handler) error {
+	pubs := h.FollowKVEvents()
+	names := make([]string, len(pubs))
+	for i, p := range pubs {
+		names[i] = p.Backend
+	}
+	kv, err := gatewaymetrics.NewKVEvents(names, nil)
+	if err != nil {
+		return err
+	}
+	if err := h.Registry().Register(series{f, kv}); err != nil {
+		return err
+	}
 	var sources, listening []kvevents.Source
-	for _, s := range h.KVSources() {
+	for _, s := range pubs {
 		src := kvevents.Source{Endpoint: s.Endpoint, ReplayEndpoint: s.Replay, Backend: s.Backend, RankBackends: s.Ranks, Pod: s.Pod}
 		if s.Endpoint != "" {
 			sources = append(sources, src)
@@ -111,19 +121,27 @@ func (f *Feed) Close() error {
 	return nil
 }
 
-// Gauges sets each publisher's usher_kvevents_* series.
-func (f *Feed) Gauges(g *metrics.Gateway) {
-	if f.sub == nil {
-		return
+// series is the feed's usher_kvevents_* collector: each gather copies the subscriber's state
+// of every source into kv, whose counters never go down, and collects kv.
+type series struct {
+	f  *Feed
+	kv *gatewaymetrics.KVEvents
+}
+
+func (s series) Describe(ch chan<- *prometheus.Desc) { s.kv.Describe(ch) }
+
+func (s series) Collect(ch chan<- prometheus.Metric) {
+	if sub := s.f.sub; sub != nil {
+		for _, st := range sub.Sources() {
+			s.kv.Set(st.Source.Backend, gatewaymetrics.KVStatus{
+				Connected: st.Connected, Batches: uint64(st.Batches), Lost: uint64(st.Lost),
+				Resets: uint64(st.Resets), Reconnects: uint64(st.Reconnects), Events: uint64(st.Events),
+				Stale: uint64(st.Stale), DecodeErrors: uint64(st.DecodeErrors), ApplyErrors: uint64(st.ApplyErrors),
+				LastBatch: st.LastBatch,
+			})
+		}
 	}
-	for _, s := range f.sub.Sources() {
-		g.SetKVSource(s.Source.Backend, metrics.KVSource{
-			Connected: s.Connected, Batches: uint64(s.Batches), Lost: uint64(s.Lost),
-			Resets: uint64(s.Resets), Reconnects: uint64(s.Reconnects), Events: uint64(s.Events),
-			Stale: uint64(s.Stale), DecodeErrors: uint64(s.DecodeErrors), ApplyErrors: uint64(s.ApplyErrors),
-			LastBatch: s.LastBatch,
-		})
-	}
+	s.kv.Collect(ch)
 }
 
 // Subscriber returns the KV-event subscriber (its Stats, Sources, Ready), nil before Attach

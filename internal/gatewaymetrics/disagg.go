@@ -1,36 +1,60 @@
-package metrics
+package gatewaymetrics
 
 import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usher-llm/usher/routing"
 )
 
-// Stage decisions of disaggregated serving, the values of usher_pd_requests_total's
-// decision label.
+// Stage is how a request routed to a decode server had its prefill served: the value of
+// usher_pd_requests_total's decision label.
+type Stage uint8
+
 const (
-	// StageAggregated: the decode server prefilled the request itself (the decider's choice).
-	StageAggregated = "aggregated"
-	// StageDisaggregated: a prefill server prefilled it and the decode server pulled its KV.
-	StageDisaggregated = "disaggregated"
-	// StageFallback: disaggregation was chosen but no prefill server answered; the decode
-	// server served the request whole.
-	StageFallback = "fallback"
+	// Aggregated: the decode server prefilled the request itself (the decider's choice).
+	Aggregated Stage = iota
+	// Disaggregated: a prefill server prefilled it and the decode server pulled its KV.
+	Disaggregated
+	// Fallback: disaggregation was chosen but no prefill server answered; the decode server
+	// served the request whole.
+	Fallback
+	numStages
 )
 
-// Roles of backends, the values of usher_role_inflight_requests's role label
-// (routing.Role's names).
-var roleLabels = []string{"both", "prefill", "decode"}
+var stageLabels = [numStages]string{"aggregated", "disaggregated", "fallback"}
+
+// PrefillResult is how a prefill step sent to a prefill server ended: the value of
+// usher_pd_prefill_attempts_total's result label.
+type PrefillResult uint8
+
+const (
+	// PrefillOK: the prefill server answered with the KV-transfer parameters.
+	PrefillOK PrefillResult = iota
+	// PrefillFailed: the server failed or gave no KV-transfer parameters.
+	PrefillFailed
+	// PrefillCancelled: the client left.
+	PrefillCancelled
+	numPrefillResults
+)
+
+var prefillLabels = [numPrefillResults]string{"ok", "failed", "cancelled"}
+
+// Roles of backends, the values of usher_role_inflight_requests's role label, indexed by
+// routing.Role.
+var roleLabels = [...]string{routing.RoleBoth: "both", routing.RolePrefill: "prefill", routing.RoleDecode: "decode"}
 
 // pdSeries are the series of disaggregated serving.
 type pdSeries struct {
 	stages   *prometheus.CounterVec
-	decided  [3]prometheus.Counter // aggregated, disaggregated, fallback
+	decided  [numStages]prometheus.Counter
 	prefill  prometheus.Histogram
 	decode   prometheus.Histogram
 	roleVec  *prometheus.GaugeVec
-	roleIn   [3]prometheus.Gauge
+	roleIn   [len(roleLabels)]prometheus.Gauge
 	prefills *prometheus.CounterVec
+	results  [numPrefillResults]prometheus.Counter
 }
 
 func newPDSeries(cl prometheus.Labels) pdSeries {
@@ -51,53 +75,47 @@ func newPDSeries(cl prometheus.Labels) pdSeries {
 			Name: "usher_pd_prefill_attempts_total", ConstLabels: cl,
 			Help: "Prefill steps sent to prefill servers, by result: ok, failed (the server failed or gave no KV-transfer parameters), cancelled (the client left)."}, []string{"result"}),
 	}
-	for i, d := range []string{StageAggregated, StageDisaggregated, StageFallback} {
+	for i, d := range stageLabels {
 		s.decided[i] = s.stages.WithLabelValues(d)
 	}
 	for i, r := range roleLabels {
 		s.roleIn[i] = s.roleVec.WithLabelValues(r)
 	}
-	for _, r := range []string{"ok", "failed", "cancelled"} {
-		s.prefills.WithLabelValues(r)
+	for i, r := range prefillLabels {
+		s.results[i] = s.prefills.WithLabelValues(r)
 	}
 	return s
 }
 
-// ObserveStage counts a request's stage decision: StageAggregated, StageDisaggregated or
-// StageFallback (others are ignored). O(1), no allocation.
-func (u *Gateway) ObserveStage(decision string) {
-	switch decision {
-	case StageAggregated:
-		u.pd.decided[0].Inc()
-	case StageDisaggregated:
-		u.pd.decided[1].Inc()
-	case StageFallback:
-		u.pd.decided[2].Inc()
+// ObserveStage counts a request's stage decision (a value outside the three is ignored).
+// O(1), no allocation.
+func (u *Recorder) ObserveStage(decision Stage) {
+	if decision < numStages {
+		u.pd.decided[decision].Inc()
 	}
 }
 
-// ObservePrefill records one prefill step: its result ("ok", "failed" or "cancelled") and,
-// when ok, how long it took.
-func (u *Gateway) ObservePrefill(result string, took time.Duration) {
-	if c, err := u.pd.prefills.GetMetricWithLabelValues(result); err == nil {
-		c.Inc()
+// ObservePrefill records one prefill step: its result and, when [PrefillOK], how long it took.
+// O(1), no allocation.
+func (u *Recorder) ObservePrefill(result PrefillResult, took time.Duration) {
+	if result >= numPrefillResults {
+		return
 	}
-	if result == "ok" {
+	u.pd.results[result].Inc()
+	if result == PrefillOK {
 		u.pd.prefill.Observe(took.Seconds())
 	}
 }
 
 // ObserveDecodeFirstToken records, for a streamed disaggregated request, the time from its prefill
 // step's answer to its decode step's first token.
-func (u *Gateway) ObserveDecodeFirstToken(took time.Duration) { u.pd.decode.Observe(took.Seconds()) }
+func (u *Recorder) ObserveDecodeFirstToken(took time.Duration) { u.pd.decode.Observe(took.Seconds()) }
 
-// SetRoleInFlight sets the requests in flight on the backends of a role ("both", "prefill"
-// or "decode"; others are ignored).
-func (u *Gateway) SetRoleInFlight(role string, requests int64) {
-	for i, r := range roleLabels {
-		if r == role {
-			u.pd.roleIn[i].Set(float64(requests))
-		}
+// SetRoleInFlight sets the requests in flight on the backends of a role (a role without a
+// label value is ignored). O(1), no allocation.
+func (u *Recorder) SetRoleInFlight(role routing.Role, requests int64) {
+	if int(role) < len(roleLabels) {
+		u.pd.roleIn[role].Set(float64(requests))
 	}
 }
 

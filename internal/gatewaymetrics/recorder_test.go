@@ -1,11 +1,9 @@
-package metrics
+package gatewaymetrics
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"math"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/usher-llm/usher/flowcontrol"
 )
 
 // gather registers cs in a pedantic registry (which checks Describe against Collect),
@@ -58,22 +58,31 @@ func countSeries(fams []*dto.MetricFamily) int {
 	return n
 }
 
-func mustUsher(t *testing.T, opts GatewayOptions) *Gateway {
+func mustUsher(t *testing.T, opts Options) *Recorder {
 	t.Helper()
-	u, err := NewGateway(opts)
+	u, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return u
 }
 
+func mustKV(t *testing.T, sources []string) *KVEvents {
+	t.Helper()
+	k, err := NewKVEvents(sources, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 func TestUsherCounters(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{Bands: []int{0, 1}, Outcomes: []string{"dispatched", "expired"}, Backends: []string{"a", "b"}})
-	u.ObserveAdmission("dispatched", 0, 10*time.Millisecond)
-	u.ObserveAdmission("dispatched", 0, 30*time.Millisecond)
-	u.ObserveAdmission("expired", 1, 2*time.Second)
-	u.ObserveAdmission("tenant-42-session-9", 0, time.Millisecond) // not an outcome: "other"
-	u.ObserveAdmission("dispatched", 1234, time.Millisecond)       // not a band: "other"
+	u := mustUsher(t, Options{Bands: []int{0, 1}, Outcomes: []string{"dispatched", "expired"}, Backends: []string{"a", "b"}})
+	u.ObserveAdmission(flowcontrol.Dispatched, 0, 10*time.Millisecond)
+	u.ObserveAdmission(flowcontrol.Dispatched, 0, 30*time.Millisecond)
+	u.ObserveAdmission(flowcontrol.Expired, 1, 2*time.Second)
+	u.ObserveAdmission(flowcontrol.Cancelled, 0, time.Millisecond)     // not a configured outcome: "other"
+	u.ObserveAdmission(flowcontrol.Dispatched, 1234, time.Millisecond) // not a band: "other"
 	u.SetQueue(0, 5, 5000)
 	u.SetQueue(1, 2, 100)
 	u.SetQueue(77, 1, 10)
@@ -141,21 +150,22 @@ func labelString(m *dto.Metric) string {
 }
 
 func TestUsherBoundedLabels(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{Backends: []string{"a"}})
-	before := countSeries(gather(t, u))
+	u := mustUsher(t, Options{Backends: []string{"a"}})
+	kv := mustKV(t, nil)
+	before := countSeries(gather(t, u, kv))
 	// Twenty thousand distinct flows, sessions, bands and backends must not add one series.
 	for i := range 20000 {
 		id := "flow-" + strconv.Itoa(i)
-		u.ObserveAdmission(id, i, time.Duration(i))
+		u.ObserveAdmission(flowcontrol.Outcome(i), i, time.Duration(i))
 		u.SetQueue(i, i, int64(i))
 		u.ObservePick(id)
 		u.SetInFlight(id, int64(i))
-		u.SetKVSource(id, KVSource{Connected: true, Batches: uint64(i)})
+		kv.Set(id, KVStatus{Connected: true, Batches: uint64(i)})
 	}
-	if after := countSeries(gather(t, u)); after != before {
+	if after := countSeries(gather(t, u, kv)); after != before {
 		t.Errorf("series grew from %d to %d with per-flow input", before, after)
 	}
-	for _, mf := range gather(t, u) {
+	for _, mf := range gather(t, u, kv) {
 		if !strings.HasPrefix(mf.GetName(), "usher_") {
 			t.Errorf("metric %s lacks the usher_ prefix", mf.GetName())
 		}
@@ -163,7 +173,7 @@ func TestUsherBoundedLabels(t *testing.T) {
 }
 
 func TestUsherSetBackends(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{Backends: []string{"a", "b"}})
+	u := mustUsher(t, Options{Backends: []string{"a", "b"}})
 	u.ObservePick("a")
 	u.ObservePick("b")
 	u.SetBackends([]string{"b", "c", "", OtherLabel, "c"})
@@ -182,7 +192,7 @@ usher_picks_total{backend="other"} 1
 }
 
 func TestUsherInFlight(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{Backends: []string{"a", "b"}})
+	u := mustUsher(t, Options{Backends: []string{"a", "b"}})
 	names := []string{"usher_backend_inflight_requests", "usher_backend_inflight_dropped_total", "usher_inflight_requests", "usher_flows"}
 	u.SetInFlight("a", 3)
 	u.SetInFlight("b", 9)
@@ -226,32 +236,32 @@ usher_backend_inflight_requests{backend="c"} 0
 }
 
 func TestUsherKVSources(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{KVSources: []string{"pod-a", "pod-b"}})
+	u := mustKV(t, []string{"pod-a", "pod-b"})
 	names := []string{"usher_kvevents_connected", "usher_kvevents_batches_total", "usher_kvevents_lost_batches_total",
 		"usher_kvevents_resets_total", "usher_kvevents_reconnects_total"}
 	type row struct{ conn, batches, lost, resets, reconnects string } // for pod-a, pod-b, other
 	steps := []struct {
 		name   string
 		source string
-		set    KVSource
+		set    KVStatus
 		want   [3]row
 	}{
-		{"pod-a connects", "pod-a", KVSource{Connected: true, Batches: 10, Lost: 1, Resets: 0, Reconnects: 2},
+		{"pod-a connects", "pod-a", KVStatus{Connected: true, Batches: 10, Lost: 1, Resets: 0, Reconnects: 2},
 			[3]row{{"1", "10", "1", "0", "2"}, {"0", "0", "0", "0", "0"}, {"0", "0", "0", "0", "0"}}},
-		{"pod-b, disconnected", "pod-b", KVSource{Batches: 3, Resets: 1, Reconnects: 4},
+		{"pod-b, disconnected", "pod-b", KVStatus{Batches: 3, Resets: 1, Reconnects: 4},
 			[3]row{{"1", "10", "1", "0", "2"}, {"0", "3", "0", "1", "4"}, {"0", "0", "0", "0", "0"}}},
-		{"unknown source: other", "pod-z", KVSource{Connected: true, Batches: 7, Lost: 2},
+		{"unknown source: other", "pod-z", KVStatus{Connected: true, Batches: 7, Lost: 2},
 			[3]row{{"1", "10", "1", "0", "2"}, {"0", "3", "0", "1", "4"}, {"1", "7", "2", "0", "0"}}},
-		{"second unknown source: other keeps the highest, connected the last", "pod-y", KVSource{Batches: 4, Lost: 5},
+		{"second unknown source: other keeps the highest, connected the last", "pod-y", KVStatus{Batches: 4, Lost: 5},
 			[3]row{{"1", "10", "1", "0", "2"}, {"0", "3", "0", "1", "4"}, {"0", "7", "5", "0", "0"}}},
-		{"pod-a counts from zero again: counters keep the higher", "pod-a", KVSource{Connected: true, Batches: 2, Reconnects: 3},
+		{"pod-a counts from zero again: counters keep the higher", "pod-a", KVStatus{Connected: true, Batches: 2, Reconnects: 3},
 			[3]row{{"1", "10", "1", "0", "3"}, {"0", "3", "0", "1", "4"}, {"0", "7", "5", "0", "0"}}},
-		{"pod-a passes its old count", "pod-a", KVSource{Batches: 12, Lost: 1, Reconnects: 3},
+		{"pod-a passes its old count", "pod-a", KVStatus{Batches: 12, Lost: 1, Reconnects: 3},
 			[3]row{{"0", "12", "1", "0", "3"}, {"0", "3", "0", "1", "4"}, {"0", "7", "5", "0", "0"}}},
 	}
 	labels := [3]string{"pod-a", "pod-b", "other"}
 	for _, step := range steps {
-		u.SetKVSource(step.source, step.set)
+		u.Set(step.source, step.set)
 		var want strings.Builder
 		for _, m := range []struct {
 			name, help, typ string
@@ -278,17 +288,18 @@ func TestUsherKVSources(t *testing.T) {
 // gathers (run it with -race): the KV-event counters end at the highest value any goroutine
 // set.
 func TestUsherConcurrent(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{Backends: []string{"a"}, KVSources: []string{"pod-a"}})
+	u := mustUsher(t, Options{Backends: []string{"a"}})
+	kv := mustKV(t, []string{"pod-a"})
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(u)
+	reg.MustRegister(u, kv)
 	const writers, n = 4, 500
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {
 			for i := range uint64(n) {
 				v := i*writers + uint64(w)
-				u.SetKVSource("pod-a", KVSource{Connected: i%2 == 0, Batches: v, Lost: v / 2, Resets: v / 3, Reconnects: v / 4})
-				u.SetKVSource("pod-z", KVSource{Batches: v})
+				kv.Set("pod-a", KVStatus{Connected: i%2 == 0, Batches: v, Lost: v / 2, Resets: v / 3, Reconnects: v / 4})
+				kv.Set("pod-z", KVStatus{Batches: v})
 				u.SetInFlight("a", int64(i))
 				u.SetInFlight("b", int64(i))
 				u.SetInFlightTotal(int(i))
@@ -314,7 +325,7 @@ func TestUsherConcurrent(t *testing.T) {
 		`usher_kvevents_batches_total{source="other"}`:      top,
 		`usher_backend_inflight_dropped_total`:              n * writers,
 	}
-	for _, mf := range gather(t, u) {
+	for _, mf := range gather(t, u, kv) {
 		for _, m := range mf.GetMetric() {
 			key := mf.GetName()
 			if l := labelString(m); l != "" {
@@ -334,7 +345,7 @@ func TestUsherConcurrent(t *testing.T) {
 }
 
 func TestUsherIndexStats(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{})
+	u := mustUsher(t, Options{})
 	names := []string{"usher_prefix_index_blocks", "usher_prefix_index_bytes", "usher_prefix_index_evictions_total",
 		"usher_prefix_index_matched_blocks_total", "usher_prefix_index_queried_blocks_total"}
 	steps := []struct{ stats IndexStats }{
@@ -368,11 +379,11 @@ usher_prefix_index_queried_blocks_total ` + strconv.FormatUint(s.QueriedBlocks, 
 	}
 }
 
-// TestUsherNil: every Observe and Set method of a nil *Gateway is a no-op; the test fails if
+// TestUsherNil: every Observe and Set method of a nil *Recorder is a no-op; the test fails if
 // any of them panics.
 func TestUsherNil(t *testing.T) {
-	var u *Gateway
-	u.ObserveAdmission("dispatched", 0, time.Second)
+	var u *Recorder
+	u.ObserveAdmission(flowcontrol.Dispatched, 0, time.Second)
 	u.SetQueue(0, 1, 1)
 	u.ObservePick("a")
 	u.SetBackends([]string{"a"})
@@ -380,28 +391,35 @@ func TestUsherNil(t *testing.T) {
 	u.SetFlows(1)
 	u.SetInFlight("a", 1)
 	u.SetInFlightTotal(1)
-	u.SetKVSource("a", KVSource{Connected: true, Batches: 1})
+	var kv *KVEvents
+	kv.Set("a", KVStatus{Connected: true, Batches: 1})
 }
 
 func TestUsherOptions(t *testing.T) {
-	for _, opts := range []GatewayOptions{
+	for _, opts := range []Options{
 		{Bands: []int{1, 1}},
 		{Outcomes: []string{"ok", "ok"}},
 		{Outcomes: []string{OtherLabel}},
 		{Outcomes: []string{""}},
 		{Backends: []string{"a", "a"}},
-		{KVSources: []string{"a", "a"}},
-		{KVSources: []string{OtherLabel}},
-		{KVSources: []string{""}},
 		{WaitBuckets: []float64{1, 0.5}},
 		{WaitBuckets: []float64{math.NaN()}},
 	} {
-		if _, err := NewGateway(opts); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("NewGateway(%+v) = %v, want ErrInvalidOptions", opts, err)
+		if _, err := New(opts); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", opts, err)
 		}
 	}
-	u := mustUsher(t, GatewayOptions{Backends: []string{"a"}, KVSources: []string{"a"}, ConstLabels: prometheus.Labels{"gateway": "g1"}})
-	for _, mf := range gather(t, u) {
+	for _, sources := range [][]string{{"a", "a"}, {OtherLabel}, {""}} {
+		if _, err := NewKVEvents(sources, nil); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("NewKVEvents(%q) = %v, want ErrInvalidOptions", sources, err)
+		}
+	}
+	u := mustUsher(t, Options{Backends: []string{"a"}, ConstLabels: prometheus.Labels{"gateway": "g1"}})
+	kv, err := NewKVEvents([]string{"a"}, prometheus.Labels{"gateway": "g1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range gather(t, u, kv) {
 		for _, m := range mf.GetMetric() {
 			if !strings.Contains(labelString(m), `gateway="g1"`) {
 				t.Errorf("%s{%s} lacks the constant label", mf.GetName(), labelString(m))
@@ -411,17 +429,18 @@ func TestUsherOptions(t *testing.T) {
 }
 
 func TestUsherAllocs(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{Backends: []string{"a", "b"}, KVSources: []string{"pod-a", "pod-b"}})
+	u := mustUsher(t, Options{Backends: []string{"a", "b"}})
+	k := mustKV(t, []string{"pod-a", "pod-b"})
 	stats := IndexStats{Blocks: 1, QueriedBlocks: 1}
-	kv := KVSource{Connected: true}
+	kv := KVStatus{Connected: true}
 	for name, f := range map[string]func(){
 		"SetFlows":         func() { u.SetFlows(7) },
 		"SetInFlight":      func() { u.SetInFlight("b", 3) },
 		"SetInFlightOther": func() { u.SetInFlight("zz", 3) },
 		"SetInFlightTotal": func() { u.SetInFlightTotal(9) },
-		"SetKVSource":      func() { kv.Batches++; u.SetKVSource("pod-b", kv) },
-		"SetKVSourceOther": func() { kv.Batches++; u.SetKVSource("pod-z", kv) },
-		"ObserveAdmission": func() { u.ObserveAdmission("expired", 3, time.Millisecond) },
+		"KVEventsSet":      func() { kv.Batches++; k.Set("pod-b", kv) },
+		"KVEventsSetOther": func() { kv.Batches++; k.Set("pod-z", kv) },
+		"ObserveAdmission": func() { u.ObserveAdmission(flowcontrol.Expired, 3, time.Millisecond) },
 		"ObservePick":      func() { u.ObservePick("b") },
 		"ObservePickOther": func() { u.ObservePick("zz") },
 		"SetQueue":         func() { u.SetQueue(2, 10, 100) },
@@ -433,68 +452,12 @@ func TestUsherAllocs(t *testing.T) {
 	}
 }
 
-func TestScraperCollector(t *testing.T) {
-	clock := newFakeClock()
-	good := newFakeServer(t, vllmBody(t, 1, 0, 0.1, 0, 0))
-	bad := newFakeServer(t, vllmBody(t, 1, 0, 0.1, 0, 0))
-	bad.metricsCode.Store(http.StatusBadGateway)
-	s := mustScraper(t, Options{Now: clock.Now, Targets: []Target{{Name: "good", URL: good.URL}, {Name: "bad", URL: bad.URL}}})
-	_ = s.ScrapeOnce(context.Background())
-	clock.Advance(3 * time.Second)
-	_ = s.ScrapeOnce(context.Background())
-
-	ts := strconv.FormatFloat(float64(clock.Now().UnixNano())/1e9, 'e', -1, 64)
-	got := gatherText(t, s, "usher_scrape_errors_total", "usher_backend_stale", "usher_backend_healthy",
-		"usher_scrapes_total", "usher_backend_last_scrape_timestamp_seconds")
-	want := `# HELP usher_backend_healthy 1 if the model server is healthy (see State.Health), 0 if unhealthy or unknown.
-# TYPE usher_backend_healthy gauge
-usher_backend_healthy{backend="bad"} 1
-usher_backend_healthy{backend="good"} 1
-# HELP usher_backend_last_scrape_timestamp_seconds Unix time of the model server's last good metrics scrape (0 if none).
-# TYPE usher_backend_last_scrape_timestamp_seconds gauge
-usher_backend_last_scrape_timestamp_seconds{backend="bad"} 0
-usher_backend_last_scrape_timestamp_seconds{backend="good"} ` + ts + `
-# HELP usher_backend_stale 1 if the model server's last good metrics scrape is older than the staleness limit.
-# TYPE usher_backend_stale gauge
-usher_backend_stale{backend="bad"} 1
-usher_backend_stale{backend="good"} 0
-# HELP usher_scrape_errors_total Failed scrapes of a model server, by reason (timeout, transport, status, too_large, parse, health).
-# TYPE usher_scrape_errors_total counter
-usher_scrape_errors_total{backend="bad",reason="health"} 0
-usher_scrape_errors_total{backend="bad",reason="parse"} 0
-usher_scrape_errors_total{backend="bad",reason="status"} 2
-usher_scrape_errors_total{backend="bad",reason="timeout"} 0
-usher_scrape_errors_total{backend="bad",reason="too_large"} 0
-usher_scrape_errors_total{backend="bad",reason="transport"} 0
-usher_scrape_errors_total{backend="good",reason="health"} 0
-usher_scrape_errors_total{backend="good",reason="parse"} 0
-usher_scrape_errors_total{backend="good",reason="status"} 0
-usher_scrape_errors_total{backend="good",reason="timeout"} 0
-usher_scrape_errors_total{backend="good",reason="too_large"} 0
-usher_scrape_errors_total{backend="good",reason="transport"} 0
-# HELP usher_scrapes_total Completed scrape attempts of a model server.
-# TYPE usher_scrapes_total counter
-usher_scrapes_total{backend="bad"} 2
-usher_scrapes_total{backend="good"} 2
-`
-	if got != want {
-		t.Errorf("exposition:\n%s\nwant:\n%s", got, want)
-	}
-	// Both collectors in one registry: no name collides, every name is usher_.
-	u := mustUsher(t, GatewayOptions{})
-	for _, mf := range gather(t, u, s) {
-		if !strings.HasPrefix(mf.GetName(), "usher_") {
-			t.Errorf("metric %s lacks the usher_ prefix", mf.GetName())
-		}
-	}
-}
-
 // The rest of a source's state: events, stale probes, errors, the time of its last batch.
 func TestUsherKVSourceDetails(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{KVSources: []string{"pod-a"}})
+	u := mustKV(t, []string{"pod-a"})
 	last := time.Unix(1_700_000_000, 500_000_000)
-	u.SetKVSource("pod-a", KVSource{Events: 40, Stale: 2, DecodeErrors: 1, ApplyErrors: 3, LastBatch: last})
-	u.SetKVSource("pod-a", KVSource{Events: 10, LastBatch: last.Add(-time.Hour)}) // lower: kept
+	u.Set("pod-a", KVStatus{Events: 40, Stale: 2, DecodeErrors: 1, ApplyErrors: 3, LastBatch: last})
+	u.Set("pod-a", KVStatus{Events: 10, LastBatch: last.Add(-time.Hour)}) // lower: kept
 	got := gatherText(t, u, "usher_kvevents_events_total", "usher_kvevents_stale_probes_total",
 		"usher_kvevents_decode_errors_total", "usher_kvevents_apply_errors_total", "usher_kvevents_last_batch_timestamp_seconds")
 	for _, want := range []string{
@@ -515,12 +478,12 @@ func TestUsherKVSourceDetails(t *testing.T) {
 // (and "other") and waited-for outcome only: rejections, decided on arrival, are counted but
 // not given wait series.
 func TestWaitHistogramSeries(t *testing.T) {
-	u, err := NewGateway(GatewayOptions{Bands: []int{0}})
+	u, err := New(Options{Bands: []int{0}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.ObserveAdmission("rejected_capacity", 0, 0)
-	u.ObserveAdmission("dispatched", 0, 20*time.Millisecond)
+	u.ObserveAdmission(flowcontrol.RejectedCapacity, 0, 0)
+	u.ObserveAdmission(flowcontrol.Dispatched, 0, 20*time.Millisecond)
 	var series []string
 	for _, mf := range gather(t, u) {
 		if mf.GetName() == "usher_admission_wait_seconds" {
@@ -539,7 +502,7 @@ func TestWaitHistogramSeries(t *testing.T) {
 }
 
 func TestPassiveHealthSeries(t *testing.T) {
-	u := mustUsher(t, GatewayOptions{Backends: []string{"a", "b"}})
+	u := mustUsher(t, Options{Backends: []string{"a", "b"}})
 	u.SetPassiveHealth("a", 3, 2, true)
 	u.SetPassiveHealth("a", 1, 1, false) // counters never go back
 	u.SetPassiveHealth("zzz", 9, 9, true)

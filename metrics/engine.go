@@ -66,8 +66,9 @@ type Selector struct {
 	Agg Aggregation
 }
 
-// Profile names, for one kind of model server, where each signal the router needs is found in
-// its Prometheus exposition, and where its health endpoint is.
+// Engine names, for one kind of model server (an inference engine: vLLM, SGLang, ...), where
+// each signal the router needs is found in its Prometheus exposition, and where its health
+// endpoint is.
 //
 // Each signal is a list of Selectors tried in order: the first one that matches at least one
 // usable series provides the value, later ones are fallbacks for older server versions (vLLM
@@ -78,11 +79,11 @@ type Selector struct {
 // from CapacityTokens/BlockSize, and the prefix hit rate prefers the rate of the PrefixHits
 // and PrefixQueries counters between two scrapes over the PrefixHitRate gauge.
 //
-// The built-in profiles (VLLM, SGLang, TensorRTLLM, Triton, TGI) are package variables; copy
-// one and edit the copy to adapt it. A Profile must not be modified after it is handed to a
-// Scraper or a Parser.
-type Profile struct {
-	// Name identifies the profile in errors and documentation.
+// [EngineOf] returns a copy of a built-in Engine by name; edit the copy to adapt it, or build
+// one from scratch. An Engine is plain data: it must not be modified after it is handed to a
+// [Scraper] or a [Parser], which read it from their goroutines.
+type Engine struct {
+	// Name identifies the engine in errors and documentation.
 	Name string
 	// MetricsPath is the path of the metrics endpoint, used when a Target gives only a base
 	// URL. Empty means "/metrics".
@@ -128,7 +129,7 @@ type Profile struct {
 // forRank returns a copy of p whose selectors match only the series of one data-parallel
 // rank (RankLabel = rank). The cache geometry (block size, blocks, capacity) falls back to the
 // largest value of any series, for servers that publish it once rather than per rank.
-func (p *Profile) forRank(rank string) *Profile {
+func (p *Engine) forRank(rank string) *Engine {
 	q := *p
 	restrict := func(sels []Selector, fallback bool) []Selector {
 		out := make([]Selector, 0, 2*len(sels))
@@ -157,7 +158,7 @@ func (p *Profile) forRank(rank string) *Profile {
 	return &q
 }
 
-// signal indexes the signals of a Profile and the values of a Reading.
+// signal indexes the signals of an Engine and the values of a Reading.
 type signal uint8
 
 const (
@@ -194,7 +195,7 @@ var defaultAgg = [numSignals]Aggregation{
 }
 
 // selectors returns the profile's signals indexed by signal. O(1).
-func (p *Profile) selectors() [numSignals][]Selector {
+func (p *Engine) selectors() [numSignals][]Selector {
 	return [numSignals][]Selector{
 		p.Waiting, p.Running, p.KVUtilization, p.BlockSize, p.NumBlocks, p.UsedBlocks,
 		p.CapacityTokens, p.PrefixHits, p.PrefixQueries, p.PrefixHitRate,
@@ -202,7 +203,7 @@ func (p *Profile) selectors() [numSignals][]Selector {
 }
 
 // validate reports the first malformed selector. O(selectors).
-func (p *Profile) validate() error {
+func (p *Engine) validate() error {
 	if p == nil {
 		return fmt.Errorf("%w: nil profile", ErrInvalidOptions)
 	}
@@ -234,10 +235,10 @@ func (p *Profile) validate() error {
 	return nil
 }
 
-// Built-in profiles. Metric names are the ones the engines document (late 2026); each list
+// The built-in engines, which EngineOf copies. Metric names are the ones the engines document (late 2026); each list
 // starts with the current name and falls back to older ones.
 var (
-	// VLLM reads vLLM (V1 engine) servers. vLLM labels every series with model_name and
+	// engineVLLM reads vLLM (V1 engine) servers. vLLM labels every series with model_name and
 	// engine; with data parallelism there is one series per engine, which are summed
 	// (queues, blocks, counters) or averaged (KV utilisation). The cache geometry comes from
 	// the labels block_size and num_gpu_blocks of vllm:cache_config_info. The prefix hit
@@ -246,7 +247,7 @@ var (
 	// vllm:gpu_cache_usage_perc and vllm:gpu_prefix_cache_* names, read as fallbacks. A
 	// server with LoRA enabled lists its adapters in vllm:lora_requests_info (see
 	// AdapterInfo).
-	VLLM = &Profile{
+	engineVLLM = &Engine{
 		Name:       "vllm",
 		HealthPath: "/health",
 		RankLabel:  "engine",
@@ -270,14 +271,14 @@ var (
 		Adapters:      vllmAdapters,
 	}
 
-	// SGLang reads SGLang servers started with --enable-metrics. Scheduler series carry
+	// engineSGLang reads SGLang servers started with --enable-metrics. Scheduler series carry
 	// model_name, engine_type, tp_rank, pp_rank, moe_ep_rank (and dp_rank with data
 	// parallelism). The geometry comes from the labels page_size and num_pages of
 	// sglang:cache_config_info, or sglang:max_total_num_tokens divided by the page size.
 	// The prefix hit rate is the rate of sglang:cached_tokens_total (all cache sources) over
 	// sglang:prompt_tokens_total, falling back to the sglang:cache_hit_rate gauge. Note
 	// that SGLang refreshes its scheduler gauges only every 40 decode steps.
-	SGLang = &Profile{
+	engineSGLang = &Engine{
 		Name:           "sglang",
 		HealthPath:     "/health",
 		RankLabel:      "dp_rank",
@@ -292,12 +293,12 @@ var (
 		PrefixHitRate:  []Selector{{Name: "sglang:cache_hit_rate"}},
 	}
 
-	// TensorRTLLM reads trtllm-serve, which serves its metrics at /prometheus/metrics with
+	// engineTensorRTLLM reads trtllm-serve, which serves its metrics at /prometheus/metrics with
 	// the labels model_name and engine_type. The prefix hit rate is the rate of
 	// trtllm_prompt_cached_tokens_total over trtllm_prompt_tokens_total, falling back to
 	// the trtllm_kv_cache_hit_rate gauge; queue and batch fall back to the older
 	// trtllm_server_queue_length and trtllm_num_active_requests.
-	TensorRTLLM = &Profile{
+	engineTensorRTLLM = &Engine{
 		Name:        "trtllm",
 		MetricsPath: "/prometheus/metrics",
 		HealthPath:  "/health",
@@ -317,7 +318,7 @@ var (
 		PrefixHitRate: []Selector{{Name: "trtllm_kv_cache_hit_rate"}},
 	}
 
-	// Triton reads Triton Inference Server with the TensorRT-LLM backend. Its batch
+	// engineTriton reads Triton Inference Server with the TensorRT-LLM backend. Its batch
 	// manager statistics are gauges keyed by a type label: nv_trt_llm_request_metrics
 	// {request_type="waiting"|"active"|"scheduled"|...} and nv_trt_llm_kv_cache_block_metrics
 	// {kv_cache_block_type="fraction"|"tokens_per"|"max"|"used"|...}. Running is "active",
@@ -327,7 +328,7 @@ var (
 	// used/max blocks. Triton serves metrics on their own port (8002) and health at
 	// /v2/health/ready on the HTTP port (8000), so HealthPath is empty: give each Target a
 	// HealthURL to check health separately.
-	Triton = &Profile{
+	engineTriton = &Engine{
 		Name: "triton-trtllm",
 		Waiting: []Selector{
 			{Name: "nv_trt_llm_request_metrics", Labels: map[string]string{"request_type": "waiting"}},
@@ -350,10 +351,10 @@ var (
 		},
 	}
 
-	// TGI reads Hugging Face text-generation-inference, which publishes its queue
+	// engineTGI reads Hugging Face text-generation-inference, which publishes its queue
 	// (tgi_queue_size) and batch (tgi_batch_current_size) but no KV cache geometry,
 	// utilisation or prefix cache statistics.
-	TGI = &Profile{
+	engineTGI = &Engine{
 		Name:       "tgi",
 		HealthPath: "/health",
 		Waiting:    []Selector{{Name: "tgi_queue_size"}},
@@ -361,20 +362,64 @@ var (
 	}
 )
 
-// ProfileOf returns the metric profile of an engine by its name in configuration: vllm,
-// sglang, trtllm, triton or tgi.
-func ProfileOf(engine string) (*Profile, bool) {
-	switch engine {
+// EngineOf returns a copy of a built-in [Engine] by the engine's name in configuration:
+//
+//	vllm    vLLM (V1 engine): vllm:num_requests_waiting, vllm:kv_cache_usage_perc, the cache
+//	        geometry in the labels of vllm:cache_config_info, the prefix hit rate from
+//	        vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total, LoRA adapters
+//	        from vllm:lora_requests_info; older servers' vllm:gpu_* names as fallbacks
+//	sglang  SGLang started with --enable-metrics: sglang:num_queue_reqs, sglang:token_usage,
+//	        sglang:cache_config_info, sglang:cached_tokens_total over sglang:prompt_tokens_total
+//	trtllm  trtllm-serve, its metrics at /prometheus/metrics: trtllm_num_requests_waiting,
+//	        trtllm_kv_cache_utilization, trtllm_prompt_cached_tokens_total
+//	triton  Triton Inference Server with the TensorRT-LLM backend: nv_trt_llm_request_metrics
+//	        and nv_trt_llm_kv_cache_block_metrics by type label; no HealthPath (give each
+//	        [Target] a HealthURL on Triton's HTTP port)
+//	tgi     Hugging Face text-generation-inference: tgi_queue_size and tgi_batch_current_size,
+//	        no KV signals
+//
+// The copy is the caller's to edit. It returns false for any other name. O(selectors).
+func EngineOf(name string) (*Engine, bool) {
+	var e *Engine
+	switch name {
 	case "vllm":
-		return VLLM, true
+		e = engineVLLM
 	case "sglang":
-		return SGLang, true
+		e = engineSGLang
 	case "trtllm":
-		return TensorRTLLM, true
+		e = engineTensorRTLLM
 	case "triton":
-		return Triton, true
+		e = engineTriton
 	case "tgi":
-		return TGI, true
+		e = engineTGI
+	default:
+		return nil, false
 	}
-	return nil, false
+	return e.clone(), true
+}
+
+// clone returns a deep copy of e: editing the copy's selectors leaves e as it was.
+func (e *Engine) clone() *Engine {
+	c := *e
+	sels := func(in []Selector) []Selector {
+		if in == nil {
+			return nil
+		}
+		out := make([]Selector, len(in))
+		for i, s := range in {
+			out[i] = s
+			if s.Labels != nil {
+				out[i].Labels = make(map[string]string, len(s.Labels))
+				for k, v := range s.Labels {
+					out[i].Labels[k] = v
+				}
+			}
+		}
+		return out
+	}
+	c.Waiting, c.Running, c.KVUtilization = sels(e.Waiting), sels(e.Running), sels(e.KVUtilization)
+	c.BlockSize, c.NumBlocks, c.UsedBlocks = sels(e.BlockSize), sels(e.NumBlocks), sels(e.UsedBlocks)
+	c.CapacityTokens, c.PrefixHits, c.PrefixQueries = sels(e.CapacityTokens), sels(e.PrefixHits), sels(e.PrefixQueries)
+	c.PrefixHitRate = sels(e.PrefixHitRate)
+	return &c
 }

@@ -1,6 +1,15 @@
-package metrics
+// Package gatewaymetrics holds usher's own Prometheus series for a gateway built on package
+// proxy (the Handler and the ext_proc server): admission, queue, picks, in-flight requests,
+// the prefix index, passive health, disaggregated serving, latency targets, and the KV-event
+// feed's state. Every name is prefixed "usher_"; every label value comes from a set fixed by
+// configuration plus "other", so the number of series is bounded whatever the traffic.
+//
+// The series' names, labels and meanings are a contract with the dashboards and alerts in
+// kube/deploy/monitoring: change them only together.
+package gatewaymetrics
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -10,10 +19,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usher-llm/usher/flowcontrol"
 )
 
-// DefaultOutcomes are the admission outcome label values Gateway knows when GatewayOptions.Outcomes
-// is nil: the names flowcontrol's Outcome.String returns.
+// ErrInvalidOptions reports a malformed Options or KV-event source set.
+var ErrInvalidOptions = errors.New("gatewaymetrics: invalid options")
+
+// DefaultOutcomes are the admission outcome label values a Recorder knows when
+// Options.Outcomes is nil: the names flowcontrol's Outcome.String returns.
 var DefaultOutcomes = []string{
 	"dispatched", "rejected_capacity", "rejected_closed", "rejected_invalid", "expired", "cancelled", "rejected_wait",
 }
@@ -27,8 +41,8 @@ var WaitedOutcomes = []string{"dispatched", "expired", "cancelled"}
 // configured sets is counted under, so that no input can grow the number of series.
 const OtherLabel = "other"
 
-// GatewayOptions configures Gateway. The zero value of every field is a documented default.
-type GatewayOptions struct {
+// Options configures a Recorder. The zero value of every field is a documented default.
+type Options struct {
 	// Bands are the priority bands that get their own "band" label value. Nil means bands
 	// 0 through 7. Any other band is counted as "other".
 	Bands []int
@@ -39,10 +53,6 @@ type GatewayOptions struct {
 	// counter (any other backend is counted as "other") and the in-flight gauge (any other
 	// backend is dropped; see SetInFlight). SetBackends replaces the set.
 	Backends []string
-	// KVSources are the KV-event sources (the gateway's names for the subscriber's
-	// publishers) that get their own "source" label value; any other source is counted as
-	// "other" (see SetKVSource). Fixed for the life of the Gateway.
-	KVSources []string
 	// WaitBuckets are the upper bounds, in seconds, of the admission wait histogram. Nil
 	// means 1ms doubling up to 131s (18 buckets).
 	WaitBuckets []float64
@@ -51,7 +61,7 @@ type GatewayOptions struct {
 }
 
 // IndexStats is what the prefix index reports about itself; the gateway copies its index's
-// statistics into one and calls Gateway.SetIndexStats. Counters are cumulative.
+// statistics into one and calls Recorder.SetIndexStats. Counters are cumulative.
 type IndexStats struct {
 	Blocks        int64  // blocks stored
 	Bytes         int64  // bytes used (the budget is bounded by configuration)
@@ -60,7 +70,7 @@ type IndexStats struct {
 	MatchedBlocks uint64 // blocks found by matches, cumulative
 }
 
-// Gateway holds usher's own Prometheus metrics, every name prefixed "usher_":
+// Recorder holds usher's own Prometheus metrics, every name prefixed "usher_":
 //
 //	usher_admissions_total{band,outcome}                    counter    ObserveAdmission
 //	usher_admission_wait_seconds{band,outcome}              histogram  ObserveAdmission (WaitedOutcomes)
@@ -79,31 +89,21 @@ type IndexStats struct {
 //	usher_backend_ejections_total{backend}                  counter    SetPassiveHealth
 //	usher_backend_probes_total{backend}                     counter    SetPassiveHealth
 //	usher_backend_ejected{backend}                          gauge      SetPassiveHealth
-//	usher_kvevents_connected{source}                        gauge      SetKVSource
-//	usher_kvevents_batches_total{source}                    counter    SetKVSource
-//	usher_kvevents_lost_batches_total{source}               counter    SetKVSource
-//	usher_kvevents_resets_total{source}                     counter    SetKVSource
-//	usher_kvevents_reconnects_total{source}                 counter    SetKVSource
-//	usher_kvevents_events_total{source}                     counter    SetKVSource
-//	usher_kvevents_stale_probes_total{source}               counter    SetKVSource
-//	usher_kvevents_decode_errors_total{source}              counter    SetKVSource
-//	usher_kvevents_apply_errors_total{source}               counter    SetKVSource
-//	usher_kvevents_last_batch_timestamp_seconds{source}     gauge      SetKVSource
 //	usher_slo_requests_total{band,result}                   counter    ObserveSLO
 //	usher_latency_prediction_error_seconds{target}          histogram  ObservePrediction
 //
-// Scrape errors and staleness of model servers are exported by the Scraper (also a
-// prometheus.Collector). Every label value comes from a set fixed by configuration (bands,
-// outcomes, backends, KV-event sources) plus "other": a flow, a session or a tenant never
+// The KV-event feed's series are a [KVEvents]; scrape errors and staleness of model servers
+// are exported by metrics.Scraper. Every label value comes from a set fixed by configuration (bands,
+// outcomes, backends) plus "other": a flow, a session or a tenant never
 // becomes a label, so the number of series is bounded whatever the traffic. The in-flight
 // gauge per backend is the one series without "other" (SetInFlight says why).
 //
 // The Observe and Set methods are plain calls the gateway makes where things happen; they
 // do not allocate and are safe for concurrent use (atomics; SetIndexStats takes a short
 // lock). A nil *Gateway is a valid no-op, so a gateway can run without metrics. Register an
-// Gateway with a prometheus.Registerer: it is a prometheus.Collector.
-type Gateway struct {
-	// Immutable after NewGateway.
+// Recorder with a prometheus.Registerer: it is a prometheus.Collector.
+type Recorder struct {
+	// Immutable after New.
 	bands       []int
 	outcomes    []string
 	admissions  prometheus.Collector // *CounterVec
@@ -127,19 +127,6 @@ type Gateway struct {
 	descEject   *prometheus.Desc
 	descProbe   *prometheus.Desc
 	descEjected *prometheus.Desc
-	kvIndex     map[string]int // KV source name to its index in kv
-	kvLabels    []string       // [source+other]
-	kv          []kvSeries     // [source+other]
-	descKVConn  *prometheus.Desc
-	descKVBatch *prometheus.Desc
-	descKVLost  *prometheus.Desc
-	descKVReset *prometheus.Desc
-	descKVRecon *prometheus.Desc
-	descKVEvent *prometheus.Desc
-	descKVStale *prometheus.Desc
-	descKVDecod *prometheus.Desc
-	descKVApply *prometheus.Desc
-	descKVLast  *prometheus.Desc
 
 	backends atomic.Pointer[map[string]backendSeries] // copy on write by SetBackends
 	other    prometheus.Counter                       // picks of unknown backends
@@ -158,32 +145,8 @@ type backendSeries struct {
 	health   *healthSeries
 }
 
-// kvSeries holds what SetKVSource last recorded for one source label; the counters only grow.
-type kvSeries struct {
-	connected                            atomic.Bool
-	batches, lost, resets, reconnects    atomic.Uint64
-	events, stale, decodeErrs, applyErrs atomic.Uint64
-	lastBatch                            atomic.Int64 // UnixNano; 0: never
-}
-
-// KVSource is what the KV-event subscriber reports about one source; the gateway copies a
-// kvevents.SourceStatus into one and calls Gateway.SetKVSource. Counters are cumulative.
-type KVSource struct {
-	Connected  bool   // the source's event connection is up
-	Batches    uint64 // batches applied, live and replayed, cumulative
-	Lost       uint64 // batches no replay recovered, cumulative
-	Resets     uint64 // publisher restarts detected, cumulative
-	Reconnects uint64 // connections after the first, cumulative
-	Events     uint64 // events applied, cumulative
-	Stale      uint64 // connections an idle probe found behind, cumulative
-	// DecodeErrors and ApplyErrors count malformed messages and events the index refused.
-	DecodeErrors, ApplyErrors uint64
-	// LastBatch is when the source's last batch arrived; zero: never.
-	LastBatch time.Time
-}
-
-// NewGateway validates opts and returns a Gateway with every configured series created (at 0).
-func NewGateway(opts GatewayOptions) (*Gateway, error) {
+// New validates opts and returns a Recorder with every configured series created (at 0).
+func New(opts Options) (*Recorder, error) {
 	bands := slices.Clone(opts.Bands)
 	if bands == nil {
 		bands = []int{0, 1, 2, 3, 4, 5, 6, 7}
@@ -203,9 +166,6 @@ func NewGateway(opts GatewayOptions) (*Gateway, error) {
 		return nil, err
 	}
 	if err := distinctLabels("backend", opts.Backends); err != nil {
-		return nil, err
-	}
-	if err := distinctLabels("KV source", opts.KVSources); err != nil {
 		return nil, err
 	}
 	for i, b := range buckets {
@@ -239,11 +199,8 @@ func NewGateway(opts GatewayOptions) (*Gateway, error) {
 		Name: "usher_backend_inflight_requests", ConstLabels: cl,
 		Help: "Requests routed to each backend and not finished.",
 	}, []string{"backend"})
-	kvDesc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, []string{"source"}, cl)
-	}
 
-	u := &Gateway{
+	u := &Recorder{
 		bands: bands, outcomes: outcomes,
 		admissions: admissions, waits: waits, queueReqs: queueReqs, queueBytes: queueBytes,
 		picksVec:    picks,
@@ -271,22 +228,6 @@ func NewGateway(opts GatewayOptions) (*Gateway, error) {
 			"Requests sent to each ejected backend as its probe back into rotation.", []string{"backend"}, cl),
 		descEjected: prometheus.NewDesc("usher_backend_ejected",
 			"1 while passive health keeps the backend out of rotation (ejected or half-open), else 0.", []string{"backend"}, cl),
-		kvIndex:     make(map[string]int, len(opts.KVSources)),
-		kvLabels:    append(slices.Clone(opts.KVSources), OtherLabel),
-		kv:          make([]kvSeries, len(opts.KVSources)+1),
-		descKVConn:  kvDesc("usher_kvevents_connected", "1 if the KV-event subscriber is connected to the source, 0 if not."),
-		descKVBatch: kvDesc("usher_kvevents_batches_total", "KV-event batches applied from the source, live and replayed."),
-		descKVLost:  kvDesc("usher_kvevents_lost_batches_total", "KV-event batches of the source that no replay recovered."),
-		descKVReset: kvDesc("usher_kvevents_resets_total", "Restarts of the source's publisher detected, each clearing its backend."),
-		descKVRecon: kvDesc("usher_kvevents_reconnects_total", "Connections to the source after the first."),
-		descKVEvent: kvDesc("usher_kvevents_events_total", "KV events applied from the source."),
-		descKVStale: kvDesc("usher_kvevents_stale_probes_total", "Connections to the source that an idle probe found had missed batches."),
-		descKVDecod: kvDesc("usher_kvevents_decode_errors_total", "Malformed messages from the source."),
-		descKVApply: kvDesc("usher_kvevents_apply_errors_total", "Events of the source that the prefix index refused."),
-		descKVLast:  kvDesc("usher_kvevents_last_batch_timestamp_seconds", "Unix time of the source's last batch; 0 if none came."),
-	}
-	for i, name := range opts.KVSources {
-		u.kvIndex[name] = i
 	}
 	bandLabels := make([]string, len(bands)+1)
 	for i, b := range bands {
@@ -340,7 +281,7 @@ func distinctLabels(what string, vals []string) error {
 }
 
 // bandIndex returns the index of band in u.bands, or the "other" index. O(bands).
-func (u *Gateway) bandIndex(band int) int {
+func (u *Recorder) bandIndex(band int) int {
 	for i, b := range u.bands {
 		if b == band {
 			return i
@@ -349,10 +290,12 @@ func (u *Gateway) bandIndex(band int) int {
 	return len(u.bands)
 }
 
-// outcomeIndex returns the index of outcome in u.outcomes, or the "other" index. O(outcomes).
-func (u *Gateway) outcomeIndex(outcome string) int {
+// outcomeIndex returns the index of outcome's name in u.outcomes, or the "other" index.
+// O(outcomes).
+func (u *Recorder) outcomeIndex(outcome flowcontrol.Outcome) int {
+	name := outcome.String()
 	for i, o := range u.outcomes {
-		if o == outcome {
+		if o == name {
 			return i
 		}
 	}
@@ -360,9 +303,9 @@ func (u *Gateway) outcomeIndex(outcome string) int {
 }
 
 // ObserveAdmission counts one admission outcome in a band and records how long the request
-// waited for it. Unknown outcomes and bands count as "other". Allocation-free;
-// O(bands + outcomes).
-func (u *Gateway) ObserveAdmission(outcome string, band int, wait time.Duration) {
+// waited for it. Outcomes and bands outside the configured sets count as "other".
+// Allocation-free; O(bands + outcomes).
+func (u *Recorder) ObserveAdmission(outcome flowcontrol.Outcome, band int, wait time.Duration) {
 	if u == nil {
 		return
 	}
@@ -375,7 +318,7 @@ func (u *Gateway) ObserveAdmission(outcome string, band int, wait time.Duration)
 
 // SetQueue sets the number of requests and bytes waiting in a band. Several unconfigured
 // bands share "other", where the last call wins. Allocation-free; O(bands).
-func (u *Gateway) SetQueue(band int, requests int, bytes int64) {
+func (u *Recorder) SetQueue(band int, requests int, bytes int64) {
 	if u == nil {
 		return
 	}
@@ -386,7 +329,7 @@ func (u *Gateway) SetQueue(band int, requests int, bytes int64) {
 
 // SetFlows sets the number of live flows in the admission queue: flows with requests
 // waiting or in flight. Allocation-free; O(1).
-func (u *Gateway) SetFlows(n int) {
+func (u *Recorder) SetFlows(n int) {
 	if u == nil {
 		return
 	}
@@ -395,7 +338,7 @@ func (u *Gateway) SetFlows(n int) {
 
 // SetInFlightTotal sets the number of requests the gateway has routed to a backend and not
 // finished, over all backends. Allocation-free; O(1).
-func (u *Gateway) SetInFlightTotal(n int) {
+func (u *Recorder) SetInFlightTotal(n int) {
 	if u == nil {
 		return
 	}
@@ -404,7 +347,7 @@ func (u *Gateway) SetInFlightTotal(n int) {
 
 // ObservePick counts one request routed to backend; a backend outside the configured set
 // counts as "other". Allocation-free; O(1).
-func (u *Gateway) ObservePick(backend string) {
+func (u *Recorder) ObservePick(backend string) {
 	if u == nil {
 		return
 	}
@@ -424,7 +367,7 @@ func (u *Gateway) ObservePick(backend string) {
 // unknown backend's last value, state that grows with the names passed in. The usual unknown
 // backend is one SetBackends removed while its requests drain; they remain in
 // usher_inflight_requests. Allocation-free; O(1).
-func (u *Gateway) SetInFlight(backend string, requests int64) {
+func (u *Recorder) SetInFlight(backend string, requests int64) {
 	if u == nil {
 		return
 	}
@@ -435,10 +378,6 @@ func (u *Gateway) SetInFlight(backend string, requests int64) {
 	u.dropped.Inc()
 }
 
-// SetBackends replaces the set of backends that have their own pick counter and in-flight
-// gauge (for example when the Scraper's targets change), deleting the series of backends
-// that left; a backend that stays keeps its values. Empty names, "other" and repeats are
-// ignored. O(backends).
 // healthSeries is one backend's passive health, as last set.
 type healthSeries struct {
 	ejections, probes atomic.Uint64
@@ -449,7 +388,7 @@ type healthSeries struct {
 // BackendStats): its ejections and probes so far, and whether it is out of rotation now. The
 // counters only move forward. Allocation-free; O(1); a backend outside the configured set is
 // ignored.
-func (u *Gateway) SetPassiveHealth(backend string, ejections, probes uint64, ejected bool) {
+func (u *Recorder) SetPassiveHealth(backend string, ejections, probes uint64, ejected bool) {
 	if u == nil {
 		return
 	}
@@ -476,7 +415,7 @@ func raise(a *atomic.Uint64, v uint64) {
 // picker's set changes at run time): a new name gets its series, a name no longer listed has
 // its pick and in-flight series deleted, and a kept name keeps its counts. Empty names and
 // OtherLabel are ignored. O(len(names)); safe for concurrent use with every other method.
-func (u *Gateway) SetBackends(names []string) {
+func (u *Recorder) SetBackends(names []string) {
 	if u == nil {
 		return
 	}
@@ -506,54 +445,10 @@ func (u *Gateway) SetBackends(names []string) {
 	u.backends.Store(&next)
 }
 
-// SetKVSource records the KV-event subscriber's state of one source: s holds cumulative
-// counters, as kvevents.SourceStatus reports them.
-//
-// The counters are exported as Prometheus counters and never go down: a value lower than the
-// one recorded (a new Subscriber counting from zero again) leaves the higher one in place,
-// so they stay flat until the new count passes the old. A source outside
-// GatewayOptions.KVSources is recorded under "other", where by the same rule each counter is the
-// highest value any unknown source reported (exact for one unknown source, a lower bound of
-// their sum for several) and connected is what the last call said. Allocation-free; O(1).
-func (u *Gateway) SetKVSource(source string, s KVSource) {
-	if u == nil {
-		return
-	}
-	i, ok := u.kvIndex[source]
-	if !ok {
-		i = len(u.kv) - 1
-	}
-	k := &u.kv[i]
-	k.connected.Store(s.Connected)
-	storeMax(&k.batches, s.Batches)
-	storeMax(&k.lost, s.Lost)
-	storeMax(&k.resets, s.Resets)
-	storeMax(&k.reconnects, s.Reconnects)
-	storeMax(&k.events, s.Events)
-	storeMax(&k.stale, s.Stale)
-	storeMax(&k.decodeErrs, s.DecodeErrors)
-	storeMax(&k.applyErrs, s.ApplyErrors)
-	if !s.LastBatch.IsZero() {
-		if t := s.LastBatch.UnixNano(); t > k.lastBatch.Load() {
-			k.lastBatch.Store(t)
-		}
-	}
-}
-
-// storeMax raises a to v if v is higher.
-func storeMax(a *atomic.Uint64, v uint64) {
-	for {
-		old := a.Load()
-		if v <= old || a.CompareAndSwap(old, v) {
-			return
-		}
-	}
-}
-
 // SetIndexStats records the prefix index's statistics. The hit rate is left to PromQL, over
 // the window the reader chooses: rate(usher_prefix_index_matched_blocks_total[5m]) /
 // rate(usher_prefix_index_queried_blocks_total[5m]). Allocation-free; O(1).
-func (u *Gateway) SetIndexStats(s IndexStats) {
+func (u *Recorder) SetIndexStats(s IndexStats) {
 	if u == nil {
 		return
 	}
@@ -563,7 +458,7 @@ func (u *Gateway) SetIndexStats(s IndexStats) {
 }
 
 // Describe implements prometheus.Collector.
-func (u *Gateway) Describe(ch chan<- *prometheus.Desc) {
+func (u *Recorder) Describe(ch chan<- *prometheus.Desc) {
 	u.admissions.Describe(ch)
 	u.waits.Describe(ch)
 	u.queueReqs.Describe(ch)
@@ -576,15 +471,13 @@ func (u *Gateway) Describe(ch chan<- *prometheus.Desc) {
 	u.pd.describe(ch)
 	u.slo.describe(ch)
 	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched,
-		u.descEject, u.descProbe, u.descEjected,
-		u.descKVConn, u.descKVBatch, u.descKVLost, u.descKVReset, u.descKVRecon,
-		u.descKVEvent, u.descKVStale, u.descKVDecod, u.descKVApply, u.descKVLast} {
+		u.descEject, u.descProbe, u.descEjected} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector. O(series).
-func (u *Gateway) Collect(ch chan<- prometheus.Metric) {
+func (u *Recorder) Collect(ch chan<- prometheus.Metric) {
 	u.admissions.Collect(ch)
 	u.waits.Collect(ch)
 	u.queueReqs.Collect(ch)
@@ -596,23 +489,6 @@ func (u *Gateway) Collect(ch chan<- prometheus.Metric) {
 	u.flows.Collect(ch)
 	u.pd.collect(ch)
 	u.slo.collect(ch)
-	for i := range u.kv {
-		k, l := &u.kv[i], u.kvLabels[i]
-		conn := 0.0
-		if k.connected.Load() {
-			conn = 1
-		}
-		ch <- prometheus.MustNewConstMetric(u.descKVConn, prometheus.GaugeValue, conn, l)
-		ch <- prometheus.MustNewConstMetric(u.descKVBatch, prometheus.CounterValue, float64(k.batches.Load()), l)
-		ch <- prometheus.MustNewConstMetric(u.descKVLost, prometheus.CounterValue, float64(k.lost.Load()), l)
-		ch <- prometheus.MustNewConstMetric(u.descKVReset, prometheus.CounterValue, float64(k.resets.Load()), l)
-		ch <- prometheus.MustNewConstMetric(u.descKVRecon, prometheus.CounterValue, float64(k.reconnects.Load()), l)
-		ch <- prometheus.MustNewConstMetric(u.descKVEvent, prometheus.CounterValue, float64(k.events.Load()), l)
-		ch <- prometheus.MustNewConstMetric(u.descKVStale, prometheus.CounterValue, float64(k.stale.Load()), l)
-		ch <- prometheus.MustNewConstMetric(u.descKVDecod, prometheus.CounterValue, float64(k.decodeErrs.Load()), l)
-		ch <- prometheus.MustNewConstMetric(u.descKVApply, prometheus.CounterValue, float64(k.applyErrs.Load()), l)
-		ch <- prometheus.MustNewConstMetric(u.descKVLast, prometheus.GaugeValue, float64(k.lastBatch.Load())/1e9, l)
-	}
 	if bs := u.backends.Load(); bs != nil {
 		for name, b := range *bs {
 			ejected := 0.0
@@ -634,4 +510,4 @@ func (u *Gateway) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(u.descMatched, prometheus.CounterValue, float64(s.MatchedBlocks))
 }
 
-var _ prometheus.Collector = (*Gateway)(nil)
+var _ prometheus.Collector = (*Recorder)(nil)

@@ -1,4 +1,4 @@
-package metrics
+package gatewaymetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -6,27 +6,30 @@ import (
 	"github.com/usher-llm/usher/routing"
 )
 
-// Results of requests with latency targets, the values of usher_slo_requests_total's result
-// label.
+// SLOResult is how a request with latency targets ended: the value of
+// usher_slo_requests_total's result label.
+type SLOResult uint8
+
 const (
 	// SLOMet: a streamed request whose first token came within its TTFT target (counted from
 	// its arrival at the gateway) and whose time per output token was within its TPOT target.
-	SLOMet = "met"
+	SLOMet SLOResult = iota
 	// SLOMissed: a streamed request that was served late, or failed.
-	SLOMissed = "missed"
+	SLOMissed
 	// SLOShed: refused on arrival by early shedding, its estimated wait beyond the time its
 	// TTFT target left (429).
-	SLOShed = "shed"
+	SLOShed
 	// SLOExpired: admitted to the queue, and not dispatched before its deadline (503).
-	SLOExpired = "expired"
+	SLOExpired
+	numSLOResults
 )
 
-var sloResults = []string{SLOMet, SLOMissed, SLOShed, SLOExpired}
+var sloResults = [numSLOResults]string{"met", "missed", "shed", "expired"}
 
 // sloSeries are the series of latency targets and predictions.
 type sloSeries struct {
 	results *prometheus.CounterVec
-	counted [][4]prometheus.Counter // [band+other][result]
+	counted [][numSLOResults]prometheus.Counter // [band+other][result]
 	errVec  *prometheus.HistogramVec
 	errs    [2]prometheus.Observer // ttft, tpot
 }
@@ -40,7 +43,7 @@ func newSLOSeries(cl prometheus.Labels, bandLabels []string) sloSeries {
 			Name: "usher_latency_prediction_error_seconds", ConstLabels: cl, Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 			Help: "Absolute error of the router's latency model on the backend it chose, by target: ttft (from the pick to the first token of a stream) and tpot (time per output token after it)."}, []string{"target"}),
 	}
-	s.counted = make([][4]prometheus.Counter, len(bandLabels))
+	s.counted = make([][numSLOResults]prometheus.Counter, len(bandLabels))
 	for i, b := range bandLabels {
 		for j, r := range sloResults {
 			s.counted[i][j] = s.results.WithLabelValues(b, r)
@@ -50,23 +53,19 @@ func newSLOSeries(cl prometheus.Labels, bandLabels []string) sloSeries {
 	return s
 }
 
-// ObserveSLO counts a request with latency targets of band band by its result: SLOMet,
-// SLOMissed, SLOShed or SLOExpired (others are ignored). O(1), no allocation.
-func (u *Gateway) ObserveSLO(band int, result string) {
-	if u == nil {
+// ObserveSLO counts a request with latency targets of band band by its result (a value
+// outside the four is ignored). O(bands), no allocation.
+func (u *Recorder) ObserveSLO(band int, result SLOResult) {
+	if u == nil || result >= numSLOResults {
 		return
 	}
-	for j, r := range sloResults {
-		if r == result {
-			u.slo.counted[u.bandIndex(band)][j].Inc()
-		}
-	}
+	u.slo.counted[u.bandIndex(band)][result].Inc()
 }
 
 // ObservePrediction records how far a latency prediction was from what was observed: the
 // absolute difference of each field that both give (a zero field is unknown). O(1), no
 // allocation.
-func (u *Gateway) ObservePrediction(predicted, observed routing.Latency) {
+func (u *Recorder) ObservePrediction(predicted, observed routing.Latency) {
 	if u == nil {
 		return
 	}
