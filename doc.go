@@ -23,8 +23,9 @@
 //   - proxy: the request pipeline for HTTP, composing the packages above: an OpenAI-compatible
 //     Handler, or the same as httputil.ReverseProxy hooks; its Registry names every part a
 //     configuration may use. It links no Redis, ZMQ or gRPC client: those come as
-//     Extensions from proxy/kvfeed (KV events) and replica (gateway.ReplicaExtension); gateway configures a whole
-//     gateway from flags or JSON, proxy/extproc is the same pipeline as Envoy's endpoint picker.
+//     Extensions from proxy/kvfeed (KV events) and gateway/replicaext (package replica);
+//     gateway configures a whole gateway from flags or JSON, and links them only as the
+//     program registers them; proxy/extproc is the same pipeline as Envoy's endpoint picker.
 //   - replica: several gateway replicas sharing prefix, load, session and fairness state
 //     through Redis, off the request path (the only package that talks to Redis).
 //   - examples: an OpenAI-compatible gateway, a simulated vLLM-compatible fleet, load replay.

@@ -1,27 +1,38 @@
 // Package gateway is the configuration of a complete usher gateway by names and numbers —
-// command-line flags and a JSON file — and its translation into proxy.Options: the policy and
-// router from a proxy.Registry, the backends in one syntax (ParseBackend), the tenant keyer,
-// and the extensions the configuration asks for (KV events through proxy/kvfeed, replicas
-// through package replica and Redis). examples/gateway is a main over it; an embedder who
-// builds proxy.Options in code needs none of it, and does not link ZMQ or Redis.
+// command-line flags and a JSON file — and its translation into [proxy.Options]: the policy,
+// router and decider from a [proxy.Registry], the backends in one syntax ([ParseBackend]),
+// the tenant keyer, and the extensions the configuration asks for. examples/gateway is a
+// main over it; an embedder who builds proxy.Options in code needs none of it.
+//
+// The package links no ZMQ, Redis, gRPC or Kubernetes client. A configuration that names KV
+// events or a Redis server is served by the extensions the program registers in
+// [Config].Registry, by explicit calls in its main — kvfeed.Register (package proxy/kvfeed)
+// and replicaext.Register (package gateway/replicaext) — so only a program that follows KV
+// events links ZMQ, and only one that shares state between replicas links Redis:
+//
+//	reg := proxy.NewRegistry()
+//	kvfeed.Register(reg)     // "kv-events": kv_listen, a backend's kv_events or kv_pod
+//	replicaext.Register(reg) // "replica": redis, replica_id, cluster
+//	cfg.Registry = reg
+//
+// [Config.Options] refuses a configuration whose extension is not registered, with an error
+// wrapping [ErrNoExtension].
 package gateway
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/backendspec"
 	"github.com/usher-llm/usher/internal/builtin"
@@ -30,10 +41,14 @@ import (
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
-	"github.com/usher-llm/usher/proxy/kvfeed"
-	"github.com/usher-llm/usher/replica"
 	"github.com/usher-llm/usher/routing"
 )
+
+// ErrNoExtension is wrapped, with [proxy.ErrInvalidOptions], by [Config.Options]' error when
+// the configuration names KV events (kv_listen, a backend's kv_events or kv_pod) or a Redis
+// server (redis) and [Config].Registry has no extension named "kv-events" or "replica". The
+// error names the setting.
+var ErrNoExtension = errors.New("gateway: extension not registered")
 
 // Config is a Handler's configuration by names and numbers, as a JSON file or command-line
 // flags give it (see RegisterFlags and LoadFile); Options builds the Handler's proxy.Options
@@ -55,8 +70,9 @@ type Config struct {
 	// prefill server (proxy.Options.Decider): a registered decider's name ("prefix", the
 	// default; "always"; "never"; the program's own) or {"name": ..., "params": {...}}.
 	Decider proxy.PartSpec `json:"decider"`
-	// Registry names the parts Policy, Router and Decider may use. Nil: proxy.NewRegistry(),
-	// the built-ins.
+	// Registry names the parts Policy, Router and Decider may use, and the extensions that
+	// KVListen, a Backend's KVEvents or KVPod, and Redis need ("kv-events" and "replica",
+	// see the package doc). Nil: [proxy.NewRegistry], the built-ins, without extensions.
 	Registry *proxy.Registry `json:"-"`
 	// TTL is the longest wait for admission.
 	TTL time.Duration `json:"ttl"`
@@ -98,11 +114,11 @@ type Config struct {
 	MaxTenants       int            `json:"max_tenants"`
 	TenantSecretFile string         `json:"tenant_secret_file"`
 	// KVListen is an endpoint the gateway binds for KV events from servers that connect
-	// (kvfeed.Options.Listen).
+	// (the "listen" param of the "kv-events" extension; package proxy/kvfeed).
 	KVListen string `json:"kv_listen"`
 	// Redis, if set, is the Redis (or Valkey) server through which this gateway shares its
-	// state with the other replicas of its Cluster (package replica, as one of
-	// proxy.Options.Extensions): host:port, or a redis:// or rediss:// URL.
+	// state with the other replicas of its Cluster (the "replica" extension; package
+	// gateway/replicaext): host:port, or a redis:// or rediss:// URL.
 	Redis string `json:"redis"`
 	// ReplicaID names this replica among its peers (replica.Options.ID; empty: host name,
 	// process id and a random suffix); Cluster names the group of replicas that share state
@@ -411,8 +427,12 @@ func (c *Config) LoadFile(path string) error {
 }
 
 // Options validates c and builds the Handler options it describes: the index, the router
-// and the queue made here, the tokenizer and keyer it names. A caller may still replace any
-// part (Tokenizer, say) before calling New.
+// and the queue made here, the tokenizer and keyer it names, and the extensions its KV-event
+// and Redis settings need, from c.Registry (an error wrapping [ErrNoExtension] names the
+// setting whose extension is missing). Each extension's Prepare adjusts the index, session
+// table and keyer built here, as [proxy.New] lets it adjust its defaults; with the "replica"
+// extension and no TenantSecretFile that is one Redis round trip, bounded by 2 s. A caller
+// may still replace any part (Tokenizer, say) before calling proxy.New.
 func (c Config) Options() (proxy.Options, error) {
 	bad := func(format string, args ...any) (proxy.Options, error) {
 		return proxy.Options{}, fmt.Errorf("%w: %s", proxy.ErrInvalidOptions, fmt.Sprintf(format, args...))
@@ -464,7 +484,10 @@ func (c Config) Options() (proxy.Options, error) {
 		SLOShedAbove:    c.SLOShedAbove,
 	}
 	urls := make([]string, len(c.Backends))
-	kv := c.KVListen != ""
+	kv := "" // the first setting that names KV events
+	if c.KVListen != "" {
+		kv = "kv_listen"
+	}
 	for i, b := range c.Backends {
 		p, ok := metrics.EngineOf(b.Engine)
 		if !ok {
@@ -479,8 +502,8 @@ func (c Config) Options() (proxy.Options, error) {
 		if err := be.Validate(); err != nil {
 			return proxy.Options{}, err
 		}
-		if b.KVEvents != "" || b.KVPod != "" {
-			kv = true
+		if kv == "" && (b.KVEvents != "" || b.KVPod != "") {
+			kv = fmt.Sprintf("backend %q kv_events or kv_pod", b.URL)
 		}
 		o.Backends = append(o.Backends, be)
 		urls[i] = b.URL
@@ -504,39 +527,54 @@ func (c Config) Options() (proxy.Options, error) {
 			return bad("tenant-secret-file: want a secret of at least 16 bytes")
 		}
 	}
-	if kv {
-		o.Extensions = append(o.Extensions, kvfeed.New(kvfeed.Options{Listen: c.KVListen}))
-	}
-	var rep *replica.Replica
-	if c.Redis != "" {
-		if rep, err = newReplica(c); err != nil {
-			return proxy.Options{}, err
-		}
-		o.Extensions = append(o.Extensions, ReplicaExtension(rep))
-		if secret == nil {
-			// Replicas must name an API key's tenant alike (sessions and usage are keyed by
-			// it): without a secret file they share one kept in Redis.
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			secret, err = rep.SharedSecret(ctx)
-			cancel()
-			if err != nil {
-				secret = nil
-				slog.Warn("no shared tenant secret (set -tenant-secret-file on every replica): tenants will differ between replicas", "err", err)
-			}
-		}
-	}
-	keyer, err := proxy.NewKeyer(proxy.KeyerOptions{
-		Secret: secret, TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader,
-		TenantBands: c.TenantBands, DefaultBand: c.DefaultBand, MaxTenants: c.MaxTenants,
-	})
-	if err != nil {
-		return proxy.Options{}, err
-	}
-	o.Keyer = keyer
 	reg := c.Registry
 	if reg == nil {
 		reg = proxy.NewRegistry()
 	}
+	// The extensions the settings name, from the program's Registry.
+	extension := func(setting, name, register string, params map[string]string) error {
+		if !slices.Contains(reg.Names("extension"), name) {
+			return fmt.Errorf("%w: %s is set, but %w: the program must register %q in Config.Registry (%s)",
+				proxy.ErrInvalidOptions, setting, ErrNoExtension, name, register)
+		}
+		spec := proxy.PartSpec{Name: name}
+		spec.Params, _ = json.Marshal(params)
+		e, err := reg.Extension(spec)
+		if err != nil {
+			return err
+		}
+		o.Extensions = append(o.Extensions, e)
+		return nil
+	}
+	if kv != "" {
+		if err := extension(kv, "kv-events", "kvfeed.Register", map[string]string{"listen": c.KVListen}); err != nil {
+			return proxy.Options{}, err
+		}
+	}
+	if c.Redis != "" {
+		if err := extension("redis", "replica", "replicaext.Register", map[string]string{"redis": c.Redis, "replica_id": c.ReplicaID, "cluster": c.Cluster}); err != nil {
+			return proxy.Options{}, err
+		}
+	}
+	// The index, the session table and the keyer are built here, so the extensions adjust
+	// their options as they would the Handler's defaults (a replica sets its feeds and the
+	// cluster's tenant secret).
+	var io prefixcache.Options
+	var sess routing.SessionOptions
+	ko := proxy.KeyerOptions{
+		Secret: secret, TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader,
+		TenantBands: c.TenantBands, DefaultBand: c.DefaultBand, MaxTenants: c.MaxTenants,
+	}
+	for _, e := range o.Extensions {
+		if err := e.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko}); err != nil {
+			return proxy.Options{}, err
+		}
+	}
+	keyer, err := proxy.NewKeyer(ko)
+	if err != nil {
+		return proxy.Options{}, err
+	}
+	o.Keyer = keyer
 	policy := proxy.PartSpec{Name: c.Policy}
 	if c.Policy == "bounded-wait" {
 		policy.Params, _ = json.Marshal(map[string]string{"bounded_wait": c.BoundedWait.String()})
@@ -551,12 +589,6 @@ func (c Config) Options() (proxy.Options, error) {
 		}
 	case len(c.Decider.Params) > 0:
 		return proxy.Options{}, fmt.Errorf("%w: decider parameters without a decider name", proxy.ErrInvalidOptions)
-	}
-	var sess routing.SessionOptions
-	var io prefixcache.Options
-	if rep != nil {
-		sess = routing.SessionOptions{Seed: rep.SessionSeed(), Feed: rep.SessionFeed()}
-		io.Feed = rep.PrefixFeed()
 	}
 	profile, err := reg.Profile(c.Router, sess)
 	if err != nil {
@@ -577,29 +609,4 @@ func (c Config) Options() (proxy.Options, error) {
 		return proxy.Options{}, err
 	}
 	return o, nil
-}
-
-// newReplica connects (lazily: nothing is dialled here) to c.Redis for the replica c names.
-func newReplica(c Config) (*replica.Replica, error) {
-	var ro *redis.Options
-	if strings.Contains(c.Redis, "://") {
-		var err error
-		if ro, err = redis.ParseURL(c.Redis); err != nil {
-			return nil, fmt.Errorf("%w: redis %q: %v", proxy.ErrInvalidOptions, c.Redis, err)
-		}
-	} else {
-		if _, _, err := net.SplitHostPort(c.Redis); err != nil {
-			return nil, fmt.Errorf("%w: redis %q: want host:port or a redis:// URL", proxy.ErrInvalidOptions, c.Redis)
-		}
-		ro = &redis.Options{Addr: c.Redis}
-	}
-	// Every call is off the request path and bounded again by the replica; fail fast and let
-	// the replica retry rather than the client.
-	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-	ro.MaxRetries, ro.PoolSize, ro.ContextTimeoutEnabled = -1, 4, true
-	rep, err := replica.New(replica.Options{ID: c.ReplicaID, Cluster: c.Cluster, Client: redis.NewClient(ro)})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", proxy.ErrInvalidOptions, err)
-	}
-	return rep, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -111,6 +112,10 @@ func TestBackendSyntax(t *testing.T) {
 		assert.Equal(t, want, c.Backends[0])
 		assert.Equal(t, Backend{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"qwen-2.5", "llama-3"}}, c.Backends[1])
 	}
+	_, err = c.Options()
+	assert.ErrorIs(t, err, ErrNoExtension, "kv-events without the kv-events extension registered")
+	c.Registry = proxy.NewRegistry()
+	assert.NoError(t, kvfeed.Register(c.Registry))
 	o, err := c.Options()
 	if assert.NoError(t, err) && assert.Len(t, o.Backends, 2) {
 		assert.Equal(t, routing.RoleDecode, o.Backends[0].Role)

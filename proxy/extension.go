@@ -11,18 +11,20 @@ import (
 
 // An Extension runs beside a Handler and keeps it fed from outside the request path: the
 // backends' KV events (package proxy/kvfeed), the state of the other gateway replicas
-// (package replica). It is how the Handler uses a heavy client (ZMQ, Redis) without linking
-// it: only a program that builds the extension imports its package.
+// (package gateway/replicaext over package replica). It is how the Handler uses a heavy
+// client (ZMQ, Redis) without linking it: only a program that builds the extension, or
+// registers its factory ([Registry.AddExtension]), imports its package.
 //
-// New calls Prepare on each extension in order, then builds its defaults, then calls Attach
-// on each; Handler.Run runs each Run until its context ends; Handler.Close calls Close.
-// Prepare and Attach run once, from New; Close may run concurrently with Run, and must be
-// safe for it. An extension with series of its own registers them on [Handler.Registry] in
-// Attach.
+// [New] calls Prepare on each extension in order, then builds its defaults, then calls
+// Attach on each; [Handler.Run] runs each Run until its context ends; [Handler.Close] calls
+// Close. Attach runs once, from New; Close may run concurrently with Run, and must be safe for
+// it. An extension with series of its own registers them on [Handler.Registry] in Attach.
 type Extension interface {
-	// Prepare adjusts the options of the default Index and of the default router's session
-	// table before New builds them (a replication layer sets their feeds). It is not called
-	// again; parts given in Options are the caller's to build alike.
+	// Prepare adjusts the options of the parts New builds when [Options] leaves them nil
+	// (a replication layer sets their feeds and the keyer's secret). New calls it once;
+	// whoever builds those parts itself calls it first on [Defaults] of its own to build them
+	// alike (package gateway does), so Prepare must only set options, and may be called
+	// more than once.
 	Prepare(d *Defaults) error
 	// Attach connects the extension to the built Handler: its Index, Router, Queue,
 	// ConcurrencyLimit, Registry (to register its own collectors), Logger, and the KV-event
@@ -35,13 +37,17 @@ type Extension interface {
 	Close() error
 }
 
-// Defaults are the options of the parts New builds when Options leaves them nil, for an
-// Extension's Prepare to adjust.
+// Defaults are the options of the parts [New] builds when [Options] leaves them nil, for an
+// [Extension]'s Prepare to adjust.
 type Defaults struct {
 	// Index configures the default prefix index.
 	Index *prefixcache.Options
 	// Session configures the session table of the default router's session scorer.
 	Session *routing.SessionOptions
+	// Keyer configures the default [FlowKeyer] ([NewKeyer]); nil when [Options.Keyer] is
+	// set. Replicas must derive an API key's tenant alike, so a replication layer sets its
+	// Secret when none is given.
+	Keyer *KeyerOptions
 }
 
 // KVPublisher is one KV-event publisher of the fleet, as [Options.Backends] describe it: the
@@ -88,7 +94,7 @@ func (h *Handler) checkKVFollowed() error {
 	if len(src) == 0 || h.kvFollowed.Load() {
 		return nil
 	}
-	return fmt.Errorf("%w: backend %s names KV events but no extension follows them (add kvfeed.New to Options.Extensions)", ErrInvalidOptions, src[0].Backend)
+	return fmt.Errorf("%w: backend %s names KV events but no extension follows them (add kvfeed.New to Options.Extensions, or register kvfeed with the Registry of a gateway configuration)", ErrInvalidOptions, src[0].Backend)
 }
 
 // Logger returns the Handler's logger (Options.Logger, or slog.Default()).

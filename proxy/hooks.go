@@ -94,12 +94,22 @@ func exchangeOf(ctx context.Context) *exchange {
 // errRejected cancels the outgoing request of a rejected exchange.
 var errRejected = errors.New("proxy: request rejected before reaching a backend")
 
-// Rewrite is the httputil.ReverseProxy hook that runs usher's pipeline on a request: for a
-// POST to a chat or completions path (any path ending in /chat/completions or
-// /completions) it reads and validates the body, keys the request to a flow, hashes its
-// prompt, waits for admission and picks a backend, then points pr.Out at that backend with
-// the body the backend should see (the client's "priority" removed; usage asked for when
-// streaming). Any other request is routed to a backend the router picks, without admission.
+// Rewrite is the [httputil.ReverseProxy] hook that runs usher's pipeline on a request. The
+// pipeline, admission included, takes a POST whose path ends in one of
+//
+//	/chat/completions  (OpenAI chat, under any prefix)
+//	/completions       (OpenAI completions, under any prefix)
+//	/v1/messages       (Anthropic messages)
+//	/v1/responses      (OpenAI responses)
+//	/v1/embeddings     (OpenAI embeddings)
+//
+// (so /openai/v1/chat/completions goes through it, and /v1/responses/{id} or
+// /v1/messages/count_tokens do not). For such a request Rewrite reads and validates the body in that API's shape, keys the request
+// to a flow, hashes its prompt, waits for admission and picks a backend, then points pr.Out at
+// that backend with the body the backend should see (the client's "priority" removed; usage
+// asked for when streaming). Every other request — another method, or any other path
+// (/v1/models, /tokenize, ...) — is routed to a backend the router picks, without admission
+// and with its body untouched.
 //
 // If the request is rejected (bad input, unknown model, queue full, no backend, client gone)
 // Rewrite leaves pr.Out with a cancelled context, so the transport fails it at once and
@@ -289,8 +299,8 @@ func (ex *exchange) routingRequest() routing.Request {
 	return rr
 }
 
-// pass picks a backend for a request that is not a chat or completions request (a
-// ReverseProxy of the caller's may carry /v1/models, /tokenize, ...), without admission.
+// pass picks a backend for a request Rewrite does not admit (a ReverseProxy of the caller's
+// may carry /v1/models, /tokenize, ...), without admission.
 func (ex *exchange) pass() *openai.Error {
 	p, err := ex.h.router.Pick(&routing.Request{})
 	if err != nil {
@@ -523,10 +533,11 @@ func statusFailure(resp *http.Response) routing.Failure {
 	return routing.FailureNone
 }
 
-// ErrorHandler is the httputil.ReverseProxy hook that answers a request that got no response:
-// one Rewrite rejected (its status and OpenAI error: 400, 404, 408, 413, 429 with
+// ErrorHandler is the [httputil.ReverseProxy] hook that answers a request that got no
+// response: one Rewrite rejected (its status and error: 400, 404, 408, 413, 429 with
 // Retry-After, 431, 499, 503), or one whose backend failed before answering (502, or 504 on a
-// timeout), whose handles it closes. Errors are always OpenAI error JSON.
+// timeout), whose handles it closes. The error is JSON in the shape of the request's API:
+// Anthropic's for a POST whose path ends in /v1/messages, OpenAI's for everything else.
 func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	ex := exchangeOf(r.Context())
 	var oe *openai.Error

@@ -326,19 +326,21 @@ type Options struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Extensions run beside the Handler and feed it: proxy/kvfeed follows the backends'
-	// KV events (required when a Backend names KVEvents or KVPod), package replica keeps the
-	// gateway in step with its peers through Redis. New calls each one's Prepare (before it
-	// builds the default Index and Router) and Attach (after); Run runs them; Close closes
-	// them. Their heavy clients (ZMQ, Redis) are linked only by a program that imports them.
+	// KV events (required when a Backend names KVEvents or KVPod), gateway/replicaext keeps
+	// the gateway in step with its peers through Redis (package replica). New calls each
+	// one's Prepare (before it builds the default Index, Router and Keyer) and Attach
+	// (after); Run runs them; Close closes them. Their heavy clients (ZMQ, Redis) are linked
+	// only by a program that imports them.
 	Extensions []Extension
 }
 
 // Handler is an OpenAI-compatible gateway over a fleet of model servers: for POST
-// /v1/chat/completions and /v1/completions it parses and validates the body, keys the request
-// to a flow, hashes its prompt once, admits it through the queue, picks a backend, relays the
-// answer (streamed or whole) and closes the queue's Ticket and the router's Result exactly
-// once with the usage the backend reported. It also serves GET /v1/models, GET /health and GET
-// /metrics; everything else is a 404 in OpenAI's error format.
+// /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings and Anthropic's
+// /v1/messages it parses and validates the body, keys the request to a flow, hashes its
+// prompt once, admits it through the queue, picks a backend, relays the answer (streamed or
+// whole) and closes the queue's Ticket and the router's Result exactly once with the usage
+// the backend reported. It also serves GET /v1/models, GET /health and GET /metrics;
+// everything else is a 404 in OpenAI's error format (see [Handler.ServeHTTP]).
 //
 // The same pipeline is available as hooks for an httputil.ReverseProxy of your own: Rewrite,
 // ModifyResponse and ErrorHandler.
@@ -488,11 +490,15 @@ func New(opts Options) (*Handler, error) {
 	h.exts = opts.Extensions
 	var io prefixcache.Options
 	var sess routing.SessionOptions
+	var ko *KeyerOptions // the default keyer's, when there is one to build
+	if h.keyer == nil {
+		ko = new(KeyerOptions)
+	}
 	for i, e := range h.exts {
 		if e == nil {
 			return nil, fmt.Errorf("%w: Extensions[%d] is nil", ErrInvalidOptions, i)
 		}
-		if err := e.Prepare(&Defaults{Index: &io, Session: &sess}); err != nil {
+		if err := e.Prepare(&Defaults{Index: &io, Session: &sess, Keyer: ko}); err != nil {
 			return nil, err
 		}
 	}
@@ -525,7 +531,7 @@ func New(opts Options) (*Handler, error) {
 		h.tok = BytesTokenizer{}
 	}
 	if h.keyer == nil {
-		if h.keyer, err = NewKeyer(KeyerOptions{}); err != nil {
+		if h.keyer, err = NewKeyer(*ko); err != nil {
 			return nil, err
 		}
 	}

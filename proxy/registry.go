@@ -15,10 +15,13 @@ import (
 )
 
 // A Registry names the parts a configuration can compose a gateway from: routing filters,
-// scorers and pickers, whole routing profiles, and fairness policies. NewRegistry returns one
-// holding usher's built-ins; a program adds its own parts with the Add methods, by explicit
-// calls in its main, and hands the Registry to Config.Registry (or uses Profile and Policy
-// directly). There is no global registry.
+// scorers and pickers, whole routing profiles, fairness policies, and the [Extension]s that
+// feed a gateway from outside (KV events, replicas). NewRegistry returns one holding usher's
+// built-ins, which include no extension; a program adds its own parts with the Add methods,
+// by explicit calls in its main (an extension's package offers a Register function that
+// calls [Registry.AddExtension]), and hands the Registry to package gateway's Config.Registry
+// (or uses Profile, Policy and Extension directly). There is no global registry, so a
+// program links an extension's client library (ZMQ, Redis) only if it registers it.
 //
 // Each part is made by a factory from its Params, the "params" object the configuration gives
 // it (decoded strictly: an unknown key is an error naming the part). A factory is called once
@@ -42,6 +45,7 @@ const (
 	kindPolicy  kind = "policy"
 	kindDecider kind = "decider"
 	kindModel   kind = "latency-model"
+	kindExt     kind = "extension"
 )
 
 // Factories of the parts a Registry names. A factory validates its Params and returns an error
@@ -57,6 +61,9 @@ type (
 	// (routing.PredictedLatencyOptions.Model). It is called once per scorer: a model learns
 	// the fleet of the one Router it serves.
 	LatencyModelFactory func(Params) (routing.LatencyModel, error)
+	// ExtensionFactory makes an [Extension] for [Options.Extensions]. It connects to
+	// nothing: the extension's Run does its network work.
+	ExtensionFactory func(Params) (Extension, error)
 )
 
 // Params are one part's parameters as a configuration wrote them, and what the gateway knows
@@ -352,8 +359,14 @@ func (r *Registry) add(k kind, name string, f any) error {
 	return nil
 }
 
+// AddExtension names an [Extension] factory; see AddFilter for names. Package gateway asks
+// for the extensions named "kv-events" and "replica" when its configuration needs them.
+func (r *Registry) AddExtension(name string, f ExtensionFactory) error {
+	return r.add(kindExt, name, f)
+}
+
 // Names returns the registered names of a kind ("filter", "scorer", "picker", "profile",
-// "policy", "decider" or "latency-model"), sorted.
+// "policy", "decider", "latency-model" or "extension"), sorted.
 func (r *Registry) Names(k string) []string {
 	var out []string
 	for name := range r.parts[kind(k)] {
@@ -551,6 +564,26 @@ func (r *Registry) Decider(spec PartSpec) (routing.Decider, error) {
 		return nil, fmt.Errorf("%w: decider %q: %w", ErrInvalidOptions, spec.Name, err)
 	}
 	return d, nil
+}
+
+// Extension builds the extension spec names. Errors wrap ErrInvalidOptions and name it.
+func (r *Registry) Extension(spec PartSpec) (Extension, error) {
+	f, params, err := r.lookup(kindExt, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Weight != 0 {
+		return nil, fmt.Errorf("%w: extension %q has no weight", ErrInvalidOptions, spec.Name)
+	}
+	params.raw = spec.Params
+	e, err := f.(ExtensionFactory)(params)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: extension %q: %w", ErrInvalidOptions, spec.Name, err)
+	case e == nil:
+		return nil, fmt.Errorf("%w: extension %q: the factory returned none", ErrInvalidOptions, spec.Name)
+	}
+	return e, nil
 }
 
 func cmpOr(vs ...string) string {

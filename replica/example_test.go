@@ -2,13 +2,13 @@ package replica_test
 
 import (
 	"context"
-	"github.com/usher-llm/usher/gateway"
 	"log"
 	"net/http"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
@@ -30,7 +30,7 @@ func Example() {
 	h, err := proxy.New(proxy.Options{
 		Backends: []proxy.Backend{{URL: "http://10.0.0.7:8000"}, {URL: "http://10.0.0.8:8000"}},
 		// Run runs it; /metrics exports usher_replica_sync_*
-		Extensions: []proxy.Extension{gateway.ReplicaExtension(rep)},
+		Extensions: []proxy.Extension{replicaext.New(rep)},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -38,9 +38,11 @@ import (
 
 	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/gateway"
+	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/replica"
 )
 
@@ -95,6 +97,13 @@ func parseConfig(args []string) (config, error) {
 	c := config{Config: gateway.DefaultConfig(), Listen: "127.0.0.1:8080", SimServers: 4, SimProfile: "demo",
 		SimKVEvents: true, ShutdownGrace: 30 * time.Second}
 	c.Tokenizer = "" // default: local with the simulated fleet, bytes otherwise
+	// The built-in parts and the extensions this gateway can run, each built only when the
+	// configuration asks for it: the KV-event feed (-kv-listen, a backend's kv-events or
+	// kv-pod) and the replica (-redis).
+	c.Registry = proxy.NewRegistry()
+	if err := errors.Join(kvfeed.Register(c.Registry), replicaext.Register(c.Registry)); err != nil {
+		return c, err
+	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.Func("config", "JSON config file (flags given after it override it)", func(path string) error { return c.LoadFile(path) })
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the OpenAI API on")

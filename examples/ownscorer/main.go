@@ -1,6 +1,7 @@
 // Command ownscorer is a gateway with a scorer of its own, chosen and weighted from a JSON
-// config file: a Registry with the built-ins plus "fewest-streams", and the gateway's own
-// configuration path (gateway.Config, its flags and -config) over it.
+// config file: a Registry with the built-ins plus "fewest-streams" (and the KV-event feed and
+// the replica, which a configuration may ask for), and the gateway's own configuration path
+// (gateway.Config, its flags and -config) over it.
 //
 //	go run ./examples/ownscorer -config examples/ownscorer/gateway.json
 //
@@ -9,13 +10,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log"
 	"net"
 
 	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/gateway"
+	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -43,6 +47,10 @@ func main() {
 		}
 		return fewestStreams{o.IdleBonus}, nil
 	}); err != nil {
+		log.Fatal(err)
+	}
+	// Extensions are parts too: built only if the configuration names KV events or Redis.
+	if err := errors.Join(kvfeed.Register(reg), replicaext.Register(reg)); err != nil {
 		log.Fatal(err)
 	}
 	c := gateway.DefaultConfig()

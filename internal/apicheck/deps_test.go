@@ -7,10 +7,11 @@ import (
 )
 
 // TestDependencies keeps heavy clients out of what an embedder links: the core packages
-// depend on xxhash alone (besides the module and the standard library), and proxy links no
-// Redis, ZMQ, gRPC or Kubernetes client — those come with replica, proxy/kvfeed,
-// proxy/kvfeed, proxy/extproc and gateway, for programs that import them; no package under
-// proxy links replica or a Redis client, and replica does not import proxy.
+// depend on xxhash alone (besides the module and the standard library), and neither proxy nor
+// gateway (the configuration, config files included) links a Redis, ZMQ, gRPC or Kubernetes
+// client — those come with replica and gateway/replicaext, proxy/kvfeed and proxy/extproc,
+// for programs that import them; no package under proxy links replica or a Redis client, and
+// replica does not import proxy.
 func TestDependencies(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
@@ -42,16 +43,18 @@ func TestDependencies(t *testing.T) {
 			t.Error("replica imports proxy")
 		}
 	}
-	for _, d := range deps(mod + "/proxy") {
-		for _, heavy := range []string{"github.com/redis/", "github.com/go-zeromq/", "google.golang.org/grpc", "k8s.io/", mod + "/replica", mod + "/prefixcache/kvevents"} {
-			if strings.HasPrefix(d, heavy) {
-				t.Errorf("proxy links %s", d)
+	for _, pkg := range []string{"/proxy", "/gateway"} {
+		for _, d := range deps(mod + pkg) {
+			for _, heavy := range []string{"github.com/redis/", "github.com/go-zeromq/", "google.golang.org/grpc", "k8s.io/", mod + "/replica", mod + "/prefixcache/kvevents", mod + "/proxy/kvfeed", mod + "/gateway/replicaext"} {
+				if strings.HasPrefix(d, heavy) {
+					t.Errorf("%s links %s", pkg, d)
+				}
 			}
 		}
 	}
 	// Kubernetes comes only with kube/inferencepool, which only the picker's main
 	// imports: an embedder that never runs on Kubernetes never links client-go.
-	for _, pkg := range []string{"/prefixcache", "/flowcontrol", "/fairness", "/routing", "/proxy", "/proxy/extproc", "/proxy/openai", "/proxy/kvfeed", "/gateway", "/replica", "/metrics"} {
+	for _, pkg := range []string{"/prefixcache", "/flowcontrol", "/fairness", "/routing", "/proxy", "/proxy/extproc", "/proxy/openai", "/proxy/kvfeed", "/gateway", "/gateway/replicaext", "/replica", "/metrics"} {
 		for _, d := range deps(mod + pkg) {
 			if strings.HasPrefix(d, "k8s.io/") || strings.HasPrefix(d, "sigs.k8s.io/") {
 				t.Errorf("%s links %s: only kube/inferencepool may", pkg, d)

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -178,5 +179,109 @@ func TestBackendModels(t *testing.T) {
 	o.Pools = map[string]proxy.PoolLimits{"b": {}}
 	if _, err := proxy.New(o); !errors.Is(err, proxy.ErrInvalidOptions) {
 		t.Errorf("a pool no backend serves: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// secretExt is a user's extension: Prepare gives the default keyer a secret and records
+// whether it was offered one.
+type secretExt struct {
+	secret      string
+	keyerOffers []bool
+}
+
+func (e *secretExt) Prepare(d *proxy.Defaults) error {
+	e.keyerOffers = append(e.keyerOffers, d.Keyer != nil)
+	if d.Keyer != nil {
+		d.Keyer.Secret = []byte(e.secret)
+	}
+	return nil
+}
+func (*secretExt) Attach(*proxy.Handler) error { return nil }
+func (*secretExt) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (*secretExt) Close() error { return nil }
+
+// prepareFunc is an extension that only looks at the defaults.
+type prepareFunc func(d *proxy.Defaults)
+
+func (f prepareFunc) Prepare(d *proxy.Defaults) error { f(d); return nil }
+func (prepareFunc) Attach(*proxy.Handler) error       { return nil }
+func (prepareFunc) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (prepareFunc) Close() error { return nil }
+
+// TestRegistryExtensions: an extension factory is found by name with its params decoded
+// strictly; unknown names, weights, factory errors and nil extensions are refused with
+// ErrInvalidOptions; Prepare adjusts the default keyer's options, in order, and is offered
+// none when Options has a Keyer.
+func TestRegistryExtensions(t *testing.T) {
+	reg := proxy.NewRegistry()
+	if got := reg.Names("extension"); len(got) != 0 {
+		t.Errorf("built-in extensions %v, want none", got)
+	}
+	err := reg.AddExtension("secret", func(p proxy.Params) (proxy.Extension, error) {
+		var o struct {
+			Secret string `json:"secret"`
+		}
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		if o.Secret == "none" {
+			return nil, nil
+		}
+		if len(o.Secret) < 16 {
+			return nil, errors.New("short secret")
+		}
+		return &secretExt{secret: o.Secret}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.AddExtension("secret", func(proxy.Params) (proxy.Extension, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("AddExtension twice: err %v, want ErrInvalidOptions", err)
+	}
+	for _, bad := range []proxy.PartSpec{
+		{Name: "nope"},
+		{Name: "secret", Weight: 2, Params: json.RawMessage(`{"secret": "0123456789abcdef"}`)},
+		{Name: "secret", Params: json.RawMessage(`{"secret": "short"}`)},
+		{Name: "secret", Params: json.RawMessage(`{"colour": "red"}`)},
+		{Name: "secret", Params: json.RawMessage(`{"secret": "none"}`)},
+	} {
+		if _, err := reg.Extension(bad); !errors.Is(err, proxy.ErrInvalidOptions) || !strings.Contains(err.Error(), bad.Name) {
+			t.Errorf("Extension(%s %s): err %v, want ErrInvalidOptions naming it", bad.Name, bad.Params, err)
+		}
+	}
+	// Prepare runs in order over one set of defaults: the second extension sees the keyer's
+	// secret the first one set.
+	ext, err := reg.Extension(proxy.PartSpec{Name: "secret", Params: json.RawMessage(`{"secret": "the cluster's shared secret"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []byte
+	h, err := proxy.New(proxy.Options{Backends: []proxy.Backend{{URL: "http://127.0.0.1:1"}},
+		Extensions: []proxy.Extension{ext, prepareFunc(func(d *proxy.Defaults) { seen = d.Keyer.Secret })}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	if got := ext.(*secretExt).keyerOffers; len(got) != 1 || !got[0] {
+		t.Errorf("default keyer offered to Prepare: %v, want [true]", got)
+	}
+	if string(seen) != "the cluster's shared secret" {
+		t.Errorf("the next extension saw the keyer's secret %q, want the first one's", seen)
+	}
+	own := &secretExt{secret: "the cluster's shared secret"}
+	keyer, _ := proxy.NewKeyer(proxy.KeyerOptions{})
+	h, err = proxy.New(proxy.Options{Backends: []proxy.Backend{{URL: "http://127.0.0.1:1"}}, Keyer: keyer, Extensions: []proxy.Extension{own}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	if len(own.keyerOffers) != 1 || own.keyerOffers[0] {
+		t.Errorf("Options.Keyer set: keyer offered to Prepare %v, want [false]", own.keyerOffers)
 	}
 }

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"github.com/usher-llm/usher/gateway"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/usher-llm/usher/internal/simfleet/simproc"
+	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/redistest"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
@@ -62,7 +62,7 @@ func startGateways(t *testing.T, procs []*simproc.Proc, k int, addr, cluster str
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts.Extensions = append(opts.Extensions, gateway.ReplicaExtension(rep))
+			opts.Extensions = append(opts.Extensions, replicaext.New(rep))
 			gs.replicas = append(gs.replicas, rep)
 		}
 		_, url := startHandler(t, opts)

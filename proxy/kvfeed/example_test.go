@@ -47,3 +47,20 @@ func Example() {
 	}
 	// Output: true true
 }
+
+// A configuration asks for the feed by name: the program registers it, and builds it only
+// when the configuration names KV events (as package gateway does for kv_listen and the
+// backends' kv_events).
+func ExampleRegister() {
+	reg := proxy.NewRegistry()
+	if err := kvfeed.Register(reg); err != nil {
+		log.Fatal(err)
+	}
+	ext, err := reg.Extension(proxy.PartSpec{Name: "kv-events", Params: []byte(`{"listen": "tcp://127.0.0.1:5557"}`)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, feed := ext.(*kvfeed.Feed)
+	fmt.Println(reg.Names("extension"), feed)
+	// Output: [kv-events] true
+}

@@ -6,6 +6,13 @@
 //	feed := kvfeed.New(kvfeed.Options{Listen: "tcp://0.0.0.0:5557"})
 //	opts.Extensions = append(opts.Extensions, feed)
 //
+// A program configured by package gateway registers the feed instead, and the configuration
+// decides whether it runs ([Register]):
+//
+//	reg := proxy.NewRegistry()
+//	if err := kvfeed.Register(reg); err != nil { ... }
+//	cfg.Registry = reg
+//
 // A Backend's KVEvents endpoint is a publisher the server binds and the feed connects to; a
 // Backend's KVPod names a server that connects to Options.Listen instead. Problems are logged
 // once per kind, backend and interval, with a count, and exported as usher_kvevents_* series
@@ -47,6 +54,23 @@ var _ proxy.Extension = (*Feed)(nil)
 
 // New returns a feed with opts.
 func New(opts Options) *Feed { return &Feed{opts: opts} }
+
+// Register adds the feed to r as the extension named "kv-events", which package gateway
+// asks for when its configuration names KV events (kv_listen, or a backend's kv_events or
+// kv_pod). Its params are {"listen": "tcp://0.0.0.0:5557"} ([Options].Listen; unknown keys
+// are an error); each use builds a new [Feed]. Registering twice is an error wrapping
+// [proxy.ErrInvalidOptions].
+func Register(r *proxy.Registry) error {
+	return r.AddExtension("kv-events", func(p proxy.Params) (proxy.Extension, error) {
+		var o struct {
+			Listen string `json:"listen"`
+		}
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		return New(Options{Listen: o.Listen}), nil
+	})
+}
 
 // Prepare implements proxy.Extension; the feed changes no default.
 func (*Feed) Prepare(*proxy.Defaults) error { return nil }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/gateway"
+	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
@@ -71,7 +71,7 @@ func exported(t *testing.T) exports {
 	h, err := proxy.New(proxy.Options{
 		Backends:   []proxy.Backend{{URL: urls[0], KVEvents: pub.Endpoint()}, {URL: urls[1]}},
 		Tokenizer:  simfleet.Tokenizer{},
-		Extensions: []proxy.Extension{kvfeed.New(kvfeed.Options{}), gateway.ReplicaExtension(rep)},
+		Extensions: []proxy.Extension{kvfeed.New(kvfeed.Options{}), replicaext.New(rep)},
 	})
 	if err != nil {
 		t.Fatal(err)

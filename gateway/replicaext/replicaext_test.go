@@ -1,0 +1,55 @@
+package replicaext_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/usher-llm/usher/gateway/replicaext"
+	"github.com/usher-llm/usher/internal/redistest"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/replica"
+	"github.com/usher-llm/usher/routing"
+)
+
+// TestPrepare: Prepare gives the defaults the replica's feeds and, to a keyer without a
+// secret, the cluster's secret (the same for two replicas); a keyer's own secret stays, and
+// no keyer (Options.Keyer set) is no round trip to make.
+func TestPrepare(t *testing.T) {
+	addr := redistest.Shared(t)
+	cluster := fmt.Sprint("replicaext-", time.Now().UnixNano())
+	var secrets [][]byte
+	for i := range 2 {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		r, err := replica.New(replica.Options{ID: fmt.Sprint("gw", i), Cluster: cluster, Client: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ext := replicaext.New(r)
+		var io prefixcache.Options
+		var sess routing.SessionOptions
+		var ko proxy.KeyerOptions
+		if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko}); err != nil {
+			t.Fatal(err)
+		}
+		if io.Feed == nil || sess.Feed == nil || sess.Seed != r.SessionSeed() {
+			t.Errorf("replica %d: index feed %v, session feed %v, seed %x; want the replica's", i, io.Feed, sess.Feed, sess.Seed)
+		}
+		secrets = append(secrets, ko.Secret)
+		own := proxy.KeyerOptions{Secret: []byte("this replica's own secret")}
+		if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &own}); err != nil || string(own.Secret) != "this replica's own secret" {
+			t.Errorf("a keyer with a secret: %q, err %v; want it kept", own.Secret, err)
+		}
+		if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess}); err != nil {
+			t.Errorf("no keyer: err %v", err)
+		}
+	}
+	if len(secrets[0]) != 32 || !bytes.Equal(secrets[0], secrets[1]) {
+		t.Errorf("the replicas' keyer secrets %x and %x, want one 32-byte secret", secrets[0], secrets[1])
+	}
+}
