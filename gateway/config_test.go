@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
@@ -24,13 +23,13 @@ func TestConfigNames(t *testing.T) {
 		c := base
 		c.Policy = name
 		_, err := c.Options()
-		assert.NoError(t, err, "-policy %s", name)
+		noError(t, err, "-policy %s", name)
 	}
 	for _, name := range builtin.ProfileNames() {
 		c := base
 		c.Router = proxy.ProfileSpec{Extends: name}
 		_, err := c.Options()
-		assert.NoError(t, err, "-router %s", name)
+		noError(t, err, "-router %s", name)
 	}
 	for _, c := range []func(*Config){
 		func(c *Config) { c.Policy = "las-llmd" },
@@ -39,8 +38,8 @@ func TestConfigNames(t *testing.T) {
 		cfg := base
 		c(&cfg)
 		_, err := cfg.Options()
-		if assert.ErrorIs(t, err, proxy.ErrInvalidOptions, "policy %q router %q", cfg.Policy, cfg.Router) {
-			assert.Contains(t, err.Error(), "(have ", "the error lists the known names")
+		if errorIs(t, err, proxy.ErrInvalidOptions, "policy %q router %q", cfg.Policy, cfg.Router) {
+			contains(t, err.Error(), "(have ", "the error lists the known names")
 		}
 	}
 }
@@ -101,38 +100,38 @@ func TestBackendSyntax(t *testing.T) {
 	const line = "http://10.0.0.7:8000,engine=sglang,role=decode,models=llama-3,qwen-2.5,kv-events=tcp://10.0.0.7:5557,ranks=2"
 	want := Backend{URL: "http://10.0.0.7:8000", Engine: "sglang", Role: "decode", Models: []string{"llama-3", "qwen-2.5"}, KVEvents: "tcp://10.0.0.7:5557", Ranks: 2}
 	got, err := ParseBackend(line)
-	assert.NoError(t, err)
-	assert.Equal(t, want, got)
+	noError(t, err)
+	equal(t, want, got)
 	file := filepath.Join(t.TempDir(), "gateway.json")
 	cfgJSON := `{"backends":["` + line + `",{"url":"http://10.0.0.8:8000","role":"prefill","models":["qwen-2.5","llama-3"]}]}`
-	assert.NoError(t, os.WriteFile(file, []byte(cfgJSON), 0o600))
+	noError(t, os.WriteFile(file, []byte(cfgJSON), 0o600))
 	c := DefaultConfig()
-	assert.NoError(t, c.LoadFile(file))
-	if assert.Len(t, c.Backends, 2) {
-		assert.Equal(t, want, c.Backends[0])
-		assert.Equal(t, Backend{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"qwen-2.5", "llama-3"}}, c.Backends[1])
+	noError(t, c.LoadFile(file))
+	if lenIs(t, c.Backends, 2) {
+		equal(t, want, c.Backends[0])
+		equal(t, Backend{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"qwen-2.5", "llama-3"}}, c.Backends[1])
 	}
 	_, err = c.Options()
-	assert.ErrorIs(t, err, ErrNoExtension, "kv-events without the kv-events extension registered")
+	errorIs(t, err, ErrNoExtension, "kv-events without the kv-events extension registered")
 	c.Registry = proxy.NewRegistry()
-	assert.NoError(t, kvfeed.Register(c.Registry))
+	noError(t, kvfeed.Register(c.Registry))
 	o, err := c.Options()
-	if assert.NoError(t, err) && assert.Len(t, o.Backends, 2) {
-		assert.Equal(t, routing.RoleDecode, o.Backends[0].Role)
-		assert.Equal(t, routing.RolePrefill, o.Backends[1].Role)
-		assert.Equal(t, []string{"llama-3", "qwen-2.5"}, o.Backends[0].Models)
-		assert.Len(t, o.Extensions, 1, "the KV feed for kv-events")
+	if noError(t, err) && lenIs(t, o.Backends, 2) {
+		equal(t, routing.RoleDecode, o.Backends[0].Role)
+		equal(t, routing.RolePrefill, o.Backends[1].Role)
+		equal(t, []string{"llama-3", "qwen-2.5"}, o.Backends[0].Models)
+		lenIs(t, o.Extensions, 1, "the KV feed for kv-events")
 	}
 	for _, bad := range []string{"http://a:1,role=primary", "http://a:1,colour=red", "http://a:1,engine=vllm,engine=sglang", "http://a:1,ranks=-1", "http://a:1,bare"} {
 		_, err := ParseBackend(bad)
-		assert.ErrorIs(t, err, proxy.ErrInvalidOptions, bad)
+		errorIs(t, err, proxy.ErrInvalidOptions, bad)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.json")
-	assert.NoError(t, os.WriteFile(bad, []byte(`{"backends":[{"url":"http://a:1","colour":"red"}]}`), 0o600))
+	noError(t, os.WriteFile(bad, []byte(`{"backends":[{"url":"http://a:1","colour":"red"}]}`), 0o600))
 	c = DefaultConfig()
 	err = c.LoadFile(bad)
-	if assert.Error(t, err) {
-		assert.Contains(t, err.Error(), "colour")
+	if isError(t, err) {
+		contains(t, err.Error(), "colour")
 	}
 }
 
@@ -140,32 +139,32 @@ func TestBackendSyntax(t *testing.T) {
 // config reach the Handler's options.
 func TestModelsAndPools(t *testing.T) {
 	b, err := ParseBackend("http://10.0.0.7:8000,models=llama-3,adapters=sql-lora,chat-lora")
-	assert.NoError(t, err)
-	assert.Equal(t, []string{"sql-lora", "chat-lora"}, b.Adapters)
+	noError(t, err)
+	equal(t, []string{"sql-lora", "chat-lora"}, b.Adapters)
 	model, lim, err := ParsePool("llama-3,max-inflight=8,saturation=0.9")
-	assert.NoError(t, err)
-	assert.Equal(t, "llama-3", model)
-	assert.Equal(t, proxy.PoolLimits{MaxInFlight: 8, Saturation: 0.9}, lim)
+	noError(t, err)
+	equal(t, "llama-3", model)
+	equal(t, proxy.PoolLimits{MaxInFlight: 8, Saturation: 0.9}, lim)
 	for _, bad := range []string{"", "llama-3,max-inflight=0", "llama-3,saturation=-1", "llama-3,saturation=NaN", "llama-3,colour=red", "max-inflight=3"} {
 		_, _, err := ParsePool(bad)
-		assert.ErrorIs(t, err, proxy.ErrInvalidOptions, bad)
+		errorIs(t, err, proxy.ErrInvalidOptions, bad)
 	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	c := DefaultConfig()
 	c.RegisterFlags(fs)
-	assert.NoError(t, fs.Parse([]string{
+	noError(t, fs.Parse([]string{
 		"-backend", "http://10.0.0.7:8000,models=llama-3,adapters=sql-lora", "-backend", "http://10.0.0.8:8000,models=qwen-3",
 		"-pool", "llama-3,max-inflight=8", "-pool", "qwen-3,saturation=0.8",
 	}))
-	assert.Error(t, fs.Parse([]string{"-pool", "llama-3", "-pool", "llama-3"}), "a pool given twice")
+	isError(t, fs.Parse([]string{"-pool", "llama-3", "-pool", "llama-3"}), "a pool given twice")
 	o, err := c.Options()
-	if assert.NoError(t, err) {
-		assert.Equal(t, []string{"sql-lora"}, o.Backends[0].Adapters)
-		assert.Equal(t, map[string]proxy.PoolLimits{"llama-3": {MaxInFlight: 8}, "qwen-3": {Saturation: 0.8}}, o.Pools)
+	if noError(t, err) {
+		equal(t, []string{"sql-lora"}, o.Backends[0].Adapters)
+		equal(t, map[string]proxy.PoolLimits{"llama-3": {MaxInFlight: 8}, "qwen-3": {Saturation: 0.8}}, o.Pools)
 		h, err := proxy.New(o)
-		if assert.NoError(t, err) {
-			assert.NotSame(t, h.PoolQueue("llama-3"), h.PoolQueue("qwen-3"))
-			assert.Same(t, h.PoolQueue("llama-3"), h.PoolQueue("sql-lora"), "an adapter is admitted in its base model's pool")
+		if noError(t, err) {
+			isTrue(t, h.PoolQueue("llama-3") != h.PoolQueue("qwen-3"), "two pools share a queue")
+			isTrue(t, h.PoolQueue("llama-3") == h.PoolQueue("sql-lora"), "an adapter is admitted in its base model's pool")
 		}
 	}
 	c.Pools = map[string]proxy.PoolLimits{"mistral": {MaxInFlight: 1}}
@@ -173,7 +172,7 @@ func TestModelsAndPools(t *testing.T) {
 	if err == nil {
 		_, err = proxy.New(o)
 	}
-	assert.ErrorIs(t, err, proxy.ErrInvalidOptions, "a pool no backend serves")
+	errorIs(t, err, proxy.ErrInvalidOptions, "a pool no backend serves")
 }
 
 // The bench's gateway configurations of its router variants (bench/profiles, which
@@ -213,19 +212,19 @@ func TestConfigDecider(t *testing.T) {
 		c := base
 		c.Decider = proxy.PartSpec{Name: name}
 		o, err := c.Options()
-		if assert.NoError(t, err, "-decider %s", name) {
-			assert.NotNil(t, o.Decider, "-decider %s", name)
+		if noError(t, err, "-decider %s", name) {
+			isTrue(t, o.Decider != nil, "-decider %s", name)
 		}
 	}
 	c := base
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	c.RegisterFlags(fs)
-	assert.NoError(t, fs.Parse([]string{"-decider", "prefix", "-decider-params", `{"min_uncached_tokens":64,"busy_decodes":4}`}))
+	noError(t, fs.Parse([]string{"-decider", "prefix", "-decider-params", `{"min_uncached_tokens":64,"busy_decodes":4}`}))
 	o, err := c.Options()
-	if assert.NoError(t, err) {
+	if noError(t, err) {
 		d := o.Decider.(*routing.PrefixDecider)
-		assert.True(t, d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 64, Backend: &routing.BackendState{Known: routing.SignalRunning, Running: 8}}))
-		assert.False(t, d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 63}))
+		isTrue(t, d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 64, Backend: &routing.BackendState{Known: routing.SignalRunning, Running: 8}}))
+		isTrue(t, !d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 63}))
 	}
 	for _, bad := range []proxy.PartSpec{
 		{Name: "sometimes"},
@@ -237,6 +236,6 @@ func TestConfigDecider(t *testing.T) {
 		c := base
 		c.Decider = bad
 		_, err := c.Options()
-		assert.ErrorIs(t, err, proxy.ErrInvalidOptions, "decider %+v", bad)
+		errorIs(t, err, proxy.ErrInvalidOptions, "decider %+v", bad)
 	}
 }

@@ -30,7 +30,7 @@ func TestSimfleetOpenAIClient(t *testing.T) {
 	params := openai.ChatCompletionNewParams{
 		Model: f.Servers()[0].Model(),
 		Messages: []openai.ChatCompletionMessageParamUnion{
-			openai.SystemMessage(system),
+			openai.SystemMessage("You are a careful assistant. Follow the house rules: answer briefly, cite sources, and never invent facts. "),
 			openai.UserMessage("How do routers use prefix caches?"),
 		},
 		MaxTokens: openai.Int(10),
