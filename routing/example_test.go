@@ -397,7 +397,8 @@ func ExampleResult_IndexID() {
 }
 
 // A profile extended with a scorer of one's own: the default's filters, scorers and picker,
-// and one more scorer at weight 2. The default itself is not modified.
+// and one more scorer at weight 2. The default itself is not modified, and a Router built
+// from the extension reports the extension's name, not the default's.
 func ExampleProfile_With() {
 	fewestStreams := routing.ScorerFunc(func(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 		for i := range cands {
@@ -407,7 +408,14 @@ func ExampleProfile_With() {
 	base := routing.Usher(routing.UsherOptions{})
 	mine := base.With(routing.Weighted{Scorer: fewestStreams, Weight: 2})
 	fmt.Println(len(base.Scorers), len(mine.Scorers), mine.Scorers[len(mine.Scorers)-1].Weight)
-	// Output: 4 5 2
+	r, err := routing.New(routing.Options{Profile: mine})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(base.Name, r.Name())
+	// Output:
+	// 4 5 2
+	// usher usher+ScorerFunc
 }
 
 // DynamoCost weighs what a backend would prefill plus the KV blocks its requests hold. With
