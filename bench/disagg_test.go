@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // conversation is one session of two turns: an 8k-token first prompt, then the same plus 256
@@ -40,7 +41,7 @@ func runSim(t *testing.T, w *Workload, cfg Config) *sim {
 // (two steps for two output tokens); the warm second turn is served whole by that decode
 // server under the prefix decider; every pick is closed.
 func TestDisaggregatedOneRequest(t *testing.T) {
-	cfg := Config{Servers: 2, PrefillServers: 1, Decider: routing.Always, Profile: Qwen3Profile()}
+	cfg := Config{Servers: 2, PrefillServers: 1, Decider: disagg.Always, Profile: Qwen3Profile()}
 	w := conversation()
 	w.Requests = w.Requests[:1]
 	free := runSim(t, w, cfg)
@@ -80,7 +81,7 @@ func TestDisaggregatedIndexLearnsBothServers(t *testing.T) {
 	for _, mode := range []IndexMode{IndexApprox, IndexExact} {
 		w := conversation()
 		w.Requests = w.Requests[:1]
-		s := runSim(t, w, Config{Servers: 3, PrefillServers: 1, Decider: routing.Always, Profile: Qwen3Profile(),
+		s := runSim(t, w, Config{Servers: 3, PrefillServers: 1, Decider: disagg.Always, Profile: Qwen3Profile(),
 			Index: mode, EventDelay: -1})
 		r := &s.reqs[0]
 		chain := s.chainOf(r)
@@ -117,20 +118,20 @@ func settledRouters(t *testing.T, s *sim) {
 // every pick, prefill picks included.
 func TestDisaggregatedConservation(t *testing.T) {
 	w := PrefixGroup(PrefixGroupOptions{Requests: 600, Rate: 8, PrefixTokens: 4096, SuffixTokens: 1024, OutputTokens: 64, Seed: 3})
-	for _, d := range []routing.Decider{routing.Always, nil, routing.Never} {
+	for _, d := range []disagg.Decider{disagg.Always, nil, disagg.Never} {
 		s := runSim(t, w, Config{Servers: 6, PrefillServers: 2, Decider: d, Profile: Qwen3Profile(), TransferPerToken: 5 * time.Microsecond})
 		res := s.result(0)
 		if res.Completed != len(w.Requests) {
 			t.Errorf("%v: %d of %d completed", d, res.Completed, len(w.Requests))
 		}
-		if d == routing.Always && res.Disaggregated != 1 || d == routing.Never && res.Disaggregated != 0 {
+		if d == disagg.Always && res.Disaggregated != 1 || d == disagg.Never && res.Disaggregated != 0 {
 			t.Errorf("disaggregated share %v", res.Disaggregated)
 		}
 		settledRouters(t, s)
 	}
 	for _, c := range []Config{
 		{Servers: 6, PrefillServers: 2, Decider: mustPool(t)},
-		{Servers: 6, Decider: routing.Always}, // every server both: prefilled on another one
+		{Servers: 6, Decider: disagg.Always}, // every server both: prefilled on another one
 	} {
 		c.Profile, c.TransferPerToken = Qwen3Profile(), 5*time.Microsecond
 		s := runSim(t, w, c)
@@ -150,8 +151,8 @@ func TestDisaggregatedConservation(t *testing.T) {
 	}
 }
 
-func mustPool(t *testing.T) routing.Decider {
-	d, err := routing.NewPoolDecider(routing.PoolDeciderOptions{})
+func mustPool(t *testing.T) disagg.Decider {
+	d, err := disagg.NewPool(disagg.PoolOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func mustPool(t *testing.T) routing.Decider {
 // none is. The prefill servers compute the prompts.
 func TestDisaggregatedDecodeServersDoNotPrefill(t *testing.T) {
 	w := PrefixGroup(PrefixGroupOptions{Requests: 600, Rate: 8, PrefixTokens: 4096, SuffixTokens: 1024, OutputTokens: 64, Seed: 3})
-	s := runSim(t, w, Config{Servers: 6, PrefillServers: 2, Decider: routing.Always, Profile: Qwen3Profile(), TransferPerToken: 5 * time.Microsecond})
+	s := runSim(t, w, Config{Servers: 6, PrefillServers: 2, Decider: disagg.Always, Profile: Qwen3Profile(), TransferPerToken: 5 * time.Microsecond})
 	var prompts int64
 	for i := range w.Requests {
 		prompts += int64(w.Requests[i].PromptTokens)
@@ -206,7 +207,7 @@ func TestDisaggregatedDecodeBusyTime(t *testing.T) {
 	p.StepBase, p.PrefillAttnPerTokenPair, p.DecodePerContextToken = 0, 0, 0
 	p.PrefillPerToken, p.DecodePerSeq = 20*time.Microsecond, time.Millisecond
 	w := PrefixGroup(PrefixGroupOptions{Requests: 400, Rate: 8, PrefixTokens: 4096, SuffixTokens: 1024, OutputTokens: 64, Seed: 3})
-	busy := func(d routing.Decider) (time.Duration, *sim) {
+	busy := func(d disagg.Decider) (time.Duration, *sim) {
 		s := runSim(t, w, Config{Servers: 6, PrefillServers: 2, Decider: d, Profile: p, TransferPerToken: 5 * time.Microsecond})
 		var b time.Duration
 		for i := 2; i < 6; i++ {
@@ -217,7 +218,7 @@ func TestDisaggregatedDecodeBusyTime(t *testing.T) {
 		}
 		return b, s
 	}
-	got, s := busy(routing.Always)
+	got, s := busy(disagg.Always)
 	var want time.Duration
 	for i := range s.reqs {
 		r := &s.reqs[i]
@@ -229,7 +230,7 @@ func TestDisaggregatedDecodeBusyTime(t *testing.T) {
 	if got != want {
 		t.Errorf("always: decode servers busy %v, want %v (one prompt token per request, then decode)", got, want)
 	}
-	if whole, _ := busy(routing.Never); whole < got+time.Duration(len(w.Requests))*1000*p.PrefillPerToken {
+	if whole, _ := busy(disagg.Never); whole < got+time.Duration(len(w.Requests))*1000*p.PrefillPerToken {
 		t.Errorf("never: decode servers busy %v, want well above always's %v plus the prompts", whole, got)
 	}
 }

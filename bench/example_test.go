@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/bench"
-	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // A short synthetic run: 40 chat sessions on two servers, usher's router behind bounded wait.
@@ -107,7 +107,7 @@ func ExampleEngineProfile() {
 }
 
 // Disaggregated prefill and decode at an equal number of servers: four servers that all serve
-// both, against two prefill and two decode servers under routing.Always and under llm-d's
+// both, against two prefill and two decode servers under disagg.Always and under llm-d's
 // prefix rule (the default Decider), with Qwen3-32B's KV moved at 5.2 µs per token plus 1 ms.
 // Long prompts stall the answers an aggregated server is producing; a decode server that
 // prefills nothing does not stall them.
@@ -117,8 +117,8 @@ func ExampleConfig_disaggregated() {
 	modes := []struct {
 		name    string
 		prefill int
-		decider routing.Decider
-	}{{"aggregated", 0, nil}, {"always", 2, routing.Always}, {"prefix", 2, nil}}
+		decider disagg.Decider
+	}{{"aggregated", 0, nil}, {"always", 2, disagg.Always}, {"prefix", 2, nil}}
 	var tpot []time.Duration
 	for _, m := range modes {
 		res, err := bench.Run(w, bench.Config{Servers: 4, PrefillServers: m.prefill, Decider: m.decider, Profile: bench.Qwen3Profile(),

@@ -15,6 +15,7 @@ import (
 	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // GateKind selects the saturation gate of the simulated gateway's admission queue.
@@ -264,10 +265,10 @@ type Config struct {
 	// both, as before.
 	PrefillServers int
 	// Decider decides which requests of a disaggregated fleet are prefilled on a prefill
-	// server. Nil: routing.NewPrefixDecider's defaults (llm-d's rule, 512 uncached tokens).
+	// server. Nil: disagg.NewPrefix's defaults (llm-d's rule, 512 uncached tokens).
 	// Set without PrefillServers, every server serves both and a request the Decider approves
 	// is prefilled on another server than its decode server (dynamic disaggregation).
-	Decider routing.Decider
+	Decider disagg.Decider
 	// TransferPerToken and TransferLatency are the KV transfer's cost (see PrefillServers).
 	TransferPerToken, TransferLatency time.Duration
 	// LoRA gives every server adapter slots and a load cost, for workloads whose requests
@@ -366,7 +367,7 @@ func (c *Config) withDefaults() (Config, error) {
 		}
 	}
 	if o.PrefillServers > 0 && o.Decider == nil {
-		o.Decider, _ = routing.NewPrefixDecider(routing.PrefixDeciderOptions{}) // valid options
+		o.Decider, _ = disagg.NewPrefix(disagg.PrefixOptions{}) // valid options
 	}
 	return o, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // TestConfigNames builds a Handler configuration for every policy and router name the
@@ -222,7 +223,7 @@ func TestConfigDecider(t *testing.T) {
 	noError(t, fs.Parse([]string{"-decider", "prefix", "-decider-params", `{"min_uncached_tokens":64,"busy_decodes":4}`}))
 	o, err := c.Options()
 	if noError(t, err) {
-		d := o.Decider.(*routing.PrefixDecider)
+		d := o.Decider.(*disagg.Prefix)
 		isTrue(t, d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 64, Backend: &routing.BackendState{Known: routing.SignalRunning, Running: 8}}))
 		isTrue(t, !d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 63}))
 	}

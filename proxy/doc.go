@@ -127,7 +127,7 @@
 // the same):
 //
 //  1. the decode pick: the router chooses a decode server as for any request (prefix, load,
-//     session), and the Decider (Options.Decider; by default routing.NewPrefixDecider, llm-d's
+//     session), and the Decider (Options.Decider; by default disagg.NewPrefix, llm-d's
 //     rule: at least 512 prompt tokens the decode server is not believed to hold) decides
 //     whether the prompt is worth prefilling elsewhere. If not, the decode server serves the
 //     request whole, as in an aggregated fleet.

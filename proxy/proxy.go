@@ -33,6 +33,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // ErrInvalidOptions is returned (wrapped) by New and NewKeyer for options they cannot use.
@@ -308,13 +309,13 @@ type Options struct {
 	// Decider decides per request whether a disaggregated fleet (one with a Backend of
 	// RolePrefill) prefills it on a prefill server and has the decode server pull its KV
 	// (vLLM's KV-transfer protocol), or lets the decode server serve it whole. Nil:
-	// routing.NewPrefixDecider with its defaults when the fleet is disaggregated. Setting it
+	// disagg.NewPrefix with its defaults when the fleet is disaggregated. Setting it
 	// makes the Handler disaggregate even without Backends (a Router kept up to date by the
 	// caller, with roles in its BackendStates). See the package doc, "Disaggregated serving".
 	// The prefill step is run by the Handler's transport: a ReverseProxy of your own that
 	// uses the Handler's hooks must use Handler.Transport() too, or its decode servers serve
 	// every request whole.
-	Decider routing.Decider
+	Decider disagg.Decider
 	// MaxBodyBytesReading bounds the bytes of request bodies being read at once, over all
 	// requests; a body that does not fit is answered 503 with Retry-After. Zero: 256 MiB
 	// (and at least 4 × MaxBodyBytes, the most one body of unknown length can hold while its
@@ -377,9 +378,9 @@ type Handler struct {
 	retrier    *retryTransport
 	budget     *budget
 	reading    bodyLimiter
-	decider    routing.Decider // nil: the fleet is not disaggregated
-	slo        slo.Config      // Options.SLO, TrustSLOHeaders, SLOShedAbove
-	ttl        time.Duration   // the default queue's (and pools') TTL; 0 with Options.Queue
+	decider    disagg.Decider // nil: the fleet is not disaggregated
+	slo        slo.Config     // Options.SLO, TrustSLOHeaders, SLOShedAbove
+	ttl        time.Duration  // the default queue's (and pools') TTL; 0 with Options.Queue
 
 	sent, retried, exhausted atomic.Uint64 // RetryStats
 
@@ -466,7 +467,7 @@ func New(opts Options) (*Handler, error) {
 	}
 	h.decider = opts.Decider
 	if h.decider == nil && slices.ContainsFunc(h.members, func(m member) bool { return m.role == routing.RolePrefill }) {
-		if h.decider, err = routing.NewPrefixDecider(routing.PrefixDeciderOptions{}); err != nil {
+		if h.decider, err = disagg.NewPrefix(disagg.PrefixOptions{}); err != nil {
 			return nil, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // A Registry names the parts a configuration can compose a gateway from: routing filters,
@@ -56,7 +57,7 @@ type (
 	PickerFactory  func(Params) (routing.Picker, error)
 	ProfileFactory func(Params) (routing.Profile, error)
 	PolicyFactory  func(Params) (flowcontrol.Policy, error)
-	DeciderFactory func(Params) (routing.Decider, error)
+	DeciderFactory func(Params) (disagg.Decider, error)
 	// LatencyModelFactory makes the latency model of a predicted-latency scorer
 	// (routing.PredictedLatencyOptions.Model). It is called once per scorer: a model learns
 	// the fleet of the one Router it serves.
@@ -111,8 +112,8 @@ func (p Params) Decode(v any) error {
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
 // load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
-// prefix decider, routing.PrefixDeciderOptions: {"min_uncached_tokens": 512, "busy_decodes": 4};
-// of the pool decider, routing.PoolDeciderOptions: {"min_uncached_tokens": 512}. The
+// prefix decider, disagg.PrefixOptions: {"min_uncached_tokens": 512, "busy_decodes": 4};
+// of the pool decider, disagg.PoolOptions: {"min_uncached_tokens": 512}. The
 // predicted-latency scorer (routing.NewPredictedLatency) takes {"model": "linear",
 // "model_params": {...}, "output_tokens": 256}: a registered latency model by name (default
 // linear), that model's parameters, and the answer length assumed when a request gives none;
@@ -249,22 +250,22 @@ func NewRegistry() *Registry {
 		}))
 	}
 	// Deciders of disaggregated serving.
-	must(r.AddDecider("prefix", func(p Params) (routing.Decider, error) {
-		var o routing.PrefixDeciderOptions
+	must(r.AddDecider("prefix", func(p Params) (disagg.Decider, error) {
+		var o disagg.PrefixOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return routing.NewPrefixDecider(o)
+		return disagg.NewPrefix(o)
 	}))
-	must(r.AddDecider("pool", func(p Params) (routing.Decider, error) {
-		var o routing.PoolDeciderOptions
+	must(r.AddDecider("pool", func(p Params) (disagg.Decider, error) {
+		var o disagg.PoolOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return routing.NewPoolDecider(o)
+		return disagg.NewPool(o)
 	}))
-	for name, d := range map[string]routing.Decider{"always": routing.Always, "never": routing.Never} {
-		must(r.AddDecider(name, func(p Params) (routing.Decider, error) {
+	for name, d := range map[string]disagg.Decider{"always": disagg.Always, "never": disagg.Never} {
+		must(r.AddDecider(name, func(p Params) (disagg.Decider, error) {
 			if err := p.Decode(&struct{}{}); err != nil {
 				return nil, err
 			}
@@ -550,7 +551,7 @@ func (r *Registry) Policy(spec PartSpec) (flowcontrol.Policy, error) {
 }
 
 // Decider builds the decider spec names. Errors wrap ErrInvalidOptions and name it.
-func (r *Registry) Decider(spec PartSpec) (routing.Decider, error) {
+func (r *Registry) Decider(spec PartSpec) (disagg.Decider, error) {
 	f, params, err := r.lookup(kindDecider, spec.Name)
 	if err != nil {
 		return nil, err

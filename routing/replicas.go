@@ -6,6 +6,7 @@ import (
 
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
 // Several gateway replicas in front of one fleet each run a Router. What one replica sends a
@@ -199,5 +200,37 @@ func init() {
 			})
 		}
 		return out
+	}
+}
+
+// The seam for the capability packages (routing/internal/hook), kept off the API.
+func init() {
+	hook.OwnRequests = func(result any) (int64, bool) {
+		p := result.(*Result)
+		if p.load == nil {
+			return 0, false
+		}
+		return p.load.requests.Load(), true
+	}
+	hook.PrefillElsewhere = func(result any) (found, ok bool) {
+		p := result.(*Result)
+		if p.t == nil || p.load == nil {
+			return false, false
+		}
+		s := p.t.r.snap.Load()
+		if s == nil {
+			return false, false
+		}
+		own := p.load.prefill.Load() + p.load.peerPrefill.Load()
+		for i := range s.backends {
+			b := &s.backends[i]
+			if b.id == p.ID || b.state.Role == RoleDecode || b.state.Health == Unhealthy {
+				continue
+			}
+			if b.load.prefill.Load()+b.load.peerPrefill.Load() <= own {
+				return true, true
+			}
+		}
+		return false, true
 	}
 }

@@ -129,10 +129,37 @@ type Profile struct {
 
 // With returns p with scorers appended: how to extend a profile (the default's, say) with a
 // scorer of your own. p's slices are copied, not shared or modified.
+//
+// The extended profile names itself after what it is, so that [Router.Name] and reports do not
+// pass it off as the base: its Name is p.Name followed, for each added scorer, by "+" and the
+// name of the scorer's Go type without its package ("usher+fewestStreams"; a nil scorer adds
+// "+nil"). Set Name afterwards to choose another. O(len(p.Filters) + len(p.Scorers) +
+// len(scorers)).
 func (p Profile) With(scorers ...Weighted) Profile {
 	p.Filters = slices.Clone(p.Filters)
 	p.Scorers = append(slices.Clone(p.Scorers), scorers...)
+	name := p.Name
+	for _, w := range scorers {
+		name += "+" + typeName(w.Scorer)
+	}
+	p.Name = name
 	return p
+}
+
+// typeName returns the name of x's type without its package, looking through pointers; "nil"
+// for nil and the type's spelling for an unnamed one.
+func typeName(x any) string {
+	t := reflect.TypeOf(x)
+	if t == nil {
+		return "nil"
+	}
+	for t.Kind() == reflect.Pointer && t.Name() == "" {
+		t = t.Elem()
+	}
+	if n := t.Name(); n != "" {
+		return n
+	}
+	return t.String()
 }
 
 // Learn says when a Router records a request's prompt blocks in its prefix index under the

@@ -868,3 +868,26 @@ func pickAllocs(t *testing.T, r *Router, req *Request) float64 {
 		p.Done(DoneInfo{})
 	})
 }
+
+// TestWithNamesTheExtension checks that a profile extended with With reports its own name
+// through Router.Name, and that the base keeps its own.
+func TestWithNamesTheExtension(t *testing.T) {
+	base := Profile{Name: "base", Scorers: []Weighted{{QueueDepth(), 1}}}
+	for _, tc := range []struct {
+		add  []Weighted
+		want string
+	}{
+		{nil, "base"},
+		{[]Weighted{{ActiveRequests(), 1}}, "base+minMaxScorer"},
+		{[]Weighted{{ScorerFunc(func(*Request, []Candidate, []float64) {}), 1}, {newSessionAware(SessionAwareOptions{}), 1}}, "base+ScorerFunc+sessionAware"},
+	} {
+		p := base.With(tc.add...)
+		r := mustNew(t, Options{Profile: p})
+		if got := r.Name(); got != tc.want {
+			t.Errorf("With(%d scorers): Router.Name() = %q, want %q", len(tc.add), got, tc.want)
+		}
+	}
+	if base.Name != "base" {
+		t.Errorf("With renamed the base: %q", base.Name)
+	}
+}

@@ -12,7 +12,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log"
+	"math"
 	"net"
 
 	"github.com/usher-llm/usher/internal/simfleet"
@@ -24,15 +26,32 @@ import (
 )
 
 // fewestStreams prefers the backend with the fewest requests this gateway has in flight there,
-// with a bonus for an empty one (params: {"idle_bonus": 0.5}).
+// with a bonus for an empty one (params: {"idle_bonus": 0.5}). A candidate with n requests in
+// flight scores
+//
+//	(1/(1+n) + idle_bonus·[n = 0]) / (1 + idle_bonus)
+//
+// so every score stays in [0, 1], as the router wants (it clamps anything above 1, which would
+// cancel the bonus): an idle backend scores 1 and the bonus widens its lead over a busy one,
+// 1 against 1/(2·(1 + idle_bonus)) for one request in flight. Safe for concurrent use.
 type fewestStreams struct{ idleBonus float64 }
 
+// newFewestStreams returns the scorer with the given bonus, which must be finite and ≥ 0.
+func newFewestStreams(idleBonus float64) (fewestStreams, error) {
+	if !(idleBonus >= 0) || math.IsInf(idleBonus, 1) {
+		return fewestStreams{}, fmt.Errorf("fewest-streams: idle_bonus %v: want a finite value ≥ 0", idleBonus)
+	}
+	return fewestStreams{idleBonus}, nil
+}
+
 func (s fewestStreams) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
+	norm := 1 / (1 + s.idleBonus)
 	for i, c := range cands {
-		dst[i] = 1 / float64(1+c.InFlight.Requests)
+		v := 1 / float64(1+c.InFlight.Requests)
 		if c.InFlight.Requests == 0 {
-			dst[i] += s.idleBonus
+			v += s.idleBonus
 		}
+		dst[i] = v * norm
 	}
 }
 
@@ -45,7 +64,7 @@ func main() {
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return fewestStreams{o.IdleBonus}, nil
+		return newFewestStreams(o.IdleBonus)
 	}); err != nil {
 		log.Fatal(err)
 	}

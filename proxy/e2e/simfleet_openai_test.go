@@ -80,7 +80,7 @@ func TestSimfleetOpenAIClient(t *testing.T) {
 	if err := cs.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if TokenCount(text.String()) != 4 { // the natural answer is at least 16 tokens: cut at 4
+	if simfleet.TokenCount(text.String()) != 4 { // the natural answer is at least 16 tokens: cut at 4
 		t.Errorf("completion stream %q", text.String())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // pdFleet is two prefill and two decode endpoints.
@@ -44,7 +45,7 @@ func roleOf(addr string) routing.Role {
 // is removed.
 func TestDisaggregated(t *testing.T) {
 	t.Run("disaggregated", func(t *testing.T) {
-		s := newServer(t, Options{Endpoints: pdFleet, Decider: routing.Always, Fallbacks: 2})
+		s := newServer(t, Options{Endpoints: pdFleet, Decider: disagg.Always, Fallbacks: 2})
 		st, _ := open(t, serve(t, s))
 		r := exchangeRequest(t, st, chatBody, nil, PrefillerHeader, "evil.example:80")
 		dest, _ := destinationOf(t, r)
@@ -79,7 +80,7 @@ func TestDisaggregated(t *testing.T) {
 		}
 	})
 	t.Run("cancelled before the answer", func(t *testing.T) {
-		s := newServer(t, Options{Endpoints: pdFleet, Decider: routing.Always})
+		s := newServer(t, Options{Endpoints: pdFleet, Decider: disagg.Always})
 		st, cancel := open(t, serve(t, s))
 		r := exchangeRequest(t, st, chatBody, nil)
 		if pre, _ := prefillerOf(r); pre == "" {
@@ -92,7 +93,7 @@ func TestDisaggregated(t *testing.T) {
 		}
 	})
 	t.Run("aggregated", func(t *testing.T) {
-		s := newServer(t, Options{Endpoints: pdFleet, Decider: routing.Never})
+		s := newServer(t, Options{Endpoints: pdFleet, Decider: disagg.Never})
 		st, _ := open(t, serve(t, s))
 		r := exchangeRequest(t, st, chatBody, nil, PrefillerHeader, "evil.example:80")
 		dest, _ := destinationOf(t, r)
@@ -102,7 +103,7 @@ func TestDisaggregated(t *testing.T) {
 		}
 	})
 	t.Run("no prefill endpoints", func(t *testing.T) {
-		s := newServer(t, Options{Decider: routing.Always})
+		s := newServer(t, Options{Decider: disagg.Always})
 		st, _ := open(t, serve(t, s))
 		r := exchangeRequest(t, st, chatBody, nil)
 		if pre, removed := prefillerOf(r); pre != "" || !removed {

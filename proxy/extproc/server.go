@@ -29,6 +29,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // ErrInvalidOptions is returned (wrapped) by New for options it cannot use.
@@ -101,9 +102,9 @@ type Options struct {
 	// Decider decides per request, while the endpoint set has a prefill endpoint
 	// (Endpoint.Role), whether its prefill runs on a prefill endpoint: the destination is
 	// then a decode endpoint and the prefill endpoint goes to the decode pod's routing
-	// sidecar in PrefillerHeader, llm-d's protocol. Nil: routing.NewPrefixDecider with its
+	// sidecar in PrefillerHeader, llm-d's protocol. Nil: disagg.NewPrefix with its
 	// defaults.
-	Decider routing.Decider
+	Decider disagg.Decider
 	// Fallbacks is how many endpoints to list after the chosen one, for Envoy to try in
 	// order when it fails. Zero: none. A Responses request continuing a stored response gets
 	// none: only the endpoint that stored it can serve it.
@@ -184,7 +185,7 @@ type Server struct {
 	log        *slog.Logger
 	kvLog      *lograte.Logger
 	perLimit   int // MaxInFlight per endpoint for the default gate; 0: fixed or foreign gate
-	decider    routing.Decider
+	decider    disagg.Decider
 	gate       *inflightGate
 
 	eps    atomic.Pointer[endpointSet]
@@ -283,7 +284,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.chains.New = func() any { b := make([]prefixcache.BlockHash, 0, 1024); return &b }
 	if s.decider = opts.Decider; s.decider == nil {
-		s.decider, _ = routing.NewPrefixDecider(routing.PrefixDeciderOptions{}) // valid options
+		s.decider, _ = disagg.NewPrefix(disagg.PrefixOptions{}) // valid options
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {

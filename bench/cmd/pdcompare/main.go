@@ -4,7 +4,7 @@
 // weighed by the decode server's running answers), on a long-prompt/short-answer workload and
 // the chat workload, at several loads, KV transfer costs and seeds. It prints one markdown
 // table per workload, load and transfer cost: the median over seeds and the range. "pool" is
-// routing.PoolDecider, which also weighs the prefill servers' load; "all both, prefix" is an
+// disagg.Pool, which also weighs the prefill servers' load; "all both, prefix" is an
 // experiment without a prefill pool: every server serves both and a long prefill goes to
 // another server.
 //
@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/bench"
-	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // mode is one way of serving.
@@ -39,7 +39,7 @@ type mode struct {
 	key     string // its name in -modes
 	name    string
 	prefill int // prefill servers; 0: aggregated
-	decider func() routing.Decider
+	decider func() disagg.Decider
 }
 
 func main() {
@@ -65,17 +65,17 @@ func main() {
 		}
 		prefill = append(prefill, n)
 	}
-	busy := func(n int) func() routing.Decider {
-		return func() routing.Decider {
-			d, err := routing.NewPrefixDecider(routing.PrefixDeciderOptions{BusyDecodes: n})
+	busy := func(n int) func() disagg.Decider {
+		return func() disagg.Decider {
+			d, err := disagg.NewPrefix(disagg.PrefixOptions{BusyDecodes: n})
 			if err != nil {
 				log.Fatal(err)
 			}
 			return d
 		}
 	}
-	pool := func() routing.Decider {
-		d, err := routing.NewPoolDecider(routing.PoolDeciderOptions{})
+	pool := func() disagg.Decider {
+		d, err := disagg.NewPool(disagg.PoolOptions{})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -83,8 +83,8 @@ func main() {
 	}
 	all := []mode{ // prefill: 1 for the disaggregated modes, set below per split
 		{"aggregated", "aggregated", 0, nil},
-		{"always", "always", 1, func() routing.Decider { return routing.Always }},
-		{"never", "never", 1, func() routing.Decider { return routing.Never }},
+		{"always", "always", 1, func() disagg.Decider { return disagg.Always }},
+		{"never", "never", 1, func() disagg.Decider { return disagg.Never }},
 		{"prefix", "prefix", 1, busy(0)},
 		{"busy4", "prefix busy=4", 1, busy(4)},
 		{"busy16", "prefix busy=16", 1, busy(16)},

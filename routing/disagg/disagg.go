@@ -1,8 +1,12 @@
-package routing
+package disagg
 
 import (
 	"errors"
 	"fmt"
+
+	"github.com/usher-llm/usher/routing/internal/hook"
+
+	"github.com/usher-llm/usher/routing"
 )
 
 // A Decider decides, per request, whether disaggregated serving is worth it: whether the
@@ -17,15 +21,17 @@ import (
 // Disaggregate is called on the request path: it must be fast, allocation-free and safe for
 // concurrent use.
 type Decider interface {
-	Disaggregate(req *Request, decode *Result) bool
+	Disaggregate(req *routing.Request, decode *routing.Result) bool
 }
 
-// DeciderFunc adapts a function to a Decider; it is as safe for concurrent use as the
+// Func adapts a function to a Decider; it is as safe for concurrent use as the
 // function.
-type DeciderFunc func(req *Request, decode *Result) bool
+type Func func(req *routing.Request, decode *routing.Result) bool
 
 // Disaggregate calls f.
-func (f DeciderFunc) Disaggregate(req *Request, decode *Result) bool { return f(req, decode) }
+func (f Func) Disaggregate(req *routing.Request, decode *routing.Result) bool {
+	return f(req, decode)
+}
 
 // Always is the Decider that disaggregates every request. Always and Never are immutable and
 // safe for concurrent use.
@@ -34,13 +40,13 @@ var Always Decider = constDecider(true)
 // Never is the Decider that disaggregates nothing: decode servers serve every request whole.
 var Never Decider = constDecider(false)
 
-// constDecider always says the same (a comparable type, unlike a DeciderFunc).
+// constDecider always says the same (a comparable type, unlike a Func).
 type constDecider bool
 
-func (d constDecider) Disaggregate(*Request, *Result) bool { return bool(d) }
+func (d constDecider) Disaggregate(*routing.Request, *routing.Result) bool { return bool(d) }
 
-// PrefixDeciderOptions configures NewPrefixDecider.
-type PrefixDeciderOptions struct {
+// PrefixOptions configures NewPrefix.
+type PrefixOptions struct {
 	// MinUncachedTokens is the shortest uncached part of the prompt (prompt tokens the decode
 	// server is not believed to hold) that is sent to a prefill server; a shorter one the
 	// decode server prefills itself. Zero: 512. Negative: an error.
@@ -56,102 +62,86 @@ type PrefixDeciderOptions struct {
 	BusyDecodes int `json:"busy_decodes"`
 }
 
-// PrefixDecider is llm-d's prefix-based decider, optionally made aware of the decode server's
-// load (PrefixDeciderOptions.BusyDecodes): disaggregate when the part of the prompt the decode
+// Prefix is llm-d's prefix-based decider, optionally made aware of the decode server's
+// load (PrefixOptions.BusyDecodes): disaggregate when the part of the prompt the decode
 // server does not hold is long enough to be worth a prefill elsewhere and a transfer.
 // O(1), no allocation; immutable, safe for concurrent use.
-type PrefixDecider struct {
+type Prefix struct {
 	min, busy int
 }
 
 // defaultMinUncached is both deciders' MinUncachedTokens when zero.
 const defaultMinUncached = 512
 
-// ErrInvalidDecider is wrapped by the errors of the decider constructors.
-var ErrInvalidDecider = errors.New("routing: invalid decider options")
+// ErrInvalidOptions is wrapped by the errors of the decider constructors.
+var ErrInvalidOptions = errors.New("disagg: invalid decider options")
 
-// NewPrefixDecider returns the prefix-based decider of o.
-func NewPrefixDecider(o PrefixDeciderOptions) (*PrefixDecider, error) {
+// NewPrefix returns the prefix-based decider of o.
+func NewPrefix(o PrefixOptions) (*Prefix, error) {
 	if o.MinUncachedTokens < 0 || o.BusyDecodes < 0 {
-		return nil, fmt.Errorf("%w: min_uncached_tokens %d, busy_decodes %d: want ≥ 0", ErrInvalidDecider, o.MinUncachedTokens, o.BusyDecodes)
+		return nil, fmt.Errorf("%w: min_uncached_tokens %d, busy_decodes %d: want ≥ 0", ErrInvalidOptions, o.MinUncachedTokens, o.BusyDecodes)
 	}
 	if o.MinUncachedTokens == 0 {
 		o.MinUncachedTokens = defaultMinUncached
 	}
-	return &PrefixDecider{min: o.MinUncachedTokens, busy: o.BusyDecodes}, nil
+	return &Prefix{min: o.MinUncachedTokens, busy: o.BusyDecodes}, nil
 }
 
 // Disaggregate implements Decider.
-func (d *PrefixDecider) Disaggregate(req *Request, decode *Result) bool {
+func (d *Prefix) Disaggregate(req *routing.Request, decode *routing.Result) bool {
 	u := decode.UncachedTokens
 	if d.busy == 0 {
 		return u >= d.min
 	}
 	r := 0
-	if decode.Backend != nil && decode.Backend.Known&SignalRunning != 0 {
+	if decode.Backend != nil && decode.Backend.Known&routing.SignalRunning != 0 {
 		r = decode.Backend.Running
 	}
-	if decode.load != nil {
+	if own, ok := hook.OwnRequests(decode); ok {
 		// This router's requests there, the new one (already counted) excluded.
-		r = max(r, int(decode.load.requests.Load())-1)
+		r = max(r, int(own)-1)
 	}
 	need := d.min * d.busy / max(r, 1)
 	return u >= max(d.min, need)
 }
 
-// PoolDeciderOptions configures NewPoolDecider.
-type PoolDeciderOptions struct {
+// PoolOptions configures NewPool.
+type PoolOptions struct {
 	// MinUncachedTokens is the shortest uncached part of the prompt sent to a prefill server,
-	// as for PrefixDecider. Zero: 512. Negative: an error.
+	// as for Prefix. Zero: 512. Negative: an error.
 	MinUncachedTokens int `json:"min_uncached_tokens"`
 }
 
-// PoolDecider is the prefix rule weighed by the prefill pool's load: a request whose decode
+// Pool is the prefix rule weighed by the prefill pool's load: a request whose decode
 // server lacks at least MinUncachedTokens of its prompt is prefilled elsewhere only while some
 // server that prefills (RolePrefill or RoleBoth, not the decode server itself, not unhealthy)
 // has no more prefill work in flight — uncached prompt tokens picked and not yet prefilled, this
 // router's and its peers' — than the decode server has with this request. Below the prefill
-// pool's capacity it disaggregates almost as often as PrefixDecider; past it, where the prefix
+// pool's capacity it disaggregates almost as often as Prefix; past it, where the prefix
 // rule keeps queueing prefills on a saturated pool (in the simulator, first tokens 30× later),
 // it sends them back to the decode servers, which then degrade as an aggregated fleet does.
 //
 // It reads the pool from the router that made the decode pick (through the Result), so it
 // needs no wiring. O(backends) per decision, no allocation; immutable, safe for concurrent use.
-type PoolDecider struct{ min int }
+type Pool struct{ min int }
 
-// NewPoolDecider returns the pool-aware decider of o.
-func NewPoolDecider(o PoolDeciderOptions) (*PoolDecider, error) {
+// NewPool returns the pool-aware decider of o.
+func NewPool(o PoolOptions) (*Pool, error) {
 	if o.MinUncachedTokens < 0 {
-		return nil, fmt.Errorf("%w: min_uncached_tokens %d: want ≥ 0", ErrInvalidDecider, o.MinUncachedTokens)
+		return nil, fmt.Errorf("%w: min_uncached_tokens %d: want ≥ 0", ErrInvalidOptions, o.MinUncachedTokens)
 	}
 	if o.MinUncachedTokens == 0 {
 		o.MinUncachedTokens = defaultMinUncached
 	}
-	return &PoolDecider{min: o.MinUncachedTokens}, nil
+	return &Pool{min: o.MinUncachedTokens}, nil
 }
 
 // Disaggregate implements Decider. A Result that no Router made (a test's) is judged by the
 // prefix rule alone.
-func (d *PoolDecider) Disaggregate(_ *Request, decode *Result) bool {
+func (d *Pool) Disaggregate(_ *routing.Request, decode *routing.Result) bool {
 	if decode.UncachedTokens < d.min {
 		return false
 	}
-	if decode.t == nil || decode.load == nil {
-		return true
-	}
-	s := decode.t.r.snap.Load()
-	if s == nil {
-		return true
-	}
-	own := decode.load.prefill.Load() + decode.load.peerPrefill.Load()
-	for i := range s.backends {
-		b := &s.backends[i]
-		if b.id == decode.ID || b.state.Role == RoleDecode || b.state.Health == Unhealthy {
-			continue
-		}
-		if b.load.prefill.Load()+b.load.peerPrefill.Load() <= own {
-			return true
-		}
-	}
-	return false
+	found, ok := hook.PrefillElsewhere(decode)
+	return found || !ok
 }

@@ -1,0 +1,18 @@
+// Package hook is the seam between package routing and its capability packages (routing/disagg,
+// routing/outlier, routing/session, ...) for what a capability reads of a Router's books but a
+// user has no use for, kept off routing's public API as internal/peer keeps the replication
+// seam off it. Package routing installs the functions at init; they take a *routing.Result as
+// an any (hook cannot import routing, which imports it) and panic on anything else, a bug in
+// the module. Converting a pointer to an any does not allocate.
+package hook
+
+// Installed by package routing.
+var (
+	// OwnRequests returns the router's own requests in flight on the backend a Result chose
+	// (the Result's own included), and false for a Result no Router made.
+	OwnRequests func(result any) (int64, bool)
+	// PrefillElsewhere reports whether some backend other than the one a Result chose that
+	// prefills (not decode-only, not unhealthy) has no more prefill work in flight (the
+	// router's and its peers') than the chosen one; ok is false for a Result no Router made.
+	PrefillElsewhere func(result any) (found, ok bool)
+)
