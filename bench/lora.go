@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/routing"
 )
 

@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/internal/simfleet"
 )
 
 // overheadConfig is the command line of -overhead.

@@ -15,9 +15,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/usher-llm/usher/internal/simfleet/simproc"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/redistest"
+	"github.com/usher-llm/usher/internal/simfleet/simproc"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
 )

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 )

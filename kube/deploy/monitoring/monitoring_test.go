@@ -19,9 +19,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/gateway/replicaext"
+	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"

@@ -59,8 +59,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/internal/simfleet"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 )
 
