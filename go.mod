@@ -9,8 +9,8 @@ require (
 	github.com/prometheus/client_golang v1.20.4
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.66.0
-	github.com/redis/go-redis/v9 v9.0.5
-	github.com/vmihailenco/msgpack/v5 v5.3.5
+	github.com/redis/go-redis/v9 v9.0.0
+	github.com/vmihailenco/msgpack/v5 v5.3.4
 	golang.org/x/sync v0.16.0
 	google.golang.org/grpc v1.73.0
 	google.golang.org/protobuf v1.36.8
