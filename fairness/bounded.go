@@ -8,8 +8,9 @@ import (
 	"github.com/usher-llm/usher/internal/rekey"
 )
 
-// UrgentTier is the Key.Tier of a flow that BoundedWait has promoted: below every tier an
-// inner policy uses (inner policies must not use math.MinInt64 themselves).
+// UrgentTier is the Key.Tier of a flow that the bounded-wait policy ([NewBoundedWait]) has
+// promoted: below every tier an inner policy uses (inner policies must not use math.MinInt64
+// themselves).
 const UrgentTier = math.MinInt64
 
 // BoundedWaitOptions configures NewBoundedWait.

@@ -25,12 +25,6 @@ import (
 // once those have landed.
 var pendingDocs = []string{
 	"routing/...",
-	"metrics/...",
-	"proxy",
-	"gateway/...",
-	"bench/...",
-	"examples/...",
-	"kube/...",
 }
 
 func pending(patterns []string, rel string) bool {
