@@ -41,7 +41,7 @@
 // # LoRA adapters
 //
 // With Config.LoRA every server has adapter slots and a load cost (the engine's rules, shared
-// with internal/simfleet): a request under an adapter that is not resident loads it into a free
+// with internal/glue/simfleet): a request under an adapter that is not resident loads it into a free
 // slot or in place of the least recently used idle one, and the step that loads it takes the
 // load cost longer; a request whose adapter finds every slot busy with other adapters waits.
 // Request.Adapter seeds the request's block chain, so prefixes are cached per adapter, and

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/engine"
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/routing"
 )
 
 // LoRA is the simulated servers' adapter configuration (Config.LoRA): slots (vLLM's
 // --max-loras) and the time to load an adapter into one, which the step that loads it pays.
-// The engines follow internal/simfleet's rules: an adapter is loaded into an empty slot or in
+// The engines follow internal/glue/simfleet's rules: an adapter is loaded into an empty slot or in
 // place of the least recently used idle one, and a request whose adapter finds every slot
 // serving other adapters' running requests waits.
 type LoRA = engine.LoRA

@@ -7,7 +7,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/routing"
 )
 

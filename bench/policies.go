@@ -6,7 +6,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/glue/builtin"
 )
 
 // BoundedWaitBound is the wait bound W of the matrix's bounded-wait policy, half the default

@@ -20,7 +20,7 @@ started() {
 build_tools() {
 	bin=$(mktemp -d)
 	trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$bin"' EXIT
-	for pkg in ./internal/simfleet/cmd/simserver ./examples/gateway ./examples/loadgen "$@"; do
+	for pkg in ./internal/glue/simfleet/cmd/simserver ./examples/gateway ./examples/loadgen "$@"; do
 		go build -o "$bin/$(basename "$pkg")" "$pkg"
 	done
 }

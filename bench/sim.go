@@ -10,9 +10,9 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/heap"
 	"github.com/usher-llm/usher/internal/peer"
-	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
@@ -273,7 +273,7 @@ type Config struct {
 	TransferPerToken, TransferLatency time.Duration
 	// LoRA gives every server adapter slots and a load cost, for workloads whose requests
 	// run under LoRA adapters (Workload.Adapters); the engines follow the rules of
-	// internal/simfleet's servers (internal/engine). Zero: no LoRA.
+	// internal/glue/simfleet's servers (internal/engine). Zero: no LoRA.
 	LoRA LoRA
 	// Slowdowns change servers' speed during the run (see Slowdown), for seeing how a
 	// router and its latency model follow a server that slows down. Nil: every server keeps

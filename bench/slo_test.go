@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-llm/usher/internal/slo"
+	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/routing"
 )
 

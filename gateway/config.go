@@ -34,10 +34,10 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/backendspec"
-	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/glue/backendspec"
+	"github.com/usher-llm/usher/internal/glue/builtin"
+	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/jsontime"
-	"github.com/usher-llm/usher/internal/slo"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/routing"

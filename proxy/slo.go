@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/slo"
+	"github.com/usher-llm/usher/internal/glue/slo"
 )
 
 // Service-level objectives: a request's latency targets, from its band's configuration and

@@ -33,8 +33,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/builtin"
-	"github.com/usher-llm/usher/internal/slo"
+	"github.com/usher-llm/usher/internal/glue/builtin"
+	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"

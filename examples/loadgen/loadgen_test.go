@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/bench"
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 )
 
 func commonPrefix(a, b []uint32) int {

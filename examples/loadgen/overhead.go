@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/engine"
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 )
 
 // overheadConfig is the command line of -overhead.

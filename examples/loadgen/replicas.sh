@@ -26,7 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 go build -o "$bin/gateway" ./examples/gateway
-go build -o "$bin/simserver" ./internal/simfleet/cmd/simserver
+go build -o "$bin/simserver" ./internal/glue/simfleet/cmd/simserver
 go build -o "$bin/loadgen" ./examples/loadgen
 
 startredis() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 )
 
 // Session is one client conversation: a script of turns sent one after the other on the same

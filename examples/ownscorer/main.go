@@ -19,7 +19,7 @@ import (
 
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/routing"

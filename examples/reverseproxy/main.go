@@ -28,7 +28,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/proxy"
 )
 

@@ -17,7 +17,7 @@ var sharedNames = map[string]bool{"Options": true, "Config": true, "New": true, 
 const maxAllowedNames = 10
 
 // pendingNames are the names repeated across library packages when TestNames was written
-// (31, bench, internal/simfleet and kube/inferencepool included).
+// (31, bench, internal/glue/simfleet and kube/inferencepool included).
 // TEMPORARY: each is to be renamed, merged or moved to names.txt with its reason, and the set
 // emptied; TestNames logs entries that are no longer repeated (it does not fail on them, so
 // that the refactors in flight can land in any order).

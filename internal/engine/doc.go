@@ -2,7 +2,7 @@
 // of a vLLM-like engine — as a clock-free state machine.
 //
 // The same model drives two things: the discrete-event cluster simulator in bench/, in virtual
-// time, and the simulated vLLM-compatible HTTP servers in internal/simfleet, in real time. It
+// time, and the simulated vLLM-compatible HTTP servers in internal/glue/simfleet, in real time. It
 // therefore owns no clock and starts no goroutine. The caller passes the time into every call
 // and decides how long to wait between them:
 //

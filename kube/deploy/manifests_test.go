@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/usher-llm/usher/gateway"
-	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy/extproc"

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/usher-llm/usher/internal/backendspec"
+	"github.com/usher-llm/usher/internal/glue/backendspec"
 	"github.com/usher-llm/usher/proxy/extproc"
 	"github.com/usher-llm/usher/routing"
 )

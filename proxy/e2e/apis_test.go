@@ -16,7 +16,7 @@ import (
 	oa "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/usher-llm/usher/internal/simfleet/simproc"
+	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/proxy"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/usher-llm/usher/internal/engine"
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 )

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-llm/usher/internal/simfleet/simproc"
+	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"

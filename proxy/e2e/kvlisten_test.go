@@ -12,7 +12,7 @@ import (
 	oa "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
 )

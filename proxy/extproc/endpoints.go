@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/usher-llm/usher/internal/backendspec"
+	"github.com/usher-llm/usher/internal/glue/backendspec"
 	"github.com/usher-llm/usher/routing"
 )
 

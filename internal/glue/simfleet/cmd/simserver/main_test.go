@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 )
 
 // TestDebugSlow steps through /debug/slow: reading the factor, setting it, refusing a bad one

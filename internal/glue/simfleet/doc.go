@@ -50,7 +50,7 @@
 // max_tokens, which is what load generators want.
 //
 // A Fleet starts several servers on loopback ports (or serve a Server with httptest).
-// Command simserver (internal/simfleet/cmd/simserver) serves one Server, with its KV-event
+// Command simserver (internal/glue/simfleet/cmd/simserver) serves one Server, with its KV-event
 // publisher, as a process of its own, and package simproc starts it from tests: fault tests
 // can then kill -9 a real process, freeze it with SIGSTOP and restart it on the same ports,
 // where Fleet.Kill can only close an in-process server.

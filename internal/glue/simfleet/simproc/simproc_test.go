@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/engine"
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 )

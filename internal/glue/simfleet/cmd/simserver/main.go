@@ -1,7 +1,7 @@
 // Command simserver runs one simulated vLLM-compatible model server (package simfleet) as a
 // process of its own, so that fault tests can kill -9 it, SIGSTOP it and restart it:
 //
-//	go run ./internal/simfleet/cmd/simserver -listen 127.0.0.1:8000 \
+//	go run ./internal/glue/simfleet/cmd/simserver -listen 127.0.0.1:8000 \
 //	  -kv-events tcp://127.0.0.1:5557 -replay tcp://127.0.0.1:5558
 //
 // A port of 0 picks a free one. Once the HTTP listener and the KV-event sockets are bound it
@@ -14,7 +14,7 @@
 // the topic kv@POD@MODEL. It serves until SIGINT or SIGTERM, then lets the requests in flight
 // finish for up to -shutdown-grace; a second signal ends it at once. Errors go to stderr; a
 // flag error exits with status 2, and a bind error with status 1, before the line is printed.
-// Package internal/simfleet/simproc builds and drives it from tests.
+// Package internal/glue/simfleet/simproc builds and drives it from tests.
 //
 // -lora-modules a,b,c serves LoRA adapters on the model (vLLM's --lora-modules), with
 // -max-loras slots and -lora-load-cost per adapter load.
@@ -60,7 +60,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/engine"
-	"github.com/usher-llm/usher/internal/simfleet"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 )
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/builtin"
+	"github.com/usher-llm/usher/internal/glue/builtin"
 )
 
 // The peers' routers are profiles; the simulator runs each against the same trace. The

@@ -20,7 +20,7 @@ import (
 )
 
 // command is the import path Build compiles.
-const command = "github.com/usher-llm/usher/internal/simfleet/cmd/simserver"
+const command = "github.com/usher-llm/usher/internal/glue/simfleet/cmd/simserver"
 
 // Bounds on every wait.
 const (

@@ -1,4 +1,4 @@
-// Package simproc runs simulated vLLM-compatible servers (internal/simfleet/cmd/simserver) as
+// Package simproc runs simulated vLLM-compatible servers (internal/glue/simfleet/cmd/simserver) as
 // real processes, for fault tests in other packages: a test starts one, sends it requests,
 // and then kills it with SIGKILL, freezes it with SIGSTOP, thaws it with SIGCONT or restarts
 // it on the same address and KV-event ports, as an operator or a crash would, instead of

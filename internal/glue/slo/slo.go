@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/backendspec"
-	"github.com/usher-llm/usher/internal/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/backendspec"
+	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 )

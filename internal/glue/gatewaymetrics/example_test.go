@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/internal/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 )
 
 // usher's own metrics: plain calls where things happen, bounded labels.
