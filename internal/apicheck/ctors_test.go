@@ -25,15 +25,15 @@ var pendingCtors = map[string]bool{
 	"proxy.NewServer":                      true,
 	"proxy/kvfeed.New":                     true,
 	"routing.NewAdapterAffinity":           true,
-	"routing.NewDynamoCost":                true,
+	"profiles.NewDynamoCost":               true,
 	"routing.NewHealthFilter":              true,
 	"routing.NewRand":                      true,
-	"routing.NewSGLangCacheAware":          true,
+	"profiles.NewSGLangCacheAware":         true,
 	"routing.NewSaturationFilter":          true,
-	"routing.NewSessionAffinity":           true,
-	"routing.NewSessionAware":              true,
-	"routing.NewStickyFilter":              true,
-	"routing.NewTieredPrefix":              true,
+	"session.NewAffinity":                  true,
+	"session.NewAware":                     true,
+	"session.NewSticky":                    true,
+	"prefix.NewTiered":                     true,
 }
 
 // interfaces returns the library's exported interface types, as "name" for those of package
