@@ -218,7 +218,7 @@ func (v usherVariant) router() Router {
 			Filters: []routing.Filter{routing.NewHealthFilter()},
 			Scorers: []routing.Weighted{
 				{Scorer: mustPart(session.NewAware(sa)), Weight: v.session},
-				{Scorer: load.Tokens(v.tokenCap), Weight: v.tokens},
+				{Scorer: load.TokenBacklog(v.tokenCap), Weight: v.tokens},
 				{Scorer: load.KV(), Weight: v.kv},
 			},
 			Picker: pick.MaxScore(),
@@ -340,7 +340,6 @@ func selectNamed[T any](list string, all []T, name func(T) string) ([]T, error) 
 	}
 	return out, nil
 }
-
 
 // mustPart unwraps a routing part's constructor for options fixed in this file; an error is a
 // bug here.

@@ -667,7 +667,7 @@ func TestFeedsRouter(t *testing.T) {
 	r, err := routing.New(routing.Options{
 		Profile: routing.Profile{
 			Filters: []routing.Filter{routing.NewHealthFilter()},
-			Scorers: []routing.Weighted{{Scorer: load.Queue(), Weight: 2}, {Scorer: load.KV(), Weight: 2}},
+			Scorers: []routing.Weighted{{Scorer: load.QueueDepth(), Weight: 2}, {Scorer: load.KV(), Weight: 2}},
 		},
 		Now:  clock.Now,
 		Seed: 1,

@@ -150,7 +150,7 @@ func NewRegistry() *Registry {
 	}))
 	// Scorers without settings, and with one number.
 	for name, s := range map[string]func() routing.Scorer{
-		"prefix-ratio": prefix.Ratio, "queue-depth": load.Queue, "running-requests": load.Running,
+		"prefix-ratio": prefix.Ratio, "queue-depth": load.QueueDepth, "running-requests": load.Running,
 		"active-requests": load.Active, "kv-utilization": load.KV,
 	} {
 		must(r.AddScorer(name, func(p Params) (routing.Scorer, error) { return s(), p.Decode(&struct{}{}) }))
@@ -174,7 +174,7 @@ func NewRegistry() *Registry {
 	}
 	number("prefix-length", "length_tokens", prefix.Length)
 	number("load-aware", "threshold", load.QueueThreshold)
-	number("token-load", "cap_tokens", load.Tokens)
+	number("token-load", "cap_tokens", load.TokenBacklog)
 	number("prefill-load", "cap_tokens", load.Prefill)
 	// Scorers with Options.
 	must(r.AddScorer("dynamo-cost", func(p Params) (routing.Scorer, error) {

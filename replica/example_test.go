@@ -53,7 +53,7 @@ func ExampleReplica_Attach() {
 	}
 	ix, _ := prefixcache.New(prefixcache.Options{Feed: rep.PrefixFeed()})
 	profile := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{
-		SessionOptions: session.AffinityOptions{Seed: rep.SessionSeed(), Feed: rep.SessionFeed()},
+		AffinityOptions: session.AffinityOptions{Seed: rep.SessionSeed(), Feed: rep.SessionFeed()},
 	}})
 	rt, _ := routing.New(routing.Options{Profile: profile, Index: ix})
 	if err := rep.Attach(replica.Parts{Index: ix, Router: rt}); err != nil {

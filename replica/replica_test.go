@@ -65,7 +65,7 @@ func newNode(t *testing.T, addr, id string, o Options) *node {
 		t.Fatal(err)
 	}
 	profile := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{
-		SessionOptions: session.AffinityOptions{Seed: 42, Feed: rep.SessionFeed()},
+		AffinityOptions: session.AffinityOptions{Seed: 42, Feed: rep.SessionFeed()},
 	}})
 	rt, err := routing.New(routing.Options{Profile: profile, Index: ix, Seed: 7})
 	if err != nil {

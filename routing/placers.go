@@ -9,7 +9,6 @@ type sessionPlacer interface {
 	LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool
 }
 
-
 // sessionScorers returns the filters, scorers and picker of p that are session scorers
 // (implement sessionPlacer), each once, in that order: how a replication layer reaches the
 // session table of a profile built by a constructor, such as routing/profiles' Usher. With
@@ -30,4 +29,3 @@ func (p Profile) sessionScorers() []sessionPlacer {
 	add(p.Picker)
 	return out
 }
-

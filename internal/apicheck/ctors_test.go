@@ -25,15 +25,10 @@ var pendingCtors = map[string]bool{
 	"proxy.NewServer":                      true,
 	"proxy/kvfeed.New":                     true,
 	"routing.NewAdapterAffinity":           true,
-	"profiles.NewDynamoCost":               true,
 	"routing.NewHealthFilter":              true,
-	"routing.NewRand":                      true,
-	"profiles.NewSGLangCacheAware":         true,
 	"routing.NewSaturationFilter":          true,
-	"session.NewAffinity":                  true,
-	"session.NewAware":                     true,
-	"session.NewSticky":                    true,
-	"prefix.NewTiered":                     true,
+	"routing/profiles.NewDynamoCost":       true,
+	"routing/profiles.NewSGLangCacheAware": true,
 }
 
 // interfaces returns the library's exported interface types, as "name" for those of package

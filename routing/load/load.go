@@ -17,24 +17,24 @@ type colsT = cols.Cols[routing.Candidate, routing.BackendID, routing.Signal]
 // and the other terms of the blend decide. When no candidate has the signal, every candidate
 // scores 0.5 (no information). The router counts such candidates in Stats.StaleCandidates.
 
-// DefaultTokenCap is the in-flight token count at which Tokens reaches 0 (llm-d's
+// DefaultTokenCap is the in-flight token count at which TokenBacklog reaches 0 (llm-d's
 // token-load scorer uses 4,194,304).
 const DefaultTokenCap = 4194304
 
-// Queue scores by the server's waiting queue, min-max normalised over the candidates
+// QueueDepth scores by the server's waiting queue, min-max normalised over the candidates
 // (llm-d's queue scorer):
 //
 //	score = (max − queued) / (max − min), or 1 for all when max = min
 //
 // Candidates without a fresh routing.SignalQueued are imputed (see the package's scorer notes).
-func Queue() routing.Scorer { return minMaxScorer{kind: byQueued} }
+func QueueDepth() routing.Scorer { return minMaxScorer{kind: byQueued} }
 
-// Running scores by the server's running batch, min-max normalised like Queue.
+// Running scores by the server's running batch, min-max normalised like QueueDepth.
 // Candidates without a fresh routing.SignalRunning are imputed.
 func Running() routing.Scorer { return minMaxScorer{kind: byRunning} }
 
 // Active scores by the router's own in-flight request count, min-max normalised like
-// Queue (llm-d's active-request scorer; least-request routing). The counter is always
+// QueueDepth (llm-d's active-request scorer; least-request routing). The counter is always
 // fresh, so nothing is imputed.
 func Active() routing.Scorer { return minMaxScorer{kind: byActive} }
 
@@ -283,14 +283,14 @@ func (s loadAwareScorer) Score(_ *routing.Request, cands []routing.Candidate, ds
 	}
 }
 
-// Tokens scores by the prefill work the router has sent the backend and not yet seen
+// TokenBacklog scores by the prefill work the router has sent the backend and not yet seen
 // finish, plus this request's own uncached tokens there (llm-d's token-load scorer):
 //
 //	score = 1 − min(InFlight.PrefillTokens + UncachedTokens, cap) / cap
 //
 // cap ≤ 0 means DefaultTokenCap (4,194,304). The counters are the router's own, always
 // fresh.
-func Tokens(capTokens int) routing.Scorer {
+func TokenBacklog(capTokens int) routing.Scorer {
 	if capTokens <= 0 {
 		capTokens = DefaultTokenCap
 	}
@@ -336,7 +336,7 @@ func (s tokenLoadScorer) AddCols(_ *routing.Request, c *colsT, w float64, tot []
 //
 //	score = 1 − min(InFlight.PrefillTokens, cap) / cap
 //
-// Unlike Tokens it does not reward a backend for holding this request's prefix, so it
+// Unlike TokenBacklog it does not reward a backend for holding this request's prefix, so it
 // measures only how long the request would queue behind others' prefill there. cap ≤ 0 means
 // 65,536 tokens (about 4 s at 15,928 tok/s). The counters are the router's own, always fresh.
 func Prefill(capTokens int) routing.Scorer {

@@ -30,7 +30,7 @@ func LLMDDefault() routing.Profile {
 		Name:    "llm-d",
 		Filters: []routing.Filter{routing.NewHealthFilter()},
 		Scorers: []routing.Weighted{
-			{Scorer: load.Queue(), Weight: 2},
+			{Scorer: load.QueueDepth(), Weight: 2},
 			{Scorer: load.KV(), Weight: 2},
 			{Scorer: prefix.Ratio(), Weight: 3},
 		},
@@ -67,7 +67,7 @@ const (
 // LLMDStickyOptions configures LLMDSticky.
 type LLMDStickyOptions struct {
 	session.StickyOptions
-	// Bottleneck picks the load scorer: PrefillBound (zero) → load.Tokens(4,194,304),
+	// Bottleneck picks the load scorer: PrefillBound (zero) → load.TokenBacklog(4,194,304),
 	// DecodeBound → ActiveRequests.
 	Bottleneck Bottleneck
 }
@@ -78,7 +78,7 @@ type LLMDStickyOptions struct {
 // 18000 ms), then one load scorer chosen by bottleneck — token-load for prefill-bound work,
 // active-requests for decode-bound work — and the max-score picker.
 func LLMDSticky(opts LLMDStickyOptions) routing.Profile {
-	term := load.Tokens(0)
+	term := load.TokenBacklog(0)
 	name := "llm-d-sticky"
 	if opts.Bottleneck == DecodeBound {
 		term = load.Active()
@@ -427,7 +427,7 @@ const UsherLoadCap = 1 << 17
 
 // Usher is usher's default routing configuration:
 //
-//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·load.Tokens(131,072)
+//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·load.TokenBacklog(131,072)
 //	               + 1·DynamoCost(AbstainWhenQuiet) + 0.5·KVUtilization → max-score
 //
 // with the prefix index learning at pick (LearnOnPick, the routing.Profile default). The terms divide the
@@ -470,7 +470,7 @@ func Usher(opts UsherOptions) routing.Profile {
 		Filters: []routing.Filter{routing.NewHealthFilter()},
 		Scorers: []routing.Weighted{
 			{Scorer: orInvalid(session.NewAware(sa)), Weight: 1.5},
-			{Scorer: load.Tokens(UsherLoadCap), Weight: 2},
+			{Scorer: load.TokenBacklog(UsherLoadCap), Weight: 2},
 			{Scorer: newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), Weight: 1},
 			{Scorer: load.KV(), Weight: 0.5},
 		},

@@ -14,9 +14,9 @@ import (
 
 // Session defaults.
 const (
-	// DefaultTTL is how long a session's placement is remembered after its last pick
+	// DefaultPlacementTTL is how long a session's placement is remembered after its last pick
 	// (llm-d's session affinity uses 300 s).
-	DefaultTTL = 300 * time.Second
+	DefaultPlacementTTL = 300 * time.Second
 	// DefaultMaxSessions bounds the remembered sessions.
 	DefaultMaxSessions = 1 << 16
 )
@@ -24,7 +24,7 @@ const (
 // AffinityOptions configures the session table of SessionAffinity and SessionAware.
 type AffinityOptions struct {
 	// TTL is how long a placement is remembered after the session's last pick. Zero:
-	// DefaultTTL.
+	// DefaultPlacementTTL.
 	TTL time.Duration
 	// MaxSessions bounds the table; it is rounded up to a power of two (at least 4, at most
 	// 2^30). When full, a new session takes the slot of the entry closest to expiry in its
@@ -80,7 +80,7 @@ type sessionSlot struct {
 func newSessionTable(opts AffinityOptions) *sessionTable {
 	ttl := opts.TTL
 	if ttl <= 0 {
-		ttl = DefaultTTL
+		ttl = DefaultPlacementTTL
 	}
 	size := sessionSlots(opts.MaxSessions)
 	return &sessionTable{

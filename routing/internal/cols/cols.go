@@ -123,4 +123,3 @@ func Impute(dst []float64, sum float64, known int) {
 		}
 	}
 }
-
