@@ -9,6 +9,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // One request through the pieces a gateway composes (package proxy does all of this for HTTP):
@@ -26,7 +27,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	router, err := routing.New(routing.Options{Index: ix, Profile: routing.Usher(routing.UsherOptions{}), Seed: 1})
+	router, err := routing.New(routing.Options{Index: ix, Profile: profiles.Usher(profiles.UsherOptions{}), Seed: 1})
 	if err != nil {
 		panic(err)
 	}

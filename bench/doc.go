@@ -14,7 +14,7 @@
 //     servers of max(queued/5, kv/0.8), stale after 200 ms) as a flowcontrol.Saturation fed by
 //     the scraper. The queue is driven through its asynchronous API (Enqueue, Tick, Notify,
 //     Ticket.Done) with outcomes delivered to an Observer, on a virtual clock.
-//   - Routing: a routing.Router with the profile under test (by default routing.Usher:
+//   - Routing: a routing.Router with the profile under test (by default profiles.Usher:
 //     HealthFilter, then 1.5·SessionAware + 2·TokenLoad(UsherLoadCap) + 1·DynamoCost +
 //     0.5·KVUtilization, max-score, learning at pick) and a prefixcache.Index: Pick
 //     charges the router's in-flight counters and (with the profile's Learn, by default) records

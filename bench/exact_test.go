@@ -8,6 +8,7 @@ import (
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // TestExactModeFollowsEngines runs a prefix-group workload with a router that learns only from
@@ -17,7 +18,7 @@ func TestExactModeFollowsEngines(t *testing.T) {
 	w := PrefixGroup(PrefixGroupOptions{Requests: 1500, Rate: 40, Groups: 40, Seed: 3})
 	for _, delay := range []time.Duration{-1, 20 * time.Millisecond} {
 		s, err := newSimFor(w, Config{
-			Servers: 4, Router: Router{Name: "llm-d-precise", New: routing.LLMDPrecise, Events: true},
+			Servers: 4, Router: Router{Name: "llm-d-precise", New: profiles.LLMDPrecise, Events: true},
 			EventDelay: delay,
 			// Small caches, so that the engines evict and the removals are exercised.
 			Profile: smallProfile(600),
@@ -46,7 +47,7 @@ func TestExactModePredicts(t *testing.T) {
 	w := PrefixGroup(PrefixGroupOptions{Requests: 3000, Rate: 60, Groups: 5000, Seed: 5}) // most calls start a group
 	together := func(learn routing.Learn) float64 {
 		s, err := newSimFor(w, Config{Servers: 8, Router: Router{Name: "llm-d", Events: true, New: func() routing.Profile {
-			p := routing.LLMDDefault()
+			p := profiles.LLMDDefault()
 			p.Learn = learn
 			return p
 		}}})
@@ -136,7 +137,7 @@ func checkIndexEqualsEngines(t *testing.T, s *sim, w *Workload) {
 	t.Logf("%d (block, server) pairs agree, %d held", checked, held)
 }
 
-// TestUsherShippedVariant checks that the base of usher's variants is routing.Usher itself:
+// TestUsherShippedVariant checks that the base of usher's variants is profiles.Usher itself:
 // the same runs, to the last figure, on two workloads.
 func TestUsherShippedVariant(t *testing.T) {
 	for _, w := range []*Workload{small(), PrefixGroup(PrefixGroupOptions{Requests: 800, Rate: 30, Seed: 2})} {
@@ -149,7 +150,7 @@ func TestUsherShippedVariant(t *testing.T) {
 			t.Fatal(err)
 		}
 		if a.TTFT != b.TTFT || a.HitRate != b.HitRate || a.Completed != b.Completed {
-			t.Fatalf("routing.Usher and the variants' base differ: TTFT %+v / %+v, hit %v / %v", a.TTFT, b.TTFT, a.HitRate, b.HitRate)
+			t.Fatalf("profiles.Usher and the variants' base differ: TTFT %+v / %+v, hit %v / %v", a.TTFT, b.TTFT, a.HitRate, b.HitRate)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // LoRA is the simulated servers' adapter configuration (Config.LoRA): slots (vLLM's
@@ -78,7 +79,7 @@ func LoRAWorkload(o LoRAOptions) *Workload {
 		at += g.exp(time.Duration(float64(time.Second) / o.Rate))
 		adapter := int32(0)
 		if g.rng.Float64() >= o.BaseShare {
-			adapter = int32(pick(g.rng.Float64()*cum[len(cum)-1], cum)) + 1
+			adapter = int32(pickCum(g.rng.Float64()*cum[len(cum)-1], cum)) + 1
 		}
 		ids, tokens := g.extend(slices.Clone(system), o.SystemTokens, g.expInt(o.PromptTokens, 16))
 		i := g.add(int32(n), 1, -1, at, ids, tokens, g.expInt(o.OutputTokens, 4))
@@ -87,8 +88,8 @@ func LoRAWorkload(o LoRAOptions) *Workload {
 	return g.done(o.Requests)
 }
 
-// AdapterRouter is routing.Usher with the adapter-affinity term at weight w
-// (routing.UsherOptions.AdapterWeight; w ≤ 0 means DefaultAdapterWeight): usher's default
+// AdapterRouter is profiles.Usher with the adapter-affinity term at weight w
+// (profiles.UsherOptions.AdapterWeight; w ≤ 0 means DefaultAdapterWeight): usher's default
 // profile for fleets serving LoRA adapters. Its other weights are the default profile's.
 func AdapterRouter(w float64) Router {
 	if w <= 0 {
@@ -99,7 +100,7 @@ func AdapterRouter(w float64) Router {
 		name += "(" + strconv.FormatFloat(w, 'g', -1, 64) + ")"
 	}
 	return Router{Name: name, New: func() routing.Profile {
-		return routing.Usher(routing.UsherOptions{AdapterWeight: w})
+		return profiles.Usher(profiles.UsherOptions{AdapterWeight: w})
 	}}
 }
 
@@ -240,7 +241,7 @@ func FormatLoRATable(rows []LoRARow) string {
 	return b.String()
 }
 
-// GIEAdapterRouter is routing.Usher plus, at DefaultAdapterWeight, a reference scorer with
+// GIEAdapterRouter is profiles.Usher plus, at DefaultAdapterWeight, a reference scorer with
 // the tiers of GIE's LoRA-affinity scorer as published: 1 where the adapter has running
 // requests, 0.8 where fewer distinct adapters run or wait than max_lora, 0.6 where it only
 // waits, 0 otherwise, from the scraped signals alone (0.5 without them). The LoRA
@@ -266,7 +267,7 @@ func GIEAdapterRouter() Router {
 		}
 	})
 	return Router{Name: "usher+gie-tiers", New: func() routing.Profile {
-		return routing.Usher(routing.UsherOptions{}).With(routing.Weighted{Scorer: tiers, Weight: DefaultAdapterWeight})
+		return profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: tiers, Weight: DefaultAdapterWeight})
 	}}
 }
 

@@ -9,6 +9,10 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/pick"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // Policy names an admission policy and builds a fresh instance of it for each run (policies
@@ -32,7 +36,7 @@ type Router struct {
 	// configured by opts, for gateway replicas that share session placements
 	// (Config.Replicas): the simulator passes the Seed every replica shares and a Feed. Nil:
 	// every replica builds New, and session tables, if the profile has any, are not shared.
-	NewReplica func(opts routing.SessionOptions) routing.Profile
+	NewReplica func(opts session.AffinityOptions) routing.Profile
 }
 
 // FCFSPolicy is fairness.FCFS: the oldest request first, across all flows.
@@ -40,7 +44,7 @@ func FCFSPolicy() Policy {
 	return Policy{Name: "fcfs", New: func() flowcontrol.Policy { return fairness.FCFS() }}
 }
 
-// UsherRouter is routing.Usher, usher's default router as the routing package ships it:
+// UsherRouter is profiles.Usher, usher's default router as the routing package ships it:
 //
 //	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072) + 1·DynamoCost
 //	               + 0.5·KVUtilization → max-score
@@ -49,9 +53,9 @@ func FCFSPolicy() Policy {
 func UsherRouter() Router {
 	return Router{
 		Name: "usher",
-		New:  func() routing.Profile { return routing.Usher(routing.UsherOptions{}) },
-		NewReplica: func(o routing.SessionOptions) routing.Profile {
-			return routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o}})
+		New:  func() routing.Profile { return profiles.Usher(profiles.UsherOptions{}) },
+		NewReplica: func(o session.AffinityOptions) routing.Profile {
+			return profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: o}})
 		},
 	}
 }
@@ -59,18 +63,18 @@ func UsherRouter() Router {
 // Routers returns the routers of the comparison matrix, peers first and usher's last. Each is
 // a routing package profile, used as is:
 //
-//	round-robin     routing.RoundRobinProfile
-//	least-request   routing.LeastRequest
-//	llm-d           routing.LLMDDefault (2·queue + 2·kv-utilisation + 3·prefix)
-//	llm-d-precise   routing.LLMDPrecise: the same blend over an index fed by KV events
-//	llm-d-sticky    routing.LLMDSticky, prefill-bound (sticky until saturated, token load)
-//	sglang          routing.SGLang (cache-aware with its balance thresholds)
-//	dynamo          routing.Dynamo (overlap cost, argmin), over KV events and predict-on-route
-//	aibrix          routing.AIBrix (prefix match behind a load gate)
-//	session-aware   routing.NewSessionAware alone, max-score: placement by session history
-//	usher           routing.Usher, as shipped (UsherRouter)
+//	round-robin     profiles.RoundRobin
+//	least-request   profiles.LeastRequest
+//	llm-d           profiles.LLMDDefault (2·queue + 2·kv-utilisation + 3·prefix)
+//	llm-d-precise   profiles.LLMDPrecise: the same blend over an index fed by KV events
+//	llm-d-sticky    profiles.LLMDSticky, prefill-bound (sticky until saturated, token load)
+//	sglang          profiles.SGLang (cache-aware with its balance thresholds)
+//	dynamo          profiles.Dynamo (overlap cost, argmin), over KV events and predict-on-route
+//	aibrix          profiles.AIBrix (prefix match behind a load gate)
+//	session-aware   session.NewAware alone, max-score: placement by session history
+//	usher           profiles.Usher, as shipped (UsherRouter)
 //	usher-latency   routing.NewPredictedLatency alone, max-score (LatencyRouter)
-//	usher+latency   routing.Usher plus PredictedLatency (UsherLatencyRouter)
+//	usher+latency   profiles.Usher plus PredictedLatency (UsherLatencyRouter)
 func Routers() []Router {
 	var rs []Router
 	for _, name := range []string{"round-robin", "least-request", "llm-d", "llm-d-precise", "llm-d-sticky", "sglang", "dynamo", "aibrix"} {
@@ -83,7 +87,7 @@ func Routers() []Router {
 	return append(rs, sessionAwareRouter(), UsherRouter(), LatencyRouter(), UsherLatencyRouter(UsherLatencyWeight))
 }
 
-// UsherLatencyWeight is the weight of PredictedLatency in usher+latency, against routing.Usher's
+// UsherLatencyWeight is the weight of PredictedLatency in usher+latency, against profiles.Usher's
 // total of 5, chosen by measurement (README.md, "Predicted latency" and "SLO attainment"):
 // 1 and 2 tie on latency without targets, and 2 meets more targets.
 const UsherLatencyWeight = 2
@@ -97,13 +101,13 @@ func LatencyRouter() Router {
 			Name:    "usher-latency",
 			Filters: []routing.Filter{routing.NewHealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: newPredictedLatency(), Weight: 1}},
-			Picker:  routing.MaxScore(),
+			Picker:  pick.MaxScore(),
 		}
 	}
 	return Router{Name: "usher-latency", New: build}
 }
 
-// UsherLatencyRouter is "usher+latency": routing.Usher, as shipped, with a PredictedLatency
+// UsherLatencyRouter is "usher+latency": profiles.Usher, as shipped, with a PredictedLatency
 // term of the given weight (a fresh latency model per run). A weight other than
 // UsherLatencyWeight is named after it ("usher+latency3").
 func UsherLatencyRouter(weight float64) Router {
@@ -111,13 +115,13 @@ func UsherLatencyRouter(weight float64) Router {
 	if weight != UsherLatencyWeight {
 		name += strconv.FormatFloat(weight, 'f', -1, 64)
 	}
-	build := func(o routing.SessionOptions) routing.Profile {
-		p := routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o}})
+	build := func(o session.AffinityOptions) routing.Profile {
+		p := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: o}})
 		p.Name = name
 		p.Scorers = append(p.Scorers, routing.Weighted{Scorer: newPredictedLatency(), Weight: weight})
 		return p
 	}
-	return Router{Name: name, New: func() routing.Profile { return build(routing.SessionOptions{}) }, NewReplica: build}
+	return Router{Name: name, New: func() routing.Profile { return build(session.AffinityOptions{}) }, NewReplica: build}
 }
 
 // usherTreesRouter is "usher+trees": usher+latency with the PredictedLatency term over a fresh
@@ -125,8 +129,8 @@ func UsherLatencyRouter(weight float64) Router {
 // compared on the same workloads.
 func usherTreesRouter() Router {
 	const name = "usher+trees"
-	build := func(o routing.SessionOptions) routing.Profile {
-		p := routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o}})
+	build := func(o session.AffinityOptions) routing.Profile {
+		p := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: o}})
 		p.Name = name
 		sc, err := routing.NewPredictedLatency(routing.PredictedLatencyOptions{Model: newTreeLatency(treeOptions{})})
 		if err != nil {
@@ -135,7 +139,7 @@ func usherTreesRouter() Router {
 		p.Scorers = append(p.Scorers, routing.Weighted{Scorer: sc, Weight: UsherLatencyWeight})
 		return p
 	}
-	return Router{Name: name, New: func() routing.Profile { return build(routing.SessionOptions{}) }, NewReplica: build}
+	return Router{Name: name, New: func() routing.Profile { return build(session.AffinityOptions{}) }, NewReplica: build}
 }
 
 // newPredictedLatency is routing.NewPredictedLatency with its defaults, over a fresh model.
@@ -155,17 +159,17 @@ func mustProfile(p routing.Profile, err error) routing.Profile {
 	return p
 }
 
-// sessionAwareRouter is routing.NewSessionAware alone, max-score.
+// sessionAwareRouter is session.NewAware alone, max-score.
 func sessionAwareRouter() Router {
-	build := func(o routing.SessionOptions) routing.Profile {
+	build := func(o session.AffinityOptions) routing.Profile {
 		return routing.Profile{
 			Name:    "session-aware",
 			Filters: []routing.Filter{routing.NewHealthFilter()},
-			Scorers: []routing.Weighted{{Scorer: routing.NewSessionAware(routing.SessionAwareOptions{SessionOptions: o}), Weight: 1}},
-			Picker:  routing.MaxScore(),
+			Scorers: []routing.Weighted{{Scorer: mustPart(session.NewAware(session.AwareOptions{AffinityOptions: o})), Weight: 1}},
+			Picker:  pick.MaxScore(),
 		}
 	}
-	return Router{Name: "session-aware", New: func() routing.Profile { return build(routing.SessionOptions{}) }, NewReplica: build}
+	return Router{Name: "session-aware", New: func() routing.Profile { return build(session.AffinityOptions{}) }, NewReplica: build}
 }
 
 // Policies returns the admission policies of the comparison matrix: FCFS, then those of the
@@ -197,33 +201,33 @@ func SelectPolicies(list string) ([]Policy, error) {
 // SaturationFilter, and learning at the first token.
 type usherVariant struct {
 	name                   string
-	sa                     routing.SessionAwareOptions
+	sa                     session.AwareOptions
 	session, tokens, kv    float64
 	tokenCap               int
 	prefill, dynamo        float64
-	dyn                    routing.DynamoOptions
+	dyn                    profiles.DynamoOptions
 	saturation, firstToken bool
 }
 
 func (v usherVariant) router() Router {
-	build := func(o routing.SessionOptions) routing.Profile {
+	build := func(o session.AffinityOptions) routing.Profile {
 		sa := v.sa
-		sa.SessionOptions = o
+		sa.AffinityOptions = o
 		p := routing.Profile{
 			Name:    v.name,
 			Filters: []routing.Filter{routing.NewHealthFilter()},
 			Scorers: []routing.Weighted{
-				{Scorer: routing.NewSessionAware(sa), Weight: v.session},
-				{Scorer: routing.TokenLoad(v.tokenCap), Weight: v.tokens},
-				{Scorer: routing.KVUtilization(), Weight: v.kv},
+				{Scorer: mustPart(session.NewAware(sa)), Weight: v.session},
+				{Scorer: load.TokenBacklog(v.tokenCap), Weight: v.tokens},
+				{Scorer: load.KV(), Weight: v.kv},
 			},
-			Picker: routing.MaxScore(),
+			Picker: pick.MaxScore(),
 		}
 		if v.prefill > 0 {
-			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.PrefillLoad(v.tokenCap), Weight: v.prefill})
+			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: load.Prefill(v.tokenCap), Weight: v.prefill})
 		}
 		if v.dynamo > 0 {
-			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.NewDynamoCost(v.dyn), Weight: v.dynamo})
+			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: mustPart(profiles.NewDynamoCost(v.dyn)), Weight: v.dynamo})
 		}
 		if v.saturation {
 			p.Filters = append(p.Filters, routing.NewSaturationFilter(routing.SaturationOptions{}))
@@ -233,36 +237,36 @@ func (v usherVariant) router() Router {
 		}
 		return p
 	}
-	return Router{Name: v.name, New: func() routing.Profile { return build(v.sa.SessionOptions) }, NewReplica: build}
+	return Router{Name: v.name, New: func() routing.Profile { return build(v.sa.AffinityOptions) }, NewReplica: build}
 }
 
-// usherShipped is routing.Usher spelled as a variant, the base the variants change one thing
+// usherShipped is profiles.Usher spelled as a variant, the base the variants change one thing
 // of; TestUsherShippedVariant keeps the two equal.
 func usherShipped() usherVariant {
-	return usherVariant{name: "usher", sa: routing.SessionAwareOptions{Overload: 2}, session: 1.5, tokens: 2, dynamo: 1,
-		dyn: routing.DynamoOptions{AbstainWhenQuiet: true}, kv: 0.5, tokenCap: routing.UsherLoadCap}
+	return usherVariant{name: "usher", sa: session.AwareOptions{Overload: 2}, session: 1.5, tokens: 2, dynamo: 1,
+		dyn: profiles.DynamoOptions{AbstainWhenQuiet: true}, kv: 0.5, tokenCap: profiles.UsherLoadCap}
 }
 
-// UsherVariants returns the compositions of usher's router tried while choosing routing.Usher
+// UsherVariants returns the compositions of usher's router tried while choosing profiles.Usher
 // (README.md, "Choosing the default"), selectable by name but not part of "all":
 //
-//	usher-was-default  the previous routing.Usher: 4·SA(o2) + 1·PrefillLoad + 0.5·TokenLoad(65,536)
+//	usher-was-default  the previous profiles.Usher: 4·SA(o2) + 1·PrefillLoad + 0.5·TokenLoad(65,536)
 //	                   + 1·KV, learning at the first token
 //	usher-was-best     the bench's previous best: 1·SA(o1.5) + 2·TokenLoad(131,072) + 0.5·KV
-//	usher-first-token  routing.Usher learning at the first token instead of at pick
-//	usher-no-dynamo    routing.Usher without its DynamoCost term
-//	usher-dynamo2      routing.Usher with 2·DynamoCost in place of TokenLoad
-//	usher-p1           routing.Usher scoring prefix matches for first turns too (PrefixFirstTurns)
-//	usher-w3           routing.Usher with SessionAware at weight 3
-//	usher-cap64k       routing.Usher with a 65,536-token cap
-//	usher-sat          routing.Usher behind the SaturationFilter
-//	usher-balance-first  routing.Usher placing every turn without a home for balance
+//	usher-first-token  profiles.Usher learning at the first token instead of at pick
+//	usher-no-dynamo    profiles.Usher without its DynamoCost term
+//	usher-dynamo2      profiles.Usher with 2·DynamoCost in place of TokenLoad
+//	usher-p1           profiles.Usher scoring prefix matches for first turns too (PrefixFirstTurns)
+//	usher-w3           profiles.Usher with SessionAware at weight 3
+//	usher-cap64k       profiles.Usher with a 65,536-token cap
+//	usher-sat          profiles.Usher behind the SaturationFilter
+//	usher-balance-first  profiles.Usher placing every turn without a home for balance
 //	                   (BalanceFirstTurns), as it did before forks were homed
-//	usher-balance-when-quiet  routing.Usher leaving other candidates half their balance while
+//	usher-balance-when-quiet  profiles.Usher leaving other candidates half their balance while
 //	                   no engine queues, placing a partly cached first turn for balance
 //	                   (BalanceWhenQuiet), and DynamoCost scoring a quiet fleet too, as it did
 //	                   before the quiet rule
-//	usher-dynamo-always  routing.Usher with DynamoCost scoring a quiet, settled fleet too (no
+//	usher-dynamo-always  profiles.Usher with DynamoCost scoring a quiet, settled fleet too (no
 //	                   AbstainWhenQuiet), as it did before it abstained
 //	usher+latency1     usher+latency with PredictedLatency at weight 1 (UsherLatencyRouter)
 //	usher+latency3     usher+latency with PredictedLatency at weight 3
@@ -272,9 +276,9 @@ func usherShipped() usherVariant {
 // The first two place turns without a home for balance, and keep balance while the fleet is
 // quiet, as they did when they were chosen.
 func UsherVariants() []Router {
-	o15 := routing.SessionAwareOptions{Overload: 1.5, BalanceFirstTurns: true, BalanceWhenQuiet: true}
-	o2 := routing.SessionAwareOptions{Overload: 2, BalanceFirstTurns: true, BalanceWhenQuiet: true}
-	p2 := routing.SessionAwareOptions{Overload: 2, PrefixFirstTurns: true}
+	o15 := session.AwareOptions{Overload: 1.5, BalanceFirstTurns: true, BalanceWhenQuiet: true}
+	o2 := session.AwareOptions{Overload: 2, BalanceFirstTurns: true, BalanceWhenQuiet: true}
+	p2 := session.AwareOptions{Overload: 2, PrefixFirstTurns: true}
 	shipped := usherShipped()
 	with := func(name string, f func(*usherVariant)) Router {
 		v := shipped
@@ -293,8 +297,8 @@ func UsherVariants() []Router {
 		with("usher-cap64k", func(v *usherVariant) { v.tokenCap = 1 << 16 }),
 		with("usher-sat", func(v *usherVariant) { v.saturation = true }),
 		with("usher-balance-first", func(v *usherVariant) { v.sa.BalanceFirstTurns = true }),
-		with("usher-balance-when-quiet", func(v *usherVariant) { v.sa.BalanceWhenQuiet, v.dyn = true, routing.DynamoOptions{} }),
-		with("usher-dynamo-always", func(v *usherVariant) { v.dyn = routing.DynamoOptions{} }),
+		with("usher-balance-when-quiet", func(v *usherVariant) { v.sa.BalanceWhenQuiet, v.dyn = true, profiles.DynamoOptions{} }),
+		with("usher-dynamo-always", func(v *usherVariant) { v.dyn = profiles.DynamoOptions{} }),
 		UsherLatencyRouter(1),
 		UsherLatencyRouter(3),
 		usherTreesRouter(),
@@ -335,4 +339,13 @@ func selectNamed[T any](list string, all []T, name func(T) string) ([]T, error) 
 		}
 	}
 	return out, nil
+}
+
+// mustPart unwraps a routing part's constructor for options fixed in this file; an error is a
+// bug here.
+func mustPart[T any](v T, err error) T {
+	if err != nil {
+		panic("bench: " + err.Error())
+	}
+	return v
 }

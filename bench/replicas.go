@@ -8,6 +8,7 @@ import (
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // Gateway replicas (Config.Replicas). K replicas stand behind a Kubernetes Service without
@@ -72,7 +73,7 @@ func (s *sim) profile(g *gateway) routing.Profile {
 	if len(s.gw) == 1 || r.NewReplica == nil {
 		return r.New()
 	}
-	opts := routing.SessionOptions{Seed: sessionSeed(s.cfg.Seed)}
+	opts := session.AffinityOptions{Seed: sessionSeed(s.cfg.Seed)}
 	if s.syncs() {
 		g.placed = &placeLog{}
 		opts.Feed = g.placed
@@ -106,12 +107,12 @@ type placement struct {
 	expires time.Time
 }
 
-// placeLog is the routing.SessionFeed of one replica's session scorers: the placements since
+// placeLog is the session.Feed of one replica's session scorers: the placements since
 // the last flush, in pick order. It is not safe for concurrent use, which a run, in one
 // goroutine, does not need (the replica package's buffer locks).
 type placeLog struct{ buf []placement }
 
-// Placed implements routing.SessionFeed. O(1) amortised.
+// Placed implements session.Feed. O(1) amortised.
 func (l *placeLog) Placed(session uint64, backend string, blocks int, expires time.Time) {
 	l.buf = append(l.buf, placement{session, backend, blocks, expires})
 }

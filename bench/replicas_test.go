@@ -1,11 +1,13 @@
 package bench
 
 import (
-	"github.com/usher-llm/usher/internal/peer"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/usher-llm/usher/internal/peer"
+	"github.com/usher-llm/usher/routing/profiles"
 
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
@@ -165,7 +167,7 @@ func TestSyncLag(t *testing.T) {
 func TestExactModeReplicas(t *testing.T) {
 	w := PrefixGroup(PrefixGroupOptions{Requests: 1200, Rate: 40, Groups: 40, Seed: 3})
 	s, err := newSimFor(w, Config{
-		Servers: 4, Replicas: 3, Router: Router{Name: "llm-d-precise", New: routing.LLMDPrecise, Events: true},
+		Servers: 4, Replicas: 3, Router: Router{Name: "llm-d-precise", New: profiles.LLMDPrecise, Events: true},
 		Profile: smallProfile(600),
 	})
 	if err != nil {

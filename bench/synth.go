@@ -355,9 +355,9 @@ func prefixGroup(o PrefixGroupOptions) (*Workload, []phase) {
 		// Distinct calls never share an instant, so siblings are the requests that do.
 		at = max(next, last+1)
 		last = at
-		k := pick(g.rng.Float64()*popularity[len(popularity)-1], popularity)
+		k := pickCum(g.rng.Float64()*popularity[len(popularity)-1], popularity)
 		ids, tokens := g.extend(slices.Clone(prefixes[k]), lengths[k], g.expInt(o.SuffixTokens, 16))
-		n := pick(g.rng.Float64()*fan[len(fan)-1], fan) + 1
+		n := pickCum(g.rng.Float64()*fan[len(fan)-1], fan) + 1
 		for range n {
 			sids, stokens := ids, tokens
 			if o.SiblingTokens > 0 {
@@ -388,9 +388,9 @@ func cumulative(weights []float64) []float64 {
 	return out
 }
 
-// pick returns the first index whose cumulative weight exceeds u (u in [0, cum[last]) ).
+// pickCum returns the first index whose cumulative weight exceeds u (u in [0, cum[last]) ).
 // O(log n).
-func pick(u float64, cum []float64) int {
+func pickCum(u float64, cum []float64) int {
 	i, _ := slices.BinarySearchFunc(cum, u, func(c, u float64) int {
 		if c <= u {
 			return -1
@@ -588,7 +588,7 @@ func Forks(o ForksOptions) *Workload {
 			c := p.after[min(t, len(p.after)-1)]
 			ids, tokens = slices.Clone(c.ids), c.tokens
 		case u < o.ForkShare+o.DocumentShare:
-			k := pick(g.rng.Float64()*sum, popularity)
+			k := pickCum(g.rng.Float64()*sum, popularity)
 			ids, tokens = slices.Clone(docs[k]), docLen[k]
 		default:
 			ids, tokens = slices.Clone(systems[g.rng.IntN(len(systems))]), o.SystemTokens

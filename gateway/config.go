@@ -42,6 +42,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // ErrNoExtension is wrapped, with [proxy.ErrInvalidOptions], by [Config.Options]' error when
@@ -560,7 +561,7 @@ func (c Config) Options() (proxy.Options, error) {
 	// their options as they would the Handler's defaults (a replica sets its feeds and the
 	// cluster's tenant secret).
 	var io prefixcache.Options
-	var sess routing.SessionOptions
+	var sess session.AffinityOptions
 	ko := proxy.KeyerOptions{
 		Secret: secret, TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader,
 		TenantBands: c.TenantBands, DefaultBand: c.DefaultBand, MaxTenants: c.MaxTenants,

@@ -12,6 +12,7 @@ import (
 	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // TestConfigNames builds a Handler configuration for every policy and router name the
@@ -192,7 +193,7 @@ func TestBenchProfiles(t *testing.T) {
 		if o, err := c.Options(); err != nil || o.Router == nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		p, err := proxy.NewRegistry().Profile(c.Router, routing.SessionOptions{})
+		p, err := proxy.NewRegistry().Profile(c.Router, session.AffinityOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // A complete gateway: the Handler over a fleet, with its background work running.
@@ -177,14 +178,14 @@ func ExampleRegistry() {
 	if err := json.Unmarshal([]byte(`{"extends":"usher","scorers":[{"name":"fewest-requests","weight":0.5}]}`), &spec); err != nil {
 		log.Fatal(err)
 	}
-	profile, err := reg.Profile(spec, routing.SessionOptions{})
+	profile, err := reg.Profile(spec, session.AffinityOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	last := profile.Scorers[len(profile.Scorers)-1]
 	fmt.Println(profile.Name, len(profile.Scorers), last.Weight)
 
-	_, err = reg.Profile(proxy.ProfileSpec{Extends: "usher", Scorers: []proxy.PartSpec{{Name: "fewest-request"}}}, routing.SessionOptions{})
+	_, err = reg.Profile(proxy.ProfileSpec{Extends: "usher", Scorers: []proxy.PartSpec{{Name: "fewest-request"}}}, session.AffinityOptions{})
 	fmt.Println(err != nil)
 	// Output:
 	// usher 6 0.5

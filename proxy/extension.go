@@ -6,7 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/usher-llm/usher/prefixcache"
-	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // An Extension runs beside a Handler and keeps it fed from outside the request path: the
@@ -43,7 +43,7 @@ type Defaults struct {
 	// Index configures the default prefix index.
 	Index *prefixcache.Options
 	// Session configures the session table of the default router's session scorer.
-	Session *routing.SessionOptions
+	Session *session.AffinityOptions
 	// Keyer configures the default [FlowKeyer] ([NewKeyer]); nil when [Options.Keyer] is
 	// set. Replicas must derive an API key's tenant alike, so a replication layer sets its
 	// Secret when none is given.

@@ -34,6 +34,8 @@ import (
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // ErrInvalidOptions is returned (wrapped) by New and NewKeyer for options they cannot use.
@@ -206,11 +208,11 @@ type Options struct {
 	// Router picks backends. Nil: a router of Profile over Index, with passive health
 	// (routing.Outlier with PassiveHealth) in front.
 	Router *routing.Router
-	// Profile is the default router's profile. Zero: routing.Usher, its session table fed by
+	// Profile is the default router's profile. Zero: profiles.Usher, its session table fed by
 	// the Extensions (replicas share placements through it). Extending the default is one
 	// assignment, say a scorer of your own at weight 1:
 	//
-	//	opts.Profile = routing.Usher(routing.UsherOptions{}).With(routing.Weighted{Scorer: mine, Weight: 1})
+	//	opts.Profile = profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: mine, Weight: 1})
 	Profile routing.Profile
 	// PassiveHealth configures the default router's outlier detection: backends whose
 	// requests fail are ejected for a while and probed back. Zero fields: routing's defaults.
@@ -490,7 +492,7 @@ func New(opts Options) (*Handler, error) {
 
 	h.exts = opts.Extensions
 	var io prefixcache.Options
-	var sess routing.SessionOptions
+	var sess session.AffinityOptions
 	var ko *KeyerOptions // the default keyer's, when there is one to build
 	if h.keyer == nil {
 		ko = new(KeyerOptions)
@@ -511,10 +513,10 @@ func New(opts Options) (*Handler, error) {
 	if h.router == nil {
 		profile := opts.Profile
 		if profile.Picker == nil && len(profile.Filters) == 0 && len(profile.Scorers) == 0 {
-			var uo routing.UsherOptions
-			uo.Session.SessionOptions = sess
+			var uo profiles.UsherOptions
+			uo.Session.AffinityOptions = sess
 			uo.AdapterWeight = builtin.GatewayAdapterWeight // inert without adapters
-			profile = routing.Usher(uo)
+			profile = profiles.Usher(uo)
 		}
 		ph := opts.PassiveHealth
 		if ph.StallAfter == 0 {

@@ -13,6 +13,11 @@ import (
 	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/pick"
+	"github.com/usher-llm/usher/routing/prefix"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // A Registry names the parts a configuration can compose a gateway from: routing filters,
@@ -74,7 +79,7 @@ type Params struct {
 	part string // "scorer \"token-load\"", for errors
 	// Session holds the seams a session table shares placements by (the replica's seed and
 	// feed); zero for a gateway alone. Factories of session scorers pass it on.
-	Session routing.SessionOptions
+	Session session.AffinityOptions
 }
 
 // Decode decodes the parameters into v (a pointer to a struct, usually), strictly: a key v has
@@ -107,7 +112,7 @@ func (p Params) Decode(v any) error {
 //	latency-models  linear (the default)
 //
 // The parameters of a part with an Options struct are that struct's fields by name
-// (saturation: routing.SaturationOptions, dynamo-cost: routing.DynamoOptions,
+// (saturation: routing.SaturationOptions, dynamo-cost: profiles.DynamoOptions,
 // adapter-affinity: routing.AdapterOptions, ...); of a part
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
@@ -137,16 +142,16 @@ func NewRegistry() *Registry {
 		return routing.NewSaturationFilter(o), nil
 	}))
 	must(r.AddFilter("sticky", func(p Params) (routing.Filter, error) {
-		var o routing.StickyOptions
+		var o session.StickyOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return routing.NewStickyFilter(o), nil
+		return session.NewSticky(o)
 	}))
 	// Scorers without settings, and with one number.
 	for name, s := range map[string]func() routing.Scorer{
-		"prefix-ratio": routing.PrefixRatio, "queue-depth": routing.QueueDepth, "running-requests": routing.RunningRequests,
-		"active-requests": routing.ActiveRequests, "kv-utilization": routing.KVUtilization,
+		"prefix-ratio": prefix.Ratio, "queue-depth": load.QueueDepth, "running-requests": load.Running,
+		"active-requests": load.Active, "kv-utilization": load.KV,
 	} {
 		must(r.AddScorer(name, func(p Params) (routing.Scorer, error) { return s(), p.Decode(&struct{}{}) }))
 	}
@@ -167,33 +172,33 @@ func NewRegistry() *Registry {
 			return make(v[param]), nil
 		}))
 	}
-	number("prefix-length", "length_tokens", routing.PrefixLength)
-	number("load-aware", "threshold", routing.LoadAware)
-	number("token-load", "cap_tokens", routing.TokenLoad)
-	number("prefill-load", "cap_tokens", routing.PrefillLoad)
+	number("prefix-length", "length_tokens", prefix.Length)
+	number("load-aware", "threshold", load.QueueThreshold)
+	number("token-load", "cap_tokens", load.TokenBacklog)
+	number("prefill-load", "cap_tokens", load.Prefill)
 	// Scorers with Options.
 	must(r.AddScorer("dynamo-cost", func(p Params) (routing.Scorer, error) {
-		var o routing.DynamoOptions
+		var o profiles.DynamoOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return routing.NewDynamoCost(o), nil
+		return profiles.NewDynamoCost(o)
 	}))
 	must(r.AddScorer("session-aware", func(p Params) (routing.Scorer, error) {
-		var o routing.SessionAwareOptions
+		var o session.AwareOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
 		o.Seed, o.Feed = p.Session.Seed, p.Session.Feed
-		return routing.NewSessionAware(o), nil
+		return session.NewAware(o)
 	}))
 	must(r.AddScorer("session-affinity", func(p Params) (routing.Scorer, error) {
-		var o routing.SessionOptions
+		var o session.AffinityOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
 		o.Seed, o.Feed = p.Session.Seed, p.Session.Feed
-		return routing.NewSessionAffinity(o), nil
+		return session.NewAffinity(o)
 	}))
 	must(r.AddScorer("adapter-affinity", func(p Params) (routing.Scorer, error) {
 		var o routing.AdapterOptions
@@ -204,16 +209,16 @@ func NewRegistry() *Registry {
 	}))
 	must(r.AddScorer("predicted-latency", r.predictedLatency))
 	must(r.AddScorer("sglang-cache-aware", func(p Params) (routing.Scorer, error) {
-		var o routing.SGLangOptions
+		var o profiles.SGLangOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return routing.NewSGLangCacheAware(o), nil
+		return profiles.NewSGLangCacheAware(o)
 	}))
 	// Pickers.
 	for name, pk := range map[string]func() routing.Picker{
-		"max-score": routing.MaxScore, "weighted-random": routing.WeightedRandom,
-		"power-of-two": routing.PowerOfTwo, "round-robin": routing.RoundRobinPicker,
+		"max-score": pick.MaxScore, "weighted-random": pick.WeightedRandom,
+		"power-of-two": pick.PowerOfTwo, "round-robin": pick.RoundRobin,
 	} {
 		must(r.AddPicker(name, func(p Params) (routing.Picker, error) { return pk(), p.Decode(&struct{}{}) }))
 	}
@@ -227,7 +232,7 @@ func NewRegistry() *Registry {
 		if o.Temperature < 0 {
 			return nil, fmt.Errorf("%w: %s params: temperature %v: want >= 0", ErrInvalidOptions, p.part, o.Temperature)
 		}
-		return routing.Softmax(o.Temperature), nil
+		return pick.Softmax(o.Temperature), nil
 	}))
 	// Whole profiles and policies, by their packages' names.
 	for _, name := range builtin.ProfileNames() {
@@ -459,7 +464,7 @@ func (s *ProfileSpec) UnmarshalJSON(b []byte) error {
 
 // Profile builds the profile spec describes, with session seams session (zero for a gateway
 // alone). Each call builds new parts. Errors wrap ErrInvalidOptions and name the part.
-func (r *Registry) Profile(spec ProfileSpec, session routing.SessionOptions) (routing.Profile, error) {
+func (r *Registry) Profile(spec ProfileSpec, session session.AffinityOptions) (routing.Profile, error) {
 	var p routing.Profile
 	if spec.Extends != "" {
 		f, params, err := r.lookup(kindProfile, spec.Extends)

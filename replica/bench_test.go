@@ -2,9 +2,11 @@ package replica
 
 import (
 	"fmt"
-	"github.com/usher-llm/usher/internal/peer"
 	"testing"
 	"time"
+
+	"github.com/usher-llm/usher/internal/peer"
+	"github.com/usher-llm/usher/routing/profiles"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,7 +20,7 @@ import (
 func benchGateway(b testing.TB, rep *Replica) (*routing.Router, []routing.Request) {
 	b.Helper()
 	var io prefixcache.Options
-	var uo routing.UsherOptions
+	var uo profiles.UsherOptions
 	if rep != nil {
 		io.Feed = rep.PrefixFeed()
 		uo.Session.Seed, uo.Session.Feed = rep.SessionSeed(), rep.SessionFeed()
@@ -27,7 +29,7 @@ func benchGateway(b testing.TB, rep *Replica) (*routing.Router, []routing.Reques
 	if err != nil {
 		b.Fatal(err)
 	}
-	rt, err := routing.New(routing.Options{Profile: routing.Usher(uo), Index: ix, Seed: 1})
+	rt, err := routing.New(routing.Options{Profile: profiles.Usher(uo), Index: ix, Seed: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

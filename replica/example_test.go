@@ -13,6 +13,8 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // A gateway replica: the proxy builds its index and router with the Replica's feeds and runs
@@ -50,8 +52,8 @@ func ExampleReplica_Attach() {
 		log.Fatal(err)
 	}
 	ix, _ := prefixcache.New(prefixcache.Options{Feed: rep.PrefixFeed()})
-	profile := routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{
-		SessionOptions: routing.SessionOptions{Seed: rep.SessionSeed(), Feed: rep.SessionFeed()},
+	profile := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{
+		AffinityOptions: session.AffinityOptions{Seed: rep.SessionSeed(), Feed: rep.SessionFeed()},
 	}})
 	rt, _ := routing.New(routing.Options{Profile: profile, Index: ix})
 	if err := rep.Attach(replica.Parts{Index: ix, Router: rt}); err != nil {

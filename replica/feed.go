@@ -14,7 +14,7 @@ type placement struct {
 	expires int64 // Unix ms
 }
 
-// placeBuffer is the routing.SessionFeed a Replica hands out: a bounded buffer of placements
+// placeBuffer is the session.Feed a Replica hands out: a bounded buffer of placements
 // between two flushes, in the order of the picks (a session placed twice is sent twice; the
 // peers keep the later expiry). When full it drops the newest and counts it.
 type placeBuffer struct {
@@ -24,7 +24,7 @@ type placeBuffer struct {
 	dropped atomic.Uint64
 }
 
-// Placed implements routing.SessionFeed. O(1), allocation-free once the buffer has grown.
+// Placed implements session.Feed. O(1), allocation-free once the buffer has grown.
 func (b *placeBuffer) Placed(session uint64, backend string, blocks int, expires time.Time) {
 	b.mu.Lock()
 	if len(b.buf) >= b.max {

@@ -21,6 +21,7 @@ import (
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // Defaults of Options.
@@ -270,9 +271,9 @@ func (r *Replica) ID() string { return r.o.ID }
 // the index learns until the next flush. Never blocks, allocates nothing in steady state.
 func (r *Replica) PrefixFeed() prefixcache.Feed { return r.prefix }
 
-// SessionFeed is the routing.SessionFeed to build the session scorers with: it buffers the
+// SessionFeed is the session.Feed to build the session scorers with: it buffers the
 // placements they learn until the next flush. Never blocks, allocates nothing in steady state.
-func (r *Replica) SessionFeed() routing.SessionFeed { return &r.places }
+func (r *Replica) SessionFeed() session.Feed { return &r.places }
 
 // Attach names the parts to keep in step. It must be called before Run.
 func (r *Replica) Attach(p Parts) error {

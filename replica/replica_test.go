@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/usher-llm/usher/internal/peer"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/usher-llm/usher/internal/peer"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 
 	"github.com/redis/go-redis/v9"
 
@@ -61,8 +64,8 @@ func newNode(t *testing.T, addr, id string, o Options) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	profile := routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{
-		SessionOptions: routing.SessionOptions{Seed: 42, Feed: rep.SessionFeed()},
+	profile := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{
+		AffinityOptions: session.AffinityOptions{Seed: 42, Feed: rep.SessionFeed()},
 	}})
 	rt, err := routing.New(routing.Options{Profile: profile, Index: ix, Seed: 7})
 	if err != nil {

@@ -1,4 +1,4 @@
-package routing
+package routing_test
 
 import (
 	"errors"
@@ -7,16 +7,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
+	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/pick"
+	"github.com/usher-llm/usher/routing/prefix"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // benchProfile is the benchmark configuration: four scorers, one of them a prefix match.
 func benchProfile() Profile {
 	return Profile{
 		Name:    "bench-four",
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{{PrefixRatio(), 3}, {QueueDepth(), 2}, {KVUtilization(), 2}, {TokenLoad(0), 1}},
-		Picker:  MaxScore(),
+		Filters: []Filter{NewHealthFilter()},
+		Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 3}, {Scorer: load.QueueDepth(), Weight: 2}, {Scorer: load.KV(), Weight: 2}, {Scorer: load.TokenBacklog(0), Weight: 1}},
+		Picker:  pick.MaxScore(),
 	}
 }
 
@@ -37,6 +43,7 @@ func benchRouterIndex(tb testing.TB, n int, profile Profile, ixOpts prefixcache.
 		tb.Fatal(err)
 	}
 	r := mustNew(tb, Options{Index: ix, Profile: profile})
+	benchIndex[r] = ix
 	states := fleet(n, t0)
 	for i := range states {
 		states[i].Queued = i % 7
@@ -70,6 +77,9 @@ func benchRouterIndex(tb testing.TB, n int, profile Profile, ixOpts prefixcache.
 }
 
 var errBench = errors.New("bench")
+
+// benchIndex is the prefix index of each router benchRouterIndex built.
+var benchIndex = map[*Router]*prefixcache.Index{}
 
 // cpuMeter reports the CPU time per operation of the benchmark's own thread as "cpu-ns/op"
 // (Linux only). Call start before the loop and stop after it.
@@ -138,11 +148,12 @@ func BenchmarkPickPeers(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			r, req := benchRouter(b, 100, benchProfile())
 			if tc.peers != nil {
-				var peers []backendInFlight
+				var loads []peer.Load
 				for i, s := range r.Backends(nil) {
-					peers = append(peers, backendInFlight{s.Name, tc.peers(i)})
+					v := tc.peers(i)
+					loads = append(loads, peer.Load{Backend: s.Name, Requests: v.Requests, PrefillTokens: v.PrefillTokens, Blocks: v.Blocks})
 				}
-				r.setPeerInFlight(peers)
+				peer.SetPeerLoads(r, loads)
 			}
 			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0})
 		})
@@ -153,8 +164,8 @@ func BenchmarkPickPeers(b *testing.B) {
 // request succeeding (see BenchmarkPick).
 func BenchmarkPickProfiles(b *testing.B) {
 	for _, p := range []Profile{
-		LLMDDefault(), LLMDSticky(LLMDStickyOptions{}), SGLang(SGLangOptions{}),
-		Dynamo(DynamoOptions{}), AIBrix(), RoundRobinProfile(), LeastRequest(), Usher(UsherOptions{}),
+		profiles.LLMDDefault(), profiles.LLMDSticky(profiles.LLMDStickyOptions{}), profiles.SGLang(profiles.SGLangOptions{}),
+		profiles.Dynamo(profiles.DynamoOptions{}), profiles.AIBrix(), profiles.RoundRobin(), profiles.LeastRequest(), profiles.Usher(profiles.UsherOptions{}),
 	} {
 		b.Run(p.Name, func(b *testing.B) {
 			r, req := benchRouter(b, 100, p)
@@ -175,7 +186,7 @@ func BenchmarkPickProfiles(b *testing.B) {
 // prompt each time, round-robin placement) and fails before its first token, so Done
 // retracts the prediction: Pick, the insert, Done and the removal.
 func BenchmarkPickRetract(b *testing.B) {
-	r, req := benchRouter(b, 100, RoundRobinProfile())
+	r, req := benchRouter(b, 100, profiles.RoundRobin())
 	chains := make([][]BlockHash, 64)
 	for i := range chains {
 		chains[i] = make([]BlockHash, len(req.Chain))
@@ -210,7 +221,7 @@ func BenchmarkPickRetract(b *testing.B) {
 func BenchmarkPickInsert(b *testing.B) {
 	b.Run("new-chain", func(b *testing.B) {
 		r, req := benchRouterIndex(b, 100, benchProfile(), prefixcache.Options{})
-		ix := r.index.(*prefixcache.Index)
+		ix := benchIndex[r]
 		for _, s := range r.Backends(nil) {
 			id, _ := ix.Lookup(s.Name)
 			if err := ix.SetCapacity(id, 2048); err != nil {
@@ -288,11 +299,12 @@ func BenchmarkPickParts(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("match-only/backends=%d", n), func(b *testing.B) {
 			r, req := benchRouter(b, n, benchProfile())
+			ix := benchIndex[r]
 			dst := make([]int32, 0, n)
 			b.ReportAllocs()
 			cpu := startCPU()
 			for b.Loop() {
-				dst = r.index.Match(dst[:0], req.Chain)
+				dst = ix.Match(dst[:0], req.Chain)
 			}
 			cpu.stop(b)
 		})
@@ -326,7 +338,7 @@ func BenchmarkPickOutlier(b *testing.B) {
 			{"usher+outlier/one-ejected", 1, true},
 		} {
 			b.Run(chain.name+"/"+tc.name, func(b *testing.B) {
-				p := Usher(UsherOptions{})
+				p := profiles.Usher(profiles.UsherOptions{})
 				var o *Outlier
 				if tc.weight >= 0 {
 					var err error
@@ -366,7 +378,7 @@ func BenchmarkPickOutlierParallel(b *testing.B) {
 			name = "usher+outlier"
 		}
 		b.Run(name, func(b *testing.B) {
-			p := Usher(UsherOptions{})
+			p := profiles.Usher(profiles.UsherOptions{})
 			if outlier {
 				o, err := NewOutlier(OutlierOptions{Now: func() time.Time { return t0 }})
 				if err != nil {
@@ -397,7 +409,7 @@ func BenchmarkPickOutlierParallel(b *testing.B) {
 func BenchmarkPickLatency(b *testing.B) {
 	for _, withModel := range []bool{false, true} {
 		name := "usher"
-		p := Usher(UsherOptions{})
+		p := profiles.Usher(profiles.UsherOptions{})
 		if withModel {
 			name = "usher+latency"
 			sc, err := NewPredictedLatency(PredictedLatencyOptions{})

@@ -3,6 +3,8 @@ package routing
 import (
 	"math"
 	"time"
+
+	colx "github.com/usher-llm/usher/routing/internal/cols"
 )
 
 // The built-in scorers (unitScorer) do not read Candidates. They read cols: one dense slice
@@ -20,96 +22,40 @@ import (
 // Each built-in scorer's Score, which custom code and tests may call, computes the same values
 // from Candidates; TestUnitScorerColumns checks the two bit for bit.
 
-// colMask is a set of columns.
-type colMask uint8
+// colMask is a set of columns (see package routing/internal/cols).
+type colMask = colx.Mask
 
 const (
-	colQueued  colMask = 1 << iota // cols.queued
-	colRunning                     // cols.running
-	colKV                          // cols.kv
-	colActive                      // cols.active
-	colTokens                      // cols.tokens
-	colMatched                     // cols.matched and cols.matchedTokens
-	colID                          // cols.ids
+	colQueued  = colx.Queued
+	colRunning = colx.Running
+	colKV      = colx.KV
+	colActive  = colx.Active
+	colTokens  = colx.Tokens
+	colMatched = colx.Matched
+	colID      = colx.ID
 )
 
-// cols is the columnar view of one pick's candidates, index for index. Only the columns in
-// the mask that filled them are meaningful.
-type cols struct {
-	// queued and running are State.Queued and State.Running where the signal is fresh, NaN
-	// where it is not.
-	queued, running []float64
-	// kv is 1 − State.KVUtilization where SignalKVUtilization is fresh and the value is in
-	// [0, 1], NaN otherwise.
-	kv []float64
-	// active is InFlight.Requests.
-	active []float64
-	// tokens is InFlight.PrefillTokens + UncachedTokens.
-	tokens []int64
-	// matched and matchedTokens are MatchedBlocks and MatchedTokens.
-	matched, matchedTokens []int
-	// fresh is Fresh; only gather fills it, for its own use.
-	fresh []Signal
-	// ids are the candidates' BackendIDs.
-	ids []BackendID
-	// ttft and tpot are scratch for a scorer's own use during its addCols (PredictedLatency).
-	ttft, tpot []float64
-	// cands are the Candidates the columns were taken from (from), nil when gather took them
-	// from the snapshot: a scorer that reads many inputs of each candidate (candScorer) reads
-	// them here in one pass rather than have from fill a column for each.
-	cands []Candidate
-	// The statistics of queued, running and kv, when known beforehand (the snapshot's
-	// columns); the scorers compute them otherwise.
-	queuedStats, runningStats, kvStats colStats
-}
+// cols is the columnar view of one pick's candidates, index for index (see package
+// routing/internal/cols). Only the columns in the mask that filled them are meaningful.
+type cols = colx.Cols[Candidate, BackendID, Signal]
 
-// colStats summarises a column: the range of its known (non-NaN) entries, their sum in index
-// order and their number. ok says whether the other fields are set.
-type colStats struct {
-	lo, hi, sum float64
-	known       int
-	ok          bool
-}
+// colStats summarises a column.
+type colStats = colx.Stats
 
-// statsOf returns col's statistics. lo and hi are taken with plain comparisons, not the min
-// and max builtins: those order NaN and ±0, which the test v == v and the normalisation make
-// moot, at several instructions an element. O(len(col)).
-func statsOf(col []float64) colStats {
-	st := colStats{lo: math.Inf(1), hi: math.Inf(-1), ok: true}
-	for _, v := range col {
-		if v == v {
-			if v < st.lo {
-				st.lo = v
-			}
-			if v > st.hi {
-				st.hi = v
-			}
-			st.sum += v
-			st.known++
-		}
-	}
-	return st
-}
-
-// grow gives every column n entries. It allocates.
-func (c *cols) grow(n int) {
-	c.queued, c.running = make([]float64, n), make([]float64, n)
-	c.kv, c.active = make([]float64, n), make([]float64, n)
-	c.tokens = make([]int64, n)
-	c.matched, c.matchedTokens = make([]int, n), make([]int, n)
-	c.fresh = make([]Signal, n)
-	c.ids = make([]BackendID, n)
-	c.ttft, c.tpot = make([]float64, n), make([]float64, n)
-}
+var (
+	statsOf = colx.StatsOf
+	kvFree  = colx.KVFree
+	impute  = colx.Impute
+)
 
 // from fills the columns in need from cands (len(cands) ≤ the columns' length).
 // O(len(cands)), no allocation.
-func (c *cols) from(cands []Candidate, need colMask) {
+func colsFrom(c *cols, cands []Candidate, need colMask) {
 	n := len(cands)
-	c.cands = cands
-	c.queuedStats, c.runningStats, c.kvStats = colStats{}, colStats{}, colStats{}
+	c.Cands = cands
+	c.QueuedStats, c.RunningStats, c.KVStats = colStats{}, colStats{}, colStats{}
 	if need&colQueued != 0 {
-		dst := c.queued[:n]
+		dst := c.Queued[:n]
 		for i := range cands {
 			v := math.NaN()
 			if cd := &cands[i]; cd.Fresh&SignalQueued != 0 {
@@ -119,7 +65,7 @@ func (c *cols) from(cands []Candidate, need colMask) {
 		}
 	}
 	if need&colRunning != 0 {
-		dst := c.running[:n]
+		dst := c.Running[:n]
 		for i := range cands {
 			v := math.NaN()
 			if cd := &cands[i]; cd.Fresh&SignalRunning != 0 {
@@ -129,7 +75,7 @@ func (c *cols) from(cands []Candidate, need colMask) {
 		}
 	}
 	if need&colKV != 0 {
-		dst := c.kv[:n]
+		dst := c.KV[:n]
 		for i := range cands {
 			v := math.NaN()
 			if cd := &cands[i]; cd.Fresh&SignalKVUtilization != 0 {
@@ -139,38 +85,29 @@ func (c *cols) from(cands []Candidate, need colMask) {
 		}
 	}
 	if need&colActive != 0 {
-		dst := c.active[:n]
+		dst := c.Active[:n]
 		for i := range cands {
 			dst[i] = float64(cands[i].InFlight.Requests)
 		}
 	}
 	if need&colTokens != 0 {
-		dst := c.tokens[:n]
+		dst := c.Tokens[:n]
 		for i := range cands {
 			dst[i] = cands[i].InFlight.PrefillTokens + int64(cands[i].UncachedTokens)
 		}
 	}
 	if need&colMatched != 0 {
-		m, mt := c.matched[:n], c.matchedTokens[:n]
+		m, mt := c.Matched[:n], c.MatchedTokens[:n]
 		for i := range cands {
 			m[i], mt[i] = cands[i].MatchedBlocks, cands[i].MatchedTokens
 		}
 	}
 	if need&colID != 0 {
-		ids := c.ids[:n]
+		ids := c.IDs[:n]
 		for i := range cands {
 			ids[i] = cands[i].ID
 		}
 	}
-}
-
-// kvFree is 1 − u for a utilisation u in [0, 1], NaN for anything else (a custom filter's
-// candidate whose state was never sanitised).
-func kvFree(u float64) float64 {
-	if !(u >= 0 && u <= 1) {
-		return math.NaN()
-	}
-	return 1 - u
 }
 
 // summarise sets what s keeps for picks besides its backends, from them: the range of their
@@ -234,30 +171,30 @@ func (p *candParams) gather(s *snapshot, own, view *cols, need colMask) (stale i
 	backends := s.backends
 	n := len(backends)
 	if s.allFresh(p.nowNs, p.staleAfter) {
-		view.queued, view.running, view.kv = s.queued, s.running, s.kv
-		view.queuedStats, view.runningStats, view.kvStats = s.queuedStats, s.runningStats, s.kvStats
+		view.Queued, view.Running, view.KV = s.queued, s.running, s.kv
+		view.QueuedStats, view.RunningStats, view.KVStats = s.queuedStats, s.runningStats, s.kvStats
 	} else {
 		stale = p.gatherSignals(backends, own, need)
-		view.queued, view.running, view.kv = own.queued, own.running, own.kv
-		view.queuedStats, view.runningStats, view.kvStats = colStats{}, colStats{}, colStats{}
+		view.Queued, view.Running, view.KV = own.Queued, own.Running, own.KV
+		view.QueuedStats, view.RunningStats, view.KVStats = colStats{}, colStats{}, colStats{}
 	}
-	view.active, view.tokens, view.matched, view.matchedTokens = own.active, own.tokens, own.matched, own.matchedTokens
-	view.ids, view.ttft, view.tpot, view.cands = own.ids, own.ttft, own.tpot, nil
+	view.Active, view.Tokens, view.Matched, view.MatchedTokens = own.Active, own.Tokens, own.Matched, own.MatchedTokens
+	view.IDs, view.TTFT, view.TPOT, view.Cands = own.IDs, own.TTFT, own.TPOT, nil
 	if need&colID != 0 {
-		ids := own.ids[:n]
+		ids := own.IDs[:n]
 		for i := range backends {
 			ids[i] = backends[i].id
 		}
 	}
 	if need&colActive != 0 {
-		dst := own.active[:n]
+		dst := own.Active[:n]
 		for i := range backends {
 			l := backends[i].load
 			dst[i] = float64(l.requests.Load() + l.peerRequests.Load())
 		}
 	}
 	if need&(colTokens|colMatched) != 0 {
-		matched, tokens := own.matched[:n], own.matchedTokens[:n]
+		matched, tokens := own.Matched[:n], own.MatchedTokens[:n]
 		if match, chain, bs := p.match, p.chain, p.bs; len(match) > 0 {
 			for i := range backends {
 				m := 0
@@ -271,7 +208,7 @@ func (p *candParams) gather(s *snapshot, own, view *cols, need colMask) (stale i
 			clear(tokens)
 		}
 		if need&colTokens != 0 {
-			dst, prompt := own.tokens[:n], p.prompt
+			dst, prompt := own.Tokens[:n], p.prompt
 			for i := range backends {
 				l := backends[i].load
 				dst[i] = l.prefill.Load() + l.peerPrefill.Load() + int64(max(0, prompt-tokens[i]))
@@ -286,7 +223,7 @@ func (p *candParams) gather(s *snapshot, own, view *cols, need colMask) (stale i
 // need, and returns how many backends are stale. O(len(backends)·columns).
 func (p *candParams) gatherSignals(backends []backend, c *cols, need colMask) (stale int) {
 	n := len(backends)
-	fresh := c.fresh[:n]
+	fresh := c.Fresh[:n]
 	nowNs, staleAfter := p.nowNs, p.staleAfter
 	for i := range backends {
 		b := &backends[i]
@@ -301,7 +238,7 @@ func (p *candParams) gatherSignals(backends []backend, c *cols, need colMask) (s
 	}
 	stale += n
 	if need&colQueued != 0 {
-		dst := c.queued[:n]
+		dst := c.Queued[:n]
 		for i := range backends {
 			v := math.NaN()
 			if fresh[i]&SignalQueued != 0 {
@@ -311,7 +248,7 @@ func (p *candParams) gatherSignals(backends []backend, c *cols, need colMask) (s
 		}
 	}
 	if need&colRunning != 0 {
-		dst := c.running[:n]
+		dst := c.Running[:n]
 		for i := range backends {
 			v := math.NaN()
 			if fresh[i]&SignalRunning != 0 {
@@ -321,7 +258,7 @@ func (p *candParams) gatherSignals(backends []backend, c *cols, need colMask) (s
 		}
 	}
 	if need&colKV != 0 {
-		dst := c.kv[:n]
+		dst := c.KV[:n]
 		for i := range backends {
 			v := math.NaN()
 			if fresh[i]&SignalKVUtilization != 0 {

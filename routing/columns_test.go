@@ -1,3 +1,5 @@
+//go:build pending_split
+
 package routing
 
 import (

@@ -1,6 +1,6 @@
 //go:build linux
 
-package routing
+package routing_test
 
 import "syscall"
 

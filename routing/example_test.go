@@ -7,6 +7,9 @@ import (
 
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/prefix"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // The whole path: a prefix index, a router with usher's profile, one writer publishing backend
@@ -15,7 +18,7 @@ func Example() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	now := time.Unix(1_700_000_000, 0)
 	r, err := routing.New(routing.Options{
-		Profile: routing.Usher(routing.UsherOptions{}),
+		Profile: profiles.Usher(profiles.UsherOptions{}),
 		Index:   ix,
 		Now:     func() time.Time { return now },
 		Seed:    1,
@@ -97,8 +100,8 @@ func ExampleScorer() {
 		Profile: routing.Profile{
 			Filters: []routing.Filter{routing.NewHealthFilter()},
 			Scorers: []routing.Weighted{
-				{Scorer: routing.PrefixRatio(), Weight: 3},
-				{Scorer: routing.QueueDepth(), Weight: 1},
+				{Scorer: prefix.Ratio(), Weight: 3},
+				{Scorer: load.QueueDepth(), Weight: 1},
 				{Scorer: zones, Weight: 1},
 			},
 		},
@@ -131,7 +134,7 @@ func ExampleScorer() {
 // request.
 func ExampleRouter_Pick() {
 	now := time.Unix(1_700_000_000, 0)
-	r, _ := routing.New(routing.Options{Profile: routing.LeastRequest(), Now: func() time.Time { return now }, Seed: 1})
+	r, _ := routing.New(routing.Options{Profile: profiles.LeastRequest(), Now: func() time.Time { return now }, Seed: 1})
 	_ = r.Update([]routing.BackendState{{Name: "a", UpdatedAt: now}, {Name: "b", UpdatedAt: now}})
 
 	first, _ := r.Pick(&routing.Request{PromptTokens: 1000})
@@ -155,63 +158,6 @@ func ExampleRouter_Pick() {
 	// done: 0 request(s), 0 prefill tokens
 }
 
-// New sessions that share a system prompt follow the server that cached it only as far as the
-// load limit, then spread; each session's next turn returns to its server, and a new session
-// that forks an earlier conversation goes where that conversation is cached.
-func ExampleNewSessionAware() {
-	ix, _ := prefixcache.New(prefixcache.Options{})
-	now := time.Unix(1_700_000_000, 0)
-	r, _ := routing.New(routing.Options{
-		Profile: routing.Profile{Scorers: []routing.Weighted{
-			{Scorer: routing.NewSessionAware(routing.SessionAwareOptions{}), Weight: 1},
-		}},
-		Index: ix,
-		Now:   func() time.Time { return now },
-		Seed:  3,
-	})
-	var states []routing.BackendState
-	for _, name := range []string{"gpu-0", "gpu-1", "gpu-2"} {
-		states = append(states, routing.BackendState{Name: name, UpdatedAt: now})
-	}
-	_ = r.Update(states)
-
-	system := []prefixcache.BlockHash{1, 2} // the shared instructions
-	warm, _ := ix.Lookup("gpu-0")
-	_ = ix.Insert(warm, system)
-
-	turn := func(session string, blocks ...prefixcache.BlockHash) routing.Result {
-		p, _ := r.Pick(&routing.Request{Session: session, Chain: append(append([]prefixcache.BlockHash{}, system...), blocks...)})
-		return p
-	}
-	var first []routing.Result
-	for i, s := range []string{"ann", "bob", "cat", "dan"} {
-		b := prefixcache.BlockHash(100 * (i + 1))
-		// The shared instructions are 2 of 5 blocks: their share pulls a new session to gpu-0
-		// while gpu-0 is within the load limit reckoned over the others, 2·(their mean + 1)
-		// in-flight requests; dan finds it past that limit and is placed for balance.
-		p := turn(s, b, b+1, b+2)
-		fmt.Printf("%s turn 1 → %s\n", s, p.Backend.Name)
-		first = append(first, p)
-	}
-	for _, p := range first {
-		p.Done(routing.DoneInfo{}) // success: the turn's blocks are now cached there
-	}
-	p := turn("bob", 200, 201, 202, 203)
-	fmt.Printf("bob turn 2 → %s (%d blocks cached)\n", p.Backend.Name, p.MatchedBlocks)
-	p.Done(routing.DoneInfo{})
-	// A sub-task forked from dan's conversation: a new session, 5 of its 6 blocks on dan's server.
-	p = turn("dan-subtask", 400, 401, 402, 900)
-	fmt.Printf("dan-subtask turn 1 → %s (%d blocks cached)\n", p.Backend.Name, p.MatchedBlocks)
-	p.Done(routing.DoneInfo{})
-	// Output:
-	// ann turn 1 → gpu-0
-	// bob turn 1 → gpu-0
-	// cat turn 1 → gpu-0
-	// dan turn 1 → gpu-2
-	// bob turn 2 → gpu-0 (5 blocks cached)
-	// dan-subtask turn 1 → gpu-2 (5 blocks cached)
-}
-
 // A backend whose metrics stopped arriving is routed around while fresh ones exist; its
 // stale numbers are never read as an idle server.
 func ExampleNewHealthFilter() {
@@ -220,7 +166,7 @@ func ExampleNewHealthFilter() {
 	r, _ := routing.New(routing.Options{
 		Profile: routing.Profile{
 			Filters: []routing.Filter{health},
-			Scorers: []routing.Weighted{{Scorer: routing.QueueDepth(), Weight: 1}},
+			Scorers: []routing.Weighted{{Scorer: load.QueueDepth(), Weight: 1}},
 		},
 		Now: func() time.Time { return now },
 	})
@@ -249,7 +195,7 @@ func ExampleOutlier() {
 	r, _ := routing.New(routing.Options{
 		Profile: routing.WithOutlier(routing.Profile{
 			Filters: []routing.Filter{routing.NewHealthFilter()},
-			Scorers: []routing.Weighted{{Scorer: routing.ActiveRequests(), Weight: 1}},
+			Scorers: []routing.Weighted{{Scorer: load.Active(), Weight: 1}},
 		}, outlier, 1),
 		Now:  clock,
 		Seed: 1,
@@ -321,7 +267,7 @@ func ExampleLearn() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	now := time.Unix(1_700_000_000, 0)
 	r, _ := routing.New(routing.Options{
-		Profile: routing.LLMDDefault(), // Learn is LearnOnPick, the zero value
+		Profile: profiles.LLMDDefault(), // Learn is LearnOnPick, the zero value
 		Index:   ix, Now: func() time.Time { return now }, Seed: 7,
 	})
 	var fleet []routing.BackendState
@@ -355,7 +301,7 @@ func ExampleRouter_Saturation() {
 	// Output: 0.53 1.26
 }
 
-// feedFunc adapts a function to routing.SessionFeed.
+// feedFunc adapts a function to session.Feed.
 type feedFunc func(session uint64, backend string, blocks int, expires time.Time)
 
 func (f feedFunc) Placed(session uint64, backend string, blocks int, expires time.Time) {
@@ -380,7 +326,7 @@ func excludeAllBut(r *routing.Router, name string) []routing.BackendID {
 func ExampleResult_IndexID() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	_, _ = ix.AddBackend("elsewhere", 0) // someone else registered a backend in the index first
-	r, _ := routing.New(routing.Options{Index: ix, Profile: routing.RoundRobinProfile()})
+	r, _ := routing.New(routing.Options{Index: ix, Profile: profiles.RoundRobin()})
 	now := time.Now()
 	_ = r.Update([]routing.BackendState{{Name: "gpu-0", UpdatedAt: now}, {Name: "gpu-1", UpdatedAt: now}})
 
@@ -405,7 +351,7 @@ func ExampleProfile_With() {
 			dst[i] = 1 / (1 + float64(cands[i].InFlight.Requests))
 		}
 	})
-	base := routing.Usher(routing.UsherOptions{})
+	base := profiles.Usher(profiles.UsherOptions{})
 	mine := base.With(routing.Weighted{Scorer: fewestStreams, Weight: 2})
 	fmt.Println(len(base.Scorers), len(mine.Scorers), mine.Scorers[len(mine.Scorers)-1].Weight)
 	r, err := routing.New(routing.Options{Profile: mine})
@@ -416,35 +362,4 @@ func ExampleProfile_With() {
 	// Output:
 	// 4 5 2
 	// usher usher+ScorerFunc
-}
-
-// DynamoCost weighs what a backend would prefill plus the KV blocks its requests hold. With
-// AbstainWhenQuiet it leaves a quiet, settled and even fleet to the other terms of a blend:
-// there a server that caches the prompt costs a batch slot, not a wait.
-func ExampleNewDynamoCost() {
-	now := time.Unix(1_700_000_000, 0)
-	dc := routing.NewDynamoCost(routing.DynamoOptions{AbstainWhenQuiet: true})
-	req := &routing.Request{BlockSize: 16, PromptTokens: 160} // 10 blocks
-	candidates := func(queued int) []routing.Candidate {
-		fresh := routing.SignalQueued | routing.SignalRunning
-		st := func(name string, running, queued int) *routing.BackendState {
-			return &routing.BackendState{Name: name, Running: running, Queued: queued, Known: fresh, UpdatedAt: now}
-		}
-		return []routing.Candidate{
-			// a holds the prompt and runs two requests of 25 blocks each.
-			{State: st("a", 2, queued), Fresh: fresh, InFlight: routing.InFlight{Requests: 2, Blocks: 50}},
-			// b is idle and would prefill the whole prompt.
-			{State: st("b", 0, 0), Fresh: fresh, UncachedTokens: 160},
-		}
-	}
-	scores := make([]float64, 2)
-	dc.Score(req, candidates(0), scores)
-	fmt.Println("quiet:", scores)
-	// a has a request waiting: the cost decides, a's 50 blocks in use + 10 against b's 10
-	// to prefill + 10.
-	dc.Score(req, candidates(1), scores)
-	fmt.Println("one waiting:", scores)
-	// Output:
-	// quiet: [1 1]
-	// one waiting: [0 1]
 }

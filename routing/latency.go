@@ -273,7 +273,7 @@ func (m *LinearLatency) predict(in *latencyInputs, id BackendID) (ttft, tpot flo
 // floored at 1 ms and 0.1 ms, times the backend's factors. Written out rather than looped, for
 // the pick path. O(1).
 func (c *linearCoef) eval(in *latencyInputs, sp []speed, id BackendID) (ttft, tpot float64) {
-	// linearScorer.addCols repeats this arithmetic for the columns.
+	// linearScorer.AddCols repeats this arithmetic for the columns.
 	a, b := &c.ttft, &c.tpot
 	ttft = a[0] + a[1]*in.work + a[2]*in.own + a[3]*in.waiting + a[4]*in.running + a[5]*in.kv + a[6]*in.inflight +
 		a[7]*(in.work*in.running/64)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // A router that learns its fleet's latency: the default profile plus a PredictedLatency term.
@@ -16,7 +17,7 @@ func ExampleNewPredictedLatency() {
 	latency, _ := routing.NewPredictedLatency(routing.PredictedLatencyOptions{Model: model})
 	now := time.Unix(1_700_000_000, 0)
 	r, err := routing.New(routing.Options{
-		Profile: routing.Usher(routing.UsherOptions{}).With(routing.Weighted{Scorer: latency, Weight: 2}),
+		Profile: profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: latency, Weight: 2}),
 		Now:     func() time.Time { return now },
 	})
 	if err != nil {

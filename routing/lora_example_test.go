@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
 )
 
 // A fleet serving LoRA adapters on one base model: the writer publishes each server's models
@@ -19,7 +20,7 @@ func ExampleAdapterAffinity() {
 		panic(err)
 	}
 	r, err := routing.New(routing.Options{
-		Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: aff, Weight: 2}, {Scorer: routing.ActiveRequests(), Weight: 1}}},
+		Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: aff, Weight: 2}, {Scorer: load.Active(), Weight: 1}}},
 		Now:     func() time.Time { return now },
 		Seed:    1,
 	})

@@ -84,11 +84,11 @@ var (
 func (s *linearScorer) latencyModel() LatencyModel { return s.m }
 func (s *modelScorer) latencyModel() LatencyModel  { return s.m }
 
-func (s *linearScorer) needs() colMask {
+func (s *linearScorer) Needs() colMask {
 	return colQueued | colRunning | colKV | colActive | colTokens | colMatched | colID
 }
 
-// candNeeds is nothing: given the Candidates, addCols reads them in one pass.
+// candNeeds is nothing: given the Candidates, AddCols reads them in one pass.
 func (s *linearScorer) candNeeds() colMask { return 0 }
 
 // candScorer is a unitScorer that reads cols.cands, when set, rather than the columns it
@@ -98,34 +98,34 @@ type candScorer interface {
 	candNeeds() colMask
 }
 
-// Score implements Scorer: the candidates' columns, then addCols, so that the two agree by
+// Score implements Scorer: the candidates' columns, then AddCols, so that the two agree by
 // construction. O(len(cands)); the columns come from a pool.
 func (s *linearScorer) Score(req *Request, cands []Candidate, dst []float64) {
 	c, _ := s.cols.Get().(*cols)
-	if c == nil || len(c.ids) < len(cands) {
+	if c == nil || len(c.IDs) < len(cands) {
 		c = new(cols)
-		c.grow(max(len(cands), 16))
+		c.Grow(max(len(cands), 16))
 	}
-	c.from(cands, s.needs())
+	colsFrom(c, cands, s.Needs())
 	clear(dst)
-	s.addCols(req, c, 1, dst[:len(cands)])
+	s.AddCols(req, c, 1, dst[:len(cands)])
 	s.cols.Put(c)
 }
 
-// addCols predicts every candidate from the columns and adds w times its score (see
+// AddCols predicts every candidate from the columns and adds w times its score (see
 // NewPredictedLatency). The model's arithmetic (linearCoef.eval) is written out here with the
 // coefficients in registers: this loop is the model's whole cost on the pick path. O(n), no
 // allocation.
-func (s *linearScorer) addCols(req *Request, c *cols, w float64, tot []float64) {
+func (s *linearScorer) AddCols(req *Request, c *cols, w float64, tot []float64) {
 	n := len(tot)
-	ttft, tpot := c.ttft[:n], c.tpot[:n]
+	ttft, tpot := c.TTFT[:n], c.TPOT[:n]
 	prompt, out := req.PromptTokens, outputOf(req, s.out)
 	coef, sp := s.m.coef.Load(), *s.m.speeds.Load()
 	a0, a1, a2, a3, a4, a5, a6, a7 := coef.ttft[0], coef.ttft[1], coef.ttft[2], coef.ttft[3], coef.ttft[4], coef.ttft[5],
 		coef.ttft[6], coef.ttft[7]
 	b0, b1, b2, b3, b4 := coef.tpot[0], coef.tpot[1], coef.tpot[2], coef.tpot[3], coef.tpot[4]
 	best := math.Inf(1)
-	if cands := c.cands; cands != nil {
+	if cands := c.Cands; cands != nil {
 		// The same inputs as the columns would give, bit for bit, read in one pass.
 		for i := range tot {
 			cd := &cands[i]
@@ -161,8 +161,8 @@ func (s *linearScorer) addCols(req *Request, c *cols, w float64, tot []float64) 
 			}
 		}
 	} else {
-		tokens, matched := c.tokens[:n], c.matchedTokens[:n]
-		queued, running, kv, active, ids := c.queued[:n], c.running[:n], c.kv[:n], c.active[:n], c.ids[:n]
+		tokens, matched := c.Tokens[:n], c.MatchedTokens[:n]
+		queued, running, kv, active, ids := c.Queued[:n], c.Running[:n], c.KV[:n], c.Active[:n], c.IDs[:n]
 		for i := range tot {
 			work, own := float64(tokens[i])*1e-3, float64(max(0, prompt-matched[i]))*1e-3
 			q, r, kvu, act := queued[i], running[i], 0.0, active[i]

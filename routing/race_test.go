@@ -1,5 +1,5 @@
 //go:build race
 
-package routing
+package routing_test
 
 func init() { raceEnabled = true }

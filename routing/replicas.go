@@ -205,6 +205,7 @@ func init() {
 
 // The seam for the capability packages (routing/internal/hook), kept off the API.
 func init() {
+	hook.Indexed = func(req any) bool { return req.(*Request).indexed }
 	hook.OwnRequests = func(result any) (int64, bool) {
 		p := result.(*Result)
 		if p.load == nil {

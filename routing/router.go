@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing/internal/hook"
+	"github.com/usher-llm/usher/routing/internal/rng"
 )
 
 // Defaults used when the corresponding Options field is zero.
@@ -57,14 +60,14 @@ type Scorer interface {
 // unitScorer is implemented by the built-in scorers whose Score writes every entry of dst,
 // each in [0, 1], whatever the candidates hold (a custom filter's candidates included), and
 // which can score a pick's columns instead of its Candidates (see cols). needs says which
-// columns addCols reads; addCols adds w·dst[i] to tot[i] for every candidate i < len(tot),
+// columns AddCols reads; AddCols adds w·dst[i] to tot[i] for every candidate i < len(tot),
 // where dst[i] is bit for bit what Score would write given the Candidates the columns were
-// taken from. Pick neither zeroes, clamps nor combines their scores separately. addCols is
+// taken from. Pick neither zeroes, clamps nor combines their scores separately. AddCols is
 // O(len(tot)) and allocates nothing.
 type unitScorer interface {
 	Scorer
-	needs() colMask
-	addCols(req *Request, c *cols, w float64, tot []float64)
+	Needs() colMask
+	AddCols(req *Request, c *cols, w float64, tot []float64)
 }
 
 // ScorerFunc adapts a function to the Scorer interface.
@@ -82,11 +85,12 @@ type Filter interface {
 }
 
 // Picker chooses one candidate given their combined scores (len(scores) == len(cands)). It
-// returns an index into cands. rng is a generator private to this pick. Safe for concurrent
+// returns an index into cands. rng is a generator private to this pick, reseeded from the
+// router's seed sequence (Options.Seed) for each; package routing/pick has the built-in pickers. Safe for concurrent
 // use, no blocking, no allocation. An index out of range is counted in Stats.BadPicks and
 // replaced by the max-score choice.
 type Picker interface {
-	Pick(req *Request, cands []Candidate, scores []float64, rng *Rand) int
+	Pick(req *Request, cands []Candidate, scores []float64, rng *rand.Rand) int
 }
 
 // PickObserver is implemented by filters and scorers that learn from placements (session tables,
@@ -115,7 +119,8 @@ type Weighted struct {
 // round-robin cursor); a Profile value shares them with every Router built from it, so build a
 // fresh Profile per Router (the constructors below do) unless sharing is meant. The combined score of a candidate is Σ Weight_i · clamp(score_i, 0, 1): weights are
 // not normalised (as in llm-d), so a weight of 3 beside two weights of 2 is exactly 3/7 of the
-// range. A nil Picker means MaxScore.
+// range. A nil Picker takes the highest combined score, breaking ties at random (as
+// routing/pick's MaxScore does).
 type Profile struct {
 	// Name labels the configuration in reports and Stats; it has no effect on routing.
 	Name    string
@@ -455,13 +460,13 @@ func New(opts Options) (*Router, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	if r.picker == nil {
-		r.picker = MaxScore()
-	}
 	subset := true // every filter so far returns a subset of its candidates, unchanged
 	for i, f := range opts.Filters {
 		if f == nil {
 			return nil, fmt.Errorf("%w: Filters[%d] is nil", ErrInvalidOptions, i)
+		}
+		if bad, ok := f.(hook.Invalid); ok {
+			return nil, fmt.Errorf("Filters[%d]: %w", i, bad.InvalidOptions())
 		}
 		r.hook(f)
 		switch f.(type) {
@@ -478,8 +483,8 @@ func New(opts Options) (*Router, error) {
 		if w.Scorer == nil {
 			return nil, fmt.Errorf("%w: Scorers[%d] is nil", ErrInvalidOptions, i)
 		}
-		if bad, ok := w.Scorer.(invalidScorer); ok {
-			return nil, fmt.Errorf("Scorers[%d]: %w", i, bad.err)
+		if bad, ok := w.Scorer.(hook.Invalid); ok {
+			return nil, fmt.Errorf("Scorers[%d]: %w", i, bad.InvalidOptions())
 		}
 		if !(w.Weight >= 0) || w.Weight > 1e12 {
 			return nil, fmt.Errorf("%w: Scorers[%d] weight %v (want a finite value ≥ 0)", ErrInvalidOptions, i, w.Weight)
@@ -492,13 +497,16 @@ func New(opts Options) (*Router, error) {
 		r.unit = append(r.unit, unit)
 		r.hook(w.Scorer)
 	}
-	r.hook(r.picker)
+	if r.picker != nil {
+		r.hook(r.picker)
+	}
 	for _, w := range r.scorers {
 		if lp, ok := w.Scorer.(latencyPart); ok && !slices.Contains(r.models, lp.latencyModel()) {
 			r.models = append(r.models, lp.latencyModel())
 		}
 	}
-	r.fast = len(r.observers) == 0 && builtinPicker(r.picker)
+	_, scoresOnly := r.picker.(hook.ScoresOnly)
+	r.fast = len(r.observers) == 0 && (r.picker == nil || scoresOnly)
 	for _, f := range r.filters {
 		if _, ok := f.(*healthFilter); !ok {
 			r.fast = false
@@ -509,11 +517,11 @@ func New(opts Options) (*Router, error) {
 			r.fast = false
 			continue
 		}
-		r.need |= u.needs()
+		r.need |= u.Needs()
 		if cs, ok := u.(candScorer); ok {
 			r.needFrom |= cs.candNeeds()
 		} else {
-			r.needFrom |= u.needs()
+			r.needFrom |= u.Needs()
 		}
 	}
 	seed := opts.Seed
@@ -521,7 +529,11 @@ func New(opts Options) (*Router, error) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	r.seed.Store(seed)
-	r.scratch.New = func() any { return new(scratch) }
+	r.scratch.New = func() any {
+		sc := new(scratch)
+		sc.rng, sc.src = rng.New(0)
+		return sc
+	}
 	r.tickets.New = func() any { return &ticket{r: r} }
 	return r, nil
 }
@@ -707,8 +719,10 @@ type scratch struct {
 	cols   cols // the columns' buffers
 	view   cols // the columns of a pick that gathers them (cols and the snapshot's)
 	match  []int32
-	rng    Rand
-	feat   Features // Router.Predict's argument to the model
+	// rng draws from src, which each pick reseeds.
+	rng  *rand.Rand
+	src  *rng.Source
+	feat Features // Router.Predict's argument to the model
 }
 
 // reset makes room for n candidates.
@@ -722,7 +736,7 @@ func (s *scratch) reset(n int) {
 // grow gives totals, tmp and the columns n entries.
 func (s *scratch) grow(n int) {
 	s.totals, s.tmp = make([]float64, n), make([]float64, n)
-	s.cols.grow(n)
+	s.cols.Grow(n)
 }
 
 // Pick chooses a backend for req. It runs the filters, the weighted scorers and the picker over
@@ -768,10 +782,10 @@ func (r *Router) Pick(req *Request) (Result, error) {
 				totals := sc.totals[:n]
 				clear(totals)
 				for k, w := range r.scorers {
-					r.unit[k].addCols(req, &sc.view, w.Weight, totals)
+					r.unit[k].AddCols(req, &sc.view, w.Weight, totals)
 				}
 				// The built-in pickers read nothing of the candidates but their number.
-				idx := r.pick(req, sc.cands[:n], totals, &sc.rng)
+				idx := r.pick(req, sc.cands[:n], totals, sc)
 				b, score = &s.backends[idx], totals[idx]
 				cands = sc.cands[:1]
 				p.fill(cands, s.backends[idx:idx+1], idx)
@@ -816,7 +830,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		if clamped := r.score(req, cands, totals, sc); clamped > 0 {
 			r.stats.clamped.Add(uint64(clamped))
 		}
-		idx := r.pick(req, cands, totals, &sc.rng)
+		idx := r.pick(req, cands, totals, sc)
 		chosen, score = &cands[idx], totals[idx]
 		if k := int(chosen.slot) - 1; k >= 0 && k < len(s.backends) && s.backends[k].id == chosen.ID {
 			b = &s.backends[k]
@@ -1063,12 +1077,17 @@ func (p *candParams) fill(cands []Candidate, backends []backend, first int) (sta
 
 // pick seeds the pick's generator and runs the picker, replacing an index out of range by the
 // max-score choice (counted). O(picker).
-func (r *Router) pick(req *Request, cands []Candidate, totals []float64, rng *Rand) int {
-	rng.s = r.seed.Add(0x9e3779b97f4a7c15)
-	idx := r.picker.Pick(req, cands, totals, rng)
+func (r *Router) pick(req *Request, cands []Candidate, totals []float64, sc *scratch) int {
+	sc.src.S = r.seed.Add(0x9e3779b97f4a7c15)
+	var idx int
+	if r.picker == nil {
+		idx = rng.MaxIndex(totals, sc.rng)
+	} else {
+		idx = r.picker.Pick(req, cands, totals, sc.rng)
+	}
 	if idx < 0 || idx >= len(totals) {
 		r.stats.badPicks.Add(1)
-		idx = maxScore(totals, rng)
+		idx = rng.MaxIndex(totals, sc.rng)
 	}
 	return idx
 }
@@ -1081,11 +1100,11 @@ func (r *Router) pick(req *Request, cands []Candidate, totals []float64, rng *Ra
 func (r *Router) score(req *Request, cands []Candidate, totals []float64, sc *scratch) (clamped int) {
 	clear(totals)
 	if r.need != 0 {
-		sc.cols.from(cands, r.needFrom)
+		colsFrom(&sc.cols, cands, r.needFrom)
 	}
 	for k, w := range r.scorers {
 		if u := r.unit[k]; u != nil {
-			u.addCols(req, &sc.cols, w.Weight, totals)
+			u.AddCols(req, &sc.cols, w.Weight, totals)
 			continue
 		}
 		tmp := sc.tmp[:len(cands)]
@@ -1410,26 +1429,5 @@ func (t *ticket) releasePrefill(computed bool) {
 	}
 }
 
-// Rand is a small random generator private to one pick (SplitMix64), handed to Pickers and
-// seeded from the router's seed sequence. It is not safe for concurrent use, and need not be.
-type Rand struct{ s uint64 }
-
-// NewRand returns a generator seeded with seed, for testing pickers outside a Router.
-func NewRand(seed uint64) *Rand { return &Rand{s: seed} }
-
-// Uint64 returns a uniformly distributed 64-bit value. O(1).
-func (g *Rand) Uint64() uint64 {
-	g.s += 0x9e3779b97f4a7c15
-	z := g.s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-// Float64 returns a uniformly distributed value in [0, 1). O(1).
-func (g *Rand) Float64() float64 { return float64(g.Uint64()>>11) / (1 << 53) }
-
-// IntN returns a uniformly distributed value in [0, n); n must be > 0 and < 2³². O(1).
-func (g *Rand) IntN(n int) int {
-	return int((g.Uint64() >> 32) * uint64(n) >> 32)
-}
+// InvalidOptions returns the error of the options the scorer stands for (see hook.Invalid).
+func (s invalidScorer) InvalidOptions() error { return s.err }

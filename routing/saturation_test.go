@@ -1,9 +1,11 @@
-package routing
+package routing_test
 
 import (
 	"math"
 	"testing"
 	"time"
+
+	. "github.com/usher-llm/usher/routing"
 )
 
 func TestSaturation(t *testing.T) {

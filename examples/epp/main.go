@@ -41,6 +41,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 func main() {
@@ -230,7 +231,7 @@ func (c config) options() (extproc.Options, error) {
 	if err != nil {
 		return extproc.Options{}, err
 	}
-	rp, err := reg.Profile(c.Router, routing.SessionOptions{})
+	rp, err := reg.Profile(c.Router, session.AffinityOptions{})
 	if err != nil {
 		return extproc.Options{}, err
 	}

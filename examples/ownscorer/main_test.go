@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
 )
 
 // TestIdleBonusChangesPicks blends fewest-streams with a queue scorer over two backends: "idle"
@@ -22,7 +23,7 @@ func TestIdleBonusChangesPicks(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, err := routing.New(routing.Options{
-			Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: s, Weight: 1}, {Scorer: routing.QueueDepth(), Weight: 0.6}}},
+			Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: s, Weight: 1}, {Scorer: load.QueueDepth(), Weight: 0.6}}},
 			Now:     func() time.Time { return now },
 			Seed:    1,
 		})

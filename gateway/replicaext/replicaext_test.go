@@ -13,7 +13,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
-	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // TestPrepare: Prepare gives the defaults the replica's feeds and, to a keyer without a
@@ -32,7 +32,7 @@ func TestPrepare(t *testing.T) {
 		}
 		ext := replicaext.New(r)
 		var io prefixcache.Options
-		var sess routing.SessionOptions
+		var sess session.AffinityOptions
 		var ko proxy.KeyerOptions
 		if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko}); err != nil {
 			t.Fatal(err)

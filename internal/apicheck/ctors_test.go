@@ -25,15 +25,10 @@ var pendingCtors = map[string]bool{
 	"proxy.NewServer":                      true,
 	"proxy/kvfeed.New":                     true,
 	"routing.NewAdapterAffinity":           true,
-	"routing.NewDynamoCost":                true,
 	"routing.NewHealthFilter":              true,
-	"routing.NewRand":                      true,
-	"routing.NewSGLangCacheAware":          true,
 	"routing.NewSaturationFilter":          true,
-	"routing.NewSessionAffinity":           true,
-	"routing.NewSessionAware":              true,
-	"routing.NewStickyFilter":              true,
-	"routing.NewTieredPrefix":              true,
+	"routing/profiles.NewDynamoCost":       true,
+	"routing/profiles.NewSGLangCacheAware": true,
 }
 
 // interfaces returns the library's exported interface types, as "name" for those of package

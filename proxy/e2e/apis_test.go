@@ -19,6 +19,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // procHandler serves a Handler over n simserver processes.
@@ -216,7 +217,7 @@ func tail(b []byte) string {
 func TestPreviousResponseBackendGone(t *testing.T) {
 	fleet := startFleet(t, 2)
 	urls := fleet.URLs()
-	r, err := routing.New(routing.Options{Profile: routing.Usher(routing.UsherOptions{})})
+	r, err := routing.New(routing.Options{Profile: profiles.Usher(profiles.UsherOptions{})})
 	if err != nil {
 		t.Fatal(err)
 	}

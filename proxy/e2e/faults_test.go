@@ -23,6 +23,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // attempts records every attempt the Handler sends, by backend host, with its time.
@@ -614,7 +615,7 @@ func TestMidStreamBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := routing.New(routing.Options{Profile: routing.WithOutlier(routing.Usher(routing.UsherOptions{}), out, 1), Index: ix})
+	r, err := routing.New(routing.Options{Profile: routing.WithOutlier(profiles.Usher(profiles.UsherOptions{}), out, 1), Index: ix})
 	if err != nil {
 		t.Fatal(err)
 	}

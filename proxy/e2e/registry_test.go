@@ -10,6 +10,8 @@ import (
 
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // evenFirst is a user's own scorer: it prefers backends whose id is even.
@@ -43,7 +45,7 @@ func newRegistry(t *testing.T) *proxy.Registry {
 
 func TestRegistryProfiles(t *testing.T) {
 	reg := newRegistry(t)
-	base, err := reg.Profile(proxy.ProfileSpec{Extends: "usher"}, routing.SessionOptions{})
+	base, err := reg.Profile(proxy.ProfileSpec{Extends: "usher"}, session.AffinityOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func TestRegistryProfiles(t *testing.T) {
 		if err := json.Unmarshal([]byte(tt.json), &spec); err != nil {
 			t.Fatalf("%s: %v", tt.json, err)
 		}
-		p, err := reg.Profile(spec, routing.SessionOptions{})
+		p, err := reg.Profile(spec, session.AffinityOptions{})
 		if tt.err != "" {
 			if !errors.Is(err, proxy.ErrInvalidOptions) || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("%s: error %v, want ErrInvalidOptions with %q", tt.json, err, tt.err)
@@ -137,7 +139,7 @@ func TestOptionsProfile(t *testing.T) {
 	fleet := startFleet(t, 2)
 	var n atomic.Int64
 	opts := testOptions(backendsOf(fleet))
-	base := routing.Usher(routing.UsherOptions{})
+	base := profiles.Usher(profiles.UsherOptions{})
 	opts.Profile = base.With(routing.Weighted{Scorer: countingScorer{&n}, Weight: 1})
 	if len(base.Scorers)+1 != len(opts.Profile.Scorers) {
 		t.Fatalf("With changed its receiver or dropped a scorer: %d, %d", len(base.Scorers), len(opts.Profile.Scorers))

@@ -21,6 +21,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // profileOf builds a registered profile, or one described as JSON.
@@ -30,7 +31,7 @@ func profileOf(t testing.TB, spec string) routing.Profile {
 	if err := json.Unmarshal([]byte(spec), &ps); err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxy.NewRegistry().Profile(ps, routing.SessionOptions{})
+	p, err := proxy.NewRegistry().Profile(ps, session.AffinityOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +364,7 @@ func TestRegistryPredictedLatency(t *testing.T) {
 		if err := json.Unmarshal([]byte(tc.spec), &ps); err != nil {
 			t.Fatal(err)
 		}
-		_, err := r.Profile(ps, routing.SessionOptions{})
+		_, err := r.Profile(ps, session.AffinityOptions{})
 		switch {
 		case tc.err == "" && err != nil:
 			t.Errorf("%s: %v", tc.spec, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // ErrInvalidOptions is returned (wrapped) by New for options it cannot use.
@@ -47,7 +48,7 @@ type Options struct {
 
 	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
 	Index *prefixcache.Index
-	// Router picks endpoints; it names them by Endpoint.Address. Nil: routing.Usher over
+	// Router picks endpoints; it names them by Endpoint.Address. Nil: profiles.Usher over
 	// Index with passive health (routing.WithOutlier).
 	Router *routing.Router
 	// BlockSize is the default router's tokens per block. Zero: routing.DefaultBlockSize.
@@ -333,7 +334,7 @@ func New(opts Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := routing.WithOutlier(routing.Usher(routing.UsherOptions{}), out, 1)
+		p := routing.WithOutlier(profiles.Usher(profiles.UsherOptions{}), out, 1)
 		if s.router, err = routing.New(routing.Options{Profile: p, Index: s.index, BlockSize: opts.BlockSize}); err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 func TestPrefixDecider(t *testing.T) {
@@ -69,7 +70,7 @@ func BenchmarkPrefixDecider(b *testing.B) {
 // more prefill work than the decode server would, it stays on the decode server.
 func TestPoolDecider(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	r, err := routing.New(routing.Options{Profile: routing.Usher(routing.UsherOptions{}), Now: func() time.Time { return now }, Seed: 1})
+	r, err := routing.New(routing.Options{Profile: profiles.Usher(profiles.UsherOptions{}), Now: func() time.Time { return now }, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

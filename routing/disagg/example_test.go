@@ -7,6 +7,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // Disaggregated serving is two picks: the decode server first, then — if the Decider finds
@@ -15,7 +16,7 @@ import (
 func ExampleNewPrefix() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	now := time.Unix(1_700_000_000, 0)
-	r, err := routing.New(routing.Options{Profile: routing.Usher(routing.UsherOptions{}), Index: ix, Now: func() time.Time { return now }, Seed: 1})
+	r, err := routing.New(routing.Options{Profile: profiles.Usher(profiles.UsherOptions{}), Index: ix, Now: func() time.Time { return now }, Seed: 1})
 	if err != nil {
 		panic(err)
 	}

@@ -12,6 +12,9 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/pick"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // PolicyOptions are the settings Policy passes to the policies that need one; every other
@@ -96,7 +99,7 @@ func Policy(name string, o PolicyOptions) (flowcontrol.Policy, error) {
 type ProfileOptions struct {
 	// Session configures the session table of the profiles that keep one (usher's
 	// SessionAware): its capacity and idle time, and the seams replicas share placements by.
-	Session routing.SessionOptions
+	Session session.AffinityOptions
 }
 
 // namedProfile is one entry of the registry.
@@ -109,22 +112,22 @@ type namedProfile struct {
 	make func(ProfileOptions) routing.Profile
 }
 
-// profiles is the registry, in the order ProfileNames lists it. Each profile's Name is its
+// profileTable is the registry, in the order ProfileNames lists it. Each profile's Name is its
 // registry name.
-var profiles = []namedProfile{
+var profileTable = []namedProfile{
 	{"usher", func(o ProfileOptions) routing.Profile {
 		// The adapter term scores every backend alike for base-model requests: it changes
 		// nothing until a fleet serves LoRA adapters (bench/README.md, "LoRA adapters").
-		return routing.Usher(routing.UsherOptions{Session: routing.SessionAwareOptions{SessionOptions: o.Session}, AdapterWeight: GatewayAdapterWeight})
+		return profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: o.Session}, AdapterWeight: GatewayAdapterWeight})
 	}},
-	{"llm-d", func(ProfileOptions) routing.Profile { return routing.LLMDDefault() }},
-	{"llm-d-precise", func(ProfileOptions) routing.Profile { return routing.LLMDPrecise() }},
-	{"llm-d-sticky", func(ProfileOptions) routing.Profile { return routing.LLMDSticky(routing.LLMDStickyOptions{}) }},
-	{"sglang", func(ProfileOptions) routing.Profile { return routing.SGLang(routing.SGLangOptions{}) }},
-	{"dynamo", func(ProfileOptions) routing.Profile { return routing.Dynamo(routing.DynamoOptions{}) }},
-	{"aibrix", func(ProfileOptions) routing.Profile { return routing.AIBrix() }},
-	{"round-robin", func(ProfileOptions) routing.Profile { return routing.RoundRobinProfile() }},
-	{"least-request", func(ProfileOptions) routing.Profile { return routing.LeastRequest() }},
+	{"llm-d", func(ProfileOptions) routing.Profile { return profiles.LLMDDefault() }},
+	{"llm-d-precise", func(ProfileOptions) routing.Profile { return profiles.LLMDPrecise() }},
+	{"llm-d-sticky", func(ProfileOptions) routing.Profile { return profiles.LLMDSticky(profiles.LLMDStickyOptions{}) }},
+	{"sglang", func(ProfileOptions) routing.Profile { return profiles.SGLang(profiles.SGLangOptions{}) }},
+	{"dynamo", func(ProfileOptions) routing.Profile { return profiles.Dynamo(profiles.DynamoOptions{}) }},
+	{"aibrix", func(ProfileOptions) routing.Profile { return profiles.AIBrix() }},
+	{"round-robin", func(ProfileOptions) routing.Profile { return profiles.RoundRobin() }},
+	{"least-request", func(ProfileOptions) routing.Profile { return profiles.LeastRequest() }},
 	{"usher-latency", func(ProfileOptions) routing.Profile {
 		// Routing by predicted latency alone: the prefix a backend holds counts through the
 		// prefill it saves, the load through the queueing it adds (routing.NewPredictedLatency
@@ -134,7 +137,7 @@ var profiles = []namedProfile{
 			panic(err) // the defaults are valid
 		}
 		return routing.Profile{Name: "usher-latency", Filters: []routing.Filter{routing.NewHealthFilter()},
-			Scorers: []routing.Weighted{{Scorer: s, Weight: 1}}, Picker: routing.MaxScore()}
+			Scorers: []routing.Weighted{{Scorer: s, Weight: 1}}, Picker: pick.MaxScore()}
 	}},
 }
 
@@ -144,8 +147,8 @@ var profiles = []namedProfile{
 // SLO routing for requests with targets). The gateway's -router flag and the bench simulator's
 // -routers take these names. The slice is a fresh copy.
 func ProfileNames() []string {
-	out := make([]string, len(profiles))
-	for i, p := range profiles {
+	out := make([]string, len(profileTable))
+	for i, p := range profileTable {
 		out[i] = p.name
 	}
 	return out
@@ -157,9 +160,9 @@ func ProfileNames() []string {
 // index fed by them; see Profile.Learn. Safe for concurrent use; each call builds new filters
 // and scorers.
 func Profile(name string, o ProfileOptions) (routing.Profile, error) {
-	i := slices.IndexFunc(profiles, func(p namedProfile) bool { return p.name == name })
+	i := slices.IndexFunc(profileTable, func(p namedProfile) bool { return p.name == name })
 	if i < 0 {
 		return routing.Profile{}, fmt.Errorf("%w: router %q: want one of %s", routing.ErrInvalidOptions, name, strings.Join(ProfileNames(), ", "))
 	}
-	return profiles[i].make(o), nil
+	return profileTable[i].make(o), nil
 }

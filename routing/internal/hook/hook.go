@@ -16,3 +16,18 @@ var (
 	// router's and its peers') than the chosen one; ok is false for a Result no Router made.
 	PrefillElsewhere func(result any) (found, ok bool)
 )
+
+// ScoresOnly is implemented by the built-in pickers (routing/pick), which read nothing of the
+// candidates but their number: a Router whose filters and scorers allow it picks among
+// candidates it has not built and builds only the chosen one.
+type ScoresOnly interface{ ScoresOnly() }
+
+// Invalid is implemented by a stand-in for a part whose options were invalid, placed in a
+// Profile by a constructor that returns no error (routing/profiles' Usher); New fails with
+// the error.
+type Invalid interface{ InvalidOptions() error }
+
+// Indexed reports whether the Router that resolved a *routing.Request (passed as an any) for
+// its filters and scorers has a prefix index: without one every MatchedBlocks is 0, and a
+// scorer must not read that as eviction. False for a Request no Router resolved.
+var Indexed func(req any) bool

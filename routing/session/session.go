@@ -1,4 +1,4 @@
-package routing
+package session
 
 import (
 	"hash/maphash"
@@ -7,21 +7,24 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/cand"
+	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
 // Session defaults.
 const (
-	// DefaultSessionTTL is how long a session's placement is remembered after its last pick
+	// DefaultPlacementTTL is how long a session's placement is remembered after its last pick
 	// (llm-d's session affinity uses 300 s).
-	DefaultSessionTTL = 300 * time.Second
+	DefaultPlacementTTL = 300 * time.Second
 	// DefaultMaxSessions bounds the remembered sessions.
 	DefaultMaxSessions = 1 << 16
 )
 
-// SessionOptions configures the session table of SessionAffinity and SessionAware.
-type SessionOptions struct {
+// AffinityOptions configures the session table of SessionAffinity and SessionAware.
+type AffinityOptions struct {
 	// TTL is how long a placement is remembered after the session's last pick. Zero:
-	// DefaultSessionTTL.
+	// DefaultPlacementTTL.
 	TTL time.Duration
 	// MaxSessions bounds the table; it is rounded up to a power of two (at least 4, at most
 	// 2^30). When full, a new session takes the slot of the entry closest to expiry in its
@@ -36,55 +39,20 @@ type SessionOptions struct {
 	// Feed, if set, hears of every placement the scorer learns from a pick, for replication
 	// to other gateway replicas (not of those applied with LearnPlacement, so replicas do not
 	// echo each other). Nil: nobody hears.
-	Feed SessionFeed
+	Feed Feed
 }
 
-// SessionFeed receives each placement a session scorer (SessionAffinity, SessionAware) learns
+// Feed receives each placement a session scorer (SessionAffinity, SessionAware) learns
 // from a pick, so that a replication layer can send it to other gateway replicas, which apply
-// it with LearnPlacement. session is the hashed session id (see SessionOptions.Seed), backend
+// it with LearnPlacement. session is the hashed session id (see AffinityOptions.Seed), backend
 // the chosen backend's name (ids differ between routers), blocks the request's chain length and
 // expires when the placement will be forgotten (the pick's time plus the TTL).
 //
 // Placed is called from the scorer's Picked, inside Pick, on the picking goroutine: it must be
 // safe for concurrent use and must not block (buffer and send from another goroutine). Its
 // arguments are values it may keep.
-type SessionFeed interface {
+type Feed interface {
 	Placed(session uint64, backend string, blocks int, expires time.Time)
-}
-
-// sessionPlacer is a session scorer that applies placements other gateway replicas learnt:
-// SessionAffinity and SessionAware. Profile.sessionScorers finds them in a built profile.
-type sessionPlacer interface {
-	// LearnPlacement applies a placement another replica learnt (see SessionAware's).
-	LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool
-}
-
-var (
-	_ sessionPlacer = (*sessionAffinity)(nil)
-	_ sessionPlacer = (*sessionAware)(nil)
-)
-
-// sessionScorers returns the filters, scorers and picker of p that are session scorers
-// (implement sessionPlacer), each once, in that order: how a replication layer reaches the
-// session table of a profile built by a constructor, such as Usher's SessionAware. With
-// sharing, build the profile with the same SessionOptions.Seed on every replica and a Feed,
-// for example Usher(UsherOptions{Session: SessionAwareOptions{SessionOptions:
-// SessionOptions{Seed: seed, Feed: feed}}}). O(filters + scorers); it allocates the result.
-func (p Profile) sessionScorers() []sessionPlacer {
-	var out []sessionPlacer
-	add := func(x any) {
-		if sp, ok := x.(sessionPlacer); ok && !hooked(out, sp) {
-			out = append(out, sp)
-		}
-	}
-	for _, f := range p.Filters {
-		add(f)
-	}
-	for _, w := range p.Scorers {
-		add(w.Scorer)
-	}
-	add(p.Picker)
-	return out
 }
 
 // sessionTable maps a session id to the backend of its last pick, with an expiry. It is a
@@ -98,21 +66,21 @@ type sessionTable struct {
 	slots []sessionSlot
 	mask  uint64
 	ttl   int64
-	key   uint64       // SessionOptions.Seed; 0: hash with seed
+	key   uint64       // AffinityOptions.Seed; 0: hash with seed
 	seed  maphash.Seed // when key is 0
-	feed  SessionFeed
+	feed  Feed
 }
 
 type sessionSlot struct {
 	key atomic.Uint64 // hashed session id; 0 = empty
-	val atomic.Uint64 // BackendID<<32 | blocks
+	val atomic.Uint64 // routing.BackendID<<32 | blocks
 	exp atomic.Int64  // expiry, Unix ns
 }
 
-func newSessionTable(opts SessionOptions) *sessionTable {
+func newSessionTable(opts AffinityOptions) *sessionTable {
 	ttl := opts.TTL
 	if ttl <= 0 {
-		ttl = DefaultSessionTTL
+		ttl = DefaultPlacementTTL
 	}
 	size := sessionSlots(opts.MaxSessions)
 	return &sessionTable{
@@ -160,7 +128,7 @@ func (t *sessionTable) hash(session string) uint64 {
 }
 
 // lookup returns the placement of session hash h, if it is remembered and not expired. O(1).
-func (t *sessionTable) lookup(h uint64, now int64) (BackendID, int, bool) {
+func (t *sessionTable) lookup(h uint64, now int64) (routing.BackendID, int, bool) {
 	base := h & t.mask &^ 3
 	for i := range uint64(4) {
 		s := &t.slots[base+i]
@@ -171,14 +139,14 @@ func (t *sessionTable) lookup(h uint64, now int64) (BackendID, int, bool) {
 		if s.key.Load() != h || e <= now {
 			return 0, 0, false
 		}
-		return BackendID(v >> 32), int(uint32(v)), true
+		return routing.BackendID(v >> 32), int(uint32(v)), true
 	}
 	return 0, 0, false
 }
 
 // store remembers that session hash h was placed on id with a chain of blocks blocks, until
 // now + TTL, which it returns. O(1).
-func (t *sessionTable) store(h uint64, id BackendID, blocks int, now int64) int64 {
+func (t *sessionTable) store(h uint64, id routing.BackendID, blocks int, now int64) int64 {
 	exp := now + t.ttl
 	t.put(h, id, blocks, exp, false)
 	return exp
@@ -188,7 +156,7 @@ func (t *sessionTable) store(h uint64, id BackendID, blocks int, now int64) int6
 // one, else the one closest to expiry. With keepLater (a placement another replica learnt) it
 // writes nothing, and returns false, when h's slot already expires at or after exp, or when h
 // has no slot and every slot of the bucket outlives exp. O(1).
-func (t *sessionTable) put(h uint64, id BackendID, blocks int, exp int64, keepLater bool) bool {
+func (t *sessionTable) put(h uint64, id routing.BackendID, blocks int, exp int64, keepLater bool) bool {
 	base := h & t.mask &^ 3
 	victim := -1
 	oldest := int64(math.MaxInt64)
@@ -221,7 +189,7 @@ func (t *sessionTable) put(h uint64, id BackendID, blocks int, exp int64, keepLa
 }
 
 // picked learns the placement of req's session, if it has one, and tells the feed. O(1).
-func (t *sessionTable) picked(req *Request, chosen *Candidate, now time.Time) {
+func (t *sessionTable) picked(req *routing.Request, chosen *routing.Candidate, now time.Time) {
 	if req.Session == "" {
 		return
 	}
@@ -233,7 +201,7 @@ func (t *sessionTable) picked(req *Request, chosen *Candidate, now time.Time) {
 }
 
 // learn applies a placement another replica learnt; see SessionAware.LearnPlacement. O(1).
-func (t *sessionTable) learn(session uint64, id BackendID, blocks int, expires time.Time) bool {
+func (t *sessionTable) learn(session uint64, id routing.BackendID, blocks int, expires time.Time) bool {
 	if session == 0 || expires.IsZero() {
 		return false
 	}
@@ -246,12 +214,12 @@ type sessionAffinity struct {
 }
 
 // newSessionAffinity builds the scorer NewSessionAffinity returns.
-func newSessionAffinity(opts SessionOptions) *sessionAffinity {
+func newSessionAffinity(opts AffinityOptions) *sessionAffinity {
 	return &sessionAffinity{t: newSessionTable(opts)}
 }
 
-// Score implements Scorer.
-func (s *sessionAffinity) Score(req *Request, cands []Candidate, dst []float64) {
+// Score implements routing.Scorer.
+func (s *sessionAffinity) Score(req *routing.Request, cands []routing.Candidate, dst []float64) {
 	clear(dst)
 	if req.Session == "" {
 		return
@@ -267,21 +235,25 @@ func (s *sessionAffinity) Score(req *Request, cands []Candidate, dst []float64) 
 	}
 }
 
-// Picked implements Observer: the chosen backend becomes the session's, and SessionOptions.Feed
+// Picked implements Observer: the chosen backend becomes the session's, and AffinityOptions.Feed
 // hears of it.
-func (s *sessionAffinity) Picked(req *Request, chosen *Candidate, now time.Time) {
+func (s *sessionAffinity) Picked(req *routing.Request, chosen *routing.Candidate, now time.Time) {
 	s.t.picked(req, chosen, now)
 }
 
 // LearnPlacement applies a placement another gateway replica learnt; see
 // SessionAware.LearnPlacement. O(1), no allocation, safe for concurrent use with picks.
-func (s *sessionAffinity) LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool {
+func (s *sessionAffinity) LearnPlacement(session uint64, id routing.BackendID, blocks int, expires time.Time) bool {
 	return s.t.learn(session, id, blocks, expires)
 }
 
-// nowOf returns the pick time for a scorer: Request.Now, which Pick always resolves, else the
+// indexed reports whether the Router resolving req has a prefix index (a variable so that
+// tests can score hand-made requests as a Router with an index would).
+var indexed = func(req *routing.Request) bool { return hook.Indexed(req) }
+
+// nowOf returns the pick time for a scorer: routing.Request.Now, which Pick always resolves, else the
 // wall clock (a scorer called outside a Router).
-func nowOf(req *Request, _ []Candidate) int64 {
+func nowOf(req *routing.Request, _ []routing.Candidate) int64 {
 	if !req.Now.IsZero() {
 		return req.Now.UnixNano()
 	}
@@ -298,11 +270,11 @@ const (
 	DefaultKeptFraction = 0.5
 )
 
-// SessionAwareOptions configures SessionAware. Zero values are the documented defaults.
-type SessionAwareOptions struct {
-	SessionOptions
+// AwareOptions configures SessionAware. Zero values are the documented defaults.
+type AwareOptions struct {
+	AffinityOptions
 	// Overload is the multiple of the mean load beyond which a home backend is abandoned:
-	// load(home) > Overload · (mean load + 1). Zero: DefaultOverload (2).
+	// cand.Load(home) > Overload · (mean load + 1). Zero: DefaultOverload (2).
 	Overload float64
 	// KeptFraction is the share of the previous turn's blocks the home backend must still hold
 	// for the history to count as cached — unless no other candidate holds more of the prompt,
@@ -341,8 +313,8 @@ type sessionAware struct {
 }
 
 // newSessionAware builds the scorer NewSessionAware returns.
-func newSessionAware(opts SessionAwareOptions) *sessionAware {
-	s := &sessionAware{t: newSessionTable(opts.SessionOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction,
+func newSessionAware(opts AwareOptions) *sessionAware {
+	s := &sessionAware{t: newSessionTable(opts.AffinityOptions), overload: opts.Overload, kept: opts.KeptFraction, noEvict: opts.IgnoreEviction,
 		prefix1: opts.PrefixFirstTurns, balance1: opts.BalanceFirstTurns, quiet: !opts.BalanceWhenQuiet}
 	if s.overload <= 0 {
 		s.overload = DefaultOverload
@@ -357,33 +329,15 @@ func newSessionAware(opts SessionAwareOptions) *sessionAware {
 // history was evicted. O(1).
 func (s *sessionAware) Moved() uint64 { return s.moved.Load() }
 
-// load is a candidate's load as SessionAware sees it.
-func load(c *Candidate) float64 {
-	l := float64(c.InFlight.Requests)
-	polled, ok := 0, false
-	if c.Has(SignalQueued) {
-		polled += c.State.Queued
-		ok = true
-	}
-	if c.Has(SignalRunning) {
-		polled += c.State.Running
-		ok = true
-	}
-	if ok {
-		l = max(l, float64(polled))
-	}
-	return l
-}
-
-// Score implements Scorer.
-func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
+// Score implements routing.Scorer.
+func (s *sessionAware) Score(req *routing.Request, cands []routing.Candidate, dst []float64) {
 	hi, sum := 0.0, 0.0
 	quiet := s.quiet // no candidate has a request waiting (while the quiet rule is on)
 	for i := range cands {
-		if !idle(&cands[i]) {
+		if !cand.Idle(&cands[i]) {
 			quiet = false
 		}
-		l := load(&cands[i])
+		l := cand.Load(&cands[i])
 		dst[i] = l // raw load; turned into a score below
 		hi = max(hi, l)
 		sum += l
@@ -392,7 +346,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	// calm reports whether a candidate of load l is within the load limit reckoned over the
 	// other candidates alone: with few candidates its own load lifts the mean it is measured
 	// against (on two servers l ≤ 2·(mean + 1) always holds).
-	calm := func(l float64) bool { return underOthers(l, sum, len(cands), s.overload) }
+	calm := func(l float64) bool { return cand.UnderOthers(l, sum, len(cands), s.overload) }
 	home := -1
 	if req.Session != "" {
 		if id, blocks, ok := s.t.lookup(s.t.hash(req.Session), nowOf(req, cands)); ok {
@@ -401,7 +355,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 					continue
 				}
 				overloaded := dst[i] > limit
-				evicted := !s.noEvict && req.indexed && blocks > 0 && len(req.Chain) > 0 &&
+				evicted := !s.noEvict && indexed(req) && blocks > 0 && len(req.Chain) > 0 &&
 					float64(cands[i].MatchedBlocks) < s.kept*float64(min(blocks, len(req.Chain)))
 				if evicted && cands[i].MatchedBlocks > 0 {
 					// What is left of the history still counts where nobody holds more.
@@ -418,7 +372,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 	n := float64(len(req.Chain))
 	mixed := req.Session == "" || s.prefix1
-	first := home < 0 && !mixed && !s.balance1 && req.indexed && n > 0
+	first := home < 0 && !mixed && !s.balance1 && indexed(req) && n > 0
 	// A turn without a home whose prompt is mostly held by some candidate that is not
 	// overloaded — a fork of another conversation, an agent's sub-task, a shared document —
 	// is homed among those holders: need is the blocks a holder must hold, 0 when none does.
@@ -432,7 +386,7 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 		for i := range cands {
 			if cands[i].MatchedBlocks >= need && dst[i] <= limit {
 				held = true
-				if light = light || (calm(dst[i]) && idle(&cands[i])); light {
+				if light = light || (calm(dst[i]) && cand.Idle(&cands[i])); light {
 					break
 				}
 			}
@@ -489,17 +443,8 @@ func (s *sessionAware) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 }
 
-// underOthers reports whether a load l is within factor times the mean load of the other
-// n−1 candidates plus one request, sum being the load of all n; false when n is 1. O(1).
-func underOthers(l, sum float64, n int, factor float64) bool {
-	return n > 1 && l <= factor*((sum-l)/float64(n-1)+1)
-}
-
-// idle reports whether a candidate freshly reports no request waiting. O(1).
-func idle(c *Candidate) bool { return c.Has(SignalQueued) && c.State.Queued == 0 }
-
 // heldMore reports whether a candidate other than cands[i] holds more of the prompt. O(n).
-func heldMore(cands []Candidate, i int) bool {
+func heldMore(cands []routing.Candidate, i int) bool {
 	for j := range cands {
 		if j != i && cands[j].MatchedBlocks > cands[i].MatchedBlocks {
 			return true
@@ -509,14 +454,14 @@ func heldMore(cands []Candidate, i int) bool {
 }
 
 // Picked implements Observer: the chosen backend becomes the session's home, and
-// SessionOptions.Feed hears of it.
-func (s *sessionAware) Picked(req *Request, chosen *Candidate, now time.Time) {
+// AffinityOptions.Feed hears of it.
+func (s *sessionAware) Picked(req *routing.Request, chosen *routing.Candidate, now time.Time) {
 	s.t.picked(req, chosen, now)
 }
 
-// LearnPlacement applies a placement another gateway replica learnt, as its SessionFeed
+// LearnPlacement applies a placement another gateway replica learnt, as its Feed
 // reported it: session is the hashed session id (the replicas must share
-// SessionOptions.Seed), id this router's BackendID for the backend (Router.Lookup of the name
+// AffinityOptions.Seed), id this router's routing.BackendID for the backend (Router.Lookup of the name
 // the feed gave), blocks the chain length of the turn placed and expires the placement's
 // expiry (an absolute time: the replicas' clocks should agree to well within the TTL). The next
 // turn of that session then goes home here as if this router had placed it.
@@ -528,6 +473,6 @@ func (s *sessionAware) Picked(req *Request, chosen *Candidate, now time.Time) {
 // to the Feed. An id the router does not route to is harmless: it matches no candidate. O(1),
 // no allocation, lock-free and safe for concurrent use with picks; a write racing with a pick
 // of the same session may lose, which costs at most one misplaced turn.
-func (s *sessionAware) LearnPlacement(session uint64, id BackendID, blocks int, expires time.Time) bool {
+func (s *sessionAware) LearnPlacement(session uint64, id routing.BackendID, blocks int, expires time.Time) bool {
 	return s.t.learn(session, id, blocks, expires)
 }

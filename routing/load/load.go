@@ -1,6 +1,14 @@
-package routing
+package load
 
-import "math"
+import (
+	"math"
+
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/cols"
+)
+
+// colsT is the columns a pick fills for the scorers that read them.
+type colsT = cols.Cols[routing.Candidate, routing.BackendID, routing.Signal]
 
 // The built-in scorers. Each documents its formula, its cost (all are O(n) in the number of
 // candidates and allocate nothing) and what it does with a candidate whose signal is missing or
@@ -9,97 +17,26 @@ import "math"
 // and the other terms of the blend decide. When no candidate has the signal, every candidate
 // scores 0.5 (no information). The router counts such candidates in Stats.StaleCandidates.
 
-// DefaultLengthTokens is the matched length at which PrefixLength's length term reaches 1
-// (llm-d's optional length term uses 8192 tokens).
-const DefaultLengthTokens = 8192
-
-// DefaultTokenLoadCap is the in-flight token count at which TokenLoad reaches 0 (llm-d's
+// DefaultTokenCap is the in-flight token count at which TokenBacklog reaches 0 (llm-d's
 // token-load scorer uses 4,194,304).
-const DefaultTokenLoadCap = 4194304
-
-// PrefixRatio scores a candidate by the share of the prompt's blocks it already holds:
-//
-//	score = MatchedBlocks / len(Request.Chain)
-//
-// (llm-d's prefix-cache scorer). A request without a chain scores 0 everywhere. The prefix index
-// is the router's own knowledge, never stale, so nothing is imputed.
-func PrefixRatio() Scorer { return prefixScorer{} }
-
-// PrefixLength is PrefixRatio damped for short matches, because a short prompt fully matched is
-// worth little prefill:
-//
-//	score = MatchedBlocks/len(Chain) · min(1, matched_tokens/lengthTokens)²
-//
-// where matched_tokens is Candidate.MatchedTokens (MatchedBlocks · block size). lengthTokens ≤ 0 means
-// DefaultLengthTokens (8192, llm-d's optional length term).
-func PrefixLength(lengthTokens int) Scorer {
-	if lengthTokens <= 0 {
-		lengthTokens = DefaultLengthTokens
-	}
-	return prefixScorer{length: float64(lengthTokens)}
-}
-
-type prefixScorer struct{ length float64 }
-
-func (p prefixScorer) Score(req *Request, cands []Candidate, dst []float64) {
-	total := len(req.Chain)
-	if total == 0 {
-		clear(dst)
-		return
-	}
-	inv := 1 / float64(total)
-	for i := range cands {
-		m := max(0, min(cands[i].MatchedBlocks, total))
-		v := float64(m) * inv
-		if p.length > 0 {
-			l := min(1, float64(max(0, cands[i].MatchedTokens))/p.length)
-			v *= l * l
-		}
-		dst[i] = v
-	}
-}
-
-func (prefixScorer) needs() colMask { return colMatched }
-
-// addCols implements unitScorer. Without a chain every score is 0 and the totals, which are
-// never negative zero, stay as they are.
-func (p prefixScorer) addCols(req *Request, c *cols, w float64, tot []float64) {
-	total := len(req.Chain)
-	if total == 0 {
-		return
-	}
-	inv := 1 / float64(total)
-	matched, tokens := c.matched[:len(tot)], c.matchedTokens[:len(tot)]
-	if p.length <= 0 {
-		for i, m := range matched {
-			tot[i] += w * (float64(max(0, min(m, total))) * inv)
-		}
-		return
-	}
-	for i, m := range matched {
-		v := float64(max(0, min(m, total))) * inv
-		l := min(1, float64(max(0, tokens[i]))/p.length)
-		v *= l * l
-		tot[i] += w * v
-	}
-}
+const DefaultTokenCap = 4194304
 
 // QueueDepth scores by the server's waiting queue, min-max normalised over the candidates
 // (llm-d's queue scorer):
 //
 //	score = (max − queued) / (max − min), or 1 for all when max = min
 //
-// Candidates without a fresh SignalQueued are imputed (see the package's scorer notes).
-func QueueDepth() Scorer { return minMaxScorer{kind: byQueued} }
+// Candidates without a fresh routing.SignalQueued are imputed (see the package's scorer notes).
+func QueueDepth() routing.Scorer { return minMaxScorer{kind: byQueued} }
 
-// RunningRequests scores by the server's running batch, min-max normalised like QueueDepth.
-// Candidates without a fresh SignalRunning are imputed.
-func RunningRequests() Scorer { return minMaxScorer{kind: byRunning} }
+// Running scores by the server's running batch, min-max normalised like QueueDepth.
+// Candidates without a fresh routing.SignalRunning are imputed.
+func Running() routing.Scorer { return minMaxScorer{kind: byRunning} }
 
-// ActiveRequests scores by the router's own in-flight request count, min-max normalised like
+// Active scores by the router's own in-flight request count, min-max normalised like
 // QueueDepth (llm-d's active-request scorer; least-request routing). The counter is always
 // fresh, so nothing is imputed.
-func ActiveRequests() Scorer { return minMaxScorer{kind: byActive} }
+func Active() routing.Scorer { return minMaxScorer{kind: byActive} }
 
 type loadKind uint8
 
@@ -111,20 +48,20 @@ const (
 
 type minMaxScorer struct{ kind loadKind }
 
-func (s minMaxScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+func (s minMaxScorer) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 	// First the raw values, NaN where the signal is missing or stale; then the normalisation.
 	switch s.kind {
 	case byQueued:
 		for i := range cands {
 			dst[i] = math.NaN()
-			if cands[i].Fresh&SignalQueued != 0 {
+			if cands[i].Fresh&routing.SignalQueued != 0 {
 				dst[i] = float64(cands[i].State.Queued)
 			}
 		}
 	case byRunning:
 		for i := range cands {
 			dst[i] = math.NaN()
-			if cands[i].Fresh&SignalRunning != 0 {
+			if cands[i].Fresh&routing.SignalRunning != 0 {
 				dst[i] = float64(cands[i].State.Running)
 			}
 		}
@@ -136,35 +73,35 @@ func (s minMaxScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 	minMaxInverse(dst)
 }
 
-func (s minMaxScorer) needs() colMask {
+func (s minMaxScorer) Needs() cols.Mask {
 	switch s.kind {
 	case byQueued:
-		return colQueued
+		return cols.Queued
 	case byRunning:
-		return colRunning
+		return cols.Running
 	}
-	return colActive
+	return cols.Active
 }
 
-// addCols implements unitScorer: one pass takes the range of the raw values, one more
+// addCols implements the router's column path (see routing/internal/cols): one pass takes the range of the raw values, one more
 // normalises and adds them.
-func (s minMaxScorer) addCols(_ *Request, c *cols, w float64, tot []float64) {
+func (s minMaxScorer) AddCols(_ *routing.Request, c *colsT, w float64, tot []float64) {
 	var (
 		raw []float64
-		st  colStats
+		st  cols.Stats
 	)
 	switch s.kind {
 	case byQueued:
-		raw, st = c.queued[:len(tot)], c.queuedStats
+		raw, st = c.Queued[:len(tot)], c.QueuedStats
 	case byRunning:
-		raw, st = c.running[:len(tot)], c.runningStats
+		raw, st = c.Running[:len(tot)], c.RunningStats
 	default:
-		raw = c.active[:len(tot)]
+		raw = c.Active[:len(tot)]
 	}
-	if !st.ok {
-		st = statsOf(raw) // minMaxInverse's comparisons, in the same order
+	if !st.OK {
+		st = cols.StatsOf(raw) // minMaxInverse's comparisons, in the same order
 	}
-	addMinMaxInverse(raw, st.lo, st.hi, st.known, w, tot)
+	addMinMaxInverse(raw, st.Lo, st.Hi, st.Known, w, tot)
 }
 
 // minMaxInverse maps raw loads in dst to (max − v)/(max − min), 1 for all when max = min, and
@@ -204,21 +141,7 @@ func minMaxInverse(dst []float64) {
 		}
 	}
 	if known < len(dst) {
-		impute(dst, sum, known)
-	}
-}
-
-// impute replaces the NaN placeholders in dst by the mean of the known scores (sum over known
-// of them), or by 0.5 when none is known.
-func impute(dst []float64, sum float64, known int) {
-	fill := 0.5
-	if known > 0 {
-		fill = sum / float64(known)
-	}
-	for i, v := range dst {
-		if v != v {
-			dst[i] = fill
-		}
+		cols.Impute(dst, sum, known)
 	}
 }
 
@@ -276,16 +199,16 @@ func addImputed(raw []float64, sum float64, known int, w float64, tot []float64)
 	}
 }
 
-// KVUtilization scores by free KV cache: score = 1 − KVUtilization (llm-d's
-// kv-cache-utilization scorer). Candidates without a fresh SignalKVUtilization are imputed.
-func KVUtilization() Scorer { return kvScorer{} }
+// KV scores by free KV cache: score = 1 − KVUtilization (llm-d's
+// kv-cache-utilization scorer). Candidates without a fresh routing.SignalKVUtilization are imputed.
+func KV() routing.Scorer { return kvScorer{} }
 
 type kvScorer struct{}
 
-func (kvScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+func (kvScorer) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 	sum, known := 0.0, 0
 	for i := range cands {
-		if !cands[i].Has(SignalKVUtilization) {
+		if !cands[i].Has(routing.SignalKVUtilization) {
 			dst[i] = math.NaN()
 			continue
 		}
@@ -301,16 +224,16 @@ func (kvScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 		known++
 	}
 	if known < len(cands) {
-		impute(dst, sum, known)
+		cols.Impute(dst, sum, known)
 	}
 }
 
-func (kvScorer) needs() colMask { return colKV }
+func (kvScorer) Needs() cols.Mask { return cols.KV }
 
-// addCols implements unitScorer.
-func (kvScorer) addCols(_ *Request, c *cols, w float64, tot []float64) {
-	free := c.kv[:len(tot)]
-	if c.kvStats.ok && c.kvStats.known == len(free) {
+// addCols implements the router's column path (see routing/internal/cols).
+func (kvScorer) AddCols(_ *routing.Request, c *colsT, w float64, tot []float64) {
+	free := c.KV[:len(tot)]
+	if c.KVStats.OK && c.KVStats.Known == len(free) {
 		for i, v := range free {
 			tot[i] += w * v
 		}
@@ -329,11 +252,11 @@ func (kvScorer) addCols(_ *Request, c *cols, w float64, tot []float64) {
 	}
 }
 
-// LoadAware scores by queue depth against a threshold (llm-d's load-aware scorer): an empty
+// QueueThreshold scores by queue depth against a threshold (llm-d's load-aware scorer): an empty
 // queue scores 0.5, a queue of q scores 0.5·(1 − q/threshold), and a queue at or above the
-// threshold scores 0. threshold ≤ 0 means 128. Candidates without a fresh SignalQueued are
+// threshold scores 0. threshold ≤ 0 means 128. Candidates without a fresh routing.SignalQueued are
 // imputed.
-func LoadAware(threshold int) Scorer {
+func QueueThreshold(threshold int) routing.Scorer {
 	if threshold <= 0 {
 		threshold = 128
 	}
@@ -342,10 +265,10 @@ func LoadAware(threshold int) Scorer {
 
 type loadAwareScorer struct{ threshold float64 }
 
-func (s loadAwareScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+func (s loadAwareScorer) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 	sum, known := 0.0, 0
 	for i := range cands {
-		if !cands[i].Has(SignalQueued) {
+		if !cands[i].Has(routing.SignalQueued) {
 			dst[i] = math.NaN()
 			continue
 		}
@@ -356,20 +279,20 @@ func (s loadAwareScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 		known++
 	}
 	if known < len(cands) {
-		impute(dst, sum, known)
+		cols.Impute(dst, sum, known)
 	}
 }
 
-// TokenLoad scores by the prefill work the router has sent the backend and not yet seen
+// TokenBacklog scores by the prefill work the router has sent the backend and not yet seen
 // finish, plus this request's own uncached tokens there (llm-d's token-load scorer):
 //
 //	score = 1 − min(InFlight.PrefillTokens + UncachedTokens, cap) / cap
 //
-// cap ≤ 0 means DefaultTokenLoadCap (4,194,304). The counters are the router's own, always
+// cap ≤ 0 means DefaultTokenCap (4,194,304). The counters are the router's own, always
 // fresh.
-func TokenLoad(capTokens int) Scorer {
+func TokenBacklog(capTokens int) routing.Scorer {
 	if capTokens <= 0 {
-		capTokens = DefaultTokenLoadCap
+		capTokens = DefaultTokenCap
 	}
 	return tokenLoadScorer{cap: float64(capTokens), capTokens: int64(capTokens)}
 }
@@ -379,7 +302,7 @@ type tokenLoadScorer struct {
 	capTokens int64 // cap as an integer
 }
 
-func (s tokenLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+func (s tokenLoadScorer) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 	inv := 1 / s.cap
 	for i := range cands {
 		t := float64(max(0, cands[i].InFlight.PrefillTokens+int64(cands[i].UncachedTokens)))
@@ -390,12 +313,12 @@ func (s tokenLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
 	}
 }
 
-func (tokenLoadScorer) needs() colMask { return colTokens }
+func (tokenLoadScorer) Needs() cols.Mask { return cols.Tokens }
 
-// addCols implements unitScorer.
-func (s tokenLoadScorer) addCols(_ *Request, c *cols, w float64, tot []float64) {
+// addCols implements the router's column path (see routing/internal/cols).
+func (s tokenLoadScorer) AddCols(_ *routing.Request, c *colsT, w float64, tot []float64) {
 	inv, capF, capI := 1/s.cap, s.cap, s.capTokens
-	tokens := c.tokens[:len(tot)]
+	tokens := c.Tokens[:len(tot)]
 	for i, n := range tokens {
 		// Score's min(float64(max(0, n)), cap), compared as integers: float64 rounding is
 		// monotone, so n < capI gives a value ≤ cap, and n ≥ capI one ≥ cap, which Score
@@ -408,15 +331,15 @@ func (s tokenLoadScorer) addCols(_ *Request, c *cols, w float64, tot []float64) 
 	}
 }
 
-// PrefillLoad scores by the prefill work the router has sent the backend and not yet seen
+// Prefill scores by the prefill work the router has sent the backend and not yet seen
 // finish, without this request's own tokens:
 //
 //	score = 1 − min(InFlight.PrefillTokens, cap) / cap
 //
-// Unlike TokenLoad it does not reward a backend for holding this request's prefix, so it
+// Unlike TokenBacklog it does not reward a backend for holding this request's prefix, so it
 // measures only how long the request would queue behind others' prefill there. cap ≤ 0 means
 // 65,536 tokens (about 4 s at 15,928 tok/s). The counters are the router's own, always fresh.
-func PrefillLoad(capTokens int) Scorer {
+func Prefill(capTokens int) routing.Scorer {
 	if capTokens <= 0 {
 		capTokens = 1 << 16
 	}
@@ -425,7 +348,7 @@ func PrefillLoad(capTokens int) Scorer {
 
 type prefillLoadScorer struct{ cap float64 }
 
-func (s prefillLoadScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+func (s prefillLoadScorer) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 	inv := 1 / s.cap
 	for i := range cands {
 		dst[i] = 1 - min(float64(cands[i].InFlight.PrefillTokens), s.cap)*inv

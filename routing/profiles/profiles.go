@@ -1,6 +1,17 @@
-package routing
+package profiles
 
-import "math"
+import (
+	"fmt"
+	"math"
+
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/cand"
+	"github.com/usher-llm/usher/routing/internal/hook"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/pick"
+	"github.com/usher-llm/usher/routing/prefix"
+	"github.com/usher-llm/usher/routing/session"
+)
 
 // The peers' routers, reproduced as Profiles so that the bench simulator can compare usher's
 // configuration against exactly these. Each constructor states the source formula and defaults
@@ -14,16 +25,16 @@ import "math"
 //
 // Weights are not normalised. Unlike llm-d, a missing or stale queue or KV signal is imputed
 // (see the scorers), not read as 0 or as saturation.
-func LLMDDefault() Profile {
-	return Profile{
+func LLMDDefault() routing.Profile {
+	return routing.Profile{
 		Name:    "llm-d",
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{
-			{QueueDepth(), 2},
-			{KVUtilization(), 2},
-			{PrefixRatio(), 3},
+		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Scorers: []routing.Weighted{
+			{Scorer: load.QueueDepth(), Weight: 2},
+			{Scorer: load.KV(), Weight: 2},
+			{Scorer: prefix.Ratio(), Weight: 3},
 		},
-		Picker: MaxScore(),
+		Picker: pick.MaxScore(),
 	}
 }
 
@@ -32,13 +43,13 @@ func LLMDDefault() Profile {
 //
 //	total = 2·QueueDepth + 2·KVUtilization + 3·PrefixRatio, max-score picker
 //
-// The router itself never inserts (Learn = LearnFromEvents): a block counts from the moment the
+// The router itself never inserts (Learn = routing.LearnFromEvents): a block counts from the moment the
 // engine's BlockStored event is applied until its BlockRemoved, so a request still in prefill
 // attracts nothing. Use it with an index fed by prefixcache/kvevents.
-func LLMDPrecise() Profile {
+func LLMDPrecise() routing.Profile {
 	p := LLMDDefault()
 	p.Name = "llm-d-precise"
-	p.Learn = LearnFromEvents
+	p.Learn = routing.LearnFromEvents
 	return p
 }
 
@@ -55,8 +66,8 @@ const (
 
 // LLMDStickyOptions configures LLMDSticky.
 type LLMDStickyOptions struct {
-	StickyOptions
-	// Bottleneck picks the load scorer: PrefillBound (zero) → TokenLoad(4,194,304),
+	session.StickyOptions
+	// Bottleneck picks the load scorer: PrefillBound (zero) → load.TokenBacklog(4,194,304),
 	// DecodeBound → ActiveRequests.
 	Bottleneck Bottleneck
 }
@@ -66,18 +77,18 @@ type LLMDStickyOptions struct {
 // in-flight uncached tokens / 15928 tok/s, exceeds the best non-sticky one's by more than
 // 18000 ms), then one load scorer chosen by bottleneck — token-load for prefill-bound work,
 // active-requests for decode-bound work — and the max-score picker.
-func LLMDSticky(opts LLMDStickyOptions) Profile {
-	load := TokenLoad(0)
+func LLMDSticky(opts LLMDStickyOptions) routing.Profile {
+	term := load.TokenBacklog(0)
 	name := "llm-d-sticky"
 	if opts.Bottleneck == DecodeBound {
-		load = ActiveRequests()
+		term = load.Active()
 		name = "llm-d-sticky-decode"
 	}
-	return Profile{
+	return routing.Profile{
 		Name:    name,
-		Filters: []Filter{newHealthFilter(), newStickyFilter(opts.StickyOptions)},
-		Scorers: []Weighted{{load, 1}},
-		Picker:  MaxScore(),
+		Filters: []routing.Filter{routing.NewHealthFilter(), orInvalidFilter(session.NewSticky(opts.StickyOptions))},
+		Scorers: []routing.Weighted{{Scorer: term, Weight: 1}},
+		Picker:  pick.MaxScore(),
 	}
 }
 
@@ -118,8 +129,8 @@ func newSGLangCacheAware(opts SGLangOptions) *sglangCacheAware {
 	return s
 }
 
-// Score implements Scorer.
-func (s *sglangCacheAware) Score(req *Request, cands []Candidate, dst []float64) {
+// Score implements routing.Scorer.
+func (s *sglangCacheAware) Score(req *routing.Request, cands []routing.Candidate, dst []float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	best := 0.0
 	for i := range cands {
@@ -146,12 +157,12 @@ func (s *sglangCacheAware) Score(req *Request, cands []Candidate, dst []float64)
 
 // SGLang is the SGLang model gateway's cache-aware routing as a profile: SGLangCacheAware and
 // the max-score picker.
-func SGLang(opts SGLangOptions) Profile {
-	return Profile{
+func SGLang(opts SGLangOptions) routing.Profile {
+	return routing.Profile{
 		Name:    "sglang",
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{{newSGLangCacheAware(opts), 1}},
-		Picker:  MaxScore(),
+		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Scorers: []routing.Weighted{{Scorer: newSGLangCacheAware(opts), Weight: 1}},
+		Picker:  pick.MaxScore(),
 	}
 }
 
@@ -174,9 +185,9 @@ type DynamoOptions struct {
 	// Temperature > 0 samples with softmax over the normalised cost; 0 takes the argmin.
 	Temperature float64
 	// AbstainWhenQuiet scores every candidate 1, leaving the choice to the other terms of a
-	// blend, for a request on the base model (no Request.Adapter) while the fleet is quiet and
+	// blend, for a request on the base model (no routing.Request.Adapter) while the fleet is quiet and
 	// settled: every candidate freshly reports its running and waiting requests
-	// (SignalRunning, SignalQueued), none has a request waiting, the router has at most
+	// (routing.SignalRunning, routing.SignalQueued), none has a request waiting, the router has at most
 	// Unreported requests in flight beyond what the candidates reported (summed over them:
 	// the requests sent since the last scrape), and no candidate's load (its running and
 	// waiting requests, or the router's in-flight count if higher) exceeds four times the
@@ -222,16 +233,16 @@ func newDynamoCost(opts DynamoOptions) *dynamoCost {
 // running and waiting ones reported by at most unreported, summed over the candidates, and the
 // load is even (no candidate above abstainOverload times the mean of the others, plus one).
 // O(n).
-func settled(cands []Candidate, unreported int64) bool {
+func settled(cands []routing.Candidate, unreported int64) bool {
 	var sent int64
 	sum := 0.0
 	for i := range cands {
 		c := &cands[i]
-		if !idle(c) || !c.Has(SignalRunning) {
+		if !cand.Idle(c) || !c.Has(routing.SignalRunning) {
 			return false
 		}
 		sent += max(0, c.InFlight.Requests-int64(c.State.Running+c.State.Queued))
-		sum += load(c)
+		sum += cand.Load(c)
 	}
 	if sent > unreported {
 		return false
@@ -242,7 +253,7 @@ func settled(cands []Candidate, unreported int64) bool {
 	// weighs them.
 	if len(cands) > 1 {
 		for i := range cands {
-			if !underOthers(load(&cands[i]), sum, len(cands), abstainOverload) {
+			if !cand.UnderOthers(cand.Load(&cands[i]), sum, len(cands), abstainOverload) {
 				return false
 			}
 		}
@@ -250,8 +261,8 @@ func settled(cands []Candidate, unreported int64) bool {
 	return true
 }
 
-// Score implements Scorer.
-func (d *dynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
+// Score implements routing.Scorer.
+func (d *dynamoCost) Score(req *routing.Request, cands []routing.Candidate, dst []float64) {
 	if d.abstain && req.Adapter == "" && settled(cands, d.unreported) {
 		for i := range cands {
 			dst[i] = 1
@@ -260,7 +271,7 @@ func (d *dynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 	bs := float64(req.BlockSize)
 	if bs <= 0 {
-		bs = DefaultBlockSize
+		bs = routing.DefaultBlockSize
 	}
 	reqBlocks := math.Ceil(float64(req.PromptTokens) / bs)
 	lo, hi := math.Inf(1), math.Inf(-1)
@@ -281,15 +292,15 @@ func (d *dynamoCost) Score(req *Request, cands []Candidate, dst []float64) {
 }
 
 // Dynamo is NVIDIA Dynamo's KV router as a profile: DynamoCost, and the max-score picker
-// (temperature 0, argmin cost) or Softmax(temperature). Dynamo reads an index fed by KV events
+// (temperature 0, argmin cost) or pick.Softmax(temperature). Dynamo reads an index fed by KV events
 // and predicts on route (the chosen worker's blocks-to-be count at once), which is the default
 // Learn; give it an index fed by prefixcache/kvevents.
-func Dynamo(opts DynamoOptions) Profile {
-	return Profile{
+func Dynamo(opts DynamoOptions) routing.Profile {
+	return routing.Profile{
 		Name:    "dynamo",
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{{newDynamoCost(opts), 1}},
-		Picker:  Softmax(opts.Temperature),
+		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Scorers: []routing.Weighted{{Scorer: newDynamoCost(opts), Weight: 1}},
+		Picker:  pick.Softmax(opts.Temperature),
 	}
 }
 
@@ -312,10 +323,10 @@ type aibrixPrefixGate struct{}
 // block of match), a non-eligible one 0.49·(max L − L)/(max L − min L) (0.49 when all equal),
 // and, under the load gate, the least-loaded score 0.5 + 0.49·m and the others 0. AIBrix matches
 // characters or tokens; here m is in prefix blocks. O(n), no allocation, safe for concurrent use.
-func AIBrixPrefixGate() Scorer { return aibrixPrefixGate{} }
+func AIBrixPrefixGate() routing.Scorer { return aibrixPrefixGate{} }
 
-// Score implements Scorer.
-func (aibrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
+// Score implements routing.Scorer.
+func (aibrixPrefixGate) Score(req *routing.Request, cands []routing.Candidate, dst []float64) {
 	n := float64(len(cands))
 	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
 	for i := range cands {
@@ -325,7 +336,7 @@ func (aibrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 	mean := sum / n
 	blocks := len(req.Chain)
-	ratio := func(c *Candidate) float64 {
+	ratio := func(c *routing.Candidate) float64 {
 		if blocks == 0 {
 			return 0
 		}
@@ -362,32 +373,32 @@ func (aibrixPrefixGate) Score(req *Request, cands []Candidate, dst []float64) {
 
 // AIBrix is AIBrix's prefix-cache router as a profile: AIBrixPrefixGate and the max-score
 // picker.
-func AIBrix() Profile {
-	return Profile{
+func AIBrix() routing.Profile {
+	return routing.Profile{
 		Name:    "aibrix",
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{{aibrixPrefixGate{}, 1}},
-		Picker:  MaxScore(),
+		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Scorers: []routing.Weighted{{Scorer: aibrixPrefixGate{}, Weight: 1}},
+		Picker:  pick.MaxScore(),
 	}
 }
 
-// RoundRobinProfile sends request i to the i-th healthy backend in turn, ignoring load and cache.
-func RoundRobinProfile() Profile {
-	return Profile{
+// RoundRobin sends request i to the i-th healthy backend in turn, ignoring load and cache.
+func RoundRobin() routing.Profile {
+	return routing.Profile{
 		Name:    "round-robin",
-		Filters: []Filter{newHealthFilter()},
-		Picker:  RoundRobinPicker(),
+		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Picker:  pick.RoundRobin(),
 	}
 }
 
 // LeastRequest sends each request to the backend with the fewest requests in flight from this
 // router (ties at random): ActiveRequests and the max-score picker.
-func LeastRequest() Profile {
-	return Profile{
+func LeastRequest() routing.Profile {
+	return routing.Profile{
 		Name:    "least-request",
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{{ActiveRequests(), 1}},
-		Picker:  MaxScore(),
+		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Scorers: []routing.Weighted{{Scorer: load.Active(), Weight: 1}},
+		Picker:  pick.MaxScore(),
 	}
 }
 
@@ -395,8 +406,8 @@ func LeastRequest() Profile {
 type UsherOptions struct {
 	// Session configures the SessionAware scorer. Its Overload defaults to 2 here too. Gateway
 	// replicas that share session placements set the same Session.Seed and a Session.Feed, and
-	// reach the scorer for LearnPlacement with Profile.sessionScorers.
-	Session SessionAwareOptions
+	// reach the scorer for LearnPlacement with routing.Profile.sessionScorers.
+	Session session.AwareOptions
 	// AdapterWeight is the weight of an AdapterAffinity term (with Adapter's options) added
 	// for fleets serving LoRA adapters; 2 is the weight measured in bench/README.md, "LoRA
 	// adapters". Zero: no such term, and the profile is exactly the one described above. The
@@ -404,7 +415,7 @@ type UsherOptions struct {
 	AdapterWeight float64
 	// Adapter configures the AdapterAffinity term; ignored when AdapterWeight is 0. Invalid
 	// options are reported by New (the term is then built from the defaults and New fails).
-	Adapter AdapterOptions
+	Adapter routing.AdapterOptions
 }
 
 // UsherLoadCap is the in-flight prefill at which Usher's token-load term reaches 0: 131,072
@@ -416,10 +427,10 @@ const UsherLoadCap = 1 << 17
 
 // Usher is usher's default routing configuration:
 //
-//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·TokenLoad(131,072)
+//	HealthFilter → 1.5·SessionAware(Overload 2) + 2·load.TokenBacklog(131,072)
 //	               + 1·DynamoCost(AbstainWhenQuiet) + 0.5·KVUtilization → max-score
 //
-// with the prefix index learning at pick (LearnOnPick, the Profile default). The terms divide the
+// with the prefix index learning at pick (LearnOnPick, the routing.Profile default). The terms divide the
 // work:
 //
 //   - TokenLoad scores the prefill this server would have in front of the request's first
@@ -449,30 +460,110 @@ const UsherLoadCap = 1 << 17
 //
 // The alternatives weighed against this composition are compared on the bench simulator in
 // bench/README.md, "Choosing the default".
-func Usher(opts UsherOptions) Profile {
+func Usher(opts UsherOptions) routing.Profile {
 	sa := opts.Session
 	if sa.Overload == 0 {
-		sa.Overload = DefaultOverload
+		sa.Overload = session.DefaultOverload
 	}
-	p := Profile{
+	p := routing.Profile{
 		Name:    "usher",
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{
-			{newSessionAware(sa), 1.5},
-			{TokenLoad(UsherLoadCap), 2},
-			{newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), 1},
-			{KVUtilization(), 0.5},
+		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Scorers: []routing.Weighted{
+			{Scorer: orInvalid(session.NewAware(sa)), Weight: 1.5},
+			{Scorer: load.TokenBacklog(UsherLoadCap), Weight: 2},
+			{Scorer: newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), Weight: 1},
+			{Scorer: load.KV(), Weight: 0.5},
 		},
-		Picker: MaxScore(),
+		Picker: pick.MaxScore(),
 	}
 	if opts.AdapterWeight != 0 {
-		var sc Scorer
-		if a, err := NewAdapterAffinity(opts.Adapter); err == nil {
-			sc = a
-		} else {
-			sc = invalidScorer{err}
-		}
-		p.Scorers = append(p.Scorers, Weighted{sc, opts.AdapterWeight})
+		a, err := routing.NewAdapterAffinity(opts.Adapter)
+		p.Scorers = append(p.Scorers, routing.Weighted{Scorer: orInvalid(a, err), Weight: opts.AdapterWeight})
 	}
 	return p
+}
+
+// NewDynamoCost returns the scorer with the given overlap weight (see DynamoOptions).
+//
+// DynamoCost is NVIDIA Dynamo's KV router cost, lower is better:
+//
+//	cost = OverlapWeight · prefill_blocks + decode_blocks
+//	prefill_blocks = (InFlight.PrefillTokens + UncachedTokens) / block size
+//	decode_blocks  = InFlight.Blocks + ⌈PromptTokens / block size⌉
+//
+// prefill_blocks counts the blocks the backend would still have to prefill with this request
+// there (its own uncached blocks included), decode_blocks the blocks active on it after admitting
+// this request; like Dynamo, both come from the router's own request accounting, never from
+// polled metrics, so nothing is missing or stale. Scores are the min-max normalised cost turned
+// around, score = (max − cost) / (max − min) (1 for all when equal), so the max-score picker takes
+// Dynamo's argmin and pick.Softmax(T) samples with p ∝ exp(−normalised cost / T), as Dynamo does.
+// With DynamoOptions.AbstainWhenQuiet it scores every candidate 1 while the fleet is quiet and
+// settled (see the option), which Dynamo does not do. O(n), no allocation, safe for concurrent
+// use.
+//
+// It fails with [routing.ErrInvalidOptions] when a number is not finite.
+func NewDynamoCost(opts DynamoOptions) (routing.Scorer, error) {
+	if !(math.Abs(opts.OverlapWeight) <= math.MaxFloat64) || !(math.Abs(opts.Temperature) <= math.MaxFloat64) {
+		return nil, fmt.Errorf("%w: dynamo OverlapWeight %v, Temperature %v", routing.ErrInvalidOptions, opts.OverlapWeight, opts.Temperature)
+	}
+	return newDynamoCost(opts), nil
+}
+
+// NewSGLangCacheAware returns the scorer configured by opts.
+//
+// SGLangCacheAware is SGLang model gateway's cache-aware policy as one scorer, used with the
+// max-score picker. Load L is the router's own in-flight request count (the gateway counts its
+// outstanding requests per worker):
+//
+//   - if max L − min L > BalanceAbs and max L > BalanceRel · min L, the pool is imbalanced and
+//     the least-loaded backend wins: score = (max L − L) / (max L − min L);
+//   - otherwise, if the best match rate MatchedBlocks/len(Chain) exceeds CacheThreshold, the
+//     best match wins: score = match rate;
+//   - otherwise the least-loaded backend wins, scored as in the first case (1 for all when loads
+//     are equal).
+//
+// SGLang matches characters in an approximate radix tree per worker; here the match rate is in
+// prefix blocks. Below the threshold SGLang's source sends the request to the worker whose tree
+// holds the fewest characters (its emptiest cache); a router does not see per-backend cache
+// sizes on the pick path, so this follows the published description, least-loaded, which is
+// what an empty cache usually means. O(n), no allocation, safe for concurrent use.
+//
+// It fails with [routing.ErrInvalidOptions] when a number is negative or not finite.
+func NewSGLangCacheAware(opts SGLangOptions) (routing.Scorer, error) {
+	for _, v := range []float64{opts.BalanceAbs, opts.BalanceRel, opts.CacheThreshold} {
+		if !(v >= 0 && v <= math.MaxFloat64) {
+			return nil, fmt.Errorf("%w: sglang options %+v", routing.ErrInvalidOptions, opts)
+		}
+	}
+	return newSGLangCacheAware(opts), nil
+}
+
+// invalid stands in a Profile for a part whose options were invalid, so that a profile
+// constructor, which returns no error, still makes routing.New fail with the error.
+type invalid struct{ err error }
+
+func (invalid) Score(_ *routing.Request, _ []routing.Candidate, dst []float64) { clear(dst) }
+
+func (invalid) Filter(_ *routing.Request, cands []routing.Candidate) []routing.Candidate {
+	return cands[:0]
+}
+
+func (s invalid) InvalidOptions() error { return s.err }
+
+var _ hook.Invalid = invalid{}
+
+// orInvalid returns sc, or a stand-in carrying err.
+func orInvalid[S routing.Scorer](sc S, err error) routing.Scorer {
+	if err != nil {
+		return invalid{err}
+	}
+	return sc
+}
+
+// orInvalidFilter returns f, or a stand-in carrying err.
+func orInvalidFilter(f routing.Filter, err error) routing.Filter {
+	if err != nil {
+		return invalid{err}
+	}
+	return f
 }

@@ -1,65 +1,40 @@
-package routing
+package pick
 
 import (
 	"math"
+	"math/rand/v2"
 	"sync/atomic"
-)
 
-// builtinPicker reports whether p is one of this package's pickers, which read nothing of the
-// candidates but their number.
-func builtinPicker(p Picker) bool {
-	switch p.(type) {
-	case maxScorePicker, weightedRandomPicker, powerOfTwoPicker, softmaxPicker, *roundRobinPicker:
-		return true
-	}
-	return false
-}
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/hook"
+	"github.com/usher-llm/usher/routing/internal/rng"
+)
 
 // MaxScore returns the picker that takes the highest combined score, breaking exact ties
 // uniformly at random (llm-d's max-score picker shuffles ties the same way). O(n).
-func MaxScore() Picker { return maxScorePicker{} }
+func MaxScore() routing.Picker { return maxScorePicker{} }
 
 type maxScorePicker struct{}
 
-func (maxScorePicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *Rand) int {
-	return maxScore(scores, rng)
-}
-
-// maxScore returns the index of the highest score; ties are broken by reservoir sampling, so
-// each of k tied maxima is chosen with probability 1/k.
-func maxScore(scores []float64, rng *Rand) int {
-	if len(scores) == 0 {
-		return 0
-	}
-	best, ties, hi := 0, 1, scores[0] // hi is scores[best], kept in a register
-	for i, v := range scores[1:] {
-		if v > hi {
-			best, ties, hi = i+1, 1, v
-		} else if v == hi {
-			ties++
-			if rng.IntN(ties) == 0 {
-				best = i + 1
-			}
-		}
-	}
-	return best
+func (maxScorePicker) Pick(_ *routing.Request, _ []routing.Candidate, scores []float64, g *rand.Rand) int {
+	return rng.MaxIndex(scores, g)
 }
 
 // WeightedRandom returns the picker that chooses candidate i with probability
 // scores[i] / Σ scores, by A-Res sampling: the largest key u_i^(1/score_i) with u_i uniform in
 // (0, 1) wins (as llm-d's weighted-random picker). Candidates scoring 0 are chosen only when every
 // candidate scores 0, and then uniformly. O(n).
-func WeightedRandom() Picker { return weightedRandomPicker{} }
+func WeightedRandom() routing.Picker { return weightedRandomPicker{} }
 
 type weightedRandomPicker struct{}
 
-func (weightedRandomPicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *Rand) int {
+func (weightedRandomPicker) Pick(_ *routing.Request, _ []routing.Candidate, scores []float64, g *rand.Rand) int {
 	best, bestKey := -1, math.Inf(-1)
 	for i, s := range scores {
 		if !(s > 0) {
 			continue
 		}
-		u := rng.Float64()
+		u := rng.Float64(g)
 		if u == 0 {
 			u = 0x1p-53
 		}
@@ -69,7 +44,7 @@ func (weightedRandomPicker) Pick(_ *Request, _ []Candidate, scores []float64, rn
 		}
 	}
 	if best < 0 {
-		return rng.IntN(len(scores))
+		return rng.IntN(g, len(scores))
 	}
 	return best
 }
@@ -77,17 +52,17 @@ func (weightedRandomPicker) Pick(_ *Request, _ []Candidate, scores []float64, rn
 // PowerOfTwo returns the picker that samples two distinct candidates uniformly and keeps the one
 // with the higher score (a tie goes to either at random). It spreads load nearly as well as
 // max-score with far less herding when many routers share stale signals. O(1) after scoring.
-func PowerOfTwo() Picker { return powerOfTwoPicker{} }
+func PowerOfTwo() routing.Picker { return powerOfTwoPicker{} }
 
 type powerOfTwoPicker struct{}
 
-func (powerOfTwoPicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *Rand) int {
+func (powerOfTwoPicker) Pick(_ *routing.Request, _ []routing.Candidate, scores []float64, g *rand.Rand) int {
 	n := len(scores)
 	if n == 1 {
 		return 0
 	}
-	a := rng.IntN(n)
-	b := rng.IntN(n - 1)
+	a := rng.IntN(g, n)
+	b := rng.IntN(g, n-1)
 	if b >= a {
 		b++
 	}
@@ -97,7 +72,7 @@ func (powerOfTwoPicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *R
 	case scores[b] > scores[a]:
 		return b
 	}
-	if rng.Uint64()&1 == 0 {
+	if g.Uint64()&1 == 0 {
 		return a
 	}
 	return b
@@ -106,18 +81,18 @@ func (powerOfTwoPicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *R
 // RoundRobin returns a picker that ignores scores and cycles through the candidates with a
 // shared atomic counter: the i-th pick takes candidate i mod n. Each call of RoundRobin returns
 // an independent cycle. O(1).
-func RoundRobinPicker() Picker { return &roundRobinPicker{} }
+func RoundRobin() routing.Picker { return &roundRobinPicker{} }
 
 type roundRobinPicker struct{ next atomic.Uint64 }
 
-func (p *roundRobinPicker) Pick(_ *Request, cands []Candidate, _ []float64, _ *Rand) int {
+func (p *roundRobinPicker) Pick(_ *routing.Request, cands []routing.Candidate, _ []float64, _ *rand.Rand) int {
 	return int((p.next.Add(1) - 1) % uint64(len(cands)))
 }
 
 // Softmax returns the picker that samples candidate i with probability proportional to
 // exp(score_i / temperature). With temperature ≤ 0 it is MaxScore. Dynamo's KV router samples
 // this way over its min-max normalised cost (see DynamoCost). O(n).
-func Softmax(temperature float64) Picker {
+func Softmax(temperature float64) routing.Picker {
 	if !(temperature > 0) {
 		return MaxScore()
 	}
@@ -126,7 +101,7 @@ func Softmax(temperature float64) Picker {
 
 type softmaxPicker struct{ t float64 }
 
-func (p softmaxPicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *Rand) int {
+func (p softmaxPicker) Pick(_ *routing.Request, _ []routing.Candidate, scores []float64, g *rand.Rand) int {
 	hi := math.Inf(-1)
 	for _, s := range scores {
 		hi = max(hi, s)
@@ -135,7 +110,7 @@ func (p softmaxPicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *Ra
 	for _, s := range scores {
 		sum += math.Exp((s - hi) / p.t)
 	}
-	u := rng.Float64() * sum
+	u := rng.Float64(g) * sum
 	for i, s := range scores {
 		u -= math.Exp((s - hi) / p.t)
 		if u < 0 {
@@ -144,3 +119,20 @@ func (p softmaxPicker) Pick(_ *Request, _ []Candidate, scores []float64, rng *Ra
 	}
 	return len(scores) - 1
 }
+
+// ScoresOnly marks the pickers of this package as reading nothing of the candidates but their
+// number, so that a Router may pick among candidates it has not built (see
+// routing/internal/hook).
+func (maxScorePicker) ScoresOnly()       {}
+func (weightedRandomPicker) ScoresOnly() {}
+func (powerOfTwoPicker) ScoresOnly()     {}
+func (*roundRobinPicker) ScoresOnly()    {}
+func (softmaxPicker) ScoresOnly()        {}
+
+var (
+	_ hook.ScoresOnly = maxScorePicker{}
+	_ hook.ScoresOnly = weightedRandomPicker{}
+	_ hook.ScoresOnly = powerOfTwoPicker{}
+	_ hook.ScoresOnly = (*roundRobinPicker)(nil)
+	_ hook.ScoresOnly = softmaxPicker{}
+)
