@@ -9,6 +9,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // Policy names an admission policy and builds a fresh instance of it for each run (policies
@@ -95,7 +96,7 @@ func LatencyRouter() Router {
 	build := func() routing.Profile {
 		return routing.Profile{
 			Name:    "usher-latency",
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: newPredictedLatency(), Weight: 1}},
 			Picker:  routing.MaxScore(),
 		}
@@ -160,7 +161,7 @@ func sessionAwareRouter() Router {
 	build := func(o routing.SessionOptions) routing.Profile {
 		return routing.Profile{
 			Name:    "session-aware",
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: routing.NewSessionAware(routing.SessionAwareOptions{SessionOptions: o}), Weight: 1}},
 			Picker:  routing.MaxScore(),
 		}
@@ -211,7 +212,7 @@ func (v usherVariant) router() Router {
 		sa.SessionOptions = o
 		p := routing.Profile{
 			Name:    v.name,
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{
 				{Scorer: routing.NewSessionAware(sa), Weight: v.session},
 				{Scorer: routing.TokenLoad(v.tokenCap), Weight: v.tokens},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // fakeServer is a model server on a real loopback socket whose exposition, content type and
@@ -665,7 +666,7 @@ func TestFeedsRouter(t *testing.T) {
 	}})
 	r, err := routing.New(routing.Options{
 		Profile: routing.Profile{
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: routing.QueueDepth(), Weight: 2}, {Scorer: routing.KVUtilization(), Weight: 2}},
 		},
 		Now:  clock.Now,

@@ -13,6 +13,7 @@ import (
 	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // A Registry names the parts a configuration can compose a gateway from: routing filters,
@@ -128,7 +129,7 @@ func NewRegistry() *Registry {
 		}
 	}
 	// Filters.
-	must(r.AddFilter("health", func(Params) (routing.Filter, error) { return routing.NewHealthFilter(), nil }))
+	must(r.AddFilter("health", func(Params) (routing.Filter, error) { return outlier.HealthFilter(), nil }))
 	must(r.AddFilter("saturation", func(p Params) (routing.Filter, error) {
 		var o routing.SaturationOptions
 		if err := p.Decode(&o); err != nil {

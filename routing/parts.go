@@ -19,20 +19,6 @@ package routing
 // use.
 func NewDynamoCost(opts DynamoOptions) Scorer { return newDynamoCost(opts) }
 
-// NewHealthFilter returns a HealthFilter.
-//
-// HealthFilter drops unhealthy backends and routes around backends whose signals are stale.
-//
-//   - A backend marked Unhealthy is always dropped.
-//   - A backend whose signals are stale (older than Options.StaleAfter) or were never observed
-//     is dropped while at least one candidate with fresh signals remains. When every remaining
-//     candidate is stale — the scraper is down, not the fleet — they are all kept rather than
-//     failing every request, and the fallback is counted in Fallbacks. Their stale signals are
-//     then imputed by the load scorers, never read as zero load or as saturation.
-//
-// O(n), no allocation. Safe for concurrent use.
-func NewHealthFilter() Filter { return newHealthFilter() }
-
 // NewSaturationFilter returns the filter with the limits of opts (Mean is ignored).
 //
 // SaturationFilter keeps the candidates below saturation (level < 1, as Router.Saturation

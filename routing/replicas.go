@@ -212,6 +212,15 @@ func init() {
 		}
 		return p.load.requests.Load(), true
 	}
+	hook.Filters = func(router any) []any {
+		r := router.(*Router)
+		out := make([]any, len(r.filters))
+		for i, f := range r.filters {
+			out[i] = f
+		}
+		return out
+	}
+	hook.HealthFilter = func() any { return Filter(newHealthFilter()) }
 	hook.PrefillElsewhere = func(result any) (found, ok bool) {
 		p := result.(*Result)
 		if p.t == nil || p.load == nil {

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -566,17 +567,18 @@ func TestSessionSeedAllocs(t *testing.T) {
 
 func TestProfileSessionScorers(t *testing.T) {
 	sa := newSessionAffinity(SessionOptions{})
-	o, err := NewOutlier(OutlierOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A part that is both a filter and a scorer, as routing/outlier's Detector, added as its
+	// With adds it.
+	withBoth := Usher(UsherOptions{})
+	withBoth.Filters = append([]Filter{&both{}}, withBoth.Filters...)
+	withBoth.Scorers = append(slices.Clone(withBoth.Scorers), Weighted{Scorer: &both{}, Weight: 1})
 	for _, tc := range []struct {
 		name    string
 		profile Profile
 		want    int
 	}{
 		{"usher", Usher(UsherOptions{}), 1},
-		{"usher with outlier", WithOutlier(Usher(UsherOptions{}), o, 1), 1},
+		{"usher with a filter and scorer", withBoth, 1},
 		{"llm-d default", LLMDDefault(), 0},
 		{"one scorer twice", Profile{Scorers: []Weighted{{sa, 1}, {sa, 2}}}, 1},
 		{"two tables", Profile{Scorers: []Weighted{{sa, 1}, {newSessionAware(SessionAwareOptions{}), 2}}}, 2},

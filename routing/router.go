@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
 // Defaults used when the corresponding Options field is zero.
@@ -242,7 +243,6 @@ type Router struct {
 	staleAfter time.Duration
 	now        func() time.Time
 	name       string
-	outlier    *Outlier // the first Outlier among filters, for Outlier()
 	// heard is set by the first Result.Progress: until a caller reports progress, no backend
 	// counts as silent (a caller that never does would see every busy backend fall silent).
 	heard   atomic.Bool
@@ -250,8 +250,8 @@ type Router struct {
 	remover PrefixRemover // the index's Remove, when it has one and learn is LearnOnPick
 	// adapters counts this router's requests in flight per backend and LoRA adapter.
 	adapters *adapterTable
-	// cleanSkip[i]: filters[i] is a HealthFilter preceded only by filters that return a subset
-	// of the candidates they are given (HealthFilter, Outlier), so that it keeps every
+	// cleanSkip[i]: filters[i] is a health filter preceded only by filters that return a subset
+	// of the candidates they are given (health filters, hook.SubsetFilter's), so that it keeps every
 	// candidate, and can be skipped, when no candidate Pick built is stale or unhealthy.
 	cleanSkip []bool
 	// need is the union of the columns the unit scorers read. fast: every filter is a
@@ -412,10 +412,6 @@ type Stats struct {
 	LatencyOutcomes uint64
 }
 
-// Outlier returns the passive health among the profile's filters (WithOutlier), or nil: its
-// per-backend counters are what a gateway exports. O(1).
-func (r *Router) Outlier() *Outlier { return r.outlier }
-
 // New returns a Router configured by opts, with an empty backend set (Pick returns
 // ErrNoBackend until the first Update). It fails with ErrInvalidOptions when a scorer, filter
 // or weight is unusable.
@@ -434,11 +430,6 @@ func New(opts Options) (*Router, error) {
 	}
 	if r.learn > LearnFromEvents {
 		return nil, fmt.Errorf("%w: Learn %v", ErrInvalidOptions, opts.Learn)
-	}
-	for _, f := range opts.Filters {
-		if o, ok := f.(*Outlier); ok && r.outlier == nil {
-			r.outlier = o
-		}
 	}
 	if rm, ok := opts.Index.(PrefixRemover); ok && r.learn == LearnOnPick {
 		r.remover = rm
@@ -464,10 +455,10 @@ func New(opts Options) (*Router, error) {
 			return nil, fmt.Errorf("%w: Filters[%d] is nil", ErrInvalidOptions, i)
 		}
 		r.hook(f)
-		switch f.(type) {
-		case *healthFilter:
+		switch {
+		case isHealthFilter(f):
 			r.cleanSkip = append(r.cleanSkip, subset)
-		case *Outlier:
+		case hook.SubsetFilter != nil && hook.SubsetFilter(f):
 			r.cleanSkip = append(r.cleanSkip, false)
 		default:
 			r.cleanSkip = append(r.cleanSkip, false)
@@ -527,7 +518,7 @@ func New(opts Options) (*Router, error) {
 }
 
 // hook registers x's PickObserver and Completer sides, if any, once per value: a component that is
-// both a filter and a scorer (Outlier, see WithOutlier) hears of each pick and each outcome once.
+// both a filter and a scorer (routing/outlier's Detector) hears of each pick and each outcome once.
 func (r *Router) hook(x any) {
 	if o, ok := x.(PickObserver); ok && !hooked(r.observers, o) {
 		r.observers = append(r.observers, o)
@@ -1041,10 +1032,9 @@ func (p *candParams) fill(cands []Candidate, backends []backend, first int) (sta
 		c.InFlight.Requests = l.requests.Load() + l.peerRequests.Load()
 		c.InFlight.PrefillTokens = l.prefill.Load() + l.peerPrefill.Load()
 		c.InFlight.Blocks = l.blocks.Load() + l.peerBlocks.Load()
-		if p.heard {
-			c.busy, c.heard = l.streams.Load(), l.heard.Load()
-		} else {
-			c.busy = 0
+		c.Silence = 0
+		if p.heard && l.streams.Load() > 0 {
+			c.Silence = max(0, time.Duration(p.nowNs-l.heard.Load()))
 		}
 		c.MatchedBlocks = matched
 		c.MatchedTokens = tokens
@@ -1144,9 +1134,9 @@ type Result struct {
 //     classify it). It counts in Stats.Failed and is neutral for passive health: neither a
 //     success nor a failure. Code that only sets Err gets exactly this.
 //   - Err != nil, Failure == FailureConnect, FailureTimeout or FailureServer: a failure of the
-//     backend. Passive health (Outlier) counts it towards ejection.
+//     backend. Passive health (routing/outlier) counts it towards ejection.
 //   - Err != nil, Failure == FailureOverload: the backend refused the work because it is busy.
-//     A load signal, not a health failure: Outlier does not count it either way.
+//     A load signal, not a health failure: passive health does not count it either way.
 //
 // A Failure outside the constants is read as FailureNone.
 type DoneInfo struct {
@@ -1279,9 +1269,9 @@ func (p Result) FirstToken(at time.Time) {
 
 // Progress records that bytes of the answer arrived from the chosen backend at at (response
 // headers, a chunk of a stream): the backend is making progress. The router keeps, per backend,
-// when it last heard from it on any request, and the Outlier holds new picks off a backend that
-// has streamed requests in flight (Request.Stream) and has sent nothing on any request for its
-// StallAfter (see OutlierOptions). "Any request" because a whole answer's headers come only with the
+// when it last heard from it on any request, and a pick's Candidate.Silence says how long a
+// backend with streamed requests in flight (Request.Stream) has sent nothing on any of them
+// (routing/outlier holds new picks off it after its StallAfter). "Any request" because a whole answer's headers come only with the
 // answer and a long prefill sends nothing for a while: one live stream shows the server alive.
 // Call it as bytes come; it writes at most once per millisecond per backend. A router that
 // never hears of progress never counts a backend as silent. Calling it after

@@ -253,13 +253,15 @@ type Candidate struct {
 	// use there whatever the last scrape said. Peers' requests are not counted. The count is
 	// kept in a fixed table (see Router); in the rare case it is full, a request is not counted.
 	AdapterInFlight int
+	// Silence is how long, at the time of the pick, the backend has sent nothing on any of
+	// this router's requests while streamed ones (Request.Stream) were in flight there: as
+	// Result.Silence, counted from the pick of the first stream when nothing came since. Zero
+	// when no stream is in flight, and until the router first hears of progress
+	// (Result.Progress): a caller that never reports it sees no backend fall silent.
+	Silence time.Duration
 
 	slot uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
 	ix   int32  // 1 + the prefix index id; 0 when unknown (no index, or built outside a Router)
-	// busy is the router's own streamed requests in flight there; heard the later of the last
-	// byte any request got (Result.Progress) and the moment the first stream was picked, Unix ns.
-	busy  int64
-	heard int64
 	// lora is the backend's interned model and adapter sets in the snapshot (nil without
 	// them, or for a candidate built outside a Router).
 	lora *loraSets

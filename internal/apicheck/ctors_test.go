@@ -26,7 +26,6 @@ var pendingCtors = map[string]bool{
 	"proxy/kvfeed.New":                     true,
 	"routing.NewAdapterAffinity":           true,
 	"routing.NewDynamoCost":                true,
-	"routing.NewHealthFilter":              true,
 	"routing.NewRand":                      true,
 	"routing.NewSGLangCacheAware":          true,
 	"routing.NewSaturationFilter":          true,

@@ -12,6 +12,7 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // PolicyOptions are the settings Policy passes to the policies that need one; every other
@@ -133,7 +134,7 @@ var profiles = []namedProfile{
 		if err != nil {
 			panic(err) // the defaults are valid
 		}
-		return routing.Profile{Name: "usher-latency", Filters: []routing.Filter{routing.NewHealthFilter()},
+		return routing.Profile{Name: "usher-latency", Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: s, Weight: 1}}, Picker: routing.MaxScore()}
 	}},
 }

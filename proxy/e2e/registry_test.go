@@ -10,6 +10,7 @@ import (
 
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // evenFirst is a user's own scorer: it prefers backends whose id is even.
@@ -149,7 +150,7 @@ func TestOptionsProfile(t *testing.T) {
 	if n.Load() == 0 {
 		t.Error("the scorer added to the default profile was never asked")
 	}
-	if h.Router().Outlier() == nil {
+	if outlier.Of(h.Router()) == nil {
 		t.Error("the router built from Options.Profile has no passive health")
 	}
 }

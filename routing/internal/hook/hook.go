@@ -15,4 +15,17 @@ var (
 	// prefills (not decode-only, not unhealthy) has no more prefill work in flight (the
 	// router's and its peers') than the chosen one; ok is false for a Result no Router made.
 	PrefillElsewhere func(result any) (found, ok bool)
+	// Filters returns a copy of a *routing.Router's filters, in order, as anys.
+	Filters func(router any) []any
+	// HealthFilter returns a new health filter (routing's own type, which a Router recognises
+	// for its fast path) as a routing.Filter in an any.
+	HealthFilter func() any
+)
+
+// Installed by the capability packages, at init.
+var (
+	// SubsetFilter reports whether a filter returns a subset of the candidates it is given,
+	// unchanged (routing/outlier's Detector does), so that a health filter after it can be
+	// skipped when no candidate is stale or unhealthy. Nil: no such filter is linked.
+	SubsetFilter func(filter any) bool
 )
