@@ -10,6 +10,7 @@ import (
 	"github.com/usher-llm/usher/internal/builtin"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/saturation"
 )
 
 // Policy names an admission policy and builds a fresh instance of it for each run (policies
@@ -195,7 +196,7 @@ func SelectPolicies(list string) ([]Policy, error) {
 // usherVariant is a composition of usher's router from package routing's parts: SessionAware
 // (options sa, weight session), TokenLoad (cap, weight tokens), KVUtilization (weight kv),
 // and, when set, PrefillLoad (cap, weight prefill), DynamoCost (weight dynamo), the
-// SaturationFilter, and learning at the first token.
+// saturation filter, and learning at the first token.
 type usherVariant struct {
 	name                   string
 	sa                     routing.SessionAwareOptions
@@ -227,7 +228,11 @@ func (v usherVariant) router() Router {
 			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: routing.NewDynamoCost(v.dyn), Weight: v.dynamo})
 		}
 		if v.saturation {
-			p.Filters = append(p.Filters, routing.NewSaturationFilter(routing.SaturationOptions{}))
+			f, err := saturation.NewFilter(saturation.FilterOptions{})
+			if err != nil {
+				panic(err) // zero options are valid
+			}
+			p.Filters = append(p.Filters, f)
 		}
 		if v.firstToken {
 			p.Learn = routing.LearnOnFirstToken
@@ -256,7 +261,7 @@ func usherShipped() usherVariant {
 //	usher-p1           routing.Usher scoring prefix matches for first turns too (PrefixFirstTurns)
 //	usher-w3           routing.Usher with SessionAware at weight 3
 //	usher-cap64k       routing.Usher with a 65,536-token cap
-//	usher-sat          routing.Usher behind the SaturationFilter
+//	usher-sat          routing.Usher behind the saturation filter
 //	usher-balance-first  routing.Usher placing every turn without a home for balance
 //	                   (BalanceFirstTurns), as it did before forks were homed
 //	usher-balance-when-quiet  routing.Usher leaving other candidates half their balance while

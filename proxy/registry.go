@@ -14,6 +14,7 @@ import (
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/saturation"
 )
 
 // A Registry names the parts a configuration can compose a gateway from: routing filters,
@@ -108,7 +109,7 @@ func (p Params) Decode(v any) error {
 //	latency-models  linear (the default)
 //
 // The parameters of a part with an Options struct are that struct's fields by name
-// (saturation: routing.SaturationOptions, dynamo-cost: routing.DynamoOptions,
+// (saturation: saturation.Options, dynamo-cost: routing.DynamoOptions,
 // adapter-affinity: routing.AdapterOptions, ...); of a part
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
@@ -131,11 +132,11 @@ func NewRegistry() *Registry {
 	// Filters.
 	must(r.AddFilter("health", func(Params) (routing.Filter, error) { return outlier.HealthFilter(), nil }))
 	must(r.AddFilter("saturation", func(p Params) (routing.Filter, error) {
-		var o routing.SaturationOptions
+		var o saturation.Options // Mean, which a filter ignores, is accepted as before
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return routing.NewSaturationFilter(o), nil
+		return saturation.NewFilter(saturation.FilterOptions{Queue: o.Queue, KV: o.KV})
 	}))
 	must(r.AddFilter("sticky", func(p Params) (routing.Filter, error) {
 		var o routing.StickyOptions

@@ -239,19 +239,6 @@ func ExampleLearn() {
 	// Output: true 64
 }
 
-// Saturation as an admission gauge: the least saturated backend's level, counting the
-// requests sent since the last scrape as waiting.
-func ExampleRouter_Saturation() {
-	now := time.Unix(1_700_000_000, 0)
-	r, _ := routing.New(routing.Options{Now: func() time.Time { return now }})
-	_ = r.Update([]routing.BackendState{
-		{Name: "a", Health: routing.Healthy, UpdatedAt: now, Known: routing.AllSignals, Queued: 2, KVUtilization: 0.5},
-		{Name: "b", Health: routing.Healthy, UpdatedAt: now, Known: routing.AllSignals, Queued: 8, KVUtilization: 0.9},
-	})
-	fmt.Printf("%.2f %.2f\n", r.Saturation(routing.SaturationOptions{}), r.Saturation(routing.SaturationOptions{Mean: true}))
-	// Output: 0.53 1.26
-}
-
 // feedFunc adapts a function to routing.SessionFeed.
 type feedFunc func(session uint64, backend string, blocks int, expires time.Time)
 

@@ -19,15 +19,6 @@ package routing
 // use.
 func NewDynamoCost(opts DynamoOptions) Scorer { return newDynamoCost(opts) }
 
-// NewSaturationFilter returns the filter with the limits of opts (Mean is ignored).
-//
-// SaturationFilter keeps the candidates below saturation (level < 1, as Router.Saturation
-// computes it per backend), or every candidate when none is: paired with the gauge behind an
-// admission gate, a request dispatched because some backend had room is sent to one that has
-// it, even when its session's home or its best prefix match is full. O(n), no allocation, safe
-// for concurrent use.
-func NewSaturationFilter(opts SaturationOptions) Filter { return newSaturationFilter(opts) }
-
 // NewStickyFilter returns a StickyFilter configured by opts (zero fields take llm-d's defaults).
 //
 // StickyFilter is llm-d's "sticky until saturated" filter. A backend is sticky when it holds at

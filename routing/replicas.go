@@ -50,7 +50,7 @@ func (r *Router) appendInFlight(dst []backendInFlight) []backendInFlight {
 // setPeerInFlight replaces the in-flight counts that other replicas hold, per backend name:
 // entries naming the same backend (one per peer replica) are summed, and every backend no entry
 // names gets zero. From then on, the Candidate.InFlight that filters and scorers see, and
-// Saturation, count own + peers'; Router.InFlight and appendInFlight still return the router's
+// routing/saturation's Level, count own + peers'; Router.InFlight and appendInFlight still return the router's
 // own counts.
 //
 // Entries naming a backend the router does not know yet are kept, and applied when Update adds
@@ -221,6 +221,30 @@ func init() {
 		return out
 	}
 	hook.HealthFilter = func() any { return Filter(newHealthFilter()) }
+	hook.Saturation = func(router any, level func(state any, fresh uint8, inflight int64, q, kv float64) float64, q, kv float64) (lowest, sum float64, n int) {
+		r := router.(*Router)
+		lowest = 1
+		s := r.snap.Load()
+		if s == nil {
+			return lowest, 0, 0
+		}
+		now := r.now().UnixNano()
+		for i := range s.backends {
+			b := &s.backends[i]
+			if b.state.Health == Unhealthy {
+				continue
+			}
+			known := Signal(0)
+			if b.updated != 0 && (r.staleAfter < 0 || time.Duration(now-b.updated) <= r.staleAfter) {
+				known = b.state.Known
+			}
+			l := level(&b.state, uint8(known), b.load.requests.Load()+b.load.peerRequests.Load(), q, kv)
+			lowest = min(lowest, l)
+			sum += l
+			n++
+		}
+		return lowest, sum, n
+	}
 	hook.PrefillElsewhere = func(result any) (found, ok bool) {
 		p := result.(*Result)
 		if p.t == nil || p.load == nil {

@@ -197,26 +197,6 @@ func TestPeerInFlightUnknownNames(t *testing.T) {
 	}
 }
 
-// Saturation counts the peers' requests as waiting, like the router's own.
-func TestSaturationCountsPeers(t *testing.T) {
-	r := mustNew(t, Options{})
-	mustUpdate(t, r, []BackendState{{Name: "a", Health: Healthy, UpdatedAt: t0, Known: SignalQueued | SignalRunning}})
-	if got := r.Saturation(SaturationOptions{}); got != 0 {
-		t.Fatalf("idle saturation %v", got)
-	}
-	r.setPeerInFlight([]backendInFlight{{"a", InFlight{Requests: 2}}})
-	if got := r.Saturation(SaturationOptions{}); got != 0.5 {
-		t.Errorf("saturation with 2 peer requests = %v, want 2/4", got)
-	}
-	p, _ := r.Pick(&Request{})
-	defer p.Done(DoneInfo{})
-	p2, _ := r.Pick(&Request{})
-	defer p2.Done(DoneInfo{})
-	if got := r.Saturation(SaturationOptions{}); got != 1 {
-		t.Errorf("saturation with 2 own + 2 peer requests = %v, want 1", got)
-	}
-}
-
 // setPeerInFlight and Update run while picks do (meant for -race).
 func TestSetPeerInFlightConcurrent(t *testing.T) {
 	r, req := benchRouter(t, 16, LeastRequest())

@@ -28,7 +28,6 @@ var pendingCtors = map[string]bool{
 	"routing.NewDynamoCost":                true,
 	"routing.NewRand":                      true,
 	"routing.NewSGLangCacheAware":          true,
-	"routing.NewSaturationFilter":          true,
 	"routing.NewSessionAffinity":           true,
 	"routing.NewSessionAware":              true,
 	"routing.NewStickyFilter":              true,

@@ -20,6 +20,12 @@ var (
 	// HealthFilter returns a new health filter (routing's own type, which a Router recognises
 	// for its fast path) as a routing.Filter in an any.
 	HealthFilter func() any
+	// Saturation calls level for every backend of a *routing.Router's current set that is not
+	// unhealthy, with its *routing.BackendState, the routing.Signal set that is fresh now, and
+	// its in-flight requests (the router's and its peers'), and returns the lowest level (1 when
+	// lower than every level), their sum and their number. level must not retain state.
+	// O(backends), lock-free, no allocation.
+	Saturation func(router any, level func(state any, fresh uint8, inflight int64, q, kv float64) float64, q, kv float64) (lowest, sum float64, n int)
 )
 
 // Installed by the capability packages, at init.
