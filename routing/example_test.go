@@ -260,8 +260,8 @@ func excludeAllBut(r *routing.Router, name string) []routing.BackendID {
 
 // A router and its prefix index number the same backends in two id spaces: routing.BackendID
 // for the router's set, prefixcache.BackendID for the index. Read the index's answers with the
-// index's ids; Result.IndexID gives the chosen backend's.
-func ExampleResult_IndexID() {
+// index's ids; the backend's name, the one id both share, gives the index's (its Lookup).
+func ExampleBackendID() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	_, _ = ix.AddBackend("elsewhere", 0) // someone else registered a backend in the index first
 	r, _ := routing.New(routing.Options{Index: ix, Profile: routing.RoundRobinProfile()})
@@ -272,7 +272,7 @@ func ExampleResult_IndexID() {
 	p, _ := r.Pick(&routing.Request{Chain: chain})
 	p.Done(routing.DoneInfo{}) // success: the index learns the chain under the chosen backend
 
-	indexID, _ := p.IndexID()
+	indexID, _ := ix.Lookup(p.Backend.Name)
 	match := ix.Match(nil, chain)
 	fmt.Printf("%s: router id %d, index id %d, holds %d of %d blocks\n",
 		p.Backend.Name, p.ID, indexID, match[indexID], len(chain))

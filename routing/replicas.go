@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/peer"
-	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
@@ -121,21 +120,6 @@ func (r *Router) Lookup(name string) (BackendID, bool) {
 	id, ok := r.ids[name]
 	r.mu.Unlock()
 	return id, ok
-}
-
-// IndexID returns the prefix index's id of the router's backend id, and false when the router
-// has no index or does not know id (see BackendID for why the two differ). O(backends) over
-// the current snapshot, lock-free; not for the hot path (Result.IndexID is O(1)).
-func (r *Router) IndexID(id BackendID) (prefixcache.BackendID, bool) {
-	s := r.snap.Load()
-	if s == nil {
-		return 0, false
-	}
-	b := s.find(id)
-	if b == nil || b.index < 0 {
-		return 0, false
-	}
-	return prefixcache.BackendID(b.index), true
 }
 
 // sanitized returns v with negative counts read as 0 and each count capped.

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
@@ -877,7 +876,6 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		Predicted:      predicted,
 		t:              t,
 		gen:            t.state.Load() >> genShift,
-		ix:             int32(b.index + 1),
 		load:           b.load,
 	}, nil
 }
@@ -1120,7 +1118,6 @@ type Result struct {
 
 	t    *ticket
 	gen  uint64
-	ix   int32     // 1 + the prefix index id; 0 without an index
 	load *inflight // the backend's counters, which outlive the ticket
 }
 
@@ -1222,16 +1219,6 @@ const (
 	doneBit                   // Done has finished with the ticket while FirstToken was busy
 	genShift      = iota
 )
-
-// IndexID returns the chosen backend's id in the router's prefix index, and false without
-// an index. Use it, not ID, with the index's methods and to read Match's result (see
-// BackendID). O(1).
-func (p Result) IndexID() (prefixcache.BackendID, bool) {
-	if p.ix <= 0 {
-		return 0, false
-	}
-	return prefixcache.BackendID(p.ix - 1), true
-}
 
 // FirstToken records that the first output token arrived at at: the backend has finished
 // prefilling this request, so its uncached prompt tokens are released from the in-flight prefill

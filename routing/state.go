@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/usher-llm/usher/prefixcache"
 )
 
 // Role is the part of inference a backend serves. The zero value, RoleBoth, is an ordinary
@@ -270,16 +268,6 @@ type Candidate struct {
 // Has reports whether the signals in want are known and fresh for this candidate.
 func (c *Candidate) Has(want Signal) bool { return c.Fresh.Has(want) }
 
-// IndexID returns the candidate's id in the router's prefix index, and false when there is
-// none (no index, or a candidate a custom filter built). It is the id to use with the index's
-// own methods; ID is not.
-func (c *Candidate) IndexID() (prefixcache.BackendID, bool) {
-	if c.ix <= 0 {
-		return 0, false
-	}
-	return prefixcache.BackendID(c.ix - 1), true
-}
-
 // BackendID is the router's stable identifier of a backend: the same name keeps the same id
 // across updates for the lifetime of the Router. Ids are small and dense, starting at 0.
 //
@@ -287,8 +275,8 @@ func (c *Candidate) IndexID() (prefixcache.BackendID, bool) {
 // same backends its own way (its ids are interned when a name is first added there, by this
 // router or by anyone else), so the two generally differ, and both are plain integers that Go
 // lets index any slice. Index a prefixcache result (Match's slice) only with the index's ids —
-// Result.IndexID, Candidate.IndexID, Router.IndexID or the index's own Lookup — and a name
-// is the only id that means the same thing everywhere (between routers, replicas, packages).
+// the index's own Lookup of the backend's name (BackendState.Name): a name is the only id that
+// means the same thing everywhere (between routers, replicas, packages, the index).
 type BackendID uint32
 
 // Request is what Pick needs to know about one request. It is passed by pointer and only read,
