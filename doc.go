@@ -41,7 +41,7 @@
 // package (internal/apicheck/testdata; TestAPI fails on any change not written there):
 //
 //   - One way to build each thing. A part with state that a caller drives (prefixcache.Index,
-//     flowcontrol.Queue, routing.Router, routing.Outlier, proxy.Handler) is made by New or
+//     flowcontrol.Queue, routing.Router, routing/outlier.Detector, proxy.Handler) is made by New or
 //     NewT from a T's Options struct and returns (*T, error). A part that plugs into an
 //     interface (a flowcontrol.Policy, a routing Scorer, Filter or Picker) is made by a
 //     function that returns that interface, not its type: NewX(XOptions) (I, error) when it

@@ -10,8 +10,10 @@ import (
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/saturation"
 	"github.com/usher-llm/usher/routing/session"
 )
 
@@ -99,7 +101,7 @@ func LatencyRouter() Router {
 	build := func() routing.Profile {
 		return routing.Profile{
 			Name:    "usher-latency",
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: newPredictedLatency(), Weight: 1}},
 			Picker:  pick.MaxScore(),
 		}
@@ -164,7 +166,7 @@ func sessionAwareRouter() Router {
 	build := func(o session.AffinityOptions) routing.Profile {
 		return routing.Profile{
 			Name:    "session-aware",
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: mustPart(session.NewAware(session.AwareOptions{AffinityOptions: o})), Weight: 1}},
 			Picker:  pick.MaxScore(),
 		}
@@ -198,7 +200,7 @@ func SelectPolicies(list string) ([]Policy, error) {
 // usherVariant is a composition of usher's router from package routing's parts: SessionAware
 // (options sa, weight session), TokenLoad (cap, weight tokens), KVUtilization (weight kv),
 // and, when set, PrefillLoad (cap, weight prefill), DynamoCost (weight dynamo), the
-// SaturationFilter, and learning at the first token.
+// saturation filter, and learning at the first token.
 type usherVariant struct {
 	name                   string
 	sa                     session.AwareOptions
@@ -215,7 +217,7 @@ func (v usherVariant) router() Router {
 		sa.AffinityOptions = o
 		p := routing.Profile{
 			Name:    v.name,
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{
 				{Scorer: mustPart(session.NewAware(sa)), Weight: v.session},
 				{Scorer: load.TokenBacklog(v.tokenCap), Weight: v.tokens},
@@ -230,7 +232,11 @@ func (v usherVariant) router() Router {
 			p.Scorers = append(p.Scorers, routing.Weighted{Scorer: mustPart(profiles.NewDynamoCost(v.dyn)), Weight: v.dynamo})
 		}
 		if v.saturation {
-			p.Filters = append(p.Filters, routing.NewSaturationFilter(routing.SaturationOptions{}))
+			f, err := saturation.NewFilter(saturation.FilterOptions{})
+			if err != nil {
+				panic(err) // zero options are valid
+			}
+			p.Filters = append(p.Filters, f)
 		}
 		if v.firstToken {
 			p.Learn = routing.LearnOnFirstToken

@@ -16,6 +16,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/saturation"
 )
 
 // GateKind selects the saturation gate of the simulated gateway's admission queue.
@@ -35,7 +36,7 @@ const (
 	GateBoth
 	// GateNone admits everything at once; the servers' own queues absorb the load.
 	GateNone
-	// GateUsher is GateConcurrency and usher's saturation gauge, routing.Router.Saturation
+	// GateUsher is GateConcurrency and usher's saturation gauge, saturation.Level
 	// with its defaults: dispatch stops while every server has 4 requests waiting (counting
 	// those the router sent since the last scrape) or 95% of its KV cache in use, so the
 	// excess above the knee waits in the fair queue instead of inside the servers.
@@ -723,8 +724,8 @@ func (s *sim) gate(k int) (flowcontrol.Gate, error) {
 	case GateBoth:
 		return flowcontrol.AllGates{conc, sat}, nil
 	case GateUsher, GateUsherMean:
-		opts := routing.SaturationOptions{Mean: s.cfg.Gate == GateUsherMean}
-		gauge := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: func() float64 { return s.gw[k].router.Saturation(opts) }}}}
+		opts := saturation.Options{Mean: s.cfg.Gate == GateUsherMean}
+		gauge := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: func() float64 { return saturation.Level(s.gw[k].router, opts) }}}}
 		return flowcontrol.AllGates{conc, gauge}, nil
 	}
 	return nil, nil

@@ -42,6 +42,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/session"
 )
 
@@ -598,11 +599,11 @@ func (c Config) Options() (proxy.Options, error) {
 	// The Handler's stall timeout (Timeouts.Stall's default: half the header timeout, 30 s
 	// by default), which its default router would take.
 	stall := cmp.Or(c.HeaderTimeout, 30*time.Second) / 2
-	out, err := routing.NewOutlier(routing.OutlierOptions{StallAfter: stall})
+	out, err := outlier.New(outlier.Options{StallAfter: stall})
 	if err != nil {
 		return proxy.Options{}, err
 	}
-	profile = routing.WithOutlier(profile, out, 1)
+	profile = outlier.With(profile, out, 1)
 	if o.Index, err = prefixcache.New(io); err != nil {
 		return proxy.Options{}, err
 	}

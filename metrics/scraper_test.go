@@ -15,6 +15,7 @@ import (
 
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // fakeServer is a model server on a real loopback socket whose exposition, content type and
@@ -666,7 +667,7 @@ func TestFeedsRouter(t *testing.T) {
 	}})
 	r, err := routing.New(routing.Options{
 		Profile: routing.Profile{
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: load.QueueDepth(), Weight: 2}, {Scorer: load.KV(), Weight: 2}},
 		},
 		Now:  clock.Now,

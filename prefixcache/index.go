@@ -253,8 +253,8 @@ func New(opts Options) (*Index, error) {
 // find an id without registering anything, use Lookup.
 //
 // The ids are the index's own: a routing.Router over this index numbers the same backends
-// its own way (routing.BackendID), so read Match's result with the index's ids only (the
-// router's Result.IndexID gives them).
+// its own way (routing.BackendID), so read Match's result with the index's ids only (Lookup
+// of the backend's name gives them).
 // It returns ErrInvalidName for an empty name, ErrInvalidCapacity for a negative capacity and
 // ErrTooManyBackends when Options.MaxBackends backends are registered.
 //

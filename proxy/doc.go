@@ -95,7 +95,7 @@
 // is retried on a backend not yet tried (Retry), as long as retries stay within a budget of the
 // requests (Envoy's rule, so a failing fleet is not hit by a retry storm). Each failed attempt
 // closes its routing.Result with a routing.Failure, and the default routers' passive health
-// (routing.Outlier) ejects a backend at once after a refused connection, or after five server
+// (outlier.Detector) ejects a backend at once after a refused connection, or after five server
 // failures in a row, and probes it back. A stream cut after it began ends with an OpenAI error
 // event; both handles are freed either way.
 //

@@ -34,6 +34,7 @@ import (
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/profiles"
 	"github.com/usher-llm/usher/routing/session"
 )
@@ -206,7 +207,7 @@ type Options struct {
 	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
 	Index *prefixcache.Index
 	// Router picks backends. Nil: a router of Profile over Index, with passive health
-	// (routing.Outlier with PassiveHealth) in front.
+	// (outlier.Detector with PassiveHealth) in front.
 	Router *routing.Router
 	// Profile is the default router's profile. Zero: profiles.Usher, its session table fed by
 	// the Extensions (replicas share placements through it). Extending the default is one
@@ -216,7 +217,7 @@ type Options struct {
 	Profile routing.Profile
 	// PassiveHealth configures the default router's outlier detection: backends whose
 	// requests fail are ejected for a while and probed back. Zero fields: routing's defaults.
-	PassiveHealth routing.OutlierOptions
+	PassiveHealth outlier.Options
 	// Queue admits requests. Nil: a queue of Bands bands ordered by Policy, with TTL,
 	// QueueCapacity and FlowCapacity, at most MaxInFlight requests in flight and, if
 	// Saturation is set, llm-d's saturation gate. Either way the Handler counts the
@@ -618,14 +619,14 @@ func (copyBufs) Put(b []byte) {
 	}
 }
 
-// withPassiveHealth returns p behind a routing.Outlier made from o, its failure score at
+// withPassiveHealth returns p behind a outlier.Detector made from o, its failure score at
 // weight 1 (routing.WithOutlier).
-func withPassiveHealth(p routing.Profile, o routing.OutlierOptions) (routing.Profile, error) {
-	out, err := routing.NewOutlier(o)
+func withPassiveHealth(p routing.Profile, o outlier.Options) (routing.Profile, error) {
+	out, err := outlier.New(o)
 	if err != nil {
 		return routing.Profile{}, err
 	}
-	return routing.WithOutlier(p, out, 1), nil
+	return outlier.With(p, out, 1), nil
 }
 
 // newQueue is the queue Options.Queue nil stands for, its saturation gate (if
@@ -913,7 +914,7 @@ func (h *Handler) publishGauges() {
 	}
 	h.usher.SetInFlightTotal(qs.InFlight)
 	h.usher.SetFlows(qs.Flows)
-	out := h.router.Outlier()
+	out := outlier.Of(h.router)
 	var byRole [3]int64
 	for _, m := range h.members {
 		if in, ok := h.router.InFlight(m.name); ok {

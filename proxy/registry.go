@@ -18,6 +18,8 @@ import (
 	"github.com/usher-llm/usher/routing/prefix"
 	"github.com/usher-llm/usher/routing/profiles"
 	"github.com/usher-llm/usher/routing/session"
+	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/saturation"
 )
 
 // A Registry names the parts a configuration can compose a gateway from: routing filters,
@@ -112,7 +114,7 @@ func (p Params) Decode(v any) error {
 //	latency-models  linear (the default)
 //
 // The parameters of a part with an Options struct are that struct's fields by name
-// (saturation: routing.SaturationOptions, dynamo-cost: profiles.DynamoOptions,
+// (saturation: saturation.Options, dynamo-cost: profiles.DynamoOptions,
 // adapter-affinity: routing.AdapterOptions, ...); of a part
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
@@ -133,13 +135,13 @@ func NewRegistry() *Registry {
 		}
 	}
 	// Filters.
-	must(r.AddFilter("health", func(Params) (routing.Filter, error) { return routing.NewHealthFilter(), nil }))
+	must(r.AddFilter("health", func(Params) (routing.Filter, error) { return outlier.HealthFilter(), nil }))
 	must(r.AddFilter("saturation", func(p Params) (routing.Filter, error) {
-		var o routing.SaturationOptions
+		var o saturation.Options // Mean, which a filter ignores, is accepted as before
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return routing.NewSaturationFilter(o), nil
+		return saturation.NewFilter(saturation.FilterOptions{Queue: o.Queue, KV: o.KV})
 	}))
 	must(r.AddFilter("sticky", func(p Params) (routing.Filter, error) {
 		var o session.StickyOptions

@@ -43,7 +43,7 @@ type Timeouts struct {
 	// Stall is how long a backend may send nothing on every request in flight there (the
 	// router's Result.Silence: no byte of any answer, counted from when it became busy)
 	// before a streamed request still waiting for its headers there is abandoned and retried
-	// elsewhere, and the default router's passive health (routing.OutlierOptions.StallAfter)
+	// elsewhere, and the default router's passive health (outlier.Options.StallAfter)
 	// stops sending it new requests. A streamed answer's headers come as soon as the server
 	// accepts it, so a server silent on all its requests for this long is stuck, however
 	// healthy its metrics; a whole answer's headers come only with the answer, so non-streamed
@@ -81,7 +81,7 @@ func (t Timeouts) valid() bool {
 // reset the connection, missed the response-header timeout, or answered 502, 503, 504 or
 // 429 is sent to another backend — never after any byte of an answer reached the client.
 // Each failed attempt closes its routing.Result with the failure, which passive health
-// (routing.Outlier) hears at once. Retries are bounded by a budget, as in Envoy: over the
+// (outlier.Detector) hears at once. Retries are bounded by a budget, as in Envoy: over the
 // last BudgetWindow, retries may be at most BudgetRatio of the requests (and BudgetMin
 // always), so a sick fleet is not hit by a retry storm. Zero fields are the defaults. It is
 // plain data, read once by New; the budget itself is safe for concurrent use.

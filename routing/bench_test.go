@@ -11,6 +11,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/prefix"
 	"github.com/usher-llm/usher/routing/profiles"
@@ -20,7 +21,7 @@ import (
 func benchProfile() Profile {
 	return Profile{
 		Name:    "bench-four",
-		Filters: []Filter{NewHealthFilter()},
+		Filters: []Filter{outlier.HealthFilter()},
 		Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 3}, {Scorer: load.QueueDepth(), Weight: 2}, {Scorer: load.KV(), Weight: 2}, {Scorer: load.TokenBacklog(0), Weight: 1}},
 		Picker:  pick.MaxScore(),
 	}
@@ -312,93 +313,6 @@ func BenchmarkPickParts(b *testing.B) {
 			r, req := benchRouter(b, n, benchProfile())
 			req.Chain = nil
 			pickLoop(b, r, req, DoneInfo{Err: errBench})
-		})
-	}
-}
-
-// BenchmarkPickOutlier measures Pick and a successful Done at 100 backends in the Usher profile
-// without and with the Outlier (filter only, or filter and scorer at weight 1): with nothing
-// failing (its fast paths), and with one backend ejected and a failure in the window (its slow
-// paths: an O(n) filter and score). Every Done is a success, so the Outlier takes its lock in
-// Completed. With the 128-block chain the index match and insert dominate; without a chain the
-// figures are the router's and the outlier's own work.
-func BenchmarkPickOutlier(b *testing.B) {
-	for _, chain := range []struct {
-		name string
-		keep bool
-	}{{"chain=128", true}, {"chain=none", false}} {
-		for _, tc := range []struct {
-			name    string
-			weight  float64 // of the outlier's score; < 0: no outlier
-			failing bool
-		}{
-			{"usher", -1, false},
-			{"usher+outlier-filter-only", 0, false},
-			{"usher+outlier", 1, false},
-			{"usher+outlier/one-ejected", 1, true},
-		} {
-			b.Run(chain.name+"/"+tc.name, func(b *testing.B) {
-				p := profiles.Usher(profiles.UsherOptions{})
-				var o *Outlier
-				if tc.weight >= 0 {
-					var err error
-					if o, err = NewOutlier(OutlierOptions{Now: func() time.Time { return t0 }}); err != nil {
-						b.Fatal(err)
-					}
-					p = WithOutlier(p, o, tc.weight)
-				}
-				r, req := benchRouter(b, 100, p)
-				req.Session = "session-1"
-				if !chain.keep {
-					req.Chain = nil
-				}
-				if tc.failing {
-					o.Completed(7, t0, DoneInfo{Err: errBench, Failure: FailureConnect})
-					o.Completed(8, t0, DoneInfo{Err: errBench, Failure: FailureServer})
-				}
-				b.ReportAllocs()
-				for b.Loop() {
-					pk, err := r.Pick(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					pk.Done(DoneInfo{})
-				}
-			})
-		}
-	}
-}
-
-// BenchmarkPickOutlierParallel is BenchmarkPickOutlier's success case from GOMAXPROCS
-// goroutines, where the Outlier's lock in Completed is shared.
-func BenchmarkPickOutlierParallel(b *testing.B) {
-	for _, outlier := range []bool{false, true} {
-		name := "usher"
-		if outlier {
-			name = "usher+outlier"
-		}
-		b.Run(name, func(b *testing.B) {
-			p := profiles.Usher(profiles.UsherOptions{})
-			if outlier {
-				o, err := NewOutlier(OutlierOptions{Now: func() time.Time { return t0 }})
-				if err != nil {
-					b.Fatal(err)
-				}
-				p = WithOutlier(p, o, 1)
-			}
-			r, req := benchRouter(b, 100, p)
-			req.Chain = nil // no insert: the router's and the outlier's own work
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					pk, err := r.Pick(req)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					pk.Done(DoneInfo{})
-				}
-			})
 		})
 	}
 }

@@ -60,7 +60,7 @@
 // A signal that was not observed (its bit is clear in BackendState.Known) or was observed longer
 // ago than Options.StaleAfter is not a number. Reading it as zero load floods the backend;
 // reading it as saturation drops it; both fail silently. Instead a candidate's Fresh set says
-// which signals may be used; HealthFilter routes around stale backends while any fresh one
+// which signals may be used; the health filter (routing/outlier) routes around stale backends while any fresh one
 // remains (and keeps them, counted, when the scraper rather than the fleet is down); and the
 // load scorers impute a missing value as the mean score of the candidates that have it, so that
 // term neither attracts nor repels and the other terms decide. Router-side counters and the
@@ -69,20 +69,10 @@
 // # Passive health
 //
 // A server that fails every request at once finishes them instantly, looks idle to
-// least-loaded scoring, and attracts the traffic. Outlier learns from outcomes instead. Whoever
-// finishes a Result classifies a failure in DoneInfo.Failure — connect, timeout, server error,
-// or overload, which is a load signal and not counted — and the Outlier, a Completer, ejects a
-// backend with Envoy's outlier-detection rules and defaults (see OutlierOptions): consecutive
-// failures, a failure share over a window, or a single refused connection. The ejection takes
-// effect before Done returns, backs off exponentially when repeated, and never leaves a pick
-// with no backend (it is then given all of them, counted). When an ejection ends the backend
-// turns half-open: one request at a time goes to it as a probe, claimed only when a pick
-// chooses it; success restores it, failure ejects it for longer. A backend whose writer verdict
-// turns from Unhealthy to Healthy is probed at once, so a restarted server gets traffic within
-// a scrape interval; one that passes health checks but fails requests waits out its backoff.
-// As a Scorer, the Outlier also lowers backends whose recent failure share is below the
-// ejection thresholds. WithOutlier adds it to a Profile, first among the filters, so it sees
-// the health verdicts before HealthFilter drops anyone.
+// least-loaded scoring, and attracts the traffic. Whoever finishes a Result classifies a
+// failure in DoneInfo.Failure, and the Completers of the profile hear of it before Done
+// returns: package routing/outlier ejects failing backends from that, with Envoy's rules, and
+// provides the health filter that routes around unhealthy and stale backends.
 //
 // # Sessions and the shared opening prompt
 //
@@ -204,7 +194,7 @@
 // The built-in scorers do not read Candidates: a pick lays out the inputs they need once, as
 // dense columns (queue depths, free KV cache, in-flight tokens, matched blocks), and each
 // scorer runs over contiguous numbers. The snapshot carries the polled signals' columns and
-// their ranges, valid while no backend is stale. When every filter is a HealthFilter with
+// their ranges, valid while no backend is stale. When every filter is a health filter with
 // nothing to drop, every scorer is built in and so is the picker, Pick builds no Candidate
 // but the chosen one. Any custom filter, scorer, picker or observer takes the general path,
 // which builds them all; both paths give the same choice and the same scores, bit for bit.
@@ -222,8 +212,6 @@
 //     published weights would mean something else.
 //   - Learning only at the first token: siblings sent together all miss, since none has a
 //     first token when the next is placed; a wrong prediction is cheap and retracted on failure.
-//   - Active health checks: they would put network calls and goroutines into a package that
-//     must not touch the network; writer verdicts and reported outcomes cover both directions.
 //   - A sync.Map or locked map for sessions: both grow with clients and lock or allocate on the
 //     pick path; a rare racing write to the fixed table costs at most one misplaced turn.
 //

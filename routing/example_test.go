@@ -1,7 +1,6 @@
 package routing_test
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/prefix"
 	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // The whole path: a prefix index, a router with usher's profile, one writer publishing backend
@@ -98,7 +98,7 @@ func ExampleScorer() {
 	zones := zoneCost{here: "eu-1", zone: map[string]string{"a": "us-1", "b": "eu-1", "c": "us-1"}}
 	r, _ := routing.New(routing.Options{
 		Profile: routing.Profile{
-			Filters: []routing.Filter{routing.NewHealthFilter()},
+			Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{
 				{Scorer: prefix.Ratio(), Weight: 3},
 				{Scorer: load.QueueDepth(), Weight: 1},
@@ -158,109 +158,6 @@ func ExampleRouter_Pick() {
 	// done: 0 request(s), 0 prefill tokens
 }
 
-// A backend whose metrics stopped arriving is routed around while fresh ones exist; its
-// stale numbers are never read as an idle server.
-func ExampleNewHealthFilter() {
-	now := time.Unix(1_700_000_000, 0)
-	health := routing.NewHealthFilter()
-	r, _ := routing.New(routing.Options{
-		Profile: routing.Profile{
-			Filters: []routing.Filter{health},
-			Scorers: []routing.Weighted{{Scorer: load.QueueDepth(), Weight: 1}},
-		},
-		Now: func() time.Time { return now },
-	})
-	_ = r.Update([]routing.BackendState{
-		// Its last scrape said "idle", 30 s ago.
-		{Name: "silent", Known: routing.SignalQueued, Queued: 0, UpdatedAt: now.Add(-30 * time.Second)},
-		{Name: "busy", Known: routing.SignalQueued, Queued: 9, UpdatedAt: now},
-		{Name: "down", Health: routing.Unhealthy, Known: routing.SignalQueued, UpdatedAt: now},
-	})
-	p, _ := r.Pick(&routing.Request{})
-	fmt.Println("picked:", p.Backend.Name)
-	p.Done(routing.DoneInfo{})
-	fmt.Println("stale candidates seen:", r.Stats().StaleCandidates)
-	// Output:
-	// picked: busy
-	// stale candidates seen: 1
-}
-
-// A backend that refuses connections is ejected at its first failure, so least-loaded scoring
-// stops sending it the requests it fails instantly; after the ejection one probe at a time goes
-// through, and a successful one restores it.
-func ExampleOutlier() {
-	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { return now }
-	outlier, _ := routing.NewOutlier(routing.OutlierOptions{Now: clock})
-	r, _ := routing.New(routing.Options{
-		Profile: routing.WithOutlier(routing.Profile{
-			Filters: []routing.Filter{routing.NewHealthFilter()},
-			Scorers: []routing.Weighted{{Scorer: load.Active(), Weight: 1}},
-		}, outlier, 1),
-		Now:  clock,
-		Seed: 1,
-	})
-	var states []routing.BackendState
-	for _, name := range []string{"gpu-0", "gpu-1", "gpu-2"} {
-		states = append(states, routing.BackendState{Name: name, Health: routing.Healthy, UpdatedAt: now})
-	}
-	_ = r.Update(states)
-
-	refused := routing.DoneInfo{Err: errors.New("connection refused"), Failure: routing.FailureConnect}
-	var down routing.BackendID
-	var first []routing.Result
-	for range 3 {
-		p, _ := r.Pick(&routing.Request{})
-		first = append(first, p)
-	}
-	for _, p := range first {
-		if p.Backend.Name == "gpu-1" { // gpu-1 is down: its request fails at once
-			down = p.ID
-			p.Done(refused)
-			continue
-		}
-		p.Done(routing.DoneInfo{})
-	}
-	until, _ := outlier.Ejected(down)
-	fmt.Printf("gpu-1 ejected for %v\n", until.Sub(now))
-
-	var held []routing.Result
-	pick := func() routing.Result {
-		p, _ := r.Pick(&routing.Request{})
-		held = append(held, p)
-		return p
-	}
-	for range 4 {
-		fmt.Println("pick →", pick().Backend.Name) // gpu-1 looks idle, and gets nothing
-	}
-	now = now.Add(time.Second) // the ejection is over: gpu-1 is half-open
-	probe := pick()
-	fmt.Println("probe →", probe.Backend.Name)
-	fmt.Println("next →", pick().Backend.Name, "(one probe at a time)")
-	probe.Done(routing.DoneInfo{}) // it answered: back in rotation
-	_, out := outlier.Ejected(down)
-	fmt.Println("gpu-1 ejected:", out)
-	fmt.Println("then →", pick().Backend.Name)
-	for _, p := range held {
-		if p != probe {
-			p.Done(routing.DoneInfo{})
-		}
-	}
-	st := outlier.Stats()
-	fmt.Printf("ejections %d, probes %d, restored %d\n", st.Ejections, st.Probes, st.Restored)
-	// Output:
-	// gpu-1 ejected for 1s
-	// pick → gpu-2
-	// pick → gpu-0
-	// pick → gpu-0
-	// pick → gpu-2
-	// probe → gpu-1
-	// next → gpu-0 (one probe at a time)
-	// gpu-1 ejected: false
-	// then → gpu-1
-	// ejections 1, probes 1, restored 1
-}
-
 // Learning at pick: two siblings of one fan-out, sent before either has a first token, land on
 // the same backend, because the first one's blocks count there from its pick.
 func ExampleLearn() {
@@ -288,20 +185,7 @@ func ExampleLearn() {
 	// Output: true 64
 }
 
-// Saturation as an admission gauge: the least saturated backend's level, counting the
-// requests sent since the last scrape as waiting.
-func ExampleRouter_Saturation() {
-	now := time.Unix(1_700_000_000, 0)
-	r, _ := routing.New(routing.Options{Now: func() time.Time { return now }})
-	_ = r.Update([]routing.BackendState{
-		{Name: "a", Health: routing.Healthy, UpdatedAt: now, Known: routing.AllSignals, Queued: 2, KVUtilization: 0.5},
-		{Name: "b", Health: routing.Healthy, UpdatedAt: now, Known: routing.AllSignals, Queued: 8, KVUtilization: 0.9},
-	})
-	fmt.Printf("%.2f %.2f\n", r.Saturation(routing.SaturationOptions{}), r.Saturation(routing.SaturationOptions{Mean: true}))
-	// Output: 0.53 1.26
-}
-
-// feedFunc adapts a function to session.Feed.
+// feedFunc adapts a function to routing.SessionFeed.
 type feedFunc func(session uint64, backend string, blocks int, expires time.Time)
 
 func (f feedFunc) Placed(session uint64, backend string, blocks int, expires time.Time) {
@@ -322,8 +206,8 @@ func excludeAllBut(r *routing.Router, name string) []routing.BackendID {
 
 // A router and its prefix index number the same backends in two id spaces: routing.BackendID
 // for the router's set, prefixcache.BackendID for the index. Read the index's answers with the
-// index's ids; Result.IndexID gives the chosen backend's.
-func ExampleResult_IndexID() {
+// index's ids; the backend's name, the one id both share, gives the index's (its Lookup).
+func ExampleBackendID() {
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	_, _ = ix.AddBackend("elsewhere", 0) // someone else registered a backend in the index first
 	r, _ := routing.New(routing.Options{Index: ix, Profile: profiles.RoundRobin()})
@@ -334,7 +218,7 @@ func ExampleResult_IndexID() {
 	p, _ := r.Pick(&routing.Request{Chain: chain})
 	p.Done(routing.DoneInfo{}) // success: the index learns the chain under the chosen backend
 
-	indexID, _ := p.IndexID()
+	indexID, _ := ix.Lookup(p.Backend.Name)
 	match := ix.Match(nil, chain)
 	fmt.Printf("%s: router id %d, index id %d, holds %d of %d blocks\n",
 		p.Backend.Name, p.ID, indexID, match[indexID], len(chain))

@@ -2,13 +2,21 @@ package routing
 
 import "sync/atomic"
 
-// healthFilter is the filter NewHealthFilter returns.
+// healthFilter drops unhealthy backends and routes around stale ones; see routing/outlier's
+// HealthFilter for its contract, and the package doc ("Missing and stale signals").
 type healthFilter struct {
 	fallbacks atomic.Uint64
 }
 
-// newHealthFilter builds the filter NewHealthFilter returns.
+// newHealthFilter builds the health filter (routing/outlier's HealthFilter returns one).
 func newHealthFilter() *healthFilter { return new(healthFilter) }
+
+// isHealthFilter reports whether f is a health filter, which Pick may skip or bypass (see
+// Router.cleanSkip and Router.fast).
+func isHealthFilter(f Filter) bool {
+	_, ok := f.(*healthFilter)
+	return ok
+}
 
 // Fallbacks is the number of picks in which every healthy candidate was stale and all were kept.
 func (f *healthFilter) Fallbacks() uint64 { return f.fallbacks.Load() }

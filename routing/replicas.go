@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/peer"
-	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
@@ -50,7 +49,7 @@ func (r *Router) appendInFlight(dst []backendInFlight) []backendInFlight {
 // setPeerInFlight replaces the in-flight counts that other replicas hold, per backend name:
 // entries naming the same backend (one per peer replica) are summed, and every backend no entry
 // names gets zero. From then on, the Candidate.InFlight that filters and scorers see, and
-// Saturation, count own + peers'; Router.InFlight and appendInFlight still return the router's
+// routing/saturation's Level, count own + peers'; Router.InFlight and appendInFlight still return the router's
 // own counts.
 //
 // Entries naming a backend the router does not know yet are kept, and applied when Update adds
@@ -123,21 +122,6 @@ func (r *Router) Lookup(name string) (BackendID, bool) {
 	return id, ok
 }
 
-// IndexID returns the prefix index's id of the router's backend id, and false when the router
-// has no index or does not know id (see BackendID for why the two differ). O(backends) over
-// the current snapshot, lock-free; not for the hot path (Result.IndexID is O(1)).
-func (r *Router) IndexID(id BackendID) (prefixcache.BackendID, bool) {
-	s := r.snap.Load()
-	if s == nil {
-		return 0, false
-	}
-	b := s.find(id)
-	if b == nil || b.index < 0 {
-		return 0, false
-	}
-	return prefixcache.BackendID(b.index), true
-}
-
 // sanitized returns v with negative counts read as 0 and each count capped.
 func (v InFlight) sanitized() InFlight {
 	c := func(x int64) int64 { return min(max(x, 0), maxPeerCount) }
@@ -206,12 +190,49 @@ func init() {
 // The seam for the capability packages (routing/internal/hook), kept off the API.
 func init() {
 	hook.Indexed = func(req any) bool { return req.(*Request).indexed }
+	hook.IndexID = func(cand any) (uint32, bool) {
+		c := cand.(*Candidate)
+		return uint32(c.ix - 1), c.ix > 0
+	}
 	hook.OwnRequests = func(result any) (int64, bool) {
 		p := result.(*Result)
 		if p.load == nil {
 			return 0, false
 		}
 		return p.load.requests.Load(), true
+	}
+	hook.Filters = func(router any) []any {
+		r := router.(*Router)
+		out := make([]any, len(r.filters))
+		for i, f := range r.filters {
+			out[i] = f
+		}
+		return out
+	}
+	hook.HealthFilter = func() any { return Filter(newHealthFilter()) }
+	hook.Saturation = func(router any, level func(state any, fresh uint8, inflight int64, q, kv float64) float64, q, kv float64) (lowest, sum float64, n int) {
+		r := router.(*Router)
+		lowest = 1
+		s := r.snap.Load()
+		if s == nil {
+			return lowest, 0, 0
+		}
+		now := r.now().UnixNano()
+		for i := range s.backends {
+			b := &s.backends[i]
+			if b.state.Health == Unhealthy {
+				continue
+			}
+			known := Signal(0)
+			if b.updated != 0 && (r.staleAfter < 0 || time.Duration(now-b.updated) <= r.staleAfter) {
+				known = b.state.Known
+			}
+			l := level(&b.state, uint8(known), b.load.requests.Load()+b.load.peerRequests.Load(), q, kv)
+			lowest = min(lowest, l)
+			sum += l
+			n++
+		}
+		return lowest, sum, n
 	}
 	hook.PrefillElsewhere = func(result any) (found, ok bool) {
 		p := result.(*Result)

@@ -4,6 +4,7 @@ package routing
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -195,26 +196,6 @@ func TestPeerInFlightUnknownNames(t *testing.T) {
 	r.setPeerInFlight(nil)
 	if got := r.peerInFlight("unknown-0"); got != (InFlight{}) {
 		t.Errorf("peerInFlight(unknown-0) = %+v after an empty set, want zero", got)
-	}
-}
-
-// Saturation counts the peers' requests as waiting, like the router's own.
-func TestSaturationCountsPeers(t *testing.T) {
-	r := mustNew(t, Options{})
-	mustUpdate(t, r, []BackendState{{Name: "a", Health: Healthy, UpdatedAt: t0, Known: SignalQueued | SignalRunning}})
-	if got := r.Saturation(SaturationOptions{}); got != 0 {
-		t.Fatalf("idle saturation %v", got)
-	}
-	r.setPeerInFlight([]backendInFlight{{"a", InFlight{Requests: 2}}})
-	if got := r.Saturation(SaturationOptions{}); got != 0.5 {
-		t.Errorf("saturation with 2 peer requests = %v, want 2/4", got)
-	}
-	p, _ := r.Pick(&Request{})
-	defer p.Done(DoneInfo{})
-	p2, _ := r.Pick(&Request{})
-	defer p2.Done(DoneInfo{})
-	if got := r.Saturation(SaturationOptions{}); got != 1 {
-		t.Errorf("saturation with 2 own + 2 peer requests = %v, want 1", got)
 	}
 }
 
@@ -568,17 +549,18 @@ func TestSessionSeedAllocs(t *testing.T) {
 
 func TestProfileSessionScorers(t *testing.T) {
 	sa := newSessionAffinity(SessionOptions{})
-	o, err := NewOutlier(OutlierOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A part that is both a filter and a scorer, as routing/outlier's Detector, added as its
+	// With adds it.
+	withBoth := Usher(UsherOptions{})
+	withBoth.Filters = append([]Filter{&both{}}, withBoth.Filters...)
+	withBoth.Scorers = append(slices.Clone(withBoth.Scorers), Weighted{Scorer: &both{}, Weight: 1})
 	for _, tc := range []struct {
 		name    string
 		profile Profile
 		want    int
 	}{
 		{"usher", Usher(UsherOptions{}), 1},
-		{"usher with outlier", WithOutlier(Usher(UsherOptions{}), o, 1), 1},
+		{"usher with a filter and scorer", withBoth, 1},
 		{"llm-d default", LLMDDefault(), 0},
 		{"one scorer twice", Profile{Scorers: []Weighted{{sa, 1}, {sa, 2}}}, 1},
 		{"two tables", Profile{Scorers: []Weighted{{sa, 1}, {newSessionAware(SessionAwareOptions{}), 2}}}, 2},

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing/internal/hook"
 	"github.com/usher-llm/usher/routing/internal/rng"
 )
@@ -247,7 +246,6 @@ type Router struct {
 	staleAfter time.Duration
 	now        func() time.Time
 	name       string
-	outlier    *Outlier // the first Outlier among filters, for Outlier()
 	// heard is set by the first Result.Progress: until a caller reports progress, no backend
 	// counts as silent (a caller that never does would see every busy backend fall silent).
 	heard   atomic.Bool
@@ -255,8 +253,8 @@ type Router struct {
 	remover PrefixRemover // the index's Remove, when it has one and learn is LearnOnPick
 	// adapters counts this router's requests in flight per backend and LoRA adapter.
 	adapters *adapterTable
-	// cleanSkip[i]: filters[i] is a HealthFilter preceded only by filters that return a subset
-	// of the candidates they are given (HealthFilter, Outlier), so that it keeps every
+	// cleanSkip[i]: filters[i] is a health filter preceded only by filters that return a subset
+	// of the candidates they are given (health filters, hook.SubsetFilter's), so that it keeps every
 	// candidate, and can be skipped, when no candidate Pick built is stale or unhealthy.
 	cleanSkip []bool
 	// need is the union of the columns the unit scorers read. fast: every filter is a
@@ -417,10 +415,6 @@ type Stats struct {
 	LatencyOutcomes uint64
 }
 
-// Outlier returns the passive health among the profile's filters (WithOutlier), or nil: its
-// per-backend counters are what a gateway exports. O(1).
-func (r *Router) Outlier() *Outlier { return r.outlier }
-
 // New returns a Router configured by opts, with an empty backend set (Pick returns
 // ErrNoBackend until the first Update). It fails with ErrInvalidOptions when a scorer, filter
 // or weight is unusable.
@@ -439,11 +433,6 @@ func New(opts Options) (*Router, error) {
 	}
 	if r.learn > LearnFromEvents {
 		return nil, fmt.Errorf("%w: Learn %v", ErrInvalidOptions, opts.Learn)
-	}
-	for _, f := range opts.Filters {
-		if o, ok := f.(*Outlier); ok && r.outlier == nil {
-			r.outlier = o
-		}
 	}
 	if rm, ok := opts.Index.(PrefixRemover); ok && r.learn == LearnOnPick {
 		r.remover = rm
@@ -469,10 +458,10 @@ func New(opts Options) (*Router, error) {
 			return nil, fmt.Errorf("Filters[%d]: %w", i, bad.InvalidOptions())
 		}
 		r.hook(f)
-		switch f.(type) {
-		case *healthFilter:
+		switch {
+		case isHealthFilter(f):
 			r.cleanSkip = append(r.cleanSkip, subset)
-		case *Outlier:
+		case hook.SubsetFilter != nil && hook.SubsetFilter(f):
 			r.cleanSkip = append(r.cleanSkip, false)
 		default:
 			r.cleanSkip = append(r.cleanSkip, false)
@@ -539,7 +528,7 @@ func New(opts Options) (*Router, error) {
 }
 
 // hook registers x's PickObserver and Completer sides, if any, once per value: a component that is
-// both a filter and a scorer (Outlier, see WithOutlier) hears of each pick and each outcome once.
+// both a filter and a scorer (routing/outlier's Detector) hears of each pick and each outcome once.
 func (r *Router) hook(x any) {
 	if o, ok := x.(PickObserver); ok && !hooked(r.observers, o) {
 		r.observers = append(r.observers, o)
@@ -900,7 +889,6 @@ func (r *Router) Pick(req *Request) (Result, error) {
 		Predicted:      predicted,
 		t:              t,
 		gen:            t.state.Load() >> genShift,
-		ix:             int32(b.index + 1),
 		load:           b.load,
 	}, nil
 }
@@ -1055,10 +1043,9 @@ func (p *candParams) fill(cands []Candidate, backends []backend, first int) (sta
 		c.InFlight.Requests = l.requests.Load() + l.peerRequests.Load()
 		c.InFlight.PrefillTokens = l.prefill.Load() + l.peerPrefill.Load()
 		c.InFlight.Blocks = l.blocks.Load() + l.peerBlocks.Load()
-		if p.heard {
-			c.busy, c.heard = l.streams.Load(), l.heard.Load()
-		} else {
-			c.busy = 0
+		c.Silence = 0
+		if p.heard && l.streams.Load() > 0 {
+			c.Silence = max(0, time.Duration(p.nowNs-l.heard.Load()))
 		}
 		c.MatchedBlocks = matched
 		c.MatchedTokens = tokens
@@ -1149,7 +1136,6 @@ type Result struct {
 
 	t    *ticket
 	gen  uint64
-	ix   int32     // 1 + the prefix index id; 0 without an index
 	load *inflight // the backend's counters, which outlive the ticket
 }
 
@@ -1163,9 +1149,9 @@ type Result struct {
 //     classify it). It counts in Stats.Failed and is neutral for passive health: neither a
 //     success nor a failure. Code that only sets Err gets exactly this.
 //   - Err != nil, Failure == FailureConnect, FailureTimeout or FailureServer: a failure of the
-//     backend. Passive health (Outlier) counts it towards ejection.
+//     backend. Passive health (routing/outlier) counts it towards ejection.
 //   - Err != nil, Failure == FailureOverload: the backend refused the work because it is busy.
-//     A load signal, not a health failure: Outlier does not count it either way.
+//     A load signal, not a health failure: passive health does not count it either way.
 //
 // A Failure outside the constants is read as FailureNone.
 type DoneInfo struct {
@@ -1252,16 +1238,6 @@ const (
 	genShift      = iota
 )
 
-// IndexID returns the chosen backend's id in the router's prefix index, and false without
-// an index. Use it, not ID, with the index's methods and to read Match's result (see
-// BackendID). O(1).
-func (p Result) IndexID() (prefixcache.BackendID, bool) {
-	if p.ix <= 0 {
-		return 0, false
-	}
-	return prefixcache.BackendID(p.ix - 1), true
-}
-
 // FirstToken records that the first output token arrived at at: the backend has finished
 // prefilling this request, so its uncached prompt tokens are released from the in-flight prefill
 // counter and, with LearnOnFirstToken, the prompt's blocks are inserted into the prefix index
@@ -1298,9 +1274,9 @@ func (p Result) FirstToken(at time.Time) {
 
 // Progress records that bytes of the answer arrived from the chosen backend at at (response
 // headers, a chunk of a stream): the backend is making progress. The router keeps, per backend,
-// when it last heard from it on any request, and the Outlier holds new picks off a backend that
-// has streamed requests in flight (Request.Stream) and has sent nothing on any request for its
-// StallAfter (see OutlierOptions). "Any request" because a whole answer's headers come only with the
+// when it last heard from it on any request, and a pick's Candidate.Silence says how long a
+// backend with streamed requests in flight (Request.Stream) has sent nothing on any of them
+// (routing/outlier holds new picks off it after its StallAfter). "Any request" because a whole answer's headers come only with the
 // answer and a long prefill sends nothing for a while: one live stream shows the server alive.
 // Call it as bytes come; it writes at most once per millisecond per backend. A router that
 // never hears of progress never counts a backend as silent. Calling it after

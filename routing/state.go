@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/usher-llm/usher/prefixcache"
 )
 
 // Role is the part of inference a backend serves. The zero value, RoleBoth, is an ordinary
@@ -253,13 +251,15 @@ type Candidate struct {
 	// use there whatever the last scrape said. Peers' requests are not counted. The count is
 	// kept in a fixed table (see Router); in the rare case it is full, a request is not counted.
 	AdapterInFlight int
+	// Silence is how long, at the time of the pick, the backend has sent nothing on any of
+	// this router's requests while streamed ones (Request.Stream) were in flight there: as
+	// Result.Silence, counted from the pick of the first stream when nothing came since. Zero
+	// when no stream is in flight, and until the router first hears of progress
+	// (Result.Progress): a caller that never reports it sees no backend fall silent.
+	Silence time.Duration
 
 	slot uint32 // 1 + the index in the snapshot; 0 for candidates built outside a Router
 	ix   int32  // 1 + the prefix index id; 0 when unknown (no index, or built outside a Router)
-	// busy is the router's own streamed requests in flight there; heard the later of the last
-	// byte any request got (Result.Progress) and the moment the first stream was picked, Unix ns.
-	busy  int64
-	heard int64
 	// lora is the backend's interned model and adapter sets in the snapshot (nil without
 	// them, or for a candidate built outside a Router).
 	lora *loraSets
@@ -268,16 +268,6 @@ type Candidate struct {
 // Has reports whether the signals in want are known and fresh for this candidate.
 func (c *Candidate) Has(want Signal) bool { return c.Fresh.Has(want) }
 
-// IndexID returns the candidate's id in the router's prefix index, and false when there is
-// none (no index, or a candidate a custom filter built). It is the id to use with the index's
-// own methods; ID is not.
-func (c *Candidate) IndexID() (prefixcache.BackendID, bool) {
-	if c.ix <= 0 {
-		return 0, false
-	}
-	return prefixcache.BackendID(c.ix - 1), true
-}
-
 // BackendID is the router's stable identifier of a backend: the same name keeps the same id
 // across updates for the lifetime of the Router. Ids are small and dense, starting at 0.
 //
@@ -285,8 +275,8 @@ func (c *Candidate) IndexID() (prefixcache.BackendID, bool) {
 // same backends its own way (its ids are interned when a name is first added there, by this
 // router or by anyone else), so the two generally differ, and both are plain integers that Go
 // lets index any slice. Index a prefixcache result (Match's slice) only with the index's ids —
-// Result.IndexID, Candidate.IndexID, Router.IndexID or the index's own Lookup — and a name
-// is the only id that means the same thing everywhere (between routers, replicas, packages).
+// the index's own Lookup of the backend's name (BackendState.Name): a name is the only id that
+// means the same thing everywhere (between routers, replicas, packages, the index).
 type BackendID uint32
 
 // Request is what Pick needs to know about one request. It is passed by pointer and only read,

@@ -32,6 +32,13 @@ import (
 	_ "github.com/usher-llm/usher/replica"
 	_ "github.com/usher-llm/usher/routing"
 	_ "github.com/usher-llm/usher/routing/disagg"
+	_ "github.com/usher-llm/usher/routing/load"
+	_ "github.com/usher-llm/usher/routing/outlier"
+	_ "github.com/usher-llm/usher/routing/pick"
+	_ "github.com/usher-llm/usher/routing/prefix"
+	_ "github.com/usher-llm/usher/routing/profiles"
+	_ "github.com/usher-llm/usher/routing/saturation"
+	_ "github.com/usher-llm/usher/routing/session"
 )
 
 func main() {

@@ -41,6 +41,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/session"
 )
 
@@ -239,11 +240,11 @@ func (c config) options() (extproc.Options, error) {
 	if err != nil {
 		return extproc.Options{}, err
 	}
-	out, err := routing.NewOutlier(routing.OutlierOptions{})
+	out, err := outlier.New(outlier.Options{})
 	if err != nil {
 		return extproc.Options{}, err
 	}
-	rp = routing.WithOutlier(rp, out, 1)
+	rp = outlier.With(rp, out, 1)
 	keyer, err := proxy.NewKeyer(proxy.KeyerOptions{TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader})
 	if err != nil {
 		return extproc.Options{}, err

@@ -25,8 +25,6 @@ var pendingCtors = map[string]bool{
 	"proxy.NewServer":                      true,
 	"proxy/kvfeed.New":                     true,
 	"routing.NewAdapterAffinity":           true,
-	"routing.NewHealthFilter":              true,
-	"routing.NewSaturationFilter":          true,
 	"routing/profiles.NewDynamoCost":       true,
 	"routing/profiles.NewSGLangCacheAware": true,
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/profiles"
 )
 
@@ -607,7 +608,7 @@ func TestStuckBackend(t *testing.T) {
 func TestMidStreamBreaker(t *testing.T) {
 	breaker := simproc.Start(t, simproc.Options{Args: []string{"-fault-reset-after", "1500"}})
 	procs := []*simproc.Proc{breaker, simproc.Start(t, simproc.Options{}), simproc.Start(t, simproc.Options{})}
-	out, err := routing.NewOutlier(routing.OutlierOptions{BaseEjection: time.Minute, MaxEjection: time.Minute})
+	out, err := outlier.New(outlier.Options{BaseEjection: time.Minute, MaxEjection: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,7 +616,7 @@ func TestMidStreamBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := routing.New(routing.Options{Profile: routing.WithOutlier(profiles.Usher(profiles.UsherOptions{}), out, 1), Index: ix})
+	r, err := routing.New(routing.Options{Profile: outlier.With(profiles.Usher(profiles.UsherOptions{}), out, 1), Index: ix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -667,7 +668,7 @@ func TestMidStreamBreaker(t *testing.T) {
 func TestClientLeavingIsNotAFailure(t *testing.T) {
 	proc := simproc.Start(t, simproc.Options{Args: []string{"-fault-hold-headers", "300ms", "-fault-every", "2"}})
 	h, base := faultHandler(t, []*simproc.Proc{proc}, &attempts{}, nil)
-	out := h.Router().Outlier()
+	out := outlier.Of(h.Router())
 	if out == nil {
 		t.Fatal("the default router has no passive health")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/profiles"
 	"github.com/usher-llm/usher/routing/session"
+	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // evenFirst is a user's own scorer: it prefers backends whose id is even.
@@ -151,7 +152,7 @@ func TestOptionsProfile(t *testing.T) {
 	if n.Load() == 0 {
 		t.Error("the scorer added to the default profile was never asked")
 	}
-	if h.Router().Outlier() == nil {
+	if outlier.Of(h.Router()) == nil {
 		t.Error("the router built from Options.Profile has no passive health")
 	}
 }

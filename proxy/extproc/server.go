@@ -30,6 +30,7 @@ import (
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/profiles"
 )
 
@@ -330,11 +331,11 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	if s.router == nil {
-		out, err := routing.NewOutlier(routing.OutlierOptions{})
+		out, err := outlier.New(outlier.Options{})
 		if err != nil {
 			return nil, err
 		}
-		p := routing.WithOutlier(profiles.Usher(profiles.UsherOptions{}), out, 1)
+		p := outlier.With(profiles.Usher(profiles.UsherOptions{}), out, 1)
 		if s.router, err = routing.New(routing.Options{Profile: p, Index: s.index, BlockSize: opts.BlockSize}); err != nil {
 			return nil, err
 		}

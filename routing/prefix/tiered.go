@@ -6,6 +6,7 @@ import (
 
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
 // DefaultPrefillThroughput is the prefill tokens per second of one backend that NewTiered
@@ -133,7 +134,7 @@ func (t *tieredPrefix) Score(req *routing.Request, cands []routing.Candidate, ds
 	for i := range cands {
 		g := float64(min(cands[i].MatchedBlocks, n))
 		c, r := g, g
-		if k, ok := cands[i].IndexID(); ok {
+		if k, ok := hook.IndexID(&cands[i]); ok {
 			if int(k) < len(cpu) {
 				c = max(g, float64(min(int(cpu[k]), n)))
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/usher-llm/usher/routing/internal/cand"
 	"github.com/usher-llm/usher/routing/internal/hook"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/prefix"
 	"github.com/usher-llm/usher/routing/session"
@@ -28,7 +29,7 @@ import (
 func LLMDDefault() routing.Profile {
 	return routing.Profile{
 		Name:    "llm-d",
-		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Filters: []routing.Filter{outlier.HealthFilter()},
 		Scorers: []routing.Weighted{
 			{Scorer: load.QueueDepth(), Weight: 2},
 			{Scorer: load.KV(), Weight: 2},
@@ -86,7 +87,7 @@ func LLMDSticky(opts LLMDStickyOptions) routing.Profile {
 	}
 	return routing.Profile{
 		Name:    name,
-		Filters: []routing.Filter{routing.NewHealthFilter(), orInvalidFilter(session.NewSticky(opts.StickyOptions))},
+		Filters: []routing.Filter{outlier.HealthFilter(), orInvalidFilter(session.NewSticky(opts.StickyOptions))},
 		Scorers: []routing.Weighted{{Scorer: term, Weight: 1}},
 		Picker:  pick.MaxScore(),
 	}
@@ -160,7 +161,7 @@ func (s *sglangCacheAware) Score(req *routing.Request, cands []routing.Candidate
 func SGLang(opts SGLangOptions) routing.Profile {
 	return routing.Profile{
 		Name:    "sglang",
-		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Filters: []routing.Filter{outlier.HealthFilter()},
 		Scorers: []routing.Weighted{{Scorer: newSGLangCacheAware(opts), Weight: 1}},
 		Picker:  pick.MaxScore(),
 	}
@@ -298,7 +299,7 @@ func (d *dynamoCost) Score(req *routing.Request, cands []routing.Candidate, dst 
 func Dynamo(opts DynamoOptions) routing.Profile {
 	return routing.Profile{
 		Name:    "dynamo",
-		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Filters: []routing.Filter{outlier.HealthFilter()},
 		Scorers: []routing.Weighted{{Scorer: newDynamoCost(opts), Weight: 1}},
 		Picker:  pick.Softmax(opts.Temperature),
 	}
@@ -376,7 +377,7 @@ func (aibrixPrefixGate) Score(req *routing.Request, cands []routing.Candidate, d
 func AIBrix() routing.Profile {
 	return routing.Profile{
 		Name:    "aibrix",
-		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Filters: []routing.Filter{outlier.HealthFilter()},
 		Scorers: []routing.Weighted{{Scorer: aibrixPrefixGate{}, Weight: 1}},
 		Picker:  pick.MaxScore(),
 	}
@@ -386,7 +387,7 @@ func AIBrix() routing.Profile {
 func RoundRobin() routing.Profile {
 	return routing.Profile{
 		Name:    "round-robin",
-		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Filters: []routing.Filter{outlier.HealthFilter()},
 		Picker:  pick.RoundRobin(),
 	}
 }
@@ -396,7 +397,7 @@ func RoundRobin() routing.Profile {
 func LeastRequest() routing.Profile {
 	return routing.Profile{
 		Name:    "least-request",
-		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Filters: []routing.Filter{outlier.HealthFilter()},
 		Scorers: []routing.Weighted{{Scorer: load.Active(), Weight: 1}},
 		Picker:  pick.MaxScore(),
 	}
@@ -467,7 +468,7 @@ func Usher(opts UsherOptions) routing.Profile {
 	}
 	p := routing.Profile{
 		Name:    "usher",
-		Filters: []routing.Filter{routing.NewHealthFilter()},
+		Filters: []routing.Filter{outlier.HealthFilter()},
 		Scorers: []routing.Weighted{
 			{Scorer: orInvalid(session.NewAware(sa)), Weight: 1.5},
 			{Scorer: load.TokenBacklog(UsherLoadCap), Weight: 2},

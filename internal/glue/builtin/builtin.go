@@ -12,6 +12,7 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/profiles"
 	"github.com/usher-llm/usher/routing/session"
@@ -136,7 +137,7 @@ var profileTable = []namedProfile{
 		if err != nil {
 			panic(err) // the defaults are valid
 		}
-		return routing.Profile{Name: "usher-latency", Filters: []routing.Filter{routing.NewHealthFilter()},
+		return routing.Profile{Name: "usher-latency", Filters: []routing.Filter{outlier.HealthFilter()},
 			Scorers: []routing.Weighted{{Scorer: s, Weight: 1}}, Picker: pick.MaxScore()}
 	}},
 }

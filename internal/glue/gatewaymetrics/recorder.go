@@ -384,7 +384,7 @@ type healthSeries struct {
 	ejected           atomic.Bool
 }
 
-// SetPassiveHealth records a configured backend's passive-health counters (routing.Outlier's
+// SetPassiveHealth records a configured backend's passive-health counters (outlier.Detector's
 // BackendStats): its ejections and probes so far, and whether it is out of rotation now. The
 // counters only move forward. Allocation-free; O(1); a backend outside the configured set is
 // ignored.

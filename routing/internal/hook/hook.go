@@ -15,6 +15,25 @@ var (
 	// prefills (not decode-only, not unhealthy) has no more prefill work in flight (the
 	// router's and its peers') than the chosen one; ok is false for a Result no Router made.
 	PrefillElsewhere func(result any) (found, ok bool)
+	// Filters returns a copy of a *routing.Router's filters, in order, as anys.
+	Filters func(router any) []any
+	// HealthFilter returns a new health filter (routing's own type, which a Router recognises
+	// for its fast path) as a routing.Filter in an any.
+	HealthFilter func() any
+	// Saturation calls level for every backend of a *routing.Router's current set that is not
+	// unhealthy, with its *routing.BackendState, the routing.Signal set that is fresh now, and
+	// its in-flight requests (the router's and its peers'), and returns the lowest level (1 when
+	// lower than every level), their sum and their number. level must not retain state.
+	// O(backends), lock-free, no allocation.
+	Saturation func(router any, level func(state any, fresh uint8, inflight int64, q, kv float64) float64, q, kv float64) (lowest, sum float64, n int)
+)
+
+// Installed by the capability packages, at init.
+var (
+	// SubsetFilter reports whether a filter returns a subset of the candidates it is given,
+	// unchanged (routing/outlier's Detector does), so that a health filter after it can be
+	// skipped when no candidate is stale or unhealthy. Nil: no such filter is linked.
+	SubsetFilter func(filter any) bool
 )
 
 // ScoresOnly is implemented by the built-in pickers (routing/pick), which read nothing of the
@@ -31,3 +50,7 @@ type Invalid interface{ InvalidOptions() error }
 // its filters and scorers has a prefix index: without one every MatchedBlocks is 0, and a
 // scorer must not read that as eviction. False for a Request no Router resolved.
 var Indexed func(req any) bool
+
+// IndexID returns the prefix index's id of a *routing.Candidate's backend (passed as an any),
+// and false when the Router has no index or the Candidate was built outside a Router.
+var IndexID func(cand any) (id uint32, ok bool)

@@ -1,6 +1,4 @@
-//go:build pending_split
-
-package routing
+package outlier_test
 
 import (
 	"errors"
@@ -11,6 +9,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // fakeClock is a clock tests advance by hand; safe for concurrent use.
@@ -29,7 +32,7 @@ func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // a test can say which backend it wants and see whether the outlier let it through.
 type prefer struct{ target atomic.Int64 }
 
-func (p *prefer) Score(_ *Request, cands []Candidate, dst []float64) {
+func (p *prefer) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 	t := p.target.Load()
 	for i := range cands {
 		if int64(cands[i].ID) == t {
@@ -46,43 +49,43 @@ var (
 )
 
 var (
-	connectFail = DoneInfo{Err: errConnect, Failure: FailureConnect}
-	serverFail  = DoneInfo{Err: errServer, Failure: FailureServer}
-	timeoutFail = DoneInfo{Err: errServer, Failure: FailureTimeout}
-	neutral     = DoneInfo{Err: errClient}
-	overload    = DoneInfo{Err: errOverload, Failure: FailureOverload}
-	success     = DoneInfo{}
+	connectFail = routing.DoneInfo{Err: errConnect, Failure: routing.FailureConnect}
+	serverFail  = routing.DoneInfo{Err: errServer, Failure: routing.FailureServer}
+	timeoutFail = routing.DoneInfo{Err: errServer, Failure: routing.FailureTimeout}
+	neutral     = routing.DoneInfo{Err: errClient}
+	overload    = routing.DoneInfo{Err: errOverload, Failure: routing.FailureOverload}
+	success     = routing.DoneInfo{}
 )
 
-// outlierFixture is a Router over n backends b0..b(n-1) whose profile is
-// WithOutlier(HealthFilter → 10·prefer, outlier, 1), on a fake clock, signals never stale.
+// outlierFixture is a routing.Router over n backends b0..b(n-1) whose profile is
+// outlier.With(HealthFilter → 10·prefer, outlier, 1), on a fake clock, signals never stale.
 type outlierFixture struct {
 	t      *testing.T
-	r      *Router
-	o      *Outlier
+	r      *routing.Router
+	o      *outlier.Detector
 	clock  *fakeClock
 	prefer *prefer
 }
 
-func newOutlierFixture(t *testing.T, n int, opts OutlierOptions) *outlierFixture {
+func newOutlierFixture(t *testing.T, n int, opts outlier.Options) *outlierFixture {
 	t.Helper()
-	return newOutlierFixtureWith(t, n, opts, Options{StaleAfter: -1})
+	return newOutlierFixtureWith(t, n, opts, routing.Options{StaleAfter: -1})
 }
 
-func newOutlierFixtureWith(t *testing.T, n int, opts OutlierOptions, ropts Options) *outlierFixture {
+func newOutlierFixtureWith(t *testing.T, n int, opts outlier.Options, ropts routing.Options) *outlierFixture {
 	t.Helper()
 	f := &outlierFixture{t: t, clock: newFakeClock(t0), prefer: &prefer{}}
 	f.prefer.target.Store(-1)
 	opts.Now = f.clock.Now
-	o, err := NewOutlier(opts)
+	o, err := outlier.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.o = o
 	ropts.Now = f.clock.Now
-	ropts.Profile = WithOutlier(Profile{
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{{f.prefer, 10}},
+	ropts.Profile = outlier.With(routing.Profile{
+		Filters: []routing.Filter{outlier.HealthFilter()},
+		Scorers: []routing.Weighted{{Scorer: f.prefer, Weight: 10}},
 	}, o, 1)
 	f.r = mustNew(t, ropts)
 	mustUpdate(t, f.r, fleet(n, t0))
@@ -90,10 +93,10 @@ func newOutlierFixtureWith(t *testing.T, n int, opts OutlierOptions, ropts Optio
 }
 
 // pick picks with id preferred and returns the result.
-func (f *outlierFixture) pick(id int) Result {
+func (f *outlierFixture) pick(id int) routing.Result {
 	f.t.Helper()
 	f.prefer.target.Store(int64(id))
-	p, err := f.r.Pick(&Request{})
+	p, err := f.r.Pick(&routing.Request{})
 	if err != nil {
 		f.t.Fatalf("pick: %v", err)
 	}
@@ -101,7 +104,7 @@ func (f *outlierFixture) pick(id int) Result {
 }
 
 // hit picks with id preferred, requires that id is chosen, and finishes it with info.
-func (f *outlierFixture) hit(id int, info DoneInfo) {
+func (f *outlierFixture) hit(id int, info routing.DoneInfo) {
 	f.t.Helper()
 	p := f.pick(id)
 	if int(p.ID) != id {
@@ -124,12 +127,12 @@ func (f *outlierFixture) avoids(id, n int) {
 
 // ejectedFor returns how much longer id's ejection lasts, and whether it is out of rotation.
 func (f *outlierFixture) ejectedFor(id int) (time.Duration, bool) {
-	until, ok := f.o.Ejected(BackendID(id))
+	until, ok := f.o.Ejected(routing.BackendID(id))
 	return until.Sub(f.clock.Now()), ok
 }
 
 func TestOutlierConnectFailureEjectsAndProbes(t *testing.T) {
-	f := newOutlierFixture(t, 4, OutlierOptions{})
+	f := newOutlierFixture(t, 4, outlier.Options{})
 	f.hit(0, connectFail)
 	if d, ok := f.ejectedFor(0); !ok || d != time.Second {
 		t.Fatalf("after a connect failure: ejected %v for %v, want true for 1s", ok, d)
@@ -159,7 +162,7 @@ func TestOutlierConnectFailureEjectsAndProbes(t *testing.T) {
 // The n-th ejection in a row lasts min(Base·2^(n−1), Max); it decays by one step per Window
 // in rotation.
 func TestOutlierBackoff(t *testing.T) {
-	f := newOutlierFixture(t, 2, OutlierOptions{})
+	f := newOutlierFixture(t, 2, outlier.Options{})
 	f.hit(0, connectFail)
 	for i, want := range []time.Duration{1, 2, 4, 8, 16, 30, 30, 30} {
 		d, ok := f.ejectedFor(0)
@@ -178,10 +181,10 @@ func TestOutlierBackoff(t *testing.T) {
 		healthy time.Duration
 		want    time.Duration
 	}{
-		{0, 30 * time.Second},                        // n = min(6 + 1, cap 6) = 6
-		{2 * DefaultOutlierWindow, 16 * time.Second}, // 6 − 2 + 1 = 5
-		{3 * DefaultOutlierWindow, 4 * time.Second},  // 5 − 3 + 1 = 3
-		{10 * DefaultOutlierWindow, 1 * time.Second}, // max(0, 3 − 10) + 1 = 1
+		{0, 30 * time.Second},                         // n = min(6 + 1, cap 6) = 6
+		{2 * outlier.DefaultWindow, 16 * time.Second}, // 6 − 2 + 1 = 5
+		{3 * outlier.DefaultWindow, 4 * time.Second},  // 5 − 3 + 1 = 3
+		{10 * outlier.DefaultWindow, 1 * time.Second}, // max(0, 3 − 10) + 1 = 1
 	} {
 		f.clock.Advance(step.healthy)
 		f.hit(0, connectFail)
@@ -197,17 +200,17 @@ func TestOutlierBackoff(t *testing.T) {
 func TestOutlierConsecutiveFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		seq   []DoneInfo
+		seq   []routing.DoneInfo
 		eject bool
 	}{
-		{"5 server errors", []DoneInfo{serverFail, serverFail, serverFail, serverFail, serverFail}, true},
-		{"5 timeouts", []DoneInfo{timeoutFail, timeoutFail, timeoutFail, timeoutFail, timeoutFail}, true},
-		{"4 errors", []DoneInfo{serverFail, serverFail, serverFail, serverFail}, false},
-		{"4 errors, a success, 4 errors", []DoneInfo{serverFail, serverFail, serverFail, serverFail, success, serverFail, serverFail, serverFail, serverFail}, false},
-		{"neutral and overload do not reset", []DoneInfo{serverFail, serverFail, neutral, serverFail, overload, serverFail, serverFail}, true},
+		{"5 server errors", []routing.DoneInfo{serverFail, serverFail, serverFail, serverFail, serverFail}, true},
+		{"5 timeouts", []routing.DoneInfo{timeoutFail, timeoutFail, timeoutFail, timeoutFail, timeoutFail}, true},
+		{"4 errors", []routing.DoneInfo{serverFail, serverFail, serverFail, serverFail}, false},
+		{"4 errors, a success, 4 errors", []routing.DoneInfo{serverFail, serverFail, serverFail, serverFail, success, serverFail, serverFail, serverFail, serverFail}, false},
+		{"neutral and overload do not reset", []routing.DoneInfo{serverFail, serverFail, neutral, serverFail, overload, serverFail, serverFail}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newOutlierFixture(t, 4, OutlierOptions{FailureRate: -1})
+			f := newOutlierFixture(t, 4, outlier.Options{FailureRate: -1})
 			for _, info := range tc.seq {
 				f.hit(0, info)
 			}
@@ -219,7 +222,7 @@ func TestOutlierConsecutiveFailures(t *testing.T) {
 }
 
 func TestOutlierFailureRate(t *testing.T) {
-	opts := OutlierOptions{ConsecutiveFailures: -1}
+	opts := outlier.Options{ConsecutiveFailures: -1}
 	t.Run("reaches the rate with MinRequests", func(t *testing.T) {
 		f := newOutlierFixture(t, 4, opts)
 		for i := range 19 { // 10 failures in 19 requests: above the rate, below MinRequests
@@ -255,7 +258,7 @@ func TestOutlierFailureRate(t *testing.T) {
 		for range 15 {
 			f.hit(0, serverFail)
 		}
-		f.clock.Advance(DefaultOutlierWindow + time.Second)
+		f.clock.Advance(outlier.DefaultWindow + time.Second)
 		for range 10 {
 			f.hit(0, success)
 		}
@@ -273,7 +276,7 @@ func TestOutlierFailureRate(t *testing.T) {
 }
 
 func TestOutlierMaxEjectedPercent(t *testing.T) {
-	f := newOutlierFixture(t, 4, OutlierOptions{})
+	f := newOutlierFixture(t, 4, outlier.Options{})
 	for id := range 4 {
 		f.hit(id, success) // all four are known
 	}
@@ -288,7 +291,7 @@ func TestOutlierMaxEjectedPercent(t *testing.T) {
 	}
 
 	// All ejected: all kept.
-	g := newOutlierFixture(t, 2, OutlierOptions{MaxEjectedPercent: 100})
+	g := newOutlierFixture(t, 2, outlier.Options{MaxEjectedPercent: 100})
 	g.hit(0, connectFail)
 	g.hit(1, connectFail)
 	p := g.pick(0)
@@ -297,7 +300,7 @@ func TestOutlierMaxEjectedPercent(t *testing.T) {
 		t.Fatalf("stats %+v, want 2 ejected and 1 fallback", st)
 	}
 	// One backend alone may always be ejected.
-	h := newOutlierFixture(t, 1, OutlierOptions{})
+	h := newOutlierFixture(t, 1, outlier.Options{})
 	h.hit(0, connectFail)
 	h.hit(0, success) // kept by the fallback
 	if st := h.o.Stats(); st.Ejected != 1 || st.Fallbacks != 1 {
@@ -308,10 +311,10 @@ func TestOutlierMaxEjectedPercent(t *testing.T) {
 // When everything not ejected is unhealthy, the ejected backends are kept: HealthFilter drops
 // the unhealthy one, and the request still has a backend.
 func TestOutlierFallbackWithUnhealthy(t *testing.T) {
-	f := newOutlierFixture(t, 2, OutlierOptions{})
+	f := newOutlierFixture(t, 2, outlier.Options{})
 	f.hit(0, connectFail)
 	s := fleet(2, t0)
-	s[1].Health = Unhealthy
+	s[1].Health = routing.Unhealthy
 	mustUpdate(t, f.r, s)
 	p := f.pick(1)
 	if p.ID != 0 {
@@ -324,9 +327,9 @@ func TestOutlierFallbackWithUnhealthy(t *testing.T) {
 }
 
 // candidateSpy records the candidate ids it sees.
-type candidateSpy struct{ seen []BackendID }
+type candidateSpy struct{ seen []routing.BackendID }
 
-func (s *candidateSpy) Filter(_ *Request, cands []Candidate) []Candidate {
+func (s *candidateSpy) Filter(_ *routing.Request, cands []routing.Candidate) []routing.Candidate {
 	s.seen = s.seen[:0]
 	for i := range cands {
 		s.seen = append(s.seen, cands[i].ID)
@@ -337,10 +340,10 @@ func (s *candidateSpy) Filter(_ *Request, cands []Candidate) []Candidate {
 // A half-open backend that passes the filter but is not chosen has claimed nothing: it is
 // probed by a later pick.
 func TestOutlierUnchosenProbeDoesNotLeak(t *testing.T) {
-	f := newOutlierFixture(t, 3, OutlierOptions{})
+	f := newOutlierFixture(t, 3, outlier.Options{})
 	spy := &candidateSpy{}
-	prof := WithOutlier(Profile{Filters: []Filter{spy}, Scorers: []Weighted{{f.prefer, 10}}}, f.o, 1)
-	f.r = mustNew(t, Options{Now: f.clock.Now, StaleAfter: -1, Profile: prof})
+	prof := outlier.With(routing.Profile{Filters: []routing.Filter{spy}, Scorers: []routing.Weighted{{Scorer: f.prefer, Weight: 10}}}, f.o, 1)
+	f.r = mustNew(t, routing.Options{Now: f.clock.Now, StaleAfter: -1, Profile: prof})
 	mustUpdate(t, f.r, fleet(3, t0))
 	f.hit(0, connectFail)
 	f.clock.Advance(time.Second)
@@ -361,7 +364,7 @@ func TestOutlierUnchosenProbeDoesNotLeak(t *testing.T) {
 
 // A probe that is never finished holds off others only for ProbeTimeout.
 func TestOutlierProbeTimeout(t *testing.T) {
-	f := newOutlierFixture(t, 2, OutlierOptions{ProbeTimeout: 5 * time.Second})
+	f := newOutlierFixture(t, 2, outlier.Options{ProbeTimeout: 5 * time.Second})
 	f.hit(0, connectFail)
 	f.clock.Advance(time.Second)
 	lost := f.pick(0) // the probe; its Done comes much later
@@ -382,7 +385,7 @@ func TestOutlierProbeTimeout(t *testing.T) {
 
 // A neutral or overload outcome of a probe frees the claim for another probe.
 func TestOutlierProbeNeutral(t *testing.T) {
-	f := newOutlierFixture(t, 2, OutlierOptions{})
+	f := newOutlierFixture(t, 2, outlier.Options{})
 	f.hit(0, connectFail)
 	f.clock.Advance(time.Second)
 	f.hit(0, neutral)
@@ -398,7 +401,7 @@ func TestOutlierProbeNeutral(t *testing.T) {
 
 // Requests picked before the ejection say nothing about the backend after it.
 func TestOutlierIgnoresEarlierPicks(t *testing.T) {
-	f := newOutlierFixture(t, 2, OutlierOptions{})
+	f := newOutlierFixture(t, 2, outlier.Options{})
 	a, b := f.pick(0), f.pick(0)
 	f.clock.Advance(time.Millisecond)
 	a.Done(connectFail)
@@ -414,9 +417,9 @@ func TestOutlierIgnoresEarlierPicks(t *testing.T) {
 }
 
 func TestOutlierEarlyProbe(t *testing.T) {
-	opts := OutlierOptions{BaseEjection: 10 * time.Second, MaxEjectedPercent: 100}
-	f := newOutlierFixtureWith(t, 3, opts, Options{}) // signals go stale after 2 s
-	update := func(health ...Health) {
+	opts := outlier.Options{BaseEjection: 10 * time.Second, MaxEjectedPercent: 100}
+	f := newOutlierFixtureWith(t, 3, opts, routing.Options{}) // signals go stale after 2 s
+	update := func(health ...routing.Health) {
 		t.Helper()
 		s := fleet(3, f.clock.Now())
 		for i, h := range health {
@@ -427,11 +430,11 @@ func TestOutlierEarlyProbe(t *testing.T) {
 	f.hit(0, connectFail) // died
 	f.hit(1, connectFail) // fails requests, answers health checks
 	f.clock.Advance(100 * time.Millisecond)
-	update(Unhealthy, Healthy, Healthy)
+	update(routing.Unhealthy, routing.Healthy, routing.Healthy)
 	f.avoids(0, 3) // the outlier sees b0 unhealthy
 	f.clock.Advance(100 * time.Millisecond)
-	update(Healthy, Healthy, Healthy) // b0 is back
-	f.hit(0, success)                 // probed at once, restored
+	update(routing.Healthy, routing.Healthy, routing.Healthy) // b0 is back
+	f.hit(0, success)                                         // probed at once, restored
 	if st := f.o.Stats(); st.EarlyProbes != 1 || st.Restored != 1 {
 		t.Fatalf("stats %+v, want 1 early probe, 1 restored", st)
 	}
@@ -445,7 +448,7 @@ func TestOutlierEarlyProbe(t *testing.T) {
 	f.hit(0, connectFail)
 	f.clock.Advance(3 * time.Second) // every signal is stale now
 	f.avoids(0, 3)
-	update(Healthy, Healthy, Healthy)
+	update(routing.Healthy, routing.Healthy, routing.Healthy)
 	f.hit(0, success)
 	if st := f.o.Stats(); st.EarlyProbes != 3 || st.Restored != 2 {
 		t.Fatalf("stats %+v, want 3 early probes, 2 restored", st)
@@ -456,7 +459,7 @@ func TestOutlierEarlyProbe(t *testing.T) {
 }
 
 func TestOutlierScore(t *testing.T) {
-	f := newOutlierFixture(t, 3, OutlierOptions{ConsecutiveFailures: -1, FailureRate: -1})
+	f := newOutlierFixture(t, 3, outlier.Options{ConsecutiveFailures: -1, FailureRate: -1})
 	for i := range 10 {
 		if i%2 == 0 {
 			f.hit(0, serverFail)
@@ -467,16 +470,16 @@ func TestOutlierScore(t *testing.T) {
 	for range 30 {
 		f.hit(1, serverFail) // 30 of 30
 	}
-	cs := []Candidate{{ID: 0}, {ID: 1}, {ID: 2}, {ID: 9}}
-	req := &Request{Now: f.clock.Now()}
+	cs := []routing.Candidate{{ID: 0}, {ID: 1}, {ID: 2}, {ID: 9}}
+	req := &routing.Request{Now: f.clock.Now()}
 	got := score(f.o, req, cs)
 	checkScores(t, "after failures", got, []float64{1 - 5.0/20, 0, 1, 1})
 
 	// The outlier's score alone steers picks away from the failing backends.
-	r := mustNew(t, Options{Now: f.clock.Now, StaleAfter: -1, Profile: Profile{Scorers: []Weighted{{f.o, 1}, {ActiveRequests(), 0.01}}}})
+	r := mustNew(t, routing.Options{Now: f.clock.Now, StaleAfter: -1, Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: f.o, Weight: 1}, {Scorer: load.Active(), Weight: 0.01}}}})
 	mustUpdate(t, r, fleet(3, t0))
 	for range 50 {
-		p, err := r.Pick(&Request{})
+		p, err := r.Pick(&routing.Request{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -486,31 +489,31 @@ func TestOutlierScore(t *testing.T) {
 		p.Done(neutral)
 	}
 
-	f.clock.Advance(DefaultOutlierWindow + time.Nanosecond)
+	f.clock.Advance(outlier.DefaultWindow + time.Nanosecond)
 	req.Now = f.clock.Now()
 	checkScores(t, "a Window later", score(f.o, req, cs), []float64{1, 1, 1, 1})
 }
 
 func TestOutlierNeutralAndOverloadDoNotEject(t *testing.T) {
-	f := newOutlierFixture(t, 2, OutlierOptions{})
+	f := newOutlierFixture(t, 2, outlier.Options{})
 	for range 200 {
 		f.hit(0, neutral)
 		f.hit(0, overload)
-		f.hit(0, DoneInfo{Err: errClient, Failure: Failure(99)}) // unknown: neutral
+		f.hit(0, routing.DoneInfo{Err: errClient, Failure: routing.Failure(99)}) // unknown: neutral
 	}
 	if st := f.o.Stats(); st.Ejections != 0 {
 		t.Fatalf("stats %+v, want no ejections", st)
 	}
-	cs := []Candidate{{ID: 0}}
-	checkScores(t, "score", score(f.o, &Request{Now: f.clock.Now()}, cs), []float64{1})
+	cs := []routing.Candidate{{ID: 0}}
+	checkScores(t, "score", score(f.o, &routing.Request{Now: f.clock.Now()}, cs), []float64{1})
 }
 
 // A backend that left the set while half-open does not keep its ejection place forever.
 func TestOutlierForgetsDepartedBackends(t *testing.T) {
-	f := newOutlierFixture(t, 3, OutlierOptions{})
+	f := newOutlierFixture(t, 3, outlier.Options{})
 	f.hit(2, connectFail)
 	mustUpdate(t, f.r, fleet(2, t0)) // b2 leaves
-	f.clock.Advance(DefaultOutlierBaseEjection + DefaultOutlierMaxEjection)
+	f.clock.Advance(outlier.DefaultBaseEjection + outlier.DefaultMaxEjection)
 	f.hit(0, success) // the sweep runs
 	if st := f.o.Stats(); st.Ejected != 0 {
 		t.Fatalf("stats %+v, want nothing ejected", st)
@@ -518,13 +521,9 @@ func TestOutlierForgetsDepartedBackends(t *testing.T) {
 }
 
 func TestOutlierHookedOnce(t *testing.T) {
-	f := newOutlierFixture(t, 2, OutlierOptions{FailureRate: -1})
-	if n := len(f.r.completers); n != 1 {
-		t.Fatalf("%d completers, want the outlier once", n)
-	}
-	if n := len(f.r.observers); n != 1 {
-		t.Fatalf("%d observers, want the outlier once", n)
-	}
+	// That the Router registers a component that is both a filter and a scorer once, as an
+	// observer and as a completer, is checked in routing (TestHookedOnce).
+	f := newOutlierFixture(t, 2, outlier.Options{FailureRate: -1})
 	for range 4 {
 		f.hit(0, serverFail) // counted twice, these would eject
 	}
@@ -534,7 +533,7 @@ func TestOutlierHookedOnce(t *testing.T) {
 }
 
 func TestNewOutlierRejectsBadOptions(t *testing.T) {
-	for i, o := range []OutlierOptions{
+	for i, o := range []outlier.Options{
 		{FailureRate: 1.5},
 		{FailureRate: math.NaN()},
 		{MinRequests: -1},
@@ -547,70 +546,53 @@ func TestNewOutlierRejectsBadOptions(t *testing.T) {
 		{MaxEjectedPercent: 101},
 		{ProbeTimeout: -1},
 	} {
-		if _, err := NewOutlier(o); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("options %d %+v: err = %v, want ErrInvalidOptions", i, o, err)
+		if _, err := outlier.New(o); !errors.Is(err, routing.ErrInvalidOptions) {
+			t.Errorf("options %d %+v: err = %v, want routing.ErrInvalidOptions", i, o, err)
 		}
 	}
-	if _, err := NewOutlier(OutlierOptions{FailureRate: -1, ConsecutiveFailures: -1, ConsecutiveConnectFailures: -1}); err != nil {
+	if _, err := outlier.New(outlier.Options{FailureRate: -1, ConsecutiveFailures: -1, ConsecutiveConnectFailures: -1}); err != nil {
 		t.Errorf("everything off: %v", err)
 	}
-	o, err := NewOutlier(OutlierOptions{BaseEjection: time.Hour, MaxEjection: math.MaxInt64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := o.ejection(o.maxN); got != math.MaxInt64 || o.ejection(o.maxN-1) == math.MaxInt64 {
-		t.Errorf("longest ejection %v at n = %d, want the cap, reached at that n and not before", time.Duration(got), o.maxN)
-	}
+	// The longest ejection: TestEjectionCap (internal).
 }
 
 func TestWithOutlierCopies(t *testing.T) {
-	o, _ := NewOutlier(OutlierOptions{})
-	base := Usher(UsherOptions{})
+	o, _ := outlier.New(outlier.Options{})
+	base := profiles.Usher(profiles.UsherOptions{})
 	// Room to append: a WithOutlier that aliased them would write into these arrays.
-	base.Filters = append(make([]Filter, 0, 8), base.Filters...)
-	base.Scorers = append(make([]Weighted, 0, 8), base.Scorers...)
+	base.Filters = append(make([]routing.Filter, 0, 8), base.Filters...)
+	base.Scorers = append(make([]routing.Weighted, 0, 8), base.Scorers...)
 	nf, ns := len(base.Filters), len(base.Scorers)
-	p := WithOutlier(base, o, 2)
+	p := outlier.With(base, o, 2)
 	if len(base.Filters) != nf || len(base.Scorers) != ns {
 		t.Fatal("WithOutlier changed its argument")
 	}
-	if p.Filters[0] != Filter(o) || len(p.Filters) != nf+1 || p.Scorers[ns].Scorer != Scorer(o) || p.Scorers[ns].Weight != 2 {
+	if p.Filters[0] != routing.Filter(o) || len(p.Filters) != nf+1 || p.Scorers[ns].Scorer != routing.Scorer(o) || p.Scorers[ns].Weight != 2 {
 		t.Fatalf("WithOutlier: filters %v, scorers %v", p.Filters, p.Scorers)
 	}
 	p.Filters[1], p.Scorers[0].Weight = nil, 99
 	if base.Filters[0] == nil || base.Scorers[0].Weight == 99 {
 		t.Fatal("WithOutlier aliases p's slices")
 	}
-	if q := WithOutlier(base, o, 0); len(q.Scorers) != ns || len(q.Filters) != nf+1 {
+	if q := outlier.With(base, o, 0); len(q.Scorers) != ns || len(q.Filters) != nf+1 {
 		t.Fatalf("weight 0: %d scorers, %d filters; want %d and %d", len(q.Scorers), len(q.Filters), ns, nf+1)
 	}
 }
 
-func TestFailureString(t *testing.T) {
-	for f, want := range map[Failure]string{
-		FailureNone: "none", FailureConnect: "connect", FailureTimeout: "timeout",
-		FailureServer: "server", FailureOverload: "overload", 9: "Failure(9)",
-	} {
-		if got := f.String(); got != want {
-			t.Errorf("Failure(%d).String() = %q, want %q", f, got, want)
-		}
-	}
-}
-
-// Pick and Done with the outlier in the Usher profile allocate nothing: with nothing failing
+// Pick and Done with the outlier in the profiles.Usher profile allocate nothing: with nothing failing
 // (the fast paths), and with one backend ejected and recent failures (the slow paths).
 func TestOutlierAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
 	clock := newFakeClock(t0)
-	o, err := NewOutlier(OutlierOptions{Now: clock.Now, ConsecutiveFailures: 1000, FailureRate: -1})
+	o, err := outlier.New(outlier.Options{Now: clock.Now, ConsecutiveFailures: 1000, FailureRate: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, req := benchRouter(t, 100, WithOutlier(Usher(UsherOptions{}), o, 1))
+	r, req := benchRouter(t, 100, outlier.With(profiles.Usher(profiles.UsherOptions{}), o, 1))
 	req.Session = "s1"
-	run := func(name string, info DoneInfo) {
+	run := func(name string, info routing.DoneInfo) {
 		t.Helper()
 		allocs := testing.AllocsPerRun(200, func() {
 			p, err := r.Pick(req)
@@ -644,11 +626,11 @@ func TestOutlierConcurrent(t *testing.T) {
 
 func outlierConcurrent(t *testing.T, pct int) {
 	clock := newFakeClock(t0)
-	o, err := NewOutlier(OutlierOptions{Now: clock.Now, MaxEjectedPercent: pct})
+	o, err := outlier.New(outlier.Options{Now: clock.Now, MaxEjectedPercent: pct})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustNew(t, Options{Now: clock.Now, StaleAfter: -1, Profile: WithOutlier(Usher(UsherOptions{}), o, 1)})
+	r := mustNew(t, routing.Options{Now: clock.Now, StaleAfter: -1, Profile: outlier.With(profiles.Usher(profiles.UsherOptions{}), o, 1)})
 	mustUpdate(t, r, fleet(8, t0))
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -659,7 +641,7 @@ func outlierConcurrent(t *testing.T, pct int) {
 			clock.Advance(20 * time.Millisecond)
 			s := fleet(8, clock.Now())
 			if i%50 < 5 {
-				s[i%8].Health = Unhealthy
+				s[i%8].Health = routing.Unhealthy
 			}
 			if err := r.Update(s); err != nil {
 				t.Error(err)
@@ -669,14 +651,14 @@ func outlierConcurrent(t *testing.T, pct int) {
 		}
 	}()
 	const workers, per = 8, 2000
-	kinds := []DoneInfo{success, success, success, connectFail, serverFail, timeoutFail, neutral, overload}
+	kinds := []routing.DoneInfo{success, success, success, connectFail, serverFail, timeoutFail, neutral, overload}
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			for i := range per {
-				p, err := r.Pick(&Request{Session: fmt.Sprint(w, i%7)})
+				p, err := r.Pick(&routing.Request{Session: fmt.Sprint(w, i%7)})
 				if err != nil {
 					t.Error(err)
 					return
@@ -688,7 +670,7 @@ func outlierConcurrent(t *testing.T, pct int) {
 				case pct == 100 && rng.IntN(8) == 0: // the others too
 					info = kinds[rng.IntN(len(kinds))]
 				case rng.IntN(8) == 0: // the others now and then, never to be ejected
-					info = [...]DoneInfo{serverFail, neutral, overload}[rng.IntN(3)]
+					info = [...]routing.DoneInfo{serverFail, neutral, overload}[rng.IntN(3)]
 				}
 				p.Done(info)
 			}
@@ -700,14 +682,14 @@ func outlierConcurrent(t *testing.T, pct int) {
 	stop.Store(true)
 	wg.Wait()
 	for i := range 8 {
-		if got, _ := r.InFlight(fmt.Sprintf("b%d", i)); got != (InFlight{}) {
+		if got, _ := r.InFlight(fmt.Sprintf("b%d", i)); got != (routing.InFlight{}) {
 			t.Errorf("b%d left in flight: %+v", i, got)
 		}
 	}
 	st := o.Stats()
 	out := 0
 	for i := range 8 {
-		if _, ok := o.Ejected(BackendID(i)); ok {
+		if _, ok := o.Ejected(routing.BackendID(i)); ok {
 			out++
 		}
 	}
@@ -718,10 +700,10 @@ func outlierConcurrent(t *testing.T, pct int) {
 }
 
 // stream picks a streamed request with id preferred.
-func (f *outlierFixture) stream(id int) Result {
+func (f *outlierFixture) stream(id int) routing.Result {
 	f.t.Helper()
 	f.prefer.target.Store(int64(id))
-	p, err := f.r.Pick(&Request{Stream: true})
+	p, err := f.r.Pick(&routing.Request{Stream: true})
 	if err != nil {
 		f.t.Fatalf("pick: %v", err)
 	}
@@ -732,7 +714,7 @@ func (f *outlierFixture) stream(id int) Result {
 // new picks until one of them progresses or ends; it is not ejected, and when every backend
 // is silent all are kept.
 func TestOutlierStall(t *testing.T) {
-	f := newOutlierFixture(t, 2, OutlierOptions{StallAfter: 2 * time.Second})
+	f := newOutlierFixture(t, 2, outlier.Options{StallAfter: 2 * time.Second})
 	// A router never told of progress never counts a backend as silent: its caller does not
 	// report bytes, and every busy backend would look stuck.
 	quiet := f.stream(0)
@@ -755,7 +737,7 @@ func TestOutlierStall(t *testing.T) {
 		name    string
 		do      func()
 		advance time.Duration
-		want    BackendID // the pick preferring b0
+		want    routing.BackendID // the pick preferring b0
 		stalled uint64
 	}{
 		{"silent for less than StallAfter", nil, 1900 * time.Millisecond, 0, 0},
@@ -792,7 +774,7 @@ func TestOutlierStall(t *testing.T) {
 	if p.ID != 0 {
 		t.Errorf("all silent: picked b%d, want the preferred b0", p.ID)
 	}
-	for _, r := range []Result{a, b, p} {
+	for _, r := range []routing.Result{a, b, p} {
 		r.Done(success)
 	}
 

@@ -1,4 +1,4 @@
-package routing
+package outlier
 
 import (
 	"fmt"
@@ -7,89 +7,98 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
-// Defaults of OutlierOptions, Envoy's outlier detection where it has one.
+// ErrInvalidOptions is wrapped by New's errors. It wraps [routing.ErrInvalidOptions], so
+// errors.Is(err, routing.ErrInvalidOptions) holds too.
+var ErrInvalidOptions = fmt.Errorf("outlier: %w", routing.ErrInvalidOptions)
+
+// Defaults of Options, Envoy's outlier detection where it has one.
 const (
-	// DefaultOutlierConsecutiveFailures is the server errors or timeouts in a row that eject a
+	// DefaultConsecutiveFailures is the server errors or timeouts in a row that eject a
 	// backend (Envoy's consecutive_5xx).
-	DefaultOutlierConsecutiveFailures = 5
-	// DefaultOutlierConsecutiveConnectFailures is the connect failures in a row that eject: one.
+	DefaultConsecutiveFailures = 5
+	// DefaultConsecutiveConnectFailures is the connect failures in a row that eject: one.
 	// A refused connection is unambiguous, and every later pick to it would fail instantly.
-	DefaultOutlierConsecutiveConnectFailures = 1
-	// DefaultOutlierFailureRate is the failure share over the window that ejects.
-	DefaultOutlierFailureRate = 0.5
-	// DefaultOutlierMinRequests is the requests the window must hold before its failure rate
+	DefaultConsecutiveConnectFailures = 1
+	// DefaultFailureRate is the failure share over the window that ejects.
+	DefaultFailureRate = 0.5
+	// DefaultMinRequests is the requests the window must hold before its failure rate
 	// counts.
-	DefaultOutlierMinRequests = 20
-	// DefaultOutlierWindow is the span of the failure-rate window (Envoy's interval).
-	DefaultOutlierWindow = 10 * time.Second
-	// DefaultOutlierBaseEjection is the first ejection's length.
-	DefaultOutlierBaseEjection = 1 * time.Second
-	// DefaultOutlierMaxEjection caps an ejection's length.
-	DefaultOutlierMaxEjection = 30 * time.Second
-	// DefaultOutlierMaxEjectedPercent is the share of the known backends that may be ejected at
+	DefaultMinRequests = 20
+	// DefaultWindow is the span of the failure-rate window (Envoy's interval).
+	DefaultWindow = 10 * time.Second
+	// DefaultBaseEjection is the first ejection's length.
+	DefaultBaseEjection = 1 * time.Second
+	// DefaultMaxEjection caps an ejection's length.
+	DefaultMaxEjection = 30 * time.Second
+	// DefaultMaxEjectedPercent is the share of the known backends that may be ejected at
 	// once.
-	DefaultOutlierMaxEjectedPercent = 50
-	// DefaultOutlierProbeTimeout is how long a probe claim holds off the next probe.
-	DefaultOutlierProbeTimeout = 10 * time.Second
-	// DefaultOutlierStallAfter is the silence of a busy backend that holds new picks off it.
-	DefaultOutlierStallAfter = 15 * time.Second
+	DefaultMaxEjectedPercent = 50
+	// DefaultProbeTimeout is how long a probe claim holds off the next probe.
+	DefaultProbeTimeout = 10 * time.Second
+	// DefaultStallAfter is the silence of a busy backend that holds new picks off it.
+	DefaultStallAfter = 15 * time.Second
 )
 
-// OutlierOptions configures an Outlier. Zero values are the documented defaults.
-type OutlierOptions struct {
-	// ConsecutiveFailures is the failures of the backend (FailureServer, FailureTimeout or
-	// FailureConnect) in a row that eject it; a success resets the count. Zero:
-	// DefaultOutlierConsecutiveFailures (5, Envoy's consecutive_5xx). Negative: off.
+// Options configures a [Detector] (see [New]). Zero values are the documented defaults.
+type Options struct {
+	// ConsecutiveFailures is the failures of the backend ([routing.FailureServer],
+	// [routing.FailureTimeout] or [routing.FailureConnect]) in a row that eject it; a success
+	// resets the count. Zero: [DefaultConsecutiveFailures] (5, Envoy's consecutive_5xx).
+	// Negative: off.
 	ConsecutiveFailures int
-	// ConsecutiveConnectFailures is the FailureConnect in a row that eject; a success or any
-	// answer from the backend (FailureServer, FailureTimeout) resets the count. Zero:
-	// DefaultOutlierConsecutiveConnectFailures (1). Negative: off.
+	// ConsecutiveConnectFailures is the [routing.FailureConnect] in a row that eject; a success
+	// or any answer from the backend ([routing.FailureServer], [routing.FailureTimeout]) resets
+	// the count. Zero: [DefaultConsecutiveConnectFailures] (1). Negative: off.
 	ConsecutiveConnectFailures int
 	// FailureRate ejects a backend when failures/requests over Window reaches it, with at least
 	// MinRequests in the window. Requests are successes and failures of the backend; neutral
-	// and overload outcomes are not counted. Zero: DefaultOutlierFailureRate (0.5). Negative:
+	// and overload outcomes are not counted. Zero: DefaultFailureRate (0.5). Negative:
 	// off. At most 1.
 	FailureRate float64
 	// MinRequests is the requests the window must hold before FailureRate applies; it also damps
-	// Score (see Outlier). Zero: DefaultOutlierMinRequests (20).
+	// Score (see Detector). Zero: DefaultMinRequests (20).
 	MinRequests int
 	// Window is the span over which the failure rate is counted, in ten buckets; it is also the
-	// period by which the ejection count decays. Zero: DefaultOutlierWindow (10 s).
+	// period by which the ejection count decays. Zero: DefaultWindow (10 s).
 	Window time.Duration
 	// BaseEjection is the length of a first ejection; the n-th ejection in a row lasts
-	// min(BaseEjection·2^(n−1), MaxEjection). Zero: DefaultOutlierBaseEjection (1 s).
+	// min(BaseEjection·2^(n−1), MaxEjection). Zero: DefaultBaseEjection (1 s).
 	BaseEjection time.Duration
 	// MaxEjection caps an ejection's length; at least BaseEjection. Zero:
-	// DefaultOutlierMaxEjection (30 s).
+	// DefaultMaxEjection (30 s).
 	MaxEjection time.Duration
-	// MaxEjectedPercent is the most of the backends known to the Outlier that may be ejected at
-	// once (at least one may always be), in [0, 100]. Zero: DefaultOutlierMaxEjectedPercent
+	// MaxEjectedPercent is the most of the backends known to the Detector that may be ejected at
+	// once (at least one may always be), in [0, 100]. Zero: DefaultMaxEjectedPercent
 	// (50).
 	MaxEjectedPercent int
 	// ProbeTimeout is how long a claimed probe keeps other requests off a half-open backend. A
-	// probe still running after it (a long stream, a hung request, a Result never finished)
-	// lets one more probe through. Zero: DefaultOutlierProbeTimeout (10 s).
+	// probe still running after it (a long stream, a hung request, a [routing.Result] never finished)
+	// lets one more probe through. Zero: DefaultProbeTimeout (10 s).
 	ProbeTimeout time.Duration
 	// StallAfter holds new picks off a backend that has streamed requests of this router in
-	// flight (Request.Stream) and has sent no byte on any request (Result.Progress) for this
-	// long — counted from the pick of the first stream if nothing came since: a server whose
-	// metrics look healthy but which holds every answer. Until the router hears of progress
-	// once, nothing counts as silent. It is not an ejection: the backend is picked again as soon as one of
-	// its requests progresses or ends (a timeout, say), and, as with ejections, when every
+	// flight ([routing.Request].Stream) and has sent no byte on any request
+	// ([routing.Result.Progress]) for this long ([routing.Candidate].Silence) — counted from the
+	// pick of the first stream if nothing came since: a server whose metrics look healthy but
+	// which holds every answer. Until the router hears of progress once, nothing counts as
+	// silent. It is not an ejection: the backend is picked again as soon as one of its requests
+	// progresses or ends (a timeout, say), and, as with ejections, when every
 	// candidate is silent or ejected all are kept. Set it below the response-header timeout
 	// (the proxy uses half of it): requests already waiting there are abandoned at that
-	// timeout, new ones are not sent after StallAfter. Zero: DefaultOutlierStallAfter (15 s).
+	// timeout, new ones are not sent after StallAfter. Zero: DefaultStallAfter (15 s).
 	// Negative: off.
 	StallAfter time.Duration
 	// Now is the clock of Completed, which has no pick time to go by; use the Router's clock
-	// (Options.Now). Nil: time.Now.
+	// ([routing.Options].Now). Nil: time.Now.
 	Now func() time.Time
 }
 
-// OutlierStats are an Outlier's cumulative counters and its current number of ejected backends.
-type OutlierStats struct {
+// Stats are a [Detector]'s cumulative counters and its current number of ejected backends.
+type Stats struct {
 	// Ejections counts ejections, including a failed probe's re-ejection.
 	Ejections uint64
 	// Probes counts requests sent to a half-open backend as its probe.
@@ -110,16 +119,18 @@ type OutlierStats struct {
 	Stalled uint64
 }
 
-// Outlier is passive health: it learns from the outcome of every request (as a Completer) which
-// backends are failing, ejects them from the candidates (as a Filter) for a backoff period, lets
-// one probe at a time through when the period is over (claimed as a PickObserver), and lowers the
-// score of backends with a recent failure share (as a Scorer). Its semantics are Envoy's outlier
-// detection, with these defaults:
+// Detector is passive health: it learns from the outcome of every request (as a
+// [routing.Completer]) which backends are failing, ejects them from the candidates (as a
+// [routing.Filter]) for a backoff period, lets one probe at a time through when the period is
+// over (claimed as a [routing.PickObserver]), and lowers the score of backends with a recent
+// failure share (as a [routing.Scorer]). Its semantics are Envoy's outlier detection, with
+// these defaults:
 //
-//   - 5 failures in a row (FailureServer, FailureTimeout or FailureConnect) eject, like Envoy's
-//     consecutive_5xx; 1 connect failure ejects at once, since a refused connection makes every
-//     later request fail instantly — and a backend whose requests fail instantly looks idle to
-//     least-loaded scoring, which would otherwise send it most of the traffic.
+//   - 5 failures in a row ([routing.FailureServer], [routing.FailureTimeout] or
+//     [routing.FailureConnect]) eject, like Envoy's consecutive_5xx; 1 connect failure ejects
+//     at once, since a refused connection makes every later request fail instantly — and a
+//     backend whose requests fail instantly looks idle to least-loaded scoring, which would
+//     otherwise send it most of the traffic.
 //   - A failure share ≥ 0.5 over a 10 s window ejects, once the window holds 20 requests.
 //   - The n-th ejection in a row lasts min(1 s·2^(n−1), 30 s). n decays by one per Window the
 //     backend then spends in rotation without being ejected (Envoy decrements its multiplier
@@ -130,19 +141,20 @@ type OutlierStats struct {
 //
 // Unlike Envoy, an ejection does not simply end: the backend is then half-open, and one request
 // at a time may be in flight to it as a probe (two, rarely, when concurrent picks race for the
-// claim, or when a probe is still running after ProbeTimeout). A successful probe restores it; a failed one ejects
-// it again for the next, doubled period; a neutral or overload outcome frees the claim for
-// another probe. Outcomes of requests picked before an ejection ended are ignored: they tell
-// what the backend did before it was judged. A half-open backend not probed within MaxEjection
-// (it left the backend set, or no pick chose it) returns to rotation unprobed, as Envoy returns
-// every host when its time is up, so that departed backends do not hold ejection places.
+// claim, or when a probe is still running after ProbeTimeout). A successful probe restores it;
+// a failed one ejects it again for the next, doubled period; a neutral or overload outcome
+// frees the claim for another probe. Outcomes of requests picked before an ejection ended are
+// ignored: they tell what the backend did before it was judged. A half-open backend not probed
+// within MaxEjection (it left the backend set, or no pick chose it) returns to rotation
+// unprobed, as Envoy returns every host when its time is up, so that departed backends do not
+// hold ejection places.
 //
-// Early probe: when the writer's health verdict for an ejected backend was seen Unhealthy, or
-// its signals stale, and is now Healthy with fresh signals, the backend becomes half-open at
-// once — a server that died and came back gets traffic within one scrape interval, not after a
-// long backoff. A server that answers health checks but fails requests never went unhealthy and
-// is not probed early. The Outlier sees health only on the candidates its Filter is given, so it
-// must come before HealthFilter (WithOutlier puts it first).
+// Early probe: when the writer's health verdict for an ejected backend was seen
+// [routing.Unhealthy], or its signals stale, and is now [routing.Healthy] with fresh signals,
+// the backend becomes half-open at once — a server that died and came back gets traffic within
+// one scrape interval, not after a long backoff. A server that answers health checks but fails
+// requests never went unhealthy and is not probed early. The Detector sees health only on the
+// candidates its Filter is given, so it must come before [HealthFilter] ([With] puts it first).
 //
 // Score is 1 for a backend without a failure in the last Window, otherwise
 //
@@ -151,15 +163,16 @@ type OutlierStats struct {
 // over the window as of the backend's last completion: a backend failing often but under the
 // thresholds gets fewer picks, and one unlucky request moves it by 1/MinRequests, not to 0. An
 // ejection clears the window, so a probe competes on load alone. Suggested weight: 1 in the
-// Usher profile (whose other weights sum to 6.5): a backend failing half its requests loses 0.5,
-// what KVUtilization's term separates between an empty and a half-full cache; it does not
-// overturn a session's home (weight 4), which only ejection moves.
+// usher profile ([profiles.Usher], whose other weights sum to 6.5): a backend failing half its
+// requests loses 0.5, what [routing.KVUtilization]'s term separates between an empty and a
+// half-full cache; it does not overturn a session's home (weight 4), which only ejection moves.
 //
 // "Known" backends, for MaxEjectedPercent, are those that reported a success or a failure of
 // their own in the last ten Windows, or are out of rotation.
 //
-// The Outlier learns BackendIDs from one Router: use one Outlier per Router (build a Profile per
-// Router, as for the session tables). Its clock (OutlierOptions.Now) should be the Router's.
+// A Detector learns [routing.BackendID]s from one [routing.Router]: use one Detector per
+// Router (build a [routing.Profile] per Router, as for the session tables). Its clock
+// ([Options].Now) should be the Router's.
 //
 // Concurrency and cost: all methods are safe for concurrent use. Filter, Score and Picked run
 // on every pick from any number of goroutines; they take no lock and allocate nothing. When no
@@ -167,10 +180,10 @@ type OutlierStats struct {
 // within Window Score is one atomic load and fills dst with 1; otherwise Filter and Score are
 // O(n) atomic loads for n candidates and Picked O(1). Completed takes a short lock and is O(1)
 // (ten window buckets), plus, at most once per Window, an O(backends) sweep; a neutral outcome
-// with nothing ejected takes no lock. Memory is 256 bytes per BackendID the Outlier has heard
+// with nothing ejected takes no lock. Memory is 256 bytes per backend the Detector has heard
 // of, in chunks of 64 slots that hold no pointers.
-type Outlier struct {
-	// Immutable after NewOutlier. Durations and times are in nanoseconds.
+type Detector struct {
+	// Immutable after New. Durations and times are in nanoseconds.
 	consecutive, connect int32 // 0: off
 	rate                 float64
 	minReq               uint32
@@ -197,10 +210,10 @@ type Outlier struct {
 }
 
 var (
-	_ Filter       = (*Outlier)(nil)
-	_ Scorer       = (*Outlier)(nil)
-	_ PickObserver = (*Outlier)(nil)
-	_ Completer    = (*Outlier)(nil)
+	_ routing.Filter       = (*Detector)(nil)
+	_ routing.Scorer       = (*Detector)(nil)
+	_ routing.PickObserver = (*Detector)(nil)
+	_ routing.Completer    = (*Detector)(nil)
 )
 
 // outlierBuckets is the number of buckets of the failure-rate window.
@@ -218,13 +231,13 @@ const maxOutlierBackends = 1 << 20
 const outlierForgetWindows = 10
 
 // outlierDir is the published table: chunks of slots by BackendID/outlierChunk. Only Completed
-// grows it, under Outlier.mu, by publishing a new outlierDir that shares the old chunks.
+// grows it, under Detector.mu, by publishing a new outlierDir that shares the old chunks.
 type outlierDir struct {
 	chunks []*[outlierChunk]outlierSlot
 }
 
 // slot returns the slot of id, or nil when the table has none.
-func (d *outlierDir) slot(id BackendID) *outlierSlot {
+func (d *outlierDir) slot(id routing.BackendID) *outlierSlot {
 	if d == nil {
 		return nil
 	}
@@ -245,11 +258,11 @@ type outlierSlot struct {
 	probe    atomic.Int64  // pick time of the claimed probe, Unix ns; 0: none
 	lastFail atomic.Int64  // the latest failure in the window, Unix ns; 0: none
 	counts   atomic.Uint64 // failures<<32 | requests in the window as of the last outcome
-	down     atomic.Bool   // seen Unhealthy or stale while ejected
+	down     atomic.Bool   // seen routing.Unhealthy or stale while ejected
 	// Cumulative, for BackendStats.
 	ejected, probed atomic.Uint64
 
-	// Guarded by Outlier.mu.
+	// Guarded by Detector.mu.
 	known         bool
 	consec        int32 // backend failures in a row
 	consecConnect int32 // connect failures in a row
@@ -265,10 +278,10 @@ type outlierBucket struct {
 	requests, failures uint32
 }
 
-// NewOutlier returns an Outlier configured by o. It fails with ErrInvalidOptions when a value is
+// New returns a [Detector] configured by o. It fails with [ErrInvalidOptions] when a value is
 // out of range: FailureRate above 1 or NaN, MinRequests, a duration or MaxEjectedPercent
 // negative, MaxEjectedPercent above 100, or MaxEjection below BaseEjection.
-func NewOutlier(o OutlierOptions) (*Outlier, error) {
+func New(o Options) (*Detector, error) {
 	def := func(v, d int) int {
 		if v == 0 {
 			return d
@@ -281,19 +294,19 @@ func NewOutlier(o OutlierOptions) (*Outlier, error) {
 		}
 		return v
 	}
-	consec := def(o.ConsecutiveFailures, DefaultOutlierConsecutiveFailures)
-	connect := def(o.ConsecutiveConnectFailures, DefaultOutlierConsecutiveConnectFailures)
+	consec := def(o.ConsecutiveFailures, DefaultConsecutiveFailures)
+	connect := def(o.ConsecutiveConnectFailures, DefaultConsecutiveConnectFailures)
 	rate := o.FailureRate
 	if rate == 0 {
-		rate = DefaultOutlierFailureRate
+		rate = DefaultFailureRate
 	}
-	minReq := def(o.MinRequests, DefaultOutlierMinRequests)
-	window := defDur(o.Window, DefaultOutlierWindow)
-	base := defDur(o.BaseEjection, DefaultOutlierBaseEjection)
-	maxEj := defDur(o.MaxEjection, DefaultOutlierMaxEjection)
-	pct := def(o.MaxEjectedPercent, DefaultOutlierMaxEjectedPercent)
-	probe := defDur(o.ProbeTimeout, DefaultOutlierProbeTimeout)
-	stall := defDur(o.StallAfter, DefaultOutlierStallAfter)
+	minReq := def(o.MinRequests, DefaultMinRequests)
+	window := defDur(o.Window, DefaultWindow)
+	base := defDur(o.BaseEjection, DefaultBaseEjection)
+	maxEj := defDur(o.MaxEjection, DefaultMaxEjection)
+	pct := def(o.MaxEjectedPercent, DefaultMaxEjectedPercent)
+	probe := defDur(o.ProbeTimeout, DefaultProbeTimeout)
+	stall := defDur(o.StallAfter, DefaultStallAfter)
 	switch {
 	case math.IsNaN(rate) || rate > 1:
 		return nil, fmt.Errorf("%w: outlier FailureRate %v (want ≤ 1, negative for off)", ErrInvalidOptions, o.FailureRate)
@@ -308,7 +321,7 @@ func NewOutlier(o OutlierOptions) (*Outlier, error) {
 	case pct < 0 || pct > 100:
 		return nil, fmt.Errorf("%w: outlier MaxEjectedPercent %d (want 0–100)", ErrInvalidOptions, o.MaxEjectedPercent)
 	}
-	x := &Outlier{
+	x := &Detector{
 		rate:         rate,
 		minReq:       uint32(minReq),
 		minReqF:      float64(max(1, minReq)),
@@ -339,7 +352,7 @@ func NewOutlier(o OutlierOptions) (*Outlier, error) {
 
 // ejection is the length of the n-th ejection in a row: min(BaseEjection·2^(n−1),
 // MaxEjection), in ns. O(n).
-func (o *Outlier) ejection(n int32) int64 {
+func (o *Detector) ejection(n int32) int64 {
 	d := o.base
 	for i := int32(1); i < n && d < o.max; i++ {
 		if d > o.max/2 {
@@ -350,42 +363,43 @@ func (o *Outlier) ejection(n int32) int64 {
 	return min(d, o.max)
 }
 
-// WithOutlier returns p with o prepended to its Filters — before HealthFilter, so that o sees
-// the health verdicts it needs for the early probe — and, unless weight is 0, o appended to its
-// Scorers with that weight (see Outlier for a suggested one). The slices are copied: p's are
-// not modified or shared. p's Name is kept. The Router registers o's PickObserver and Completer
-// sides once even though it is both a filter and a scorer.
-func WithOutlier(p Profile, o *Outlier, weight float64) Profile {
-	filters := make([]Filter, 0, len(p.Filters)+1)
+// With returns p with o prepended to its Filters — before [HealthFilter], so that o sees the
+// health verdicts it needs for the early probe — and, unless weight is 0, o appended to its
+// Scorers with that weight (see [Detector] for a suggested one). The slices are copied: p's are
+// not modified or shared. p's Name is kept. A [routing.Router] registers o's
+// [routing.PickObserver] and [routing.Completer] sides once even though it is both a filter and
+// a scorer. O(len(p.Filters) + len(p.Scorers)).
+func With(p routing.Profile, o *Detector, weight float64) routing.Profile {
+	filters := make([]routing.Filter, 0, len(p.Filters)+1)
 	p.Filters = append(append(filters, o), p.Filters...)
 	p.Scorers = slices.Clip(slices.Clone(p.Scorers))
 	if weight != 0 {
-		p.Scorers = append(p.Scorers, Weighted{Scorer: o, Weight: weight})
+		p.Scorers = append(p.Scorers, routing.Weighted{Scorer: o, Weight: weight})
 	}
 	return p
 }
 
 // nowNs is the pick time of req in Unix ns: Request.Now, which Pick resolves, else the clock.
-func (o *Outlier) nowNs(req *Request) int64 {
+func (o *Detector) nowNs(req *routing.Request) int64 {
 	if req != nil && !req.Now.IsZero() {
 		return req.Now.UnixNano()
 	}
 	return o.now().UnixNano()
 }
 
-// Filter implements Filter: it drops ejected backends and half-open ones whose probe is in
-// flight, keeps everyone when that would leave no candidate but unhealthy ones (which the
-// HealthFilter after it drops), and makes an ejected backend
-// half-open at once when its health came back (see Outlier). Candidates are compacted by
+// Filter implements [routing.Filter]: it drops ejected backends, half-open ones whose probe is
+// in flight and silent ones (see [Options].StallAfter), keeps everyone when that would leave no
+// candidate but unhealthy ones (which the [HealthFilter] after it drops), and makes an ejected
+// backend half-open at once when its health came back (see [Detector]). Candidates are compacted by
 // swapping, so all of them are still in cands when the fallback keeps them. O(1) when no
 // backend is out of rotation, else O(n); lock-free, no allocation.
-func (o *Outlier) Filter(req *Request, cands []Candidate) []Candidate {
+func (o *Detector) Filter(req *routing.Request, cands []routing.Candidate) []routing.Candidate {
 	out := o.out.Load()
 	if out == 0 && o.stallAfter == 0 {
 		return cands
 	}
 	now := o.nowNs(req)
-	if out == 0 && !o.anySilent(cands, now) {
+	if out == 0 && !o.anySilent(cands) {
 		return cands
 	}
 	d := o.dir.Load()
@@ -394,7 +408,7 @@ func (o *Outlier) Filter(req *Request, cands []Candidate) []Candidate {
 	k, j, usable, silent := 0, len(cands), 0, false
 	for k < j {
 		c := &cands[k]
-		drop := o.silent(c, now)
+		drop := o.silent(c)
 		if drop {
 			silent = true
 		} else if out != 0 {
@@ -405,7 +419,7 @@ func (o *Outlier) Filter(req *Request, cands []Candidate) []Candidate {
 			cands[k], cands[j] = cands[j], cands[k]
 			continue
 		}
-		if cands[k].State == nil || cands[k].State.Health != Unhealthy {
+		if cands[k].State == nil || cands[k].State.Health != routing.Unhealthy {
 			usable++
 		}
 		k++
@@ -422,15 +436,15 @@ func (o *Outlier) Filter(req *Request, cands []Candidate) []Candidate {
 	return cands[:k]
 }
 
-// silent reports whether c has requests of the router in flight and has sent nothing on any
-// for StallAfter. Candidates built outside a Router are never silent.
-func (o *Outlier) silent(c *Candidate, now int64) bool {
-	return o.stallAfter > 0 && c.busy > 0 && now-c.heard > o.stallAfter
+// silent reports whether c has streamed requests of the router in flight and has sent nothing
+// on any for StallAfter. Candidates built outside a Router are never silent.
+func (o *Detector) silent(c *routing.Candidate) bool {
+	return o.stallAfter > 0 && int64(c.Silence) > o.stallAfter
 }
 
-func (o *Outlier) anySilent(cands []Candidate, now int64) bool {
+func (o *Detector) anySilent(cands []routing.Candidate) bool {
 	for i := range cands {
-		if o.silent(&cands[i], now) {
+		if o.silent(&cands[i]) {
 			return true
 		}
 	}
@@ -438,7 +452,7 @@ func (o *Outlier) anySilent(cands []Candidate, now int64) bool {
 }
 
 // admit reports whether c may be picked at now. Lock-free.
-func (o *Outlier) admit(d *outlierDir, c *Candidate, now int64) bool {
+func (o *Detector) admit(d *outlierDir, c *routing.Candidate, now int64) bool {
 	s := d.slot(c.ID)
 	if s == nil {
 		return true
@@ -451,13 +465,13 @@ func (o *Outlier) admit(d *outlierDir, c *Candidate, now int64) bool {
 		if c.State == nil {
 			return false
 		}
-		if c.State.Health == Unhealthy || c.Stale {
+		if c.State.Health == routing.Unhealthy || c.Stale {
 			if !s.down.Load() {
 				s.down.Store(true)
 			}
 			return false
 		}
-		if c.State.Health != Healthy || !s.down.Load() || !s.until.CompareAndSwap(u, now) {
+		if c.State.Health != routing.Healthy || !s.down.Load() || !s.until.CompareAndSwap(u, now) {
 			return false
 		}
 		// Health came back: half-open from now on.
@@ -468,9 +482,9 @@ func (o *Outlier) admit(d *outlierDir, c *Candidate, now int64) bool {
 	return p == 0 || now-p >= o.probeTimeout
 }
 
-// Picked implements Observer: a pick of a half-open backend claims its probe. Lock-free, O(1);
+// Picked implements [routing.PickObserver]: a pick of a half-open backend claims its probe. Lock-free, O(1);
 // one atomic load when no backend is out of rotation.
-func (o *Outlier) Picked(_ *Request, chosen *Candidate, now time.Time) {
+func (o *Detector) Picked(_ *routing.Request, chosen *routing.Candidate, now time.Time) {
 	if o.out.Load() == 0 {
 		return
 	}
@@ -495,10 +509,10 @@ func (o *Outlier) Picked(_ *Request, chosen *Candidate, now time.Time) {
 	}
 }
 
-// Score implements Scorer: 1 for a backend without a failure in the last Window, else
-// 1 − failures/max(requests, MinRequests) over the window (see Outlier). Lock-free, no
+// Score implements [routing.Scorer]: 1 for a backend without a failure in the last Window, else
+// 1 − failures/max(requests, MinRequests) over the window (see [Detector]). Lock-free, no
 // allocation; O(n), and one atomic load besides filling dst when no backend failed recently.
-func (o *Outlier) Score(req *Request, cands []Candidate, dst []float64) {
+func (o *Detector) Score(req *routing.Request, cands []routing.Candidate, dst []float64) {
 	now := o.nowNs(req)
 	if lf := o.lastFail.Load(); lf == 0 || now-lf > o.window {
 		for i := range dst {
@@ -522,7 +536,7 @@ func (o *Outlier) Score(req *Request, cands []Candidate, dst []float64) {
 	}
 }
 
-// outcome is what a DoneInfo means for passive health.
+// outcome is what a routing.DoneInfo means for passive health.
 type outcome uint8
 
 const (
@@ -531,18 +545,18 @@ const (
 	outcomeFailure
 )
 
-func outcomeOf(info DoneInfo) outcome {
+func outcomeOf(info routing.DoneInfo) outcome {
 	if info.Err == nil {
 		return outcomeSuccess
 	}
 	switch info.Failure {
-	case FailureConnect, FailureTimeout, FailureServer:
+	case routing.FailureConnect, routing.FailureTimeout, routing.FailureServer:
 		return outcomeFailure
 	}
 	return outcomeNeutral
 }
 
-// Completed implements Completer. A success resets the backend's failure streaks; a failure of
+// Completed implements [routing.Completer]. A success resets the backend's failure streaks; a failure of
 // the backend (Connect, Timeout, Server) extends them and counts in the window; the outcome
 // ejects the backend at once when it crosses a threshold (unless MaxEjectedPercent is reached),
 // so the next Pick already avoids it. For a half-open backend the outcome of a request picked
@@ -550,7 +564,7 @@ func outcomeOf(info DoneInfo) outcome {
 // overload outcomes count nowhere; they only free a probe claim. Outcomes of requests picked
 // before the backend's last ejection ended are ignored. O(1) under a short lock (plus the
 // periodic sweep); a neutral outcome with nothing ejected takes no lock.
-func (o *Outlier) Completed(id BackendID, picked time.Time, info DoneInfo) {
+func (o *Detector) Completed(id routing.BackendID, picked time.Time, info routing.DoneInfo) {
 	kind := outcomeOf(info)
 	if (kind == outcomeNeutral && o.out.Load() == 0) || id >= maxOutlierBackends {
 		return
@@ -601,7 +615,7 @@ func (o *Outlier) Completed(id BackendID, picked time.Time, info DoneInfo) {
 	}
 	b.failures = satInc(b.failures)
 	s.consec = min(s.consec+1, math.MaxInt32-1)
-	if info.Failure == FailureConnect {
+	if info.Failure == routing.FailureConnect {
 		s.consecConnect = min(s.consecConnect+1, math.MaxInt32-1)
 	} else {
 		s.consecConnect = 0
@@ -630,7 +644,7 @@ func satInc(v uint32) uint32 {
 }
 
 // publishLocked sums s's window at bucket epoch e, publishes it for Score and returns it.
-func (o *Outlier) publishLocked(s *outlierSlot, e int64) (requests, failures uint32) {
+func (o *Detector) publishLocked(s *outlierSlot, e int64) (requests, failures uint32) {
 	var req, fail uint64
 	for i := range s.buckets {
 		if b := &s.buckets[i]; b.epoch > e-outlierBuckets {
@@ -648,7 +662,7 @@ func (o *Outlier) publishLocked(s *outlierSlot, e int64) (requests, failures uin
 // ejectLocked takes s out of rotation, or extends its ejection after a failed probe. The n-th
 // ejection in a row lasts min(BaseEjection·2^(n−1), MaxEjection), where n is the previous
 // ejection's n minus one per Window spent in rotation since, plus one.
-func (o *Outlier) ejectLocked(s *outlierSlot, now int64) {
+func (o *Detector) ejectLocked(s *outlierSlot, now int64) {
 	wasOut := s.until.Load() != 0
 	n := s.ejections
 	if !wasOut && s.restoredAt != 0 {
@@ -663,7 +677,7 @@ func (o *Outlier) ejectLocked(s *outlierSlot, now int64) {
 	s.counts.Store(0)
 	s.lastFail.Store(0)
 	s.probe.Store(0)
-	s.down.Store(false) // before until: a Filter that sees the new ejection sees a fresh flag
+	s.down.Store(false) // before until: a routing.Filter that sees the new ejection sees a fresh flag
 	s.until.Store(max(now+d, 1))
 	if !wasOut {
 		o.out.Add(1)
@@ -673,7 +687,7 @@ func (o *Outlier) ejectLocked(s *outlierSlot, now int64) {
 }
 
 // restoreLocked returns s to rotation; its ejection ended at u.
-func (o *Outlier) restoreLocked(s *outlierSlot, u, now int64) {
+func (o *Detector) restoreLocked(s *outlierSlot, u, now int64) {
 	s.until.Store(0)
 	s.probe.Store(0)
 	s.down.Store(false)
@@ -687,7 +701,7 @@ func (o *Outlier) restoreLocked(s *outlierSlot, u, now int64) {
 }
 
 // slotLocked returns the slot of id, growing the table to hold it.
-func (o *Outlier) slotLocked(id BackendID) *outlierSlot {
+func (o *Detector) slotLocked(id routing.BackendID) *outlierSlot {
 	d := o.dir.Load()
 	if s := d.slot(id); s != nil {
 		return s
@@ -705,7 +719,7 @@ func (o *Outlier) slotLocked(id BackendID) *outlierSlot {
 
 // sweepLocked runs at most once per Window: it returns to rotation half-open backends left
 // unprobed for MaxEjection, and forgets backends without an outcome for ten Windows. O(table).
-func (o *Outlier) sweepLocked(now int64) {
+func (o *Detector) sweepLocked(now int64) {
 	if now < o.nextSweep {
 		return
 	}
@@ -734,7 +748,7 @@ func (o *Outlier) sweepLocked(now int64) {
 // Ejected reports whether the backend is out of rotation — ejected, or half-open awaiting a
 // successful probe — and until when its ejection lasts (at or before the present: half-open).
 // O(1), lock-free.
-func (o *Outlier) Ejected(id BackendID) (until time.Time, ok bool) {
+func (o *Detector) Ejected(id routing.BackendID) (until time.Time, ok bool) {
 	s := o.dir.Load().slot(id)
 	if s == nil {
 		return time.Time{}, false
@@ -747,10 +761,10 @@ func (o *Outlier) Ejected(id BackendID) (until time.Time, ok bool) {
 }
 
 // Fallbacks is the number of picks in which every candidate was ejected and all were kept. O(1).
-func (o *Outlier) Fallbacks() uint64 { return o.fallbacks.Load() }
+func (o *Detector) Fallbacks() uint64 { return o.fallbacks.Load() }
 
-// OutlierBackendStats are one backend's passive-health counters.
-type OutlierBackendStats struct {
+// BackendHealth is one backend's passive-health counters (see [Detector.BackendStats]).
+type BackendHealth struct {
 	// Ejections and Probes count the backend's ejections (a failed probe's re-ejection
 	// included) and the requests sent to it as probes.
 	Ejections, Probes uint64
@@ -758,19 +772,19 @@ type OutlierBackendStats struct {
 	Ejected bool
 }
 
-// BackendStats returns backend id's counters; zero for a backend the Outlier never heard of.
+// BackendStats returns backend id's counters; zero for a backend the Detector never heard of.
 // O(1), lock-free.
-func (o *Outlier) BackendStats(id BackendID) OutlierBackendStats {
+func (o *Detector) BackendStats(id routing.BackendID) BackendHealth {
 	s := o.dir.Load().slot(id)
 	if s == nil {
-		return OutlierBackendStats{}
+		return BackendHealth{}
 	}
-	return OutlierBackendStats{Ejections: s.ejected.Load(), Probes: s.probed.Load(), Ejected: s.until.Load() != 0}
+	return BackendHealth{Ejections: s.ejected.Load(), Probes: s.probed.Load(), Ejected: s.until.Load() != 0}
 }
 
-// Stats returns the Outlier's counters. O(1), lock-free.
-func (o *Outlier) Stats() OutlierStats {
-	return OutlierStats{
+// Stats returns the Detector's counters. O(1), lock-free.
+func (o *Detector) Stats() Stats {
+	return Stats{
 		Ejections:   o.ejections.Load(),
 		Probes:      o.probes.Load(),
 		Restored:    o.restored.Load(),
@@ -779,5 +793,39 @@ func (o *Outlier) Stats() OutlierStats {
 		EarlyProbes: o.early.Load(),
 		Ejected:     int(o.out.Load()),
 		Stalled:     o.stalled.Load(),
+	}
+}
+
+// HealthFilter returns a filter that drops unhealthy backends and routes around backends whose
+// signals are stale:
+//
+//   - A backend marked [routing.Unhealthy] is always dropped.
+//   - A backend whose signals are stale (older than [routing.Options].StaleAfter) or were never
+//     observed is dropped while at least one candidate with fresh signals remains. When every
+//     remaining candidate is stale — the scraper is down, not the fleet — they are all kept
+//     rather than failing every request. Their stale signals are then imputed by the load
+//     scorers, never read as zero load or as saturation.
+//
+// A [routing.Router] knows this filter: when nothing is stale or unhealthy, a pick skips it.
+// O(n), no allocation. Safe for concurrent use.
+func HealthFilter() routing.Filter { return hook.HealthFilter().(routing.Filter) }
+
+// Of returns the first [Detector] among r's filters (see [With]), or nil: its per-backend
+// counters are what a gateway exports. O(filters); it allocates.
+func Of(r *routing.Router) *Detector {
+	for _, f := range hook.Filters(r) {
+		if d, ok := f.(*Detector); ok {
+			return d
+		}
+	}
+	return nil
+}
+
+// A Detector returns a subset of the candidates it is given, unchanged: a health filter after
+// it may be skipped when nothing is stale or unhealthy.
+func init() {
+	hook.SubsetFilter = func(f any) bool {
+		_, ok := f.(*Detector)
+		return ok
 	}
 }

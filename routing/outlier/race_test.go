@@ -1,0 +1,5 @@
+//go:build race
+
+package outlier_test
+
+func init() { raceEnabled = true }

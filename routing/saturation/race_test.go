@@ -1,0 +1,5 @@
+//go:build race
+
+package saturation_test
+
+func init() { raceEnabled = true }
