@@ -14,12 +14,12 @@ import (
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/prefix"
 	"github.com/usher-llm/usher/routing/profiles"
-	"github.com/usher-llm/usher/routing/session"
-	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/saturation"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // A Registry names the parts a configuration can compose a gateway from: routing filters,

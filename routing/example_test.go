@@ -7,9 +7,9 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/prefix"
 	"github.com/usher-llm/usher/routing/profiles"
-	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // The whole path: a prefix index, a router with usher's profile, one writer publishing backend

@@ -10,9 +10,9 @@ import (
 
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/profiles"
 	"github.com/usher-llm/usher/routing/session"
-	"github.com/usher-llm/usher/routing/outlier"
 )
 
 // evenFirst is a user's own scorer: it prefers backends whose id is even.
