@@ -1,6 +1,4 @@
-//go:build pending_split
-
-package routing
+package routing_test
 
 import (
 	"fmt"
@@ -10,6 +8,13 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
+	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/cols"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/pick"
+	"github.com/usher-llm/usher/routing/prefix"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // The built-in scorers are scored two ways: Score over Candidates (what custom code calls) and
@@ -54,8 +59,8 @@ func randomCands(rng *rand.Rand, n int) []Candidate {
 
 func builtinUnitScorers() []Scorer {
 	return []Scorer{
-		PrefixRatio(), PrefixLength(0), PrefixLength(100), QueueDepth(), RunningRequests(),
-		ActiveRequests(), KVUtilization(), TokenLoad(0), TokenLoad(3000),
+		prefix.Ratio(), prefix.Length(0), prefix.Length(100), load.QueueDepth(), load.Running(),
+		load.Active(), load.KV(), load.TokenBacklog(0), load.TokenBacklog(3000),
 		trainedLatencyScorer(),
 	}
 }
@@ -94,28 +99,28 @@ func TestUnitScorerColumns(t *testing.T) {
 		}
 		req := &Request{Chain: make([]BlockHash, rng.IntN(30)), BlockSize: 16}
 		for _, s := range builtinUnitScorers() {
-			u := s.(unitScorer)
+			u := s.(UnitScorer)
 			want := make([]float64, n)
 			s.Score(req, cands, want)
 
-			var c cols
-			c.grow(n)
-			c.from(cands, u.needs())
+			var c cols.Cols[Candidate, BackendID, Signal]
+			c.Grow(n)
+			ColsFrom(&c, cands, u.Needs())
 			for _, precomputed := range []bool{false, true} {
 				if precomputed {
 					// As the snapshot's columns come: with their statistics, and without the
 					// Candidates (gather's columns).
-					c.queuedStats, c.runningStats, c.kvStats = statsOf(c.queued[:n]), statsOf(c.running[:n]), statsOf(c.kv[:n])
-					c.cands = nil
+					c.QueuedStats, c.RunningStats, c.KVStats = cols.StatsOf(c.Queued[:n]), cols.StatsOf(c.Running[:n]), cols.StatsOf(c.KV[:n])
+					c.Cands = nil
 				}
 				got := make([]float64, n)
-				u.addCols(req, &c, 1, got)
+				u.AddCols(req, &c, 1, got)
 				base := make([]float64, n)
 				for i := range base {
 					base[i] = float64(rng.IntN(100)) / 7
 				}
 				acc := append([]float64(nil), base...)
-				u.addCols(req, &c, 2.5, acc)
+				u.AddCols(req, &c, 2.5, acc)
 				for i := range want {
 					if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
 						t.Fatalf("round %d, %T (precomputed stats %v), candidate %d: addCols with weight 1 gave %v, Score %v",
@@ -134,7 +139,7 @@ func TestUnitScorerColumns(t *testing.T) {
 // genericPicker hides a built-in picker's type from the Router.
 type genericPicker struct{ p Picker }
 
-func (g genericPicker) Pick(req *Request, cands []Candidate, scores []float64, rng *Rand) int {
+func (g genericPicker) Pick(req *Request, cands []Candidate, scores []float64, rng *rand.Rand) int {
 	return g.p.Pick(req, cands, scores, rng)
 }
 
@@ -143,36 +148,36 @@ func (g genericPicker) Pick(req *Request, cands []Candidate, scores []float64, r
 func generic(p Profile) Profile {
 	g := Profile{Name: p.Name + "/generic", Picker: genericPicker{p.Picker}}
 	if p.Picker == nil {
-		g.Picker = genericPicker{MaxScore()}
+		g.Picker = genericPicker{pick.MaxScore()}
 	}
 	for _, f := range p.Filters {
 		g.Filters = append(g.Filters, FilterFunc(f.Filter))
 	}
 	for _, w := range p.Scorers {
-		g.Scorers = append(g.Scorers, Weighted{ScorerFunc(w.Scorer.Score), w.Weight})
+		g.Scorers = append(g.Scorers, Weighted{Scorer: ScorerFunc(w.Scorer.Score), Weight: w.Weight})
 	}
 	return g
 }
 
 func TestFastPathMatchesGeneralPath(t *testing.T) {
 	profiles := []func() Profile{
-		benchProfile, LLMDDefault, LeastRequest, RoundRobinProfile,
+		benchProfile, profiles.LLMDDefault, profiles.LeastRequest, profiles.RoundRobin,
 		func() Profile {
-			return Profile{Scorers: []Weighted{{RunningRequests(), 1}, {PrefixLength(64), 2}, {TokenLoad(5000), 1}}, Picker: WeightedRandom()}
+			return Profile{Scorers: []Weighted{{Scorer: load.Running(), Weight: 1}, {Scorer: prefix.Length(64), Weight: 2}, {Scorer: load.TokenBacklog(5000), Weight: 1}}, Picker: pick.WeightedRandom()}
 		},
 		func() Profile {
-			return Profile{Filters: []Filter{newHealthFilter(), newHealthFilter()}, Scorers: []Weighted{{ActiveRequests(), 1}, {KVUtilization(), 1}}, Picker: PowerOfTwo()}
+			return Profile{Filters: []Filter{outlier.HealthFilter(), outlier.HealthFilter()}, Scorers: []Weighted{{Scorer: load.Active(), Weight: 1}, {Scorer: load.KV(), Weight: 1}}, Picker: pick.PowerOfTwo()}
 		},
 		func() Profile {
-			return Profile{Filters: []Filter{newHealthFilter()}, Scorers: []Weighted{{QueueDepth(), 1}, {PrefixRatio(), 1}}, Picker: Softmax(0.2)}
+			return Profile{Filters: []Filter{outlier.HealthFilter()}, Scorers: []Weighted{{Scorer: load.QueueDepth(), Weight: 1}, {Scorer: prefix.Ratio(), Weight: 1}}, Picker: pick.Softmax(0.2)}
 		},
 		func() Profile {
 			// No filter: stale candidates are scored, so the columns are computed per pick.
-			return Profile{Scorers: []Weighted{{QueueDepth(), 1}, {KVUtilization(), 1.5}, {RunningRequests(), 0.5}, {ActiveRequests(), 2}}}
+			return Profile{Scorers: []Weighted{{Scorer: load.QueueDepth(), Weight: 1}, {Scorer: load.KV(), Weight: 1.5}, {Scorer: load.Running(), Weight: 0.5}, {Scorer: load.Active(), Weight: 2}}}
 		},
 		func() Profile {
 			// Each call its own model, trained alike.
-			return Profile{Filters: []Filter{newHealthFilter()}, Scorers: []Weighted{{trainedLatencyScorer(), 1}, {TokenLoad(9000), 1}}}
+			return Profile{Filters: []Filter{outlier.HealthFilter()}, Scorers: []Weighted{{Scorer: trainedLatencyScorer(), Weight: 1}, {Scorer: load.TokenBacklog(9000), Weight: 1}}}
 		},
 	}
 	for pi, mk := range profiles {
@@ -197,8 +202,8 @@ func comparePaths(t *testing.T, fast, slow Profile, seed uint64) {
 		indexes[i] = ix
 		routers[i] = mustNew(t, Options{Profile: p, Index: ix, Now: clock, Seed: 7, StaleAfter: time.Second})
 	}
-	if !routers[0].fast || routers[1].fast {
-		t.Fatalf("fast path: %v and %v, want true and false", routers[0].fast, routers[1].fast)
+	if !Fast(routers[0]) || Fast(routers[1]) {
+		t.Fatalf("fast path: %v and %v, want true and false", Fast(routers[0]), Fast(routers[1]))
 	}
 	rng := rand.New(rand.NewPCG(seed, 5))
 	chains := make([][]BlockHash, 4)
@@ -282,43 +287,5 @@ func comparePaths(t *testing.T, fast, slow Profile, seed uint64) {
 	}
 	if a, b := routers[0].Stats(), routers[1].Stats(); a != b {
 		t.Fatalf("stats differ:\nfast    %+v\ngeneral %+v", a, b)
-	}
-}
-
-func TestAllFresh(t *testing.T) {
-	const sa = time.Second
-	for _, tc := range []struct {
-		name    string
-		updated []int64
-		now     int64
-		stale   time.Duration
-		want    bool
-	}{
-		{"all recent", []int64{100, 200}, 1000, 1000, true},
-		{"oldest just in time", []int64{0 + 1, 500}, 1001, 1000, true},
-		{"oldest too old", []int64{1, 500}, 1002, 1000, false},
-		{"never observed", []int64{0, 500}, 600, sa, false},
-		{"never stale", []int64{1, 500}, math.MaxInt64, -1, true},
-		{"future", []int64{5000}, 1000, 10, true},
-		{"overflowing age", []int64{math.MinInt64 + 1, 10}, math.MaxInt64 - 5, sa, false},
-	} {
-		s := &snapshot{backends: make([]backend, len(tc.updated))}
-		for i, u := range tc.updated {
-			s.backends[i].updated = u
-		}
-		s.summarise()
-		if got := s.allFresh(tc.now, tc.stale); got != tc.want {
-			t.Errorf("%s: allFresh = %v, want %v", tc.name, got, tc.want)
-		}
-		// allFresh may say false when every backend is fresh (an overflow), never true when
-		// one is stale.
-		p := candParams{nowNs: tc.now, staleAfter: tc.stale}
-		cands := make([]Candidate, len(s.backends))
-		for i := range s.backends {
-			s.backends[i].load = new(inflight)
-		}
-		if stale := p.fill(cands, s.backends, 0); tc.want && stale != 0 {
-			t.Errorf("%s: allFresh, but fill counts %d stale", tc.name, stale)
-		}
 	}
 }

@@ -1,6 +1,4 @@
-//go:build pending_split
-
-package routing
+package routing_test
 
 import (
 	"fmt"
@@ -8,6 +6,11 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/pick"
 )
 
 // The model-based test drives a Router with a stream of operations (updates, picks, first
@@ -41,9 +44,9 @@ func newModel(t testing.TB) *model {
 		Now:        func() time.Time { return m.now },
 		StaleAfter: time.Second,
 		Profile: Profile{
-			Filters: []Filter{newHealthFilter()},
-			Scorers: []Weighted{{ActiveRequests(), 2}, {KVUtilization(), 1}, {TokenLoad(1000), 1}},
-			Picker:  MaxScore(),
+			Filters: []Filter{outlier.HealthFilter()},
+			Scorers: []Weighted{{Scorer: load.Active(), Weight: 2}, {Scorer: load.KV(), Weight: 1}, {Scorer: load.TokenBacklog(1000), Weight: 1}},
+			Picker:  pick.MaxScore(),
 		},
 	})
 	return m
@@ -127,7 +130,7 @@ func (m *model) step(op, arg byte) {
 func (m *model) eligible(req *Request) []BackendState {
 	var fresh, stale []BackendState
 	for _, s := range m.states {
-		if !s.Role.serves(req.Role) || s.Health == Unhealthy {
+		if !Serves(s.Role, req.Role) || s.Health == Unhealthy {
 			continue
 		}
 		if s.UpdatedAt.IsZero() || m.now.Sub(s.UpdatedAt) > time.Second {

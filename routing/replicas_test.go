@@ -1,6 +1,4 @@
-//go:build pending_split
-
-package routing
+package routing_test
 
 import (
 	"fmt"
@@ -10,6 +8,11 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
+	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/pick"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // inflightSpy is a scorer that records the Candidate.InFlight it was shown, by name.
@@ -49,22 +52,22 @@ func TestPeerInFlightSteersPicks(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		profile Profile
-		peers   []backendInFlight
+		peers   []BackendInFlight
 		want    string
 	}{
-		{"least-request, peers on b0", LeastRequest(), []backendInFlight{{"b0", InFlight{Requests: 3}}}, "b1"},
-		{"least-request, peers on b1", LeastRequest(), []backendInFlight{{"b1", InFlight{Requests: 3}}}, "b0"},
-		{"token-load, peers' prefill on b0", Profile{Scorers: []Weighted{{TokenLoad(0), 1}}},
-			[]backendInFlight{{"b0", InFlight{PrefillTokens: 50_000}}}, "b1"},
-		{"token-load, peers' prefill on b1", Profile{Scorers: []Weighted{{TokenLoad(0), 1}}},
-			[]backendInFlight{{"b1", InFlight{PrefillTokens: 50_000}}}, "b0"},
-		{"dynamo, peers' blocks on b0", Dynamo(DynamoOptions{}),
-			[]backendInFlight{{"b0", InFlight{Blocks: 500}}}, "b1"},
+		{"least-request, peers on b0", profiles.LeastRequest(), []BackendInFlight{{"b0", InFlight{Requests: 3}}}, "b1"},
+		{"least-request, peers on b1", profiles.LeastRequest(), []BackendInFlight{{"b1", InFlight{Requests: 3}}}, "b0"},
+		{"token-load, peers' prefill on b0", Profile{Scorers: []Weighted{{Scorer: load.TokenBacklog(0), Weight: 1}}},
+			[]BackendInFlight{{"b0", InFlight{PrefillTokens: 50_000}}}, "b1"},
+		{"token-load, peers' prefill on b1", Profile{Scorers: []Weighted{{Scorer: load.TokenBacklog(0), Weight: 1}}},
+			[]BackendInFlight{{"b1", InFlight{PrefillTokens: 50_000}}}, "b0"},
+		{"dynamo, peers' blocks on b0", profiles.Dynamo(profiles.DynamoOptions{}),
+			[]BackendInFlight{{"b0", InFlight{Blocks: 500}}}, "b1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mustNew(t, Options{Profile: tc.profile})
 			mustUpdate(t, r, fleet(2, t0))
-			r.setPeerInFlight(tc.peers)
+			SetPeerInFlight(r, tc.peers)
 			for i := range 5 {
 				if got := pickName(t, r, &Request{PromptTokens: 512}); got != tc.want {
 					t.Fatalf("pick %d went to %s, want %s", i, got, tc.want)
@@ -77,7 +80,7 @@ func TestPeerInFlightSteersPicks(t *testing.T) {
 // Candidate.InFlight is own + peers'; Router.InFlight and appendInFlight stay the router's own.
 func TestPeerInFlightSums(t *testing.T) {
 	spy := &inflightSpy{}
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{spy, 1}}, Picker: RoundRobinPicker()}})
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}, Picker: pick.RoundRobin()}})
 	mustUpdate(t, r, fleet(2, t0))
 	p, _ := r.Pick(&Request{PromptTokens: 32}) // b0 (round robin), 32 tokens = 2 blocks
 	defer p.Done(DoneInfo{})
@@ -86,7 +89,7 @@ func TestPeerInFlightSums(t *testing.T) {
 	}
 	own := InFlight{Requests: 1, PrefillTokens: 32, Blocks: 2}
 	peers := InFlight{Requests: 4, PrefillTokens: 1000, Blocks: 70}
-	r.setPeerInFlight([]backendInFlight{{"b0", peers}})
+	SetPeerInFlight(r, []BackendInFlight{{"b0", peers}})
 	q, _ := r.Pick(&Request{PromptTokens: 16})
 	q.Done(DoneInfo{})
 	if got, want := spy.seen("b0"), (InFlight{Requests: 5, PrefillTokens: 1032, Blocks: 72}); got != want {
@@ -98,11 +101,11 @@ func TestPeerInFlightSums(t *testing.T) {
 	if got, _ := r.InFlight("b0"); got != own {
 		t.Errorf("InFlight(b0) = %+v, want the router's own %+v", got, own)
 	}
-	if got := r.peerInFlight("b0"); got != peers {
+	if got := PeerInFlight(r, "b0"); got != peers {
 		t.Errorf("peerInFlight(b0) = %+v, want %+v", got, peers)
 	}
-	got := r.appendInFlight([]backendInFlight{{"keep", InFlight{}}})
-	want := []backendInFlight{{"keep", InFlight{}}, {"b0", own}, {"b1", InFlight{}}}
+	got := AppendInFlight(r, []BackendInFlight{{"keep", InFlight{}}})
+	want := []BackendInFlight{{"keep", InFlight{}}, {"b0", own}, {"b1", InFlight{}}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("appendInFlight = %v, want %v", got, want)
 	}
@@ -114,27 +117,27 @@ func TestSetPeerInFlightReplaces(t *testing.T) {
 	r := mustNew(t, Options{})
 	mustUpdate(t, r, fleet(3, t0))
 	steps := []struct {
-		set  []backendInFlight
+		set  []BackendInFlight
 		want [3]InFlight // b0, b1, b2
 	}{
 		{
-			set:  []backendInFlight{{"b0", InFlight{Requests: 2, Blocks: 10}}, {"b0", InFlight{Requests: 3, PrefillTokens: 7}}, {"b1", InFlight{Requests: 1}}},
+			set:  []BackendInFlight{{"b0", InFlight{Requests: 2, Blocks: 10}}, {"b0", InFlight{Requests: 3, PrefillTokens: 7}}, {"b1", InFlight{Requests: 1}}},
 			want: [3]InFlight{{Requests: 5, PrefillTokens: 7, Blocks: 10}, {Requests: 1}},
 		},
 		{
-			set:  []backendInFlight{{"b2", InFlight{Requests: 4}}},
+			set:  []BackendInFlight{{"b2", InFlight{Requests: 4}}},
 			want: [3]InFlight{{}, {}, {Requests: 4}},
 		},
 		{
-			set:  []backendInFlight{{"b1", InFlight{Requests: -5, PrefillTokens: 3}}, {"", InFlight{Requests: 9}}},
+			set:  []BackendInFlight{{"b1", InFlight{Requests: -5, PrefillTokens: 3}}, {"", InFlight{Requests: 9}}},
 			want: [3]InFlight{{}, {PrefillTokens: 3}, {}},
 		},
 		{set: nil},
 	}
 	for i, s := range steps {
-		r.setPeerInFlight(s.set)
+		SetPeerInFlight(r, s.set)
 		for k, name := range []string{"b0", "b1", "b2"} {
-			if got := r.peerInFlight(name); got != s.want[k] {
+			if got := PeerInFlight(r, name); got != s.want[k] {
 				t.Errorf("step %d: peerInFlight(%s) = %+v, want %+v", i, name, got, s.want[k])
 			}
 			if own, _ := r.InFlight(name); own != (InFlight{}) {
@@ -145,14 +148,14 @@ func TestSetPeerInFlightReplaces(t *testing.T) {
 }
 
 // Counts for a backend the router does not know yet are kept until Update adds it, within
-// maxUnknownPeerNames names.
+// MaxUnknownPeerNames names.
 func TestPeerInFlightUnknownNames(t *testing.T) {
 	spy := &inflightSpy{}
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{spy, 1}}}})
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
 	mustUpdate(t, r, fleet(1, t0))
 	later := InFlight{Requests: 7, PrefillTokens: 70}
-	r.setPeerInFlight([]backendInFlight{{"later", InFlight{Requests: 3}}, {"later", InFlight{Requests: 4, PrefillTokens: 70}}, {"b0", InFlight{Requests: 1}}})
-	if got := r.peerInFlight("later"); got != later {
+	SetPeerInFlight(r, []BackendInFlight{{"later", InFlight{Requests: 3}}, {"later", InFlight{Requests: 4, PrefillTokens: 70}}, {"b0", InFlight{Requests: 1}}})
+	if got := PeerInFlight(r, "later"); got != later {
 		t.Fatalf("peerInFlight(later) before Update = %+v, want %+v", got, later)
 	}
 	if _, ok := r.Lookup("later"); ok {
@@ -168,40 +171,40 @@ func TestPeerInFlightUnknownNames(t *testing.T) {
 	if got := spy.seen("later"); got != later {
 		t.Errorf("candidate later sees %+v, want the kept %+v", got, later)
 	}
-	if got := r.peerInFlight("later"); got != later {
+	if got := PeerInFlight(r, "later"); got != later {
 		t.Errorf("peerInFlight(later) after Update = %+v, want %+v", got, later)
 	}
 
-	// The bound: names beyond maxUnknownPeerNames are dropped and counted.
+	// The bound: names beyond MaxUnknownPeerNames are dropped and counted.
 	const extra = 10
-	peers := make([]backendInFlight, maxUnknownPeerNames+extra)
+	peers := make([]BackendInFlight, MaxUnknownPeerNames+extra)
 	for i := range peers {
-		peers[i] = backendInFlight{fmt.Sprint("unknown-", i), InFlight{Requests: 1}}
+		peers[i] = BackendInFlight{fmt.Sprint("unknown-", i), InFlight{Requests: 1}}
 	}
-	peers = append(peers, backendInFlight{"unknown-0", InFlight{Requests: 1}}) // a kept name adds up
-	r.setPeerInFlight(peers)
+	peers = append(peers, BackendInFlight{"unknown-0", InFlight{Requests: 1}}) // a kept name adds up
+	SetPeerInFlight(r, peers)
 	if got := r.Stats().DroppedPeerNames; got != extra {
 		t.Errorf("DroppedPeerNames = %d, want %d", got, extra)
 	}
-	if got := r.peerInFlight("unknown-0"); got.Requests != 2 {
+	if got := PeerInFlight(r, "unknown-0"); got.Requests != 2 {
 		t.Errorf("peerInFlight(unknown-0) = %+v, want 2 requests", got)
 	}
-	if got := r.peerInFlight(fmt.Sprint("unknown-", maxUnknownPeerNames)); got != (InFlight{}) {
+	if got := PeerInFlight(r, fmt.Sprint("unknown-", MaxUnknownPeerNames)); got != (InFlight{}) {
 		t.Errorf("a name past the bound was kept: %+v", got)
 	}
-	if got := r.peerInFlight("later"); got != (InFlight{}) {
+	if got := PeerInFlight(r, "later"); got != (InFlight{}) {
 		t.Errorf("peerInFlight(later) = %+v after a set that left it out, want zero", got)
 	}
 	// Replacing forgets the unknown names too.
-	r.setPeerInFlight(nil)
-	if got := r.peerInFlight("unknown-0"); got != (InFlight{}) {
+	SetPeerInFlight(r, nil)
+	if got := PeerInFlight(r, "unknown-0"); got != (InFlight{}) {
 		t.Errorf("peerInFlight(unknown-0) = %+v after an empty set, want zero", got)
 	}
 }
 
 // setPeerInFlight and Update run while picks do (meant for -race).
 func TestSetPeerInFlightConcurrent(t *testing.T) {
-	r, req := benchRouter(t, 16, LeastRequest())
+	r, req := benchRouter(t, 16, profiles.LeastRequest())
 	states := r.Backends(nil)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -222,18 +225,18 @@ func TestSetPeerInFlightConcurrent(t *testing.T) {
 			}
 		})
 	}
-	peers := make([]backendInFlight, 0, 32)
+	peers := make([]BackendInFlight, 0, 32)
 	for i := range 200 {
 		peers = peers[:0]
 		for k := range states {
-			peers = append(peers, backendInFlight{states[k].Name, InFlight{Requests: int64((i + k) % 5)}})
+			peers = append(peers, BackendInFlight{states[k].Name, InFlight{Requests: int64((i + k) % 5)}})
 		}
-		peers = append(peers, backendInFlight{fmt.Sprint("new-", i%3), InFlight{Requests: 1}})
-		r.setPeerInFlight(peers)
+		peers = append(peers, BackendInFlight{fmt.Sprint("new-", i%3), InFlight{Requests: 1}})
+		SetPeerInFlight(r, peers)
 		if i%50 == 0 {
 			mustUpdate(t, r, states)
 		}
-		_ = r.appendInFlight(nil)
+		_ = AppendInFlight(r, nil)
 	}
 	close(stop)
 	wg.Wait()
@@ -249,15 +252,15 @@ func TestPickWithPeersAllocs(t *testing.T) {
 		profile Profile
 	}{
 		{"four scorers", benchProfile()},
-		{"usher", Usher(UsherOptions{Session: SessionAwareOptions{SessionOptions: SessionOptions{Seed: 9, Feed: discardFeed{}}}})},
+		{"usher", profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: session.AffinityOptions{Seed: 9, Feed: discardFeed{}}}})},
 	} {
 		r, req := benchRouter(t, 100, tc.profile)
 		req.Session = "s1"
-		var peers []backendInFlight
+		var peers []BackendInFlight
 		for i, b := range r.Backends(nil) {
-			peers = append(peers, backendInFlight{b.Name, InFlight{Requests: int64(i % 4), PrefillTokens: int64(i * 100), Blocks: int64(i)}})
+			peers = append(peers, BackendInFlight{b.Name, InFlight{Requests: int64(i % 4), PrefillTokens: int64(i * 100), Blocks: int64(i)}})
 		}
-		r.setPeerInFlight(peers)
+		SetPeerInFlight(r, peers)
 		allocs := pickAllocs(t, r, req)
 		if allocs != 0 {
 			t.Errorf("%s: Pick+FirstToken+Done with peers allocates %v times, want 0", tc.name, allocs)
@@ -272,7 +275,7 @@ func TestPickWithPrefixFeedAllocs(t *testing.T) {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
 	fb := prefixcache.NewFeedBuffer(0)
-	r, req := benchRouterIndex(t, 100, RoundRobinProfile(), prefixcache.Options{Feed: fb})
+	r, req := benchRouterIndex(t, 100, profiles.RoundRobin(), prefixcache.Options{Feed: fb})
 	if got := fb.Drain(nil); got != 100 {
 		t.Fatalf("the feed heard %d inserts while the fleet was set up, want 100", got)
 	}
@@ -348,18 +351,18 @@ func TestSessionSharingBetweenRouters(t *testing.T) {
 	const seed = 0x5eed
 	for _, tc := range []struct {
 		name  string
-		build func(SessionOptions) Profile
+		build func(session.AffinityOptions) Profile
 	}{
-		{"session-aware", func(o SessionOptions) Profile {
-			return Usher(UsherOptions{Session: SessionAwareOptions{SessionOptions: o}})
+		{"session-aware", func(o session.AffinityOptions) Profile {
+			return profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: o}})
 		}},
-		{"session-affinity", func(o SessionOptions) Profile {
-			return Profile{Scorers: []Weighted{{newSessionAffinity(o), 10}, {ActiveRequests(), 1}}}
+		{"session-affinity", func(o session.AffinityOptions) Profile {
+			return Profile{Scorers: []Weighted{{Scorer: mustScorer(session.NewAffinity(o)), Weight: 10}, {Scorer: load.Active(), Weight: 1}}}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			feedA, feedB := &placementLog{}, &placementLog{}
-			pa, pb, pc := tc.build(SessionOptions{Seed: seed, Feed: feedA}), tc.build(SessionOptions{Seed: seed, Feed: feedB}), tc.build(SessionOptions{Seed: seed})
+			pa, pb, pc := tc.build(session.AffinityOptions{Seed: seed, Feed: feedA}), tc.build(session.AffinityOptions{Seed: seed, Feed: feedB}), tc.build(session.AffinityOptions{Seed: seed})
 			a, b, c := mustNew(t, Options{Profile: pa}), mustNew(t, Options{Profile: pb}), mustNew(t, Options{Profile: pc})
 			// B and C list the backends in another order, so their ids differ from A's.
 			s := fleet(4, t0)
@@ -371,16 +374,16 @@ func TestSessionSharingBetweenRouters(t *testing.T) {
 			req := &Request{Session: "conversation-1", PromptTokens: 256}
 			home := pickName(t, a, req)
 			got := feedA.take()
-			if len(got) != 1 || got[0].backend != home || got[0].blocks != 0 || !got[0].expires.Equal(t0.Add(DefaultSessionTTL)) {
-				t.Fatalf("A's feed heard %+v, want one placement on %s expiring %v", got, home, t0.Add(DefaultSessionTTL))
+			if len(got) != 1 || got[0].backend != home || got[0].blocks != 0 || !got[0].expires.Equal(t0.Add(session.DefaultPlacementTTL)) {
+				t.Fatalf("A's feed heard %+v, want one placement on %s expiring %v", got, home, t0.Add(session.DefaultPlacementTTL))
 			}
 			pl0 := got[0]
 			// B and C have one peer request on home (not enough to overload it): placed for
 			// balance, the turn would go elsewhere.
 			for _, r := range []*Router{b, c} {
-				r.setPeerInFlight([]backendInFlight{{home, InFlight{Requests: 1}}})
+				SetPeerInFlight(r, []BackendInFlight{{home, InFlight{Requests: 1}}})
 			}
-			placers := pb.sessionScorers()
+			placers := ProfileSessionScorers(pb)
 			if len(placers) != 1 {
 				t.Fatalf("sessionScorers found %d, want 1", len(placers))
 			}
@@ -407,186 +410,55 @@ func TestSessionSharingBetweenRouters(t *testing.T) {
 	}
 }
 
-// LearnPlacement keeps whichever placement expires later, and does not evict a placement that
-// outlives the one learnt.
-func TestLearnPlacementKeepsLater(t *testing.T) {
-	tb := newSessionTable(SessionOptions{TTL: 10 * time.Second, MaxSessions: 4})
-	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
-	ns := func(sec int) int64 { return at(sec).UnixNano() }
-	type step struct {
-		op      string // "learn", "store" (a local pick at a time) or "lookup"
-		key     uint64
-		id      BackendID
-		sec     int // expiry for learn, pick time for store, time for lookup
-		want    bool
-		wantID  BackendID
-		comment string
-	}
-	steps := []step{
-		{op: "learn", key: 1, id: 1, sec: 100, want: true, comment: "new session"},
-		{op: "lookup", key: 1, sec: 50, want: true, wantID: 1},
-		{op: "learn", key: 1, id: 2, sec: 60, want: false, comment: "expires earlier"},
-		{op: "learn", key: 1, id: 2, sec: 100, want: false, comment: "expires at the same time"},
-		{op: "lookup", key: 1, sec: 50, want: true, wantID: 1},
-		{op: "learn", key: 1, id: 3, sec: 120, want: true, comment: "expires later"},
-		{op: "lookup", key: 1, sec: 110, want: true, wantID: 3},
-		{op: "store", key: 1, id: 4, sec: 115, comment: "a local pick: expires at 125"},
-		{op: "learn", key: 1, id: 5, sec: 124, want: false, comment: "older than the local pick"},
-		{op: "lookup", key: 1, sec: 116, want: true, wantID: 4},
-		{op: "learn", key: 0, id: 1, sec: 500, want: false, comment: "session 0 is the empty slot"},
-		// Fill the bucket (keys 1..4 share it): 2, 3, 4 take the free slots.
-		{op: "learn", key: 2, id: 1, sec: 200, want: true},
-		{op: "learn", key: 3, id: 1, sec: 200, want: true},
-		{op: "learn", key: 4, id: 1, sec: 200, want: true},
-		{op: "learn", key: 5, id: 2, sec: 110, want: false, comment: "would evict placements that outlive it"},
-		{op: "lookup", key: 1, sec: 116, want: true, wantID: 4},
-		{op: "learn", key: 5, id: 2, sec: 150, want: true, comment: "evicts key 1, expiring at 125"},
-		{op: "lookup", key: 1, sec: 116, want: false},
-		{op: "lookup", key: 5, sec: 116, want: true, wantID: 2},
-	}
-	for i, s := range steps {
-		switch s.op {
-		case "learn":
-			if got := tb.learn(s.key, s.id, 3, at(s.sec)); got != s.want {
-				t.Errorf("step %d (%s): learn = %v, want %v", i, s.comment, got, s.want)
-			}
-		case "store":
-			tb.store(s.key, s.id, 3, ns(s.sec))
-		case "lookup":
-			id, _, ok := tb.lookup(s.key, ns(s.sec))
-			if ok != s.want || (ok && id != s.wantID) {
-				t.Errorf("step %d: lookup(%d) = %d, %v; want %d, %v", i, s.key, id, ok, s.wantID, s.want)
-			}
-		}
-	}
-	if tb.learn(9, 1, 3, time.Time{}) {
-		t.Error("learnt a placement with a zero expiry")
-	}
-}
-
-// LearnPlacement through the scorers' API, not reported to the feed.
-func TestLearnPlacementScorers(t *testing.T) {
-	log := &placementLog{}
-	opts := SessionOptions{Seed: 77, Feed: log}
-	h := newSessionTable(opts).hash("alice")
-	for _, sp := range []sessionPlacer{newSessionAffinity(opts), newSessionAware(SessionAwareOptions{SessionOptions: opts})} {
-		if !sp.LearnPlacement(h, 2, 5, t0.Add(time.Minute)) {
-			t.Errorf("%T: LearnPlacement = false", sp)
-		}
-		if sp.LearnPlacement(h, 3, 5, t0.Add(time.Second)) {
-			t.Errorf("%T: an earlier placement replaced a later one", sp)
-		}
-	}
-	if got := log.take(); len(got) != 0 {
-		t.Errorf("feed heard learnt placements: %+v", got)
-	}
-}
-
-// The feed hears each placement a pick makes: hashed session, backend name, blocks, expiry.
-func TestSessionFeedPlaced(t *testing.T) {
-	log := &placementLog{}
-	sa := newSessionAffinity(SessionOptions{TTL: time.Minute, Seed: 3, Feed: log})
-	now := t0
-	r := mustNew(t, Options{Now: func() time.Time { return now }, Profile: Profile{Scorers: []Weighted{{sa, 1}}}})
-	mustUpdate(t, r, fleet(3, t0))
-	home := pickName(t, r, &Request{Session: "bob", Chain: chain(6)})
-	now = now.Add(time.Second)
-	pickName(t, r, &Request{}) // no session: not reported
-	pickName(t, r, &Request{Session: "bob", Chain: chain(9)})
-	h := sa.t.hash("bob")
-	want := []placement{{h, home, 6, t0.Add(time.Minute)}, {h, home, 9, t0.Add(time.Minute + time.Second)}}
-	got := log.take()
-	if len(got) != len(want) {
-		t.Fatalf("feed heard %+v, want %+v", got, want)
-	}
-	for i := range want {
-		if got[i].session != want[i].session || got[i].backend != want[i].backend || got[i].blocks != want[i].blocks || !got[i].expires.Equal(want[i].expires) {
-			t.Errorf("placement %d = %+v, want %+v", i, got[i], want[i])
-		}
-	}
-}
-
-// Tables with the same nonzero Seed hash ids alike; other seeds, and Seed 0 (random per table),
-// do not.
-func TestSessionSeed(t *testing.T) {
-	a, b := newSessionTable(SessionOptions{Seed: 42}), newSessionTable(SessionOptions{Seed: 42, MaxSessions: 8})
-	other := newSessionTable(SessionOptions{Seed: 43})
-	r1, r2 := newSessionTable(SessionOptions{}), newSessionTable(SessionOptions{})
-	same, sameOther, sameRandom := 0, 0, 0
-	const n = 1000
-	for i := range n {
-		id := fmt.Sprint("session-", i)
-		ha := a.hash(id)
-		if ha == 0 {
-			t.Fatalf("hash(%q) = 0", id)
-		}
-		if ha == b.hash(id) {
-			same++
-		}
-		if ha == other.hash(id) {
-			sameOther++
-		}
-		if r1.hash(id) == r2.hash(id) {
-			sameRandom++
-		}
-	}
-	if same != n || sameOther != 0 || sameRandom != 0 {
-		t.Errorf("equal hashes: same seed %d of %d (want all), other seed %d, random seeds %d (want 0)", same, n, sameOther, sameRandom)
-	}
-	if a.hash("") == 0 {
-		t.Error("hash of the empty id is 0")
-	}
-}
-
-// Session hashing with a Seed allocates nothing.
-func TestSessionSeedAllocs(t *testing.T) {
-	tb := newSessionTable(SessionOptions{Seed: 5})
-	id := "a-session-id-longer-than-thirty-two-bytes-0123456789"
-	if n := testing.AllocsPerRun(100, func() { _ = tb.hash(id) }); n != 0 {
-		t.Errorf("hash allocates %v times", n)
-	}
-}
-
 func TestProfileSessionScorers(t *testing.T) {
-	sa := newSessionAffinity(SessionOptions{})
+	sa := mustScorer(session.NewAffinity(session.AffinityOptions{}))
 	// A part that is both a filter and a scorer, as routing/outlier's Detector, added as its
 	// With adds it.
-	withBoth := Usher(UsherOptions{})
-	withBoth.Filters = append([]Filter{&both{}}, withBoth.Filters...)
-	withBoth.Scorers = append(slices.Clone(withBoth.Scorers), Weighted{Scorer: &both{}, Weight: 1})
+	withBoth := profiles.Usher(profiles.UsherOptions{})
+	withBoth.Filters = append([]Filter{&filterScorer{}}, withBoth.Filters...)
+	withBoth.Scorers = append(slices.Clone(withBoth.Scorers), Weighted{Scorer: &filterScorer{}, Weight: 1})
 	for _, tc := range []struct {
 		name    string
 		profile Profile
 		want    int
 	}{
-		{"usher", Usher(UsherOptions{}), 1},
+		{"usher", profiles.Usher(profiles.UsherOptions{}), 1},
 		{"usher with a filter and scorer", withBoth, 1},
-		{"llm-d default", LLMDDefault(), 0},
-		{"one scorer twice", Profile{Scorers: []Weighted{{sa, 1}, {sa, 2}}}, 1},
-		{"two tables", Profile{Scorers: []Weighted{{sa, 1}, {newSessionAware(SessionAwareOptions{}), 2}}}, 2},
+		{"llm-d default", profiles.LLMDDefault(), 0},
+		{"one scorer twice", Profile{Scorers: []Weighted{{Scorer: sa, Weight: 1}, {Scorer: sa, Weight: 2}}}, 1},
+		{"two tables", Profile{Scorers: []Weighted{{Scorer: sa, Weight: 1}, {Scorer: mustScorer(session.NewAware(session.AwareOptions{})), Weight: 2}}}, 2},
 	} {
-		if got := tc.profile.sessionScorers(); len(got) != tc.want {
+		if got := ProfileSessionScorers(tc.profile); len(got) != tc.want {
 			t.Errorf("%s: %d session scorers, want %d", tc.name, len(got), tc.want)
 		}
 	}
-	p := Usher(UsherOptions{})
-	if got := p.sessionScorers(); got[0] != p.Scorers[0].Scorer.(sessionPlacer) {
+	p := profiles.Usher(profiles.UsherOptions{})
+	if got := ProfileSessionScorers(p); got[0] != p.Scorers[0].Scorer.(SessionPlacer) {
 		t.Error("Usher's session scorer is not its sessionAware")
 	}
 }
 
 func TestRouterSessionScorers(t *testing.T) {
-	p := Usher(UsherOptions{})
+	p := profiles.Usher(profiles.UsherOptions{})
 	r, err := New(Options{Profile: p})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, want := r.sessionScorers(), p.sessionScorers()
+	got, want := RouterSessionScorers(r), ProfileSessionScorers(p)
 	if len(got) != 1 || len(want) != 1 || got[0] != want[0] {
 		t.Errorf("Router.sessionScorers = %v, want the profile's %v", got, want)
 	}
-	rr, _ := New(Options{Profile: RoundRobinProfile()})
-	if s := rr.sessionScorers(); len(s) != 0 {
+	rr, _ := New(Options{Profile: profiles.RoundRobin()})
+	if s := RouterSessionScorers(rr); len(s) != 0 {
 		t.Errorf("round-robin has session scorers %v", s)
 	}
 }
+
+// filterScorer is a filter and a scorer that observes picks and outcomes, as routing/outlier's
+// Detector.
+type filterScorer struct{}
+
+func (*filterScorer) Filter(_ *Request, cands []Candidate) []Candidate { return cands }
+func (*filterScorer) Score(*Request, []Candidate, []float64)           {}
+func (*filterScorer) Picked(*Request, *Candidate, time.Time)           {}
+func (*filterScorer) Completed(BackendID, time.Time, DoneInfo)         {}

@@ -1,24 +1,30 @@
-//go:build pending_split
-
-package routing
+package routing_test
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
+	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/pick"
+	"github.com/usher-llm/usher/routing/prefix"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
 // fakeIndex is a naive prefix index: per backend a set of held blocks, matched by walking the
 // chain. It records every insert.
 type fakeIndex struct {
 	mu      sync.Mutex
-	names   map[string]indexID
+	names   map[string]prefixcache.BackendID
 	held    []map[BlockHash]bool
 	inserts int
 	removes int
@@ -26,9 +32,9 @@ type fakeIndex struct {
 	adds    []string // "name:capacity" per AddBackend call
 }
 
-func newFakeIndex() *fakeIndex { return &fakeIndex{names: map[string]indexID{}} }
+func newFakeIndex() *fakeIndex { return &fakeIndex{names: map[string]prefixcache.BackendID{}} }
 
-func (f *fakeIndex) AddBackend(name string, capacity int) (indexID, error) {
+func (f *fakeIndex) AddBackend(name string, capacity int) (prefixcache.BackendID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failAdd {
@@ -38,7 +44,7 @@ func (f *fakeIndex) AddBackend(name string, capacity int) (indexID, error) {
 	if id, ok := f.names[name]; ok {
 		return id, nil
 	}
-	id := indexID(len(f.held))
+	id := prefixcache.BackendID(len(f.held))
 	f.names[name] = id
 	f.held = append(f.held, map[BlockHash]bool{})
 	return id, nil
@@ -61,7 +67,7 @@ func (f *fakeIndex) Match(dst []int32, chain []BlockHash) []int32 {
 	return dst
 }
 
-func (f *fakeIndex) Insert(id indexID, chain []BlockHash) error {
+func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []BlockHash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inserts++
@@ -71,7 +77,7 @@ func (f *fakeIndex) Insert(id indexID, chain []BlockHash) error {
 	return nil
 }
 
-func (f *fakeIndex) Remove(id indexID, chain []BlockHash) error {
+func (f *fakeIndex) Remove(id prefixcache.BackendID, chain []BlockHash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removes++
@@ -89,54 +95,14 @@ func (f *fakeIndex) hold(name string, chain []BlockHash) {
 	f.mu.Unlock()
 }
 
-var t0 = time.Unix(1_000_000, 0)
-
-// raceEnabled is set by race_test.go under -race.
-var raceEnabled bool
-
-// fleet returns n fresh, healthy backends "b0".."b(n-1)" with equal signals.
-func fleet(n int, at time.Time) []BackendState {
-	out := make([]BackendState, n)
-	for i := range out {
-		out[i] = BackendState{
-			Name: fmt.Sprintf("b%d", i), Health: Healthy, Known: AllSignals,
-			Queued: 0, Running: 0, KVUtilization: 0.1, KVCapacityBlocks: 1000, BlockSize: 16,
-			UpdatedAt: at,
-		}
-	}
-	return out
-}
-
-func mustNew(t testing.TB, opts Options) *Router {
-	t.Helper()
-	if opts.Now == nil {
-		opts.Now = func() time.Time { return t0 }
-	}
-	if opts.Seed == 0 {
-		opts.Seed = 42
-	}
-	r, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func mustUpdate(t testing.TB, r *Router, s []BackendState) {
-	t.Helper()
-	if err := r.Update(s); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestNewRejectsBadOptions(t *testing.T) {
 	bad := []Options{
 		{BlockSize: -1},
 		{Profile: Profile{Filters: []Filter{nil}}},
-		{Profile: Profile{Scorers: []Weighted{{nil, 1}}}},
-		{Profile: Profile{Scorers: []Weighted{{QueueDepth(), -1}}}},
-		{Profile: Profile{Scorers: []Weighted{{QueueDepth(), math.NaN()}}}},
-		{Profile: Profile{Scorers: []Weighted{{QueueDepth(), math.Inf(1)}}}},
+		{Profile: Profile{Scorers: []Weighted{{Scorer: nil, Weight: 1}}}},
+		{Profile: Profile{Scorers: []Weighted{{Scorer: load.QueueDepth(), Weight: -1}}}},
+		{Profile: Profile{Scorers: []Weighted{{Scorer: load.QueueDepth(), Weight: math.NaN()}}}},
+		{Profile: Profile{Scorers: []Weighted{{Scorer: load.QueueDepth(), Weight: math.Inf(1)}}}},
 	}
 	for i, o := range bad {
 		if _, err := New(o); !errors.Is(err, ErrInvalidOptions) {
@@ -146,7 +112,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestErrNoBackend(t *testing.T) {
-	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{newHealthFilter()}}})
+	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{outlier.HealthFilter()}}})
 	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
 		t.Fatalf("empty router: err = %v, want ErrNoBackend", err)
 	}
@@ -206,8 +172,8 @@ func TestFilterRespected(t *testing.T) {
 			}
 		}
 	})
-	for _, pk := range []Picker{MaxScore(), WeightedRandom(), PowerOfTwo(), RoundRobinPicker(), Softmax(0.5)} {
-		r := mustNew(t, Options{Profile: Profile{Filters: []Filter{onlyOdd}, Scorers: []Weighted{{preferEven, 5}}, Picker: pk}})
+	for _, pk := range []Picker{pick.MaxScore(), pick.WeightedRandom(), pick.PowerOfTwo(), pick.RoundRobin(), pick.Softmax(0.5)} {
+		r := mustNew(t, Options{Profile: Profile{Filters: []Filter{onlyOdd}, Scorers: []Weighted{{Scorer: preferEven, Weight: 5}}, Picker: pk}})
 		mustUpdate(t, r, fleet(9, t0))
 		for range 200 {
 			p, err := r.Pick(&Request{})
@@ -227,7 +193,7 @@ func TestFilterRespected(t *testing.T) {
 // failure before the first token retracts exactly the blocks the backend did not hold.
 func TestLearnOnPick(t *testing.T) {
 	ix := newFakeIndex()
-	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{PrefixRatio(), 1}}}})
+	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 1}}}})
 	mustUpdate(t, r, fleet(4, t0))
 	c := chain(8)
 	ix.hold("b2", c[:3])
@@ -300,7 +266,7 @@ func TestLearnOnPick(t *testing.T) {
 
 func TestInFlightAccounting(t *testing.T) {
 	ix := newFakeIndex()
-	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{PrefixRatio(), 1}}, Learn: LearnOnFirstToken}})
+	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 1}}, Learn: LearnOnFirstToken}})
 	mustUpdate(t, r, fleet(1, t0))
 	c := chain(8) // 128 tokens
 	ix.hold("b0", c[:3])
@@ -521,7 +487,7 @@ func TestUpdateValidation(t *testing.T) {
 func TestStaleness(t *testing.T) {
 	var seen []Candidate
 	spy := ScorerFunc(func(_ *Request, cs []Candidate, dst []float64) { seen = append(seen[:0], cs...) })
-	r := mustNew(t, Options{StaleAfter: time.Second, Profile: Profile{Scorers: []Weighted{{spy, 1}}}})
+	r := mustNew(t, Options{StaleAfter: time.Second, Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
 	s := fleet(3, t0)
 	s[1].UpdatedAt = t0.Add(-2 * time.Second)
 	s[2].UpdatedAt = time.Time{}
@@ -547,7 +513,7 @@ func TestStaleness(t *testing.T) {
 		t.Errorf("StaleCandidates = %d, want 2", got)
 	}
 	// Negative StaleAfter: never stale.
-	r = mustNew(t, Options{StaleAfter: -1, Profile: Profile{Scorers: []Weighted{{spy, 1}}}})
+	r = mustNew(t, Options{StaleAfter: -1, Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
 	s[1].UpdatedAt = t0.Add(-time.Hour)
 	mustUpdate(t, r, s[:2])
 	p, _ = r.Pick(&Request{})
@@ -562,7 +528,7 @@ func TestClampedScores(t *testing.T) {
 	bad := ScorerFunc(func(_ *Request, cs []Candidate, dst []float64) {
 		dst[0], dst[1], dst[2], dst[3] = math.NaN(), -3, 7, 0.5
 	})
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{bad, 2}}}})
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: bad, Weight: 2}}}})
 	mustUpdate(t, r, fleet(4, t0))
 	for range 20 {
 		p, err := r.Pick(&Request{})
@@ -581,8 +547,8 @@ func TestClampedScores(t *testing.T) {
 }
 
 func TestBadPickerIndex(t *testing.T) {
-	wild := pickerFunc(func(_ *Request, _ []Candidate, _ []float64, _ *Rand) int { return 99 })
-	r := mustNew(t, Options{Profile: Profile{Picker: wild, Scorers: []Weighted{{ActiveRequests(), 1}}}})
+	wild := pickerFunc(func(_ *Request, _ []Candidate, _ []float64, _ *rand.Rand) int { return 99 })
+	r := mustNew(t, Options{Profile: Profile{Picker: wild, Scorers: []Weighted{{Scorer: load.Active(), Weight: 1}}}})
 	mustUpdate(t, r, fleet(3, t0))
 	p, err := r.Pick(&Request{})
 	if err != nil {
@@ -594,14 +560,16 @@ func TestBadPickerIndex(t *testing.T) {
 	}
 }
 
-type pickerFunc func(*Request, []Candidate, []float64, *Rand) int
+type pickerFunc func(*Request, []Candidate, []float64, *rand.Rand) int
 
-func (f pickerFunc) Pick(r *Request, c []Candidate, s []float64, g *Rand) int { return f(r, c, s, g) }
+func (f pickerFunc) Pick(r *Request, c []Candidate, s []float64, g *rand.Rand) int {
+	return f(r, c, s, g)
+}
 
 // Weighted profile arithmetic: llm-d's default blend on three backends by hand.
 func TestLLMDDefaultBlend(t *testing.T) {
 	ix := newFakeIndex()
-	r := mustNew(t, Options{Index: ix, Profile: LLMDDefault()})
+	r := mustNew(t, Options{Index: ix, Profile: profiles.LLMDDefault()})
 	s := fleet(3, t0)
 	s[0].Queued, s[1].Queued, s[2].Queued = 0, 4, 8
 	s[0].KVUtilization, s[1].KVUtilization, s[2].KVUtilization = 0.9, 0.5, 0.1
@@ -627,11 +595,14 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sa := newSessionAware(SessionAwareOptions{})
+	sa, err := session.NewAware(session.AwareOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := mustNew(t, Options{Index: ix, Now: time.Now, Profile: Profile{
-		Filters: []Filter{newHealthFilter()},
-		Scorers: []Weighted{{PrefixRatio(), 2}, {QueueDepth(), 1}, {sa, 3}, {TokenLoad(0), 1}},
-		Picker:  WeightedRandom(),
+		Filters: []Filter{outlier.HealthFilter()},
+		Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 2}, {Scorer: load.QueueDepth(), Weight: 1}, {Scorer: sa, Weight: 3}, {Scorer: load.TokenBacklog(0), Weight: 1}},
+		Picker:  pick.WeightedRandom(),
 	}})
 	mustUpdate(t, r, fleet(8, time.Now()))
 	var stop atomic.Bool
@@ -696,15 +667,15 @@ func TestPickAllocs(t *testing.T) {
 		profile Profile
 	}{
 		{"four scorers", benchProfile()},
-		{"llm-d default", LLMDDefault()},
-		{"llm-d sticky", LLMDSticky(LLMDStickyOptions{})},
-		{"sglang", SGLang(SGLangOptions{})},
-		{"dynamo softmax", Dynamo(DynamoOptions{Temperature: 0.5})},
-		{"aibrix", AIBrix()},
-		{"usher", Usher(UsherOptions{})},
-		{"session affinity", Profile{Scorers: []Weighted{{newSessionAffinity(SessionOptions{}), 1}}, Picker: PowerOfTwo()}},
-		{"round robin", RoundRobinProfile()},
-		{"tiered prefix", Profile{Scorers: []Weighted{{newTieredPrefix(mediumFake{}, TieredOptions{}), 1}}}},
+		{"llm-d default", profiles.LLMDDefault()},
+		{"llm-d sticky", profiles.LLMDSticky(profiles.LLMDStickyOptions{})},
+		{"sglang", profiles.SGLang(profiles.SGLangOptions{})},
+		{"dynamo softmax", profiles.Dynamo(profiles.DynamoOptions{Temperature: 0.5})},
+		{"aibrix", profiles.AIBrix()},
+		{"usher", profiles.Usher(profiles.UsherOptions{})},
+		{"session affinity", Profile{Scorers: []Weighted{{Scorer: mustScorer(session.NewAffinity(session.AffinityOptions{})), Weight: 1}}, Picker: pick.PowerOfTwo()}},
+		{"round robin", profiles.RoundRobin()},
+		{"tiered prefix", Profile{Scorers: []Weighted{{Scorer: mustTiered(t, prefix.TieredOptions{Index: mediumFake{}}), Weight: 1}}}},
 	} {
 		r, req := benchRouter(t, 100, tc.profile)
 		req.Session = "s1"
@@ -722,7 +693,7 @@ func TestTieredPrefixWithIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{newTieredPrefix(ix, TieredOptions{}), 1}}}})
+	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: mustTiered(t, prefix.TieredOptions{Index: ix}), Weight: 1}}}})
 	mustUpdate(t, r, fleet(2, t0))
 	seed := prefixcache.Seed("m", "", "")
 	tokens := make([]uint32, 128)
@@ -791,7 +762,7 @@ func (s *ttftSpy) Completed(id BackendID, picked time.Time, info DoneInfo) {
 
 func TestCompleterAndDoneStats(t *testing.T) {
 	spy := &ttftSpy{}
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{spy, 1}}}})
+	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
 	mustUpdate(t, r, fleet(1, t0))
 	p, _ := r.Pick(&Request{})
 	p.Done(DoneInfo{FirstTokenAt: t0.Add(250 * time.Millisecond)})
@@ -811,7 +782,7 @@ func TestPickErrorAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{newHealthFilter()}}})
+	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{outlier.HealthFilter()}}})
 	req := &Request{}
 	if n := testing.AllocsPerRun(100, func() { _, _ = r.Pick(req) }); n != 0 {
 		t.Errorf("empty set: %v allocs", n)
@@ -834,7 +805,7 @@ func TestForeignFilterCandidates(t *testing.T) {
 		forged = forged[:0]
 		for range 3 { // more candidates than it was given, none from the router's scratch
 			c := cs[0]
-			c.slot = 0
+			SetSlot(&c, 0)
 			forged = append(forged, c)
 		}
 		return forged
@@ -848,7 +819,8 @@ func TestForeignFilterCandidates(t *testing.T) {
 	p.Done(DoneInfo{})
 
 	unknown := FilterFunc(func(_ *Request, cs []Candidate) []Candidate {
-		cs[0].slot, cs[0].ID = 0, 77
+		SetSlot(&cs[0], 0)
+		cs[0].ID = 77
 		return cs[:1]
 	})
 	r = mustNew(t, Options{Profile: Profile{Filters: []Filter{unknown}}})
@@ -874,14 +846,14 @@ func pickAllocs(t *testing.T, r *Router, req *Request) float64 {
 // TestWithNamesTheExtension checks that a profile extended with With reports its own name
 // through Router.Name, and that the base keeps its own.
 func TestWithNamesTheExtension(t *testing.T) {
-	base := Profile{Name: "base", Scorers: []Weighted{{QueueDepth(), 1}}}
+	base := Profile{Name: "base", Scorers: []Weighted{{Scorer: load.QueueDepth(), Weight: 1}}}
 	for _, tc := range []struct {
 		add  []Weighted
 		want string
 	}{
 		{nil, "base"},
-		{[]Weighted{{ActiveRequests(), 1}}, "base+minMaxScorer"},
-		{[]Weighted{{ScorerFunc(func(*Request, []Candidate, []float64) {}), 1}, {newSessionAware(SessionAwareOptions{}), 1}}, "base+ScorerFunc+sessionAware"},
+		{[]Weighted{{Scorer: load.Active(), Weight: 1}}, "base+minMaxScorer"},
+		{[]Weighted{{Scorer: ScorerFunc(func(*Request, []Candidate, []float64) {}), Weight: 1}, {Scorer: mustScorer(session.NewAware(session.AwareOptions{})), Weight: 1}}, "base+ScorerFunc+sessionAware"},
 	} {
 		p := base.With(tc.add...)
 		r := mustNew(t, Options{Profile: p})
@@ -902,26 +874,5 @@ func TestFailureString(t *testing.T) {
 		if got := f.String(); got != want {
 			t.Errorf("Failure(%d).String() = %q, want %q", f, got, want)
 		}
-	}
-}
-
-// both is a filter and a scorer that observes picks and outcomes, as routing/outlier's Detector.
-type both struct{}
-
-func (*both) Filter(_ *Request, cands []Candidate) []Candidate { return cands }
-func (*both) Score(*Request, []Candidate, []float64)           {}
-func (*both) Picked(*Request, *Candidate, time.Time)           {}
-func (*both) Completed(BackendID, time.Time, DoneInfo)         {}
-
-// A component that is both a filter and a scorer is registered once as an observer and once as
-// a completer.
-func TestHookedOnce(t *testing.T) {
-	x := &both{}
-	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{x}, Scorers: []Weighted{{Scorer: x, Weight: 1}}}})
-	if n := len(r.completers); n != 1 {
-		t.Fatalf("%d completers, want the component once", n)
-	}
-	if n := len(r.observers); n != 1 {
-		t.Fatalf("%d observers, want the component once", n)
 	}
 }

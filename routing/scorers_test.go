@@ -1,6 +1,4 @@
-//go:build pending_split
-
-package routing
+package routing_test
 
 import (
 	"math"
@@ -8,6 +6,11 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
+	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/prefix"
+	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // cand builds a candidate by hand for scorer tables.
@@ -42,8 +45,9 @@ func cands(cs ...cand) []Candidate {
 		out[i] = Candidate{
 			State: st, ID: c.id, InFlight: InFlight{Requests: c.inflight, PrefillTokens: c.prefill, Blocks: c.blocks},
 			MatchedBlocks: c.matched, MatchedTokens: c.matched * 16, Fresh: fresh, Stale: c.stale,
-			UncachedTokens: c.uncached, ix: c.ix,
+			UncachedTokens: c.uncached,
 		}
+		SetIndexSlot(&out[i], c.ix)
 		if c.id == 0 {
 			out[i].ID = BackendID(i)
 		}
@@ -98,58 +102,58 @@ func TestScorerTables(t *testing.T) {
 		cands  []Candidate
 		want   []float64
 	}{
-		{"prefix ratio", PrefixRatio(), req8,
+		{"prefix ratio", prefix.Ratio(), req8,
 			cands(cand{matched: 0}, cand{matched: 2}, cand{matched: 8}),
 			[]float64{0, 0.25, 1}},
-		{"prefix ratio without chain", PrefixRatio(), reqNone,
+		{"prefix ratio without chain", prefix.Ratio(), reqNone,
 			cands(cand{matched: 3}, cand{}), []float64{0, 0}},
 		// matched tokens 2·16=32 and 8·16=128 against a length of 64 tokens:
 		// 0.25·(32/64)² = 0.0625; 1·min(1,2)² = 1.
-		{"prefix length", PrefixLength(64), req8,
+		{"prefix length", prefix.Length(64), req8,
 			cands(cand{matched: 0}, cand{matched: 2}, cand{matched: 8}),
 			[]float64{0, 0.0625, 1}},
 		// default length 8192: 8 blocks of 16 = 128 tokens → (128/8192)² = 1/4096.
-		{"prefix length default", PrefixLength(0), req8,
+		{"prefix length default", prefix.Length(0), req8,
 			cands(cand{matched: 8}), []float64{1.0 / 4096}},
 		// queue 0, 5, 10 → (10−q)/10.
-		{"queue min-max", QueueDepth(), reqNone,
+		{"queue min-max", load.QueueDepth(), reqNone,
 			cands(cand{queued: 0, known: QR}, cand{queued: 5, known: QR}, cand{queued: 10, known: QR}),
 			[]float64{1, 0.5, 0}},
-		{"queue all equal", QueueDepth(), reqNone,
+		{"queue all equal", load.QueueDepth(), reqNone,
 			cands(cand{queued: 4, known: QR}, cand{queued: 4, known: QR}), []float64{1, 1}},
 		// The stale one is imputed at the mean of the fresh ones (1 and 0): 0.5 — not 1 (idle) nor 0.
-		{"queue stale imputed", QueueDepth(), reqNone,
+		{"queue stale imputed", load.QueueDepth(), reqNone,
 			cands(cand{queued: 0, known: QR}, cand{queued: 100, known: QR, stale: true}, cand{queued: 8, known: QR}),
 			[]float64{1, 0.5, 0}},
-		{"queue missing imputed", QueueDepth(), reqNone,
+		{"queue missing imputed", load.QueueDepth(), reqNone,
 			cands(cand{queued: 2, known: QR}, cand{known: 0}, cand{queued: 6, known: QR}, cand{queued: 4, known: QR}),
 			[]float64{1, 0.5, 0, 0.5}},
-		{"queue none known", QueueDepth(), reqNone,
+		{"queue none known", load.QueueDepth(), reqNone,
 			cands(cand{}, cand{}), []float64{0.5, 0.5}},
-		{"running min-max", RunningRequests(), reqNone,
+		{"running min-max", load.Running(), reqNone,
 			cands(cand{running: 3, known: QR}, cand{running: 7, known: QR}, cand{running: 5, known: QR}),
 			[]float64{1, 0, 0.5}},
-		{"active requests", ActiveRequests(), reqNone,
+		{"active requests", load.Active(), reqNone,
 			cands(cand{inflight: 2}, cand{inflight: 6}, cand{inflight: 3}),
 			[]float64{1, 0, 0.75}},
-		{"kv utilisation", KVUtilization(), reqNone,
+		{"kv utilisation", load.KV(), reqNone,
 			cands(cand{kv: 0.25, known: SignalKVUtilization}, cand{kv: 1, known: SignalKVUtilization}, cand{kv: 0, known: 0}),
 			[]float64{0.75, 0, 0.375}},
 		// 0.5·(1 − q/128): q=0 → 0.5, q=64 → 0.25, q=200 → 0.
-		{"load aware", LoadAware(0), reqNone,
+		{"load aware", load.QueueThreshold(0), reqNone,
 			cands(cand{queued: 0, known: QR}, cand{queued: 64, known: QR}, cand{queued: 200, known: QR}),
 			[]float64{0.5, 0.25, 0}},
 		// 1 − (prefill + uncached)/cap with cap 1000.
-		{"token load", TokenLoad(1000), reqNone,
+		{"token load", load.TokenBacklog(1000), reqNone,
 			cands(cand{prefill: 0, uncached: 0}, cand{prefill: 300, uncached: 200}, cand{prefill: 900, uncached: 900}),
 			[]float64{1, 0.5, 0}},
-		{"token load default cap", TokenLoad(0), reqNone,
+		{"token load default cap", load.TokenBacklog(0), reqNone,
 			cands(cand{prefill: 2097152}), []float64{0.5}},
 		// 1 − min(prefill, cap)/cap: this request's own uncached tokens do not count.
-		{"prefill load", PrefillLoad(1000), reqNone,
+		{"prefill load", load.Prefill(1000), reqNone,
 			cands(cand{prefill: 0, uncached: 900}, cand{prefill: 250}, cand{prefill: 5000}),
 			[]float64{1, 0.75, 0}},
-		{"prefill load default cap", PrefillLoad(0), reqNone,
+		{"prefill load default cap", load.Prefill(0), reqNone,
 			cands(cand{prefill: 16384}), []float64{0.75}},
 	}
 	for _, tt := range tests {
@@ -167,19 +171,19 @@ func TestPeerScorerTables(t *testing.T) {
 		want   []float64
 	}{
 		// Loads 10 and 100: 90 > 64 and 100 > 1.5·10 → imbalanced → least-loaded by min-max.
-		{"sglang imbalanced", newSGLangCacheAware(SGLangOptions{}), req10,
+		{"sglang imbalanced", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangOptions{})), req10,
 			cands(cand{inflight: 10, matched: 0}, cand{inflight: 100, matched: 10}, cand{inflight: 55, matched: 5}),
 			[]float64{1, 0, 0.5}},
 		// Loads 10 and 70: 60 ≤ 64 → balanced; best match 0.5 > 0.3 → match rate.
-		{"sglang cache", newSGLangCacheAware(SGLangOptions{}), req10,
+		{"sglang cache", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangOptions{})), req10,
 			cands(cand{inflight: 10, matched: 0}, cand{inflight: 70, matched: 5}),
 			[]float64{0, 0.5}},
 		// Best match 0.3 is not above 0.3 → least-loaded.
-		{"sglang low match", newSGLangCacheAware(SGLangOptions{}), req10,
+		{"sglang low match", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangOptions{})), req10,
 			cands(cand{inflight: 2, matched: 3}, cand{inflight: 4, matched: 0}),
 			[]float64{1, 0}},
 		// 195 − 130 = 65 > 64 but 195 ≤ 1.5·130 → not imbalanced; best match 0.8 → cache.
-		{"sglang rel rule", newSGLangCacheAware(SGLangOptions{}), req10,
+		{"sglang rel rule", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangOptions{})), req10,
 			cands(cand{inflight: 130, matched: 8}, cand{inflight: 195, matched: 2}, cand{inflight: 160}),
 			[]float64{0.8, 0.2, 0}},
 		// Dynamo: block size 16, prompt 160 tokens = 10 blocks.
@@ -187,76 +191,76 @@ func TestPeerScorerTables(t *testing.T) {
 		//   b: prefill (32 + 0)/16 = 2,   active 20 + 10 → cost 32
 		//   c: prefill (0 + 80)/16 = 5,   active 35 + 10 → cost 50
 		// scores (70 − cost)/(70 − 32): 0, 1, 20/38.
-		{"dynamo cost", newDynamoCost(DynamoOptions{}), req10,
+		{"dynamo cost", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{})), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Overlap weight 0 (negative): prefill ignored: costs 60, 30, 45 → 0, 1, 0.5.
-		{"dynamo no overlap", newDynamoCost(DynamoOptions{OverlapWeight: -1}), req10,
+		{"dynamo no overlap", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{OverlapWeight: -1})), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 0.5}},
 		// Weight 2: costs 2·10+60 = 80, 2·2+30 = 34, 2·5+45 = 55 → 0, 1, 25/46.
-		{"dynamo weight 2", newDynamoCost(DynamoOptions{OverlapWeight: 2}), req10,
+		{"dynamo weight 2", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{OverlapWeight: 2})), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 25.0 / 46}},
 		// AbstainWhenQuiet: every queue fresh and empty, running reported, and the router's
 		// in-flight requests 2 + 1 + 1 against 2 + 1 + 0 reported: one sent since, within the
 		// default 2 → every candidate 1.
-		{"dynamo abstains, quiet and settled", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+		{"dynamo abstains, quiet and settled", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 2, running: 2, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, known: QR}),
 			[]float64{1, 1, 1}},
 		// One request waiting: the cost as without the option.
-		{"dynamo abstains not, one waiting", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+		{"dynamo abstains not, one waiting", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 2, running: 2, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, queued: 1, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Three requests sent since the last reports (3 in flight, 0 reported): a burst.
-		{"dynamo abstains not, a burst", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+		{"dynamo abstains not, a burst", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 3, known: QR}, cand{prefill: 32, blocks: 20, known: QR},
 				cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Uneven: loads 9, 1, 1 (all reported, none waiting); 9 > 4·(mean of the others 1 + 1)
 		// = 8, so the fleet is not quiet however empty its queues.
-		{"dynamo abstains not, uneven", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+		{"dynamo abstains not, uneven", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 9, running: 9, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, running: 1, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Loads 8, 1, 1: 8 ≤ 8, even → every candidate 1.
-		{"dynamo abstains, even at the limit", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+		{"dynamo abstains, even at the limit", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 8, running: 8, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, running: 1, known: QR}),
 			[]float64{1, 1, 1}},
 		// With Unreported negative (none), one unreported request is enough.
-		{"dynamo abstains not, none unreported", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true, Unreported: -1}), req10,
+		{"dynamo abstains not, none unreported", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true, Unreported: -1})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 1, known: QR}, cand{prefill: 32, blocks: 20, known: QR},
 				cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// A request under a LoRA adapter is scored as usual, quiet or not.
-		{"dynamo abstains not, adapter request", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}),
+		{"dynamo abstains not, adapter request", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})),
 			&Request{Chain: chain(10), BlockSize: 16, PromptTokens: 160, Adapter: "lora-1"},
 			cands(cand{uncached: 160, blocks: 50, known: QR}, cand{prefill: 32, blocks: 20, known: QR}, cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Queues the router cannot see (stale) are not quiet.
-		{"dynamo abstains not, stale", newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), req10,
+		{"dynamo abstains not, stale", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, known: QR, stale: true}, cand{prefill: 32, blocks: 20, known: QR},
 				cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// AIBrix: loads 0, 0, 0, 20: mean 5, max 20 > 2·6 = 12 and 20 − 0 ≥ 8 → only the
 		// least-loaded (0, 1, 2) may be chosen; among them the best match: 0.5 + 0.49·m.
-		{"aibrix imbalanced", aibrixPrefixGate{}, req10,
+		{"aibrix imbalanced", profiles.AIBrixPrefixGate(), req10,
 			cands(cand{inflight: 0}, cand{inflight: 0, matched: 10}, cand{inflight: 0, matched: 5}, cand{inflight: 20, matched: 10}),
 			[]float64{0.5, 0.99, 0.745, 0}},
 		// Loads 2, 4, 6: mean 4, σ = √(8/3) ≈ 1.63 → limit 5.63; the third is over it and falls
 		// to the least-request band: 0.49·(6 − 6)/4 = 0. Eligible: 0.5 + 0.49·m + 0.49/11·(1 − L/7).
-		{"aibrix prefix", aibrixPrefixGate{}, req10,
+		{"aibrix prefix", profiles.AIBrixPrefixGate(), req10,
 			cands(cand{inflight: 2, matched: 2}, cand{inflight: 4, matched: 6}, cand{inflight: 6, matched: 10}),
 			[]float64{0.5 + 0.49*0.2 + 0.49/11*(1-2.0/7), 0.5 + 0.49*0.6 + 0.49/11*(1-4.0/7), 0}},
 		// Equal matches: the lower load wins by the tie term.
-		{"aibrix tie", aibrixPrefixGate{}, req10,
+		{"aibrix tie", profiles.AIBrixPrefixGate(), req10,
 			cands(cand{inflight: 1, matched: 5}, cand{inflight: 0, matched: 5}),
 			[]float64{0.5 + 0.245 + 0.49/11*(1-1.0/2), 0.5 + 0.245 + 0.49/11}},
 		// No match anywhere: least request, 0.49·(max − L)/(max − min).
-		{"aibrix no match", aibrixPrefixGate{}, req10,
+		{"aibrix no match", profiles.AIBrixPrefixGate(), req10,
 			cands(cand{inflight: 1}, cand{inflight: 3}, cand{inflight: 2}),
 			[]float64{0.49, 0, 0.245}},
 	}
@@ -278,51 +282,16 @@ func TestHealthFilter(t *testing.T) {
 		{"all unhealthy", []cand{{health: Unhealthy}}, nil, 0},
 	}
 	for _, tt := range tests {
-		f := newHealthFilter()
+		f := outlier.HealthFilter().(interface {
+			Filter
+			Fallbacks() uint64
+		})
 		got := f.Filter(&Request{}, cands(tt.in...))
 		if !sameIDs(got, tt.want) {
 			t.Errorf("%s: kept %v, want %v", tt.name, ids(got), tt.want)
 		}
 		if f.Fallbacks() != tt.fallbacks {
 			t.Errorf("%s: fallbacks %d, want %d", tt.name, f.Fallbacks(), tt.fallbacks)
-		}
-	}
-}
-
-func TestStickyFilter(t *testing.T) {
-	req := &Request{Chain: chain(10), BlockSize: 16, PromptTokens: 160}
-	tests := []struct {
-		name   string
-		opts   StickyOptions
-		req    *Request
-		in     []cand
-		want   []BackendID
-		opened uint64
-	}{
-		{"keeps sticky", StickyOptions{}, req,
-			[]cand{{matched: 8}, {matched: 7}, {matched: 10}}, []BackendID{0, 2}, 0},
-		{"no sticky keeps all", StickyOptions{}, req,
-			[]cand{{matched: 1}, {matched: 7}}, []BackendID{0, 1}, 0},
-		{"no chain keeps all", StickyOptions{}, &Request{},
-			[]cand{{matched: 1}, {matched: 7}}, []BackendID{0, 1}, 0},
-		// Sticky TTFT 318560/15928 = 20 s, non-sticky 0 s: 20 s > 18 s → gate opens.
-		{"gate opens", StickyOptions{}, req,
-			[]cand{{matched: 10, prefill: 318560}, {matched: 0}}, []BackendID{0, 1}, 1},
-		// 15928·17 tokens = 17 s ≤ 18 s → stays sticky.
-		{"gate holds", StickyOptions{}, req,
-			[]cand{{matched: 10, prefill: 15928 * 17}, {matched: 0}}, []BackendID{0}, 0},
-		// Custom threshold 0.5 and penalty 1 s at 1000 tok/s: sticky best 1.5 s, other best 0.2 s.
-		{"custom gate", StickyOptions{Threshold: 0.5, MaxTTFTPenalty: time.Second, PeakPrefillThroughput: 1000}, req,
-			[]cand{{matched: 5, prefill: 1500}, {matched: 4, prefill: 200}}, []BackendID{0, 1}, 1},
-	}
-	for _, tt := range tests {
-		f := newStickyFilter(tt.opts)
-		got := f.Filter(tt.req, cands(tt.in...))
-		if !sameIDs(got, tt.want) {
-			t.Errorf("%s: kept %v, want %v", tt.name, ids(got), tt.want)
-		}
-		if f.Opened() != tt.opened {
-			t.Errorf("%s: opened %d, want %d", tt.name, f.Opened(), tt.opened)
 		}
 	}
 }
@@ -348,6 +317,29 @@ func sameIDs(cs []Candidate, want []BackendID) bool {
 	return true
 }
 
+// mustScorer returns a scorer whose constructor must not fail.
+func mustScorer(s Scorer, err error) Scorer {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// tiered is the scorer prefix.NewTiered returns: a Scorer with the credit of a medium.
+type tiered interface {
+	Scorer
+	Credit(m prefixcache.Medium, blockSize int) float64
+}
+
+func mustTiered(t *testing.T, opts prefix.TieredOptions) tiered {
+	t.Helper()
+	s, err := prefix.NewTiered(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(tiered)
+}
+
 // mediumFake answers MatchMedium from fixed per-medium tables.
 type mediumFake map[prefixcache.Medium][]int32
 
@@ -358,10 +350,10 @@ func (f mediumFake) MatchMedium(dst []int32, _ []prefixcache.BlockHash, m prefix
 func TestTieredPrefix(t *testing.T) {
 	// 1000-byte blocks of 16 tokens; prefill 16 tok/s = 1 s per block; CPU 0.25 s per block
 	// (credit 0.75), remote 0.5 s (credit 0.5).
-	tp := newTieredPrefix(mediumFake{
+	tp := mustTiered(t, prefix.TieredOptions{Index: mediumFake{
 		prefixcache.CPU:    {6, 3, 0},
 		prefixcache.Remote: {8, 0, 10},
-	}, TieredOptions{BlockBytes: 1000, CPUBandwidth: 4000, RemoteBandwidth: 2000, PrefillThroughput: 16})
+	}, BlockBytes: 1000, CPUBandwidth: 4000, RemoteBandwidth: 2000, PrefillThroughput: 16})
 	if got := tp.Credit(prefixcache.CPU, 16); !near(got, 0.75) {
 		t.Errorf("CPU credit %v, want 0.75", got)
 	}
@@ -375,7 +367,7 @@ func TestTieredPrefix(t *testing.T) {
 	checkScores(t, "tiered", got, []float64{0.6, 0.5, 0.5, 0.4})
 
 	// Defaults: a CPU block is worth ≈0.833 of a GPU block, a remote one nothing.
-	def := newTieredPrefix(mediumFake{}, TieredOptions{})
+	def := mustTiered(t, prefix.TieredOptions{Index: mediumFake{}})
 	if c := def.Credit(prefixcache.CPU, 16); math.Abs(c-0.833) > 0.001 {
 		t.Errorf("default CPU credit %v, want ≈0.833", c)
 	}
@@ -405,8 +397,8 @@ func TestUnitScorersStayInRange(t *testing.T) {
 	cands[2].UncachedTokens = -7
 	cands[3].InFlight = InFlight{Requests: 1 << 50, PrefillTokens: 1 << 50}
 	req := &Request{Chain: make([]BlockHash, 8), BlockSize: 16}
-	for _, s := range []Scorer{PrefixRatio(), PrefixLength(0), QueueDepth(), RunningRequests(), ActiveRequests(), KVUtilization(), TokenLoad(0)} {
-		if _, ok := s.(unitScorer); !ok {
+	for _, s := range []Scorer{prefix.Ratio(), prefix.Length(0), load.QueueDepth(), load.Running(), load.Active(), load.KV(), load.TokenBacklog(0)} {
+		if _, ok := s.(UnitScorer); !ok {
 			t.Errorf("%T is not a unitScorer", s)
 			continue
 		}

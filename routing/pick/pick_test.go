@@ -1,19 +1,20 @@
-//go:build pending_split
-
-package routing
+package pick
 
 import (
 	"math"
 	"testing"
+
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/rng"
 )
 
 // draw runs a picker n times over scores and returns the share of picks per index.
-func draw(p Picker, scores []float64, n int, seed uint64) []float64 {
-	cs := make([]Candidate, len(scores))
-	rng := NewRand(seed)
+func draw(p routing.Picker, scores []float64, n int, seed uint64) []float64 {
+	cs := make([]routing.Candidate, len(scores))
+	g, _ := rng.New(seed)
 	counts := make([]float64, len(scores))
 	for range n {
-		counts[p.Pick(&Request{}, cs, scores, rng)]++
+		counts[p.Pick(&routing.Request{}, cs, scores, g)]++
 	}
 	for i := range counts {
 		counts[i] /= float64(n)
@@ -76,34 +77,16 @@ func TestSoftmaxDistribution(t *testing.T) {
 }
 
 func TestRoundRobinCycles(t *testing.T) {
-	p := RoundRobinPicker()
-	cs := make([]Candidate, 3)
+	p := RoundRobin()
+	cs := make([]routing.Candidate, 3)
 	var got []int
 	for range 7 {
-		got = append(got, p.Pick(&Request{}, cs, nil, nil))
+		got = append(got, p.Pick(&routing.Request{}, cs, nil, nil))
 	}
 	want := []int{0, 1, 2, 0, 1, 2, 0}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("round robin = %v, want %v", got, want)
-		}
-	}
-}
-
-func TestRandRanges(t *testing.T) {
-	g := NewRand(11)
-	for range 10000 {
-		if f := g.Float64(); f < 0 || f >= 1 {
-			t.Fatalf("Float64 = %v", f)
-		}
-		if n := g.IntN(7); n < 0 || n >= 7 {
-			t.Fatalf("IntN(7) = %d", n)
-		}
-	}
-	a, b := NewRand(5), NewRand(5)
-	for range 10 {
-		if a.Uint64() != b.Uint64() {
-			t.Fatal("same seed, different sequences")
 		}
 	}
 }
