@@ -65,13 +65,13 @@
 // Kubernetes Service without session affinity: arrivals are dealt to them round-robin, so a
 // conversation's turns land on different replicas. Each replica has its own queue (its share
 // of the concurrency limit), router, prefix index and session table. Every SyncInterval
-// (50 ms) each replica flushes what it learnt — the chains its index's prefixcache.FeedBuffer
-// heard, the placements its session scorers reported to their SessionOptions.Feed, its
-// Router.AppendInFlight, its queue's Queue.AppendUsageDeltas (the fairness usage each flow
-// accrued) — and the others apply it Config.SyncLag later with Index.InsertRemote,
-// SessionPlacer.LearnPlacement, Router.SetPeerInFlight and Queue.ApplyUsageDeltas: the seams
-// a replication layer (package replica) uses, exercised here in virtual time. NoSync shares
-// nothing. In exact mode every replica's index applies every engine's KV events itself.
+// (50 ms) each replica flushes what it learnt — the chains its index's prefixcache.Options.Feed
+// (a buffer, as the replica package's) heard, the placements its session scorers reported to
+// their SessionOptions.Feed, its Router.AppendInFlight, its queue's Queue.AppendUsageDeltas
+// (the fairness usage each flow accrued) — and the others apply it Config.SyncLag later with
+// the index's remote insert (not fed back), SessionPlacer.LearnPlacement,
+// Router.SetPeerInFlight and Queue.ApplyUsageDeltas: the seams a replication layer (package
+// replica) uses, exercised here in virtual time. NoSync shares nothing. In exact mode every replica's index applies every engine's KV events itself.
 //
 // # The event loop
 //

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/glue/prefixpeer"
 	"github.com/usher-llm/usher/internal/mix"
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
@@ -22,9 +23,10 @@ import (
 // What one replica learns reaches the others through exactly the seams a replication layer
 // (package replica) uses, so that the simulation exercises them:
 //
-//   - prefix chains: each index is built with prefixcache.Options.Feed = a FeedBuffer; at a
-//     flush its Drain is copied out, and the others apply it with InsertRemote and
-//     RemoveRemote under the index id Lookup gives for the backend's name;
+//   - prefix chains: each index is built with prefixcache.Options.Feed = a prefixpeer.Buffer
+//     (internal/glue/prefixpeer, as the replica package's); at a flush its Drain is copied
+//     out, and the others apply it with prefixpeer.InsertRemote and RemoveRemote under the
+//     index id Lookup gives for the backend's name;
 //   - session placements: the profile is built by Router.NewReplica with SessionOptions{Seed,
 //     Feed}, the same nonzero Seed on every replica; the others apply what the Feed heard
 //     with LearnPlacement on each of their Profile.SessionScorers, under the router id
@@ -56,10 +58,10 @@ type gateway struct {
 	tickAt time.Duration           // when the queue's tick is scheduled; -1: none
 
 	// Shared with the other replicas (nil or empty without sync):
-	feed     *prefixcache.FeedBuffer // chains its index learnt since the last flush (approximate mode)
-	placed   *placeLog               // placements its session scorers learnt since the last flush
-	sessions []peer.Placer           // its session scorers, which apply the others' placements
-	latest   []peer.Load             // its in-flight counts as the others last received them
+	feed     *prefixpeer.Buffer // chains its index learnt since the last flush (approximate mode)
+	placed   *placeLog          // placements its session scorers learnt since the last flush
+	sessions []peer.Placer      // its session scorers, which apply the others' placements
+	latest   []peer.Load        // its in-flight counts as the others last received them
 }
 
 // syncs reports whether the replicas share state: more than one, and SyncLag not NoSync.
@@ -146,7 +148,7 @@ type chainChange struct {
 	blocks  int
 }
 
-// add copies one change of a FeedBuffer's Drain.
+// add copies one change of a prefixpeer.Buffer's Drain.
 func (b *syncBatch) add(backend string, chain []prefixcache.BlockHash, removed bool) {
 	b.changes = append(b.changes, chainChange{backend, removed, len(chain)})
 	b.hashes = append(b.hashes, chain...)
@@ -247,9 +249,9 @@ func (s *sim) applyBatch(g *gateway, b *syncBatch) {
 		}
 		var err error
 		if c.removed {
-			err = g.index.RemoveRemote(id, chain)
+			err = prefixpeer.RemoveRemote(g.index, id, chain)
 		} else {
-			err = g.index.InsertRemote(id, chain)
+			err = prefixpeer.InsertRemote(g.index, id, chain)
 		}
 		if err != nil {
 			panic("bench: applying a peer's chain: " + err.Error()) // the id was just looked up

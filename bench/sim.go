@@ -10,6 +10,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/internal/glue/prefixpeer"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/heap"
 	"github.com/usher-llm/usher/internal/peer"
@@ -664,7 +665,7 @@ func (s *sim) newGateway(k int) error {
 		}
 		// Exact mode shares no chains: every replica applies every engine's KV events itself.
 		if s.syncs() && !s.exact {
-			g.feed = prefixcache.NewFeedBuffer(0)
+			g.feed = prefixpeer.NewBuffer(0)
 			iopts.Feed = g.feed
 		}
 		g.index, err = prefixcache.New(iopts)
@@ -1130,7 +1131,7 @@ func (s *sim) publishKV(i int32) {
 // every gateway replica's index (each subscribes to every engine). The simulated engines hash
 // blocks exactly as the router does (their block hashes are the request's chain), so a stored
 // block is inserted under its own hash and a removed one removed: the index then holds what
-// each engine holds, which is what prefixcache.ApplyStored and ApplyRemoved achieve with a real
+// each engine holds, which is what prefixcache.ApplyStored and ApplyRemovedFrom achieve with a real
 // engine's opaque hashes. Exact-mode indexes have no Feed, so nothing here is shared.
 func (s *sim) deliverKV() {
 	for s.kvHead < len(s.kvq) && s.kvq[s.kvHead].at <= s.now {
@@ -1149,7 +1150,7 @@ func (s *sim) deliverKV() {
 			case engine.KVBlockRemoved:
 				err = g.index.Remove(id, s.kvChain)
 			case engine.KVAllBlocksCleared:
-				err = g.index.ClearBackend(id)
+				err = g.index.ApplyCleared(id)
 			}
 			if err != nil {
 				panic("bench: applying a KV event: " + err.Error()) // ids are registered, hashes valid

@@ -95,12 +95,7 @@ func benchChain(r *rand.Rand, n int) []BlockHash {
 // background pairs of random blocks, so that probes miss the CPU caches as they would in a
 // full index.
 func benchIndex(tb testing.TB, backends, background int) (*Index, []BackendID) {
-	return benchIndexWith(tb, backends, background, nil)
-}
-
-// benchIndexWith is benchIndex with feed as Options.Feed, told of the background inserts too.
-func benchIndexWith(tb testing.TB, backends, background int, feed Feed) (*Index, []BackendID) {
-	ix, err := New(Options{MaxBytes: 1 << 30, Feed: feed})
+	ix, err := New(Options{MaxBytes: 1 << 30})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -147,7 +142,7 @@ func BenchmarkMatch(b *testing.B) {
 			chain []BlockHash
 		}{{"all-hit", all}, {"half-hit", half}, {"miss", miss}} {
 			b.Run(fmt.Sprintf("backends=%d/%s", backends, c.name), func(b *testing.B) {
-				dst := make([]int32, 0, ix.Bound())
+				dst := make([]int32, 0, int(ix.bound.Load()))
 				b.ReportAllocs()
 				cpu := startCPU()
 				for b.Loop() {
@@ -159,7 +154,7 @@ func BenchmarkMatch(b *testing.B) {
 		ix = nil
 		b.Run(fmt.Sprintf("backends=%d/cold", backends), func(b *testing.B) {
 			ix, chains := coldIndex(b, backends, blocks)
-			dst := make([]int32, 0, ix.Bound())
+			dst := make([]int32, 0, int(ix.bound.Load()))
 			b.ReportAllocs()
 			cpu := startCPU()
 			n := 0
@@ -251,7 +246,7 @@ func BenchmarkInsert(b *testing.B) {
 		// 128 new blocks into a backend far below its capacity, so nothing is evicted: the
 		// insert alone. Every 512 inserts (65,536 blocks) the backend is cleared outside the
 		// timer and the CPU meter, so the index stays at a realistic size. One such round runs
-		// before the timer, so the tables and the ring (which ClearBackend keeps) have grown
+		// before the timer, so the tables and the ring (which ApplyCleared keeps) have grown
 		// to their size: growth is amortised O(1) per block, but a benchmark loop of a few
 		// thousand inserts would charge it all to itself.
 		ix, ids := benchIndex(b, 8, 0)
@@ -266,7 +261,7 @@ func BenchmarkInsert(b *testing.B) {
 		for range 511 {
 			fill()
 		}
-		_ = ix.ClearBackend(ids[0])
+		_ = ix.ApplyCleared(ids[0])
 		b.ReportAllocs()
 		cpu := startCPU()
 		n := 0
@@ -274,7 +269,7 @@ func BenchmarkInsert(b *testing.B) {
 			if n++; n%512 == 0 {
 				b.StopTimer()
 				t0, _ := processCPU()
-				_ = ix.ClearBackend(ids[0])
+				_ = ix.ApplyCleared(ids[0])
 				t1, _ := processCPU()
 				cpu.start += t1 - t0
 				b.StartTimer()
@@ -294,44 +289,6 @@ func BenchmarkInsert(b *testing.B) {
 		}
 		cpu.report(b)
 	})
-}
-
-// BenchmarkInsertFeed is BenchmarkInsert's "existing" case without a Feed and with a
-// FeedBuffer as Options.Feed, drained every 64 inserts by the benchmark's own goroutine (a
-// replication goroutine would drain it elsewhere): what reporting every insert for other
-// gateway replicas adds, side by side.
-func BenchmarkInsertFeed(b *testing.B) {
-	const blocks = 128
-	for _, withFeed := range []bool{false, true} {
-		name := "feed=none"
-		var fb *FeedBuffer
-		if withFeed {
-			name, fb = "feed=buffer", NewFeedBuffer(0)
-		}
-		b.Run(name, func(b *testing.B) {
-			var feed Feed
-			if fb != nil {
-				feed = fb
-			}
-			ix, ids := benchIndexWith(b, 8, 1<<16, feed)
-			chain := benchChain(rand.New(rand.NewPCG(5, 6)), blocks)
-			_ = ix.Insert(ids[0], chain)
-			discard := func(string, []BlockHash, bool) {}
-			b.ReportAllocs()
-			cpu := startCPU()
-			n := 0
-			for b.Loop() {
-				_ = ix.Insert(ids[0], chain)
-				if n++; fb != nil && n%64 == 0 {
-					fb.Drain(discard)
-				}
-			}
-			cpu.report(b)
-			if fb.Dropped() != 0 {
-				b.Fatalf("dropped %d", fb.Dropped())
-			}
-		})
-	}
 }
 
 // BenchmarkMatchParallel mixes 90% Match with 10% Insert (recording a routed request) from
@@ -356,7 +313,7 @@ func BenchmarkMatchParallel(b *testing.B) {
 	cpu := startCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		lr := rand.New(rand.NewPCG(seq.Add(1), 11))
-		dst := make([]int32, 0, ix.Bound())
+		dst := make([]int32, 0, int(ix.bound.Load()))
 		for pb.Next() {
 			c := lr.IntN(len(chains))
 			if lr.IntN(10) == 0 {

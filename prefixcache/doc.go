@@ -6,7 +6,7 @@
 //
 // A gateway hashes each prompt once (HashTokens, or HashBytes without a tokenizer), asks the
 // Index for the matched prefix per backend (Match), routes, and records the choice (Insert). Or
-// it feeds the index the engines' own KV events (ApplyStored, ApplyRemoved, ApplyCleared; the
+// it feeds the index the engines' own KV events (ApplyStored, ApplyRemovedFrom, ApplyCleared; the
 // prefixcache/kvevents package decodes them) and the index is exact rather than a guess. Blocks
 // in CPU memory or a shared store are indexed apart from GPU blocks (Medium), so MatchMedium
 // can report them and placement can charge their transfer. The package knows nothing about
@@ -76,7 +76,7 @@
 //
 // Remove (and the engine's BlockRemoved) does not search the ring: the pair is marked stale and
 // dropped when the hand reaches it, and a ring whose stale pairs outnumber its live ones is
-// compacted in one pass. ClearBackend costs time proportional to that backend's blocks.
+// compacted in one pass. ApplyCleared costs time proportional to that backend's blocks.
 //
 // Above the capacities sits a global byte budget, Options.MaxBytes. The index charges
 // PairBytes per (block, backend, medium) pair and EngineHashBytes per engine hash the exact mode
@@ -120,11 +120,10 @@
 // # Gateway replicas
 //
 // Options.Feed hears every chain an index learns through Insert or forgets through Remove, by
-// backend name, after the change and outside the locks; a replication layer sends it on, and
-// other replicas apply it with InsertRemote and RemoveRemote, which change the index as Insert
-// and Remove do but are not reported, so nothing echoes. FeedBuffer is a bounded,
-// allocation-free Feed that drops the newest change when full. Exact mode's events are not
-// fed: every replica can subscribe to the engines itself.
+// backend name, after the change and outside the locks; a replication layer (package replica)
+// buffers it, sends it on, and other replicas apply it as Insert and Remove do but without
+// reporting it to their own Feed, so nothing echoes. Exact mode's events are not fed: every
+// replica can subscribe to the engines itself.
 //
 // # Complexity
 //

@@ -8,7 +8,7 @@ import "math/bits"
 //
 // It holds two kinds of entry in the same tables. A forward entry, keyed by fwdKey(engine
 // hash), holds the usher hash of the block the engine hash names: ApplyStored finds a parent
-// and ApplyRemoved a removed block through it. Reverse entries list a block's names: entry
+// and ApplyRemovedFrom a removed block through it. Reverse entries list a block's names: entry
 // revKey(block, k) holds the forward key of the block's k-th name, for k = 0, 1, ... with no
 // gap, so that a block leaving the index (evicted by CLOCK or the byte budget, removed, or
 // cleared) takes exactly its own names with it, and a BlockRemoved knows whether the block

@@ -142,12 +142,6 @@ func (b *backend) parentLocked(h uint64, m Medium) (BlockHash, bool) {
 	return 0, false
 }
 
-// ApplyRemoved applies a BlockRemoved event for GPU blocks from backend id:
-// ApplyRemovedFrom(id, "", engineHashes).
-func (ix *Index) ApplyRemoved(id BackendID, engineHashes []uint64) error {
-	return ix.ApplyRemovedFrom(id, "", engineHashes)
-}
-
 // ApplyRemovedFrom applies a BlockRemoved event for blocks in the named medium (see
 // ParseMedium) from backend id: each engine hash is forgotten, and a block that no other
 // engine hash names any more leaves the medium. Only that medium is touched: a copy of the
@@ -176,6 +170,18 @@ func (ix *Index) ApplyRemovedFrom(id BackendID, medium string, engineHashes []ui
 	return nil
 }
 
-// ApplyCleared applies an AllBlocksCleared event: backend id holds nothing any more, in any
-// medium, and its engine→usher maps are emptied. It is ClearBackend.
-func (ix *Index) ApplyCleared(id BackendID) error { return ix.ClearBackend(id) }
+// ApplyCleared applies an AllBlocksCleared event, or any other news that backend id holds
+// nothing any more (an engine that restarted, in either mode): it removes every block of the
+// backend, in every medium, and every engine hash it remembers, keeping it registered (and its
+// CLOCK rings and the tables of its engine maps allocated, for the blocks to come). Cost O(the
+// backend's blocks and the size its engine maps have reached), independent of the index's
+// size. It returns ErrUnknownBackend if id is not registered.
+func (ix *Index) ApplyCleared(id BackendID) error {
+	b, err := ix.lockBackend(id)
+	if err != nil {
+		return err
+	}
+	ix.clearLocked(b, false)
+	b.mu.Unlock()
+	return nil
+}

@@ -66,7 +66,7 @@ func ExampleIndex_ApplyStored() {
 	fmt.Println("matched:", ix.Match(nil, chain)[pod])
 
 	// The engine evicted block 2 (and with it, for matching, everything after it).
-	_ = ix.ApplyRemoved(pod, []uint64{0xa2})
+	_ = ix.ApplyRemovedFrom(pod, "", []uint64{0xa2})
 	fmt.Println("after eviction:", ix.Match(nil, chain)[pod])
 
 	st := ix.Stats()
@@ -104,7 +104,7 @@ func ExampleIndex() {
 		fmt.Printf("%s: %d blocks, %d evicted\n", b.Name, b.Blocks, b.Evictions)
 	}
 
-	_ = ix.ClearBackend(big)
+	_ = ix.ApplyCleared(big)
 	fmt.Println("after clearing big-gpu:", ix.Match(nil, p2))
 	// Output:
 	// p1 matched: [1 3]
@@ -161,44 +161,4 @@ func ExampleIndex_SetMediumCapacity() {
 	// GPU: 2 CPU: 0
 	// GPU: 2 of 4 blocks, 0 evicted, 2 engine hashes
 	// CPU: 16 of 16 blocks, 7 evicted, 16 engine hashes
-}
-
-// Two gateway replicas share what they learn: replica A's index reports its inserts to a
-// FeedBuffer, a replication goroutine drains it (here, into replica B directly; across
-// processes, onto the wire), and B applies each chain with InsertRemote, by backend name, since
-// the two indexes number their backends differently. B does not report what it applies, so
-// nothing echoes back.
-func ExampleFeedBuffer() {
-	feed := prefixcache.NewFeedBuffer(0)
-	a, _ := prefixcache.New(prefixcache.Options{Feed: feed})
-	b, _ := prefixcache.New(prefixcache.Options{})
-	for _, name := range []string{"vllm-0", "vllm-1"} {
-		_, _ = a.AddBackend(name, 0)
-	}
-	for _, name := range []string{"vllm-1", "vllm-0"} { // another order: other ids
-		_, _ = b.AddBackend(name, 0)
-	}
-
-	seed := prefixcache.Seed("qwen3-32b", "", "")
-	chain := prefixcache.HashTokens(nil, seed, make([]uint32, 64), 16)
-	id, _ := a.Lookup("vllm-1")
-	_ = a.Insert(id, chain) // replica A routed a request to vllm-1
-
-	n := feed.Drain(func(backend string, chain []prefixcache.BlockHash, removed bool) {
-		id, ok := b.Lookup(backend)
-		if !ok {
-			return // a backend replica B does not know yet
-		}
-		if removed {
-			_ = b.RemoveRemote(id, chain)
-		} else {
-			_ = b.InsertRemote(id, chain)
-		}
-	})
-	id, _ = b.Lookup("vllm-1")
-	fmt.Printf("%d change replicated; on B, vllm-1 holds %d of %d blocks\n", n, b.Match(nil, chain)[id], len(chain))
-	fmt.Println("dropped:", feed.Dropped())
-	// Output:
-	// 1 change replicated; on B, vllm-1 holds 4 of 4 blocks
-	// dropped: 0
 }

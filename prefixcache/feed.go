@@ -1,11 +1,12 @@
 package prefixcache
 
-import "sync"
+import "github.com/usher-llm/usher/internal/peer"
 
-// Feed receives the chains an Index learns through Insert and forgets through Remove, so that
-// a replication layer can send them to other gateway replicas, which apply them with
-// InsertRemote and RemoveRemote (not reported to their own Feed, so replicas do not echo each
-// other). Backends are named, not numbered: ids differ between indexes.
+// Feed receives the chains an Index learns through [Index.Insert] and forgets through
+// [Index.Remove], so that a replication layer (package replica) can send them to other gateway
+// replicas, whose indexes apply them without reporting them to their own Feed, so that
+// replicas do not echo each other. Backends are named, not numbered: ids differ between
+// indexes.
 //
 // Calls happen after the change, outside the index's locks, from the goroutine that called
 // Insert or Remove (for a Router, often a request's goroutine inside Pick or Done). An
@@ -13,7 +14,7 @@ import "sync"
 // keeps (chain is the caller's and is valid only during the call) and must not call back into
 // the Index. Changes made concurrently to one backend may be reported in another order than
 // the index applied them; both are hints that the next insert or the engine's own events
-// correct. FeedBuffer is a ready-made implementation.
+// correct.
 type Feed interface {
 	// Inserted reports that backend now holds the blocks of chain.
 	Inserted(backend string, chain []BlockHash)
@@ -21,155 +22,25 @@ type Feed interface {
 	Removed(backend string, chain []BlockHash)
 }
 
-var _ Feed = (*FeedBuffer)(nil)
+// peerIndex is an Index as a replication layer sees it, through internal/peer.PrefixIndex:
+// Insert and Remove for the chains another gateway replica's Feed reported, not reported to
+// this index's Feed. A conversion of *Index, so handing it out allocates nothing.
+type peerIndex Index
 
-// DefaultFeedBytes is the FeedBuffer bound used when none is given: 4 MiB, about half a million
-// block hashes waiting.
-const DefaultFeedBytes = 4 << 20
-
-// What FeedBuffer charges, besides 8 bytes per block hash, for one change and for the first
-// change of a backend name since the last Drain (on top of the name's length).
-const (
-	feedChangeBytes = 16
-	feedNameBytes   = 32
-)
-
-// FeedBuffer is a Feed that keeps what it hears in a bounded buffer until a replication
-// goroutine takes it with Drain. When a change does not fit in the buffer's MaxBytes it drops
-// that change, the newest, and counts it in Dropped: a replica that misses a chain only routes
-// that prefix less well until it is learnt again, while an unbounded buffer would let a stalled
-// replication link take the gateway's memory.
-//
-// The buffer charges 8 bytes per block hash, 16 per change and, per Drain period, the length of
-// each backend name plus 32; it holds at most MaxBytes of charges waiting, and as much again
-// while a Drain is running (the batch being handed out). Backend names are interned per
-// batch, so that the steady state allocates nothing: once the buffer has grown to its working
-// size, Inserted, Removed and Drain allocate nothing.
-//
-// FeedBuffer is safe for concurrent use: any number of goroutines may report changes while one
-// drains (a second Drain waits for the first). Reporting takes a mutex held for the copy of
-// one chain, never while Drain's callback runs. The zero value is a buffer of DefaultFeedBytes;
-// a nil *FeedBuffer is a valid Feed that hears nothing.
-type FeedBuffer struct {
-	max int64 // immutable after NewFeedBuffer; 0 means DefaultFeedBytes
-
-	drainMu sync.Mutex // serialises Drain; held while its callback runs
-
-	mu      sync.Mutex // guards the fields below
-	bufs    [2]feedBatch
-	cur     int // bufs[cur] collects; the other one is empty or being drained
-	dropped uint64
+// InsertRemote is Insert for a chain another gateway replica learnt (its Feed reported it):
+// the same effect on the index, but not reported to this index's Feed, so that replicas
+// applying each other's feeds do not echo them back. Same cost and errors as Insert.
+func (p *peerIndex) InsertRemote(id BackendID, chain []BlockHash) error {
+	return (*Index)(p).insert(id, chain, GPU)
 }
 
-// feedBatch is one buffer of changes: the changes in order, their chains back to back, and the
-// backend names they use.
-type feedBatch struct {
-	changes []feedChange
-	hashes  []BlockHash
-	names   []string
-	ids     map[string]uint32
-	bytes   int64
+// RemoveRemote is Remove for a chain another gateway replica forgot: the same effect, not
+// reported to this index's Feed. Same cost and errors as Remove.
+func (p *peerIndex) RemoveRemote(id BackendID, chain []BlockHash) error {
+	return (*Index)(p).remove(id, chain, GPU)
 }
 
-type feedChange struct {
-	name    uint32 // index in names
-	removed bool
-	blocks  int // len(chain), stored from hashes' current end
-}
-
-func (b *feedBatch) reset() {
-	b.changes = b.changes[:0]
-	b.hashes = b.hashes[:0]
-	clear(b.names) // let go of the strings
-	b.names = b.names[:0]
-	clear(b.ids) // keeps the map's storage
-	b.bytes = 0
-}
-
-// NewFeedBuffer returns an empty FeedBuffer bounded by maxBytes (≤ 0: DefaultFeedBytes). Its
-// buffers grow as changes arrive, up to the bound. O(1).
-func NewFeedBuffer(maxBytes int) *FeedBuffer {
-	if maxBytes <= 0 {
-		maxBytes = DefaultFeedBytes
-	}
-	return &FeedBuffer{max: int64(maxBytes)}
-}
-
-// Inserted implements Feed: it buffers an insert of chain under backend, or drops it when the
-// buffer is full. O(len(chain)); no allocation in steady state.
-func (f *FeedBuffer) Inserted(backend string, chain []BlockHash) { f.add(backend, chain, false) }
-
-// Removed implements Feed: it buffers a removal, as Inserted buffers an insert.
-func (f *FeedBuffer) Removed(backend string, chain []BlockHash) { f.add(backend, chain, true) }
-
-func (f *FeedBuffer) add(backend string, chain []BlockHash, removed bool) {
-	if f == nil {
-		return
-	}
-	limit := f.max
-	if limit <= 0 {
-		limit = DefaultFeedBytes
-	}
-	need := int64(len(chain))*8 + feedChangeBytes
-	f.mu.Lock()
-	b := &f.bufs[f.cur]
-	id, known := b.ids[backend]
-	if !known {
-		need += int64(len(backend)) + feedNameBytes
-	}
-	if need > limit-b.bytes {
-		f.dropped++
-		f.mu.Unlock()
-		return
-	}
-	if !known {
-		if b.ids == nil {
-			b.ids = make(map[string]uint32)
-		}
-		id = uint32(len(b.names))
-		b.names = append(b.names, backend)
-		b.ids[backend] = id
-	}
-	b.changes = append(b.changes, feedChange{name: id, removed: removed, blocks: len(chain)})
-	b.hashes = append(b.hashes, chain...)
-	b.bytes += need
-	f.mu.Unlock()
-}
-
-// Drain calls fn for each buffered change, in the order they were reported (removed is false
-// for an insert, true for a removal), then empties the buffer, and returns the number of
-// changes. fn's chain is valid only during the call: copy or encode it. Changes reported while
-// Drain runs go to the next Drain. fn may report changes to f but must not call Drain; a nil
-// fn discards the changes. If fn panics, the rest of the batch is discarded. O(changes + their
-// blocks); no allocation in steady state.
-func (f *FeedBuffer) Drain(fn func(backend string, chain []BlockHash, removed bool)) int {
-	if f == nil {
-		return 0
-	}
-	f.drainMu.Lock()
-	defer f.drainMu.Unlock()
-	f.mu.Lock()
-	b := &f.bufs[f.cur]
-	f.cur ^= 1 // the other batch is empty: the previous Drain reset it
-	f.mu.Unlock()
-	defer b.reset()
-	if fn != nil {
-		off := 0
-		for _, c := range b.changes {
-			end := off + c.blocks
-			fn(b.names[c.name], b.hashes[off:end:end], c.removed)
-			off = end
-		}
-	}
-	return len(b.changes)
-}
-
-// Dropped returns the number of changes dropped because the buffer was full. O(1).
-func (f *FeedBuffer) Dropped() uint64 {
-	if f == nil {
-		return 0
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.dropped
+// The replication seam (internal/peer), kept off the API.
+func init() {
+	peer.PrefixIndex = func(index any) any { return (*peerIndex)(index.(*Index)) }
 }

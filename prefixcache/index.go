@@ -74,10 +74,11 @@ type Options struct {
 	// probe per block; each further 64 ids add a word that Match probes while any of its
 	// backends is still matching.
 	MaxBackends int
-	// Feed, if set, hears of every successful Insert and Remove (not of InsertRemote,
-	// RemoveRemote, the Apply* methods of the exact mode, or evictions), so that a replication
-	// layer can send what this index learns to other gateway replicas; see Feed. Nil: nobody
-	// hears, at the cost of one nil check per Insert and Remove.
+	// Feed, if set, hears of every successful Insert and Remove (not of the chains a
+	// replication layer applies for other gateway replicas, the Apply* methods of the exact
+	// mode, or evictions), so that a replication layer can send what this index learns to
+	// other gateway replicas; see Feed. Nil: nobody hears, at the cost of one nil check per
+	// Insert and Remove.
 	Feed Feed
 }
 
@@ -165,7 +166,7 @@ func (sh *shard) unlock() { sh.seq.Add(1) }
 //
 // Index is safe for concurrent use. Match never blocks on a lock: it reads shards under a
 // sequence counter and retries a probe that raced with a writer. Writers to one backend
-// (Insert, Remove, Apply*, ClearBackend, SetCapacity, SetMediumCapacity), in any medium, are
+// (Insert, Remove, Apply*, SetCapacity, SetMediumCapacity), in any medium, are
 // serialised by that backend's mutex; writers to different backends proceed in parallel and
 // meet only on shards, each held for one batch of entry updates; no writer holds two backends'
 // locks or two shards at once.
@@ -313,10 +314,6 @@ func (ix *Index) Name(id BackendID) string {
 	return ""
 }
 
-// Bound returns one more than the largest registered backend id: the length of Match's
-// result. It is O(1) and never blocks.
-func (ix *Index) Bound() int { return int(ix.bound.Load()) }
-
 // SetCapacity changes backend id's GPU capacity in blocks (0 means Options.DefaultCapacity),
 // evicting its CLOCK victims down to the new capacity: SetMediumCapacity(id, GPU,
 // capacityBlocks). Cost O(evicted blocks).
@@ -391,20 +388,6 @@ func (ix *Index) RemoveBackend(id BackendID) error {
 	return nil
 }
 
-// ClearBackend removes every block of backend id, in every medium, and every engine hash it
-// remembers, keeping it registered (and its CLOCK rings and the tables of its engine maps
-// allocated, for the blocks to come). Cost O(the backend's blocks and the size its engine
-// maps have reached), independent of the index's size. It returns ErrUnknownBackend if id is not registered.
-func (ix *Index) ClearBackend(id BackendID) error {
-	b, err := ix.lockBackend(id)
-	if err != nil {
-		return err
-	}
-	ix.clearLocked(b, false)
-	b.mu.Unlock()
-	return nil
-}
-
 // Insert records that backend id holds the blocks of chain on its GPU (the approximate mode:
 // call it after routing a request there). Blocks it already holds get their CLOCK reference
 // bit set; new blocks join the back of its GPU CLOCK queue, deepest block first, so that
@@ -423,13 +406,6 @@ func (ix *Index) Insert(id BackendID, chain []BlockHash) error {
 		ix.feed.Inserted(name, chain[:min(len(chain), ix.opts.MaxChainBlocks)])
 	}
 	return err
-}
-
-// InsertRemote is Insert for a chain another gateway replica learnt (its Feed reported it):
-// the same effect on the index, but not reported to this index's Feed, so that replicas
-// applying each other's feeds do not echo them back. Same cost and errors as Insert.
-func (ix *Index) InsertRemote(id BackendID, chain []BlockHash) error {
-	return ix.insert(id, chain, GPU)
 }
 
 func (ix *Index) insert(id BackendID, chain []BlockHash, m Medium) error {
@@ -462,12 +438,6 @@ func (ix *Index) Remove(id BackendID, chain []BlockHash) error {
 		ix.feed.Removed(name, chain[:min(len(chain), ix.opts.MaxChainBlocks)])
 	}
 	return err
-}
-
-// RemoveRemote is Remove for a chain another gateway replica forgot: the same effect, not
-// reported to this index's Feed. Same cost and errors as Remove.
-func (ix *Index) RemoveRemote(id BackendID, chain []BlockHash) error {
-	return ix.remove(id, chain, GPU)
 }
 
 func (ix *Index) remove(id BackendID, chain []BlockHash, m Medium) error {
@@ -1042,14 +1012,15 @@ func (ix *Index) reserveLocked(sh *shard, n int) *table {
 	return u
 }
 
-// Match fills dst with, for every backend id below Bound(), the number of leading blocks of
-// chain that backend holds, and returns it (len Bound(); dst's storage is reused when large
-// enough). It walks the chain once, keeping the set of backends still matching as a bitset
+// Match fills dst with, for every backend id up to the largest registered one, the number of
+// leading blocks of chain that backend holds, and returns it (len the largest registered id
+// + 1; dst's storage is reused when large enough). It walks the chain once, keeping the set of backends still matching as a bitset
 // (one word per 64 ids) and stops at the first block nobody in the set holds. Ids not
 // registered get 0. Only the first MaxChainBlocks blocks of chain are considered; an empty
 // chain gives all zeros.
 //
-// Match never blocks and allocates nothing when cap(dst) >= Bound(). It is O(blocks matched)
+// Match never blocks and allocates nothing when dst has room: when it is the previous result
+// and no backend was registered since, or cap(dst) >= Options.MaxBackends. It is O(blocks matched)
 // probes when at most 64 backends are registered, O(blocks matched × words still matching)
 // beyond. It sees each block's holders atomically, but not the whole chain: blocks inserted or
 // evicted concurrently may or may not be seen.

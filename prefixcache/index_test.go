@@ -68,8 +68,8 @@ func TestBackendRegistry(t *testing.T) {
 	ix := mustNew(t, Options{MaxBackends: 3, DefaultCapacity: 7})
 	a := mustAdd(t, ix, "a", 0)
 	b := mustAdd(t, ix, "b", 5)
-	if a != 0 || b != 1 || ix.Bound() != 2 {
-		t.Fatalf("ids %d %d bound %d, want 0 1 2", a, b, ix.Bound())
+	if a != 0 || b != 1 || int(ix.bound.Load()) != 2 {
+		t.Fatalf("ids %d %d bound %d, want 0 1 2", a, b, int(ix.bound.Load()))
 	}
 	if id, ok := ix.Lookup("b"); !ok || id != b {
 		t.Errorf("Lookup(b) = %d, %v", id, ok)
@@ -104,9 +104,9 @@ func TestBackendRegistry(t *testing.T) {
 		{"set capacity unknown", ix.SetMediumCapacity(99, CPU, 5), ErrUnknownBackend},
 		{"insert unknown", ix.Insert(99, seq(1, 3)), ErrUnknownBackend},
 		{"remove unknown", ix.Remove(99, seq(1, 3)), ErrUnknownBackend},
-		{"clear unknown", ix.ClearBackend(99), ErrUnknownBackend},
+		{"clear unknown", ix.ApplyCleared(99), ErrUnknownBackend},
 		{"remove backend unknown", ix.RemoveBackend(99), ErrUnknownBackend},
-		{"apply removed unknown", ix.ApplyRemoved(99, []uint64{1}), ErrUnknownBackend},
+		{"apply removed unknown", ix.ApplyRemovedFrom(99, "", []uint64{1}), ErrUnknownBackend},
 		{"apply cleared unknown", ix.ApplyCleared(99), ErrUnknownBackend},
 	} {
 		if !errors.Is(tc.err, tc.want) {
@@ -129,8 +129,8 @@ func TestBackendRegistry(t *testing.T) {
 	if err := ix.RemoveBackend(c); err != nil {
 		t.Fatal(err)
 	}
-	if ix.Bound() != 1 {
-		t.Errorf("bound after removals %d, want 1", ix.Bound())
+	if int(ix.bound.Load()) != 1 {
+		t.Errorf("bound after removals %d, want 1", int(ix.bound.Load()))
 	}
 	if id := mustAdd(t, ix, "e", 0); id != 1 {
 		t.Errorf("reused id %d, want 1", id)
@@ -163,7 +163,7 @@ func TestMatchSteps(t *testing.T) {
 		// Chains past MaxChainBlocks (6) are truncated in Insert and Match.
 		{func() error { return ix.Insert(b, seq(1, 10)) }, seq(1, 10), []int32{2, 6, 3}},
 		{nil, nil, []int32{0, 0, 0}},
-		{func() error { return ix.ClearBackend(b) }, seq(1, 5), []int32{2, 0, 3}},
+		{func() error { return ix.ApplyCleared(b) }, seq(1, 5), []int32{2, 0, 3}},
 	}
 	var dst []int32
 	for i, s := range steps {
@@ -309,14 +309,14 @@ func TestExactMode(t *testing.T) {
 		t.Errorf("CPU match from block 5 %v, want 1", got)
 	}
 	// Removed: the engine evicted block 103 from the GPU.
-	if err := ix.ApplyRemoved(a, []uint64{103, 999}); err != nil {
+	if err := ix.ApplyRemovedFrom(a, "", []uint64{103, 999}); err != nil {
 		t.Fatal(err)
 	}
 	if got := ix.Match(nil, chain); got[0] != 2 {
 		t.Errorf("after removed: match %v, want 2", got)
 	}
 	// Removing 106 from the GPU is a no-op: it lives on the CPU.
-	_ = ix.ApplyRemoved(a, []uint64{106})
+	_ = ix.ApplyRemovedFrom(a, "", []uint64{106})
 	if got := ix.MatchMedium(nil, chain[5:], CPU); got[0] != 1 {
 		t.Errorf("CPU block removed by a GPU event: %v", got)
 	}
@@ -381,7 +381,7 @@ func TestAllocs(t *testing.T) {
 	for _, id := range ids {
 		_ = ix.Insert(id, chain)
 	}
-	dst := make([]int32, 0, ix.Bound())
+	dst := make([]int32, 0, int(ix.bound.Load()))
 	if a := testing.AllocsPerRun(100, func() { dst = ix.Match(dst, chain) }); a != 0 {
 		t.Errorf("Match: %v allocs/op, want 0", a)
 	}
@@ -412,7 +412,7 @@ func TestAllocs(t *testing.T) {
 	for i := 64; i < 130; i++ {
 		_ = ix.Insert(mustAdd(t, ix, fmt.Sprint(i), 1<<12), chain[:64])
 	}
-	dst = make([]int32, 0, ix.Bound())
+	dst = make([]int32, 0, int(ix.bound.Load()))
 	if a := testing.AllocsPerRun(100, func() { dst = ix.Match(dst, chain) }); a != 0 {
 		t.Errorf("Match, 130 backends: %v allocs/op, want 0", a)
 	}
@@ -451,7 +451,7 @@ func TestConcurrent(t *testing.T) {
 				c := chains[lr.IntN(len(chains))]
 				switch lr.IntN(20) {
 				case 0:
-					_ = ix.ClearBackend(id)
+					_ = ix.ApplyCleared(id)
 				case 1, 2, 3:
 					_ = ix.Remove(id, c[:lr.IntN(len(c))])
 				default:
@@ -615,7 +615,7 @@ func TestMatch2(t *testing.T) {
 		if err := ix.RemoveBackend(ids[n/2]); err != nil {
 			t.Fatal(err)
 		}
-		bound := ix.Bound()
+		bound := int(ix.bound.Load())
 		var low, high int // blocks matched by ids below and above 64: both words are exercised
 		for _, c := range chains {
 			two := make([]int32, bound)

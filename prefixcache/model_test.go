@@ -657,7 +657,7 @@ type op struct {
 const (
 	opAdd = iota
 	opRemoveBackend
-	opClearBackend
+	opCleared
 	opInsert
 	opRemove
 	opMatch
@@ -693,8 +693,8 @@ func runModel(t testing.TB, o Options, ops []op) {
 			}
 		case opRemoveBackend:
 			same(step, "RemoveBackend", ix.RemoveBackend(p.id), ref.removeBackend(p.id))
-		case opClearBackend:
-			same(step, "ClearBackend", ix.ClearBackend(p.id), ref.clear(p.id))
+		case opCleared:
+			same(step, "ApplyCleared", ix.ApplyCleared(p.id), ref.clear(p.id))
 		case opSetCapacity:
 			var got error
 			if p.medium == GPU {
@@ -727,16 +727,11 @@ func runModel(t testing.TB, o Options, ops []op) {
 		case opStored:
 			same(step, "ApplyStored", ix.ApplyStored(p.id, p.ev), ref.applyStored(p.id, p.ev))
 		case opRemoved:
-			var got error
-			if p.ev.Medium == "" {
-				got = ix.ApplyRemoved(p.id, p.hashes)
-			} else {
-				got = ix.ApplyRemovedFrom(p.id, p.ev.Medium, p.hashes)
-			}
-			same(step, "ApplyRemoved", got, ref.applyRemoved(p.id, p.ev.Medium, p.hashes))
+			got := ix.ApplyRemovedFrom(p.id, p.ev.Medium, p.hashes)
+			same(step, "ApplyRemovedFrom", got, ref.applyRemoved(p.id, p.ev.Medium, p.hashes))
 		}
-		if ix.Bound() != ref.bound() {
-			t.Fatalf("step %d: Bound %d, want %d", step, ix.Bound(), ref.bound())
+		if bound := int(ix.bound.Load()); bound != ref.bound() {
+			t.Fatalf("step %d: bound %d, want %d", step, bound, ref.bound())
 		}
 		var live, stale, names int64
 		for id, rb := range ref.backends {
@@ -826,13 +821,13 @@ func (g *opGen) chain() []BlockHash {
 
 // exactKinds weighs the operations of an exact-mode run.
 var exactKinds = []uint8{opStored, opStored, opStored, opStored, opStored, opRemoved, opRemoved, opRemoved,
-	opMatch, opMatch, opInsert, opRemove, opSetCapacity, opAdd, opClearBackend}
+	opMatch, opMatch, opInsert, opRemove, opSetCapacity, opAdd, opCleared}
 
 func (g *opGen) op() op {
 	p := op{kind: uint8(g.next(numOps)), id: g.id()}
 	if g.exact {
 		p.kind = exactKinds[g.next(len(exactKinds))]
-		if p.kind == opClearBackend && g.next(4) != 0 {
+		if p.kind == opCleared && g.next(4) != 0 {
 			p.kind = opStored
 		}
 	}
@@ -896,7 +891,7 @@ func TestModel(t *testing.T) {
 				if p.kind == opAdd || p.kind == opSetCapacity {
 					p.n *= 10
 				}
-				if (p.kind == opClearBackend || p.kind == opMatch) && r.IntN(4) != 0 {
+				if (p.kind == opCleared || p.kind == opMatch) && r.IntN(4) != 0 {
 					p.kind = opRemove // keep stale pairs around long enough to compact
 					p.chain = g.chain()
 				}

@@ -23,7 +23,7 @@
 //     over the live replicas rounded up.
 //
 // A reader follows the change stream with a blocking XREAD and applies every peer's entry:
-// chains go into the local index (InsertRemote, which does not feed them back), placements
+// chains go into the local index (not reported to its Feed, so nothing echoes), placements
 // into the router's session tables (the later expiry wins), usage deltas into the
 // policy. A replica that starts reads the stream from Warm (5 minutes) back, so it starts
 // with what its peers learnt rather than cold.

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/glue/prefixpeer"
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
@@ -80,7 +81,7 @@ type Options struct {
 // Parts are the pieces of a gateway a Replica keeps in step with its peers. Every field is
 // optional; what is nil is neither published nor applied.
 type Parts struct {
-	// Index receives the prefix chains peers learnt (InsertRemote, RemoveRemote). Its own
+	// Index receives the prefix chains peers learnt (not reported to its own Feed). Its own
 	// inserts reach the replica only if it was built with Options.Feed = Replica.PrefixFeed().
 	Index *prefixcache.Index
 	// Router publishes its own in-flight counts and is given the sum of its live peers';
@@ -141,7 +142,7 @@ type Stats struct {
 type Replica struct {
 	o       Options
 	keys    keys
-	prefix  *prefixcache.FeedBuffer
+	prefix  *prefixpeer.Buffer
 	places  placeBuffer
 	parts   Parts
 	placers []peer.Placer // the router's session scorers (Attach)
@@ -213,7 +214,7 @@ func New(opts Options) (*Replica, error) {
 	r := &Replica{
 		back:   make(chan struct{}, 1),
 		o:      o,
-		prefix: prefixcache.NewFeedBuffer(o.BufferBytes),
+		prefix: prefixpeer.NewBuffer(o.BufferBytes),
 		log:    o.Logger,
 	}
 	if r.log == nil {
@@ -687,9 +688,9 @@ func (r *Replica) applyEntry(a *applier, m redis.XMessage) {
 				return
 			}
 			if c.kind == recInsert {
-				ix.InsertRemote(id, c.chain)
+				prefixpeer.InsertRemote(ix, id, c.chain)
 			} else {
-				ix.RemoveRemote(id, c.chain)
+				prefixpeer.RemoveRemote(ix, id, c.chain)
 			}
 			applied++
 		case recPlace:

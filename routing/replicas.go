@@ -14,7 +14,7 @@ import (
 // exchanges them: it publishes appendInFlight of each router and hands each router the sum of
 // the others' with setPeerInFlight. Session placements are shared through
 // SessionOptions.Feed and the session scorers' LearnPlacement, prefix blocks through the
-// prefix index (prefixcache.Options.Feed and Index.InsertRemote).
+// prefix index (prefixcache.Options.Feed, and internal/peer for what peers learnt).
 
 // maxUnknownPeerNames bounds the backend names setPeerInFlight keeps for backends the router
 // does not know yet; entries naming further unknown backends are dropped and counted in

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/internal/glue/prefixpeer"
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/load"
@@ -269,12 +270,13 @@ func TestPickWithPeersAllocs(t *testing.T) {
 }
 
 // A pick that learns a fresh chain and a Done that retracts it, with the index reporting both
-// to a FeedBuffer that is drained every few picks: still no allocation.
+// to a prefixpeer.Buffer (the replica package's) that is drained every few picks: still no
+// allocation.
 func TestPickWithPrefixFeedAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	fb := prefixcache.NewFeedBuffer(0)
+	fb := prefixpeer.NewBuffer(0)
 	r, req := benchRouterIndex(t, 100, profiles.RoundRobin(), prefixcache.Options{Feed: fb})
 	if got := fb.Drain(nil); got != 100 {
 		t.Fatalf("the feed heard %d inserts while the fleet was set up, want 100", got)

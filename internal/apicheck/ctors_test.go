@@ -17,7 +17,6 @@ var pendingCtors = map[string]bool{
 	"flowcontrol/flowcontroltest.NewClock": true,
 	"metrics.NewParser":                    true,
 	"metrics.NewScraper":                   true,
-	"prefixcache.NewFeedBuffer":            true,
 	"prefixcache/kvevents.New":             true,
 	"prefixcache/kvevents.NewDecoder":      true,
 	"prefixcache/kvevents.NewPublisher":    true,

@@ -7,6 +7,8 @@
 //   - gatewaymetrics: the gateway's own Prometheus series, recorded through typed methods.
 //   - slo: admission and observation by latency target, shared by the gateway, the endpoint
 //     picker and the simulator.
+//   - prefixpeer: prefixcache's replication seam, kept off its API: the bounded buffer a
+//     replica's Feed fills, and the inserts of peers' chains that are not fed back.
 //   - simfleet: the simulated vLLM-compatible fleet the library's tests, the examples and the
 //     simulator start.
 //

@@ -1,9 +1,10 @@
 // Package peer is the seam between a routing.Router and a replication layer (package replica,
 // the bench simulator's replicas), kept out of routing's public API so that a Router reads as
 // a single-process type: the router's own in-flight counts out, its peers' in, and the session
-// placements its peers made. Package routing installs the functions at init; they take the
-// *routing.Router as an any (peer cannot import routing, which imports it) and panic on
-// anything else, a bug in the module.
+// placements its peers made; and so that a prefixcache.Index applies its peers' chains off its
+// API (PrefixIndex). Package routing installs the functions at init, package prefixcache
+// PrefixIndex; they take the *routing.Router or *prefixcache.Index as an any (peer cannot
+// import either, which import it) and panic on anything else, a bug in the module.
 package peer
 
 import "time"

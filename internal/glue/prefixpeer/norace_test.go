@@ -1,0 +1,5 @@
+//go:build !race
+
+package prefixpeer
+
+const raceEnabled = false
