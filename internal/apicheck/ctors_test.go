@@ -14,7 +14,6 @@ import (
 // longer exist.
 var pendingCtors = map[string]bool{
 	"gateway/replicaext.New":               true,
-	"flowcontrol/flowcontroltest.NewClock": true,
 	"metrics.NewParser":                    true,
 	"metrics.NewScraper":                   true,
 	"prefixcache.NewFeedBuffer":            true,
