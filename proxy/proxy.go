@@ -567,7 +567,7 @@ func New(opts Options) (*Handler, error) {
 				targets[i].Rank = strconv.Itoa(m.rank)
 			}
 		}
-		h.scraper, err = metrics.NewScraper(metrics.Options{Targets: targets, Interval: opts.ScrapeInterval, OnUpdate: h.publishStates})
+		h.scraper, err = metrics.New(metrics.Options{Targets: targets, Interval: opts.ScrapeInterval, OnUpdate: h.publishStates})
 		if err != nil {
 			return nil, err
 		}

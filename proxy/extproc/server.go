@@ -354,7 +354,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if !opts.NoScrape {
-		if s.scraper, err = metrics.NewScraper(metrics.Options{
+		if s.scraper, err = metrics.New(metrics.Options{
 			Engine: opts.Engine, Interval: opts.ScrapeInterval, OnUpdate: s.publish,
 		}); err != nil {
 			return nil, err
