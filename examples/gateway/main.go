@@ -245,8 +245,9 @@ func startFleet(c config) (*simFleet, error) {
 		if !c.SimKVEvents {
 			break
 		}
-		pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
-			Topic: kvevents.Topic(fmt.Sprintf("sim-%d", i), p.Model), ReplayEndpoint: "tcp://127.0.0.1:0",
+		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+			Endpoint: "tcp://127.0.0.1:0",
+			Topic:    kvevents.Topic(fmt.Sprintf("sim-%d", i), p.Model), ReplayEndpoint: "tcp://127.0.0.1:0",
 		})
 		if err != nil {
 			s.Close()

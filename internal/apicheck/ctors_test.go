@@ -13,24 +13,19 @@ import (
 // brought to the rule and the set emptied; TestConstructors logs entries that comply or no
 // longer exist.
 var pendingCtors = map[string]bool{
-	"gateway/replicaext.New":            true,
-	"prefixcache.NewFeedBuffer":         true,
-	"prefixcache/kvevents.New":          true,
-	"prefixcache/kvevents.NewDecoder":   true,
-	"prefixcache/kvevents.NewPublisher": true,
-	"proxy.NewRegistry":                 true,
-	"proxy.NewServer":                   true,
-	"proxy/kvfeed.New":                  true,
-	"routing.NewAdapterAffinity":        true,
-	"routing.NewDynamoCost":             true,
-	"routing.NewHealthFilter":           true,
-	"routing.NewRand":                   true,
-	"routing.NewSGLangCacheAware":       true,
-	"routing.NewSaturationFilter":       true,
-	"routing.NewSessionAffinity":        true,
-	"routing.NewSessionAware":           true,
-	"routing.NewStickyFilter":           true,
-	"routing.NewTieredPrefix":           true,
+	"prefixcache.NewFeedBuffer":   true,
+	"proxy.NewRegistry":           true,
+	"proxy.NewServer":             true,
+	"routing.NewAdapterAffinity":  true,
+	"routing.NewDynamoCost":       true,
+	"routing.NewHealthFilter":     true,
+	"routing.NewRand":             true,
+	"routing.NewSGLangCacheAware": true,
+	"routing.NewSaturationFilter": true,
+	"routing.NewSessionAffinity":  true,
+	"routing.NewSessionAware":     true,
+	"routing.NewStickyFilter":     true,
+	"routing.NewTieredPrefix":     true,
 }
 
 // interfaces returns the library's exported interface types, as "name" for those of package

@@ -73,7 +73,7 @@ func BenchmarkDecode(b *testing.B) {
 		for _, e := range encodings {
 			payload := e.enc.Append(nil, batch)
 			b.Run(shape+"/"+e.name, func(b *testing.B) {
-				d := NewDecoder()
+				d := new(Decoder)
 				var out Batch
 				b.ReportAllocs()
 				b.SetBytes(int64(len(payload)))
@@ -111,7 +111,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 	if _, err := ix.AddBackend("pod-0", 1<<16); err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(ix, Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-0", Model: "m"}}})
+	s, err := New(Options{Index: ix, Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-0", Model: "m"}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func BenchmarkSubscriberLoopback(b *testing.B) {
 	if _, err := ix.AddBackend("pod-0", 1<<16); err != nil {
 		b.Fatal(err)
 	}
-	pub, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{ReplayEndpoint: "tcp://127.0.0.1:0", Topic: Topic("pod-0", "m")})
+	pub, err := NewPublisher(PublisherOptions{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: Topic("pod-0", "m")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func BenchmarkSubscriberLoopback(b *testing.B) {
 	// No idle probe: the publisher may run far ahead of the subscriber
 	// (the PUB connection queues without bound), and a probe then finds
 	// the subscriber's position gone from the replay history.
-	s, err := New(ix, Options{Sources: []Source{{Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-0", Model: "m"}},
+	s, err := New(Options{Index: ix, Sources: []Source{{Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-0", Model: "m"}},
 		ProbeInterval: -1})
 	if err != nil {
 		b.Fatal(err)

@@ -50,26 +50,20 @@ var (
 // a reused Batch does not allocate (strings are interned: the common media
 // and the last LoRA name seen are reused).
 //
-// A Decoder is not safe for concurrent use; use one per goroutine.
+// The zero value is ready to use. A Decoder is not safe for concurrent use
+// (use one per goroutine) and must not be copied after first use.
 type Decoder struct {
 	r       bytes.Reader
-	dec     *msgpack.Decoder
-	payload []byte // being decoded (nil between calls), for the fast paths
-	size    int    // len(payload), for offsets in errors
-	scratch []byte // holds the last string or byte-string read
+	dec     *msgpack.Decoder // reads r; nil before the first Decode
+	payload []byte           // being decoded (nil between calls), for the fast paths
+	size    int              // len(payload), for offsets in errors
+	scratch []byte           // holds the last string or byte-string read
 
 	// Interned strings, so that repeated values cost nothing.
 	loraName string
 	keys     [8]string // the last extra keys read (internKey)
 	nextKey  int
 	medium   string
-}
-
-// NewDecoder returns a Decoder with empty buffers.
-func NewDecoder() *Decoder {
-	d := &Decoder{scratch: make([]byte, 0, 64)}
-	d.dec = msgpack.NewDecoder(&d.r)
-	return d
 }
 
 // Decode decodes one batch payload (the third frame of a ZMQ message) into
@@ -85,6 +79,10 @@ func NewDecoder() *Decoder {
 // medium or LoRA name.
 func (d *Decoder) Decode(payload []byte, b *Batch) error {
 	b.Reset()
+	if d.dec == nil { // the first call
+		d.dec = msgpack.NewDecoder(&d.r)
+		d.scratch = make([]byte, 0, 64)
+	}
 	d.r.Reset(payload)
 	d.payload, d.size = payload, len(payload)
 	err := d.batch(b)

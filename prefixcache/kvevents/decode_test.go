@@ -92,7 +92,7 @@ func normalize(b *Batch) Batch {
 
 func TestRoundTrip(t *testing.T) {
 	want := sampleBatch()
-	d := NewDecoder()
+	d := new(Decoder)
 	var got Batch
 	for _, enc := range allEncodings() {
 		t.Run(enc.String(), func(t *testing.T) {
@@ -197,7 +197,7 @@ func TestVLLMPayloads(t *testing.T) {
 			}},
 		},
 	}
-	d := NewDecoder()
+	d := new(Decoder)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			payload, err := msgpack.Marshal(tt.wire)
@@ -250,7 +250,7 @@ func TestParentZeroMeansNoParent(t *testing.T) {
 				payload = mustMarshal(tt.wire)
 			}
 			var b Batch
-			if err := NewDecoder().Decode(payload, &b); err != nil {
+			if err := new(Decoder).Decode(payload, &b); err != nil {
 				t.Fatal(err)
 			}
 			if len(b.Events) != 1 || !reflect.DeepEqual(b.Events[0], want) {
@@ -311,7 +311,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "lying str length", raw: []byte{0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff}, want: "4294967295 bytes announced"},
 		{name: "invalid code", raw: []byte{0xc1}, want: "invalid code 0xc1"},
 	}
-	d := NewDecoder()
+	d := new(Decoder)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			payload := tt.raw
@@ -385,7 +385,7 @@ func TestParseTopic(t *testing.T) {
 func TestDecodeReusesBuffersWithoutAllocating(t *testing.T) {
 	for _, enc := range allEncodings() {
 		payload := enc.Append(nil, sampleBatch())
-		d := NewDecoder()
+		d := new(Decoder)
 		var b Batch
 		if err := d.Decode(payload, &b); err != nil {
 			t.Fatal(err)
@@ -410,7 +410,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(mustMarshal([]any{1.0, []any{[]any{"Mystery", 1}}}))
 	f.Add([]byte{0x93, 0xcb})
-	d := NewDecoder()
+	d := new(Decoder)
 	var b, again Batch
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		if err := d.Decode(payload, &b); err != nil {

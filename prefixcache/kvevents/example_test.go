@@ -22,7 +22,8 @@ func Example() {
 	tokens := []uint32{101, 102, 103, 104, 105, 106, 107, 108} // two blocks of 4
 
 	// The model server side (here in process, on loopback).
-	pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
+	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		Endpoint:       "tcp://127.0.0.1:0",
 		Topic:          kvevents.Topic("pod-0", model),
 		ReplayEndpoint: "tcp://127.0.0.1:0",
 	})
@@ -43,7 +44,7 @@ func Example() {
 	// The gateway side.
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	ix.AddBackend("pod-0", 0)
-	sub, err := kvevents.New(ix, kvevents.Options{Sources: []kvevents.Source{{
+	sub, err := kvevents.New(kvevents.Options{Index: ix, Sources: []kvevents.Source{{
 		Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-0", Model: model,
 	}}})
 	if err != nil {
@@ -90,7 +91,8 @@ func Example_listen() {
 	// The gateway side.
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	ix.AddBackend("pod-0", 0)
-	sub, err := kvevents.New(ix, kvevents.Options{
+	sub, err := kvevents.New(kvevents.Options{
+		Index:         ix,
 		Listen:        "tcp://127.0.0.1:0", // "tcp://0.0.0.0:5557" in a deployment
 		ListenSources: []kvevents.Source{{Backend: "pod-0", Model: model, ReplayEndpoint: replay}},
 	})
@@ -103,8 +105,9 @@ func Example_listen() {
 	<-sub.Ready()
 
 	// The model server side: it connects to the gateway.
-	pub, err := kvevents.NewPublisher(sub.ListenAddr(), kvevents.PublisherOptions{
-		Connect: true, Topic: kvevents.Topic("pod-0", model), ReplayEndpoint: replay,
+	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		Endpoint: sub.ListenAddr(),
+		Connect:  true, Topic: kvevents.Topic("pod-0", model), ReplayEndpoint: replay,
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -147,7 +150,7 @@ func ExampleDecoder() {
 		0, // data_parallel_rank
 	})
 
-	d := kvevents.NewDecoder()
+	d := new(kvevents.Decoder)
 	var b kvevents.Batch
 	if err := d.Decode(payload, &b); err != nil {
 		fmt.Println(err)
@@ -180,8 +183,9 @@ func ExampleEncoding() {
 
 // What a replay client sees: vLLM's replay protocol, spoken to a Publisher's ROUTER socket.
 func ExamplePublisher() {
-	pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
-		Topic: kvevents.Topic("pod-0", "m"), ReplayEndpoint: "tcp://127.0.0.1:0",
+	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		Endpoint: "tcp://127.0.0.1:0",
+		Topic:    kvevents.Topic("pod-0", "m"), ReplayEndpoint: "tcp://127.0.0.1:0",
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -204,7 +208,7 @@ func ExamplePublisher() {
 		return
 	}
 	dealer.SendMulti(zmq4.NewMsgFrom(nil, binary.BigEndian.AppendUint64(nil, 1)))
-	d := kvevents.NewDecoder()
+	d := new(kvevents.Decoder)
 	var b kvevents.Batch
 	for {
 		msg, err := dealer.Recv()

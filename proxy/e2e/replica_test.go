@@ -62,7 +62,7 @@ func startGateways(t *testing.T, procs []*simproc.Proc, k int, addr, cluster str
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts.Extensions = append(opts.Extensions, replicaext.New(rep))
+			opts.Extensions = append(opts.Extensions, replicaext.Wrap(rep))
 			gs.replicas = append(gs.replicas, rep)
 		}
 		_, url := startHandler(t, opts)

@@ -569,6 +569,7 @@ func (s *Server) followKVLocked() {
 		return
 	}
 	o := kvevents.Options{
+		Index:   s.index,
 		Sources: sources,
 		// One line per kind of problem, backend and interval, with a count.
 		OnError: func(backend string, err error) { s.kvLog.Warn("kv events", backend, err) },
@@ -576,7 +577,7 @@ func (s *Server) followKVLocked() {
 	if s.kvListen != "" {
 		o.Listen, o.AcceptUnknown = s.kvListen, true
 	}
-	sub, err := kvevents.New(s.index, o)
+	sub, err := kvevents.New(o)
 	if err != nil {
 		s.log.Warn("kv events", "err", err)
 		return
