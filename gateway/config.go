@@ -10,7 +10,7 @@
 // and replicaext.Register (package gateway/replicaext) — so only a program that follows KV
 // events links ZMQ, and only one that shares state between replicas links Redis:
 //
-//	reg := proxy.NewRegistry()
+//	reg := new(proxy.Registry)
 //	kvfeed.Register(reg)     // "kv-events": kv_listen, a backend's kv_events or kv_pod
 //	replicaext.Register(reg) // "replica": redis, replica_id, cluster
 //	cfg.Registry = reg
@@ -72,7 +72,7 @@ type Config struct {
 	Decider proxy.PartSpec `json:"decider"`
 	// Registry names the parts Policy, Router and Decider may use, and the extensions that
 	// KVListen, a Backend's KVEvents or KVPod, and Redis need ("kv-events" and "replica",
-	// see the package doc). Nil: [proxy.NewRegistry], the built-ins, without extensions.
+	// see the package doc). Nil: a zero [proxy.Registry], the built-ins, without extensions.
 	Registry *proxy.Registry `json:"-"`
 	// TTL is the longest wait for admission.
 	TTL time.Duration `json:"ttl"`
@@ -529,7 +529,7 @@ func (c Config) Options() (proxy.Options, error) {
 	}
 	reg := c.Registry
 	if reg == nil {
-		reg = proxy.NewRegistry()
+		reg = new(proxy.Registry)
 	}
 	// The extensions the settings name, from the program's Registry.
 	extension := func(setting, name, register string, params map[string]string) error {

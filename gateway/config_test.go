@@ -72,7 +72,7 @@ func TestConfigFileWithOwnScorer(t *testing.T) {
 	if _, err := c.Options(); err == nil || !strings.Contains(err.Error(), `unknown scorer "even-first"`) {
 		t.Errorf("without the user's registry: %v, want an unknown scorer", err)
 	}
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	err := reg.AddScorer("even-first", func(p proxy.Params) (routing.Scorer, error) {
 		o := struct {
 			Bonus float64 `json:"bonus"`
@@ -114,7 +114,7 @@ func TestBackendSyntax(t *testing.T) {
 	}
 	_, err = c.Options()
 	errorIs(t, err, ErrNoExtension, "kv-events without the kv-events extension registered")
-	c.Registry = proxy.NewRegistry()
+	c.Registry = new(proxy.Registry)
 	noError(t, kvfeed.Register(c.Registry))
 	o, err := c.Options()
 	if noError(t, err) && lenIs(t, o.Backends, 2) {
@@ -192,7 +192,7 @@ func TestBenchProfiles(t *testing.T) {
 		if o, err := c.Options(); err != nil || o.Router == nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		p, err := proxy.NewRegistry().Profile(c.Router, routing.SessionOptions{})
+		p, err := new(proxy.Registry).Profile(c.Router, routing.SessionOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -208,7 +208,7 @@ func TestBenchProfiles(t *testing.T) {
 func TestConfigDecider(t *testing.T) {
 	base := DefaultConfig()
 	base.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm", Role: "prefill"}, {URL: "http://127.0.0.1:8001", Engine: "vllm", Role: "decode"}}
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	for _, name := range reg.Names("decider") {
 		c := base
 		c.Decider = proxy.PartSpec{Name: name}

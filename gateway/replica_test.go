@@ -16,7 +16,7 @@ import (
 // replicaRegistry is the built-ins and the "replica" extension.
 func replicaRegistry(t *testing.T) *proxy.Registry {
 	t.Helper()
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	if err := replicaext.Register(reg); err != nil {
 		t.Fatal(err)
 	}

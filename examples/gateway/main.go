@@ -28,6 +28,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -100,7 +101,7 @@ func parseConfig(args []string) (config, error) {
 	// The built-in parts and the extensions this gateway can run, each built only when the
 	// configuration asks for it: the KV-event feed (-kv-listen, a backend's kv-events or
 	// kv-pod) and the replica (-redis).
-	c.Registry = proxy.NewRegistry()
+	c.Registry = new(proxy.Registry)
 	if err := errors.Join(kvfeed.Register(c.Registry), replicaext.Register(c.Registry)); err != nil {
 		return c, err
 	}
@@ -196,7 +197,15 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	h.Start(ctx)
 	runDone := make(chan error, 1)
 	go func() { runDone <- h.Run(bg) }()
-	srv := proxy.NewServer(c.Listen, h)
+	// Bounds on slow clients that cut no stream: no ReadTimeout or WriteTimeout (the Handler
+	// bounds the body read and every wait on a backend itself).
+	srv := &http.Server{
+		Addr:              c.Listen,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(proxy.Listener(ln)) }()
 

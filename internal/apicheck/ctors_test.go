@@ -14,8 +14,6 @@ import (
 // longer exist.
 var pendingCtors = map[string]bool{
 	"prefixcache.NewFeedBuffer":   true,
-	"proxy.NewRegistry":           true,
-	"proxy.NewServer":             true,
 	"routing.NewAdapterAffinity":  true,
 	"routing.NewDynamoCost":       true,
 	"routing.NewHealthFilter":     true,

@@ -55,7 +55,7 @@ func Example() {
 // when the configuration names KV events (as package gateway does for kv_listen and the
 // backends' kv_events).
 func ExampleRegister() {
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	if err := kvfeed.Register(reg); err != nil {
 		log.Fatal(err)
 	}

@@ -10,7 +10,7 @@
 // A program configured by package gateway registers the feed instead, and the configuration
 // decides whether it runs ([Register]):
 //
-//	reg := proxy.NewRegistry()
+//	reg := new(proxy.Registry)
 //	if err := kvfeed.Register(reg); err != nil { ... }
 //	cfg.Registry = reg
 //
