@@ -364,16 +364,6 @@ func (r *Replica) outcome(err error) {
 	}
 }
 
-// QuietRedisLog silences go-redis's own log, which writes a line for every dial its pool
-// fails (many a second while Redis is down), so that an outage is told once by the Replica's
-// Logger. go-redis's logger is process-wide: a program calls this once, in main, if it wants
-// that; the package never calls it itself.
-func QuietRedisLog() { redis.SetLogger(quietRedis{}) }
-
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
-
 // writeLoop flushes and publishes every Interval.
 func (r *Replica) writeLoop(ctx context.Context) {
 	t := time.NewTicker(r.o.Interval)

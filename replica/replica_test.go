@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/usher-llm/usher/internal/peer"
 	"io"
 	"log/slog"
 	"strings"
@@ -14,12 +13,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/internal/redistest"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 )
 
-func init() { QuietRedisLog() }
+func init() { redistest.QuietLog() }
 
 var backends = []string{"http://a:8000", "http://b:8000", "http://c:8000", "http://d:8000"}
 

@@ -37,6 +37,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/engine"
@@ -44,7 +46,6 @@ import (
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
-	"github.com/usher-llm/usher/replica"
 )
 
 func main() {
@@ -71,8 +72,8 @@ func main() {
 	}
 	if cfg.Redis != "" {
 		// The replica logs one line per Redis outage and one per recovery; go-redis's own
-		// log would add a line for every failed dial of its pool.
-		replica.QuietRedisLog()
+		// log (process-wide) would add a line for every failed dial of its pool.
+		redis.SetLogger(quietRedis{})
 	}
 	if err := run(ctx, cfg, os.Stdout, nil); err != nil {
 		pprof.StopCPUProfile()
@@ -306,3 +307,8 @@ func (s *simFleet) Close() {
 	}
 	s.wg.Wait()
 }
+
+// quietRedis discards go-redis's log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

@@ -22,7 +22,7 @@ import (
 	"github.com/usher-llm/usher/replica"
 )
 
-func init() { replica.QuietRedisLog() }
+func init() { redistest.QuietLog() }
 
 // gatewaySet is K gateways over the same servers, each with its own Replica when addr is set.
 type gatewaySet struct {
