@@ -19,7 +19,7 @@ import (
 // refused with the list of known ones.
 func TestConfigNames(t *testing.T) {
 	base := DefaultConfig()
-	base.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
+	base.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
 	for _, name := range builtin.PolicyNames() {
 		c := base
 		c.Policy = name
@@ -99,7 +99,7 @@ func TestConfigFileWithOwnScorer(t *testing.T) {
 // and a role come through to proxy.Backend.
 func TestBackendSyntax(t *testing.T) {
 	const line = "http://10.0.0.7:8000,engine=sglang,role=decode,models=llama-3,qwen-2.5,kv-events=tcp://10.0.0.7:5557,ranks=2"
-	want := Backend{URL: "http://10.0.0.7:8000", Engine: "sglang", Role: "decode", Models: []string{"llama-3", "qwen-2.5"}, KVEvents: "tcp://10.0.0.7:5557", Ranks: 2}
+	want := BackendSpec{URL: "http://10.0.0.7:8000", Engine: "sglang", Role: "decode", Models: []string{"llama-3", "qwen-2.5"}, KVEvents: "tcp://10.0.0.7:5557", Ranks: 2}
 	got, err := ParseBackend(line)
 	noError(t, err)
 	equal(t, want, got)
@@ -110,7 +110,7 @@ func TestBackendSyntax(t *testing.T) {
 	noError(t, c.LoadFile(file))
 	if lenIs(t, c.Backends, 2) {
 		equal(t, want, c.Backends[0])
-		equal(t, Backend{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"qwen-2.5", "llama-3"}}, c.Backends[1])
+		equal(t, BackendSpec{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"qwen-2.5", "llama-3"}}, c.Backends[1])
 	}
 	_, err = c.Options()
 	errorIs(t, err, ErrNoExtension, "kv-events without the kv-events extension registered")
@@ -188,7 +188,7 @@ func TestBenchProfiles(t *testing.T) {
 		if err := c.LoadFile(f); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		c.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
+		c.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
 		if o, err := c.Options(); err != nil || o.Router == nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -207,7 +207,7 @@ func TestBenchProfiles(t *testing.T) {
 // serving with its parameters; bad names and parameters are refused with their name.
 func TestConfigDecider(t *testing.T) {
 	base := DefaultConfig()
-	base.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm", Role: "prefill"}, {URL: "http://127.0.0.1:8001", Engine: "vllm", Role: "decode"}}
+	base.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm", Role: "prefill"}, {URL: "http://127.0.0.1:8001", Engine: "vllm", Role: "decode"}}
 	reg := new(proxy.Registry)
 	for _, name := range reg.Names("decider") {
 		c := base

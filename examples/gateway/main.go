@@ -239,7 +239,7 @@ type simFleet struct {
 	pubs     []*kvevents.Publisher
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	backends []gateway.Backend
+	backends []gateway.BackendSpec
 	model    string
 }
 
@@ -281,7 +281,7 @@ func startFleet(c config) (*simFleet, error) {
 	}
 	s.fleet = fleet
 	for i, u := range fleet.URLs() {
-		b := gateway.Backend{URL: u, Engine: "vllm"}
+		b := gateway.BackendSpec{URL: u, Engine: "vllm"}
 		switch {
 		case i < c.SimPrefill:
 			b.Role = "prefill"

@@ -86,7 +86,7 @@ func main() {
 			log.Fatal(err)
 		}
 		for _, u := range fleet.URLs() {
-			c.Backends = append(c.Backends, gateway.Backend{URL: u, Engine: "vllm"})
+			c.Backends = append(c.Backends, gateway.BackendSpec{URL: u, Engine: "vllm"})
 		}
 	}
 	if err := serve(c, *listen); err != nil {
