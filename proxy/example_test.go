@@ -130,7 +130,7 @@ func ExampleNewKeyer() {
 // The prompt of a request as the prefix index sees it: chained block hashes of its bytes.
 func ExampleBytesTokenizer() {
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("You are a careful reviewer. ", 10) + `"},{"role":"user","content":"Review this."}]}`)
-	req, err := openai.Parse(body, openai.Chat, openai.Limits{})
+	req, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -638,7 +638,7 @@ func TestSimKVEventsKeepIndexExact(t *testing.T) {
 
 	chainOf := func(msgs []oa.ChatCompletionMessageParamUnion) []prefixcache.BlockHash {
 		body, _ := json.Marshal(oa.ChatCompletionNewParams{Model: model, Messages: msgs})
-		req, err := openai.Parse(body, openai.Chat, openai.Limits{})
+		req, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}

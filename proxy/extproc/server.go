@@ -91,7 +91,7 @@ type Options struct {
 	// path, authority and headers Envoy forwarded (no body, no TLS state).
 	Keyer proxy.FlowKeyer
 	// Limits bound what a request body may ask for.
-	Limits openai.Limits
+	Limits openai.ParseLimits
 	// MaxBodyBytes bounds a request body (413 above it). Zero: 8 MiB. Envoy's own buffer
 	// limit (per_connection_buffer_limit_bytes) applies first in BUFFERED mode.
 	MaxBodyBytes int64
@@ -165,7 +165,7 @@ type Server struct {
 	queue      *flowcontrol.Queue
 	tok        proxy.Tokenizer
 	keyer      proxy.FlowKeyer
-	limits     openai.Limits
+	limits     openai.ParseLimits
 	maxBody    int64
 	bands      int
 	slo        slo.Config    // Options.SLO, TrustSLOHeaders, SLOShedAbove
