@@ -35,7 +35,7 @@ type exchange struct {
 	h        *Handler
 	ctx      context.Context // the client's request context
 	req      *openai.Request // nil for a request passed through without admission
-	ep       openai.API // of req; 0 for a request passed through
+	ep       openai.API      // of req; 0 for a request passed through
 	id       Identity
 	rid      string // the request id (RequestIDHeader)
 	ridSet   bool   // ServeHTTP already put rid in the client's answer
