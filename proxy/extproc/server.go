@@ -43,7 +43,7 @@ type Options struct {
 	Endpoints []Endpoint
 	// Source, if set, is run by Run and feeds SetEndpoints (a FileSource, or an
 	// InferencePool watch of your own).
-	Source Source
+	Source EndpointSource
 
 	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
 	Index *prefixcache.Index
@@ -153,7 +153,7 @@ type Options struct {
 // Result and the queue's Ticket exactly once.
 //
 // New starts nothing: Register the Server on a grpc.Server (ext_proc and health), and Run
-// the background work (the endpoint Source, scraping, KV events). A Server is safe for
+// the background work (the EndpointSource, scraping, KV events). A Server is safe for
 // concurrent use: every stream is served by its own goroutine, SetEndpoints may be called
 // from any goroutine, and Stats reads atomics.
 type Server struct {
@@ -176,7 +176,7 @@ type Server struct {
 	ns, subNS  string
 	clearRoute bool
 	idle       time.Duration
-	source     Source
+	source     EndpointSource
 	scraper    *metrics.Scraper // nil with NoScrape
 	kvListen   string
 	usher      *gatewaymetrics.Recorder
@@ -616,8 +616,8 @@ func (s *Server) KVListenAddr() string {
 	return kv.ListenAddr()
 }
 
-// Run does the background work until ctx ends: it runs the endpoint Source, scrapes the
-// endpoints and follows their KV events. It returns nil when ctx ends, the Source's error
+// Run does the background work until ctx ends: it runs the EndpointSource, scrapes the
+// endpoints and follows their KV events. It returns nil when ctx ends, the EndpointSource's error
 // if it failed otherwise, ErrRunning if Run is already running. Call it once.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
