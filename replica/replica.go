@@ -90,7 +90,7 @@ type Parts struct {
 	Router *routing.Router
 	// Usage exchanges per-flow usage (a flowcontrol.Queue whose policy keeps usage: VTC,
 	// LAS, turn priority), so that a tenant's share is global.
-	Usage UsageSharer
+	Usage UsageExchanger
 	// SetLimit, with GlobalLimit > 0, is given this replica's share of GlobalLimit — the
 	// limit divided by the live replicas, rounded up — each time the count of replicas
 	// changes (with flowcontrol, through Queue.Reconfigure).
@@ -98,8 +98,9 @@ type Parts struct {
 	GlobalLimit int
 }
 
-// UsageSharer is what a queue offers to exchange per-flow usage; *flowcontrol.Queue is one.
-type UsageSharer interface {
+// UsageExchanger is what a queue offers to exchange per-flow usage; *flowcontrol.Queue is one
+// (over its policy, when that is a flowcontrol.UsageSharer).
+type UsageExchanger interface {
 	// AppendUsageDeltas appends the usage each flow accrued locally since the previous
 	// call.
 	AppendUsageDeltas(dst []flowcontrol.UsageDelta) []flowcontrol.UsageDelta
