@@ -12,7 +12,7 @@ import (
 // back, as a subscriber would.
 type recorder struct {
 	mu     sync.Mutex
-	events []kvevents.Event
+	events []kvevents.BlockEvent
 	seq    uint64
 }
 

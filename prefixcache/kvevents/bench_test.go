@@ -22,7 +22,7 @@ func benchBatch(shape string) *Batch {
 		stored, blocks, removed, perRemove = 32, 1, 1, 32
 	}
 	for range stored {
-		e := Event{Kind: BlockStored, BlockSize: 16, Medium: "GPU", Parent: rng.Uint64(), HasParent: true}
+		e := BlockEvent{Kind: BlockStored, BlockSize: 16, Medium: "GPU", Parent: rng.Uint64(), HasParent: true}
 		for range blocks {
 			e.Hashes = append(e.Hashes, rng.Uint64())
 			for range 16 {
@@ -32,7 +32,7 @@ func benchBatch(shape string) *Batch {
 		b.Events = append(b.Events, e)
 	}
 	for range removed {
-		e := Event{Kind: BlockRemoved, Medium: "GPU"}
+		e := BlockEvent{Kind: BlockRemoved, Medium: "GPU"}
 		for range perRemove {
 			e.Hashes = append(e.Hashes, rng.Uint64())
 		}
@@ -66,7 +66,7 @@ func BenchmarkDecode(b *testing.B) {
 		enc  Encoding
 	}{
 		{"legacy-array-int", Encoding{}},
-		{"tagged-map-sha256", Encoding{MapBatch: true, MapEvents: true, Hashes: HashBytes}},
+		{"tagged-map-sha256", Encoding{MapBatch: true, MapEvents: true, Hashes: HashAsBytes}},
 	}
 	for _, shape := range []string{"prefill", "decode"} {
 		batch := benchBatch(shape)

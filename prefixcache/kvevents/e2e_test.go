@@ -161,7 +161,7 @@ func TestAgainstRealPublisher(t *testing.T) {
 		}
 		n := &node{t: t, pod: pod, eng: newEngine(uint64(i+1), e2eBlockSize), rng: rand.New(rand.NewPCG(uint64(i), 9)), prompts: shared}
 		if i == 1 {
-			n.enc = Encoding{MapEvents: true, Hashes: HashInt}
+			n.enc = Encoding{MapEvents: true, Hashes: HashAsInt}
 		}
 		n.start("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", PublisherOptions{})
 		defer n.shutdown()
@@ -234,7 +234,7 @@ func TestAgainstRealPublisher(t *testing.T) {
 	pubEP, replayEP := b.pub.Endpoint(), b.pub.ReplayEndpoint()
 	b.shutdown()
 	b.eng = newEngine(99, e2eBlockSize)
-	b.enc = Encoding{MapBatch: true, MapEvents: true, Hashes: HashBytes}
+	b.enc = Encoding{MapBatch: true, MapEvents: true, Hashes: HashAsBytes}
 	b.start(pubEP, replayEP, PublisherOptions{ReplayWithTopic: true})
 	b.publish(8)
 	converge(t, ix, sub, a, b)
@@ -245,7 +245,7 @@ func TestAgainstRealPublisher(t *testing.T) {
 
 	// The restarted publisher keeps going, and pod-a drops its whole cache.
 	b.publish(10)
-	if _, err := a.pub.Publish(&Batch{Timestamp: 9, Events: []Event{a.eng.clear()}}); err != nil {
+	if _, err := a.pub.Publish(&Batch{Timestamp: 9, Events: []BlockEvent{a.eng.clear()}}); err != nil {
 		t.Fatal(err)
 	}
 	a.publish(5)

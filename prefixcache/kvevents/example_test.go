@@ -37,7 +37,7 @@ func Example() {
 	go pub.Run(ctx) // serves replay requests
 
 	// The engine stored both blocks before anyone listened; the replay brings them.
-	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.Event{{
+	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.BlockEvent{{
 		Kind: kvevents.BlockStored, Hashes: []uint64{0xaaa, 0xbbb}, Tokens: tokens, BlockSize: 4, Medium: "GPU",
 	}}})
 
@@ -115,7 +115,7 @@ func Example_listen() {
 	}
 	defer pub.Close()
 	go pub.Run(ctx)
-	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.Event{{
+	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.BlockEvent{{
 		Kind: kvevents.BlockStored, Hashes: []uint64{0xaaa, 0xbbb}, Tokens: tokens, BlockSize: 4, Medium: "GPU",
 	}}})
 
@@ -173,7 +173,7 @@ func ExampleDecoder() {
 
 // The same batch in the tagged-map encoding newer vLLM versions use.
 func ExampleEncoding() {
-	b := &kvevents.Batch{Timestamp: 2, Events: []kvevents.Event{{Kind: kvevents.AllBlocksCleared}}}
+	b := &kvevents.Batch{Timestamp: 2, Events: []kvevents.BlockEvent{{Kind: kvevents.AllBlocksCleared}}}
 	payload := kvevents.Encoding{MapBatch: true, MapEvents: true}.Append(nil, b)
 	var v any
 	msgpack.Unmarshal(payload, &v)
@@ -197,7 +197,7 @@ func ExamplePublisher() {
 	go pub.Run(ctx)
 
 	for i := range 3 {
-		pub.Publish(&kvevents.Batch{Timestamp: float64(i), Events: []kvevents.Event{{Kind: kvevents.AllBlocksCleared}}})
+		pub.Publish(&kvevents.Batch{Timestamp: float64(i), Events: []kvevents.BlockEvent{{Kind: kvevents.AllBlocksCleared}}})
 	}
 
 	// Ask for everything from sequence number 1: an empty delimiter, then 8 bytes big-endian.

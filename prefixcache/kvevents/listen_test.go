@@ -58,8 +58,8 @@ func TestListenManyPublishers(t *testing.T) {
 		first uint64
 	}{
 		{enc: Encoding{ZeroParent: true}}, // arrays, int hashes, parent 0
-		{enc: Encoding{MapEvents: true, Hashes: HashInt}},
-		{enc: Encoding{MapBatch: true, MapEvents: true, Hashes: HashBytes}},
+		{enc: Encoding{MapEvents: true, Hashes: HashAsInt}},
+		{enc: Encoding{MapBatch: true, MapEvents: true, Hashes: HashAsBytes}},
 		{first: 1},
 	}
 	var nodes []*node
@@ -151,7 +151,7 @@ func TestListenManyPublishers(t *testing.T) {
 	for _, n := range nodes {
 		n.publish(10)
 	}
-	if _, err := nodes[0].pub.Publish(&Batch{Timestamp: 9, Events: []Event{nodes[0].eng.clear()}}); err != nil {
+	if _, err := nodes[0].pub.Publish(&Batch{Timestamp: 9, Events: []BlockEvent{nodes[0].eng.clear()}}); err != nil {
 		t.Fatal(err)
 	}
 	nodes[0].publish(5)

@@ -107,7 +107,7 @@ func TestReplayReadsToEndOfReplay(t *testing.T) {
 	const batches = 400
 	tokens := seqTokens(1, 4096)
 	for h := range uint64(batches) {
-		pub.Publish(&Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: tokens, BlockSize: 4096}}})
+		pub.Publish(&Batch{Events: []BlockEvent{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: tokens, BlockSize: 4096}}})
 	}
 	rec := newRecorder("pod-a")
 	s, st := testSubscriber(t, rec, Source{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-a"})
@@ -244,8 +244,8 @@ func TestSilenceWarnings(t *testing.T) {
 
 // chainedBatch announces block h, continuing block parent (0: none).
 func chainedBatch(h, parent uint64) *Batch {
-	e := Event{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2, Parent: parent, HasParent: parent != 0}
-	return &Batch{Timestamp: float64(h), Events: []Event{e}}
+	e := BlockEvent{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2, Parent: parent, HasParent: parent != 0}
+	return &Batch{Timestamp: float64(h), Events: []BlockEvent{e}}
 }
 
 // TestListenRestartUnseen: in listen mode a publisher that restarts

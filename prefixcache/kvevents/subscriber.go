@@ -1208,7 +1208,7 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 	}
 }
 
-func (st *stream) applyEvent(id prefixcache.BackendID, e *Event) error {
+func (st *stream) applyEvent(id prefixcache.BackendID, e *BlockEvent) error {
 	switch e.Kind {
 	case BlockStored:
 		salt := e.Salt // "" unless the chain starts here, salted

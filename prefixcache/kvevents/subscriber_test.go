@@ -67,7 +67,7 @@ func (r *recorder) take() []string {
 
 // storedBatch announces one stored block whose engine hash is h.
 func storedBatch(h uint64) *Batch {
-	return &Batch{Timestamp: float64(h), Events: []Event{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2}}}
+	return &Batch{Timestamp: float64(h), Events: []BlockEvent{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2}}}
 }
 
 func frames(topic string, seq uint64, b *Batch) [][]byte {
@@ -504,7 +504,7 @@ func TestSeeds(t *testing.T) {
 	id, _ := ix.AddBackend("pod-a", 0)
 	s, st := testSubscriber(t, ix, Source{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-a", Model: "m"})
 	tokens := []uint32{1, 2, 3, 4}
-	batch := &Batch{Events: []Event{
+	batch := &Batch{Events: []BlockEvent{
 		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: tokens, BlockSize: 4},
 		{Kind: BlockStored, Hashes: []uint64{2}, Tokens: tokens, BlockSize: 4, LoRAID: 7, LoRAName: "sql"},
 		{Kind: BlockStored, Hashes: []uint64{3}, Tokens: tokens, BlockSize: 4, LoRAID: 8},
@@ -541,8 +541,8 @@ func TestSeeds(t *testing.T) {
 func TestModelLearnedAfterReplay(t *testing.T) {
 	pub := startPublisher(t, PublisherOptions{Topic: Topic("pod-a", "m")})
 	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
-	pub.Publish(&Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{10}, Tokens: tokens[:4], BlockSize: 4}}})
-	second := &Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{11}, Parent: 10, HasParent: true, Tokens: tokens[4:], BlockSize: 4}}}
+	pub.Publish(&Batch{Events: []BlockEvent{{Kind: BlockStored, Hashes: []uint64{10}, Tokens: tokens[:4], BlockSize: 4}}})
+	second := &Batch{Events: []BlockEvent{{Kind: BlockStored, Hashes: []uint64{11}, Parent: 10, HasParent: true, Tokens: tokens[4:], BlockSize: 4}}}
 	pub.Publish(second)
 
 	ix, err := prefixcache.New(prefixcache.Options{})
