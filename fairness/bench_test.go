@@ -14,7 +14,7 @@ import (
 // number of requests is in flight, and each step completes the oldest in-flight request
 // (which dispatches the policy's next choice) and gives its flow a new request.
 type driver struct {
-	clk   *flowcontroltest.Clock
+	clk   *flowcontroltest.FakeClock
 	q     *flowcontrol.Queue
 	ring  []inflight
 	head  int
@@ -66,7 +66,8 @@ type quickSharer struct {
 }
 
 func newDriver(tb testing.TB, p flowcontrol.Policy, flows int) *driver {
-	d := &driver{clk: flowcontroltest.NewClock(simStart), ring: make([]inflight, driverSlots+1)}
+	d := &driver{clk: new(flowcontroltest.FakeClock), ring: make([]inflight, driverSlots+1)}
+	d.clk.Set(simStart)
 	var quick *quickSetup
 	if fp, ok := p.(flowcontrol.FlowPicker); ok {
 		quick = &quickSetup{Policy: p, picker: fp, filling: true}

@@ -11,8 +11,9 @@ import (
 
 // exampleQueue returns a one-slot queue on a fake clock that prints each dispatch and
 // collects the tickets.
-func exampleQueue(p flowcontrol.Policy) (*flowcontrol.Queue, *flowcontroltest.Clock, *[]flowcontrol.Ticket) {
-	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+func exampleQueue(p flowcontrol.Policy) (*flowcontrol.Queue, *flowcontroltest.FakeClock, *[]flowcontrol.Ticket) {
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	start := clk.Now()
 	var tickets []flowcontrol.Ticket
 	q, err := flowcontrol.New(flowcontrol.Options{

@@ -324,7 +324,8 @@ func TestVTCLiftsReturningFlow(t *testing.T) {
 }
 
 func TestRoundRobinOrder(t *testing.T) {
-	clk := flowcontroltest.NewClock(simStart)
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(simStart)
 	var order []flowcontrol.FlowID
 	var tickets []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
@@ -376,7 +377,8 @@ func TestHierarchyTenantsBeforeSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := flowcontroltest.NewClock(simStart)
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(simStart)
 	var order []string
 	var tickets []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{

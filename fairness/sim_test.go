@@ -60,7 +60,7 @@ func (h *eventQueue) Pop() any {
 
 type sim struct {
 	t       testing.TB
-	clk     *flowcontroltest.Clock
+	clk     *flowcontroltest.FakeClock
 	q       *flowcontrol.Queue
 	events  eventQueue
 	seq     int
@@ -86,7 +86,8 @@ func newSim(t testing.TB, p flowcontrol.Policy, slots int) *sim {
 // newSimOptions is newSim with the queue's options; Clock, Capacity (unless set) and
 // Observer are the harness's.
 func newSimOptions(t testing.TB, o flowcontrol.Options) *sim {
-	s := &sim{t: t, clk: flowcontroltest.NewClock(simStart)}
+	s := &sim{t: t, clk: new(flowcontroltest.FakeClock)}
+	s.clk.Set(simStart)
 	o.Clock = s.clk
 	if o.Capacity == (flowcontrol.Limits{}) {
 		o.Capacity = flowcontrol.Limits{Requests: 1 << 20}

@@ -84,14 +84,15 @@ func TestQueueAppliesPeerUsage(t *testing.T) {
 
 // replica is one gateway replica's queue with one slot, on its own fake clock.
 type replica struct {
-	clk        *flowcontroltest.Clock
+	clk        *flowcontroltest.FakeClock
 	q          *flowcontrol.Queue
 	tickets    []flowcontrol.Ticket
 	dispatched []flowcontrol.FlowID
 }
 
 func newReplica(t testing.TB, p flowcontrol.Policy) *replica {
-	r := &replica{clk: flowcontroltest.NewClock(simStart)}
+	r := &replica{clk: new(flowcontroltest.FakeClock)}
+	r.clk.Set(simStart)
 	q, err := flowcontrol.New(flowcontrol.Options{
 		Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, Clock: r.clk, TTL: time.Hour,
 		Observer: flowcontrol.Observer{Outcome: func(rec flowcontrol.Record) {

@@ -66,7 +66,8 @@ func BenchmarkAdmitDone(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("backlog/flows=%d", n), func(b *testing.B) {
-			clk := flowcontroltest.NewClock(t0)
+			clk := new(flowcontroltest.FakeClock)
+			clk.Set(t0)
 			q, err := flowcontrol.New(flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, Clock: clk, Capacity: flowcontrol.Limits{Requests: n + 2}})
 			if err != nil {
 				b.Fatal(err)
@@ -122,7 +123,8 @@ func BenchmarkAdmitDoneEarlyShed(b *testing.B) {
 	b.Run("backlog/flows=1000", func(b *testing.B) {
 		const n = 1000
 		ids := flowIDs(n)
-		clk := flowcontroltest.NewClock(t0)
+		clk := new(flowcontroltest.FakeClock)
+		clk.Set(t0)
 		q, err := flowcontrol.New(flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, Clock: clk, TTL: 24 * time.Hour,
 			Capacity: flowcontrol.Limits{Requests: n + 2}, EarlyShed: shed})
 		if err != nil {
@@ -185,7 +187,8 @@ func BenchmarkAdmitParallel(b *testing.B) {
 // heap.
 func BenchmarkExpire(b *testing.B) {
 	const n = 10_000
-	clk := flowcontroltest.NewClock(t0)
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(t0)
 	closed := flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false })
 	q, err := flowcontrol.New(flowcontrol.Options{Gate: closed, Clock: clk, TTL: n * time.Microsecond, Capacity: flowcontrol.Limits{Requests: n + 1}})
 	if err != nil {

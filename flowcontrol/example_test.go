@@ -56,7 +56,8 @@ func Example() {
 // Admit, outcomes through the Observer, and Tick whenever the clock reaches the next
 // deadline.
 func Example_virtualTime() {
-	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	start := clk.Now()
 	var running []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
@@ -169,7 +170,8 @@ func (deadlineFirst) Observe(*flowcontrol.Event) {}
 
 // A Policy orders flows and requests by keys; here, earliest deadline first.
 func ExamplePolicy() {
-	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var order []any
 	var running []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
@@ -213,7 +215,8 @@ func (longestQueue) PickFlow(_ int, flows []*flowcontrol.FlowState, _ time.Time)
 
 // A FlowPicker chooses the next flow itself, for orders that are not keys.
 func ExampleFlowPicker() {
-	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var order []any
 	var running []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
@@ -245,7 +248,8 @@ func ExampleFlowPicker() {
 // deadline is refused on arrival — 429 with a Retry-After header — instead of being held
 // until it expires.
 func ExampleEarlyShed() {
-	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	q, _ := flowcontrol.New(flowcontrol.Options{
 		Clock:     clk,
 		Gate:      &flowcontrol.ConcurrencyLimit{Limit: 1},
@@ -284,7 +288,8 @@ func ExampleEarlyShed() {
 // waits as long as they do; EstimateWaitOf counts only what StrictPriority serves before
 // it, and early shedding admits it.
 func ExampleQueue_EstimateWaitOf() {
-	clk := flowcontroltest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	q, _ := flowcontrol.New(flowcontrol.Options{
 		Clock:     clk,
 		Policy:    fairness.StrictPriority(),

@@ -187,7 +187,8 @@ func (m *model) close() {
 // checkModel runs the operations encoded in ops against both, with early shedding on if
 // shed, and reports the first divergence. It returns the number of requests shed.
 func checkModel(t *testing.T, ops []byte, shed bool) (sheds int) {
-	clk := flowcontroltest.NewClock(t0)
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(t0)
 	m := &model{now: t0, inflight: map[int]mreq{}}
 	var got []event
 	tickets := map[int]flowcontrol.Ticket{} // from the observer
@@ -398,7 +399,8 @@ func FuzzRequestInput(f *testing.F) {
 	f.Add(3, int64(-1), int64(0), int64(0), int64(-5), int64(1), int64(-1), 0)
 	f.Add(1, int64(1<<40), int64(1<<62), int64(0), int64(1<<62), int64(-1<<62), int64(1<<62), 2)
 	f.Fuzz(func(t *testing.T, band int, bytes, prompt, output, ttl, deadlineOff, arrivalOff int64, flows int) {
-		clk := flowcontroltest.NewClock(t0)
+		clk := new(flowcontroltest.FakeClock)
+		clk.Set(t0)
 		q, err := flowcontrol.New(flowcontrol.Options{Bands: 2, Clock: clk, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, FlowCapacity: flowcontrol.Limits{Bytes: 1 << 30}})
 		if err != nil {
 			t.Fatal(err)

@@ -51,9 +51,10 @@ func (r *recorder) ticket(v any) flowcontrol.Ticket {
 	return flowcontrol.Ticket{}
 }
 
-func newQueue(t testing.TB, o flowcontrol.Options) (*flowcontrol.Queue, *flowcontroltest.Clock, *recorder) {
+func newQueue(t testing.TB, o flowcontrol.Options) (*flowcontrol.Queue, *flowcontroltest.FakeClock, *recorder) {
 	t.Helper()
-	clk := flowcontroltest.NewClock(t0)
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(t0)
 	rec := &recorder{}
 	if o.Clock == nil {
 		o.Clock = clk
@@ -69,9 +70,10 @@ func newQueue(t testing.TB, o flowcontrol.Options) (*flowcontrol.Queue, *flowcon
 }
 
 // newBareQueue is newQueue without the recording observer (Options.Observer as given).
-func newBareQueue(t testing.TB, o flowcontrol.Options) (*flowcontrol.Queue, *flowcontroltest.Clock) {
+func newBareQueue(t testing.TB, o flowcontrol.Options) (*flowcontrol.Queue, *flowcontroltest.FakeClock) {
 	t.Helper()
-	clk := flowcontroltest.NewClock(t0)
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(t0)
 	o.Clock = clk
 	q, err := flowcontrol.New(o)
 	if err != nil {

@@ -186,7 +186,7 @@ func TestAllocs(t *testing.T) {
 		name  string
 		opts  flowcontrol.Options
 		run   func(q *flowcontrol.Queue)
-		setup func(*flowcontrol.Queue, *flowcontroltest.Clock) // nil: see below
+		setup func(*flowcontrol.Queue, *flowcontroltest.FakeClock) // nil: see below
 	}{
 		{"Admit+Done", flowcontrol.Options{}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 10})
@@ -218,7 +218,7 @@ func TestAllocs(t *testing.T) {
 		{"early shed: Enqueue+Cancel", flowcontrol.Options{Gate: limit1(), EarlyShed: shed}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Enqueue(flowcontrol.Request{Flow: "b"})
 			tk.Cancel()
-		}, func(q *flowcontrol.Queue, clk *flowcontroltest.Clock) {
+		}, func(q *flowcontrol.Queue, clk *flowcontroltest.FakeClock) {
 			warmRate(q, clk)
 			q.TryAdmit(flowcontrol.Request{Flow: "holder"})
 		}},
@@ -226,7 +226,7 @@ func TestAllocs(t *testing.T) {
 			Outcome: func(flowcontrol.Record) {},
 		}}, func(q *flowcontrol.Queue) {
 			q.Enqueue(flowcontrol.Request{Flow: "c", TTL: 100 * time.Millisecond})
-		}, func(q *flowcontrol.Queue, clk *flowcontroltest.Clock) {
+		}, func(q *flowcontrol.Queue, clk *flowcontroltest.FakeClock) {
 			warmRate(q, clk)
 			q.TryAdmit(flowcontrol.Request{Flow: "holder"})
 			for range 20 {
@@ -246,7 +246,7 @@ func TestAllocs(t *testing.T) {
 			Outcome: func(flowcontrol.Record) {},
 		}}, func(q *flowcontrol.Queue) {
 			q.Enqueue(flowcontrol.Request{Flow: "c", TTL: 100 * time.Millisecond})
-		}, func(q *flowcontrol.Queue, clk *flowcontroltest.Clock) {
+		}, func(q *flowcontrol.Queue, clk *flowcontroltest.FakeClock) {
 			warmRate(q, clk)
 			q.TryAdmit(flowcontrol.Request{Flow: "holder"})
 			for i := range 20 {
@@ -283,7 +283,7 @@ func TestAllocs(t *testing.T) {
 
 // warmRate gives q, whose gate admits one request at a time, a dispatch-rate history: three
 // seconds of a backlog served at 10 requests/s, then drained, so that nothing waits or runs.
-func warmRate(q *flowcontrol.Queue, clk *flowcontroltest.Clock) {
+func warmRate(q *flowcontrol.Queue, clk *flowcontroltest.FakeClock) {
 	var fifo []flowcontrol.Ticket // dispatched in this order
 	for range 30 {
 		for range 2 {

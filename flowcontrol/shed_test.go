@@ -72,7 +72,8 @@ func poisson(seed uint64, band int, peak float64, rate func(time.Duration) float
 // Observer are set here) until horizon, with one completion per simCadence.
 func simulate(t *testing.T, o flowcontrol.Options, arr []simArrival, horizon time.Duration) *simRun {
 	t.Helper()
-	clk := flowcontroltest.NewClock(t0)
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(t0)
 	run := &simRun{out: make([]simOut, len(arr))}
 	var inflight []flowcontrol.Ticket
 	o.Clock = clk

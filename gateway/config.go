@@ -10,7 +10,7 @@
 // and replicaext.Register (package gateway/replicaext) — so only a program that follows KV
 // events links ZMQ, and only one that shares state between replicas links Redis:
 //
-//	reg := proxy.NewRegistry()
+//	reg := new(proxy.Registry)
 //	kvfeed.Register(reg)     // "kv-events": kv_listen, a backend's kv_events or kv_pod
 //	replicaext.Register(reg) // "replica": redis, replica_id, cluster
 //	cfg.Registry = reg
@@ -59,7 +59,7 @@ var ErrNoExtension = errors.New("gateway: extension not registered")
 // mutation; Options reads it once.
 type Config struct {
 	// Backends are the model servers.
-	Backends []Backend `json:"backends"`
+	Backends []BackendSpec `json:"backends"`
 	// Policy is the fairness policy by its name in the proxy.Registry (the built-ins, and the
 	// program's own); BoundedWait is bounded-wait's W.
 	Policy      string        `json:"policy"`
@@ -73,8 +73,8 @@ type Config struct {
 	// default; "always"; "never"; the program's own) or {"name": ..., "params": {...}}.
 	Decider proxy.PartSpec `json:"decider"`
 	// Registry names the parts Policy, Router and Decider may use, and the extensions that
-	// KVListen, a Backend's KVEvents or KVPod, and Redis need ("kv-events" and "replica",
-	// see the package doc). Nil: [proxy.NewRegistry], the built-ins, without extensions.
+	// KVListen, a BackendSpec's KVEvents or KVPod, and Redis need ("kv-events" and "replica",
+	// see the package doc). Nil: a zero [proxy.Registry], the built-ins, without extensions.
 	Registry *proxy.Registry `json:"-"`
 	// TTL is the longest wait for admission.
 	TTL time.Duration `json:"ttl"`
@@ -144,9 +144,9 @@ type Config struct {
 	RetryAttempts  int           `json:"retry_attempts"`
 }
 
-// Backend is a proxy.Backend by names. In the JSON config it is an object with these keys,
+// BackendSpec is a proxy.Backend by names. In the JSON config it is an object with these keys,
 // or a string in the syntax of -backend (ParseBackend).
-type Backend struct {
+type BackendSpec struct {
 	URL string `json:"url"`
 	// Engine is vllm (the default), sglang, trtllm, triton or tgi: the metric names to
 	// scrape (metrics.EngineOf).
@@ -170,7 +170,7 @@ var backendKeys = backendspec.Keys{"engine": false, "kv-events": false, "kv-pod"
 
 // UnmarshalJSON reads a backend as an object (unknown keys are an error) or as a string in
 // ParseBackend's syntax.
-func (b *Backend) UnmarshalJSON(data []byte) error {
+func (b *BackendSpec) UnmarshalJSON(data []byte) error {
 	var s string
 	if err := json.Unmarshal(data, &s); err == nil {
 		nb, err := ParseBackend(s)
@@ -180,14 +180,14 @@ func (b *Backend) UnmarshalJSON(data []byte) error {
 		*b = nb
 		return nil
 	}
-	type plain Backend
+	type plain BackendSpec
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	var p plain
 	if err := dec.Decode(&p); err != nil {
 		return fmt.Errorf("backend: %w", err)
 	}
-	*b = Backend(p)
+	*b = BackendSpec(p)
 	return nil
 }
 
@@ -333,12 +333,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // (data-parallel ranks behind the URL, 0..1024), role (prefill, decode, both), models (a
 // list of base models), adapters (a list of LoRA adapters on the first model). An unknown or
 // repeated option is an error naming it.
-func ParseBackend(s string) (Backend, error) {
+func ParseBackend(s string) (BackendSpec, error) {
 	sp, err := backendspec.Parse(s, backendKeys)
 	if err != nil {
-		return Backend{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
+		return BackendSpec{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
 	}
-	b := Backend{URL: sp.Target, Engine: "vllm", KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay"),
+	b := BackendSpec{URL: sp.Target, Engine: "vllm", KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay"),
 		KVPod: sp.Get("kv-pod"), Role: sp.Get("role"), Models: sp.List("models"), Adapters: sp.List("adapters")}
 	if e := sp.Get("engine"); e != "" {
 		b.Engine = e
@@ -531,7 +531,7 @@ func (c Config) Options() (proxy.Options, error) {
 	}
 	reg := c.Registry
 	if reg == nil {
-		reg = proxy.NewRegistry()
+		reg = new(proxy.Registry)
 	}
 	// The extensions the settings name, from the program's Registry.
 	extension := func(setting, name, register string, params map[string]string) error {

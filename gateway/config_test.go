@@ -20,7 +20,7 @@ import (
 // refused with the list of known ones.
 func TestConfigNames(t *testing.T) {
 	base := DefaultConfig()
-	base.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
+	base.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
 	for _, name := range builtin.PolicyNames() {
 		c := base
 		c.Policy = name
@@ -73,7 +73,7 @@ func TestConfigFileWithOwnScorer(t *testing.T) {
 	if _, err := c.Options(); err == nil || !strings.Contains(err.Error(), `unknown scorer "even-first"`) {
 		t.Errorf("without the user's registry: %v, want an unknown scorer", err)
 	}
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	err := reg.AddScorer("even-first", func(p proxy.Params) (routing.Scorer, error) {
 		o := struct {
 			Bonus float64 `json:"bonus"`
@@ -100,7 +100,7 @@ func TestConfigFileWithOwnScorer(t *testing.T) {
 // and a role come through to proxy.Backend.
 func TestBackendSyntax(t *testing.T) {
 	const line = "http://10.0.0.7:8000,engine=sglang,role=decode,models=llama-3,qwen-2.5,kv-events=tcp://10.0.0.7:5557,ranks=2"
-	want := Backend{URL: "http://10.0.0.7:8000", Engine: "sglang", Role: "decode", Models: []string{"llama-3", "qwen-2.5"}, KVEvents: "tcp://10.0.0.7:5557", Ranks: 2}
+	want := BackendSpec{URL: "http://10.0.0.7:8000", Engine: "sglang", Role: "decode", Models: []string{"llama-3", "qwen-2.5"}, KVEvents: "tcp://10.0.0.7:5557", Ranks: 2}
 	got, err := ParseBackend(line)
 	noError(t, err)
 	equal(t, want, got)
@@ -111,11 +111,11 @@ func TestBackendSyntax(t *testing.T) {
 	noError(t, c.LoadFile(file))
 	if lenIs(t, c.Backends, 2) {
 		equal(t, want, c.Backends[0])
-		equal(t, Backend{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"qwen-2.5", "llama-3"}}, c.Backends[1])
+		equal(t, BackendSpec{URL: "http://10.0.0.8:8000", Engine: "vllm", Role: "prefill", Models: []string{"qwen-2.5", "llama-3"}}, c.Backends[1])
 	}
 	_, err = c.Options()
 	errorIs(t, err, ErrNoExtension, "kv-events without the kv-events extension registered")
-	c.Registry = proxy.NewRegistry()
+	c.Registry = new(proxy.Registry)
 	noError(t, kvfeed.Register(c.Registry))
 	o, err := c.Options()
 	if noError(t, err) && lenIs(t, o.Backends, 2) {
@@ -189,11 +189,11 @@ func TestBenchProfiles(t *testing.T) {
 		if err := c.LoadFile(f); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		c.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
+		c.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
 		if o, err := c.Options(); err != nil || o.Router == nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		p, err := proxy.NewRegistry().Profile(c.Router, session.AffinityOptions{})
+		p, err := new(proxy.Registry).Profile(c.Router, session.AffinityOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -208,8 +208,8 @@ func TestBenchProfiles(t *testing.T) {
 // serving with its parameters; bad names and parameters are refused with their name.
 func TestConfigDecider(t *testing.T) {
 	base := DefaultConfig()
-	base.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm", Role: "prefill"}, {URL: "http://127.0.0.1:8001", Engine: "vllm", Role: "decode"}}
-	reg := proxy.NewRegistry()
+	base.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm", Role: "prefill"}, {URL: "http://127.0.0.1:8001", Engine: "vllm", Role: "decode"}}
+	reg := new(proxy.Registry)
 	for _, name := range reg.Names("decider") {
 		c := base
 		c.Decider = proxy.PartSpec{Name: name}

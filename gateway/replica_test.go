@@ -16,7 +16,7 @@ import (
 // replicaRegistry is the built-ins and the "replica" extension.
 func replicaRegistry(t *testing.T) *proxy.Registry {
 	t.Helper()
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	if err := replicaext.Register(reg); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestReplicaConfig(t *testing.T) {
 // refused for a setting the configuration leaves empty.
 func TestExtensionNotRegistered(t *testing.T) {
 	base := DefaultConfig()
-	base.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
+	base.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
 	for _, tc := range []struct {
 		name    string
 		set     func(*Config)
@@ -83,10 +83,10 @@ func TestExtensionNotRegistered(t *testing.T) {
 		{"redis", func(c *Config) { c.Redis = "127.0.0.1:6379" }, "redis"},
 		{"kv_listen", func(c *Config) { c.KVListen = "tcp://127.0.0.1:5557" }, "kv_listen"},
 		{"kv_events", func(c *Config) {
-			c.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm", KVEvents: "tcp://127.0.0.1:5557"}}
+			c.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm", KVEvents: "tcp://127.0.0.1:5557"}}
 		}, `backend "http://127.0.0.1:8000" kv_events`},
 		{"kv_pod", func(c *Config) {
-			c.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm", KVPod: "pod-a"}}
+			c.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm", KVPod: "pod-a"}}
 		}, `backend "http://127.0.0.1:8000" kv_events or kv_pod`},
 	} {
 		c := base

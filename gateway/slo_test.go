@@ -60,7 +60,7 @@ func TestConfigSLO(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := DefaultConfig()
-		c.Backends = []Backend{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
+		c.Backends = []BackendSpec{{URL: "http://127.0.0.1:8000", Engine: "vllm"}}
 		err := c.LoadFile(file)
 		if err == nil {
 			var o proxy.Options

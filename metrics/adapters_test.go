@@ -80,11 +80,11 @@ func TestParseLoRARequestsInfoCases(t *testing.T) {
 func TestAdapterInfoValidate(t *testing.T) {
 	p := *engineVLLM
 	p.Adapters.Max = ""
-	if _, err := NewParser(&p); err == nil {
+	if _, err := NewParser(ParserOptions{Engine: &p}); err == nil {
 		t.Error("AdapterInfo without a Max label accepted")
 	}
 	only := &Engine{Name: "lora-only", Adapters: vllmAdapters}
-	if _, err := NewParser(only); err != nil {
+	if _, err := NewParser(ParserOptions{Engine: only}); err != nil {
 		t.Errorf("a profile reading only adapters: %v", err)
 	}
 }

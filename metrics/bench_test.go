@@ -75,7 +75,7 @@ func BenchmarkScrapeOnce(b *testing.B) {
 				srv := newBenchServer(b, body)
 				targets[i] = Target{Name: "b" + strconv.Itoa(i), URL: srv}
 			}
-			s, err := NewScraper(Options{Targets: targets})
+			s, err := New(Options{Targets: targets})
 			if err != nil {
 				b.Fatal(err)
 			}

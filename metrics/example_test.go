@@ -37,7 +37,7 @@ vllm:prefix_cache_hits_total{engine="0",model_name="qwen"} 5000.0
 // Parse one exposition with a built-in engine's metric names.
 func ExampleParser() {
 	vllm, _ := metrics.EngineOf("vllm")
-	p, err := metrics.NewParser(vllm)
+	p, err := metrics.NewParser(metrics.ParserOptions{Engine: vllm})
 	if err != nil {
 		panic(err)
 	}
@@ -74,7 +74,7 @@ func Example() {
 		states  []routing.BackendState
 		updated = make(chan struct{}, 1)
 	)
-	scraper, err = metrics.NewScraper(metrics.Options{
+	scraper, err = metrics.New(metrics.Options{
 		Targets:  []metrics.Target{{Name: "gpu-0", URL: srv.URL, Engine: vllm}},
 		Interval: 50 * time.Millisecond,
 		OnUpdate: func() {
@@ -123,7 +123,7 @@ func ExampleScraper() {
 	}))
 	defer srv.Close()
 
-	scraper, err := metrics.NewScraper(metrics.Options{
+	scraper, err := metrics.New(metrics.Options{
 		Targets: []metrics.Target{{Name: "gpu-0", URL: srv.URL}}, // profile: VLLM, path /metrics
 		Now:     func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) },
 	})
@@ -163,7 +163,7 @@ func ExampleEngine() {
 		KVUtilization: []metrics.Selector{{Name: "srv_kv_used_percent", Scale: 0.01}},
 		BlockSize:     []metrics.Selector{{Name: "srv_build_info", ValueLabel: "page_tokens"}},
 	}
-	p, err := metrics.NewParser(inHouse)
+	p, err := metrics.NewParser(metrics.ParserOptions{Engine: inHouse})
 	if err != nil {
 		panic(err)
 	}

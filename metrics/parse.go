@@ -154,9 +154,17 @@ type Parser struct {
 	scratch []byte              // classicTypes' output
 }
 
-// NewParser returns a Parser for engine, or an error wrapping ErrInvalidOptions if the
-// engine is malformed.
-func NewParser(engine *Engine) (*Parser, error) {
+// ParserOptions configures a Parser.
+type ParserOptions struct {
+	// Engine names the series the Parser reads (required). The Parser keeps the pointer: the
+	// Engine must not be modified afterwards.
+	Engine *Engine
+}
+
+// NewParser returns a Parser for o.Engine, or an error wrapping ErrInvalidOptions if the
+// engine is nil or malformed.
+func NewParser(o ParserOptions) (*Parser, error) {
+	engine := o.Engine
 	if err := engine.validate(); err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func readTestdata(t testing.TB, file string) []byte {
 
 func mustParser(t testing.TB, p *Engine) *Parser {
 	t.Helper()
-	parser, err := NewParser(p)
+	parser, err := NewParser(ParserOptions{Engine: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +401,7 @@ func TestProfileValidate(t *testing.T) {
 		{Name: "negscale", Waiting: []Selector{{Name: "x", Scale: -1}}},
 	}
 	for _, p := range bad {
-		if _, err := NewParser(p); !errors.Is(err, ErrInvalidOptions) {
+		if _, err := NewParser(ParserOptions{Engine: p}); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("NewParser(%+v) error = %v, want ErrInvalidOptions", p, err)
 		}
 	}

@@ -105,7 +105,7 @@ const (
 // without locking while Run scrapes. It is also a prometheus.Collector exporting its own
 // scrape errors, backend staleness and health (see Describe).
 type Scraper struct {
-	// Immutable after NewScraper.
+	// Immutable after New.
 	defProfile  *Engine
 	interval    time.Duration
 	jitter      time.Duration
@@ -117,7 +117,7 @@ type Scraper struct {
 	maxBody     int64
 	accept      string
 	client      *http.Client
-	ownClient   bool // client was made by NewScraper; Close closes its idle connections
+	ownClient   bool // client was made by New; Close closes its idle connections
 	now         func() time.Time
 	seed        uint64
 	durations   prometheus.Histogram
@@ -179,9 +179,9 @@ const (
 
 var reasonNames = [numReasons]string{"timeout", "transport", "status", "too_large", "parse", "health"}
 
-// NewScraper validates opts and returns a Scraper. It starts nothing: call Run or ScrapeOnce.
+// New validates opts and returns a Scraper. It starts nothing: call Run or ScrapeOnce.
 // Until a backend's first scrape its State is stale, of unknown health, and carries ErrNotScraped.
-func NewScraper(opts Options) (*Scraper, error) {
+func New(opts Options) (*Scraper, error) {
 	s := &Scraper{
 		defProfile:  opts.Engine,
 		interval:    opts.Interval,
@@ -314,7 +314,7 @@ func (s *Scraper) newBackend(t Target) (*backend, error) {
 		}
 		parsed = prof.forRank(t.Rank)
 	}
-	parser, err := NewParser(parsed)
+	parser, err := NewParser(ParserOptions{Engine: parsed})
 	if err != nil {
 		return nil, err
 	}

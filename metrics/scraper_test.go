@@ -97,7 +97,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 func mustScraper(t *testing.T, opts Options) *Scraper {
 	t.Helper()
-	s, err := NewScraper(opts)
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,13 +517,13 @@ func TestSetTargets(t *testing.T) {
 	}
 }
 
-func TestNewScraperOptions(t *testing.T) {
+func TestNewOptions(t *testing.T) {
 	for _, opts := range []Options{
 		{Interval: -1}, {Timeout: -1}, {StaleAfter: -1}, {Concurrency: -1}, {MaxBodyBytes: -1},
 		{UnhealthyAfter: -1}, {Engine: &Engine{Name: "empty"}},
 	} {
-		if _, err := NewScraper(opts); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("NewScraper(%+v) = %v, want ErrInvalidOptions", opts, err)
+		if _, err := New(opts); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidOptions", opts, err)
 		}
 	}
 	s := mustScraper(t, Options{})
@@ -827,7 +827,7 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1
 			t.Errorf("%s: running %d queued %d blocks %d kv %v, want %+v", name, st.Running, st.Queued, st.KVCapacityBlocks, st.KVUtilization, want)
 		}
 	}
-	if _, err := NewScraper(Options{Targets: []Target{{Name: "x", URL: srv.URL, Rank: "0", Engine: engineTGI}}}); err == nil {
+	if _, err := New(Options{Targets: []Target{{Name: "x", URL: srv.URL, Rank: "0", Engine: engineTGI}}}); err == nil {
 		t.Error("a rank on a profile without RankLabel was accepted")
 	}
 }

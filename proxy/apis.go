@@ -20,7 +20,7 @@ import (
 // hashed by bytes when the Tokenizer asks servers' /tokenize, which takes only chat
 // messages or a prompt.
 func (h *Handler) tokenize(ctx context.Context, dst []prefixcache.BlockHash, req *openai.Request) (Prompt, error) {
-	switch req.Endpoint {
+	switch req.API {
 	case openai.Embeddings:
 		return Prompt{Chain: dst, Tokens: max(1, len(req.Input)/4)}, nil
 	case openai.Messages, openai.Responses:
@@ -108,7 +108,7 @@ func (ex *exchange) readAnswer(body []byte) {
 
 // mergeUsage records usage from a stream event; a count of prompt tokens of 0 (Anthropic's
 // message_delta) keeps those an earlier event reported.
-func (ex *exchange) mergeUsage(u openai.Usage) {
+func (ex *exchange) mergeUsage(u openai.TokenUsage) {
 	if u.PromptTokens == 0 {
 		ex.mu.Lock()
 		prompt, cached := ex.info.PromptTokens, int(ex.usage.CachedTokens)

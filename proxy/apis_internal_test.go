@@ -24,7 +24,7 @@ func TestTapsReadAPIs(t *testing.T) {
 		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_7\",\"usage\":{\"input_tokens\":40,\"input_tokens_details\":{\"cached_tokens\":32},\"output_tokens\":1}}}\n\n"
 	for _, tc := range []struct {
 		name                   string
-		ep                     openai.Endpoint
+		ep                     openai.API
 		body                   string
 		stream                 bool
 		prompt, output, cached int
@@ -38,7 +38,7 @@ func TestTapsReadAPIs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &Handler{homes: homes.New(0)}
-			req := &openai.Request{Endpoint: tc.ep, Store: tc.ep == openai.Responses, Stream: tc.stream}
+			req := &openai.Request{API: tc.ep, Store: tc.ep == openai.Responses, Stream: tc.stream}
 			ex := &exchange{h: h, ctx: context.Background(), req: req, ep: tc.ep, backend: "http://b1"}
 			up := io.NopCloser(strings.NewReader(tc.body))
 			var r io.Reader = &wholeTap{ex: ex, up: up, keep: true}

@@ -155,7 +155,7 @@ func (ex *exchange) tryPrefill(req *http.Request, p routing.Result, body []byte)
 	}
 	info := routing.DoneInfo{FirstTokenAt: now}
 	var a struct {
-		Usage openai.Usage `json:"usage"`
+		Usage openai.TokenUsage `json:"usage"`
 	}
 	if json.Unmarshal(answer, &a) == nil {
 		info.PromptTokens, info.OutputTokens = a.Usage.PromptTokens, a.Usage.CompletionTokens

@@ -90,7 +90,10 @@
 // Every wait has a bound (Timeouts): connecting, the backend's response headers (for a whole
 // answer, which comes with its headers, scaled by the output budget), the silence of an answer
 // being relayed (which also bounds the time to the first token), the request as a whole, and
-// reading the client's body. A request that fails before any byte of an answer reached the
+// reading the client's body. The http.Server that serves the Handler needs only bounds on
+// slow clients that do not cut long streams: a ReadHeaderTimeout (10 s, say), an IdleTimeout
+// for keep-alive connections (2 min) and MaxHeaderBytes (1 MiB), and no ReadTimeout or
+// WriteTimeout, which would end a streamed answer mid-way. A request that fails before any byte of an answer reached the
 // client — refused or reset connection, header timeout, 502, 503, 504, or 429 from the engine —
 // is retried on a backend not yet tried (Retry), as long as retries stay within a budget of the
 // requests (Envoy's rule, so a failing fleet is not hit by a retry storm). Each failed attempt

@@ -131,7 +131,7 @@ func ExampleNewKeyer() {
 // The prompt of a request as the prefix index sees it: chained block hashes of its bytes.
 func ExampleBytesTokenizer() {
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("You are a careful reviewer. ", 10) + `"},{"role":"user","content":"Review this."}]}`)
-	req, err := openai.Parse(body, openai.Chat, openai.Limits{})
+	req, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -140,9 +140,9 @@ func ExampleBytesTokenizer() {
 	// Output: 4 blocks of 16 tokens, about 76 tokens in all
 }
 
-// A server for the Handler, with timeouts that bound slow clients without cutting streams,
-// and the Handler's own bounds on every wait of a request.
-func ExampleNewServer() {
+// A server for the Handler, with timeouts that bound slow clients without cutting streams
+// (no ReadTimeout or WriteTimeout), and the Handler's own bounds on every wait of a request.
+func Example_server() {
 	h, err := proxy.New(proxy.Options{
 		Backends: []proxy.Backend{{URL: "http://127.0.0.1:8000"}},
 		Timeouts: proxy.Timeouts{StreamIdle: 30 * time.Second, Body: 10 * time.Second},
@@ -152,7 +152,13 @@ func ExampleNewServer() {
 		log.Fatal(err)
 	}
 	defer h.Close()
-	srv := proxy.NewServer(":8080", h) // then srv.ListenAndServe()
+	srv := &http.Server{ // then srv.ListenAndServe()
+		Addr:              ":8080",
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
 	fmt.Println(srv.ReadHeaderTimeout, srv.IdleTimeout, srv.ReadTimeout, srv.WriteTimeout)
 	// Output: 10s 2m0s 0s 0s
 }
@@ -160,7 +166,7 @@ func ExampleNewServer() {
 // A program's own scorer, registered beside the built-ins and used from a profile described as
 // data: the default profile extended by one weighted scorer.
 func ExampleRegistry() {
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	err := reg.AddScorer("fewest-requests", func(p proxy.Params) (routing.Scorer, error) {
 		if err := p.Decode(&struct{}{}); err != nil { // no parameters
 			return nil, err
@@ -199,7 +205,7 @@ func ExampleListener() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := proxy.NewServer("", http.NotFoundHandler())
+	srv := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(proxy.Listener(ln)) }()
 	defer srv.Close()
 

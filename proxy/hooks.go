@@ -35,7 +35,7 @@ type exchange struct {
 	h        *Handler
 	ctx      context.Context // the client's request context
 	req      *openai.Request // nil for a request passed through without admission
-	ep       openai.Endpoint // of req; 0 for a request passed through
+	ep       openai.API      // of req; 0 for a request passed through
 	id       Identity
 	rid      string // the request id (RequestIDHeader)
 	ridSet   bool   // ServeHTTP already put rid in the client's answer
@@ -121,7 +121,7 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	ex.rid, ex.ridSet = h.requestID(ex.ctx)
 	ctx := context.WithValue(pr.Out.Context(), exchangeKey{}, ex)
 	var err *openai.Error
-	if ep, ok := openai.EndpointOf(pr.In.URL.Path); ok && pr.In.Method == http.MethodPost {
+	if ep, ok := openai.APIOf(pr.In.URL.Path); ok && pr.In.Method == http.MethodPost {
 		ex.ep = ep
 		err, ex.path = ex.begin(pr.In, ep), ep.Path()
 	} else {
@@ -175,7 +175,7 @@ func (ex *exchange) pointAt(out *http.Request) {
 
 // begin runs the pipeline up to the pick for a chat or completions request. It returns the
 // answer to reject the request with (holding nothing), or nil.
-func (ex *exchange) begin(in *http.Request, ep openai.Endpoint) *openai.Error {
+func (ex *exchange) begin(in *http.Request, ep openai.API) *openai.Error {
 	h := ex.h
 	if n := headerBytes(in.Header); n > h.maxHeader {
 		return &openai.Error{Status: http.StatusRequestHeaderFieldsTooLarge, Type: openai.TypeInvalidRequest,
@@ -578,7 +578,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 			ex.logFailure(oe.Message, err)
 		}
 	}
-	var ep openai.Endpoint
+	var ep openai.API
 	if ex != nil {
 		ep = ex.ep
 	}
@@ -619,7 +619,7 @@ func (ex *exchange) firstToken(at time.Time) {
 }
 
 // setUsage records the usage the backend reported.
-func (ex *exchange) setUsage(u openai.Usage) {
+func (ex *exchange) setUsage(u openai.TokenUsage) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))

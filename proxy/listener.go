@@ -14,7 +14,7 @@ import (
 // answer to the connection and closes it —
 //
 //   - 431 Request Header Fields Too Large: headers beyond the server's MaxHeaderBytes (1 MiB
-//     with NewServer; smaller excesses reach the Handler, which answers 431 itself);
+//     by default; smaller excesses reach the Handler, which answers 431 itself);
 //   - 400 Bad Request: a malformed request line or header, a bad or repeated Content-Length,
 //     a missing or malformed Host header, a body framing it cannot read;
 //   - 501 Not Implemented: a Transfer-Encoding other than chunked;

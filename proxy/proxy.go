@@ -251,7 +251,7 @@ type Options struct {
 	// another's requests. Zero limits: 64 in flight per backend of the pool, Saturation.
 	Pools map[string]PoolLimits
 	// Limits bound what a request body may ask for (max_tokens, n, nesting, messages).
-	Limits openai.Limits
+	Limits openai.ParseLimits
 	// ResponseHomes bounds how many Responses API response ids the Handler remembers, with
 	// the backend that stored each, so that a request naming one as previous_response_id
 	// goes to that backend (the least recently used are forgotten first). Zero: 100000;
@@ -370,7 +370,7 @@ type Handler struct {
 	limit      *flowcontrol.ConcurrencyLimit // the default queue's gate; nil with Options.Queue
 	log        *slog.Logger
 	ids        *requestIDs
-	limits     openai.Limits
+	limits     openai.ParseLimits
 	maxBody    int64
 	maxHeader  int
 	bands      int
@@ -570,7 +570,7 @@ func New(opts Options) (*Handler, error) {
 				targets[i].Rank = strconv.Itoa(m.rank)
 			}
 		}
-		h.scraper, err = metrics.NewScraper(metrics.Options{Targets: targets, Interval: opts.ScrapeInterval, OnUpdate: h.publishStates})
+		h.scraper, err = metrics.New(metrics.Options{Targets: targets, Interval: opts.ScrapeInterval, OnUpdate: h.publishStates})
 		if err != nil {
 			return nil, err
 		}
@@ -760,7 +760,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Allow", allow)
-	ep, _ := openai.EndpointOf(path) // each API's errors in its own shape
+	ep, _ := openai.APIOf(path) // each API's errors in its own shape
 	openai.WriteErrorFor(w, ep, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
 		Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, path, allow)})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -24,9 +25,9 @@ import (
 
 // A Registry names the parts a configuration can compose a gateway from: routing filters,
 // scorers and pickers, whole routing profiles, fairness policies, and the [Extension]s that
-// feed a gateway from outside (KV events, replicas). NewRegistry returns one holding usher's
-// built-ins, which include no extension; a program adds its own parts with the Add methods,
-// by explicit calls in its main (an extension's package offers a Register function that
+// feed a gateway from outside (KV events, replicas). Its zero value holds usher's built-ins
+// (listed below), which include no extension; a program adds its own parts with the Add
+// methods, by explicit calls in its main (an extension's package offers a Register function that
 // calls [Registry.AddExtension]), and hands the Registry to package gateway's Config.Registry
 // (or uses Profile, Policy and Extension directly). There is no global registry, so a
 // program links an extension's client library (ZMQ, Redis) only if it registers it.
@@ -37,9 +38,51 @@ import (
 // routers.
 //
 // A Registry is not safe for concurrent mutation: fill it, then use it from any number of
-// goroutines (Profile and Policy only read it).
+// goroutines (Profile and Policy only read it). It must not be copied after first use.
+//
+// The zero Registry holds usher's built-in parts:
+//
+//	filters   health, saturation, sticky
+//	scorers   prefix-ratio, prefix-length, queue-depth, running-requests, active-requests,
+//	          kv-utilization, load-aware, token-load, prefill-load, dynamo-cost,
+//	          session-aware, session-affinity, sglang-cache-aware, adapter-affinity,
+//	          predicted-latency
+//	pickers   max-score, weighted-random, power-of-two, round-robin, softmax
+//	profiles  usher (the default), llm-d, llm-d-precise, llm-d-sticky,
+//	          sglang, dynamo, aibrix, round-robin, least-request, usher-latency
+//	policies  bounded-wait (the default), fcfs, priority, round-robin, las,
+//	          turn-priority, edf, vtc, slo, ...
+//	deciders  prefix (the default), pool, always, never
+//	latency-models  linear (the default)
+//
+// The parameters of a part with an Options struct are that struct's fields by name
+// (saturation: saturation.Options, dynamo-cost: profiles.DynamoOptions,
+// adapter-affinity: routing.AdapterOptions, ...); of a part
+// with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
+// and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
+// load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
+// prefix decider, disagg.PrefixOptions: {"min_uncached_tokens": 512, "busy_decodes": 4};
+// of the pool decider, disagg.PoolOptions: {"min_uncached_tokens": 512}. The
+// predicted-latency scorer (routing.NewPredictedLatency) takes {"model": "linear",
+// "model_params": {...}, "output_tokens": 256}: a registered latency model by name (default
+// linear), that model's parameters, and the answer length assumed when a request gives none;
+// linear's are routing.LinearLatencyOptions' fields by their JSON names and "decode_step" as
+// a duration string: {"window": 4096, "prefill_rate": 16000, "decode_step": "20ms"}. The slo
+// policy orders each request by its own TTFT target (SLOTarget; 2 s for one without).
 type Registry struct {
-	parts map[kind]map[string]any
+	once           sync.Once
+	addingBuiltins bool                    // while once adds the built-ins
+	parts          map[kind]map[string]any // the built-ins, then the program's parts
+}
+
+// ensureBuiltins adds the built-ins to r on its first use: every method calls it, through add, Names
+// or lookup.
+func (r *Registry) ensureBuiltins() {
+	r.once.Do(func() {
+		r.addingBuiltins = true
+		r.addBuiltins()
+		r.addingBuiltins = false
+	})
 }
 
 // kind is a sort of part a Registry names; each has its own name space.
@@ -98,37 +141,8 @@ func (p Params) Decode(v any) error {
 	return nil
 }
 
-// NewRegistry returns a Registry holding usher's built-in parts:
-//
-//	filters   health, saturation, sticky
-//	scorers   prefix-ratio, prefix-length, queue-depth, running-requests, active-requests,
-//	          kv-utilization, load-aware, token-load, prefill-load, dynamo-cost,
-//	          session-aware, session-affinity, sglang-cache-aware, adapter-affinity,
-//	          predicted-latency
-//	pickers   max-score, weighted-random, power-of-two, round-robin, softmax
-//	profiles  usher (the default), llm-d, llm-d-precise, llm-d-sticky,
-//	          sglang, dynamo, aibrix, round-robin, least-request, usher-latency
-//	policies  bounded-wait (the default), fcfs, priority, round-robin, las,
-//	          turn-priority, edf, vtc, slo, ...
-//	deciders  prefix (the default), pool, always, never
-//	latency-models  linear (the default)
-//
-// The parameters of a part with an Options struct are that struct's fields by name
-// (saturation: saturation.Options, dynamo-cost: profiles.DynamoOptions,
-// adapter-affinity: routing.AdapterOptions, ...); of a part
-// with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
-// and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
-// load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
-// prefix decider, disagg.PrefixOptions: {"min_uncached_tokens": 512, "busy_decodes": 4};
-// of the pool decider, disagg.PoolOptions: {"min_uncached_tokens": 512}. The
-// predicted-latency scorer (routing.NewPredictedLatency) takes {"model": "linear",
-// "model_params": {...}, "output_tokens": 256}: a registered latency model by name (default
-// linear), that model's parameters, and the answer length assumed when a request gives none;
-// linear's are routing.LinearLatencyOptions' fields by their JSON names and "decode_step" as
-// a duration string: {"window": 4096, "prefill_rate": 16000, "decode_step": "20ms"}. The slo
-// policy orders each request by its own TTFT target (SLOTarget; 2 s for one without).
-func NewRegistry() *Registry {
-	r := &Registry{parts: make(map[kind]map[string]any)}
+// addBuiltins adds usher's built-in parts (the Registry doc lists them); ensureBuiltins calls it once.
+func (r *Registry) addBuiltins() {
 	must := func(err error) {
 		if err != nil {
 			panic(err) // the built-ins' names are distinct and valid
@@ -291,7 +305,6 @@ func NewRegistry() *Registry {
 		o.LinearLatencyOptions.DecodeStep = time.Duration(o.DecodeStep)
 		return routing.NewLinearLatency(o.LinearLatencyOptions)
 	}))
-	return r
 }
 
 // predictedLatency is the predicted-latency scorer's factory: its model from the Registry.
@@ -355,6 +368,12 @@ func (r *Registry) add(k kind, name string, f any) error {
 	case f == nil:
 		return fmt.Errorf("%w: %s %q: nil factory", ErrInvalidOptions, k, name)
 	}
+	if !r.addingBuiltins { // add is called by addBuiltins, inside ensureBuiltins
+		r.ensureBuiltins()
+	}
+	if r.parts == nil {
+		r.parts = make(map[kind]map[string]any)
+	}
 	m := r.parts[k]
 	if m == nil {
 		m = make(map[string]any)
@@ -376,6 +395,7 @@ func (r *Registry) AddExtension(name string, f ExtensionFactory) error {
 // Names returns the registered names of a kind ("filter", "scorer", "picker", "profile",
 // "policy", "decider", "latency-model" or "extension"), sorted.
 func (r *Registry) Names(k string) []string {
+	r.ensureBuiltins()
 	var out []string
 	for name := range r.parts[kind(k)] {
 		out = append(out, name)
@@ -386,6 +406,7 @@ func (r *Registry) Names(k string) []string {
 
 // lookup finds a part's factory, or says which names there are.
 func (r *Registry) lookup(k kind, name string) (any, Params, error) {
+	r.ensureBuiltins()
 	f, ok := r.parts[k][name]
 	if !ok {
 		return nil, Params{}, fmt.Errorf("%w: unknown %s %q (have %s)", ErrInvalidOptions, k, name, strings.Join(r.Names(string(k)), ", "))

@@ -482,20 +482,6 @@ func isDial(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// NewServer returns an http.Server for h with the timeouts a gateway needs: 10 s to read
-// request headers, idle keep-alive connections closed after 2 min, headers up to 1 MiB. It
-// sets no ReadTimeout or WriteTimeout, which would cut long streamed answers: the Handler
-// bounds the body read itself (Timeouts.Body) and every wait on a backend.
-func NewServer(addr string, h http.Handler) *http.Server {
-	return &http.Server{
-		Addr:              addr,
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    1 << 20,
-	}
-}
-
 // bodyLimiter bounds the bytes of request bodies being read at once.
 type bodyLimiter struct {
 	mu    sync.Mutex

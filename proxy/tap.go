@@ -57,7 +57,7 @@ func (t *wholeTap) Read(p []byte) (int, error) {
 			t.buf = nil
 		} else if t.keep {
 			var body struct {
-				Usage *openai.Usage `json:"usage"`
+				Usage *openai.TokenUsage `json:"usage"`
 			}
 			if json.Unmarshal(t.buf, &body) == nil && body.Usage != nil {
 				t.ex.setUsage(*body.Usage)

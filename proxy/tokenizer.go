@@ -168,7 +168,7 @@ func tokenizeBody(req *openai.Request) []byte {
 	model, _ := json.Marshal(req.Model)
 	b = append(b, `{"model":`...)
 	b = append(b, model...)
-	if req.Endpoint == openai.Chat {
+	if req.API == openai.Chat {
 		b = append(b, `,"messages":`...)
 		b = append(b, req.RawMessages...)
 	} else {

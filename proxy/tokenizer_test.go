@@ -62,7 +62,7 @@ func tokenizeServer(t *testing.T, release <-chan struct{}, status int) (*httptes
 func chatRequest(t *testing.T, content string) *openai.Request {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": content}}})
-	req, err := openai.Parse(body, openai.Chat, openai.Limits{})
+	req, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}

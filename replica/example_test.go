@@ -32,7 +32,7 @@ func Example() {
 	h, err := proxy.New(proxy.Options{
 		Backends: []proxy.Backend{{URL: "http://10.0.0.7:8000"}, {URL: "http://10.0.0.8:8000"}},
 		// Run runs it; /metrics exports usher_replica_sync_*
-		Extensions: []proxy.Extension{replicaext.New(rep)},
+		Extensions: []proxy.Extension{replicaext.Wrap(rep)},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -92,7 +92,7 @@ type Parts struct {
 	Router *routing.Router
 	// Usage exchanges per-flow usage (a flowcontrol.Queue whose policy keeps usage: VTC,
 	// LAS, turn priority), so that a tenant's share is global.
-	Usage UsageSharer
+	Usage UsageExchanger
 	// SetLimit, with GlobalLimit > 0, is given this replica's share of GlobalLimit — the
 	// limit divided by the live replicas, rounded up — each time the count of replicas
 	// changes (with flowcontrol, through Queue.Reconfigure).
@@ -100,8 +100,9 @@ type Parts struct {
 	GlobalLimit int
 }
 
-// UsageSharer is what a queue offers to exchange per-flow usage; *flowcontrol.Queue is one.
-type UsageSharer interface {
+// UsageExchanger is what a queue offers to exchange per-flow usage; *flowcontrol.Queue is one
+// (over its policy, when that is a flowcontrol.UsageSharer).
+type UsageExchanger interface {
 	// AppendUsageDeltas appends the usage each flow accrued locally since the previous
 	// call.
 	AppendUsageDeltas(dst []flowcontrol.UsageDelta) []flowcontrol.UsageDelta
@@ -365,16 +366,6 @@ func (r *Replica) outcome(err error) {
 		r.downMu.Unlock()
 	}
 }
-
-// QuietRedisLog silences go-redis's own log, which writes a line for every dial its pool
-// fails (many a second while Redis is down), so that an outage is told once by the Replica's
-// Logger. go-redis's logger is process-wide: a program calls this once, in main, if it wants
-// that; the package never calls it itself.
-func QuietRedisLog() { redis.SetLogger(quietRedis{}) }
-
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // writeLoop flushes and publishes every Interval.
 func (r *Replica) writeLoop(ctx context.Context) {

@@ -11,18 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-llm/usher/internal/peer"
-	"github.com/usher-llm/usher/routing/profiles"
-	"github.com/usher-llm/usher/routing/session"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/internal/redistest"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/profiles"
+	"github.com/usher-llm/usher/routing/session"
 )
 
-func init() { QuietRedisLog() }
+func init() { redistest.QuietLog() }
 
 var backends = []string{"http://a:8000", "http://b:8000", "http://c:8000", "http://d:8000"}
 

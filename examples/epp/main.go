@@ -227,7 +227,7 @@ func (c config) options() (extproc.Options, error) {
 	if !ok {
 		return bad("-engine %q: want vllm, sglang, trtllm, triton or tgi", c.Engine)
 	}
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	policy, err := builtin.Policy(c.Policy, builtin.PolicyOptions{BoundedWait: c.BoundedWait})
 	if err != nil {
 		return extproc.Options{}, err

@@ -28,6 +28,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -36,6 +37,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/engine"
@@ -43,7 +46,6 @@ import (
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
-	"github.com/usher-llm/usher/replica"
 )
 
 func main() {
@@ -70,8 +72,8 @@ func main() {
 	}
 	if cfg.Redis != "" {
 		// The replica logs one line per Redis outage and one per recovery; go-redis's own
-		// log would add a line for every failed dial of its pool.
-		replica.QuietRedisLog()
+		// log (process-wide) would add a line for every failed dial of its pool.
+		redis.SetLogger(quietRedis{})
 	}
 	if err := run(ctx, cfg, os.Stdout, nil); err != nil {
 		pprof.StopCPUProfile()
@@ -100,7 +102,7 @@ func parseConfig(args []string) (config, error) {
 	// The built-in parts and the extensions this gateway can run, each built only when the
 	// configuration asks for it: the KV-event feed (-kv-listen, a backend's kv-events or
 	// kv-pod) and the replica (-redis).
-	c.Registry = proxy.NewRegistry()
+	c.Registry = new(proxy.Registry)
 	if err := errors.Join(kvfeed.Register(c.Registry), replicaext.Register(c.Registry)); err != nil {
 		return c, err
 	}
@@ -196,7 +198,15 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	h.Start(ctx)
 	runDone := make(chan error, 1)
 	go func() { runDone <- h.Run(bg) }()
-	srv := proxy.NewServer(c.Listen, h)
+	// Bounds on slow clients that cut no stream: no ReadTimeout or WriteTimeout (the Handler
+	// bounds the body read and every wait on a backend itself).
+	srv := &http.Server{
+		Addr:              c.Listen,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(proxy.Listener(ln)) }()
 
@@ -229,7 +239,7 @@ type simFleet struct {
 	pubs     []*kvevents.Publisher
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	backends []gateway.Backend
+	backends []gateway.BackendSpec
 	model    string
 }
 
@@ -245,8 +255,9 @@ func startFleet(c config) (*simFleet, error) {
 		if !c.SimKVEvents {
 			break
 		}
-		pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
-			Topic: kvevents.Topic(fmt.Sprintf("sim-%d", i), p.Model), ReplayEndpoint: "tcp://127.0.0.1:0",
+		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+			Endpoint: "tcp://127.0.0.1:0",
+			Topic:    kvevents.Topic(fmt.Sprintf("sim-%d", i), p.Model), ReplayEndpoint: "tcp://127.0.0.1:0",
 		})
 		if err != nil {
 			s.Close()
@@ -270,7 +281,7 @@ func startFleet(c config) (*simFleet, error) {
 	}
 	s.fleet = fleet
 	for i, u := range fleet.URLs() {
-		b := gateway.Backend{URL: u, Engine: "vllm"}
+		b := gateway.BackendSpec{URL: u, Engine: "vllm"}
 		switch {
 		case i < c.SimPrefill:
 			b.Role = "prefill"
@@ -296,3 +307,8 @@ func (s *simFleet) Close() {
 	}
 	s.wg.Wait()
 }
+
+// quietRedis discards go-redis's log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

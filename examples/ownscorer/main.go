@@ -16,6 +16,8 @@ import (
 	"log"
 	"math"
 	"net"
+	"net/http"
+	"time"
 
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
@@ -56,7 +58,7 @@ func (s fewestStreams) Score(_ *routing.Request, cands []routing.Candidate, dst 
 }
 
 func main() {
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	if err := reg.AddScorer("fewest-streams", func(p proxy.Params) (routing.Scorer, error) {
 		var o struct {
 			IdleBonus float64 `json:"idle_bonus"`
@@ -84,7 +86,7 @@ func main() {
 			log.Fatal(err)
 		}
 		for _, u := range fleet.URLs() {
-			c.Backends = append(c.Backends, gateway.Backend{URL: u, Engine: "vllm"})
+			c.Backends = append(c.Backends, gateway.BackendSpec{URL: u, Engine: "vllm"})
 		}
 	}
 	if err := serve(c, *listen); err != nil {
@@ -108,5 +110,14 @@ func serve(c gateway.Config, listen string) error {
 		return err
 	}
 	log.Printf("gateway with the fewest-streams scorer on http://%s", ln.Addr())
-	return proxy.NewServer(listen, h).Serve(proxy.Listener(ln))
+	// Bounds on slow clients that cut no stream: no ReadTimeout or WriteTimeout (the Handler
+	// bounds the body read and every wait on a backend itself).
+	srv := &http.Server{
+		Addr:              listen,
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
+	return srv.Serve(proxy.Listener(ln))
 }

@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/proxy"
@@ -88,7 +89,15 @@ func run(ctx context.Context, ln net.Listener, backends []string) error {
 	mux.Handle("POST /v1/completions", rp)
 	mux.Handle("/", h) // GET /metrics, /health, /v1/models, and OpenAI 404s for the rest
 
-	srv := proxy.NewServer(ln.Addr().String(), mux)
+	// Bounds on slow clients that cut no stream: no ReadTimeout or WriteTimeout (the Handler
+	// bounds the body read and every wait on a backend itself).
+	srv := &http.Server{
+		Addr:              ln.Addr().String(),
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
 	fmt.Printf("reverse proxy with usher on http://%s over %s\n", ln.Addr(), strings.Join(backends, ", "))
 	go func() {
 		<-ctx.Done()

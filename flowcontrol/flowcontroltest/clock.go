@@ -1,5 +1,5 @@
-// Package flowcontroltest provides a fake flowcontrol.Clock for deterministic tests and for
-// driving a flowcontrol.Queue in virtual time.
+// Package flowcontroltest provides a fake [flowcontrol.Clock], [FakeClock], for deterministic
+// tests and for driving a [flowcontrol.Queue] in virtual time.
 package flowcontroltest
 
 import (
@@ -9,34 +9,34 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
-// Clock is a manually advanced flowcontrol.Clock. Time moves only when Advance or Set is
-// called; timers whose time has come fire (in order of their due time) during that call.
-// Safe for concurrent use.
-type Clock struct {
+// FakeClock is a manually advanced [flowcontrol.Clock]. Time moves only when Advance or Set
+// is called; timers whose time has come fire (in order of their due time) during that call.
+//
+// The zero value is ready to use and reads the zero [time.Time]; a test usually Sets it to a
+// start time first:
+//
+//	clk := new(flowcontroltest.FakeClock)
+//	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+//
+// Safe for concurrent use; must not be copied after first use.
+type FakeClock struct {
 	mu     sync.Mutex
-	cond   *sync.Cond
-	now    time.Time
-	timers map[*timer]struct{}
+	cond   sync.Cond           // broadcast when timers are armed or fire; L is &mu once waited on
+	now    time.Time           // guarded by mu
+	timers map[*timer]struct{} // guarded by mu; nil until the first timer
 }
 
-var _ flowcontrol.Clock = (*Clock)(nil)
-
-// NewClock returns a fake clock reading start.
-func NewClock(start time.Time) *Clock {
-	c := &Clock{now: start, timers: make(map[*timer]struct{})}
-	c.cond = sync.NewCond(&c.mu)
-	return c
-}
+var _ flowcontrol.Clock = (*FakeClock)(nil)
 
 // Now returns the clock's time.
-func (c *Clock) Now() time.Time {
+func (c *FakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
 // Advance moves the clock forward by d (d ≥ 0) and fires the timers that came due.
-func (c *Clock) Advance(d time.Duration) {
+func (c *FakeClock) Advance(d time.Duration) {
 	if d < 0 {
 		panic("flowcontroltest: Advance with a negative duration")
 	}
@@ -48,7 +48,7 @@ func (c *Clock) Advance(d time.Duration) {
 
 // Set moves the clock to t, which must not be before the current time, and fires the
 // timers that came due.
-func (c *Clock) Set(t time.Time) {
+func (c *FakeClock) Set(t time.Time) {
 	c.mu.Lock()
 	if t.Before(c.now) {
 		c.mu.Unlock()
@@ -80,31 +80,39 @@ func (c *Clock) Set(t time.Time) {
 // Timers returns the number of timers armed and not yet fired or stopped. In a test that
 // drives a blocking Admit from another goroutine, it tells when the waiter has gone to
 // sleep.
-func (c *Clock) Timers() int {
+func (c *FakeClock) Timers() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.timers)
 }
 
 // WaitTimers blocks until at least n timers are armed.
-func (c *Clock) WaitTimers(n int) {
+func (c *FakeClock) WaitTimers(n int) {
 	c.mu.Lock()
 	for len(c.timers) < n {
-		c.cond.Wait()
+		c.waitLocked()
 	}
 	c.mu.Unlock()
 }
 
 // NewTimer returns a timer firing when the clock reaches Now()+d.
-func (c *Clock) NewTimer(d time.Duration) flowcontrol.Timer {
+func (c *FakeClock) NewTimer(d time.Duration) flowcontrol.Timer {
 	tm := &timer{c: make(chan time.Time, 1), clock: c}
 	tm.Reset(d)
 	return tm
 }
 
+// waitLocked waits for the next Broadcast of cond; mu is held, and released while waiting.
+func (c *FakeClock) waitLocked() {
+	if c.cond.L == nil {
+		c.cond.L = &c.mu
+	}
+	c.cond.Wait()
+}
+
 type timer struct {
 	c     chan time.Time
-	clock *Clock
+	clock *FakeClock
 	when  time.Time
 }
 
@@ -124,6 +132,9 @@ func (t *timer) Reset(d time.Duration) {
 		delete(c.timers, t)
 		t.c <- c.now
 		return
+	}
+	if c.timers == nil {
+		c.timers = make(map[*timer]struct{})
 	}
 	c.timers[t] = struct{}{}
 	c.cond.Broadcast()

@@ -14,7 +14,8 @@ import (
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestTimers(t *testing.T) {
-	c := flowcontroltest.NewClock(start)
+	c := new(flowcontroltest.FakeClock)
+	c.Set(start)
 	a, b := c.NewTimer(time.Second), c.NewTimer(3*time.Second)
 	steps := []struct {
 		advance     time.Duration
@@ -71,7 +72,8 @@ func fired(t flowcontrol.Timer) bool {
 }
 
 func TestMisuse(t *testing.T) {
-	c := flowcontroltest.NewClock(start)
+	c := new(flowcontroltest.FakeClock)
+	c.Set(start)
 	for name, f := range map[string]func(){
 		"negative advance": func() { c.Advance(-1) },
 		"backwards":        func() { c.Set(start.Add(-time.Second)) },
@@ -89,8 +91,9 @@ func TestMisuse(t *testing.T) {
 
 // A blocked Admit sleeps on a timer of the fake clock; advancing the clock past its
 // deadline expires it, without any real waiting.
-func ExampleClock() {
-	clk := flowcontroltest.NewClock(start)
+func ExampleFakeClock() {
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(start)
 	q, _ := flowcontrol.New(flowcontrol.Options{
 		Clock: clk,
 		Gate:  &flowcontrol.ConcurrencyLimit{Limit: 1},

@@ -13,7 +13,7 @@ import (
 // replica_id and cluster become its params. Building it dials nothing: the Handler's Run
 // connects.
 func Example() {
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	if err := replicaext.Register(reg); err != nil {
 		log.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package replicaext makes a [replica.Replica] a [proxy.Extension], so that a gateway built on
 // [proxy.Handler] shares its prefix index, load, sessions and fairness usage with the other
 // replicas of its cluster through Redis. A program that builds its Handler in code passes
-// [New] in [proxy.Options].Extensions; a program configured by package gateway calls
+// [Wrap] of its replica in [proxy.Options].Extensions; a program configured by package gateway calls
 // [Register] on the [proxy.Registry] it hands the configuration, which then builds the
 // replica when it names a Redis server.
 //
@@ -25,8 +25,8 @@ import (
 	"github.com/usher-llm/usher/replica"
 )
 
-// New returns r as a [proxy.Extension], the way a gateway built on [proxy.Handler] uses a
-// replica (opts.Extensions = append(opts.Extensions, replicaext.New(r))):
+// Wrap returns r as a [proxy.Extension], the way a gateway built on [proxy.Handler] uses a
+// replica (opts.Extensions = append(opts.Extensions, replicaext.Wrap(r))):
 //
 //   - Prepare gives the default prefix index and the default router's session table r's
 //     feeds ([replica.Replica.PrefixFeed]; SessionSeed and SessionFeed), so that what they
@@ -41,9 +41,10 @@ import (
 //     it registers r's usher_replica_sync_* series on the Handler's registry.
 //   - Run runs r ([proxy.Handler.Run]); Close does nothing.
 //
-// The extension is safe for concurrent use as [proxy.Extension] requires. New returns the
-// interface rather than a type of its own: it adds nothing to r, which the caller keeps.
-func New(r *replica.Replica) proxy.Extension { return extension{r} }
+// The extension is safe for concurrent use as [proxy.Extension] requires. Wrap returns the
+// interface rather than a type of its own: it adds nothing to r, which the caller keeps and
+// configures ([replica.New]), so Wrap has nothing to set and cannot fail.
+func Wrap(r *replica.Replica) proxy.Extension { return extension{r} }
 
 type extension struct{ r *replica.Replica }
 
@@ -90,7 +91,7 @@ func (extension) Close() error { return nil }
 // redis is host:port or a redis:// or rediss:// URL (required); replica_id and cluster are
 // [replica.Options].ID and Cluster. Each use builds a new [replica.Replica] over a new Redis
 // client that fails fast (500 ms dial, read and write timeouts, no retries: the replica
-// retries off the request path), and returns it as [New] does; nothing is dialled until the
+// retries off the request path), and returns it as [Wrap] does; nothing is dialled until the
 // extension's Prepare or Run. A malformed address is an error wrapping
 // [proxy.ErrInvalidOptions]; so is registering twice.
 func Register(reg *proxy.Registry) error {
@@ -126,6 +127,6 @@ func Register(reg *proxy.Registry) error {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", proxy.ErrInvalidOptions, err)
 		}
-		return New(r), nil
+		return Wrap(r), nil
 	})
 }

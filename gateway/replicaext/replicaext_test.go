@@ -30,7 +30,7 @@ func TestPrepare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ext := replicaext.New(r)
+		ext := replicaext.Wrap(r)
 		var io prefixcache.Options
 		var sess session.AffinityOptions
 		var ko proxy.KeyerOptions

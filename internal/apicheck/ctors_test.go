@@ -13,16 +13,6 @@ import (
 // brought to the rule and the set emptied; TestConstructors logs entries that comply or no
 // longer exist.
 var pendingCtors = map[string]bool{
-	"gateway/replicaext.New":               true,
-	"flowcontrol/flowcontroltest.NewClock": true,
-	"metrics.NewParser":                    true,
-	"metrics.NewScraper":                   true,
-	"prefixcache/kvevents.New":             true,
-	"prefixcache/kvevents.NewDecoder":      true,
-	"prefixcache/kvevents.NewPublisher":    true,
-	"proxy.NewRegistry":                    true,
-	"proxy.NewServer":                      true,
-	"proxy/kvfeed.New":                     true,
 	"routing.NewAdapterAffinity":           true,
 	"routing/profiles.NewDynamoCost":       true,
 	"routing/profiles.NewSGLangCacheAware": true,

@@ -22,13 +22,7 @@ const maxAllowedNames = 10
 // emptied; TestNames logs entries that are no longer repeated (it does not fail on them, so
 // that the refactors in flight can land in any order).
 var pendingNames = map[string]bool{
-	"Backend": true, "BackendID": true, "BlockHash": true, "Clock": true,
-	"Endpoint": true, "ErrClosed": true, "ErrInvalidRequest": true, "ErrRunning": true,
-	"Event": true, "Feed": true, "HashBytes": true,
-	"Limits": true,
-	"Pool":   true, "Request": true,
-	"Source": true, "Stats": true,
-	"Usage": true, "UsageSharer": true,
+	"BackendID": true, "BlockHash": true, "Feed": true, "Pool": true,
 }
 
 // topLevelName returns the name a surface line declares at top level (a func, type, constant

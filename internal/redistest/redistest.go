@@ -7,6 +7,7 @@ package redistest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -17,7 +18,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
+
+// QuietLog silences go-redis's own log, process-wide: it writes a line for every dial its
+// pool fails, many a second in a test that stops Redis.
+func QuietLog() { redis.SetLogger(quietLog{}) }
+
+type quietLog struct{}
+
+func (quietLog) Printf(context.Context, string, ...any) {}
 
 // Server is one redis-server process.
 type Server struct {

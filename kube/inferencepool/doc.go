@@ -1,5 +1,5 @@
 // Package inferencepool follows a Gateway API Inference Extension InferencePool on
-// Kubernetes as an extproc.Source: the endpoint picker's endpoints are the pool's ready pods
+// Kubernetes as an extproc.EndpointSource: the endpoint picker's endpoints are the pool's ready pods
 // on its target ports, kept current with client-go informers.
 //
 // It is the one package of usher that links the Kubernetes client; only the picker's main

@@ -121,7 +121,7 @@ type Stats struct {
 	LastUpdate time.Time
 }
 
-// Source is an extproc.Source following an InferencePool: the pods its selector matches in
+// Source is an extproc.EndpointSource following an InferencePool: the pods its selector matches in
 // its namespace, one endpoint per ready pod and target port ("podIP:port"), watched with
 // client-go informers (the pool through the dynamic client, the pods through a typed
 // informer filtered by namespace and the pool's selector, replaced when the selector
@@ -183,7 +183,7 @@ func (s *Source) Stats() Stats {
 	return s.st
 }
 
-// Run implements extproc.Source: it watches the pool and its pods until ctx ends, calling
+// Run implements extproc.EndpointSource: it watches the pool and its pods until ctx ends, calling
 // update (from this goroutine) with each new set, and returns ctx.Err() once every
 // goroutine it started has ended. A second Run while one runs returns ErrInvalidOptions.
 func (s *Source) Run(ctx context.Context, update func([]extproc.Endpoint)) error {
@@ -542,4 +542,4 @@ func names(pod *corev1.Pod, key string) []string {
 	return out
 }
 
-var _ extproc.Source = (*Source)(nil)
+var _ extproc.EndpointSource = (*Source)(nil)

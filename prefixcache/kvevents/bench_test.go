@@ -22,7 +22,7 @@ func benchBatch(shape string) *Batch {
 		stored, blocks, removed, perRemove = 32, 1, 1, 32
 	}
 	for range stored {
-		e := Event{Kind: BlockStored, BlockSize: 16, Medium: "GPU", Parent: rng.Uint64(), HasParent: true}
+		e := BlockEvent{Kind: BlockStored, BlockSize: 16, Medium: "GPU", Parent: rng.Uint64(), HasParent: true}
 		for range blocks {
 			e.Hashes = append(e.Hashes, rng.Uint64())
 			for range 16 {
@@ -32,7 +32,7 @@ func benchBatch(shape string) *Batch {
 		b.Events = append(b.Events, e)
 	}
 	for range removed {
-		e := Event{Kind: BlockRemoved, Medium: "GPU"}
+		e := BlockEvent{Kind: BlockRemoved, Medium: "GPU"}
 		for range perRemove {
 			e.Hashes = append(e.Hashes, rng.Uint64())
 		}
@@ -66,14 +66,14 @@ func BenchmarkDecode(b *testing.B) {
 		enc  Encoding
 	}{
 		{"legacy-array-int", Encoding{}},
-		{"tagged-map-sha256", Encoding{MapBatch: true, MapEvents: true, Hashes: HashBytes}},
+		{"tagged-map-sha256", Encoding{MapBatch: true, MapEvents: true, Hashes: HashAsBytes}},
 	}
 	for _, shape := range []string{"prefill", "decode"} {
 		batch := benchBatch(shape)
 		for _, e := range encodings {
 			payload := e.enc.Append(nil, batch)
 			b.Run(shape+"/"+e.name, func(b *testing.B) {
-				d := NewDecoder()
+				d := new(Decoder)
 				var out Batch
 				b.ReportAllocs()
 				b.SetBytes(int64(len(payload)))
@@ -111,7 +111,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 	if _, err := ix.AddBackend("pod-0", 1<<16); err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(ix, Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-0", Model: "m"}}})
+	s, err := New(Options{Index: ix, Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-0", Model: "m"}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func BenchmarkSubscriberLoopback(b *testing.B) {
 	if _, err := ix.AddBackend("pod-0", 1<<16); err != nil {
 		b.Fatal(err)
 	}
-	pub, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{ReplayEndpoint: "tcp://127.0.0.1:0", Topic: Topic("pod-0", "m")})
+	pub, err := NewPublisher(PublisherOptions{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: Topic("pod-0", "m")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func BenchmarkSubscriberLoopback(b *testing.B) {
 	// No idle probe: the publisher may run far ahead of the subscriber
 	// (the PUB connection queues without bound), and a probe then finds
 	// the subscriber's position gone from the replay history.
-	s, err := New(ix, Options{Sources: []Source{{Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-0", Model: "m"}},
+	s, err := New(Options{Index: ix, Sources: []Source{{Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-0", Model: "m"}},
 		ProbeInterval: -1})
 	if err != nil {
 		b.Fatal(err)

@@ -50,26 +50,20 @@ var (
 // a reused Batch does not allocate (strings are interned: the common media
 // and the last LoRA name seen are reused).
 //
-// A Decoder is not safe for concurrent use; use one per goroutine.
+// The zero value is ready to use. A Decoder is not safe for concurrent use
+// (use one per goroutine) and must not be copied after first use.
 type Decoder struct {
 	r       bytes.Reader
-	dec     *msgpack.Decoder
-	payload []byte // being decoded (nil between calls), for the fast paths
-	size    int    // len(payload), for offsets in errors
-	scratch []byte // holds the last string or byte-string read
+	dec     *msgpack.Decoder // reads r; nil before the first Decode
+	payload []byte           // being decoded (nil between calls), for the fast paths
+	size    int              // len(payload), for offsets in errors
+	scratch []byte           // holds the last string or byte-string read
 
 	// Interned strings, so that repeated values cost nothing.
 	loraName string
 	keys     [8]string // the last extra keys read (internKey)
 	nextKey  int
 	medium   string
-}
-
-// NewDecoder returns a Decoder with empty buffers.
-func NewDecoder() *Decoder {
-	d := &Decoder{scratch: make([]byte, 0, 64)}
-	d.dec = msgpack.NewDecoder(&d.r)
-	return d
 }
 
 // Decode decodes one batch payload (the third frame of a ZMQ message) into
@@ -85,6 +79,10 @@ func NewDecoder() *Decoder {
 // medium or LoRA name.
 func (d *Decoder) Decode(payload []byte, b *Batch) error {
 	b.Reset()
+	if d.dec == nil { // the first call
+		d.dec = msgpack.NewDecoder(&d.r)
+		d.scratch = make([]byte, 0, 64)
+	}
 	d.r.Reset(payload)
 	d.payload, d.size = payload, len(payload)
 	err := d.batch(b)
@@ -655,7 +653,7 @@ func (d *Decoder) internLoRA(s []byte) string {
 }
 
 // readField decodes one field value into e.
-func (d *Decoder) readField(e *Event, f field) error {
+func (d *Decoder) readField(e *BlockEvent, f field) error {
 	var err error
 	switch f {
 	case fHashes:
@@ -706,7 +704,7 @@ func (d *Decoder) readField(e *Event, f field) error {
 // ...) — and keeps the first block's last string in e.Salt, which finishSalt then keeps
 // only when it is the cache_salt (vLLM appends the salt last, to the first block of a
 // chain only). Nothing else is kept; O(size of the value).
-func (d *Decoder) extraKeys(e *Event) error {
+func (d *Decoder) extraKeys(e *BlockEvent) error {
 	const what = "extra_keys"
 	c, err := d.peek(what)
 	if err != nil {
@@ -764,7 +762,7 @@ func (d *Decoder) extraKeys(e *Event) error {
 
 // finishSalt keeps e.Salt only when it can be the cache_salt: the chain starts at the
 // event's first block, and the key read is not the adapter's name.
-func finishSalt(e *Event) {
+func finishSalt(e *BlockEvent) {
 	if e.HasParent || e.Salt == e.LoRAName {
 		e.Salt = ""
 	}
@@ -1022,12 +1020,12 @@ func (d *Decoder) eventMap(b *Batch) error {
 	}
 	e.Kind = kind
 	// Fields that do not belong to the kind are dropped, so that an
-	// Event's meaningful fields are exactly those of its kind.
+	// BlockEvent's meaningful fields are exactly those of its kind.
 	switch kind {
 	case BlockRemoved:
-		*e = Event{Kind: kind, Hashes: e.Hashes, Tokens: e.Tokens[:0], Medium: e.Medium, GroupIdx: e.GroupIdx}
+		*e = BlockEvent{Kind: kind, Hashes: e.Hashes, Tokens: e.Tokens[:0], Medium: e.Medium, GroupIdx: e.GroupIdx}
 	case AllBlocksCleared:
-		*e = Event{Kind: kind, Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
+		*e = BlockEvent{Kind: kind, Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
 	}
 	finishSalt(e)
 	return nil

@@ -20,7 +20,7 @@ func sampleBatch() *Batch {
 		Timestamp:        1767225600.25,
 		DataParallelRank: 1,
 		HasRank:          true,
-		Events: []Event{
+		Events: []BlockEvent{
 			{Kind: BlockStored, Hashes: []uint64{11, 1 << 63, math.MaxUint64}, Tokens: seqTokens(0, 48), BlockSize: 16, Medium: "GPU"},
 			{Kind: BlockStored, Hashes: []uint64{12}, Parent: math.MaxUint64, HasParent: true, Tokens: seqTokens(100, 16), BlockSize: 16, LoRAID: 3, LoRAName: "sql-adapter", Medium: "CPU"},
 			{Kind: BlockStored, Hashes: []uint64{13}, Parent: 12, HasParent: true, Tokens: seqTokens(7, 16), BlockSize: 16, GroupIdx: 2},
@@ -47,7 +47,7 @@ func allEncodings() []Encoding {
 	for _, zp := range []bool{false, true} {
 		for _, mb := range []bool{false, true} {
 			for _, me := range []bool{false, true} {
-				for _, h := range []HashForm{HashUint, HashInt, HashBytes} {
+				for _, h := range []HashForm{HashAsUint, HashAsInt, HashAsBytes} {
 					out = append(out, Encoding{MapBatch: mb, MapEvents: me, Hashes: h, ZeroParent: zp})
 				}
 			}
@@ -74,7 +74,7 @@ func form(m bool) string {
 // normalize makes empty and nil slices compare equal.
 func normalize(b *Batch) Batch {
 	out := *b
-	out.Events = make([]Event, len(b.Events))
+	out.Events = make([]BlockEvent, len(b.Events))
 	for i, e := range b.Events {
 		if len(e.Hashes) == 0 {
 			e.Hashes = nil
@@ -92,7 +92,7 @@ func normalize(b *Batch) Batch {
 
 func TestRoundTrip(t *testing.T) {
 	want := sampleBatch()
-	d := NewDecoder()
+	d := new(Decoder)
 	var got Batch
 	for _, enc := range allEncodings() {
 		t.Run(enc.String(), func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestVLLMPayloads(t *testing.T) {
 				[]any{"BlockRemoved", []any{uint64(1)}, "GPU"},
 				[]any{"AllBlocksCleared"},
 			}, 0},
-			want: Batch{Timestamp: 1.5, HasRank: true, Events: []Event{
+			want: Batch{Timestamp: 1.5, HasRank: true, Events: []BlockEvent{
 				{Kind: BlockStored, Hashes: []uint64{1, 2}, Tokens: []uint32{1, 2, 3, 4}, BlockSize: 2, Medium: "GPU"},
 				{Kind: BlockRemoved, Hashes: []uint64{1}, Medium: "GPU"},
 				{Kind: AllBlocksCleared},
@@ -141,7 +141,7 @@ func TestVLLMPayloads(t *testing.T) {
 			wire: []any{int64(2), []any{
 				[]any{"BlockStored", []any{int64(-1), int64(-42)}, int64(-7), []any{5}, 1, 9, "GPU", "lora-a"},
 			}},
-			want: Batch{Timestamp: 2, Events: []Event{
+			want: Batch{Timestamp: 2, Events: []BlockEvent{
 				{Kind: BlockStored, Hashes: []uint64{math.MaxUint64, uint64(1<<64 - 42)}, Parent: uint64(1<<64 - 7), HasParent: true,
 					Tokens: []uint32{5}, BlockSize: 1, LoRAID: 9, LoRAName: "lora-a", Medium: "GPU"},
 			}},
@@ -151,7 +151,7 @@ func TestVLLMPayloads(t *testing.T) {
 			wire: []any{0.0, []any{
 				[]any{"BlockStored", []any{sha, xxh}, sha, []any{}, 16, nil, nil, nil, nil, 0},
 			}, nil},
-			want: Batch{Events: []Event{
+			want: Batch{Events: []BlockEvent{
 				{Kind: BlockStored, Hashes: []uint64{shaFold, xxhFold}, Parent: shaFold, HasParent: true, Tokens: []uint32{}, BlockSize: 16},
 			}},
 		},
@@ -168,7 +168,7 @@ func TestVLLMPayloads(t *testing.T) {
 				"data_parallel_rank": 2,
 				"something_new":      []any{1, 2},
 			},
-			want: Batch{Timestamp: 3.25, DataParallelRank: 2, HasRank: true, Events: []Event{
+			want: Batch{Timestamp: 3.25, DataParallelRank: 2, HasRank: true, Events: []BlockEvent{
 				{Kind: BlockStored, Hashes: []uint64{5}, Tokens: []uint32{9}, BlockSize: 1, Medium: "CPU", GroupIdx: 3},
 				{Kind: BlockRemoved, Hashes: []uint64{5}, Medium: "CPU"},
 				{Kind: AllBlocksCleared},
@@ -179,7 +179,7 @@ func TestVLLMPayloads(t *testing.T) {
 			wire: map[string]any{"ts": 4.0, "attn_dp_rank": 1, "events": []any{
 				[]any{"BlockStored", []any{uint64(77)}, uint64(76), []any{1, 2}, 2, nil},
 			}},
-			want: Batch{Timestamp: 4, DataParallelRank: 1, HasRank: true, Events: []Event{
+			want: Batch{Timestamp: 4, DataParallelRank: 1, HasRank: true, Events: []BlockEvent{
 				{Kind: BlockStored, Hashes: []uint64{77}, Parent: 76, HasParent: true, Tokens: []uint32{1, 2}, BlockSize: 2},
 			}},
 		},
@@ -191,13 +191,13 @@ func TestVLLMPayloads(t *testing.T) {
 				[]any{"BlockRemoved", []any{uint64(1)}, "GPU", 0, "future", map[string]any{"x": 1}},
 				[]any{"AllBlocksCleared", "future"},
 			}},
-			want: Batch{Timestamp: 1, Unknown: 2, Events: []Event{
+			want: Batch{Timestamp: 1, Unknown: 2, Events: []BlockEvent{
 				{Kind: BlockRemoved, Hashes: []uint64{1}, Medium: "GPU"},
 				{Kind: AllBlocksCleared},
 			}},
 		},
 	}
-	d := NewDecoder()
+	d := new(Decoder)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			payload, err := msgpack.Marshal(tt.wire)
@@ -238,11 +238,11 @@ func TestParentZeroMeansNoParent(t *testing.T) {
 			map[string]any{"type": "BlockStored", "block_hashes": []any{uint64(0xa1), uint64(0xa2)},
 				"parent_block_hash": 0, "token_ids": tokens, "block_size": 4, "medium": "GPU"},
 		}}},
-		{"Encoding.ZeroParent", Encoding{ZeroParent: true}.Append(nil, &Batch{Timestamp: 1, Events: []Event{
+		{"Encoding.ZeroParent", Encoding{ZeroParent: true}.Append(nil, &Batch{Timestamp: 1, Events: []BlockEvent{
 			{Kind: BlockStored, Hashes: []uint64{0xa1, 0xa2}, Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, Medium: "GPU"},
 		}})},
 	}
-	want := Event{Kind: BlockStored, Hashes: []uint64{0xa1, 0xa2}, Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, Medium: "GPU"}
+	want := BlockEvent{Kind: BlockStored, Hashes: []uint64{0xa1, 0xa2}, Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, Medium: "GPU"}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			payload, ok := tt.wire.([]byte)
@@ -250,7 +250,7 @@ func TestParentZeroMeansNoParent(t *testing.T) {
 				payload = mustMarshal(tt.wire)
 			}
 			var b Batch
-			if err := NewDecoder().Decode(payload, &b); err != nil {
+			if err := new(Decoder).Decode(payload, &b); err != nil {
 				t.Fatal(err)
 			}
 			if len(b.Events) != 1 || !reflect.DeepEqual(b.Events[0], want) {
@@ -311,7 +311,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "lying str length", raw: []byte{0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x91, 0xdb, 0xff, 0xff, 0xff, 0xff}, want: "4294967295 bytes announced"},
 		{name: "invalid code", raw: []byte{0xc1}, want: "invalid code 0xc1"},
 	}
-	d := NewDecoder()
+	d := new(Decoder)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			payload := tt.raw
@@ -385,7 +385,7 @@ func TestParseTopic(t *testing.T) {
 func TestDecodeReusesBuffersWithoutAllocating(t *testing.T) {
 	for _, enc := range allEncodings() {
 		payload := enc.Append(nil, sampleBatch())
-		d := NewDecoder()
+		d := new(Decoder)
 		var b Batch
 		if err := d.Decode(payload, &b); err != nil {
 			t.Fatal(err)
@@ -410,7 +410,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(mustMarshal([]any{1.0, []any{[]any{"Mystery", 1}}}))
 	f.Add([]byte{0x93, 0xcb})
-	d := NewDecoder()
+	d := new(Decoder)
 	var b, again Batch
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		if err := d.Decode(payload, &b); err != nil {

@@ -84,7 +84,7 @@
 // sent only as a lora_id gets a seed of its own ("lora_id:<id>"). The cache_salt comes from
 // extra_keys, where vLLM lists, per block, what else it folded into the block's hash — the
 // adapter's name, multimodal identifiers, and, on the first block of a chain, the salt last
-// (Event.Salt) — so a salted request's chain and its engine's blocks agree. A publisher that
+// (BlockEvent.Salt) — so a salted request's chain and its engine's blocks agree. A publisher that
 // sends no extra_keys has its chains indexed under the unsalted seed.
 //
 // # Replay
@@ -178,6 +178,6 @@
 // requests on the caller's goroutine.
 //
 // A Subscriber and a Publisher are safe for concurrent use; a Decoder is not (use one per
-// goroutine). Event, Batch, Source, Options, PublisherOptions, Stats and SourceStatus are plain
+// goroutine). BlockEvent, Batch, Source, Options, PublisherOptions, Stats and SourceStatus are plain
 // values with no synchronisation of their own.
 package kvevents

@@ -37,11 +37,11 @@ type node struct {
 // "tcp://127.0.0.1:0", or the old ones after a restart) and serves replay.
 func (n *node) start(ep, replay string, opts PublisherOptions) {
 	n.t.Helper()
-	opts.Topic, opts.ReplayEndpoint, opts.Encoding = Topic(n.pod, e2eModel), replay, n.enc
+	opts.Endpoint, opts.Topic, opts.ReplayEndpoint, opts.Encoding = ep, Topic(n.pod, e2eModel), replay, n.enc
 	var err error
 	// A restarted publisher binds the ports its predecessor just released.
 	for range 50 {
-		if n.pub, err = NewPublisher(ep, opts); err == nil {
+		if n.pub, err = NewPublisher(opts); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -161,7 +161,7 @@ func TestAgainstRealPublisher(t *testing.T) {
 		}
 		n := &node{t: t, pod: pod, eng: newEngine(uint64(i+1), e2eBlockSize), rng: rand.New(rand.NewPCG(uint64(i), 9)), prompts: shared}
 		if i == 1 {
-			n.enc = Encoding{MapEvents: true, Hashes: HashInt}
+			n.enc = Encoding{MapEvents: true, Hashes: HashAsInt}
 		}
 		n.start("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", PublisherOptions{})
 		defer n.shutdown()
@@ -180,7 +180,7 @@ func TestAgainstRealPublisher(t *testing.T) {
 		{Endpoint: a.pub.Endpoint(), ReplayEndpoint: a.pub.ReplayEndpoint(), Backend: a.pod, Model: e2eModel},
 		{Endpoint: b.pub.Endpoint(), ReplayEndpoint: b.pub.ReplayEndpoint(), Topic: "kv@"},
 	}
-	sub, err := New(ix, Options{Sources: sources, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, ProbeInterval: 100 * time.Millisecond,
+	sub, err := New(Options{Index: ix, Sources: sources, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, ProbeInterval: 100 * time.Millisecond,
 		OnError: func(backend string, err error) {
 			// A replay endpoint is briefly unreachable while a
 			// publisher restarts; anything else is a bug.
@@ -234,7 +234,7 @@ func TestAgainstRealPublisher(t *testing.T) {
 	pubEP, replayEP := b.pub.Endpoint(), b.pub.ReplayEndpoint()
 	b.shutdown()
 	b.eng = newEngine(99, e2eBlockSize)
-	b.enc = Encoding{MapBatch: true, MapEvents: true, Hashes: HashBytes}
+	b.enc = Encoding{MapBatch: true, MapEvents: true, Hashes: HashAsBytes}
 	b.start(pubEP, replayEP, PublisherOptions{ReplayWithTopic: true})
 	b.publish(8)
 	converge(t, ix, sub, a, b)
@@ -245,7 +245,7 @@ func TestAgainstRealPublisher(t *testing.T) {
 
 	// The restarted publisher keeps going, and pod-a drops its whole cache.
 	b.publish(10)
-	if _, err := a.pub.Publish(&Batch{Timestamp: 9, Events: []Event{a.eng.clear()}}); err != nil {
+	if _, err := a.pub.Publish(&Batch{Timestamp: 9, Events: []BlockEvent{a.eng.clear()}}); err != nil {
 		t.Fatal(err)
 	}
 	a.publish(5)
@@ -291,7 +291,8 @@ func TestProbeRecoversSilentLoss(t *testing.T) {
 	n := &node{t: t, pod: "pod-a", eng: newEngine(5, e2eBlockSize), rng: rng, prompts: prompts(rng, 20, e2eBlockSize, 8)}
 	n.start("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", PublisherOptions{})
 	defer n.shutdown()
-	sub, err := New(ix, Options{
+	sub, err := New(Options{
+		Index:         ix,
 		Sources:       []Source{{Endpoint: n.pub.Endpoint(), ReplayEndpoint: n.pub.ReplayEndpoint(), Backend: "pod-a", Model: e2eModel}},
 		ProbeInterval: 10 * time.Millisecond,
 	})
@@ -348,7 +349,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	pub.Publish(storedBatch(1))
 	baseline := runtime.NumGoroutine()
 
-	sub, err := New(ix, Options{Sources: []Source{
+	sub, err := New(Options{Index: ix, Sources: []Source{
 		{Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-a"},
 		{Endpoint: "tcp://127.0.0.1:1"}, // never reachable: retried with backoff
 	}, MinBackoff: time.Millisecond, ProbeInterval: 5 * time.Millisecond})

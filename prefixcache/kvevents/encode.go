@@ -11,16 +11,16 @@ import (
 type HashForm uint8
 
 const (
-	// HashUint writes hashes as unsigned msgpack ints (vLLM with
+	// HashAsUint writes hashes as unsigned msgpack ints (vLLM with
 	// integer hashes).
-	HashUint HashForm = iota
-	// HashInt writes hashes as signed msgpack ints holding the same 64-bit
+	HashAsUint HashForm = iota
+	// HashAsInt writes hashes as signed msgpack ints holding the same 64-bit
 	// pattern (Python's hash(): negative values are common).
-	HashInt
-	// HashBytes writes hashes as 32-byte strings (vLLM's sha256 block
+	HashAsInt
+	// HashAsBytes writes hashes as 32-byte strings (vLLM's sha256 block
 	// hashes) whose last 8 bytes, big-endian, are the hash; the first 24
 	// are derived from it, so FoldHash recovers the hash exactly.
-	HashBytes
+	HashAsBytes
 )
 
 // Encoding describes one of the wire encodings a publisher may use. The
@@ -91,9 +91,9 @@ func (w *writer) batch(b *Batch) {
 
 func (w *writer) hash(h uint64) {
 	switch w.enc.Hashes {
-	case HashInt:
+	case HashAsInt:
 		_ = w.EncodeInt(int64(h))
-	case HashBytes:
+	case HashAsBytes:
 		x := h
 		for i := 0; i < 24; i += 8 {
 			x = x*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019
@@ -116,11 +116,11 @@ func (w *writer) optString(s string) {
 
 // hasExtraKeys reports whether e's blocks were hashed with extra keys: an adapter's name, or
 // the first block's Salt (a cache_salt).
-func hasExtraKeys(e *Event) bool { return e.LoRAName != "" || (e.Salt != "" && !e.HasParent) }
+func hasExtraKeys(e *BlockEvent) bool { return e.LoRAName != "" || (e.Salt != "" && !e.HasParent) }
 
 // extraKeys writes extra_keys as vLLM does: one entry per block, the adapter's name, then
 // (first block of a chain only) the salt; nil for a block without any.
-func (w *writer) extraKeys(e *Event) {
+func (w *writer) extraKeys(e *BlockEvent) {
 	if !hasExtraKeys(e) {
 		_ = w.EncodeNil()
 		return
@@ -156,7 +156,7 @@ func (w *writer) key(k string) {
 	}
 }
 
-func (w *writer) event(e *Event) {
+func (w *writer) event(e *BlockEvent) {
 	// n counts the fields after the tag.
 	var n int
 	switch e.Kind {

@@ -44,16 +44,16 @@ func (e *engine) chain(lora string, tokens []uint32) []uint64 {
 
 // store caches the blocks of tokens and returns the BlockStored event for
 // the blocks it did not hold (from the first missing one), or false.
-func (e *engine) store(lora string, tokens []uint32) (Event, bool) {
+func (e *engine) store(lora string, tokens []uint32) (BlockEvent, bool) {
 	ch := e.chain(lora, tokens)
 	first := 0
 	for first < len(ch) && e.held[ch[first]] > 0 {
 		first++
 	}
 	if first == len(ch) {
-		return Event{}, false
+		return BlockEvent{}, false
 	}
-	ev := Event{Kind: BlockStored, Hashes: ch[first:], Tokens: tokens[first*e.blockSize : len(ch)*e.blockSize],
+	ev := BlockEvent{Kind: BlockStored, Hashes: ch[first:], Tokens: tokens[first*e.blockSize : len(ch)*e.blockSize],
 		BlockSize: e.blockSize, LoRAName: lora, Medium: "GPU"}
 	if lora != "" {
 		ev.LoRAID = 1
@@ -69,7 +69,7 @@ func (e *engine) store(lora string, tokens []uint32) (Event, bool) {
 
 // evict drops n random cached copies and returns the BlockRemoved event:
 // one hash per copy, as vLLM reports them.
-func (e *engine) evict(n int) (Event, bool) {
+func (e *engine) evict(n int) (BlockEvent, bool) {
 	var victims []uint64
 	for h, copies := range e.held { // sorted below, for reproducible victims
 		for range copies {
@@ -77,7 +77,7 @@ func (e *engine) evict(n int) (Event, bool) {
 		}
 	}
 	if len(victims) == 0 {
-		return Event{}, false
+		return BlockEvent{}, false
 	}
 	slices.Sort(victims)
 	e.rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
@@ -87,12 +87,12 @@ func (e *engine) evict(n int) (Event, bool) {
 			delete(e.held, h)
 		}
 	}
-	return Event{Kind: BlockRemoved, Hashes: victims, Medium: "GPU"}, true
+	return BlockEvent{Kind: BlockRemoved, Hashes: victims, Medium: "GPU"}, true
 }
 
-func (e *engine) clear() Event {
+func (e *engine) clear() BlockEvent {
 	clear(e.held)
-	return Event{Kind: AllBlocksCleared}
+	return BlockEvent{Kind: AllBlocksCleared}
 }
 
 // matched is the number of leading blocks of tokens the engine holds.

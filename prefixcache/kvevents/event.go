@@ -33,14 +33,14 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// Event is one decoded KV-cache event. Which fields are meaningful depends
+// BlockEvent is one decoded KV-cache event. Which fields are meaningful depends
 // on Kind: BlockStored uses all of them, BlockRemoved uses Hashes, Medium
 // and GroupIdx, AllBlocksCleared none.
 //
 // Hashes are in the engine's key space: opaque identifiers the engine
 // chose (see the package documentation); they are folded to 64 bits by
-// the decoder. Event and Batch are plain data with no synchronisation.
-type Event struct {
+// the decoder. BlockEvent and Batch are plain data with no synchronisation.
+type BlockEvent struct {
 	Kind Kind
 	// Hashes are the engine block hashes (block_hashes), in chain order.
 	Hashes []uint64
@@ -74,8 +74,8 @@ type Event struct {
 }
 
 // Reset clears e for reuse, keeping the capacity of its slices.
-func (e *Event) Reset() {
-	*e = Event{Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
+func (e *BlockEvent) Reset() {
+	*e = BlockEvent{Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
 }
 
 // Batch is one published message: a timestamp, events in the order the
@@ -83,7 +83,7 @@ func (e *Event) Reset() {
 type Batch struct {
 	// Timestamp is the publisher's wall clock in seconds (ts).
 	Timestamp float64
-	Events    []Event
+	Events    []BlockEvent
 	// DataParallelRank is the engine's data-parallel rank
 	// (data_parallel_rank); HasRank is false when the wire omits it or
 	// carries nil.
@@ -101,11 +101,11 @@ func (b *Batch) Reset() {
 }
 
 // next extends b.Events by one reset event, reusing the slot's buffers.
-func (b *Batch) next() *Event {
+func (b *Batch) next() *BlockEvent {
 	if len(b.Events) < cap(b.Events) {
 		b.Events = b.Events[:len(b.Events)+1]
 	} else {
-		b.Events = append(b.Events, Event{})
+		b.Events = append(b.Events, BlockEvent{})
 	}
 	e := &b.Events[len(b.Events)-1]
 	e.Reset()

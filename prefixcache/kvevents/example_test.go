@@ -22,7 +22,8 @@ func Example() {
 	tokens := []uint32{101, 102, 103, 104, 105, 106, 107, 108} // two blocks of 4
 
 	// The model server side (here in process, on loopback).
-	pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
+	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		Endpoint:       "tcp://127.0.0.1:0",
 		Topic:          kvevents.Topic("pod-0", model),
 		ReplayEndpoint: "tcp://127.0.0.1:0",
 	})
@@ -36,14 +37,14 @@ func Example() {
 	go pub.Run(ctx) // serves replay requests
 
 	// The engine stored both blocks before anyone listened; the replay brings them.
-	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.Event{{
+	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.BlockEvent{{
 		Kind: kvevents.BlockStored, Hashes: []uint64{0xaaa, 0xbbb}, Tokens: tokens, BlockSize: 4, Medium: "GPU",
 	}}})
 
 	// The gateway side.
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	ix.AddBackend("pod-0", 0)
-	sub, err := kvevents.New(ix, kvevents.Options{Sources: []kvevents.Source{{
+	sub, err := kvevents.New(kvevents.Options{Index: ix, Sources: []kvevents.Source{{
 		Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-0", Model: model,
 	}}})
 	if err != nil {
@@ -90,7 +91,8 @@ func Example_listen() {
 	// The gateway side.
 	ix, _ := prefixcache.New(prefixcache.Options{})
 	ix.AddBackend("pod-0", 0)
-	sub, err := kvevents.New(ix, kvevents.Options{
+	sub, err := kvevents.New(kvevents.Options{
+		Index:         ix,
 		Listen:        "tcp://127.0.0.1:0", // "tcp://0.0.0.0:5557" in a deployment
 		ListenSources: []kvevents.Source{{Backend: "pod-0", Model: model, ReplayEndpoint: replay}},
 	})
@@ -103,8 +105,9 @@ func Example_listen() {
 	<-sub.Ready()
 
 	// The model server side: it connects to the gateway.
-	pub, err := kvevents.NewPublisher(sub.ListenAddr(), kvevents.PublisherOptions{
-		Connect: true, Topic: kvevents.Topic("pod-0", model), ReplayEndpoint: replay,
+	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		Endpoint: sub.ListenAddr(),
+		Connect:  true, Topic: kvevents.Topic("pod-0", model), ReplayEndpoint: replay,
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -112,7 +115,7 @@ func Example_listen() {
 	}
 	defer pub.Close()
 	go pub.Run(ctx)
-	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.Event{{
+	pub.Publish(&kvevents.Batch{Timestamp: 1, Events: []kvevents.BlockEvent{{
 		Kind: kvevents.BlockStored, Hashes: []uint64{0xaaa, 0xbbb}, Tokens: tokens, BlockSize: 4, Medium: "GPU",
 	}}})
 
@@ -147,7 +150,7 @@ func ExampleDecoder() {
 		0, // data_parallel_rank
 	})
 
-	d := kvevents.NewDecoder()
+	d := new(kvevents.Decoder)
 	var b kvevents.Batch
 	if err := d.Decode(payload, &b); err != nil {
 		fmt.Println(err)
@@ -170,7 +173,7 @@ func ExampleDecoder() {
 
 // The same batch in the tagged-map encoding newer vLLM versions use.
 func ExampleEncoding() {
-	b := &kvevents.Batch{Timestamp: 2, Events: []kvevents.Event{{Kind: kvevents.AllBlocksCleared}}}
+	b := &kvevents.Batch{Timestamp: 2, Events: []kvevents.BlockEvent{{Kind: kvevents.AllBlocksCleared}}}
 	payload := kvevents.Encoding{MapBatch: true, MapEvents: true}.Append(nil, b)
 	var v any
 	msgpack.Unmarshal(payload, &v)
@@ -180,8 +183,9 @@ func ExampleEncoding() {
 
 // What a replay client sees: vLLM's replay protocol, spoken to a Publisher's ROUTER socket.
 func ExamplePublisher() {
-	pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
-		Topic: kvevents.Topic("pod-0", "m"), ReplayEndpoint: "tcp://127.0.0.1:0",
+	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		Endpoint: "tcp://127.0.0.1:0",
+		Topic:    kvevents.Topic("pod-0", "m"), ReplayEndpoint: "tcp://127.0.0.1:0",
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -193,7 +197,7 @@ func ExamplePublisher() {
 	go pub.Run(ctx)
 
 	for i := range 3 {
-		pub.Publish(&kvevents.Batch{Timestamp: float64(i), Events: []kvevents.Event{{Kind: kvevents.AllBlocksCleared}}})
+		pub.Publish(&kvevents.Batch{Timestamp: float64(i), Events: []kvevents.BlockEvent{{Kind: kvevents.AllBlocksCleared}}})
 	}
 
 	// Ask for everything from sequence number 1: an empty delimiter, then 8 bytes big-endian.
@@ -204,7 +208,7 @@ func ExamplePublisher() {
 		return
 	}
 	dealer.SendMulti(zmq4.NewMsgFrom(nil, binary.BigEndian.AppendUint64(nil, 1)))
-	d := kvevents.NewDecoder()
+	d := new(kvevents.Decoder)
 	var b kvevents.Batch
 	for {
 		msg, err := dealer.Recv()

@@ -58,8 +58,8 @@ func TestListenManyPublishers(t *testing.T) {
 		first uint64
 	}{
 		{enc: Encoding{ZeroParent: true}}, // arrays, int hashes, parent 0
-		{enc: Encoding{MapEvents: true, Hashes: HashInt}},
-		{enc: Encoding{MapBatch: true, MapEvents: true, Hashes: HashBytes}},
+		{enc: Encoding{MapEvents: true, Hashes: HashAsInt}},
+		{enc: Encoding{MapBatch: true, MapEvents: true, Hashes: HashAsBytes}},
 		{first: 1},
 	}
 	var nodes []*node
@@ -91,7 +91,7 @@ func TestListenManyPublishers(t *testing.T) {
 			}}
 	}
 
-	sub, err := New(ix, Options{Listen: "tcp://127.0.0.1:0", ListenSources: sources, ProbeInterval: 50 * time.Millisecond,
+	sub, err := New(Options{Index: ix, Listen: "tcp://127.0.0.1:0", ListenSources: sources, ProbeInterval: 50 * time.Millisecond,
 		OnError: func(backend string, err error) {
 			// Replay endpoints are unreachable before the publishers
 			// start and while one restarts; anything else is a bug.
@@ -151,7 +151,7 @@ func TestListenManyPublishers(t *testing.T) {
 	for _, n := range nodes {
 		n.publish(10)
 	}
-	if _, err := nodes[0].pub.Publish(&Batch{Timestamp: 9, Events: []Event{nodes[0].eng.clear()}}); err != nil {
+	if _, err := nodes[0].pub.Publish(&Batch{Timestamp: 9, Events: []BlockEvent{nodes[0].eng.clear()}}); err != nil {
 		t.Fatal(err)
 	}
 	nodes[0].publish(5)
@@ -217,7 +217,7 @@ func TestListenUnknownPods(t *testing.T) {
 		var mu sync.Mutex
 		var reports []report
 		rec := newRecorder("pod-a", "pod-x", "pod-y", "pod-z")
-		s, err := New(rec, Options{Listen: "tcp://127.0.0.1:0", ListenSources: []Source{{Backend: "pod-a", Model: "m"}},
+		s, err := New(Options{Index: rec, Listen: "tcp://127.0.0.1:0", ListenSources: []Source{{Backend: "pod-a", Model: "m"}},
 			AcceptUnknown: accept, MaxSources: 2, SilentAfter: time.Minute,
 			OnError: func(backend string, err error) {
 				mu.Lock()
@@ -336,7 +336,7 @@ func TestListenUnknownPods(t *testing.T) {
 // rejecting one from an unknown pod or with a bad topic (a flood from a
 // stray client), allocate nothing.
 func TestDispatchDoesNotAllocate(t *testing.T) {
-	s, err := New(newRecorder(), Options{Listen: "tcp://127.0.0.1:0", ListenSources: []Source{{Backend: "pod-a"}}})
+	s, err := New(Options{Index: newRecorder(), Listen: "tcp://127.0.0.1:0", ListenSources: []Source{{Backend: "pod-a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestDispatchDoesNotAllocate(t *testing.T) {
 // later Run binds the port the first one got.
 func TestListenAddr(t *testing.T) {
 	rec := newRecorder("pod-b")
-	s, err := New(rec, Options{Listen: "tcp://127.0.0.1:0", AcceptUnknown: true})
+	s, err := New(Options{Index: rec, Listen: "tcp://127.0.0.1:0", AcceptUnknown: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestListenAddr(t *testing.T) {
 		t.Fatalf("ListenAddr = %q", addr)
 	}
 
-	other, err := New(rec, Options{Listen: addr, AcceptUnknown: true})
+	other, err := New(Options{Index: rec, Listen: addr, AcceptUnknown: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +400,7 @@ func TestListenAddr(t *testing.T) {
 	}
 	go func() { done <- s.Run(context.Background()) }()
 	defer func() { s.Close(); <-done }()
-	pub, err := NewPublisher(addr, PublisherOptions{Connect: true, Topic: Topic("pod-b", "m")})
+	pub, err := NewPublisher(PublisherOptions{Endpoint: addr, Connect: true, Topic: Topic("pod-b", "m")})
 	if err != nil {
 		t.Fatalf("the second Run does not listen on %s: %v", addr, err)
 	}
@@ -443,7 +443,7 @@ func goroutines() int {
 func TestListenCloseLeavesNoGoroutines(t *testing.T) {
 	baseline := goroutines()
 	rec := newRecorder("pod-b")
-	s, err := New(rec, Options{Listen: "tcp://127.0.0.1:0", AcceptUnknown: true, MaxSources: 4,
+	s, err := New(Options{Index: rec, Listen: "tcp://127.0.0.1:0", AcceptUnknown: true, MaxSources: 4,
 		ListenSources: []Source{{Backend: "pod-a", ReplayEndpoint: "tcp://127.0.0.1:1"}}, ProbeInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -451,7 +451,7 @@ func TestListenCloseLeavesNoGoroutines(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
 	<-s.Ready()
-	pub, err := NewPublisher(s.ListenAddr(), PublisherOptions{Connect: true, Topic: Topic("pod-b", "m")})
+	pub, err := NewPublisher(PublisherOptions{Endpoint: s.ListenAddr(), Connect: true, Topic: Topic("pod-b", "m")})
 	if err != nil {
 		t.Fatal(err)
 	}

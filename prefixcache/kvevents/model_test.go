@@ -31,7 +31,7 @@ func TestModelAgainstEngine(t *testing.T) {
 			var b *Batch
 			switch r := rng.IntN(100); {
 			case r < 2:
-				b = &Batch{Events: []Event{n.eng.clear()}}
+				b = &Batch{Events: []BlockEvent{n.eng.clear()}}
 			case r < 4: // the engine restarts: new hashes, sequence from 0
 				n.eng = newEngine(rng.Uint64(), e2eBlockSize)
 				seq = 0

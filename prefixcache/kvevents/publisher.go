@@ -26,11 +26,15 @@ var ErrClosed = errors.New("kvevents: closed")
 // ErrInvalidOptions reports options that New or NewPublisher rejects.
 var ErrInvalidOptions = errors.New("kvevents: invalid options")
 
-// PublisherOptions configures a Publisher. The zero value binds its
-// endpoint and publishes with the empty topic from sequence number 0, no
-// replay endpoint, a history of DefaultHistory batches and the legacy
-// positional encoding.
+// PublisherOptions configures a Publisher. Endpoint is required; the zero
+// values of the other fields bind it and publish with the empty topic from
+// sequence number 0, no replay endpoint, a history of DefaultHistory
+// batches and the legacy positional encoding.
 type PublisherOptions struct {
+	// Endpoint is the ZMQ endpoint the PUB socket binds (e.g.
+	// "tcp://127.0.0.1:0" for any free port; see Publisher.Endpoint), or
+	// dials with Connect.
+	Endpoint string
 	// Connect makes the PUB socket dial the endpoint, a listening
 	// Subscriber (Options.Listen), instead of binding it. vLLM does this
 	// when its endpoint names a concrete host ("tcp://gateway:5557") and
@@ -107,14 +111,19 @@ type Publisher struct {
 // quiet discards the zmq4 library's own log lines.
 var quiet = log.New(io.Discard, "", 0)
 
-// NewPublisher binds a PUB socket to endpoint (e.g. "tcp://127.0.0.1:0"
-// for any free port), or with opts.Connect dials it, and binds the ROUTER
-// replay socket if configured. It starts no goroutine of its own (zmq4
-// runs its own per socket and connection); call Run to serve replay
-// requests. With Connect it returns an error if the endpoint cannot be
-// reached within zmq4's dial retries.
-func NewPublisher(endpoint string, opts PublisherOptions) (*Publisher, error) {
-	if opts.History < 0 {
+// NewPublisher binds a PUB socket to opts.Endpoint, or with opts.Connect
+// dials it, and binds the ROUTER replay socket if configured. It starts no
+// goroutine of its own (zmq4 runs its own per socket and connection); call
+// Run to serve replay requests. With Connect it returns an error if the
+// endpoint cannot be reached within zmq4's dial retries. Options without
+// an Endpoint or with a negative History are an error wrapping
+// ErrInvalidOptions.
+func NewPublisher(opts PublisherOptions) (*Publisher, error) {
+	endpoint := opts.Endpoint
+	switch {
+	case endpoint == "":
+		return nil, fmt.Errorf("%w: no Endpoint", ErrInvalidOptions)
+	case opts.History < 0:
 		return nil, fmt.Errorf("%w: History %d < 0", ErrInvalidOptions, opts.History)
 	}
 	if opts.History == 0 {

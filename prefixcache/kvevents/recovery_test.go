@@ -107,7 +107,7 @@ func TestReplayReadsToEndOfReplay(t *testing.T) {
 	const batches = 400
 	tokens := seqTokens(1, 4096)
 	for h := range uint64(batches) {
-		pub.Publish(&Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: tokens, BlockSize: 4096}}})
+		pub.Publish(&Batch{Events: []BlockEvent{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: tokens, BlockSize: 4096}}})
 	}
 	rec := newRecorder("pod-a")
 	s, st := testSubscriber(t, rec, Source{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: pub.ReplayEndpoint(), Backend: "pod-a"})
@@ -180,7 +180,8 @@ func TestSilenceWarnings(t *testing.T) {
 		return len(warnings[backend])
 	}
 	rec := newRecorder("pod-c", "pod-l")
-	s, err := New(rec, Options{
+	s, err := New(Options{
+		Index:         rec,
 		Sources:       []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-c"}},
 		Listen:        "tcp://127.0.0.1:0",
 		ListenSources: []Source{{Backend: "pod-l", Model: "m"}},
@@ -219,7 +220,7 @@ func TestSilenceWarnings(t *testing.T) {
 	mu.Unlock()
 
 	// pod-l's engine connects and publishes, then goes quiet.
-	pub, err := NewPublisher(s.ListenAddr(), PublisherOptions{Connect: true, Topic: Topic("pod-l", "m")})
+	pub, err := NewPublisher(PublisherOptions{Endpoint: s.ListenAddr(), Connect: true, Topic: Topic("pod-l", "m")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,8 +244,8 @@ func TestSilenceWarnings(t *testing.T) {
 
 // chainedBatch announces block h, continuing block parent (0: none).
 func chainedBatch(h, parent uint64) *Batch {
-	e := Event{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2, Parent: parent, HasParent: parent != 0}
-	return &Batch{Timestamp: float64(h), Events: []Event{e}}
+	e := BlockEvent{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2, Parent: parent, HasParent: parent != 0}
+	return &Batch{Timestamp: float64(h), Events: []BlockEvent{e}}
 }
 
 // TestListenRestartUnseen: in listen mode a publisher that restarts
@@ -266,7 +267,7 @@ func TestListenRestartUnseen(t *testing.T) {
 		pubA := startPublisher(t, PublisherOptions{Topic: topic})
 		ref := newRefIndex()
 		var errs []error
-		s, err := New(ref, Options{Listen: "tcp://127.0.0.1:0", ReplayTimeout: 5 * time.Second, ProbeInterval: probe,
+		s, err := New(Options{Index: ref, Listen: "tcp://127.0.0.1:0", ReplayTimeout: 5 * time.Second, ProbeInterval: probe,
 			ListenSources: []Source{{Backend: "pod-a", Model: "m", ReplayEndpoint: pubA.ReplayEndpoint()}},
 			OnError:       func(_ string, err error) { errs = append(errs, err) }})
 		if err != nil {
@@ -413,7 +414,7 @@ func TestPublisherRestartOnSameEndpoint(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "replay")
 	ep := "ipc://" + path
 	for i := range 20 {
-		pub, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{ReplayEndpoint: ep})
+		pub, err := NewPublisher(PublisherOptions{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: ep})
 		if err != nil {
 			t.Fatalf("restart %d: %v", i, err)
 		}

@@ -69,7 +69,7 @@ func TestSkipValueMatchesLibrary(t *testing.T) {
 		libErr := lib.Skip()
 		libRest := lib.Buffered().(*bytes.Reader).Len()
 
-		d := NewDecoder()
+		d := new(Decoder)
 		d.payload, d.size = b, len(b)
 		d.r.Reset(b)
 		err := d.skipValue("value")
@@ -88,7 +88,7 @@ func TestSkipValueMatchesLibrary(t *testing.T) {
 // allocated 1 MB per such payload before reaching its end).
 func TestSkipHugeAnnouncement(t *testing.T) {
 	payload := []byte{0x92, 0x00, 0x91, 0x92, 0xa7, 'M', 'y', 's', 't', 'e', 'r', 'y', 0xc6, 0xd4, 0xc1, 0xdd, 0x9d, 1, 2, 3}
-	d := NewDecoder()
+	d := new(Decoder)
 	var b Batch
 	if err := d.Decode(payload, &b); err == nil {
 		t.Fatal("Decode accepted a truncated payload")

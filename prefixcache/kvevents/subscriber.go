@@ -109,9 +109,12 @@ func (s Source) pod() string {
 }
 
 // Options configures a Subscriber. Zero values take the documented
-// defaults. At least one of Sources and Listen is required; both may be
-// used at once.
+// defaults. Index is required, and at least one of Sources and Listen;
+// both may be used at once.
 type Options struct {
+	// Index receives the events (required): a *prefixcache.Index is an
+	// Applier.
+	Index Applier
 	// Sources lists the publishers the Subscriber connects to (connect
 	// mode: the publisher binds, as vLLM does with "tcp://*:5557").
 	Sources []Source
@@ -308,17 +311,18 @@ type Subscriber struct {
 	runStart time.Time
 }
 
-// New validates opts and returns a Subscriber that applies events to ix.
-// It returns an error wrapping ErrInvalidOptions for a nil ix, neither
+// New validates opts and returns a Subscriber that applies events to
+// opts.Index. It returns an error wrapping ErrInvalidOptions for a nil Index, neither
 // sources nor a listening endpoint, a source without an endpoint, a
 // listen source without a pod or with an endpoint or topic, a pod named
 // twice, ListenSources or AcceptUnknown without Listen, Listen with
 // nothing to accept, negative durations or a negative MaxSources. New
 // binds nothing and starts nothing.
-func New(ix Applier, opts Options) (*Subscriber, error) {
+func New(opts Options) (*Subscriber, error) {
+	ix := opts.Index
 	switch {
 	case ix == nil:
-		return nil, fmt.Errorf("%w: nil index", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: nil Index", ErrInvalidOptions)
 	case len(opts.Sources) == 0 && opts.Listen == "":
 		return nil, fmt.Errorf("%w: no sources and no listening endpoint", ErrInvalidOptions)
 	case opts.MinBackoff < 0 || opts.MaxBackoff < 0 || opts.ReplayTimeout < 0:
@@ -578,7 +582,7 @@ type mark struct {
 }
 
 func newStream(s *Subscriber, src Source) *stream {
-	st := &stream{s: s, src: src, dec: NewDecoder(), backend: src.Backend, model: src.Model}
+	st := &stream{s: s, src: src, dec: new(Decoder), backend: src.Backend, model: src.Model}
 	name := src.Backend
 	st.backendName.Store(&name)
 	return st
@@ -1204,7 +1208,7 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 	}
 }
 
-func (st *stream) applyEvent(id prefixcache.BackendID, e *Event) error {
+func (st *stream) applyEvent(id prefixcache.BackendID, e *BlockEvent) error {
 	switch e.Kind {
 	case BlockStored:
 		salt := e.Salt // "" unless the chain starts here, salted

@@ -67,7 +67,7 @@ func (r *recorder) take() []string {
 
 // storedBatch announces one stored block whose engine hash is h.
 func storedBatch(h uint64) *Batch {
-	return &Batch{Timestamp: float64(h), Events: []Event{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2}}}
+	return &Batch{Timestamp: float64(h), Events: []BlockEvent{{Kind: BlockStored, Hashes: []uint64{h}, Tokens: []uint32{1, 2}, BlockSize: 2}}}
 }
 
 func frames(topic string, seq uint64, b *Batch) [][]byte {
@@ -100,7 +100,7 @@ func sharedCounters(s Stats) Stats {
 
 func testSubscriber(t *testing.T, ix Applier, src Source) (*Subscriber, *stream) {
 	t.Helper()
-	s, err := New(ix, Options{Sources: []Source{src}, ReplayTimeout: 5 * time.Second})
+	s, err := New(Options{Index: ix, Sources: []Source{src}, ReplayTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,8 @@ func startPublisher(t *testing.T, opts PublisherOptions) *Publisher {
 	if opts.ReplayEndpoint == "" {
 		opts.ReplayEndpoint = "tcp://127.0.0.1:0"
 	}
-	pub, err := NewPublisher("tcp://127.0.0.1:0", opts)
+	opts.Endpoint = "tcp://127.0.0.1:0"
+	pub, err := NewPublisher(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func startPublisher(t *testing.T, opts PublisherOptions) *Publisher {
 // batches, losses and resets, and together they make up Stats.
 func TestSourceCounters(t *testing.T) {
 	rec := newRecorder("pod-a", "pod-b")
-	s, err := New(rec, Options{Sources: []Source{
+	s, err := New(Options{Index: rec, Sources: []Source{
 		{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-a"},
 		{Endpoint: "tcp://127.0.0.1:2", Backend: "pod-b"},
 	}})
@@ -310,7 +311,7 @@ func TestReplayHistoryIsBounded(t *testing.T) {
 func TestReplayEndpointDown(t *testing.T) {
 	rec := newRecorder("pod-a")
 	var errs []error
-	s, err := New(rec, Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: "tcp://127.0.0.1:1", Backend: "pod-a"}},
+	s, err := New(Options{Index: rec, Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: "tcp://127.0.0.1:1", Backend: "pod-a"}},
 		ReplayTimeout: time.Second, OnError: func(_ string, err error) { errs = append(errs, err) }})
 	if err != nil {
 		t.Fatal(err)
@@ -348,7 +349,8 @@ func TestNewValidates(t *testing.T) {
 		{"pod twice", newRecorder(), Options{Listen: "tcp://*:5557", ListenSources: []Source{{Backend: "p"}, {Backend: "p"}}}},
 	}
 	for _, tt := range tests {
-		if _, err := New(tt.ix, tt.opts); !errors.Is(err, ErrInvalidOptions) {
+		tt.opts.Index = tt.ix
+		if _, err := New(tt.opts); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%s: New error %v, want ErrInvalidOptions", tt.name, err)
 		}
 	}
@@ -357,19 +359,23 @@ func TestNewValidates(t *testing.T) {
 		{Listen: "ipc:///tmp/kv", ListenSources: []Source{{Backend: "p", ReplayEndpoint: "tcp://p:5558"}}},
 		{Sources: []Source{ok}, Listen: "tcp://*:5557", ListenSources: []Source{{Backend: "p"}, {Backend: "q"}}},
 	} {
-		if _, err := New(newRecorder(), opts); err != nil {
+		opts.Index = newRecorder()
+		if _, err := New(opts); err != nil {
 			t.Errorf("New(%+v) = %v, want it accepted", opts, err)
 		}
 	}
-	if _, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{History: -1}); !errors.Is(err, ErrInvalidOptions) {
+	if _, err := NewPublisher(PublisherOptions{Endpoint: "tcp://127.0.0.1:0", History: -1}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("NewPublisher(History -1) error %v, want ErrInvalidOptions", err)
+	}
+	if _, err := NewPublisher(PublisherOptions{}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("NewPublisher(no Endpoint) error %v, want ErrInvalidOptions", err)
 	}
 }
 
 // TestRunAndClose: Run keeps retrying an absent publisher until Close,
 // then Run refuses to start again.
 func TestRunAndClose(t *testing.T) {
-	s, err := New(newRecorder(), Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1"}}, MinBackoff: time.Millisecond})
+	s, err := New(Options{Index: newRecorder(), Sources: []Source{{Endpoint: "tcp://127.0.0.1:1"}}, MinBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +412,7 @@ func TestRunAndClose(t *testing.T) {
 }
 
 func TestRunStopsWithContext(t *testing.T) {
-	s, err := New(newRecorder(), Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1"}}})
+	s, err := New(Options{Index: newRecorder(), Sources: []Source{{Endpoint: "tcp://127.0.0.1:1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +424,7 @@ func TestRunStopsWithContext(t *testing.T) {
 }
 
 func TestPublisherClosed(t *testing.T) {
-	pub, err := NewPublisher("tcp://127.0.0.1:0", PublisherOptions{})
+	pub, err := NewPublisher(PublisherOptions{Endpoint: "tcp://127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +504,7 @@ func TestSeeds(t *testing.T) {
 	id, _ := ix.AddBackend("pod-a", 0)
 	s, st := testSubscriber(t, ix, Source{Endpoint: "tcp://127.0.0.1:1", Backend: "pod-a", Model: "m"})
 	tokens := []uint32{1, 2, 3, 4}
-	batch := &Batch{Events: []Event{
+	batch := &Batch{Events: []BlockEvent{
 		{Kind: BlockStored, Hashes: []uint64{1}, Tokens: tokens, BlockSize: 4},
 		{Kind: BlockStored, Hashes: []uint64{2}, Tokens: tokens, BlockSize: 4, LoRAID: 7, LoRAName: "sql"},
 		{Kind: BlockStored, Hashes: []uint64{3}, Tokens: tokens, BlockSize: 4, LoRAID: 8},
@@ -535,8 +541,8 @@ func TestSeeds(t *testing.T) {
 func TestModelLearnedAfterReplay(t *testing.T) {
 	pub := startPublisher(t, PublisherOptions{Topic: Topic("pod-a", "m")})
 	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
-	pub.Publish(&Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{10}, Tokens: tokens[:4], BlockSize: 4}}})
-	second := &Batch{Events: []Event{{Kind: BlockStored, Hashes: []uint64{11}, Parent: 10, HasParent: true, Tokens: tokens[4:], BlockSize: 4}}}
+	pub.Publish(&Batch{Events: []BlockEvent{{Kind: BlockStored, Hashes: []uint64{10}, Tokens: tokens[:4], BlockSize: 4}}})
+	second := &Batch{Events: []BlockEvent{{Kind: BlockStored, Hashes: []uint64{11}, Parent: 10, HasParent: true, Tokens: tokens[4:], BlockSize: 4}}}
 	pub.Publish(second)
 
 	ix, err := prefixcache.New(prefixcache.Options{})
@@ -564,7 +570,7 @@ func TestModelLearnedAfterReplay(t *testing.T) {
 // its rank's backend, a batch without a rank to the source's, and a restart clears them all.
 func TestRankBackends(t *testing.T) {
 	rec := newRecorder("srv", "srv#dp=0", "srv#dp=1")
-	s, err := New(rec, Options{Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "srv", RankBackends: []string{"srv#dp=0", "srv#dp=1"}}}})
+	s, err := New(Options{Index: rec, Sources: []Source{{Endpoint: "tcp://127.0.0.1:1", Backend: "srv", RankBackends: []string{"srv#dp=0", "srv#dp=1"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

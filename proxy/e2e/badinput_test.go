@@ -265,7 +265,12 @@ func TestSlowBody408(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := proxy.NewServer("", h)
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	conn, err := net.Dial("tcp", ln.Addr().String())

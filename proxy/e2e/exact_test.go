@@ -157,7 +157,7 @@ func TestExactModeUnderLoad(t *testing.T) {
 	}
 	mismatches := 0
 	for _, p := range prompts {
-		req, err := openai.Parse([]byte(fmt.Sprintf(`{"model":%q,"prompt":[%s]}`, model, joinTokens(p))), openai.Completions, openai.Limits{})
+		req, err := openai.Parse([]byte(fmt.Sprintf(`{"model":%q,"prompt":[%s]}`, model, joinTokens(p))), openai.Completions, openai.ParseLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -363,7 +363,13 @@ func TestSlowClients(t *testing.T) {
 	}
 	t.Cleanup(h.Close)
 	h.Start(context.Background())
-	srv := proxy.NewServer("127.0.0.1:0", h)
+	srv := &http.Server{
+		Addr:              "127.0.0.1:0",
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+	}
 	srv.IdleTimeout = 300 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

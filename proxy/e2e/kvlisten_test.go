@@ -64,7 +64,7 @@ func TestKVListenMode(t *testing.T) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for i, l := range late {
-		pub, err := kvevents.NewPublisher(listen, kvevents.PublisherOptions{Connect: true, Topic: kvevents.Topic(fmt.Sprintf("engine-%d", i), model)})
+		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{Endpoint: listen, Connect: true, Topic: kvevents.Topic(fmt.Sprintf("engine-%d", i), model)})
 		if err != nil {
 			t.Fatal(err)
 		}

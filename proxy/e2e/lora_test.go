@@ -61,7 +61,7 @@ func TestLoRAAdapters(t *testing.T) {
 
 	chainOf := func(modelName string, msgs []oa.ChatCompletionMessageParamUnion, adapter bool) []prefixcache.BlockHash {
 		body, _ := json.Marshal(oa.ChatCompletionNewParams{Model: modelName, Messages: msgs})
-		req, err := openai.Parse(body, openai.Chat, openai.Limits{})
+		req, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -76,7 +76,10 @@ func withKV(opts *proxy.Options, listen string) *kvfeed.Feed {
 	if !need {
 		return nil
 	}
-	feed := kvfeed.New(kvfeed.Options{Listen: listen})
+	feed, err := kvfeed.New(kvfeed.Options{Listen: listen})
+	if err != nil {
+		panic(err) // the tests' listen endpoints are well formed
+	}
 	opts.Extensions = append(opts.Extensions, feed)
 	return feed
 }
@@ -425,8 +428,9 @@ func startPublishingFleetWith(t testing.TB, n int, configure func(i int, o *simf
 	var wg sync.WaitGroup
 	pubs := make([]*kvevents.Publisher, n)
 	for i := range pubs {
-		pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{
-			Topic: kvevents.Topic(fmt.Sprintf("sim-%d", i), model), ReplayEndpoint: "tcp://127.0.0.1:0",
+		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+			Endpoint: "tcp://127.0.0.1:0",
+			Topic:    kvevents.Topic(fmt.Sprintf("sim-%d", i), model), ReplayEndpoint: "tcp://127.0.0.1:0",
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -634,7 +638,7 @@ func TestSimKVEventsKeepIndexExact(t *testing.T) {
 
 	chainOf := func(msgs []oa.ChatCompletionMessageParamUnion) []prefixcache.BlockHash {
 		body, _ := json.Marshal(oa.ChatCompletionNewParams{Model: model, Messages: msgs})
-		req, err := openai.Parse(body, openai.Chat, openai.Limits{})
+		req, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,7 @@ func (s evenFirst) Score(_ *routing.Request, cands []routing.Candidate, dst []fl
 
 func newRegistry(t *testing.T) *proxy.Registry {
 	t.Helper()
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	err := reg.AddScorer("even-first", func(p proxy.Params) (routing.Scorer, error) {
 		o := struct {
 			Bonus float64 `json:"bonus"`
@@ -222,7 +222,7 @@ func (prepareFunc) Close() error { return nil }
 // ErrInvalidOptions; Prepare adjusts the default keyer's options, in order, and is offered
 // none when Options has a Keyer.
 func TestRegistryExtensions(t *testing.T) {
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	if got := reg.Names("extension"); len(got) != 0 {
 		t.Errorf("built-in extensions %v, want none", got)
 	}

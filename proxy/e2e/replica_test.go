@@ -22,7 +22,7 @@ import (
 	"github.com/usher-llm/usher/replica"
 )
 
-func init() { replica.QuietRedisLog() }
+func init() { redistest.QuietLog() }
 
 // gatewaySet is K gateways over the same servers, each with its own Replica when addr is set.
 type gatewaySet struct {
@@ -62,7 +62,7 @@ func startGateways(t *testing.T, procs []*simproc.Proc, k int, addr, cluster str
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts.Extensions = append(opts.Extensions, replicaext.New(rep))
+			opts.Extensions = append(opts.Extensions, replicaext.Wrap(rep))
 			gs.replicas = append(gs.replicas, rep)
 		}
 		_, url := startHandler(t, opts)

@@ -31,7 +31,7 @@ func profileOf(t testing.TB, spec string) routing.Profile {
 	if err := json.Unmarshal([]byte(spec), &ps); err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxy.NewRegistry().Profile(ps, session.AffinityOptions{})
+	p, err := new(proxy.Registry).Profile(ps, session.AffinityOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestSLOHeadersCannotBuyPriority(t *testing.T) {
 			opts.SLO = map[int]routing.Latency{0: {TTFT: 10 * time.Second}}
 			opts.TrustSLOHeaders = tc.trusted
 			var err error
-			if opts.Policy, err = proxy.NewRegistry().Policy(proxy.PartSpec{Name: "slo"}); err != nil {
+			if opts.Policy, err = new(proxy.Registry).Policy(proxy.PartSpec{Name: "slo"}); err != nil {
 				t.Fatal(err)
 			}
 			h, base := startHandler(t, opts)
@@ -332,7 +332,7 @@ func TestSLORoutesToBackendThatMeetsTargets(t *testing.T) {
 // The predicted-latency scorer and its latency model decode strictly: an unknown key is an
 // error naming the part; a model is chosen by name.
 func TestRegistryPredictedLatency(t *testing.T) {
-	r := proxy.NewRegistry()
+	r := new(proxy.Registry)
 	if got := fmt.Sprint(r.Names("latency-model")); got != "[linear]" {
 		t.Errorf("latency models = %s", got)
 	}

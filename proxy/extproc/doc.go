@@ -75,7 +75,7 @@
 // # Endpoints, signals, health
 //
 // Endpoints come from Options.Endpoints, SetEndpoints, or a Source run by Run: FileSource
-// re-reads a file on change, and an InferencePool watch is a Source of your own. Run scrapes
+// re-reads a file on change, and an InferencePool watch is an EndpointSource of your own. Run scrapes
 // each endpoint's metrics (metrics.Scraper, vLLM's names by default) into the router, and
 // follows KV events, from endpoints that name a publisher and from pods connecting to
 // Options.KVListen. The gRPC health service answers SERVING for "", HealthReadiness and

@@ -111,7 +111,7 @@ func ParseEndpoint(s string) (Endpoint, error) {
 	return e, e.validate()
 }
 
-// MaxEndpoints bounds the endpoints of one set (a list, a file, a Source's update).
+// MaxEndpoints bounds the endpoints of one set (a list, a file, an EndpointSource's update).
 const MaxEndpoints = 4096
 
 // ParseEndpoints parses an endpoint file: one endpoint per line (ParseEndpoint), blank lines
@@ -146,11 +146,11 @@ func ParseEndpoints(data []byte) ([]Endpoint, error) {
 	return out, nil
 }
 
-// A Source tells the picker which endpoints the pool has. It is the seam for a Kubernetes
+// An EndpointSource tells the picker which endpoints the pool has. It is the seam for a Kubernetes
 // InferencePool watch (pods matching the pool's selector, on its target port): an
 // implementation calls update with the whole set each time it changes, from one goroutine,
 // until ctx ends. Run returns ctx.Err() when ctx ends, or the error that stopped it.
-type Source interface {
+type EndpointSource interface {
 	Run(ctx context.Context, update func([]Endpoint)) error
 }
 
@@ -182,7 +182,7 @@ func (f FileSource) Load() ([]Endpoint, error) {
 	return eps, nil
 }
 
-// Run implements Source: it reports the file's set at once (if it loads) and after every
+// Run implements EndpointSource: it reports the file's set at once (if it loads) and after every
 // change, polling every Interval. O(file) per poll.
 func (f FileSource) Run(ctx context.Context, update func([]Endpoint)) error {
 	every := f.Interval
@@ -231,10 +231,10 @@ func (f FileSource) Run(ctx context.Context, update func([]Endpoint)) error {
 	}
 }
 
-// Static is a fixed set of endpoints as a Source: Run reports it once and waits for ctx.
+// Static is a fixed set of endpoints as an EndpointSource: Run reports it once and waits for ctx.
 type Static []Endpoint
 
-// Run implements Source.
+// Run implements EndpointSource.
 func (s Static) Run(ctx context.Context, update func([]Endpoint)) error {
 	update(slices.Clone(s))
 	<-ctx.Done()
@@ -242,6 +242,6 @@ func (s Static) Run(ctx context.Context, update func([]Endpoint)) error {
 }
 
 var (
-	_ Source = FileSource{}
-	_ Source = Static(nil)
+	_ EndpointSource = FileSource{}
+	_ EndpointSource = Static(nil)
 )

@@ -132,7 +132,7 @@ func firstEndpoint(list string) string {
 // immediate is the ImmediateResponse that answers the client with e, as the error JSON of
 // ep's API (Anthropic's for Messages, OpenAI's otherwise); retryAfter > 0 adds a
 // Retry-After header (whole seconds, rounded up).
-func immediate(ep openai.Endpoint, e *openai.Error, retryAfter time.Duration) *extprocv3.ProcessingResponse {
+func immediate(ep openai.API, e *openai.Error, retryAfter time.Duration) *extprocv3.ProcessingResponse {
 	status := e.Status
 	if status < 100 || status > 999 {
 		status = http.StatusInternalServerError

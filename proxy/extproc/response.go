@@ -28,7 +28,7 @@ type watcher struct {
 	sawFirst bool
 	chunks   int  // chunks with text, for streams that report no usage
 	done     bool // [DONE] seen, or a Messages or Responses stream's last event
-	ep       openai.Endpoint
+	ep       openai.API
 }
 
 func (w *watcher) reset(sse, keep bool) {
@@ -53,7 +53,7 @@ func (w *watcher) feed(chunk []byte, eos bool, ex *exchange) {
 			w.buf = w.buf[:0]
 		} else if eos && w.keep {
 			var body struct {
-				Usage *openai.Usage `json:"usage"`
+				Usage *openai.TokenUsage `json:"usage"`
 			}
 			if json.Unmarshal(w.buf, &body) == nil && body.Usage != nil {
 				ex.setUsage(*body.Usage)

@@ -45,7 +45,7 @@ type Options struct {
 	Endpoints []Endpoint
 	// Source, if set, is run by Run and feeds SetEndpoints (a FileSource, or an
 	// InferencePool watch of your own).
-	Source Source
+	Source EndpointSource
 
 	// Index is the prefix index. Nil: prefixcache.New(prefixcache.Options{}).
 	Index *prefixcache.Index
@@ -93,7 +93,7 @@ type Options struct {
 	// path, authority and headers Envoy forwarded (no body, no TLS state).
 	Keyer proxy.FlowKeyer
 	// Limits bound what a request body may ask for.
-	Limits openai.Limits
+	Limits openai.ParseLimits
 	// MaxBodyBytes bounds a request body (413 above it). Zero: 8 MiB. Envoy's own buffer
 	// limit (per_connection_buffer_limit_bytes) applies first in BUFFERED mode.
 	MaxBodyBytes int64
@@ -155,7 +155,7 @@ type Options struct {
 // Result and the queue's Ticket exactly once.
 //
 // New starts nothing: Register the Server on a grpc.Server (ext_proc and health), and Run
-// the background work (the endpoint Source, scraping, KV events). A Server is safe for
+// the background work (the EndpointSource, scraping, KV events). A Server is safe for
 // concurrent use: every stream is served by its own goroutine, SetEndpoints may be called
 // from any goroutine, and Stats reads atomics.
 type Server struct {
@@ -167,7 +167,7 @@ type Server struct {
 	queue      *flowcontrol.Queue
 	tok        proxy.Tokenizer
 	keyer      proxy.FlowKeyer
-	limits     openai.Limits
+	limits     openai.ParseLimits
 	maxBody    int64
 	bands      int
 	slo        slo.Config    // Options.SLO, TrustSLOHeaders, SLOShedAbove
@@ -178,7 +178,7 @@ type Server struct {
 	ns, subNS  string
 	clearRoute bool
 	idle       time.Duration
-	source     Source
+	source     EndpointSource
 	scraper    *metrics.Scraper // nil with NoScrape
 	kvListen   string
 	usher      *gatewaymetrics.Recorder
@@ -356,7 +356,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if !opts.NoScrape {
-		if s.scraper, err = metrics.NewScraper(metrics.Options{
+		if s.scraper, err = metrics.New(metrics.Options{
 			Engine: opts.Engine, Interval: opts.ScrapeInterval, OnUpdate: s.publish,
 		}); err != nil {
 			return nil, err
@@ -571,6 +571,7 @@ func (s *Server) followKVLocked() {
 		return
 	}
 	o := kvevents.Options{
+		Index:   s.index,
 		Sources: sources,
 		// One line per kind of problem, backend and interval, with a count.
 		OnError: func(backend string, err error) { s.kvLog.Warn("kv events", backend, err) },
@@ -578,7 +579,7 @@ func (s *Server) followKVLocked() {
 	if s.kvListen != "" {
 		o.Listen, o.AcceptUnknown = s.kvListen, true
 	}
-	sub, err := kvevents.New(s.index, o)
+	sub, err := kvevents.New(o)
 	if err != nil {
 		s.log.Warn("kv events", "err", err)
 		return
@@ -617,8 +618,8 @@ func (s *Server) KVListenAddr() string {
 	return kv.ListenAddr()
 }
 
-// Run does the background work until ctx ends: it runs the endpoint Source, scrapes the
-// endpoints and follows their KV events. It returns nil when ctx ends, the Source's error
+// Run does the background work until ctx ends: it runs the EndpointSource, scrapes the
+// endpoints and follows their KV events. It returns nil when ctx ends, the EndpointSource's error
 // if it failed otherwise, ErrRunning if Run is already running. Call it once.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()

@@ -298,7 +298,7 @@ func (ex *exchange) decide() *extprocv3.ProcessingResponse {
 	s := ex.s
 	var e *openai.Error
 	var retryAfter time.Duration
-	ep, completion := openai.EndpointOf(pathOnly(ex.path))
+	ep, completion := openai.APIOf(pathOnly(ex.path))
 	switch {
 	case ex.finished:
 		// The stream's books are closed (it ended before its request was decided): take no
@@ -344,7 +344,7 @@ func (ex *exchange) decide() *extprocv3.ProcessingResponse {
 }
 
 // admit parses, keys, hashes, admits and picks a completion request.
-func (ex *exchange) admit(ep openai.Endpoint) (*openai.Error, time.Duration) {
+func (ex *exchange) admit(ep openai.API) (*openai.Error, time.Duration) {
 	s := ex.s
 	req, err := openai.Parse(ex.body, ep, s.limits)
 	if err != nil {
@@ -609,7 +609,7 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 	}
 	ex.watch.reset(ex.req != nil && ex.req.Stream && openai.IsEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
 	if ex.req != nil {
-		ex.watch.ep = ex.req.Endpoint
+		ex.watch.ep = ex.req.API
 	}
 	if h.GetEndOfStream() || ex.noResp {
 		ex.complete() // no body will follow (or none will be shown to the picker)
@@ -709,7 +709,7 @@ func (ex *exchange) firstToken(at time.Time) {
 }
 
 // setUsage records the usage the endpoint reported.
-func (ex *exchange) setUsage(u openai.Usage) {
+func (ex *exchange) setUsage(u openai.TokenUsage) {
 	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))
 	ex.usage.OutputTokens = flowcontrol.Tokens(max(u.CompletionTokens, 0))
 	ex.usage.CachedTokens = flowcontrol.Tokens(u.Cached())

@@ -15,7 +15,7 @@ import (
 // A Handler whose prefix index follows the KV events of its backends: here one simulated
 // server that publishes vLLM's events on a ZMQ endpoint it binds, which the feed connects to.
 func Example() {
-	pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{Topic: kvevents.Topic("pod-a", "usher/demo")})
+	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{Endpoint: "tcp://127.0.0.1:0", Topic: kvevents.Topic("pod-a", "usher/demo")})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -29,7 +29,10 @@ func Example() {
 	}
 	defer fleet.Close()
 
-	feed := kvfeed.New(kvfeed.Options{})
+	feed, err := kvfeed.New(kvfeed.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
 	h, err := proxy.New(proxy.Options{
 		Backends:   []proxy.Backend{{URL: fleet.URLs()[0], KVEvents: endpoint}},
 		Tokenizer:  simfleet.Tokenizer{},
@@ -52,7 +55,7 @@ func Example() {
 // when the configuration names KV events (as package gateway does for kv_listen and the
 // backends' kv_events).
 func ExampleRegister() {
-	reg := proxy.NewRegistry()
+	reg := new(proxy.Registry)
 	if err := kvfeed.Register(reg); err != nil {
 		log.Fatal(err)
 	}

@@ -3,13 +3,14 @@
 // index, which is then exact. It is a proxy.Extension, in a package of its own so that a
 // program that never follows KV events does not link ZMQ:
 //
-//	feed := kvfeed.New(kvfeed.Options{Listen: "tcp://0.0.0.0:5557"})
+//	feed, err := kvfeed.New(kvfeed.Options{Listen: "tcp://0.0.0.0:5557"})
+//	if err != nil { ... }
 //	opts.Extensions = append(opts.Extensions, feed)
 //
 // A program configured by package gateway registers the feed instead, and the configuration
 // decides whether it runs ([Register]):
 //
-//	reg := proxy.NewRegistry()
+//	reg := new(proxy.Registry)
 //	if err := kvfeed.Register(reg); err != nil { ... }
 //	cfg.Registry = reg
 //
@@ -23,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,11 +41,11 @@ type Options struct {
 	// it: whoever connects can publish.
 	Listen string
 	// Subscriber, if set, adjusts the subscriber's options (backoff, replay timeout, ...)
-	// before it is built; Sources, Listen, ListenSources and OnError are the feed's.
+	// before it is built; Index, Sources, Listen, ListenSources and OnError are the feed's.
 	Subscriber func(*kvevents.Options)
 }
 
-// Feed is the extension. Its methods are safe for concurrent use once New returned; the
+// Feed is the extension. Its methods are safe for concurrent use once [New] returned; the
 // Handler calls Prepare, Attach, Run and Close.
 type Feed struct {
 	opts Options
@@ -52,8 +54,14 @@ type Feed struct {
 
 var _ proxy.Extension = (*Feed)(nil)
 
-// New returns a feed with opts.
-func New(opts Options) *Feed { return &Feed{opts: opts} }
+// New returns a feed with opts. A Listen that is not an endpoint like tcp://0.0.0.0:5557 is
+// an error wrapping [proxy.ErrInvalidOptions]. New binds and connects nothing: Run does.
+func New(opts Options) (*Feed, error) {
+	if opts.Listen != "" && !strings.Contains(opts.Listen, "://") {
+		return nil, fmt.Errorf("%w: kv listen %q is not an endpoint like tcp://0.0.0.0:5557", proxy.ErrInvalidOptions, opts.Listen)
+	}
+	return &Feed{opts: opts}, nil
+}
 
 // Register adds the feed to r as the extension named "kv-events", which package gateway
 // asks for when its configuration names KV events (kv_listen, or a backend's kv_events or
@@ -68,7 +76,7 @@ func Register(r *proxy.Registry) error {
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return New(Options{Listen: o.Listen}), nil
+		return New(Options{Listen: o.Listen})
 	})
 }
 
@@ -117,7 +125,8 @@ func (f *Feed) Attach(h *proxy.Handler) error {
 	if f.opts.Listen != "" {
 		o.Listen, o.ListenSources = f.opts.Listen, listening
 	}
-	sub, err := kvevents.New(h.Index(), o)
+	o.Index = h.Index()
+	sub, err := kvevents.New(o)
 	if err != nil {
 		return err
 	}

@@ -32,11 +32,11 @@ type anthropicUsage struct {
 
 // usage converts it: prompt tokens are input, cache reads and cache writes together; the
 // cached ones are the cache reads.
-func (a *anthropicUsage) usage() *Usage {
+func (a *anthropicUsage) usage() *TokenUsage {
 	if a == nil {
 		return nil
 	}
-	u := &Usage{
+	u := &TokenUsage{
 		PromptTokens:     clampCount(a.InputTokens) + clampCount(a.CacheRead) + clampCount(a.CacheCreation),
 		CompletionTokens: clampCount(a.OutputTokens),
 	}
@@ -55,11 +55,11 @@ type responsesUsage struct {
 	} `json:"input_tokens_details"`
 }
 
-func (r *responsesUsage) usage() *Usage {
+func (r *responsesUsage) usage() *TokenUsage {
 	if r == nil {
 		return nil
 	}
-	u := &Usage{PromptTokens: clampCount(r.InputTokens), CompletionTokens: clampCount(r.OutputTokens)}
+	u := &TokenUsage{PromptTokens: clampCount(r.InputTokens), CompletionTokens: clampCount(r.OutputTokens)}
 	if r.Details != nil {
 		u.PromptTokensDetails = &struct {
 			CachedTokens int `json:"cached_tokens"`
@@ -72,7 +72,7 @@ func (r *responsesUsage) usage() *Usage {
 type Answer struct {
 	// Usage is the answer's usage in OpenAI's terms (prompt, completion and cached prompt
 	// tokens); nil when the answer has none.
-	Usage *Usage
+	Usage *TokenUsage
 	// ResponseID is a Responses answer's "id": the name under which the server stored it,
 	// for a later previous_response_id. "" otherwise.
 	ResponseID string
@@ -88,7 +88,7 @@ var ErrAnswer = errors.New("openai: bad answer")
 // cache reads); for Responses its "usage" (input_tokens, output_tokens,
 // input_tokens_details.cached_tokens) and "id". Counts are clamped to [0, 2^40].
 // It is safe for concurrent use, O(len(body)), and allocates what encoding/json does.
-func ParseAnswer(ep Endpoint, body []byte) (Answer, error) {
+func ParseAnswer(ep API, body []byte) (Answer, error) {
 	var a Answer
 	var err error
 	switch ep {
@@ -109,7 +109,7 @@ func ParseAnswer(ep Endpoint, body []byte) (Answer, error) {
 		}
 	default:
 		var o struct {
-			Usage *Usage `json:"usage"`
+			Usage *TokenUsage `json:"usage"`
 		}
 		if err = json.Unmarshal(body, &o); err == nil {
 			a.Usage = o.Usage
@@ -135,7 +135,7 @@ func ParseAnswer(ep Endpoint, body []byte) (Answer, error) {
 //
 // Other events ("ping", "content_block_start", "response.created", ...) come back empty.
 // Usage is converted as ParseAnswer does. Safe for concurrent use; O(len(data)).
-func ParseEvent(ep Endpoint, data []byte) (StreamChunk, error) {
+func ParseEvent(ep API, data []byte) (StreamChunk, error) {
 	switch ep {
 	case Messages:
 		return parseAnthropicEvent(data)
@@ -300,7 +300,7 @@ func (e *Error) anthropicType() string {
 // overloaded_error, 504 timeout_error, another 5xx api_error, else invalid_request_error.
 // Param and Code have no place there; the messages usher writes name the field. For every
 // other endpoint it is AppendJSON. O(len(Message)+len(Param)+len(Type)+len(Code)).
-func (e *Error) AppendJSONFor(ep Endpoint, dst []byte) []byte {
+func (e *Error) AppendJSONFor(ep API, dst []byte) []byte {
 	if !ep.anthropic() {
 		return e.AppendJSON(dst)
 	}
@@ -315,7 +315,7 @@ func (e *Error) AppendJSONFor(ep Endpoint, dst []byte) []byte {
 // "event: error" with AppendJSONFor's body, for Responses "event: error" with the
 // Responses API's error event {"type":"error","code":...,"message":...,"param":...}, for
 // Chat and Completions AppendEvent. O(as AppendJSONFor).
-func (e *Error) AppendEventFor(ep Endpoint, dst []byte) []byte {
+func (e *Error) AppendEventFor(ep API, dst []byte) []byte {
 	switch ep {
 	case Messages:
 		dst = append(dst, "event: error\ndata: "...)
@@ -339,7 +339,7 @@ func (e *Error) AppendEventFor(ep Endpoint, dst []byte) []byte {
 
 // WriteErrorFor writes e as the response in the shape of ep's API (AppendJSONFor), as
 // WriteError does for OpenAI's. It must be called before anything else is written to w.
-func WriteErrorFor(w http.ResponseWriter, ep Endpoint, e *Error) {
+func WriteErrorFor(w http.ResponseWriter, ep API, e *Error) {
 	if !ep.anthropic() {
 		WriteError(w, e)
 		return

@@ -17,7 +17,7 @@ type apiTop struct {
 }
 
 // apiField returns the top-level field of ep that w names, or wOther.
-func apiField(w word, ep Endpoint) word {
+func apiField(w word, ep API) word {
 	switch w {
 	case wModel, wPriority, wKVTransferParams:
 		return w
@@ -46,7 +46,7 @@ func apiField(w word, ep Endpoint) word {
 }
 
 // apiRequest parses the top-level object of a Messages, Responses or Embeddings body.
-func (p *parser) apiRequest(ep Endpoint) (*Request, *Error) {
+func (p *parser) apiRequest(ep API) (*Request, *Error) {
 	r, chat := p.newRequest(ep, ep != Embeddings)
 	r.Store = ep == Responses
 	var t apiTop
@@ -128,7 +128,7 @@ func (p *parser) apiRequest(ep Endpoint) (*Request, *Error) {
 
 // check reports a required field that is missing (but model, which topLevel checks), and
 // fields that exclude each other.
-func (t *apiTop) check(ep Endpoint) *Error {
+func (t *apiTop) check(ep API) *Error {
 	switch ep {
 	case Messages:
 		if t.seen&(1<<wMessages) == 0 {
@@ -406,7 +406,7 @@ func (p *parser) conversation(i int, t *apiTop) (int, *Error) {
 func (r *Request) appendConversation(dst []byte) []byte {
 	if len(r.System) > 0 {
 		dst = append(dst, "system\n"...)
-		dst = appendContent(dst, r.System, r.Endpoint)
+		dst = appendContent(dst, r.System, r.API)
 		dst = append(dst, '\n')
 	}
 	if len(r.Tools) > 0 {
@@ -414,7 +414,7 @@ func (r *Request) appendConversation(dst []byte) []byte {
 		dst = append(dst, r.Tools...)
 		dst = append(dst, '\n')
 	}
-	if r.Endpoint == Responses && len(r.Input) > 1 && r.Input[0] == '"' {
+	if r.API == Responses && len(r.Input) > 1 && r.Input[0] == '"' {
 		dst = append(dst, "user\n"...)
 		dst = appendUnescaped(dst, r.Input[1:len(r.Input)-1])
 		return append(dst, '\n')
@@ -425,7 +425,7 @@ func (r *Request) appendConversation(dst []byte) []byte {
 		} else {
 			dst = append(dst, m.Role...)
 			dst = append(dst, '\n')
-			dst = appendContent(dst, m.Content, r.Endpoint)
+			dst = appendContent(dst, m.Content, r.API)
 		}
 		dst = append(dst, '\n')
 	}
@@ -436,7 +436,7 @@ func (r *Request) appendConversation(dst []byte) []byte {
 // string unescaped, or an array's parts as appendPartsText appends them — for Responses
 // with "input_text" and "output_text" parts as text, for Messages with a block other than
 // text as its raw JSON.
-func appendContent(dst, c []byte, ep Endpoint) []byte {
+func appendContent(dst, c []byte, ep API) []byte {
 	switch {
 	case len(c) >= 2 && c[0] == '"':
 		return appendUnescaped(dst, c[1:len(c)-1])

@@ -8,7 +8,7 @@ import (
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
-var apiEndpoints = [...]openai.Endpoint{openai.Messages, openai.Responses, openai.Embeddings}
+var apiEndpoints = [...]openai.API{openai.Messages, openai.Responses, openai.Embeddings}
 
 // FuzzParseAPIs checks Parse on Messages, Responses and Embeddings bodies against
 // encoding/json: whatever it accepts is JSON the reference reads the same way, and
@@ -26,7 +26,7 @@ func FuzzParseAPIs(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
 		ep := apiEndpoints[int(which)%len(apiEndpoints)]
-		r, err := openai.Parse(body, ep, openai.Limits{})
+		r, err := openai.Parse(body, ep, openai.ParseLimits{})
 		if err != nil {
 			checkFuzzError(t, body, err)
 			return
@@ -91,8 +91,8 @@ func FuzzParseEvent(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte, which uint8) {
-		ep := openai.Endpoint(which%5) + 1
-		check := func(u *openai.Usage) {
+		ep := openai.API(which%5) + 1
+		check := func(u *openai.TokenUsage) {
 			if u == nil {
 				return
 			}

@@ -13,7 +13,7 @@ import (
 // of it: an error (code, param) or the fields below.
 type apiCase struct {
 	name  string
-	ep    openai.Endpoint
+	ep    openai.API
 	body  string
 	code  string // the error's Code; "" for success
 	param string
@@ -142,7 +142,7 @@ var apiCases = []apiCase{
 func TestParseAPIs(t *testing.T) {
 	for _, tc := range apiCases {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := openai.Parse([]byte(tc.body), tc.ep, openai.Limits{})
+			r, err := openai.Parse([]byte(tc.body), tc.ep, openai.ParseLimits{})
 			if tc.code != "" {
 				checkError(t, err, tc.code, tc.param)
 				return
@@ -150,7 +150,7 @@ func TestParseAPIs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			got := apiCase{name: tc.name, ep: r.Endpoint, body: string(r.Body), model: r.Model, user: r.User,
+			got := apiCase{name: tc.name, ep: r.API, body: string(r.Body), model: r.Model, user: r.User,
 				prev: r.PreviousResponseID, conv: r.ConversationKey, prompt: string(r.AppendPrompt(nil)),
 				maxTokens: r.MaxTokens, stream: r.Stream, store: r.Store, priority: r.HasPriority}
 			if got != tc {
@@ -171,17 +171,17 @@ func TestAppendPromptTurns(t *testing.T) {
 	turn1 := `{"model":"c","max_tokens":9,"system":"S","tools":[{"name":"t"}],"messages":[{"role":"user","content":"one"}]}`
 	turn2 := `{"model":"c","max_tokens":9,"system":"S","tools":[{"name":"t"}],"messages":[{"role":"user","content":"one"},` +
 		`{"role":"assistant","content":[{"type":"text","text":"ok"}]},{"role":"user","content":"two"}]}`
-	for _, ep := range []openai.Endpoint{openai.Messages, openai.Responses} {
+	for _, ep := range []openai.API{openai.Messages, openai.Responses} {
 		b1, b2 := turn1, turn2
 		if ep == openai.Responses {
 			b1 = strings.NewReplacer(`"max_tokens":9,"system"`, `"instructions"`, `"messages"`, `"input"`).Replace(turn1)
 			b2 = strings.NewReplacer(`"max_tokens":9,"system"`, `"instructions"`, `"messages"`, `"input"`, `"text","text"`, `"output_text","text"`).Replace(turn2)
 		}
-		r1, err := openai.Parse([]byte(b1), ep, openai.Limits{})
+		r1, err := openai.Parse([]byte(b1), ep, openai.ParseLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r2, err := openai.Parse([]byte(b2), ep, openai.Limits{})
+		r2, err := openai.Parse([]byte(b2), ep, openai.ParseLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestAppendPromptTurns(t *testing.T) {
 
 func TestSessionKey(t *testing.T) {
 	for _, tc := range []struct {
-		ep         openai.Endpoint
+		ep         openai.API
 		body, want string
 	}{
 		{openai.Messages, anthropic(`"metadata":{"user_id":"u"}`), "u"},
@@ -203,7 +203,7 @@ func TestSessionKey(t *testing.T) {
 		{openai.Responses, responses(`"user":"u","prompt_cache_key":"k","conversation":{"id":"c"}`), "c"},
 		{openai.Chat, chat(`"user":"u"`), "u"},
 	} {
-		r, err := openai.Parse([]byte(tc.body), tc.ep, openai.Limits{})
+		r, err := openai.Parse([]byte(tc.body), tc.ep, openai.ParseLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func TestSessionKey(t *testing.T) {
 
 func TestParseAnswer(t *testing.T) {
 	for _, tc := range []struct {
-		ep                         openai.Endpoint
+		ep                         openai.API
 		body                       string
 		prompt, completion, cached int
 		id                         string
@@ -253,7 +253,7 @@ func TestParseEvent(t *testing.T) {
 		err, id                    string
 	}
 	for _, tc := range []struct {
-		ep   openai.Endpoint
+		ep   openai.API
 		data string
 		want want
 	}{
@@ -296,7 +296,7 @@ func TestParseEvent(t *testing.T) {
 func TestErrorFor(t *testing.T) {
 	e := &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "invalid_type", Param: "max_tokens", Message: `"max_tokens" must be an integer`}
 	for _, tc := range []struct {
-		ep          openai.Endpoint
+		ep          openai.API
 		body, event string
 	}{
 		{openai.Messages, `{"type":"error","error":{"type":"invalid_request_error","message":"\"max_tokens\" must be an integer"}}`,
@@ -336,7 +336,7 @@ func TestParseAPIsAllocs(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	for _, tc := range []struct {
-		ep   openai.Endpoint
+		ep   openai.API
 		body string
 		most float64
 	}{
@@ -346,7 +346,7 @@ func TestParseAPIsAllocs(t *testing.T) {
 	} {
 		body := []byte(tc.body)
 		allocs := testing.AllocsPerRun(100, func() {
-			if _, err := openai.Parse(body, tc.ep, openai.Limits{}); err != nil {
+			if _, err := openai.Parse(body, tc.ep, openai.ParseLimits{}); err != nil {
 				t.Fatal(err)
 			}
 		})

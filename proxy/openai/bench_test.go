@@ -17,7 +17,7 @@ func BenchmarkParse(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := openai.Parse(body, openai.Chat, openai.Limits{}); err != nil {
+				if _, err := openai.Parse(body, openai.Chat, openai.ParseLimits{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -29,7 +29,7 @@ func BenchmarkParse(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := openai.Parse(body, openai.Completions, openai.Limits{}); err != nil {
+			if _, err := openai.Parse(body, openai.Completions, openai.ParseLimits{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -42,7 +42,7 @@ func BenchmarkParseParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := openai.Parse(body, openai.Chat, openai.Limits{}); err != nil {
+			if _, err := openai.Parse(body, openai.Chat, openai.ParseLimits{}); err != nil {
 				b.Error(err)
 				return
 			}
@@ -52,7 +52,7 @@ func BenchmarkParseParallel(b *testing.B) {
 
 func BenchmarkAppendUpstream(b *testing.B) {
 	body := chatBody(14, 1200) // streaming without usage, with a priority: two splices
-	r, err := openai.Parse(body, openai.Chat, openai.Limits{})
+	r, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func BenchmarkAppendUpstream(b *testing.B) {
 
 func BenchmarkAppendPrompt(b *testing.B) {
 	body := chatBody(14, 1200)
-	r, err := openai.Parse(body, openai.Chat, openai.Limits{})
+	r, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 func TestPrefillBody(t *testing.T) {
 	body := `{"model":"m","stream":true,"stream_options":{"include_usage":false},"max_completion_tokens":300,"min_tokens":20,"priority":-5,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
-	r, err := Parse([]byte(body), Chat, Limits{})
+	r, err := Parse([]byte(body), Chat, ParseLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,14 +34,14 @@ func TestPrefillBody(t *testing.T) {
 			t.Errorf("%s kept in the prefill body", k)
 		}
 	}
-	if _, err := Parse(pb, Chat, Limits{}); err == nil {
+	if _, err := Parse(pb, Chat, ParseLimits{}); err == nil {
 		t.Error("a prefill body parses as a client's request: kv_transfer_params must be refused from clients")
 	}
 }
 
 func TestAppendDecode(t *testing.T) {
 	body := `{"model":"m","priority":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}  `
-	r, err := Parse([]byte(body), Chat, Limits{})
+	r, err := Parse([]byte(body), Chat, ParseLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@
 //     field is optional), so there is no coercion to get wrong.
 //   - The body is strict RFC 8259 JSON: valid UTF-8, one object and only whitespace around
 //     it, no NaN or Infinity (which Python would accept), no comments, no trailing commas,
-//     no raw control characters in strings, nesting at most Limits.MaxDepth deep.
+//     no raw control characters in strings, nesting at most ParseLimits.MaxDepth deep.
 //
 // # What it refuses
 //
@@ -42,7 +42,7 @@
 // syntax error, the syntax error is reported. Beyond the JSON rules above:
 //
 //   - model must be a non-empty string.
-//   - Chat: messages must be a non-empty array of at most Limits.MaxMessages objects; each
+//   - Chat: messages must be a non-empty array of at most ParseLimits.MaxMessages objects; each
 //     has a role (system, user, assistant, tool, developer, function) and a content that
 //     is a string, an array of parts each with a string "type" (a "text" part needs a
 //     string "text"), or — for the assistant only — null or absent.

@@ -5,21 +5,21 @@ import (
 	"strings"
 )
 
-// Endpoint is an API endpoint usher schedules: OpenAI's chat and text completions,
-// Responses and embeddings, and Anthropic's Messages.
-type Endpoint uint8
+// API is one of the inference APIs usher schedules, each at its own endpoint: OpenAI's chat
+// and text completions, Responses and embeddings, and Anthropic's Messages.
+type API uint8
 
 const (
-	Chat        Endpoint = iota + 1 // POST /v1/chat/completions
-	Completions                     // POST /v1/completions
-	Messages                        // POST /v1/messages (Anthropic's Messages API)
-	Responses                       // POST /v1/responses (OpenAI's Responses API)
-	Embeddings                      // POST /v1/embeddings
+	Chat        API = iota + 1 // POST /v1/chat/completions
+	Completions                // POST /v1/completions
+	Messages                   // POST /v1/messages (Anthropic's Messages API)
+	Responses                  // POST /v1/responses (OpenAI's Responses API)
+	Embeddings                 // POST /v1/embeddings
 )
 
 // Path returns the endpoint's path under the API's base URL, such as "/v1/chat/completions"
 // or "/v1/messages"; "" for an unknown endpoint. O(1).
-func (e Endpoint) Path() string {
+func (e API) Path() string {
 	switch e {
 	case Chat:
 		return "/v1/chat/completions"
@@ -36,8 +36,8 @@ func (e Endpoint) Path() string {
 }
 
 // String returns "chat", "completions", "messages", "responses" or "embeddings", or
-// "Endpoint(n)" for an unknown endpoint.
-func (e Endpoint) String() string {
+// "API(n)" for an unknown API.
+func (e API) String() string {
 	switch e {
 	case Chat:
 		return "chat"
@@ -50,21 +50,21 @@ func (e Endpoint) String() string {
 	case Embeddings:
 		return "embeddings"
 	}
-	return "Endpoint(" + strconv.Itoa(int(e)) + ")"
+	return "API(" + strconv.Itoa(int(e)) + ")"
 }
 
 // anthropic reports whether the endpoint speaks Anthropic's API (its error shape and stream
 // events) rather than OpenAI's. O(1).
-func (e Endpoint) anthropic() bool { return e == Messages }
+func (e API) anthropic() bool { return e == Messages }
 
-// EndpointOf returns the endpoint a request path names, by its ending, so that a prefix
+// APIOf returns the endpoint a request path names, by its ending, so that a prefix
 // ("/v1", "/openai/v1") does not matter: Chat for "/chat/completions", Completions for
 // "/completions" otherwise, Messages for "/v1/messages", Responses for "/v1/responses",
 // Embeddings for "/v1/embeddings". The last three need their "/v1/": other APIs have
 // resources of those names deeper down (OpenAI's Assistants "/v1/threads/{id}/messages"),
 // which must not be read as Anthropic's. It reports false for any other path (sub-resources
 // such as "/v1/responses/{id}" or "/v1/messages/count_tokens" included). O(1).
-func EndpointOf(path string) (Endpoint, bool) {
+func APIOf(path string) (API, bool) {
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
 		return Chat, true

@@ -8,10 +8,10 @@ import (
 	"unicode/utf8"
 )
 
-// ErrInvalidRequest is what an *Error for a client's mistake (Status 4xx, Type
-// TypeInvalidRequest) unwraps to, so that errors.Is(err, ErrInvalidRequest) tells a bad
+// ErrBadRequest is what an *Error for a client's mistake (Status 4xx, Type
+// TypeInvalidRequest) unwraps to, so that errors.Is(err, ErrBadRequest) tells a bad
 // request from a failure of usher or of a backend.
-var ErrInvalidRequest = errors.New("openai: invalid request")
+var ErrBadRequest = errors.New("openai: invalid request")
 
 // Error types, the "type" of an OpenAI error body.
 const (
@@ -61,11 +61,11 @@ func (e *Error) Error() string {
 	return "openai: " + e.Message + " (param " + e.Param + ")"
 }
 
-// Unwrap returns ErrInvalidRequest when the error is the client's (Status 400–499 and Type
+// Unwrap returns ErrBadRequest when the error is the client's (Status 400–499 and Type
 // TypeInvalidRequest), and nil otherwise.
 func (e *Error) Unwrap() error {
 	if e.Status >= 400 && e.Status <= 499 && e.Type == TypeInvalidRequest {
-		return ErrInvalidRequest
+		return ErrBadRequest
 	}
 	return nil
 }

@@ -77,8 +77,8 @@ func TestErrorUnwrap(t *testing.T) {
 		{502, openai.TypeUpstream, false},
 	} {
 		err := error(&openai.Error{Status: tc.status, Type: tc.typ})
-		if got := errors.Is(err, openai.ErrInvalidRequest); got != tc.want {
-			t.Errorf("errors.Is({%d %s}, ErrInvalidRequest) = %v, want %v", tc.status, tc.typ, got, tc.want)
+		if got := errors.Is(err, openai.ErrBadRequest); got != tc.want {
+			t.Errorf("errors.Is({%d %s}, ErrBadRequest) = %v, want %v", tc.status, tc.typ, got, tc.want)
 		}
 	}
 }
@@ -110,10 +110,10 @@ func TestWriteError(t *testing.T) {
 	}
 }
 
-func TestEndpoint(t *testing.T) {
+func TestAPI(t *testing.T) {
 	for _, tc := range []struct {
 		path string
-		ep   openai.Endpoint
+		ep   openai.API
 		ok   bool
 	}{
 		{"/v1/chat/completions", openai.Chat, true},
@@ -136,13 +136,13 @@ func TestEndpoint(t *testing.T) {
 		{"completions", 0, false},
 		{"", 0, false},
 	} {
-		ep, ok := openai.EndpointOf(tc.path)
+		ep, ok := openai.APIOf(tc.path)
 		if ep != tc.ep || ok != tc.ok {
-			t.Errorf("EndpointOf(%q) = %v, %v, want %v, %v", tc.path, ep, ok, tc.ep, tc.ok)
+			t.Errorf("APIOf(%q) = %v, %v, want %v, %v", tc.path, ep, ok, tc.ep, tc.ok)
 		}
 	}
 	for _, tc := range []struct {
-		ep         openai.Endpoint
+		ep         openai.API
 		path, name string
 	}{
 		{openai.Chat, "/v1/chat/completions", "chat"},
@@ -150,11 +150,11 @@ func TestEndpoint(t *testing.T) {
 		{openai.Messages, "/v1/messages", "messages"},
 		{openai.Responses, "/v1/responses", "responses"},
 		{openai.Embeddings, "/v1/embeddings", "embeddings"},
-		{0, "", "Endpoint(0)"},
-		{9, "", "Endpoint(9)"},
+		{0, "", "API(0)"},
+		{9, "", "API(9)"},
 	} {
 		if tc.ep.Path() != tc.path || tc.ep.String() != tc.name {
-			t.Errorf("Endpoint %d: Path %q, String %q, want %q, %q", tc.ep, tc.ep.Path(), tc.ep.String(), tc.path, tc.name)
+			t.Errorf("API %d: Path %q, String %q, want %q, %q", tc.ep, tc.ep.Path(), tc.ep.String(), tc.path, tc.name)
 		}
 	}
 }

@@ -11,18 +11,18 @@ import (
 // A gateway reads the request as the backend will, hashes the prompt for routing, and
 // forwards the body with priority removed and usage requested.
 func Example() {
-	ep, ok := openai.EndpointOf("/openai/v1/chat/completions")
+	ep, ok := openai.APIOf("/openai/v1/chat/completions")
 	if !ok {
 		panic("not an endpoint usher schedules")
 	}
 	body := []byte(`{"model":"llama","priority":-10,"STREAM":false,` +
 		`"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Caf\u00e9?"}]}],` +
 		`"stream":true,"max_completion_tokens":64}`)
-	r, err := openai.Parse(body, ep, openai.Limits{})
+	r, err := openai.Parse(body, ep, openai.ParseLimits{})
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(r.Endpoint, r.Model, "stream:", r.Stream, "max tokens:", r.MaxTokens, "priority:", r.HasPriority)
+	fmt.Println(r.API, r.Model, "stream:", r.Stream, "max tokens:", r.MaxTokens, "priority:", r.HasPriority)
 	fmt.Printf("prompt: %q\n", r.AppendPrompt(nil))
 	fmt.Printf("upstream: %s\n", r.AppendUpstream(nil))
 	// Output:
@@ -35,12 +35,12 @@ func Example() {
 // has started, the same error goes out as an event.
 func ExampleError() {
 	body := []byte(`{"model":"llama","messages":[{"role":"user","content":"Hi"}],"max_tokens":"64"}`)
-	_, err := openai.Parse(body, openai.Chat, openai.Limits{})
+	_, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 	var e *openai.Error
 	if !errors.As(err, &e) {
 		panic(err)
 	}
-	fmt.Println(errors.Is(err, openai.ErrInvalidRequest))
+	fmt.Println(errors.Is(err, openai.ErrBadRequest))
 	fmt.Println(err)
 
 	w := httptest.NewRecorder()
@@ -62,24 +62,24 @@ func ExampleError() {
 func Example_otherAPIs() {
 	body := []byte(`{"model":"claude","max_tokens":256,"stream":true,"metadata":{"user_id":"u-42"},` +
 		`"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}]}`)
-	r, err := openai.Parse(body, openai.Messages, openai.Limits{})
+	r, err := openai.Parse(body, openai.Messages, openai.ParseLimits{})
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(r.Endpoint, r.Model, "max tokens:", r.MaxTokens, "session:", r.SessionKey())
+	fmt.Println(r.API, r.Model, "max tokens:", r.MaxTokens, "session:", r.SessionKey())
 	fmt.Printf("prompt: %q\n", r.AppendPrompt(nil))
 	c, _ := openai.ParseEvent(openai.Messages, []byte(`{"type":"message_start","message":{"usage":{"input_tokens":8,"cache_read_input_tokens":64,"output_tokens":1}}}`))
 	fmt.Println("prompt tokens:", c.Usage.PromptTokens, "cached:", c.Usage.Cached())
 
 	body = []byte(`{"model":"gpt","previous_response_id":"resp_1","input":"And then?","prompt_cache_key":"chat-7"}`)
-	if r, err = openai.Parse(body, openai.Responses, openai.Limits{}); err != nil {
+	if r, err = openai.Parse(body, openai.Responses, openai.ParseLimits{}); err != nil {
 		panic(err)
 	}
-	fmt.Println(r.Endpoint, "continues", r.PreviousResponseID, "session:", r.SessionKey(), "store:", r.Store)
+	fmt.Println(r.API, "continues", r.PreviousResponseID, "session:", r.SessionKey(), "store:", r.Store)
 	a, _ := openai.ParseAnswer(openai.Responses, []byte(`{"id":"resp_2","usage":{"input_tokens":90,"input_tokens_details":{"cached_tokens":64},"output_tokens":5}}`))
 	fmt.Println("stored as", a.ResponseID, "cached:", a.Usage.Cached())
 
-	_, err = openai.Parse([]byte(`{"model":"claude","messages":[{"role":"user","content":"Hi"}]}`), openai.Messages, openai.Limits{})
+	_, err = openai.Parse([]byte(`{"model":"claude","messages":[{"role":"user","content":"Hi"}]}`), openai.Messages, openai.ParseLimits{})
 	var e *openai.Error
 	if errors.As(err, &e) {
 		fmt.Printf("%s\n", e.AppendJSONFor(openai.Messages, nil))

@@ -28,7 +28,7 @@ func FuzzParse(f *testing.F) {
 			ep = openai.Completions
 		}
 		_ = openai.Message{Content: body}.AppendText(nil) // must not panic on anything
-		r, err := openai.Parse(body, ep, openai.Limits{MaxN: 4})
+		r, err := openai.Parse(body, ep, openai.ParseLimits{MaxN: 4})
 		if err != nil {
 			checkFuzzError(t, body, err)
 			return
@@ -128,7 +128,7 @@ func compareRequest(t *testing.T, r *openai.Request, ref map[string]any) {
 	if v, ok := integer(ref["max_tokens"]); ok {
 		wantMax = v
 	}
-	if v, ok := integer(ref["max_completion_tokens"]); ok && r.Endpoint == openai.Chat {
+	if v, ok := integer(ref["max_completion_tokens"]); ok && r.API == openai.Chat {
 		wantMax = v
 	}
 	if r.MaxTokens != wantMax {
@@ -143,7 +143,7 @@ func compareRequest(t *testing.T, r *openai.Request, ref map[string]any) {
 	if _, want := ref["priority"]; r.HasPriority != want {
 		fail("HasPriority", r.HasPriority, want)
 	}
-	if r.Endpoint == openai.Completions {
+	if r.API == openai.Completions {
 		comparePrompt(t, r, ref["prompt"])
 		return
 	}

@@ -13,7 +13,7 @@ import (
 var scratch = sync.Pool{New: func() any { s := make([]Message, 0, 256); return &s }}
 
 // maxScratch is the largest scratch slice given back to the pool (640 KiB): larger ones
-// come from Limits above the default and are left to the garbage collector.
+// come from ParseLimits above the default and are left to the garbage collector.
 const maxScratch = DefaultMaxMessages
 
 // itemParam names field of element m of the list named list ("messages", "input"), or the

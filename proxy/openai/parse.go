@@ -17,7 +17,7 @@ import (
 // second time for syntax errors. It allocates the Request (for Chat, with room for 16
 // messages), one string holding Model, User and CacheSalt, and, past 16 messages, the
 // Messages slice.
-func Parse(body []byte, ep Endpoint, lim Limits) (*Request, error) {
+func Parse(body []byte, ep API, lim ParseLimits) (*Request, error) {
 	if ep < Chat || ep > Embeddings {
 		return nil, &Error{
 			Status:  http.StatusInternalServerError,
@@ -102,7 +102,7 @@ type chatRequest struct {
 }
 
 // newRequest allocates the Request of a body to ep, in a chatRequest when withMessages.
-func (p *parser) newRequest(ep Endpoint, withMessages bool) (*Request, *chatRequest) {
+func (p *parser) newRequest(ep API, withMessages bool) (*Request, *chatRequest) {
 	var r *Request
 	var chat *chatRequest
 	if withMessages {
@@ -111,7 +111,7 @@ func (p *parser) newRequest(ep Endpoint, withMessages bool) (*Request, *chatRequ
 	} else {
 		r = new(Request)
 	}
-	r.Endpoint, r.Body, r.N = ep, p.b, 1
+	r.API, r.Body, r.N = ep, p.b, 1
 	return r, chat
 }
 
@@ -120,7 +120,7 @@ func (p *parser) newRequest(ep Endpoint, withMessages bool) (*Request, *chatRequ
 // f, and required not empty; "priority" is read, and its cut recorded for AppendUpstream;
 // "kv_transfer_params" is refused. The value of every other field goes to member, which
 // returns the index after it.
-func (p *parser) topLevel(r *Request, f *fields, field func(word, Endpoint) word, member func(w word, i int) (int, *Error)) *Error {
+func (p *parser) topLevel(r *Request, f *fields, field func(word, API) word, member func(w word, i int) (int, *Error)) *Error {
 	b := p.b
 	i := p.ws(0)
 	if i >= len(b) {
@@ -149,7 +149,7 @@ func (p *parser) topLevel(r *Request, f *fields, field func(word, Endpoint) word
 		if cutOpen {
 			r.cut.to, cutOpen = keyAt, false
 		}
-		w := field(lookup(k, esc), r.Endpoint)
+		w := field(lookup(k, esc), r.API)
 		if w != wOther {
 			if f.seen&(1<<w) != 0 {
 				return duplicate(fieldNames[w])
@@ -197,7 +197,7 @@ func (p *parser) topLevel(r *Request, f *fields, field func(word, Endpoint) word
 }
 
 // request parses the top-level object of a Chat or Completions body.
-func (p *parser) request(ep Endpoint) (*Request, *Error) {
+func (p *parser) request(ep API) (*Request, *Error) {
 	r, chat := p.newRequest(ep, ep == Chat)
 	var t top
 	err := p.topLevel(r, &t.fields, topField, func(w word, i int) (int, *Error) {
@@ -253,7 +253,7 @@ func (p *parser) request(ep Endpoint) (*Request, *Error) {
 
 // check reports a required field that is missing (but model, which topLevel checks), and
 // stream_options without streaming.
-func (t *top) check(ep Endpoint, r *Request) *Error {
+func (t *top) check(ep API, r *Request) *Error {
 	if ep == Chat && t.seen&(1<<wMessages) == 0 {
 		return missing("messages", "")
 	}

@@ -13,7 +13,7 @@ import (
 
 // view is what a test checks of a Request.
 type view struct {
-	Endpoint     openai.Endpoint
+	API          openai.API
 	Model        string
 	Messages     []msg
 	Prompt       string
@@ -30,7 +30,7 @@ type msg struct{ Role, Content string }
 
 func viewOf(r *openai.Request) view {
 	v := view{
-		Endpoint:     r.Endpoint,
+		API:          r.API,
 		Model:        r.Model,
 		Prompt:       string(r.Prompt),
 		Stream:       r.Stream,
@@ -53,8 +53,8 @@ func viewOf(r *openai.Request) view {
 
 type parseCase struct {
 	name  string
-	ep    openai.Endpoint // 0: Chat
-	lim   openai.Limits
+	ep    openai.API // 0: Chat
+	lim   openai.ParseLimits
 	body  string
 	want  view   // when code is ""
 	code  string // the error's Code
@@ -132,7 +132,7 @@ var parseCases = []parseCase{
 	{name: "empty parts", body: `{"model":"m","messages":[{"role":"user","content":[]}]}`, want: view{Model: "m", Messages: []msg{{"user", "[]"}}}},
 	{name: "escaped part type", body: `{"model":"m","messages":[{"role":"user","content":[{"text":"a","type":"t\u0065xt"}]}]}`,
 		want: view{Model: "m", Messages: []msg{{"user", `[{"text":"a","type":"t\u0065xt"}]`}}}},
-	{name: "n within MaxN", lim: openai.Limits{MaxN: 4}, body: chat(`"n":4`), want: view{Model: "m", Messages: userHi, N: 4}},
+	{name: "n within MaxN", lim: openai.ParseLimits{MaxN: 4}, body: chat(`"n":4`), want: view{Model: "m", Messages: userHi, N: 4}},
 	{name: "depth 64", body: deep(64), want: view{Model: "m", Messages: []msg{{"user", `"x"`}}}},
 	{name: "negative priority", body: chat(`"priority":-9223372036854775808`), want: view{Model: "m", Messages: userHi, HasPriority: true}},
 	{name: "number beyond float64", body: `{"model":"0","":1e700,"messages":[{"role":"user","content":"hi"}]}`, want: view{Model: "0", Messages: userHi}}, // found by FuzzParse (in the harness)
@@ -175,7 +175,7 @@ var parseCases = []parseCase{
 	{name: "raw newline in string", body: chat(`"user":"a` + "\n" + `b"`), code: "invalid_json"},
 	{name: "byte order mark", body: "\ufeff" + chat(""), code: "invalid_json"},
 	{name: "depth 65", body: deep(65), code: "invalid_json"},
-	{name: "depth limit", lim: openai.Limits{MaxDepth: 2}, body: chat(""), code: "invalid_json"},
+	{name: "depth limit", lim: openai.ParseLimits{MaxDepth: 2}, body: chat(""), code: "invalid_json"},
 	{name: "syntax error after a field error", body: `{"stream":"yes","model":}`, code: "invalid_json"},
 	{name: "depth after a field error", body: `{"stream":"yes","x":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`, code: "invalid_json"},
 
@@ -199,14 +199,14 @@ var parseCases = []parseCase{
 	{name: "duplicate include_usage", body: chat(`"stream":true,"stream_options":{"include_usage":true,"include_usage":false}`),
 		code: "duplicate_field", param: "stream_options.include_usage"},
 	{name: "n 2", body: chat(`"n":2`), code: "invalid_value", param: "n"},
-	{name: "n 0", lim: openai.Limits{MaxN: 4}, body: chat(`"n":0`), code: "invalid_value", param: "n"},
+	{name: "n 0", lim: openai.ParseLimits{MaxN: 4}, body: chat(`"n":0`), code: "invalid_value", param: "n"},
 	{name: "n string", body: chat(`"n":"1"`), code: "invalid_type", param: "n"},
 	{name: "n float", body: chat(`"n":1.0`), code: "invalid_type", param: "n"},
 	{name: "max_tokens negative", body: chat(`"max_tokens":-1`), code: "invalid_value", param: "max_tokens"},
 	{name: "max_tokens zero", body: chat(`"max_tokens":0`), code: "invalid_value", param: "max_tokens"},
 	{name: "max_tokens -0", body: chat(`"max_tokens":-0`), code: "invalid_value", param: "max_tokens"},
 	{name: "max_tokens above limit", body: chat(`"max_tokens":1048577`), code: "invalid_value", param: "max_tokens"},
-	{name: "max_tokens above a set limit", lim: openai.Limits{MaxTokens: 100}, body: chat(`"max_tokens":101`), code: "invalid_value", param: "max_tokens"},
+	{name: "max_tokens above a set limit", lim: openai.ParseLimits{MaxTokens: 100}, body: chat(`"max_tokens":101`), code: "invalid_value", param: "max_tokens"},
 	{name: "max_tokens beyond int64", body: chat(`"max_tokens":99999999999999999999999`), code: "invalid_value", param: "max_tokens"},
 	{name: "max_tokens fraction", body: chat(`"max_tokens":1.5`), code: "invalid_type", param: "max_tokens"},
 	{name: "max_tokens exponent", body: chat(`"max_tokens":1e3`), code: "invalid_type", param: "max_tokens"},
@@ -227,7 +227,7 @@ var parseCases = []parseCase{
 	{name: "messages object", body: `{"model":"m","messages":{}}`, code: "invalid_type", param: "messages"},
 	{name: "messages null", body: `{"model":"m","messages":null}`, code: "invalid_type", param: "messages"},
 	{name: "message number", body: `{"model":"m","messages":[1]}`, code: "invalid_type", param: "messages[0]"},
-	{name: "too many messages", lim: openai.Limits{MaxMessages: 2}, body: `{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"a"},{"role":"user","content":"a"}]}`,
+	{name: "too many messages", lim: openai.ParseLimits{MaxMessages: 2}, body: `{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"a"},{"role":"user","content":"a"}]}`,
 		code: "invalid_value", param: "messages"},
 	{name: "bad role", body: `{"model":"m","messages":[{"role":"user","content":"a"},{"role":"bogus","content":"a"}]}`, code: "invalid_value", param: "messages[1].role"},
 	{name: "role case", body: `{"model":"m","messages":[{"role":"User","content":"a"}]}`, code: "invalid_value", param: "messages[0].role"},
@@ -283,7 +283,7 @@ func TestParse(t *testing.T) {
 				t.Fatalf("Parse: %v", err)
 			}
 			want := tc.want
-			want.Endpoint = ep
+			want.API = ep
 			if want.N == 0 {
 				want.N = 1
 			}
@@ -310,8 +310,8 @@ func checkError(t *testing.T, err error, code, param string) {
 		t.Errorf("Parse error = {Status %d, Type %q, Code %q, Param %q}, want {400, %q, %q, %q}; message %q",
 			e.Status, e.Type, e.Code, e.Param, openai.TypeInvalidRequest, code, param, e.Message)
 	}
-	if !errors.Is(err, openai.ErrInvalidRequest) {
-		t.Errorf("errors.Is(%v, ErrInvalidRequest) = false", err)
+	if !errors.Is(err, openai.ErrBadRequest) {
+		t.Errorf("errors.Is(%v, ErrBadRequest) = false", err)
 	}
 	if param != "" && !strings.Contains(e.Message, param) {
 		t.Errorf("message %q does not name %q", e.Message, param)
@@ -326,7 +326,7 @@ func TestParseMessages(t *testing.T) {
 	for _, n := range []int{1, 15, 16, 17, 300, 5000} {
 		body := chatBody(n, 10)
 		for range 2 { // the second time with a pooled scratch slice
-			r, err := openai.Parse(body, openai.Chat, openai.Limits{})
+			r, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
 			if err != nil {
 				t.Fatalf("%d messages: %v", n, err)
 			}
@@ -355,7 +355,7 @@ func TestParseErrorMessages(t *testing.T) {
 		{chat(`"stream_options":{}`), `stream_options is only allowed when stream is true`},
 		{`{"model":"m",` + "\n" + `"messages":[}`, `invalid JSON at byte offset 26: unexpected '}' looking for a value`},
 	} {
-		_, err := openai.Parse([]byte(tc.body), openai.Chat, openai.Limits{})
+		_, err := openai.Parse([]byte(tc.body), openai.Chat, openai.ParseLimits{})
 		var e *openai.Error
 		if !errors.As(err, &e) || e.Message != tc.want {
 			t.Errorf("Parse(%s) error = %v, want message %q", tc.body, err, tc.want)
@@ -363,10 +363,10 @@ func TestParseErrorMessages(t *testing.T) {
 	}
 }
 
-func TestParseUnknownEndpoint(t *testing.T) {
-	_, err := openai.Parse([]byte(chat("")), 0, openai.Limits{})
+func TestParseUnknownAPI(t *testing.T) {
+	_, err := openai.Parse([]byte(chat("")), 0, openai.ParseLimits{})
 	var e *openai.Error
-	if !errors.As(err, &e) || e.Status != http.StatusInternalServerError || errors.Is(err, openai.ErrInvalidRequest) {
+	if !errors.As(err, &e) || e.Status != http.StatusInternalServerError || errors.Is(err, openai.ErrBadRequest) {
 		t.Errorf("Parse with endpoint 0: %v, want a 500 server error", err)
 	}
 }
@@ -378,7 +378,7 @@ func TestParseAllocs(t *testing.T) {
 	for _, n := range []int{1, 14} {
 		body := chatBody(n, 1200)
 		allocs := testing.AllocsPerRun(100, func() {
-			if _, err := openai.Parse(body, openai.Chat, openai.Limits{}); err != nil {
+			if _, err := openai.Parse(body, openai.Chat, openai.ParseLimits{}); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -388,7 +388,7 @@ func TestParseAllocs(t *testing.T) {
 	}
 	body := []byte(completions(`"prompt":[[1,2,3],[4]],"user":"u","cache_salt":"s","stream":true`))
 	allocs := testing.AllocsPerRun(100, func() {
-		if _, err := openai.Parse(body, openai.Completions, openai.Limits{}); err != nil {
+		if _, err := openai.Parse(body, openai.Completions, openai.ParseLimits{}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -399,14 +399,14 @@ func TestParseAllocs(t *testing.T) {
 
 func TestRawMessages(t *testing.T) {
 	msgs := `[ {"role":"user","content":"hi","name":"x"} ,{"role":"assistant","tool_calls":[]}]`
-	r, err := openai.Parse([]byte(`{"model":"m","messages":`+msgs+` ,"stream":false}`), openai.Chat, openai.Limits{})
+	r, err := openai.Parse([]byte(`{"model":"m","messages":`+msgs+` ,"stream":false}`), openai.Chat, openai.ParseLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(r.RawMessages) != msgs {
 		t.Errorf("RawMessages = %q, want %q", r.RawMessages, msgs)
 	}
-	if r, _ := openai.Parse([]byte(`{"model":"m","prompt":"p"}`), openai.Completions, openai.Limits{}); r.RawMessages != nil {
+	if r, _ := openai.Parse([]byte(`{"model":"m","prompt":"p"}`), openai.Completions, openai.ParseLimits{}); r.RawMessages != nil {
 		t.Errorf("completions RawMessages = %q, want nil", r.RawMessages)
 	}
 }

@@ -2,22 +2,22 @@ package openai
 
 import "bytes"
 
-// Defaults for the zero fields of Limits.
+// Defaults for the zero fields of ParseLimits.
 const (
 	DefaultMaxTokens   = 1 << 20
 	DefaultMaxDepth    = 64
 	DefaultMaxMessages = 16384
 )
 
-// Limits bound what Parse accepts. A zero (or negative) field is its documented default.
-type Limits struct {
+// ParseLimits bound what Parse accepts. A zero (or negative) field is its documented default.
+type ParseLimits struct {
 	MaxTokens   int // largest max_tokens / max_completion_tokens; 0: DefaultMaxTokens
 	MaxN        int // largest n; 0: 1 (usher's accounting follows one choice)
 	MaxDepth    int // deepest JSON nesting of the whole body, the top-level object being 1; 0: DefaultMaxDepth
 	MaxMessages int // most chat messages; 0: DefaultMaxMessages
 }
 
-func (l Limits) orDefaults() Limits {
+func (l ParseLimits) orDefaults() ParseLimits {
 	if l.MaxTokens <= 0 {
 		l.MaxTokens = DefaultMaxTokens
 	}
@@ -62,7 +62,7 @@ func (m Message) AppendText(dst []byte) []byte {
 	return dst
 }
 
-// Request is what usher reads of a body of any Endpoint.
+// Request is what usher reads of a body of any API.
 //
 // Messages holds the conversation of Chat and Messages and the input items of Responses
 // (a message item as its role and content; any other item — a function call, its output,
@@ -73,7 +73,7 @@ func (m Message) AppendText(dst []byte) []byte {
 // in use. A Request is not mutated after Parse returns it, so any number of goroutines may
 // read it and call its methods at once.
 type Request struct {
-	Endpoint     Endpoint
+	API          API
 	Model        string
 	Messages     []Message // Chat, Messages; Responses when "input" is an array
 	RawMessages  []byte    // Chat, Messages: the raw JSON value of "messages", as received
@@ -126,13 +126,13 @@ type span struct{ from, to int }
 // Responses item other than a message, renders as its raw JSON. Embeddings render to
 // nothing: they are routed by load. It runs in O(len(Body)) and allocates only to grow dst.
 func (r *Request) AppendPrompt(dst []byte) []byte {
-	switch r.Endpoint {
+	switch r.API {
 	case Messages, Responses:
 		return r.appendConversation(dst)
 	case Embeddings:
 		return dst
 	}
-	if r.Endpoint != Chat {
+	if r.API != Chat {
 		if r.promptIsText {
 			return appendUnescaped(dst, r.promptText)
 		}
@@ -151,7 +151,7 @@ func (r *Request) AppendPrompt(dst []byte) []byte {
 // array of one string. It returns false for token ids, several prompts, and the other
 // endpoints. It allocates the string.
 func (r *Request) PromptText() (string, bool) {
-	if r.Endpoint != Completions || !r.promptIsText {
+	if r.API != Completions || !r.promptIsText {
 		return "", false
 	}
 	if bytes.IndexByte(r.promptText, '\\') < 0 {

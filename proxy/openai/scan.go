@@ -19,8 +19,8 @@ type parser struct {
 	b        []byte
 	depth    int // containers open at the current position
 	maxDepth int
-	lim      Limits
-	ep       Endpoint
+	lim      ParseLimits
+	ep       API
 }
 
 // Contexts for syntax errors: what the parser was looking for.

@@ -7,9 +7,9 @@ import (
 	"mime"
 )
 
-// Usage is the usage object of an OpenAI answer: a whole response's, or the last chunk's of a
+// TokenUsage is the usage object of an OpenAI answer: a whole response's, or the last chunk's of a
 // stream asked for with stream_options.include_usage.
-type Usage struct {
+type TokenUsage struct {
 	PromptTokens        int `json:"prompt_tokens"`
 	CompletionTokens    int `json:"completion_tokens"`
 	PromptTokensDetails *struct {
@@ -19,7 +19,7 @@ type Usage struct {
 
 // Cached returns the prompt tokens served from the prefix cache, at most PromptTokens (0 when
 // the server did not say).
-func (u Usage) Cached() int {
+func (u TokenUsage) Cached() int {
 	if u.PromptTokensDetails == nil {
 		return 0
 	}
@@ -37,7 +37,7 @@ type StreamChunk struct {
 	// Choices is the number of choices in the chunk (a usage-only chunk has none).
 	Choices int
 	// Usage is the chunk's usage object; nil when it has none or it is null.
-	Usage *Usage
+	Usage *TokenUsage
 	// Error is the message of an error chunk ({"error": {...}}), which some servers send in
 	// place of the rest of a stream; empty otherwise.
 	Error string
@@ -75,7 +75,7 @@ func ParseStreamChunk(data []byte) (StreamChunk, error) {
 				ToolCalls        json.RawMessage `json:"tool_calls"`
 			} `json:"delta"`
 		} `json:"choices"`
-		Usage *Usage `json:"usage"`
+		Usage *TokenUsage `json:"usage"`
 		Error *struct {
 			Message string `json:"message"`
 		} `json:"error"`

@@ -52,7 +52,7 @@ func TestAppendTextMalformed(t *testing.T) {
 
 func TestAppendPrompt(t *testing.T) {
 	for _, tc := range []struct {
-		ep         openai.Endpoint
+		ep         openai.API
 		body, want string
 		text       string
 		isText     bool
@@ -65,7 +65,7 @@ func TestAppendPrompt(t *testing.T) {
 		{openai.Completions, `{"model":"m","prompt":[1, 2]}`, `[1, 2]`, "", false},
 		{openai.Completions, `{"model":"m","prompt":[[1],[2]]}`, `[[1],[2]]`, "", false},
 	} {
-		r, err := openai.Parse([]byte(tc.body), tc.ep, openai.Limits{})
+		r, err := openai.Parse([]byte(tc.body), tc.ep, openai.ParseLimits{})
 		if err != nil {
 			t.Fatalf("Parse(%s): %v", tc.body, err)
 		}

@@ -12,8 +12,8 @@ func TestAppendUpstream(t *testing.T) {
 	const m = `"messages":` + hi
 	for _, tc := range []struct {
 		name       string
-		ep         openai.Endpoint // 0: Chat
-		body, want string          // want "": the body unchanged
+		ep         openai.API // 0: Chat
+		body, want string     // want "": the body unchanged
 	}{
 		{name: "nothing to do", body: `{"model":"m",` + m + `}`},
 		{name: "stream false", body: `{"model":"m",` + m + `,"stream":false}`},
@@ -61,7 +61,7 @@ func TestAppendUpstream(t *testing.T) {
 			if ep == 0 {
 				ep = openai.Chat
 			}
-			r, err := openai.Parse([]byte(tc.body), ep, openai.Limits{})
+			r, err := openai.Parse([]byte(tc.body), ep, openai.ParseLimits{})
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
@@ -81,7 +81,7 @@ func TestAppendUpstream(t *testing.T) {
 				t.Errorf("AppendUpstream changed the body: %s", got)
 			}
 			// What the backend reads of it: the same request, streaming with usage.
-			up, err := openai.Parse(got, ep, openai.Limits{})
+			up, err := openai.Parse(got, ep, openai.ParseLimits{})
 			if err != nil {
 				t.Fatalf("Parse(AppendUpstream): %v", err)
 			}
@@ -100,7 +100,7 @@ func TestUpstream(t *testing.T) {
 		`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
 		`{"model":"m","priority":3,"messages":[{"role":"user","content":"hi"}]}`,
 	} {
-		r, err := openai.Parse([]byte(body), openai.Chat, openai.Limits{})
+		r, err := openai.Parse([]byte(body), openai.Chat, openai.ParseLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -147,7 +147,7 @@ func lookup(raw []byte, esc bool) word {
 
 // topField returns the top-level field of ep that w names, or wOther. max_completion_tokens
 // is a chat field only: vLLM's completions API ignores it, and so does Parse.
-func topField(w word, ep Endpoint) word {
+func topField(w word, ep API) word {
 	switch w {
 	case wModel, wStream, wStreamOptions, wN, wMaxTokens, wUser, wCacheSalt, wPriority, wKVTransferParams:
 		return w

@@ -19,7 +19,7 @@ type KVPublisher interface {
 // own block hashes: opaque to a router, which maps them through the token ids, as with vLLM.
 func AppendKVBatch(b *kvevents.Batch, evs []engine.KVEvent) {
 	for _, ev := range evs {
-		out := kvevents.Event{BlockSize: ev.BlockSize}
+		out := kvevents.BlockEvent{BlockSize: ev.BlockSize}
 		switch ev.Kind {
 		case engine.KVBlockStored:
 			out.Kind = kvevents.BlockStored

@@ -12,14 +12,14 @@ import (
 // back, as a subscriber would.
 type recorder struct {
 	mu     sync.Mutex
-	events []kvevents.Event
+	events []kvevents.BlockEvent
 	seq    uint64
 }
 
 func (r *recorder) Publish(b *kvevents.Batch) (uint64, error) {
 	payload := kvevents.Encoding{}.Append(nil, b)
 	var got kvevents.Batch
-	if err := kvevents.NewDecoder().Decode(payload, &got); err != nil {
+	if err := new(kvevents.Decoder).Decode(payload, &got); err != nil {
 		return 0, err
 	}
 	r.mu.Lock()

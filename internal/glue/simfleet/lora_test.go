@@ -82,7 +82,7 @@ func TestLoRAMetricScraped(t *testing.T) {
 	_, url := loraFleet(t, LoRAOptions{Adapters: []string{"x", "y"}, MaxLoRAs: 3, LoadCost: -1})
 	decode[chatResponse](t, post(t, url+"/v1/chat/completions", chatBody("y", 2, false, "sys", "hi")), 200)
 	vllm, _ := metrics.EngineOf("vllm")
-	p, err := metrics.NewParser(vllm)
+	p, err := metrics.NewParser(metrics.ParserOptions{Engine: vllm})
 	if err != nil {
 		t.Fatal(err)
 	}

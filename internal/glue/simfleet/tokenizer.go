@@ -37,9 +37,9 @@ func (t Tokenizer) Tokenize(_ context.Context, dst []prefixcache.BlockHash, req 
 	defer tokenBufs.Put(bp)
 	tokens := (*bp)[:0]
 	switch text, ok := req.PromptText(); {
-	case req.Endpoint == openai.Messages || req.Endpoint == openai.Responses:
+	case req.API == openai.Messages || req.API == openai.Responses:
 		render := RenderMessages
-		if req.Endpoint == openai.Responses {
+		if req.API == openai.Responses {
 			render = RenderResponses // without the stored history of a previous response
 		}
 		rendered, err := render(req.Body)
@@ -47,10 +47,10 @@ func (t Tokenizer) Tokenize(_ context.Context, dst []prefixcache.BlockHash, req 
 			return proxy.Prompt{Chain: dst}, err
 		}
 		tokens = AppendTokens(tokens, rendered)
-	case req.Endpoint == openai.Embeddings:
+	case req.API == openai.Embeddings:
 		*bp = tokens[:0]
 		return proxy.Prompt{Chain: dst, Tokens: max(1, len(req.Input)/4)}, nil
-	case req.Endpoint == openai.Chat:
+	case req.API == openai.Chat:
 		msgs := make([]Message, len(req.Messages))
 		for i, m := range req.Messages {
 			msgs[i] = Message{Role: m.Role, Content: m.Content}

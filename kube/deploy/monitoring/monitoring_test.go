@@ -47,7 +47,7 @@ type exports struct {
 // is never called).
 func exported(t *testing.T) exports {
 	t.Helper()
-	pub, err := kvevents.NewPublisher("tcp://127.0.0.1:0", kvevents.PublisherOptions{Topic: kvevents.Topic("pod-a", "usher/demo")})
+	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{Endpoint: "tcp://127.0.0.1:0", Topic: kvevents.Topic("pod-a", "usher/demo")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +67,15 @@ func exported(t *testing.T) exports {
 	if err != nil {
 		t.Fatal(err)
 	}
+	feed, err := kvfeed.New(kvfeed.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	urls := fleet.URLs()
 	h, err := proxy.New(proxy.Options{
 		Backends:   []proxy.Backend{{URL: urls[0], KVEvents: pub.Endpoint()}, {URL: urls[1]}},
 		Tokenizer:  simfleet.Tokenizer{},
-		Extensions: []proxy.Extension{kvfeed.New(kvfeed.Options{}), replicaext.New(rep)},
+		Extensions: []proxy.Extension{feed, replicaext.Wrap(rep)},
 	})
 	if err != nil {
 		t.Fatal(err)

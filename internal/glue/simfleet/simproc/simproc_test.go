@@ -169,7 +169,8 @@ func TestKVEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := kvevents.New(ix, kvevents.Options{
+	sub, err := kvevents.New(kvevents.Options{
+		Index:      ix,
 		Sources:    []kvevents.Source{{Endpoint: p.KVEvents, ReplayEndpoint: p.Replay}},
 		MaxBackoff: 100 * time.Millisecond, ProbeInterval: 200 * time.Millisecond,
 	})

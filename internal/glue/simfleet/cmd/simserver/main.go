@@ -168,8 +168,9 @@ func run(args []string, out io.Writer) error {
 		if *pod == "" {
 			*pod = ln.Addr().String()
 		}
-		pub, err := kvevents.NewPublisher(*kvEndpoint, kvevents.PublisherOptions{
-			Topic: kvevents.Topic(*pod, cmp.Or(*servedModel, p.Model)), ReplayEndpoint: *replay,
+		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+			Endpoint: *kvEndpoint,
+			Topic:    kvevents.Topic(*pod, cmp.Or(*servedModel, p.Model)), ReplayEndpoint: *replay,
 		})
 		if err != nil {
 			return err
