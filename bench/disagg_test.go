@@ -152,7 +152,7 @@ func TestDisaggregatedConservation(t *testing.T) {
 }
 
 func mustPool(t *testing.T) disagg.Decider {
-	d, err := disagg.NewPool(disagg.PoolOptions{})
+	d, err := disagg.NewPoolAware(disagg.PoolAwareOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ import (
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
 // load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
 // prefix decider, disagg.PrefixOptions: {"min_uncached_tokens": 512, "busy_decodes": 4};
-// of the pool decider, disagg.PoolOptions: {"min_uncached_tokens": 512}. The
+// of the pool decider, disagg.PoolAwareOptions: {"min_uncached_tokens": 512}. The
 // predicted-latency scorer (routing.NewPredictedLatency) takes {"model": "linear",
 // "model_params": {...}, "output_tokens": 256}: a registered latency model by name (default
 // linear), that model's parameters, and the answer length assumed when a request gives none;
@@ -279,11 +279,11 @@ func (r *Registry) addBuiltins() {
 		return disagg.NewPrefix(o)
 	}))
 	must(r.AddDecider("pool", func(p Params) (disagg.Decider, error) {
-		var o disagg.PoolOptions
+		var o disagg.PoolAwareOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return disagg.NewPool(o)
+		return disagg.NewPoolAware(o)
 	}))
 	for name, d := range map[string]disagg.Decider{"always": disagg.Always, "never": disagg.Never} {
 		must(r.AddDecider(name, func(p Params) (disagg.Decider, error) {

@@ -22,7 +22,7 @@ const maxAllowedNames = 10
 // emptied; TestNames logs entries that are no longer repeated (it does not fail on them, so
 // that the refactors in flight can land in any order).
 var pendingNames = map[string]bool{
-	"BackendID": true, "BlockHash": true, "Feed": true, "Pool": true,
+	"BackendID": true, "BlockHash": true, "Feed": true,
 }
 
 // topLevelName returns the name a surface line declares at top level (a func, type, constant

@@ -105,14 +105,14 @@ func (d *Prefix) Disaggregate(req *routing.Request, decode *routing.Result) bool
 	return u >= max(d.min, need)
 }
 
-// PoolOptions configures NewPool.
-type PoolOptions struct {
+// PoolAwareOptions configures [NewPoolAware].
+type PoolAwareOptions struct {
 	// MinUncachedTokens is the shortest uncached part of the prompt sent to a prefill server,
 	// as for Prefix. Zero: 512. Negative: an error.
 	MinUncachedTokens int `json:"min_uncached_tokens"`
 }
 
-// Pool is the prefix rule weighed by the prefill pool's load: a request whose decode
+// PoolAware is the prefix rule weighed by the prefill pool's load: a request whose decode
 // server lacks at least MinUncachedTokens of its prompt is prefilled elsewhere only while some
 // server that prefills (RolePrefill or RoleBoth, not the decode server itself, not unhealthy)
 // has no more prefill work in flight — uncached prompt tokens picked and not yet prefilled, this
@@ -123,22 +123,22 @@ type PoolOptions struct {
 //
 // It reads the pool from the router that made the decode pick (through the Result), so it
 // needs no wiring. O(backends) per decision, no allocation; immutable, safe for concurrent use.
-type Pool struct{ min int }
+type PoolAware struct{ min int }
 
-// NewPool returns the pool-aware decider of o.
-func NewPool(o PoolOptions) (*Pool, error) {
+// NewPoolAware returns the pool-aware decider of o.
+func NewPoolAware(o PoolAwareOptions) (*PoolAware, error) {
 	if o.MinUncachedTokens < 0 {
 		return nil, fmt.Errorf("%w: min_uncached_tokens %d: want ≥ 0", ErrInvalidOptions, o.MinUncachedTokens)
 	}
 	if o.MinUncachedTokens == 0 {
 		o.MinUncachedTokens = defaultMinUncached
 	}
-	return &Pool{min: o.MinUncachedTokens}, nil
+	return &PoolAware{min: o.MinUncachedTokens}, nil
 }
 
 // Disaggregate implements Decider. A Result that no Router made (a test's) is judged by the
 // prefix rule alone.
-func (d *Pool) Disaggregate(_ *routing.Request, decode *routing.Result) bool {
+func (d *PoolAware) Disaggregate(_ *routing.Request, decode *routing.Result) bool {
 	if decode.UncachedTokens < d.min {
 		return false
 	}

@@ -80,7 +80,7 @@ func TestPoolDecider(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewPool(PoolOptions{})
+	d, err := NewPoolAware(PoolAwareOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestPoolDecider(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { d.Disaggregate(req, &p) }); n != 0 {
 		t.Errorf("Disaggregate allocates %v times", n)
 	}
-	if _, err := NewPool(PoolOptions{MinUncachedTokens: -1}); !errors.Is(err, ErrInvalidOptions) {
+	if _, err := NewPoolAware(PoolAwareOptions{MinUncachedTokens: -1}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("negative minimum: %v", err)
 	}
 }
