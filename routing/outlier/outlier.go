@@ -163,9 +163,9 @@ type Stats struct {
 // over the window as of the backend's last completion: a backend failing often but under the
 // thresholds gets fewer picks, and one unlucky request moves it by 1/MinRequests, not to 0. An
 // ejection clears the window, so a probe competes on load alone. Suggested weight: 1 in the
-// usher profile ([profiles.Usher], whose other weights sum to 6.5): a backend failing half its
-// requests loses 0.5, what [routing.KVUtilization]'s term separates between an empty and a
-// half-full cache; it does not overturn a session's home (weight 4), which only ejection moves.
+// usher profile (routing/profiles' Usher, whose other weights sum to 6.5): a backend failing
+// half its requests loses 0.5, what the KV-utilisation term (routing/load's KV) separates
+// between an empty and a half-full cache; it does not overturn a session's home (weight 4), which only ejection moves.
 //
 // "Known" backends, for MaxEjectedPercent, are those that reported a success or a failure of
 // their own in the last ten Windows, or are out of rotation.
