@@ -24,7 +24,6 @@ var pendingCtors = map[string]bool{
 	"proxy.NewRegistry":                    true,
 	"proxy.NewServer":                      true,
 	"proxy/kvfeed.New":                     true,
-	"routing.NewAdapterAffinity":           true,
 	"routing/profiles.NewDynamoCost":       true,
 	"routing/profiles.NewSGLangCacheAware": true,
 }
