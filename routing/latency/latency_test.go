@@ -419,3 +419,52 @@ func BenchmarkLinear(b *testing.B) {
 		}
 	})
 }
+
+// TestScorerPaths: the scorer over the built-in model gives the same choice and score, bit for
+// bit, on the Router's column path (every backend a candidate, columns from the snapshot) and
+// its general path (a custom filter: the scorer reads the Candidates), and Score agrees.
+func TestScorerPaths(t *testing.T) {
+	m, err := NewLinear(LinearOptions{Refit: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 300 {
+		f := randomFeatures(rng, 8)
+		m.Learn(&f, syntheticServer(&f, 12000, 1+float64(f.Backend%3)))
+	}
+	sc, _ := NewScorer(ScorerOptions{Model: m})
+	var direct []float64
+	spy := routing.FilterFunc(func(req *routing.Request, cands []routing.Candidate) []routing.Candidate {
+		direct = make([]float64, len(cands))
+		sc.Score(req, cands, direct)
+		return cands
+	})
+	states := fleet(8, t0)
+	for i := range states {
+		states[i].Queued, states[i].Running, states[i].KVUtilization = i%3, (i*7)%11, float64(i%5)/5
+	}
+	fast := mustNew(t, routing.Options{Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}})
+	general := mustNew(t, routing.Options{Profile: routing.Profile{Filters: []routing.Filter{spy}, Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}})
+	mustUpdate(t, fast, states)
+	mustUpdate(t, general, states)
+	for i := range 50 {
+		req := &routing.Request{PromptTokens: 100 + 97*i, OutputTokens: i % 300}
+		if i%4 == 0 {
+			req.Targets = routing.Latency{TTFT: time.Duration(i) * 10 * time.Millisecond}
+		}
+		a, err := fast.Pick(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := general.Pick(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.ID != b.ID || a.Score != b.Score || direct[b.ID] != b.Score {
+			t.Fatalf("request %d: column path %d (%v), general path %d (%v), Score %v", i, a.ID, a.Score, b.ID, b.Score, direct)
+		}
+		a.Done(routing.DoneInfo{})
+		b.Done(routing.DoneInfo{})
+	}
+}
