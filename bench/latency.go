@@ -33,7 +33,7 @@ const (
 var spanNames = [...]string{SpanAll, SpanCold, SpanBeforeSlow, SpanAfterSlow, SpanSlowedFirst, SpanSlowedLater}
 
 // PredictionError is how far a router's latency model (routing.Result.Predicted, from
-// routing.NewPredictedLatency) was from what one span of completed requests got. TTFT is
+// latency.NewScorer) was from what one span of completed requests got. TTFT is
 // observed from the pick, as the router's model learns it (not from the arrival at the
 // gateway: the wait in the queue is no server's doing); TPOT over the answer after its first
 // token, for answers of two tokens or more.

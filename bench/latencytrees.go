@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 )
 
-// treeLatency is the stronger latency model issue 31 asks to compare routing.LinearLatency
+// treeLatency is the stronger latency model issue 31 asks to compare latency.Linear
 // with: gradient-boosted regression trees on the candidate's features, one ensemble for TTFT and
 // one for TPOT, refitted to a sliding window of recent outcomes, times a speed factor per
 // backend kept as LinearLatency keeps its own (the decayed ratio of observed to the ensemble's
@@ -91,7 +92,7 @@ const treeInputs = 7
 
 type treeX [treeInputs]float64
 
-func treeInputsOf(f *routing.Features) treeX {
+func treeInputsOf(f *latency.Features) treeX {
 	return treeX{
 		float64(f.PrefillTokens + int64(f.UncachedTokens)),
 		float64(f.UncachedTokens),
@@ -161,7 +162,7 @@ type treeSpeedSums struct{ y, p [2]float64 }
 // update folds one outcome (observed y against the ensemble's p) into target k's decayed sums
 // and returns the factor, the ratio of the sums, kept within [1/20, 20]. A backend's first
 // outcome starts both sums at two outcomes' worth of ratio 1, a prior that decays away — as
-// routing.LinearLatency does. (Shrinking the ratio towards 1 by a fixed two outcomes against
+// latency.Linear does. (Shrinking the ratio towards 1 by a fixed two outcomes against
 // the decayed weight, which saturates at 1/adapt, would leave a server slowed 3× predicted
 // 2.7× for good.)
 func (s *treeSpeedSums) update(k int, y, p, adapt float64) float64 {
@@ -232,10 +233,10 @@ func newTreeLatency(o treeOptions) *treeLatency {
 	return m
 }
 
-var _ routing.LatencyModel = (*treeLatency)(nil)
+var _ latency.Model = (*treeLatency)(nil)
 
-// Predict implements routing.LatencyModel. O(Trees·Depth), lock-free, no allocation.
-func (m *treeLatency) Predict(f *routing.Features) routing.Latency {
+// Predict implements latency.Model. O(Trees·Depth), lock-free, no allocation.
+func (m *treeLatency) Predict(f *latency.Features) routing.Latency {
 	x := treeInputsOf(f)
 	c := m.fit.Load()
 	t, d := c.ttft.eval(&x), c.tpot.eval(&x)
@@ -248,10 +249,10 @@ func (m *treeLatency) Predict(f *routing.Features) routing.Latency {
 
 func treeSeconds(s float64) time.Duration { return time.Duration(s * 1e9) }
 
-// Learn implements routing.LatencyModel. O(1) amortised, plus, in the call that triggers it, a
+// Learn implements latency.Model. O(1) amortised, plus, in the call that triggers it, a
 // refit: O(Trees·Depth·Window·inputs) every Refit outcomes (see treeOptions.Refit for the
 // cold start).
-func (m *treeLatency) Learn(f *routing.Features, observed routing.Latency) {
+func (m *treeLatency) Learn(f *latency.Features, observed routing.Latency) {
 	if observed.TTFT <= 0 && observed.TPOT <= 0 {
 		return
 	}

@@ -9,15 +9,16 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 )
 
 // treeTruth is a synthetic server: the latency a request with features f gets on it, in
 // seconds, before noise. The features it sees are the true ones; the models see them with
 // some polled signals hidden (−1), as a router does.
-type treeTruth func(f *routing.Features) (ttft, tpot float64)
+type treeTruth func(f *latency.Features) (ttft, tpot float64)
 
 // treeLinearTruth: TTFT is linear in the prefill work and the batch, TPOT in the batch and KV use.
-func treeLinearTruth(f *routing.Features) (ttft, tpot float64) {
+func treeLinearTruth(f *latency.Features) (ttft, tpot float64) {
 	work := float64(f.PrefillTokens + int64(f.UncachedTokens))
 	return 0.02 + work/16000 + 0.0005*float64(f.Running),
 		0.012 + 0.0003*float64(f.Running) + 0.005*f.KVUtilization
@@ -26,7 +27,7 @@ func treeLinearTruth(f *routing.Features) (ttft, tpot float64) {
 // treeKneeTruth returns a queueing knee — past 20k tokens of prefill work TTFT grows steep times
 // as fast — and preemption: TPOT triples once the KV cache is over 85% full.
 func treeKneeTruth(steep float64) treeTruth {
-	return func(f *routing.Features) (ttft, tpot float64) {
+	return func(f *latency.Features) (ttft, tpot float64) {
 		work := float64(f.PrefillTokens + int64(f.UncachedTokens))
 		ttft = 0.02 + work/16000 + 0.0005*float64(f.Running)
 		if work > 20000 {
@@ -54,10 +55,10 @@ func newTreeStream(seed uint64, backends int, truth treeTruth) *treeStream {
 }
 
 // next returns the features a model sees, the observed latency and the latency without noise.
-func (s *treeStream) next() (f routing.Features, observed, exact routing.Latency) {
+func (s *treeStream) next() (f latency.Features, observed, exact routing.Latency) {
 	r := s.rng
 	prompt := 200 + r.IntN(8000)
-	f = routing.Features{
+	f = latency.Features{
 		Backend:        routing.BackendID(r.IntN(s.backends)),
 		PromptTokens:   prompt,
 		UncachedTokens: int(float64(prompt) * r.Float64()),
@@ -91,7 +92,7 @@ func (s *treeStream) next() (f routing.Features, observed, exact routing.Latency
 // treeErrors replays n outcomes through m, predicting each before learning it, and returns
 // the median absolute errors of TTFT and TPOT over the outcomes after the first warm. A nil m
 // predicts the latency without noise: the floor no model can beat.
-func treeErrors(m routing.LatencyModel, s *treeStream, n, warm int) (ttft, tpot time.Duration) {
+func treeErrors(m latency.Model, s *treeStream, n, warm int) (ttft, tpot time.Duration) {
 	var et, ed []time.Duration
 	for i := range n {
 		f, obs, exact := s.next()
@@ -120,8 +121,8 @@ func treeMedian(v []time.Duration) time.Duration {
 	return v[len(v)/2]
 }
 
-func newTreeBaseline(t testing.TB) *routing.LinearLatency {
-	m, err := routing.NewLinearLatency(routing.LinearLatencyOptions{})
+func newTreeBaseline(t testing.TB) *latency.Linear {
+	m, err := latency.NewLinear(latency.LinearOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,11 +132,11 @@ func newTreeBaseline(t testing.TB) *routing.LinearLatency {
 func TestTreeLatencyPrior(t *testing.T) {
 	m := newTreeLatency(treeOptions{})
 	for _, tc := range []struct {
-		f    routing.Features
+		f    latency.Features
 		want routing.Latency
 	}{
-		{routing.Features{}, routing.Latency{TTFT: 20 * time.Millisecond, TPOT: 20 * time.Millisecond}},
-		{routing.Features{PrefillTokens: 12000, UncachedTokens: 4000, Running: 3},
+		{latency.Features{}, routing.Latency{TTFT: 20 * time.Millisecond, TPOT: 20 * time.Millisecond}},
+		{latency.Features{PrefillTokens: 12000, UncachedTokens: 4000, Running: 3},
 			routing.Latency{TTFT: 1020 * time.Millisecond, TPOT: 20 * time.Millisecond}},
 	} {
 		got := m.Predict(&tc.f)
@@ -207,7 +208,7 @@ func TestTreeLatencyAdapts(t *testing.T) {
 	}{{"knee×10", treeKneeTruth(10)}, {"linear", treeLinearTruth}} {
 		for _, tc := range []struct {
 			name string
-			m    routing.LatencyModel
+			m    latency.Model
 		}{{"trees", newTreeLatency(treeOptions{})}, {"linear", newTreeBaseline(t)}} {
 			s := newTreeStream(3, backends, truth.f)
 			var before, after []float64 // relative TTFT errors on the slowed backend
@@ -239,10 +240,10 @@ func TestTreeLatencyAdapts(t *testing.T) {
 	}
 }
 
-func warmTree(t testing.TB, n int) (*treeLatency, []routing.Features) {
+func warmTree(t testing.TB, n int) (*treeLatency, []latency.Features) {
 	m := newTreeLatency(treeOptions{})
 	s := newTreeStream(4, 8, treeKneeTruth(10))
-	fs := make([]routing.Features, 0, 256)
+	fs := make([]latency.Features, 0, 256)
 	for i := range n {
 		f, obs, _ := s.next()
 		m.Learn(&f, obs)
@@ -255,7 +256,7 @@ func warmTree(t testing.TB, n int) (*treeLatency, []routing.Features) {
 
 func TestTreeLatencyPredictAllocs(t *testing.T) {
 	m, fs := warmTree(t, 2000)
-	var lm routing.LatencyModel = m
+	var lm latency.Model = m
 	var sink routing.Latency
 	if got := testing.AllocsPerRun(1000, func() { sink = lm.Predict(&fs[7]) }); got != 0 {
 		t.Errorf("Predict allocates %v times per call, want 0", got)
@@ -284,7 +285,7 @@ func TestTreeLatencyConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	f := routing.Features{Backend: 15, PromptTokens: 1000, UncachedTokens: 1000, PrefillTokens: 4000,
+	f := latency.Features{Backend: 15, PromptTokens: 1000, UncachedTokens: 1000, PrefillTokens: 4000,
 		Waiting: 2, Running: 30, KVUtilization: 0.5, InFlight: 33}
 	got := m.Predict(&f)
 	wantT, wantD := treeKneeTruth(10)(&f)
@@ -314,7 +315,7 @@ func BenchmarkTreeLatencyPredict(b *testing.B) {
 func BenchmarkLinearLatencyPredict(b *testing.B) {
 	m := newTreeBaseline(b)
 	s := newTreeStream(4, 8, treeKneeTruth(10))
-	fs := make([]routing.Features, 256)
+	fs := make([]latency.Features, 256)
 	for i := range 8192 {
 		f, obs, _ := s.next()
 		m.Learn(&f, obs)

@@ -25,7 +25,7 @@ type LoRA = engine.LoRA
 // servers' figure, simfleet.DefaultLoRALoadCost (50 ms), taken from published measurements.
 const DefaultAdapterLoadCost = simfleet.DefaultLoRALoadCost
 
-// DefaultAdapterWeight is the weight of routing.AdapterAffinity in AdapterRouter when none is
+// DefaultAdapterWeight is the weight of lora.NewAffinity's scorer in AdapterRouter when none is
 // given: the weight the LoRA comparison measures (bench/README.md, "LoRA adapters").
 const DefaultAdapterWeight = 2
 
@@ -245,7 +245,7 @@ func FormatLoRATable(rows []LoRARow) string {
 // the tiers of GIE's LoRA-affinity scorer as published: 1 where the adapter has running
 // requests, 0.8 where fewer distinct adapters run or wait than max_lora, 0.6 where it only
 // waits, 0 otherwise, from the scraped signals alone (0.5 without them). The LoRA
-// comparison holds routing.AdapterAffinity against it.
+// comparison holds lora.NewAffinity's scorer against it.
 func GIEAdapterRouter() Router {
 	tiers := routing.ScorerFunc(func(req *routing.Request, cands []routing.Candidate, dst []float64) {
 		for i := range cands {

@@ -9,6 +9,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
@@ -75,7 +76,7 @@ func UsherRouter() Router {
 //	aibrix          profiles.AIBrix (prefix match behind a load gate)
 //	session-aware   session.NewAware alone, max-score: placement by session history
 //	usher           profiles.Usher, as shipped (UsherRouter)
-//	usher-latency   routing.NewPredictedLatency alone, max-score (LatencyRouter)
+//	usher-latency   latency.NewScorer alone, max-score (LatencyRouter)
 //	usher+latency   profiles.Usher plus PredictedLatency (UsherLatencyRouter)
 func Routers() []Router {
 	var rs []Router
@@ -94,7 +95,7 @@ func Routers() []Router {
 // 1 and 2 tie on latency without targets, and 2 meets more targets.
 const UsherLatencyWeight = 2
 
-// LatencyRouter is "usher-latency": routing.NewPredictedLatency alone behind the health filter,
+// LatencyRouter is "usher-latency": latency.NewScorer alone behind the health filter,
 // max-score, learning at pick; every run builds a fresh latency model (a LinearLatency with its
 // defaults), which the router learns from every streamed completion.
 func LatencyRouter() Router {
@@ -134,7 +135,7 @@ func usherTreesRouter() Router {
 	build := func(o session.AffinityOptions) routing.Profile {
 		p := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: o}})
 		p.Name = name
-		sc, err := routing.NewPredictedLatency(routing.PredictedLatencyOptions{Model: newTreeLatency(treeOptions{})})
+		sc, err := latency.NewScorer(latency.ScorerOptions{Model: newTreeLatency(treeOptions{})})
 		if err != nil {
 			panic(err) // the options are the defaults
 		}
@@ -144,9 +145,9 @@ func usherTreesRouter() Router {
 	return Router{Name: name, New: func() routing.Profile { return build(session.AffinityOptions{}) }, NewReplica: build}
 }
 
-// newPredictedLatency is routing.NewPredictedLatency with its defaults, over a fresh model.
+// newPredictedLatency is latency.NewScorer with its defaults, over a fresh model.
 func newPredictedLatency() routing.Scorer {
-	sc, err := routing.NewPredictedLatency(routing.PredictedLatencyOptions{})
+	sc, err := latency.NewScorer(latency.ScorerOptions{})
 	if err != nil {
 		panic("bench: " + err.Error()) // the zero options are valid
 	}
@@ -277,7 +278,7 @@ func usherShipped() usherVariant {
 //	usher+latency1     usher+latency with PredictedLatency at weight 1 (UsherLatencyRouter)
 //	usher+latency3     usher+latency with PredictedLatency at weight 3
 //	usher+trees        usher+latency over bench's boosted-tree model (latencytrees.go)
-//	                   instead of routing.LinearLatency: the stronger model, for its error
+//	                   instead of latency.Linear: the stronger model, for its error
 //
 // The first two place turns without a home for balance, and keep balance while the fleet is
 // quiet, as they did when they were chosen.

@@ -17,6 +17,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/saturation"
 )
 
@@ -231,7 +232,7 @@ type Config struct {
 	Targets, LaterTargets routing.Latency
 	// SLOShedAbove refuses on arrival (RejectedWait, as early shedding) a request with a TTFT
 	// target T whose router predicts no server can serve it within SLOShedAbove·T, once the
-	// router has taught its model routing.ColdLatencyOutcomes observations: the gateway's
+	// router has taught its model latency.ColdOutcomes observations: the gateway's
 	// proxy.Options.SLOShedAbove. It acts only on routers with a latency model. Zero: off.
 	SLOShedAbove float64
 	// ContinueAfterShed keeps a closed-loop session going when one of its turns is shed or
@@ -884,7 +885,7 @@ func (s *sim) sloDeadline(r *simReq) (time.Time, bool) {
 	rr := s.routingRequest(r, s.chainOf(r))
 	router := s.gw[r.gw].router
 	var p time.Duration
-	if best, ok := router.Predict(&rr); ok {
+	if best, ok := latency.Predict(router, &rr); ok {
 		p = best.TTFT
 	}
 	c := slo.Config{ShedAbove: s.cfg.SLOShedAbove}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 )
 
 // TestSLOCountsEveryRequestOnce runs an overloaded cluster with latency targets and checks
@@ -106,7 +107,7 @@ func TestSLODeadline(t *testing.T) {
 			t.Errorf("%s, T %v: deadline %v after arrival, want %v", tc.router, tc.ttft, got.Sub(epoch), tc.want)
 		case tc.want < 0:
 			rr := s.routingRequest(r, s.chainOf(r))
-			p, ok := s.gw[0].router.Predict(&rr)
+			p, ok := latency.Predict(s.gw[0].router, &rr)
 			if !ok || p.TTFT <= 0 || got.Sub(epoch) != tc.ttft-p.TTFT {
 				t.Errorf("%s, T %v: deadline %v after arrival, want T − p̂ = %v (p̂ %v, %v)", tc.router, tc.ttft, got.Sub(epoch), tc.ttft-p.TTFT, p.TTFT, ok)
 			}

@@ -299,7 +299,7 @@ type Options struct {
 	// serve within SLOShedAbove·T, even when it could be dispatched at once: above the knee
 	// the queue is inside the model servers, where admission's wait estimate does not see it,
 	// and a request sent to miss its target only delays the ones that could meet theirs. It
-	// acts once the router has taught its latency model routing.ColdLatencyOutcomes
+	// acts once the router has taught its latency model latency.ColdOutcomes (routing/latency)
 	// observations (Stats.LatencyOutcomes), never on the prior alone. The factor leaves room
 	// for the model's error: 2 is measured in bench/README.md ("SLO attainment"). Zero: off;
 	// otherwise at least 1.

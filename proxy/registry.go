@@ -14,7 +14,9 @@ import (
 	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
+	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/lora"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/prefix"
@@ -57,16 +59,16 @@ import (
 //
 // The parameters of a part with an Options struct are that struct's fields by name
 // (saturation: saturation.Options, dynamo-cost: profiles.DynamoOptions,
-// adapter-affinity: routing.AdapterOptions, ...); of a part
+// adapter-affinity: lora.AffinityOptions, ...); of a part
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
 // load-aware, {"temperature": 0.5} for softmax; of a policy, {"bounded_wait": "10s"}; of the
 // prefix decider, disagg.PrefixOptions: {"min_uncached_tokens": 512, "busy_decodes": 4};
 // of the pool decider, disagg.PoolAwareOptions: {"min_uncached_tokens": 512}. The
-// predicted-latency scorer (routing.NewPredictedLatency) takes {"model": "linear",
+// predicted-latency scorer (latency.NewScorer) takes {"model": "linear",
 // "model_params": {...}, "output_tokens": 256}: a registered latency model by name (default
 // linear), that model's parameters, and the answer length assumed when a request gives none;
-// linear's are routing.LinearLatencyOptions' fields by their JSON names and "decode_step" as
+// linear's are latency.LinearOptions' fields by their JSON names and "decode_step" as
 // a duration string: {"window": 4096, "prefill_rate": 16000, "decode_step": "20ms"}. The slo
 // policy orders each request by its own TTFT target (SLOTarget; 2 s for one without).
 type Registry struct {
@@ -109,9 +111,9 @@ type (
 	PolicyFactory  func(Params) (flowcontrol.Policy, error)
 	DeciderFactory func(Params) (disagg.Decider, error)
 	// LatencyModelFactory makes the latency model of a predicted-latency scorer
-	// (routing.PredictedLatencyOptions.Model). It is called once per scorer: a model learns
+	// (latency.ScorerOptions.Model). It is called once per scorer: a model learns
 	// the fleet of the one Router it serves.
-	LatencyModelFactory func(Params) (routing.LatencyModel, error)
+	LatencyModelFactory func(Params) (latency.Model, error)
 	// ExtensionFactory makes an [Extension] for [Options.Extensions]. It connects to
 	// nothing: the extension's Run does its network work.
 	ExtensionFactory func(Params) (Extension, error)
@@ -217,11 +219,11 @@ func (r *Registry) addBuiltins() {
 		return session.NewAffinity(o)
 	}))
 	must(r.AddScorer("adapter-affinity", func(p Params) (routing.Scorer, error) {
-		var o routing.AdapterOptions
+		var o lora.AffinityOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		return routing.NewAdapterAffinity(o)
+		return lora.NewAffinity(o)
 	}))
 	must(r.AddScorer("predicted-latency", r.predictedLatency))
 	must(r.AddScorer("sglang-cache-aware", func(p Params) (routing.Scorer, error) {
@@ -294,16 +296,16 @@ func (r *Registry) addBuiltins() {
 		}))
 	}
 	// Latency models.
-	must(r.AddLatencyModel("linear", func(p Params) (routing.LatencyModel, error) {
+	must(r.AddLatencyModel("linear", func(p Params) (latency.Model, error) {
 		var o struct {
-			routing.LinearLatencyOptions
+			latency.LinearOptions
 			DecodeStep jsontime.Duration `json:"decode_step"`
 		}
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
-		o.LinearLatencyOptions.DecodeStep = time.Duration(o.DecodeStep)
-		return routing.NewLinearLatency(o.LinearLatencyOptions)
+		o.LinearOptions.DecodeStep = time.Duration(o.DecodeStep)
+		return latency.NewLinear(o.LinearOptions)
 	}))
 }
 
@@ -326,7 +328,7 @@ func (r *Registry) predictedLatency(p Params) (routing.Scorer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidOptions, kindModel, cmpOr(o.Model, "linear"), err)
 	}
-	return routing.NewPredictedLatency(routing.PredictedLatencyOptions{Model: m, OutputTokens: o.OutputTokens})
+	return latency.NewScorer(latency.ScorerOptions{Model: m, OutputTokens: o.OutputTokens})
 }
 
 // AddFilter names a filter factory. Names are non-empty, lower-case letters, digits and '-',

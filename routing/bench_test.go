@@ -10,6 +10,7 @@ import (
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
@@ -188,11 +189,11 @@ func BenchmarkPickProfiles(b *testing.B) {
 // retracts the prediction: Pick, the insert, Done and the removal.
 func BenchmarkPickRetract(b *testing.B) {
 	r, req := benchRouter(b, 100, profiles.RoundRobin())
-	chains := make([][]BlockHash, 64)
+	chains := make([][]prefixcache.BlockHash, 64)
 	for i := range chains {
-		chains[i] = make([]BlockHash, len(req.Chain))
+		chains[i] = make([]prefixcache.BlockHash, len(req.Chain))
 		for k := range chains[i] {
-			chains[i][k] = BlockHash(uint64(i+1)<<32 | uint64(k+1))
+			chains[i][k] = prefixcache.BlockHash(uint64(i+1)<<32 | uint64(k+1))
 		}
 	}
 	b.ReportAllocs()
@@ -266,12 +267,12 @@ func BenchmarkPickInsert(b *testing.B) {
 }
 
 // distinctChains returns n chains of length blocks that share no block.
-func distinctChains(n, blocks int) [][]BlockHash {
-	chains := make([][]BlockHash, n)
+func distinctChains(n, blocks int) [][]prefixcache.BlockHash {
+	chains := make([][]prefixcache.BlockHash, n)
 	for i := range chains {
-		chains[i] = make([]BlockHash, blocks)
+		chains[i] = make([]prefixcache.BlockHash, blocks)
 		for k := range chains[i] {
-			chains[i][k] = BlockHash(0x9e3779b97f4a7c15 * (uint64(i+1)<<20 | uint64(k+1)))
+			chains[i][k] = prefixcache.BlockHash(0x9e3779b97f4a7c15 * (uint64(i+1)<<20 | uint64(k+1)))
 		}
 	}
 	return chains
@@ -318,7 +319,7 @@ func BenchmarkPickParts(b *testing.B) {
 }
 
 // BenchmarkPickLatency is BenchmarkPickProfiles/usher at 100 backends without and with a
-// PredictedLatency term (the built-in model), streamed requests that the model learns from:
+// routing/latency term (the built-in model), streamed requests that the model learns from:
 // what the learned latency model adds to a pick (the target is ≤ 1 µs).
 func BenchmarkPickLatency(b *testing.B) {
 	for _, withModel := range []bool{false, true} {
@@ -326,7 +327,7 @@ func BenchmarkPickLatency(b *testing.B) {
 		p := profiles.Usher(profiles.UsherOptions{})
 		if withModel {
 			name = "usher+latency"
-			sc, err := NewPredictedLatency(PredictedLatencyOptions{})
+			sc, err := latency.NewScorer(latency.ScorerOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -338,30 +339,4 @@ func BenchmarkPickLatency(b *testing.B) {
 			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0.Add(time.Second), End: t0.Add(3 * time.Second), OutputTokens: 100})
 		})
 	}
-}
-
-// BenchmarkLinearLatency measures one prediction and one outcome learned (refits included,
-// amortised over the default 64 outcomes between them).
-func BenchmarkLinearLatency(b *testing.B) {
-	m, err := NewLinearLatency(LinearLatencyOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	f := Features{Backend: 3, PromptTokens: 4000, UncachedTokens: 2000, PrefillTokens: 9000, InFlight: 7, Waiting: 2, Running: 30, KVUtilization: 0.6}
-	obs := Latency{TTFT: 800 * time.Millisecond, TPOT: 30 * time.Millisecond}
-	b.Run("predict", func(b *testing.B) {
-		b.ReportAllocs()
-		var sink Latency
-		for b.Loop() {
-			sink = m.Predict(&f)
-		}
-		_ = sink
-	})
-	b.Run("learn", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; b.Loop(); i++ {
-			f.Waiting = i % 5
-			m.Learn(&f, obs)
-		}
-	})
 }

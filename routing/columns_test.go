@@ -10,6 +10,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/internal/cols"
+	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
@@ -68,17 +69,17 @@ func builtinUnitScorers() []Scorer {
 // trainedLatencyScorer is PredictedLatency over a built-in model that has learned a little, so
 // that its fit and its speed factors (for backends 0 to 3) are not the prior's.
 func trainedLatencyScorer() Scorer {
-	m, err := NewLinearLatency(LinearLatencyOptions{Refit: 16})
+	m, err := latency.NewLinear(latency.LinearOptions{Refit: 16})
 	if err != nil {
 		panic(err)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 200 {
-		f := Features{Backend: BackendID(rng.IntN(4)), UncachedTokens: rng.IntN(3000), PrefillTokens: int64(rng.IntN(9000)),
+		f := latency.Features{Backend: BackendID(rng.IntN(4)), UncachedTokens: rng.IntN(3000), PrefillTokens: int64(rng.IntN(9000)),
 			Waiting: rng.IntN(4), Running: rng.IntN(30), KVUtilization: rng.Float64(), InFlight: int64(rng.IntN(20))}
 		m.Learn(&f, Latency{TTFT: time.Duration(1+rng.IntN(900)) * time.Millisecond, TPOT: time.Duration(10+rng.IntN(30)) * time.Millisecond})
 	}
-	s, err := NewPredictedLatency(PredictedLatencyOptions{Model: m})
+	s, err := latency.NewScorer(latency.ScorerOptions{Model: m})
 	if err != nil {
 		panic(err)
 	}
@@ -97,7 +98,7 @@ func TestUnitScorerColumns(t *testing.T) {
 				cands[i].State.Queued = rng.IntN(3)
 			}
 		}
-		req := &Request{Chain: make([]BlockHash, rng.IntN(30)), BlockSize: 16}
+		req := &Request{Chain: make([]prefixcache.BlockHash, rng.IntN(30)), BlockSize: 16}
 		for _, s := range builtinUnitScorers() {
 			u := s.(UnitScorer)
 			want := make([]float64, n)
@@ -206,11 +207,11 @@ func comparePaths(t *testing.T, fast, slow Profile, seed uint64) {
 		t.Fatalf("fast path: %v and %v, want true and false", Fast(routers[0]), Fast(routers[1]))
 	}
 	rng := rand.New(rand.NewPCG(seed, 5))
-	chains := make([][]BlockHash, 4)
+	chains := make([][]prefixcache.BlockHash, 4)
 	for i := range chains {
-		chains[i] = make([]BlockHash, 8+rng.IntN(24))
+		chains[i] = make([]prefixcache.BlockHash, 8+rng.IntN(24))
 		for k := range chains[i] {
-			chains[i][k] = BlockHash(uint64(i+1)<<32 | uint64(k+1))
+			chains[i][k] = prefixcache.BlockHash(uint64(i+1)<<32 | uint64(k+1))
 		}
 	}
 	var open [2][]Result

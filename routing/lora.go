@@ -3,7 +3,6 @@ package routing
 import (
 	"fmt"
 	"hash/maphash"
-	"math"
 	"slices"
 	"sync/atomic"
 )
@@ -204,174 +203,17 @@ func (t *adapterTable) add(h uint64, id BackendID) int32 {
 // release takes back one request counted in word j. O(1).
 func (t *adapterTable) release(j int32) { t.words[j].Add(^uint64(0)) }
 
-// Defaults of AdapterOptions.
-const (
-	DefaultAdapterLoaded   = 1.0
-	DefaultAdapterLoading  = 0.8
-	DefaultAdapterFreeSlot = 0.6
-	DefaultAdapterWait     = 1.0
-)
-
-// AdapterOptions configures AdapterAffinity. Zero fields take the defaults above.
-type AdapterOptions struct {
-	// Loaded is the score of a backend where the request's adapter is in use: in its
-	// RunningAdapters, or in this router's requests in flight there (Candidate.
-	// AdapterInFlight; the scrape lags). Zero: DefaultAdapterLoaded (1). In [0, 1].
-	Loaded float64
-	// Loading is the score of a backend where the adapter is only waiting (its requests are
-	// queued or it is being loaded): sending one more there costs no second load. Zero:
-	// DefaultAdapterLoading (0.8). In [0, 1].
-	Loading float64
-	// FreeSlot is the score of a backend with a free adapter slot (fewer distinct adapters
-	// running or waiting than MaxAdapters): the adapter must be loaded, but nothing waits for a
-	// slot. It is scaled by (1 + free/MaxAdapters)/2, so emptier servers take new adapters
-	// first. Zero: DefaultAdapterFreeSlot (0.6). In [0, 1]. A backend with no free slot scores
-	// 0: the request would wait for another adapter's requests to finish.
-	FreeSlot float64
-	// Wait weighs the adapters waiting at a backend and not running there, a sign that its
-	// slots are contended: Loading and FreeSlot scores are divided by 1 + Wait·waiting.
-	// Zero: DefaultAdapterWait (1). Negative: no penalty. At most 1e6.
-	Wait float64
+// adapterOf is hook.Adapter: whether req's adapter runs or waits on c's backend, and how many
+// distinct adapters run or wait there and only wait, from the snapshot's interned sets; ok is
+// false when c or req was not built by a Router's pick over the same snapshot. O(log k).
+func adapterOf(req *Request, c *Candidate) (running, waiting bool, used, waitOnly int, ok bool) {
+	l := c.lora
+	if l == nil || l.idx != req.lora || req.lora == nil {
+		return false, false, 0, 0, false
+	}
+	if id := req.adapterID; id >= 0 {
+		_, running = slices.BinarySearch(l.running, id)
+		_, waiting = slices.BinarySearch(l.waiting, id)
+	}
+	return running, waiting, l.used, l.waitOnly, true
 }
-
-// AdapterAffinity scores candidates for a request that needs a LoRA adapter
-// (Request.Adapter). A backend where the adapter is in use scores Loaded; one where it is
-// only waiting scores Loading; one with a free adapter slot scores FreeSlot scaled by the
-// share of slots free; one whose slots are all in use scores 0; the last two are divided by
-// 1 + Wait·(adapters waiting there and not running). A request without an adapter scores 0
-// everywhere, so the term changes nothing for base-model traffic.
-//
-// A backend without fresh SignalAdapters, and with none of this router's requests for the
-// adapter in flight, is imputed the mean score of the candidates that have the signal fresh
-// (0.5 when none has), as the load scorers do.
-//
-// This is GIE's LoRA-affinity tiers (running 1, capacity 0.8, waiting 0.6, full 0) with three
-// changes measured on the bench simulator (bench/README.md, "LoRA adapters"): the router's own
-// in-flight requests count as running, because a scrape lags the burst that loads an adapter;
-// waiting adapters count against a backend, because they mean its slots are contended; and a
-// backend where the adapter already waits ranks above a free slot, since joining it costs no
-// second load. Weigh it against a load term: on its own it would pin each adapter to the first
-// backend that ran it.
-//
-// Score is O(n·log k) for n candidates and k adapters per backend and allocates nothing.
-// AdapterAffinity is immutable and safe for concurrent use.
-type AdapterAffinity struct {
-	loaded, loading, free, wait float64
-}
-
-// NewAdapterAffinity returns an AdapterAffinity configured by opts, or an error wrapping
-// ErrInvalidOptions when a field is out of range.
-func NewAdapterAffinity(opts AdapterOptions) (*AdapterAffinity, error) {
-	a := &AdapterAffinity{loaded: opts.Loaded, loading: opts.Loading, free: opts.FreeSlot, wait: opts.Wait}
-	for _, f := range []struct {
-		name string
-		v    *float64
-		def  float64
-	}{{"Loaded", &a.loaded, DefaultAdapterLoaded}, {"Loading", &a.loading, DefaultAdapterLoading}, {"FreeSlot", &a.free, DefaultAdapterFreeSlot}} {
-		if *f.v == 0 {
-			*f.v = f.def
-		}
-		if !(*f.v >= 0 && *f.v <= 1) {
-			return nil, fmt.Errorf("%w: AdapterOptions.%s %v (want a value in [0, 1])", ErrInvalidOptions, f.name, *f.v)
-		}
-	}
-	switch {
-	case a.wait == 0:
-		a.wait = DefaultAdapterWait
-	case a.wait < 0:
-		a.wait = 0
-	case !(a.wait <= 1e6):
-		return nil, fmt.Errorf("%w: AdapterOptions.Wait %v (want a finite value ≤ 1e6)", ErrInvalidOptions, opts.Wait)
-	}
-	return a, nil
-}
-
-var _ Scorer = (*AdapterAffinity)(nil)
-
-// Score implements Scorer. O(n·log k), no allocation.
-func (a *AdapterAffinity) Score(req *Request, cands []Candidate, dst []float64) {
-	if req.Adapter == "" {
-		clear(dst)
-		return
-	}
-	// Impute from the candidates scored on fresh signals only: one known solely from this
-	// router's in-flight count says nothing of the others.
-	sum, known, unknown := 0.0, 0, 0
-	for i := range cands {
-		c := &cands[i]
-		if !c.Has(SignalAdapters) {
-			v := math.NaN()
-			if c.AdapterInFlight > 0 {
-				v = a.loaded
-			} else {
-				unknown++
-			}
-			dst[i] = v
-			continue
-		}
-		v := a.score(req, c)
-		dst[i] = v
-		sum += v
-		known++
-	}
-	if unknown > 0 {
-		impute(dst, sum, known)
-	}
-}
-
-// score returns the score of c, which has fresh SignalAdapters, for req.Adapter.
-func (a *AdapterAffinity) score(req *Request, c *Candidate) float64 {
-	if c.AdapterInFlight > 0 {
-		return a.loaded
-	}
-	var running, waiting bool
-	var used, waitOnly int
-	if l := c.lora; l != nil && l.idx == req.lora && req.lora != nil {
-		if id := req.adapterID; id >= 0 {
-			_, running = slices.BinarySearch(l.running, id)
-			_, waiting = slices.BinarySearch(l.waiting, id)
-		}
-		used, waitOnly = l.used, l.waitOnly
-	} else {
-		// A candidate built outside a Router: read the names. O(k²) for k names.
-		st := c.State
-		running = slices.Contains(st.RunningAdapters, req.Adapter)
-		waiting = slices.Contains(st.WaitingAdapters, req.Adapter)
-		used, waitOnly = distinctAdapters(st.RunningAdapters, st.WaitingAdapters)
-	}
-	switch {
-	case running:
-		return a.loaded
-	case waiting:
-		return a.loading / (1 + a.wait*float64(waitOnly-1))
-	}
-	slots := c.State.MaxAdapters
-	if used >= slots || slots <= 0 {
-		return 0
-	}
-	share := float64(slots-used) / float64(slots)
-	return a.free * (1 + share) / 2 / (1 + a.wait*float64(waitOnly))
-}
-
-// distinctAdapters returns the number of distinct names in running ∪ waiting and of those
-// in waiting only. O((r + w)²).
-func distinctAdapters(running, waiting []string) (used, waitOnly int) {
-	for i, r := range running {
-		if r != "" && !slices.Contains(running[:i], r) {
-			used++
-		}
-	}
-	for i, w := range waiting {
-		if w != "" && !slices.Contains(waiting[:i], w) && !slices.Contains(running, w) {
-			used++
-			waitOnly++
-		}
-	}
-	return used, waitOnly
-}
-
-// invalidScorer stands in a Profile for a scorer whose options were invalid, so that a
-// profile constructor without an error result can still report it: New fails with err.
-type invalidScorer struct{ err error }
-
-func (invalidScorer) Score(_ *Request, _ []Candidate, dst []float64) { clear(dst) }

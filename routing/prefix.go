@@ -2,9 +2,6 @@ package routing
 
 import "github.com/usher-llm/usher/prefixcache"
 
-// BlockHash is one chained prompt block hash, as prefixcache computes it.
-type BlockHash = prefixcache.BlockHash
-
 type indexID = prefixcache.BackendID
 
 // PrefixIndex is the part of a prefix index the router uses; *prefixcache.Index satisfies it.

@@ -210,6 +210,13 @@ func init() {
 		return out
 	}
 	hook.HealthFilter = func() any { return Filter(newHealthFilter()) }
+	hook.Predict = func(router, req any) (ttft, tpot time.Duration, ok bool) {
+		best, ok := router.(*Router).predict(req.(*Request))
+		return best.TTFT, best.TPOT, ok
+	}
+	hook.Adapter = func(req, cand any) (running, waiting bool, used, waitOnly int, ok bool) {
+		return adapterOf(req.(*Request), cand.(*Candidate))
+	}
 	hook.Saturation = func(router any, level func(state any, fresh uint8, inflight int64, q, kv float64) float64, q, kv float64) (lowest, sum float64, n int) {
 		r := router.(*Router)
 		lowest = 1

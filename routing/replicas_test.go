@@ -281,15 +281,15 @@ func TestPickWithPrefixFeedAllocs(t *testing.T) {
 	if got := fb.Drain(nil); got != 100 {
 		t.Fatalf("the feed heard %d inserts while the fleet was set up, want 100", got)
 	}
-	chains := make([][]BlockHash, 16)
+	chains := make([][]prefixcache.BlockHash, 16)
 	for i := range chains {
-		chains[i] = make([]BlockHash, len(req.Chain))
+		chains[i] = make([]prefixcache.BlockHash, len(req.Chain))
 		for k := range chains[i] {
-			chains[i][k] = BlockHash(uint64(i+1)<<32 | uint64(k+1))
+			chains[i][k] = prefixcache.BlockHash(uint64(i+1)<<32 | uint64(k+1))
 		}
 	}
 	n, heard := 0, 0
-	count := func(string, []BlockHash, bool) { heard++ }
+	count := func(string, []prefixcache.BlockHash, bool) { heard++ }
 	cycle := func() {
 		req.Chain = chains[n%len(chains)]
 		n++

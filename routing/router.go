@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/routing/internal/hook"
 	"github.com/usher-llm/usher/routing/internal/rng"
 )
@@ -67,6 +68,14 @@ type unitScorer interface {
 	Scorer
 	Needs() colMask
 	AddCols(req *Request, c *cols, w float64, tot []float64)
+}
+
+// candScorer is a unitScorer that reads cols.Cands, when set, rather than the columns it
+// needs: it needs only CandNeeds() of them then (routing/latency's scorer over the built-in
+// model).
+type candScorer interface {
+	unitScorer
+	CandNeeds() colMask
 }
 
 // ScorerFunc adapts a function to the Scorer interface.
@@ -240,7 +249,7 @@ type Router struct {
 	picker     Picker
 	observers  []PickObserver
 	completers []Completer
-	models     []LatencyModel // the latency models of the profile's parts, each once
+	latency    []hook.Latency // the profile's latency scorers (routing/latency), one per model
 	index      PrefixIndex
 	blockSize  int
 	staleAfter time.Duration
@@ -490,8 +499,10 @@ func New(opts Options) (*Router, error) {
 		r.hook(r.picker)
 	}
 	for _, w := range r.scorers {
-		if lp, ok := w.Scorer.(latencyPart); ok && !slices.Contains(r.models, lp.latencyModel()) {
-			r.models = append(r.models, lp.latencyModel())
+		if l, ok := latencyOf(w.Scorer); ok && !slices.ContainsFunc(r.latency, func(k hook.Latency) bool {
+			return k.LatencyModel() == l.LatencyModel()
+		}) {
+			r.latency = append(r.latency, l)
 		}
 	}
 	_, scoresOnly := r.picker.(hook.ScoresOnly)
@@ -508,7 +519,7 @@ func New(opts Options) (*Router, error) {
 		}
 		r.need |= u.Needs()
 		if cs, ok := u.(candScorer); ok {
-			r.needFrom |= cs.candNeeds()
+			r.needFrom |= cs.CandNeeds()
 		} else {
 			r.needFrom |= u.Needs()
 		}
@@ -709,9 +720,8 @@ type scratch struct {
 	view   cols // the columns of a pick that gathers them (cols and the snapshot's)
 	match  []int32
 	// rng draws from src, which each pick reseeds.
-	rng  *rand.Rand
-	src  *rng.Source
-	feat Features // Router.Predict's argument to the model
+	rng *rand.Rand
+	src *rng.Source
 }
 
 // reset makes room for n candidates.
@@ -862,9 +872,9 @@ func (r *Router) Pick(req *Request) (Result, error) {
 	t.matched = matched
 	t.adapterSlot = -1
 	var predicted Latency
-	if len(r.models) > 0 {
-		t.features = FeaturesOf(req, chosen)
-		predicted = r.models[0].Predict(&t.features)
+	if len(r.latency) > 0 {
+		t.chosen, t.prompt = *chosen, prompt
+		predicted.TTFT, predicted.TPOT = r.latency[0].PredictChosen(prompt, &t.chosen)
 	}
 	if p.adapters != nil {
 		t.adapterSlot = r.adapters.add(p.adapterHash, b.id)
@@ -927,45 +937,6 @@ func (r *Router) begin(s *snapshot, req *Request) (*scratch, candParams) {
 		p.adapters, p.adapterHash = r.adapters, r.adapters.hash(req.Adapter)
 	}
 	return sc, p
-}
-
-// Predict returns the best latency the profile's first latency model (PredictedLatency)
-// predicts for req among the backends a Pick would consider now, after the filters, without
-// picking or charging anything: the lowest predicted TTFT and, separately, the lowest TPOT.
-// ok is false when the profile has no latency model or no backend is eligible. An admission
-// step uses it to tell whether any backend can meet a request's targets (Request.Targets).
-// O(n) for n backends plus one prefix match and the filters; safe for concurrent use; no
-// allocation once the pools are warm.
-func (r *Router) Predict(req *Request) (best Latency, ok bool) {
-	s := r.snap.Load()
-	if len(r.models) == 0 || s == nil || len(s.backends) == 0 {
-		return Latency{}, false
-	}
-	sc, p := r.begin(s, req)
-	req = &sc.req
-	cands, _ := s.candidates(sc.cands[:0], req, &p)
-	for _, f := range r.filters {
-		if len(cands) == 0 {
-			break
-		}
-		cands = f.Filter(req, cands)
-	}
-	m, f := r.models[0], &sc.feat
-	for i := range cands {
-		*f = FeaturesOf(req, &cands[i])
-		l := m.Predict(f)
-		if !ok || l.TTFT < best.TTFT {
-			best.TTFT = l.TTFT
-		}
-		if !ok || l.TPOT < best.TPOT {
-			best.TPOT = l.TPOT
-		}
-		ok = true
-	}
-	sc.req = Request{}
-	sc.cands = cands[:0]
-	r.scratch.Put(sc)
-	return best, ok
 }
 
 // candidates fills cands, whose capacity must be at least len(s.backends), with one Candidate
@@ -1130,7 +1101,7 @@ type Result struct {
 	// UncachedTokens is the prompt tokens the backend was expected to prefill; they stay
 	// charged to its in-flight prefill counter until FirstToken or Done.
 	UncachedTokens int
-	// Predicted is what the profile's latency model (PredictedLatency) predicted for the
+	// Predicted is what the profile's latency model (routing/latency) predicted for the
 	// request on the chosen backend; zero without one.
 	Predicted Latency
 
@@ -1226,9 +1197,11 @@ type ticket struct {
 	stream  bool // counted in load.streams
 	// adapterSlot is the word of Router.adapters counting this request, -1 when none.
 	adapterSlot int32
-	chain       []BlockHash
-	// features are the chosen candidate's, for the latency models (set when there are any).
-	features Features
+	chain       []prefixcache.BlockHash
+	// chosen and prompt are the chosen Candidate and the request's prompt tokens, for the
+	// latency models (set when there are any, see hook.Latency).
+	chosen Candidate
+	prompt int
 }
 
 const (
@@ -1258,7 +1231,7 @@ func (p Result) FirstToken(at time.Time) {
 		}
 	}
 	t.releasePrefill(true)
-	if r := t.r; len(r.models) > 0 && t.stream {
+	if r := t.r; len(r.latency) > 0 && t.stream {
 		r.learnLatency(t, Latency{TTFT: at.Sub(t.picked)})
 	}
 	for {
@@ -1344,7 +1317,7 @@ func (p Result) Done(info DoneInfo) {
 	for _, c := range r.completers {
 		c.Completed(t.id, t.picked, info)
 	}
-	if len(r.models) > 0 && t.stream {
+	if len(r.latency) > 0 && t.stream {
 		r.learnLatency(t, observed(t, &info, st&firstTokenBit != 0, r.now))
 	}
 	t.recycleRace()
@@ -1371,6 +1344,9 @@ func (t *ticket) recycleRace() {
 func (t *ticket) recycle() {
 	t.load = nil
 	t.chain = t.chain[:0]
+	if len(t.r.latency) > 0 {
+		t.chosen = Candidate{} // keep no snapshot alive
+	}
 	t.state.Store(t.state.Load() >> genShift << genShift)
 	t.r.tickets.Put(t)
 }
@@ -1404,6 +1380,3 @@ func (t *ticket) releasePrefill(computed bool) {
 		r.stats.retracted.Add(1)
 	}
 }
-
-// InvalidOptions returns the error of the options the scorer stands for (see hook.Invalid).
-func (s invalidScorer) InvalidOptions() error { return s.err }

@@ -25,7 +25,7 @@ import (
 type fakeIndex struct {
 	mu      sync.Mutex
 	names   map[string]prefixcache.BackendID
-	held    []map[BlockHash]bool
+	held    []map[prefixcache.BlockHash]bool
 	inserts int
 	removes int
 	failAdd bool
@@ -46,11 +46,11 @@ func (f *fakeIndex) AddBackend(name string, capacity int) (prefixcache.BackendID
 	}
 	id := prefixcache.BackendID(len(f.held))
 	f.names[name] = id
-	f.held = append(f.held, map[BlockHash]bool{})
+	f.held = append(f.held, map[prefixcache.BlockHash]bool{})
 	return id, nil
 }
 
-func (f *fakeIndex) Match(dst []int32, chain []BlockHash) []int32 {
+func (f *fakeIndex) Match(dst []int32, chain []prefixcache.BlockHash) []int32 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	dst = dst[:0]
@@ -67,7 +67,7 @@ func (f *fakeIndex) Match(dst []int32, chain []BlockHash) []int32 {
 	return dst
 }
 
-func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []BlockHash) error {
+func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []prefixcache.BlockHash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inserts++
@@ -77,7 +77,7 @@ func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []BlockHash) error {
 	return nil
 }
 
-func (f *fakeIndex) Remove(id prefixcache.BackendID, chain []BlockHash) error {
+func (f *fakeIndex) Remove(id prefixcache.BackendID, chain []prefixcache.BlockHash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removes++
@@ -87,7 +87,7 @@ func (f *fakeIndex) Remove(id prefixcache.BackendID, chain []BlockHash) error {
 	return nil
 }
 
-func (f *fakeIndex) hold(name string, chain []BlockHash) {
+func (f *fakeIndex) hold(name string, chain []prefixcache.BlockHash) {
 	id, _ := f.AddBackend(name, 0)
 	_ = f.Insert(id, chain)
 	f.mu.Lock()
@@ -223,9 +223,9 @@ func TestLearnOnPick(t *testing.T) {
 	}
 
 	// A new chain on a fresh backend, failing before its first token: its predicted blocks go.
-	c2 := make([]BlockHash, 8)
+	c2 := make([]prefixcache.BlockHash, 8)
 	for i := range c2 {
-		c2[i] = BlockHash(100 + i)
+		c2[i] = prefixcache.BlockHash(100 + i)
 	}
 	ix.hold("b1", c2[:2])
 	p, _ = r.Pick(&Request{Chain: c2})
@@ -379,10 +379,10 @@ func TestFirstTokenRacesDone(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			chain := make([]BlockHash, 64)
+			chain := make([]prefixcache.BlockHash, 64)
 			for i := range rounds {
 				for k := range chain {
-					chain[k] = BlockHash(uint64(w+1)<<40 | uint64(i)<<20 | uint64(k+1))
+					chain[k] = prefixcache.BlockHash(uint64(w+1)<<40 | uint64(i)<<20 | uint64(k+1))
 				}
 				p, err := r.Pick(&Request{Chain: chain})
 				if err != nil {
@@ -629,7 +629,7 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 			defer wg.Done()
 			c := chain(32)
 			for i := range per {
-				c[0] = BlockHash(w*1000 + i%10 + 1)
+				c[0] = prefixcache.BlockHash(w*1000 + i%10 + 1)
 				p, err := r.Pick(&Request{Chain: c, Session: fmt.Sprint(w, i%5)})
 				if err != nil {
 					t.Error(err)

@@ -62,10 +62,10 @@ func itoa(i int) string {
 	return itoa(i/10) + string(rune('0'+i%10))
 }
 
-func chain(n int) []BlockHash {
-	c := make([]BlockHash, n)
+func chain(n int) []prefixcache.BlockHash {
+	c := make([]prefixcache.BlockHash, n)
 	for i := range c {
-		c[i] = BlockHash(i + 1)
+		c[i] = prefixcache.BlockHash(i + 1)
 	}
 	return c
 }
@@ -396,7 +396,7 @@ func TestUnitScorersStayInRange(t *testing.T) {
 	cands[2].InFlight = InFlight{Requests: -4, PrefillTokens: -1 << 40}
 	cands[2].UncachedTokens = -7
 	cands[3].InFlight = InFlight{Requests: 1 << 50, PrefillTokens: 1 << 50}
-	req := &Request{Chain: make([]BlockHash, 8), BlockSize: 16}
+	req := &Request{Chain: make([]prefixcache.BlockHash, 8), BlockSize: 16}
 	for _, s := range []Scorer{prefix.Ratio(), prefix.Length(0), load.QueueDepth(), load.Running(), load.Active(), load.KV(), load.TokenBacklog(0)} {
 		if _, ok := s.(UnitScorer); !ok {
 			t.Errorf("%T is not a unitScorer", s)

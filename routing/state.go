@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/usher-llm/usher/prefixcache"
 )
 
 // Role is the part of inference a backend serves. The zero value, RoleBoth, is an ordinary
@@ -286,7 +288,7 @@ type BackendID uint32
 type Request struct {
 	// Chain is the prompt's chained block hashes, computed once by the caller (see
 	// prefixcache). Empty means no prefix information.
-	Chain []BlockHash
+	Chain []prefixcache.BlockHash
 	// BlockSize is the number of tokens per block in Chain. Zero: Options.BlockSize.
 	BlockSize int
 	// PromptTokens is the prompt length in tokens. Zero with a non-empty Chain means
@@ -308,7 +310,7 @@ type Request struct {
 	// Adapter is the LoRA adapter the request needs; empty means the base model. A request
 	// that names an adapter as its model has Model and Adapter both set to that name (as vLLM
 	// serves it). The router counts its own in-flight requests per backend and adapter
-	// (Candidate.AdapterInFlight) and AdapterAffinity scores by it.
+	// (Candidate.AdapterInFlight), and routing/lora's affinity scorer scores by it.
 	Adapter string
 	// Stream says the answer is streamed, so a live backend sends bytes soon (a stream's
 	// headers come when the server accepts it): only streamed requests in flight make a
@@ -316,10 +318,10 @@ type Request struct {
 	// headers come only with the answer, which may take minutes.
 	Stream bool
 	// OutputTokens is the expected answer length (for example max_tokens, or an estimate);
-	// PredictedLatency weighs the predicted time per output token by it. Zero: unknown.
+	// routing/latency's scorer weighs the predicted time per output token by it. Zero: unknown.
 	OutputTokens int
 	// Targets are the latencies the request should get (its service-level objective); zero
-	// fields set none. PredictedLatency sends a request with targets to a backend predicted to
+	// fields set none. routing/latency's scorer sends a request with targets to a backend predicted to
 	// meet them, with the most headroom. Set them from the operator's configuration (per band,
 	// or from a header the operator trusts), never from what a client may send unchecked.
 	Targets Latency

@@ -13,7 +13,6 @@ import (
 // brought to the rule and the set emptied; TestConstructors logs entries that comply or no
 // longer exist.
 var pendingCtors = map[string]bool{
-	"routing.NewAdapterAffinity":           true,
 	"routing/profiles.NewDynamoCost":       true,
 	"routing/profiles.NewSGLangCacheAware": true,
 }

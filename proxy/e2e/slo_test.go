@@ -21,6 +21,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/session"
 )
 
@@ -337,7 +338,7 @@ func TestRegistryPredictedLatency(t *testing.T) {
 		t.Errorf("latency models = %s", got)
 	}
 	var learned atomic.Int64
-	if err := r.AddLatencyModel("constant", func(p proxy.Params) (routing.LatencyModel, error) {
+	if err := r.AddLatencyModel("constant", func(p proxy.Params) (latency.Model, error) {
 		var o struct {
 			TTFTMs int `json:"ttft_ms"`
 		}
@@ -372,7 +373,7 @@ func TestRegistryPredictedLatency(t *testing.T) {
 			t.Errorf("%s: error %v, want one naming %s", tc.spec, err, tc.err)
 		}
 	}
-	if err := r.AddLatencyModel("linear", func(proxy.Params) (routing.LatencyModel, error) { return nil, nil }); err == nil {
+	if err := r.AddLatencyModel("linear", func(proxy.Params) (latency.Model, error) { return nil, nil }); err == nil {
 		t.Error("a second linear model was registered")
 	}
 }
@@ -382,8 +383,8 @@ type constModel struct {
 	learned *atomic.Int64
 }
 
-func (m constModel) Predict(*routing.Features) routing.Latency { return m.l }
-func (m constModel) Learn(*routing.Features, routing.Latency)  { m.learned.Add(1) }
+func (m constModel) Predict(*latency.Features) routing.Latency { return m.l }
+func (m constModel) Learn(*latency.Features, routing.Latency)  { m.learned.Add(1) }
 
 // Options.SLO is validated by New.
 func TestSLOOptions(t *testing.T) {
@@ -425,9 +426,9 @@ func TestSLOShedAbove(t *testing.T) {
 		return stream.Err()
 	}
 	// Cold: served although every one misses (two observations each: first token and end).
-	inRounds(t, routing.ColdLatencyOutcomes/2/10, 10, chat)
-	if n := served.Load(); n != routing.ColdLatencyOutcomes/2 {
-		t.Fatalf("cold: %d served, want %d", n, routing.ColdLatencyOutcomes/2)
+	inRounds(t, latency.ColdOutcomes/2/10, 10, chat)
+	if n := served.Load(); n != latency.ColdOutcomes/2 {
+		t.Fatalf("cold: %d served, want %d", n, latency.ColdOutcomes/2)
 	}
 	// Warm: the model predicts about 60 ms against a 20 ms target, more than twice it.
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
@@ -440,7 +441,7 @@ func TestSLOShedAbove(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "rate_limit_exceeded") {
 		t.Fatalf("warm, predicted to miss: %d (Retry-After %q) %s; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
-	if n := served.Load(); n != routing.ColdLatencyOutcomes/2 {
+	if n := served.Load(); n != latency.ColdOutcomes/2 {
 		t.Fatalf("the refused request reached the backend (%d served)", n)
 	}
 	if got := counterValue(t, h, "usher_slo_requests_total", map[string]string{"result": "shed"}); got != 1 {

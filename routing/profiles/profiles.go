@@ -8,6 +8,7 @@ import (
 	"github.com/usher-llm/usher/routing/internal/cand"
 	"github.com/usher-llm/usher/routing/internal/hook"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/lora"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/prefix"
@@ -193,7 +194,7 @@ type DynamoOptions struct {
 	// the requests sent since the last scrape), and no candidate's load (its running and
 	// waiting requests, or the router's in-flight count if higher) exceeds four times the
 	// mean of the others plus one. A request under a LoRA adapter is scored as usual:
-	// AdapterAffinity pulls it towards its adapter's servers, and without this term's
+	// lora.NewAffinity's term pulls it towards its adapter's servers, and without this term's
 	// in-flight blocks the bench's LoRA workload piled onto them. Dynamo's own profile leaves
 	// it off; Usher sets it.
 	AbstainWhenQuiet bool
@@ -409,14 +410,14 @@ type UsherOptions struct {
 	// replicas that share session placements set the same Session.Seed and a Session.Feed, and
 	// reach the scorer for LearnPlacement with routing.Profile.sessionScorers.
 	Session session.AwareOptions
-	// AdapterWeight is the weight of an AdapterAffinity term (with Adapter's options) added
+	// AdapterWeight is the weight of a lora.NewAffinity term (with Adapter's options) added
 	// for fleets serving LoRA adapters; 2 is the weight measured in bench/README.md, "LoRA
 	// adapters". Zero: no such term, and the profile is exactly the one described above. The
 	// term scores every backend 0 for a request without an adapter.
 	AdapterWeight float64
-	// Adapter configures the AdapterAffinity term; ignored when AdapterWeight is 0. Invalid
-	// options are reported by New (the term is then built from the defaults and New fails).
-	Adapter routing.AdapterOptions
+	// Adapter configures the adapter-affinity term; ignored when AdapterWeight is 0. Invalid
+	// options are reported by routing.New, which then fails.
+	Adapter lora.AffinityOptions
 }
 
 // UsherLoadCap is the in-flight prefill at which Usher's token-load term reaches 0: 131,072
@@ -453,7 +454,7 @@ const UsherLoadCap = 1 << 17
 //     waiting it leaves the balance of a homed turn to the load terms.
 //   - KVUtilization steers away from servers about to preempt.
 //
-// With UsherOptions.AdapterWeight w > 0 the blend gains w·AdapterAffinity, for fleets that
+// With UsherOptions.AdapterWeight w > 0 the blend gains w·lora.NewAffinity, for fleets that
 // serve LoRA adapters; the other weights stay as above.
 //
 // Learning at pick is what co-locates requests sent together (siblings of a fan-out, bursts on
@@ -478,7 +479,7 @@ func Usher(opts UsherOptions) routing.Profile {
 		Picker: pick.MaxScore(),
 	}
 	if opts.AdapterWeight != 0 {
-		a, err := routing.NewAdapterAffinity(opts.Adapter)
+		a, err := lora.NewAffinity(opts.Adapter)
 		p.Scorers = append(p.Scorers, routing.Weighted{Scorer: orInvalid(a, err), Weight: opts.AdapterWeight})
 	}
 	return p

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
 )
 
@@ -81,10 +82,10 @@ func itoa(i int) string {
 	return itoa(i/10) + string(rune('0'+i%10))
 }
 
-func chain(n int) []BlockHash {
-	c := make([]BlockHash, n)
+func chain(n int) []prefixcache.BlockHash {
+	c := make([]prefixcache.BlockHash, n)
 	for i := range c {
-		c[i] = BlockHash(i + 1)
+		c[i] = prefixcache.BlockHash(i + 1)
 	}
 	return c
 }

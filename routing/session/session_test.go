@@ -45,10 +45,10 @@ func mustScorer(s Scorer, err error) Scorer {
 	return s
 }
 
-func chain(n int) []BlockHash {
-	c := make([]BlockHash, n)
+func chain(n int) []prefixcache.BlockHash {
+	c := make([]prefixcache.BlockHash, n)
 	for i := range c {
-		c[i] = BlockHash(i + 1)
+		c[i] = prefixcache.BlockHash(i + 1)
 	}
 	return c
 }
@@ -95,7 +95,7 @@ func mustUpdate(t testing.TB, r *Router, s []BackendState) {
 type fakeIndex struct {
 	mu      sync.Mutex
 	names   map[string]prefixcache.BackendID
-	held    []map[BlockHash]bool
+	held    []map[prefixcache.BlockHash]bool
 	inserts int
 	removes int
 	failAdd bool
@@ -116,11 +116,11 @@ func (f *fakeIndex) AddBackend(name string, capacity int) (prefixcache.BackendID
 	}
 	id := prefixcache.BackendID(len(f.held))
 	f.names[name] = id
-	f.held = append(f.held, map[BlockHash]bool{})
+	f.held = append(f.held, map[prefixcache.BlockHash]bool{})
 	return id, nil
 }
 
-func (f *fakeIndex) Match(dst []int32, chain []BlockHash) []int32 {
+func (f *fakeIndex) Match(dst []int32, chain []prefixcache.BlockHash) []int32 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	dst = dst[:0]
@@ -137,7 +137,7 @@ func (f *fakeIndex) Match(dst []int32, chain []BlockHash) []int32 {
 	return dst
 }
 
-func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []BlockHash) error {
+func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []prefixcache.BlockHash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inserts++
@@ -147,7 +147,7 @@ func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []BlockHash) error {
 	return nil
 }
 
-func (f *fakeIndex) Remove(id prefixcache.BackendID, chain []BlockHash) error {
+func (f *fakeIndex) Remove(id prefixcache.BackendID, chain []prefixcache.BlockHash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removes++
@@ -157,7 +157,7 @@ func (f *fakeIndex) Remove(id prefixcache.BackendID, chain []BlockHash) error {
 	return nil
 }
 
-func (f *fakeIndex) hold(name string, chain []BlockHash) {
+func (f *fakeIndex) hold(name string, chain []prefixcache.BlockHash) {
 	id, _ := f.AddBackend(name, 0)
 	_ = f.Insert(id, chain)
 	f.mu.Lock()
@@ -256,16 +256,16 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	// placed places 8 new sessions, each the opening system plus own blocks of its own, on a
 	// fleet where the server holding the opening, b0, has queued requests waiting (a busy
 	// holder) or none (a quiet one).
-	placed := func(profile func(aware) Profile, system []BlockHash, own, queued int) map[string]int {
+	placed := func(profile func(aware) Profile, system []prefixcache.BlockHash, own, queued int) map[string]int {
 		r, ix, _, states := sessionFleet(t, profile)
 		states[0].Queued = queued
 		mustUpdate(t, r, states)
 		ix.hold("b0", system)
 		on := map[string]int{}
 		for i := range 8 {
-			c := append([]BlockHash{}, system...)
+			c := append([]prefixcache.BlockHash{}, system...)
 			for k := range own {
-				c = append(c, BlockHash(1000+100*i+k))
+				c = append(c, prefixcache.BlockHash(1000+100*i+k))
 			}
 			p, err := r.Pick(&Request{Chain: c, Session: fmt.Sprint("s", i)})
 			if err != nil {
@@ -338,7 +338,7 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	mustUpdate(t, r2, fleet(8, t0))
 	ix2.hold("b0", chain(6))
 	for i := range 8 {
-		p, _ := r2.Pick(&Request{Chain: append(chain(6), BlockHash(1000+i)), Session: fmt.Sprint("s", i)})
+		p, _ := r2.Pick(&Request{Chain: append(chain(6), prefixcache.BlockHash(1000+i)), Session: fmt.Sprint("s", i)})
 		if p.Backend.Name != "b0" {
 			t.Fatalf("llm-d default placed new session %d on %s; the comparison expects b0", i, p.Backend.Name)
 		}
@@ -352,7 +352,7 @@ func TestSessionAwareFork(t *testing.T) {
 	r, ix, _, states := sessionFleet(t, usherWith)
 	parent := chain(20)
 	ix.hold("b5", parent)
-	fork := append(append([]BlockHash{}, parent...), 4242)
+	fork := append(append([]prefixcache.BlockHash{}, parent...), 4242)
 	for i := range states {
 		states[i].Queued = 0
 		if states[i].Name == "b5" {
@@ -379,7 +379,7 @@ func TestSessionAwareFork(t *testing.T) {
 func TestSessionAwareLaterTurns(t *testing.T) {
 	r, ix, sa, states := sessionFleet(t, usherWith)
 	turn1 := chain(10)
-	turn2 := append(append([]BlockHash{}, turn1...), 900, 901)
+	turn2 := append(append([]prefixcache.BlockHash{}, turn1...), 900, 901)
 	p, _ := r.Pick(&Request{Chain: turn1, Session: "s"})
 	home := p.Backend.Name
 	p.Done(DoneInfo{FirstTokenAt: t0}) // turn 1's blocks are now cached on home
@@ -424,7 +424,7 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 	}
 	mustUpdate(t, r, states)
 	ix.mu.Lock()
-	ix.held[ix.names[newHome]] = map[BlockHash]bool{}
+	ix.held[ix.names[newHome]] = map[prefixcache.BlockHash]bool{}
 	ix.mu.Unlock()
 	e, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
 	if e.Backend.Name == newHome {
@@ -443,10 +443,10 @@ func TestSessionAwarePartlyEvictedHome(t *testing.T) {
 	p, _ := r.Pick(&Request{Chain: turn1, Session: "s"})
 	home := p.Backend.Name
 	p.Done(DoneInfo{FirstTokenAt: t0})
-	turn2 := append(append([]BlockHash{}, turn1...), 900, 901)
+	turn2 := append(append([]prefixcache.BlockHash{}, turn1...), 900, 901)
 	// The home keeps 3 of the 10 blocks (less than KeptFraction), nobody else holds any.
 	ix.mu.Lock()
-	ix.held[ix.names[home]] = map[BlockHash]bool{}
+	ix.held[ix.names[home]] = map[prefixcache.BlockHash]bool{}
 	ix.mu.Unlock()
 	ix.hold(home, turn1[:3])
 	q, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
@@ -460,7 +460,7 @@ func TestSessionAwarePartlyEvictedHome(t *testing.T) {
 		other = "b1"
 	}
 	ix.mu.Lock()
-	ix.held[ix.names[home]] = map[BlockHash]bool{}
+	ix.held[ix.names[home]] = map[prefixcache.BlockHash]bool{}
 	ix.mu.Unlock()
 	ix.hold(home, turn1[:3])
 	ix.hold(other, turn1[:6])

@@ -12,6 +12,7 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/profiles"
@@ -104,7 +105,7 @@ type ProfileOptions struct {
 }
 
 // namedProfile is one entry of the registry.
-// GatewayAdapterWeight is the weight of routing.AdapterAffinity in the gateway's usher
+// GatewayAdapterWeight is the weight of lora.NewAffinity's term in the gateway's usher
 // profile: 2, measured on the simulator's LoRA workload (bench/README.md, "LoRA adapters").
 const GatewayAdapterWeight = 2
 
@@ -131,9 +132,9 @@ var profileTable = []namedProfile{
 	{"least-request", func(ProfileOptions) routing.Profile { return profiles.LeastRequest() }},
 	{"usher-latency", func(ProfileOptions) routing.Profile {
 		// Routing by predicted latency alone: the prefix a backend holds counts through the
-		// prefill it saves, the load through the queueing it adds (routing.NewPredictedLatency
-		// over a fresh routing.NewLinearLatency, each call its own model).
-		s, err := routing.NewPredictedLatency(routing.PredictedLatencyOptions{})
+		// prefill it saves, the load through the queueing it adds (latency.NewScorer over a
+		// fresh latency.NewLinear, each call its own model).
+		s, err := latency.NewScorer(latency.ScorerOptions{})
 		if err != nil {
 			panic(err) // the defaults are valid
 		}

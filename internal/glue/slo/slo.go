@@ -15,6 +15,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 )
 
 // The headers a trusted proxy may set a request's targets with, in canonical form.
@@ -102,9 +103,9 @@ func (c *Config) Targets(hd http.Header, band int) (routing.Latency, *openai.Err
 // Deadline returns the admission deadline of a request with TTFT target ttft, arriving at
 // arrival and routed by r as rr (see Admit), with p̂ the best TTFT r predicts; zero (the queue's
 // TTL) when r predicts nothing. shed says the request is to be refused at once. O(backends)
-// plus one prefix match (Router.Predict).
+// plus one prefix match (latency.Predict).
 func (c *Config) Deadline(r *routing.Router, rr *routing.Request, ttft, ttl time.Duration, arrival, now time.Time) (dl time.Time, shed bool) {
-	best, ok := r.Predict(rr)
+	best, ok := latency.Predict(r, rr)
 	if !ok {
 		return time.Time{}, false
 	}
@@ -137,9 +138,9 @@ func (c *Config) Queue(fr *flowcontrol.Request, targets *routing.Latency, r *rou
 // target on the backend predicted fastest, arrival + ttft − predicted, no sooner than MinWait
 // from now; zero when that is at or beyond ttl (0: unknown, no cap). shed is true when
 // ShedAbove is set, predicted exceeds that many times the target and the model has learned
-// routing.ColdLatencyOutcomes observations (learned). O(1).
+// latency.ColdOutcomes observations (learned). O(1).
 func (c *Config) Admit(predicted time.Duration, learned uint64, ttft, ttl time.Duration, arrival, now time.Time) (dl time.Time, shed bool) {
-	if c.ShedAbove > 0 && float64(predicted) > c.ShedAbove*float64(ttft) && learned >= routing.ColdLatencyOutcomes {
+	if c.ShedAbove > 0 && float64(predicted) > c.ShedAbove*float64(ttft) && learned >= latency.ColdOutcomes {
 		return time.Time{}, true
 	}
 	dl = arrival.Add(ttft - predicted)

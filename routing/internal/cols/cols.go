@@ -12,8 +12,14 @@
 //
 // Needs says which columns AddCols reads; AddCols adds w·dst[i] to tot[i] for every candidate
 // i < len(tot), where dst[i] is bit for bit what Score would write given the Candidates the
-// columns were taken from, every value in [0, 1] whatever the candidates hold. The concrete
-// scorer types are unexported, so these methods stay off the module's public API.
+// columns were taken from, every value in [0, 1] whatever the candidates hold. A scorer that
+// reads many inputs of each candidate may also implement
+//
+//	CandNeeds() cols.Mask
+//
+// to read Cols.Cands, when set, in one pass instead: the router's general path (which has the
+// Candidates) then fills only the columns CandNeeds names. The concrete scorer types are
+// unexported, so these methods stay off the module's public API.
 package cols
 
 import "math"
@@ -51,7 +57,7 @@ type Cols[C, ID, S any] struct {
 	Fresh []S
 	// IDs are the candidates' BackendIDs.
 	IDs []ID
-	// TTFT and TPOT are scratch for a scorer's own use during its AddCols (PredictedLatency).
+	// TTFT and TPOT are scratch for a scorer's own use during its AddCols (routing/latency).
 	TTFT, TPOT []float64
 	// Cands are the Candidates the columns were taken from, nil when the router gathered them
 	// from its snapshot: a scorer that reads many inputs of each candidate reads them here in

@@ -6,6 +6,8 @@
 // the module. Converting a pointer to an any does not allocate.
 package hook
 
+import "time"
+
 // Installed by package routing.
 var (
 	// OwnRequests returns the router's own requests in flight on the backend a Result chose
@@ -54,3 +56,37 @@ var Indexed func(req any) bool
 // IndexID returns the prefix index's id of a *routing.Candidate's backend (passed as an any),
 // and false when the Router has no index or the Candidate was built outside a Router.
 var IndexID func(cand any) (id uint32, ok bool)
+
+// Latency is implemented by routing/latency's scorers, whose model the Router feeds. A Router
+// keeps the chosen *routing.Candidate of every pick and the request's prompt tokens (resolved
+// as filters see them) when its profile holds one, asks the first for Result.Predicted, and
+// teaches every one (each model once) what a streamed request got: its TTFT at FirstToken,
+// its TPOT (and TTFT, unless taught already) at Done. The methods take the candidate as an
+// any and must not retain it; they run on the Pick and Done paths and must not block or
+// allocate.
+type Latency interface {
+	// LatencyModel returns the scorer's model, compared with == so that a model shared by two
+	// scorers learns each outcome once.
+	LatencyModel() any
+	// PredictChosen returns the model's TTFT and TPOT for a request of prompt tokens on cand.
+	PredictChosen(prompt int, cand any) (ttft, tpot time.Duration)
+	// LearnChosen teaches the model that a request of prompt tokens placed on cand got ttft
+	// and tpot (a zero value was not observed; never both).
+	LearnChosen(prompt int, cand any, ttft, tpot time.Duration)
+}
+
+// Predict returns the lowest TTFT and, separately, the lowest TPOT that a *routing.Router's
+// first Latency (in scorer order) predicts for a *routing.Request among the candidates a Pick
+// would consider now, after the filters, without picking or charging anything; ok is false
+// when the profile has no Latency or no backend is eligible. Installed by package routing.
+// O(n) for n backends plus one prefix match and the filters; safe for concurrent use; no
+// allocation once the pools are warm.
+var Predict func(router, req any) (ttft, tpot time.Duration, ok bool)
+
+// Adapter reports, for a *routing.Candidate (cand) that a Router built for a *routing.Request
+// (req), whether the request's adapter is in the backend's running and waiting sets, how many
+// distinct adapters run or wait there and how many of those only wait, from the snapshot's
+// interned sets; ok is false when the candidate or the request was not built by the same
+// Router pick (the caller then reads the names). Valid only when the candidate has fresh
+// routing.SignalAdapters. Installed by package routing. O(log k), no allocation.
+var Adapter func(req, cand any) (running, waiting bool, used, waitOnly int, ok bool)

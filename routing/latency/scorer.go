@@ -1,122 +1,162 @@
-package routing
+package latency
 
 import (
 	"fmt"
 	"math"
 	"sync"
 	"time"
+
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/cols"
+	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
-// DefaultOutputTokens is the answer length PredictedLatency assumes for a request that does not
-// say (Request.OutputTokens 0).
+// DefaultOutputTokens is the answer length a scorer of [NewScorer] assumes for a request that
+// does not say ([routing.Request.OutputTokens] 0).
 const DefaultOutputTokens = 256
 
-// PredictedLatencyOptions configures NewPredictedLatency.
-type PredictedLatencyOptions struct {
-	// Model predicts and learns. Nil: a NewLinearLatency with its defaults. The Router the
+// ScorerOptions configures [NewScorer].
+type ScorerOptions struct {
+	// Model predicts and learns. Nil: a [NewLinear] with its defaults. The Router the
 	// scorer is given to feeds the model every outcome; give a model to one Router only.
-	Model LatencyModel
-	// OutputTokens is the answer length assumed when Request.OutputTokens is 0. Zero:
-	// DefaultOutputTokens.
+	Model Model
+	// OutputTokens is the answer length assumed when [routing.Request.OutputTokens] is 0.
+	// Zero: [DefaultOutputTokens].
 	OutputTokens int
 }
 
-// NewPredictedLatency returns a scorer that ranks candidates by the latency its model predicts
-// for the request on each, or an error wrapping ErrInvalidOptions.
+// NewScorer returns a scorer that ranks candidates by the latency its model predicts for the
+// request on each, or an error wrapping [routing.ErrInvalidOptions].
 //
 // A candidate's cost is its predicted TTFT plus the answer's length times its predicted TPOT,
 // and its relative speed r is the lowest cost among the candidates over its own: 1 for the
 // fastest, ½ for one predicted twice as slow. Scores come in two tiers. A request with targets
-// (Request.Targets) is routed by SLO: a candidate predicted to meet every target scores
-// ½ + ½·h, where h is its smallest headroom (target − prediction)/target, so the one with the
-// most headroom wins; one predicted to miss scores ½·r, below every candidate that meets them.
-// A request without targets is one that every candidate meets: each scores ½ + ½·r. So the
-// scorer's weight is what it adds between an SLO met and missed, and half of it is what ranks
-// candidates by speed; under MaxScore a term of weight 2 places requests without targets as
-// a full-range term of weight 1 would (the constant ½ changes no choice).
+// ([routing.Request.Targets]) is routed by SLO: a candidate predicted to meet every target
+// scores ½ + ½·h, where h is its smallest headroom (target − prediction)/target, so the one
+// with the most headroom wins; one predicted to miss scores ½·r, below every candidate that
+// meets them. A request without targets is one that every candidate meets: each scores
+// ½ + ½·r. So the scorer's weight is what it adds between an SLO met and missed, and half of
+// it is what ranks candidates by speed; under a max-score picker a term of weight 2 places
+// requests without targets as a full-range term of weight 1 would (the constant ½ changes no
+// choice).
 //
-// The Router learns the model from every Result it finishes (see LatencyModel). With the
-// built-in model the scorer reads the pick's columns like the other built-in scorers: O(n),
-// no allocation, about 10 ns per candidate. With another model it calls Predict per candidate.
-func NewPredictedLatency(o PredictedLatencyOptions) (Scorer, error) {
+// The [routing.Router] the scorer is given to learns the model from every Result it finishes
+// (see [Model]). With the built-in model the scorer reads the pick's columns like the other
+// built-in scorers: O(n), no allocation, about 10 ns per candidate. With another model it
+// calls Predict per candidate. The scorer is safe for concurrent use.
+func NewScorer(o ScorerOptions) (routing.Scorer, error) {
 	if o.OutputTokens < 0 {
-		return nil, fmt.Errorf("%w: PredictedLatencyOptions.OutputTokens %d: want ≥ 0", ErrInvalidOptions, o.OutputTokens)
+		return nil, fmt.Errorf("%w: ScorerOptions.OutputTokens %d: want ≥ 0", routing.ErrInvalidOptions, o.OutputTokens)
 	}
 	if o.OutputTokens == 0 {
 		o.OutputTokens = DefaultOutputTokens
 	}
 	if o.Model == nil {
-		m, err := NewLinearLatency(LinearLatencyOptions{})
+		m, err := NewLinear(LinearOptions{})
 		if err != nil {
 			return nil, err
 		}
 		o.Model = m
 	}
-	if lin, ok := o.Model.(*LinearLatency); ok {
+	if lin, ok := o.Model.(*Linear); ok {
 		return &linearScorer{m: lin, out: o.OutputTokens}, nil
 	}
 	return &modelScorer{m: o.Model, out: o.OutputTokens}, nil
 }
 
-// latencyPart is implemented by the parts whose model the Router feeds.
-type latencyPart interface{ latencyModel() LatencyModel }
+// colsT is the columns a pick fills for the scorers that read them.
+type colsT = cols.Cols[routing.Candidate, routing.BackendID, routing.Signal]
 
-// linearScorer is PredictedLatency over the built-in model, scoring columns.
+// linearScorer is the scorer over the built-in model, scoring columns.
 type linearScorer struct {
-	m    *LinearLatency
+	m    *Linear
 	out  int
-	cols sync.Pool // *cols, for Score
+	cols sync.Pool // *colsT, for Score
 }
 
-// modelScorer is PredictedLatency over any other model.
+// modelScorer is the scorer over any other model.
 type modelScorer struct {
-	m     LatencyModel
+	m     Model
 	out   int
 	feats sync.Pool // *Features: an interface call's argument escapes
 }
 
 var (
-	_ unitScorer  = (*linearScorer)(nil)
-	_ latencyPart = (*linearScorer)(nil)
-	_ latencyPart = (*modelScorer)(nil)
+	_ hook.Latency = (*linearScorer)(nil)
+	_ hook.Latency = (*modelScorer)(nil)
 )
 
-func (s *linearScorer) latencyModel() LatencyModel { return s.m }
-func (s *modelScorer) latencyModel() LatencyModel  { return s.m }
+// LatencyModel, PredictChosen and LearnChosen are the Router's seam (hook.Latency).
 
-func (s *linearScorer) Needs() colMask {
-	return colQueued | colRunning | colKV | colActive | colTokens | colMatched | colID
+func (s *linearScorer) LatencyModel() any { return s.m }
+func (s *modelScorer) LatencyModel() any  { return s.m }
+
+func (s *linearScorer) PredictChosen(prompt int, cand any) (ttft, tpot time.Duration) {
+	f := featuresOf(prompt, cand.(*routing.Candidate))
+	p := s.m.Predict(&f)
+	return p.TTFT, p.TPOT
 }
 
-// candNeeds is nothing: given the Candidates, AddCols reads them in one pass.
-func (s *linearScorer) candNeeds() colMask { return 0 }
-
-// candScorer is a unitScorer that reads cols.cands, when set, rather than the columns it
-// needs: it needs only candNeeds() of them then.
-type candScorer interface {
-	unitScorer
-	candNeeds() colMask
+func (s *linearScorer) LearnChosen(prompt int, cand any, ttft, tpot time.Duration) {
+	f := featuresOf(prompt, cand.(*routing.Candidate))
+	s.m.Learn(&f, routing.Latency{TTFT: ttft, TPOT: tpot})
 }
 
-// Score implements Scorer: the candidates' columns, then AddCols, so that the two agree by
-// construction. O(len(cands)); the columns come from a pool.
-func (s *linearScorer) Score(req *Request, cands []Candidate, dst []float64) {
-	c, _ := s.cols.Get().(*cols)
+func (s *modelScorer) PredictChosen(prompt int, cand any) (ttft, tpot time.Duration) {
+	f := s.features()
+	*f = featuresOf(prompt, cand.(*routing.Candidate))
+	p := s.m.Predict(f)
+	s.feats.Put(f)
+	return p.TTFT, p.TPOT
+}
+
+func (s *modelScorer) LearnChosen(prompt int, cand any, ttft, tpot time.Duration) {
+	f := s.features()
+	*f = featuresOf(prompt, cand.(*routing.Candidate))
+	s.m.Learn(f, routing.Latency{TTFT: ttft, TPOT: tpot})
+	s.feats.Put(f)
+}
+
+// features returns a Features from the pool.
+func (s *modelScorer) features() *Features {
+	f, _ := s.feats.Get().(*Features)
+	if f == nil {
+		f = new(Features)
+	}
+	return f
+}
+
+// Needs, CandNeeds and AddCols are the built-in scorers' column seam (routing/internal/cols).
+
+func (s *linearScorer) Needs() cols.Mask {
+	return cols.Queued | cols.Running | cols.KV | cols.Active | cols.Tokens | cols.Matched | cols.ID
+}
+
+// CandNeeds is nothing: given the Candidates, AddCols reads them in one pass.
+func (s *linearScorer) CandNeeds() cols.Mask { return 0 }
+
+// Score implements routing.Scorer: AddCols over the candidates themselves (the columns' Cands),
+// as the Router's general path calls it, so that the two agree by construction.
+// O(len(cands)); the columns' scratch comes from a pool.
+func (s *linearScorer) Score(req *routing.Request, cands []routing.Candidate, dst []float64) {
+	c, _ := s.cols.Get().(*colsT)
 	if c == nil || len(c.IDs) < len(cands) {
-		c = new(cols)
+		c = new(colsT)
 		c.Grow(max(len(cands), 16))
 	}
-	colsFrom(c, cands, s.Needs())
+	c.Cands = cands
+	c.QueuedStats, c.RunningStats, c.KVStats = cols.Stats{}, cols.Stats{}, cols.Stats{}
 	clear(dst)
 	s.AddCols(req, c, 1, dst[:len(cands)])
+	c.Cands = nil
 	s.cols.Put(c)
 }
 
 // AddCols predicts every candidate from the columns and adds w times its score (see
-// NewPredictedLatency). The model's arithmetic (linearCoef.eval) is written out here with the
+// NewScorer). The model's arithmetic (linearCoef.eval) is written out here with the
 // coefficients in registers: this loop is the model's whole cost on the pick path. O(n), no
 // allocation.
-func (s *linearScorer) AddCols(req *Request, c *cols, w float64, tot []float64) {
+func (s *linearScorer) AddCols(req *routing.Request, c *colsT, w float64, tot []float64) {
 	n := len(tot)
 	ttft, tpot := c.TTFT[:n], c.TPOT[:n]
 	prompt, out := req.PromptTokens, outputOf(req, s.out)
@@ -133,13 +173,13 @@ func (s *linearScorer) AddCols(req *Request, c *cols, w float64, tot []float64) 
 			work, own := float64(cd.InFlight.PrefillTokens+int64(cd.UncachedTokens))*1e-3, float64(max(0, prompt-cd.MatchedTokens))*1e-3
 			q, r, kvu, act := 0.0, 0.0, 0.0, float64(cd.InFlight.Requests)
 			if st != nil {
-				if fresh&SignalQueued != 0 && st.Queued > 0 {
+				if fresh&routing.SignalQueued != 0 && st.Queued > 0 {
 					q = float64(st.Queued)
 				}
-				if fresh&SignalRunning != 0 && st.Running > 0 {
+				if fresh&routing.SignalRunning != 0 && st.Running > 0 {
 					r = float64(st.Running)
 				}
-				if k := kvFree(st.KVUtilization); fresh&SignalKVUtilization != 0 && k == k && k < 1 {
+				if k := cols.KVFree(st.KVUtilization); fresh&routing.SignalKVUtilization != 0 && k == k && k < 1 {
 					kvu = 1 - k
 				}
 			}
@@ -206,11 +246,8 @@ func (s *linearScorer) AddCols(req *Request, c *cols, w float64, tot []float64) 
 
 // Score implements Scorer: Predict per candidate, twice (see linearScorer.Score).
 // O(len(cands)) calls of Predict.
-func (s *modelScorer) Score(req *Request, cands []Candidate, dst []float64) {
-	f, _ := s.feats.Get().(*Features)
-	if f == nil {
-		f = new(Features)
-	}
+func (s *modelScorer) Score(req *routing.Request, cands []routing.Candidate, dst []float64) {
+	f := s.features()
 	out := outputOf(req, s.out)
 	best := math.Inf(1)
 	for i := range cands {
@@ -226,7 +263,7 @@ func (s *modelScorer) Score(req *Request, cands []Candidate, dst []float64) {
 	s.feats.Put(f)
 }
 
-func outputOf(req *Request, def int) float64 {
+func outputOf(req *routing.Request, def int) float64 {
 	if req.OutputTokens > 0 {
 		return float64(req.OutputTokens)
 	}
@@ -243,9 +280,9 @@ func latencyCost(ttft, tpot, out float64) float64 {
 	return c
 }
 
-// latencyScore is one candidate's score in [0, 1] (see NewPredictedLatency), given the lowest
+// latencyScore is one candidate's score in [0, 1] (see NewScorer), given the lowest
 // cost among the candidates.
-func latencyScore(req *Request, ttft, tpot, out, best float64) float64 {
+func latencyScore(req *routing.Request, ttft, tpot, out, best float64) float64 {
 	c := latencyCost(ttft, tpot, out)
 	rel := 0.0
 	if !math.IsInf(c, 1) {
@@ -268,40 +305,4 @@ func latencyScore(req *Request, ttft, tpot, out, best float64) float64 {
 		return 0.5 + 0.5*head
 	}
 	return 0.5 * rel
-}
-
-// observed is what Done learns of t's streamed request: its TTFT, from the pick to
-// info.FirstTokenAt, unless FirstToken already taught it (firstSeen); its TPOT, over the rest of
-// the answer, when it succeeded with at least two output tokens.
-func observed(t *ticket, info *DoneInfo, firstSeen bool, now func() time.Time) (obs Latency) {
-	if info.FirstTokenAt.IsZero() {
-		return obs
-	}
-	if !firstSeen {
-		obs.TTFT = info.FirstTokenAt.Sub(t.picked)
-	}
-	if info.Err == nil && info.OutputTokens >= 2 {
-		end := info.End
-		if end.IsZero() {
-			end = now()
-		}
-		obs.TPOT = end.Sub(info.FirstTokenAt) / time.Duration(info.OutputTokens-1)
-	}
-	return obs
-}
-
-// learnLatency tells the router's latency models what t's streamed request got (a whole
-// answer's first byte is its end, so it teaches nothing). Result.FirstToken teaches the TTFT
-// as soon as the first token comes — a server that slows down is seen at its next first token,
-// not at the end of an answer — and Done the TPOT (and the TTFT, when FirstToken was not
-// called).
-func (r *Router) learnLatency(t *ticket, obs Latency) {
-	if obs.TTFT <= 0 && obs.TPOT <= 0 {
-		return
-	}
-	obs.TTFT, obs.TPOT = max(obs.TTFT, 0), max(obs.TPOT, 0)
-	r.stats.latency.Add(1)
-	for _, m := range r.models {
-		m.Learn(&t.features, obs)
-	}
 }

@@ -1,4 +1,4 @@
-package routing_test
+package lora_test
 
 import (
 	"errors"
@@ -7,15 +7,16 @@ import (
 
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/lora"
 )
 
 // A fleet serving LoRA adapters on one base model: the writer publishes each server's models
-// and its vllm:lora_requests_info signals; AdapterAffinity, beside a load term, keeps an
+// and its vllm:lora_requests_info signals; the adapter-affinity term, beside a load term, keeps an
 // adapter where it runs, sends a new one to a server with a free slot, and the model filter
 // refuses a model nobody serves.
-func ExampleAdapterAffinity() {
+func ExampleNewAffinity() {
 	now := time.Unix(1_700_000_000, 0)
-	aff, err := routing.NewAdapterAffinity(routing.AdapterOptions{})
+	aff, err := lora.NewAffinity(lora.AffinityOptions{})
 	if err != nil {
 		panic(err)
 	}

@@ -1,23 +1,24 @@
-package routing_test
+package latency_test
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/profiles"
 )
 
-// A router that learns its fleet's latency: the default profile plus a PredictedLatency term.
+// A router that learns its fleet's latency: the default profile plus a latency term.
 // Two backends; "b" answers three times slower than "a" under the same load. After some
 // streamed requests the model predicts each, and a request with a TTFT target goes where it is
 // predicted to be met.
-func ExampleNewPredictedLatency() {
-	model, _ := routing.NewLinearLatency(routing.LinearLatencyOptions{})
-	latency, _ := routing.NewPredictedLatency(routing.PredictedLatencyOptions{Model: model})
+func ExampleNewScorer() {
+	model, _ := latency.NewLinear(latency.LinearOptions{})
+	term, _ := latency.NewScorer(latency.ScorerOptions{Model: model})
 	now := time.Unix(1_700_000_000, 0)
 	r, err := routing.New(routing.Options{
-		Profile: profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: latency, Weight: 2}),
+		Profile: profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: term, Weight: 2}),
 		Now:     func() time.Time { return now },
 	})
 	if err != nil {
@@ -38,7 +39,7 @@ func ExampleNewPredictedLatency() {
 			OutputTokens: 10,
 		})
 	}
-	best, _ := r.Predict(&routing.Request{PromptTokens: 1000})
+	best, _ := latency.Predict(r, &routing.Request{PromptTokens: 1000})
 	fmt.Printf("best predicted TTFT %.2fs\n", best.TTFT.Seconds())
 	p, _ := r.Pick(&routing.Request{PromptTokens: 1000, Stream: true, Targets: routing.Latency{TTFT: 200 * time.Millisecond}})
 	fmt.Printf("picked %s, predicted TTFT %.2fs, TPOT %.3fs\n", p.Backend.Name, p.Predicted.TTFT.Seconds(), p.Predicted.TPOT.Seconds())

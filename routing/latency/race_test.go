@@ -1,0 +1,5 @@
+//go:build race
+
+package latency
+
+func init() { raceEnabled = true }

@@ -1,0 +1,5 @@
+//go:build race
+
+package lora_test
+
+func init() { raceEnabled = true }
