@@ -235,8 +235,8 @@ type Options struct {
 // Router picks a backend for each request. Build one with New and publish the backend set with
 // Update.
 //
-// Concurrency: Pick, Backends, InFlight, Stats and the peer methods (setPeerInFlight,
-// appendInFlight, peerInFlight, Lookup) are safe for concurrent use from any number of
+// Concurrency: Pick, Backends, InFlight, Stats, Lookup and the replication layer's reads and
+// writes of in-flight counts (package replica) are safe for concurrent use from any number of
 // goroutines. Update is meant for one writer (it is serialised internally, so a second writer is
 // safe but pointless). Pick never blocks: it reads the current snapshot through an atomic
 // pointer and scratch space from a pool, and the in-flight counters, its own and its peers',
@@ -415,8 +415,9 @@ type Stats struct {
 	// Done is the number of Results finished with Done; Failed those with a non-nil Err.
 	// Picks − Done is the number of requests in flight.
 	Done, Failed uint64
-	// DroppedPeerNames is the number of setPeerInFlight entries dropped because they named a
-	// backend the router did not know while maxUnknownPeerNames others were already kept.
+	// DroppedPeerNames is the number of in-flight counts from other gateway replicas (package
+	// replica) dropped because they named a backend the router did not know while 4,096 such
+	// names were already held for a later Update.
 	DroppedPeerNames uint64
 	// LatencyOutcomes is the number of observations (a streamed request's first token, its
 	// end) the router has taught its latency models: how far a model is from its prior. An
@@ -674,7 +675,7 @@ func (r *Router) Backends(dst []BackendState) []BackendState {
 }
 
 // InFlight returns the router's own in-flight counters of the named backend (without its
-// peers', see setPeerInFlight), and whether the router has ever known it. O(1) after a map lookup under the writer lock; not for the hot path.
+// peers', as the replication layer last reported them), and whether the router has ever known it. O(1) after a map lookup under the writer lock; not for the hot path.
 func (r *Router) InFlight(name string) (InFlight, bool) {
 	r.mu.Lock()
 	id, ok := r.ids[name]

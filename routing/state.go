@@ -207,7 +207,7 @@ func adaptersValid(s *BackendState) bool {
 
 // InFlight is a count of work sent to a backend that has not finished: the router's own
 // (Router.InFlight), which changes at once on Pick, unlike polled signals, or its peers'
-// (Router.setPeerInFlight), or both summed (Candidate.InFlight).
+// (reported by the replication layer, package replica), or both summed (Candidate.InFlight).
 type InFlight struct {
 	// Requests picked and not yet Done.
 	Requests int64
@@ -235,8 +235,9 @@ type Candidate struct {
 	// Options.StaleAfter, or never; Fresh is then empty.
 	Stale bool
 	// InFlight is the in-flight work on this backend, read at the start of Pick: the router's
-	// own counters plus the counts other gateway replicas hold there, as setPeerInFlight last
-	// set them (zero for a router that is never told). Router.InFlight returns the own part.
+	// own counters plus the counts other gateway replicas hold there, as the replication
+	// layer last set them (zero for a router that is never told). [Router.InFlight] returns
+	// the own part.
 	InFlight InFlight
 	// MatchedBlocks is the number of leading blocks of Request.Chain that the prefix index says
 	// this backend holds in GPU memory (0 without an index), at most len(Chain).

@@ -18,27 +18,6 @@ import (
 	"unicode"
 )
 
-// pendingDocs lists packages whose doc comments are not checked yet, as import paths relative
-// to the module, a trailing "/..." taking in the packages below. TEMPORARY: routing, metrics,
-// proxy and gateway are being moved or split in other branches and get their doc comments fixed
-// there; bench, examples and kube are leaving the library for modules of their own. Empty it
-// once those have landed.
-var pendingDocs = []string{
-	"routing/...",
-}
-
-func pending(patterns []string, rel string) bool {
-	for _, p := range patterns {
-		if base, ok := strings.CutSuffix(p, "/..."); ok && (rel == base || strings.HasPrefix(rel, base+"/")) {
-			return true
-		}
-		if p == rel {
-			return true
-		}
-	}
-	return false
-}
-
 // TestDocLinks checks the doc comments a reader of `go doc -all` sees: the package's, and those
 // of exported types, funcs, methods of exported types, constants, variables, fields of exported
 // structs and methods of exported interfaces (a line comment after a field or value included).
@@ -69,15 +48,6 @@ func TestDocLinks(t *testing.T) {
 		problems, err := c.check(importPath(rel))
 		if err != nil {
 			t.Fatalf("%s: %v", rel, err)
-		}
-		if pending(pendingDocs, rel) {
-			if len(problems) > 0 {
-				t.Logf("%s: %d doc problems, pending (pendingDocs)", rel, len(problems))
-			}
-			for _, p := range problems {
-				t.Logf("  pending: %s", p)
-			}
-			continue
 		}
 		for _, p := range problems {
 			t.Error(p)
