@@ -22,12 +22,14 @@ bench() { # package pattern
 }
 bench ./prefixcache 'HashTokens|Match$|Insert$'
 bench ./prefixcache/kvevents 'Decode|ApplyEvents'
-bench ./routing 'Pick$|PickParts|PickInsert|PickProfiles|PickLatency|LinearLatency'
+bench ./routing 'Pick$|PickParts|PickInsert|PickProfiles|PickLatency'
+bench ./routing/outlier 'PickOutlier$'
+bench ./routing/latency 'Linear'
 bench ./flowcontrol 'AdmitDone$|AdmitParallel'
 bench ./fairness 'Policy$'
 bench ./metrics 'ScrapeParse'
 bench ./proxy/openai 'Parse$'
-bench ./proxy 'Handler'
+bench ./proxy/e2e 'Handler'
 
 {
 	echo "Go: $(go version | awk '{print $3}'); $(nproc) CPUs; load average at the start: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)."

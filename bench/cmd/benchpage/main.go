@@ -249,7 +249,9 @@ var targets = []struct {
 	{"prefixcache", regexp.MustCompile(`^BenchmarkInsert`), target{path: "insert", zeroAlloc: true}},
 	{"routing", regexp.MustCompile(`^BenchmarkPick/backends=100$`), target{path: "router pick, 100 backends, 4 scorers incl. prefix match", maxNs: 3000, zeroAlloc: true}},
 	{"routing", regexp.MustCompile(`^BenchmarkPick(Peers|Profiles|Parts|Insert|Outlier|Latency)?/`), target{path: "pick", zeroAlloc: true}},
+	{"outlier", regexp.MustCompile(`^BenchmarkPickOutlier/`), target{path: "pick with outlier detection", zeroAlloc: true}},
 	{"latency", regexp.MustCompile(`^BenchmarkLinear/predict$`), target{path: "learned latency model: one prediction", maxNs: 1000, zeroAlloc: true}},
+	{"latency", regexp.MustCompile(`^BenchmarkLinear/`), target{path: "learned latency model", zeroAlloc: true}},
 	{"flowcontrol", regexp.MustCompile(`^BenchmarkAdmitDone/.*flows=100000`), target{path: "admit + done, 100,000 backlogged flows", maxNs: 500, zeroAlloc: true}},
 	{"flowcontrol", regexp.MustCompile(`^BenchmarkAdmitDone`), target{path: "admission", zeroAlloc: true}},
 }
