@@ -208,7 +208,7 @@ type usherVariant struct {
 	session, tokens, kv    float64
 	tokenCap               int
 	prefill, dynamo        float64
-	dyn                    profiles.DynamoOptions
+	dyn                    profiles.DynamoCostOptions
 	saturation, firstToken bool
 }
 
@@ -251,7 +251,7 @@ func (v usherVariant) router() Router {
 // of; TestUsherShippedVariant keeps the two equal.
 func usherShipped() usherVariant {
 	return usherVariant{name: "usher", sa: session.AwareOptions{Overload: 2}, session: 1.5, tokens: 2, dynamo: 1,
-		dyn: profiles.DynamoOptions{AbstainWhenQuiet: true}, kv: 0.5, tokenCap: profiles.UsherLoadCap}
+		dyn: profiles.DynamoCostOptions{AbstainWhenQuiet: true}, kv: 0.5, tokenCap: profiles.UsherLoadCap}
 }
 
 // UsherVariants returns the compositions of usher's router tried while choosing profiles.Usher
@@ -304,8 +304,8 @@ func UsherVariants() []Router {
 		with("usher-cap64k", func(v *usherVariant) { v.tokenCap = 1 << 16 }),
 		with("usher-sat", func(v *usherVariant) { v.saturation = true }),
 		with("usher-balance-first", func(v *usherVariant) { v.sa.BalanceFirstTurns = true }),
-		with("usher-balance-when-quiet", func(v *usherVariant) { v.sa.BalanceWhenQuiet, v.dyn = true, profiles.DynamoOptions{} }),
-		with("usher-dynamo-always", func(v *usherVariant) { v.dyn = profiles.DynamoOptions{} }),
+		with("usher-balance-when-quiet", func(v *usherVariant) { v.sa.BalanceWhenQuiet, v.dyn = true, profiles.DynamoCostOptions{} }),
+		with("usher-dynamo-always", func(v *usherVariant) { v.dyn = profiles.DynamoCostOptions{} }),
 		UsherLatencyRouter(1),
 		UsherLatencyRouter(3),
 		usherTreesRouter(),

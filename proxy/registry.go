@@ -58,7 +58,7 @@ import (
 //	latency-models  linear (the default)
 //
 // The parameters of a part with an Options struct are that struct's fields by name
-// (saturation: saturation.Options, dynamo-cost: profiles.DynamoOptions,
+// (saturation: saturation.Options, dynamo-cost: profiles.DynamoCostOptions,
 // adapter-affinity: lora.AffinityOptions, ...); of a part
 // with one number, that number by its argument's name: {"cap_tokens": 131072} for token-load
 // and prefill-load, {"length_tokens": 8192} for prefix-length, {"threshold": 8} for
@@ -196,7 +196,7 @@ func (r *Registry) addBuiltins() {
 	number("prefill-load", "cap_tokens", load.Prefill)
 	// Scorers with Options.
 	must(r.AddScorer("dynamo-cost", func(p Params) (routing.Scorer, error) {
-		var o profiles.DynamoOptions
+		var o profiles.DynamoCostOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
@@ -227,7 +227,7 @@ func (r *Registry) addBuiltins() {
 	}))
 	must(r.AddScorer("predicted-latency", r.predictedLatency))
 	must(r.AddScorer("sglang-cache-aware", func(p Params) (routing.Scorer, error) {
-		var o profiles.SGLangOptions
+		var o profiles.SGLangCacheAwareOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}

@@ -166,8 +166,8 @@ func BenchmarkPickPeers(b *testing.B) {
 // request succeeding (see BenchmarkPick).
 func BenchmarkPickProfiles(b *testing.B) {
 	for _, p := range []Profile{
-		profiles.LLMDDefault(), profiles.LLMDSticky(profiles.LLMDStickyOptions{}), profiles.SGLang(profiles.SGLangOptions{}),
-		profiles.Dynamo(profiles.DynamoOptions{}), profiles.AIBrix(), profiles.RoundRobin(), profiles.LeastRequest(), profiles.Usher(profiles.UsherOptions{}),
+		profiles.LLMDDefault(), profiles.LLMDSticky(profiles.LLMDStickyOptions{}), profiles.SGLang(profiles.SGLangCacheAwareOptions{}),
+		profiles.Dynamo(profiles.DynamoCostOptions{}), profiles.AIBrix(), profiles.RoundRobin(), profiles.LeastRequest(), profiles.Usher(profiles.UsherOptions{}),
 	} {
 		b.Run(p.Name, func(b *testing.B) {
 			r, req := benchRouter(b, 100, p)

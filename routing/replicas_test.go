@@ -62,7 +62,7 @@ func TestPeerInFlightSteersPicks(t *testing.T) {
 			[]BackendInFlight{{"b0", InFlight{PrefillTokens: 50_000}}}, "b1"},
 		{"token-load, peers' prefill on b1", Profile{Scorers: []Weighted{{Scorer: load.TokenBacklog(0), Weight: 1}}},
 			[]BackendInFlight{{"b1", InFlight{PrefillTokens: 50_000}}}, "b0"},
-		{"dynamo, peers' blocks on b0", profiles.Dynamo(profiles.DynamoOptions{}),
+		{"dynamo, peers' blocks on b0", profiles.Dynamo(profiles.DynamoCostOptions{}),
 			[]BackendInFlight{{"b0", InFlight{Blocks: 500}}}, "b1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -171,19 +171,19 @@ func TestPeerScorerTables(t *testing.T) {
 		want   []float64
 	}{
 		// Loads 10 and 100: 90 > 64 and 100 > 1.5·10 → imbalanced → least-loaded by min-max.
-		{"sglang imbalanced", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangOptions{})), req10,
+		{"sglang imbalanced", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangCacheAwareOptions{})), req10,
 			cands(cand{inflight: 10, matched: 0}, cand{inflight: 100, matched: 10}, cand{inflight: 55, matched: 5}),
 			[]float64{1, 0, 0.5}},
 		// Loads 10 and 70: 60 ≤ 64 → balanced; best match 0.5 > 0.3 → match rate.
-		{"sglang cache", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangOptions{})), req10,
+		{"sglang cache", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangCacheAwareOptions{})), req10,
 			cands(cand{inflight: 10, matched: 0}, cand{inflight: 70, matched: 5}),
 			[]float64{0, 0.5}},
 		// Best match 0.3 is not above 0.3 → least-loaded.
-		{"sglang low match", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangOptions{})), req10,
+		{"sglang low match", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangCacheAwareOptions{})), req10,
 			cands(cand{inflight: 2, matched: 3}, cand{inflight: 4, matched: 0}),
 			[]float64{1, 0}},
 		// 195 − 130 = 65 > 64 but 195 ≤ 1.5·130 → not imbalanced; best match 0.8 → cache.
-		{"sglang rel rule", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangOptions{})), req10,
+		{"sglang rel rule", mustScorer(profiles.NewSGLangCacheAware(profiles.SGLangCacheAwareOptions{})), req10,
 			cands(cand{inflight: 130, matched: 8}, cand{inflight: 195, matched: 2}, cand{inflight: 160}),
 			[]float64{0.8, 0.2, 0}},
 		// Dynamo: block size 16, prompt 160 tokens = 10 blocks.
@@ -191,57 +191,57 @@ func TestPeerScorerTables(t *testing.T) {
 		//   b: prefill (32 + 0)/16 = 2,   active 20 + 10 → cost 32
 		//   c: prefill (0 + 80)/16 = 5,   active 35 + 10 → cost 50
 		// scores (70 − cost)/(70 − 32): 0, 1, 20/38.
-		{"dynamo cost", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{})), req10,
+		{"dynamo cost", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{})), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Overlap weight 0 (negative): prefill ignored: costs 60, 30, 45 → 0, 1, 0.5.
-		{"dynamo no overlap", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{OverlapWeight: -1})), req10,
+		{"dynamo no overlap", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{OverlapWeight: -1})), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 0.5}},
 		// Weight 2: costs 2·10+60 = 80, 2·2+30 = 34, 2·5+45 = 55 → 0, 1, 25/46.
-		{"dynamo weight 2", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{OverlapWeight: 2})), req10,
+		{"dynamo weight 2", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{OverlapWeight: 2})), req10,
 			cands(cand{uncached: 160, blocks: 50}, cand{prefill: 32, blocks: 20}, cand{uncached: 80, blocks: 35}),
 			[]float64{0, 1, 25.0 / 46}},
 		// AbstainWhenQuiet: every queue fresh and empty, running reported, and the router's
 		// in-flight requests 2 + 1 + 1 against 2 + 1 + 0 reported: one sent since, within the
 		// default 2 → every candidate 1.
-		{"dynamo abstains, quiet and settled", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
+		{"dynamo abstains, quiet and settled", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 2, running: 2, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, known: QR}),
 			[]float64{1, 1, 1}},
 		// One request waiting: the cost as without the option.
-		{"dynamo abstains not, one waiting", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
+		{"dynamo abstains not, one waiting", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 2, running: 2, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, queued: 1, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Three requests sent since the last reports (3 in flight, 0 reported): a burst.
-		{"dynamo abstains not, a burst", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
+		{"dynamo abstains not, a burst", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 3, known: QR}, cand{prefill: 32, blocks: 20, known: QR},
 				cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Uneven: loads 9, 1, 1 (all reported, none waiting); 9 > 4·(mean of the others 1 + 1)
 		// = 8, so the fleet is not quiet however empty its queues.
-		{"dynamo abstains not, uneven", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
+		{"dynamo abstains not, uneven", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 9, running: 9, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, running: 1, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Loads 8, 1, 1: 8 ≤ 8, even → every candidate 1.
-		{"dynamo abstains, even at the limit", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
+		{"dynamo abstains, even at the limit", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 8, running: 8, known: QR}, cand{prefill: 32, blocks: 20, inflight: 1, running: 1, known: QR},
 				cand{uncached: 80, blocks: 35, inflight: 1, running: 1, known: QR}),
 			[]float64{1, 1, 1}},
 		// With Unreported negative (none), one unreported request is enough.
-		{"dynamo abstains not, none unreported", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true, Unreported: -1})), req10,
+		{"dynamo abstains not, none unreported", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true, Unreported: -1})), req10,
 			cands(cand{uncached: 160, blocks: 50, inflight: 1, known: QR}, cand{prefill: 32, blocks: 20, known: QR},
 				cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// A request under a LoRA adapter is scored as usual, quiet or not.
-		{"dynamo abstains not, adapter request", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})),
+		{"dynamo abstains not, adapter request", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true})),
 			&Request{Chain: chain(10), BlockSize: 16, PromptTokens: 160, Adapter: "lora-1"},
 			cands(cand{uncached: 160, blocks: 50, known: QR}, cand{prefill: 32, blocks: 20, known: QR}, cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},
 		// Queues the router cannot see (stale) are not quiet.
-		{"dynamo abstains not, stale", mustScorer(profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})), req10,
+		{"dynamo abstains not, stale", mustScorer(profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true})), req10,
 			cands(cand{uncached: 160, blocks: 50, known: QR, stale: true}, cand{prefill: 32, blocks: 20, known: QR},
 				cand{uncached: 80, blocks: 35, known: QR}),
 			[]float64{0, 1, 20.0 / 38}},

@@ -3,19 +3,9 @@ package apicheck
 import (
 	"go/token"
 	"path"
-	"sort"
 	"strings"
 	"testing"
 )
-
-// pendingCtors are the New* funcs, as "package.Name" (package by directory), that broke the
-// constructor rule (package doc) when TestConstructors was written. TEMPORARY: each is to be
-// brought to the rule and the set emptied; TestConstructors logs entries that comply or no
-// longer exist.
-var pendingCtors = map[string]bool{
-	"routing/profiles.NewDynamoCost":       true,
-	"routing/profiles.NewSGLangCacheAware": true,
-}
 
 // interfaces returns the library's exported interface types, as "name" for those of package
 // rel and "pkg.Name" (pkg the last element of the package's directory) for all of them.
@@ -97,12 +87,10 @@ func isIface(rel, t string, ifaces map[string]map[string]bool) bool {
 
 // TestConstructors holds every func named New* of the library to the constructor rule of the
 // package doc: New(Options) (*T, error), NewT(TOptions) (*T, error), or, for a plug-in,
-// NewX(XOptions) (I, error) with I an interface of the library. Funcs in pendingCtors are
-// reported, not failed.
+// NewX(XOptions) (I, error) with I an interface of the library.
 func TestConstructors(t *testing.T) {
 	all, rels := surfaces(t)
 	ifaces := interfaces(all)
-	seen := map[string]bool{}
 	for _, rel := range rels {
 		types := map[string]bool{}
 		for _, l := range all[rel] {
@@ -116,23 +104,8 @@ func TestConstructors(t *testing.T) {
 				continue
 			}
 			key := rel + "." + topLevelName(l)
-			if pendingCtors[key] {
-				seen[key] = true
-				t.Logf("pending: %s %s", key, msg)
-				continue
-			}
 			t.Errorf("%s %s (constructor rule: internal/apicheck package doc)", key, msg)
 		}
-	}
-	var stale []string
-	for k := range pendingCtors {
-		if !seen[k] {
-			stale = append(stale, k)
-		}
-	}
-	sort.Strings(stale)
-	for _, k := range stale {
-		t.Logf("pendingCtors: %s complies or is gone; remove it", k)
 	}
 }
 

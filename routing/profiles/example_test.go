@@ -13,7 +13,7 @@ import (
 // there a server that caches the prompt costs a batch slot, not a wait.
 func ExampleNewDynamoCost() {
 	now := time.Unix(1_700_000_000, 0)
-	dc, err := profiles.NewDynamoCost(profiles.DynamoOptions{AbstainWhenQuiet: true})
+	dc, err := profiles.NewDynamoCost(profiles.DynamoCostOptions{AbstainWhenQuiet: true})
 	if err != nil {
 		panic(err)
 	}

@@ -101,8 +101,8 @@ const (
 	DefaultSGLangCacheThresh = 0.3
 )
 
-// SGLangOptions configures SGLangCacheAware. Zero values are SGLang's defaults.
-type SGLangOptions struct {
+// SGLangCacheAwareOptions configures SGLangCacheAware. Zero values are SGLang's defaults.
+type SGLangCacheAwareOptions struct {
 	// BalanceAbs and BalanceRel define imbalance: max − min > BalanceAbs and
 	// max > BalanceRel · min over the candidates' loads. Zero: 64 and 1.5.
 	BalanceAbs float64
@@ -117,7 +117,7 @@ type sglangCacheAware struct {
 }
 
 // newSGLangCacheAware builds the scorer NewSGLangCacheAware returns.
-func newSGLangCacheAware(opts SGLangOptions) *sglangCacheAware {
+func newSGLangCacheAware(opts SGLangCacheAwareOptions) *sglangCacheAware {
 	s := &sglangCacheAware{abs: opts.BalanceAbs, rel: opts.BalanceRel, thresh: opts.CacheThreshold}
 	if s.abs <= 0 {
 		s.abs = DefaultSGLangBalanceAbs
@@ -159,7 +159,7 @@ func (s *sglangCacheAware) Score(req *routing.Request, cands []routing.Candidate
 
 // SGLang is the SGLang model gateway's cache-aware routing as a profile: SGLangCacheAware and
 // the max-score picker.
-func SGLang(opts SGLangOptions) routing.Profile {
+func SGLang(opts SGLangCacheAwareOptions) routing.Profile {
 	return routing.Profile{
 		Name:    "sglang",
 		Filters: []routing.Filter{outlier.HealthFilter()},
@@ -168,7 +168,7 @@ func SGLang(opts SGLangOptions) routing.Profile {
 	}
 }
 
-// DefaultUnreported is DynamoOptions.Unreported's default: two requests sent since the
+// DefaultUnreported is DynamoCostOptions.Unreported's default: two requests sent since the
 // candidates last reported still leave a quiet fleet settled.
 const DefaultUnreported = 2
 
@@ -179,8 +179,8 @@ const DefaultUnreported = 2
 // moved.
 const abstainOverload = 4
 
-// DynamoOptions configures DynamoCost.
-type DynamoOptions struct {
+// DynamoCostOptions configures DynamoCost.
+type DynamoCostOptions struct {
 	// OverlapWeight multiplies the prefill blocks in the cost. Zero: 1.0 (Dynamo's default);
 	// use a negative value for an explicit 0.
 	OverlapWeight float64
@@ -212,7 +212,7 @@ type dynamoCost struct {
 }
 
 // newDynamoCost builds the scorer NewDynamoCost returns.
-func newDynamoCost(opts DynamoOptions) *dynamoCost {
+func newDynamoCost(opts DynamoCostOptions) *dynamoCost {
 	w := opts.OverlapWeight
 	if w == 0 {
 		w = 1
@@ -230,7 +230,7 @@ func newDynamoCost(opts DynamoOptions) *dynamoCost {
 	return &dynamoCost{w: w, abstain: opts.AbstainWhenQuiet, unreported: u}
 }
 
-// settled reports whether the fleet is quiet and settled (DynamoOptions.AbstainWhenQuiet): every
+// settled reports whether the fleet is quiet and settled (DynamoCostOptions.AbstainWhenQuiet): every
 // candidate freshly reports no request waiting, the router's in-flight requests exceed the
 // running and waiting ones reported by at most unreported, summed over the candidates, and the
 // load is even (no candidate above abstainOverload times the mean of the others, plus one).
@@ -297,7 +297,7 @@ func (d *dynamoCost) Score(req *routing.Request, cands []routing.Candidate, dst 
 // (temperature 0, argmin cost) or pick.Softmax(temperature). Dynamo reads an index fed by KV events
 // and predicts on route (the chosen worker's blocks-to-be count at once), which is the default
 // Learn; give it an index fed by prefixcache/kvevents.
-func Dynamo(opts DynamoOptions) routing.Profile {
+func Dynamo(opts DynamoCostOptions) routing.Profile {
 	return routing.Profile{
 		Name:    "dynamo",
 		Filters: []routing.Filter{outlier.HealthFilter()},
@@ -473,7 +473,7 @@ func Usher(opts UsherOptions) routing.Profile {
 		Scorers: []routing.Weighted{
 			{Scorer: orInvalid(session.NewAware(sa)), Weight: 1.5},
 			{Scorer: load.TokenBacklog(UsherLoadCap), Weight: 2},
-			{Scorer: newDynamoCost(DynamoOptions{AbstainWhenQuiet: true}), Weight: 1},
+			{Scorer: newDynamoCost(DynamoCostOptions{AbstainWhenQuiet: true}), Weight: 1},
 			{Scorer: load.KV(), Weight: 0.5},
 		},
 		Picker: pick.MaxScore(),
@@ -485,7 +485,7 @@ func Usher(opts UsherOptions) routing.Profile {
 	return p
 }
 
-// NewDynamoCost returns the scorer with the given overlap weight (see DynamoOptions).
+// NewDynamoCost returns the scorer with the given overlap weight (see DynamoCostOptions).
 //
 // DynamoCost is NVIDIA Dynamo's KV router cost, lower is better:
 //
@@ -499,12 +499,12 @@ func Usher(opts UsherOptions) routing.Profile {
 // polled metrics, so nothing is missing or stale. Scores are the min-max normalised cost turned
 // around, score = (max − cost) / (max − min) (1 for all when equal), so the max-score picker takes
 // Dynamo's argmin and pick.Softmax(T) samples with p ∝ exp(−normalised cost / T), as Dynamo does.
-// With DynamoOptions.AbstainWhenQuiet it scores every candidate 1 while the fleet is quiet and
+// With DynamoCostOptions.AbstainWhenQuiet it scores every candidate 1 while the fleet is quiet and
 // settled (see the option), which Dynamo does not do. O(n), no allocation, safe for concurrent
 // use.
 //
 // It fails with [routing.ErrInvalidOptions] when a number is not finite.
-func NewDynamoCost(opts DynamoOptions) (routing.Scorer, error) {
+func NewDynamoCost(opts DynamoCostOptions) (routing.Scorer, error) {
 	if !(math.Abs(opts.OverlapWeight) <= math.MaxFloat64) || !(math.Abs(opts.Temperature) <= math.MaxFloat64) {
 		return nil, fmt.Errorf("%w: dynamo OverlapWeight %v, Temperature %v", routing.ErrInvalidOptions, opts.OverlapWeight, opts.Temperature)
 	}
@@ -531,7 +531,7 @@ func NewDynamoCost(opts DynamoOptions) (routing.Scorer, error) {
 // what an empty cache usually means. O(n), no allocation, safe for concurrent use.
 //
 // It fails with [routing.ErrInvalidOptions] when a number is negative or not finite.
-func NewSGLangCacheAware(opts SGLangOptions) (routing.Scorer, error) {
+func NewSGLangCacheAware(opts SGLangCacheAwareOptions) (routing.Scorer, error) {
 	for _, v := range []float64{opts.BalanceAbs, opts.BalanceRel, opts.CacheThreshold} {
 		if !(v >= 0 && v <= math.MaxFloat64) {
 			return nil, fmt.Errorf("%w: sglang options %+v", routing.ErrInvalidOptions, opts)
