@@ -74,7 +74,7 @@ func TestConfigFileWithOwnScorer(t *testing.T) {
 		t.Errorf("without the user's registry: %v, want an unknown scorer", err)
 	}
 	reg := new(proxy.Registry)
-	err := reg.AddScorer("even-first", func(p proxy.Params) (routing.Scorer, error) {
+	err := proxy.Register(reg, "even-first", func(p proxy.Params) (routing.Scorer, error) {
 		o := struct {
 			Bonus float64 `json:"bonus"`
 		}{Bonus: 1}

@@ -13,7 +13,7 @@ import (
 // backends' KV events (package proxy/kvfeed), the state of the other gateway replicas
 // (package gateway/replicaext over package replica). It is how the Handler uses a heavy
 // client (ZMQ, Redis) without linking it: only a program that builds the extension, or
-// registers its factory ([Registry.AddExtension]), imports its package.
+// registers its factory ([Register]), imports its package.
 //
 // [New] calls Prepare on each extension in order, then builds its defaults, then calls
 // Attach on each; [Handler.Run] runs each Run until its context ends; [Handler.Close] calls

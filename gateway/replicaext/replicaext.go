@@ -95,7 +95,7 @@ func (extension) Close() error { return nil }
 // extension's Prepare or Run. A malformed address is an error wrapping
 // [proxy.ErrInvalidOptions]; so is registering twice.
 func Register(reg *proxy.Registry) error {
-	return reg.AddExtension("replica", func(p proxy.Params) (proxy.Extension, error) {
+	return proxy.Register(reg, "replica", func(p proxy.Params) (proxy.Extension, error) {
 		var o struct {
 			Redis     string `json:"redis"`
 			ReplicaID string `json:"replica_id"`

@@ -69,7 +69,7 @@ func New(opts Options) (*Feed, error) {
 // are an error); each use builds a new [Feed]. Registering twice is an error wrapping
 // [proxy.ErrInvalidOptions].
 func Register(r *proxy.Registry) error {
-	return r.AddExtension("kv-events", func(p proxy.Params) (proxy.Extension, error) {
+	return proxy.Register(r, "kv-events", func(p proxy.Params) (proxy.Extension, error) {
 		var o struct {
 			Listen string `json:"listen"`
 		}
