@@ -36,6 +36,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/backendspec"
 	"github.com/usher-llm/usher/internal/glue/builtin"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/metrics"
@@ -515,7 +516,7 @@ func (c Config) Options() (proxy.Options, error) {
 	case "bytes":
 		o.Tokenizer = proxy.BytesTokenizer{BlockBytes: c.ByteBlock}
 	case "endpoint":
-		o.Tokenizer = &proxy.EndpointTokenizer{URLs: urls, BlockSize: c.BlockSize, Client: &http.Client{Transport: proxy.DefaultTransport(), Timeout: 10 * time.Second}}
+		o.Tokenizer = &proxy.EndpointTokenizer{URLs: urls, BlockSize: c.BlockSize, Client: &http.Client{Transport: proxyseam.DefaultTransport(), Timeout: 10 * time.Second}}
 	default:
 		return bad("tokenizer %q: want bytes or endpoint", c.Tokenizer)
 	}

@@ -69,7 +69,7 @@ import (
 // linear), that model's parameters, and the answer length assumed when a request gives none;
 // linear's are routing.LinearLatencyOptions' fields by their JSON names and "decode_step" as
 // a duration string: {"window": 4096, "prefill_rate": 16000, "decode_step": "20ms"}. The slo
-// policy orders each request by its own TTFT target (SLOTarget; 2 s for one without).
+// policy orders each request by its own TTFT target (Options.SLO; 2 s for one without).
 type Registry struct {
 	once           sync.Once
 	addingBuiltins bool                    // while once adds the built-ins
@@ -250,7 +250,7 @@ func (r *Registry) addBuiltins() {
 			if err := p.Decode(&o); err != nil {
 				return nil, err
 			}
-			return builtin.Policy(name, builtin.PolicyOptions{BoundedWait: time.Duration(o.BoundedWait), SLOTarget: SLOTarget})
+			return builtin.Policy(name, builtin.PolicyOptions{BoundedWait: time.Duration(o.BoundedWait), SLOTarget: sloTarget})
 		}))
 	}
 	// Deciders of disaggregated serving.

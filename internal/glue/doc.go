@@ -9,6 +9,9 @@
 //     picker and the simulator.
 //   - prefixpeer: prefixcache's replication seam, kept off its API: the bounded buffer a
 //     replica's Feed fills, and the inserts of peers' chains that are not fed back.
+//   - proxyseam: what the module's own extensions, proxy/extproc and tests read of a
+//     proxy.Handler (KV-event publishers, pool queues, retry counters) and the mapping of
+//     admission outcomes to HTTP statuses, kept off proxy's API.
 //   - simfleet: the simulated vLLM-compatible fleet the library's tests, the examples and the
 //     simulator start.
 //

@@ -20,6 +20,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/prefixcache"
@@ -143,7 +144,7 @@ type exchange struct {
 	bufp     *[]prefixcache.BlockHash
 	session  string
 	// targets are the request's latency targets (Options.SLO, trusted headers); the queue's
-	// Request.Value points here when any is set (proxy.SLOTarget).
+	// Request.Value points here when any is set (the target proxy.Handler gives it).
 	targets routing.Latency
 	// The prefill pick of a disaggregated request: charged until the decode pod's answer
 	// begins (its sidecar has then finished the prefill step), closed exactly once.
@@ -773,7 +774,7 @@ func (ex *exchange) finish(err error, f routing.Failure) {
 
 // admissionError is the answer to a request the queue did not admit, and its Retry-After.
 func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
-	st := proxy.StatusOf(err)
+	st := proxyseam.StatusOf(err)
 	switch st {
 	case http.StatusTooManyRequests:
 		msg := "too many requests are waiting; retry after the time in the Retry-After header"
@@ -788,7 +789,7 @@ func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
 		}
 		return &openai.Error{Status: st, Type: openai.TypeUnavailable, Code: "queue_timeout",
 			Message: "no capacity became free before the request's time limit"}, 0
-	case proxy.StatusClientClosedRequest:
+	case proxyseam.StatusClientClosedRequest:
 		return &openai.Error{Status: st, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 			Message: "the client closed the request while it waited"}, 0
 	}

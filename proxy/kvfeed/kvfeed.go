@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
@@ -87,7 +88,7 @@ func (*Feed) Prepare(*proxy.Defaults) error { return nil }
 // usher_kvevents_* series on h's registry and builds the subscriber over them and h's index.
 // Without any publisher and without Listen it builds no subscriber.
 func (f *Feed) Attach(h *proxy.Handler) error {
-	pubs := h.FollowKVEvents()
+	pubs := proxyseam.FollowKVEvents(h)
 	names := make([]string, len(pubs))
 	for i, p := range pubs {
 		names[i] = p.Backend
@@ -118,7 +119,7 @@ func (f *Feed) Attach(h *proxy.Handler) error {
 	if f.opts.Subscriber != nil {
 		f.opts.Subscriber(&o)
 	}
-	log := lograte.New(h.Logger(), 0)
+	log := lograte.New(proxyseam.Logger(h), 0)
 	// One line per kind of problem per backend and interval, with a count: a run of events
 	// that fail alike is counted in usher_kvevents_*_total, not logged one by one.
 	o.Sources, o.OnError = sources, func(backend string, err error) { log.Warn("kv events", backend, err) }
