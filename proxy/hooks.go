@@ -19,6 +19,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -149,7 +150,7 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Set(RequestIDHeader, ex.rid)
 	ex.pointAt(out)
 	if ex.req != nil {
-		up := ex.req.Upstream()
+		up := openaiwire.Upstream(ex.req)
 		out.Body = io.NopCloser(bytes.NewReader(up))
 		out.ContentLength = int64(len(up))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(up)), nil }
@@ -509,7 +510,7 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 	case resp.StatusCode != http.StatusOK:
 		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), statusFailure(resp))
 		resp.Body = &wholeTap{ex: ex, up: resp.Body}
-	case ex.req != nil && ex.req.Stream && openai.IsEventStream(resp.Header.Get("Content-Type")):
+	case ex.req != nil && ex.req.Stream && openaiwire.IsEventStream(resp.Header.Get("Content-Type")):
 		// The tap may drop an event, so the length is no longer the backend's.
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
@@ -583,7 +584,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 	if ex != nil {
 		ep = ex.ep
 	}
-	openai.WriteErrorFor(w, ep, oe) // each API's errors in its own shape
+	openaiwire.WriteErrorFor(w, ep, oe) // each API's errors in its own shape
 }
 
 // logFailure logs what went wrong with the request, with the detail its client is not told.
@@ -620,7 +621,7 @@ func (ex *exchange) firstToken(at time.Time) {
 }
 
 // setUsage records the usage the backend reported.
-func (ex *exchange) setUsage(u openai.TokenUsage) {
+func (ex *exchange) setUsage(u openaiwire.TokenUsage) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))

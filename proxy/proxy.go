@@ -27,6 +27,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/metrics"
@@ -739,13 +740,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		allow = http.MethodGet
 	default:
-		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
+		openaiwire.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
 			Message: fmt.Sprintf("no route for %s %s", clip(r.Method), clip(path))})
 		return
 	}
 	w.Header().Set("Allow", allow)
 	ep, _ := openai.APIOf(path) // each API's errors in its own shape
-	openai.WriteErrorFor(w, ep, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
+	openaiwire.WriteErrorFor(w, ep, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
 		Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, path, allow)})
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
@@ -608,7 +609,7 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 			ex.info.Err, ex.info.Failure = fmt.Errorf("extproc: endpoint %s answered %d", ex.endpoint, ex.status), f
 		}
 	}
-	ex.watch.reset(ex.req != nil && ex.req.Stream && openai.IsEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
+	ex.watch.reset(ex.req != nil && ex.req.Stream && openaiwire.IsEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
 	if ex.req != nil {
 		ex.watch.ep = ex.req.API
 	}
@@ -710,7 +711,7 @@ func (ex *exchange) firstToken(at time.Time) {
 }
 
 // setUsage records the usage the endpoint reported.
-func (ex *exchange) setUsage(u openai.TokenUsage) {
+func (ex *exchange) setUsage(u openaiwire.TokenUsage) {
 	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))
 	ex.usage.OutputTokens = flowcontrol.Tokens(max(u.CompletionTokens, 0))
 	ex.usage.CachedTokens = flowcontrol.Tokens(u.Cached())
