@@ -402,7 +402,7 @@ func (ex *exchange) admit(ep openai.API) (*openai.Error, time.Duration) {
 		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
 		Arrival:      ex.arrival,
 	}
-	// With targets: SLOTarget's value, the deadline, or a refusal as early shedding refuses.
+	// With targets: the slo policy's target (slo.Target), the deadline, or a refusal as early shedding refuses.
 	if s.slo.Queue(&fr, &ex.targets, s.router, &rr, s.ttl, ex.arrival, s.usher, ex.id.Band) {
 		return ex.admissionError(flowcontrol.ErrWouldExpire)
 	}

@@ -84,9 +84,10 @@ func Register(r *proxy.Registry) error {
 // Prepare implements proxy.Extension; the feed changes no default.
 func (*Feed) Prepare(*proxy.Defaults) error { return nil }
 
-// Attach follows h's KV-event publishers (proxy.Handler.FollowKVEvents): it registers their
-// usher_kvevents_* series on h's registry and builds the subscriber over them and h's index.
-// Without any publisher and without Listen it builds no subscriber.
+// Attach follows the KV-event publishers h's backends name (which [proxy.New] refuses when
+// no extension follows them): it registers their usher_kvevents_* series on h's registry
+// and builds the subscriber over them and h's index. Without any publisher and without
+// Listen it builds no subscriber.
 func (f *Feed) Attach(h *proxy.Handler) error {
 	pubs := proxyseam.FollowKVEvents(h)
 	names := make([]string, len(pubs))
