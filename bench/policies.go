@@ -88,7 +88,7 @@ func FrontierPolicies() []Policy {
 }
 
 // SLOPolicy is "slo": fairness.NewSLODeadline ordering each request by its arrival plus its
-// own TTFT target (Config.Targets, LaterTargets), the gateway's slo policy (proxy.SLOTarget);
+// own TTFT target (Config.Targets, LaterTargets), the gateway's slo policy;
 // a request without a target goes by its arrival. With one target for every request it is
 // FCFS; it differs when later turns have targets of their own. It is not a
 // flowcontrol.Ranker, so early shedding estimates a request's wait behind every request

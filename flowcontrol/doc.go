@@ -82,7 +82,7 @@
 // ends in exactly one Outcome — Dispatched, RejectedCapacity, RejectedClosed,
 // RejectedInvalid, Expired, Cancelled or RejectedWait — counted in Stats and reported to the
 // Observer, whose hooks run outside the lock; OutcomeOf tells which an error stands for. The
-// package knows nothing of HTTP: proxy.OutcomeStatus maps outcomes to a gateway's answer (429
+// package knows nothing of HTTP: package proxy maps outcomes to a gateway's answer (429
 // with Retry-After when the queue is full or sheds the request early, 503 when the request
 // waited and no capacity came in time or the queue is closing, 400 for an invalid request).
 //

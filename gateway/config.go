@@ -36,12 +36,14 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/backendspec"
 	"github.com/usher-llm/usher/internal/glue/builtin"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/session"
 )
@@ -514,7 +516,7 @@ func (c Config) Options() (proxy.Options, error) {
 	case "bytes":
 		o.Tokenizer = proxy.BytesTokenizer{BlockBytes: c.ByteBlock}
 	case "endpoint":
-		o.Tokenizer = &proxy.EndpointTokenizer{URLs: urls, BlockSize: c.BlockSize, Client: &http.Client{Transport: proxy.DefaultTransport(), Timeout: 10 * time.Second}}
+		o.Tokenizer = &proxy.EndpointTokenizer{URLs: urls, BlockSize: c.BlockSize, Client: &http.Client{Transport: proxyseam.DefaultTransport(), Timeout: 10 * time.Second}}
 	default:
 		return bad("tokenizer %q: want bytes or endpoint", c.Tokenizer)
 	}
@@ -541,7 +543,7 @@ func (c Config) Options() (proxy.Options, error) {
 		}
 		spec := proxy.PartSpec{Name: name}
 		spec.Params, _ = json.Marshal(params)
-		e, err := reg.Extension(spec)
+		e, err := proxy.Build[proxy.Extension](reg, spec)
 		if err != nil {
 			return err
 		}
@@ -581,12 +583,12 @@ func (c Config) Options() (proxy.Options, error) {
 	if c.Policy == "bounded-wait" {
 		policy.Params, _ = json.Marshal(map[string]string{"bounded_wait": c.BoundedWait.String()})
 	}
-	if o.Policy, err = reg.Policy(policy); err != nil {
+	if o.Policy, err = proxy.Build[flowcontrol.Policy](reg, policy); err != nil {
 		return proxy.Options{}, err
 	}
 	switch {
 	case c.Decider.Name != "":
-		if o.Decider, err = reg.Decider(c.Decider); err != nil {
+		if o.Decider, err = proxy.Build[disagg.Decider](reg, c.Decider); err != nil {
 			return proxy.Options{}, err
 		}
 	case len(c.Decider.Params) > 0:

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/usher-llm/usher/internal/glue/builtin"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/routing"
@@ -74,7 +75,7 @@ func TestConfigFileWithOwnScorer(t *testing.T) {
 		t.Errorf("without the user's registry: %v, want an unknown scorer", err)
 	}
 	reg := new(proxy.Registry)
-	err := reg.AddScorer("even-first", func(p proxy.Params) (routing.Scorer, error) {
+	err := proxy.Register(reg, "even-first", func(p proxy.Params) (routing.Scorer, error) {
 		o := struct {
 			Bonus float64 `json:"bonus"`
 		}{Bonus: 1}
@@ -165,8 +166,8 @@ func TestModelsAndPools(t *testing.T) {
 		equal(t, map[string]proxy.PoolLimits{"llama-3": {MaxInFlight: 8}, "qwen-3": {Saturation: 0.8}}, o.Pools)
 		h, err := proxy.New(o)
 		if noError(t, err) {
-			isTrue(t, h.PoolQueue("llama-3") != h.PoolQueue("qwen-3"), "two pools share a queue")
-			isTrue(t, h.PoolQueue("llama-3") == h.PoolQueue("sql-lora"), "an adapter is admitted in its base model's pool")
+			isTrue(t, proxyseam.PoolQueue(h, "llama-3") != proxyseam.PoolQueue(h, "qwen-3"), "two pools share a queue")
+			isTrue(t, proxyseam.PoolQueue(h, "llama-3") == proxyseam.PoolQueue(h, "sql-lora"), "an adapter is admitted in its base model's pool")
 		}
 	}
 	c.Pools = map[string]proxy.PoolLimits{"mistral": {MaxInFlight: 1}}

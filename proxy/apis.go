@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -96,7 +97,7 @@ func (ex *exchange) remember(id string) {
 // readAnswer reads the usage and the response id of a whole Messages, Responses or
 // Embeddings answer.
 func (ex *exchange) readAnswer(body []byte) {
-	a, err := openai.ParseAnswer(ex.ep, body)
+	a, err := openaiwire.ParseAnswer(ex.ep, body)
 	if err != nil {
 		return
 	}
@@ -108,7 +109,7 @@ func (ex *exchange) readAnswer(body []byte) {
 
 // mergeUsage records usage from a stream event; a count of prompt tokens of 0 (Anthropic's
 // message_delta) keeps those an earlier event reported.
-func (ex *exchange) mergeUsage(u openai.TokenUsage) {
+func (ex *exchange) mergeUsage(u openaiwire.TokenUsage) {
 	if u.PromptTokens == 0 {
 		ex.mu.Lock()
 		prompt, cached := ex.info.PromptTokens, int(ex.usage.CachedTokens)
@@ -126,11 +127,11 @@ func (ex *exchange) mergeUsage(u openai.TokenUsage) {
 // handleAPI looks at one event of a Messages or Responses stream and reports whether the
 // client gets it (always: nothing is added to these streams upstream).
 func (t *sseTap) handleAPI(data []byte) bool {
-	if t.sawFirst && openai.IsDeltaEvent(data) {
+	if t.sawFirst && openaiwire.IsDeltaEvent(data) {
 		t.chunks++ // after the first token, text deltas need no parsing
 		return true
 	}
-	c, err := openai.ParseEvent(t.ex.ep, data)
+	c, err := openaiwire.ParseEvent(t.ex.ep, data)
 	if err != nil {
 		return true
 	}

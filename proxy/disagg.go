@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
-	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -36,7 +36,7 @@ var errPrefillParams = errors.New("proxy: the prefill server's answer has no kv_
 // request's time cap passed): then nothing more should be sent.
 func (ex *exchange) prefill(req *http.Request) error {
 	h := ex.h
-	body, err := ex.req.PrefillBody()
+	body, err := openaiwire.PrefillBody(ex.req)
 	if err != nil {
 		ex.fallback(fmt.Errorf("proxy: building the prefill body: %w", err))
 		return nil
@@ -59,7 +59,7 @@ func (ex *exchange) prefill(req *http.Request) error {
 		h.usher.ObservePick(p.Backend.Name)
 		params, err := ex.sendPrefill(req, p, body)
 		if err == nil {
-			dec := ex.req.AppendDecode(make([]byte, 0, len(ex.req.Body)+len(params)+64), params)
+			dec := openaiwire.AppendDecode(ex.req, make([]byte, 0, len(ex.req.Body)+len(params)+64), params)
 			req.Body = io.NopCloser(bytes.NewReader(dec))
 			req.ContentLength = int64(len(dec))
 			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(dec)), nil }
@@ -155,12 +155,12 @@ func (ex *exchange) tryPrefill(req *http.Request, p routing.Result, body []byte)
 	}
 	info := routing.DoneInfo{FirstTokenAt: now}
 	var a struct {
-		Usage openai.TokenUsage `json:"usage"`
+		Usage openaiwire.TokenUsage `json:"usage"`
 	}
 	if json.Unmarshal(answer, &a) == nil {
 		info.PromptTokens, info.OutputTokens = a.Usage.PromptTokens, a.Usage.CompletionTokens
 	}
-	params, err := openai.TransferParams(answer)
+	params, err := openaiwire.TransferParams(answer)
 	if err != nil {
 		// A server that prefills without keeping the KV for a decode server (not started with
 		// a KV-transfer connector) cannot serve this role.

@@ -120,7 +120,7 @@
 // with the pool's MaxInFlight and Saturation (Options.Pools; 64 per backend by default) — so a
 // flood of one model waits in its own queue and never holds another's requests (the queue
 // dispatches in order and stops at a closed gate, so one shared queue would). Fairness is
-// accounted per pool. PoolQueue returns a model's queue.
+// accounted per pool.
 //
 // # Disaggregated serving
 //
@@ -193,7 +193,7 @@
 //     deadline stays the TTL. With a Queue of your own, whose TTL the Handler does not know,
 //     the deadline is arrival + T − p̂ (at least 50 ms from now) even when the TTL is sooner;
 //   - ordered by its own target under the slo policy: the Handler's queue requests carry the
-//     targets in their Value, which SLOTarget reads (fairness.NewSLODeadline's Target).
+//     targets in their Value, which the policy reads.
 //
 // The endpoint picker (proxy/extproc, examples/epp's -slo, -trust-slo-headers and
 // -slo-shed-above) reads and applies targets the same way (package internal/slo serves both),

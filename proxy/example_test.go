@@ -167,7 +167,7 @@ func Example_server() {
 // data: the default profile extended by one weighted scorer.
 func ExampleRegistry() {
 	reg := new(proxy.Registry)
-	err := reg.AddScorer("fewest-requests", func(p proxy.Params) (routing.Scorer, error) {
+	err := proxy.Register(reg, "fewest-requests", func(p proxy.Params) (routing.Scorer, error) {
 		if err := p.Decode(&struct{}{}); err != nil { // no parameters
 			return nil, err
 		}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
@@ -57,7 +59,7 @@ type exchange struct {
 	retryAfter time.Duration
 	cancelCap  context.CancelFunc // releases the whole-request cap
 	// targets are the request's latency targets (Options.SLO, trusted headers); the queue's
-	// Request.Value points here when any is set (SLOTarget).
+	// Request.Value points here when any is set (sloTarget).
 	targets routing.Latency
 
 	mu      sync.Mutex
@@ -148,7 +150,7 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Set(RequestIDHeader, ex.rid)
 	ex.pointAt(out)
 	if ex.req != nil {
-		up := ex.req.Upstream()
+		up := openaiwire.Upstream(ex.req)
 		out.Body = io.NopCloser(bytes.NewReader(up))
 		out.ContentLength = int64(len(up))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(up)), nil }
@@ -244,7 +246,7 @@ func (ex *exchange) begin(in *http.Request, ep openai.API) *openai.Error {
 		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
 		Arrival:      ex.arrival,
 	}
-	// With targets: SLOTarget's value, the deadline, or a refusal as early shedding refuses.
+	// With targets: sloTarget's value, the deadline, or a refusal as early shedding refuses.
 	if h.slo.Queue(&fr, &ex.targets, h.router, &rr, h.ttl, ex.arrival, h.usher, ex.id.Band) {
 		return ex.admissionError(flowcontrol.ErrWouldExpire)
 	}
@@ -326,7 +328,7 @@ func outputBudget(req *openai.Request) int {
 
 // admissionError is the answer to a request the queue did not admit.
 func (ex *exchange) admissionError(err error) *openai.Error {
-	status := StatusOf(err)
+	status := proxyseam.StatusOf(err)
 	switch status {
 	case http.StatusTooManyRequests:
 		ex.retryAfter = ex.queue.RetryAfter()
@@ -343,7 +345,7 @@ func (ex *exchange) admissionError(err error) *openai.Error {
 		}
 		return &openai.Error{Status: status, Type: openai.TypeUnavailable, Code: "queue_timeout",
 			Message: "no capacity became free before the request's time limit"}
-	case StatusClientClosedRequest:
+	case proxyseam.StatusClientClosedRequest:
 		return &openai.Error{Status: status, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 			Message: "the client closed the request while it waited"}
 	}
@@ -407,7 +409,7 @@ func (ex *exchange) readBody(in *http.Request) ([]byte, *openai.Error) {
 		return nil, &openai.Error{Status: http.StatusRequestTimeout, Type: openai.TypeInvalidRequest, Code: "request_timeout",
 			Message: "the request body did not arrive in time"}
 	case err != nil && in.Context().Err() != nil:
-		return nil, &openai.Error{Status: StatusClientClosedRequest, Type: openai.TypeInvalidRequest,
+		return nil, &openai.Error{Status: proxyseam.StatusClientClosedRequest, Type: openai.TypeInvalidRequest,
 			Code: "client_closed_request", Message: "the client closed the request while sending it"}
 	case err != nil:
 		ex.logFailure("unreadable body", err)
@@ -440,7 +442,7 @@ func headerBytes(hd http.Header) int {
 }
 
 // target is where a backend name points: a base URL and, for a data-parallel rank
-// (RankName), the rank to pin the request to.
+// (rankName), the rank to pin the request to.
 type target struct {
 	*url.URL
 	rank string // "" for none
@@ -508,7 +510,7 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 	case resp.StatusCode != http.StatusOK:
 		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), statusFailure(resp))
 		resp.Body = &wholeTap{ex: ex, up: resp.Body}
-	case ex.req != nil && ex.req.Stream && openai.IsEventStream(resp.Header.Get("Content-Type")):
+	case ex.req != nil && ex.req.Stream && openaiwire.IsEventStream(resp.Header.Get("Content-Type")):
 		// The tap may drop an event, so the length is no longer the backend's.
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
@@ -562,7 +564,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 		// syscalls); the log has the detail under the request id.
 		switch {
 		case ex.ctx.Err() != nil:
-			oe = &openai.Error{Status: StatusClientClosedRequest, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
+			oe = &openai.Error{Status: proxyseam.StatusClientClosedRequest, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 				Message: "the client closed the request"}
 		case errors.Is(err, errNoBackendLeft):
 			oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error",
@@ -574,7 +576,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 			oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error",
 				Message: "the backend failed before answering"}
 		}
-		if oe.Status != StatusClientClosedRequest {
+		if oe.Status != proxyseam.StatusClientClosedRequest {
 			ex.logFailure(oe.Message, err)
 		}
 	}
@@ -582,7 +584,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 	if ex != nil {
 		ep = ex.ep
 	}
-	openai.WriteErrorFor(w, ep, oe) // each API's errors in its own shape
+	openaiwire.WriteErrorFor(w, ep, oe) // each API's errors in its own shape
 }
 
 // logFailure logs what went wrong with the request, with the detail its client is not told.
@@ -619,7 +621,7 @@ func (ex *exchange) firstToken(at time.Time) {
 }
 
 // setUsage records the usage the backend reported.
-func (ex *exchange) setUsage(u openai.TokenUsage) {
+func (ex *exchange) setUsage(u openaiwire.TokenUsage) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))

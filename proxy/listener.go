@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -50,7 +51,7 @@ const plainErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnec
 
 func (c *jsonConn) Write(p []byte) (int, error) {
 	if e := refusal(p); e != nil {
-		body := e.AppendJSON(nil)
+		body := openaiwire.AppendJSON(e, nil)
 		var out []byte
 		out = append(out, "HTTP/1.1 "...)
 		out = strconv.AppendInt(out, int64(e.Status), 10)

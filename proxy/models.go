@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 )
@@ -202,7 +203,7 @@ func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
 		c = h.catalog.Load()
 	}
 	if c.body == nil {
-		openai.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable,
+		openaiwire.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable,
 			Code: "no_backend", Message: "no backend listed its models"})
 		return
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/metrics"
@@ -60,7 +61,7 @@ type Backend struct {
 	KVPod string
 	// Ranks is the number of data-parallel ranks the server runs behind its one address
 	// (vLLM --data-parallel-size with its internal load balancer, SGLang --dp-size); 0 or 1:
-	// none. Each rank is then a backend of its own, named RankName(URL, rank): the router
+	// none. Each rank is then a backend of its own, named URL + "#dp=" + the rank: the router
 	// places requests on a rank and the Handler pins them there with the
 	// X-Data-Parallel-Rank header (both engines honour it); each rank's metrics are the
 	// series labelled with its rank (Profile.RankLabel); its KV events come from its own
@@ -102,9 +103,9 @@ func sameModels(a, b []string) bool {
 	return true
 }
 
-// RankName is the name of data-parallel rank rank of the backend at url, in the router, the
+// rankName is the name of data-parallel rank rank of the backend at url, in the router, the
 // prefix index and the metrics: url + "#dp=" + rank.
-func RankName(url string, rank int) string { return url + "#dp=" + strconv.Itoa(rank) }
+func rankName(url string, rank int) string { return url + "#dp=" + strconv.Itoa(rank) }
 
 // member is one backend as the router knows it: a server, or one rank of a server.
 type member struct {
@@ -127,12 +128,12 @@ func members(backends []Backend) ([]member, error) {
 			continue
 		}
 		for r := range b.Ranks {
-			m := member{name: RankName(b.URL, r), url: b.URL, rank: r, engine: b.Engine, role: b.Role}
+			m := member{name: rankName(b.URL, r), url: b.URL, rank: r, engine: b.Engine, role: b.Role}
 			if b.SharedKVPublisher {
 				if r == 0 && b.KVEvents != "" {
 					m.kvEvents, m.replay = b.KVEvents, b.Replay
 					for k := range b.Ranks {
-						m.rankBackends = append(m.rankBackends, RankName(b.URL, k))
+						m.rankBackends = append(m.rankBackends, rankName(b.URL, k))
 					}
 				}
 				out = append(out, m)
@@ -222,7 +223,7 @@ type Options struct {
 	// QueueCapacity and FlowCapacity, at most MaxInFlight requests in flight and, if
 	// Saturation is set, llm-d's saturation gate. Either way the Handler counts the
 	// admission outcome of each request it admits in Metrics. A Queue of your own brings its
-	// own gate (see Handler.Saturation), and the fields below that configure the default
+	// own gate, and the fields below that configure the default
 	// queue must be zero.
 	Queue *flowcontrol.Queue
 	// Policy orders the default queue. Nil: fairness.NewBoundedWait with W 10 s.
@@ -237,7 +238,9 @@ type Options struct {
 	Tokenizer Tokenizer
 	// Keyer derives each request's tenant, session and band. Nil: NewKeyer(KeyerOptions{}).
 	Keyer FlowKeyer
-	// Transport sends requests to backends. Nil: DefaultTransport().
+	// Transport sends requests to backends. Nil: keep-alive connections (256 idle per
+	// backend, closed after 90 s idle), no compression (the Handler reads the streams it
+	// relays), HTTP/1.1 as model servers speak it.
 	Transport http.RoundTripper
 	// Models are the model names requests may ask for (404 model_not_found otherwise). Nil:
 	// what the Backends serve (their Models and Adapters, or what they list on GET
@@ -284,7 +287,7 @@ type Options struct {
 	// time to first token and per output token), keyed by band; a band not listed, or a zero
 	// field, sets none. A request with targets is routed to a backend predicted to meet them
 	// (routing.Request.Targets, with a PredictedLatency scorer in the profile), ordered by
-	// its TTFT target under the slo policy (SLOTarget) and, when the router predicts latency,
+	// its TTFT target under the slo policy and, when the router predicts latency,
 	// must be dispatched in time to meet its TTFT target (see "Service-level objectives" in
 	// the package documentation).
 	SLO map[int]routing.Latency
@@ -365,7 +368,7 @@ type Handler struct {
 	registry  *prometheus.Registry
 	scraper   *metrics.Scraper // nil without Backends
 	exts      []Extension
-	// kvFollowed is set by FollowKVEvents, from an extension's Attach.
+	// kvFollowed is set by proxyseam.FollowKVEvents, from an extension's Attach.
 	kvFollowed atomic.Bool
 	limit      *flowcontrol.ConcurrencyLimit // the default queue's gate; nil with Options.Queue
 	log        *slog.Logger
@@ -385,7 +388,7 @@ type Handler struct {
 	slo        slo.Config     // Options.SLO, TrustSLOHeaders, SLOShedAbove
 	ttl        time.Duration  // the default queue's (and pools') TTL; 0 with Options.Queue
 
-	sent, retried, exhausted atomic.Uint64 // RetryStats
+	sent, retried, exhausted atomic.Uint64 // retryStats
 
 	catalog       atomic.Pointer[catalog] // what the backends serve
 	modelsMu      sync.Mutex              // one refresh of the catalog at a time
@@ -558,7 +561,7 @@ func New(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("%w: Pools need Backends that list their models", ErrInvalidOptions)
 	}
 	if h.queue == nil {
-		if h.queue, h.limit, err = h.newQueue(opts, h.Saturation); err != nil {
+		if h.queue, h.limit, err = h.newQueue(opts, h.saturationLevel); err != nil {
 			return nil, err
 		}
 	}
@@ -668,12 +671,6 @@ func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Que
 	return q, conc, err
 }
 
-// DefaultTransport returns the transport the Handler uses when Options.Transport is nil,
-// with the default Timeouts: keep-alive connections (256 idle per backend, closed after 90 s
-// idle), no compression (the Handler reads the streams it relays), HTTP/1.1 as model servers
-// speak it. Response-header and stream timeouts are the Handler's, not the transport's.
-func DefaultTransport() *http.Transport { return defaultTransport(Timeouts{}.withDefaults()) }
-
 func defaultTransport(t Timeouts) *http.Transport {
 	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: t.Dial, KeepAlive: 30 * time.Second}).DialContext,
@@ -686,15 +683,8 @@ func defaultTransport(t Timeouts) *http.Transport {
 
 // Queue, Router and Index return the Handler's parts (the ones given in Options, or the
 // defaults it made), for inspection and tests. When backends serve different models, Queue
-// admits the requests of models no pool holds, and PoolQueue those of each pool.
+// admits the requests of models no pool holds, and each pool has a queue of its own.
 func (h *Handler) Queue() *flowcontrol.Queue { return h.queue }
-
-// PoolQueue returns the queue that admits the requests for model (a base model or one of
-// its adapters): its pool's, or Queue.
-func (h *Handler) PoolQueue(model string) *flowcontrol.Queue {
-	mi, _ := h.resolveModel(model)
-	return h.queueFor(mi.base)
-}
 
 // Router returns the Handler's router.
 func (h *Handler) Router() *routing.Router { return h.router }
@@ -702,19 +692,14 @@ func (h *Handler) Router() *routing.Router { return h.router }
 // Index returns the Handler's prefix index.
 func (h *Handler) Index() *prefixcache.Index { return h.index }
 
-// ConcurrencyLimit returns the default queue's gate on requests in flight (its Limit is
-// MaxInFlight), for an extension that shares a cluster-wide limit among replicas (change
-// Limit inside Queue().Reconfigure); nil when Options.Queue was given.
-func (h *Handler) ConcurrencyLimit() *flowcontrol.ConcurrencyLimit { return h.limit }
-
 // Registry returns the registry GET /metrics serves (usher's own series, the scraper's and the
 // extensions'); add your own collectors to it.
 func (h *Handler) Registry() *prometheus.Registry { return h.registry }
 
-// Saturation returns llm-d's saturation estimate of the fleet as last scraped: the mean over
-// backends of max(queued/5, kv/0.8), a backend without fresh signals counting 1; 1 before
-// the first scrape. Use it as a flowcontrol.Pool level for a queue of your own.
-func (h *Handler) Saturation() float64 {
+// saturationLevel returns llm-d's saturation estimate of the fleet as last scraped: the mean
+// over backends of max(queued/5, kv/0.8), a backend without fresh signals counting 1; 1
+// before the first scrape.
+func (h *Handler) saturationLevel() float64 {
 	if !h.scraped.Load() {
 		return 1
 	}
@@ -755,13 +740,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		allow = http.MethodGet
 	default:
-		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
+		openaiwire.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
 			Message: fmt.Sprintf("no route for %s %s", clip(r.Method), clip(path))})
 		return
 	}
 	w.Header().Set("Allow", allow)
 	ep, _ := openai.APIOf(path) // each API's errors in its own shape
-	openai.WriteErrorFor(w, ep, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
+	openaiwire.WriteErrorFor(w, ep, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
 		Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, path, allow)})
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -28,10 +29,10 @@ import (
 // A Registry names the parts a configuration can compose a gateway from: routing filters,
 // scorers and pickers, whole routing profiles, fairness policies, and the [Extension]s that
 // feed a gateway from outside (KV events, replicas). Its zero value holds usher's built-ins
-// (listed below), which include no extension; a program adds its own parts with the Add
-// methods, by explicit calls in its main (an extension's package offers a Register function that
-// calls [Registry.AddExtension]), and hands the Registry to package gateway's Config.Registry
-// (or uses Profile, Policy and Extension directly). There is no global registry, so a
+// (listed below), which include no extension; a program adds its own parts with [Register],
+// by explicit calls in its main (an extension's package offers a Register function that
+// calls it), and hands the Registry to package gateway's Config.Registry (or uses
+// [Registry.Profile] and [Build] directly). There is no global registry, so a
 // program links an extension's client library (ZMQ, Redis) only if it registers it.
 //
 // Each part is made by a factory from its Params, the "params" object the configuration gives
@@ -40,7 +41,7 @@ import (
 // routers.
 //
 // A Registry is not safe for concurrent mutation: fill it, then use it from any number of
-// goroutines (Profile and Policy only read it). It must not be copied after first use.
+// goroutines (Profile and Build only read it). It must not be copied after first use.
 //
 // The zero Registry holds usher's built-in parts:
 //
@@ -70,7 +71,7 @@ import (
 // linear), that model's parameters, and the answer length assumed when a request gives none;
 // linear's are latency.LinearOptions' fields by their JSON names and "decode_step" as
 // a duration string: {"window": 4096, "prefill_rate": 16000, "decode_step": "20ms"}. The slo
-// policy orders each request by its own TTFT target (SLOTarget; 2 s for one without).
+// policy orders each request by its own TTFT target (Options.SLO; 2 s for one without).
 type Registry struct {
 	once           sync.Once
 	addingBuiltins bool                    // while once adds the built-ins
@@ -99,24 +100,6 @@ const (
 	kindDecider kind = "decider"
 	kindModel   kind = "latency-model"
 	kindExt     kind = "extension"
-)
-
-// Factories of the parts a Registry names. A factory validates its Params and returns an error
-// (which the Registry wraps with the part's name) rather than a part it cannot build.
-type (
-	FilterFactory  func(Params) (routing.Filter, error)
-	ScorerFactory  func(Params) (routing.Scorer, error)
-	PickerFactory  func(Params) (routing.Picker, error)
-	ProfileFactory func(Params) (routing.Profile, error)
-	PolicyFactory  func(Params) (flowcontrol.Policy, error)
-	DeciderFactory func(Params) (disagg.Decider, error)
-	// LatencyModelFactory makes the latency model of a predicted-latency scorer
-	// (latency.ScorerOptions.Model). It is called once per scorer: a model learns
-	// the fleet of the one Router it serves.
-	LatencyModelFactory func(Params) (latency.Model, error)
-	// ExtensionFactory makes an [Extension] for [Options.Extensions]. It connects to
-	// nothing: the extension's Run does its network work.
-	ExtensionFactory func(Params) (Extension, error)
 )
 
 // Params are one part's parameters as a configuration wrote them, and what the gateway knows
@@ -151,15 +134,15 @@ func (r *Registry) addBuiltins() {
 		}
 	}
 	// Filters.
-	must(r.AddFilter("health", func(Params) (routing.Filter, error) { return outlier.HealthFilter(), nil }))
-	must(r.AddFilter("saturation", func(p Params) (routing.Filter, error) {
+	must(Register(r, "health", func(Params) (routing.Filter, error) { return outlier.HealthFilter(), nil }))
+	must(Register(r, "saturation", func(p Params) (routing.Filter, error) {
 		var o saturation.Options // Mean, which a filter ignores, is accepted as before
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
 		return saturation.NewFilter(saturation.FilterOptions{Queue: o.Queue, KV: o.KV})
 	}))
-	must(r.AddFilter("sticky", func(p Params) (routing.Filter, error) {
+	must(Register(r, "sticky", func(p Params) (routing.Filter, error) {
 		var o session.StickyOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
@@ -171,10 +154,10 @@ func (r *Registry) addBuiltins() {
 		"prefix-ratio": prefix.Ratio, "queue-depth": load.QueueDepth, "running-requests": load.Running,
 		"active-requests": load.Active, "kv-utilization": load.KV,
 	} {
-		must(r.AddScorer(name, func(p Params) (routing.Scorer, error) { return s(), p.Decode(&struct{}{}) }))
+		must(Register(r, name, func(p Params) (routing.Scorer, error) { return s(), p.Decode(&struct{}{}) }))
 	}
 	number := func(name, param string, make func(int) routing.Scorer) {
-		must(r.AddScorer(name, func(p Params) (routing.Scorer, error) {
+		must(Register(r, name, func(p Params) (routing.Scorer, error) {
 			v := map[string]int{}
 			if err := p.Decode(&v); err != nil {
 				return nil, err
@@ -195,14 +178,14 @@ func (r *Registry) addBuiltins() {
 	number("token-load", "cap_tokens", load.TokenBacklog)
 	number("prefill-load", "cap_tokens", load.Prefill)
 	// Scorers with Options.
-	must(r.AddScorer("dynamo-cost", func(p Params) (routing.Scorer, error) {
+	must(Register(r, "dynamo-cost", func(p Params) (routing.Scorer, error) {
 		var o profiles.DynamoCostOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
 		return profiles.NewDynamoCost(o)
 	}))
-	must(r.AddScorer("session-aware", func(p Params) (routing.Scorer, error) {
+	must(Register(r, "session-aware", func(p Params) (routing.Scorer, error) {
 		var o session.AwareOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
@@ -210,7 +193,7 @@ func (r *Registry) addBuiltins() {
 		o.Seed, o.Feed = p.Session.Seed, p.Session.Feed
 		return session.NewAware(o)
 	}))
-	must(r.AddScorer("session-affinity", func(p Params) (routing.Scorer, error) {
+	must(Register(r, "session-affinity", func(p Params) (routing.Scorer, error) {
 		var o session.AffinityOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
@@ -218,15 +201,15 @@ func (r *Registry) addBuiltins() {
 		o.Seed, o.Feed = p.Session.Seed, p.Session.Feed
 		return session.NewAffinity(o)
 	}))
-	must(r.AddScorer("adapter-affinity", func(p Params) (routing.Scorer, error) {
+	must(Register(r, "adapter-affinity", func(p Params) (routing.Scorer, error) {
 		var o lora.AffinityOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
 		return lora.NewAffinity(o)
 	}))
-	must(r.AddScorer("predicted-latency", r.predictedLatency))
-	must(r.AddScorer("sglang-cache-aware", func(p Params) (routing.Scorer, error) {
+	must(Register(r, "predicted-latency", r.predictedLatency))
+	must(Register(r, "sglang-cache-aware", func(p Params) (routing.Scorer, error) {
 		var o profiles.SGLangCacheAwareOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
@@ -238,9 +221,9 @@ func (r *Registry) addBuiltins() {
 		"max-score": pick.MaxScore, "weighted-random": pick.WeightedRandom,
 		"power-of-two": pick.PowerOfTwo, "round-robin": pick.RoundRobin,
 	} {
-		must(r.AddPicker(name, func(p Params) (routing.Picker, error) { return pk(), p.Decode(&struct{}{}) }))
+		must(Register(r, name, func(p Params) (routing.Picker, error) { return pk(), p.Decode(&struct{}{}) }))
 	}
-	must(r.AddPicker("softmax", func(p Params) (routing.Picker, error) {
+	must(Register(r, "softmax", func(p Params) (routing.Picker, error) {
 		var o struct {
 			Temperature float64 `json:"temperature"`
 		}
@@ -254,7 +237,7 @@ func (r *Registry) addBuiltins() {
 	}))
 	// Whole profiles and policies, by their packages' names.
 	for _, name := range builtin.ProfileNames() {
-		must(r.AddProfile(name, func(p Params) (routing.Profile, error) {
+		must(Register(r, name, func(p Params) (routing.Profile, error) {
 			if err := p.Decode(&struct{}{}); err != nil {
 				return routing.Profile{}, err
 			}
@@ -262,25 +245,25 @@ func (r *Registry) addBuiltins() {
 		}))
 	}
 	for _, name := range builtin.PolicyNames() {
-		must(r.AddPolicy(name, func(p Params) (flowcontrol.Policy, error) {
+		must(Register(r, name, func(p Params) (flowcontrol.Policy, error) {
 			var o struct {
 				BoundedWait jsontime.Duration `json:"bounded_wait"`
 			}
 			if err := p.Decode(&o); err != nil {
 				return nil, err
 			}
-			return builtin.Policy(name, builtin.PolicyOptions{BoundedWait: time.Duration(o.BoundedWait), SLOTarget: SLOTarget})
+			return builtin.Policy(name, builtin.PolicyOptions{BoundedWait: time.Duration(o.BoundedWait), SLOTarget: sloTarget})
 		}))
 	}
 	// Deciders of disaggregated serving.
-	must(r.AddDecider("prefix", func(p Params) (disagg.Decider, error) {
+	must(Register(r, "prefix", func(p Params) (disagg.Decider, error) {
 		var o disagg.PrefixOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
 		return disagg.NewPrefix(o)
 	}))
-	must(r.AddDecider("pool", func(p Params) (disagg.Decider, error) {
+	must(Register(r, "pool", func(p Params) (disagg.Decider, error) {
 		var o disagg.PoolAwareOptions
 		if err := p.Decode(&o); err != nil {
 			return nil, err
@@ -288,7 +271,7 @@ func (r *Registry) addBuiltins() {
 		return disagg.NewPoolAware(o)
 	}))
 	for name, d := range map[string]disagg.Decider{"always": disagg.Always, "never": disagg.Never} {
-		must(r.AddDecider(name, func(p Params) (disagg.Decider, error) {
+		must(Register(r, name, func(p Params) (disagg.Decider, error) {
 			if err := p.Decode(&struct{}{}); err != nil {
 				return nil, err
 			}
@@ -296,7 +279,7 @@ func (r *Registry) addBuiltins() {
 		}))
 	}
 	// Latency models.
-	must(r.AddLatencyModel("linear", func(p Params) (latency.Model, error) {
+	must(Register(r, "linear", func(p Params) (latency.Model, error) {
 		var o struct {
 			latency.LinearOptions
 			DecodeStep jsontime.Duration `json:"decode_step"`
@@ -324,42 +307,11 @@ func (r *Registry) predictedLatency(p Params) (routing.Scorer, error) {
 		return nil, err
 	}
 	mp.raw, mp.Session = o.ModelParams, p.Session
-	m, err := f.(LatencyModelFactory)(mp)
+	m, err := f.(func(Params) (latency.Model, error))(mp)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidOptions, kindModel, cmpOr(o.Model, "linear"), err)
 	}
 	return latency.NewScorer(latency.ScorerOptions{Model: m, OutputTokens: o.OutputTokens})
-}
-
-// AddFilter names a filter factory. Names are non-empty, lower-case letters, digits and '-',
-// and unique within their kind; anything else is an error wrapping ErrInvalidOptions.
-func (r *Registry) AddFilter(name string, f FilterFactory) error { return r.add(kindFilter, name, f) }
-
-// AddScorer names a scorer factory; see AddFilter for names.
-func (r *Registry) AddScorer(name string, f ScorerFactory) error { return r.add(kindScorer, name, f) }
-
-// AddPicker names a picker factory; see AddFilter for names.
-func (r *Registry) AddPicker(name string, f PickerFactory) error { return r.add(kindPicker, name, f) }
-
-// AddProfile names a whole routing profile, which a ProfileSpec can start from; see AddFilter
-// for names.
-func (r *Registry) AddProfile(name string, f ProfileFactory) error {
-	return r.add(kindProfile, name, f)
-}
-
-// AddPolicy names a fairness policy factory; see AddFilter for names.
-func (r *Registry) AddPolicy(name string, f PolicyFactory) error { return r.add(kindPolicy, name, f) }
-
-// AddDecider names a factory of deciders of disaggregated serving (Options.Decider); see
-// AddFilter for names.
-func (r *Registry) AddDecider(name string, f DeciderFactory) error {
-	return r.add(kindDecider, name, f)
-}
-
-// AddLatencyModel names a latency model factory, which the predicted-latency scorer's
-// "model" parameter chooses; see AddFilter for names.
-func (r *Registry) AddLatencyModel(name string, f LatencyModelFactory) error {
-	return r.add(kindModel, name, f)
 }
 
 func (r *Registry) add(k kind, name string, f any) error {
@@ -386,12 +338,6 @@ func (r *Registry) add(k kind, name string, f any) error {
 	}
 	m[name] = f
 	return nil
-}
-
-// AddExtension names an [Extension] factory; see AddFilter for names. Package gateway asks
-// for the extensions named "kv-events" and "replica" when its configuration needs them.
-func (r *Registry) AddExtension(name string, f ExtensionFactory) error {
-	return r.add(kindExt, name, f)
 }
 
 // Names returns the registered names of a kind ("filter", "scorer", "picker", "profile",
@@ -497,7 +443,7 @@ func (r *Registry) Profile(spec ProfileSpec, session session.AffinityOptions) (r
 			return p, err
 		}
 		params.Session = session
-		if p, err = f.(ProfileFactory)(params); err != nil {
+		if p, err = f.(func(Params) (routing.Profile, error))(params); err != nil {
 			return p, fmt.Errorf("%w: profile %q: %w", ErrInvalidOptions, spec.Extends, err)
 		}
 		p.Filters, p.Scorers = slices.Clone(p.Filters), slices.Clone(p.Scorers)
@@ -514,7 +460,7 @@ func (r *Registry) Profile(spec ProfileSpec, session session.AffinityOptions) (r
 			return p, fmt.Errorf("%w: filter %q has no weight", ErrInvalidOptions, fs.Name)
 		}
 		params.raw, params.Session = fs.Params, session
-		flt, err := f.(FilterFactory)(params)
+		flt, err := f.(func(Params) (routing.Filter, error))(params)
 		if err != nil {
 			return p, fmt.Errorf("%w: filter %q: %w", ErrInvalidOptions, fs.Name, err)
 		}
@@ -533,7 +479,7 @@ func (r *Registry) Profile(spec ProfileSpec, session session.AffinityOptions) (r
 			return p, fmt.Errorf("%w: scorer %q: weight %v: want > 0", ErrInvalidOptions, ss.Name, ss.Weight)
 		}
 		params.raw, params.Session = ss.Params, session
-		sc, err := f.(ScorerFactory)(params)
+		sc, err := f.(func(Params) (routing.Scorer, error))(params)
 		if err != nil {
 			return p, fmt.Errorf("%w: scorer %q: %w", ErrInvalidOptions, ss.Name, err)
 		}
@@ -548,7 +494,7 @@ func (r *Registry) Profile(spec ProfileSpec, session session.AffinityOptions) (r
 			return p, fmt.Errorf("%w: picker %q has no weight", ErrInvalidOptions, ps.Name)
 		}
 		params.raw, params.Session = ps.Params, session
-		if p.Picker, err = f.(PickerFactory)(params); err != nil {
+		if p.Picker, err = f.(func(Params) (routing.Picker, error))(params); err != nil {
 			return p, fmt.Errorf("%w: picker %q: %w", ErrInvalidOptions, ps.Name, err)
 		}
 	}
@@ -563,58 +509,82 @@ func (r *Registry) Profile(spec ProfileSpec, session session.AffinityOptions) (r
 	return p, nil
 }
 
-// Policy builds the fairness policy spec names. Errors wrap ErrInvalidOptions and name it.
-func (r *Registry) Policy(spec PartSpec) (flowcontrol.Policy, error) {
-	f, params, err := r.lookup(kindPolicy, spec.Name)
+// Register names a factory of parts of type T: a routing.Filter, routing.Scorer,
+// routing.Picker or routing.Profile (a whole profile, which a [ProfileSpec] can extend), a
+// flowcontrol.Policy, a disagg.Decider (for [Options].Decider), a latency.Model (which
+// the predicted-latency scorer's "model" parameter chooses) or an [Extension]. Each type has
+// its own name space; package gateway asks for the extensions named "kv-events" and "replica"
+// when its configuration needs them. A factory validates its [Params] and returns an error
+// (which the Registry wraps with the part's name) rather than a part it cannot build; a
+// latency model's factory is called once per scorer, as a model learns the fleet of the one
+// Router it serves, and an extension's connects to nothing (its Run does the network work).
+//
+// Names are non-empty, lower-case letters, digits and '-', and unique within their type.
+// Another name, a nil factory, a name already registered or another type T is an error
+// wrapping [ErrInvalidOptions].
+func Register[T any](r *Registry, name string, build func(Params) (T, error)) error {
+	k, err := kindOf[T]()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if spec.Weight != 0 {
-		return nil, fmt.Errorf("%w: policy %q has no weight", ErrInvalidOptions, spec.Name)
+	if build == nil {
+		return fmt.Errorf("%w: %s %q: nil factory", ErrInvalidOptions, k, name)
 	}
-	params.raw = spec.Params
-	pol, err := f.(PolicyFactory)(params)
-	if err != nil {
-		return nil, fmt.Errorf("%w: policy %q: %w", ErrInvalidOptions, spec.Name, err)
-	}
-	return pol, nil
+	return r.add(k, name, build)
 }
 
-// Decider builds the decider spec names. Errors wrap ErrInvalidOptions and name it.
-func (r *Registry) Decider(spec PartSpec) (disagg.Decider, error) {
-	f, params, err := r.lookup(kindDecider, spec.Name)
+// Build builds the part of type T (one of those [Register] takes) spec names, with its
+// params. A routing.Profile is built as registered, without session seams (see
+// [Registry.Profile]); a scorer's weight is checked but not returned; the other types take
+// no weight. Each call builds a new part. Errors wrap [ErrInvalidOptions] and name the part.
+func Build[T any](r *Registry, spec PartSpec) (T, error) {
+	var zero T
+	k, err := kindOf[T]()
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	if spec.Weight != 0 {
-		return nil, fmt.Errorf("%w: decider %q has no weight", ErrInvalidOptions, spec.Name)
+	f, params, err := r.lookup(k, spec.Name)
+	if err != nil {
+		return zero, err
+	}
+	switch w := spec.Weight; {
+	case k == kindScorer && (w < 0 || w != w):
+		return zero, fmt.Errorf("%w: scorer %q: weight %v: want > 0", ErrInvalidOptions, spec.Name, w)
+	case k != kindScorer && w != 0:
+		return zero, fmt.Errorf("%w: %s %q has no weight", ErrInvalidOptions, k, spec.Name)
 	}
 	params.raw = spec.Params
-	d, err := f.(DeciderFactory)(params)
-	if err != nil {
-		return nil, fmt.Errorf("%w: decider %q: %w", ErrInvalidOptions, spec.Name, err)
-	}
-	return d, nil
-}
-
-// Extension builds the extension spec names. Errors wrap ErrInvalidOptions and name it.
-func (r *Registry) Extension(spec PartSpec) (Extension, error) {
-	f, params, err := r.lookup(kindExt, spec.Name)
-	if err != nil {
-		return nil, err
-	}
-	if spec.Weight != 0 {
-		return nil, fmt.Errorf("%w: extension %q has no weight", ErrInvalidOptions, spec.Name)
-	}
-	params.raw = spec.Params
-	e, err := f.(ExtensionFactory)(params)
+	v, err := f.(func(Params) (T, error))(params)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%w: extension %q: %w", ErrInvalidOptions, spec.Name, err)
-	case e == nil:
-		return nil, fmt.Errorf("%w: extension %q: the factory returned none", ErrInvalidOptions, spec.Name)
+		return zero, fmt.Errorf("%w: %s %q: %w", ErrInvalidOptions, k, spec.Name, err)
+	case k == kindExt && any(v) == nil:
+		return zero, fmt.Errorf("%w: %s %q: the factory returned none", ErrInvalidOptions, k, spec.Name)
 	}
-	return e, nil
+	return v, nil
+}
+
+// kindOf returns the kind of part T is, or an error wrapping ErrInvalidOptions.
+func kindOf[T any]() (kind, error) {
+	switch any((*T)(nil)).(type) {
+	case *routing.Filter:
+		return kindFilter, nil
+	case *routing.Scorer:
+		return kindScorer, nil
+	case *routing.Picker:
+		return kindPicker, nil
+	case *routing.Profile:
+		return kindProfile, nil
+	case *flowcontrol.Policy:
+		return kindPolicy, nil
+	case *disagg.Decider:
+		return kindDecider, nil
+	case *latency.Model:
+		return kindModel, nil
+	case *Extension:
+		return kindExt, nil
+	}
+	return "", fmt.Errorf("%w: %v is no kind of part a Registry names", ErrInvalidOptions, reflect.TypeFor[T]())
 }
 
 func cmpOr(vs ...string) string {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -169,19 +170,11 @@ func (b *budget) allow(now time.Time) bool {
 	return true
 }
 
-// RetryStats counts what the retry logic did since New.
-type RetryStats struct {
-	// Requests sent to a backend, Retries the extra attempts made, Denied the retries the
-	// budget refused, Exhausted the requests whose last attempt failed in a way worth
-	// retrying (out of attempts, out of budget, or the client gone).
-	Requests, Retries, Denied, Exhausted uint64
-}
-
-// RetryStats returns the retry counters.
-func (h *Handler) RetryStats() RetryStats {
+// retryStats returns the retry counters (proxyseam.RetryStats).
+func (h *Handler) retryStats() proxyseam.RetryStats {
 	h.budget.mu.Lock()
 	defer h.budget.mu.Unlock()
-	return RetryStats{Requests: h.sent.Load(), Retries: h.retried.Load(), Denied: h.budget.denied, Exhausted: h.exhausted.Load()}
+	return proxyseam.RetryStats{Requests: h.sent.Load(), Retries: h.retried.Load(), Denied: h.budget.denied, Exhausted: h.exhausted.Load()}
 }
 
 // Causes with which the proxy cancels an attempt.

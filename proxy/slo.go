@@ -16,14 +16,10 @@ func (h *Handler) setSLO(opts Options) (err error) {
 	return err
 }
 
-// SLOTarget returns the time-to-first-token target the Handler gave r, a request it asks its
-// queue to admit (Options.SLO, TrustSLOHeaders), or 0 when r has none: the Target of a
-// fairness.NewSLODeadline policy that orders each request by its own target,
-//
-//	fairness.NewSLODeadline(fairness.SLODeadlineOptions{TTFT: 2 * time.Second, Target: proxy.SLOTarget})
-//
-// (the Registry's slo policy is this one). O(1), no allocation.
-func SLOTarget(r *flowcontrol.Request) time.Duration { return slo.Target(r.Value) }
+// sloTarget returns the time-to-first-token target the Handler gave r, a request it asks its
+// queue to admit (Options.SLO, TrustSLOHeaders), or 0 when r has none: the Target of the
+// Registry's slo policy, a fairness.NewSLODeadline. O(1), no allocation.
+func sloTarget(r *flowcontrol.Request) time.Duration { return slo.Target(r.Value) }
 
 // observeLatency records the prediction's error and the targets' outcome of a request that
 // was admitted (slo.Observe). Call it from finish, under ex.mu, with ex.info's Err and End set.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 )
@@ -57,7 +58,7 @@ func (t *wholeTap) Read(p []byte) (int, error) {
 			t.buf = nil
 		} else if t.keep {
 			var body struct {
-				Usage *openai.TokenUsage `json:"usage"`
+				Usage *openaiwire.TokenUsage `json:"usage"`
 			}
 			if json.Unmarshal(t.buf, &body) == nil && body.Usage != nil {
 				t.ex.setUsage(*body.Usage)
@@ -228,7 +229,7 @@ func (t *sseTap) handle(ev []byte) bool {
 	switch {
 	case data == nil:
 		return true // a comment, a blank line or another field
-	case bytes.Equal(data, openai.DoneData):
+	case bytes.Equal(data, openaiwire.DoneData):
 		t.last()
 		return true
 	case t.api:
@@ -237,12 +238,12 @@ func (t *sseTap) handle(ev []byte) bool {
 		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"), routing.FailureServer)
 		return true
 	}
-	if t.sawFirst && !openai.ChunkHasUsage(data) {
+	if t.sawFirst && !openaiwire.ChunkHasUsage(data) {
 		// After the first token only the usage chunk needs parsing; count the rest.
 		t.chunks++
 		return true
 	}
-	c, err := openai.ParseStreamChunk(data)
+	c, err := openaiwire.ParseStreamChunk(data)
 	if err != nil {
 		return true
 	}
@@ -314,7 +315,7 @@ func (t *sseTap) broken() error {
 			Message: fmt.Sprintf("the request ran past its %v cap; the stream was cut", t.ex.h.timeouts.Request)}
 	}
 	t.ex.logFailure(e.Message, err)
-	t.out = e.AppendEventFor(t.ex.ep, t.out[:0])
+	t.out = openaiwire.AppendEventFor(e, t.ex.ep, t.out[:0])
 	t.end(err)
 	return nil
 }

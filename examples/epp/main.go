@@ -41,6 +41,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/session"
 )
@@ -236,7 +237,7 @@ func (c config) options() (extproc.Options, error) {
 	if err != nil {
 		return extproc.Options{}, err
 	}
-	decider, err := reg.Decider(c.Decider)
+	decider, err := proxy.Build[disagg.Decider](reg, c.Decider)
 	if err != nil {
 		return extproc.Options{}, err
 	}

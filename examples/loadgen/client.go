@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 )
 
 // Target is an OpenAI-compatible endpoint. It is safe for concurrent use once built.
@@ -261,14 +261,14 @@ func (t *Target) attempt(ctx context.Context, path string, data []byte, key, ses
 		line = bytes.TrimRight(line, "\r\n")
 		if payload, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 			payload = bytes.TrimSpace(payload)
-			if bytes.Equal(payload, openai.DoneData) {
+			if bytes.Equal(payload, openaiwire.DoneData) {
 				res.e2e = time.Since(start)
 				// Read the end of the chunked body so the connection goes back to the pool
 				// (closing an unfinished body closes the connection).
 				_, _ = io.Copy(io.Discard, io.LimitReader(rd, 64<<10))
 				break
 			}
-			c, jerr := openai.ParseStreamChunk(payload)
+			c, jerr := openaiwire.ParseStreamChunk(payload)
 			if jerr != nil {
 				res.err = "stream: bad chunk: " + clip(string(payload), 120)
 				break

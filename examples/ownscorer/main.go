@@ -59,7 +59,7 @@ func (s fewestStreams) Score(_ *routing.Request, cands []routing.Candidate, dst 
 
 func main() {
 	reg := new(proxy.Registry)
-	if err := reg.AddScorer("fewest-streams", func(p proxy.Params) (routing.Scorer, error) {
+	if err := proxy.Register(reg, "fewest-streams", func(p proxy.Params) (routing.Scorer, error) {
 		var o struct {
 			IdleBonus float64 `json:"idle_bonus"`
 		}

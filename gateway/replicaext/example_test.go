@@ -17,10 +17,10 @@ func Example() {
 	if err := replicaext.Register(reg); err != nil {
 		log.Fatal(err)
 	}
-	ext, err := reg.Extension(proxy.PartSpec{Name: "replica",
+	ext, err := proxy.Build[proxy.Extension](reg, proxy.PartSpec{Name: "replica",
 		Params: []byte(`{"redis": "127.0.0.1:6379", "replica_id": "gw-1", "cluster": "demo"}`)})
 	fmt.Println(reg.Names("extension"), ext != nil, err)
-	_, err = reg.Extension(proxy.PartSpec{Name: "replica", Params: []byte(`{"redis": "no-port"}`)})
+	_, err = proxy.Build[proxy.Extension](reg, proxy.PartSpec{Name: "replica", Params: []byte(`{"redis": "no-port"}`)})
 	fmt.Println(errors.Is(err, proxy.ErrInvalidOptions))
 	// Output:
 	// [replica] true <nil>

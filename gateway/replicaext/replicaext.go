@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
 )
@@ -68,7 +69,7 @@ func (e extension) Prepare(d *proxy.Defaults) error {
 
 func (e extension) Attach(h *proxy.Handler) error {
 	parts := replica.Parts{Index: h.Index(), Router: h.Router()}
-	if limit := h.ConcurrencyLimit(); limit != nil {
+	if limit := proxyseam.ConcurrencyLimit(h); limit != nil {
 		q := h.Queue()
 		parts.Usage, parts.GlobalLimit = q, limit.Limit
 		parts.SetLimit = func(n int) { q.Reconfigure(func() { limit.Limit = n }) }
@@ -95,7 +96,7 @@ func (extension) Close() error { return nil }
 // extension's Prepare or Run. A malformed address is an error wrapping
 // [proxy.ErrInvalidOptions]; so is registering twice.
 func Register(reg *proxy.Registry) error {
-	return reg.AddExtension("replica", func(p proxy.Params) (proxy.Extension, error) {
+	return proxy.Register(reg, "replica", func(p proxy.Params) (proxy.Extension, error) {
 		var o struct {
 			Redis     string `json:"redis"`
 			ReplicaID string `json:"replica_id"`

@@ -7,8 +7,14 @@
 //   - gatewaymetrics: the gateway's own Prometheus series, recorded through typed methods.
 //   - slo: admission and observation by latency target, shared by the gateway, the endpoint
 //     picker and the simulator.
+//   - openaiwire: what the pipeline reads and writes on the wire beside a parsed
+//     openai.Request (answers, stream events, errors in each API's shape, the upstream body
+//     and disaggregated serving's), kept off package openai's API.
 //   - prefixpeer: prefixcache's replication seam, kept off its API: the bounded buffer a
 //     replica's Feed fills, and the inserts of peers' chains that are not fed back.
+//   - proxyseam: what the module's own extensions, proxy/extproc and tests read of a
+//     proxy.Handler (KV-event publishers, pool queues, retry counters) and the mapping of
+//     admission outcomes to HTTP statuses, kept off proxy's API.
 //   - simfleet: the simulated vLLM-compatible fleet the library's tests, the examples and the
 //     simulator start.
 //

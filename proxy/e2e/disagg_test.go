@@ -19,6 +19,7 @@ import (
 	oa "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
@@ -112,7 +113,7 @@ func pdHandler(t *testing.T, prefill, decode []*simproc.Proc, rec *wire, tune fu
 	opts := testOptions(backends)
 	opts.ScrapeInterval = 50 * time.Millisecond
 	opts.Timeouts = proxy.Timeouts{ResponseHeader: 2 * time.Second, StreamIdle: 5 * time.Second, Dial: time.Second}
-	rec.base = proxy.DefaultTransport()
+	rec.base = proxyseam.DefaultTransport()
 	opts.Transport = rec
 	if tune != nil {
 		tune(&opts)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -229,7 +230,7 @@ func faultHandler(t *testing.T, procs []*simproc.Proc, rec *attempts, tune func(
 	opts := testOptions(backends)
 	opts.ScrapeInterval = 50 * time.Millisecond
 	opts.Timeouts = proxy.Timeouts{ResponseHeader: time.Second, StreamIdle: time.Second, Dial: time.Second}
-	rec.base = proxy.DefaultTransport()
+	rec.base = proxyseam.DefaultTransport()
 	opts.Transport = rec
 	if tune != nil {
 		tune(&opts)
@@ -287,7 +288,7 @@ func TestKilledBackend(t *testing.T) {
 	n, _, first := rec.since(restartedAt, host)
 	lastWhileDead := rec.last(killedAt, restartedAt, host)
 	t.Logf("requests %d (ended with an error while streaming from the killed server: %d); attempts to the dead server while dead %d of %d, the last %v after the kill; back: first attempt %v after the restart, %d attempts; router %+v; retries %+v",
-		total, inFlightAtKill, toDeadWhileDead, allWhileDead, lastWhileDead, first.Sub(restartedAt), n, rs, h.RetryStats())
+		total, inFlightAtKill, toDeadWhileDead, allWhileDead, lastWhileDead, first.Sub(restartedAt), n, rs, proxyseam.Retries(h))
 	if allWhileDead == 0 || float64(toDeadWhileDead) > 0.01*float64(allWhileDead) {
 		t.Errorf("dead server got %d of %d attempts while dead, want ≤ 1%%", toDeadWhileDead, allWhileDead)
 	}
@@ -341,7 +342,7 @@ func TestHungBackend(t *testing.T) {
 	}
 	n, _, first := rec.since(contAt, hostOf(hung.URL))
 	t.Logf("requests %d, failed %d (on the server when it stopped), longest silence %v; after SIGCONT: %d attempts, first after %v; retries %+v",
-		total, failed, worst, n, first.Sub(contAt), h.RetryStats())
+		total, failed, worst, n, first.Sub(contAt), proxyseam.Retries(h))
 	if n == 0 {
 		t.Error("the server got no traffic after SIGCONT")
 	}
@@ -487,7 +488,7 @@ func TestRetryBudget(t *testing.T) {
 			t.Fatalf("status %d, want the backend's 502 passed through", resp.StatusCode)
 		}
 	}
-	st := h.RetryStats()
+	st := proxyseam.Retries(h)
 	t.Logf("retry stats %+v, backend calls %d", st, calls.Load())
 	if limit := max(3, int(0.2*requests)); st.Retries > uint64(limit) {
 		t.Errorf("%d retries for %d requests, want ≤ %d (20%%)", st.Retries, requests, limit)
@@ -538,7 +539,7 @@ func TestRetryBeforeFirstByte(t *testing.T) {
 				}
 			}
 			rs := h.Router().Stats()
-			t.Logf("router %+v retries %+v", rs, h.RetryStats())
+			t.Logf("router %+v retries %+v", rs, proxyseam.Retries(h))
 			if rs.Failed == 0 || rs.Failed > 2 {
 				t.Errorf("router failures = %d, want the bad backend charged once or twice, then ejected", rs.Failed)
 			}

@@ -14,6 +14,7 @@ import (
 	oa "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/proxy"
 )
@@ -97,7 +98,7 @@ func TestModelPools(t *testing.T) {
 				t.Errorf("unknown model: %d %+v, want 404 model_not_found on model", resp.StatusCode, e)
 			}
 			for _, m := range []string{"alpha", "beta"} {
-				closedExactlyOnceIn(t, h, h.PoolQueue(m))
+				closedExactlyOnceIn(t, h, proxyseam.PoolQueue(h, m))
 			}
 		})
 	}
@@ -109,7 +110,7 @@ func TestModelPoolsIsolateAdmission(t *testing.T) {
 	opts := testOptions(twoModelFleet(t, false))
 	opts.Pools = map[string]proxy.PoolLimits{"alpha": {MaxInFlight: 1}}
 	h, base := startHandler(t, opts)
-	if h.PoolQueue("alpha") == h.PoolQueue("beta") {
+	if proxyseam.PoolQueue(h, "alpha") == proxyseam.PoolQueue(h, "beta") {
 		t.Fatal("alpha and beta share a queue")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,7 +126,7 @@ func TestModelPoolsIsolateAdmission(t *testing.T) {
 			}
 		})
 	}
-	alpha := h.PoolQueue("alpha")
+	alpha := proxyseam.PoolQueue(h, "alpha")
 	eventually(t, "alpha's pool to fill", func() bool {
 		st := alpha.Stats()
 		return st.InFlight == 1 && st.Queued == 2
@@ -151,7 +152,7 @@ func TestModelPoolsIsolateAdmission(t *testing.T) {
 	if st := alpha.Stats(); st.Queued != 2 {
 		t.Errorf("alpha's queue holds %d after beta's requests, want the same 2", st.Queued)
 	}
-	if st := h.PoolQueue("beta").Stats(); st.Dispatched != 6 || st.Queued != 0 {
+	if st := proxyseam.PoolQueue(h, "beta").Stats(); st.Dispatched != 6 || st.Queued != 0 {
 		t.Errorf("beta's pool dispatched %d (queued %d), want 6 (0)", st.Dispatched, st.Queued)
 	}
 	cancel()

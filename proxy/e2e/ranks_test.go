@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy"
 )
@@ -47,7 +48,7 @@ func TestDataParallelRanks(t *testing.T) {
 	for _, b := range h.Router().Backends(nil) {
 		names = append(names, b.Name)
 	}
-	if want := []string{proxy.RankName(srv.URL, 0), proxy.RankName(srv.URL, 1)}; fmt.Sprint(names) != fmt.Sprint(want) {
+	if want := []string{srv.URL + "#dp=0", srv.URL + "#dp=1"}; fmt.Sprint(names) != fmt.Sprint(want) {
 		t.Fatalf("router backends = %v, want %v", names, want)
 	}
 	for _, b := range h.Router().Backends(nil) {
@@ -79,7 +80,7 @@ func TestRanksConfig(t *testing.T) {
 	}
 	defer h.Close()
 	var got []string
-	for _, s := range h.FollowKVEvents() {
+	for _, s := range proxyseam.FollowKVEvents(h) {
 		got = append(got, s.Backend+" "+s.Endpoint+" "+s.Replay)
 	}
 	want := []string{
@@ -109,9 +110,9 @@ func TestRanksSharedPublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	src := h.FollowKVEvents()
+	src := proxyseam.FollowKVEvents(h)
 	if len(src) != 1 || src[0].Endpoint != "tcp://10.0.0.9:5557" ||
-		fmt.Sprint(src[0].Ranks) != fmt.Sprint([]string{proxy.RankName("http://10.0.0.9:30000", 0), proxy.RankName("http://10.0.0.9:30000", 1)}) {
+		fmt.Sprint(src[0].Ranks) != fmt.Sprint([]string{"http://10.0.0.9:30000#dp=0", "http://10.0.0.9:30000#dp=1"}) {
 		t.Errorf("sources = %+v, want one shared publisher applied per rank", src)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -29,7 +30,7 @@ func (s evenFirst) Score(_ *routing.Request, cands []routing.Candidate, dst []fl
 func newRegistry(t *testing.T) *proxy.Registry {
 	t.Helper()
 	reg := new(proxy.Registry)
-	err := reg.AddScorer("even-first", func(p proxy.Params) (routing.Scorer, error) {
+	err := proxy.Register(reg, "even-first", func(p proxy.Params) (routing.Scorer, error) {
 		o := struct {
 			Bonus float64 `json:"bonus"`
 		}{Bonus: 1}
@@ -108,22 +109,34 @@ func TestRegistryProfiles(t *testing.T) {
 
 func TestRegistryNames(t *testing.T) {
 	reg := newRegistry(t)
-	if err := reg.AddScorer("even-first", func(proxy.Params) (routing.Scorer, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
+	if err := proxy.Register(reg, "even-first", func(proxy.Params) (routing.Scorer, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
 		t.Errorf("a second even-first: %v, want ErrInvalidOptions", err)
 	}
 	for _, bad := range []string{"", "Even", "even first", "even_first"} {
-		if err := reg.AddScorer(bad, func(proxy.Params) (routing.Scorer, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
+		if err := proxy.Register(reg, bad, func(proxy.Params) (routing.Scorer, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
 			t.Errorf("name %q: %v, want ErrInvalidOptions", bad, err)
 		}
 	}
 	if got := strings.Join(reg.Names("picker"), ","); got != "max-score,power-of-two,round-robin,softmax,weighted-random" {
 		t.Errorf("pickers: %s", got)
 	}
-	if _, err := reg.Policy(proxy.PartSpec{Name: "bounded-wait", Params: json.RawMessage(`{"bounded_wait":"5s"}`)}); err != nil {
+	if _, err := proxy.Build[flowcontrol.Policy](reg, proxy.PartSpec{Name: "bounded-wait", Params: json.RawMessage(`{"bounded_wait":"5s"}`)}); err != nil {
 		t.Errorf("bounded-wait: %v", err)
 	}
-	if _, err := reg.Policy(proxy.PartSpec{Name: "vtc", Params: json.RawMessage(`{"weight":2}`)}); err == nil {
+	if _, err := proxy.Build[flowcontrol.Policy](reg, proxy.PartSpec{Name: "vtc", Params: json.RawMessage(`{"weight":2}`)}); err == nil {
 		t.Error("vtc with an unknown parameter: no error")
+	}
+	if err := proxy.Register(reg, "number", func(proxy.Params) (int, error) { return 1, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("Register of an int: %v, want ErrInvalidOptions", err)
+	}
+	if _, err := proxy.Build[int](reg, proxy.PartSpec{Name: "number"}); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("Build of an int: %v, want ErrInvalidOptions", err)
+	}
+	if sc, err := proxy.Build[routing.Scorer](reg, proxy.PartSpec{Name: "even-first", Weight: 2}); err != nil || sc == nil {
+		t.Errorf("Build of a scorer: %v, %v", sc, err)
+	}
+	if _, err := proxy.Build[routing.Picker](reg, proxy.PartSpec{Name: "max-score", Weight: 2}); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("a picker with a weight: %v, want ErrInvalidOptions", err)
 	}
 }
 
@@ -226,7 +239,7 @@ func TestRegistryExtensions(t *testing.T) {
 	if got := reg.Names("extension"); len(got) != 0 {
 		t.Errorf("built-in extensions %v, want none", got)
 	}
-	err := reg.AddExtension("secret", func(p proxy.Params) (proxy.Extension, error) {
+	err := proxy.Register(reg, "secret", func(p proxy.Params) (proxy.Extension, error) {
 		var o struct {
 			Secret string `json:"secret"`
 		}
@@ -244,8 +257,8 @@ func TestRegistryExtensions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.AddExtension("secret", func(proxy.Params) (proxy.Extension, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
-		t.Errorf("AddExtension twice: err %v, want ErrInvalidOptions", err)
+	if err := proxy.Register(reg, "secret", func(proxy.Params) (proxy.Extension, error) { return nil, nil }); !errors.Is(err, proxy.ErrInvalidOptions) {
+		t.Errorf("Register twice: err %v, want ErrInvalidOptions", err)
 	}
 	for _, bad := range []proxy.PartSpec{
 		{Name: "nope"},
@@ -254,13 +267,13 @@ func TestRegistryExtensions(t *testing.T) {
 		{Name: "secret", Params: json.RawMessage(`{"colour": "red"}`)},
 		{Name: "secret", Params: json.RawMessage(`{"secret": "none"}`)},
 	} {
-		if _, err := reg.Extension(bad); !errors.Is(err, proxy.ErrInvalidOptions) || !strings.Contains(err.Error(), bad.Name) {
+		if _, err := proxy.Build[proxy.Extension](reg, bad); !errors.Is(err, proxy.ErrInvalidOptions) || !strings.Contains(err.Error(), bad.Name) {
 			t.Errorf("Extension(%s %s): err %v, want ErrInvalidOptions naming it", bad.Name, bad.Params, err)
 		}
 	}
 	// Prepare runs in order over one set of defaults: the second extension sees the keyer's
 	// secret the first one set.
-	ext, err := reg.Extension(proxy.PartSpec{Name: "secret", Params: json.RawMessage(`{"secret": "the cluster's shared secret"}`)})
+	ext, err := proxy.Build[proxy.Extension](reg, proxy.PartSpec{Name: "secret", Params: json.RawMessage(`{"secret": "the cluster's shared secret"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/usher-llm/usher/gateway/replicaext"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/internal/redistest"
 	"github.com/usher-llm/usher/proxy"
@@ -48,7 +49,7 @@ func startGateways(t *testing.T, procs []*simproc.Proc, k int, addr, cluster str
 		}
 		opts.Keyer = keyer
 		opts.Transport = &homes
-		homes.base = proxy.DefaultTransport()
+		homes.base = proxyseam.DefaultTransport()
 		if addr != "" {
 			c := redis.NewClient(&redis.Options{
 				Addr: addr, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond,

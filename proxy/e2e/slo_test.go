@@ -136,7 +136,7 @@ func TestSLOHeadersCannotBuyPriority(t *testing.T) {
 			opts.SLO = map[int]routing.Latency{0: {TTFT: 10 * time.Second}}
 			opts.TrustSLOHeaders = tc.trusted
 			var err error
-			if opts.Policy, err = new(proxy.Registry).Policy(proxy.PartSpec{Name: "slo"}); err != nil {
+			if opts.Policy, err = proxy.Build[flowcontrol.Policy](new(proxy.Registry), proxy.PartSpec{Name: "slo"}); err != nil {
 				t.Fatal(err)
 			}
 			h, base := startHandler(t, opts)
@@ -338,7 +338,7 @@ func TestRegistryPredictedLatency(t *testing.T) {
 		t.Errorf("latency models = %s", got)
 	}
 	var learned atomic.Int64
-	if err := r.AddLatencyModel("constant", func(p proxy.Params) (latency.Model, error) {
+	if err := proxy.Register(r, "constant", func(p proxy.Params) (latency.Model, error) {
 		var o struct {
 			TTFTMs int `json:"ttft_ms"`
 		}
@@ -373,7 +373,7 @@ func TestRegistryPredictedLatency(t *testing.T) {
 			t.Errorf("%s: error %v, want one naming %s", tc.spec, err, tc.err)
 		}
 	}
-	if err := r.AddLatencyModel("linear", func(proxy.Params) (latency.Model, error) { return nil, nil }); err == nil {
+	if err := proxy.Register(r, "linear", func(proxy.Params) (latency.Model, error) { return nil, nil }); err == nil {
 		t.Error("a second linear model was registered")
 	}
 }

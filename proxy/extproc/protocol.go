@@ -12,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -137,7 +138,7 @@ func immediate(ep openai.API, e *openai.Error, retryAfter time.Duration) *extpro
 	if status < 100 || status > 999 {
 		status = http.StatusInternalServerError
 	}
-	body := append(e.AppendJSONFor(ep, make([]byte, 0, 128+len(e.Message))), '\n')
+	body := append(openaiwire.AppendJSONFor(e, ep, make([]byte, 0, 128+len(e.Message))), '\n')
 	set := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
 	if retryAfter > 0 {
 		set = append(set, setHeader("retry-after", strconv.Itoa(int(math.Ceil(retryAfter.Seconds())))))

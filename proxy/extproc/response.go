@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -44,7 +45,7 @@ func (w *watcher) feed(chunk []byte, eos bool, ex *exchange) {
 			w.keep, w.buf = false, w.buf[:0]
 		}
 		if eos && w.keep && w.ep > openai.Completions {
-			if a, err := openai.ParseAnswer(w.ep, w.buf); err == nil {
+			if a, err := openaiwire.ParseAnswer(w.ep, w.buf); err == nil {
 				if a.Usage != nil {
 					ex.setUsage(*a.Usage)
 				}
@@ -53,7 +54,7 @@ func (w *watcher) feed(chunk []byte, eos bool, ex *exchange) {
 			w.buf = w.buf[:0]
 		} else if eos && w.keep {
 			var body struct {
-				Usage *openai.TokenUsage `json:"usage"`
+				Usage *openaiwire.TokenUsage `json:"usage"`
 			}
 			if json.Unmarshal(w.buf, &body) == nil && body.Usage != nil {
 				ex.setUsage(*body.Usage)
@@ -107,16 +108,16 @@ func (w *watcher) line(ex *exchange) {
 
 // data handles one data line: a chunk of the stream.
 func (w *watcher) data(data []byte, ex *exchange) {
-	if bytes.Equal(data, openai.DoneData) {
+	if bytes.Equal(data, openaiwire.DoneData) {
 		w.done = true
 		return
 	}
 	api := w.ep == openai.Messages || w.ep == openai.Responses
-	if w.sawFirst && (api && openai.IsDeltaEvent(data) || !api && !openai.ChunkHasUsage(data)) {
+	if w.sawFirst && (api && openaiwire.IsDeltaEvent(data) || !api && !openaiwire.ChunkHasUsage(data)) {
 		w.chunks++
 		return
 	}
-	c, err := openai.ParseEvent(w.ep, data)
+	c, err := openaiwire.ParseEvent(w.ep, data)
 	if err != nil {
 		return
 	}

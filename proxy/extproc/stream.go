@@ -20,6 +20,8 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/prefixcache"
@@ -143,7 +145,7 @@ type exchange struct {
 	bufp     *[]prefixcache.BlockHash
 	session  string
 	// targets are the request's latency targets (Options.SLO, trusted headers); the queue's
-	// Request.Value points here when any is set (proxy.SLOTarget).
+	// Request.Value points here when any is set (the target proxy.Handler gives it).
 	targets routing.Latency
 	// The prefill pick of a disaggregated request: charged until the decode pod's answer
 	// begins (its sidecar has then finished the prefill step), closed exactly once.
@@ -400,7 +402,7 @@ func (ex *exchange) admit(ep openai.API) (*openai.Error, time.Duration) {
 		OutputTokens: flowcontrol.Tokens(outputBudget(req)),
 		Arrival:      ex.arrival,
 	}
-	// With targets: SLOTarget's value, the deadline, or a refusal as early shedding refuses.
+	// With targets: the slo policy's target (slo.Target), the deadline, or a refusal as early shedding refuses.
 	if s.slo.Queue(&fr, &ex.targets, s.router, &rr, s.ttl, ex.arrival, s.usher, ex.id.Band) {
 		return ex.admissionError(flowcontrol.ErrWouldExpire)
 	}
@@ -607,7 +609,7 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 			ex.info.Err, ex.info.Failure = fmt.Errorf("extproc: endpoint %s answered %d", ex.endpoint, ex.status), f
 		}
 	}
-	ex.watch.reset(ex.req != nil && ex.req.Stream && openai.IsEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
+	ex.watch.reset(ex.req != nil && ex.req.Stream && openaiwire.IsEventStream(contentType), ex.status == http.StatusOK && ex.req != nil)
 	if ex.req != nil {
 		ex.watch.ep = ex.req.API
 	}
@@ -709,7 +711,7 @@ func (ex *exchange) firstToken(at time.Time) {
 }
 
 // setUsage records the usage the endpoint reported.
-func (ex *exchange) setUsage(u openai.TokenUsage) {
+func (ex *exchange) setUsage(u openaiwire.TokenUsage) {
 	ex.usage.PromptTokens = flowcontrol.Tokens(max(u.PromptTokens, 0))
 	ex.usage.OutputTokens = flowcontrol.Tokens(max(u.CompletionTokens, 0))
 	ex.usage.CachedTokens = flowcontrol.Tokens(u.Cached())
@@ -773,7 +775,7 @@ func (ex *exchange) finish(err error, f routing.Failure) {
 
 // admissionError is the answer to a request the queue did not admit, and its Retry-After.
 func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
-	st := proxy.StatusOf(err)
+	st := proxyseam.StatusOf(err)
 	switch st {
 	case http.StatusTooManyRequests:
 		msg := "too many requests are waiting; retry after the time in the Retry-After header"
@@ -788,7 +790,7 @@ func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
 		}
 		return &openai.Error{Status: st, Type: openai.TypeUnavailable, Code: "queue_timeout",
 			Message: "no capacity became free before the request's time limit"}, 0
-	case proxy.StatusClientClosedRequest:
+	case proxyseam.StatusClientClosedRequest:
 		return &openai.Error{Status: st, Type: openai.TypeInvalidRequest, Code: "client_closed_request",
 			Message: "the client closed the request while it waited"}, 0
 	}

@@ -59,7 +59,7 @@ func ExampleRegister() {
 	if err := kvfeed.Register(reg); err != nil {
 		log.Fatal(err)
 	}
-	ext, err := reg.Extension(proxy.PartSpec{Name: "kv-events", Params: []byte(`{"listen": "tcp://127.0.0.1:5557"}`)})
+	ext, err := proxy.Build[proxy.Extension](reg, proxy.PartSpec{Name: "kv-events", Params: []byte(`{"listen": "tcp://127.0.0.1:5557"}`)})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
@@ -69,7 +70,7 @@ func New(opts Options) (*Feed, error) {
 // are an error); each use builds a new [Feed]. Registering twice is an error wrapping
 // [proxy.ErrInvalidOptions].
 func Register(r *proxy.Registry) error {
-	return r.AddExtension("kv-events", func(p proxy.Params) (proxy.Extension, error) {
+	return proxy.Register(r, "kv-events", func(p proxy.Params) (proxy.Extension, error) {
 		var o struct {
 			Listen string `json:"listen"`
 		}
@@ -83,11 +84,12 @@ func Register(r *proxy.Registry) error {
 // Prepare implements proxy.Extension; the feed changes no default.
 func (*Feed) Prepare(*proxy.Defaults) error { return nil }
 
-// Attach follows h's KV-event publishers (proxy.Handler.FollowKVEvents): it registers their
-// usher_kvevents_* series on h's registry and builds the subscriber over them and h's index.
-// Without any publisher and without Listen it builds no subscriber.
+// Attach follows the KV-event publishers h's backends name (which [proxy.New] refuses when
+// no extension follows them): it registers their usher_kvevents_* series on h's registry
+// and builds the subscriber over them and h's index. Without any publisher and without
+// Listen it builds no subscriber.
 func (f *Feed) Attach(h *proxy.Handler) error {
-	pubs := h.FollowKVEvents()
+	pubs := proxyseam.FollowKVEvents(h)
 	names := make([]string, len(pubs))
 	for i, p := range pubs {
 		names[i] = p.Backend
@@ -118,7 +120,7 @@ func (f *Feed) Attach(h *proxy.Handler) error {
 	if f.opts.Subscriber != nil {
 		f.opts.Subscriber(&o)
 	}
-	log := lograte.New(h.Logger(), 0)
+	log := lograte.New(proxyseam.Logger(h), 0)
 	// One line per kind of problem per backend and interval, with a count: a run of events
 	// that fail alike is counted in usher_kvevents_*_total, not logged one by one.
 	o.Sources, o.OnError = sources, func(backend string, err error) { log.Warn("kv events", backend, err) }

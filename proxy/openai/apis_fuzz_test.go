@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -62,7 +63,7 @@ func FuzzParseAPIs(f *testing.F) {
 			}
 		}
 		_ = r.AppendPrompt(nil) // must not panic
-		up := r.AppendUpstream(nil)
+		up := openaiwire.AppendUpstream(r, nil)
 		want := decode(t, body)
 		delete(want, "priority")
 		got := decode(t, up)
@@ -92,7 +93,7 @@ func FuzzParseEvent(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte, which uint8) {
 		ep := openai.API(which%5) + 1
-		check := func(u *openai.TokenUsage) {
+		check := func(u *openaiwire.TokenUsage) {
 			if u == nil {
 				return
 			}
@@ -105,13 +106,13 @@ func FuzzParseEvent(f *testing.F) {
 				t.Fatalf("%v %q: cached %d out of range", ep, data, c)
 			}
 		}
-		if c, err := openai.ParseEvent(ep, data); err == nil {
+		if c, err := openaiwire.ParseEvent(ep, data); err == nil {
 			check(c.Usage)
 		}
-		if a, err := openai.ParseAnswer(ep, data); err == nil {
+		if a, err := openaiwire.ParseAnswer(ep, data); err == nil {
 			check(a.Usage)
 		}
-		_ = openai.IsDeltaEvent(data)
+		_ = openaiwire.IsDeltaEvent(data)
 	})
 }
 
@@ -123,10 +124,10 @@ func FuzzErrorFor(f *testing.F) {
 	f.Fuzz(func(t *testing.T, msg, param, code string, status int) {
 		e := &openai.Error{Status: status, Type: openai.TypeInvalidRequest, Code: code, Param: param, Message: msg}
 		for ep := openai.Chat; ep <= openai.Embeddings; ep++ {
-			if b := e.AppendJSONFor(ep, nil); !json.Valid(b) {
+			if b := openaiwire.AppendJSONFor(e, ep, nil); !json.Valid(b) {
 				t.Fatalf("AppendJSONFor(%v) = %q, not JSON", ep, b)
 			}
-			ev := string(e.AppendEventFor(ep, nil))
+			ev := string(openaiwire.AppendEventFor(e, ep, nil))
 			_, data, ok := strings.Cut(ev, "data: ")
 			if !ok || !strings.HasSuffix(ev, "\n\n") || strings.Count(ev, "\n") != strings.Count(ev[:len(ev)-len(data)], "\n")+2 ||
 				!json.Valid([]byte(strings.TrimSuffix(data, "\n\n"))) {

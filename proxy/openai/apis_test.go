@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -156,11 +157,11 @@ func TestParseAPIs(t *testing.T) {
 			if got != tc {
 				t.Errorf("Parse:\n got %+v\nwant %+v", got, tc)
 			}
-			if tc.priority && strings.Contains(string(r.AppendUpstream(nil)), `"priority"`) {
-				t.Errorf("AppendUpstream kept the priority: %s", r.AppendUpstream(nil))
+			if tc.priority && strings.Contains(string(openaiwire.AppendUpstream(r, nil)), `"priority"`) {
+				t.Errorf("AppendUpstream kept the priority: %s", openaiwire.AppendUpstream(r, nil))
 			}
-			if !tc.priority && string(r.Upstream()) != tc.body {
-				t.Errorf("Upstream = %s, want the body unchanged", r.Upstream())
+			if !tc.priority && string(openaiwire.Upstream(r)) != tc.body {
+				t.Errorf("Upstream = %s, want the body unchanged", openaiwire.Upstream(r))
 			}
 		})
 	}
@@ -228,7 +229,7 @@ func TestParseAnswer(t *testing.T) {
 		{ep: openai.Chat, body: `{"usage":{"prompt_tokens":4,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":3}}}`, prompt: 4, completion: 2, cached: 3},
 		{ep: openai.Responses, body: `{"id":"r"}`, id: "r", none: true},
 	} {
-		a, err := openai.ParseAnswer(tc.ep, []byte(tc.body))
+		a, err := openaiwire.ParseAnswer(tc.ep, []byte(tc.body))
 		if err != nil {
 			t.Fatalf("ParseAnswer(%s): %v", tc.body, err)
 		}
@@ -239,7 +240,7 @@ func TestParseAnswer(t *testing.T) {
 			t.Errorf("ParseAnswer(%s) usage = %d/%d/%d, want %d/%d/%d", tc.body, a.Usage.PromptTokens, a.Usage.CompletionTokens, a.Usage.Cached(), tc.prompt, tc.completion, tc.cached)
 		}
 	}
-	if _, err := openai.ParseAnswer(openai.Messages, []byte("nope")); !errors.Is(err, openai.ErrAnswer) {
+	if _, err := openaiwire.ParseAnswer(openai.Messages, []byte("nope")); !errors.Is(err, openaiwire.ErrAnswer) {
 		t.Errorf("ParseAnswer of junk: %v, want ErrAnswer", err)
 	}
 }
@@ -273,7 +274,7 @@ func TestParseEvent(t *testing.T) {
 		{openai.Responses, `{"type":"error","code":"x","message":"bad","param":null}`, want{end: true, err: "bad"}},
 		{openai.Chat, `{"choices":[{"delta":{"content":"x"}}]}`, want{token: true, text: "x"}},
 	} {
-		c, err := openai.ParseEvent(tc.ep, []byte(tc.data))
+		c, err := openaiwire.ParseEvent(tc.ep, []byte(tc.data))
 		if err != nil {
 			t.Fatalf("ParseEvent(%s): %v", tc.data, err)
 		}
@@ -284,11 +285,11 @@ func TestParseEvent(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("ParseEvent(%v, %s) = %+v, want %+v", tc.ep, tc.data, got, tc.want)
 		}
-		if openai.IsDeltaEvent([]byte(tc.data)) && (got.usage || got.end || got.err != "") {
+		if openaiwire.IsDeltaEvent([]byte(tc.data)) && (got.usage || got.end || got.err != "") {
 			t.Errorf("IsDeltaEvent(%s) = true for an event that must be parsed", tc.data)
 		}
 	}
-	if _, err := openai.ParseEvent(openai.Messages, []byte("{")); !errors.Is(err, openai.ErrChunk) {
+	if _, err := openaiwire.ParseEvent(openai.Messages, []byte("{")); !errors.Is(err, openaiwire.ErrChunk) {
 		t.Errorf("ParseEvent of junk: %v, want ErrChunk", err)
 	}
 }
@@ -306,14 +307,14 @@ func TestErrorFor(t *testing.T) {
 		{openai.Chat, `{"error":{"message":"\"max_tokens\" must be an integer","type":"invalid_request_error","param":"max_tokens","code":"invalid_type"}}`,
 			"data: " + `{"error":{"message":"\"max_tokens\" must be an integer","type":"invalid_request_error","param":"max_tokens","code":"invalid_type"}}` + "\n\n"},
 	} {
-		if got := string(e.AppendJSONFor(tc.ep, nil)); got != tc.body {
+		if got := string(openaiwire.AppendJSONFor(e, tc.ep, nil)); got != tc.body {
 			t.Errorf("AppendJSONFor(%v) = %s, want %s", tc.ep, got, tc.body)
 		}
-		if got := string(e.AppendEventFor(tc.ep, nil)); got != tc.event {
+		if got := string(openaiwire.AppendEventFor(e, tc.ep, nil)); got != tc.event {
 			t.Errorf("AppendEventFor(%v) = %q, want %q", tc.ep, got, tc.event)
 		}
 		w := httptest.NewRecorder()
-		openai.WriteErrorFor(w, tc.ep, e)
+		openaiwire.WriteErrorFor(w, tc.ep, e)
 		if w.Code != 400 || w.Body.String() != tc.body+"\n" || w.Header().Get("Content-Type") != "application/json" {
 			t.Errorf("WriteErrorFor(%v) = %d %q", tc.ep, w.Code, w.Body.String())
 		}
@@ -321,7 +322,7 @@ func TestErrorFor(t *testing.T) {
 	for status, want := range map[int]string{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
 		404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 502: "api_error",
 		503: "overloaded_error", 529: "overloaded_error", 504: "timeout_error", 499: "invalid_request_error"} {
-		got := string((&openai.Error{Status: status}).AppendJSONFor(openai.Messages, nil))
+		got := string(openaiwire.AppendJSONFor(&openai.Error{Status: status}, openai.Messages, nil))
 		if !strings.Contains(got, `"error":{"type":"`+want+`"`) {
 			t.Errorf("status %d: %s, want type %q", status, got, want)
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -60,7 +61,7 @@ func BenchmarkAppendUpstream(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		dst = r.AppendUpstream(dst[:0])
+		dst = openaiwire.AppendUpstream(r, dst[:0])
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package openai reads the API requests usher schedules — OpenAI's POST
 // /v1/chat/completions, /v1/completions, /v1/responses and /v1/embeddings, and Anthropic's
 // POST /v1/messages, all of which vLLM serves — exactly as the model server behind usher
-// will read them; reads the usage of their answers and streams in each API's own shape; and
-// writes errors in each API's own shape.
+// will read them, into a [Request] that package proxy's Tokenizer hashes and its FlowKeyer
+// keys, and refuses the others with an [*Error] that names the field. Reading the answers
+// and writing the body sent upstream are the gateway's own business, kept off this API.
 //
 // # Two parsers, one body
 //
@@ -72,25 +73,13 @@
 //   - Embeddings: model and input are required; input is as a completions prompt.
 //   - kv_transfer_params is refused on every endpoint: only the gateway sets it.
 //
-// # Other APIs' answers and errors
-//
-// ParseAnswer and ParseEvent read an answer's usage in OpenAI's terms whatever the API:
-// Anthropic's input_tokens, cache_read_input_tokens and cache_creation_input_tokens add up
-// to the prompt tokens, the cache reads being the cached ones; the Responses API's
-// input_tokens and input_tokens_details.cached_tokens map directly. They also tell a stream's
-// first token, its last event (those streams have no [DONE]) and, for Responses, the id of
-// the stored response. Error.AppendJSONFor, AppendEventFor and WriteErrorFor write an error
-// as the endpoint's API does: Anthropic's {"type":"error","error":{"type","message"}} for
-// Messages, OpenAI's otherwise.
-//
 // # The body sent upstream
 //
-// Request.AppendUpstream writes the body for the backend by splicing the byte ranges Parse
-// recorded: the top-level "priority" is removed (the engine must not reorder what usher's
+// The gateway writes the body for the backend by splicing byte ranges Parse records in the
+// Request: the top-level "priority" is removed (the engine must not reorder what usher's
 // bands ordered), and a streaming chat or completions request is made to report its usage
-// (Messages and Responses streams always do). Nothing is
-// re-encoded, so numbers, escapes, key order and unknown fields reach the engine as the
-// client wrote them.
+// (Messages and Responses streams always do). Nothing is re-encoded, so numbers, escapes,
+// key order and unknown fields reach the engine as the client wrote them.
 //
 // # Cost
 //
@@ -100,8 +89,8 @@
 // A chat body costs two allocations — the Request, with room for 16 messages, and one
 // string holding Model, User and CacheSalt — and a third past 16 messages, for Messages
 // (collected meanwhile in a pooled scratch slice). A refused body is scanned a second time
-// to check its syntax. Message.AppendText, Request.AppendPrompt and AppendUpstream are
-// O(len(body)) and allocate only to grow the caller's buffer.
+// to check its syntax. Message.AppendText and Request.AppendPrompt are O(len(body)) and
+// allocate only to grow the caller's buffer.
 //
 // # Concurrency
 //

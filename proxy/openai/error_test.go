@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -32,7 +33,7 @@ func TestErrorJSON(t *testing.T) {
 		},
 		{openai.Error{}, map[string]any{"message": "", "type": "", "param": nil, "code": nil}},
 	} {
-		b := tc.err.AppendJSON([]byte("x"))
+		b := openaiwire.AppendJSON(&tc.err, []byte("x"))
 		if b[0] != 'x' {
 			t.Fatalf("AppendJSON did not append")
 		}
@@ -45,7 +46,7 @@ func TestErrorJSON(t *testing.T) {
 		if !reflect.DeepEqual(got.Error, tc.want) {
 			t.Errorf("AppendJSON = %s\ndecodes to %v\n      want %v", b[1:], got.Error, tc.want)
 		}
-		if ev := string(tc.err.AppendEvent(nil)); ev != "data: "+string(b[1:])+"\n\n" {
+		if ev := string(openaiwire.AppendEvent(&tc.err, nil)); ev != "data: "+string(b[1:])+"\n\n" {
 			t.Errorf("AppendEvent = %q", ev)
 		}
 	}
@@ -94,14 +95,14 @@ func TestWriteError(t *testing.T) {
 	} {
 		w := httptest.NewRecorder()
 		e := &openai.Error{Status: tc.status, Type: openai.TypeUnavailable, Code: "busy", Message: "try later"}
-		openai.WriteError(w, e)
+		openaiwire.WriteError(w, e)
 		if w.Code != tc.want {
 			t.Errorf("status %d: WriteError wrote %d, want %d", tc.status, w.Code, tc.want)
 		}
 		if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 			t.Errorf("Content-Type = %q", ct)
 		}
-		if body, want := w.Body.String(), string(e.AppendJSON(nil))+"\n"; body != want {
+		if body, want := w.Body.String(), string(openaiwire.AppendJSON(e, nil))+"\n"; body != want {
 			t.Errorf("body = %q, want %q", body, want)
 		}
 		if !strings.HasSuffix(w.Body.String(), "}\n") {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -24,7 +25,7 @@ func Example() {
 	}
 	fmt.Println(r.API, r.Model, "stream:", r.Stream, "max tokens:", r.MaxTokens, "priority:", r.HasPriority)
 	fmt.Printf("prompt: %q\n", r.AppendPrompt(nil))
-	fmt.Printf("upstream: %s\n", r.AppendUpstream(nil))
+	fmt.Printf("upstream: %s\n", openaiwire.AppendUpstream(r, nil))
 	// Output:
 	// chat llama stream: true max tokens: 64 priority: true
 	// prompt: "system\nBe brief.\nuser\nCafé?\n"
@@ -44,11 +45,11 @@ func ExampleError() {
 	fmt.Println(err)
 
 	w := httptest.NewRecorder()
-	openai.WriteError(w, e)
+	openaiwire.WriteError(w, e)
 	fmt.Print(w.Code, " ", w.Body.String())
 
 	busy := &openai.Error{Status: 503, Type: openai.TypeUnavailable, Message: "all backends are saturated"}
-	fmt.Printf("%q\n", busy.AppendEvent(nil))
+	fmt.Printf("%q\n", openaiwire.AppendEvent(busy, nil))
 	// Output:
 	// true
 	// openai: "max_tokens" must be an integer, got a string (param max_tokens)
@@ -68,7 +69,7 @@ func Example_otherAPIs() {
 	}
 	fmt.Println(r.API, r.Model, "max tokens:", r.MaxTokens, "session:", r.SessionKey())
 	fmt.Printf("prompt: %q\n", r.AppendPrompt(nil))
-	c, _ := openai.ParseEvent(openai.Messages, []byte(`{"type":"message_start","message":{"usage":{"input_tokens":8,"cache_read_input_tokens":64,"output_tokens":1}}}`))
+	c, _ := openaiwire.ParseEvent(openai.Messages, []byte(`{"type":"message_start","message":{"usage":{"input_tokens":8,"cache_read_input_tokens":64,"output_tokens":1}}}`))
 	fmt.Println("prompt tokens:", c.Usage.PromptTokens, "cached:", c.Usage.Cached())
 
 	body = []byte(`{"model":"gpt","previous_response_id":"resp_1","input":"And then?","prompt_cache_key":"chat-7"}`)
@@ -76,13 +77,13 @@ func Example_otherAPIs() {
 		panic(err)
 	}
 	fmt.Println(r.API, "continues", r.PreviousResponseID, "session:", r.SessionKey(), "store:", r.Store)
-	a, _ := openai.ParseAnswer(openai.Responses, []byte(`{"id":"resp_2","usage":{"input_tokens":90,"input_tokens_details":{"cached_tokens":64},"output_tokens":5}}`))
+	a, _ := openaiwire.ParseAnswer(openai.Responses, []byte(`{"id":"resp_2","usage":{"input_tokens":90,"input_tokens_details":{"cached_tokens":64},"output_tokens":5}}`))
 	fmt.Println("stored as", a.ResponseID, "cached:", a.Usage.Cached())
 
 	_, err = openai.Parse([]byte(`{"model":"claude","messages":[{"role":"user","content":"Hi"}]}`), openai.Messages, openai.ParseLimits{})
 	var e *openai.Error
 	if errors.As(err, &e) {
-		fmt.Printf("%s\n", e.AppendJSONFor(openai.Messages, nil))
+		fmt.Printf("%s\n", openaiwire.AppendJSONFor(e, openai.Messages, nil))
 	}
 	// Output:
 	// messages claude max tokens: 256 session: u-42

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -39,7 +40,7 @@ func FuzzParse(f *testing.F) {
 		ref := decode(t, body)
 		compareRequest(t, r, ref)
 
-		up := r.AppendUpstream(nil)
+		up := openaiwire.AppendUpstream(r, nil)
 		if !json.Valid(up) {
 			t.Fatalf("AppendUpstream(%q) = %q, not valid JSON", body, up)
 		}

@@ -117,7 +117,7 @@ func (p *parser) newRequest(ep API, withMessages bool) (*Request, *chatRequest) 
 
 // topLevel reads the top-level object of the body into r and f, member by member. A key
 // that field maps to wOther is skipped; a field given twice is refused; "model" is read into
-// f, and required not empty; "priority" is read, and its cut recorded for AppendUpstream;
+// f, and required not empty; "priority" is read, and its cut recorded for appendUpstream;
 // "kv_transfer_params" is refused. The value of every other field goes to member, which
 // returns the index after it.
 func (p *parser) topLevel(r *Request, f *fields, field func(word, API) word, member func(w word, i int) (int, *Error)) *Error {
@@ -266,7 +266,7 @@ func (t *top) check(ep API, r *Request) *Error {
 	return nil
 }
 
-// usageSplice returns what AppendUpstream replaces, and with what, to set
+// usageSplice returns what appendUpstream replaces, and with what, to set
 // stream_options.include_usage to true.
 func (t *top) usageSplice() (span, string) {
 	switch {

@@ -1,6 +1,16 @@
 package openai
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/usher-llm/usher/internal/glue/openaiwire/hook"
+)
+
+// init installs the hook through which internal/glue/openaiwire writes the upstream body.
+func init() {
+	hook.AppendUpstream = func(req any, dst []byte) []byte { return req.(*Request).appendUpstream(dst) }
+	hook.Upstream = func(req any) []byte { return req.(*Request).upstream() }
+}
 
 // Defaults for the zero fields of ParseLimits.
 const (
@@ -87,7 +97,7 @@ type Request struct {
 	N            int    // 1 when absent
 	User         string // "user", or for Messages "metadata.user_id"; "" when absent
 	CacheSalt    string // vLLM's cache_salt; "" when absent
-	HasPriority  bool   // the body carries a top-level "priority" (vLLM's in-engine priority), which AppendUpstream removes
+	HasPriority  bool   // the body carries a top-level "priority" (vLLM's in-engine priority), which the gateway removes from the upstream body
 	Body         []byte // the body Parse read
 
 	// PreviousResponseID is a Responses request's "previous_response_id": the stored
@@ -107,9 +117,9 @@ type Request struct {
 
 	promptText   []byte // Completions: the raw bytes of the prompt's only string, between its quotes
 	promptIsText bool   // the prompt is a string or an array of one string
-	cut          span   // what AppendUpstream removes, when HasPriority
-	splice       span   // what AppendUpstream replaces with insert
-	insert       string // "" when AppendUpstream does not set include_usage
+	cut          span   // what appendUpstream removes, when HasPriority
+	splice       span   // what appendUpstream replaces with insert
+	insert       string // "" when appendUpstream does not set include_usage
 }
 
 // span is a range [from, to) of byte offsets into the body.
@@ -160,18 +170,9 @@ func (r *Request) PromptText() (string, bool) {
 	return string(appendUnescaped(nil, r.promptText)), true
 }
 
-// AppendUpstream appends the body to send to the backend. Two things change, by splicing
-// byte ranges Parse recorded; the body is never re-encoded:
-//
-//   - the top-level "priority" member is removed, with the comma that separated it:
-//     clients may not reorder requests inside the engine, usher's band decides;
-//   - when Stream is true and IncludeUsage false, stream_options.include_usage is set to
-//     true (inserted, or replacing false or null), so that the proxy learns the usage;
-//     the proxy then drops that extra chunk from the client's stream.
-//
-// Everything else is byte-for-byte as received; when nothing changes, it appends Body
-// unchanged. It runs in O(len(Body)) and allocates only to grow dst.
-func (r *Request) AppendUpstream(dst []byte) []byte {
+// appendUpstream appends the body to send to the backend (openaiwire.AppendUpstream says
+// what changes). It runs in O(len(Body)) and allocates only to grow dst.
+func (r *Request) appendUpstream(dst []byte) []byte {
 	type edit struct {
 		span
 		text string
@@ -198,12 +199,12 @@ func (r *Request) AppendUpstream(dst []byte) []byte {
 	return append(dst, r.Body[pos:]...)
 }
 
-// Upstream returns the body to send to the backend: Body itself when AppendUpstream would
-// change nothing, else a new slice holding what AppendUpstream appends. O(1) without a
+// upstream returns the body to send to the backend: Body itself when appendUpstream would
+// change nothing, else a new slice holding what appendUpstream appends. O(1) without a
 // change, O(len(Body)) with one.
-func (r *Request) Upstream() []byte {
+func (r *Request) upstream() []byte {
 	if !r.HasPriority && r.insert == "" {
 		return r.Body
 	}
-	return r.AppendUpstream(make([]byte, 0, len(r.Body)+len(r.insert)))
+	return r.appendUpstream(make([]byte, 0, len(r.Body)+len(r.insert)))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/proxy/openai"
 )
 
@@ -69,7 +70,7 @@ func TestAppendUpstream(t *testing.T) {
 			if want == "" {
 				want = tc.body
 			}
-			got := r.AppendUpstream([]byte("prefix:"))
+			got := openaiwire.AppendUpstream(r, []byte("prefix:"))
 			if string(got) != "prefix:"+want {
 				t.Errorf("AppendUpstream:\n got %s\nwant prefix:%s", got, want)
 			}
@@ -104,7 +105,7 @@ func TestUpstream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		up, want := r.Upstream(), r.AppendUpstream(nil)
+		up, want := openaiwire.Upstream(r), openaiwire.AppendUpstream(r, nil)
 		if string(up) != string(want) {
 			t.Errorf("Upstream(%s) = %s, want %s", body, up, want)
 		}

@@ -30,7 +30,7 @@ type PolicyOptions struct {
 	// SLOTTFT is the time-to-first-token target of "slo". Zero: 2 s.
 	SLOTTFT time.Duration
 	// SLOTarget, if set, gives "slo" each request's own target (fairness.SLODeadlineOptions.Target;
-	// the gateway's is proxy.SLOTarget); a request without one gets SLOTTFT.
+	// the gateway's reads the target proxy.Handler gave the request); a request without one gets SLOTTFT.
 	SLOTarget func(*flowcontrol.Request) time.Duration
 }
 

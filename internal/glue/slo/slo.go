@@ -113,7 +113,7 @@ func (c *Config) Deadline(r *routing.Router, rr *routing.Request, ttft, ttl time
 }
 
 // Queue readies fr, a request with latency targets, for the admission queue, as the gateway
-// and the endpoint picker both admit one: fr.Value points at targets (what SLOTarget reads; the
+// and the endpoint picker both admit one: fr.Value points at targets (what Target reads; the
 // caller keeps targets alive while fr waits) and, with a TTFT target, fr.Deadline is Deadline's.
 // When Deadline says shed, Queue records the refusal on g as early shedding does (outcome
 // RejectedWait, SLO result shed, in band) and returns true: the caller answers

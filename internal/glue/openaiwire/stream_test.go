@@ -1,11 +1,11 @@
-package openai_test
+package openaiwire_test
 
 import (
 	"errors"
 	"fmt"
 	"testing"
 
-	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/internal/glue/openaiwire"
 )
 
 func TestParseStreamChunk(t *testing.T) {
@@ -29,7 +29,7 @@ func TestParseStreamChunk(t *testing.T) {
 		{data: `{"error":{"message":"engine died"}}`, errMsg: "engine died"},
 		{data: `{"error":{}}`, errMsg: "the server reported an error"},
 	} {
-		c, err := openai.ParseStreamChunk([]byte(tc.data))
+		c, err := openaiwire.ParseStreamChunk([]byte(tc.data))
 		if err != nil {
 			t.Errorf("%s: %v", tc.data, err)
 			continue
@@ -40,17 +40,17 @@ func TestParseStreamChunk(t *testing.T) {
 		if c.Usage != nil && (c.Usage.PromptTokens != tc.prompt || c.Usage.Cached() != tc.cached) {
 			t.Errorf("%s: usage %+v, cached %d", tc.data, *c.Usage, c.Usage.Cached())
 		}
-		if openai.ChunkHasUsage([]byte(tc.data)) != tc.hasUsage {
+		if openaiwire.ChunkHasUsage([]byte(tc.data)) != tc.hasUsage {
 			t.Errorf("%s: ChunkHasUsage = %v", tc.data, !tc.hasUsage)
 		}
 	}
 	for _, bad := range []string{"", "[DONE]", "{", `{"choices":"x"}`} {
-		if _, err := openai.ParseStreamChunk([]byte(bad)); !errors.Is(err, openai.ErrChunk) {
+		if _, err := openaiwire.ParseStreamChunk([]byte(bad)); !errors.Is(err, openaiwire.ErrChunk) {
 			t.Errorf("%q: error %v, want ErrChunk", bad, err)
 		}
 	}
 	for ct, want := range map[string]bool{"text/event-stream": true, "text/event-stream; charset=utf-8": true, "application/json": false, "": false, "text/event-stream;;": false} {
-		if got := openai.IsEventStream(ct); got != want {
+		if got := openaiwire.IsEventStream(ct); got != want {
 			t.Errorf("IsEventStream(%q) = %v", ct, got)
 		}
 	}
@@ -66,14 +66,14 @@ func FuzzParseStreamChunk(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := openai.ParseStreamChunk(data)
+		c, err := openaiwire.ParseStreamChunk(data)
 		if err != nil {
-			if !errors.Is(err, openai.ErrChunk) {
+			if !errors.Is(err, openaiwire.ErrChunk) {
 				t.Fatalf("error %v does not wrap ErrChunk", err)
 			}
 			return
 		}
-		if c.Usage != nil && !openai.ChunkHasUsage(data) {
+		if c.Usage != nil && !openaiwire.ChunkHasUsage(data) {
 			t.Fatalf("ChunkHasUsage missed the usage of %q", data)
 		}
 		if c.Usage != nil && (c.Usage.Cached() < 0 || c.Usage.Cached() > max(c.Usage.PromptTokens, 0)) {
@@ -95,14 +95,14 @@ func ExampleParseStreamChunk() {
 	}
 	first := false
 	for _, data := range events {
-		if data == string(openai.DoneData) {
+		if data == string(openaiwire.DoneData) {
 			fmt.Println("done")
 			break
 		}
-		if first && !openai.ChunkHasUsage([]byte(data)) {
+		if first && !openaiwire.ChunkHasUsage([]byte(data)) {
 			continue // after the first token only the usage matters here
 		}
-		c, err := openai.ParseStreamChunk([]byte(data))
+		c, err := openaiwire.ParseStreamChunk([]byte(data))
 		if err != nil {
 			panic(err)
 		}

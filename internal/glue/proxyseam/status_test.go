@@ -1,4 +1,4 @@
-package proxy_test
+package proxyseam_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 )
 
 func TestStatusOf(t *testing.T) {
@@ -27,10 +27,10 @@ func TestStatusOf(t *testing.T) {
 		{flowcontrol.ErrExpired, 503},
 		{context.DeadlineExceeded, 503},
 		{flowcontrol.ErrInvalidRequest, 400},
-		{context.Canceled, proxy.StatusClientClosedRequest},
+		{context.Canceled, proxyseam.StatusClientClosedRequest},
 		{errors.New("other"), 500},
 	} {
-		if got := proxy.StatusOf(c.err); got != c.want {
+		if got := proxyseam.StatusOf(c.err); got != c.want {
 			t.Errorf("StatusOf(%v) = %d, want %d", c.err, got, c.want)
 		}
 	}
@@ -39,7 +39,7 @@ func TestStatusOf(t *testing.T) {
 // Each admission outcome maps to one HTTP status.
 func ExampleOutcomeStatus() {
 	for o := flowcontrol.Dispatched; o <= flowcontrol.RejectedWait; o++ {
-		fmt.Println(o, proxy.OutcomeStatus(o))
+		fmt.Println(o, proxyseam.OutcomeStatus(o))
 	}
 	// Output:
 	// dispatched 200
@@ -51,7 +51,7 @@ func ExampleOutcomeStatus() {
 	// rejected_wait 429
 }
 
-// How an HTTP handler of your own uses a flowcontrol queue (proxy.Handler does all of this):
+// How an HTTP handler of your own uses a flowcontrol queue (proxy.Handler does all of this, with StatusOf):
 // admit with the request's context, answer a refusal with the status its outcome maps to (and
 // Retry-After on 429), and report usage when the answer is done.
 func ExampleStatusOf() {
@@ -65,7 +65,7 @@ func ExampleStatusOf() {
 			Bytes: r.ContentLength,
 		})
 		if err != nil {
-			code := proxy.StatusOf(err)
+			code := proxyseam.StatusOf(err)
 			if code == http.StatusTooManyRequests {
 				w.Header().Set("Retry-After", strconv.Itoa(int(q.RetryAfter().Seconds())))
 			}

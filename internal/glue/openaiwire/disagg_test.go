@@ -1,18 +1,20 @@
-package openai
+package openaiwire
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 func TestPrefillBody(t *testing.T) {
 	body := `{"model":"m","stream":true,"stream_options":{"include_usage":false},"max_completion_tokens":300,"min_tokens":20,"priority":-5,"ignore_eos":true,"messages":[{"role":"user","content":"hi"}]}`
-	r, err := Parse([]byte(body), Chat, ParseLimits{})
+	r, err := openai.Parse([]byte(body), openai.Chat, openai.ParseLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pb, err := r.PrefillBody()
+	pb, err := PrefillBody(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,19 +36,19 @@ func TestPrefillBody(t *testing.T) {
 			t.Errorf("%s kept in the prefill body", k)
 		}
 	}
-	if _, err := Parse(pb, Chat, ParseLimits{}); err == nil {
+	if _, err := openai.Parse(pb, openai.Chat, openai.ParseLimits{}); err == nil {
 		t.Error("a prefill body parses as a client's request: kv_transfer_params must be refused from clients")
 	}
 }
 
 func TestAppendDecode(t *testing.T) {
 	body := `{"model":"m","priority":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}  `
-	r, err := Parse([]byte(body), Chat, ParseLimits{})
+	r, err := openai.Parse([]byte(body), openai.Chat, openai.ParseLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	params := `{"do_remote_prefill":true,"remote_engine_id":"e1","remote_block_ids":[1,2],"remote_host":"10.0.0.1","remote_port":5600}`
-	got := string(r.AppendDecode(nil, []byte(params)))
+	got := string(AppendDecode(r, nil, []byte(params)))
 	want := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true},"kv_transfer_params":` + params + `}  `
 	if got != want {
 		t.Errorf("decode body\n got %s\nwant %s", got, want)

@@ -1,4 +1,4 @@
-package proxy
+package proxyseam
 
 import (
 	"net/http"

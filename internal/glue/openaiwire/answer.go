@@ -1,4 +1,4 @@
-package openai
+package openaiwire
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // This file reads what servers answer on the Messages, Responses and Embeddings endpoints —
@@ -88,18 +90,18 @@ var ErrAnswer = errors.New("openai: bad answer")
 // cache reads); for Responses its "usage" (input_tokens, output_tokens,
 // input_tokens_details.cached_tokens) and "id". Counts are clamped to [0, 2^40].
 // It is safe for concurrent use, O(len(body)), and allocates what encoding/json does.
-func ParseAnswer(ep API, body []byte) (Answer, error) {
+func ParseAnswer(ep openai.API, body []byte) (Answer, error) {
 	var a Answer
 	var err error
 	switch ep {
-	case Messages:
+	case openai.Messages:
 		var m struct {
 			Usage *anthropicUsage `json:"usage"`
 		}
 		if err = json.Unmarshal(body, &m); err == nil {
 			a.Usage = m.Usage.usage()
 		}
-	case Responses:
+	case openai.Responses:
 		var r struct {
 			ID    string          `json:"id"`
 			Usage *responsesUsage `json:"usage"`
@@ -135,11 +137,11 @@ func ParseAnswer(ep API, body []byte) (Answer, error) {
 //
 // Other events ("ping", "content_block_start", "response.created", ...) come back empty.
 // Usage is converted as ParseAnswer does. Safe for concurrent use; O(len(data)).
-func ParseEvent(ep API, data []byte) (StreamChunk, error) {
+func ParseEvent(ep openai.API, data []byte) (StreamChunk, error) {
 	switch ep {
-	case Messages:
+	case openai.Messages:
 		return parseAnthropicEvent(data)
-	case Responses:
+	case openai.Responses:
 		return parseResponsesEvent(data)
 	}
 	return ParseStreamChunk(data)
@@ -268,7 +270,7 @@ const (
 )
 
 // anthropicType returns the Anthropic error type of the error's status (see AppendJSONFor).
-func (e *Error) anthropicType() string {
+func anthropicType(e *openai.Error) string {
 	switch s := e.Status; {
 	case s == http.StatusUnauthorized:
 		return anthropicAuth
@@ -300,12 +302,12 @@ func (e *Error) anthropicType() string {
 // overloaded_error, 504 timeout_error, another 5xx api_error, else invalid_request_error.
 // Param and Code have no place there; the messages usher writes name the field. For every
 // other endpoint it is AppendJSON. O(len(Message)+len(Param)+len(Type)+len(Code)).
-func (e *Error) AppendJSONFor(ep API, dst []byte) []byte {
-	if !ep.anthropic() {
-		return e.AppendJSON(dst)
+func AppendJSONFor(e *openai.Error, ep openai.API, dst []byte) []byte {
+	if ep != openai.Messages {
+		return AppendJSON(e, dst)
 	}
 	dst = append(dst, `{"type":"error","error":{"type":`...)
-	dst = appendQuoted(dst, e.anthropicType())
+	dst = appendQuoted(dst, anthropicType(e))
 	dst = append(dst, `,"message":`...)
 	dst = appendQuoted(dst, e.Message)
 	return append(dst, "}}"...)
@@ -315,13 +317,13 @@ func (e *Error) AppendJSONFor(ep API, dst []byte) []byte {
 // "event: error" with AppendJSONFor's body, for Responses "event: error" with the
 // Responses API's error event {"type":"error","code":...,"message":...,"param":...}, for
 // Chat and Completions AppendEvent. O(as AppendJSONFor).
-func (e *Error) AppendEventFor(ep API, dst []byte) []byte {
+func AppendEventFor(e *openai.Error, ep openai.API, dst []byte) []byte {
 	switch ep {
-	case Messages:
+	case openai.Messages:
 		dst = append(dst, "event: error\ndata: "...)
-		dst = e.AppendJSONFor(ep, dst)
+		dst = AppendJSONFor(e, ep, dst)
 		return append(dst, "\n\n"...)
-	case Responses:
+	case openai.Responses:
 		dst = append(dst, `event: error`+"\n"+`data: {"type":"error","code":`...)
 		code := e.Code
 		if code == "" {
@@ -334,13 +336,13 @@ func (e *Error) AppendEventFor(ep API, dst []byte) []byte {
 		dst = appendNullable(dst, e.Param)
 		return append(dst, "}\n\n"...)
 	}
-	return e.AppendEvent(dst)
+	return AppendEvent(e, dst)
 }
 
 // WriteErrorFor writes e as the response in the shape of ep's API (AppendJSONFor), as
 // WriteError does for OpenAI's. It must be called before anything else is written to w.
-func WriteErrorFor(w http.ResponseWriter, ep API, e *Error) {
-	if !ep.anthropic() {
+func WriteErrorFor(w http.ResponseWriter, ep openai.API, e *openai.Error) {
+	if ep != openai.Messages {
 		WriteError(w, e)
 		return
 	}
@@ -348,7 +350,7 @@ func WriteErrorFor(w http.ResponseWriter, ep API, e *Error) {
 	if status < 100 || status > 999 {
 		status = http.StatusInternalServerError
 	}
-	body := e.AppendJSONFor(ep, make([]byte, 0, 96+len(e.Message)))
+	body := AppendJSONFor(e, ep, make([]byte, 0, 96+len(e.Message)))
 	body = append(body, '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

@@ -1,10 +1,12 @@
-package openai
+package openaiwire
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
+
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // prefillParams is what the prefill step asks of its server: compute the prompt's KV and keep
@@ -17,9 +19,9 @@ const prefillParams = `{"do_remote_decode":true,"do_remote_prefill":false,"remot
 // min_tokens at most 1, stream false, no stream_options, and kv_transfer_params asking the
 // server to keep the prompt's KV for a remote decode. Members are re-encoded (their order is
 // not kept; their values are). O(len(Body)); it allocates.
-func (r *Request) PrefillBody() ([]byte, error) {
+func PrefillBody(r *openai.Request) ([]byte, error) {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(r.Upstream(), &m); err != nil {
+	if err := json.Unmarshal(Upstream(r), &m); err != nil {
 		return nil, err
 	}
 	one := json.RawMessage("1")
@@ -71,8 +73,8 @@ func TransferParams(answer []byte) (json.RawMessage, error) {
 // answered (TransferParams; it says do_remote_prefill), so that the decode server pulls the
 // prompt's KV instead of computing it. Parse rejects a client's own kv_transfer_params, so
 // the member is appended, never replaced; the rest is byte for byte. O(len(Body)).
-func (r *Request) AppendDecode(dst []byte, params []byte) []byte {
-	up := r.Upstream()
+func AppendDecode(r *openai.Request, dst []byte, params []byte) []byte {
+	up := Upstream(r)
 	end := bytes.LastIndexByte(up, '}')
 	if end < 0 { // Parse accepts only objects
 		return append(dst, up...)
