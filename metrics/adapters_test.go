@@ -23,14 +23,14 @@ func TestParseLoRARequestsInfo(t *testing.T) {
 		!slices.Equal(r.WaitingAdapters, []string{"tax-lora"}) || r.MaxAdapters != 4 {
 		t.Fatalf("reading = %+v, want running [sql-lora chat-lora], waiting [tax-lora], 4 slots", r)
 	}
-	st := &State{name: "a", reading: r}
+	st := &State{Name: "a", Reading: r}
 	bs := st.BackendState()
 	if !bs.Known.Has(routing.SignalAdapters) || bs.MaxAdapters != 4 || len(bs.RunningAdapters) != 2 || bs.WaitingAdapters[0] != "tax-lora" {
 		t.Errorf("BackendState = %+v", bs)
 	}
 	// Servers without LoRA publish no such gauge: the signal is missing, not empty.
 	r, _ = mustParser(t, engineVLLM).Parse([]byte("vllm:num_requests_running 1\n"), ContentTypeText)
-	if r.Found.Has(HasAdapters) || (&State{reading: r}).BackendState().Known.Has(routing.SignalAdapters) {
+	if r.Found.Has(HasAdapters) || (&State{Reading: r}).BackendState().Known.Has(routing.SignalAdapters) {
 		t.Errorf("no gauge: adapters found %+v", r)
 	}
 }

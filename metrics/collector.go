@@ -52,11 +52,11 @@ func (s *Scraper) Collect(ch chan<- prometheus.Metric) {
 				float64(b.errs[r].Load()), b.name, reasonNames[r])
 		}
 		ch <- prometheus.MustNewConstMetric(descScrapes, prometheus.CounterValue, float64(b.scrapes.Load()), b.name)
-		ch <- prometheus.MustNewConstMetric(descStale, prometheus.GaugeValue, boolFloat(st.stale), b.name)
-		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, boolFloat(st.health == routing.Healthy), b.name)
+		ch <- prometheus.MustNewConstMetric(descStale, prometheus.GaugeValue, boolFloat(st.Stale), b.name)
+		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, boolFloat(st.Health == routing.Healthy), b.name)
 		var ts float64
-		if !st.updated.IsZero() {
-			ts = float64(st.updated.UnixNano()) / 1e9
+		if !st.Updated.IsZero() {
+			ts = float64(st.Updated.UnixNano()) / 1e9
 		}
 		ch <- prometheus.MustNewConstMetric(descLastGood, prometheus.GaugeValue, ts, b.name)
 	}

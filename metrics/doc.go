@@ -4,7 +4,7 @@
 //
 // A [Scraper] scrapes the Prometheus endpoints and health endpoints of vLLM, SGLang,
 // TensorRT-LLM, Triton and TGI servers (or any server described by a custom [Engine]) and
-// publishes, per backend, an immutable [State] that converts to [routing.BackendState]. The
+// publishes, per backend, a [State] snapshot that converts to [routing.BackendState]. The
 // Scraper is itself a Prometheus collector for its scrape errors, backend staleness and
 // health.
 //
@@ -53,9 +53,9 @@
 //
 // One scrape GETs the metrics endpoint, parses it, and GETs the health endpoint (vLLM, SGLang,
 // trtllm-serve and TGI serve /health; Triton serves metrics and health on different ports,
-// so its targets name a HealthURL). The result is published as a new *State through an
-// atomic.Pointer: readers (Snapshot, BackendStates, Collect) never lock and never see a
-// half-written state. A failed scrape keeps the values and the time of the last good one, so
+// so its targets name a HealthURL). The result is published as a new State through an
+// atomic.Pointer and never modified again: readers (Snapshot and State, which copy it,
+// BackendStates, Collect) never lock and never see a half-written state. A failed scrape keeps the values and the time of the last good one, so
 // the router can judge their age itself (routing.Options.StaleAfter); State.Stale gives the
 // scraper's own verdict against Options.StaleAfter. Health is unknown until the server first
 // answers, healthy after a 2xx from its health endpoint, unhealthy at once on an error status
@@ -111,16 +111,15 @@
 //     cost O(log n) per scrape and keep slow backends to themselves.
 //   - Publishing each scrape to the router from the scrape goroutines. routing.Router.Update
 //     expects one writer; OnUpdate runs on Run's goroutine and coalesces completions.
-//   - Deciding staleness only in the scraper. A State is immutable, so its Stale is as of the
-//     last attempt; the router judges age at pick time from BackendState.UpdatedAt instead,
+//   - Deciding staleness only in the scraper. A published State never changes, so its Stale
+//     is as of the last attempt; the router judges age at pick time from BackendState.UpdatedAt instead,
 //     which is exact.
 //   - Trusting the protobuf length prefixes. expfmt's protobuf decoder allocates what the
 //     prefix claims; the Parser checks every prefix against the body first.
 //
 // # Concurrency
 //
-// A Scraper is safe for concurrent use. A Parser is not: give each goroutine its own. A State
-// is immutable once published. Options, Target, Engine, Selector, Found and Reading are plain
-// values: copy them freely, and do not modify one (in particular an Engine handed to a
+// A Scraper is safe for concurrent use. A Parser is not: give each goroutine its own.
+// Options, Target, Engine, Selector, Found, Reading and State are plain values: copy them freely, and do not modify one (in particular an Engine handed to a
 // Scraper or Parser) while another goroutine reads it.
 package metrics

@@ -135,7 +135,7 @@ func ExampleScraper() {
 		panic(err)
 	}
 	st, _ := scraper.State("gpu-0")
-	fmt.Println(st.Name(), st.Health(), "stale:", st.Stale(), "updated:", st.Updated().Format(time.TimeOnly))
+	fmt.Println(st.Name, st.Health, "stale:", st.Stale, "updated:", st.Updated.Format(time.TimeOnly))
 
 	router, err := routing.New(routing.Options{})
 	if err != nil {

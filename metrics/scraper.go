@@ -94,7 +94,7 @@ const (
 )
 
 // Scraper scrapes the Prometheus endpoints and health endpoints of many model servers and
-// publishes an immutable State per backend.
+// publishes a State per backend after every scrape attempt.
 //
 // Run scrapes every backend once per Interval (with jitter), at most Concurrency at once,
 // each bounded by Timeout; ScrapeOnce scrapes every backend once and returns, for tests and
@@ -347,7 +347,7 @@ func (s *Scraper) newBackend(t Target) (*backend, error) {
 		rank:       t.Rank,
 		parser:     parser,
 	}
-	b.state.Store(&State{name: t.Name, role: t.Role, stale: true, err: fmt.Errorf("%s: %w", t.Name, ErrNotScraped)})
+	b.state.Store(&State{Name: t.Name, Role: t.Role, Stale: true, Err: fmt.Errorf("%s: %w", t.Name, ErrNotScraped)})
 	return b, nil
 }
 
@@ -356,20 +356,20 @@ func (s *Scraper) Len() int { return len(s.fleet.Load().list) }
 
 // Snapshot appends the current State of every backend to dst, in target order, and returns
 // the extended slice. It does not lock and does not allocate when dst has room. O(backends).
-func (s *Scraper) Snapshot(dst []*State) []*State {
+func (s *Scraper) Snapshot(dst []State) []State {
 	for _, b := range s.fleet.Load().list {
-		dst = append(dst, b.state.Load())
+		dst = append(dst, *b.state.Load())
 	}
 	return dst
 }
 
 // State returns the current State of the named backend. O(1).
-func (s *Scraper) State(name string) (*State, bool) {
+func (s *Scraper) State(name string) (State, bool) {
 	b, ok := s.fleet.Load().byName[name]
 	if !ok {
-		return nil, false
+		return State{}, false
 	}
-	return b.state.Load(), true
+	return *b.state.Load(), true
 }
 
 // BackendStates appends every backend's routing.BackendState to dst, in target order, and
@@ -577,24 +577,24 @@ func (s *Scraper) scrape(ctx context.Context, b *backend) error {
 		b.probeLocked(probeSilent, s.unhealthyN)
 	}
 	st := &State{
-		name:       b.name,
-		role:       b.role,
-		reading:    b.last,
-		hitRate:    b.hitRate,
-		hasHitRate: b.hasHitRate,
-		health:     b.health,
-		updated:    b.lastGood,
-		attempted:  end,
-		stale:      b.lastGood.IsZero() || end.Sub(b.lastGood) > s.staleAfter,
+		Name:             b.name,
+		Role:             b.role,
+		Reading:          b.last,
+		PrefixHitRate:    b.hitRate,
+		HasPrefixHitRate: b.hasHitRate,
+		Health:           b.health,
+		Updated:          b.lastGood,
+		Attempted:        end,
+		Stale:            b.lastGood.IsZero() || end.Sub(b.lastGood) > s.staleAfter,
 	}
 	switch {
 	case err != nil:
-		st.err = fmt.Errorf("%s: %w", b.name, err)
+		st.Err = fmt.Errorf("%s: %w", b.name, err)
 	case herr != nil:
-		st.err = fmt.Errorf("%s: %w", b.name, herr)
+		st.Err = fmt.Errorf("%s: %w", b.name, herr)
 	}
-	b.state.Store(st)
-	return st.err
+	b.state.Store(st) // published: never modified again, Snapshot and State copy it
+	return st.Err
 }
 
 // probe is what one liveness check learned.

@@ -105,7 +105,7 @@ func mustScraper(t *testing.T, opts Options) *Scraper {
 	return s
 }
 
-func mustState(t *testing.T, s *Scraper, name string) *State {
+func mustState(t *testing.T, s *Scraper, name string) State {
 	t.Helper()
 	st, ok := s.State(name)
 	if !ok {
@@ -175,8 +175,8 @@ func TestScrapeOnceAllProfiles(t *testing.T) {
 	}
 	for name, srv := range servers {
 		st := mustState(t, s, name)
-		if st.Err() != nil || st.Stale() {
-			t.Errorf("%s: Err = %v, Stale = %v; want a fresh good scrape", name, st.Err(), st.Stale())
+		if st.Err != nil || st.Stale {
+			t.Errorf("%s: Err = %v, Stale = %v; want a fresh good scrape", name, st.Err, st.Stale)
 		}
 		if srv.metricsHits.Load() != 1 {
 			t.Errorf("%s: metrics endpoint hit %d times, want 1", name, srv.metricsHits.Load())
@@ -186,13 +186,15 @@ func TestScrapeOnceAllProfiles(t *testing.T) {
 		}
 	}
 	// The vLLM hit rate needs two scrapes; SGLang's gauge stands in on the first.
-	if _, ok := mustState(t, s, "vllm").PrefixHitRate(); ok {
+	if ok := mustState(t, s, "vllm").HasPrefixHitRate; ok {
 		t.Error("vllm: a hit rate after one scrape of counters")
 	}
-	if r, ok := mustState(t, s, "sglang").PrefixHitRate(); !ok || r != 0.6 {
+	if st := mustState(t, s, "sglang"); !st.HasPrefixHitRate || st.PrefixHitRate != 0.6 {
+		r, ok := st.PrefixHitRate, st.HasPrefixHitRate
 		t.Errorf("sglang: PrefixHitRate = %v, %v; want the gauge's 0.6", r, ok)
 	}
-	if r, ok := mustState(t, s, "trtllm").PrefixHitRate(); !ok || r != 0.61 {
+	if st := mustState(t, s, "trtllm"); !st.HasPrefixHitRate || st.PrefixHitRate != 0.61 {
+		r, ok := st.PrefixHitRate, st.HasPrefixHitRate
 		t.Errorf("trtllm: PrefixHitRate = %v, %v; want the gauge's 0.61", r, ok)
 	}
 }
@@ -209,18 +211,18 @@ func TestScrapeTimeout(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("ScrapeOnce error = %v, want ErrTimeout", err)
 	}
-	if st := mustState(t, s, "slow"); !errors.Is(st.Err(), ErrTimeout) || st.Known(HasWaiting) || !st.Stale() {
+	if st := mustState(t, s, "slow"); !errors.Is(st.Err, ErrTimeout) || st.Reading.Found.Has(HasWaiting) || !st.Stale {
 		t.Errorf("slow: Err = %v, Known(Waiting) = %v, Stale = %v; want timeout, nothing known, stale",
-			st.Err(), st.Known(HasWaiting), st.Stale())
+			st.Err, st.Reading.Found.Has(HasWaiting), st.Stale)
 	}
-	if st := mustState(t, s, "fast"); st.Err() != nil || st.Running() != 3 {
-		t.Errorf("fast: Err = %v, Running = %d; the slow backend must not hold it back", st.Err(), st.Running())
+	if st := mustState(t, s, "fast"); st.Err != nil || toInt(st.Reading.Running) != 3 {
+		t.Errorf("fast: Err = %v, Running = %d; the slow backend must not hold it back", st.Err, toInt(st.Reading.Running))
 	}
 	if got := s.scrapeErrors("slow", reasonTimeout); got != 1 {
 		t.Errorf("timeout errors = %d, want 1", got)
 	}
 	// The health endpoint answered, so the backend is not declared dead for a slow scrape.
-	if h := mustState(t, s, "slow").Health(); h != routing.Healthy {
+	if h := mustState(t, s, "slow").Health; h != routing.Healthy {
 		t.Errorf("slow: Health = %v, want healthy (its /health answers)", h)
 	}
 }
@@ -280,12 +282,12 @@ func TestScrapeFailingBackends(t *testing.T) {
 		for name, w := range step {
 			st := mustState(t, s, name)
 			if w.err == nil {
-				if st.Err() != nil {
-					t.Errorf("step %d: %s: Err = %v, want nil", i, name, st.Err())
+				if st.Err != nil {
+					t.Errorf("step %d: %s: Err = %v, want nil", i, name, st.Err)
 				}
 			} else {
-				if !errors.Is(st.Err(), w.err) {
-					t.Errorf("step %d: %s: Err = %v, want %v", i, name, st.Err(), w.err)
+				if !errors.Is(st.Err, w.err) {
+					t.Errorf("step %d: %s: Err = %v, want %v", i, name, st.Err, w.err)
 				}
 				if !errors.Is(err, w.err) {
 					t.Errorf("step %d: ScrapeOnce error lacks %s's %v", i, name, w.err)
@@ -294,21 +296,21 @@ func TestScrapeFailingBackends(t *testing.T) {
 					t.Errorf("step %d: %s: %s errors = %d, want %d", i, name, reasonNames[w.reason], got, i+1)
 				}
 			}
-			if st.Health() != w.health {
-				t.Errorf("step %d: %s: Health = %v, want %v", i, name, st.Health(), w.health)
+			if st.Health != w.health {
+				t.Errorf("step %d: %s: Health = %v, want %v", i, name, st.Health, w.health)
 			}
 		}
 	}
 	// A sick server's metrics are still read: the router decides what to do with them.
-	if st := mustState(t, s, "sick"); !st.Known(HasWaiting) || st.Stale() {
-		t.Errorf("sick: metrics not read (Known %v, Stale %v)", st.Known(HasWaiting), st.Stale())
+	if st := mustState(t, s, "sick"); !st.Reading.Found.Has(HasWaiting) || st.Stale {
+		t.Errorf("sick: metrics not read (Known %v, Stale %v)", st.Reading.Found.Has(HasWaiting), st.Stale)
 	}
 	// Recovery: a good answer makes the dead backend healthy again at once.
 	sick.healthCode.Store(0)
 	if err := s.ScrapeOnce(context.Background()); err == nil {
 		t.Fatal("ScrapeOnce succeeded with three failing backends")
 	}
-	if h := mustState(t, s, "sick").Health(); h != routing.Healthy {
+	if h := mustState(t, s, "sick").Health; h != routing.Healthy {
 		t.Errorf("sick after recovery: Health = %v, want healthy", h)
 	}
 }
@@ -322,9 +324,9 @@ func TestStaleness(t *testing.T) {
 		Targets:    []Target{{Name: "a", URL: srv.URL}},
 	})
 	st := mustState(t, s, "a")
-	if !st.Stale() || !errors.Is(st.Err(), ErrNotScraped) || st.Health() != routing.HealthUnknown || !st.Updated().IsZero() {
+	if !st.Stale || !errors.Is(st.Err, ErrNotScraped) || st.Health != routing.HealthUnknown || !st.Updated.IsZero() {
 		t.Fatalf("before any scrape: Stale %v, Err %v, Health %v, Updated %v; want stale, ErrNotScraped, unknown, zero",
-			st.Stale(), st.Err(), st.Health(), st.Updated())
+			st.Stale, st.Err, st.Health, st.Updated)
 	}
 	if bs := st.BackendState(); bs.Known != 0 || !bs.UpdatedAt.IsZero() {
 		t.Errorf("before any scrape: BackendState %+v, want nothing known", bs)
@@ -351,12 +353,12 @@ func TestStaleness(t *testing.T) {
 		if step.wantErr == nil {
 			lastGood = clock.Now()
 		}
-		if st.Stale() != step.wantStale || !errors.Is(st.Err(), step.wantErr) && step.wantErr != nil ||
-			step.wantErr == nil && st.Err() != nil {
-			t.Errorf("step %d: Stale %v, Err %v; want %v, %v", i, st.Stale(), st.Err(), step.wantStale, step.wantErr)
+		if st.Stale != step.wantStale || !errors.Is(st.Err, step.wantErr) && step.wantErr != nil ||
+			step.wantErr == nil && st.Err != nil {
+			t.Errorf("step %d: Stale %v, Err %v; want %v, %v", i, st.Stale, st.Err, step.wantStale, step.wantErr)
 		}
-		if !st.Updated().Equal(lastGood) || !st.Attempted().Equal(clock.Now()) {
-			t.Errorf("step %d: Updated %v, Attempted %v; want %v, %v", i, st.Updated(), st.Attempted(), lastGood, clock.Now())
+		if !st.Updated.Equal(lastGood) || !st.Attempted.Equal(clock.Now()) {
+			t.Errorf("step %d: Updated %v, Attempted %v; want %v, %v", i, st.Updated, st.Attempted, lastGood, clock.Now())
 		}
 		// Values of the last good scrape survive failures, with their honest time.
 		if bs := st.BackendState(); bs.Queued != 1 || bs.Running != 4 || !bs.UpdatedAt.Equal(lastGood) {
@@ -400,8 +402,8 @@ func TestOpenMetricsNegotiation(t *testing.T) {
 				t.Errorf("server chose %q, want %q", got, wantCT)
 			}
 			st := mustState(t, s, "a")
-			if st.Waiting() != 3 || st.Running() != 6 || st.KVUtilization() != 0.75 || st.NumBlocks() != 27153 {
-				t.Errorf("reading %+v", st.Reading())
+			if toInt(st.Reading.Waiting) != 3 || toInt(st.Reading.Running) != 6 || st.Reading.KVUtilization != 0.75 || toInt(st.Reading.NumBlocks) != 27153 {
+				t.Errorf("reading %+v", st.Reading)
 			}
 		})
 	}
@@ -429,7 +431,8 @@ func TestPrefixHitRateBetweenScrapes(t *testing.T) {
 		if err := s.ScrapeOnce(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		got, ok := mustState(t, s, "a").PrefixHitRate()
+		st := mustState(t, s, "a")
+		got, ok := st.PrefixHitRate, st.HasPrefixHitRate
 		if ok != step.wantOK || (ok && (got-step.want > 1e-9 || step.want-got > 1e-9)) {
 			t.Errorf("step %d (%s): PrefixHitRate = %v, %v; want %v, %v", i, step.note, got, ok, step.want, step.wantOK)
 		}
@@ -462,8 +465,8 @@ func TestScrapeOnceCancelled(t *testing.T) {
 		t.Fatalf("ScrapeOnce error = %v, want context.Canceled", err)
 	}
 	// A scrape cut short by the caller publishes nothing and counts no error.
-	if st := mustState(t, s, "a"); !errors.Is(st.Err(), ErrNotScraped) {
-		t.Errorf("Err = %v, want the untouched ErrNotScraped", st.Err())
+	if st := mustState(t, s, "a"); !errors.Is(st.Err, ErrNotScraped) {
+		t.Errorf("Err = %v, want the untouched ErrNotScraped", st.Err)
 	}
 	for r := range numReasons {
 		if got := s.scrapeErrors("a", r); got != 0 {
@@ -486,16 +489,16 @@ func TestSetTargets(t *testing.T) {
 	}
 	var names []string
 	for _, st := range s.Snapshot(nil) {
-		names = append(names, st.Name())
+		names = append(names, st.Name)
 	}
 	if got := strings.Join(names, ","); got != "c,a,b" {
 		t.Errorf("Snapshot order %s, want c,a,b", got)
 	}
-	if st := mustState(t, s, "a"); st.Running() != 1 || st.Err() != nil {
-		t.Errorf("a lost its state across SetTargets: %+v", st.Reading())
+	if st := mustState(t, s, "a"); toInt(st.Reading.Running) != 1 || st.Err != nil {
+		t.Errorf("a lost its state across SetTargets: %+v", st.Reading)
 	}
-	if st := mustState(t, s, "b"); !errors.Is(st.Err(), ErrNotScraped) {
-		t.Errorf("b moved to a new URL but kept its state: Err = %v", st.Err())
+	if st := mustState(t, s, "b"); !errors.Is(st.Err, ErrNotScraped) {
+		t.Errorf("b moved to a new URL but kept its state: Err = %v", st.Err)
 	}
 	if _, ok := s.State("gone"); ok {
 		t.Error("State of an unknown backend")
@@ -609,8 +612,8 @@ func TestRun(t *testing.T) {
 	if overlapped.Load() {
 		t.Error("OnUpdate called concurrently with itself")
 	}
-	if st := mustState(t, s, "b"); st.Running() != 2 || st.Err() != nil {
-		t.Errorf("b: Running %d, Err %v", st.Running(), st.Err())
+	if st := mustState(t, s, "b"); toInt(st.Reading.Running) != 2 || st.Err != nil {
+		t.Errorf("b: Running %d, Err %v", toInt(st.Reading.Running), st.Err)
 	}
 	// Run can be called again after it returned.
 	ctx2, cancel2 := context.WithCancel(context.Background())
@@ -717,7 +720,7 @@ func TestAllocs(t *testing.T) {
 	if err := s.ScrapeOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	states := make([]*State, 0, 2)
+	states := make([]State, 0, 2)
 	bs := make([]routing.BackendState, 0, 2)
 	st := mustState(t, s, "a")
 	for name, f := range map[string]func(){

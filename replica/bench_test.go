@@ -22,8 +22,8 @@ func benchGateway(b testing.TB, rep *Replica) (*routing.Router, []routing.Reques
 	var io prefixcache.Options
 	var uo profiles.UsherOptions
 	if rep != nil {
-		io.Feed = rep.PrefixFeed()
-		uo.Session.Seed, uo.Session.Feed = rep.SessionSeed(), rep.SessionFeed()
+		io.Feed = rep.prefix
+		uo.Session.Seed, uo.Session.Feed = rep.sessionSeed(), &rep.places
 	}
 	ix, err := prefixcache.New(io)
 	if err != nil {

@@ -60,9 +60,10 @@
 //
 // # Concurrency and goroutines
 //
-// New starts nothing. Run, called once after Attach, runs the writer and the reader on two
-// goroutines of its own and returns ctx's error after both have stopped. PrefixFeed and
-// SessionFeed are safe for concurrent use by any number of request goroutines and never block;
+// New starts nothing. Run, called once after the gateway has wired the replica (see
+// gateway/replicaext), runs the writer and the reader on two goroutines of its own and returns
+// ctx's error after both have stopped. The feeds the gateway's index and session scorers are
+// built with are safe for concurrent use by any number of request goroutines and never block;
 // Stats may be called at any time.
 //
 // # Alternatives not taken

@@ -4,17 +4,12 @@ import (
 	"context"
 	"log"
 	"net/http"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/usher-llm/usher/gateway/replicaext"
-	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
-	"github.com/usher-llm/usher/routing"
-	"github.com/usher-llm/usher/routing/profiles"
-	"github.com/usher-llm/usher/routing/session"
 )
 
 // A gateway replica: the proxy builds its index and router with the Replica's feeds and runs
@@ -41,27 +36,4 @@ func Example() {
 	h.Start(ctx)
 	go h.Run(ctx)
 	log.Fatal(http.ListenAndServe(":8080", h))
-}
-
-// Wiring the parts by hand, without the proxy: the index and the session scorer are built with
-// the Replica's feeds, then attached with the queue whose usage and concurrency limit are
-// shared. (No Output: it needs a Redis server.)
-func ExampleReplica_Attach() {
-	rep, err := replica.New(replica.Options{Client: redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ix, _ := prefixcache.New(prefixcache.Options{Feed: rep.PrefixFeed()})
-	profile := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{
-		AffinityOptions: session.AffinityOptions{Seed: rep.SessionSeed(), Feed: rep.SessionFeed()},
-	}})
-	rt, _ := routing.New(routing.Options{Profile: profile, Index: ix})
-	if err := rep.Attach(replica.Parts{Index: ix, Router: rt}); err != nil {
-		log.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	go rep.Run(ctx) // off the request path; Redis down means each replica goes on alone
-
-	// ... serve requests with rt.Pick, as a single gateway does.
 }

@@ -19,9 +19,9 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/prefixpeer"
+	"github.com/usher-llm/usher/internal/glue/replicapeer"
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
-	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/session"
 )
 
@@ -37,7 +37,8 @@ const (
 	DefaultMaxPlacements = 1 << 16
 )
 
-// ErrInvalidOptions is wrapped by New's and Attach's errors.
+// ErrInvalidOptions is wrapped by New's errors, and by those of wiring the replica into a
+// gateway (gateway/replicaext) after Run has started.
 var ErrInvalidOptions = errors.New("replica: invalid options")
 
 // Options configures a Replica. Zero values are the documented defaults.
@@ -78,38 +79,6 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Parts are the pieces of a gateway a Replica keeps in step with its peers. Every field is
-// optional; what is nil is neither published nor applied.
-type Parts struct {
-	// Index receives the prefix chains peers learnt (not reported to its own Feed). Its own
-	// inserts reach the replica only if it was built with Options.Feed = Replica.PrefixFeed().
-	Index *prefixcache.Index
-	// Router publishes its own in-flight counts and is given the sum of its live peers';
-	// its session scorers learn the placements peers made. Its own placements reach the
-	// replica only if its session table was built with SessionOptions.Feed =
-	// Replica.SessionFeed() (and the same SessionOptions.Seed = Replica.SessionSeed() on every
-	// replica, so that session hashes agree).
-	Router *routing.Router
-	// Usage exchanges per-flow usage (a flowcontrol.Queue whose policy keeps usage: VTC,
-	// LAS, turn priority), so that a tenant's share is global.
-	Usage UsageExchanger
-	// SetLimit, with GlobalLimit > 0, is given this replica's share of GlobalLimit — the
-	// limit divided by the live replicas, rounded up — each time the count of replicas
-	// changes (with flowcontrol, through Queue.Reconfigure).
-	SetLimit    func(n int)
-	GlobalLimit int
-}
-
-// UsageExchanger is what a queue offers to exchange per-flow usage; *flowcontrol.Queue is one
-// (over its policy, when that is a flowcontrol.UsageSharer).
-type UsageExchanger interface {
-	// AppendUsageDeltas appends the usage each flow accrued locally since the previous
-	// call.
-	AppendUsageDeltas(dst []flowcontrol.UsageDelta) []flowcontrol.UsageDelta
-	// ApplyUsageDeltas charges usage that other replicas accrued.
-	ApplyUsageDeltas(ds []flowcontrol.UsageDelta)
-}
-
 // Stats are a Replica's counters and gauges.
 type Stats struct {
 	// Connected reports whether the last Redis round trip succeeded.
@@ -119,7 +88,8 @@ type Stats struct {
 	// Lag is the age of the newest applied change-stream entry when it was applied: the
 	// delay from a peer's flush to this replica's use of it (Redis's clock against ours).
 	Lag time.Duration
-	// Share is the concurrency limit last given to Parts.Limit (0: none given).
+	// Share is this replica's share of the cluster's concurrency limit, last given to the
+	// gateway's queue (0: none given).
 	Share int
 	// Sent and Applied count records (chains, placements, usage deltas) written and read.
 	Sent, Applied uint64
@@ -137,15 +107,16 @@ type Stats struct {
 // is down or slow every replica goes on alone with what it last knew (peers' counts expire
 // after PeerTTL) and catches up from the change stream when it returns.
 //
-// Concurrency: PrefixFeed and SessionFeed are safe for concurrent use by any number of
-// request goroutines and never block; Stats may be called at any time; Attach must be called
-// before Run, Run once.
+// A Replica is safe for concurrent use: the feeds the gateway's index and session scorers are
+// built with take any number of request goroutines and never block; Stats may be called at
+// any time. A program built on proxy.Handler wires it with gateway/replicaext before Run,
+// which is called once.
 type Replica struct {
 	o       Options
 	keys    keys
 	prefix  *prefixpeer.Buffer
 	places  placeBuffer
-	parts   Parts
+	parts   replicapeer.Parts
 	placers []peer.Placer // the router's session scorers (Attach)
 	log     *slog.Logger
 	running atomic.Bool
@@ -259,26 +230,35 @@ func sanitize(s string) string {
 	return string(b)
 }
 
-// SessionSeed is the session-id hash key for SessionOptions.Seed: derived from the cluster
-// name, so every replica of a cluster hashes session ids alike without configuring a secret
-// of its own. Never 0.
-func (r *Replica) SessionSeed() uint64 {
+// sessionSeed is replicapeer.Replica's SessionSeed.
+func (r *Replica) sessionSeed() uint64 {
 	return xxhash.Sum64String("usher session placements:"+r.o.Cluster) | 1
 }
 
 // ID returns the replica's id.
 func (r *Replica) ID() string { return r.o.ID }
 
-// PrefixFeed is the prefixcache.Feed to build the gateway's Index with: it buffers the chains
-// the index learns until the next flush. Never blocks, allocates nothing in steady state.
-func (r *Replica) PrefixFeed() prefixcache.Feed { return r.prefix }
+// seam is a Replica as internal/glue/replicapeer hands it to the gateway that wires it.
+type seam struct{ r *Replica }
 
-// SessionFeed is the session.Feed to build the session scorers with: it buffers the
-// placements they learn until the next flush. Never blocks, allocates nothing in steady state.
-func (r *Replica) SessionFeed() session.Feed { return &r.places }
+func init() {
+	replicapeer.Of = func(r any) replicapeer.Replica {
+		rep, ok := r.(*Replica)
+		if !ok {
+			panic(fmt.Sprintf("replica: replicapeer.Of(%T), want a *replica.Replica", r))
+		}
+		return seam{rep}
+	}
+}
 
-// Attach names the parts to keep in step. It must be called before Run.
-func (r *Replica) Attach(p Parts) error {
+func (s seam) PrefixFeed() prefixcache.Feed                     { return s.r.prefix }
+func (s seam) SessionFeed() session.Feed                        { return &s.r.places }
+func (s seam) SessionSeed() uint64                              { return s.r.sessionSeed() }
+func (s seam) SharedSecret(ctx context.Context) ([]byte, error) { return s.r.sharedSecret(ctx) }
+func (s seam) Attach(p replicapeer.Parts) error                 { return s.r.attach(p) }
+
+// attach is replicapeer.Replica's Attach.
+func (r *Replica) attach(p replicapeer.Parts) error {
 	if r.running.Load() {
 		return fmt.Errorf("%w: Attach after Run", ErrInvalidOptions)
 	}
@@ -722,14 +702,8 @@ func entryMillis(id string) (int64, bool) {
 	return ms, err == nil && ms > 0 && ms < 1<<50
 }
 
-// SharedSecret returns the cluster's secret for turning API keys into tenant names
-// (proxy.KeyerOptions.Secret), creating it in Redis on first use (SET NX of 32 random
-// bytes), so that every replica names a key's tenant alike — and thus keys its sessions and
-// fairness usage alike — without a secret file of its own. It is one round trip, at startup,
-// bounded by ctx and IOTimeout; a value in Redis that is not such a secret is an error
-// wrapping ErrBadPayload. Whoever can read Redis can then compute tenant names from API keys:
-// give Redis the protection of the gateways' configuration, or set the secret yourself.
-func (r *Replica) SharedSecret(ctx context.Context) ([]byte, error) {
+// sharedSecret is replicapeer.Replica's SharedSecret.
+func (r *Replica) sharedSecret(ctx context.Context) ([]byte, error) {
 	var b [32]byte
 	rand.Read(b[:])
 	cctx, cancel := context.WithTimeout(ctx, r.o.IOTimeout)

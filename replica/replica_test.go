@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/usher-llm/usher/internal/glue/replicapeer"
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/internal/redistest"
 	"github.com/usher-llm/usher/prefixcache"
@@ -59,12 +60,12 @@ func newNode(t *testing.T, addr, id string, o Options) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix, err := prefixcache.New(prefixcache.Options{Feed: rep.PrefixFeed()})
+	ix, err := prefixcache.New(prefixcache.Options{Feed: rep.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	profile := profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{
-		AffinityOptions: session.AffinityOptions{Seed: 42, Feed: rep.SessionFeed()},
+		AffinityOptions: session.AffinityOptions{Seed: 42, Feed: &rep.places},
 	}})
 	rt, err := routing.New(routing.Options{Profile: profile, Index: ix, Seed: 7})
 	if err != nil {
@@ -77,7 +78,7 @@ func newNode(t *testing.T, addr, id string, o Options) *node {
 	if err := rt.Update(states); err != nil {
 		t.Fatal(err)
 	}
-	if err := rep.Attach(Parts{Index: ix, Router: rt}); err != nil {
+	if err := rep.attach(replicapeer.Parts{Index: ix, Router: rt}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -357,7 +358,7 @@ func TestOptions(t *testing.T) {
 	if checkName("ID", r.ID()) != nil {
 		t.Errorf("default id %q is not valid", r.ID())
 	}
-	if err := r.Attach(Parts{GlobalLimit: 5}); !errors.Is(err, ErrInvalidOptions) {
+	if err := r.attach(replicapeer.Parts{GlobalLimit: 5}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("GlobalLimit without SetLimit: %v", err)
 	}
 }
@@ -373,7 +374,7 @@ func TestSharedSecret(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := r.SharedSecret(context.Background())
+		s, err := r.sharedSecret(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +388,7 @@ func TestSharedSecret(t *testing.T) {
 	defer c.Close()
 	r, _ := New(Options{Cluster: cluster + "-x", Client: c})
 	c.Set(context.Background(), "usher:{"+cluster+"-x}:tenant-secret", "short", 0)
-	if _, err := r.SharedSecret(context.Background()); !errors.Is(err, ErrBadPayload) {
+	if _, err := r.sharedSecret(context.Background()); !errors.Is(err, ErrBadPayload) {
 		t.Errorf("a foreign value: err %v, want ErrBadPayload", err)
 	}
 	// Redis unreachable: an error, at once.
@@ -395,7 +396,7 @@ func TestSharedSecret(t *testing.T) {
 	defer dead.Close()
 	r, _ = New(Options{Client: dead})
 	start := time.Now()
-	if _, err := r.SharedSecret(context.Background()); err == nil || time.Since(start) > 2*time.Second {
+	if _, err := r.sharedSecret(context.Background()); err == nil || time.Since(start) > 2*time.Second {
 		t.Errorf("unreachable Redis: err %v after %v", err, time.Since(start))
 	}
 }

@@ -43,7 +43,7 @@ import (
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
-	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/internal/kvpub"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 )
@@ -236,7 +236,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 // ZMQ wire format, with a replay endpoint), so the gateway's prefix index runs in exact mode.
 type simFleet struct {
 	fleet    *simfleet.Fleet
-	pubs     []*kvevents.Publisher
+	pubs     []*kvpub.Publisher
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	backends []gateway.BackendSpec
@@ -255,9 +255,9 @@ func startFleet(c config) (*simFleet, error) {
 		if !c.SimKVEvents {
 			break
 		}
-		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		pub, err := kvpub.New(kvpub.Options{
 			Endpoint: "tcp://127.0.0.1:0",
-			Topic:    kvevents.Topic(fmt.Sprintf("sim-%d", i), p.Model), ReplayEndpoint: "tcp://127.0.0.1:0",
+			Topic:    kvpub.Topic(fmt.Sprintf("sim-%d", i), p.Model), ReplayEndpoint: "tcp://127.0.0.1:0",
 		})
 		if err != nil {
 			s.Close()

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
+	"github.com/usher-llm/usher/internal/glue/replicapeer"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
 )
@@ -30,9 +31,9 @@ import (
 // replica (opts.Extensions = append(opts.Extensions, replicaext.Wrap(r))):
 //
 //   - Prepare gives the default prefix index and the default router's session table r's
-//     feeds ([replica.Replica.PrefixFeed]; SessionSeed and SessionFeed), so that what they
+//     feeds (and the session-id hash key derived from the cluster's name), so that what they
 //     learn reaches the peers, and the default keyer, when it has no Secret, the cluster's
-//     ([replica.Replica.SharedSecret], one Redis round trip bounded by 2 s; if it fails, a
+//     (created in Redis by the first replica to ask, one round trip bounded by 2 s; if it fails, a
 //     warning is logged with [slog.Default] and the keyer's secret stays random, so the
 //     replicas name an API key's tenant differently). An Index, Router or Keyer given in
 //     [proxy.Options] must be built alike, or what it learns stays local.
@@ -45,18 +46,21 @@ import (
 // The extension is safe for concurrent use as [proxy.Extension] requires. Wrap returns the
 // interface rather than a type of its own: it adds nothing to r, which the caller keeps and
 // configures ([replica.New]), so Wrap has nothing to set and cannot fail.
-func Wrap(r *replica.Replica) proxy.Extension { return extension{r} }
+func Wrap(r *replica.Replica) proxy.Extension { return extension{r, replicapeer.Of(r)} }
 
-type extension struct{ r *replica.Replica }
+type extension struct {
+	r    *replica.Replica
+	peer replicapeer.Replica // r's wiring
+}
 
 func (e extension) Prepare(d *proxy.Defaults) error {
-	d.Index.Feed = e.r.PrefixFeed()
-	d.Session.Seed, d.Session.Feed = e.r.SessionSeed(), e.r.SessionFeed()
+	d.Index.Feed = e.peer.PrefixFeed()
+	d.Session.Seed, d.Session.Feed = e.peer.SessionSeed(), e.peer.SessionFeed()
 	if d.Keyer != nil && d.Keyer.Secret == nil {
 		// Replicas must name an API key's tenant alike (sessions and usage are keyed by
 		// it): without a secret of their own they share one kept in Redis.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		secret, err := e.r.SharedSecret(ctx)
+		secret, err := e.peer.SharedSecret(ctx)
 		cancel()
 		if err != nil {
 			slog.Warn("no shared tenant secret (give every replica the same secret, e.g. -tenant-secret-file): tenants will differ between replicas", "err", err)
@@ -68,13 +72,13 @@ func (e extension) Prepare(d *proxy.Defaults) error {
 }
 
 func (e extension) Attach(h *proxy.Handler) error {
-	parts := replica.Parts{Index: h.Index(), Router: h.Router()}
+	parts := replicapeer.Parts{Index: h.Index(), Router: h.Router()}
 	if limit := proxyseam.ConcurrencyLimit(h); limit != nil {
 		q := h.Queue()
 		parts.Usage, parts.GlobalLimit = q, limit.Limit
 		parts.SetLimit = func(n int) { q.Reconfigure(func() { limit.Limit = n }) }
 	}
-	if err := e.r.Attach(parts); err != nil {
+	if err := e.peer.Attach(parts); err != nil {
 		return err
 	}
 	return h.Registry().Register(e.r)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/usher-llm/usher/gateway/replicaext"
+	"github.com/usher-llm/usher/internal/glue/replicapeer"
 	"github.com/usher-llm/usher/internal/redistest"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -37,7 +38,7 @@ func TestPrepare(t *testing.T) {
 		if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko}); err != nil {
 			t.Fatal(err)
 		}
-		if io.Feed == nil || sess.Feed == nil || sess.Seed != r.SessionSeed() {
+		if io.Feed == nil || sess.Feed == nil || sess.Seed != replicapeer.Of(r).SessionSeed() {
 			t.Errorf("replica %d: index feed %v, session feed %v, seed %x; want the replica's", i, io.Feed, sess.Feed, sess.Seed)
 		}
 		secrets = append(secrets, ko.Secret)

@@ -452,15 +452,15 @@ func (d *Decoder) hash(what string) (uint64, error) {
 		if len(b) == 0 || len(b) > maxHashBytes {
 			return 0, d.fail("byte-string hash of %d bytes, want 1..%d", len(b), maxHashBytes)
 		}
-		return FoldHash(b), nil
+		return foldHash(b), nil
 	}
 	return 0, d.typeErr(what, "int or bin hash", c)
 }
 
-// FoldHash folds a byte-string block hash to 64 bits: its last 8 bytes read
+// foldHash folds a byte-string block hash to 64 bits: its last 8 bytes read
 // big-endian (all of it when shorter). vLLM's sha256 block hashes are 32
 // bytes; the fold keeps their low-order 64 bits. O(1); it does not allocate.
-func FoldHash(b []byte) uint64 {
+func foldHash(b []byte) uint64 {
 	if len(b) > 8 {
 		b = b[len(b)-8:]
 	}
@@ -547,7 +547,7 @@ func fastHash(p []byte) (h uint64, n int) {
 	if len(p) >= 2 && p[0] == msgpcode.Bin8 {
 		l := int(p[1])
 		if l >= 1 && l <= maxHashBytes && len(p) >= 2+l {
-			return FoldHash(p[2 : 2+l]), 2 + l
+			return foldHash(p[2 : 2+l]), 2 + l
 		}
 	}
 	return 0, 0

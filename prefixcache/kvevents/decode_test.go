@@ -56,7 +56,7 @@ func allEncodings() []Encoding {
 	return out
 }
 
-func (enc Encoding) String() string {
+func encName(enc Encoding) string {
 	s := fmt.Sprintf("batch:%s/events:%s/hash:%d", form(enc.MapBatch), form(enc.MapEvents), enc.Hashes)
 	if enc.ZeroParent {
 		s += "/zero-parent"
@@ -95,7 +95,7 @@ func TestRoundTrip(t *testing.T) {
 	d := new(Decoder)
 	var got Batch
 	for _, enc := range allEncodings() {
-		t.Run(enc.String(), func(t *testing.T) {
+		t.Run(encName(enc), func(t *testing.T) {
 			payload := enc.Append(nil, want)
 			if err := d.Decode(payload, &got); err != nil {
 				t.Fatalf("Decode: %v", err)
@@ -349,8 +349,8 @@ func TestFoldHash(t *testing.T) {
 		{[]byte{0xff, 0xee, 1, 2, 3, 4, 5, 6, 7, 8}, 0x0102030405060708},
 	}
 	for _, tt := range tests {
-		if got := FoldHash(tt.in); got != tt.want {
-			t.Errorf("FoldHash(% x) = %#x, want %#x", tt.in, got, tt.want)
+		if got := foldHash(tt.in); got != tt.want {
+			t.Errorf("foldHash(% x) = %#x, want %#x", tt.in, got, tt.want)
 		}
 	}
 }
@@ -369,12 +369,12 @@ func TestParseTopic(t *testing.T) {
 		{"kv-events", "", "", false},
 	}
 	for _, tt := range tests {
-		pod, model, err := ParseTopic(tt.topic)
+		pod, model, err := parseTopic(tt.topic)
 		if (err == nil) != tt.ok || pod != tt.pod || model != tt.model {
-			t.Errorf("ParseTopic(%q) = %q, %q, %v; want %q, %q, ok=%v", tt.topic, pod, model, err, tt.pod, tt.model, tt.ok)
+			t.Errorf("parseTopic(%q) = %q, %q, %v; want %q, %q, ok=%v", tt.topic, pod, model, err, tt.pod, tt.model, tt.ok)
 		}
 		if err != nil && !errors.Is(err, ErrTopic) {
-			t.Errorf("ParseTopic(%q) error %v does not wrap ErrTopic", tt.topic, err)
+			t.Errorf("parseTopic(%q) error %v does not wrap ErrTopic", tt.topic, err)
 		}
 	}
 	if got := Topic("a", "b"); got != "kv@a@b" {
@@ -396,7 +396,7 @@ func TestDecodeReusesBuffersWithoutAllocating(t *testing.T) {
 			}
 		})
 		if allocs > 0 {
-			t.Errorf("%v: Decode allocates %.1f times per batch, want 0", enc, allocs)
+			t.Errorf("%v: Decode allocates %.1f times per batch, want 0", encName(enc), allocs)
 		}
 	}
 }
@@ -425,11 +425,19 @@ func FuzzDecode(f *testing.F) {
 		b.Unknown = 0 // skipped events are not re-encoded
 		for _, enc := range allEncodings() {
 			if err := d.Decode(enc.Append(nil, &b), &again); err != nil {
-				t.Fatalf("%v: re-encoded batch does not decode: %v", enc, err)
+				t.Fatalf("%v: re-encoded batch does not decode: %v", encName(enc), err)
 			}
 			if g, w := normalize(&again), normalize(&b); !reflect.DeepEqual(g, w) {
-				t.Fatalf("%v: re-encoding changed the batch:\ngot  %+v\nwant %+v", enc, g, w)
+				t.Fatalf("%v: re-encoding changed the batch:\ngot  %+v\nwant %+v", encName(enc), g, w)
 			}
 		}
 	})
+}
+
+// TestParseTopicModelWithSlash is what was parseTopic's example: a model name with a slash.
+func TestParseTopicModelWithSlash(t *testing.T) {
+	pod, model, err := parseTopic("kv@vllm-7f9c@meta-llama/Llama-3.1-8B-Instruct")
+	if got, want := fmt.Sprintln(pod, model, err), "vllm-7f9c meta-llama/Llama-3.1-8B-Instruct <nil>\n"; got != want {
+		t.Errorf("parseTopic = %q, want %q", got, want)
+	}
 }

@@ -4,9 +4,8 @@
 //
 // # The model
 //
-// The package has three pieces: a Decoder for the msgpack batches; an Encoding and a Publisher
-// that speak the same wire format (tests and simulated servers use them as the real thing); and
-// a Subscriber that follows many publishers over ZeroMQ, recovers lost batches through their
+// The package has two pieces: a Decoder for the msgpack batches, and a Subscriber that follows
+// many publishers over ZeroMQ, recovers lost batches through their
 // replay endpoints, and applies every event to the index. One goroutine per Source applies its
 // batches in sequence order; the index is the only thing sources share.
 //
@@ -37,12 +36,12 @@
 // Anyone who can reach the listening endpoint can publish: bind it where only model servers
 // reach it. zmq4 performs each incoming handshake on its accepting goroutine without a
 // deadline, so a client that connects and says nothing stalls further accepts until it
-// disconnects; a Publisher's bound socket has the same weakness.
+// disconnects; a model server's bound socket has the same weakness.
 //
 // # The wire format
 //
-// Every message has three frames: the topic (UTF-8, by convention "kv@<pod>@<model>", see
-// ParseTopic), the sequence number as 8 bytes big-endian (+1 per batch; vLLM counts from 0,
+// Every message has three frames: the topic (UTF-8, by convention "kv@<pod>@<model>", the
+// pod being free of '@' and both parts non-empty), the sequence number as 8 bytes big-endian (+1 per batch; vLLM counts from 0,
 // some servers from 1), and the payload, a msgpack EventBatch: the array [ts, events,
 // data_parallel_rank] (rank omitted when unset) or the map {"ts", "events",
 // "data_parallel_rank"} (SGLang names the rank "attn_dp_rank"). A data-parallel server is a
@@ -58,7 +57,7 @@
 // with trailing defaults omitted, or a map with a "type" key and the same field names in any
 // order. A nil or 0 parent_block_hash starts a sequence. A hash is an int (hence possibly
 // negative) or a byte string (32 bytes for sha256, 16 for xxh3-128); byte strings are folded to
-// their last 8 bytes read big-endian (FoldHash), ints to their 64-bit pattern. Events of an
+// their last 8 bytes read big-endian, ints to their 64-bit pattern. Events of an
 // unknown type are skipped and counted, and unknown map keys and extra positional fields are
 // ignored, so a newer publisher does not break an older subscriber. Anything else wrong is an
 // error wrapping ErrMalformed that names the field and byte offset; no input makes the decoder
@@ -93,10 +92,9 @@
 // replay_endpoint. A client sends an empty delimiter frame and the start sequence as 8 bytes
 // big-endian; the server answers with one [seq, payload] message per kept batch with seq >=
 // start (some servers put the topic first), and ends with EndOfReplay and an empty payload.
-// Publisher implements the server side; the Subscriber uses a DEALER socket, accepts both reply
-// shapes, and reads every reply up to EndOfReplay (within ReplayTimeout) before closing, since
-// a server still sending to a closed connection fails (the Publisher reports that through
-// PublisherOptions.OnError).
+// The Subscriber uses a DEALER socket, accepts both reply shapes, and reads every reply up to
+// EndOfReplay (within ReplayTimeout) before closing, since a server still sending to a closed
+// connection fails.
 //
 // # Failure handling
 //
@@ -174,10 +172,9 @@
 // New binds nothing and starts nothing. Run binds the listening socket (Ready and ListenAddr
 // report it), runs one goroutine per source and one per live connection reading its socket,
 // one reading and one watching the listening socket, and returns after all of them have
-// exited; zmq4 runs its own goroutines per socket and connection. Publisher.Run serves replay
-// requests on the caller's goroutine.
+// exited; zmq4 runs its own goroutines per socket and connection.
 //
-// A Subscriber and a Publisher are safe for concurrent use; a Decoder is not (use one per
-// goroutine). BlockEvent, Batch, Source, Options, PublisherOptions, Stats and SourceStatus are plain
-// values with no synchronisation of their own.
+// A Subscriber is safe for concurrent use; a Decoder is not (use one per goroutine).
+// BlockEvent, Batch, Source, Options, Stats and SourceStatus are plain values with no
+// synchronisation of their own.
 package kvevents

@@ -3,51 +3,28 @@ package kvevents
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/usher-llm/usher/internal/kvpub"
 )
 
-// HashForm selects how an Encoding writes block hashes.
-type HashForm uint8
-
-const (
-	// HashAsUint writes hashes as unsigned msgpack ints (vLLM with
-	// integer hashes).
-	HashAsUint HashForm = iota
-	// HashAsInt writes hashes as signed msgpack ints holding the same 64-bit
-	// pattern (Python's hash(): negative values are common).
-	HashAsInt
-	// HashAsBytes writes hashes as 32-byte strings (vLLM's sha256 block
-	// hashes) whose last 8 bytes, big-endian, are the hash; the first 24
-	// are derived from it, so FoldHash recovers the hash exactly.
-	HashAsBytes
-)
-
-// Encoding describes one of the wire encodings a publisher may use. The
-// zero value is vLLM's legacy encoding: the batch and its events are
-// positional arrays and hashes are unsigned ints.
-//
-// An Encoding is a plain value, safe for concurrent use.
-type Encoding struct {
-	// MapBatch writes the batch as a map {"ts", "events",
-	// "data_parallel_rank"} instead of [ts, events, data_parallel_rank].
-	MapBatch bool
-	// MapEvents writes each event as a map tagged with "type" instead of
-	// an array whose first element is the tag.
-	MapEvents bool
-	// Hashes selects the representation of block hashes.
-	Hashes HashForm
-	// ZeroParent writes parent_block_hash 0 instead of nil for a chain
-	// that starts a sequence, as some vLLM-compatible servers do. The
-	// Decoder reads both as "no parent".
-	ZeroParent bool
+func init() {
+	kvpub.Encode = func(enc kvpub.Encoding, dst []byte, batch any) []byte {
+		b, ok := batch.(*Batch)
+		if !ok {
+			panic(fmt.Sprintf("kvevents: kvpub.Encode of a %T, want a *kvevents.Batch", batch))
+		}
+		return appendBatch(enc, dst, b)
+	}
 }
 
-// Append appends the msgpack encoding of b to dst and returns the extended
-// slice. Fields at their defaults are written as vLLM writes them: nil for
-// optional values inside an event and omitted when trailing (positional)
-// or absent (map). Cost is linear in the size of b.
-func (enc Encoding) Append(dst []byte, b *Batch) []byte {
+// appendBatch appends the msgpack encoding of b in enc to dst and returns the extended slice.
+// Fields at their defaults are written as vLLM writes them: nil for optional values inside an
+// event and omitted when trailing (positional) or absent (map). Cost is linear in the size of
+// b.
+func appendBatch(enc kvpub.Encoding, dst []byte, b *Batch) []byte {
 	buf := bytes.NewBuffer(dst)
 	w := writer{Encoder: msgpack.NewEncoder(buf), enc: enc}
 	w.batch(b)
@@ -58,7 +35,7 @@ func (enc Encoding) Append(dst []byte, b *Batch) []byte {
 // the msgpack errors are ignored throughout.
 type writer struct {
 	*msgpack.Encoder
-	enc     Encoding
+	enc     kvpub.Encoding
 	scratch [32]byte
 }
 
@@ -91,9 +68,9 @@ func (w *writer) batch(b *Batch) {
 
 func (w *writer) hash(h uint64) {
 	switch w.enc.Hashes {
-	case HashAsInt:
+	case kvpub.HashAsInt:
 		_ = w.EncodeInt(int64(h))
-	case HashAsBytes:
+	case kvpub.HashAsBytes:
 		x := h
 		for i := 0; i < 24; i += 8 {
 			x = x*0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019

@@ -115,10 +115,10 @@ func (b *Batch) next() *BlockEvent {
 // ErrTopic reports a topic that is not of the form kv@<pod>@<model>.
 var ErrTopic = errors.New("kvevents: malformed topic")
 
-// ParseTopic splits a vLLM KV-event topic "kv@<pod>@<model>" into the pod
+// parseTopic splits a vLLM KV-event topic "kv@<pod>@<model>" into the pod
 // and the model name. The model may itself contain '@'; the pod may not.
 // Both parts must be non-empty. It does not allocate.
-func ParseTopic(topic string) (pod, model string, err error) {
+func parseTopic(topic string) (pod, model string, err error) {
 	if !strings.HasPrefix(topic, "kv@") {
 		return "", "", fmt.Errorf("%w: %q does not start with \"kv@\"", ErrTopic, topic)
 	}
@@ -129,7 +129,7 @@ func ParseTopic(topic string) (pod, model string, err error) {
 	return pod, model, nil
 }
 
-// cutTopic is ParseTopic without the error, for topics as strings or as
+// cutTopic is parseTopic without the error, for topics as strings or as
 // the bytes of a frame (which it does not copy).
 func cutTopic[T ~string | ~[]byte](topic T) (pod, model T, ok bool) {
 	if len(topic) < 3 || string(topic[:3]) != "kv@" {
@@ -146,6 +146,3 @@ func cutTopic[T ~string | ~[]byte](topic T) (pod, model T, ok bool) {
 	}
 	return pod, model, false
 }
-
-// Topic returns the vLLM KV-event topic for a pod and a model.
-func Topic(pod, model string) string { return "kv@" + pod + "@" + model }

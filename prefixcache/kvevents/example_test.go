@@ -2,15 +2,14 @@ package kvevents_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/usher-llm/usher/internal/kvpub"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 )
@@ -22,9 +21,9 @@ func Example() {
 	tokens := []uint32{101, 102, 103, 104, 105, 106, 107, 108} // two blocks of 4
 
 	// The model server side (here in process, on loopback).
-	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+	pub, err := kvpub.New(kvpub.Options{
 		Endpoint:       "tcp://127.0.0.1:0",
-		Topic:          kvevents.Topic("pod-0", model),
+		Topic:          kvpub.Topic("pod-0", model),
 		ReplayEndpoint: "tcp://127.0.0.1:0",
 	})
 	if err != nil {
@@ -105,9 +104,9 @@ func Example_listen() {
 	<-sub.Ready()
 
 	// The model server side: it connects to the gateway.
-	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+	pub, err := kvpub.New(kvpub.Options{
 		Endpoint: sub.ListenAddr(),
-		Connect:  true, Topic: kvevents.Topic("pod-0", model), ReplayEndpoint: replay,
+		Connect:  true, Topic: kvpub.Topic("pod-0", model), ReplayEndpoint: replay,
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -169,69 +168,4 @@ func ExampleDecoder() {
 	// BlockRemoved [0x2a] tokens=[] medium=GPU
 	// unknown events skipped: 1
 	// kvevents: malformed payload: events: want array, got str (at byte 10)
-}
-
-// The same batch in the tagged-map encoding newer vLLM versions use.
-func ExampleEncoding() {
-	b := &kvevents.Batch{Timestamp: 2, Events: []kvevents.BlockEvent{{Kind: kvevents.AllBlocksCleared}}}
-	payload := kvevents.Encoding{MapBatch: true, MapEvents: true}.Append(nil, b)
-	var v any
-	msgpack.Unmarshal(payload, &v)
-	fmt.Println(v)
-	// Output: map[events:[map[type:AllBlocksCleared]] ts:2]
-}
-
-// What a replay client sees: vLLM's replay protocol, spoken to a Publisher's ROUTER socket.
-func ExamplePublisher() {
-	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
-		Endpoint: "tcp://127.0.0.1:0",
-		Topic:    kvevents.Topic("pod-0", "m"), ReplayEndpoint: "tcp://127.0.0.1:0",
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer pub.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go pub.Run(ctx)
-
-	for i := range 3 {
-		pub.Publish(&kvevents.Batch{Timestamp: float64(i), Events: []kvevents.BlockEvent{{Kind: kvevents.AllBlocksCleared}}})
-	}
-
-	// Ask for everything from sequence number 1: an empty delimiter, then 8 bytes big-endian.
-	dealer := zmq4.NewDealer(ctx)
-	defer dealer.Close()
-	if err := dealer.Dial(pub.ReplayEndpoint()); err != nil {
-		fmt.Println(err)
-		return
-	}
-	dealer.SendMulti(zmq4.NewMsgFrom(nil, binary.BigEndian.AppendUint64(nil, 1)))
-	d := new(kvevents.Decoder)
-	var b kvevents.Batch
-	for {
-		msg, err := dealer.Recv()
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		seq := binary.BigEndian.Uint64(msg.Frames[1]) // Frames[0] is the delimiter
-		if seq == kvevents.EndOfReplay {
-			fmt.Println("end of replay")
-			return
-		}
-		d.Decode(msg.Frames[2], &b)
-		fmt.Println("seq", seq, "ts", b.Timestamp, b.Events[0].Kind)
-	}
-	// Output:
-	// seq 1 ts 1 AllBlocksCleared
-	// seq 2 ts 2 AllBlocksCleared
-	// end of replay
-}
-
-func ExampleParseTopic() {
-	pod, model, err := kvevents.ParseTopic("kv@vllm-7f9c@meta-llama/Llama-3.1-8B-Instruct")
-	fmt.Println(pod, model, err)
-	// Output: vllm-7f9c meta-llama/Llama-3.1-8B-Instruct <nil>
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,8 +16,12 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/usher-llm/usher/internal/kvpub"
 	"github.com/usher-llm/usher/prefixcache"
 )
+
+// quiet discards the zmq4 library's own log lines.
+var quiet = log.New(io.Discard, "", 0)
 
 // Applier is the part of the prefix index the Subscriber writes to: the
 // exact mode of *prefixcache.Index. Its methods must be safe for
@@ -35,9 +41,18 @@ var _ Applier = (*prefixcache.Index)(nil)
 var ErrRunning = errors.New("kvevents: already running")
 
 // ErrReplay wraps the errors of a failed replay exchange, which the
-// Subscriber reports through Options.OnError and survives, and the replay
-// replies a Publisher could not send (PublisherOptions.OnError).
-var ErrReplay = errors.New("kvevents: replay")
+// Subscriber reports through Options.OnError and survives.
+var ErrReplay = kvpub.ErrReplay
+
+// ErrClosed is returned by operations on a closed Subscriber.
+var ErrClosed = kvpub.ErrClosed
+
+// ErrInvalidOptions reports options that New rejects.
+var ErrInvalidOptions = kvpub.ErrInvalidOptions
+
+// EndOfReplay is the sequence number that ends a replay: all ones, which is
+// what vLLM sends as (-1).to_bytes(8, "big", signed=True).
+const EndOfReplay = kvpub.EndOfReplay
 
 // ErrSilent is wrapped by the warning Options.OnError receives when a
 // configured source has delivered no batch for Options.SilentAfter.
@@ -1027,7 +1042,7 @@ func (st *stream) learnTopic(topic []byte) bool {
 	if string(topic) == st.topic || (st.src.Backend != "" && st.src.Model != "") {
 		return true
 	}
-	pod, model, err := ParseTopic(string(topic))
+	pod, model, err := parseTopic(string(topic))
 	if err != nil {
 		if st.src.Backend != "" {
 			st.topic = string(topic)

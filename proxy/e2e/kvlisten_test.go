@@ -13,16 +13,16 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/usher-llm/usher/internal/glue/simfleet"
-	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/internal/kvpub"
 	"github.com/usher-llm/usher/proxy"
 )
 
 // latePublisher forwards to a publisher made after the server that publishes through it.
 type latePublisher struct {
-	p atomic.Pointer[kvevents.Publisher]
+	p atomic.Pointer[kvpub.Publisher]
 }
 
-func (l *latePublisher) Publish(b *kvevents.Batch) (uint64, error) {
+func (l *latePublisher) Publish(b any) (uint64, error) {
 	if p := l.p.Load(); p != nil {
 		return p.Publish(b)
 	}
@@ -64,7 +64,7 @@ func TestKVListenMode(t *testing.T) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for i, l := range late {
-		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{Endpoint: listen, Connect: true, Topic: kvevents.Topic(fmt.Sprintf("engine-%d", i), model)})
+		pub, err := kvpub.New(kvpub.Options{Endpoint: listen, Connect: true, Topic: kvpub.Topic(fmt.Sprintf("engine-%d", i), model)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
+	"github.com/usher-llm/usher/internal/kvpub"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
@@ -426,11 +427,11 @@ func startPublishingFleetWith(t testing.TB, n int, configure func(i int, o *simf
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	pubs := make([]*kvevents.Publisher, n)
+	pubs := make([]*kvpub.Publisher, n)
 	for i := range pubs {
-		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		pub, err := kvpub.New(kvpub.Options{
 			Endpoint: "tcp://127.0.0.1:0",
-			Topic:    kvevents.Topic(fmt.Sprintf("sim-%d", i), model), ReplayEndpoint: "tcp://127.0.0.1:0",
+			Topic:    kvpub.Topic(fmt.Sprintf("sim-%d", i), model), ReplayEndpoint: "tcp://127.0.0.1:0",
 		})
 		if err != nil {
 			t.Fatal(err)

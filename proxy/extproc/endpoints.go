@@ -231,17 +231,4 @@ func (f FileSource) Run(ctx context.Context, update func([]Endpoint)) error {
 	}
 }
 
-// Static is a fixed set of endpoints as an EndpointSource: Run reports it once and waits for ctx.
-type Static []Endpoint
-
-// Run implements EndpointSource.
-func (s Static) Run(ctx context.Context, update func([]Endpoint)) error {
-	update(slices.Clone(s))
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-var (
-	_ EndpointSource = FileSource{}
-	_ EndpointSource = Static(nil)
-)
+var _ EndpointSource = FileSource{}

@@ -159,8 +159,6 @@ type Options struct {
 // concurrent use: every stream is served by its own goroutine, SetEndpoints may be called
 // from any goroutine, and Stats reads atomics.
 type Server struct {
-	extprocv3.UnimplementedExternalProcessorServer
-
 	// Immutable after New.
 	index      *prefixcache.Index
 	router     *routing.Router
@@ -420,14 +418,9 @@ func (s *Server) defaultQueue(opts Options) error {
 // Options.MaxBodyBytes (grpc.MaxRecvMsgSize; grpc-go's default is 4 MiB, below the default
 // MaxBodyBytes of 8 MiB): a larger message fails the stream before the picker can answer 413.
 func (s *Server) Register(g *grpc.Server) {
-	extprocv3.RegisterExternalProcessorServer(g, s)
+	extprocv3.RegisterExternalProcessorServer(g, processor{s: s})
 	healthpb.RegisterHealthServer(g, s.health)
 }
-
-// Health returns the gRPC health service: HealthLiveness is always SERVING; "",
-// HealthReadiness and HealthExtProc are SERVING once endpoints are known and NOT_SERVING
-// while there are none or after Close.
-func (s *Server) Health() *health.Server { return s.health }
 
 func (s *Server) setReady(ready bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
@@ -606,18 +599,6 @@ func (s *Server) stopKVLocked() {
 	s.kv, s.kvStop, s.kvDone = nil, nil, nil
 }
 
-// KVListenAddr returns the address the KV-event listening socket is bound to, once Run has
-// bound it; "" before, or without Options.KVListen.
-func (s *Server) KVListenAddr() string {
-	s.mu.Lock()
-	kv := s.kv
-	s.mu.Unlock()
-	if kv == nil {
-		return ""
-	}
-	return kv.ListenAddr()
-}
-
 // Run does the background work until ctx ends: it runs the EndpointSource, scrapes the
 // endpoints and follows their KV events. It returns nil when ctx ends, the EndpointSource's error
 // if it failed otherwise, ErrRunning if Run is already running. Call it once.
@@ -696,4 +677,16 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 // Endpoints returns a copy of the current endpoints. O(endpoints).
 func (s *Server) Endpoints() []Endpoint { return slices.Clone(s.eps.Load().list) }
 
-var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
+// processor is the Server as gRPC's ext_proc service, the value Register registers, so that
+// the service's method stays off the Server's API.
+type processor struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	s *Server
+}
+
+// Process serves one ext_proc stream (see Server.process).
+func (p processor) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	return p.s.process(stream)
+}
+
+var _ extprocv3.ExternalProcessorServer = processor{}

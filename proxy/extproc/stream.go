@@ -47,13 +47,13 @@ type received struct {
 	err error
 }
 
-// Process implements ExternalProcessorServer: it serves one ext_proc stream, which is one
-// HTTP request through Envoy. A reader goroutine receives the messages, so that the stream's
-// idle timeout and context bound every wait; the messages are handled in order on the
-// calling goroutine, which alone touches the request's state. Whatever happens — the
+// process is the ext_proc service's Process (see processor): it serves one ext_proc stream,
+// which is one HTTP request through Envoy. A reader goroutine receives the messages, so that
+// the stream's idle timeout and context bound every wait; the messages are handled in order on
+// the calling goroutine, which alone touches the request's state. Whatever happens — the
 // response ends, Envoy closes or resets the stream, the context ends, the idle timeout — the
-// request's router Result and queue Ticket are closed exactly once before Process returns.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+// request's router Result and queue Ticket are closed exactly once before process returns.
+func (s *Server) process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := stream.Context()
 	s.stats.streams.Add(1)
 	s.stats.active.Add(1)

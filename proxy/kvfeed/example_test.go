@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/glue/simfleet"
-	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/internal/kvpub"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 )
@@ -15,7 +15,7 @@ import (
 // A Handler whose prefix index follows the KV events of its backends: here one simulated
 // server that publishes vLLM's events on a ZMQ endpoint it binds, which the feed connects to.
 func Example() {
-	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{Endpoint: "tcp://127.0.0.1:0", Topic: kvevents.Topic("pod-a", "usher/demo")})
+	pub, err := kvpub.New(kvpub.Options{Endpoint: "tcp://127.0.0.1:0", Topic: kvpub.Topic("pod-a", "usher/demo")})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -7,11 +7,11 @@ import (
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 )
 
-// KVPublisher sends batches of KV events; *kvevents.Publisher (vLLM's ZMQ wire format) is one.
-// The hook made by PublishKVEvents calls Publish from one server's Run goroutine, one batch at
+// KVPublisher sends batches of KV events, each a *kvevents.Batch; *kvpub.Publisher (vLLM's
+// ZMQ wire format) is one. The hook made by PublishKVEvents calls Publish from one server's Run goroutine, one batch at
 // a time; a publisher shared by several servers must be safe for concurrent use.
 type KVPublisher interface {
-	Publish(b *kvevents.Batch) (uint64, error)
+	Publish(b any) (uint64, error)
 }
 
 // AppendKVBatch converts engine KV events into the events of a vLLM KV-event batch, appending

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/kvpub"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 )
 
@@ -16,8 +17,8 @@ type recorder struct {
 	seq    uint64
 }
 
-func (r *recorder) Publish(b *kvevents.Batch) (uint64, error) {
-	payload := kvevents.Encoding{}.Append(nil, b)
+func (r *recorder) Publish(b any) (uint64, error) {
+	payload := kvpub.Encoding{}.Append(nil, b)
 	var got kvevents.Batch
 	if err := new(kvevents.Decoder).Decode(payload, &got); err != nil {
 		return 0, err

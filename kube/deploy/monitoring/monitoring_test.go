@@ -22,7 +22,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
-	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/internal/kvpub"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/replica"
@@ -47,7 +47,7 @@ type exports struct {
 // is never called).
 func exported(t *testing.T) exports {
 	t.Helper()
-	pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{Endpoint: "tcp://127.0.0.1:0", Topic: kvevents.Topic("pod-a", "usher/demo")})
+	pub, err := kvpub.New(kvpub.Options{Endpoint: "tcp://127.0.0.1:0", Topic: kvpub.Topic("pod-a", "usher/demo")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ import (
 
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
-	"github.com/usher-llm/usher/prefixcache/kvevents"
+	"github.com/usher-llm/usher/internal/kvpub"
 )
 
 func main() {
@@ -168,9 +168,9 @@ func run(args []string, out io.Writer) error {
 		if *pod == "" {
 			*pod = ln.Addr().String()
 		}
-		pub, err := kvevents.NewPublisher(kvevents.PublisherOptions{
+		pub, err := kvpub.New(kvpub.Options{
 			Endpoint: *kvEndpoint,
-			Topic:    kvevents.Topic(*pod, cmp.Or(*servedModel, p.Model)), ReplayEndpoint: *replay,
+			Topic:    kvpub.Topic(*pod, cmp.Or(*servedModel, p.Model)), ReplayEndpoint: *replay,
 		})
 		if err != nil {
 			return err

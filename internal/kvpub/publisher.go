@@ -1,4 +1,8 @@
-package kvevents
+// Package kvpub is a KV-event publisher that speaks vLLM's ZMQ protocol: what the package
+// kvevents tests run its Subscriber against and what the simulated fleet
+// (internal/glue/simfleet) embeds in its model servers. It is kept out of kvevents' API, which
+// is the gateway's side of the protocol. The batches it encodes are kvevents' (see Encode).
+package kvpub
 
 import (
 	"context"
@@ -17,20 +21,28 @@ import (
 const EndOfReplay = ^uint64(0)
 
 // DefaultHistory is the number of batches a Publisher keeps for replay
-// when PublisherOptions.History is zero; it is vLLM's default buffer_steps.
+// when Options.History is zero; it is vLLM's default buffer_steps.
 const DefaultHistory = 10000
 
-// ErrClosed is returned by operations on a closed Publisher or Subscriber.
-var ErrClosed = errors.New("kvevents: closed")
+// The errors of package kvevents, defined here so that both sides of the protocol return the
+// same values: kvevents' ErrClosed, ErrInvalidOptions and ErrReplay are these.
+var (
+	// ErrClosed is returned by operations on a closed Publisher or Subscriber.
+	ErrClosed = errors.New("kvevents: closed")
+	// ErrInvalidOptions reports options that New or kvevents.New rejects.
+	ErrInvalidOptions = errors.New("kvevents: invalid options")
+	// ErrReplay wraps the errors of a replay exchange.
+	ErrReplay = errors.New("kvevents: replay")
+)
 
-// ErrInvalidOptions reports options that New or NewPublisher rejects.
-var ErrInvalidOptions = errors.New("kvevents: invalid options")
+// Topic returns the vLLM KV-event topic for a pod and a model: kv@<pod>@<model>.
+func Topic(pod, model string) string { return "kv@" + pod + "@" + model }
 
-// PublisherOptions configures a Publisher. Endpoint is required; the zero
+// Options configures a Publisher. Endpoint is required; the zero
 // values of the other fields bind it and publish with the empty topic from
 // sequence number 0, no replay endpoint, a history of DefaultHistory
 // batches and the legacy positional encoding.
-type PublisherOptions struct {
+type Options struct {
 	// Endpoint is the ZMQ endpoint the PUB socket binds (e.g.
 	// "tcp://127.0.0.1:0" for any free port; see Publisher.Endpoint), or
 	// dials with Connect.
@@ -89,7 +101,7 @@ type entry struct {
 //
 // A Publisher is safe for concurrent use. Publish order is sequence order.
 type Publisher struct {
-	// Immutable after NewPublisher.
+	// Immutable after New.
 	topic     []byte
 	enc       Encoding
 	withTopic bool
@@ -111,14 +123,14 @@ type Publisher struct {
 // quiet discards the zmq4 library's own log lines.
 var quiet = log.New(io.Discard, "", 0)
 
-// NewPublisher binds a PUB socket to opts.Endpoint, or with opts.Connect
+// New binds a PUB socket to opts.Endpoint, or with opts.Connect
 // dials it, and binds the ROUTER replay socket if configured. It starts no
 // goroutine of its own (zmq4 runs its own per socket and connection); call
 // Run to serve replay requests. With Connect it returns an error if the
 // endpoint cannot be reached within zmq4's dial retries. Options without
 // an Endpoint or with a negative History are an error wrapping
 // ErrInvalidOptions.
-func NewPublisher(opts PublisherOptions) (*Publisher, error) {
+func New(opts Options) (*Publisher, error) {
 	endpoint := opts.Endpoint
 	switch {
 	case endpoint == "":
@@ -182,12 +194,12 @@ func (p *Publisher) ReplayEndpoint() string {
 	return "tcp://" + p.router.Addr().String()
 }
 
-// Publish encodes b, assigns it the next sequence number, keeps it for
+// Publish encodes b, a *kvevents.Batch, assigns it the next sequence number, keeps it for
 // replay and sends it to the subscribers connected now (a PUB socket does
 // not queue for absent subscribers). It returns the sequence number. It is
 // O(size of b); the socket sends from its own goroutine, so Publish does
 // not wait for slow subscribers.
-func (p *Publisher) Publish(b *Batch) (uint64, error) {
+func (p *Publisher) Publish(b any) (uint64, error) {
 	return p.PublishPayload(p.enc.Append(nil, b))
 }
 
@@ -198,10 +210,10 @@ func (p *Publisher) PublishPayload(payload []byte) (uint64, error) {
 	return p.publish(payload, true)
 }
 
-// Drop assigns b the next sequence number and keeps it for replay without
+// Drop assigns b, a *kvevents.Batch, the next sequence number and keeps it for replay without
 // sending it: what subscribers observe when a PUB socket drops a message at
 // its high-water mark. Tests use it to open a sequence gap.
-func (p *Publisher) Drop(b *Batch) (uint64, error) {
+func (p *Publisher) Drop(b any) (uint64, error) {
 	return p.publish(p.enc.Append(nil, b), false)
 }
 
@@ -261,7 +273,7 @@ func (p *Publisher) history(start uint64) []entry {
 // the client sends one); the reply is one message [seq, payload] per kept
 // batch with seq >= start (preceded by the topic with ReplayWithTopic),
 // then [EndOfReplay, ""]. Malformed requests are ignored; a reply that
-// cannot be sent ends that exchange and goes to PublisherOptions.OnError.
+// cannot be sent ends that exchange and goes to Options.OnError.
 // Without a replay endpoint Run just waits for ctx. It returns nil when
 // stopped by ctx or Close, once the replay socket is closed: a Publisher
 // started next can bind the same endpoint.

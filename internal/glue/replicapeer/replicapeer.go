@@ -1,0 +1,79 @@
+// Package replicapeer is the seam between a replica.Replica and the gateway that wires it
+// (gateway/replicaext): the feeds to build the prefix index and the session scorers with,
+// the cluster's shared tenant secret, and the parts to keep in step with the peers. It keeps
+// that wiring off the Replica's API, which is then what a program configures and runs.
+// Package replica installs Of at init.
+package replicapeer
+
+import (
+	"context"
+
+	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/session"
+)
+
+// Parts are the pieces of a gateway a Replica keeps in step with its peers. Every field is
+// optional; what is nil is neither published nor applied.
+type Parts struct {
+	// Index receives the prefix chains peers learnt (not reported to its own Feed). Its own
+	// inserts reach the replica only if it was built with Options.Feed = Replica.PrefixFeed().
+	Index *prefixcache.Index
+	// Router publishes its own in-flight counts and is given the sum of its live peers';
+	// its session scorers learn the placements peers made. Its own placements reach the
+	// replica only if its session table was built with SessionOptions.Feed =
+	// Replica.SessionFeed() (and the same SessionOptions.Seed = Replica.SessionSeed() on every
+	// replica, so that session hashes agree).
+	Router *routing.Router
+	// Usage exchanges per-flow usage (a flowcontrol.Queue whose policy keeps usage: VTC,
+	// LAS, turn priority), so that a tenant's share is global.
+	Usage UsageExchanger
+	// SetLimit, with GlobalLimit > 0, is given this replica's share of GlobalLimit — the
+	// limit divided by the live replicas, rounded up — each time the count of replicas
+	// changes (with flowcontrol, through Queue.Reconfigure).
+	SetLimit    func(n int)
+	GlobalLimit int
+}
+
+// UsageExchanger is what a queue offers to exchange per-flow usage; *flowcontrol.Queue is one
+// (over its policy, when that is a flowcontrol.UsageSharer).
+type UsageExchanger interface {
+	// AppendUsageDeltas appends the usage each flow accrued locally since the previous
+	// call.
+	AppendUsageDeltas(dst []flowcontrol.UsageDelta) []flowcontrol.UsageDelta
+	// ApplyUsageDeltas charges usage that other replicas accrued.
+	ApplyUsageDeltas(ds []flowcontrol.UsageDelta)
+}
+
+// Replica is a *replica.Replica as the gateway wires it.
+type Replica interface {
+	// PrefixFeed is the prefixcache.Feed to build the gateway's Index with: it buffers the
+	// chains the index learns until the next flush. Never blocks, allocates nothing in
+	// steady state.
+	PrefixFeed() prefixcache.Feed
+	// SessionFeed is the session.Feed to build the session scorers with: it buffers the
+	// placements they learn until the next flush. Never blocks, allocates nothing in steady
+	// state.
+	SessionFeed() session.Feed
+	// SessionSeed is the session-id hash key for SessionOptions.Seed: derived from the
+	// cluster name, so every replica of a cluster hashes session ids alike without
+	// configuring a secret of its own. Never 0.
+	SessionSeed() uint64
+	// SharedSecret returns the cluster's secret for turning API keys into tenant names
+	// (proxy.KeyerOptions.Secret), creating it in Redis on first use (SET NX of 32 random
+	// bytes), so that every replica names a key's tenant alike — and thus keys its sessions
+	// and fairness usage alike — without a secret file of its own. It is one round trip, at
+	// startup, bounded by ctx and Options.IOTimeout; a value in Redis that is not such a
+	// secret is an error wrapping replica.ErrBadPayload. Whoever can read Redis can then
+	// compute tenant names from API keys: give Redis the protection of the gateways'
+	// configuration, or set the secret yourself.
+	SharedSecret(ctx context.Context) ([]byte, error)
+	// Attach names the parts to keep in step. It must be called before Run.
+	Attach(p Parts) error
+}
+
+// Of returns a *replica.Replica (passed as an any: this package cannot import replica, which
+// imports it) as a Replica; it panics on anything else, a bug in the module. Installed by
+// package replica.
+var Of func(r any) Replica
