@@ -54,7 +54,7 @@ type gateway struct {
 	q      *flowcontrol.Queue
 	router *routing.Router
 	index  *prefixcache.Index      // nil with Config.NoIndex
-	ixIDs  []prefixcache.BackendID // index id of each server
+	ixIDs  []prefixcache.HolderID // index id of each server
 	tickAt time.Duration           // when the queue's tick is scheduled; -1: none
 
 	// Shared with the other replicas (nil or empty without sync):

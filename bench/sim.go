@@ -697,7 +697,7 @@ func (s *sim) registerServers(g *gateway) error {
 	if capacity == 0 && s.exact {
 		capacity = 2 * s.cfg.Profile.NumBlocks
 	}
-	g.ixIDs = make([]prefixcache.BackendID, len(s.srv))
+	g.ixIDs = make([]prefixcache.HolderID, len(s.srv))
 	for i := range s.srv {
 		id, ok := g.index.Lookup(s.srv[i].name)
 		if !ok {

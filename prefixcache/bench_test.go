@@ -94,12 +94,12 @@ func benchChain(r *rand.Rand, n int) []BlockHash {
 // benchIndex returns an index with the given number of backends, each holding
 // background pairs of random blocks, so that probes miss the CPU caches as they would in a
 // full index.
-func benchIndex(tb testing.TB, backends, background int) (*Index, []BackendID) {
+func benchIndex(tb testing.TB, backends, background int) (*Index, []HolderID) {
 	ix, err := New(Options{MaxBytes: 1 << 30})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ids := make([]BackendID, backends)
+	ids := make([]HolderID, backends)
 	for i := range ids {
 		if ids[i], err = ix.AddBackend(fmt.Sprintf("b%d", i), 1<<20); err != nil {
 			tb.Fatal(err)
@@ -300,7 +300,7 @@ func BenchmarkMatchParallel(b *testing.B) {
 	ix, ids := benchIndex(b, 64, 1<<18)
 	r := rand.New(rand.NewPCG(9, 10))
 	chains := make([][]BlockHash, 256)
-	home := func(c, k int) BackendID { return ids[(c+16*k)%len(ids)] }
+	home := func(c, k int) HolderID { return ids[(c+16*k)%len(ids)] }
 	for i := range chains {
 		chains[i] = benchChain(r, blocks)
 		for k := range 4 {

@@ -149,7 +149,7 @@ func (e *toyEngine) matched(m Medium, tokens []uint32) int {
 }
 
 // apply applies ev to backend id of ix.
-func (ev toyEvent) apply(ix *Index, id BackendID) error {
+func (ev toyEvent) apply(ix *Index, id HolderID) error {
 	switch {
 	case ev.clear:
 		return ix.ApplyCleared(id)

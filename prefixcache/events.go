@@ -94,7 +94,7 @@ type StoredBlocks struct {
 // applied) when the parent engine hash names no block the backend holds in any medium;
 // ErrUnknownBackend when id is not registered. Cost O(len(Tokens)) amortised, plus
 // O(names of a block) probes per block, which is 1 but for aliased blocks.
-func (ix *Index) ApplyStored(id BackendID, ev StoredBlocks) error {
+func (ix *Index) ApplyStored(id HolderID, ev StoredBlocks) error {
 	n := len(ev.EngineHashes)
 	switch {
 	case ev.BlockSize <= 0:
@@ -148,7 +148,7 @@ func (b *backend) parentLocked(h uint64, m Medium) (BlockHash, bool) {
 // block in another medium stays, with its own name. Unknown hashes are ignored (the engine may
 // evict blocks stored before the subscription began, or ones the index has already evicted).
 // Cost O(len(engineHashes)) amortised. It returns ErrUnknownBackend when id is not registered.
-func (ix *Index) ApplyRemovedFrom(id BackendID, medium string, engineHashes []uint64) error {
+func (ix *Index) ApplyRemovedFrom(id HolderID, medium string, engineHashes []uint64) error {
 	m := ParseMedium(medium)
 	b, err := ix.lockBackend(id)
 	if err != nil {
@@ -176,7 +176,7 @@ func (ix *Index) ApplyRemovedFrom(id BackendID, medium string, engineHashes []ui
 // CLOCK rings and the tables of its engine maps allocated, for the blocks to come). Cost O(the
 // backend's blocks and the size its engine maps have reached), independent of the index's
 // size. It returns ErrUnknownBackend if id is not registered.
-func (ix *Index) ApplyCleared(id BackendID) error {
+func (ix *Index) ApplyCleared(id HolderID) error {
 	b, err := ix.lockBackend(id)
 	if err != nil {
 		return err

@@ -94,7 +94,7 @@ func ExampleIndex() {
 		return prefixcache.HashTokens(nil, seed, tokens, 16)
 	}
 	p1, p2 := chainOf(1), chainOf(100000) // two unrelated 3-block prompts
-	for _, id := range []prefixcache.BackendID{small, big} {
+	for _, id := range []prefixcache.HolderID{small, big} {
 		_ = ix.Insert(id, p1)
 		_ = ix.Insert(id, p2) // small-gpu must evict 2 of p1's blocks to make room
 	}

@@ -30,13 +30,13 @@ type peerIndex Index
 // InsertRemote is Insert for a chain another gateway replica learnt (its Feed reported it):
 // the same effect on the index, but not reported to this index's Feed, so that replicas
 // applying each other's feeds do not echo them back. Same cost and errors as Insert.
-func (p *peerIndex) InsertRemote(id BackendID, chain []BlockHash) error {
+func (p *peerIndex) InsertRemote(id HolderID, chain []BlockHash) error {
 	return (*Index)(p).insert(id, chain, GPU)
 }
 
 // RemoveRemote is Remove for a chain another gateway replica forgot: the same effect, not
 // reported to this index's Feed. Same cost and errors as Remove.
-func (p *peerIndex) RemoveRemote(id BackendID, chain []BlockHash) error {
+func (p *peerIndex) RemoveRemote(id HolderID, chain []BlockHash) error {
 	return (*Index)(p).remove(id, chain, GPU)
 }
 

@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 )
 
-// BackendID is a backend's dense id, interned by an Index from the backend's name. Ids are
+// HolderID is a backend's dense id, interned by an Index from the backend's name. Ids are
 // small integers (0, 1, 2, ...) so that a block's holders form a bitset. A removed backend's id
 // is reused by the next AddBackend (the lowest free id is taken first), after every block of
 // the removed backend has left the index.
-type BackendID uint32
+type HolderID uint32
 
 // Sentinel errors. They are returned wrapped with context; test them with errors.Is.
 var (
@@ -188,13 +188,13 @@ type Index struct {
 	// Lock order: regMu, then a backend's mu, then one shard at a time; never two backends or
 	// two shards at once.
 	regMu sync.Mutex // guards names and bound updates
-	names map[string]BackendID
+	names map[string]HolderID
 	bound atomic.Int32 // max registered id + 1
 }
 
 // backend is one registered backend. id and name are immutable; the rest is guarded by mu.
 type backend struct {
-	id   BackendID
+	id   HolderID
 	name string
 
 	mu      sync.Mutex
@@ -241,7 +241,7 @@ func New(opts Options) (*Index, error) {
 		maxPairs: o.MaxBytes / PairBytes,
 		shards:   make([]shard, o.Shards),
 		backends: make([]atomic.Pointer[backend], o.MaxBackends),
-		names:    make(map[string]BackendID),
+		names:    make(map[string]HolderID),
 	}
 	return ix, nil
 }
@@ -254,13 +254,13 @@ func New(opts Options) (*Index, error) {
 // find an id without registering anything, use Lookup.
 //
 // The ids are the index's own: a routing.Router over this index numbers the same backends
-// its own way (routing.BackendID), so read Match's result with the index's ids only (Lookup
+// its own way (routing.HolderID), so read Match's result with the index's ids only (Lookup
 // of the backend's name gives them).
 // It returns ErrInvalidName for an empty name, ErrInvalidCapacity for a negative capacity and
 // ErrTooManyBackends when Options.MaxBackends backends are registered.
 //
 // AddBackend is O(MaxBackends) for a new name (it looks for the lowest free id).
-func (ix *Index) AddBackend(name string, capacityBlocks int) (BackendID, error) {
+func (ix *Index) AddBackend(name string, capacityBlocks int) (HolderID, error) {
 	if name == "" {
 		return 0, fmt.Errorf("%w: empty", ErrInvalidName)
 	}
@@ -283,7 +283,7 @@ func (ix *Index) AddBackend(name string, capacityBlocks int) (BackendID, error) 
 		if ix.backends[i].Load() != nil {
 			continue
 		}
-		b := &backend{id: BackendID(i), name: name}
+		b := &backend{id: HolderID(i), name: name}
 		for m := range NumMedia {
 			b.tiers[m].capacity = ix.capacityOf(m, 0)
 		}
@@ -299,7 +299,7 @@ func (ix *Index) AddBackend(name string, capacityBlocks int) (BackendID, error) 
 }
 
 // Lookup returns the id of the backend registered under name. It is O(1).
-func (ix *Index) Lookup(name string) (BackendID, bool) {
+func (ix *Index) Lookup(name string) (HolderID, bool) {
 	ix.regMu.Lock()
 	id, ok := ix.names[name]
 	ix.regMu.Unlock()
@@ -307,7 +307,7 @@ func (ix *Index) Lookup(name string) (BackendID, bool) {
 }
 
 // Name returns the name of backend id, or "" if id is not registered. It is O(1).
-func (ix *Index) Name(id BackendID) string {
+func (ix *Index) Name(id HolderID) string {
 	if b := ix.load(id); b != nil {
 		return b.name
 	}
@@ -317,7 +317,7 @@ func (ix *Index) Name(id BackendID) string {
 // SetCapacity changes backend id's GPU capacity in blocks (0 means Options.DefaultCapacity),
 // evicting its CLOCK victims down to the new capacity: SetMediumCapacity(id, GPU,
 // capacityBlocks). Cost O(evicted blocks).
-func (ix *Index) SetCapacity(id BackendID, capacityBlocks int) error {
+func (ix *Index) SetCapacity(id HolderID, capacityBlocks int) error {
 	return ix.SetMediumCapacity(id, GPU, capacityBlocks)
 }
 
@@ -331,7 +331,7 @@ func (ix *Index) SetCapacity(id BackendID, capacityBlocks int) error {
 // It returns ErrInvalidCapacity for a negative capacity or an unknown medium, ErrUnknownBackend
 // if id is not registered. It is serialised with the backend's other writers; cost O(evicted
 // blocks).
-func (ix *Index) SetMediumCapacity(id BackendID, m Medium, capacityBlocks int) error {
+func (ix *Index) SetMediumCapacity(id HolderID, m Medium, capacityBlocks int) error {
 	if capacityBlocks < 0 || m >= NumMedia {
 		return fmt.Errorf("%w: %d blocks of %v for backend %d", ErrInvalidCapacity, capacityBlocks, m, id)
 	}
@@ -365,7 +365,7 @@ func (ix *Index) capacityOf(m Medium, blocks int) int {
 
 // RemoveBackend clears backend id and unregisters it; its id becomes free for reuse. Cost
 // O(the backend's blocks). It returns ErrUnknownBackend if id is not registered.
-func (ix *Index) RemoveBackend(id BackendID) error {
+func (ix *Index) RemoveBackend(id HolderID) error {
 	ix.regMu.Lock()
 	defer ix.regMu.Unlock()
 	b, err := ix.lockBackend(id)
@@ -400,7 +400,7 @@ func (ix *Index) RemoveBackend(id BackendID) error {
 // ErrUnknownBackend if id is not registered. With Options.Feed set, a successful Insert of a
 // non-empty chain then calls Feed.Inserted with the backend's name and the chain cut to
 // MaxChainBlocks.
-func (ix *Index) Insert(id BackendID, chain []BlockHash) error {
+func (ix *Index) Insert(id HolderID, chain []BlockHash) error {
 	name, err := ix.insertNamed(id, chain, GPU)
 	if ix.feed != nil && err == nil && len(chain) > 0 {
 		ix.feed.Inserted(name, chain[:min(len(chain), ix.opts.MaxChainBlocks)])
@@ -408,13 +408,13 @@ func (ix *Index) Insert(id BackendID, chain []BlockHash) error {
 	return err
 }
 
-func (ix *Index) insert(id BackendID, chain []BlockHash, m Medium) error {
+func (ix *Index) insert(id HolderID, chain []BlockHash, m Medium) error {
 	_, err := ix.insertNamed(id, chain, m)
 	return err
 }
 
 // insertNamed inserts chain into backend id's medium m and returns the backend's name.
-func (ix *Index) insertNamed(id BackendID, chain []BlockHash, m Medium) (string, error) {
+func (ix *Index) insertNamed(id HolderID, chain []BlockHash, m Medium) (string, error) {
 	b, err := ix.lockBackend(id)
 	if err != nil {
 		return "", err
@@ -432,7 +432,7 @@ func (ix *Index) insertNamed(id BackendID, chain []BlockHash, m Medium) (string,
 // ErrUnknownBackend if id is not registered. With Options.Feed set, a successful Remove of a
 // non-empty chain then calls Feed.Removed with the backend's name and the chain cut to
 // MaxChainBlocks.
-func (ix *Index) Remove(id BackendID, chain []BlockHash) error {
+func (ix *Index) Remove(id HolderID, chain []BlockHash) error {
 	name, err := ix.removeNamed(id, chain, GPU)
 	if ix.feed != nil && err == nil && len(chain) > 0 {
 		ix.feed.Removed(name, chain[:min(len(chain), ix.opts.MaxChainBlocks)])
@@ -440,13 +440,13 @@ func (ix *Index) Remove(id BackendID, chain []BlockHash) error {
 	return err
 }
 
-func (ix *Index) remove(id BackendID, chain []BlockHash, m Medium) error {
+func (ix *Index) remove(id HolderID, chain []BlockHash, m Medium) error {
 	_, err := ix.removeNamed(id, chain, m)
 	return err
 }
 
 // removeNamed removes chain from backend id's medium m and returns the backend's name.
-func (ix *Index) removeNamed(id BackendID, chain []BlockHash, m Medium) (string, error) {
+func (ix *Index) removeNamed(id HolderID, chain []BlockHash, m Medium) (string, error) {
 	b, err := ix.lockBackend(id)
 	if err != nil {
 		return "", err
@@ -467,7 +467,7 @@ func (ix *Index) removeNamed(id BackendID, chain []BlockHash, m Medium) (string,
 	return b.name, nil
 }
 
-func (ix *Index) load(id BackendID) *backend {
+func (ix *Index) load(id HolderID) *backend {
 	if int(id) >= len(ix.backends) {
 		return nil
 	}
@@ -475,7 +475,7 @@ func (ix *Index) load(id BackendID) *backend {
 }
 
 // lockBackend returns backend id with its mu held, or ErrUnknownBackend.
-func (ix *Index) lockBackend(id BackendID) (*backend, error) {
+func (ix *Index) lockBackend(id HolderID) (*backend, error) {
 	b := ix.load(id)
 	if b == nil {
 		return nil, fmt.Errorf("%w: id %d", ErrUnknownBackend, id)

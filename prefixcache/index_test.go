@@ -19,7 +19,7 @@ func mustNew(t testing.TB, o Options) *Index {
 	return ix
 }
 
-func mustAdd(t testing.TB, ix *Index, name string, capacity int) BackendID {
+func mustAdd(t testing.TB, ix *Index, name string, capacity int) HolderID {
 	t.Helper()
 	id, err := ix.AddBackend(name, capacity)
 	if err != nil {
@@ -373,7 +373,7 @@ func TestMediumNames(t *testing.T) {
 
 func TestAllocs(t *testing.T) {
 	ix := mustNew(t, Options{})
-	ids := make([]BackendID, 64)
+	ids := make([]HolderID, 64)
 	for i := range ids {
 		ids[i] = mustAdd(t, ix, fmt.Sprint(i), 1<<12)
 	}
@@ -426,7 +426,7 @@ func TestAllocs(t *testing.T) {
 // Match must agree with the rings.
 func TestConcurrent(t *testing.T) {
 	ix := mustNew(t, Options{Shards: 4, MaxBytes: 3000 * PairBytes, MaxBackends: 80})
-	ids := make([]BackendID, 70)
+	ids := make([]HolderID, 70)
 	for i := range ids {
 		ids[i] = mustAdd(t, ix, fmt.Sprint(i), 200)
 	}
@@ -532,7 +532,7 @@ func TestBytesPerBlock(t *testing.T) {
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			ix := mustNew(t, Options{MaxBytes: 1 << 30})
-			ids := make([]BackendID, backends)
+			ids := make([]HolderID, backends)
 			for i := range ids {
 				ids[i] = mustAdd(t, ix, fmt.Sprint(i), blocks)
 			}
@@ -593,7 +593,7 @@ func TestAddBackendZeroKeepsCapacity(t *testing.T) {
 func TestMatch2(t *testing.T) {
 	for _, n := range []int{65, 70, 100, 127, 128} {
 		ix := mustNew(t, Options{Shards: 4, MaxBackends: 128})
-		ids := make([]BackendID, n)
+		ids := make([]HolderID, n)
 		for i := range ids {
 			ids[i] = mustAdd(t, ix, fmt.Sprint(i), 1000)
 		}

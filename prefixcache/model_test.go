@@ -132,7 +132,7 @@ func (r *refIndex) resolve(m Medium, blocks int) int {
 	return blocks
 }
 
-func (r *refIndex) add(name string, capacity int) (BackendID, error) {
+func (r *refIndex) add(name string, capacity int) (HolderID, error) {
 	if name == "" {
 		return 0, ErrInvalidName
 	}
@@ -142,9 +142,9 @@ func (r *refIndex) add(name string, capacity int) (BackendID, error) {
 	for i, b := range r.backends {
 		if b != nil && b.name == name {
 			if capacity == 0 { // re-adding without a capacity keeps the one it has
-				return BackendID(i), nil
+				return HolderID(i), nil
 			}
-			return BackendID(i), r.setCapacity(BackendID(i), GPU, capacity)
+			return HolderID(i), r.setCapacity(HolderID(i), GPU, capacity)
 		}
 	}
 	for i, b := range r.backends {
@@ -155,20 +155,20 @@ func (r *refIndex) add(name string, capacity int) (BackendID, error) {
 			}
 			nb.tiers[GPU].capacity = r.resolve(GPU, capacity)
 			r.backends[i] = nb
-			return BackendID(i), nil
+			return HolderID(i), nil
 		}
 	}
 	return 0, ErrTooManyBackends
 }
 
-func (r *refIndex) get(id BackendID) (*refBackend, error) {
+func (r *refIndex) get(id HolderID) (*refBackend, error) {
 	if int(id) >= len(r.backends) || r.backends[id] == nil {
 		return nil, ErrUnknownBackend
 	}
 	return r.backends[id], nil
 }
 
-func (r *refIndex) setCapacity(id BackendID, m Medium, capacity int) error {
+func (r *refIndex) setCapacity(id HolderID, m Medium, capacity int) error {
 	if capacity < 0 || m >= NumMedia {
 		return ErrInvalidCapacity
 	}
@@ -279,7 +279,7 @@ func (r *refIndex) insertLocked(b *refBackend, chain []BlockHash, m Medium, engi
 	r.evictToCapacity(t, m)
 }
 
-func (r *refIndex) insert(id BackendID, chain []BlockHash, m Medium) error {
+func (r *refIndex) insert(id HolderID, chain []BlockHash, m Medium) error {
 	b, err := r.get(id)
 	if err != nil {
 		return err
@@ -308,7 +308,7 @@ func (r *refIndex) removeLocked(b *refBackend, chain []BlockHash, m Medium, pred
 	}
 }
 
-func (r *refIndex) remove(id BackendID, chain []BlockHash, m Medium) error {
+func (r *refIndex) remove(id HolderID, chain []BlockHash, m Medium) error {
 	b, err := r.get(id)
 	if err != nil {
 		return err
@@ -317,7 +317,7 @@ func (r *refIndex) remove(id BackendID, chain []BlockHash, m Medium) error {
 	return nil
 }
 
-func (r *refIndex) clear(id BackendID) error {
+func (r *refIndex) clear(id HolderID) error {
 	b, err := r.get(id)
 	if err != nil {
 		return err
@@ -329,7 +329,7 @@ func (r *refIndex) clear(id BackendID) error {
 	return nil
 }
 
-func (r *refIndex) removeBackend(id BackendID) error {
+func (r *refIndex) removeBackend(id HolderID) error {
 	if _, err := r.get(id); err != nil {
 		return err
 	}
@@ -358,7 +358,7 @@ func (r *refIndex) match(chain []BlockHash, m Medium) []int32 {
 	return out
 }
 
-func (r *refIndex) applyStored(id BackendID, ev StoredBlocks) error {
+func (r *refIndex) applyStored(id HolderID, ev StoredBlocks) error {
 	n := len(ev.EngineHashes)
 	if ev.BlockSize <= 0 || n == 0 || len(ev.Tokens) != n*ev.BlockSize {
 		return ErrInvalidEvent
@@ -384,7 +384,7 @@ func (r *refIndex) applyStored(id BackendID, ev StoredBlocks) error {
 	return nil
 }
 
-func (r *refIndex) applyRemoved(id BackendID, medium string, hashes []uint64) error {
+func (r *refIndex) applyRemoved(id HolderID, medium string, hashes []uint64) error {
 	b, err := r.get(id)
 	if err != nil {
 		return err
@@ -406,7 +406,7 @@ func (r *refIndex) applyRemoved(id BackendID, medium string, hashes []uint64) er
 
 // snapshotRing reads the CLOCK queue of backend id's medium m and its pair bits out of the
 // index, front first.
-func (ix *Index) snapshotRing(id BackendID, m Medium) []refPair {
+func (ix *Index) snapshotRing(id HolderID, m Medium) []refPair {
 	b := ix.load(id)
 	if b == nil {
 		return nil
@@ -428,7 +428,7 @@ func (ix *Index) snapshotRing(id BackendID, m Medium) []refPair {
 }
 
 // engineNames returns the engine hashes backend id's medium m remembers, with their blocks.
-func (ix *Index) engineNames(id BackendID, m Medium) map[uint64]BlockHash {
+func (ix *Index) engineNames(id HolderID, m Medium) map[uint64]BlockHash {
 	b := ix.load(id)
 	if b == nil {
 		return nil
@@ -646,7 +646,7 @@ func (ix *Index) peek(k uint64) (hold, aux uint64) {
 // An op is one step of a model-based run.
 type op struct {
 	kind   uint8
-	id     BackendID
+	id     HolderID
 	n      int // capacity, chain choice or length
 	chain  []BlockHash
 	medium Medium
@@ -740,7 +740,7 @@ func runModel(t testing.TB, o Options, ops []op) {
 			}
 			for m := range NumMedia {
 				rt := &rb.tiers[m]
-				got := ix.snapshotRing(BackendID(id), m)
+				got := ix.snapshotRing(HolderID(id), m)
 				if !slices.Equal(got, rt.queue) && !(len(got) == 0 && len(rt.queue) == 0) {
 					t.Fatalf("step %d (op %d): backend %d %v queue\n got %v\nwant %v", step, p.kind, id, m, got, rt.queue)
 				}
@@ -748,7 +748,7 @@ func runModel(t testing.TB, o Options, ops []op) {
 				for e, u := range rt.engine {
 					want[fwdKey(e)] = u
 				}
-				if got := ix.engineNames(BackendID(id), m); !maps.Equal(got, want) {
+				if got := ix.engineNames(HolderID(id), m); !maps.Equal(got, want) {
 					t.Fatalf("step %d (op %d): backend %d %v engine hashes\n got %v\nwant %v", step, p.kind, id, m, got, want)
 				}
 				live += int64(rt.count(false))
@@ -777,13 +777,13 @@ type opGen struct {
 	backends int
 	convs    [][]uint32 // token sequences of a few conversations
 	seed     BlockHash
-	engine   map[BackendID][]uint64 // engine hashes handed out per backend
+	engine   map[HolderID][]uint64 // engine hashes handed out per backend
 	ehash    uint64
 	exact    bool // mostly KV events, in every medium
 }
 
 func newOpGen(next func(int) int, backends int) *opGen {
-	g := &opGen{next: next, backends: backends, seed: Seed("m", "", ""), engine: map[BackendID][]uint64{}}
+	g := &opGen{next: next, backends: backends, seed: Seed("m", "", ""), engine: map[HolderID][]uint64{}}
 	for c := 0; c < 6; c++ {
 		toks := make([]uint32, 4*24)
 		for i := range toks {
@@ -797,12 +797,12 @@ func newOpGen(next func(int) int, backends int) *opGen {
 	return g
 }
 
-func (g *opGen) id() BackendID {
+func (g *opGen) id() HolderID {
 	if g.next(8) == 0 {
-		return BackendID(g.next(g.backends + 2)) // sometimes unknown
+		return HolderID(g.next(g.backends + 2)) // sometimes unknown
 	}
 	if g.backends <= 64 {
-		return BackendID(g.next(g.backends))
+		return HolderID(g.next(g.backends))
 	}
 	// Favour a few low ids and a few past 64.
 	ids := []int{0, 1, 2, 3, 64, 65, 70}
@@ -810,7 +810,7 @@ func (g *opGen) id() BackendID {
 	if v >= g.backends {
 		v = g.next(g.backends)
 	}
-	return BackendID(v)
+	return HolderID(v)
 }
 
 func (g *opGen) chain() []BlockHash {
@@ -884,7 +884,7 @@ func TestModel(t *testing.T) {
 			g := newOpGen(r.IntN, 5)
 			var ops []op
 			for i := range 4 {
-				ops = append(ops, op{kind: opAdd, id: BackendID(i), n: 400})
+				ops = append(ops, op{kind: opAdd, id: HolderID(i), n: 400})
 			}
 			for range 2000 {
 				p := g.op()
@@ -911,7 +911,7 @@ func TestModel(t *testing.T) {
 			var ops []op
 			// Register a few backends up front, including ids past 64.
 			for i := range 70 {
-				ops = append(ops, op{kind: opAdd, id: BackendID(i), n: []int{0, 8, 20, 40}[i%4]})
+				ops = append(ops, op{kind: opAdd, id: HolderID(i), n: []int{0, 8, 20, 40}[i%4]})
 			}
 			for range 1200 {
 				ops = append(ops, g.op())
@@ -934,7 +934,7 @@ func TestModelExact(t *testing.T) {
 			g.exact = true
 			var ops []op
 			for i := range 3 {
-				ops = append(ops, op{kind: opAdd, id: BackendID(i), n: []int{12, 30, 0}[i]})
+				ops = append(ops, op{kind: opAdd, id: HolderID(i), n: []int{12, 30, 0}[i]})
 			}
 			for range 1500 {
 				ops = append(ops, g.op())
@@ -971,7 +971,7 @@ func FuzzOps(f *testing.F) {
 		g := newOpGen(next, 72)
 		var ops []op
 		for i := range 6 {
-			ops = append(ops, op{kind: opAdd, id: BackendID(i), n: 10})
+			ops = append(ops, op{kind: opAdd, id: HolderID(i), n: 10})
 		}
 		for pos < len(data) && len(ops) < 400 {
 			ops = append(ops, g.op())

@@ -32,7 +32,7 @@ type Stats struct {
 
 // BackendStats describes one backend.
 type BackendStats struct {
-	ID        BackendID
+	ID        HolderID
 	Name      string
 	Blocks    int64 // pairs held, over all media
 	Capacity  int   // GPU capacity, blocks

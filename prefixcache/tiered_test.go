@@ -162,20 +162,20 @@ func TestExactModeRegressions(t *testing.T) {
 		}
 		return out
 	}
-	stored := func(t *testing.T, ix *Index, id BackendID, ev StoredBlocks) {
+	stored := func(t *testing.T, ix *Index, id HolderID, ev StoredBlocks) {
 		t.Helper()
 		ev.BlockSize, ev.Seed = bs, seed
 		if err := ix.ApplyStored(id, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
-	removed := func(t *testing.T, ix *Index, id BackendID, medium string, hs ...uint64) {
+	removed := func(t *testing.T, ix *Index, id HolderID, medium string, hs ...uint64) {
 		t.Helper()
 		if err := ix.ApplyRemovedFrom(id, medium, hs); err != nil {
 			t.Fatal(err)
 		}
 	}
-	match := func(ix *Index, id BackendID, m Medium, tokens []uint32) int32 {
+	match := func(ix *Index, id HolderID, m Medium, tokens []uint32) int32 {
 		return ix.MatchMedium(nil, HashTokens(nil, seed, tokens, bs), m)[id]
 	}
 	system := toks(0, 8) // an 8-block GPU system prompt
@@ -198,7 +198,7 @@ func TestExactModeRegressions(t *testing.T) {
 	})
 	// churn stores and removes n one-block GPU prompts, as a busy engine does around a hot
 	// prefix it keeps: far more than the old engine map's 2·capacity+1024 entries.
-	churn := func(t *testing.T, ix *Index, id BackendID, n int) {
+	churn := func(t *testing.T, ix *Index, id HolderID, n int) {
 		for i := range n {
 			h := uint64(1_000_000 + i)
 			stored(t, ix, id, StoredBlocks{EngineHashes: []uint64{h}, Tokens: toks(100000+i*bs, 1)})

@@ -205,7 +205,7 @@ func excludeAllBut(r *routing.Router, name string) []routing.BackendID {
 }
 
 // A router and its prefix index number the same backends in two id spaces: routing.BackendID
-// for the router's set, prefixcache.BackendID for the index. Read the index's answers with the
+// for the router's set, prefixcache.HolderID for the index. Read the index's answers with the
 // index's ids; the backend's name, the one id both share, gives the index's (its Lookup).
 func ExampleBackendID() {
 	ix, _ := prefixcache.New(prefixcache.Options{})

@@ -24,7 +24,7 @@ import (
 // chain. It records every insert.
 type fakeIndex struct {
 	mu      sync.Mutex
-	names   map[string]prefixcache.BackendID
+	names   map[string]prefixcache.HolderID
 	held    []map[prefixcache.BlockHash]bool
 	inserts int
 	removes int
@@ -32,9 +32,9 @@ type fakeIndex struct {
 	adds    []string // "name:capacity" per AddBackend call
 }
 
-func newFakeIndex() *fakeIndex { return &fakeIndex{names: map[string]prefixcache.BackendID{}} }
+func newFakeIndex() *fakeIndex { return &fakeIndex{names: map[string]prefixcache.HolderID{}} }
 
-func (f *fakeIndex) AddBackend(name string, capacity int) (prefixcache.BackendID, error) {
+func (f *fakeIndex) AddBackend(name string, capacity int) (prefixcache.HolderID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failAdd {
@@ -44,7 +44,7 @@ func (f *fakeIndex) AddBackend(name string, capacity int) (prefixcache.BackendID
 	if id, ok := f.names[name]; ok {
 		return id, nil
 	}
-	id := prefixcache.BackendID(len(f.held))
+	id := prefixcache.HolderID(len(f.held))
 	f.names[name] = id
 	f.held = append(f.held, map[prefixcache.BlockHash]bool{})
 	return id, nil
@@ -67,7 +67,7 @@ func (f *fakeIndex) Match(dst []int32, chain []prefixcache.BlockHash) []int32 {
 	return dst
 }
 
-func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []prefixcache.BlockHash) error {
+func (f *fakeIndex) Insert(id prefixcache.HolderID, chain []prefixcache.BlockHash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inserts++
@@ -77,7 +77,7 @@ func (f *fakeIndex) Insert(id prefixcache.BackendID, chain []prefixcache.BlockHa
 	return nil
 }
 
-func (f *fakeIndex) Remove(id prefixcache.BackendID, chain []prefixcache.BlockHash) error {
+func (f *fakeIndex) Remove(id prefixcache.HolderID, chain []prefixcache.BlockHash) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removes++

@@ -16,9 +16,9 @@ func newRefIndex() *refIndex {
 	return &refIndex{engine: map[uint64]prefixcache.BlockHash{}, copies: map[uint64]int{}, held: map[prefixcache.BlockHash]bool{}}
 }
 
-func (r *refIndex) Lookup(name string) (prefixcache.BackendID, bool) { return 0, true }
+func (r *refIndex) Lookup(name string) (prefixcache.HolderID, bool) { return 0, true }
 
-func (r *refIndex) ApplyStored(_ prefixcache.BackendID, ev prefixcache.StoredBlocks) error {
+func (r *refIndex) ApplyStored(_ prefixcache.HolderID, ev prefixcache.StoredBlocks) error {
 	seed := ev.Seed
 	if ev.HasParent {
 		u, ok := r.engine[ev.Parent]
@@ -40,7 +40,7 @@ func (r *refIndex) ApplyStored(_ prefixcache.BackendID, ev prefixcache.StoredBlo
 	return nil
 }
 
-func (r *refIndex) ApplyRemovedFrom(_ prefixcache.BackendID, _ string, hs []uint64) error {
+func (r *refIndex) ApplyRemovedFrom(_ prefixcache.HolderID, _ string, hs []uint64) error {
 	for _, h := range hs {
 		if u, ok := r.engine[h]; ok {
 			if r.copies[h]--; r.copies[h] > 0 {
@@ -54,7 +54,7 @@ func (r *refIndex) ApplyRemovedFrom(_ prefixcache.BackendID, _ string, hs []uint
 	return nil
 }
 
-func (r *refIndex) ApplyCleared(prefixcache.BackendID) error {
+func (r *refIndex) ApplyCleared(prefixcache.HolderID) error {
 	clear(r.engine)
 	clear(r.copies)
 	clear(r.held)

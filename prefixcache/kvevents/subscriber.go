@@ -28,10 +28,10 @@ var quiet = log.New(io.Discard, "", 0)
 // concurrent use (the Subscriber applies each source from its own
 // goroutine).
 type Applier interface {
-	Lookup(name string) (prefixcache.BackendID, bool)
-	ApplyStored(id prefixcache.BackendID, ev prefixcache.StoredBlocks) error
-	ApplyRemovedFrom(id prefixcache.BackendID, medium string, engineHashes []uint64) error
-	ApplyCleared(id prefixcache.BackendID) error
+	Lookup(name string) (prefixcache.HolderID, bool)
+	ApplyStored(id prefixcache.HolderID, ev prefixcache.StoredBlocks) error
+	ApplyRemovedFrom(id prefixcache.HolderID, medium string, engineHashes []uint64) error
+	ApplyCleared(id prefixcache.HolderID) error
 }
 
 var _ Applier = (*prefixcache.Index)(nil)
@@ -1223,7 +1223,7 @@ func (st *stream) apply(seq uint64, payload []byte, replayed bool) {
 	}
 }
 
-func (st *stream) applyEvent(id prefixcache.BackendID, e *BlockEvent) error {
+func (st *stream) applyEvent(id prefixcache.HolderID, e *BlockEvent) error {
 	switch e.Kind {
 	case BlockStored:
 		salt := e.Salt // "" unless the chain starts here, salted

@@ -17,19 +17,19 @@ import (
 // recorder is a fake index that logs what it is asked to do.
 type recorder struct {
 	mu    sync.Mutex
-	names map[string]prefixcache.BackendID
+	names map[string]prefixcache.HolderID
 	log   []string
 }
 
 func newRecorder(names ...string) *recorder {
-	r := &recorder{names: map[string]prefixcache.BackendID{}}
+	r := &recorder{names: map[string]prefixcache.HolderID{}}
 	for i, n := range names {
-		r.names[n] = prefixcache.BackendID(i)
+		r.names[n] = prefixcache.HolderID(i)
 	}
 	return r
 }
 
-func (r *recorder) Lookup(name string) (prefixcache.BackendID, bool) {
+func (r *recorder) Lookup(name string) (prefixcache.HolderID, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id, ok := r.names[name]
@@ -42,17 +42,17 @@ func (r *recorder) add(format string, args ...any) {
 	r.log = append(r.log, fmt.Sprintf(format, args...))
 }
 
-func (r *recorder) ApplyStored(id prefixcache.BackendID, ev prefixcache.StoredBlocks) error {
+func (r *recorder) ApplyStored(id prefixcache.HolderID, ev prefixcache.StoredBlocks) error {
 	r.add("%d stored %v", id, ev.EngineHashes)
 	return nil
 }
 
-func (r *recorder) ApplyRemovedFrom(id prefixcache.BackendID, medium string, hs []uint64) error {
+func (r *recorder) ApplyRemovedFrom(id prefixcache.HolderID, medium string, hs []uint64) error {
 	r.add("%d removed %s %v", id, medium, hs)
 	return nil
 }
 
-func (r *recorder) ApplyCleared(id prefixcache.BackendID) error {
+func (r *recorder) ApplyCleared(id prefixcache.HolderID) error {
 	r.add("%d cleared", id)
 	return nil
 }

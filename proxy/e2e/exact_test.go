@@ -106,7 +106,7 @@ func TestExactModeUnderLoad(t *testing.T) {
 
 	ix := h.Index()
 	servers_ := fleet.Servers()
-	ids := make([]prefixcache.BackendID, servers)
+	ids := make([]prefixcache.HolderID, servers)
 	for i, u := range fleet.URLs() {
 		id, ok := ix.Lookup(u)
 		if !ok {

@@ -60,17 +60,17 @@ func testOptions(backends []proxy.Backend) proxy.Options {
 }
 
 // feeds holds the kvfeed of each Handler startHandler made with one.
-var feeds sync.Map // *proxy.Handler → *kvfeed.Feed
+var feeds sync.Map // *proxy.Handler → *kvfeed.Follower
 
 // withKV adds a KV-event feed to opts when a backend publishes KV events or listen is set
 // (binding it), and returns it; nil when none is needed.
-func withKV(opts *proxy.Options, listen string) *kvfeed.Feed {
+func withKV(opts *proxy.Options, listen string) *kvfeed.Follower {
 	need := listen != ""
 	for _, b := range opts.Backends {
 		need = need || b.KVEvents != "" || b.KVPod != ""
 	}
 	for _, e := range opts.Extensions {
-		if f, ok := e.(*kvfeed.Feed); ok {
+		if f, ok := e.(*kvfeed.Follower); ok {
 			return f // one already
 		}
 	}
@@ -91,7 +91,7 @@ func kvOf(h *proxy.Handler) *kvevents.Subscriber {
 	if !ok {
 		return nil
 	}
-	return f.(*kvfeed.Feed).Subscriber()
+	return f.(*kvfeed.Follower).Subscriber()
 }
 
 // startHandler serves a Handler on a loopback port, with its background work running.

@@ -63,7 +63,7 @@ func ExampleRegister() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, feed := ext.(*kvfeed.Feed)
+	_, feed := ext.(*kvfeed.Follower)
 	fmt.Println(reg.Names("extension"), feed)
 	// Output: [kv-events] true
 }

@@ -35,10 +35,10 @@ import (
 	"github.com/usher-llm/usher/proxy"
 )
 
-// Options configures a Feed.
+// Options configures a Follower.
 type Options struct {
 	// Listen, if set, is an endpoint the feed binds, to which servers with a KVPod connect
-	// (e.g. tcp://0.0.0.0:5557; see Feed.ListenAddr). Bind it where only model servers reach
+	// (e.g. tcp://0.0.0.0:5557; see Follower.ListenAddr). Bind it where only model servers reach
 	// it: whoever connects can publish.
 	Listen string
 	// Subscriber, if set, adjusts the subscriber's options (backoff, replay timeout, ...)
@@ -46,28 +46,28 @@ type Options struct {
 	Subscriber func(*kvevents.Options)
 }
 
-// Feed is the extension. Its methods are safe for concurrent use once [New] returned; the
+// Follower is the extension. Its methods are safe for concurrent use once [New] returned; the
 // Handler calls Prepare, Attach, Run and Close.
-type Feed struct {
+type Follower struct {
 	opts Options
 	sub  *kvevents.Subscriber // nil until Attach, and when no backend publishes
 }
 
-var _ proxy.Extension = (*Feed)(nil)
+var _ proxy.Extension = (*Follower)(nil)
 
 // New returns a feed with opts. A Listen that is not an endpoint like tcp://0.0.0.0:5557 is
 // an error wrapping [proxy.ErrInvalidOptions]. New binds and connects nothing: Run does.
-func New(opts Options) (*Feed, error) {
+func New(opts Options) (*Follower, error) {
 	if opts.Listen != "" && !strings.Contains(opts.Listen, "://") {
 		return nil, fmt.Errorf("%w: kv listen %q is not an endpoint like tcp://0.0.0.0:5557", proxy.ErrInvalidOptions, opts.Listen)
 	}
-	return &Feed{opts: opts}, nil
+	return &Follower{opts: opts}, nil
 }
 
 // Register adds the feed to r as the extension named "kv-events", which package gateway
 // asks for when its configuration names KV events (kv_listen, or a backend's kv_events or
 // kv_pod). Its params are {"listen": "tcp://0.0.0.0:5557"} ([Options].Listen; unknown keys
-// are an error); each use builds a new [Feed]. Registering twice is an error wrapping
+// are an error); each use builds a new [Follower]. Registering twice is an error wrapping
 // [proxy.ErrInvalidOptions].
 func Register(r *proxy.Registry) error {
 	return proxy.Register(r, "kv-events", func(p proxy.Params) (proxy.Extension, error) {
@@ -82,13 +82,13 @@ func Register(r *proxy.Registry) error {
 }
 
 // Prepare implements proxy.Extension; the feed changes no default.
-func (*Feed) Prepare(*proxy.Defaults) error { return nil }
+func (*Follower) Prepare(*proxy.Defaults) error { return nil }
 
 // Attach follows the KV-event publishers h's backends name (which [proxy.New] refuses when
 // no extension follows them): it registers their usher_kvevents_* series on h's registry
 // and builds the subscriber over them and h's index. Without any publisher and without
 // Listen it builds no subscriber.
-func (f *Feed) Attach(h *proxy.Handler) error {
+func (f *Follower) Attach(h *proxy.Handler) error {
 	pubs := proxyseam.FollowKVEvents(h)
 	names := make([]string, len(pubs))
 	for i, p := range pubs {
@@ -137,7 +137,7 @@ func (f *Feed) Attach(h *proxy.Handler) error {
 }
 
 // Run follows the publishers until ctx ends.
-func (f *Feed) Run(ctx context.Context) error {
+func (f *Follower) Run(ctx context.Context) error {
 	if f.sub == nil {
 		<-ctx.Done()
 		return ctx.Err()
@@ -146,7 +146,7 @@ func (f *Feed) Run(ctx context.Context) error {
 }
 
 // Close stops following.
-func (f *Feed) Close() error {
+func (f *Follower) Close() error {
 	if f.sub == nil {
 		return nil
 	}
@@ -159,7 +159,7 @@ func (f *Feed) Close() error {
 // series is the feed's usher_kvevents_* collector: each gather copies the subscriber's state
 // of every source into kv, whose counters never go down, and collects kv.
 type series struct {
-	f  *Feed
+	f  *Follower
 	kv *gatewaymetrics.KVEvents
 }
 
@@ -181,11 +181,11 @@ func (s series) Collect(ch chan<- prometheus.Metric) {
 
 // Subscriber returns the KV-event subscriber (its Stats, Sources, Ready), nil before Attach
 // or when no backend publishes.
-func (f *Feed) Subscriber() *kvevents.Subscriber { return f.sub }
+func (f *Follower) Subscriber() *kvevents.Subscriber { return f.sub }
 
 // ListenAddr returns the address Options.Listen is bound to, with the port resolved, once Run
 // has bound it; "" before, or without Listen.
-func (f *Feed) ListenAddr() string {
+func (f *Follower) ListenAddr() string {
 	if f.sub == nil {
 		return ""
 	}

@@ -32,12 +32,12 @@ func (m cpuMeter) report(b *testing.B) {
 // benchIndexWith returns an index with the given number of backends, each holding
 // background pairs of random blocks, so that probes miss the CPU caches as they would in a
 // full index, and feed as Options.Feed, told of the background inserts too.
-func benchIndexWith(tb testing.TB, backends, background int, feed prefixcache.Feed) (*prefixcache.Index, []prefixcache.BackendID) {
+func benchIndexWith(tb testing.TB, backends, background int, feed prefixcache.Feed) (*prefixcache.Index, []prefixcache.HolderID) {
 	ix, err := prefixcache.New(prefixcache.Options{MaxBytes: 1 << 30, Feed: feed})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ids := make([]prefixcache.BackendID, backends)
+	ids := make([]prefixcache.HolderID, backends)
 	for i := range ids {
 		if ids[i], err = ix.AddBackend(fmt.Sprintf("b%d", i), 1<<20); err != nil {
 			tb.Fatal(err)

@@ -19,7 +19,7 @@ func mustNew(t testing.TB, o prefixcache.Options) *prefixcache.Index {
 	return ix
 }
 
-func mustAdd(t testing.TB, ix *prefixcache.Index, name string, capacity int) prefixcache.BackendID {
+func mustAdd(t testing.TB, ix *prefixcache.Index, name string, capacity int) prefixcache.HolderID {
 	t.Helper()
 	id, err := ix.AddBackend(name, capacity)
 	if err != nil {
@@ -78,7 +78,7 @@ func TestInsertRemoteEqualsInsert(t *testing.T) {
 	src := mustNew(t, prefixcache.Options{Feed: fb})
 	dst := mustNew(t, prefixcache.Options{})
 	names := []string{"a", "b", "c", "d"}
-	ids := make(map[string]prefixcache.BackendID) // the replica's ids
+	ids := make(map[string]prefixcache.HolderID) // the replica's ids
 	for i, n := range names {
 		mustAdd(t, src, n, 64)
 		// The replica interns the names in another order: the ids differ.
@@ -302,7 +302,7 @@ func TestFeedAllocs(t *testing.T) {
 	}
 	fb := NewBuffer(0)
 	ix := mustNew(t, prefixcache.Options{Feed: fb})
-	ids := make([]prefixcache.BackendID, 8)
+	ids := make([]prefixcache.HolderID, 8)
 	for i := range ids {
 		ids[i] = mustAdd(t, ix, fmt.Sprint("backend-", i), 1<<12)
 	}
