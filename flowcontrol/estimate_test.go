@@ -20,13 +20,13 @@ import (
 // same interval.
 func positionQueue(t *testing.T, p flowcontrol.Policy) (*flowcontrol.Queue, time.Time, func(est time.Duration) int) {
 	t.Helper()
-	q, clk := newBareQueue(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk := newBareQueue(t, flowcontrol.Options{Policy: p, MaxInFlight: 1})
 	warmRate(q, clk)
 	if _, err := q.TryAdmit(flowcontrol.Request{Flow: "holder"}); err != nil {
 		t.Fatal(err)
 	}
 	return q, clk.Now(), func(est time.Duration) int {
-		all, ok := q.EstimateWait(0)
+		all, ok := flowcontrol.EstimateBandWait(q, 0)
 		if !ok {
 			t.Fatal("rate unknown after warming up")
 		}
@@ -99,7 +99,7 @@ func TestEstimateWaitOfPosition(t *testing.T) {
 		} else {
 			exact++
 		}
-		est, ok := q.EstimateWaitOf(flowcontrol.Request{Flow: f, Priority: r.prio, Arrival: at(r.arrival)})
+		est, ok := q.EstimateWait(flowcontrol.Request{Flow: f, Priority: r.prio, Arrival: at(r.arrival)})
 		if !ok {
 			t.Fatal("estimate unknown")
 		}
@@ -249,7 +249,7 @@ func TestEstimateWaitOfWithin(t *testing.T) {
 		{time.Second, 0, "band"},                           // the wait behind everything is longer
 		{5 * time.Second, 2500 * time.Millisecond, "band"}, // 2.5 s of it is left
 	} {
-		q, clk := newBareQueue(t, flowcontrol.Options{Policy: withinPolicy{within: c.within}, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+		q, clk := newBareQueue(t, flowcontrol.Options{Policy: withinPolicy{within: c.within}, MaxInFlight: 1})
 		first, _ := q.Enqueue(flowcontrol.Request{Flow: "vip"}) // takes the slot
 		fifo := []flowcontrol.Ticket{first}
 		for range 5 {
@@ -264,11 +264,11 @@ func TestEstimateWaitOfWithin(t *testing.T) {
 			fifo[0].Done(flowcontrol.Usage{})
 			fifo = fifo[1:]
 		}
-		band, ok := q.EstimateWait(0)
+		band, ok := flowcontrol.EstimateBandWait(q, 0)
 		if !ok {
 			t.Fatal("rate unknown")
 		}
-		est, ok := q.EstimateWaitOf(flowcontrol.Request{Flow: "other-new", Arrival: clk.Now().Add(-c.arrivedAgo)})
+		est, ok := q.EstimateWait(flowcontrol.Request{Flow: "other-new", Arrival: clk.Now().Add(-c.arrivedAgo)})
 		if !ok {
 			t.Fatalf("Within %v: estimate unknown", c.within)
 		}

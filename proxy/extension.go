@@ -27,7 +27,7 @@ type Extension interface {
 	// more than once.
 	Prepare(d *Defaults) error
 	// Attach connects the extension to the built Handler: its Index, Router, Queue,
-	// ConcurrencyLimit, Registry (to register its own collectors), Logger, and the KV-event
+	// MaxInFlight, Registry (to register its own collectors), Logger, and the KV-event
 	// publishers it follows (FollowKVEvents).
 	Attach(h *Handler) error
 	// Run does the extension's work until ctx ends, and returns ctx's error.

@@ -367,7 +367,7 @@ type Handler struct {
 	exts      []Extension
 	// kvFollowed is set by FollowKVEvents, from an extension's Attach.
 	kvFollowed atomic.Bool
-	limit      *flowcontrol.ConcurrencyLimit // the default queue's gate; nil with Options.Queue
+	limit      int // the default queue's MaxInFlight; 0 with Options.Queue
 	log        *slog.Logger
 	ids        *requestIDs
 	limits     openai.ParseLimits
@@ -629,14 +629,14 @@ func withPassiveHealth(p routing.Profile, o outlier.Options) (routing.Profile, e
 	return outlier.With(p, out, 1), nil
 }
 
-// newQueue is the queue Options.Queue nil stands for, its saturation gate (if
-// opts.Saturation is set) reading level.
-func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Queue, *flowcontrol.ConcurrencyLimit, error) {
+// newQueue is the queue Options.Queue nil stands for, with its limit on requests in flight,
+// its saturation limit (if opts.Saturation is set) reading level.
+func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Queue, int, error) {
 	policy := opts.Policy
 	if policy == nil {
 		var err error
 		if policy, err = fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: 10 * time.Second}); err != nil {
-			return nil, nil, err
+			return nil, 0, err
 		}
 	}
 	ttl := opts.TTL
@@ -648,24 +648,22 @@ func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Que
 	if limit == 0 {
 		limit = 64 * max(1, len(opts.Backends))
 	}
-	conc := &flowcontrol.ConcurrencyLimit{Limit: limit}
-	var gate flowcontrol.Gate = conc
+	var saturation []flowcontrol.Pool
 	if opts.Saturation > 0 {
 		threshold := opts.Saturation
-		gate = flowcontrol.AllGates{gate, &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{
-			Level: func() float64 { return level() / threshold },
-		}}}}
+		saturation = []flowcontrol.Pool{{Level: func() float64 { return level() / threshold }}}
 	}
 	q, err := flowcontrol.New(flowcontrol.Options{
 		Bands:        h.bands,
 		Policy:       policy,
-		Gate:         gate,
+		MaxInFlight:  limit,
+		Saturation:   saturation,
 		TTL:          ttl,
 		Capacity:     opts.QueueCapacity,
 		FlowCapacity: opts.FlowCapacity,
 		EarlyShed:    opts.EarlyShed,
 	})
-	return q, conc, err
+	return q, limit, err
 }
 
 // DefaultTransport returns the transport the Handler uses when Options.Transport is nil,
@@ -702,10 +700,10 @@ func (h *Handler) Router() *routing.Router { return h.router }
 // Index returns the Handler's prefix index.
 func (h *Handler) Index() *prefixcache.Index { return h.index }
 
-// ConcurrencyLimit returns the default queue's gate on requests in flight (its Limit is
-// MaxInFlight), for an extension that shares a cluster-wide limit among replicas (change
-// Limit inside Queue().Reconfigure); nil when Options.Queue was given.
-func (h *Handler) ConcurrencyLimit() *flowcontrol.ConcurrencyLimit { return h.limit }
+// MaxInFlight returns the default queue's limit on requests in flight as configured
+// (Options.MaxInFlight, or its default), for an extension that shares a cluster-wide limit
+// among replicas; 0 when Options.Queue was given.
+func (h *Handler) MaxInFlight() int { return h.limit }
 
 // Registry returns the registry GET /metrics serves (usher's own series, the scraper's and the
 // extensions'); add your own collectors to it.

@@ -90,24 +90,15 @@ type Parts struct {
 	// Replica.SessionFeed() (and the same SessionOptions.Seed = Replica.SessionSeed() on every
 	// replica, so that session hashes agree).
 	Router *routing.Router
-	// Usage exchanges per-flow usage (a flowcontrol.Queue whose policy keeps usage: VTC,
-	// LAS, turn priority), so that a tenant's share is global.
-	Usage UsageExchanger
+	// Queue exchanges its policy's per-flow usage, when the policy keeps usage (package
+	// fairness's VTC, LAS, turn priority, hierarchy and bounded wait), so that a tenant's
+	// share is global.
+	Queue *flowcontrol.Queue
 	// SetLimit, with GlobalLimit > 0, is given this replica's share of GlobalLimit — the
 	// limit divided by the live replicas, rounded up — each time the count of replicas
-	// changes (with flowcontrol, through Queue.Reconfigure).
+	// changes.
 	SetLimit    func(n int)
 	GlobalLimit int
-}
-
-// UsageExchanger is what a queue offers to exchange per-flow usage; *flowcontrol.Queue is one
-// (over its policy, when that is a flowcontrol.UsageSharer).
-type UsageExchanger interface {
-	// AppendUsageDeltas appends the usage each flow accrued locally since the previous
-	// call.
-	AppendUsageDeltas(dst []flowcontrol.UsageDelta) []flowcontrol.UsageDelta
-	// ApplyUsageDeltas charges usage that other replicas accrued.
-	ApplyUsageDeltas(ds []flowcontrol.UsageDelta)
 }
 
 // Stats are a Replica's counters and gauges.
@@ -387,7 +378,7 @@ type writer struct {
 	changes []byte
 	load    []byte
 	loads   []peer.Load
-	usage   []flowcontrol.UsageDelta
+	usage   []peer.UsageDelta
 	places  []placement
 	peerIDs []string
 	keys    []string
@@ -486,8 +477,8 @@ func (r *Replica) encodeChanges(w *writer) int {
 			n++
 		}
 	}
-	if r.parts.Usage != nil {
-		w.usage = r.parts.Usage.AppendUsageDeltas(w.usage[:0])
+	if r.parts.Queue != nil {
+		w.usage = peer.AppendUsage(r.parts.Queue, w.usage[:0])
 		for _, d := range w.usage {
 			if full() {
 				r.dropped.Add(1)
@@ -646,7 +637,7 @@ func (r *Replica) latestID(ctx context.Context) (string, error) {
 // applier is the read loop's reusable scratch space.
 type applier struct {
 	chain []prefixcache.BlockHash
-	usage []flowcontrol.UsageDelta
+	usage []peer.UsageDelta
 }
 
 // applyEntry applies one change-stream entry of a peer; this replica's own entries and
@@ -696,13 +687,13 @@ func (r *Replica) applyEntry(a *applier, m redis.XMessage) {
 			}
 			applied++
 		case recUsage:
-			if r.parts.Usage != nil {
+			if r.parts.Queue != nil {
 				a.usage = append(a.usage, c.usage)
 			}
 		}
 	})
 	if len(a.usage) > 0 {
-		r.parts.Usage.ApplyUsageDeltas(a.usage)
+		peer.ApplyUsage(r.parts.Queue, a.usage)
 		applied += uint64(len(a.usage))
 	}
 	r.applied.Add(applied)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
 )
@@ -68,10 +69,10 @@ func (e extension) Prepare(d *proxy.Defaults) error {
 
 func (e extension) Attach(h *proxy.Handler) error {
 	parts := replica.Parts{Index: h.Index(), Router: h.Router()}
-	if limit := h.ConcurrencyLimit(); limit != nil {
+	if limit := h.MaxInFlight(); limit > 0 {
 		q := h.Queue()
-		parts.Usage, parts.GlobalLimit = q, limit.Limit
-		parts.SetLimit = func(n int) { q.Reconfigure(func() { limit.Limit = n }) }
+		parts.Queue, parts.GlobalLimit = q, limit
+		parts.SetLimit = func(n int) { peer.SetMaxInFlight(q, n) }
 	}
 	if err := e.r.Attach(parts); err != nil {
 		return err
