@@ -413,7 +413,7 @@ type vclock struct{ now time.Time }
 
 func (c *vclock) Now() time.Time { return c.now }
 
-// NewTimer is never called: the simulator only uses the queue's asynchronous Enqueue and Tick.
+// NewTimer is never called: the simulator only uses the queue's asynchronous Enqueue and Notify.
 func (c *vclock) NewTimer(time.Duration) flowcontrol.Timer {
 	panic("bench: the virtual clock has no timers (blocking Admit is not used in simulation)")
 }

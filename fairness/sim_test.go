@@ -13,7 +13,7 @@ import (
 
 // The scenario harness: a discrete-event simulation of a gateway in front of k serving
 // slots, driving a real flowcontrol.Queue on a fake clock from one goroutine (Enqueue,
-// Tick, Ticket.Done). Everything is deterministic.
+// Notify, Ticket.Done). Everything is deterministic.
 
 var simStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 

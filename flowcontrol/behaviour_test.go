@@ -373,7 +373,7 @@ func TestTickAndEnqueueExpiry(t *testing.T) {
 			want = t0.Add(s.wantNext)
 		}
 		if !next.Equal(want) {
-			t.Errorf("step %d: Tick = %v, want %v", i, next, want)
+			t.Errorf("step %d: Notify = %v, want %v", i, next, want)
 		}
 		if got := q.Stats().Expired; got != uint64(s.expired) {
 			t.Errorf("step %d: expired %d, want %d", i, got, s.expired)
@@ -516,7 +516,7 @@ func TestCapacityHugeBytes(t *testing.T) {
 
 // TestStaleDeadlines has most waiting requests leave the queue other than by expiry
 // (cancelled, dispatched), enough for the deadline heap to compact, and checks against the
-// set of those still waiting that Tick reports the earliest remaining deadline and that each
+// set of those still waiting that Notify reports the earliest remaining deadline and that each
 // one expires at its deadline, once.
 func TestStaleDeadlines(t *testing.T) {
 	q, clk, rec := newQueue(t, flowcontrol.Options{MaxInFlight: 1, TTL: time.Hour})
@@ -585,7 +585,7 @@ func TestStaleDeadlines(t *testing.T) {
 			}
 		}
 		if !next.Equal(want) {
-			t.Fatalf("at %v: Tick = %v, want %v", now, next.Sub(t0), want.Sub(t0))
+			t.Fatalf("at %v: Notify = %v, want %v", now, next.Sub(t0), want.Sub(t0))
 		}
 	}
 	if got, want := len(expired), n/4-10+100; got != want {

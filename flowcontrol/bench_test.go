@@ -183,7 +183,7 @@ func BenchmarkAdmitParallel(b *testing.B) {
 
 // BenchmarkExpire measures one enqueue and one expiry with 10,000 requests waiting behind a
 // closed gate, deadlines staggered 1 µs apart: each op enqueues a request, advances the fake
-// clock by 1 µs and calls Tick, which expires exactly the oldest one through the deadline
+// clock by 1 µs and calls Notify, which expires exactly the oldest one through the deadline
 // heap.
 func BenchmarkExpire(b *testing.B) {
 	const n = 10_000

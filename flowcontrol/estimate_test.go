@@ -35,14 +35,14 @@ func positionQueue(t *testing.T, p flowcontrol.Policy) (*flowcontrol.Queue, time
 	}
 }
 
-// TestEstimateWaitOfPosition compares the requests EstimateWaitOf counts ahead of a request
+// TestEstimateWaitPosition compares the requests EstimateWait counts ahead of a request
 // under StrictPriority with a naive reference: every waiting request of every flow whose
 // head comes before the flow the request would be in (head priority, then arrival, then
 // enqueue order), plus the requests of its own flow if it joins behind that flow's head;
 // or the whole band once more than 64 flows are ahead. 500 requests of random priority in
 // 200 flows wait; each probe is a request of random priority in a random flow (or a new
 // one).
-func TestEstimateWaitOfPosition(t *testing.T) {
+func TestEstimateWaitPosition(t *testing.T) {
 	q, now, aheadOf := positionQueue(t, fairness.StrictPriority())
 	clk := 0 // the requests' arrivals, in µs from a second ago; the queue's clock stays still
 	at := func(us int) time.Time { return now.Add(-time.Second + time.Duration(us)*time.Microsecond) }
@@ -232,12 +232,12 @@ func (p withinPolicy) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now
 	return rk
 }
 
-// TestEstimateWaitOfWithin: for 3 s a server dispatches 10 vip requests/s (class 1) while
+// TestEstimateWaitWithin: for 3 s a server dispatches 10 vip requests/s (class 1) while
 // more keep waiting, and 5 requests of class 2 wait without ever being served; then a class
 // 2 request's estimate is its class's: 5½ intervals of at least the 3 s its class waited,
 // far above the 3.55 s the band count gives. Rank.Within caps it at the larger of what is
 // left of Within and the band count, and a cap above the estimate changes nothing.
-func TestEstimateWaitOfWithin(t *testing.T) {
+func TestEstimateWaitWithin(t *testing.T) {
 	var uncapped time.Duration
 	for _, c := range []struct {
 		within, arrivedAgo time.Duration
@@ -287,7 +287,7 @@ func TestEstimateWaitOfWithin(t *testing.T) {
 			want, _ = time.ParseDuration(c.want)
 		}
 		if est != want {
-			t.Errorf("Within %v, arrived %v ago: EstimateWaitOf = %v, want %v (band count %v, uncapped %v)", c.within, c.arrivedAgo, est, want, band, uncapped)
+			t.Errorf("Within %v, arrived %v ago: EstimateWait = %v, want %v (band count %v, uncapped %v)", c.within, c.arrivedAgo, est, want, band, uncapped)
 		}
 	}
 }

@@ -38,7 +38,7 @@ type simArrival struct {
 type simOut struct {
 	outcome    flowcontrol.Outcome
 	wait       time.Duration // from arrival to the outcome
-	est        time.Duration // EstimateWaitOf at arrival (EstimateWait's for FCFS)
+	est        time.Duration // EstimateWait at arrival
 	estOK      bool
 	ahead      int // requests waiting in bands up to its own at arrival
 	dispatches int // dispatches before its arrival
