@@ -164,9 +164,10 @@ func NewHierarchy(o HierarchyOptions) (flowcontrol.Policy, error) {
 // difference between the actual and estimated prompt (Usage). Flows are keyed by flow id
 // and band.
 //
-// A LAS shares its usage across gateway replicas (package replica): a delta is the service a flow attained on one replica
-// since the last exchange, decayed to the time of the exchange; applying it charges it as if
-// it were attained at the time it is applied (package doc, "Gateway replicas").
+// A LAS shares its usage across gateway replicas (package replica): a delta is the service a
+// flow attained on one replica since the last exchange, decayed to the time of the exchange;
+// applying it charges it as if it were attained at the time it is applied (package doc,
+// "Gateway replicas").
 //
 // How it differs from llm-d's LAS: llm-d charges the whole cost at
 // completion, so a flow with many requests in flight looks unserved until they finish;
@@ -210,12 +211,12 @@ func NewLAS(o LASOptions) (flowcontrol.Policy, error) {
 // dispatch, allocation-free. The turn is counted from what the queue observed, keyed by
 // flow id and band.
 //
-// A TurnPriority shares its usage across gateway replicas (package replica), so that a session whose turns land on
-// different gateway replicas has the same depth on all of them: a delta is the number of the
-// flow's requests completed on one replica since the last exchange; applying it counts each
-// as a turn dispatched and completed here at the time it is applied (after a reset that was
-// due), so the peer's completion also holds off the 120 s reset (package doc, "Gateway
-// replicas").
+// A TurnPriority shares its usage across gateway replicas (package replica), so that a session
+// whose turns land on different gateway replicas has the same depth on all of them: a delta is
+// the number of the flow's requests completed on one replica since the last exchange; applying
+// it counts each as a turn dispatched and completed here at the time it is applied (after a
+// reset that was due), so the peer's completion also holds off the 120 s reset (package doc,
+// "Gateway replicas").
 //
 // A TurnPriority serves one queue; it is not safe for concurrent use except through the
 // queue, which serialises its calls.
@@ -252,19 +253,19 @@ func NewTurnPriority(o TurnPriorityOptions) (flowcontrol.Policy, error) {
 // flows. O(log flows) per event, allocation-free in steady state. Flows are keyed by flow
 // id and band.
 //
-// A VTC shares its usage across gateway replicas (package replica): they exchange what each charged, so that
-// the counters — and a tenant's share — are global (package doc, "Gateway replicas"). A delta
-// is the weighted tokens a flow was charged on one replica since the last exchange; applying
-// it adds it to the flow's counter as a local charge would. Lifts stay local, with one
-// change: a flow that other replicas have charged may be backlogged there while it has
-// nothing queued here, so when it becomes backlogged here it is lifted only to (k+1)·U below
-// the smallest counter (k the band's requests in flight here, U about the largest request
+// A VTC shares its usage across gateway replicas (package replica): they exchange what each
+// charged, so that the counters — and a tenant's share — are global (package doc, "Gateway
+// replicas"). A delta is the weighted tokens a flow was charged on one replica since the last
+// exchange; applying it adds it to the flow's counter as a local charge would. Lifts stay
+// local, with one change: a flow that other replicas have charged may be backlogged there while
+// it has nothing queued here, so when it becomes backlogged here it is lifted only to (k+1)·U
+// below the smallest counter (k the band's requests in flight here, U about the largest request
 // cost lately) — the most a backlogged flow can trail — instead of to it; otherwise each
 // replica would take away, at every return, the service a tenant is owed for waiting at the
 // others (in the bench tenant-share scenario across three replicas, the light tenants' share
-// fell from 0.25 to 0.20). Such a flow starts at most (k+1)·U further behind than the
-// paper's bound allows, so the bound at most doubles for it; a flow no peer has charged is
-// lifted as before, and one VTC alone behaves exactly as before.
+// fell from 0.25 to 0.20). Such a flow starts at most (k+1)·U further behind than the paper's
+// bound allows, so the bound at most doubles for it; a flow no peer has charged is lifted as
+// before, and one VTC alone behaves exactly as before.
 //
 // A VTC serves one queue; it is not safe for concurrent use except through the queue.
 func NewVTC(o VTCOptions) (flowcontrol.Policy, error) {

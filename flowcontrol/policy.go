@@ -223,9 +223,9 @@ type Ranker interface {
 type Rank struct {
 	// Key is the flow key r's flow would have once r is enqueued: f's current key when r
 	// joins behind f's head, the key with r as head otherwise. The queue counts the
-	// requests of the flows whose keys come first (a FlowPicker, which orders flows itself,
-	// counts the whole band ahead, unless it counts for itself as fairness's bounded-wait
-	// policy does).
+	// requests of the flows whose keys come first (under a FlowPicker, which orders flows
+	// itself, the whole band counts, unless the picker counts for itself as fairness's
+	// bounded-wait policy does).
 	Key Key
 	// Class, in [1, MaxClasses], groups requests the policy treats alike — a first turn
 	// and a later turn under turn-priority — whose rate of service the queue measures
