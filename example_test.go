@@ -46,9 +46,9 @@ func Example() {
 		panic(err)
 	}
 	queue, err := flowcontrol.New(flowcontrol.Options{
-		Policy: policy,
-		Gate:   &flowcontrol.ConcurrencyLimit{Limit: 64},
-		TTL:    30 * time.Second,
+		Policy:      policy,
+		MaxInFlight: 64,
+		TTL:         30 * time.Second,
 	})
 	if err != nil {
 		panic(err)

@@ -9,10 +9,10 @@
 // Nothing is re-implemented for the simulation. Each request goes the way it goes in a gateway:
 //
 //   - Admission: a flowcontrol.Queue with the policy under test (fairness.FCFS or one of the
-//     fairness package's) and a saturation gate — by default flowcontrol.ConcurrencyLimit at
+//     fairness package's) and a saturation gate — by default flowcontrol.Options.MaxInFlight at
 //     MaxInFlight requests per server; optionally llm-d's saturation detector (mean over
-//     servers of max(queued/5, kv/0.8), stale after 200 ms) as a flowcontrol.Saturation fed by
-//     the scraper. The queue is driven through its asynchronous API (Enqueue, Tick, Notify,
+//     servers of max(queued/5, kv/0.8), stale after 200 ms) as a flowcontrol.Options.Saturation
+//     pool fed by the scraper. The queue is driven through its asynchronous API (Enqueue, Notify,
 //     Ticket.Done) with outcomes delivered to an Observer, on a virtual clock.
 //   - Routing: a routing.Router with the profile under test (by default profiles.Usher:
 //     HealthFilter, then 1.5·SessionAware + 2·TokenLoad(UsherLoadCap) + 1·DynamoCost +
@@ -67,10 +67,10 @@
 // of the concurrency limit), router, prefix index and session table. Every SyncInterval
 // (50 ms) each replica flushes what it learnt — the chains its index's prefixcache.Options.Feed
 // (a buffer, as the replica package's) heard, the placements its session scorers reported to
-// their SessionOptions.Feed, its Router.AppendInFlight, its queue's Queue.AppendUsageDeltas
+// their SessionOptions.Feed, its Router.AppendInFlight, its queue's usage deltas (peer.AppendUsage)
 // (the fairness usage each flow accrued) — and the others apply it Config.SyncLag later with
 // the index's remote insert (not fed back), SessionPlacer.LearnPlacement,
-// Router.SetPeerInFlight and Queue.ApplyUsageDeltas: the seams a replication layer (package
+// Router.SetPeerInFlight and peer.ApplyUsage: the seams a replication layer (package
 // replica) uses, exercised here in virtual time. NoSync shares nothing. In exact mode every replica's index applies every engine's KV events itself.
 //
 // # The event loop

@@ -22,7 +22,7 @@ const (
 // reproduces a peer):
 //
 //	las            fairness.NewLAS: usher's least attained service (keyed, O(log flows))
-//	las-reference  fairness.NewLASReference: llm-d's LAS, min-max normalised service and wait
+//	las-reference  llm-d's LAS (internal/refpolicy), min-max normalised service and wait
 //	turn-priority  fairness.NewTurnPriority: llm-d's turn-priority (turn + 0.05·wait)
 //	vtc            fairness.NewVTC: virtual token counters (Sheng et al.)
 //	bounded-wait   fairness.NewBoundedWait around turn-priority, W = 30 s, 5 s headroom

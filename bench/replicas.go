@@ -33,9 +33,9 @@ import (
 //     Router.Lookup gives for the name;
 //   - load: Router.AppendInFlight; each replica is given the sum of the others' latest
 //     counts with SetPeerInFlight;
-//   - fairness usage: Queue.AppendUsageDeltas, the usage each flow accrued under the replica's
+//   - fairness usage: peer.AppendUsage, the usage each flow accrued under the replica's
 //     policy since the last flush (VTC's and LAS's service, turn priority's completed turns;
-//     see fairness, "Gateway replicas"); the others apply it with Queue.ApplyUsageDeltas,
+//     see fairness, "Gateway replicas"); the others apply it with peer.ApplyUsage,
 //     which re-keys their waiting flows. A policy that keeps no usage (FCFS, the figures'
 //     policy) flushes none.
 //
@@ -138,7 +138,7 @@ type syncBatch struct {
 	hashes   []prefixcache.BlockHash // the changes' chains, back to back
 	places   []placement
 	inflight []peer.Load
-	usage    []flowcontrol.UsageDelta
+	usage    []peer.UsageDelta
 }
 
 // chainChange is one chain a replica's index inserted or removed.
@@ -176,7 +176,7 @@ func (s *sim) flush() {
 			g.placed.buf = g.placed.buf[:0]
 		}
 		b.inflight = peer.AppendLoads(g.router, b.inflight[:0])
-		b.usage = g.q.AppendUsageDeltas(b.usage[:0])
+		b.usage = peer.AppendUsage(g.q, b.usage[:0])
 		q.queue = append(q.queue, b)
 	}
 	if s.cfg.SyncLag == 0 {
@@ -233,7 +233,7 @@ func (s *sim) applySync() {
 // flows); the outcomes are settled after the event, as any other's.
 func (s *sim) applyBatch(g *gateway, b *syncBatch) {
 	if len(b.usage) > 0 {
-		g.q.ApplyUsageDeltas(b.usage)
+		peer.ApplyUsage(g.q, b.usage)
 		s.sync.usage += int64(len(b.usage))
 	}
 	off := 0

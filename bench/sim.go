@@ -26,12 +26,12 @@ type GateKind uint8
 
 const (
 	// GateConcurrency (the zero value) admits while fewer than MaxInFlight·Servers requests
-	// are in flight: flowcontrol.ConcurrencyLimit. The queue sees every completion, so the gate
+	// are in flight: flowcontrol.Options.MaxInFlight. The queue sees every completion, so the gate
 	// is exact and needs no metrics.
 	GateConcurrency GateKind = iota
 	// GateSaturation is llm-d's saturation detector on the scraped metrics: the pool's level
 	// is the mean over servers of max(queued/5, kv_util/0.8), metrics older than 200 ms count
-	// as saturated (level 1), and dispatch stops at level 1: flowcontrol.Saturation, with
+	// as saturated (level 1), and dispatch stops at level 1: flowcontrol.Options.Saturation, with
 	// Queue.Notify after every scrape. It sees dispatches only at the next scrape, as llm-d does.
 	GateSaturation
 	// GateBoth is GateConcurrency and GateSaturation together.
@@ -414,7 +414,7 @@ type vclock struct{ now time.Time }
 
 func (c *vclock) Now() time.Time { return c.now }
 
-// NewTimer is never called: the simulator only uses the queue's asynchronous Enqueue and Tick.
+// NewTimer is never called: the simulator only uses the queue's asynchronous Enqueue and Notify.
 func (c *vclock) NewTimer(time.Duration) flowcontrol.Timer {
 	panic("bench: the virtual clock has no timers (blocking Admit is not used in simulation)")
 }
@@ -634,18 +634,17 @@ func (s *sim) newGateway(k int) error {
 	c := &s.cfg
 	g := &s.gw[k]
 	g.tickAt = -1
-	gate, err := s.gate(k)
-	if err != nil {
-		return err
-	}
+	maxInFlight, sat := s.gate(k)
+	var err error
 	g.q, err = flowcontrol.New(flowcontrol.Options{
-		Policy:    c.Policy.New(),
-		Gate:      gate,
-		Clock:     &s.clock,
-		TTL:       c.TTL,
-		Capacity:  flowcontrol.Limits{Requests: c.QueueCapacity},
-		EarlyShed: c.EarlyShed,
-		Observer:  flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.notes = append(s.notes, r) }},
+		Policy:      c.Policy.New(),
+		MaxInFlight: maxInFlight,
+		Saturation:  sat,
+		Clock:       &s.clock,
+		TTL:         c.TTL,
+		Capacity:    flowcontrol.Limits{Requests: c.QueueCapacity},
+		EarlyShed:   c.EarlyShed,
+		Observer:    flowcontrol.Observer{Outcome: func(r flowcontrol.Record) { s.notes = append(s.notes, r) }},
 	})
 	if err != nil {
 		return fmt.Errorf("bench: flowcontrol: %w", err)
@@ -713,24 +712,24 @@ func (s *sim) registerServers(g *gateway) error {
 	return nil
 }
 
-// gate builds the queue's gate for gateway replica k.
-func (s *sim) gate(k int) (flowcontrol.Gate, error) {
+// gate returns the queue's saturation gate for gateway replica k: its limit on requests in
+// flight (0: none) and its saturation pools.
+func (s *sim) gate(k int) (maxInFlight int, sat []flowcontrol.Pool) {
 	n := len(s.gw)
-	conc := &flowcontrol.ConcurrencyLimit{Limit: (s.cfg.MaxInFlight*s.cfg.Servers + n - 1) / n}
-	sat := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: s.saturation}}}
+	conc := (s.cfg.MaxInFlight*s.cfg.Servers + n - 1) / n
+	llmd := []flowcontrol.Pool{{Level: s.saturation}}
 	switch s.cfg.Gate {
 	case GateConcurrency:
 		return conc, nil
 	case GateSaturation:
-		return sat, nil
+		return 0, llmd
 	case GateBoth:
-		return flowcontrol.AllGates{conc, sat}, nil
+		return conc, llmd
 	case GateUsher, GateUsherMean:
 		opts := saturation.Options{Mean: s.cfg.Gate == GateUsherMean}
-		gauge := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{Level: func() float64 { return saturation.Level(s.gw[k].router, opts) }}}}
-		return flowcontrol.AllGates{conc, gauge}, nil
+		return conc, []flowcontrol.Pool{{Level: func() float64 { return saturation.Level(s.gw[k].router, opts) }}}
 	}
-	return nil, nil
+	return 0, nil
 }
 
 // saturation is llm-d's saturation level from the last scrape: the mean over servers of
@@ -801,7 +800,7 @@ func (s *sim) loop() {
 			case evTick:
 				g := &s.gw[e.arg]
 				g.tickAt = -1
-				if next := g.q.Tick(); !next.IsZero() {
+				if next := g.q.Notify(); !next.IsZero() {
 					s.scheduleTick(e.arg, next.Sub(epoch))
 				}
 			case evKV:

@@ -84,8 +84,8 @@ func runTenantShare(t *testing.T, w *Workload, cfg Config, end time.Duration) te
 }
 
 // TestReplicasTenantShare: VTC gives the light tenants their max-min share (0.25) within
-// ±0.03 across 3 gateway replicas that share usage (Queue.AppendUsageDeltas and
-// ApplyUsageDeltas every 50 ms, applied at once, 10 ms or 200 ms late), as one gateway does; replicas
+// ±0.03 across 3 gateway replicas that share usage (peer.AppendUsage and
+// peer.ApplyUsage every 50 ms, applied at once, 10 ms or 200 ms late), as one gateway does; replicas
 // that share nothing stay further from it. FCFS, for scale, gives the light tenants far less.
 // The short version (240 s) is asserted; the scenario's full 660 s is logged with -v and is in
 // bench/README.md.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
+	"github.com/usher-llm/usher/internal/peer"
 )
 
 // driver keeps a real queue in steady state: every flow has one request waiting, a fixed
@@ -58,11 +59,11 @@ func (w *quickSetup) PickFlow(band int, flows []*flowcontrol.FlowState, now time
 	return w.picker.PickFlow(band, flows, now)
 }
 
-// quickSharer is a quickSetup around a policy that is a flowcontrol.UsageSharer, which the
+// quickSharer is a quickSetup around a policy that is a peer.UsageSharer, which the
 // wrapper must stay for the queue to exchange its usage.
 type quickSharer struct {
 	*quickSetup
-	flowcontrol.UsageSharer
+	peer.UsageSharer
 }
 
 func newDriver(tb testing.TB, p flowcontrol.Policy, flows int) *driver {
@@ -71,19 +72,19 @@ func newDriver(tb testing.TB, p flowcontrol.Policy, flows int) *driver {
 	var quick *quickSetup
 	if fp, ok := p.(flowcontrol.FlowPicker); ok {
 		quick = &quickSetup{Policy: p, picker: fp, filling: true}
-		if us, ok := p.(flowcontrol.UsageSharer); ok {
+		if us, ok := p.(peer.UsageSharer); ok {
 			p = quickSharer{quick, us}
 		} else {
 			p = quick
 		}
 	}
 	q, err := flowcontrol.New(flowcontrol.Options{
-		Policy:   p,
-		Gate:     &flowcontrol.ConcurrencyLimit{Limit: driverSlots},
-		Clock:    d.clk,
-		TTL:      24 * time.Hour,
-		Capacity: flowcontrol.Limits{Requests: flows + driverSlots + 1},
-		Observer: flowcontrol.Observer{Outcome: d.outcome},
+		Policy:      p,
+		MaxInFlight: driverSlots,
+		Clock:       d.clk,
+		TTL:         24 * time.Hour,
+		Capacity:    flowcontrol.Limits{Requests: flows + driverSlots + 1},
+		Observer:    flowcontrol.Observer{Outcome: d.outcome},
 	})
 	if err != nil {
 		tb.Fatal(err)

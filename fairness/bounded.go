@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/internal/rekey"
 )
 
@@ -58,11 +59,10 @@ type bwBand struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*boundedWait)(nil)
-	_ flowcontrol.FlowPicker  = (*boundedWait)(nil)
-	_ flowcontrol.Ranker      = (*boundedWait)(nil)
-	_ flowcontrol.Positioner  = (*boundedWait)(nil)
-	_ flowcontrol.UsageSharer = (*boundedWait)(nil)
+	_ flowcontrol.Policy     = (*boundedWait)(nil)
+	_ flowcontrol.FlowPicker = (*boundedWait)(nil)
+	_ flowcontrol.Ranker     = (*boundedWait)(nil)
+	_ peer.UsageSharer       = (*boundedWait)(nil)
 )
 
 // newBoundedWait builds the policy NewBoundedWait returns.
@@ -250,22 +250,22 @@ func (p *boundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Ti
 	return top.st.ID, true
 }
 
-// AppendUsageDeltas is the inner policy's, if it is a flowcontrol.UsageSharer; otherwise it
+// AppendUsageDeltas is the inner policy's, if it is a peer.UsageSharer; otherwise it
 // returns dst. O(the inner call).
-func (p *boundedWait) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
-	if us, ok := p.inner.(flowcontrol.UsageSharer); ok {
+func (p *boundedWait) AppendUsageDeltas(dst []peer.UsageDelta, now time.Time) []peer.UsageDelta {
+	if us, ok := p.inner.(peer.UsageSharer); ok {
 		return us.AppendUsageDeltas(dst, now)
 	}
 	return dst
 }
 
 // ApplyUsageDeltas hands other replicas' deltas to the inner policy, if it is a
-// flowcontrol.UsageSharer (otherwise it does nothing), records each flow named by a usable
+// peer.UsageSharer (otherwise it does nothing), records each flow named by a usable
 // delta as dispatched (no longer at its first turn), and re-keys the waiting flows named: the
 // queue does not, for a FlowPicker keeps its own order. O(len(ds) · log flows) plus the inner
 // call.
-func (p *boundedWait) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
-	us, ok := p.inner.(flowcontrol.UsageSharer)
+func (p *boundedWait) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
+	us, ok := p.inner.(peer.UsageSharer)
 	if !ok {
 		return
 	}
@@ -276,7 +276,7 @@ func (p *boundedWait) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Tim
 		if !usable(d) {
 			continue
 		}
-		r := flowRef{d.Flow, d.Band}
+		r := deltaRef(d)
 		p.hist.touch(r, ns).dispatched++
 		if n := p.nodes[r]; n != nil {
 			n.first = false

@@ -41,8 +41,10 @@
 //     flow at that time, through a heap, without scanning.
 //
 // So every policy here dispatches in O(log flows) without allocating, except llm-d's LAS, whose
-// min-max normalisation over all waiting flows cannot be a per-flow key: it is kept as
-// LASReference, a FlowPicker that scans the band on every dispatch (O(flows)).
+// min-max normalisation over all waiting flows cannot be a per-flow key: it is kept, off the
+// API, as a reference to compare against (the policy named "las-reference" in the gateway's
+// and the bench simulator's tables), a FlowPicker that scans the band on every dispatch
+// (O(flows)).
 //
 // # What a policy may know
 //
@@ -58,7 +60,8 @@
 //
 //   - TurnPriority: llm-d's turn-priority, exactly. Maximises cache reuse; starves newcomers,
 //     and even its own shallower sessions, at saturation.
-//   - LASReference: llm-d's LAS, exactly. O(flows) per dispatch.
+//   - llm-d's LAS, exactly, as the reference "las-reference" (not exported). O(flows) per
+//     dispatch.
 //   - LAS: the same cost and decay, ordered by decayed service alone through a time-invariant
 //     key, charged as service is observed. O(log flows).
 //   - VTC: virtual token counters (Sheng et al., OSDI 2024) in fixed point, lifted on return;
@@ -80,17 +83,17 @@
 //
 // Behind one Service, several gateway replicas each run a queue with its own policy instance,
 // and each sees only the requests dealt to it. A fair share is global only if what orders flows
-// is: VTC, LAS, LASReference, TurnPriority, Hierarchy and BoundedWait (forwarding to its inner
-// policy) are flowcontrol.UsageSharers, and package replica exchanges their usage deltas
-// (Queue.AppendUsageDeltas, Queue.ApplyUsageDeltas). FCFS, EDF, SLODeadline and RoundRobin keep
-// no usage and share nothing. Per policy, a delta for (flow, band) is:
+// is: VTC, LAS, llm-d's LAS, TurnPriority, Hierarchy and BoundedWait (forwarding to its inner
+// policy) report the usage they charged since the last exchange as deltas and apply their
+// peers', and package replica exchanges them through its queue. FCFS, EDF, SLODeadline and
+// RoundRobin keep no usage and share nothing. Per policy, a delta for (flow, band) is:
 //
 //   - VTC: the weighted tokens charged here since the last exchange, net; applied, it is added
 //     as a local charge is. The lift of a returning flow stays local, except that a flow peers
 //     have charged (which may be backlogged at a peer) is lifted only to (k+1)·U below the
 //     floor, the most a backlogged flow trails (see VTC); lifting it all the way would take
 //     from it, at each replica it returns to, the service it is owed for waiting elsewhere.
-//   - LAS, LASReference: the service attained here since the last exchange, decayed to the
+//   - LAS and llm-d's LAS: the service attained here since the last exchange, decayed to the
 //     exchange; applied, it is charged as attained then, so it decays with the rest.
 //   - TurnPriority: the number of the flow's requests completed here; applied, each counts as a
 //     turn dispatched and completed then, so a conversation is as deep on every replica once
@@ -101,7 +104,7 @@
 //     turn, so the first-turn share goes to sessions new to every replica.
 //
 // Deltas are positive: a flow whose net growth is negative keeps it for the next exchange. An
-// idle flow forgotten before its growth was reported hands it to the next AppendUsageDeltas (at
+// idle flow forgotten before its growth was reported hands it to the next report (at
 // most Memory.MaxIdle such flows; before the first call nobody listens and it is dropped).
 // Applying a delta for a flow the policy does not remember creates it idle, so peers' flows are
 // bounded by Memory like local ones; a known idle flow becomes the most recently idle. Deltas that are not finite and positive, or name a
@@ -113,12 +116,12 @@
 //
 // # Contract and complexity
 //
-// Every policy instance serves one queue. The queue serialises the calls, AppendUsageDeltas and
-// ApplyUsageDeltas included, so policies do no locking; their inspection methods (LAS.Service,
+// Every policy instance serves one queue. The queue serialises the calls, the exchange of
+// deltas included, so policies do no locking; their inspection methods (LAS.Service,
 // VTC.Counter) must be called from the goroutine operating the queue or while it is idle.
 // Keyed policies cost O(log flows) per event and dispatch and allocate nothing in steady state;
-// LASReference costs O(flows). A charge marks its flow dirty the first time since the last
-// exchange, so AppendUsageDeltas costs O(flows charged since then), never a scan of every flow
+// llm-d's LAS costs O(flows). A charge marks its flow dirty the first time since the last
+// exchange, so a report costs O(flows charged since then), never a scan of every flow
 // (the first call scans the table once; until then a policy keeps no dirty list). Current
 // figures are in bench/BENCHMARKS.md (BenchmarkPolicy).
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
-// The wait estimate (flowcontrol.Queue.EstimateWaitOf) against the realised wait, per
+// The wait estimate (flowcontrol.Queue.EstimateWait) against the realised wait, per
 // policy, on the scenario harness: multi-turn sessions in front of 8 slots.
 
 const (
@@ -23,7 +23,7 @@ const (
 type estimate struct {
 	j        *job
 	turn     int
-	est, old time.Duration // EstimateWaitOf(r), EstimateWait(band)
+	est, old time.Duration // EstimateWait(r), and the band count (see bandCounts)
 	ok, okO  bool
 }
 
@@ -43,7 +43,7 @@ type sessionLoad struct {
 // service takes 2–6 s (8 slots: 2 requests/s on average) and its prompt grows with the
 // turn. Every arrival's estimates are recorded just before it is enqueued.
 func runSessions(t testing.TB, p flowcontrol.Policy, l sessionLoad) []estimate {
-	s := newSimOptions(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: eSlots}, TTL: l.ttl})
+	s := newSimOptions(t, flowcontrol.Options{Policy: p, MaxInFlight: eSlots, TTL: l.ttl})
 	rng := rand.New(rand.NewPCG(l.seed, 7))
 	type session struct{ turn, turns int }
 	sessions := map[flowcontrol.FlowID]*session{}
@@ -78,12 +78,47 @@ func runSessions(t testing.TB, p flowcontrol.Policy, l sessionLoad) []estimate {
 	var es []estimate
 	s.arrive = func(s *sim, j *job, r flowcontrol.Request) {
 		e := estimate{j: j, turn: sessions[j.flow].turn}
-		e.est, e.ok = s.q.EstimateWaitOf(r)
-		e.old, e.okO = s.q.EstimateWait(r.Band)
+		e.est, e.ok = s.q.EstimateWait(r)
 		es = append(es, e)
 	}
 	s.run(simStart.Add(eEnd))
 	return es
+}
+
+// unranked hides a policy's Rank from the queue, which then estimates every request's wait
+// behind its whole band: the band count. Rank changes nothing else (it must not change the
+// policy's state, and only early shedding, off in runSessions, acts on it), so a run under
+// unranked dispatches exactly as one under the policy.
+type unranked struct{ flowcontrol.Policy }
+
+// unrankedPicker is unranked for a FlowPicker.
+type unrankedPicker struct {
+	flowcontrol.Policy
+	flowcontrol.FlowPicker
+}
+
+func unrank(p flowcontrol.Policy) flowcontrol.Policy {
+	if fp, ok := p.(flowcontrol.FlowPicker); ok {
+		return unrankedPicker{p, fp}
+	}
+	return unranked{p}
+}
+
+// bandCounts runs runSessions again under unrank(p) and records each arrival's estimate
+// there, the band count, as es's old estimate. It fails t if the runs differ.
+func bandCounts(t testing.TB, es []estimate, p flowcontrol.Policy, l sessionLoad) {
+	band := runSessions(t, unrank(p), l)
+	if len(band) != len(es) {
+		t.Fatalf("%d arrivals under the band count, %d under the policy", len(band), len(es))
+	}
+	for i := range es {
+		b, e := &band[i], &es[i]
+		if b.j.flow != e.j.flow || !b.j.arrival.Equal(e.j.arrival) || !b.j.dispatched.Equal(e.j.dispatched) {
+			t.Fatalf("arrival %d: %s at %v dispatched %v under the band count, %s at %v dispatched %v under the policy",
+				i, b.j.flow, b.j.arrival, b.j.dispatched, e.j.flow, e.j.arrival, e.j.dispatched)
+		}
+		e.old, e.okO = b.est, b.ok
+	}
 }
 
 // relErrors returns the relative errors |est − wait| / wait of the estimates of requests
@@ -137,13 +172,13 @@ func swingLoad(t time.Duration) float64 {
 	return 0.3
 }
 
-// TestEstimateWaitOfError measures, per policy, the estimate of each request's wait on its
-// arrival (Queue.EstimateWaitOf, early shedding off) against the wait it then had, over the
+// TestEstimateWaitError measures, per policy, the estimate of each request's wait on its
+// arrival (Queue.EstimateWait, early shedding off) against the wait it then had, over the
 // requests that waited at least 2 s (four dispatch intervals), in runSessions under
 // swingLoad with a 120 s TTL (nothing expires). It reports the median and the 90th
 // percentile of the relative error |est − wait| / wait, the signed error's 10th and 90th
 // percentiles (under- and over-estimates), and the same for the band count
-// (Queue.EstimateWait, the estimate before the policy's order was taken into account). The
+// (the estimate before the policy's order was taken into account: bandCounts). The
 // bounds, with what the estimate does not see:
 //
 //   - FCFS: the count ahead is exact; the error is the noise of the dispatch process alone
@@ -167,7 +202,7 @@ func swingLoad(t time.Duration) float64 {
 // 67%, 94%); VTC 33% and 64%; LAS 63% and 90%. Signed p90: FCFS +17%, turn-priority +42%
 // (band count +49%), bounded wait +42% (+91%), VTC +1% (+140%), LAS −15% (+170%). Over
 // three more seeds the figures stay within about ten points.
-func TestEstimateWaitOfError(t *testing.T) {
+func TestEstimateWaitError(t *testing.T) {
 	const minWait = 2 * time.Second
 	all := func(*estimate) bool { return true }
 	first := func(e *estimate) bool { return e.turn == 1 }
@@ -185,7 +220,9 @@ func TestEstimateWaitOfError(t *testing.T) {
 		{"las", 0.75, 0.95, 0, 0, true},
 	} {
 		t.Run(c.policy, func(t *testing.T) {
-			es := runSessions(t, policyByName(t, c.policy), sessionLoad{seed: 1, rate: swingLoad, peak: 0.6, maxTurns: 8, ttl: 120 * time.Second})
+			load := sessionLoad{seed: 1, rate: swingLoad, peak: 0.6, maxTurns: 8, ttl: 120 * time.Second}
+			es := runSessions(t, policyByName(t, c.policy), load)
+			bandCounts(t, es, policyByName(t, c.policy), load)
 			abs, absOld := relErrors(es, minWait, all)
 			sg, sgOld := signedErrors(es, minWait, all)
 			firstAbs, firstOld := relErrors(es, minWait, first)

@@ -17,9 +17,9 @@ func exampleQueue(p flowcontrol.Policy) (*flowcontrol.Queue, *flowcontroltest.Fa
 	start := clk.Now()
 	var tickets []flowcontrol.Ticket
 	q, err := flowcontrol.New(flowcontrol.Options{
-		Policy: p,
-		Gate:   &flowcontrol.ConcurrencyLimit{Limit: 1},
-		Clock:  clk,
+		Policy:      p,
+		MaxInFlight: 1,
+		Clock:       clk,
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			fmt.Printf("t=%3.0fs %s %s (waited %v)\n", clk.Now().Sub(start).Seconds(), r.Outcome, r.Request.Flow, r.Wait)
 			tickets = append(tickets, r.Ticket)
@@ -191,21 +191,6 @@ func ExampleEDF() {
 	// t=  0s dispatched hold (waited 0s)
 	// t=  0s dispatched urgent (waited 0s)
 	// t=  0s dispatched patient (waited 0s)
-}
-
-// llm-d's LAS as a reference: the flow with less decayed service wins unless the other's
-// head has waited much longer (0.8 on service, 0.2 on wait, both min-max normalised).
-func ExampleNewLASReference() {
-	ref, _ := fairness.NewLASReference(fairness.LASReferenceOptions{})
-	q, clk, tickets := exampleQueue(ref)
-	q.Enqueue(flowcontrol.Request{Flow: "heavy"})
-	q.Enqueue(flowcontrol.Request{Flow: "heavy"})
-	clk.Advance(5 * time.Second)
-	q.Enqueue(flowcontrol.Request{Flow: "light"})
-	(*tickets)[0].Done(flowcontrol.Usage{PromptTokens: 4000, OutputTokens: 500})
-	// Output:
-	// t=  0s dispatched heavy (waited 0s)
-	// t=  5s dispatched light (waited 0s)
 }
 
 // SLODeadline orders by arrival + a time-to-first-token target, here tighter for

@@ -24,3 +24,19 @@ func Counter(p flowcontrol.Policy, id flowcontrol.FlowID, band int) (float64, bo
 	}
 	return 0, false
 }
+
+// TenantBeforeSlash is the default HierarchyOptions.Tenant.
+func TenantBeforeSlash(id flowcontrol.FlowID) flowcontrol.FlowID { return tenantBeforeSlash(id) }
+
+// LASReferenceOptions configures NewLASReference.
+type LASReferenceOptions = lasReferenceOptions
+
+// NewLASReference returns llm-d's LAS (see lasReference), or an error wrapping
+// ErrInvalidOptions.
+func NewLASReference(o LASReferenceOptions) (flowcontrol.Policy, error) {
+	p, err := newLASReference(o)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/internal/rekey"
 )
 
@@ -39,19 +40,19 @@ type hierarchyPolicy struct {
 	pool    nodePool
 	seq     uint64
 	scratch flowcontrol.Event
-	tds     []flowcontrol.UsageDelta // ApplyUsageDeltas' scratch: the tenant-level deltas
-	sds     []flowcontrol.UsageDelta // and the session-level ones
+	tds     []peer.UsageDelta // ApplyUsageDeltas' scratch: the tenant-level deltas
+	sds     []peer.UsageDelta // and the session-level ones
 }
 
 var (
-	_ flowcontrol.Policy      = (*hierarchyPolicy)(nil)
-	_ flowcontrol.FlowPicker  = (*hierarchyPolicy)(nil)
-	_ flowcontrol.UsageSharer = (*hierarchyPolicy)(nil)
+	_ flowcontrol.Policy     = (*hierarchyPolicy)(nil)
+	_ flowcontrol.FlowPicker = (*hierarchyPolicy)(nil)
+	_ peer.UsageSharer       = (*hierarchyPolicy)(nil)
 )
 
-// TenantBeforeSlash is the default HierarchyOptions.Tenant: the part of id before its first
+// tenantBeforeSlash is the default HierarchyOptions.Tenant: the part of id before its first
 // "/", or id itself. O(len(id)); it does not allocate.
-func TenantBeforeSlash(id flowcontrol.FlowID) flowcontrol.FlowID {
+func tenantBeforeSlash(id flowcontrol.FlowID) flowcontrol.FlowID {
 	t, _, _ := strings.Cut(string(id), "/")
 	return flowcontrol.FlowID(t)
 }
@@ -75,7 +76,7 @@ func newHierarchy(o HierarchyOptions) (*hierarchyPolicy, error) {
 		}
 	}
 	if o.Tenant == nil {
-		o.Tenant = TenantBeforeSlash
+		o.Tenant = tenantBeforeSlash
 	}
 	return &hierarchyPolicy{
 		tenants: o.Tenants, sessions: o.Sessions, tenantOf: o.Tenant,
@@ -235,13 +236,13 @@ func (p *hierarchyPolicy) PickFlow(band int, _ []*flowcontrol.FlowState, now tim
 
 // AppendUsageDeltas appends the Tenants policy's deltas (those naming a tenant id), then the
 // Sessions policy's (those naming a flow that is not a tenant id), for each level policy that
-// is a flowcontrol.UsageSharer. O(the level calls).
-func (p *hierarchyPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
-	if us, ok := p.tenants.(flowcontrol.UsageSharer); ok {
+// is a peer.UsageSharer. O(the level calls).
+func (p *hierarchyPolicy) AppendUsageDeltas(dst []peer.UsageDelta, now time.Time) []peer.UsageDelta {
+	if us, ok := p.tenants.(peer.UsageSharer); ok {
 		n := len(dst)
 		dst = p.keep(us.AppendUsageDeltas(dst, now), n, true)
 	}
-	if us, ok := p.sessions.(flowcontrol.UsageSharer); ok {
+	if us, ok := p.sessions.(peer.UsageSharer); ok {
 		n := len(dst)
 		dst = p.keep(us.AppendUsageDeltas(dst, now), n, false)
 	}
@@ -250,10 +251,10 @@ func (p *hierarchyPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now ti
 
 // keep filters the deltas of ds from index n on, in place, to those whose flow id is a tenant
 // id (tenants) or is not (sessions). O(len(ds) − n).
-func (p *hierarchyPolicy) keep(ds []flowcontrol.UsageDelta, n int, tenants bool) []flowcontrol.UsageDelta {
+func (p *hierarchyPolicy) keep(ds []peer.UsageDelta, n int, tenants bool) []peer.UsageDelta {
 	out := ds[:n]
 	for _, d := range ds[n:] {
-		if (p.tenantOf(d.Flow) == d.Flow) == tenants {
+		if (p.isTenant(d.Flow)) == tenants {
 			out = append(out, d)
 		}
 	}
@@ -262,39 +263,46 @@ func (p *hierarchyPolicy) keep(ds []flowcontrol.UsageDelta, n int, tenants bool)
 }
 
 // ApplyUsageDeltas splits other replicas' deltas by level — a flow id that is its own tenant
-// names a tenant — hands each level's to its policy (if a flowcontrol.UsageSharer), and
+// names a tenant — hands each level's to its policy (if a peer.UsageSharer), and
 // re-keys the waiting sessions and tenants named. Unusable deltas (not finite and positive,
 // a negative band) are dropped. O(len(ds) · (log tenants + log sessions)) plus the level calls.
-func (p *hierarchyPolicy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *hierarchyPolicy) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
 	tds, sds := p.tds[:0], p.sds[:0]
 	for k := range ds {
 		if d := &ds[k]; usable(d) {
-			if p.tenantOf(d.Flow) == d.Flow {
+			if p.isTenant(d.Flow) {
 				tds = append(tds, *d)
 			} else {
 				sds = append(sds, *d)
 			}
 		}
 	}
-	if us, ok := p.tenants.(flowcontrol.UsageSharer); ok && len(tds) > 0 {
+	if us, ok := p.tenants.(peer.UsageSharer); ok && len(tds) > 0 {
 		us.ApplyUsageDeltas(tds, now)
 	}
-	if us, ok := p.sessions.(flowcontrol.UsageSharer); ok && len(sds) > 0 {
+	if us, ok := p.sessions.(peer.UsageSharer); ok && len(sds) > 0 {
 		us.ApplyUsageDeltas(sds, now)
 	}
 	for _, d := range sds {
-		if n := p.nodes[flowRef{d.Flow, d.Band}]; n != nil {
+		if n := p.nodes[deltaRef(&d)]; n != nil {
 			p.keySession(n, now)
 			p.setHead(n.parent)
 			p.keyTenant(n.parent, now)
 		}
 	}
 	for _, d := range tds {
-		if t := p.tnodes[flowRef{d.Flow, d.Band}]; t != nil && t.st.Queued > 0 {
+		if t := p.tnodes[deltaRef(&d)]; t != nil && t.st.Queued > 0 {
 			p.keyTenant(t, now)
 		}
 	}
 	clear(tds) // let go of the flow ids
 	clear(sds)
 	p.tds, p.sds = tds[:0], sds[:0]
+}
+
+// isTenant reports whether the flow id of another replica's delta names a tenant: it is its
+// own tenant.
+func (p *hierarchyPolicy) isTenant(flow string) bool {
+	id := flowcontrol.FlowID(flow)
+	return p.tenantOf(id) == id
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
+	"github.com/usher-llm/usher/internal/refpolicy"
 )
 
 // LASOptions configures NewLAS. The zero value uses llm-d's cost weights and half-life.
@@ -50,9 +52,9 @@ type lasState struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*lasPolicy)(nil)
-	_ flowcontrol.Ranker      = (*lasPolicy)(nil)
-	_ flowcontrol.UsageSharer = (*lasPolicy)(nil)
+	_ flowcontrol.Policy = (*lasPolicy)(nil)
+	_ flowcontrol.Ranker = (*lasPolicy)(nil)
+	_ peer.UsageSharer   = (*lasPolicy)(nil)
 )
 
 // newLAS builds the policy NewLAS returns.
@@ -136,7 +138,7 @@ func (p *lasPolicy) grow(s *lasState, i int32, c float64, now int64) {
 // AppendUsageDeltas appends, for every flow charged since the previous call, the service it
 // attained here since then, decayed to now, and forgets it (a flow whose corrections
 // outweigh its service carries the difference into the next call). O(flows charged).
-func (p *lasPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+func (p *lasPolicy) AppendUsageDeltas(dst []peer.UsageDelta, now time.Time) []peer.UsageDelta {
 	ns := now.UnixNano()
 	return p.flows.report(dst, func(grown float64, s *lasState) float64 { return decayed(grown, s.grownAt, ns, p.h) })
 }
@@ -145,14 +147,14 @@ func (p *lasPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Tim
 // Observe charges local service but without reporting it back; a flow this policy does not
 // remember is created idle, within Memory. Deltas that are not finite and positive, or
 // name a negative band, are ignored. The queue re-keys the waiting flows named. O(len(ds)).
-func (p *lasPolicy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *lasPolicy) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
 	ns := now.UnixNano()
 	if p.epoch == 0 {
 		p.epoch = ns
 	}
 	for k := range ds {
 		if d := &ds[k]; usable(d) {
-			p.charge(p.flows.touch(flowRef{d.Flow, d.Band}, ns), d.Amount, ns)
+			p.charge(p.flows.touch(deltaRef(d), ns), d.Amount, ns)
 		}
 	}
 }
@@ -188,8 +190,8 @@ func (p *lasPolicy) Observe(e *flowcontrol.Event) {
 	p.flows.settle(e.Flow, now)
 }
 
-// LASReferenceOptions configures NewLASReference. The zero value is llm-d's default.
-type LASReferenceOptions struct {
+// lasReferenceOptions configures newLASReference. The zero value is llm-d's default.
+type lasReferenceOptions struct {
 	// HalfLife is the time in which attained service halves; zero means 60 s.
 	HalfLife time.Duration
 	// PromptWeight and OutputWeight price a token of prompt and of output; zero means 1
@@ -208,7 +210,32 @@ type lasRefState struct {
 	grownAt int64 // unix ns at which the slot's unreported growth is valued
 }
 
-// lASReference is the policy NewLASReference returns.
+// lasReference is llm-d's least-attained-service fairness (its flow-control default),
+// reproduced exactly as a reference, off the API: internal/refpolicy hands it to the policy
+// tables of internal/glue/builtin ("las-reference"). Each completed request costs prompt
+// tokens + 2 × completion tokens, charged at completion; a flow's service decays by
+// 2^−elapsed/60 s; the waiting flow with the highest
+//
+//	score = 0.8 · (1 − normalised service) + 0.2 · normalised head wait
+//
+// goes next, both terms min-max normalised over the flows waiting in the band (a term whose
+// values are all equal normalises to 0). Ties go to the longer head wait, then the smaller
+// flow id. Flows idle for 3600 s are forgotten. Requests of a flow go in arrival order.
+//
+// Its promise is llm-d's: light flows overtake heavy ones, tempered by wait. Because the
+// normalisation spans every waiting flow, the order cannot be a per-flow key: it is a
+// FlowPicker that scans every waiting flow of the band on each pick, computing a decayed
+// service (one exp2) and a map look-up per flow. Cost: O(flows in the band) per pick, with a
+// cache miss per flow once the flows outgrow the cache, allocation-free. With the queue's
+// built-in limits (Options.MaxInFlight, Saturation), which answer per band, the queue asks
+// for a pick only when the band can dispatch, so a dispatch costs one scan; with only an
+// Options.Gate every enqueue and completion still costs a scan. BenchmarkPolicy measures it
+// against LAS (bench/BENCHMARKS.md); LAS is the O(log flows) form.
+//
+// It is a peer.UsageSharer with LAS's semantics: a delta is the cost completed on one
+// replica since the last exchange, decayed to the exchange; applying it charges it as if
+// completed then. It serves one queue; it is not safe for concurrent use except through the
+// queue.
 type lasReference struct {
 	wp, wo, ws, ww float64
 	h              float64
@@ -217,13 +244,23 @@ type lasReference struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*lasReference)(nil)
-	_ flowcontrol.FlowPicker  = (*lasReference)(nil)
-	_ flowcontrol.UsageSharer = (*lasReference)(nil)
+	_ flowcontrol.Policy     = (*lasReference)(nil)
+	_ flowcontrol.FlowPicker = (*lasReference)(nil)
+	_ peer.UsageSharer       = (*lasReference)(nil)
 )
 
-// newLASReference builds the policy NewLASReference returns.
-func newLASReference(o LASReferenceOptions) (*lasReference, error) {
+func init() {
+	refpolicy.LAS = func() any {
+		p, err := newLASReference(lasReferenceOptions{})
+		if err != nil {
+			panic("fairness: " + err.Error()) // the defaults are valid
+		}
+		return p
+	}
+}
+
+// newLASReference returns llm-d's LAS, or an error wrapping ErrInvalidOptions.
+func newLASReference(o lasReferenceOptions) (*lasReference, error) {
 	lo := LASOptions{HalfLife: o.HalfLife, PromptWeight: o.PromptWeight, OutputWeight: o.OutputWeight, Memory: o.Memory}
 	m, err := lo.resolve()
 	if err != nil {
@@ -278,18 +315,18 @@ func (p *lasReference) Observe(e *flowcontrol.Event) {
 
 // AppendUsageDeltas appends, for every flow that completed work since the previous call,
 // its cost completed here since then, decayed to now, and forgets it. O(flows charged).
-func (p *lasReference) AppendUsageDeltas(dst []flowcontrol.UsageDelta, now time.Time) []flowcontrol.UsageDelta {
+func (p *lasReference) AppendUsageDeltas(dst []peer.UsageDelta, now time.Time) []peer.UsageDelta {
 	ns := now.UnixNano()
 	return p.flows.report(dst, func(grown float64, s *lasRefState) float64 { return decayed(grown, s.grownAt, ns, p.h) })
 }
 
 // ApplyUsageDeltas charges other replicas' completed cost as completed now; see
 // LAS.ApplyUsageDeltas. No re-keying is needed: every pick scans. O(len(ds)).
-func (p *lasReference) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *lasReference) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
 	ns := now.UnixNano()
 	for k := range ds {
 		if d := &ds[k]; usable(d) {
-			s := p.flows.touch(flowRef{d.Flow, d.Band}, ns)
+			s := p.flows.touch(deltaRef(d), ns)
 			s.service = p.service(s, ns) + d.Amount
 			s.at = ns
 		}

@@ -56,12 +56,12 @@ import (
 // keys, so that the first-turn share can see the whole band; promotion is a key validity
 // limit (the inner key is valid until the head reaches age P). O(log flows) per event and
 // dispatch, allocation-free in steady state. FlowKey gives the same keys for use inside a
-// Hierarchy (without the first-turn share). It is a flowcontrol.Ranker and Positioner, for
-// the queue's wait estimate: the inner policy's classes and keys, its own count of what is
-// ahead, and the promotion as a cap.
+// Hierarchy (without the first-turn share). It is a flowcontrol.Ranker that counts what is
+// ahead itself, for the queue's wait estimate: the inner policy's classes and keys, its own
+// count of what is ahead, and the promotion as a cap.
 //
-// It is a flowcontrol.UsageSharer that forwards to the inner policy when that is one (and
-// shares nothing otherwise): its own order — promotion by age, deadlines — needs no history.
+// Across gateway replicas (package replica) it shares the inner policy's usage when that
+// policy shares usage (and shares nothing otherwise): its own order — promotion by age, deadlines — needs no history.
 // A peer's delta also tells it that the flow was dispatched somewhere, so that a session whose
 // first turn went to another gateway replica is not a first turn here. A BoundedWait serves
 // one queue; it is not safe for concurrent use except through the queue.
@@ -122,11 +122,12 @@ func RoundRobin() flowcontrol.Policy {
 // per tenant and per session only while they have work queued or in flight; the level
 // policies keep their own bounded history.
 //
-// It is a flowcontrol.UsageSharer that shares both levels, for those of its policies that
-// are UsageSharers themselves: the Tenants policy's deltas name tenants ("acme"), the
+// Across gateway replicas (package replica; see "Gateway replicas" in the package
+// documentation) it shares both levels, for those of its policies that share usage
+// themselves: the Tenants policy's deltas name tenants ("acme"), the
 // Sessions policy's name flows ("acme/chat-42"), and a delta is told apart on arrival by
 // whether its flow id is a tenant's (Tenant(id) == id). So the Tenant function must map a
-// tenant id to itself, as TenantBeforeSlash does; a tenant-level delta whose id does not, and
+// tenant id to itself, as the default does; a tenant-level delta whose id does not, and
 // the session-level delta of a flow whose id is its own tenant's (a flow without "/"), are
 // not sent: such a flow shares its tenant's usage, not its own standing among the tenant's
 // sessions. Applying re-keys both levels of the flows named.
@@ -134,44 +135,6 @@ func RoundRobin() flowcontrol.Policy {
 // A Hierarchy serves one queue; it is not safe for concurrent use except through the queue.
 func NewHierarchy(o HierarchyOptions) (flowcontrol.Policy, error) {
 	p, err := newHierarchy(o)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// NewLASReference returns llm-d's LAS, or an error wrapping ErrInvalidOptions.
-//
-// LASReference is llm-d's least-attained-service fairness (its flow-control default),
-// reproduced exactly as a reference: each completed request costs prompt tokens + 2 ×
-// completion tokens, charged at completion; a flow's service decays by 2^−elapsed/60 s;
-// the waiting flow with the highest
-//
-//	score = 0.8 · (1 − normalised service) + 0.2 · normalised head wait
-//
-// goes next, both terms min-max normalised over the flows waiting in the band (a term whose
-// values are all equal normalises to 0). Ties go to the longer head wait, then the smaller
-// flow id. Flows idle for 3600 s are forgotten. Requests of a flow go in arrival order.
-//
-// Its promise is llm-d's: light flows overtake heavy ones, tempered by wait. Because the
-// normalisation spans every waiting flow, the order cannot be a per-flow key: it is a
-// FlowPicker that scans every waiting flow of the band on each pick, computing a decayed
-// service (one exp2) and a map look-up per flow. Cost: O(flows in the band) per pick, with a
-// cache miss per flow once the flows outgrow the cache, allocation-free. With a gate that
-// answers per band (a flowcontrol.BandGate such as ConcurrencyLimit or Saturation) the queue
-// asks for a pick only when the band can dispatch, so a dispatch costs one scan; with a
-// GateFunc every enqueue and completion still costs a scan. BenchmarkPolicy measures it
-// against LAS (bench/BENCHMARKS.md). Use LAS
-// for the O(log flows) form.
-//
-// A LASReference is a flowcontrol.UsageSharer with LAS's semantics: a delta is the cost
-// completed on one replica since the last exchange, decayed to the exchange; applying it
-// charges it as if completed then.
-//
-// A LASReference serves one queue; it is not safe for concurrent use except through the
-// queue.
-func NewLASReference(o LASReferenceOptions) (flowcontrol.Policy, error) {
-	p, err := newLASReference(o)
 	if err != nil {
 		return nil, err
 	}
@@ -201,11 +164,12 @@ func NewLASReference(o LASReferenceOptions) (flowcontrol.Policy, error) {
 // difference between the actual and estimated prompt (Usage). Flows are keyed by flow id
 // and band.
 //
-// A LAS is a flowcontrol.UsageSharer: a delta is the service a flow attained on one replica
-// since the last exchange, decayed to the time of the exchange; applying it charges it as if
-// it were attained at the time it is applied (package doc, "Gateway replicas").
+// A LAS shares its usage across gateway replicas (package replica): a delta is the service a
+// flow attained on one replica since the last exchange, decayed to the time of the exchange;
+// applying it charges it as if it were attained at the time it is applied (package doc,
+// "Gateway replicas").
 //
-// How it differs from llm-d's LAS (LASReference): llm-d charges the whole cost at
+// How it differs from llm-d's LAS: llm-d charges the whole cost at
 // completion, so a flow with many requests in flight looks unserved until they finish;
 // llm-d blends service with head wait (0.8/0.2) after min-max normalising both over the
 // waiting flows, which makes the order depend on who else waits and costs O(flows) per
@@ -247,12 +211,12 @@ func NewLAS(o LASOptions) (flowcontrol.Policy, error) {
 // dispatch, allocation-free. The turn is counted from what the queue observed, keyed by
 // flow id and band.
 //
-// A TurnPriority is a flowcontrol.UsageSharer, so that a session whose turns land on
-// different gateway replicas has the same depth on all of them: a delta is the number of the
-// flow's requests completed on one replica since the last exchange; applying it counts each
-// as a turn dispatched and completed here at the time it is applied (after a reset that was
-// due), so the peer's completion also holds off the 120 s reset (package doc, "Gateway
-// replicas").
+// A TurnPriority shares its usage across gateway replicas (package replica), so that a session
+// whose turns land on different gateway replicas has the same depth on all of them: a delta is
+// the number of the flow's requests completed on one replica since the last exchange; applying
+// it counts each as a turn dispatched and completed here at the time it is applied (after a
+// reset that was due), so the peer's completion also holds off the 120 s reset (package doc,
+// "Gateway replicas").
 //
 // A TurnPriority serves one queue; it is not safe for concurrent use except through the
 // queue, which serialises its calls.
@@ -289,19 +253,19 @@ func NewTurnPriority(o TurnPriorityOptions) (flowcontrol.Policy, error) {
 // flows. O(log flows) per event, allocation-free in steady state. Flows are keyed by flow
 // id and band.
 //
-// A VTC is a flowcontrol.UsageSharer: gateway replicas exchange what each charged, so that
-// the counters — and a tenant's share — are global (package doc, "Gateway replicas"). A delta
-// is the weighted tokens a flow was charged on one replica since the last exchange; applying
-// it adds it to the flow's counter as a local charge would. Lifts stay local, with one
-// change: a flow that other replicas have charged may be backlogged there while it has
-// nothing queued here, so when it becomes backlogged here it is lifted only to (k+1)·U below
-// the smallest counter (k the band's requests in flight here, U about the largest request
+// A VTC shares its usage across gateway replicas (package replica): they exchange what each
+// charged, so that the counters — and a tenant's share — are global (package doc, "Gateway
+// replicas"). A delta is the weighted tokens a flow was charged on one replica since the last
+// exchange; applying it adds it to the flow's counter as a local charge would. Lifts stay
+// local, with one change: a flow that other replicas have charged may be backlogged there while
+// it has nothing queued here, so when it becomes backlogged here it is lifted only to (k+1)·U
+// below the smallest counter (k the band's requests in flight here, U about the largest request
 // cost lately) — the most a backlogged flow can trail — instead of to it; otherwise each
 // replica would take away, at every return, the service a tenant is owed for waiting at the
 // others (in the bench tenant-share scenario across three replicas, the light tenants' share
-// fell from 0.25 to 0.20). Such a flow starts at most (k+1)·U further behind than the
-// paper's bound allows, so the bound at most doubles for it; a flow no peer has charged is
-// lifted as before, and one VTC alone behaves exactly as before.
+// fell from 0.25 to 0.20). Such a flow starts at most (k+1)·U further behind than the paper's
+// bound allows, so the bound at most doubles for it; a flow no peer has charged is lifted as
+// before, and one VTC alone behaves exactly as before.
 //
 // A VTC serves one queue; it is not safe for concurrent use except through the queue.
 func NewVTC(o VTCOptions) (flowcontrol.Policy, error) {

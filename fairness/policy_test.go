@@ -329,7 +329,7 @@ func TestRoundRobinOrder(t *testing.T) {
 	var order []flowcontrol.FlowID
 	var tickets []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Policy: fairness.RoundRobin(), Clock: clk, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1},
+		Policy: fairness.RoundRobin(), Clock: clk, MaxInFlight: 1,
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			order = append(order, r.Request.Flow)
 			tickets = append(tickets, r.Ticket)
@@ -382,7 +382,7 @@ func TestHierarchyTenantsBeforeSessions(t *testing.T) {
 	var order []string
 	var tickets []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Policy: h, Clock: clk, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1},
+		Policy: h, Clock: clk, MaxInFlight: 1,
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			order = append(order, string(fairness.TenantBeforeSlash(r.Request.Flow)))
 			tickets = append(tickets, r.Ticket)

@@ -116,7 +116,7 @@ func runNewcomers(t testing.TB, p flowcontrol.Policy) newcomerResult {
 // runNewcomersShed is runNewcomers with the queue's early shedding configured by es; a
 // deep request refused on arrival is retried a second later.
 func runNewcomersShed(t testing.TB, p flowcontrol.Policy, es flowcontrol.EarlyShed) newcomerResult {
-	s := newSimOptions(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: aSlots}, TTL: 60 * time.Second, EarlyShed: es})
+	s := newSimOptions(t, flowcontrol.Options{Policy: p, MaxInFlight: aSlots, TTL: 60 * time.Second, EarlyShed: es})
 	deepJob := func(i int) *job {
 		return &job{flow: flowcontrol.FlowID(fmt.Sprintf("deep-%02d", i)), class: "deep", prompt: 4000, output: 200, service: deepService(i)}
 	}

@@ -13,7 +13,7 @@ import (
 
 // The scenario harness: a discrete-event simulation of a gateway in front of k serving
 // slots, driving a real flowcontrol.Queue on a fake clock from one goroutine (Enqueue,
-// Tick, Ticket.Done). Everything is deterministic.
+// Notify, Ticket.Done). Everything is deterministic.
 
 var simStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -80,7 +80,7 @@ type sim struct {
 }
 
 func newSim(t testing.TB, p flowcontrol.Policy, slots int) *sim {
-	return newSimOptions(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: slots}, TTL: 60 * time.Second})
+	return newSimOptions(t, flowcontrol.Options{Policy: p, MaxInFlight: slots, TTL: 60 * time.Second})
 }
 
 // newSimOptions is newSim with the queue's options; Clock, Capacity (unless set) and
@@ -151,7 +151,7 @@ func (s *sim) run(end time.Time) {
 		}
 		if at.IsZero() || at.After(end) {
 			s.clk.Set(end)
-			s.next = s.q.Tick()
+			s.next = s.q.Notify()
 			s.drain()
 			return
 		}
@@ -159,7 +159,7 @@ func (s *sim) run(end time.Time) {
 		if len(s.events) > 0 && s.events[0].at.Equal(at) {
 			s.step(heap.Pop(&s.events).(simEvent))
 		}
-		s.next = s.q.Tick()
+		s.next = s.q.Notify()
 		s.drain()
 	}
 }

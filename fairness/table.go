@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
 )
 
 // flowRef names one queue flow: the gateway's flow id in one band.
@@ -44,7 +45,7 @@ type goneFlow[S any] struct {
 // not allocate. Pointers returned by use, useAt, touch and get are valid until the next call
 // that may create a slot. Not safe for concurrent use; the queue serialises policy calls.
 //
-// For flowcontrol.UsageSharer the table also keeps, per flow, the usage accrued locally since
+// For peer.UsageSharer the table also keeps, per flow, the usage accrued locally since
 // the last report (grow) and a list of the flows with such growth (the dirty list), so that a
 // report (report) costs O(flows that grew), not O(flows). The list is kept from the first
 // report on, which scans every flow once: a table nobody asks for reports (one gateway) pays
@@ -111,7 +112,7 @@ func (t *table[S]) useAt(r flowRef) (*S, int32) {
 }
 
 // touch returns the state of r for a charge that did not come from this queue (another
-// replica's usage, see flowcontrol.UsageSharer): an active flow stays as it is; an idle or
+// replica's usage, see peer.UsageSharer): an active flow stays as it is; an idle or
 // unknown flow (created in the zero state) becomes the most recently idle, as if released at
 // now, for it was just served elsewhere. Then it forgets what is due, which never includes r.
 // O(1) amortised.
@@ -140,7 +141,7 @@ func (t *table[S]) grow(i int32) *float64 {
 // whose amount is zero or negative (a correction outweighed what it accrued) keeps its growth
 // for the next report; an amount that is not finite is dropped. O(flows that grew); the first
 // report, which finds the growth since the table was made, O(flows).
-func (t *table[S]) report(dst []flowcontrol.UsageDelta, amount func(grown float64, s *S) float64) []flowcontrol.UsageDelta {
+func (t *table[S]) report(dst []peer.UsageDelta, amount func(grown float64, s *S) float64) []peer.UsageDelta {
 	if !t.sharing {
 		t.sharing = true
 		for i := range t.slots {
@@ -170,10 +171,10 @@ func (t *table[S]) report(dst []flowcontrol.UsageDelta, amount func(grown float6
 
 // appendDelta appends r's delta of amount a if a is finite and positive; ok reports whether
 // the growth is settled (appended, or not finite and so dropped).
-func appendDelta(dst []flowcontrol.UsageDelta, r flowRef, a float64) (_ []flowcontrol.UsageDelta, ok bool) {
+func appendDelta(dst []peer.UsageDelta, r flowRef, a float64) (_ []peer.UsageDelta, ok bool) {
 	switch {
 	case a > 0 && a <= math.MaxFloat64:
-		return append(dst, flowcontrol.UsageDelta{Flow: r.id, Band: r.band, Amount: a}), true
+		return append(dst, peer.UsageDelta{Flow: string(r.id), Band: r.band, Amount: a}), true
 	case a <= 0:
 		return dst, false
 	}
@@ -184,7 +185,7 @@ func appendDelta(dst []flowcontrol.UsageDelta, r flowRef, a float64) (_ []flowco
 // in a band that can exist. The policy is not told how many bands its queue has; a delta in a
 // band beyond them charges a flow no request can join, idle state bounded by Memory like any
 // other (and the queue re-keys only flows of its bands).
-func usable(d *flowcontrol.UsageDelta) bool {
+func usable(d *peer.UsageDelta) bool {
 	return d.Band >= 0 && d.Amount > 0 && d.Amount <= math.MaxFloat64
 }
 
@@ -261,3 +262,6 @@ func (t *table[S]) unlink(i int32) {
 	s.prev, s.next, s.idle = -1, -1, false
 	t.idle--
 }
+
+// deltaRef is the flow another replica's delta names.
+func deltaRef(d *peer.UsageDelta) flowRef { return flowRef{flowcontrol.FlowID(d.Flow), d.Band} }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
 )
 
 // naiveTable is the reference for table: a plain map with explicit idle times.
@@ -19,7 +20,7 @@ type naiveTable struct {
 
 	// Usage growth (grow, report): unreported growth per flow, and that of forgotten flows.
 	grown   map[flowRef]float64
-	gone    []flowcontrol.UsageDelta
+	gone    []peer.UsageDelta
 	sharing bool
 }
 
@@ -54,7 +55,7 @@ func (n *naiveTable) release(r flowRef, now int64) {
 			return
 		}
 		if g := n.grown[oldest]; n.sharing && g > 0 && len(n.gone) < n.maxIdle {
-			n.gone = append(n.gone, flowcontrol.UsageDelta{Flow: oldest.id, Band: oldest.band, Amount: g})
+			n.gone = append(n.gone, peer.UsageDelta{Flow: string(oldest.id), Band: oldest.band, Amount: g})
 		}
 		delete(n.state, oldest)
 		delete(n.idleSince, oldest)
@@ -75,7 +76,7 @@ func (n *naiveTable) report() map[flowRef]float64 {
 		}
 	}
 	for _, d := range n.gone {
-		out[flowRef{d.Flow, d.Band}] += d.Amount
+		out[deltaRef(&d)] += d.Amount
 	}
 	n.gone = nil
 	return out
@@ -120,7 +121,7 @@ func FuzzTable(f *testing.F) {
 			case 5:
 				got := map[flowRef]float64{}
 				for _, d := range tb.report(nil, func(g float64, _ *int) float64 { return g }) {
-					got[flowRef{d.Flow, d.Band}] += d.Amount
+					got[deltaRef(&d)] += d.Amount
 				}
 				if want := nv.report(); !maps.Equal(got, want) {
 					t.Fatalf("op %d: report %v, want %v", i/2, got, want)

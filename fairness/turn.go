@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
 )
 
 // TurnPriorityOptions configures NewTurnPriority. The zero value is llm-d's default.
@@ -35,9 +36,9 @@ type turnPriority struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*turnPriority)(nil)
-	_ flowcontrol.Ranker      = (*turnPriority)(nil)
-	_ flowcontrol.UsageSharer = (*turnPriority)(nil)
+	_ flowcontrol.Policy = (*turnPriority)(nil)
+	_ flowcontrol.Ranker = (*turnPriority)(nil)
+	_ peer.UsageSharer   = (*turnPriority)(nil)
 )
 
 // newTurnPriority builds the policy NewTurnPriority returns.
@@ -161,7 +162,7 @@ func (p *turnPriority) Observe(e *flowcontrol.Event) {
 
 // AppendUsageDeltas appends, for every flow with requests completed since the previous
 // call, how many, and forgets them. O(flows that completed).
-func (p *turnPriority) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flowcontrol.UsageDelta {
+func (p *turnPriority) AppendUsageDeltas(dst []peer.UsageDelta, _ time.Time) []peer.UsageDelta {
 	return p.flows.report(dst, func(grown float64, _ *turnState) float64 { return grown })
 }
 
@@ -170,14 +171,14 @@ func (p *turnPriority) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Ti
 // was due; a flow this policy does not remember is created idle, within Memory. Deltas that
 // are not finite and positive, or name a negative band, are ignored. The queue re-keys the
 // waiting flows named. O(len(ds)).
-func (p *turnPriority) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *turnPriority) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
 	ns := now.UnixNano()
 	for k := range ds {
 		d := &ds[k]
 		if !usable(d) {
 			continue
 		}
-		s := p.flows.touch(flowRef{d.Flow, d.Band}, ns)
+		s := p.flows.touch(deltaRef(d), ns)
 		p.turn(s, s.inFlight, ns)
 		s.dispatched += int64(max(math.Round(min(d.Amount, 1<<32)), 1))
 		s.lastDone = ns

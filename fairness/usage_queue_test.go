@@ -9,14 +9,15 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
+	"github.com/usher-llm/usher/internal/peer"
 )
 
-// sharingPolicies are the policies that are flowcontrol.UsageSharers, for the queue-level
+// sharingPolicies are the policies that are peer.UsageSharers, for the queue-level
 // tests and the benchmark.
 func sharingPolicies(t testing.TB) []policyCase {
 	var out []policyCase
 	for _, c := range policies() {
-		if _, ok := c.new(t).(flowcontrol.UsageSharer); ok {
+		if _, ok := c.new(t).(peer.UsageSharer); ok {
 			out = append(out, c)
 		}
 	}
@@ -39,7 +40,7 @@ func TestSharingPolicies(t *testing.T) {
 // TestQueueAppliesPeerUsage runs two real queues as two gateway replicas. Replica A serves
 // one flow five times; replica B, whose one slot is busy, has two flows waiting, x before y,
 // which its own history cannot tell apart, so it would serve x first. Once B has applied A's
-// deltas (Queue.AppendUsageDeltas, Queue.ApplyUsageDeltas) it serves y first: the fair
+// deltas (peer.AppendUsage, peer.ApplyUsage: what package replica calls) it serves y first: the fair
 // policies because A served x, turn priority because A served y's earlier turns.
 func TestQueueAppliesPeerUsage(t *testing.T) {
 	for _, c := range sharingPolicies(t) {
@@ -62,11 +63,11 @@ func TestQueueAppliesPeerUsage(t *testing.T) {
 				b.clk.Advance(time.Millisecond)
 				b.enqueue(y, 100)
 				if share {
-					ds := a.q.AppendUsageDeltas(nil)
+					ds := peer.AppendUsage(a.q, nil)
 					if len(ds) == 0 {
 						t.Fatalf("replica A reported no usage")
 					}
-					b.q.ApplyUsageDeltas(ds)
+					peer.ApplyUsage(b.q, ds)
 				}
 				b.clk.Advance(time.Millisecond)
 				b.done(flowcontrol.Usage{PromptTokens: 10})
@@ -94,7 +95,7 @@ func newReplica(t testing.TB, p flowcontrol.Policy) *replica {
 	r := &replica{clk: new(flowcontroltest.FakeClock)}
 	r.clk.Set(simStart)
 	q, err := flowcontrol.New(flowcontrol.Options{
-		Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, Clock: r.clk, TTL: time.Hour,
+		Policy: p, MaxInFlight: 1, Clock: r.clk, TTL: time.Hour,
 		Observer: flowcontrol.Observer{Outcome: func(rec flowcontrol.Record) {
 			if rec.Outcome == flowcontrol.Dispatched {
 				r.tickets = append(r.tickets, rec.Ticket)
@@ -125,15 +126,15 @@ func (r *replica) done(u flowcontrol.Usage) {
 // replicaPair is two drivers, two replicas in steady state, exchanging usage.
 type replicaPair struct {
 	a, b *driver
-	buf  []flowcontrol.UsageDelta
+	buf  []peer.UsageDelta
 }
 
 // exchange hands each replica's deltas to the other, as package replica does at a flush.
 func (r *replicaPair) exchange() {
-	r.buf = r.a.q.AppendUsageDeltas(r.buf[:0])
-	r.b.q.ApplyUsageDeltas(r.buf)
-	r.buf = r.b.q.AppendUsageDeltas(r.buf[:0])
-	r.a.q.ApplyUsageDeltas(r.buf)
+	r.buf = peer.AppendUsage(r.a.q, r.buf[:0])
+	peer.ApplyUsage(r.b.q, r.buf)
+	r.buf = peer.AppendUsage(r.b.q, r.buf[:0])
+	peer.ApplyUsage(r.a.q, r.buf)
 }
 
 // exchangeEvery is how many dispatches each replica makes between two exchanges in the
@@ -195,8 +196,8 @@ func BenchmarkUsageSharing(b *testing.B) {
 						k = 0
 						switch share {
 						case "append":
-							r.buf = r.a.q.AppendUsageDeltas(r.buf[:0])
-							r.buf = r.b.q.AppendUsageDeltas(r.buf[:0])
+							r.buf = peer.AppendUsage(r.a.q, r.buf[:0])
+							r.buf = peer.AppendUsage(r.b.q, r.buf[:0])
 						case "on":
 							r.exchange()
 							applied += len(r.buf)
@@ -222,7 +223,7 @@ func BenchmarkUsageSharing(b *testing.B) {
 
 // BenchmarkApplyUsageDeltas measures applying a peer's batch of 50 deltas, each for a
 // different waiting flow, per delta: by the policy alone (via=policy; the queue's own order is
-// then left stale, which does not matter here) and through Queue.ApplyUsageDeltas, which also
+// then left stale, which does not matter here) and through the queue (peer.ApplyUsage), which also
 // looks up and re-keys each flow named (via=queue). The difference is flowcontrol's share.
 func BenchmarkApplyUsageDeltas(b *testing.B) {
 	for _, name := range []string{"vtc", "las", "turn-priority", "hierarchy"} {
@@ -232,19 +233,19 @@ func BenchmarkApplyUsageDeltas(b *testing.B) {
 					p := policyByName(b, name)
 					d := newDriver(b, p, n)
 					ids := flowIDs(n, true)
-					batch := make([]flowcontrol.UsageDelta, exchangeEvery)
-					us := p.(flowcontrol.UsageSharer)
+					batch := make([]peer.UsageDelta, exchangeEvery)
+					us := p.(peer.UsageSharer)
 					k := 0
 					b.ReportAllocs()
 					for b.Loop() {
 						for i := range batch {
-							batch[i] = flowcontrol.UsageDelta{Flow: ids[k], Amount: 100}
+							batch[i] = peer.UsageDelta{Flow: string(ids[k]), Amount: 100}
 							k = (k + 7919) % n // a prime stride: a different flow each time
 						}
 						if via == "policy" {
 							us.ApplyUsageDeltas(batch, d.clk.Now())
 						} else {
-							d.q.ApplyUsageDeltas(batch)
+							peer.ApplyUsage(d.q, batch)
 						}
 					}
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(batch)), "ns/delta")
@@ -265,13 +266,13 @@ func ExampleNewVTC_replicas() {
 
 	qa.Enqueue(flowcontrol.Request{Flow: "acme", PromptTokens: 1000})
 	(*ta)[0].Done(flowcontrol.Usage{PromptTokens: 1000, OutputTokens: 200})
-	deltas := qa.AppendUsageDeltas(nil) // what package replica sends at a flush
+	deltas := peer.AppendUsage(qa, nil) // what package replica sends at a flush
 	fmt.Println("A reports", deltas)
 
 	qb.Enqueue(flowcontrol.Request{Flow: "other", PromptTokens: 10}) // B's slot is busy
 	qb.Enqueue(flowcontrol.Request{Flow: "acme", PromptTokens: 100})
 	qb.Enqueue(flowcontrol.Request{Flow: "beta", PromptTokens: 100})
-	qb.ApplyUsageDeltas(deltas) // what package replica applies from the stream
+	peer.ApplyUsage(qb, deltas) // what package replica applies from the stream
 	c, _ := fairness.Counter(b, "acme", 0)
 	fmt.Println("B's counter for acme", c)
 	(*tb)[0].Done(flowcontrol.Usage{PromptTokens: 10})

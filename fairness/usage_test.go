@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
 )
 
 var usageStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -86,10 +87,10 @@ func (m *usageModel) serve(x *usageInst, i int, est flowcontrol.Tokens, u flowco
 
 // exchange hands each replica's deltas to the other at the same instant.
 func (m *usageModel) exchange(a, b *usageInst) (na, nb int) {
-	da := a.p.(flowcontrol.UsageSharer).AppendUsageDeltas(nil, m.now)
-	db := b.p.(flowcontrol.UsageSharer).AppendUsageDeltas(nil, m.now)
-	a.p.(flowcontrol.UsageSharer).ApplyUsageDeltas(db, m.now)
-	b.p.(flowcontrol.UsageSharer).ApplyUsageDeltas(da, m.now)
+	da := a.p.(peer.UsageSharer).AppendUsageDeltas(nil, m.now)
+	db := b.p.(peer.UsageSharer).AppendUsageDeltas(nil, m.now)
+	a.p.(peer.UsageSharer).ApplyUsageDeltas(db, m.now)
+	b.p.(peer.UsageSharer).ApplyUsageDeltas(da, m.now)
 	return len(da), len(db)
 }
 
@@ -187,7 +188,7 @@ func sharingCases(t testing.TB) []sharingCase {
 			}
 		}},
 		{"las-llm-d", func() (flowcontrol.Policy, func(flowcontrol.FlowID, int, time.Time) []float64) {
-			p, err := newLASReference(LASReferenceOptions{HalfLife: 5 * time.Second})
+			p, err := newLASReference(lasReferenceOptions{HalfLife: 5 * time.Second})
 			check(err)
 			return p, func(id flowcontrol.FlowID, b int, now time.Time) []float64 {
 				s, _ := Service(p, id, b, now)
@@ -217,7 +218,7 @@ func sharingCases(t testing.TB) []sharingCase {
 			check(err)
 			tu, su := vtcUsage(ten), vtcUsage(ses)
 			return p, func(id flowcontrol.FlowID, b int, now time.Time) []float64 {
-				return append(tu(TenantBeforeSlash(id), b, now), su(id, b, now)...)
+				return append(tu(tenantBeforeSlash(id), b, now), su(id, b, now)...)
 			}
 		}},
 		{"hierarchy/vtc-turn", func() (flowcontrol.Policy, func(flowcontrol.FlowID, int, time.Time) []float64) {
@@ -226,7 +227,7 @@ func sharingCases(t testing.TB) []sharingCase {
 			check(err)
 			tu, su := vtcUsage(ten), turnUsage(ses)
 			return p, func(id flowcontrol.FlowID, b int, now time.Time) []float64 {
-				return append(tu(TenantBeforeSlash(id), b, now), su(id, b, now)...)
+				return append(tu(tenantBeforeSlash(id), b, now), su(id, b, now)...)
 			}
 		}},
 	}
@@ -320,8 +321,8 @@ func TestUsageDeltasDirtyList(t *testing.T) {
 		t.Fatalf("deltas %v, want %v", d, want)
 	}
 	for _, e := range d {
-		if e.Amount != want[e.Flow] || e.Band != m.bands[slices.Index(m.ids, e.Flow)] {
-			t.Errorf("delta %+v, want amount %v in band %d", e, want[e.Flow], m.bands[slices.Index(m.ids, e.Flow)])
+		if e.Amount != want[flowcontrol.FlowID(e.Flow)] || e.Band != m.bands[slices.Index(m.ids, flowcontrol.FlowID(e.Flow))] {
+			t.Errorf("delta %+v, want amount %v in band %d", e, want[flowcontrol.FlowID(e.Flow)], m.bands[slices.Index(m.ids, flowcontrol.FlowID(e.Flow))])
 		}
 	}
 	if len(p.flows.dirty) != 0 {
@@ -401,7 +402,7 @@ func TestUsageDeltasForgottenFlow(t *testing.T) {
 		}
 		got := map[flowcontrol.FlowID]float64{}
 		for _, d := range p.AppendUsageDeltas(nil, now) {
-			got[d.Flow] += d.Amount
+			got[flowcontrol.FlowID(d.Flow)] += d.Amount
 		}
 		want := map[flowcontrol.FlowID]float64{"c": 10, "d": 10}
 		if sharing {
@@ -420,21 +421,21 @@ func TestUsageDeltasForgottenFlow(t *testing.T) {
 // negative band change nothing; deltas for unknown flows create idle state within MaxIdle and
 // are not reported back.
 func TestApplyUsageDeltasBoundedAndChecked(t *testing.T) {
-	bad := []flowcontrol.UsageDelta{
+	bad := []peer.UsageDelta{
 		{Flow: "nan", Amount: math.NaN()}, {Flow: "inf", Amount: math.Inf(1)}, {Flow: "zero"},
 		{Flow: "neg", Amount: -5}, {Flow: "band", Band: -1, Amount: 5},
 	}
 	for _, c := range sharingCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			p, _ := c.new()
-			us := p.(flowcontrol.UsageSharer)
+			us := p.(peer.UsageSharer)
 			us.ApplyUsageDeltas(bad, usageStart)
 			if n := flowsRemembered(p); n != 0 {
 				t.Errorf("unusable deltas created %d flows", n)
 			}
-			var many []flowcontrol.UsageDelta
+			var many []peer.UsageDelta
 			for i := range 3 * DefaultMaxIdle {
-				many = append(many, flowcontrol.UsageDelta{Flow: flowcontrol.FlowID(fmt.Sprintf("t%d/s%d", i%7, i)), Amount: 10})
+				many = append(many, peer.UsageDelta{Flow: fmt.Sprintf("t%d/s%d", i%7, i), Amount: 10})
 			}
 			us.ApplyUsageDeltas(many, usageStart)
 			if n := flowsRemembered(p); n == 0 || n > 2*DefaultMaxIdle {
@@ -479,7 +480,7 @@ func TestTurnPriorityApplyTurns(t *testing.T) {
 	p.ItemKey(f.Head, f, usageStart)
 	p.Observe(&flowcontrol.Event{Kind: flowcontrol.EventEnqueue, Now: usageStart, Flow: f, Request: f.Head})
 	apply := func(at time.Duration, n float64) {
-		p.ApplyUsageDeltas([]flowcontrol.UsageDelta{{Flow: "s", Amount: n}}, usageStart.Add(at))
+		p.ApplyUsageDeltas([]peer.UsageDelta{{Flow: "s", Amount: n}}, usageStart.Add(at))
 	}
 	for _, st := range []struct {
 		at   time.Duration
@@ -513,7 +514,7 @@ func TestBoundedWaitApplyEndsFirstTurn(t *testing.T) {
 	if n == nil || !n.first {
 		t.Fatalf("flow %s should wait at its first turn", m.ids[0])
 	}
-	p.ApplyUsageDeltas([]flowcontrol.UsageDelta{{Flow: m.ids[0], Band: m.bands[0], Amount: 1}}, m.now)
+	p.ApplyUsageDeltas([]peer.UsageDelta{{Flow: string(m.ids[0]), Band: m.bands[0], Amount: 1}}, m.now)
 	if n.first || p.bands[0].first.has(n) {
 		t.Errorf("after a peer's completed turn flow %s is still a first turn here", m.ids[0])
 	}
@@ -548,7 +549,7 @@ func TestVTCPeerLift(t *testing.T) {
 	if c, _ := p.Counter("a", 0); c != 12000 {
 		t.Fatalf("a's counter %v, want 12000", c)
 	}
-	p.ApplyUsageDeltas([]flowcontrol.UsageDelta{{Flow: "p1", Amount: 100}, {Flow: "p2", Amount: 10000}}, now)
+	p.ApplyUsageDeltas([]peer.UsageDelta{{Flow: "p1", Amount: 100}, {Flow: "p2", Amount: 10000}}, now)
 	for _, c := range []struct {
 		id   flowcontrol.FlowID
 		want float64
@@ -575,7 +576,7 @@ func TestVTCApplySaturates(t *testing.T) {
 	p, _ := newVTC(VTCOptions{})
 	var last float64
 	for i := range 10 {
-		p.ApplyUsageDeltas([]flowcontrol.UsageDelta{{Flow: "f", Amount: 1e300}}, usageStart)
+		p.ApplyUsageDeltas([]peer.UsageDelta{{Flow: "f", Amount: 1e300}}, usageStart)
 		c, _ := p.Counter("f", 0)
 		if c < last || c <= 0 {
 			t.Fatalf("after %d huge deltas the counter is %v, was %v", i+1, c, last)

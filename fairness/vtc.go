@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/peer"
 )
 
 // VTCOptions configures NewVTC. The zero value is the paper's weights.
@@ -44,9 +45,9 @@ type vtcBand struct {
 }
 
 var (
-	_ flowcontrol.Policy      = (*vtcPolicy)(nil)
-	_ flowcontrol.Ranker      = (*vtcPolicy)(nil)
-	_ flowcontrol.UsageSharer = (*vtcPolicy)(nil)
+	_ flowcontrol.Policy = (*vtcPolicy)(nil)
+	_ flowcontrol.Ranker = (*vtcPolicy)(nil)
+	_ peer.UsageSharer   = (*vtcPolicy)(nil)
 )
 
 // newVTC builds the policy NewVTC returns.
@@ -177,7 +178,7 @@ func (p *vtcPolicy) add(s *vtcState, bd *vtcBand, c int64) {
 // AppendUsageDeltas appends, for every flow charged since the previous call, the weighted
 // tokens it was charged (corrections included; a flow whose corrections outweigh its charges
 // carries the difference into the next call), and forgets them. O(flows charged).
-func (p *vtcPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time) []flowcontrol.UsageDelta {
+func (p *vtcPolicy) AppendUsageDeltas(dst []peer.UsageDelta, _ time.Time) []peer.UsageDelta {
 	return p.flows.report(dst, func(grown float64, _ *vtcState) float64 { return grown / vtcScale })
 }
 
@@ -186,7 +187,7 @@ func (p *vtcPolicy) AppendUsageDeltas(dst []flowcontrol.UsageDelta, _ time.Time)
 // remember is created idle, as after a charge, within Memory. Deltas that are not finite
 // and positive, or name a negative band, are ignored. The queue re-keys the waiting flows
 // named. O(len(ds) · log flows).
-func (p *vtcPolicy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time) {
+func (p *vtcPolicy) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
 	ns := now.UnixNano()
 	for k := range ds {
 		d := &ds[k]
@@ -197,7 +198,7 @@ func (p *vtcPolicy) ApplyUsageDeltas(ds []flowcontrol.UsageDelta, now time.Time)
 		if c <= 0 {
 			continue
 		}
-		s := p.flows.touch(flowRef{d.Flow, d.Band}, ns)
+		s := p.flows.touch(deltaRef(d), ns)
 		var bd *vtcBand
 		if s.n != nil { // backlogged, so the band exists
 			bd = &p.bands[d.Band]

@@ -15,7 +15,7 @@ import (
 //
 // Admit blocks in the caller's own goroutine: there is no dispatcher goroutine. The
 // request is dispatched by whichever goroutine changes the queue's state in a way that lets
-// it through (its own Admit, another Admit, a Done, a Notify or Tick, or another waiter
+// it through (its own Admit, another Admit, a Done, a Notify, or another waiter
 // processing expiry); the waiting goroutine is then woken through a channel. Each waiter
 // sleeps on its own deadline timer too, and when it fires it processes every expiry due.
 //
@@ -166,12 +166,12 @@ func (q *Queue) TryAdmit(r Request) (Ticket, error) {
 }
 
 // wouldDispatchLocked reports whether r would be dispatched right now: nothing waits in
-// its band and the gate is open for it.
+// its band and the limits and the gate are open for it.
 func (q *Queue) wouldDispatchLocked(r *Request) bool {
 	if q.bands[r.Band].queued > 0 {
 		return false
 	}
-	return q.gate == nil || q.gate.Open(r, Load{InFlight: q.inFlight, BandInFlight: q.bands[r.Band].inFlight})
+	return q.openLocked(r, Load{InFlight: q.inFlight, BandInFlight: q.bands[r.Band].inFlight})
 }
 
 // Enqueue is the asynchronous form of Admit, for callers that cannot block a goroutine per
@@ -179,7 +179,7 @@ func (q *Queue) wouldDispatchLocked(r *Request) bool {
 // with the request's Ticket. The outcome is delivered through Options.Observer's Outcome
 // hook, whose Record carries the Ticket (Done it when the request finishes); Ticket.Cancel
 // withdraws a waiting request. Expiry of Enqueue'd requests happens when the queue is next
-// operated on; such a caller calls Tick at the deadline it returns. The returned error is
+// operated on; such a caller calls Notify at the deadline it returns. The returned error is
 // one of Admit's immediate rejections. O(log n).
 func (q *Queue) Enqueue(r Request) (Ticket, error) {
 	q.mu.Lock()

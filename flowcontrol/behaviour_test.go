@@ -14,7 +14,7 @@ import (
 )
 
 func TestBandsStrictPriority(t *testing.T) {
-	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 3, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 3, MaxInFlight: 1})
 	blocker, _ := q.TryAdmit(flowcontrol.Request{Band: 0, Value: "blocker"})
 	for _, r := range []flowcontrol.Request{
 		{Band: 2, Value: "low"}, {Band: 1, Value: "mid"}, {Band: 0, Value: "high"}, {Band: 2, Value: "low2"},
@@ -26,7 +26,7 @@ func TestBandsStrictPriority(t *testing.T) {
 	blocker.Done(flowcontrol.Usage{})
 	for _, v := range []string{"high", "mid", "low", "low2"} {
 		tk := rec.ticket(v)
-		if !tk.Valid() {
+		if !flowcontrol.Valid(tk) {
 			t.Fatalf("%s not dispatched; got %v", v, rec.dispatched())
 		}
 		tk.Done(flowcontrol.Usage{})
@@ -38,7 +38,7 @@ func TestBandsStrictPriority(t *testing.T) {
 
 func TestGatePerBandThreshold(t *testing.T) {
 	// Band 1 may use at most 1 slot, band 0 up to 3.
-	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 2, Gate: &flowcontrol.ConcurrencyLimit{Limit: 3, BandLimits: []int{0, 1}}})
+	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 2, MaxInFlight: 3, BandMaxInFlight: []int{0, 1}})
 	for i := range 3 {
 		q.Enqueue(flowcontrol.Request{Band: 1, Value: i})
 	}
@@ -64,11 +64,10 @@ func TestGatePerBandThreshold(t *testing.T) {
 func TestSaturationNotifyDispatchesMany(t *testing.T) {
 	var level atomic.Uint64
 	level.Store(math.Float64bits(0.95))
-	gate := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{
+	q, _, rec := newQueue(t, flowcontrol.Options{Saturation: []flowcontrol.Pool{{
 		Level:      func() float64 { return math.Float64frombits(level.Load()) },
 		Thresholds: []float64{0.9},
-	}}}
-	q, _, rec := newQueue(t, flowcontrol.Options{Gate: gate})
+	}}})
 	for i := range 5 {
 		q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(rune('a' + i)), Value: i})
 	}
@@ -89,7 +88,7 @@ func TestSaturationNotifyDispatchesMany(t *testing.T) {
 func TestCapacity(t *testing.T) {
 	opts := flowcontrol.Options{
 		Bands:        2,
-		Gate:         flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false }),
+		Gate:         gateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false }),
 		Capacity:     flowcontrol.Limits{Requests: 6, Bytes: 1000},
 		BandCapacity: []flowcontrol.Limits{{}, {Requests: 3, Bytes: 300}},
 		FlowCapacity: flowcontrol.Limits{Requests: 2, Bytes: 150},
@@ -167,7 +166,7 @@ func TestInvalidRequests(t *testing.T) {
 			{"Enqueue", q.Enqueue},
 		} {
 			tk, err := call.f(b.r)
-			if !errors.Is(err, flowcontrol.ErrInvalidRequest) || tk.Valid() {
+			if !errors.Is(err, flowcontrol.ErrInvalidRequest) || flowcontrol.Valid(tk) {
 				t.Errorf("%s %s: err = %v, want ErrInvalidRequest", call.name, b.name, err)
 			}
 			if got := flowcontrol.OutcomeOf(err); got != flowcontrol.RejectedInvalid {
@@ -186,12 +185,12 @@ func TestInvalidRequests(t *testing.T) {
 }
 
 func TestFarDeadlines(t *testing.T) {
-	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk, rec := newQueue(t, flowcontrol.Options{MaxInFlight: 1})
 	run, _ := q.TryAdmit(flowcontrol.Request{})
 	q.Enqueue(flowcontrol.Request{Value: "max ttl", TTL: math.MaxInt64})
 	q.Enqueue(flowcontrol.Request{Value: "year 9999", Deadline: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)})
 	clk.Advance(100 * 365 * 24 * time.Hour)
-	if next := q.Tick(); next.Year() != 2262 {
+	if next := q.Notify(); next.Year() != 2262 {
 		t.Errorf("next deadline %v, want the end of representable time (2262)", next)
 	}
 	if s := q.Stats(); s.Expired != 0 || s.Queued != 2 {
@@ -223,7 +222,7 @@ func TestBadOptions(t *testing.T) {
 }
 
 func TestCloseEndsWaiters(t *testing.T) {
-	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk, rec := newQueue(t, flowcontrol.Options{MaxInFlight: 1})
 	inflight, _ := q.Admit(context.Background(), flowcontrol.Request{})
 	errs := make(chan error, 3)
 	for range 3 {
@@ -274,7 +273,7 @@ func mustPanic(t *testing.T, name, want string, f func()) {
 }
 
 func TestDoneMisuse(t *testing.T) {
-	q, _, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _, _ := newQueue(t, flowcontrol.Options{MaxInFlight: 1})
 	tk, err := q.TryAdmit(flowcontrol.Request{})
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +296,7 @@ func TestDoneMisuse(t *testing.T) {
 }
 
 func TestTryAdmit(t *testing.T) {
-	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 2, Gate: &flowcontrol.ConcurrencyLimit{Limit: 2}})
+	q, _, rec := newQueue(t, flowcontrol.Options{Bands: 2, MaxInFlight: 2})
 	a, err := q.TryAdmit(flowcontrol.Request{Band: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +310,7 @@ func TestTryAdmit(t *testing.T) {
 	}
 	q.Enqueue(flowcontrol.Request{Band: 0, Value: "queued"})
 	a.Done(flowcontrol.Usage{}) // dispatches the queued band-0 request
-	if !rec.ticket("queued").Valid() {
+	if !flowcontrol.Valid(rec.ticket("queued")) {
 		t.Fatal("queued request not dispatched by the completion")
 	}
 	if _, err := q.TryAdmit(flowcontrol.Request{Band: 1}); !errors.Is(err, flowcontrol.ErrWouldWait) {
@@ -332,7 +331,7 @@ func TestTryAdmit(t *testing.T) {
 func TestTryAdmitRespectsWaiters(t *testing.T) {
 	// Band 0 is held back by its gate; band 1 is open.
 	band0Open := false
-	gate := flowcontrol.GateFunc(func(r *flowcontrol.Request, _ flowcontrol.Load) bool { return r.Band == 1 || band0Open })
+	gate := gateFunc(func(r *flowcontrol.Request, _ flowcontrol.Load) bool { return r.Band == 1 || band0Open })
 	q, _, _ := newQueue(t, flowcontrol.Options{Bands: 2, Gate: gate})
 	q.Enqueue(flowcontrol.Request{Band: 0, Value: "held"})
 	if _, err := q.TryAdmit(flowcontrol.Request{Band: 0}); !errors.Is(err, flowcontrol.ErrWouldWait) {
@@ -350,7 +349,7 @@ func TestTryAdmitRespectsWaiters(t *testing.T) {
 }
 
 func TestTickAndEnqueueExpiry(t *testing.T) {
-	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, TTL: 30 * time.Second})
+	q, clk, rec := newQueue(t, flowcontrol.Options{MaxInFlight: 1, TTL: 30 * time.Second})
 	q.Enqueue(flowcontrol.Request{Value: "runs"})
 	q.Enqueue(flowcontrol.Request{Value: "ttl"})
 	q.Enqueue(flowcontrol.Request{Value: "short", TTL: 5 * time.Second})
@@ -368,13 +367,13 @@ func TestTickAndEnqueueExpiry(t *testing.T) {
 	}
 	for i, s := range steps {
 		clk.Advance(s.advance)
-		next := q.Tick()
+		next := q.Notify()
 		want := time.Time{}
 		if s.wantNext >= 0 {
 			want = t0.Add(s.wantNext)
 		}
 		if !next.Equal(want) {
-			t.Errorf("step %d: Tick = %v, want %v", i, next, want)
+			t.Errorf("step %d: Notify = %v, want %v", i, next, want)
 		}
 		if got := q.Stats().Expired; got != uint64(s.expired) {
 			t.Errorf("step %d: expired %d, want %d", i, got, s.expired)
@@ -396,7 +395,7 @@ func TestTickAndEnqueueExpiry(t *testing.T) {
 }
 
 func TestTicketCancel(t *testing.T) {
-	q, _, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _, _ := newQueue(t, flowcontrol.Options{MaxInFlight: 1})
 	a, _ := q.Enqueue(flowcontrol.Request{Flow: "a"})
 	b, _ := q.Enqueue(flowcontrol.Request{Flow: "b", Bytes: 7})
 	if a.Cancel() {
@@ -405,7 +404,7 @@ func TestTicketCancel(t *testing.T) {
 	if !b.Cancel() {
 		t.Error("Cancel of a waiting request failed")
 	}
-	if b.Cancel() || b.Valid() {
+	if b.Cancel() || flowcontrol.Valid(b) {
 		t.Error("second Cancel succeeded or ticket still valid")
 	}
 	s := q.Stats()
@@ -433,7 +432,7 @@ func TestAdmitCancelledContext(t *testing.T) {
 }
 
 func TestAdmitContextDeadlineIsExpiry(t *testing.T) {
-	q, _, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _, _ := newQueue(t, flowcontrol.Options{MaxInFlight: 1})
 	first, _ := q.Admit(context.Background(), flowcontrol.Request{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond) // real time
 	defer cancel()
@@ -472,7 +471,7 @@ func TestOutcomeOf(t *testing.T) {
 }
 
 func TestRetryAfter(t *testing.T) {
-	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 10}, TTL: time.Minute})
+	q, clk, rec := newQueue(t, flowcontrol.Options{MaxInFlight: 10, TTL: time.Minute})
 	if got := q.RetryAfter(); got != time.Second {
 		t.Errorf("RetryAfter of an empty queue = %v, want 1s", got)
 	}
@@ -497,7 +496,7 @@ func TestRetryAfter(t *testing.T) {
 // queued is rejected by the byte limit, never admitted with the gauges wrapped negative. (The
 // band and flow sums are at most the global one, so the global check guards them too.)
 func TestCapacityHugeBytes(t *testing.T) {
-	gate := flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false })
+	gate := gateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false })
 	q, _, _ := newQueue(t, flowcontrol.Options{Gate: gate, Capacity: flowcontrol.Limits{Bytes: math.MaxInt64}})
 	if _, err := q.Enqueue(flowcontrol.Request{Flow: "a", Bytes: 10}); err != nil {
 		t.Fatal(err)
@@ -517,10 +516,10 @@ func TestCapacityHugeBytes(t *testing.T) {
 
 // TestStaleDeadlines has most waiting requests leave the queue other than by expiry
 // (cancelled, dispatched), enough for the deadline heap to compact, and checks against the
-// set of those still waiting that Tick reports the earliest remaining deadline and that each
+// set of those still waiting that Notify reports the earliest remaining deadline and that each
 // one expires at its deadline, once.
 func TestStaleDeadlines(t *testing.T) {
-	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, TTL: time.Hour})
+	q, clk, rec := newQueue(t, flowcontrol.Options{MaxInFlight: 1, TTL: time.Hour})
 	holder, _ := q.Enqueue(flowcontrol.Request{Value: -1})
 	const n = 400
 	tickets := make([]flowcontrol.Ticket, n)
@@ -565,7 +564,7 @@ func TestStaleDeadlines(t *testing.T) {
 		if now > 0 {
 			clk.Advance(250 * time.Millisecond)
 		}
-		next := q.Tick()
+		next := q.Notify()
 		for _, r := range rec.outcomes {
 			if r.Outcome == flowcontrol.Expired && !expired[r.Request.Value.(int)] {
 				v := r.Request.Value.(int)
@@ -586,7 +585,7 @@ func TestStaleDeadlines(t *testing.T) {
 			}
 		}
 		if !next.Equal(want) {
-			t.Fatalf("at %v: Tick = %v, want %v", now, next.Sub(t0), want.Sub(t0))
+			t.Fatalf("at %v: Notify = %v, want %v", now, next.Sub(t0), want.Sub(t0))
 		}
 	}
 	if got, want := len(expired), n/4-10+100; got != want {

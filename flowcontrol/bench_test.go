@@ -68,7 +68,7 @@ func BenchmarkAdmitDone(b *testing.B) {
 		b.Run(fmt.Sprintf("backlog/flows=%d", n), func(b *testing.B) {
 			clk := new(flowcontroltest.FakeClock)
 			clk.Set(t0)
-			q, err := flowcontrol.New(flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, Clock: clk, Capacity: flowcontrol.Limits{Requests: n + 2}})
+			q, err := flowcontrol.New(flowcontrol.Options{MaxInFlight: 1, Clock: clk, Capacity: flowcontrol.Limits{Requests: n + 2}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -125,7 +125,7 @@ func BenchmarkAdmitDoneEarlyShed(b *testing.B) {
 		ids := flowIDs(n)
 		clk := new(flowcontroltest.FakeClock)
 		clk.Set(t0)
-		q, err := flowcontrol.New(flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, Clock: clk, TTL: 24 * time.Hour,
+		q, err := flowcontrol.New(flowcontrol.Options{MaxInFlight: 1, Clock: clk, TTL: 24 * time.Hour,
 			Capacity: flowcontrol.Limits{Requests: n + 2}, EarlyShed: shed})
 		if err != nil {
 			b.Fatal(err)
@@ -137,7 +137,7 @@ func BenchmarkAdmitDoneEarlyShed(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if _, ok := q.EstimateWait(0); !ok {
+		if _, ok := flowcontrol.EstimateBandWait(q, 0); !ok {
 			b.Fatal("rate unknown after warming up")
 		}
 		head, k := 0, 1
@@ -183,13 +183,13 @@ func BenchmarkAdmitParallel(b *testing.B) {
 
 // BenchmarkExpire measures one enqueue and one expiry with 10,000 requests waiting behind a
 // closed gate, deadlines staggered 1 µs apart: each op enqueues a request, advances the fake
-// clock by 1 µs and calls Tick, which expires exactly the oldest one through the deadline
+// clock by 1 µs and calls Notify, which expires exactly the oldest one through the deadline
 // heap.
 func BenchmarkExpire(b *testing.B) {
 	const n = 10_000
 	clk := new(flowcontroltest.FakeClock)
 	clk.Set(t0)
-	closed := flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false })
+	closed := gateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false })
 	q, err := flowcontrol.New(flowcontrol.Options{Gate: closed, Clock: clk, TTL: n * time.Microsecond, Capacity: flowcontrol.Limits{Requests: n + 1}})
 	if err != nil {
 		b.Fatal(err)
@@ -207,7 +207,7 @@ func BenchmarkExpire(b *testing.B) {
 			b.Fatal(err)
 		}
 		clk.Advance(time.Microsecond)
-		q.Tick()
+		q.Notify()
 		i++
 	}
 	if s := q.Stats(); s.Queued != n-1 || s.Expired != uint64(b.N) {

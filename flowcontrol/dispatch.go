@@ -145,14 +145,14 @@ func (q *Queue) runLocked(now time.Time) {
 	q.markLocked(ns)
 }
 
-// dispatchLocked dispatches as much as the gate allows, band by band.
+// dispatchLocked dispatches as much as the limits and the gate allow, band by band.
 func (q *Queue) dispatchLocked(now time.Time) {
 	for b := range q.bands {
 		bd := &q.bands[b]
 		for bd.queued > 0 {
-			// A gate closed to the whole band is found out before the policy is asked:
-			// no PickFlow (possibly a scan of the band) for a dispatch that cannot happen.
-			if q.bandGate != nil && !q.bandGate.OpenBand(b, Load{InFlight: q.inFlight, BandInFlight: bd.inFlight}) {
+			// Limits closed to the whole band are found out before the policy is asked: no
+			// PickFlow (possibly a scan of the band) for a dispatch that cannot happen.
+			if !q.bandOpenLocked(b, Load{InFlight: q.inFlight, BandInFlight: bd.inFlight}) {
 				break
 			}
 			var f *flow

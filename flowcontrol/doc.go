@@ -10,21 +10,21 @@
 //
 //   - Bands. Request.Band picks one of Options.Bands priority bands. Bands are served
 //     strictly by index: a request of band b is dispatched only when no request of a band
-//     below b can be (nothing waits there, or the gate holds that band back).
+//     below b can be (nothing waits there, or the saturation checks hold that band back).
 //   - Flows. Within a band, requests belong to flows, keyed by the FlowID the gateway
 //     assigned (a tenant, a session). The Policy orders the band's non-empty flows.
 //   - Requests. Within a flow, the Policy orders the flow's requests.
 //
-// A saturation Gate is consulted before each dispatch: it answers whether the servers can
-// take one more request of this band (ConcurrencyLimit counts the queue's own in-flight
-// requests; Saturation compares pool levels, such as prefill and decode utilisation,
-// against per-band thresholds). Capacity limits (Options.Capacity, BandCapacity,
+// Saturation checks are consulted before each dispatch: they answer whether the servers can
+// take one more request of this band. Options.MaxInFlight and BandMaxInFlight count the
+// queue's own in-flight requests; Options.Saturation compares pool levels, such as prefill
+// and decode utilisation, against per-band thresholds; an Options.Gate of the caller's own
+// judges the request itself. Capacity limits (Options.Capacity, BandCapacity,
 // FlowCapacity, in requests and bytes) bound what may wait; a request that does not fit is
-// rejected at once, with an error that names the limit. A gate that can answer for a
-// whole band without seeing the request (a BandGate: ConcurrencyLimit, Saturation, and
-// AllGates of such gates) is asked first, before the policy chooses a request, so at
-// saturation a closed band costs no policy work; the chosen request is still passed to
-// Open before it is dispatched.
+// rejected at once, with an error that names the limit. The built-in checks answer for a
+// whole band without seeing the request, so they are asked first, before the policy
+// chooses a request: at saturation a closed band costs no policy work. The chosen request
+// is then passed to the Gate's Open before it is dispatched.
 //
 // # Time-invariant keys
 //
@@ -67,7 +67,7 @@
 //
 // A caller that cannot block a goroutine per request — a discrete-event simulator running
 // in virtual time, an event loop — uses Enqueue instead: the outcome is delivered through
-// Options.Observer, and Tick processes expiry at the Clock's current time and returns the
+// Options.Observer, and Notify processes expiry at the Clock's current time and returns the
 // next deadline. Time always comes from the injected Clock; package flowcontroltest
 // provides a manual one, so every behaviour, including expiry, is testable deterministically.
 //
@@ -91,7 +91,7 @@
 // A request that cannot be served before its deadline is better refused on arrival, with a
 // 429 the client can act on, than held until it expires. With Options.EarlyShed enabled,
 // Admit and Enqueue refuse a request that would not go at once with RejectedWait
-// (ErrWouldExpire) when its estimated wait (Queue.EstimateWaitOf) exceeds the time left to
+// (ErrWouldExpire) when its estimated wait (Queue.EstimateWait) exceeds the time left to
 // its deadline (or Arrival+Bound) times 1+Margin; an unknown estimate never sheds. The
 // estimate turns the request's place under the policy into time:
 //
@@ -110,8 +110,8 @@
 //     have, and only the requests of the flows whose keys come first count, found by a walk
 //     of the band's flow heap that stops where keys do not (past 64 flows ahead the whole
 //     band counts): a high priority, an early deadline, a deep turn or a light flow is no
-//     longer timed as if it were behind everyone. A FlowPicker counts for itself if it is a
-//     Positioner (fairness.NewBoundedWait's policy is).
+//     longer timed as if it were behind everyone. A FlowPicker keeps its own order, so the
+//     whole band counts, unless it counts for itself (fairness.NewBoundedWait's policy does).
 //   - Class. A position cannot see the requests that will arrive and overtake. Bands
 //     account for theirs by their net pace; a Ranker does the same within a band by giving
 //     requests a class — fairness.NewTurnPriority's are first turns, second turns, turns 3–4
@@ -138,7 +138,7 @@
 // band overtaken by random higher-band arrivals, and 27% without shedding in an overload
 // whose backlog fills with requests that will expire (it errs high there). Per policy, for
 // multi-turn sessions on 8 slots under a load swinging between 1.35 and 0.67 times capacity
-// (fairness's TestEstimateWaitOfError), median and 90th percentile: FCFS 9% and 28%;
+// (fairness's TestEstimateWaitError), median and 90th percentile: FCFS 9% and 28%;
 // turn-priority 38% and 82%, newcomers' median 28%, against 69%, 87% and 73% for the band
 // count alone; bounded wait 41% and 84% (band count 67% and 94%); VTC 33% and 64%; LAS
 // 63% and 90%. Under these policies the estimate errs low: later arrivals that overtake a
@@ -178,8 +178,8 @@
 //
 // With n requests waiting in total, r in the flow and f non-empty flows in the band:
 // enqueue O(log r + log f + log n); dispatch O(log r + log f) plus the gate and policy calls
-// (a FlowPicker that scans adds O(f), but only when the gate is not closed to the band as a
-// BandGate) and O(1) amortised for the deadline heap; completion O(log f), and O(1) when the
+// (a FlowPicker that scans adds O(f), but only when the built-in checks do not hold the band
+// back) and O(1) amortised for the deadline heap; completion O(log f), and O(1) when the
 // flow's key does not change; cancellation O(log r + log f); expiry O(log r + log f + log n);
 // re-keying O(log f) per flow whose key expired. A flow is found by its id in O(1) expected.
 // One mutex guards the queue; the policy and the gate run under it and must not block.
@@ -209,7 +209,8 @@
 //     chosen; a channel per waiter wakes exactly the dispatched ones.
 //   - One capacity for waiting and running work. Waiting capacity (the gateway's memory)
 //     and in-flight capacity (the servers) are different resources: the first is bounded
-//     by the capacity limits, per queue, band and flow; the second is the Gate's.
+//     by the capacity limits, per queue, band and flow; the second by MaxInFlight,
+//     Saturation and the Gate.
 //   - Sharding the queue across several locks. Dispatch order is global within a band, so
 //     shards would need a merge step; at the measured cost of one admission (well under a
 //     microsecond) a single lock is not the bottleneck of a gateway.
@@ -231,8 +232,8 @@
 //
 // # Concurrency
 //
-// A Queue is safe for concurrent use. Its Policy (with its FlowPicker, Ranker and
-// Positioner methods) and Gate are called under its lock, never concurrently for one queue,
+// A Queue is safe for concurrent use. Its Policy (with its FlowPicker and Ranker
+// methods), Gate and pools' Level functions are called under its lock, never concurrently for one queue,
 // so they need no locks of their own; its Observer's hooks are called outside the lock and
 // may run concurrently. A Ticket belongs to the goroutine that was given it. The other
 // exported types (Request, Options, Limits, Stats, Record, Key, Rank, FlowState, Event,

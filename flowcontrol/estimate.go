@@ -101,28 +101,13 @@ func (h *history) interval(extra float64) float64 {
 	return min(iv, h.tl/(h.nl+extra))
 }
 
-// EstimateWait estimates how long a request of band b arriving now would wait to be
+// estimateBandWait estimates how long a request of band b arriving now would wait to be
 // dispatched if it cannot go at once and goes behind every request waiting in bands 0..b:
 // their number, plus one half (the next dispatch is due half an interval from now on
-// average), times the interval between band b's recent dispatches. That interval is measured
-// only while band b had a backlog (per dispatch of one of its requests that had waited) and
-// averaged exponentially with half-life EarlyShed.HalfLife and four times that, taking the
-// shorter, so it is the pace at which the gate lets band b's backlog through — what is left
-// after the bands above took their share — not the arrival rate of an idle queue. Dividing
-// the work ahead by what is left is what accounts for the requests of higher bands that will
-// arrive, and overtake, while it waits.
-//
-// ok is false when b is not a band or when there is no rate history: before the first
-// one-second window with such dispatches has ended (cold start), and again once less than
-// four dispatches' worth of recent history remains after a long time without a backlog.
-// Early shedding never sheds on an unknown estimate.
-//
-// Under FCFS every request waiting in bands 0..b goes first, so the count is exact; under a
-// policy that moves a request ahead it over-states the wait. EstimateWaitOf estimates the
-// wait of a given request under its policy, which is what early shedding applies.
-//
-// O(b); safe for concurrent use.
-func (q *Queue) EstimateWait(b int) (wait time.Duration, ok bool) {
+// average), times the interval between band b's recent dispatches. It is EstimateWait's
+// for a policy that is not a Ranker, and its first, upper-bound estimate for one that is.
+// ok is false when b is not a band or the estimate is unknown. O(b).
+func (q *Queue) estimateBandWait(b int) (wait time.Duration, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if b < 0 || b >= len(q.bands) {
@@ -132,18 +117,30 @@ func (q *Queue) EstimateWait(b int) (wait time.Duration, ok bool) {
 	return q.estimateLocked(b, 0, q.bands[b].queued, 0, -1)
 }
 
-// EstimateWaitOf estimates how long r would wait to be dispatched if it were enqueued now
-// and could not go at once: the estimate early shedding compares with r's budget. It is
-// EstimateWait's when the policy is not a Ranker; for a Ranker it takes r's place under the
-// policy into account (see Rank):
+// EstimateWait estimates how long r would wait to be dispatched if it were enqueued now
+// and could not go at once: the estimate early shedding compares with r's budget (see
+// "Early shedding" in the package documentation).
+//
+// The estimate counts the requests that go before r — of bands above r's, and of r's band
+// those the policy orders first — plus one half (the next dispatch is due half an interval
+// from now on average), times the interval between r's band's recent dispatches. That
+// interval is measured only while the band had a backlog (per dispatch of one of its
+// requests that had waited) and averaged exponentially with half-life EarlyShed.HalfLife
+// and four times that, taking the shorter, so it is the pace at which the limits and the gate
+// let the band's backlog through — what is left after the bands above took their share — not
+// the arrival rate of an idle queue. Dividing the work ahead by what is left is what accounts
+// for the requests of higher bands that will arrive, and overtake, while r waits.
+//
+// When the policy is not a Ranker, r goes behind every request waiting in bands 0..r.Band,
+// which is exact for FCFS; under a policy that moves a request ahead that over-states the
+// wait. For a Ranker the estimate takes r's place under the policy into account (see Rank):
 //
 //   - Position. Only the requests of r's band that the policy orders before r count: those
 //     of the flows whose keys come before the key r's flow would have, found by a walk of
 //     the band's flow heap that stops at keys that do not, and those of r's own flow if r
 //     joins it behind its head. Each such flow counts with all its waiting requests. Past 64
-//     flows ahead the walk stops and the whole band counts, as for EstimateWait. A
-//     FlowPicker keeps its own order: it counts if it is a Positioner, and otherwise the
-//     whole band counts.
+//     flows ahead the walk stops and the whole band counts. A FlowPicker keeps its own
+//     order, so the whole band counts (fairness's bounded-wait policy counts for itself).
 //   - Class. Under a policy that does not serve in arrival order, later arrivals overtake a
 //     waiting request: under llm-d's turn-priority every later turn that arrives goes
 //     before a waiting newcomer, which starves however few are ahead of it now. Those
@@ -162,10 +159,13 @@ func (q *Queue) EstimateWait(b int) (wait time.Duration, ok bool) {
 // foreseen, so under such a policy the estimate errs low. "Early shedding" in the package
 // documentation gives the measured error.
 //
-// ok is false when r is invalid (as Admit would refuse it) or the estimate is unknown (see
-// EstimateWait). The policy's Rank is consulted and nothing changes. O(bands) plus, for a
-// Ranker, O(min(flows ahead, 64)); safe for concurrent use.
-func (q *Queue) EstimateWaitOf(r Request) (wait time.Duration, ok bool) {
+// ok is false when r is invalid (as Admit would refuse it) or when there is no rate history:
+// before the first one-second window with such dispatches has ended (cold start), and again
+// once less than four dispatches' worth of recent history remains after a long time without
+// a backlog. Early shedding never sheds on an unknown estimate. The policy's Rank is
+// consulted and nothing changes. O(bands) plus, for a Ranker, O(min(flows ahead, 64)); safe
+// for concurrent use.
+func (q *Queue) EstimateWait(r Request) (wait time.Duration, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.nowLocked()
@@ -244,7 +244,7 @@ func (q *Queue) rankLocked(r *Request, bd *band, f *flow, now time.Time) Rank {
 // of rank rk whose flow is f (nil: a new flow), and of those the ones of class rk.Class
 // (by their flows' heads): for a keyed Ranker, the requests of every flow whose heap entry
 // comes before the one r's flow would have, and those of r's own flow when r joins it
-// behind its head; for a Positioner, the count it gives, and at most that many of the
+// behind its head; for a positioner, the count it gives, and at most that many of the
 // class; otherwise, or past maxAhead flows ahead, every request waiting in the band, and
 // every one of the class. O(min(flows ahead, maxAhead)).
 func (q *Queue) aheadLocked(b int, bd *band, f *flow, rk *Rank) (ahead, aheadC int) {

@@ -20,13 +20,13 @@ import (
 // same interval.
 func positionQueue(t *testing.T, p flowcontrol.Policy) (*flowcontrol.Queue, time.Time, func(est time.Duration) int) {
 	t.Helper()
-	q, clk := newBareQueue(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk := newBareQueue(t, flowcontrol.Options{Policy: p, MaxInFlight: 1})
 	warmRate(q, clk)
 	if _, err := q.TryAdmit(flowcontrol.Request{Flow: "holder"}); err != nil {
 		t.Fatal(err)
 	}
 	return q, clk.Now(), func(est time.Duration) int {
-		all, ok := q.EstimateWait(0)
+		all, ok := flowcontrol.EstimateBandWait(q, 0)
 		if !ok {
 			t.Fatal("rate unknown after warming up")
 		}
@@ -35,14 +35,14 @@ func positionQueue(t *testing.T, p flowcontrol.Policy) (*flowcontrol.Queue, time
 	}
 }
 
-// TestEstimateWaitOfPosition compares the requests EstimateWaitOf counts ahead of a request
+// TestEstimateWaitPosition compares the requests EstimateWait counts ahead of a request
 // under StrictPriority with a naive reference: every waiting request of every flow whose
 // head comes before the flow the request would be in (head priority, then arrival, then
 // enqueue order), plus the requests of its own flow if it joins behind that flow's head;
 // or the whole band once more than 64 flows are ahead. 500 requests of random priority in
 // 200 flows wait; each probe is a request of random priority in a random flow (or a new
 // one).
-func TestEstimateWaitOfPosition(t *testing.T) {
+func TestEstimateWaitPosition(t *testing.T) {
 	q, now, aheadOf := positionQueue(t, fairness.StrictPriority())
 	clk := 0 // the requests' arrivals, in µs from a second ago; the queue's clock stays still
 	at := func(us int) time.Time { return now.Add(-time.Second + time.Duration(us)*time.Microsecond) }
@@ -99,7 +99,7 @@ func TestEstimateWaitOfPosition(t *testing.T) {
 		} else {
 			exact++
 		}
-		est, ok := q.EstimateWaitOf(flowcontrol.Request{Flow: f, Priority: r.prio, Arrival: at(r.arrival)})
+		est, ok := q.EstimateWait(flowcontrol.Request{Flow: f, Priority: r.prio, Arrival: at(r.arrival)})
 		if !ok {
 			t.Fatal("estimate unknown")
 		}
@@ -232,12 +232,12 @@ func (p withinPolicy) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now
 	return rk
 }
 
-// TestEstimateWaitOfWithin: for 3 s a server dispatches 10 vip requests/s (class 1) while
+// TestEstimateWaitWithin: for 3 s a server dispatches 10 vip requests/s (class 1) while
 // more keep waiting, and 5 requests of class 2 wait without ever being served; then a class
 // 2 request's estimate is its class's: 5½ intervals of at least the 3 s its class waited,
 // far above the 3.55 s the band count gives. Rank.Within caps it at the larger of what is
 // left of Within and the band count, and a cap above the estimate changes nothing.
-func TestEstimateWaitOfWithin(t *testing.T) {
+func TestEstimateWaitWithin(t *testing.T) {
 	var uncapped time.Duration
 	for _, c := range []struct {
 		within, arrivedAgo time.Duration
@@ -249,7 +249,7 @@ func TestEstimateWaitOfWithin(t *testing.T) {
 		{time.Second, 0, "band"},                           // the wait behind everything is longer
 		{5 * time.Second, 2500 * time.Millisecond, "band"}, // 2.5 s of it is left
 	} {
-		q, clk := newBareQueue(t, flowcontrol.Options{Policy: withinPolicy{within: c.within}, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+		q, clk := newBareQueue(t, flowcontrol.Options{Policy: withinPolicy{within: c.within}, MaxInFlight: 1})
 		first, _ := q.Enqueue(flowcontrol.Request{Flow: "vip"}) // takes the slot
 		fifo := []flowcontrol.Ticket{first}
 		for range 5 {
@@ -264,11 +264,11 @@ func TestEstimateWaitOfWithin(t *testing.T) {
 			fifo[0].Done(flowcontrol.Usage{})
 			fifo = fifo[1:]
 		}
-		band, ok := q.EstimateWait(0)
+		band, ok := flowcontrol.EstimateBandWait(q, 0)
 		if !ok {
 			t.Fatal("rate unknown")
 		}
-		est, ok := q.EstimateWaitOf(flowcontrol.Request{Flow: "other-new", Arrival: clk.Now().Add(-c.arrivedAgo)})
+		est, ok := q.EstimateWait(flowcontrol.Request{Flow: "other-new", Arrival: clk.Now().Add(-c.arrivedAgo)})
 		if !ok {
 			t.Fatalf("Within %v: estimate unknown", c.within)
 		}
@@ -287,7 +287,7 @@ func TestEstimateWaitOfWithin(t *testing.T) {
 			want, _ = time.ParseDuration(c.want)
 		}
 		if est != want {
-			t.Errorf("Within %v, arrived %v ago: EstimateWaitOf = %v, want %v (band count %v, uncapped %v)", c.within, c.arrivedAgo, est, want, band, uncapped)
+			t.Errorf("Within %v, arrived %v ago: EstimateWait = %v, want %v (band count %v, uncapped %v)", c.within, c.arrivedAgo, est, want, band, uncapped)
 		}
 	}
 }

@@ -15,8 +15,8 @@ import (
 // two requests may run at once; the third waits until one completes.
 func Example() {
 	q, err := flowcontrol.New(flowcontrol.Options{
-		Gate: &flowcontrol.ConcurrencyLimit{Limit: 2},
-		TTL:  30 * time.Second,
+		MaxInFlight: 2,
+		TTL:         30 * time.Second,
 	})
 	if err != nil {
 		panic(err)
@@ -53,7 +53,7 @@ func Example() {
 }
 
 // A simulator drives the queue in virtual time from a single goroutine: Enqueue instead of
-// Admit, outcomes through the Observer, and Tick whenever the clock reaches the next
+// Admit, outcomes through the Observer, and Notify whenever the clock reaches the next
 // deadline.
 func Example_virtualTime() {
 	clk := new(flowcontroltest.FakeClock)
@@ -61,9 +61,9 @@ func Example_virtualTime() {
 	start := clk.Now()
 	var running []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Clock: clk,
-		Gate:  &flowcontrol.ConcurrencyLimit{Limit: 1},
-		TTL:   10 * time.Second,
+		Clock:       clk,
+		MaxInFlight: 1,
+		TTL:         10 * time.Second,
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			fmt.Printf("t=%v %v %s (waited %v)\n", clk.Now().Sub(start), r.Request.Value, r.Outcome, r.Wait)
 			if r.Outcome == flowcontrol.Dispatched {
@@ -75,10 +75,10 @@ func Example_virtualTime() {
 	q.Enqueue(flowcontrol.Request{Flow: "s2", Value: "s2/turn1"})
 	q.Enqueue(flowcontrol.Request{Flow: "s3", Value: "s3/turn1", TTL: 3 * time.Second})
 
-	next := q.Tick() // the earliest deadline: s3's, at t=3s
+	next := q.Notify() // the earliest deadline: s3's, at t=3s
 	fmt.Println("next deadline at t =", next.Sub(start))
 	clk.Set(next)
-	q.Tick()                     // s3 expires
+	q.Notify()                   // s3 expires
 	clk.Advance(1 * time.Second) // s1's answer completes at t=4s
 	running[0].Done(flowcontrol.Usage{OutputTokens: 100})
 	// Output:
@@ -91,7 +91,7 @@ func Example_virtualTime() {
 // TryAdmit never waits: it admits at once or says the request would have to wait, which a
 // gateway answers with 429 and a Retry-After header.
 func ExampleQueue_TryAdmit() {
-	q, _ := flowcontrol.New(flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _ := flowcontrol.New(flowcontrol.Options{MaxInFlight: 1})
 	first, err := q.TryAdmit(flowcontrol.Request{Flow: "a"})
 	fmt.Println("first:", err)
 	_, err = q.TryAdmit(flowcontrol.Request{Flow: "b"})
@@ -105,7 +105,7 @@ func ExampleQueue_TryAdmit() {
 // Capacity errors say which limit was hit, and all match ErrQueueFull.
 func ExampleErrQueueFull() {
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Gate:         flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return false }),
+		Gate:         closedGate{}, // nothing is dispatched: requests wait
 		FlowCapacity: flowcontrol.Limits{Requests: 1},
 	})
 	q.Enqueue(flowcontrol.Request{Flow: "greedy"})
@@ -131,15 +131,19 @@ func ExampleOutcomeOf() {
 	// cancelled
 }
 
-// The Saturation gate holds a band back while any pool is at or above the band's threshold;
+// closedGate is a Gate of the caller's own that never lets a request through.
+type closedGate struct{}
+
+func (closedGate) Open(*flowcontrol.Request, flowcontrol.Load) bool { return false }
+
+// Options.Saturation holds a band back while any pool is at or above the band's threshold;
 // the caller calls Notify when a level falls.
-func ExampleSaturation() {
+func ExamplePool() {
 	prefill, decode := 0.97, 0.60 // in a real gateway: atomics updated by the metrics scraper
-	gate := &flowcontrol.Saturation{Pools: []flowcontrol.Pool{
+	q, _ := flowcontrol.New(flowcontrol.Options{Bands: 2, Saturation: []flowcontrol.Pool{
 		{Level: func() float64 { return prefill }, Thresholds: []float64{1.0, 0.9}},
 		{Level: func() float64 { return decode }, Thresholds: []float64{1.0, 0.8}},
-	}}
-	q, _ := flowcontrol.New(flowcontrol.Options{Bands: 2, Gate: gate})
+	}})
 	interactive, err := q.TryAdmit(flowcontrol.Request{Band: 0})
 	fmt.Println("band 0:", err)
 	_, err = q.Enqueue(flowcontrol.Request{Band: 1})
@@ -175,9 +179,9 @@ func ExamplePolicy() {
 	var order []any
 	var running []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Clock:  clk,
-		Policy: deadlineFirst{},
-		Gate:   &flowcontrol.ConcurrencyLimit{Limit: 1},
+		Clock:       clk,
+		Policy:      deadlineFirst{},
+		MaxInFlight: 1,
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			if r.Outcome == flowcontrol.Dispatched {
 				order = append(order, r.Request.Value)
@@ -220,9 +224,9 @@ func ExampleFlowPicker() {
 	var order []any
 	var running []flowcontrol.Ticket
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Clock:  clk,
-		Policy: longestQueue{fairness.FCFS()},
-		Gate:   &flowcontrol.ConcurrencyLimit{Limit: 1},
+		Clock:       clk,
+		Policy:      longestQueue{fairness.FCFS()},
+		MaxInFlight: 1,
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			if r.Outcome == flowcontrol.Dispatched {
 				order = append(order, r.Request.Value)
@@ -251,11 +255,11 @@ func ExampleEarlyShed() {
 	clk := new(flowcontroltest.FakeClock)
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Clock:     clk,
-		Gate:      &flowcontrol.ConcurrencyLimit{Limit: 1},
-		EarlyShed: flowcontrol.EarlyShed{Enabled: true},
+		Clock:       clk,
+		MaxInFlight: 1,
+		EarlyShed:   flowcontrol.EarlyShed{Enabled: true},
 	})
-	_, ok := q.EstimateWait(0)
+	_, ok := q.EstimateWait(flowcontrol.Request{})
 	fmt.Println("estimate known at start:", ok)
 
 	// Two seconds in which the server finishes a request every 100 ms while two arrive: the
@@ -270,7 +274,7 @@ func ExampleEarlyShed() {
 		fifo[0].Done(flowcontrol.Usage{})
 		fifo = fifo[1:]
 	}
-	est, _ := q.EstimateWait(0)
+	est, _ := q.EstimateWait(flowcontrol.Request{})
 	fmt.Printf("%d waiting, estimated wait %v\n", q.Stats().Queued, est.Round(10*time.Millisecond))
 
 	_, err := q.Enqueue(flowcontrol.Request{TTL: time.Second})
@@ -284,17 +288,17 @@ func ExampleEarlyShed() {
 	// with a 5 s TTL: <nil>
 }
 
-// A high-priority request behind a backlog of low-priority ones: the band count says it
-// waits as long as they do; EstimateWaitOf counts only what StrictPriority serves before
-// it, and early shedding admits it.
-func ExampleQueue_EstimateWaitOf() {
+// A high-priority request behind a backlog of low-priority ones: a low-priority request
+// waits behind the whole band; EstimateWait counts only what StrictPriority serves before
+// the high-priority one, and early shedding admits it.
+func ExampleQueue_EstimateWait() {
 	clk := new(flowcontroltest.FakeClock)
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Clock:     clk,
-		Policy:    fairness.StrictPriority(),
-		Gate:      &flowcontrol.ConcurrencyLimit{Limit: 1},
-		EarlyShed: flowcontrol.EarlyShed{Enabled: true},
+		Clock:       clk,
+		Policy:      fairness.StrictPriority(),
+		MaxInFlight: 1,
+		EarlyShed:   flowcontrol.EarlyShed{Enabled: true},
 	})
 	// Two seconds in which the server finishes a request every 100 ms while two arrive.
 	var fifo []flowcontrol.Ticket
@@ -307,18 +311,17 @@ func ExampleQueue_EstimateWaitOf() {
 		fifo[0].Done(flowcontrol.Usage{})
 		fifo = fifo[1:]
 	}
-	band, _ := q.EstimateWait(0)
-	low, _ := q.EstimateWaitOf(flowcontrol.Request{Flow: "batch"})
-	high, _ := q.EstimateWaitOf(flowcontrol.Request{Flow: "chat", Priority: 1})
-	fmt.Printf("%d waiting: band count %v, low priority %v, high priority %v\n", q.Stats().Queued,
-		band.Round(10*time.Millisecond), low.Round(10*time.Millisecond), high.Round(10*time.Millisecond))
+	low, _ := q.EstimateWait(flowcontrol.Request{Flow: "batch"})
+	high, _ := q.EstimateWait(flowcontrol.Request{Flow: "chat", Priority: 1})
+	fmt.Printf("%d waiting: low priority %v (the whole band), high priority %v\n", q.Stats().Queued,
+		low.Round(10*time.Millisecond), high.Round(10*time.Millisecond))
 
 	_, err := q.Enqueue(flowcontrol.Request{Flow: "chat", Priority: 1, TTL: time.Second})
 	fmt.Println("high priority, 1 s TTL:", err)
 	_, err = q.Enqueue(flowcontrol.Request{Flow: "batch", TTL: time.Second})
 	fmt.Println("low priority, 1 s TTL:", err)
 	// Output:
-	// 19 waiting: band count 2.05s, low priority 2.05s, high priority 50ms
+	// 19 waiting: low priority 2.05s (the whole band), high priority 50ms
 	// high priority, 1 s TTL: <nil>
 	// low priority, 1 s TTL: flowcontrol: estimated wait exceeds the request's deadline
 }

@@ -8,24 +8,6 @@ import (
 // Expiry: deadlines, cancellation and the outcomes that end a wait. Methods whose names end in
 // Locked expect q.mu held.
 
-// Tick processes the queue at the clock's current time — expiry of every request whose
-// deadline has come, re-keying of flows whose keys' validity ended, and dispatch — and
-// returns the earliest remaining deadline (zero if nothing waits). Admit callers never need
-// it: their own deadline timers drive expiry. A caller running the queue in virtual time,
-// or using Enqueue, calls Tick whenever its clock reaches the returned time.
-// O((k+1) log n) for k expiries and dispatches, plus O(log n) for each stale entry (of a
-// request that left the queue otherwise) it drops from the top of the deadline heap.
-func (q *Queue) Tick() (next time.Time) {
-	q.mu.Lock()
-	q.runLocked(q.nowLocked())
-	q.deadlines.DropStale()
-	if e := q.deadlines.Top(); e != nil {
-		next = time.Unix(0, e.At)
-	}
-	q.unlock()
-	return next
-}
-
 // removeLocked takes a queued w out without dispatching it and ends it with outcome o
 // (Expired, Cancelled, RejectedClosed, or 0 for TryAdmit's silent withdrawal) and error
 // err. A waiter nobody owns (Enqueue'd) is recycled.

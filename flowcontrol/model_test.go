@@ -194,13 +194,11 @@ func checkModel(t *testing.T, ops []byte, shed bool) (sheds int) {
 	tickets := map[int]flowcontrol.Ticket{} // from the observer
 	all := map[int]flowcontrol.Ticket{}     // from Enqueue
 	q, err := flowcontrol.New(flowcontrol.Options{
-		Bands: mBands,
-		Clock: clk,
-		TTL:   mTTL,
-		Gate: flowcontrol.AllGates{
-			&flowcontrol.ConcurrencyLimit{Limit: mLimit},
-			flowcontrol.GateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return !m.saturated }),
-		},
+		Bands:        mBands,
+		Clock:        clk,
+		TTL:          mTTL,
+		MaxInFlight:  mLimit,
+		Gate:         gateFunc(func(*flowcontrol.Request, flowcontrol.Load) bool { return !m.saturated }),
 		Capacity:     flowcontrol.Limits{Requests: mCapReqs, Bytes: mCapBytes},
 		BandCapacity: []flowcontrol.Limits{{}, {Requests: mBand1Reqs}},
 		FlowCapacity: flowcontrol.Limits{Requests: mFlowReqs, Bytes: mFlowBytes},
@@ -240,7 +238,7 @@ func checkModel(t *testing.T, ops []byte, shed bool) (sheds int) {
 			var est time.Duration
 			var ok bool
 			if shed {
-				est, ok = q.EstimateWait(r.band)
+				est, ok = flowcontrol.EstimateBandWait(q, r.band)
 			}
 			want := m.enqueue(r, est, ok)
 			if want == flowcontrol.RejectedWait {
@@ -289,7 +287,7 @@ func checkModel(t *testing.T, ops []byte, shed bool) (sheds int) {
 			clk.Advance(d)
 			m.now = m.now.Add(d)
 			m.run()
-			q.Tick()
+			q.Notify()
 		case 6: // saturation changes
 			m.saturated = arg%2 == 1
 			trace = append(trace, fmt.Sprintf("saturated %v", m.saturated))
@@ -401,7 +399,7 @@ func FuzzRequestInput(f *testing.F) {
 	f.Fuzz(func(t *testing.T, band int, bytes, prompt, output, ttl, deadlineOff, arrivalOff int64, flows int) {
 		clk := new(flowcontroltest.FakeClock)
 		clk.Set(t0)
-		q, err := flowcontrol.New(flowcontrol.Options{Bands: 2, Clock: clk, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, FlowCapacity: flowcontrol.Limits{Bytes: 1 << 30}})
+		q, err := flowcontrol.New(flowcontrol.Options{Bands: 2, Clock: clk, MaxInFlight: 1, FlowCapacity: flowcontrol.Limits{Bytes: 1 << 30}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -431,7 +429,7 @@ func FuzzRequestInput(f *testing.F) {
 		if after.Queued != before.Queued+1 || after.QueuedBytes != before.QueuedBytes+bytes {
 			t.Fatalf("accepted request not queued: %+v → %+v", before, after)
 		}
-		req, ok := tk.Request()
+		req, ok := flowcontrol.TicketRequest(tk)
 		if !ok || !req.Deadline.After(t0) || req.Arrival.After(t0) {
 			t.Fatalf("accepted request has Arrival %v, Deadline %v", req.Arrival, req.Deadline)
 		}

@@ -188,8 +188,8 @@ type Policy interface {
 // FlowState.HeadSeq (smaller first); a picker that does the same reproduces that order.
 //
 // PickFlow is called only when a dispatch can happen as far as the queue can tell: not
-// for a band whose gate is a BandGate closed to it. Without a BandGate (a GateFunc) it is
-// called first and the gate then judges the head of the flow it picked.
+// for a band that Options.MaxInFlight, BandMaxInFlight or Saturation hold back. An
+// Options.Gate is asked afterwards, for the head of the flow it picked.
 //
 // Cost: the queue's part is O(1) per call, but a picker that scans flows makes every
 // dispatch O(flows in the band); say so in its doc.
@@ -204,15 +204,15 @@ type FlowPicker interface {
 const MaxClasses = 4
 
 // Ranker is implemented by a Policy that can say where a request would stand in its band if
-// it were enqueued now, for the wait estimate behind early shedding (Queue.EstimateWaitOf;
+// it were enqueued now, for the wait estimate behind early shedding (Queue.EstimateWait;
 // see "Early shedding" in the package documentation). Without it the queue assumes that a
 // new request goes behind everything waiting in its band, which is exact for FCFS and errs
 // high for a request the policy moves ahead.
 //
 // Rank is called for every request Admit, TryAdmit or Enqueue queues, before ItemKey, and
-// by EstimateWaitOf; r has its Arrival and Deadline filled in, f is r's flow's state before
+// by EstimateWait; r has its Arrival and Deadline filled in, f is r's flow's state before
 // r is added (Queued zero and Head nil when nothing of the flow waits). It must not change
-// the policy's state: the request may be refused, and EstimateWaitOf only asks. It is
+// the policy's state: the request may be refused, and EstimateWait only asks. It is
 // called with the queue's lock held, like the Policy methods, and must be as cheap: O(1)
 // or O(log flows), no allocation.
 type Ranker interface {
@@ -223,8 +223,9 @@ type Ranker interface {
 type Rank struct {
 	// Key is the flow key r's flow would have once r is enqueued: f's current key when r
 	// joins behind f's head, the key with r as head otherwise. The queue counts the
-	// requests of the flows whose keys come first (a FlowPicker, which orders flows itself,
-	// counts them if it is a Positioner).
+	// requests of the flows whose keys come first (under a FlowPicker, which orders flows
+	// itself, the whole band counts, unless the picker counts for itself as fairness's
+	// bounded-wait policy does).
 	Key Key
 	// Class, in [1, MaxClasses], groups requests the policy treats alike — a first turn
 	// and a later turn under turn-priority — whose rate of service the queue measures
@@ -240,14 +241,15 @@ type Rank struct {
 	Within time.Duration
 }
 
-// Positioner is implemented by a FlowPicker that is a Ranker and can count, in its own
+// positioner is implemented by a FlowPicker that is a Ranker and can count, in its own
 // order, the requests it would serve before a flow of key k in band: every request of
 // every flow whose key comes before k or equals it (a flow already waiting goes before a new
 // one with the same key). It stops past limit flows and reports ok false;
 // it reports ok false too when it has no keys to compare. Called with the queue's lock
 // held, only for requests that early shedding would otherwise refuse, and by
-// EstimateWaitOf. O(min(flows ahead, limit)).
-type Positioner interface {
+// EstimateWait. O(min(flows ahead, limit)). fairness's bounded-wait policy implements it;
+// it stays off the API until a policy outside the module needs it.
+type positioner interface {
 	Ahead(band int, k Key, limit int) (n int, ok bool)
 }
 

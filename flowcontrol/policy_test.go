@@ -42,7 +42,7 @@ func (p *tracePolicy) Observe(e *flowcontrol.Event) {
 
 func TestPolicyCallOrder(t *testing.T) {
 	p := &tracePolicy{}
-	q, clk, rec := newQueue(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk, rec := newQueue(t, flowcontrol.Options{Policy: p, MaxInFlight: 1})
 	q.Enqueue(flowcontrol.Request{Flow: "a", Value: 1})
 	clk.Advance(time.Second)
 	q.Enqueue(flowcontrol.Request{Flow: "a", Value: 2})
@@ -97,7 +97,7 @@ func (p *promoting) Observe(*flowcontrol.Event) {}
 
 func TestFlowKeyRekeyedWhenValidityEnds(t *testing.T) {
 	p := &promoting{value: map[flowcontrol.FlowID]float64{"deep": 0, "new": 10}, after: 30 * time.Second}
-	q, clk, rec := newQueue(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk, rec := newQueue(t, flowcontrol.Options{Policy: p, MaxInFlight: 1})
 	run, _ := q.TryAdmit(flowcontrol.Request{Flow: "deep", Value: "d0"})
 	q.Enqueue(flowcontrol.Request{Flow: "new", Value: "n1"})
 	for i := range 5 {
@@ -125,7 +125,7 @@ func TestRekeyHeapManyFlows(t *testing.T) {
 		after: 30 * time.Second,
 		only:  func(id flowcontrol.FlowID) bool { return id != "deep" },
 	}
-	q, clk, rec := newQueue(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, TTL: time.Hour})
+	q, clk, rec := newQueue(t, flowcontrol.Options{Policy: p, MaxInFlight: 1, TTL: time.Hour})
 	for i := range 20 {
 		q.Enqueue(flowcontrol.Request{Flow: "deep", Value: fmt.Sprint("d", i)})
 	}
@@ -191,7 +191,7 @@ func (p *mostQueued) PickFlow(band int, flows []*flowcontrol.FlowState, now time
 
 func TestFlowPicker(t *testing.T) {
 	p := &mostQueued{hold: true}
-	q, _, rec := newQueue(t, flowcontrol.Options{Policy: p, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _, rec := newQueue(t, flowcontrol.Options{Policy: p, MaxInFlight: 1})
 	for i, f := range []flowcontrol.FlowID{"a", "b", "b", "c", "b", "c"} {
 		q.Enqueue(flowcontrol.Request{Flow: f, Value: fmt.Sprint(f, i)})
 	}
@@ -215,7 +215,7 @@ func TestFlowPicker(t *testing.T) {
 }
 
 func TestStrictPriorityPolicy(t *testing.T) {
-	q, _, rec := newQueue(t, flowcontrol.Options{Policy: fairness.StrictPriority(), Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _, rec := newQueue(t, flowcontrol.Options{Policy: fairness.StrictPriority(), MaxInFlight: 1})
 	run, _ := q.TryAdmit(flowcontrol.Request{Value: "first"})
 	for i, pr := range []int{0, 5, 1, 5, -3} {
 		q.Enqueue(flowcontrol.Request{Flow: flowcontrol.FlowID(fmt.Sprint(i % 2)), Priority: pr, Value: i})
@@ -249,7 +249,7 @@ func TestKeyOrder(t *testing.T) {
 	}
 	// A NaN flow key sorts last instead of breaking the heap.
 	nanPolicy := &keyed{keys: map[flowcontrol.FlowID]flowcontrol.Key{"nan": nan, "one": {Value: 1}, "two": {Value: 2}}}
-	q, _, rec := newQueue(t, flowcontrol.Options{Policy: nanPolicy, Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, _, rec := newQueue(t, flowcontrol.Options{Policy: nanPolicy, MaxInFlight: 1})
 	run, _ := q.TryAdmit(flowcontrol.Request{Value: "x"})
 	for _, f := range []flowcontrol.FlowID{"nan", "two", "one"} {
 		q.Enqueue(flowcontrol.Request{Flow: f, Value: string(f)})

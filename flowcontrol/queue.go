@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/usher-llm/usher/internal/heap"
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/internal/rekey"
 )
 
@@ -21,7 +23,8 @@ const (
 	DefaultRateHalfLife = 10 * time.Second
 )
 
-// Limits bounds what may wait in the queue (in flight work is the Gate's business).
+// Limits bounds what may wait in the queue (work in flight is bounded by
+// Options.MaxInFlight, BandMaxInFlight, Saturation and Gate).
 // A zero field means "no limit at this level" except in Options.Capacity, where zero means
 // the default.
 type Limits struct {
@@ -29,16 +32,31 @@ type Limits struct {
 	Bytes    int64
 }
 
-// Options configures a Queue. The zero value is a valid one-band FCFS queue with no gate,
-// a 60 s TTL and room for 10,000 requests or 1 GiB.
+// Options configures a Queue. The zero value is a valid one-band FCFS queue with no limit on
+// work in flight, a 60 s TTL and room for 10,000 requests or 1 GiB.
 type Options struct {
 	// Bands is the number of priority bands; zero means 1. Band 0 is served first.
 	Bands int
 	// Policy orders flows and requests within a band; nil means FCFS.
 	Policy Policy
-	// Gate is consulted before each dispatch; nil means always open (the queue then only
-	// orders and bounds; requests are dispatched as they arrive). A Gate that implements
-	// BandGate is asked per band before the policy chooses the request.
+	// MaxInFlight bounds the requests in flight queue-wide: one is dispatched only while
+	// fewer are; zero means no limit. The queue sees every completion, so this limit needs
+	// no Notify.
+	MaxInFlight int
+	// BandMaxInFlight[b], when > 0, lets band b dispatch only while fewer than that many
+	// requests (of all bands) are in flight. Giving lower bands smaller limits keeps headroom
+	// for the higher ones. Missing entries and zeros mean no band limit.
+	BandMaxInFlight []int
+	// Saturation gates dispatch on the fullness of one or more pools of model servers (a
+	// prefill pool and a decode pool with different thresholds, say): band b dispatches only
+	// while every pool's Level is below its threshold for b. Call Queue.Notify when a level
+	// falls. O(pools) per dispatch.
+	Saturation []Pool
+	// Gate, if set, is consulted for the request a band would dispatch next, once the limits
+	// above let the band through; nil means always open. With no limit and no Gate the queue
+	// only orders and bounds: requests are dispatched as they arrive. The limits above depend
+	// on the band alone and are checked before the policy chooses a request, so a closed band
+	// costs no policy work; Gate sees the chosen request.
 	Gate Gate
 	// Clock is the source of time; nil means the system clock (package time).
 	Clock Clock
@@ -60,7 +78,7 @@ type Options struct {
 
 // EarlyShed configures early shedding (see "Early shedding" in the package documentation).
 // When Enabled, a request that Admit or Enqueue cannot dispatch at once is refused on
-// arrival with RejectedWait (ErrWouldExpire) if its estimated wait (Queue.EstimateWaitOf)
+// arrival with RejectedWait (ErrWouldExpire) if its estimated wait (Queue.EstimateWait)
 // exceeds its budget — the time left until its Deadline, or until Arrival+Bound if that is
 // sooner — by more than the factor 1+Margin. TryAdmit never waits, so it never sheds: what it
 // cannot dispatch at once is ErrWouldWait as before. An unknown estimate (no recent
@@ -68,7 +86,7 @@ type Options struct {
 // HalfLife and a Margin that is not finite and > −1.
 type EarlyShed struct {
 	// Enabled turns shedding on. When it is off the estimate is still kept, so
-	// EstimateWait and EstimateWaitOf can be watched before shedding is turned on.
+	// EstimateWait can be watched before shedding is turned on.
 	Enabled bool
 	// Bound caps the wait, counted from Arrival, that a request may be queued for when its
 	// deadline is later; zero means the deadline alone.
@@ -86,7 +104,7 @@ type EarlyShed struct {
 
 // Observer receives the queue's outcomes. Both hooks are optional (nil means not called),
 // are called outside the queue's lock by whichever goroutine's operation produced the
-// outcome (an Admit, Done, Notify, Tick or Close caller, or a waiter whose context or
+// outcome (an Admit, Done, Notify or Close caller, or a waiter whose context or
 // deadline ended), and may call back into the queue. Calls may be concurrent and need not
 // arrive in the order the events happened: a request admitted through Admit may even have
 // its Done reported before its Dispatched outcome, when another goroutine dispatched it and
@@ -198,7 +216,8 @@ type Queue struct {
 	policy   Policy
 	picker   FlowPicker
 	gate     Gate
-	bandGate BandGate // gate, when it implements BandGate
+	bandMax  []int
+	pools    []Pool
 	clock    Clock
 	ttl      time.Duration
 	capacity Limits
@@ -206,28 +225,30 @@ type Queue struct {
 	observer Observer
 	observed bool
 	notePool sync.Pool
-	shed     EarlyShed    // HalfLife filled in
-	ranker   Ranker       // policy, when it implements Ranker
-	position Positioner   // picker, when it is a Ranker and implements Positioner
-	seed     maphash.Seed // of the flow tables' hashes
-	sysClock bool         // clock is systemClock, read through mono
+	shed     EarlyShed        // HalfLife filled in
+	ranker   Ranker           // policy, when it implements Ranker
+	position positioner       // picker, when it is a Ranker and implements positioner
+	sharer   peer.UsageSharer // policy, when it implements it
+	seed     maphash.Seed     // of the flow tables' hashes
+	sysClock bool             // clock is systemClock, read through mono
 
-	mu        sync.Mutex
-	bands     []band
-	deadlines heap.Heap[*waiter] // every waiting request by deadline; see dlLive
-	rekey     rekey.Timers[*flow]
-	seq       uint64
-	queued    int
-	bytes     int64
-	inFlight  int
-	flows     int
-	closed    bool
-	stats     Stats
-	freeW     []*waiter
-	freeF     []*flow
-	ev        Event
-	scratch   Request
-	notes     *noteBuf
+	mu          sync.Mutex
+	maxInFlight int // Options.MaxInFlight, changed by peer.SetMaxInFlight
+	bands       []band
+	deadlines   heap.Heap[*waiter] // every waiting request by deadline; see dlLive
+	rekey       rekey.Timers[*flow]
+	seq         uint64
+	queued      int
+	bytes       int64
+	inFlight    int
+	flows       int
+	closed      bool
+	stats       Stats
+	freeW       []*waiter
+	freeF       []*flow
+	ev          Event
+	scratch     Request
+	notes       *noteBuf
 	// dispatch rate estimate for RetryAfter: dispatches in the current one-second window
 	// and in the last complete one.
 	rateStart int64
@@ -298,12 +319,27 @@ func New(o Options) (*Queue, error) {
 	if es := o.EarlyShed; es.Bound < 0 || es.HalfLife < 0 || !(es.Margin > -1) || math.IsInf(es.Margin, 1) {
 		return nil, fmt.Errorf("%w: EarlyShed %+v: Bound and HalfLife must be ≥ 0, Margin finite and > −1", ErrInvalidOptions, es)
 	}
+	if o.MaxInFlight < 0 {
+		return nil, fmt.Errorf("%w: MaxInFlight %d < 0", ErrInvalidOptions, o.MaxInFlight)
+	}
+	for b, n := range o.BandMaxInFlight {
+		if n < 0 {
+			return nil, fmt.Errorf("%w: BandMaxInFlight %d < 0 for band %d", ErrInvalidOptions, n, b)
+		}
+	}
+	for i, p := range o.Saturation {
+		if p.Level == nil {
+			return nil, fmt.Errorf("%w: Saturation pool %d has no Level", ErrInvalidOptions, i)
+		}
+	}
 	if o.EarlyShed.HalfLife == 0 {
 		o.EarlyShed.HalfLife = DefaultRateHalfLife
 	}
 	q := &Queue{
 		policy:   o.Policy,
 		gate:     o.Gate,
+		bandMax:  slices.Clone(o.BandMaxInFlight),
+		pools:    slices.Clone(o.Saturation),
 		clock:    o.Clock,
 		ttl:      o.TTL,
 		capacity: o.Capacity,
@@ -313,13 +349,15 @@ func New(o Options) (*Queue, error) {
 		bands:    make([]band, o.Bands),
 		shed:     o.EarlyShed,
 		seed:     maphash.MakeSeed(),
+
+		maxInFlight: o.MaxInFlight,
 	}
 	q.picker, _ = o.Policy.(FlowPicker)
 	q.ranker, _ = o.Policy.(Ranker)
 	if q.picker != nil && q.ranker != nil {
-		q.position, _ = o.Policy.(Positioner)
+		q.position, _ = o.Policy.(positioner)
 	}
-	q.bandGate, _ = o.Gate.(BandGate)
+	q.sharer, _ = o.Policy.(peer.UsageSharer)
 	q.deadlines.Live, q.deadlines.MaxLive = dlLive, o.Capacity.Requests
 	_, q.sysClock = o.Clock.(systemClock)
 	q.notePool.New = func() any { return new(noteBuf) }
@@ -334,13 +372,27 @@ func New(o Options) (*Queue, error) {
 	return q, nil
 }
 
-// Notify tells the queue that the gate may have opened (saturation fell, a backend came
-// back): it dispatches as much as the gate and policy allow. It also processes expiry.
-// O(k log n) for k dispatches.
-func (q *Queue) Notify() {
+// Notify brings the queue up to date at its clock's current time — expiry of every request
+// whose deadline has come, re-keying of flows whose keys' validity ended, and dispatch of as
+// much as the limits, the gate and the policy allow — and returns the earliest remaining
+// deadline (zero if nothing waits).
+//
+// Call it when the gate may have opened for a reason the queue cannot see (a pool's
+// saturation level fell, a backend came back). Admit callers need nothing more: their own
+// deadline timers drive expiry. A caller running the queue in virtual time, or using
+// Enqueue, also calls it whenever its clock reaches the returned time.
+//
+// O((k+1) log n) for k expiries and dispatches, plus O(log n) for each stale entry (of a
+// request that left the queue otherwise) it drops from the top of the deadline heap.
+func (q *Queue) Notify() (next time.Time) {
 	q.mu.Lock()
 	q.runLocked(q.nowLocked())
+	q.deadlines.DropStale()
+	if e := q.deadlines.Top(); e != nil {
+		next = time.Unix(0, e.At)
+	}
 	q.unlock()
+	return next
 }
 
 // Close ends every waiting request with RejectedClosed (Admit returns ErrClosed) and makes

@@ -95,7 +95,7 @@ func equal(a, b []any) bool {
 }
 
 func TestFCFSAcrossFlows(t *testing.T) {
-	q, clk, rec := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk, rec := newQueue(t, flowcontrol.Options{MaxInFlight: 1})
 	flows := []flowcontrol.FlowID{"a", "b", "a", "c", "b"}
 	for i, f := range flows {
 		if _, err := q.Enqueue(flowcontrol.Request{Flow: f, Value: i}); err != nil {
@@ -105,7 +105,7 @@ func TestFCFSAcrossFlows(t *testing.T) {
 	}
 	for i := range flows {
 		tk := rec.ticket(i)
-		if !tk.Valid() {
+		if !flowcontrol.Valid(tk) {
 			t.Fatalf("request %d not dispatched; dispatched so far %v", i, rec.dispatched())
 		}
 		tk.Done(flowcontrol.Usage{PromptTokens: 10})
@@ -120,7 +120,7 @@ func TestFCFSAcrossFlows(t *testing.T) {
 }
 
 func TestAdmitBlocksUntilDone(t *testing.T) {
-	q, clk, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk, _ := newQueue(t, flowcontrol.Options{MaxInFlight: 1})
 	first, err := q.Admit(context.Background(), flowcontrol.Request{Flow: "a"})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestAdmitBlocksUntilDone(t *testing.T) {
 }
 
 func TestAdmitExpires(t *testing.T) {
-	q, clk, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}, TTL: 10 * time.Second})
+	q, clk, _ := newQueue(t, flowcontrol.Options{MaxInFlight: 1, TTL: 10 * time.Second})
 	first, _ := q.Admit(context.Background(), flowcontrol.Request{})
 	got := make(chan error, 1)
 	go func() {
@@ -160,7 +160,7 @@ func TestAdmitExpires(t *testing.T) {
 }
 
 func TestAdmitCancel(t *testing.T) {
-	q, clk, _ := newQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}})
+	q, clk, _ := newQueue(t, flowcontrol.Options{MaxInFlight: 1})
 	first, _ := q.Admit(context.Background(), flowcontrol.Request{})
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)

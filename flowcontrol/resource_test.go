@@ -34,7 +34,7 @@ func TestMemoryFlatUnderManyFlows(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		total = 150_000
 	}
-	q, _ := newBareQueue(t, flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 256}})
+	q, _ := newBareQueue(t, flowcontrol.Options{MaxInFlight: 256})
 	ring := make([]flowcontrol.Ticket, 512)
 	buf := make([]byte, 0, 32)
 	var base uint64
@@ -45,7 +45,7 @@ func TestMemoryFlatUnderManyFlows(t *testing.T) {
 			t.Fatal(err)
 		}
 		slot := &ring[i%len(ring)]
-		if slot.Valid() {
+		if flowcontrol.Valid(*slot) {
 			slot.Done(flowcontrol.Usage{}) // completes an older request; the oldest waiter goes
 		}
 		*slot = tk
@@ -55,7 +55,7 @@ func TestMemoryFlatUnderManyFlows(t *testing.T) {
 	}
 	// Drain oldest first: each Done dispatches the next waiter, which is then done in turn.
 	for i := range len(ring) {
-		if tk := ring[(total+i)%len(ring)]; tk.Valid() {
+		if tk := ring[(total+i)%len(ring)]; flowcontrol.Valid(tk) {
 			tk.Done(flowcontrol.Usage{})
 		}
 	}
@@ -79,16 +79,15 @@ func TestMemoryFlatUnderManyFlows(t *testing.T) {
 
 // TestConcurrentInvariants hammers one queue from many goroutines with Admit (some
 // cancelled, some with short deadlines), TryAdmit and Done, on the real clock, and checks
-// the books balance: every request has exactly one outcome, the gate's limit held, nothing
+// the books balance: every request has exactly one outcome, the in-flight limit held, nothing
 // is left over.
 func TestConcurrentInvariants(t *testing.T) {
 	const limit = 4
 	var inflight, peak atomic.Int64
 	var outcomes sync.Map // Value → count
-	gate := &flowcontrol.ConcurrencyLimit{Limit: limit}
 	q, err := flowcontrol.New(flowcontrol.Options{
 		Bands:        2,
-		Gate:         gate,
+		MaxInFlight:  limit,
 		FlowCapacity: flowcontrol.Limits{Requests: 20},
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			c, _ := outcomes.LoadOrStore(r.Request.Value, new(atomic.Int32))
@@ -181,7 +180,6 @@ func TestAllocs(t *testing.T) {
 	}
 	ctx := context.Background()
 	shed := flowcontrol.EarlyShed{Enabled: true}
-	limit1 := func() flowcontrol.Gate { return &flowcontrol.ConcurrencyLimit{Limit: 1} }
 	cases := []struct {
 		name  string
 		opts  flowcontrol.Options
@@ -192,17 +190,17 @@ func TestAllocs(t *testing.T) {
 			tk, _ := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 10})
 			tk.Done(flowcontrol.Usage{})
 		}, nil},
-		{"TryAdmit+Done", flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}}, func(q *flowcontrol.Queue) {
+		{"TryAdmit+Done", flowcontrol.Options{MaxInFlight: 1}, func(q *flowcontrol.Queue) {
 			tk, _ := q.TryAdmit(flowcontrol.Request{Flow: "a"})
 			tk.Done(flowcontrol.Usage{})
 		}, nil},
-		{"Enqueue+Cancel", flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}}, func(q *flowcontrol.Queue) {
+		{"Enqueue+Cancel", flowcontrol.Options{MaxInFlight: 1}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Enqueue(flowcontrol.Request{Flow: "b"})
 			tk.Cancel()
 		}, nil},
-		{"Enqueue+Tick expiry", flowcontrol.Options{Gate: &flowcontrol.ConcurrencyLimit{Limit: 1}}, func(q *flowcontrol.Queue) {
+		{"Enqueue+Notify expiry", flowcontrol.Options{MaxInFlight: 1}, func(q *flowcontrol.Queue) {
 			q.Enqueue(flowcontrol.Request{Flow: "c", TTL: time.Nanosecond})
-			q.Tick()
+			q.Notify()
 		}, nil},
 		{"observed Admit+Done", flowcontrol.Options{Observer: flowcontrol.Observer{
 			Outcome: func(flowcontrol.Record) {}, Done: func(flowcontrol.Record) {},
@@ -211,18 +209,18 @@ func TestAllocs(t *testing.T) {
 			tk.Done(flowcontrol.Usage{})
 		}, nil},
 		// Early shedding on, with a known rate: the estimate is computed on each arrival.
-		{"early shed: Admit+Done", flowcontrol.Options{Gate: limit1(), EarlyShed: shed}, func(q *flowcontrol.Queue) {
+		{"early shed: Admit+Done", flowcontrol.Options{MaxInFlight: 1, EarlyShed: shed}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 10})
 			tk.Done(flowcontrol.Usage{})
 		}, warmRate},
-		{"early shed: Enqueue+Cancel", flowcontrol.Options{Gate: limit1(), EarlyShed: shed}, func(q *flowcontrol.Queue) {
+		{"early shed: Enqueue+Cancel", flowcontrol.Options{MaxInFlight: 1, EarlyShed: shed}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Enqueue(flowcontrol.Request{Flow: "b"})
 			tk.Cancel()
 		}, func(q *flowcontrol.Queue, clk *flowcontroltest.FakeClock) {
 			warmRate(q, clk)
 			q.TryAdmit(flowcontrol.Request{Flow: "holder"})
 		}},
-		{"early shed: Enqueue shed", flowcontrol.Options{Gate: limit1(), EarlyShed: shed, Observer: flowcontrol.Observer{
+		{"early shed: Enqueue shed", flowcontrol.Options{MaxInFlight: 1, EarlyShed: shed, Observer: flowcontrol.Observer{
 			Outcome: func(flowcontrol.Record) {},
 		}}, func(q *flowcontrol.Queue) {
 			q.Enqueue(flowcontrol.Request{Flow: "c", TTL: 100 * time.Millisecond})
@@ -238,11 +236,11 @@ func TestAllocs(t *testing.T) {
 		}},
 		// A Ranker policy: Rank on every enqueue, the class's history, and for a request the
 		// band count would shed, the walk of the flow heap that counts what is ahead of it.
-		{"ranked early shed: Admit+Done", flowcontrol.Options{Policy: rankedClassPolicy{}, Gate: limit1(), EarlyShed: shed}, func(q *flowcontrol.Queue) {
+		{"ranked early shed: Admit+Done", flowcontrol.Options{Policy: rankedClassPolicy{}, MaxInFlight: 1, EarlyShed: shed}, func(q *flowcontrol.Queue) {
 			tk, _ := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 10})
 			tk.Done(flowcontrol.Usage{})
 		}, warmRate},
-		{"ranked early shed: Enqueue shed", flowcontrol.Options{Policy: rankedClassPolicy{}, Gate: limit1(), EarlyShed: shed, Observer: flowcontrol.Observer{
+		{"ranked early shed: Enqueue shed", flowcontrol.Options{Policy: rankedClassPolicy{}, MaxInFlight: 1, EarlyShed: shed, Observer: flowcontrol.Observer{
 			Outcome: func(flowcontrol.Record) {},
 		}}, func(q *flowcontrol.Queue) {
 			q.Enqueue(flowcontrol.Request{Flow: "c", TTL: 100 * time.Millisecond})
@@ -261,12 +259,12 @@ func TestAllocs(t *testing.T) {
 		q, clk := newBareQueue(t, c.opts)
 		if c.setup != nil {
 			c.setup(q, clk)
-			if _, ok := q.EstimateWait(0); !ok {
+			if _, ok := flowcontrol.EstimateBandWait(q, 0); !ok {
 				t.Errorf("%s: the rate is unknown after warming up", c.name)
 			}
-		} else if c.opts.Gate != nil {
+		} else if c.opts.MaxInFlight > 0 {
 			// Occupy the single slot so that Enqueue'd requests wait.
-			if _, ok := c.opts.Gate.(*flowcontrol.ConcurrencyLimit); ok && c.name != "TryAdmit+Done" {
+			if c.name != "TryAdmit+Done" {
 				q.TryAdmit(flowcontrol.Request{Flow: "holder"})
 			}
 		}

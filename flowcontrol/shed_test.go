@@ -19,7 +19,7 @@ import (
 )
 
 // The early-shedding tests run the queue in virtual time against a server that completes
-// one request every cadence (the oldest in flight), behind a ConcurrencyLimit: a backlog
+// one request every cadence (the oldest in flight), behind Options.MaxInFlight: a backlog
 // drains at exactly one request per cadence, so the true wait of a request is known.
 
 const (
@@ -38,7 +38,7 @@ type simArrival struct {
 type simOut struct {
 	outcome    flowcontrol.Outcome
 	wait       time.Duration // from arrival to the outcome
-	est        time.Duration // EstimateWaitOf at arrival (EstimateWait's for FCFS)
+	est        time.Duration // EstimateWait at arrival
 	estOK      bool
 	ahead      int // requests waiting in bands up to its own at arrival
 	dispatches int // dispatches before its arrival
@@ -77,7 +77,7 @@ func simulate(t *testing.T, o flowcontrol.Options, arr []simArrival, horizon tim
 	run := &simRun{out: make([]simOut, len(arr))}
 	var inflight []flowcontrol.Ticket
 	o.Clock = clk
-	o.Gate = &flowcontrol.ConcurrencyLimit{Limit: simSlots}
+	o.MaxInFlight = simSlots
 	o.Observer = flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 		so := &run.out[r.Request.Value.(int)]
 		if so.outcome != 0 {
@@ -115,10 +115,10 @@ func simulate(t *testing.T, o flowcontrol.Options, arr []simArrival, horizon tim
 		case next < len(arr) && e == arr[next].at:
 			a := arr[next]
 			so := &run.out[next]
-			q.Tick() // expiry due now, so that ahead counts only live requests
+			q.Notify() // expiry due now, so that ahead counts only live requests
 			so.arrival, so.dispatches = a.at, len(run.dispatchAt)
 			r := flowcontrol.Request{Flow: cmp.Or(a.flow, "f"), Band: a.band, Value: next}
-			so.est, so.estOK = q.EstimateWaitOf(r)
+			so.est, so.estOK = q.EstimateWait(r)
 			for b := 0; b <= a.band; b++ {
 				so.ahead += q.BandStats(b).Queued
 			}
@@ -130,7 +130,7 @@ func simulate(t *testing.T, o flowcontrol.Options, arr []simArrival, horizon tim
 			next++
 		}
 		nextDL = time.Duration(math.MaxInt64)
-		if dl := q.Tick(); !dl.IsZero() {
+		if dl := q.Notify(); !dl.IsZero() {
 			nextDL = dl.Sub(t0)
 		}
 	}
@@ -269,9 +269,9 @@ func TestEarlyShedOverload(t *testing.T) {
 // has ended, and stops again when the history has decayed after a long idle spell.
 func TestEarlyShedColdStart(t *testing.T) {
 	q, clk, rec := newQueue(t, flowcontrol.Options{
-		Gate:      &flowcontrol.ConcurrencyLimit{Limit: 1},
-		TTL:       2 * time.Second,
-		EarlyShed: flowcontrol.EarlyShed{Enabled: true},
+		MaxInFlight: 1,
+		TTL:         2 * time.Second,
+		EarlyShed:   flowcontrol.EarlyShed{Enabled: true},
 	})
 	running, _ := q.TryAdmit(flowcontrol.Request{Value: -1})
 	id := 0
@@ -305,7 +305,7 @@ func TestEarlyShedColdStart(t *testing.T) {
 				}
 			}
 		}
-		est, ok := q.EstimateWait(0)
+		est, ok := flowcontrol.EstimateBandWait(q, 0)
 		if ok != step.wantKnown {
 			t.Errorf("%s: EstimateWait = %v, %v; want known %v", step.name, est, ok, step.wantKnown)
 		}
@@ -316,13 +316,13 @@ func TestEarlyShedColdStart(t *testing.T) {
 	}
 	// Everything waiting expires; a long idle spell decays the history to nothing.
 	clk.Advance(3 * time.Second)
-	q.Tick()
+	q.Notify()
 	running.Done(flowcontrol.Usage{})
 	if s := q.Stats(); s.Queued != 0 || s.InFlight != 0 {
 		t.Fatalf("stats %+v, want the queue empty and idle", s)
 	}
 	clk.Advance(5 * time.Minute)
-	if est, ok := q.EstimateWait(0); ok {
+	if est, ok := flowcontrol.EstimateBandWait(q, 0); ok {
 		t.Errorf("after 5 idle minutes EstimateWait = %v, true; want unknown", est)
 	}
 	q.TryAdmit(flowcontrol.Request{Value: 0})
@@ -410,8 +410,8 @@ func TestEarlyShedConcurrent(t *testing.T) {
 	var outcomes sync.Map // Value → *atomic.Int32
 	var mismatched atomic.Int32
 	q, err := flowcontrol.New(flowcontrol.Options{
-		Gate:      &flowcontrol.ConcurrencyLimit{Limit: 2},
-		EarlyShed: flowcontrol.EarlyShed{Enabled: true},
+		MaxInFlight: 2,
+		EarlyShed:   flowcontrol.EarlyShed{Enabled: true},
 		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
 			c, _ := outcomes.LoadOrStore(r.Request.Value, new(atomic.Int32))
 			c.(*atomic.Int32).Add(1)

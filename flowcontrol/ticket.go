@@ -66,9 +66,9 @@ func (t Ticket) Cancel() bool {
 	return true
 }
 
-// Valid reports whether t refers to a request that is waiting or dispatched and not yet
+// valid reports whether t refers to a request that is waiting or dispatched and not yet
 // Done. O(1).
-func (t Ticket) Valid() bool {
+func (t Ticket) valid() bool {
 	w := t.w
 	if w == nil {
 		return false
@@ -79,9 +79,9 @@ func (t Ticket) Valid() bool {
 	return ok
 }
 
-// Request returns a copy of the request as the queue holds it (Arrival and Deadline
-// filled in), and false if t is no longer Valid. O(1).
-func (t Ticket) Request() (Request, bool) {
+// request returns a copy of the request as the queue holds it (Arrival and Deadline
+// filled in), and false if t is no longer valid. O(1).
+func (t Ticket) request() (Request, bool) {
 	w := t.w
 	if w == nil {
 		return Request{}, false

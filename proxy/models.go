@@ -309,7 +309,7 @@ type pool struct {
 	base    string
 	members []int // indexes into Handler.members
 	queue   *flowcontrol.Queue
-	limit   *flowcontrol.ConcurrencyLimit
+	limit   int           // MaxInFlight
 	level   atomic.Uint64 // math.Float64bits of its saturation estimate
 	scraped atomic.Bool
 }

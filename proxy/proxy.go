@@ -370,7 +370,7 @@ type Handler struct {
 	exts      []Extension
 	// kvFollowed is set by proxyseam.FollowKVEvents, from an extension's Attach.
 	kvFollowed atomic.Bool
-	limit      *flowcontrol.ConcurrencyLimit // the default queue's gate; nil with Options.Queue
+	limit      int // the default queue's MaxInFlight; 0 with Options.Queue
 	log        *slog.Logger
 	ids        *requestIDs
 	limits     openai.ParseLimits
@@ -632,14 +632,14 @@ func withPassiveHealth(p routing.Profile, o outlier.Options) (routing.Profile, e
 	return outlier.With(p, out, 1), nil
 }
 
-// newQueue is the queue Options.Queue nil stands for, its saturation gate (if
-// opts.Saturation is set) reading level.
-func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Queue, *flowcontrol.ConcurrencyLimit, error) {
+// newQueue is the queue Options.Queue nil stands for, with its limit on requests in flight,
+// its saturation limit (if opts.Saturation is set) reading level.
+func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Queue, int, error) {
 	policy := opts.Policy
 	if policy == nil {
 		var err error
 		if policy, err = fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: 10 * time.Second}); err != nil {
-			return nil, nil, err
+			return nil, 0, err
 		}
 	}
 	ttl := opts.TTL
@@ -651,24 +651,22 @@ func (h *Handler) newQueue(opts Options, level func() float64) (*flowcontrol.Que
 	if limit == 0 {
 		limit = 64 * max(1, len(opts.Backends))
 	}
-	conc := &flowcontrol.ConcurrencyLimit{Limit: limit}
-	var gate flowcontrol.Gate = conc
+	var saturation []flowcontrol.Pool
 	if opts.Saturation > 0 {
 		threshold := opts.Saturation
-		gate = flowcontrol.AllGates{gate, &flowcontrol.Saturation{Pools: []flowcontrol.Pool{{
-			Level: func() float64 { return level() / threshold },
-		}}}}
+		saturation = []flowcontrol.Pool{{Level: func() float64 { return level() / threshold }}}
 	}
 	q, err := flowcontrol.New(flowcontrol.Options{
 		Bands:        h.bands,
 		Policy:       policy,
-		Gate:         gate,
+		MaxInFlight:  limit,
+		Saturation:   saturation,
 		TTL:          ttl,
 		Capacity:     opts.QueueCapacity,
 		FlowCapacity: opts.FlowCapacity,
 		EarlyShed:    opts.EarlyShed,
 	})
-	return q, conc, err
+	return q, limit, err
 }
 
 func defaultTransport(t Timeouts) *http.Transport {

@@ -17,7 +17,7 @@ func init() {
 		return hh.kvPublishers()
 	}
 	proxyseam.Logger = func(h any) *slog.Logger { return h.(*Handler).log }
-	proxyseam.ConcurrencyLimit = func(h any) *flowcontrol.ConcurrencyLimit { return h.(*Handler).limit }
+	proxyseam.MaxInFlight = func(h any) int { return h.(*Handler).limit }
 	proxyseam.PoolQueue = func(h any, model string) *flowcontrol.Queue {
 		hh := h.(*Handler)
 		mi, _ := hh.resolveModel(model)

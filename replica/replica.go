@@ -17,7 +17,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/prefixpeer"
 	"github.com/usher-llm/usher/internal/glue/replicapeer"
 	"github.com/usher-llm/usher/internal/peer"
@@ -367,7 +366,7 @@ type writer struct {
 	changes []byte
 	load    []byte
 	loads   []peer.Load
-	usage   []flowcontrol.UsageDelta
+	usage   []peer.UsageDelta
 	places  []placement
 	peerIDs []string
 	keys    []string
@@ -466,8 +465,8 @@ func (r *Replica) encodeChanges(w *writer) int {
 			n++
 		}
 	}
-	if r.parts.Usage != nil {
-		w.usage = r.parts.Usage.AppendUsageDeltas(w.usage[:0])
+	if r.parts.Queue != nil {
+		w.usage = peer.AppendUsage(r.parts.Queue, w.usage[:0])
 		for _, d := range w.usage {
 			if full() {
 				r.dropped.Add(1)
@@ -626,7 +625,7 @@ func (r *Replica) latestID(ctx context.Context) (string, error) {
 // applier is the read loop's reusable scratch space.
 type applier struct {
 	chain []prefixcache.BlockHash
-	usage []flowcontrol.UsageDelta
+	usage []peer.UsageDelta
 }
 
 // applyEntry applies one change-stream entry of a peer; this replica's own entries and
@@ -676,13 +675,13 @@ func (r *Replica) applyEntry(a *applier, m redis.XMessage) {
 			}
 			applied++
 		case recUsage:
-			if r.parts.Usage != nil {
+			if r.parts.Queue != nil {
 				a.usage = append(a.usage, c.usage)
 			}
 		}
 	})
 	if len(a.usage) > 0 {
-		r.parts.Usage.ApplyUsageDeltas(a.usage)
+		peer.ApplyUsage(r.parts.Queue, a.usage)
 		applied += uint64(len(a.usage))
 	}
 	r.applied.Add(applied)

@@ -9,7 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/prefixcache"
 )
 
@@ -68,7 +67,7 @@ type change struct {
 	session uint64
 	blocks  int
 	expires time.Time
-	usage   flowcontrol.UsageDelta
+	usage   peer.UsageDelta
 }
 
 func appendHeader(b []byte, kind byte) []byte {
@@ -108,7 +107,7 @@ func appendPlace(b []byte, session uint64, backend string, blocks int, expires t
 	return binary.AppendVarint(b, expires.UnixMilli()), true
 }
 
-func appendUsage(b []byte, d flowcontrol.UsageDelta) ([]byte, bool) {
+func appendUsage(b []byte, d peer.UsageDelta) ([]byte, bool) {
 	if len(d.Flow) > MaxNameBytes || d.Band < 0 || d.Band > math.MaxUint16 || !(d.Amount > 0) || math.IsInf(d.Amount, 0) {
 		return b, false
 	}
@@ -276,7 +275,7 @@ func decodeChanges(payload []byte, scratch *[]prefixcache.BlockHash, fn func(*ch
 			c.blocks = int(r.uvarint("blocks", math.MaxInt32))
 			c.expires = time.UnixMilli(r.varint("expiry"))
 		case recUsage:
-			c.usage.Flow = flowcontrol.FlowID(r.str("flow"))
+			c.usage.Flow = r.str("flow")
 			c.usage.Band = int(r.uvarint("band", math.MaxUint16))
 			c.usage.Amount = math.Float64frombits(r.u64("amount"))
 			if r.err == nil && (!(c.usage.Amount > 0) || math.IsInf(c.usage.Amount, 0)) {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/prefixcache"
 )
 
@@ -19,7 +18,7 @@ func TestChangesRoundTrip(t *testing.T) {
 	var ok [4]bool
 	b, ok[0] = appendChain(b, recInsert, "http://a:8000", chain)
 	b, ok[1] = appendPlace(b, 0xdeadbeef, "http://b:8000", 77, exp)
-	b, ok[2] = appendUsage(b, flowcontrol.UsageDelta{Flow: "tenant-1", Band: 2, Amount: 1234.5})
+	b, ok[2] = appendUsage(b, peer.UsageDelta{Flow: "tenant-1", Band: 2, Amount: 1234.5})
 	b, ok[3] = appendChain(b, recRemove, "http://a:8000", chain[:2])
 	if ok != [4]bool{true, true, true, true} {
 		t.Fatalf("append reported %v", ok)
@@ -43,7 +42,7 @@ func TestChangesRoundTrip(t *testing.T) {
 	if got[1].kind != recPlace || got[1].session != 0xdeadbeef || got[1].backend != "http://b:8000" || got[1].blocks != 77 || !got[1].expires.Equal(exp) {
 		t.Errorf("placement: %+v", got[1])
 	}
-	if got[2].kind != recUsage || got[2].usage != (flowcontrol.UsageDelta{Flow: "tenant-1", Band: 2, Amount: 1234.5}) {
+	if got[2].kind != recUsage || got[2].usage != (peer.UsageDelta{Flow: "tenant-1", Band: 2, Amount: 1234.5}) {
 		t.Errorf("usage: %+v", got[2])
 	}
 	if got[3].kind != recRemove || !slices.Equal(got[3].chain, chain[:2]) {
@@ -60,11 +59,11 @@ func TestAppendRefuses(t *testing.T) {
 		t.Error("empty chain accepted")
 	}
 	for _, a := range []float64{0, -1, math.NaN(), math.Inf(1)} {
-		if _, ok := appendUsage(nil, flowcontrol.UsageDelta{Flow: "f", Amount: a}); ok {
+		if _, ok := appendUsage(nil, peer.UsageDelta{Flow: "f", Amount: a}); ok {
 			t.Errorf("usage amount %g accepted", a)
 		}
 	}
-	if _, ok := appendUsage(nil, flowcontrol.UsageDelta{Flow: "f", Band: -1, Amount: 1}); ok {
+	if _, ok := appendUsage(nil, peer.UsageDelta{Flow: "f", Band: -1, Amount: 1}); ok {
 		t.Error("negative band accepted")
 	}
 	// A chain longer than the format carries is cut, not refused.
@@ -122,7 +121,7 @@ func FuzzDecode(f *testing.F) {
 	b := appendHeader(nil, kindChanges)
 	b, _ = appendChain(b, recInsert, "a", []prefixcache.BlockHash{1, 2})
 	b, _ = appendPlace(b, 7, "b", 3, time.UnixMilli(5))
-	b, _ = appendUsage(b, flowcontrol.UsageDelta{Flow: "t", Band: 1, Amount: 2})
+	b, _ = appendUsage(b, peer.UsageDelta{Flow: "t", Band: 1, Amount: 2})
 	f.Add(b)
 	f.Add(appendLoad(nil, time.UnixMilli(9), []peer.Load{{Backend: "a", Requests: 1}}))
 	f.Add([]byte("usr"))

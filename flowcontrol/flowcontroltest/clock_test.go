@@ -95,9 +95,9 @@ func ExampleFakeClock() {
 	clk := new(flowcontroltest.FakeClock)
 	clk.Set(start)
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Clock: clk,
-		Gate:  &flowcontrol.ConcurrencyLimit{Limit: 1},
-		TTL:   time.Minute,
+		Clock:       clk,
+		MaxInFlight: 1,
+		TTL:         time.Minute,
 	})
 	busy, _ := q.Admit(context.Background(), flowcontrol.Request{})
 	errc := make(chan error)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/replicapeer"
+	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
 )
@@ -73,10 +74,10 @@ func (e extension) Prepare(d *proxy.Defaults) error {
 
 func (e extension) Attach(h *proxy.Handler) error {
 	parts := replicapeer.Parts{Index: h.Index(), Router: h.Router()}
-	if limit := proxyseam.ConcurrencyLimit(h); limit != nil {
+	if limit := proxyseam.MaxInFlight(h); limit > 0 {
 		q := h.Queue()
-		parts.Usage, parts.GlobalLimit = q, limit.Limit
-		parts.SetLimit = func(n int) { q.Reconfigure(func() { limit.Limit = n }) }
+		parts.Queue, parts.GlobalLimit = q, limit
+		parts.SetLimit = func(n int) { peer.SetMaxInFlight(q, n) }
 	}
 	if err := e.peer.Attach(parts); err != nil {
 		return err

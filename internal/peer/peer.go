@@ -1,10 +1,13 @@
-// Package peer is the seam between a routing.Router and a replication layer (package replica,
-// the bench simulator's replicas), kept out of routing's public API so that a Router reads as
-// a single-process type: the router's own in-flight counts out, its peers' in, and the session
-// placements its peers made; and so that a prefixcache.Index applies its peers' chains off its
-// API (PrefixIndex). Package routing installs the functions at init, package prefixcache
-// PrefixIndex; they take the *routing.Router or *prefixcache.Index as an any (peer cannot
-// import either, which import it) and panic on anything else, a bug in the module.
+// Package peer is the seam between a replication layer (package replica, the bench
+// simulator's replicas) and the parts it keeps in step, kept out of their public APIs: a
+// routing.Router reads as a single-process type (its own in-flight counts out, its peers' in,
+// and the session placements its peers made), a prefixcache.Index applies its peers' chains
+// off its API (PrefixIndex), and a flowcontrol.Queue exchanges its policy's per-flow usage and
+// takes its share of a global limit on requests in flight (AppendUsage, ApplyUsage,
+// SetMaxInFlight). Package routing installs its functions at init, package prefixcache
+// PrefixIndex, package flowcontrol the queue's; they take the *routing.Router,
+// *prefixcache.Index or *flowcontrol.Queue as an any (peer cannot import them, which import
+// it) and panic on anything else, a bug in the module.
 package peer
 
 import "time"

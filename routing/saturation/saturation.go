@@ -8,8 +8,8 @@
 // where waiting counts the requests the router sent that the server has not started — which
 // its scraped queue shows only at the next scrape — so a burst dispatched between two scrapes
 // saturates the gauge at once instead of overrunning the servers. [Level] is the pool's level,
-// for a gate such as flowcontrol.Saturation, which stops dispatching at 1; [NewFilter] keeps a
-// pick's candidates below 1.
+// for a saturation limit such as flowcontrol.Options.Saturation, which stops dispatching at 1;
+// [NewFilter] keeps a pick's candidates below 1.
 //
 // Behind a concurrency gate alone, a pool above its knee admits everything its limit allows,
 // and the excess waits inside KV-full servers, beyond the reach of the fair queue and its TTL.

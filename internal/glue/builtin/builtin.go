@@ -11,6 +11,7 @@ import (
 
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/refpolicy"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -50,7 +51,7 @@ var policies = []named{
 	}},
 	{"las", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.NewLAS(fairness.LASOptions{}) }},
 	{"las-reference", func(PolicyOptions) (flowcontrol.Policy, error) {
-		return fairness.NewLASReference(fairness.LASReferenceOptions{})
+		return refpolicy.LAS().(flowcontrol.Policy), nil
 	}},
 	{"vtc", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.NewVTC(fairness.VTCOptions{}) }},
 	{"edf", func(PolicyOptions) (flowcontrol.Policy, error) { return fairness.EDF(), nil }},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 )
 
@@ -59,4 +60,35 @@ func ExamplePolicy() {
 	// bounded-wait  ranks true
 	// hierarchy     ranks false
 	// policy "bounded-wait": fairness: invalid options: BoundedWait needs Wait > 0
+}
+
+// llm-d's LAS as a reference ("las-reference"): the flow with less decayed service wins unless
+// the other's head has waited much longer (0.8 on service, 0.2 on wait, both min-max
+// normalised).
+func ExamplePolicy_lasReference() {
+	ref, err := builtin.Policy("las-reference", builtin.PolicyOptions{})
+	if err != nil {
+		panic(err)
+	}
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	start := clk.Now()
+	var tickets []flowcontrol.Ticket
+	q, _ := flowcontrol.New(flowcontrol.Options{
+		Policy:      ref,
+		MaxInFlight: 1,
+		Clock:       clk,
+		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
+			fmt.Printf("t=%3.0fs %s %s (waited %v)\n", clk.Now().Sub(start).Seconds(), r.Outcome, r.Request.Flow, r.Wait)
+			tickets = append(tickets, r.Ticket)
+		}},
+	})
+	q.Enqueue(flowcontrol.Request{Flow: "heavy"})
+	q.Enqueue(flowcontrol.Request{Flow: "heavy"})
+	clk.Advance(5 * time.Second)
+	q.Enqueue(flowcontrol.Request{Flow: "light"})
+	tickets[0].Done(flowcontrol.Usage{PromptTokens: 4000, OutputTokens: 500})
+	// Output:
+	// t=  0s dispatched heavy (waited 0s)
+	// t=  5s dispatched light (waited 0s)
 }

@@ -24,10 +24,11 @@ var (
 	FollowKVEvents func(h any) []KVPublisher
 	// Logger returns a Handler's logger (its Options.Logger, or slog.Default()).
 	Logger func(h any) *slog.Logger
-	// ConcurrencyLimit returns the default queue's gate on requests in flight (its Limit is
-	// MaxInFlight), for an extension that shares a cluster-wide limit among replicas (change
-	// Limit inside Queue().Reconfigure); nil when Options.Queue was given.
-	ConcurrencyLimit func(h any) *flowcontrol.ConcurrencyLimit
+	// MaxInFlight returns the default queue's limit on requests in flight as configured
+	// (Options.MaxInFlight, or its default), for an extension that shares a cluster-wide
+	// limit among replicas (internal/peer's SetMaxInFlight sets a replica's share); 0 when
+	// Options.Queue was given.
+	MaxInFlight func(h any) int
 	// PoolQueue returns the queue that admits a Handler's requests for model (a base model
 	// or one of its adapters): its pool's, or the Handler's Queue.
 	PoolQueue func(h any, model string) *flowcontrol.Queue

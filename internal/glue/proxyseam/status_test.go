@@ -56,7 +56,7 @@ func ExampleOutcomeStatus() {
 // Retry-After on 429), and report usage when the answer is done.
 func ExampleStatusOf() {
 	q, _ := flowcontrol.New(flowcontrol.Options{
-		Gate:         &flowcontrol.ConcurrencyLimit{Limit: 1},
+		MaxInFlight:  1,
 		FlowCapacity: flowcontrol.Limits{Requests: 1},
 	})
 	handler := func(w http.ResponseWriter, r *http.Request) {

@@ -26,24 +26,15 @@ type Parts struct {
 	// Replica.SessionFeed() (and the same SessionOptions.Seed = Replica.SessionSeed() on every
 	// replica, so that session hashes agree).
 	Router *routing.Router
-	// Usage exchanges per-flow usage (a flowcontrol.Queue whose policy keeps usage: VTC,
-	// LAS, turn priority), so that a tenant's share is global.
-	Usage UsageExchanger
+	// Queue exchanges its policy's per-flow usage, when the policy keeps usage (package
+	// fairness's VTC, LAS, turn priority, hierarchy and bounded wait), so that a tenant's
+	// share is global.
+	Queue *flowcontrol.Queue
 	// SetLimit, with GlobalLimit > 0, is given this replica's share of GlobalLimit — the
 	// limit divided by the live replicas, rounded up — each time the count of replicas
-	// changes (with flowcontrol, through Queue.Reconfigure).
+	// changes.
 	SetLimit    func(n int)
 	GlobalLimit int
-}
-
-// UsageExchanger is what a queue offers to exchange per-flow usage; *flowcontrol.Queue is one
-// (over its policy, when that is a flowcontrol.UsageSharer).
-type UsageExchanger interface {
-	// AppendUsageDeltas appends the usage each flow accrued locally since the previous
-	// call.
-	AppendUsageDeltas(dst []flowcontrol.UsageDelta) []flowcontrol.UsageDelta
-	// ApplyUsageDeltas charges usage that other replicas accrued.
-	ApplyUsageDeltas(ds []flowcontrol.UsageDelta)
 }
 
 // Replica is a *replica.Replica as the gateway wires it.
