@@ -53,9 +53,9 @@ import (
 type gateway struct {
 	q      *flowcontrol.Queue
 	router *routing.Router
-	index  *prefixcache.Index      // nil with Config.NoIndex
+	index  *prefixcache.Index     // nil with Config.NoIndex
 	ixIDs  []prefixcache.HolderID // index id of each server
-	tickAt time.Duration           // when the queue's tick is scheduled; -1: none
+	tickAt time.Duration          // when the queue's tick is scheduled; -1: none
 
 	// Shared with the other replicas (nil or empty without sync):
 	feed     *prefixpeer.Buffer // chains its index learnt since the last flush (approximate mode)
