@@ -254,7 +254,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return err
 	})
 	fs.Func("pool", "admission limits of one base model's pool, when backends serve different models: MODEL[,max-inflight=N][,saturation=X] (repeat)", func(s string) error {
-		model, lim, err := ParsePool(s)
+		model, lim, err := parsePool(s)
 		if err != nil {
 			return err
 		}
@@ -358,12 +358,12 @@ func ParseBackend(s string) (BackendSpec, error) {
 	return b, nil
 }
 
-// poolKeys are ParsePool's options.
+// poolKeys are parsePool's options.
 var poolKeys = backendspec.Keys{"max-inflight": false, "saturation": false}
 
-// ParsePool parses -pool: the base model, then max-inflight=N (requests in flight in the
+// parsePool parses -pool: the base model, then max-inflight=N (requests in flight in the
 // pool) and saturation=X (llm-d's saturation level that holds the pool's admission).
-func ParsePool(s string) (string, proxy.PoolLimits, error) {
+func parsePool(s string) (string, proxy.PoolLimits, error) {
 	var lim proxy.PoolLimits
 	sp, err := backendspec.Parse(s, poolKeys)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/routing"
-	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/session"
 )
 
@@ -144,12 +143,12 @@ func TestModelsAndPools(t *testing.T) {
 	b, err := ParseBackend("http://10.0.0.7:8000,models=llama-3,adapters=sql-lora,chat-lora")
 	noError(t, err)
 	equal(t, []string{"sql-lora", "chat-lora"}, b.Adapters)
-	model, lim, err := ParsePool("llama-3,max-inflight=8,saturation=0.9")
+	model, lim, err := parsePool("llama-3,max-inflight=8,saturation=0.9")
 	noError(t, err)
 	equal(t, "llama-3", model)
 	equal(t, proxy.PoolLimits{MaxInFlight: 8, Saturation: 0.9}, lim)
 	for _, bad := range []string{"", "llama-3,max-inflight=0", "llama-3,saturation=-1", "llama-3,saturation=NaN", "llama-3,colour=red", "max-inflight=3"} {
-		_, _, err := ParsePool(bad)
+		_, _, err := parsePool(bad)
 		errorIs(t, err, proxy.ErrInvalidOptions, bad)
 	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
@@ -225,7 +224,7 @@ func TestConfigDecider(t *testing.T) {
 	noError(t, fs.Parse([]string{"-decider", "prefix", "-decider-params", `{"min_uncached_tokens":64,"busy_decodes":4}`}))
 	o, err := c.Options()
 	if noError(t, err) {
-		d := o.Decider.(*disagg.Prefix)
+		d := o.Decider
 		isTrue(t, d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 64, Backend: &routing.BackendState{Known: routing.SignalRunning, Running: 8}}))
 		isTrue(t, !d.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 63}))
 	}

@@ -62,11 +62,8 @@ type PrefixOptions struct {
 	BusyDecodes int `json:"busy_decodes"`
 }
 
-// Prefix is llm-d's prefix-based decider, optionally made aware of the decode server's
-// load (PrefixOptions.BusyDecodes): disaggregate when the part of the prompt the decode
-// server does not hold is long enough to be worth a prefill elsewhere and a transfer.
-// O(1), no allocation; immutable, safe for concurrent use.
-type Prefix struct {
+// prefix is the decider [NewPrefix] returns.
+type prefix struct {
 	min, busy int
 }
 
@@ -76,19 +73,23 @@ const defaultMinUncached = 512
 // ErrInvalidOptions is wrapped by the errors of the decider constructors.
 var ErrInvalidOptions = errors.New("disagg: invalid decider options")
 
-// NewPrefix returns the prefix-based decider of o.
-func NewPrefix(o PrefixOptions) (*Prefix, error) {
+// NewPrefix returns llm-d's prefix-based decider, optionally made aware of the decode server's
+// load ([PrefixOptions].BusyDecodes): disaggregate when the part of the prompt the decode
+// server does not hold is long enough to be worth a prefill elsewhere and a transfer.
+// Its Disaggregate is O(1) and allocates nothing; the decider is immutable, safe for
+// concurrent use.
+func NewPrefix(o PrefixOptions) (Decider, error) {
 	if o.MinUncachedTokens < 0 || o.BusyDecodes < 0 {
 		return nil, fmt.Errorf("%w: min_uncached_tokens %d, busy_decodes %d: want ≥ 0", ErrInvalidOptions, o.MinUncachedTokens, o.BusyDecodes)
 	}
 	if o.MinUncachedTokens == 0 {
 		o.MinUncachedTokens = defaultMinUncached
 	}
-	return &Prefix{min: o.MinUncachedTokens, busy: o.BusyDecodes}, nil
+	return &prefix{min: o.MinUncachedTokens, busy: o.BusyDecodes}, nil
 }
 
 // Disaggregate implements Decider.
-func (d *Prefix) Disaggregate(req *routing.Request, decode *routing.Result) bool {
+func (d *prefix) Disaggregate(req *routing.Request, decode *routing.Result) bool {
 	u := decode.UncachedTokens
 	if d.busy == 0 {
 		return u >= d.min
@@ -108,37 +109,37 @@ func (d *Prefix) Disaggregate(req *routing.Request, decode *routing.Result) bool
 // PoolAwareOptions configures [NewPoolAware].
 type PoolAwareOptions struct {
 	// MinUncachedTokens is the shortest uncached part of the prompt sent to a prefill server,
-	// as for Prefix. Zero: 512. Negative: an error.
+	// as for [NewPrefix]. Zero: 512. Negative: an error.
 	MinUncachedTokens int `json:"min_uncached_tokens"`
 }
 
-// PoolAware is the prefix rule weighed by the prefill pool's load: a request whose decode
+// poolAware is the decider [NewPoolAware] returns.
+type poolAware struct{ min int }
+
+// NewPoolAware returns the prefix rule weighed by the prefill pool's load: a request whose decode
 // server lacks at least MinUncachedTokens of its prompt is prefilled elsewhere only while some
 // server that prefills (RolePrefill or RoleBoth, not the decode server itself, not unhealthy)
 // has no more prefill work in flight — uncached prompt tokens picked and not yet prefilled, this
 // router's and its peers' — than the decode server has with this request. Below the prefill
-// pool's capacity it disaggregates almost as often as Prefix; past it, where the prefix
+// pool's capacity it disaggregates almost as often as [NewPrefix]'s decider; past it, where the prefix
 // rule keeps queueing prefills on a saturated pool (in the simulator, first tokens 30× later),
 // it sends them back to the decode servers, which then degrade as an aggregated fleet does.
 //
 // It reads the pool from the router that made the decode pick (through the Result), so it
-// needs no wiring. O(backends) per decision, no allocation; immutable, safe for concurrent use.
-type PoolAware struct{ min int }
-
-// NewPoolAware returns the pool-aware decider of o.
-func NewPoolAware(o PoolAwareOptions) (*PoolAware, error) {
+// needs no wiring; a Result that no Router made (a test's) is judged by the prefix rule alone.
+// O(backends) per decision, no allocation; immutable, safe for concurrent use.
+func NewPoolAware(o PoolAwareOptions) (Decider, error) {
 	if o.MinUncachedTokens < 0 {
 		return nil, fmt.Errorf("%w: min_uncached_tokens %d: want ≥ 0", ErrInvalidOptions, o.MinUncachedTokens)
 	}
 	if o.MinUncachedTokens == 0 {
 		o.MinUncachedTokens = defaultMinUncached
 	}
-	return &PoolAware{min: o.MinUncachedTokens}, nil
+	return &poolAware{min: o.MinUncachedTokens}, nil
 }
 
-// Disaggregate implements Decider. A Result that no Router made (a test's) is judged by the
-// prefix rule alone.
-func (d *PoolAware) Disaggregate(_ *routing.Request, decode *routing.Result) bool {
+// Disaggregate implements Decider.
+func (d *poolAware) Disaggregate(_ *routing.Request, decode *routing.Result) bool {
 	if decode.UncachedTokens < d.min {
 		return false
 	}

@@ -46,7 +46,7 @@ func Example() {
 		}
 		p.Done(routing.DoneInfo{})
 	}
-	until, _ := detector.Ejected(down)
+	until := detector.BackendStats(down).Until
 	fmt.Printf("gpu-1 ejected for %v\n", until.Sub(now))
 
 	var held []routing.Result
@@ -63,7 +63,7 @@ func Example() {
 	fmt.Println("probe →", probe.Backend.Name)
 	fmt.Println("next →", pick().Backend.Name, "(one probe at a time)")
 	probe.Done(routing.DoneInfo{}) // it answered: back in rotation
-	_, out := detector.Ejected(down)
+	out := detector.BackendStats(down).Ejected
 	fmt.Println("gpu-1 ejected:", out)
 	fmt.Println("then →", pick().Backend.Name)
 	for _, p := range held {

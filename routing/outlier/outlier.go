@@ -745,24 +745,6 @@ func (o *Detector) sweepLocked(now int64) {
 	}
 }
 
-// Ejected reports whether the backend is out of rotation — ejected, or half-open awaiting a
-// successful probe — and until when its ejection lasts (at or before the present: half-open).
-// O(1), lock-free.
-func (o *Detector) Ejected(id routing.BackendID) (until time.Time, ok bool) {
-	s := o.dir.Load().slot(id)
-	if s == nil {
-		return time.Time{}, false
-	}
-	u := s.until.Load()
-	if u == 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(0, u), true
-}
-
-// Fallbacks is the number of picks in which every candidate was ejected and all were kept. O(1).
-func (o *Detector) Fallbacks() uint64 { return o.fallbacks.Load() }
-
 // BackendHealth is one backend's passive-health counters (see [Detector.BackendStats]).
 type BackendHealth struct {
 	// Ejections and Probes count the backend's ejections (a failed probe's re-ejection
@@ -770,6 +752,9 @@ type BackendHealth struct {
 	Ejections, Probes uint64
 	// Ejected reports whether it is out of rotation now (ejected or half-open).
 	Ejected bool
+	// Until is when its ejection lasts to while Ejected (at or before the present:
+	// half-open, awaiting a successful probe); zero while it is in rotation.
+	Until time.Time
 }
 
 // BackendStats returns backend id's counters; zero for a backend the Detector never heard of.
@@ -779,7 +764,11 @@ func (o *Detector) BackendStats(id routing.BackendID) BackendHealth {
 	if s == nil {
 		return BackendHealth{}
 	}
-	return BackendHealth{Ejections: s.ejected.Load(), Probes: s.probed.Load(), Ejected: s.until.Load() != 0}
+	h := BackendHealth{Ejections: s.ejected.Load(), Probes: s.probed.Load()}
+	if u := s.until.Load(); u != 0 {
+		h.Ejected, h.Until = true, time.Unix(0, u)
+	}
+	return h
 }
 
 // Stats returns the Detector's counters. O(1), lock-free.

@@ -127,7 +127,8 @@ func (f *outlierFixture) avoids(id, n int) {
 
 // ejectedFor returns how much longer id's ejection lasts, and whether it is out of rotation.
 func (f *outlierFixture) ejectedFor(id int) (time.Duration, bool) {
-	until, ok := f.o.Ejected(routing.BackendID(id))
+	h := f.o.BackendStats(routing.BackendID(id))
+	until, ok := h.Until, h.Ejected
 	return until.Sub(f.clock.Now()), ok
 }
 
@@ -296,7 +297,7 @@ func TestOutlierMaxEjectedPercent(t *testing.T) {
 	g.hit(1, connectFail)
 	p := g.pick(0)
 	p.Done(success) // picked before the ejection ended: ignored
-	if st := g.o.Stats(); st.Ejected != 2 || st.Fallbacks != 1 || g.o.Fallbacks() != 1 {
+	if st := g.o.Stats(); st.Ejected != 2 || st.Fallbacks != 1 || g.o.Stats().Fallbacks != 1 {
 		t.Fatalf("stats %+v, want 2 ejected and 1 fallback", st)
 	}
 	// One backend alone may always be ejected.
@@ -321,7 +322,7 @@ func TestOutlierFallbackWithUnhealthy(t *testing.T) {
 		t.Fatalf("picked b%d, want the ejected b0 (b1 is unhealthy)", p.ID)
 	}
 	p.Done(success)
-	if got := f.o.Fallbacks(); got != 1 {
+	if got := f.o.Stats().Fallbacks; got != 1 {
 		t.Fatalf("fallbacks %d, want 1", got)
 	}
 }
@@ -689,7 +690,7 @@ func outlierConcurrent(t *testing.T, pct int) {
 	st := o.Stats()
 	out := 0
 	for i := range 8 {
-		if _, ok := o.Ejected(routing.BackendID(i)); ok {
+		if o.BackendStats(routing.BackendID(i)).Ejected {
 			out++
 		}
 	}

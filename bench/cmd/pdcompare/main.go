@@ -4,7 +4,7 @@
 // weighed by the decode server's running answers), on a long-prompt/short-answer workload and
 // the chat workload, at several loads, KV transfer costs and seeds. It prints one markdown
 // table per workload, load and transfer cost: the median over seeds and the range. "pool" is
-// disagg.PoolAware, which also weighs the prefill servers' load; "all both, prefix" is an
+// disagg.NewPoolAware's decider, which also weighs the prefill servers' load; "all both, prefix" is an
 // experiment without a prefill pool: every server serves both and a long prefill goes to
 // another server.
 //

@@ -1,11 +1,13 @@
 package simfleet
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/metrics"
@@ -81,37 +83,47 @@ func TestLoRACachedTokensPerAdapter(t *testing.T) {
 func TestLoRAMetricScraped(t *testing.T) {
 	_, url := loraFleet(t, LoRAOptions{Adapters: []string{"x", "y"}, MaxLoRAs: 3, LoadCost: -1})
 	decode[chatResponse](t, post(t, url+"/v1/chat/completions", chatBody("y", 2, false, "sys", "hi")), 200)
-	vllm, _ := metrics.EngineOf("vllm")
-	p, err := metrics.NewParser(metrics.ParserOptions{Engine: vllm})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := scraper(t, url)
 	for range 2 { // the second scrape sees the history of label sets
-		resp, err := http.Get(url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		r, err := p.Parse(body, resp.Header.Get("Content-Type"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := s.read(t)
 		if !r.Found.Has(metrics.HasAdapters) || r.MaxAdapters != 3 || len(r.RunningAdapters) != 0 {
 			t.Fatalf("reading %+v, want 3 slots and nothing running (the request finished)", r)
 		}
 	}
 	// A server without adapters exports no such series (vLLM exports it only with LoRA).
 	_, plain := loraFleet(t, LoRAOptions{})
-	resp, err := http.Get(plain + "/metrics")
+	if r := scraper(t, plain).read(t); r.Found.Has(metrics.HasAdapters) {
+		t.Error("a server without LoRA exports vllm:lora_requests_info")
+	}
+}
+
+// metricsScraper reads one simulated server's /metrics as a gateway does: a metrics.Scraper
+// with vLLM's metric names, one scrape per read (its parser keeps the label sets it has seen).
+type metricsScraper struct{ s *metrics.Scraper }
+
+func scraper(t *testing.T, url string) metricsScraper {
+	t.Helper()
+	vllm, _ := metrics.EngineOf("vllm")
+	s, err := metrics.New(metrics.Options{Engine: vllm, Targets: []metrics.Target{{Name: "sim", URL: url + "/metrics"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if r, _ := p.Parse(body, resp.Header.Get("Content-Type")); r.Found.Has(metrics.HasAdapters) {
-		t.Error("a server without LoRA exports vllm:lora_requests_info")
+	t.Cleanup(s.Close)
+	return metricsScraper{s}
+}
+
+func (m metricsScraper) read(t *testing.T) metrics.Reading {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.s.ScrapeOnce(ctx); err != nil {
+		t.Fatal(err)
 	}
+	st, ok := m.s.State("sim")
+	if !ok || st.Err != nil {
+		t.Fatalf("state %+v, %v", st, ok)
+	}
+	return st.Reading
 }
 
 func TestLoRAOptionsValidated(t *testing.T) {
