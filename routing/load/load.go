@@ -1,3 +1,10 @@
+// Package load holds the load scorers of a [routing.Profile]: queue depth ([QueueDepth]),
+// running requests ([Running]), the router's own requests in flight ([Active]), KV-cache
+// utilisation ([KV]), a queue threshold ([QueueThreshold]), the token backlog ([TokenBacklog])
+// and the prefill backlog ([Prefill]). Each writes a score in [0, 1] per candidate, 1 for the
+// least loaded, from the candidate's published state or the router's own in-flight counters.
+// A signal a backend did not report, or reported too long ago, is imputed from the others,
+// never read as zero load. O(candidates) per pick, no allocation; safe for concurrent use.
 package load
 
 import (

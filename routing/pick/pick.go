@@ -1,3 +1,9 @@
+// Package pick holds the built-in pickers of a [routing.Profile]: the highest score with ties
+// at random ([MaxScore], also what a nil Picker means), a draw in proportion to score
+// ([WeightedRandom]), the better of two at random ([PowerOfTwo]), a softmax draw
+// ([Softmax]) and turns in order ([RoundRobin]). A picker draws only from the Router's seeded
+// source, so picks made one after another with a fixed seed are reproducible. O(candidates)
+// per pick, no allocation; safe for concurrent use.
 package pick
 
 import (

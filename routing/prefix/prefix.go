@@ -1,3 +1,9 @@
+// Package prefix holds the scorers that place a request by how much of its prompt a backend
+// already holds, read from the prefix index the Router matched once per pick
+// ([routing.Candidate].MatchedBlocks): the matched share ([Ratio]), the matched length
+// ([Length]), and a tiered scorer that counts blocks offloaded to CPU memory or a shared store
+// at their transfer cost relative to recomputing them ([NewTiered]). O(candidates) per pick,
+// no allocation; safe for concurrent use.
 package prefix
 
 import (

@@ -274,7 +274,7 @@ const (
 type AwareOptions struct {
 	AffinityOptions
 	// Overload is the multiple of the mean load beyond which a home backend is abandoned:
-	// cand.Load(home) > Overload · (mean load + 1). Zero: DefaultOverload (2).
+	// the home's load > Overload · (mean load + 1). Zero: DefaultOverload (2).
 	Overload float64
 	// KeptFraction is the share of the previous turn's blocks the home backend must still hold
 	// for the history to count as cached — unless no other candidate holds more of the prompt,
