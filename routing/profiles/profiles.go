@@ -240,7 +240,7 @@ func settled(cands []routing.Candidate, unreported int64) bool {
 	sum := 0.0
 	for i := range cands {
 		c := &cands[i]
-		if !cand.Idle(c) || !c.Has(routing.SignalRunning) {
+		if !cand.Idle(c) || !c.Fresh.Has(routing.SignalRunning) {
 			return false
 		}
 		sent += max(0, c.InFlight.Requests-int64(c.State.Running+c.State.Queued))
