@@ -644,8 +644,8 @@ func TestMidStreamBreaker(t *testing.T) {
 	if !ok {
 		t.Fatal("breaker unknown to the router")
 	}
-	h := out.BackendStats(id)
-	until, ejected := h.Until, h.Ejected
+	bh := out.BackendStats(id)
+	until, ejected := bh.Until, bh.Ejected
 	_, toBreaker := rec.silentPicks(hostOf(breaker.URL), time.Hour)
 	t.Logf("%d requests, %d broken mid-stream; %d attempts to the breaker; ejected %v (until %v from now); outlier %+v",
 		total, broken, toBreaker, ejected, time.Until(until).Round(time.Second), out.Stats())
