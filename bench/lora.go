@@ -253,7 +253,7 @@ func GIEAdapterRouter() Router {
 			switch st := c.State; {
 			case req.Adapter == "":
 				dst[i] = 0
-			case !c.Has(routing.SignalAdapters):
+			case !c.Fresh.Has(routing.SignalAdapters):
 				dst[i] = 0.5
 			case slices.Contains(st.RunningAdapters, req.Adapter):
 				dst[i] = 1

@@ -93,12 +93,13 @@ type Config struct {
 	// EarlyShed answers 429 at once a request whose estimated wait exceeds its TTL, instead of
 	// holding it until the TTL expires (flowcontrol.EarlyShed); off by default.
 	EarlyShed bool `json:"early_shed"`
-	// SLO are the latency targets of priority bands, keyed by band (proxy.Options.SLO):
+	// SLO are the latency targets of priority bands, keyed by band (proxy.Options.SLO); a
+	// zero target sets none. In JSON durations are strings and unknown keys are an error:
 	// {"1": {"ttft": "500ms", "tpot": "50ms"}}. TrustSLOHeaders lets a trusted proxy in front
 	// loosen them per request with the x-slo-ttft-ms and x-slo-tpot-ms headers
 	// (proxy.Options.TrustSLOHeaders).
-	SLO             map[int]Targets `json:"slo"`
-	TrustSLOHeaders bool            `json:"trust_slo_headers"`
+	SLO             map[int]routing.Latency `json:"slo"`
+	TrustSLOHeaders bool                    `json:"trust_slo_headers"`
 	// SLOShedAbove refuses at once a request that the router predicts no backend can serve
 	// within this many times its TTFT target (proxy.Options.SLOShedAbove). Zero: off.
 	SLOShedAbove float64 `json:"slo_shed_above"`
@@ -193,16 +194,12 @@ func (b *BackendSpec) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Targets are a band's latency targets (routing.Latency): time to first token and per output
-// token; zero sets none. In JSON: {"ttft": "500ms", "tpot": "50ms"} (unknown keys are an
-// error).
-type Targets struct {
-	TTFT time.Duration `json:"ttft"`
-	TPOT time.Duration `json:"tpot"`
-}
+// sloTargets is a band's entry of Config.SLO as LoadFile reads it: {"ttft": "500ms",
+// "tpot": "50ms"}, durations as strings, unknown keys an error.
+type sloTargets routing.Latency
 
 // UnmarshalJSON reads the targets strictly, durations as strings.
-func (t *Targets) UnmarshalJSON(data []byte) error {
+func (t *sloTargets) UnmarshalJSON(data []byte) error {
 	var raw struct {
 		TTFT jsontime.Duration `json:"ttft"`
 		TPOT jsontime.Duration `json:"tpot"`
@@ -212,14 +209,13 @@ func (t *Targets) UnmarshalJSON(data []byte) error {
 	if err := dec.Decode(&raw); err != nil {
 		return fmt.Errorf("slo: %w", err)
 	}
-	*t = Targets{TTFT: time.Duration(raw.TTFT), TPOT: time.Duration(raw.TPOT)}
+	*t = sloTargets{TTFT: time.Duration(raw.TTFT), TPOT: time.Duration(raw.TPOT)}
 	return nil
 }
 
 // parseSLO parses -slo: the band, then ttft=DURATION and tpot=DURATION.
-func parseSLO(s string) (int, Targets, error) {
-	band, t, err := slo.ParseFlag(s, bands, proxy.ErrInvalidOptions)
-	return band, Targets(t), err
+func parseSLO(s string) (int, routing.Latency, error) {
+	return slo.ParseFlag(s, bands, proxy.ErrInvalidOptions)
 }
 
 // bands is the number of priority bands a Config configures.
@@ -273,7 +269,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			return err
 		}
 		if c.SLO == nil {
-			c.SLO = map[int]Targets{}
+			c.SLO = map[int]routing.Latency{}
 		}
 		if _, dup := c.SLO[band]; dup {
 			return fmt.Errorf("-slo: band %d is given twice", band)
@@ -395,14 +391,21 @@ func (c *Config) LoadFile(path string) error {
 	type plain Config
 	var raw struct {
 		plain
-		BoundedWait    jsontime.Duration `json:"bounded_wait"`
-		TTL            jsontime.Duration `json:"ttl"`
-		ScrapeInterval jsontime.Duration `json:"scrape_interval"`
-		HeaderTimeout  jsontime.Duration `json:"header_timeout"`
-		IdleTimeout    jsontime.Duration `json:"idle_timeout"`
-		RequestTimeout jsontime.Duration `json:"request_timeout"`
+		BoundedWait    jsontime.Duration  `json:"bounded_wait"`
+		TTL            jsontime.Duration  `json:"ttl"`
+		ScrapeInterval jsontime.Duration  `json:"scrape_interval"`
+		HeaderTimeout  jsontime.Duration  `json:"header_timeout"`
+		IdleTimeout    jsontime.Duration  `json:"idle_timeout"`
+		RequestTimeout jsontime.Duration  `json:"request_timeout"`
+		SLO            map[int]sloTargets `json:"slo"`
 	}
 	raw.plain = plain(*c)
+	if c.SLO != nil {
+		raw.SLO = make(map[int]sloTargets, len(c.SLO))
+		for b, t := range c.SLO {
+			raw.SLO[b] = sloTargets(t)
+		}
+	}
 	durations := []struct {
 		raw *jsontime.Duration
 		dst *time.Duration
@@ -421,6 +424,13 @@ func (c *Config) LoadFile(path string) error {
 	*c = Config(raw.plain)
 	for _, d := range durations {
 		*d.dst = time.Duration(*d.raw)
+	}
+	c.SLO = nil
+	if raw.SLO != nil {
+		c.SLO = make(map[int]routing.Latency, len(raw.SLO))
+		for b, t := range raw.SLO {
+			c.SLO[b] = routing.Latency(t)
+		}
 	}
 	for i := range c.Backends {
 		if c.Backends[i].Engine == "" {
@@ -474,7 +484,7 @@ func (c Config) Options() (proxy.Options, error) {
 		if slo == nil {
 			slo = make(map[int]routing.Latency, len(c.SLO))
 		}
-		slo[b] = routing.Latency{TTFT: t.TTFT, TPOT: t.TPOT}
+		slo[b] = t
 	}
 	o := proxy.Options{
 		Models: c.Models, Pools: c.Pools, MaxBodyBytes: c.MaxBodyBytes, Bands: bands, BlockSize: c.BlockSize,

@@ -351,9 +351,6 @@ func (s *Scraper) newBackend(t Target) (*backend, error) {
 	return b, nil
 }
 
-// Len returns the number of backends. O(1).
-func (s *Scraper) Len() int { return len(s.fleet.Load().list) }
-
 // Snapshot appends the current State of every backend to dst, in target order, and returns
 // the extended slice. It does not lock and does not allocate when dst has room. O(backends).
 func (s *Scraper) Snapshot(dst []State) []State {

@@ -515,8 +515,8 @@ func TestSetTargets(t *testing.T) {
 			t.Errorf("SetTargets(%+v) = %v, want ErrInvalidOptions", bad, err)
 		}
 	}
-	if s.Len() != 3 {
-		t.Errorf("a failed SetTargets changed the fleet: Len = %d, want 3", s.Len())
+	if len(s.Snapshot(nil)) != 3 {
+		t.Errorf("a failed SetTargets changed the fleet: Len = %d, want 3", len(s.Snapshot(nil)))
 	}
 }
 
@@ -534,8 +534,8 @@ func TestNewOptions(t *testing.T) {
 		s.staleAfter != 2*time.Second || s.concurrency != 16 || s.unhealthyN != 3 || s.defProfile != engineVLLM {
 		t.Errorf("defaults: %+v", s)
 	}
-	if err := s.ScrapeOnce(context.Background()); err != nil || s.Len() != 0 {
-		t.Errorf("empty scraper: ScrapeOnce = %v, Len = %d", err, s.Len())
+	if err := s.ScrapeOnce(context.Background()); err != nil || len(s.Snapshot(nil)) != 0 {
+		t.Errorf("empty scraper: ScrapeOnce = %v, Len = %d", err, len(s.Snapshot(nil)))
 	}
 }
 

@@ -268,9 +268,6 @@ type Candidate struct {
 	lora *loraSets
 }
 
-// Has reports whether the signals in want are known and fresh for this candidate.
-func (c *Candidate) Has(want Signal) bool { return c.Fresh.Has(want) }
-
 // BackendID is the router's stable identifier of a backend: the same name keeps the same id
 // across updates for the lifetime of the Router. Ids are small and dense, starting at 0.
 //

@@ -266,12 +266,15 @@ func (c config) options() (extproc.Options, error) {
 		}
 	}
 	if c.EndpointsFile != "" {
-		src := extproc.FileSource{Path: c.EndpointsFile, Interval: c.EndpointsInterval,
-			OnError: func(err error) { log.Print("epp: ", err) }}
-		if o.Endpoints, err = src.Load(); err != nil {
-			return extproc.Options{}, err
+		data, err := os.ReadFile(c.EndpointsFile)
+		if err != nil {
+			return extproc.Options{}, fmt.Errorf("endpoints file: %w", err)
 		}
-		o.Source = src
+		if o.Endpoints, err = extproc.ParseEndpoints(data); err != nil {
+			return extproc.Options{}, fmt.Errorf("endpoints file %s: %w", c.EndpointsFile, err)
+		}
+		o.Source = extproc.FileSource{Path: c.EndpointsFile, Interval: c.EndpointsInterval,
+			OnError: func(err error) { log.Print("epp: ", err) }}
 	}
 	if c.PoolName != "" {
 		connect := c.connect

@@ -77,16 +77,9 @@ func (c *FakeClock) Set(t time.Time) {
 	c.mu.Unlock()
 }
 
-// Timers returns the number of timers armed and not yet fired or stopped. In a test that
-// drives a blocking Admit from another goroutine, it tells when the waiter has gone to
+// WaitTimers blocks until at least n timers are armed and not yet fired or stopped. In a test
+// that drives a blocking Admit from another goroutine, it tells when the waiter has gone to
 // sleep.
-func (c *FakeClock) Timers() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
-}
-
-// WaitTimers blocks until at least n timers are armed.
 func (c *FakeClock) WaitTimers(n int) {
 	c.mu.Lock()
 	for len(c.timers) < n {

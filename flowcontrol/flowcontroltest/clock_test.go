@@ -28,7 +28,7 @@ func TestTimers(t *testing.T) {
 		{2 * time.Second, false, true, 1},
 	}
 	for i, s := range steps {
-		if got := c.Timers(); got != s.armedBefore {
+		if got := flowcontroltest.Timers(c); got != s.armedBefore {
 			t.Errorf("step %d: %d timers armed, want %d", i, got, s.armedBefore)
 		}
 		c.Advance(s.advance)

@@ -78,7 +78,7 @@ type Decoder struct {
 // payload size; it allocates only to grow b's buffers or to intern a new
 // medium or LoRA name.
 func (d *Decoder) Decode(payload []byte, b *Batch) error {
-	b.Reset()
+	b.reset()
 	if d.dec == nil { // the first call
 		d.dec = msgpack.NewDecoder(&d.r)
 		d.scratch = make([]byte, 0, 64)

@@ -73,8 +73,8 @@ type BlockEvent struct {
 	Salt string
 }
 
-// Reset clears e for reuse, keeping the capacity of its slices.
-func (e *BlockEvent) Reset() {
+// reset clears e for reuse, keeping the capacity of its slices.
+func (e *BlockEvent) reset() {
 	*e = BlockEvent{Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
 }
 
@@ -94,8 +94,8 @@ type Batch struct {
 	Unknown int
 }
 
-// Reset clears b for reuse, keeping its events' buffers.
-func (b *Batch) Reset() {
+// reset clears b for reuse, keeping its events' buffers.
+func (b *Batch) reset() {
 	b.Timestamp, b.DataParallelRank, b.HasRank, b.Unknown = 0, 0, false, 0
 	b.Events = b.Events[:0]
 }
@@ -108,7 +108,7 @@ func (b *Batch) next() *BlockEvent {
 		b.Events = append(b.Events, BlockEvent{})
 	}
 	e := &b.Events[len(b.Events)-1]
-	e.Reset()
+	e.reset()
 	return e
 }
 

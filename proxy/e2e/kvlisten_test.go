@@ -57,7 +57,7 @@ func TestKVListenMode(t *testing.T) {
 	feed := withKV(&opts, listen)
 	h, base := startHandler(t, opts)
 	<-feed.Subscriber().Ready()
-	if got := feed.ListenAddr(); got != listen {
+	if got := feed.Subscriber().ListenAddr(); got != listen {
 		t.Fatalf("KVListenAddr = %q, want %q", got, listen)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -169,19 +169,6 @@ type FileSource struct {
 	OnError func(error)
 }
 
-// Load reads and parses the file once.
-func (f FileSource) Load() ([]Endpoint, error) {
-	data, err := os.ReadFile(f.Path)
-	if err != nil {
-		return nil, fmt.Errorf("endpoints file: %w", err)
-	}
-	eps, err := ParseEndpoints(data)
-	if err != nil {
-		return nil, fmt.Errorf("endpoints file %s: %w", f.Path, err)
-	}
-	return eps, nil
-}
-
 // Run implements EndpointSource: it reports the file's set at once (if it loads) and after every
 // change, polling every Interval. O(file) per poll.
 func (f FileSource) Run(ctx context.Context, update func([]Endpoint)) error {

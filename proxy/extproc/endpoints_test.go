@@ -93,7 +93,7 @@ func TestRunFollowsSource(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	deadline := time.Now().Add(5 * time.Second)
-	for len(s.Endpoints()) != 1 {
+	for len(s.eps.Load().list) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("Run did not apply the file's endpoints")
 		}

@@ -32,7 +32,7 @@ func Example() {
 	go func() { _ = g.Serve(ln) }()
 	defer g.Stop()
 
-	fmt.Println("endpoints:", len(epp.Endpoints()))
+	fmt.Println("endpoints:", len(epp.Router().Backends(nil)))
 	fmt.Println("header:", extproc.DestinationHeader)
 	fmt.Println("metadata:", extproc.MetadataNamespace+"/"+extproc.DestinationHeader)
 	// Output:

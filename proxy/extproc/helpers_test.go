@@ -204,7 +204,7 @@ func waitIdle(t testing.TB, s *Server) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for _, e := range s.Endpoints() {
+	for _, e := range s.eps.Load().list {
 		if in, _ := s.Router().InFlight(e.Address); in != (routing.InFlight{}) {
 			t.Errorf("router in-flight of %s = %+v, want zero", e.Address, in)
 		}

@@ -674,9 +674,6 @@ func (s *Server) Index() *prefixcache.Index { return s.index }
 // handler (promhttp.HandlerFor).
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
-// Endpoints returns a copy of the current endpoints. O(endpoints).
-func (s *Server) Endpoints() []Endpoint { return slices.Clone(s.eps.Load().list) }
-
 // processor is the Server as gRPC's ext_proc service, the value Register registers, so that
 // the service's method stays off the Server's API.
 type processor struct {

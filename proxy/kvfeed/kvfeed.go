@@ -38,8 +38,8 @@ import (
 // Options configures a Follower.
 type Options struct {
 	// Listen, if set, is an endpoint the feed binds, to which servers with a KVPod connect
-	// (e.g. tcp://0.0.0.0:5557; see Follower.ListenAddr). Bind it where only model servers reach
-	// it: whoever connects can publish.
+	// (e.g. tcp://0.0.0.0:5557; the bound address, port resolved, is the Subscriber's
+	// ListenAddr). Bind it where only model servers reach it: whoever connects can publish.
 	Listen string
 	// Subscriber, if set, adjusts the subscriber's options (backoff, replay timeout, ...)
 	// before it is built; Index, Sources, Listen, ListenSources and OnError are the feed's.
@@ -182,12 +182,3 @@ func (s series) Collect(ch chan<- prometheus.Metric) {
 // Subscriber returns the KV-event subscriber (its Stats, Sources, Ready), nil before Attach
 // or when no backend publishes.
 func (f *Follower) Subscriber() *kvevents.Subscriber { return f.sub }
-
-// ListenAddr returns the address Options.Listen is bound to, with the port resolved, once Run
-// has bound it; "" before, or without Listen.
-func (f *Follower) ListenAddr() string {
-	if f.sub == nil {
-		return ""
-	}
-	return f.sub.ListenAddr()
-}

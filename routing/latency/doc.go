@@ -75,6 +75,6 @@
 // # Concurrency
 //
 // [Linear] and the scorers of [NewScorer] are safe for concurrent use; [Predict] is safe
-// wherever [routing.Router.Pick] is. [Features], [LinearOptions], [ScorerOptions] and [Stats]
+// wherever [routing.Router.Pick] is. [Features], [LinearOptions] and [ScorerOptions]
 // are plain values.
 package latency

@@ -122,7 +122,7 @@ func TestLinearLearns(t *testing.T) {
 			t.Fatalf("backend %d after the fleet learned the slowdown: error TTFT %.3f, TPOT %.3f; want ≤ 0.08", b, tt, td)
 		}
 	}
-	if st := m.Stats(); st.TTFTSamples != 2560 || st.TPOTSamples != 2560 || st.Fits < 40 {
+	if st := m.stats(); st.ttftSamples != 2560 || st.tpotSamples != 2560 || st.fits < 40 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -135,7 +135,7 @@ func TestLinearPartialOutcomes(t *testing.T) {
 	before := m.Predict(&f)
 	m.Learn(&f, routing.Latency{})
 	m.Learn(&f, routing.Latency{TTFT: -time.Second, TPOT: -time.Second})
-	if st := m.Stats(); st.TTFTSamples+st.TPOTSamples != 0 {
+	if st := m.stats(); st.ttftSamples+st.tpotSamples != 0 {
 		t.Fatalf("learned from nothing: %+v", st)
 	}
 	for range 50 {
@@ -228,13 +228,13 @@ func TestScorerRoutes(t *testing.T) {
 // the pick, and nothing for a whole answer (whose first byte is its end).
 func TestRouterLearns(t *testing.T) {
 	r, m := slowFleet(t)
-	before := m.Stats()
+	before := m.stats()
 	p, err := r.Pick(&routing.Request{PromptTokens: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Done(routing.DoneInfo{FirstTokenAt: t0.Add(time.Second), OutputTokens: 10, End: t0.Add(2 * time.Second)})
-	if st := m.Stats(); st != before {
+	if st := m.stats(); st != before {
 		t.Fatalf("a whole answer was learned: %+v → %+v", before, st)
 	}
 	for i := range 100 {
@@ -248,8 +248,8 @@ func TestRouterLearns(t *testing.T) {
 		}
 		p.Done(info)
 	}
-	st := m.Stats()
-	if st.TTFTSamples != before.TTFTSamples+100 || st.TPOTSamples != before.TPOTSamples+50 {
+	st := m.stats()
+	if st.ttftSamples != before.ttftSamples+100 || st.tpotSamples != before.tpotSamples+50 {
 		t.Fatalf("after 100 streamed requests (50 failed after their first token): %+v, before %+v", st, before)
 	}
 	p, err = r.Pick(&routing.Request{PromptTokens: 100, Stream: true, Now: t0})
@@ -370,7 +370,7 @@ func TestScorerConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if st := m.Stats(); st.TTFTSamples == 0 || st.Fits == 0 {
+	if st := m.stats(); st.ttftSamples == 0 || st.fits == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -379,17 +379,17 @@ func TestScorerConcurrent(t *testing.T) {
 // not at the end of its answer, and Done then adds only its TPOT.
 func TestFirstTokenTeachesTTFT(t *testing.T) {
 	r, m := slowFleet(t)
-	before := m.Stats()
+	before := m.stats()
 	p, err := r.Pick(&routing.Request{PromptTokens: 100, Stream: true, Now: t0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.FirstToken(t0.Add(time.Second))
-	if st := m.Stats(); st.TTFTSamples != before.TTFTSamples+1 || st.TPOTSamples != before.TPOTSamples {
+	if st := m.stats(); st.ttftSamples != before.ttftSamples+1 || st.tpotSamples != before.tpotSamples {
 		t.Fatalf("after FirstToken: %+v, before %+v; want one TTFT sample more", st, before)
 	}
 	p.Done(routing.DoneInfo{FirstTokenAt: t0.Add(time.Second), OutputTokens: 3, End: t0.Add(2 * time.Second)})
-	if st := m.Stats(); st.TTFTSamples != before.TTFTSamples+1 || st.TPOTSamples != before.TPOTSamples+1 {
+	if st := m.stats(); st.ttftSamples != before.ttftSamples+1 || st.tpotSamples != before.tpotSamples+1 {
 		t.Fatalf("after Done: %+v, before %+v; want one TPOT sample more and no second TTFT", st, before)
 	}
 }

@@ -492,16 +492,3 @@ func (w *normal) solve(prior *vec, d int) vec {
 	}
 	return x
 }
-
-// Stats is what a [Linear] has learned so far.
-type Stats struct {
-	// TTFTSamples and TPOTSamples count the outcomes learned; Fits the refits.
-	TTFTSamples, TPOTSamples, Fits uint64
-}
-
-// Stats returns the model's counts. Safe for concurrent use. O(1); it takes the model's mutex.
-func (m *Linear) Stats() Stats {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return Stats{TTFTSamples: uint64(m.eqs[0].n), TPOTSamples: uint64(m.eqs[1].n), Fits: m.fits}
-}

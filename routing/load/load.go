@@ -215,7 +215,7 @@ type kvScorer struct{}
 func (kvScorer) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 	sum, known := 0.0, 0
 	for i := range cands {
-		if !cands[i].Has(routing.SignalKVUtilization) {
+		if !cands[i].Fresh.Has(routing.SignalKVUtilization) {
 			dst[i] = math.NaN()
 			continue
 		}
@@ -275,7 +275,7 @@ type loadAwareScorer struct{ threshold float64 }
 func (s loadAwareScorer) Score(_ *routing.Request, cands []routing.Candidate, dst []float64) {
 	sum, known := 0.0, 0
 	for i := range cands {
-		if !cands[i].Has(routing.SignalQueued) {
+		if !cands[i].Fresh.Has(routing.SignalQueued) {
 			dst[i] = math.NaN()
 			continue
 		}

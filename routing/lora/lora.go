@@ -111,7 +111,7 @@ func (a *affinity) Score(req *routing.Request, cands []routing.Candidate, dst []
 	sum, known, unknown := 0.0, 0, 0
 	for i := range cands {
 		c := &cands[i]
-		if !c.Has(routing.SignalAdapters) {
+		if !c.Fresh.Has(routing.SignalAdapters) {
 			v := math.NaN()
 			if c.AdapterInFlight > 0 {
 				v = a.loaded

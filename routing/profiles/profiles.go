@@ -55,23 +55,13 @@ func LLMDPrecise() routing.Profile {
 	return p
 }
 
-// Bottleneck selects the load scorer that follows llm-d's sticky filter.
-type Bottleneck uint8
-
-const (
-	// PrefillBound work (long prompts, short answers) is balanced by TokenLoad.
-	PrefillBound Bottleneck = iota
-	// DecodeBound work (short prompts, long answers, e.g. reasoning) is balanced by
-	// ActiveRequests.
-	DecodeBound
-)
-
 // LLMDStickyOptions configures LLMDSticky.
 type LLMDStickyOptions struct {
 	session.StickyOptions
-	// Bottleneck picks the load scorer: PrefillBound (zero) → load.TokenBacklog(4,194,304),
-	// DecodeBound → ActiveRequests.
-	Bottleneck Bottleneck
+	// DecodeBound picks the load scorer that follows the sticky filter: false (prefill-bound
+	// work: long prompts, short answers) → load.TokenBacklog(4,194,304); true (decode-bound
+	// work: short prompts, long answers, e.g. reasoning) → ActiveRequests.
+	DecodeBound bool
 }
 
 // LLMDSticky is llm-d's "sticky until saturated" profile (its default since 2026-08-17): a
@@ -82,7 +72,7 @@ type LLMDStickyOptions struct {
 func LLMDSticky(opts LLMDStickyOptions) routing.Profile {
 	term := load.TokenBacklog(0)
 	name := "llm-d-sticky"
-	if opts.Bottleneck == DecodeBound {
+	if opts.DecodeBound {
 		term = load.Active()
 		name = "llm-d-sticky-decode"
 	}
@@ -240,7 +230,7 @@ func settled(cands []routing.Candidate, unreported int64) bool {
 	sum := 0.0
 	for i := range cands {
 		c := &cands[i]
-		if !cand.Idle(c) || !c.Has(routing.SignalRunning) {
+		if !cand.Idle(c) || !c.Fresh.Has(routing.SignalRunning) {
 			return false
 		}
 		sent += max(0, c.InFlight.Requests-int64(c.State.Running+c.State.Queued))

@@ -52,8 +52,7 @@ func AppendKVBatch(b *kvevents.Batch, evs []engine.KVEvent) {
 func PublishKVEvents(p KVPublisher, onErr func(error)) func([]engine.KVEvent) {
 	var b kvevents.Batch
 	return func(evs []engine.KVEvent) {
-		b.Reset()
-		b.Timestamp = float64(time.Now().UnixNano()) / 1e9
+		b = kvevents.Batch{Timestamp: float64(time.Now().UnixNano()) / 1e9, Events: b.Events[:0]}
 		AppendKVBatch(&b, evs)
 		if len(b.Events) == 0 {
 			return

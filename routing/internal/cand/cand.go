@@ -10,11 +10,11 @@ import "github.com/usher-llm/usher/routing"
 func Load(c *routing.Candidate) float64 {
 	l := float64(c.InFlight.Requests)
 	polled, ok := 0, false
-	if c.Has(routing.SignalQueued) {
+	if c.Fresh.Has(routing.SignalQueued) {
 		polled += c.State.Queued
 		ok = true
 	}
-	if c.Has(routing.SignalRunning) {
+	if c.Fresh.Has(routing.SignalRunning) {
 		polled += c.State.Running
 		ok = true
 	}
@@ -31,4 +31,4 @@ func UnderOthers(l, sum float64, n int, factor float64) bool {
 }
 
 // Idle reports whether a candidate freshly reports no request waiting. O(1).
-func Idle(c *routing.Candidate) bool { return c.Has(routing.SignalQueued) && c.State.Queued == 0 }
+func Idle(c *routing.Candidate) bool { return c.Fresh.Has(routing.SignalQueued) && c.State.Queued == 0 }
