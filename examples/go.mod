@@ -10,6 +10,7 @@ require (
 	github.com/envoyproxy/go-control-plane/envoy v1.35.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/client_golang v1.20.4
+	github.com/redis/go-redis/v9 v9.0.5
 	github.com/stretchr/testify v1.11.1
 	github.com/usher-llm/usher/bench v0.0.0
 	github.com/usher-llm/usher/kube v0.0.0
@@ -65,7 +66,6 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.66.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
-	github.com/redis/go-redis/v9 v9.0.5 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/tidwall/gjson v1.20.1 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
