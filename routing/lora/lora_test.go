@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/lora"
 	"github.com/usher-llm/usher/routing/profiles"
 )
-
-// raceEnabled is set by race_test.go under -race.
-var raceEnabled bool
 
 // sanitized returns s as a Router publishes it (signals out of range dropped from Known).
 func sanitized(t *testing.T, s routing.BackendState) routing.BackendState {
@@ -247,7 +245,7 @@ func loraFleet(n, slots int) []routing.BackendState {
 }
 
 func TestPickAdapterAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
 	r := newLoraRouter(t, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), loraFleet(16, 4)...)
