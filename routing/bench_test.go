@@ -10,6 +10,7 @@ import (
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -28,60 +29,7 @@ func benchProfile() Profile {
 	}
 }
 
-// benchRouter builds a router over n backends with a real prefixcache index, and a request with a
-// 128-block chain (2,048 tokens at 16 per block). Every backend holds the first 16 blocks (a
-// shared system prompt); every tenth holds the whole chain, every other one a chain that
-// diverges after block 16 — so the match walks all 128 blocks for some backends.
-func benchRouter(tb testing.TB, n int, profile Profile) (*Router, *Request) {
-	tb.Helper()
-	return benchRouterIndex(tb, n, profile, prefixcache.Options{})
-}
-
-// benchRouterIndex is benchRouter with an index configured by ixOpts.
-func benchRouterIndex(tb testing.TB, n int, profile Profile, ixOpts prefixcache.Options) (*Router, *Request) {
-	tb.Helper()
-	ix, err := prefixcache.New(ixOpts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r := mustNew(tb, Options{Index: ix, Profile: profile})
-	benchIndex[r] = ix
-	states := fleet(n, t0)
-	for i := range states {
-		states[i].Queued = i % 7
-		states[i].Running = i % 5
-		states[i].KVUtilization = float64(i%10) / 10
-	}
-	mustUpdate(tb, r, states)
-	req := make([]prefixcache.BlockHash, 128)
-	other := make([]prefixcache.BlockHash, 128)
-	for i := range req {
-		req[i] = prefixcache.BlockHash(0x9e3779b97f4a7c15 * uint64(i+1))
-		other[i] = req[i]
-		if i >= 16 {
-			other[i] ^= 0xdeadbeef
-		}
-	}
-	for i := range states {
-		id, err := ix.AddBackend(states[i].Name, 0)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		c := other
-		if i%10 == 0 {
-			c = req
-		}
-		if err := ix.Insert(id, c); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return r, &Request{Chain: req, PromptTokens: 2048}
-}
-
 var errBench = errors.New("bench")
-
-// benchIndex is the prefix index of each router benchRouterIndex built.
-var benchIndex = map[*Router]*prefixcache.Index{}
 
 // cpuMeter reports the CPU time per operation of the benchmark's own thread as "cpu-ns/op"
 // (Linux only). Call start before the loop and stop after it.
@@ -111,8 +59,8 @@ func (m cpuMeter) stop(b *testing.B) {
 func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{8, 100, 1000} {
 		b.Run(fmt.Sprintf("backends=%d", n), func(b *testing.B) {
-			r, req := benchRouter(b, n, benchProfile())
-			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0})
+			r, req := routingtest.BenchRouter(b, n, benchProfile())
+			pickLoop(b, r, req, DoneInfo{FirstTokenAt: routingtest.T0})
 		})
 	}
 }
@@ -148,7 +96,7 @@ func BenchmarkPickPeers(b *testing.B) {
 		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			r, req := benchRouter(b, 100, benchProfile())
+			r, req := routingtest.BenchRouter(b, 100, benchProfile())
 			if tc.peers != nil {
 				var loads []peer.Load
 				for i, s := range r.Backends(nil) {
@@ -157,7 +105,7 @@ func BenchmarkPickPeers(b *testing.B) {
 				}
 				peer.SetPeerLoads(r, loads)
 			}
-			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0})
+			pickLoop(b, r, req, DoneInfo{FirstTokenAt: routingtest.T0})
 		})
 	}
 }
@@ -170,7 +118,7 @@ func BenchmarkPickProfiles(b *testing.B) {
 		profiles.Dynamo(profiles.DynamoCostOptions{}), profiles.AIBrix(), profiles.RoundRobin(), profiles.LeastRequest(), profiles.Usher(profiles.UsherOptions{}),
 	} {
 		b.Run(p.Name, func(b *testing.B) {
-			r, req := benchRouter(b, 100, p)
+			r, req := routingtest.BenchRouter(b, 100, p)
 			req.Session = "session-1"
 			b.ReportAllocs()
 			for b.Loop() {
@@ -178,7 +126,7 @@ func BenchmarkPickProfiles(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				pk.Done(DoneInfo{FirstTokenAt: t0})
+				pk.Done(DoneInfo{FirstTokenAt: routingtest.T0})
 			}
 		})
 	}
@@ -188,7 +136,7 @@ func BenchmarkPickProfiles(b *testing.B) {
 // prompt each time, round-robin placement) and fails before its first token, so Done
 // retracts the prediction: Pick, the insert, Done and the removal.
 func BenchmarkPickRetract(b *testing.B) {
-	r, req := benchRouter(b, 100, profiles.RoundRobin())
+	r, req := routingtest.BenchRouter(b, 100, profiles.RoundRobin())
 	chains := make([][]prefixcache.BlockHash, 64)
 	for i := range chains {
 		chains[i] = make([]prefixcache.BlockHash, len(req.Chain))
@@ -222,8 +170,7 @@ func BenchmarkPickRetract(b *testing.B) {
 // only re-touches blocks already held: the steady state of a repeated prompt.
 func BenchmarkPickInsert(b *testing.B) {
 	b.Run("new-chain", func(b *testing.B) {
-		r, req := benchRouterIndex(b, 100, benchProfile(), prefixcache.Options{})
-		ix := benchIndex[r]
+		r, req, ix := routingtest.BenchRouterIndex(b, 100, benchProfile(), prefixcache.Options{})
 		for _, s := range r.Backends(nil) {
 			id, _ := ix.Lookup(s.Name)
 			if err := ix.SetCapacity(id, 2048); err != nil {
@@ -242,7 +189,7 @@ func BenchmarkPickInsert(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p.FirstToken(t0)
+			p.FirstToken(routingtest.T0)
 			p.Done(DoneInfo{})
 		}
 		cpu.stop(b)
@@ -251,7 +198,7 @@ func BenchmarkPickInsert(b *testing.B) {
 		}
 	})
 	b.Run("repeat-chain", func(b *testing.B) {
-		r, req := benchRouter(b, 100, benchProfile())
+		r, req := routingtest.BenchRouter(b, 100, benchProfile())
 		b.ReportAllocs()
 		cpu := startCPU()
 		for b.Loop() {
@@ -259,7 +206,7 @@ func BenchmarkPickInsert(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p.FirstToken(t0)
+			p.FirstToken(routingtest.T0)
 			p.Done(DoneInfo{})
 		}
 		cpu.stop(b)
@@ -280,7 +227,7 @@ func distinctChains(n, blocks int) [][]prefixcache.BlockHash {
 
 // BenchmarkPickParallel runs Pick and Done from GOMAXPROCS goroutines at 100 backends.
 func BenchmarkPickParallel(b *testing.B) {
-	r, req := benchRouter(b, 100, benchProfile())
+	r, req := routingtest.BenchRouter(b, 100, benchProfile())
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -300,8 +247,7 @@ func BenchmarkPickParallel(b *testing.B) {
 func BenchmarkPickParts(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("match-only/backends=%d", n), func(b *testing.B) {
-			r, req := benchRouter(b, n, benchProfile())
-			ix := benchIndex[r]
+			_, req, ix := routingtest.BenchRouterIndex(b, n, benchProfile(), prefixcache.Options{})
 			dst := make([]int32, 0, n)
 			b.ReportAllocs()
 			cpu := startCPU()
@@ -311,7 +257,7 @@ func BenchmarkPickParts(b *testing.B) {
 			cpu.stop(b)
 		})
 		b.Run(fmt.Sprintf("pick-without-chain/backends=%d", n), func(b *testing.B) {
-			r, req := benchRouter(b, n, benchProfile())
+			r, req := routingtest.BenchRouter(b, n, benchProfile())
 			req.Chain = nil
 			pickLoop(b, r, req, DoneInfo{Err: errBench})
 		})
@@ -334,9 +280,9 @@ func BenchmarkPickLatency(b *testing.B) {
 			p = p.With(Weighted{sc, 2})
 		}
 		b.Run(name, func(b *testing.B) {
-			r, req := benchRouter(b, 100, p)
+			r, req := routingtest.BenchRouter(b, 100, p)
 			req.Stream = true
-			pickLoop(b, r, req, DoneInfo{FirstTokenAt: t0.Add(time.Second), End: t0.Add(3 * time.Second), OutputTokens: 100})
+			pickLoop(b, r, req, DoneInfo{FirstTokenAt: routingtest.T0.Add(time.Second), End: routingtest.T0.Add(3 * time.Second), OutputTokens: 100})
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/internal/cols"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/latency"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -191,7 +192,7 @@ func TestFastPathMatchesGeneralPath(t *testing.T) {
 // comparePaths drives a router built from fast and one built from slow with the same backend
 // sets, requests and completions, and requires the same picks, scores and counters.
 func comparePaths(t *testing.T, fast, slow Profile, seed uint64) {
-	now := t0
+	now := routingtest.T0
 	clock := func() time.Time { return now }
 	var routers [2]*Router
 	var indexes [2]*prefixcache.Index
@@ -201,7 +202,7 @@ func comparePaths(t *testing.T, fast, slow Profile, seed uint64) {
 			t.Fatal(err)
 		}
 		indexes[i] = ix
-		routers[i] = mustNew(t, Options{Profile: p, Index: ix, Now: clock, Seed: 7, StaleAfter: time.Second})
+		routers[i] = routingtest.MustNew(t, Options{Profile: p, Index: ix, Now: clock, Seed: 7, StaleAfter: time.Second})
 	}
 	if !Fast(routers[0]) || Fast(routers[1]) {
 		t.Fatalf("fast path: %v and %v, want true and false", Fast(routers[0]), Fast(routers[1]))
@@ -218,7 +219,7 @@ func comparePaths(t *testing.T, fast, slow Profile, seed uint64) {
 	for step := range 1500 {
 		switch op := rng.IntN(10); {
 		case op == 0 || step == 0:
-			states := fleet(1+rng.IntN(9), now)
+			states := routingtest.Fleet(1+rng.IntN(9), now)
 			for i := range states {
 				s := &states[i]
 				s.Queued, s.Running = rng.IntN(6), rng.IntN(4)
@@ -239,7 +240,7 @@ func comparePaths(t *testing.T, fast, slow Profile, seed uint64) {
 				}
 			}
 			for _, r := range routers {
-				mustUpdate(t, r, states)
+				routingtest.MustUpdate(t, r, states)
 			}
 		case op <= 6:
 			req := &Request{PromptTokens: rng.IntN(3000)}

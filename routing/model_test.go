@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
@@ -39,8 +40,8 @@ type model struct {
 const modelNames = 6
 
 func newModel(t testing.TB) *model {
-	m := &model{t: t, now: t0, counts: map[string]*InFlight{}}
-	m.r = mustNew(t, Options{
+	m := &model{t: t, now: routingtest.T0, counts: map[string]*InFlight{}}
+	m.r = routingtest.MustNew(t, Options{
 		Now:        func() time.Time { return m.now },
 		StaleAfter: time.Second,
 		Profile: Profile{

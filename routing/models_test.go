@@ -7,55 +7,14 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/profiles"
 )
 
 // The model filter, the adapter signals' validation and the router's per-adapter in-flight
 // counts (routing/lora's scorer has its own tests).
-
-var loraNow = time.Unix(1_700_000_000, 0)
-
-// loraState is a fresh backend with the given adapter signals.
-func loraState(name string, running, waiting []string, slots int) BackendState {
-	return BackendState{
-		Name: name, Health: Healthy, UpdatedAt: loraNow,
-		Known:           SignalQueued | SignalAdapters,
-		RunningAdapters: running, WaitingAdapters: waiting, MaxAdapters: slots,
-	}
-}
-
-// newLoraRouter returns a router with the profile given and the backends published.
-func newLoraRouter(t testing.TB, p Profile, states ...BackendState) *Router {
-	t.Helper()
-	r, err := New(Options{Profile: p, Now: func() time.Time { return loraNow }, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Update(states); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func loraFleet(n, slots int) []BackendState {
-	states := make([]BackendState, n)
-	for i := range states {
-		name := "vllm-" + strconv.Itoa(i)
-		states[i] = loraState(name, []string{"ad-" + strconv.Itoa(i), "ad-" + strconv.Itoa(i+1)}, []string{"ad-" + strconv.Itoa(i+2)}, slots)
-		states[i].Known |= SignalRunning | SignalKVUtilization
-		states[i].Queued, states[i].Running, states[i].KVUtilization = i%3, i%5, 0.1*float64(i%7)
-		states[i].Models = []string{"llama", "ad-" + strconv.Itoa(i), "ad-" + strconv.Itoa(i+1), "ad-" + strconv.Itoa(i+2)}
-	}
-	for i := range states {
-		if i%2 == 0 {
-			states[i].Models = nil // serves any
-		}
-	}
-	return states
-}
 
 func TestSanitizeAdapters(t *testing.T) {
 	tests := []struct {
@@ -63,13 +22,13 @@ func TestSanitizeAdapters(t *testing.T) {
 		s    BackendState
 		ok   bool
 	}{
-		{"valid", loraState("b", []string{"a"}, []string{"c"}, 4), true},
-		{"more running than slots (vLLM renders both from one map)", loraState("b", []string{"a", "b", "c"}, nil, 2), true},
-		{"no slots", loraState("b", nil, nil, 0), false},
-		{"negative slots", loraState("b", nil, nil, -3), false},
-		{"absurd slots", loraState("b", nil, nil, 1<<20), false},
-		{"empty running name", loraState("b", []string{""}, nil, 4), false},
-		{"empty waiting name", loraState("b", nil, []string{"a", ""}, 4), false},
+		{"valid", routingtest.LoraState("b", []string{"a"}, []string{"c"}, 4), true},
+		{"more running than slots (vLLM renders both from one map)", routingtest.LoraState("b", []string{"a", "b", "c"}, nil, 2), true},
+		{"no slots", routingtest.LoraState("b", nil, nil, 0), false},
+		{"negative slots", routingtest.LoraState("b", nil, nil, -3), false},
+		{"absurd slots", routingtest.LoraState("b", nil, nil, 1<<20), false},
+		{"empty running name", routingtest.LoraState("b", []string{""}, nil, 4), false},
+		{"empty waiting name", routingtest.LoraState("b", nil, []string{"a", ""}, 4), false},
 	}
 	for _, tt := range tests {
 		s := tt.s
@@ -87,7 +46,7 @@ func TestPickModelFilter(t *testing.T) {
 	a := BackendState{Name: "a", Health: Healthy, Models: []string{"llama", "sql-lora"}}
 	b := BackendState{Name: "b", Health: Healthy, Models: []string{"qwen", ""}}
 	any := BackendState{Name: "any", Health: Healthy}
-	r := newLoraRouter(t, profiles.LeastRequest(), a, b)
+	r := routingtest.NewLoraRouter(t, profiles.LeastRequest(), a, b)
 	for _, tt := range []struct {
 		model string
 		want  string
@@ -123,7 +82,7 @@ func TestPickModelFilter(t *testing.T) {
 		t.Errorf("excluded: error = %v, want ErrNoBackend only", err)
 	}
 	// A backend that lists nothing serves every model.
-	r = newLoraRouter(t, profiles.LeastRequest(), a, b, any)
+	r = routingtest.NewLoraRouter(t, profiles.LeastRequest(), a, b, any)
 	p, err := r.Pick(&Request{Model: "mistral"})
 	if err != nil || p.Backend.Name != "any" {
 		t.Fatalf("mistral with a catch-all backend → %v, %v", p.Backend, err)
@@ -133,14 +92,14 @@ func TestPickModelFilter(t *testing.T) {
 
 // Picks and Dones for adapters on many goroutines leave every count at zero (meant for -race).
 func TestAdapterInFlightConcurrent(t *testing.T) {
-	r := newLoraRouter(t, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), loraFleet(8, 4)...)
+	r := routingtest.NewLoraRouter(t, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), routingtest.LoraFleet(8, 4)...)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 300 {
-				req := &Request{Adapter: "ad-" + strconv.Itoa((g+i)%5), PromptTokens: 100, Now: loraNow}
+				req := &Request{Adapter: "ad-" + strconv.Itoa((g+i)%5), PromptTokens: 100, Now: routingtest.LoraNow}
 				p, err := r.Pick(req)
 				if err != nil {
 					t.Error(err)
@@ -179,7 +138,7 @@ func TestModelFilterModel(t *testing.T) {
 				}
 			}
 		}
-		r := newLoraRouter(t, profiles.LeastRequest(), states...)
+		r := routingtest.NewLoraRouter(t, profiles.LeastRequest(), states...)
 		for range 5 {
 			model := names[rng.IntN(len(names))]
 			serves := map[string]bool{}

@@ -10,6 +10,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/prefixpeer"
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/pick"
 	"github.com/usher-llm/usher/routing/profiles"
@@ -38,16 +39,6 @@ func (s *inflightSpy) seen(name string) InFlight {
 	return s.saw[name]
 }
 
-func pickName(t *testing.T, r *Router, req *Request) string {
-	t.Helper()
-	p, err := r.Pick(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Done(DoneInfo{})
-	return p.Backend.Name
-}
-
 // Peers' counts change the scores: the load scorers prefer the backend the peers are not using.
 func TestPeerInFlightSteersPicks(t *testing.T) {
 	for _, tc := range []struct {
@@ -66,11 +57,11 @@ func TestPeerInFlightSteersPicks(t *testing.T) {
 			[]BackendInFlight{{"b0", InFlight{Blocks: 500}}}, "b1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := mustNew(t, Options{Profile: tc.profile})
-			mustUpdate(t, r, fleet(2, t0))
+			r := routingtest.MustNew(t, Options{Profile: tc.profile})
+			routingtest.MustUpdate(t, r, routingtest.Fleet(2, routingtest.T0))
 			SetPeerInFlight(r, tc.peers)
 			for i := range 5 {
-				if got := pickName(t, r, &Request{PromptTokens: 512}); got != tc.want {
+				if got := routingtest.PickName(t, r, &Request{PromptTokens: 512}); got != tc.want {
 					t.Fatalf("pick %d went to %s, want %s", i, got, tc.want)
 				}
 			}
@@ -81,8 +72,8 @@ func TestPeerInFlightSteersPicks(t *testing.T) {
 // Candidate.InFlight is own + peers'; Router.InFlight and appendInFlight stay the router's own.
 func TestPeerInFlightSums(t *testing.T) {
 	spy := &inflightSpy{}
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}, Picker: pick.RoundRobin()}})
-	mustUpdate(t, r, fleet(2, t0))
+	r := routingtest.MustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}, Picker: pick.RoundRobin()}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(2, routingtest.T0))
 	p, _ := r.Pick(&Request{PromptTokens: 32}) // b0 (round robin), 32 tokens = 2 blocks
 	defer p.Done(DoneInfo{})
 	if p.Backend.Name != "b0" {
@@ -115,8 +106,8 @@ func TestPeerInFlightSums(t *testing.T) {
 // Each setPeerInFlight replaces the last: entries for one name add up, names left out drop to
 // zero, negative counts read as zero.
 func TestSetPeerInFlightReplaces(t *testing.T) {
-	r := mustNew(t, Options{})
-	mustUpdate(t, r, fleet(3, t0))
+	r := routingtest.MustNew(t, Options{})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(3, routingtest.T0))
 	steps := []struct {
 		set  []BackendInFlight
 		want [3]InFlight // b0, b1, b2
@@ -152,8 +143,8 @@ func TestSetPeerInFlightReplaces(t *testing.T) {
 // MaxUnknownPeerNames names.
 func TestPeerInFlightUnknownNames(t *testing.T) {
 	spy := &inflightSpy{}
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
-	mustUpdate(t, r, fleet(1, t0))
+	r := routingtest.MustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(1, routingtest.T0))
 	later := InFlight{Requests: 7, PrefillTokens: 70}
 	SetPeerInFlight(r, []BackendInFlight{{"later", InFlight{Requests: 3}}, {"later", InFlight{Requests: 4, PrefillTokens: 70}}, {"b0", InFlight{Requests: 1}}})
 	if got := PeerInFlight(r, "later"); got != later {
@@ -162,13 +153,13 @@ func TestPeerInFlightUnknownNames(t *testing.T) {
 	if _, ok := r.Lookup("later"); ok {
 		t.Fatal("Lookup knows a backend no Update named")
 	}
-	s := fleet(1, t0)
-	s = append(s, BackendState{Name: "later", Health: Healthy, UpdatedAt: t0})
-	mustUpdate(t, r, s)
+	s := routingtest.Fleet(1, routingtest.T0)
+	s = append(s, BackendState{Name: "later", Health: Healthy, UpdatedAt: routingtest.T0})
+	routingtest.MustUpdate(t, r, s)
 	if id, ok := r.Lookup("later"); !ok || id != 1 {
 		t.Errorf("Lookup(later) = %d, %v; want 1, true", id, ok)
 	}
-	pickName(t, r, &Request{})
+	routingtest.PickName(t, r, &Request{})
 	if got := spy.seen("later"); got != later {
 		t.Errorf("candidate later sees %+v, want the kept %+v", got, later)
 	}
@@ -205,7 +196,7 @@ func TestPeerInFlightUnknownNames(t *testing.T) {
 
 // setPeerInFlight and Update run while picks do (meant for -race).
 func TestSetPeerInFlightConcurrent(t *testing.T) {
-	r, req := benchRouter(t, 16, profiles.LeastRequest())
+	r, req := routingtest.BenchRouter(t, 16, profiles.LeastRequest())
 	states := r.Backends(nil)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -235,7 +226,7 @@ func TestSetPeerInFlightConcurrent(t *testing.T) {
 		peers = append(peers, BackendInFlight{fmt.Sprint("new-", i%3), InFlight{Requests: 1}})
 		SetPeerInFlight(r, peers)
 		if i%50 == 0 {
-			mustUpdate(t, r, states)
+			routingtest.MustUpdate(t, r, states)
 		}
 		_ = AppendInFlight(r, nil)
 	}
@@ -245,7 +236,7 @@ func TestSetPeerInFlightConcurrent(t *testing.T) {
 
 // Pick stays allocation-free with peers' counts set.
 func TestPickWithPeersAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
 	for _, tc := range []struct {
@@ -255,7 +246,7 @@ func TestPickWithPeersAllocs(t *testing.T) {
 		{"four scorers", benchProfile()},
 		{"usher", profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: session.AffinityOptions{Seed: 9, Feed: discardFeed{}}}})},
 	} {
-		r, req := benchRouter(t, 100, tc.profile)
+		r, req := routingtest.BenchRouter(t, 100, tc.profile)
 		req.Session = "s1"
 		var peers []BackendInFlight
 		for i, b := range r.Backends(nil) {
@@ -273,11 +264,11 @@ func TestPickWithPeersAllocs(t *testing.T) {
 // to a prefixpeer.Buffer (the replica package's) that is drained every few picks: still no
 // allocation.
 func TestPickWithPrefixFeedAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
 	fb := prefixpeer.NewBuffer(0)
-	r, req := benchRouterIndex(t, 100, profiles.RoundRobin(), prefixcache.Options{Feed: fb})
+	r, req, _ := routingtest.BenchRouterIndex(t, 100, profiles.RoundRobin(), prefixcache.Options{Feed: fb})
 	if got := fb.Drain(nil); got != 100 {
 		t.Fatalf("the feed heard %d inserts while the fleet was set up, want 100", got)
 	}
@@ -318,34 +309,6 @@ type discardFeed struct{}
 
 func (discardFeed) Placed(uint64, string, int, time.Time) {}
 
-// placement is one SessionFeed call.
-type placement struct {
-	session uint64
-	backend string
-	blocks  int
-	expires time.Time
-}
-
-// placementLog is a SessionFeed that keeps what it hears.
-type placementLog struct {
-	mu  sync.Mutex
-	got []placement
-}
-
-func (l *placementLog) Placed(session uint64, backend string, blocks int, expires time.Time) {
-	l.mu.Lock()
-	l.got = append(l.got, placement{session, backend, blocks, expires})
-	l.mu.Unlock()
-}
-
-func (l *placementLog) take() []placement {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.got
-	l.got = nil
-	return out
-}
-
 // Two routers share placements: A places a session's first turn, its feed's placement is
 // applied to B, and B sends the next turn to the same backend although it never saw the
 // session, where a router without the placement goes elsewhere. Both session scorers.
@@ -359,25 +322,25 @@ func TestSessionSharingBetweenRouters(t *testing.T) {
 			return profiles.Usher(profiles.UsherOptions{Session: session.AwareOptions{AffinityOptions: o}})
 		}},
 		{"session-affinity", func(o session.AffinityOptions) Profile {
-			return Profile{Scorers: []Weighted{{Scorer: mustScorer(session.NewAffinity(o)), Weight: 10}, {Scorer: load.Active(), Weight: 1}}}
+			return Profile{Scorers: []Weighted{{Scorer: routingtest.MustScorer(session.NewAffinity(o)), Weight: 10}, {Scorer: load.Active(), Weight: 1}}}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			feedA, feedB := &placementLog{}, &placementLog{}
+			feedA, feedB := &routingtest.PlacementLog{}, &routingtest.PlacementLog{}
 			pa, pb, pc := tc.build(session.AffinityOptions{Seed: seed, Feed: feedA}), tc.build(session.AffinityOptions{Seed: seed, Feed: feedB}), tc.build(session.AffinityOptions{Seed: seed})
-			a, b, c := mustNew(t, Options{Profile: pa}), mustNew(t, Options{Profile: pb}), mustNew(t, Options{Profile: pc})
+			a, b, c := routingtest.MustNew(t, Options{Profile: pa}), routingtest.MustNew(t, Options{Profile: pb}), routingtest.MustNew(t, Options{Profile: pc})
 			// B and C list the backends in another order, so their ids differ from A's.
-			s := fleet(4, t0)
-			mustUpdate(t, a, s)
+			s := routingtest.Fleet(4, routingtest.T0)
+			routingtest.MustUpdate(t, a, s)
 			rev := []BackendState{s[3], s[2], s[1], s[0]}
-			mustUpdate(t, b, rev)
-			mustUpdate(t, c, rev)
+			routingtest.MustUpdate(t, b, rev)
+			routingtest.MustUpdate(t, c, rev)
 
 			req := &Request{Session: "conversation-1", PromptTokens: 256}
-			home := pickName(t, a, req)
-			got := feedA.take()
-			if len(got) != 1 || got[0].backend != home || got[0].blocks != 0 || !got[0].expires.Equal(t0.Add(session.DefaultPlacementTTL)) {
-				t.Fatalf("A's feed heard %+v, want one placement on %s expiring %v", got, home, t0.Add(session.DefaultPlacementTTL))
+			home := routingtest.PickName(t, a, req)
+			got := feedA.Take()
+			if len(got) != 1 || got[0].Backend != home || got[0].Blocks != 0 || !got[0].Expires.Equal(routingtest.T0.Add(session.DefaultPlacementTTL)) {
+				t.Fatalf("A's feed heard %+v, want one placement on %s expiring %v", got, home, routingtest.T0.Add(session.DefaultPlacementTTL))
 			}
 			pl0 := got[0]
 			// B and C have one peer request on home (not enough to overload it): placed for
@@ -390,30 +353,30 @@ func TestSessionSharingBetweenRouters(t *testing.T) {
 				t.Fatalf("sessionScorers found %d, want 1", len(placers))
 			}
 			for _, pl := range got {
-				id, ok := b.Lookup(pl.backend)
-				if !ok || !placers[0].LearnPlacement(pl.session, id, pl.blocks, pl.expires) {
+				id, ok := b.Lookup(pl.Backend)
+				if !ok || !placers[0].LearnPlacement(pl.Session, id, pl.Blocks, pl.Expires) {
 					t.Fatalf("B did not learn %+v (known %v)", pl, ok)
 				}
 			}
-			if echo := feedB.take(); len(echo) != 0 {
+			if echo := feedB.Take(); len(echo) != 0 {
 				t.Errorf("B's feed heard the learnt placement: %+v", echo)
 			}
-			if got := pickName(t, c, req); got == home {
+			if got := routingtest.PickName(t, c, req); got == home {
 				t.Fatalf("the control router without the placement also chose %s: the test shows nothing", home)
 			}
-			if got := pickName(t, b, req); got != home {
+			if got := routingtest.PickName(t, b, req); got != home {
 				t.Errorf("B placed the next turn on %s, want %s where A placed the session", got, home)
 			}
 			// B's own pick is reported, under the same hash as A's (the Seed is shared).
-			if got := feedB.take(); len(got) != 1 || got[0].session != pl0.session || got[0].backend != home {
-				t.Errorf("B's own pick: feed heard %+v, want session %d on %s", got, pl0.session, home)
+			if got := feedB.Take(); len(got) != 1 || got[0].Session != pl0.Session || got[0].Backend != home {
+				t.Errorf("B's own pick: feed heard %+v, want session %d on %s", got, pl0.Session, home)
 			}
 		})
 	}
 }
 
 func TestProfileSessionScorers(t *testing.T) {
-	sa := mustScorer(session.NewAffinity(session.AffinityOptions{}))
+	sa := routingtest.MustScorer(session.NewAffinity(session.AffinityOptions{}))
 	// A part that is both a filter and a scorer, as routing/outlier's Detector, added as its
 	// With adds it.
 	withBoth := profiles.Usher(profiles.UsherOptions{})
@@ -428,7 +391,7 @@ func TestProfileSessionScorers(t *testing.T) {
 		{"usher with a filter and scorer", withBoth, 1},
 		{"llm-d default", profiles.LLMDDefault(), 0},
 		{"one scorer twice", Profile{Scorers: []Weighted{{Scorer: sa, Weight: 1}, {Scorer: sa, Weight: 2}}}, 1},
-		{"two tables", Profile{Scorers: []Weighted{{Scorer: sa, Weight: 1}, {Scorer: mustScorer(session.NewAware(session.AwareOptions{})), Weight: 2}}}, 2},
+		{"two tables", Profile{Scorers: []Weighted{{Scorer: sa, Weight: 1}, {Scorer: routingtest.MustScorer(session.NewAware(session.AwareOptions{})), Weight: 2}}}, 2},
 	} {
 		if got := ProfileSessionScorers(tc.profile); len(got) != tc.want {
 			t.Errorf("%s: %d session scorers, want %d", tc.name, len(got), tc.want)

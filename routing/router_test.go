@@ -12,6 +12,7 @@ import (
 
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/pick"
@@ -19,81 +20,6 @@ import (
 	"github.com/usher-llm/usher/routing/profiles"
 	"github.com/usher-llm/usher/routing/session"
 )
-
-// fakeIndex is a naive prefix index: per backend a set of held blocks, matched by walking the
-// chain. It records every insert.
-type fakeIndex struct {
-	mu      sync.Mutex
-	names   map[string]prefixcache.HolderID
-	held    []map[prefixcache.BlockHash]bool
-	inserts int
-	removes int
-	failAdd bool
-	adds    []string // "name:capacity" per AddBackend call
-}
-
-func newFakeIndex() *fakeIndex { return &fakeIndex{names: map[string]prefixcache.HolderID{}} }
-
-func (f *fakeIndex) AddBackend(name string, capacity int) (prefixcache.HolderID, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failAdd {
-		return 0, errors.New("fake: full")
-	}
-	f.adds = append(f.adds, fmt.Sprintf("%s:%d", name, capacity))
-	if id, ok := f.names[name]; ok {
-		return id, nil
-	}
-	id := prefixcache.HolderID(len(f.held))
-	f.names[name] = id
-	f.held = append(f.held, map[prefixcache.BlockHash]bool{})
-	return id, nil
-}
-
-func (f *fakeIndex) Match(dst []int32, chain []prefixcache.BlockHash) []int32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	dst = dst[:0]
-	for _, h := range f.held {
-		n := int32(0)
-		for _, b := range chain {
-			if !h[b] {
-				break
-			}
-			n++
-		}
-		dst = append(dst, n)
-	}
-	return dst
-}
-
-func (f *fakeIndex) Insert(id prefixcache.HolderID, chain []prefixcache.BlockHash) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.inserts++
-	for _, b := range chain {
-		f.held[id][b] = true
-	}
-	return nil
-}
-
-func (f *fakeIndex) Remove(id prefixcache.HolderID, chain []prefixcache.BlockHash) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.removes++
-	for _, b := range chain {
-		delete(f.held[id], b)
-	}
-	return nil
-}
-
-func (f *fakeIndex) hold(name string, chain []prefixcache.BlockHash) {
-	id, _ := f.AddBackend(name, 0)
-	_ = f.Insert(id, chain)
-	f.mu.Lock()
-	f.inserts--
-	f.mu.Unlock()
-}
 
 func TestNewRejectsBadOptions(t *testing.T) {
 	bad := []Options{
@@ -112,22 +38,22 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestErrNoBackend(t *testing.T) {
-	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{outlier.HealthFilter()}}})
+	r := routingtest.MustNew(t, Options{Profile: Profile{Filters: []Filter{outlier.HealthFilter()}}})
 	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
 		t.Fatalf("empty router: err = %v, want ErrNoBackend", err)
 	}
-	s := fleet(2, t0)
+	s := routingtest.Fleet(2, routingtest.T0)
 	s[0].Role, s[1].Role = RolePrefill, RolePrefill
-	mustUpdate(t, r, s)
+	routingtest.MustUpdate(t, r, s)
 	if _, err := r.Pick(&Request{Role: RoleDecode}); !errors.Is(err, ErrNoBackend) {
 		t.Fatalf("no decode backend: err = %v, want ErrNoBackend", err)
 	}
 	s[0].Health, s[1].Health = Unhealthy, Unhealthy
-	mustUpdate(t, r, s)
+	routingtest.MustUpdate(t, r, s)
 	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
 		t.Fatalf("all unhealthy: err = %v, want ErrNoBackend", err)
 	}
-	mustUpdate(t, r, nil)
+	routingtest.MustUpdate(t, r, nil)
 	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
 		t.Fatalf("emptied: err = %v, want ErrNoBackend", err)
 	}
@@ -137,10 +63,10 @@ func TestErrNoBackend(t *testing.T) {
 }
 
 func TestRoleRouting(t *testing.T) {
-	r := mustNew(t, Options{})
-	s := fleet(3, t0)
+	r := routingtest.MustNew(t, Options{})
+	s := routingtest.Fleet(3, routingtest.T0)
 	s[0].Role, s[1].Role, s[2].Role = RolePrefill, RoleDecode, RoleBoth
-	mustUpdate(t, r, s)
+	routingtest.MustUpdate(t, r, s)
 	for range 50 {
 		p, err := r.Pick(&Request{Role: RolePrefill})
 		if err != nil {
@@ -173,8 +99,8 @@ func TestFilterRespected(t *testing.T) {
 		}
 	})
 	for _, pk := range []Picker{pick.MaxScore(), pick.WeightedRandom(), pick.PowerOfTwo(), pick.RoundRobin(), pick.Softmax(0.5)} {
-		r := mustNew(t, Options{Profile: Profile{Filters: []Filter{onlyOdd}, Scorers: []Weighted{{Scorer: preferEven, Weight: 5}}, Picker: pk}})
-		mustUpdate(t, r, fleet(9, t0))
+		r := routingtest.MustNew(t, Options{Profile: Profile{Filters: []Filter{onlyOdd}, Scorers: []Weighted{{Scorer: preferEven, Weight: 5}}, Picker: pk}})
+		routingtest.MustUpdate(t, r, routingtest.Fleet(9, routingtest.T0))
 		for range 200 {
 			p, err := r.Pick(&Request{})
 			if err != nil {
@@ -192,34 +118,34 @@ func TestFilterRespected(t *testing.T) {
 // pick on (a sibling sent right behind co-locates), a success inserts nothing more, and a
 // failure before the first token retracts exactly the blocks the backend did not hold.
 func TestLearnOnPick(t *testing.T) {
-	ix := newFakeIndex()
-	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 1}}}})
-	mustUpdate(t, r, fleet(4, t0))
-	c := chain(8)
-	ix.hold("b2", c[:3])
+	ix := routingtest.NewFakeIndex()
+	r := routingtest.MustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 1}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(4, routingtest.T0))
+	c := routingtest.Chain(8)
+	ix.Hold("b2", c[:3])
 
 	p, err := r.Pick(&Request{Chain: c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Backend.Name != "b2" || p.MatchedBlocks != 3 || ix.inserts != 1 {
-		t.Fatalf("first pick %s matched %d, %d inserts; want b2, 3, 1", p.Backend.Name, p.MatchedBlocks, ix.inserts)
+	if p.Backend.Name != "b2" || p.MatchedBlocks != 3 || ix.Inserts != 1 {
+		t.Fatalf("first pick %s matched %d, %d inserts; want b2, 3, 1", p.Backend.Name, p.MatchedBlocks, ix.Inserts)
 	}
 	sib, _ := r.Pick(&Request{Chain: c})
 	if sib.Backend.Name != "b2" || sib.MatchedBlocks != 8 {
 		t.Fatalf("sibling went to %s matching %d, want b2 matching all 8 predicted blocks", sib.Backend.Name, sib.MatchedBlocks)
 	}
-	if ix.inserts != 1 {
-		t.Fatalf("a chain already held was inserted again (%d inserts)", ix.inserts)
+	if ix.Inserts != 1 {
+		t.Fatalf("a chain already held was inserted again (%d inserts)", ix.Inserts)
 	}
-	p.FirstToken(t0)
-	p.Done(DoneInfo{FirstTokenAt: t0})
-	if ix.inserts != 1 || ix.removes != 0 {
-		t.Fatalf("success changed the index: %d inserts, %d removes", ix.inserts, ix.removes)
+	p.FirstToken(routingtest.T0)
+	p.Done(DoneInfo{FirstTokenAt: routingtest.T0})
+	if ix.Inserts != 1 || ix.Removes != 0 {
+		t.Fatalf("success changed the index: %d inserts, %d removes", ix.Inserts, ix.Removes)
 	}
 	sib.Done(DoneInfo{Err: errors.New("reset")}) // matched everything: nothing of its own to retract
-	if ix.removes != 0 || r.Stats().Retracted != 0 {
-		t.Fatalf("a failure that predicted nothing retracted (%d removes)", ix.removes)
+	if ix.Removes != 0 || r.Stats().Retracted != 0 {
+		t.Fatalf("a failure that predicted nothing retracted (%d removes)", ix.Removes)
 	}
 
 	// A new chain on a fresh backend, failing before its first token: its predicted blocks go.
@@ -227,37 +153,37 @@ func TestLearnOnPick(t *testing.T) {
 	for i := range c2 {
 		c2[i] = prefixcache.BlockHash(100 + i)
 	}
-	ix.hold("b1", c2[:2])
+	ix.Hold("b1", c2[:2])
 	p, _ = r.Pick(&Request{Chain: c2})
 	if p.Backend.Name != "b1" {
 		t.Fatalf("picked %s, want b1", p.Backend.Name)
 	}
 	p.Done(DoneInfo{Err: errors.New("connect refused")})
-	if ix.removes != 1 || r.Stats().Retracted != 1 {
-		t.Fatalf("removes %d, retracted %d; want 1, 1", ix.removes, r.Stats().Retracted)
+	if ix.Removes != 1 || r.Stats().Retracted != 1 {
+		t.Fatalf("removes %d, retracted %d; want 1, 1", ix.Removes, r.Stats().Retracted)
 	}
 	if m := ix.Match(nil, c2); m[1] != 2 {
 		t.Fatalf("after the retraction b1 holds %d blocks of the chain, want the 2 it held before", m[1])
 	}
 	// A failure after its first token keeps the blocks: the server computed them.
 	p, _ = r.Pick(&Request{Chain: c2})
-	p.FirstToken(t0)
-	p.Done(DoneInfo{Err: errors.New("stream broken"), FirstTokenAt: t0})
-	if m := ix.Match(nil, c2); int(m[1]) != len(c2) || ix.removes != 1 {
+	p.FirstToken(routingtest.T0)
+	p.Done(DoneInfo{Err: errors.New("stream broken"), FirstTokenAt: routingtest.T0})
+	if m := ix.Match(nil, c2); int(m[1]) != len(c2) || ix.Removes != 1 {
 		t.Fatalf("a failure after the first token retracted: b1 holds %d of %d", m[1], len(c2))
 	}
 
 	// LearnFromEvents never touches the index.
-	ix2 := newFakeIndex()
-	r2 := mustNew(t, Options{Index: ix2, Profile: Profile{Learn: LearnFromEvents}})
-	mustUpdate(t, r2, fleet(2, t0))
+	ix2 := routingtest.NewFakeIndex()
+	r2 := routingtest.MustNew(t, Options{Index: ix2, Profile: Profile{Learn: LearnFromEvents}})
+	routingtest.MustUpdate(t, r2, routingtest.Fleet(2, routingtest.T0))
 	p, _ = r2.Pick(&Request{Chain: c})
-	p.FirstToken(t0)
+	p.FirstToken(routingtest.T0)
 	p.Done(DoneInfo{})
 	p, _ = r2.Pick(&Request{Chain: c})
 	p.Done(DoneInfo{Err: errors.New("x")})
-	if ix2.inserts != 0 || ix2.removes != 0 {
-		t.Fatalf("LearnFromEvents: %d inserts, %d removes", ix2.inserts, ix2.removes)
+	if ix2.Inserts != 0 || ix2.Removes != 0 {
+		t.Fatalf("LearnFromEvents: %d inserts, %d removes", ix2.Inserts, ix2.Removes)
 	}
 	if _, err := New(Options{Profile: Profile{Learn: LearnFromEvents + 1}}); !errors.Is(err, ErrInvalidOptions) {
 		t.Fatalf("Learn out of range: %v", err)
@@ -265,11 +191,11 @@ func TestLearnOnPick(t *testing.T) {
 }
 
 func TestInFlightAccounting(t *testing.T) {
-	ix := newFakeIndex()
-	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 1}}, Learn: LearnOnFirstToken}})
-	mustUpdate(t, r, fleet(1, t0))
-	c := chain(8) // 128 tokens
-	ix.hold("b0", c[:3])
+	ix := routingtest.NewFakeIndex()
+	r := routingtest.MustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 1}}, Learn: LearnOnFirstToken}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(1, routingtest.T0))
+	c := routingtest.Chain(8) // 128 tokens
+	ix.Hold("b0", c[:3])
 
 	p, err := r.Pick(&Request{Chain: c, PromptTokens: 130})
 	if err != nil {
@@ -289,22 +215,22 @@ func TestInFlightAccounting(t *testing.T) {
 	p2, _ := r.Pick(&Request{Chain: c, PromptTokens: 130})
 	check("after second pick", InFlight{Requests: 2, PrefillTokens: 164, Blocks: 18})
 
-	p.FirstToken(t0)
+	p.FirstToken(routingtest.T0)
 	check("after first token", InFlight{Requests: 2, PrefillTokens: 82, Blocks: 18})
-	if ix.inserts != 1 {
-		t.Fatalf("inserts after first token = %d, want 1", ix.inserts)
+	if ix.Inserts != 1 {
+		t.Fatalf("inserts after first token = %d, want 1", ix.Inserts)
 	}
-	p.FirstToken(t0) // harmless
-	p.Done(DoneInfo{FirstTokenAt: t0, OutputTokens: 5})
+	p.FirstToken(routingtest.T0) // harmless
+	p.Done(DoneInfo{FirstTokenAt: routingtest.T0, OutputTokens: 5})
 	check("after done", InFlight{Requests: 1, PrefillTokens: 82, Blocks: 9})
-	if ix.inserts != 1 {
-		t.Fatalf("inserts after done = %d, want still 1", ix.inserts)
+	if ix.Inserts != 1 {
+		t.Fatalf("inserts after done = %d, want still 1", ix.Inserts)
 	}
 
 	// Failed before any token: released, nothing inserted.
 	p2.Done(DoneInfo{Err: errors.New("reset")})
 	check("after failed done", InFlight{})
-	if ix.inserts != 1 {
+	if ix.Inserts != 1 {
 		t.Fatalf("a failed request inserted blocks")
 	}
 
@@ -315,15 +241,15 @@ func TestInFlightAccounting(t *testing.T) {
 	}
 	// Success without FirstToken inserts at Done.
 	p3.Done(DoneInfo{})
-	if ix.inserts != 2 {
-		t.Fatalf("inserts after successful done = %d, want 2", ix.inserts)
+	if ix.Inserts != 2 {
+		t.Fatalf("inserts after successful done = %d, want 2", ix.Inserts)
 	}
 	check("end", InFlight{})
 }
 
 func TestDoneMisusePanics(t *testing.T) {
-	r := mustNew(t, Options{})
-	mustUpdate(t, r, fleet(2, t0))
+	r := routingtest.MustNew(t, Options{})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(2, routingtest.T0))
 	p, _ := r.Pick(&Request{})
 	copyOfP := p
 	p.Done(DoneInfo{})
@@ -332,7 +258,7 @@ func TestDoneMisusePanics(t *testing.T) {
 		"Done on a copy":         func() { copyOfP.Done(DoneInfo{}) },
 		"Done on a zero Result":  func() { Result{}.Done(DoneInfo{}) },
 		"Done after pool reuse":  func() { q, _ := r.Pick(&Request{}); defer q.Done(DoneInfo{}); p.Done(DoneInfo{}) },
-		"FirstToken zero Result": func() { Result{}.FirstToken(t0) },
+		"FirstToken zero Result": func() { Result{}.FirstToken(routingtest.T0) },
 	} {
 		func() {
 			defer func() {
@@ -345,9 +271,9 @@ func TestDoneMisusePanics(t *testing.T) {
 	}
 	// FirstToken after Done is a no-op, on the request's own ticket and on one a later
 	// request reuses: it may be the loser of a legitimate race with Done.
-	p.FirstToken(t0)
+	p.FirstToken(routingtest.T0)
 	q, _ := r.Pick(&Request{PromptTokens: 100})
-	p.FirstToken(t0)
+	p.FirstToken(routingtest.T0)
 	if got, _ := r.InFlight(q.Backend.Name); got.PrefillTokens != 100 {
 		t.Errorf("a stale FirstToken released the next request's prefill: %+v", got)
 	}
@@ -366,8 +292,8 @@ func TestFirstTokenRacesDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustNew(t, Options{Index: ix})
-	mustUpdate(t, r, fleet(4, t0))
+	r := routingtest.MustNew(t, Options{Index: ix})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(4, routingtest.T0))
 	for _, s := range r.Backends(nil) {
 		if _, err := ix.AddBackend(s.Name, 0); err != nil {
 			t.Fatal(err)
@@ -391,7 +317,7 @@ func TestFirstTokenRacesDone(t *testing.T) {
 				}
 				var both sync.WaitGroup
 				both.Add(2)
-				go func() { defer both.Done(); p.FirstToken(t0) }()
+				go func() { defer both.Done(); p.FirstToken(routingtest.T0) }()
 				go func() { defer both.Done(); p.Done(DoneInfo{}) }()
 				both.Wait()
 			}
@@ -409,24 +335,24 @@ func TestFirstTokenRacesDone(t *testing.T) {
 }
 
 func TestUpdateKeepsCountersAndIDs(t *testing.T) {
-	r := mustNew(t, Options{})
-	mustUpdate(t, r, fleet(2, t0))
+	r := routingtest.MustNew(t, Options{})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(2, routingtest.T0))
 	p, _ := r.Pick(&Request{PromptTokens: 10})
 	name, id := p.Backend.Name, p.ID
 
 	// Drop the chosen backend, then bring it back: id and counter survive.
-	other := fleet(2, t0)
+	other := routingtest.Fleet(2, routingtest.T0)
 	if name == "b0" {
 		other = other[1:]
 	} else {
 		other = other[:1]
 	}
-	mustUpdate(t, r, other)
+	routingtest.MustUpdate(t, r, other)
 	if got, _ := r.InFlight(name); got.Requests != 1 {
 		t.Fatalf("counter lost when backend left the set: %+v", got)
 	}
 	p.Done(DoneInfo{})
-	mustUpdate(t, r, fleet(2, t0))
+	routingtest.MustUpdate(t, r, routingtest.Fleet(2, routingtest.T0))
 	if got, _ := r.InFlight(name); got != (InFlight{}) {
 		t.Fatalf("counter after return = %+v, want zero", got)
 	}
@@ -443,24 +369,24 @@ func TestUpdateKeepsCountersAndIDs(t *testing.T) {
 }
 
 func TestUpdateValidation(t *testing.T) {
-	r := mustNew(t, Options{})
+	r := routingtest.MustNew(t, Options{})
 	if err := r.Update([]BackendState{{Name: ""}}); !errors.Is(err, ErrInvalidBackend) {
 		t.Errorf("empty name: %v", err)
 	}
 	if err := r.Update([]BackendState{{Name: "a"}, {Name: "a"}}); !errors.Is(err, ErrInvalidBackend) {
 		t.Errorf("duplicate name: %v", err)
 	}
-	s := fleet(1, t0)
+	s := routingtest.Fleet(1, routingtest.T0)
 	s[0].Queued, s[0].Running, s[0].KVUtilization, s[0].KVCapacityBlocks = -1, -2, math.NaN(), 0
-	mustUpdate(t, r, s)
+	routingtest.MustUpdate(t, r, s)
 	if got := r.Stats().InvalidSignals; got != 4 {
 		t.Errorf("InvalidSignals = %d, want 4", got)
 	}
 	if got := r.Backends(nil)[0].Known; got != 0 {
 		t.Errorf("Known after sanitising = %v, want 0", got)
 	}
-	s = fleet(1, time.Time{}) // never observed: nothing is known
-	mustUpdate(t, r, s)
+	s = routingtest.Fleet(1, time.Time{}) // never observed: nothing is known
+	routingtest.MustUpdate(t, r, s)
 	if got := r.Backends(nil)[0].Known; got != 0 {
 		t.Errorf("Known of a never-observed backend = %v, want 0", got)
 	}
@@ -472,10 +398,10 @@ func TestUpdateValidation(t *testing.T) {
 		t.Errorf("bad health: %v", err)
 	}
 
-	ix := newFakeIndex()
-	ix.failAdd = true
-	r = mustNew(t, Options{Index: ix})
-	if err := r.Update(fleet(1, t0)); err == nil {
+	ix := routingtest.NewFakeIndex()
+	ix.FailAdd = true
+	r = routingtest.MustNew(t, Options{Index: ix})
+	if err := r.Update(routingtest.Fleet(1, routingtest.T0)); err == nil {
 		t.Error("index refusal not reported")
 	}
 	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
@@ -487,11 +413,11 @@ func TestUpdateValidation(t *testing.T) {
 func TestStaleness(t *testing.T) {
 	var seen []Candidate
 	spy := ScorerFunc(func(_ *Request, cs []Candidate, dst []float64) { seen = append(seen[:0], cs...) })
-	r := mustNew(t, Options{StaleAfter: time.Second, Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
-	s := fleet(3, t0)
-	s[1].UpdatedAt = t0.Add(-2 * time.Second)
+	r := routingtest.MustNew(t, Options{StaleAfter: time.Second, Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
+	s := routingtest.Fleet(3, routingtest.T0)
+	s[1].UpdatedAt = routingtest.T0.Add(-2 * time.Second)
 	s[2].UpdatedAt = time.Time{}
-	mustUpdate(t, r, s)
+	routingtest.MustUpdate(t, r, s)
 	p, err := r.Pick(&Request{})
 	if err != nil {
 		t.Fatal(err)
@@ -513,9 +439,9 @@ func TestStaleness(t *testing.T) {
 		t.Errorf("StaleCandidates = %d, want 2", got)
 	}
 	// Negative StaleAfter: never stale.
-	r = mustNew(t, Options{StaleAfter: -1, Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
-	s[1].UpdatedAt = t0.Add(-time.Hour)
-	mustUpdate(t, r, s[:2])
+	r = routingtest.MustNew(t, Options{StaleAfter: -1, Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
+	s[1].UpdatedAt = routingtest.T0.Add(-time.Hour)
+	routingtest.MustUpdate(t, r, s[:2])
 	p, _ = r.Pick(&Request{})
 	p.Done(DoneInfo{})
 	if seen[1].Stale {
@@ -528,8 +454,8 @@ func TestClampedScores(t *testing.T) {
 	bad := ScorerFunc(func(_ *Request, cs []Candidate, dst []float64) {
 		dst[0], dst[1], dst[2], dst[3] = math.NaN(), -3, 7, 0.5
 	})
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: bad, Weight: 2}}}})
-	mustUpdate(t, r, fleet(4, t0))
+	r := routingtest.MustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: bad, Weight: 2}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(4, routingtest.T0))
 	for range 20 {
 		p, err := r.Pick(&Request{})
 		if err != nil {
@@ -548,8 +474,8 @@ func TestClampedScores(t *testing.T) {
 
 func TestBadPickerIndex(t *testing.T) {
 	wild := pickerFunc(func(_ *Request, _ []Candidate, _ []float64, _ *rand.Rand) int { return 99 })
-	r := mustNew(t, Options{Profile: Profile{Picker: wild, Scorers: []Weighted{{Scorer: load.Active(), Weight: 1}}}})
-	mustUpdate(t, r, fleet(3, t0))
+	r := routingtest.MustNew(t, Options{Profile: Profile{Picker: wild, Scorers: []Weighted{{Scorer: load.Active(), Weight: 1}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(3, routingtest.T0))
 	p, err := r.Pick(&Request{})
 	if err != nil {
 		t.Fatal(err)
@@ -568,22 +494,22 @@ func (f pickerFunc) Pick(r *Request, c []Candidate, s []float64, g *rand.Rand) i
 
 // Weighted profile arithmetic: llm-d's default blend on three backends by hand.
 func TestLLMDDefaultBlend(t *testing.T) {
-	ix := newFakeIndex()
-	r := mustNew(t, Options{Index: ix, Profile: profiles.LLMDDefault()})
-	s := fleet(3, t0)
+	ix := routingtest.NewFakeIndex()
+	r := routingtest.MustNew(t, Options{Index: ix, Profile: profiles.LLMDDefault()})
+	s := routingtest.Fleet(3, routingtest.T0)
 	s[0].Queued, s[1].Queued, s[2].Queued = 0, 4, 8
 	s[0].KVUtilization, s[1].KVUtilization, s[2].KVUtilization = 0.9, 0.5, 0.1
-	mustUpdate(t, r, s)
-	c := chain(4)
-	ix.hold("b2", c)
-	ix.hold("b1", c[:2])
+	routingtest.MustUpdate(t, r, s)
+	c := routingtest.Chain(4)
+	ix.Hold("b2", c)
+	ix.Hold("b1", c[:2])
 	// queue scores 1, 0.5, 0; kv 0.1, 0.5, 0.9; prefix 0, 0.5, 1.
 	// totals: 2+0.2+0 = 2.2; 1+1+1.5 = 3.5; 0+1.8+3 = 4.8 → b2.
 	p, err := r.Pick(&Request{Chain: c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Backend.Name != "b2" || !near(p.Score, 4.8) {
+	if p.Backend.Name != "b2" || !routingtest.Near(p.Score, 4.8) {
 		t.Fatalf("picked %s score %v, want b2 4.8", p.Backend.Name, p.Score)
 	}
 	p.Done(DoneInfo{Err: errors.New("x")})
@@ -599,19 +525,19 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustNew(t, Options{Index: ix, Now: time.Now, Profile: Profile{
+	r := routingtest.MustNew(t, Options{Index: ix, Now: time.Now, Profile: Profile{
 		Filters: []Filter{outlier.HealthFilter()},
 		Scorers: []Weighted{{Scorer: prefix.Ratio(), Weight: 2}, {Scorer: load.QueueDepth(), Weight: 1}, {Scorer: sa, Weight: 3}, {Scorer: load.TokenBacklog(0), Weight: 1}},
 		Picker:  pick.WeightedRandom(),
 	}})
-	mustUpdate(t, r, fleet(8, time.Now()))
+	routingtest.MustUpdate(t, r, routingtest.Fleet(8, time.Now()))
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // the one writer
 		defer wg.Done()
 		for i := 0; !stop.Load(); i++ {
-			s := fleet(4+i%5, time.Now())
+			s := routingtest.Fleet(4+i%5, time.Now())
 			for j := range s {
 				s[j].Queued = (i + j) % 7
 			}
@@ -627,7 +553,7 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := chain(32)
+			c := routingtest.Chain(32)
 			for i := range per {
 				c[0] = prefixcache.BlockHash(w*1000 + i%10 + 1)
 				p, err := r.Pick(&Request{Chain: c, Session: fmt.Sprint(w, i%5)})
@@ -659,7 +585,7 @@ func TestConcurrentPicksAndUpdates(t *testing.T) {
 }
 
 func TestPickAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
 	for _, tc := range []struct {
@@ -673,11 +599,11 @@ func TestPickAllocs(t *testing.T) {
 		{"dynamo softmax", profiles.Dynamo(profiles.DynamoCostOptions{Temperature: 0.5})},
 		{"aibrix", profiles.AIBrix()},
 		{"usher", profiles.Usher(profiles.UsherOptions{})},
-		{"session affinity", Profile{Scorers: []Weighted{{Scorer: mustScorer(session.NewAffinity(session.AffinityOptions{})), Weight: 1}}, Picker: pick.PowerOfTwo()}},
+		{"session affinity", Profile{Scorers: []Weighted{{Scorer: routingtest.MustScorer(session.NewAffinity(session.AffinityOptions{})), Weight: 1}}, Picker: pick.PowerOfTwo()}},
 		{"round robin", profiles.RoundRobin()},
 		{"tiered prefix", Profile{Scorers: []Weighted{{Scorer: mustTiered(t, prefix.TieredOptions{Index: mediumFake{}}), Weight: 1}}}},
 	} {
-		r, req := benchRouter(t, 100, tc.profile)
+		r, req := routingtest.BenchRouter(t, 100, tc.profile)
 		req.Session = "s1"
 		allocs := pickAllocs(t, r, req)
 		if allocs != 0 {
@@ -693,8 +619,8 @@ func TestTieredPrefixWithIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: mustTiered(t, prefix.TieredOptions{Index: ix}), Weight: 1}}}})
-	mustUpdate(t, r, fleet(2, t0))
+	r := routingtest.MustNew(t, Options{Index: ix, Profile: Profile{Scorers: []Weighted{{Scorer: mustTiered(t, prefix.TieredOptions{Index: ix}), Weight: 1}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(2, routingtest.T0))
 	seed := prefixcache.Seed("m", "", "")
 	tokens := make([]uint32, 128)
 	for i := range tokens {
@@ -728,21 +654,21 @@ func TestTieredPrefixWithIndex(t *testing.T) {
 
 // The index learns each backend once, and its capacity when it becomes known or changes.
 func TestUpdateRegistersCapacity(t *testing.T) {
-	ix := newFakeIndex()
-	r := mustNew(t, Options{Index: ix})
-	s := fleet(1, t0)
+	ix := routingtest.NewFakeIndex()
+	r := routingtest.MustNew(t, Options{Index: ix})
+	s := routingtest.Fleet(1, routingtest.T0)
 	s[0].Known &^= SignalKVCapacity
-	mustUpdate(t, r, s) // capacity unknown: 0
-	mustUpdate(t, r, s) // nothing new
+	routingtest.MustUpdate(t, r, s) // capacity unknown: 0
+	routingtest.MustUpdate(t, r, s) // nothing new
 	s[0].Known |= SignalKVCapacity
 	s[0].KVCapacityBlocks = 500
-	mustUpdate(t, r, s) // capacity known: 500
-	mustUpdate(t, r, s) // unchanged
+	routingtest.MustUpdate(t, r, s) // capacity known: 500
+	routingtest.MustUpdate(t, r, s) // unchanged
 	s[0].KVCapacityBlocks = 800
-	mustUpdate(t, r, s) // changed: 800
+	routingtest.MustUpdate(t, r, s) // changed: 800
 	want := []string{"b0:0", "b0:500", "b0:800"}
-	if fmt.Sprint(ix.adds) != fmt.Sprint(want) {
-		t.Errorf("AddBackend calls %v, want %v", ix.adds, want)
+	if fmt.Sprint(ix.Adds) != fmt.Sprint(want) {
+		t.Errorf("AddBackend calls %v, want %v", ix.Adds, want)
 	}
 }
 
@@ -762,13 +688,13 @@ func (s *ttftSpy) Completed(id BackendID, picked time.Time, info DoneInfo) {
 
 func TestCompleterAndDoneStats(t *testing.T) {
 	spy := &ttftSpy{}
-	r := mustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
-	mustUpdate(t, r, fleet(1, t0))
+	r := routingtest.MustNew(t, Options{Profile: Profile{Scorers: []Weighted{{Scorer: spy, Weight: 1}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(1, routingtest.T0))
 	p, _ := r.Pick(&Request{})
-	p.Done(DoneInfo{FirstTokenAt: t0.Add(250 * time.Millisecond)})
+	p.Done(DoneInfo{FirstTokenAt: routingtest.T0.Add(250 * time.Millisecond)})
 	q, _ := r.Pick(&Request{})
 	q.Done(DoneInfo{Err: errors.New("boom")})
-	want := []string{"0 ttft=250ms err=false", fmt.Sprintf("0 ttft=%v err=true", time.Time{}.Sub(t0))}
+	want := []string{"0 ttft=250ms err=false", fmt.Sprintf("0 ttft=%v err=true", time.Time{}.Sub(routingtest.T0))}
 	if fmt.Sprint(spy.seen) != fmt.Sprint(want) {
 		t.Errorf("completions %q, want %q", spy.seen, want)
 	}
@@ -779,19 +705,19 @@ func TestCompleterAndDoneStats(t *testing.T) {
 
 // Even a failing Pick allocates nothing.
 func TestPickErrorAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{outlier.HealthFilter()}}})
+	r := routingtest.MustNew(t, Options{Profile: Profile{Filters: []Filter{outlier.HealthFilter()}}})
 	req := &Request{}
 	if n := testing.AllocsPerRun(100, func() { _, _ = r.Pick(req) }); n != 0 {
 		t.Errorf("empty set: %v allocs", n)
 	}
-	s := fleet(3, t0)
+	s := routingtest.Fleet(3, routingtest.T0)
 	for i := range s {
 		s[i].Health = Unhealthy
 	}
-	mustUpdate(t, r, s)
+	routingtest.MustUpdate(t, r, s)
 	if n := testing.AllocsPerRun(100, func() { _, _ = r.Pick(req) }); n != 0 {
 		t.Errorf("all filtered: %v allocs", n)
 	}
@@ -810,8 +736,8 @@ func TestForeignFilterCandidates(t *testing.T) {
 		}
 		return forged
 	})
-	r := mustNew(t, Options{Profile: Profile{Filters: []Filter{dup}}})
-	mustUpdate(t, r, fleet(1, t0))
+	r := routingtest.MustNew(t, Options{Profile: Profile{Filters: []Filter{dup}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(1, routingtest.T0))
 	p, err := r.Pick(&Request{})
 	if err != nil || p.Backend.Name != "b0" {
 		t.Fatalf("pick = %v, %v; want b0", p.Backend, err)
@@ -823,8 +749,8 @@ func TestForeignFilterCandidates(t *testing.T) {
 		cs[0].ID = 77
 		return cs[:1]
 	})
-	r = mustNew(t, Options{Profile: Profile{Filters: []Filter{unknown}}})
-	mustUpdate(t, r, fleet(1, t0))
+	r = routingtest.MustNew(t, Options{Profile: Profile{Filters: []Filter{unknown}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(1, routingtest.T0))
 	if _, err := r.Pick(&Request{}); !errors.Is(err, ErrNoBackend) {
 		t.Fatalf("unknown candidate: err = %v, want ErrNoBackend", err)
 	}
@@ -838,7 +764,7 @@ func pickAllocs(t *testing.T, r *Router, req *Request) float64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.FirstToken(t0)
+		p.FirstToken(routingtest.T0)
 		p.Done(DoneInfo{})
 	})
 }
@@ -853,10 +779,10 @@ func TestWithNamesTheExtension(t *testing.T) {
 	}{
 		{nil, "base"},
 		{[]Weighted{{Scorer: load.Active(), Weight: 1}}, "base+minMaxScorer"},
-		{[]Weighted{{Scorer: ScorerFunc(func(*Request, []Candidate, []float64) {}), Weight: 1}, {Scorer: mustScorer(session.NewAware(session.AwareOptions{})), Weight: 1}}, "base+ScorerFunc+sessionAware"},
+		{[]Weighted{{Scorer: ScorerFunc(func(*Request, []Candidate, []float64) {}), Weight: 1}, {Scorer: routingtest.MustScorer(session.NewAware(session.AwareOptions{})), Weight: 1}}, "base+ScorerFunc+sessionAware"},
 	} {
 		p := base.With(tc.add...)
-		r := mustNew(t, Options{Profile: p})
+		r := routingtest.MustNew(t, Options{Profile: p})
 		if got := r.Name(); got != tc.want {
 			t.Errorf("With(%d scorers): Router.Name() = %q, want %q", len(tc.add), got, tc.want)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/profiles"
 )
 
@@ -159,9 +160,9 @@ func slowFleet(t *testing.T) (*routing.Router, *Linear) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := t0
-	r := mustNew(t, routing.Options{Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}, Now: func() time.Time { return now }})
-	mustUpdate(t, r, fleet(2, t0))
+	now := routingtest.T0
+	r := routingtest.MustNew(t, routing.Options{Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}, Now: func() time.Time { return now }})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(2, routingtest.T0))
 	fast, slow := r.Backends(nil)[0].Name, r.Backends(nil)[1].Name
 	_ = fast
 	slowID, _ := r.Lookup(slow)
@@ -233,16 +234,16 @@ func TestRouterLearns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Done(routing.DoneInfo{FirstTokenAt: t0.Add(time.Second), OutputTokens: 10, End: t0.Add(2 * time.Second)})
+	p.Done(routing.DoneInfo{FirstTokenAt: routingtest.T0.Add(time.Second), OutputTokens: 10, End: routingtest.T0.Add(2 * time.Second)})
 	if st := m.stats(); st != before {
 		t.Fatalf("a whole answer was learned: %+v → %+v", before, st)
 	}
 	for i := range 100 {
-		p, err := r.Pick(&routing.Request{PromptTokens: 100, Stream: true, Now: t0})
+		p, err := r.Pick(&routing.Request{PromptTokens: 100, Stream: true, Now: routingtest.T0})
 		if err != nil {
 			t.Fatal(err)
 		}
-		info := routing.DoneInfo{FirstTokenAt: t0.Add(3 * time.Second), OutputTokens: 11, End: t0.Add(4 * time.Second)}
+		info := routing.DoneInfo{FirstTokenAt: routingtest.T0.Add(3 * time.Second), OutputTokens: 11, End: routingtest.T0.Add(4 * time.Second)}
 		if i%2 == 1 {
 			info.Err, info.End = errors.New("broken"), time.Time{}
 		}
@@ -252,7 +253,7 @@ func TestRouterLearns(t *testing.T) {
 	if st.ttftSamples != before.ttftSamples+100 || st.tpotSamples != before.tpotSamples+50 {
 		t.Fatalf("after 100 streamed requests (50 failed after their first token): %+v, before %+v", st, before)
 	}
-	p, err = r.Pick(&routing.Request{PromptTokens: 100, Stream: true, Now: t0})
+	p, err = r.Pick(&routing.Request{PromptTokens: 100, Stream: true, Now: routingtest.T0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,8 +271,8 @@ func TestScorerCustomModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustNew(t, routing.Options{Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}})
-	mustUpdate(t, r, fleet(3, t0))
+	r := routingtest.MustNew(t, routing.Options{Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(3, routingtest.T0))
 	p, err := r.Pick(&routing.Request{PromptTokens: 10, Stream: true})
 	if err != nil {
 		t.Fatal(err)
@@ -314,17 +315,17 @@ func (c *atomicCount) Load() int { c.mu.Lock(); defer c.mu.Unlock(); return c.n 
 // TestScorerAllocs: Pick and Done with the built-in model, learning included, allocate
 // nothing once warm, on both of Pick's paths.
 func TestScorerAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("the race detector allocates")
 	}
 	for _, general := range []bool{false, true} {
 		sc, _ := NewScorer(ScorerOptions{})
-		r, req := benchRouter(t, 16, profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: sc, Weight: 1}))
+		r, req := routingtest.BenchRouter(t, 16, profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: sc, Weight: 1}))
 		req.Stream = true
 		if general {
 			req.Exclude = []routing.BackendID{3}
 		}
-		info := routing.DoneInfo{FirstTokenAt: t0.Add(time.Second), End: t0.Add(2 * time.Second), OutputTokens: 20}
+		info := routing.DoneInfo{FirstTokenAt: routingtest.T0.Add(time.Second), End: routingtest.T0.Add(2 * time.Second), OutputTokens: 20}
 		for range 100 { // warm the model's buffers
 			p, _ := r.Pick(req)
 			p.Done(info)
@@ -349,8 +350,8 @@ func TestScorerAllocs(t *testing.T) {
 func TestScorerConcurrent(t *testing.T) {
 	m, _ := NewLinear(LinearOptions{Refit: 8})
 	sc, _ := NewScorer(ScorerOptions{Model: m})
-	r := mustNew(t, routing.Options{Profile: profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: sc, Weight: 2})})
-	mustUpdate(t, r, fleet(8, t0))
+	r := routingtest.MustNew(t, routing.Options{Profile: profiles.Usher(profiles.UsherOptions{}).With(routing.Weighted{Scorer: sc, Weight: 2})})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(8, routingtest.T0))
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -380,15 +381,15 @@ func TestScorerConcurrent(t *testing.T) {
 func TestFirstTokenTeachesTTFT(t *testing.T) {
 	r, m := slowFleet(t)
 	before := m.stats()
-	p, err := r.Pick(&routing.Request{PromptTokens: 100, Stream: true, Now: t0})
+	p, err := r.Pick(&routing.Request{PromptTokens: 100, Stream: true, Now: routingtest.T0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.FirstToken(t0.Add(time.Second))
+	p.FirstToken(routingtest.T0.Add(time.Second))
 	if st := m.stats(); st.ttftSamples != before.ttftSamples+1 || st.tpotSamples != before.tpotSamples {
 		t.Fatalf("after FirstToken: %+v, before %+v; want one TTFT sample more", st, before)
 	}
-	p.Done(routing.DoneInfo{FirstTokenAt: t0.Add(time.Second), OutputTokens: 3, End: t0.Add(2 * time.Second)})
+	p.Done(routing.DoneInfo{FirstTokenAt: routingtest.T0.Add(time.Second), OutputTokens: 3, End: routingtest.T0.Add(2 * time.Second)})
 	if st := m.stats(); st.ttftSamples != before.ttftSamples+1 || st.tpotSamples != before.tpotSamples+1 {
 		t.Fatalf("after Done: %+v, before %+v; want one TPOT sample more and no second TTFT", st, before)
 	}
@@ -440,14 +441,14 @@ func TestScorerPaths(t *testing.T) {
 		sc.Score(req, cands, direct)
 		return cands
 	})
-	states := fleet(8, t0)
+	states := routingtest.Fleet(8, routingtest.T0)
 	for i := range states {
 		states[i].Queued, states[i].Running, states[i].KVUtilization = i%3, (i*7)%11, float64(i%5)/5
 	}
-	fast := mustNew(t, routing.Options{Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}})
-	general := mustNew(t, routing.Options{Profile: routing.Profile{Filters: []routing.Filter{spy}, Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}})
-	mustUpdate(t, fast, states)
-	mustUpdate(t, general, states)
+	fast := routingtest.MustNew(t, routing.Options{Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}})
+	general := routingtest.MustNew(t, routing.Options{Profile: routing.Profile{Filters: []routing.Filter{spy}, Scorers: []routing.Weighted{{Scorer: sc, Weight: 1}}}})
+	routingtest.MustUpdate(t, fast, states)
+	routingtest.MustUpdate(t, general, states)
 	for i := range 50 {
 		req := &routing.Request{PromptTokens: 100 + 97*i, OutputTokens: i % 300}
 		if i%4 == 0 {

@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/lora"
 	"github.com/usher-llm/usher/routing/profiles"
 )
-
-// raceEnabled is set by race_test.go under -race.
-var raceEnabled bool
 
 // sanitized returns s as a Router publishes it (signals out of range dropped from Known).
 func sanitized(t *testing.T, s routing.BackendState) routing.BackendState {
@@ -28,17 +26,6 @@ func sanitized(t *testing.T, s routing.BackendState) routing.BackendState {
 	return r.Backends(nil)[0]
 }
 
-var loraNow = time.Unix(1_700_000_000, 0)
-
-// loraState is a fresh backend with the given adapter signals.
-func loraState(name string, running, waiting []string, slots int) routing.BackendState {
-	return routing.BackendState{
-		Name: name, Health: routing.Healthy, UpdatedAt: loraNow,
-		Known:           routing.SignalQueued | routing.SignalAdapters,
-		RunningAdapters: running, WaitingAdapters: waiting, MaxAdapters: slots,
-	}
-}
-
 func TestAffinityTiers(t *testing.T) {
 	a, err := lora.NewAffinity(lora.AffinityOptions{})
 	if err != nil {
@@ -51,16 +38,16 @@ func TestAffinityTiers(t *testing.T) {
 		fly   int
 		want  float64
 	}{
-		{"running", loraState("b", []string{"x", "a"}, s, 4), 0, 1},
-		{"in flight, scrape lags", loraState("b", s, s, 4), 1, 1},
-		{"waiting only", loraState("b", []string{"x"}, []string{"a"}, 4), 0, 0.8},
-		{"waiting with another waiting", loraState("b", []string{"x"}, []string{"a", "y"}, 4), 0, 0.4},
-		{"all slots free", loraState("b", s, s, 4), 0, 0.6},
-		{"half free", loraState("b", []string{"x", "y"}, s, 4), 0, 0.6 * 1.5 / 2},
-		{"free, one waiting elsewhere", loraState("b", []string{"x"}, []string{"y"}, 4), 0, 0.6 * 1.5 / 2 / 2},
-		{"waiting and running count once", loraState("b", []string{"x", "y"}, []string{"x", "y"}, 4), 0, 0.6 * 1.5 / 2},
-		{"full", loraState("b", []string{"x", "y"}, s, 2), 0, 0},
-		{"full by waiting", loraState("b", []string{"x"}, []string{"y"}, 2), 0, 0},
+		{"running", routingtest.LoraState("b", []string{"x", "a"}, s, 4), 0, 1},
+		{"in flight, scrape lags", routingtest.LoraState("b", s, s, 4), 1, 1},
+		{"waiting only", routingtest.LoraState("b", []string{"x"}, []string{"a"}, 4), 0, 0.8},
+		{"waiting with another waiting", routingtest.LoraState("b", []string{"x"}, []string{"a", "y"}, 4), 0, 0.4},
+		{"all slots free", routingtest.LoraState("b", s, s, 4), 0, 0.6},
+		{"half free", routingtest.LoraState("b", []string{"x", "y"}, s, 4), 0, 0.6 * 1.5 / 2},
+		{"free, one waiting elsewhere", routingtest.LoraState("b", []string{"x"}, []string{"y"}, 4), 0, 0.6 * 1.5 / 2 / 2},
+		{"waiting and running count once", routingtest.LoraState("b", []string{"x", "y"}, []string{"x", "y"}, 4), 0, 0.6 * 1.5 / 2},
+		{"full", routingtest.LoraState("b", []string{"x", "y"}, s, 2), 0, 0},
+		{"full by waiting", routingtest.LoraState("b", []string{"x"}, []string{"y"}, 2), 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,8 +64,8 @@ func TestAffinityTiers(t *testing.T) {
 
 func TestAffinityImputesAndIgnoresBase(t *testing.T) {
 	a, _ := lora.NewAffinity(lora.AffinityOptions{})
-	run, free := loraState("r", []string{"a"}, nil, 4), loraState("f", nil, nil, 4)
-	unknown := routing.BackendState{Name: "u", UpdatedAt: loraNow}
+	run, free := routingtest.LoraState("r", []string{"a"}, nil, 4), routingtest.LoraState("f", nil, nil, 4)
+	unknown := routing.BackendState{Name: "u", UpdatedAt: routingtest.LoraNow}
 	cands := []routing.Candidate{{State: &run, Fresh: run.Known}, {State: &free, Fresh: free.Known}, {State: &unknown}}
 	dst := make([]float64, 3)
 	a.Score(&routing.Request{Adapter: "a"}, cands, dst)
@@ -125,23 +112,10 @@ func TestNewAffinityOptions(t *testing.T) {
 	}
 }
 
-// newLoraRouter returns a router with the profile given and the backends published.
-func newLoraRouter(t testing.TB, p routing.Profile, states ...routing.BackendState) *routing.Router {
-	t.Helper()
-	r, err := routing.New(routing.Options{Profile: p, Now: func() time.Time { return loraNow }, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Update(states); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 func TestAdapterInFlightCounts(t *testing.T) {
 	// Signals are stale: only the router's own count tells where the adapter went.
 	st := func(n string) routing.BackendState {
-		return routing.BackendState{Name: n, Health: routing.Healthy, UpdatedAt: loraNow.Add(-time.Hour), Known: routing.SignalAdapters, MaxAdapters: 4}
+		return routing.BackendState{Name: n, Health: routing.Healthy, UpdatedAt: routingtest.LoraNow.Add(-time.Hour), Known: routing.SignalAdapters, MaxAdapters: 4}
 	}
 	aff, _ := lora.NewAffinity(lora.AffinityOptions{})
 	var seen []int
@@ -151,7 +125,7 @@ func TestAdapterInFlightCounts(t *testing.T) {
 			seen = append(seen, cands[i].AdapterInFlight)
 		}
 	})
-	r := newLoraRouter(t, routing.Profile{Scorers: []routing.Weighted{{Scorer: aff, Weight: 1}, {Scorer: spy, Weight: 0.001}}}, st("a"), st("b"), st("c"))
+	r := routingtest.NewLoraRouter(t, routing.Profile{Scorers: []routing.Weighted{{Scorer: aff, Weight: 1}, {Scorer: spy, Weight: 0.001}}}, st("a"), st("b"), st("c"))
 	first, err := r.Pick(&routing.Request{Adapter: "sql"})
 	if err != nil {
 		t.Fatal(err)
@@ -195,10 +169,10 @@ func TestAdapterInFlightCounts(t *testing.T) {
 func TestAffinityInternedMatchesNames(t *testing.T) {
 	aff, _ := lora.NewAffinity(lora.AffinityOptions{})
 	states := []routing.BackendState{
-		loraState("a", []string{"x", "y"}, []string{"z"}, 4),
-		loraState("b", []string{"y"}, []string{"y", "x"}, 2),
-		loraState("c", nil, nil, 3),
-		loraState("d", []string{"q", "r", "s"}, nil, 3),
+		routingtest.LoraState("a", []string{"x", "y"}, []string{"z"}, 4),
+		routingtest.LoraState("b", []string{"y"}, []string{"y", "x"}, 2),
+		routingtest.LoraState("c", nil, nil, 3),
+		routingtest.LoraState("d", []string{"q", "r", "s"}, nil, 3),
 	}
 	states[2].Models = []string{"base", "x", "y", "z"}
 	var failed bool
@@ -216,7 +190,7 @@ func TestAffinityInternedMatchesNames(t *testing.T) {
 			}
 		}
 	})
-	r := newLoraRouter(t, routing.Profile{Scorers: []routing.Weighted{{Scorer: check, Weight: 1}}}, states...)
+	r := routingtest.NewLoraRouter(t, routing.Profile{Scorers: []routing.Weighted{{Scorer: check, Weight: 1}}}, states...)
 	for _, ad := range []string{"x", "y", "z", "q", "new", ""} {
 		p, err := r.Pick(&routing.Request{Adapter: ad, Model: ad})
 		if err != nil {
@@ -229,28 +203,11 @@ func TestAffinityInternedMatchesNames(t *testing.T) {
 	}
 }
 
-func loraFleet(n, slots int) []routing.BackendState {
-	states := make([]routing.BackendState, n)
-	for i := range states {
-		name := "vllm-" + strconv.Itoa(i)
-		states[i] = loraState(name, []string{"ad-" + strconv.Itoa(i), "ad-" + strconv.Itoa(i+1)}, []string{"ad-" + strconv.Itoa(i+2)}, slots)
-		states[i].Known |= routing.SignalRunning | routing.SignalKVUtilization
-		states[i].Queued, states[i].Running, states[i].KVUtilization = i%3, i%5, 0.1*float64(i%7)
-		states[i].Models = []string{"llama", "ad-" + strconv.Itoa(i), "ad-" + strconv.Itoa(i+1), "ad-" + strconv.Itoa(i+2)}
-	}
-	for i := range states {
-		if i%2 == 0 {
-			states[i].Models = nil // serves any
-		}
-	}
-	return states
-}
-
 func TestPickAdapterAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	r := newLoraRouter(t, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), loraFleet(16, 4)...)
+	r := routingtest.NewLoraRouter(t, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), routingtest.LoraFleet(16, 4)...)
 	reqs := []*routing.Request{
 		{Adapter: "ad-3", Model: "ad-3", PromptTokens: 500},
 		{Model: "llama", PromptTokens: 500},
@@ -269,11 +226,11 @@ func TestPickAdapterAllocs(t *testing.T) {
 			t.Errorf("Pick+Done for %+v: %v allocs, want 0", *req, n)
 		}
 	}
-	listed := loraFleet(16, 4)
+	listed := routingtest.LoraFleet(16, 4)
 	for i := range listed {
 		listed[i].Models = []string{"llama"}
 	}
-	r = newLoraRouter(t, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), listed...)
+	r = routingtest.NewLoraRouter(t, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), listed...)
 	unserved := &routing.Request{Model: "mistral"}
 	if n := testing.AllocsPerRun(100, func() {
 		if _, err := r.Pick(unserved); !errors.Is(err, routing.ErrNoBackendForModel) {
@@ -288,7 +245,7 @@ func BenchmarkPickAdapter(b *testing.B) {
 	for _, n := range []int{8, 64} {
 		// The default profile without the adapter term, for base-model traffic: what the
 		// term costs requests that name no adapter.
-		blind := newLoraRouter(b, profiles.Usher(profiles.UsherOptions{}), loraFleet(n, 4)...)
+		blind := routingtest.NewLoraRouter(b, profiles.Usher(profiles.UsherOptions{}), routingtest.LoraFleet(n, 4)...)
 		b.Run("base-without-term/n="+strconv.Itoa(n), func(b *testing.B) {
 			b.ReportAllocs()
 			req := routing.Request{Model: "llama", PromptTokens: 500}
@@ -300,7 +257,7 @@ func BenchmarkPickAdapter(b *testing.B) {
 				p.Done(routing.DoneInfo{})
 			}
 		})
-		r := newLoraRouter(b, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), loraFleet(n, 4)...)
+		r := routingtest.NewLoraRouter(b, profiles.Usher(profiles.UsherOptions{AdapterWeight: 2}), routingtest.LoraFleet(n, 4)...)
 		for _, c := range []struct {
 			name string
 			req  routing.Request

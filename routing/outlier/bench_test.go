@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/profiles"
 )
@@ -38,19 +39,19 @@ func BenchmarkPickOutlier(b *testing.B) {
 				var o *outlier.Detector
 				if tc.weight >= 0 {
 					var err error
-					if o, err = outlier.New(outlier.Options{Now: func() time.Time { return t0 }}); err != nil {
+					if o, err = outlier.New(outlier.Options{Now: func() time.Time { return routingtest.T0 }}); err != nil {
 						b.Fatal(err)
 					}
 					p = outlier.With(p, o, tc.weight)
 				}
-				r, req := benchRouter(b, 100, p)
+				r, req := routingtest.BenchRouter(b, 100, p)
 				req.Session = "session-1"
 				if !chain.keep {
 					req.Chain = nil
 				}
 				if tc.failing {
-					o.Completed(7, t0, routing.DoneInfo{Err: errBench, Failure: routing.FailureConnect})
-					o.Completed(8, t0, routing.DoneInfo{Err: errBench, Failure: routing.FailureServer})
+					o.Completed(7, routingtest.T0, routing.DoneInfo{Err: errBench, Failure: routing.FailureConnect})
+					o.Completed(8, routingtest.T0, routing.DoneInfo{Err: errBench, Failure: routing.FailureServer})
 				}
 				b.ReportAllocs()
 				for b.Loop() {
@@ -76,13 +77,13 @@ func BenchmarkPickOutlierParallel(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			p := profiles.Usher(profiles.UsherOptions{})
 			if withOutlier {
-				o, err := outlier.New(outlier.Options{Now: func() time.Time { return t0 }})
+				o, err := outlier.New(outlier.Options{Now: func() time.Time { return routingtest.T0 }})
 				if err != nil {
 					b.Fatal(err)
 				}
 				p = outlier.With(p, o, 1)
 			}
-			r, req := benchRouter(b, 100, p)
+			r, req := routingtest.BenchRouter(b, 100, p)
 			req.Chain = nil // no insert: the router's and the outlier's own work
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

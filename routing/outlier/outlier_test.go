@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/profiles"
@@ -74,7 +75,7 @@ func newOutlierFixture(t *testing.T, n int, opts outlier.Options) *outlierFixtur
 
 func newOutlierFixtureWith(t *testing.T, n int, opts outlier.Options, ropts routing.Options) *outlierFixture {
 	t.Helper()
-	f := &outlierFixture{t: t, clock: newFakeClock(t0), prefer: &prefer{}}
+	f := &outlierFixture{t: t, clock: newFakeClock(routingtest.T0), prefer: &prefer{}}
 	f.prefer.target.Store(-1)
 	opts.Now = f.clock.Now
 	o, err := outlier.New(opts)
@@ -87,8 +88,8 @@ func newOutlierFixtureWith(t *testing.T, n int, opts outlier.Options, ropts rout
 		Filters: []routing.Filter{outlier.HealthFilter()},
 		Scorers: []routing.Weighted{{Scorer: f.prefer, Weight: 10}},
 	}, o, 1)
-	f.r = mustNew(t, ropts)
-	mustUpdate(t, f.r, fleet(n, t0))
+	f.r = routingtest.MustNew(t, ropts)
+	routingtest.MustUpdate(t, f.r, routingtest.Fleet(n, routingtest.T0))
 	return f
 }
 
@@ -314,9 +315,9 @@ func TestOutlierMaxEjectedPercent(t *testing.T) {
 func TestOutlierFallbackWithUnhealthy(t *testing.T) {
 	f := newOutlierFixture(t, 2, outlier.Options{})
 	f.hit(0, connectFail)
-	s := fleet(2, t0)
+	s := routingtest.Fleet(2, routingtest.T0)
 	s[1].Health = routing.Unhealthy
-	mustUpdate(t, f.r, s)
+	routingtest.MustUpdate(t, f.r, s)
 	p := f.pick(1)
 	if p.ID != 0 {
 		t.Fatalf("picked b%d, want the ejected b0 (b1 is unhealthy)", p.ID)
@@ -344,8 +345,8 @@ func TestOutlierUnchosenProbeDoesNotLeak(t *testing.T) {
 	f := newOutlierFixture(t, 3, outlier.Options{})
 	spy := &candidateSpy{}
 	prof := outlier.With(routing.Profile{Filters: []routing.Filter{spy}, Scorers: []routing.Weighted{{Scorer: f.prefer, Weight: 10}}}, f.o, 1)
-	f.r = mustNew(t, routing.Options{Now: f.clock.Now, StaleAfter: -1, Profile: prof})
-	mustUpdate(t, f.r, fleet(3, t0))
+	f.r = routingtest.MustNew(t, routing.Options{Now: f.clock.Now, StaleAfter: -1, Profile: prof})
+	routingtest.MustUpdate(t, f.r, routingtest.Fleet(3, routingtest.T0))
 	f.hit(0, connectFail)
 	f.clock.Advance(time.Second)
 	for range 5 {
@@ -422,11 +423,11 @@ func TestOutlierEarlyProbe(t *testing.T) {
 	f := newOutlierFixtureWith(t, 3, opts, routing.Options{}) // signals go stale after 2 s
 	update := func(health ...routing.Health) {
 		t.Helper()
-		s := fleet(3, f.clock.Now())
+		s := routingtest.Fleet(3, f.clock.Now())
 		for i, h := range health {
 			s[i].Health = h
 		}
-		mustUpdate(t, f.r, s)
+		routingtest.MustUpdate(t, f.r, s)
 	}
 	f.hit(0, connectFail) // died
 	f.hit(1, connectFail) // fails requests, answers health checks
@@ -473,12 +474,12 @@ func TestOutlierScore(t *testing.T) {
 	}
 	cs := []routing.Candidate{{ID: 0}, {ID: 1}, {ID: 2}, {ID: 9}}
 	req := &routing.Request{Now: f.clock.Now()}
-	got := score(f.o, req, cs)
-	checkScores(t, "after failures", got, []float64{1 - 5.0/20, 0, 1, 1})
+	got := routingtest.Score(f.o, req, cs)
+	routingtest.CheckScores(t, "after failures", got, []float64{1 - 5.0/20, 0, 1, 1})
 
 	// The outlier's score alone steers picks away from the failing backends.
-	r := mustNew(t, routing.Options{Now: f.clock.Now, StaleAfter: -1, Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: f.o, Weight: 1}, {Scorer: load.Active(), Weight: 0.01}}}})
-	mustUpdate(t, r, fleet(3, t0))
+	r := routingtest.MustNew(t, routing.Options{Now: f.clock.Now, StaleAfter: -1, Profile: routing.Profile{Scorers: []routing.Weighted{{Scorer: f.o, Weight: 1}, {Scorer: load.Active(), Weight: 0.01}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(3, routingtest.T0))
 	for range 50 {
 		p, err := r.Pick(&routing.Request{})
 		if err != nil {
@@ -492,7 +493,7 @@ func TestOutlierScore(t *testing.T) {
 
 	f.clock.Advance(outlier.DefaultWindow + time.Nanosecond)
 	req.Now = f.clock.Now()
-	checkScores(t, "a Window later", score(f.o, req, cs), []float64{1, 1, 1, 1})
+	routingtest.CheckScores(t, "a Window later", routingtest.Score(f.o, req, cs), []float64{1, 1, 1, 1})
 }
 
 func TestOutlierNeutralAndOverloadDoNotEject(t *testing.T) {
@@ -506,14 +507,14 @@ func TestOutlierNeutralAndOverloadDoNotEject(t *testing.T) {
 		t.Fatalf("stats %+v, want no ejections", st)
 	}
 	cs := []routing.Candidate{{ID: 0}}
-	checkScores(t, "score", score(f.o, &routing.Request{Now: f.clock.Now()}, cs), []float64{1})
+	routingtest.CheckScores(t, "score", routingtest.Score(f.o, &routing.Request{Now: f.clock.Now()}, cs), []float64{1})
 }
 
 // A backend that left the set while half-open does not keep its ejection place forever.
 func TestOutlierForgetsDepartedBackends(t *testing.T) {
 	f := newOutlierFixture(t, 3, outlier.Options{})
 	f.hit(2, connectFail)
-	mustUpdate(t, f.r, fleet(2, t0)) // b2 leaves
+	routingtest.MustUpdate(t, f.r, routingtest.Fleet(2, routingtest.T0)) // b2 leaves
 	f.clock.Advance(outlier.DefaultBaseEjection + outlier.DefaultMaxEjection)
 	f.hit(0, success) // the sweep runs
 	if st := f.o.Stats(); st.Ejected != 0 {
@@ -583,15 +584,15 @@ func TestWithOutlierCopies(t *testing.T) {
 // Pick and Done with the outlier in the profiles.Usher profile allocate nothing: with nothing failing
 // (the fast paths), and with one backend ejected and recent failures (the slow paths).
 func TestOutlierAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	clock := newFakeClock(t0)
+	clock := newFakeClock(routingtest.T0)
 	o, err := outlier.New(outlier.Options{Now: clock.Now, ConsecutiveFailures: 1000, FailureRate: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, req := benchRouter(t, 100, outlier.With(profiles.Usher(profiles.UsherOptions{}), o, 1))
+	r, req := routingtest.BenchRouter(t, 100, outlier.With(profiles.Usher(profiles.UsherOptions{}), o, 1))
 	req.Session = "s1"
 	run := func(name string, info routing.DoneInfo) {
 		t.Helper()
@@ -600,7 +601,7 @@ func TestOutlierAllocs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.FirstToken(t0)
+			p.FirstToken(routingtest.T0)
 			p.Done(info)
 		})
 		if allocs != 0 {
@@ -626,13 +627,13 @@ func TestOutlierConcurrent(t *testing.T) {
 }
 
 func outlierConcurrent(t *testing.T, pct int) {
-	clock := newFakeClock(t0)
+	clock := newFakeClock(routingtest.T0)
 	o, err := outlier.New(outlier.Options{Now: clock.Now, MaxEjectedPercent: pct})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mustNew(t, routing.Options{Now: clock.Now, StaleAfter: -1, Profile: outlier.With(profiles.Usher(profiles.UsherOptions{}), o, 1)})
-	mustUpdate(t, r, fleet(8, t0))
+	r := routingtest.MustNew(t, routing.Options{Now: clock.Now, StaleAfter: -1, Profile: outlier.With(profiles.Usher(profiles.UsherOptions{}), o, 1)})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(8, routingtest.T0))
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -640,7 +641,7 @@ func outlierConcurrent(t *testing.T, pct int) {
 		defer wg.Done()
 		for i := 0; !stop.Load(); i++ {
 			clock.Advance(20 * time.Millisecond)
-			s := fleet(8, clock.Now())
+			s := routingtest.Fleet(8, clock.Now())
 			if i%50 < 5 {
 				s[i%8].Health = routing.Unhealthy
 			}

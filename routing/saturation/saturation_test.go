@@ -1,25 +1,25 @@
 package saturation_test
 
 import (
-	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/saturation"
 )
 
 func TestSaturation(t *testing.T) {
-	r := mustNew(t, routing.Options{})
+	r := routingtest.MustNew(t, routing.Options{})
 	if got := saturation.Level(r, saturation.Options{}); got != 1 {
 		t.Fatalf("no backends: level %v, want 1", got)
 	}
-	f := fleet(2, t0)
+	f := routingtest.Fleet(2, routingtest.T0)
 	f[0].Queued, f[0].KVUtilization = 2, 0.2  // waiting 2/4 = 0.5 (kv 0.21)
 	f[1].Queued, f[1].KVUtilization = 0, 0.76 // kv 0.76/0.95 = 0.8
-	mustUpdate(t, r, f)
+	routingtest.MustUpdate(t, r, f)
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
 	if got := saturation.Level(r, saturation.Options{}); !near(got, 0.5) {
 		t.Fatalf("least saturated level %v, want 0.5", got)
@@ -42,7 +42,7 @@ func TestSaturation(t *testing.T) {
 	}
 	// The server now reports 5 of them running: 1 waiting, fewer than the 2 it queues.
 	f[0].Running = 5
-	mustUpdate(t, r, f)
+	routingtest.MustUpdate(t, r, f)
 	if got := saturation.Level(r, saturation.Options{Queue: 2}); !near(got, 0.8) {
 		t.Fatalf("Queue 2: level %v, want min(2/2, 0.8) = 0.8", got)
 	}
@@ -50,26 +50,26 @@ func TestSaturation(t *testing.T) {
 		p.Done(routing.DoneInfo{})
 	}
 	// Stale signals: judged by the router's own count (0 here), unhealthy backends skipped.
-	old := fleet(2, t0.Add(-time.Hour))
+	old := routingtest.Fleet(2, routingtest.T0.Add(-time.Hour))
 	old[0].Queued, old[0].KVUtilization = 100, 1
 	old[1].Health = routing.Unhealthy
-	mustUpdate(t, r, old)
+	routingtest.MustUpdate(t, r, old)
 	if got := saturation.Level(r, saturation.Options{}); got != 0 {
 		t.Fatalf("stale backend with nothing in flight: level %v, want 0", got)
 	}
 	old[0].Health = routing.Unhealthy
-	mustUpdate(t, r, old)
+	routingtest.MustUpdate(t, r, old)
 	if got := saturation.Level(r, saturation.Options{}); got != 1 {
 		t.Fatalf("no healthy backend: level %v, want 1", got)
 	}
 }
 
 func TestSaturationAllocs(t *testing.T) {
-	if raceEnabled {
+	if routingtest.Race {
 		t.Skip("allocation counts differ under the race detector")
 	}
-	r := mustNew(t, routing.Options{})
-	mustUpdate(t, r, fleet(100, t0))
+	r := routingtest.MustNew(t, routing.Options{})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(100, routingtest.T0))
 	if n := testing.AllocsPerRun(100, func() { saturation.Level(r, saturation.Options{}) }); n != 0 {
 		t.Fatalf("Saturation allocates %v times", n)
 	}
@@ -77,8 +77,8 @@ func TestSaturationAllocs(t *testing.T) {
 
 // Level counts the peers' requests as waiting, like the router's own.
 func TestLevelCountsPeers(t *testing.T) {
-	r := mustNew(t, routing.Options{})
-	mustUpdate(t, r, []routing.BackendState{{Name: "a", Health: routing.Healthy, UpdatedAt: t0, Known: routing.SignalQueued | routing.SignalRunning}})
+	r := routingtest.MustNew(t, routing.Options{})
+	routingtest.MustUpdate(t, r, []routing.BackendState{{Name: "a", Health: routing.Healthy, UpdatedAt: routingtest.T0, Known: routing.SignalQueued | routing.SignalRunning}})
 	if got := saturation.Level(r, saturation.Options{}); got != 0 {
 		t.Fatalf("idle saturation %v", got)
 	}
@@ -92,45 +92,5 @@ func TestLevelCountsPeers(t *testing.T) {
 	defer p2.Done(routing.DoneInfo{})
 	if got := saturation.Level(r, saturation.Options{}); got != 1 {
 		t.Errorf("saturation with 2 own + 2 peer requests = %v, want 1", got)
-	}
-}
-
-var t0 = time.Unix(1_000_000, 0)
-
-// raceEnabled is set by race_test.go under -race.
-var raceEnabled bool
-
-// fleet returns n fresh, healthy backends "b0".."b(n-1)" with equal signals.
-func fleet(n int, at time.Time) []routing.BackendState {
-	out := make([]routing.BackendState, n)
-	for i := range out {
-		out[i] = routing.BackendState{
-			Name: fmt.Sprintf("b%d", i), Health: routing.Healthy, Known: routing.AllSignals,
-			Queued: 0, Running: 0, KVUtilization: 0.1, KVCapacityBlocks: 1000, BlockSize: 16,
-			UpdatedAt: at,
-		}
-	}
-	return out
-}
-
-func mustNew(t testing.TB, opts routing.Options) *routing.Router {
-	t.Helper()
-	if opts.Now == nil {
-		opts.Now = func() time.Time { return t0 }
-	}
-	if opts.Seed == 0 {
-		opts.Seed = 42
-	}
-	r, err := routing.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func mustUpdate(t testing.TB, r *routing.Router, s []routing.BackendState) {
-	t.Helper()
-	if err := r.Update(s); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -7,13 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 )
 
 // The session table's and the session scorers' own tests, over hand-made candidates.
-
-var t0 = time.Unix(1_000_000, 0)
 
 // markedIndexed holds the hand-made requests scored as a Router with a prefix index would
 // resolve them (Request's indexed field is the Router's to set).
@@ -35,102 +33,9 @@ func withIndex(req *Request) *Request {
 	return req
 }
 
-// spec describes a candidate built by hand for scorer tables.
-type spec struct {
-	queued, running int
-	kv              float64
-	capBlocks       int
-	known           Signal
-	stale           bool
-	inflight        int64
-	prefill         int64
-	blocks          int64
-	matched         int
-	uncached        int
-	id              BackendID
-	health          Health
-}
+// spec builds a candidate by hand for scorer tables.
+type spec = routingtest.Spec
 
-func cands(cs ...spec) []Candidate {
-	out := make([]Candidate, len(cs))
-	for i, c := range cs {
-		st := &BackendState{
-			Name: "b" + itoa(i), Queued: c.queued, Running: c.running, KVUtilization: c.kv,
-			KVCapacityBlocks: c.capBlocks, BlockSize: 16, Known: c.known, Health: c.health,
-			UpdatedAt: time.Unix(1, 0),
-		}
-		fresh := c.known
-		if c.stale {
-			fresh = 0
-		}
-		out[i] = Candidate{
-			State: st, ID: c.id, InFlight: InFlight{Requests: c.inflight, PrefillTokens: c.prefill, Blocks: c.blocks},
-			MatchedBlocks: c.matched, MatchedTokens: c.matched * 16, Fresh: fresh, Stale: c.stale,
-			UncachedTokens: c.uncached,
-		}
-		if c.id == 0 {
-			out[i].ID = BackendID(i)
-		}
-	}
-	return out
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + string(rune('0'+i%10))
-}
-
-func chain(n int) []prefixcache.BlockHash {
-	c := make([]prefixcache.BlockHash, n)
-	for i := range c {
-		c[i] = prefixcache.BlockHash(i + 1)
-	}
-	return c
-}
-
-func score(s Scorer, req *Request, cs []Candidate) []float64 {
-	dst := make([]float64, len(cs))
-	s.Score(req, cs, dst)
-	return dst
-}
-
-func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
-
-func checkScores(t *testing.T, name string, got, want []float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: got %d scores, want %d", name, len(got), len(want))
-	}
-	for i := range got {
-		if !near(got[i], want[i]) {
-			t.Errorf("%s: score[%d] = %v, want %v (all: got %v, want %v)", name, i, got[i], want[i], got, want)
-		}
-	}
-}
-
-const QR = SignalQueued | SignalRunning
-
-func ids(cs []Candidate) []BackendID {
-	var out []BackendID
-	for _, c := range cs {
-		out = append(out, c.ID)
-	}
-	return out
-}
-func sameIDs(cs []Candidate, want []BackendID) bool {
-	got := ids(cs)
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
-}
 func TestSessionTableSteps(t *testing.T) {
 	tb := newSessionTable(AffinityOptions{TTL: 10 * time.Second, MaxSessions: 4})
 	if len(tb.slots) != 4 {
@@ -203,47 +108,47 @@ func TestSessionTableBounded(t *testing.T) {
 // A sessionless request weighs prefix and balance equally.
 func TestSessionAwareScores(t *testing.T) {
 	sa := newSessionAware(AwareOptions{})
-	req := withIndex(&Request{Chain: chain(4)})
+	req := withIndex(&Request{Chain: routingtest.Chain(4)})
 	// loads 0, 2, 4: balance 1 − L/5 = 1, 0.6, 0.2; limit 2·(2+1) = 6, nobody overloaded;
 	// ratios 0, 1, 0.5.
 	three := func() []Candidate {
-		return cands(spec{inflight: 0}, spec{inflight: 2, matched: 4}, spec{inflight: 4, matched: 2})
+		return routingtest.Cands(spec{InFlight: 0}, spec{InFlight: 2, Matched: 4}, spec{InFlight: 4, Matched: 2})
 	}
-	checkScores(t, "sessionless", score(sa, req, three()), []float64{0.5, 0.8, 0.35})
+	routingtest.CheckScores(t, "sessionless", routingtest.Score(sa, req, three()), []float64{0.5, 0.8, 0.35})
 	// First turn (unknown session): the candidates holding at least half of it (2 of 4 blocks)
 	// outrank the other, 1/2 + (share + balance)/4 against balance/2.
 	req.Session = "new"
-	checkScores(t, "first turn", score(sa, req, three()), []float64{0.5, 0.9, 0.675})
+	routingtest.CheckScores(t, "first turn", routingtest.Score(sa, req, three()), []float64{0.5, 0.9, 0.675})
 	// Nobody holds half of it: the share each candidate within the load limit reckoned over
 	// the others holds (all three here: 0 ≤ 2·(3+1), 2 ≤ 2·(2+1), 4 ≤ 2·(1+1)), none of their
 	// balance — the load terms beside it weigh the load.
-	checkScores(t, "first turn, small matches", score(sa, req, cands(spec{inflight: 0}, spec{inflight: 2, matched: 1}, spec{inflight: 4, matched: 1})),
+	routingtest.CheckScores(t, "first turn, small matches", routingtest.Score(sa, req, routingtest.Cands(spec{InFlight: 0}, spec{InFlight: 2, Matched: 1}, spec{InFlight: 4, Matched: 1})),
 		[]float64{0, 0.25, 0.25})
 	// A small match on a candidate past that limit (loads 0, 0, 5: 5 > 2·(0+1)) counts for
 	// nothing, and scores 0 like the others that hold nothing.
-	checkScores(t, "first turn, small match past the others' limit", score(sa, req, cands(spec{}, spec{matched: 1}, spec{inflight: 5, matched: 1})),
+	routingtest.CheckScores(t, "first turn, small match past the others' limit", routingtest.Score(sa, req, routingtest.Cands(spec{}, spec{Matched: 1}, spec{InFlight: 5, Matched: 1})),
 		[]float64{0, 0.25, 0})
 	// Nobody holds any of it, or only candidates past that limit do: balance only.
-	checkScores(t, "first turn, nothing held", score(sa, req, cands(spec{inflight: 0}, spec{inflight: 2}, spec{inflight: 4})),
+	routingtest.CheckScores(t, "first turn, nothing held", routingtest.Score(sa, req, routingtest.Cands(spec{InFlight: 0}, spec{InFlight: 2}, spec{InFlight: 4})),
 		[]float64{1, 0.6, 0.2})
-	checkScores(t, "first turn, held only past the limit", score(sa, req, cands(spec{}, spec{}, spec{inflight: 5, matched: 1})),
+	routingtest.CheckScores(t, "first turn, held only past the limit", routingtest.Score(sa, req, routingtest.Cands(spec{}, spec{}, spec{InFlight: 5, Matched: 1})),
 		[]float64{1, 1, 1.0 / 6})
 	// The only holder is overloaded (loads 0, 0, 12: limit 2·(4+1) = 10): balance only.
-	checkScores(t, "first turn, holder overloaded", score(sa, req, cands(spec{}, spec{}, spec{inflight: 12, matched: 4})),
+	routingtest.CheckScores(t, "first turn, holder overloaded", routingtest.Score(sa, req, routingtest.Cands(spec{}, spec{}, spec{InFlight: 12, Matched: 4})),
 		[]float64{1, 1, 1.0 / 13})
 	// BalanceFirstTurns: balance only.
 	bal := newSessionAware(AwareOptions{BalanceFirstTurns: true})
-	checkScores(t, "BalanceFirstTurns", score(bal, req, three()), []float64{1, 0.6, 0.2})
+	routingtest.CheckScores(t, "BalanceFirstTurns", routingtest.Score(bal, req, three()), []float64{1, 0.6, 0.2})
 	// Sessionless with an overloaded candidate: loads 0, 0, 0, 12: mean 3, limit 8; balance
 	// 1, 1, 1, 1 − 12/13; the full match on the overloaded one counts for nothing.
-	got := score(sa, &Request{Chain: chain(4)}, cands(spec{}, spec{matched: 2}, spec{}, spec{inflight: 12, matched: 4}))
-	checkScores(t, "sessionless overloaded", got, []float64{0.5, 0.75, 0.5, (1.0 / 13) / 4})
+	got := routingtest.Score(sa, &Request{Chain: routingtest.Chain(4)}, routingtest.Cands(spec{}, spec{Matched: 2}, spec{}, spec{InFlight: 12, Matched: 4}))
+	routingtest.CheckScores(t, "sessionless overloaded", got, []float64{0.5, 0.75, 0.5, (1.0 / 13) / 4})
 	// Stale polled load falls back to the router's own count, not to zero: loads 1, 3.
-	got = score(sa, &Request{Session: "x"}, cands(spec{inflight: 1, queued: 50, known: QR, stale: true}, spec{inflight: 3}))
-	checkScores(t, "stale load", got, []float64{0.75, 0.25})
+	got = routingtest.Score(sa, &Request{Session: "x"}, routingtest.Cands(spec{InFlight: 1, Queued: 50, Known: routingtest.QR, Stale: true}, spec{InFlight: 3}))
+	routingtest.CheckScores(t, "stale load", got, []float64{0.75, 0.25})
 	// Fresh polled load counts when larger: queued 5 + running 1 = 6 against in-flight 1.
-	got = score(sa, &Request{Session: "x"}, cands(spec{inflight: 1, queued: 5, running: 1, known: QR}, spec{inflight: 3}))
-	checkScores(t, "polled load", got, []float64{1 - 6.0/7, 1 - 3.0/7})
+	got = routingtest.Score(sa, &Request{Session: "x"}, routingtest.Cands(spec{InFlight: 1, Queued: 5, Running: 1, Known: routingtest.QR}, spec{InFlight: 3}))
+	routingtest.CheckScores(t, "polled load", got, []float64{1 - 6.0/7, 1 - 3.0/7})
 }
 
 // In a quiet fleet — every engine reports, freshly, no request waiting — a turn's home or
@@ -254,42 +159,42 @@ func TestSessionAwareQuiet(t *testing.T) {
 	sa := newSessionAware(AwareOptions{})
 	// loads 0, 2, 4 as in TestSessionAwareScores: balance 1, 0.6, 0.2.
 	fleet := func(queued int, known Signal, stale bool) []Candidate {
-		return cands(
-			spec{id: 1, inflight: 0, known: known, stale: stale},
-			spec{id: 2, inflight: 2, matched: 4, known: known, stale: stale},
-			spec{id: 3, inflight: 4, matched: 2, queued: queued, known: known, stale: stale})
+		return routingtest.Cands(
+			spec{ID: 1, InFlight: 0, Known: known, Stale: stale},
+			spec{ID: 2, InFlight: 2, Matched: 4, Known: known, Stale: stale},
+			spec{ID: 3, InFlight: 4, Matched: 2, Queued: queued, Known: known, Stale: stale})
 	}
-	first := withIndex(&Request{Chain: chain(4), Session: "new"})
-	checkScores(t, "first turn, quiet", score(sa, first, fleet(0, QR, false)), []float64{0, 0.9, 0.675})
+	first := withIndex(&Request{Chain: routingtest.Chain(4), Session: "new"})
+	routingtest.CheckScores(t, "first turn, quiet", routingtest.Score(sa, first, fleet(0, routingtest.QR, false)), []float64{0, 0.9, 0.675})
 	// One request waiting on the lesser holder: the other holder is still calm and idle.
-	checkScores(t, "first turn, one waiting on a holder", score(sa, first, fleet(1, QR, false)), []float64{0, 0.9, 0.675})
+	routingtest.CheckScores(t, "first turn, one waiting on a holder", routingtest.Score(sa, first, fleet(1, routingtest.QR, false)), []float64{0, 0.9, 0.675})
 	// A request waiting on every holder: balance/2 for the rest.
-	busyHolders := cands(
-		spec{id: 1, inflight: 0, known: QR},
-		spec{id: 2, inflight: 2, matched: 4, queued: 1, known: QR},
-		spec{id: 3, inflight: 4, matched: 2, queued: 1, known: QR})
-	checkScores(t, "first turn, every holder waiting", score(sa, first, busyHolders), []float64{0.5, 0.9, 0.675})
-	checkScores(t, "first turn, queues stale", score(sa, first, fleet(0, QR, true)), []float64{0.5, 0.9, 0.675})
-	checkScores(t, "first turn, queues unknown", score(sa, first, fleet(0, 0, false)), []float64{0.5, 0.9, 0.675})
+	busyHolders := routingtest.Cands(
+		spec{ID: 1, InFlight: 0, Known: routingtest.QR},
+		spec{ID: 2, InFlight: 2, Matched: 4, Queued: 1, Known: routingtest.QR},
+		spec{ID: 3, InFlight: 4, Matched: 2, Queued: 1, Known: routingtest.QR})
+	routingtest.CheckScores(t, "first turn, every holder waiting", routingtest.Score(sa, first, busyHolders), []float64{0.5, 0.9, 0.675})
+	routingtest.CheckScores(t, "first turn, queues stale", routingtest.Score(sa, first, fleet(0, routingtest.QR, true)), []float64{0.5, 0.9, 0.675})
+	routingtest.CheckScores(t, "first turn, queues unknown", routingtest.Score(sa, first, fleet(0, 0, false)), []float64{0.5, 0.9, 0.675})
 	// A later turn at home on the second candidate (load 2; the others' limit 2·(2 + 1)).
-	later := withIndex(&Request{Chain: chain(4), Session: "old"})
+	later := withIndex(&Request{Chain: routingtest.Chain(4), Session: "old"})
 	sa.t.store(sa.t.hash("old"), 2, 4, time.Now().UnixNano())
-	checkScores(t, "later turn, quiet", score(sa, later, fleet(0, QR, false)), []float64{0, 1, 0})
-	checkScores(t, "later turn, busy", score(sa, later, fleet(0, 0, false)), []float64{0.5, 1, 0.1})
+	routingtest.CheckScores(t, "later turn, quiet", routingtest.Score(sa, later, fleet(0, routingtest.QR, false)), []float64{0, 1, 0})
+	routingtest.CheckScores(t, "later turn, busy", routingtest.Score(sa, later, fleet(0, 0, false)), []float64{0.5, 1, 0.1})
 	// At home on a server of load 6 beside two idle ones: within the load limit (2·(2 + 1)),
 	// so home, and the quiet fleet keeps the others at 0 — a later turn's history is most of its
 	// prompt, so staying costs a batch slot and leaving its whole prefill.
 	sa.t.store(sa.t.hash("old"), 3, 2, time.Now().UnixNano())
-	lopsided := cands(spec{id: 1, known: QR}, spec{id: 2, known: QR}, spec{id: 3, inflight: 6, matched: 2, known: QR})
-	checkScores(t, "later turn, home at the load limit", score(sa, later, lopsided), []float64{0, 0, 1})
+	lopsided := routingtest.Cands(spec{ID: 1, Known: routingtest.QR}, spec{ID: 2, Known: routingtest.QR}, spec{ID: 3, InFlight: 6, Matched: 2, Known: routingtest.QR})
+	routingtest.CheckScores(t, "later turn, home at the load limit", routingtest.Score(sa, later, lopsided), []float64{0, 0, 1})
 	// One request waiting anywhere: balance/2 for the others.
 	lopsided[0].State.Queued = 1
-	checkScores(t, "later turn, home at the load limit, one waiting", score(sa, later, lopsided), []float64{0.5 * (1 - 1.0/7), 0.5, 1})
+	routingtest.CheckScores(t, "later turn, home at the load limit, one waiting", routingtest.Score(sa, later, lopsided), []float64{0.5 * (1 - 1.0/7), 0.5, 1})
 	// Sessionless requests score prefix and balance in equal parts, quiet or not.
-	checkScores(t, "sessionless, quiet", score(sa, withIndex(&Request{Chain: chain(4)}), fleet(0, QR, false)), []float64{0.5, 0.8, 0.35})
+	routingtest.CheckScores(t, "sessionless, quiet", routingtest.Score(sa, withIndex(&Request{Chain: routingtest.Chain(4)}), fleet(0, routingtest.QR, false)), []float64{0.5, 0.8, 0.35})
 	// BalanceWhenQuiet keeps balance/2 in a quiet fleet.
 	bal := newSessionAware(AwareOptions{BalanceWhenQuiet: true})
-	checkScores(t, "BalanceWhenQuiet", score(bal, first, fleet(0, QR, false)), []float64{0.5, 0.9, 0.675})
+	routingtest.CheckScores(t, "BalanceWhenQuiet", routingtest.Score(bal, first, fleet(0, routingtest.QR, false)), []float64{0.5, 0.9, 0.675})
 }
 
 // FuzzSessionTable checks the session table against a naive map of the last placement of each
@@ -345,7 +250,7 @@ func TestSessionSlots(t *testing.T) {
 }
 
 func TestStickyFilter(t *testing.T) {
-	req := &Request{Chain: chain(10), BlockSize: 16, PromptTokens: 160}
+	req := &Request{Chain: routingtest.Chain(10), BlockSize: 16, PromptTokens: 160}
 	tests := []struct {
 		name   string
 		opts   StickyOptions
@@ -355,26 +260,26 @@ func TestStickyFilter(t *testing.T) {
 		opened uint64
 	}{
 		{"keeps sticky", StickyOptions{}, req,
-			[]spec{{matched: 8}, {matched: 7}, {matched: 10}}, []BackendID{0, 2}, 0},
+			[]spec{{Matched: 8}, {Matched: 7}, {Matched: 10}}, []BackendID{0, 2}, 0},
 		{"no sticky keeps all", StickyOptions{}, req,
-			[]spec{{matched: 1}, {matched: 7}}, []BackendID{0, 1}, 0},
+			[]spec{{Matched: 1}, {Matched: 7}}, []BackendID{0, 1}, 0},
 		{"no chain keeps all", StickyOptions{}, &Request{},
-			[]spec{{matched: 1}, {matched: 7}}, []BackendID{0, 1}, 0},
+			[]spec{{Matched: 1}, {Matched: 7}}, []BackendID{0, 1}, 0},
 		// Sticky TTFT 318560/15928 = 20 s, non-sticky 0 s: 20 s > 18 s → gate opens.
 		{"gate opens", StickyOptions{}, req,
-			[]spec{{matched: 10, prefill: 318560}, {matched: 0}}, []BackendID{0, 1}, 1},
+			[]spec{{Matched: 10, Prefill: 318560}, {Matched: 0}}, []BackendID{0, 1}, 1},
 		// 15928·17 tokens = 17 s ≤ 18 s → stays sticky.
 		{"gate holds", StickyOptions{}, req,
-			[]spec{{matched: 10, prefill: 15928 * 17}, {matched: 0}}, []BackendID{0}, 0},
+			[]spec{{Matched: 10, Prefill: 15928 * 17}, {Matched: 0}}, []BackendID{0}, 0},
 		// Custom threshold 0.5 and penalty 1 s at 1000 tok/s: sticky best 1.5 s, other best 0.2 s.
 		{"custom gate", StickyOptions{Threshold: 0.5, MaxTTFTPenalty: time.Second, PeakPrefillThroughput: 1000}, req,
-			[]spec{{matched: 5, prefill: 1500}, {matched: 4, prefill: 200}}, []BackendID{0, 1}, 1},
+			[]spec{{Matched: 5, Prefill: 1500}, {Matched: 4, Prefill: 200}}, []BackendID{0, 1}, 1},
 	}
 	for _, tt := range tests {
 		f := newStickyFilter(tt.opts)
-		got := f.Filter(tt.req, cands(tt.in...))
-		if !sameIDs(got, tt.want) {
-			t.Errorf("%s: kept %v, want %v", tt.name, ids(got), tt.want)
+		got := f.Filter(tt.req, routingtest.Cands(tt.in...))
+		if !routingtest.SameIDs(got, tt.want) {
+			t.Errorf("%s: kept %v, want %v", tt.name, routingtest.IDs(got), tt.want)
 		}
 		if f.Opened() != tt.opened {
 			t.Errorf("%s: opened %d, want %d", tt.name, f.Opened(), tt.opened)
@@ -386,7 +291,7 @@ func TestStickyFilter(t *testing.T) {
 // outlives the one learnt.
 func TestLearnPlacementKeepsLater(t *testing.T) {
 	tb := newSessionTable(AffinityOptions{TTL: 10 * time.Second, MaxSessions: 4})
-	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	at := func(sec int) time.Time { return routingtest.T0.Add(time.Duration(sec) * time.Second) }
 	ns := func(sec int) int64 { return at(sec).UnixNano() }
 	type step struct {
 		op      string // "learn", "store" (a local pick at a time) or "lookup"

@@ -1,14 +1,13 @@
 package session_test
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/load"
 	"github.com/usher-llm/usher/routing/profiles"
 	"github.com/usher-llm/usher/routing/session"
@@ -37,179 +36,13 @@ func newAware(t *testing.T, opts session.AwareOptions) aware {
 	return s.(aware)
 }
 
-// mustScorer returns a scorer whose constructor must not fail.
-func mustScorer(s Scorer, err error) Scorer {
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
-
-func chain(n int) []prefixcache.BlockHash {
-	c := make([]prefixcache.BlockHash, n)
-	for i := range c {
-		c[i] = prefixcache.BlockHash(i + 1)
-	}
-	return c
-}
-
-var t0 = time.Unix(1_000_000, 0)
-
-// fleet returns n fresh, healthy backends "b0".."b(n-1)" with equal signals.
-func fleet(n int, at time.Time) []BackendState {
-	out := make([]BackendState, n)
-	for i := range out {
-		out[i] = BackendState{
-			Name: fmt.Sprintf("b%d", i), Health: Healthy, Known: AllSignals,
-			Queued: 0, Running: 0, KVUtilization: 0.1, KVCapacityBlocks: 1000, BlockSize: 16,
-			UpdatedAt: at,
-		}
-	}
-	return out
-}
-
-func mustNew(t testing.TB, opts Options) *Router {
-	t.Helper()
-	if opts.Now == nil {
-		opts.Now = func() time.Time { return t0 }
-	}
-	if opts.Seed == 0 {
-		opts.Seed = 42
-	}
-	r, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func mustUpdate(t testing.TB, r *Router, s []BackendState) {
-	t.Helper()
-	if err := r.Update(s); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// fakeIndex is a naive prefix index: per backend a set of held blocks, matched by walking the
-// chain. It records every insert.
-type fakeIndex struct {
-	mu      sync.Mutex
-	names   map[string]prefixcache.HolderID
-	held    []map[prefixcache.BlockHash]bool
-	inserts int
-	removes int
-	failAdd bool
-	adds    []string // "name:capacity" per AddBackend call
-}
-
-func newFakeIndex() *fakeIndex { return &fakeIndex{names: map[string]prefixcache.HolderID{}} }
-
-func (f *fakeIndex) AddBackend(name string, capacity int) (prefixcache.HolderID, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failAdd {
-		return 0, errors.New("fake: full")
-	}
-	f.adds = append(f.adds, fmt.Sprintf("%s:%d", name, capacity))
-	if id, ok := f.names[name]; ok {
-		return id, nil
-	}
-	id := prefixcache.HolderID(len(f.held))
-	f.names[name] = id
-	f.held = append(f.held, map[prefixcache.BlockHash]bool{})
-	return id, nil
-}
-
-func (f *fakeIndex) Match(dst []int32, chain []prefixcache.BlockHash) []int32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	dst = dst[:0]
-	for _, h := range f.held {
-		n := int32(0)
-		for _, b := range chain {
-			if !h[b] {
-				break
-			}
-			n++
-		}
-		dst = append(dst, n)
-	}
-	return dst
-}
-
-func (f *fakeIndex) Insert(id prefixcache.HolderID, chain []prefixcache.BlockHash) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.inserts++
-	for _, b := range chain {
-		f.held[id][b] = true
-	}
-	return nil
-}
-
-func (f *fakeIndex) Remove(id prefixcache.HolderID, chain []prefixcache.BlockHash) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.removes++
-	for _, b := range chain {
-		delete(f.held[id], b)
-	}
-	return nil
-}
-
-func (f *fakeIndex) hold(name string, chain []prefixcache.BlockHash) {
-	id, _ := f.AddBackend(name, 0)
-	_ = f.Insert(id, chain)
-	f.mu.Lock()
-	f.inserts--
-	f.mu.Unlock()
-}
-
-func pickName(t *testing.T, r *Router, req *Request) string {
-	t.Helper()
-	p, err := r.Pick(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Done(DoneInfo{})
-	return p.Backend.Name
-}
-
-// placement is one SessionFeed call.
-type placement struct {
-	session uint64
-	backend string
-	blocks  int
-	expires time.Time
-}
-
-// placementLog is a SessionFeed that keeps what it hears.
-type placementLog struct {
-	mu  sync.Mutex
-	got []placement
-}
-
-func (l *placementLog) Placed(session uint64, backend string, blocks int, expires time.Time) {
-	l.mu.Lock()
-	l.got = append(l.got, placement{session, backend, blocks, expires})
-	l.mu.Unlock()
-}
-
-func (l *placementLog) take() []placement {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.got
-	l.got = nil
-	return out
-}
-
 func TestSessionAffinity(t *testing.T) {
-	sa := mustScorer(session.NewAffinity(session.AffinityOptions{TTL: time.Minute}))
-	now := t0
-	r := mustNew(t, Options{Now: func() time.Time { return now }, Profile: Profile{
+	sa := routingtest.MustScorer(session.NewAffinity(session.AffinityOptions{TTL: time.Minute}))
+	now := routingtest.T0
+	r := routingtest.MustNew(t, Options{Now: func() time.Time { return now }, Profile: Profile{
 		Scorers: []Weighted{{Scorer: sa, Weight: 10}, {Scorer: load.Active(), Weight: 1}},
 	}})
-	mustUpdate(t, r, fleet(5, t0))
+	routingtest.MustUpdate(t, r, routingtest.Fleet(5, routingtest.T0))
 	first, _ := r.Pick(&Request{Session: "alice"})
 	home := first.Backend.Name
 	// While alice's first request is in flight, the active-request scorer would avoid home;
@@ -234,12 +67,12 @@ func TestSessionAffinity(t *testing.T) {
 }
 
 // sessionFleet is a router over 8 fresh backends, a fake index, and a SessionAware scorer.
-func sessionFleet(t *testing.T, profile func(aware) Profile) (*Router, *fakeIndex, aware, []BackendState) {
-	ix := newFakeIndex()
+func sessionFleet(t *testing.T, profile func(aware) Profile) (*Router, *routingtest.FakeIndex, aware, []BackendState) {
+	ix := routingtest.NewFakeIndex()
 	sa := newAware(t, session.AwareOptions{})
-	r := mustNew(t, Options{Index: ix, Profile: profile(sa)})
-	s := fleet(8, t0)
-	mustUpdate(t, r, s)
+	r := routingtest.MustNew(t, Options{Index: ix, Profile: profile(sa)})
+	s := routingtest.Fleet(8, routingtest.T0)
+	routingtest.MustUpdate(t, r, s)
 	return r, ix, sa, s
 }
 
@@ -259,8 +92,8 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	placed := func(profile func(aware) Profile, system []prefixcache.BlockHash, own, queued int) map[string]int {
 		r, ix, _, states := sessionFleet(t, profile)
 		states[0].Queued = queued
-		mustUpdate(t, r, states)
-		ix.hold("b0", system)
+		routingtest.MustUpdate(t, r, states)
+		ix.Hold("b0", system)
 		on := map[string]int{}
 		for i := range 8 {
 			c := append([]prefixcache.BlockHash{}, system...)
@@ -279,12 +112,12 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	// SessionAware scores the share each calm server holds (3/7 on b0, 1.5 · 3/7 ≈ 0.64 in the
 	// blend). While b0 has a request waiting DynamoCost weighs its in-flight sessions more than
 	// that after one session, and the eight new sessions land on eight servers.
-	if on := placed(usherWith, chain(3), 4, 1); len(on) != 8 {
+	if on := placed(usherWith, routingtest.Chain(3), 4, 1); len(on) != 8 {
 		t.Errorf("short opening, busy holder: usher placed 8 new sessions as %v, want 8 servers", on)
 	}
 	// In a quiet, settled fleet DynamoCost abstains: the opening pulls sessions to the servers
 	// that hold it while they are within the load limit reckoned over the others, and no further.
-	on := placed(usherWith, chain(3), 4, 0)
+	on := placed(usherWith, routingtest.Chain(3), 4, 0)
 	for name, n := range on {
 		if n > 3 || n > on["b0"] {
 			t.Errorf("short opening, quiet holder: %s got %d of 8 new sessions (%v), want at most 3 and no more than b0", name, n, on)
@@ -297,7 +130,7 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	// there — but never past its load limit (2·(mean load + 1)) — then to the next server that
 	// holds the opening. While the holder has a request waiting, the others keep half their
 	// balance, and DynamoCost's in-flight blocks stop the pull sooner.
-	on = placed(usherWith, chain(6), 1, 1)
+	on = placed(usherWith, routingtest.Chain(6), 1, 1)
 	if on["b0"] < 2 || on["b0"] > 3 {
 		t.Errorf("long opening, busy holder: b0 got %d of 8 new sessions (%v), want 2 or 3", on["b0"], on)
 	}
@@ -309,7 +142,7 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	// With a quiet holder it outranks the rest while it is within the load limit reckoned
 	// over the other servers; past it the others keep half their balance again, and the
 	// sessions spread over the servers that now hold the opening.
-	on = placed(usherWith, chain(6), 1, 0)
+	on = placed(usherWith, routingtest.Chain(6), 1, 0)
 	for name, n := range on {
 		if n > 3 {
 			t.Errorf("long opening, quiet fleet: %s got %d new sessions (%v), more than the load limit lets through", name, n, on)
@@ -322,23 +155,23 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 	busyRule := func(aware) Profile {
 		return usherWith(newAware(t, session.AwareOptions{BalanceWhenQuiet: true}))
 	}
-	if on := placed(busyRule, chain(6), 1, 0); on["b0"] < 2 || on["b0"] > 3 {
+	if on := placed(busyRule, routingtest.Chain(6), 1, 0); on["b0"] < 2 || on["b0"] > 3 {
 		t.Errorf("long opening, BalanceWhenQuiet: b0 got %d of 8 new sessions (%v), want 2 or 3", on["b0"], on)
 	}
 	// With BalanceFirstTurns the opening does not pull at all.
 	balanced := func(aware) Profile {
 		return usherWith(newAware(t, session.AwareOptions{BalanceFirstTurns: true}))
 	}
-	if on := placed(balanced, chain(6), 1, 0); len(on) != 8 {
+	if on := placed(balanced, routingtest.Chain(6), 1, 0); len(on) != 8 {
 		t.Errorf("BalanceFirstTurns: placed 8 new sessions as %v, want 8 servers", on)
 	}
 	// llm-d's default blend sends all of them to the warm server (polled queues have not moved).
-	ix2 := newFakeIndex()
-	r2 := mustNew(t, Options{Index: ix2, Profile: profiles.LLMDDefault()})
-	mustUpdate(t, r2, fleet(8, t0))
-	ix2.hold("b0", chain(6))
+	ix2 := routingtest.NewFakeIndex()
+	r2 := routingtest.MustNew(t, Options{Index: ix2, Profile: profiles.LLMDDefault()})
+	routingtest.MustUpdate(t, r2, routingtest.Fleet(8, routingtest.T0))
+	ix2.Hold("b0", routingtest.Chain(6))
 	for i := range 8 {
-		p, _ := r2.Pick(&Request{Chain: append(chain(6), prefixcache.BlockHash(1000+i)), Session: fmt.Sprint("s", i)})
+		p, _ := r2.Pick(&Request{Chain: append(routingtest.Chain(6), prefixcache.BlockHash(1000+i)), Session: fmt.Sprint("s", i)})
 		if p.Backend.Name != "b0" {
 			t.Fatalf("llm-d default placed new session %d on %s; the comparison expects b0", i, p.Backend.Name)
 		}
@@ -350,8 +183,8 @@ func TestSessionAwareSharedOpeningPrompt(t *testing.T) {
 // overloaded.
 func TestSessionAwareFork(t *testing.T) {
 	r, ix, _, states := sessionFleet(t, usherWith)
-	parent := chain(20)
-	ix.hold("b5", parent)
+	parent := routingtest.Chain(20)
+	ix.Hold("b5", parent)
 	fork := append(append([]prefixcache.BlockHash{}, parent...), 4242)
 	for i := range states {
 		states[i].Queued = 0
@@ -359,7 +192,7 @@ func TestSessionAwareFork(t *testing.T) {
 			states[i].Queued = 2 // 2 ≤ 2·(2/8 + 1)
 		}
 	}
-	mustUpdate(t, r, states)
+	routingtest.MustUpdate(t, r, states)
 	p, err := r.Pick(&Request{Chain: fork, Session: "fork-1"})
 	if err != nil {
 		t.Fatal(err)
@@ -367,9 +200,9 @@ func TestSessionAwareFork(t *testing.T) {
 	if p.Backend.Name != "b5" {
 		t.Errorf("fork went to %s, want b5, which holds 20 of its 21 blocks", p.Backend.Name)
 	}
-	p.Done(DoneInfo{FirstTokenAt: t0})
+	p.Done(DoneInfo{FirstTokenAt: routingtest.T0})
 	states[5].Queued = 9 // 9 > 2·(9/8 + 1): overloaded
-	mustUpdate(t, r, states)
+	routingtest.MustUpdate(t, r, states)
 	q, _ := r.Pick(&Request{Chain: fork, Session: "fork-2"})
 	if q.Backend.Name == "b5" {
 		t.Errorf("fork went to overloaded b5")
@@ -378,11 +211,11 @@ func TestSessionAwareFork(t *testing.T) {
 
 func TestSessionAwareLaterTurns(t *testing.T) {
 	r, ix, sa, states := sessionFleet(t, usherWith)
-	turn1 := chain(10)
+	turn1 := routingtest.Chain(10)
 	turn2 := append(append([]prefixcache.BlockHash{}, turn1...), 900, 901)
 	p, _ := r.Pick(&Request{Chain: turn1, Session: "s"})
 	home := p.Backend.Name
-	p.Done(DoneInfo{FirstTokenAt: t0}) // turn 1's blocks are now cached on home
+	p.Done(DoneInfo{FirstTokenAt: routingtest.T0}) // turn 1's blocks are now cached on home
 
 	// Moderately loaded home (queue 2 vs 0 elsewhere: 2 ≤ 2·(0.25+1)): the turn stays.
 	for i := range states {
@@ -391,12 +224,12 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 			states[i].Queued = 2
 		}
 	}
-	mustUpdate(t, r, states)
+	routingtest.MustUpdate(t, r, states)
 	q, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
 	if q.Backend.Name != home {
 		t.Fatalf("turn 2 went to %s, want home %s", q.Backend.Name, home)
 	}
-	q.Done(DoneInfo{FirstTokenAt: t0})
+	q.Done(DoneInfo{FirstTokenAt: routingtest.T0})
 
 	// Overloaded home (queue 10 > 2·(1.25+1)): the turn moves, counted.
 	for i := range states {
@@ -404,7 +237,7 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 			states[i].Queued = 10
 		}
 	}
-	mustUpdate(t, r, states)
+	routingtest.MustUpdate(t, r, states)
 	m, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
 	if m.Backend.Name == home {
 		t.Fatalf("turn 3 stayed on overloaded %s", home)
@@ -413,7 +246,7 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 		t.Errorf("Moved = %d, want 1", sa.Moved())
 	}
 	newHome := m.Backend.Name
-	m.Done(DoneInfo{FirstTokenAt: t0})
+	m.Done(DoneInfo{FirstTokenAt: routingtest.T0})
 
 	// History evicted from the new home: placed for balance, which need not be that server.
 	for i := range states {
@@ -422,10 +255,8 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 			states[i].Queued = 1
 		}
 	}
-	mustUpdate(t, r, states)
-	ix.mu.Lock()
-	ix.held[ix.names[newHome]] = map[prefixcache.BlockHash]bool{}
-	ix.mu.Unlock()
+	routingtest.MustUpdate(t, r, states)
+	ix.Forget(newHome)
 	e, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
 	if e.Backend.Name == newHome {
 		t.Errorf("evicted history still held the session on %s (queue 1 vs 0)", newHome)
@@ -439,31 +270,27 @@ func TestSessionAwareLaterTurns(t *testing.T) {
 // the prompt, and loses it to one that does.
 func TestSessionAwarePartlyEvictedHome(t *testing.T) {
 	r, ix, sa, _ := sessionFleet(t, usherWith)
-	turn1 := chain(10)
+	turn1 := routingtest.Chain(10)
 	p, _ := r.Pick(&Request{Chain: turn1, Session: "s"})
 	home := p.Backend.Name
-	p.Done(DoneInfo{FirstTokenAt: t0})
+	p.Done(DoneInfo{FirstTokenAt: routingtest.T0})
 	turn2 := append(append([]prefixcache.BlockHash{}, turn1...), 900, 901)
 	// The home keeps 3 of the 10 blocks (less than KeptFraction), nobody else holds any.
-	ix.mu.Lock()
-	ix.held[ix.names[home]] = map[prefixcache.BlockHash]bool{}
-	ix.mu.Unlock()
-	ix.hold(home, turn1[:3])
+	ix.Forget(home)
+	ix.Hold(home, turn1[:3])
 	q, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
 	if q.Backend.Name != home || sa.Moved() != 0 {
 		t.Errorf("turn 2 went to %s (home %s), Moved %d: what is left at home should keep it", q.Backend.Name, home, sa.Moved())
 	}
-	q.Done(DoneInfo{FirstTokenAt: t0})
+	q.Done(DoneInfo{FirstTokenAt: routingtest.T0})
 	// Another server holds 6 blocks of the prompt (a fork's copy), the home still 3: it moves.
 	other := "b0"
 	if home == other {
 		other = "b1"
 	}
-	ix.mu.Lock()
-	ix.held[ix.names[home]] = map[prefixcache.BlockHash]bool{}
-	ix.mu.Unlock()
-	ix.hold(home, turn1[:3])
-	ix.hold(other, turn1[:6])
+	ix.Forget(home)
+	ix.Hold(home, turn1[:3])
+	ix.Hold(other, turn1[:6])
 	m, _ := r.Pick(&Request{Chain: turn2, Session: "s"})
 	if m.Backend.Name == home || sa.Moved() != 1 {
 		t.Errorf("turn 3 went to %s (home %s), Moved %d: want it to leave", m.Backend.Name, home, sa.Moved())
@@ -472,41 +299,41 @@ func TestSessionAwarePartlyEvictedHome(t *testing.T) {
 
 // LearnPlacement through the scorers' API, not reported to the feed.
 func TestLearnPlacementScorers(t *testing.T) {
-	log := &placementLog{}
+	log := &routingtest.PlacementLog{}
 	opts := session.AffinityOptions{Seed: 77, Feed: log}
 	h := session.TableHash(opts, "alice")
-	for _, sp := range []placer{mustScorer(session.NewAffinity(opts)).(placer), mustScorer(session.NewAware(session.AwareOptions{AffinityOptions: opts})).(placer)} {
-		if !sp.LearnPlacement(h, 2, 5, t0.Add(time.Minute)) {
+	for _, sp := range []placer{routingtest.MustScorer(session.NewAffinity(opts)).(placer), routingtest.MustScorer(session.NewAware(session.AwareOptions{AffinityOptions: opts})).(placer)} {
+		if !sp.LearnPlacement(h, 2, 5, routingtest.T0.Add(time.Minute)) {
 			t.Errorf("%T: LearnPlacement = false", sp)
 		}
-		if sp.LearnPlacement(h, 3, 5, t0.Add(time.Second)) {
+		if sp.LearnPlacement(h, 3, 5, routingtest.T0.Add(time.Second)) {
 			t.Errorf("%T: an earlier placement replaced a later one", sp)
 		}
 	}
-	if got := log.take(); len(got) != 0 {
+	if got := log.Take(); len(got) != 0 {
 		t.Errorf("feed heard learnt placements: %+v", got)
 	}
 }
 
 // The feed hears each placement a pick makes: hashed session, backend name, blocks, expiry.
 func TestSessionFeedPlaced(t *testing.T) {
-	log := &placementLog{}
-	sa := mustScorer(session.NewAffinity(session.AffinityOptions{TTL: time.Minute, Seed: 3, Feed: log}))
-	now := t0
-	r := mustNew(t, Options{Now: func() time.Time { return now }, Profile: Profile{Scorers: []Weighted{{Scorer: sa, Weight: 1}}}})
-	mustUpdate(t, r, fleet(3, t0))
-	home := pickName(t, r, &Request{Session: "bob", Chain: chain(6)})
+	log := &routingtest.PlacementLog{}
+	sa := routingtest.MustScorer(session.NewAffinity(session.AffinityOptions{TTL: time.Minute, Seed: 3, Feed: log}))
+	now := routingtest.T0
+	r := routingtest.MustNew(t, Options{Now: func() time.Time { return now }, Profile: Profile{Scorers: []Weighted{{Scorer: sa, Weight: 1}}}})
+	routingtest.MustUpdate(t, r, routingtest.Fleet(3, routingtest.T0))
+	home := routingtest.PickName(t, r, &Request{Session: "bob", Chain: routingtest.Chain(6)})
 	now = now.Add(time.Second)
-	pickName(t, r, &Request{}) // no session: not reported
-	pickName(t, r, &Request{Session: "bob", Chain: chain(9)})
+	routingtest.PickName(t, r, &Request{}) // no session: not reported
+	routingtest.PickName(t, r, &Request{Session: "bob", Chain: routingtest.Chain(9)})
 	h := session.ScorerHash(sa, "bob")
-	want := []placement{{h, home, 6, t0.Add(time.Minute)}, {h, home, 9, t0.Add(time.Minute + time.Second)}}
-	got := log.take()
+	want := []routingtest.Placement{{Session: h, Backend: home, Blocks: 6, Expires: routingtest.T0.Add(time.Minute)}, {Session: h, Backend: home, Blocks: 9, Expires: routingtest.T0.Add(time.Minute + time.Second)}}
+	got := log.Take()
 	if len(got) != len(want) {
 		t.Fatalf("feed heard %+v, want %+v", got, want)
 	}
 	for i := range want {
-		if got[i].session != want[i].session || got[i].backend != want[i].backend || got[i].blocks != want[i].blocks || !got[i].expires.Equal(want[i].expires) {
+		if got[i].Session != want[i].Session || got[i].Backend != want[i].Backend || got[i].Blocks != want[i].Blocks || !got[i].Expires.Equal(want[i].Expires) {
 			t.Errorf("placement %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}

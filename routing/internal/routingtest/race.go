@@ -1,0 +1,6 @@
+//go:build race
+
+package routingtest
+
+// Race reports whether the test binary runs under the race detector.
+const Race = true

@@ -1,5 +1,0 @@
-//go:build race
-
-package latency
-
-func init() { raceEnabled = true }

@@ -1,5 +1,0 @@
-//go:build race
-
-package lora_test
-
-func init() { raceEnabled = true }

@@ -1,5 +1,0 @@
-//go:build race
-
-package outlier_test
-
-func init() { raceEnabled = true }

@@ -1,5 +1,0 @@
-//go:build race
-
-package saturation_test
-
-func init() { raceEnabled = true }
