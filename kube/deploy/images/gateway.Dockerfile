@@ -10,7 +10,13 @@ FROM --platform=$BUILDPLATFORM golang:1.26.8 AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
 WORKDIR /src
-COPY go.mod go.sum ./
+# The repository is a workspace of modules (go.work): their go.mod and go.sum files first, so
+# that the download layer is cached until a requirement changes.
+COPY go.mod go.sum go.work go.work.sum ./
+COPY examples/go.mod examples/go.sum examples/
+COPY kube/go.mod kube/go.sum kube/
+COPY bench/go.mod bench/go.sum bench/
+COPY proxy/e2e/go.mod proxy/e2e/go.sum proxy/e2e/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
