@@ -17,15 +17,25 @@ type budget struct {
 	total int            // -1 when budget.txt has no total line
 }
 
-// readBudget parses lines of the form "path max  # reason" and one "total max  # reason";
-// blank lines and lines starting with # are comments. Every entry needs its reason.
-func readBudget(name string) (budget, error) {
-	b := budget{max: map[string]int{}, total: -1}
-	f, err := os.Open(name)
+// reasoned is one entry of a committed list: its fields before the "#", its reason after it,
+// and its line number.
+type reasoned struct {
+	line   int
+	fields []string
+	reason string
+}
+
+// readReasoned parses a committed list of entries "fields  # reason", want fields each (form
+// is the shape an error message shows); blank lines and lines starting with # are comments.
+// Every entry needs its reason, and no first field may repeat.
+func readReasoned(file string, want int, form string) ([]reasoned, error) {
+	f, err := os.Open(file)
 	if err != nil {
-		return b, err
+		return nil, err
 	}
 	defer f.Close()
+	var out []reasoned
+	seen := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -34,23 +44,37 @@ func readBudget(name string) (budget, error) {
 		}
 		entry, reason, _ := strings.Cut(line, "#")
 		fields := strings.Fields(entry)
-		if len(fields) != 2 || strings.TrimSpace(reason) == "" {
-			return b, fmt.Errorf("%s:%d: want \"path max  # reason\", got %q", name, n, line)
+		if len(fields) != want || strings.TrimSpace(reason) == "" {
+			return nil, fmt.Errorf("%s:%d: want %q, got %q", file, n, form, line)
 		}
-		max, err := strconv.Atoi(fields[1])
+		if seen[fields[0]] {
+			return nil, fmt.Errorf("%s:%d: %s has a second line", file, n, fields[0])
+		}
+		seen[fields[0]] = true
+		out = append(out, reasoned{n, fields, strings.TrimSpace(reason)})
+	}
+	return out, sc.Err()
+}
+
+// readBudget parses lines of the form "path max  # reason" and one "total max  # reason".
+func readBudget(name string) (budget, error) {
+	b := budget{max: map[string]int{}, total: -1}
+	entries, err := readReasoned(name, 2, "path max  # reason")
+	if err != nil {
+		return b, err
+	}
+	for _, e := range entries {
+		max, err := strconv.Atoi(e.fields[1])
 		if err != nil || max < 0 {
-			return b, fmt.Errorf("%s:%d: %q is not a count", name, n, fields[1])
+			return b, fmt.Errorf("%s:%d: %q is not a count", name, e.line, e.fields[1])
 		}
-		if _, dup := b.max[fields[0]]; dup || (fields[0] == "total" && b.total >= 0) {
-			return b, fmt.Errorf("%s:%d: %s has a second line", name, n, fields[0])
-		}
-		if fields[0] == "total" {
+		if e.fields[0] == "total" {
 			b.total = max
 		} else {
-			b.max[fields[0]] = max
+			b.max[e.fields[0]] = max
 		}
 	}
-	return b, sc.Err()
+	return b, nil
 }
 
 // TestBudget keeps each library package, and the library in all, within budget.txt, counted

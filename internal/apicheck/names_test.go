@@ -1,9 +1,6 @@
 package apicheck
 
 import (
-	"bufio"
-	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -43,29 +40,15 @@ func topLevelName(line string) string {
 // readNames parses names.txt: "Name  # reason" a line; blank lines and lines starting with #
 // are comments.
 func readNames(file string) (map[string]string, error) {
-	m := map[string]string{}
-	f, err := os.Open(file)
+	entries, err := readReasoned(file, 1, "Name  # reason")
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, reason, _ := strings.Cut(line, "#")
-		fields := strings.Fields(name)
-		if len(fields) != 1 || strings.TrimSpace(reason) == "" {
-			return nil, fmt.Errorf("%s:%d: want \"Name  # reason\", got %q", file, n, line)
-		}
-		if _, dup := m[fields[0]]; dup {
-			return nil, fmt.Errorf("%s:%d: %s is listed twice", file, n, fields[0])
-		}
-		m[fields[0]] = strings.TrimSpace(reason)
+	m := map[string]string{}
+	for _, e := range entries {
+		m[e.fields[0]] = e.reason
 	}
-	return m, sc.Err()
+	return m, nil
 }
 
 // repeatedNames maps each exported top-level name declared in two or more of the packages to
