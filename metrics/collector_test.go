@@ -1,53 +1,16 @@
 package metrics
 
 import (
-	"bytes"
 	"context"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/promtest"
 )
-
-// gather registers cs in a pedantic registry (which checks Describe against Collect),
-// gathers, and returns the families.
-func gather(t *testing.T, cs ...prometheus.Collector) []*dto.MetricFamily {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			t.Fatalf("Register: %v", err)
-		}
-	}
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("Gather: %v", err)
-	}
-	return fams
-}
-
-// gatherText renders the named families in the text format, sorted as the registry sorts.
-func gatherText(t *testing.T, c prometheus.Collector, names ...string) string {
-	t.Helper()
-	var buf bytes.Buffer
-	for _, mf := range gather(t, c) {
-		if !slices.Contains(names, mf.GetName()) {
-			continue
-		}
-		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return buf.String()
-}
 
 func TestScraperCollector(t *testing.T) {
 	clock := newFakeClock()
@@ -60,7 +23,7 @@ func TestScraperCollector(t *testing.T) {
 	_ = s.ScrapeOnce(context.Background())
 
 	ts := strconv.FormatFloat(float64(clock.Now().UnixNano())/1e9, 'e', -1, 64)
-	got := gatherText(t, s, "usher_scrape_errors_total", "usher_backend_stale", "usher_backend_healthy",
+	got := promtest.Text(t, s, "usher_scrape_errors_total", "usher_backend_stale", "usher_backend_healthy",
 		"usher_scrapes_total", "usher_backend_last_scrape_timestamp_seconds")
 	want := `# HELP usher_backend_healthy 1 if the model server is healthy (see State.Health), 0 if unhealthy or unknown.
 # TYPE usher_backend_healthy gauge
@@ -105,7 +68,7 @@ usher_scrapes_total{backend="good"} 2
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range gather(t, u, kv, s) {
+	for _, mf := range promtest.Gather(t, u, kv, s) {
 		if !strings.HasPrefix(mf.GetName(), "usher_") {
 			t.Errorf("metric %s lacks the usher_ prefix", mf.GetName())
 		}

@@ -160,27 +160,14 @@ func (info *pkgInfo) declare(d ast.Decl) {
 				tn := s.Name.Name
 				info.name1(tn, tn, true)
 				exp := s.Name.IsExported()
-				var fields *ast.FieldList
-				switch t := s.Type.(type) {
-				case *ast.StructType:
-					fields = t.Fields
-				case *ast.InterfaceType:
-					fields = t.Methods
-				}
-				if fields == nil {
-					continue
-				}
-				for _, f := range fields.List {
+				for _, f := range members(s.Type) {
 					if len(f.Names) == 0 { // embedded: its name is its type's
 						e := typeName(f.Type)
 						if e == "" {
 							continue
 						}
 						info.embeds[tn] = append(info.embeds[tn], e)
-						_, n, _ := strings.Cut("."+e, ".")
-						if i := strings.LastIndex(e, "."); i >= 0 {
-							n = e[i+1:]
-						}
+						n := unqualified(e)
 						info.name1(n, tn+"."+n, exp)
 						continue
 					}
@@ -327,21 +314,8 @@ func (info *pkgInfo) comments() []docComment {
 						anyExported = true
 						add(s.Name.Name, s.Doc, f)
 						add(s.Name.Name, s.Comment, f)
-						var fields *ast.FieldList
-						switch t := s.Type.(type) {
-						case *ast.StructType:
-							fields = t.Fields
-						case *ast.InterfaceType:
-							fields = t.Methods
-						}
-						if fields == nil {
-							continue
-						}
-						for _, fl := range fields.List {
-							name := typeName(fl.Type)
-							if i := strings.LastIndex(name, "."); i >= 0 {
-								name = name[i+1:]
-							}
+						for _, fl := range members(s.Type) {
+							name := unqualified(typeName(fl.Type))
 							if len(fl.Names) > 0 {
 								name = fl.Names[0].Name
 							}
@@ -665,4 +639,24 @@ func helper() {}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("check:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// members returns the fields of a struct type or the methods of an interface type, and nil for
+// any other type expression.
+func members(t ast.Expr) []*ast.Field {
+	switch t := t.(type) {
+	case *ast.StructType:
+		return t.Fields.List
+	case *ast.InterfaceType:
+		return t.Methods.List
+	}
+	return nil
+}
+
+// unqualified strips a package qualifier: "Name" for "pkg.Name" and for "Name".
+func unqualified(name string) string {
+	if i := strings.LastIndex(name, "."); i >= 0 {
+		return name[i+1:]
+	}
+	return name
 }

@@ -1,7 +1,6 @@
 package gatewaymetrics
 
 import (
-	"bytes"
 	"errors"
 	"math"
 	"slices"
@@ -13,42 +12,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/internal/promtest"
 )
-
-// gather registers cs in a pedantic registry (which checks Describe against Collect),
-// gathers, and returns the families.
-func gather(t *testing.T, cs ...prometheus.Collector) []*dto.MetricFamily {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			t.Fatalf("Register: %v", err)
-		}
-	}
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("Gather: %v", err)
-	}
-	return fams
-}
-
-// gatherText renders the named families in the text format, sorted as the registry sorts.
-func gatherText(t *testing.T, c prometheus.Collector, names ...string) string {
-	t.Helper()
-	var buf bytes.Buffer
-	for _, mf := range gather(t, c) {
-		if !slices.Contains(names, mf.GetName()) {
-			continue
-		}
-		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return buf.String()
-}
 
 func countSeries(fams []*dto.MetricFamily) int {
 	n := 0
@@ -91,7 +58,7 @@ func TestUsherCounters(t *testing.T) {
 	u.ObservePick("b")
 	u.ObservePick("10.9.9.9:8000")
 
-	got := gatherText(t, u, "usher_admissions_total", "usher_queue_requests", "usher_queue_bytes", "usher_picks_total")
+	got := promtest.Text(t, u, "usher_admissions_total", "usher_queue_requests", "usher_queue_bytes", "usher_picks_total")
 	want := `# HELP usher_admissions_total Admission decisions by priority band and outcome.
 # TYPE usher_admissions_total counter
 usher_admissions_total{band="0",outcome="dispatched"} 2
@@ -124,7 +91,7 @@ usher_queue_requests{band="other"} 1
 	}
 
 	// The wait histogram: two dispatched waits in band 0, 10 ms and 30 ms.
-	for _, mf := range gather(t, u) {
+	for _, mf := range promtest.Gather(t, u) {
 		if mf.GetName() != "usher_admission_wait_seconds" {
 			continue
 		}
@@ -152,7 +119,7 @@ func labelString(m *dto.Metric) string {
 func TestUsherBoundedLabels(t *testing.T) {
 	u := mustUsher(t, Options{Backends: []string{"a"}})
 	kv := mustKV(t, nil)
-	before := countSeries(gather(t, u, kv))
+	before := countSeries(promtest.Gather(t, u, kv))
 	// Twenty thousand distinct flows, sessions, bands and backends must not add one series.
 	for i := range 20000 {
 		id := "flow-" + strconv.Itoa(i)
@@ -162,10 +129,10 @@ func TestUsherBoundedLabels(t *testing.T) {
 		u.SetInFlight(id, int64(i))
 		kv.Set(id, KVStatus{Connected: true, Batches: uint64(i)})
 	}
-	if after := countSeries(gather(t, u, kv)); after != before {
+	if after := countSeries(promtest.Gather(t, u, kv)); after != before {
 		t.Errorf("series grew from %d to %d with per-flow input", before, after)
 	}
-	for _, mf := range gather(t, u, kv) {
+	for _, mf := range promtest.Gather(t, u, kv) {
 		if !strings.HasPrefix(mf.GetName(), "usher_") {
 			t.Errorf("metric %s lacks the usher_ prefix", mf.GetName())
 		}
@@ -179,7 +146,7 @@ func TestUsherSetBackends(t *testing.T) {
 	u.SetBackends([]string{"b", "c", "", OtherLabel, "c"})
 	u.ObservePick("a") // gone: other
 	u.ObservePick("c")
-	got := gatherText(t, u, "usher_picks_total")
+	got := promtest.Text(t, u, "usher_picks_total")
 	want := `# HELP usher_picks_total Requests routed to each backend.
 # TYPE usher_picks_total counter
 usher_picks_total{backend="b"} 1
@@ -214,7 +181,7 @@ usher_flows 4
 # TYPE usher_inflight_requests gauge
 usher_inflight_requests 15
 `
-	if got := gatherText(t, u, names...); got != want {
+	if got := promtest.Text(t, u, names...); got != want {
 		t.Errorf("exposition:\n%s\nwant:\n%s", got, want)
 	}
 
@@ -230,7 +197,7 @@ usher_backend_inflight_dropped_total 2
 usher_backend_inflight_requests{backend="b"} 5
 usher_backend_inflight_requests{backend="c"} 0
 `
-	if got := gatherText(t, u, names[:2]...); got != want {
+	if got := promtest.Text(t, u, names[:2]...); got != want {
 		t.Errorf("after SetBackends:\n%s\nwant:\n%s", got, want)
 	}
 }
@@ -278,7 +245,7 @@ func TestUsherKVSources(t *testing.T) {
 				want.WriteString(m.name + `{source="` + labels[i] + `"} ` + m.val(step.want[i]) + "\n")
 			}
 		}
-		if got := gatherText(t, u, names...); got != want.String() {
+		if got := promtest.Text(t, u, names...); got != want.String() {
 			t.Errorf("%s:\n%s\nwant:\n%s", step.name, got, want.String())
 		}
 	}
@@ -325,7 +292,7 @@ func TestUsherConcurrent(t *testing.T) {
 		`usher_kvevents_batches_total{source="other"}`:      top,
 		`usher_backend_inflight_dropped_total`:              n * writers,
 	}
-	for _, mf := range gather(t, u, kv) {
+	for _, mf := range promtest.Gather(t, u, kv) {
 		for _, m := range mf.GetMetric() {
 			key := mf.GetName()
 			if l := labelString(m); l != "" {
@@ -355,7 +322,7 @@ func TestUsherIndexStats(t *testing.T) {
 	}
 	for i, step := range steps {
 		u.SetIndexStats(step.stats)
-		got := gatherText(t, u, names...)
+		got := promtest.Text(t, u, names...)
 		s := step.stats
 		want := `# HELP usher_prefix_index_blocks Blocks stored in the prefix index.
 # TYPE usher_prefix_index_blocks gauge
@@ -419,7 +386,7 @@ func TestUsherOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range gather(t, u, kv) {
+	for _, mf := range promtest.Gather(t, u, kv) {
 		for _, m := range mf.GetMetric() {
 			if !strings.Contains(labelString(m), `gateway="g1"`) {
 				t.Errorf("%s{%s} lacks the constant label", mf.GetName(), labelString(m))
@@ -458,7 +425,7 @@ func TestUsherKVSourceDetails(t *testing.T) {
 	last := time.Unix(1_700_000_000, 500_000_000)
 	u.Set("pod-a", KVStatus{Events: 40, Stale: 2, DecodeErrors: 1, ApplyErrors: 3, LastBatch: last})
 	u.Set("pod-a", KVStatus{Events: 10, LastBatch: last.Add(-time.Hour)}) // lower: kept
-	got := gatherText(t, u, "usher_kvevents_events_total", "usher_kvevents_stale_probes_total",
+	got := promtest.Text(t, u, "usher_kvevents_events_total", "usher_kvevents_stale_probes_total",
 		"usher_kvevents_decode_errors_total", "usher_kvevents_apply_errors_total", "usher_kvevents_last_batch_timestamp_seconds")
 	for _, want := range []string{
 		`usher_kvevents_events_total{source="pod-a"} 40`,
@@ -485,7 +452,7 @@ func TestWaitHistogramSeries(t *testing.T) {
 	u.ObserveAdmission(flowcontrol.RejectedCapacity, 0, 0)
 	u.ObserveAdmission(flowcontrol.Dispatched, 0, 20*time.Millisecond)
 	var series []string
-	for _, mf := range gather(t, u) {
+	for _, mf := range promtest.Gather(t, u) {
 		if mf.GetName() == "usher_admission_wait_seconds" {
 			for _, m := range mf.GetMetric() {
 				series = append(series, labelString(m))
@@ -506,7 +473,7 @@ func TestPassiveHealthSeries(t *testing.T) {
 	u.SetPassiveHealth("a", 3, 2, true)
 	u.SetPassiveHealth("a", 1, 1, false) // counters never go back
 	u.SetPassiveHealth("zzz", 9, 9, true)
-	got := gatherText(t, u, "usher_backend_ejections_total", "usher_backend_probes_total", "usher_backend_ejected")
+	got := promtest.Text(t, u, "usher_backend_ejections_total", "usher_backend_probes_total", "usher_backend_ejected")
 	for _, want := range []string{
 		`usher_backend_ejections_total{backend="a"} 3`, `usher_backend_probes_total{backend="a"} 2`, `usher_backend_ejected{backend="a"} 0`,
 		`usher_backend_ejections_total{backend="b"} 0`, `usher_backend_ejected{backend="b"} 0`,
@@ -520,7 +487,7 @@ func TestPassiveHealthSeries(t *testing.T) {
 	}
 	// Replacing the set keeps a remaining backend's counters.
 	u.SetBackends([]string{"a"})
-	if got := gatherText(t, u, "usher_backend_ejections_total"); !strings.Contains(got, `{backend="a"} 3`) || strings.Contains(got, `"b"`) {
+	if got := promtest.Text(t, u, "usher_backend_ejections_total"); !strings.Contains(got, `{backend="a"} 3`) || strings.Contains(got, `"b"`) {
 		t.Errorf("after SetBackends([a]):\n%s", got)
 	}
 }
