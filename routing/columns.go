@@ -45,7 +45,6 @@ type colStats = colx.Stats
 var (
 	statsOf = colx.StatsOf
 	kvFree  = colx.KVFree
-	impute  = colx.Impute
 )
 
 // from fills the columns in need from cands (len(cands) ≤ the columns' length).

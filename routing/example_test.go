@@ -185,25 +185,6 @@ func ExampleLearn() {
 	// Output: true 64
 }
 
-// feedFunc adapts a function to routing.SessionFeed.
-type feedFunc func(session uint64, backend string, blocks int, expires time.Time)
-
-func (f feedFunc) Placed(session uint64, backend string, blocks int, expires time.Time) {
-	f(session, backend, blocks, expires)
-}
-
-// excludeAllBut returns the ids of r's backends other than name.
-func excludeAllBut(r *routing.Router, name string) []routing.BackendID {
-	var ids []routing.BackendID
-	for _, s := range r.Backends(nil) {
-		if s.Name != name {
-			id, _ := r.Lookup(s.Name)
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // A router and its prefix index number the same backends in two id spaces: routing.BackendID
 // for the router's set, prefixcache.HolderID for the index. Read the index's answers with the
 // index's ids; the backend's name, the one id both share, gives the index's (its Lookup).

@@ -53,10 +53,6 @@ func (e API) String() string {
 	return "API(" + strconv.Itoa(int(e)) + ")"
 }
 
-// anthropic reports whether the endpoint speaks Anthropic's API (its error shape and stream
-// events) rather than OpenAI's. O(1).
-func (e API) anthropic() bool { return e == Messages }
-
 // APIOf returns the endpoint a request path names, by its ending, so that a prefix
 // ("/v1", "/openai/v1") does not matter: Chat for "/chat/completions", Completions for
 // "/completions" otherwise, Messages for "/v1/messages", Responses for "/v1/responses",
