@@ -179,18 +179,18 @@ func (p *parser) role(i int, list string, m int, allowed []word) (string, int, *
 	w := lookup(raw, esc)
 	for _, a := range allowed {
 		if w == a {
-			return roles[w], end, nil
+			return names[w], end, nil
 		}
 	}
-	names := ""
+	want := ""
 	for j, a := range allowed {
 		if j > 0 {
-			names += ", "
+			want += ", "
 		}
-		names += strconv.Quote(roles[a])
+		want += strconv.Quote(names[a])
 	}
 	param := itemParam(list, m, "role")
-	return "", end, invalid(codeInvalidValue, param, "%q must be one of %s, got %q", param, names, short(string(appendUnescaped(nil, raw))))
+	return "", end, invalid(codeInvalidValue, param, "%q must be one of %s, got %q", param, want, short(string(appendUnescaped(nil, raw))))
 }
 
 // content reads the content of the m-th message: a string or an array of parts (of

@@ -116,7 +116,8 @@ func (p *parser) newRequest(ep API, withMessages bool) (*Request, *chatRequest) 
 }
 
 // topLevel reads the top-level object of the body into r and f, member by member. A key
-// that field maps to wOther is skipped; a field given twice is refused; "model" is read into
+// that field maps to wOther is checked as passedCheck says (and skipped when it is not
+// checked); a field given twice is refused; "model" is read into
 // f, and required not empty; "priority" is read, and its cut recorded for appendUpstream;
 // "kv_transfer_params" is refused. The value of every other field goes to member, which
 // returns the index after it.
@@ -149,16 +150,17 @@ func (p *parser) topLevel(r *Request, f *fields, field func(word, API) word, mem
 		if cutOpen {
 			r.cut.to, cutOpen = keyAt, false
 		}
-		w := field(lookup(k, esc), r.API)
+		known := lookup(k, esc)
+		w := field(known, r.API)
 		if w != wOther {
 			if f.seen&(1<<w) != 0 {
-				return duplicate(fieldNames[w])
+				return duplicate(names[w])
 			}
 			f.seen |= 1 << w
 		}
 		switch w {
 		case wOther:
-			i, err = p.skip(i)
+			i, err = p.passed(i, known)
 		case wModel:
 			i, f.model, _, err = p.stringValue(i, "model", false)
 		case wPriority:

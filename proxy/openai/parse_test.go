@@ -136,7 +136,7 @@ var parseCases = []parseCase{
 	{name: "depth 64", body: deep(64), want: view{Model: "m", Messages: []msg{{"user", `"x"`}}}},
 	{name: "negative priority", body: chat(`"priority":-9223372036854775808`), want: view{Model: "m", Messages: userHi, HasPriority: true}},
 	{name: "number beyond float64", body: `{"model":"0","":1e700,"messages":[{"role":"user","content":"hi"}]}`, want: view{Model: "0", Messages: userHi}}, // found by FuzzParse (in the harness)
-	{name: "exponent in unknown field", body: chat(`"temperature":1e-3,"top_p":-0.5E+2`), want: view{Model: "m", Messages: userHi}},
+	{name: "exponents", body: chat(`"temperature":1e-3,"top_p":0.5E-0,"x_top_p":-0.5E+2`), want: view{Model: "m", Messages: userHi}},
 
 	// Valid completions bodies.
 	{name: "prompt string", ep: openai.Completions, body: completions(`"prompt":"say \"hi\""`),

@@ -17,6 +17,7 @@ const (
 	DefaultMaxTokens   = 1 << 20
 	DefaultMaxDepth    = 64
 	DefaultMaxMessages = 16384
+	DefaultMaxLogprobs = 20
 )
 
 // ParseLimits bound what Parse accepts. A zero (or negative) field is its documented default.
@@ -25,6 +26,10 @@ type ParseLimits struct {
 	MaxN        int // largest n; 0: 1 (usher's accounting follows one choice)
 	MaxDepth    int // deepest JSON nesting of the whole body, the top-level object being 1; 0: DefaultMaxDepth
 	MaxMessages int // most chat messages; 0: DefaultMaxMessages
+	// MaxLogprobs is the largest top_logprobs (Chat, Responses) and logprobs (Completions);
+	// 0: DefaultMaxLogprobs, the most OpenAI's API and vLLM's default --max-logprobs allow.
+	// Raise it with the fleet's --max-logprobs.
+	MaxLogprobs int
 }
 
 func (l ParseLimits) orDefaults() ParseLimits {
@@ -39,6 +44,9 @@ func (l ParseLimits) orDefaults() ParseLimits {
 	}
 	if l.MaxMessages <= 0 {
 		l.MaxMessages = DefaultMaxMessages
+	}
+	if l.MaxLogprobs <= 0 {
+		l.MaxLogprobs = DefaultMaxLogprobs
 	}
 	return l
 }

@@ -98,8 +98,10 @@ func rangeError(param string, lo, hi int64, lit []byte) *Error {
 	switch {
 	case lo == math.MinInt64 && hi == math.MaxInt64:
 		return invalid(codeInvalidValue, param, "%q must fit in a signed 64-bit integer, got %s", param, got)
-	case hi == math.MaxInt64:
+	case hi == math.MaxInt64 && lo == 0:
 		return invalid(codeInvalidValue, param, "%q must be a non-negative integer below 2^63, got %s", param, got)
+	case hi == math.MaxInt64:
+		return invalid(codeInvalidValue, param, "%q must be an integer from %d to 2^63-1, got %s", param, lo, got)
 	case lo == hi:
 		return invalid(codeInvalidValue, param, "%q must be %d, got %s", param, lo, got)
 	}
