@@ -25,6 +25,13 @@ func FuzzParseAPIs(f *testing.F) {
 	for _, tc := range parseCases {
 		f.Add([]byte(tc.body), uint8(0))
 	}
+	for _, tc := range checkCases {
+		for i, ep := range apiEndpoints {
+			if ep == tc.ep {
+				f.Add([]byte(tc.body), uint8(i))
+			}
+		}
+	}
 	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
 		ep := apiEndpoints[int(which)%len(apiEndpoints)]
 		r, err := openai.Parse(body, ep, openai.ParseLimits{})
@@ -36,6 +43,9 @@ func FuzzParseAPIs(f *testing.F) {
 			t.Fatalf("Parse accepted invalid JSON %q", body)
 		}
 		ref := decode(t, body)
+		if bad := refChecks(ep, ref); bad != "" {
+			t.Fatalf("Parse accepted %q, whose %s no engine takes", body, bad)
+		}
 		if want, _ := ref["model"].(string); r.Model != want || want == "" {
 			t.Fatalf("body %q: Model %q, encoding/json reads %#v", body, r.Model, ref["model"])
 		}

@@ -16,22 +16,22 @@ import (
 type check uint8
 
 const (
-	cSkip        check = iota // anything: the field is not checked
-	cBool                     // a boolean
-	cString                   // a string
-	cNumber                   // a finite number
-	cTemperature              // a finite number, at least 0
-	cTopP                     // a finite number in (0, 1]
-	cInteger                  // an integer that fits in an int64
-	cTopK                     // an integer, at least -1 (-1 and 0 turn it off)
-	cLogprobs                 // an integer in [0, ParseLimits.MaxLogprobs]
-	cStop                     // a string or an array of strings
-	cStrings                  // an array of strings
-	cIntegers                 // an array of integers that fit in an int64
-	cObject                   // an object
-	cObjects                  // an array of objects
-	cStringOrObject           // a string or an object
-	cNumberMap                // an object whose values are finite numbers
+	cSkip           check = iota // anything: the field is not checked
+	cBool                        // a boolean
+	cString                      // a string
+	cNumber                      // a finite number
+	cTemperature                 // a finite number, at least 0
+	cTopP                        // a finite number in (0, 1]
+	cInteger                     // an integer that fits in an int64
+	cTopK                        // an integer, at least -1 (-1 and 0 turn it off)
+	cLogprobs                    // an integer in [0, ParseLimits.MaxLogprobs]
+	cStop                        // a string or an array of strings
+	cStrings                     // an array of strings
+	cIntegers                    // an array of integers that fit in an int64
+	cObject                      // an object
+	cObjects                     // an array of objects
+	cStringOrObject              // a string or an object
+	cNumberMap                   // an object whose values are finite numbers
 )
 
 // passedCheck returns how the value of field w, which Parse does not read, is checked on

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -20,6 +21,11 @@ import (
 func FuzzParse(f *testing.F) {
 	for _, tc := range parseCases {
 		f.Add([]byte(tc.body), tc.ep == openai.Completions)
+	}
+	for _, tc := range checkCases {
+		if tc.ep == 0 || tc.ep == openai.Completions {
+			f.Add([]byte(tc.body), tc.ep == openai.Completions)
+		}
 	}
 	f.Add(chatBody(4, 40), false)
 	f.Add([]byte(`{"model":"m","prompt":["a\u00e9\ud83d\ude00"],"stream":true,"stream_options":{"include_usage":null},"priority":1}`), true)
@@ -39,6 +45,9 @@ func FuzzParse(f *testing.F) {
 		}
 		ref := decode(t, body)
 		compareRequest(t, r, ref)
+		if bad := refChecks(ep, ref); bad != "" {
+			t.Fatalf("Parse accepted %q, whose %s no engine takes", body, bad)
+		}
 
 		up := openaiwire.AppendUpstream(r, nil)
 		if !json.Valid(up) {
@@ -208,4 +217,118 @@ func comparePrompt(t *testing.T, r *openai.Request, want any) {
 	if got := string(r.AppendPrompt(nil)); got != wantPrompt {
 		t.Fatalf("body %q: AppendPrompt = %q, want %q", r.Body, got, wantPrompt)
 	}
+}
+
+// refChecks is the reference for the checks of the fields Parse passes on: it returns the
+// first field of the decoded body ref (numbers as json.Number) that no engine takes on ep's
+// endpoint, as the checks' documentation states them, or "". It is written apart from the
+// parser (encoding/json's view, strconv's numbers) so that FuzzParse and FuzzParseAPIs can
+// compare the two.
+func refChecks(ep openai.API, ref map[string]any) string {
+	isFloat := func(v any, ok func(float64) bool) bool {
+		n, isNum := v.(json.Number)
+		if !isNum {
+			return false
+		}
+		f, _ := strconv.ParseFloat(string(n), 64)
+		return !math.IsInf(f, 0) && ok(f)
+	}
+	anyFloat := func(float64) bool { return true }
+	isInt := func(v any, lo, hi int64) bool {
+		n, isNum := v.(json.Number)
+		if !isNum {
+			return false
+		}
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		return err == nil && lo <= i && i <= hi
+	}
+	isList := func(v any, elem func(any) bool) bool {
+		l, ok := v.([]any)
+		for _, e := range l {
+			ok = ok && elem(e)
+		}
+		return ok
+	}
+	isString := func(v any) bool { _, ok := v.(string); return ok }
+	isBool := func(v any) bool { _, ok := v.(bool); return ok }
+	isObject := func(v any) bool { _, ok := v.(map[string]any); return ok }
+	isInt64 := func(v any) bool { return isInt(v, math.MinInt64, math.MaxInt64) }
+	rules := map[string]func(any) bool{
+		"temperature": func(v any) bool { return isFloat(v, func(f float64) bool { return f >= 0 }) },
+		"top_p":       func(v any) bool { return isFloat(v, func(f float64) bool { return f > 0 && f <= 1 }) },
+	}
+	logprobs := func(v any) bool { return isInt(v, 0, openai.DefaultMaxLogprobs) }
+	switch ep {
+	case openai.Chat, openai.Completions:
+		rules["top_k"] = func(v any) bool { return isInt(v, -1, math.MaxInt64) }
+		for _, f := range []string{"frequency_penalty", "presence_penalty", "min_p", "repetition_penalty", "length_penalty"} {
+			rules[f] = func(v any) bool { return isFloat(v, anyFloat) }
+		}
+		for _, f := range []string{"seed", "best_of", "min_tokens", "prompt_logprobs", "truncate_prompt_tokens"} {
+			rules[f] = isInt64
+		}
+		for _, f := range []string{"use_beam_search", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "echo", "add_special_tokens"} {
+			rules[f] = isBool
+		}
+		rules["stop"] = func(v any) bool { return isString(v) || isList(v, isString) }
+		rules["logit_bias"] = func(v any) bool {
+			m, ok := v.(map[string]any)
+			for _, x := range m {
+				ok = ok && isFloat(x, anyFloat)
+			}
+			return ok
+		}
+		rules["stop_token_ids"] = func(v any) bool { return isList(v, isInt64) }
+		rules["allowed_token_ids"] = rules["stop_token_ids"]
+		rules["bad_words"] = func(v any) bool { return isList(v, isString) }
+		rules["response_format"] = isObject
+		if ep == openai.Completions {
+			rules["logprobs"] = logprobs
+			rules["suffix"] = isString
+			break
+		}
+		rules["logprobs"] = isBool
+		rules["top_logprobs"] = logprobs
+		for _, f := range []string{"add_generation_prompt", "continue_final_message", "parallel_tool_calls", "store"} {
+			rules[f] = isBool
+		}
+		rules["tools"] = func(v any) bool { return isList(v, isObject) }
+		rules["tool_choice"] = func(v any) bool { return isString(v) || isObject(v) }
+		rules["reasoning_effort"], rules["service_tier"], rules["metadata"] = isString, isString, isObject
+	case openai.Responses:
+		rules["top_logprobs"] = logprobs
+		rules["parallel_tool_calls"], rules["background"] = isBool, isBool
+		rules["max_tool_calls"] = isInt64
+		rules["truncation"], rules["service_tier"] = isString, isString
+		rules["reasoning"], rules["text"], rules["metadata"] = isObject, isObject, isObject
+		rules["tool_choice"] = func(v any) bool { return isString(v) || isObject(v) }
+		rules["include"] = func(v any) bool { return isList(v, isString) }
+	case openai.Messages:
+		rules["top_k"] = func(v any) bool { return isInt(v, -1, math.MaxInt64) }
+		rules["stop_sequences"] = func(v any) bool { return isList(v, isString) }
+		rules["tool_choice"], rules["thinking"] = isObject, isObject
+		rules["service_tier"] = isString
+	case openai.Embeddings:
+		rules = map[string]func(any) bool{"encoding_format": isString, "dimensions": isInt64}
+	}
+	for name, ok := range rules {
+		if v, given := ref[name]; given && v != nil && !ok(v) {
+			return name
+		}
+	}
+	// The image of an image_url part of a chat message.
+	msgs, _ := ref["messages"].([]any)
+	for _, m := range msgs {
+		m, _ := m.(map[string]any)
+		parts, _ := m["content"].([]any)
+		for _, p := range parts {
+			if p, _ := p.(map[string]any); ep == openai.Chat && p["type"] == "image_url" {
+				img, _ := p["image_url"].(map[string]any)
+				if _, ok := img["url"].(string); !ok {
+					return "image_url"
+				}
+			}
+		}
+	}
+	return ""
 }

@@ -223,69 +223,6 @@ func (p *parser) content(i, m int) (int, *Error) {
 	return i, nil
 }
 
-// part reads the j-th content part of the m-th element of list ("messages", "input"): an
-// object with a string "type"; a part of type "text" needs a string "text" (in the
-// Responses API's input, so do "input_text" and "output_text"). Other types pass unread.
-func (p *parser) part(i int, list string, m, j int) (int, *Error) {
-	if p.b[i] != '{' {
-		return p.wrongType(i, partParam(list, m, j, ""), "an object")
-	}
-	i, done, err := p.openObject(i)
-	if err != nil {
-		return i, err
-	}
-	var typ, text byte // first byte of the values of "type" and "text"; 0 when absent
-	isText := false
-	for !done {
-		k, esc, v, err := p.key(i)
-		if err != nil {
-			return v, err
-		}
-		i = v
-		switch lookup(k, esc) {
-		case wType:
-			if typ != 0 {
-				return i, duplicate(partParam(list, m, j, "type"))
-			}
-			typ = p.b[i]
-			if typ != '"' {
-				return p.wrongType(i, partParam(list, m, j, "type"), "a string")
-			}
-			var tesc bool
-			if i, tesc, err = p.str(v); err == nil {
-				w := lookup(p.b[v+1:i-1], tesc)
-				isText = w == wText || p.ep == Responses && (w == wInputText || w == wOutputText)
-			}
-		case wText:
-			if text != 0 {
-				return i, duplicate(partParam(list, m, j, "text"))
-			}
-			text = p.b[i]
-			i, err = p.skip(i)
-		default:
-			i, err = p.skip(i)
-		}
-		if err != nil {
-			return i, err
-		}
-		if i, done, err = p.next(i, '}'); err != nil {
-			return i, err
-		}
-	}
-	switch {
-	case typ == 0:
-		return i, missing(partParam(list, m, j, "type"), "")
-	case !isText:
-		return i, nil
-	case text == 0:
-		return i, missing(partParam(list, m, j, "text"), ` in a part of type "text"`)
-	case text != '"':
-		// The value was valid JSON; name its type without reading it again.
-		return i, typeError(partParam(list, m, j, "text"), "a string", describeStart(text))
-	}
-	return i, nil
-}
-
 // describeStart names a JSON value by its first byte.
 func describeStart(c byte) string {
 	switch c {

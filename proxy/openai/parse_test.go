@@ -386,7 +386,21 @@ func TestParseAllocs(t *testing.T) {
 			t.Errorf("Parse of %d messages: %v allocations, want at most 2", n, allocs)
 		}
 	}
-	body := []byte(completions(`"prompt":[[1,2,3],[4]],"user":"u","cache_salt":"s","stream":true`))
+	// The checks of the fields passed on, and of content parts, allocate nothing.
+	for _, body := range []string{
+		chat(samplingFields + `"temperature":1` + strings.Repeat("0", 30) + `,"stop_token_ids":[1,2],"tool_choice":"auto"`),
+		chatParts(`{"type":"image_url","image_url":{"url":"https://example.com/cat.png","detail":"high"}},{"type":"input_audio","input_audio":{"data":"AAA","format":"wav"}}`),
+	} {
+		allocs := testing.AllocsPerRun(100, func() {
+			if _, err := openai.Parse([]byte(body), openai.Chat, openai.ParseLimits{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs > 2 {
+			t.Errorf("Parse(%s): %v allocations, want at most 2", body, allocs)
+		}
+	}
+	body := []byte(completions(`"prompt":[[1,2,3],[4]],"user":"u","cache_salt":"s","stream":true,"temperature":0.7,"logprobs":5,"stop":["\n"]`))
 	allocs := testing.AllocsPerRun(100, func() {
 		if _, err := openai.Parse(body, openai.Completions, openai.ParseLimits{}); err != nil {
 			t.Fatal(err)
