@@ -157,6 +157,8 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 		out.Header.Set("Content-Type", "application/json")
 		// The response tap reads what it relays: ask for it uncompressed.
 		out.Header.Del("Accept-Encoding")
+		// The body was decoded when it was read (readBody).
+		out.Header.Del("Content-Encoding")
 	}
 }
 
@@ -364,7 +366,10 @@ func asOpenAIError(err error) *openai.Error {
 }
 
 // readBody reads a request body of at most Options.MaxBodyBytes, holding its bytes in the
-// budget of bodies being read at once (Options.MaxBodyBytesReading) while it reads.
+// budget of bodies being read at once (Options.MaxBodyBytesReading) while it reads. A body
+// sent with a Content-Encoding is decoded here (contentDecoder), and the limit bounds both
+// the bytes received and the bytes decoded: a small body that inflates past it is refused
+// with 413 as soon as it does, having held at most the limit.
 func (ex *exchange) readBody(in *http.Request) ([]byte, *openai.Error) {
 	h := ex.h
 	limit := h.maxBody
@@ -373,8 +378,12 @@ func (ex *exchange) readBody(in *http.Request) ([]byte, *openai.Error) {
 	if in.ContentLength > limit {
 		return nil, tooBig
 	}
+	coding, rerr := contentCoding(in.Header)
+	if rerr != nil {
+		return nil, rerr
+	}
 	size := int64(16 << 10)
-	if in.ContentLength > 0 {
+	if in.ContentLength > 0 && coding == "" {
 		size = in.ContentLength + 1 // +1: see EOF without growing
 	}
 	if !h.reading.acquire(size) {
@@ -384,9 +393,19 @@ func (ex *exchange) readBody(in *http.Request) ([]byte, *openai.Error) {
 	defer func() { h.reading.release(held) }()
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	var err error
+	var raw *countingReader // the body as received
 	if in.Body != nil {
 		// Read in steps, taking room in the budget before each step that grows the buffer.
-		r := io.LimitReader(in.Body, limit+1)
+		raw = &countingReader{r: io.LimitReader(in.Body, limit+1)}
+		var r io.Reader = raw
+		if coding != "" {
+			var dec io.ReadCloser
+			if dec, err = newDecoder(coding, raw); err != nil {
+				return nil, ex.decodeError(in, raw, coding, err, tooBig)
+			}
+			defer dec.Close()
+			r = io.LimitReader(dec, limit+1)
+		}
 		for err == nil {
 			if buf.Available() == 0 {
 				grow := int64(buf.Cap())
@@ -405,20 +424,61 @@ func (ex *exchange) readBody(in *http.Request) ([]byte, *openai.Error) {
 		}
 	}
 	switch {
-	case err != nil && isTimeout(err): // the server's read timeout; it also cancels the context
-		return nil, &openai.Error{Status: http.StatusRequestTimeout, Type: openai.TypeInvalidRequest, Code: "request_timeout",
-			Message: "the request body did not arrive in time"}
-	case err != nil && in.Context().Err() != nil:
-		return nil, &openai.Error{Status: proxyseam.StatusClientClosedRequest, Type: openai.TypeInvalidRequest,
-			Code: "client_closed_request", Message: "the client closed the request while sending it"}
+	case err != nil && coding != "":
+		return nil, ex.decodeError(in, raw, coding, err, tooBig)
 	case err != nil:
-		ex.logFailure("unreadable body", err)
-		return nil, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "unreadable_body",
-			Message: "the request body could not be read (a broken chunked encoding or connection)"}
+		return nil, ex.readError(in, err)
 	case int64(buf.Len()) > limit:
+		if coding != "" {
+			tooBig.Message += " once decoded"
+		}
 		return nil, tooBig
 	}
 	return buf.Bytes(), nil
+}
+
+// readError answers a request whose body could not be read: err is the read's error.
+func (ex *exchange) readError(in *http.Request, err error) *openai.Error {
+	switch {
+	case isTimeout(err): // the server's read timeout; it also cancels the context
+		return &openai.Error{Status: http.StatusRequestTimeout, Type: openai.TypeInvalidRequest, Code: "request_timeout",
+			Message: "the request body did not arrive in time"}
+	case in.Context().Err() != nil:
+		return &openai.Error{Status: proxyseam.StatusClientClosedRequest, Type: openai.TypeInvalidRequest,
+			Code: "client_closed_request", Message: "the client closed the request while sending it"}
+	}
+	ex.logFailure("unreadable body", err)
+	return &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "unreadable_body",
+		Message: "the request body could not be read (a broken chunked encoding or connection)"}
+}
+
+// decodeError answers a request whose encoded body failed to decode with err: 413 when the
+// body as received passed the limit (the decoder saw it cut short), the read's own error
+// when reading failed, else 400 for data that is not what its Content-Encoding says.
+func (ex *exchange) decodeError(in *http.Request, raw *countingReader, coding string, err error, tooBig *openai.Error) *openai.Error {
+	switch {
+	case raw.n > ex.h.maxBody:
+		return tooBig
+	case raw.err != nil:
+		return ex.readError(in, raw.err)
+	}
+	return badEncoding(coding)
+}
+
+// countingReader counts the bytes read through it and keeps the first error other than EOF.
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // errBusyReading answers a request whose body does not fit the budget of bodies being read.
