@@ -6,9 +6,15 @@
 // For each POST to /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings
 // (OpenAI's APIs) or /v1/messages (Anthropic's):
 //
-//  1. parse: the body is read (bounded by Options.MaxBodyBytes) and validated by
-//     proxy/openai exactly as the backends will read it — field names are case-sensitive,
-//     types strict — so a request the backend would refuse never waits for admission;
+//  1. parse: the body is read (bounded by Options.MaxBodyBytes; a Content-Encoding of gzip
+//     or deflate is decoded, and the limit bounds the decoded bytes too, so a gzip bomb gets
+//     413; other codings get 415) and validated by proxy/openai exactly as the backends will
+//     read it — field names are case-sensitive, types strict — so a request the backend
+//     would refuse never waits for admission. The fields passed on unread (sampling
+//     parameters, content parts) are checked for what no engine takes: a wrong JSON type, a
+//     number that is not a finite float64 or an int64, a negative temperature, top_p
+//     outside (0, 1], top_k below -1, top_logprobs above the limit. vLLM's wider ranges and
+//     own parameters pass. The backend gets the decoded body, without Content-Encoding;
 //  2. key: a FlowKeyer gives the request its Identity — tenant, session and band — from what
 //     the gateway trusts, never from what the client claims;
 //  3. hash: a Tokenizer turns the prompt into chained block hashes, once;
@@ -67,7 +73,7 @@
 // Every answer the pipeline writes itself is OpenAI error JSON ({"error": {"message", "type",
 // "param", "code"}}) — Anthropic's ({"type": "error", "error": {"type", "message"}}, the
 // message naming the field) for a request to /v1/messages, mid-stream errors included: 400 with the field at fault, 404 for an unknown model or route, 405,
-// 408, 413, 429 with Retry-After when the queue is full (or, with Options.EarlyShed, when the
+// 408, 413, 415 for a Content-Encoding it cannot decode, 429 with Retry-After when the queue is full (or, with Options.EarlyShed, when the
 // estimated wait exceeds the TTL: at once, not after waiting it), 431, 499 when the client left, 502
 // and 504 when the backend failed before answering, 503 when no capacity came in time. An
 // error answer of the backend is passed through unchanged. A stream that breaks after it

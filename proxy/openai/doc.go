@@ -23,7 +23,7 @@
 //   - Field names are exact and case-sensitive, with JSON escapes decoded first:
 //     "\u0073tream" is stream, as Python reads it. "STREAM" is an unknown field.
 //   - Unknown fields are not interpreted and pass to the backend byte for byte.
-//   - A known field given twice (at the top level, in a message, a content part, or
+//   - A field Parse reads given twice (at the top level, in a message, a content part, or
 //     stream_options) is refused: Python keeps the last, a hand-written reader might keep
 //     the first, and usher must not take the side the backend does not.
 //   - Values are typed strictly. pydantic's lax mode would take "10" or 10.0 for 10, and
@@ -73,6 +73,39 @@
 //   - Embeddings: model and input are required; input is as a completions prompt.
 //   - kv_transfer_params is refused on every endpoint: only the gateway sets it.
 //
+// # What it checks and passes on
+//
+// The other fields each API documents — the sampling parameters above all — Parse does not
+// read, but it checks them, so that a value no engine takes is refused here, naming the
+// field, rather than reaching the backend. It refuses only that: the engine judges the
+// rest, so vLLM's clients keep working (vLLM takes temperatures above OpenAI's 2, top_k,
+// min_p, repetition_penalty and the like). Every such field may be null, and may be given
+// more than once, each value then checked.
+//
+//   - Types, as each API documents them: a boolean, a string, a number, an integer, an
+//     object, or an array of them (stop: a string or an array of strings; logit_bias: an
+//     object of numbers). "logprobs" is a boolean to chat and an integer to completions.
+//   - Numbers: a number must be a finite float64 (JSON has no NaN, and 1e309 overflows to
+//     infinity as Python reads it); an integer has no fraction or exponent and fits in an
+//     int64 (seed: 1e999999999 is neither).
+//   - Ranges every engine enforces: temperature at least 0; top_p in (0, 1] (1e-400 reads
+//     as 0); top_k at least -1; top_logprobs (chat, Responses) and completions' logprobs in
+//     [0, ParseLimits.MaxLogprobs], 20 by default as in vLLM; n and the max_tokens fields
+//     at least 1, as above.
+//   - Content parts by their type: a chat image_url, audio_url or video_url part needs an
+//     object with a string "url"; input_audio an object; a refusal a string; a Responses
+//     input_image's image_url is a string; Anthropic's image and document sources are
+//     objects, a tool_use's input an object, a tool_result's content a string or an array.
+//     Parts of other types pass unread, as parts of types yet to come must.
+//
+// Which fields are checked: on chat and completions, OpenAI's (temperature, top_p, n,
+// logprobs, top_logprobs, seed, stop, frequency_penalty, presence_penalty, logit_bias,
+// response_format, tools, tool_choice, ...) and vLLM's sampling parameters (top_k, min_p,
+// repetition_penalty, length_penalty, min_tokens, best_of, stop_token_ids, ...); on
+// Responses temperature, top_p, top_logprobs, reasoning, text, include and the like; on
+// Messages temperature, top_p, top_k, stop_sequences, tool_choice and thinking; on
+// embeddings encoding_format and dimensions. Unknown fields are not checked.
+//
 // # The body sent upstream
 //
 // The gateway writes the body for the backend by splicing byte ranges Parse records in the
@@ -88,7 +121,8 @@
 // and what it keeps are spans into the body, not copies.
 // A chat body costs two allocations — the Request, with room for 16 messages, and one
 // string holding Model, User and CacheSalt — and a third past 16 messages, for Messages
-// (collected meanwhile in a pooled scratch slice). A refused body is scanned a second time
+// (collected meanwhile in a pooled scratch slice). Checking the fields passed on allocates
+// nothing (a number literal longer than 32 bytes excepted). A refused body is scanned a second time
 // to check its syntax. Message.AppendText and Request.AppendPrompt are O(len(body)) and
 // allocate only to grow the caller's buffer.
 //
