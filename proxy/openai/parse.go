@@ -7,7 +7,8 @@ import (
 )
 
 // Parse validates body as a request to ep and returns what usher reads of it. It refuses
-// what a backend might read differently (see the package documentation); every error is an
+// what a backend might read differently, and values of the fields it passes on that no
+// engine takes (see the package documentation); every error is an
 // *Error with Status 400, Type TypeInvalidRequest, a Code, and the offending field in
 // Param. An ep other than Chat or Completions is the caller's mistake: Status 500,
 // TypeServer.
