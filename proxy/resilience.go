@@ -222,6 +222,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			last = true
 		}
 		if last {
+			ex.attempts, ex.exhausted = attempt, retryable // for the log of an error handed on
 			if retryable {
 				h.exhausted.Add(1)
 			}
