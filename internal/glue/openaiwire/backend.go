@@ -267,11 +267,17 @@ func redactAddresses(s string, hosts []string) string {
 	if s == "" {
 		return s
 	}
+	s = redactPatterns(s)
 	for _, h := range hosts {
 		if len(h) >= minRedactHost {
 			s = strings.ReplaceAll(s, h, addressMark)
 		}
 	}
+	return s
+}
+
+// redactPatterns replaces the URLs and IP addresses in s by addressMark.
+func redactPatterns(s string) string {
 	var b strings.Builder
 	start, i := 0, 0
 	for i < len(s) {
