@@ -88,7 +88,7 @@ func (ex *exchange) backendError(resp *http.Response) {
 func (ex *exchange) logBackendError(status int, body []byte) {
 	detail := ""
 	if len(body) > 0 {
-		detail = "; the backend said " + strconv.Quote(clip(string(bytes.TrimSpace(body))))
+		detail = "; the backend said: " + clip(string(bytes.TrimSpace(body)))
 	}
 	retries := ""
 	if ex.exhausted {

@@ -152,8 +152,8 @@ func (t *sseTap) Read(p []byte) (int, error) {
 			continue
 		}
 		if t.upErr != nil {
-			if t.r < len(t.in) {
-				// The body ended inside an event: take what came as the last one.
+			if t.r < len(t.in) && errors.Is(t.upErr, io.EOF) {
+				// The body ended cleanly inside an event: take what came as the last one.
 				ev := append(t.in[t.r:], '\n', '\n')
 				t.r = len(t.in)
 				if t.handle(ev) {
@@ -161,6 +161,9 @@ func (t *sseTap) Read(p []byte) (int, error) {
 				}
 				continue
 			}
+			// A body that broke inside an event: the event is cut, and would only break the
+			// client's parse of the error events that end the stream.
+			t.r = len(t.in)
 			return 0, t.broken()
 		}
 		t.fill()
