@@ -394,8 +394,8 @@ func TestCountTokens(t *testing.T) {
 
 	// Bad input: Anthropic's errors naming the field.
 	for body, want := range map[string]string{
-		`{"model":"` + model + `"}`: `"type":"invalid_request_error","message":"\"messages\" is required"`,
-		`{"model":"nope","messages":[{"role":"user","content":"hi"}]}`: `"type":"not_found_error","message":"model: the model \"nope\" does not exist here"`,
+		`{"model":"` + model + `"}`:                                          `"type":"invalid_request_error","message":"\"messages\" is required"`,
+		`{"model":"nope","messages":[{"role":"user","content":"hi"}]}`:       `"type":"not_found_error","message":"model: the model \"nope\" does not exist here"`,
 		`{"model":"` + model + `","messages":[{"role":"user","content":5}]}`: `"type":"invalid_request_error"`,
 	} {
 		resp, err := http.Post(base+"/v1/messages/count_tokens", "application/json", strings.NewReader(body))
