@@ -347,8 +347,9 @@ type Options struct {
 // /v1/messages it parses and validates the body, keys the request to a flow, hashes its
 // prompt once, admits it through the queue, picks a backend, relays the answer (streamed or
 // whole) and closes the queue's Ticket and the router's Result exactly once with the usage
-// the backend reported. It also serves GET /v1/models, GET /health and GET /metrics;
-// everything else is a 404 in OpenAI's error format (see [Handler.ServeHTTP]).
+// the backend reported. It also serves GET /v1/models and /v1/models/{id}, Anthropic's POST
+// /v1/messages/count_tokens, GET /health and GET /metrics; everything else is a 404 in
+// OpenAI's error format (see [Handler.ServeHTTP]).
 //
 // The same pipeline is available as hooks for an httputil.ReverseProxy of your own: Rewrite,
 // ModifyResponse and ErrorHandler.

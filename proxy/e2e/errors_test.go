@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -455,6 +456,35 @@ func TestEmbeddingsEncodings(t *testing.T) {
 			if float32(want) != got {
 				t.Fatalf("vector %d[%d] = %v in base64, %v as floats", i, j, got, want)
 			}
+		}
+	}
+}
+
+// A backend's 502 handed on once the retries are spent gets a log line with the request id.
+func TestBackendErrorLogged(t *testing.T) {
+	failing := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprint(w, `{"error":{"message":"engine dead","type":"BadGatewayError","code":502}}`)
+	}
+	var log syncBuffer
+	opts := testOptions([]proxy.Backend{{URL: fakeBackend(t, failing).URL}, {URL: fakeBackend(t, failing).URL}})
+	opts.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	_, base := startHandler(t, opts)
+	resp, e := post(t, base+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
+	rid := resp.Header.Get(proxy.RequestIDHeader)
+	if resp.StatusCode != http.StatusBadGateway || e.Type != "server_error" || e.Message != "engine dead" || rid == "" {
+		t.Errorf("answer %d %+v id %q, want the backend's 502 as server_error with its message and an id", resp.StatusCode, e, rid)
+	}
+	line := ""
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "backend error handed on") {
+			line = l
+		}
+	}
+	for _, want := range []string{"request_id=" + rid + " ", "attempts=2, retries exhausted", "answered 502", "engine dead"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line %q, want it to hold %q", line, want)
 		}
 	}
 }
