@@ -156,6 +156,10 @@ func (t *sseTap) handleAPI(ev, data []byte) bool {
 		t.ex.mergeUsage(*c.Usage)
 	}
 	if c.Started && len(data) <= maxStartedEvent {
+		if t.startedp == nil {
+			t.startedp = tapBufs.Get().(*[]byte)
+			t.started = (*t.startedp)[:0]
+		}
 		t.started = append(t.started[:0], data...)
 	}
 	switch {

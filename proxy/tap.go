@@ -108,6 +108,7 @@ type sseTap struct {
 	started []byte
 
 	inp, outp *[]byte // the pooled buffers behind in and out (nil once released)
+	startedp  *[]byte // the pooled buffer behind started, once a Responses stream has one
 }
 
 // tapBufSize is the size of an sseTap's two buffers as they start: a stream's events are far
@@ -128,7 +129,7 @@ func newSSETap(ex *exchange, up io.ReadCloser) *sseTap {
 // release returns the tap's pooled buffers (a buffer that grew is a copy of its own, left
 // to the collector). After it the tap reads as ended; Close calls it.
 func (t *sseTap) release() {
-	for _, bp := range [2]**[]byte{&t.inp, &t.outp} {
+	for _, bp := range [3]**[]byte{&t.inp, &t.outp, &t.startedp} {
 		if *bp != nil {
 			tapBufs.Put(*bp)
 		}

@@ -1,7 +1,9 @@
 package openaiwire
 
 import (
+	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -199,6 +201,36 @@ func FuzzBackendError(f *testing.F) {
 			if strings.Contains(e.Message, "backend-7.svc") || strings.Contains(e.Param, "backend-7.svc") {
 				t.Fatalf("address handed on: %+v", *e)
 			}
+		}
+	})
+}
+
+// FuzzSequenceNumber compares SequenceNumber with a naive reference: the first
+// "sequence_number" key found by bytes.Index, its value read by strconv.
+func FuzzSequenceNumber(f *testing.F) {
+	f.Add([]byte(`{"type":"x","sequence_number":12}`))
+	f.Add([]byte(`{"q":"sequence_number","sequence_number": 7 ,"a":1}`))
+	f.Add([]byte(`{"sequence_number":1e3}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n, ok := SequenceNumber(data)
+		var want int64
+		wantOK := false
+		if i := bytes.Index(data, []byte(`"sequence_number"`)); i >= 0 {
+			v := bytes.TrimLeft(data[i+len(`"sequence_number"`):], " \t\r\n")
+			if len(v) > 0 && v[0] == ':' {
+				v = bytes.TrimLeft(v[1:], " \t\r\n")
+				j := 0
+				for j < len(v) && v[j] >= '0' && v[j] <= '9' {
+					j++
+				}
+				if x, err := strconv.ParseInt(string(v[:j]), 10, 64); err == nil && x <= maxSequence &&
+					(j == len(v) || (v[j] != '.' && v[j] != 'e' && v[j] != 'E')) {
+					want, wantOK = x, true
+				}
+			}
+		}
+		if n != want || ok != wantOK {
+			t.Fatalf("SequenceNumber(%q) = %d, %v; the reference says %d, %v", data, n, ok, want, wantOK)
 		}
 	})
 }
