@@ -174,7 +174,9 @@ func TestCountTokensAndBase64(t *testing.T) {
 		t.Errorf("count_tokens = %d, want %d (%v)", c.InputTokens, len(Tokenize(text)), err)
 	}
 
-	var floats struct{ Data []struct{ Embedding []float64 } }
+	var floats struct {
+		Data []struct{ Embedding []float64 }
+	}
 	decodeInto(t, post(t, base+"/v1/embeddings", map[string]any{"model": "", "input": "a b"}), &floats)
 	var b64 struct{ Data []struct{ Embedding string } }
 	decodeInto(t, post(t, base+"/v1/embeddings", map[string]any{"model": "", "input": "a b", "encoding_format": "base64"}), &b64)
