@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -124,9 +126,21 @@ func (ex *exchange) mergeUsage(u openaiwire.TokenUsage) {
 	ex.setUsage(u)
 }
 
-// handleAPI looks at one event of a Messages or Responses stream and reports whether the
-// client gets it (always: nothing is added to these streams upstream).
-func (t *sseTap) handleAPI(data []byte) bool {
+// handleAPI looks at one event (ev, its data) of a Messages or Responses stream and reports
+// whether the client gets it as it is. A Responses stream's events are numbered on
+// (sequence_number) and its response.created kept, so that a stream that breaks, or whose
+// backend reports an error event without response.failed, ends as OpenAI's do: the error
+// event, then response.failed. An error the backend writes as an OpenAI chunk
+// ({"error": ...}) is translated into the API's events.
+func (t *sseTap) handleAPI(ev, data []byte) bool {
+	responses := t.ex.ep == openai.Responses
+	if responses {
+		if n, ok := openaiwire.SequenceNumber(data); ok {
+			t.seq = max(t.seq, n+1)
+		} else {
+			t.seq++
+		}
+	}
 	if t.sawFirst && openaiwire.IsDeltaEvent(data) {
 		t.chunks++ // after the first token, text deltas need no parsing
 		return true
@@ -141,13 +155,68 @@ func (t *sseTap) handleAPI(data []byte) bool {
 	if c.Usage != nil {
 		t.ex.mergeUsage(*c.Usage)
 	}
-	if c.Error != "" {
+	if c.Started && len(data) <= maxStartedEvent {
+		if t.startedp == nil {
+			t.startedp = tapBufs.Get().(*[]byte)
+			t.started = (*t.startedp)[:0]
+		}
+		t.started = append(t.started[:0], data...)
+	}
+	switch {
+	case c.Error != "":
 		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"), routing.FailureServer)
-	} else if c.ResponseID != "" {
+		if responses && eventType(data) == "error" {
+			t.failAfter(ev, data)
+			t.last()
+			return false
+		}
+	case c.ResponseID != "":
 		t.ex.remember(c.ResponseID)
+	case !c.End && bytes.HasPrefix(data, []byte(`{"error"`)):
+		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"), routing.FailureServer)
+		t.streamError(data)
+		t.last()
+		return false
 	}
 	if c.End {
 		t.last()
 	}
 	return true
+}
+
+// maxStartedEvent bounds the response.created event a Responses stream's tap keeps.
+const maxStartedEvent = 256 << 10
+
+// failAfter hands on a Responses stream's error event (numbered if the backend did not
+// number it) and the response.failed that follows it in OpenAI's streams.
+func (t *sseTap) failAfter(ev, data []byte) {
+	t.ex.logBackendError(0, data)
+	e, seq, ok := openaiwire.ResponsesErrorEvent(data, t.ex.redactHosts()...)
+	if ok {
+		t.out = append(t.out, ev...)
+	} else {
+		t.out = openaiwire.AppendResponsesError(t.out, e, t.seq-1) // the number counted for it
+	}
+	t.seq = max(t.seq, seq+1)
+	t.out = openaiwire.AppendResponseFailed(t.out, e, t.seq, t.started, t.failedStub())
+	t.seq++
+}
+
+// failedStub is the response a response.failed names when the stream showed none.
+func (t *sseTap) failedStub() openaiwire.FailedResponse {
+	f := openaiwire.FailedResponse{ID: "resp_" + t.ex.rid, CreatedAt: t.ex.arrival.Unix()}
+	if t.ex.req != nil {
+		f.Model = t.ex.req.Model
+	}
+	return f
+}
+
+// eventType returns the "type" of an event's data ("" if it has none). It allocates; it
+// runs only on an error event.
+func eventType(data []byte) string {
+	var e struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(data, &e)
+	return e.Type
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,5 +65,32 @@ func TestTapsReadAPIs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkTapResponses relays a Responses stream of 64 deltas through the tap: the cost of
+// reading its events (sequence numbers included) per stream.
+func BenchmarkTapResponses(b *testing.B) {
+	var s strings.Builder
+	s.WriteString("event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_7\",\"object\":\"response\",\"status\":\"in_progress\",\"model\":\"m\",\"output\":[]}}\n\n")
+	for i := range 64 {
+		s.WriteString("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\" word\",\"sequence_number\":" + strconv.Itoa(i+1) + "}\n\n")
+	}
+	s.WriteString("event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":65,\"response\":{\"id\":\"resp_7\",\"usage\":{\"input_tokens\":40,\"input_tokens_details\":{\"cached_tokens\":32},\"output_tokens\":64}}}\n\n")
+	body := s.String()
+	h := &Handler{homes: homes.New(0)}
+	req := &openai.Request{API: openai.Responses, Stream: true}
+	buf := make([]byte, 32<<10)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		ex := &exchange{h: h, ctx: context.Background(), req: req, ep: openai.Responses, backend: "http://b1"}
+		t := newSSETap(ex, io.NopCloser(strings.NewReader(body)))
+		for {
+			if _, err := t.Read(buf); err != nil {
+				break
+			}
+		}
+		_ = t.Close()
 	}
 }

@@ -60,13 +60,27 @@
 // hashed, and go where the load is lowest. The session is the session header, else the
 // API's own field (Anthropic's metadata.user_id, the Responses API's conversation or
 // prompt_cache_key). Their streams are read in their own events (usage, cached tokens and
-// the first token; the last event stands for [DONE]) and relayed unchanged. A Responses
+// the first token; the last event stands for [DONE]) and relayed unchanged, but for how they
+// end in failure (see Errors). A Responses
 // request naming previous_response_id must reach the server that stored that response: the
 // Handler remembers, for the responses it relayed (Options.ResponseHomes of them, least
 // recently used forgotten first), which backend answered, per tenant, and pins a continuation there
 // (and its retries: no other backend could serve it); when that backend has left the fleet
 // it answers 404 naming previous_response_id. A continuation of a response it did not see
 // is routed like any other request, and the backend answers for it.
+//
+// GET /v1/models/{id} answers the model's object as GET /v1/models lists it (the backend's
+// own, vLLM's root and parent included; for a configured name OpenAI's id, object, created
+// and owned_by "usher" with vLLM's root and parent), or 404 model_not_found naming "model";
+// the id may hold '/' ("org/model"). Anthropic's POST /v1/messages/count_tokens is
+// validated as a Messages request's input (without max_tokens) and its model resolved, with
+// Anthropic's errors; it is then forwarded, byte for byte and without admission, to a backend
+// that serves the model and the endpoint (vLLM does), chosen by the router; a backend that
+// answers 404, 405 or 501 there is not asked again for a minute. Where no backend counts, the
+// count is the Tokenizer's (Prompt.Tokens, {"input_tokens": n}): exact with a Tokenizer that
+// renders and tokenizes a Messages prompt as the engine does (an in-process one such as the
+// simulator's), an estimate — four bytes of the rendered prompt per token — with
+// BytesTokenizer and with EndpointTokenizer, whose servers' /tokenize takes no Messages input.
 //
 // # Errors
 //
@@ -75,11 +89,41 @@
 // message naming the field) for a request to /v1/messages, mid-stream errors included: 400 with the field at fault, 404 for an unknown model or route, 405,
 // 408, 413, 415 for a Content-Encoding it cannot decode, 429 with Retry-After when the queue is full (or, with Options.EarlyShed, when the
 // estimated wait exceeds the TTL: at once, not after waiting it), 431, 499 when the client left, 502
-// and 504 when the backend failed before answering, 503 when no capacity came in time. An
-// error answer of the backend is passed through unchanged. A stream that breaks after it
-// began ends with an error event in the same format.
+// and 504 when the backend failed before answering, 503 when no capacity came in time. A
+// stream that breaks after it began ends with an error event in the same format.
 //
-// A message says what happened, never where or in Go's words: no backend address or port,
+// A backend's error answer (status 400 or more) is handed on in the endpoint's shape, not the
+// backend's: its first 64 KiB are read as OpenAI's or vLLM's {"error": {...}} (vLLM's
+// numeric code dropped), vLLM's and SGLang's older top-level error, Anthropic's, FastAPI's
+// "detail" (its loc as the param) or TGI's; the status (400–599) and message are kept, and the
+// param — for /v1/messages, whose errors have none, put before a message that does not name
+// it; the type is the API's own for the status: OpenAI's invalid_request_error (4xx),
+// rate_limit_error (429), service_unavailable (503), timeout_error (504), server_error (other
+// 5xx) — vLLM's "BadRequestError" and "InternalServerError" become the first and the last, an
+// OpenAI type the backend wrote is kept — or Anthropic's (400 invalid_request_error, 401
+// authentication_error, 402 billing_error, 403 permission_error, 404 not_found_error, 413
+// request_too_large, 429 rate_limit_error, 503 and 529 overloaded_error, 504 timeout_error,
+// other 5xx api_error). A body that is none of these (HTML, text, empty, compressed, cut)
+// gets a generic message for its status. Of the backend's headers only Retry-After,
+// Retry-After-Ms and the rate-limit headers go with it. The last attempt's answer is the one
+// handed on, also when retries are spent or no other backend is left (see Retry). Each such
+// answer, and each error a backend reports inside a stream, is logged with the request id,
+// the attempts and the start of the backend's body, at most one line per backend and status
+// every 10 s (the others counted in the next).
+//
+// Inside streams: a chat or completions chunk {"error": ...} is relayed with OpenAI's types;
+// on /v1/messages an error event stays Anthropic's "event: error", and an OpenAI-shaped
+// chunk becomes one. A Responses stream that fails ends as OpenAI's do: an "error" event
+// ({"type": "error", "code", "message", "param", "sequence_number"}) and then
+// "response.failed", whose response is the one the stream's response.created carried with
+// "status": "failed" and "error": {"code", "message"} (server_error, or rate_limit_exceeded);
+// their sequence_number goes on from the highest the backend sent (or the events counted).
+// The backend's own "error" event is followed by that response.failed. An event cut by the
+// break is not relayed.
+//
+// A message says what happened, never where or in Go's words: no backend address or port
+// (in a backend's message, each URL, IP address and name of the backend's host is replaced
+// by the word address in square brackets),
 // no system call or Go error text; values the client sent are echoed at most in part (128
 // bytes). Every request gets an id (RequestIDHeader, X-Request-Id) that its answer carries,
 // that the backend receives in place of any the client sent, and under which the log line of

@@ -58,6 +58,10 @@ type exchange struct {
 	rejected   *openai.Error
 	retryAfter time.Duration
 	cancelCap  context.CancelFunc // releases the whole-request cap
+	// attempts is the number of backends tried, exhausted whether the last failed in a way
+	// worth retrying with no retry left: set by the transport before it returns the answer.
+	attempts  int
+	exhausted bool
 	// targets are the request's latency targets (Options.SLO, trusted headers); the queue's
 	// Request.Value points here when any is set (sloTarget).
 	targets routing.Latency
@@ -551,10 +555,13 @@ func trimSlash(p string) string {
 // ModifyResponse is the httputil.ReverseProxy hook that watches the backend's answer to a
 // request Rewrite routed: it wraps the body in a tap that notes the first token and the
 // usage (streamed server-sent events or a whole JSON answer), drops the usage chunk the
-// client did not ask for, turns a stream that breaks into an OpenAI error event, and closes
+// client did not ask for, turns a stream that breaks into the API's error events, and closes
 // the queue's Ticket and the router's Result exactly once — when the body ends, fails, or is
-// closed early because the client went away. A backend's error answer is passed through
-// unchanged. Responses to requests Rewrite did not see are left alone. It never fails.
+// closed early because the client went away. A backend's error answer (status 400 or more)
+// is handed on in the shape of the request's API — its status, message and param kept, its
+// type one of that API's, no backend address in it, its Retry-After kept — and logged with
+// the request id; one to a request passed through without admission keeps its body.
+// Responses to requests Rewrite did not see are left alone. It never fails.
 func (h *Handler) ModifyResponse(resp *http.Response) error {
 	ex := exchangeOf(resp.Request.Context())
 	if ex == nil {
@@ -567,6 +574,9 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 	}
 	ex.bodyStarted()
 	switch {
+	case resp.StatusCode >= http.StatusBadRequest:
+		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), statusFailure(resp))
+		ex.backendError(resp) // backenderr.go
 	case resp.StatusCode != http.StatusOK:
 		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), statusFailure(resp))
 		resp.Body = &wholeTap{ex: ex, up: resp.Body}

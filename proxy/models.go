@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,7 @@ type catalog struct {
 	models map[string]modelInfo // every model a request may name; nil: any
 	served [][]string           // per member (Handler.members): the names it serves; nil: any
 	body   []byte               // GET /v1/models; nil: no list known yet
+	object map[string][]byte    // GET /v1/models/{id}: each model's object, as in body
 }
 
 // listed is one entry of a backend's model list.
@@ -130,31 +132,49 @@ func newCatalog(lists [][]listed, allowed []string, backends []Backend, members 
 		}
 		c.models[e.id] = mi
 	}
-	c.body = modelListBody(entries)
+	c.object = make(map[string][]byte, len(entries))
+	for _, e := range entries {
+		c.object[e.id] = modelObject(e)
+	}
+	c.body = modelListBody(entries, c.object)
 	return c
 }
 
-// modelListBody renders GET /v1/models: each model's object as the first backend that
-// listed it wrote it, or a minimal one for a configured name.
-func modelListBody(entries []listed) []byte {
+// catalogEpoch is the "created" of the model objects the Handler writes itself (for
+// configured names): when the process started.
+var catalogEpoch = time.Now().Unix()
+
+// modelObject is a model's object: as the first backend that listed it wrote it, or for a
+// configured name OpenAI's fields (id, object "model", created, owned_by "usher") and
+// vLLM's root and parent (the base model of an adapter, null otherwise).
+func modelObject(e listed) []byte {
+	if e.raw != nil {
+		return e.raw
+	}
+	var parent *string
+	if e.parent != "" && e.parent != e.id {
+		parent = &e.parent
+	}
+	raw, _ := json.Marshal(struct {
+		ID      string  `json:"id"`
+		Object  string  `json:"object"`
+		Created int64   `json:"created"`
+		OwnedBy string  `json:"owned_by"`
+		Root    string  `json:"root"`
+		Parent  *string `json:"parent"`
+	}{e.id, "model", catalogEpoch, "usher", e.id, parent})
+	return raw
+}
+
+// modelListBody renders GET /v1/models: the objects of entries, in their order.
+func modelListBody(entries []listed, objects map[string][]byte) []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"object":"list","data":[`)
 	for i, e := range entries {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		if e.raw != nil {
-			b.Write(e.raw)
-			continue
-		}
-		obj := struct {
-			ID      string `json:"id"`
-			Object  string `json:"object"`
-			OwnedBy string `json:"owned_by"`
-			Parent  string `json:"parent,omitempty"`
-		}{e.id, "model", "usher", e.parent}
-		raw, _ := json.Marshal(obj)
-		b.Write(raw)
+		b.Write(objects[e.id])
 	}
 	b.WriteString(`]}`)
 	return b.Bytes()
@@ -192,9 +212,10 @@ func (h *Handler) resolveModel(model string) (modelInfo, bool) {
 	return h.catalog.Load().resolve(model)
 }
 
-// serveModels answers GET /v1/models: the union of what the backends serve (or the
-// configured models).
-func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
+// listedCatalog returns the catalog once it lists models, asking the backends for theirs
+// (for at most 5 s) when none is known yet; it answers 503 itself and returns nil when none
+// could be.
+func (h *Handler) listedCatalog(w http.ResponseWriter, r *http.Request) *catalog {
 	c := h.catalog.Load()
 	if c.body == nil && h.discovering() {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -205,10 +226,39 @@ func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
 	if c.body == nil {
 		openaiwire.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable,
 			Code: "no_backend", Message: "no backend listed its models"})
+		return nil
+	}
+	return c
+}
+
+// serveModels answers GET /v1/models: the union of what the backends serve (or the
+// configured models).
+func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
+	if c := h.listedCatalog(w, r); c != nil {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(c.body)
+	}
+}
+
+// modelsPrefix is the path of a model's object, GET /v1/models/{id} (the id may hold '/').
+const modelsPrefix = "/v1/models/"
+
+// serveModel answers GET /v1/models/{id}: the model's object as GET /v1/models lists it, or
+// 404 in OpenAI's shape naming the model (model_not_found, as OpenAI answers).
+func (h *Handler) serveModel(w http.ResponseWriter, r *http.Request, id string) {
+	c := h.listedCatalog(w, r)
+	if c == nil {
+		return
+	}
+	obj, ok := c.object[id]
+	if !ok {
+		openaiwire.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Code: "model_not_found",
+			Param: "model", Message: fmt.Sprintf("the model %q does not exist here", clip(id))})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(c.body)
+	w.Header().Set("Content-Length", strconv.Itoa(len(obj)))
+	_, _ = w.Write(obj)
 }
 
 // discovering reports whether some backend's models are learnt from its GET /v1/models.

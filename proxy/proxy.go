@@ -30,6 +30,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
+	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
@@ -346,8 +347,9 @@ type Options struct {
 // /v1/messages it parses and validates the body, keys the request to a flow, hashes its
 // prompt once, admits it through the queue, picks a backend, relays the answer (streamed or
 // whole) and closes the queue's Ticket and the router's Result exactly once with the usage
-// the backend reported. It also serves GET /v1/models, GET /health and GET /metrics;
-// everything else is a 404 in OpenAI's error format (see [Handler.ServeHTTP]).
+// the backend reported. It also serves GET /v1/models and /v1/models/{id}, Anthropic's POST
+// /v1/messages/count_tokens, GET /health and GET /metrics; everything else is a 404 in
+// OpenAI's error format (see [Handler.ServeHTTP]).
 //
 // The same pipeline is available as hooks for an httputil.ReverseProxy of your own: Rewrite,
 // ModifyResponse and ErrorHandler.
@@ -372,6 +374,7 @@ type Handler struct {
 	kvFollowed atomic.Bool
 	limit      int // the default queue's MaxInFlight; 0 with Options.Queue
 	log        *slog.Logger
+	errLog     *lograte.Logger // backend errors handed on (backenderr.go)
 	ids        *requestIDs
 	limits     openai.ParseLimits
 	maxBody    int64
@@ -405,6 +408,8 @@ type Handler struct {
 	chains  sync.Pool   // *[]prefixcache.BlockHash
 
 	homes *homes.Store // Responses API: response id → the backend that stored it (apis.go)
+
+	countLacking countTokensLacking // backends without /v1/messages/count_tokens (counttokens.go)
 }
 
 // New assembles a Handler from opts. It starts nothing.
@@ -438,6 +443,7 @@ func New(opts Options) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.Default()
 	}
+	h.errLog = lograte.New(h.log, 10*time.Second)
 	h.timeouts, h.retry = opts.Timeouts.withDefaults(), opts.Retry.withDefaults()
 	h.budget = newBudget(h.retry)
 	h.reading.limit = opts.MaxBodyBytesReading
@@ -706,8 +712,9 @@ func (h *Handler) saturationLevel() float64 {
 
 // ServeHTTP serves the OpenAI API — POST /v1/chat/completions, /v1/completions,
 // /v1/responses and /v1/embeddings — and Anthropic's POST /v1/messages through the pipeline,
-// GET /v1/models, GET /health, GET /metrics; errors in each API's format (Anthropic's for
-// /v1/messages, OpenAI's otherwise).
+// GET /v1/models and /v1/models/{id}, Anthropic's POST /v1/messages/count_tokens, GET
+// /health, GET /metrics; errors in each API's format (Anthropic's for /v1/messages and its
+// count_tokens, OpenAI's otherwise).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = h.withRequestID(w, r)
 	path := r.URL.Path
@@ -737,13 +744,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		allow = http.MethodGet
+	case countTokensPath:
+		if r.Method == http.MethodPost {
+			h.serveCountTokens(w, r)
+			return
+		}
+		allow = http.MethodPost
 	default:
+		if id, ok := strings.CutPrefix(path, modelsPrefix); ok && id != "" {
+			if r.Method == http.MethodGet {
+				h.serveModel(w, r, id)
+				return
+			}
+			allow = http.MethodGet
+			break
+		}
 		openaiwire.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
 			Message: fmt.Sprintf("no route for %s %s", clip(r.Method), clip(path))})
 		return
 	}
 	w.Header().Set("Allow", allow)
 	ep, _ := openai.APIOf(path) // each API's errors in its own shape
+	if path == countTokensPath {
+		ep = openai.Messages
+	}
 	openaiwire.WriteErrorFor(w, ep, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
 		Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, path, allow)})
 }

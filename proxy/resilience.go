@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -84,8 +85,10 @@ func (t Timeouts) valid() bool {
 // Each failed attempt closes its routing.Result with the failure, which passive health
 // (outlier.Detector) hears at once. Retries are bounded by a budget, as in Envoy: over the
 // last BudgetWindow, retries may be at most BudgetRatio of the requests (and BudgetMin
-// always), so a sick fleet is not hit by a retry storm. Zero fields are the defaults. It is
-// plain data, read once by New; the budget itself is safe for concurrent use.
+// always), so a sick fleet is not hit by a retry storm. When the attempts or the budget are
+// spent, or no other backend is left, the last backend's error answer is handed on (in the
+// API's shape, its Retry-After kept; see Handler.ModifyResponse). Zero fields are the
+// defaults. It is plain data, read once by New; the budget itself is safe for concurrent use.
 type Retry struct {
 	// Attempts is the most tries per request, the first included. Zero: 3; 1: no retry.
 	Attempts int
@@ -222,6 +225,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			last = true
 		}
 		if last {
+			ex.attempts, ex.exhausted = attempt, retryable // for the log of an error handed on
 			if retryable {
 				h.exhausted.Add(1)
 			}
@@ -230,15 +234,21 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return resp, err
 		}
+		var kept []byte // the error answer's body, handed on if no other backend is left
 		if resp != nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			kept, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			err = errors.New("proxy: backend " + ex.backend + " answered " + resp.Status)
 		}
 		ex.abandonAttempt(err, failure)
 		if !ex.repick() {
-			// Nowhere else to go: answer as if this attempt had been the last (its error kept
-			// for the log).
+			// Nowhere else to go: answer as if this attempt had been the last — the backend's
+			// own answer (its status and Retry-After kept), or its error for the log.
+			ex.attempts, ex.exhausted = attempt, true
+			if resp != nil {
+				resp.Body = io.NopCloser(bytes.NewReader(kept))
+				return resp, nil
+			}
 			return nil, fmt.Errorf("%w; the last attempt: %w", errNoBackendLeft, err)
 		}
 		h.retried.Add(1)

@@ -101,8 +101,14 @@ type sseTap struct {
 	chunks   int  // chunks with text, for streams that report no usage
 	api      bool // a Messages or Responses stream: its own events, no [DONE] (apis.go)
 	data     []byte
+	// A Responses stream's next sequence_number (one past the highest the backend sent, or
+	// counted), and the data of its response.created (or in_progress) event, for the
+	// response.failed that ends it if it breaks.
+	seq     int64
+	started []byte
 
 	inp, outp *[]byte // the pooled buffers behind in and out (nil once released)
+	startedp  *[]byte // the pooled buffer behind started, once a Responses stream has one
 }
 
 // tapBufSize is the size of an sseTap's two buffers as they start: a stream's events are far
@@ -123,13 +129,13 @@ func newSSETap(ex *exchange, up io.ReadCloser) *sseTap {
 // release returns the tap's pooled buffers (a buffer that grew is a copy of its own, left
 // to the collector). After it the tap reads as ended; Close calls it.
 func (t *sseTap) release() {
-	for _, bp := range [2]**[]byte{&t.inp, &t.outp} {
+	for _, bp := range [3]**[]byte{&t.inp, &t.outp, &t.startedp} {
 		if *bp != nil {
 			tapBufs.Put(*bp)
 		}
 		*bp = nil
 	}
-	t.in, t.out, t.r, t.o, t.ended = nil, nil, 0, 0, true
+	t.in, t.out, t.r, t.o, t.ended, t.started = nil, nil, 0, 0, true, nil
 }
 
 func (t *sseTap) Read(p []byte) (int, error) {
@@ -147,8 +153,8 @@ func (t *sseTap) Read(p []byte) (int, error) {
 			continue
 		}
 		if t.upErr != nil {
-			if t.r < len(t.in) {
-				// The body ended inside an event: take what came as the last one.
+			if t.r < len(t.in) && errors.Is(t.upErr, io.EOF) {
+				// The body ended cleanly inside an event: take what came as the last one.
 				ev := append(t.in[t.r:], '\n', '\n')
 				t.r = len(t.in)
 				if t.handle(ev) {
@@ -156,6 +162,9 @@ func (t *sseTap) Read(p []byte) (int, error) {
 				}
 				continue
 			}
+			// A body that broke inside an event: the event is cut, and would only break the
+			// client's parse of the error events that end the stream.
+			t.r = len(t.in)
 			return 0, t.broken()
 		}
 		t.fill()
@@ -187,10 +196,9 @@ func (t *sseTap) fill() {
 	}
 }
 
-// process handles the complete events buffered in in, appending what the client gets to out.
-// It reports whether it produced output or ended the stream.
+// process handles the complete events buffered in in, appending what the client gets to out
+// (which Read emptied). It reports whether it produced output or ended the stream.
 func (t *sseTap) process() bool {
-	progressed := false
 	for !t.ended {
 		ev, ok := t.nextEvent()
 		if !ok {
@@ -198,10 +206,9 @@ func (t *sseTap) process() bool {
 		}
 		if t.handle(ev) {
 			t.out = append(t.out, ev...)
-			progressed = true
 		}
 	}
-	return progressed || t.ended
+	return len(t.out) > 0 || t.ended
 }
 
 // nextEvent cuts the next complete event (through the blank line that ends it) from in. A
@@ -223,7 +230,8 @@ func (t *sseTap) nextEvent() ([]byte, bool) {
 	return nil, false
 }
 
-// handle looks at one event and reports whether the client gets it.
+// handle looks at one event and reports whether the client gets it as it is; it may append
+// what the client gets instead to out itself.
 func (t *sseTap) handle(ev []byte) bool {
 	data := t.eventData(ev)
 	switch {
@@ -233,10 +241,11 @@ func (t *sseTap) handle(ev []byte) bool {
 		t.last()
 		return true
 	case t.api:
-		return t.handleAPI(data)
+		return t.handleAPI(ev, data)
 	case bytes.HasPrefix(data, []byte(`{"error"`)):
 		t.ex.setErr(errors.New("proxy: the backend reported an error in its stream"), routing.FailureServer)
-		return true
+		t.streamError(data) // in OpenAI's types (backenderr.go)
+		return false
 	}
 	if t.sawFirst && !openaiwire.ChunkHasUsage(data) {
 		// After the first token only the usage chunk needs parsing; count the rest.
@@ -293,8 +302,9 @@ func (t *sseTap) eventData(ev []byte) []byte {
 	return data
 }
 
-// broken ends a stream that stopped before [DONE]: an OpenAI error event for the client, then
-// a clean end — unless the client is gone, when the read error goes back to the proxy.
+// broken ends a stream that stopped before [DONE]: the API's error event for the client (for
+// Responses an error event and response.failed), then a clean end — unless the client is
+// gone, when the read error goes back to the proxy.
 func (t *sseTap) broken() error {
 	err := t.upErr
 	if errors.Is(err, io.EOF) {
@@ -315,7 +325,15 @@ func (t *sseTap) broken() error {
 			Message: fmt.Sprintf("the request ran past its %v cap; the stream was cut", t.ex.h.timeouts.Request)}
 	}
 	t.ex.logFailure(e.Message, err)
-	t.out = openaiwire.AppendEventFor(e, t.ex.ep, t.out[:0])
+	if t.ex.ep == openai.Responses {
+		// As OpenAI ends a failed stream: an error event, then response.failed with the
+		// response object, numbered on from the backend's events.
+		t.out = openaiwire.AppendResponsesError(t.out[:0], e, t.seq)
+		t.out = openaiwire.AppendResponseFailed(t.out, e, t.seq+1, t.started, t.failedStub())
+		t.seq += 2
+	} else {
+		t.out = openaiwire.AppendEventFor(e, t.ex.ep, t.out[:0])
+	}
 	t.end(err)
 	return nil
 }

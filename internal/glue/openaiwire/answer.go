@@ -133,7 +133,8 @@ func ParseAnswer(ep openai.API, body []byte) (Answer, error) {
 //     message_start's); "message_stop" ends the stream; "error" is an error (and the end).
 //   - Responses: a "response.*.delta" event with a non-empty delta is a token;
 //     "response.completed" and "response.incomplete" end the stream with
-//     response.usage and response.id; "response.failed" and "error" are errors.
+//     response.usage and response.id; "response.failed" and "error" are errors;
+//     "response.created" and "response.in_progress" are Started.
 //
 // Other events ("ping", "content_block_start", "response.created", ...) come back empty.
 // Usage is converted as ParseAnswer does. Safe for concurrent use; O(len(data)).
@@ -210,6 +211,8 @@ func parseResponsesEvent(data []byte) (StreamChunk, error) {
 	}
 	var c StreamChunk
 	switch t := e.Type; {
+	case t == "response.created" || t == "response.in_progress":
+		c.Started = true
 	case t == "response.completed" || t == "response.incomplete":
 		c.End = true
 		if e.Response != nil {
@@ -260,6 +263,7 @@ func IsDeltaEvent(data []byte) bool {
 const (
 	anthropicInvalid    = "invalid_request_error"
 	anthropicAuth       = "authentication_error"
+	anthropicBilling    = "billing_error"
 	anthropicPermission = "permission_error"
 	anthropicNotFound   = "not_found_error"
 	anthropicTooLarge   = "request_too_large"
@@ -274,6 +278,8 @@ func anthropicType(e *openai.Error) string {
 	switch s := e.Status; {
 	case s == http.StatusUnauthorized:
 		return anthropicAuth
+	case s == http.StatusPaymentRequired:
+		return anthropicBilling
 	case s == http.StatusForbidden:
 		return anthropicPermission
 	case s == http.StatusNotFound:
@@ -297,9 +303,10 @@ func anthropicType(e *openai.Error) string {
 //
 //	{"type":"error","error":{"type":"invalid_request_error","message":"..."}}
 //
-// with its type from the status — 401 authentication_error, 403 permission_error, 404
-// not_found_error, 413 request_too_large, 429 rate_limit_error, 503 and 529
-// overloaded_error, 504 timeout_error, another 5xx api_error, else invalid_request_error.
+// with its type from the status — 401 authentication_error, 402 billing_error, 403
+// permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error, 503
+// and 529 overloaded_error, 504 timeout_error, another 5xx api_error, else
+// invalid_request_error.
 // Param and Code have no place there; the messages usher writes name the field. For every
 // other endpoint it is AppendJSON. O(len(Message)+len(Param)+len(Type)+len(Code)).
 func AppendJSONFor(e *openai.Error, ep openai.API, dst []byte) []byte {

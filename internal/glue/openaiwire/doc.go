@@ -12,7 +12,10 @@
 // first token, its last event (those streams have no [DONE]) and, for Responses, the id of
 // the stored response. AppendJSONFor, AppendEventFor and WriteErrorFor write an error as the
 // endpoint's API does: Anthropic's {"type":"error","error":{"type","message"}} for
-// Messages, OpenAI's otherwise.
+// Messages, OpenAI's otherwise. BackendError reads a backend's error answer, whatever its
+// shape, into that one error (OpenAI's types, no addresses); AppendResponsesError and
+// AppendResponseFailed end a failed Responses stream as OpenAI does, numbered on from
+// SequenceNumber.
 //
 // # The body sent upstream
 //

@@ -46,6 +46,10 @@ type StreamChunk struct {
 	End bool
 	// ResponseID is the id of the stored response a Responses stream's last event names.
 	ResponseID string
+	// Started is true for a Responses stream's response.created and response.in_progress
+	// events, which carry the response object as it begins (AppendResponseFailed ends a
+	// broken stream with it).
+	Started bool
 }
 
 // IsEventStream reports whether a Content-Type header value names a server-sent event stream

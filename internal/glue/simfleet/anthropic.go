@@ -150,6 +150,14 @@ func anthropicError(w http.ResponseWriter, status int, typ, msg string) {
 
 func anthropicType(status int) string {
 	switch status {
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case 529:
+		return "overloaded_error"
 	case http.StatusNotFound:
 		return "not_found_error"
 	case http.StatusRequestEntityTooLarge:
@@ -249,4 +257,39 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		},
 		batch: ew.flush,
 	})
+}
+
+// countTokensRequest is what the simulated server reads of a count_tokens body: a Messages
+// request's input, without max_tokens.
+type countTokensRequest struct {
+	Model    string             `json:"model"`
+	Messages []anthropicMessage `json:"messages"`
+	System   json.RawMessage    `json:"system"`
+	Tools    json.RawMessage    `json:"tools"`
+}
+
+// handleCountTokens serves Anthropic's POST /v1/messages/count_tokens as vLLM does: the
+// number of tokens of the prompt the request renders to (generation prompt included), as
+// {"input_tokens": n}.
+func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	fail := func(status int, msg string) { anthropicError(w, status, anthropicType(status), msg) }
+	var c countTokensRequest
+	if !s.readBody(w, r, &c, fail) {
+		return
+	}
+	if !s.serves(c.Model) {
+		fail(http.StatusNotFound, fmt.Sprintf("model: %s", c.Model))
+		return
+	}
+	if len(c.Messages) == 0 {
+		fail(http.StatusBadRequest, "messages: must not be empty")
+		return
+	}
+	req := anthropicRequest{Model: c.Model, Messages: c.Messages, System: c.System, Tools: c.Tools}
+	text, err := req.render()
+	if err != nil {
+		fail(http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(Tokenize(text))})
 }

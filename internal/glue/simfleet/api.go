@@ -31,6 +31,27 @@ func writeError(w http.ResponseWriter, status int, typ, msg string) {
 	writeJSON(w, status, e)
 }
 
+// vllmErrorType is the "type" vLLM writes in an error body of a status: the name of the
+// exception class behind it.
+func vllmErrorType(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "NotFoundError"
+	case http.StatusMethodNotAllowed:
+		return "MethodNotAllowed"
+	case http.StatusRequestEntityTooLarge:
+		return "RequestEntityTooLarge"
+	case http.StatusNotImplemented:
+		return "NotImplementedError"
+	case http.StatusServiceUnavailable:
+		return "ServiceUnavailableError"
+	}
+	if status >= 500 {
+		return "InternalServerError"
+	}
+	return "BadRequestError"
+}
+
 func badRequest(w http.ResponseWriter, format string, args ...any) {
 	writeError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(format, args...))
 }

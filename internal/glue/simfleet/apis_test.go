@@ -158,3 +158,34 @@ func TestTokenizerRendersAPIs(t *testing.T) {
 		t.Errorf("RenderResponses = %q, %v; want %q", text, err, want)
 	}
 }
+
+// count_tokens counts the tokens the Messages request would render to; embeddings come as
+// floats or, asked for, as base64 of the same float32s; an unknown encoding is a 400.
+func TestCountTokensAndBase64(t *testing.T) {
+	base := startFleet(t, 1, nil).URLs()[0]
+	body := map[string]any{"model": "", "system": "be brief", "messages": []map[string]any{{"role": "user", "content": "hello there"}}}
+	var c struct {
+		InputTokens int `json:"input_tokens"`
+	}
+	decodeInto(t, post(t, base+"/v1/messages/count_tokens", body), &c)
+	raw, _ := json.Marshal(body)
+	text, err := RenderMessages(raw)
+	if err != nil || c.InputTokens != len(Tokenize(text)) || c.InputTokens == 0 {
+		t.Errorf("count_tokens = %d, want %d (%v)", c.InputTokens, len(Tokenize(text)), err)
+	}
+
+	var floats struct {
+		Data []struct{ Embedding []float64 }
+	}
+	decodeInto(t, post(t, base+"/v1/embeddings", map[string]any{"model": "", "input": "a b"}), &floats)
+	var b64 struct{ Data []struct{ Embedding string } }
+	decodeInto(t, post(t, base+"/v1/embeddings", map[string]any{"model": "", "input": "a b", "encoding_format": "base64"}), &b64)
+	if len(floats.Data) != 1 || len(b64.Data) != 1 || b64.Data[0].Embedding != base64Floats(floats.Data[0].Embedding) {
+		t.Errorf("base64 %v is not the floats %v encoded", b64.Data, floats.Data)
+	}
+	resp := post(t, base+"/v1/embeddings", map[string]any{"model": "", "input": "a", "encoding_format": "hex"})
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("encoding_format hex: %d, want 400", resp.StatusCode)
+	}
+}

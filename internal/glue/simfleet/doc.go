@@ -17,8 +17,14 @@
 //     with the cached prompt tokens in each API's usage (cache_read_input_tokens,
 //     input_tokens_details.cached_tokens). A stored response (store defaults to true) keeps
 //     its conversation, so previous_response_id continues it — from the prefix cache — on
-//     this server alone; another answers 404.
-//   - POST /v1/embeddings: a deterministic unit vector per input, and the usage.
+//     this server alone; another answers 404. POST /v1/messages/count_tokens answers
+//     {"input_tokens": n}, the tokens of the prompt the body renders to.
+//   - POST /v1/embeddings: a deterministic unit vector per input, as floats or (with
+//     encoding_format "base64", as the OpenAI SDKs for Node and Python ask by default) as
+//     base64 of little-endian float32s, and the usage.
+//   - Errors in vLLM's shape, {"error":{"message","type","param","code"}} with the exception's
+//     name as type ("BadRequestError", "NotFoundError", "InternalServerError") and the status
+//     as code; Anthropic's on /v1/messages.
 //   - GET /v1/models, GET /health.
 //   - GET /metrics with vLLM's metric names and labels (vllm:num_requests_running,
 //     vllm:num_requests_waiting, vllm:kv_cache_usage_perc, vllm:cache_config_info with

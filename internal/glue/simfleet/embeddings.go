@@ -1,6 +1,7 @@
 package simfleet
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -10,7 +11,8 @@ import (
 )
 
 // This file serves POST /v1/embeddings: a deterministic unit vector per input, from a hash of
-// its tokens, and the usage. It does not run the engine: an embedding costs no decode.
+// its tokens, as floats or (encoding_format "base64", which the OpenAI SDKs ask for by
+// default) as base64 of little-endian float32s, and the usage. It does not run the engine: an embedding costs no decode.
 
 // defaultDimensions is the length of a vector when the request does not ask for one.
 const defaultDimensions = 16
@@ -73,11 +75,22 @@ func embed(tokens []uint32, dims int) []float64 {
 	return v
 }
 
+// base64Floats encodes v as vLLM and OpenAI answer encoding_format "base64": the vector's
+// float32 values, little-endian, in standard base64.
+func base64Floats(v []float64) string {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(x)))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
 func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Model      string          `json:"model"`
-		Input      json.RawMessage `json:"input"`
-		Dimensions *int            `json:"dimensions"`
+		Model          string          `json:"model"`
+		Input          json.RawMessage `json:"input"`
+		Dimensions     *int            `json:"dimensions"`
+		EncodingFormat *string         `json:"encoding_format"`
 	}
 	if !s.decodeBody(w, r, &req) || !s.checkModel(w, req.Model) {
 		return
@@ -95,15 +108,30 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		}
 		dims = *req.Dimensions
 	}
+	asBase64 := false
+	if f := req.EncodingFormat; f != nil {
+		switch *f {
+		case "float":
+		case "base64":
+			asBase64 = true
+		default:
+			badRequest(w, "encoding_format must be \"float\" or \"base64\", got %q", *f)
+			return
+		}
+	}
 	type datum struct {
-		Object    string    `json:"object"`
-		Index     int       `json:"index"`
-		Embedding []float64 `json:"embedding"`
+		Object    string `json:"object"`
+		Index     int    `json:"index"`
+		Embedding any    `json:"embedding"`
 	}
 	data := make([]datum, len(inputs))
 	tokens := 0
 	for i, in := range inputs {
-		data[i] = datum{Object: "embedding", Index: i, Embedding: embed(in, dims)}
+		var v any = embed(in, dims)
+		if asBase64 {
+			v = base64Floats(embed(in, dims))
+		}
+		data[i] = datum{Object: "embedding", Index: i, Embedding: v}
 		tokens += len(in)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{

@@ -21,8 +21,9 @@ type Faults struct {
 	// ResetAfterBytes resets the connection (TCP RST) once this many bytes of the answer's
 	// body were sent: a stream breaks mid-answer. 0: never.
 	ResetAfterBytes int
-	// Status answers with this HTTP status and an OpenAI error body instead of serving (e.g.
-	// 502, 503). 0: serve.
+	// Status answers with this HTTP status and vLLM's error body instead of serving (e.g.
+	// 502, 503): {"error":{"message","type","param":null,"code":status}}, its type the
+	// exception vLLM names for the status (vllmErrorType). 0: serve.
 	Status int
 	// SlowWrite sleeps this long before each write of the answer: a server that crawls.
 	SlowWrite time.Duration
@@ -61,7 +62,7 @@ func (f Faults) Wrap(h http.Handler) http.Handler {
 			}
 		}
 		if f.Status != 0 {
-			writeError(w, f.Status, "InternalServerError", "simulated fault: answering "+http.StatusText(f.Status))
+			writeError(w, f.Status, vllmErrorType(f.Status), "simulated fault: answering "+http.StatusText(f.Status))
 			return
 		}
 		if f.ResetAfterBytes > 0 || f.SlowWrite > 0 {

@@ -204,7 +204,8 @@ func New(opts Options) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("/v1/completions", s.handleCompletions)
-	s.mux.HandleFunc("/v1/messages", s.handleMessages)   // anthropic.go
+	s.mux.HandleFunc("/v1/messages", s.handleMessages) // anthropic.go
+	s.mux.HandleFunc("/v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("/v1/responses", s.handleResponses) // responses.go
 	s.mux.HandleFunc("/v1/embeddings", s.handleEmbeddings)
 	s.mux.HandleFunc("/v1/models", s.handleModels)
