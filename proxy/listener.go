@@ -366,7 +366,7 @@ func isExpectationFailed(p []byte) bool {
 }
 
 // requestPath returns the path of the request line that head begins with ("" if it has
-// none yet): the target up to its query, without the scheme and host of an absolute target.
+// none yet, or names none): the target up to its query, without the scheme and host of an absolute target.
 func requestPath(head []byte) string {
 	head = bytes.TrimLeft(head, "\r\n")
 	_, target, ok := bytes.Cut(head, []byte(" "))
@@ -384,6 +384,9 @@ func requestPath(head []byte) string {
 			}
 			target = rest[i:]
 		}
+	}
+	if len(target) == 0 || target[0] != '/' {
+		return "" // the asterisk or authority form, or not a target
 	}
 	return string(target)
 }
