@@ -152,18 +152,29 @@ func (c *wireConn) sawLocked(b []byte) {
 		return
 	}
 	c.headLen += copy(c.head[c.headLen:], b)
-	for _, ch := range b {
-		switch {
-		case ch == '\n' && c.nl > 0:
-			c.state = headDone
-			return
-		case ch == '\n':
-			c.nl = 1
-		case ch == '\r' && c.nl == 1:
-			c.nl = 2
-		default:
-			c.nl = 0
+	for len(b) > 0 {
+		switch c.nl {
+		case 1: // after a line feed: an empty line ends the head
+			switch b[0] {
+			case '\n':
+				c.state = headDone
+				return
+			case '\r':
+				c.nl, b = 2, b[1:]
+				continue
+			}
+		case 2:
+			if b[0] == '\n' {
+				c.state = headDone
+				return
+			}
 		}
+		c.nl = 0
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return
+		}
+		c.nl, b = 1, b[i+1:]
 	}
 }
 
@@ -173,11 +184,13 @@ func (c *wireConn) stalledLocked() bool { return c.timeout && c.state == headOpe
 
 func (c *wireConn) Write(p []byte) (int, error) {
 	if len(p) > len("HTTP/1.x 100 ") && bytes.HasPrefix(p, []byte("HTTP/1.")) {
-		if out := c.refuse(p); out != nil {
-			if _, err := c.Conn.Write(out); err != nil {
-				return 0, err
+		if mayRefuse(p) {
+			if out := c.refuse(p); out != nil {
+				if _, err := c.Conn.Write(out); err != nil {
+					return 0, err
+				}
+				return len(p), nil
 			}
-			return len(p), nil
 		}
 		if p[len("HTTP/1.x ")] == '1' {
 			return c.Conn.Write(p) // an interim answer: the request goes on
@@ -213,6 +226,16 @@ func (c *wireConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// mayRefuse reports whether the answer p begins with has the status of one of net/http's
+// refusals: a cheap test before refusal's.
+func mayRefuse(p []byte) bool {
+	switch string(p[len("HTTP/1.x "):len("HTTP/1.x 100")]) {
+	case "400", "417", "431", "501", "505":
+		return true
+	}
+	return false
 }
 
 // errHeadTimeout is the answer to a request whose head did not arrive in time.

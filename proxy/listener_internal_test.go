@@ -259,3 +259,43 @@ func TestStalledHead(t *testing.T) {
 		})
 	}
 }
+
+// nopConn is a connection whose reads return a request and whose writes go nowhere.
+type nopConn struct {
+	net.Conn
+	req []byte
+}
+
+func (c nopConn) Read(p []byte) (int, error)  { return copy(p, c.req), nil }
+func (c nopConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// BenchmarkConn is what a wireConn adds to an exchange on a kept-alive connection: the read
+// of a request (its head and body in one read, as net/http's 4 KiB buffer takes them) and the
+// write of its answer's head, against the bare connection.
+func BenchmarkConn(b *testing.B) {
+	req := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nAuthorization: Bearer x\r\nContent-Length: 80\r\n\r\n" +
+		`{"model":"usher/demo","messages":[{"role":"user","content":"hello there"}]}`)
+	answer := []byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: 1x2y3z-42\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 300\r\n\r\n")
+	h, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	l := h.Listener(nil).(*wireListener)
+	for _, bc := range []struct {
+		name string
+		conn net.Conn
+	}{
+		{"bare", nopConn{req: req}},
+		{"wire", &wireConn{Conn: nopConn{req: req}, l: l}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			buf := make([]byte, 4096)
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = bc.conn.Read(buf)
+				_, _ = bc.conn.Write(answer)
+			}
+		})
+	}
+}
