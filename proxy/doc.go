@@ -125,15 +125,25 @@
 // (in a backend's message, each URL, IP address and name of the backend's host is replaced
 // by the word address in square brackets),
 // no system call or Go error text; values the client sent are echoed at most in part (128
-// bytes). Every request gets an id (RequestIDHeader, X-Request-Id) that its answer carries,
-// that the backend receives in place of any the client sent, and under which the log line of
-// a failure keeps the detail.
+// bytes). Every request gets an id (RequestIDHeader, X-Request-Id) that each of its answers
+// carries — the 100 Continue a client that sent Expect: 100-continue waits for (one, sent
+// when the Handler starts reading the body, never forwarded from the backend) and the final
+// answer alike — that the backend receives in place of any the client sent, and under which
+// the log line of a failure keeps the detail. On Anthropic's endpoints (/v1/messages and the
+// paths below it) the answers carry the same id in request-id too, where Anthropic's SDKs
+// read it.
 //
-// A few malformed requests never reach a handler: net/http answers them itself in plain text
-// and closes the connection — 431 for headers beyond the server's MaxHeaderBytes, 400 for a
-// malformed request line or header, a bad or repeated Content-Length or a missing Host, 501
-// for a Transfer-Encoding other than chunked, 505 for an unknown HTTP version. Serve from
-// Listener(ln) and these go out as OpenAI error JSON too (plain HTTP only; see Listener).
+// A few requests never reach a handler: net/http answers them itself in plain text (or not at
+// all) and closes the connection — 431 for headers beyond the server's MaxHeaderBytes, 400
+// for a malformed request line or header, a bad or repeated Content-Length or a missing Host,
+// 501 for a Transfer-Encoding other than chunked, 505 for an unknown HTTP version, 417 with
+// an empty body for an Expect other than 100-continue, and a 400 (or silence) when the
+// headers stop midway and the server's ReadHeaderTimeout passes. Serve from
+// [Handler.Listener] and each goes out as JSON with Content-Type application/json and an id
+// of the Handler's sequence, Anthropic's shape (and request-id) when the request line names
+// /v1/messages, and 408 for headers that stop midway; each is logged with its id,
+// rate-limited. On plain HTTP: on a TLS connection net/http's refusals are out of reach (see
+// [Handler.Listener]; terminate TLS in front, or accept them there as net/http writes them).
 //
 // # Faults
 //

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -199,36 +201,46 @@ func ExampleRegistry() {
 }
 
 // Listener turns the answers net/http gives malformed requests before any handler runs into
-// OpenAI error JSON: here a request without the Host header HTTP/1.1 requires.
-func ExampleListener() {
+// JSON errors with a request id, like the Handler's own: here a request without the Host
+// header HTTP/1.1 requires, and one to Anthropic's endpoint with an Expect header other than
+// 100-continue.
+func ExampleHandler_Listener() {
+	h, err := proxy.New(proxy.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer h.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.NotFoundHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(proxy.Listener(ln)) }()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(h.Listener(ln)) }()
 	defer srv.Close()
 
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		log.Fatal(err)
+	for _, raw := range []string{
+		"GET /v1/models HTTP/1.1\r\n\r\n",
+		"POST /v1/messages HTTP/1.1\r\nHost: x\r\nExpect: later\r\nContent-Length: 2\r\n\r\n{}",
+	} {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Fprint(conn, raw)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		conn.Close()
+		id := resp.Header.Get(proxy.RequestIDHeader)
+		fmt.Println(resp.StatusCode, resp.Header.Get("Content-Type"), id != "", resp.Header.Get("Request-Id") == id)
+		fmt.Print(string(body))
 	}
-	defer conn.Close()
-	fmt.Fprint(conn, "GET /v1/models HTTP/1.1\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Error struct{ Message, Type, Code string }
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(resp.StatusCode, resp.Header.Get("Content-Type"), body.Error.Code)
-	fmt.Println(body.Error.Message)
 	// Output:
-	// 400 application/json bad_request
-	// the HTTP request is malformed (missing required Host header)
+	// 400 application/json true false
+	// {"error":{"message":"the HTTP request is malformed (missing required Host header)","type":"invalid_request_error","param":null,"code":"bad_request"}}
+	// 417 application/json true true
+	// {"type":"error","error":{"type":"invalid_request_error","message":"the request's Expect header is not supported (only 100-continue is)"}}
 }

@@ -152,6 +152,9 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 	pr.Out = pr.Out.WithContext(ctx)
 	out := pr.Out
 	out.Header.Set(RequestIDHeader, ex.rid)
+	// The client's expectation is met here: a backend's 100 Continue would reach the client as
+	// a second one, and ReverseProxy clears the answer's headers (the id) after relaying it.
+	out.Header.Del("Expect")
 	ex.pointAt(out)
 	if ex.req != nil {
 		up := openaiwire.Upstream(ex.req)
@@ -568,9 +571,9 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 		return nil
 	}
 	if ex.ridSet { // the backend's echo of the id would repeat it
-		resp.Header.Del(RequestIDHeader)
+		delRequestID(resp.Header, anthropicPath(ex.path))
 	} else {
-		resp.Header.Set(RequestIDHeader, ex.rid)
+		setRequestID(resp.Header, ex.rid, anthropicPath(ex.path))
 	}
 	ex.bodyStarted()
 	switch {
@@ -619,7 +622,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 		oe = &openai.Error{Status: http.StatusBadGateway, Type: openai.TypeUpstream, Code: "upstream_error", Message: "the backend failed"}
 	case ex.rejected != nil:
 		if !ex.ridSet {
-			w.Header().Set(RequestIDHeader, ex.rid)
+			setRequestID(w.Header(), ex.rid, anthropicPath(ex.path))
 		}
 		oe = ex.rejected
 		if ex.retryAfter > 0 {
@@ -627,7 +630,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 		}
 	default:
 		if !ex.ridSet {
-			w.Header().Set(RequestIDHeader, ex.rid)
+			setRequestID(w.Header(), ex.rid, anthropicPath(ex.path))
 		}
 		ex.finish(err)
 		// The client hears what happened, never where or in Go's words (addresses, ports,

@@ -775,6 +775,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveCompletion relays a chat or completions request, bounding the body's read with the
 // connection's read deadline (lifted once the body is read, so the answer's stream is not cut).
 func (h *Handler) serveCompletion(w http.ResponseWriter, r *http.Request) {
+	r = withContinue(w, r) // one 100 Continue, with the id (Rewrite reads the body here)
 	rc := http.NewResponseController(w)
 	if rc.SetReadDeadline(time.Now().Add(h.timeouts.Body)) == nil && r.Body != nil {
 		// A copy: the server must keep seeing its own body, to decide about the connection.

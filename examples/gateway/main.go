@@ -208,7 +208,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		MaxHeaderBytes:    1 << 20,
 	}
 	serveDone := make(chan error, 1)
-	go func() { serveDone <- srv.Serve(proxy.Listener(ln)) }()
+	go func() { serveDone <- srv.Serve(h.Listener(ln)) }()
 
 	fmt.Fprintf(out, "usher gateway listening on %s (policy %s, router %s, tokenizer %s)\n", base, c.Policy, cmp.Or(c.Router.Name, c.Router.Extends), c.Tokenizer)
 	fmt.Fprintf(out, "try:\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Session-Id: demo-1' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n", base, model)

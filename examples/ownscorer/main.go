@@ -119,5 +119,5 @@ func serve(c gateway.Config, listen string) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    1 << 20,
 	}
-	return srv.Serve(proxy.Listener(ln))
+	return srv.Serve(h.Listener(ln))
 }

@@ -103,7 +103,7 @@ func run(ctx context.Context, ln net.Listener, backends []string) error {
 		<-ctx.Done()
 		_ = srv.Shutdown(context.Background())
 	}()
-	if err := srv.Serve(proxy.Listener(ln)); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(h.Listener(ln)); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

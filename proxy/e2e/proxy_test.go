@@ -110,7 +110,7 @@ func startHandler(t testing.TB, opts proxy.Options) (*proxy.Handler, string) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = h.Run(ctx) }()
 	srv := httptest.NewUnstartedServer(h)
-	srv.Listener = proxy.Listener(srv.Listener)
+	srv.Listener = h.Listener(srv.Listener)
 	srv.Start()
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
