@@ -171,7 +171,8 @@ func (s series) Collect(ch chan<- prometheus.Metric) {
 			s.kv.Set(st.Source.Backend, gatewaymetrics.KVStatus{
 				Connected: st.Connected, Batches: uint64(st.Batches), Lost: uint64(st.Lost),
 				Resets: uint64(st.Resets), Reconnects: uint64(st.Reconnects), Events: uint64(st.Events),
-				Stale: uint64(st.Stale), DecodeErrors: uint64(st.DecodeErrors), ApplyErrors: uint64(st.ApplyErrors),
+				Stale: uint64(st.Stale), Live: uint64(st.Live), ReplayOnly: uint64(st.ReplayOnly), Late: uint64(st.Late),
+				DecodeErrors: uint64(st.DecodeErrors), ApplyErrors: uint64(st.ApplyErrors),
 				LastBatch: st.LastBatch,
 			})
 		}
