@@ -23,7 +23,9 @@ import (
 
 // latePublisher forwards to a publisher made after the server that publishes through it: the
 // publisher connects to the feed's listening socket, bound only once the Handler runs.
-type latePublisher struct{ p atomic.Pointer[kvpub.Publisher] }
+type latePublisher struct {
+	p atomic.Pointer[kvpub.Publisher]
+}
 
 func (l *latePublisher) Publish(b any) (uint64, error) {
 	if p := l.p.Load(); p != nil {
