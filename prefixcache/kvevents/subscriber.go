@@ -171,9 +171,13 @@ type Options struct {
 	// endpoint may stay silent before the Subscriber asks the replay
 	// endpoint whether it missed anything (a PUB connection can lose its
 	// subscription or outlive its publisher without reporting an error).
-	// Missed batches are applied and the connection is replaced (in
-	// listen mode, where the publisher owns the connection, only
-	// counted). It also spaces the history checks that blocks continuing
+	// Batches published since are applied at once; if the connection then
+	// passes them, or stays silent for another ProbeInterval, they were
+	// missed: the probe is counted stale and, in connect mode, the
+	// connection replaced (in listen mode, where the publisher owns the
+	// connection, only counted). It is also the grace after which a batch
+	// a replay applied ahead of a silent connection counts as missed (see
+	// Stats.Live). It also spaces the history checks that blocks continuing
 	// blocks the index never saw bring (see the package doc's Failure
 	// handling; 1 s when probing is disabled). Default 1 s; negative
 	// disables probing.
@@ -207,7 +211,9 @@ type Stats struct {
 	Gaps int64
 	// Replays counts completed replay exchanges (gap recovery, the check
 	// made on connecting, idle probes); Replayed the batches they
-	// contributed; ReplayErrors the exchanges that failed.
+	// contributed (applied first from a replay, whether or not the live
+	// connection delivered them too: see Live); ReplayErrors the exchanges
+	// that failed.
 	Replays, Replayed, ReplayErrors int64
 	// Lost counts batches no replay recovered (there was no replay
 	// endpoint, or it failed). Batches before the first one seen from a
