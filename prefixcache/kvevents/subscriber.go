@@ -1007,8 +1007,10 @@ func (st *stream) recheck(ctx context.Context) {
 func (st *stream) reset() {
 	st.s.c.resets.Add(1)
 	st.resets.Add(1)
-	st.settle(false)
-	st.missed = seqRange{}
+	// The batches applied ahead of the live connection are cleared with the
+	// rest: counted neither live nor replay-only (a replay may apply them
+	// again, to be counted then).
+	st.ahead, st.missed = seqRange{}, seqRange{}
 	st.hasApplied, st.hasAnchor, st.liveOnConn = false, false, false
 	st.appliedPlus.Store(0)
 	for _, name := range append([]string{st.backend}, st.src.RankBackends...) {
