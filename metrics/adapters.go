@@ -88,7 +88,7 @@ func extractAdapters(r *Reading, fam *dto.MetricFamily, a *AdapterInfo, rankLabe
 		switch {
 		case i < 0:
 			newest = append(newest, best{rk, t, m, slots})
-		case t > newest[i].t:
+		case t > newest[i].t, t == newest[i].t && busier(m, slots, newest[i].m, newest[i].max, a):
 			newest[i] = best{rk, t, m, slots}
 		}
 	}
@@ -105,6 +105,45 @@ func extractAdapters(r *Reading, fam *dto.MetricFamily, a *AdapterInfo, rankLabe
 	r.RunningAdapters, r.WaitingAdapters = running, waiting
 	r.MaxAdapters = float64(min(slots, math.MaxInt32))
 	r.Found |= HasAdapters
+}
+
+// busier breaks a tie between two series stamped with the same time (a server that stamps
+// whole seconds wrote both within one): it reports whether x describes the busier state than
+// y — more adapters named (running and waiting), then more slots — and, between two states
+// alike in that, whether x's running, waiting and slot labels come first in lexical order. The
+// choice depends on the series' content only, never on the order the exposition lists them.
+//
+// Busier, because the two ways to be wrong do not cost the same: a router that counts an
+// adapter slot as taken when it was freed a moment ago sends a new adapter elsewhere or
+// waits a scrape; one that counts a taken slot as free sends a request whose adapter must
+// then wait for a slot. O(labels + names), no allocation.
+func busier(x *dto.Metric, xSlots int, y *dto.Metric, ySlots int, a *AdapterInfo) bool {
+	xr, xw := labelValue(x, a.Running), labelValue(x, a.Waiting)
+	yr, yw := labelValue(y, a.Running), labelValue(y, a.Waiting)
+	if nx, ny := countNames(xr)+countNames(xw), countNames(yr)+countNames(yw); nx != ny {
+		return nx > ny
+	}
+	if xSlots != ySlots {
+		return xSlots > ySlots
+	}
+	if xr != yr {
+		return xr < yr
+	}
+	if xw != yw {
+		return xw < yw
+	}
+	return labelValue(x, a.Max) < labelValue(y, a.Max)
+}
+
+// countNames counts the non-empty comma-separated names of list, up to maxAdapterNames.
+func countNames(list string) int {
+	n := 0
+	for name := range strings.SplitSeq(list, ",") {
+		if strings.TrimSpace(name) != "" && n < maxAdapterNames {
+			n++
+		}
+	}
+	return n
 }
 
 // appendNames appends the non-empty, trimmed, comma-separated names of list to dst, skipping

@@ -77,6 +77,41 @@ func TestParseLoRARequestsInfoCases(t *testing.T) {
 	}
 }
 
+// Two series stamped with the same time (a server that stamps whole seconds wrote both
+// within one): the state is chosen by content, the same whichever the exposition lists
+// first — the busier one (more adapters named, then more slots), then the lexically first
+// labels.
+func TestParseLoRARequestsInfoTies(t *testing.T) {
+	const head = "# TYPE vllm:lora_requests_info gauge\n"
+	series := func(max, running, waiting string) string {
+		return `vllm:lora_requests_info{max_lora="` + max + `",running_lora_adapters="` + running + `",waiting_lora_adapters="` + waiting + `"} 1.764424931e+09` + "\n"
+	}
+	tests := []struct {
+		name             string
+		x, y             string
+		running, waiting []string
+		slots            float64
+	}{
+		{"more adapters named", series("4", "a", ""), series("4", "a,b", "c"), []string{"a", "b"}, []string{"c"}, 4},
+		{"waiting ones count too", series("4", "a", "b"), series("4", "z", ""), []string{"a"}, []string{"b"}, 4},
+		{"as many: more slots", series("2", "a", ""), series("4", "b", ""), []string{"b"}, nil, 4},
+		{"alike: lexical order of running", series("4", "b", "c"), series("4", "a", "d"), []string{"a"}, []string{"d"}, 4},
+		{"alike: lexical order of waiting", series("4", "a", "d"), series("4", "a", "c"), []string{"a"}, []string{"c"}, 4},
+		{"alike: lexical order of max", series("4", "a", ""), series("04", "a", ""), []string{"a"}, nil, 4},
+	}
+	for _, tt := range tests {
+		for _, order := range [][2]string{{tt.x, tt.y}, {tt.y, tt.x}} {
+			r, err := mustParser(t, engineVLLM).Parse([]byte(head+order[0]+order[1]), ContentTypeText)
+			if err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+			if !r.Found.Has(HasAdapters) || !slices.Equal(r.RunningAdapters, tt.running) || !slices.Equal(r.WaitingAdapters, tt.waiting) || r.MaxAdapters != tt.slots {
+				t.Errorf("%s, listed %q first: running %q waiting %q slots %v, want %q %q %v", tt.name, order[0], r.RunningAdapters, r.WaitingAdapters, r.MaxAdapters, tt.running, tt.waiting, tt.slots)
+			}
+		}
+	}
+}
+
 func TestAdapterInfoValidate(t *testing.T) {
 	p := *engineVLLM
 	p.Adapters.Max = ""

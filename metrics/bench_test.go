@@ -18,15 +18,19 @@ func BenchmarkScrapeParse(b *testing.B) {
 	for _, bc := range []struct {
 		name, file, contentType string
 		whole                   bool
+		extra                   string // appended to the exposition
 	}{
-		{"text", "vllm.txt", ContentTypeText, false},
-		{"openmetrics", "vllm.om.txt", ContentTypeOpenMetrics, false},
+		{"text", "vllm.txt", ContentTypeText, false, ""},
+		{"openmetrics", "vllm.om.txt", ContentTypeOpenMetrics, false, ""},
 		// The same exposition handed to expfmt whole, without skipping the families
 		// the profile does not read: what the filter saves.
-		{"text-whole", "vllm.txt", ContentTypeText, true},
+		{"text-whole", "vllm.txt", ContentTypeText, true, ""},
+		// With LoRA's info gauge, stamped in whole seconds as a simulator stamps it: the
+		// newest two series tie and are told apart by content.
+		{"text-lora-ties", "vllm.txt", ContentTypeText, false, loraTies},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			body := vllmExposition(b, bc.file, load)
+			body := append(vllmExposition(b, bc.file, load), bc.extra...)
 			p := mustParser(b, engineVLLM)
 			r, err := p.Parse(body, bc.contentType)
 			if err != nil {
@@ -63,6 +67,16 @@ func BenchmarkScrapeParse(b *testing.B) {
 		})
 	}
 }
+
+// loraTies is vLLM's LoRA info gauge with four series, the newest two written in the same
+// second.
+const loraTies = `# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="",waiting_lora_adapters=""} 1.764424929e+09
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql-lora",waiting_lora_adapters=""} 1.76442493e+09
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql-lora,chat-lora",waiting_lora_adapters="tax-lora"} 1.764424931e+09
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="chat-lora",waiting_lora_adapters=""} 1.764424931e+09
+`
 
 // BenchmarkScrapeOnce scrapes vLLM-like loopback servers end to end (HTTP request, body,
 // parse, health probe, publish) and builds the router's view of them.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -194,4 +195,38 @@ func referenceHealth(h []probe, n int) routing.Health {
 		}
 	}
 	return routing.HealthUnknown
+}
+
+// FuzzLoRAOrder: two series of vLLM's LoRA info gauge, possibly stamped alike, read the same
+// whichever the exposition lists first (a tie is broken by content, not order).
+func FuzzLoRAOrder(f *testing.F) {
+	f.Add("a", "", uint8(4), "a,b", "c", uint8(4), true)
+	f.Add("b", "c", uint8(4), "a", "d", uint8(4), true)
+	f.Add("x", "", uint8(2), "y", "", uint8(8), true)
+	f.Add("a", "a", uint8(1), "a", "a", uint8(1), false)
+	clean := func(s string) string {
+		return string(slices.DeleteFunc([]byte(s), func(c byte) bool {
+			return !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == ',' || c == '-' || c == ' ')
+		}))
+	}
+	p := mustParser(f, engineVLLM)
+	f.Fuzz(func(t *testing.T, r1, w1 string, m1 uint8, r2, w2 string, m2 uint8, same bool) {
+		t2 := "1.764424931e+09"
+		if !same {
+			t2 = "1.764424932e+09"
+		}
+		x := `vllm:lora_requests_info{max_lora="` + strconv.Itoa(int(m1)) + `",running_lora_adapters="` + clean(r1) + `",waiting_lora_adapters="` + clean(w1) + `"} 1.764424931e+09` + "\n"
+		y := `vllm:lora_requests_info{max_lora="` + strconv.Itoa(int(m2)) + `",running_lora_adapters="` + clean(r2) + `",waiting_lora_adapters="` + clean(w2) + `"} ` + t2 + "\n"
+		const head = "# TYPE vllm:lora_requests_info gauge\n"
+		a, errA := p.Parse([]byte(head+x+y), ContentTypeText)
+		b, errB := p.Parse([]byte(head+y+x), ContentTypeText)
+		if (errA == nil) != (errB == nil) {
+			t.Fatalf("errors differ by order: %v, %v", errA, errB)
+		}
+		if a.Found.Has(HasAdapters) != b.Found.Has(HasAdapters) || !slices.Equal(a.RunningAdapters, b.RunningAdapters) ||
+			!slices.Equal(a.WaitingAdapters, b.WaitingAdapters) || a.MaxAdapters != b.MaxAdapters {
+			t.Fatalf("order matters:\n%s%s→ %q %q %v\n%s%s→ %q %q %v", x, y, a.RunningAdapters, a.WaitingAdapters, a.MaxAdapters,
+				y, x, b.RunningAdapters, b.WaitingAdapters, b.MaxAdapters)
+		}
+	})
 }

@@ -47,11 +47,15 @@
 // series the Handler records where things happen, every name prefixed usher_: admissions and
 // their waits by band and outcome, the queue by band, flows, picks and requests in flight per
 // backend and per role, passive health, the prefix index, disaggregated serving
-// (usher_pd_*) and latency targets (usher_slo_requests_total,
-// usher_latency_prediction_error_seconds). Every label value comes from a set fixed by
-// configuration (bands, admission outcomes, backends) plus "other", so the number of series is
-// bounded whatever the traffic. Extensions register their own (proxy/kvfeed's
-// usher_kvevents_*, replica's usher_replica_sync_*).
+// (usher_pd_*), latency targets (usher_slo_requests_total,
+// usher_latency_prediction_error_seconds) and the LoRA adapters each backend's metrics list
+// as running or waiting (usher_backend_lora_adapters{backend,adapter,state}: its configured
+// Adapters and then the names it reports, up to 32 a backend, the rest as adapter="other").
+// Every label value comes from a set fixed by configuration (bands, admission outcomes,
+// backends, adapters) plus "other", so the number of series is bounded whatever the traffic.
+// Extensions register their own (proxy/kvfeed's usher_kvevents_*, among them
+// usher_kvevents_delivered_batches_total{source,via="live"|"replay"}; replica's
+// usher_replica_sync_*).
 //
 // # Anthropic's Messages, OpenAI's Responses and embeddings
 //

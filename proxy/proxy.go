@@ -153,6 +153,20 @@ func members(backends []Backend) ([]member, error) {
 	return out, nil
 }
 
+// configuredAdapters maps each member's name to the adapters its Backend names (the first
+// label values of usher_backend_lora_adapters).
+func configuredAdapters(backends []Backend, ms []member) map[string][]string {
+	byURL := make(map[string][]string, len(backends))
+	for _, b := range backends {
+		byURL[b.URL] = b.Adapters
+	}
+	out := make(map[string][]string, len(ms))
+	for _, m := range ms {
+		out[m.name] = byURL[m.url]
+	}
+	return out
+}
+
 // offsetPort adds off to the port of a tcp:// endpoint ("" stays "").
 func offsetPort(endpoint string, off int) (string, error) {
 	if endpoint == "" || off == 0 {
@@ -367,6 +381,7 @@ type Handler struct {
 	keyer     FlowKeyer
 	transport http.RoundTripper
 	usher     *gatewaymetrics.Recorder
+	adapters  *gatewaymetrics.Adapters // the adapters each backend runs and queues
 	registry  *prometheus.Registry
 	scraper   *metrics.Scraper // nil without Backends
 	exts      []Extension
@@ -559,6 +574,9 @@ func New(opts Options) (*Handler, error) {
 	if h.usher, err = gatewaymetrics.New(gatewaymetrics.Options{Bands: bands, Backends: names}); err != nil {
 		return nil, err
 	}
+	if h.adapters, err = gatewaymetrics.NewAdapters(names, configuredAdapters(opts.Backends, h.members), nil); err != nil {
+		return nil, err
+	}
 	if len(opts.Backends) > 0 {
 		if h.pools, err = h.newPools(opts); err != nil {
 			return nil, err
@@ -589,7 +607,7 @@ func New(opts Options) (*Handler, error) {
 	// The Go runtime's and the process's series (go_*, process_*: goroutines, heap, RSS, open
 	// files), as every Go service exports them.
 	h.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h.registry.MustRegister(h.usher)
+	h.registry.MustRegister(h.usher, h.adapters)
 	if h.scraper != nil {
 		h.registry.MustRegister(h.scraper)
 	}
@@ -869,6 +887,11 @@ func (h *Handler) publishStates() {
 		h.log.Warn("router update", "err", err)
 	}
 	h.publishPools(h.states, time.Now())
+	for i := range h.states {
+		if st := &h.states[i]; st.Known.Has(routing.SignalAdapters) {
+			h.adapters.Set(st.Name, st.RunningAdapters, st.WaitingAdapters)
+		}
+	}
 	level := fleetSaturation(h.states, time.Now())
 	old := math.Float64frombits(h.saturation.Swap(math.Float64bits(level)))
 	first := !h.scraped.Swap(true)

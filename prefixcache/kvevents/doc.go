@@ -128,8 +128,10 @@
 //   - A dropped connection is redialled with exponential backoff from MinBackoff to
 //     MaxBackoff, reset once a connection delivers.
 //   - A connection silent for ProbeInterval is probed through the replay endpoint, since a PUB
-//     connection can lose its subscription or outlive its publisher without an error; missed
-//     batches are applied and the connection replaced.
+//     connection can lose its subscription or outlive its publisher without an error. Batches
+//     published since are applied at once, but only counted as missed (Stats.Stale, and in
+//     connect mode the connection replaced) once the connection proves it missed them: see
+//     Replays racing the live stream.
 //   - A malformed message or batch is counted and skipped (its sequence number consumed); an
 //     event the index rejects is counted; neither stops the stream. Options.OnError sees each
 //     error; Subscriber.Stats and Subscriber.Sources count them per source. Reports about
@@ -138,6 +140,35 @@
 //     ErrSilent, and again only after a batch and a new silence; so is a listening socket that
 //     receives nothing. Connected and silent usually means idle; never connected or never
 //     heard from usually means misconfigured.
+//
+// # Replays racing the live stream
+//
+// A publisher keeps a batch in its history the moment it publishes it and sends it a moment
+// later, so a replay can return batches the live connection is about to deliver. An idle
+// probe that fires just as an engine resumes after a pause is such a replay: it asks for
+// what happened since the last batch, and gets the batch already on its way. Counted as
+// missed, such batches made idle probes look stale — on a fleet of simulated servers
+// publishing into a listening socket, every stale probe examined had found batches that
+// arrived live a few milliseconds later, none that the live path lost — and in connect mode
+// replaced a working connection.
+//
+// So a batch a replay applies (any replay: an idle probe, a gap's recovery, the check on
+// connecting) is applied at once, keeping the index current, but counted neither as live nor
+// as replay-only until the live connection settles it. A connection delivers one publisher's
+// batches in order, so: when it delivers the batch, it is live (Stats.Live; the replay merely
+// came first); when it delivers a later batch first, the batches before it were missed
+// (Stats.ReplayOnly, and the probe that found them is stale); when it delivers nothing for a
+// further ProbeInterval, or ends, they count as missed too. The first two rules are exact.
+// The third is a grace of one ProbeInterval: in connect mode the silent connection is then
+// replaced, so nothing it held can still arrive; in listen mode the publisher's connection is
+// not the Subscriber's to replace, and a batch it delivers after the grace is counted in
+// Stats.Late, which stays 0 unless the live path stalls for longer than ProbeInterval. A
+// reset (a publisher restart) discards the batches still unsettled.
+//
+// Rejected: waiting a grace period before applying what a probe found (the index would lag
+// by the grace whenever the live path really lost batches); replaying only up to the last
+// batch seen live (the probe exists to find what was published after it); and applying the
+// probe's batches but dropping their count when they arrive live (a counter cannot go down).
 //
 // # Complexity
 //

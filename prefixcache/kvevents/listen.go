@@ -312,16 +312,15 @@ func (st *stream) listen(ctx context.Context) {
 				continue
 			default:
 			}
-			stale, ok := st.probeStale(ctx)
-			if !ok {
+			// Batches a replay applied a whole interval ago that the
+			// connection has not delivered since were missed (counted;
+			// the publisher owns the connection, so nothing is replaced).
+			st.settle(true)
+			if !st.probe(ctx) {
 				// The replay endpoint is gone, and so, probably, is the
 				// publisher: its next message is a new connection.
 				st.connected.Store(false)
 				continue
-			}
-			if stale {
-				st.s.c.stale.Add(1)
-				st.stale.Add(1)
 			}
 			timer.Reset(interval)
 		}

@@ -319,8 +319,8 @@ func TestListenRestartUnseen(t *testing.T) {
 		// A's 5 and 6 never arrive live; an idle probe replays them.
 		pubA.Drop(chainedBatch(6, 5))
 		pubA.Drop(chainedBatch(7, 6))
-		if stale, ok := st.probeStale(t.Context()); !stale || !ok {
-			t.Fatalf("probe: stale %v, ok %v", stale, ok)
+		if ok := st.probe(t.Context()); !ok || st.ahead != (seqRange{lo: 5, hi: 6, ok: true, probe: true}) {
+			t.Fatalf("probe: ok %v, ahead of the connection %+v; want 5..6 found by the probe", ok, st.ahead)
 		}
 		restart(t, st, 8)
 		for seq := uint64(5); seq < 8; seq++ { // 0..4 dropped; 5 and 6 look applied

@@ -171,9 +171,13 @@ type Options struct {
 	// endpoint may stay silent before the Subscriber asks the replay
 	// endpoint whether it missed anything (a PUB connection can lose its
 	// subscription or outlive its publisher without reporting an error).
-	// Missed batches are applied and the connection is replaced (in
-	// listen mode, where the publisher owns the connection, only
-	// counted). It also spaces the history checks that blocks continuing
+	// Batches published since are applied at once; if the connection then
+	// passes them, or stays silent for another ProbeInterval, they were
+	// missed: the probe is counted stale and, in connect mode, the
+	// connection replaced (in listen mode, where the publisher owns the
+	// connection, only counted). It is also the grace after which a batch
+	// a replay applied ahead of a silent connection counts as missed (see
+	// Stats.Live). It also spaces the history checks that blocks continuing
 	// blocks the index never saw bring (see the package doc's Failure
 	// handling; 1 s when probing is disabled). Default 1 s; negative
 	// disables probing.
@@ -207,7 +211,9 @@ type Stats struct {
 	Gaps int64
 	// Replays counts completed replay exchanges (gap recovery, the check
 	// made on connecting, idle probes); Replayed the batches they
-	// contributed; ReplayErrors the exchanges that failed.
+	// contributed (applied first from a replay, whether or not the live
+	// connection delivered them too: see Live); ReplayErrors the exchanges
+	// that failed.
 	Replays, Replayed, ReplayErrors int64
 	// Lost counts batches no replay recovered (there was no replay
 	// endpoint, or it failed). Batches before the first one seen from a
@@ -216,8 +222,23 @@ type Stats struct {
 	// Reconnects counts connections made after a source's first one.
 	Reconnects int64
 	// Stale counts idle probes that found batches their connection had
-	// not delivered (in connect mode the connection is then replaced).
+	// missed: batches the probe's replay applied that the connection then
+	// passed (it delivered a later one) or still had not delivered a
+	// ProbeInterval later (in connect mode the connection is then
+	// replaced). A probe whose batches the connection delivers after all
+	// (the probe raced the publisher) is not stale.
 	Stale int64
+	// Live and ReplayOnly split the batches (sequence numbers) of every
+	// source by how they arrived: Live those the live connection delivered,
+	// even if a replay racing the publisher had applied them moments
+	// before; ReplayOnly those only a replay delivered, because the
+	// connection missed them or they were published before it subscribed.
+	// A batch a replay applied ahead of the live connection counts in
+	// neither until the connection delivers it or passes it, or stays
+	// silent for a ProbeInterval, or ends. Late counts batches counted in
+	// ReplayOnly that the connection delivered afterwards, more than a
+	// ProbeInterval late (listen mode only; it should stay 0).
+	Live, ReplayOnly, Late int64
 	// Resets counts publisher restarts detected; each cleared the backend.
 	Resets int64
 	// DecodeErrors counts malformed messages (bad frames, topic or
@@ -234,8 +255,8 @@ type Stats struct {
 
 // SourceStatus describes one source as its goroutine last left it.
 //
-// Batches, Events, Lost, Resets, Reconnects, Stale, DecodeErrors and
-// ApplyErrors are this source's share of the Stats counters of the same
+// Batches, Events, Lost, Resets, Reconnects, Stale, Live, ReplayOnly,
+// Late, DecodeErrors and ApplyErrors are this source's share of the Stats counters of the same
 // names, counted since New at the same places: over all sources they add
 // up to Stats (up to the increments in flight while the two are read,
 // since both are read one counter at a time), except for decode errors
@@ -272,8 +293,11 @@ type SourceStatus struct {
 	// Reconnects counts connections to this source after its first one.
 	Reconnects int64
 	// Stale counts idle probes that found batches the connection had
-	// not delivered.
+	// missed (see Stats.Stale).
 	Stale int64
+	// Live, ReplayOnly and Late split this source's batches by how they
+	// arrived (see Stats.Live).
+	Live, ReplayOnly, Late int64
 	// DecodeErrors counts this source's malformed messages, ApplyErrors
 	// its events the index rejected.
 	DecodeErrors, ApplyErrors int64
@@ -282,7 +306,7 @@ type SourceStatus struct {
 type counters struct {
 	batches, events, unknown, gaps, replays, replayed, replayErrors, lost,
 	reconnects, stale, resets, decodeErrors, applyErrors, unregistered,
-	rejected, dropped atomic.Int64
+	rejected, dropped, live, replayOnly, late atomic.Int64
 }
 
 // Subscriber keeps a prefix index exact by applying the KV events of many
@@ -411,6 +435,7 @@ func (s *Subscriber) Stats() Stats {
 		Batches: c.batches.Load(), Events: c.events.Load(), Unknown: c.unknown.Load(),
 		Gaps: c.gaps.Load(), Replays: c.replays.Load(), Replayed: c.replayed.Load(),
 		ReplayErrors: c.replayErrors.Load(), Lost: c.lost.Load(), Reconnects: c.reconnects.Load(), Stale: c.stale.Load(),
+		Live: c.live.Load(), ReplayOnly: c.replayOnly.Load(), Late: c.late.Load(),
 		Resets: c.resets.Load(), DecodeErrors: c.decodeErrors.Load(),
 		ApplyErrors: c.applyErrors.Load(), Unregistered: c.unregistered.Load(),
 		Rejected: c.rejected.Load(), Dropped: c.dropped.Load(),
@@ -552,6 +577,14 @@ type stream struct {
 	// nextCheck is the earliest time of the next such check.
 	held      []error
 	nextCheck time.Time
+	// ahead holds the batches a replay applied that the live connection
+	// has neither delivered nor passed yet (see reconcile); probing is set
+	// while an idle probe's replay runs. missed is the last range counted
+	// replay-only on silence alone (listen mode), to tell if it arrives
+	// after all (Late).
+	ahead   seqRange
+	probing bool
+	missed  seqRange
 
 	// The silence warning: timer is nil when the source is not watched.
 	quiet silence
@@ -564,7 +597,8 @@ type stream struct {
 	lastBatch   atomic.Int64           // UnixNano; 0 before the first batch
 	// This source's share of the Subscriber's counters of the same
 	// names, incremented next to them.
-	batches, events, lost, resets, reconnects, stale, decodeErrors, applyErrors atomic.Int64
+	batches, events, lost, resets, reconnects, stale, decodeErrors, applyErrors,
+	liveN, replayOnly, late atomic.Int64
 
 	// Where events go, resolved from Source and the topic.
 	topic      string // last topic seen
@@ -626,6 +660,7 @@ func (st *stream) status() SourceStatus {
 		Source: st.src, Learnt: st.learnt, Backend: *st.backendName.Load(), Connected: st.connected.Load(),
 		Batches: st.batches.Load(), Events: st.events.Load(), Lost: st.lost.Load(), Resets: st.resets.Load(),
 		Reconnects: st.reconnects.Load(), Stale: st.stale.Load(),
+		Live: st.liveN.Load(), ReplayOnly: st.replayOnly.Load(), Late: st.late.Load(),
 		DecodeErrors: st.decodeErrors.Load(), ApplyErrors: st.applyErrors.Load(),
 	}
 	if a := st.appliedPlus.Load(); a != 0 {
@@ -830,6 +865,9 @@ func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool)
 		cancel()
 		sub.Close() // makes Recv return
 		wg.Wait()
+		// Nothing more can arrive on this connection: what a replay
+		// applied ahead of it was delivered by the replay alone.
+		st.settle(false)
 	}()
 
 	st.trustLive = false
@@ -867,29 +905,33 @@ func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool)
 				continue
 			default:
 			}
-			if stale, _ := st.probeStale(ctx); stale {
-				st.s.c.stale.Add(1)
-				st.stale.Add(1)
+			// Batches a replay applied a whole interval ago that the
+			// connection has not delivered since: it missed them, and
+			// may be broken; a new connection is checked by sync.
+			if st.settle(true) {
 				return delivered
 			}
+			st.probe(ctx)
 			timer.Reset(interval)
 		}
 	}
 }
 
-// probeStale runs on a connection that delivered nothing for a probe
+// probe runs on a connection that delivered nothing for a probe
 // interval: it asks the replay endpoint what happened since the last
-// applied batch. Batches the connection should have delivered are applied
-// from the replay, and stale reports them (in connect mode the connection
-// is then replaced); a restarted publisher is handled as in sync. ok is
-// false when the replay exchange failed.
-func (st *stream) probeStale(ctx context.Context) (stale, ok bool) {
+// applied batch. Batches published since are applied from the replay,
+// ahead of the live connection: whether the connection missed them or the
+// probe merely raced the publisher is settled by what the connection does
+// next (see reconcile). A restarted publisher is handled as in sync. It
+// reports false when the replay exchange failed.
+func (st *stream) probe(ctx context.Context) (ok bool) {
 	if st.backend == "" {
-		return false, true
+		return true
 	}
-	before, had := st.applied, st.hasApplied
+	st.probing = true
 	ok, _ = st.sync(ctx)
-	return st.hasApplied && (!had || st.applied != before), ok
+	st.probing = false
+	return ok
 }
 
 // sync brings the backend up to date through the replay endpoint, right
@@ -965,6 +1007,10 @@ func (st *stream) recheck(ctx context.Context) {
 func (st *stream) reset() {
 	st.s.c.resets.Add(1)
 	st.resets.Add(1)
+	// The batches applied ahead of the live connection are cleared with the
+	// rest: counted neither live nor replay-only (a replay may apply them
+	// again, to be counted then).
+	st.ahead, st.missed = seqRange{}, seqRange{}
 	st.hasApplied, st.hasAnchor, st.liveOnConn = false, false, false
 	st.appliedPlus.Store(0)
 	for _, name := range append([]string{st.backend}, st.src.RankBackends...) {
@@ -1004,6 +1050,7 @@ func (st *stream) live(ctx context.Context, frames [][]byte) {
 	}
 	st.liveOnConn, st.lastLive = true, seq
 	if st.hasApplied && seq <= st.applied {
+		st.reconcile(seq)
 		return // already applied from a replay
 	}
 	var next uint64
@@ -1019,6 +1066,9 @@ func (st *stream) live(ctx context.Context, frames [][]byte) {
 			// restarted and already passed our position shows here.
 			st.sync(ctx)
 			if st.hasApplied && seq <= st.applied {
+				// The replay applied seq itself (and maybe batches
+				// published after it).
+				st.reconcile(seq)
 				return
 			}
 			if st.hasApplied {
@@ -1029,6 +1079,8 @@ func (st *stream) live(ctx context.Context, frames [][]byte) {
 			st.addLost(seq - next)
 		}
 	}
+	st.reconcile(seq)
+	st.countLive()
 	st.apply(seq, frames[2], false)
 	if len(st.held) > 0 {
 		st.recheck(ctx)
@@ -1171,6 +1223,7 @@ func (st *stream) replay(ctx context.Context, want *mark) (ok, verified bool) {
 			st.addLost(seq - st.applied - 1)
 		}
 		st.apply(seq, fr[1], true)
+		st.aheadAdd(seq)
 	}
 }
 

@@ -85,6 +85,9 @@ func perSource(ss ...SourceStatus) Stats {
 		sum.Resets += st.Resets
 		sum.Reconnects += st.Reconnects
 		sum.Stale += st.Stale
+		sum.Live += st.Live
+		sum.ReplayOnly += st.ReplayOnly
+		sum.Late += st.Late
 		sum.DecodeErrors += st.DecodeErrors
 		sum.ApplyErrors += st.ApplyErrors
 	}
@@ -95,7 +98,7 @@ func perSource(ss ...SourceStatus) Stats {
 // source.
 func sharedCounters(s Stats) Stats {
 	return Stats{Batches: s.Batches, Events: s.Events, Lost: s.Lost, Resets: s.Resets, Reconnects: s.Reconnects,
-		Stale: s.Stale, DecodeErrors: s.DecodeErrors, ApplyErrors: s.ApplyErrors}
+		Stale: s.Stale, Live: s.Live, ReplayOnly: s.ReplayOnly, Late: s.Late, DecodeErrors: s.DecodeErrors, ApplyErrors: s.ApplyErrors}
 }
 
 func testSubscriber(t *testing.T, ix Applier, src Source) (*Subscriber, *stream) {
@@ -144,7 +147,9 @@ func TestStreamWithoutReplay(t *testing.T) {
 		}
 	}
 	got := s.Stats()
-	want := Stats{Batches: 6, Events: 6, Gaps: 1, Lost: 2, Resets: 2, DecodeErrors: 4, Unregistered: 1}
+	// Live counts the sequence numbers the connection delivered, the garbage
+	// payload's and the unregistered pod's included.
+	want := Stats{Batches: 6, Events: 6, Gaps: 1, Lost: 2, Resets: 2, DecodeErrors: 4, Unregistered: 1, Live: 8}
 	if got != want {
 		t.Errorf("Stats() = %+v\nwant       %+v", got, want)
 	}
@@ -213,9 +218,13 @@ func TestStreamReplay(t *testing.T) {
 			if stats.Resets != 1 || stats.Gaps != 1 || stats.Lost != 0 || stats.Replays != 5 || stats.Replayed != 19 {
 				t.Errorf("stats %+v: want 1 reset, 1 gap, 0 lost, 5 replays, 19 replayed", stats)
 			}
-			// Every batch came from a replay (live 4 and 7 arrived after their
-			// replay) and counts in the source's Batches.
-			if got, want := perSource(s.Sources()...), (Stats{Batches: 19, Events: 19, Resets: 1}); got != want || sharedCounters(stats) != want {
+			// Every batch came from a replay and counts in the source's
+			// Batches. Live 4 and 7 arrived after their replay: live, and the
+			// ones before them missed (0-3, 5, 6). 8, applied ahead of the
+			// connection when the restart was found, was cleared uncounted;
+			// the new process's 0-9 are still ahead of the live connection,
+			// neither live nor replay-only yet.
+			if got, want := perSource(s.Sources()...), (Stats{Batches: 19, Events: 19, Resets: 1, Live: 2, ReplayOnly: 6}); got != want || sharedCounters(stats) != want {
 				t.Errorf("Sources() counters %+v, Stats %+v; want %+v for both", got, sharedCounters(stats), want)
 			}
 		})
@@ -259,7 +268,7 @@ func TestSourceCounters(t *testing.T) {
 		b.live(ctx, frames("", seq, storedBatch(100+seq)))
 	}
 	ss := s.Sources()
-	for i, want := range []Stats{{Batches: 4, Events: 4, Lost: 2}, {Batches: 5, Events: 5, Resets: 1}} {
+	for i, want := range []Stats{{Batches: 4, Events: 4, Lost: 2, Live: 4}, {Batches: 5, Events: 5, Resets: 1, Live: 5}} {
 		if got := perSource(ss[i]); got != want {
 			t.Errorf("source %d: counters %+v, want %+v", i, got, want)
 		}

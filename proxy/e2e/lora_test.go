@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -99,4 +101,56 @@ func TestLoRAAdapters(t *testing.T) {
 		t.Errorf("subscriber stats = %+v, want no errors", st)
 	}
 	closedExactlyOnce(t, h)
+}
+
+// TestLoRAAdaptersGauge: the adapters a server runs, read from its vllm:lora_requests_info,
+// are on the gateway's /metrics while a request under one streams, labelled with the backend
+// and the adapter; the configured adapters of every backend are series from the start.
+func TestLoRAAdaptersGauge(t *testing.T) {
+	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{Servers: 2, Options: simfleet.Options{
+		LoRA: simfleet.LoRAOptions{Adapters: []string{"sql-lora", "chat-lora"}, MaxLoRAs: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fleet.Close() })
+	backends := backendsOf(fleet)
+	for i := range backends {
+		backends[i].Models, backends[i].Adapters = []string{model}, []string{"sql-lora", "chat-lora"}
+	}
+	_, base := startHandler(t, testOptions(backends))
+	scrape := func() string {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	series := func(backend, adapter, state string) string {
+		return `usher_backend_lora_adapters{adapter="` + adapter + `",backend="` + backend + `",state="` + state + `"}`
+	}
+	for _, u := range fleet.URLs() {
+		if got := scrape(); !strings.Contains(got, series(u, "sql-lora", "running")+" 0") {
+			t.Fatalf("before any request /metrics lacks %s 0", series(u, "sql-lora", "running"))
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := client(base)
+	stream := c.Chat.Completions.NewStreaming(ctx, oa.ChatCompletionNewParams{Model: "chat-lora", MaxTokens: oa.Int(2000),
+		Messages: []oa.ChatCompletionMessageParamUnion{oa.UserMessage("Write a long story.")}})
+	defer stream.Close()
+	if !stream.Next() {
+		t.Fatalf("no first chunk: %v", stream.Err())
+	}
+	eventually(t, "the running adapter on /metrics", func() bool {
+		got := scrape()
+		for _, u := range fleet.URLs() {
+			if strings.Contains(got, series(u, "chat-lora", "running")+" 1") {
+				return true
+			}
+		}
+		return false
+	})
 }

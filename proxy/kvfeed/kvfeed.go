@@ -17,7 +17,15 @@
 // A Backend's KVEvents endpoint is a publisher the server binds and the feed connects to; a
 // Backend's KVPod names a server that connects to Options.Listen instead. Problems are logged
 // once per kind, backend and interval, with a count, and exported as usher_kvevents_* series
-// on the Handler's registry.
+// on the Handler's registry, one label value per backend that publishes plus "other":
+// connected, batches, lost, resets, reconnects, events, stale probes, decode and apply errors,
+// the time of the last batch, and usher_kvevents_delivered_batches_total{via}, which splits the
+// batches into those the live connection delivered (via="live") and those only a replay did
+// (via="replay"; see kvevents.Stats.Live). On a healthy fleet nearly every batch is live; a
+// growing via="replay" share, or usher_kvevents_stale_probes_total, means the live path loses
+// batches and the index is kept exact by replays, later. usher_kvevents_late_batches_total
+// counts batches counted via="replay" that arrived live afterwards, more than a probe interval
+// late (it should stay 0).
 package kvfeed
 
 import (
@@ -171,7 +179,8 @@ func (s series) Collect(ch chan<- prometheus.Metric) {
 			s.kv.Set(st.Source.Backend, gatewaymetrics.KVStatus{
 				Connected: st.Connected, Batches: uint64(st.Batches), Lost: uint64(st.Lost),
 				Resets: uint64(st.Resets), Reconnects: uint64(st.Reconnects), Events: uint64(st.Events),
-				Stale: uint64(st.Stale), DecodeErrors: uint64(st.DecodeErrors), ApplyErrors: uint64(st.ApplyErrors),
+				Stale: uint64(st.Stale), Live: uint64(st.Live), ReplayOnly: uint64(st.ReplayOnly), Late: uint64(st.Late),
+				DecodeErrors: uint64(st.DecodeErrors), ApplyErrors: uint64(st.ApplyErrors),
 				LastBatch: st.LastBatch,
 			})
 		}

@@ -18,6 +18,8 @@ import (
 //	usher_kvevents_reconnects_total{source}                 counter
 //	usher_kvevents_events_total{source}                     counter
 //	usher_kvevents_stale_probes_total{source}               counter
+//	usher_kvevents_delivered_batches_total{source,via}      counter   via: live, replay
+//	usher_kvevents_late_batches_total{source}               counter
 //	usher_kvevents_decode_errors_total{source}              counter
 //	usher_kvevents_apply_errors_total{source}               counter
 //	usher_kvevents_last_batch_timestamp_seconds{source}     gauge
@@ -36,6 +38,8 @@ type KVEvents struct {
 	descRecon   *prometheus.Desc
 	descEvent   *prometheus.Desc
 	descStale   *prometheus.Desc
+	descDeliv   *prometheus.Desc
+	descLate    *prometheus.Desc
 	descDecode  *prometheus.Desc
 	descApply   *prometheus.Desc
 	descLastBat *prometheus.Desc
@@ -46,6 +50,7 @@ type kvSeries struct {
 	connected                            atomic.Bool
 	batches, lost, resets, reconnects    atomic.Uint64
 	events, stale, decodeErrs, applyErrs atomic.Uint64
+	live, replayOnly, late               atomic.Uint64
 	lastBatch                            atomic.Int64 // UnixNano; 0: never
 }
 
@@ -58,7 +63,10 @@ type KVStatus struct {
 	Resets     uint64 // publisher restarts detected, cumulative
 	Reconnects uint64 // connections after the first, cumulative
 	Events     uint64 // events applied, cumulative
-	Stale      uint64 // connections an idle probe found behind, cumulative
+	Stale      uint64 // idle probes that found batches the connection missed, cumulative
+	// Live and ReplayOnly count batches the live connection delivered and batches only a
+	// replay delivered; Late those counted replay-only that arrived live afterwards.
+	Live, ReplayOnly, Late uint64
 	// DecodeErrors and ApplyErrors count malformed messages and events the index refused.
 	DecodeErrors, ApplyErrors uint64
 	// LastBatch is when the source's last batch arrived; zero: never.
@@ -76,16 +84,20 @@ func NewKVEvents(sources []string, constLabels prometheus.Labels) (*KVEvents, er
 		return prometheus.NewDesc(name, help, []string{"source"}, constLabels)
 	}
 	k := &KVEvents{
-		index:       make(map[string]int, len(sources)),
-		labels:      append(slices.Clone(sources), OtherLabel),
-		kv:          make([]kvSeries, len(sources)+1),
-		descConn:    desc("usher_kvevents_connected", "1 if the KV-event subscriber is connected to the source, 0 if not."),
-		descBatch:   desc("usher_kvevents_batches_total", "KV-event batches applied from the source, live and replayed."),
-		descLost:    desc("usher_kvevents_lost_batches_total", "KV-event batches of the source that no replay recovered."),
-		descReset:   desc("usher_kvevents_resets_total", "Restarts of the source's publisher detected, each clearing its backend."),
-		descRecon:   desc("usher_kvevents_reconnects_total", "Connections to the source after the first."),
-		descEvent:   desc("usher_kvevents_events_total", "KV events applied from the source."),
-		descStale:   desc("usher_kvevents_stale_probes_total", "Connections to the source that an idle probe found had missed batches."),
+		index:     make(map[string]int, len(sources)),
+		labels:    append(slices.Clone(sources), OtherLabel),
+		kv:        make([]kvSeries, len(sources)+1),
+		descConn:  desc("usher_kvevents_connected", "1 if the KV-event subscriber is connected to the source, 0 if not."),
+		descBatch: desc("usher_kvevents_batches_total", "KV-event batches applied from the source, live and replayed."),
+		descLost:  desc("usher_kvevents_lost_batches_total", "KV-event batches of the source that no replay recovered."),
+		descReset: desc("usher_kvevents_resets_total", "Restarts of the source's publisher detected, each clearing its backend."),
+		descRecon: desc("usher_kvevents_reconnects_total", "Connections to the source after the first."),
+		descEvent: desc("usher_kvevents_events_total", "KV events applied from the source."),
+		descStale: desc("usher_kvevents_stale_probes_total", "Idle probes of the source that found batches its live connection had missed."),
+		descDeliv: prometheus.NewDesc("usher_kvevents_delivered_batches_total",
+			"KV-event batches of the source by how they arrived: via=live, the live connection delivered them (even just after a replay); via=replay, only a replay did.",
+			[]string{"source", "via"}, constLabels),
+		descLate:    desc("usher_kvevents_late_batches_total", "Batches of the source counted via=replay that the live connection delivered afterwards, more than a probe interval late."),
 		descDecode:  desc("usher_kvevents_decode_errors_total", "Malformed messages from the source."),
 		descApply:   desc("usher_kvevents_apply_errors_total", "Events of the source that the prefix index refused."),
 		descLastBat: desc("usher_kvevents_last_batch_timestamp_seconds", "Unix time of the source's last batch; 0 if none came."),
@@ -122,6 +134,9 @@ func (u *KVEvents) Set(source string, s KVStatus) {
 	storeMax(&k.reconnects, s.Reconnects)
 	storeMax(&k.events, s.Events)
 	storeMax(&k.stale, s.Stale)
+	storeMax(&k.live, s.Live)
+	storeMax(&k.replayOnly, s.ReplayOnly)
+	storeMax(&k.late, s.Late)
 	storeMax(&k.decodeErrs, s.DecodeErrors)
 	storeMax(&k.applyErrs, s.ApplyErrors)
 	if !s.LastBatch.IsZero() {
@@ -144,7 +159,7 @@ func storeMax(a *atomic.Uint64, v uint64) {
 // Describe implements prometheus.Collector.
 func (u *KVEvents) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{u.descConn, u.descBatch, u.descLost, u.descReset, u.descRecon,
-		u.descEvent, u.descStale, u.descDecode, u.descApply, u.descLastBat} {
+		u.descEvent, u.descStale, u.descDeliv, u.descLate, u.descDecode, u.descApply, u.descLastBat} {
 		ch <- d
 	}
 }
@@ -164,6 +179,9 @@ func (u *KVEvents) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(u.descRecon, prometheus.CounterValue, float64(k.reconnects.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descEvent, prometheus.CounterValue, float64(k.events.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descStale, prometheus.CounterValue, float64(k.stale.Load()), l)
+		ch <- prometheus.MustNewConstMetric(u.descDeliv, prometheus.CounterValue, float64(k.live.Load()), l, "live")
+		ch <- prometheus.MustNewConstMetric(u.descDeliv, prometheus.CounterValue, float64(k.replayOnly.Load()), l, "replay")
+		ch <- prometheus.MustNewConstMetric(u.descLate, prometheus.CounterValue, float64(k.late.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descDecode, prometheus.CounterValue, float64(k.decodeErrs.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descApply, prometheus.CounterValue, float64(k.applyErrs.Load()), l)
 		ch <- prometheus.MustNewConstMetric(u.descLastBat, prometheus.GaugeValue, float64(k.lastBatch.Load())/1e9, l)

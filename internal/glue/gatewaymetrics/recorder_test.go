@@ -419,17 +419,23 @@ func TestUsherAllocs(t *testing.T) {
 	}
 }
 
-// The rest of a source's state: events, stale probes, errors, the time of its last batch.
+// The rest of a source's state: events, stale probes, batches live and by replay, errors, the
+// time of its last batch.
 func TestUsherKVSourceDetails(t *testing.T) {
 	u := mustKV(t, []string{"pod-a"})
 	last := time.Unix(1_700_000_000, 500_000_000)
-	u.Set("pod-a", KVStatus{Events: 40, Stale: 2, DecodeErrors: 1, ApplyErrors: 3, LastBatch: last})
-	u.Set("pod-a", KVStatus{Events: 10, LastBatch: last.Add(-time.Hour)}) // lower: kept
+	u.Set("pod-a", KVStatus{Events: 40, Stale: 2, Live: 1500, ReplayOnly: 4, Late: 1, DecodeErrors: 1, ApplyErrors: 3, LastBatch: last})
+	u.Set("pod-a", KVStatus{Events: 10, Live: 9, LastBatch: last.Add(-time.Hour)}) // lower: kept
 	got := promtest.Text(t, u, "usher_kvevents_events_total", "usher_kvevents_stale_probes_total",
+		"usher_kvevents_delivered_batches_total", "usher_kvevents_late_batches_total",
 		"usher_kvevents_decode_errors_total", "usher_kvevents_apply_errors_total", "usher_kvevents_last_batch_timestamp_seconds")
 	for _, want := range []string{
 		`usher_kvevents_events_total{source="pod-a"} 40`,
 		`usher_kvevents_stale_probes_total{source="pod-a"} 2`,
+		`usher_kvevents_delivered_batches_total{source="pod-a",via="live"} 1500`,
+		`usher_kvevents_delivered_batches_total{source="pod-a",via="replay"} 4`,
+		`usher_kvevents_delivered_batches_total{source="other",via="replay"} 0`,
+		`usher_kvevents_late_batches_total{source="pod-a"} 1`,
 		`usher_kvevents_decode_errors_total{source="pod-a"} 1`,
 		`usher_kvevents_apply_errors_total{source="pod-a"} 3`,
 		`usher_kvevents_last_batch_timestamp_seconds{source="pod-a"} 1.7000000005e+09`,
