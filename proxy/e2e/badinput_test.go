@@ -128,7 +128,7 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestHTTPRefusals sends what net/http refuses before any handler runs, and more that only
-// the Handler sees, through proxy.Listener: every answer is OpenAI error JSON, and what the
+// the Handler sees, through Handler.Listener: every answer is OpenAI error JSON, and what the
 // client sent is echoed at most in part.
 func TestHTTPRefusals(t *testing.T) {
 	fleet := startFleet(t, 1)
