@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"compress/gzip"
 	"compress/zlib"
 	"fmt"
@@ -53,8 +54,9 @@ func unsupportedEncoding(msg string) *openai.Error {
 
 // newDecoder returns a reader of what r holds, encoded with coding ("gzip" or "deflate").
 // Opening reads the header of the stream, so it fails at once on a body that is not of
-// that coding.
-func newDecoder(coding string, r io.Reader) (io.ReadCloser, error) {
+// that coding. r is a *bufio.Reader so that the decoder reads through it rather than a
+// buffer of its own: what follows the encoded data stays in r, to be found.
+func newDecoder(coding string, r *bufio.Reader) (io.ReadCloser, error) {
 	if coding == "gzip" {
 		return gzip.NewReader(r)
 	}

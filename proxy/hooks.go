@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -405,9 +406,11 @@ func (ex *exchange) readBody(in *http.Request) ([]byte, *openai.Error) {
 		// Read in steps, taking room in the budget before each step that grows the buffer.
 		raw = &countingReader{r: io.LimitReader(in.Body, limit+1)}
 		var r io.Reader = raw
+		var encoded *bufio.Reader // what the decoder reads: buffered here, so that what it leaves is seen
 		if coding != "" {
+			encoded = bufio.NewReader(raw)
 			var dec io.ReadCloser
-			if dec, err = newDecoder(coding, raw); err != nil {
+			if dec, err = newDecoder(coding, encoded); err != nil {
 				return nil, ex.decodeError(in, raw, coding, err, tooBig)
 			}
 			defer dec.Close()
@@ -428,6 +431,14 @@ func (ex *exchange) readBody(in *http.Request) ([]byte, *openai.Error) {
 		}
 		if errors.Is(err, io.EOF) {
 			err = nil
+		}
+		if err == nil && coding != "" && int64(buf.Len()) <= limit {
+			// The encoded data has ended: so must the body. A zlib reader stops at its
+			// checksum; reading on to the end also lets the server lift its read deadline.
+			var after int64
+			if after, err = io.Copy(io.Discard, io.LimitReader(encoded, 1)); err == nil && after > 0 {
+				return nil, badEncoding(coding)
+			}
 		}
 	}
 	switch {

@@ -197,6 +197,19 @@ func gzipped(t *testing.T, b []byte) []byte {
 	return out.Bytes()
 }
 
+func deflated(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	zw := zlib.NewWriter(&out)
+	if _, err := zw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
 // TestContentEncoding sends bodies with a Content-Encoding: the OpenAI SDK's chat request
 // gzipped (and deflated) reaches the server decoded and without the header; a gzip bomb is
 // refused with 413 once its decoded bytes pass the limit; codings the gateway cannot decode
@@ -216,15 +229,11 @@ func TestContentEncoding(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			var out bytes.Buffer
+			enc := deflated(t, body)
 			if coding == "gzip" {
-				out.Write(gzipped(t, body))
-			} else {
-				zw := zlib.NewWriter(&out)
-				_, _ = zw.Write(body)
-				_ = zw.Close()
+				enc = gzipped(t, body)
 			}
-			req.Body, req.ContentLength = io.NopCloser(&out), int64(out.Len())
+			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(enc)), int64(len(enc))
 			req.GetBody = nil
 			req.Header.Set("Content-Encoding", coding)
 			return next(req)
@@ -273,6 +282,8 @@ func TestContentEncoding(t *testing.T) {
 		{"gzip on a plain body", "/v1/chat/completions", "gzip", plain, 400, "invalid_content_encoding"},
 		{"a cut gzip body", "/v1/chat/completions", "gzip", truncated, 400, "invalid_content_encoding"},
 		{"deflate on a gzip body", "/v1/chat/completions", "deflate", gzipped(t, plain), 400, "invalid_content_encoding"},
+		{"data after a deflate stream", "/v1/chat/completions", "deflate", append(deflated(t, plain), "{}"...), 400, "invalid_content_encoding"},
+		{"data after a gzip stream", "/v1/chat/completions", "gzip", append(gzipped(t, plain), "{}"...), 400, "invalid_content_encoding"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
