@@ -158,12 +158,13 @@
 // batches in order, so: when it delivers the batch, it is live (Stats.Live; the replay merely
 // came first); when it delivers a later batch first, the batches before it were missed
 // (Stats.ReplayOnly, and the probe that found them is stale); when it delivers nothing for a
-// further ProbeInterval, or ends, they count as missed too. The first two rules are exact.
-// The third is a grace of one ProbeInterval: in connect mode the silent connection is then
-// replaced, so nothing it held can still arrive; in listen mode the publisher's connection is
-// not the Subscriber's to replace, and a batch it delivers after the grace is counted in
-// Stats.Late, which stays 0 unless the live path stalls for longer than ProbeInterval. A
-// reset (a publisher restart) discards the batches still unsettled.
+// grace (ProbeInterval, and at least a second) after the replay, as the next idle probe finds,
+// or ends, they count as missed too. The first two rules are exact. The third is a grace: in
+// connect mode the silent connection is then replaced, so nothing it held can still arrive;
+// in listen mode the publisher's connection is not the Subscriber's to replace, and a batch
+// it delivers after the grace is counted in Stats.Late, which stays 0 unless the live path
+// stalls for longer than the grace. A reset (a publisher restart) discards the batches still
+// unsettled.
 //
 // Rejected: waiting a grace period before applying what a probe found (the index would lag
 // by the grace whenever the live path really lost batches); replaying only up to the last

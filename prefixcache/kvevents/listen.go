@@ -312,10 +312,10 @@ func (st *stream) listen(ctx context.Context) {
 				continue
 			default:
 			}
-			// Batches a replay applied a whole interval ago that the
+			// Batches a replay applied longer ago than the grace that the
 			// connection has not delivered since were missed (counted;
 			// the publisher owns the connection, so nothing is replaced).
-			st.settle(true)
+			st.settleSilent(time.Now())
 			if !st.probe(ctx) {
 				// The replay endpoint is gone, and so, probably, is the
 				// publisher: its next message is a new connection.

@@ -1,5 +1,7 @@
 package kvevents
 
+import "time"
+
 // Reconciling replays with the live stream.
 //
 // A replay exchange reads the publisher's history, which holds a batch as soon as it is
@@ -12,13 +14,19 @@ package kvevents
 //
 //   - it delivers the batch: live;
 //   - it delivers a later batch first: the batches before it were missed, replay-only;
-//   - it stays silent for a whole ProbeInterval after the replay (the next probe finds the
-//     batches still ahead): missed, replay-only; or it ends: replay-only.
+//   - it stays silent for the grace after the replay (a probe finds the batches still ahead
+//     at least a ProbeInterval, and at least minGrace, later): missed, replay-only; or it
+//     ends: replay-only.
 //
 // An idle probe whose batches are settled as missed is a stale probe. The first two rules
-// are exact; the third is a grace of one ProbeInterval, which in connect mode cannot be wrong
-// (the silent connection is replaced, so nothing it held can arrive) and in listen mode
-// counts a batch the connection delivers more than a ProbeInterval late as Late.
+// are exact; the third is a grace, which in connect mode cannot be wrong (the silent
+// connection is replaced, so nothing it held can arrive) and in listen mode counts a batch
+// the connection delivers later than the grace as Late.
+
+// minGrace is the least time a batch applied ahead of a silent live connection is given to
+// arrive live before it counts as missed, whatever the ProbeInterval: a loaded gateway's
+// live path can take more than a short probe interval to deliver.
+const minGrace = time.Second
 
 // seqRange is a run of sequence numbers lo..hi; ok is false when it is empty.
 type seqRange struct {
@@ -27,6 +35,8 @@ type seqRange struct {
 	// probe: an idle probe's replay found some of the run (so settling
 	// any of it as missed makes the probe stale).
 	probe bool
+	// since is when a replay applied the run's first batch.
+	since time.Time
 }
 
 func (r seqRange) has(seq uint64) bool { return r.ok && r.lo <= seq && seq <= r.hi }
@@ -40,7 +50,7 @@ func (st *stream) aheadAdd(seq uint64) {
 		st.settle(false)
 	}
 	if !a.ok {
-		*a = seqRange{lo: seq, hi: seq, ok: true}
+		*a = seqRange{lo: seq, hi: seq, ok: true, since: time.Now()}
 	}
 	a.hi = seq
 	a.probe = a.probe || st.probing
@@ -78,6 +88,16 @@ func (st *stream) reconcile(seq uint64) {
 	if !a.ok {
 		a.probe = false
 	}
+}
+
+// settleSilent settles the batches ahead of a live connection that has been silent since a
+// replay applied them, once the grace (ProbeInterval, at least minGrace) has passed; it
+// reports whether that made an idle probe stale. O(1).
+func (st *stream) settleSilent(now time.Time) (stale bool) {
+	if !st.ahead.ok || now.Sub(st.ahead.since) < max(st.s.opts.ProbeInterval, minGrace) {
+		return false
+	}
+	return st.settle(true)
 }
 
 // settle counts every batch still ahead of the live connection as replay-only: the

@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"testing"
+	"time"
 )
 
 // TestReconcile steps what the live connection makes of the batches a replay applied ahead of
@@ -57,11 +58,14 @@ func TestReconcile(t *testing.T) {
 					pub.Publish(storedBatch(5))
 					live(5)
 				}, Stats{Live: 5, ReplayOnly: 1, Stale: 1}},
-				{"the probe replays 6; a probe interval later the connection has not delivered it", func() {
+				{"the probe replays 6; after the grace the connection has not delivered it", func() {
 					pub.Drop(storedBatch(6))
 					st.probe(ctx)
-					if stale := st.settle(true); !stale {
-						t.Error("settle(true) = false, want a stale probe")
+					if st.settleSilent(time.Now()) {
+						t.Error("settled within the grace")
+					}
+					if stale := st.settleSilent(time.Now().Add(minGrace)); !stale {
+						t.Error("settleSilent after the grace = false, want a stale probe")
 					}
 				}, Stats{Live: 5, ReplayOnly: 2, Stale: 2}},
 			}

@@ -319,7 +319,7 @@ func TestListenRestartUnseen(t *testing.T) {
 		// A's 5 and 6 never arrive live; an idle probe replays them.
 		pubA.Drop(chainedBatch(6, 5))
 		pubA.Drop(chainedBatch(7, 6))
-		if ok := st.probe(t.Context()); !ok || st.ahead != (seqRange{lo: 5, hi: 6, ok: true, probe: true}) {
+		if ok := st.probe(t.Context()); !ok || st.ahead.lo != 5 || st.ahead.hi != 6 || !st.ahead.ok || !st.ahead.probe {
 			t.Fatalf("probe: ok %v, ahead of the connection %+v; want 5..6 found by the probe", ok, st.ahead)
 		}
 		restart(t, st, 8)

@@ -172,12 +172,10 @@ type Options struct {
 	// endpoint whether it missed anything (a PUB connection can lose its
 	// subscription or outlive its publisher without reporting an error).
 	// Batches published since are applied at once; if the connection then
-	// passes them, or stays silent for another ProbeInterval, they were
-	// missed: the probe is counted stale and, in connect mode, the
-	// connection replaced (in listen mode, where the publisher owns the
-	// connection, only counted). It is also the grace after which a batch
-	// a replay applied ahead of a silent connection counts as missed (see
-	// Stats.Live). It also spaces the history checks that blocks continuing
+	// passes them, or stays silent for the grace (ProbeInterval, at least a
+	// second), they were missed: the probe is counted stale and, in
+	// connect mode, the connection replaced (in listen mode, where the
+	// publisher owns the connection, only counted; see Stats.Live). It also spaces the history checks that blocks continuing
 	// blocks the index never saw bring (see the package doc's Failure
 	// handling; 1 s when probing is disabled). Default 1 s; negative
 	// disables probing.
@@ -223,9 +221,9 @@ type Stats struct {
 	Reconnects int64
 	// Stale counts idle probes that found batches their connection had
 	// missed: batches the probe's replay applied that the connection then
-	// passed (it delivered a later one) or still had not delivered a
-	// ProbeInterval later (in connect mode the connection is then
-	// replaced). A probe whose batches the connection delivers after all
+	// passed (it delivered a later one) or still had not delivered after
+	// a grace of ProbeInterval, and at least a second (in connect mode the
+	// connection is then replaced). A probe whose batches the connection delivers after all
 	// (the probe raced the publisher) is not stale.
 	Stale int64
 	// Live and ReplayOnly split the batches (sequence numbers) of every
@@ -235,9 +233,10 @@ type Stats struct {
 	// connection missed them or they were published before it subscribed.
 	// A batch a replay applied ahead of the live connection counts in
 	// neither until the connection delivers it or passes it, or stays
-	// silent for a ProbeInterval, or ends. Late counts batches counted in
-	// ReplayOnly that the connection delivered afterwards, more than a
-	// ProbeInterval late (listen mode only; it should stay 0).
+	// silent for the grace (ProbeInterval, at least a second), or ends.
+	// Late counts batches counted in ReplayOnly that the connection
+	// delivered afterwards, later than the grace (listen mode only; it
+	// should stay 0).
 	Live, ReplayOnly, Late int64
 	// Resets counts publisher restarts detected; each cleared the backend.
 	Resets int64
@@ -905,10 +904,10 @@ func (st *stream) consume(ctx context.Context, sub zmq4.Socket) (delivered bool)
 				continue
 			default:
 			}
-			// Batches a replay applied a whole interval ago that the
-			// connection has not delivered since: it missed them, and
-			// may be broken; a new connection is checked by sync.
-			if st.settle(true) {
+			// Batches a replay applied longer ago than the grace that
+			// the connection has not delivered since: it missed them,
+			// and may be broken; a new connection is checked by sync.
+			if st.settleSilent(time.Now()) {
 				return delivered
 			}
 			st.probe(ctx)

@@ -24,8 +24,8 @@
 // (via="replay"; see kvevents.Stats.Live). On a healthy fleet nearly every batch is live; a
 // growing via="replay" share, or usher_kvevents_stale_probes_total, means the live path loses
 // batches and the index is kept exact by replays, later. usher_kvevents_late_batches_total
-// counts batches counted via="replay" that arrived live afterwards, more than a probe interval
-// late (it should stay 0).
+// counts batches counted via="replay" that arrived live afterwards, later than the subscriber's
+// grace (kvevents.Options.ProbeInterval, at least a second; it should stay 0).
 package kvfeed
 
 import (

@@ -97,7 +97,7 @@ func NewKVEvents(sources []string, constLabels prometheus.Labels) (*KVEvents, er
 		descDeliv: prometheus.NewDesc("usher_kvevents_delivered_batches_total",
 			"KV-event batches of the source by how they arrived: via=live, the live connection delivered them (even just after a replay); via=replay, only a replay did.",
 			[]string{"source", "via"}, constLabels),
-		descLate:    desc("usher_kvevents_late_batches_total", "Batches of the source counted via=replay that the live connection delivered afterwards, more than a probe interval late."),
+		descLate:    desc("usher_kvevents_late_batches_total", "Batches of the source counted via=replay that the live connection delivered afterwards, later than the subscriber's grace."),
 		descDecode:  desc("usher_kvevents_decode_errors_total", "Malformed messages from the source."),
 		descApply:   desc("usher_kvevents_apply_errors_total", "Events of the source that the prefix index refused."),
 		descLastBat: desc("usher_kvevents_last_batch_timestamp_seconds", "Unix time of the source's last batch; 0 if none came."),
