@@ -16,6 +16,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/routing/outlier"
 )
 
@@ -38,7 +39,7 @@ type userAttempt struct {
 }
 
 func (a *userAttempts) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.URL.Path, "/completions") || strings.HasPrefix(r.Header.Get("User-Agent"), "usher-health") {
+	if !strings.HasSuffix(r.URL.Path, "/completions") || r.Header.Get("User-Agent") == healthcheck.UserAgent {
 		return a.base.RoundTrip(r)
 	}
 	x := userAttempt{host: r.URL.Host, at: time.Now()}

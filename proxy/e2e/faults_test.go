@@ -23,6 +23,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/profiles"
@@ -41,7 +42,7 @@ type attempt struct {
 }
 
 func (a *attempts) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.URL.Path, "/completions") {
+	if !strings.HasSuffix(r.URL.Path, "/completions") || r.Header.Get("User-Agent") == healthcheck.UserAgent {
 		return a.base.RoundTrip(r)
 	}
 	a.mu.Lock()
