@@ -15,8 +15,8 @@ import (
 // finds a backend stalled moves the requests waiting there for their first byte.
 func (h *Handler) newChecker(opts Options) error {
 	hc := opts.HealthChecks
-	if hc.Router != nil || hc.Targets != nil || hc.OnProbe != nil {
-		return fmt.Errorf("%w: HealthChecks' Router, Targets and OnProbe are the Handler's to set", ErrInvalidOptions)
+	if hc.Router != nil || hc.Hosts != nil || hc.OnProbe != nil {
+		return fmt.Errorf("%w: HealthChecks' Router, Hosts and OnProbe are the Handler's to set", ErrInvalidOptions)
 	}
 	if opts.NoHealthChecks || len(h.members) == 0 || outlier.Of(h.router) == nil {
 		return nil
@@ -30,14 +30,14 @@ func (h *Handler) newChecker(opts Options) error {
 	hc.Router = h.router
 	hc.Transport = h.transport
 	for _, m := range h.members {
-		t := healthcheck.Target{Name: m.name, URL: m.url}
+		t := healthcheck.Host{Name: m.name, URL: m.url}
 		if b := h.backends[h.backendOf(m)]; len(b.Models) > 0 {
 			t.Model = b.Models[0]
 		}
 		if m.rank >= 0 {
 			t.Header = http.Header{rankHeader: {strconv.Itoa(m.rank)}}
 		}
-		hc.Targets = append(hc.Targets, t)
+		hc.Hosts = append(hc.Hosts, t)
 	}
 	hc.OnProbe = func(name string, err error) {
 		h.usher.ObserveProbe(name, err == nil)

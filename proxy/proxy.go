@@ -223,7 +223,7 @@ type Options struct {
 	// proxy/healthcheck) when the router's profile has an outlier.Detector (the default
 	// router's has): the Handler's own probes, never a client's request, bring ejected
 	// backends back within about two seconds of their recovery and find backends that died
-	// or stalled while idle or busy with whole answers. Router, Targets and OnProbe are the
+	// or stalled while idle or busy with whole answers. Router, Hosts and OnProbe are the
 	// Handler's to set and must be zero; FirstByte defaults to Timeouts.Stall. Zero fields:
 	// healthcheck's defaults.
 	HealthChecks healthcheck.Options

@@ -138,7 +138,7 @@ type Options struct {
 	// streamed one-token completion), never a client's request, bring ejected endpoints back
 	// within about two seconds of their recovery and eject endpoints that died or stalled
 	// while idle (Envoy relays the requests, so the picker cannot see their first byte: the
-	// probes are how it finds a stalled endpoint). Router, Targets and OnProbe are the
+	// probes are how it finds a stalled endpoint). Router, Hosts and OnProbe are the
 	// picker's to set and must be zero. Zero fields: healthcheck's defaults.
 	HealthChecks healthcheck.Options
 	// NoHealthChecks turns the active health checks off: passive health alone, whose
@@ -383,8 +383,8 @@ func New(opts Options) (*Server, error) {
 	if s.scraper != nil {
 		s.registry.MustRegister(s.scraper)
 	}
-	if hc := opts.HealthChecks; hc.Router != nil || hc.Targets != nil || hc.OnProbe != nil {
-		return bad("HealthChecks' Router, Targets and OnProbe are the picker's to set")
+	if hc := opts.HealthChecks; hc.Router != nil || hc.Hosts != nil || hc.OnProbe != nil {
+		return bad("HealthChecks' Router, Hosts and OnProbe are the picker's to set")
 	} else if !opts.NoHealthChecks && outlier.Of(s.router) != nil {
 		hc.Router = s.router
 		hc.OnProbe = func(name string, err error) { s.usher.ObserveProbe(name, err == nil) }
@@ -500,14 +500,14 @@ func (s *Server) SetEndpoints(eps []Endpoint) error {
 		set.ids[i], _ = s.router.Lookup(e.Address)
 	}
 	if s.checker != nil {
-		targets := make([]healthcheck.Target, len(set.list))
+		targets := make([]healthcheck.Host, len(set.list))
 		for i, e := range set.list {
-			targets[i] = healthcheck.Target{Name: e.Address, URL: "http://" + e.Address}
+			targets[i] = healthcheck.Host{Name: e.Address, URL: "http://" + e.Address}
 			if len(e.Models) > 0 {
 				targets[i].Model = e.Models[0]
 			}
 		}
-		if err := s.checker.SetTargets(targets); err != nil {
+		if err := s.checker.SetHosts(targets); err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalidEndpoint, err)
 		}
 	}

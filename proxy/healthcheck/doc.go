@@ -21,7 +21,7 @@
 //     It is judged by its first byte (the response headers, which vLLM and SGLang send as soon
 //     as they accept a stream) within Options.FirstByte, 2 s by default, and by its end within
 //     Options.Timeout. /v1/completions is the endpoint every generative model serves (chat
-//     needs a chat template). The model is Target.Model, or the first base model the server
+//     needs a chat template). The model is Host.Model, or the first base model the server
 //     lists on GET /v1/models. A server that answers the completion with a 4xx (no such
 //     endpoint, an embedding model, an API key the checker does not send) is judged by
 //     /health alone from then on.
@@ -60,7 +60,7 @@
 //
 // # Concurrency
 //
-// A Checker is safe for concurrent use: SetTargets may be called from any goroutine while Run
+// A Checker is safe for concurrent use: SetHosts may be called from any goroutine while Run
 // runs. Run is the only background work (no goroutine is started by New); it returns when its
 // context ends, after the probes in flight ended.
 package healthcheck

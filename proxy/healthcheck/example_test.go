@@ -37,8 +37,8 @@ func Example() {
 	id, _ := r.Lookup("gpu-0")
 
 	checker, _ := healthcheck.New(healthcheck.Options{
-		Router:  r,
-		Targets: []healthcheck.Target{{Name: "gpu-0", URL: engine.URL, Model: "demo"}},
+		Router: r,
+		Hosts:  []healthcheck.Host{{Name: "gpu-0", URL: engine.URL, Model: "demo"}},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)

@@ -19,7 +19,7 @@ import (
 	"github.com/usher-llm/usher/routing/outlier"
 )
 
-// ErrInvalidOptions is wrapped by New's and SetTargets' errors.
+// ErrInvalidOptions is wrapped by New's and SetHosts' errors.
 var ErrInvalidOptions = errors.New("healthcheck: invalid options")
 
 // ErrStalled is wrapped by the error Options.OnProbe hears for a completion probe that got no
@@ -32,9 +32,9 @@ const UserAgent = "usher-health-check/1"
 
 // Defaults of Options.
 const (
-	// DefaultInterval is how long a backend in rotation may go without a success before it is
+	// DefaultProbeInterval is how long a backend in rotation may go without a success before it is
 	// probed.
-	DefaultInterval = 5 * time.Second
+	DefaultProbeInterval = 5 * time.Second
 	// DefaultEjectedInterval is the interval between the probes of an ejected backend.
 	DefaultEjectedInterval = time.Second
 	// DefaultTimeout bounds a whole probe.
@@ -48,8 +48,8 @@ const (
 // tick is how often Run looks for probes that are due: it bounds how late a probe starts.
 const tick = 50 * time.Millisecond
 
-// Target is one backend to probe. It is a plain value.
-type Target struct {
+// Host is one backend to probe. It is a plain value.
+type Host struct {
 	// Name is the backend's name in the Router (routing.BackendState.Name); probes of a name
 	// the Router does not know are not sent.
 	Name string
@@ -69,10 +69,10 @@ type Options struct {
 	// Router is the router whose backends are probed; its profile must have an
 	// [outlier.Detector] (see [outlier.With]), which hears every probe's outcome. Required.
 	Router *routing.Router
-	// Targets are the backends to probe (see [Checker.SetTargets] to change them).
-	Targets []Target
+	// Hosts are the backends to probe (see [Checker.SetHosts] to change them).
+	Hosts []Host
 	// Interval is how long a backend in rotation may go without a success (a request's or a
-	// probe's) before it is probed, ±20%. Zero: [DefaultInterval] (5 s). Negative: backends in
+	// probe's) before it is probed, ±20%. Zero: [DefaultProbeInterval] (5 s). Negative: backends in
 	// rotation are not probed, only ejected ones.
 	Interval time.Duration
 	// EjectedInterval is the interval between the probes of an ejected backend, ±20%. Zero:
@@ -117,11 +117,11 @@ type Checker struct {
 	running            bool
 }
 
-// target is one Target and its probing state (guarded by Checker.mu).
+// target is one Host and its probing state (guarded by Checker.mu).
 type target struct {
-	Target
+	Host
 	base     *url.URL
-	model    string // the completion probe's model: Target.Model, or looked up
+	model    string // the completion probe's model: Host.Model, or looked up
 	healthOK bool   // the completion probe cannot judge this server: /health alone
 	busy     bool   // a probe is in flight
 	last     time.Time
@@ -130,7 +130,7 @@ type target struct {
 
 // New returns a [Checker] configured by o. It fails with [ErrInvalidOptions] when Router is
 // nil or has no [outlier.Detector], a duration or Concurrency is negative (Interval may be),
-// FirstByte exceeds Timeout, or a Target is invalid (see [Checker.SetTargets]).
+// FirstByte exceeds Timeout, or a Host is invalid (see [Checker.SetHosts]).
 func New(o Options) (*Checker, error) {
 	if o.Router == nil {
 		return nil, fmt.Errorf("%w: no Router", ErrInvalidOptions)
@@ -148,7 +148,7 @@ func New(o Options) (*Checker, error) {
 	c := &Checker{
 		router:    o.Router,
 		det:       det,
-		interval:  def(o.Interval, DefaultInterval),
+		interval:  def(o.Interval, DefaultProbeInterval),
 		ejected:   def(o.EjectedInterval, DefaultEjectedInterval),
 		timeout:   def(o.Timeout, DefaultTimeout),
 		firstByte: def(o.FirstByte, DefaultFirstByte),
@@ -172,20 +172,20 @@ func New(o Options) (*Checker, error) {
 	}
 	// No redirects: a probe asks this server, not another.
 	c.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	if err := c.SetTargets(o.Targets); err != nil {
+	if err := c.SetHosts(o.Hosts); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// SetTargets replaces the backends to probe; a target kept by name keeps its state (when it was
+// SetHosts replaces the backends to probe; a target kept by name keeps its state (when it was
 // last probed, the model looked up, unless its URL or Model changed). It fails, changing
 // nothing, with [ErrInvalidOptions] on a target without a name, a name listed twice, or a URL
 // that is not http(s)://host[:port][/path]. O(targets).
-func (c *Checker) SetTargets(ts []Target) error {
-	next := make([]*target, 0, len(ts))
-	seen := make(map[string]bool, len(ts))
-	for _, t := range ts {
+func (c *Checker) SetHosts(hs []Host) error {
+	next := make([]*target, 0, len(hs))
+	seen := make(map[string]bool, len(hs))
+	for _, t := range hs {
 		u, err := url.Parse(t.URL)
 		if t.Name == "" || seen[t.Name] || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("%w: target %q at %q: want a distinct name and http(s)://host:port", ErrInvalidOptions, t.Name, t.URL)
@@ -193,13 +193,13 @@ func (c *Checker) SetTargets(ts []Target) error {
 		seen[t.Name] = true
 		u.Path = strings.TrimRight(u.Path, "/")
 		t.Header = t.Header.Clone()
-		next = append(next, &target{Target: t, base: u, model: t.Model})
+		next = append(next, &target{Host: t, base: u, model: t.Model})
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range next {
 		for _, old := range c.targets {
-			if old.Name == n.Name && old.URL == n.URL && old.Target.Model == n.Target.Model {
+			if old.Name == n.Name && old.URL == n.URL && old.Host.Model == n.Host.Model {
 				n.model, n.healthOK, n.last, n.wait = old.model, old.healthOK, old.last, old.wait
 				n.busy = old.busy
 			}

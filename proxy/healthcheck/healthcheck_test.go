@@ -107,7 +107,7 @@ func start(t *testing.T, engines []*engine, o healthcheck.Options) *fixture {
 	for _, e := range engines {
 		f.names = append(f.names, e.srv.URL)
 		states = append(states, routing.BackendState{Name: e.srv.URL, Health: routing.Healthy, UpdatedAt: time.Now()})
-		o.Targets = append(o.Targets, healthcheck.Target{Name: e.srv.URL, URL: e.srv.URL})
+		o.Hosts = append(o.Hosts, healthcheck.Host{Name: e.srv.URL, URL: e.srv.URL})
 	}
 	if err := r.Update(states); err != nil {
 		t.Fatal(err)
@@ -281,9 +281,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{Router: plain},
 		{Router: r, Timeout: time.Second, FirstByte: 2 * time.Second},
 		{Router: r, Concurrency: -1},
-		{Router: r, Targets: []healthcheck.Target{{Name: "a", URL: "ftp://x"}}},
-		{Router: r, Targets: []healthcheck.Target{{Name: "a", URL: "http://x"}, {Name: "a", URL: "http://y"}}},
-		{Router: r, Targets: []healthcheck.Target{{URL: "http://x"}}},
+		{Router: r, Hosts: []healthcheck.Host{{Name: "a", URL: "ftp://x"}}},
+		{Router: r, Hosts: []healthcheck.Host{{Name: "a", URL: "http://x"}, {Name: "a", URL: "http://y"}}},
+		{Router: r, Hosts: []healthcheck.Host{{URL: "http://x"}}},
 	} {
 		if _, err := healthcheck.New(o); !errors.Is(err, healthcheck.ErrInvalidOptions) {
 			t.Errorf("New(%+v): %v, want ErrInvalidOptions", o, err)
