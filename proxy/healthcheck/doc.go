@@ -16,8 +16,9 @@
 //   - A streamed one-token completion (POST /v1/completions, max_tokens 1, "stream": true):
 //     where only serving proves serving. It probes every ejected backend, since bringing one
 //     back must prove that it serves, and a backend in rotation that has requests in flight
-//     but no success within Interval: whole (non-streamed) answers and prefill legs, whose
-//     first byte is their end, cannot show that a server is stuck; the probe's first byte can.
+//     but no success within FirstByte (then every EjectedInterval at most): whole
+//     (non-streamed) answers and prefill legs, whose first byte is their end, cannot show that
+//     a server is stuck; the probe's first byte can.
 //     It is judged by its first byte (the response headers, which vLLM and SGLang send as soon
 //     as they accept a stream) within Options.FirstByte, 2 s by default, and by its end within
 //     Options.Timeout. /v1/completions is the endpoint every generative model serves (chat
@@ -33,7 +34,8 @@
 // restores it at the first successful probe once its back-off is over (1 s after a first
 // ejection), so a server that recovers is back within about two seconds. A backend in rotation
 // is probed when it has had no success (a request's or a probe's) for Options.Interval (5 s,
-// ±20%): a busy backend whose requests keep succeeding is never probed. At most
+// ±20%), or, with requests in flight, for FirstByte: a busy backend whose requests keep
+// succeeding is never probed. At most
 // Options.Concurrency probes run at once, and at most one per backend: a probe ends within
 // Timeout, so a stalled probe cannot mask a later one's success, and the Detector restores only
 // on a success sent after the backend's last failure.

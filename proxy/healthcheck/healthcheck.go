@@ -71,9 +71,11 @@ type Options struct {
 	Router *routing.Router
 	// Hosts are the backends to probe (see [Checker.SetHosts] to change them).
 	Hosts []Host
-	// Interval is how long a backend in rotation may go without a success (a request's or a
-	// probe's) before it is probed, ±20%. Zero: [DefaultProbeInterval] (5 s). Negative: backends in
-	// rotation are not probed, only ejected ones.
+	// Interval is how long a backend in rotation with nothing in flight may go without a
+	// success (a request's or a probe's) before it is probed with GET /health, ±20%; one with
+	// requests in flight gets the completion probe after FirstByte without a success, then
+	// every EjectedInterval. Zero: [DefaultProbeInterval] (5 s). Negative: backends in rotation
+	// are not probed, only ejected ones.
 	Interval time.Duration
 	// EjectedInterval is the interval between the probes of an ejected backend, ±20%. Zero:
 	// [DefaultEjectedInterval] (1 s).
@@ -272,13 +274,20 @@ func (c *Checker) probeDue(ctx context.Context, now time.Time) {
 		case c.interval < 0:
 			continue
 		default:
-			every := time.Duration(t.wait * float64(c.interval))
-			if now.Sub(t.last) < every || now.Sub(h.LastSuccess) < every {
-				continue
-			}
+			every, quiet := time.Duration(t.wait*float64(c.interval)), now.Sub(h.LastSuccess)
 			k = kindHealth
 			if in, ok := c.router.InFlight(t.Name); ok && in.Requests > 0 {
-				k = kindCompletion // busy without a success: only serving shows a stall
+				// Busy without a success for the stall limit: only serving shows a stall,
+				// and requests whose first byte is their end wait on the verdict.
+				k, every = kindCompletion, min(every, time.Duration(t.wait*float64(c.ejected)))
+				if quiet < c.firstByte {
+					continue
+				}
+			} else if quiet < every {
+				continue
+			}
+			if now.Sub(t.last) < every {
+				continue
 			}
 		}
 		if k == kindCompletion && t.healthOK {
