@@ -87,10 +87,13 @@ type Options struct {
 	// which holds every answer. Until the router hears of progress once, nothing counts as
 	// silent. It is not an ejection: the backend is picked again as soon as one of its requests
 	// progresses or ends (a timeout, say), and, as with ejections, when every
-	// candidate is silent or ejected all are kept. Set it below the response-header timeout
-	// (the proxy uses half of it): requests already waiting there are abandoned at that
-	// timeout, new ones are not sent after StallAfter. Zero: DefaultStallAfter (15 s).
-	// Negative: off.
+	// candidate is silent or ejected all are kept. Set it below the response-header timeout:
+	// requests already waiting there are abandoned at that timeout, new ones are not sent after
+	// StallAfter. The backend's silence is one clock for all its requests, so a live stream
+	// masks a request stalled beside it, and a long prefill looks silent: it is a backstop for
+	// callers that report only progress. The proxy judges each request by its own wait for its
+	// first byte instead (proxy.Timeouts.Stall, 2 s) and keeps this default. Zero:
+	// DefaultStallAfter (15 s). Negative: off.
 	StallAfter time.Duration
 	// Now is the clock of Completed, which has no pick time to go by; use the Router's clock
 	// ([routing.Options].Now). Nil: time.Now.
