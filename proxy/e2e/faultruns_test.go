@@ -219,7 +219,8 @@ func (r *faultRun) collect(results <-chan waited) {
 	}
 }
 
-// TestFaultRuns measures the fault runs of the figures (bench/README.md, "Fault runs") with
+// TestFaultRuns measures the fault runs of the figures (proxy/healthcheck's package doc, "Fault
+// runs") with
 // the Handler's defaults: for each scenario the longest a client waited (for the answer's
 // headers, or between two reads of it), the requests that failed, the user requests sent to
 // the faulty server while it was out of rotation (probes made of user requests), and how long

@@ -171,8 +171,10 @@ func TestStoppedComesBack(t *testing.T) {
 	var r faultRun
 	r.collect(results)
 	first := rec.firstOK(hostOf(procs[0].URL), resumed)
-	t.Logf("%d requests, %d failed, longest wait %v; first user success on the resumed server %v after SIGCONT; retries %+v",
-		r.requests, r.failed, r.longest.Round(time.Millisecond), first.Sub(resumed), proxyseam.Retries(h))
+	id, _ := h.Router().Lookup(procs[0].URL)
+	t.Logf("%d requests, %d failed, longest wait %v; first user success on the resumed server %v after SIGCONT; retries %+v; stopped server %+v, probes failed %v",
+		r.requests, r.failed, r.longest.Round(time.Millisecond), first.Sub(resumed), proxyseam.Retries(h), outlier.Of(h.Router()).BackendStats(id),
+		metricValue(t, base, fmt.Sprintf("usher_health_probes_total{backend=%q,result=\"failed\"}", procs[0].URL)))
 	if first.IsZero() || first.Sub(resumed) > 3*time.Second {
 		t.Errorf("the resumed server served its first user request %v after SIGCONT, want about 2 s", first.Sub(resumed))
 	}

@@ -50,6 +50,33 @@
 // ([ErrStalled] for a stall), for metrics and for a gateway that moves the requests waiting
 // on a stalled backend.
 //
+// # Fault runs
+//
+// Real processes (simulated vLLM-compatible servers) behind a gateway (proxy.Handler) with its
+// defaults — a 30 s header timeout — and a 50 ms scrape, loaded by streamed chat clients
+// (proxy/e2e TestFaultRuns, USHER_FAULT_RUNS=1; one run each on a shared 2-core machine, so
+// the times are rough). "User requests as probes" counts the clients' requests sent to the
+// faulty server while passive health held it out of rotation; "back after" is from the
+// server's recovery to its first successful client request (idle: to its return to
+// rotation). Before: passive health alone, stalls judged by the backend's silence over half
+// the header timeout (15 s); after: these health checks and per-request stall moves (2 s).
+//
+//	scenario                                      longest wait      failed    user probes    back after
+//	                                              before   after    bef. aft. bef. aft.     before        after
+//	stuck server (holds headers, metrics good)    15.04 s  2.01 s   0    0    2    0        1.94 s        0.22 s
+//	mid-stream breaker (RST after 1,500 bytes)    0.10 s   0.06 s   5    7    5    0        0.33 s        2.09 s
+//	kill -9 under load, restarted after 5 s       0.18 s   0.42 s   5    5    1    0        0.05 s        0.18 s
+//	SIGSTOP under load, SIGCONT after 5 s         5.00 s   5.03 s   0    0    0    0        0.14 s        0.12 s
+//	kill -9 while idle, restarted after 2 s       0 s      0.01 s   0    0    0    0        > 20 s        0.58 s
+//
+// The breaker's fault is one the one-token probe cannot see (its answer is shorter than 1,500
+// bytes): the probe's success restores it after each back-off (1, 2, 4, 8 s...), and the
+// client streams on it when it breaks again fail — 7 against 5, where passive health alone
+// spent one client request per cycle as its probe; for the same reason the healed breaker
+// returns only when its back-off ends. The longest waits under SIGSTOP are streams that were
+// already answering when the server froze: their first byte had come, so they wait out the
+// freeze (or Timeouts.StreamIdle); the requests killed with their server fail in both.
+//
 // # Alternatives not taken
 //
 //   - User requests as probes (the Detector's half-open state alone): each probe of a server
