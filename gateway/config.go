@@ -20,7 +20,6 @@
 package gateway
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -42,6 +41,7 @@ import (
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -145,6 +145,15 @@ type Config struct {
 	IdleTimeout    time.Duration `json:"idle_timeout"`
 	RequestTimeout time.Duration `json:"request_timeout"`
 	RetryAttempts  int           `json:"retry_attempts"`
+	// StallTimeout is proxy.Timeouts.Stall: how long a streamed request (or a health probe)
+	// may wait for its first byte before its backend counts as stalled and the requests
+	// waiting there move (zero: 2 s; negative: off).
+	StallTimeout time.Duration `json:"stall_timeout"`
+	// NoHealthChecks turns the active health checks off (proxy.Options.NoHealthChecks), and
+	// HealthInterval is how long a backend in rotation may go without a success before it is
+	// probed (healthcheck.Options.Interval; zero: 5 s). Ejected backends are probed every second.
+	NoHealthChecks bool          `json:"no_health_checks"`
+	HealthInterval time.Duration `json:"health_interval"`
 }
 
 // BackendSpec is a proxy.Backend by names. In the JSON config it is an object with these keys,
@@ -318,6 +327,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "longest silence of a backend's answer before it is cut; 0: 60s")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "cap on a request from sending to the end of its answer; 0: 10m")
 	fs.IntVar(&c.RetryAttempts, "retry-attempts", c.RetryAttempts, "tries per request before any byte reached the client (1: no retry); 0: 3")
+	fs.DurationVar(&c.StallTimeout, "stall-timeout", c.StallTimeout, "a streamed request (or health probe) without a first byte this long marks its backend stalled: no new picks, and its waiting requests move elsewhere (independent of -header-timeout); 0: 2s, negative: off")
+	fs.BoolVar(&c.NoHealthChecks, "no-health-checks", c.NoHealthChecks, "no active health checks: the gateway's own probes (GET /health, a streamed one-token completion) of ejected and idle backends; without them a client's request is an ejected backend's probe")
+	fs.DurationVar(&c.HealthInterval, "health-interval", c.HealthInterval, "probe a backend in rotation that had no success this long (ejected ones: every second); 0: 5s")
 }
 
 // ParseBackend parses usher's backend syntax, as -backend, the JSON config's backend strings
@@ -397,6 +409,8 @@ func (c *Config) LoadFile(path string) error {
 		HeaderTimeout  jsontime.Duration  `json:"header_timeout"`
 		IdleTimeout    jsontime.Duration  `json:"idle_timeout"`
 		RequestTimeout jsontime.Duration  `json:"request_timeout"`
+		StallTimeout   jsontime.Duration  `json:"stall_timeout"`
+		HealthInterval jsontime.Duration  `json:"health_interval"`
 		SLO            map[int]sloTargets `json:"slo"`
 	}
 	raw.plain = plain(*c)
@@ -412,6 +426,7 @@ func (c *Config) LoadFile(path string) error {
 	}{
 		{&raw.BoundedWait, &c.BoundedWait}, {&raw.TTL, &c.TTL}, {&raw.ScrapeInterval, &c.ScrapeInterval},
 		{&raw.HeaderTimeout, &c.HeaderTimeout}, {&raw.IdleTimeout, &c.IdleTimeout}, {&raw.RequestTimeout, &c.RequestTimeout},
+		{&raw.StallTimeout, &c.StallTimeout}, {&raw.HealthInterval, &c.HealthInterval},
 	}
 	for _, d := range durations {
 		*d.raw = jsontime.Duration(*d.dst)
@@ -466,8 +481,10 @@ func (c Config) Options() (proxy.Options, error) {
 		return bad("max-body %d: want at least 1024", c.MaxBodyBytes)
 	case c.ScrapeInterval <= 0:
 		return bad("scrape-interval must be positive")
-	case c.HeaderTimeout < 0 || c.IdleTimeout < 0 || c.RequestTimeout < 0 || c.RetryAttempts < 0:
-		return bad("timeouts and retry-attempts must not be negative")
+	case c.HeaderTimeout < 0 || c.IdleTimeout < 0 || c.RequestTimeout < 0 || c.RetryAttempts < 0 || c.HealthInterval < 0:
+		return bad("timeouts, health-interval and retry-attempts must not be negative")
+	case c.StallTimeout > healthcheck.DefaultTimeout:
+		return bad("stall-timeout %v: at most %v (a health probe's whole time)", c.StallTimeout, healthcheck.DefaultTimeout)
 	case c.DefaultBand < 0 || c.DefaultBand >= bands:
 		return bad("default-band %d: want 0..%d", c.DefaultBand, bands-1)
 	}
@@ -491,7 +508,9 @@ func (c Config) Options() (proxy.Options, error) {
 		ScrapeInterval: c.ScrapeInterval, MaxInFlight: c.MaxInFlight, Saturation: c.Saturation, EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, TTL: c.TTL,
 		QueueCapacity:   flowcontrol.Limits{Requests: c.MaxQueue, Bytes: c.MaxQueueBytes},
 		FlowCapacity:    flowcontrol.Limits{Requests: c.MaxFlowQueue},
-		Timeouts:        proxy.Timeouts{ResponseHeader: c.HeaderTimeout, StreamIdle: c.IdleTimeout, Request: c.RequestTimeout},
+		Timeouts:        proxy.Timeouts{ResponseHeader: c.HeaderTimeout, StreamIdle: c.IdleTimeout, Request: c.RequestTimeout, Stall: c.StallTimeout},
+		NoHealthChecks:  c.NoHealthChecks,
+		HealthChecks:    healthcheck.Options{Interval: c.HealthInterval},
 		Retry:           proxy.Retry{Attempts: c.RetryAttempts},
 		SLO:             slo,
 		TrustSLOHeaders: c.TrustSLOHeaders,
@@ -608,10 +627,13 @@ func (c Config) Options() (proxy.Options, error) {
 	if err != nil {
 		return proxy.Options{}, err
 	}
-	// The Handler's stall timeout (Timeouts.Stall's default: half the header timeout, 30 s
-	// by default), which its default router would take.
-	stall := cmp.Or(c.HeaderTimeout, 30*time.Second) / 2
-	out, err := outlier.New(outlier.Options{StallAfter: stall})
+	// Passive health as the Handler's default router has it (stall detection off with
+	// -stall-timeout negative); the Handler's health checks report to it.
+	var ph outlier.Options
+	if c.StallTimeout < 0 {
+		ph.StallAfter = -1
+	}
+	out, err := outlier.New(ph)
 	if err != nil {
 		return proxy.Options{}, err
 	}

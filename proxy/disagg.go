@@ -44,8 +44,8 @@ func (ex *exchange) prefill(req *http.Request) error {
 	var tried []routing.BackendID
 	var last error
 	for attempt := 1; attempt <= h.retry.Attempts; attempt++ {
-		if attempt > 1 && !h.budget.allow(time.Now()) {
-			break
+		if attempt > 1 && !errors.Is(last, errStalled) && !h.budget.allow(time.Now()) {
+			break // a move off a stalled server is not charged to the budget (see Retry)
 		}
 		p, err := h.router.Pick(&routing.Request{
 			Chain: ex.prompt.Chain, BlockSize: ex.prompt.BlockSize, PromptTokens: ex.prompt.Tokens,
@@ -118,6 +118,14 @@ func (ex *exchange) tryPrefill(req *http.Request, p routing.Result, body []byte)
 	}
 	ctx, cancel := context.WithTimeoutCause(req.Context(), h.timeouts.ResponseHeader+h.timeouts.PerOutputToken, errHeaderTimeout)
 	defer cancel()
+	// A prefill leg's first byte is its end: the health checks' probes judge its server, and
+	// a stall verdict there moves it (moveStalled).
+	ctx, move := context.WithCancelCause(ctx)
+	defer move(nil)
+	if h.timeouts.Stall > 0 {
+		w := h.waiting.add(p.Backend.Name, move)
+		defer h.waiting.remove(w)
+	}
 	u := *req.URL
 	u.Scheme, u.Host, u.User = t.Scheme, t.Host, nil
 	u.Path, u.RawPath = t.Path+ex.path, ""
@@ -135,6 +143,9 @@ func (ex *exchange) tryPrefill(req *http.Request, p routing.Result, body []byte)
 		switch {
 		case ex.ctx.Err() != nil:
 			f = routing.FailureNone
+		case errors.Is(context.Cause(ctx), errStalled):
+			h.usher.ObserveStallMove(p.Backend.Name)
+			return nil, routing.DoneInfo{Err: fmt.Errorf("%w: %w", errStalled, err), Failure: routing.FailureConnect}
 		case errors.Is(context.Cause(ctx), errHeaderTimeout), isTimeout(err) && !isDial(err):
 			f = routing.FailureTimeout
 		}

@@ -46,7 +46,10 @@
 // backends' scrape state (metrics.Scraper's usher_scrape_*, usher_backend_stale, ...), and the
 // series the Handler records where things happen, every name prefixed usher_: admissions and
 // their waits by band and outcome, the queue by band, flows, picks and requests in flight per
-// backend and per role, passive health, the prefix index, disaggregated serving
+// backend and per role, passive health (usher_backend_ejections_total, usher_backend_ejected,
+// usher_backend_restorations_total), the active health checks' probes by result
+// (usher_health_probes_total{backend,result}), requests moved off stalled backends
+// (usher_stall_moves_total), the prefix index, disaggregated serving
 // (usher_pd_*), latency targets (usher_slo_requests_total,
 // usher_latency_prediction_error_seconds) and the LoRA adapters each backend's metrics list
 // as running or waiting (usher_backend_lora_adapters{backend,adapter,state}: its configured
@@ -163,8 +166,28 @@
 // requests (Envoy's rule, so a failing fleet is not hit by a retry storm). Each failed attempt
 // closes its routing.Result with a routing.Failure, and the default routers' passive health
 // (outlier.Detector) ejects a backend at once after a refused connection, or after five server
-// failures in a row, and probes it back. A stream cut after it began ends with an OpenAI error
-// event; both handles are freed either way.
+// failures in a row. A stream cut after it began ends with an OpenAI error event; both handles
+// are freed either way.
+//
+// Stalls are judged per request, not by a timeout: a streamed request whose backend sends no
+// first byte (the response headers, which model servers send as soon as they accept a stream)
+// within Timeouts.Stall — 2 s, or 3 × the latency model's predicted time to first token where
+// that is longer — marks its backend stalled, whatever ResponseHeader says: the backend is
+// ejected (no new picks), and every request waiting there for its first byte, streamed or not,
+// prefill legs included, is moved — cancelled there and retried elsewhere before any byte
+// reached the client. One request's progress never hides another's stall. Moves are bounded
+// by Retry.Attempts but not charged to the retry budget (see Retry). Whole answers and prefill
+// legs, whose first byte is their end, are judged by the health checks' streamed probes.
+//
+// Ejected backends come back through active health checks (Options.HealthChecks, package
+// proxy/healthcheck), run by Run: the Handler's own probes, never a client's request — GET
+// /health for idle backends, a streamed one-token completion for ejected ones and for busy
+// ones without a success, every second (±20%) for an ejected backend — so a server that
+// recovers is back within about two seconds, even when no traffic comes, and a server that
+// still fails is probed without spending a client's request. The fault runs, before and after,
+// are in the healthcheck package's documentation. With Options.NoHealthChecks (or a Router
+// without an outlier.Detector) the Detector's half-open state probes with client requests, one
+// at a time.
 //
 // # Models, adapters and pools
 //

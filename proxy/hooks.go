@@ -80,6 +80,8 @@ type exchange struct {
 	timer      *time.Timer
 	attemptAt  time.Time     // when the current attempt was sent
 	headerWait time.Duration // its response-header timeout
+	stallAfter time.Duration // its stall limit (a streamed request's wait for its first byte); 0: none
+	waiter     *waiter       // its place in Handler.waiting until its first byte; nil after
 	phase      int
 	finished   bool
 	// lastTouch is when the backend last sent bytes, as time since arrival (monotonic); it

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +32,7 @@ import (
 	"github.com/usher-llm/usher/internal/lograte"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
@@ -234,6 +234,18 @@ type Options struct {
 	// PassiveHealth configures the default router's outlier detection: backends whose
 	// requests fail are ejected for a while and probed back. Zero fields: routing's defaults.
 	PassiveHealth outlier.Options
+	// HealthChecks configures the active health checks Run performs (package
+	// proxy/healthcheck) when the router's profile has an outlier.Detector (the default
+	// router's has): the Handler's own probes, never a client's request, bring ejected
+	// backends back within about two seconds of their recovery and find backends that died
+	// or stalled while idle or busy with whole answers. Router, Hosts and OnProbe are the
+	// Handler's to set and must be zero; FirstByte defaults to Timeouts.Stall. Zero fields:
+	// healthcheck's defaults.
+	HealthChecks healthcheck.Options
+	// NoHealthChecks turns the active health checks off: passive health alone, whose
+	// half-open state lets one client request at a time through to an ejected backend as its
+	// probe.
+	NoHealthChecks bool
 	// Queue admits requests. Nil: a queue of Bands bands ordered by Policy, with TTL,
 	// QueueCapacity and FlowCapacity, at most MaxInFlight requests in flight and, if
 	// Saturation is set, llm-d's saturation gate. Either way the Handler counts the
@@ -408,6 +420,9 @@ type Handler struct {
 
 	sent, retried, exhausted atomic.Uint64 // retryStats
 
+	checker *healthcheck.Checker // nil: no active health checks
+	waiting waitList             // requests waiting for their first byte (stall moves)
+
 	catalog       atomic.Pointer[catalog] // what the backends serve
 	modelsMu      sync.Mutex              // one refresh of the catalog at a time
 	allowedModels []string                // Options.Models
@@ -544,8 +559,8 @@ func New(opts Options) (*Handler, error) {
 			profile = profiles.Usher(uo)
 		}
 		ph := opts.PassiveHealth
-		if ph.StallAfter == 0 {
-			ph.StallAfter = cmp.Or(h.timeouts.Stall, -1) // the Handler's stall timeout; off with it
+		if ph.StallAfter == 0 && h.timeouts.Stall < 0 {
+			ph.StallAfter = -1 // stall detection off
 		}
 		profile, err := withPassiveHealth(profile, ph)
 		if err != nil {
@@ -565,6 +580,9 @@ func New(opts Options) (*Handler, error) {
 	}
 	if h.transport == nil {
 		h.transport = defaultTransport(h.timeouts)
+	}
+	if err := h.newChecker(opts); err != nil {
+		return nil, err
 	}
 	h.retrier = &retryTransport{h: h, base: h.transport}
 	bands := make([]int, h.bands)
@@ -832,16 +850,20 @@ func (h *Handler) Start(ctx context.Context) {
 	h.publishStates()
 }
 
-// Run scrapes the backends, follows their KV events and refreshes their model lists until
-// ctx ends. It returns the first error of a background task that failed for another reason
+// Run scrapes the backends, follows their KV events, refreshes their model lists and runs the
+// active health checks (Options.HealthChecks) until ctx ends. It returns the first error of a background task that failed for another reason
 // than ctx ending; nil otherwise. Call it once.
 func (h *Handler) Run(ctx context.Context) error {
-	errc := make(chan error, 2+len(h.exts))
+	errc := make(chan error, 3+len(h.exts))
 	n := 0
 	if h.scraper != nil {
 		n += 2
 		go func() { errc <- h.scraper.Run(ctx) }()
 		go func() { errc <- h.refreshModelsEvery(ctx, 30*time.Second) }()
+	}
+	if h.checker != nil {
+		n++
+		go func() { errc <- h.checker.Run(ctx) }()
 	}
 	for _, e := range h.exts {
 		n++
@@ -956,7 +978,9 @@ func (h *Handler) publishGauges() {
 		}
 		if id, ok := h.router.Lookup(m.name); ok && out != nil {
 			st := out.BackendStats(id)
-			h.usher.SetPassiveHealth(m.name, st.Ejections, st.Probes, st.Ejected)
+			h.usher.SetPassiveHealth(m.name, gatewaymetrics.PassiveHealth{
+				Ejections: st.Ejections, Probes: st.Probes, Restorations: st.Restored, Ejected: st.Ejected,
+			})
 		}
 	}
 	if h.decider != nil {

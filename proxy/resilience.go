@@ -42,14 +42,19 @@ type Timeouts struct {
 	// sets the connection's read deadline through http.ResponseController; the server's own
 	// ReadTimeout would also cut the answers' streams). 408 beyond it. Zero: 30 s.
 	Body time.Duration
-	// Stall is how long a backend may send nothing on every request in flight there (the
-	// router's Result.Silence: no byte of any answer, counted from when it became busy)
-	// before a streamed request still waiting for its headers there is abandoned and retried
-	// elsewhere, and the default router's passive health (outlier.Options.StallAfter)
-	// stops sending it new requests. A streamed answer's headers come as soon as the server
-	// accepts it, so a server silent on all its requests for this long is stuck, however
-	// healthy its metrics; a whole answer's headers come only with the answer, so non-streamed
-	// requests keep their ResponseHeader wait. Zero: ResponseHeader / 2. Negative: off.
+	// Stall is how long a streamed request may wait for its first byte (the response
+	// headers, which model servers send as soon as they accept a stream) before its backend
+	// counts as stalled, or, where the router's latency model predicts the request's time to
+	// first token (routing.Result.Predicted), 3 × that prediction if larger: for engines that
+	// send a stream's headers only with its first token. Each request is judged by its own
+	// wait, so one request's progress never hides another's stall. A stalled backend gets no new
+	// picks (the attempt fails as a refused connection would, and passive health ejects it at
+	// once) and every request waiting there for its first byte — streamed or not, prefill legs
+	// included — is moved: cancelled there and retried elsewhere (Retry's attempts; moves are
+	// not charged to the retry budget, see Retry), before any byte reached the client. Whole
+	// answers and prefill legs, whose first byte is their end, are judged by the active health
+	// checks' streamed probes (Options.HealthChecks), which move them the same way. It is
+	// independent of ResponseHeader. Zero: 2 s. Negative: off.
 	Stall time.Duration
 }
 
@@ -66,7 +71,7 @@ func (t Timeouts) withDefaults() Timeouts {
 	def(&t.StreamIdle, 60*time.Second)
 	def(&t.Request, 10*time.Minute)
 	def(&t.Body, 30*time.Second)
-	def(&t.Stall, t.ResponseHeader/2)
+	def(&t.Stall, 2*time.Second)
 	return t
 }
 
@@ -85,10 +90,14 @@ func (t Timeouts) valid() bool {
 // Each failed attempt closes its routing.Result with the failure, which passive health
 // (outlier.Detector) hears at once. Retries are bounded by a budget, as in Envoy: over the
 // last BudgetWindow, retries may be at most BudgetRatio of the requests (and BudgetMin
-// always), so a sick fleet is not hit by a retry storm. When the attempts or the budget are
-// spent, or no other backend is left, the last backend's error answer is handed on (in the
-// API's shape, its Retry-After kept; see Handler.ModifyResponse). Zero fields are the
-// defaults. It is plain data, read once by New; the budget itself is safe for concurrent use.
+// always), so a sick fleet is not hit by a retry storm. A request moved off a stalled backend
+// (see Timeouts.Stall) is not charged to the budget, only to Attempts: the stalled backend is
+// ejected and its attempt cancelled, so the move adds no load to a sick server, only the one
+// attempt the request costs wherever it lands — and a budget that refused it would fail a
+// request a healthy backend could serve. When the attempts or the budget are spent, or no
+// other backend is left, the last backend's error answer is handed on (in the API's shape, its
+// Retry-After kept; see Handler.ModifyResponse). Zero fields are the defaults. It is plain
+// data, read once by New; the budget itself is safe for concurrent use.
 type Retry struct {
 	// Attempts is the most tries per request, the first included. Zero: 3; 1: no retry.
 	Attempts int
@@ -186,7 +195,7 @@ var (
 	errIdleTimeout   = errors.New("proxy: the backend sent nothing for the stream idle timeout")
 	errRetried       = errors.New("proxy: attempt abandoned for a retry")
 	errRequestCap    = errors.New("proxy: the request ran past its time cap")
-	errStalled       = errors.New("proxy: the backend sent nothing on any request for the stall timeout")
+	errStalled       = errors.New("proxy: the backend sent no first byte within the stall limit")
 )
 
 // retryTransport is the RoundTripper of the Handler (and of Transport()): it sends each
@@ -219,10 +228,20 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 1; ; attempt++ {
 		areq := ex.startAttempt(req)
 		resp, err := t.base.RoundTrip(areq)
+		if ex.headersIn() && err == nil {
+			// Moved off a stalled backend as its answer came: the move stands (the client has
+			// nothing yet), so that every request there is treated alike.
+			_ = resp.Body.Close()
+			resp, err = nil, errStalled
+		}
 		failure, retryable := ex.classify(resp, err)
+		stalled := errors.Is(ex.cause(), errStalled) || errors.Is(err, errStalled)
 		last := !retryable || attempt >= h.retry.Attempts || ex.ctx.Err() != nil
-		if !last && !h.budget.allow(time.Now()) {
+		if !last && !stalled && !h.budget.allow(time.Now()) {
 			last = true
+		}
+		if stalled && ex.ctx.Err() == nil {
+			h.usher.ObserveStallMove(ex.backend)
 		}
 		if last {
 			ex.attempts, ex.exhausted = attempt, retryable // for the log of an error handed on
@@ -274,13 +293,21 @@ func (ex *exchange) startAttempt(req *http.Request) *http.Request {
 		wait += time.Duration(outputBudget(ex.req)) * h.timeouts.PerOutputToken
 	}
 	first := wait
-	if ex.watchStall() {
-		first = min(wait, h.timeouts.Stall)
-	}
+	stall := time.Duration(0)
 	ex.mu.Lock()
+	if ex.watchStall() {
+		stall = h.timeouts.Stall
+		if p := ex.pick.Predicted.TTFT; p > 0 && ex.picked {
+			stall = max(stall, stallTTFTFactor*p)
+		}
+		first = min(wait, stall)
+	}
 	ex.cancel = cancel
 	ex.attemptCtx = ctx
-	ex.attemptAt, ex.headerWait = time.Now(), wait
+	ex.attemptAt, ex.headerWait, ex.stallAfter = time.Now(), wait, stall
+	if h.timeouts.Stall > 0 && ex.picked {
+		ex.waiter = h.waiting.add(ex.backend, cancel)
+	}
 	if ex.timer == nil {
 		ex.timer = time.AfterFunc(first, ex.expire)
 	} else {
@@ -308,25 +335,20 @@ const (
 func (ex *exchange) expire() {
 	ex.mu.Lock()
 	cancel, phase := ex.cancel, ex.phase
-	if phase == phaseHeaders && ex.watchStall() {
-		// Woken to look at the backend: give up on it if it has been silent on every
-		// request for the stall timeout, else sleep until it could be or the wait ends.
-		now := time.Now()
-		if rest := ex.headerWait - now.Sub(ex.attemptAt); rest > 0 {
-			stall := ex.h.timeouts.Stall
-			silent := time.Duration(0)
-			if ex.picked {
-				silent = ex.pick.Silence(now)
-			}
-			if silent < stall {
-				ex.timer.Reset(min(rest, stall-silent))
+	if phase == phaseHeaders && ex.stallAfter > 0 {
+		// This streamed request waited its stall limit for its first byte: the backend is
+		// stalled. Move every request waiting there (this one included), unless the wait for
+		// the headers ends first.
+		waited := time.Since(ex.attemptAt)
+		if rest := ex.headerWait - waited; rest > 0 {
+			if waited < ex.stallAfter {
+				ex.timer.Reset(min(rest, ex.stallAfter-waited))
 				ex.mu.Unlock()
 				return
 			}
+			backend := ex.backend
 			ex.mu.Unlock()
-			if cancel != nil {
-				cancel(errStalled)
-			}
+			ex.h.moveStalled(backend)
 			return
 		}
 	}
@@ -349,8 +371,12 @@ func (ex *exchange) expire() {
 	}
 }
 
-// watchStall reports whether the attempt gives up on a backend silent for the stall timeout:
-// a streamed request, whose headers a live server sends at once.
+// stallTTFTFactor is how many times its predicted time to first token a streamed request may
+// wait for its first byte, where that is longer than Timeouts.Stall.
+const stallTTFTFactor = 3
+
+// watchStall reports whether the attempt judges its backend by its own wait for the first
+// byte: a streamed request, whose headers a live server sends at once.
 func (ex *exchange) watchStall() bool {
 	return ex.h.timeouts.Stall > 0 && ex.req != nil && ex.req.Stream
 }
@@ -432,6 +458,7 @@ func (ex *exchange) classify(resp *http.Response, err error) (routing.Failure, b
 
 // abandonAttempt closes the current attempt's Result with its failure.
 func (ex *exchange) abandonAttempt(err error, f routing.Failure) {
+	ex.headersIn()
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	if ex.cancel != nil {
@@ -507,4 +534,77 @@ func (l *bodyLimiter) release(n int64) {
 	l.mu.Lock()
 	l.used -= n
 	l.mu.Unlock()
+}
+
+// headersIn notes that the current attempt's wait for its first byte is over (an answer, or an
+// error): it leaves the backend's waiting list. It reports whether a stall verdict on the
+// backend had already taken it off the list to move it. Calling it again does nothing.
+func (ex *exchange) headersIn() (moved bool) {
+	ex.mu.Lock()
+	w := ex.waiter
+	ex.waiter = nil
+	ex.stallAfter = 0
+	ex.mu.Unlock()
+	return w != nil && !ex.h.waiting.remove(w)
+}
+
+// waiter is a request (an attempt, or a prefill leg) waiting for its first byte on a backend.
+type waiter struct {
+	backend string
+	cancel  context.CancelCauseFunc
+}
+
+// waitList holds the requests waiting for their first byte, so that a stall verdict on a
+// backend moves them all.
+type waitList struct {
+	mu sync.Mutex
+	m  map[*waiter]struct{}
+}
+
+// add registers a request waiting on backend, which cancel moves. O(1).
+func (l *waitList) add(backend string, cancel context.CancelCauseFunc) *waiter {
+	w := &waiter{backend: backend, cancel: cancel}
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = make(map[*waiter]struct{})
+	}
+	l.m[w] = struct{}{}
+	l.mu.Unlock()
+	return w
+}
+
+// remove takes w off the list; it reports false when a stall verdict took it first. O(1).
+func (l *waitList) remove(w *waiter) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.m[w]; !ok {
+		return false
+	}
+	delete(l.m, w)
+	return true
+}
+
+// take removes and returns the requests waiting on backend. O(waiting).
+func (l *waitList) take(backend string) []*waiter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*waiter
+	for w := range l.m {
+		if w.backend == backend {
+			out = append(out, w)
+			delete(l.m, w)
+		}
+	}
+	return out
+}
+
+// moveStalled moves every request waiting for its first byte on backend: each is cancelled
+// with errStalled and retried elsewhere (its attempt fails as a refused connection would, so
+// passive health ejects the backend). It returns how many it moved.
+func (h *Handler) moveStalled(backend string) int {
+	ws := h.waiting.take(backend)
+	for _, w := range ws {
+		w.cancel(errStalled)
+	}
+	return len(ws)
 }

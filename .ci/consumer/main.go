@@ -27,6 +27,7 @@ import (
 	_ "github.com/usher-llm/usher/prefixcache/kvevents"
 	_ "github.com/usher-llm/usher/proxy"
 	_ "github.com/usher-llm/usher/proxy/extproc"
+	_ "github.com/usher-llm/usher/proxy/healthcheck"
 	_ "github.com/usher-llm/usher/proxy/kvfeed"
 	_ "github.com/usher-llm/usher/proxy/openai"
 	_ "github.com/usher-llm/usher/replica"

@@ -40,6 +40,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
+	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -85,6 +86,9 @@ type config struct {
 	Engine                string
 	ScrapeInterval        time.Duration
 	NoScrape              bool
+	NoHealthChecks        bool
+	HealthInterval        time.Duration
+	StallTimeout          time.Duration
 	KVListen              string
 	StreamIdle            time.Duration
 	MaxBody               int64
@@ -181,6 +185,9 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.Engine, "engine", c.Engine, "metrics of the model servers: vllm, sglang, trtllm, triton, tgi")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "metrics scrape interval")
 	fs.BoolVar(&c.NoScrape, "no-scrape", false, "do not scrape the endpoints' metrics")
+	fs.BoolVar(&c.NoHealthChecks, "no-health-checks", false, "no active health checks: the picker's own probes (GET /health, a streamed one-token completion) of ejected and idle endpoints; without them a client's request is an ejected endpoint's probe")
+	fs.DurationVar(&c.HealthInterval, "health-interval", 0, "probe an endpoint in rotation that had no success this long (ejected ones: every second); 0: 5s")
+	fs.DurationVar(&c.StallTimeout, "stall-timeout", 0, "a health probe without a first byte this long ejects its endpoint as stalled; 0: 2s")
 	fs.StringVar(&c.KVListen, "kv-listen", "", "endpoint to bind for KV events from servers that connect (topic kv@<ip:port>@<model>), e.g. tcp://0.0.0.0:5557")
 	fs.DurationVar(&c.StreamIdle, "stream-idle", c.StreamIdle, "longest silence of an ext_proc stream")
 	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body accepted (413 above)")
@@ -223,6 +230,8 @@ func (c config) options() (extproc.Options, error) {
 		return bad("-max-body %d: want at least 1024", c.MaxBody)
 	case c.ScrapeInterval <= 0 || c.EndpointsInterval <= 0 || c.StreamIdle <= 0:
 		return bad("intervals and -stream-idle must be positive")
+	case c.HealthInterval < 0 || c.StallTimeout < 0 || c.StallTimeout > healthcheck.DefaultTimeout:
+		return bad("-health-interval and -stall-timeout must not be negative, -stall-timeout at most %v", healthcheck.DefaultTimeout)
 	}
 	profile, ok := metrics.EngineOf(c.Engine)
 	if !ok {
@@ -257,6 +266,8 @@ func (c config) options() (extproc.Options, error) {
 		Keyer: keyer, MaxBodyBytes: c.MaxBody, Fallbacks: c.Fallbacks, StreamIdle: c.StreamIdle,
 		NoScrape: c.NoScrape, Engine: profile, ScrapeInterval: c.ScrapeInterval, KVListen: c.KVListen,
 		BlockSize: c.BlockSize, Decider: decider,
+		NoHealthChecks: c.NoHealthChecks,
+		HealthChecks:   healthcheck.Options{Interval: c.HealthInterval, FirstByte: c.StallTimeout},
 	}
 	if c.Models != "" {
 		for m := range strings.SplitSeq(c.Models, ",") {

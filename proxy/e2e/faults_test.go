@@ -23,6 +23,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/outlier"
 	"github.com/usher-llm/usher/routing/profiles"
@@ -41,7 +42,7 @@ type attempt struct {
 }
 
 func (a *attempts) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.URL.Path, "/completions") {
+	if !strings.HasSuffix(r.URL.Path, "/completions") || r.Header.Get("User-Agent") == healthcheck.UserAgent {
 		return a.base.RoundTrip(r)
 	}
 	a.mu.Lock()
@@ -540,8 +541,11 @@ func TestRetryBeforeFirstByte(t *testing.T) {
 			}
 			rs := h.Router().Stats()
 			t.Logf("router %+v retries %+v", rs, proxyseam.Retries(h))
-			if rs.Failed == 0 || rs.Failed > 2 {
-				t.Errorf("router failures = %d, want the bad backend charged once or twice, then ejected", rs.Failed)
+			// The bad backend is charged once or twice, then avoided — or never, when the
+			// health checks' first probe found it refusing connections and ejected it.
+			id, _ := h.Router().Lookup(tt.bad)
+			if ej := outlier.Of(h.Router()).BackendStats(id).Ejections; rs.Failed > 2 || (rs.Failed == 0 && ej == 0) {
+				t.Errorf("router failures = %d, ejections of the bad backend %d: want it charged once or twice, or ejected by a probe", rs.Failed, ej)
 			}
 			closedExactlyOnce(t, h)
 		})

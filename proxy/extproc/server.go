@@ -27,6 +27,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/prefixcache/kvevents"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
@@ -131,6 +132,19 @@ type Options struct {
 	// server's time to its response headers. Zero: 10 min.
 	StreamIdle time.Duration
 
+	// HealthChecks configures the active health checks Run performs (package
+	// proxy/healthcheck) when the router's profile has an outlier.Detector (the default
+	// router's has): the picker's own probes of the endpoints (http://Address/health and a
+	// streamed one-token completion), never a client's request, bring ejected endpoints back
+	// within about two seconds of their recovery and eject endpoints that died or stalled
+	// while idle (Envoy relays the requests, so the picker cannot see their first byte: the
+	// probes are how it finds a stalled endpoint). Router, Hosts and OnProbe are the
+	// picker's to set and must be zero. Zero fields: healthcheck's defaults.
+	HealthChecks healthcheck.Options
+	// NoHealthChecks turns the active health checks off: passive health alone, whose
+	// half-open state lets one client request at a time through to an ejected endpoint.
+	NoHealthChecks bool
+
 	// NoScrape turns metrics scraping off: the router then works on its own counters and
 	// the prefix index alone.
 	NoScrape bool
@@ -187,6 +201,7 @@ type Server struct {
 	perLimit   int // MaxInFlight per endpoint for the default gate; 0: fixed or foreign gate
 	decider    disagg.Decider
 	gate       *inflightGate
+	checker    *healthcheck.Checker // nil: no active health checks
 
 	eps    atomic.Pointer[endpointSet]
 	chains sync.Pool // *[]prefixcache.BlockHash
@@ -368,6 +383,15 @@ func New(opts Options) (*Server, error) {
 	if s.scraper != nil {
 		s.registry.MustRegister(s.scraper)
 	}
+	if hc := opts.HealthChecks; hc.Router != nil || hc.Hosts != nil || hc.OnProbe != nil {
+		return bad("HealthChecks' Router, Hosts and OnProbe are the picker's to set")
+	} else if !opts.NoHealthChecks && outlier.Of(s.router) != nil {
+		hc.Router = s.router
+		hc.OnProbe = func(name string, err error) { s.usher.ObserveProbe(name, err == nil) }
+		if s.checker, err = healthcheck.New(hc); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	}
 	s.health = health.NewServer()
 	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.setReady(false)
@@ -475,6 +499,18 @@ func (s *Server) SetEndpoints(eps []Endpoint) error {
 	for i, e := range set.list {
 		set.ids[i], _ = s.router.Lookup(e.Address)
 	}
+	if s.checker != nil {
+		targets := make([]healthcheck.Host, len(set.list))
+		for i, e := range set.list {
+			targets[i] = healthcheck.Host{Name: e.Address, URL: "http://" + e.Address}
+			if len(e.Models) > 0 {
+				targets[i].Model = e.Models[0]
+			}
+		}
+		if err := s.checker.SetHosts(targets); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidEndpoint, err)
+		}
+	}
 	s.eps.Store(set)
 	names := make([]string, len(set.list))
 	for i, e := range set.list {
@@ -538,6 +574,15 @@ func (s *Server) publishGaugesLocked() {
 	qs := s.queue.Stats()
 	s.usher.SetInFlightTotal(qs.InFlight)
 	s.usher.SetFlows(qs.Flows)
+	if out := outlier.Of(s.router); out != nil {
+		set := s.eps.Load()
+		for i, e := range set.list {
+			st := out.BackendStats(set.ids[i])
+			s.usher.SetPassiveHealth(e.Address, gatewaymetrics.PassiveHealth{
+				Ejections: st.Ejections, Probes: st.Probes, Restorations: st.Restored, Ejected: st.Ejected,
+			})
+		}
+	}
 	st := s.index.Stats()
 	s.usher.SetIndexStats(gatewaymetrics.IndexStats{
 		Blocks: st.Blocks, Bytes: st.Bytes, Evictions: uint64(st.Evictions),
@@ -600,7 +645,7 @@ func (s *Server) stopKVLocked() {
 }
 
 // Run does the background work until ctx ends: it runs the EndpointSource, scrapes the
-// endpoints and follows their KV events. It returns nil when ctx ends, the EndpointSource's error
+// endpoints, follows their KV events and runs the active health checks (Options.HealthChecks). It returns nil when ctx ends, the EndpointSource's error
 // if it failed otherwise, ErrRunning if Run is already running. Call it once.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
@@ -618,11 +663,15 @@ func (s *Server) Run(ctx context.Context) error {
 		s.mu.Unlock()
 	}()
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	n := 0
 	if s.scraper != nil {
 		n++
 		go func() { errc <- s.scraper.Run(ctx) }()
+	}
+	if s.checker != nil {
+		n++
+		go func() { errc <- s.checker.Run(ctx) }()
 	}
 	if s.source != nil {
 		n++

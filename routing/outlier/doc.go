@@ -22,6 +22,19 @@
 // [routing.Profile], first among the filters, so it sees the health verdicts before the
 // [HealthFilter] drops anyone; [Of] finds it again in a Router built from that profile.
 //
+// # Active health checks
+//
+// Passive health alone spends user requests: a half-open backend's probe is a client's request,
+// and a backend ejected while traffic is idle stays out until a client's request finds it back.
+// A health checker that sends requests of its own on a timer (package proxy/healthcheck, which
+// the gateway and the endpoint picker run) reports each probe's outcome to [Detector.Probed].
+// From its first report the Detector admits no user request to an ejected backend; the
+// checker's successful probe restores it once its back-off is over and no failure came after
+// the probe was sent, and a failed probe keeps it out without lengthening the back-off, so a
+// restarted server is back at the checker's next probe (about a second). The Detector still
+// learns from every request's outcome (Completed), and a probe of a backend in rotation counts
+// as a request: a refused or stalled probe ejects at once.
+//
 // # Missing and stale signals
 //
 // [HealthFilter] drops unhealthy backends and those whose polled signals are stale while a
@@ -31,8 +44,9 @@
 //
 // # Alternatives not taken
 //
-//   - Active health checks: they would put network calls and goroutines into a package that
-//     must not touch the network; writer verdicts and reported outcomes cover both directions.
+//   - Active health checks in this package: they would put network calls and goroutines into
+//     a package that must not touch the network. The checker is a package of its own
+//     (proxy/healthcheck); this one keeps the state machine and hears the probes' outcomes.
 //   - Ending an ejection by the clock alone, as Envoy does: a backend still down would take its
 //     full share of traffic at once; a half-open backend costs one request at a time to find
 //     out.

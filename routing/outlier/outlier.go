@@ -87,10 +87,13 @@ type Options struct {
 	// which holds every answer. Until the router hears of progress once, nothing counts as
 	// silent. It is not an ejection: the backend is picked again as soon as one of its requests
 	// progresses or ends (a timeout, say), and, as with ejections, when every
-	// candidate is silent or ejected all are kept. Set it below the response-header timeout
-	// (the proxy uses half of it): requests already waiting there are abandoned at that
-	// timeout, new ones are not sent after StallAfter. Zero: DefaultStallAfter (15 s).
-	// Negative: off.
+	// candidate is silent or ejected all are kept. Set it below the response-header timeout:
+	// requests already waiting there are abandoned at that timeout, new ones are not sent after
+	// StallAfter. The backend's silence is one clock for all its requests, so a live stream
+	// masks a request stalled beside it, and a long prefill looks silent: it is a backstop for
+	// callers that report only progress. The proxy judges each request by its own wait for its
+	// first byte instead (proxy.Timeouts.Stall, 2 s) and keeps this default. Zero:
+	// DefaultStallAfter (15 s). Negative: off.
 	StallAfter time.Duration
 	// Now is the clock of Completed, which has no pick time to go by; use the Router's clock
 	// ([routing.Options].Now). Nil: time.Now.
@@ -149,6 +152,15 @@ type Stats struct {
 // unprobed, as Envoy returns every host when its time is up, so that departed backends do not
 // hold ejection places.
 //
+// With active health checks (a checker such as proxy/healthcheck's, reporting through
+// [Detector.Probed]) no user request is ever a probe: from the checker's first report on, an
+// ejected backend gets no user request at all (but in the all-ejected fallback), half-open
+// admits none, and only the checker's own probe brings a backend back — at once when the
+// back-off is over and no failure was heard of since the probe was sent (see
+// [Detector.Probed]). Used alone, without a checker, the Detector works as described above:
+// user requests are its probes, and a backend ejected while no traffic comes stays out until
+// some does (or MaxEjection has passed).
+//
 // Early probe: when the writer's health verdict for an ejected backend was seen
 // [routing.Unhealthy], or its signals stale, and is now [routing.Healthy] with fresh signals,
 // the backend becomes half-open at once — a server that died and came back gets traffic within
@@ -180,7 +192,7 @@ type Stats struct {
 // within Window Score is one atomic load and fills dst with 1; otherwise Filter and Score are
 // O(n) atomic loads for n candidates and Picked O(1). Completed takes a short lock and is O(1)
 // (ten window buckets), plus, at most once per Window, an O(backends) sweep; a neutral outcome
-// with nothing ejected takes no lock. Memory is 256 bytes per backend the Detector has heard
+// with nothing ejected takes no lock. Memory is 288 bytes per backend the Detector has heard
 // of, in chunks of 64 slots that hold no pointers.
 type Detector struct {
 	// Immutable after New. Durations and times are in nanoseconds.
@@ -199,6 +211,9 @@ type Detector struct {
 	dir      atomic.Pointer[outlierDir]
 	out      atomic.Int32 // backends ejected or half-open
 	lastFail atomic.Int64 // the latest failure of any backend, Unix ns; 0: none
+	// active is set by the first Probed: an active health checker brings ejected backends
+	// back, so no user request is admitted to one as a probe.
+	active atomic.Bool
 
 	ejections, probes, restored, fallbacks, suppressed, early, stalled atomic.Uint64
 
@@ -259,8 +274,9 @@ type outlierSlot struct {
 	lastFail atomic.Int64  // the latest failure in the window, Unix ns; 0: none
 	counts   atomic.Uint64 // failures<<32 | requests in the window as of the last outcome
 	down     atomic.Bool   // seen routing.Unhealthy or stale while ejected
+	served   atomic.Int64  // the latest success (a request's or an active probe's), Unix ns; 0: none
 	// Cumulative, for BackendStats.
-	ejected, probed atomic.Uint64
+	ejected, probed, restored atomic.Uint64
 
 	// Guarded by Detector.mu.
 	known         bool
@@ -270,6 +286,8 @@ type outlierSlot struct {
 	settled       int64 // when the last ejection ended: outcomes of earlier picks are ignored
 	restoredAt    int64 // when the backend last returned to rotation; 0: never
 	lastDone      int64 // the latest outcome counted, Unix ns
+	failedAt      int64 // the latest failure heard of, counted or not (a stall included), Unix ns
+	lastProbed    int64 // when the last active probe's outcome came (Probed), Unix ns; 0: never
 	buckets       [outlierBuckets]outlierBucket
 }
 
@@ -461,6 +479,9 @@ func (o *Detector) admit(d *outlierDir, c *routing.Candidate, now int64) bool {
 	if u == 0 {
 		return true
 	}
+	if o.active.Load() {
+		return false // only a probe of the active checker brings it back (Probed)
+	}
 	if now < u {
 		if c.State == nil {
 			return false
@@ -485,8 +506,8 @@ func (o *Detector) admit(d *outlierDir, c *routing.Candidate, now int64) bool {
 // Picked implements [routing.PickObserver]: a pick of a half-open backend claims its probe. Lock-free, O(1);
 // one atomic load when no backend is out of rotation.
 func (o *Detector) Picked(_ *routing.Request, chosen *routing.Candidate, now time.Time) {
-	if o.out.Load() == 0 {
-		return
+	if o.out.Load() == 0 || o.active.Load() {
+		return // nothing out of rotation, or no user request is a probe
 	}
 	s := o.dir.Load().slot(chosen.ID)
 	if s == nil {
@@ -582,23 +603,35 @@ func (o *Detector) Completed(id routing.BackendID, picked time.Time, info routin
 		}
 		return
 	}
+	if kind == outcomeFailure {
+		s.failedAt = now
+	} else {
+		s.served.Store(now)
+	}
 	if !s.known {
 		s.known = true
 		o.known++
 	}
 	s.lastDone = now
 	if u != 0 {
-		if pk < u {
-			return // picked before the ejection ended
+		if pk < u || o.active.Load() {
+			// Picked before the ejection ended, or (with active checks) a request that was on
+			// the backend when it was ejected, or a fallback pick: only probes judge it.
+			return
 		}
 		if kind == outcomeSuccess {
-			o.restoreLocked(s, u, now)
-			o.restored.Add(1)
+			o.restoredLocked(s, u, now)
 		} else {
 			o.ejectLocked(s, now)
 		}
 		return
 	}
+	o.countLocked(s, pk, now, kind, info.Failure)
+}
+
+// countLocked counts the outcome of a request (or probe) of s, in rotation, picked (or sent)
+// at pk, in the window and the streaks, and ejects s when it crosses a threshold.
+func (o *Detector) countLocked(s *outlierSlot, pk, now int64, kind outcome, failure routing.Failure) {
 	if pk < s.settled {
 		return
 	}
@@ -615,7 +648,7 @@ func (o *Detector) Completed(id routing.BackendID, picked time.Time, info routin
 	}
 	b.failures = satInc(b.failures)
 	s.consec = min(s.consec+1, math.MaxInt32-1)
-	if info.Failure == routing.FailureConnect {
+	if failure == routing.FailureConnect {
 		s.consecConnect = min(s.consecConnect+1, math.MaxInt32-1)
 	} else {
 		s.consecConnect = 0
@@ -634,6 +667,60 @@ func (o *Detector) Completed(id routing.BackendID, picked time.Time, info routin
 		return
 	}
 	o.ejectLocked(s, now)
+}
+
+// Probed reports the outcome of an active health probe of backend id — a request of a health
+// checker's own (package proxy/healthcheck), never a user's — sent at started, classified as a
+// request's is ([routing.DoneInfo].Failure). The first call turns the Detector's active mode
+// on for good: from then on no user request is admitted to an ejected backend, not even as a
+// half-open probe; only a probe brings it back.
+//
+// For a backend out of rotation, a successful probe restores it once its ejection's back-off
+// (min(BaseEjection·2^(n−1), MaxEjection)) is over and no failure of the backend — a request's
+// or a probe's, a stalled one included — was heard of since the probe was sent: a success does
+// not mask a failure that ended after it began, so a backend still stalling on some requests
+// is not restored by one that got through. A failed probe keeps it out, without lengthening
+// the back-off (the checker probes again in a second or so, and a killed server that is
+// restarted returns at its first successful probe). For a backend in rotation, a probe's
+// outcome counts as a request's: a refused connection or a stalled probe ejects it at once.
+// Neutral and overload outcomes count nowhere. Safe for concurrent use; O(1) under the lock
+// Completed takes (plus the periodic sweep).
+func (o *Detector) Probed(id routing.BackendID, started time.Time, info routing.DoneInfo) {
+	if id >= maxOutlierBackends {
+		return
+	}
+	if !o.active.Load() {
+		o.active.Store(true)
+	}
+	kind := outcomeOf(info)
+	now := o.now().UnixNano()
+	st := started.UnixNano()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.sweepLocked(now)
+	s := o.slotLocked(id)
+	if kind == outcomeNeutral {
+		return // no verdict: a backend the checker cannot judge returns after MaxEjection
+	}
+	s.lastProbed = now
+	failedBefore := s.failedAt
+	if kind == outcomeFailure {
+		s.failedAt = now
+	} else {
+		s.served.Store(now)
+	}
+	if !s.known {
+		s.known = true
+		o.known++
+	}
+	s.lastDone = now
+	if u := s.until.Load(); u != 0 {
+		if kind == outcomeSuccess && now >= u && st > failedBefore {
+			o.restoredLocked(s, u, now)
+		}
+		return
+	}
+	o.countLocked(s, st, now, kind, info.Failure)
 }
 
 func satInc(v uint32) uint32 {
@@ -700,6 +787,13 @@ func (o *Detector) restoreLocked(s *outlierSlot, u, now int64) {
 	o.out.Add(-1)
 }
 
+// restoredLocked is restoreLocked of a backend a successful probe brought back: counted.
+func (o *Detector) restoredLocked(s *outlierSlot, u, now int64) {
+	o.restoreLocked(s, u, now)
+	o.restored.Add(1)
+	s.restored.Add(1)
+}
+
 // slotLocked returns the slot of id, growing the table to hold it.
 func (o *Detector) slotLocked(id routing.BackendID) *outlierSlot {
 	d := o.dir.Load()
@@ -732,7 +826,15 @@ func (o *Detector) sweepLocked(now int64) {
 		for i := range c {
 			s := &c[i]
 			if u := s.until.Load(); u != 0 {
-				if p := s.probe.Load(); now-u >= o.max && (p == 0 || now-p >= o.probeTimeout) {
+				p := s.probe.Load()
+				unprobed := p == 0 || now-p >= o.probeTimeout
+				if o.active.Load() {
+					// The checker probes ejected backends every second or so: one it has not
+					// reported on for MaxEjection (it stopped, or the backend left its
+					// targets) returns, as with passive health alone.
+					unprobed = now-s.lastProbed >= o.max
+				}
+				if now-u >= o.max && unprobed {
 					o.restoreLocked(s, u, now)
 				}
 				continue
@@ -755,6 +857,12 @@ type BackendHealth struct {
 	// Until is when its ejection lasts to while Ejected (at or before the present:
 	// half-open, awaiting a successful probe); zero while it is in rotation.
 	Until time.Time
+	// Restored counts the successful probes (a user request's, or with active checks an
+	// active probe's, see [Detector.Probed]) that returned it to rotation.
+	Restored uint64
+	// LastSuccess is when a request or an active probe of the backend last succeeded; zero if
+	// none did.
+	LastSuccess time.Time
 }
 
 // BackendStats returns backend id's counters; zero for a backend the Detector never heard of.
@@ -764,9 +872,12 @@ func (o *Detector) BackendStats(id routing.BackendID) BackendHealth {
 	if s == nil {
 		return BackendHealth{}
 	}
-	h := BackendHealth{Ejections: s.ejected.Load(), Probes: s.probed.Load()}
+	h := BackendHealth{Ejections: s.ejected.Load(), Probes: s.probed.Load(), Restored: s.restored.Load()}
 	if u := s.until.Load(); u != 0 {
 		h.Ejected, h.Until = true, time.Unix(0, u)
+	}
+	if v := s.served.Load(); v != 0 {
+		h.LastSuccess = time.Unix(0, v)
 	}
 	return h
 }

@@ -89,6 +89,9 @@ type IndexStats struct {
 //	usher_backend_ejections_total{backend}                  counter    SetPassiveHealth
 //	usher_backend_probes_total{backend}                     counter    SetPassiveHealth
 //	usher_backend_ejected{backend}                          gauge      SetPassiveHealth
+//	usher_backend_restorations_total{backend}               counter    SetPassiveHealth
+//	usher_health_probes_total{backend,result}               counter    ObserveProbe
+//	usher_stall_moves_total{backend}                        counter    ObserveStallMove
 //	usher_slo_requests_total{band,result}                   counter    ObserveSLO
 //	usher_latency_prediction_error_seconds{target}          histogram  ObservePrediction
 //
@@ -127,9 +130,14 @@ type Recorder struct {
 	descEject   *prometheus.Desc
 	descProbe   *prometheus.Desc
 	descEjected *prometheus.Desc
+	descRestore *prometheus.Desc
+	descHProbe  *prometheus.Desc
+	descMoves   *prometheus.Desc
 
 	backends atomic.Pointer[map[string]backendSeries] // copy on write by SetBackends
 	other    prometheus.Counter                       // picks of unknown backends
+	// otherHealth counts the probes and stall moves of backends outside the configured set.
+	otherHealth healthSeries
 
 	pd  pdSeries  // disaggregated serving
 	slo sloSeries // latency targets and predictions
@@ -225,9 +233,15 @@ func New(opts Options) (*Recorder, error) {
 		descEject: prometheus.NewDesc("usher_backend_ejections_total",
 			"Ejections of each backend by passive health (its requests failed).", []string{"backend"}, cl),
 		descProbe: prometheus.NewDesc("usher_backend_probes_total",
-			"Requests sent to each ejected backend as its probe back into rotation.", []string{"backend"}, cl),
+			"User requests sent to each ejected backend as its probe back into rotation (passive health alone; 0 with active health checks).", []string{"backend"}, cl),
 		descEjected: prometheus.NewDesc("usher_backend_ejected",
 			"1 while passive health keeps the backend out of rotation (ejected or half-open), else 0.", []string{"backend"}, cl),
+		descRestore: prometheus.NewDesc("usher_backend_restorations_total",
+			"Returns of each backend to rotation by a successful probe (the active health checks' own, or with passive health alone a user request's).", []string{"backend"}, cl),
+		descHProbe: prometheus.NewDesc("usher_health_probes_total",
+			"Active health probes (the gateway's own requests) of each backend by result: ok, or failed (refused, stalled, timed out, an error status); their sum is the probes sent and ended.", []string{"backend", "result"}, cl),
+		descMoves: prometheus.NewDesc("usher_stall_moves_total",
+			"Requests moved off each backend because it sent no first byte within the stall limit: cancelled there before any byte reached the client and retried elsewhere.", []string{"backend"}, cl),
 	}
 	bandLabels := make([]string, len(bands)+1)
 	for i, b := range bands {
@@ -378,17 +392,26 @@ func (u *Recorder) SetInFlight(backend string, requests int64) {
 	u.dropped.Inc()
 }
 
-// healthSeries is one backend's passive health, as last set.
+// healthSeries is one backend's health: passive health as last set, active probes and stall
+// moves as counted.
 type healthSeries struct {
-	ejections, probes atomic.Uint64
-	ejected           atomic.Bool
+	ejections, probes, restorations atomic.Uint64
+	ejected                         atomic.Bool
+	probesOK, probesFailed, moves   atomic.Uint64
 }
 
-// SetPassiveHealth records a configured backend's passive-health counters (outlier.Detector's
-// BackendStats): its ejections and probes so far, and whether it is out of rotation now. The
-// counters only move forward. Allocation-free; O(1); a backend outside the configured set is
-// ignored.
-func (u *Recorder) SetPassiveHealth(backend string, ejections, probes uint64, ejected bool) {
+// PassiveHealth is one backend's passive-health counters, as outlier.Detector's BackendStats
+// reports them.
+type PassiveHealth struct {
+	Ejections    uint64 // ejections so far
+	Probes       uint64 // user requests sent as half-open probes so far
+	Restorations uint64 // returns to rotation by a successful probe so far
+	Ejected      bool   // out of rotation now
+}
+
+// SetPassiveHealth records a configured backend's passive-health counters. The counters only
+// move forward. Allocation-free; O(1); a backend outside the configured set is ignored.
+func (u *Recorder) SetPassiveHealth(backend string, h PassiveHealth) {
 	if u == nil {
 		return
 	}
@@ -396,9 +419,40 @@ func (u *Recorder) SetPassiveHealth(backend string, ejections, probes uint64, ej
 	if !ok {
 		return
 	}
-	raise(&bs.health.ejections, ejections)
-	raise(&bs.health.probes, probes)
-	bs.health.ejected.Store(ejected)
+	raise(&bs.health.ejections, h.Ejections)
+	raise(&bs.health.probes, h.Probes)
+	raise(&bs.health.restorations, h.Restorations)
+	bs.health.ejected.Store(h.Ejected)
+}
+
+// health returns backend's health series, or the "other" one. Allocation-free; O(1).
+func (u *Recorder) health(backend string) *healthSeries {
+	if bs, ok := (*u.backends.Load())[backend]; ok {
+		return bs.health
+	}
+	return &u.otherHealth
+}
+
+// ObserveProbe counts one active health probe of backend that ended, ok or failed; a backend
+// outside the configured set counts as "other". Allocation-free; O(1).
+func (u *Recorder) ObserveProbe(backend string, ok bool) {
+	if u == nil {
+		return
+	}
+	if h := u.health(backend); ok {
+		h.probesOK.Add(1)
+	} else {
+		h.probesFailed.Add(1)
+	}
+}
+
+// ObserveStallMove counts one request moved off backend for a stall; a backend outside the
+// configured set counts as "other". Allocation-free; O(1).
+func (u *Recorder) ObserveStallMove(backend string) {
+	if u == nil {
+		return
+	}
+	u.health(backend).moves.Add(1)
 }
 
 // raise stores v in a if it is larger.
@@ -471,7 +525,7 @@ func (u *Recorder) Describe(ch chan<- *prometheus.Desc) {
 	u.pd.describe(ch)
 	u.slo.describe(ch)
 	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched,
-		u.descEject, u.descProbe, u.descEjected} {
+		u.descEject, u.descProbe, u.descEjected, u.descRestore, u.descHProbe, u.descMoves} {
 		ch <- d
 	}
 }
@@ -498,8 +552,11 @@ func (u *Recorder) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(u.descEject, prometheus.CounterValue, float64(b.health.ejections.Load()), name)
 			ch <- prometheus.MustNewConstMetric(u.descProbe, prometheus.CounterValue, float64(b.health.probes.Load()), name)
 			ch <- prometheus.MustNewConstMetric(u.descEjected, prometheus.GaugeValue, ejected, name)
+			ch <- prometheus.MustNewConstMetric(u.descRestore, prometheus.CounterValue, float64(b.health.restorations.Load()), name)
+			u.collectHealth(ch, name, b.health)
 		}
 	}
+	u.collectHealth(ch, OtherLabel, &u.otherHealth)
 	u.mu.Lock()
 	s := u.index
 	u.mu.Unlock()
@@ -511,3 +568,10 @@ func (u *Recorder) Collect(ch chan<- prometheus.Metric) {
 }
 
 var _ prometheus.Collector = (*Recorder)(nil)
+
+// collectHealth sends the probe and stall-move series of one backend (or of "other").
+func (u *Recorder) collectHealth(ch chan<- prometheus.Metric, name string, h *healthSeries) {
+	ch <- prometheus.MustNewConstMetric(u.descHProbe, prometheus.CounterValue, float64(h.probesOK.Load()), name, "ok")
+	ch <- prometheus.MustNewConstMetric(u.descHProbe, prometheus.CounterValue, float64(h.probesFailed.Load()), name, "failed")
+	ch <- prometheus.MustNewConstMetric(u.descMoves, prometheus.CounterValue, float64(h.moves.Load()), name)
+}

@@ -476,13 +476,13 @@ func TestWaitHistogramSeries(t *testing.T) {
 
 func TestPassiveHealthSeries(t *testing.T) {
 	u := mustUsher(t, Options{Backends: []string{"a", "b"}})
-	u.SetPassiveHealth("a", 3, 2, true)
-	u.SetPassiveHealth("a", 1, 1, false) // counters never go back
-	u.SetPassiveHealth("zzz", 9, 9, true)
-	got := promtest.Text(t, u, "usher_backend_ejections_total", "usher_backend_probes_total", "usher_backend_ejected")
+	u.SetPassiveHealth("a", PassiveHealth{Ejections: 3, Probes: 2, Restorations: 2, Ejected: true})
+	u.SetPassiveHealth("a", PassiveHealth{Ejections: 1, Probes: 1}) // counters never go back
+	u.SetPassiveHealth("zzz", PassiveHealth{Ejections: 9, Probes: 9, Ejected: true})
+	got := promtest.Text(t, u, "usher_backend_ejections_total", "usher_backend_probes_total", "usher_backend_ejected", "usher_backend_restorations_total")
 	for _, want := range []string{
 		`usher_backend_ejections_total{backend="a"} 3`, `usher_backend_probes_total{backend="a"} 2`, `usher_backend_ejected{backend="a"} 0`,
-		`usher_backend_ejections_total{backend="b"} 0`, `usher_backend_ejected{backend="b"} 0`,
+		`usher_backend_ejections_total{backend="b"} 0`, `usher_backend_ejected{backend="b"} 0`, `usher_backend_restorations_total{backend="a"} 2`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %s in:\n%s", want, got)
@@ -495,5 +495,30 @@ func TestPassiveHealthSeries(t *testing.T) {
 	u.SetBackends([]string{"a"})
 	if got := promtest.Text(t, u, "usher_backend_ejections_total"); !strings.Contains(got, `{backend="a"} 3`) || strings.Contains(got, `"b"`) {
 		t.Errorf("after SetBackends([a]):\n%s", got)
+	}
+}
+
+// Active probes and stall moves are counted per configured backend, the rest as "other".
+func TestProbeAndStallSeries(t *testing.T) {
+	u := mustUsher(t, Options{Backends: []string{"a"}})
+	u.ObserveProbe("a", true)
+	u.ObserveProbe("a", true)
+	u.ObserveProbe("a", false)
+	u.ObserveProbe("zzz", false)
+	u.ObserveStallMove("a")
+	u.ObserveStallMove("zzz")
+	u.ObserveStallMove("yyy")
+	got := promtest.Text(t, u, "usher_health_probes_total", "usher_stall_moves_total")
+	for _, want := range []string{
+		`usher_health_probes_total{backend="a",result="ok"} 2`, `usher_health_probes_total{backend="a",result="failed"} 1`,
+		`usher_health_probes_total{backend="other",result="failed"} 1`, `usher_health_probes_total{backend="other",result="ok"} 0`,
+		`usher_stall_moves_total{backend="a"} 1`, `usher_stall_moves_total{backend="other"} 2`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %s in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "zzz") || strings.Contains(got, "yyy") {
+		t.Errorf("a backend outside the set was exported:\n%s", got)
 	}
 }
