@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/routing"
 )
@@ -218,12 +219,12 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := t.base.RoundTrip(areq)
 		failure, retryable := ex.classify(resp, err)
 		last := !retryable || attempt >= h.retry.Attempts || ex.ctx.Err() != nil
-		if !last && !h.budget.allow(time.Now()) {
-			last = true
-		}
+		denied := !last && !h.budget.allow(time.Now())
+		last = last || denied
 		if last {
 			if retryable {
 				h.exhausted.Add(1)
+				h.usher.ObserveRetry(ex.retryReason(resp, err), lastOutcome(denied, attempt >= h.retry.Attempts))
 			}
 			if err != nil {
 				ex.setErr(err, failure) // what the attempt said about the backend, for Done
@@ -235,13 +236,16 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp.Body.Close()
 			err = errors.New("proxy: backend " + ex.backend + " answered " + resp.Status)
 		}
+		reason := ex.retryReason(resp, err)
 		ex.abandonAttempt(err, failure)
 		if !ex.repick() {
 			// Nowhere else to go: answer as if this attempt had been the last (its error kept
 			// for the log).
+			h.usher.ObserveRetry(reason, gatewaymetrics.RetryNoBackend)
 			return nil, fmt.Errorf("%w; the last attempt: %w", errNoBackendLeft, err)
 		}
 		h.retried.Add(1)
+		h.usher.ObserveRetry(reason, gatewaymetrics.Retried)
 		if req.GetBody != nil {
 			body, gerr := req.GetBody()
 			if gerr != nil {
