@@ -332,7 +332,8 @@ func startFleet(c config) (*simFleet, error) {
 	}
 	s.fleet = fleet
 	for i, u := range fleet.URLs() {
-		b := gateway.BackendSpec{URL: u, Engine: "vllm"}
+		// Named as their KV events' pods are: /metrics then lists no address.
+		b := gateway.BackendSpec{URL: u, Name: fmt.Sprintf("sim-%d", i), Engine: "vllm"}
 		switch {
 		case i < c.SimPrefill:
 			b.Role = "prefill"
