@@ -74,7 +74,7 @@ type Exporter struct {
 
 	mu     sync.Mutex // guards the fields below
 	stat   os.FileInfo
-	readAt time.Time // when stat and tokens were read
+	readAt time.Time           // when stat and tokens were read
 	tokens [][sha256.Size]byte // digests of the file's tokens
 	bad    error               // why the file is unusable now; nil when it is
 }
