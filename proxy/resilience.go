@@ -221,10 +221,14 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		last := !retryable || attempt >= h.retry.Attempts || ex.ctx.Err() != nil
 		denied := !last && !h.budget.allow(time.Now())
 		last = last || denied
+		var reason gatewaymetrics.RetryReason
+		if retryable {
+			reason = ex.retryReason(resp, err)
+		}
 		if last {
 			if retryable {
 				h.exhausted.Add(1)
-				h.usher.ObserveRetry(ex.retryReason(resp, err), lastOutcome(denied, attempt >= h.retry.Attempts))
+				h.usher.ObserveRetry(reason, lastOutcome(denied, attempt >= h.retry.Attempts))
 			}
 			if err != nil {
 				ex.setErr(err, failure) // what the attempt said about the backend, for Done
@@ -236,7 +240,6 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp.Body.Close()
 			err = errors.New("proxy: backend " + ex.backend + " answered " + resp.Status)
 		}
-		reason := ex.retryReason(resp, err)
 		ex.abandonAttempt(err, failure)
 		if !ex.repick() {
 			// Nowhere else to go: answer as if this attempt had been the last (its error kept

@@ -150,6 +150,28 @@ func TestRetriesOnMetrics(t *testing.T) {
 			t.Errorf("retried after a refused connection: %v on /metrics, %d counted by the Handler; want them equal and ≥ 1", got, st.Retries)
 		}
 	})
+	t.Run("no headers", func(t *testing.T) {
+		hang := fakeBackend(t, func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+		})
+		opts := testOptions([]proxy.Backend{{URL: hang.URL}, {URL: fakeBackend(t, okChat).URL}})
+		opts.Timeouts.ResponseHeader, opts.Timeouts.PerOutputToken = 300*time.Millisecond, time.Millisecond
+		opts.ScrapeInterval = time.Hour
+		h, base := startHandler(t, opts)
+		for range 4 {
+			if resp, e := post(t, base+"/v1/chat/completions", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d %+v, want 200 after a retry", resp.StatusCode, e)
+			}
+		}
+		_, s := scrapeText(t, base+"/metrics")
+		if got, st := s[`usher_retries_total{outcome="retried",reason="header_timeout"}`], proxyseam.Retries(h); got < 1 || got != float64(st.Retries) {
+			t.Errorf("retried after the header timeout: %v on /metrics, %d counted by the Handler; want them equal and ≥ 1", got, st.Retries)
+		}
+	})
 	t.Run("502 everywhere", func(t *testing.T) {
 		var calls atomic.Int64
 		failing := func(w http.ResponseWriter, r *http.Request) {
