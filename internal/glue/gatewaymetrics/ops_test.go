@@ -17,7 +17,7 @@ func TestRetries(t *testing.T) {
 	u.ObserveRetry(RetryConnect, Retried)
 	u.ObserveRetry(RetryServerError, RetryBudgetExhausted)
 	u.ObserveRetry(RetryStalled, RetryNoBackend)
-	u.ObserveRetry(numRetryReasons, Retried)         // ignored
+	u.ObserveRetry(numRetryReasons, Retried)          // ignored
 	u.ObserveRetry(RetryOverloaded, numRetryOutcomes) // ignored
 	text := promtest.Text(t, u, "usher_retries_total")
 	if n := strings.Count(text, "\nusher_retries_total{"); n != int(numRetryReasons)*int(numRetryOutcomes) {
