@@ -154,12 +154,23 @@ type Config struct {
 	// probed (healthcheck.Options.Interval; zero: 5 s). Ejected backends are probed every second.
 	NoHealthChecks bool          `json:"no_health_checks"`
 	HealthInterval time.Duration `json:"health_interval"`
+	// MetricsListen, if set, is the address of a listener of the program's own for GET
+	// /metrics (examples/gateway serves it with metrics.Exporter); Options then sets
+	// proxy.Options.MetricsElsewhere, so that the API's port does not serve it. Empty: /metrics
+	// on the API's port, without authentication. MetricsTokenFile is that listener's file of
+	// bearer tokens (metrics.ExporterOptions.TokenFile; empty: none asked for); it needs
+	// MetricsListen.
+	MetricsListen    string `json:"metrics_listen"`
+	MetricsTokenFile string `json:"metrics_token_file"`
 }
 
 // BackendSpec is a proxy.Backend by names. In the JSON config it is an object with these keys,
 // or a string in the syntax of -backend (ParseBackend).
 type BackendSpec struct {
 	URL string `json:"url"`
+	// Name is the backend's name in the router, the logs and the backend label of /metrics
+	// (proxy.Backend.Name: letters, digits, '.', '_', '-'; unique); empty: its URL.
+	Name string `json:"name"`
 	// Engine is vllm (the default), sglang, trtllm, triton or tgi: the metric names to
 	// scrape (metrics.EngineOf).
 	Engine   string `json:"engine"`
@@ -178,7 +189,7 @@ type BackendSpec struct {
 }
 
 // backendKeys are ParseBackend's options; true marks a list.
-var backendKeys = backendspec.Keys{"engine": false, "kv-events": false, "kv-pod": false, "replay": false, "ranks": false, "role": false, "models": true, "adapters": true}
+var backendKeys = backendspec.Keys{"name": false, "engine": false, "kv-events": false, "kv-pod": false, "replay": false, "ranks": false, "role": false, "models": true, "adapters": true}
 
 // UnmarshalJSON reads a backend as an object (unknown keys are an error) or as a string in
 // ParseBackend's syntax.
@@ -253,7 +264,7 @@ func DefaultConfig() Config {
 // RegisterFlags defines a flag for each field of c on fs, with c's values as defaults.
 // -backend may be repeated, in ParseBackend's syntax.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Func("backend", "model server: URL[,engine=vllm|sglang|trtllm|triton|tgi][,role=prefill|decode|both][,models=A,B...][,adapters=L1,L2...][,kv-events=tcp://host:5557][,kv-pod=POD][,replay=tcp://host:5558][,ranks=N] (repeat; kv-events: the server binds it, the gateway connects; kv-pod: the server connects to -kv-listen with this pod in its topic; ranks: data-parallel ranks behind the URL)", func(s string) error {
+	fs.Func("backend", "model server: URL[,name=NAME][,engine=vllm|sglang|trtllm|triton|tgi][,role=prefill|decode|both][,models=A,B...][,adapters=L1,L2...][,kv-events=tcp://host:5557][,kv-pod=POD][,replay=tcp://host:5558][,ranks=N] (repeat; name: its name in the logs and the backend label of /metrics instead of the URL; kv-events: the server binds it, the gateway connects; kv-pod: the server connects to -kv-listen with this pod in its topic; ranks: data-parallel ranks behind the URL)", func(s string) error {
 		b, err := ParseBackend(s)
 		c.Backends = append(c.Backends, b)
 		return err
@@ -330,15 +341,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StallTimeout, "stall-timeout", c.StallTimeout, "a streamed request (or health probe) without a first byte this long marks its backend stalled: no new picks, and its waiting requests move elsewhere (independent of -header-timeout); 0: 2s, negative: off")
 	fs.BoolVar(&c.NoHealthChecks, "no-health-checks", c.NoHealthChecks, "no active health checks: the gateway's own probes (GET /health, a streamed one-token completion) of ejected and idle backends; without them a client's request is an ejected backend's probe")
 	fs.DurationVar(&c.HealthInterval, "health-interval", c.HealthInterval, "probe a backend in rotation that had no success this long (ejected ones: every second); 0: 5s")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "address to serve GET /metrics on, instead of the API's port (e.g. :9090); empty: the API's port, without authentication")
+	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", c.MetricsTokenFile, "with -metrics-listen: file of bearer tokens that may read /metrics, one a line (# comments); re-read when it changes")
 }
 
 // ParseBackend parses usher's backend syntax, as -backend, the JSON config's backend strings
 // and the endpoint picker's endpoint lists write it: the URL, then options separated by
 // commas (or white space), a list's values continuing it:
 //
-//	http://10.0.0.7:8000,engine=vllm,role=decode,models=llama-3-8b,qwen-2.5-7b,kv-events=tcp://10.0.0.7:5557
+//	http://10.0.0.7:8000,name=decode-0,engine=vllm,role=decode,models=llama-3-8b,qwen-2.5-7b,kv-events=tcp://10.0.0.7:5557
 //
-// Options: engine (vllm, sglang, trtllm, triton, tgi), kv-events (the server's publisher,
+// Options: name (the backend's name in the router, the logs and the backend label of
+// /metrics instead of its URL: letters, digits, '.', '_', '-'), engine (vllm, sglang, trtllm,
+// triton, tgi), kv-events (the server's publisher,
 // which it binds), kv-pod (its pod when it connects to -kv-listen instead), replay, ranks
 // (data-parallel ranks behind the URL, 0..1024), role (prefill, decode, both), models (a
 // list of base models), adapters (a list of LoRA adapters on the first model). An unknown or
@@ -348,7 +363,7 @@ func ParseBackend(s string) (BackendSpec, error) {
 	if err != nil {
 		return BackendSpec{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
 	}
-	b := BackendSpec{URL: sp.Target, Engine: "vllm", KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay"),
+	b := BackendSpec{URL: sp.Target, Name: sp.Get("name"), Engine: "vllm", KVEvents: sp.Get("kv-events"), Replay: sp.Get("replay"),
 		KVPod: sp.Get("kv-pod"), Role: sp.Get("role"), Models: sp.List("models"), Adapters: sp.List("adapters")}
 	if e := sp.Get("engine"); e != "" {
 		b.Engine = e
@@ -487,6 +502,8 @@ func (c Config) Options() (proxy.Options, error) {
 		return bad("stall-timeout %v: at most %v (a health probe's whole time)", c.StallTimeout, healthcheck.DefaultTimeout)
 	case c.DefaultBand < 0 || c.DefaultBand >= bands:
 		return bad("default-band %d: want 0..%d", c.DefaultBand, bands-1)
+	case c.MetricsTokenFile != "" && c.MetricsListen == "":
+		return bad("metrics-token-file needs metrics-listen: the API's port serves /metrics without authentication")
 	}
 	for t, b := range c.TenantBands {
 		if b < 0 || b >= bands {
@@ -515,8 +532,11 @@ func (c Config) Options() (proxy.Options, error) {
 		SLO:             slo,
 		TrustSLOHeaders: c.TrustSLOHeaders,
 		SLOShedAbove:    c.SLOShedAbove,
+
+		MetricsElsewhere: c.MetricsListen != "",
 	}
 	urls := make([]string, len(c.Backends))
+	names := make(map[string]bool, len(c.Backends))
 	kv := "" // the first setting that names KV events
 	if c.KVListen != "" {
 		kv = "kv_listen"
@@ -530,11 +550,15 @@ func (c Config) Options() (proxy.Options, error) {
 		if err != nil {
 			return bad("backend %q: %v", b.URL, err)
 		}
-		be := proxy.Backend{URL: b.URL, Engine: p, Role: role, Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
+		be := proxy.Backend{URL: b.URL, Name: b.Name, Engine: p, Role: role, Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
 			SharedKVPublisher: b.Engine == "sglang"} // SGLang publishes every rank's events on one endpoint
 		if err := be.Validate(); err != nil {
 			return proxy.Options{}, err
 		}
+		if b.Name != "" && names[b.Name] {
+			return bad("backend name %q is given twice", b.Name)
+		}
+		names[b.Name] = true
 		if kv == "" && (b.KVEvents != "" || b.KVPod != "") {
 			kv = fmt.Sprintf("backend %q kv_events or kv_pod", b.URL)
 		}

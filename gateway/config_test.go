@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -239,5 +240,39 @@ func TestConfigDecider(t *testing.T) {
 		c.Decider = bad
 		_, err := c.Options()
 		errorIs(t, err, proxy.ErrInvalidOptions, "decider %+v", bad)
+	}
+}
+
+// A backend's name (name= in the syntax, "name" in JSON) reaches proxy.Backend.Name; a name
+// that is not one, or one given twice, is refused. -metrics-listen moves /metrics off the
+// API's port (proxy.Options.MetricsElsewhere); its token file needs it.
+func TestBackendNamesAndMetricsListen(t *testing.T) {
+	b, err := ParseBackend("http://10.0.0.7:8000,name=qwen-a,engine=vllm")
+	noError(t, err)
+	equal(t, BackendSpec{URL: "http://10.0.0.7:8000", Name: "qwen-a", Engine: "vllm"}, b)
+	file := filepath.Join(t.TempDir(), "gateway.json")
+	noError(t, os.WriteFile(file, []byte(`{"backends":[{"url":"http://10.0.0.8:8000","name":"qwen-b"}],"metrics_listen":":9090","metrics_token_file":"/etc/tokens"}`), 0o600))
+	c := DefaultConfig()
+	noError(t, c.LoadFile(file))
+	c.Backends = append(c.Backends, b)
+	o, err := c.Options()
+	if noError(t, err) && lenIs(t, o.Backends, 2) {
+		equal(t, "qwen-b", o.Backends[0].Name)
+		equal(t, "qwen-a", o.Backends[1].Name)
+		equal(t, true, o.MetricsElsewhere)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+	}{
+		{"an address as a name", func(c *Config) { c.Backends[0].Name = "10.0.0.8:8000" }},
+		{"a name twice", func(c *Config) { c.Backends[1].Name = c.Backends[0].Name }},
+		{"a token file without a listener", func(c *Config) { c.MetricsListen = "" }},
+	} {
+		bad := c
+		bad.Backends = slices.Clone(c.Backends)
+		tc.edit(&bad)
+		_, err := bad.Options()
+		errorIs(t, err, proxy.ErrInvalidOptions, tc.name)
 	}
 }

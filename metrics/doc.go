@@ -1,4 +1,5 @@
-// Package metrics reads model servers into the router's [routing.BackendState].
+// Package metrics reads model servers into the router's [routing.BackendState], and serves
+// usher's own series to Prometheus ([Exporter]).
 //
 // # The model
 //
@@ -92,6 +93,17 @@
 // the traffic. The gateway's own series (admission, queue, picks, in-flight requests, the
 // prefix index) are recorded by package proxy where those things happen, and served beside
 // the Scraper's on its GET /metrics.
+//
+// # Serving usher's metrics
+//
+// An [Exporter] serves a Prometheus gatherer (a gateway's or endpoint picker's registry) on a
+// listener of the program's own, behind optional bearer-token authentication: the tokens of a
+// file, read again when the file changes, and a judge of the program's own
+// (ExporterOptions.Authenticate, where a Kubernetes TokenReview fits). The file is looked at on
+// each request that brings a token rather than watched or reloaded on SIGHUP: a scrape every
+// few seconds makes a stat per request free, nothing runs in the background, and a rotated
+// Secret counts from the next scrape without a signal that a container runtime may not
+// deliver. Tokens are compared as SHA-256 digests in constant time, every token every time.
 //
 // # Complexity
 //

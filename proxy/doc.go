@@ -51,14 +51,26 @@
 // (usher_health_probes_total{backend,result}), requests moved off stalled backends
 // (usher_stall_moves_total), the prefix index, disaggregated serving
 // (usher_pd_*), latency targets (usher_slo_requests_total,
-// usher_latency_prediction_error_seconds) and the LoRA adapters each backend's metrics list
-// as running or waiting (usher_backend_lora_adapters{backend,adapter,state}: its configured
-// Adapters and then the names it reports, up to 32 a backend, the rest as adapter="other").
-// Every label value comes from a set fixed by configuration (bands, admission outcomes,
-// backends, adapters) plus "other", so the number of series is bounded whatever the traffic.
+// usher_latency_prediction_error_seconds), retries before the first byte
+// (usher_retries_total{reason,outcome}: reason connect, header_timeout, stalled, overloaded or
+// server_error; outcome retried, attempts_exhausted, budget_exhausted, no_backend or
+// client_gone), the router's clamped scores (usher_clamped_scores_total{scorer}, one per
+// scorer of its profile: a scorer of your own whose scores fall outside [0, 1] shows there)
+// and the LoRA adapters each backend's metrics list as running or waiting
+// (usher_backend_lora_adapters{backend,adapter,state}: its configured Adapters and then the
+// names it reports, up to 32 a backend, the rest as adapter="other"). Every label value comes
+// from a set fixed by configuration (bands, admission outcomes, backends, the profile's
+// scorers, adapters) plus "other", so the number of series is bounded whatever the traffic.
 // Extensions register their own (proxy/kvfeed's usher_kvevents_*, among them
 // usher_kvevents_delivered_batches_total{source,via="live"|"replay"}; replica's
 // usher_replica_sync_*).
+//
+// A backend's label value is its name: Backend.Name where given, else its URL, which then
+// shows the fleet's addresses to whoever reads /metrics. The API's clients are one such
+// reader: with Options.MetricsElsewhere the Handler's port answers /metrics 404, and the
+// program serves Registry on a port of its own through metrics.Exporter, which can ask for a
+// bearer token from a file (examples/gateway's -metrics-listen and -metrics-token-file; the
+// endpoint picker, examples/epp, has the same two flags over the same Exporter).
 //
 // # Anthropic's Messages, OpenAI's Responses and embeddings
 //

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,9 +47,14 @@ var ErrInvalidOptions = errors.New("proxy: invalid options")
 
 // Backend is one model server behind the Handler.
 type Backend struct {
-	// URL is the server's base URL (http://host:port); the OpenAI API is under /v1. It is
-	// also the backend's name in the router and the prefix index.
+	// URL is the server's base URL (http://host:port); the OpenAI API is under /v1.
 	URL string
+	// Name is the backend's name in the router, the prefix index, the logs and the backend
+	// label of every usher_* series on /metrics: 1 to 64 letters, digits, '.', '_' or '-',
+	// starting with a letter or digit, so that no address shows there (a data-parallel
+	// rank's is Name + "#dp=" + the rank). Names must be unique; gateway replicas that share
+	// state (package replica) must name a server alike. Empty: URL, as before names existed.
+	Name string
 	// Engine names the server's metrics (for example metrics.EngineOf("sglang")). Nil:
 	// vLLM's.
 	Engine *metrics.Engine
@@ -104,9 +110,12 @@ func sameModels(a, b []string) bool {
 	return true
 }
 
-// rankName is the name of data-parallel rank rank of the backend at url, in the router, the
-// prefix index and the metrics: url + "#dp=" + rank.
-func rankName(url string, rank int) string { return url + "#dp=" + strconv.Itoa(rank) }
+// rankName is the name of data-parallel rank rank of the backend named name, in the router,
+// the prefix index and the metrics: name + "#dp=" + rank.
+func rankName(name string, rank int) string { return name + "#dp=" + strconv.Itoa(rank) }
+
+// name is the backend's name: Name, or its URL.
+func (b Backend) name() string { return cmp.Or(b.Name, b.URL) }
 
 // member is one backend as the router knows it: a server, or one rank of a server.
 type member struct {
@@ -125,16 +134,16 @@ func members(backends []Backend) ([]member, error) {
 	var out []member
 	for _, b := range backends {
 		if b.Ranks <= 1 {
-			out = append(out, member{name: b.URL, url: b.URL, rank: -1, engine: b.Engine, role: b.Role, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
+			out = append(out, member{name: b.name(), url: b.URL, rank: -1, engine: b.Engine, role: b.Role, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
 			continue
 		}
 		for r := range b.Ranks {
-			m := member{name: rankName(b.URL, r), url: b.URL, rank: r, engine: b.Engine, role: b.Role}
+			m := member{name: rankName(b.name(), r), url: b.URL, rank: r, engine: b.Engine, role: b.Role}
 			if b.SharedKVPublisher {
 				if r == 0 && b.KVEvents != "" {
 					m.kvEvents, m.replay = b.KVEvents, b.Replay
 					for k := range b.Ranks {
-						m.rankBackends = append(m.rankBackends, rankName(b.URL, k))
+						m.rankBackends = append(m.rankBackends, rankName(b.name(), k))
 					}
 				}
 				out = append(out, m)
@@ -167,6 +176,20 @@ func configuredAdapters(backends []Backend, ms []member) map[string][]string {
 	return out
 }
 
+// newTarget is where a member's name points (backendURL, for a name that is not its URL).
+func newTarget(m member) *target {
+	u, err := url.Parse(m.url)
+	if err != nil {
+		return nil // Validate refused it
+	}
+	t := &target{URL: u}
+	if m.rank >= 0 {
+		t.rank = strconv.Itoa(m.rank)
+	}
+	u.Path, u.Fragment, u.RawFragment = trimSlash(u.Path), "", ""
+	return t
+}
+
 // offsetPort adds off to the port of a tcp:// endpoint ("" stays "").
 func offsetPort(endpoint string, off int) (string, error) {
 	if endpoint == "" || off == 0 {
@@ -187,6 +210,9 @@ func (b Backend) Validate() error {
 	u, err := url.Parse(b.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%w: backend URL %q: want http(s)://host:port", ErrInvalidOptions, b.URL)
+	}
+	if b.Name != "" && !validName(b.Name) {
+		return fmt.Errorf("%w: backend %q: name %q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalidOptions, b.URL, b.Name)
 	}
 	if b.Ranks < 0 || b.Ranks > 1024 {
 		return fmt.Errorf("%w: backend %q: %d ranks, want 0..1024", ErrInvalidOptions, b.URL, b.Ranks)
@@ -209,6 +235,23 @@ func (b Backend) Validate() error {
 		return fmt.Errorf("%w: backend %q: KVPod (the server connects to KVListen) excludes KVEvents and ranks", ErrInvalidOptions, b.URL)
 	}
 	return nil
+}
+
+// validName reports whether s may name a backend (Backend.Name): 1 to 64 letters, digits,
+// '.', '_' or '-', the first a letter or digit; "other" is the metrics' label for what is
+// outside the configured set.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 || s == "other" {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || (c != '.' && c != '_' && c != '-')) {
+			return false
+		}
+	}
+	return true
 }
 
 // Options configures a Handler. Every part can be swapped; the zero value of each field is
@@ -356,6 +399,12 @@ type Options struct {
 	MaxBodyBytesReading int64
 	// ScrapeInterval is how often Run scrapes the backends. Zero: 100 ms.
 	ScrapeInterval time.Duration
+	// MetricsElsewhere makes ServeHTTP answer GET /metrics with a 404, like any path it does
+	// not serve, because the program serves Registry on a listener of its own, where the API's
+	// clients cannot reach it (metrics.Exporter, with bearer tokens if it wants them), as
+	// examples/gateway does with -metrics-listen. False: GET /metrics on the Handler's own
+	// port serves Registry to anyone.
+	MetricsElsewhere bool
 	// Logger receives what goes wrong in the background (KV events, scrapes). Nil:
 	// slog.Default().
 	Logger *slog.Logger
@@ -374,8 +423,8 @@ type Options struct {
 // prompt once, admits it through the queue, picks a backend, relays the answer (streamed or
 // whole) and closes the queue's Ticket and the router's Result exactly once with the usage
 // the backend reported. It also serves GET /v1/models and /v1/models/{id}, Anthropic's POST
-// /v1/messages/count_tokens, GET /health and GET /metrics; everything else is a 404 in
-// OpenAI's error format (see [Handler.ServeHTTP]).
+// /v1/messages/count_tokens, GET /health and GET /metrics (unless Options.MetricsElsewhere);
+// everything else is a 404 in OpenAI's error format (see [Handler.ServeHTTP]).
 //
 // The same pipeline is available as hooks for an httputil.ReverseProxy of your own: Rewrite,
 // ModifyResponse and ErrorHandler.
@@ -418,6 +467,8 @@ type Handler struct {
 	slo        slo.Config     // Options.SLO, TrustSLOHeaders, SLOShedAbove
 	ttl        time.Duration  // the default queue's (and pools') TTL; 0 with Options.Queue
 
+	metricsElsewhere bool // Options.MetricsElsewhere: GET /metrics is a 404 here
+
 	sent, retried, exhausted atomic.Uint64 // retryStats
 
 	checker *healthcheck.Checker // nil: no active health checks
@@ -459,6 +510,8 @@ func New(opts Options) (*Handler, error) {
 		maxBody:   opts.MaxBodyBytes,
 		maxHeader: opts.MaxHeaderBytes,
 		bands:     opts.Bands,
+
+		metricsElsewhere: opts.MetricsElsewhere,
 	}
 	h.chains.New = func() any { s := make([]prefixcache.BlockHash, 0, 1024); return &s }
 	if h.maxBody == 0 {
@@ -493,7 +546,7 @@ func New(opts Options) (*Handler, error) {
 		opts.QueueCapacity != (flowcontrol.Limits{}) || opts.FlowCapacity != (flowcontrol.Limits{})):
 		return nil, fmt.Errorf("%w: Policy, TTL, capacities, MaxInFlight, Saturation and EarlyShed configure the default queue; configure your Queue itself", ErrInvalidOptions)
 	}
-	seen := make(map[string]bool, len(opts.Backends))
+	seen, named := make(map[string]bool, len(opts.Backends)), make(map[string]bool)
 	for _, b := range opts.Backends {
 		if err := b.Validate(); err != nil {
 			return nil, err
@@ -502,6 +555,12 @@ func New(opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("%w: backend %q listed twice", ErrInvalidOptions, b.URL)
 		}
 		seen[b.URL] = true
+		if b.Name != "" {
+			if named[b.Name] {
+				return nil, fmt.Errorf("%w: backend name %q given twice", ErrInvalidOptions, b.Name)
+			}
+			named[b.Name] = true
+		}
 	}
 	var err error
 	if h.members, err = members(opts.Backends); err != nil {
@@ -520,6 +579,9 @@ func New(opts Options) (*Handler, error) {
 	h.memberIndex = make(map[string]int, len(h.members))
 	for i, m := range h.members {
 		h.memberIndex[m.name] = i
+		if m.name != m.url {
+			h.urls.Store(m.name, newTarget(m))
+		}
 	}
 	if len(opts.Models) > 0 {
 		h.allowedModels = slices.Clone(opts.Models)
@@ -625,7 +687,7 @@ func New(opts Options) (*Handler, error) {
 	// The Go runtime's and the process's series (go_*, process_*: goroutines, heap, RSS, open
 	// files), as every Go service exports them.
 	h.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h.registry.MustRegister(h.usher, h.adapters)
+	h.registry.MustRegister(h.usher, h.adapters, gatewaymetrics.ClampedScores(h.router, nil))
 	if h.scraper != nil {
 		h.registry.MustRegister(h.scraper)
 	}
@@ -775,6 +837,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		allow = http.MethodGet
 	case "/metrics":
+		if h.metricsElsewhere {
+			h.notFound(w, r)
+			return
+		}
 		if r.Method == http.MethodGet {
 			h.metricsH.ServeHTTP(w, r)
 			return
@@ -795,8 +861,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			allow = http.MethodGet
 			break
 		}
-		openaiwire.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
-			Message: fmt.Sprintf("no route for %s %s", clip(r.Method), clip(path))})
+		h.notFound(w, r)
 		return
 	}
 	w.Header().Set("Allow", allow)
@@ -806,6 +871,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	openaiwire.WriteErrorFor(w, ep, &openai.Error{Status: http.StatusMethodNotAllowed, Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
 		Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, path, allow)})
+}
+
+// notFound answers a path the Handler does not serve: 404 in OpenAI's format.
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	openaiwire.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeNotFound, Code: "unknown_url",
+		Message: fmt.Sprintf("no route for %s %s", clip(r.Method), clip(r.URL.Path))})
 }
 
 // serveCompletion relays a chat or completions request, bounding the body's read with the

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/routing"
 )
@@ -237,8 +238,11 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		failure, retryable := ex.classify(resp, err)
 		stalled := errors.Is(ex.cause(), errStalled) || errors.Is(err, errStalled)
 		last := !retryable || attempt >= h.retry.Attempts || ex.ctx.Err() != nil
-		if !last && !stalled && !h.budget.allow(time.Now()) {
-			last = true
+		denied := !last && !stalled && !h.budget.allow(time.Now())
+		last = last || denied
+		var reason gatewaymetrics.RetryReason
+		if retryable {
+			reason = ex.retryReason(resp, err)
 		}
 		if stalled && ex.ctx.Err() == nil {
 			h.usher.ObserveStallMove(ex.backend)
@@ -247,6 +251,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			ex.attempts, ex.exhausted = attempt, retryable // for the log of an error handed on
 			if retryable {
 				h.exhausted.Add(1)
+				h.usher.ObserveRetry(reason, lastOutcome(denied, attempt >= h.retry.Attempts))
 			}
 			if err != nil {
 				ex.setErr(err, failure) // what the attempt said about the backend, for Done
@@ -264,6 +269,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// Nowhere else to go: answer as if this attempt had been the last — the backend's
 			// own answer (its status and Retry-After kept), or its error for the log.
 			ex.attempts, ex.exhausted = attempt, true
+			h.usher.ObserveRetry(reason, gatewaymetrics.RetryNoBackend)
 			if resp != nil {
 				resp.Body = io.NopCloser(bytes.NewReader(kept))
 				return resp, nil
@@ -271,6 +277,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("%w; the last attempt: %w", errNoBackendLeft, err)
 		}
 		h.retried.Add(1)
+		h.usher.ObserveRetry(reason, gatewaymetrics.Retried)
 		if req.GetBody != nil {
 			body, gerr := req.GetBody()
 			if gerr != nil {

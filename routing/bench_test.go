@@ -286,3 +286,28 @@ func BenchmarkPickLatency(b *testing.B) {
 		})
 	}
 }
+
+// constScorer is a scorer of the caller's own (not a built-in, so the router calls Score and
+// checks every score): it gives every candidate v.
+type constScorer struct{ v float64 }
+
+func (s constScorer) Score(_ *Request, cands []Candidate, dst []float64) {
+	for i := range cands {
+		dst[i] = s.v
+	}
+}
+
+// BenchmarkPickOwnScorer is BenchmarkPick at 100 backends with a fifth scorer of the caller's
+// own, whose scores the router checks: in range (0.5, the usual case), and out of range (2,
+// every score clamped and counted: a faulty scorer).
+func BenchmarkPickOwnScorer(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		v    float64
+	}{{"in-range", 0.5}, {"clamped", 2}} {
+		b.Run(tc.name, func(b *testing.B) {
+			r, req := routingtest.BenchRouter(b, 100, benchProfile().With(Weighted{Scorer: constScorer{tc.v}, Weight: 1}))
+			pickLoop(b, r, req, DoneInfo{FirstTokenAt: routingtest.T0})
+		})
+	}
+}

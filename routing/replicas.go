@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/peer"
+	"github.com/usher-llm/usher/internal/routerstats"
 	"github.com/usher-llm/usher/routing/internal/hook"
 )
 
@@ -261,5 +262,16 @@ func init() {
 			}
 		}
 		return false, true
+	}
+}
+
+// The seam for the gateway's metrics (internal/routerstats), kept off the API.
+func init() {
+	routerstats.AppendClamped = func(router any, dst []routerstats.Clamped) []routerstats.Clamped {
+		r := router.(*Router)
+		for i, label := range r.scorerLabels {
+			dst = append(dst, routerstats.Clamped{Scorer: label, Count: r.clampedBy[i].Load()})
+		}
+		return dst
 	}
 }

@@ -175,6 +175,26 @@ func typeName(x any) string {
 	return t.String()
 }
 
+// scorerLabels names each scorer by its Go type (typeName), the second and later scorers of a
+// type followed by "#" and their rank among that type's ("prefixScorer", "prefixScorer#2").
+// O(scorers²), at New.
+func scorerLabels(ws []Weighted) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = typeName(w.Scorer)
+		n := 1
+		for _, prev := range ws[:i] {
+			if typeName(prev.Scorer) == out[i] {
+				n++
+			}
+		}
+		if n > 1 {
+			out[i] += "#" + strconv.Itoa(n)
+		}
+	}
+	return out
+}
+
 // Learn says when a Router records a request's prompt blocks in its prefix index under the
 // chosen backend.
 type Learn uint8
@@ -255,6 +275,12 @@ type Router struct {
 	staleAfter time.Duration
 	now        func() time.Time
 	name       string
+	// clampedBy[i] counts the scores of scorers[i] that Pick clamped. Only scorers that are
+	// not unitScorers can have any; each is written only when a pick clamped one of its
+	// scores, so the usual pick touches none (a shared counter per pick would be contended).
+	clampedBy []atomic.Uint64
+	// scorerLabels[i] names scorers[i] in the gateway's metrics (internal/routerstats).
+	scorerLabels []string
 	// heard is set by the first Result.Progress: until a caller reports progress, no backend
 	// counts as silent (a caller that never does would see every busy backend fall silent).
 	heard   atomic.Bool
@@ -387,8 +413,8 @@ func (l *inflight) setPeers(v InFlight) {
 }
 
 type counters struct {
-	picks, noBackend, clamped, badPicks, invalid, staleCands, insertErrs, retracted, done, failed, peerNames atomic.Uint64
-	latency                                                                                                  atomic.Uint64
+	picks, noBackend, badPicks, invalid, staleCands, insertErrs, retracted, done, failed, peerNames atomic.Uint64
+	latency                                                                                         atomic.Uint64
 }
 
 // Stats are cumulative counters of a Router.
@@ -496,6 +522,8 @@ func New(opts Options) (*Router, error) {
 		r.unit = append(r.unit, unit)
 		r.hook(w.Scorer)
 	}
+	r.clampedBy = make([]atomic.Uint64, len(r.scorers))
+	r.scorerLabels = scorerLabels(r.scorers)
 	if r.picker != nil {
 		r.hook(r.picker)
 	}
@@ -693,12 +721,16 @@ func (r *Router) InFlight(name string) (InFlight, bool) {
 // Name returns the name of the router's Profile. O(1).
 func (r *Router) Name() string { return r.name }
 
-// Stats returns the router's cumulative counters. O(1).
+// Stats returns the router's cumulative counters. O(scorers).
 func (r *Router) Stats() Stats {
+	var clamped uint64
+	for i := range r.clampedBy {
+		clamped += r.clampedBy[i].Load()
+	}
 	return Stats{
 		Picks:            r.stats.picks.Load(),
 		NoBackend:        r.stats.noBackend.Load(),
-		ClampedScores:    r.stats.clamped.Load(),
+		ClampedScores:    clamped,
 		BadPicks:         r.stats.badPicks.Load(),
 		InvalidSignals:   r.stats.invalid.Load(),
 		StaleCandidates:  r.stats.staleCands.Load(),
@@ -827,9 +859,7 @@ func (r *Router) Pick(req *Request) (Result, error) {
 			sc.grow(n)
 		}
 		totals := sc.totals[:n]
-		if clamped := r.score(req, cands, totals, sc); clamped > 0 {
-			r.stats.clamped.Add(uint64(clamped))
-		}
+		r.score(req, cands, totals, sc)
 		idx := r.pick(req, cands, totals, sc)
 		chosen, score = &cands[idx], totals[idx]
 		if k := int(chosen.slot) - 1; k >= 0 && k < len(s.backends) && s.backends[k].id == chosen.ID {
@@ -1052,11 +1082,11 @@ func (r *Router) pick(req *Request, cands []Candidate, totals []float64, sc *scr
 }
 
 // score fills totals (len(totals) == len(cands) ≤ len(sc.tmp)) with each candidate's combined
-// score, Σ weight·clamp(score, 0, 1) over the scorers in order, and returns how many scores
-// it clamped. The built-in scorers read the candidates' columns, taken once for all of them
-// (unitScorer); any other is called into sc.tmp, zeroed first, then clamped and added.
-// O(len(cands)·scorers), no allocation.
-func (r *Router) score(req *Request, cands []Candidate, totals []float64, sc *scratch) (clamped int) {
+// score, Σ weight·clamp(score, 0, 1) over the scorers in order, counting the scores it clamped
+// in clampedBy (an atomic add per scorer that had any; none otherwise). The built-in scorers
+// read the candidates' columns, taken once for all of them (unitScorer); any other is called
+// into sc.tmp, zeroed first, then clamped and added. O(len(cands)·scorers), no allocation.
+func (r *Router) score(req *Request, cands []Candidate, totals []float64, sc *scratch) {
 	clear(totals)
 	if r.need != 0 {
 		colsFrom(&sc.cols, cands, r.needFrom)
@@ -1071,6 +1101,7 @@ func (r *Router) score(req *Request, cands []Candidate, totals []float64, sc *sc
 		w.Scorer.Score(req, cands, tmp)
 		wt := w.Weight
 		tot := totals[:len(tmp)]
+		clamped := 0
 		for i, v := range tmp {
 			if !(v >= 0 && v <= 1) {
 				v, _ = clamp01(v)
@@ -1078,8 +1109,10 @@ func (r *Router) score(req *Request, cands []Candidate, totals []float64, sc *sc
 			}
 			tot[i] += wt * v
 		}
+		if clamped > 0 {
+			r.clampedBy[k].Add(uint64(clamped))
+		}
 	}
-	return clamped
 }
 
 // Result is the outcome of a successful Pick: the chosen backend and the handle that closes the

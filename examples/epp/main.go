@@ -1,9 +1,9 @@
 // Command epp is usher as an endpoint picker for Envoy-based gateways (the Kubernetes
 // Gateway API Inference Extension's EPP): a thin main over proxy/extproc, serving Envoy's
 // ext_proc v3 gRPC protocol and the gRPC health service on one port, and Prometheus metrics
-// on another.
+// on another (metrics.Exporter, with bearer tokens from -metrics-token-file if given).
 //
-//	go run ./examples/epp -listen :9002 -metrics-listen :9090 \
+//	go run ./examples/epp -listen :9002 -metrics-listen :9090 -metrics-token-file /etc/usher/metrics-tokens \
 //	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -router usher
 //
 // Endpoints come from -endpoints (repeatable, comma-separated ip:port) or -endpoints-file
@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -66,6 +65,7 @@ func main() {
 // config is what the flags say.
 type config struct {
 	Listen, MetricsListen string
+	MetricsTokenFile      string
 	Endpoints             []extproc.Endpoint
 	EndpointsFile         string
 	EndpointsInterval     time.Duration
@@ -122,6 +122,7 @@ func parseConfig(args []string) (config, error) {
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the ext_proc gRPC server (and its grpc.health.v1)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics); empty: none")
+	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", "", "with -metrics-listen: file of bearer tokens that may read /metrics, one a line (# comments); re-read when it changes; empty: no authentication")
 	fs.Func("endpoints", "model servers: ip:port[,ip:port...] (repeatable)", func(s string) error {
 		for part := range strings.SplitSeq(s, ",") {
 			if part = strings.TrimSpace(part); part == "" {
@@ -207,6 +208,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if c.PoolName != "" && (len(c.Endpoints) > 0 || c.EndpointsFile != "") {
 		return c, errors.New("-pool-name follows the pool's pods: give it without -endpoints and -endpoints-file")
+	}
+	if c.MetricsTokenFile != "" && c.MetricsListen == "" {
+		return c, errors.New("-metrics-token-file needs -metrics-listen")
 	}
 	_, err := c.options()
 	return c, err
@@ -329,13 +333,19 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	var ms *http.Server
 	var mln net.Listener
 	if c.MetricsListen != "" {
+		exp, err := metrics.NewExporter(metrics.ExporterOptions{Gatherer: epp.Registry(), TokenFile: c.MetricsTokenFile})
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
 		if mln, err = net.Listen("tcp", c.MetricsListen); err != nil {
 			_ = ln.Close()
 			return err
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(epp.Registry(), promhttp.HandlerOpts{}))
-		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		mux.Handle("/metrics", exp)
+		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	}
 
 	bg, cancelBG := context.WithCancel(context.Background())

@@ -30,6 +30,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"-endpoints", "10.0.0.1:80", "-endpoints-file", "f"},
 		{"-endpoints-file", "/does/not/exist"},
 		{"-max-body", "10"},
+		{"-metrics-token-file", "tokens"},
 		{"stray"},
 	} {
 		if _, err := parseConfig(args); err == nil {
@@ -102,6 +103,54 @@ func TestRun(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(body), "usher_") {
 		t.Errorf("/metrics has no usher_ series")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return")
+	}
+}
+
+// The picker's metrics listener is the gateway's (metrics.Exporter): with -metrics-token-file a
+// scrape needs a token from the file.
+func TestRunMetricsToken(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# prometheus\nscrape-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-metrics-token-file", tokens,
+		"-endpoints", "127.0.0.1:1", "-no-scrape"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 2)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	<-ready
+	maddr := <-ready
+	for _, tc := range []struct {
+		token  string
+		status int
+	}{{"", 401}, {"guess", 401}, {"scrape-token", 200}} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+maddr+"/metrics", nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || (tc.status == 200) != strings.Contains(string(body), "usher_clamped_scores_total") {
+			t.Errorf("token %q: %d, want %d (and the series only then)", tc.token, resp.StatusCode, tc.status)
+		}
 	}
 	cancel()
 	select {

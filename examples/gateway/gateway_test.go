@@ -59,6 +59,9 @@ func TestParseConfig(t *testing.T) {
 		{"-decider-params", "{"},
 		{"-config", bad},
 		{"-config", filepath.Join(dir, "missing.json")},
+		{"-metrics-token-file", file},
+		{"-backend", "http://x:1,name=x:1"},
+		{"-backend", "http://x:1,name=a", "-backend", "http://x:2,name=a"},
 		{"stray"},
 	} {
 		if _, err := parseConfig(args); err == nil {
@@ -142,5 +145,98 @@ func runWith(t *testing.T, args []string, body string, want ...string) {
 	}
 	if !strings.Contains(out.String(), "usher gateway listening on") {
 		t.Errorf("output %q lacks the listening line", out.String())
+	}
+}
+
+// get GETs url over loopback with a bearer token ("" for none): status and body.
+func get(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// -metrics-listen with -metrics-token-file: /metrics leaves the API's port (404 there) for a
+// listener of its own that wants a token from the file, re-read when it is replaced; the
+// simulated fleet's backends are known by name, so no address is listed; the retry and
+// clamped-score series are there.
+func TestRunMetricsListen(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "metrics-tokens")
+	if err := os.WriteFile(tokens, []byte("# scrapers\nfirst-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-sim-servers", "2", "-metrics-listen", "127.0.0.1:0", "-metrics-token-file", tokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 2)
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, &out, ready) }()
+	var base, mbase string
+	for _, dst := range []*string{&base, &mbase} {
+		select {
+		case *dst = <-ready:
+		case err := <-done:
+			t.Fatalf("run: %v", err)
+		}
+	}
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"usher/demo","max_tokens":5,"messages":[{"role":"user","content":"Hello!"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("chat: %d", resp.StatusCode)
+	}
+	if status, _ := get(t, base+"/metrics", "first-token"); status != http.StatusNotFound {
+		t.Errorf("GET /metrics on the API's port: %d, want 404", status)
+	}
+	for _, tc := range []struct {
+		token  string
+		status int
+	}{{"", 401}, {"second-token", 401}, {"first-token", 200}} {
+		if status, _ := get(t, mbase+"/metrics", tc.token); status != tc.status {
+			t.Errorf("token %q: %d, want %d", tc.token, status, tc.status)
+		}
+	}
+	_, body := get(t, mbase+"/metrics", "first-token")
+	for _, want := range []string{`usher_picks_total{backend="sim-0"}`, `usher_retries_total{outcome="retried",reason="connect"} 0`, `usher_clamped_scores_total{scorer=`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	if strings.Contains(body, `backend="http`) {
+		t.Error("/metrics lists a backend by its URL")
+	}
+	// Rotated the way a Secret volume is: a new file renamed over the old.
+	if err := os.WriteFile(tokens+".new", []byte("second-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tokens+".new", tokens); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := get(t, mbase+"/metrics", "first-token"); status != http.StatusUnauthorized {
+		t.Errorf("the rotated-out token: %d, want 401", status)
+	}
+	if status, _ := get(t, mbase+"/metrics", "second-token"); status != http.StatusOK {
+		t.Errorf("the new token: %d, want 200", status)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if !strings.Contains(out.String(), "metrics on http://") || strings.Contains(out.String(), "first-token") {
+		t.Errorf("output %q: want the metrics line, and no token", out.String())
 	}
 }

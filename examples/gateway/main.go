@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/usher-llm/usher/gateway"
@@ -44,6 +45,7 @@ import (
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/internal/kvpub"
+	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 )
@@ -187,8 +189,15 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if err != nil {
 		return err
 	}
+	ms, mln, err := metricsServer(c.Config, h.Registry())
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
+		if mln != nil {
+			_ = mln.Close()
+		}
 		return err
 	}
 	base := "http://" + ln.Addr().String()
@@ -207,17 +216,35 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    1 << 20,
 	}
-	serveDone := make(chan error, 1)
+	serveDone := make(chan error, 2)
 	go func() { serveDone <- srv.Serve(h.Listener(ln)) }()
+	if ms != nil {
+		go func() {
+			if err := ms.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				serveDone <- err
+			}
+		}()
+		auth := "no authentication"
+		if c.MetricsTokenFile != "" {
+			auth = "bearer tokens from " + c.MetricsTokenFile
+		}
+		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), auth)
+	}
 
 	fmt.Fprintf(out, "usher gateway listening on %s (policy %s, router %s, tokenizer %s)\n", base, c.Policy, cmp.Or(c.Router.Name, c.Router.Extends), c.Tokenizer)
 	fmt.Fprintf(out, "try:\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' -H 'X-Session-Id: demo-1' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n", base, model)
 	if ready != nil {
 		ready <- base
+		if mln != nil {
+			ready <- "http://" + mln.Addr().String()
+		}
 	}
 	select {
 	case <-ctx.Done():
 	case err := <-serveDone:
+		if ms != nil {
+			_ = ms.Close()
+		}
 		return err
 	}
 	fmt.Fprintln(out, "shutting down: draining in-flight requests")
@@ -226,10 +253,34 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	defer cancel()
 	h.Queue().Close()
 	err = srv.Shutdown(shutdownCtx)
+	if ms != nil {
+		_ = ms.Shutdown(shutdownCtx) // scrapes are short; after the API, so its drain is seen
+	}
 	h.Close()
 	cancelBG()
 	<-runDone
 	return err
+}
+
+// metricsServer returns the server of -metrics-listen over reg, with -metrics-token-file's
+// bearer tokens, and its listener; nil, nil without -metrics-listen. Its timeouts bound slow
+// scrapers: an exposition is small and quick.
+func metricsServer(c gateway.Config, reg prometheus.Gatherer) (*http.Server, net.Listener, error) {
+	if c.MetricsListen == "" {
+		return nil, nil, nil
+	}
+	exp, err := metrics.NewExporter(metrics.ExporterOptions{Gatherer: reg, TokenFile: c.MetricsTokenFile})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", c.MetricsListen)
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", exp)
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}, ln, nil
 }
 
 // simFleet is the simulated fleet with, optionally, one KV-event publisher per server (vLLM's
@@ -281,7 +332,8 @@ func startFleet(c config) (*simFleet, error) {
 	}
 	s.fleet = fleet
 	for i, u := range fleet.URLs() {
-		b := gateway.BackendSpec{URL: u, Engine: "vllm"}
+		// Named as their KV events' pods are: /metrics then lists no address.
+		b := gateway.BackendSpec{URL: u, Name: fmt.Sprintf("sim-%d", i), Engine: "vllm"}
 		switch {
 		case i < c.SimPrefill:
 			b.Role = "prefill"

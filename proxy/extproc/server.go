@@ -379,7 +379,7 @@ func New(opts Options) (*Server, error) {
 	// The Go runtime's and the process's series (go_*, process_*: goroutines, heap, RSS, open
 	// files), as every Go service exports them.
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.registry.MustRegister(s.usher)
+	s.registry.MustRegister(s.usher, gatewaymetrics.ClampedScores(s.router, nil))
 	if s.scraper != nil {
 		s.registry.MustRegister(s.scraper)
 	}

@@ -94,8 +94,9 @@ type IndexStats struct {
 //	usher_stall_moves_total{backend}                        counter    ObserveStallMove
 //	usher_slo_requests_total{band,result}                   counter    ObserveSLO
 //	usher_latency_prediction_error_seconds{target}          histogram  ObservePrediction
+//	usher_retries_total{reason,outcome}                     counter    ObserveRetry
 //
-// The KV-event feed's series are a [KVEvents]; scrape errors and staleness of model servers
+// The KV-event feed's series are a [KVEvents], the router's clamped scores [ClampedScores]; scrape errors and staleness of model servers
 // are exported by metrics.Scraper. Every label value comes from a set fixed by configuration (bands,
 // outcomes, backends) plus "other": a flow, a session or a tenant never
 // becomes a label, so the number of series is bounded whatever the traffic. The in-flight
@@ -139,8 +140,9 @@ type Recorder struct {
 	// otherHealth counts the probes and stall moves of backends outside the configured set.
 	otherHealth healthSeries
 
-	pd  pdSeries  // disaggregated serving
-	slo sloSeries // latency targets and predictions
+	pd      pdSeries    // disaggregated serving
+	slo     sloSeries   // latency targets and predictions
+	retries retrySeries // retries before the first byte
 
 	mu    sync.Mutex // guards the fields below and serialises SetBackends
 	index IndexStats
@@ -268,6 +270,7 @@ func New(opts Options) (*Recorder, error) {
 	u.other = picks.WithLabelValues(OtherLabel)
 	u.pd = newPDSeries(cl)
 	u.slo = newSLOSeries(cl, bandLabels)
+	u.retries = newRetrySeries(cl)
 	u.SetBackends(opts.Backends)
 	return u, nil
 }
@@ -524,6 +527,7 @@ func (u *Recorder) Describe(ch chan<- *prometheus.Desc) {
 	u.flows.Describe(ch)
 	u.pd.describe(ch)
 	u.slo.describe(ch)
+	u.retries.vec.Describe(ch)
 	for _, d := range []*prometheus.Desc{u.descBlocks, u.descBytes, u.descEvicted, u.descQueried, u.descMatched,
 		u.descEject, u.descProbe, u.descEjected, u.descRestore, u.descHProbe, u.descMoves} {
 		ch <- d
@@ -543,6 +547,7 @@ func (u *Recorder) Collect(ch chan<- prometheus.Metric) {
 	u.flows.Collect(ch)
 	u.pd.collect(ch)
 	u.slo.collect(ch)
+	u.retries.vec.Collect(ch)
 	if bs := u.backends.Load(); bs != nil {
 		for name, b := range *bs {
 			ejected := 0.0

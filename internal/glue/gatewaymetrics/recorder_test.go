@@ -358,6 +358,7 @@ func TestUsherNil(t *testing.T) {
 	u.SetFlows(1)
 	u.SetInFlight("a", 1)
 	u.SetInFlightTotal(1)
+	u.ObserveRetry(RetryConnect, Retried)
 	var kv *KVEvents
 	kv.Set("a", KVStatus{Connected: true, Batches: 1})
 }
@@ -412,6 +413,7 @@ func TestUsherAllocs(t *testing.T) {
 		"ObservePickOther": func() { u.ObservePick("zz") },
 		"SetQueue":         func() { u.SetQueue(2, 10, 100) },
 		"SetIndexStats":    func() { stats.QueriedBlocks++; u.SetIndexStats(stats) },
+		"ObserveRetry":     func() { u.ObserveRetry(RetryStalled, Retried) },
 	} {
 		if n := testing.AllocsPerRun(100, f); n != 0 {
 			t.Errorf("%s: %v allocs, want 0", name, n)
