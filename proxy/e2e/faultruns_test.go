@@ -3,9 +3,7 @@
 package e2e_test
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -83,75 +81,6 @@ func (a *userAttempts) firstOK(host string, t time.Time) time.Time {
 	return first
 }
 
-// waited is one client request's longest wait: its time to the answer's headers or its
-// longest silence between two reads, whichever is longer.
-type waited struct {
-	start time.Time
-	wait  time.Duration
-	err   error
-}
-
-// waitLoad sends streamed chat requests from workers goroutines until stop is closed.
-func waitLoad(base string, workers, maxTokens int, stop <-chan struct{}) <-chan waited {
-	out := make(chan waited, 1<<16)
-	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 60 * time.Second}
-	for w := range workers {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				out <- oneWait(client, base, fmt.Sprintf("w%d-%d", w, i), maxTokens)
-			}
-		})
-	}
-	go func() { wg.Wait(); close(out) }()
-	return out
-}
-
-func oneWait(client *http.Client, base, session string, maxTokens int) waited {
-	r := waited{start: time.Now()}
-	body := fmt.Sprintf(`{"model":"usher/demo","stream":true,"max_tokens":%d,"ignore_eos":true,"messages":[{"role":"user","content":"tell me about %s"}]}`, maxTokens, session)
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
-	req.Header.Set("X-Session-Id", session)
-	resp, err := client.Do(req)
-	last := time.Now()
-	r.wait = last.Sub(r.start)
-	if err != nil {
-		r.err = err
-		return r
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(resp.Body)
-		r.err = fmt.Errorf("status %d: %s", resp.StatusCode, data)
-		return r
-	}
-	br := bufio.NewReader(resp.Body)
-	done := false
-	for {
-		line, err := br.ReadString('\n')
-		now := time.Now()
-		r.wait = max(r.wait, now.Sub(last))
-		last = now
-		if strings.Contains(line, `"error"`) {
-			r.err = fmt.Errorf("error event: %s", strings.TrimSpace(line))
-		}
-		if strings.HasPrefix(line, "data: [DONE]") {
-			done = true
-		}
-		if err != nil {
-			if !done && r.err == nil {
-				r.err = fmt.Errorf("stream ended without [DONE]: %v", err)
-			}
-			return r
-		}
-	}
-}
-
 // faultRun is one row of the fault-run table.
 type faultRun struct {
 	scenario     string
@@ -209,10 +138,10 @@ func heal(t *testing.T, p *simproc.Proc) {
 }
 
 // collect drains a load run into r.
-func (r *faultRun) collect(results <-chan waited) {
+func (r *faultRun) collect(results <-chan result) {
 	for w := range results {
 		r.requests++
-		r.longest = max(r.longest, w.wait)
+		r.longest = max(r.longest, w.wait())
 		if w.err != nil {
 			r.failed++
 		}
@@ -239,7 +168,7 @@ func TestFaultRuns(t *testing.T) {
 		// healed (replaced by a healthy server on its address) after 20 s.
 		procs, h, base, rec := faultFleet(t, 4, "-fault-hold-headers", "45s")
 		stop := make(chan struct{})
-		results := waitLoad(base, 24, 16, stop)
+		results := load(base, 24, 16, stop)
 		time.Sleep(20 * time.Second)
 		heal(t, procs[0])
 		healed := time.Now()
@@ -259,7 +188,7 @@ func TestFaultRuns(t *testing.T) {
 		// A server that resets every stream after 1,500 bytes, healed after 15 s.
 		procs, h, base, rec := faultFleet(t, 3, "-fault-reset-after", "1500")
 		stop := make(chan struct{})
-		results := waitLoad(base, 4, 64, stop)
+		results := load(base, 4, 64, stop)
 		time.Sleep(15 * time.Second)
 		heal(t, procs[0])
 		healed := time.Now()
@@ -278,7 +207,7 @@ func TestFaultRuns(t *testing.T) {
 	t.Run("killed", func(t *testing.T) {
 		procs, h, base, rec := faultFleet(t, 4)
 		stop := make(chan struct{})
-		results := waitLoad(base, 24, 16, stop)
+		results := load(base, 24, 16, stop)
 		time.Sleep(2 * time.Second)
 		procs[0].Kill()
 		time.Sleep(5 * time.Second)
@@ -299,7 +228,7 @@ func TestFaultRuns(t *testing.T) {
 	t.Run("stopped", func(t *testing.T) {
 		procs, h, base, rec := faultFleet(t, 3)
 		stop := make(chan struct{})
-		results := waitLoad(base, 6, 64, stop)
+		results := load(base, 6, 64, stop)
 		time.Sleep(2 * time.Second)
 		procs[0].Stop()
 		time.Sleep(5 * time.Second)
@@ -326,9 +255,9 @@ func TestFaultRuns(t *testing.T) {
 		id, _ := h.Router().Lookup(procs[0].URL)
 		r := faultRun{scenario: "kill -9 while idle, restarted after 2 s, no traffic", back: -1}
 		for i := 0; !out.BackendStats(id).Ejected && i < 50; i++ {
-			w := oneWait(http.DefaultClient, base, fmt.Sprintf("idle-%d", i), 4)
+			w := oneStream(http.DefaultClient, base, fmt.Sprintf("idle-%d", i), 4)
 			r.requests++
-			r.longest = max(r.longest, w.wait)
+			r.longest = max(r.longest, w.wait())
 			if w.err != nil {
 				r.failed++
 			}

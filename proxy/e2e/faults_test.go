@@ -158,14 +158,18 @@ func hostOf(u string) string {
 type result struct {
 	start, end time.Time
 	err        error
+	headers    time.Duration // time to the answer's headers (a whole answer: to its end)
 	maxGap     time.Duration // longest silence between two reads of the answer
 }
+
+// wait is the longest the client waited: for the answer's headers or between two reads.
+func (r result) wait() time.Duration { return max(r.headers, r.maxGap) }
 
 // load sends streamed chat requests from workers goroutines until stop is closed.
 func load(base string, workers, maxTokens int, stop <-chan struct{}) <-chan result {
 	out := make(chan result, 1<<16)
 	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := &http.Client{Timeout: 60 * time.Second} // beyond the Handler's 30 s header timeout
 	for w := range workers {
 		wg.Go(func() {
 			for i := 0; ; i++ {
@@ -188,6 +192,7 @@ func oneStream(client *http.Client, base, session string, maxTokens int) result 
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("X-Session-Id", session)
 	resp, err := client.Do(req)
+	r.headers = time.Since(r.start)
 	if err != nil {
 		r.err, r.end = err, time.Now()
 		return r

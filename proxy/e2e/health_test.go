@@ -42,9 +42,9 @@ func TestStallWithDefaults(t *testing.T) {
 	procs, h, base, rec := faultFleet(t, 4, "-fault-hold-headers", "45s")
 	stuck := hostOf(procs[0].URL)
 	stop := make(chan struct{})
-	results := waitLoad(base, 24, 16, stop)
+	results := load(base, 24, 16, stop)
 	// Whole answers too, from a few clients.
-	whole := make(chan waited, 1<<12)
+	whole := make(chan result, 1<<12)
 	go func() {
 		defer close(whole)
 		client := &http.Client{Timeout: 60 * time.Second}
@@ -57,7 +57,7 @@ func TestStallWithDefaults(t *testing.T) {
 			start := time.Now()
 			resp, err := client.Post(base+"/v1/chat/completions", "application/json",
 				strings.NewReader(fmt.Sprintf(`{"model":"usher/demo","max_tokens":8,"messages":[{"role":"user","content":"whole %d"}]}`, i)))
-			w := waited{start: start, err: err}
+			w := result{start: start, err: err}
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
@@ -65,7 +65,7 @@ func TestStallWithDefaults(t *testing.T) {
 					w.err = fmt.Errorf("status %d", resp.StatusCode)
 				}
 			}
-			w.wait = time.Since(start)
+			w.headers, w.end = time.Since(start), time.Now()
 			whole <- w
 		}
 	}()
@@ -77,7 +77,7 @@ func TestStallWithDefaults(t *testing.T) {
 	var wholeWorst time.Duration
 	for w := range whole {
 		wholeN++
-		wholeWorst = max(wholeWorst, w.wait)
+		wholeWorst = max(wholeWorst, w.wait())
 		if w.err != nil {
 			t.Errorf("whole answer failed: %v", w.err)
 		}
@@ -106,7 +106,7 @@ func TestStallWithDefaults(t *testing.T) {
 func TestBreakerProbedByGatewayOnly(t *testing.T) {
 	procs, h, base, rec := faultFleet(t, 3, "-fault-reset-after", "1500")
 	stop := make(chan struct{})
-	results := waitLoad(base, 4, 64, stop)
+	results := load(base, 4, 64, stop)
 	time.Sleep(faultScale(6 * time.Second))
 	close(stop)
 	var r faultRun
@@ -136,7 +136,7 @@ func TestKilledWhileIdleComesBack(t *testing.T) {
 		if i == 50 {
 			t.Fatal("50 requests and the dead server is not ejected")
 		}
-		if w := oneWait(http.DefaultClient, base, fmt.Sprintf("idle-%d", i), 4); w.err != nil {
+		if w := oneStream(http.DefaultClient, base, fmt.Sprintf("idle-%d", i), 4); w.err != nil {
 			t.Errorf("request %d: %v", i, w.err)
 		}
 	}
@@ -160,7 +160,7 @@ func TestKilledWhileIdleComesBack(t *testing.T) {
 func TestStoppedComesBack(t *testing.T) {
 	procs, h, base, rec := faultFleet(t, 3)
 	stop := make(chan struct{})
-	results := waitLoad(base, 6, 64, stop)
+	results := load(base, 6, 64, stop)
 	time.Sleep(faultScale(time.Second))
 	procs[0].Stop()
 	time.Sleep(faultScale(4 * time.Second))
