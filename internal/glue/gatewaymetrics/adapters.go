@@ -19,7 +19,8 @@ const MaxAdapterLabels = 32
 //
 // The value is 1 for an adapter the backend's last reading lists in that state and 0 for one
 // it listed before (a series, once created, stays); adapter="other" counts the adapters the
-// reading lists beyond the backend's MaxAdapterLabels label values. Backends are the
+// reading lists beyond the backend's MaxAdapterLabels label values. Every backend has its two
+// "other" series from the start, at 0, so the family exists before the first reading. Backends are the
 // configured set: a reading of another backend is ignored. The number of series is bounded
 // by backends × (MaxAdapterLabels + 1) × 2, whatever the servers report.
 //
@@ -42,7 +43,6 @@ type adapterSeries struct {
 	names            []string
 	running, waiting []float64 // parallel to names
 	other            [2]float64
-	seen             bool // a reading arrived: the "other" series exist from then on
 }
 
 // NewAdapters returns the gauge of backends, each with the adapters configured for it
@@ -95,7 +95,6 @@ func (a *Adapters) Set(backend string, running, waiting []string) {
 	if s == nil {
 		return
 	}
-	s.seen = true
 	clear(s.running)
 	clear(s.waiting)
 	s.other = [2]float64{}
@@ -127,10 +126,8 @@ func (a *Adapters) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, s.running[i], b, name, "running")
 			ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, s.waiting[i], b, name, "waiting")
 		}
-		if s.seen {
-			ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, s.other[0], b, OtherLabel, "running")
-			ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, s.other[1], b, OtherLabel, "waiting")
-		}
+		ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, s.other[0], b, OtherLabel, "running")
+		ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, s.other[1], b, OtherLabel, "waiting")
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/usher-llm/usher/internal/promtest"
 )
 
-// TestAdapters steps the adapters gauge: configured adapters are label values from the start,
+// TestAdapters steps the adapters gauge: configured adapters and "other" are label values from the start,
 // readings add the names they list up to MaxAdapterLabels per backend and count the rest as
 // "other", a later reading zeroes what it no longer lists, and unknown backends are ignored.
 func TestAdapters(t *testing.T) {
@@ -20,8 +20,9 @@ func TestAdapters(t *testing.T) {
 		return fmt.Sprintf(`usher_backend_lora_adapters{adapter=%q,backend=%q,state=%q} %d`, adapter, b, state, v)
 	}
 	text := func() string { return promtest.Text(t, a, "usher_backend_lora_adapters") }
-	if got := text(); !strings.Contains(got, line("b0", "sql", "running", 0)) || strings.Contains(got, `backend="b1"`) {
-		t.Errorf("before any reading:\n%s\nwant b0's configured sql at 0 and nothing of b1", got)
+	if got := text(); !strings.Contains(got, line("b0", "sql", "running", 0)) || !strings.Contains(got, line("b1", "other", "waiting", 0)) ||
+		strings.Count(got, `backend="b1"`) != 2 {
+		t.Errorf("before any reading:\n%s\nwant b0's configured sql at 0 and only the other series of b1, at 0", got)
 	}
 	a.Set("b0", []string{"sql", "chat"}, []string{"tax"})
 	a.Set("zz", []string{"x"}, nil) // not a configured backend
