@@ -137,6 +137,7 @@ func TestRetriesOnMetrics(t *testing.T) {
 		gone := fakeBackend(t, nil)
 		opts := testOptions([]proxy.Backend{{URL: gone.URL}, {URL: fakeBackend(t, okChat).URL}})
 		opts.ScrapeInterval = time.Hour // the router keeps what the first scrape saw
+		opts.NoHealthChecks = true      // retries are the subject: no probe may eject the backend first
 		h, base := startHandler(t, opts)
 		gone.Close()
 		for range 10 {
@@ -161,6 +162,7 @@ func TestRetriesOnMetrics(t *testing.T) {
 		opts := testOptions([]proxy.Backend{{URL: hang.URL}, {URL: fakeBackend(t, okChat).URL}})
 		opts.Timeouts.ResponseHeader, opts.Timeouts.PerOutputToken = 300*time.Millisecond, time.Millisecond
 		opts.ScrapeInterval = time.Hour
+		opts.NoHealthChecks = true
 		h, base := startHandler(t, opts)
 		for range 4 {
 			if resp, e := post(t, base+"/v1/chat/completions", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != http.StatusOK {

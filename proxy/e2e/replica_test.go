@@ -49,7 +49,7 @@ func startGateways(t *testing.T, procs []*simproc.Proc, k int, addr, cluster str
 		}
 		opts.Keyer = keyer
 		opts.Transport = &homes
-		homes.base = proxyseam.DefaultTransport()
+		homes.setBase(proxyseam.DefaultTransport())
 		if addr != "" {
 			c := redis.NewClient(&redis.Options{
 				Addr: addr, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond,
@@ -82,21 +82,36 @@ type homeLog struct {
 
 var homes homeLog
 
+// setBase sets the transport under the log, once: the gateways of earlier runs, whose health
+// checks may still be probing, keep using it.
+func (h *homeLog) setBase(rt http.RoundTripper) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.base == nil {
+		h.base = rt
+	}
+}
+
+// RoundTrip records the backend of a request of a session (the gateways' own health probes
+// have none) and sends it.
 func (h *homeLog) RoundTrip(r *http.Request) (*http.Response, error) {
 	s := r.Header.Get("X-Session-Id")
 	h.mu.Lock()
+	base := h.base
 	if h.last == nil {
 		h.last = map[string]string{}
 	}
-	if prev, ok := h.last[s]; ok {
+	if prev, ok := h.last[s]; ok && s != "" {
 		h.turns++
 		if prev != r.URL.Host {
 			h.moves++
 		}
 	}
-	h.last[s] = r.URL.Host
+	if s != "" {
+		h.last[s] = r.URL.Host
+	}
 	h.mu.Unlock()
-	return h.base.RoundTrip(r)
+	return base.RoundTrip(r)
 }
 
 func (h *homeLog) take() (moves, turns int) {
