@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -189,7 +190,8 @@ type AlphaParentReference struct {
 }
 
 // Pool returns a's v1 form: selector to matchLabels, targetPortNumber to one target port,
-// extensionRef to endpointPickerRef. Status conditions are kept; parent references keep
+// extensionRef to endpointPickerRef (a Service's omitted portNumber becomes port 9002, the
+// value the v1alpha2 CRD tells implementations to infer). Status conditions are kept; parent references keep
 // group, kind, name and namespace. O(size of a).
 func (a *AlphaPool) Pool() *Pool {
 	p := &Pool{
@@ -207,6 +209,8 @@ func (a *AlphaPool) Pool() *Pool {
 		}
 		if e.PortNumber != nil {
 			r.Port = &Port{Number: *e.PortNumber}
+		} else if r.Kind == "" || r.Kind == "Service" {
+			r.Port = &Port{Number: alphaPickerPort} // the CRD: infer 9002 for a Service
 		}
 		if e.FailureMode != nil {
 			r.FailureMode = *e.FailureMode
@@ -226,8 +230,12 @@ func (a *AlphaPool) Pool() *Pool {
 // Decode decodes one InferencePool document, YAML or JSON, strictly: an unknown, misspelt
 // (field names are case-sensitive) or repeated field is an error, as is an apiVersion other
 // than inference.networking.k8s.io/v1 or inference.networking.x-k8s.io/v1alpha2 or a kind
-// other than InferencePool. A v1alpha2 pool is returned in its v1 form (AlphaPool.Pool).
-// The pool is then validated (Pool.Validate). Errors wrap ErrInvalidPool. O(len(data)).
+// other than InferencePool. The spec is then checked as the document's CRD checks it: a v1
+// pool by Pool.Validate (and its appProtocol, endpointPickerRef.kind and failureMode, when
+// present, must not be empty); a v1alpha2 pool by the v1alpha2 CRD's rules (extensionRef
+// required, portNumber optional), then returned in its v1 form (AlphaPool.Pool, which
+// infers port 9002 for a Service without one). Errors wrap ErrInvalidPool and name the
+// field. O(len(data)).
 func Decode(data []byte) (*Pool, error) {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
@@ -244,19 +252,22 @@ func Decode(data []byte) (*Pool, error) {
 	switch tm.APIVersion {
 	case Group + "/" + Version:
 		p = new(Pool)
-		err = unmarshalStrict(js, p)
+		if err = unmarshalStrict(js, p); err == nil {
+			if err = checkPresent(js, p.Name); err == nil {
+				err = p.Validate()
+			}
+		}
 	case AlphaGroup + "/" + AlphaVersion:
 		a := new(AlphaPool)
 		if err = unmarshalStrict(js, a); err == nil {
-			p = a.Pool()
+			if err = a.validate(); err == nil {
+				p = a.Pool()
+			}
 		}
 	default:
 		return nil, fmt.Errorf("%w: apiVersion %q: want %s/%s or %s/%s", ErrInvalidPool, tm.APIVersion, Group, Version, AlphaGroup, AlphaVersion)
 	}
 	if err != nil {
-		return nil, err
-	}
-	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -279,11 +290,13 @@ func unmarshalStrict(js []byte, v any) error {
 	return nil
 }
 
-// Validate checks what the CRD's schema checks of the spec: a selector with at least one
-// label, valid label keys and values; 1 to 8 target ports, each 1..65535 and listed once; a
-// known appProtocol; an endpointPickerRef, when present, with a name, a port 1..65535 when
-// it refers to a Service, and a known failureMode. Errors wrap ErrInvalidPool.
-// O(labels + ports).
+// Validate checks what the v1 CRD's schema and validation rules check of the spec: a
+// selector with 1 to 64 labels, valid label keys and values; 1 to 8 target ports, each
+// 1..65535 and listed once; a known appProtocol; an endpointPickerRef, when present, with a
+// name of at most 253 bytes, a group and kind of the CRD's forms, a port 1..65535 (required
+// when the kind is Service or empty, which the CRD defaults to Service) and a known
+// failureMode. An empty appProtocol, kind or failureMode is taken as unset (the CRD's
+// default). Errors wrap ErrInvalidPool and name the field. O(labels + ports).
 func (p *Pool) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidPool, p.Name, fmt.Sprintf(format, args...))
@@ -292,39 +305,163 @@ func (p *Pool) Validate() error {
 	if len(s.Selector.MatchLabels) == 0 {
 		return bad("spec.selector.matchLabels is empty (it would select every pod)")
 	}
+	if n := len(s.Selector.MatchLabels); n > maxLabels {
+		return bad("spec.selector.matchLabels has %d labels: want at most %d", n, maxLabels)
+	}
 	if err := checkLabels(s.Selector.MatchLabels); err != nil {
 		return bad("spec.selector.matchLabels: %v", err)
 	}
 	if len(s.TargetPorts) < 1 || len(s.TargetPorts) > 8 {
-		return bad("%d target ports: want 1 to 8", len(s.TargetPorts))
+		return bad("spec.targetPorts: %d target ports: want 1 to 8", len(s.TargetPorts))
 	}
 	for i, tp := range s.TargetPorts {
 		if tp.Number < 1 || tp.Number > 65535 {
-			return bad("target port %d: want 1 to 65535", tp.Number)
+			return bad("spec.targetPorts[%d].number: target port %d: want 1 to 65535", i, tp.Number)
 		}
 		if slices.Contains(s.TargetPorts[:i], tp) {
-			return bad("target port %d listed twice", tp.Number)
+			return bad("spec.targetPorts: target port %d listed twice (port number must be unique)", tp.Number)
 		}
 	}
 	switch s.AppProtocol {
 	case "", AppProtocolHTTP, AppProtocolH2C:
 	default:
-		return bad("appProtocol %q: want %s or %s", s.AppProtocol, AppProtocolHTTP, AppProtocolH2C)
+		return bad("spec.appProtocol %q: want %s or %s", s.AppProtocol, AppProtocolHTTP, AppProtocolH2C)
 	}
 	if r := s.EndpointPickerRef; r != nil {
+		if err := checkRef("spec.endpointPickerRef", r.Name, r.Group, &r.Kind, true); err != nil {
+			return bad("%v", err)
+		}
 		switch {
-		case r.Name == "":
-			return bad("endpointPickerRef.name is empty")
 		case r.Port != nil && (r.Port.Number < 1 || r.Port.Number > 65535):
-			return bad("endpointPickerRef.port %d: want 1 to 65535", r.Port.Number)
-		case r.Port == nil && (r.Kind == "" || r.Kind == "Service") && (r.Group == nil || *r.Group == ""):
-			return bad("endpointPickerRef.port is required for a Service")
+			return bad("spec.endpointPickerRef.port.number %d: want 1 to 65535", r.Port.Number)
+		case r.Port == nil && (r.Kind == "" || r.Kind == "Service"):
+			return bad("spec.endpointPickerRef.port is required when kind is 'Service' or unspecified (defaults to 'Service')")
 		}
 		switch r.FailureMode {
 		case "", FailOpen, FailClose:
 		default:
-			return bad("endpointPickerRef.failureMode %q: want %s or %s", r.FailureMode, FailOpen, FailClose)
+			return bad("spec.endpointPickerRef.failureMode %q: want %s or %s", r.FailureMode, FailOpen, FailClose)
 		}
+	}
+	return nil
+}
+
+// The CRDs' limits on the endpoint picker reference and the selector.
+const (
+	maxLabels       = 64   // v1 spec.selector.matchLabels maxProperties
+	maxRefName      = 253  // name: maxLength
+	maxRefGroup     = 253  // group: maxLength
+	maxRefKind      = 63   // kind: maxLength
+	alphaPickerPort = 9002 // the port v1alpha2 says to infer for a Service without portNumber
+)
+
+var (
+	groupPattern = regexp.MustCompile(`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	kindPattern  = regexp.MustCompile(`^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`)
+)
+
+// checkRef checks an endpoint picker reference's name, group and kind as both CRDs do
+// (field names under path). An empty *kind is unset when emptyKindUnset (v1's plain
+// string), and refused otherwise (v1alpha2's pointer: present but empty).
+func checkRef(path, name string, group, kind *string, emptyKindUnset bool) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s.name is empty (required)", path)
+	case len(name) > maxRefName:
+		return fmt.Errorf("%s.name is %d bytes: want at most %d", path, len(name), maxRefName)
+	}
+	if group != nil {
+		if len(*group) > maxRefGroup {
+			return fmt.Errorf("%s.group is %d bytes: want at most %d", path, len(*group), maxRefGroup)
+		}
+		if !groupPattern.MatchString(*group) {
+			return fmt.Errorf("%s.group %q: want empty or a DNS subdomain (lower case)", path, *group)
+		}
+	}
+	if kind != nil && (*kind != "" || !emptyKindUnset) {
+		switch {
+		case len(*kind) > maxRefKind:
+			return fmt.Errorf("%s.kind is %d bytes: want 1 to %d", path, len(*kind), maxRefKind)
+		case !kindPattern.MatchString(*kind):
+			return fmt.Errorf("%s.kind %q: want a letter then letters, digits or '-' (not ending in '-')", path, *kind)
+		}
+	}
+	return nil
+}
+
+// validate checks what the v1alpha2 CRD's schema checks of the spec: a selector (the CRD
+// sets no lower bound; an empty one is refused here, as it would select every pod in the
+// namespace) with valid label keys and values, a targetPortNumber 1..65535, an
+// extensionRef with a name of at most 253 bytes, group and kind of the CRD's forms, a
+// portNumber 1..65535 when given, and a known failureMode. O(labels).
+func (a *AlphaPool) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidPool, a.Name, fmt.Sprintf(format, args...))
+	}
+	s := a.Spec
+	if len(s.Selector) == 0 {
+		return bad("spec.selector is empty or missing (it would select every pod)")
+	}
+	if err := checkLabels(s.Selector); err != nil {
+		return bad("spec.selector: %v", err)
+	}
+	if s.TargetPortNumber == 0 {
+		return bad("spec.targetPortNumber is required")
+	}
+	if s.TargetPortNumber < 1 || s.TargetPortNumber > 65535 {
+		return bad("spec.targetPortNumber: target port %d: want 1 to 65535", s.TargetPortNumber)
+	}
+	e := s.ExtensionRef
+	if e == nil {
+		return bad("spec.extensionRef is required")
+	}
+	if err := checkRef("spec.extensionRef", e.Name, e.Group, e.Kind, false); err != nil {
+		return bad("%v", err)
+	}
+	if e.PortNumber != nil && (*e.PortNumber < 1 || *e.PortNumber > 65535) {
+		return bad("spec.extensionRef.portNumber %d: want 1 to 65535", *e.PortNumber)
+	}
+	if e.FailureMode != nil {
+		switch *e.FailureMode {
+		case FailOpen, FailClose:
+		default:
+			return bad("spec.extensionRef.failureMode %q: want %s or %s", *e.FailureMode, FailOpen, FailClose)
+		}
+	}
+	return nil
+}
+
+// presence records which of v1's plain-string enum fields a document gives explicitly: the
+// CRD refuses them present but empty (its defaults apply only to absent fields), while the
+// Go types cannot tell empty from absent.
+type presence struct {
+	Spec struct {
+		AppProtocol       *string `json:"appProtocol"`
+		EndpointPickerRef *struct {
+			Kind        *string `json:"kind"`
+			FailureMode *string `json:"failureMode"`
+		} `json:"endpointPickerRef"`
+	} `json:"spec"`
+}
+
+// checkPresent refuses v1's enum and kind fields given as empty strings.
+func checkPresent(js []byte, name string) error {
+	var pr presence
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &pr); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidPool, err)
+	}
+	empty := func(s *string) bool { return s != nil && *s == "" }
+	field := ""
+	switch r := pr.Spec.EndpointPickerRef; {
+	case empty(pr.Spec.AppProtocol):
+		field = "spec.appProtocol"
+	case r != nil && empty(r.Kind):
+		field = "spec.endpointPickerRef.kind"
+	case r != nil && empty(r.FailureMode):
+		field = "spec.endpointPickerRef.failureMode"
+	}
+	if field != "" {
+		return fmt.Errorf("%w: %s: %s is present but empty (omit it for the default)", ErrInvalidPool, name, field)
 	}
 	return nil
 }
