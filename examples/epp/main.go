@@ -96,6 +96,7 @@ type config struct {
 	ShutdownGrace         time.Duration
 	PoolName              string
 	PoolNamespace         string
+	PoolGroup             string
 	Kubeconfig            string
 	// connect builds the API clients of the pool watch; nil: inferencepool.Connect.
 	connect func(kubeconfig string) (inferencepool.Clients, error)
@@ -196,6 +197,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for streams in flight")
 	fs.StringVar(&c.PoolName, "pool-name", "", "InferencePool to follow (its ready pods on its target ports); instead of -endpoints and -endpoints-file")
 	fs.StringVar(&c.PoolNamespace, "pool-namespace", defaultNamespace(), "namespace of -pool-name (default: the pod's own, else default)")
+	fs.StringVar(&c.PoolGroup, "pool-group", inferencepool.Group, "API group of -pool-name: "+inferencepool.Group+" (InferencePool v1) or "+inferencepool.AlphaGroup+" (v1alpha2); the Role must grant it")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name; empty: the pod's service account (in-cluster)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -208,6 +210,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if c.PoolName != "" && (len(c.Endpoints) > 0 || c.EndpointsFile != "") {
 		return c, errors.New("-pool-name follows the pool's pods: give it without -endpoints and -endpoints-file")
+	}
+	if c.PoolGroup != inferencepool.Group && c.PoolGroup != inferencepool.AlphaGroup {
+		return c, fmt.Errorf("-pool-group %q: want %s or %s", c.PoolGroup, inferencepool.Group, inferencepool.AlphaGroup)
 	}
 	if c.MetricsTokenFile != "" && c.MetricsListen == "" {
 		return c, errors.New("-metrics-token-file needs -metrics-listen")
@@ -300,7 +305,8 @@ func (c config) options() (extproc.Options, error) {
 		if err != nil {
 			return extproc.Options{}, err
 		}
-		if o.Source, err = inferencepool.New(inferencepool.Options{Clients: clients, Name: c.PoolName, Namespace: c.PoolNamespace}); err != nil {
+		if o.Source, err = inferencepool.New(inferencepool.Options{Clients: clients, Name: c.PoolName, Namespace: c.PoolNamespace,
+			Alpha: c.PoolGroup == inferencepool.AlphaGroup}); err != nil {
 			return extproc.Options{}, err
 		}
 	}

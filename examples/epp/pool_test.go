@@ -139,3 +139,59 @@ func TestRunPool(t *testing.T) {
 		t.Fatal("run did not return")
 	}
 }
+
+// TestRunPoolGroup follows a v1alpha2 pool (whose extensionRef omits portNumber, as its CRD
+// allows) with -pool-group inference.networking.x-k8s.io, and refuses any other group.
+func TestRunPoolGroup(t *testing.T) {
+	if _, err := parseConfig([]string{"-pool-name", "pool", "-pool-group", "inference.networking.example"}); err == nil {
+		t.Error("-pool-group of an unknown group: no error")
+	}
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": inferencepool.AlphaGroup + "/" + inferencepool.AlphaVersion, "kind": inferencepool.Kind,
+		"metadata": map[string]any{"name": "pool", "namespace": "ns"},
+		"spec": map[string]any{"selector": map[string]any{"app": "m"}, "targetPortNumber": int64(8000),
+			"extensionRef": map[string]any{"name": "epp"}},
+	}}
+	pods := fake.NewClientset(readyPod("p1", "10.0.0.1", true))
+	pools := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{inferencepool.AlphaGroupVersionResource: "InferencePoolList"}, pool)
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns",
+		"-pool-group", inferencepool.AlphaGroup, "-kubeconfig", "/does/not/matter"})
+	if err == nil {
+		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded")
+	}
+	if c.PoolGroup != inferencepool.AlphaGroup {
+		t.Fatalf("PoolGroup = %q", c.PoolGroup)
+	}
+	c.connect = func(string) (inferencepool.Clients, error) {
+		return inferencepool.Clients{Pods: pods, Pools: pools}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 2)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	conn, err := grpc.NewClient("passthrough:///"+<-ready, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got := pick(t, ctx, conn)
+		if got == "10.0.0.1:8000" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pick = %q, want 10.0.0.1:8000 (the v1alpha2 pool's pod)", got)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return")
+	}
+}

@@ -686,7 +686,8 @@ func TestPicker(t *testing.T) {
 			}
 		}
 	}
-	want := []rule{{"", "pods", "get,list,watch"}, {inferencepool.Group, inferencepool.Resource, "get,list,watch"}}
+	want := []rule{{"", "pods", "get,list,watch"}, {inferencepool.Group, inferencepool.Resource, "get,list,watch"},
+		{inferencepool.AlphaGroup, inferencepool.Resource, "get,list,watch"}} // either -pool-group
 	byName := func(a, b rule) int { return strings.Compare(a.group+"/"+a.resource, b.group+"/"+b.resource) }
 	slices.SortFunc(got, byName)
 	slices.SortFunc(want, byName)
