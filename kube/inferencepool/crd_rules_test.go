@@ -94,7 +94,7 @@ var long254 = strings.Repeat("a", 254)
 // patterns, enums and the v1 CRD's CEL rules (x-kubernetes-validations).
 var crdRules = []crdRule{
 	// v1
-	{"v1", "spec is required", "spec given", nil, "no spec", edit("spec", nil), "spec.selector"},
+	{"v1", "spec is required", "spec given", nil, "no spec", edit("spec", nil), "spec is required"},
 	{"v1", "spec.selector.matchLabels required, minProperties 1", "1 label", nil, "matchLabels: {}", edit("spec.selector.matchLabels", doc{}), "spec.selector.matchLabels is empty"},
 	{"v1", "spec.selector.matchLabels maxProperties 64", "64 labels", edit("spec.selector.matchLabels", nLabels(64)), "65 labels", edit("spec.selector.matchLabels", nLabels(65)), "spec.selector.matchLabels has 65 labels"},
 	{"v1", "label value maxLength 63", "63-byte value", edit("spec.selector.matchLabels.app", strings.Repeat("v", 63)), "64-byte value", edit("spec.selector.matchLabels.app", strings.Repeat("v", 64)), "spec.selector.matchLabels: label app value"},
@@ -122,6 +122,7 @@ var crdRules = []crdRule{
 	{"v1", "structural schema: no unknown fields", "known fields", nil, "spec.targetPortNumber (v1alpha2's)", edit("spec.targetPortNumber", 8000), "targetPortNumber"},
 
 	// v1alpha2
+	{"v1alpha2", "spec is required", "spec given", nil, "spec: null", edit("spec", json.RawMessage("null")), "spec is required"},
 	{"v1alpha2", "spec.selector required", "1 label", nil, "no selector", edit("spec.selector", nil), "spec.selector is empty or missing"},
 	{"v1alpha2", "selector value maxLength 63, pattern", "63-byte value", edit("spec.selector.app", strings.Repeat("v", 63)), "value bad_", edit("spec.selector.app", "bad_"), "spec.selector: label app value"},
 	{"v1alpha2", "selector has no maxProperties", "65 labels", edit("spec.selector", nLabels(65)), "-", nil, ""},

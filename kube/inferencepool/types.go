@@ -248,6 +248,12 @@ func Decode(data []byte) (*Pool, error) {
 	if tm.Kind != Kind {
 		return nil, fmt.Errorf("%w: kind %q: want %s", ErrInvalidPool, tm.Kind, Kind)
 	}
+	var top struct {
+		Spec *struct{} `json:"spec"`
+	}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &top); err == nil && top.Spec == nil {
+		return nil, fmt.Errorf("%w: spec is required", ErrInvalidPool)
+	}
 	var p *Pool
 	switch tm.APIVersion {
 	case Group + "/" + Version:
