@@ -424,3 +424,47 @@ func TestTLSConfigErrors(t *testing.T) {
 		t.Errorf("good pair: %v", err)
 	}
 }
+
+// BenchmarkFirstPick is a new connection over loopback and its first request through
+// ext_proc (headers, buffered body: parse, key, hash, admit, pick; response headers and one
+// SSE body), the connection then closed: plaintext, and TLS with a full handshake each time
+// (no session resumption) against the self-signed certificate, verified. The difference is
+// what TLS costs a picker per connection; Envoy keeps its connections to the picker open, so
+// it is paid once per connection, not per request (BenchmarkExtProcPick is a request on an
+// open connection).
+func BenchmarkFirstPick(b *testing.B) {
+	for _, secure := range []bool{false, true} {
+		name := "plaintext"
+		if secure {
+			name = "tls"
+		}
+		b.Run(name, func(b *testing.B) {
+			var cfg *tls.Config
+			var roots *x509.CertPool
+			if secure {
+				var err error
+				if cfg, err = TLSConfig(TLSOptions{Logger: slog.New(slog.DiscardHandler)}); err != nil {
+					b.Fatal(err)
+				}
+				cert, err := cfg.GetCertificate(nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				roots = x509.NewCertPool()
+				roots.AddCert(cert.Leaf)
+			}
+			s := newServer(b, Options{})
+			addr := serveTLS(b, s, cfg)
+			b.ReportAllocs()
+			for b.Loop() {
+				conn := dial(b, addr, roots)
+				if dest, _ := pick(b, conn); !inFleet(dest) {
+					b.Fatalf("destination %q", dest)
+				}
+				_ = conn.Close()
+			}
+			b.StopTimer()
+			waitIdle(b, s)
+		})
+	}
+}
