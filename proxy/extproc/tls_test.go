@@ -468,3 +468,42 @@ func BenchmarkFirstPick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickOpenConn is a request through ext_proc on a connection already open, as Envoy
+// sends them: plaintext, and over TLS (the record layer's cost alone, no handshake).
+func BenchmarkPickOpenConn(b *testing.B) {
+	for _, secure := range []bool{false, true} {
+		name := "plaintext"
+		if secure {
+			name = "tls"
+		}
+		b.Run(name, func(b *testing.B) {
+			var cfg *tls.Config
+			var roots *x509.CertPool
+			if secure {
+				var err error
+				if cfg, err = TLSConfig(TLSOptions{Logger: slog.New(slog.DiscardHandler)}); err != nil {
+					b.Fatal(err)
+				}
+				cert, err := cfg.GetCertificate(nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				roots = x509.NewCertPool()
+				roots.AddCert(cert.Leaf)
+			}
+			s := newServer(b, Options{})
+			conn := dial(b, serveTLS(b, s, cfg), roots)
+			defer conn.Close()
+			pick(b, conn) // the handshake
+			b.ReportAllocs()
+			for b.Loop() {
+				if dest, _ := pick(b, conn); !inFleet(dest) {
+					b.Fatalf("destination %q", dest)
+				}
+			}
+			b.StopTimer()
+			waitIdle(b, s)
+		})
+	}
+}
