@@ -76,8 +76,8 @@
 //
 // Register leaves the listener to you: serve it in plaintext, or over TLS as the Inference
 // Extension's reference picker does by default (some gateways dial their picker only with
-// TLS), with a *tls.Config from TLSConfig: grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg))).
-// TLSConfig serves a certificate and key from files, read again at a handshake when they
+// TLS), with a *tls.Config from [TLSConfig]: grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg))).
+// It serves a certificate and key from files, read again at a handshake when they
 // change (a Kubernetes TLS Secret that cert-manager renews needs no restart; a bad new pair
 // is logged and the last good one kept), or, given none, a self-signed ECDSA P-256
 // certificate generated in process for the host's names and addresses and renewed before it

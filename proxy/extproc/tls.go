@@ -113,6 +113,7 @@ func newCertSource(o TLSOptions) (*certSource, error) {
 			return bad("%v", err)
 		}
 		s.cert, s.certStat, s.keyStat, s.readAt = cert, cs, ks, s.now()
+		s.checkExpiry(cert)
 		return s, nil
 	}
 	if s.hosts == nil {
@@ -160,7 +161,17 @@ func (s *certSource) get() (*tls.Certificate, error) {
 			"serial", cert.Leaf.SerialNumber.String(), "not_after", cert.Leaf.NotAfter)
 	}
 	s.bad, s.cert = "", cert
+	s.checkExpiry(cert)
 	return cert, nil
+}
+
+// checkExpiry logs a certificate read from the files that is not valid now (it is served
+// all the same: the files are what the operator gave).
+func (s *certSource) checkExpiry(c *tls.Certificate) {
+	if now := s.now(); now.After(c.Leaf.NotAfter) || now.Before(c.Leaf.NotBefore) {
+		s.log.Warn("extproc: TLS: the certificate is not valid now", "cert", s.certFile,
+			"not_before", c.Leaf.NotBefore, "not_after", c.Leaf.NotAfter)
+	}
 }
 
 // renew generates a new self-signed certificate and sets when to renew it. Its caller holds

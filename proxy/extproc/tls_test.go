@@ -507,3 +507,29 @@ func BenchmarkPickOpenConn(b *testing.B) {
 		})
 	}
 }
+
+// A certificate read from the files that is not valid now is logged, and served all the same.
+func TestTLSExpiredLogged(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	c1, k1 := ca.issue(t, 1) // valid for an hour
+	writePair(t, dir, c1, k1)
+	var logs syncBuffer
+	src, err := newCertSource(TLSOptions{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "not valid now") {
+		t.Errorf("a valid certificate logged as invalid: %s", logs.String())
+	}
+	src.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	c2, k2 := ca.issue(t, 2)
+	writePair(t, dir, c2, k2)
+	if got, err := src.get(); err != nil || got.Leaf.SerialNumber.Int64() != 2 {
+		t.Errorf("got %v, %v: want the new certificate served", got, err)
+	}
+	if !strings.Contains(logs.String(), "not valid now") {
+		t.Errorf("an expired certificate not logged: %s", logs.String())
+	}
+}
