@@ -16,6 +16,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -350,6 +351,11 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 				return fmt.Errorf("-cert-path %s: %w", c.CertPath, err)
 			}
 			return err
+		}
+		if c.CertPath == "" {
+			if cert, err := cfg.GetCertificate(nil); err == nil {
+				serving += fmt.Sprintf(" sha256:%x", sha256.Sum256(cert.Certificate[0]))
+			}
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg)))
 	}

@@ -5,11 +5,13 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"os"
@@ -31,6 +33,13 @@ import (
 // startEPP runs the picker with args until the test ends and returns its gRPC address.
 func startEPP(t *testing.T, args ...string) string {
 	t.Helper()
+	return startEPPOut(t, io.Discard, args...)
+}
+
+// startEPPOut is startEPP with the picker's output to out (written before the address is
+// reported).
+func startEPPOut(t *testing.T, out io.Writer, args ...string) string {
+	t.Helper()
 	c, err := parseConfig(append([]string{"-listen", "127.0.0.1:0", "-endpoints", "127.0.0.1:1", "-no-scrape"}, args...))
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +47,7 @@ func startEPP(t *testing.T, args ...string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	go func() { done <- run(ctx, c, out, ready) }()
 	var addr string
 	select {
 	case addr = <-ready:
@@ -113,13 +122,17 @@ func tlsPick(t *testing.T, addr string, roots *x509.CertPool) (string, *x509.Cer
 // By default the picker serves ext_proc over TLS with a self-signed certificate: a client
 // verifying against that certificate (fetched at a first contact) picks end to end.
 func TestRunTLSSelfSigned(t *testing.T) {
-	addr := startEPP(t)
+	var out strings.Builder
+	addr := startEPPOut(t, &out)
 	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cert := c.ConnectionState().PeerCertificates[0]
 	_ = c.Close()
+	if want := fmt.Sprintf("TLS, self-signed certificate sha256:%x", sha256.Sum256(cert.Raw)); !strings.Contains(out.String(), want) {
+		t.Errorf("startup line %q does not name the served certificate (%s)", out.String(), want)
+	}
 	roots := x509.NewCertPool()
 	roots.AddCert(cert)
 	dest, served := tlsPick(t, addr, roots)
