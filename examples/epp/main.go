@@ -1,6 +1,8 @@
 // Command epp is usher as an endpoint picker for Envoy-based gateways (the Kubernetes
 // Gateway API Inference Extension's EPP): a thin main over proxy/extproc, serving Envoy's
-// ext_proc v3 gRPC protocol and the gRPC health service on one port, and Prometheus metrics
+// ext_proc v3 gRPC protocol and the gRPC health service on one port — over TLS by default, as
+// the reference picker does (a self-signed certificate, or -cert-path's tls.crt and tls.key,
+// read again when they change; -secure-serving=false for plaintext) — and Prometheus metrics
 // on another (metrics.Exporter, with bearer tokens from -metrics-token-file if given).
 //
 //	go run ./examples/epp -listen :9002 -metrics-listen :9090 -metrics-token-file /etc/usher/metrics-tokens \
@@ -14,6 +16,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -24,12 +27,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/builtin"
@@ -94,6 +99,8 @@ type config struct {
 	MaxBody               int64
 	Models                string
 	ShutdownGrace         time.Duration
+	SecureServing         bool
+	CertPath              string
 	PoolName              string
 	PoolNamespace         string
 	PoolGroup             string
@@ -119,7 +126,7 @@ func parseConfig(args []string) (config, error) {
 	c := config{Listen: ":9002", Policy: "bounded-wait", Router: proxy.ProfileSpec{Extends: "usher"}, BoundedWait: 10 * time.Second, TTL: 60 * time.Second,
 		MaxQueue: 10000, MaxFlow: 64, BlockSize: 16, ByteBlock: 64, SessionHeader: "X-Session-Id", Engine: "vllm",
 		ScrapeInterval: 100 * time.Millisecond, EndpointsInterval: time.Second, StreamIdle: 10 * time.Minute, MaxBody: 8 << 20,
-		ShutdownGrace: 30 * time.Second}
+		ShutdownGrace: 30 * time.Second, SecureServing: true}
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the ext_proc gRPC server (and its grpc.health.v1)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics); empty: none")
@@ -195,6 +202,8 @@ func parseConfig(args []string) (config, error) {
 	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body accepted (413 above)")
 	fs.StringVar(&c.Models, "models", "", "comma-separated model names requests may ask for; empty: any")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for streams in flight")
+	fs.BoolVar(&c.SecureServing, "secure-serving", c.SecureServing, "serve ext_proc over TLS (with -cert-path, or a self-signed certificate generated at start); false: plaintext")
+	fs.StringVar(&c.CertPath, "cert-path", "", "with -secure-serving: directory holding tls.crt and tls.key (a Kubernetes TLS Secret), read again when they change; empty: a self-signed certificate")
 	fs.StringVar(&c.PoolName, "pool-name", "", "InferencePool to follow (its ready pods on its target ports); instead of -endpoints and -endpoints-file")
 	fs.StringVar(&c.PoolNamespace, "pool-namespace", defaultNamespace(), "namespace of -pool-name (default: the pod's own, else default)")
 	fs.StringVar(&c.PoolGroup, "pool-group", inferencepool.Group, "API group of -pool-name: "+inferencepool.Group+" (InferencePool v1) or "+inferencepool.AlphaGroup+" (v1alpha2); the Role must grant it")
@@ -213,6 +222,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if c.PoolGroup != inferencepool.Group && c.PoolGroup != inferencepool.AlphaGroup {
 		return c, fmt.Errorf("-pool-group %q: want %s or %s", c.PoolGroup, inferencepool.Group, inferencepool.AlphaGroup)
+	}
+	if c.CertPath != "" && !c.SecureServing {
+		return c, errors.New("-cert-path needs -secure-serving")
 	}
 	if c.MetricsTokenFile != "" && c.MetricsListen == "" {
 		return c, errors.New("-metrics-token-file needs -metrics-listen")
@@ -329,12 +341,35 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if src, ok := opts.Source.(*inferencepool.Source); ok {
 		registerPoolMetrics(epp.Registry(), src)
 	}
+	// A buffered body is one message: let it be as large as the picker accepts, and more.
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(max(c.MaxBody, 8<<20)) + 1<<20)}
+	serving := "plaintext"
+	if c.SecureServing {
+		to := extproc.TLSOptions{}
+		serving = "TLS, self-signed certificate"
+		if c.CertPath != "" {
+			to.CertFile, to.KeyFile = filepath.Join(c.CertPath, "tls.crt"), filepath.Join(c.CertPath, "tls.key")
+			serving = "TLS, certificate from " + c.CertPath
+		}
+		cfg, err := extproc.TLSConfig(to)
+		if err != nil {
+			if c.CertPath != "" {
+				return fmt.Errorf("-cert-path %s: %w", c.CertPath, err)
+			}
+			return err
+		}
+		if c.CertPath == "" {
+			if cert, err := cfg.GetCertificate(nil); err == nil {
+				serving += fmt.Sprintf(" sha256:%x", sha256.Sum256(cert.Certificate[0]))
+			}
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return err
 	}
-	// A buffered body is one message: let it be as large as the picker accepts, and more.
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(int(max(c.MaxBody, 8<<20)) + 1<<20))
+	g := grpc.NewServer(gopts...)
 	epp.Register(g)
 	var ms *http.Server
 	var mln net.Listener
@@ -367,7 +402,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 			}
 		}()
 	}
-	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), c.Policy, routerName(c.Router), len(opts.Endpoints))
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s; policy %s, router %s), %d endpoints\n", ln.Addr(), serving, c.Policy, routerName(c.Router), len(opts.Endpoints))
 	if ready != nil {
 		ready <- ln.Addr().String()
 		if mln != nil {

@@ -31,6 +31,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"-endpoints-file", "/does/not/exist"},
 		{"-max-body", "10"},
 		{"-metrics-token-file", "tokens"},
+		{"-cert-path", "/certs", "-secure-serving=false"},
 		{"stray"},
 	} {
 		if _, err := parseConfig(args); err == nil {
@@ -48,7 +49,7 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(file, []byte("127.0.0.1:1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-endpoints-file", file, "-scrape-interval", "50ms"})
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-endpoints-file", file, "-scrape-interval", "50ms", "-secure-serving=false"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestRunMetricsToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-metrics-token-file", tokens,
-		"-endpoints", "127.0.0.1:1", "-no-scrape"})
+		"-endpoints", "127.0.0.1:1", "-no-scrape", "-secure-serving=false"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,23 @@
 // message_timeout above the queue's TTL (or max_message_timeout), since a request may wait
 // that long for admission before the picker answers its body.
 //
+// # TLS
+//
+// Register leaves the listener to you: serve it in plaintext, or over TLS as the Inference
+// Extension's reference picker does by default (some gateways dial their picker only with
+// TLS), with a *tls.Config from [TLSConfig]: grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg))).
+// It serves a certificate and key from files, read again at a handshake when they
+// change (a Kubernetes TLS Secret that cert-manager renews needs no restart; a bad new pair
+// is logged and the last good one kept), or, given none, a self-signed ECDSA P-256
+// certificate generated in process for the host's names and addresses and renewed before it
+// expires. The gateway then encrypts without verifying (the reference's deployments do the
+// same), or verifies against the certificate you give it. Measured over loopback, client
+// included, a new connection and its first request take about 1.2 ms more over TLS (a full
+// handshake) than in plaintext, and a request on an open connection about 40 µs more; Envoy
+// keeps its connections to the picker open, so the handshake is paid per connection, not per
+// request. Kubernetes' gRPC probes dial plaintext: probe a plaintext health port, not the TLS
+// listener.
+//
 // # Endpoints, signals, health
 //
 // Endpoints come from Options.Endpoints, SetEndpoints, or a Source run by Run: FileSource
