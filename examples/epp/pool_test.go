@@ -156,7 +156,7 @@ func TestRunPoolGroup(t *testing.T) {
 	pools := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{inferencepool.AlphaGroupVersionResource: "InferencePoolList"}, pool)
 	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns",
-		"-pool-group", inferencepool.AlphaGroup, "-kubeconfig", "/does/not/matter"})
+		"-pool-group", inferencepool.AlphaGroup, "-kubeconfig", "/does/not/matter", "-secure-serving=false"})
 	if err == nil {
 		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded")
 	}
