@@ -228,7 +228,7 @@ func TestImmediateResponses(t *testing.T) {
 		{name: "max_tokens too large", body: `{"model":"m","max_tokens":99999999,"messages":[{"role":"user","content":"x"}]}`, status: 400, param: "max_tokens"},
 		{name: "body too large", opts: Options{MaxBodyBytes: 64}, body: chatBody + strings.Repeat(" ", 64), status: 413},
 		{name: "unknown model", opts: Options{Models: []string{"other"}}, body: chatBody, status: 404, param: "model"},
-		{name: "no endpoint", endpoints: []Endpoint{}, body: chatBody, status: 503},
+		{name: "no endpoint", endpoints: []Endpoint{}, body: chatBody, status: 503, retry: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,14 +256,20 @@ func TestImmediateResponses(t *testing.T) {
 			if tt.param != "" && (e.Error.Param == nil || *e.Error.Param != tt.param) {
 				t.Errorf("param %v, want %q (body %s)", e.Error.Param, tt.param, immediateBody(r))
 			}
-			ct := ""
+			ct, retry := "", ""
 			for _, h := range ir.GetHeaders().GetSetHeaders() {
-				if h.GetHeader().GetKey() == "content-type" {
+				switch h.GetHeader().GetKey() {
+				case "content-type":
 					ct = string(h.GetHeader().GetRawValue())
+				case "retry-after":
+					retry = string(h.GetHeader().GetRawValue())
 				}
 			}
 			if ct != "application/json" {
 				t.Errorf("content-type %q, want application/json", ct)
+			}
+			if (retry != "") != tt.retry {
+				t.Errorf("retry-after %q, want one: %v", retry, tt.retry)
 			}
 			closeStream(st)
 			waitIdle(t, s)
@@ -480,8 +486,10 @@ func TestHealth(t *testing.T) {
 		}
 		return r.GetStatus()
 	}
-	if got := check(HealthReadiness); got != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("readiness without endpoints: %v", got)
+	// Without a Source the endpoints are known at New: ready, even with none (each request
+	// is then answered 503 with Retry-After, see TestImmediateErrors).
+	if got := check(HealthReadiness); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("readiness without endpoints and without a Source: %v", got)
 	}
 	if got := check(HealthLiveness); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("liveness: %v", got)
@@ -497,6 +505,78 @@ func TestHealth(t *testing.T) {
 	s.Close()
 	if got := check(HealthExtProc); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("after Close: %v", got)
+	}
+}
+
+// sourceFunc is an EndpointSource that reports the sets sent on it.
+type sourceFunc chan []Endpoint
+
+func (c sourceFunc) Run(ctx context.Context, update func([]Endpoint)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case eps := <-c:
+			update(eps)
+		}
+	}
+}
+
+// With a Source the picker is not ready until the Source reports its first set; an empty
+// first set (a synced pool with no ready pods) makes it ready, and requests are answered
+// 503 with Retry-After at once.
+func TestReadyOnceSourceSynced(t *testing.T) {
+	src := make(sourceFunc)
+	// A queue that admits nothing: a request that waited for admission would get
+	// queue_timeout after a minute, not no_backend at once.
+	q, err := flowcontrol.New(flowcontrol.Options{Bands: 4, Gate: closedGate{}, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, Options{Source: src, Queue: q})
+	client, conn := serveConn(t, s)
+	hc := healthpb.NewHealthClient(conn)
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: HealthReadiness})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if got := check(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("before the Source synced: %v, want NOT_SERVING", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case src <- []Endpoint{}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not take the Source's set")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for check() != healthpb.HealthCheckResponse_SERVING {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready after the Source's first (empty) set")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st, _ := open(t, client)
+	ir := exchangeRequest(t, st, chatBody, nil).GetImmediateResponse()
+	retry := ""
+	for _, h := range ir.GetHeaders().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "retry-after" {
+			retry = string(h.GetHeader().GetRawValue())
+		}
+	}
+	if ir.GetStatus().GetCode() != 503 || retry != "1" || !strings.Contains(string(ir.GetBody()), "no_backend") {
+		t.Errorf("empty pool: %v (retry-after %q), want 503 no_backend with Retry-After 1", ir, retry)
+	}
+	closeStream(st)
+	waitIdle(t, s)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
 
