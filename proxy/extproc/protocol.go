@@ -49,6 +49,10 @@ const (
 	HealthReadiness = "readiness"
 	// HealthExtProc is the ext_proc service's own name; SERVING like HealthReadiness.
 	HealthExtProc = "envoy.service.ext_proc.v3.ExternalProcessor"
+	// HealthInferenceExtension is the name the Gateway API Inference Extension's reference
+	// picker and its probes use (on its health port, 9003); SERVING like HealthReadiness,
+	// so those probes work unchanged (see Server.RegisterHealth).
+	HealthInferenceExtension = "inference-extension"
 )
 
 // headerValue returns the value of a header as Envoy sends it: raw_value when set (Envoy

@@ -449,12 +449,20 @@ func (s *Server) Register(g *grpc.Server) {
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
+// RegisterHealth registers only the Server's gRPC health service on g: a health port of its
+// own, as the Inference Extension's probes expect (9003, HealthInferenceExtension), kept
+// serving while the ext_proc port drains so that liveness probes pass and readiness ones
+// see NOT_SERVING. Register and RegisterHealth share one health state.
+func (s *Server) RegisterHealth(g *grpc.Server) {
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
 func (s *Server) setReady(ready bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ready {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	for _, name := range []string{"", HealthReadiness, HealthExtProc} {
+	for _, name := range []string{"", HealthReadiness, HealthExtProc, HealthInferenceExtension} {
 		s.health.SetServingStatus(name, st)
 	}
 }

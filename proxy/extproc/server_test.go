@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,9 @@ import (
 
 	procmodev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -497,7 +500,7 @@ func TestHealth(t *testing.T) {
 	if err := s.SetEndpoints(fleet); err != nil {
 		t.Fatal(err)
 	}
-	for _, svc := range []string{"", HealthReadiness, HealthExtProc} {
+	for _, svc := range []string{"", HealthReadiness, HealthExtProc, HealthInferenceExtension} {
 		if got := check(svc); got != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("%q with endpoints: %v", svc, got)
 		}
@@ -628,5 +631,51 @@ func TestConcurrentStreams(t *testing.T) {
 	waitIdle(t, s)
 	if stats := s.Stats(); stats.Completed+stats.Failed != 16 || stats.Picks != 16 {
 		t.Errorf("stats %+v: want 16 picks, each closed once", stats)
+	}
+}
+
+// RegisterHealth serves the health service alone, sharing Register's state: the reference's
+// probes (HealthInferenceExtension on a port of its own) see the picker's readiness, and the
+// port offers no ext_proc.
+func TestRegisterHealth(t *testing.T) {
+	s := newServer(t, Options{Endpoints: fleet})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.RegisterHealth(g)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if got := check(HealthInferenceExtension); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("%s: %v, want SERVING", HealthInferenceExtension, got)
+	}
+	s.Close()
+	if got := check(HealthInferenceExtension); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("%s after Close: %v, want NOT_SERVING", HealthInferenceExtension, got)
+	}
+	if got := check(HealthLiveness); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("liveness after Close: %v, want SERVING", got)
+	}
+	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("ext_proc on the health port: %v, want Unimplemented", err)
 	}
 }
