@@ -1,7 +1,15 @@
 // Command epp is usher as an endpoint picker for Envoy-based gateways (the Kubernetes
 // Gateway API Inference Extension's EPP): a thin main over proxy/extproc, serving Envoy's
-// ext_proc v3 gRPC protocol and the gRPC health service on one port, and Prometheus metrics
-// on another (metrics.Exporter, with bearer tokens from -metrics-token-file if given).
+// ext_proc v3 gRPC protocol and the gRPC health service on one port, the health service
+// alone on another (-health-listen, :9003, the port the Inference Extension's probes use),
+// and Prometheus metrics on a third (metrics.Exporter, with bearer tokens from
+// -metrics-token-file if given).
+//
+// It is ready once its endpoints have synced (an InferencePool's pods listed, even none: an
+// empty pool answers each request 503 with Retry-After). On SIGTERM it drains: health turns
+// NOT_SERVING, the ext_proc port takes no new streams (gRPC's graceful stop), and the
+// streams in flight finish within -shutdown-grace (130s, as the reference picker gives);
+// what remains after it is cut. The health port answers throughout.
 //
 //	go run ./examples/epp -listen :9002 -metrics-listen :9090 -metrics-token-file /etc/usher/metrics-tokens \
 //	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -router usher
@@ -62,9 +70,15 @@ func main() {
 	}
 }
 
+// defaultShutdownGrace is how long streams in flight may take to finish on SIGTERM: as long
+// as the reference picker gives, enough for long generations; the Deployment's
+// terminationGracePeriodSeconds is above it.
+const defaultShutdownGrace = 130 * time.Second
+
 // config is what the flags say.
 type config struct {
 	Listen, MetricsListen string
+	HealthListen          string
 	MetricsTokenFile      string
 	Endpoints             []extproc.Endpoint
 	EndpointsFile         string
@@ -118,9 +132,10 @@ func parseConfig(args []string) (config, error) {
 	c := config{Listen: ":9002", Policy: "bounded-wait", Router: proxy.ProfileSpec{Extends: "usher"}, BoundedWait: 10 * time.Second, TTL: 60 * time.Second,
 		MaxQueue: 10000, MaxFlow: 64, BlockSize: 16, ByteBlock: 64, SessionHeader: "X-Session-Id", Engine: "vllm",
 		ScrapeInterval: 100 * time.Millisecond, EndpointsInterval: time.Second, StreamIdle: 10 * time.Minute, MaxBody: 8 << 20,
-		ShutdownGrace: 30 * time.Second}
+		ShutdownGrace: defaultShutdownGrace, HealthListen: ":9003"}
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the ext_proc gRPC server (and its grpc.health.v1)")
+	fs.StringVar(&c.HealthListen, "health-listen", c.HealthListen, "address of the gRPC health service alone (services liveness, readiness, inference-extension), kept up while draining; empty: none")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics); empty: none")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", "", "with -metrics-listen: file of bearer tokens that may read /metrics, one a line (# comments); re-read when it changes; empty: no authentication")
 	fs.Func("endpoints", "model servers: ip:port[,ip:port...] (repeatable)", func(s string) error {
@@ -193,7 +208,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.StreamIdle, "stream-idle", c.StreamIdle, "longest silence of an ext_proc stream")
 	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body accepted (413 above)")
 	fs.StringVar(&c.Models, "models", "", "comma-separated model names requests may ask for; empty: any")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for streams in flight")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "on SIGTERM, how long streams in flight may take to finish (a generation streams through the picker; give the pod's terminationGracePeriodSeconds more)")
 	fs.StringVar(&c.PoolName, "pool-name", "", "InferencePool to follow (its ready pods on its target ports); instead of -endpoints and -endpoints-file")
 	fs.StringVar(&c.PoolNamespace, "pool-namespace", defaultNamespace(), "namespace of -pool-name (default: the pod's own, else default)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name; empty: the pod's service account (in-cluster)")
@@ -232,6 +247,8 @@ func (c config) options() (extproc.Options, error) {
 		return bad("block sizes must be positive")
 	case c.MaxBody < 1024:
 		return bad("-max-body %d: want at least 1024", c.MaxBody)
+	case c.ShutdownGrace < 0:
+		return bad("-shutdown-grace %v: want >= 0", c.ShutdownGrace)
 	case c.ScrapeInterval <= 0 || c.EndpointsInterval <= 0 || c.StreamIdle <= 0:
 		return bad("intervals and -stream-idle must be positive")
 	case c.HealthInterval < 0 || c.StallTimeout < 0 || c.StallTimeout > healthcheck.DefaultTimeout:
@@ -330,16 +347,32 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	// A buffered body is one message: let it be as large as the picker accepts, and more.
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(int(max(c.MaxBody, 8<<20)) + 1<<20))
 	epp.Register(g)
+	var hg *grpc.Server
+	var hln net.Listener
+	if c.HealthListen != "" {
+		if hln, err = net.Listen("tcp", c.HealthListen); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		hg = grpc.NewServer()
+		epp.RegisterHealth(hg)
+	}
 	var ms *http.Server
 	var mln net.Listener
 	if c.MetricsListen != "" {
 		exp, err := metrics.NewExporter(metrics.ExporterOptions{Gatherer: epp.Registry(), TokenFile: c.MetricsTokenFile})
 		if err != nil {
 			_ = ln.Close()
+			if hln != nil {
+				_ = hln.Close()
+			}
 			return err
 		}
 		if mln, err = net.Listen("tcp", c.MetricsListen); err != nil {
 			_ = ln.Close()
+			if hln != nil {
+				_ = hln.Close()
+			}
 			return err
 		}
 		mux := http.NewServeMux()
@@ -352,8 +385,15 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	defer cancelBG()
 	runDone := make(chan error, 1)
 	go func() { runDone <- epp.Run(bg) }()
-	serveDone := make(chan error, 2)
+	serveDone := make(chan error, 3)
 	go func() { serveDone <- g.Serve(ln) }()
+	if hg != nil {
+		go func() {
+			if err := hg.Serve(hln); err != nil {
+				serveDone <- err
+			}
+		}()
+	}
 	if ms != nil {
 		go func() {
 			if err := ms.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
@@ -361,25 +401,45 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 			}
 		}()
 	}
-	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), c.Policy, routerName(c.Router), len(opts.Endpoints))
+	healthAddr := "none"
+	if hln != nil {
+		healthAddr = hln.Addr().String()
+	}
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s, health on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), healthAddr, c.Policy, routerName(c.Router), len(opts.Endpoints))
 	if ready != nil {
 		ready <- ln.Addr().String()
 		if mln != nil {
 			ready <- mln.Addr().String()
+		}
+		if hln != nil {
+			ready <- hln.Addr().String()
 		}
 	}
 	select {
 	case <-ctx.Done():
 	case err = <-serveDone:
 	}
-	fmt.Fprintln(out, "shutting down: not ready, draining streams")
-	epp.Close() // health NOT_SERVING, waiting requests answered 503
+	// Drain: health NOT_SERVING first (and requests still waiting for admission answered
+	// 503 with Retry-After, to be retried on another picker), then no new streams (the
+	// listener closes, connections get GOAWAY), and the streams in flight finish within
+	// the grace; the health port keeps answering until the end.
+	start, active := time.Now(), epp.Stats().Active
+	fmt.Fprintf(out, "shutting down: not ready, draining %d streams (grace %v)\n", active, c.ShutdownGrace)
+	epp.Close()
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
+	grace := time.NewTimer(c.ShutdownGrace)
 	select {
 	case <-stopped:
-	case <-time.After(c.ShutdownGrace):
+		fmt.Fprintf(out, "drained in %v\n", time.Since(start).Round(time.Millisecond))
+	case <-grace.C:
+		fmt.Fprintf(out, "grace of %v over: cutting %d streams\n", c.ShutdownGrace, epp.Stats().Active)
 		g.Stop()
+		<-stopped
+	}
+	grace.Stop()
+	if hg != nil {
+		hg.Stop()
 	}
 	if ms != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -76,7 +76,7 @@ func TestRunPool(t *testing.T) {
 	if _, err := parseConfig([]string{"-pool-name", "pool", "-endpoints", "10.0.0.1:80"}); err == nil {
 		t.Error("-pool-name with -endpoints: no error")
 	}
-	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter"})
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-health-listen", "", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter"})
 	if err == nil {
 		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded")
 	}
