@@ -36,7 +36,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -338,7 +337,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		return err
 	}
 	if src, ok := opts.Source.(*inferencepool.Source); ok {
-		registerPoolMetrics(epp.Registry(), src)
+		epp.Registry().MustRegister(src.Collector()) // usher_epp_pool_*
 	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -472,32 +471,4 @@ func routerName(s proxy.ProfileSpec) string {
 		return s.Extends
 	}
 	return "custom"
-}
-
-// registerPoolMetrics exports the pool watch's state: whether the API server answers, when
-// it last did, its failed calls, and the endpoints last reported.
-func registerPoolMetrics(reg *prometheus.Registry, src *inferencepool.Source) {
-	b := func(v bool) float64 {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_connected", Help: "1 when the last list or watch call of the InferencePool watch succeeded."},
-			func() float64 { return b(src.Stats().Connected) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_found", Help: "1 when the InferencePool exists and is usable."},
-			func() float64 { return b(src.Stats().PoolFound) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_last_sync_timestamp_seconds", Help: "When a list or watch call of the InferencePool watch last succeeded."},
-			func() float64 {
-				if t := src.Stats().LastSync; !t.IsZero() {
-					return float64(t.UnixNano()) / 1e9
-				}
-				return 0
-			}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "usher_epp_pool_sync_errors_total", Help: "List and watch calls of the InferencePool watch that failed."},
-			func() float64 { return float64(src.Stats().Errors) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_endpoints", Help: "Endpoints in the set the InferencePool watch last reported."},
-			func() float64 { return float64(src.Stats().Endpoints) }),
-	)
 }
