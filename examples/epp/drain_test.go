@@ -281,3 +281,56 @@ func TestDrainGraceCuts(t *testing.T) {
 		t.Errorf("exit: %v, want status 0", err)
 	}
 }
+
+// TestDrainFigure measures the longest stream that survives a rollout, with the default
+// -shutdown-grace: streams open at SIGTERM whose responses last 60s, 120s, 128s and 135s
+// after it. Those inside the grace finish; the one past it is cut. It takes over two
+// minutes, so it runs only with USHER_DRAIN_FIGURE=1.
+func TestDrainFigure(t *testing.T) {
+	if os.Getenv("USHER_DRAIN_FIGURE") != "1" {
+		t.Skip("set USHER_DRAIN_FIGURE=1 (runs for over two minutes)")
+	}
+	p := startEPP(t, "-endpoints", "127.0.0.1:1", "-no-scrape", "-no-health-checks")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	conn := dial(t, p.addr)
+	lengths := []time.Duration{60 * time.Second, 120 * time.Second, 128 * time.Second, 135 * time.Second}
+	streams := make([]extprocv3.ExternalProcessor_ProcessClient, len(lengths))
+	for i := range lengths {
+		st, _, err := openPicked(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[i] = st
+	}
+	sent := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(lengths))
+	for i, d := range lengths {
+		go func() {
+			time.Sleep(time.Until(sent.Add(d)))
+			results <- result{i, respond(streams[i], "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n", "data: [DONE]\n\n")}
+		}()
+	}
+	survived := make([]bool, len(lengths))
+	for range lengths {
+		r := <-results
+		survived[r.i] = r.err == nil
+	}
+	for i, d := range lengths {
+		t.Logf("stream lasting %v after SIGTERM: survived %v", d, survived[i])
+		if want := d < defaultShutdownGrace; survived[i] != want {
+			t.Errorf("stream lasting %v after SIGTERM (grace %v): survived %v, want %v", d, defaultShutdownGrace, survived[i], want)
+		}
+	}
+	if err := p.wait(t); err != nil {
+		t.Errorf("exit: %v", err)
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
+}
