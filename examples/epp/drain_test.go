@@ -42,6 +42,7 @@ type eppProcess struct {
 	lines        chan string   // its stdout after the startup line
 	exited       chan struct{} // closed when it has exited, with err
 	err          error
+	exitedAt     time.Time
 }
 
 var startLine = regexp.MustCompile(`ext_proc on (\S+), health on (\S+) `)
@@ -81,6 +82,7 @@ func startEPP(t *testing.T, args ...string) *eppProcess {
 		}
 		close(p.lines)
 		p.err = cmd.Wait()
+		p.exitedAt = time.Now()
 		close(p.exited)
 	}()
 	select {
@@ -332,5 +334,5 @@ func TestDrainFigure(t *testing.T) {
 	if err := p.wait(t); err != nil {
 		t.Errorf("exit: %v", err)
 	}
-	t.Logf("exited %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
+	t.Logf("the picker exited %v after SIGTERM", p.exitedAt.Sub(sent).Round(time.Millisecond))
 }
