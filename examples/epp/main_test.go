@@ -64,18 +64,27 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hconn.Close()
-	if hr, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthInferenceExtension}); err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("%s on the health port: %v, %v", extproc.HealthInferenceExtension, hr, err)
-	}
 
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthReadiness})
-	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("readiness: %v, %v", hr, err)
+	// Ready once the endpoints file has been read by the picker's source (at once).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthReadiness})
+		if err != nil {
+			t.Fatalf("readiness: %v", err)
+		}
+		if hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness: %v after 10s, want SERVING", hr.GetStatus())
+		}
+	}
+	if hr, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthInferenceExtension}); err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("%s on the health port: %v, %v", extproc.HealthInferenceExtension, hr, err)
 	}
 	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 	if err != nil {
