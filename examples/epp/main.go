@@ -2,8 +2,16 @@
 // Gateway API Inference Extension's EPP): a thin main over proxy/extproc, serving Envoy's
 // ext_proc v3 gRPC protocol and the gRPC health service on one port — over TLS by default, as
 // the reference picker does (a self-signed certificate, or -cert-path's tls.crt and tls.key,
-// read again when they change; -secure-serving=false for plaintext) — and Prometheus metrics
-// on another (metrics.Exporter, with bearer tokens from -metrics-token-file if given).
+// read again when they change; -secure-serving=false for plaintext) — the health service
+// alone, in plaintext, on another (-health-listen, :9003, the port the Inference Extension's
+// probes use), and Prometheus metrics on a third (metrics.Exporter, with bearer tokens from
+// -metrics-token-file if given).
+//
+// It is ready once its endpoints have synced (an InferencePool's pods listed, even none: an
+// empty pool answers each request 503 with Retry-After). On SIGTERM it drains: health turns
+// NOT_SERVING, the ext_proc port takes no new streams (gRPC's graceful stop), and the
+// streams in flight finish within -shutdown-grace (130s, as the reference picker gives);
+// what remains after it is cut. The health port answers throughout.
 //
 //	go run ./examples/epp -listen :9002 -metrics-listen :9090 -metrics-token-file /etc/usher/metrics-tokens \
 //	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -router usher
@@ -32,7 +40,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -67,9 +74,15 @@ func main() {
 	}
 }
 
+// defaultShutdownGrace is how long streams in flight may take to finish on SIGTERM: as long
+// as the reference picker gives, enough for long generations; the Deployment's
+// terminationGracePeriodSeconds is above it.
+const defaultShutdownGrace = 130 * time.Second
+
 // config is what the flags say.
 type config struct {
 	Listen, MetricsListen string
+	HealthListen          string
 	MetricsTokenFile      string
 	Endpoints             []extproc.Endpoint
 	EndpointsFile         string
@@ -126,9 +139,10 @@ func parseConfig(args []string) (config, error) {
 	c := config{Listen: ":9002", Policy: "bounded-wait", Router: proxy.ProfileSpec{Extends: "usher"}, BoundedWait: 10 * time.Second, TTL: 60 * time.Second,
 		MaxQueue: 10000, MaxFlow: 64, BlockSize: 16, ByteBlock: 64, SessionHeader: "X-Session-Id", Engine: "vllm",
 		ScrapeInterval: 100 * time.Millisecond, EndpointsInterval: time.Second, StreamIdle: 10 * time.Minute, MaxBody: 8 << 20,
-		ShutdownGrace: 30 * time.Second, SecureServing: true}
+		ShutdownGrace: defaultShutdownGrace, HealthListen: ":9003", SecureServing: true}
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the ext_proc gRPC server (and its grpc.health.v1)")
+	fs.StringVar(&c.HealthListen, "health-listen", c.HealthListen, "address of the gRPC health service alone (services liveness, readiness, inference-extension), kept up while draining; empty: none")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics); empty: none")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", "", "with -metrics-listen: file of bearer tokens that may read /metrics, one a line (# comments); re-read when it changes; empty: no authentication")
 	fs.Func("endpoints", "model servers: ip:port[,ip:port...] (repeatable)", func(s string) error {
@@ -201,7 +215,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&c.StreamIdle, "stream-idle", c.StreamIdle, "longest silence of an ext_proc stream")
 	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body accepted (413 above)")
 	fs.StringVar(&c.Models, "models", "", "comma-separated model names requests may ask for; empty: any")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for streams in flight")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "on SIGTERM, how long streams in flight may take to finish (a generation streams through the picker; give the pod's terminationGracePeriodSeconds more)")
 	fs.BoolVar(&c.SecureServing, "secure-serving", c.SecureServing, "serve ext_proc over TLS (with -cert-path, or a self-signed certificate generated at start); false: plaintext")
 	fs.StringVar(&c.CertPath, "cert-path", "", "with -secure-serving: directory holding tls.crt and tls.key (a Kubernetes TLS Secret), read again when they change; empty: a self-signed certificate")
 	fs.StringVar(&c.PoolName, "pool-name", "", "InferencePool to follow (its ready pods on its target ports); instead of -endpoints and -endpoints-file")
@@ -249,6 +263,8 @@ func (c config) options() (extproc.Options, error) {
 		return bad("block sizes must be positive")
 	case c.MaxBody < 1024:
 		return bad("-max-body %d: want at least 1024", c.MaxBody)
+	case c.ShutdownGrace < 0:
+		return bad("-shutdown-grace %v: want >= 0", c.ShutdownGrace)
 	case c.ScrapeInterval <= 0 || c.EndpointsInterval <= 0 || c.StreamIdle <= 0:
 		return bad("intervals and -stream-idle must be positive")
 	case c.HealthInterval < 0 || c.StallTimeout < 0 || c.StallTimeout > healthcheck.DefaultTimeout:
@@ -339,7 +355,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		return err
 	}
 	if src, ok := opts.Source.(*inferencepool.Source); ok {
-		registerPoolMetrics(epp.Registry(), src)
+		epp.Registry().MustRegister(src.Collector()) // usher_epp_pool_*
 	}
 	// A buffered body is one message: let it be as large as the picker accepts, and more.
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(max(c.MaxBody, 8<<20)) + 1<<20)}
@@ -371,16 +387,32 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	}
 	g := grpc.NewServer(gopts...)
 	epp.Register(g)
+	var hg *grpc.Server
+	var hln net.Listener
+	if c.HealthListen != "" {
+		if hln, err = net.Listen("tcp", c.HealthListen); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		hg = grpc.NewServer()
+		epp.RegisterHealth(hg)
+	}
 	var ms *http.Server
 	var mln net.Listener
 	if c.MetricsListen != "" {
 		exp, err := metrics.NewExporter(metrics.ExporterOptions{Gatherer: epp.Registry(), TokenFile: c.MetricsTokenFile})
 		if err != nil {
 			_ = ln.Close()
+			if hln != nil {
+				_ = hln.Close()
+			}
 			return err
 		}
 		if mln, err = net.Listen("tcp", c.MetricsListen); err != nil {
 			_ = ln.Close()
+			if hln != nil {
+				_ = hln.Close()
+			}
 			return err
 		}
 		mux := http.NewServeMux()
@@ -393,8 +425,15 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	defer cancelBG()
 	runDone := make(chan error, 1)
 	go func() { runDone <- epp.Run(bg) }()
-	serveDone := make(chan error, 2)
+	serveDone := make(chan error, 3)
 	go func() { serveDone <- g.Serve(ln) }()
+	if hg != nil {
+		go func() {
+			if err := hg.Serve(hln); err != nil {
+				serveDone <- err
+			}
+		}()
+	}
 	if ms != nil {
 		go func() {
 			if err := ms.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
@@ -402,25 +441,45 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 			}
 		}()
 	}
-	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s; policy %s, router %s), %d endpoints\n", ln.Addr(), serving, c.Policy, routerName(c.Router), len(opts.Endpoints))
+	healthAddr := "none"
+	if hln != nil {
+		healthAddr = hln.Addr().String()
+	}
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), len(opts.Endpoints))
 	if ready != nil {
 		ready <- ln.Addr().String()
 		if mln != nil {
 			ready <- mln.Addr().String()
+		}
+		if hln != nil {
+			ready <- hln.Addr().String()
 		}
 	}
 	select {
 	case <-ctx.Done():
 	case err = <-serveDone:
 	}
-	fmt.Fprintln(out, "shutting down: not ready, draining streams")
-	epp.Close() // health NOT_SERVING, waiting requests answered 503
+	// Drain: health NOT_SERVING first (and requests still waiting for admission answered
+	// 503 with Retry-After, to be retried on another picker), then no new streams (the
+	// listener closes, connections get GOAWAY), and the streams in flight finish within
+	// the grace; the health port keeps answering until the end.
+	start, active := time.Now(), epp.Stats().Active
+	fmt.Fprintf(out, "shutting down: not ready, draining %d streams (grace %v)\n", active, c.ShutdownGrace)
+	epp.Close()
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
+	grace := time.NewTimer(c.ShutdownGrace)
 	select {
 	case <-stopped:
-	case <-time.After(c.ShutdownGrace):
+		fmt.Fprintf(out, "drained in %v\n", time.Since(start).Round(time.Millisecond))
+	case <-grace.C:
+		fmt.Fprintf(out, "grace of %v over: cutting %d streams\n", c.ShutdownGrace, epp.Stats().Active)
 		g.Stop()
+		<-stopped
+	}
+	grace.Stop()
+	if hg != nil {
+		hg.Stop()
 	}
 	if ms != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -453,32 +512,4 @@ func routerName(s proxy.ProfileSpec) string {
 		return s.Extends
 	}
 	return "custom"
-}
-
-// registerPoolMetrics exports the pool watch's state: whether the API server answers, when
-// it last did, its failed calls, and the endpoints last reported.
-func registerPoolMetrics(reg *prometheus.Registry, src *inferencepool.Source) {
-	b := func(v bool) float64 {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_connected", Help: "1 when the last list or watch call of the InferencePool watch succeeded."},
-			func() float64 { return b(src.Stats().Connected) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_found", Help: "1 when the InferencePool exists and is usable."},
-			func() float64 { return b(src.Stats().PoolFound) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_last_sync_timestamp_seconds", Help: "When a list or watch call of the InferencePool watch last succeeded."},
-			func() float64 {
-				if t := src.Stats().LastSync; !t.IsZero() {
-					return float64(t.UnixNano()) / 1e9
-				}
-				return 0
-			}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "usher_epp_pool_sync_errors_total", Help: "List and watch calls of the InferencePool watch that failed."},
-			func() float64 { return float64(src.Stats().Errors) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "usher_epp_pool_endpoints", Help: "Endpoints in the set the InferencePool watch last reported."},
-			func() float64 { return float64(src.Stats().Endpoints) }),
-	)
 }

@@ -49,24 +49,43 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(file, []byte("127.0.0.1:1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-endpoints-file", file, "-scrape-interval", "50ms", "-secure-serving=false"})
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-health-listen", "127.0.0.1:0", "-endpoints-file", file, "-scrape-interval", "50ms", "-secure-serving=false"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 2)
+	ready := make(chan string, 3)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, c, io.Discard, ready) }()
-	addr, maddr := <-ready, <-ready
+	addr, maddr, haddr := <-ready, <-ready, <-ready
+
+	// The health port alone answers the reference's service name.
+	hconn, err := grpc.NewClient("passthrough:///"+haddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hconn.Close()
 
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthReadiness})
-	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("readiness: %v, %v", hr, err)
+	// Ready once the endpoints file has been read by the picker's source (at once).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthReadiness})
+		if err != nil {
+			t.Fatalf("readiness: %v", err)
+		}
+		if hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness: %v after 10s, want SERVING", hr.GetStatus())
+		}
+	}
+	if hr, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthInferenceExtension}); err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("%s on the health port: %v, %v", extproc.HealthInferenceExtension, hr, err)
 	}
 	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 	if err != nil {
@@ -125,7 +144,7 @@ func TestRunMetricsToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-metrics-token-file", tokens,
-		"-endpoints", "127.0.0.1:1", "-no-scrape", "-secure-serving=false"})
+		"-endpoints", "127.0.0.1:1", "-no-scrape", "-health-listen", "", "-secure-serving=false"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -76,7 +77,7 @@ func TestRunPool(t *testing.T) {
 	if _, err := parseConfig([]string{"-pool-name", "pool", "-endpoints", "10.0.0.1:80"}); err == nil {
 		t.Error("-pool-name with -endpoints: no error")
 	}
-	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter", "-secure-serving=false"})
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-health-listen", "", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter", "-secure-serving=false"})
 	if err == nil {
 		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded")
 	}
@@ -140,6 +141,94 @@ func TestRunPool(t *testing.T) {
 	}
 }
 
+// A pool with no ready pods yet: once the pool and its pods have synced the picker is ready
+// (so a fail-closed gateway reaches it), and answers each request 503 with Retry-After.
+func TestRunEmptyPoolReady(t *testing.T) {
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": inferencepool.Group + "/" + inferencepool.Version, "kind": inferencepool.Kind,
+		"metadata": map[string]any{"name": "pool", "namespace": "ns"},
+		"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "m"}},
+			"targetPorts": []any{map[string]any{"number": int64(8000)}}},
+	}}
+	pods := fake.NewClientset(readyPod("p1", "10.0.0.1", false))
+	pools := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{inferencepool.GroupVersionResource: "InferencePoolList"}, pool)
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-health-listen", "127.0.0.1:0", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter", "-secure-serving=false"})
+	if err == nil {
+		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded") // the flags parsed; the fake clients follow
+	}
+	c.connect = func(string) (inferencepool.Clients, error) {
+		return inferencepool.Clients{Pods: pods, Pools: pools}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ready := make(chan string, 2)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	addr, haddr := <-ready, <-ready
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hconn, err := grpc.NewClient("passthrough:///"+haddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hconn.Close()
+	for {
+		hr, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthInferenceExtension})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("not ready with a synced, empty pool")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
+	}}
+	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: h}}})
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), EndOfStream: true}}})
+	r, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir := r.GetImmediateResponse()
+	retry := ""
+	for _, hv := range ir.GetHeaders().GetSetHeaders() {
+		if hv.GetHeader().GetKey() == "retry-after" {
+			retry = string(hv.GetHeader().GetRawValue())
+		}
+	}
+	if ir.GetStatus().GetCode() != 503 || retry == "" {
+		t.Errorf("empty pool: %v, want an immediate 503 with Retry-After", r)
+	}
+	_ = st.CloseSend()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return")
+	}
+}
+
 // TestRunPoolGroup follows a v1alpha2 pool (whose extensionRef omits portNumber, as its CRD
 // allows) with -pool-group inference.networking.x-k8s.io, and refuses any other group.
 func TestRunPoolGroup(t *testing.T) {
@@ -156,7 +245,7 @@ func TestRunPoolGroup(t *testing.T) {
 	pools := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{inferencepool.AlphaGroupVersionResource: "InferencePoolList"}, pool)
 	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns",
-		"-pool-group", inferencepool.AlphaGroup, "-kubeconfig", "/does/not/matter", "-secure-serving=false"})
+		"-pool-group", inferencepool.AlphaGroup, "-kubeconfig", "/does/not/matter", "-secure-serving=false", "-health-listen", ""})
 	if err == nil {
 		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded")
 	}

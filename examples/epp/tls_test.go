@@ -40,7 +40,7 @@ func startEPP(t *testing.T, args ...string) string {
 // reported).
 func startEPPOut(t *testing.T, out io.Writer, args ...string) string {
 	t.Helper()
-	c, err := parseConfig(append([]string{"-listen", "127.0.0.1:0", "-endpoints", "127.0.0.1:1", "-no-scrape"}, args...))
+	c, err := parseConfig(append([]string{"-listen", "127.0.0.1:0", "-health-listen", "", "-endpoints", "127.0.0.1:1", "-no-scrape"}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestRunTLSBadCertPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "missing")} {
-		c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-endpoints", "127.0.0.1:1", "-no-scrape", "-cert-path", d})
+		c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-endpoints", "127.0.0.1:1", "-no-scrape", "-health-listen", "", "-cert-path", d})
 		if err != nil {
 			t.Fatal(err)
 		}

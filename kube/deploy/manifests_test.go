@@ -27,6 +27,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -264,6 +265,8 @@ func decodeObject(doc []byte) (object, error) {
 		v = new(rbacv1.Role)
 	case "rbac.authorization.k8s.io/v1 RoleBinding":
 		v = new(rbacv1.RoleBinding)
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		v = new(serviceMonitor)
 	default:
 		return object{}, fmt.Errorf("apiVersion %q kind %q: not a kind these manifests use (add it to decodeObject)", tm.APIVersion, tm.Kind)
 	}
@@ -271,6 +274,27 @@ func decodeObject(doc []byte) (object, error) {
 		return object{}, fmt.Errorf("%s: %w", tm.Kind, err)
 	}
 	return object{Kind: tm.Kind, Name: v.(interface{ GetName() string }).GetName(), Value: v}, nil
+}
+
+// serviceMonitor is the part of prometheus-operator's ServiceMonitor (monitoring.coreos.com/v1)
+// the optional manifests in servicemonitor/ use, with the operator's field names; a field
+// outside it fails the strict decode. (The operator's Go module is not a dependency for this.)
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector  metav1.LabelSelector `json:"selector"`
+		Endpoints []struct {
+			Port          string `json:"port"`
+			Path          string `json:"path"`
+			Interval      string `json:"interval"`
+			ScrapeTimeout string `json:"scrapeTimeout"`
+			Authorization *struct {
+				Type        string                   `json:"type"`
+				Credentials corev1.SecretKeySelector `json:"credentials"`
+			} `json:"authorization"`
+		} `json:"endpoints"`
+	} `json:"spec"`
 }
 
 // decodeStrict decodes a YAML or JSON document into v as the API server's strict field
@@ -305,6 +329,7 @@ func TestStrictDecoding(t *testing.T) {
 		{"repeated field", ok + "  type: ClusterIP\n  type: NodePort\n"},
 		{"wrong type", strings.Replace(ok, "port: 80", "port: eighty", 1)},
 		{"unknown kind", strings.Replace(ok, "kind: Service", "kind: Servise", 1)},
+		{"unknown ServiceMonitor field", "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n  name: m\nspec:\n  selector:\n    matchLabels: {app: x}\n  endpoints:\n  - prot: http-metrics\n"},
 		{"unknown pool field", "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata:\n  name: p\nspec:\n  selector:\n    matchLabels: {app: x}\n  targetPorts: [{number: 8000}]\n  endpointPickerRef: {name: e, port: {number: 9002}, failMode: FailOpen}\n"},
 	} {
 		if _, err := decodeObject([]byte(tc.doc)); err == nil {
@@ -453,7 +478,8 @@ func cmpOr[T any](ps ...*T) *T {
 	return nil
 }
 
-// checkResources checks that a container requests CPU and memory, is limited in memory,
+// checkResources checks that a container requests CPU and memory, is limited in memory and
+// not in CPU,
 // requests no more than its limits, and gives the Go runtime a soft memory limit below the
 // container's.
 func checkResources(t *testing.T, o object, c corev1.Container) {
@@ -467,6 +493,9 @@ func checkResources(t *testing.T, o object, c corev1.Container) {
 		if l, ok := lim[r]; ok && q.Cmp(l) > 0 {
 			t.Errorf("%v: %s request %s above its limit %s", o, r, q.String(), l.String())
 		}
+	}
+	if l, ok := lim[corev1.ResourceCPU]; ok {
+		t.Errorf("%v: CPU limit %s: want none (throttling stalls the pick path; the request reserves the share)", o, l.String())
 	}
 	memLimit, ok := lim[corev1.ResourceMemory]
 	if !ok {
@@ -510,8 +539,9 @@ func parseGoMemLimit(s string) (int64, error) {
 }
 
 // checkProbes checks that a container has readiness and liveness probes, on its own ports:
-// the picker's on its gRPC health service (extproc.HealthReadiness, extproc.HealthLiveness),
-// the gateway's on GET /health.
+// the picker's on its gRPC health service (readiness as the reference picker's probes ask,
+// extproc.HealthInferenceExtension; liveness on extproc.HealthLiveness, which stays SERVING
+// while the picker drains), the gateway's on GET /health.
 func checkProbes(t *testing.T, o object, c corev1.Container) {
 	t.Helper()
 	img, _ := imageOf(c.Image)
@@ -520,7 +550,7 @@ func checkProbes(t *testing.T, o object, c corev1.Container) {
 		probe   *corev1.Probe
 		service string
 	}{
-		{"readinessProbe", c.ReadinessProbe, extproc.HealthReadiness},
+		{"readinessProbe", c.ReadinessProbe, extproc.HealthInferenceExtension},
 		{"livenessProbe", c.LivenessProbe, extproc.HealthLiveness},
 		{"startupProbe", c.StartupProbe, extproc.HealthLiveness},
 	} {
@@ -743,11 +773,30 @@ func TestPicker(t *testing.T) {
 		}
 	}
 
-	// The rest of the picker's arguments.
+	// The rest of the picker's arguments: metrics on the port the reference names
+	// http-metrics (in the container and the Service), health alone on the reference's 9003,
+	// where the probes go.
 	if p, ok := args["metrics-listen"]; !ok {
 		t.Errorf("epp has no -metrics-listen")
 	} else if port := listenPort(t, "epp -metrics-listen", p); !hasContainerPort(c, port) {
 		t.Errorf("epp -metrics-listen port %d is not a container port", port)
+	} else if cp, _ := containerPort(c, intstr.FromInt32(port)); cp.Name != "http-metrics" {
+		t.Errorf("epp metrics container port %d is named %q, want http-metrics (the reference picker's name)", port, cp.Name)
+	} else if !slices.ContainsFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool {
+		return sp.Name == "http-metrics" && sp.TargetPort.String() == "http-metrics"
+	}) {
+		t.Errorf("Service %s has no port http-metrics to the picker's metrics port", svc.Name)
+	}
+	if p, ok := args["health-listen"]; !ok {
+		t.Errorf("epp has no -health-listen")
+	} else if port := listenPort(t, "epp -health-listen", p); port != 9003 || !hasContainerPort(c, port) {
+		t.Errorf("epp -health-listen port %d: want 9003 (the reference's), a container port", port)
+	} else {
+		for _, pr := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+			if pr != nil && pr.GRPC != nil && pr.GRPC.Port != port {
+				t.Errorf("epp probe on port %d, want the health port %d (kept up while draining)", pr.GRPC.Port, port)
+			}
+		}
 	}
 	if !hasContainerPort(c, grpcPort) {
 		t.Errorf("epp -listen port %d is not a container port", grpcPort)
@@ -810,6 +859,80 @@ func checkGrace(t *testing.T, d *appsv1.Deployment, args map[string]string) {
 	}
 	if tg < g+5*time.Second {
 		t.Errorf("Deployment %s: termination grace period %v: want at least -shutdown-grace (%v) + 5s", d.Name, tg, g)
+	}
+}
+
+// minPickerGrace is the least -shutdown-grace the picker's Deployment may give: long
+// generations stream through the picker, and a rollout must not cut them (the reference
+// picker gives 130s).
+const minPickerGrace = 120 * time.Second
+
+// TestPickerGrace checks that the picker's Deployment lets streams of two minutes finish on
+// a rollout.
+func TestPickerGrace(t *testing.T) {
+	m := load(t)
+	d, c := deploymentOf(t, m, "usher/epp")
+	g, err := time.ParseDuration(parseArgs(t, c)["shutdown-grace"])
+	if err != nil || g < minPickerGrace {
+		t.Errorf("Deployment %s: -shutdown-grace %v (%v): want at least %v", d.Name, g, err, minPickerGrace)
+	}
+}
+
+// TestServiceMonitors decodes the optional ServiceMonitors in servicemonitor/ strictly and
+// checks that each selects exactly one of the manifests' Services, by a label it carries,
+// and scrapes /metrics on named ports of it — the picker's on http-metrics, its metrics port.
+func TestServiceMonitors(t *testing.T) {
+	m := load(t)
+	opt := &manifests{generated: map[string]map[string]string{}}
+	if err := opt.loadDir("servicemonitor"); err != nil {
+		t.Fatal(err)
+	}
+	sms := opt.all("ServiceMonitor")
+	if len(sms) != 2 || len(opt.objects) != 2 {
+		t.Fatalf("servicemonitor/ has %d objects, %d ServiceMonitors: want 2, one for the picker and one for the gateway", len(opt.objects), len(sms))
+	}
+	scraped := map[string]bool{}
+	for _, o := range sms {
+		sm := o.Value.(*serviceMonitor)
+		checkLabels(t, o.String()+": labels", sm.Labels)
+		if len(sm.Spec.Selector.MatchExpressions) > 0 || len(sm.Spec.Selector.MatchLabels) == 0 {
+			t.Errorf("%v: want a selector of matchLabels", o)
+			continue
+		}
+		var svcs []*corev1.Service
+		for _, so := range m.all("Service") {
+			if s := so.Value.(*corev1.Service); subset(sm.Spec.Selector.MatchLabels, s.Labels) {
+				svcs = append(svcs, s)
+			}
+		}
+		if len(svcs) != 1 {
+			t.Errorf("%v: selects %d Services, want 1", o, len(svcs))
+			continue
+		}
+		svc := svcs[0]
+		scraped[svc.Name] = true
+		if len(sm.Spec.Endpoints) != 1 {
+			t.Errorf("%v: %d endpoints, want 1", o, len(sm.Spec.Endpoints))
+		}
+		for _, ep := range sm.Spec.Endpoints {
+			if ep.Path != "/metrics" {
+				t.Errorf("%v: path %q, want /metrics", o, ep.Path)
+			}
+			if !slices.ContainsFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.Name == ep.Port }) {
+				t.Errorf("%v: port %q is no named port of Service %s", o, ep.Port, svc.Name)
+			}
+			if d, _ := selected(m, svc.Spec.Selector); d != nil {
+				if img, _ := imageOf(d.Spec.Template.Spec.Containers[0].Image); img.Repo == "usher/epp" && ep.Port != "http-metrics" {
+					t.Errorf("%v: scrapes port %q of the picker, want http-metrics", o, ep.Port)
+				}
+			}
+			if _, err := time.ParseDuration(ep.Interval); ep.Interval != "" && err != nil {
+				t.Errorf("%v: interval %q: %v", o, ep.Interval, err)
+			}
+		}
+	}
+	if len(scraped) != 2 {
+		t.Errorf("ServiceMonitors scrape Services %v, want the picker's and the gateway's", slices.Sorted(maps.Keys(scraped)))
 	}
 }
 

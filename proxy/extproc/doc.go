@@ -54,8 +54,9 @@
 // Every refusal is an ImmediateResponse with an OpenAI error JSON body, as proxy.Handler
 // writes them: 429 with Retry-After when the queue is full or early shedding refuses; 503
 // when no capacity came before the TTL, when no endpoint is eligible (none known, all
-// filtered, or none of the subset hint's — an empty hint included), or when the picker
-// shuts down; 400 naming the field for a body proxy/openai refuses (invalid JSON, a missing
+// filtered, or none of the subset hint's — an empty hint included; with Retry-After, and at
+// once, without waiting for admission, when the pool is empty), or when the picker shuts
+// down (with Retry-After); 400 naming the field for a body proxy/openai refuses (invalid JSON, a missing
 // model, a max_tokens beyond the limits); 413 for a body over Options.MaxBodyBytes; 404 for
 // a model outside Options.Models.
 //
@@ -96,7 +97,11 @@
 // each endpoint's metrics (metrics.Scraper, vLLM's names by default) into the router, and
 // follows KV events, from endpoints that name a publisher and from pods connecting to
 // Options.KVListen. The gRPC health service answers SERVING for "", HealthReadiness and
-// HealthExtProc once endpoints are known, HealthLiveness always.
+// HealthExtProc once the endpoints have synced (at New without a Source, at the Source's
+// first set with one), even when the set is empty: a picker with no endpoints stays
+// reachable and answers each request 503 with Retry-After, rather than leaving a
+// fail-closed Envoy to answer 500. Close turns them NOT_SERVING; HealthLiveness is always
+// SERVING.
 //
 // # Concurrency and cost
 //

@@ -43,10 +43,16 @@ const (
 const (
 	// HealthLiveness is SERVING while the process answers.
 	HealthLiveness = "liveness"
-	// HealthReadiness is SERVING once endpoints are known.
+	// HealthReadiness is SERVING once the endpoints have synced — at New without
+	// Options.Source, at the Source's first set with one — even when there are none (each
+	// request is then answered 503 with Retry-After), and NOT_SERVING after Close.
 	HealthReadiness = "readiness"
 	// HealthExtProc is the ext_proc service's own name; SERVING like HealthReadiness.
 	HealthExtProc = "envoy.service.ext_proc.v3.ExternalProcessor"
+	// HealthInferenceExtension is the name the Gateway API Inference Extension's reference
+	// picker and its probes use (on its health port, 9003); SERVING like HealthReadiness,
+	// so those probes work unchanged (see Server.RegisterHealth).
+	HealthInferenceExtension = "inference-extension"
 )
 
 // headerValue returns the value of a header as Envoy sends it: raw_value when set (Envoy

@@ -216,6 +216,8 @@ type Server struct {
 	kvCtx   context.Context // Run's context, for subscribers started by SetEndpoints; nil before Run
 	closed  bool
 	running bool
+	// awaiting: a Source was given and has not reported its first set yet (not ready).
+	awaiting bool
 }
 
 // endpointSet is a published, immutable set of endpoints.
@@ -396,6 +398,7 @@ func New(opts Options) (*Server, error) {
 	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.setReady(false)
 	s.eps.Store(&endpointSet{byAddr: map[string]int{}})
+	s.awaiting = opts.Source != nil
 	if err := s.SetEndpoints(opts.Endpoints); err != nil {
 		return nil, err
 	}
@@ -446,18 +449,27 @@ func (s *Server) Register(g *grpc.Server) {
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
+// RegisterHealth registers only the Server's gRPC health service on g: a health port of its
+// own, as the Inference Extension's probes expect (9003, HealthInferenceExtension), kept
+// serving while the ext_proc port drains so that liveness probes pass and readiness ones
+// see NOT_SERVING. Register and RegisterHealth share one health state.
+func (s *Server) RegisterHealth(g *grpc.Server) {
+	healthpb.RegisterHealthServer(g, s.health)
+}
+
 func (s *Server) setReady(ready bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ready {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	for _, name := range []string{"", HealthReadiness, HealthExtProc} {
+	for _, name := range []string{"", HealthReadiness, HealthExtProc, HealthInferenceExtension} {
 		s.health.SetServingStatus(name, st)
 	}
 }
 
 // SetEndpoints replaces the pool's endpoints: the router's backend set, the scraper's
-// targets, the KV-event sources and the health status. Requests in flight to an endpoint
+// targets and the KV-event sources. The set may be empty: requests are then answered 503
+// with Retry-After. Requests in flight to an endpoint
 // that left finish normally. It fails, changing nothing, on an invalid or repeated endpoint.
 // O(endpoints); not for the request path.
 func (s *Server) SetEndpoints(eps []Endpoint) error {
@@ -521,7 +533,7 @@ func (s *Server) SetEndpoints(eps []Endpoint) error {
 		s.gate.limit.Store(int64(max(1, len(set.list)) * s.perLimit))
 	}
 	s.queue.Notify()
-	s.setReady(len(set.list) > 0 && !s.closed)
+	s.setReady(!s.awaiting && !s.closed)
 	if s.kvCtx != nil && !s.closed {
 		s.followKVLocked()
 	}
@@ -679,7 +691,14 @@ func (s *Server) Run(ctx context.Context) error {
 			errc <- s.source.Run(ctx, func(eps []Endpoint) {
 				if err := s.SetEndpoints(eps); err != nil {
 					s.log.Warn("endpoints", "err", err)
+					return
 				}
+				s.mu.Lock()
+				if s.awaiting { // the Source has synced: ready, even with no endpoints
+					s.awaiting = false
+					s.setReady(!s.closed)
+				}
+				s.mu.Unlock()
 			})
 		}()
 	}

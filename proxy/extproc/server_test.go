@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,9 @@ import (
 
 	procmodev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -228,7 +231,7 @@ func TestImmediateResponses(t *testing.T) {
 		{name: "max_tokens too large", body: `{"model":"m","max_tokens":99999999,"messages":[{"role":"user","content":"x"}]}`, status: 400, param: "max_tokens"},
 		{name: "body too large", opts: Options{MaxBodyBytes: 64}, body: chatBody + strings.Repeat(" ", 64), status: 413},
 		{name: "unknown model", opts: Options{Models: []string{"other"}}, body: chatBody, status: 404, param: "model"},
-		{name: "no endpoint", endpoints: []Endpoint{}, body: chatBody, status: 503},
+		{name: "no endpoint", endpoints: []Endpoint{}, body: chatBody, status: 503, retry: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,14 +259,20 @@ func TestImmediateResponses(t *testing.T) {
 			if tt.param != "" && (e.Error.Param == nil || *e.Error.Param != tt.param) {
 				t.Errorf("param %v, want %q (body %s)", e.Error.Param, tt.param, immediateBody(r))
 			}
-			ct := ""
+			ct, retry := "", ""
 			for _, h := range ir.GetHeaders().GetSetHeaders() {
-				if h.GetHeader().GetKey() == "content-type" {
+				switch h.GetHeader().GetKey() {
+				case "content-type":
 					ct = string(h.GetHeader().GetRawValue())
+				case "retry-after":
+					retry = string(h.GetHeader().GetRawValue())
 				}
 			}
 			if ct != "application/json" {
 				t.Errorf("content-type %q, want application/json", ct)
+			}
+			if (retry != "") != tt.retry {
+				t.Errorf("retry-after %q, want one: %v", retry, tt.retry)
 			}
 			closeStream(st)
 			waitIdle(t, s)
@@ -480,8 +489,10 @@ func TestHealth(t *testing.T) {
 		}
 		return r.GetStatus()
 	}
-	if got := check(HealthReadiness); got != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("readiness without endpoints: %v", got)
+	// Without a Source the endpoints are known at New: ready, even with none (each request
+	// is then answered 503 with Retry-After, see TestImmediateErrors).
+	if got := check(HealthReadiness); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("readiness without endpoints and without a Source: %v", got)
 	}
 	if got := check(HealthLiveness); got != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("liveness: %v", got)
@@ -489,7 +500,7 @@ func TestHealth(t *testing.T) {
 	if err := s.SetEndpoints(fleet); err != nil {
 		t.Fatal(err)
 	}
-	for _, svc := range []string{"", HealthReadiness, HealthExtProc} {
+	for _, svc := range []string{"", HealthReadiness, HealthExtProc, HealthInferenceExtension} {
 		if got := check(svc); got != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("%q with endpoints: %v", svc, got)
 		}
@@ -497,6 +508,78 @@ func TestHealth(t *testing.T) {
 	s.Close()
 	if got := check(HealthExtProc); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("after Close: %v", got)
+	}
+}
+
+// sourceFunc is an EndpointSource that reports the sets sent on it.
+type sourceFunc chan []Endpoint
+
+func (c sourceFunc) Run(ctx context.Context, update func([]Endpoint)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case eps := <-c:
+			update(eps)
+		}
+	}
+}
+
+// With a Source the picker is not ready until the Source reports its first set; an empty
+// first set (a synced pool with no ready pods) makes it ready, and requests are answered
+// 503 with Retry-After at once.
+func TestReadyOnceSourceSynced(t *testing.T) {
+	src := make(sourceFunc)
+	// A queue that admits nothing: a request that waited for admission would get
+	// queue_timeout after a minute, not no_backend at once.
+	q, err := flowcontrol.New(flowcontrol.Options{Bands: 4, Gate: closedGate{}, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, Options{Source: src, Queue: q})
+	client, conn := serveConn(t, s)
+	hc := healthpb.NewHealthClient(conn)
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: HealthReadiness})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if got := check(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("before the Source synced: %v, want NOT_SERVING", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case src <- []Endpoint{}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not take the Source's set")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for check() != healthpb.HealthCheckResponse_SERVING {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready after the Source's first (empty) set")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st, _ := open(t, client)
+	ir := exchangeRequest(t, st, chatBody, nil).GetImmediateResponse()
+	retry := ""
+	for _, h := range ir.GetHeaders().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "retry-after" {
+			retry = string(h.GetHeader().GetRawValue())
+		}
+	}
+	if ir.GetStatus().GetCode() != 503 || retry != "1" || !strings.Contains(string(ir.GetBody()), "no_backend") {
+		t.Errorf("empty pool: %v (retry-after %q), want 503 no_backend with Retry-After 1", ir, retry)
+	}
+	closeStream(st)
+	waitIdle(t, s)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
 
@@ -548,5 +631,51 @@ func TestConcurrentStreams(t *testing.T) {
 	waitIdle(t, s)
 	if stats := s.Stats(); stats.Completed+stats.Failed != 16 || stats.Picks != 16 {
 		t.Errorf("stats %+v: want 16 picks, each closed once", stats)
+	}
+}
+
+// RegisterHealth serves the health service alone, sharing Register's state: the reference's
+// probes (HealthInferenceExtension on a port of its own) see the picker's readiness, and the
+// port offers no ext_proc.
+func TestRegisterHealth(t *testing.T) {
+	s := newServer(t, Options{Endpoints: fleet})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.RegisterHealth(g)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	if got := check(HealthInferenceExtension); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("%s: %v, want SERVING", HealthInferenceExtension, got)
+	}
+	s.Close()
+	if got := check(HealthInferenceExtension); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("%s after Close: %v, want NOT_SERVING", HealthInferenceExtension, got)
+	}
+	if got := check(HealthLiveness); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("liveness after Close: %v, want SERVING", got)
+	}
+	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("ext_proc on the health port: %v, want Unimplemented", err)
 	}
 }

@@ -329,6 +329,9 @@ func (ex *exchange) decide() *extprocv3.ProcessingResponse {
 		case e.Status >= 400 && e.Status < 500:
 			s.stats.bad.Add(1)
 		}
+		if e.Code == noEndpointCode && retryAfter == 0 {
+			retryAfter = noEndpointRetry
+		}
 		return immediate(ep, e, retryAfter)
 	}
 	value := ex.destination()
@@ -373,6 +376,11 @@ func (ex *exchange) admit(ep openai.API) (*openai.Error, time.Duration) {
 		if e := ex.followPrevious(req); e != nil {
 			return e, 0
 		}
+	}
+	// An empty pool (synced, no ready pods yet) cannot serve either: refuse at once, before
+	// the request takes a place in the queue.
+	if len(s.eps.Load().list) == 0 {
+		return noEndpoint("the pool has no endpoints yet; retry after the time in the Retry-After header"), noEndpointRetry
 	}
 	// An empty subset can never be served: refuse before waiting for admission.
 	if ex.hasSub && !ex.subsetEligible() {
@@ -799,8 +807,16 @@ func (ex *exchange) admissionError(err error) (*openai.Error, time.Duration) {
 		Message: "admission failed"}, 0
 }
 
+// noEndpointCode is the error code of a request no endpoint can take, and noEndpointRetry
+// the Retry-After it is answered with (endpoints come back, or pods become ready, within
+// seconds).
+const (
+	noEndpointCode  = "no_backend"
+	noEndpointRetry = time.Second
+)
+
 func noEndpoint(msg string) *openai.Error {
-	return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "no_backend", Message: msg}
+	return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: noEndpointCode, Message: msg}
 }
 
 // asOpenAIError returns err as an *openai.Error (400 invalid_request_error when it is not one).

@@ -18,12 +18,18 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/internal/kvpub"
+	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/extproc"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 	"github.com/usher-llm/usher/replica"
 )
@@ -40,9 +46,10 @@ type exports struct {
 	values   map[string]map[string]bool // label name to the values usher_ series have
 }
 
-// exported returns what a gateway's GET /metrics serves, gathered from the registry of a
-// proxy.Handler over two simulated servers, the first publishing KV events that a kvfeed
-// follows, with a replica attached. Nothing is run: building the Handler registers every
+// exported returns what a gateway's and an endpoint picker's GET /metrics serve, gathered
+// from the registry of a proxy.Handler over two simulated servers, the first publishing KV
+// events that a kvfeed follows, with a replica attached, and from the registry of an
+// extproc.Server with an InferencePool watch's collector, as examples/epp builds it. Nothing is run: building the Handler registers every
 // collector, and no collector needs traffic to export its families (the replica's Redis client
 // is never called).
 func exported(t *testing.T) exports {
@@ -82,18 +89,43 @@ func exported(t *testing.T) exports {
 	}
 	t.Cleanup(h.Close)
 
-	reg := h.Registry()
-	families, err := reg.Gather()
+	// The endpoint picker's registry as examples/epp builds it: extproc's collectors and the
+	// InferencePool watch's (on a fake API server; nothing is run).
+	picker, err := extproc.New(extproc.Options{Endpoints: []extproc.Endpoint{{Address: "127.0.0.1:1"}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(picker.Close)
+	src, err := inferencepool.New(inferencepool.Options{Name: "pool", Namespace: "ns", Clients: inferencepool.Clients{
+		Pods: fake.NewClientset(),
+		Pools: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{inferencepool.GroupVersionResource: "InferencePoolList"}),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	picker.Registry().MustRegister(src.Collector())
+
+	var families []*dto.MetricFamily
+	var descs []*prometheus.Desc
+	for _, reg := range []*prometheus.Registry{h.Registry(), picker.Registry()} {
+		fs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		families = append(families, fs...)
+		ch := make(chan *prometheus.Desc)
+		go func() { reg.Describe(ch); close(ch) }()
+		for d := range ch {
+			descs = append(descs, d)
+		}
 	}
 	e := exports{series: map[string]bool{}, values: map[string]map[string]bool{}}
 	series := e.series
 	gathered := make(map[string]bool)
 	for _, f := range families {
 		name := f.GetName()
-		gathered[name] = true
-		if strings.HasPrefix(name, "usher_") {
+		if strings.HasPrefix(name, "usher_") && !gathered[name] {
 			e.families = append(e.families, name)
 			for _, m := range f.GetMetric() {
 				for _, l := range m.GetLabel() {
@@ -104,6 +136,7 @@ func exported(t *testing.T) exports {
 				}
 			}
 		}
+		gathered[name] = true
 		switch f.GetType() {
 		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
 			series[name+"_bucket"], series[name+"_sum"], series[name+"_count"] = true, true, true
@@ -116,12 +149,6 @@ func exported(t *testing.T) exports {
 	// A family that is described but has no series yet (a vector without children) is not
 	// gathered, and its type, hence its series names, would be unknown: usher's must all be
 	// created at construction.
-	ch := make(chan *prometheus.Desc)
-	go func() { reg.Describe(ch); close(ch) }()
-	var descs []*prometheus.Desc
-	for d := range ch {
-		descs = append(descs, d)
-	}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for _, d := range descs {
 		m := fqName.FindStringSubmatch(d.String())
@@ -134,9 +161,10 @@ func exported(t *testing.T) exports {
 	}
 	// One family of each collector, so that a collector left out of the set-up is noticed.
 	for _, want := range []string{"usher_admissions_total", "usher_pd_requests_total", "usher_scrapes_total",
-		"usher_kvevents_events_total", "usher_replica_sync_connected", "go_goroutines", "process_cpu_seconds_total"} {
+		"usher_kvevents_events_total", "usher_replica_sync_connected", "go_goroutines", "process_cpu_seconds_total",
+		"usher_epp_pool_connected", "usher_epp_pool_endpoints"} {
 		if !gathered[want] {
-			t.Errorf("the gateway's registry has no %s", want)
+			t.Errorf("the gateway's and the picker's registries have no %s", want)
 		}
 	}
 	// Every admission outcome flowcontrol names may be configured into a gateway's outcome set.
@@ -239,7 +267,7 @@ func dashboardExprs(t *testing.T) (targets, variables []expr) {
 		}
 	}
 	walk(d.Panels)
-	for _, want := range []string{"Admission", "Routing", "Prefix cache", "KV events", "Replicas", "Disaggregated prefill/decode", "Go runtime and process"} {
+	for _, want := range []string{"Admission", "Routing", "Prefix cache", "KV events", "Replicas", "Disaggregated prefill/decode", "Endpoint picker: InferencePool watch", "Go runtime and process"} {
 		if !slices.Contains(rows, want) {
 			t.Errorf("rows %q: want a row %q", rows, want)
 		}
@@ -298,8 +326,8 @@ func alertExprs(t *testing.T) []expr {
 	return out
 }
 
-// TestNamesExported checks that the dashboard and the alerts use only series the gateway
-// exports, and that the dashboard shows every usher_ family.
+// TestNamesExported checks that the dashboard and the alerts use only series the gateway or
+// the endpoint picker exports, and that the dashboard shows every usher_ family of both.
 func TestNamesExported(t *testing.T) {
 	ex := exported(t)
 	targets, variables := dashboardExprs(t)
@@ -631,5 +659,25 @@ func TestLabelMatchers(t *testing.T) {
 	want := []matcher{{"x", "=", "1"}, {"y", "=~", "b|c"}, {"z", "!=", `{\"}`}, {"outcome", "=", "expired"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("labelMatchers = %q, want %q", got, want)
+	}
+}
+
+// TestPickerPoolAlerts checks that the picker's pool watch is alerted on: a missing pool, a
+// watch cut from the API server, an empty pool and failing calls each have a rule.
+func TestPickerPoolAlerts(t *testing.T) {
+	uses := map[string]bool{}
+	for _, e := range alertExprs(t) {
+		names, err := seriesNames(e.text)
+		if err != nil {
+			t.Fatalf("%s: %v", e.where, err)
+		}
+		for _, n := range names {
+			uses[n] = true
+		}
+	}
+	for _, want := range []string{"usher_epp_pool_found", "usher_epp_pool_connected", "usher_epp_pool_endpoints", "usher_epp_pool_sync_errors_total"} {
+		if !uses[want] {
+			t.Errorf("no alert uses %s", want)
+		}
 	}
 }
