@@ -862,19 +862,21 @@ func checkGrace(t *testing.T, d *appsv1.Deployment, args map[string]string) {
 	}
 }
 
-// minPickerGrace is the least -shutdown-grace the picker's Deployment may give: long
-// generations stream through the picker, and a rollout must not cut them (the reference
+// minStreamGrace is the least -shutdown-grace the picker's and the gateway's Deployments may
+// give: long generations stream through both, and a rollout must not cut them (the reference
 // picker gives 130s).
-const minPickerGrace = 120 * time.Second
+const minStreamGrace = 120 * time.Second
 
-// TestPickerGrace checks that the picker's Deployment lets streams of two minutes finish on
-// a rollout.
-func TestPickerGrace(t *testing.T) {
+// TestStreamGrace checks that the picker's and the gateway's Deployments let streams of two
+// minutes finish on a rollout.
+func TestStreamGrace(t *testing.T) {
 	m := load(t)
-	d, c := deploymentOf(t, m, "usher/epp")
-	g, err := time.ParseDuration(parseArgs(t, c)["shutdown-grace"])
-	if err != nil || g < minPickerGrace {
-		t.Errorf("Deployment %s: -shutdown-grace %v (%v): want at least %v", d.Name, g, err, minPickerGrace)
+	for _, image := range []string{"usher/epp", "usher/gateway"} {
+		d, c := deploymentOf(t, m, image)
+		g, err := time.ParseDuration(parseArgs(t, c)["shutdown-grace"])
+		if err != nil || g < minStreamGrace {
+			t.Errorf("Deployment %s: -shutdown-grace %v (%v): want at least %v", d.Name, g, err, minStreamGrace)
+		}
 	}
 }
 
