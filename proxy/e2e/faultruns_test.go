@@ -163,87 +163,25 @@ func TestFaultRuns(t *testing.T) {
 	}
 	var rows []faultRun
 
+	healWith := func(t *testing.T) func(*simproc.Proc) { return func(p *simproc.Proc) { heal(t, p) } }
 	t.Run("stuck", func(t *testing.T) {
 		// A server that holds every answer's headers while its metrics and health stay good;
 		// healed (replaced by a healthy server on its address) after 20 s.
-		procs, h, base, rec := faultFleet(t, 4, "-fault-hold-headers", "45s")
-		stop := make(chan struct{})
-		results := load(base, 24, 16, stop)
-		time.Sleep(20 * time.Second)
-		heal(t, procs[0])
-		healed := time.Now()
-		time.Sleep(6 * time.Second)
-		close(stop)
-		r := faultRun{scenario: "stuck server (holds headers, healthy metrics), healed after 20 s", back: -1}
-		r.collect(results)
-		r.userProbes = rec.asProbes(hostOf(procs[0].URL))
-		if at := rec.firstOK(hostOf(procs[0].URL), healed); !at.IsZero() {
-			r.back = at.Sub(healed)
-		}
-		t.Logf("%v retries %+v outlier %+v", r, proxyseam.Retries(h), outlier.Of(h.Router()).Stats())
-		rows = append(rows, r)
+		rows = append(rows, loadedRun(t, "stuck server (holds headers, healthy metrics), healed after 20 s",
+			4, []string{"-fault-hold-headers", "45s"}, 24, 16, 0, 20*time.Second, nil, healWith(t)))
 	})
-
 	t.Run("breaker", func(t *testing.T) {
 		// A server that resets every stream after 1,500 bytes, healed after 15 s.
-		procs, h, base, rec := faultFleet(t, 3, "-fault-reset-after", "1500")
-		stop := make(chan struct{})
-		results := load(base, 4, 64, stop)
-		time.Sleep(15 * time.Second)
-		heal(t, procs[0])
-		healed := time.Now()
-		time.Sleep(6 * time.Second)
-		close(stop)
-		r := faultRun{scenario: "mid-stream breaker (RST after 1,500 bytes), healed after 15 s", back: -1}
-		r.collect(results)
-		r.userProbes = rec.asProbes(hostOf(procs[0].URL))
-		if at := rec.firstOK(hostOf(procs[0].URL), healed); !at.IsZero() {
-			r.back = at.Sub(healed)
-		}
-		t.Logf("%v retries %+v outlier %+v", r, proxyseam.Retries(h), outlier.Of(h.Router()).Stats())
-		rows = append(rows, r)
+		rows = append(rows, loadedRun(t, "mid-stream breaker (RST after 1,500 bytes), healed after 15 s",
+			3, []string{"-fault-reset-after", "1500"}, 4, 64, 0, 15*time.Second, nil, healWith(t)))
 	})
-
 	t.Run("killed", func(t *testing.T) {
-		procs, h, base, rec := faultFleet(t, 4)
-		stop := make(chan struct{})
-		results := load(base, 24, 16, stop)
-		time.Sleep(2 * time.Second)
-		procs[0].Kill()
-		time.Sleep(5 * time.Second)
-		procs[0].Restart(t)
-		restarted := time.Now()
-		time.Sleep(6 * time.Second)
-		close(stop)
-		r := faultRun{scenario: "kill -9 under load, restarted after 5 s", back: -1}
-		r.collect(results)
-		r.userProbes = rec.asProbes(hostOf(procs[0].URL))
-		if at := rec.firstOK(hostOf(procs[0].URL), restarted); !at.IsZero() {
-			r.back = at.Sub(restarted)
-		}
-		t.Logf("%v retries %+v outlier %+v", r, proxyseam.Retries(h), outlier.Of(h.Router()).Stats())
-		rows = append(rows, r)
+		rows = append(rows, loadedRun(t, "kill -9 under load, restarted after 5 s",
+			4, nil, 24, 16, 2*time.Second, 5*time.Second, (*simproc.Proc).Kill, func(p *simproc.Proc) { p.Restart(t) }))
 	})
-
 	t.Run("stopped", func(t *testing.T) {
-		procs, h, base, rec := faultFleet(t, 3)
-		stop := make(chan struct{})
-		results := load(base, 6, 64, stop)
-		time.Sleep(2 * time.Second)
-		procs[0].Stop()
-		time.Sleep(5 * time.Second)
-		procs[0].Cont()
-		resumed := time.Now()
-		time.Sleep(6 * time.Second)
-		close(stop)
-		r := faultRun{scenario: "SIGSTOP under load, SIGCONT after 5 s", back: -1}
-		r.collect(results)
-		r.userProbes = rec.asProbes(hostOf(procs[0].URL))
-		if at := rec.firstOK(hostOf(procs[0].URL), resumed); !at.IsZero() {
-			r.back = at.Sub(resumed)
-		}
-		t.Logf("%v retries %+v outlier %+v", r, proxyseam.Retries(h), outlier.Of(h.Router()).Stats())
-		rows = append(rows, r)
+		rows = append(rows, loadedRun(t, "SIGSTOP under load, SIGCONT after 5 s",
+			3, nil, 6, 64, 2*time.Second, 5*time.Second, (*simproc.Proc).Stop, (*simproc.Proc).Cont))
 	})
 
 	t.Run("idle", func(t *testing.T) {
@@ -282,4 +220,32 @@ func TestFaultRuns(t *testing.T) {
 	for _, r := range rows {
 		t.Log(r.String())
 	}
+}
+
+// loadedRun is one fault scenario under load: n servers (the first started with args),
+// workers clients streaming maxTokens tokens each; after lead the first server gets fault (if
+// any), after hold more it is healed, and the load runs 6 s beyond. "Back after" counts from
+// the heal to the server's first successful client request.
+func loadedRun(t *testing.T, scenario string, n int, args []string, workers, maxTokens int, lead, hold time.Duration,
+	fault, healed func(*simproc.Proc)) faultRun {
+	procs, h, base, rec := faultFleet(t, n, args...)
+	stop := make(chan struct{})
+	results := load(base, workers, maxTokens, stop)
+	time.Sleep(lead)
+	if fault != nil {
+		fault(procs[0])
+	}
+	time.Sleep(hold)
+	healed(procs[0])
+	at := time.Now()
+	time.Sleep(6 * time.Second)
+	close(stop)
+	r := faultRun{scenario: scenario, back: -1}
+	r.collect(results)
+	r.userProbes = rec.asProbes(hostOf(procs[0].URL))
+	if ok := rec.firstOK(hostOf(procs[0].URL), at); !ok.IsZero() {
+		r.back = ok.Sub(at)
+	}
+	t.Logf("%v retries %+v outlier %+v", r, proxyseam.Retries(h), outlier.Of(h.Router()).Stats())
+	return r
 }
