@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/usher-llm/usher/kube/inferencepool"
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/openai"
+)
+
+func objectiveObject(name string, prio int64) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": inferencepool.AlphaGroup + "/" + inferencepool.AlphaVersion, "kind": inferencepool.ObjectiveKind,
+		"metadata": map[string]any{"name": name, "namespace": "ns"},
+		"spec":     map[string]any{"priority": prio, "poolRef": map[string]any{"name": "pool"}},
+	}}
+}
+
+// TestObjectiveHeader builds the picker's options over a fake API server holding two
+// InferenceObjectives (priorities 10 and -1) and asks the keyer the picker uses for the band
+// of requests: with -trust-objective-header the two objectives get different bands, above
+// and below the default band that requests naming none or an unknown one get; without the
+// flag the header changes nothing.
+func TestObjectiveHeader(t *testing.T) {
+	pools := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{inferencepool.GroupVersionResource: "InferencePoolList",
+			inferencepool.ObjectiveGroupVersionResource: "InferenceObjectiveList"},
+		objectiveObject("premium", 10), objectiveObject("batch", -1))
+	connect := func(string) (inferencepool.Clients, error) {
+		return inferencepool.Clients{Pods: fake.NewClientset(), Pools: pools}, nil
+	}
+	if _, err := parseConfig([]string{"-trust-objective-header"}); err == nil {
+		t.Error("-trust-objective-header without -pool-name: no error")
+	}
+	args := []string{"-no-scrape", "-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter"}
+	band := func(k proxy.FlowKeyer, objective string) int {
+		t.Helper()
+		h := http.Header{}
+		if objective != "" {
+			h.Set(inferencepool.ObjectiveHeader, objective)
+		}
+		id, err := k.Key(&http.Request{Method: "POST", Header: h}, &openai.Request{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id.Band
+	}
+
+	c, _ := parseConfig(append(args, "-trust-objective-header"))
+	c.connect = connect
+	o, err := c.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok, isObj := o.Keyer.(*objectiveKeyer)
+	if !isObj {
+		t.Fatalf("keyer %T: want the objective keyer", o.Keyer)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ok.objs.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for band(o.Keyer, "premium") != 0 || band(o.Keyer, "batch") != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("premium band %d, batch band %d: want 0 and 2", band(o.Keyer, "premium"), band(o.Keyer, "batch"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if b := band(o.Keyer, ""); b != objectiveDefaultBand {
+		t.Errorf("no header: band %d, want the default %d", b, objectiveDefaultBand)
+	}
+	if b := band(o.Keyer, "nonesuch"); b != objectiveDefaultBand {
+		t.Errorf("unknown objective: band %d, want the default %d", b, objectiveDefaultBand)
+	}
+
+	// Untrusted: the header is ignored, every request keeps the keyer's band.
+	c, _ = parseConfig(args)
+	c.connect = connect
+	if o, err = c.options(); err != nil {
+		t.Fatal(err)
+	}
+	if _, isObj := o.Keyer.(*objectiveKeyer); isObj {
+		t.Fatal("objective keyer without -trust-objective-header")
+	}
+	for _, name := range []string{"", "premium", "batch"} {
+		if b := band(o.Keyer, name); b != 0 {
+			t.Errorf("untrusted, header %q: band %d, want 0", name, b)
+		}
+	}
+}
