@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -96,5 +102,88 @@ func TestObjectiveHeader(t *testing.T) {
 		if b := band(o.Keyer, name); b != 0 {
 			t.Errorf("untrusted, header %q: band %d, want 0", name, b)
 		}
+	}
+}
+
+// TestRunObjective runs the picker with -trust-objective-header over a fake API server and
+// checks, in its admission metrics, that requests naming the objectives of priority 10 and -1
+// are admitted in bands 0 and 2, and one naming none in band 1.
+func TestRunObjective(t *testing.T) {
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": inferencepool.Group + "/" + inferencepool.Version, "kind": inferencepool.Kind,
+		"metadata": map[string]any{"name": "pool", "namespace": "ns"},
+		"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "m"}},
+			"targetPorts": []any{map[string]any{"number": int64(8000)}}},
+	}}
+	pods := fake.NewClientset(readyPod("p1", "10.0.0.1", true))
+	pools := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{inferencepool.GroupVersionResource: "InferencePoolList",
+			inferencepool.ObjectiveGroupVersionResource: "InferenceObjectiveList"},
+		pool, objectiveObject("premium", 10), objectiveObject("batch", -1))
+	c, _ := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-health-listen", "", "-no-scrape",
+		"-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter", "-secure-serving=false", "-trust-objective-header"})
+	c.connect = func(string) (inferencepool.Clients, error) {
+		return inferencepool.Clients{Pods: pods, Pools: pools}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 3)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	addr, maddr := <-ready, <-ready
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	objective := func(name string) *corev3.HeaderValue {
+		return &corev3.HeaderValue{Key: inferencepool.ObjectiveHeader, RawValue: []byte(name)}
+	}
+	admitted := func(band string) float64 {
+		t.Helper()
+		resp, err := http.Get("http://" + maddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var n float64
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if strings.HasPrefix(line, `usher_admissions_total{band="`+band+`",outcome="dispatched"}`) {
+				f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				n += f
+			}
+		}
+		return n
+	}
+	// Until the pool and the objectives have synced, picks fail or land in the default band.
+	deadline := time.Now().Add(10 * time.Second)
+	for pickWith(t, ctx, conn, objective("premium")) != "10.0.0.1:8000" || admitted("0") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("premium never admitted in band 0 (band 0: %v)", admitted("0"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := pickWith(t, ctx, conn, objective("batch")); got != "10.0.0.1:8000" {
+		t.Fatalf("batch pick = %q", got)
+	}
+	before := admitted("1")
+	if got := pick(t, ctx, conn); got != "10.0.0.1:8000" {
+		t.Fatalf("plain pick = %q", got)
+	}
+	if n := admitted("2"); n != 1 {
+		t.Errorf("band 2 admitted %v, want 1 (the batch request)", n)
+	}
+	if n := admitted("1"); n != before+1 {
+		t.Errorf("band 1 admitted %v, want %v (the request naming no objective)", n, before+1)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return")
 	}
 }
