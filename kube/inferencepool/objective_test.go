@@ -176,3 +176,23 @@ func TestNewObjectivesRefuses(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeObjective: any input decodes or is refused with errInvalidObjective, without
+// panicking; what decodes has a name, a pool name and an int32 priority.
+func FuzzDecodeObjective(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"inference.networking.x-k8s.io/v1alpha2","kind":"InferenceObjective","metadata":{"name":"a"},"spec":{"priority":-3,"poolRef":{"name":"p"}}}`))
+	f.Add([]byte(`{"apiVersion":"inference.networking.x-k8s.io/v1alpha2","kind":"InferenceObjective","metadata":{"name":"a"},"spec":{"poolRef":{"group":"","kind":"InferencePool","name":"p"}}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, js []byte) {
+		o, err := decodeObjective(js)
+		if err != nil {
+			if !errors.Is(err, errInvalidObjective) {
+				t.Fatalf("error %v does not wrap errInvalidObjective", err)
+			}
+			return
+		}
+		if o.name == "" || o.poolName == "" || o.priority < -1<<31 || o.priority > 1<<31-1 {
+			t.Fatalf("decoded %+v", o)
+		}
+	})
+}
