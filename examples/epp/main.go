@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -96,6 +97,7 @@ type config struct {
 	EarlyShed             bool
 	SLO                   map[int]routing.Latency
 	TrustSLOHeaders       bool
+	TrustObjectiveHeader  bool
 	SLOShedAbove          float64
 	BlockSize, ByteBlock  int
 	TenantHeader          string
@@ -199,6 +201,7 @@ func parseConfig(args []string) (config, error) {
 		return nil
 	})
 	fs.BoolVar(&c.TrustSLOHeaders, "trust-slo-headers", false, "read x-slo-ttft-ms and x-slo-tpot-ms from requests (set by a trusted proxy, which removes the clients' own): they may loosen a band's -slo targets, never tighten them")
+	fs.BoolVar(&c.TrustObjectiveHeader, "trust-objective-header", false, "with -pool-name: read "+inferencepool.ObjectiveHeader+" (set by a trusted proxy, which removes the clients' own) naming an InferenceObjective of the pool, whose priority picks the band: positive priorities, highest first, bands 0.."+strconv.Itoa(objectiveDefaultBand-1)+", priority 0 and requests naming none or an unknown one band "+strconv.Itoa(objectiveDefaultBand)+", negative ones the bands after it; without it the header is ignored")
 	fs.Float64Var(&c.SLOShedAbove, "slo-shed-above", 0, "refuse at once (429) a request with a TTFT target that the latency model predicts no endpoint can serve within this many times the target (0: off)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block (the engines' block size)")
 	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block of the prompt hash")
@@ -236,6 +239,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if c.PoolGroup != inferencepool.Group && c.PoolGroup != inferencepool.AlphaGroup {
 		return c, fmt.Errorf("-pool-group %q: want %s or %s", c.PoolGroup, inferencepool.Group, inferencepool.AlphaGroup)
+	}
+	if c.TrustObjectiveHeader && c.PoolName == "" {
+		return c, errors.New("-trust-objective-header needs -pool-name (InferenceObjectives name their pool)")
 	}
 	if c.CertPath != "" && !c.SecureServing {
 		return c, errors.New("-cert-path needs -secure-serving")
@@ -292,8 +298,12 @@ func (c config) options() (extproc.Options, error) {
 		return extproc.Options{}, err
 	}
 	rp = outlier.With(rp, out, 1)
-	keyer, err := proxy.NewKeyer(proxy.KeyerOptions{TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader})
-	if err != nil {
+	ko := proxy.KeyerOptions{TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader}
+	if c.TrustObjectiveHeader {
+		ko.DefaultBand = objectiveDefaultBand // room above it for positive priorities
+	}
+	var keyer proxy.FlowKeyer
+	if keyer, err = proxy.NewKeyer(ko); err != nil {
 		return extproc.Options{}, err
 	}
 	o := extproc.Options{
@@ -336,6 +346,15 @@ func (c config) options() (extproc.Options, error) {
 		if o.Source, err = inferencepool.New(inferencepool.Options{Clients: clients, Name: c.PoolName, Namespace: c.PoolNamespace,
 			Alpha: c.PoolGroup == inferencepool.AlphaGroup}); err != nil {
 			return extproc.Options{}, err
+		}
+		if c.TrustObjectiveHeader {
+			objs, err := inferencepool.NewObjectives(inferencepool.ObjectivesOptions{Clients: clients, PoolName: c.PoolName,
+				Namespace: c.PoolNamespace, PoolGroup: c.PoolGroup, Bands: objectiveBands, DefaultBand: objectiveDefaultBand})
+			if err != nil {
+				return extproc.Options{}, err
+			}
+			o.Bands = objectiveBands
+			o.Keyer = &objectiveKeyer{inner: o.Keyer, objs: objs}
 		}
 	}
 	// The router is the profile's; its index is made here so both share it.
@@ -423,6 +442,11 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 
 	bg, cancelBG := context.WithCancel(context.Background())
 	defer cancelBG()
+	if ok, isObj := opts.Keyer.(*objectiveKeyer); isObj {
+		objDone := make(chan struct{})
+		go func() { _ = ok.objs.Run(bg); close(objDone) }()
+		defer func() { cancelBG(); <-objDone }()
+	}
 	runDone := make(chan error, 1)
 	go func() { runDone <- epp.Run(bg) }()
 	serveDone := make(chan error, 3)

@@ -35,6 +35,12 @@ func readyPod(name, ip string, ready bool) *corev1.Pod {
 // pick sends one chat completion through the picker and returns the destination header.
 func pick(t *testing.T, ctx context.Context, conn *grpc.ClientConn) string {
 	t.Helper()
+	return pickWith(t, ctx, conn)
+}
+
+// pickWith is pick with extra request headers.
+func pickWith(t *testing.T, ctx context.Context, conn *grpc.ClientConn, extra ...*corev3.HeaderValue) string {
+	t.Helper()
 	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +49,7 @@ func pick(t *testing.T, ctx context.Context, conn *grpc.ClientConn) string {
 	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
 	}}
+	h.Headers = append(h.Headers, extra...)
 	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: h}}})
 	if _, err := st.Recv(); err != nil {
 		t.Fatal(err)

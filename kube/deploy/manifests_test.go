@@ -668,7 +668,7 @@ func serviceOf(t *testing.T, m *manifests, d *appsv1.Deployment) *corev1.Service
 }
 
 // TestPicker checks the endpoint picker's wiring: its RBAC is exactly read access to
-// InferencePools and pods, bound to the ServiceAccount it runs as; the InferencePool it
+// InferencePools, InferenceObjectives and pods, bound to the ServiceAccount it runs as; the InferencePool it
 // follows names its Service and ext_proc port; its arguments name that pool and its own
 // namespace.
 func TestPicker(t *testing.T) {
@@ -717,7 +717,8 @@ func TestPicker(t *testing.T) {
 		}
 	}
 	want := []rule{{"", "pods", "get,list,watch"}, {inferencepool.Group, inferencepool.Resource, "get,list,watch"},
-		{inferencepool.AlphaGroup, inferencepool.Resource, "get,list,watch"}} // either -pool-group
+		{inferencepool.AlphaGroup, inferencepool.Resource, "get,list,watch"},          // either -pool-group
+		{inferencepool.AlphaGroup, inferencepool.ObjectiveResource, "get,list,watch"}} // -trust-objective-header
 	byName := func(a, b rule) int { return strings.Compare(a.group+"/"+a.resource, b.group+"/"+b.resource) }
 	slices.SortFunc(got, byName)
 	slices.SortFunc(want, byName)

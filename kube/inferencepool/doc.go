@@ -17,6 +17,11 @@
 // server outage keeps the last set; the list and watch calls are wrapped to count failures
 // and mark the connection up or down (Stats), and an outage is logged once.
 //
+// Objectives follows the pool's InferenceObjectives (v1alpha2, dynamic client, one informer
+// over the namespace, objectives naming another pool ignored, each decoded strictly) and
+// maps their priorities onto a picker's bands in order; the picker's main reads
+// ObjectiveHeader through it only when the proxy in front is trusted to set the header.
+//
 // Rejected: an EndpointSlice watch (it lags readiness through the endpoints controller and
 // drops the pod's labels, which carry the role); a controller-runtime manager (a large
 // dependency for two informers).
