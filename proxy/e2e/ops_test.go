@@ -129,6 +129,22 @@ func TestMetricsElsewhere(t *testing.T) {
 	}
 }
 
+// untilRetried sends requests (body, its %d numbered so that no prefix draws them to one
+// backend) until the Handler has retried one — the pick is the router's, so the faulty backend
+// may take a few requests to be chosen — each answered 200; at most 40.
+func untilRetried(t *testing.T, h *proxy.Handler, base, body string) {
+	t.Helper()
+	for i := range 40 {
+		if resp, e := post(t, base+"/v1/chat/completions", fmt.Sprintf(body, i), nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %+v, want 200 after a retry", resp.StatusCode, e)
+		}
+		if proxyseam.Retries(h).Retries > 0 {
+			return
+		}
+	}
+	t.Fatal("40 requests and no retry: the faulty backend was never picked")
+}
+
 // Retries are on /metrics by reason and outcome, and agree with the Handler's own counts: a
 // refused connection retried elsewhere; backends that all answer 502, retried until the budget
 // or the attempts run out.
@@ -140,11 +156,7 @@ func TestRetriesOnMetrics(t *testing.T) {
 		opts.NoHealthChecks = true      // retries are the subject: no probe may eject the backend first
 		h, base := startHandler(t, opts)
 		gone.Close()
-		for range 10 {
-			if resp, e := post(t, base+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d %+v, want 200 after a retry", resp.StatusCode, e)
-			}
-		}
+		untilRetried(t, h, base, `{"model":"m","messages":[{"role":"user","content":"hi %d"}]}`)
 		_, s := scrapeText(t, base+"/metrics")
 		st := proxyseam.Retries(h)
 		if got := s[`usher_retries_total{outcome="retried",reason="connect"}`]; got < 1 || got != float64(st.Retries) {
@@ -164,11 +176,7 @@ func TestRetriesOnMetrics(t *testing.T) {
 		opts.ScrapeInterval = time.Hour
 		opts.NoHealthChecks = true
 		h, base := startHandler(t, opts)
-		for range 4 {
-			if resp, e := post(t, base+"/v1/chat/completions", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, nil); resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d %+v, want 200 after a retry", resp.StatusCode, e)
-			}
-		}
+		untilRetried(t, h, base, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi %d"}]}`)
 		_, s := scrapeText(t, base+"/metrics")
 		if got, st := s[`usher_retries_total{outcome="retried",reason="header_timeout"}`], proxyseam.Retries(h); got < 1 || got != float64(st.Retries) {
 			t.Errorf("retried after the header timeout: %v on /metrics, %d counted by the Handler; want them equal and ≥ 1", got, st.Retries)
