@@ -10,8 +10,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -122,20 +120,8 @@ func TestRunObjective(t *testing.T) {
 		pool, objectiveObject("premium", 10), objectiveObject("batch", -1))
 	c, _ := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-health-listen", "", "-no-scrape",
 		"-pool-name", "pool", "-pool-namespace", "ns", "-kubeconfig", "/does/not/matter", "-secure-serving=false", "-trust-objective-header"})
-	c.connect = func(string) (inferencepool.Clients, error) {
-		return inferencepool.Clients{Pods: pods, Pools: pools}, nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 3)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, io.Discard, ready) }()
-	addr, maddr := <-ready, <-ready
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ctx, addrs := runPool(t, c, inferencepool.Clients{Pods: pods, Pools: pools}, 2)
+	conn, maddr := dial(t, addrs[0]), addrs[1]
 	objective := func(name string) *corev3.HeaderValue {
 		return &corev3.HeaderValue{Key: inferencepool.ObjectiveHeader, RawValue: []byte(name)}
 	}
@@ -176,14 +162,5 @@ func TestRunObjective(t *testing.T) {
 	}
 	if n := admitted("1"); n != before+1 {
 		t.Errorf("band 1 admitted %v, want %v (the request naming no objective)", n, before+1)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return")
 	}
 }

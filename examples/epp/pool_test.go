@@ -9,7 +9,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,19 +87,8 @@ func TestRunPool(t *testing.T) {
 	if err == nil {
 		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded")
 	}
-	c.connect = func(string) (inferencepool.Clients, error) {
-		return inferencepool.Clients{Pods: pods, Pools: pools}, nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 2)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, io.Discard, ready) }()
-	conn, err := grpc.NewClient("passthrough:///"+<-ready, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ctx, addrs := runPool(t, c, inferencepool.Clients{Pods: pods, Pools: pools}, 1)
+	conn := dial(t, addrs[0])
 
 	eventually := func(step, want string) {
 		t.Helper()
@@ -137,15 +125,6 @@ func TestRunPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually("target port changed", "10.0.0.2:9000")
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return")
-	}
 }
 
 // A pool with no ready pods yet: once the pool and its pods have synced the picker is ready
@@ -164,25 +143,10 @@ func TestRunEmptyPoolReady(t *testing.T) {
 	if err == nil {
 		t.Fatal("parseConfig with an unreadable -kubeconfig succeeded") // the flags parsed; the fake clients follow
 	}
-	c.connect = func(string) (inferencepool.Clients, error) {
-		return inferencepool.Clients{Pods: pods, Pools: pools}, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	runCtx, addrs := runPool(t, c, inferencepool.Clients{Pods: pods, Pools: pools}, 2)
+	ctx, cancel := context.WithTimeout(runCtx, 30*time.Second)
 	defer cancel()
-	ready := make(chan string, 2)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, io.Discard, ready) }()
-	addr, haddr := <-ready, <-ready
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	hconn, err := grpc.NewClient("passthrough:///"+haddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hconn.Close()
+	conn, hconn := dial(t, addrs[0]), dial(t, addrs[1])
 	for {
 		hr, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthInferenceExtension})
 		if err != nil {
@@ -225,15 +189,6 @@ func TestRunEmptyPoolReady(t *testing.T) {
 		t.Errorf("empty pool: %v, want an immediate 503 with Retry-After", r)
 	}
 	_ = st.CloseSend()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return")
-	}
 }
 
 // TestRunPoolGroup follows a v1alpha2 pool (whose extensionRef omits portNumber, as its CRD
@@ -259,19 +214,8 @@ func TestRunPoolGroup(t *testing.T) {
 	if c.PoolGroup != inferencepool.AlphaGroup {
 		t.Fatalf("PoolGroup = %q", c.PoolGroup)
 	}
-	c.connect = func(string) (inferencepool.Clients, error) {
-		return inferencepool.Clients{Pods: pods, Pools: pools}, nil
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 2)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, io.Discard, ready) }()
-	conn, err := grpc.NewClient("passthrough:///"+<-ready, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ctx, addrs := runPool(t, c, inferencepool.Clients{Pods: pods, Pools: pools}, 1)
+	conn := dial(t, addrs[0])
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		got := pick(t, ctx, conn)
 		if got == "10.0.0.1:8000" {
@@ -281,13 +225,32 @@ func TestRunPoolGroup(t *testing.T) {
 			t.Fatalf("pick = %q, want 10.0.0.1:8000 (the v1alpha2 pool's pod)", got)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run: %v", err)
+}
+
+// runPool runs the picker of c on the fake API server's clients until the test ends, then
+// checks that run returns nil within 10 s; it returns the context the picker runs under and
+// the first n addresses it reports (ext_proc's first).
+func runPool(t *testing.T, c config, clients inferencepool.Clients, n int) (context.Context, []string) {
+	t.Helper()
+	c.connect = func(string) (inferencepool.Clients, error) { return clients, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 4) // ext_proc, metrics and health at most: run never blocks on it
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("run did not return")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("run did not return")
+	})
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = <-ready
 	}
+	return ctx, addrs
 }
