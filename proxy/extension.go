@@ -4,21 +4,27 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/session"
 )
 
-// An Extension runs beside a Handler and keeps it fed from outside the request path: the
-// backends' KV events (package proxy/kvfeed), the state of the other gateway replicas
-// (package gateway/replicaext over package replica). It is how the Handler uses a heavy
-// client (ZMQ, Redis) without linking it: only a program that builds the extension, or
-// registers its factory ([Register]), imports its package.
+// An Extension runs beside a Handler, or beside an endpoint picker (package proxy/extproc's
+// Server), and keeps it fed from outside the request path: the backends' KV events (package
+// proxy/kvfeed, for a Handler), the state of the other replicas of a gateway or a picker
+// (package gateway/replicaext over package replica). It is how the Handler and the picker use
+// a heavy client (ZMQ, Redis) without linking it: only a program that builds the extension,
+// or registers its factory ([Register]), imports its package.
 //
 // [New] calls Prepare on each extension in order, then builds its defaults, then calls
 // Attach on each; [Handler.Run] runs each Run until its context ends; [Handler.Close] calls
 // Close. Attach runs once, from New; Close may run concurrently with Run, and must be safe for
-// it. An extension with series of its own registers them on [Handler.Registry] in Attach.
+// it. An extension with series of its own registers them on the [Core]'s Registry in Attach.
+// The picker's New and Run do the same.
 type Extension interface {
 	// Prepare adjusts the options of the parts New builds when [Options] leaves them nil
 	// (a replication layer sets their feeds and the keyer's secret). New calls it once;
@@ -26,15 +32,32 @@ type Extension interface {
 	// alike (package gateway does), so Prepare must only set options, and may be called
 	// more than once.
 	Prepare(d *Defaults) error
-	// Attach connects the extension to the built Handler: its Index, Router, Queue and
-	// Registry (to register its own collectors).
-	Attach(h *Handler) error
+	// Attach connects the extension to the built Handler or picker: its Index, Router, Queue
+	// and Registry (to register its own collectors). An extension that needs what only one
+	// of them has (kvfeed, the Handler's backends) refuses the other with an error.
+	Attach(c Core) error
 	// Run does the extension's work until ctx ends, and returns ctx's error.
 	Run(ctx context.Context) error
 	// Close releases what the extension holds. It may be called before, after or without
 	// Run.
 	Close() error
 }
+
+// Core is what an [Extension] attaches to: the parts a [Handler] and an endpoint picker
+// (package proxy/extproc's Server) both have. Both implement it; an extension may assert
+// which it was given. Its methods are safe for concurrent use and O(1).
+type Core interface {
+	// Index returns the prefix index the router matches prompts against.
+	Index() *prefixcache.Index
+	// Router returns the router that picks the backends.
+	Router() *routing.Router
+	// Queue returns the admission queue.
+	Queue() *flowcontrol.Queue
+	// Registry returns the registry the Core's metrics are served from.
+	Registry() *prometheus.Registry
+}
+
+var _ Core = (*Handler)(nil)
 
 // Defaults are the options of the parts [New] builds when [Options] leaves them nil, for an
 // [Extension]'s Prepare to adjust.

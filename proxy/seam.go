@@ -6,6 +6,7 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
+	"github.com/usher-llm/usher/internal/peer"
 )
 
 // init installs the seam the module's own extensions and tests read a Handler through
@@ -17,7 +18,21 @@ func init() {
 		return hh.kvPublishers()
 	}
 	proxyseam.Logger = func(h any) *slog.Logger { return h.(*Handler).log }
-	proxyseam.MaxInFlight = func(h any) int { return h.(*Handler).limit }
+	proxyseam.AddLimitSharer(func(host any) (proxyseam.LimitShare, bool) {
+		h, ok := host.(*Handler)
+		if !ok || h.limit <= 0 {
+			return nil, ok
+		}
+		var last int // the share set last; touched by the one replication goroutine
+		return func(replicas int) int {
+			share := (h.limit + replicas - 1) / max(replicas, 1)
+			if share != last {
+				last = share
+				peer.SetMaxInFlight(h.queue, share)
+			}
+			return share
+		}, true
+	})
 	proxyseam.PoolQueue = func(h any, model string) *flowcontrol.Queue {
 		hh := h.(*Handler)
 		mi, _ := hh.resolveModel(model)

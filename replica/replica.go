@@ -261,15 +261,12 @@ func (r *Replica) attach(p replicapeer.Parts) error {
 	if r.running.Load() {
 		return fmt.Errorf("%w: Attach after Run", ErrInvalidOptions)
 	}
-	if p.GlobalLimit < 0 || (p.GlobalLimit > 0) != (p.SetLimit != nil) {
-		return fmt.Errorf("%w: SetLimit and GlobalLimit > 0 go together", ErrInvalidOptions)
-	}
 	r.parts = p
 	if p.Router != nil {
 		r.placers = peer.Placers(p.Router)
 	}
-	if p.SetLimit != nil {
-		r.share.Store(int64(p.GlobalLimit))
+	if p.Share != nil {
+		r.share.Store(int64(p.Share(1)))
 	}
 	return nil
 }
@@ -528,11 +525,8 @@ func (r *Replica) readPeers(ctx context.Context, w *writer, now time.Time) {
 		}
 	}
 	r.peers.Store(int64(alive))
-	if r.parts.SetLimit != nil {
-		share := (r.parts.GlobalLimit + alive) / (alive + 1)
-		if int64(share) != r.share.Swap(int64(share)) {
-			r.parts.SetLimit(share)
-		}
+	if r.parts.Share != nil {
+		r.share.Store(int64(r.parts.Share(alive + 1)))
 	}
 	if r.parts.Router != nil {
 		peer.SetPeerLoads(r.parts.Router, w.peer)

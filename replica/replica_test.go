@@ -358,8 +358,12 @@ func TestOptions(t *testing.T) {
 	if checkName("ID", r.ID()) != nil {
 		t.Errorf("default id %q is not valid", r.ID())
 	}
-	if err := r.attach(replicapeer.Parts{GlobalLimit: 5}); !errors.Is(err, ErrInvalidOptions) {
-		t.Errorf("GlobalLimit without SetLimit: %v", err)
+	var asked []int
+	if err := r.attach(replicapeer.Parts{Share: func(n int) int { asked = append(asked, n); return 5 }}); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.Share != 5 || len(asked) != 1 || asked[0] != 1 {
+		t.Errorf("after Attach: share %d, Share asked for %v; want 5 and [1]", st.Share, asked)
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package replicaext makes a [replica.Replica] a [proxy.Extension], so that a gateway built on
-// [proxy.Handler] shares its prefix index, load, sessions and fairness usage with the other
-// replicas of its cluster through Redis. A program that builds its Handler in code passes
-// [Wrap] of its replica in [proxy.Options].Extensions; a program configured by package gateway calls
+// [proxy.Handler], or an endpoint picker built on package proxy/extproc, shares its prefix
+// index, load, sessions and fairness usage with the other replicas of its cluster through
+// Redis. A program that builds its Handler in code passes [Wrap] of its replica in
+// [proxy.Options].Extensions (a picker in extproc's Options.Extensions, as examples/epp does
+// with -redis); a program configured by package gateway calls
 // [Register] on the [proxy.Registry] it hands the configuration, which then builds the
 // replica when it names a Redis server.
 //
@@ -23,7 +25,6 @@ import (
 
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/replicapeer"
-	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/replica"
 )
@@ -38,11 +39,12 @@ import (
 //     warning is logged with [slog.Default] and the keyer's secret stays random, so the
 //     replicas name an API key's tenant differently). An Index, Router or Keyer given in
 //     [proxy.Options] must be built alike, or what it learns stays local.
-//   - Attach hands r the Handler's Index, Router and session scorers, and — with the
-//     default queue — its per-flow usage and its concurrency gate, whose limit
-//     (MaxInFlight) then is the limit of the whole cluster, shared among the live replicas;
-//     it registers r's usher_replica_sync_* series on the Handler's registry.
-//   - Run runs r ([proxy.Handler.Run]); Close does nothing.
+//   - Attach hands r the [proxy.Core]'s (the Handler's or the picker's) Index, Router and
+//     session scorers, and — with the default queue — its per-flow usage and its
+//     concurrency gate, whose limit (MaxInFlight; a picker's 64 per endpoint by default)
+//     then is the limit of the whole cluster, shared among the live replicas; it registers
+//     r's usher_replica_sync_* series on the Core's registry.
+//   - Run runs r ([proxy.Handler.Run], or the picker's Run); Close does nothing.
 //
 // The extension is safe for concurrent use as [proxy.Extension] requires. Wrap returns the
 // interface rather than a type of its own: it adds nothing to r, which the caller keeps and
@@ -72,12 +74,10 @@ func (e extension) Prepare(d *proxy.Defaults) error {
 	return nil
 }
 
-func (e extension) Attach(h *proxy.Handler) error {
+func (e extension) Attach(h proxy.Core) error {
 	parts := replicapeer.Parts{Index: h.Index(), Router: h.Router()}
-	if limit := proxyseam.MaxInFlight(h); limit > 0 {
-		q := h.Queue()
-		parts.Queue, parts.GlobalLimit = q, limit
-		parts.SetLimit = func(n int) { peer.SetMaxInFlight(q, n) }
+	if share := proxyseam.LimitSharer(h); share != nil {
+		parts.Queue, parts.Share = h.Queue(), share
 	}
 	if err := e.peer.Attach(parts); err != nil {
 		return err

@@ -212,7 +212,7 @@ func (e *secretExt) Prepare(d *proxy.Defaults) error {
 	}
 	return nil
 }
-func (*secretExt) Attach(*proxy.Handler) error { return nil }
+func (*secretExt) Attach(proxy.Core) error { return nil }
 func (*secretExt) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return ctx.Err()
@@ -223,7 +223,7 @@ func (*secretExt) Close() error { return nil }
 type prepareFunc func(d *proxy.Defaults)
 
 func (f prepareFunc) Prepare(d *proxy.Defaults) error { f(d); return nil }
-func (prepareFunc) Attach(*proxy.Handler) error       { return nil }
+func (prepareFunc) Attach(proxy.Core) error           { return nil }
 func (prepareFunc) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return ctx.Err()

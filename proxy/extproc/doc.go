@@ -103,6 +103,21 @@
 // fail-closed Envoy to answer 500. Close turns them NOT_SERVING; HealthLiveness is always
 // SERVING.
 //
+// # Several pickers
+//
+// Options.Extensions take the same [proxy.Extension]s as a proxy.Handler: New prepares the
+// default index, session table and keyer with them and attaches them to the Server (a
+// [proxy.Core]), Run runs them. With gateway/replicaext's, several pickers behind one Service
+// are all active and share what each learns through Redis — the prefix chains they send,
+// their session placements, their in-flight load per endpoint and the fairness usage — so
+// a conversation whose turns Envoy sends to different pickers still goes home, and the
+// default queue's limit on requests in flight (64 per endpoint, or MaxInFlight) is the
+// cluster's, each picker taking its share of it (the limit over the live pickers, rounded
+// up). Redis stays off the request path: a picker goes on alone while it is down (package
+// replica). The picker links no Redis client itself; only a program that imports replicaext
+// does. For clusters without Redis, run one active picker with standbys (examples/epp's
+// leader election).
+//
 // # Concurrency and cost
 //
 // A Server is safe for concurrent use. gRPC runs each stream's Process on its own

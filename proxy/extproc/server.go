@@ -20,6 +20,7 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
+	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/lograte"
@@ -160,6 +161,16 @@ type Options struct {
 	KVListen string
 	// Logger receives what goes wrong in the background. Nil: slog.Default().
 	Logger *slog.Logger
+
+	// Extensions run beside the Server as they run beside a proxy.Handler (see
+	// proxy.Extension): New calls each one's Prepare on the options of the parts it builds
+	// when Index, Router (its session table) and Keyer are nil, then Attach with the Server
+	// (a proxy.Core); Run runs each Run; Close calls each Close. gateway/replicaext's makes
+	// several pickers share their prefix index, load, sessions and fairness usage through
+	// Redis, with the default queue's limit on requests in flight shared among the live
+	// pickers; the Server itself links no Redis client. A part given in Options must be built
+	// alike (Prepare it yourself) or what it learns stays local.
+	Extensions []proxy.Extension
 }
 
 // Server is an ext_proc v3 ExternalProcessor that picks the endpoint of each request Envoy
@@ -200,6 +211,7 @@ type Server struct {
 	kvLog      *lograte.Logger
 	perLimit   int // MaxInFlight per endpoint for the default gate; 0: fixed or foreign gate
 	decider    disagg.Decider
+	exts       []proxy.Extension
 	gate       *inflightGate
 	checker    *healthcheck.Checker // nil: no active health checks
 
@@ -232,12 +244,19 @@ type endpointSet struct {
 	adapters map[string]string
 }
 
-// inflightGate bounds requests in flight by a limit that follows the endpoint count.
-type inflightGate struct{ limit atomic.Int64 }
+// inflightGate bounds requests in flight by a limit that follows the endpoint count, shared
+// among the live pickers when a replication extension tells it how many there are.
+type inflightGate struct{ limit, replicas atomic.Int64 }
 
 // Open implements flowcontrol.Gate.
 func (g *inflightGate) Open(_ *flowcontrol.Request, l flowcontrol.Load) bool {
-	return int64(l.InFlight) < g.limit.Load()
+	return int64(l.InFlight) < g.share()
+}
+
+// share is the limit over the live replicas, rounded up.
+func (g *inflightGate) share() int64 {
+	n := max(g.replicas.Load(), 1)
+	return (g.limit.Load() + n - 1) / n
 }
 
 // counters are the Server's cumulative statistics.
@@ -334,14 +353,29 @@ func New(opts Options) (*Server, error) {
 			s.models[m] = true
 		}
 	}
+	var io prefixcache.Options
+	var uo profiles.UsherOptions
+	var ko *proxy.KeyerOptions // the default keyer's, when there is one to build
+	if s.keyer == nil {
+		ko = new(proxy.KeyerOptions)
+	}
+	s.exts = slices.Clone(opts.Extensions)
+	for i, e := range s.exts {
+		if e == nil {
+			return bad("Extensions[%d] is nil", i)
+		}
+		if err := e.Prepare(&proxy.Defaults{Index: &io, Session: &uo.Session.AffinityOptions, Keyer: ko}); err != nil {
+			return nil, err
+		}
+	}
 	var err error
 	if s.keyer == nil {
-		if s.keyer, err = proxy.NewKeyer(proxy.KeyerOptions{}); err != nil {
+		if s.keyer, err = proxy.NewKeyer(*ko); err != nil {
 			return nil, err
 		}
 	}
 	if s.index == nil {
-		if s.index, err = prefixcache.New(prefixcache.Options{}); err != nil {
+		if s.index, err = prefixcache.New(io); err != nil {
 			return nil, err
 		}
 	}
@@ -350,7 +384,7 @@ func New(opts Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := outlier.With(profiles.Usher(profiles.UsherOptions{}), out, 1)
+		p := outlier.With(profiles.Usher(uo), out, 1)
 		if s.router, err = routing.New(routing.Options{Profile: p, Index: s.index, BlockSize: opts.BlockSize}); err != nil {
 			return nil, err
 		}
@@ -401,6 +435,11 @@ func New(opts Options) (*Server, error) {
 	s.awaiting = opts.Source != nil
 	if err := s.SetEndpoints(opts.Endpoints); err != nil {
 		return nil, err
+	}
+	for _, e := range s.exts {
+		if err := e.Attach(s); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -675,8 +714,12 @@ func (s *Server) Run(ctx context.Context) error {
 		s.mu.Unlock()
 	}()
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 3+len(s.exts))
 	n := 0
+	for _, e := range s.exts {
+		n++
+		go func() { errc <- e.Run(ctx) }()
+	}
 	if s.scraper != nil {
 		n++
 		go func() { errc <- s.scraper.Run(ctx) }()
@@ -722,11 +765,36 @@ func (s *Server) Run(ctx context.Context) error {
 // normally. Idempotent.
 func (s *Server) Close() {
 	s.mu.Lock()
+	first := !s.closed
 	s.closed = true
 	s.setReady(false)
 	s.stopKVLocked()
 	s.mu.Unlock()
 	s.queue.Close()
+	if first {
+		for _, e := range s.exts {
+			if err := e.Close(); err != nil {
+				s.log.Warn("closing an extension", "err", err)
+			}
+		}
+	}
+}
+
+var _ proxy.Core = (*Server)(nil)
+
+func init() {
+	proxyseam.AddLimitSharer(func(host any) (proxyseam.LimitShare, bool) {
+		s, ok := host.(*Server)
+		if !ok || s.gate == nil {
+			return nil, ok
+		}
+		return func(replicas int) int {
+			if int64(replicas) != s.gate.replicas.Swap(int64(replicas)) {
+				s.queue.Notify() // a share that grew admits what waits
+			}
+			return int(s.gate.share())
+		}, true
+	})
 }
 
 // Router returns the Server's router.

@@ -96,7 +96,11 @@ func (*Follower) Prepare(*proxy.Defaults) error { return nil }
 // no extension follows them): it registers their usher_kvevents_* series on h's registry
 // and builds the subscriber over them and h's index. Without any publisher and without
 // Listen it builds no subscriber.
-func (f *Follower) Attach(h *proxy.Handler) error {
+func (f *Follower) Attach(c proxy.Core) error {
+	h, ok := c.(*proxy.Handler)
+	if !ok {
+		return fmt.Errorf("%w: kvfeed follows the KV events of a proxy.Handler's backends, not a %T's (an extproc.Server follows its endpoints' itself)", proxy.ErrInvalidOptions, c)
+	}
 	pubs := proxyseam.FollowKVEvents(h)
 	names := make([]string, len(pubs))
 	for i, p := range pubs {

@@ -24,11 +24,6 @@ var (
 	FollowKVEvents func(h any) []KVPublisher
 	// Logger returns a Handler's logger (its Options.Logger, or slog.Default()).
 	Logger func(h any) *slog.Logger
-	// MaxInFlight returns the default queue's limit on requests in flight as configured
-	// (Options.MaxInFlight, or its default), for an extension that shares a cluster-wide
-	// limit among replicas (internal/peer's SetMaxInFlight sets a replica's share); 0 when
-	// Options.Queue was given.
-	MaxInFlight func(h any) int
 	// PoolQueue returns the queue that admits a Handler's requests for model (a base model
 	// or one of its adapters): its pool's, or the Handler's Queue.
 	PoolQueue func(h any, model string) *flowcontrol.Queue
@@ -45,6 +40,32 @@ var (
 	// transport's.
 	DefaultTransport func() *http.Transport
 )
+
+// A LimitShare sets a host's share of a cluster-wide limit on requests in flight, given the
+// number of live replicas of the cluster (this one included, at least 1), and returns the
+// share it set: the host's own limit (which may follow its backends) over the replicas,
+// rounded up. A replication layer calls it whenever it reads its peers, from one goroutine;
+// it must be cheap when nothing changed.
+type LimitShare func(replicas int) int
+
+// sharers are the functions AddLimitSharer installed.
+var sharers []func(host any) (LimitShare, bool)
+
+// AddLimitSharer installs a function that returns the LimitShare of the hosts it knows (a
+// *proxy.Handler, an *extproc.Server) and false for the others. Called from package init.
+func AddLimitSharer(f func(host any) (LimitShare, bool)) { sharers = append(sharers, f) }
+
+// LimitSharer returns the LimitShare of host, an Extension's proxy.Core: nil when the host has
+// no limit of its own to share (a queue given in its options) or is of a type no package
+// installed.
+func LimitSharer(host any) LimitShare {
+	for _, f := range sharers {
+		if s, ok := f(host); ok {
+			return s
+		}
+	}
+	return nil
+}
 
 // KVPublisher is one KV-event publisher of the fleet, as a Handler's backends describe it: the
 // backend (or data-parallel rank) whose blocks it reports, by its name in the router and the

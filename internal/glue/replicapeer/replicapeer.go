@@ -30,11 +30,10 @@ type Parts struct {
 	// fairness's VTC, LAS, turn priority, hierarchy and bounded wait), so that a tenant's
 	// share is global.
 	Queue *flowcontrol.Queue
-	// SetLimit, with GlobalLimit > 0, is given this replica's share of GlobalLimit — the
-	// limit divided by the live replicas, rounded up — each time the count of replicas
-	// changes.
-	SetLimit    func(n int)
-	GlobalLimit int
+	// Share, if set, is given the number of live replicas (this one included) each time the
+	// replica reads its peers, and sets this replica's share of the cluster's limit on
+	// requests in flight (proxyseam.LimitShare), returning it for Stats.
+	Share func(replicas int) int
 }
 
 // Replica is a *replica.Replica as the gateway wires it.
