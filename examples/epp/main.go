@@ -45,6 +45,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/usher-llm/usher/flowcontrol"
+	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/kube/inferencepool"
@@ -120,6 +121,8 @@ type config struct {
 	PoolNamespace         string
 	PoolGroup             string
 	Kubeconfig            string
+	Redis                 string
+	ReplicaID, Cluster    string
 	// connect builds the API clients of the pool watch; nil: inferencepool.Connect.
 	connect func(kubeconfig string) (inferencepool.Clients, error)
 }
@@ -225,6 +228,9 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.PoolNamespace, "pool-namespace", defaultNamespace(), "namespace of -pool-name (default: the pod's own, else default)")
 	fs.StringVar(&c.PoolGroup, "pool-group", inferencepool.Group, "API group of -pool-name: "+inferencepool.Group+" (InferencePool v1) or "+inferencepool.AlphaGroup+" (v1alpha2); the Role must grant it")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name; empty: the pod's service account (in-cluster)")
+	fs.StringVar(&c.Redis, "redis", "", "Redis (or Valkey) shared by the pickers of one pool, host:port or a redis:// or rediss:// URL: every picker is active and they share prefixes, session placements, load and fairness usage, and split -max-inflight; empty: this picker alone")
+	fs.StringVar(&c.ReplicaID, "replica-id", "", "with -redis: this picker's name among its peers; empty: host name, process id and a random suffix")
+	fs.StringVar(&c.Cluster, "cluster", "", "with -redis: pickers with the same cluster share state; empty: usher-epp, or usher-epp.NAMESPACE.POOL with -pool-name")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -249,12 +255,16 @@ func parseConfig(args []string) (config, error) {
 	if c.MetricsTokenFile != "" && c.MetricsListen == "" {
 		return c, errors.New("-metrics-token-file needs -metrics-listen")
 	}
-	_, err := c.options()
+	if c.Redis == "" && (c.ReplicaID != "" || c.Cluster != "") {
+		return c, errors.New("-replica-id and -cluster need -redis")
+	}
+	_, err := c.options(false)
 	return c, err
 }
 
-// options builds the picker's options.
-func (c config) options() (extproc.Options, error) {
+// options builds the picker's options. With live false (checking the flags) it reaches no
+// Redis server: the replica extension is built but not prepared.
+func (c config) options(live bool) (extproc.Options, error) {
 	bad := func(format string, args ...any) (extproc.Options, error) {
 		return extproc.Options{}, fmt.Errorf(format, args...)
 	}
@@ -281,11 +291,29 @@ func (c config) options() (extproc.Options, error) {
 		return bad("-engine %q: want vllm, sglang, trtllm, triton or tgi", c.Engine)
 	}
 	reg := new(proxy.Registry)
+	// The parts the pickers share are built as the replica extension prepares them: the
+	// prefix index and the session table with its feeds, the keyer with the cluster's secret.
+	var io prefixcache.Options
+	var sess session.AffinityOptions
+	ko := proxy.KeyerOptions{TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader}
+	var exts []proxy.Extension
+	if c.Redis != "" {
+		ext, err := c.replica(reg)
+		if err != nil {
+			return extproc.Options{}, err
+		}
+		if live {
+			if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko}); err != nil {
+				return extproc.Options{}, err
+			}
+		}
+		exts = append(exts, ext)
+	}
 	policy, err := builtin.Policy(c.Policy, builtin.PolicyOptions{BoundedWait: c.BoundedWait})
 	if err != nil {
 		return extproc.Options{}, err
 	}
-	rp, err := reg.Profile(c.Router, session.AffinityOptions{})
+	rp, err := reg.Profile(c.Router, sess)
 	if err != nil {
 		return extproc.Options{}, err
 	}
@@ -298,7 +326,6 @@ func (c config) options() (extproc.Options, error) {
 		return extproc.Options{}, err
 	}
 	rp = outlier.With(rp, out, 1)
-	ko := proxy.KeyerOptions{TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader}
 	if c.TrustObjectiveHeader {
 		ko.DefaultBand = objectiveDefaultBand // room above it for positive priorities
 	}
@@ -315,6 +342,7 @@ func (c config) options() (extproc.Options, error) {
 		BlockSize: c.BlockSize, Decider: decider,
 		NoHealthChecks: c.NoHealthChecks,
 		HealthChecks:   healthcheck.Options{Interval: c.HealthInterval, FirstByte: c.StallTimeout},
+		Extensions:     exts,
 	}
 	if c.Models != "" {
 		for m := range strings.SplitSeq(c.Models, ",") {
@@ -358,14 +386,39 @@ func (c config) options() (extproc.Options, error) {
 		}
 	}
 	// The router is the profile's; its index is made here so both share it.
-	o.Router, o.Index, err = newRouter(rp, c.BlockSize)
+	o.Router, o.Index, err = newRouter(rp, c.BlockSize, io)
 	return o, err
+}
+
+// replica builds the extension of -redis, through the same factory as a gateway
+// configuration's "replica" (replicaext.Register): nothing is dialled until it is prepared
+// or run.
+func (c config) replica(reg *proxy.Registry) (proxy.Extension, error) {
+	if err := replicaext.Register(reg); err != nil {
+		return nil, err
+	}
+	cluster := c.Cluster
+	if cluster == "" {
+		cluster = "usher-epp"
+		if c.PoolName != "" {
+			cluster += "." + c.PoolNamespace + "." + c.PoolName
+		}
+	}
+	params, err := json.Marshal(map[string]string{"redis": c.Redis, "replica_id": c.ReplicaID, "cluster": cluster})
+	if err != nil {
+		return nil, err
+	}
+	ext, err := proxy.Build[proxy.Extension](reg, proxy.PartSpec{Name: "replica", Params: params})
+	if err != nil {
+		return nil, fmt.Errorf("-redis: %w", err)
+	}
+	return ext, nil
 }
 
 // run serves until ctx ends. If ready is not nil it receives the gRPC address (and then the
 // metrics address, when there is one) once listening.
 func run(ctx context.Context, c config, out io.Writer, ready chan<- string) error {
-	opts, err := c.options()
+	opts, err := c.options(true)
 	if err != nil {
 		return err
 	}
@@ -469,7 +522,11 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if hln != nil {
 		healthAddr = hln.Addr().String()
 	}
-	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), len(opts.Endpoints))
+	shared := "alone"
+	if c.Redis != "" {
+		shared = "sharing state through Redis"
+	}
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s, %s), %d endpoints\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), shared, len(opts.Endpoints))
 	if ready != nil {
 		ready <- ln.Addr().String()
 		if mln != nil {
@@ -518,8 +575,8 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 }
 
 // newRouter builds a router over a prefix index of its own for profile p.
-func newRouter(p routing.Profile, blockSize int) (*routing.Router, *prefixcache.Index, error) {
-	ix, err := prefixcache.New(prefixcache.Options{})
+func newRouter(p routing.Profile, blockSize int, io prefixcache.Options) (*routing.Router, *prefixcache.Index, error) {
+	ix, err := prefixcache.New(io)
 	if err != nil {
 		return nil, nil, err
 	}

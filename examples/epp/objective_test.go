@@ -61,7 +61,7 @@ func TestObjectiveHeader(t *testing.T) {
 
 	c, _ := parseConfig(append(args, "-trust-objective-header"))
 	c.connect = connect
-	o, err := c.options()
+	o, err := c.options(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestObjectiveHeader(t *testing.T) {
 	// Untrusted: the header is ignored, every request keeps the keyer's band.
 	c, _ = parseConfig(args)
 	c.connect = connect
-	if o, err = c.options(); err != nil {
+	if o, err = c.options(false); err != nil {
 		t.Fatal(err)
 	}
 	if _, isObj := o.Keyer.(*objectiveKeyer); isObj {
