@@ -48,7 +48,7 @@ type eppProcess struct {
 var startLine = regexp.MustCompile(`ext_proc on (\S+) \([^)]*\), health on (\S+) `)
 
 // startEPP starts the picker with args (plus loopback listeners) and waits for its startup line.
-func startEPPProcess(t *testing.T, args ...string) *eppProcess {
+func startEPPProcess(t testing.TB, args ...string) *eppProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-listen", "127.0.0.1:0", "-health-listen", "127.0.0.1:0", "-secure-serving=false"}, args...)...)
 	cmd.Env = append(os.Environ(), eppProcessEnv+"=1")
@@ -129,7 +129,7 @@ func (p *eppProcess) wait(t *testing.T) error {
 	}
 }
 
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

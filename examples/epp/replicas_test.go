@@ -44,7 +44,7 @@ type envoy struct {
 	retried  atomic.Int64
 }
 
-func newEnvoy(t *testing.T, addrs ...string) *envoy {
+func newEnvoy(t testing.TB, addrs ...string) *envoy {
 	e := &envoy{down: make([]atomic.Bool, len(addrs)), carrying: make([]atomic.Int64, len(addrs)), http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	for _, a := range addrs {
 		e.conns = append(e.conns, dial(t, a))
