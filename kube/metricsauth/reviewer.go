@@ -135,9 +135,13 @@ func New(o Options) (*Reviewer, error) {
 
 // Authenticate reports whether token's user may get Options.Path: true if the API server
 // authenticates the token and authorises its user, false if it does not (either), an error if
-// it could not be asked or failed (not cached). It blocks while a look-up runs, until it ends
-// (each call at most Options.Timeout) or r's context does (then r's context's error). Its
-// signature is metrics.ExporterOptions.Authenticate's; r serves only for its context.
+// it could not be asked or failed (not cached). Its signature is
+// metrics.ExporterOptions.Authenticate's; r serves only for its context.
+//
+// Without a cached judgment it blocks: the first request for a token asks the API server
+// (two calls, each at most Options.Timeout, not cut short by r's context, since others may
+// wait for the answer); one that finds that look-up running waits for it, or returns r's
+// context's error when that ends first.
 func (v *Reviewer) Authenticate(r *http.Request, token string) (bool, error) {
 	ctx := r.Context()
 	key := sha256.Sum256([]byte(token))
