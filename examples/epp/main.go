@@ -5,7 +5,8 @@
 // read again when they change; -secure-serving=false for plaintext) — the health service
 // alone, in plaintext, on another (-health-listen, :9003, the port the Inference Extension's
 // probes use), and Prometheus metrics on a third (metrics.Exporter, with bearer tokens from
-// -metrics-token-file if given).
+// -metrics-token-file and, with -metrics-endpoint-auth, any token the Kubernetes API server
+// authenticates and authorises to get /metrics, as the reference picker checks them).
 //
 // It is ready once its endpoints have synced (an InferencePool's pods listed, even none: an
 // empty pool answers each request 503 with Retry-After). On SIGTERM it drains: health turns
@@ -41,14 +42,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/kube/inferencepool"
+	"github.com/usher-llm/usher/kube/metricsauth"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -86,6 +90,7 @@ type config struct {
 	Listen, MetricsListen string
 	HealthListen          string
 	MetricsTokenFile      string
+	MetricsEndpointAuth   bool
 	Endpoints             []extproc.Endpoint
 	EndpointsFile         string
 	EndpointsInterval     time.Duration
@@ -125,6 +130,9 @@ type config struct {
 	ReplicaID, Cluster    string
 	// connect builds the API clients of the pool watch; nil: inferencepool.Connect.
 	connect func(kubeconfig string) (inferencepool.Clients, error)
+	// connectReview builds the client of -metrics-endpoint-auth's reviews; nil:
+	// metricsauth.Connect.
+	connectReview func(kubeconfig string) (kubernetes.Interface, error)
 }
 
 // serviceAccountNamespace is where a pod finds its own namespace.
@@ -150,6 +158,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.HealthListen, "health-listen", c.HealthListen, "address of the gRPC health service alone (services liveness, readiness, inference-extension), kept up while draining; empty: none")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "address to serve Prometheus metrics on (/metrics); empty: none")
 	fs.StringVar(&c.MetricsTokenFile, "metrics-token-file", "", "with -metrics-listen: file of bearer tokens that may read /metrics, one a line (# comments); re-read when it changes; empty: no authentication")
+	fs.BoolVar(&c.MetricsEndpointAuth, "metrics-endpoint-auth", false, "with -metrics-listen: /metrics serves a bearer token that the Kubernetes API server authenticates (TokenReview) and whose user may get the non-resource URL /metrics (SubjectAccessReview), as the reference picker's flag of that name (default true there); after -metrics-token-file's tokens; judgments cached (allowed 1m, refused 10s); needs create on tokenreviews and subjectaccessreviews")
 	fs.Func("endpoints", "model servers: ip:port[,ip:port...] (repeatable)", func(s string) error {
 		for part := range strings.SplitSeq(s, ",") {
 			if part = strings.TrimSpace(part); part == "" {
@@ -227,10 +236,10 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.PoolName, "pool-name", "", "InferencePool to follow (its ready pods on its target ports); instead of -endpoints and -endpoints-file")
 	fs.StringVar(&c.PoolNamespace, "pool-namespace", defaultNamespace(), "namespace of -pool-name (default: the pod's own, else default)")
 	fs.StringVar(&c.PoolGroup, "pool-group", inferencepool.Group, "API group of -pool-name: "+inferencepool.Group+" (InferencePool v1) or "+inferencepool.AlphaGroup+" (v1alpha2); the Role must grant it")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name; empty: the pod's service account (in-cluster)")
 	fs.StringVar(&c.Redis, "redis", "", "Redis (or Valkey) shared by the pickers of one pool, host:port or a redis:// or rediss:// URL: every picker is active and they share prefixes, session placements, load and fairness usage, and split -max-inflight; empty: this picker alone")
 	fs.StringVar(&c.ReplicaID, "replica-id", "", "with -redis: this picker's name among its peers; empty: host name, process id and a random suffix")
 	fs.StringVar(&c.Cluster, "cluster", "", "with -redis: pickers with the same cluster share state; empty: usher-epp, or usher-epp.NAMESPACE.POOL with -pool-name")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name and -metrics-endpoint-auth; empty: the pod's service account (in-cluster)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -257,6 +266,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if c.Redis == "" && (c.ReplicaID != "" || c.Cluster != "") {
 		return c, errors.New("-replica-id and -cluster need -redis")
+	}
+	if c.MetricsEndpointAuth && c.MetricsListen == "" {
+		return c, errors.New("-metrics-endpoint-auth needs -metrics-listen")
 	}
 	_, err := c.options(false)
 	return c, err
@@ -472,7 +484,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	var ms *http.Server
 	var mln net.Listener
 	if c.MetricsListen != "" {
-		exp, err := metrics.NewExporter(metrics.ExporterOptions{Gatherer: epp.Registry(), TokenFile: c.MetricsTokenFile})
+		exp, err := c.exporter(epp.Registry())
 		if err != nil {
 			_ = ln.Close()
 			if hln != nil {
@@ -527,6 +539,9 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		shared = "sharing state through Redis"
 	}
 	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s, %s), %d endpoints\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), shared, len(opts.Endpoints))
+	if mln != nil {
+		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), metricsAuthName(c.MetricsTokenFile, c.MetricsEndpointAuth))
+	}
 	if ready != nil {
 		ready <- ln.Addr().String()
 		if mln != nil {
@@ -572,6 +587,43 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		err = rerr
 	}
 	return err
+}
+
+// exporter returns the metrics listener's handler over reg: -metrics-token-file's tokens,
+// then, with -metrics-endpoint-auth, TokenReview and SubjectAccessReview through the API
+// server of -kubeconfig (in-cluster when empty).
+func (c config) exporter(reg prometheus.Gatherer) (*metrics.Exporter, error) {
+	o := metrics.ExporterOptions{Gatherer: reg, TokenFile: c.MetricsTokenFile}
+	if c.MetricsEndpointAuth {
+		connect := c.connectReview
+		if connect == nil {
+			connect = metricsauth.Connect
+		}
+		client, err := connect(c.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("-metrics-endpoint-auth: %w", err)
+		}
+		rev, err := metricsauth.New(metricsauth.Options{Client: client})
+		if err != nil {
+			return nil, err
+		}
+		o.Authenticate = rev.Authenticate
+	}
+	return metrics.NewExporter(o)
+}
+
+// metricsAuthName says which authentication guards /metrics, for the startup line.
+func metricsAuthName(tokenFile string, review bool) string {
+	const kube = "Kubernetes TokenReview and SubjectAccessReview (get /metrics)"
+	switch {
+	case tokenFile != "" && review:
+		return "bearer tokens from " + tokenFile + ", then " + kube
+	case tokenFile != "":
+		return "bearer tokens from " + tokenFile
+	case review:
+		return kube
+	}
+	return "no authentication"
 }
 
 // newRouter builds a router over a prefix index of its own for profile p.

@@ -31,6 +31,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"-endpoints-file", "/does/not/exist"},
 		{"-max-body", "10"},
 		{"-metrics-token-file", "tokens"},
+		{"-metrics-endpoint-auth"},
+		{"-metrics-endpoint-auth", "-metrics-token-file", "tokens"},
+		{"-metrics-endpoint-auth=maybe", "-metrics-listen", ":9090"},
 		{"-cert-path", "/certs", "-secure-serving=false"},
 		{"stray"},
 	} {
@@ -41,6 +44,14 @@ func TestParseConfigErrors(t *testing.T) {
 	c, err := parseConfig([]string{"-endpoints", "10.0.0.1:8000,10.0.0.2:8000", "-endpoints", "10.0.0.3:8000", "-policy", "vtc", "-router", "llm-d"})
 	if err != nil || len(c.Endpoints) != 3 || c.Policy != "vtc" || c.Router.Extends != "llm-d" {
 		t.Fatalf("parseConfig: %+v, %v", c, err)
+	}
+	// -metrics-endpoint-auth is off by default (no cluster needed) and reaches no cluster
+	// while the flags are parsed.
+	if c.MetricsEndpointAuth {
+		t.Error("-metrics-endpoint-auth is on by default")
+	}
+	if c, err := parseConfig([]string{"-metrics-listen", ":9090", "-metrics-endpoint-auth", "-kubeconfig", "/does/not/exist"}); err != nil || !c.MetricsEndpointAuth {
+		t.Errorf("-metrics-endpoint-auth with -metrics-listen: %v, %v", c.MetricsEndpointAuth, err)
 	}
 }
 

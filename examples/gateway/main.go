@@ -16,7 +16,9 @@
 //	  -backend 'http://10.0.0.8:8000,engine=vllm,kv-events=tcp://10.0.0.8:5557,replay=tcp://10.0.0.8:5558'
 //
 // Run with -h for every flag; -config reads the proxy's settings from a JSON file (the JSON
-// names of gateway.Config).
+// names of gateway.Config). With -metrics-listen, /metrics moves to a listener of its own,
+// which -metrics-token-file and -metrics-endpoint-auth (Kubernetes TokenReview and
+// SubjectAccessReview, as the endpoint picker's) guard.
 package main
 
 import (
@@ -39,12 +41,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/internal/kvpub"
+	"github.com/usher-llm/usher/kube/metricsauth"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
@@ -95,6 +99,12 @@ type config struct {
 	SimMaxLoRAs   int           // adapter slots per server (0: simfleet's default)
 	ShutdownGrace time.Duration // how long shutdown waits for requests in flight
 	CPUProfile    string        // file to write a CPU profile of the whole run to ("": none)
+	// MetricsEndpointAuth: the metrics listener also serves tokens that the API server of
+	// Kubeconfig (in-cluster when empty) authenticates and authorises to get /metrics.
+	MetricsEndpointAuth bool
+	Kubeconfig          string
+	// connectReview builds the client of those reviews; nil: metricsauth.Connect.
+	connectReview func(kubeconfig string) (kubernetes.Interface, error)
 }
 
 func parseConfig(args []string) (config, error) {
@@ -119,6 +129,8 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.SimMaxLoRAs, "sim-max-loras", 0, "adapter slots of each simulated server (vLLM's --max-loras; 0: 1)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof), finished at shutdown")
+	fs.BoolVar(&c.MetricsEndpointAuth, "metrics-endpoint-auth", false, "with -metrics-listen: /metrics serves a bearer token that the Kubernetes API server authenticates (TokenReview) and whose user may get the non-resource URL /metrics (SubjectAccessReview), as the endpoint picker's flag; after -metrics-token-file's tokens; judgments cached (allowed 1m, refused 10s); needs create on tokenreviews and subjectaccessreviews")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -metrics-endpoint-auth; empty: the pod's service account (in-cluster)")
 	c.RegisterFlags(fs)
 	fs.Lookup("tokenizer").Usage += "; local: the simulated fleet's tokenizer (default with it, bytes otherwise)"
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +147,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if len(c.Backends) == 0 && (c.SimServers < 1 || c.SimServers > 64) {
 		return c, fmt.Errorf("sim-servers %d: want 1..64", c.SimServers)
+	}
+	if c.MetricsEndpointAuth && c.MetricsListen == "" {
+		return c, errors.New("-metrics-endpoint-auth needs -metrics-listen")
 	}
 	if c.SimPrefill < 0 || (c.SimPrefill > 0 && c.SimPrefill >= c.SimServers) {
 		return c, fmt.Errorf("sim-prefill %d: want 0, or 1..sim-servers-1 (%d) so that some server decodes", c.SimPrefill, c.SimServers-1)
@@ -189,7 +204,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if err != nil {
 		return err
 	}
-	ms, mln, err := metricsServer(c.Config, h.Registry())
+	ms, mln, err := metricsServer(c, h.Registry())
 	if err != nil {
 		return err
 	}
@@ -224,11 +239,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 				serveDone <- err
 			}
 		}()
-		auth := "no authentication"
-		if c.MetricsTokenFile != "" {
-			auth = "bearer tokens from " + c.MetricsTokenFile
-		}
-		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), auth)
+		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), metricsAuthName(c.MetricsTokenFile, c.MetricsEndpointAuth))
 	}
 
 	fmt.Fprintf(out, "usher gateway listening on %s (policy %s, router %s, tokenizer %s)\n", base, c.Policy, cmp.Or(c.Router.Name, c.Router.Extends), c.Tokenizer)
@@ -263,13 +274,29 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 }
 
 // metricsServer returns the server of -metrics-listen over reg, with -metrics-token-file's
-// bearer tokens, and its listener; nil, nil without -metrics-listen. Its timeouts bound slow
-// scrapers: an exposition is small and quick.
-func metricsServer(c gateway.Config, reg prometheus.Gatherer) (*http.Server, net.Listener, error) {
+// bearer tokens and then -metrics-endpoint-auth's reviews, and its listener; nil, nil without
+// -metrics-listen. Its timeouts bound slow scrapers: an exposition is small and quick.
+func metricsServer(c config, reg prometheus.Gatherer) (*http.Server, net.Listener, error) {
 	if c.MetricsListen == "" {
 		return nil, nil, nil
 	}
-	exp, err := metrics.NewExporter(metrics.ExporterOptions{Gatherer: reg, TokenFile: c.MetricsTokenFile})
+	o := metrics.ExporterOptions{Gatherer: reg, TokenFile: c.MetricsTokenFile}
+	if c.MetricsEndpointAuth {
+		connect := c.connectReview
+		if connect == nil {
+			connect = metricsauth.Connect
+		}
+		client, err := connect(c.Kubeconfig)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-metrics-endpoint-auth: %w", err)
+		}
+		rev, err := metricsauth.New(metricsauth.Options{Client: client})
+		if err != nil {
+			return nil, nil, err
+		}
+		o.Authenticate = rev.Authenticate
+	}
+	exp, err := metrics.NewExporter(o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -281,6 +308,20 @@ func metricsServer(c gateway.Config, reg prometheus.Gatherer) (*http.Server, net
 	mux.Handle("/metrics", exp)
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}, ln, nil
+}
+
+// metricsAuthName says which authentication guards /metrics, for the startup line.
+func metricsAuthName(tokenFile string, review bool) string {
+	const kube = "Kubernetes TokenReview and SubjectAccessReview (get /metrics)"
+	switch {
+	case tokenFile != "" && review:
+		return "bearer tokens from " + tokenFile + ", then " + kube
+	case tokenFile != "":
+		return "bearer tokens from " + tokenFile
+	case review:
+		return kube
+	}
+	return "no authentication"
 }
 
 // simFleet is the simulated fleet with, optionally, one KV-event publisher per server (vLLM's

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -265,6 +266,10 @@ func decodeObject(doc []byte) (object, error) {
 		v = new(rbacv1.Role)
 	case "rbac.authorization.k8s.io/v1 RoleBinding":
 		v = new(rbacv1.RoleBinding)
+	case "rbac.authorization.k8s.io/v1 ClusterRole":
+		v = new(rbacv1.ClusterRole)
+	case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+		v = new(rbacv1.ClusterRoleBinding)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		v = new(serviceMonitor)
 	default:
@@ -289,7 +294,11 @@ type serviceMonitor struct {
 			Path          string `json:"path"`
 			Interval      string `json:"interval"`
 			ScrapeTimeout string `json:"scrapeTimeout"`
-			Authorization *struct {
+			// BearerTokenFile sends a file's token (deprecated by the operator in favour of
+			// authorization, which takes only Secrets; still the way to send Prometheus's own,
+			// rotated, service-account token).
+			BearerTokenFile string `json:"bearerTokenFile"`
+			Authorization   *struct {
 				Type        string                   `json:"type"`
 				Credentials corev1.SecretKeySelector `json:"credentials"`
 			} `json:"authorization"`
@@ -354,7 +363,8 @@ func TestManifests(t *testing.T) {
 		}
 		checkLabels(t, o.String()+": labels", meta.GetLabels())
 	}
-	want := map[string]int{"Deployment": 2, "Service": 2, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1, "InferencePool": 1}
+	want := map[string]int{"Deployment": 2, "Service": 2, "ServiceAccount": 2, "Role": 1, "RoleBinding": 1, "InferencePool": 1,
+		"ClusterRole": 2, "ClusterRoleBinding": 2} // -metrics-endpoint-auth's, one pair each
 	if !maps.Equal(kinds, want) {
 		t.Errorf("objects by kind = %v, want %v", kinds, want)
 	}
@@ -812,6 +822,60 @@ func TestPicker(t *testing.T) {
 		t.Errorf("epp -engine=%q: not an engine", args["engine"])
 	}
 	checkGrace(t, d, args)
+	checkMetricsAuth(t, m, d, args)
+}
+
+// checkMetricsAuth checks that a Deployment guards its metrics with -metrics-endpoint-auth
+// and may ask for the reviews: its ServiceAccount's token is mounted, and a
+// ClusterRoleBinding binds that account (in a namespace given explicitly: kubectl's -n does
+// not reach subjects) to a ClusterRole granting exactly create on tokenreviews and
+// subjectaccessreviews.
+func checkMetricsAuth(t *testing.T, m *manifests, d *appsv1.Deployment, args map[string]string) {
+	t.Helper()
+	if args["metrics-endpoint-auth"] != "true" || args["metrics-listen"] == "" {
+		t.Errorf("Deployment %s: -metrics-endpoint-auth=%q, -metrics-listen=%q: want true, and a listener", d.Name, args["metrics-endpoint-auth"], args["metrics-listen"])
+	}
+	pod := d.Spec.Template.Spec
+	sa := pod.ServiceAccountName
+	if _, ok := m.get("ServiceAccount", sa); !ok || sa == "default" {
+		t.Errorf("Deployment %s runs as ServiceAccount %q, want its own of the manifests", d.Name, sa)
+	}
+	if pod.AutomountServiceAccountToken != nil && !*pod.AutomountServiceAccountToken {
+		t.Errorf("Deployment %s does not mount its token: the reviews need it", d.Name)
+	}
+	var bound []string
+	for _, o := range m.all("ClusterRoleBinding") {
+		crb := o.Value.(*rbacv1.ClusterRoleBinding)
+		if !slices.ContainsFunc(crb.Subjects, func(s rbacv1.Subject) bool { return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa }) {
+			continue
+		}
+		if len(crb.Subjects) != 1 || crb.Subjects[0].Namespace == "" {
+			t.Errorf("%v: subjects %+v: want the one ServiceAccount %s, with its namespace", o, crb.Subjects, sa)
+		}
+		if crb.RoleRef.APIGroup != rbacv1.GroupName || crb.RoleRef.Kind != "ClusterRole" {
+			t.Errorf("%v: roleRef %+v: want a ClusterRole", o, crb.RoleRef)
+			continue
+		}
+		cr, ok := m.get("ClusterRole", crb.RoleRef.Name)
+		if !ok {
+			t.Errorf("%v binds ClusterRole %s, which is not in the manifests", o, crb.RoleRef.Name)
+			continue
+		}
+		for _, r := range cr.Value.(*rbacv1.ClusterRole).Rules {
+			if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+				t.Errorf("%v: rule %+v: want no resourceNames or nonResourceURLs", cr, r)
+			}
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					bound = append(bound, g+"/"+res+":"+strings.Join(slices.Sorted(slices.Values(r.Verbs)), ","))
+				}
+			}
+		}
+	}
+	slices.Sort(bound)
+	if want := []string{"authentication.k8s.io/tokenreviews:create", "authorization.k8s.io/subjectaccessreviews:create"}; !slices.Equal(bound, want) {
+		t.Errorf("ServiceAccount %s (Deployment %s) is granted %q cluster-wide, want exactly %q", sa, d.Name, bound, want)
+	}
 }
 
 // checkOwnNamespace checks that a flag's value is $(VAR) for an environment variable that the
@@ -891,9 +955,10 @@ func TestServiceMonitors(t *testing.T) {
 		t.Fatal(err)
 	}
 	sms := opt.all("ServiceMonitor")
-	if len(sms) != 2 || len(opt.objects) != 2 {
-		t.Fatalf("servicemonitor/ has %d objects, %d ServiceMonitors: want 2, one for the picker and one for the gateway", len(opt.objects), len(sms))
+	if len(sms) != 2 || len(opt.objects) != 4 {
+		t.Fatalf("servicemonitor/ has %d objects, %d ServiceMonitors: want 4: ServiceMonitors for the picker and the gateway, the scraper's ClusterRole and binding", len(opt.objects), len(sms))
 	}
+	checkMetricsReader(t, opt)
 	scraped := map[string]bool{}
 	for _, o := range sms {
 		sm := o.Value.(*serviceMonitor)
@@ -925,9 +990,13 @@ func TestServiceMonitors(t *testing.T) {
 				t.Errorf("%v: port %q is no named port of Service %s", o, ep.Port, svc.Name)
 			}
 			if d, _ := selected(m, svc.Spec.Selector); d != nil {
-				if img, _ := imageOf(d.Spec.Template.Spec.Containers[0].Image); img.Repo == "usher/epp" && ep.Port != "http-metrics" {
-					t.Errorf("%v: scrapes port %q of the picker, want http-metrics", o, ep.Port)
+				if ep.Port != "http-metrics" {
+					t.Errorf("%v: scrapes port %q of %s, want http-metrics (its metrics listener)", o, ep.Port, d.Name)
 				}
+			}
+			// -metrics-endpoint-auth: Prometheus sends its own service account's token.
+			if ep.BearerTokenFile != serviceAccountToken || ep.Authorization != nil {
+				t.Errorf("%v: bearerTokenFile %q, authorization %v: want the scraper's service-account token, %s", o, ep.BearerTokenFile, ep.Authorization, serviceAccountToken)
 			}
 			if _, err := time.ParseDuration(ep.Interval); ep.Interval != "" && err != nil {
 				t.Errorf("%v: interval %q: %v", o, ep.Interval, err)
@@ -936,6 +1005,33 @@ func TestServiceMonitors(t *testing.T) {
 	}
 	if len(scraped) != 2 {
 		t.Errorf("ServiceMonitors scrape Services %v, want the picker's and the gateway's", slices.Sorted(maps.Keys(scraped)))
+	}
+}
+
+// serviceAccountToken is where a pod finds its service account's token.
+const serviceAccountToken = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+// checkMetricsReader checks the scraper's RBAC in servicemonitor/: a ClusterRole granting
+// exactly get on the non-resource URL /metrics, bound to one ServiceAccount with its
+// namespace.
+func checkMetricsReader(t *testing.T, opt *manifests) {
+	t.Helper()
+	crbs := opt.all("ClusterRoleBinding")
+	if len(crbs) != 1 {
+		t.Fatalf("servicemonitor/ has %d ClusterRoleBindings, want 1 (the scraper's)", len(crbs))
+	}
+	crb := crbs[0].Value.(*rbacv1.ClusterRoleBinding)
+	checkLabels(t, crbs[0].String()+": labels", crb.Labels)
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Kind != rbacv1.ServiceAccountKind || crb.Subjects[0].Namespace == "" {
+		t.Errorf("%v: subjects %+v: want one ServiceAccount, with its namespace", crbs[0], crb.Subjects)
+	}
+	cr, ok := opt.get("ClusterRole", crb.RoleRef.Name)
+	if crb.RoleRef.Kind != "ClusterRole" || !ok {
+		t.Fatalf("%v: roleRef %+v: want the ClusterRole of servicemonitor/", crbs[0], crb.RoleRef)
+	}
+	want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+	if got := cr.Value.(*rbacv1.ClusterRole).Rules; !reflect.DeepEqual(got, want) {
+		t.Errorf("%v: rules %+v, want exactly %+v", cr, got, want)
 	}
 }
 
@@ -997,17 +1093,27 @@ func TestGateway(t *testing.T) {
 		t.Errorf("%s: no backends (the gateway would start its simulated fleet)", local)
 	}
 	slices.Sort(own)
-	if want := []string{"listen", "shutdown-grace"}; !slices.Equal(own, want) {
+	if want := []string{"listen", "metrics-endpoint-auth", "shutdown-grace"}; !slices.Equal(own, want) {
 		t.Errorf("gateway program flags given = %v, want %v", own, want)
 	}
 	port := listenPort(t, "gateway -listen", args["listen"])
 	if !hasContainerPort(c, port) {
 		t.Errorf("gateway -listen port %d is not a container port", port)
 	}
-	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
-		t.Errorf("Deployment %s mounts a ServiceAccount token it never uses", d.Name)
+	// Metrics on a listener of their own, the API's port left to the clients.
+	if p := args["metrics-listen"]; p == "" {
+		t.Errorf("gateway has no -metrics-listen")
+	} else if mport := listenPort(t, "gateway -metrics-listen", p); mport == port {
+		t.Errorf("gateway -metrics-listen is the API's port %d", port)
+	} else if cp, ok := containerPort(c, intstr.FromInt32(mport)); !ok || cp.Name != "http-metrics" {
+		t.Errorf("gateway -metrics-listen port %d: want a container port named http-metrics", mport)
+	} else if svc := serviceOf(t, m, d); !slices.ContainsFunc(svc.Spec.Ports, func(sp corev1.ServicePort) bool {
+		return sp.Name == "http-metrics" && sp.TargetPort.String() == "http-metrics"
+	}) {
+		t.Errorf("Service %s has no port http-metrics to the gateway's metrics port", svc.Name)
 	}
 	checkGrace(t, d, args)
+	checkMetricsAuth(t, m, d, args)
 }
 
 // parseArgs checks a container's arguments against the flags its image's binary defines

@@ -2,10 +2,11 @@
 // Kubernetes as an extproc.EndpointSource: the endpoint picker's endpoints are the pool's ready pods
 // on its target ports, kept current with client-go informers.
 //
-// It is the one package of usher that links the Kubernetes client; only the picker's main
-// (examples/epp) imports it, so an embedder that never runs on Kubernetes never links
-// client-go. The InferencePool types (v1, and the older v1alpha2) are written here from the
-// CRD schemas, with a strict Decode for manifests.
+// It and kube/metricsauth are the packages of usher that link the Kubernetes client; only
+// the mains (examples/epp; examples/gateway imports kube/metricsauth alone) import them, so
+// an embedder that never runs on Kubernetes never links client-go. The InferencePool types
+// (v1, and the older v1alpha2) are written here from the CRD schemas, with a strict Decode
+// for manifests.
 //
 // # The model
 //

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// fakeReviews is a fake API server's TokenReviews and SubjectAccessReviews:
+// "prometheus-token" is a service account that may get /metrics, "nobody-token" one that may
+// not; while fail is set every call fails. calls counts the TokenReviews.
+func fakeReviews(calls *atomic.Int64, fail *atomic.Bool) *fake.Clientset {
+	cs := fake.NewClientset()
+	users := map[string]string{"prometheus-token": "system:serviceaccount:monitoring:prometheus", "nobody-token": "system:serviceaccount:default:nobody"}
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		calls.Add(1)
+		if fail.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
+		name, ok := users[tr.Spec.Token]
+		tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: name}}
+		return true, tr, nil
+	})
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview).DeepCopy()
+		na := sar.Spec.NonResourceAttributes
+		sar.Status.Allowed = sar.Spec.User == users["prometheus-token"] && na != nil && na.Path == "/metrics" && na.Verb == "get"
+		return true, sar, nil
+	})
+	return cs
+}
+
+// The gateway's metrics listener with -metrics-endpoint-auth: the same judge as the picker's
+// (kube/metricsauth), through the Exporter they share.
+func TestRunMetricsEndpointAuth(t *testing.T) {
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-sim-servers", "1", "-sim-kv-events=false", "-metrics-listen", "127.0.0.1:0",
+		"-metrics-endpoint-auth", "-kubeconfig", "/test/kubeconfig"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	var fail atomic.Bool
+	var kubeconfig atomic.Pointer[string]
+	c.connectReview = func(path string) (kubernetes.Interface, error) {
+		kubeconfig.Store(&path)
+		return fakeReviews(&calls, &fail), nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 2)
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, &out, ready) }()
+	var mbase string
+	for range 2 {
+		select {
+		case mbase = <-ready:
+		case err := <-done:
+			t.Fatalf("run: %v", err)
+		}
+	}
+	for i, step := range []struct {
+		token  string
+		fail   bool
+		status int
+		calls  int64
+	}{
+		{"", false, 401, 0},
+		{"prometheus-token", false, 200, 1},
+		{"prometheus-token", true, 200, 1}, // cached: the API server is not asked
+		{"nobody-token", false, 401, 2},
+		{"guess", false, 401, 3},
+		{"other-token", true, 503, 4},
+	} {
+		fail.Store(step.fail)
+		status, body := get(t, mbase+"/metrics", step.token)
+		if status != step.status || (status == 200) != strings.Contains(body, "usher_admissions_total") {
+			t.Errorf("step %d, token %q: %d, want %d (and the series only then)", i, step.token, status, step.status)
+		}
+		if got := calls.Load(); got != step.calls {
+			t.Errorf("step %d, token %q: %d TokenReviews, want %d", i, step.token, got, step.calls)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if p := kubeconfig.Load(); p == nil || *p != "/test/kubeconfig" {
+		t.Errorf("connected with kubeconfig %v, want -kubeconfig's", p)
+	}
+	if want := "/metrics (Kubernetes TokenReview and SubjectAccessReview (get /metrics))"; !strings.Contains(out.String(), want) {
+		t.Errorf("output %q lacks %q", out.String(), want)
+	}
+}
+
+func TestParseConfigMetricsEndpointAuth(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{}, true},
+		{[]string{"-metrics-endpoint-auth"}, false}, // needs -metrics-listen
+		{[]string{"-metrics-endpoint-auth=maybe", "-metrics-listen", ":9090"}, false},
+		{[]string{"-metrics-endpoint-auth", "-metrics-listen", ":9090"}, true},
+		{[]string{"-metrics-endpoint-auth", "-metrics-listen", ":9090", "-kubeconfig", missing}, true}, // read by run, not here
+	} {
+		c, err := parseConfig(tc.args)
+		if (err == nil) != tc.ok {
+			t.Errorf("parseConfig(%q): %v, want ok %v", tc.args, err, tc.ok)
+		}
+		if err == nil && c.MetricsEndpointAuth != (len(tc.args) > 0) {
+			t.Errorf("parseConfig(%q): MetricsEndpointAuth %v", tc.args, c.MetricsEndpointAuth)
+		}
+	}
+	// run fails at start, naming the flag, when the cluster cannot be reached.
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-sim-servers", "1", "-sim-kv-events=false", "-metrics-listen", "127.0.0.1:0",
+		"-metrics-endpoint-auth", "-kubeconfig", missing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), c, new(bytes.Buffer), nil); err == nil || !strings.Contains(err.Error(), "-metrics-endpoint-auth") {
+		t.Errorf("run without a cluster: %v, want an error naming -metrics-endpoint-auth", err)
+	}
+}
