@@ -43,6 +43,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/builtin"
@@ -120,8 +122,18 @@ type config struct {
 	PoolNamespace         string
 	PoolGroup             string
 	Kubeconfig            string
+	LeaderElection        bool
+	LeaseName             string
+	LeaseNamespace        string
 	// connect builds the API clients of the pool watch; nil: inferencepool.Connect.
 	connect func(kubeconfig string) (inferencepool.Clients, error)
+	// leases builds the client of the leader election, with a request timeout; nil:
+	// leaseClient.
+	leases func(kubeconfig string, timeout time.Duration) (kubernetes.Interface, error)
+	// The leader election's timing; all zero: 15s, 10s and 2s (defaultLeaseDuration...).
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+	// identity is this picker's name in the lease; empty: leaderIdentity().
+	identity string
 }
 
 // serviceAccountNamespace is where a pod finds its own namespace.
@@ -224,7 +236,10 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.PoolName, "pool-name", "", "InferencePool to follow (its ready pods on its target ports); instead of -endpoints and -endpoints-file")
 	fs.StringVar(&c.PoolNamespace, "pool-namespace", defaultNamespace(), "namespace of -pool-name (default: the pod's own, else default)")
 	fs.StringVar(&c.PoolGroup, "pool-group", inferencepool.Group, "API group of -pool-name: "+inferencepool.Group+" (InferencePool v1) or "+inferencepool.AlphaGroup+" (v1alpha2); the Role must grant it")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name; empty: the pod's service account (in-cluster)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name and -ha-enable-leader-election; empty: the pod's service account (in-cluster)")
+	fs.BoolVar(&c.LeaderElection, "ha-enable-leader-election", false, "run several replicas active-standby: they campaign for a Lease and only its holder reports ready (readiness, inference-extension); the others serve whatever reaches them and stay warm; needs -pool-name or -kubeconfig, and the Role's leases and events rules")
+	fs.StringVar(&c.LeaseName, "ha-lease-name", "", "with -ha-enable-leader-election: the Lease's name; empty: the reference picker's, epp-<pool-namespace>-<pool-name>.gateway-api-inference-extension.sigs.k8s.io")
+	fs.StringVar(&c.LeaseNamespace, "ha-lease-namespace", "", "with -ha-enable-leader-election: the Lease's namespace; empty: -pool-namespace's")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -248,6 +263,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if c.MetricsTokenFile != "" && c.MetricsListen == "" {
 		return c, errors.New("-metrics-token-file needs -metrics-listen")
+	}
+	if err := c.checkLeaderElection(); err != nil {
+		return c, err
 	}
 	_, err := c.options()
 	return c, err
@@ -376,6 +394,12 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if src, ok := opts.Source.(*inferencepool.Source); ok {
 		epp.Registry().MustRegister(src.Collector()) // usher_epp_pool_*
 	}
+	var elect *election
+	if c.LeaderElection {
+		if elect, err = newElection(c, epp); err != nil { // on standby from here on
+			return err
+		}
+	}
 	// A buffered body is one message: let it be as large as the picker accepts, and more.
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(max(c.MaxBody, 8<<20)) + 1<<20)}
 	serving := "plaintext"
@@ -449,6 +473,16 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	}
 	runDone := make(chan error, 1)
 	go func() { runDone <- epp.Run(bg) }()
+	// The campaign ends with the serving, before the drain, so that a leader hands the lease
+	// over at once (and another replica turns ready) while its own streams finish.
+	electCtx, endCampaign := context.WithCancel(ctx)
+	defer endCampaign()
+	electDone := make(chan struct{})
+	if elect != nil {
+		go func() { elect.run(electCtx); close(electDone) }()
+	} else {
+		close(electDone)
+	}
 	serveDone := make(chan error, 3)
 	go func() { serveDone <- g.Serve(ln) }()
 	if hg != nil {
@@ -469,7 +503,11 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if hln != nil {
 		healthAddr = hln.Addr().String()
 	}
-	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s), %d endpoints\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), len(opts.Endpoints))
+	election := ""
+	if elect != nil {
+		election = fmt.Sprintf(", leader election on (lease %s, identity %s): standby until elected", elect.lease, elect.identity)
+	}
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s), %d endpoints%s\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), len(opts.Endpoints), election)
 	if ready != nil {
 		ready <- ln.Addr().String()
 		if mln != nil {
@@ -489,6 +527,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	// the grace; the health port keeps answering until the end.
 	start, active := time.Now(), epp.Stats().Active
 	fmt.Fprintf(out, "shutting down: not ready, draining %d streams (grace %v)\n", active, c.ShutdownGrace)
+	endCampaign() // standby, and the lease released if held
 	epp.Close()
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
@@ -511,10 +550,41 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		cancel()
 	}
 	cancelBG()
+	<-electDone
 	if rerr := <-runDone; err == nil {
 		err = rerr
 	}
 	return err
+}
+
+// checkLeaderElection checks the leader election's flags.
+func (c config) checkLeaderElection() error {
+	if !c.LeaderElection {
+		if c.LeaseName != "" || c.LeaseNamespace != "" {
+			return errors.New("-ha-lease-name and -ha-lease-namespace need -ha-enable-leader-election")
+		}
+		return nil
+	}
+	switch {
+	case c.PoolName == "" && c.Kubeconfig == "":
+		return errors.New("-ha-enable-leader-election campaigns for a Lease on the API server: give -pool-name (in cluster, or with -kubeconfig) or -kubeconfig")
+	case c.PoolName == "" && c.LeaseName == "":
+		return errors.New("-ha-enable-leader-election without -pool-name: name the Lease with -ha-lease-name (its default is derived from the pool's name)")
+	}
+	name, ns := c.LeaseName, c.LeaseNamespace
+	if name == "" {
+		name = leaseName(c.PoolNamespace, c.PoolName)
+	}
+	if ns == "" {
+		ns = c.PoolNamespace
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("leader election: Lease name %q: %s (name it with -ha-lease-name)", name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return fmt.Errorf("leader election: Lease namespace %q: %s", ns, strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // newRouter builds a router over a prefix index of its own for profile p.
