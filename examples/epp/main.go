@@ -8,10 +8,13 @@
 // -metrics-token-file if given).
 //
 // It is ready once its endpoints have synced (an InferencePool's pods listed, even none: an
-// empty pool answers each request 503 with Retry-After). On SIGTERM it drains: health turns
-// NOT_SERVING, the ext_proc port takes no new streams (gRPC's graceful stop), and the
-// streams in flight finish within -shutdown-grace (130s, as the reference picker gives);
-// what remains after it is cut. The health port answers throughout.
+// empty pool answers each request 503 with Retry-After). With -ha-enable-leader-election,
+// replicas campaign for a Lease (client-go's leaderelection, the reference picker's lease
+// name) and only its holder is ready; the others serve what reaches them and stay warm, and
+// one that loses the lease stands by and campaigns again. On SIGTERM it drains: health turns
+// NOT_SERVING, a held lease is released, the ext_proc port takes no new streams (gRPC's
+// graceful stop), and the streams in flight finish within -shutdown-grace (130s, as the
+// reference picker gives); what remains after it is cut. The health port answers throughout.
 //
 //	go run ./examples/epp -listen :9002 -metrics-listen :9090 -metrics-token-file /etc/usher/metrics-tokens \
 //	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -router usher
