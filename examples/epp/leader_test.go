@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/usher-llm/usher/kube/inferencepool"
 	"github.com/usher-llm/usher/proxy/extproc"
@@ -98,7 +99,7 @@ func (p *picker) leaderGauge(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -241,16 +242,19 @@ func TestLeaderElection(t *testing.T) {
 
 	// Another holder takes the lease: the picker cannot renew it, steps down (standby, still
 	// picking) and campaigns again; once the other lets it expire, it leads again.
-	l, err := leases.Get(context.Background(), lease, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Its term (2 s) outlasts the picker's renewal deadline (1 s): the picker steps down
-	// before the lease expires.
-	other, term := "other", int32(2)
-	now := metav1.NewMicroTime(time.Now())
-	l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &other, LeaseDurationSeconds: &term, AcquireTime: &now, RenewTime: &now}
-	if _, err := leases.Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+	// before the lease expires. (A renewal between the Get and the Update is a conflict: again.)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(context.Background(), lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		other, term := "other", int32(2)
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &other, LeaseDurationSeconds: &term, AcquireTime: &now, RenewTime: &now}
+		_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	until(t, standby.id+" on standby after losing the lease", func() bool { return !standby.ready(t) })
