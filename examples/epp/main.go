@@ -9,10 +9,13 @@
 // authenticates and authorises to get /metrics, as the reference picker checks them).
 //
 // It is ready once its endpoints have synced (an InferencePool's pods listed, even none: an
-// empty pool answers each request 503 with Retry-After). On SIGTERM it drains: health turns
-// NOT_SERVING, the ext_proc port takes no new streams (gRPC's graceful stop), and the
-// streams in flight finish within -shutdown-grace (130s, as the reference picker gives);
-// what remains after it is cut. The health port answers throughout.
+// empty pool answers each request 503 with Retry-After). With -ha-enable-leader-election,
+// replicas campaign for a Lease (client-go's leaderelection, the reference picker's lease
+// name) and only its holder is ready; the others serve what reaches them and stay warm, and
+// one that loses the lease stands by and campaigns again. On SIGTERM it drains: health turns
+// NOT_SERVING, a held lease is released, the ext_proc port takes no new streams (gRPC's
+// graceful stop), and the streams in flight finish within -shutdown-grace (130s, as the
+// reference picker gives); what remains after it is cut. The health port answers throughout.
 //
 //	go run ./examples/epp -listen :9002 -metrics-listen :9090 -metrics-token-file /etc/usher/metrics-tokens \
 //	  -endpoints 10.0.0.7:8000,10.0.0.8:8000 -policy bounded-wait -router usher
@@ -45,6 +48,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/usher-llm/usher/flowcontrol"
@@ -128,11 +132,21 @@ type config struct {
 	Kubeconfig            string
 	Redis                 string
 	ReplicaID, Cluster    string
+	LeaderElection        bool
+	LeaseName             string
+	LeaseNamespace        string
 	// connect builds the API clients of the pool watch; nil: inferencepool.Connect.
 	connect func(kubeconfig string) (inferencepool.Clients, error)
 	// connectReview builds the client of -metrics-endpoint-auth's reviews; nil:
 	// metricsauth.Connect.
 	connectReview func(kubeconfig string) (kubernetes.Interface, error)
+	// leases builds the client of the leader election, with a request timeout; nil:
+	// leaseClient.
+	leases func(kubeconfig string, timeout time.Duration) (kubernetes.Interface, error)
+	// The leader election's timing; all zero: 15s, 10s and 2s (defaultLeaseDuration...).
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+	// identity is this picker's name in the lease; empty: leaderIdentity().
+	identity string
 }
 
 // serviceAccountNamespace is where a pod finds its own namespace.
@@ -239,7 +253,10 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.Redis, "redis", "", "Redis (or Valkey) shared by the pickers of one pool, host:port or a redis:// or rediss:// URL: every picker is active and they share prefixes, session placements, load and fairness usage, and split -max-inflight; empty: this picker alone")
 	fs.StringVar(&c.ReplicaID, "replica-id", "", "with -redis: this picker's name among its peers; empty: host name, process id and a random suffix")
 	fs.StringVar(&c.Cluster, "cluster", "", "with -redis: pickers with the same cluster share state; empty: usher-epp, or usher-epp.NAMESPACE.POOL with -pool-name")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name and -metrics-endpoint-auth; empty: the pod's service account (in-cluster)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name, -metrics-endpoint-auth and -ha-enable-leader-election; empty: the pod's service account (in-cluster)")
+	fs.BoolVar(&c.LeaderElection, "ha-enable-leader-election", false, "run several replicas active-standby: they campaign for a Lease and only its holder reports ready (readiness, inference-extension); the others serve whatever reaches them and stay warm; needs -pool-name or -kubeconfig, and the Role's leases and events rules")
+	fs.StringVar(&c.LeaseName, "ha-lease-name", "", "with -ha-enable-leader-election: the Lease's name; empty: the reference picker's, epp-<pool-namespace>-<pool-name>.gateway-api-inference-extension.sigs.k8s.io")
+	fs.StringVar(&c.LeaseNamespace, "ha-lease-namespace", "", "with -ha-enable-leader-election: the Lease's namespace; empty: -pool-namespace's")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -267,8 +284,14 @@ func parseConfig(args []string) (config, error) {
 	if c.Redis == "" && (c.ReplicaID != "" || c.Cluster != "") {
 		return c, errors.New("-replica-id and -cluster need -redis")
 	}
+	if c.Redis != "" && c.LeaderElection {
+		return c, errors.New("-redis makes every picker active and -ha-enable-leader-election one of them: give one")
+	}
 	if c.MetricsEndpointAuth && c.MetricsListen == "" {
 		return c, errors.New("-metrics-endpoint-auth needs -metrics-listen")
+	}
+	if err := c.checkLeaderElection(); err != nil {
+		return c, err
 	}
 	_, err := c.options(false)
 	return c, err
@@ -441,6 +464,12 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if src, ok := opts.Source.(*inferencepool.Source); ok {
 		epp.Registry().MustRegister(src.Collector()) // usher_epp_pool_*
 	}
+	var elect *election
+	if c.LeaderElection {
+		if elect, err = newElection(c, epp); err != nil { // on standby from here on
+			return err
+		}
+	}
 	// A buffered body is one message: let it be as large as the picker accepts, and more.
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(max(c.MaxBody, 8<<20)) + 1<<20)}
 	serving := "plaintext"
@@ -514,6 +543,16 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	}
 	runDone := make(chan error, 1)
 	go func() { runDone <- epp.Run(bg) }()
+	// The campaign ends with the serving, before the drain, so that a leader hands the lease
+	// over at once (and another replica turns ready) while its own streams finish.
+	electCtx, endCampaign := context.WithCancel(ctx)
+	defer endCampaign()
+	electDone := make(chan struct{})
+	if elect != nil {
+		go func() { elect.run(electCtx); close(electDone) }()
+	} else {
+		close(electDone)
+	}
 	serveDone := make(chan error, 3)
 	go func() { serveDone <- g.Serve(ln) }()
 	if hg != nil {
@@ -538,7 +577,11 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if c.Redis != "" {
 		shared = "sharing state through Redis"
 	}
-	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s, %s), %d endpoints\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), shared, len(opts.Endpoints))
+	election := ""
+	if elect != nil {
+		election = fmt.Sprintf(", leader election on (lease %s, identity %s): standby until elected", elect.lease, elect.identity)
+	}
+	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s, %s), %d endpoints%s\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), shared, len(opts.Endpoints), election)
 	if mln != nil {
 		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), metricsAuthName(c.MetricsTokenFile, c.MetricsEndpointAuth))
 	}
@@ -561,6 +604,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	// the grace; the health port keeps answering until the end.
 	start, active := time.Now(), epp.Stats().Active
 	fmt.Fprintf(out, "shutting down: not ready, draining %d streams (grace %v)\n", active, c.ShutdownGrace)
+	endCampaign() // standby, and the lease released if held
 	epp.Close()
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
@@ -583,6 +627,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		cancel()
 	}
 	cancelBG()
+	<-electDone
 	if rerr := <-runDone; err == nil {
 		err = rerr
 	}
@@ -624,6 +669,36 @@ func metricsAuthName(tokenFile string, review bool) string {
 		return kube
 	}
 	return "no authentication"
+}
+
+// checkLeaderElection checks the leader election's flags.
+func (c config) checkLeaderElection() error {
+	if !c.LeaderElection {
+		if c.LeaseName != "" || c.LeaseNamespace != "" {
+			return errors.New("-ha-lease-name and -ha-lease-namespace need -ha-enable-leader-election")
+		}
+		return nil
+	}
+	switch {
+	case c.PoolName == "" && c.Kubeconfig == "":
+		return errors.New("-ha-enable-leader-election campaigns for a Lease on the API server: give -pool-name (in cluster, or with -kubeconfig) or -kubeconfig")
+	case c.PoolName == "" && c.LeaseName == "":
+		return errors.New("-ha-enable-leader-election without -pool-name: name the Lease with -ha-lease-name (its default is derived from the pool's name)")
+	}
+	name, ns := c.LeaseName, c.LeaseNamespace
+	if name == "" {
+		name = leaseName(c.PoolNamespace, c.PoolName)
+	}
+	if ns == "" {
+		ns = c.PoolNamespace
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("leader election: Lease name %q: %s (name it with -ha-lease-name)", name, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return fmt.Errorf("leader election: Lease namespace %q: %s", ns, strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // newRouter builds a router over a prefix index of its own for profile p.

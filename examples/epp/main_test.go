@@ -35,6 +35,13 @@ func TestParseConfigErrors(t *testing.T) {
 		{"-metrics-endpoint-auth", "-metrics-token-file", "tokens"},
 		{"-metrics-endpoint-auth=maybe", "-metrics-listen", ":9090"},
 		{"-cert-path", "/certs", "-secure-serving=false"},
+		{"-replica-id", "p1"},
+		{"-cluster", "c"},
+		{"-redis", "no-port"},
+		{"-redis", "redis://[bad"},
+		{"-redis", "127.0.0.1:6379", "-replica-id", "bad id"},
+		{"-redis", "127.0.0.1:6379", "-cluster", "bad/cluster"},
+		{"-redis", "127.0.0.1:6379", "-ha-enable-leader-election", "-pool-name", "p"},
 		{"stray"},
 	} {
 		if _, err := parseConfig(args); err == nil {

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -87,6 +89,14 @@ type kustomization struct {
 		Name  string   `json:"name"`
 		Files []string `json:"files"`
 	} `json:"configMapGenerator"`
+	// Patches are JSON patches (RFC 6902, in YAML) of one object each.
+	Patches []struct {
+		Path   string `json:"path"`
+		Target struct {
+			Kind string `json:"kind"`
+			Name string `json:"name"`
+		} `json:"target"`
+	} `json:"patches"`
 }
 
 // manifests is everything kustomization.yaml reaches from deploy/.
@@ -141,6 +151,7 @@ func (m *manifests) loadDir(dir string) error {
 		return fmt.Errorf("%s: apiVersion %q kind %q: want kustomize.config.k8s.io/v1beta1 Kustomization", kpath, k.APIVersion, k.Kind)
 	}
 	listed := map[string]bool{"kustomization.yaml": true}
+	first := len(m.objects) // this kustomization's objects: m.objects[first:]
 	for _, r := range k.Resources {
 		p := path.Join(dir, r)
 		fi, err := os.Stat(p)
@@ -172,6 +183,12 @@ func (m *manifests) loadDir(dir string) error {
 		}
 		m.generated[g.Name] = files
 	}
+	for _, pt := range k.Patches {
+		listed[pt.Path] = true
+		if err := m.patch(m.objects[first:], path.Join(dir, pt.Path), pt.Target.Kind, pt.Target.Name); err != nil {
+			return fmt.Errorf("%s: patch %s: %w", kpath, pt.Path, err)
+		}
+	}
 	// A manifest beside the kustomization that it does not name would never be applied.
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -181,6 +198,46 @@ func (m *manifests) loadDir(dir string) error {
 		if ext := path.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") && !listed[e.Name()] {
 			return fmt.Errorf("%s: %s is not in the kustomization", dir, e.Name())
 		}
+	}
+	return nil
+}
+
+// patch applies the JSON patch in file to the one object of objs of that kind and name, and
+// decodes the result strictly, as kustomize's patches do.
+func (m *manifests) patch(objs []object, file, kind, name string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return err
+	}
+	p, err := jsonpatch.DecodePatch(js)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for i, o := range objs {
+		if o.Kind != kind || o.Name != name {
+			continue
+		}
+		n++
+		doc, err := json.Marshal(o.Value)
+		if err != nil {
+			return err
+		}
+		if doc, err = p.Apply(doc); err != nil {
+			return fmt.Errorf("%v: %w", o, err)
+		}
+		v := reflect.New(reflect.TypeOf(o.Value).Elem()).Interface()
+		if err := unmarshalStrict(doc, v); err != nil {
+			return fmt.Errorf("%v patched: %w", o, err)
+		}
+		objs[i].Value = v
+	}
+	if n != 1 {
+		return fmt.Errorf("%d objects %s %s, want 1", n, kind, name)
 	}
 	return nil
 }
@@ -875,6 +932,120 @@ func checkMetricsAuth(t *testing.T, m *manifests, d *appsv1.Deployment, args map
 	slices.Sort(bound)
 	if want := []string{"authentication.k8s.io/tokenreviews:create", "authorization.k8s.io/subjectaccessreviews:create"}; !slices.Equal(bound, want) {
 		t.Errorf("ServiceAccount %s (Deployment %s) is granted %q cluster-wide, want exactly %q", sa, d.Name, bound, want)
+	}
+}
+
+// TestPickerHA checks the active-standby variant in epp-ha/: kube/deploy/epp's objects with
+// two replicas that campaign for a Lease (-ha-enable-leader-election, every other argument
+// the base's), each named in it by its pod's name, a rollout that can stop the old leader
+// before a new pod is ready (none is while the old one holds the lease), and a Role of its
+// own for the Lease and the events on it, bound to the picker's account.
+func TestPickerHA(t *testing.T) {
+	base := load(t)
+	m := &manifests{generated: map[string]map[string]string{}}
+	if err := m.loadDir("epp-ha"); err != nil {
+		t.Fatal(err)
+	}
+	d, c := deploymentOf(t, m, "usher/epp")
+	_, bc := deploymentOf(t, base, "usher/epp")
+	args, baseArgs := parseArgs(t, c), parseArgs(t, bc)
+	if got := args["ha-enable-leader-election"]; got != "true" {
+		t.Errorf("epp-ha: -ha-enable-leader-election=%q, want true", got)
+	}
+	delete(args, "ha-enable-leader-election")
+	if !maps.Equal(args, baseArgs) {
+		t.Errorf("epp-ha: arguments %v besides -ha-enable-leader-election, want the base's %v", args, baseArgs)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Errorf("epp-ha: replicas %v, want at least 2", d.Spec.Replicas)
+	}
+	named := false
+	for _, e := range c.Env {
+		named = named || (e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name")
+	}
+	if !named {
+		t.Error("epp-ha: no POD_NAME from metadata.name (the picker's identity in the lease)")
+	}
+	if ru := d.Spec.Strategy.RollingUpdate; d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || ru == nil ||
+		ru.MaxUnavailable == nil || ru.MaxUnavailable.String() != "100%" {
+		t.Errorf("epp-ha: strategy %+v: want RollingUpdate with maxUnavailable 100%% (one pod is ready at a time: a new one only once the old leader is gone)", d.Spec.Strategy)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || c.ReadinessProbe.GRPC.Service == nil ||
+		*c.ReadinessProbe.GRPC.Service != extproc.HealthInferenceExtension {
+		t.Errorf("epp-ha: readiness probe %+v: want the health port's %s (the leader's alone)", c.ReadinessProbe, extproc.HealthInferenceExtension)
+	}
+	if c.LivenessProbe == nil || c.LivenessProbe.GRPC == nil || c.LivenessProbe.GRPC.Service == nil ||
+		*c.LivenessProbe.GRPC.Service != extproc.HealthLiveness {
+		t.Errorf("epp-ha: liveness probe %+v: want %s (a standby must not be restarted)", c.LivenessProbe, extproc.HealthLiveness)
+	}
+
+	// The leader election's Role, bound to the picker's account; the base's, as it was.
+	if got, want := len(m.objects), len(base.all("ServiceAccount"))+len(base.all("Role"))+len(base.all("RoleBinding"))+
+		len(base.all("InferencePool"))+2+2; got != want { // + the picker's Deployment and Service, + the Role and its binding
+		t.Errorf("epp-ha: %d objects, want %d (kube/deploy/epp's and a Role and RoleBinding)", got, want)
+	}
+	ro, ok := m.get("Role", "usher-epp-leader-election")
+	if !ok {
+		t.Fatal("epp-ha: no Role usher-epp-leader-election")
+	}
+	type rule struct{ group, resource, verbs string }
+	var got []rule
+	for _, r := range ro.Value.(*rbacv1.Role).Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				got = append(got, rule{g, res, strings.Join(slices.Sorted(slices.Values(r.Verbs)), ",")})
+			}
+		}
+	}
+	want := []rule{{"coordination.k8s.io", "leases", "create,get,list,patch,update,watch"},
+		{"", "events", "create,patch"}, {"events.k8s.io", "events", "create,patch"}}
+	byName := func(a, b rule) int { return strings.Compare(a.group+"/"+a.resource, b.group+"/"+b.resource) }
+	slices.SortFunc(got, byName)
+	slices.SortFunc(want, byName)
+	if !slices.Equal(got, want) {
+		t.Errorf("Role %s grants %+v, want exactly %+v", ro.Name, got, want)
+	}
+	bound := false
+	for _, o := range m.all("RoleBinding") {
+		rb := o.Value.(*rbacv1.RoleBinding)
+		if rb.RoleRef.Kind == "Role" && rb.RoleRef.Name == ro.Name {
+			bound = slices.Equal(rb.Subjects, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: d.Spec.Template.Spec.ServiceAccountName}})
+		}
+	}
+	if !bound {
+		t.Errorf("Role %s is not bound to the picker's ServiceAccount %s alone", ro.Name, d.Spec.Template.Spec.ServiceAccountName)
+	}
+
+	// kustomize, where kubectl is installed, renders the same objects (the patch as applied here).
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		return
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(kubectl, "kustomize", "epp-ha")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize epp-ha: %v\n%s", err, stderr.Bytes())
+	}
+	rendered, err := decodeAll(bytes.NewReader(out))
+	if err != nil {
+		t.Fatalf("kubectl kustomize epp-ha's output: %v", err)
+	}
+	if len(rendered) != len(m.objects) {
+		t.Errorf("kustomize rendered %d objects of epp-ha, want %d", len(rendered), len(m.objects))
+	}
+	for _, r := range rendered {
+		o, ok := m.get(r.Kind, r.Name)
+		if !ok {
+			t.Errorf("kustomize rendered %s %s, which epp-ha's files do not give", r.Kind, r.Name)
+			continue
+		}
+		a, _ := json.Marshal(r.Value)
+		b, _ := json.Marshal(o.Value)
+		if !bytes.Equal(a, b) {
+			t.Errorf("%v: kustomize renders\n%s\nwant\n%s", o, a, b)
+		}
 	}
 }
 

@@ -45,7 +45,8 @@ const (
 	HealthLiveness = "liveness"
 	// HealthReadiness is SERVING once the endpoints have synced — at New without
 	// Options.Source, at the Source's first set with one — even when there are none (each
-	// request is then answered 503 with Retry-After), and NOT_SERVING after Close.
+	// request is then answered 503 with Retry-After), and NOT_SERVING after Close and while
+	// on standby (Server.SetStandby).
 	HealthReadiness = "readiness"
 	// HealthExtProc is the ext_proc service's own name; SERVING like HealthReadiness.
 	HealthExtProc = "envoy.service.ext_proc.v3.ExternalProcessor"

@@ -230,6 +230,7 @@ type Server struct {
 	running bool
 	// awaiting: a Source was given and has not reported its first set yet (not ready).
 	awaiting bool
+	standby  bool // SetStandby(true): not ready whatever the endpoints
 }
 
 // endpointSet is a published, immutable set of endpoints.
@@ -496,6 +497,25 @@ func (s *Server) RegisterHealth(g *grpc.Server) {
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
+// readyLocked reports whether the readiness services should be SERVING: the endpoints have
+// synced, the Server is not closed and not on standby. s.mu is held.
+func (s *Server) readyLocked() bool { return !s.awaiting && !s.closed && !s.standby }
+
+// SetStandby puts the Server on standby (true) or takes it off (false). On standby, readiness
+// ([HealthReadiness], [HealthExtProc], [HealthInferenceExtension] and "") is NOT_SERVING
+// whatever the endpoints, so that probes and the gateway turn to another replica, while
+// [HealthLiveness] stays SERVING. Nothing else changes: a stream that reaches the Server is
+// still served, and [Server.Run] keeps following the endpoints, scraping and probing them, so
+// a Server taken off standby is ready at once, its state warm. Readiness is thus: synced, not
+// closed, not on standby. A Server starts off standby; a replica that has not won a leader
+// election, or lost one, steps aside this way. Safe for concurrent use; O(1).
+func (s *Server) SetStandby(standby bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.standby = standby
+	s.setReady(s.readyLocked())
+}
+
 func (s *Server) setReady(ready bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ready {
@@ -572,7 +592,7 @@ func (s *Server) SetEndpoints(eps []Endpoint) error {
 		s.gate.limit.Store(int64(max(1, len(set.list)) * s.perLimit))
 	}
 	s.queue.Notify()
-	s.setReady(!s.awaiting && !s.closed)
+	s.setReady(s.readyLocked())
 	if s.kvCtx != nil && !s.closed {
 		s.followKVLocked()
 	}
@@ -739,7 +759,7 @@ func (s *Server) Run(ctx context.Context) error {
 				s.mu.Lock()
 				if s.awaiting { // the Source has synced: ready, even with no endpoints
 					s.awaiting = false
-					s.setReady(!s.closed)
+					s.setReady(s.readyLocked())
 				}
 				s.mu.Unlock()
 			})

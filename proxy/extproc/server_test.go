@@ -583,6 +583,103 @@ func TestReadyOnceSourceSynced(t *testing.T) {
 	}
 }
 
+// SetStandby steps the picker aside: readiness NOT_SERVING on every readiness service while
+// liveness stays SERVING, streams that reach it still picked, the endpoints still followed;
+// readiness is synced && !closed && !standby at each step.
+func TestStandby(t *testing.T) {
+	src := make(sourceFunc)
+	s := newServer(t, Options{Source: src})
+	client, conn := serveConn(t, s)
+	hc := healthpb.NewHealthClient(conn)
+	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatus()
+	}
+	const serving, notServing = healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING
+	expect := func(step string, want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for _, svc := range []string{"", HealthReadiness, HealthExtProc, HealthInferenceExtension} {
+			if got := check(svc); got != want {
+				t.Errorf("%s: %q = %v, want %v", step, svc, got, want)
+			}
+		}
+		if got := check(HealthLiveness); got != serving {
+			t.Errorf("%s: liveness = %v, want SERVING", step, got)
+		}
+	}
+	pickOne := func(step string) {
+		t.Helper()
+		st, _ := open(t, client)
+		if h, _ := destinationOf(t, exchangeRequest(t, st, chatBody, nil)); !inFleet(h) {
+			t.Errorf("%s: picked %q, want an endpoint of the fleet", step, h)
+		}
+		closeStream(st)
+		waitIdle(t, s)
+	}
+
+	s.SetStandby(true)
+	expect("standby, not synced", notServing)
+	s.SetStandby(false)
+	expect("not synced", notServing)
+	s.SetStandby(true)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case src <- fleet[:2]:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not take the Source's set")
+	}
+	// The set is taken before it is applied: a second one is sent once the first is in.
+	select {
+	case src <- fleet:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not take the Source's second set")
+	}
+	expect("standby, synced", notServing)
+	pickOne("standby")
+	if err := s.SetEndpoints(fleet); err != nil {
+		t.Fatal(err)
+	}
+	expect("standby, endpoints set again", notServing)
+
+	// SetStandby races with the Source's updates and the health service's reads (-race).
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 50 {
+			s.SetStandby(i%2 == 0)
+		}
+	})
+	wg.Go(func() {
+		for range 50 {
+			_ = s.SetEndpoints(fleet)
+			check(HealthReadiness)
+		}
+	})
+	wg.Wait()
+
+	s.SetStandby(false)
+	expect("leader, synced", serving)
+	pickOne("leader")
+	s.SetStandby(true)
+	expect("standby again", notServing)
+	s.SetStandby(false)
+	expect("leader again", serving)
+
+	s.Close()
+	expect("closed", notServing)
+	s.SetStandby(false)
+	expect("closed, off standby", notServing)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
 func TestOptionsValidation(t *testing.T) {
 	q, _ := flowcontrol.New(flowcontrol.Options{})
 	for _, o := range []Options{
