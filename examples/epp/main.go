@@ -9,7 +9,10 @@
 // authenticates and authorises to get /metrics, as the reference picker checks them).
 //
 // It is ready once its endpoints have synced (an InferencePool's pods listed, even none: an
-// empty pool answers each request 503 with Retry-After). With -ha-enable-leader-election,
+// empty pool answers each request 503 with Retry-After). With -redis, every replica is
+// active and they share their prefix index, session placements, in-flight load and fairness
+// usage through Redis (gateway/replicaext, as gateway replicas do), splitting the limit on
+// requests in flight among the live ones. Without Redis, with -ha-enable-leader-election,
 // replicas campaign for a Lease (client-go's leaderelection, the reference picker's lease
 // name) and only its holder is ready; the others serve what reaches them and stay warm, and
 // one that loses the lease stands by and campaigns again. On SIGTERM it drains: health turns

@@ -980,8 +980,7 @@ func TestPickerHA(t *testing.T) {
 	}
 
 	// The leader election's Role, bound to the picker's account; the base's, as it was.
-	if got, want := len(m.objects), len(base.all("ServiceAccount"))+len(base.all("Role"))+len(base.all("RoleBinding"))+
-		len(base.all("InferencePool"))+2+2; got != want { // + the picker's Deployment and Service, + the Role and its binding
+	if got, want := len(m.objects), len(eppObjects(t))+2; got != want { // + the Role and its binding
 		t.Errorf("epp-ha: %d objects, want %d (kube/deploy/epp's and a Role and RoleBinding)", got, want)
 	}
 	ro, ok := m.get("Role", "usher-epp-leader-election")
@@ -1016,29 +1015,45 @@ func TestPickerHA(t *testing.T) {
 		t.Errorf("Role %s is not bound to the picker's ServiceAccount %s alone", ro.Name, d.Spec.Template.Spec.ServiceAccountName)
 	}
 
-	// kustomize, where kubectl is installed, renders the same objects (the patch as applied here).
+	checkKustomize(t, "epp-ha", m)
+}
+
+// eppObjects returns kube/deploy/epp's objects, what its variants patch.
+func eppObjects(t *testing.T) []object {
+	t.Helper()
+	m := &manifests{generated: map[string]map[string]string{}}
+	if err := m.loadDir("epp"); err != nil {
+		t.Fatal(err)
+	}
+	return m.objects
+}
+
+// checkKustomize checks, where kubectl is installed, that kustomize renders the objects of
+// dir as m holds them (its patches as applied here).
+func checkKustomize(t *testing.T, dir string, m *manifests) {
+	t.Helper()
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
 		return
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(kubectl, "kustomize", "epp-ha")
+	cmd := exec.Command(kubectl, "kustomize", dir)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize epp-ha: %v\n%s", err, stderr.Bytes())
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.Bytes())
 	}
 	rendered, err := decodeAll(bytes.NewReader(out))
 	if err != nil {
-		t.Fatalf("kubectl kustomize epp-ha's output: %v", err)
+		t.Fatalf("kubectl kustomize %s's output: %v", dir, err)
 	}
 	if len(rendered) != len(m.objects) {
-		t.Errorf("kustomize rendered %d objects of epp-ha, want %d", len(rendered), len(m.objects))
+		t.Errorf("kustomize rendered %d objects of %s, want %d", len(rendered), dir, len(m.objects))
 	}
 	for _, r := range rendered {
 		o, ok := m.get(r.Kind, r.Name)
 		if !ok {
-			t.Errorf("kustomize rendered %s %s, which epp-ha's files do not give", r.Kind, r.Name)
+			t.Errorf("kustomize rendered %s %s, which %s's files do not give", r.Kind, r.Name, dir)
 			continue
 		}
 		a, _ := json.Marshal(r.Value)
@@ -1047,6 +1062,50 @@ func TestPickerHA(t *testing.T) {
 			t.Errorf("%v: kustomize renders\n%s\nwant\n%s", o, a, b)
 		}
 	}
+}
+
+// TestPickerRedis checks the active-active variant in epp-redis/: kube/deploy/epp's objects
+// with three replicas that share their state through Redis, each named by its pod, every one
+// ready (the base's probes and rollout), and no leader election.
+func TestPickerRedis(t *testing.T) {
+	base := load(t)
+	m := &manifests{generated: map[string]map[string]string{}}
+	if err := m.loadDir("epp-redis"); err != nil {
+		t.Fatal(err)
+	}
+	d, c := deploymentOf(t, m, "usher/epp")
+	bd, bc := deploymentOf(t, base, "usher/epp")
+	args, baseArgs := parseArgs(t, c), parseArgs(t, bc)
+	if got := args["redis"]; got == "" {
+		t.Error("epp-redis: no -redis")
+	}
+	if _, ha := args["ha-enable-leader-election"]; ha {
+		t.Error("epp-redis: -ha-enable-leader-election with -redis (the picker refuses the two together)")
+	}
+	named := false
+	for _, e := range c.Env {
+		named = named || ("$("+e.Name+")" == args["replica-id"] && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name")
+	}
+	if !named {
+		t.Errorf("epp-redis: -replica-id=%q, want $(VAR) of the pod's name", args["replica-id"])
+	}
+	delete(args, "redis")
+	delete(args, "replica-id")
+	if !maps.Equal(args, baseArgs) {
+		t.Errorf("epp-redis: arguments %v besides -redis and -replica-id, want the base's %v", args, baseArgs)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Errorf("epp-redis: replicas %v, want at least 2", d.Spec.Replicas)
+	}
+	sa, _ := json.Marshal(d.Spec.Strategy)
+	sb, _ := json.Marshal(bd.Spec.Strategy)
+	if !bytes.Equal(sa, sb) {
+		t.Errorf("epp-redis: strategy %s, want the base's %s (every replica ready: a rollout one at a time)", sa, sb)
+	}
+	if got, want := len(m.objects), len(eppObjects(t)); got != want {
+		t.Errorf("epp-redis: %d objects, want %d (kube/deploy/epp's)", got, want)
+	}
+	checkKustomize(t, "epp-redis", m)
 }
 
 // checkOwnNamespace checks that a flag's value is $(VAR) for an environment variable that the
