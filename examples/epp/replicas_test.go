@@ -378,8 +378,8 @@ func TestPickerReplicas(t *testing.T) {
 		for synced.carrying[1].Load() < 2 {
 			time.Sleep(time.Millisecond)
 		}
-		_ = q.cmd.Process.Kill()
 		carried = synced.carrying[1].Load()
+		_ = q.cmd.Process.Kill()
 		killedAt.Store(true)
 	}()
 	// Longer answers, so that the picker carries streams when it dies.
@@ -391,7 +391,7 @@ func TestPickerReplicas(t *testing.T) {
 		t.Logf("%-32s %8d %7.3f %10v %10v %6d %5d %d (failed %d)", r.name, r.t.requests, r.t.hit(),
 			r.t.quantile(0.5).Round(time.Millisecond), r.t.quantile(0.99).Round(time.Millisecond), r.t.failed, r.t.cut, r.t.afterKill, r.t.failedAfterKill)
 	}
-	t.Logf("the killed picker carried %d streams; requests retried on the other picker after the kill (no stream opened): %d", carried, synced.retried.Load())
+	t.Logf("the killed picker carried %d streams a moment before the kill (cut: the streams it broke); requests retried on the other picker after the kill (no stream opened): %d", carried, synced.retried.Load())
 	hitOne, hitAlone, hitSynced := rows[0].t.hit(), rows[1].t.hit(), rows[2].t.hit()
 	for _, r := range rows[:4] {
 		if r.t.failed > 0 {
