@@ -48,18 +48,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/usher-llm/usher/examples/internal/metricsserve"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/kube/inferencepool"
-	"github.com/usher-llm/usher/kube/metricsauth"
 	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -513,28 +512,13 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 		hg = grpc.NewServer()
 		epp.RegisterHealth(hg)
 	}
-	var ms *http.Server
-	var mln net.Listener
-	if c.MetricsListen != "" {
-		exp, err := c.exporter(epp.Registry())
-		if err != nil {
-			_ = ln.Close()
-			if hln != nil {
-				_ = hln.Close()
-			}
-			return err
+	ms, mln, err := metricsserve.Server(c.metrics(), epp.Registry())
+	if err != nil {
+		_ = ln.Close()
+		if hln != nil {
+			_ = hln.Close()
 		}
-		if mln, err = net.Listen("tcp", c.MetricsListen); err != nil {
-			_ = ln.Close()
-			if hln != nil {
-				_ = hln.Close()
-			}
-			return err
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", exp)
-		ms = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		return err
 	}
 
 	bg, cancelBG := context.WithCancel(context.Background())
@@ -586,7 +570,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	}
 	fmt.Fprintf(out, "usher endpoint picker: ext_proc on %s (%s), health on %s (policy %s, router %s, %s), %d endpoints%s\n", ln.Addr(), serving, healthAddr, c.Policy, routerName(c.Router), shared, len(opts.Endpoints), election)
 	if mln != nil {
-		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), metricsAuthName(c.MetricsTokenFile, c.MetricsEndpointAuth))
+		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), metricsserve.Describe(c.metrics()))
 	}
 	if ready != nil {
 		ready <- ln.Addr().String()
@@ -637,41 +621,10 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	return err
 }
 
-// exporter returns the metrics listener's handler over reg: -metrics-token-file's tokens,
-// then, with -metrics-endpoint-auth, TokenReview and SubjectAccessReview through the API
-// server of -kubeconfig (in-cluster when empty).
-func (c config) exporter(reg prometheus.Gatherer) (*metrics.Exporter, error) {
-	o := metrics.ExporterOptions{Gatherer: reg, TokenFile: c.MetricsTokenFile}
-	if c.MetricsEndpointAuth {
-		connect := c.connectReview
-		if connect == nil {
-			connect = metricsauth.Connect
-		}
-		client, err := connect(c.Kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("-metrics-endpoint-auth: %w", err)
-		}
-		rev, err := metricsauth.New(metricsauth.Options{Client: client})
-		if err != nil {
-			return nil, err
-		}
-		o.Authenticate = rev.Authenticate
-	}
-	return metrics.NewExporter(o)
-}
-
-// metricsAuthName says which authentication guards /metrics, for the startup line.
-func metricsAuthName(tokenFile string, review bool) string {
-	const kube = "Kubernetes TokenReview and SubjectAccessReview (get /metrics)"
-	switch {
-	case tokenFile != "" && review:
-		return "bearer tokens from " + tokenFile + ", then " + kube
-	case tokenFile != "":
-		return "bearer tokens from " + tokenFile
-	case review:
-		return kube
-	}
-	return "no authentication"
+// metrics is the metrics listener's configuration.
+func (c config) metrics() metricsserve.Config {
+	return metricsserve.Config{Listen: c.MetricsListen, TokenFile: c.MetricsTokenFile, EndpointAuth: c.MetricsEndpointAuth,
+		Kubeconfig: c.Kubeconfig, Connect: c.connectReview}
 }
 
 // checkLeaderElection checks the leader election's flags.

@@ -3,54 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	authzv1 "k8s.io/api/authorization/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/usher-llm/usher/examples/internal/fakereviews"
 )
-
-// reviews is a fake API server's TokenReviews and SubjectAccessReviews: "prometheus-token"
-// is a service account that may get /metrics, "nobody-token" one that may not; fail makes
-// every call fail.
-type reviews struct {
-	calls atomic.Int64 // TokenReviews
-	fail  atomic.Bool
-}
-
-func (rv *reviews) clientset() *fake.Clientset {
-	cs := fake.NewClientset()
-	users := map[string]string{"prometheus-token": "system:serviceaccount:monitoring:prometheus", "nobody-token": "system:serviceaccount:default:nobody"}
-	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		rv.calls.Add(1)
-		if rv.fail.Load() {
-			return true, nil, errors.New("connection refused")
-		}
-		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
-		name, ok := users[tr.Spec.Token]
-		tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: name}}
-		return true, tr, nil
-	})
-	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview).DeepCopy()
-		na := sar.Spec.NonResourceAttributes
-		sar.Status.Allowed = sar.Spec.User == users["prometheus-token"] && na != nil && na.Path == "/metrics" && na.Verb == "get"
-		return true, sar, nil
-	})
-	return cs
-}
 
 // With -metrics-endpoint-auth (and -metrics-token-file) the picker's /metrics serves the
 // file's tokens without asking the API server, then the tokens the API server authenticates
@@ -65,14 +30,14 @@ func TestRunMetricsEndpointAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rv := new(reviews)
+	rv := new(fakereviews.Reviews)
 	var mu sync.Mutex
 	var kubeconfigs []string
 	c.connectReview = func(kubeconfig string) (kubernetes.Interface, error) {
 		mu.Lock()
 		kubeconfigs = append(kubeconfigs, kubeconfig)
 		mu.Unlock()
-		return rv.clientset(), nil
+		return rv.Clientset(), nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 2)
@@ -102,7 +67,7 @@ func TestRunMetricsEndpointAuth(t *testing.T) {
 		{"other-token", true, 503, 4},
 		{"file-token", true, 200, 4},
 	} {
-		rv.fail.Store(step.fail)
+		rv.Fail.Store(step.fail)
 		req, _ := http.NewRequest(http.MethodGet, "http://"+maddr+"/metrics", nil)
 		if step.token != "" {
 			req.Header.Set("Authorization", "Bearer "+step.token)
@@ -116,7 +81,7 @@ func TestRunMetricsEndpointAuth(t *testing.T) {
 		if resp.StatusCode != step.status || (step.status == 200) != strings.Contains(string(body), "usher_clamped_scores_total") {
 			t.Errorf("step %d, token %q: %d, want %d (and the series only then)", i, step.token, resp.StatusCode, step.status)
 		}
-		if got := rv.calls.Load(); got != step.calls {
+		if got := rv.Calls.Load(); got != step.calls {
 			t.Errorf("step %d, token %q: %d TokenReviews, want %d", i, step.token, got, step.calls)
 		}
 	}

@@ -39,17 +39,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/usher-llm/usher/examples/internal/metricsserve"
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/internal/kvpub"
-	"github.com/usher-llm/usher/kube/metricsauth"
-	"github.com/usher-llm/usher/metrics"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/kvfeed"
 )
@@ -204,7 +202,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	if err != nil {
 		return err
 	}
-	ms, mln, err := metricsServer(c, h.Registry())
+	ms, mln, err := metricsserve.Server(c.metrics(), h.Registry())
 	if err != nil {
 		return err
 	}
@@ -239,7 +237,7 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 				serveDone <- err
 			}
 		}()
-		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), metricsAuthName(c.MetricsTokenFile, c.MetricsEndpointAuth))
+		fmt.Fprintf(out, "metrics on http://%s/metrics (%s)\n", mln.Addr(), metricsserve.Describe(c.metrics()))
 	}
 
 	fmt.Fprintf(out, "usher gateway listening on %s (policy %s, router %s, tokenizer %s)\n", base, c.Policy, cmp.Or(c.Router.Name, c.Router.Extends), c.Tokenizer)
@@ -273,55 +271,10 @@ func run(ctx context.Context, c config, out io.Writer, ready chan<- string) erro
 	return err
 }
 
-// metricsServer returns the server of -metrics-listen over reg, with -metrics-token-file's
-// bearer tokens and then -metrics-endpoint-auth's reviews, and its listener; nil, nil without
-// -metrics-listen. Its timeouts bound slow scrapers: an exposition is small and quick.
-func metricsServer(c config, reg prometheus.Gatherer) (*http.Server, net.Listener, error) {
-	if c.MetricsListen == "" {
-		return nil, nil, nil
-	}
-	o := metrics.ExporterOptions{Gatherer: reg, TokenFile: c.MetricsTokenFile}
-	if c.MetricsEndpointAuth {
-		connect := c.connectReview
-		if connect == nil {
-			connect = metricsauth.Connect
-		}
-		client, err := connect(c.Kubeconfig)
-		if err != nil {
-			return nil, nil, fmt.Errorf("-metrics-endpoint-auth: %w", err)
-		}
-		rev, err := metricsauth.New(metricsauth.Options{Client: client})
-		if err != nil {
-			return nil, nil, err
-		}
-		o.Authenticate = rev.Authenticate
-	}
-	exp, err := metrics.NewExporter(o)
-	if err != nil {
-		return nil, nil, err
-	}
-	ln, err := net.Listen("tcp", c.MetricsListen)
-	if err != nil {
-		return nil, nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", exp)
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}, ln, nil
-}
-
-// metricsAuthName says which authentication guards /metrics, for the startup line.
-func metricsAuthName(tokenFile string, review bool) string {
-	const kube = "Kubernetes TokenReview and SubjectAccessReview (get /metrics)"
-	switch {
-	case tokenFile != "" && review:
-		return "bearer tokens from " + tokenFile + ", then " + kube
-	case tokenFile != "":
-		return "bearer tokens from " + tokenFile
-	case review:
-		return kube
-	}
-	return "no authentication"
+// metrics is the metrics listener's configuration.
+func (c config) metrics() metricsserve.Config {
+	return metricsserve.Config{Listen: c.MetricsListen, TokenFile: c.MetricsTokenFile, EndpointAuth: c.MetricsEndpointAuth,
+		Kubeconfig: c.Kubeconfig, Connect: c.connectReview}
 }
 
 // simFleet is the simulated fleet with, optionally, one KV-event publisher per server (vLLM's

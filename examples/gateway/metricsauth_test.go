@@ -3,44 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	authzv1 "k8s.io/api/authorization/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
-)
 
-// fakeReviews is a fake API server's TokenReviews and SubjectAccessReviews:
-// "prometheus-token" is a service account that may get /metrics, "nobody-token" one that may
-// not; while fail is set every call fails. calls counts the TokenReviews.
-func fakeReviews(calls *atomic.Int64, fail *atomic.Bool) *fake.Clientset {
-	cs := fake.NewClientset()
-	users := map[string]string{"prometheus-token": "system:serviceaccount:monitoring:prometheus", "nobody-token": "system:serviceaccount:default:nobody"}
-	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		calls.Add(1)
-		if fail.Load() {
-			return true, nil, errors.New("connection refused")
-		}
-		tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview).DeepCopy()
-		name, ok := users[tr.Spec.Token]
-		tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: name}}
-		return true, tr, nil
-	})
-	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		sar := a.(k8stesting.CreateAction).GetObject().(*authzv1.SubjectAccessReview).DeepCopy()
-		na := sar.Spec.NonResourceAttributes
-		sar.Status.Allowed = sar.Spec.User == users["prometheus-token"] && na != nil && na.Path == "/metrics" && na.Verb == "get"
-		return true, sar, nil
-	})
-	return cs
-}
+	"github.com/usher-llm/usher/examples/internal/fakereviews"
+)
 
 // The gateway's metrics listener with -metrics-endpoint-auth: the same judge as the picker's
 // (kube/metricsauth), through the Exporter they share.
@@ -50,12 +21,11 @@ func TestRunMetricsEndpointAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var calls atomic.Int64
-	var fail atomic.Bool
+	rv := new(fakereviews.Reviews)
 	var kubeconfig atomic.Pointer[string]
 	c.connectReview = func(path string) (kubernetes.Interface, error) {
 		kubeconfig.Store(&path)
-		return fakeReviews(&calls, &fail), nil
+		return rv.Clientset(), nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 2)
@@ -83,12 +53,12 @@ func TestRunMetricsEndpointAuth(t *testing.T) {
 		{"guess", false, 401, 3},
 		{"other-token", true, 503, 4},
 	} {
-		fail.Store(step.fail)
+		rv.Fail.Store(step.fail)
 		status, body := get(t, mbase+"/metrics", step.token)
 		if status != step.status || (status == 200) != strings.Contains(body, "usher_admissions_total") {
 			t.Errorf("step %d, token %q: %d, want %d (and the series only then)", i, step.token, status, step.status)
 		}
-		if got := calls.Load(); got != step.calls {
+		if got := rv.Calls.Load(); got != step.calls {
 			t.Errorf("step %d, token %q: %d TokenReviews, want %d", i, step.token, got, step.calls)
 		}
 	}
