@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -105,33 +103,10 @@ func TestRun(t *testing.T) {
 	if hr, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthInferenceExtension}); err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("%s on the health port: %v, %v", extproc.HealthInferenceExtension, hr, err)
 	}
-	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
-	}}
-	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: h}}})
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
-		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), EndOfStream: true}}})
-	r, err := st.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := ""
-	for _, hv := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
-		if hv.GetHeader().GetKey() == extproc.DestinationHeader {
-			got = string(hv.GetHeader().GetRawValue())
-		}
-	}
+	got := pick(t, ctx, conn)
 	if got != "127.0.0.1:1" {
-		t.Fatalf("destination %q, want 127.0.0.1:1 (answer %v)", got, r)
+		t.Fatalf("destination %q, want 127.0.0.1:1", got)
 	}
-	_ = st.CloseSend()
 
 	resp, err := http.Get("http://" + maddr + "/metrics")
 	if err != nil {
@@ -176,18 +151,8 @@ func TestRunMetricsToken(t *testing.T) {
 		token  string
 		status int
 	}{{"", 401}, {"guess", 401}, {"scrape-token", 200}} {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+maddr+"/metrics", nil)
-		if tc.token != "" {
-			req.Header.Set("Authorization", "Bearer "+tc.token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != tc.status || (tc.status == 200) != strings.Contains(string(body), "usher_clamped_scores_total") {
-			t.Errorf("token %q: %d, want %d (and the series only then)", tc.token, resp.StatusCode, tc.status)
+		if status, body := scrape(t, maddr, tc.token); status != tc.status || (tc.status == 200) != strings.Contains(body, "usher_clamped_scores_total") {
+			t.Errorf("token %q: %d, want %d (and the series only then)", tc.token, status, tc.status)
 		}
 	}
 	cancel()
@@ -199,4 +164,20 @@ func TestRunMetricsToken(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return")
 	}
+}
+
+// scrape gets http://addr/metrics with token as a bearer token ("": none).
+func scrape(t *testing.T, addr, token string) (status int, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,18 +67,8 @@ func TestRunMetricsEndpointAuth(t *testing.T) {
 		{"file-token", true, 200, 4},
 	} {
 		rv.Fail.Store(step.fail)
-		req, _ := http.NewRequest(http.MethodGet, "http://"+maddr+"/metrics", nil)
-		if step.token != "" {
-			req.Header.Set("Authorization", "Bearer "+step.token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != step.status || (step.status == 200) != strings.Contains(string(body), "usher_clamped_scores_total") {
-			t.Errorf("step %d, token %q: %d, want %d (and the series only then)", i, step.token, resp.StatusCode, step.status)
+		if status, body := scrape(t, maddr, step.token); status != step.status || (step.status == 200) != strings.Contains(body, "usher_clamped_scores_total") {
+			t.Errorf("step %d, token %q: %d, want %d (and the series only then)", i, step.token, status, step.status)
 		}
 		if got := rv.Calls.Load(); got != step.calls {
 			t.Errorf("step %d, token %q: %d TokenReviews, want %d", i, step.token, got, step.calls)
