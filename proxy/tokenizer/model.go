@@ -1,0 +1,453 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// A Model is a tokenizer loaded from a Hugging Face tokenizer.json: its normalizer,
+// pre-tokenizer, BPE model, added tokens and post-processor.
+//
+// A Model is immutable after [Load] or [Parse] and safe for concurrent use. [Model.Encode]
+// is O(n log n) in the length of the text (O(n) for byte-level models in practice, whose
+// pieces are short) and, given a dst with room, allocates nothing for text that needs no
+// normalization: scratch buffers come from a pool.
+type Model struct {
+	norm   []normStep
+	splits []scanner // the Split pre-tokenizers, in order
+	gpt2   bool      // ByteLevel with use_regex: GPT-2's split after the others
+	prefix bool      // ByteLevel's add_prefix_space
+	bpe    *bpe
+
+	added     *matcher // added tokens matched in the raw text (normalized: false)
+	addedNorm *matcher // added tokens matched in the normalized text (normalized: true)
+
+	before, after []uint32 // the post-processor's ids around the text, for EncodeSpecial
+
+	config []byte // tokenizer_config.json as given
+}
+
+// Load reads dir/tokenizer.json and, when present, dir/tokenizer_config.json, and calls
+// [Parse].
+func Load(dir string) (*Model, error) {
+	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	m, err := Parse(tj, cj)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s)", err, dir)
+	}
+	return m, nil
+}
+
+type fileJSON struct {
+	AddedTokens   []addedToken    `json:"added_tokens"`
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Model         struct {
+		Type                    string            `json:"type"`
+		Dropout                 *float64          `json:"dropout"`
+		UnkToken                *string           `json:"unk_token"`
+		ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+		FuseUnk                 bool              `json:"fuse_unk"`
+		ByteFallback            bool              `json:"byte_fallback"`
+		IgnoreMerges            bool              `json:"ignore_merges"`
+		Vocab                   map[string]uint32 `json:"vocab"`
+		Merges                  json.RawMessage   `json:"merges"`
+	} `json:"model"`
+}
+
+type preJSON struct {
+	Type          string            `json:"type"`
+	Pretokenizers []json.RawMessage `json:"pretokenizers"`
+	Pattern       struct {
+		String *string `json:"String"`
+		Regex  *string `json:"Regex"`
+	} `json:"pattern"`
+	Behavior       string `json:"behavior"`
+	Invert         bool   `json:"invert"`
+	AddPrefixSpace bool   `json:"add_prefix_space"`
+	UseRegex       *bool  `json:"use_regex"`
+}
+
+type postJSON struct {
+	Type       string            `json:"type"`
+	Processors []json.RawMessage `json:"processors"`
+	Single     []struct {
+		SpecialToken *struct {
+			ID string `json:"id"`
+		} `json:"SpecialToken"`
+		Sequence *struct {
+			ID string `json:"id"`
+		} `json:"Sequence"`
+	} `json:"single"`
+	SpecialTokens map[string]struct {
+		IDs []uint32 `json:"ids"`
+	} `json:"special_tokens"`
+}
+
+// Parse builds a Model from the bytes of tokenizer.json and of tokenizer_config.json (which
+// may be empty: encoding does not read it). A model, normalizer, pre-tokenizer or
+// post-processor it does not implement exactly is an error naming it, never a model that
+// would give other ids than the reference. Parse is O(size of the files).
+func Parse(tokenizerJSON, configJSON []byte) (*Model, error) {
+	m, err := parse(tokenizerJSON)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	m.config = bytes.Clone(configJSON)
+	return m, nil
+}
+
+func parse(data []byte) (*Model, error) {
+	var f fileJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: %w", err)
+	}
+	m := &Model{}
+	if t := f.Model.Type; t != "" && t != "BPE" {
+		return nil, fmt.Errorf("model %q is not supported (only BPE)", t)
+	}
+	if f.Model.Vocab == nil {
+		return nil, errors.New("model has no vocab")
+	}
+	if d := f.Model.Dropout; d != nil && *d != 0 {
+		return nil, errors.New("BPE dropout is not supported")
+	}
+	if p := f.Model.ContinuingSubwordPrefix; p != nil && *p != "" {
+		return nil, errors.New("BPE continuing_subword_prefix is not supported")
+	}
+	if p := f.Model.EndOfWordSuffix; p != nil && *p != "" {
+		return nil, errors.New("BPE end_of_word_suffix is not supported")
+	}
+	var err error
+	if m.norm, err = parseNormalizer(f.Normalizer, nil); err != nil {
+		return nil, err
+	}
+	byteLevel, err := m.parsePre(f.PreTokenizer, true)
+	if err != nil {
+		return nil, err
+	}
+	merges, err := parseMerges(f.Model.Merges)
+	if err != nil {
+		return nil, err
+	}
+	if m.bpe, err = buildBPE(f.Model.Vocab, merges, byteLevel); err != nil {
+		return nil, err
+	}
+	m.bpe.fallback = f.Model.ByteFallback
+	m.bpe.fuseUnk = f.Model.FuseUnk
+	m.bpe.ignore = f.Model.IgnoreMerges
+	if u := f.Model.UnkToken; u != nil {
+		m.bpe.unk, m.bpe.hasUnk = f.Model.Vocab[*u]
+	}
+	if err := m.parseAdded(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if err := m.parsePost(f.PostProcessor); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// parseMerges reads the merges as pairs (["a", "b"]) or as strings ("a b").
+func parseMerges(raw json.RawMessage) ([][2]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var pairs [][2]string
+	if err := json.Unmarshal(raw, &pairs); err == nil {
+		return pairs, nil
+	}
+	var lines []string
+	if err := json.Unmarshal(raw, &lines); err != nil {
+		return nil, fmt.Errorf("model merges: %w", err)
+	}
+	pairs = make([][2]string, len(lines))
+	for i, l := range lines {
+		a, b, ok := strings.Cut(l, " ")
+		if !ok || strings.Contains(b, " ") {
+			return nil, fmt.Errorf("model merges: line %d (%q) is not two tokens", i, l)
+		}
+		pairs[i] = [2]string{a, b}
+	}
+	return pairs, nil
+}
+
+// parsePre reads the pre-tokenizer: Split pre-tokenizers with a known pattern, then a
+// ByteLevel one (or none). It reports whether the model is byte-level.
+func (m *Model) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return false, nil
+	}
+	var p preJSON
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return false, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	switch p.Type {
+	case "Sequence":
+		if !top {
+			return false, errors.New("pre_tokenizer: nested Sequence is not supported")
+		}
+		for i, sub := range p.Pretokenizers {
+			if byteLevel {
+				return false, errors.New("pre_tokenizer: only ByteLevel may come last in the Sequence")
+			}
+			bl, err := m.parsePre(sub, false)
+			if err != nil {
+				return false, fmt.Errorf("%w (pre_tokenizer %d)", err, i)
+			}
+			byteLevel = bl
+		}
+		return byteLevel, nil
+	case "Split":
+		if p.Pattern.Regex == nil {
+			return false, errors.New("pre_tokenizer Split: only Regex patterns are supported")
+		}
+		if p.Behavior != "Isolated" || p.Invert {
+			return false, fmt.Errorf("pre_tokenizer Split: behavior %q (invert %v) is not supported", p.Behavior, p.Invert)
+		}
+		sc, err := scannerFor(*p.Pattern.Regex)
+		if err != nil {
+			return false, fmt.Errorf("pre_tokenizer: %w", err)
+		}
+		m.splits = append(m.splits, sc)
+		return false, nil
+	case "ByteLevel":
+		m.prefix = p.AddPrefixSpace
+		m.gpt2 = p.UseRegex == nil || *p.UseRegex
+		return true, nil
+	}
+	return false, fmt.Errorf("pre_tokenizer %q is not supported", p.Type)
+}
+
+// parseAdded builds the two matchers of the added tokens.
+func (m *Model) parseAdded(tokens []addedToken) error {
+	var special, classic []addedToken
+	seen := map[string]bool{}
+	for _, t := range tokens {
+		if t.Content == "" {
+			continue
+		}
+		if t.Special && !seen[t.Content] {
+			special = append(special, t)
+			seen[t.Content] = true
+		}
+	}
+	for _, t := range tokens {
+		if t.Content != "" && !t.Special && !seen[t.Content] {
+			classic = append(classic, t)
+		}
+	}
+	// The reference matches special tokens, then the others, in the order given.
+	all := append(special, classic...)
+	var raw, normed []addedToken
+	for _, t := range all {
+		if t.Normalized {
+			normed = append(normed, t)
+		} else {
+			raw = append(raw, t)
+		}
+	}
+	if len(raw) > 0 {
+		m.added = newMatcher(raw, func(t addedToken) string { return t.Content })
+	}
+	if len(normed) > 0 {
+		var a, b []byte
+		m.addedNorm = newMatcher(normed, func(t addedToken) string {
+			var s string
+			s, a, b = normalize(m.norm, t.Content, a, b)
+			return s
+		})
+	}
+	return nil
+}
+
+// parsePost reads the post-processor: ByteLevel (adds nothing), TemplateProcessing (its
+// single-sequence template), or a Sequence of those.
+func (m *Model) parsePost(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var p postJSON
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fmt.Errorf("post_processor: %w", err)
+	}
+	switch p.Type {
+	case "ByteLevel":
+		return nil
+	case "Sequence":
+		for _, sub := range p.Processors {
+			if err := m.parsePost(sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "TemplateProcessing":
+		if m.before != nil || m.after != nil {
+			return errors.New("post_processor: two TemplateProcessing")
+		}
+		m.before, m.after = []uint32{}, []uint32{}
+		seq := false
+		for _, piece := range p.Single {
+			switch {
+			case piece.Sequence != nil:
+				if seq || piece.Sequence.ID != "A" {
+					return errors.New("post_processor TemplateProcessing: single must hold $A once")
+				}
+				seq = true
+			case piece.SpecialToken != nil:
+				st, ok := p.SpecialTokens[piece.SpecialToken.ID]
+				if !ok {
+					return fmt.Errorf("post_processor TemplateProcessing: no special token %q", piece.SpecialToken.ID)
+				}
+				if seq {
+					m.after = append(m.after, st.IDs...)
+				} else {
+					m.before = append(m.before, st.IDs...)
+				}
+			default:
+				return errors.New("post_processor TemplateProcessing: unknown piece in single")
+			}
+		}
+		if !seq {
+			return errors.New("post_processor TemplateProcessing: single has no $A")
+		}
+		return nil
+	}
+	return fmt.Errorf("post_processor %q is not supported", p.Type)
+}
+
+// scratch is one encoding's working memory, pooled.
+type scratch struct {
+	syms   []symbol
+	heap   []uint64
+	na, nb []byte // normalization buffers
+	m      *Model
+	dst    []uint32
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// Encode appends to dst the token ids of text as the Hugging Face tokenizers library encodes
+// it without special tokens (encode(text, add_special_tokens=False)): added and special
+// tokens written in the text are matched as tokens, the rest is normalized, pre-tokenized
+// and split by BPE. It returns the extended dst.
+//
+// Encode is safe for concurrent use. It allocates nothing when dst has room and the
+// normalizer leaves the text as it is (one string per normalized stretch otherwise).
+func (m *Model) Encode(dst []uint32, text string) []uint32 {
+	sc := scratchPool.Get().(*scratch)
+	sc.m, sc.dst = m, dst
+	m.added.split(text, sc.rawPiece, sc.token)
+	dst = sc.dst
+	sc.m, sc.dst = nil, nil
+	scratchPool.Put(sc)
+	return dst
+}
+
+// EncodeSpecial is [Model.Encode] with the special tokens the post-processor adds
+// (encode(text, add_special_tokens=True)): a beginning-of-sequence token for the
+// models whose tokenizer.json has a TemplateProcessing post-processor, none for the others.
+func (m *Model) EncodeSpecial(dst []uint32, text string) []uint32 {
+	dst = append(dst, m.before...)
+	dst = m.Encode(dst, text)
+	return append(dst, m.after...)
+}
+
+func (sc *scratch) token(id uint32) { sc.dst = append(sc.dst, id) }
+
+// rawPiece takes a stretch of the text between added tokens: normalized, then searched for
+// the normalized added tokens.
+func (sc *scratch) rawPiece(s string) {
+	m := sc.m
+	if len(m.norm) > 0 {
+		s, sc.na, sc.nb = normalize(m.norm, s, sc.na, sc.nb)
+	}
+	if m.addedNorm != nil {
+		m.addedNorm.split(s, sc.piece, sc.token)
+		return
+	}
+	sc.piece(s)
+}
+
+// piece pre-tokenizes a normalized stretch and encodes its words.
+func (sc *scratch) piece(s string) {
+	if s == "" {
+		return
+	}
+	sc.split(s, 0)
+}
+
+// split runs the Split pre-tokenizer of the given level over s (matches and the gaps
+// between them are pieces alike: behaviour Isolated) and passes each piece to the next level.
+func (sc *scratch) split(s string, level int) {
+	m := sc.m
+	if level == len(m.splits) {
+		sc.final(s)
+		return
+	}
+	scan := m.splits[level]
+	gap := 0
+	for i := 0; i < len(s); {
+		e := scan(s, i)
+		if e <= i {
+			_, n := at(s, i)
+			i += n
+			continue
+		}
+		if gap < i {
+			sc.split(s[gap:i], level+1)
+		}
+		sc.split(s[i:e], level+1)
+		i, gap = e, e
+	}
+	if gap < len(s) {
+		sc.split(s[gap:], level+1)
+	}
+}
+
+// final applies ByteLevel's own split (use_regex), then BPE.
+func (sc *scratch) final(s string) {
+	m := sc.m
+	if m.prefix && s[0] != ' ' {
+		// ByteLevel's add_prefix_space: the piece is encoded as if it began with a space.
+		sc.na = append(append(sc.na[:0], ' '), s...)
+		s = string(sc.na)
+	}
+	if !m.gpt2 {
+		sc.dst = m.bpe.word(sc.dst, s, sc)
+		return
+	}
+	gap := 0
+	for i := 0; i < len(s); {
+		e := scanGPT2(s, i)
+		if e <= i {
+			_, n := at(s, i)
+			i += n
+			continue
+		}
+		if gap < i {
+			sc.dst = m.bpe.word(sc.dst, s[gap:i], sc)
+		}
+		sc.dst = m.bpe.word(sc.dst, s[i:e], sc)
+		i, gap = e, e
+	}
+	if gap < len(s) {
+		sc.dst = m.bpe.word(sc.dst, s[gap:], sc)
+	}
+}
