@@ -99,6 +99,10 @@ func (m *bpe) word(dst []uint32, s string, sc *scratch) []uint32 {
 			return append(dst, id)
 		}
 	}
+	if out, ok := sc.cache.get(dst, s); ok {
+		return out
+	}
+	start := len(dst)
 	syms := sc.syms[:0]
 	if m.byteLevel {
 		for i := 0; i < len(s); i++ {
@@ -107,23 +111,77 @@ func (m *bpe) word(dst []uint32, s string, sc *scratch) []uint32 {
 	} else {
 		syms = m.runeSymbols(syms, s)
 	}
-	if len(syms) == 0 {
-		sc.syms = syms
-		return dst
-	}
-	for i := range syms {
-		syms[i].prev = int32(i - 1)
-		syms[i].next = int32(i + 1)
-	}
-	syms[len(syms)-1].next = -1
-	if len(syms) > 1 {
+	switch {
+	case len(syms) == 0:
+	case len(syms) <= smallWord:
+		dst = m.mergeSmall(dst, syms)
+	default:
+		for i := range syms {
+			syms[i].prev = int32(i - 1)
+			syms[i].next = int32(i + 1)
+		}
+		syms[len(syms)-1].next = -1
 		sc.heap = m.mergeAll(syms, sc.heap[:0])
-	}
-	for i := 0; i >= 0 && i < len(syms); i = int(syms[i].next) {
-		dst = append(dst, syms[i].id)
+		for i := 0; i >= 0; i = int(syms[i].next) {
+			dst = append(dst, syms[i].id)
+		}
 	}
 	sc.syms = syms
+	sc.cache.put(s, dst[start:])
 	return dst
+}
+
+// smallWord is the longest word merged by mergeSmall rather than with a heap.
+const smallWord = 48
+
+// mergeSmall merges a short word by scanning for the lowest-ranked pair, leftmost first:
+// the order of mergeAll's queue, without the queue. It is O(n²) and appends the ids to dst.
+func (m *bpe) mergeSmall(dst []uint32, syms []symbol) []uint32 {
+	var idsA [smallWord]uint32
+	var ranks [smallWord]uint32 // rank of the pair (ids[i], ids[i+1]); noMerge when none
+	var merged [smallWord]uint32
+	const noMerge = ^uint32(0)
+	n := len(syms)
+	ids := idsA[:n]
+	for i := range syms {
+		ids[i] = syms[i].id
+	}
+	for i := 0; i+1 < n; i++ {
+		ranks[i] = noMerge
+		if r, id, ok := m.merges.get(ids[i], ids[i+1]); ok {
+			ranks[i], merged[i] = r, id
+		}
+	}
+	for n > 1 {
+		best := 0
+		for i := 1; i+1 < n; i++ {
+			if ranks[i] < ranks[best] {
+				best = i
+			}
+		}
+		if ranks[best] == noMerge {
+			break
+		}
+		ids[best] = merged[best]
+		copy(ids[best+1:n-1], ids[best+2:n])
+		copy(ranks[best+1:n-1], ranks[best+2:n])
+		copy(merged[best+1:n-1], merged[best+2:n])
+		n--
+		ids = ids[:n]
+		if best+1 < n {
+			ranks[best] = noMerge
+			if r, id, ok := m.merges.get(ids[best], ids[best+1]); ok {
+				ranks[best], merged[best] = r, id
+			}
+		}
+		if best > 0 {
+			ranks[best-1] = noMerge
+			if r, id, ok := m.merges.get(ids[best-1], ids[best]); ok {
+				ranks[best-1], merged[best-1] = r, id
+			}
+		}
+	}
+	return append(dst, ids...)
 }
 
 // runeSymbols is the initial split of a SentencePiece-style word: a token per rune when the

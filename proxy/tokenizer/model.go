@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,11 @@ type Model struct {
 	splits []scanner // the Split pre-tokenizers, in order
 	gpt2   bool      // ByteLevel with use_regex: GPT-2's split after the others
 	prefix bool      // ByteLevel's add_prefix_space
-	bpe    *bpe
+	// spaceSplit: no pre-tokenizer, and no token of the vocabulary holds "▁" after another
+	// character, so no merge can cross the start of a run of "▁": the text is split there
+	// into words that are merged (and cached) apart, with the same ids.
+	spaceSplit bool
+	bpe        *bpe
 
 	added     *matcher // added tokens matched in the raw text (normalized: false)
 	addedNorm *matcher // added tokens matched in the normalized text (normalized: true)
@@ -31,6 +36,8 @@ type Model struct {
 	before, after []uint32 // the post-processor's ids around the text, for EncodeSpecial
 
 	config []byte // tokenizer_config.json as given
+
+	pool sync.Pool // of *scratch, each with its word cache of this model
 }
 
 // Load reads dir/tokenizer.json and, when present, dir/tokenizer_config.json, and calls
@@ -154,6 +161,7 @@ func parse(data []byte) (*Model, error) {
 	if u := f.Model.UnkToken; u != nil {
 		m.bpe.unk, m.bpe.hasUnk = f.Model.Vocab[*u]
 	}
+	m.spaceSplit = !byteLevel && len(m.splits) == 0 && spaceBound(f.Model.Vocab)
 	if err := m.parseAdded(f.AddedTokens); err != nil {
 		return nil, err
 	}
@@ -337,11 +345,10 @@ type scratch struct {
 	syms   []symbol
 	heap   []uint64
 	na, nb []byte // normalization buffers
+	cache  wordCache
 	m      *Model
 	dst    []uint32
 }
-
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // Encode appends to dst the token ids of text as the Hugging Face tokenizers library encodes
 // it without special tokens (encode(text, add_special_tokens=False)): added and special
@@ -351,12 +358,16 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // Encode is safe for concurrent use. It allocates nothing when dst has room and the
 // normalizer leaves the text as it is (one string per normalized stretch otherwise).
 func (m *Model) Encode(dst []uint32, text string) []uint32 {
-	sc := scratchPool.Get().(*scratch)
-	sc.m, sc.dst = m, dst
+	sc, _ := m.pool.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{m: m}
+		sc.cache.seed = maphash.MakeSeed()
+	}
+	sc.dst = dst
 	m.added.split(text, sc.rawPiece, sc.token)
 	dst = sc.dst
-	sc.m, sc.dst = nil, nil
-	scratchPool.Put(sc)
+	sc.dst = nil
+	m.pool.Put(sc)
 	return dst
 }
 
@@ -429,6 +440,22 @@ func (sc *scratch) final(s string) {
 		sc.na = append(append(sc.na[:0], ' '), s...)
 		s = string(sc.na)
 	}
+	if m.spaceSplit {
+		start := 0
+		for i := 1; i < len(s); {
+			k := strings.Index(s[i:], meta)
+			if k < 0 {
+				break
+			}
+			if i += k; !strings.HasSuffix(s[:i], meta) {
+				sc.dst = m.bpe.word(sc.dst, s[start:i], sc)
+				start = i
+			}
+			i += len(meta)
+		}
+		sc.dst = m.bpe.word(sc.dst, s[start:], sc)
+		return
+	}
 	if !m.gpt2 {
 		sc.dst = m.bpe.word(sc.dst, s, sc)
 		return
@@ -450,4 +477,23 @@ func (sc *scratch) final(s string) {
 	if gap < len(s) {
 		sc.dst = m.bpe.word(sc.dst, s[gap:], sc)
 	}
+}
+
+// meta is SentencePiece's stand-in for a space, U+2581.
+const meta = "\u2581"
+
+// spaceBound reports whether the vocabulary has "▁" and no token holding "▁" right after
+// another character.
+func spaceBound(vocab map[string]uint32) bool {
+	if _, ok := vocab[meta]; !ok {
+		return false
+	}
+	for tok := range vocab {
+		for i := 1; i < len(tok); i++ {
+			if strings.HasPrefix(tok[i:], meta) && !strings.HasSuffix(tok[:i], meta) {
+				return false
+			}
+		}
+	}
+	return true
 }
