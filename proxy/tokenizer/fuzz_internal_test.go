@@ -1,0 +1,85 @@
+package tokenizer
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// FuzzParse feeds Parse arbitrary bytes, seeded with the test tokenizers: it must return a
+// model or an error, never panic, and a model it returns must encode without panicking.
+func FuzzParse(f *testing.F) {
+	for _, dir := range []string{"testdata/bytelevel", "testdata/sentencepiece"} {
+		b, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"model":{"vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}}`))
+	f.Add([]byte(`{"model":{"vocab":{}},"normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"x"}]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<20 {
+			return
+		}
+		m, err := Parse(data, nil)
+		if err != nil {
+			return
+		}
+		m.Encode(nil, "Hello, world! 12345 <s> é\u0301 中文  \n\n x")
+		m.EncodeSpecial(nil, "")
+	})
+}
+
+// FuzzEncode encodes arbitrary text with the test tokenizers: no panic, and for the
+// byte-level one the ids decode to the text again (for text that its normalizer, NFC,
+// leaves as it is, and without <mask>, an added token that takes the spaces around it).
+func FuzzEncode(f *testing.F) {
+	bl, err := Load("testdata/bytelevel")
+	if err != nil {
+		f.Fatal(err)
+	}
+	sp, err := Load("testdata/sentencepiece")
+	if err != nil {
+		f.Fatal(err)
+	}
+	dec := decoder(bl)
+	for _, s := range []string{"", " ", "the hello world", "a <mask> b", "<|im_start|>x<|im_end|>", "é! e\u0301!", "   \n\n  x", "'S 'll", "\xff\xfe", "中文 123"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sp.EncodeSpecial(nil, s)
+		ids := bl.Encode(nil, s)
+		if !utf8.ValidString(s) || !norm.NFC.IsNormalString(s) || strings.Contains(s, "<mask>") {
+			return // <mask> strips the spaces around it: the one token that drops text
+		}
+		var got []byte
+		for _, id := range ids {
+			got = append(got, dec[id]...)
+		}
+		if string(got) != s {
+			t.Errorf("decode(encode(%q)) = %q (ids %v)", s, got, ids)
+		}
+	})
+}
+
+// decoder returns the bytes of each id of a byte-level model: its vocabulary (stored as raw
+// bytes) and its added tokens.
+func decoder(m *Model) map[uint32]string {
+	d := make(map[uint32]string, len(m.bpe.vocab))
+	for tok, id := range m.bpe.vocab {
+		d[id] = tok
+	}
+	for _, mt := range []*matcher{m.added, m.addedNorm} {
+		if mt != nil {
+			for _, t := range mt.tokens {
+				d[t.ID] = t.Content
+			}
+		}
+	}
+	return d
+}

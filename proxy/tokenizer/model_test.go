@@ -1,0 +1,163 @@
+package tokenizer_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/usher-llm/usher/proxy/tokenizer"
+)
+
+// reference is testdata/reference.json: ids of the two small tokenizers in testdata, and the
+// pieces of each known Split pattern, as the Hugging Face tokenizers library (npm tokenizers
+// 0.23.2) produced them.
+type reference struct {
+	ByteLevel     []refCase `json:"bytelevel"`
+	SentencePiece []refCase `json:"sentencepiece"`
+	Pretok        map[string]struct {
+		Pattern string `json:"pattern"`
+		Cases   []struct {
+			Text   string   `json:"text"`
+			Pieces []string `json:"pieces"`
+		} `json:"cases"`
+	} `json:"pretok"`
+}
+
+type refCase struct {
+	Text    string   `json:"text"`
+	IDs     []uint32 `json:"ids"`
+	Special []uint32 `json:"special"`
+}
+
+func loadReference(t testing.TB) reference {
+	t.Helper()
+	b, err := os.ReadFile("testdata/reference.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r reference
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestEncodeReference(t *testing.T) {
+	ref := loadReference(t)
+	for _, tc := range []struct {
+		dir   string
+		cases []refCase
+	}{
+		{"testdata/bytelevel", ref.ByteLevel},
+		{"testdata/sentencepiece", ref.SentencePiece},
+	} {
+		m, err := tokenizer.Load(tc.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range tc.cases {
+			if got := m.Encode(nil, c.Text); !slices.Equal(got, c.IDs) {
+				t.Errorf("%s: Encode(%q) = %v, want %v", tc.dir, c.Text, got, c.IDs)
+			}
+			if got := m.EncodeSpecial(nil, c.Text); !slices.Equal(got, c.Special) {
+				t.Errorf("%s: EncodeSpecial(%q) = %v, want %v", tc.dir, c.Text, got, c.Special)
+			}
+		}
+	}
+}
+
+func TestEncodeAppends(t *testing.T) {
+	m, err := tokenizer.Load("testdata/bytelevel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := []uint32{7, 8}
+	got := m.Encode(dst, "the hello world")
+	want := append([]uint32{7, 8}, m.Encode(nil, "the hello world")...)
+	if !slices.Equal(got, want) {
+		t.Errorf("Encode(dst, ...) = %v, want %v", got, want)
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	b, err := os.ReadFile("testdata/bytelevel/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f map[string]any
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(change func(map[string]any)) []byte {
+		var g map[string]any
+		json.Unmarshal(b, &g)
+		change(g)
+		out, _ := json.Marshal(g)
+		return out
+	}
+	pre := func(g map[string]any) map[string]any {
+		return g["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
+	}
+	for name, data := range map[string][]byte{
+		"not JSON":        []byte("{"),
+		"unknown pattern": edit(func(g map[string]any) { pre(g)["pattern"] = map[string]any{"Regex": `\w+`} }),
+		"behavior":        edit(func(g map[string]any) { pre(g)["behavior"] = "Removed" }),
+		"model":           edit(func(g map[string]any) { g["model"].(map[string]any)["type"] = "Unigram" }),
+		"normalizer":      edit(func(g map[string]any) { g["normalizer"] = map[string]any{"type": "Lowercase"} }),
+		"post_processor":  edit(func(g map[string]any) { g["post_processor"] = map[string]any{"type": "BertProcessing"} }),
+		"merge":           edit(func(g map[string]any) { g["model"].(map[string]any)["merges"] = []any{[]any{"zz", "q"}} }),
+		"no vocab":        edit(func(g map[string]any) { delete(g["model"].(map[string]any), "vocab") }),
+	} {
+		if _, err := tokenizer.Parse(data, nil); err == nil {
+			t.Errorf("%s: Parse succeeded, want an error", name)
+		}
+	}
+	if _, err := tokenizer.Parse(b, nil); err != nil {
+		t.Errorf("unchanged: %v", err)
+	}
+	if _, err := tokenizer.Load("testdata/none"); err == nil {
+		t.Error("Load of a missing directory succeeded")
+	}
+}
+
+func TestConcurrentEncode(t *testing.T) {
+	m, err := tokenizer.Load("testdata/bytelevel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := loadReference(t)
+	done := make(chan error)
+	for g := 0; g < 4; g++ {
+		go func() {
+			var dst []uint32
+			for i := 0; i < 200; i++ {
+				c := ref.ByteLevel[i%len(ref.ByteLevel)]
+				if dst = m.Encode(dst[:0], c.Text); !slices.Equal(dst, c.IDs) {
+					done <- fmt.Errorf("Encode(%q) = %v, want %v", c.Text, dst, c.IDs)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func Example() {
+	m, err := tokenizer.Load("testdata/bytelevel")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(m.Encode(nil, "the hello world"))
+	fmt.Println(m.EncodeSpecial(nil, "<|im_start|>the world<|im_end|>"))
+	// Output:
+	// [257 32 275 280]
+	// [303 301 257 280 302]
+}
