@@ -17,10 +17,10 @@ var families = []string{"qwen3", "gpt-oss", "deepseek-v3", "mistral"}
 
 var (
 	modelsMu sync.Mutex
-	models   = map[string]*tokenizer.Model{}
+	models   = map[string]*tokenizer.Encoder{}
 )
 
-func family(tb testing.TB, name string) *tokenizer.Model {
+func family(tb testing.TB, name string) *tokenizer.Encoder {
 	tb.Helper()
 	root := os.Getenv("USHER_TOKENIZERS")
 	if root == "" {
@@ -35,7 +35,7 @@ func family(tb testing.TB, name string) *tokenizer.Model {
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
 		tb.Skipf("no %s: %v", name, err)
 	}
-	m, err := tokenizer.Load(dir)
+	m, err := tokenizer.New(tokenizer.Options{Dir: dir})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func family(tb testing.TB, name string) *tokenizer.Model {
 
 // prompt returns a text of about n tokens under m: this package's own sources, code and
 // English comments, repeated.
-func prompt(tb testing.TB, m *tokenizer.Model, n int) string {
+func prompt(tb testing.TB, m *tokenizer.Encoder, n int) string {
 	tb.Helper()
 	files, _ := filepath.Glob("*.go")
 	var src strings.Builder

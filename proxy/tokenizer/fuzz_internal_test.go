@@ -10,7 +10,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// FuzzParse feeds Parse arbitrary bytes, seeded with the test tokenizers: it must return a
+// FuzzParse feeds New arbitrary bytes as tokenizer.json, seeded with the test tokenizers: it must return a
 // model or an error, never panic, and a model it returns must encode without panicking.
 func FuzzParse(f *testing.F) {
 	for _, dir := range []string{"testdata/bytelevel", "testdata/sentencepiece"} {
@@ -26,7 +26,7 @@ func FuzzParse(f *testing.F) {
 		if len(data) > 1<<20 {
 			return
 		}
-		m, err := Parse(data, nil)
+		m, err := New(Options{TokenizerJSON: data})
 		if err != nil {
 			return
 		}
@@ -39,11 +39,11 @@ func FuzzParse(f *testing.F) {
 // byte-level one the ids decode to the text again (for text that its normalizer, NFC,
 // leaves as it is, and without <mask>, an added token that takes the spaces around it).
 func FuzzEncode(f *testing.F) {
-	bl, err := Load("testdata/bytelevel")
+	bl, err := New(Options{Dir: "testdata/bytelevel"})
 	if err != nil {
 		f.Fatal(err)
 	}
-	sp, err := Load("testdata/sentencepiece")
+	sp, err := New(Options{Dir: "testdata/sentencepiece"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func FuzzEncode(f *testing.F) {
 
 // decoder returns the bytes of each id of a byte-level model: its vocabulary (stored as raw
 // bytes) and its added tokens.
-func decoder(m *Model) map[uint32]string {
+func decoder(m *Encoder) map[uint32]string {
 	d := make(map[uint32]string, len(m.bpe.vocab))
 	for tok, id := range m.bpe.vocab {
 		d[id] = tok

@@ -12,14 +12,14 @@ import (
 	"sync"
 )
 
-// A Model is a tokenizer loaded from a Hugging Face tokenizer.json: its normalizer,
-// pre-tokenizer, BPE model, added tokens and post-processor.
+// An Encoder is a model's tokenizer, built from its Hugging Face tokenizer.json: the
+// normalizer, pre-tokenizer, BPE model, added tokens and post-processor.
 //
-// A Model is immutable after [Load] or [Parse] and safe for concurrent use. [Model.Encode]
+// An Encoder is immutable after [New] and safe for concurrent use. [Encoder.Encode]
 // is O(n log n) in the length of the text (O(n) for byte-level models in practice, whose
 // pieces are short) and, given a dst with room, allocates nothing for text that needs no
 // normalization: scratch buffers come from a pool.
-type Model struct {
+type Encoder struct {
 	norm   []normStep
 	splits []scanner // the Split pre-tokenizers, in order
 	gpt2   bool      // ByteLevel with use_regex: GPT-2's split after the others
@@ -40,22 +40,46 @@ type Model struct {
 	pool sync.Pool // of *scratch, each with its word cache of this model
 }
 
-// Load reads dir/tokenizer.json and, when present, dir/tokenizer_config.json, and calls
-// [Parse].
-func Load(dir string) (*Model, error) {
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+// Options says where an [Encoder]'s files are.
+type Options struct {
+	// Dir is a directory holding tokenizer.json and, optionally, tokenizer_config.json. It is
+	// read when TokenizerJSON is nil.
+	Dir string
+	// TokenizerJSON and ConfigJSON are the contents of tokenizer.json and
+	// tokenizer_config.json, for a caller that has them in hand. ConfigJSON may be nil.
+	TokenizerJSON, ConfigJSON []byte
+}
+
+// ErrInvalidOptions reports Options that name no tokenizer.json.
+var ErrInvalidOptions = errors.New("tokenizer: invalid options")
+
+// New builds an Encoder from a model's tokenizer.json and tokenizer_config.json. A model,
+// normalizer, pre-tokenizer, pattern or post-processor that it does not implement exactly is
+// an error naming it, never an Encoder that would give other ids than the reference.
+// New is O(size of the files).
+func New(o Options) (*Encoder, error) {
+	tj, cj := o.TokenizerJSON, o.ConfigJSON
+	if tj == nil {
+		if o.Dir == "" {
+			return nil, fmt.Errorf("%w: neither Dir nor TokenizerJSON", ErrInvalidOptions)
+		}
+		var err error
+		if tj, err = os.ReadFile(filepath.Join(o.Dir, "tokenizer.json")); err != nil {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+		cj, err = os.ReadFile(filepath.Join(o.Dir, "tokenizer_config.json"))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+	}
+	e, err := build(tj, cj)
 	if err != nil {
+		if o.TokenizerJSON == nil {
+			return nil, fmt.Errorf("tokenizer: %s: %w", o.Dir, err)
+		}
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
-	m, err := Parse(tj, cj)
-	if err != nil {
-		return nil, fmt.Errorf("%w (%s)", err, dir)
-	}
-	return m, nil
+	return e, nil
 }
 
 type fileJSON struct {
@@ -106,25 +130,13 @@ type postJSON struct {
 	} `json:"special_tokens"`
 }
 
-// Parse builds a Model from the bytes of tokenizer.json and of tokenizer_config.json (which
-// may be empty: encoding does not read it). A model, normalizer, pre-tokenizer or
-// post-processor it does not implement exactly is an error naming it, never a model that
-// would give other ids than the reference. Parse is O(size of the files).
-func Parse(tokenizerJSON, configJSON []byte) (*Model, error) {
-	m, err := parse(tokenizerJSON)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
-	m.config = bytes.Clone(configJSON)
-	return m, nil
-}
-
-func parse(data []byte) (*Model, error) {
+// build parses both files and builds the Encoder.
+func build(data, config []byte) (*Encoder, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
-	m := &Model{}
+	m := &Encoder{}
 	if t := f.Model.Type; t != "" && t != "BPE" {
 		return nil, fmt.Errorf("model %q is not supported (only BPE)", t)
 	}
@@ -168,7 +180,71 @@ func parse(data []byte) (*Model, error) {
 	if err := m.parsePost(f.PostProcessor); err != nil {
 		return nil, err
 	}
+	if err := m.parseConfig(config, f.Model.Vocab, f.AddedTokens); err != nil {
+		return nil, err
+	}
+	m.config = bytes.Clone(config)
 	return m, nil
+}
+
+type configJSON struct {
+	Class    string          `json:"tokenizer_class"`
+	AddBOS   *bool           `json:"add_bos_token"`
+	AddEOS   *bool           `json:"add_eos_token"`
+	BOSToken json.RawMessage `json:"bos_token"`
+	EOSToken json.RawMessage `json:"eos_token"`
+}
+
+// parseConfig reads what of tokenizer_config.json changes encoding: transformers rebuilds
+// the post-processor of the Llama tokenizer classes from add_bos_token and add_eos_token.
+func (m *Encoder) parseConfig(config []byte, vocab map[string]uint32, added []addedToken) error {
+	if len(bytes.TrimSpace(config)) == 0 {
+		return nil
+	}
+	var c configJSON
+	if err := json.Unmarshal(config, &c); err != nil {
+		return fmt.Errorf("tokenizer_config.json: %w", err)
+	}
+	if c.Class != "LlamaTokenizer" && c.Class != "LlamaTokenizerFast" {
+		return nil
+	}
+	idOf := func(name string, raw json.RawMessage) (uint32, error) {
+		var tok string
+		if err := json.Unmarshal(raw, &tok); err != nil {
+			var obj struct {
+				Content string `json:"content"`
+			}
+			if err := json.Unmarshal(raw, &obj); err != nil || obj.Content == "" {
+				return 0, fmt.Errorf("tokenizer_config.json: %s is neither a string nor a token", name)
+			}
+			tok = obj.Content
+		}
+		for _, t := range added {
+			if t.Content == tok {
+				return t.ID, nil
+			}
+		}
+		if id, ok := vocab[tok]; ok {
+			return id, nil
+		}
+		return 0, fmt.Errorf("tokenizer_config.json: %s %q is not a token", name, tok)
+	}
+	m.before, m.after = []uint32{}, []uint32{}
+	if c.AddBOS == nil || *c.AddBOS {
+		id, err := idOf("bos_token", c.BOSToken)
+		if err != nil {
+			return err
+		}
+		m.before = append(m.before, id)
+	}
+	if c.AddEOS != nil && *c.AddEOS {
+		id, err := idOf("eos_token", c.EOSToken)
+		if err != nil {
+			return err
+		}
+		m.after = append(m.after, id)
+	}
+	return nil
 }
 
 // parseMerges reads the merges as pairs (["a", "b"]) or as strings ("a b").
@@ -198,7 +274,7 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 
 // parsePre reads the pre-tokenizer: Split pre-tokenizers with a known pattern, then a
 // ByteLevel one (or none). It reports whether the model is byte-level.
-func (m *Model) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err error) {
+func (m *Encoder) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return false, nil
 	}
@@ -244,7 +320,7 @@ func (m *Model) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err err
 }
 
 // parseAdded builds the two matchers of the added tokens.
-func (m *Model) parseAdded(tokens []addedToken) error {
+func (m *Encoder) parseAdded(tokens []addedToken) error {
 	var special, classic []addedToken
 	seen := map[string]bool{}
 	for _, t := range tokens {
@@ -287,7 +363,7 @@ func (m *Model) parseAdded(tokens []addedToken) error {
 
 // parsePost reads the post-processor: ByteLevel (adds nothing), TemplateProcessing (its
 // single-sequence template), or a Sequence of those.
-func (m *Model) parsePost(raw json.RawMessage) error {
+func (m *Encoder) parsePost(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
@@ -346,7 +422,7 @@ type scratch struct {
 	heap   []uint64
 	na, nb []byte // normalization buffers
 	cache  wordCache
-	m      *Model
+	m      *Encoder
 	dst    []uint32
 }
 
@@ -357,7 +433,7 @@ type scratch struct {
 //
 // Encode is safe for concurrent use. It allocates nothing when dst has room and the
 // normalizer leaves the text as it is (one string per normalized stretch otherwise).
-func (m *Model) Encode(dst []uint32, text string) []uint32 {
+func (m *Encoder) Encode(dst []uint32, text string) []uint32 {
 	sc, _ := m.pool.Get().(*scratch)
 	if sc == nil {
 		sc = &scratch{m: m}
@@ -371,10 +447,13 @@ func (m *Model) Encode(dst []uint32, text string) []uint32 {
 	return dst
 }
 
-// EncodeSpecial is [Model.Encode] with the special tokens the post-processor adds
-// (encode(text, add_special_tokens=True)): a beginning-of-sequence token for the
-// models whose tokenizer.json has a TemplateProcessing post-processor, none for the others.
-func (m *Model) EncodeSpecial(dst []uint32, text string) []uint32 {
+// EncodeSpecial is [Encoder.Encode] with the special tokens the post-processor adds
+// (encode(text, add_special_tokens=True)) as the engine applies them: for a model whose
+// tokenizer_class is LlamaTokenizer or LlamaTokenizerFast, the bos_token when add_bos_token
+// (the default) and the eos_token when add_eos_token, as transformers rewrites the
+// post-processor of those; for the others, tokenizer.json's TemplateProcessing template, or
+// nothing.
+func (m *Encoder) EncodeSpecial(dst []uint32, text string) []uint32 {
 	dst = append(dst, m.before...)
 	dst = m.Encode(dst, text)
 	return append(dst, m.after...)

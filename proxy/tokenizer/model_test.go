@@ -2,6 +2,7 @@ package tokenizer_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -53,7 +54,7 @@ func TestEncodeReference(t *testing.T) {
 		{"testdata/bytelevel", ref.ByteLevel},
 		{"testdata/sentencepiece", ref.SentencePiece},
 	} {
-		m, err := tokenizer.Load(tc.dir)
+		m, err := tokenizer.New(tokenizer.Options{Dir: tc.dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +70,7 @@ func TestEncodeReference(t *testing.T) {
 }
 
 func TestEncodeAppends(t *testing.T) {
-	m, err := tokenizer.Load("testdata/bytelevel")
+	m, err := tokenizer.New(tokenizer.Options{Dir: "testdata/bytelevel"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestEncodeAppends(t *testing.T) {
 	}
 }
 
-func TestParseRefuses(t *testing.T) {
+func TestNewRefuses(t *testing.T) {
 	b, err := os.ReadFile("testdata/bytelevel/tokenizer.json")
 	if err != nil {
 		t.Fatal(err)
@@ -110,20 +111,71 @@ func TestParseRefuses(t *testing.T) {
 		"merge":           edit(func(g map[string]any) { g["model"].(map[string]any)["merges"] = []any{[]any{"zz", "q"}} }),
 		"no vocab":        edit(func(g map[string]any) { delete(g["model"].(map[string]any), "vocab") }),
 	} {
-		if _, err := tokenizer.Parse(data, nil); err == nil {
-			t.Errorf("%s: Parse succeeded, want an error", name)
+		if _, err := tokenizer.New(tokenizer.Options{TokenizerJSON: data}); err == nil {
+			t.Errorf("%s: New succeeded, want an error", name)
 		}
 	}
-	if _, err := tokenizer.Parse(b, nil); err != nil {
+	if _, err := tokenizer.New(tokenizer.Options{TokenizerJSON: b}); err != nil {
 		t.Errorf("unchanged: %v", err)
 	}
-	if _, err := tokenizer.Load("testdata/none"); err == nil {
-		t.Error("Load of a missing directory succeeded")
+	if _, err := tokenizer.New(tokenizer.Options{Dir: "testdata/none"}); err == nil {
+		t.Error("New of a missing directory succeeded")
+	}
+	if _, err := tokenizer.New(tokenizer.Options{}); !errors.Is(err, tokenizer.ErrInvalidOptions) {
+		t.Errorf("New(Options{}) = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestConfigSpecial checks EncodeSpecial against tokenizer_config.json: transformers rebuilds
+// the post-processor of the Llama classes from add_bos_token and add_eos_token.
+func TestConfigSpecial(t *testing.T) {
+	tj, err := os.ReadFile("testdata/bytelevel/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const text = "the world"
+	base, err := tokenizer.New(tokenizer.Options{TokenizerJSON: tj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := base.Encode(nil, text)
+	with := func(pre []uint32, post ...uint32) []uint32 {
+		return append(append(slices.Clone(pre), ids...), post...)
+	}
+	const bos, start, end = 303, 301, 302 // <bos>, <|im_start|>, <|im_end|>
+	for _, tc := range []struct {
+		config string
+		want   []uint32
+	}{
+		{``, with([]uint32{bos})}, // tokenizer.json's TemplateProcessing
+		{`{"tokenizer_class": "Qwen2Tokenizer", "add_bos_token": false}`, with([]uint32{bos})},
+		{`{"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<|im_start|>"}`, with([]uint32{start})},
+		{`{"tokenizer_class": "LlamaTokenizer", "add_bos_token": false, "add_eos_token": true, "eos_token": {"content": "<|im_end|>"}}`, with(nil, end)},
+		{`{"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": true, "add_eos_token": true, "bos_token": "t", "eos_token": "<|im_end|>"}`, with([]uint32{116}, end)},
+	} {
+		m, err := tokenizer.New(tokenizer.Options{TokenizerJSON: tj, ConfigJSON: []byte(tc.config)})
+		if err != nil {
+			t.Errorf("%s: %v", tc.config, err)
+			continue
+		}
+		if got := m.EncodeSpecial(nil, text); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: EncodeSpecial = %v, want %v", tc.config, got, tc.want)
+		}
+	}
+	for _, config := range []string{
+		`{`,
+		`{"tokenizer_class": "LlamaTokenizerFast"}`,
+		`{"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<nope>"}`,
+		`{"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": false, "add_eos_token": true, "eos_token": 3}`,
+	} {
+		if _, err := tokenizer.New(tokenizer.Options{TokenizerJSON: tj, ConfigJSON: []byte(config)}); err == nil {
+			t.Errorf("%s: New succeeded, want an error", config)
+		}
 	}
 }
 
 func TestConcurrentEncode(t *testing.T) {
-	m, err := tokenizer.Load("testdata/bytelevel")
+	m, err := tokenizer.New(tokenizer.Options{Dir: "testdata/bytelevel"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +202,7 @@ func TestConcurrentEncode(t *testing.T) {
 }
 
 func Example() {
-	m, err := tokenizer.Load("testdata/bytelevel")
+	m, err := tokenizer.New(tokenizer.Options{Dir: "testdata/bytelevel"})
 	if err != nil {
 		fmt.Println(err)
 		return
