@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -91,12 +93,12 @@ func normalize(steps []normStep, s string, a, b []byte) (string, []byte, []byte)
 				if st.form.IsNormal(a) {
 					continue
 				}
-				b = st.form.Append(b[:0], a...)
+				b = appendForm(b[:0], st.form, string(a))
 			} else {
 				if st.form.IsNormalString(s) {
 					continue
 				}
-				b = st.form.AppendString(b[:0], s)
+				b = appendForm(b[:0], st.form, s)
 			}
 		case normPrepend:
 			// Prepend adds its text to a string that is not empty.
@@ -135,3 +137,64 @@ func normalize(steps []normStep, s string, a, b []byte) (string, []byte, []byte)
 	}
 	return string(a), a, b
 }
+
+// appendForm appends the normal form f of s to dst as the reference computes it: the stretches
+// between the runes it does not know (normBarriers) normalized apart, those runes kept.
+func appendForm(dst []byte, f norm.Form, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r >= normBarriers[0] && isBarrier(r, s[i:i+n]) {
+			dst = appendFormPart(dst, f, s[start:i])
+			dst = append(dst, s[i:i+n]...)
+			start = i + n
+		}
+		i += n
+	}
+	return appendFormPart(dst, f, s[start:])
+}
+
+// appendFormPart appends f(s) to dst without letting f see what dst already holds (x/text's
+// Append normalizes across the seam).
+func appendFormPart(dst []byte, f norm.Form, s string) []byte {
+	if s == "" {
+		return dst
+	}
+	part := f.AppendString(dst[len(dst):], s)
+	return append(dst, part...)
+}
+
+// isBarrier reports whether r (whose encoding is enc) is normalized apart: a rune the
+// reference does not know (normBarriers), or one that x/text would compose wrongly. x/text
+// looks compositions up by the low 16 bits of both runes, so a supplementary starter
+// followed by a combining mark can come out as a BMP letter (U+10061 U+0311 as U+0203), and a
+// BMP rune before a supplementary mark as a supplementary letter (U+1099 U+110BA as
+// U+1109A). Such runes are starters that compose with nothing, so a stretch may end at them.
+func isBarrier(r rune, enc string) bool {
+	if r >= 0x10000 {
+		if _, ok := suppComposing[r]; ok {
+			return false
+		}
+		return norm.NFC.PropertiesString(enc).CCC() == 0
+	}
+	if _, ok := bmpAliases[r]; ok {
+		return true
+	}
+	k := sort.Search(len(normBarriers), func(k int) bool { return normBarriers[k] >= r })
+	return k < len(normBarriers) && normBarriers[k] == r
+}
+
+// suppComposing are the supplementary runes that take part in canonical compositions
+// (Kaithi, Chakma, Grantha, Tirhuta, Siddham, Dives Akuru); bmpAliases are the BMP runes
+// whose low 16 bits are those of a supplementary first rune of one.
+var (
+	suppComposing = map[rune]struct{}{
+		0x11099: {}, 0x1109B: {}, 0x110A5: {}, 0x110BA: {}, 0x11127: {}, 0x11131: {}, 0x11132: {},
+		0x1133E: {}, 0x11347: {}, 0x11357: {}, 0x114B0: {}, 0x114B9: {}, 0x114BA: {}, 0x114BD: {},
+		0x115AF: {}, 0x115B8: {}, 0x115B9: {},
+	}
+	bmpAliases = map[rune]struct{}{
+		0x1099: {}, 0x109B: {}, 0x10A5: {}, 0x1131: {}, 0x1132: {}, 0x1347: {}, 0x14B9: {},
+		0x15B8: {}, 0x15B9: {}, 0x1935: {},
+	}
+)
