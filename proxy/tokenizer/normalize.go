@@ -169,13 +169,15 @@ func appendFormPart(dst []byte, f norm.Form, s string) []byte {
 // looks compositions up by the low 16 bits of both runes, so a supplementary starter
 // followed by a combining mark can come out as a BMP letter (U+10061 U+0311 as U+0203), and a
 // BMP rune before a supplementary mark as a supplementary letter (U+1099 U+110BA as
-// U+1109A). Such runes are starters that compose with nothing, so a stretch may end at them.
+// U+1109A). Such runes are starters that neither decompose nor compose, so a stretch may end at them.
 func isBarrier(r rune, enc string) bool {
 	if r >= 0x10000 {
 		if _, ok := suppComposing[r]; ok {
 			return false
 		}
-		return norm.NFC.PropertiesString(enc).CCC() == 0
+		if p := norm.NFC.PropertiesString(enc); p.CCC() == 0 && p.Decomposition() == nil {
+			return true
+		}
 	}
 	if _, ok := bmpAliases[r]; ok {
 		return true
