@@ -93,12 +93,13 @@ func (m *matcher) longest(s string, i int) (tok int32, n int) {
 	return tok, n
 }
 
-// split calls piece for each stretch of s between tokens and token for each token found,
+// split calls piece for each stretch of s between tokens (with its offset in s) and token for
+// each token found,
 // honouring single_word, lstrip and rstrip as the reference does (find_matches).
 // It is O(len(s) · longest token).
-func (m *matcher) split(s string, piece func(string), token func(uint32)) {
+func (m *matcher) split(s string, piece func(string, int), token func(uint32)) {
 	if m == nil || len(m.tokens) == 0 {
-		piece(s)
+		piece(s, 0)
 		return
 	}
 	start := 0 // end of the last split
@@ -143,13 +144,13 @@ func (m *matcher) split(s string, piece func(string), token func(uint32)) {
 			}
 		}
 		if start < mStart {
-			piece(s[start:mStart])
+			piece(s[start:mStart], start)
 		}
 		token(t.ID)
 		start = mStop
 	}
 	if start < len(s) {
-		piece(s[start:])
+		piece(s[start:], start)
 	}
 }
 

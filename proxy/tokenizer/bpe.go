@@ -10,9 +10,14 @@ import (
 // token: open addressing over flat arrays with a multiplicative hash, no pointers for the
 // collector to scan, one or two probes a lookup.
 type pairTable struct {
-	keys  []uint64 // a<<32 | b; emptyPair where free
-	vals  []uint64 // rank<<32 | merged id
+	slots []pairSlot
 	shift uint8
+}
+
+// pairSlot keeps a key beside its value: one cache line a probe.
+type pairSlot struct {
+	key uint64 // a<<32 | b; emptyPair where free
+	val uint64 // rank<<32 | merged id
 }
 
 const emptyPair = ^uint64(0)
@@ -22,9 +27,9 @@ func newPairTable(n int) pairTable {
 	for size < 2*n {
 		size <<= 1
 	}
-	t := pairTable{keys: make([]uint64, size), vals: make([]uint64, size), shift: uint8(64 - bits.TrailingZeros(uint(size)))}
-	for i := range t.keys {
-		t.keys[i] = emptyPair
+	t := pairTable{slots: make([]pairSlot, size), shift: uint8(64 - bits.TrailingZeros(uint(size)))}
+	for i := range t.slots {
+		t.slots[i].key = emptyPair
 	}
 	return t
 }
@@ -35,11 +40,10 @@ func (t *pairTable) slot(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t
 // Rust HashMap collected from the merge list keeps the last.
 func (t *pairTable) put(a, b, rank, id uint32) {
 	k := uint64(a)<<32 | uint64(b)
-	mask := uint64(len(t.keys) - 1)
+	mask := uint64(len(t.slots) - 1)
 	for h := t.slot(k); ; h = (h + 1) & mask {
-		if t.keys[h] == emptyPair || t.keys[h] == k {
-			t.keys[h] = k
-			t.vals[h] = uint64(rank)<<32 | uint64(id)
+		if sl := &t.slots[h]; sl.key == emptyPair || sl.key == k {
+			sl.key, sl.val = k, uint64(rank)<<32|uint64(id)
 			return
 		}
 	}
@@ -48,12 +52,12 @@ func (t *pairTable) put(a, b, rank, id uint32) {
 // get returns the rank and merged id of the pair (a, b), ok false when no merge joins them.
 func (t *pairTable) get(a, b uint32) (rank, id uint32, ok bool) {
 	k := uint64(a)<<32 | uint64(b)
-	mask := uint64(len(t.keys) - 1)
+	mask := uint64(len(t.slots) - 1)
 	for h := t.slot(k); ; h = (h + 1) & mask {
-		switch t.keys[h] {
+		sl := &t.slots[h]
+		switch sl.key {
 		case k:
-			v := t.vals[h]
-			return uint32(v >> 32), uint32(v), true
+			return uint32(sl.val >> 32), uint32(sl.val), true
 		case emptyPair:
 			return 0, 0, false
 		}
@@ -78,6 +82,7 @@ type bpe struct {
 	hasASCII  [utf8.RuneSelf]bool
 	runeIDs   map[rune]uint32 // not byte-level: the single-rune tokens beyond ASCII
 	vocabSize int
+	maxToken  int // the longest key of vocab, in bytes
 }
 
 // symbol is one token of a word while it is merged; size 0 marks one merged into its left
@@ -94,15 +99,17 @@ func (m *bpe) word(dst []uint32, s string, sc *scratch) []uint32 {
 	if len(s) == 0 {
 		return dst
 	}
-	if m.ignore {
-		if id, ok := m.vocab[s]; ok {
-			return append(dst, id)
-		}
-	}
 	if out, ok := sc.cache.get(dst, s); ok {
 		return out
 	}
 	start := len(dst)
+	if m.ignore && len(s) <= m.maxToken {
+		if id, ok := m.vocab[s]; ok {
+			dst = append(dst, id)
+			sc.cache.put(s, dst[start:])
+			return dst
+		}
+	}
 	syms := sc.syms[:0]
 	if m.byteLevel {
 		for i := 0; i < len(s); i++ {
@@ -132,7 +139,7 @@ func (m *bpe) word(dst []uint32, s string, sc *scratch) []uint32 {
 }
 
 // smallWord is the longest word merged by mergeSmall rather than with a heap.
-const smallWord = 48
+const smallWord = 128
 
 // mergeSmall merges a short word by scanning for the lowest-ranked pair, leftmost first:
 // the order of mergeAll's queue, without the queue. It is O(n²) and appends the ids to dst.
@@ -411,6 +418,9 @@ func buildBPE(vocab map[string]uint32, merges [][2]string, byteLevel bool) (*bpe
 				m.byteIDs[b], m.hasByte[b] = id, true
 			}
 		}
+	}
+	for tok := range m.vocab {
+		m.maxToken = max(m.maxToken, len(tok))
 	}
 	m.merges = newPairTable(len(merges))
 	for rank, p := range merges {

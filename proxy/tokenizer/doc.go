@@ -55,7 +55,7 @@
 // Merges are looked up in a flat open-addressing table keyed by the pair of ids, holding the
 // merge's rank and the merged id: no strings are built while encoding. A byte-level model
 // starts a word from the ids of its bytes directly (the vocabulary is kept keyed by raw bytes,
-// the byte-to-character map undone once at load). Words of up to 48 symbols are merged by
+// the byte-to-character map undone once at load). Words of up to 128 symbols are merged by
 // scanning for the lowest-ranked pair; longer ones with a priority queue, as the reference
 // does, in O(n log n). Both give the reference's order of merges: the current pair of lowest
 // rank, and among equal ranks the leftmost.

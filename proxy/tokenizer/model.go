@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/text/unicode/norm"
 	"hash/maphash"
 	"os"
 	"path/filepath"
@@ -421,9 +422,20 @@ type scratch struct {
 	syms   []symbol
 	heap   []uint64
 	na, nb []byte // normalization buffers
+	iter   norm.Iter
+	normed []byte    // the normalized stretches of one text, end to end
+	segs   []segment // the text split on the added tokens matched before normalization
 	cache  wordCache
 	m      *Encoder
 	dst    []uint32
+}
+
+// segment is a token (id, when end < 0) or a stretch of text: text[start:end], or
+// normed[start:end] when normed is set.
+type segment struct {
+	start, end int
+	id         uint32
+	normed     bool
 }
 
 // Encode appends to dst the token ids of text as the Hugging Face tokenizers library encodes
@@ -440,11 +452,53 @@ func (m *Encoder) Encode(dst []uint32, text string) []uint32 {
 		sc.cache.seed = maphash.MakeSeed()
 	}
 	sc.dst = dst
-	m.added.split(text, sc.rawPiece, sc.token)
+	sc.encode(text)
 	dst = sc.dst
 	sc.dst = nil
 	m.pool.Put(sc)
 	return dst
+}
+
+// encode splits text on the added tokens matched in the raw text, normalizes the stretches
+// between them into one buffer (one string for the whole text), and encodes each stretch.
+func (sc *scratch) encode(text string) {
+	m := sc.m
+	if len(m.norm) == 0 {
+		m.added.split(text, sc.rawPiece, sc.token)
+		return
+	}
+	sc.segs, sc.normed = sc.segs[:0], sc.normed[:0]
+	m.added.split(text, sc.rawSegment, sc.tokenSegment)
+	var normed string
+	if len(sc.normed) > 0 {
+		normed = string(sc.normed) // the one allocation of a text the normalizer changes
+	}
+	for _, g := range sc.segs {
+		switch {
+		case g.end < 0:
+			sc.token(g.id)
+		case g.normed:
+			sc.normPiece(normed[g.start:g.end])
+		default:
+			sc.normPiece(text[g.start:g.end])
+		}
+	}
+}
+
+func (sc *scratch) tokenSegment(id uint32) { sc.segs = append(sc.segs, segment{end: -1, id: id}) }
+
+// rawSegment normalizes a stretch of the text between tokens, into sc.normed if that changes it.
+func (sc *scratch) rawSegment(s string, at int) {
+	var out []byte
+	var changed bool
+	out, changed, sc.na, sc.nb = normalizeBytes(sc.m.norm, &sc.iter, s, sc.na, sc.nb)
+	if !changed {
+		sc.segs = append(sc.segs, segment{start: at, end: at + len(s)})
+		return
+	}
+	start := len(sc.normed)
+	sc.normed = append(sc.normed, out...)
+	sc.segs = append(sc.segs, segment{start: start, end: len(sc.normed), normed: true})
 }
 
 // EncodeSpecial is [Encoder.Encode] with the special tokens the post-processor adds
@@ -461,22 +515,21 @@ func (m *Encoder) EncodeSpecial(dst []uint32, text string) []uint32 {
 
 func (sc *scratch) token(id uint32) { sc.dst = append(sc.dst, id) }
 
-// rawPiece takes a stretch of the text between added tokens: normalized, then searched for
-// the normalized added tokens.
-func (sc *scratch) rawPiece(s string) {
-	m := sc.m
-	if len(m.norm) > 0 {
-		s, sc.na, sc.nb = normalize(m.norm, s, sc.na, sc.nb)
-	}
-	if m.addedNorm != nil {
+// rawPiece takes a stretch of the text between added tokens, of a model without normalizer.
+func (sc *scratch) rawPiece(s string, _ int) { sc.normPiece(s) }
+
+// normPiece takes a normalized stretch: searched for the normalized added tokens, then
+// pre-tokenized.
+func (sc *scratch) normPiece(s string) {
+	if m := sc.m; m.addedNorm != nil {
 		m.addedNorm.split(s, sc.piece, sc.token)
 		return
 	}
-	sc.piece(s)
+	sc.piece(s, 0)
 }
 
 // piece pre-tokenizes a normalized stretch and encodes its words.
-func (sc *scratch) piece(s string) {
+func (sc *scratch) piece(s string, _ int) {
 	if s == "" {
 		return
 	}

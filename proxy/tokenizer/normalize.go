@@ -82,23 +82,36 @@ func parseNormalizer(raw json.RawMessage, steps []normStep) ([]normStep, error) 
 // normalize applies the steps to s. It returns s itself when no step changes it, else one new
 // string; the buffers are scratch, returned grown for reuse.
 func normalize(steps []normStep, s string, a, b []byte) (string, []byte, []byte) {
-	if len(s) == 0 {
+	var it norm.Iter
+	out, changed, a, b := normalizeBytes(steps, &it, s, a, b)
+	if !changed {
 		return s, a, b
 	}
-	changed := false // once set, the text is in a
+	return string(out), a, b
+}
+
+// normalizeBytes applies the steps to s. When a step changes it, it returns the result, which
+// is one of the buffers a and b (scratch, returned grown for reuse), and changed true.
+// it is scratch too: x/text's iterator, which allocates nothing where its Append does.
+func normalizeBytes(steps []normStep, it *norm.Iter, s string, a, b []byte) (out []byte, changed bool, _, _ []byte) {
+	if len(s) == 0 {
+		return nil, false, a, b
+	}
+	// once changed, the text is in a
 	for _, st := range steps {
 		switch st.kind {
 		case normForm:
+			// QuickSpan, unlike IsNormal, allocates nothing; a short span only costs the full pass.
 			if changed {
-				if st.form.IsNormal(a) {
+				if st.form.QuickSpan(a) == len(a) {
 					continue
 				}
-				b = appendForm(b[:0], st.form, string(a))
+				b = appendForm(b[:0], it, st.form, string(a))
 			} else {
-				if st.form.IsNormalString(s) {
+				if st.form.QuickSpanString(s) == len(s) {
 					continue
 				}
-				b = appendForm(b[:0], st.form, s)
+				b = appendForm(b[:0], it, st.form, s)
 			}
 		case normPrepend:
 			// Prepend adds its text to a string that is not empty.
@@ -133,35 +146,37 @@ func normalize(steps []normStep, s string, a, b []byte) (string, []byte, []byte)
 		changed = true
 	}
 	if !changed {
-		return s, a, b
+		return nil, false, a, b
 	}
-	return string(a), a, b
+	return a, true, a, b
 }
 
 // appendForm appends the normal form f of s to dst as the reference computes it: the stretches
 // between the runes it does not know (normBarriers) normalized apart, those runes kept.
-func appendForm(dst []byte, f norm.Form, s string) []byte {
+func appendForm(dst []byte, it *norm.Iter, f norm.Form, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if r >= normBarriers[0] && isBarrier(r, s[i:i+n]) {
-			dst = appendFormPart(dst, f, s[start:i])
+			dst = appendFormPart(dst, it, f, s[start:i])
 			dst = append(dst, s[i:i+n]...)
 			start = i + n
 		}
 		i += n
 	}
-	return appendFormPart(dst, f, s[start:])
+	return appendFormPart(dst, it, f, s[start:])
 }
 
-// appendFormPart appends f(s) to dst without letting f see what dst already holds (x/text's
-// Append normalizes across the seam).
-func appendFormPart(dst []byte, f norm.Form, s string) []byte {
+// appendFormPart appends f(s) to dst.
+func appendFormPart(dst []byte, it *norm.Iter, f norm.Form, s string) []byte {
 	if s == "" {
 		return dst
 	}
-	part := f.AppendString(dst[len(dst):], s)
-	return append(dst, part...)
+	it.InitString(f, s)
+	for !it.Done() {
+		dst = append(dst, it.Next()...)
+	}
+	return dst
 }
 
 // isBarrier reports whether r (whose encoding is enc) is normalized apart: a rune the
