@@ -172,6 +172,9 @@ func appendFormPart(dst []byte, it *norm.Iter, f norm.Form, s string) []byte {
 	if s == "" {
 		return dst
 	}
+	if longMarks(f, s) {
+		return appendFormSlow(dst, f, s)
+	}
 	it.InitString(f, s)
 	for !it.Done() {
 		dst = append(dst, it.Next()...)
@@ -215,3 +218,131 @@ var (
 		0x15B8: {}, 0x15B9: {}, 0x1935: {},
 	}
 )
+
+// maxMarks is the longest run of non-starters x/text normalizes as Unicode does: past 30 it
+// inserts U+034F (the Stream-Safe Text Format), which the reference does not.
+const maxMarks = 28
+
+// longMarks reports whether s may hold a run of more than maxMarks non-starters, counting
+// the non-starters of each rune's decomposition. It is O(len(s)).
+func longMarks(f norm.Form, s string) bool {
+	run := 0
+	for i := 0; i < len(s); {
+		if s[i] < utf8.RuneSelf {
+			run = 0
+			i++
+			continue
+		}
+		_, n := utf8.DecodeRuneInString(s[i:])
+		p := f.PropertiesString(s[i : i+n])
+		k := 1
+		if d := p.Decomposition(); d != nil {
+			k = utf8.RuneCount(d)
+		}
+		switch {
+		case !p.BoundaryBefore() || p.LeadCCC() != 0 || p.CCC() != 0:
+			run += k // x/text counts on through runes that may combine backward
+		case p.TrailCCC() != 0:
+			run = k
+		default:
+			run = 0
+		}
+		if run > maxMarks {
+			return true
+		}
+		i += n
+	}
+	return false
+}
+
+// appendFormSlow normalizes s by the book, for the text x/text would not: full decomposition,
+// canonical ordering, then canonical composition (NFC, NFKC) with the composition of each
+// pair taken from x/text. It allocates; it serves only runs of more than maxMarks
+// combining marks.
+func appendFormSlow(dst []byte, f norm.Form, s string) []byte {
+	dec := norm.NFD
+	if f == norm.NFKC || f == norm.NFKD {
+		dec = norm.NFKD
+	}
+	var rs []rune
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch d := dec.PropertiesString(s[i : i+n]).Decomposition(); {
+		case r >= hangulBase && r < hangulBase+hangulCount:
+			k := r - hangulBase
+			rs = append(rs, 0x1100+k/(21*28), 0x1161+k%(21*28)/28)
+			if t := k % 28; t != 0 {
+				rs = append(rs, 0x11A7+t)
+			}
+		case d != nil:
+			for _, x := range string(d) {
+				rs = append(rs, x)
+			}
+		default:
+			rs = append(rs, r)
+		}
+		i += n
+	}
+	ccc := func(r rune) uint8 {
+		if r >= normBarriers[0] && isBarrier(r, string(r)) {
+			return 0
+		}
+		return norm.NFD.PropertiesString(string(r)).CCC()
+	}
+	// Canonical ordering: a stable sort of each run of non-starters by combining class.
+	for i := 1; i < len(rs); i++ {
+		c := ccc(rs[i])
+		if c == 0 {
+			continue
+		}
+		for j := i; j > 0; j-- {
+			p := ccc(rs[j-1])
+			if p == 0 || p <= c {
+				break
+			}
+			rs[j-1], rs[j] = rs[j], rs[j-1]
+		}
+	}
+	if f == norm.NFC || f == norm.NFKC {
+		out := rs[:0]
+		starter, last := -1, -1 // last: the class of the last rune kept after the starter, -1 if none
+		for _, r := range rs {
+			c := int(ccc(r))
+			if starter >= 0 && (last == -1 || last < c) {
+				if p, ok := composePair(out[starter], r); ok {
+					out[starter] = p
+					continue
+				}
+			}
+			if c == 0 {
+				starter, last = len(out), -1
+			} else {
+				last = c
+			}
+			out = append(out, r)
+		}
+		rs = out
+	}
+	for _, r := range rs {
+		dst = utf8.AppendRune(dst, r)
+	}
+	return dst
+}
+
+const (
+	hangulBase  = 0xAC00
+	hangulCount = 11172
+)
+
+// composePair returns the primary composite of a and b, if there is one.
+func composePair(a, b rune) (rune, bool) {
+	if isBarrier(a, string(a)) || isBarrier(b, string(b)) {
+		return 0, false
+	}
+	c := norm.NFC.String(string(a) + string(b))
+	r, n := utf8.DecodeRuneInString(c)
+	if n != len(c) || r == a {
+		return 0, false
+	}
+	return r, true
+}
