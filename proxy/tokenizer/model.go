@@ -22,9 +22,9 @@ import (
 // normalization: scratch buffers come from a pool.
 type Encoder struct {
 	norm   []normStep
-	splits []scanner // the Split pre-tokenizers, in order
-	gpt2   bool      // ByteLevel with use_regex: GPT-2's split after the others
-	prefix bool      // ByteLevel's add_prefix_space
+	splits []split // the Split pre-tokenizers, in order
+	gpt2   bool    // ByteLevel with use_regex: GPT-2's split after the others
+	prefix bool    // ByteLevel's add_prefix_space
 	// spaceSplit: no pre-tokenizer, and no token of the vocabulary holds "▁" after another
 	// character, so no merge can cross the start of a run of "▁": the text is split there
 	// into words that are merged (and cached) apart, with the same ids.
@@ -544,13 +544,16 @@ func (sc *scratch) split(s string, level int) {
 		sc.final(s)
 		return
 	}
-	scan := m.splits[level]
+	sp := m.splits[level]
 	gap := 0
 	for i := 0; i < len(s); {
-		e := scan(s, i)
+		if sp.first != nil && !sp.first[s[i]] {
+			i++ // not a first byte, nor the start of a rune that could begin a match
+			continue
+		}
+		e := sp.scan(s, i)
 		if e <= i {
-			_, n := at(s, i)
-			i += n
+			i += width(s, i)
 			continue
 		}
 		if gap < i {
@@ -596,8 +599,7 @@ func (sc *scratch) final(s string) {
 	for i := 0; i < len(s); {
 		e := scanGPT2(s, i)
 		if e <= i {
-			_, n := at(s, i)
-			i += n
+			i += width(s, i)
 			continue
 		}
 		if gap < i {

@@ -11,6 +11,29 @@ import (
 // pattern, lookahead included; the caller finds the leftmost match by trying each i in turn.
 type scanner func(s string, i int) int
 
+// A split is a Split pre-tokenizer: its scanner, and the bytes a match can start with (nil
+// for any), so that the text between matches is skipped a byte at a time.
+type split struct {
+	scan  scanner
+	first *[256]bool
+}
+
+// firstBytes returns the table of the bytes for which ok holds.
+func firstBytes(ok func(b byte) bool) *[256]bool {
+	var t [256]bool
+	for b := range t {
+		t[b] = ok(byte(b))
+	}
+	return &t
+}
+
+var (
+	// A number starts with an ASCII digit or a multi-byte rune.
+	digitFirst = firstBytes(func(b byte) bool { return b >= '0' && b <= '9' || b >= 0xC0 })
+	// [一-龥぀-ゟ゠-ヿ] encode in three bytes from E3 to E9.
+	cjkFirst = firstBytes(func(b byte) bool { return b >= 0xE3 && b <= 0xE9 })
+)
+
 // Patterns known by their exact text in tokenizer.json, and their scanners.
 const (
 	// Qwen2 and Qwen3 (and, with \p{N}{1,3}, Llama 3).
@@ -28,24 +51,24 @@ const (
 
 // scannerFor returns the scanner of a Split pattern, or an error naming a pattern it does not
 // know: a wrong split would give wrong ids, so an unknown pattern refuses to load.
-func scannerFor(pattern string) (scanner, error) {
+func scannerFor(pattern string) (split, error) {
 	switch pattern {
 	case patQwen:
-		return scanQwen, nil
+		return split{scan: scanQwen}, nil
 	case patLlama3:
-		return scanLlama3, nil
+		return split{scan: scanLlama3}, nil
 	case patO200k:
-		return scanO200k, nil
+		return split{scan: scanO200k}, nil
 	case patDigits3:
-		return scanDigits3, nil
+		return split{scan: scanDigits3, first: digitFirst}, nil
 	case patCJK:
-		return scanCJK, nil
+		return split{scan: scanCJK, first: cjkFirst}, nil
 	case patDSWords:
-		return scanDSWords, nil
+		return split{scan: scanDSWords}, nil
 	case patGPT2:
-		return scanGPT2, nil
+		return split{scan: scanGPT2}, nil
 	}
-	return nil, fmt.Errorf("Split pattern %q has no scanner (known: Qwen, Llama 3, o200k, DeepSeek-V3's three, GPT-2)", pattern)
+	return split{}, fmt.Errorf("Split pattern %q has no scanner (known: Qwen, Llama 3, o200k, DeepSeek-V3's three, GPT-2)", pattern)
 }
 
 // other is [^\s\p{L}\p{N}].

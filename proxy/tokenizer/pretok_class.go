@@ -118,6 +118,13 @@ func at(s string, i int) (class, int) {
 // runEnd returns the end of the run of runes from i whose class meets want.
 func runEnd(s string, i int, want class) int {
 	for i < len(s) {
+		if b := s[i]; b < utf8.RuneSelf {
+			if asciiClasses[b]&want == 0 {
+				break
+			}
+			i++
+			continue
+		}
 		c, n := at(s, i)
 		if c&want == 0 {
 			break
@@ -131,6 +138,13 @@ func runEnd(s string, i int, want class) int {
 // (invalid bytes included).
 func runEndNot(s string, i int, avoid class) int {
 	for i < len(s) {
+		if b := s[i]; b < utf8.RuneSelf {
+			if asciiClasses[b]&avoid != 0 {
+				break
+			}
+			i++
+			continue
+		}
 		c, n := at(s, i)
 		if c&avoid != 0 {
 			break
@@ -221,3 +235,12 @@ func contractionCS(s string, i int) int {
 }
 
 func isASCIILetter(b byte) bool { return (b|0x20) >= 'a' && (b|0x20) <= 'z' }
+
+// width returns the width of the rune at s[i] (1 for an invalid byte).
+func width(s string, i int) int {
+	if s[i] < utf8.RuneSelf {
+		return 1
+	}
+	_, n := utf8.DecodeRuneInString(s[i:])
+	return n
+}
