@@ -139,7 +139,7 @@ func (m *bpe) word(dst []uint32, s string, sc *scratch) []uint32 {
 }
 
 // smallWord is the longest word merged by mergeSmall rather than with a heap.
-const smallWord = 128
+const smallWord = 48
 
 // mergeSmall merges a short word by scanning for the lowest-ranked pair, leftmost first:
 // the order of mergeAll's queue, without the queue. It is O(n²) and appends the ids to dst.

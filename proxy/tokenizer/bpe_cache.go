@@ -2,9 +2,9 @@ package tokenizer
 
 import "hash/maphash"
 
-// wordCache remembers the ids of short words: a direct-mapped table of fixed-size entries,
-// one per pooled scratch (so per P in practice, and without locks), that allocates nothing
-// once made. Prompts repeat their words — code identifiers, common words, indentation — so
+// wordCache remembers the ids of short words: a direct-mapped table of fixed-size entries
+// (512 KiB), one per scratch space (as many as GOMAXPROCS are kept, and used without locks),
+// that allocates nothing once made. Prompts repeat their words — code identifiers, common words, indentation — so
 // most lookups hit and skip the merges.
 type wordCache struct {
 	seed    maphash.Seed
@@ -12,8 +12,8 @@ type wordCache struct {
 }
 
 const (
-	cacheEntries = 4096 // a power of two
-	cacheKey     = 22   // the longest word cached, in bytes
+	cacheEntries = 8192 // a power of two
+	cacheKey     = 38   // the longest word cached, in bytes (an entry is 64 bytes)
 	cacheIDs     = 6    // the most ids a cached word may have
 )
 

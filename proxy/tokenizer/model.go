@@ -9,8 +9,8 @@ import (
 	"hash/maphash"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
-	"sync"
 )
 
 // An Encoder is a model's tokenizer, built from its Hugging Face tokenizer.json: the
@@ -38,7 +38,9 @@ type Encoder struct {
 
 	config []byte // tokenizer_config.json as given
 
-	pool sync.Pool // of *scratch, each with its word cache of this model
+	// free holds the idle scratch spaces, each with its word cache of this model: a free
+	// list rather than a sync.Pool, which the collector empties, and the caches with it.
+	free chan *scratch
 }
 
 // Options says where an [Encoder]'s files are.
@@ -137,7 +139,7 @@ func build(data, config []byte) (*Encoder, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
-	m := &Encoder{}
+	m := &Encoder{free: make(chan *scratch, runtime.GOMAXPROCS(0))}
 	if t := f.Model.Type; t != "" && t != "BPE" {
 		return nil, fmt.Errorf("model %q is not supported (only BPE)", t)
 	}
@@ -446,8 +448,10 @@ type segment struct {
 // Encode is safe for concurrent use. It allocates nothing when dst has room and the
 // normalizer leaves the text as it is (one string per normalized stretch otherwise).
 func (m *Encoder) Encode(dst []uint32, text string) []uint32 {
-	sc, _ := m.pool.Get().(*scratch)
-	if sc == nil {
+	var sc *scratch
+	select {
+	case sc = <-m.free:
+	default:
 		sc = &scratch{m: m}
 		sc.cache.seed = maphash.MakeSeed()
 	}
@@ -455,7 +459,10 @@ func (m *Encoder) Encode(dst []uint32, text string) []uint32 {
 	sc.encode(text)
 	dst = sc.dst
 	sc.dst = nil
-	m.pool.Put(sc)
+	select {
+	case m.free <- sc:
+	default: // as many idle as the free list holds; the rest go to the collector
+	}
 	return dst
 }
 
