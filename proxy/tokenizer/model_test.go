@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/usher-llm/usher/proxy/tokenizer"
@@ -212,4 +213,29 @@ func Example() {
 	// Output:
 	// [257 32 275 280]
 	// [303 301 257 280 302]
+}
+
+// TestEncodeAllocsSmall holds Encode to its allocation budget on the test tokenizers, which
+// need no files from elsewhere: none for text the normalizer leaves as it is, one for text it
+// changes (the normalized string), with a dst that has room.
+func TestEncodeAllocsSmall(t *testing.T) {
+	const text = "<|im_start|>user\nthe hello world, 123 中文 <mask> and é!<|im_end|>\n"
+	for _, tc := range []struct {
+		dir, text string
+		want      float64
+	}{
+		{"testdata/bytelevel", text, 0},
+		{"testdata/bytelevel", strings.Repeat("e\u0301 ", 100) + text, 1}, // not NFC
+		{"testdata/sentencepiece", "<s>the hello world in thing", 1},      // Prepend and Replace
+	} {
+		m, err := tokenizer.New(tokenizer.Options{Dir: tc.dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]uint32, 0, 4096)
+		m.Encode(dst, tc.text)
+		if got := testing.AllocsPerRun(100, func() { dst = m.Encode(dst[:0], tc.text) }); got > tc.want {
+			t.Errorf("%s: Encode(%.20q...): %v allocations, want ≤ %v", tc.dir, tc.text, got, tc.want)
+		}
+	}
 }
