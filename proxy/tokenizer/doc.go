@@ -20,7 +20,8 @@
 //     string, and Sequences of them, applied to each stretch between added tokens (so
 //     Prepend("▁") prepends to each stretch, as in the reference).
 //  3. Pre-tokenizers: Split (behaviour Isolated) with a known pattern, then ByteLevel (its
-//     byte-to-character map, and GPT-2's split when use_regex is set); or none.
+//     byte-to-character map, and GPT-2's split when use_regex is set); Metaspace (each
+//     prepend_scheme, split or not); or none.
 //  4. BPE: the merges of lowest rank first, leftmost first among equal ranks, until none
 //     applies; byte_fallback to <0xNN> tokens, unk_token with fuse_unk, ignore_merges.
 //  5. Post-processor (EncodeSpecial only): TemplateProcessing's single template (a BOS token

@@ -29,6 +29,7 @@ type Encoder struct {
 	// character, so no merge can cross the start of a run of "▁": the text is split there
 	// into words that are merged (and cached) apart, with the same ids.
 	spaceSplit bool
+	meta       *metaspace // the Metaspace pre-tokenizer, if that is the pre-tokenizer
 	bpe        *bpe
 
 	added     *matcher // added tokens matched in the raw text (normalized: false)
@@ -113,8 +114,11 @@ type preJSON struct {
 	} `json:"pattern"`
 	Behavior       string `json:"behavior"`
 	Invert         bool   `json:"invert"`
-	AddPrefixSpace bool   `json:"add_prefix_space"`
+	AddPrefixSpace *bool  `json:"add_prefix_space"`
 	UseRegex       *bool  `json:"use_regex"`
+	Replacement    string `json:"replacement"`
+	PrependScheme  string `json:"prepend_scheme"`
+	Split          *bool  `json:"split"`
 }
 
 type postJSON struct {
@@ -176,7 +180,7 @@ func build(data, config []byte) (*Encoder, error) {
 	if u := f.Model.UnkToken; u != nil {
 		m.bpe.unk, m.bpe.hasUnk = f.Model.Vocab[*u]
 	}
-	m.spaceSplit = !byteLevel && len(m.splits) == 0 && spaceBound(f.Model.Vocab)
+	m.spaceSplit = !byteLevel && len(m.splits) == 0 && (m.meta == nil || !m.meta.split) && spaceBound(f.Model.Vocab)
 	if err := m.parseAdded(f.AddedTokens); err != nil {
 		return nil, err
 	}
@@ -315,9 +319,34 @@ func (m *Encoder) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err e
 		m.splits = append(m.splits, sc)
 		return false, nil
 	case "ByteLevel":
-		m.prefix = p.AddPrefixSpace
+		m.prefix = p.AddPrefixSpace != nil && *p.AddPrefixSpace
 		m.gpt2 = p.UseRegex == nil || *p.UseRegex
 		return true, nil
+	case "Metaspace":
+		if !top || len(m.splits) > 0 {
+			return false, errors.New("pre_tokenizer: Metaspace is supported alone only")
+		}
+		if p.Replacement != meta {
+			return false, fmt.Errorf("pre_tokenizer Metaspace: replacement %q is not supported (only %q)", p.Replacement, meta)
+		}
+		ms := &metaspace{split: p.Split == nil || *p.Split}
+		switch p.PrependScheme {
+		case "always":
+			ms.prepend = prependAlways
+		case "first":
+			ms.prepend = prependFirst
+		case "never":
+			ms.prepend = prependNever
+		case "":
+			// Before prepend_scheme, add_prefix_space (default true) meant always.
+			if p.AddPrefixSpace == nil || *p.AddPrefixSpace {
+				ms.prepend = prependAlways
+			}
+		default:
+			return false, fmt.Errorf("pre_tokenizer Metaspace: prepend_scheme %q is not supported", p.PrependScheme)
+		}
+		m.meta = ms
+		return false, nil
 	}
 	return false, fmt.Errorf("pre_tokenizer %q is not supported", p.Type)
 }
@@ -427,9 +456,12 @@ type scratch struct {
 	iter   norm.Iter
 	normed []byte    // the normalized stretches of one text, end to end
 	segs   []segment // the text split on the added tokens matched before normalization
+	mb     []byte    // Metaspace's buffer
 	cache  wordCache
-	m      *Encoder
-	dst    []uint32
+	// origStart is where in the text the stretch being encoded starts (Metaspace's "first").
+	origStart int
+	m         *Encoder
+	dst       []uint32
 }
 
 // segment is a token (id, when end < 0) or a stretch of text: text[start:end], or
@@ -438,6 +470,7 @@ type segment struct {
 	start, end int
 	id         uint32
 	normed     bool
+	orig       int // where the stretch starts in the text
 }
 
 // Encode appends to dst the token ids of text as the Hugging Face tokenizers library encodes
@@ -485,8 +518,10 @@ func (sc *scratch) encode(text string) {
 		case g.end < 0:
 			sc.token(g.id)
 		case g.normed:
+			sc.origStart = g.orig
 			sc.normPiece(normed[g.start:g.end])
 		default:
+			sc.origStart = g.orig
 			sc.normPiece(text[g.start:g.end])
 		}
 	}
@@ -500,12 +535,12 @@ func (sc *scratch) rawSegment(s string, at int) {
 	var changed bool
 	out, changed, sc.na, sc.nb = normalizeBytes(sc.m.norm, &sc.iter, s, sc.na, sc.nb)
 	if !changed {
-		sc.segs = append(sc.segs, segment{start: at, end: at + len(s)})
+		sc.segs = append(sc.segs, segment{start: at, end: at + len(s), orig: at})
 		return
 	}
 	start := len(sc.normed)
 	sc.normed = append(sc.normed, out...)
-	sc.segs = append(sc.segs, segment{start: start, end: len(sc.normed), normed: true})
+	sc.segs = append(sc.segs, segment{start: start, end: len(sc.normed), normed: true, orig: at})
 }
 
 // EncodeSpecial is [Encoder.Encode] with the special tokens the post-processor adds
@@ -523,7 +558,10 @@ func (m *Encoder) EncodeSpecial(dst []uint32, text string) []uint32 {
 func (sc *scratch) token(id uint32) { sc.dst = append(sc.dst, id) }
 
 // rawPiece takes a stretch of the text between added tokens, of a model without normalizer.
-func (sc *scratch) rawPiece(s string, _ int) { sc.normPiece(s) }
+func (sc *scratch) rawPiece(s string, at int) {
+	sc.origStart = at
+	sc.normPiece(s)
+}
 
 // normPiece takes a normalized stretch: searched for the normalized added tokens, then
 // pre-tokenized.
@@ -536,8 +574,12 @@ func (sc *scratch) normPiece(s string) {
 }
 
 // piece pre-tokenizes a normalized stretch and encodes its words.
-func (sc *scratch) piece(s string, _ int) {
+func (sc *scratch) piece(s string, at int) {
 	if s == "" {
+		return
+	}
+	if sc.m.meta != nil {
+		sc.metaspace(s, sc.origStart == 0 && at == 0)
 		return
 	}
 	sc.split(s, 0)
@@ -637,4 +679,56 @@ func spaceBound(vocab map[string]uint32) bool {
 		}
 	}
 	return true
+}
+
+// metaspace is the Metaspace pre-tokenizer: spaces become "▁", a "▁" is prepended to a
+// piece that does not start with one (always, or only to the piece at the start of the text,
+// or never), and with split each "▁" starts a word (MergedWithNext).
+type metaspace struct {
+	prepend prependScheme
+	split   bool
+}
+
+type prependScheme uint8
+
+const (
+	prependNever prependScheme = iota
+	prependAlways
+	prependFirst
+)
+
+// metaspace encodes a piece of a model whose pre-tokenizer is Metaspace. first tells whether
+// the piece starts the text. It allocates the rewritten piece.
+func (sc *scratch) metaspace(s string, first bool) {
+	m, ms := sc.m, sc.m.meta
+	b := sc.mb[:0]
+	if !strings.HasPrefix(s, " ") && !strings.HasPrefix(s, meta) &&
+		(ms.prepend == prependAlways || ms.prepend == prependFirst && first) {
+		b = append(b, meta...)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == ' ' {
+			b = append(b, meta...)
+		} else {
+			b = append(b, s[i])
+		}
+	}
+	sc.mb = b
+	w := string(b)
+	if !ms.split {
+		sc.final(w)
+		return
+	}
+	start := 0
+	for i := 1; i < len(w); {
+		k := strings.Index(w[i:], meta)
+		if k < 0 {
+			break
+		}
+		i += k
+		sc.dst = m.bpe.word(sc.dst, w[start:i], sc)
+		start = i
+		i += len(meta)
+	}
+	sc.dst = m.bpe.word(sc.dst, w[start:], sc)
 }

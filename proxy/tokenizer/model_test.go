@@ -18,7 +18,11 @@ import (
 type reference struct {
 	ByteLevel     []refCase `json:"bytelevel"`
 	SentencePiece []refCase `json:"sentencepiece"`
-	Pretok        map[string]struct {
+	Metaspace     []struct {
+		PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+		Cases        []refCase       `json:"cases"`
+	} `json:"metaspace"`
+	Pretok map[string]struct {
 		Pattern string `json:"pattern"`
 		Cases   []struct {
 			Text   string   `json:"text"`
@@ -236,6 +240,36 @@ func TestEncodeAllocsSmall(t *testing.T) {
 		m.Encode(dst, tc.text)
 		if got := testing.AllocsPerRun(100, func() { dst = m.Encode(dst[:0], tc.text) }); got > tc.want {
 			t.Errorf("%s: Encode(%.20q...): %v allocations, want ≤ %v", tc.dir, tc.text, got, tc.want)
+		}
+	}
+}
+
+// TestMetaspace checks the Metaspace pre-tokenizer (each prepend_scheme, split or not) on the
+// SentencePiece test tokenizer with its normalizer removed, against the reference.
+func TestMetaspace(t *testing.T) {
+	ref := loadReference(t)
+	b, err := os.ReadFile("testdata/sentencepiece/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ref.Metaspace) == 0 {
+		t.Fatal("no Metaspace cases in the reference")
+	}
+	for _, v := range ref.Metaspace {
+		var f map[string]json.RawMessage
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		f["normalizer"], f["pre_tokenizer"] = json.RawMessage("null"), v.PreTokenizer
+		tj, _ := json.Marshal(f)
+		m, err := tokenizer.New(tokenizer.Options{TokenizerJSON: tj})
+		if err != nil {
+			t.Fatalf("%s: %v", v.PreTokenizer, err)
+		}
+		for _, c := range v.Cases {
+			if got := m.Encode(nil, c.Text); !slices.Equal(got, c.IDs) {
+				t.Errorf("%s: Encode(%q) = %v, want %v", v.PreTokenizer, c.Text, got, c.IDs)
+			}
 		}
 	}
 }
