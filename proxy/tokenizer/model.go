@@ -16,10 +16,12 @@ import (
 // An Encoder is a model's tokenizer, built from its Hugging Face tokenizer.json: the
 // normalizer, pre-tokenizer, BPE model, added tokens and post-processor.
 //
-// An Encoder is immutable after [New] and safe for concurrent use. [Encoder.Encode]
-// is O(n log n) in the length of the text (O(n) for byte-level models in practice, whose
-// pieces are short) and, given a dst with room, allocates nothing for text that needs no
-// normalization: scratch buffers come from a pool.
+// An Encoder is immutable after [New] and safe for concurrent use. [Encoder.Encode] is
+// O(n log n) in the length n of the text, O(n) in practice: pre-tokenized pieces are short,
+// and the ids of short words are cached. Encoding works in scratch spaces (buffers and a
+// 512 KiB word cache each) that an Encoder keeps, up to GOMAXPROCS of them, for the next
+// call; so, given a dst with room, Encode allocates nothing for text that needs no
+// normalization.
 type Encoder struct {
 	norm   []normStep
 	splits []split // the Split pre-tokenizers, in order
@@ -204,7 +206,7 @@ type configJSON struct {
 
 // parseConfig reads what of tokenizer_config.json changes encoding: transformers rebuilds
 // the post-processor of the Llama tokenizer classes from add_bos_token and add_eos_token.
-func (m *Encoder) parseConfig(config []byte, vocab map[string]uint32, added []addedToken) error {
+func (e *Encoder) parseConfig(config []byte, vocab map[string]uint32, added []addedToken) error {
 	if len(bytes.TrimSpace(config)) == 0 {
 		return nil
 	}
@@ -236,20 +238,20 @@ func (m *Encoder) parseConfig(config []byte, vocab map[string]uint32, added []ad
 		}
 		return 0, fmt.Errorf("tokenizer_config.json: %s %q is not a token", name, tok)
 	}
-	m.before, m.after = []uint32{}, []uint32{}
+	e.before, e.after = []uint32{}, []uint32{}
 	if c.AddBOS == nil || *c.AddBOS {
 		id, err := idOf("bos_token", c.BOSToken)
 		if err != nil {
 			return err
 		}
-		m.before = append(m.before, id)
+		e.before = append(e.before, id)
 	}
 	if c.AddEOS != nil && *c.AddEOS {
 		id, err := idOf("eos_token", c.EOSToken)
 		if err != nil {
 			return err
 		}
-		m.after = append(m.after, id)
+		e.after = append(e.after, id)
 	}
 	return nil
 }
@@ -281,7 +283,7 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 
 // parsePre reads the pre-tokenizer: Split pre-tokenizers with a known pattern, then a
 // ByteLevel one (or none). It reports whether the model is byte-level.
-func (m *Encoder) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err error) {
+func (e *Encoder) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return false, nil
 	}
@@ -298,7 +300,7 @@ func (m *Encoder) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err e
 			if byteLevel {
 				return false, errors.New("pre_tokenizer: only ByteLevel may come last in the Sequence")
 			}
-			bl, err := m.parsePre(sub, false)
+			bl, err := e.parsePre(sub, false)
 			if err != nil {
 				return false, fmt.Errorf("%w (pre_tokenizer %d)", err, i)
 			}
@@ -316,14 +318,14 @@ func (m *Encoder) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err e
 		if err != nil {
 			return false, fmt.Errorf("pre_tokenizer: %w", err)
 		}
-		m.splits = append(m.splits, sc)
+		e.splits = append(e.splits, sc)
 		return false, nil
 	case "ByteLevel":
-		m.prefix = p.AddPrefixSpace != nil && *p.AddPrefixSpace
-		m.gpt2 = p.UseRegex == nil || *p.UseRegex
+		e.prefix = p.AddPrefixSpace != nil && *p.AddPrefixSpace
+		e.gpt2 = p.UseRegex == nil || *p.UseRegex
 		return true, nil
 	case "Metaspace":
-		if !top || len(m.splits) > 0 {
+		if !top || len(e.splits) > 0 {
 			return false, errors.New("pre_tokenizer: Metaspace is supported alone only")
 		}
 		if p.Replacement != meta {
@@ -345,14 +347,14 @@ func (m *Encoder) parsePre(raw json.RawMessage, top bool) (byteLevel bool, err e
 		default:
 			return false, fmt.Errorf("pre_tokenizer Metaspace: prepend_scheme %q is not supported", p.PrependScheme)
 		}
-		m.meta = ms
+		e.meta = ms
 		return false, nil
 	}
 	return false, fmt.Errorf("pre_tokenizer %q is not supported", p.Type)
 }
 
 // parseAdded builds the two matchers of the added tokens.
-func (m *Encoder) parseAdded(tokens []addedToken) error {
+func (e *Encoder) parseAdded(tokens []addedToken) error {
 	var special, classic []addedToken
 	seen := map[string]bool{}
 	for _, t := range tokens {
@@ -380,13 +382,13 @@ func (m *Encoder) parseAdded(tokens []addedToken) error {
 		}
 	}
 	if len(raw) > 0 {
-		m.added = newMatcher(raw, func(t addedToken) string { return t.Content })
+		e.added = newMatcher(raw, func(t addedToken) string { return t.Content })
 	}
 	if len(normed) > 0 {
 		var a, b []byte
-		m.addedNorm = newMatcher(normed, func(t addedToken) string {
+		e.addedNorm = newMatcher(normed, func(t addedToken) string {
 			var s string
-			s, a, b = normalize(m.norm, t.Content, a, b)
+			s, a, b = normalize(e.norm, t.Content, a, b)
 			return s
 		})
 	}
@@ -395,7 +397,7 @@ func (m *Encoder) parseAdded(tokens []addedToken) error {
 
 // parsePost reads the post-processor: ByteLevel (adds nothing), TemplateProcessing (its
 // single-sequence template), or a Sequence of those.
-func (m *Encoder) parsePost(raw json.RawMessage) error {
+func (e *Encoder) parsePost(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
@@ -408,16 +410,16 @@ func (m *Encoder) parsePost(raw json.RawMessage) error {
 		return nil
 	case "Sequence":
 		for _, sub := range p.Processors {
-			if err := m.parsePost(sub); err != nil {
+			if err := e.parsePost(sub); err != nil {
 				return err
 			}
 		}
 		return nil
 	case "TemplateProcessing":
-		if m.before != nil || m.after != nil {
+		if e.before != nil || e.after != nil {
 			return errors.New("post_processor: two TemplateProcessing")
 		}
-		m.before, m.after = []uint32{}, []uint32{}
+		e.before, e.after = []uint32{}, []uint32{}
 		seq := false
 		for _, piece := range p.Single {
 			switch {
@@ -432,9 +434,9 @@ func (m *Encoder) parsePost(raw json.RawMessage) error {
 					return fmt.Errorf("post_processor TemplateProcessing: no special token %q", piece.SpecialToken.ID)
 				}
 				if seq {
-					m.after = append(m.after, st.IDs...)
+					e.after = append(e.after, st.IDs...)
 				} else {
-					m.before = append(m.before, st.IDs...)
+					e.before = append(e.before, st.IDs...)
 				}
 			default:
 				return errors.New("post_processor TemplateProcessing: unknown piece in single")
@@ -478,14 +480,15 @@ type segment struct {
 // tokens written in the text are matched as tokens, the rest is normalized, pre-tokenized
 // and split by BPE. It returns the extended dst.
 //
-// Encode is safe for concurrent use. It allocates nothing when dst has room and the
-// normalizer leaves the text as it is (one string per normalized stretch otherwise).
-func (m *Encoder) Encode(dst []uint32, text string) []uint32 {
+// Encode is safe for concurrent use. When dst has room it allocates nothing for text the
+// normalizer leaves as it is, and one string for text it changes (the text normalized);
+// under a Metaspace pre-tokenizer, one string a stretch between added tokens.
+func (e *Encoder) Encode(dst []uint32, text string) []uint32 {
 	var sc *scratch
 	select {
-	case sc = <-m.free:
+	case sc = <-e.free:
 	default:
-		sc = &scratch{m: m}
+		sc = &scratch{m: e}
 		sc.cache.seed = maphash.MakeSeed()
 	}
 	sc.dst = dst
@@ -493,7 +496,7 @@ func (m *Encoder) Encode(dst []uint32, text string) []uint32 {
 	dst = sc.dst
 	sc.dst = nil
 	select {
-	case m.free <- sc:
+	case e.free <- sc:
 	default: // as many idle as the free list holds; the rest go to the collector
 	}
 	return dst
@@ -549,10 +552,10 @@ func (sc *scratch) rawSegment(s string, at int) {
 // (the default) and the eos_token when add_eos_token, as transformers rewrites the
 // post-processor of those; for the others, tokenizer.json's TemplateProcessing template, or
 // nothing.
-func (m *Encoder) EncodeSpecial(dst []uint32, text string) []uint32 {
-	dst = append(dst, m.before...)
-	dst = m.Encode(dst, text)
-	return append(dst, m.after...)
+func (e *Encoder) EncodeSpecial(dst []uint32, text string) []uint32 {
+	dst = append(dst, e.before...)
+	dst = e.Encode(dst, text)
+	return append(dst, e.after...)
 }
 
 func (sc *scratch) token(id uint32) { sc.dst = append(sc.dst, id) }
