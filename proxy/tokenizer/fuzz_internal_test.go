@@ -48,6 +48,21 @@ func FuzzEncode(f *testing.F) {
 		f.Fatal(err)
 	}
 	dec := decoder(bl)
+	// With USHER_TOKENIZERS set, the byte-level families too.
+	type family struct {
+		e   *Encoder
+		dec map[uint32]string
+	}
+	var fams []family
+	if root := os.Getenv("USHER_TOKENIZERS"); root != "" {
+		for _, name := range []string{"qwen3", "gpt-oss", "deepseek-v3"} {
+			e, err := New(Options{Dir: filepath.Join(root, name)})
+			if err != nil {
+				f.Fatal(err)
+			}
+			fams = append(fams, family{e, decoder(e)})
+		}
+	}
 	for _, s := range []string{"", " ", "the hello world", "a <mask> b", "<|im_start|>x<|im_end|>", "é! e\u0301!", "   \n\n  x", "'S 'll", "\xff\xfe", "中文 123"} {
 		f.Add(s)
 	}
@@ -63,6 +78,15 @@ func FuzzEncode(f *testing.F) {
 		}
 		if string(got) != s {
 			t.Errorf("decode(encode(%q)) = %q (ids %v)", s, got, ids)
+		}
+		for _, fam := range fams {
+			got = got[:0]
+			for _, id := range fam.e.Encode(nil, s) {
+				got = append(got, fam.dec[id]...)
+			}
+			if string(got) != s {
+				t.Errorf("family: decode(encode(%q)) = %q", s, got)
+			}
 		}
 	})
 }
