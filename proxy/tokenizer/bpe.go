@@ -81,8 +81,7 @@ type bpe struct {
 	asciiIDs  [utf8.RuneSelf]uint32
 	hasASCII  [utf8.RuneSelf]bool
 	runeIDs   map[rune]uint32 // not byte-level: the single-rune tokens beyond ASCII
-	vocabSize int
-	maxToken  int // the longest key of vocab, in bytes
+	maxToken  int             // the longest key of vocab, in bytes
 }
 
 // symbol is one token of a word while it is merged; size 0 marks one merged into its left
@@ -380,7 +379,7 @@ func unmapBytes(tok string, buf []byte) ([]byte, bool) {
 // order). A merge naming a token outside the vocabulary, or whose result is outside it, is an
 // error, as in the reference.
 func buildBPE(vocab map[string]uint32, merges [][2]string, byteLevel bool) (*bpe, error) {
-	m := &bpe{byteLevel: byteLevel, vocabSize: len(vocab)}
+	m := &bpe{byteLevel: byteLevel}
 	if byteLevel {
 		raw := make(map[string]uint32, len(vocab))
 		var buf []byte

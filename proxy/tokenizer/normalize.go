@@ -13,11 +13,10 @@ import (
 
 // normStep is one normalizer of a tokenizer.json normalizer (a Sequence is flattened).
 type normStep struct {
-	form    norm.Form // for kind normForm
-	kind    normKind
-	from    string // Replace's pattern; Prepend's text is in to
-	to      string
-	formSet bool
+	form norm.Form // for kind normForm
+	kind normKind
+	from string // Replace's pattern; Prepend's text is in to
+	to   string
 }
 
 type normKind uint8

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"sort"
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -186,29 +187,26 @@ func spaceTail(s string, i int) int {
 // contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at i and returns its length, or 0.
 // Case folding is Unicode's simple folding, as Oniguruma applies it: 's' also matches U+017F.
 func contraction(s string, i int) int {
-	if i >= len(s) || s[i] != '\'' {
+	if i+1 >= len(s) || s[i] != '\'' {
 		return 0
 	}
 	rest := s[i+1:]
-	if len(rest) == 0 {
-		return 0
-	}
-	lower := func(b byte) byte { return b | 0x20 }
-	switch lower(rest[0]) {
+	two := func(b byte) bool { return len(rest) > 1 && rest[1]|0x20 == b } // ASCII letters only
+	switch rest[0] | 0x20 {
 	case 's', 't', 'm', 'd':
-		if rest[0] < utf8.RuneSelf && isASCIILetter(rest[0]) {
+		if isASCIILetter(rest[0]) {
 			return 2
 		}
 	case 'r', 'v':
-		if isASCIILetter(rest[0]) && len(rest) > 1 && lower(rest[1]) == 'e' && isASCIILetter(rest[1]) {
+		if isASCIILetter(rest[0]) && two('e') {
 			return 3
 		}
 	case 'l':
-		if isASCIILetter(rest[0]) && len(rest) > 1 && lower(rest[1]) == 'l' && isASCIILetter(rest[1]) {
+		if isASCIILetter(rest[0]) && two('l') {
 			return 3
 		}
 	}
-	if len(rest) >= 2 && rest[0] == 0xC5 && rest[1] == 0xBF { // U+017F LATIN SMALL LETTER LONG S
+	if strings.HasPrefix(rest, "\u017F") { // LATIN SMALL LETTER LONG S folds to s
 		return 3
 	}
 	return 0
