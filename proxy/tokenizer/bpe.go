@@ -258,8 +258,11 @@ func (m *bpe) runeSymbols(syms []symbol, s string) []symbol {
 func (m *bpe) mergeAll(syms []symbol, heap []uint64) []uint64 {
 	for i := 0; i+1 < len(syms); i++ {
 		if rank, _, ok := m.merges.get(syms[i].id, syms[i+1].id); ok {
-			heap = heapPush(heap, uint64(rank)<<32|uint64(i))
+			heap = append(heap, uint64(rank)<<32|uint64(i))
 		}
+	}
+	for i := len(heap)/2 - 1; i >= 0; i-- { // heapify, O(n)
+		siftDown(heap, i)
 	}
 	for len(heap) > 0 {
 		var top uint64
@@ -314,11 +317,17 @@ func heapPop(h []uint64) ([]uint64, uint64) {
 	top := h[0]
 	last := h[len(h)-1]
 	h = h[:len(h)-1]
-	n := len(h)
-	if n == 0 {
-		return h, top
+	if len(h) > 0 {
+		h[0] = last
+		siftDown(h, 0)
 	}
-	i := 0
+	return h, top
+}
+
+// siftDown moves h[i] down to its place in the min-heap h.
+func siftDown(h []uint64, i int) {
+	n := len(h)
+	v := h[i]
 	for {
 		l := 2*i + 1
 		if l >= n {
@@ -327,14 +336,13 @@ func heapPop(h []uint64) ([]uint64, uint64) {
 		if r := l + 1; r < n && h[r] < h[l] {
 			l = r
 		}
-		if last <= h[l] {
+		if v <= h[l] {
 			break
 		}
 		h[i] = h[l]
 		i = l
 	}
-	h[i] = last
-	return h, top
+	h[i] = v
 }
 
 // bytesToUnicode is GPT-2's map of each byte to the character that stands for it in a
