@@ -2,7 +2,10 @@ package tokenizer
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -47,6 +50,38 @@ func TestMergeSmallHeap(t *testing.T) {
 			}
 			if !slices.Equal(small, heap) {
 				t.Fatalf("%s: %q: scan %v, queue %v", dir, s, small, heap)
+			}
+		}
+	}
+}
+
+// TestSpaceSplit holds the cut at runs of "▁" to its claim: the ids are those of the whole
+// stretch merged as one word (the reference's way), on random text.
+func TestSpaceSplit(t *testing.T) {
+	dirs := []string{"testdata/sentencepiece"}
+	if root := os.Getenv("USHER_TOKENIZERS"); root != "" {
+		dirs = append(dirs, filepath.Join(root, "mistral"))
+	}
+	for _, dir := range dirs {
+		cut, err := New(Options{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cut.spaceSplit {
+			t.Fatalf("%s: the vocabulary should allow the cut", dir)
+		}
+		whole, _ := New(Options{Dir: dir})
+		whole.spaceSplit = false
+		rng := rand.New(rand.NewPCG(3, 4))
+		words := []string{"the", "hello", "world", "in", "ing", "thing", " ", "  ", "\n", "é中", "Th", "x", "▁", "<s>"}
+		for n := 0; n < 500; n++ {
+			var b strings.Builder
+			for k := rng.IntN(40); k >= 0; k-- {
+				b.WriteString(words[rng.IntN(len(words))])
+			}
+			s := b.String()
+			if got, want := cut.Encode(nil, s), whole.Encode(nil, s); !slices.Equal(got, want) {
+				t.Fatalf("%s: %q: cut %v, whole %v", dir, s, got, want)
 			}
 		}
 	}
