@@ -1136,3 +1136,41 @@ func (r *renderer) callMacro(m *macro, args []any, names []string, kargs []any) 
 	}
 	return out, err
 }
+
+// IteratesContent reports whether the template loops over a "content" attribute or item
+// ({% for part in message.content %}): what vLLM's content-format detection looks for to
+// choose between passing message content as a list of parts ("openai") and as one string.
+// It runs in O(size of the template).
+func (t *Template) IteratesContent() bool {
+	found := false
+	var walk func([]node)
+	walk = func(body []node) {
+		for _, n := range body {
+			switch n := n.(type) {
+			case *forNode:
+				switch e := n.iter.(type) {
+				case *attrExpr:
+					found = found || e.name == "content"
+				case *itemExpr:
+					if k, ok := e.key.(*constExpr); ok && k.v == "content" {
+						found = true
+					}
+				}
+				walk(n.body)
+				walk(n.els)
+			case *ifNode:
+				for _, b := range n.bodies {
+					walk(b)
+				}
+			case *macroNode:
+				walk(n.body)
+			case *setNode:
+				walk(n.body)
+			case *callBlockNode:
+				walk(n.body)
+			}
+		}
+	}
+	walk(t.body)
+	return found
+}
