@@ -549,9 +549,29 @@ func (r *renderer) evalBin(e *binExpr, f *frame) (any, error) {
 	case "~":
 		b := appendStr(nil, l)
 		b = appendStr(b, rv)
-		return string(b), nil
+		return r.bounded(string(b))
 	}
-	return arith(e.op, l, rv)
+	v, err := arith(e.op, l, rv)
+	if err != nil {
+		return nil, err
+	}
+	return r.bounded(v)
+}
+
+// bounded fails when v, a string or list an operator built, is larger than the output
+// limit: templates that double a value in a loop stop there.
+func (r *renderer) bounded(v any) (any, error) {
+	switch x := v.(type) {
+	case string:
+		if len(x) > r.lim.Output {
+			return nil, &Error{Pos: -1, Msg: "string exceeds the output limit"}
+		}
+	case []any:
+		if len(x) > r.lim.Output/8 {
+			return nil, &Error{Pos: -1, Msg: "list exceeds the output limit"}
+		}
+	}
+	return v, nil
 }
 
 func arith(op string, l, r any) (any, error) {

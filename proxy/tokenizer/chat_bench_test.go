@@ -1,0 +1,97 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// chat20 is a 20-message conversation: a system prompt, two tools, nine user turns, one
+// tool-call round, and assistant answers.
+func chat20() *Chat {
+	c := &Chat{AddGenerationPrompt: true, Now: fixedNow}
+	c.Messages = append(c.Messages, Message{Role: "system", Content: jstr("You are a helpful assistant. Answer briefly and cite sources.")})
+	c.Tools = []json.RawMessage{json.RawMessage(genTools[0]), json.RawMessage(genTools[1])}
+	for i := range 9 {
+		c.Messages = append(c.Messages, Message{Role: "user", Content: jstr(fmt.Sprintf("Question %d: %s", i, genTexts[i%len(genTexts)]))})
+		if i == 4 {
+			var tc ToolCall
+			tc.ID, tc.Type = "call_1", "function"
+			tc.Function.Name = "get_weather"
+			tc.Function.Arguments = json.RawMessage(`{"city": "Paris", "unit": "celsius"}`)
+			c.Messages = append(c.Messages, Message{Role: "assistant", Content: jstr(""), ToolCalls: []ToolCall{tc}})
+			c.Messages = append(c.Messages, Message{Role: "tool", ToolCallID: "call_1", Content: jstr(`{"temp": 21}`)})
+			continue
+		}
+		c.Messages = append(c.Messages, Message{Role: "assistant", Content: jstr(fmt.Sprintf("Answer %d: %s", i, genTexts[(i+3)%len(genTexts)]))})
+	}
+	c.Messages = c.Messages[:20]
+	return c
+}
+
+// BenchmarkRenderChat renders a 20-message conversation with each family's template:
+// the real ones from USHER_TOKDATA when it is set (see TestRenderFamiliesAgainstJinja2),
+// and an inline ChatML template always.
+func BenchmarkRenderChat(b *testing.B) {
+	models := map[string]*Model{}
+	m, err := parseChatOnly(chatMLConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	models["chatml-inline"] = m
+	if dir := os.Getenv("USHER_TOKDATA"); dir != "" {
+		for _, fam := range []string{"qwen3", "gpt-oss", "deepseek-v3", "mistral"} {
+			cfg, err := os.ReadFile(filepath.Join(dir, fam, "tokenizer_config.json"))
+			if err != nil {
+				continue
+			}
+			var raw map[string]any
+			json.Unmarshal(cfg, &raw)
+			if raw["chat_template"] == nil {
+				tpl, err := os.ReadFile(filepath.Join(dir, fam, "chat_template.jinja"))
+				if err != nil {
+					continue
+				}
+				raw["chat_template"] = string(tpl)
+				cfg, _ = json.Marshal(raw)
+			}
+			if models[fam], err = parseChatOnly(cfg); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	c := chat20()
+	alt := &Chat{AddGenerationPrompt: true} // 20 messages, user/assistant only, for Mistral v0.1
+	for i := range 20 {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		alt.Messages = append(alt.Messages, Message{Role: role, Content: jstr(fmt.Sprintf("Turn %d: %s", i, genTexts[i%len(genTexts)]))})
+	}
+	for _, fam := range []string{"chatml-inline", "qwen3", "gpt-oss", "deepseek-v3", "mistral"} {
+		m, ok := models[fam]
+		if !ok {
+			continue
+		}
+		chat := c
+		if fam == "mistral" {
+			chat = alt
+		}
+		b.Run(fam, func(b *testing.B) {
+			dst, err := m.RenderChat(nil, chat)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(dst)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if dst, err = m.RenderChat(dst[:0], chat); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
