@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/usher-llm/usher/proxy/tokenizer/internal/jinja"
 )
@@ -27,6 +29,9 @@ type Chat struct {
 	// {...}}; the template sees none (None) when there are none.
 	Tools               []json.RawMessage `json:"tools,omitempty"`
 	AddGenerationPrompt bool              `json:"add_generation_prompt,omitempty"`
+	// ContinueFinalMessage cuts the rendering after the last message's content, as
+	// transformers' continue_final_message does, so that the model continues it.
+	ContinueFinalMessage bool `json:"continue_final_message,omitempty"`
 	// Kwargs are the template's extra variables (vLLM's chat_template_kwargs): Qwen3's
 	// enable_thinking, GPT-OSS's reasoning_effort, builtin_tools and model_identity, and
 	// whatever else a template reads. Each value is JSON.
@@ -41,11 +46,14 @@ type Message struct {
 	Role string `json:"role"`
 	// Content is the raw JSON value of the content: a string, an array of content parts
 	// ({"type": "text", "text": ...}), or null; nil when absent.
-	Content          json.RawMessage `json:"content,omitempty"`
-	Name             string          `json:"name,omitempty"`
-	ToolCalls        []ToolCall      `json:"tool_calls,omitempty"`
-	ToolCallID       string          `json:"tool_call_id,omitempty"`
-	ReasoningContent string          `json:"reasoning_content,omitempty"`
+	Content    json.RawMessage `json:"content,omitempty"`
+	Name       string          `json:"name,omitempty"`
+	ToolCalls  []ToolCall      `json:"tool_calls,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	// Reasoning and ReasoningContent are the assistant's reasoning under the two keys
+	// templates read; vLLM sets both from a request's "reasoning".
+	Reasoning        string `json:"reasoning,omitempty"`
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 // ToolCall is a call an assistant message made. Function.Arguments is the raw JSON
@@ -240,11 +248,65 @@ func (ct *chatTemplate) render(dst []byte, c *Chat) ([]byte, error) {
 		}
 		return jinja.Strftime(now, f), nil
 	})
+	start := len(dst)
 	out, err := ct.tmpl.Render(dst, vars, jinja.Limits{})
 	if err != nil {
 		return dst, fmt.Errorf("tokenizer: chat template: %w", err)
 	}
+	if c.ContinueFinalMessage {
+		return continueFinal(out, start, msgs)
+	}
 	return out, nil
+}
+
+// continueFinal cuts the rendering out[start:] right after the last message's content,
+// as transformers' apply_chat_template(continue_final_message=True) does: at the last
+// occurrence of the content with its surrounding whitespace trimmed, keeping the
+// content's trailing whitespace when the template kept it.
+func continueFinal(out []byte, start int, msgs []any) ([]byte, error) {
+	if len(msgs) == 0 {
+		return out[:start], errors.New("tokenizer: continue_final_message with no messages")
+	}
+	last, _ := msgs[len(msgs)-1].(*jinja.Dict)
+	var final string
+	switch c := dictGet(last, "content").(type) {
+	case string:
+		final = c
+	case []any:
+		found := false
+		for i := len(c) - 1; i >= 0 && !found; i-- {
+			if p, ok := c[i].(*jinja.Dict); ok {
+				if t, ok := p.Get("text"); ok {
+					final, found = jinja.Str(t), true
+				}
+			}
+		}
+		if !found {
+			return out[:start], errors.New("tokenizer: continue_final_message: the final message has no text part")
+		}
+	default:
+		return out[:start], errors.New("tokenizer: continue_final_message: the final message has no content")
+	}
+	rendered := string(out[start:])
+	trimmed := strings.TrimFunc(final, unicode.IsSpace)
+	at := strings.LastIndex(rendered, trimmed)
+	if at < 0 {
+		return out[:start], errors.New("tokenizer: continue_final_message: the final message does not appear in the rendering")
+	}
+	left := strings.TrimLeftFunc(final, unicode.IsSpace)
+	end := at + len(trimmed)
+	if strings.HasPrefix(rendered[at:], left) && rendered[at:at+len(left)] == final {
+		end = at + len(left)
+	}
+	return out[:start+end], nil
+}
+
+func dictGet(d *jinja.Dict, k string) any {
+	if d == nil {
+		return nil
+	}
+	v, _ := d.Get(k)
+	return v
 }
 
 func firstString(args []any) (string, bool) {
@@ -255,8 +317,8 @@ func firstString(args []any) (string, bool) {
 	return s, ok
 }
 
-// messageValue is the dict the template sees for m, its keys in the order role,
-// content, name, tool_calls, tool_call_id, reasoning_content.
+// messageValue is the dict the template sees for m, its keys in the order vLLM builds
+// them: role, content, tool_calls, reasoning, reasoning_content, tool_call_id, name.
 func messageValue(m *Message) (*jinja.Dict, error) {
 	d := jinja.NewDict(4)
 	d.Set("role", m.Role)
@@ -266,9 +328,6 @@ func messageValue(m *Message) (*jinja.Dict, error) {
 			return nil, fmt.Errorf("content: %w", err)
 		}
 		d.Set("content", v)
-	}
-	if m.Name != "" {
-		d.Set("name", m.Name)
 	}
 	if m.ToolCalls != nil {
 		calls := make([]any, len(m.ToolCalls))
@@ -295,11 +354,17 @@ func messageValue(m *Message) (*jinja.Dict, error) {
 		}
 		d.Set("tool_calls", calls)
 	}
-	if m.ToolCallID != "" {
-		d.Set("tool_call_id", m.ToolCallID)
+	if m.Reasoning != "" {
+		d.Set("reasoning", m.Reasoning)
 	}
 	if m.ReasoningContent != "" {
 		d.Set("reasoning_content", m.ReasoningContent)
+	}
+	if m.ToolCallID != "" {
+		d.Set("tool_call_id", m.ToolCallID)
+	}
+	if m.Name != "" {
+		d.Set("name", m.Name)
 	}
 	return d, nil
 }

@@ -623,3 +623,14 @@ func (d *jsonDecoder) hex4() (rune, bool) {
 	d.i += 4
 	return r, true
 }
+
+// AppendJSON appends v as Python's json.dumps(v, ensure_ascii=False) writes it.
+func AppendJSON(dst []byte, v any) ([]byte, error) {
+	return appendJSON(dst, v, &jsonOpts{indent: -1, itemSep: ", ", keySep: ": "}, 0)
+}
+
+// Str returns str(v) as Python writes it (repr for containers).
+func Str(v any) string { return pyStr(v) }
+
+// Truthy reports whether Python's bool(v) is true.
+func Truthy(v any) bool { return truthy(v) }
