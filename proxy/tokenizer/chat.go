@@ -15,15 +15,15 @@ import (
 // tokenizer_config.json has no chat_template.
 var ErrNoChatTemplate = errors.New("tokenizer: the model has no chat template")
 
-// Chat is a conversation to render with a model's chat template: what transformers'
-// apply_chat_template receives. Its JSON form is the OpenAI chat shape ("messages",
+// Conversation is what a model's chat template renders: the arguments of transformers'
+// apply_chat_template. Its JSON form is the OpenAI chat shape ("messages",
 // "tools", "add_generation_prompt", "chat_template_kwargs").
 //
-// RenderChat renders a Chat as given, as transformers does. vLLM changes a request's
+// RenderChat renders a Conversation as given, as transformers does. vLLM changes a request's
 // messages before it renders them (content parts joined, tool-call arguments decoded):
-// [ChatFromRequest] builds the Chat vLLM renders for a parsed request of any of the three
+// [Model.ConversationOf] builds the Conversation vLLM renders for a parsed request of any of the three
 // APIs.
-type Chat struct {
+type Conversation struct {
 	Messages []Message `json:"messages"`
 	// Tools are the tool definitions as JSON objects, {"type": "function", "function":
 	// {...}}; the template sees none (None) when there are none.
@@ -198,7 +198,7 @@ func templateSource(raw json.RawMessage) (string, error) {
 }
 
 // render appends the rendering of c to dst.
-func (ct *chatTemplate) render(dst []byte, c *Chat) ([]byte, error) {
+func (ct *chatTemplate) render(dst []byte, c *Conversation) ([]byte, error) {
 	if ct == nil || ct.tmpl == nil {
 		return dst, ErrNoChatTemplate
 	}

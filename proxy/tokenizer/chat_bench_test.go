@@ -10,8 +10,8 @@ import (
 
 // chat20 is a 20-message conversation: a system prompt, two tools, nine user turns, one
 // tool-call round, and assistant answers.
-func chat20() *Chat {
-	c := &Chat{AddGenerationPrompt: true, Now: fixedNow}
+func chat20() *Conversation {
+	c := &Conversation{AddGenerationPrompt: true, Now: fixedNow}
 	c.Messages = append(c.Messages, Message{Role: "system", Content: jstr("You are a helpful assistant. Answer briefly and cite sources.")})
 	c.Tools = []json.RawMessage{json.RawMessage(genTools[0]), json.RawMessage(genTools[1])}
 	for i := range 9 {
@@ -63,7 +63,7 @@ func BenchmarkRenderChat(b *testing.B) {
 		}
 	}
 	c := chat20()
-	alt := &Chat{AddGenerationPrompt: true} // 20 messages, user/assistant only, for Mistral v0.1
+	alt := &Conversation{AddGenerationPrompt: true} // 20 messages, user/assistant only, for Mistral v0.1
 	for i := range 20 {
 		role := "user"
 		if i%2 == 1 {

@@ -9,16 +9,16 @@ import (
 	"github.com/usher-llm/usher/proxy/tokenizer/internal/jinja"
 )
 
-// ErrNoChat is returned (wrapped) by [Model.ChatFromRequest] for a request whose prompt
+// ErrNoConversation is returned (wrapped) by [Model.ConversationOf] for a request whose prompt
 // vLLM does not build from chat messages the router can see: a Completions or Embeddings
 // request, a Responses request continuing a stored response (previous_response_id: the
 // history is on the server), or input vLLM itself rejects (encrypted reasoning, images
 // for a text-only template).
-var ErrNoChat = errors.New("tokenizer: no chat to render for this request")
+var ErrNoConversation = errors.New("tokenizer: no chat to render for this request")
 
-// ChatFromRequest returns the conversation vLLM renders with this model's chat template
+// ConversationOf returns the conversation vLLM renders with this model's chat template
 // for r, a request of the Chat, Messages or Responses API, so that
-// RenderChat(ChatFromRequest(r)) is the prompt text the engine tokenizes. It follows vLLM's
+// RenderChat(ConversationOf(r)) is the prompt text the engine tokenizes. It follows vLLM's
 // serving code (entrypoints/anthropic/serving.py, entrypoints/openai/responses/utils.py,
 // entrypoints/chat_utils.py):
 //
@@ -49,7 +49,7 @@ var ErrNoChat = errors.New("tokenizer: no chat to render for this request")
 // the last input item is a message or reasoning item with status "in_progress" or
 // "incomplete", which is continued (ContinueFinalMessage).
 //
-// Chat (OpenAI): the messages, "tools", "add_generation_prompt" (default true),
+// Chat Completions (OpenAI): the messages, "tools", "add_generation_prompt" (default true),
 // "continue_final_message" and "chat_template_kwargs" of the body.
 //
 // Then, for all three, each message is rebuilt as vLLM's chat parser does: content null or
@@ -57,7 +57,7 @@ var ErrNoChat = errors.New("tokenizer: no chat to render for this request")
 // output_text, refusal and thinking parts are text. When the template loops over message
 // content the content is passed as a list of {"type": "text", "text": ...}; otherwise the
 // texts are joined with "\n" into a string (so null content becomes ""). An image, audio
-// or video part is an error (ErrNoChat): its placeholder is the multimodal processor's.
+// or video part is an error (ErrNoConversation): its placeholder is the multimodal processor's.
 // An assistant message keeps its tool_calls and gets "reasoning" and "reasoning_content"
 // from its reasoning; a tool message keeps tool_call_id; any message keeps a string
 // "name". Last, an assistant message's empty tool_calls list is removed, and each call's
@@ -66,19 +66,19 @@ var ErrNoChat = errors.New("tokenizer: no chat to render for this request")
 // model: {"type", "function": {"name", "description" (null when absent), "parameters"
 // (null when absent), other keys as given}}.
 //
-// ChatFromRequest reads r.Body (the proxy/openai Request does not keep the Chat API's
+// ConversationOf reads r.Body (the proxy/openai Request does not keep the Chat API's
 // tools and template options, nor the blocks the conversion reads) and runs in
 // O(len(r.Body)).
-func (m *Model) ChatFromRequest(r *openai.Request) (*Chat, error) {
+func (m *Model) ConversationOf(r *openai.Request) (*Conversation, error) {
 	body, err := jinja.ParseJSON(r.Body)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: request body: %w", err)
 	}
 	top, ok := body.(*jinja.Dict)
 	if !ok {
-		return nil, fmt.Errorf("%w: the body is not an object", ErrNoChat)
+		return nil, fmt.Errorf("%w: the body is not an object", ErrNoConversation)
 	}
-	c := &Chat{AddGenerationPrompt: true}
+	c := &Conversation{AddGenerationPrompt: true}
 	var msgs []*jinja.Dict
 	var tools []any
 	switch r.API {
@@ -87,7 +87,7 @@ func (m *Model) ChatFromRequest(r *openai.Request) (*Chat, error) {
 		for _, x := range list {
 			d, ok := x.(*jinja.Dict)
 			if !ok {
-				return nil, fmt.Errorf("%w: a message is not an object", ErrNoChat)
+				return nil, fmt.Errorf("%w: a message is not an object", ErrNoConversation)
 			}
 			msgs = append(msgs, d)
 		}
@@ -120,7 +120,7 @@ func (m *Model) ChatFromRequest(r *openai.Request) (*Chat, error) {
 		for _, t := range tl {
 			td, ok := t.(*jinja.Dict)
 			if !ok {
-				return nil, fmt.Errorf("%w: a tool is not an object", ErrNoChat)
+				return nil, fmt.Errorf("%w: a tool is not an object", ErrNoConversation)
 			}
 			schema, _ := get(td, "input_schema").(*jinja.Dict)
 			if schema != nil {
@@ -136,7 +136,7 @@ func (m *Model) ChatFromRequest(r *openai.Request) (*Chat, error) {
 		}
 	case openai.Responses:
 		if r.PreviousResponseID != "" {
-			return nil, fmt.Errorf("%w: previous_response_id %q continues a response stored on the server", ErrNoChat, r.PreviousResponseID)
+			return nil, fmt.Errorf("%w: previous_response_id %q continues a response stored on the server", ErrNoConversation, r.PreviousResponseID)
 		}
 		if msgs, c.ContinueFinalMessage, err = responsesMessages(top); err != nil {
 			return nil, err
@@ -158,7 +158,7 @@ func (m *Model) ChatFromRequest(r *openai.Request) (*Chat, error) {
 			tools = append(tools, toolDump(f))
 		}
 	default:
-		return nil, fmt.Errorf("%w: the %v API has no chat", ErrNoChat, r.API)
+		return nil, fmt.Errorf("%w: the %v API has no chat", ErrNoConversation, r.API)
 	}
 	parts := m.chat != nil && m.chat.parts
 	if c.Messages, err = vllmMessages(msgs, parts); err != nil {
@@ -256,7 +256,7 @@ func anthropicMessages(top *jinja.Dict) ([]*jinja.Dict, error) {
 	for _, x := range list {
 		md, ok := x.(*jinja.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%w: a message is not an object", ErrNoChat)
+			return nil, fmt.Errorf("%w: a message is not an object", ErrNoConversation)
 		}
 		role := get(md, "role")
 		msg := jinja.NewDict(3)
@@ -270,7 +270,7 @@ func anthropicMessages(top *jinja.Dict) ([]*jinja.Dict, error) {
 			for _, b := range c {
 				bd, ok := b.(*jinja.Dict)
 				if !ok {
-					return nil, fmt.Errorf("%w: a content block is not an object", ErrNoChat)
+					return nil, fmt.Errorf("%w: a content block is not an object", ErrNoConversation)
 				}
 				switch get(bd, "type") {
 				case "text":
@@ -279,7 +279,7 @@ func anthropicMessages(top *jinja.Dict) ([]*jinja.Dict, error) {
 					}
 				case "image":
 					if get(bd, "source") != nil {
-						return nil, fmt.Errorf("%w: an image block", ErrNoChat)
+						return nil, fmt.Errorf("%w: an image block", ErrNoConversation)
 					}
 				case "thinking":
 					if t, ok := get(bd, "thinking").(string); ok {
@@ -289,7 +289,7 @@ func anthropicMessages(top *jinja.Dict) ([]*jinja.Dict, error) {
 				case "tool_use":
 					id, _ := get(bd, "id").(string)
 					if id == "" {
-						return nil, fmt.Errorf("%w: a tool_use block without an id (vLLM makes one from the clock)", ErrNoChat)
+						return nil, fmt.Errorf("%w: a tool_use block without an id (vLLM makes one from the clock)", ErrNoConversation)
 					}
 					name, _ := get(bd, "name").(string)
 					input := get(bd, "input")
@@ -375,7 +375,7 @@ func responsesMessages(top *jinja.Dict) ([]*jinja.Dict, bool, error) {
 		for _, x := range in {
 			item, ok := x.(*jinja.Dict)
 			if !ok {
-				return nil, false, fmt.Errorf("%w: an input item is not an object", ErrNoChat)
+				return nil, false, fmt.Errorf("%w: an input item is not an object", ErrNoConversation)
 			}
 			var prev *jinja.Dict
 			if len(out) > first && get(out[len(out)-1], "role") == "assistant" {
@@ -410,7 +410,7 @@ func responseItem(item, prev *jinja.Dict) (*jinja.Dict, error) {
 	switch get(item, "type") {
 	case "function_call":
 		if ns, _ := get(item, "namespace").(string); ns != "" {
-			return nil, fmt.Errorf("%w: a namespaced function_call", ErrNoChat)
+			return nil, fmt.Errorf("%w: a namespaced function_call", ErrNoConversation)
 		}
 		f := jinja.NewDict(2)
 		f.Set("name", get(item, "name"))
@@ -435,7 +435,7 @@ func responseItem(item, prev *jinja.Dict) (*jinja.Dict, error) {
 		return d, nil
 	case "reasoning":
 		if jinja.Truthy(get(item, "encrypted_content")) {
-			return nil, fmt.Errorf("%w: encrypted reasoning content", ErrNoChat)
+			return nil, fmt.Errorf("%w: encrypted reasoning content", ErrNoConversation)
 		}
 		reasoning := any("")
 		if c, _ := get(item, "content").([]any); len(c) > 0 {
@@ -487,13 +487,13 @@ func asDict(v any) *jinja.Dict {
 }
 
 // vllmMessages rebuilds each message as vLLM's _parse_chat_message_content and
-// _postprocess_messages do (see [Model.ChatFromRequest]).
+// _postprocess_messages do (see [Model.ConversationOf]).
 func vllmMessages(in []*jinja.Dict, parts bool) ([]Message, error) {
 	out := make([]Message, 0, len(in))
 	for i, src := range in {
 		role, ok := get(src, "role").(string)
 		if !ok {
-			return nil, fmt.Errorf("%w: message %d has no role", ErrNoChat, i)
+			return nil, fmt.Errorf("%w: message %d has no role", ErrNoConversation, i)
 		}
 		var items []any
 		switch c := get(src, "content").(type) {
@@ -503,7 +503,7 @@ func vllmMessages(in []*jinja.Dict, parts bool) ([]Message, error) {
 		case []any:
 			items = c
 		default:
-			return nil, fmt.Errorf("%w: message %d: content is a %T", ErrNoChat, i, c)
+			return nil, fmt.Errorf("%w: message %d: content is a %T", ErrNoConversation, i, c)
 		}
 		var texts []string
 		for _, p := range items {
@@ -527,7 +527,7 @@ func vllmMessages(in []*jinja.Dict, parts bool) ([]Message, error) {
 				}
 				texts = append(texts, t)
 			default:
-				return nil, fmt.Errorf("%w: message %d has a %q part", ErrNoChat, i, typ)
+				return nil, fmt.Errorf("%w: message %d has a %q part", ErrNoConversation, i, typ)
 			}
 		}
 		m := Message{Role: role}
@@ -558,7 +558,7 @@ func vllmMessages(in []*jinja.Dict, parts bool) ([]Message, error) {
 			if calls, ok := get(src, "tool_calls").([]any); ok {
 				if len(calls) > 0 { // an empty list is dropped by _postprocess_messages
 					if m.ToolCalls, err = toolCalls(calls); err != nil {
-						return nil, fmt.Errorf("%w: message %d: %v", ErrNoChat, i, err)
+						return nil, fmt.Errorf("%w: message %d: %v", ErrNoConversation, i, err)
 					}
 				}
 			}

@@ -12,15 +12,15 @@ import (
 // a list of parts.
 var partsConfig = config(`{% for m in messages %}{{ m.role }}:{% for p in m.content %}[{{ p.text }}]{% endfor %};{% endfor %}`, nil)
 
-// TestChatFromRequest holds golden conversations: a request body of each API, and the Chat
-// vLLM renders for it (as JSON), or ErrNoChat.
-func TestChatFromRequest(t *testing.T) {
+// TestConversationOf holds golden conversations: a request body of each API, and the Conversation
+// vLLM renders for it (as JSON), or ErrNoConversation.
+func TestConversationOf(t *testing.T) {
 	tests := []struct {
 		name   string
 		api    openai.API
 		config []byte // chatMLConfig when nil
 		body   string
-		want   string // the Chat as JSON; "" with noChat
+		want   string // the Conversation as JSON; "" with noChat
 		noChat bool
 	}{
 		{
@@ -134,10 +134,10 @@ func TestChatFromRequest(t *testing.T) {
 			if err != nil {
 				t.Fatalf("openai.Parse: %v", err)
 			}
-			c, err := m.ChatFromRequest(r)
+			c, err := m.ConversationOf(r)
 			if tt.noChat {
-				if !errors.Is(err, ErrNoChat) {
-					t.Fatalf("got %v, want ErrNoChat", err)
+				if !errors.Is(err, ErrNoConversation) {
+					t.Fatalf("got %v, want ErrNoConversation", err)
 				}
 				return
 			}
@@ -158,10 +158,10 @@ func TestChatFromRequest(t *testing.T) {
 	}
 }
 
-// compactJSON is s as encoding/json writes a Chat: raw values kept as they are.
+// compactJSON is s as encoding/json writes a Conversation: raw values kept as they are.
 func compactJSON(t *testing.T, s string) string {
 	t.Helper()
-	var c Chat
+	var c Conversation
 	if err := json.Unmarshal([]byte(s), &c); err != nil {
 		t.Fatalf("bad want: %v", err)
 	}
@@ -179,7 +179,7 @@ func TestContinueFinalMessage(t *testing.T) {
 		{"Once upon", "<|im_start|>user\nWrite<|im_end|>\n<|im_start|>assistant\nOnce upon"},
 		{"Once upon ", "<|im_start|>user\nWrite<|im_end|>\n<|im_start|>assistant\nOnce upon "},
 	} {
-		c := &Chat{ContinueFinalMessage: true, Messages: []Message{{Role: "user", Content: jstr("Write")}, {Role: "assistant", Content: jstr(tt.content)}}}
+		c := &Conversation{ContinueFinalMessage: true, Messages: []Message{{Role: "user", Content: jstr("Write")}, {Role: "assistant", Content: jstr(tt.content)}}}
 		got, err := m.RenderChat(nil, c)
 		if err != nil || string(got) != tt.want {
 			t.Errorf("%q: got %q, %v; want %q", tt.content, got, err, tt.want)

@@ -22,7 +22,7 @@ type refResult struct {
 
 // renderReference renders cases with transformers' semantics in Python (jinja2), skipping
 // the test where python3 with jinja2 is not installed.
-func renderReference(t testing.TB, configs map[string]json.RawMessage, family []string, chats []*Chat) []refResult {
+func renderReference(t testing.TB, configs map[string]json.RawMessage, family []string, chats []*Conversation) []refResult {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed")
@@ -31,8 +31,8 @@ func renderReference(t testing.TB, configs map[string]json.RawMessage, family []
 		t.Skip("python3 has no jinja2 (apt-get install python3-jinja2)")
 	}
 	type refCase struct {
-		Config string `json:"config"`
-		Chat   *Chat  `json:"chat"`
+		Config       string        `json:"config"`
+		Conversation *Conversation `json:"chat"`
 	}
 	req := struct {
 		Configs map[string]json.RawMessage `json:"configs"`
@@ -78,7 +78,7 @@ func TestRenderFamiliesAgainstJinja2(t *testing.T) {
 	configs := map[string]json.RawMessage{}
 	models := map[string]*Model{}
 	var family []string
-	var chats []*Chat
+	var chats []*Conversation
 	for _, fam := range []string{"qwen3", "gpt-oss", "deepseek-v3", "mistral"} {
 		cfg, err := os.ReadFile(filepath.Join(dir, fam, "tokenizer_config.json"))
 		if err != nil {
@@ -169,8 +169,8 @@ func jstr(s string) json.RawMessage {
 	return b
 }
 
-func genChat(rng *rand.Rand, fam string) *Chat {
-	c := &Chat{AddGenerationPrompt: rng.IntN(3) > 0}
+func genChat(rng *rand.Rand, fam string) *Conversation {
+	c := &Conversation{AddGenerationPrompt: rng.IntN(3) > 0}
 	pick := func() string { return genTexts[rng.IntN(len(genTexts))] }
 	if rng.IntN(2) == 0 && (fam != "mistral" || rng.IntN(5) == 0) {
 		role := "system"

@@ -96,14 +96,14 @@ func TestRenderChat(t *testing.T) {
 	tests := []struct {
 		name   string
 		config []byte
-		chat   Chat
+		chat   Conversation
 		want   string
 		err    string // a substring of the error, when one is expected
 	}{
 		{
 			name:   "chatml system and turns",
 			config: chatMLConfig,
-			chat: Chat{AddGenerationPrompt: true, Messages: []Message{
+			chat: Conversation{AddGenerationPrompt: true, Messages: []Message{
 				{Role: "system", Content: jstr("Be brief.")},
 				{Role: "user", Content: jstr("Hi")},
 				{Role: "assistant", Content: jstr("Hello!")},
@@ -114,7 +114,7 @@ func TestRenderChat(t *testing.T) {
 		{
 			name:   "chatml tools, a call with object arguments, and enable_thinking false",
 			config: chatMLConfig,
-			chat: Chat{
+			chat: Conversation{
 				AddGenerationPrompt: true,
 				Tools:               []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f","description":"é","parameters":{"type":"object","properties":{"x":{"type":"integer"}}}}}`)},
 				Kwargs:              map[string]json.RawMessage{"enable_thinking": json.RawMessage("false")},
@@ -133,7 +133,7 @@ func TestRenderChat(t *testing.T) {
 		{
 			name:   "chatml string arguments are written as given",
 			config: chatMLConfig,
-			chat: Chat{Messages: []Message{
+			chat: Conversation{Messages: []Message{
 				{Role: "assistant", Content: jstr("ok"), ToolCalls: []ToolCall{toolCall("c1", "f", `"{\"x\":1}"`)}},
 			}},
 			want: "<|im_start|>assistant\nok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\":1}}\n</tool_call><|im_end|>\n",
@@ -141,7 +141,7 @@ func TestRenderChat(t *testing.T) {
 		{
 			name:   "llama bos and eos from the config",
 			config: llamaConfig,
-			chat: Chat{Messages: []Message{
+			chat: Conversation{Messages: []Message{
 				{Role: "user", Content: jstr("a")}, {Role: "assistant", Content: jstr("b")}, {Role: "user", Content: jstr("c")},
 			}},
 			want: "<s>[INST] a [/INST]b</s> [INST] c [/INST]",
@@ -149,13 +149,13 @@ func TestRenderChat(t *testing.T) {
 		{
 			name:   "llama raises on a system message",
 			config: llamaConfig,
-			chat:   Chat{Messages: []Message{{Role: "system", Content: jstr("s")}, {Role: "user", Content: jstr("u")}}},
+			chat:   Conversation{Messages: []Message{{Role: "system", Content: jstr("s")}, {Role: "user", Content: jstr("u")}}},
 			err:    "Conversation roles must alternate",
 		},
 		{
 			name:   "deepseek system gathered, tool call with string arguments, tool output",
 			config: deepseekConfig,
-			chat: Chat{AddGenerationPrompt: true, Messages: []Message{
+			chat: Conversation{AddGenerationPrompt: true, Messages: []Message{
 				{Role: "system", Content: jstr("S")},
 				{Role: "user", Content: jstr("U")},
 				{Role: "assistant", Content: json.RawMessage("null"), ToolCalls: []ToolCall{toolCall("c", "f", `"{\"a\": 1}"`)}},
@@ -166,7 +166,7 @@ func TestRenderChat(t *testing.T) {
 		{
 			name:   "deepseek object arguments cannot be concatenated",
 			config: deepseekConfig,
-			chat: Chat{Messages: []Message{
+			chat: Conversation{Messages: []Message{
 				{Role: "assistant", Content: json.RawMessage("null"), ToolCalls: []ToolCall{toolCall("c", "f", `{"a": 1}`)}},
 			}},
 			err: "unsupported operand",
@@ -174,13 +174,13 @@ func TestRenderChat(t *testing.T) {
 		{
 			name:   "harmony defaults, date and generation prompt",
 			config: harmonyConfig,
-			chat:   Chat{AddGenerationPrompt: true, Messages: []Message{{Role: "user", Content: jstr("hi")}}},
+			chat:   Conversation{AddGenerationPrompt: true, Messages: []Message{{Role: "user", Content: jstr("hi")}}},
 			want:   "<|start|>system<|message|>You are ChatGPT.\nCurrent date: 2026-01-02\n\nReasoning: medium<|end|><|start|>user<|message|>hi<|end|><|start|>assistant",
 		},
 		{
 			name:   "harmony kwargs",
 			config: harmonyConfig,
-			chat: Chat{
+			chat: Conversation{
 				Kwargs: map[string]json.RawMessage{"reasoning_effort": jstr("high"), "builtin_tools": json.RawMessage(`["browser","python"]`), "model_identity": jstr("I am X.")},
 				Messages: []Message{
 					{Role: "user", Content: jstr("q")},
@@ -221,7 +221,7 @@ func TestRenderChatNoTemplate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", cfg, err)
 		}
-		if _, err := m.RenderChat(nil, &Chat{}); !errors.Is(err, ErrNoChatTemplate) {
+		if _, err := m.RenderChat(nil, &Conversation{}); !errors.Is(err, ErrNoChatTemplate) {
 			t.Errorf("%q: got %v, want ErrNoChatTemplate", cfg, err)
 		}
 	}
@@ -240,7 +240,7 @@ func TestNamedChatTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := m.RenderChat(nil, &Chat{Messages: []Message{{Role: "user"}}})
+	got, err := m.RenderChat(nil, &Conversation{Messages: []Message{{Role: "user"}}})
 	if err != nil || string(got) != "D1" {
 		t.Errorf("got %q, %v; want \"D1\"", got, err)
 	}
@@ -270,7 +270,7 @@ func TestInlineTemplatesAgainstJinja2(t *testing.T) {
 	configs := map[string]json.RawMessage{"chatml": chatMLConfig, "llama": llamaConfig, "deepseek": deepseekConfig, "harmony": harmonyConfig}
 	gen := map[string]string{"chatml": "qwen3", "llama": "mistral", "deepseek": "deepseek-v3", "harmony": "gpt-oss"}
 	var family []string
-	var chats []*Chat
+	var chats []*Conversation
 	for _, name := range []string{"chatml", "llama", "deepseek", "harmony"} {
 		rng := rand.New(rand.NewPCG(7, uint64(len(name))))
 		for range 100 {
