@@ -133,6 +133,12 @@ func (r *renderer) exec(body []node, f *frame) error {
 		case *dataNode:
 			r.out = append(r.out, n.text...)
 		case *outputNode:
+			if n.concat != nil {
+				if err := r.outputConcat(n.concat, f); err != nil {
+					return err
+				}
+				continue
+			}
 			v, err := r.eval(n.e, f)
 			if err != nil {
 				return err
@@ -190,6 +196,42 @@ func (r *renderer) exec(body []node, f *frame) error {
 			return errContinue
 		}
 	}
+	return nil
+}
+
+// outputConcat writes a + b + ...: when every operand is a string, each is appended to
+// the output as it is, without building the intermediate strings; otherwise the
+// operands are added left to right, as Python does.
+func (r *renderer) outputConcat(ops []expr, f *frame) error {
+	var buf [8]any
+	vals := buf[:0]
+	strs := true
+	for _, e := range ops {
+		v, err := r.eval(e, f)
+		if err != nil {
+			return err
+		}
+		_, isStr := v.(string)
+		strs = strs && isStr
+		vals = append(vals, v)
+	}
+	if strs {
+		for _, v := range vals {
+			r.out = append(r.out, v.(string)...)
+		}
+		return nil
+	}
+	acc := vals[0]
+	for _, v := range vals[1:] {
+		var err error
+		if acc, err = arith("+", acc, v); err != nil {
+			return err
+		}
+		if acc, err = r.bounded(acc); err != nil {
+			return err
+		}
+	}
+	r.out = appendStr(r.out, acc)
 	return nil
 }
 
@@ -732,8 +774,8 @@ func equal(a, b any) bool {
 			return false
 		}
 		for _, k := range x.Keys {
-			yv, ok := y.m[k]
-			if !ok || !equal(x.m[k], yv) {
+			yv, ok := y.Get(k)
+			if !ok || !equal(x.at(k), yv) {
 				return false
 			}
 		}
@@ -804,7 +846,7 @@ func contains(container, item any) (bool, error) {
 		if !ok {
 			return false, nil
 		}
-		_, found := c.m[s]
+		_, found := c.Get(s)
 		return found, nil
 	case Undefined:
 		return false, nil
@@ -832,7 +874,7 @@ func getAttr(obj any, name string) (any, error) {
 		if dictMethods[name] {
 			return &boundMethod{recv: x, name: name}, nil
 		}
-		if v, ok := x.m[name]; ok {
+		if v, ok := x.Get(name); ok {
 			return v, nil
 		}
 	case string:
@@ -840,7 +882,7 @@ func getAttr(obj any, name string) (any, error) {
 			return &boundMethod{recv: x, name: name}, nil
 		}
 	case *Namespace:
-		if v, ok := x.d.m[name]; ok {
+		if v, ok := x.d.Get(name); ok {
 			return v, nil
 		}
 	case *loopObj:
@@ -904,7 +946,7 @@ func getItem(obj, key any) (any, error) {
 		return nil, &Error{Pos: -1, Msg: fmt.Sprintf("'%s' has no attribute '%s'", undefName(x), pyStr(key))}
 	case *Dict:
 		if k, ok := key.(string); ok {
-			if v, ok := x.m[k]; ok {
+			if v, ok := x.Get(k); ok {
 				return v, nil
 			}
 		}

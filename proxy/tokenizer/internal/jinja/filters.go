@@ -21,7 +21,7 @@ func init() {
 					return nil, &Error{Pos: -1, Msg: "namespace() takes a dict"}
 				}
 				for _, k := range src.Keys {
-					d.Set(k, src.m[k])
+					d.Set(k, src.at(k))
 				}
 			}
 			for i, n := range names {
@@ -404,7 +404,7 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 func dictItems(d *Dict) []any {
 	out := make([]any, len(d.Keys))
 	for i, k := range d.Keys {
-		out[i] = []any{k, d.m[k]}
+		out[i] = []any{k, d.vals[i]}
 	}
 	return out
 }
@@ -653,16 +653,14 @@ func callMethod(m *boundMethod, args []any, names []string, kargs []any) (any, e
 			return out, nil
 		case "values":
 			out := make([]any, len(x.Keys))
-			for i, k := range x.Keys {
-				out[i] = x.m[k]
-			}
+			copy(out, x.vals)
 			return out, nil
 		case "get":
 			if len(args) == 0 {
 				return nil, &Error{Pos: -1, Msg: "get expected at least 1 argument"}
 			}
 			if k, ok := args[0].(string); ok {
-				if v, ok := x.m[k]; ok {
+				if v, ok := x.Get(k); ok {
 					return v, nil
 				}
 			}

@@ -26,8 +26,11 @@ type node interface{}
 
 type (
 	dataNode   struct{ text string }
-	outputNode struct{ e expr }
-	ifNode     struct {
+	outputNode struct {
+		e      expr
+		concat []expr // the operands of e when it is a chain a + b + ..., in order
+	}
+	ifNode struct {
 		conds  []expr
 		bodies [][]node // len(bodies) == len(conds) or len(conds)+1 (else)
 	}
@@ -190,7 +193,7 @@ func (p *parser) parseBody(ends ...string) ([]node, string, error) {
 				return nil, "", p.errf("expected '}}', got %s", p.cur())
 			}
 			p.i++
-			body = append(body, &outputNode{e})
+			body = append(body, &outputNode{e: e, concat: concatOperands(e)})
 		case tBlockBegin:
 			kw := p.cur()
 			if kw.kind != tName {
@@ -970,4 +973,24 @@ func (p *parser) dottedName() (string, error) {
 		p.i += 2
 	}
 	return n, nil
+}
+
+// concatOperands returns the operands of a left-nested chain of "+" (a + b + c is
+// (a + b) + c), or nil when e is not a "+".
+func concatOperands(e expr) []expr {
+	b, ok := e.(*binExpr)
+	if !ok || b.op != "+" {
+		return nil
+	}
+	var rev []expr
+	for ok && b.op == "+" {
+		rev = append(rev, b.r)
+		e = b.l
+		b, ok = e.(*binExpr)
+	}
+	rev = append(rev, e)
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	return rev
 }

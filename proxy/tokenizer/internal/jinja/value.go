@@ -12,27 +12,65 @@ import (
 // []any (list or tuple), *Dict (dict, keys in insertion order), Undefined, *Namespace,
 // and callables (*macro, builtin).
 
-// Dict is a dict with string keys kept in insertion order, as Python's dicts are.
+// Dict is a dict with string keys kept in insertion order, as Python's dicts are. Small
+// dicts (the messages and schemas of chat templates) are searched linearly; a map is
+// built past dictMapAt keys.
 type Dict struct {
 	Keys []string
-	m    map[string]any
+	vals []any
+	m    map[string]int // index into Keys and vals; nil while small
 }
 
+const dictMapAt = 12
+
 // NewDict returns an empty Dict with room for n keys.
-func NewDict(n int) *Dict { return &Dict{Keys: make([]string, 0, n), m: make(map[string]any, n)} }
+func NewDict(n int) *Dict { return &Dict{Keys: make([]string, 0, n), vals: make([]any, 0, n)} }
+
+func (d *Dict) index(k string) int {
+	if d.m != nil {
+		if i, ok := d.m[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, key := range d.Keys {
+		if key == k {
+			return i
+		}
+	}
+	return -1
+}
 
 // Set sets key k to v, appending k to the order when it is new.
 func (d *Dict) Set(k string, v any) {
-	if _, ok := d.m[k]; !ok {
-		d.Keys = append(d.Keys, k)
+	if i := d.index(k); i >= 0 {
+		d.vals[i] = v
+		return
 	}
-	d.m[k] = v
+	d.Keys = append(d.Keys, k)
+	d.vals = append(d.vals, v)
+	if d.m != nil {
+		d.m[k] = len(d.Keys) - 1
+	} else if len(d.Keys) > dictMapAt {
+		d.m = make(map[string]int, len(d.Keys))
+		for i, key := range d.Keys {
+			d.m[key] = i
+		}
+	}
 }
 
 // Get returns the value of key k.
 func (d *Dict) Get(k string) (any, bool) {
-	v, ok := d.m[k]
-	return v, ok
+	if i := d.index(k); i >= 0 {
+		return d.vals[i], true
+	}
+	return nil, false
+}
+
+// at returns the value of key k, nil when absent.
+func (d *Dict) at(k string) any {
+	v, _ := d.Get(k)
+	return v
 }
 
 // Len returns the number of keys.
@@ -134,7 +172,7 @@ func appendRepr(b []byte, v any) []byte {
 			}
 			b = appendPyStrRepr(b, k)
 			b = append(b, ": "...)
-			b = appendRepr(b, x.m[k])
+			b = appendRepr(b, x.at(k))
 		}
 		return append(b, '}')
 	case Undefined:
@@ -304,7 +342,7 @@ func appendJSON(b []byte, v any, o *jsonOpts, level int) ([]byte, error) {
 			b = appendJSONString(b, k, o.ascii)
 			b = append(b, o.keySep...)
 			var err error
-			if b, err = appendJSON(b, x.m[k], o, level+1); err != nil {
+			if b, err = appendJSON(b, x.at(k), o, level+1); err != nil {
 				return nil, err
 			}
 		}
