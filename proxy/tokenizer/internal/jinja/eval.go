@@ -643,6 +643,18 @@ func arith(op string, l, r any) (any, error) {
 			}
 		}
 	case "*":
+		if xs, ok := l.([]any); ok {
+			if n, ok := r.(int64); ok {
+				var out []any
+				for range max(0, min(n, 1<<20/int64(max(1, len(xs))))) {
+					out = append(out, xs...)
+				}
+				if out == nil {
+					out = []any{}
+				}
+				return out, nil
+			}
+		}
 		if s, ok := l.(string); ok {
 			if n, ok := r.(int64); ok {
 				return strings.Repeat(s, int(max(0, min(n, 1<<20)))), nil

@@ -237,6 +237,8 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 		return strings.Replace(s, old, nw, n), nil
 	case "int":
 		switch x := v.(type) {
+		case Undefined:
+			return nil, undefinedErr(x)
 		case int64:
 			return x, nil
 		case float64:
@@ -254,6 +256,10 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 		return arg(args, kw, 0, "default", int64(0)), nil
 	case "float":
 		switch x := v.(type) {
+		case Undefined:
+			return nil, undefinedErr(x)
+		case bool:
+			return float64(b2i(x)), nil
 		case int64:
 			return float64(x), nil
 		case float64:
@@ -266,6 +272,8 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 		return arg(args, kw, 0, "default", 0.0), nil
 	case "abs":
 		switch x := v.(type) {
+		case bool:
+			return b2i(x), nil
 		case int64:
 			if x < 0 {
 				return -x, nil
@@ -276,6 +284,17 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 		}
 		return nil, &Error{Pos: -1, Msg: "bad operand type for abs()"}
 	case "round":
+		prec0, _ := arg(args, kw, 0, "precision", int64(0)).(int64)
+		switch x := v.(type) {
+		case int64:
+			if prec0 >= 0 {
+				return x, nil
+			}
+		case bool:
+			if prec0 >= 0 {
+				return b2i(x), nil
+			}
+		}
 		f, ok := toFloat(v)
 		if !ok {
 			return nil, &Error{Pos: -1, Msg: "round of a " + typeName(v)}
@@ -292,6 +311,10 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 		}
 		var out []any
 		for _, x := range items {
+			switch x.(type) {
+			case []any, *Dict:
+				return nil, &Error{Pos: -1, Msg: "unhashable type: '" + typeName(x) + "'"}
+			}
 			dup := false
 			for _, y := range out {
 				if equal(x, y) {
@@ -308,6 +331,8 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 		var items []any
 		if d, ok := v.(*Dict); ok && name == "dictsort" {
 			items = dictItems(d)
+		} else if name == "dictsort" {
+			return nil, &Error{Pos: -1, Msg: "'" + typeName(v) + "' object has no attribute 'items'"}
 		} else {
 			var err error
 			if items, err = r.iterate(v); err != nil {
@@ -338,7 +363,13 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 		})
 		return items, serr
 	case "indent":
-		s := pyStr(v)
+		s, ok := v.(string)
+		if !ok {
+			if u, isU := v.(Undefined); isU {
+				return nil, undefinedErr(u)
+			}
+			return nil, &Error{Pos: -1, Msg: "indent of a " + typeName(v)}
+		}
 		width := "    "
 		switch w := arg(args, kw, 0, "width", int64(4)).(type) {
 		case int64:
@@ -410,6 +441,9 @@ func dictItems(d *Dict) []any {
 }
 
 func (r *renderer) seqFilter(name string, v any, args []any, kw map[string]any) (any, error) {
+	if !truthy(v) { // Jinja2 iterates "if seq"
+		return []any{}, nil
+	}
 	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
@@ -531,7 +565,7 @@ func applyTest(name string, v any, args []any) (bool, error) {
 		return ok, nil
 	case "sequence":
 		switch v.(type) {
-		case string, []any, *Dict:
+		case string, []any, *Dict, Undefined:
 			return true, nil
 		}
 		return false, nil
@@ -548,21 +582,22 @@ func applyTest(name string, v any, args []any) (bool, error) {
 		}
 		return false, nil
 	case "odd", "even", "divisibleby":
-		n, ok := v.(int64)
-		if !ok {
-			return false, &Error{Pos: -1, Msg: "test " + name + " of a " + typeName(v)}
+		// value % 2 == 1, value % 2 == 0, value % num == 0, with Python's numbers.
+		d := any(int64(2))
+		if name == "divisibleby" {
+			if len(args) != 1 {
+				return false, &Error{Pos: -1, Msg: "divisibleby takes one argument"}
+			}
+			d = args[0]
 		}
-		switch name {
-		case "odd":
-			return n%2 != 0, nil
-		case "even":
-			return n%2 == 0, nil
+		m, err := arith("%", v, d)
+		if err != nil {
+			return false, err
 		}
-		d, ok := arg(args, nil, 0, "num", nil).(int64)
-		if !ok || d == 0 {
-			return false, &Error{Pos: -1, Msg: "divisibleby needs a non-zero integer"}
+		if name == "odd" {
+			return equal(m, int64(1)), nil
 		}
-		return n%d == 0, nil
+		return equal(m, int64(0)), nil
 	case "lower", "upper":
 		s, ok := v.(string)
 		if !ok {
@@ -617,22 +652,24 @@ func capitalize(s string) string {
 	return string(rs)
 }
 
+// title is Jinja2's do_title: the text split before runs of "-", whitespace, "(", "{",
+// "[" and "<", each piece's first character upper-cased and the rest lower-cased.
 func title(s string) string {
+	sep := func(r rune) bool { return r == '-' || r == '(' || r == '{' || r == '[' || r == '<' || isSpacePy(r) }
+	var b strings.Builder
 	rs := []rune(s)
-	prev := false
-	for i, c := range rs {
-		if unicode.IsLetter(c) {
-			if prev {
-				rs[i] = unicode.ToLower(c)
-			} else {
-				rs[i] = unicode.ToUpper(c)
-			}
-			prev = true
-		} else {
-			prev = false
+	for i := 0; i < len(rs); {
+		j := i
+		isSep := sep(rs[i])
+		for j < len(rs) && sep(rs[j]) == isSep {
+			j++
 		}
+		piece := rs[i:j]
+		b.WriteString(strings.ToUpper(string(piece[0])))
+		b.WriteString(strings.ToLower(string(piece[1:])))
+		i = j
 	}
-	return string(rs)
+	return b.String()
 }
 
 func callMethod(m *boundMethod, args []any, names []string, kargs []any) (any, error) {

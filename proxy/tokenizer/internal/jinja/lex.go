@@ -134,7 +134,7 @@ func lex(src string) ([]token, error) {
 		// pos is at the closer, possibly preceded by '-' or '+' (consumed by lexExpr).
 		endPos := pos
 		trim := byte(0)
-		if src[pos-1] == '-' || src[pos-1] == '+' {
+		if src[pos-1] == '-' || src[pos-1] == '+' && kind == '%' {
 			if pos-1 >= after && (len(toks) == 0 || toks[len(toks)-1].pos != pos-1) {
 				trim = src[pos-1]
 			}
@@ -248,7 +248,8 @@ func lexExpr(src string, i int, toks []token, closer string) ([]token, int, erro
 		if strings.HasPrefix(src[i:], closer) {
 			return toks, i, nil
 		}
-		if (src[i] == '-' || src[i] == '+') && strings.HasPrefix(src[i+1:], closer) {
+		// "-}}", "-%}" and "+%}" end a tag; "+}}" does not (the "+" is an operator).
+		if (src[i] == '-' || src[i] == '+' && closer == "%}") && strings.HasPrefix(src[i+1:], closer) {
 			return toks, i + 1, nil
 		}
 		c := src[i]

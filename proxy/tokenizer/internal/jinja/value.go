@@ -176,7 +176,7 @@ func appendRepr(b []byte, v any) []byte {
 		}
 		return append(b, '}')
 	case Undefined:
-		return b
+		return append(b, "Undefined"...)
 	case *Namespace:
 		return append(b, "<Namespace>"...)
 	}
