@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -91,6 +92,36 @@ func BenchmarkRenderChat(b *testing.B) {
 				if dst, err = m.RenderChat(dst[:0], chat); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkRenderChatLength renders the inline ChatML template over conversations of
+// growing length (messages of about 400 bytes): the time grows linearly.
+func BenchmarkRenderChatLength(b *testing.B) {
+	m, err := parseChatOnly(chatMLConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{2, 20, 200} {
+		c := &Conversation{AddGenerationPrompt: true}
+		for i := range n {
+			role := "user"
+			if i%2 == 1 {
+				role = "assistant"
+			}
+			c.Messages = append(c.Messages, Message{Role: role, Content: jstr(strings.Repeat(genTexts[i%len(genTexts)]+" ", 400/(len(genTexts[i%len(genTexts)])+1)+1))})
+		}
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			dst, err := m.RenderChat(nil, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(dst)))
+			b.ReportAllocs()
+			for b.Loop() {
+				dst, _ = m.RenderChat(dst[:0], c)
 			}
 		})
 	}

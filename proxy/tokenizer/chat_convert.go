@@ -11,8 +11,8 @@ import (
 
 // ErrNoConversation is returned (wrapped) by [Model.ConversationOf] for a request whose prompt
 // vLLM does not build from chat messages the router can see: a Completions or Embeddings
-// request, a Responses request continuing a stored response (previous_response_id: the
-// history is on the server), or input vLLM itself rejects (encrypted reasoning, images
+// request, a Responses request continuing a stored response or conversation
+// (previous_response_id, conversation: the history is on the server), or input vLLM itself rejects (encrypted reasoning, images
 // for a text-only template).
 var ErrNoConversation = errors.New("tokenizer: no chat to render for this request")
 
@@ -137,6 +137,9 @@ func (m *Model) ConversationOf(r *openai.Request) (*Conversation, error) {
 	case openai.Responses:
 		if r.PreviousResponseID != "" {
 			return nil, fmt.Errorf("%w: previous_response_id %q continues a response stored on the server", ErrNoConversation, r.PreviousResponseID)
+		}
+		if get(top, "conversation") != nil {
+			return nil, fmt.Errorf("%w: the conversation is stored on the server", ErrNoConversation)
 		}
 		if msgs, c.ContinueFinalMessage, err = responsesMessages(top); err != nil {
 			return nil, err

@@ -90,6 +90,12 @@ func TestConversationOf(t *testing.T) {
 			noChat: true,
 		},
 		{
+			name:   "responses: a stored conversation",
+			api:    openai.Responses,
+			body:   `{"model":"m","conversation":"conv_1","input":"more"}`,
+			noChat: true,
+		},
+		{
 			name: "chat: parts joined, null content, string arguments decoded, empty calls dropped, tools dumped, kwargs",
 			api:  openai.Chat,
 			body: `{"model":"m","add_generation_prompt":false,"chat_template_kwargs":{"enable_thinking":false},
