@@ -23,6 +23,9 @@ var ErrNoChatTemplate = errors.New("tokenizer: the model has no chat template")
 // messages before it renders them (content parts joined, tool-call arguments decoded):
 // [Model.ConversationOf] builds the Conversation vLLM renders for a parsed request of any of the three
 // APIs.
+//
+// A Conversation is plain data: RenderChat reads it and does not keep or modify it, so one
+// may be rendered by several goroutines at once.
 type Conversation struct {
 	Messages []Message `json:"messages"`
 	// Tools are the tool definitions as JSON objects, {"type": "function", "function":

@@ -67,8 +67,8 @@ var ErrNoConversation = errors.New("tokenizer: no chat to render for this reques
 // (null when absent), other keys as given}}.
 //
 // ConversationOf reads r.Body (the proxy/openai Request does not keep the Chat API's
-// tools and template options, nor the blocks the conversion reads) and runs in
-// O(len(r.Body)).
+// tools and template options, nor the blocks the conversion reads), runs in
+// O(len(r.Body)), and may be called by any number of goroutines at once.
 func (m *Model) ConversationOf(r *openai.Request) (*Conversation, error) {
 	body, err := jinja.ParseJSON(r.Body)
 	if err != nil {
