@@ -11,7 +11,7 @@ import (
 	"github.com/usher-llm/usher/proxy/tokenizer/internal/jinja"
 )
 
-// ErrNoChatTemplate is returned by [Model.RenderChat] when the model's
+// ErrNoChatTemplate is returned by [Encoder.RenderChat] when the model's
 // tokenizer_config.json has no chat_template.
 var ErrNoChatTemplate = errors.New("tokenizer: the model has no chat template")
 
@@ -21,7 +21,7 @@ var ErrNoChatTemplate = errors.New("tokenizer: the model has no chat template")
 //
 // RenderChat renders a Conversation as given, as transformers does. vLLM changes a request's
 // messages before it renders them (content parts joined, tool-call arguments decoded):
-// [Model.ConversationOf] builds the Conversation vLLM renders for a parsed request of any of the three
+// [Encoder.ConversationOf] builds the Conversation vLLM renders for a parsed request of any of the three
 // APIs.
 //
 // A Conversation is plain data: RenderChat reads it and does not keep or modify it, so one

@@ -36,7 +36,7 @@ func chat20() *Conversation {
 // the real ones from USHER_TOKDATA when it is set (see TestRenderFamiliesAgainstJinja2),
 // and an inline ChatML template always.
 func BenchmarkRenderChat(b *testing.B) {
-	models := map[string]*Model{}
+	models := map[string]*Encoder{}
 	m, err := parseChatOnly(chatMLConfig)
 	if err != nil {
 		b.Fatal(err)

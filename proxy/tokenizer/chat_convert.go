@@ -9,7 +9,7 @@ import (
 	"github.com/usher-llm/usher/proxy/tokenizer/internal/jinja"
 )
 
-// ErrNoConversation is returned (wrapped) by [Model.ConversationOf] for a request whose prompt
+// ErrNoConversation is returned (wrapped) by [Encoder.ConversationOf] for a request whose prompt
 // vLLM does not build from chat messages the router can see: a Completions or Embeddings
 // request, a Responses request continuing a stored response or conversation
 // (previous_response_id, conversation: the history is on the server), or input vLLM itself rejects (encrypted reasoning, images
@@ -69,7 +69,7 @@ var ErrNoConversation = errors.New("tokenizer: no chat to render for this reques
 // ConversationOf reads r.Body (the proxy/openai Request does not keep the Chat API's
 // tools and template options, nor the blocks the conversion reads), runs in
 // O(len(r.Body)), and may be called by any number of goroutines at once.
-func (m *Model) ConversationOf(r *openai.Request) (*Conversation, error) {
+func (e *Encoder) ConversationOf(r *openai.Request) (*Conversation, error) {
 	body, err := jinja.ParseJSON(r.Body)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: request body: %w", err)
@@ -163,7 +163,7 @@ func (m *Model) ConversationOf(r *openai.Request) (*Conversation, error) {
 	default:
 		return nil, fmt.Errorf("%w: the %v API has no chat", ErrNoConversation, r.API)
 	}
-	parts := m.chat != nil && m.chat.parts
+	parts := e.chat != nil && e.chat.parts
 	if c.Messages, err = vllmMessages(msgs, parts); err != nil {
 		return nil, err
 	}
@@ -490,7 +490,7 @@ func asDict(v any) *jinja.Dict {
 }
 
 // vllmMessages rebuilds each message as vLLM's _parse_chat_message_content and
-// _postprocess_messages do (see [Model.ConversationOf]).
+// _postprocess_messages do (see [Encoder.ConversationOf]).
 func vllmMessages(in []*jinja.Dict, parts bool) ([]Message, error) {
 	out := make([]Message, 0, len(in))
 	for i, src := range in {

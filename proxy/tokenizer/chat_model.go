@@ -11,6 +11,6 @@ package tokenizer
 // template is parsed once, when the model is loaded; RenderChat may be called by any
 // number of goroutines at once. It runs in time linear in the template's work for c, and
 // allocates for the template's values and to grow dst.
-func (m *Model) RenderChat(dst []byte, c *Conversation) ([]byte, error) {
-	return m.chat.render(dst, c)
+func (e *Encoder) RenderChat(dst []byte, c *Conversation) ([]byte, error) {
+	return e.chat.render(dst, c)
 }

@@ -76,7 +76,7 @@ func TestRenderFamiliesAgainstJinja2(t *testing.T) {
 		fmt.Sscan(s, &n)
 	}
 	configs := map[string]json.RawMessage{}
-	models := map[string]*Model{}
+	models := map[string]*Encoder{}
 	var family []string
 	var chats []*Conversation
 	for _, fam := range []string{"qwen3", "gpt-oss", "deepseek-v3", "mistral"} {

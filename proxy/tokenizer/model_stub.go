@@ -1,19 +1,11 @@
 package tokenizer
 
-// TEMPORARY (helper T's branch only): Model is defined by helper E's model.go. At merge
-// delete this file and add to E's Model the field `chat *chatTemplate`, set in Parse with
-// `m.chat, err = newChatTemplate(configJSON)`.
+// TEMPORARY (helper T's branch only): Encoder is helper E's (model.go, built by New). At
+// merge delete this file and doc_stub.go, add to E's Encoder the field
+// `chat *chatTemplate`, and set it in New once the config is read:
+// `if e.chat, err = newChatTemplate(configJSON); err != nil { ... }`.
 
-// Model is a tokenizer model (stand-in until the encoder lands).
-type Model struct {
+// Encoder is a model's tokenizer (stand-in until the encoder lands).
+type Encoder struct {
 	chat *chatTemplate
-}
-
-// parseChatOnly builds a Model with only its chat template, for T's tests.
-func parseChatOnly(configJSON []byte) (*Model, error) {
-	ct, err := newChatTemplate(configJSON)
-	if err != nil {
-		return nil, err
-	}
-	return &Model{chat: ct}, nil
 }
