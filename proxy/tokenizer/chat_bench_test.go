@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // chat20 is a 20-message conversation: a system prompt, two tools, nine user turns, one
@@ -125,4 +127,52 @@ func BenchmarkRenderChatLength(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkConversationOf converts a 20-message Anthropic Messages request (text, a tool
+// round, tools) to the conversation vLLM renders, and renders it.
+func BenchmarkConversationOf(b *testing.B) {
+	m, err := parseChatOnly(chatMLConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var msgs []string
+	for i := range 20 {
+		switch {
+		case i == 9:
+			msgs = append(msgs, `{"role":"assistant","content":[{"type":"text","text":"Let me look."},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris"}}]}`)
+		case i == 10:
+			msgs = append(msgs, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"21C"}]}`)
+		case i%2 == 0:
+			msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%q}`, genTexts[i%len(genTexts)]))
+		default:
+			msgs = append(msgs, fmt.Sprintf(`{"role":"assistant","content":[{"type":"text","text":%q}]}`, genTexts[i%len(genTexts)]))
+		}
+	}
+	body := []byte(`{"model":"m","max_tokens":100,"system":"Be brief.","tools":[{"name":"get_weather","description":"Weather.","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],"messages":[` + strings.Join(msgs, ",") + `]}`)
+	r, err := openai.Parse(body, openai.Messages, openai.ParseLimits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("convert", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := m.ConversationOf(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("convert+render", func(b *testing.B) {
+		b.ReportAllocs()
+		var dst []byte
+		for b.Loop() {
+			c, err := m.ConversationOf(r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if dst, err = m.RenderChat(dst[:0], c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

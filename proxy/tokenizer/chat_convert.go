@@ -12,7 +12,8 @@ import (
 // ErrNoConversation is returned (wrapped) by [Encoder.ConversationOf] for a request whose prompt
 // vLLM does not build from chat messages the router can see: a Completions or Embeddings
 // request, a Responses request continuing a stored response or conversation
-// (previous_response_id, conversation: the history is on the server), or input vLLM itself rejects (encrypted reasoning, images
+// (previous_response_id, conversation: the history is on the server), a Chat request
+// with its own chat_template, or input vLLM itself rejects (encrypted reasoning, images
 // for a text-only template).
 var ErrNoConversation = errors.New("tokenizer: no chat to render for this request")
 
@@ -83,6 +84,9 @@ func (e *Encoder) ConversationOf(r *openai.Request) (*Conversation, error) {
 	var tools []any
 	switch r.API {
 	case openai.Chat:
+		if get(top, "chat_template") != nil {
+			return nil, fmt.Errorf("%w: the request brings its own chat_template", ErrNoConversation)
+		}
 		list, _ := get(top, "messages").([]any)
 		for _, x := range list {
 			d, ok := x.(*jinja.Dict)

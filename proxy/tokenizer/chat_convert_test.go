@@ -120,6 +120,12 @@ func TestConversationOf(t *testing.T) {
 				`{"role":"user","content":[{"type": "text", "text": "b"}, {"type": "text", "text": "c"}]}],"add_generation_prompt":true}`,
 		},
 		{
+			name:   "chat: a request's own template",
+			api:    openai.Chat,
+			body:   `{"model":"m","chat_template":"{{ messages }}","messages":[{"role":"user","content":"a"}]}`,
+			noChat: true,
+		},
+		{
 			name:   "completions have no chat",
 			api:    openai.Completions,
 			body:   `{"model":"m","prompt":"x"}`,
