@@ -8,7 +8,7 @@
 // whitespace controls, newlines normalised and one trailing newline dropped, as Jinja2
 // does), parsed to an AST with Jinja2's operator precedence, and evaluated by a tree
 // walker over Go values that stand for Python's: nil (None), bool, int64, float64,
-// string, []any (list or tuple), *Dict (insertion-ordered, as Python's dicts), Undefined,
+// string, []any (list), tuple, *Dict (insertion-ordered, as Python's dicts), Undefined,
 // *Namespace. Jinja2's semantics are followed where chat templates can tell: attribute
 // lookup falls back to items and items to attributes, an undefined value prints as
 // nothing and fails when used, a for loop's assignments start each iteration from the
@@ -17,8 +17,8 @@
 // (split, strip, startswith, ...).
 //
 // What is not there: template inheritance and includes (chat templates are one file),
-// recursive loops, autoescaping, async, and tuples as a type of their own (a tuple
-// prints as a list). The render is bounded (steps, output size, macro depth) so that a
+// recursive loops, autoescaping, async, and generators (items and dictsort give lists of
+// tuples at once, so their length is known where Jinja2 would fail). The render is bounded (steps, output size, macro depth) so that a
 // hostile template cannot run away; parsing is linear and bounded in depth.
 //
 // Rejected alternatives: a Go Jinja library from the module proxy (see the issue's

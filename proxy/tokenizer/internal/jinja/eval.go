@@ -368,6 +368,8 @@ func (r *renderer) iterate(v any) ([]any, error) {
 	switch x := v.(type) {
 	case []any:
 		return x, nil
+	case tuple:
+		return x, nil
 	case *Dict:
 		out := make([]any, len(x.Keys))
 		for i, k := range x.Keys {
@@ -433,7 +435,7 @@ func (r *renderer) eval(e expr, f *frame) (any, error) {
 		}
 		return out, nil
 	case *tupleExpr:
-		out := make([]any, len(e.items))
+		out := make(tuple, len(e.items))
 		for i, x := range e.items {
 			v, err := r.eval(x, f)
 			if err != nil {
@@ -603,7 +605,7 @@ func (r *renderer) evalBin(e *binExpr, f *frame) (any, error) {
 // bounded fails when v, a string or list an operator built, is larger than the output
 // limit: templates that double a value in a loop stop there.
 func (r *renderer) bounded(v any) (any, error) {
-	switch x := v.(type) {
+	switch x := untuple(v).(type) {
 	case string:
 		if len(x) > r.lim.Output {
 			return nil, &Error{Pos: -1, Msg: "string exceeds the output limit"}
@@ -628,6 +630,26 @@ func arith(op string, l, r any) (any, error) {
 	}
 	if b, ok := r.(bool); ok {
 		r = b2i(b)
+	}
+	if lt, ok := l.(tuple); ok {
+		switch rt := r.(type) {
+		case tuple:
+			if op == "+" {
+				return append(append(tuple{}, lt...), rt...), nil
+			}
+		case int64:
+			if op == "*" {
+				v, err := arith("*", []any(lt), rt)
+				if err != nil {
+					return nil, err
+				}
+				return tuple(v.([]any)), nil
+			}
+		}
+		return nil, &Error{Pos: -1, Msg: fmt.Sprintf("unsupported operand types for %s: 'tuple' and '%s'", op, typeName(r))}
+	}
+	if _, ok := r.(tuple); ok {
+		return nil, &Error{Pos: -1, Msg: fmt.Sprintf("unsupported operand types for %s: '%s' and 'tuple'", op, typeName(l))}
 	}
 	switch op {
 	case "+":
@@ -759,6 +781,11 @@ func toFloat(v any) (float64, bool) {
 }
 
 func equal(a, b any) bool {
+	ta, aT := a.(tuple)
+	tb, bT := b.(tuple)
+	if aT || bT {
+		return aT && bT && equal([]any(ta), []any(tb))
+	}
 	switch x := a.(type) {
 	case nil:
 		return b == nil
@@ -800,6 +827,7 @@ func equal(a, b any) bool {
 }
 
 func compare(a, b any) (int, error) {
+	a, b = untuple(a), untuple(b)
 	if xs, ok := a.(string); ok {
 		if ys, ok := b.(string); ok {
 			return strings.Compare(xs, ys), nil
@@ -836,7 +864,7 @@ func compare(a, b any) (int, error) {
 }
 
 func contains(container, item any) (bool, error) {
-	switch c := container.(type) {
+	switch c := untuple(container).(type) {
 	case string:
 		s, ok := item.(string)
 		if !ok {
@@ -879,7 +907,7 @@ var strMethods = map[string]bool{
 // getAttr is Jinja2's getattr: the Python attribute, else the item of that name, else
 // Undefined.
 func getAttr(obj any, name string) (any, error) {
-	switch x := obj.(type) {
+	switch x := untuple(obj).(type) {
 	case Undefined:
 		return nil, &Error{Pos: -1, Msg: fmt.Sprintf("'%s' has no attribute '%s'", undefName(x), name)}
 	case *Dict:
@@ -953,7 +981,7 @@ func (l *loopObj) attr(name string) any {
 // getItem is Jinja2's getitem: the item, else the attribute of that name when key is a
 // string, else Undefined.
 func getItem(obj, key any) (any, error) {
-	switch x := obj.(type) {
+	switch x := untuple(obj).(type) {
 	case Undefined:
 		return nil, &Error{Pos: -1, Msg: fmt.Sprintf("'%s' has no attribute '%s'", undefName(x), pyStr(key))}
 	case *Dict:
@@ -1022,14 +1050,18 @@ func (r *renderer) evalSlice(e *sliceExpr, f *frame) (any, error) {
 		}
 	}
 	switch x := obj.(type) {
-	case []any:
-		idx, err := sliceIndices(len(x), bounds)
+	case []any, tuple:
+		xs := untuple(x).([]any)
+		idx, err := sliceIndices(len(xs), bounds)
 		if err != nil {
 			return nil, err
 		}
 		out := make([]any, len(idx))
 		for i, j := range idx {
-			out[i] = x[j]
+			out[i] = xs[j]
+		}
+		if _, isT := x.(tuple); isT {
+			return tuple(out), nil
 		}
 		return out, nil
 	case string:
@@ -1184,10 +1216,7 @@ func (r *renderer) callMacro(m *macro, args []any, names []string, kargs []any) 
 			mf.vars[p] = Undefined{Name: p}
 		}
 	}
-	if varargs == nil {
-		varargs = []any{}
-	}
-	mf.vars["varargs"] = varargs
+	mf.vars["varargs"] = tuple(varargs)
 	mf.vars["kwargs"] = kw
 	if m.caller != nil {
 		body, cf := m.caller, m.cframe

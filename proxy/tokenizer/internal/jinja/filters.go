@@ -125,7 +125,7 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 			o.indentStr = n
 			o.itemSep = ","
 		}
-		if seps, ok := arg(args, kw, 2, "separators", nil).([]any); ok && len(seps) == 2 {
+		if seps, ok := untuple(arg(args, kw, 2, "separators", nil)).([]any); ok && len(seps) == 2 {
 			o.itemSep, o.keySep = pyStr(seps[0]), pyStr(seps[1])
 		}
 		o.sortKeys = truthy(arg(args, kw, 3, "sort_keys", false))
@@ -350,7 +350,7 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 				b, _ = getAttr(b, attr)
 			}
 			if name == "dictsort" {
-				a, b = a.([]any)[0], b.([]any)[0]
+				a, b = untuple(a).([]any)[0], untuple(b).([]any)[0]
 			}
 			c, err := compare(a, b)
 			if err != nil {
@@ -435,7 +435,7 @@ func (r *renderer) filter(name string, v any, args []any, kw map[string]any) (an
 func dictItems(d *Dict) []any {
 	out := make([]any, len(d.Keys))
 	for i, k := range d.Keys {
-		out[i] = []any{k, d.vals[i]}
+		out[i] = tuple{k, d.vals[i]}
 	}
 	return out
 }
@@ -513,7 +513,7 @@ func (r *renderer) seqFilter(name string, v any, args []any, kw map[string]any) 
 }
 
 func length(v any) (any, error) {
-	switch x := v.(type) {
+	switch x := untuple(v).(type) {
 	case string:
 		return int64(len([]rune(x))), nil
 	case []any:
@@ -565,13 +565,13 @@ func applyTest(name string, v any, args []any) (bool, error) {
 		return ok, nil
 	case "sequence":
 		switch v.(type) {
-		case string, []any, *Dict, Undefined:
+		case string, []any, tuple, *Dict, Undefined:
 			return true, nil
 		}
 		return false, nil
 	case "iterable":
 		switch v.(type) {
-		case string, []any, *Dict, Undefined:
+		case string, []any, tuple, *Dict, Undefined:
 			return true, nil
 		}
 		return false, nil
@@ -673,6 +673,7 @@ func title(s string) string {
 }
 
 func callMethod(m *boundMethod, args []any, names []string, kargs []any) (any, error) {
+	m.recv = untuple(m.recv)
 	kw := map[string]any{}
 	for i, n := range names {
 		kw[n] = kargs[i]
@@ -749,7 +750,7 @@ func strMethod(s, name string, args []any, kw map[string]any) (any, error) {
 	}
 	switch name {
 	case "startswith", "endswith":
-		v := arg(args, kw, 0, "prefix", nil)
+		v := untuple(arg(args, kw, 0, "prefix", nil))
 		var cands []any
 		switch p := v.(type) {
 		case string:
@@ -863,7 +864,7 @@ func strMethod(s, name string, args []any, kw map[string]any) (any, error) {
 		}
 		return int64(len([]rune(s[:i]))), nil
 	case "join":
-		items, ok := arg(args, kw, 0, "iterable", nil).([]any)
+		items, ok := untuple(arg(args, kw, 0, "iterable", nil)).([]any)
 		if !ok {
 			return nil, &Error{Pos: -1, Msg: "join() takes a list"}
 		}

@@ -9,7 +9,7 @@ import (
 )
 
 // Values are Go values standing for Python's: nil (None), bool, int64, float64, string,
-// []any (list or tuple), *Dict (dict, keys in insertion order), Undefined, *Namespace,
+// []any (list), tuple, *Dict (dict, keys in insertion order), Undefined, *Namespace,
 // and callables (*macro, builtin).
 
 // Dict is a dict with string keys kept in insertion order, as Python's dicts are. Small
@@ -84,6 +84,18 @@ type Undefined struct{ Name string }
 // Namespace is the object namespace() returns, whose attributes set can assign.
 type Namespace struct{ d *Dict }
 
+// tuple is a Python tuple: it prints as (a, b) and is never equal to a list; elsewhere it
+// behaves as a list.
+type tuple []any
+
+// untuple returns a tuple's items as a list, and any other value as it is.
+func untuple(v any) any {
+	if t, ok := v.(tuple); ok {
+		return []any(t)
+	}
+	return v
+}
+
 type builtin func(r *renderer, args []any, names []string, kargs []any) (any, error)
 
 // boundMethod is a method of a value, such as a string's startswith.
@@ -93,7 +105,7 @@ type boundMethod struct {
 }
 
 func truthy(v any) bool {
-	switch x := v.(type) {
+	switch x := untuple(v).(type) {
 	case nil:
 		return false
 	case bool:
@@ -164,6 +176,18 @@ func appendRepr(b []byte, v any) []byte {
 			b = appendRepr(b, e)
 		}
 		return append(b, ']')
+	case tuple:
+		b = append(b, '(')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendRepr(b, e)
+		}
+		if len(x) == 1 {
+			b = append(b, ',')
+		}
+		return append(b, ')')
 	case *Dict:
 		b = append(b, '{')
 		for i, k := range x.Keys {
@@ -350,6 +374,8 @@ func appendJSON(b []byte, v any, o *jsonOpts, level int) ([]byte, error) {
 		return append(b, '}'), nil
 	case *Namespace:
 		return appendJSON(b, x.d, o, level)
+	case tuple:
+		return appendJSON(b, []any(x), o, level)
 	}
 	return nil, &Error{Pos: -1, Msg: "tojson: object of type " + typeName(v) + " is not JSON serializable"}
 }
@@ -427,6 +453,8 @@ func typeName(v any) string {
 		return "str"
 	case []any:
 		return "list"
+	case tuple:
+		return "tuple"
 	case *Dict:
 		return "dict"
 	case Undefined:
