@@ -24,6 +24,7 @@ import (
 // call; so, given a dst with room, Encode allocates nothing for text that needs no
 // normalization.
 type Encoder struct {
+	chat   *chatTemplate // tokenizer_config.json's chat_template; nil without one
 	norm   []normStep
 	splits []split // the Split pre-tokenizers, in order
 	gpt2   bool    // ByteLevel with use_regex: GPT-2's split after the others
@@ -147,6 +148,11 @@ func build(data, config []byte) (*Encoder, error) {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
 	m := &Encoder{free: make(chan *scratch, runtime.GOMAXPROCS(0))}
+	chat, cerr := newChatTemplate(config)
+	if cerr != nil {
+		return nil, cerr
+	}
+	m.chat = chat
 	if t := f.Model.Type; t != "" && t != "BPE" {
 		return nil, fmt.Errorf("model %q is not supported (only BPE)", t)
 	}
