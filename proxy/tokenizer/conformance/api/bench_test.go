@@ -20,7 +20,7 @@ func BenchmarkEncodeCorpus(b *testing.B) {
 	}
 	for _, f := range golden.Families {
 		b.Run(f.Dir, func(b *testing.B) {
-			m := model(b, f)
+			m := encoder(b, f)
 			tokens := 0
 			for _, g := range golden.DecodeLines[golden.IDs](b, f.Dir+"/ids.jsonl.gz") {
 				tokens += len(g.IDs)
@@ -53,7 +53,7 @@ func BenchmarkEncodeLong(b *testing.B) {
 	}
 	for _, f := range golden.Families {
 		b.Run(f.Dir, func(b *testing.B) {
-			m := model(b, f)
+			m := encoder(b, f)
 			goldens := golden.DecodeLines[golden.IDs](b, f.Dir+"/ids.jsonl.gz")
 			var bytes, tokens int
 			for _, i := range long {
@@ -83,12 +83,12 @@ func BenchmarkRenderChat(b *testing.B) {
 			continue
 		}
 		b.Run(f.Dir, func(b *testing.B) {
-			m := model(b, f)
+			m := encoder(b, f)
 			goldens := golden.DecodeLines[golden.Rendering](b, f.Dir+"/templates.jsonl.gz")
-			var chats []*tokenizer.Chat
+			var chats []*tokenizer.Conversation
 			msgs := 0
 			for i, line := range convs {
-				c := new(tokenizer.Chat)
+				c := new(tokenizer.Conversation)
 				if goldens[i].Text == nil || json.Unmarshal(line, c) != nil || len(c.Messages) < 10 {
 					continue
 				}

@@ -15,7 +15,7 @@ func TestIDs(t *testing.T) {
 	ps := golden.Prompts(t)
 	for _, f := range golden.Families {
 		t.Run(f.Dir, func(t *testing.T) {
-			m := model(t, f)
+			m := encoder(t, f)
 			goldens := golden.DecodeLines[golden.IDs](t, f.Dir+"/ids.jsonl.gz")
 			if len(goldens) != len(ps) {
 				t.Fatalf("%d goldens for %d prompts", len(goldens), len(ps))

@@ -19,24 +19,27 @@ import (
 	"github.com/usher-llm/usher/proxy/tokenizer/conformance/internal/golden"
 )
 
-// models caches each family's parsed model across the tests and benchmarks of one run.
+// models caches each family's encoder across the tests and benchmarks of one run.
 var models sync.Map // family dir -> *modelOnce
 
 type modelOnce struct {
 	once sync.Once
-	m    *tokenizer.Model
+	m    *tokenizer.Encoder
 	err  error
 }
 
-func model(tb testing.TB, f golden.Family) *tokenizer.Model {
+func encoder(tb testing.TB, f golden.Family) *tokenizer.Encoder {
 	tb.Helper()
 	v, _ := models.LoadOrStore(f.Dir, new(modelOnce))
 	mo := v.(*modelOnce)
 	mo.once.Do(func() {
-		mo.m, mo.err = tokenizer.Parse(golden.Gunzip(tb, f.Dir+"/tokenizer.json.gz"), golden.Gunzip(tb, f.Dir+"/tokenizer_config.json.gz"))
+		mo.m, mo.err = tokenizer.New(tokenizer.Options{
+			TokenizerJSON: golden.Gunzip(tb, f.Dir+"/tokenizer.json.gz"),
+			ConfigJSON:    golden.Gunzip(tb, f.Dir+"/tokenizer_config.json.gz"),
+		})
 	})
 	if mo.err != nil {
-		tb.Fatalf("%s: Parse: %v", f.Dir, mo.err)
+		tb.Fatalf("%s: New: %v", f.Dir, mo.err)
 	}
 	return mo.m
 }

@@ -20,7 +20,7 @@ func TestTemplates(t *testing.T) {
 			if !f.Template {
 				t.Skipf("%s: the committed tokenizer_config.json has no chat_template (none found on npm; see PROVENANCE)", f.Dir)
 			}
-			m := model(t, f)
+			m := encoder(t, f)
 			goldens := golden.DecodeLines[golden.Rendering](t, f.Dir+"/templates.jsonl.gz")
 			if len(goldens) != len(convs) {
 				t.Fatalf("%d goldens for %d conversations", len(goldens), len(convs))
@@ -29,10 +29,10 @@ func TestTemplates(t *testing.T) {
 			var bad, rendered, raised int
 			var dst []byte
 			for i, line := range convs {
-				var c tokenizer.Chat
+				var c tokenizer.Conversation
 				if err := json.Unmarshal(line, &c); err != nil {
 					if bad++; bad <= show {
-						t.Errorf("conversation %d: decoding into tokenizer.Chat: %v", i, err)
+						t.Errorf("conversation %d: decoding into tokenizer.Conversation: %v", i, err)
 					}
 					continue
 				}
