@@ -38,10 +38,11 @@
 //     through Redis, off the request path (the only package that talks to Redis).
 //
 // The applications (examples/...), the Kubernetes integration (kube/...), the simulator
-// (bench/...) and the tests that drive the gateway with the official client SDKs (proxy/e2e)
-// are modules of their own in the same repository, so that this module's go.mod — a floor for
-// every program that imports it — requires only what these packages link, at the oldest
-// versions that work (README.md, "Modules").
+// (bench/...), the tests that drive the gateway with the official client SDKs (proxy/e2e) and the
+// tokenizer's reference data and conformance tests (proxy/tokenizer/conformance) are modules of
+// their own in the same repository, so that this module's go.mod — a floor for every program that
+// imports it — requires only what these packages link, at the oldest versions that work, and its
+// zip holds no test data (README.md, "Modules").
 //
 // The packages share one set of conventions: hashing, prefix matching and picking neither block
 // nor allocate in steady state, a call that waits takes a context and returns its error, a
