@@ -1,4 +1,3 @@
-//go:build conformance_api
 
 package api
 
