@@ -1,4 +1,3 @@
-
 // Package api holds the conformance tests and benchmarks that call the tokenizer package's API:
 // Encode and EncodeSpecial against the reference's ids, RenderChat against Jinja2's renderings.
 //
