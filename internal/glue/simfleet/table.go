@@ -32,12 +32,13 @@ var promptFields = map[openai.API][]string{
 }
 
 // TableKey returns the key of a request body of the Chat, Messages or Responses API in a
-// TokenTable: the API's number and the canonical JSON (object keys sorted, numbers as
-// written) of the fields that make its prompt — messages and tools for Chat; system,
-// messages and tools for Messages; instructions, input and tools for Responses — so that
-// other fields (model, stream, sampling, what a gateway adds) do not change it. /tokenize's
-// {"messages": ...} has the key of a Chat request of those messages without tools.
-// O(len(body)).
+// TokenTable: the API's number and the compact JSON of the fields that make its prompt —
+// messages and tools for Chat; system, messages and tools for Messages; instructions, input
+// and tools for Responses — so that other fields (model, stream, sampling, what a gateway
+// adds), the order of the top-level fields and white space do not change it. The order of
+// keys inside those fields does, as it changes what a chat template renders (a tool's
+// parameters are written as given). /tokenize's {"messages": ...} has the key of a Chat
+// request of those messages without tools. O(len(body)).
 func TableKey(api openai.API, body []byte) (string, error) {
 	names, ok := promptFields[api]
 	if !ok {
@@ -55,17 +56,9 @@ func TableKey(api openai.API, body []byte) (string, error) {
 		if !ok || string(bytes.TrimSpace(raw)) == "null" {
 			continue
 		}
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.UseNumber()
-		var v any
-		if err := d.Decode(&v); err != nil {
+		if err := json.Compact(&b, raw); err != nil {
 			return "", err
 		}
-		canon, err := json.Marshal(v) // maps marshal with sorted keys
-		if err != nil {
-			return "", err
-		}
-		b.Write(canon)
 	}
 	return b.String(), nil
 }

@@ -39,7 +39,8 @@ func TestTokenTable(t *testing.T) {
 	add(openai.Responses, responses, ids(43, 3000))
 	url := startFleet(t, 1, func(_ int, o *Options) { o.Tokens = table }).URLs()[0]
 
-	// Key order, whitespace and fields outside the prompt do not change the key.
+	// The order of top-level fields, white space and fields outside the prompt do not
+	// change the key.
 	reordered := []byte(`{ "max_tokens": 4, "stream": false, "messages": [{"content": "be brief", "role": "system"}, {"content":"hello","role":"user"}], "model": "" }`)
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(reordered))
 	if err != nil {
@@ -82,6 +83,7 @@ func TestTokenTable(t *testing.T) {
 		body any
 	}{
 		{"/v1/chat/completions", map[string]any{"model": "", "max_tokens": 4, "messages": msgs[1:]}},
+		{"/v1/chat/completions", json.RawMessage(`{"model": "", "max_tokens": 4, "messages": [{"content": "be brief", "role": "system"}, {"role": "user", "content": "hello"}]}`)}, // keys in another order
 		{"/v1/messages", map[string]any{"model": "", "max_tokens": 4, "messages": messages["messages"]}},
 		{"/v1/responses", map[string]any{"model": "", "input": "bye"}},
 		{"/tokenize", map[string]any{"model": "", "prompt": "hello"}},
