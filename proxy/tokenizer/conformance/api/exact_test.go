@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ var exactAPIs = []struct {
 }
 
 const (
-	exactModel     = "usher/demo"
+	exactModel     = "Qwen/Qwen3-32B"
 	exactBlockSize = 16
 	exactServers   = 3
 	exactParallel  = 4 // conversations in flight at once
@@ -189,7 +190,7 @@ func TestExactRequests(t *testing.T) {
 // runExact serves convs through a fresh Handler and fleet and measures them.
 func runExact(t *testing.T, table simfleet.TokenTable, enc *tokenizer.Encoder, tok string, api openai.API, path string, convs [][]exactRequest) exactResult {
 	t.Helper()
-	fleet, backends := startExactFleet(t, table)
+	fleet, backends, published := startExactFleet(t, table)
 	var tk proxy.Tokenizer = enc
 	if tok == "endpoint" {
 		tk = &proxy.EndpointTokenizer{URLs: fleet.URLs(), BlockSize: exactBlockSize}
@@ -249,10 +250,16 @@ func runExact(t *testing.T, table simfleet.TokenTable, enc *tokenizer.Encoder, t
 	for range exactParallel {
 		wg.Go(func() {
 			for conv := range work {
+				var want int64 // KV-event batches published when the previous turn ended
 				for i, r := range conv {
 					req := parseExact(t, r)
 					matched, reusable := 0, 0
 					if i > 0 {
+						// The previous turn's KV events were published before its answer
+						// streamed; wait (bounded) until the feed has applied them all.
+						for deadline := time.Now().Add(5 * time.Second); feed.Subscriber().Stats().Batches < want && time.Now().Before(deadline); {
+							time.Sleep(time.Millisecond)
+						}
 						// What the router sees: the Handler's own tokenizer, and its fallback
 						// to bytes (Messages and Responses for the endpoint tokenizer).
 						var p proxy.Prompt
@@ -276,6 +283,7 @@ func runExact(t *testing.T, table simfleet.TokenTable, enc *tokenizer.Encoder, t
 						t.Errorf("%s conversation %d turn %d: %v", path, r.Conv, r.Turn, err)
 						return
 					}
+					want = published.Load()
 					mu.Lock()
 					res.ttft = append(res.ttft, ttft)
 					if i > 0 {
@@ -285,7 +293,6 @@ func runExact(t *testing.T, table simfleet.TokenTable, enc *tokenizer.Encoder, t
 						res.prompt += len(r.IDs)
 					}
 					mu.Unlock()
-					time.Sleep(50 * time.Millisecond) // the user reads the answer; the KV events arrive
 				}
 			}
 		})
@@ -298,11 +305,27 @@ func runExact(t *testing.T, table simfleet.TokenTable, enc *tokenizer.Encoder, t
 	return res
 }
 
-// startExactFleet starts the simulated servers in table mode, each publishing its KV events.
-func startExactFleet(t *testing.T, table simfleet.TokenTable) (*simfleet.Fleet, []proxy.Backend) {
+// countingPublisher counts the batches the servers publish.
+type countingPublisher struct {
+	*kvpub.Publisher
+	batches *atomic.Int64
+}
+
+func (c countingPublisher) Publish(b any) (uint64, error) {
+	seq, err := c.Publisher.Publish(b)
+	if err == nil {
+		c.batches.Add(1)
+	}
+	return seq, err
+}
+
+// startExactFleet starts the simulated servers in table mode, each publishing its KV events,
+// and returns the count of batches they published.
+func startExactFleet(t *testing.T, table simfleet.TokenTable) (*simfleet.Fleet, []proxy.Backend, *atomic.Int64) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	published := new(atomic.Int64)
 	pubs := make([]*kvpub.Publisher, exactServers)
 	for i := range pubs {
 		pub, err := kvpub.New(kvpub.Options{
@@ -318,10 +341,9 @@ func startExactFleet(t *testing.T, table simfleet.TokenTable) (*simfleet.Fleet, 
 	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{
 		Servers: exactServers,
 		Configure: func(i int, o *simfleet.Options) {
-			o.Engine.Profile = engine.Demo
+			o.Engine.Profile = engine.Qwen3_32B_H100 // prefill costs as on H100s: a cache hit shows in TTFT
 			o.Tokens = table
-			o.MinAnswerTokens, o.MaxAnswerTokens = 16, 48
-			o.OnKVEvents = simfleet.PublishKVEvents(pubs[i], nil)
+			o.OnKVEvents = simfleet.PublishKVEvents(countingPublisher{pubs[i], published}, nil)
 		},
 	})
 	if err != nil {
@@ -339,7 +361,7 @@ func startExactFleet(t *testing.T, table simfleet.TokenTable) (*simfleet.Fleet, 
 	for i, u := range fleet.URLs() {
 		bs = append(bs, proxy.Backend{URL: u, KVEvents: pubs[i].Endpoint(), Replay: pubs[i].ReplayEndpoint()})
 	}
-	return fleet, bs
+	return fleet, bs, published
 }
 
 // sendExact sends body, streamed, and returns the time to the first generated text and the
@@ -348,11 +370,11 @@ func sendExact(url string, api openai.API, body json.RawMessage) (time.Duration,
 	var extra string
 	switch api {
 	case openai.Chat:
-		extra = `"max_tokens":32,"stream_options":{"include_usage":true}`
+		extra = `"max_tokens":4,"stream_options":{"include_usage":true}`
 	case openai.Messages:
-		extra = `"max_tokens":32`
+		extra = `"max_tokens":4`
 	case openai.Responses:
-		extra = `"max_output_tokens":32`
+		extra = `"max_output_tokens":4`
 	}
 	b := withFields(body, `"model":"`+exactModel+`","stream":true,`+extra)
 	start := time.Now()
@@ -432,9 +454,9 @@ func findInt(v any, key string) int {
 }
 
 func parseExact(t *testing.T, r exactRequest) *openai.Request {
-	extra := `"max_tokens":32`
+	extra := `"max_tokens":4`
 	if r.API == "responses" {
-		extra = `"max_output_tokens":32`
+		extra = `"max_output_tokens":4`
 	}
 	req, err := openai.Parse(withFields(r.Body, `"model":"`+exactModel+`",`+extra), apiNamed(t, r.API), openai.ParseLimits{})
 	if err != nil {
