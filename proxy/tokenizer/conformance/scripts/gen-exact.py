@@ -99,7 +99,7 @@ def paragraph(rng, sentences):
 def conversation(rng, c):
     """A conversation in a neutral form: system, then turns of user / (assistant tool call, tool
     result)? / assistant. Every fourth conversation calls a tool in its second turn."""
-    system = SYSTEMS[c % len(SYSTEMS)] + paragraph(rng, 12)
+    system = SYSTEMS[c % len(SYSTEMS)] + paragraph(rng, 90)
     msgs = [{"role": "system", "content": system}]
     tools = TOOLS if c % 4 == 1 else None
     for turn in range(TURNS):
