@@ -64,7 +64,7 @@ type Options struct {
 	BlockSize int
 }
 
-// ErrInvalidOptions reports Options that name no tokenizer.json.
+// ErrInvalidOptions reports Options that name no tokenizer.json, or a negative BlockSize.
 var ErrInvalidOptions = errors.New("tokenizer: invalid options")
 
 // New builds an Encoder from a model's tokenizer.json and tokenizer_config.json. A model,
