@@ -44,7 +44,8 @@ type Encoder struct {
 
 	config []byte // tokenizer_config.json as given
 
-	blockSize int // Options.BlockSize, for Tokenize
+	blockSize int           // Options.BlockSize, for Tokenize
+	bufs      chan *tokBufs // Tokenize's idle buffers: a free list, as free is
 
 	// free holds the idle scratch spaces, each with its word cache of this model: a free
 	// list rather than a sync.Pool, which the collector empties, and the caches with it.
@@ -64,7 +65,7 @@ type Options struct {
 	BlockSize int
 }
 
-// ErrInvalidOptions reports Options that name no tokenizer.json.
+// ErrInvalidOptions reports Options that name no tokenizer.json, or a negative BlockSize.
 var ErrInvalidOptions = errors.New("tokenizer: invalid options")
 
 // New builds an Encoder from a model's tokenizer.json and tokenizer_config.json. A model,
@@ -97,6 +98,7 @@ func New(o Options) (*Encoder, error) {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	e.blockSize = cmp.Or(o.BlockSize, 16)
+	e.bufs = make(chan *tokBufs, runtime.GOMAXPROCS(0))
 	return e, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
@@ -13,13 +12,36 @@ import (
 
 var _ proxy.Tokenizer = (*Encoder)(nil)
 
-// idBufs and textBufs hold the ids and the rendered chat of one Tokenize call between calls.
-// They are pools rather than a field of the scratch spaces because Encode takes a scratch
-// space of its own while the ids are being filled.
-var (
-	idBufs   = sync.Pool{New: func() any { b := make([]uint32, 0, 16<<10); return &b }}
-	textBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
-)
+// tokBufs are the buffers of one Tokenize call: the prompt's ids, and its text (the rendered
+// chat, or a Completions prompt unescaped). An Encoder keeps idle ones in a free list rather
+// than a sync.Pool, which the collector empties — an 8k-token prompt makes garbage enough to
+// run it often.
+type tokBufs struct {
+	ids  []uint32
+	text []byte
+}
+
+// getBufs takes idle buffers, or makes new ones. O(1).
+func (e *Encoder) getBufs() *tokBufs {
+	select {
+	case b := <-e.bufs:
+		return b
+	default:
+		return &tokBufs{ids: make([]uint32, 0, 16<<10), text: make([]byte, 0, 64<<10)}
+	}
+}
+
+// putBufs gives b back, unless the free list is full or b grew too large to keep. O(1).
+func (e *Encoder) putBufs(b *tokBufs) {
+	if cap(b.ids) > maxPooledIDs || cap(b.text) > maxPooledText {
+		return
+	}
+	b.ids, b.text = b.ids[:0], b.text[:0]
+	select {
+	case e.bufs <- b:
+	default:
+	}
+}
 
 // Pooled buffers above these sizes are dropped rather than kept, so one huge prompt does not
 // pin its buffers for the life of the process.
@@ -60,59 +82,46 @@ const (
 // one allocation (the prompt's string) and token ids none, buffers being pooled; a chat costs
 // the allocations of ConversationOf and RenderChat besides.
 func (e *Encoder) Tokenize(_ context.Context, dst []prefixcache.BlockHash, req *openai.Request) (proxy.Prompt, error) {
-	bp := idBufs.Get().(*[]uint32)
-	ids, err := e.appendPromptIDs((*bp)[:0], req)
+	b := e.getBufs()
+	err := e.promptIDs(b, req)
 	out := proxy.Prompt{Chain: dst, BlockSize: e.blockSize}
 	if err == nil {
-		out.Chain = prefixcache.HashTokens(dst, proxy.SeedOf(req), ids, e.blockSize)
-		out.Tokens = len(ids)
+		out.Chain = prefixcache.HashTokens(dst, proxy.SeedOf(req), b.ids, e.blockSize)
+		out.Tokens = len(b.ids)
 	}
-	if cap(ids) <= maxPooledIDs {
-		*bp = ids[:0]
-		idBufs.Put(bp)
-	}
+	e.putBufs(b)
 	return out, err
 }
 
-// appendPromptIDs appends the ids of req's prompt to dst.
-func (e *Encoder) appendPromptIDs(dst []uint32, req *openai.Request) ([]uint32, error) {
+// promptIDs sets b.ids to the ids of req's prompt, using b.text for its text.
+func (e *Encoder) promptIDs(b *tokBufs, req *openai.Request) error {
+	var err error
 	switch req.API {
 	case openai.Chat, openai.Messages, openai.Responses:
-		c, err := e.ConversationOf(req)
-		if err != nil {
-			return dst, err
+		var c *Conversation
+		if c, err = e.ConversationOf(req); err != nil {
+			return err
 		}
-		tp := textBufs.Get().(*[]byte)
-		text, err := e.RenderChat((*tp)[:0], c)
-		if err == nil {
-			dst = e.Encode(dst, string(text))
+		if b.text, err = e.RenderChat(b.text[:0], c); err != nil {
+			return err
 		}
-		if cap(text) <= maxPooledText {
-			*tp = text[:0]
-			textBufs.Put(tp)
-		}
-		return dst, err
+		b.ids = e.Encode(b.ids[:0], string(b.text))
+		return nil
 	case openai.Completions:
-		if ids, ok := appendIDs(dst, req.Prompt); ok {
-			return ids, nil
+		var ok bool
+		if b.ids, ok = appendIDs(b.ids[:0], req.Prompt); ok {
+			return nil
 		}
 		// AppendPrompt gives the prompt's text when it is a string or an array of one
 		// string, and the raw JSON of the prompt otherwise: several prompts.
-		tp := textBufs.Get().(*[]byte)
-		text := req.AppendPrompt((*tp)[:0])
-		var err error
-		if bytes.Equal(text, req.Prompt) {
-			err = fmt.Errorf("%w: several prompts, or ids beyond 32 bits", ErrNoConversation)
-		} else {
-			dst = e.EncodeSpecial(dst, string(text))
+		b.text = req.AppendPrompt(b.text[:0])
+		if bytes.Equal(b.text, req.Prompt) {
+			return fmt.Errorf("%w: several prompts, or ids beyond 32 bits", ErrNoConversation)
 		}
-		if cap(text) <= maxPooledText {
-			*tp = text[:0]
-			textBufs.Put(tp)
-		}
-		return dst, err
+		b.ids = e.EncodeSpecial(b.ids[:0], string(b.text))
+		return nil
 	}
-	return dst, fmt.Errorf("%w: %s requests have no prompt to tokenize", ErrNoConversation, req.API)
+	return fmt.Errorf("%w: %s requests have no prompt to tokenize", ErrNoConversation, req.API)
 }
 
 // appendIDs appends the token ids of a Completions prompt given as ids — the raw JSON

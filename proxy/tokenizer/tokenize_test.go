@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -224,8 +225,8 @@ func completion(tb testing.TB, text string) *openai.Request {
 	return parse(tb, openai.Completions, string(body))
 }
 
-// chat20 is a Chat request of 20 messages, user and assistant in turn (what every family's
-// template accepts), of about n tokens in all, cut from text.
+// chat20 is a Chat request of 20 messages cut from text, user and assistant in turn from a
+// user's (what every family's template accepts, Mistral's included).
 func chat20(tb testing.TB, text string) *openai.Request {
 	tb.Helper()
 	msgs := make([]map[string]string, 20)
@@ -237,8 +238,6 @@ func chat20(tb testing.TB, text string) *openai.Request {
 		}
 		msgs[i] = map[string]string{"role": role, "content": text[i*per : (i+1)*per]}
 	}
-	msgs[19]["role"] = "user"
-	msgs[18]["role"] = "assistant"
 	body, err := json.Marshal(map[string]any{"model": "m", "messages": msgs})
 	if err != nil {
 		tb.Fatal(err)
@@ -274,4 +273,29 @@ func BenchmarkTokenize8k(b *testing.B) {
 			}
 		})
 	}
+}
+
+// An Encoder as the proxy's Tokenizer: the chained block hashes of a chat's rendered, encoded
+// prompt, in blocks of Options.BlockSize tokens.
+func ExampleEncoder_Tokenize() {
+	tj, err := os.ReadFile("testdata/bytelevel/tokenizer.json")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	e, err := tokenizer.New(tokenizer.Options{TokenizerJSON: tj, ConfigJSON: []byte(testConfig), BlockSize: 4})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var tok proxy.Tokenizer = e
+	req, err := openai.Parse([]byte(`{"model":"m","messages":[{"role":"user","content":"the hello world"}]}`), openai.Chat, openai.ParseLimits{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	p, err := tok.Tokenize(context.Background(), nil, req)
+	fmt.Println(p.Tokens, p.BlockSize, len(p.Chain), err)
+	// Output:
+	// 22 4 5 <nil>
 }
