@@ -25,7 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -35,7 +34,6 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/backendspec"
 	"github.com/usher-llm/usher/internal/glue/builtin"
-	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/jsontime"
 	"github.com/usher-llm/usher/metrics"
@@ -103,9 +101,16 @@ type Config struct {
 	// SLOShedAbove refuses at once a request that the router predicts no backend can serve
 	// within this many times its TTFT target (proxy.Options.SLOShedAbove). Zero: off.
 	SLOShedAbove float64 `json:"slo_shed_above"`
-	// Tokenizer is "bytes" (hash the prompt's bytes: approximate index) or "endpoint" (the
-	// servers' POST /tokenize: exact token ids, needed to match KV events).
+	// Tokenizer is "bytes" (hash the prompt's bytes: approximate index), "endpoint" (the
+	// servers' POST /tokenize: exact token ids, needed to match KV events) or "local:DIR"
+	// (the model's tokenizer.json and tokenizer_config.json in DIR, run in process by package
+	// proxy/tokenizer: exact token ids without the round trip).
 	Tokenizer string `json:"tokenizer"`
+	// Tokenizers are the tokenizers of base models whose requests are not tokenized by
+	// Tokenizer, keyed by the model (a request for a LoRA adapter goes by its base model), in
+	// Tokenizer's syntax; "endpoint" asks the backends that serve the model. A JSON config
+	// sets them with a pool's "tokenizer" key, -pool with tokenizer=SPEC.
+	Tokenizers map[string]string `json:"-"`
 	// BlockSize is tokens per block (the engines' block size); ByteBlock bytes per block in
 	// bytes mode.
 	BlockSize int `json:"block_size"`
@@ -133,7 +138,9 @@ type Config struct {
 	// Models restricts the model names requests may ask for; empty: the backends' lists.
 	Models []string `json:"models"`
 	// Pools sets the admission limits of a base model's pool, keyed by the model, when the
-	// backends serve different models (proxy.Options.Pools).
+	// backends serve different models (proxy.Options.Pools). In JSON a pool is
+	// {"MaxInFlight": 8, "Saturation": 0.8, "tokenizer": "local:/models/qwen3"}; a pool
+	// that names only a tokenizer sets no limits (it goes to Tokenizers alone).
 	Pools map[string]proxy.PoolLimits `json:"pools"`
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
@@ -269,16 +276,27 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Backends = append(c.Backends, b)
 		return err
 	})
-	fs.Func("pool", "admission limits of one base model's pool, when backends serve different models: MODEL[,max-inflight=N][,saturation=X] (repeat)", func(s string) error {
-		model, lim, err := parsePool(s)
+	fs.Func("pool", "one base model's pool, when backends serve different models: MODEL[,max-inflight=N][,saturation=X][,tokenizer=bytes|endpoint|local:DIR] (repeat; admission limits, and the model's own tokenizer instead of -tokenizer's; with only a tokenizer, no limits)", func(s string) error {
+		model, lim, tok, err := parsePool(s)
 		if err != nil {
 			return err
 		}
+		_, dupPool := c.Pools[model]
+		_, dupTok := c.Tokenizers[model]
+		if dupPool || dupTok {
+			return fmt.Errorf("-pool %q: the pool is given twice", model)
+		}
+		if tok != "" {
+			if c.Tokenizers == nil {
+				c.Tokenizers = map[string]string{}
+			}
+			c.Tokenizers[model] = tok
+			if lim == (proxy.PoolLimits{}) {
+				return nil
+			}
+		}
 		if c.Pools == nil {
 			c.Pools = map[string]proxy.PoolLimits{}
-		}
-		if _, dup := c.Pools[model]; dup {
-			return fmt.Errorf("-pool %q: the pool is given twice", model)
 		}
 		c.Pools[model] = lim
 		return nil
@@ -320,7 +338,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInFlight, "max-inflight", c.MaxInFlight, "requests in flight to the fleet at once; 0: 64 per backend")
 	fs.Float64Var(&c.Saturation, "saturation", c.Saturation, "also hold admission while the fleet's saturation (llm-d's estimate) reaches this; 0: off")
 	fs.BoolVar(&c.EarlyShed, "early-shed", c.EarlyShed, "answer 429 at once when a request's estimated wait exceeds -ttl, instead of after waiting it")
-	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "prompt tokenization: bytes (approximate index) or endpoint (the servers' POST /tokenize: exact, needed for KV events)")
+	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "prompt tokenization: bytes (approximate index), endpoint (the servers' POST /tokenize: exact, needed for KV events) or local:DIR (the model's tokenizer.json and tokenizer_config.json in DIR, in process: exact)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block: the engines' block size")
 	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block in -tokenizer bytes")
 	fs.StringVar(&c.Redis, "redis", c.Redis, "Redis (or Valkey) to share prefix, load, session and fairness state with the other gateway replicas: host:port or redis://...; empty: this gateway alone")
@@ -382,30 +400,39 @@ func ParseBackend(s string) (BackendSpec, error) {
 }
 
 // poolKeys are parsePool's options.
-var poolKeys = backendspec.Keys{"max-inflight": false, "saturation": false}
+var poolKeys = backendspec.Keys{"max-inflight": false, "saturation": false, "tokenizer": false}
 
 // parsePool parses -pool: the base model, then max-inflight=N (requests in flight in the
-// pool) and saturation=X (llm-d's saturation level that holds the pool's admission).
-func parsePool(s string) (string, proxy.PoolLimits, error) {
+// pool), saturation=X (llm-d's saturation level that holds the pool's admission) and
+// tokenizer=SPEC (the model's tokenizer, checked by Options).
+func parsePool(s string) (string, proxy.PoolLimits, string, error) {
 	var lim proxy.PoolLimits
 	sp, err := backendspec.Parse(s, poolKeys)
 	if err != nil {
-		return "", lim, fmt.Errorf("%w: -pool: %w", proxy.ErrInvalidOptions, err)
+		return "", lim, "", fmt.Errorf("%w: -pool: %w", proxy.ErrInvalidOptions, err)
 	}
 	if sp.Target == "" || len(sp.Target) > 256 {
-		return "", lim, fmt.Errorf("%w: -pool %q: want MODEL[,max-inflight=N][,saturation=X]", proxy.ErrInvalidOptions, s)
+		return "", lim, "", fmt.Errorf("%w: -pool %q: want MODEL[,max-inflight=N][,saturation=X][,tokenizer=SPEC]", proxy.ErrInvalidOptions, s)
 	}
 	if v := sp.Get("max-inflight"); v != "" {
 		if lim.MaxInFlight, err = strconv.Atoi(v); err != nil || lim.MaxInFlight < 1 {
-			return "", lim, fmt.Errorf("%w: -pool %q: max-inflight=%q: want a positive integer", proxy.ErrInvalidOptions, s, v)
+			return "", lim, "", fmt.Errorf("%w: -pool %q: max-inflight=%q: want a positive integer", proxy.ErrInvalidOptions, s, v)
 		}
 	}
 	if v := sp.Get("saturation"); v != "" {
 		if lim.Saturation, err = strconv.ParseFloat(v, 64); err != nil || !(lim.Saturation > 0) || math.IsInf(lim.Saturation, 0) {
-			return "", lim, fmt.Errorf("%w: -pool %q: saturation=%q: want a positive number", proxy.ErrInvalidOptions, s, v)
+			return "", lim, "", fmt.Errorf("%w: -pool %q: saturation=%q: want a positive number", proxy.ErrInvalidOptions, s, v)
 		}
 	}
-	return sp.Target, lim, nil
+	return sp.Target, lim, sp.Get("tokenizer"), nil
+}
+
+// poolJSON is a pool of the JSON config: proxy.PoolLimits' fields (by their Go names, as
+// before pools had tokenizers) and the model's tokenizer.
+type poolJSON struct {
+	MaxInFlight int
+	Saturation  float64
+	Tokenizer   string `json:"tokenizer"`
 }
 
 // LoadFile reads a JSON config file over c: keys are the JSON names of Config's fields
@@ -418,15 +445,16 @@ func (c *Config) LoadFile(path string) error {
 	type plain Config
 	var raw struct {
 		plain
-		BoundedWait    jsontime.Duration  `json:"bounded_wait"`
-		TTL            jsontime.Duration  `json:"ttl"`
-		ScrapeInterval jsontime.Duration  `json:"scrape_interval"`
-		HeaderTimeout  jsontime.Duration  `json:"header_timeout"`
-		IdleTimeout    jsontime.Duration  `json:"idle_timeout"`
-		RequestTimeout jsontime.Duration  `json:"request_timeout"`
-		StallTimeout   jsontime.Duration  `json:"stall_timeout"`
-		HealthInterval jsontime.Duration  `json:"health_interval"`
-		SLO            map[int]sloTargets `json:"slo"`
+		BoundedWait    jsontime.Duration   `json:"bounded_wait"`
+		TTL            jsontime.Duration   `json:"ttl"`
+		ScrapeInterval jsontime.Duration   `json:"scrape_interval"`
+		HeaderTimeout  jsontime.Duration   `json:"header_timeout"`
+		IdleTimeout    jsontime.Duration   `json:"idle_timeout"`
+		RequestTimeout jsontime.Duration   `json:"request_timeout"`
+		StallTimeout   jsontime.Duration   `json:"stall_timeout"`
+		HealthInterval jsontime.Duration   `json:"health_interval"`
+		SLO            map[int]sloTargets  `json:"slo"`
+		Pools          map[string]poolJSON `json:"pools"`
 	}
 	raw.plain = plain(*c)
 	if c.SLO != nil {
@@ -461,6 +489,22 @@ func (c *Config) LoadFile(path string) error {
 		for b, t := range raw.SLO {
 			c.SLO[b] = routing.Latency(t)
 		}
+	}
+	for m, p := range raw.Pools {
+		lim := proxy.PoolLimits{MaxInFlight: p.MaxInFlight, Saturation: p.Saturation}
+		if p.Tokenizer != "" {
+			if c.Tokenizers == nil {
+				c.Tokenizers = map[string]string{}
+			}
+			c.Tokenizers[m] = p.Tokenizer
+			if lim == (proxy.PoolLimits{}) {
+				continue
+			}
+		}
+		if c.Pools == nil {
+			c.Pools = map[string]proxy.PoolLimits{}
+		}
+		c.Pools[m] = lim
 	}
 	for i := range c.Backends {
 		if c.Backends[i].Engine == "" {
@@ -565,16 +609,11 @@ func (c Config) Options() (proxy.Options, error) {
 		o.Backends = append(o.Backends, be)
 		urls[i] = b.URL
 	}
-	switch c.Tokenizer {
-	case "bytes":
-		o.Tokenizer = proxy.BytesTokenizer{BlockBytes: c.ByteBlock}
-	case "endpoint":
-		o.Tokenizer = &proxy.EndpointTokenizer{URLs: urls, BlockSize: c.BlockSize, Client: &http.Client{Transport: proxyseam.DefaultTransport(), Timeout: 10 * time.Second}}
-	default:
-		return bad("tokenizer %q: want bytes or endpoint", c.Tokenizer)
+	var err error
+	if o.Tokenizer, err = c.tokenizers(urls); err != nil {
+		return proxy.Options{}, err
 	}
 	var secret []byte
-	var err error
 	if c.TenantSecretFile != "" {
 		s, err := os.ReadFile(c.TenantSecretFile)
 		if err != nil {

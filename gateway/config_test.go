@@ -144,12 +144,13 @@ func TestModelsAndPools(t *testing.T) {
 	b, err := ParseBackend("http://10.0.0.7:8000,models=llama-3,adapters=sql-lora,chat-lora")
 	noError(t, err)
 	equal(t, []string{"sql-lora", "chat-lora"}, b.Adapters)
-	model, lim, err := parsePool("llama-3,max-inflight=8,saturation=0.9")
+	model, lim, tok, err := parsePool("llama-3,max-inflight=8,saturation=0.9,tokenizer=local:/m")
 	noError(t, err)
 	equal(t, "llama-3", model)
 	equal(t, proxy.PoolLimits{MaxInFlight: 8, Saturation: 0.9}, lim)
+	equal(t, "local:/m", tok)
 	for _, bad := range []string{"", "llama-3,max-inflight=0", "llama-3,saturation=-1", "llama-3,saturation=NaN", "llama-3,colour=red", "max-inflight=3"} {
-		_, _, err := parsePool(bad)
+		_, _, _, err := parsePool(bad)
 		errorIs(t, err, proxy.ErrInvalidOptions, bad)
 	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)

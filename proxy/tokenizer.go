@@ -41,6 +41,9 @@ type Prompt struct {
 //   - EndpointTokenizer asks a model server's POST /tokenize (vLLM and SGLang serve it) for
 //     the exact token ids the engine will cache, chat template applied, and hashes them: the
 //     way to match KV events (exact mode), at the cost of one round trip.
+//   - Package proxy/tokenizer's Encoder computes the engine's token ids in process, from the
+//     model's tokenizer.json and chat template, and hashes them as EndpointTokenizer does:
+//     exact mode without the round trip.
 //   - Your own, over your model's tokenizer, in process.
 type Tokenizer interface {
 	// Tokenize appends the block hashes of req's prompt to dst and returns the prompt.

@@ -64,6 +64,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
 	"github.com/usher-llm/usher/proxy/healthcheck"
+	"github.com/usher-llm/usher/proxy/tokenizer"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -112,6 +113,7 @@ type config struct {
 	TrustObjectiveHeader  bool
 	SLOShedAbove          float64
 	BlockSize, ByteBlock  int
+	Tokenizer             string // bytes or local:DIR
 	TenantHeader          string
 	SessionHeader         string
 	Fallbacks             int
@@ -149,6 +151,8 @@ type config struct {
 	leaseDuration, renewDeadline, retryPeriod time.Duration
 	// identity is this picker's name in the lease; empty: leaderIdentity().
 	identity string
+	// tok is -tokenizer's tokenizer, loaded once by parseConfig; nil: options builds it.
+	tok proxy.Tokenizer
 }
 
 // serviceAccountNamespace is where a pod finds its own namespace.
@@ -167,7 +171,7 @@ func defaultNamespace() string {
 func parseConfig(args []string) (config, error) {
 	c := config{Listen: ":9002", Policy: "bounded-wait", Router: proxy.ProfileSpec{Extends: "usher"}, BoundedWait: 10 * time.Second, TTL: 60 * time.Second,
 		MaxQueue: 10000, MaxFlow: 64, BlockSize: 16, ByteBlock: 64, SessionHeader: "X-Session-Id", Engine: "vllm",
-		ScrapeInterval: 100 * time.Millisecond, EndpointsInterval: time.Second, StreamIdle: 10 * time.Minute, MaxBody: 8 << 20,
+		ScrapeInterval: 100 * time.Millisecond, EndpointsInterval: time.Second, StreamIdle: 10 * time.Minute, MaxBody: 8 << 20, Tokenizer: "bytes",
 		ShutdownGrace: defaultShutdownGrace, HealthListen: ":9003", SecureServing: true}
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address of the ext_proc gRPC server (and its grpc.health.v1)")
@@ -232,7 +236,8 @@ func parseConfig(args []string) (config, error) {
 	fs.BoolVar(&c.TrustObjectiveHeader, "trust-objective-header", false, "with -pool-name: read "+inferencepool.ObjectiveHeader+" (set by a trusted proxy, which removes the clients' own) naming an InferenceObjective of the pool, whose priority picks the band: positive priorities, highest first, bands 0.."+strconv.Itoa(objectiveDefaultBand-1)+", priority 0 and requests naming none or an unknown one band "+strconv.Itoa(objectiveDefaultBand)+", negative ones the bands after it; without it the header is ignored")
 	fs.Float64Var(&c.SLOShedAbove, "slo-shed-above", 0, "refuse at once (429) a request with a TTFT target that the latency model predicts no endpoint can serve within this many times the target (0: off)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block (the engines' block size)")
-	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block of the prompt hash")
+	fs.IntVar(&c.ByteBlock, "byte-block", c.ByteBlock, "bytes per block of the prompt hash (-tokenizer bytes)")
+	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "prompt tokenization: bytes (the prompt's bytes in blocks of -byte-block: approximate index) or local:DIR (the model's tokenizer.json and tokenizer_config.json in DIR, in process: the engine's token ids in blocks of -block-size, which match KV events)")
 	fs.StringVar(&c.TenantHeader, "tenant-header", "", "trusted header naming the tenant; empty: a keyed digest of the API key")
 	fs.StringVar(&c.SessionHeader, "session-header", c.SessionHeader, "header naming the session")
 	fs.IntVar(&c.Fallbacks, "fallbacks", 0, "endpoints listed after the pick for Envoy to retry on (0..16)")
@@ -295,8 +300,30 @@ func parseConfig(args []string) (config, error) {
 	if err := c.checkLeaderElection(); err != nil {
 		return c, err
 	}
-	_, err := c.options(false)
+	tok, err := c.tokenizer()
+	if err != nil {
+		return c, err
+	}
+	c.tok = tok
+	_, err = c.options(false)
 	return c, err
+}
+
+// tokenizer builds -tokenizer's tokenizer. A local tokenizer that cannot be loaded is an
+// error naming the directory and, when one is at fault, the file.
+func (c config) tokenizer() (proxy.Tokenizer, error) {
+	if c.Tokenizer == "bytes" || c.Tokenizer == "" {
+		return proxy.BytesTokenizer{BlockBytes: c.ByteBlock}, nil
+	}
+	dir, ok := strings.CutPrefix(c.Tokenizer, "local:")
+	if !ok || dir == "" {
+		return nil, fmt.Errorf("-tokenizer %q: want bytes or local:DIR", c.Tokenizer)
+	}
+	e, err := tokenizer.New(tokenizer.Options{Dir: dir, BlockSize: c.BlockSize})
+	if err != nil {
+		return nil, fmt.Errorf("-tokenizer %q: %w", c.Tokenizer, err)
+	}
+	return e, nil
 }
 
 // options builds the picker's options. With live false (checking the flags) it reaches no
@@ -370,10 +397,16 @@ func (c config) options(live bool) (extproc.Options, error) {
 	if keyer, err = proxy.NewKeyer(ko); err != nil {
 		return extproc.Options{}, err
 	}
+	tok := c.tok
+	if tok == nil {
+		if tok, err = c.tokenizer(); err != nil {
+			return extproc.Options{}, err
+		}
+	}
 	o := extproc.Options{
 		Endpoints: c.Endpoints, Policy: policy, TTL: c.TTL, MaxInFlight: c.MaxInFlight,
 		QueueCapacity: flowcontrol.Limits{Requests: c.MaxQueue}, FlowCapacity: flowcontrol.Limits{Requests: c.MaxFlow},
-		EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, SLO: c.SLO, TrustSLOHeaders: c.TrustSLOHeaders, SLOShedAbove: c.SLOShedAbove, Tokenizer: proxy.BytesTokenizer{BlockBytes: c.ByteBlock},
+		EarlyShed: flowcontrol.EarlyShed{Enabled: c.EarlyShed}, SLO: c.SLO, TrustSLOHeaders: c.TrustSLOHeaders, SLOShedAbove: c.SLOShedAbove, Tokenizer: tok,
 		Keyer: keyer, MaxBodyBytes: c.MaxBody, Fallbacks: c.Fallbacks, StreamIdle: c.StreamIdle,
 		NoScrape: c.NoScrape, Engine: profile, ScrapeInterval: c.ScrapeInterval, KVListen: c.KVListen,
 		BlockSize: c.BlockSize, Decider: decider,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/usher-llm/usher/proxy/tokenizer"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -39,6 +41,23 @@ func TestParseConfig(t *testing.T) {
 	}
 	if c.Policy != "las" || c.TTL != 30*time.Second || c.BoundedWait != 5*time.Second || c.Router.Extends != "dynamo" || c.TenantBands["vip"] != 0 {
 		t.Errorf("config file + flags = %+v", c.Config)
+	}
+
+	// -tokenizer local:DIR loads the model's tokenizer (package proxy/tokenizer); a directory
+	// without one is a start-up error naming it and the file.
+	c, err = parseConfig([]string{"-backend", "http://10.0.0.7:8000", "-tokenizer", "local:../../proxy/tokenizer/testdata/bytelevel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := c.options(); err != nil {
+		t.Error(err)
+	} else if _, ok := o.Tokenizer.(*tokenizer.Encoder); !ok {
+		t.Errorf("-tokenizer local:DIR: Tokenizer is %T, want *tokenizer.Encoder", o.Tokenizer)
+	}
+	missing := filepath.Join(dir, "no-model")
+	if _, err := parseConfig([]string{"-backend", "http://10.0.0.7:8000", "-tokenizer", "local:" + missing}); err == nil ||
+		!strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "tokenizer.json") {
+		t.Errorf("-tokenizer local:%s: %v, want an error naming the directory and tokenizer.json", missing, err)
 	}
 
 	bad := filepath.Join(dir, "bad.json")

@@ -130,7 +130,7 @@ func parseConfig(args []string) (config, error) {
 	fs.BoolVar(&c.MetricsEndpointAuth, "metrics-endpoint-auth", false, "with -metrics-listen: /metrics serves a bearer token that the Kubernetes API server authenticates (TokenReview) and whose user may get the non-resource URL /metrics (SubjectAccessReview), as the endpoint picker's flag; after -metrics-token-file's tokens; judgments cached (allowed 1m, refused 10s); needs create on tokenreviews and subjectaccessreviews")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -metrics-endpoint-auth; empty: the pod's service account (in-cluster)")
 	c.RegisterFlags(fs)
-	fs.Lookup("tokenizer").Usage += "; local: the simulated fleet's tokenizer (default with it, bytes otherwise)"
+	fs.Lookup("tokenizer").Usage += "; local (without a DIR): the simulated fleet's tokenizer (default with it, bytes otherwise)"
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

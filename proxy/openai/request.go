@@ -167,7 +167,7 @@ func (r *Request) AppendPrompt(dst []byte) []byte {
 
 // PromptText returns, for Completions, the prompt as a string when it is a string or an
 // array of one string. It returns false for token ids, several prompts, and the other
-// endpoints. It allocates the string.
+// endpoints. It allocates the string, and a buffer as long when the prompt has escapes.
 func (r *Request) PromptText() (string, bool) {
 	if r.API != Completions || !r.promptIsText {
 		return "", false
@@ -175,7 +175,8 @@ func (r *Request) PromptText() (string, bool) {
 	if bytes.IndexByte(r.promptText, '\\') < 0 {
 		return string(r.promptText), true
 	}
-	return string(appendUnescaped(nil, r.promptText)), true
+	// Unescaping never lengthens: one buffer, then the string.
+	return string(appendUnescaped(make([]byte, 0, len(r.promptText)), r.promptText)), true
 }
 
 // appendUpstream appends the body to send to the backend (openaiwire.AppendUpstream says

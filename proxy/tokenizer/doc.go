@@ -75,6 +75,32 @@
 // takes about a millisecond on one core; see the package benchmarks (BenchmarkEncode, with
 // USHER_TOKENIZERS naming a directory of the families' tokenizer files).
 //
+// # As the proxy's Tokenizer
+//
+// An Encoder is a [proxy.Tokenizer]: [Encoder.Tokenize] computes the ids the engine computes
+// for a request — a chat (Chat Completions, Anthropic Messages, OpenAI Responses) converted as
+// vLLM converts it ([Encoder.ConversationOf]), rendered with the model's chat template
+// ([Encoder.RenderChat]) and encoded without added special tokens (the template writes the
+// BOS); a Completions text prompt encoded with them ([Encoder.EncodeSpecial]); token ids as
+// given — and hashes them into the chained block hashes of blocks of Options.BlockSize tokens,
+// exactly as [proxy.EndpointTokenizer] hashes the ids a server's /tokenize returns. So the
+// prefix index matches the engines' KV events (exact mode) without a round trip per request:
+//
+//	e, err := tokenizer.New(tokenizer.Options{Dir: "/models/qwen3", BlockSize: 16})
+//	if err != nil {
+//		return err // names the directory, and the file at fault
+//	}
+//	h, err := proxy.New(proxy.Options{Tokenizer: e, BlockSize: 16, ...})
+//
+// The gateway's configuration says the same with "tokenizer": "local:DIR" (and a pool's
+// "tokenizer" for a model of its own); the endpoint picker with -tokenizer local:DIR.
+//
+// A request whose prompt cannot be computed exactly — a Responses request continuing a stored
+// response, an image, a model without a chat template (GPT-OSS: vLLM renders it with Harmony,
+// not with a template), several Completions prompts — makes Tokenize return an error; the
+// proxy's Handler and the endpoint picker then hash that request's prompt by bytes, as
+// [proxy.BytesTokenizer] does, which gives it approximate-mode affinity only.
+//
 // # Concurrency
 //
 // An Encoder is immutable after New and safe for concurrent use; the pooled scratch spaces are

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +44,9 @@ type Encoder struct {
 
 	config []byte // tokenizer_config.json as given
 
+	blockSize int           // Options.BlockSize, for Tokenize
+	bufs      chan *tokBufs // Tokenize's idle buffers: a free list, as free is
+
 	// free holds the idle scratch spaces, each with its word cache of this model: a free
 	// list rather than a sync.Pool, which the collector empties, and the caches with it.
 	free chan *scratch
@@ -56,9 +60,12 @@ type Options struct {
 	// TokenizerJSON and ConfigJSON are the contents of tokenizer.json and
 	// tokenizer_config.json, for a caller that has them in hand. ConfigJSON may be nil.
 	TokenizerJSON, ConfigJSON []byte
+	// BlockSize is the engine's tokens per KV-cache block (vLLM --block-size), the size of
+	// the blocks [Encoder.Tokenize] hashes. Zero: 16.
+	BlockSize int
 }
 
-// ErrInvalidOptions reports Options that name no tokenizer.json.
+// ErrInvalidOptions reports Options that name no tokenizer.json, or a negative BlockSize.
 var ErrInvalidOptions = errors.New("tokenizer: invalid options")
 
 // New builds an Encoder from a model's tokenizer.json and tokenizer_config.json. A model,
@@ -66,6 +73,9 @@ var ErrInvalidOptions = errors.New("tokenizer: invalid options")
 // an error naming it, never an Encoder that would give other ids than the reference.
 // New is O(size of the files).
 func New(o Options) (*Encoder, error) {
+	if o.BlockSize < 0 {
+		return nil, fmt.Errorf("%w: BlockSize %d", ErrInvalidOptions, o.BlockSize)
+	}
 	tj, cj := o.TokenizerJSON, o.ConfigJSON
 	if tj == nil {
 		if o.Dir == "" {
@@ -87,6 +97,8 @@ func New(o Options) (*Encoder, error) {
 		}
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
+	e.blockSize = cmp.Or(o.BlockSize, 16)
+	e.bufs = make(chan *tokBufs, runtime.GOMAXPROCS(0))
 	return e, nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // This file serves Anthropic's Messages API, POST /v1/messages, as vLLM does: the
@@ -182,7 +184,8 @@ func anthropicUsageOf(prompt, cached, output int) map[string]int {
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	fail := func(status int, msg string) { anthropicError(w, status, anthropicType(status), msg) }
 	var req anthropicRequest
-	if !s.readBody(w, r, &req, fail) {
+	data, ok := s.readBodyData(w, r, &req, fail)
+	if !ok {
 		return
 	}
 	if !s.serves(req.Model) {
@@ -197,12 +200,12 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "max_tokens: a positive integer is required")
 		return
 	}
-	text, err := req.render()
+	tokens, err := s.promptOf(openai.Messages, data, req.render)
 	if err != nil {
 		fail(http.StatusBadRequest, err.Error())
 		return
 	}
-	g, err := s.start(Tokenize(text), *req.MaxTokens, s.adapterOf(req.Model))
+	g, err := s.start(tokens, *req.MaxTokens, s.adapterOf(req.Model))
 	if err != nil {
 		fail(startStatus(err), err.Error())
 		return
@@ -274,7 +277,8 @@ type countTokensRequest struct {
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	fail := func(status int, msg string) { anthropicError(w, status, anthropicType(status), msg) }
 	var c countTokensRequest
-	if !s.readBody(w, r, &c, fail) {
+	data, ok := s.readBodyData(w, r, &c, fail)
+	if !ok {
 		return
 	}
 	if !s.serves(c.Model) {
@@ -286,10 +290,10 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := anthropicRequest{Model: c.Model, Messages: c.Messages, System: c.System, Tools: c.Tools}
-	text, err := req.render()
+	tokens, err := s.promptOf(openai.Messages, data, req.render)
 	if err != nil {
 		fail(http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(Tokenize(text))})
+	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(tokens)})
 }

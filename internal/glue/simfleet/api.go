@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/usher-llm/usher/internal/engine"
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // apiError is the OpenAI-style error body vLLM returns.
@@ -69,7 +70,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decodeBody reads a JSON body into v as readBody does, answering with vLLM's errors.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	return s.readBody(w, r, v, func(status int, msg string) {
+	_, ok := s.decodeBodyData(w, r, v)
+	return ok
+}
+
+// decodeBodyData is decodeBody that also returns the body read.
+func (s *Server) decodeBodyData(w http.ResponseWriter, r *http.Request, v any) ([]byte, bool) {
+	return s.readBodyData(w, r, v, func(status int, msg string) {
 		typ := "BadRequestError"
 		switch status {
 		case http.StatusMethodNotAllowed:
@@ -84,10 +91,16 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool 
 // readBody reads a POST body of at most Options.MaxBodyBytes into v (top-level names exact),
 // answering 405, 413 or 400 through fail and reporting false when it did.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, v any, fail func(status int, msg string)) bool {
+	_, ok := s.readBodyData(w, r, v, fail)
+	return ok
+}
+
+// readBodyData is readBody that also returns the body read.
+func (s *Server) readBodyData(w http.ResponseWriter, r *http.Request, v any, fail func(status int, msg string)) ([]byte, bool) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		fail(http.StatusMethodNotAllowed, "Method Not Allowed")
-		return false
+		return nil, false
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err == nil {
@@ -97,12 +110,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, v any, fail fu
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", s.maxBody))
-			return false
+			return nil, false
 		}
 		fail(http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return false
+		return nil, false
 	}
-	return true
+	return data, true
 }
 
 // decodeExact decodes a JSON object into the struct v matching top-level field names exactly,
@@ -208,19 +221,22 @@ func promptTokens(raw json.RawMessage) ([]uint32, error) {
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
-	if !s.decodeBody(w, r, &req) || !s.checkModel(w, req.Model) {
+	data, ok := s.decodeBodyData(w, r, &req)
+	if !ok || !s.checkModel(w, req.Model) {
 		return
 	}
 	if len(req.Messages) == 0 {
 		badRequest(w, "messages must not be empty")
 		return
 	}
-	text, err := RenderChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+	tokens, err := s.promptOf(openai.Chat, data, func() (string, error) {
+		return RenderChat(req.Messages, req.AddGenerationPrompt == nil || *req.AddGenerationPrompt)
+	})
 	if err != nil {
 		badRequest(w, "%v", err)
 		return
 	}
-	s.complete(w, r, &req, Tokenize(text), true)
+	s.complete(w, r, &req, tokens, true)
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
@@ -560,7 +576,23 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		Messages            []Message `json:"messages"`
 		AddGenerationPrompt *bool     `json:"add_generation_prompt"`
 	}
-	if !s.decodeBody(w, r, &req) || !s.checkModel(w, req.Model) {
+	data, ok := s.decodeBodyData(w, r, &req)
+	if !ok || !s.checkModel(w, req.Model) {
+		return
+	}
+	if s.table != nil {
+		// Table mode: chat messages are looked up as a Chat request of those messages
+		// (TableKey reads only the fields that make the prompt); a text prompt is not in it.
+		if req.Messages == nil {
+			badRequest(w, "%v", errNotInTable)
+			return
+		}
+		tokens, err := s.table.lookup(openai.Chat, data)
+		if err != nil {
+			badRequest(w, "%v", err)
+			return
+		}
+		writeTokenize(w, tokens, s.profile.MaxModelLen)
 		return
 	}
 	var text string
@@ -580,11 +612,14 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "prompt or messages is required")
 		return
 	}
-	tokens := Tokenize(text)
+	writeTokenize(w, Tokenize(text), s.profile.MaxModelLen)
+}
+
+func writeTokenize(w http.ResponseWriter, tokens []uint32, maxModelLen int) {
 	writeJSON(w, http.StatusOK, struct {
 		Count       int      `json:"count"`
 		MaxModelLen int      `json:"max_model_len"`
 		Tokens      []uint32 `json:"tokens"`
 		TokenStrs   any      `json:"token_strs"`
-	}{len(tokens), s.profile.MaxModelLen, tokens, nil})
+	}{len(tokens), maxModelLen, tokens, nil})
 }

@@ -51,6 +51,14 @@
 // same words, and an answer sent back in the next turn renders to the very tokens generated,
 // so multi-turn conversations reuse the cache like they do on a real server.
 //
+// In table mode (Options.Tokens, a TokenTable) a server tokenizes as a real model server
+// does, for a fixed set of requests: the prompt of a Chat, Messages or Responses request, and
+// /tokenize's messages, are looked up by TableKey (the compact JSON of the fields that make the
+// prompt) among ids computed offline by a real tokenizer and chat template, and a request not
+// in the table is a 400. The engine then caches, and its KV events name, the very ids a vLLM
+// server would, so a gateway's own tokenizer can be measured against them (the tokenizer
+// conformance module's TestExactMode does). The answers are still the simulated model's.
+//
 // The answer length is chosen by a hash of the prompt between Options.MinAnswerTokens and
 // MaxAnswerTokens ("stop"), cut at max_tokens ("length"); with vLLM's ignore_eos it is exactly
 // max_tokens, which is what load generators want.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/usher-llm/usher/proxy/openai"
 )
 
 // This file serves OpenAI's Responses API, POST /v1/responses, as vLLM does: the input is
@@ -207,7 +209,8 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		openAIError(w, status, typ, "", "", msg)
 	}
 	var req responsesRequest
-	if !s.readBody(w, r, &req, fail) {
+	data, ok := s.readBodyData(w, r, &req, fail)
+	if !ok {
 		return
 	}
 	if !s.serves(req.Model) {
@@ -233,6 +236,15 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, err.Error())
 		return
 	}
+	if history != "" && s.table != nil {
+		fail(http.StatusBadRequest, "simfleet: a token table does not cover previous_response_id")
+		return
+	}
+	tokens, err := s.promptOf(openai.Responses, data, func() (string, error) { return text, nil })
+	if err != nil {
+		fail(http.StatusBadRequest, err.Error())
+		return
+	}
 	limit := 0
 	if req.MaxOutputTokens != nil {
 		if *req.MaxOutputTokens < 1 {
@@ -241,7 +253,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = *req.MaxOutputTokens
 	}
-	g, err := s.start(Tokenize(text), limit, s.adapterOf(req.Model))
+	g, err := s.start(tokens, limit, s.adapterOf(req.Model))
 	if err != nil {
 		fail(startStatus(err), err.Error())
 		return

@@ -60,6 +60,11 @@ type Options struct {
 	// each prefill request came on, which is right unless the listener is reached through an
 	// address translation.
 	SideChannel string
+	// Tokens, if set, replaces the simulated tokenization of chat, Messages and Responses
+	// prompts and of /tokenize's messages with a lookup in the table (TokenTable): the
+	// server then caches the ids a real tokenizer and chat template give. Nil: RenderChat
+	// and Tokenize.
+	Tokens TokenTable
 }
 
 // Server is a simulated vLLM-compatible model server: an http.Handler serving the OpenAI API,
@@ -77,6 +82,7 @@ type Server struct {
 	maxAnswer int
 	maxBody   int64
 	onKV      func([]engine.KVEvent)
+	table     TokenTable // Options.Tokens; nil: simulated tokenization
 	epoch     time.Time
 	idSalt    uint64
 	mux       *http.ServeMux
@@ -144,6 +150,7 @@ func New(opts Options) (*Server, error) {
 		maxAnswer: opts.MaxAnswerTokens,
 		maxBody:   opts.MaxBodyBytes,
 		onKV:      opts.OnKVEvents,
+		table:     opts.Tokens,
 		epoch:     time.Now(),
 		wake:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
