@@ -165,7 +165,9 @@ func (t *EndpointTokenizer) tokenizeAny(ctx context.Context, body []byte) ([]uin
 }
 
 // tokenizeBody is vLLM's tokenize request for req: the chat messages as received (so the
-// server applies its chat template to exactly what it will serve) or the prompt.
+// server applies its chat template to exactly what it will serve), with the fields of the
+// chat request its template also renders (tools, chat_template_kwargs, add_generation_prompt,
+// continue_final_message: vLLM's tokenize request takes them alike), or the prompt.
 func tokenizeBody(req *openai.Request) []byte {
 	b := make([]byte, 0, len(req.Body)+64)
 	model, _ := json.Marshal(req.Model)
@@ -174,6 +176,26 @@ func tokenizeBody(req *openai.Request) []byte {
 	if req.API == openai.Chat {
 		b = append(b, `,"messages":`...)
 		b = append(b, req.RawMessages...)
+		var rendered struct {
+			Tools                json.RawMessage `json:"tools"`
+			ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+			AddGenerationPrompt  json.RawMessage `json:"add_generation_prompt"`
+			ContinueFinalMessage json.RawMessage `json:"continue_final_message"`
+		}
+		// The body was parsed and validated already; a field that does not decode is left out.
+		_ = json.Unmarshal(req.Body, &rendered)
+		for _, f := range []struct {
+			name string
+			v    json.RawMessage
+		}{{"tools", rendered.Tools}, {"chat_template_kwargs", rendered.ChatTemplateKwargs},
+			{"add_generation_prompt", rendered.AddGenerationPrompt}, {"continue_final_message", rendered.ContinueFinalMessage}} {
+			if len(f.v) > 0 && string(f.v) != "null" {
+				b = append(b, `,"`...)
+				b = append(b, f.name...)
+				b = append(b, `":`...)
+				b = append(b, f.v...)
+			}
+		}
 	} else {
 		b = append(b, `,"prompt":`...)
 		b = append(b, req.Prompt...)

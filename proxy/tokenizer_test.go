@@ -168,3 +168,28 @@ func TestEndpointTokenizerShares(t *testing.T) {
 		t.Errorf("calls after a second prompt: got %v, want %v", calls.Load(), 2)
 	}
 }
+
+// TestTokenizeBody: a chat's tokenize request carries what the chat template renders besides
+// the messages — the tools above all, which change the prompt's ids from its first blocks.
+func TestTokenizeBody(t *testing.T) {
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],` +
+		`"chat_template_kwargs":{"enable_thinking":false},"add_generation_prompt":true,"max_tokens":5}`
+	req, err := openai.Parse([]byte(body), openai.Chat, openai.ParseLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal(tokenizeBody(req), &got); err != nil {
+		t.Fatalf("tokenize body %s: %v", tokenizeBody(req), err)
+	}
+	for _, k := range []string{"model", "messages", "tools", "chat_template_kwargs", "add_generation_prompt"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("tokenize body %s: no %q", tokenizeBody(req), k)
+		}
+	}
+	for _, k := range []string{"max_tokens", "continue_final_message", "prompt"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("tokenize body %s: %q, which the chat request did not have or /tokenize does not take", tokenizeBody(req), k)
+		}
+	}
+}
