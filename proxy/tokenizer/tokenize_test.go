@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/internal/glue/simfleet"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/proxy/tokenizer"
@@ -272,6 +273,32 @@ func BenchmarkTokenize8k(b *testing.B) {
 				})
 			}
 		})
+	}
+}
+
+// BenchmarkTokenizeEndpoint8k is the round trip the local encoder saves: the same 20-message
+// chat of about 8k tokens tokenized by proxy.EndpointTokenizer through POST /tokenize of a
+// simulated server over loopback. The simulated server tokenizes in Go, so this is a lower bound
+// of a real engine's /tokenize, served by its Python API server beside the streams it relays.
+func BenchmarkTokenizeEndpoint8k(b *testing.B) {
+	fleet, err := simfleet.StartFleet(simfleet.FleetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fleet.Close() })
+	e := family(b, "qwen3")
+	req := chat20(b, prompt(b, e, 8192))
+	req.Model = "usher/demo" // the simulated server's
+	tk := &proxy.EndpointTokenizer{URLs: fleet.URLs(), BlockSize: 16}
+	dst := make([]prefixcache.BlockHash, 0, 1024)
+	if _, err := tk.Tokenize(context.Background(), dst, req); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tk.Tokenize(context.Background(), dst[:0], req); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
