@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/internal/glue/simfleet"
+	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/proxy/tokenizer"
