@@ -203,3 +203,29 @@ func TestTasks(t *testing.T) {
 			res.Tasks.Completed, res.Tasks.Abandoned, single, sessions-single)
 	}
 }
+
+// TestSessionWorkloads: both workloads are registered under their names and run closed loop in
+// the simulator (the first 600 requests of each), every session accounted for.
+func TestSessionWorkloads(t *testing.T) {
+	for _, name := range []string{"trace-sessions", "increasing-hazard"} {
+		w, err := LoadWorkload(name, LoadOptions{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Name != name {
+			t.Errorf("LoadWorkload(%q) is named %q", name, w.Name)
+		}
+		w = w.Head(600)
+		res, err := Run(w, Config{Servers: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAccounting(t, name, w, res)
+		ts := res.Tasks
+		if ts.Sessions == 0 || ts.Completed+ts.Abandoned+ts.Censored != ts.Sessions || ts.TimeMean < ts.ResponseMean {
+			t.Errorf("%s: %+v", name, ts)
+		}
+		t.Logf("%s: %d sessions, %d completed, task time mean %v, Σ response mean %v, idle limit %v",
+			name, ts.Sessions, ts.Completed, ts.TimeMean, ts.ResponseMean, ts.IdleLimit)
+	}
+}
