@@ -35,9 +35,10 @@ type WorkloadSource struct {
 //	forks         Forks: short conversations whose first turns fork earlier ones or open
 //	              popular shared documents
 //	lora          LoRAWorkload: single requests under Zipf-popular LoRA adapters
-//	trace-sessions TraceSessions: the trace's sessions, closed loop (a heavy tail of
-//	              session lengths: a falling hazard)
-//	increasing-hazard IncreasingHazard: agentic sessions of 6 to 10 turns (a rising hazard)
+//	trace-sessions    TraceSessions: the trace's sessions, closed loop (a heavy tail
+//	                  of session lengths: a falling hazard)
+//	increasing-hazard IncreasingHazard: agentic sessions of 6 to 10 turns (a rising
+//	                  hazard)
 //
 // Each call returns a fresh slice.
 func WorkloadSources() []WorkloadSource {

@@ -64,7 +64,7 @@ func main() {
 func run() error {
 	var (
 		workload  = flag.String("workload", "mooncake", "workload: "+bench.WorkloadNames())
-		trace     = flag.String("trace", "", "Mooncake-format trace path for -workload mooncake (default: the conversation trace shipped in bench/traces)")
+		trace     = flag.String("trace", "", "Mooncake-format trace path for -workload mooncake and trace-sessions (default: the conversation trace shipped in bench/traces)")
 		requests  = flag.Int("requests", 0, "use only the first N requests (0: all)")
 		rate      = flag.Float64("rate", 4, "load: arrival rate multiplier")
 		sweep     = flag.String("sweep", "", "comma-separated rate multipliers (overrides -rate)")
