@@ -205,8 +205,13 @@ func TestTasks(t *testing.T) {
 }
 
 // TestSessionWorkloads: both workloads are registered under their names and run closed loop in
-// the simulator (the first 600 requests of each), every session accounted for.
+// the simulator (the first 600 requests of each, 200 under the race detector), every session
+// accounted for.
 func TestSessionWorkloads(t *testing.T) {
+	head := 600
+	if raceEnabled {
+		head = 200
+	}
 	for _, name := range []string{"trace-sessions", "increasing-hazard"} {
 		w, err := LoadWorkload(name, LoadOptions{Seed: 1})
 		if err != nil {
@@ -215,7 +220,7 @@ func TestSessionWorkloads(t *testing.T) {
 		if w.Name != name {
 			t.Errorf("LoadWorkload(%q) is named %q", name, w.Name)
 		}
-		w = w.Head(600)
+		w = w.Head(head)
 		res, err := Run(w, Config{Servers: 4})
 		if err != nil {
 			t.Fatal(err)
