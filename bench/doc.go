@@ -100,9 +100,14 @@
 // requests over prefixes shared in groups of Zipf popularity, in bursts of a Markov-modulated
 // Poisson process, sent in fan-outs of siblings that arrive together. Forks has short
 // conversations whose first turns share most of their prompt with other sessions: forks of an
-// earlier conversation and popular shared documents. Workload.Scaled multiplies the arrival
-// rate. WorkloadSources is the registry the comparison selects workloads from by name
-// (mooncake, chat, agentic, bursty, prefix-group, forks).
+// earlier conversation and popular shared documents. Two workloads differ in the shape of their
+// session lengths, for policies that guess a session's remaining work from its attained
+// service: TraceSessions replays the trace's sessions closed loop (heavy-tailed: the chance
+// that a session ends after its k-th turn falls with k), IncreasingHazard runs agentic
+// sessions of 6 to 10 turns (it rises), and Agentic's geometric counts (constant) are the
+// control. Workload.Scaled multiplies the arrival rate. WorkloadSources is the registry the
+// comparison selects workloads from by name (mooncake, chat, agentic, bursty, prefix-group,
+// forks, lora, trace-sessions, increasing-hazard).
 //
 // # Measurements
 //
@@ -111,7 +116,10 @@
 // server, the same requests in workload order); time-averaged requests per server and the
 // max/mean ratio; expiries, rejections, waits and abandoned turns for first turns and later
 // turns separately; Jain's index over sessions of the share of their requested tokens that was
-// served; simulated events per second.
+// served; sessions as tasks (TaskStats): the task completion time from a session's first
+// arrival to its last answer, the sum of its response times, the share of sessions abandoned
+// (a shed turn, or no turn within Config.SessionIdle), with sessions the end of the run cut
+// off counted as censored rather than short; simulated events per second.
 //
 // One run is one seed. A comparison runs every configuration under several seeds (the seed
 // generates a synthetic workload and drives the router's random choices) and summarises each

@@ -16,7 +16,8 @@ import (
 // prediction error for the routers that have one (see PredictionError). A configuration run
 // under several seeds shows each figure as the median over its seeds with the min–max range in
 // parentheses, where the seeds differ at the printed precision; with one seed per
-// configuration the tables hold the single runs' figures. Runs with latency targets
+// configuration the tables hold the single runs' figures. Workloads with sessions get a table
+// of task completion times (see TaskStats) after the admission tables. Runs with latency targets
 // (Config.Targets) get a table of SLO attainment too, before the prediction error.
 func WriteTables(w io.Writer, results []*Result) error {
 	var b strings.Builder
@@ -83,6 +84,7 @@ func WriteTables(w io.Writer, results []*Result) error {
 				c.fmt(func(r *Result) float64 { return r.Later.HitRate }, pct))
 		}
 		b.WriteString("\n")
+		writeTaskTable(&b, rate, rows)
 		writeSLOTable(&b, rate, rows)
 		writePredictionTable(&b, rate, rows)
 	}
@@ -396,4 +398,38 @@ func SyncLagString(replicas int, lag time.Duration) string {
 		return "none"
 	}
 	return lag.String()
+}
+
+// writeTaskTable writes the sessions as tasks (TaskStats) of the rows at rate, if any has
+// sessions: the task completion time (first arrival to last answer) and the sum of the
+// session's response times of the completed sessions, mean, p50 and p90, the share of sessions
+// abandoned, and the sessions the end of the run censored.
+func writeTaskTable(b *strings.Builder, rate float64, rows []*Cell) {
+	if !slices.ContainsFunc(rows, func(c *Cell) bool {
+		return slices.ContainsFunc(c.Runs, func(r *Result) bool { return r.Tasks.Sessions > 0 })
+	}) {
+		return
+	}
+	fmt.Fprintf(b, "### Load ×%g — sessions as tasks\n\n", rate)
+	b.WriteString("| policy | router | sessions | completed | abandoned share | censored | task time mean | task time p50 | task time p90 | Σ response mean | Σ response p50 | Σ response p90 |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, c := range rows {
+		count := func(f func(*TaskStats) int) string {
+			return c.fmt(func(r *Result) float64 { return float64(f(&r.Tasks)) }, num)
+		}
+		dur := func(f func(*TaskStats) time.Duration) string {
+			return c.fmt(func(r *Result) float64 { return float64(f(&r.Tasks)) }, secsF)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Policy, c.Router,
+			count(func(t *TaskStats) int { return t.Sessions }), count(func(t *TaskStats) int { return t.Completed }),
+			c.fmt(func(r *Result) float64 { return r.Tasks.AbandonedShare() }, pct),
+			count(func(t *TaskStats) int { return t.Censored }),
+			dur(func(t *TaskStats) time.Duration { return t.TimeMean }),
+			dur(func(t *TaskStats) time.Duration { return t.Time.P50 }),
+			dur(func(t *TaskStats) time.Duration { return t.Time.P90 }),
+			dur(func(t *TaskStats) time.Duration { return t.ResponseMean }),
+			dur(func(t *TaskStats) time.Duration { return t.Response.P50 }),
+			dur(func(t *TaskStats) time.Duration { return t.Response.P90 }))
+	}
+	b.WriteString("\n")
 }

@@ -47,3 +47,24 @@ func TestWriteGoal(t *testing.T) {
 		t.Errorf("tables have %d rows for fcfs × usher, want 3 (performance, admission, newcomers against later turns)", got)
 	}
 }
+
+// TestWriteTaskTable: runs with sessions get a row of sessions as tasks, the median over seeds
+// with its range.
+func TestWriteTaskTable(t *testing.T) {
+	mk := func(seed uint64, mean time.Duration, abandoned int) *Result {
+		return &Result{
+			Rate: 24, Policy: "las", Router: "usher", Seed: seed, Sent: 10, Completed: 10,
+			Tasks: TaskStats{Sessions: 10, Completed: 10 - abandoned - 1, Abandoned: abandoned, Censored: 1,
+				TimeMean: mean, Time: Percentiles{P50: mean / 2, P90: 2 * mean}, ResponseMean: mean / 4,
+				Response: Percentiles{P50: mean / 8, P90: mean / 2}},
+		}
+	}
+	var b strings.Builder
+	if err := WriteTables(&b, []*Result{mk(1, 100*time.Second, 1), mk(2, 120*time.Second, 3), mk(3, 110*time.Second, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	want := "| las | usher | 10 | 6 (6–8) | 33.3% (11.1%–33.3%) | 1 | 110s (100s–120s) | 55.0s (50.0s–60.0s) | 220s (200s–240s) | 27.5s (25.0s–30.0s) | 13.8s (12.5s–15.0s) | 55.0s (50.0s–60.0s) |"
+	if out := b.String(); !strings.Contains(out, "sessions as tasks") || !strings.Contains(out, want) {
+		t.Errorf("tables lack the task row\n%s\n:\n%s", want, out)
+	}
+}

@@ -176,6 +176,11 @@ type Result struct {
 	// LoadMax/LoadMean.
 	LoadMean, LoadMax, LoadImbalance float64
 
+	// Tasks measures the run's sessions as tasks: their completion times, from the first
+	// turn's arrival to the last turn's answer, and how many were abandoned or cut off by the
+	// end of the run (see TaskStats).
+	Tasks TaskStats
+
 	// Jain is Jain's fairness index over sessions of the share of each session's requested
 	// tokens that was served: (Σx)²/(n·Σx²), 1 when every session got the same share.
 	Jain float64
@@ -368,6 +373,11 @@ func (s *sim) result(wall time.Duration) *Result {
 		}
 	}
 	res.Jain = Jain(xs)
+	idle := s.cfg.SessionIdle
+	if idle <= 0 {
+		idle = DefaultIdleFactor * s.w.LongestThink()
+	}
+	res.Tasks = s.tasks(idle)
 	res.Prediction = s.predictionErrors()
 	return res
 }

@@ -241,6 +241,10 @@ type Config struct {
 	// policy is then offered the same turns, whatever it sheds. Zero: the session ends there
 	// and its later turns are abandoned, as a user who gives up.
 	ContinueAfterShed bool
+	// SessionIdle is the idle limit of a session: it is over, abandoned, when no turn of it
+	// arrives within SessionIdle of its previous turn's answer (Result.Tasks, TaskStats). Zero:
+	// DefaultIdleFactor times the workload's longest think time (Workload.LongestThink).
+	SessionIdle time.Duration
 	// MaxTime stops the simulation at this virtual time; requests still waiting or running
 	// then are counted as unfinished. Zero: run until every request has finished.
 	MaxTime time.Duration
@@ -348,7 +352,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, fmt.Errorf("%w: %d servers", ErrInvalidConfig, o.Servers)
 	case o.Replicas < 0 || o.Replicas > MaxReplicas:
 		return o, fmt.Errorf("%w: %d gateway replicas (at most %d)", ErrInvalidConfig, o.Replicas, MaxReplicas)
-	case o.MaxInFlight < 0 || o.TTL < 0 || o.QueueCapacity < 0 || o.ScrapeInterval < 0 || o.IndexCapacity < 0 || o.MaxTime < 0 || o.SyncInterval < 0 ||
+	case o.MaxInFlight < 0 || o.TTL < 0 || o.QueueCapacity < 0 || o.ScrapeInterval < 0 || o.IndexCapacity < 0 || o.MaxTime < 0 || o.SessionIdle < 0 || o.SyncInterval < 0 ||
 		o.Frontend < 0 || o.FrontendPerToken < 0:
 		return o, fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	case o.Gate > GateUsherMean:

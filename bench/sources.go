@@ -35,6 +35,10 @@ type WorkloadSource struct {
 //	forks         Forks: short conversations whose first turns fork earlier ones or open
 //	              popular shared documents
 //	lora          LoRAWorkload: single requests under Zipf-popular LoRA adapters
+//	trace-sessions    TraceSessions: the trace's sessions, closed loop (a heavy tail
+//	                  of session lengths: a falling hazard)
+//	increasing-hazard IncreasingHazard: agentic sessions of 6 to 10 turns (a rising
+//	                  hazard)
 //
 // Each call returns a fresh slice.
 func WorkloadSources() []WorkloadSource {
@@ -53,6 +57,19 @@ func WorkloadSources() []WorkloadSource {
 		}},
 		{"forks", true, func(o LoadOptions) (*Workload, error) { return Forks(ForksOptions{Seed: o.Seed}), nil }},
 		{"lora", true, func(o LoadOptions) (*Workload, error) { return LoRAWorkload(LoRAOptions{Seed: o.Seed}), nil }},
+		{"trace-sessions", false, func(o LoadOptions) (*Workload, error) {
+			if o.Trace == "" {
+				return TraceSessions(MooncakeOptions{})
+			}
+			w, err := LoadMooncakeFile(o.Trace, MooncakeOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return closeSessions(w), nil
+		}},
+		{"increasing-hazard", true, func(o LoadOptions) (*Workload, error) {
+			return IncreasingHazard(AgenticOptions{Seed: o.Seed}), nil
+		}},
 	}
 }
 

@@ -22,6 +22,11 @@
 // runs every configuration at each of a list of K:lag settings and ends with a table of them
 // side by side.
 //
+// Workloads with sessions get a table of sessions as tasks (bench.TaskStats): task completion
+// time from a session's first arrival to its last answer, the sum of its response times, the
+// share abandoned and the sessions the end of the run censored; -session-idle sets the idle
+// limit after which a session is over. -json FILE writes every run's bench.Result as JSON.
+//
 // Every configuration runs once per seed (-seeds, from -seed up): the seed generates the
 // synthetic workloads and drives the router's random choices (the Mooncake trace itself does
 // not change). The tables give each figure as the median over the seeds with its min–max
@@ -33,6 +38,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -58,7 +64,7 @@ func main() {
 func run() error {
 	var (
 		workload  = flag.String("workload", "mooncake", "workload: "+bench.WorkloadNames())
-		trace     = flag.String("trace", "", "Mooncake-format trace path for -workload mooncake (default: the conversation trace shipped in bench/traces)")
+		trace     = flag.String("trace", "", "Mooncake-format trace path for -workload mooncake and trace-sessions (default: the conversation trace shipped in bench/traces)")
 		requests  = flag.Int("requests", 0, "use only the first N requests (0: all)")
 		rate      = flag.Float64("rate", 4, "load: arrival rate multiplier")
 		sweep     = flag.String("sweep", "", "comma-separated rate multipliers (overrides -rate)")
@@ -96,6 +102,8 @@ func run() error {
 		laterTTFT = flag.Duration("slo-later-ttft", 0, "later turns of a session: their TTFT target instead of -slo-ttft (0: -slo-ttft's, unless -slo-later-tpot is set)")
 		laterTPOT = flag.Duration("slo-later-tpot", 0, "later turns of a session: their TPOT target instead of -slo-tpot (0: -slo-tpot's, unless -slo-later-ttft is set)")
 		shedAbove = flag.Float64("slo-shed-above", 0, "with targets: refuse on arrival a request whose router predicts no server can serve it within this many times its TTFT target (routers with a latency model only; the gateway's -slo-shed-above; 0: off)")
+		idle      = flag.Duration("session-idle", 0, "a session is over, abandoned, when no turn of it arrives within this long of its previous answer (task completion times); 0: twice the workload's longest think time")
+		jsonOut   = flag.String("json", "", "also write every run's result (bench.Result, with its task completion times in Tasks) as a JSON array to this file")
 		after     = flag.String("after-shed", "end", "a closed-loop session whose turn is shed or fails: end (its later turns are abandoned) or continue (its next turn is still sent, so every policy is offered the same turns)")
 	)
 	flag.Parse()
@@ -262,6 +270,7 @@ func run() error {
 		Index: im, EventDelay: *evDelay,
 		Frontend: *frontend, FrontendPerToken: *frontTok,
 		ContinueAfterShed: continueAfterShed,
+		SessionIdle:       *idle,
 		Slowdowns:         slowdowns,
 	}
 
@@ -348,6 +357,15 @@ func run() error {
 	el := time.Since(start)
 	fmt.Fprintf(os.Stderr, "\ndone: %d runs, %d events in %v (%.0f events/s over all runs)\n", len(jobs), events, el.Round(time.Millisecond), float64(events)/el.Seconds())
 
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
 	seedsOf := strconv.FormatUint(*seed, 10)
 	if *seeds > 1 {
 		seedsOf = fmt.Sprintf("%d–%d", *seed, *seed+uint64(*seeds-1))
