@@ -82,8 +82,8 @@ func newBoundedWait(o BoundedWaitOptions) (*boundedWait, error) {
 		tp, _ := newTurnPriority(TurnPriorityOptions{})
 		o.Inner = tp
 	}
-	if g, ok := o.Inner.(*boundedWait); ok && g.promote < 0 && g.share == 0 {
-		o.Inner = g.inner // NewGittins without a Wait: wrap its keyed core
+	if g, ok := o.Inner.(*gittinsPolicy); ok && g.bw.promote < 0 {
+		o.Inner = g.bw.inner // NewGittins without a Wait: wrap its keyed core
 	}
 	if _, ok := o.Inner.(flowcontrol.FlowPicker); ok {
 		return nil, invalid("BoundedWait cannot wrap a FlowPicker (%T)", o.Inner)

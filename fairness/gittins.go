@@ -178,6 +178,46 @@ func binArea(w, h float64) float64 {
 	return w * h / -math.Log1p(-h)
 }
 
+// gittinsPolicy is the policy NewGittins returns: a boundedWait over the keyed core, for its
+// own order of the waiting flows (re-keyed when the index table changes) and the optional
+// wait bound, without the usage sharing a boundedWait forwards (the core keeps none).
+type gittinsPolicy struct{ bw *boundedWait }
+
+var (
+	_ flowcontrol.Policy     = (*gittinsPolicy)(nil)
+	_ flowcontrol.FlowPicker = (*gittinsPolicy)(nil)
+	_ flowcontrol.Ranker     = (*gittinsPolicy)(nil)
+)
+
+// ItemKey orders a flow's requests by arrival. O(1).
+func (p *gittinsPolicy) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+	return p.bw.ItemKey(r, f, now)
+}
+
+// FlowKey is the flow's key: minus its index, or the urgent tier once promoted. O(1).
+func (p *gittinsPolicy) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+	return p.bw.FlowKey(f, now)
+}
+
+// Observe charges service, records ended sessions and keeps the order. O(log flows) amortised.
+func (p *gittinsPolicy) Observe(e *flowcontrol.Event) { p.bw.Observe(e) }
+
+// PickFlow re-keys the waiting flows if the index table changed, then returns the best.
+// O(1), O(flows · log flows) after a rebuild.
+func (p *gittinsPolicy) PickFlow(band int, flows []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+	return p.bw.PickFlow(band, flows, now)
+}
+
+// Rank is where the request would stand. O(1).
+func (p *gittinsPolicy) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
+	return p.bw.Rank(r, f, now)
+}
+
+// Ahead counts the requests served before a flow of key k (the queue's wait estimate).
+func (p *gittinsPolicy) Ahead(band int, k flowcontrol.Key, limit int) (int, bool) {
+	return p.bw.Ahead(band, k, limit)
+}
+
 // gittins is the keyed core of the policy NewGittins returns (which wraps it in a
 // boundedWait for its own order, bounded wait and re-keying).
 type gittins struct {

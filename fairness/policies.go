@@ -347,5 +347,5 @@ func NewGittins(o GittinsOptions) (flowcontrol.Policy, error) {
 		promote = int64(o.Wait - o.Headroom)
 	}
 	m, _ := Memory{}.resolve(120 * time.Second) // first-turn history, unused without a share
-	return newBoundedWaitOver(g, promote, 0, m), nil
+	return &gittinsPolicy{newBoundedWaitOver(g, promote, 0, m)}, nil
 }
