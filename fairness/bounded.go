@@ -206,7 +206,10 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 	p.inner.Observe(e)
 	f := e.Flow
 	r := refOf(f)
-	h := p.hist.use(r)
+	var h *bwState // first-turn history, kept only for the first-turn share
+	if p.share > 0 {
+		h = p.hist.use(r)
+	}
 	bd := p.band(f.Band)
 	n := p.nodes[r]
 	if e.Kind == flowcontrol.EventDispatch {
@@ -219,7 +222,9 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 			bd.credit--
 		}
 		bd.credit = min(max(bd.credit, 0), 1)
-		h.dispatched++
+		if h != nil {
+			h.dispatched++
+		}
 	}
 	switch {
 	case f.Queued == 0 && n != nil:
@@ -236,10 +241,12 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 			p.nodes[r] = n
 		}
 		n.st = *f
-		n.first = h.dispatched == 0
+		n.first = h != nil && h.dispatched == 0
 		p.keyNode(n, bd, e.Now)
 	}
-	p.hist.settle(f, e.Now.UnixNano())
+	if h != nil {
+		p.hist.settle(f, e.Now.UnixNano())
+	}
 }
 
 func (p *boundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
@@ -307,7 +314,9 @@ func (p *boundedWait) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
 			continue
 		}
 		r := deltaRef(d)
-		p.hist.touch(r, ns).dispatched++
+		if p.share > 0 {
+			p.hist.touch(r, ns).dispatched++
+		}
 		if n := p.nodes[r]; n != nil {
 			n.first = false
 			p.keyNode(n, &p.bands[d.Band], now)

@@ -231,6 +231,8 @@ type gittins struct {
 	gen        uint64         // incremented when idx changes
 	lastBuild  int64          // model.ended at the last rebuild
 	waitingNow int            // flows with queued requests
+	lastRef    flowRef        // the flow of the latest event, whose FlowKey usually follows
+	lastSlot   int32          // its slot in flows (checked before use: it may have been recycled)
 }
 
 // generation is incremented each time the index table changes: the keys of waiting flows
@@ -307,27 +309,32 @@ func (p *gittins) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ ti
 // FlowKey is minus the session's index at its attained service, then its head's arrival;
 // valid until the session is charged again or the table is rebuilt. O(1).
 func (p *gittins) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
-	x := 0.0
-	if s := p.flows.get(refOf(f)); s != nil {
-		x = s.service
+	return p.key(p.service(refOf(f)), f.Head.Arrival.UnixNano()), time.Time{}
+}
+
+// service is r's service, 0 if r is not remembered; the flow of the latest event is found
+// without a map look-up. O(1).
+func (p *gittins) service(r flowRef) float64 {
+	if i := p.lastSlot; r == p.lastRef && int(i) < len(p.flows.slots) && p.flows.slots[i].ref == r {
+		return p.flows.slots[i].s.service
 	}
-	return p.key(x, f.Head.Arrival.UnixNano()), time.Time{}
+	if s := p.flows.get(r); s != nil {
+		return s.service
+	}
+	return 0
 }
 
 // Rank is the flow key the request's flow would have. O(1); the state is not changed.
 func (p *gittins) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
-	x := 0.0
-	if s := p.flows.get(refOf(f)); s != nil {
-		x = s.service
-	}
-	return flowcontrol.Rank{Key: p.key(x, headArrival(r, f))}
+	return flowcontrol.Rank{Key: p.key(p.service(refOf(f)), headArrival(r, f))}
 }
 
 // Observe charges service as LAS does (prompt estimate at dispatch, output and prompt
 // correction at completion), without decay: a session's service is its total. O(1)
 // amortised.
 func (p *gittins) Observe(e *flowcontrol.Event) {
-	s := p.flows.use(refOf(e.Flow))
+	ref := refOf(e.Flow)
+	s, i := p.flows.useAt(ref)
 	var c float64
 	switch e.Kind {
 	case flowcontrol.EventDispatch:
@@ -348,4 +355,5 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 		}
 	}
 	p.flows.settle(e.Flow, e.Now.UnixNano())
+	p.lastRef, p.lastSlot = ref, i
 }
