@@ -130,6 +130,9 @@ func TestGittinsComposesWithBoundedWait(t *testing.T) {
 	if _, err := fairness.NewBoundedWait(fairness.BoundedWaitOptions{Wait: 10 * time.Second, Inner: withWait}); err == nil {
 		t.Errorf("NewBoundedWait over a Gittins with its own Wait: no error, want one (two bounds)")
 	}
+	if _, err := fairness.NewHierarchy(fairness.HierarchyOptions{Sessions: p}); err == nil {
+		t.Errorf("NewHierarchy with Gittins sessions: no error, want one (its keys change at rebuilds)")
+	}
 	for _, o := range []fairness.GittinsOptions{{Wait: -1}, {Headroom: time.Second}, {Wait: time.Second, Headroom: time.Second}, {HalfLife: -1}} {
 		if _, err := fairness.NewGittins(o); err == nil {
 			t.Errorf("NewGittins(%+v): no error", o)
