@@ -55,12 +55,24 @@ var gEdges = func() (e [gBins + 1]float64) {
 	return e
 }()
 
-// gBin is the bin of service x. O(1).
+// gQuarter are the bin edges within an octave, 2^(k/4) for k = 1, 2, 3.
+var gQuarter = [3]float64{math.Exp2(0.25), math.Exp2(0.5), math.Exp2(0.75)}
+
+// gBin is the bin of service x: its octave from the float's exponent, its quarter by
+// comparison, no logarithm. O(1).
 func gBin(x float64) int {
 	if !(x >= gBase) {
 		return 0
 	}
-	return min(1+int(gPerOctave*math.Log2(x/gBase)), gBins-1)
+	if x >= gEdges[gBins-1] {
+		return gBins - 1 // +Inf included
+	}
+	frac, exp := math.Frexp(x / gBase) // x/gBase = frac·2^exp, frac in [0.5, 1)
+	m, q := 2*frac, 0                  // in [1, 2), octave exp − 1
+	for q < 3 && m >= gQuarter[q] {
+		q++
+	}
+	return 1 + (exp-1)*gPerOctave + q
 }
 
 // gState is a session's history.
@@ -68,6 +80,7 @@ type gState struct {
 	service float64 // weighted tokens attained, current (corrections included)
 	reached int32   // 1 + the highest bin reached; 0 before any service
 	stamp   int64   // ended-session count when the session entered that bin
+	keyBin  int32   // gBin(service), the bin its key reads
 	waiting bool    // the flow had queued requests after its latest event
 }
 
@@ -87,10 +100,9 @@ type gModel struct {
 
 func (m *gModel) weight(k int64) float64 { return math.Exp2(float64(k-m.base) / m.halfLife) }
 
-// reach records that s's service reached x. O(bins crossed).
-func (m *gModel) reach(s *gState, x float64) {
-	b := int32(gBin(x))
-	if x <= 0 || b < s.reached {
+// reach records that s's service, positive, reached bin b. O(bins crossed).
+func (m *gModel) reach(s *gState, b int32) {
+	if b < s.reached {
 		return
 	}
 	w := m.weight(m.ended)
@@ -296,9 +308,9 @@ func (p *gittins) ended(s *gState) {
 	}
 }
 
-// key is the flow key of a session with service x and head arrival a.
-func (p *gittins) key(x float64, a int64) flowcontrol.Key {
-	return flowcontrol.Key{Value: -p.idx[gBin(x)], Tie: a}
+// key is the flow key of a session whose service is in bin b, with head arrival a.
+func (p *gittins) key(b int32, a int64) flowcontrol.Key {
+	return flowcontrol.Key{Value: -p.idx[b], Tie: a}
 }
 
 // ItemKey orders a flow's requests by arrival. O(1).
@@ -309,24 +321,24 @@ func (p *gittins) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ ti
 // FlowKey is minus the session's index at its attained service, then its head's arrival;
 // valid until the session is charged again or the table is rebuilt. O(1).
 func (p *gittins) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
-	return p.key(p.service(refOf(f)), f.Head.Arrival.UnixNano()), time.Time{}
+	return p.key(p.bin(refOf(f)), f.Head.Arrival.UnixNano()), time.Time{}
 }
 
-// service is r's service, 0 if r is not remembered; the flow of the latest event is found
-// without a map look-up. O(1).
-func (p *gittins) service(r flowRef) float64 {
+// bin is the bin of r's service, 0 if r is not remembered; the flow of the latest event is
+// found without a map look-up. O(1).
+func (p *gittins) bin(r flowRef) int32 {
 	if i := p.lastSlot; r == p.lastRef && int(i) < len(p.flows.slots) && p.flows.slots[i].ref == r {
-		return p.flows.slots[i].s.service
+		return p.flows.slots[i].s.keyBin
 	}
 	if s := p.flows.get(r); s != nil {
-		return s.service
+		return s.keyBin
 	}
 	return 0
 }
 
 // Rank is the flow key the request's flow would have. O(1); the state is not changed.
 func (p *gittins) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
-	return flowcontrol.Rank{Key: p.key(p.service(refOf(f)), headArrival(r, f))}
+	return flowcontrol.Rank{Key: p.key(p.bin(refOf(f)), headArrival(r, f))}
 }
 
 // Observe charges service as LAS does (prompt estimate at dispatch, output and prompt
@@ -344,7 +356,10 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 	}
 	if c != 0 {
 		s.service = max(s.service+c, 0)
-		p.model.reach(s, s.service)
+		s.keyBin = int32(gBin(s.service))
+		if s.service > 0 {
+			p.model.reach(s, s.keyBin)
+		}
 	}
 	if w := e.Flow.Queued > 0; w != s.waiting {
 		s.waiting = w

@@ -151,7 +151,7 @@ func (s *sessions) run(n int) {
 		i := s.r.IntN(len(s.open))
 		st := &s.open[i]
 		st.service = min(st.service+s.r.ExpFloat64()*600, s.totals[i])
-		s.m.reach(st, st.service)
+		s.m.reach(st, int32(gBin(st.service)))
 		if st.service >= s.totals[i] {
 			s.m.end(st)
 			s.ended = append(s.ended, s.totals[i])
@@ -209,5 +209,25 @@ func TestGittinsCensoring(t *testing.T) {
 	}
 	if naive < 2*got {
 		t.Errorf("the ended sessions alone are off by %.4f, not clearly worse than %.4f: the test does not censor", naive, got)
+	}
+}
+
+// TestGittinsBin checks the bin of a service against the bin edges.
+func TestGittinsBin(t *testing.T) {
+	for i := 1; i < gBins; i++ {
+		lo := gEdges[i]
+		for _, x := range []float64{lo * (1 + 1e-12), (lo + gEdges[i+1]) / 2, gEdges[i+1] * (1 - 1e-12)} {
+			if got := gBin(x); got != i {
+				t.Errorf("gBin(%g) = %d, want %d (edges %g, %g)", x, got, i, lo, gEdges[i+1])
+			}
+		}
+	}
+	for _, c := range []struct {
+		x    float64
+		want int
+	}{{0, 0}, {-1, 0}, {math.NaN(), 0}, {63.9, 0}, {64, 1}, {1e300, gBins - 1}, {math.Inf(1), gBins - 1}} {
+		if got := gBin(c.x); got != c.want {
+			t.Errorf("gBin(%g) = %d, want %d", c.x, got, c.want)
+		}
 	}
 }
