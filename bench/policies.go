@@ -64,10 +64,31 @@ func boundedWait(w time.Duration, share float64) Policy {
 	}}
 }
 
+// GittinsIdle is the idle limit after which the frontier's Gittins policies count a session
+// as ended (fairness.GittinsOptions.Memory.Forget): three mean think times of the chat
+// workloads (20 s), thirty of the agentic ones (2 s), so that a run of a few minutes ends
+// enough sessions to learn from.
+const GittinsIdle = 60 * time.Second
+
+// gittins is fairness.NewGittins with the idle limit GittinsIdle and, if w > 0, wait bound w
+// promoted min(5 s, w/4) before it.
+func gittins(w time.Duration) Policy {
+	name := "gittins"
+	if w > 0 {
+		name += "-bw-" + w.String()
+	}
+	return Policy{name, func() flowcontrol.Policy {
+		return must(fairness.NewGittins(fairness.GittinsOptions{
+			Wait: w, Headroom: min(BoundedWaitHeadroom, w/4), Memory: fairness.Memory{Forget: GittinsIdle},
+		}))
+	}}
+}
+
 // FrontierPolicies returns the policies of the admission frontier (SelectPolicies
 // "frontier"): FCFS, llm-d's turn-priority, LAS, VTC and a hierarchy (VTC across tenants,
-// turn-priority within one; in the simulator every session is its own tenant), and bounded
-// wait around turn-priority with W from 5 s to 45 s, with and without a 20% first-turn share.
+// turn-priority within one; in the simulator every session is its own tenant), bounded
+// wait around turn-priority with W from 5 s to 45 s, with and without a 20% first-turn share,
+// and the Gittins index learned online, alone and with W = 10 s.
 func FrontierPolicies() []Policy {
 	ps := []Policy{FCFSPolicy()}
 	for _, p := range fairnessPolicies() {
@@ -84,6 +105,7 @@ func FrontierPolicies() []Policy {
 	for _, w := range []time.Duration{10 * time.Second, 30 * time.Second} {
 		ps = append(ps, boundedWait(w, 0.2))
 	}
+	ps = append(ps, gittins(0), gittins(10*time.Second))
 	return ps
 }
 

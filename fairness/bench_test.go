@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
 	"github.com/usher-llm/usher/internal/peer"
@@ -166,5 +167,56 @@ func TestSteadyStateAllocs(t *testing.T) {
 				t.Errorf("%s: %.2f allocations per dispatch, want 0", c.name, got)
 			}
 		})
+	}
+}
+
+// BenchmarkGittinsChurn is BenchmarkPolicy with sessions that end: every eighth refill
+// starts a new session (a fresh flow id) instead of continuing the one that completed, which
+// goes idle and, past Memory.MaxIdle idle flows, is forgotten — an ended session for the
+// Gittins policy, whose index table is then rebuilt and every waiting flow re-keyed, amortised
+// into the figure. FCFS on the same workload is the baseline (bench/BENCHMARKS.md).
+func BenchmarkGittinsChurn(b *testing.B) {
+	ids := make([]flowcontrol.FlowID, 400000)
+	for i := range ids {
+		ids[i] = flowcontrol.FlowID(fmt.Sprintf("churn/s%d", i))
+	}
+	for _, c := range []policyCase{
+		{"fcfs", func(testing.TB) flowcontrol.Policy { return fairness.FCFS() }},
+		{"gittins", func(t testing.TB) flowcontrol.Policy {
+			return must[flowcontrol.Policy](t)(fairness.NewGittins(fairness.GittinsOptions{Memory: fairness.Memory{MaxIdle: 1024}}))
+		}},
+		{"gittins+bw", func(t testing.TB) flowcontrol.Policy {
+			return must[flowcontrol.Policy](t)(fairness.NewGittins(fairness.GittinsOptions{Wait: time.Hour, Memory: fairness.Memory{MaxIdle: 1024}}))
+		}},
+	} {
+		for _, n := range []int{1000, 100000} {
+			b.Run(fmt.Sprintf("%s/%d", c.name, n), func(b *testing.B) {
+				d := newDriver(b, c.new(b), n)
+				k := 0
+				step := func() {
+					x := d.ring[d.head]
+					d.ring[d.head] = inflight{}
+					d.head = (d.head + 1) % len(d.ring)
+					d.count--
+					d.clk.Advance(time.Millisecond)
+					x.t.Done(flowcontrol.Usage{PromptTokens: 1000, OutputTokens: 100})
+					d.req.Flow = x.flow
+					if k++; k%8 == 0 {
+						d.req.Flow = ids[(k/8)%len(ids)]
+					}
+					if _, err := d.q.Enqueue(d.req); err != nil {
+						panic(err)
+					}
+				}
+				for range 2 * driverSlots {
+					step()
+				}
+				runtime.GC()
+				b.ReportAllocs()
+				for b.Loop() {
+					step()
+				}
+			})
+		}
 	}
 }

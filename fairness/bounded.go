@@ -39,8 +39,10 @@ type BoundedWaitOptions struct {
 // boundedWait is the policy NewBoundedWait returns.
 type boundedWait struct {
 	inner   flowcontrol.Policy
-	promote int64 // Wait − Headroom, ns
+	promote int64 // Wait − Headroom, ns; negative: never (NewGittins without a Wait)
 	share   float64
+	gen     generational // inner, if its keys can all change at once (Gittins); else nil
+	lastGen uint64       // gen's generation when the nodes were last keyed
 
 	hist  table[bwState]
 	nodes map[flowRef]*node
@@ -80,6 +82,9 @@ func newBoundedWait(o BoundedWaitOptions) (*boundedWait, error) {
 		tp, _ := newTurnPriority(TurnPriorityOptions{})
 		o.Inner = tp
 	}
+	if g, ok := o.Inner.(*gittinsPolicy); ok && g.bw.promote < 0 {
+		o.Inner = g.bw.inner // NewGittins without a Wait: wrap its keyed core
+	}
 	if _, ok := o.Inner.(flowcontrol.FlowPicker); ok {
 		return nil, invalid("BoundedWait cannot wrap a FlowPicker (%T)", o.Inner)
 	}
@@ -87,10 +92,24 @@ func newBoundedWait(o BoundedWaitOptions) (*boundedWait, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &boundedWait{
-		inner: o.Inner, promote: int64(o.Wait - o.Headroom), share: o.FirstTurnShare,
+	return newBoundedWaitOver(o.Inner, int64(o.Wait-o.Headroom), o.FirstTurnShare, m), nil
+}
+
+// generational is implemented by an inner policy whose keys can all change at once (a
+// rebuilt Gittins index table): generation changes when they do.
+type generational interface{ generation() uint64 }
+
+// newBoundedWaitOver builds a boundedWait over a keyed inner policy; promote < 0 never
+// promotes.
+func newBoundedWaitOver(inner flowcontrol.Policy, promote int64, share float64, m Memory) *boundedWait {
+	p := &boundedWait{
+		inner: inner, promote: promote, share: share,
 		hist: newTable[bwState](m.MaxIdle, m.Forget), nodes: make(map[flowRef]*node),
-	}, nil
+	}
+	if g, ok := inner.(generational); ok {
+		p.gen, p.lastGen = g, g.generation()
+	}
+	return p
 }
 
 // ItemKey orders a flow's requests by arrival (the inner policy's ItemKey is called for
@@ -103,6 +122,9 @@ func (p *boundedWait) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, 
 // FlowKey is the inner policy's key until the head has waited Wait − Headroom, then
 // {UrgentTier, head deadline}. O(1) plus the inner call.
 func (p *boundedWait) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+	if p.promote < 0 {
+		return p.inner.FlowKey(f, now)
+	}
 	at := f.Head.Arrival.UnixNano() + p.promote
 	if now.UnixNano() >= at {
 		return flowcontrol.Key{Tier: UrgentTier, Tie: f.Head.Deadline.UnixNano()}, time.Time{}
@@ -121,7 +143,7 @@ func (p *boundedWait) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcont
 // wait is at most about the larger of the two and its wait behind everything waiting when
 // it arrived. O(1) plus the inner call; the policy's state is not changed.
 func (p *boundedWait) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
-	rk := flowcontrol.Rank{Within: time.Duration(p.promote)}
+	rk := flowcontrol.Rank{Within: time.Duration(max(p.promote, 0))}
 	in, ok := p.inner.(flowcontrol.Ranker)
 	if !ok {
 		return rk
@@ -184,7 +206,10 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 	p.inner.Observe(e)
 	f := e.Flow
 	r := refOf(f)
-	h := p.hist.use(r)
+	var h *bwState // first-turn history, kept only for the first-turn share
+	if p.share > 0 {
+		h = p.hist.use(r)
+	}
 	bd := p.band(f.Band)
 	n := p.nodes[r]
 	if e.Kind == flowcontrol.EventDispatch {
@@ -197,7 +222,9 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 			bd.credit--
 		}
 		bd.credit = min(max(bd.credit, 0), 1)
-		h.dispatched++
+		if h != nil {
+			h.dispatched++
+		}
 	}
 	switch {
 	case f.Queued == 0 && n != nil:
@@ -214,10 +241,12 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 			p.nodes[r] = n
 		}
 		n.st = *f
-		n.first = h.dispatched == 0
+		n.first = h != nil && h.dispatched == 0
 		p.keyNode(n, bd, e.Now)
 	}
-	p.hist.settle(f, e.Now.UnixNano())
+	if h != nil {
+		p.hist.settle(f, e.Now.UnixNano())
+	}
 }
 
 func (p *boundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
@@ -236,6 +265,14 @@ func (p *boundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
 // earliest deadline, else (when the first-turn credit is due) the best first-turn flow,
 // else the best flow by the inner policy. O(log flows) per re-keyed flow, O(1) otherwise.
 func (p *boundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+	if p.gen != nil && p.gen.generation() != p.lastGen {
+		// The inner policy's keys all changed (a rebuilt index table): re-key every waiting
+		// flow, O(flows · log flows), which the inner policy amortises over its rebuilds.
+		p.lastGen = p.gen.generation()
+		for _, n := range p.nodes {
+			p.keyNode(n, p.band(n.st.Band), now)
+		}
+	}
 	for n, ok := p.rekey.Due(now); ok; n, ok = p.rekey.Due(now) {
 		p.keyNode(n, p.band(n.st.Band), now)
 	}
@@ -277,7 +314,9 @@ func (p *boundedWait) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
 			continue
 		}
 		r := deltaRef(d)
-		p.hist.touch(r, ns).dispatched++
+		if p.share > 0 {
+			p.hist.touch(r, ns).dispatched++
+		}
 		if n := p.nodes[r]; n != nil {
 			n.first = false
 			p.keyNode(n, &p.bands[d.Band], now)

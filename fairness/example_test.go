@@ -218,3 +218,55 @@ func ExampleNewSLODeadline() {
 	// t=  1s dispatched chat (waited 0s)
 	// t=  1s dispatched batch (waited 1s)
 }
+
+// The Gittins policy learns the distribution of a session's total service from the sessions
+// that end. Here seven sessions in ten end after one turn and the rest run twenty (a falling
+// hazard): once 300 have ended, a newcomer, likelier to finish soon, goes before a session
+// already five turns deep, although it arrived after it — LAS's order, learned. Had the
+// sessions mostly run a typical length, the deep session, near its end, would go first.
+func ExampleNewGittins() {
+	p, err := fairness.NewGittins(fairness.GittinsOptions{Memory: fairness.Memory{Forget: time.Minute}})
+	if err != nil {
+		panic(err)
+	}
+	clk := new(flowcontroltest.FakeClock)
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var order []flowcontrol.FlowID
+	var tickets []flowcontrol.Ticket
+	q, err := flowcontrol.New(flowcontrol.Options{Policy: p, MaxInFlight: 1, Clock: clk,
+		Observer: flowcontrol.Observer{Outcome: func(r flowcontrol.Record) {
+			order = append(order, r.Request.Flow)
+			tickets = append(tickets, r.Ticket)
+		}}})
+	if err != nil {
+		panic(err)
+	}
+	turn := func(id flowcontrol.FlowID) { // 300 weighted tokens through the free slot
+		q.Enqueue(flowcontrol.Request{Flow: id, PromptTokens: 100})
+		clk.Advance(time.Second)
+		tickets[len(tickets)-1].Done(flowcontrol.Usage{PromptTokens: 100, OutputTokens: 100})
+	}
+	for i := range 300 {
+		n := 1
+		if i%10 >= 7 {
+			n = 20
+		}
+		for range n {
+			turn(flowcontrol.FlowID(fmt.Sprint("s", i)))
+		}
+		clk.Advance(2 * time.Minute) // the session ends: idle past Memory.Forget
+	}
+	for range 5 {
+		turn("deep")
+	}
+	order = order[:0]
+	q.Enqueue(flowcontrol.Request{Flow: "busy", PromptTokens: 100}) // takes the slot
+	q.Enqueue(flowcontrol.Request{Flow: "deep", PromptTokens: 100})
+	q.Enqueue(flowcontrol.Request{Flow: "new", PromptTokens: 100})
+	for range 2 {
+		tickets[len(tickets)-1].Done(flowcontrol.Usage{PromptTokens: 100, OutputTokens: 100})
+	}
+	fmt.Println(order)
+	// Output:
+	// [busy new deep]
+}

@@ -1,6 +1,8 @@
 package fairness
 
 import (
+	"time"
+
 	"github.com/usher-llm/usher/flowcontrol"
 )
 
@@ -301,3 +303,49 @@ func FCFS() flowcontrol.Policy { return fcfs{} }
 // flowcontrol.Ranker: the wait estimate of a request counts only the requests of its priority
 // or higher ahead of it, not the whole band.
 func StrictPriority() flowcontrol.Policy { return strictPriority{} }
+
+// NewGittins returns a Gittins-index policy, or an error wrapping ErrInvalidOptions.
+//
+// Gittins serves first the session whose expected remaining work is cheapest to finish: the
+// waiting flow (a session) whose Gittins index, at the service it has attained so far, is the
+// highest; requests of a flow in arrival order, the oldest head first among equal indices. For
+// a session of unknown total service S drawn from a known distribution, having attained a,
+//
+//	index(a) = sup over Δ > 0 of P(S ≤ a+Δ | S > a) / E[min(S, a+Δ) − a | S > a],
+//
+// the best ratio of the chance to finish to the work it costs (Gittins; Scully and
+// Harchol-Balter's SOAP). It minimises mean response time in the M/G/1 with unknown sizes.
+// When the hazard of S falls with age (heavy tails: the longer a session has run, the longer
+// it will) the index falls with service and the policy is LAS; when the hazard rises (tasks
+// of a typical length) the index rises and it favours sessions near their end, as
+// turn-priority does; under a constant hazard every index is equal and it is FCFS.
+//
+// Service is weighted tokens (PromptWeight, OutputWeight), charged as LAS charges them but
+// never decayed: a session's service is its total. The distribution of the total is learned
+// from the sessions seen: a session ends when it has been idle for Memory.Forget; sessions
+// still open count as right-censored (Kaplan–Meier per log-spaced bin); old sessions fade
+// with a half-life of HalfLife ended sessions; until MinSessions have ended the prior is
+// exponential (FCFS). The index table is rebuilt inside the call that records an end, every
+// RebuildEvery ended sessions (and at least every quarter of the waiting flows), and the
+// waiting flows are then re-keyed. See "The Gittins index" in the package documentation.
+//
+// With Wait > 0 it bounds waits as BoundedWait does (Wait − Headroom promotes a request to the
+// urgent tier); without, NewBoundedWait may wrap it. O(log flows) per event and dispatch,
+// allocation-free in steady state, plus an amortised O(log flows) re-key per ended session.
+// It keeps no usage to share across gateway replicas. A Gittins serves one queue; it is not
+// safe for concurrent use except through the queue.
+func NewGittins(o GittinsOptions) (flowcontrol.Policy, error) {
+	if o.Wait < 0 || (o.Wait > 0 && (o.Headroom < 0 || o.Headroom >= o.Wait)) || (o.Wait == 0 && o.Headroom != 0) {
+		return nil, invalid("Gittins Wait %v, Headroom %v: want Wait ≥ 0 and Headroom in [0, Wait)", o.Wait, o.Headroom)
+	}
+	g, err := newGittins(o)
+	if err != nil {
+		return nil, err
+	}
+	promote := int64(-1)
+	if o.Wait > 0 {
+		promote = int64(o.Wait - o.Headroom)
+	}
+	m, _ := Memory{}.resolve(120 * time.Second) // first-turn history, unused without a share
+	return &gittinsPolicy{newBoundedWaitOver(g, promote, 0, m)}, nil
+}

@@ -64,6 +64,12 @@ func policies() []policyCase {
 		{"hierarchy", func(t testing.TB) flowcontrol.Policy {
 			return must[flowcontrol.Policy](t)(fairness.NewHierarchy(fairness.HierarchyOptions{}))
 		}},
+		{"gittins", func(t testing.TB) flowcontrol.Policy {
+			return must[flowcontrol.Policy](t)(fairness.NewGittins(fairness.GittinsOptions{}))
+		}},
+		{"gittins+bw", func(t testing.TB) flowcontrol.Policy {
+			return must[flowcontrol.Policy](t)(fairness.NewGittins(fairness.GittinsOptions{Wait: scenarioWait, Headroom: scenarioHeadroom}))
+		}},
 	}
 }
 

@@ -65,6 +65,8 @@ type table[S any] struct {
 	dirty   []int32       // slots with growth not yet reported, in no order (while sharing)
 	gone    []goneFlow[S] // growth of flows forgotten since the last report (while sharing)
 	sharing bool          // report was called: keep the dirty list and forgotten growth
+
+	onForget func(*S) // if set, told of each flow's state as the table forgets it (set once, after newTable)
 }
 
 func newTable[S any](maxIdle int, forget time.Duration) table[S] {
@@ -230,6 +232,9 @@ func (t *table[S]) sweep(now int64) {
 			if t.sharing && s.grown > 0 && len(t.gone) < t.maxIdle {
 				t.gone = append(t.gone, goneFlow[S]{s.ref, s.grown, s.s})
 			}
+		}
+		if t.onForget != nil {
+			t.onForget(&s.s)
 		}
 		delete(t.index, s.ref)
 		*s = slot[S]{dpos: -1}

@@ -59,6 +59,7 @@ func ExamplePolicy() {
 	// slo           ranks false
 	// bounded-wait  ranks true
 	// hierarchy     ranks false
+	// gittins       ranks true
 	// policy "bounded-wait": fairness: invalid options: BoundedWait needs Wait > 0
 }
 

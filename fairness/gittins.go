@@ -1,0 +1,374 @@
+package fairness
+
+import (
+	"math"
+	"time"
+
+	"github.com/usher-llm/usher/flowcontrol"
+)
+
+// GittinsOptions configures NewGittins. The zero value learns from the sessions it sees, with
+// LAS's token weights, and bounds no wait.
+type GittinsOptions struct {
+	// PromptWeight and OutputWeight price a token of prompt and of output in a session's
+	// service; zero means 1 and 2 (LAS's weights).
+	PromptWeight, OutputWeight float64
+	// HalfLife is the fading of the learned distribution, in ended sessions: a session that
+	// ended HalfLife sessions ago counts half as much as one that ends now. Zero means 300.
+	HalfLife int
+	// MinSessions is how many sessions must have ended before the learned distribution
+	// replaces the prior (an exponential one: every session has the same index, so the order
+	// is first come, first served). Zero means 200.
+	MinSessions int
+	// RebuildEvery is how many ended sessions pass between rebuilds of the index table (at
+	// least a quarter of the waiting flows, so that re-keying them stays amortised). Zero
+	// means 64.
+	RebuildEvery int
+	// Wait and Headroom bound the wait as BoundedWaitOptions does: a request that has waited
+	// Wait − Headroom is promoted to the urgent tier. Zero Wait bounds nothing.
+	Wait, Headroom time.Duration
+	// Memory bounds the per-session history. Memory.Forget is also the idle limit after
+	// which a session counts as ended (its total service is then an observation); it
+	// defaults to 120 s, llm-d's turn reset.
+	Memory Memory
+}
+
+// The service axis is cut into log-spaced bins: bin 0 is [0, gBase), bin i ≥ 1 is
+// [gBase·2^((i−1)/gPerOctave), gBase·2^(i/gPerOctave)), the last bin unbounded.
+// gittinsHalfLife is GittinsOptions.HalfLife's default, in ended sessions: an effective
+// sample of about 430 sessions (KS noise about 0.04), and a workload that changes is
+// followed within 2,000 ended sessions (the old one then weighs 1%).
+const gittinsHalfLife = 300
+
+const (
+	gBase      = 64.0 // weighted tokens
+	gPerOctave = 4
+	gBins      = 1 + 26*gPerOctave // up to 64·2^26 ≈ 4.3e9 weighted tokens
+)
+
+// gEdges[i] is the lower edge of bin i; gEdges[gBins] closes the last bin for the index
+// computation (it is open-ended for binning).
+var gEdges = func() (e [gBins + 1]float64) {
+	for i := 1; i <= gBins; i++ {
+		e[i] = gBase * math.Exp2(float64(i-1)/gPerOctave)
+	}
+	return e
+}()
+
+// gQuarter are the bin edges within an octave, 2^(k/4) for k = 1, 2, 3.
+var gQuarter = [3]float64{math.Exp2(0.25), math.Exp2(0.5), math.Exp2(0.75)}
+
+// gBin is the bin of service x: its octave from the float's exponent, its quarter by
+// comparison, no logarithm. O(1).
+func gBin(x float64) int {
+	if !(x >= gBase) {
+		return 0
+	}
+	if x >= gEdges[gBins-1] {
+		return gBins - 1 // +Inf included
+	}
+	frac, exp := math.Frexp(x / gBase) // x/gBase = frac·2^exp, frac in [0.5, 1)
+	m, q := 2*frac, 0                  // in [1, 2), octave exp − 1
+	for q < 3 && m >= gQuarter[q] {
+		q++
+	}
+	return 1 + (exp-1)*gPerOctave + q
+}
+
+// gState is a session's history.
+type gState struct {
+	service float64 // weighted tokens attained, current (corrections included)
+	reached int32   // 1 + the highest bin reached; 0 before any service
+	stamp   int64   // ended-session count when the session entered that bin
+	keyBin  int32   // gBin(service), the bin its key reads
+	waiting bool    // the flow had queued requests after its latest event
+}
+
+// gModel learns the distribution of a session's total service from sessions that ended,
+// counting those still open as censored: per bin b, entered[b] is the (faded) number of
+// sessions that reached b and died[b] the number that ended in b; the hazard of bin b is
+// died[b]/entered[b] (a session still open in b counts as at risk, not as ended: the
+// discrete Kaplan–Meier estimator). Fading weighs a count made when k sessions had ended by
+// 2^((k − base)/halfLife); an end is weighed as its entry into its bin was, so that the hazard
+// stays unbiased under fading.
+type gModel struct {
+	entered, died [gBins]float64
+	ended         int64   // sessions ended
+	base          int64   // the ended count at which a weight is 1
+	halfLife      float64 // in ended sessions
+}
+
+func (m *gModel) weight(k int64) float64 { return math.Exp2(float64(k-m.base) / m.halfLife) }
+
+// reach records that s's service, positive, reached bin b. O(bins crossed).
+func (m *gModel) reach(s *gState, b int32) {
+	if b < s.reached {
+		return
+	}
+	w := m.weight(m.ended)
+	for i := s.reached; i <= b; i++ {
+		m.entered[i] += w
+	}
+	s.reached, s.stamp = b+1, m.ended
+}
+
+// end records that s ended with the service it has. O(1) amortised.
+func (m *gModel) end(s *gState) {
+	if s.reached == 0 {
+		return // never served: no observation
+	}
+	m.died[s.reached-1] += m.weight(s.stamp)
+	m.ended++
+	if d := m.ended - m.base; float64(d) >= 16*m.halfLife { // keep the weights in range
+		f := m.weight(m.base) / m.weight(m.ended)
+		for i := range m.entered {
+			m.entered[i] *= f
+			m.died[i] *= f
+		}
+		m.base = m.ended
+	}
+}
+
+// hazards fills h with the hazard of each bin: a bin nobody reached takes the hazard of the
+// bin before (a constant hazard beyond the data), the last bin 1. O(bins).
+func (m *gModel) hazards(h *[gBins]float64) {
+	prev := 0.5
+	for i := range h {
+		if m.entered[i] > 0 {
+			prev = min(m.died[i]/m.entered[i], 1)
+		}
+		h[i] = prev
+	}
+	h[gBins-1] = 1
+}
+
+// survival fills s with P(S ≥ gEdges[i]) for i in [0, gBins]. O(bins).
+func (m *gModel) survival(s *[gBins + 1]float64) {
+	var h [gBins]float64
+	m.hazards(&h)
+	s[0] = 1
+	for i := range h {
+		s[i+1] = s[i] * (1 - h[i])
+	}
+}
+
+// gittinsIndex fills idx[b] with the Gittins index of a session that has attained gEdges[b],
+// given the hazards h of the bins (the hazard rate constant within a bin, so that an
+// exponential distribution has a constant index):
+//
+//	idx[b] = max over j > b of P(S < e_j | S ≥ e_b) / E[min(S, e_j) − e_b | S ≥ e_b],
+//
+// the sup over Δ taken at the bins' edges. O(bins²).
+func gittinsIndex(h *[gBins]float64, idx *[gBins]float64) {
+	for b := range idx {
+		best, s, area := 0.0, 1.0, 0.0
+		for j := b; j < gBins; j++ {
+			next := s * (1 - h[j])
+			area += s * binArea(gEdges[j+1]-gEdges[j], h[j])
+			if area > 0 {
+				best = max(best, (1-next)/area)
+			}
+			s = next
+			if s == 0 {
+				break
+			}
+		}
+		idx[b] = best
+	}
+}
+
+// binArea is E[time spent in a bin of width w | it is entered] when its hazard (the chance to
+// end in it) is h and the hazard rate is constant within it: w·h/(−ln(1−h)); w for h = 0, and
+// w/2 (a uniform end within the bin) for h = 1.
+func binArea(w, h float64) float64 {
+	switch {
+	case h <= 0:
+		return w
+	case h >= 1:
+		return w / 2
+	}
+	return w * h / -math.Log1p(-h)
+}
+
+// gittinsPolicy is the policy NewGittins returns: a boundedWait over the keyed core, for its
+// own order of the waiting flows (re-keyed when the index table changes) and the optional
+// wait bound, without the usage sharing a boundedWait forwards (the core keeps none).
+type gittinsPolicy struct{ bw *boundedWait }
+
+var (
+	_ flowcontrol.Policy     = (*gittinsPolicy)(nil)
+	_ flowcontrol.FlowPicker = (*gittinsPolicy)(nil)
+	_ flowcontrol.Ranker     = (*gittinsPolicy)(nil)
+)
+
+// ItemKey orders a flow's requests by arrival. O(1).
+func (p *gittinsPolicy) ItemKey(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Key {
+	return p.bw.ItemKey(r, f, now)
+}
+
+// FlowKey is the flow's key: minus its index, or the urgent tier once promoted. O(1).
+func (p *gittinsPolicy) FlowKey(f *flowcontrol.FlowState, now time.Time) (flowcontrol.Key, time.Time) {
+	return p.bw.FlowKey(f, now)
+}
+
+// Observe charges service, records ended sessions and keeps the order. O(log flows) amortised.
+func (p *gittinsPolicy) Observe(e *flowcontrol.Event) { p.bw.Observe(e) }
+
+// PickFlow re-keys the waiting flows if the index table changed, then returns the best.
+// O(1), O(flows · log flows) after a rebuild.
+func (p *gittinsPolicy) PickFlow(band int, flows []*flowcontrol.FlowState, now time.Time) (flowcontrol.FlowID, bool) {
+	return p.bw.PickFlow(band, flows, now)
+}
+
+// Rank is where the request would stand. O(1).
+func (p *gittinsPolicy) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now time.Time) flowcontrol.Rank {
+	return p.bw.Rank(r, f, now)
+}
+
+// Ahead counts the requests served before a flow of key k (the queue's wait estimate).
+func (p *gittinsPolicy) Ahead(band int, k flowcontrol.Key, limit int) (int, bool) {
+	return p.bw.Ahead(band, k, limit)
+}
+
+// gittins is the keyed core of the policy NewGittins returns (which wraps it in a
+// boundedWait for its own order, bounded wait and re-keying).
+type gittins struct {
+	wp, wo     float64
+	minEnded   int64
+	every      int64
+	flows      table[gState]
+	model      gModel
+	idx        [gBins]float64 // the published index table, by bin
+	learned    bool           // idx is the learned one (not the prior)
+	gen        uint64         // incremented when idx changes
+	lastBuild  int64          // model.ended at the last rebuild
+	waitingNow int            // flows with queued requests
+	lastRef    flowRef        // the flow of the latest event, whose FlowKey usually follows
+	lastSlot   int32          // its slot in flows (checked before use: it may have been recycled)
+}
+
+// generation is incremented each time the index table changes: the keys of waiting flows
+// are then stale and the wrapper re-keys them.
+func (p *gittins) generation() uint64 { return p.gen }
+
+// newGittins builds the keyed core.
+func newGittins(o GittinsOptions) (*gittins, error) {
+	if o.PromptWeight < 0 || o.OutputWeight < 0 || o.HalfLife < 0 || o.MinSessions < 0 || o.RebuildEvery < 0 {
+		return nil, invalid("negative Gittins option")
+	}
+	if o.PromptWeight == 0 {
+		o.PromptWeight = 1
+	}
+	if o.OutputWeight == 0 {
+		o.OutputWeight = 2
+	}
+	if o.HalfLife == 0 {
+		o.HalfLife = gittinsHalfLife
+	}
+	if o.MinSessions == 0 {
+		o.MinSessions = 200
+	}
+	if o.RebuildEvery == 0 {
+		o.RebuildEvery = 64
+	}
+	m, err := o.Memory.resolve(120 * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	p := &gittins{
+		wp: o.PromptWeight, wo: o.OutputWeight, minEnded: int64(o.MinSessions), every: int64(o.RebuildEvery),
+		flows: newTable[gState](m.MaxIdle, m.Forget),
+		model: gModel{halfLife: float64(o.HalfLife)},
+	}
+	for i := range p.idx {
+		p.idx[i] = 1 // the exponential prior: a constant index
+	}
+	p.flows.onForget = p.ended
+	return p, nil
+}
+
+// ended records a session the table forgets: it has been idle for Memory.Forget (or pushed
+// out by Memory.MaxIdle), so its service is its total. Then it rebuilds the index table when
+// due. O(1) amortised: a rebuild, O(bins²), happens at most every RebuildEvery ended
+// sessions and every quarter of the waiting flows.
+func (p *gittins) ended(s *gState) {
+	p.model.end(s)
+	e := p.model.ended
+	if e < p.minEnded || e-p.lastBuild < max(p.every, int64(p.waitingNow/4)) {
+		return
+	}
+	p.lastBuild = e
+	var h [gBins]float64
+	p.model.hazards(&h)
+	var idx [gBins]float64
+	gittinsIndex(&h, &idx)
+	if idx != p.idx || !p.learned {
+		p.idx, p.learned = idx, true
+		p.gen++
+	}
+}
+
+// key is the flow key of a session whose service is in bin b, with head arrival a.
+func (p *gittins) key(b int32, a int64) flowcontrol.Key {
+	return flowcontrol.Key{Value: -p.idx[b], Tie: a}
+}
+
+// ItemKey orders a flow's requests by arrival. O(1).
+func (p *gittins) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ time.Time) flowcontrol.Key {
+	return flowcontrol.Key{Tie: r.Arrival.UnixNano()}
+}
+
+// FlowKey is minus the session's index at its attained service, then its head's arrival;
+// valid until the session is charged again or the table is rebuilt. O(1).
+func (p *gittins) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
+	return p.key(p.bin(refOf(f)), f.Head.Arrival.UnixNano()), time.Time{}
+}
+
+// bin is the bin of r's service, 0 if r is not remembered; the flow of the latest event is
+// found without a map look-up. O(1).
+func (p *gittins) bin(r flowRef) int32 {
+	if i := p.lastSlot; r == p.lastRef && int(i) < len(p.flows.slots) && p.flows.slots[i].ref == r {
+		return p.flows.slots[i].s.keyBin
+	}
+	if s := p.flows.get(r); s != nil {
+		return s.keyBin
+	}
+	return 0
+}
+
+// Rank is the flow key the request's flow would have. O(1); the state is not changed.
+func (p *gittins) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
+	return flowcontrol.Rank{Key: p.key(p.bin(refOf(f)), headArrival(r, f))}
+}
+
+// Observe charges service as LAS does (prompt estimate at dispatch, output and prompt
+// correction at completion), without decay: a session's service is its total. O(1)
+// amortised.
+func (p *gittins) Observe(e *flowcontrol.Event) {
+	ref := refOf(e.Flow)
+	s, i := p.flows.useAt(ref)
+	var c float64
+	switch e.Kind {
+	case flowcontrol.EventDispatch:
+		c = p.wp * float64(e.Request.PromptTokens)
+	case flowcontrol.EventDone:
+		c = p.wo*float64(e.Usage.OutputTokens) + p.wp*float64(e.Usage.PromptTokens-e.Request.PromptTokens)
+	}
+	if c != 0 {
+		s.service = max(s.service+c, 0)
+		s.keyBin = int32(gBin(s.service))
+		if s.service > 0 {
+			p.model.reach(s, s.keyBin)
+		}
+	}
+	if w := e.Flow.Queued > 0; w != s.waiting {
+		s.waiting = w
+		if w {
+			p.waitingNow++
+		} else {
+			p.waitingNow--
+		}
+	}
+	p.flows.settle(e.Flow, e.Now.UnixNano())
+	p.lastRef, p.lastSlot = ref, i
+}
