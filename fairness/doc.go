@@ -165,7 +165,8 @@
 // steps per table. TestGittinsIndexAgainstNaive compares it with the definition evaluated
 // directly on a fine grid: exact for the exponential, within 8% for a Pareto (the hazard is
 // averaged over at least one bin) and 4% for a uniform (away from the end of its support). A
-// waiting flow's key is minus the index of its session's bin, then its head's arrival.
+// waiting flow's key is minus its session's index, interpolated between its bin's edges (so
+// that inside a bin the order still follows service), then its head's arrival.
 //
 // Rebuilds without a goroutine. The table is rebuilt inside the call that records an end —
 // under the queue's lock, like every policy call — every RebuildEvery (64) ended sessions and

@@ -308,9 +308,21 @@ func (p *gittins) ended(s *gState) {
 	}
 }
 
-// key is the flow key of a session whose service is in bin b, with head arrival a.
-func (p *gittins) key(b int32, a int64) flowcontrol.Key {
-	return flowcontrol.Key{Value: -p.idx[b], Tie: a}
+// key is the flow key of session s (nil: no service yet) with head arrival a: minus its
+// index, interpolated linearly between the index at its bin's lower edge and at the next, so
+// that within a bin the order still follows service (shorter first where the index falls with
+// service, as LAS's; longer first where it rises). O(1).
+func (p *gittins) key(s *gState, a int64) flowcontrol.Key {
+	if s == nil {
+		return flowcontrol.Key{Value: -p.idx[0], Tie: a}
+	}
+	b := s.keyBin
+	v := p.idx[b]
+	if b > 0 && b < gBins-1 {
+		lo, hi := gEdges[b], gEdges[b+1]
+		v += (p.idx[b+1] - v) * min(max((s.service-lo)/(hi-lo), 0), 1)
+	}
+	return flowcontrol.Key{Value: -v, Tie: a}
 }
 
 // ItemKey orders a flow's requests by arrival. O(1).
@@ -321,24 +333,21 @@ func (p *gittins) ItemKey(r *flowcontrol.Request, _ *flowcontrol.FlowState, _ ti
 // FlowKey is minus the session's index at its attained service, then its head's arrival;
 // valid until the session is charged again or the table is rebuilt. O(1).
 func (p *gittins) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Key, time.Time) {
-	return p.key(p.bin(refOf(f)), f.Head.Arrival.UnixNano()), time.Time{}
+	return p.key(p.state(refOf(f)), f.Head.Arrival.UnixNano()), time.Time{}
 }
 
-// bin is the bin of r's service, 0 if r is not remembered; the flow of the latest event is
-// found without a map look-up. O(1).
-func (p *gittins) bin(r flowRef) int32 {
+// state is r's state, nil if r is not remembered; the flow of the latest event is found
+// without a map look-up. O(1).
+func (p *gittins) state(r flowRef) *gState {
 	if i := p.lastSlot; r == p.lastRef && int(i) < len(p.flows.slots) && p.flows.slots[i].ref == r {
-		return p.flows.slots[i].s.keyBin
+		return &p.flows.slots[i].s
 	}
-	if s := p.flows.get(r); s != nil {
-		return s.keyBin
-	}
-	return 0
+	return p.flows.get(r)
 }
 
 // Rank is the flow key the request's flow would have. O(1); the state is not changed.
 func (p *gittins) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, _ time.Time) flowcontrol.Rank {
-	return flowcontrol.Rank{Key: p.key(p.bin(refOf(f)), headArrival(r, f))}
+	return flowcontrol.Rank{Key: p.key(p.state(refOf(f)), headArrival(r, f))}
 }
 
 // Observe charges service as LAS does (prompt estimate at dispatch, output and prompt
