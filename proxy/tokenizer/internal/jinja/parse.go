@@ -522,37 +522,51 @@ func (p *parser) parseExpr() (expr, error) {
 	return e, nil
 }
 
-func (p *parser) parseOr() (expr, error) {
-	l, err := p.parseAnd()
+// binary parses one left-associative level of binary operators: operands parsed by next,
+// joined while op consumes an operator at the current token (it returns the operator, or ""
+// when there is none, consuming nothing).
+func (p *parser) binary(next func() (expr, error), op func() string) (expr, error) {
+	l, err := next()
 	if err != nil {
 		return nil, err
 	}
-	for p.isName("or") {
-		p.i++
-		r, err := p.parseAnd()
+	for o := op(); o != ""; o = op() {
+		r, err := next()
 		if err != nil {
 			return nil, err
 		}
-		l = &binExpr{op: "or", l: l, r: r}
+		l = &binExpr{op: o, l: l, r: r}
 	}
 	return l, nil
 }
 
-func (p *parser) parseAnd() (expr, error) {
-	l, err := p.parseNot()
-	if err != nil {
-		return nil, err
-	}
-	for p.isName("and") {
-		p.i++
-		r, err := p.parseNot()
-		if err != nil {
-			return nil, err
+// keyword is an op for binary: the keyword operator n ("or", "and").
+func (p *parser) keyword(n string) func() string {
+	return func() string {
+		if !p.isName(n) {
+			return ""
 		}
-		l = &binExpr{op: "and", l: l, r: r}
+		p.i++
+		return n
 	}
-	return l, nil
 }
+
+// symbol is an op for binary: any of the symbol operators ops.
+func (p *parser) symbol(ops ...string) func() string {
+	return func() string {
+		for _, o := range ops {
+			if p.isOp(o) {
+				p.i++
+				return o
+			}
+		}
+		return ""
+	}
+}
+
+func (p *parser) parseOr() (expr, error) { return p.binary(p.parseAnd, p.keyword("or")) }
+
+func (p *parser) parseAnd() (expr, error) { return p.binary(p.parseNot, p.keyword("and")) }
 
 func (p *parser) parseNot() (expr, error) {
 	if p.isName("not") {
@@ -570,99 +584,36 @@ func (p *parser) parseNot() (expr, error) {
 	return p.parseCompare()
 }
 
+// parseCompare parses comparisons. Chained comparisons (a < b < c) are rare in templates;
+// they evaluate pairwise, as Python does only for two operands.
 func (p *parser) parseCompare() (expr, error) {
-	l, err := p.parseMath1()
-	if err != nil {
-		return nil, err
-	}
-	for {
-		op := ""
+	return p.binary(p.parseMath1, func() string {
 		t := p.cur()
 		switch {
 		case t.kind == tOp && (t.val == "==" || t.val == "!=" || t.val == "<" || t.val == "<=" || t.val == ">" || t.val == ">="):
-			op = t.val
 			p.i++
+			return t.val
 		case p.isName("in"):
-			op = "in"
 			p.i++
+			return "in"
 		case p.isName("not") && p.toks[p.i+1].kind == tName && p.toks[p.i+1].val == "in":
-			op = "notin"
 			p.i += 2
-		default:
-			return l, nil
+			return "notin"
 		}
-		r, err := p.parseMath1()
-		if err != nil {
-			return nil, err
-		}
-		// Chained comparisons (a < b < c) are rare in templates; they evaluate pairwise
-		// as Python does only for two operands.
-		l = &binExpr{op: op, l: l, r: r}
-	}
+		return ""
+	})
 }
 
-func (p *parser) parseMath1() (expr, error) {
-	l, err := p.parseConcat()
-	if err != nil {
-		return nil, err
-	}
-	for p.isOp("+") || p.isOp("-") {
-		op := p.next().val
-		r, err := p.parseConcat()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: op, l: l, r: r}
-	}
-	return l, nil
-}
+func (p *parser) parseMath1() (expr, error) { return p.binary(p.parseConcat, p.symbol("+", "-")) }
 
-func (p *parser) parseConcat() (expr, error) {
-	l, err := p.parseMath2()
-	if err != nil {
-		return nil, err
-	}
-	for p.isOp("~") {
-		p.i++
-		r, err := p.parseMath2()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: "~", l: l, r: r}
-	}
-	return l, nil
-}
+func (p *parser) parseConcat() (expr, error) { return p.binary(p.parseMath2, p.symbol("~")) }
 
 func (p *parser) parseMath2() (expr, error) {
-	l, err := p.parsePow()
-	if err != nil {
-		return nil, err
-	}
-	for p.isOp("*") || p.isOp("/") || p.isOp("//") || p.isOp("%") {
-		op := p.next().val
-		r, err := p.parsePow()
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: op, l: l, r: r}
-	}
-	return l, nil
+	return p.binary(p.parsePow, p.symbol("*", "/", "//", "%"))
 }
 
 func (p *parser) parsePow() (expr, error) {
-	l, err := p.parseUnary(true)
-	if err != nil {
-		return nil, err
-	}
-	for p.isOp("**") {
-		p.i++
-		r, err := p.parseUnary(true)
-		if err != nil {
-			return nil, err
-		}
-		l = &binExpr{op: "**", l: l, r: r}
-	}
-	return l, nil
+	return p.binary(func() (expr, error) { return p.parseUnary(true) }, p.symbol("**"))
 }
 
 func (p *parser) parseUnary(withFilter bool) (expr, error) {
