@@ -23,6 +23,10 @@ import (
 type Policy struct {
 	Name string
 	New  func() flowcontrol.Policy
+	// forWorkload, if set, builds the policy in the simulator instead of New, from the
+	// workload it will serve (the Gittins policies take their idle limit from its think
+	// times); New stays the build without one.
+	forWorkload func(w *Workload) flowcontrol.Policy
 }
 
 // Router names a routing configuration and builds a fresh routing.Profile for each run

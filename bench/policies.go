@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,7 +32,7 @@ const (
 func fairnessPolicies() []Policy {
 	var ps []Policy
 	for _, name := range []string{"las", "las-reference", "turn-priority", "vtc", "bounded-wait"} {
-		ps = append(ps, Policy{name, func() flowcontrol.Policy {
+		ps = append(ps, Policy{Name: name, New: func() flowcontrol.Policy {
 			return must(builtin.Policy(name, builtin.PolicyOptions{BoundedWait: BoundedWaitBound, BoundedWaitHeadroom: BoundedWaitHeadroom}))
 		}})
 	}
@@ -57,7 +58,7 @@ func boundedWait(w time.Duration, share float64) Policy {
 	if share > 0 {
 		name += "-share" + strconv.FormatFloat(share, 'g', -1, 64)
 	}
-	return Policy{name, func() flowcontrol.Policy {
+	return Policy{Name: name, New: func() flowcontrol.Policy {
 		return must(fairness.NewBoundedWait(fairness.BoundedWaitOptions{
 			Wait: w, Headroom: min(BoundedWaitHeadroom, w/4), FirstTurnShare: share,
 		}))
@@ -65,23 +66,62 @@ func boundedWait(w time.Duration, share float64) Policy {
 }
 
 // GittinsIdle is the idle limit after which the frontier's Gittins policies count a session
-// as ended (fairness.GittinsOptions.Memory.Forget): three mean think times of the chat
-// workloads (20 s), thirty of the agentic ones (2 s), so that a run of a few minutes ends
-// enough sessions to learn from.
+// as ended (fairness.GittinsOptions.Memory.Forget) when they are built without a workload
+// (Policy.New): three mean think times of the chat workloads (20 s), thirty of the agentic
+// ones (2 s), so that a run of a few minutes ends enough sessions to learn from. In the
+// simulator they take gittinsIdle of the workload instead.
 const GittinsIdle = 60 * time.Second
 
-// gittins is fairness.NewGittins with the idle limit GittinsIdle and, if w > 0, wait bound w
-// promoted min(5 s, w/4) before it.
+// gittinsIdleCap bounds gittinsIdle: a session idle for ten minutes is a new task as far as
+// the queue can tell, and a longer limit ends too few sessions within an hour's run to learn
+// from (the trace's, whose think gaps run to 50 minutes).
+const gittinsIdleCap = 10 * time.Minute
+
+// gittinsIdle is the idle limit of the Gittins policies on workload w: twice the 99th
+// percentile of its gaps between a session's turns (Workload.LongestThink's gaps), so that
+// about one session in a hundred is split in two, at most gittinsIdleCap; GittinsIdle for a
+// workload without multi-turn sessions. O(requests · log requests).
+func gittinsIdle(w *Workload) time.Duration {
+	var gaps []time.Duration
+	last := make(map[int32]time.Duration)
+	for i := range w.Requests {
+		r := &w.Requests[i]
+		if r.Prev >= 0 {
+			gaps = append(gaps, r.At)
+			continue
+		}
+		if r.Session < 0 {
+			continue
+		}
+		if at, ok := last[r.Session]; ok {
+			gaps = append(gaps, r.At-at)
+		}
+		last[r.Session] = r.At
+	}
+	if len(gaps) == 0 {
+		return GittinsIdle
+	}
+	slices.Sort(gaps)
+	return min(2*gaps[len(gaps)*99/100], gittinsIdleCap)
+}
+
+// gittins is fairness.NewGittins with, if w > 0, wait bound w promoted min(5 s, w/4) before
+// it, and idle limit GittinsIdle, or gittinsIdle of the workload in the simulator.
 func gittins(w time.Duration) Policy {
 	name := "gittins"
 	if w > 0 {
 		name += "-bw-" + w.String()
 	}
-	return Policy{name, func() flowcontrol.Policy {
+	build := func(idle time.Duration) flowcontrol.Policy {
 		return must(fairness.NewGittins(fairness.GittinsOptions{
-			Wait: w, Headroom: min(BoundedWaitHeadroom, w/4), Memory: fairness.Memory{Forget: GittinsIdle},
+			Wait: w, Headroom: min(BoundedWaitHeadroom, w/4), Memory: fairness.Memory{Forget: idle},
 		}))
-	}}
+	}
+	return Policy{
+		Name:        name,
+		New:         func() flowcontrol.Policy { return build(GittinsIdle) },
+		forWorkload: func(wl *Workload) flowcontrol.Policy { return build(gittinsIdle(wl)) },
+	}
 }
 
 // FrontierPolicies returns the policies of the admission frontier (SelectPolicies
@@ -96,7 +136,7 @@ func FrontierPolicies() []Policy {
 			ps = append(ps, p)
 		}
 	}
-	ps = append(ps, Policy{"hierarchy", func() flowcontrol.Policy {
+	ps = append(ps, Policy{Name: "hierarchy", New: func() flowcontrol.Policy {
 		return must(fairness.NewHierarchy(fairness.HierarchyOptions{}))
 	}})
 	for _, w := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, 45 * time.Second} {
@@ -116,7 +156,7 @@ func FrontierPolicies() []Policy {
 // flowcontrol.Ranker, so early shedding estimates a request's wait behind every request
 // waiting, whatever their deadlines. Not part of Policies; select it by name.
 func SLOPolicy() Policy {
-	return Policy{"slo", func() flowcontrol.Policy {
+	return Policy{Name: "slo", New: func() flowcontrol.Policy {
 		return must(fairness.NewSLODeadline(fairness.SLODeadlineOptions{Target: sloTarget}))
 	}}
 }

@@ -640,8 +640,12 @@ func (s *sim) newGateway(k int) error {
 	g.tickAt = -1
 	maxInFlight, sat := s.gate(k)
 	var err error
+	pol := c.Policy.New
+	if c.Policy.forWorkload != nil {
+		pol = func() flowcontrol.Policy { return c.Policy.forWorkload(s.w) }
+	}
 	g.q, err = flowcontrol.New(flowcontrol.Options{
-		Policy:      c.Policy.New(),
+		Policy:      pol(),
 		MaxInFlight: maxInFlight,
 		Saturation:  sat,
 		Clock:       &s.clock,

@@ -234,3 +234,31 @@ func TestSessionWorkloads(t *testing.T) {
 			name, ts.Sessions, ts.Completed, ts.TimeMean, ts.ResponseMean, ts.IdleLimit)
 	}
 }
+
+// TestGittinsIdle: the Gittins policies' idle limit is twice the 99th percentile of a
+// workload's gaps between turns — above its median gap, at most LongestThink twice over —
+// capped at ten minutes (the trace's gaps run to 50 minutes), and GittinsIdle without
+// multi-turn sessions; the simulator builds them with it.
+func TestGittinsIdle(t *testing.T) {
+	for _, name := range []string{"agentic", "increasing-hazard", "trace-sessions"} {
+		w, err := LoadWorkload(name, LoadOptions{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle, longest := gittinsIdle(w), w.LongestThink()
+		if idle <= 0 || idle > gittinsIdleCap || idle > 2*longest {
+			t.Errorf("%s: idle %v, longest think %v", name, idle, longest)
+		}
+		if name == "trace-sessions" && idle != gittinsIdleCap {
+			t.Errorf("trace-sessions: idle %v, want the cap %v", idle, gittinsIdleCap)
+		}
+		t.Logf("%s: Gittins idle limit %v (longest think %v)", name, idle, longest)
+	}
+	if idle := gittinsIdle(&Workload{Requests: []Request{{Session: -1, Prev: -1}}}); idle != GittinsIdle {
+		t.Errorf("no sessions: idle %v, want %v", idle, GittinsIdle)
+	}
+	p := gittins(0)
+	if p.forWorkload == nil || p.New() == nil {
+		t.Fatal("gittins: no build for a workload, or none without")
+	}
+}

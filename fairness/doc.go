@@ -144,7 +144,7 @@
 // differ in size; a turn count would call a one-line exchange and a long generation equal. A
 // session is a flow (in the simulator every session is its own tenant) and ends when it has
 // been idle for Memory.Forget (120 s by default, llm-d's turn reset): its total is then one
-// observation.
+// observation. Set it from the workload's gaps between turns (below).
 //
 // Learning. The service axis is cut into 105 bins, [0, 64) and then four per octave up to
 // 4.3·10⁹ weighted tokens. Per bin b the policy counts the sessions that reached b and those
@@ -176,6 +176,50 @@
 // them at the next pick after a rebuild: O(W log W) for W waiting flows, amortised over at
 // least W/4 ended sessions, i.e. O(log W) per ended session. Between rebuilds a flow's key
 // changes only with its own events.
+//
+// The idle limit decides what a session is. Memory.Forget should exceed nearly every gap between
+// a session's turns (think time plus the time to read the answer), or a session that pauses is
+// split, its later part starts over at zero service — a newcomer's index — and the learned
+// sessions are its pieces; it should also be short enough that sessions end within the time
+// the policy has to learn in. The Mooncake conversation trace's gaps (bench's trace-sessions)
+// have a median of 2 min, a p99 of 25 min and a maximum of 50 min: at 60 s, 78% of its later
+// turns started a new session, and the mean task time in the simulator was 143 s, against LAS's
+// 136 s; at 10 min (250 of 4,658 gaps longer) it is 131 s (three seeds; one seed: 120 s 136 s,
+// 300 s 133 s, 600 s 131 s, 900 s 136 s, 1,200 s 158 s — FCFS's, no session ended before the
+// arrivals did). bench derives it per workload: twice the 99th percentile of the gaps, at most
+// 10 min.
+//
+// What the index learns on bench's workloads (the tables at the end of one run each, service in
+// weighted tokens). Increasing hazard (6–10 turns, uniform): no session ends below about 20k,
+// the bins' hazard then rises to 0.19 at 78k, 0.43 at 110k, 0.83 at 156k, and the index rises
+// with service throughout, from 0.09 (a newcomer) to 0.63 (per 10⁴ tokens): turn-priority's
+// order, newcomers last, which sheds them at the TTL unless a wait bound holds. Agentic
+// (geometric turns, a constant hazard per turn): a turn's prompt carries the session's history,
+// so the hazard per quarter-octave bin rises slowly with tokens (0.03 at 20k to 0.4 at 3.5M) and
+// the index is not flat: it peaks at about 7k (sessions in their first turns, 0.14) above
+// newcomers (0.043) and falls to 0.01 for the longest — roughly LAS among the sessions under
+// way, newcomers behind the young ones. The trace: the first turn's prompt is most of a
+// session's service and the hazard has point masses where many prompts have the same size (the
+// index peaks at 0.97 near 2.4k and 0.63 near 9.7k, above a newcomer's 0.31), then falls past
+// 20k as a heavy tail's does (0.29 to 0.03): LAS's order for all but the sessions of those
+// sizes.
+//
+// Tried and not adopted (bench, one seed unless noted). Service as turns (a fixed charge per
+// dispatch, no tokens): the trace 128 s against 131 s but the newcomers' wait p99 8.1 s against
+// 4.3 s, increasing-hazard 51.1 s against 50.9 s — no clear gain, and it would need an option.
+// MinSessions 50 instead of 200: increasing-hazard (a run of 960 sessions, where 200 ended ones
+// take a fifth of it) 50.8 s against 56.5 s, but agentic abandons 53.8% of its sessions against
+// 9.5% (learning from the first, short sessions orders it as LAS does) — the default stays. A
+// falling-hazard prior (LAS's order until the table is learned) on the trace: the same 131 s,
+// newcomers' wait p99 1.8 s against 4.3 s. Under overload the wait bound is the order: at W = 10 s
+// nearly every waiting request is promoted and the urgent tier, by deadline, is FCFS, so
+// Gittins with W = 10 s is bounded wait's and FCFS's figure (increasing-hazard 75.3 s, three
+// seeds), and a 20% first-turn share (NewBoundedWait with Inner a Gittins policy and
+// FirstTurnShare 0.2) does not change it at W = 10 s; at W = 30 s, beyond the TTL, where the
+// share alone protects newcomers, increasing-hazard reaches 43.9–55.2 s (MinSessions 50–200)
+// with no newcomer shed, their wait p99 1.5 s, but 31–34% of the sessions abandoned (later
+// turns expire), and agentic 150 s with 9.8% abandoned. The bins' resolution at small service
+// was not varied.
 //
 // Composition and cost. With GittinsOptions.Wait, or wrapped by NewBoundedWait, a request
 // that has waited Wait − Headroom is promoted to the urgent tier, so a newcomer's wait stays
