@@ -2,6 +2,7 @@ package jinja
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -149,11 +150,14 @@ type refResult struct {
 
 func runJinja2(t testing.TB, cases []refCase) []refResult {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	if err := exec.Command("python3", "-c", "import jinja2").Run(); err != nil {
-		t.Skip("python3 has no jinja2 (apt-get install python3-jinja2)")
+	// USHER_PYTHON names the interpreter (CI sets Debian's, which has python3-jinja2);
+	// USHER_REQUIRE_JINJA2 makes its absence a failure rather than a skip.
+	python := cmp.Or(os.Getenv("USHER_PYTHON"), "python3")
+	if err := exec.Command(python, "-c", "import jinja2").Run(); err != nil {
+		if os.Getenv("USHER_REQUIRE_JINJA2") != "" {
+			t.Fatalf("%s has no jinja2 and USHER_REQUIRE_JINJA2 is set (apt-get install python3-jinja2): %v", python, err)
+		}
+		t.Skipf("%s has no jinja2 (apt-get install python3-jinja2): %v", python, err)
 	}
 	type in struct {
 		Template string          `json:"template"`
@@ -173,7 +177,7 @@ func runJinja2(t testing.TB, cases []refCase) []refResult {
 	if _, err := os.Stat(script); err != nil {
 		t.Skipf("%s: %v", script, err)
 	}
-	cmd := exec.Command("python3", script)
+	cmd := exec.Command(python, script)
 	cmd.Stdin = bytes.NewReader(body)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
