@@ -540,6 +540,26 @@ func (p *parser) binary(next func() (expr, error), op func() string) (expr, erro
 	return l, nil
 }
 
+// items parses comma-separated items with item up to the operator closer (a trailing comma
+// allowed) and consumes the closer.
+func (p *parser) items(closer string, item func() error) error {
+	for n := 0; !p.isOp(closer); n++ {
+		if n > 0 {
+			if err := p.expectOp(","); err != nil {
+				return err
+			}
+			if p.isOp(closer) {
+				break
+			}
+		}
+		if err := item(); err != nil {
+			return err
+		}
+	}
+	p.i++
+	return nil
+}
+
 // keyword is an op for binary: the keyword operator n ("or", "and").
 func (p *parser) keyword(n string) func() string {
 	return func() string {
@@ -694,49 +714,32 @@ func (p *parser) parsePrimary() (expr, error) {
 			return e, nil
 		case "[":
 			l := &listExpr{}
-			for !p.isOp("]") {
-				if len(l.items) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("]") {
-						break
-					}
-				}
+			err := p.items("]", func() error {
 				e, err := p.parseExpr()
-				if err != nil {
-					return nil, err
-				}
 				l.items = append(l.items, e)
+				return err
+			})
+			if err != nil {
+				return nil, err
 			}
-			p.i++
 			return l, nil
 		case "{":
 			d := &dictExpr{}
-			for !p.isOp("}") {
-				if len(d.keys) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("}") {
-						break
-					}
-				}
+			err := p.items("}", func() error {
 				k, err := p.parseExpr()
 				if err != nil {
-					return nil, err
+					return err
 				}
 				if err := p.expectOp(":"); err != nil {
-					return nil, err
+					return err
 				}
 				v, err := p.parseExpr()
-				if err != nil {
-					return nil, err
-				}
-				d.keys = append(d.keys, k)
-				d.vals = append(d.vals, v)
+				d.keys, d.vals = append(d.keys, k), append(d.vals, v)
+				return err
+			})
+			if err != nil {
+				return nil, err
 			}
-			p.i++
 			return d, nil
 		}
 	}
