@@ -50,6 +50,11 @@ type boundedWait struct {
 	rekey rekey.Timers[*node]
 	pool  nodePool
 	seq   uint64
+	// hinted is inner if it is the Gittins core, whose state look-up a node's hint saves.
+	hinted *gittins
+	// picked is the node PickFlow returned, whose dispatch usually follows; nil once any
+	// event has been observed since (so never a node returned to the pool).
+	picked *node
 }
 
 type bwState struct{ dispatched int64 }
@@ -109,6 +114,7 @@ func newBoundedWaitOver(inner flowcontrol.Policy, promote int64, share float64, 
 	if g, ok := inner.(generational); ok {
 		p.gen, p.lastGen = g, g.generation()
 	}
+	p.hinted, _ = inner.(*gittins)
 	return p
 }
 
@@ -203,15 +209,31 @@ func (p *boundedWait) band(b int) *bwBand {
 // Observe passes the event to the inner policy, counts first turns and keeps the band's
 // order. O(log flows) amortised.
 func (p *boundedWait) Observe(e *flowcontrol.Event) {
-	p.inner.Observe(e)
 	f := e.Flow
 	r := refOf(f)
+	var n *node
+	switch {
+	case e.Kind == flowcontrol.EventDone && f.Queued == 0, e.Kind == flowcontrol.EventEnqueue && f.Queued == 1:
+		// A flow that had none queued before the event has no node: a completion leaves
+		// Queued as it was, an enqueue adds one.
+	case e.Kind == flowcontrol.EventDispatch && p.picked != nil && p.picked.st.ID == f.ID && p.picked.st.Band == f.Band:
+		n = p.picked // the flow PickFlow just returned: no look-up
+	default:
+		n = p.nodes[r]
+	}
+	p.picked = nil
+	if p.hinted != nil {
+		p.hinted.hint = -1
+		if n != nil {
+			p.hinted.hint = n.hint
+		}
+	}
+	p.inner.Observe(e)
 	var h *bwState // first-turn history, kept only for the first-turn share
 	if p.share > 0 {
 		h = p.hist.use(r)
 	}
 	bd := p.band(f.Band)
-	n := p.nodes[r]
 	if e.Kind == flowcontrol.EventDispatch {
 		// Credit accrues s per dispatch while first turns wait and pays 1 per first turn
 		// dispatched; it is kept in [0, 1] so that it is never banked while none wait.
@@ -242,6 +264,9 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 		}
 		n.st = *f
 		n.first = h != nil && h.dispatched == 0
+		if p.hinted != nil {
+			n.hint = p.hinted.lastSlot
+		}
 		p.keyNode(n, bd, e.Now)
 	}
 	if h != nil {
@@ -284,6 +309,7 @@ func (p *boundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Ti
 	if p.share > 0 && top.key.Tier != UrgentTier && !top.first && bd.credit >= 1 && bd.first.len() > 0 {
 		top = bd.first.top()
 	}
+	p.picked = top
 	return top.st.ID, true
 }
 

@@ -55,6 +55,15 @@ var gEdges = func() (e [gBins + 1]float64) {
 	return e
 }()
 
+// gWidth[b] is the width of bin b for the keys' interpolation: 0 for the first and the last
+// bin, in which keys do not interpolate.
+var gWidth = func() (w [gBins]float64) {
+	for b := 1; b < gBins-1; b++ {
+		w[b] = gEdges[b+1] - gEdges[b]
+	}
+	return w
+}()
+
 // gQuarter are the bin edges within an octave, 2^(k/4) for k = 1, 2, 3.
 var gQuarter = [3]float64{math.Exp2(0.25), math.Exp2(0.5), math.Exp2(0.75)}
 
@@ -239,12 +248,15 @@ type gittins struct {
 	flows      table[gState]
 	model      gModel
 	idx        [gBins]float64 // the published index table, by bin
+	slope      [gBins]float64 // (idx[b+1] − idx[b]) / gWidth[b] for the bins keys interpolate in, else 0
 	learned    bool           // idx is the learned one (not the prior)
 	gen        uint64         // incremented when idx changes
 	lastBuild  int64          // model.ended at the last rebuild
 	waitingNow int            // flows with queued requests
-	lastRef    flowRef        // the flow of the latest event, whose FlowKey usually follows
-	lastSlot   int32          // its slot in flows (checked before use: it may have been recycled)
+	// Slot hints, checked before use (a slot may have been recycled since): that of the
+	// latest event's flow, whose FlowKey usually follows, of the flow of the event before,
+	// and one the wrapping BoundedWait sets for the next event.
+	lastSlot, prevSlot, hint int32
 }
 
 // generation is incremented each time the index table changes: the keys of waiting flows
@@ -279,6 +291,7 @@ func newGittins(o GittinsOptions) (*gittins, error) {
 		wp: o.PromptWeight, wo: o.OutputWeight, minEnded: int64(o.MinSessions), every: int64(o.RebuildEvery),
 		flows: newTable[gState](m.MaxIdle, m.Forget),
 		model: gModel{halfLife: float64(o.HalfLife)},
+		hint:  -1,
 	}
 	for i := range p.idx {
 		p.idx[i] = 1 // the exponential prior: a constant index
@@ -304,6 +317,9 @@ func (p *gittins) ended(s *gState) {
 	gittinsIndex(&h, &idx)
 	if idx != p.idx || !p.learned {
 		p.idx, p.learned = idx, true
+		for b := 1; b < gBins-1; b++ {
+			p.slope[b] = (idx[b+1] - idx[b]) / gWidth[b]
+		}
 		p.gen++
 	}
 }
@@ -317,11 +333,7 @@ func (p *gittins) key(s *gState, a int64) flowcontrol.Key {
 		return flowcontrol.Key{Value: -p.idx[0], Tie: a}
 	}
 	b := s.keyBin
-	v := p.idx[b]
-	if b > 0 && b < gBins-1 {
-		lo, hi := gEdges[b], gEdges[b+1]
-		v += (p.idx[b+1] - v) * min(max((s.service-lo)/(hi-lo), 0), 1)
-	}
+	v := p.idx[b] + p.slope[b]*min(max(s.service-gEdges[b], 0), gWidth[b])
 	return flowcontrol.Key{Value: -v, Tie: a}
 }
 
@@ -339,8 +351,8 @@ func (p *gittins) FlowKey(f *flowcontrol.FlowState, _ time.Time) (flowcontrol.Ke
 // state is r's state, nil if r is not remembered; the flow of the latest event is found
 // without a map look-up. O(1).
 func (p *gittins) state(r flowRef) *gState {
-	if i := p.lastSlot; r == p.lastRef && int(i) < len(p.flows.slots) && p.flows.slots[i].ref == r {
-		return &p.flows.slots[i].s
+	if i := p.lastSlot; int(i) < len(p.flows.slots) && p.flows.slots[i].ref == r {
+		return &p.flows.slots[i].s // a free slot's ref is no flow's
 	}
 	return p.flows.get(r)
 }
@@ -355,7 +367,11 @@ func (p *gittins) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, _ time.
 // amortised.
 func (p *gittins) Observe(e *flowcontrol.Event) {
 	ref := refOf(e.Flow)
-	s, i := p.flows.useAt(ref)
+	// The flow's slot is often one of three known ones, which saves the map look-up: the one
+	// its BoundedWait node remembers, that of the latest event (a flow's key is read right after
+	// its event) or of the one before (a completion, the dispatch it allows, then the
+	// completed flow's next request).
+	s, i := p.flows.useHint(ref, p.hint, p.lastSlot, p.prevSlot)
 	var c float64
 	switch e.Kind {
 	case flowcontrol.EventDispatch:
@@ -378,6 +394,9 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 			p.waitingNow--
 		}
 	}
-	p.flows.settle(e.Flow, e.Now.UnixNano())
-	p.lastRef, p.lastSlot = ref, i
+	p.flows.settleAt(e.Flow, i, e.Now.UnixNano())
+	if i != p.lastSlot {
+		p.prevSlot, p.lastSlot = p.lastSlot, i
+	}
+	p.hint = -1
 }

@@ -22,6 +22,7 @@ type node struct {
 	parent *node    // a session's tenant (Hierarchy)
 	kids   nodeHeap // a tenant's non-empty sessions (Hierarchy)
 	first  bool     // the flow is at its first turn (BoundedWait)
+	hint   int32    // the flow's slot in the inner policy's table, if it says (BoundedWait over Gittins)
 }
 
 func (n *node) reset() {

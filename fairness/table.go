@@ -14,6 +14,9 @@ type flowRef struct {
 	band int
 }
 
+// freeRef is the ref of a table's free slot: no flow's, for bands are never negative.
+var freeRef = flowRef{band: -1}
+
 func refOf(f *flowcontrol.FlowState) flowRef { return flowRef{f.ID, f.Band} }
 
 // slot is one entry of a table: a flow's policy state, its place in the idle list and the
@@ -92,15 +95,30 @@ func (t *table[S]) use(r flowRef) *S {
 	return s
 }
 
-// useAt is use that also returns the slot's index, for grow. O(1) amortised.
+// useAt is use that also returns the slot's index, for grow and settleAt. O(1) amortised.
 func (t *table[S]) useAt(r flowRef) (*S, int32) {
+	return t.useHint(r)
+}
+
+// useHint is useAt that first tries the slots hints (indices useAt returned earlier, perhaps
+// since recycled; negative ones are skipped), saving the map look-up when one still holds r.
+// O(1) amortised.
+func (t *table[S]) useHint(r flowRef, hints ...int32) (*S, int32) {
+	for _, h := range hints {
+		if h >= 0 && int(h) < len(t.slots) && t.slots[h].ref == r {
+			if t.slots[h].idle {
+				t.unlink(h)
+			}
+			return &t.slots[h].s, h
+		}
+	}
 	i, ok := t.index[r]
 	if !ok {
 		if n := len(t.free); n > 0 {
 			i = t.free[n-1]
 			t.free = t.free[:n-1]
 		} else {
-			t.slots = append(t.slots, slot[S]{})
+			t.slots = append(t.slots, slot[S]{ref: freeRef})
 			i = int32(len(t.slots) - 1)
 		}
 		t.slots[i] = slot[S]{ref: r, prev: -1, next: -1, dpos: -1}
@@ -194,7 +212,17 @@ func usable(d *peer.UsageDelta) bool {
 // release marks r idle from now on (it was active). Then it forgets what is due. O(1)
 // amortised.
 func (t *table[S]) release(r flowRef, now int64) {
-	if i, ok := t.index[r]; ok && !t.slots[i].idle {
+	i, ok := t.index[r]
+	if !ok {
+		t.sweep(now)
+		return
+	}
+	t.releaseAt(i, now)
+}
+
+// releaseAt is release of the flow in slot i (an index from useAt, current). O(1) amortised.
+func (t *table[S]) releaseAt(i int32, now int64) {
+	if !t.slots[i].idle {
 		s := &t.slots[i]
 		s.idle, s.idleSince = true, now
 		s.prev, s.next = -1, t.head
@@ -220,6 +248,15 @@ func (t *table[S]) settle(f *flowcontrol.FlowState, now int64) {
 	t.sweep(now)
 }
 
+// settleAt is settle for the flow in slot i (an index from useAt, current), without a look-up.
+func (t *table[S]) settleAt(f *flowcontrol.FlowState, i int32, now int64) {
+	if f.Queued == 0 && f.InFlight == 0 {
+		t.releaseAt(i, now)
+		return
+	}
+	t.sweep(now)
+}
+
 // sweep forgets idle flows beyond maxIdle and those idle for longer than forget. O(1)
 // amortised: each forgotten flow was made idle once.
 func (t *table[S]) sweep(now int64) {
@@ -237,7 +274,7 @@ func (t *table[S]) sweep(now int64) {
 			t.onForget(&s.s)
 		}
 		delete(t.index, s.ref)
-		*s = slot[S]{dpos: -1}
+		*s = slot[S]{ref: freeRef, dpos: -1}
 		t.free = append(t.free, i)
 	}
 }
