@@ -196,6 +196,7 @@ func SelectPolicies(list string) ([]Policy, error) {
 	}
 	all := append(Policies(), FrontierPolicies()...)
 	all = append(all, SLOPolicy())
+	all = append(all, gittinsVariants()...)
 	if list == "" || list == "all" {
 		all = Policies()
 	}

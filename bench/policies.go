@@ -107,14 +107,27 @@ func gittinsIdle(w *Workload) time.Duration {
 
 // gittins is fairness.NewGittins with, if w > 0, wait bound w promoted min(5 s, w/4) before
 // it, and idle limit GittinsIdle, or gittinsIdle of the workload in the simulator.
-func gittins(w time.Duration) Policy {
+func gittins(w time.Duration) Policy { return gittinsShare(w, 0) }
+
+// gittinsShare is gittins(w) that, if share > 0, also reserves that share of the dispatches
+// for first turns: fairness.NewBoundedWait with the Gittins policy as its Inner.
+func gittinsShare(w time.Duration, share float64) Policy {
 	name := "gittins"
 	if w > 0 {
 		name += "-bw-" + w.String()
 	}
+	if share > 0 {
+		name += "-share" + strconv.FormatFloat(share, 'g', -1, 64)
+	}
 	build := func(idle time.Duration) flowcontrol.Policy {
-		return must(fairness.NewGittins(fairness.GittinsOptions{
-			Wait: w, Headroom: min(BoundedWaitHeadroom, w/4), Memory: fairness.Memory{Forget: idle},
+		if share == 0 {
+			return must(fairness.NewGittins(fairness.GittinsOptions{
+				Wait: w, Headroom: min(BoundedWaitHeadroom, w/4), Memory: fairness.Memory{Forget: idle},
+			}))
+		}
+		inner := must(fairness.NewGittins(fairness.GittinsOptions{Memory: fairness.Memory{Forget: idle}}))
+		return must(fairness.NewBoundedWait(fairness.BoundedWaitOptions{
+			Wait: w, Headroom: min(BoundedWaitHeadroom, w/4), Inner: inner, FirstTurnShare: share,
 		}))
 	}
 	return Policy{
@@ -146,6 +159,22 @@ func FrontierPolicies() []Policy {
 		ps = append(ps, boundedWait(w, 0.2))
 	}
 	ps = append(ps, gittins(0), gittins(10*time.Second))
+	return ps
+}
+
+// gittinsVariants are the Gittins policies tried beside the frontier's two (bench/README,
+// increasing hazard): wait bounds from 5 s to 20 s (promoted min(5 s, W/4) before it; the runs' TTL is 20 s) and first-turn shares.
+// Selected by name only.
+func gittinsVariants() []Policy {
+	var ps []Policy
+	for _, w := range []time.Duration{5 * time.Second, 15 * time.Second, 20 * time.Second} {
+		ps = append(ps, gittins(w))
+	}
+	for _, w := range []time.Duration{10 * time.Second, 15 * time.Second, 20 * time.Second} {
+		for _, share := range []float64{0.1, 0.2, 0.3} {
+			ps = append(ps, gittinsShare(w, share))
+		}
+	}
 	return ps
 }
 

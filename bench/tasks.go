@@ -36,6 +36,12 @@ type TaskStats struct {
 	// last answer.
 	TimeMean time.Duration
 	Time     Percentiles
+	// TimeMeanAll is the mean task completion time over the completed and the abandoned
+	// sessions, an abandoned session counted from its first arrival to the end of the run, as
+	// if its task were done then: a lower bound on the time its user waits for it. Unlike
+	// TimeMean it does not fall when a policy abandons the longest tasks, so it compares
+	// policies that abandon different shares.
+	TimeMeanAll time.Duration
 	// ResponseMean and Response are the completed sessions' sums of their turns' response
 	// times (arrival to last token of each turn: queue wait, prefill and decode).
 	ResponseMean time.Duration
@@ -90,7 +96,7 @@ func (s *sim) tasks(idle time.Duration) TaskStats {
 		}
 	}
 	var times, resps []time.Duration
-	var timeSum, respSum time.Duration
+	var timeSum, respSum, abandonedSum time.Duration
 	for _, turns := range bySession {
 		if len(turns) == 0 {
 			continue
@@ -144,12 +150,16 @@ func (s *sim) tasks(idle time.Duration) TaskStats {
 			ts.Completed++
 		case rsAbandoned:
 			ts.Abandoned++
+			abandonedSum += end - first.arrival
 		default:
 			ts.Censored++
 		}
 	}
 	if n := time.Duration(len(times)); n > 0 {
 		ts.TimeMean, ts.ResponseMean = timeSum/n, respSum/n
+	}
+	if n := time.Duration(ts.Completed + ts.Abandoned); n > 0 {
+		ts.TimeMeanAll = (timeSum + abandonedSum) / n
 	}
 	ts.Time, ts.Response = percentiles(times), percentiles(resps)
 	return ts

@@ -148,6 +148,9 @@ func TestTasks(t *testing.T) {
 		if ts.Completed > 0 && (ts.Time.P50 > ts.Time.P90 || ts.Response.P50 > ts.Response.P90 || ts.ResponseMean > ts.TimeMean) {
 			t.Errorf("%s: task time %v/%v/%v, Σ response %v/%v/%v", name, ts.TimeMean, ts.Time.P50, ts.Time.P90, ts.ResponseMean, ts.Response.P50, ts.Response.P90)
 		}
+		if ts.Abandoned == 0 && ts.TimeMeanAll != ts.TimeMean {
+			t.Errorf("%s: none abandoned, task time mean with the abandoned %v, want the completed sessions' %v", name, ts.TimeMeanAll, ts.TimeMean)
+		}
 	}
 
 	res, err := Run(w, Config{Servers: 2})
@@ -175,6 +178,11 @@ func TestTasks(t *testing.T) {
 	if res.Tasks.Abandoned == 0 || res.Tasks.Censored != 0 || res.Tasks.AbandonedShare() <= 0 {
 		t.Errorf("overload: %d abandoned (share %.2f), %d censored: want some abandoned, none censored",
 			res.Tasks.Abandoned, res.Tasks.AbandonedShare(), res.Tasks.Censored)
+	}
+	// An abandoned session counts as done at the end of the run: no session counts for more
+	// than the run's length.
+	if tm := res.Tasks.TimeMeanAll; tm <= 0 || tm > res.Duration {
+		t.Errorf("overload: task time mean with the abandoned %v, want in (0, the run's %v]", tm, res.Duration)
 	}
 
 	const maxTime = 20 * time.Second
