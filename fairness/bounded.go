@@ -50,7 +50,9 @@ type boundedWait struct {
 	rekey rekey.Timers[*node]
 	pool  nodePool
 	seq   uint64
-	// hinted is inner if it is the Gittins core, whose state look-up a node's hint saves.
+	// hinted is inner if it is the Gittins core: its per-flow state holds the flow's node
+	// (nodes is then unused), found with the one look-up the core makes per event, and a
+	// node's hint saves that look-up at the node's dispatch.
 	hinted *gittins
 	// picked is the node PickFlow returned, whose dispatch usually follows; nil once any
 	// event has been observed since (so never a node returned to the pool).
@@ -156,7 +158,7 @@ func (p *boundedWait) Rank(r *flowcontrol.Request, f *flowcontrol.FlowState, now
 	}
 	ir := in.Rank(r, f, now)
 	rk.Key, rk.Class = ir.Key, ir.Class
-	if n := p.nodes[refOf(f)]; n != nil && f.Head != nil && headArrival(r, f) == f.Head.Arrival.UnixNano() {
+	if n := p.node(refOf(f)); n != nil && f.Head != nil && headArrival(r, f) == f.Head.Arrival.UnixNano() {
 		rk.Key = n.key // r joins behind the head: the flow keeps its key, urgent or not
 	}
 	return rk
@@ -211,24 +213,33 @@ func (p *boundedWait) band(b int) *bwBand {
 func (p *boundedWait) Observe(e *flowcontrol.Event) {
 	f := e.Flow
 	r := refOf(f)
-	var n *node
-	switch {
-	case e.Kind == flowcontrol.EventDone && f.Queued == 0, e.Kind == flowcontrol.EventEnqueue && f.Queued == 1:
-		// A flow that had none queued before the event has no node: a completion leaves
-		// Queued as it was, an enqueue adds one.
-	case e.Kind == flowcontrol.EventDispatch && p.picked != nil && p.picked.st.ID == f.ID && p.picked.st.Band == f.Band:
-		n = p.picked // the flow PickFlow just returned: no look-up
-	default:
-		n = p.nodes[r]
-	}
+	picked := p.picked // the flow PickFlow just returned, if this is its dispatch
 	p.picked = nil
-	if p.hinted != nil {
-		p.hinted.hint = -1
-		if n != nil {
-			p.hinted.hint = n.hint
+	if e.Kind != flowcontrol.EventDispatch || picked != nil && (picked.st.ID != f.ID || picked.st.Band != f.Band) {
+		picked = nil
+	}
+	var n *node
+	var gs *gState // over the Gittins core: its state of the flow, which holds the flow's node
+	if g := p.hinted; g != nil {
+		g.hint = -1
+		if picked != nil {
+			g.hint = picked.hint
+		}
+		p.inner.Observe(e)
+		gs = &g.flows.slots[g.lastSlot].s // kept while the flow has work, and just used
+		n = gs.node
+	} else {
+		p.inner.Observe(e)
+		switch {
+		case e.Kind == flowcontrol.EventDone && f.Queued == 0, e.Kind == flowcontrol.EventEnqueue && f.Queued == 1:
+			// A flow that had none queued before the event has no node: a completion leaves
+			// Queued as it was, an enqueue adds one.
+		case picked != nil:
+			n = picked
+		default:
+			n = p.nodes[r]
 		}
 	}
-	p.inner.Observe(e)
 	var h *bwState // first-turn history, kept only for the first-turn share
 	if p.share > 0 {
 		h = p.hist.use(r)
@@ -253,14 +264,22 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 		bd.all.remove(n)
 		bd.first.remove(n)
 		p.rekey.Clear(&n.rekey)
-		delete(p.nodes, r)
+		if gs != nil {
+			gs.node = nil
+		} else {
+			delete(p.nodes, r)
+		}
 		p.pool.put(n)
 	case f.Queued > 0:
 		if n == nil {
 			n = p.pool.get()
 			n.seq = p.seq
 			p.seq++
-			p.nodes[r] = n
+			if gs != nil {
+				gs.node = n
+			} else {
+				p.nodes[r] = n
+			}
 		}
 		n.st = *f
 		n.first = h != nil && h.dispatched == 0
@@ -272,6 +291,17 @@ func (p *boundedWait) Observe(e *flowcontrol.Event) {
 	if h != nil {
 		p.hist.settle(f, e.Now.UnixNano())
 	}
+}
+
+// node is the node of flow r, nil if it has none queued. O(1).
+func (p *boundedWait) node(r flowRef) *node {
+	if g := p.hinted; g != nil {
+		if s := g.state(r); s != nil {
+			return s.node
+		}
+		return nil
+	}
+	return p.nodes[r]
 }
 
 func (p *boundedWait) keyNode(n *node, bd *bwBand, now time.Time) {
@@ -294,8 +324,15 @@ func (p *boundedWait) PickFlow(band int, _ []*flowcontrol.FlowState, now time.Ti
 		// The inner policy's keys all changed (a rebuilt index table): re-key every waiting
 		// flow, O(flows · log flows), which the inner policy amortises over its rebuilds.
 		p.lastGen = p.gen.generation()
-		for _, n := range p.nodes {
-			p.keyNode(n, p.band(n.st.Band), now)
+		for b := range p.bands {
+			bd := &p.bands[b]
+			for _, n := range bd.all.a {
+				k, until := p.FlowKey(&n.st, now)
+				n.key = sanitizeKey(k)
+				p.rekey.Set(&n.rekey, validUntil(until, now), n)
+			}
+			bd.all.init()
+			bd.first.init()
 		}
 	}
 	for n, ok := p.rekey.Due(now); ok; n, ok = p.rekey.Due(now) {
@@ -343,7 +380,7 @@ func (p *boundedWait) ApplyUsageDeltas(ds []peer.UsageDelta, now time.Time) {
 		if p.share > 0 {
 			p.hist.touch(r, ns).dispatched++
 		}
-		if n := p.nodes[r]; n != nil {
+		if n := p.node(r); n != nil {
 			n.first = false
 			p.keyNode(n, &p.bands[d.Band], now)
 		}

@@ -91,6 +91,7 @@ type gState struct {
 	stamp   int64   // ended-session count when the session entered that bin
 	keyBin  int32   // gBin(service), the bin its key reads
 	waiting bool    // the flow had queued requests after its latest event
+	node    *node   // the flow's node in the BoundedWait that wraps the core, while it has requests queued
 }
 
 // gModel learns the distribution of a session's total service from sessions that ended,

@@ -59,6 +59,13 @@ func (h *nodeHeap) push(n *node) {
 	h.up(len(h.a) - 1)
 }
 
+// init restores the order after any number of keys changed. O(n).
+func (h *nodeHeap) init() {
+	for i := len(h.a)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
 // fix restores the order after n's key changed, pushing n if it is absent. O(log n).
 func (h *nodeHeap) fix(n *node) {
 	i := int(n.idx[h.slot])
