@@ -243,12 +243,21 @@
 // The agentic control's abandoned sessions. Without a bound Gittins abandons 2.5% (0.2–9.5%) of
 // agentic's sessions at ×24, where FCFS and VTC abandon none: all of them are later turns that
 // expire at the 20 s TTL (10, 1–55, per run; no newcomer shed, newcomers' wait p99 6.59 s as
-// FCFS's). The learned index on agentic falls for the longest sessions (0.01 against a
-// newcomer's 0.043, above), so their turns wait behind everyone else's, LAS's starvation in a
-// milder form (LAS expires 71 later turns, 17.5% of the sessions abandoned). Its completed
-// sessions' mean, 149 s against FCFS's 154 s, is a survivors' figure: with the abandoned
-// counted it is 158 s (129–189 s). A wait bound removes it: at W = 10 s or 20 s no turn
-// expires and the mean is FCFS's 154 s.
+// FCFS's). Which ones (a look inside the simulator, seeds 1–3): every expired turn belongs to a
+// session that had attained 371k–467k weighted tokens (bins 51–52, its 19th–20th turn, above
+// 60–66% of the later turns), and all of them expire between 147 s and 225 s of runs of 7.5–9
+// minutes — just after the first learned table replaces the prior (at 170 s on seed 3: 200 sessions
+// ended). In that table no session has yet ended beyond 371k; the estimator sees sessions at
+// risk there and no end, the hazard is 0, and so is the index of every session past it, against
+// 0.044 for a newcomer: the longest open sessions are served last, and in the run's peak their
+// turns wait out the TTL. LAS starves the same sessions for the same reason, more (71 later
+// turns expire, 17.5% abandoned). Tried and not adopted: beyond the last bin with an end, the
+// mean hazard of the bins before instead of 0 (a constant hazard past the data) — 3.8%
+// (0.5–5.0%) abandoned, the expired turns moving to the next bin (460k–476k), since on agentic
+// the learned index falls with service anyway (above). The completed sessions' mean, 149 s
+// against FCFS's 154 s, is a survivors' figure: with the abandoned counted it is 158 s
+// (129–189 s). A wait bound is the remedy: at W = 10 s or 20 s no turn expires and every figure
+// is FCFS's (154 s).
 //
 // Composition and cost. With GittinsOptions.Wait, or wrapped by NewBoundedWait, a request
 // that has waited Wait − Headroom is promoted to the urgent tier, so a newcomer's wait stays
