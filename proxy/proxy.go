@@ -35,6 +35,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/proxy/quota"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -408,6 +409,17 @@ type Options struct {
 	// Logger receives what goes wrong in the background (KV events, scrapes). Nil:
 	// slog.Default().
 	Logger *slog.Logger
+	// Quota, if set, holds the tenants' quotas (package proxy/quota): every request of the
+	// pipeline reserves its expected tokens at admission, before the queue, and settles to
+	// what it used when it ends; a request that does not fit is answered 429 at once, naming
+	// the limit, with Retry-After the time until its window refills (Anthropic's error shape
+	// on /v1/messages). Answers carry the rate-limit headers of their API: OpenAI's
+	// x-ratelimit-limit-requests, -limit-tokens, -remaining-requests, -remaining-tokens,
+	// -reset-requests and -reset-tokens (durations such as 1s or 6m0s), Anthropic's
+	// anthropic-ratelimit-requests-*, -tokens-*, -input-tokens-* and -output-tokens-*
+	// (-limit, -remaining, -reset as an RFC 3339 time) on /v1/messages. Run runs the
+	// Limiter's Run. Nil: no quotas, no headers.
+	Quota *quota.Limiter
 	// Extensions run beside the Handler and feed it: proxy/kvfeed follows the backends'
 	// KV events (required when a Backend names KVEvents or KVPod), gateway/replicaext keeps
 	// the gateway in step with its peers through Redis (package replica). New calls each
@@ -446,6 +458,7 @@ type Handler struct {
 	registry  *prometheus.Registry
 	scraper   *metrics.Scraper // nil without Backends
 	exts      []Extension
+	quota     *quota.Limiter // nil: no quotas
 	// kvFollowed is set by proxyseam.FollowKVEvents, from an extension's Attach.
 	kvFollowed atomic.Bool
 	limit      int // the default queue's MaxInFlight; 0 with Options.Queue
@@ -510,6 +523,7 @@ func New(opts Options) (*Handler, error) {
 		maxBody:   opts.MaxBodyBytes,
 		maxHeader: opts.MaxHeaderBytes,
 		bands:     opts.Bands,
+		quota:     opts.Quota,
 
 		metricsElsewhere: opts.MetricsElsewhere,
 	}
@@ -921,12 +935,16 @@ func (h *Handler) Start(ctx context.Context) {
 	h.publishStates()
 }
 
-// Run scrapes the backends, follows their KV events, refreshes their model lists and runs the
-// active health checks (Options.HealthChecks) until ctx ends. It returns the first error of a background task that failed for another reason
+// Run scrapes the backends, follows their KV events, refreshes their model lists, runs the
+// active health checks (Options.HealthChecks) and the quota Limiter's Run until ctx ends. It returns the first error of a background task that failed for another reason
 // than ctx ending; nil otherwise. Call it once.
 func (h *Handler) Run(ctx context.Context) error {
-	errc := make(chan error, 3+len(h.exts))
+	errc := make(chan error, 4+len(h.exts))
 	n := 0
+	if h.quota != nil {
+		n++
+		go func() { errc <- h.quota.Run(ctx) }()
+	}
 	if h.scraper != nil {
 		n += 2
 		go func() { errc <- h.scraper.Run(ctx) }()

@@ -307,8 +307,8 @@ func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 	if len(l.limits) == 0 {
 		return
 	}
-	out := a.OutputTokens
-	if out <= 0 {
+	out := max(a.OutputTokens, 0)
+	if a.OutputTokens == 0 {
 		out = (l.expect.Load() + 15) / 16
 		g.LearnOutput = true
 	}
@@ -340,7 +340,11 @@ func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 		if over := l.overLocked(lim, used, want); over != "" && reset > worst {
 			worst = reset
 			g.Refused, g.RetryAfter = true, reset
-			g.Message = fmt.Sprintf("Rate limit reached for tenant %q on %s (%s). Please try again in %v.", a.Tenant, lim.desc, over, reset)
+			wait := reset
+			if wait >= time.Second {
+				wait = (wait + time.Second - 1).Truncate(time.Second)
+			}
+			g.Message = fmt.Sprintf("Rate limit reached for tenant %q on %s (%s). Please try again in %v.", a.Tenant, lim.desc, over, wait)
 		}
 	}
 	// The headers: after this request's reservation, or (refused) the use as it stands.

@@ -19,7 +19,8 @@ type Ask struct {
 	Model  string // the model the request names
 	Band   int
 	// PromptTokens is the prompt's estimated length; OutputTokens the request's max_tokens,
-	// 0 when it gave none (the Limiter then reserves its learned expectation).
+	// 0 when it gave none (the Limiter then reserves its learned expectation), negative for a
+	// request without output (embeddings).
 	PromptTokens, OutputTokens int64
 	Now                        time.Time
 }
