@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,6 +19,8 @@ import (
 	oa "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/usher-llm/usher/proxy"
+	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/proxy/quota"
 )
 
@@ -213,5 +217,131 @@ func TestQuotaAnthropicSDKRetriesAfterRefill(t *testing.T) {
 	}
 	if got := seen.take(); len(got) != 2 || got[0] != http.StatusTooManyRequests || got[1] != http.StatusOK {
 		t.Fatalf("second message's attempts answered %v, want [429 200]", got)
+	}
+}
+
+// exactStub is a chat backend that reports, as usage, the prompt as the gateway estimates it
+// (proxy.BytesTokenizer) and a random answer length up to max_tokens (1..300 without one),
+// streamed or whole, and sums what it reported.
+type exactStub struct {
+	mu      sync.Mutex
+	rng     *rand.Rand
+	settled int64 // prompt + completion tokens of every answer
+	answers int
+}
+
+func (s *exactStub) chat(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	req, err := openai.Parse(body, openai.Chat, openai.ParseLimits{})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	p, _ := proxy.BytesTokenizer{}.Tokenize(r.Context(), nil, req)
+	s.mu.Lock()
+	maxOut := req.MaxTokens
+	if maxOut == 0 {
+		maxOut = 300
+	}
+	out := 1 + s.rng.IntN(maxOut)
+	s.settled += int64(p.Tokens + out)
+	s.answers++
+	s.mu.Unlock()
+	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}`, p.Tokens, out, p.Tokens+out)
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"%s"},"finish_reason":"length"}],"usage":%s}`,
+			strings.Repeat("x", out), usage)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	for range min(out, 8) {
+		fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"x"}}]}`+"\n\n")
+	}
+	fmt.Fprintf(w, `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[],"usage":%s}`+"\n\n", usage)
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// On one gateway, with a limit of half the tokens offered in a window, the tokens settled
+// (what the backend reported used) never pass the limit by more than one request's
+// reservation: not at all when every request gives max_tokens, streamed or not.
+func TestQuotaExactOnOneGateway(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		maxTokens int // 0: none given, the Limiter reserves its learned expectation
+	}{{"max-tokens", 100}, {"learned", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			stub := &exactStub{rng: rand.New(rand.NewPCG(1, 2))}
+			backend := fakeBackend(t, stub.chat)
+			// Requests and their reservations, as the gateway will estimate them.
+			const n = 300
+			bodies := make([]string, n)
+			var offered, largest int64
+			for i := range bodies {
+				mt := ""
+				if c.maxTokens > 0 {
+					mt = fmt.Sprintf(`"max_tokens":%d,`, c.maxTokens)
+				}
+				bodies[i] = fmt.Sprintf(`{"model":"m",%s"stream":%v,"messages":[{"role":"user","content":"request %d: %s"}]}`,
+					mt, i%2 == 0, i, strings.Repeat("words ", 20+i%40))
+				req, err := openai.Parse([]byte(bodies[i]), openai.Chat, openai.ParseLimits{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, _ := proxy.BytesTokenizer{}.Tokenize(context.Background(), nil, req)
+				reserve := int64(p.Tokens + max(c.maxTokens, 150)) // 150: the mean answer without max_tokens
+				offered += reserve
+				largest = max(largest, int64(p.Tokens+max(c.maxTokens, 300)))
+			}
+			limit := offered / 2
+			l, err := quota.New(quota.Options{Limits: []quota.Limit{{Window: time.Hour, Tokens: limit}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, base := startHandler(t, proxy.Options{Backends: []proxy.Backend{{URL: backend.URL}}, Quota: l, ScrapeInterval: 20 * time.Millisecond})
+			if untilHour := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); untilHour < time.Minute {
+				time.Sleep(untilHour + 10*time.Millisecond) // the whole run in one window
+			}
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			codes := map[int]int{}
+			next := make(chan string)
+			for range 16 {
+				wg.Go(func() {
+					for body := range next {
+						resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+						if err != nil {
+							t.Error(err)
+							continue
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						mu.Lock()
+						codes[resp.StatusCode]++
+						mu.Unlock()
+					}
+				})
+			}
+			for _, b := range bodies {
+				next <- b
+			}
+			close(next)
+			wg.Wait()
+			stub.mu.Lock()
+			settled, answers := stub.settled, stub.answers
+			stub.mu.Unlock()
+			bound := limit
+			if c.maxTokens == 0 {
+				bound += largest
+			}
+			t.Logf("offered %d tokens in %d requests, limit %d: %d answered (%v), %d tokens settled (%.1f%% of the limit; bound %d)",
+				offered, n, limit, answers, codes, settled, 100*float64(settled)/float64(limit), bound)
+			if settled > bound {
+				t.Fatalf("settled %d tokens, over the limit %d by %d: more than one reservation (%d)", settled, limit, settled-limit, largest)
+			}
+			if codes[http.StatusOK] != answers || codes[http.StatusTooManyRequests] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests] != n {
+				t.Fatalf("answers %v (backend answered %d): want only 200s and 429s, some of each", codes, answers)
+			}
+		})
 	}
 }
