@@ -152,9 +152,9 @@ func New(o Options) (*Limiter, error) {
 	}
 	switch {
 	case l.interval < 0:
-		return bad("Interval %v: want > 0", o.Interval)
+		return bad("sync_interval %v: want > 0", o.Interval)
 	case o.InputCost < 0 || o.CachedCost < 0 || o.OutputCost < 0 || math.IsNaN(o.InputCost+o.CachedCost+o.OutputCost) || math.IsInf(o.InputCost+o.CachedCost+o.OutputCost, 0):
-		return bad("costs (%v, %v, %v): want finite and ≥ 0", o.InputCost, o.CachedCost, o.OutputCost)
+		return bad("input_cost, cached_cost, output_cost (%v, %v, %v): want finite and ≥ 0", o.InputCost, o.CachedCost, o.OutputCost)
 	}
 	l.costs = [3]float64{o.InputCost, o.CachedCost, o.OutputCost}
 	if l.costs == [3]float64{} {
@@ -163,18 +163,18 @@ func New(o Options) (*Limiter, error) {
 	for i, lim := range o.Limits {
 		c := limit{Limit: lim, span: lim.Window.Milliseconds()}
 		c.Bands = append([]int(nil), lim.Bands...)
-		who := fmt.Sprintf("limit %d (tenant %q, model %q)", i, lim.Tenant, lim.Model)
+		who := fmt.Sprintf("limits[%d] (tenant %q, model %q)", i, lim.Tenant, lim.Model)
 		switch {
 		case lim.Window < time.Millisecond || lim.Window%time.Millisecond != 0:
-			return bad("%s: window %v: want whole milliseconds, at least 1ms", who, lim.Window)
+			return bad("%s.window %v: want whole milliseconds, at least 1ms", who, lim.Window)
 		case lim.Requests < 0 || lim.Tokens < 0 || lim.InputTokens < 0 || lim.OutputTokens < 0:
-			return bad("%s: negative requests or tokens", who)
+			return bad("%s: negative requests, tokens, input_tokens or output_tokens", who)
 		case lim.Requests == 0 && lim.Tokens == 0 && lim.InputTokens == 0 && lim.OutputTokens == 0:
 			return bad("%s: no requests, tokens, input_tokens or output_tokens to cap", who)
 		}
 		for _, b := range lim.Bands {
 			if b < 0 || b > 63 {
-				return bad("%s: band %d: want 0..63", who, b)
+				return bad("%s.bands: band %d: want 0..63", who, b)
 			}
 			c.bands |= 1 << b
 		}
