@@ -562,8 +562,8 @@ func (c *Config) LoadFile(path string) error {
 // Options validates c and builds the Handler options it describes: the index, the router
 // and the queue made here, the tokenizer and keyer it names, and the extensions its KV-event
 // and Redis settings need, from c.Registry (an error wrapping [ErrNoExtension] names the
-// setting whose extension is missing). Each extension's Prepare adjusts the index, session
-// table and keyer built here, as [proxy.New] lets it adjust its defaults; with the "replica"
+// setting whose extension is missing), and the quota Limiter of c.Quota. Each extension's
+// Prepare adjusts the index, session table, keyer and quota options built here, as [proxy.New] lets it adjust its defaults; with the "replica"
 // extension and no TenantSecretFile that is one Redis round trip, bounded by 2 s. A caller
 // may still replace any part (Tokenizer, say) before calling proxy.New.
 func (c Config) Options() (proxy.Options, error) {
@@ -631,14 +631,12 @@ func (c Config) Options() (proxy.Options, error) {
 
 		MetricsElsewhere: c.MetricsListen != "",
 	}
-	if len(c.Quota.Limits) > 0 {
-		q, err := quota.New(c.Quota)
-		if err != nil {
+	if len(c.Quota.Limits) == 0 && c.Quota.Shared != nil {
+		return bad("quota: a Shared store without limits")
+	} else if len(c.Quota.Limits) > 0 {
+		if _, err := quota.New(c.Quota); err != nil { // validated before any extension's Prepare
 			return proxy.Options{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
 		}
-		o.Quota = q
-	} else if c.Quota.Shared != nil {
-		return bad("quota: a Shared store without limits")
 	}
 	urls := make([]string, len(c.Backends))
 	names := make(map[string]bool, len(c.Backends))
@@ -722,9 +720,19 @@ func (c Config) Options() (proxy.Options, error) {
 		Secret: secret, TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader,
 		TenantBands: c.TenantBands, DefaultBand: c.DefaultBand, MaxTenants: c.MaxTenants,
 	}
+	var qo *quota.Options // the extensions may set its Shared store
+	if len(c.Quota.Limits) > 0 {
+		q := c.Quota
+		qo = &q
+	}
 	for _, e := range o.Extensions {
-		if err := e.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko}); err != nil {
+		if err := e.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko, Quota: qo}); err != nil {
 			return proxy.Options{}, err
+		}
+	}
+	if qo != nil {
+		if o.Quota, err = quota.New(*qo); err != nil {
+			return proxy.Options{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
 		}
 	}
 	keyer, err := proxy.NewKeyer(ko)

@@ -304,8 +304,10 @@ func (l *Limiter) weigh(prompt, cached, output int64) int64 {
 // reserve is quotaseam.Reserve.
 func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 	*g = quotaseam.Grant{}
-	if len(l.limits) == 0 {
-		return
+	if len(l.defaults) == 0 {
+		if _, named := l.named[a.Tenant]; !named {
+			return // no limit for this tenant: nothing to hold, no entry to keep
+		}
 	}
 	out := max(a.OutputTokens, 0)
 	if a.OutputTokens == 0 {
