@@ -28,6 +28,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/glue/openaiwire"
+	"github.com/usher-llm/usher/internal/glue/quotaseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/lograte"
@@ -704,6 +705,9 @@ func New(opts Options) (*Handler, error) {
 	h.registry.MustRegister(h.usher, h.adapters, gatewaymetrics.ClampedScores(h.router, nil))
 	if h.scraper != nil {
 		h.registry.MustRegister(h.scraper)
+	}
+	if h.quota != nil {
+		h.registry.MustRegister(quotaseam.Collector(h.quota))
 	}
 	for _, e := range h.exts {
 		if err := e.Attach(h); err != nil {

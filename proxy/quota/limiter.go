@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/usher-llm/usher/internal/glue/quotaseam"
 )
 
@@ -85,6 +87,7 @@ type Limiter struct {
 	live     atomic.Int64 // the replicas Shared reported live, ≥ 1
 
 	shards [shardCount]shard
+	tally  *tally
 
 	// Touched only by Run's goroutine.
 	tenants []*tenant
@@ -134,8 +137,10 @@ type tenant struct {
 
 	mu       sync.Mutex
 	ctr      []counter
-	inflight int  // reservations not settled
-	dead     bool // dropped from its shard: look it up again
+	inflight int   // reservations not settled
+	dead     bool  // dropped from its shard: look it up again
+	slot     int16 // its metrics' slot (0: "other")
+	refused  bool  // refused since it was created: the sweep may give it a slot
 }
 
 // New returns a Limiter of o, validated. It starts nothing: call Run.
@@ -198,6 +203,7 @@ func New(o Options) (*Limiter, error) {
 	for i := range l.shards {
 		l.shards[i].m = map[string]*tenant{}
 	}
+	l.tally = newTally()
 	l.expect.Store(256 * 16)
 	l.live.Store(1)
 	return l, nil
@@ -240,7 +246,7 @@ func (l *Limiter) lookup(name string) *tenant {
 		if !ok {
 			lims = l.defaults
 		}
-		t = &tenant{l: l, name: name, lims: lims, ctr: make([]counter, len(lims))}
+		t = &tenant{l: l, name: name, lims: lims, ctr: make([]counter, len(lims)), slot: l.tally.slotOf(name)}
 		sh.m[name] = t
 	}
 	return t
@@ -350,8 +356,13 @@ func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 		}
 	}
 	// The headers: after this request's reservation, or (refused) the use as it stands.
+	sl := &l.tally.slots[t.slot]
 	if g.Refused {
 		want = vals{}
+		t.refused = true
+		sl.refused.Add(1)
+	} else {
+		sl.admitted.Add(1)
 	}
 	for i, li := range t.lims {
 		lim := &l.limits[li]
@@ -431,6 +442,7 @@ func (l *Limiter) settle(g *quotaseam.Grant, u quotaseam.Usage) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	l.tally.slots[t.slot].tokens.Add(used.tok)
 	t.inflight--
 	for k := range g.N {
 		c := &t.ctr[g.Pos[k]]
@@ -452,8 +464,10 @@ type syncRef struct {
 	window int64
 }
 
-// Run syncs with Options.Shared every Interval (when it is set) and drops the tenants whose
-// windows have all ended and that hold no reservation, until ctx ends; it returns ctx's
+// Run syncs with Options.Shared every Interval (when it is set) and, every second, drops the
+// tenants whose windows have all ended and that hold no reservation and gives the metrics'
+// tenant labels (20 at most, for the process's life) to tenants refused or at half a limit,
+// until ctx ends; it returns ctx's
 // error. Call it once. Sync runs here, never on a request's path; while it fails, admission
 // enforces each limit ÷ Shared.Live() on this replica's own use, and what accrued is pushed
 // when Sync succeeds again.
@@ -527,6 +541,11 @@ func (l *Limiter) sync(ctx context.Context) {
 	totals, err := l.shared.Sync(ctx, l.deltas)
 	ok := err == nil && len(totals) == len(l.deltas)
 	l.degraded.Store(!ok)
+	if ok {
+		l.tally.syncOK.Add(1)
+	} else {
+		l.tally.syncKO.Add(1)
+	}
 	for i, r := range l.refs {
 		r.t.mu.Lock()
 		c := &r.t.ctr[r.pos]
@@ -583,6 +602,8 @@ func (l *Limiter) sweep(now time.Time) {
 			if idle {
 				t.dead = true
 				delete(sh.m, name)
+			} else if t.slot == 0 && (t.refused || l.utilizationLocked(t, nowMs) >= 0.5) {
+				t.slot = l.tally.give(name)
 			}
 			t.mu.Unlock()
 		}
@@ -602,6 +623,7 @@ func (l *Limiter) tenantCount() int {
 	return n
 }
 
+// init installs the seam package proxy reads a Limiter through.
 func init() {
 	quotaseam.Reserve = func(l any, a *quotaseam.Ask, g *quotaseam.Grant) { l.(*Limiter).reserve(a, g) }
 	quotaseam.Settle = func(g *quotaseam.Grant, u quotaseam.Usage) {
@@ -609,4 +631,5 @@ func init() {
 			t.l.settle(g, u)
 		}
 	}
+	quotaseam.Collector = func(l any) prometheus.Collector { return collector{l.(*Limiter)} }
 }
