@@ -424,3 +424,108 @@ func TestQuotaCancelledStreamSettlesUse(t *testing.T) {
 		t.Fatalf("the cancelled stream settled to %d tokens, want its prompt (%d) and the few chunks it got", used, estimate(stream))
 	}
 }
+
+// memStore is a cluster store in memory: quota.Shared as a Redis-backed store implements it,
+// for replicas in one process.
+type memStore struct {
+	mu    sync.Mutex
+	c     map[string]quota.Totals
+	syncs int
+}
+
+func (m *memStore) Sync(_ context.Context, ds []quota.Delta) ([]quota.Totals, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.syncs++
+	out := make([]quota.Totals, len(ds))
+	for i, d := range ds {
+		k := d.Key + "@" + strconv.FormatInt(d.Window, 10)
+		t := m.c[k]
+		t.Requests += d.Requests
+		t.Tokens += d.Tokens
+		m.c[k] = t
+		out[i] = t
+	}
+	return out, nil
+}
+
+func (m *memStore) Live() int { return 3 }
+
+// Three gateways that share one tenant's quota through a store (synced every 50 ms) hold it
+// together: offered twice the limit at 100 requests/s each, they settle about the limit, over
+// it by what the others admitted within one sync interval.
+func TestQuotaSharedAcrossReplicas(t *testing.T) {
+	stub := &exactStub{rng: rand.New(rand.NewPCG(5, 6))}
+	backend := fakeBackend(t, stub.chat)
+	store := &memStore{c: map[string]quota.Totals{}}
+	const (
+		replicas = 3
+		perSec   = 100
+		run      = 2 * time.Second
+		maxOut   = 50
+	)
+	body := func(i int) string {
+		return fmt.Sprintf(`{"model":"m","max_tokens":%d,"messages":[{"role":"user","content":"request %d: %s"}]}`, maxOut, i, strings.Repeat("words ", 10))
+	}
+	req, _ := openai.Parse([]byte(body(0)), openai.Chat, openai.ParseLimits{})
+	p, _ := proxy.BytesTokenizer{}.Tokenize(context.Background(), nil, req)
+	reservation := int64(p.Tokens + maxOut)
+	n := replicas * perSec * int(run/time.Second)
+	limit := int64(n) * reservation / 2 // half the reservations offered; answers use half of max_tokens on average
+	var bases []string
+	for range replicas {
+		l, err := quota.New(quota.Options{Limits: []quota.Limit{{Window: time.Hour, Tokens: limit}}, Shared: store, Interval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, base := startHandler(t, proxy.Options{Backends: []proxy.Backend{{URL: backend.URL}}, Quota: l, ScrapeInterval: 20 * time.Millisecond})
+		bases = append(bases, base)
+	}
+	if untilHour := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); untilHour < time.Minute {
+		time.Sleep(untilHour + 10*time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for k, base := range bases {
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second / perSec)
+			defer tick.Stop()
+			var inner sync.WaitGroup
+			for i := range perSec * int(run/time.Second) {
+				<-tick.C
+				inner.Go(func() {
+					resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body(k*100000+i)))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					mu.Lock()
+					codes[resp.StatusCode]++
+					mu.Unlock()
+				})
+			}
+			inner.Wait()
+		})
+	}
+	wg.Wait()
+	stub.mu.Lock()
+	settled := stub.settled
+	stub.mu.Unlock()
+	store.mu.Lock()
+	syncs := store.syncs
+	store.mu.Unlock()
+	over := 100 * (float64(settled)/float64(limit) - 1)
+	t.Logf("%d replicas × %d requests/s for %v: limit %d tokens (reservation %d), settled %d (%+.2f%%), answers %v, %d syncs (%.2f per request)",
+		replicas, perSec, run, limit, reservation, settled, over, codes, syncs, float64(syncs)/float64(n))
+	if codes[http.StatusTooManyRequests] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests] != n {
+		t.Fatalf("answers %v: want only 200s and 429s, some of each", codes)
+	}
+	// Within one sync interval each replica admits against totals up to 50 ms old: at most
+	// what the other two admit in that time may pass the limit.
+	if slack := int64(2 * perSec / 20 * int(reservation)); settled > limit+slack {
+		t.Fatalf("settled %d tokens, over the limit %d by more than the other replicas' admissions in one interval (%d)", settled, limit, slack)
+	}
+}
