@@ -125,7 +125,6 @@ type counter struct {
 	// cluster the cluster's totals as the last Sync returned them (for window clusterWin).
 	unsynced, sending, cluster vals
 	clusterWin                 int64
-	keys                       [3]string // Shared keys: requests and tokens, input, output (built by Run)
 }
 
 // tenant is one tenant's counters. Lock discipline: name, lims and the Limiter never change;
@@ -136,11 +135,13 @@ type tenant struct {
 	lims []uint8 // indexes into Limiter.limits, as many as ctr
 
 	mu       sync.Mutex
-	ctr      []counter
-	inflight int   // reservations not settled
-	dead     bool  // dropped from its shard: look it up again
-	slot     int16 // its metrics' slot (0: "other")
-	refused  bool  // refused since it was created: the sweep may give it a slot
+	ctr      []counter   // in inline when it fits, so that a tenant is one allocation
+	inline   [2]counter  // the counters of a tenant with one or two limits
+	keys     [][3]string // Shared keys by counter: requests and tokens, input, output (built by Run)
+	inflight int         // reservations not settled
+	dead     bool        // dropped from its shard: look it up again
+	slot     int16       // its metrics' slot (0: "other")
+	refused  bool        // refused since it was created: the sweep may give it a slot
 }
 
 // New returns a Limiter of o, validated. It starts nothing: call Run.
@@ -246,7 +247,12 @@ func (l *Limiter) lookup(name string) *tenant {
 		if !ok {
 			lims = l.defaults
 		}
-		t = &tenant{l: l, name: name, lims: lims, ctr: make([]counter, len(lims)), slot: l.tally.slotOf(name)}
+		t = &tenant{l: l, name: name, lims: lims, slot: l.tally.slotOf(name)}
+		if len(lims) <= len(t.inline) {
+			t.ctr = t.inline[:len(lims)]
+		} else {
+			t.ctr = make([]counter, len(lims))
+		}
 		sh.m[name] = t
 	}
 	return t
@@ -272,11 +278,9 @@ func (lim *limit) applies(model string, band int) bool {
 
 // rollLocked moves c to the window that starts at win, forgetting what an earlier window held.
 func (c *counter) rollLocked(win int64) {
-	if c.window == win {
-		return
+	if c.window != win {
+		*c = counter{window: win}
 	}
-	keys := c.keys
-	*c = counter{window: win, keys: keys}
 }
 
 // usedLocked is what counts against the limit in c's window: with Shared and in sync, the
@@ -512,22 +516,26 @@ func (l *Limiter) sync(ctx context.Context) {
 				if c.window != nowMs-nowMs%lim.span || (c.local.req == 0 && c.unsynced == (vals{})) {
 					continue // no use in the current window
 				}
-				if c.keys[0] == "" {
+				if t.keys == nil {
+					t.keys = make([][3]string, len(t.lims))
+				}
+				keys := &t.keys[p]
+				if keys[0] == "" {
 					base := strconv.Itoa(len(t.name)) + ":" + t.name + "|" + lim.key
-					c.keys = [3]string{base, base + "|in", base + "|out"}
+					*keys = [3]string{base, base + "|in", base + "|out"}
 				}
 				c.sending.add(c.unsynced)
 				send := c.unsynced
 				c.unsynced = vals{}
 				span := time.Duration(lim.span) * time.Millisecond
-				l.deltas = append(l.deltas, Delta{Key: c.keys[0], Window: c.window, Span: span, Requests: send.req, Tokens: send.tok})
+				l.deltas = append(l.deltas, Delta{Key: keys[0], Window: c.window, Span: span, Requests: send.req, Tokens: send.tok})
 				l.refs = append(l.refs, syncRef{t: t, pos: uint8(p), kind: 0, window: c.window})
 				if lim.InputTokens > 0 {
-					l.deltas = append(l.deltas, Delta{Key: c.keys[1], Window: c.window, Span: span, Tokens: send.in})
+					l.deltas = append(l.deltas, Delta{Key: keys[1], Window: c.window, Span: span, Tokens: send.in})
 					l.refs = append(l.refs, syncRef{t: t, pos: uint8(p), kind: 1, window: c.window})
 				}
 				if lim.OutputTokens > 0 {
-					l.deltas = append(l.deltas, Delta{Key: c.keys[2], Window: c.window, Span: span, Tokens: send.out})
+					l.deltas = append(l.deltas, Delta{Key: keys[2], Window: c.window, Span: span, Tokens: send.out})
 					l.refs = append(l.refs, syncRef{t: t, pos: uint8(p), kind: 2, window: c.window})
 				}
 			}

@@ -169,7 +169,7 @@ func TestSharedAndDegraded(t *testing.T) {
 	}
 	store.fail = false
 	ls[0].sync(context.Background()) // pushes the 1 that accrued
-	if tot := store.c[fmt.Sprint(ls[0].shards[fnv("t")%shardCount].m["t"].ctr[0].keys[0], "@", t0.UnixMilli())]; tot.Requests != 9 {
+	if tot := store.c[fmt.Sprint(ls[0].shards[fnv("t")%shardCount].m["t"].keys[0][0], "@", t0.UnixMilli())]; tot.Requests != 9 {
 		t.Fatalf("the cluster counted %d requests, want 9 (4 + 4 synced before, 1 pushed on recovery; replica 1's last 2 are not synced yet)", tot.Requests)
 	}
 }
