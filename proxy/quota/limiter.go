@@ -62,7 +62,8 @@ type Options struct {
 	Shared Shared
 	// Interval is how often Run syncs with Shared. Zero: 50 ms.
 	Interval time.Duration
-	// Now is the clock. Nil: time.Now.
+	// Now is the clock of Run (syncs and sweeps). Nil: time.Now. A Handler weighs each request
+	// at its arrival, by its own clock.
 	Now func() time.Time
 }
 
@@ -476,7 +477,11 @@ type syncRef struct {
 // enforces each limit ÷ Shared.Live() on this replica's own use, and what accrued is pushed
 // when Sync succeeds again.
 func (l *Limiter) Run(ctx context.Context) error {
-	tick := time.NewTicker(l.interval)
+	every := time.Second // the sweep's period
+	if l.shared != nil {
+		every = min(every, l.interval)
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	lastSweep := l.now()
 	for {
