@@ -76,8 +76,8 @@ type Options struct {
 // and is O(limits of the tenant), with no allocation once the tenant is known.
 type Limiter struct {
 	limits   []limit
-	named    map[string][]uint8 // tenant → its limits; the others get defaults
-	defaults []uint8
+	named    map[string][]int32 // tenant → its limits; the others get defaults
+	defaults []int32
 	costs    [3]float64 // input, cached, output
 	shared   Shared
 	interval time.Duration
@@ -133,7 +133,7 @@ type counter struct {
 type tenant struct {
 	l    *Limiter
 	name string
-	lims []uint8 // indexes into Limiter.limits, as many as ctr
+	lims []int32 // indexes into Limiter.limits, as many as ctr
 
 	mu       sync.Mutex
 	ctr      []counter   // in inline when it fits, so that a tenant is one allocation
@@ -147,7 +147,7 @@ type tenant struct {
 
 // New returns a Limiter of o, validated. It starts nothing: call Run.
 func New(o Options) (*Limiter, error) {
-	l := &Limiter{shared: o.Shared, interval: o.Interval, now: o.Now, named: map[string][]uint8{}}
+	l := &Limiter{shared: o.Shared, interval: o.Interval, now: o.Now, named: map[string][]int32{}}
 	if l.interval == 0 {
 		l.interval = 50 * time.Millisecond
 	}
@@ -163,6 +163,10 @@ func New(o Options) (*Limiter, error) {
 	case o.InputCost < 0 || o.CachedCost < 0 || o.OutputCost < 0 || math.IsNaN(o.InputCost+o.CachedCost+o.OutputCost) || math.IsInf(o.InputCost+o.CachedCost+o.OutputCost, 0):
 		return bad("input_cost, cached_cost, output_cost (%v, %v, %v): want finite and ≥ 0", o.InputCost, o.CachedCost, o.OutputCost)
 	}
+	if len(o.Limits) > math.MaxInt32 {
+		return bad("%d limits: too many", len(o.Limits))
+	}
+	seen := make(map[[2]string]bool, len(o.Limits)) // tenant and counter key of each limit
 	l.costs = [3]float64{o.InputCost, o.CachedCost, o.OutputCost}
 	if l.costs == [3]float64{} {
 		l.costs = [3]float64{1, 1, 1}
@@ -187,16 +191,15 @@ func New(o Options) (*Limiter, error) {
 		}
 		c.desc = describe(lim)
 		c.key = strconv.Itoa(len(lim.Model)) + ":" + lim.Model + "|" + strconv.FormatUint(c.bands, 16) + "|" + strconv.FormatInt(c.span, 10)
-		for _, prev := range l.limits {
-			if prev.Tenant == lim.Tenant && prev.key == c.key {
-				return bad("%s: a limit of the same tenant, model, bands and window is given twice (put its caps in one)", who)
-			}
+		if seen[[2]string{lim.Tenant, c.key}] {
+			return bad("%s: a limit of the same tenant, model, bands and window is given twice (put its caps in one)", who)
 		}
+		seen[[2]string{lim.Tenant, c.key}] = true
 		l.limits = append(l.limits, c)
 		if lim.Tenant == "" {
-			l.defaults = append(l.defaults, uint8(min(i, 255)))
+			l.defaults = append(l.defaults, int32(i))
 		} else {
-			l.named[lim.Tenant] = append(l.named[lim.Tenant], uint8(min(i, 255)))
+			l.named[lim.Tenant] = append(l.named[lim.Tenant], int32(i))
 		}
 		if len(l.defaults) > quotaseam.MaxLimits || len(l.named[lim.Tenant]) > quotaseam.MaxLimits {
 			return bad("%s: more than %d limits for one tenant", who, quotaseam.MaxLimits)

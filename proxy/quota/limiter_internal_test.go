@@ -214,3 +214,22 @@ func TestReserveAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per reservation, want 0", n)
 	}
 }
+
+// Thousands of named tenants, each with its own limits, index their limits correctly.
+func TestManyNamedTenants(t *testing.T) {
+	var limits []Limit
+	for i := range 1000 {
+		limits = append(limits, Limit{Tenant: fmt.Sprint("t", i), Window: time.Minute, Requests: int64(i + 1)})
+	}
+	l, err := New(Options{Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 255, 256, 999} {
+		var g quotaseam.Grant
+		l.reserve(&quotaseam.Ask{Tenant: fmt.Sprint("t", i), Now: t0}, &g)
+		if g.Requests.Limit != int64(i+1) {
+			t.Errorf("tenant t%d: limit %d, want %d", i, g.Requests.Limit, i+1)
+		}
+	}
+}
