@@ -287,10 +287,11 @@ func (c *counter) rollLocked(win int64) {
 	}
 }
 
-// usedLocked is what counts against the limit in c's window: with Shared and in sync, the
-// cluster's last totals plus what was used here since; otherwise this replica's use.
+// usedLocked is what counts against the limit in c's window: alone, this replica's use; with
+// Shared, the cluster's totals as the last Sync returned them plus what this replica used
+// since.
 func (l *Limiter) usedLocked(c *counter) vals {
-	if l.shared == nil || l.degraded.Load() {
+	if l.shared == nil {
 		return c.local
 	}
 	u := c.unsynced
@@ -301,12 +302,21 @@ func (l *Limiter) usedLocked(c *counter) vals {
 	return u
 }
 
-// share is a cap as enforced now: the cap, or its share of the live replicas while Sync fails.
-func (l *Limiter) share(n int64) int64 {
-	if n <= 0 || l.shared == nil || !l.degraded.Load() {
+// degradedLive is the number of live replicas whose share of each limit this replica enforces
+// on its own use, while Sync fails; 0 while it succeeds (or without Shared).
+func (l *Limiter) degradedLive() int64 {
+	if l.shared == nil || !l.degraded.Load() {
+		return 0
+	}
+	return max(1, l.live.Load())
+}
+
+// shareOf is cap n divided among live replicas (at least 1 when n is).
+func shareOf(n, live int64) int64 {
+	if n <= 0 || live <= 1 {
 		return n
 	}
-	return max(1, n/max(1, l.live.Load()))
+	return max(1, n/live)
 }
 
 // weigh is the weighted tokens of a usage.
@@ -351,9 +361,14 @@ func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 		c := &t.ctr[i]
 		win := nowMs - nowMs%lim.span
 		c.rollLocked(win)
-		used := l.usedLocked(c)
 		reset := time.Duration(win+lim.span-nowMs) * time.Millisecond
-		if over := l.overLocked(lim, used, want); over != "" && reset > worst {
+		over := overLocked(lim, l.usedLocked(c), want, 1)
+		if live := l.degradedLive(); over == "" && live > 0 {
+			// The store is unreachable: the cluster's use as last seen must still fit, and
+			// this replica's own use must fit its share.
+			over = overLocked(lim, c.local, want, live)
+		}
+		if over != "" && reset > worst {
 			worst = reset
 			g.Refused, g.RetryAfter = true, reset
 			wait := reset
@@ -378,13 +393,15 @@ func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 			continue
 		}
 		c := &t.ctr[i]
+		reset := time.Duration(c.window+lim.span-nowMs) * time.Millisecond
 		after := l.usedLocked(c)
 		after.add(want)
-		reset := time.Duration(c.window+lim.span-nowMs) * time.Millisecond
-		tighten(&g.Requests, lim.Requests, l.share(lim.Requests), after.req, reset)
-		tighten(&g.Tokens, lim.Tokens, l.share(lim.Tokens), after.tok, reset)
-		tighten(&g.Input, lim.InputTokens, l.share(lim.InputTokens), after.in, reset)
-		tighten(&g.Output, lim.OutputTokens, l.share(lim.OutputTokens), after.out, reset)
+		tightenAll(g, lim, after, 1, reset)
+		if live := l.degradedLive(); live > 0 {
+			own := c.local
+			own.add(want)
+			tightenAll(g, lim, own, live, reset)
+		}
 		if !g.Refused {
 			g.Pos[g.N], g.Window[g.N] = uint8(i), c.window
 			g.N++
@@ -404,24 +421,32 @@ func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 	g.Ref, g.Held = t, quotaseam.Held{Tokens: want.tok, In: want.in, Out: want.out}
 }
 
-// overLocked says which of lim's caps the request's want would pass, given used; "" if none.
-func (l *Limiter) overLocked(lim *limit, used, want vals) string {
-	switch {
-	case lim.Requests > 0 && used.req+want.req > l.share(lim.Requests):
-		return fmt.Sprintf("requests: limit %d, used %d, requested %d", l.share(lim.Requests), used.req, want.req)
-	case lim.Tokens > 0 && used.tok+want.tok > l.share(lim.Tokens):
-		return fmt.Sprintf("tokens: limit %d, used %d, requested %d", l.share(lim.Tokens), used.tok, want.tok)
-	case lim.InputTokens > 0 && used.in+want.in > l.share(lim.InputTokens):
-		return fmt.Sprintf("input tokens: limit %d, used %d, requested %d", l.share(lim.InputTokens), used.in, want.in)
-	case lim.OutputTokens > 0 && used.out+want.out > l.share(lim.OutputTokens):
-		return fmt.Sprintf("output tokens: limit %d, used %d, requested %d", l.share(lim.OutputTokens), used.out, want.out)
+// overLocked says which of lim's caps, divided among live replicas, the request's want would
+// pass, given used; "" if none.
+func overLocked(lim *limit, used, want vals, live int64) string {
+	for _, k := range [...]struct {
+		name            string
+		cap, used, want int64
+	}{{"requests", lim.Requests, used.req, want.req}, {"tokens", lim.Tokens, used.tok, want.tok},
+		{"input tokens", lim.InputTokens, used.in, want.in}, {"output tokens", lim.OutputTokens, used.out, want.out}} {
+		if c := shareOf(k.cap, live); c > 0 && k.used+k.want > c {
+			return fmt.Sprintf("%s: limit %d, used %d, requested %d", k.name, c, k.used, k.want)
+		}
 	}
 	return ""
 }
 
+// tightenAll tightens g's caps with lim's, divided among live replicas, used as after.
+func tightenAll(g *quotaseam.Grant, lim *limit, after vals, live int64, reset time.Duration) {
+	tighten(&g.Requests, shareOf(lim.Requests, live), after.req, reset)
+	tighten(&g.Tokens, shareOf(lim.Tokens, live), after.tok, reset)
+	tighten(&g.Input, shareOf(lim.InputTokens, live), after.in, reset)
+	tighten(&g.Output, shareOf(lim.OutputTokens, live), after.out, reset)
+}
+
 // tighten makes cap the tightest of its kind: the one with the least remaining.
-func tighten(c *quotaseam.Cap, configured, enforced, used int64, reset time.Duration) {
-	if configured <= 0 {
+func tighten(c *quotaseam.Cap, enforced, used int64, reset time.Duration) {
+	if enforced <= 0 {
 		return
 	}
 	rem := max(enforced-used, 0)

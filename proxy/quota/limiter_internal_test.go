@@ -233,3 +233,38 @@ func TestManyNamedTenants(t *testing.T) {
 		}
 	}
 }
+
+// While the store is down, a replica that used little of a limit its peers nearly spent is
+// held by the cluster's use as last seen, not only by its share.
+func TestDegradedKeepsClusterView(t *testing.T) {
+	now := t0
+	clock := func() time.Time { return now }
+	store := &fakeShared{c: map[string]Totals{}, live: 2}
+	var ls [2]*Limiter
+	for i := range ls {
+		ls[i], _ = New(Options{Limits: []Limit{{Window: time.Minute, Requests: 10}}, Shared: store, Now: clock})
+	}
+	admit := func(l *Limiter) bool {
+		var g quotaseam.Grant
+		l.reserve(&quotaseam.Ask{Tenant: "t", Now: now}, &g)
+		if !g.Refused {
+			l.settle(&g, quotaseam.Usage{})
+		}
+		return !g.Refused
+	}
+	for range 8 {
+		admit(ls[1])
+	}
+	ls[1].sync(context.Background())
+	admit(ls[0])
+	ls[0].sync(context.Background()) // the cluster: 9 of 10
+	store.fail = true
+	ls[0].sync(context.Background())
+	got := 0
+	for admit(ls[0]) {
+		got++
+	}
+	if got != 1 {
+		t.Fatalf("degraded replica 0 (1 used, cluster 9 of 10) admitted %d, want 1, not the 4 its share of 5 allows", got)
+	}
+}

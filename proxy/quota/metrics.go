@@ -137,8 +137,8 @@ func (l *Limiter) utilizationLocked(t *tenant, nowMs int64) float64 {
 			continue
 		}
 		used := l.usedLocked(c)
-		for _, k := range [...]struct{ used, cap int64 }{{used.req, l.share(lim.Requests)}, {used.tok, l.share(lim.Tokens)},
-			{used.in, l.share(lim.InputTokens)}, {used.out, l.share(lim.OutputTokens)}} {
+		for _, k := range [...]struct{ used, cap int64 }{{used.req, lim.Requests}, {used.tok, lim.Tokens},
+			{used.in, lim.InputTokens}, {used.out, lim.OutputTokens}} {
 			if k.cap > 0 {
 				u = max(u, float64(k.used)/float64(k.cap))
 			}
