@@ -431,11 +431,21 @@ type memStore struct {
 	mu    sync.Mutex
 	c     map[string]quota.Totals
 	syncs int
+	down  bool // Sync fails, as when Redis is unreachable
+}
+
+func (m *memStore) setDown(down bool) {
+	m.mu.Lock()
+	m.down = down
+	m.mu.Unlock()
 }
 
 func (m *memStore) Sync(_ context.Context, ds []quota.Delta) ([]quota.Totals, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.down {
+		return nil, errors.New("store unreachable")
+	}
 	m.syncs++
 	out := make([]quota.Totals, len(ds))
 	for i, d := range ds {
@@ -455,34 +465,59 @@ func (m *memStore) Live() int { return 3 }
 // together: offered twice the limit at 100 requests/s each, they settle about the limit, over
 // it by what the others admitted within one sync interval.
 func TestQuotaSharedAcrossReplicas(t *testing.T) {
+	settled, limit, reservation := sharedRun(t, 2*time.Second, false)
+	// Within one sync interval each replica admits against totals up to 50 ms old: at most
+	// what the other two admit in that time may pass the limit.
+	if slack := int64(2 * 100 / 20 * reservation); settled > limit+slack {
+		t.Fatalf("settled %d tokens, over the limit %d by more than the other replicas' admissions in one interval (%d)", settled, limit, slack)
+	}
+}
+
+// With the store unreachable for a quarter of the window, each replica enforces its share of
+// the limit on its own use (and the cluster's use as last seen), and pushes what accrued
+// when the store returns: the over-grant stays within 10% of the limit.
+func TestQuotaSharedStoreOutage(t *testing.T) {
+	settled, limit, _ := sharedRun(t, 4*time.Second, true)
+	if settled > limit+limit/10 {
+		t.Fatalf("settled %d tokens with the store down for a quarter of the window: over the limit %d by more than 10%%", settled, limit)
+	}
+}
+
+// sharedRun offers three gateways sharing a quota 100 requests/s each for one window of span
+// (the store down for its second quarter if outage) and returns the tokens settled, the
+// limit (half the reservations offered) and one request's reservation.
+func sharedRun(t *testing.T, span time.Duration, outage bool) (settled, limit, reservation int64) {
 	stub := &exactStub{rng: rand.New(rand.NewPCG(5, 6))}
 	backend := fakeBackend(t, stub.chat)
 	store := &memStore{c: map[string]quota.Totals{}}
 	const (
 		replicas = 3
 		perSec   = 100
-		run      = 2 * time.Second
 		maxOut   = 50
 	)
+	run := span - 200*time.Millisecond // all of it in one window
 	body := func(i int) string {
 		return fmt.Sprintf(`{"model":"m","max_tokens":%d,"messages":[{"role":"user","content":"request %d: %s"}]}`, maxOut, i, strings.Repeat("words ", 10))
 	}
 	req, _ := openai.Parse([]byte(body(0)), openai.Chat, openai.ParseLimits{})
 	p, _ := proxy.BytesTokenizer{}.Tokenize(context.Background(), nil, req)
-	reservation := int64(p.Tokens + maxOut)
-	n := replicas * perSec * int(run/time.Second)
-	limit := int64(n) * reservation / 2 // half the reservations offered; answers use half of max_tokens on average
+	reservation = int64(p.Tokens + maxOut)
+	perReplica := int(float64(perSec) * run.Seconds())
+	n := replicas * perReplica
+	limit = int64(n) * reservation / 2 // half the reservations offered; answers use half of max_tokens on average
 	var bases []string
 	for range replicas {
-		l, err := quota.New(quota.Options{Limits: []quota.Limit{{Window: time.Hour, Tokens: limit}}, Shared: store, Interval: 50 * time.Millisecond})
+		l, err := quota.New(quota.Options{Limits: []quota.Limit{{Window: span, Tokens: limit}}, Shared: store, Interval: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, base := startHandler(t, proxy.Options{Backends: []proxy.Backend{{URL: backend.URL}}, Quota: l, ScrapeInterval: 20 * time.Millisecond})
 		bases = append(bases, base)
 	}
-	if untilHour := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); untilHour < time.Minute {
-		time.Sleep(untilHour + 10*time.Millisecond)
+	freshWindow(span)
+	if outage {
+		time.AfterFunc(span/4, func() { store.setDown(true) })
+		time.AfterFunc(span/2, func() { store.setDown(false) })
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -492,7 +527,7 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 			tick := time.NewTicker(time.Second / perSec)
 			defer tick.Stop()
 			var inner sync.WaitGroup
-			for i := range perSec * int(run/time.Second) {
+			for i := range perReplica {
 				<-tick.C
 				inner.Go(func() {
 					resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body(k*100000+i)))
@@ -512,20 +547,15 @@ func TestQuotaSharedAcrossReplicas(t *testing.T) {
 	}
 	wg.Wait()
 	stub.mu.Lock()
-	settled := stub.settled
+	settled = stub.settled
 	stub.mu.Unlock()
 	store.mu.Lock()
 	syncs := store.syncs
 	store.mu.Unlock()
-	over := 100 * (float64(settled)/float64(limit) - 1)
-	t.Logf("%d replicas × %d requests/s for %v: limit %d tokens (reservation %d), settled %d (%+.2f%%), answers %v, %d syncs (%.2f per request)",
-		replicas, perSec, run, limit, reservation, settled, over, codes, syncs, float64(syncs)/float64(n))
+	t.Logf("%d replicas × %d requests/s for %v (store down %v): limit %d tokens (reservation %d), settled %d (%+.2f%%), answers %v, %d syncs (%.2f per request)",
+		replicas, perSec, run, outage, limit, reservation, settled, 100*(float64(settled)/float64(limit)-1), codes, syncs, float64(syncs)/float64(n))
 	if codes[http.StatusTooManyRequests] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests] != n {
 		t.Fatalf("answers %v: want only 200s and 429s, some of each", codes)
 	}
-	// Within one sync interval each replica admits against totals up to 50 ms old: at most
-	// what the other two admit in that time may pass the limit.
-	if slack := int64(2 * perSec / 20 * int(reservation)); settled > limit+slack {
-		t.Fatalf("settled %d tokens, over the limit %d by more than the other replicas' admissions in one interval (%d)", settled, limit, slack)
-	}
+	return settled, limit, reservation
 }
