@@ -30,6 +30,7 @@ import (
 	_ "github.com/usher-llm/usher/proxy/healthcheck"
 	_ "github.com/usher-llm/usher/proxy/kvfeed"
 	_ "github.com/usher-llm/usher/proxy/openai"
+	_ "github.com/usher-llm/usher/proxy/quota"
 	_ "github.com/usher-llm/usher/proxy/tokenizer"
 	_ "github.com/usher-llm/usher/replica"
 	_ "github.com/usher-llm/usher/routing"
