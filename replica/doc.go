@@ -37,6 +37,29 @@
 // events itself (prefixcache/kvevents), so each index follows the engines directly. Load,
 // placements and usage are shared as above either way.
 //
+// # Quotas
+//
+// A gateway's quota Limiter (package proxy/quota) counts each tenant's requests and tokens per
+// window locally and, every interval of its own Run, syncs what it counted with the cluster's
+// counters (gateway/replicaext's Quota gives it this replica's store). A counter is a hash
+// usher:{cluster}:quota:<key>:<window start, Unix ms>, under the cluster's hash tag so that
+// one script's keys share a slot on a Redis Cluster. A Sync is one EVALSHA (the script is
+// loaded on first use and again after NOSCRIPT: a restart or SCRIPT FLUSH) that, for each
+// counter, sets this replica's cumulative use in fields r:<id>:<incarnation> and
+// t:<id>:<incarnation>, adds the change to the totals in fields r and t, sets the key to
+// expire at the window's end plus the span (at most a minute: time for the last Syncs and
+// for the clocks to disagree), and returns the totals. Cumulative values make a Sync
+// idempotent (a Sync whose answer was lost is sent again without counting twice) and let each
+// replica restore its part after Redis lost the counters; the incarnation, random per process,
+// keeps a gateway restarted under the same id from overwriting its predecessor's part.
+//
+// The counters are fixed windows, as the Limiter's are: the window and its reset are what the
+// rate-limit headers report, and a fixed window's counter takes batched deltas as they come.
+// GCRA keeps one theoretical arrival time per limit that every request must move: batching
+// would make it a sum of deltas in all but name, and a per-request update would put Redis on
+// the request path. A sliding window costs two counters per limit for a smoother edge that
+// the headers cannot express.
+//
 // # When Redis is down or slow
 //
 // No request waits on Redis and none fails because of it. Each round trip is bounded by
