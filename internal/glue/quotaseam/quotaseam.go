@@ -1,0 +1,74 @@
+// Package quotaseam is the seam between package proxy/quota and the request path of package
+// proxy: what a Handler asks a quota.Limiter for each request (a reservation at admission, a
+// settlement at the end) and what it answers with (the rate-limit headers, a 429). An embedder
+// configures a Limiter and hands it to proxy.Options; the reservation itself is the Handler's
+// business, so it is not the Limiter's API. Package quota installs the functions at init; they
+// take a *quota.Limiter as an any (quotaseam cannot import quota, which imports it) and panic
+// on anything else, a bug in the module.
+package quotaseam
+
+import "time"
+
+// MaxLimits bounds the limits that apply to one tenant (named or default), so that a Grant
+// holds its reservation in fixed arrays.
+const MaxLimits = 16
+
+// Ask is one request as the Limiter weighs it at admission.
+type Ask struct {
+	Tenant string // the Identity's tenant (after the tenant cap folded it)
+	Model  string // the model the request names
+	Band   int
+	// PromptTokens is the prompt's estimated length; OutputTokens the request's max_tokens,
+	// 0 when it gave none (the Limiter then reserves its learned expectation).
+	PromptTokens, OutputTokens int64
+	Now                        time.Time
+}
+
+// Usage is what a request used, as it settles: prompt tokens (Cached of them read from the
+// cache) and output tokens.
+type Usage struct{ Prompt, Cached, Output int64 }
+
+// Cap is the tightest limit of one kind that applied to a request: its size, what remained of
+// it after the request's reservation, and when its window refills. Limit 0: none applied.
+type Cap struct {
+	Limit, Remaining int64
+	Reset            time.Duration
+}
+
+// Grant is a Limiter's answer to an Ask: the headers' values, a refusal, and the reservation
+// to settle. The zero Grant holds nothing; Settle on it is a no-op.
+type Grant struct {
+	// Requests, Tokens, Input and Output are the tightest caps of each kind (weighted tokens,
+	// uncached input tokens, output tokens).
+	Requests, Tokens, Input, Output Cap
+	// Refused says the request does not fit: Message names the limit, RetryAfter is the time
+	// until its window refills. A refused Grant holds nothing.
+	Refused    bool
+	Message    string
+	RetryAfter time.Duration
+
+	// The reservation, read only by the Limiter: its tenant's state, the counters it holds
+	// (positions and windows), and what it reserved in each.
+	Ref         any
+	N           int
+	Pos         [MaxLimits]uint8
+	Window      [MaxLimits]int64
+	Held        Held // what it reserved in each
+	LearnOutput bool // the request gave no max_tokens: its output teaches the expectation
+}
+
+// Installed by package proxy/quota.
+var (
+	// Reserve weighs a on the Limiter l and fills g: refused (holding nothing), or admitted
+	// with its reservation held in each counter that applies. It does not block on I/O and
+	// does not allocate once the tenant is known; O(limits of the tenant).
+	Reserve func(l any, a *Ask, g *Grant)
+	// Settle closes g's reservation with what the request used, in the windows it was
+	// admitted in (a window that has ended is left alone). Exactly once per admitted Grant;
+	// a no-op on a refused or zero Grant.
+	Settle func(g *Grant, u Usage)
+)
+
+// Held is what a Grant reserved in each of its counters: weighted tokens, uncached input
+// tokens and output tokens (and one request).
+type Held struct{ Tokens, In, Out int64 }
