@@ -43,9 +43,10 @@
 // window locally and, every interval of its own Run, syncs what it counted with the cluster's
 // counters (gateway/replicaext's Quota gives it this replica's store). A counter is a hash
 // usher:{cluster}:quota:<key>:<window start, Unix ms>, under the cluster's hash tag so that
-// one script's keys share a slot on a Redis Cluster. A Sync is one EVALSHA (the script is
-// loaded on first use and again after NOSCRIPT: a restart or SCRIPT FLUSH) that, for each
-// counter, sets this replica's cumulative use in fields r:<id>:<incarnation> and
+// one script's keys share a slot on a Redis Cluster. A Sync is one round trip: an EVALSHA per
+// 512 counters, pipelined (the script is loaded on first use and again after NOSCRIPT: a
+// restart or SCRIPT FLUSH; Redis runs nothing else during a script, hence the batches). For
+// each counter the script sets this replica's cumulative use in fields r:<id>:<incarnation> and
 // t:<id>:<incarnation>, adds the change to the totals in fields r and t, sets the key to
 // expire at the window's end plus the span (at most a minute: time for the last Syncs and
 // for the clocks to disagree), and returns the totals. Cumulative values make a Sync

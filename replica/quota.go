@@ -54,10 +54,11 @@ type cumulative struct {
 	expires int64
 }
 
-// quotaScript sets this replica's cumulative use of each counter (fields r:<id> and t:<id>
-// of the counter's hash), adds the difference from what it had set before to the
-// counter's totals (fields r and t), extends the key's life to its window's end plus the
-// grace, and returns the totals, two integers per key. Setting a cumulative value rather
+// quotaScript sets this replica's cumulative use of each counter (fields r:<self> and
+// t:<self> of the counter's hash), adds the difference from what it had set before to the
+// counter's totals (fields r and t), sets the key to expire at its window's end plus the
+// grace when this replica's fields are new, and returns the totals, two integers per key:
+// two commands per counter (HMGET, HSET), three the first time. Setting a cumulative value rather
 // than adding a delta makes a Sync idempotent — a Sync whose answer was lost is sent again
 // without counting twice — and lets each replica restore its part of the totals after
 // Redis lost them (a restart without persistence, a failover).
@@ -70,17 +71,15 @@ local out = {}
 for i, k in ipairs(KEYS) do
   local a = 3 * i - 1
   local r, t = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local old = redis.call('HMGET', k, fr, ft)
-  local dr, dt = r - (tonumber(old[1]) or 0), t - (tonumber(old[2]) or 0)
-  if dr ~= 0 or dt ~= 0 then
-    redis.call('HSET', k, fr, ARGV[a], ft, ARGV[a + 1])
-    out[2 * i - 1] = redis.call('HINCRBY', k, 'r', dr)
-    out[2 * i] = redis.call('HINCRBY', k, 't', dt)
-    redis.call('PEXPIREAT', k, ARGV[a + 2])
-  else
-    local cur = redis.call('HMGET', k, 'r', 't')
-    out[2 * i - 1], out[2 * i] = tonumber(cur[1]) or 0, tonumber(cur[2]) or 0
+  local v = redis.call('HMGET', k, fr, ft, 'r', 't')
+  local tr = (tonumber(v[3]) or 0) + r - (tonumber(v[1]) or 0)
+  local tt = (tonumber(v[4]) or 0) + t - (tonumber(v[2]) or 0)
+  if r ~= (tonumber(v[1]) or 0) or t ~= (tonumber(v[2]) or 0) then
+    if redis.call('HSET', k, fr, ARGV[a], ft, ARGV[a + 1], 'r', tr, 't', tt) > 0 then
+      redis.call('PEXPIREAT', k, ARGV[a + 2])
+    end
   end
+  out[2 * i - 1], out[2 * i] = tr, tt
 end
 return out
 `
@@ -105,9 +104,9 @@ func newQuotaStore(r *Replica) *quotaStore {
 // Live implements replicapeer.Quota: this replica and its live peers, as last seen. O(1).
 func (q *quotaStore) Live() int { return int(max(q.r.live.Load(), 1)) }
 
-// Sync implements replicapeer.Quota: one EVALSHA (a SCRIPT LOAD first when Redis does not know the
-// script, after a restart or SCRIPT FLUSH) over all the deltas' counters, O(len(deltas)) here
-// and in Redis. Deltas for the same counter in one call are added together. On error nothing
+// Sync implements replicapeer.Quota: one round trip of EVALSHA, one per quotaBatch counters
+// (and a SCRIPT LOAD and the round trip again when Redis does not know the script, after a
+// restart or SCRIPT FLUSH), O(len(deltas)) here and in Redis. Deltas for the same counter in one call are added together. On error nothing
 // is counted: the caller sends the deltas again with the next Sync.
 func (q *quotaStore) Sync(ctx context.Context, deltas []replicapeer.QuotaDelta) ([]replicapeer.QuotaTotals, error) {
 	if len(deltas) == 0 {
@@ -120,7 +119,7 @@ func (q *quotaStore) Sync(ctx context.Context, deltas []replicapeer.QuotaDelta) 
 
 	// Each counter's new cumulative use: what Redis acknowledged plus this call's deltas.
 	// at maps a counter to its slot in keys (a counter named twice is sent once).
-	q.keys, q.args, q.next = q.keys[:0], append(q.args[:0], q.self), q.next[:0]
+	q.keys, q.args, q.next = q.keys[:0], q.args[:0], q.next[:0]
 	slot := make([]int, len(deltas))
 	at := make(map[counterID]int, len(deltas))
 	for i, d := range deltas {
@@ -140,15 +139,17 @@ func (q *quotaStore) Sync(ctx context.Context, deltas []replicapeer.QuotaDelta) 
 		slot[i] = j
 	}
 	for j, c := range q.next {
-		q.args[1+3*j], q.args[2+3*j] = c.Requests, c.Tokens
+		q.args[3*j], q.args[3*j+1] = c.Requests, c.Tokens
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, q.r.o.IOTimeout)
 	defer cancel()
-	res, err := q.script.EvalSha(cctx, q.r.o.Client, q.keys, q.args...).Int64Slice()
+	res, err := q.runLocked(cctx)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Redis lost the script (a restart, SCRIPT FLUSH): load it and send everything
+		// again, which the cumulative values make safe for the batches that did run.
 		if err = q.script.Load(cctx, q.r.o.Client).Err(); err == nil {
-			res, err = q.script.EvalSha(cctx, q.r.o.Client, q.keys, q.args...).Int64Slice()
+			res, err = q.runLocked(cctx)
 		}
 	}
 	q.r.outcome(err)
@@ -166,6 +167,42 @@ func (q *quotaStore) Sync(ctx context.Context, deltas []replicapeer.QuotaDelta) 
 		totals[i] = replicapeer.QuotaTotals{Requests: res[2*j], Tokens: res[2*j+1]}
 	}
 	return totals, nil
+}
+
+// quotaBatch bounds the counters of one script: Redis runs nothing else while a script runs,
+// so a Sync of many counters is cut into scripts of this many, pipelined in one round trip.
+const quotaBatch = 512
+
+// runLocked runs the script over q.keys and q.args, quotaBatch counters a script, in one
+// pipelined round trip, and returns the totals, two per counter. On error nothing is
+// committed here; batches that did run have set the same cumulative values the next Sync
+// sends again, so the totals count each delta once however a Sync failed.
+func (q *quotaStore) runLocked(ctx context.Context) ([]int64, error) {
+	pipe := q.r.o.Client.Pipeline()
+	cmds := make([]*redis.Cmd, 0, (len(q.keys)+quotaBatch-1)/quotaBatch)
+	for a := 0; a < len(q.keys); a += quotaBatch {
+		b := min(a+quotaBatch, len(q.keys))
+		args := make([]any, 0, 1+3*(b-a))
+		args = append(append(args, q.self), q.args[3*a:3*b]...)
+		cmds = append(cmds, q.script.EvalSha(ctx, pipe, q.keys[a:b], args...))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, c := range cmds {
+			if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				return nil, err
+			}
+		}
+		return nil, err
+	}
+	res := make([]int64, 0, 2*len(q.keys))
+	for _, c := range cmds {
+		vals, err := c.Int64Slice()
+		if err != nil {
+			return nil, err
+		}
+		res = append(res, vals...)
+	}
+	return res, nil
 }
 
 // expiryAfter is how long after its window's start a counter of span s is kept: the window

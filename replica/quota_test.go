@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/usher-llm/usher/internal/glue/replicapeer"
 	"github.com/usher-llm/usher/internal/redistest"
 )
@@ -81,14 +83,21 @@ func TestQuotaSync(t *testing.T) {
 		t.Error("Quota returned two stores")
 	}
 	// Every key sits under the cluster's hash tag, so one script's keys share a slot.
-	keys, err := client(addr).Keys(context.Background(), "*quota*").Result()
+	keys, err := client(addr).Keys(context.Background(), "*quota-sync*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	counters := 0
 	for _, k := range keys {
-		if strings.Contains(k, "quota-sync") && !strings.HasPrefix(k, "usher:{quota-sync}:quota:") {
-			t.Errorf("key %q is not under usher:{quota-sync}:quota:", k)
+		if strings.Contains(k, ":quota:") {
+			counters++
+			if !strings.HasPrefix(k, "usher:{quota-sync}:quota:") {
+				t.Errorf("key %q is not under usher:{quota-sync}:quota:", k)
+			}
 		}
+	}
+	if counters != 5 {
+		t.Errorf("%d counters in Redis (%q), want 5", counters, keys)
 	}
 }
 
@@ -136,7 +145,24 @@ func TestQuotaNoScript(t *testing.T) {
 	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	wantTotals(t, "after SCRIPT FLUSH", syncOK(t, a.rep.quota, d), replicapeer.QuotaTotals{Requests: 2, Tokens: 20})
+	wantTotals(t, "after SCRIPT FLUSH", syncOK(t, a.rep.quota, d), tt(2, 20))
+
+	// More counters than one script takes: several scripts in one round trip, after another
+	// flush; each delta counted once.
+	many := make([]replicapeer.QuotaDelta, 3*quotaBatch/2)
+	for i := range many {
+		many[i] = replicapeer.QuotaDelta{Key: "k" + strconv.Itoa(i), Window: w, Span: time.Minute, Requests: 1, Tokens: int64(i)}
+	}
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	syncOK(t, a.rep.quota, many...)
+	got := syncOK(t, a.rep.quota, many...)
+	for i, g := range got {
+		if g != tt(2, int64(2*i)) {
+			t.Fatalf("counter %d of %d: %+v, want %+v", i, len(many), g, tt(2, int64(2*i)))
+		}
+	}
 }
 
 // TestQuotaOutage: with Redis down Sync fails and Live keeps the last count of replicas; the
@@ -218,4 +244,51 @@ func TestQuotaTimeout(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Sync with a cancelled context: %v, want context.Canceled", err)
 	}
+}
+
+// BenchmarkQuotaSync is one Sync (one EVALSHA round trip to a loopback redis-server) of n
+// counters, each with a change, as a Limiter's Run sends every Interval.
+func BenchmarkQuotaSync(b *testing.B) {
+	srv := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 5 * time.Second, ContextTimeoutEnabled: true})
+	defer c.Close()
+	for _, n := range []int{1, 16, 256, 4096} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			r, err := New(Options{ID: "bench", Cluster: "bench-" + strconv.Itoa(n), Client: c, IOTimeout: 5 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := time.Now().Truncate(time.Minute).UnixMilli()
+			deltas := make([]replicapeer.QuotaDelta, n)
+			for i := range deltas {
+				deltas[i] = replicapeer.QuotaDelta{Key: "tenant-" + strconv.Itoa(i) + "|model|0|60000", Window: w, Span: time.Minute, Requests: 1, Tokens: 200}
+			}
+			b.ReportAllocs()
+			usec := evalshaMicros(b, c)
+			for b.Loop() {
+				if _, err := r.quota.Sync(context.Background(), deltas); err != nil {
+					b.Fatal(err)
+				}
+			}
+			usec = evalshaMicros(b, c) - usec
+			b.ReportMetric(float64(n), "deltas/flush")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/flush")
+			b.ReportMetric(float64(usec)/float64(b.N), "redis-µs/flush")
+		})
+	}
+}
+
+// evalshaMicros is the time Redis spent in EVALSHA so far (INFO commandstats), µs.
+func evalshaMicros(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(info, "cmdstat_evalsha:")
+	if !ok {
+		return 0
+	}
+	_, rest, _ = strings.Cut(rest, "usec=")
+	n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+	return n
 }

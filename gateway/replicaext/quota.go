@@ -12,8 +12,8 @@ import (
 // Limiter, so that the replicas of a cluster enforce one limit together. Every call for the
 // same r returns a view of the same store.
 //
-//   - Sync is one round trip, off the request path: one script, which Redis runs atomically
-//     over all the deltas, sets this replica's cumulative use of each counter in its window
+//   - Sync is one round trip, off the request path: one script per 512 counters, which Redis
+//     runs atomically, sets this replica's cumulative use of each counter in its window
 //     and returns the cluster's totals. Sending cumulative values rather than the deltas
 //     themselves makes a Sync whose answer was lost safe to send again (nothing is counted
 //     twice), and lets each replica restore its part of the totals when Redis lost them (a
