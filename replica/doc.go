@@ -54,6 +54,22 @@
 // replica restore its part after Redis lost the counters; the incarnation, random per process,
 // keeps a gateway restarted under the same id from overwriting its predecessor's part.
 //
+// Cost, measured (gateway/replicaext's TestExactness with USHER_QUOTA_LONG=1: 3 replicas, 200
+// requests a second each, one tenant, a 60 s window): 0.10 EVALSHA and 0.26 Redis commands
+// per request for the quotas (the script's HMGET and HSET included; 0.80 with the replicas'
+// own exchange), counted with INFO commandstats. A Sync goes every Interval whatever the
+// traffic, so the figure per request falls as traffic rises, and grows with the tenants
+// active in a window (two commands per counter). BenchmarkQuotaSync, on a loopback server
+// of a loaded 2-core machine: 34 µs a Sync of 1 counter, 165 µs of 16, 1.9 ms of 256, 52 ms
+// of 4096 (of which Redis's own time 9 µs, 106 µs, 1.2 ms, 37 ms).
+//
+// The over-grant that measured: 0.09% of the limit (a token limit of half the tokens offered),
+// and 0.10% with Redis killed (SIGKILL, restarted empty) for 15 s of the window: while Sync
+// fails each Limiter enforces its share of the limit, and when Redis returns each replica's
+// first Sync restores its part of the totals. A store that added deltas would have lost the
+// first 15 s of the window's count with the restart (by estimate some 60% of the limit,
+// then granted again; not measured).
+//
 // The counters are fixed windows, as the Limiter's are: the window and its reset are what the
 // rate-limit headers report, and a fixed window's counter takes batched deltas as they come.
 // GCRA keeps one theoretical arrival time per limit that every request must move: batching
