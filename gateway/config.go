@@ -40,6 +40,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/healthcheck"
+	"github.com/usher-llm/usher/proxy/quota"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -169,6 +170,39 @@ type Config struct {
 	// MetricsListen.
 	MetricsListen    string `json:"metrics_listen"`
 	MetricsTokenFile string `json:"metrics_token_file"`
+	// Quota are the tenants' quotas (proxy.Options.Quota, package proxy/quota): Limits, token
+	// costs, and the Shared store a replication layer may set. No limits: no quotas. In
+	// JSON, with unknown keys an error and windows as duration strings:
+	//
+	//	"quota": {"input_cost": 1, "cached_cost": 0.1, "output_cost": 4, "limits": [
+	//	  {"window": "1m", "requests": 600, "tokens": 2000000},
+	//	  {"window": "24h", "requests": 50000},
+	//	  {"tenant": "team-a", "model": "llama-3-8b", "bands": [0, 1], "window": "1m",
+	//	   "tokens": 5000000, "input_tokens": 4000000, "output_tokens": 1000000}]}
+	//
+	// A limit without "tenant" is the default, which every tenant no limit names gets.
+	Quota quota.Options `json:"-"`
+}
+
+// quotaJSON is Config.Quota as LoadFile reads it: keys in snake case, windows as strings.
+type quotaJSON struct {
+	Limits     []quotaLimitJSON  `json:"limits"`
+	InputCost  float64           `json:"input_cost"`
+	CachedCost float64           `json:"cached_cost"`
+	OutputCost float64           `json:"output_cost"`
+	Interval   jsontime.Duration `json:"sync_interval"`
+}
+
+// quotaLimitJSON is a quota.Limit as LoadFile reads it.
+type quotaLimitJSON struct {
+	Tenant       string            `json:"tenant"`
+	Model        string            `json:"model"`
+	Bands        []int             `json:"bands"`
+	Window       jsontime.Duration `json:"window"`
+	Requests     int64             `json:"requests"`
+	Tokens       int64             `json:"tokens"`
+	InputTokens  int64             `json:"input_tokens"`
+	OutputTokens int64             `json:"output_tokens"`
 }
 
 // BackendSpec is a proxy.Backend by names. In the JSON config it is an object with these keys,
@@ -455,6 +489,7 @@ func (c *Config) LoadFile(path string) error {
 		HealthInterval jsontime.Duration   `json:"health_interval"`
 		SLO            map[int]sloTargets  `json:"slo"`
 		Pools          map[string]poolJSON `json:"pools"`
+		Quota          *quotaJSON          `json:"quota"`
 	}
 	raw.plain = plain(*c)
 	if c.SLO != nil {
@@ -479,7 +514,17 @@ func (c *Config) LoadFile(path string) error {
 	if err := dec.Decode(&raw); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
+	quotaOpts := c.Quota
 	*c = Config(raw.plain)
+	c.Quota = quotaOpts
+	if q := raw.Quota; q != nil {
+		c.Quota = quota.Options{InputCost: q.InputCost, CachedCost: q.CachedCost, OutputCost: q.OutputCost,
+			Interval: time.Duration(q.Interval), Shared: c.Quota.Shared, Now: c.Quota.Now}
+		for _, l := range q.Limits {
+			c.Quota.Limits = append(c.Quota.Limits, quota.Limit{Tenant: l.Tenant, Model: l.Model, Bands: l.Bands, Window: time.Duration(l.Window),
+				Requests: l.Requests, Tokens: l.Tokens, InputTokens: l.InputTokens, OutputTokens: l.OutputTokens})
+		}
+	}
 	for _, d := range durations {
 		*d.dst = time.Duration(*d.raw)
 	}
@@ -517,8 +562,8 @@ func (c *Config) LoadFile(path string) error {
 // Options validates c and builds the Handler options it describes: the index, the router
 // and the queue made here, the tokenizer and keyer it names, and the extensions its KV-event
 // and Redis settings need, from c.Registry (an error wrapping [ErrNoExtension] names the
-// setting whose extension is missing). Each extension's Prepare adjusts the index, session
-// table and keyer built here, as [proxy.New] lets it adjust its defaults; with the "replica"
+// setting whose extension is missing), and the quota Limiter of c.Quota. Each extension's
+// Prepare adjusts the index, session table, keyer and quota options built here, as [proxy.New] lets it adjust its defaults; with the "replica"
 // extension and no TenantSecretFile that is one Redis round trip, bounded by 2 s. A caller
 // may still replace any part (Tokenizer, say) before calling proxy.New.
 func (c Config) Options() (proxy.Options, error) {
@@ -554,6 +599,13 @@ func (c Config) Options() (proxy.Options, error) {
 			return bad("tenant %q band %d: want 0..%d", t, b, bands-1)
 		}
 	}
+	for i, l := range c.Quota.Limits {
+		for _, b := range l.Bands {
+			if b < 0 || b >= bands {
+				return bad("quota.limits[%d].bands: band %d: want 0..%d", i, b, bands-1)
+			}
+		}
+	}
 	var slo map[int]routing.Latency
 	for b, t := range c.SLO {
 		if b < 0 || b >= bands || t.TTFT < 0 || t.TPOT < 0 {
@@ -578,6 +630,13 @@ func (c Config) Options() (proxy.Options, error) {
 		SLOShedAbove:    c.SLOShedAbove,
 
 		MetricsElsewhere: c.MetricsListen != "",
+	}
+	if len(c.Quota.Limits) == 0 && c.Quota.Shared != nil {
+		return bad("quota: a Shared store without limits")
+	} else if len(c.Quota.Limits) > 0 {
+		if _, err := quota.New(c.Quota); err != nil { // validated before any extension's Prepare
+			return proxy.Options{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
+		}
 	}
 	urls := make([]string, len(c.Backends))
 	names := make(map[string]bool, len(c.Backends))
@@ -661,9 +720,19 @@ func (c Config) Options() (proxy.Options, error) {
 		Secret: secret, TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader,
 		TenantBands: c.TenantBands, DefaultBand: c.DefaultBand, MaxTenants: c.MaxTenants,
 	}
+	var qo *quota.Options // the extensions may set its Shared store
+	if len(c.Quota.Limits) > 0 {
+		q := c.Quota
+		qo = &q
+	}
 	for _, e := range o.Extensions {
-		if err := e.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko}); err != nil {
+		if err := e.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko, Quota: qo}); err != nil {
 			return proxy.Options{}, err
+		}
+	}
+	if qo != nil {
+		if o.Quota, err = quota.New(*qo); err != nil {
+			return proxy.Options{}, fmt.Errorf("%w: %w", proxy.ErrInvalidOptions, err)
 		}
 	}
 	keyer, err := proxy.NewKeyer(ko)

@@ -9,6 +9,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy/quota"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/session"
 )
@@ -70,6 +71,11 @@ type Defaults struct {
 	// set. Replicas must derive an API key's tenant alike, so a replication layer sets its
 	// Secret when none is given.
 	Keyer *KeyerOptions
+	// Quota configures the quota Limiter package gateway builds from its configuration
+	// (quota.New, handed to [Options].Quota); nil when no quota is configured, and always
+	// from [New], which builds no Limiter. A replication layer sets its Shared store, so that
+	// the replicas hold each tenant's quota together.
+	Quota *quota.Options
 }
 
 // kvPublishers lists the KV-event publishers the Backends name.

@@ -22,6 +22,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
+	"github.com/usher-llm/usher/internal/glue/quotaseam"
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/openai"
 	"github.com/usher-llm/usher/routing"
@@ -66,6 +67,9 @@ type exchange struct {
 	// targets are the request's latency targets (Options.SLO, trusted headers); the queue's
 	// Request.Value points here when any is set (sloTarget).
 	targets routing.Latency
+	// quota is the request's reservation and the rate-limit headers' values (Options.Quota);
+	// settled once, by settleQuota.
+	quota quotaseam.Grant
 
 	mu      sync.Mutex
 	pick    routing.Result // the current attempt's
@@ -143,6 +147,7 @@ func (h *Handler) Rewrite(pr *httputil.ProxyRequest) {
 			Message: "the chosen backend has no usable address"}
 	}
 	if err != nil {
+		ex.settleQuota() // a reservation, if one was made, returns whole
 		ex.rejected = err
 		ctx, cancel := context.WithCancelCause(ctx)
 		cancel(errRejected)
@@ -242,6 +247,18 @@ func (ex *exchange) begin(in *http.Request, ep openai.API) *openai.Error {
 	var e *openai.Error
 	if ex.targets, e = h.slo.Targets(in.Header, ex.id.Band); e != nil {
 		return e
+	}
+	if h.quota != nil {
+		a := quotaseam.Ask{Tenant: ex.id.Tenant, Model: req.Model, Band: ex.id.Band,
+			PromptTokens: int64(prompt.Tokens), OutputTokens: int64(req.MaxTokens), Now: ex.arrival}
+		if ep == openai.Embeddings {
+			a.OutputTokens = -1
+		}
+		quotaseam.Reserve(h.quota, &a, &ex.quota)
+		if ex.quota.Refused {
+			ex.retryAfter = ex.quota.RetryAfter
+			return &openai.Error{Status: http.StatusTooManyRequests, Type: openai.TypeRateLimit, Code: "rate_limit_exceeded", Message: ex.quota.Message}
+		}
 	}
 	if ex.id.Session != "" { // sessionless traffic must not look like one long session
 		ex.routeSession = ex.id.Tenant + "/" + ex.id.Session
@@ -589,6 +606,7 @@ func (h *Handler) ModifyResponse(resp *http.Response) error {
 		setRequestID(resp.Header, ex.rid, anthropicPath(ex.path))
 	}
 	ex.bodyStarted()
+	quotaHeaders(resp.Header, ex.ep, &ex.quota, ex.arrival)
 	switch {
 	case resp.StatusCode >= http.StatusBadRequest:
 		ex.setErr(fmt.Errorf("proxy: backend %s answered %s", ex.backend, resp.Status), statusFailure(resp))
@@ -669,6 +687,7 @@ func (h *Handler) ErrorHandler(w http.ResponseWriter, r *http.Request, err error
 	var ep openai.API
 	if ex != nil {
 		ep = ex.ep
+		quotaHeaders(w.Header(), ep, &ex.quota, ex.arrival)
 	}
 	openaiwire.WriteErrorFor(w, ep, oe) // each API's errors in its own shape
 }
@@ -747,6 +766,7 @@ func (ex *exchange) finish(err error) {
 	if ex.admitted {
 		ex.ticket.Done(ex.usage)
 	}
+	ex.settleQuota()
 	if ex.cancel != nil {
 		ex.cancel(nil)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/glue/openaiwire"
+	"github.com/usher-llm/usher/internal/glue/quotaseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/lograte"
@@ -35,6 +36,7 @@ import (
 	"github.com/usher-llm/usher/prefixcache"
 	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/proxy/quota"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -408,6 +410,17 @@ type Options struct {
 	// Logger receives what goes wrong in the background (KV events, scrapes). Nil:
 	// slog.Default().
 	Logger *slog.Logger
+	// Quota, if set, holds the tenants' quotas (package proxy/quota): every request of the
+	// pipeline reserves its expected tokens at admission, before the queue, and settles to
+	// what it used when it ends; a request that does not fit is answered 429 at once, naming
+	// the limit, with Retry-After the time until its window refills (Anthropic's error shape
+	// on /v1/messages). Answers carry the rate-limit headers of their API: OpenAI's
+	// x-ratelimit-limit-requests, -limit-tokens, -remaining-requests, -remaining-tokens,
+	// -reset-requests and -reset-tokens (durations such as 1s or 6m0s), Anthropic's
+	// anthropic-ratelimit-requests-*, -tokens-*, -input-tokens-* and -output-tokens-*
+	// (-limit, -remaining, -reset as an RFC 3339 time) on /v1/messages. Run runs the
+	// Limiter's Run. Nil: no quotas, no headers.
+	Quota *quota.Limiter
 	// Extensions run beside the Handler and feed it: proxy/kvfeed follows the backends'
 	// KV events (required when a Backend names KVEvents or KVPod), gateway/replicaext keeps
 	// the gateway in step with its peers through Redis (package replica). New calls each
@@ -446,6 +459,7 @@ type Handler struct {
 	registry  *prometheus.Registry
 	scraper   *metrics.Scraper // nil without Backends
 	exts      []Extension
+	quota     *quota.Limiter // nil: no quotas
 	// kvFollowed is set by proxyseam.FollowKVEvents, from an extension's Attach.
 	kvFollowed atomic.Bool
 	limit      int // the default queue's MaxInFlight; 0 with Options.Queue
@@ -510,6 +524,7 @@ func New(opts Options) (*Handler, error) {
 		maxBody:   opts.MaxBodyBytes,
 		maxHeader: opts.MaxHeaderBytes,
 		bands:     opts.Bands,
+		quota:     opts.Quota,
 
 		metricsElsewhere: opts.MetricsElsewhere,
 	}
@@ -690,6 +705,9 @@ func New(opts Options) (*Handler, error) {
 	h.registry.MustRegister(h.usher, h.adapters, gatewaymetrics.ClampedScores(h.router, nil))
 	if h.scraper != nil {
 		h.registry.MustRegister(h.scraper)
+	}
+	if h.quota != nil {
+		h.registry.MustRegister(quotaseam.Collector(h.quota))
 	}
 	for _, e := range h.exts {
 		if err := e.Attach(h); err != nil {
@@ -921,12 +939,16 @@ func (h *Handler) Start(ctx context.Context) {
 	h.publishStates()
 }
 
-// Run scrapes the backends, follows their KV events, refreshes their model lists and runs the
-// active health checks (Options.HealthChecks) until ctx ends. It returns the first error of a background task that failed for another reason
+// Run scrapes the backends, follows their KV events, refreshes their model lists, runs the
+// active health checks (Options.HealthChecks) and the quota Limiter's Run until ctx ends. It returns the first error of a background task that failed for another reason
 // than ctx ending; nil otherwise. Call it once.
 func (h *Handler) Run(ctx context.Context) error {
-	errc := make(chan error, 3+len(h.exts))
+	errc := make(chan error, 4+len(h.exts))
 	n := 0
+	if h.quota != nil {
+		n++
+		go func() { errc <- h.quota.Run(ctx) }()
+	}
 	if h.scraper != nil {
 		n += 2
 		go func() { errc <- h.scraper.Run(ctx) }()

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/usher-llm/usher/internal/glue/quotaseam"
 )
 
@@ -85,6 +87,7 @@ type Limiter struct {
 	live     atomic.Int64 // the replicas Shared reported live, ≥ 1
 
 	shards [shardCount]shard
+	tally  *tally
 
 	// Touched only by Run's goroutine.
 	tenants []*tenant
@@ -134,8 +137,10 @@ type tenant struct {
 
 	mu       sync.Mutex
 	ctr      []counter
-	inflight int  // reservations not settled
-	dead     bool // dropped from its shard: look it up again
+	inflight int   // reservations not settled
+	dead     bool  // dropped from its shard: look it up again
+	slot     int16 // its metrics' slot (0: "other")
+	refused  bool  // refused since it was created: the sweep may give it a slot
 }
 
 // New returns a Limiter of o, validated. It starts nothing: call Run.
@@ -152,9 +157,9 @@ func New(o Options) (*Limiter, error) {
 	}
 	switch {
 	case l.interval < 0:
-		return bad("Interval %v: want > 0", o.Interval)
+		return bad("sync_interval %v: want > 0", o.Interval)
 	case o.InputCost < 0 || o.CachedCost < 0 || o.OutputCost < 0 || math.IsNaN(o.InputCost+o.CachedCost+o.OutputCost) || math.IsInf(o.InputCost+o.CachedCost+o.OutputCost, 0):
-		return bad("costs (%v, %v, %v): want finite and ≥ 0", o.InputCost, o.CachedCost, o.OutputCost)
+		return bad("input_cost, cached_cost, output_cost (%v, %v, %v): want finite and ≥ 0", o.InputCost, o.CachedCost, o.OutputCost)
 	}
 	l.costs = [3]float64{o.InputCost, o.CachedCost, o.OutputCost}
 	if l.costs == [3]float64{} {
@@ -163,18 +168,18 @@ func New(o Options) (*Limiter, error) {
 	for i, lim := range o.Limits {
 		c := limit{Limit: lim, span: lim.Window.Milliseconds()}
 		c.Bands = append([]int(nil), lim.Bands...)
-		who := fmt.Sprintf("limit %d (tenant %q, model %q)", i, lim.Tenant, lim.Model)
+		who := fmt.Sprintf("limits[%d] (tenant %q, model %q)", i, lim.Tenant, lim.Model)
 		switch {
 		case lim.Window < time.Millisecond || lim.Window%time.Millisecond != 0:
-			return bad("%s: window %v: want whole milliseconds, at least 1ms", who, lim.Window)
+			return bad("%s.window %v: want whole milliseconds, at least 1ms", who, lim.Window)
 		case lim.Requests < 0 || lim.Tokens < 0 || lim.InputTokens < 0 || lim.OutputTokens < 0:
-			return bad("%s: negative requests or tokens", who)
+			return bad("%s: negative requests, tokens, input_tokens or output_tokens", who)
 		case lim.Requests == 0 && lim.Tokens == 0 && lim.InputTokens == 0 && lim.OutputTokens == 0:
 			return bad("%s: no requests, tokens, input_tokens or output_tokens to cap", who)
 		}
 		for _, b := range lim.Bands {
 			if b < 0 || b > 63 {
-				return bad("%s: band %d: want 0..63", who, b)
+				return bad("%s.bands: band %d: want 0..63", who, b)
 			}
 			c.bands |= 1 << b
 		}
@@ -198,6 +203,7 @@ func New(o Options) (*Limiter, error) {
 	for i := range l.shards {
 		l.shards[i].m = map[string]*tenant{}
 	}
+	l.tally = newTally()
 	l.expect.Store(256 * 16)
 	l.live.Store(1)
 	return l, nil
@@ -240,7 +246,7 @@ func (l *Limiter) lookup(name string) *tenant {
 		if !ok {
 			lims = l.defaults
 		}
-		t = &tenant{l: l, name: name, lims: lims, ctr: make([]counter, len(lims))}
+		t = &tenant{l: l, name: name, lims: lims, ctr: make([]counter, len(lims)), slot: l.tally.slotOf(name)}
 		sh.m[name] = t
 	}
 	return t
@@ -304,11 +310,13 @@ func (l *Limiter) weigh(prompt, cached, output int64) int64 {
 // reserve is quotaseam.Reserve.
 func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 	*g = quotaseam.Grant{}
-	if len(l.limits) == 0 {
-		return
+	if len(l.defaults) == 0 {
+		if _, named := l.named[a.Tenant]; !named {
+			return // no limit for this tenant: nothing to hold, no entry to keep
+		}
 	}
-	out := a.OutputTokens
-	if out <= 0 {
+	out := max(a.OutputTokens, 0)
+	if a.OutputTokens == 0 {
 		out = (l.expect.Load() + 15) / 16
 		g.LearnOutput = true
 	}
@@ -340,12 +348,21 @@ func (l *Limiter) reserve(a *quotaseam.Ask, g *quotaseam.Grant) {
 		if over := l.overLocked(lim, used, want); over != "" && reset > worst {
 			worst = reset
 			g.Refused, g.RetryAfter = true, reset
-			g.Message = fmt.Sprintf("Rate limit reached for tenant %q on %s (%s). Please try again in %v.", a.Tenant, lim.desc, over, reset)
+			wait := reset
+			if wait >= time.Second {
+				wait = (wait + time.Second - 1).Truncate(time.Second)
+			}
+			g.Message = fmt.Sprintf("Rate limit reached for tenant %q on %s (%s). Please try again in %v.", a.Tenant, lim.desc, over, wait)
 		}
 	}
 	// The headers: after this request's reservation, or (refused) the use as it stands.
+	sl := &l.tally.slots[t.slot]
 	if g.Refused {
 		want = vals{}
+		t.refused = true
+		sl.refused.Add(1)
+	} else {
+		sl.admitted.Add(1)
 	}
 	for i, li := range t.lims {
 		lim := &l.limits[li]
@@ -425,6 +442,7 @@ func (l *Limiter) settle(g *quotaseam.Grant, u quotaseam.Usage) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	l.tally.slots[t.slot].tokens.Add(used.tok)
 	t.inflight--
 	for k := range g.N {
 		c := &t.ctr[g.Pos[k]]
@@ -446,8 +464,10 @@ type syncRef struct {
 	window int64
 }
 
-// Run syncs with Options.Shared every Interval (when it is set) and drops the tenants whose
-// windows have all ended and that hold no reservation, until ctx ends; it returns ctx's
+// Run syncs with Options.Shared every Interval (when it is set) and, every second, drops the
+// tenants whose windows have all ended and that hold no reservation and gives the metrics'
+// tenant labels (20 at most, for the process's life) to tenants refused or at half a limit,
+// until ctx ends; it returns ctx's
 // error. Call it once. Sync runs here, never on a request's path; while it fails, admission
 // enforces each limit ÷ Shared.Live() on this replica's own use, and what accrued is pushed
 // when Sync succeeds again.
@@ -521,6 +541,11 @@ func (l *Limiter) sync(ctx context.Context) {
 	totals, err := l.shared.Sync(ctx, l.deltas)
 	ok := err == nil && len(totals) == len(l.deltas)
 	l.degraded.Store(!ok)
+	if ok {
+		l.tally.syncOK.Add(1)
+	} else {
+		l.tally.syncKO.Add(1)
+	}
 	for i, r := range l.refs {
 		r.t.mu.Lock()
 		c := &r.t.ctr[r.pos]
@@ -577,6 +602,8 @@ func (l *Limiter) sweep(now time.Time) {
 			if idle {
 				t.dead = true
 				delete(sh.m, name)
+			} else if t.slot == 0 && (t.refused || l.utilizationLocked(t, nowMs) >= 0.5) {
+				t.slot = l.tally.give(name)
 			}
 			t.mu.Unlock()
 		}
@@ -596,6 +623,7 @@ func (l *Limiter) tenantCount() int {
 	return n
 }
 
+// init installs the seam package proxy reads a Limiter through.
 func init() {
 	quotaseam.Reserve = func(l any, a *quotaseam.Ask, g *quotaseam.Grant) { l.(*Limiter).reserve(a, g) }
 	quotaseam.Settle = func(g *quotaseam.Grant, u quotaseam.Usage) {
@@ -603,4 +631,5 @@ func init() {
 			t.l.settle(g, u)
 		}
 	}
+	quotaseam.Collector = func(l any) prometheus.Collector { return collector{l.(*Limiter)} }
 }

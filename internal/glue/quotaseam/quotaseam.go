@@ -7,7 +7,11 @@
 // on anything else, a bug in the module.
 package quotaseam
 
-import "time"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // MaxLimits bounds the limits that apply to one tenant (named or default), so that a Grant
 // holds its reservation in fixed arrays.
@@ -19,7 +23,8 @@ type Ask struct {
 	Model  string // the model the request names
 	Band   int
 	// PromptTokens is the prompt's estimated length; OutputTokens the request's max_tokens,
-	// 0 when it gave none (the Limiter then reserves its learned expectation).
+	// 0 when it gave none (the Limiter then reserves its learned expectation), negative for a
+	// request without output (embeddings).
 	PromptTokens, OutputTokens int64
 	Now                        time.Time
 }
@@ -67,6 +72,8 @@ var (
 	// admitted in (a window that has ended is left alone). Exactly once per admitted Grant;
 	// a no-op on a refused or zero Grant.
 	Settle func(g *Grant, u Usage)
+	// Collector returns the Limiter l's metrics (usher_quota_*), for the Handler's registry.
+	Collector func(l any) prometheus.Collector
 )
 
 // Held is what a Grant reserved in each of its counters: weighted tokens, uncached input
