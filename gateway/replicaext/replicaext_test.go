@@ -52,6 +52,25 @@ func TestPrepare(t *testing.T) {
 			t.Errorf("no keyer: err %v", err)
 		}
 	}
+	// Quota options get the replica's store, unless they have one.
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	r, err := replica.New(replica.Options{ID: "gw-q", Cluster: cluster, Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := replicaext.Wrap(r)
+	var io prefixcache.Options
+	var sess session.AffinityOptions
+	qo := quota.Options{Limits: []quota.Limit{{Window: time.Minute, Tokens: 1000}}}
+	if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Quota: &qo}); err != nil || qo.Shared == nil {
+		t.Errorf("quota options: Shared %v, err %v; want the replica's store", qo.Shared, err)
+	}
+	own := replicaext.Quota(r)
+	qo.Shared = own
+	if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Quota: &qo}); err != nil || qo.Shared != own {
+		t.Errorf("quota options with a store: Shared %v, err %v; want it kept", qo.Shared, err)
+	}
 	if len(secrets[0]) != 32 || !bytes.Equal(secrets[0], secrets[1]) {
 		t.Errorf("the replicas' keyer secrets %x and %x, want one 32-byte secret", secrets[0], secrets[1])
 	}
