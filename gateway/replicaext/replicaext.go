@@ -5,7 +5,9 @@
 // [proxy.Options].Extensions (a picker in extproc's Options.Extensions, as examples/epp does
 // with -redis); a program configured by package gateway calls
 // [Register] on the [proxy.Registry] it hands the configuration, which then builds the
-// replica when it names a Redis server.
+// replica when it names a Redis server. [Quota] is the replica's store of the tenants' quota
+// counters, which the replicas of a cluster then enforce together: package gateway's quota
+// gets it through the extension, a quota Limiter built in code through its Options.Shared.
 //
 // It lives neither in package replica, which knows nothing of HTTP gateways and must not
 // import proxy, nor under proxy, whose packages never link a Redis client: it is the glue
