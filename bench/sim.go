@@ -11,10 +11,12 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/engine"
 	"github.com/usher-llm/usher/internal/glue/prefixpeer"
+	"github.com/usher-llm/usher/internal/glue/quotaseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/heap"
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
+	"github.com/usher-llm/usher/proxy/quota"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/latency"
@@ -286,6 +288,13 @@ type Config struct {
 	// router and its latency model follow a server that slows down. Nil: every server keeps
 	// its Profile's speed.
 	Slowdowns []Slowdown
+	// Quota are tenants' quotas, as proxy.Options.Quota holds them (package proxy/quota, its
+	// Now replaced by the virtual clock): a session is a tenant (its flow's name, "s" and
+	// the session; a request without one is a tenant of its own), and every gateway replica
+	// shares one Limiter, as replicas do that sync every instant. A request that does not fit
+	// is refused on arrival (RejectedCapacity), and a completed one settles to its prompt and
+	// output tokens. No limits: no quotas.
+	Quota quota.Options
 }
 
 // Slowdown makes one server's engine steps take Factor times as long as its profile says from
@@ -439,6 +448,7 @@ const (
 
 type simReq struct {
 	w          *Request
+	quota      *quotaseam.Grant // its reservation (Config.Quota); nil without quotas
 	idx        int32
 	state      uint8
 	gw         uint8 // the gateway replica it arrived at
@@ -519,6 +529,9 @@ type sim struct {
 	kvApply int64 // events applied (to every replica's index)
 
 	sync syncState // with several replicas: what they hand each other
+
+	quota        *quota.Limiter // Config.Quota's; nil without limits
+	quotaRefused int            // requests the quota refused
 
 	pd pdStats // disaggregated serving
 }
@@ -609,6 +622,14 @@ func newSim(w *Workload, c Config) (*sim, error) {
 	for i := range s.sess {
 		s.sess[i] = "s" + strconv.Itoa(i)
 		s.flows[i] = flowcontrol.FlowID(s.sess[i])
+	}
+	if len(c.Quota.Limits) > 0 {
+		qo := c.Quota
+		qo.Shared, qo.Now = nil, func() time.Time { return s.clock.now }
+		var err error
+		if s.quota, err = quota.New(qo); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 	}
 	s.states = make([]routing.BackendState, c.Servers)
 	// The first scrape publishes the backends before anything arrives.
@@ -861,6 +882,18 @@ func (s *sim) arrive(i int32) {
 		OutputTokens: flowcontrol.Tokens(r.w.OutputTokens),
 		Arrival:      s.clock.now,
 		Value:        r,
+	}
+	if s.quota != nil {
+		r.quota = new(quotaseam.Grant)
+		quotaseam.Reserve(s.quota, &quotaseam.Ask{Tenant: string(flow), Model: "m", PromptTokens: int64(r.w.PromptTokens),
+			OutputTokens: int64(r.w.OutputTokens), Now: s.clock.now}, r.quota)
+		if r.quota.Refused {
+			s.quotaRefused++
+			r.outcome = flowcontrol.RejectedCapacity
+			r.finish = s.now
+			s.end(r, rsShed)
+			return
+		}
 	}
 	r.targets = s.cfg.targetsOf(r.w)
 	if r.targets.TTFT > 0 {
@@ -1181,6 +1214,13 @@ func (s *sim) deliverKV() {
 // next turn.
 func (s *sim) end(r *simReq, st uint8) {
 	r.state = st
+	if r.quota != nil {
+		var u quotaseam.Usage // a request that never completed used nothing
+		if st == rsDone {
+			u = quotaseam.Usage{Prompt: int64(r.w.PromptTokens), Output: int64(r.w.OutputTokens)}
+		}
+		quotaseam.Settle(r.quota, u)
+	}
 	s.pending--
 	next := s.next[r.idx]
 	if next < 0 {

@@ -17,7 +17,9 @@
 //     own parameters pass. The backend gets the decoded body, without Content-Encoding;
 //  2. key: a FlowKeyer gives the request its Identity — tenant, session and band — from what
 //     the gateway trusts, never from what the client claims;
-//  3. hash: a Tokenizer turns the prompt into chained block hashes, once;
+//  3. hash: a Tokenizer turns the prompt into chained block hashes, once; with
+//     Options.Quota, the request then reserves its expected tokens in its tenant's quota, or
+//     is refused at once (see "Quotas");
 //  4. admit: the flowcontrol.Queue orders the request among the others by its Policy and
 //     holds it until the gate opens, its time limit passes or the client leaves;
 //  5. pick: the routing.Router chooses a backend from the prefix index and the fleet's load;
@@ -304,6 +306,29 @@
 // after the first token; a failure misses), shed (429 on arrival) or expired, and
 // usher_latency_prediction_error_seconds{target="ttft|tpot"} the model's absolute error on
 // the chosen backend.
+//
+// # Quotas
+//
+// Options.Quota (package proxy/quota) limits tenants by requests and tokens per window —
+// weighted tokens, input and output tokens, per tenant, model and band set, several windows
+// at once — on one gateway or across its replicas. A request reserves, before it waits in the
+// queue, one request and its prompt plus max_tokens (or the learned mean answer when it gives
+// none) in the window it arrives in; when it ends it settles there to what it used: the usage
+// the backend reported, the stream's chunks when it reported none, what a cancelled or failed
+// request used so far (its prompt, once a backend was tried). A request that does not fit is
+// refused at once: 429 rate_limit_error (Anthropic's shape on /v1/messages) whose message
+// names the tenant and the limit, with Retry-After the time until the window refills. Every
+// answer of the pipeline, 429s included, carries the tightest limits' headers: OpenAI's
+//
+//	x-ratelimit-limit-requests: 600          x-ratelimit-limit-tokens: 2000000
+//	x-ratelimit-remaining-requests: 599      x-ratelimit-remaining-tokens: 1998720
+//	x-ratelimit-reset-requests: 42s          x-ratelimit-reset-tokens: 42s
+//
+// and on /v1/messages Anthropic's anthropic-ratelimit-requests-limit, -requests-remaining,
+// -requests-reset, the -tokens-, -input-tokens- and -output-tokens- triples, resets as
+// RFC 3339 times (2026-12-07T05:51:15Z). Metrics: usher_quota_requests_total{tenant,outcome},
+// usher_quota_tokens_total{tenant}, usher_quota_utilization{tenant} (20 tenants at most and
+// "other"), usher_quota_tenants and usher_quota_syncs_total{result}.
 //
 // # Trust
 //

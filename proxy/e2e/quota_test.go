@@ -345,3 +345,82 @@ func TestQuotaExactOnOneGateway(t *testing.T) {
 		})
 	}
 }
+
+// A streamed request cancelled by its client settles what it used — its prompt and the chunks
+// relayed, counted from the stream since the backend reported no usage — not its reservation
+// of max_tokens.
+func TestQuotaCancelledStreamSettlesUse(t *testing.T) {
+	estimate := func(body string) int64 {
+		req, err := openai.Parse([]byte(body), openai.Chat, openai.ParseLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := proxy.BytesTokenizer{}.Tokenize(context.Background(), nil, req)
+		return int64(p.Tokens)
+	}
+	backend := fakeBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req, _ := openai.Parse(body, openai.Chat, openai.ParseLimits{})
+		if !req.Stream {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}`,
+				estimate(string(body)), estimate(string(body))+1)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range req.MaxTokens { // no usage: the gateway counts the chunks
+			if _, err := fmt.Fprint(w, `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"x"}}]}`+"\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	const limit = 100000
+	l, err := quota.New(quota.Options{Limits: []quota.Limit{{Window: time.Hour, Tokens: limit}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, base := startHandler(t, proxy.Options{Backends: []proxy.Backend{{URL: backend.URL}}, Quota: l, ScrapeInterval: 20 * time.Millisecond})
+	if untilHour := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); untilHour < 30*time.Second {
+		time.Sleep(untilHour + 10*time.Millisecond)
+	}
+	stream := `{"model":"m","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":"tell me a long story, please"}]}`
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(stream))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Header.Get("x-ratelimit-remaining-tokens"); got != strconv.FormatInt(limit-estimate(stream)-1000, 10) {
+		t.Fatalf("remaining tokens while streaming %s, want %d (the reservation of prompt and max_tokens held)", got, limit-estimate(stream)-1000)
+	}
+	buf := make([]byte, 1)
+	for seen := 0; seen < 5; {
+		if _, err := resp.Body.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		if buf[0] == '\n' {
+			seen++ // two newlines an event
+		}
+	}
+	cancel()
+	resp.Body.Close()
+	eventually(t, "the cancelled stream to settle", func() bool { return settled(h) })
+
+	probe := `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`
+	presp, e := post(t, base+"/v1/chat/completions", probe, nil)
+	if presp.StatusCode != http.StatusOK {
+		t.Fatalf("probe: %d %+v", presp.StatusCode, e)
+	}
+	remaining, _ := strconv.ParseInt(presp.Header.Get("x-ratelimit-remaining-tokens"), 10, 64)
+	used := limit - remaining - (estimate(probe) + 1) // what the cancelled stream settled to
+	t.Logf("the cancelled stream reserved %d tokens and settled to %d (prompt %d and the chunks relayed)", estimate(stream)+1000, used, estimate(stream))
+	if used <= estimate(stream) || used > estimate(stream)+50 {
+		t.Fatalf("the cancelled stream settled to %d tokens, want its prompt (%d) and the few chunks it got", used, estimate(stream))
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -31,6 +32,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
 	"github.com/usher-llm/usher/proxy/kvfeed"
+	"github.com/usher-llm/usher/proxy/quota"
 	"github.com/usher-llm/usher/replica"
 )
 
@@ -79,10 +81,15 @@ func exported(t *testing.T) exports {
 		t.Fatal(err)
 	}
 	urls := fleet.URLs()
+	limiter, err := quota.New(quota.Options{Limits: []quota.Limit{{Window: time.Minute, Requests: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := proxy.New(proxy.Options{
 		Backends:   []proxy.Backend{{URL: urls[0], KVEvents: pub.Endpoint()}, {URL: urls[1]}},
 		Tokenizer:  simfleet.Tokenizer{},
 		Extensions: []proxy.Extension{feed, replicaext.Wrap(rep)},
+		Quota:      limiter,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +168,7 @@ func exported(t *testing.T) exports {
 	}
 	// One family of each collector, so that a collector left out of the set-up is noticed.
 	for _, want := range []string{"usher_admissions_total", "usher_pd_requests_total", "usher_scrapes_total",
-		"usher_kvevents_events_total", "usher_replica_sync_connected", "go_goroutines", "process_cpu_seconds_total",
+		"usher_kvevents_events_total", "usher_replica_sync_connected", "usher_quota_requests_total", "go_goroutines", "process_cpu_seconds_total",
 		"usher_epp_pool_connected", "usher_epp_pool_endpoints"} {
 		if !gathered[want] {
 			t.Errorf("the gateway's and the picker's registries have no %s", want)
