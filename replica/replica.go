@@ -119,6 +119,10 @@ type Replica struct {
 	placers []peer.Placer // the router's session scorers (Attach)
 	log     *slog.Logger
 	running atomic.Bool
+	quota   *quotaStore
+	// live is this replica and its live peers at the last successful read of the peers (1
+	// before the first): kept through outages, as the limit share is.
+	live atomic.Int64
 
 	connected                                                atomic.Bool
 	peers, share                                             atomic.Int64
@@ -192,6 +196,8 @@ func New(opts Options) (*Replica, error) {
 		r.log = slog.Default()
 	}
 	r.places.max = DefaultMaxPlacements
+	r.live.Store(1)
+	r.quota = newQuotaStore(r)
 	base := "usher:{" + o.Cluster + "}:"
 	r.keys = keys{changes: base + "changes", replicas: base + "replicas", loadPrefix: base + "load:"}
 	return r, nil
@@ -255,6 +261,7 @@ func (s seam) SessionFeed() session.Feed                        { return &s.r.pl
 func (s seam) SessionSeed() uint64                              { return s.r.sessionSeed() }
 func (s seam) SharedSecret(ctx context.Context) ([]byte, error) { return s.r.sharedSecret(ctx) }
 func (s seam) Attach(p replicapeer.Parts) error                 { return s.r.attach(p) }
+func (s seam) Quota() replicapeer.Quota                         { return s.r.quota }
 
 // attach is replicapeer.Replica's Attach.
 func (r *Replica) attach(p replicapeer.Parts) error {
@@ -525,6 +532,7 @@ func (r *Replica) readPeers(ctx context.Context, w *writer, now time.Time) {
 		}
 	}
 	r.peers.Store(int64(alive))
+	r.live.Store(int64(alive + 1))
 	if r.parts.Share != nil {
 		r.share.Store(int64(r.parts.Share(alive + 1)))
 	}

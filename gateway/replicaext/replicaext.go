@@ -5,7 +5,9 @@
 // [proxy.Options].Extensions (a picker in extproc's Options.Extensions, as examples/epp does
 // with -redis); a program configured by package gateway calls
 // [Register] on the [proxy.Registry] it hands the configuration, which then builds the
-// replica when it names a Redis server.
+// replica when it names a Redis server. [Quota] is the replica's store of the tenants' quota
+// counters, which the replicas of a cluster then enforce together: package gateway's quota
+// gets it through the extension, a quota Limiter built in code through its Options.Shared.
 //
 // It lives neither in package replica, which knows nothing of HTTP gateways and must not
 // import proxy, nor under proxy, whose packages never link a Redis client: it is the glue
@@ -38,7 +40,10 @@ import (
 //     (created in Redis by the first replica to ask, one round trip bounded by 2 s; if it fails, a
 //     warning is logged with [slog.Default] and the keyer's secret stays random, so the
 //     replicas name an API key's tenant differently). An Index, Router or Keyer given in
-//     [proxy.Options] must be built alike, or what it learns stays local.
+//     [proxy.Options] must be built alike, or what it learns stays local. With quotas
+//     configured (package gateway), it gives the quota options without a Shared store
+//     r's ([Quota]), so that the replicas hold each tenant's quota together; a Limiter given
+//     in [proxy.Options].Quota must be built with it.
 //   - Attach hands r the [proxy.Core]'s (the Handler's or the picker's) Index, Router and
 //     session scorers, and — with the default queue — its per-flow usage and its
 //     concurrency gate, whose limit (MaxInFlight; a picker's 64 per endpoint by default)
@@ -57,6 +62,9 @@ type extension struct {
 }
 
 func (e extension) Prepare(d *proxy.Defaults) error {
+	if d.Quota != nil && d.Quota.Shared == nil {
+		d.Quota.Shared = Quota(e.r)
+	}
 	d.Index.Feed = e.peer.PrefixFeed()
 	d.Session.Seed, d.Session.Feed = e.peer.SessionSeed(), e.peer.SessionFeed()
 	if d.Keyer != nil && d.Keyer.Secret == nil {

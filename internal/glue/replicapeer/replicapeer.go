@@ -7,6 +7,7 @@ package replicapeer
 
 import (
 	"context"
+	"time"
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/prefixcache"
@@ -61,7 +62,33 @@ type Replica interface {
 	SharedSecret(ctx context.Context) ([]byte, error)
 	// Attach names the parts to keep in step. It must be called before Run.
 	Attach(p Parts) error
+	// Quota is the cluster's quota counters in Redis; every call returns the same store.
+	Quota() Quota
 }
+
+// Quota is proxy/quota's Shared in this package's types (replica does not import proxy's
+// packages): gateway/replicaext converts between the two, whose fields are the same.
+type Quota interface {
+	// Sync adds the deltas to the cluster's counters and returns, for each, the cluster's
+	// totals after the addition; on error nothing was counted and the caller sends the
+	// deltas again with its next Sync. One round trip bounded by ctx and the replica's
+	// IOTimeout; Syncs are serialized.
+	Sync(ctx context.Context, deltas []QuotaDelta) ([]QuotaTotals, error)
+	// Live is this replica and the peers it last saw alive (≥ 1), kept through outages.
+	Live() int
+}
+
+// QuotaDelta is quota.Delta, field for field.
+type QuotaDelta struct {
+	Key      string
+	Window   int64
+	Span     time.Duration
+	Requests int64
+	Tokens   int64
+}
+
+// QuotaTotals is quota.Totals, field for field.
+type QuotaTotals struct{ Requests, Tokens int64 }
 
 // Of returns a *replica.Replica (passed as an any: this package cannot import replica, which
 // imports it) as a Replica; it panics on anything else, a bug in the module. Installed by
