@@ -230,6 +230,10 @@ type Config struct {
 	// budget is refused on arrival. Result.SLO counts which requests met their targets. Zero:
 	// no targets.
 	Targets, LaterTargets routing.Latency
+	// Goals are latency goals measured, not enforced: unlike Targets they change nothing in
+	// admission or routing. Result.Attained says, per goal, the share of the workload's
+	// requests that completed attaining it (Goal.Attains; see Goodput). Empty: none.
+	Goals []Goal
 	// SLOShedAbove refuses on arrival (RejectedWait, as early shedding) a request with a TTFT
 	// target T whose router predicts no server can serve it within SLOShedAbove·T, once the
 	// router has taught its model latency.ColdOutcomes observations: the gateway's

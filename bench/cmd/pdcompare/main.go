@@ -55,6 +55,9 @@ func main() {
 		seeds     = flag.Int("seeds", 3, "seeds per configuration")
 		parallel  = flag.Int("parallel", runtime.NumCPU(), "runs at once")
 		only      = flag.String("modes", "aggregated,always,prefix,busy4,busy16,pool,allboth", "rows, by key: aggregated, always, never, prefix, busy4, busy16, pool, allboth")
+		goodput   = flag.Bool("goodput", false, "print goodput tables instead (per workload and transfer cost: aggregated, always-P/D at every split, and the deciders of -modes at the -prefill splits, at the tight and the relaxed goal; -rates is ignored)")
+		curves    = flag.String("curves", "", "with -goodput: write attainment-vs-rate plots for the first workload at transfer ×1 into this directory")
+		curveAt   = flag.String("curve-rates", "0.5,1,1.5,2,2.5,3,3.5,4,5,6", "with -curves: the load multipliers of the plots' points")
 	)
 	flag.Parse()
 	var prefill []int
@@ -110,6 +113,34 @@ func main() {
 			modes = append(modes, m)
 		}
 	}
+	if *goodput {
+		g := &goodputRun{servers: *servers, requests: *requests, parallel: *parallel, perToken: *perToken, latency: *latency,
+			curves: *curves, wl: map[wlKey]*bench.Workload{}, agg: map[string][]bench.GoodputResult{}}
+		for k := range *seeds {
+			g.seeds = append(g.seeds, bench.DefaultSeed+uint64(k))
+		}
+		for _, f := range strings.Split(*curveAt, ",") {
+			m, err := strconv.ParseFloat(f, 64)
+			if err != nil || !(m > 0) {
+				log.Fatalf("-curve-rates: %q: want a positive number", f)
+			}
+			g.curveRates = append(g.curveRates, m)
+		}
+		rows := goodputModes(all, modes, *servers)
+		for w, wl := range strings.Split(*workloads, ",") {
+			for _, ss := range strings.Split(*scales, ",") {
+				scale, err := strconv.ParseFloat(ss, 64)
+				if err != nil {
+					log.Fatalf("-transfer-scales: %v", err)
+				}
+				res := g.goodputTable(os.Stdout, wl, scale, rows)
+				if *curves != "" && w == 0 && scale == 1 {
+					g.curvesOf(wl, scale, curveRows(rows, res))
+				}
+			}
+		}
+		return
+	}
 	for _, wl := range strings.Split(*workloads, ",") {
 		for _, rs := range strings.Split(*rates, ",") {
 			rate, err := strconv.ParseFloat(rs, 64)
@@ -126,6 +157,29 @@ func main() {
 			}
 		}
 	}
+}
+
+// curveRows picks the rows of the attainment plots: aggregated, always-P/D at its best split for
+// each goal, and the deciders.
+func curveRows(rows []mode, res [][]bench.GoodputResult) []mode {
+	out := []mode{rows[0]}
+	for g := range res[0] {
+		best := -1
+		for i, m := range rows {
+			if m.key == "always" && (best < 0 || res[i][g].PerServer > res[best][g].PerServer) {
+				best = i
+			}
+		}
+		if best >= 0 && !slices.ContainsFunc(out, func(m mode) bool { return m.name == rows[best].name }) {
+			out = append(out, rows[best])
+		}
+	}
+	for _, m := range rows {
+		if m.key != "always" && m.key != "aggregated" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // workload builds the named workload for seed.
