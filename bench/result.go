@@ -158,6 +158,11 @@ type Result struct {
 	// (Config.PrefillServers), and TransferMean their mean KV transfer time.
 	Disaggregated float64
 	TransferMean  time.Duration
+	// With a role planner (Config.Decider a *disagg.Planner): RoleChanges counts the
+	// servers' role changes, and Roles the servers in prefill over time, from the first scrape
+	// and at every change.
+	RoleChanges int
+	Roles       []RoleSample
 
 	// Window is the virtual time from the first arrival to the last, the time the load was
 	// offered; Span runs from the first arrival to the last completion (Window plus the drain).
@@ -327,6 +332,9 @@ func (s *sim) result(wall time.Duration) *Result {
 		res.Sojourn = sum / time.Duration(len(e2e))
 	}
 	res.TTFT, res.E2E, res.TPOT = percentiles(ttft), percentiles(e2e), percentiles(tpot)
+	if s.planner != nil {
+		res.RoleChanges, res.Roles = int(s.planner.Stats().Changes), s.roles
+	}
 	if n := s.pd.disaggregated; n > 0 {
 		res.Disaggregated = float64(n) / float64(max(res.Sent, 1))
 		res.TransferMean = s.pd.transfer / time.Duration(n)

@@ -25,12 +25,17 @@ type PlannerOptions struct {
 	// demand: the planner gives prefill as many servers as the demand needs at this
 	// utilization. Zero: 0.7. At most 1.
 	Utilization float64 `json:"utilization"`
-	// DecodeBatch is how many answers one server decodes at once within the TPOT target: the
-	// plan leaves enough servers out of prefill for the answers running. Zero: 64.
-	DecodeBatch int `json:"decode_batch"`
+	// DecodeBatch is how many answers, and DecodeTokens how many tokens of their context (KV
+	// in use, as scraped), one server decodes at once within the TPOT target: the plan leaves
+	// enough servers out of prefill for the answers running and their context. Zero: 64 and
+	// 131,072 (Qwen3-32B on two H100s: about 17 ms a token).
+	DecodeBatch  int `json:"decode_batch"`
+	DecodeTokens int `json:"decode_tokens"`
 	// TTFT is the first-token target of requests that set none ([routing.Request].Targets):
 	// a prefill is sent away only while the prefill servers' queue, the prefill and the
-	// transfer are predicted to meet it. Zero: 1 s.
+	// transfer are predicted to meet it. It also bounds the planner's prefill queue: a server
+	// moves into prefill while the predicted queue there is over TTFT/3, and one leaves it only
+	// while the queue is under TTFT/10. Zero: 1 s.
 	TTFT time.Duration `json:"ttft"`
 	// TransferPerToken and TransferLatency are the KV transfer's predicted cost: a fixed part
 	// and a part per uncached prompt token. Zero: 5.2 µs (Qwen3-32B's 256 KiB a token over
@@ -57,9 +62,10 @@ type PlannerOptions struct {
 // The host calls [Planner.Plan] on a tick (every scrape, say); it reads the router's
 // backends and in-flight counts and the prefill demand the decider measured since the last
 // tick, and publishes a new plan: how many servers should prefill so that the demand (a moving
-// average over Window of the uncached tokens the decider saw, plus the backlog in flight)
-// fills them to Utilization at PrefillRate, leaving enough servers to decode the answers
-// running (DecodeBatch each). It moves servers one way at once and none more than once per
+// average over Window of the uncached tokens the decider saw) fills them to at most
+// Utilization at PrefillRate and their predicted queue (the prefill in flight there over
+// PrefillRate) stays short of the TTFT target, leaving enough servers to decode the answers
+// running and their context (DecodeBatch and DecodeTokens each). It moves servers one way at once and none more than once per
 // Dwell; a request in flight is never moved: a server leaving decode finishes the answers it
 // has, one leaving prefill the prefills it has.
 //
@@ -86,6 +92,7 @@ type Planner struct {
 	names   []string
 	last    time.Time // the last Plan
 	demand  float64   // tokens per second, moving average
+	backlog float64   // prefill tokens in flight on the servers in prefill, moving average
 	states  []routing.BackendState
 	kv      []member
 }
@@ -101,6 +108,7 @@ type member struct {
 	id      routing.BackendID
 	running int
 	backlog int64
+	kv      int // KV tokens in use, as scraped (0: unknown)
 }
 
 // PlannerStats is a snapshot of a [Planner]'s roles and counters.
@@ -120,7 +128,7 @@ type PlannerStats struct {
 // NewPlanner returns a Planner with every KVBoth server in both until the first
 // [Planner.Plan].
 func NewPlanner(o PlannerOptions) (*Planner, error) {
-	if o.MinUncachedTokens < 0 || o.PrefillRate < 0 || o.Utilization < 0 || o.Utilization > 1 || o.DecodeBatch < 0 ||
+	if o.MinUncachedTokens < 0 || o.PrefillRate < 0 || o.Utilization < 0 || o.Utilization > 1 || o.DecodeBatch < 0 || o.DecodeTokens < 0 ||
 		o.TTFT < 0 || o.TransferPerToken < 0 || o.TransferLatency < 0 || o.Window < 0 || o.Dwell < 0 ||
 		math.IsNaN(o.PrefillRate) || math.IsInf(o.PrefillRate, 0) || math.IsNaN(o.Utilization) {
 		return nil, fmt.Errorf("%w: planner %+v", ErrInvalidOptions, o)
@@ -142,6 +150,9 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 	if o.DecodeBatch == 0 {
 		o.DecodeBatch = 64
 	}
+	if o.DecodeTokens == 0 {
+		o.DecodeTokens = 131072
+	}
 	def(&o.TTFT, time.Second)
 	def(&o.TransferPerToken, 5200*time.Nanosecond)
 	def(&o.TransferLatency, time.Millisecond)
@@ -157,9 +168,10 @@ func managed(s *routing.BackendState) bool { return s.KVBoth && s.Role == routin
 
 // Disaggregate implements [Decider]. A prompt whose uncached part is shorter than
 // MinUncachedTokens is prefilled locally; a longer one counts as prefill demand, and goes to
-// a prefill server when there is one, the decode server has answers running and the remote
-// path (the least-loaded prefill server's predicted queue at the last Plan, the prefill, the
-// transfer) meets the TTFT target. O(1), no allocation.
+// a prefill server when there is one, the decode server has answers running (which a local
+// prefill would stall) and the remote path (the least-loaded prefill server's predicted queue
+// at the last Plan, the prefill, the transfer) meets the TTFT target or, for a prompt too long
+// to meet it anyway, takes at most twice the prefill. O(1), no allocation.
 func (p *Planner) Disaggregate(req *routing.Request, decode *routing.Result) bool {
 	u := decode.UncachedTokens
 	if u < p.o.MinUncachedTokens {
@@ -185,7 +197,7 @@ func (p *Planner) Disaggregate(req *routing.Request, decode *routing.Result) boo
 	}
 	prefill := time.Duration(float64(u) / p.o.PrefillRate * float64(time.Second))
 	remote := pl.queue + prefill + p.o.TransferLatency + time.Duration(u)*p.o.TransferPerToken
-	if r == 0 || remote > target {
+	if r == 0 || remote > max(target, 2*prefill) {
 		p.kept.Add(1)
 		return false
 	}
@@ -202,9 +214,10 @@ func (p *Planner) Plan(now time.Time, r *routing.Router) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seen := p.seen.Swap(0)
+	a := 0.0 // the moving averages' weight of this tick
 	if !p.last.IsZero() {
 		if dt := now.Sub(p.last); dt > 0 {
-			a := 1 - math.Exp(-float64(dt)/float64(p.o.Window))
+			a = 1 - math.Exp(-float64(dt)/float64(p.o.Window))
 			p.demand += a * (float64(seen)/dt.Seconds() - p.demand)
 		}
 	}
@@ -213,7 +226,7 @@ func (p *Planner) Plan(now time.Time, r *routing.Router) int {
 	p.kv = p.kv[:0]
 	clear(p.names)    // the KVBoth servers of this set fill it again
 	var backlog int64 // prefill tokens in flight on the KVBoth servers in prefill
-	running, cur := 0, 0
+	running, context, cur := 0, 0, 0
 	for i := range p.states {
 		s := &p.states[i]
 		if !managed(s) || s.Health == routing.Unhealthy {
@@ -234,26 +247,37 @@ func (p *Planner) Plan(now time.Time, r *routing.Router) int {
 		if s.Known&routing.SignalRunning != 0 {
 			m.running = max(m.running, s.Running)
 		}
+		if s.Known.Has(routing.SignalKVUtilization | routing.SignalKVCapacity) {
+			m.kv = int(s.KVUtilization * float64(s.KVCapacityBlocks*s.BlockSize))
+		}
 		if p.roles[id] == routing.RolePrefill {
 			backlog += m.backlog
 			cur++
 		} else {
 			running += m.running
+			context += m.kv
 		}
 		p.kv = append(p.kv, m)
 	}
-	// How many servers the demand and the backlog need in prefill, with a band against
-	// flapping: up once the need passes the current count by a quarter of a server, down once
-	// a quarter more than the need rounds below it.
-	capacity := p.o.PrefillRate * p.o.Utilization
-	need := (p.demand + float64(backlog)/p.o.Window.Seconds()) / capacity
-	want := cur
-	if need > float64(cur)+0.25 {
-		want = int(math.Ceil(need))
-	} else if down := int(math.Round(need * 1.25)); down < cur {
-		want = down
+	// The demand's share of a server (need) and the prefill servers' predicted queue, their
+	// backlog (a moving average) over their rate. Up a server when the demand needs more than
+	// there are by a quarter of a server or the queue passes TTFT/3; down when the queue is
+	// under TTFT/10 and the demand, a quarter more, fits in a quarter of a server fewer than
+	// would be left. One server a tick.
+	p.backlog += a * (float64(backlog) - p.backlog)
+	need := p.demand / (p.o.PrefillRate * p.o.Utilization)
+	queue := time.Duration(0)
+	if cur > 0 {
+		queue = time.Duration(p.backlog / float64(cur) / p.o.PrefillRate * float64(time.Second))
 	}
-	decoders := max(1, (running+p.o.DecodeBatch-1)/p.o.DecodeBatch)
+	want := cur
+	switch {
+	case need > float64(cur)+0.25 || (cur > 0 && queue > p.o.TTFT/3):
+		want = cur + 1
+	case cur > 0 && queue < p.o.TTFT/10 && need*1.25 < float64(cur)-0.75:
+		want = cur - 1
+	}
+	decoders := max(1, (running+p.o.DecodeBatch-1)/p.o.DecodeBatch, (context+p.o.DecodeTokens-1)/p.o.DecodeTokens)
 	want = max(0, min(want, len(p.kv)-decoders))
 	changes := 0
 	for want > cur {

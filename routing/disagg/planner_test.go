@@ -81,6 +81,7 @@ func TestPlanner(t *testing.T) {
 		now = now.Add(time.Second)
 		p.Plan(now, r)
 	}
+	agg, _ := r.Lookup("agg")
 	pf, both := roleCount(p)
 	if pf < 2 || pf > 4 || pf+both != 6 {
 		t.Fatalf("after 20 s of 30k tokens/s: %d prefill, %d both; want about 3 prefill", pf, both)
@@ -113,8 +114,24 @@ func TestPlanner(t *testing.T) {
 	if p.Disaggregate(&routing.Request{}, idle) {
 		t.Error("an idle decode server stalls nobody: Disaggregate = true")
 	}
-	if p.Disaggregate(&routing.Request{Targets: routing.Latency{TTFT: 100 * time.Millisecond}}, long) {
-		t.Error("8,000 tokens take 800 ms to prefill, against a 100 ms target: Disaggregate = true")
+	if !p.Disaggregate(&routing.Request{Targets: routing.Latency{TTFT: 100 * time.Millisecond}}, long) {
+		t.Error("8,000 tokens take 800 ms to prefill, a 100 ms target is missed either way: Disaggregate = false")
+	}
+	// 100,000 tokens queued on each prefill server: 10 s, against 1.6 s for a local prefill.
+	var queued []routing.Result
+	for range 2 * pf {
+		f, err := r.Pick(&routing.Request{PromptTokens: 50000, Role: routing.RolePrefill, Exclude: []routing.BackendID{agg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued = append(queued, f)
+	}
+	p.Plan(now, r)
+	if p.Disaggregate(&routing.Request{}, long) {
+		t.Error("10 s of prefill queued on every prefill server: Disaggregate = true")
+	}
+	for _, f := range queued {
+		f.Done(routing.DoneInfo{})
 	}
 	// The demand stops (the decisions above counted 160,000 tokens more). Within the dwell of
 	// the last move nothing moves back.

@@ -13,9 +13,10 @@
 //	go run ./bench/cmd/pdcompare -workloads long-prompt,chat-full -rates 4,5 -prefill 3,4,5,6 -modes aggregated,always,prefix,busy16,pool
 //
 // -modes selects the rows by key: aggregated, always, never (a disaggregated fleet whose
-// decode servers serve every request whole), prefix, busy4, busy16, pool, allboth. -prefill
-// lists the fleet splits: each disaggregated mode has a row per split, named with it
-// ("always 5+3") when there are several.
+// decode servers serve every request whole), prefix, busy4, busy16, pool, allboth, planner
+// (every server kv_both, its role set by disagg.Planner, which also decides; a row of its own
+// in the -goodput tables). -prefill lists the fleet splits: each disaggregated mode has a row
+// per split, named with it ("always 5+3") when there are several.
 package main
 
 import (
@@ -54,10 +55,13 @@ func main() {
 		requests  = flag.Int("requests", 4000, "requests of each workload (its first N; chat-full: all)")
 		seeds     = flag.Int("seeds", 3, "seeds per configuration")
 		parallel  = flag.Int("parallel", runtime.NumCPU(), "runs at once")
-		only      = flag.String("modes", "aggregated,always,prefix,busy4,busy16,pool,allboth", "rows, by key: aggregated, always, never, prefix, busy4, busy16, pool, allboth")
+		only      = flag.String("modes", "aggregated,always,prefix,busy4,busy16,pool,allboth", "rows, by key: aggregated, always, never, prefix, busy4, busy16, pool, allboth, planner")
 		goodput   = flag.Bool("goodput", false, "print goodput tables instead (per workload and transfer cost: aggregated, always-P/D at every split, and the deciders of -modes at the -prefill splits, at the tight and the relaxed goal; -rates is ignored)")
 		curves    = flag.String("curves", "", "with -goodput: write attainment-vs-rate plots for the first workload at transfer ×1 into this directory")
 		curveAt   = flag.String("curve-rates", "0.5,1,1.5,2,2.5,3,3.5,4,5,6", "with -curves: the load multipliers of the plots' points")
+		phases    = flag.Bool("phases", false, "print the phase-changing run instead: chat, long prompts, chat, -phase-minutes each, at the first of -rates, under aggregated, always-P/D at every split and the deciders of -modes (-transfer-scales' first)")
+		phaseMin  = flag.Duration("phase-minutes", 10*time.Minute, "with -phases: each phase's length, simulated")
+		rolePlot  = flag.String("roles-plot", "", "with -phases: write the planner's servers in prefill over time to this .png or .svg")
 	)
 	flag.Parse()
 	var prefill []int
@@ -84,6 +88,13 @@ func main() {
 		}
 		return d
 	}
+	planner := func() disagg.Decider {
+		p, err := disagg.NewPlanner(disagg.PlannerOptions{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return p
+	}
 	all := []mode{ // prefill: 1 for the disaggregated modes, set below per split
 		{"aggregated", "aggregated", 0, nil},
 		{"always", "always", 1, func() disagg.Decider { return disagg.Always }},
@@ -93,6 +104,7 @@ func main() {
 		{"busy16", "prefix busy=16", 1, busy(16)},
 		{"pool", "pool", 1, pool},
 		{"allboth", "all both, prefix", 0, busy(0)},
+		{"planner", "planner (kv_both)", 0, planner},
 	}
 	var modes []mode
 	for _, k := range strings.Split(*only, ",") {
@@ -113,6 +125,23 @@ func main() {
 			modes = append(modes, m)
 		}
 	}
+	if *phases {
+		rate, err := strconv.ParseFloat(strings.Split(*rates, ",")[0], 64)
+		if err != nil {
+			log.Fatalf("-rates: %v", err)
+		}
+		scale, err := strconv.ParseFloat(strings.Split(*scales, ",")[0], 64)
+		if err != nil {
+			log.Fatalf("-transfer-scales: %v", err)
+		}
+		var ss []uint64
+		for k := range *seeds {
+			ss = append(ss, bench.DefaultSeed+uint64(k))
+		}
+		phaseTable(os.Stdout, phaseRows(all, modes, *servers), *servers, rate, *phaseMin, ss, *parallel,
+			time.Duration(scale*float64(*perToken)), *latency, *rolePlot)
+		return
+	}
 	if *goodput {
 		g := &goodputRun{servers: *servers, requests: *requests, parallel: *parallel, perToken: *perToken, latency: *latency,
 			curves: *curves, wl: map[wlKey]*bench.Workload{}, agg: map[string][]bench.GoodputResult{}}
@@ -127,6 +156,11 @@ func main() {
 			g.curveRates = append(g.curveRates, m)
 		}
 		rows := goodputModes(all, modes, *servers)
+		for _, m := range modes {
+			if m.key == "planner" {
+				rows = append(rows, m)
+			}
+		}
 		for w, wl := range strings.Split(*workloads, ",") {
 			for _, ss := range strings.Split(*scales, ",") {
 				scale, err := strconv.ParseFloat(ss, 64)
