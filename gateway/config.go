@@ -185,8 +185,10 @@ type BackendSpec struct {
 	Replay   string `json:"replay"`
 	Ranks    int    `json:"ranks"`  // data-parallel ranks behind the URL (proxy.Backend.Ranks)
 	KVPod    string `json:"kv_pod"` // the pod of its KV events when it connects to kv_listen
-	// Role is prefill, decode or both (the default): the part of inference the server
-	// serves (proxy.Backend.Role).
+	// Role is prefill, decode, both (the default) or kv_both: the part of inference the
+	// server serves (proxy.Backend.Role); kv_both is both for a server whose KV connector
+	// sends and receives (vLLM's kv_role kv_both), whose role the gateway's role planner sets
+	// (proxy.Backend.KVBoth; the decider defaults to the planner).
 	Role string `json:"role"`
 	// Models are the base models the server serves (proxy.Backend.Models); empty: what it
 	// lists on GET /v1/models.
@@ -373,7 +375,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // /metrics instead of its URL: letters, digits, '.', '_', '-'), engine (vllm, sglang, trtllm,
 // triton, tgi), kv-events (the server's publisher,
 // which it binds), kv-pod (its pod when it connects to -kv-listen instead), replay, ranks
-// (data-parallel ranks behind the URL, 0..1024), role (prefill, decode, both), models (a
+// (data-parallel ranks behind the URL, 0..1024), role (prefill, decode, both, kv_both), models (a
 // list of base models), adapters (a list of LoRA adapters on the first model). An unknown or
 // repeated option is an error naming it.
 func ParseBackend(s string) (BackendSpec, error) {
@@ -594,7 +596,7 @@ func (c Config) Options() (proxy.Options, error) {
 		if err != nil {
 			return bad("backend %q: %v", b.URL, err)
 		}
-		be := proxy.Backend{URL: b.URL, Name: b.Name, Engine: p, Role: role, Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
+		be := proxy.Backend{URL: b.URL, Name: b.Name, Engine: p, Role: role, KVBoth: backendspec.KVBoth(b.Role), Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
 			SharedKVPublisher: b.Engine == "sglang"} // SGLang publishes every rank's events on one endpoint
 		if err := be.Validate(); err != nil {
 			return proxy.Options{}, err
