@@ -11,6 +11,7 @@ import (
 	"time"
 
 	oa "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
@@ -53,8 +54,8 @@ func TestPlannerKVBoth(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := c.Chat.Completions.NewStreaming(ctx, oa.ChatCompletionNewParams{Model: model, MaxTokens: oa.Int(800),
-				Messages: []oa.ChatCompletionMessageParamUnion{oa.UserMessage(fmt.Sprintf("talk %d", i))}})
+			s := c.Chat.Completions.NewStreaming(ctx, oa.ChatCompletionNewParams{Model: model, MaxTokens: oa.Int(1200),
+				Messages: []oa.ChatCompletionMessageParamUnion{oa.UserMessage(fmt.Sprintf("talk %d", i))}}, option.WithJSONSet("ignore_eos", true))
 			for s.Next() {
 			}
 			if err := s.Err(); err != nil {
@@ -97,7 +98,7 @@ func TestPlannerKVBoth(t *testing.T) {
 	}
 	steps := ask("survey")
 	if len(steps) != 2 || !steps[0].prefill() || !steps[1].decode() {
-		t.Fatalf("second document: %d steps %+v, want a prefill then a decode", len(steps), steps)
+		t.Fatalf("second document: %d steps, want a prefill then a decode", len(steps))
 	}
 	roles := planner.Stats().Roles // the dwell keeps them as they were for the request
 	if p, d := nameOf[steps[0].host], nameOf[steps[1].host]; roles[p] != routing.RolePrefill || roles[d] != routing.RoleBoth {
