@@ -16,6 +16,15 @@
 // decode servers serve every request whole), prefix, busy4, busy16, pool, allboth. -prefill
 // lists the fleet splits: each disaggregated mode has a row per split, named with it
 // ("always 5+3") when there are several.
+//
+// -goodput prints goodput tables instead: per workload and transfer cost, the highest offered
+// rate (requests/s per server) at which 90% of requests meet both targets of each goal
+// (bench.TightGoal: TTFT ≤ 1 s and TPOT ≤ 25 ms; bench.RelaxedGoal: 3 s and 50 ms), searched to
+// 2.5% (bench.Goodput), the median of -seeds seeds, for aggregated serving, always-P/D at every
+// split of the fleet and the deciders of -modes at the -prefill splits. -curves DIR also writes
+// the attainment-vs-rate plots of the first workload at transfer ×1 (-curve-rates):
+//
+//	go run ./bench/cmd/pdcompare -goodput -workloads long-prompt,chat-full -transfer-scales 1,0.5,2 -curves bench/plots
 package main
 
 import (
@@ -46,7 +55,7 @@ func main() {
 	var (
 		servers   = flag.Int("servers", 8, "servers in every mode")
 		splits    = flag.String("prefill", "4", "of them, prefill servers in the disaggregated modes: a list, a row per split")
-		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) and chat-full (all of it: 2,000 conversations, about 10k requests)")
+		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) chat-full (all of it: 2,000 conversations, about 10k requests) and chat-half (its first 1,000 conversations, about 5k requests)")
 		rates     = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
 		scales    = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
 		perToken  = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
@@ -193,6 +202,8 @@ func workload(name string, seed uint64, n int) *bench.Workload {
 		w = bench.Chat(bench.ChatOptions{Seed: seed})
 	case "chat-full":
 		return bench.Chat(bench.ChatOptions{Seed: seed})
+	case "chat-half":
+		return bench.Chat(bench.ChatOptions{Seed: seed, Sessions: 1000})
 	default:
 		log.Fatalf("unknown workload %q", name)
 	}
