@@ -55,7 +55,7 @@ func main() {
 	var (
 		servers   = flag.Int("servers", 8, "servers in every mode")
 		splits    = flag.String("prefill", "4", "of them, prefill servers in the disaggregated modes: a list, a row per split")
-		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) chat-full (all of it: 2,000 conversations, about 10k requests) and chat-half (its first 1,000 conversations, about 5k requests)")
+		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) chat-full (all of it: 2,000 conversations, about 10k requests) and chat-half (the Chat workload with 1,000 conversations, about 5k requests)")
 		rates     = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
 		scales    = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
 		perToken  = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
