@@ -112,6 +112,7 @@ func (g *goodputRun) goodputTable(out io.Writer, wl string, scale float64, rows 
 				log.Fatal(err)
 			}
 			res[i] = r
+			fmt.Fprintf(os.Stderr, "pdcompare: %s ×%g: %s done (%v)\n", wl, scale, md.name, time.Since(start).Round(time.Second))
 			if md.prefill == 0 && md.decider == nil {
 				g.mu.Lock()
 				g.agg[wl] = r

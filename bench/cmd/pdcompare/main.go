@@ -17,6 +17,19 @@
 // (every server kv_both, its role set by disagg.Planner, which also decides; a row of its own
 // in the -goodput tables). -prefill lists the fleet splits: each disaggregated mode has a row
 // per split, named with it ("always 5+3") when there are several.
+//
+// -goodput prints goodput tables instead: per workload and transfer cost, the highest offered
+// rate (requests/s per server) at which 90% of requests meet both targets of each goal
+// (bench.TightGoal: TTFT ≤ 1 s and TPOT ≤ 25 ms; bench.RelaxedGoal: 3 s and 50 ms), searched to
+// 2.5% (bench.Goodput), the median of -seeds seeds, for aggregated serving, always-P/D at every
+// split of the fleet and the deciders of -modes at the -prefill splits. -curves DIR also writes
+// the attainment-vs-rate plots of the first workload at transfer ×1 (-curve-rates):
+//
+//	go run ./bench/cmd/pdcompare -goodput -workloads long-prompt,chat-full -transfer-scales 1,0.5,2 -curves bench/plots
+//
+// -phases prints the phase-changing run instead (chat, long prompts, chat; see phases.go):
+//
+//	go run ./bench/cmd/pdcompare -phases -rates 1.5 -modes aggregated,pool,planner -prefill 5 -roles-plot bench/plots/roles-phases.png
 package main
 
 import (
@@ -47,7 +60,7 @@ func main() {
 	var (
 		servers   = flag.Int("servers", 8, "servers in every mode")
 		splits    = flag.String("prefill", "4", "of them, prefill servers in the disaggregated modes: a list, a row per split")
-		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) and chat-full (all of it: 2,000 conversations, about 10k requests)")
+		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) chat-full (all of it: 2,000 conversations, about 10k requests) and chat-small (the Chat workload with 600 conversations, about 3k requests)")
 		rates     = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
 		scales    = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
 		perToken  = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
@@ -62,6 +75,7 @@ func main() {
 		phases    = flag.Bool("phases", false, "print the phase-changing run instead: chat, long prompts, chat, -phase-minutes each, at the first of -rates, under aggregated, always-P/D at every split and the deciders of -modes (-transfer-scales' first)")
 		phaseMin  = flag.Duration("phase-minutes", 10*time.Minute, "with -phases: each phase's length, simulated")
 		rolePlot  = flag.String("roles-plot", "", "with -phases: write the planner's servers in prefill over time to this .png or .svg")
+		curveOnly = flag.String("curves-only", "", "with -goodput and -curves: no tables, only the plots, with always-P/D at these splits (a list of prefill servers) beside aggregated and the deciders")
 	)
 	flag.Parse()
 	var prefill []int
@@ -161,6 +175,19 @@ func main() {
 				rows = append(rows, m)
 			}
 		}
+		if *curveOnly != "" {
+			sel := []mode{rows[0]}
+			for _, f := range strings.Split(*curveOnly, ",") {
+				n, err := strconv.Atoi(f)
+				if err != nil || n <= 0 || n >= *servers {
+					log.Fatalf("-curves-only: %q: want a number of servers between 1 and %d", f, *servers-1)
+				}
+				sel = append(sel, rows[n])
+			}
+			sel = append(sel, rows[*servers:]...)
+			g.curvesOf(strings.Split(*workloads, ",")[0], 1, sel)
+			return
+		}
 		for w, wl := range strings.Split(*workloads, ",") {
 			for _, ss := range strings.Split(*scales, ",") {
 				scale, err := strconv.ParseFloat(ss, 64)
@@ -227,6 +254,8 @@ func workload(name string, seed uint64, n int) *bench.Workload {
 		w = bench.Chat(bench.ChatOptions{Seed: seed})
 	case "chat-full":
 		return bench.Chat(bench.ChatOptions{Seed: seed})
+	case "chat-small":
+		return bench.Chat(bench.ChatOptions{Seed: seed, Sessions: 600})
 	default:
 		log.Fatalf("unknown workload %q", name)
 	}
