@@ -70,7 +70,8 @@ type Config struct {
 	Router proxy.ProfileSpec `json:"router"`
 	// Decider decides, when some backend has role prefill, which requests are prefilled on a
 	// prefill server (proxy.Options.Decider): a registered decider's name ("prefix", the
-	// default; "always"; "never"; the program's own) or {"name": ..., "params": {...}}.
+	// default; "pool"; "always"; "never"; "planner", the default with kv_both backends; the
+	// program's own) or {"name": ..., "params": {...}}.
 	Decider proxy.PartSpec `json:"decider"`
 	// Registry names the parts Policy, Router and Decider may use, and the extensions that
 	// KVListen, a BackendSpec's KVEvents or KVPod, and Redis need ("kv-events" and "replica",
@@ -320,7 +321,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.SLOShedAbove, "slo-shed-above", c.SLOShedAbove, "refuse at once (429) a request with a TTFT target that the router's latency model predicts no backend can serve within this many times the target (0: off; 2 is measured)")
 	fs.BoolVar(&c.TrustSLOHeaders, "trust-slo-headers", c.TrustSLOHeaders, "read x-slo-ttft-ms and x-slo-tpot-ms from requests (set by a trusted proxy, which removes the clients' own): they may loosen a band's -slo targets, never tighten them")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
-	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), pool (the same while some prefill server is no busier than the decode server), always, never, or a registered decider")
+	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), pool (the same while some prefill server is no busier than the decode server), always, never, planner (the default with role=kv_both backends: disagg.Planner sets their roles), or a registered decider")
 	fs.Func("decider-params", `the decider's parameters as JSON, e.g. {"min_uncached_tokens":256,"busy_decodes":4}`, func(s string) error {
 		if !json.Valid([]byte(s)) {
 			return fmt.Errorf("-decider-params: not JSON: %q", s)

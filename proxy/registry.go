@@ -55,7 +55,7 @@ import (
 //	          sglang, dynamo, aibrix, round-robin, least-request, usher-latency
 //	policies  bounded-wait (the default), fcfs, priority, round-robin, las,
 //	          turn-priority, edf, vtc, slo, ...
-//	deciders  prefix (the default), pool, always, never
+//	deciders  prefix (the default), pool, always, never, planner (the default with KVBoth backends)
 //	latency-models  linear (the default)
 //
 // The parameters of a part with an Options struct are that struct's fields by name
