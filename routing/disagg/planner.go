@@ -37,9 +37,9 @@ type PlannerOptions struct {
 	// moves into prefill while the predicted queue there is over TTFT/3, and one leaves it only
 	// while the queue is under TTFT/10. Zero: 1 s.
 	TTFT time.Duration `json:"ttft"`
-	// TransferPerToken and TransferLatency are the KV transfer's predicted cost: a fixed part
-	// and a part per uncached prompt token. Zero: 5.2 µs (Qwen3-32B's 256 KiB a token over
-	// 400 Gb/s) and 1 ms.
+	// TransferPerToken and TransferLatency are the KV transfer's predicted cost: a part per
+	// uncached prompt token and a fixed part per transfer. Zero: 5.2 µs (Qwen3-32B's 256 KiB a
+	// token over 400 Gb/s) and 1 ms.
 	TransferPerToken time.Duration `json:"transfer_per_token"`
 	TransferLatency  time.Duration `json:"transfer_latency"`
 	// Window is the time constant of the demand's moving average. Zero: 10 s.
