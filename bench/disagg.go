@@ -30,6 +30,13 @@ const (
 	phaseDecode
 )
 
+// RoleSample is the number of servers a role planner had in prefill from At on (Result.Roles);
+// the others were in both.
+type RoleSample struct {
+	At      time.Duration
+	Prefill int
+}
+
 // pdStats counts what disaggregation did in a run.
 type pdStats struct {
 	disaggregated int           // requests prefilled on a prefill server

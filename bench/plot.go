@@ -600,3 +600,57 @@ func save(p *plot.Plot, path string, legendEntries int) error {
 	}
 	return nil
 }
+
+// AttainmentCurve is one line of PlotAttainment: a configuration's share of requests attaining
+// a goal at each offered rate (GoodputPoint.Rate in requests per second per server).
+type AttainmentCurve struct {
+	Name   string
+	Points []GoodputPoint
+}
+
+// PlotAttainment draws each curve's attainment (y, 0 to 1) against the offered rate per server
+// (x), one line with points per curve in order, with a dashed line at share (the goodput's
+// threshold; none when 0), and saves it to path, as PNG or SVG by the extension.
+//
+// PlotAttainment returns an error wrapping ErrNothingToPlot when no curve has a point,
+// ErrPlotInput for a NaN or infinite point or an unsupported extension, and the file system's
+// error for a bad path. It is safe for concurrent use. O(n log n) in the points.
+func PlotAttainment(curves []AttainmentCurve, share float64, title, path string) error {
+	if err := checkExt(path); err != nil {
+		return err
+	}
+	p := newPlot(title, "offered rate (requests/s per server)", "share attaining both targets")
+	n, hi := 0, 0.0
+	for _, c := range curves {
+		if len(c.Points) == 0 {
+			continue
+		}
+		xys := make(plotter.XYs, 0, len(c.Points))
+		for _, pt := range c.Points {
+			if math.IsNaN(pt.Rate) || math.IsInf(pt.Rate, 0) || math.IsNaN(pt.Attainment) || math.IsInf(pt.Attainment, 0) {
+				return fmt.Errorf("%w: curve %q: point %+v", ErrPlotInput, c.Name, pt)
+			}
+			xys = append(xys, plotter.XY{X: pt.Rate, Y: pt.Attainment})
+			hi = max(hi, pt.Rate)
+		}
+		slices.SortStableFunc(xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+		if err := addLine(p, n, c.Name, xys); err != nil {
+			return err
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: no curve with a point", ErrNothingToPlot)
+	}
+	if share > 0 {
+		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: share}, {X: hi, Y: share}})
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrPlotInput, err)
+		}
+		l.Color, l.Dashes = color.Gray{Y: 120}, []vg.Length{vg.Points(3), vg.Points(3)}
+		p.Add(l)
+	}
+	p.X.Min = 0
+	p.Y.Max = 1
+	return save(p, path, n)
+}

@@ -448,3 +448,36 @@ func fairnessPolicy(t *testing.T, name string) Policy {
 	t.Fatalf("no policy %q", name)
 	return Policy{}
 }
+
+func TestPlotAttainment(t *testing.T) {
+	dir := t.TempDir()
+	curves := []AttainmentCurve{
+		{Name: "aggregated", Points: []GoodputPoint{{0.5, 1}, {1, 0.95}, {1.5, 0.6}}},
+		{Name: "always 5+3", Points: []GoodputPoint{{1.5, 0.2}, {0.5, 0.99}, {1, 0.92}}}, // drawn in rate order
+		{Name: "empty"},
+	}
+	for _, ext := range []string{".png", ".svg"} {
+		path := filepath.Join(dir, "attainment"+ext)
+		if err := PlotAttainment(curves, 0.9, "long prompts", path); err != nil {
+			t.Fatalf("PlotAttainment: %v", err)
+		}
+		b := string(checkPlot(t, path))
+		if ext == ".svg" {
+			for _, w := range []string{">aggregated<", ">always 5+3<", ">share attaining both targets<"} {
+				if !strings.Contains(b, w) {
+					t.Errorf("SVG lacks %q", w)
+				}
+			}
+		}
+	}
+	if err := PlotAttainment([]AttainmentCurve{{Name: "none"}}, 0.9, "", filepath.Join(dir, "x.png")); !errors.Is(err, ErrNothingToPlot) {
+		t.Errorf("no points: got %v, want ErrNothingToPlot", err)
+	}
+	bad := []AttainmentCurve{{Name: "nan", Points: []GoodputPoint{{math.NaN(), 1}}}}
+	if err := PlotAttainment(bad, 0.9, "", filepath.Join(dir, "x.png")); !errors.Is(err, ErrPlotInput) {
+		t.Errorf("NaN: got %v, want ErrPlotInput", err)
+	}
+	if err := PlotAttainment(curves, 0.9, "", filepath.Join(dir, "x.jpg")); !errors.Is(err, ErrPlotInput) {
+		t.Errorf(".jpg: got %v, want ErrPlotInput", err)
+	}
+}

@@ -151,10 +151,18 @@ type Result struct {
 	// MetPerSec and MetOutPerSec are the met requests (SLO.Met) and their output tokens per
 	// second of Window: the goodput within the targets.
 	MetPerSec, MetOutPerSec float64
+	// Attained holds, per goal of Config.Goals, the share of the workload's requests (sent or
+	// not, a shed, failed or unfinished one counting as a miss) that completed attaining it.
+	Attained []float64
 	// Disaggregated is the share of sent requests prefilled on a prefill server
 	// (Config.PrefillServers), and TransferMean their mean KV transfer time.
 	Disaggregated float64
 	TransferMean  time.Duration
+	// With a role planner (Config.Decider a *disagg.Planner): RoleChanges counts the
+	// servers' role changes, and Roles the servers in prefill over time, from the first scrape
+	// and at every change.
+	RoleChanges int
+	Roles       []RoleSample
 
 	// Window is the virtual time from the first arrival to the last, the time the load was
 	// offered; Span runs from the first arrival to the last completion (Window plus the drain).
@@ -234,6 +242,9 @@ func (s *sim) result(wall time.Duration) *Result {
 		res.EventsPerSec = float64(s.nEvents) / wall.Seconds()
 	}
 	ideal := s.w.idealHits(s.cfg.Profile.BlockSize)
+	if len(s.cfg.Goals) > 0 {
+		res.Attained = make([]float64, len(s.cfg.Goals)) // counts until the end
+	}
 	var ttft, e2e, tpot []time.Duration
 	var waits, ttfts, sheds [2][]time.Duration
 	var prompt, cached, idealHit, tokens, out int64
@@ -288,6 +299,11 @@ func (s *sim) result(wall time.Duration) *Result {
 		case rsFailed:
 			t.Failed++
 		case rsDone:
+			for g, goal := range s.cfg.Goals {
+				if goal.Attains(r.firstToken-r.arrival, r.finish-r.arrival, int(r.w.OutputTokens)) {
+					res.Attained[g]++
+				}
+			}
 			res.Completed++
 			t.Completed++
 			ttft = append(ttft, r.firstToken-r.arrival)
@@ -316,6 +332,9 @@ func (s *sim) result(wall time.Duration) *Result {
 		res.Sojourn = sum / time.Duration(len(e2e))
 	}
 	res.TTFT, res.E2E, res.TPOT = percentiles(ttft), percentiles(e2e), percentiles(tpot)
+	if s.planner != nil {
+		res.RoleChanges, res.Roles = int(s.planner.Stats().Changes), s.roles
+	}
 	if n := s.pd.disaggregated; n > 0 {
 		res.Disaggregated = float64(n) / float64(max(res.Sent, 1))
 		res.TransferMean = s.pd.transfer / time.Duration(n)
@@ -343,6 +362,9 @@ func (s *sim) result(wall time.Duration) *Result {
 		res.ReqPerSec = float64(res.Completed) / sec
 		res.TokPerSec = float64(tokens) / sec
 		res.OutPerSec = float64(out) / sec
+	}
+	for g := range res.Attained {
+		res.Attained[g] /= float64(max(len(s.reqs), 1))
 	}
 	res.SLO = res.First.SLO
 	res.SLO.add(res.Later.SLO)

@@ -232,6 +232,10 @@ type Config struct {
 	// budget is refused on arrival. Result.SLO counts which requests met their targets. Zero:
 	// no targets.
 	Targets, LaterTargets routing.Latency
+	// Goals are latency goals measured, not enforced: unlike Targets they change nothing in
+	// admission or routing. Result.Attained says, per goal, the share of the workload's
+	// requests that completed attaining it (Goal.Attains; see Goodput). Empty: none.
+	Goals []Goal
 	// SLOShedAbove refuses on arrival (RejectedWait, as early shedding) a request with a TTFT
 	// target T whose router predicts no server can serve it within SLOShedAbove·T, once the
 	// router has taught its model latency.ColdOutcomes observations: the gateway's
@@ -277,6 +281,11 @@ type Config struct {
 	// server. Nil: disagg.NewPrefix's defaults (llm-d's rule, 512 uncached tokens).
 	// Set without PrefillServers, every server serves both and a request the Decider approves
 	// is prefilled on another server than its decode server (dynamic disaggregation).
+	//
+	// A *disagg.Planner (without PrefillServers, one gateway replica; a fresh one per run)
+	// makes every server a kv_both server (routing.BackendState.KVBoth) whose role the planner
+	// sets: its Plan is the simulator's tick at every scrape, and Result.Roles records the
+	// servers in prefill over time.
 	Decider disagg.Decider
 	// TransferPerToken and TransferLatency are the KV transfer's cost (see PrefillServers).
 	TransferPerToken, TransferLatency time.Duration
@@ -381,6 +390,9 @@ func (c *Config) withDefaults() (Config, error) {
 		if d.Server < 0 || d.Server >= o.Servers || !(d.Factor > 0) || math.IsInf(d.Factor, 1) || d.At < 0 {
 			return o, fmt.Errorf("%w: slowdown %+v: want a server in [0, %d), a positive finite factor and a time ≥ 0", ErrInvalidConfig, d, o.Servers)
 		}
+	}
+	if _, ok := o.Decider.(*disagg.Planner); ok && (o.PrefillServers > 0 || o.Replicas > 1) {
+		return o, fmt.Errorf("%w: a role planner plans for every server of one gateway: PrefillServers %d, Replicas %d", ErrInvalidConfig, o.PrefillServers, o.Replicas)
 	}
 	if o.PrefillServers > 0 && o.Decider == nil {
 		o.Decider, _ = disagg.NewPrefix(disagg.PrefixOptions{}) // valid options
@@ -534,6 +546,9 @@ type sim struct {
 	quotaRefused int            // requests the quota refused
 
 	pd pdStats // disaggregated serving
+	// planner is Config.Decider when it is a role planner; roles its record (Result.Roles).
+	planner *disagg.Planner
+	roles   []RoleSample
 }
 
 // pendingKV is one engine KV event in transit to the index.
@@ -632,6 +647,7 @@ func newSim(w *Workload, c Config) (*sim, error) {
 		}
 	}
 	s.states = make([]routing.BackendState, c.Servers)
+	s.planner, _ = c.Decider.(*disagg.Planner)
 	// The first scrape publishes the backends before anything arrives.
 	s.scrape()
 	for k := range s.gw {
@@ -1259,6 +1275,7 @@ func (s *sim) scrape() {
 		s.states[i] = routing.BackendState{
 			Name:             s.srv[i].name,
 			Role:             s.role(i),
+			KVBoth:           s.planner != nil,
 			Health:           routing.Healthy,
 			Known:            routing.AllSignals,
 			Queued:           st.Waiting,
@@ -1287,6 +1304,17 @@ func (s *sim) scrape() {
 		s.inSystem += float64(st.Queued + st.InFlight)
 		if err := g.router.Update(s.states); err != nil {
 			panic("bench: router rejected the backend set: " + err.Error()) // names are unique
+		}
+	}
+	if s.planner != nil {
+		if n := s.planner.Plan(s.clock.now, s.gw[0].router); n > 0 || len(s.roles) == 0 {
+			prefill := 0
+			for _, r := range s.planner.Stats().Roles {
+				if r == routing.RolePrefill {
+					prefill++
+				}
+			}
+			s.roles = append(s.roles, RoleSample{At: s.now, Prefill: prefill})
 		}
 	}
 	s.samples++

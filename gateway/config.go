@@ -71,7 +71,8 @@ type Config struct {
 	Router proxy.ProfileSpec `json:"router"`
 	// Decider decides, when some backend has role prefill, which requests are prefilled on a
 	// prefill server (proxy.Options.Decider): a registered decider's name ("prefix", the
-	// default; "always"; "never"; the program's own) or {"name": ..., "params": {...}}.
+	// default; "pool"; "always"; "never"; "planner", the default with kv_both backends; the
+	// program's own) or {"name": ..., "params": {...}}.
 	Decider proxy.PartSpec `json:"decider"`
 	// Registry names the parts Policy, Router and Decider may use, and the extensions that
 	// KVListen, a BackendSpec's KVEvents or KVPod, and Redis need ("kv-events" and "replica",
@@ -219,8 +220,10 @@ type BackendSpec struct {
 	Replay   string `json:"replay"`
 	Ranks    int    `json:"ranks"`  // data-parallel ranks behind the URL (proxy.Backend.Ranks)
 	KVPod    string `json:"kv_pod"` // the pod of its KV events when it connects to kv_listen
-	// Role is prefill, decode or both (the default): the part of inference the server
-	// serves (proxy.Backend.Role).
+	// Role is prefill, decode, both (the default) or kv_both: the part of inference the
+	// server serves (proxy.Backend.Role); kv_both is both for a server whose KV connector
+	// sends and receives (vLLM's kv_role kv_both), whose role the gateway's role planner sets
+	// (proxy.Backend.KVBoth; the decider defaults to the planner).
 	Role string `json:"role"`
 	// Models are the base models the server serves (proxy.Backend.Models); empty: what it
 	// lists on GET /v1/models.
@@ -352,7 +355,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.SLOShedAbove, "slo-shed-above", c.SLOShedAbove, "refuse at once (429) a request with a TTFT target that the router's latency model predicts no backend can serve within this many times the target (0: off; 2 is measured)")
 	fs.BoolVar(&c.TrustSLOHeaders, "trust-slo-headers", c.TrustSLOHeaders, "read x-slo-ttft-ms and x-slo-tpot-ms from requests (set by a trusted proxy, which removes the clients' own): they may loosen a band's -slo targets, never tighten them")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "fairness policy: "+strings.Join(builtin.PolicyNames(), ", "))
-	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), pool (the same while some prefill server is no busier than the decode server), always, never, or a registered decider")
+	fs.StringVar(&c.Decider.Name, "decider", c.Decider.Name, "with prefill backends (role=prefill): which requests are prefilled there — prefix (default: when the decode server lacks ≥ 512 tokens of the prompt), pool (the same while some prefill server is no busier than the decode server), always, never, planner (the default with role=kv_both backends: disagg.Planner sets their roles), or a registered decider")
 	fs.Func("decider-params", `the decider's parameters as JSON, e.g. {"min_uncached_tokens":256,"busy_decodes":4}`, func(s string) error {
 		if !json.Valid([]byte(s)) {
 			return fmt.Errorf("-decider-params: not JSON: %q", s)
@@ -407,7 +410,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // /metrics instead of its URL: letters, digits, '.', '_', '-'), engine (vllm, sglang, trtllm,
 // triton, tgi), kv-events (the server's publisher,
 // which it binds), kv-pod (its pod when it connects to -kv-listen instead), replay, ranks
-// (data-parallel ranks behind the URL, 0..1024), role (prefill, decode, both), models (a
+// (data-parallel ranks behind the URL, 0..1024), role (prefill, decode, both, kv_both), models (a
 // list of base models), adapters (a list of LoRA adapters on the first model). An unknown or
 // repeated option is an error naming it.
 func ParseBackend(s string) (BackendSpec, error) {
@@ -653,7 +656,7 @@ func (c Config) Options() (proxy.Options, error) {
 		if err != nil {
 			return bad("backend %q: %v", b.URL, err)
 		}
-		be := proxy.Backend{URL: b.URL, Name: b.Name, Engine: p, Role: role, Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
+		be := proxy.Backend{URL: b.URL, Name: b.Name, Engine: p, Role: role, KVBoth: backendspec.KVBoth(b.Role), Models: b.Models, Adapters: b.Adapters, KVEvents: b.KVEvents, Replay: b.Replay, Ranks: b.Ranks, KVPod: b.KVPod,
 			SharedKVPublisher: b.Engine == "sglang"} // SGLang publishes every rank's events on one endpoint
 		if err := be.Validate(); err != nil {
 			return proxy.Options{}, err

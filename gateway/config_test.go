@@ -125,6 +125,16 @@ func TestBackendSyntax(t *testing.T) {
 		equal(t, []string{"llama-3", "qwen-2.5"}, o.Backends[0].Models)
 		lenIs(t, o.Extensions, 1, "the KV feed for kv-events")
 	}
+	// kv_both: a server of role both whose role the gateway's planner sets.
+	kv := DefaultConfig()
+	kvb, err := ParseBackend("http://10.0.0.9:8000,role=kv_both")
+	noError(t, err)
+	kv.Backends = []BackendSpec{kvb, {URL: "http://10.0.0.10:8000", Engine: "vllm"}}
+	if o, err := kv.Options(); noError(t, err) && lenIs(t, o.Backends, 2) {
+		equal(t, routing.RoleBoth, o.Backends[0].Role)
+		equal(t, true, o.Backends[0].KVBoth)
+		equal(t, false, o.Backends[1].KVBoth)
+	}
 	for _, bad := range []string{"http://a:1,role=primary", "http://a:1,colour=red", "http://a:1,engine=vllm,engine=sglang", "http://a:1,ranks=-1", "http://a:1,bare"} {
 		_, err := ParseBackend(bad)
 		errorIs(t, err, proxy.ErrInvalidOptions, bad)

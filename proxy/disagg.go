@@ -179,3 +179,18 @@ func (ex *exchange) tryPrefill(req *http.Request, p routing.Result, body []byte)
 	}
 	return params, info
 }
+
+// planRoles ticks the role planner (Options.Decider a *disagg.Planner) after a scrape was
+// handed to the router, and exports its roles when they changed (and at the first tick).
+// Called with statesMu held.
+func (h *Handler) planRoles(now time.Time) {
+	n := h.planner.Plan(now, h.router)
+	if n == 0 && h.planned {
+		return
+	}
+	h.planned = true
+	h.usher.AddRoleChanges(n)
+	for name, role := range h.planner.Stats().Roles {
+		h.usher.SetPlannedRole(name, role)
+	}
+}

@@ -228,7 +228,10 @@
 // A fleet with prefill servers (Backend.Role routing.RolePrefill) and decode servers
 // (RoleDecode; RoleBoth serves either) is served in two steps, in vLLM's KV-transfer protocol
 // as its NIXL connector speaks it (vLLM's disaggregated proxy and llm-d's routing sidecar send
-// the same):
+// the same). Servers whose connector works both ways (Backend.KVBoth, vLLM's kv_both) need no
+// fixed role: the decider then defaults to disagg.Planner, ticked after every scrape, which
+// moves them between prefill and both as the load changes (usher_pd_planned_role,
+// usher_pd_role_changes_total).
 //
 //  1. the decode pick: the router chooses a decode server as for any request (prefix, load,
 //     session), and the Decider (Options.Decider; by default disagg.NewPrefix, llm-d's

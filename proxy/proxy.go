@@ -85,6 +85,11 @@ type Backend struct {
 	// (see Options.Decider): chat and completions requests go to decode (or both) servers,
 	// and their prefill, when the Decider says so, to a prefill (or both) server first.
 	Role routing.Role
+	// KVBoth says the server's KV connector sends and receives (vLLM's kv_role kv_both;
+	// routing.BackendState.KVBoth): with Role both, a role planner (Options.Decider a
+	// *disagg.Planner, the default when some backend is KVBoth) moves it between prefill and
+	// both as the load changes, at every scrape.
+	KVBoth bool
 	// Models are the base models the server serves. Nil: what the server lists on GET
 	// /v1/models (adapters included), refreshed by Start and Run. A request is routed only to
 	// the backends that serve the model it names; when backends list different models, each
@@ -126,6 +131,7 @@ type member struct {
 	rank             int    // -1: the server has no ranks
 	engine           *metrics.Engine
 	role             routing.Role
+	kvBoth           bool
 	kvEvents, replay string   // this member's publisher
 	kvPod            string   // its pod, when it connects to KVListen
 	rankBackends     []string // a shared publisher's ranks (on rank 0's member)
@@ -136,11 +142,11 @@ func members(backends []Backend) ([]member, error) {
 	var out []member
 	for _, b := range backends {
 		if b.Ranks <= 1 {
-			out = append(out, member{name: b.name(), url: b.URL, rank: -1, engine: b.Engine, role: b.Role, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
+			out = append(out, member{name: b.name(), url: b.URL, rank: -1, engine: b.Engine, role: b.Role, kvBoth: b.KVBoth, kvEvents: b.KVEvents, replay: b.Replay, kvPod: b.KVPod})
 			continue
 		}
 		for r := range b.Ranks {
-			m := member{name: rankName(b.name(), r), url: b.URL, rank: r, engine: b.Engine, role: b.Role}
+			m := member{name: rankName(b.name(), r), url: b.URL, rank: r, engine: b.Engine, role: b.Role, kvBoth: b.KVBoth}
 			if b.SharedKVPublisher {
 				if r == 0 && b.KVEvents != "" {
 					m.kvEvents, m.replay = b.KVEvents, b.Replay
@@ -477,9 +483,12 @@ type Handler struct {
 	retrier    *retryTransport
 	budget     *budget
 	reading    bodyLimiter
-	decider    disagg.Decider // nil: the fleet is not disaggregated
-	slo        slo.Config     // Options.SLO, TrustSLOHeaders, SLOShedAbove
-	ttl        time.Duration  // the default queue's (and pools') TTL; 0 with Options.Queue
+	decider    disagg.Decider  // nil: the fleet is not disaggregated
+	planner    *disagg.Planner // decider, when it is a role planner (ticked at every scrape)
+	kvBoth     map[string]bool // the members of role both with a KV connector both ways; nil: none
+	planned    bool            // planRoles exported the planner's roles once (under statesMu)
+	slo        slo.Config      // Options.SLO, TrustSLOHeaders, SLOShedAbove
+	ttl        time.Duration   // the default queue's (and pools') TTL; 0 with Options.Queue
 
 	metricsElsewhere bool // Options.MetricsElsewhere: GET /metrics is a 404 here
 
@@ -582,11 +591,26 @@ func New(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h.decider = opts.Decider
-	if h.decider == nil && slices.ContainsFunc(h.members, func(m member) bool { return m.role == routing.RolePrefill }) {
+	for _, m := range h.members {
+		if m.kvBoth && m.role == routing.RoleBoth {
+			if h.kvBoth == nil {
+				h.kvBoth = map[string]bool{}
+			}
+			h.kvBoth[m.name] = true
+		}
+	}
+	switch {
+	case h.decider != nil:
+	case h.kvBoth != nil:
+		if h.decider, err = disagg.NewPlanner(disagg.PlannerOptions{}); err != nil {
+			return nil, err
+		}
+	case slices.ContainsFunc(h.members, func(m member) bool { return m.role == routing.RolePrefill }):
 		if h.decider, err = disagg.NewPrefix(disagg.PrefixOptions{}); err != nil {
 			return nil, err
 		}
 	}
+	h.planner, _ = h.decider.(*disagg.Planner)
 	names := make([]string, len(h.members))
 	for i, m := range h.members {
 		names[i] = m.name
@@ -998,8 +1022,16 @@ func (h *Handler) publishStates() {
 	defer h.statesMu.Unlock()
 	h.states = h.scraper.BackendStates(h.states[:0])
 	h.setServed(h.states)
+	if h.kvBoth != nil {
+		for i := range h.states {
+			h.states[i].KVBoth = h.kvBoth[h.states[i].Name]
+		}
+	}
 	if err := h.router.Update(h.states); err != nil {
 		h.log.Warn("router update", "err", err)
+	}
+	if h.planner != nil {
+		h.planRoles(time.Now())
 	}
 	h.publishPools(h.states, time.Now())
 	for i := range h.states {

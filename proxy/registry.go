@@ -55,7 +55,7 @@ import (
 //	          sglang, dynamo, aibrix, round-robin, least-request, usher-latency
 //	policies  bounded-wait (the default), fcfs, priority, round-robin, las,
 //	          turn-priority, edf, vtc, slo, ...
-//	deciders  prefix (the default), pool, always, never
+//	deciders  prefix (the default), pool, always, never, planner (the default with KVBoth backends)
 //	latency-models  linear (the default)
 //
 // The parameters of a part with an Options struct are that struct's fields by name
@@ -269,6 +269,23 @@ func (r *Registry) addBuiltins() {
 			return nil, err
 		}
 		return disagg.NewPoolAware(o)
+	}))
+	must(Register(r, "planner", func(p Params) (disagg.Decider, error) {
+		var o struct {
+			disagg.PlannerOptions
+			TTFT             jsontime.Duration `json:"ttft"`
+			TransferPerToken jsontime.Duration `json:"transfer_per_token"`
+			TransferLatency  jsontime.Duration `json:"transfer_latency"`
+			Window           jsontime.Duration `json:"window"`
+			Dwell            jsontime.Duration `json:"dwell"`
+		}
+		if err := p.Decode(&o); err != nil {
+			return nil, err
+		}
+		po := o.PlannerOptions
+		po.TTFT, po.TransferPerToken, po.TransferLatency = time.Duration(o.TTFT), time.Duration(o.TransferPerToken), time.Duration(o.TransferLatency)
+		po.Window, po.Dwell = time.Duration(o.Window), time.Duration(o.Dwell)
+		return disagg.NewPlanner(po)
 	}))
 	for name, d := range map[string]disagg.Decider{"always": disagg.Always, "never": disagg.Never} {
 		must(Register(r, name, func(p Params) (disagg.Decider, error) {

@@ -211,6 +211,7 @@ func init() {
 		return out
 	}
 	hook.HealthFilter = func() any { return Filter(newHealthFilter()) }
+	hook.SetRolePlan = func(router any, plan *hook.RolePlan) { router.(*Router).roles.Store(plan) }
 	hook.Predict = func(router, req any) (ttft, tpot time.Duration, ok bool) {
 		best, ok := router.(*Router).predict(req.(*Request))
 		return best.TTFT, best.TPOT, ok

@@ -302,6 +302,7 @@ type Router struct {
 	needFrom colMask
 
 	snap    atomic.Pointer[snapshot]
+	roles   atomic.Pointer[hook.RolePlan] // a role planner's, for KVBoth backends (nil: none)
 	seed    atomic.Uint64
 	scratch sync.Pool // *scratch
 	tickets sync.Pool // *ticket
@@ -967,6 +968,9 @@ func (r *Router) begin(s *snapshot, req *Request) (*scratch, candParams) {
 	if req.Adapter != "" {
 		p.adapters, p.adapterHash = r.adapters, r.adapters.hash(req.Adapter)
 	}
+	if req.Role != RoleBoth {
+		p.roles = r.roles.Load()
+	}
 	return sc, p
 }
 
@@ -987,6 +991,9 @@ func (s *snapshot) candidates(cands []Candidate, req *Request, p *candParams) (_
 		b := &backends[i]
 		if !b.state.Role.serves(req.Role) || (len(req.Exclude) > 0 && slices.Contains(req.Exclude, b.id)) ||
 			(model && !b.lora.serves(req.modelID)) {
+			continue
+		}
+		if p.roles != nil && b.state.KVBoth && b.state.Role == RoleBoth && !p.roles.Serves(uint32(b.id), uint8(req.Role)) {
 			continue
 		}
 		cands = cands[:k+1]
@@ -1010,6 +1017,9 @@ type candParams struct {
 	// when the request names one (adapters is nil otherwise).
 	adapters    *adapterTable
 	adapterHash uint64
+	// roles is the role planner's plan, read for a pick that needs a role (nil otherwise, or
+	// without a planner).
+	roles *hook.RolePlan
 }
 
 // fill sets every field of cands[j] for backends[j], the backend at index first+j of the

@@ -119,6 +119,12 @@ type BackendState struct {
 	Name string
 	// Role is the part of inference the backend serves. Zero: RoleBoth.
 	Role Role
+	// KVBoth says the server has a KV connector that sends and receives (vLLM's kv_role
+	// kv_both): it can prefill for another server and decode what another prefilled. With
+	// Role RoleBoth, the role planner a Router was given (routing/disagg's Planner) may narrow
+	// the picks it takes to prefill or decode from one pick to the next; without one it is a
+	// RoleBoth backend. Zero: a server without one, which a RoleBoth server is unless it says so.
+	KVBoth bool
 	// Health is the liveness verdict of the writer. Zero: HealthUnknown.
 	Health Health
 	// Known is the set of signals below that were observed. Zero: nothing is known.

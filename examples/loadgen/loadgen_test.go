@@ -675,3 +675,31 @@ func TestBenchWorkloadSessions(t *testing.T) {
 		t.Errorf("Limit 3 replayed %d requests", n)
 	}
 }
+
+// TestSummarizeGoals: the report's goal shares count a request when both its TTFT and its time
+// per output token after the first meet the goal's targets, over every request (a failed one
+// counting as a miss).
+func TestSummarizeGoals(t *testing.T) {
+	ms := time.Millisecond
+	results := []result{
+		{ttft: 500 * ms, e2e: 500*ms + 99*20*ms, output: 100},   // both goals
+		{ttft: 1500 * ms, e2e: 1500*ms + 99*20*ms, output: 100}, // relaxed only (TTFT)
+		{ttft: 500 * ms, e2e: 500*ms + 99*40*ms, output: 100},   // relaxed only (TPOT)
+		{ttft: 500 * ms, e2e: 500*ms + 99*60*ms, output: 100},   // neither
+		{ttft: 200 * ms, e2e: 5 * time.Second, output: 1},       // both: one token, no TPOT
+		{err: "boom", ttft: 10 * ms, e2e: 20 * ms, output: 2},   // failed: a miss
+	}
+	rep := summarize("t", "u", "w", results, time.Second)
+	if len(rep.Goals) != 2 {
+		t.Fatalf("goals %+v: want tight and relaxed", rep.Goals)
+	}
+	for k, want := range []struct {
+		name     string
+		attained int
+	}{{"tight", 2}, {"relaxed", 4}} {
+		g := rep.Goals[k]
+		if g.Name != want.name || g.Attained != want.attained || g.Share != float64(want.attained)/6 {
+			t.Errorf("goal %d: got %+v, want %s attained by %d of 6", k, g, want.name, want.attained)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/usher-llm/usher/bench"
 )
 
 // percentile returns the q-quantile (0 ≤ q ≤ 1) of sorted values by linear interpolation
@@ -89,7 +91,20 @@ type Report struct {
 	E2E             Dist      `json:"e2e"`
 	FirstTurn       TurnClass `json:"first_turn"`
 	LaterTurns      TurnClass `json:"later_turns"`
-	ErrorSamples    []string  `json:"error_samples,omitempty"`
+	// Goals is the share of requests that met both targets of each of bench's goals
+	// (bench.DefaultGoals: tight and relaxed), a failed request counting as a miss.
+	Goals        []GoalShare `json:"goals"`
+	ErrorSamples []string    `json:"error_samples,omitempty"`
+}
+
+// GoalShare is how many requests attained a goal: TTFT within TTFTMs and a time per output
+// token after the first, (e2e − TTFT)/(output − 1), within TPOTMs (bench.Goal.Attains).
+type GoalShare struct {
+	Name     string  `json:"name"`
+	TTFTMs   float64 `json:"ttft_ms"`
+	TPOTMs   float64 `json:"tpot_ms"`
+	Attained int     `json:"attained"`
+	Share    float64 `json:"share"`
 }
 
 // summarize builds the report of results measured over elapsed. Rates count successful
@@ -99,6 +114,10 @@ func summarize(name, url, workload string, results []result, elapsed time.Durati
 	rep := Report{Target: name, URL: url, Workload: workload, Seconds: elapsed.Seconds(), Requests: len(results)}
 	var ttft, itl, e2e, ttft0, ttft1 []float64
 	samples := map[string]bool{}
+	goals := bench.DefaultGoals()
+	for _, g := range goals {
+		rep.Goals = append(rep.Goals, GoalShare{Name: g.Name, TTFTMs: millis(g.TTFT), TPOTMs: millis(g.TPOT)})
+	}
 	for i := range results {
 		r := &results[i]
 		cls := &rep.FirstTurn
@@ -120,6 +139,11 @@ func summarize(name, url, workload string, results []result, elapsed time.Durati
 		}
 		rep.OK++
 		cls.OK++
+		for k, g := range goals {
+			if g.Attains(r.ttft, r.e2e, r.output) {
+				rep.Goals[k].Attained++
+			}
+		}
 		rep.OutputTokens += int64(r.output)
 		rep.PromptTokens += int64(r.prompt)
 		rep.CachedTokens += int64(r.cached)
@@ -143,6 +167,9 @@ func summarize(name, url, workload string, results []result, elapsed time.Durati
 	rep.TTFT, rep.ITL, rep.E2E = distOf(ttft), distOf(itl), distOf(e2e)
 	rep.FirstTurn.TTFT, rep.LaterTurns.TTFT = distOf(ttft0), distOf(ttft1)
 	rep.HitRate = ratio(rep.CachedTokens, rep.PromptTokens)
+	for k := range rep.Goals {
+		rep.Goals[k].Share = ratio(int64(rep.Goals[k].Attained), int64(rep.Requests))
+	}
 	rep.FirstTurn.HitRate = ratio(rep.FirstTurn.CachedTokens, rep.FirstTurn.PromptTokens)
 	rep.LaterTurns.HitRate = ratio(rep.LaterTurns.CachedTokens, rep.LaterTurns.PromptTokens)
 	if s := elapsed.Seconds(); s > 0 {
@@ -169,6 +196,12 @@ func (r *Report) WriteText(w io.Writer) {
 		r.Requests, r.OK, r.Errors, r.Rejected429, r.Rejected503, r.Seconds)
 	fmt.Fprintf(w, "throughput %.2f req/s, %.0f output tok/s; prefix hit rate %.1f%% (%d of %d prompt tokens cached)\n\n",
 		r.RequestsPerSec, r.OutputTokPerSec, 100*r.HitRate, r.CachedTokens, r.PromptTokens)
+	for _, g := range r.Goals {
+		fmt.Fprintf(w, "%s goal (TTFT ≤ %g ms, TPOT ≤ %g ms): %.1f%% of requests (%d of %d)\n", g.Name, g.TTFTMs, g.TPOTMs, 100*g.Share, g.Attained, r.Requests)
+	}
+	if len(r.Goals) > 0 {
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "latency (ms)\tcount\tp50\tp90\tp99\tmean\tmax\t")
 	for _, row := range []struct {

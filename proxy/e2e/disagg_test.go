@@ -23,6 +23,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/simfleet/simproc"
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/disagg"
 )
 
 // wire records the completions requests the Handler sends — host, request id, body — and the
@@ -447,4 +448,128 @@ func TestDisaggregatedCancel(t *testing.T) {
 			t.Errorf("disaggregated = %v, want 1", got)
 		}
 	})
+}
+
+// TestDisaggregatedPrefillFollowsPrefix: a document asked about twice, each time with its
+// prefill on a prefill server (the always decider), is prefilled the second time on the
+// server that prefilled it the first time, from its prefix cache: the prefill pick follows
+// the prompt's prefix as the decode pick does, and the second prefill computes only the
+// uncached tail. With the router learning from its picks, and from the servers' KV events.
+func TestDisaggregatedPrefillFollowsPrefix(t *testing.T) {
+	for _, events := range []bool{false, true} {
+		t.Run(map[bool]string{false: "picks", true: "kv-events"}[events], func(t *testing.T) {
+			var prefill, decode []*simproc.Proc
+			o := simproc.Options{}
+			if events {
+				o.KVEvents = "tcp://127.0.0.1:0"
+			}
+			var backends []proxy.Backend
+			for i := range 4 {
+				p := simproc.Start(t, o)
+				role := routing.RolePrefill
+				if i < 2 {
+					prefill = append(prefill, p)
+				} else {
+					decode, role = append(decode, p), routing.RoleDecode
+				}
+				backends = append(backends, proxy.Backend{URL: p.URL, Role: role, KVEvents: p.KVEvents})
+			}
+			rec := &wire{base: proxyseam.DefaultTransport()}
+			opts := testOptions(backends)
+			opts.Transport, opts.Decider = rec, disagg.Always
+			h, base := startHandler(t, opts)
+			c := client(base)
+			ctx := context.Background()
+			// Four documents, each asked about twice, the second round after the first: each
+			// second prefill must find its document on the server that prefilled it first.
+			docs := []string{"contract", "ledger", "minutes", "patent"}
+			type prefillUsage struct {
+				Usage struct {
+					Prompt  int `json:"prompt_tokens"`
+					Details struct {
+						Cached int `json:"cached_tokens"`
+					} `json:"prompt_tokens_details"`
+				} `json:"usage"`
+			}
+			first := map[string]sent{}
+			servers := map[string]bool{}
+			for round, q := range []string{"Summarise it.", "List the parties."} {
+				if round == 1 && events {
+					// The first round's blocks reach the router as KV events: wait for them.
+					deadline := time.Now().Add(10 * time.Second)
+					for metricSum(t, base, "usher_kvevents_events_total") < float64(len(docs)) && time.Now().Before(deadline) {
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+				for _, d := range docs {
+					var hdr http.Header
+					_, err := c.Chat.Completions.New(ctx, oa.ChatCompletionNewParams{Model: model, MaxTokens: oa.Int(8),
+						Messages: []oa.ChatCompletionMessageParamUnion{oa.UserMessage(document(d) + "\n" + q)}}, captureHeaders(&hdr))
+					if err != nil {
+						t.Fatal(err)
+					}
+					steps := rec.of(ridOf(hdr))
+					if len(steps) != 2 || !steps[0].prefill() {
+						t.Fatalf("%s, round %d: %d steps, want a prefill then a decode", d, round, len(steps))
+					}
+					p := steps[0]
+					var u prefillUsage
+					if err := json.Unmarshal(p.answer, &u); err != nil {
+						t.Fatalf("%s, round %d: the prefill's answer: %v", d, round, err)
+					}
+					if round == 0 {
+						first[d] = p
+						servers[p.host] = true
+						if u.Usage.Details.Cached != 0 {
+							t.Errorf("%s: first prefill cached %d tokens, want 0", d, u.Usage.Details.Cached)
+						}
+						continue
+					}
+					if p.host != first[d].host {
+						t.Errorf("%s: second prefill on %s, first on %s: want the server that holds the document", d, p.host, first[d].host)
+					}
+					if c, n := u.Usage.Details.Cached, u.Usage.Prompt; c < 1000 || n-c > 64 {
+						t.Errorf("%s: second prefill cached %d of %d tokens: want all but the tail (≥ 1000, ≤ 64 computed)", d, c, n)
+					}
+				}
+			}
+			if len(servers) != 2 {
+				t.Errorf("first prefills on %d servers, want both (the pick weighs the load too)", len(servers))
+			}
+			var hits float64
+			for _, p := range prefill {
+				hits += metricSum(t, p.URL, "vllm:prefix_cache_hits_total")
+			}
+			if hits < float64(len(docs))*1000 {
+				t.Errorf("prefill servers' prefix-cache hits %v tokens, want the documents' ≥ %d", hits, len(docs)*1000)
+			}
+			closedExactlyOnce(t, h)
+		})
+	}
+}
+
+// metricSum returns the sum of the series of the metric name, whatever their labels, on
+// base's /metrics.
+func metricSum(t *testing.T, base, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	sum := 0.0
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), name)
+		if !ok || (line[0] != ' ' && line[0] != '{') {
+			continue
+		}
+		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sum += f
+	}
+	return sum
 }

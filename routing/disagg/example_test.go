@@ -65,3 +65,54 @@ func ExampleNewPrefix() {
 	// 1920 tokens, 1920 uncached: prefill on prefill-0, decode on decode-0
 	// 2048 tokens, 128 uncached: whole on decode-0
 }
+
+// A role planner over four kv_both servers: a burst of long prompts moves servers into
+// prefill at the planner's ticks; decode picks then avoid them and the decider sends a long
+// prefill there while the decode server is producing answers.
+func ExamplePlanner() {
+	now := time.Unix(1_700_000_000, 0)
+	r, err := routing.New(routing.Options{Profile: profiles.Usher(profiles.UsherOptions{}), Now: func() time.Time { return now }, Seed: 1})
+	if err != nil {
+		panic(err)
+	}
+	var fleet []routing.BackendState
+	for i := range 4 {
+		fleet = append(fleet, routing.BackendState{Name: fmt.Sprintf("kv-%d", i), KVBoth: true, Health: routing.Healthy, UpdatedAt: now})
+	}
+	if err := r.Update(fleet); err != nil {
+		panic(err)
+	}
+	planner, err := disagg.NewPlanner(disagg.PlannerOptions{PrefillRate: 10000})
+	if err != nil {
+		panic(err)
+	}
+	planner.Plan(now, r)
+	// 15,000 uncached prompt tokens a second for 10 s, as the decider sees them.
+	for range 10 {
+		for range 3 {
+			planner.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 5000})
+		}
+		now = now.Add(time.Second)
+		planner.Plan(now, r)
+	}
+	st := planner.Stats()
+	prefill := 0
+	for _, role := range st.Roles {
+		if role == routing.RolePrefill {
+			prefill++
+		}
+	}
+	fmt.Printf("%d of 4 servers in prefill after %d changes\n", prefill, st.Changes)
+	d, err := r.Pick(&routing.Request{PromptTokens: 6000, Role: routing.RoleDecode})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("decode pick on a server in", st.Roles[d.Backend.Name])
+	busy := &routing.Result{UncachedTokens: 6000, Backend: &routing.BackendState{Known: routing.SignalRunning, Running: 8}}
+	fmt.Println("a long prefill while 8 answers run goes away:", planner.Disaggregate(&routing.Request{}, busy))
+	d.Done(routing.DoneInfo{})
+	// Output:
+	// 2 of 4 servers in prefill after 2 changes
+	// decode pick on a server in both
+	// a long prefill while 8 answers run goes away: true
+}

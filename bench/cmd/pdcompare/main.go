@@ -13,9 +13,23 @@
 //	go run ./bench/cmd/pdcompare -workloads long-prompt,chat-full -rates 4,5 -prefill 3,4,5,6 -modes aggregated,always,prefix,busy16,pool
 //
 // -modes selects the rows by key: aggregated, always, never (a disaggregated fleet whose
-// decode servers serve every request whole), prefix, busy4, busy16, pool, allboth. -prefill
-// lists the fleet splits: each disaggregated mode has a row per split, named with it
-// ("always 5+3") when there are several.
+// decode servers serve every request whole), prefix, busy4, busy16, pool, allboth, planner
+// (every server kv_both, its role set by disagg.Planner, which also decides; a row of its own
+// in the -goodput tables). -prefill lists the fleet splits: each disaggregated mode has a row
+// per split, named with it ("always 5+3") when there are several.
+//
+// -goodput prints goodput tables instead: per workload and transfer cost, the highest offered
+// rate (requests/s per server) at which 90% of requests meet both targets of each goal
+// (bench.TightGoal: TTFT ≤ 1 s and TPOT ≤ 25 ms; bench.RelaxedGoal: 3 s and 50 ms), searched to
+// 2.5% (bench.Goodput), the median of -seeds seeds, for aggregated serving, always-P/D at every
+// split of the fleet and the deciders of -modes at the -prefill splits. -curves DIR also writes
+// the attainment-vs-rate plots of the first workload at transfer ×1 (-curve-rates):
+//
+//	go run ./bench/cmd/pdcompare -goodput -workloads long-prompt,chat-full -transfer-scales 1,0.5,2 -curves bench/plots
+//
+// -phases prints the phase-changing run instead (chat, long prompts, chat; see phases.go):
+//
+//	go run ./bench/cmd/pdcompare -phases -rates 1.5 -modes aggregated,pool,planner -prefill 5 -roles-plot bench/plots/roles-phases.png
 package main
 
 import (
@@ -46,7 +60,7 @@ func main() {
 	var (
 		servers   = flag.Int("servers", 8, "servers in every mode")
 		splits    = flag.String("prefill", "4", "of them, prefill servers in the disaggregated modes: a list, a row per split")
-		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) and chat-full (all of it: 2,000 conversations, about 10k requests)")
+		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) chat-full (all of it: 2,000 conversations, about 10k requests) and chat-small (the Chat workload with 600 conversations, about 3k requests)")
 		rates     = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
 		scales    = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
 		perToken  = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
@@ -54,7 +68,14 @@ func main() {
 		requests  = flag.Int("requests", 4000, "requests of each workload (its first N; chat-full: all)")
 		seeds     = flag.Int("seeds", 3, "seeds per configuration")
 		parallel  = flag.Int("parallel", runtime.NumCPU(), "runs at once")
-		only      = flag.String("modes", "aggregated,always,prefix,busy4,busy16,pool,allboth", "rows, by key: aggregated, always, never, prefix, busy4, busy16, pool, allboth")
+		only      = flag.String("modes", "aggregated,always,prefix,busy4,busy16,pool,allboth", "rows, by key: aggregated, always, never, prefix, busy4, busy16, pool, allboth, planner")
+		goodput   = flag.Bool("goodput", false, "print goodput tables instead (per workload and transfer cost: aggregated, always-P/D at every split, and the deciders of -modes at the -prefill splits, at the tight and the relaxed goal; -rates is ignored)")
+		curves    = flag.String("curves", "", "with -goodput: write attainment-vs-rate plots for the first workload at transfer ×1 into this directory")
+		curveAt   = flag.String("curve-rates", "0.5,1,1.5,2,2.5,3,3.5,4,5,6", "with -curves: the load multipliers of the plots' points")
+		phases    = flag.Bool("phases", false, "print the phase-changing run instead: chat, long prompts, chat, -phase-minutes each, at the first of -rates, under aggregated, always-P/D at every split and the deciders of -modes (-transfer-scales' first)")
+		phaseMin  = flag.Duration("phase-minutes", 10*time.Minute, "with -phases: each phase's length, simulated")
+		rolePlot  = flag.String("roles-plot", "", "with -phases: write the planner's servers in prefill over time to this .png or .svg")
+		curveOnly = flag.String("curves-only", "", "with -goodput and -curves: no tables, only the plots, with always-P/D at these splits (a list of prefill servers) beside aggregated and the deciders")
 	)
 	flag.Parse()
 	var prefill []int
@@ -81,6 +102,13 @@ func main() {
 		}
 		return d
 	}
+	planner := func() disagg.Decider {
+		p, err := disagg.NewPlanner(disagg.PlannerOptions{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return p
+	}
 	all := []mode{ // prefill: 1 for the disaggregated modes, set below per split
 		{"aggregated", "aggregated", 0, nil},
 		{"always", "always", 1, func() disagg.Decider { return disagg.Always }},
@@ -90,6 +118,7 @@ func main() {
 		{"busy16", "prefix busy=16", 1, busy(16)},
 		{"pool", "pool", 1, pool},
 		{"allboth", "all both, prefix", 0, busy(0)},
+		{"planner", "planner (kv_both)", 0, planner},
 	}
 	var modes []mode
 	for _, k := range strings.Split(*only, ",") {
@@ -110,6 +139,69 @@ func main() {
 			modes = append(modes, m)
 		}
 	}
+	if *phases {
+		rate, err := strconv.ParseFloat(strings.Split(*rates, ",")[0], 64)
+		if err != nil {
+			log.Fatalf("-rates: %v", err)
+		}
+		scale, err := strconv.ParseFloat(strings.Split(*scales, ",")[0], 64)
+		if err != nil {
+			log.Fatalf("-transfer-scales: %v", err)
+		}
+		var ss []uint64
+		for k := range *seeds {
+			ss = append(ss, bench.DefaultSeed+uint64(k))
+		}
+		phaseTable(os.Stdout, phaseRows(all, modes, *servers), *servers, rate, *phaseMin, ss, *parallel,
+			time.Duration(scale*float64(*perToken)), *latency, *rolePlot)
+		return
+	}
+	if *goodput {
+		g := &goodputRun{servers: *servers, requests: *requests, parallel: *parallel, perToken: *perToken, latency: *latency,
+			curves: *curves, wl: map[wlKey]*bench.Workload{}, agg: map[string][]bench.GoodputResult{}}
+		for k := range *seeds {
+			g.seeds = append(g.seeds, bench.DefaultSeed+uint64(k))
+		}
+		for _, f := range strings.Split(*curveAt, ",") {
+			m, err := strconv.ParseFloat(f, 64)
+			if err != nil || !(m > 0) {
+				log.Fatalf("-curve-rates: %q: want a positive number", f)
+			}
+			g.curveRates = append(g.curveRates, m)
+		}
+		rows := goodputModes(all, modes, *servers)
+		for _, m := range modes {
+			if m.key == "planner" {
+				rows = append(rows, m)
+			}
+		}
+		if *curveOnly != "" {
+			sel := []mode{rows[0]}
+			for _, f := range strings.Split(*curveOnly, ",") {
+				n, err := strconv.Atoi(f)
+				if err != nil || n <= 0 || n >= *servers {
+					log.Fatalf("-curves-only: %q: want a number of servers between 1 and %d", f, *servers-1)
+				}
+				sel = append(sel, rows[n])
+			}
+			sel = append(sel, rows[*servers:]...)
+			g.curvesOf(strings.Split(*workloads, ",")[0], 1, sel)
+			return
+		}
+		for w, wl := range strings.Split(*workloads, ",") {
+			for _, ss := range strings.Split(*scales, ",") {
+				scale, err := strconv.ParseFloat(ss, 64)
+				if err != nil {
+					log.Fatalf("-transfer-scales: %v", err)
+				}
+				res := g.goodputTable(os.Stdout, wl, scale, rows)
+				if *curves != "" && w == 0 && scale == 1 {
+					g.curvesOf(wl, scale, curveRows(rows, res))
+				}
+			}
+		}
+		return
+	}
 	for _, wl := range strings.Split(*workloads, ",") {
 		for _, rs := range strings.Split(*rates, ",") {
 			rate, err := strconv.ParseFloat(rs, 64)
@@ -128,6 +220,29 @@ func main() {
 	}
 }
 
+// curveRows picks the rows of the attainment plots: aggregated, always-P/D at its best split for
+// each goal, and the deciders.
+func curveRows(rows []mode, res [][]bench.GoodputResult) []mode {
+	out := []mode{rows[0]}
+	for g := range res[0] {
+		best := -1
+		for i, m := range rows {
+			if m.key == "always" && (best < 0 || res[i][g].PerServer > res[best][g].PerServer) {
+				best = i
+			}
+		}
+		if best >= 0 && !slices.ContainsFunc(out, func(m mode) bool { return m.name == rows[best].name }) {
+			out = append(out, rows[best])
+		}
+	}
+	for _, m := range rows {
+		if m.key != "always" && m.key != "aggregated" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // workload builds the named workload for seed.
 func workload(name string, seed uint64, n int) *bench.Workload {
 	var w *bench.Workload
@@ -139,6 +254,8 @@ func workload(name string, seed uint64, n int) *bench.Workload {
 		w = bench.Chat(bench.ChatOptions{Seed: seed})
 	case "chat-full":
 		return bench.Chat(bench.ChatOptions{Seed: seed})
+	case "chat-small":
+		return bench.Chat(bench.ChatOptions{Seed: seed, Sessions: 600})
 	default:
 		log.Fatalf("unknown workload %q", name)
 	}

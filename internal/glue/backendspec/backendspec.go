@@ -110,15 +110,23 @@ func names(keys Keys) string {
 	return strings.Join(out, ", ")
 }
 
-// Role parses a role option: prefill, decode or both ("" is both).
+// Role parses a role option: prefill, decode, both ("" is both) or kv_both (both, for a
+// server with a KV connector both ways, whose role a planner sets: see KVBoth).
 func Role(s string) (routing.Role, error) {
 	for _, r := range []routing.Role{routing.RoleBoth, routing.RolePrefill, routing.RoleDecode} {
 		if s == r.String() {
 			return r, nil
 		}
 	}
-	if s == "" {
+	if s == "" || s == KVBothRole {
 		return routing.RoleBoth, nil
 	}
-	return routing.RoleBoth, fmt.Errorf("%w: role %q: want prefill, decode or both", ErrSyntax, s)
+	return routing.RoleBoth, fmt.Errorf("%w: role %q: want prefill, decode, both or kv_both", ErrSyntax, s)
 }
+
+// KVBothRole is the role option of a server with a KV connector that sends and receives
+// (vLLM's kv_role kv_both): routing.BackendState.KVBoth with Role both.
+const KVBothRole = "kv_both"
+
+// KVBoth reports whether a role option is KVBothRole.
+func KVBoth(s string) bool { return s == KVBothRole }

@@ -55,6 +55,8 @@ type pdSeries struct {
 	roleIn   [len(roleLabels)]prometheus.Gauge
 	prefills *prometheus.CounterVec
 	results  [numPrefillResults]prometheus.Counter
+	planned  *prometheus.GaugeVec // the role planner's roles, by backend and role
+	changes  prometheus.Counter   // and its role changes
 }
 
 func newPDSeries(cl prometheus.Labels) pdSeries {
@@ -74,6 +76,12 @@ func newPDSeries(cl prometheus.Labels) pdSeries {
 		prefills: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "usher_pd_prefill_attempts_total", ConstLabels: cl,
 			Help: "Prefill steps sent to prefill servers, by result: ok, failed (the server failed or gave no KV-transfer parameters), cancelled (the client left)."}, []string{"result"}),
+		planned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "usher_pd_planned_role", ConstLabels: cl,
+			Help: "The role planner's current role of each kv_both backend: 1 for its role (prefill or both), 0 for the others."}, []string{"backend", "role"}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "usher_pd_role_changes_total", ConstLabels: cl,
+			Help: "Role changes the role planner made to kv_both backends."}),
 	}
 	for i, d := range stageLabels {
 		s.decided[i] = s.stages.WithLabelValues(d)
@@ -119,7 +127,31 @@ func (u *Recorder) SetRoleInFlight(role routing.Role, requests int64) {
 	}
 }
 
+// SetPlannedRole sets the role planner's role of a backend (a role without a label value is
+// ignored). O(roles); it allocates the series of a backend not seen before.
+func (u *Recorder) SetPlannedRole(backend string, role routing.Role) {
+	if int(role) >= len(roleLabels) {
+		return
+	}
+	for r, l := range roleLabels {
+		v := 0.0
+		if routing.Role(r) == role {
+			v = 1
+		}
+		u.pd.planned.WithLabelValues(backend, l).Set(v)
+	}
+}
+
+// AddRoleChanges counts n role changes of the role planner. O(1), no allocation.
+func (u *Recorder) AddRoleChanges(n int) {
+	if n > 0 {
+		u.pd.changes.Add(float64(n))
+	}
+}
+
 func (s *pdSeries) describe(ch chan<- *prometheus.Desc) {
+	s.planned.Describe(ch)
+	s.changes.Describe(ch)
 	s.stages.Describe(ch)
 	s.prefill.Describe(ch)
 	s.decode.Describe(ch)
@@ -128,6 +160,8 @@ func (s *pdSeries) describe(ch chan<- *prometheus.Desc) {
 }
 
 func (s *pdSeries) collect(ch chan<- prometheus.Metric) {
+	s.planned.Collect(ch)
+	s.changes.Collect(ch)
 	s.stages.Collect(ch)
 	s.prefill.Collect(ch)
 	s.decode.Collect(ch)

@@ -30,6 +30,37 @@ var (
 	Saturation func(router any, level func(state any, fresh uint8, inflight int64, q, kv float64) float64, q, kv float64) (lowest, sum float64, n int)
 )
 
+// RolePlan is a role planner's current roles (routing/disagg's Planner) for a Router's KVBoth
+// backends of Role RoleBoth, which every pick that needs a role reads with one atomic load.
+// Immutable once set.
+type RolePlan struct {
+	// Roles holds each backend's planned role by BackendID, as routing.Role's values (0 both,
+	// 1 prefill, 2 decode); a backend past its end is in both.
+	Roles []uint8
+	// Prefillers is the number of backends in prefill. While there is one, a backend in both
+	// takes no prefill pick: it prefills its own requests only.
+	Prefillers int
+}
+
+// Serves reports whether backend id serves a pick that needs role want (routing.Role's
+// values) under the plan. O(1).
+func (p *RolePlan) Serves(id uint32, want uint8) bool {
+	role := uint8(0)
+	if int(id) < len(p.Roles) {
+		role = p.Roles[id]
+	}
+	switch {
+	case want == 0:
+		return true
+	case role == 0:
+		return want == 2 || p.Prefillers == 0
+	}
+	return role == want
+}
+
+// SetRolePlan makes a *routing.Router's picks read plan (nil: none). Installed by routing.
+var SetRolePlan func(router any, plan *RolePlan)
+
 // Installed by the capability packages, at init.
 var (
 	// SubsetFilter reports whether a filter returns a subset of the candidates it is given,

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/usher-llm/usher/bench"
+)
+
+// The -phases mode: one phase-changing workload — chat, then long prompts, then chat again,
+// -phase-minutes of simulated time each — at one load multiplier (-rates' first) under
+// aggregated serving, always-P/D at every split of the fleet, the deciders of -modes at their
+// splits and the role planner: the share of requests attaining each goal over the whole run,
+// and the planner's role changes (a plot of its servers in prefill over time with -curves).
+
+// phaseWorkload is the phase-changing workload for seed at load multiplier rate.
+func phaseWorkload(seed uint64, rate float64, phase time.Duration) *bench.Workload {
+	chat := func(s uint64) *bench.Workload { return bench.Chat(bench.ChatOptions{Seed: s}).Scaled(rate) }
+	n := int(phase.Seconds()*6*rate*1.2) + 100 // PrefixGroup's 6/s, scaled, with room
+	long := bench.PrefixGroup(bench.PrefixGroupOptions{Requests: n, Rate: 6, PrefixTokens: 6144, SuffixTokens: 2048,
+		OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: seed}).Scaled(rate)
+	w, err := bench.Phases(bench.Phase{Workload: chat(seed), Duration: phase}, bench.Phase{Workload: long, Duration: phase},
+		bench.Phase{Workload: chat(seed + 1000), Duration: phase})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return w
+}
+
+// phaseRows returns the rows of the -phases table: aggregated, always-P/D at every split, the
+// other deciders of modes and the planner.
+func phaseRows(all, modes []mode, servers int) []mode {
+	out := []mode{all[0]}
+	for n := 1; n < servers; n++ {
+		m := all[1]
+		m.prefill, m.name = n, fmt.Sprintf("always %d+%d", n, servers-n)
+		out = append(out, m)
+	}
+	for _, m := range modes {
+		switch m.key {
+		case "aggregated", "always", "never", "allboth":
+		default:
+			if m.prefill > 0 && !slices.ContainsFunc(out, func(o mode) bool { return o.name == m.name }) {
+				m.name = fmt.Sprintf("%s %d+%d", all[slices.IndexFunc(all, func(a mode) bool { return a.key == m.key })].name, m.prefill, servers-m.prefill)
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// phaseTable runs rows on the phase workload and prints the table; with plot set, it writes
+// the planner's servers in prefill over time there (every seed).
+func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase time.Duration, seeds []uint64, parallel int,
+	perToken, latency time.Duration, plot string) {
+	start := time.Now()
+	res := make([][]*bench.Result, len(rows))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(parallel, 1))
+	var mu sync.Mutex
+	wls := map[uint64]*bench.Workload{}
+	workload := func(seed uint64) *bench.Workload {
+		mu.Lock()
+		defer mu.Unlock()
+		if w, ok := wls[seed]; ok {
+			return w
+		}
+		w := phaseWorkload(seed, rate, phase)
+		wls[seed] = w
+		return w
+	}
+	for i, md := range rows {
+		res[i] = make([]*bench.Result, len(seeds))
+		for k, seed := range seeds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				cfg := bench.Config{Servers: servers, Seed: seed, PrefillServers: md.prefill, TransferPerToken: perToken, TransferLatency: latency,
+					Profile: bench.Qwen3Profile(), Goals: bench.DefaultGoals()}
+				if md.decider != nil {
+					cfg.Decider = md.decider()
+				}
+				r, err := bench.Run(workload(seed), cfg)
+				if err != nil {
+					log.Fatal(err)
+				}
+				res[i][k] = r
+			}()
+		}
+	}
+	wg.Wait()
+	fmt.Fprintf(out, "\n**Phases: chat %v, long prompts %v, chat %v; load ×%g, transfer %v/token + %v** (%d servers, %d seeds, median and range; share of all requests attaining each goal over the whole run)\n\n",
+		phase, phase, phase, rate, perToken, latency, servers, len(seeds))
+	fmt.Fprintln(out, "| mode | tight | relaxed | TTFT p50 | TTFT p99 | TPOT p99 | disaggregated | role changes | changes per server per 30 s |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|")
+	var series []bench.RoleSeries
+	for i, md := range rows {
+		get := func(f func(*bench.Result) float64) bench.Spread {
+			var v []float64
+			for _, r := range res[i] {
+				v = append(v, f(r))
+			}
+			return bench.SpreadOf(v)
+		}
+		ms := func(f func(*bench.Result) time.Duration) string {
+			s := get(func(r *bench.Result) float64 { return float64(f(r)) / 1e6 })
+			return fmt.Sprintf("%.0f (%.0f–%.0f) ms", s.Median, s.Min, s.Max)
+		}
+		share := func(g int) string {
+			s := get(func(r *bench.Result) float64 { return r.Attained[g] })
+			return fmt.Sprintf("%.3f (%.3f–%.3f)", s.Median, s.Min, s.Max)
+		}
+		changes := get(func(r *bench.Result) float64 { return float64(r.RoleChanges) })
+		rate := get(func(r *bench.Result) float64 {
+			return float64(r.RoleChanges) / float64(servers) / (r.Span.Seconds() / 30)
+		})
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %.2f | %.0f (%.0f–%.0f) | %.3f (max %.3f) |\n", md.name, share(0), share(1),
+			ms(func(r *bench.Result) time.Duration { return r.TTFT.P50 }), ms(func(r *bench.Result) time.Duration { return r.TTFT.P99 }),
+			ms(func(r *bench.Result) time.Duration { return r.TPOT.P99 }),
+			get(func(r *bench.Result) float64 { return r.Disaggregated }).Median, changes.Median, changes.Min, changes.Max, rate.Median, rate.Max)
+		if md.key == "planner" {
+			for k, r := range res[i] {
+				series = append(series, bench.RoleSeries{Name: fmt.Sprintf("%s, seed %d", md.name, seeds[k]), Samples: r.Roles, End: r.Span})
+			}
+		}
+	}
+	if plot != "" && len(series) > 0 {
+		if err := bench.PlotRoles(series, []time.Duration{phase, 2 * phase}, fmt.Sprintf("Role planner: servers in prefill (%d servers; chat, long prompts, chat; load ×%g)", servers, rate), plot); err != nil {
+			log.Fatal(err)
+		}
+	}
+	log.Printf("pdcompare: phases: %d rows in %v", len(rows), time.Since(start).Round(time.Second))
+}

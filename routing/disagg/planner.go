@@ -1,0 +1,357 @@
+package disagg
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/hook"
+)
+
+// PlannerOptions configures [NewPlanner]. Every zero value is the documented default;
+// negative values are an error.
+type PlannerOptions struct {
+	// MinUncachedTokens is the shortest uncached part of a prompt that is ever prefilled on
+	// another server, as for [NewPrefix]; shorter ones are prefilled where they are decoded and
+	// are not counted as prefill demand. Zero: 512.
+	MinUncachedTokens int `json:"min_uncached_tokens"`
+	// PrefillRate is how many prompt tokens one server prefills per second. Zero: 20,000
+	// (Qwen3-32B on two H100s, about 42 µs a token).
+	PrefillRate float64 `json:"prefill_rate"`
+	// Utilization is the share of the prefill servers' time the plan fills with the measured
+	// demand: the planner gives prefill as many servers as the demand needs at this
+	// utilization. Zero: 0.7. At most 1.
+	Utilization float64 `json:"utilization"`
+	// DecodeBatch is how many answers, and DecodeTokens how many tokens of their context (KV
+	// in use, as scraped), one server decodes at once within the TPOT target: the plan leaves
+	// enough servers out of prefill for the answers running and their context. Zero: 64 and
+	// 131,072 (Qwen3-32B on two H100s: about 17 ms a token).
+	DecodeBatch  int `json:"decode_batch"`
+	DecodeTokens int `json:"decode_tokens"`
+	// TTFT is the first-token target of requests that set none ([routing.Request].Targets):
+	// a prefill is sent away only while the prefill servers' queue, the prefill and the
+	// transfer are predicted to meet it. It also bounds the planner's prefill queue: a server
+	// moves into prefill while the predicted queue there is over TTFT/3, and one leaves it only
+	// while the queue is under TTFT/10. Zero: 1 s.
+	TTFT time.Duration `json:"ttft"`
+	// TransferPerToken and TransferLatency are the KV transfer's predicted cost: a part per
+	// uncached prompt token and a fixed part per transfer. Zero: 5.2 µs (Qwen3-32B's 256 KiB a
+	// token over 400 Gb/s) and 1 ms.
+	TransferPerToken time.Duration `json:"transfer_per_token"`
+	TransferLatency  time.Duration `json:"transfer_latency"`
+	// Window is the time constant of the demand's moving average. Zero: 10 s.
+	Window time.Duration `json:"window"`
+	// Dwell is the shortest time between two role changes of one server. Zero: 30 s.
+	Dwell time.Duration `json:"dwell"`
+}
+
+// Planner keeps a role for each server that declares KV transfer both ways
+// ([routing.BackendState].KVBoth with Role [routing.RoleBoth]) and moves servers between
+// prefill and both as the measured demand changes; it is also the [Decider] that uses those
+// roles. The router it plans for applies the roles to its picks: [Planner.Plan] hands it
+// each new plan, which every pick that needs a role reads with one atomic load.
+//
+// A server in prefill takes only prefill picks. A server in both takes decode picks and
+// prefills its own requests; it prefills for others only while no server is in prefill (with
+// a prefill pool, one that prefilled for others would stall its answers as an aggregated
+// server does). Servers that are not KVBoth keep their Role, untouched.
+//
+// The host calls [Planner.Plan] on a tick (every scrape, say); it reads the router's
+// backends and in-flight counts and the prefill demand the decider measured since the last
+// tick, and publishes a new plan: how many servers should prefill so that the demand (a moving
+// average over Window of the uncached tokens the decider saw) fills them to at most
+// Utilization at PrefillRate and their predicted queue (the prefill in flight there over
+// PrefillRate) stays short of the TTFT target, leaving enough servers to decode the answers
+// running and their context (DecodeBatch and DecodeTokens each). It moves servers one way at once and none more than once per
+// Dwell; a request in flight is never moved: a server leaving decode finishes the answers it
+// has, one leaving prefill the prefills it has.
+//
+// Disaggregate sends a prefill away when it pays: when the decode server is producing answers
+// (which a local prefill would stall) and the prefill servers' predicted queue, the prefill and
+// the transfer fit the request's TTFT target.
+//
+// Disaggregate is on the pick path: lock-free (an atomic load of the current plan),
+// allocation-free, O(1). Plan and Stats take a lock and are O(backends). All methods are safe
+// for concurrent use. A Planner serves one [routing.Router], the one passed to Plan: its roles
+// are indexed by that router's BackendIDs.
+type Planner struct {
+	o     PlannerOptions
+	cur   atomic.Pointer[plan]
+	seen  atomic.Int64 // uncached tokens of long prompts the decider saw since the last Plan
+	sent  atomic.Uint64
+	kept  atomic.Uint64
+	moves atomic.Uint64
+
+	mu sync.Mutex // guards the fields below, Plan's state
+	// by BackendID: the role, when it last changed, and the name
+	roles   []routing.Role
+	changed []time.Time
+	names   []string
+	last    time.Time // the last Plan
+	demand  float64   // tokens per second, moving average
+	backlog float64   // prefill tokens in flight on the servers in prefill, moving average
+	states  []routing.BackendState
+	kv      []member
+}
+
+// plan is an immutable snapshot the decider reads.
+type plan struct {
+	prefillers int           // KVBoth servers in prefill
+	queue      time.Duration // predicted prefill queue of the least-loaded prefill server
+}
+
+// member is one KVBoth server during Plan.
+type member struct {
+	id      routing.BackendID
+	running int
+	backlog int64
+	kv      int // KV tokens in use, as scraped (0: unknown)
+}
+
+// PlannerStats is a snapshot of a [Planner]'s roles and counters.
+type PlannerStats struct {
+	// Roles is each KVBoth server's current role, by name.
+	Roles map[string]routing.Role
+	// Changes counts role changes since the Planner was made.
+	Changes uint64
+	// Disaggregated and Local count Disaggregate's answers: prefills sent to another server
+	// and prefills kept where the answer is decoded.
+	Disaggregated, Local uint64
+	// Demand is the measured prefill demand, uncached prompt tokens per second (a moving
+	// average).
+	Demand float64
+}
+
+// NewPlanner returns a Planner with every KVBoth server in both until the first
+// [Planner.Plan].
+func NewPlanner(o PlannerOptions) (*Planner, error) {
+	if o.MinUncachedTokens < 0 || o.PrefillRate < 0 || o.Utilization < 0 || o.Utilization > 1 || o.DecodeBatch < 0 || o.DecodeTokens < 0 ||
+		o.TTFT < 0 || o.TransferPerToken < 0 || o.TransferLatency < 0 || o.Window < 0 || o.Dwell < 0 ||
+		math.IsNaN(o.PrefillRate) || math.IsInf(o.PrefillRate, 0) || math.IsNaN(o.Utilization) {
+		return nil, fmt.Errorf("%w: planner %+v", ErrInvalidOptions, o)
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if o.MinUncachedTokens == 0 {
+		o.MinUncachedTokens = defaultMinUncached
+	}
+	if o.PrefillRate == 0 {
+		o.PrefillRate = 20000
+	}
+	if o.Utilization == 0 {
+		o.Utilization = 0.7
+	}
+	if o.DecodeBatch == 0 {
+		o.DecodeBatch = 64
+	}
+	if o.DecodeTokens == 0 {
+		o.DecodeTokens = 131072
+	}
+	def(&o.TTFT, time.Second)
+	def(&o.TransferPerToken, 5200*time.Nanosecond)
+	def(&o.TransferLatency, time.Millisecond)
+	def(&o.Window, 10*time.Second)
+	def(&o.Dwell, 30*time.Second)
+	p := &Planner{o: o}
+	p.cur.Store(&plan{})
+	return p, nil
+}
+
+// managed reports whether the planner sets s's role.
+func managed(s *routing.BackendState) bool { return s.KVBoth && s.Role == routing.RoleBoth }
+
+// Disaggregate implements [Decider]. A prompt whose uncached part is shorter than
+// MinUncachedTokens is prefilled locally; a longer one counts as prefill demand, and goes to
+// a prefill server when there is one, the decode server has answers running (which a local
+// prefill would stall) and the remote path (the least-loaded prefill server's predicted queue
+// at the last Plan, the prefill, the transfer) meets the TTFT target or, for a prompt too long
+// to meet it anyway, takes at most twice the prefill. O(1), no allocation.
+func (p *Planner) Disaggregate(req *routing.Request, decode *routing.Result) bool {
+	u := decode.UncachedTokens
+	if u < p.o.MinUncachedTokens {
+		p.kept.Add(1)
+		return false
+	}
+	p.seen.Add(int64(u))
+	pl := p.cur.Load()
+	if pl.prefillers == 0 {
+		p.kept.Add(1)
+		return false
+	}
+	r := 0
+	if decode.Backend != nil && decode.Backend.Known&routing.SignalRunning != 0 {
+		r = decode.Backend.Running
+	}
+	if own, ok := hook.OwnRequests(decode); ok {
+		r = max(r, int(own)-1)
+	}
+	target := p.o.TTFT
+	if req.Targets.TTFT > 0 {
+		target = req.Targets.TTFT
+	}
+	prefill := time.Duration(float64(u) / p.o.PrefillRate * float64(time.Second))
+	remote := pl.queue + prefill + p.o.TransferLatency + time.Duration(u)*p.o.TransferPerToken
+	if r == 0 || remote > max(target, 2*prefill) {
+		p.kept.Add(1)
+		return false
+	}
+	p.sent.Add(1)
+	return true
+}
+
+// Plan is the planner's tick: it measures the prefill demand since the last call and the
+// router's load, moves servers between prefill and both as the [Planner] doc says, and publishes
+// the new plan. It returns the number of servers whose role changed. Call it from one
+// goroutine or several (it takes a lock), off the pick path, every scrape or so. O(backends),
+// allocates the plan it publishes.
+func (p *Planner) Plan(now time.Time, r *routing.Router) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seen := p.seen.Swap(0)
+	a := 0.0 // the moving averages' weight of this tick
+	if !p.last.IsZero() {
+		if dt := now.Sub(p.last); dt > 0 {
+			a = 1 - math.Exp(-float64(dt)/float64(p.o.Window))
+			p.demand += a * (float64(seen)/dt.Seconds() - p.demand)
+		}
+	}
+	p.last = now
+	p.states = r.Backends(p.states[:0])
+	p.kv = p.kv[:0]
+	clear(p.names)    // the KVBoth servers of this set fill it again
+	var backlog int64 // prefill tokens in flight on the KVBoth servers in prefill
+	running, context, cur := 0, 0, 0
+	for i := range p.states {
+		s := &p.states[i]
+		if !managed(s) || s.Health == routing.Unhealthy {
+			continue
+		}
+		id, ok := r.Lookup(s.Name)
+		if !ok {
+			continue
+		}
+		for int(id) >= len(p.roles) {
+			p.roles = append(p.roles, routing.RoleBoth)
+			p.changed = append(p.changed, time.Time{})
+			p.names = append(p.names, "")
+		}
+		p.names[id] = s.Name
+		in, _ := r.InFlight(s.Name)
+		m := member{id: id, backlog: in.PrefillTokens, running: int(in.Requests)}
+		if s.Known&routing.SignalRunning != 0 {
+			m.running = max(m.running, s.Running)
+		}
+		if s.Known.Has(routing.SignalKVUtilization | routing.SignalKVCapacity) {
+			m.kv = int(s.KVUtilization * float64(s.KVCapacityBlocks*s.BlockSize))
+		}
+		if p.roles[id] == routing.RolePrefill {
+			backlog += m.backlog
+			cur++
+		} else {
+			running += m.running
+			context += m.kv
+		}
+		p.kv = append(p.kv, m)
+	}
+	// The demand's share of a server (need) and the prefill servers' predicted queue, their
+	// backlog (a moving average) over their rate. Up a server when the demand needs more than
+	// there are by a quarter of a server or the queue passes TTFT/3; down when the queue is
+	// under TTFT/10 and the demand, a quarter more, fits in a quarter of a server fewer than
+	// would be left. One server a tick.
+	p.backlog += a * (float64(backlog) - p.backlog)
+	need := p.demand / (p.o.PrefillRate * p.o.Utilization)
+	queue := time.Duration(0)
+	if cur > 0 {
+		queue = time.Duration(p.backlog / float64(cur) / p.o.PrefillRate * float64(time.Second))
+	}
+	want := cur
+	switch {
+	case need > float64(cur)+0.25 || (cur > 0 && queue > p.o.TTFT/3):
+		want = cur + 1
+	case cur > 0 && queue < p.o.TTFT/10 && need*1.25 < float64(cur)-0.75:
+		want = cur - 1
+	}
+	decoders := max(1, (running+p.o.DecodeBatch-1)/p.o.DecodeBatch, (context+p.o.DecodeTokens-1)/p.o.DecodeTokens)
+	want = max(0, min(want, len(p.kv)-decoders))
+	changes := 0
+	for want > cur {
+		// Into prefill: the eligible server with the fewest answers running.
+		best := -1
+		for i, m := range p.kv {
+			if p.roles[m.id] != routing.RolePrefill && p.free(m.id, now) &&
+				(best < 0 || m.running < p.kv[best].running) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		p.set(p.kv[best].id, routing.RolePrefill, now)
+		cur++
+		changes++
+	}
+	for want < cur {
+		// Out of prefill: the eligible server with the least prefill in flight.
+		best := -1
+		for i, m := range p.kv {
+			if p.roles[m.id] == routing.RolePrefill && p.free(m.id, now) &&
+				(best < 0 || m.backlog < p.kv[best].backlog) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		p.set(p.kv[best].id, routing.RoleBoth, now)
+		cur--
+		changes++
+	}
+	rp := &hook.RolePlan{Roles: make([]uint8, len(p.roles)), Prefillers: cur}
+	for id, role := range p.roles {
+		rp.Roles[id] = uint8(role)
+	}
+	hook.SetRolePlan(r, rp)
+	next := &plan{prefillers: cur}
+	if cur > 0 {
+		least := int64(math.MaxInt64)
+		for _, m := range p.kv {
+			if p.roles[m.id] == routing.RolePrefill {
+				least = min(least, m.backlog)
+			}
+		}
+		next.queue = time.Duration(float64(least) / p.o.PrefillRate * float64(time.Second))
+	}
+	p.cur.Store(next)
+	return changes
+}
+
+// free reports whether server id may change role at now. Called with p.mu held.
+func (p *Planner) free(id routing.BackendID, now time.Time) bool {
+	return p.changed[id].IsZero() || now.Sub(p.changed[id]) >= p.o.Dwell
+}
+
+// set changes server id's role. Called with p.mu held.
+func (p *Planner) set(id routing.BackendID, role routing.Role, now time.Time) {
+	p.roles[id], p.changed[id] = role, now
+	p.moves.Add(1)
+}
+
+// Stats returns the current roles and the counters. O(backends); it allocates the map.
+func (p *Planner) Stats() PlannerStats {
+	p.mu.Lock()
+	roles := make(map[string]routing.Role, len(p.names))
+	for id, n := range p.names {
+		if n != "" {
+			roles[n] = p.roles[id]
+		}
+	}
+	demand := p.demand
+	p.mu.Unlock()
+	return PlannerStats{Roles: roles, Changes: p.moves.Load(), Disaggregated: p.sent.Load(), Local: p.kept.Load(), Demand: demand}
+}

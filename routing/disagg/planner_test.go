@@ -1,0 +1,289 @@
+package disagg
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/usher-llm/usher/routing"
+	"github.com/usher-llm/usher/routing/internal/routingtest"
+	"github.com/usher-llm/usher/routing/load"
+	"github.com/usher-llm/usher/routing/outlier"
+	"github.com/usher-llm/usher/routing/pick"
+)
+
+// plannerFleet returns a router over n KVBoth servers and one ordinary aggregated server
+// ("agg").
+func plannerFleet(t testing.TB, p *Planner, n int, now func() time.Time) (*routing.Router, []routing.BackendState) {
+	t.Helper()
+	prof := routing.Profile{
+		Name:    "planner",
+		Filters: []routing.Filter{outlier.HealthFilter()},
+		Scorers: []routing.Weighted{{Scorer: load.Active(), Weight: 1}},
+		Picker:  pick.MaxScore(),
+	}
+	r, err := routing.New(routing.Options{Profile: prof, Now: now, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fleet []routing.BackendState
+	for i := range n {
+		fleet = append(fleet, routing.BackendState{Name: fmt.Sprintf("kv-%d", i), KVBoth: true, Health: routing.Healthy, UpdatedAt: now()})
+	}
+	fleet = append(fleet, routing.BackendState{Name: "agg", Health: routing.Healthy, UpdatedAt: now()})
+	if err := r.Update(fleet); err != nil {
+		t.Fatal(err)
+	}
+	return r, fleet
+}
+
+// roleCount counts the planner's servers in each role.
+func roleCount(p *Planner) (prefill, both int) {
+	for _, r := range p.Stats().Roles {
+		switch r {
+		case routing.RolePrefill:
+			prefill++
+		case routing.RoleBoth:
+			both++
+		}
+	}
+	return prefill, both
+}
+
+// TestPlanner steps a planner through a burst of long prompts and its end: servers move into
+// prefill as the demand rises, picks follow the roles, no server moves twice within the dwell,
+// and they come back once the demand is gone.
+func TestPlanner(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, Utilization: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := plannerFleet(t, p, 6, clock)
+	if n := p.Plan(now, r); n != 0 {
+		t.Fatalf("first plan without demand: %d changes, want 0", n)
+	}
+	if pf, both := roleCount(p); pf != 0 || both != 6 {
+		t.Fatalf("roles: %d prefill, %d both; want 0, 6", pf, both)
+	}
+	// Without a prefill pool, every long prompt is prefilled where it is decoded.
+	long := &routing.Result{UncachedTokens: 8000, Backend: &routing.BackendState{Known: routing.SignalRunning, Running: 4}}
+	if p.Disaggregate(&routing.Request{}, long) {
+		t.Error("no prefill server: Disaggregate = true")
+	}
+	// 30,000 uncached tokens a second for 20 s: three servers' worth at 10,000 a second.
+	for range 20 {
+		for range 3 {
+			p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 10000})
+		}
+		now = now.Add(time.Second)
+		p.Plan(now, r)
+	}
+	agg, _ := r.Lookup("agg")
+	pf, both := roleCount(p)
+	if pf < 2 || pf > 4 || pf+both != 6 {
+		t.Fatalf("after 20 s of 30k tokens/s: %d prefill, %d both; want about 3 prefill", pf, both)
+	}
+	// Picks follow the roles: decode picks never land on a server in prefill, prefill picks
+	// only on one (or on the aggregated server, which the planner leaves alone).
+	roles := p.Stats().Roles
+	for range 20 {
+		d, err := r.Pick(&routing.Request{PromptTokens: 100, Role: routing.RoleDecode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if roles[d.Backend.Name] == routing.RolePrefill {
+			t.Errorf("decode pick on %s, in prefill", d.Backend.Name)
+		}
+		f, err := r.Pick(&routing.Request{PromptTokens: 100, Role: routing.RolePrefill})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Backend.Name != "agg" && roles[f.Backend.Name] != routing.RolePrefill {
+			t.Errorf("prefill pick on %s, in %v", f.Backend.Name, roles[f.Backend.Name])
+		}
+		if !p.Disaggregate(&routing.Request{}, long) {
+			t.Error("a busy decode server, an idle prefill pool: Disaggregate = false")
+		}
+		d.Done(routing.DoneInfo{})
+		f.Done(routing.DoneInfo{})
+	}
+	idle := &routing.Result{UncachedTokens: 8000, Backend: &routing.BackendState{Known: routing.SignalRunning}}
+	if p.Disaggregate(&routing.Request{}, idle) {
+		t.Error("an idle decode server stalls nobody: Disaggregate = true")
+	}
+	if !p.Disaggregate(&routing.Request{Targets: routing.Latency{TTFT: 100 * time.Millisecond}}, long) {
+		t.Error("8,000 tokens take 800 ms to prefill, a 100 ms target is missed either way: Disaggregate = false")
+	}
+	// 100,000 tokens queued on each prefill server: 10 s, against 1.6 s for a local prefill.
+	var queued []routing.Result
+	for range 2 * pf {
+		f, err := r.Pick(&routing.Request{PromptTokens: 50000, Role: routing.RolePrefill, Exclude: []routing.BackendID{agg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued = append(queued, f)
+	}
+	p.Plan(now, r)
+	if p.Disaggregate(&routing.Request{}, long) {
+		t.Error("10 s of prefill queued on every prefill server: Disaggregate = true")
+	}
+	for _, f := range queued {
+		f.Done(routing.DoneInfo{})
+	}
+	// The demand stops (the decisions above counted 160,000 tokens more). Within the dwell of
+	// the last move nothing moves back.
+	for range 10 {
+		now = now.Add(time.Second)
+		p.Plan(now, r)
+	}
+	changes := p.Stats().Changes
+	if pf, _ = roleCount(p); pf == 0 {
+		t.Error("10 s after the burst every server left prefill: the dwell is 30 s")
+	}
+	for range 60 {
+		now = now.Add(time.Second)
+		p.Plan(now, r)
+	}
+	if pf, both := roleCount(p); pf != 0 || both != 6 {
+		t.Errorf("70 s after the burst: %d prefill, %d both; want 0, 6", pf, both)
+	}
+	if got := p.Stats().Changes - changes; got != uint64(pf) {
+		t.Errorf("%d changes back, want %d (one per server that was in prefill)", got, pf)
+	}
+}
+
+// TestPlannerDwell: under a demand that swings every few seconds, no server changes role
+// twice within the dwell.
+func TestPlannerDwell(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, Utilization: 1, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := plannerFleet(t, p, 8, func() time.Time { return now })
+	last := map[string]time.Time{}
+	prev := p.Stats().Roles
+	for step := range 600 {
+		if step/5%2 == 0 {
+			p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 30000})
+		}
+		now = now.Add(500 * time.Millisecond)
+		p.Plan(now, r)
+		roles := p.Stats().Roles
+		for name, role := range roles {
+			if role == prev[name] {
+				continue
+			}
+			if at, ok := last[name]; ok && now.Sub(at) < 30*time.Second {
+				t.Fatalf("%s changed role at %v and again %v later", name, at, now.Sub(at))
+			}
+			last[name] = now
+		}
+		prev = roles
+	}
+	if len(last) == 0 {
+		t.Error("no server ever changed role")
+	}
+}
+
+func TestPlannerOptions(t *testing.T) {
+	for _, o := range []PlannerOptions{{MinUncachedTokens: -1}, {Utilization: 1.5}, {Dwell: -1}, {PrefillRate: -1}} {
+		if _, err := NewPlanner(o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
+		}
+	}
+}
+
+// TestPlannerAllocs: the pick path with the planner's filter, and its decider, allocate nothing.
+func TestPlannerAllocs(t *testing.T) {
+	if routingtest.Race {
+		t.Skip("the race detector allocates")
+	}
+	now := time.Unix(1_700_000_000, 0)
+	p, _ := NewPlanner(PlannerOptions{})
+	r, _ := plannerFleet(t, p, 100, func() time.Time { return now })
+	for range 10 {
+		p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 1 << 20})
+	}
+	now = now.Add(time.Second)
+	p.Plan(now, r)
+	for range 10 {
+		p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 1 << 20})
+	}
+	now = now.Add(time.Second)
+	p.Plan(now, r)
+	if pf, _ := roleCount(p); pf == 0 {
+		t.Fatal("no server in prefill")
+	}
+	res := new(routing.Result) // where a host keeps it: the decider's hooks make a local escape
+	for _, role := range []routing.Role{routing.RoleDecode, routing.RolePrefill} {
+		req := &routing.Request{PromptTokens: 4096, Role: role}
+		n := testing.AllocsPerRun(1000, func() {
+			*res, _ = r.Pick(req)
+			p.Disaggregate(req, res)
+			res.Done(routing.DoneInfo{})
+		})
+		if n != 0 {
+			t.Errorf("%v pick + Disaggregate with the planner allocates %v times, want 0", role, n)
+		}
+	}
+}
+
+// BenchmarkPlannerPick measures a decode pick at 100 backends without a planner and with one
+// (every server in both, and a quarter of them in prefill), with the planner's decider.
+func BenchmarkPlannerPick(b *testing.B) {
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	for _, c := range []struct {
+		name   string
+		with   bool
+		demand int64
+	}{{"without", false, 0}, {"planner-all-both", true, 0}, {"planner-quarter-prefill", true, 250000}} {
+		with := c.with
+		b.Run(c.name, func(b *testing.B) {
+			p, _ := NewPlanner(PlannerOptions{PrefillRate: 10000, Utilization: 1})
+			r, fleet := plannerFleet(b, p, 100, clock)
+			if !with {
+				var err error
+				r, err = routing.New(routing.Options{Profile: routing.Profile{
+					Name: "plain", Filters: []routing.Filter{outlier.HealthFilter()},
+					Scorers: []routing.Weighted{{Scorer: load.Active(), Weight: 1}}, Picker: pick.MaxScore(),
+				}, Now: clock, Seed: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := r.Update(fleet); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p.Plan(now, r)
+			p.seen.Store(c.demand)
+			p.Plan(now.Add(10*time.Second), r)
+			req := &routing.Request{PromptTokens: 4096, Role: routing.RoleDecode}
+			res := new(routing.Result)
+			b.ReportAllocs()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			t0, ok := threadCPU()
+			for b.Loop() {
+				var err error
+				if *res, err = r.Pick(req); err != nil {
+					b.Fatal(err)
+				}
+				if with {
+					p.Disaggregate(req, res)
+				}
+				res.Done(routing.DoneInfo{})
+			}
+			// CPU time of this thread per pick: on a shared machine it measures the code
+			// rather than the wait for a core.
+			if t1, ok1 := threadCPU(); ok && ok1 && b.N > 0 {
+				b.ReportMetric(float64(t1-t0)/float64(b.N), "cpu-ns/op")
+			}
+		})
+	}
+}
