@@ -693,6 +693,13 @@ func New(opts Options) (*Handler, error) {
 	if h.usher, err = gatewaymetrics.New(gatewaymetrics.Options{Bands: bands, Backends: names}); err != nil {
 		return nil, err
 	}
+	// The planner's servers start in both; their series exist from the start, as every
+	// usher_ series does, rather than from the first scrape.
+	for name := range h.kvBoth {
+		if h.planner != nil {
+			h.usher.SetPlannedRole(name, routing.RoleBoth)
+		}
+	}
 	if h.adapters, err = gatewaymetrics.NewAdapters(names, configuredAdapters(opts.Backends, h.members), nil); err != nil {
 		return nil, err
 	}

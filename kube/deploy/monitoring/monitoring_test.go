@@ -86,7 +86,7 @@ func exported(t *testing.T) exports {
 		t.Fatal(err)
 	}
 	h, err := proxy.New(proxy.Options{
-		Backends:   []proxy.Backend{{URL: urls[0], KVEvents: pub.Endpoint()}, {URL: urls[1]}},
+		Backends:   []proxy.Backend{{URL: urls[0], KVEvents: pub.Endpoint()}, {URL: urls[1], KVBoth: true}},
 		Tokenizer:  simfleet.Tokenizer{},
 		Extensions: []proxy.Extension{feed, replicaext.Wrap(rep)},
 		Quota:      limiter,
