@@ -411,6 +411,9 @@ func TestRunSyntheticEndToEnd(t *testing.T) {
 	if rep.Requests != want || rep.OK != want || rep.Errors != 0 {
 		t.Fatalf("requests %d ok %d errors %d (%v), want %d ok", rep.Requests, rep.OK, rep.Errors, rep.ErrorSamples, want)
 	}
+	if ts := taskStats(sessions, results, defaultIdle(sessions), runEnd(results)); ts.Sessions != len(sessions) || ts.Completed != len(sessions) || ts.Time.Count != len(sessions) || ts.Time.Mean < ts.Response.Mean {
+		t.Errorf("tasks %+v: want all %d sessions completed, each task time at least its sum of response times", ts, len(sessions))
+	}
 	if rep.LaterTurns.OK == 0 || rep.LaterTurns.HitRate < 0.5 {
 		t.Errorf("later turns: %d ok, hit rate %.2f, want most of their prompt cached", rep.LaterTurns.OK, rep.LaterTurns.HitRate)
 	}

@@ -80,8 +80,9 @@ type config struct {
 	overheadMode        bool
 	syntheticMaxContext int
 	label               string
-	frontierDir         string   // -frontier: where the plots go ("" when not in that mode)
-	frontierReports     []string // its reports, the arguments after the flags
+	sessionIdle         time.Duration // -session-idle; 0: defaultIdle of the workload
+	frontierDir         string        // -frontier: where the plots go ("" when not in that mode)
+	frontierReports     []string      // its reports, the arguments after the flags
 	frontierTitle       string
 	table               bool   // -table: print the reports given as arguments, a row each
 	bareProxy           string // -bare-proxy: serve a bare reverse proxy to this URL and nothing else
@@ -119,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.ignoreEOS, "ignore-eos", true, "send ignore_eos so answers are exactly max_tokens long (vLLM, SGLang, the simulator)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
+	fs.DurationVar(&c.sessionIdle, "session-idle", 0, "a session whose next turn is not sent within this long of its previous answer is abandoned (task completion time); 0: twice the workload's longest think time")
 	fs.StringVar(&c.label, "label", "", "name of the run, written in the report (the -frontier table and plot name a run by it)")
 	fs.StringVar(&c.frontierDir, "frontier", "", "report mode: read the -json reports given as arguments (none: every DIR/*.json), print their markdown table of first against later turns, and write DIR/frontier.png and .svg; runs no load")
 	fs.StringVar(&c.frontierTitle, "title", "admission frontier", "frontier: the plot's title")
@@ -175,6 +177,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-api %q: want chat or completions", c.api)
 	case c.speed <= 0:
 		return c, fmt.Errorf("-speed %v: want > 0", c.speed)
+	case c.sessionIdle < 0:
+		return c, fmt.Errorf("-session-idle %v: want ≥ 0", c.sessionIdle)
 	case c.limit < 0 || c.retries < 0 || c.run.Concurrency < 1:
 		return c, errors.New("-limit and -retries must not be negative, -concurrency must be positive")
 	}
@@ -276,6 +280,11 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	results, elapsed := run(ctx, t, sessions, cfg.run)
 	rep := summarize(t.Name, t.URL, workload, results, elapsed)
 	rep.Label = cfg.label
+	idle := cfg.sessionIdle
+	if idle == 0 {
+		idle = defaultIdle(sessions)
+	}
+	rep.Tasks = taskStats(sessions, results, idle, runEnd(results))
 	if cfg.jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -89,18 +89,24 @@ type Report struct {
 	E2E             Dist      `json:"e2e"`
 	FirstTurn       TurnClass `json:"first_turn"`
 	LaterTurns      TurnClass `json:"later_turns"`
-	ErrorSamples    []string  `json:"error_samples,omitempty"`
+	// Tasks is the sessions as tasks (see TaskStats).
+	Tasks        TaskStats `json:"tasks"`
+	ErrorSamples []string  `json:"error_samples,omitempty"`
 }
 
 // summarize builds the report of results measured over elapsed. Rates count successful
 // requests; latencies are those of successful requests; errors include requests that were
 // rejected after their last retry. O(n log n) in requests and tokens.
 func summarize(name, url, workload string, results []result, elapsed time.Duration) Report {
-	rep := Report{Target: name, URL: url, Workload: workload, Seconds: elapsed.Seconds(), Requests: len(results)}
+	rep := Report{Target: name, URL: url, Workload: workload, Seconds: elapsed.Seconds()}
 	var ttft, itl, e2e, ttft0, ttft1 []float64
 	samples := map[string]bool{}
 	for i := range results {
 		r := &results[i]
+		if r.cut {
+			continue
+		}
+		rep.Requests++
 		cls := &rep.FirstTurn
 		if r.turn > 0 {
 			cls = &rep.LaterTurns
@@ -189,6 +195,20 @@ func (r *Report) WriteText(w io.Writer) {
 	}{{"first", r.FirstTurn}, {"later", r.LaterTurns}} {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f%%\t\n", row.name, row.c.Requests, row.c.OK, row.c.Errors,
 			row.c.Rejected429, row.c.Rejected503, 100*row.c.HitRate)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	t := &r.Tasks
+	fmt.Fprintf(w, "sessions %d: completed %d, abandoned %d (%.1f%%), censored %d; idle limit %s\n",
+		t.Sessions, t.Completed, t.Abandoned, 100*t.AbandonedShare, t.Censored, time.Duration(t.IdleLimitMs*float64(time.Millisecond)).Round(time.Millisecond))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "completed sessions (ms)\tcount\tp50\tp90\tp99\tmean\tmax\t")
+	for _, row := range []struct {
+		name string
+		d    Dist
+	}{{"task completion time", t.Time}, {"sum of response times", t.Response}} {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", row.name, row.d.Count,
+			fmtMs(row.d, row.d.P50), fmtMs(row.d, row.d.P90), fmtMs(row.d, row.d.P99), fmtMs(row.d, row.d.Mean), fmtMs(row.d, row.d.Max))
 	}
 	tw.Flush()
 	if len(r.ErrorSamples) > 0 {
