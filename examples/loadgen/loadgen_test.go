@@ -678,3 +678,43 @@ func TestBenchWorkloadSessions(t *testing.T) {
 		t.Errorf("Limit 3 replayed %d requests", n)
 	}
 }
+
+// -sessions increasing-hazard: every session runs 6 to 10 turns, none cut by its context, each
+// count about as often (uniform), and flags given explicitly still win.
+func TestIncreasingHazardSessions(t *testing.T) {
+	var stderr bytes.Buffer
+	c, err := parseFlags([]string{"-sessions", "increasing-hazard", "-rate", "4", "-duration", "100s"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, desc, err := c.workload(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[int]int{}
+	for _, s := range sessions {
+		count[len(s.Turns)]++
+	}
+	for n := range count {
+		if n < 6 || n > 10 {
+			t.Errorf("a session of %d turns, want 6 to 10 (%v)", n, count)
+		}
+	}
+	for n := 6; n <= 10; n++ {
+		if share := float64(count[n]) / float64(len(sessions)); share < 0.12 || share > 0.28 {
+			t.Errorf("%d turns: %.2f of %d sessions, want about 1/5 (%v)", n, share, len(sessions), count)
+		}
+	}
+	if !strings.Contains(desc, "increasing-hazard") || !strings.Contains(desc, "6–10 turns") {
+		t.Errorf("workload description %q", desc)
+	}
+	if c, err = parseFlags([]string{"-sessions", "increasing-hazard", "-max-turns", "8"}, &stderr); err != nil || c.synth.MinTurns != 6 || c.synth.MaxTurns != 8 {
+		t.Errorf("-max-turns 8 after the preset: turns [%d, %d], %v", c.synth.MinTurns, c.synth.MaxTurns, err)
+	}
+	if _, err := parseFlags([]string{"-sessions", "geometric"}, &stderr); err == nil {
+		t.Error("-sessions geometric accepted")
+	}
+	if _, err := parseFlags([]string{"-session-idle", "-1s"}, &stderr); err == nil {
+		t.Error("-session-idle -1s accepted")
+	}
+}
