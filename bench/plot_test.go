@@ -448,3 +448,72 @@ func fairnessPolicy(t *testing.T, name string) Policy {
 	t.Fatalf("no policy %q", name)
 	return Policy{}
 }
+
+// taskRun is frontierRun with sessions: completed of them, abandoned more, a mean task time.
+func taskRun(policy string, seed uint64, wait time.Duration, shed, completed, abandoned int, mean time.Duration) *Result {
+	r := frontierRun("agentic", policy, "usher", 24, seed, wait, time.Second, shed)
+	r.Tasks = TaskStats{Sessions: completed + abandoned, Completed: completed, Abandoned: abandoned, TimeMean: mean}
+	return r
+}
+
+// The task frontier: mean task time against newcomer wait, medians over the seeds, the share
+// abandoned in the label when it is not negligible, a policy without a completed session left
+// out; WritePlots draws it beside the admission frontier.
+func TestPlotTaskFrontier(t *testing.T) {
+	var results []*Result
+	for seed := uint64(1); seed <= 3; seed++ {
+		d := time.Duration(seed) * time.Second
+		results = append(results,
+			taskRun("fcfs", seed, 6*time.Second+d, 0, 400, 0, 150*time.Second+d),
+			taskRun("las", seed, 200*time.Millisecond, 0, 340, 60, 118*time.Second+d),
+			taskRun("turn-priority", seed, 20*time.Second, 190, 204, 196, 89*time.Second),
+			taskRun("vtc", seed, time.Second, 0, 0, 400, 0))
+	}
+	cells := Cells(results)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "task.svg")
+	if err := PlotTaskFrontier(cells, "agentic at load ×24", path); err != nil {
+		t.Fatal(err)
+	}
+	svg := string(checkPlot(t, path))
+	for _, want := range []string{
+		">fcfs<", ">las (15% abandoned)<", ">turn-priority (49% abandoned)<",
+		">newcomer p99 wait (s)", ">mean task completion time (s)", "marker area: newcomers shed (max 190)",
+	} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("task frontier SVG lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, "vtc") {
+		t.Error("task frontier labels vtc, which completed no session")
+	}
+	pts := 0
+	for _, c := range cells {
+		if c.Policy == "fcfs" {
+			pts++
+			if got := c.Spread(func(r *Result) float64 { return r.Tasks.TimeMean.Seconds() }).Median; got != 152 {
+				t.Errorf("fcfs median task time %v, want 152", got)
+			}
+		}
+	}
+	if pts != 1 {
+		t.Fatalf("%d fcfs cells, want 1", pts)
+	}
+	if err := PlotTaskFrontier(cells[3:], "nothing", filepath.Join(dir, "none.png")); !errors.Is(err, ErrNothingToPlot) {
+		t.Errorf("only vtc: %v, want ErrNothingToPlot", err)
+	}
+	if err := PlotTaskFrontier(cells, "x", filepath.Join(dir, "x.jpg")); !errors.Is(err, ErrPlotInput) {
+		t.Errorf(".jpg: %v, want ErrPlotInput", err)
+	}
+	paths, err := WritePlots(filepath.Join(dir, "all"), results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range paths {
+		got = append(got, filepath.Base(p))
+	}
+	if want := []string{"frontier-agentic-x24.png", "frontier-agentic-x24.svg", "task-frontier-agentic-x24.png", "task-frontier-agentic-x24.svg"}; !slices.Equal(got, want) {
+		t.Errorf("WritePlots wrote %q, want %q", got, want)
+	}
+}
