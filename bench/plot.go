@@ -483,6 +483,59 @@ func blockTicks(points []KVPoint) plot.ConstantTicks {
 	return ticks
 }
 
+// SurvivalCurve is one curve of PlotSurvival: the survival function of a session's total
+// service, P(S ≥ X[i]) = Y[i], X in weighted tokens, positive and ascending, Y in [0, 1].
+// Dashed draws it dashed (a true distribution, say, against the learned one in a solid line);
+// Colour indexes the plots' palette, so that a learned curve and its truth share one.
+type SurvivalCurve struct {
+	Name   string
+	X, Y   []float64
+	Dashed bool
+	Colour int
+}
+
+// PlotSurvival draws curves as survival functions over a logarithmic service axis (x:
+// "session service (weighted tokens)", y: "P(service ≥ x)", from 0 to 1) and saves the plot to
+// path, as PNG or SVG by the extension; each curve is named in the legend. It returns an error
+// wrapping ErrNothingToPlot for no curve, ErrPlotInput for a curve whose X and Y differ in
+// length, an X that is not positive and ascending or a Y outside [0, 1], or an unsupported
+// extension, and the file system's error for a bad path. It is safe for concurrent use.
+// O(points).
+func PlotSurvival(curves []SurvivalCurve, title, path string) error {
+	if err := checkExt(path); err != nil {
+		return err
+	}
+	if len(curves) == 0 {
+		return fmt.Errorf("%w: no curve", ErrNothingToPlot)
+	}
+	p := newPlot(title, "session service (weighted tokens)", "P(service ≥ x)")
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	for _, c := range curves {
+		if len(c.X) == 0 || len(c.X) != len(c.Y) {
+			return fmt.Errorf("%w: curve %q has %d x and %d y", ErrPlotInput, c.Name, len(c.X), len(c.Y))
+		}
+		xys := make(plotter.XYs, len(c.X))
+		for i := range c.X {
+			if !(c.X[i] > 0) || math.IsInf(c.X[i], 0) || (i > 0 && !(c.X[i] > c.X[i-1])) || !(c.Y[i] >= 0 && c.Y[i] <= 1) {
+				return fmt.Errorf("%w: curve %q point %d at (%g, %g)", ErrPlotInput, c.Name, i, c.X[i], c.Y[i])
+			}
+			xys[i] = plotter.XY{X: c.X[i], Y: c.Y[i]}
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrPlotInput, err)
+		}
+		l.Color, l.Width = okabeIto[c.Colour%len(okabeIto)], vg.Points(1.5)
+		if c.Dashed {
+			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(c.Name, l)
+	}
+	p.Y.Max = 1
+	return save(p, path, len(curves))
+}
+
 // WritePlots writes the figures of a comparison into dir, creating it if missing, and returns
 // the paths it wrote, in order. For each workload of results (in the order of its first
 // result): the admission frontier at every rate (PlotFrontier over that rate's cells, every

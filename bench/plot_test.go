@@ -517,3 +517,44 @@ func TestPlotTaskFrontier(t *testing.T) {
 		t.Errorf("WritePlots wrote %q, want %q", got, want)
 	}
 }
+
+// Survival curves on a log axis: named in the legend, bad input refused.
+func TestPlotSurvival(t *testing.T) {
+	x := []float64{64, 128, 256, 512, 1024}
+	curves := []SurvivalCurve{
+		{Name: "learned after 2,000 (KS 0.021)", X: x, Y: []float64{1, 0.8, 0.5, 0.2, 0}},
+		{Name: "true", X: x, Y: []float64{1, 0.79, 0.52, 0.2, 0}, Dashed: true},
+	}
+	dir := t.TempDir()
+	for _, ext := range []string{".png", ".svg"} {
+		path := filepath.Join(dir, "survival"+ext)
+		if err := PlotSurvival(curves, "trace-sessions: learned against true", path); err != nil {
+			t.Fatal(err)
+		}
+		b := checkPlot(t, path)
+		if ext == ".svg" {
+			for _, want := range []string{">learned after 2,000 (KS 0.021)", ">true", ">session service (weighted tokens)", ">P(service ≥ x)", ">trace-sessions: learned against true"} {
+				if !strings.Contains(string(b), want) {
+					t.Errorf("survival SVG lacks %q", want)
+				}
+			}
+		}
+	}
+	for name, bad := range map[string]SurvivalCurve{
+		"lengths":    {Name: "a", X: x, Y: []float64{1}},
+		"descending": {Name: "b", X: []float64{2, 1}, Y: []float64{1, 1}},
+		"zero x":     {Name: "c", X: []float64{0, 1}, Y: []float64{1, 1}},
+		"y above 1":  {Name: "d", X: []float64{1, 2}, Y: []float64{1.5, 1}},
+		"empty":      {Name: "e"},
+	} {
+		if err := PlotSurvival([]SurvivalCurve{bad}, "", filepath.Join(dir, "bad.png")); !errors.Is(err, ErrPlotInput) {
+			t.Errorf("%s: %v, want ErrPlotInput", name, err)
+		}
+	}
+	if err := PlotSurvival(nil, "", filepath.Join(dir, "none.png")); !errors.Is(err, ErrNothingToPlot) {
+		t.Errorf("no curve: %v, want ErrNothingToPlot", err)
+	}
+	if err := PlotSurvival(curves, "", filepath.Join(dir, "x.gif")); !errors.Is(err, ErrPlotInput) {
+		t.Errorf(".gif: %v, want ErrPlotInput", err)
+	}
+}
