@@ -76,8 +76,9 @@ func PlotFrontier(cells []*Cell, title, path string) error {
 // wait, y the median of Tasks.TimeMean, the mean task completion time of the completed
 // sessions, both in seconds; the marker's area grows with the median number of newcomers shed
 // (First.Shed()). A point's label is its policy and, when the median share of abandoned
-// sessions (TaskStats.AbandonedShare) is 0.5% or more, that share: a policy that abandons the
-// long sessions completes the short ones, and its mean looks fast. Styles, label merging and
+// sessions (TaskStats.AbandonedShare) is 5% or more, that share: a policy that abandons the
+// long sessions completes the short ones, and its mean looks fast (below 5% the label stays
+// short, so that the labels of policies that land together still fit). Styles, label merging and
 // routers are PlotFrontier's.
 //
 // Cells without a completed session in any run are skipped. Errors are PlotFrontier's. It is
@@ -111,7 +112,7 @@ func PlotTaskFrontier(cells []*Cell, title, path string) error {
 		if len(routers) > 1 {
 			p.Label = c.Router + "/" + c.Policy
 		}
-		if ab := c.Spread(func(r *Result) float64 { return r.Tasks.AbandonedShare() }).Median; ab >= 0.005 {
+		if ab := c.Spread(func(r *Result) float64 { return r.Tasks.AbandonedShare() }).Median; ab >= 0.05 {
 			p.Label += fmt.Sprintf(" (%.0f%% abandoned)", 100*ab)
 		}
 		pts = append(pts, p)
