@@ -191,10 +191,13 @@ func ttftSeconds(d Dist) string {
 // their time to first token, queue wait and prefill together), y the p50 TTFT of later turns,
 // both in seconds; the marker's area grows with the first turns rejected (429 and 503
 // answers). A run's label (the gateway's policy name, bench.EarlyShedSuffix for a run with
-// -early-shed) chooses its style. Runs without a report or without a completed first and
-// later turn are left out and returned by label; it is an error when no run is left. O(runs).
+// -early-shed) chooses its style. Runs of one label (a policy run with several seeds) make one
+// point, each coordinate and the marker the median of theirs (the lower middle one for an
+// even count). Runs without a report or without a completed first and later turn are left out
+// and returned by label; it is an error when no run is left. O(runs log runs).
 func plotFrontier(runs []frontierRun, title, path string) (skipped []string, err error) {
-	var pts []bench.FrontierPoint
+	var labels []string
+	groups := map[string][][3]float64{} // a label's runs: x, y, shed
 	for _, r := range runs {
 		if r.rep == nil {
 			continue
@@ -204,10 +207,23 @@ func plotFrontier(runs []frontierRun, title, path string) (skipped []string, err
 			skipped = append(skipped, r.label)
 			continue
 		}
-		pts = append(pts, bench.FrontierPoint{
-			X: f.TTFT.P99 / 1000, Y: l.TTFT.P50 / 1000, Shed: float64(f.Rejected429 + f.Rejected503),
-			Label: r.label, Policy: policyOf(r.label),
-		})
+		if _, seen := groups[r.label]; !seen {
+			labels = append(labels, r.label)
+		}
+		groups[r.label] = append(groups[r.label], [3]float64{f.TTFT.P99 / 1000, l.TTFT.P50 / 1000, float64(f.Rejected429 + f.Rejected503)})
+	}
+	var pts []bench.FrontierPoint
+	for _, label := range labels {
+		g := groups[label]
+		median := func(k int) float64 {
+			v := make([]float64, len(g))
+			for i := range g {
+				v[i] = g[i][k]
+			}
+			slices.Sort(v)
+			return v[(len(v)-1)/2]
+		}
+		pts = append(pts, bench.FrontierPoint{X: median(0), Y: median(1), Shed: median(2), Label: label, Policy: policyOf(label)})
 	}
 	if len(pts) == 0 {
 		return skipped, errors.New("no report with a completed first turn and a completed later turn to plot")

@@ -293,4 +293,16 @@ func TestTaskTableMedians(t *testing.T) {
 	if strings.Index(out.String(), "| las |") > strings.Index(out.String(), "| fcfs |") {
 		t.Errorf("rows not in the order their labels first appear:\n%s", out.String())
 	}
+	// The plot draws the three runs of las as one point, labelled once.
+	path := filepath.Join(t.TempDir(), "f.svg")
+	if _, err := plotFrontier(runs, "runs", path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), ">las<"); n != 1 {
+		t.Errorf("the plot labels las %d times, want once", n)
+	}
 }
