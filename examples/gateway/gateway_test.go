@@ -67,6 +67,7 @@ func TestParseConfig(t *testing.T) {
 		{"-policy", "gittins-bounded-wait", "-bounded-wait", "10s"},
 		{"-policy", "gittins", "-gittins-idle", "10s", "-gittins-min-sessions", "30"},
 		{"-policy", "gittins-bounded-wait", "-bounded-wait", "10s", "-gittins-idle", "10s"},
+		{"-policy", "gittins", "-gittins-rebuild-every", "8"},
 	} {
 		c, err := parseConfig(args)
 		if err != nil {
@@ -80,6 +81,7 @@ func TestParseConfig(t *testing.T) {
 	for _, args := range [][]string{
 		{"-policy", "fcfs", "-gittins-idle", "10s"},
 		{"-policy", "gittins", "-gittins-min-sessions", "-1"},
+		{"-policy", "gittins", "-gittins-rebuild-every", "-1"},
 		{"-policy", "gittins-bounded-wait", "-bounded-wait", "90s"},
 	} {
 		if _, err := parseConfig(args); err == nil {
