@@ -15,8 +15,9 @@
 # -bounded-wait, for bounded-wait and gittins-bounded-wait), PORT (default 18090),
 # GATEWAY_ARGS (extra gateway flags, e.g. "-early-shed"), GITTINS_ARGS (extra gateway flags for
 # the Gittins policies, default "-gittins-idle 10s -gittins-min-sessions 30": a session has
-# ended after twice loadgen's longest think time, and the index is learned once 30 have ended,
-# so that a run of a minute learns), LOADGEN_ARGS (extra loadgen flags, e.g. "-sessions
+# ended after twice loadgen's longest think time, and the index may leave its prior once 30
+# have ended; add -gittins-rebuild-every N, since the first rebuild of the index otherwise
+# waits for 64, more than a run of a minute ends), LOADGEN_ARGS (extra loadgen flags, e.g. "-sessions
 # increasing-hazard"), SEEDS (the workload seeds, one run of every policy each, default 1; the
 # runs of a policy share its label, and -frontier's task table gives their median and range).
 # The load is offered equally to every policy: loadgen sends on a schedule and does not retry
