@@ -70,6 +70,59 @@ func PlotFrontier(cells []*Cell, title, path string) error {
 	return PlotFrontierPoints(pts, FrontierAxes{}, title, path)
 }
 
+// PlotTaskFrontier draws the admission frontier of cells with task completion time — the
+// cells of one workload at one rate under many policies — and saves it to path, as PNG or SVG
+// by the extension: x is the median over a cell's runs of First.WaitP99, the newcomers' p99
+// wait, y the median of Tasks.TimeMean, the mean task completion time of the completed
+// sessions, both in seconds; the marker's area grows with the median number of newcomers shed
+// (First.Shed()). A point's label is its policy and, when the median share of abandoned
+// sessions (TaskStats.AbandonedShare) is 5% or more, that share: a policy that abandons the
+// long sessions completes the short ones, and its mean looks fast (below 5% the label stays
+// short, so that the labels of policies that land together still fit). Styles, label merging and
+// routers are PlotFrontier's.
+//
+// Cells without a completed session in any run are skipped. Errors are PlotFrontier's. It is
+// safe for concurrent use. O(cells·runs).
+func PlotTaskFrontier(cells []*Cell, title, path string) error {
+	if err := checkExt(path); err != nil {
+		return err
+	}
+	routers := make(map[string]bool)
+	for _, c := range cells {
+		routers[c.Router] = true
+	}
+	var pts []FrontierPoint
+	for _, c := range cells {
+		var mean []float64
+		for _, r := range c.Runs {
+			if r.Tasks.Completed > 0 {
+				mean = append(mean, r.Tasks.TimeMean.Seconds())
+			}
+		}
+		if len(mean) == 0 {
+			continue
+		}
+		p := FrontierPoint{
+			X:      c.Spread(func(r *Result) float64 { return r.First.WaitP99.Seconds() }).Median,
+			Y:      SpreadOf(mean).Median,
+			Shed:   c.Spread(func(r *Result) float64 { return float64(r.First.Shed()) }).Median,
+			Label:  c.Policy,
+			Policy: c.Policy,
+		}
+		if len(routers) > 1 {
+			p.Label = c.Router + "/" + c.Policy
+		}
+		if ab := c.Spread(func(r *Result) float64 { return r.Tasks.AbandonedShare() }).Median; ab >= 0.05 {
+			p.Label += fmt.Sprintf(" (%.0f%% abandoned)", 100*ab)
+		}
+		pts = append(pts, p)
+	}
+	if len(pts) == 0 {
+		return fmt.Errorf("%w: no cell with a completed session", ErrNothingToPlot)
+	}
+	return PlotFrontierPoints(pts, FrontierAxes{Y: "mean task completion time (s)", Shed: "newcomers shed"}, title, path)
+}
+
 // FrontierPoint is one point of an admission frontier: X and Y in seconds, better low; Shed
 // sets the marker's area (radius 2 + 6·√(Shed/max Shed) points); Label is written beside it;
 // Policy chooses its style: FCFS ("fcfs") and turn-priority ("turn-priority") have their
@@ -431,10 +484,65 @@ func blockTicks(points []KVPoint) plot.ConstantTicks {
 	return ticks
 }
 
+// SurvivalCurve is one curve of PlotSurvival: the survival function of a session's total
+// service, P(S ≥ X[i]) = Y[i], X in weighted tokens, positive and ascending, Y in [0, 1].
+// Dashed draws it dashed (a true distribution, say, against the learned one in a solid line);
+// Colour indexes the plots' palette, so that a learned curve and its truth share one.
+type SurvivalCurve struct {
+	Name   string
+	X, Y   []float64
+	Dashed bool
+	Colour int
+}
+
+// PlotSurvival draws curves as survival functions over a logarithmic service axis (x:
+// "session service (weighted tokens)", y: "P(service ≥ x)", from 0 to 1) and saves the plot to
+// path, as PNG or SVG by the extension; each curve is named in the legend. It returns an error
+// wrapping ErrNothingToPlot for no curve, ErrPlotInput for a curve whose X and Y differ in
+// length, an X that is not positive and ascending or a Y outside [0, 1], or an unsupported
+// extension, and the file system's error for a bad path. It is safe for concurrent use.
+// O(points).
+func PlotSurvival(curves []SurvivalCurve, title, path string) error {
+	if err := checkExt(path); err != nil {
+		return err
+	}
+	if len(curves) == 0 {
+		return fmt.Errorf("%w: no curve", ErrNothingToPlot)
+	}
+	p := newPlot(title, "session service (weighted tokens)", "P(service ≥ x)")
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	for _, c := range curves {
+		if len(c.X) == 0 || len(c.X) != len(c.Y) {
+			return fmt.Errorf("%w: curve %q has %d x and %d y", ErrPlotInput, c.Name, len(c.X), len(c.Y))
+		}
+		xys := make(plotter.XYs, len(c.X))
+		for i := range c.X {
+			if !(c.X[i] > 0) || math.IsInf(c.X[i], 0) || (i > 0 && !(c.X[i] > c.X[i-1])) || !(c.Y[i] >= 0 && c.Y[i] <= 1) {
+				return fmt.Errorf("%w: curve %q point %d at (%g, %g)", ErrPlotInput, c.Name, i, c.X[i], c.Y[i])
+			}
+			xys[i] = plotter.XY{X: c.X[i], Y: c.Y[i]}
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrPlotInput, err)
+		}
+		l.Color, l.Width = okabeIto[c.Colour%len(okabeIto)], vg.Points(1.5)
+		if c.Dashed {
+			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		}
+		p.Add(l)
+		p.Legend.Add(c.Name, l)
+	}
+	p.Y.Max = 1
+	return save(p, path, len(curves))
+}
+
 // WritePlots writes the figures of a comparison into dir, creating it if missing, and returns
 // the paths it wrote, in order. For each workload of results (in the order of its first
 // result): the admission frontier at every rate (PlotFrontier over that rate's cells, every
-// policy and router), as frontier-<workload>-x<rate>.png and .svg; and, when more than one rate
+// policy and router), as frontier-<workload>-x<rate>.png and .svg, and the same with task
+// completion time (PlotTaskFrontier) as task-frontier-<workload>-x<rate>.png and .svg; and,
+// when more than one rate
 // was run, the knee (PlotKnee over all the workload's cells) as knee-<workload>.png and .svg.
 // A figure with nothing to plot (a frontier of a workload without later turns) is left out.
 // O(results + figures·cells·runs).
@@ -480,6 +588,10 @@ func WritePlots(dir string, results []*Result) ([]string, error) {
 		for _, r := range rs {
 			rate := strconv.FormatFloat(r, 'g', -1, 64)
 			err := figure(PlotFrontier, cellsAt(mine, r), w+" at load ×"+rate+": admission frontier", "frontier-"+name+"-x"+rate)
+			if err != nil {
+				return written, err
+			}
+			err = figure(PlotTaskFrontier, cellsAt(mine, r), w+" at load ×"+rate+": task completion time", "task-frontier-"+name+"-x"+rate)
 			if err != nil {
 				return written, err
 			}

@@ -481,3 +481,113 @@ func TestPlotAttainment(t *testing.T) {
 		t.Errorf(".jpg: got %v, want ErrPlotInput", err)
 	}
 }
+
+// taskRun is frontierRun with sessions: completed of them, abandoned more, a mean task time.
+func taskRun(policy string, seed uint64, wait time.Duration, shed, completed, abandoned int, mean time.Duration) *Result {
+	r := frontierRun("agentic", policy, "usher", 24, seed, wait, time.Second, shed)
+	r.Tasks = TaskStats{Sessions: completed + abandoned, Completed: completed, Abandoned: abandoned, TimeMean: mean}
+	return r
+}
+
+// The task frontier: mean task time against newcomer wait, medians over the seeds, the share
+// abandoned in the label when it is not negligible, a policy without a completed session left
+// out; WritePlots draws it beside the admission frontier.
+func TestPlotTaskFrontier(t *testing.T) {
+	var results []*Result
+	for seed := uint64(1); seed <= 3; seed++ {
+		d := time.Duration(seed) * time.Second
+		results = append(results,
+			taskRun("fcfs", seed, 6*time.Second+d, 0, 400, 0, 150*time.Second+d),
+			taskRun("las", seed, 200*time.Millisecond, 0, 340, 60, 118*time.Second+d),
+			taskRun("turn-priority", seed, 20*time.Second, 190, 204, 196, 89*time.Second),
+			taskRun("vtc", seed, time.Second, 0, 0, 400, 0))
+	}
+	cells := Cells(results)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "task.svg")
+	if err := PlotTaskFrontier(cells, "agentic at load ×24", path); err != nil {
+		t.Fatal(err)
+	}
+	svg := string(checkPlot(t, path))
+	for _, want := range []string{
+		">fcfs<", ">las (15% abandoned)<", ">turn-priority (49% abandoned)<",
+		">newcomer p99 wait (s)", ">mean task completion time (s)", "marker area: newcomers shed (max 190)",
+	} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("task frontier SVG lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, "vtc") {
+		t.Error("task frontier labels vtc, which completed no session")
+	}
+	pts := 0
+	for _, c := range cells {
+		if c.Policy == "fcfs" {
+			pts++
+			if got := c.Spread(func(r *Result) float64 { return r.Tasks.TimeMean.Seconds() }).Median; got != 152 {
+				t.Errorf("fcfs median task time %v, want 152", got)
+			}
+		}
+	}
+	if pts != 1 {
+		t.Fatalf("%d fcfs cells, want 1", pts)
+	}
+	if err := PlotTaskFrontier(cells[3:], "nothing", filepath.Join(dir, "none.png")); !errors.Is(err, ErrNothingToPlot) {
+		t.Errorf("only vtc: %v, want ErrNothingToPlot", err)
+	}
+	if err := PlotTaskFrontier(cells, "x", filepath.Join(dir, "x.jpg")); !errors.Is(err, ErrPlotInput) {
+		t.Errorf(".jpg: %v, want ErrPlotInput", err)
+	}
+	paths, err := WritePlots(filepath.Join(dir, "all"), results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range paths {
+		got = append(got, filepath.Base(p))
+	}
+	if want := []string{"frontier-agentic-x24.png", "frontier-agentic-x24.svg", "task-frontier-agentic-x24.png", "task-frontier-agentic-x24.svg"}; !slices.Equal(got, want) {
+		t.Errorf("WritePlots wrote %q, want %q", got, want)
+	}
+}
+
+// Survival curves on a log axis: named in the legend, bad input refused.
+func TestPlotSurvival(t *testing.T) {
+	x := []float64{64, 128, 256, 512, 1024}
+	curves := []SurvivalCurve{
+		{Name: "learned after 2,000 (KS 0.021)", X: x, Y: []float64{1, 0.8, 0.5, 0.2, 0}},
+		{Name: "true", X: x, Y: []float64{1, 0.79, 0.52, 0.2, 0}, Dashed: true},
+	}
+	dir := t.TempDir()
+	for _, ext := range []string{".png", ".svg"} {
+		path := filepath.Join(dir, "survival"+ext)
+		if err := PlotSurvival(curves, "trace-sessions: learned against true", path); err != nil {
+			t.Fatal(err)
+		}
+		b := checkPlot(t, path)
+		if ext == ".svg" {
+			for _, want := range []string{">learned after 2,000 (KS 0.021)", ">true", ">session service (weighted tokens)", ">P(service ≥ x)", ">trace-sessions: learned against true"} {
+				if !strings.Contains(string(b), want) {
+					t.Errorf("survival SVG lacks %q", want)
+				}
+			}
+		}
+	}
+	for name, bad := range map[string]SurvivalCurve{
+		"lengths":    {Name: "a", X: x, Y: []float64{1}},
+		"descending": {Name: "b", X: []float64{2, 1}, Y: []float64{1, 1}},
+		"zero x":     {Name: "c", X: []float64{0, 1}, Y: []float64{1, 1}},
+		"y above 1":  {Name: "d", X: []float64{1, 2}, Y: []float64{1.5, 1}},
+		"empty":      {Name: "e"},
+	} {
+		if err := PlotSurvival([]SurvivalCurve{bad}, "", filepath.Join(dir, "bad.png")); !errors.Is(err, ErrPlotInput) {
+			t.Errorf("%s: %v, want ErrPlotInput", name, err)
+		}
+	}
+	if err := PlotSurvival(nil, "", filepath.Join(dir, "none.png")); !errors.Is(err, ErrNothingToPlot) {
+		t.Errorf("no curve: %v, want ErrNothingToPlot", err)
+	}
+	if err := PlotSurvival(curves, "", filepath.Join(dir, "x.gif")); !errors.Is(err, ErrPlotInput) {
+		t.Errorf(".gif: %v, want ErrPlotInput", err)
+	}
+}

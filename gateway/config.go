@@ -62,7 +62,7 @@ type Config struct {
 	// Backends are the model servers.
 	Backends []BackendSpec `json:"backends"`
 	// Policy is the fairness policy by its name in the proxy.Registry (the built-ins, and the
-	// program's own); BoundedWait is bounded-wait's W.
+	// program's own); BoundedWait is the W of bounded-wait and gittins-bounded-wait.
 	Policy      string        `json:"policy"`
 	BoundedWait time.Duration `json:"bounded_wait"`
 	// Router is the routing profile: a registered profile's name ("usher", "llm-d", ...) or
@@ -363,7 +363,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Decider.Params = json.RawMessage(s)
 		return nil
 	})
-	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait: no request waits longer (below -ttl)")
+	fs.DurationVar(&c.BoundedWait, "bounded-wait", c.BoundedWait, "W for -policy bounded-wait and gittins-bounded-wait: no request waits longer (below -ttl)")
 	fs.Func("router", "routing profile: "+strings.Join(builtin.ProfileNames(), ", ")+", or one described in -config (default "+c.Router.Extends+")", func(s string) error {
 		c.Router = proxy.ProfileSpec{Extends: s}
 		return nil
@@ -576,7 +576,7 @@ func (c Config) Options() (proxy.Options, error) {
 	switch {
 	case c.TTL <= 0:
 		return bad("ttl %v: want > 0", c.TTL)
-	case c.Policy == "bounded-wait" && (c.BoundedWait <= 0 || c.BoundedWait >= c.TTL):
+	case (c.Policy == "bounded-wait" || c.Policy == "gittins-bounded-wait") && (c.BoundedWait <= 0 || c.BoundedWait >= c.TTL):
 		return bad("bounded-wait %v: want 0 < W < ttl (%v)", c.BoundedWait, c.TTL)
 	case c.MaxQueue < 1 || c.MaxQueueBytes < 1:
 		return bad("max-queue and max-queue-bytes must be positive")
@@ -744,7 +744,7 @@ func (c Config) Options() (proxy.Options, error) {
 	}
 	o.Keyer = keyer
 	policy := proxy.PartSpec{Name: c.Policy}
-	if c.Policy == "bounded-wait" {
+	if c.Policy == "bounded-wait" || c.Policy == "gittins-bounded-wait" {
 		policy.Params, _ = json.Marshal(map[string]string{"bounded_wait": c.BoundedWait.String()})
 	}
 	if o.Policy, err = proxy.Build[flowcontrol.Policy](reg, policy); err != nil {

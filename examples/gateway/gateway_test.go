@@ -60,6 +60,35 @@ func TestParseConfig(t *testing.T) {
 		t.Errorf("-tokenizer local:%s: %v, want an error naming the directory and tokenizer.json", missing, err)
 	}
 
+	// The Gittins policies: gittins-bounded-wait takes -bounded-wait, and the learning flags
+	// build the policy here; they need a Gittins policy, and a W below the TTL.
+	for _, args := range [][]string{
+		{"-policy", "gittins"},
+		{"-policy", "gittins-bounded-wait", "-bounded-wait", "10s"},
+		{"-policy", "gittins", "-gittins-idle", "10s", "-gittins-min-sessions", "30"},
+		{"-policy", "gittins-bounded-wait", "-bounded-wait", "10s", "-gittins-idle", "10s"},
+		{"-policy", "gittins", "-gittins-rebuild-every", "8"},
+	} {
+		c, err := parseConfig(args)
+		if err != nil {
+			t.Errorf("%q: %v", args, err)
+			continue
+		}
+		if o, err := c.options(); err != nil || o.Policy == nil {
+			t.Errorf("%q: policy %v, %v", args, o.Policy, err)
+		}
+	}
+	for _, args := range [][]string{
+		{"-policy", "fcfs", "-gittins-idle", "10s"},
+		{"-policy", "gittins", "-gittins-min-sessions", "-1"},
+		{"-policy", "gittins", "-gittins-rebuild-every", "-1"},
+		{"-policy", "gittins-bounded-wait", "-bounded-wait", "90s"},
+	} {
+		if _, err := parseConfig(args); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+
 	bad := filepath.Join(dir, "bad.json")
 	_ = os.WriteFile(bad, []byte(`{"polcy":"las"}`), 0o600)
 	for _, args := range [][]string{

@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/usher-llm/usher/examples/internal/metricsserve"
+	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/engine"
@@ -97,6 +98,13 @@ type config struct {
 	SimMaxLoRAs   int           // adapter slots per server (0: simfleet's default)
 	ShutdownGrace time.Duration // how long shutdown waits for requests in flight
 	CPUProfile    string        // file to write a CPU profile of the whole run to ("": none)
+	// GittinsIdle and GittinsMinSessions, when set, replace the Gittins policies' idle limit
+	// (fairness.GittinsOptions.Memory.Forget: a session idle this long has ended) and the
+	// ended sessions they learn from before leaving their prior (MinSessions), and how many
+	// end between rebuilds of the index table (RebuildEvery).
+	GittinsIdle         time.Duration
+	GittinsMinSessions  int
+	GittinsRebuildEvery int
 	// MetricsEndpointAuth: the metrics listener also serves tokens that the API server of
 	// Kubeconfig (in-cluster when empty) authenticates and authorises to get /metrics.
 	MetricsEndpointAuth bool
@@ -129,6 +137,9 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof), finished at shutdown")
 	fs.BoolVar(&c.MetricsEndpointAuth, "metrics-endpoint-auth", false, "with -metrics-listen: /metrics serves a bearer token that the Kubernetes API server authenticates (TokenReview) and whose user may get the non-resource URL /metrics (SubjectAccessReview), as the endpoint picker's flag; after -metrics-token-file's tokens; judgments cached (allowed 1m, refused 10s); needs create on tokenreviews and subjectaccessreviews")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -metrics-endpoint-auth; empty: the pod's service account (in-cluster)")
+	fs.DurationVar(&c.GittinsIdle, "gittins-idle", 0, "with -policy gittins or gittins-bounded-wait: a session idle this long has ended and its service is learned from (0: the policy's default, 120s)")
+	fs.IntVar(&c.GittinsMinSessions, "gittins-min-sessions", 0, "with -policy gittins or gittins-bounded-wait: sessions that must end before the learned index replaces the prior's first come, first served (0: the policy's default, 200)")
+	fs.IntVar(&c.GittinsRebuildEvery, "gittins-rebuild-every", 0, "with -policy gittins or gittins-bounded-wait: sessions that end between rebuilds of the index table, the first included (0: the policy's default, 64)")
 	c.RegisterFlags(fs)
 	fs.Lookup("tokenizer").Usage += "; local (without a DIR): the simulated fleet's tokenizer (default with it, bytes otherwise)"
 	if err := fs.Parse(args); err != nil {
@@ -177,6 +188,22 @@ func (c config) options() (proxy.Options, error) {
 	o, err := pc.Options()
 	if c.Tokenizer == "local" {
 		o.Tokenizer = simfleet.Tokenizer{BlockSize: c.BlockSize}
+	}
+	if err == nil && (c.GittinsIdle != 0 || c.GittinsMinSessions != 0 || c.GittinsRebuildEvery != 0) {
+		// The registry's Gittins takes W only; these settings are this program's, so the
+		// policy is built here, as the registry would, with them.
+		g := fairness.GittinsOptions{MinSessions: c.GittinsMinSessions, RebuildEvery: c.GittinsRebuildEvery, Memory: fairness.Memory{Forget: c.GittinsIdle}}
+		switch c.Policy {
+		case "gittins-bounded-wait":
+			g.Wait = c.BoundedWait
+		case "gittins":
+		default:
+			return o, fmt.Errorf("-gittins-idle, -gittins-min-sessions and -gittins-rebuild-every need -policy gittins or gittins-bounded-wait, not %q", c.Policy)
+		}
+		if c.GittinsIdle < 0 || c.GittinsMinSessions < 0 || c.GittinsRebuildEvery < 0 {
+			return o, errors.New("-gittins-idle, -gittins-min-sessions and -gittins-rebuild-every must not be negative")
+		}
+		o.Policy, err = fairness.NewGittins(g)
 	}
 	return o, err
 }

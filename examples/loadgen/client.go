@@ -135,6 +135,10 @@ type result struct {
 	rej503   int
 	answer   string
 	finished time.Time
+	sent     time.Time // the first attempt's send
+	sess     int32     // the session's index in the run's sessions; -1 when not from a run
+	pos      int       // the turn's position in its session's Turns
+	cut      bool      // cut short by the end of the run (an interrupt): not a result of the endpoint's
 }
 
 func (r *result) ok() bool { return r.err == "" }
@@ -206,7 +210,7 @@ func (t *Target) do(ctx context.Context, s *Session, msgs []Message, model strin
 // attempt sends the request once. It returns how long to wait before a retry, or -1 when the
 // request succeeded or failed for good.
 func (t *Target) attempt(ctx context.Context, path string, data []byte, key, sessionHeader string, s *Session, res *result) time.Duration {
-	*res = result{turn: res.turn, rej429: res.rej429, rej503: res.rej503}
+	*res = result{turn: res.turn, rej429: res.rej429, rej503: res.rej503, sent: res.sent, sess: res.sess, pos: res.pos}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.base()+path, bytes.NewReader(data))
 	if err != nil {
 		res.err = err.Error()

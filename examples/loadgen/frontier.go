@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/usher-llm/usher/bench"
@@ -110,6 +111,72 @@ func writeFrontierTable(w io.Writer, runs []frontierRun) {
 	}
 }
 
+// writeTaskTable writes runs as a markdown table of task completion time, one row per label
+// in the order labels first appear, its runs (a policy run several times) summarised by the
+// median and, when they differ, the range (min–max): first turns shed (429 and 503 answers)
+// and their TTFT p99; later turns shed and their TTFT p50 and p99; sessions completed,
+// abandoned (their share of the sessions whose outcome is known) and censored; the completed
+// sessions' task completion time (mean, p50, p90) and sum of response times (mean); completed
+// requests per second. Runs without a report are left out of their label's row, and a label
+// with none has a row saying so. O(runs log runs).
+func writeTaskTable(w io.Writer, runs []frontierRun) {
+	fmt.Fprintln(w, "| policy | runs | first shed | first TTFT p99 | later shed | later TTFT p50 | later TTFT p99 | sessions completed | abandoned | censored | task time mean | task time p50 | task time p90 | Σ response mean | req/s |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var labels []string
+	groups := map[string][]*Report{}
+	for _, r := range runs {
+		if _, seen := groups[r.label]; !seen {
+			labels = append(labels, r.label)
+			groups[r.label] = nil
+		}
+		if r.rep != nil {
+			groups[r.label] = append(groups[r.label], r.rep)
+		}
+	}
+	for _, label := range labels {
+		reps := groups[label]
+		if len(reps) == 0 {
+			fmt.Fprintf(w, "| %s | no report |\n", label)
+			continue
+		}
+		col := func(format string, f func(*Report) float64) string {
+			v := make([]float64, len(reps))
+			for i, r := range reps {
+				v[i] = f(r)
+			}
+			return medianRange(v, format)
+		}
+		secs := func(ms float64) float64 { return ms / 1000 }
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, len(reps),
+			col("%.0f", func(r *Report) float64 { return float64(r.FirstTurn.Rejected429 + r.FirstTurn.Rejected503) }),
+			col("%.2fs", func(r *Report) float64 { return secs(r.FirstTurn.TTFT.P99) }),
+			col("%.0f", func(r *Report) float64 { return float64(r.LaterTurns.Rejected429 + r.LaterTurns.Rejected503) }),
+			col("%.2fs", func(r *Report) float64 { return secs(r.LaterTurns.TTFT.P50) }),
+			col("%.2fs", func(r *Report) float64 { return secs(r.LaterTurns.TTFT.P99) }),
+			col("%.0f", func(r *Report) float64 { return float64(r.Tasks.Completed) }),
+			col("%.1f%%", func(r *Report) float64 { return 100 * r.Tasks.AbandonedShare }),
+			col("%.0f", func(r *Report) float64 { return float64(r.Tasks.Censored) }),
+			col("%.1fs", func(r *Report) float64 { return secs(r.Tasks.Time.Mean) }),
+			col("%.1fs", func(r *Report) float64 { return secs(r.Tasks.Time.P50) }),
+			col("%.1fs", func(r *Report) float64 { return secs(r.Tasks.Time.P90) }),
+			col("%.1fs", func(r *Report) float64 { return secs(r.Tasks.Response.Mean) }),
+			col("%.2f", func(r *Report) float64 { return r.RequestsPerSec }))
+	}
+}
+
+// medianRange formats the median of v (the lower of the two middle values for an even
+// count, so that it is one of the runs) and, when the values differ once formatted, their
+// range: "m (lo–hi)". O(len(v) log len(v)); v is sorted in place.
+func medianRange(v []float64, format string) string {
+	slices.Sort(v)
+	m := fmt.Sprintf(format, v[(len(v)-1)/2])
+	lo, hi := fmt.Sprintf(format, v[0]), fmt.Sprintf(format, v[len(v)-1])
+	if lo == hi {
+		return m
+	}
+	return fmt.Sprintf("%s (%s–%s)", m, lo, hi)
+}
+
 // ttftSeconds formats a TTFT distribution's p50 and p99 as "p50 / p99 s", or "-" when no
 // request completed.
 func ttftSeconds(d Dist) string {
@@ -124,10 +191,13 @@ func ttftSeconds(d Dist) string {
 // their time to first token, queue wait and prefill together), y the p50 TTFT of later turns,
 // both in seconds; the marker's area grows with the first turns rejected (429 and 503
 // answers). A run's label (the gateway's policy name, bench.EarlyShedSuffix for a run with
-// -early-shed) chooses its style. Runs without a report or without a completed first and
-// later turn are left out and returned by label; it is an error when no run is left. O(runs).
+// -early-shed) chooses its style. Runs of one label (a policy run with several seeds) make one
+// point, each coordinate and the marker the median of theirs (the lower middle one for an
+// even count). Runs without a report or without a completed first and later turn are left out
+// and returned by label; it is an error when no run is left. O(runs log runs).
 func plotFrontier(runs []frontierRun, title, path string) (skipped []string, err error) {
-	var pts []bench.FrontierPoint
+	var labels []string
+	groups := map[string][][3]float64{} // a label's runs: x, y, shed
 	for _, r := range runs {
 		if r.rep == nil {
 			continue
@@ -137,10 +207,23 @@ func plotFrontier(runs []frontierRun, title, path string) (skipped []string, err
 			skipped = append(skipped, r.label)
 			continue
 		}
-		pts = append(pts, bench.FrontierPoint{
-			X: f.TTFT.P99 / 1000, Y: l.TTFT.P50 / 1000, Shed: float64(f.Rejected429 + f.Rejected503),
-			Label: r.label, Policy: policyOf(r.label),
-		})
+		if _, seen := groups[r.label]; !seen {
+			labels = append(labels, r.label)
+		}
+		groups[r.label] = append(groups[r.label], [3]float64{f.TTFT.P99 / 1000, l.TTFT.P50 / 1000, float64(f.Rejected429 + f.Rejected503)})
+	}
+	var pts []bench.FrontierPoint
+	for _, label := range labels {
+		g := groups[label]
+		median := func(k int) float64 {
+			v := make([]float64, len(g))
+			for i := range g {
+				v[i] = g[i][k]
+			}
+			slices.Sort(v)
+			return v[(len(v)-1)/2]
+		}
+		pts = append(pts, bench.FrontierPoint{X: median(0), Y: median(1), Shed: median(2), Label: label, Policy: policyOf(label)})
 	}
 	if len(pts) == 0 {
 		return skipped, errors.New("no report with a completed first turn and a completed later turn to plot")
@@ -175,6 +258,8 @@ func runFrontier(cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	writeFrontierTable(stdout, runs)
+	fmt.Fprintln(stdout)
+	writeTaskTable(stdout, runs)
 	var bad []error
 	for _, r := range runs {
 		if r.err != nil {

@@ -11,10 +11,19 @@
 #
 # Environment: RATE (sessions/s, default 2), DURATION (default 60s), TTL (default 20s),
 # INFLIGHT (gateway -max-inflight, default 8), SIM_PROFILE (the simulated servers' profile,
-# default qwen3-32b-h100, slow enough to saturate), POLICIES (default below), PORT (default 18090),
-# GATEWAY_ARGS (extra gateway flags, e.g. "-early-shed"). The load is offered equally to every
-# policy: loadgen sends on a schedule and does not retry (-retries 0), so a shed first turn
-# ends its session and the report shows it as a rejection, not as a lighter load.
+# default qwen3-32b-h100, slow enough to saturate), POLICIES (default below; NAME:W passes W as
+# -bounded-wait, for bounded-wait and gittins-bounded-wait), PORT (default 18090),
+# GATEWAY_ARGS (extra gateway flags, e.g. "-early-shed"), GITTINS_ARGS (extra gateway flags for
+# the Gittins policies, default "-gittins-idle 10s -gittins-min-sessions 30": a session has
+# ended after twice loadgen's longest think time, and the index may leave its prior once 30
+# have ended; add -gittins-rebuild-every N, since the first rebuild of the index otherwise
+# waits for 64, more than a run of a minute ends), LOADGEN_ARGS (extra loadgen flags, e.g. "-sessions
+# increasing-hazard"), SEEDS (the workload seeds, one run of every policy each, default 1; the
+# runs of a policy share its label, and -frontier's task table gives their median and range).
+# The load is offered equally to every policy: loadgen sends on a schedule and does not retry
+# (-retries 0), so a shed first turn ends its session and the report shows it as a rejection,
+# not as a lighter load. The machine's other work shows in the latencies: run it alone, or
+# under nice on a shared machine and say so.
 set -eu
 out=${1:-frontier-out}
 rate=${RATE:-2}
@@ -23,13 +32,16 @@ ttl=${TTL:-20s}
 inflight=${INFLIGHT:-8}
 profile=${SIM_PROFILE:-qwen3-32b-h100}
 port=${PORT:-18090}
-policies=${POLICIES:-"turn-priority fcfs las vtc bounded-wait:5s bounded-wait:10s bounded-wait:15s"}
+policies=${POLICIES:-"turn-priority fcfs las vtc bounded-wait:5s bounded-wait:10s bounded-wait:15s gittins gittins-bounded-wait:10s"}
+seeds=${SEEDS:-1}
+gittins_args=${GITTINS_ARGS:-"-gittins-idle 10s -gittins-min-sessions 30"}
 mkdir -p "$out"
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/gateway" ./examples/gateway
 go build -o "$bin/loadgen" ./examples/loadgen
-set -- # the reports, in the order of $policies
+set -- # the reports, in the order of $seeds, then $policies
+for seed in $seeds; do
 for p in $policies; do
 	name=${p%%:*}
 	args="-policy $name"
@@ -39,7 +51,12 @@ for p in $policies; do
 		args="$args -bounded-wait $w"
 		label="$name-$w"
 	esac
-	log="$out/gateway-$label.log"
+	case $name in gittins*) args="$args $gittins_args" ;; esac
+	file=$label
+	if [ "$seeds" != 1 ]; then
+		file="$label-seed$seed"
+	fi
+	log="$out/gateway-$file.log"
 	# shellcheck disable=SC2086
 	"$bin/gateway" -listen "127.0.0.1:$port" -ttl "$ttl" -max-inflight "$inflight" -sim-profile "$profile" $args ${GATEWAY_ARGS:-} >"$log" 2>&1 &
 	gw=$!
@@ -54,11 +71,13 @@ for p in $policies; do
 		fi
 		sleep 0.2
 	done
-	echo "== $label" >&2
-	"$bin/loadgen" -url "http://127.0.0.1:$port" -rate "$rate" -duration "$duration" -retries 0 -quiet -json -label "$label" >"$out/$label.json" || true
-	set -- "$@" "$out/$label.json"
+	echo "== $label, seed $seed" >&2
+	# shellcheck disable=SC2086
+	"$bin/loadgen" -url "http://127.0.0.1:$port" -rate "$rate" -duration "$duration" -seed "$seed" -retries 0 -quiet -json -label "$label" ${LOADGEN_ARGS:-} >"$out/$file.json" || true
+	set -- "$@" "$out/$file.json"
 	kill $gw
 	wait $gw 2>/dev/null || true
+done
 done
 # The table on stdout, the plots beside the reports (loadgen -frontier; exits non-zero, after
 # the table, if a report is missing or unreadable).

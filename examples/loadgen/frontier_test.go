@@ -98,8 +98,12 @@ func TestFrontierReport(t *testing.T) {
 		"| fcfs | 119 | 0/0 | 5.85 / 12.57 s | 413 | 0/0 | 6.81 / 12.87 s | 3.98 |",
 		"| bounded-wait-10s | 119 | 2/0 | 10.46 / 12.78 s | 413 | 0/3 | 4.59 / 12.76 s | 3.91 |",
 	}
-	if got := strings.Split(strings.TrimSpace(stdout.String()), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+	tables := strings.SplitN(strings.TrimSpace(stdout.String()), "\n\n", 2)
+	if got := strings.Split(tables[0], "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("table:\n%s\nwant:\n%s", stdout.String(), strings.Join(want, "\n"))
+	}
+	if len(tables) != 2 || len(strings.Split(tables[1], "\n")) != 5 || !strings.Contains(tables[1], "| fcfs | 1 | 0 | 12.57s |") {
+		t.Errorf("no task table with a row per run after the frontier table:\n%s", stdout.String())
 	}
 	checkPlots(t, plots)
 	if !strings.Contains(stderr.String(), "frontier.svg") {
@@ -111,7 +115,7 @@ func TestFrontierReport(t *testing.T) {
 	if code := cli(context.Background(), []string{"-frontier", dir}, &stdout, &stderr); code != 0 {
 		t.Fatalf("directory: exit %d, stderr:\n%s", code, stderr.String())
 	}
-	rows := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	rows := strings.Split(strings.SplitN(strings.TrimSpace(stdout.String()), "\n\n", 2)[0], "\n")
 	if len(rows) != 5 || !strings.HasPrefix(rows[2], "| bounded-wait-10s |") || !strings.HasPrefix(rows[4], "| turn-priority |") {
 		t.Errorf("directory table:\n%s", stdout.String())
 	}
@@ -229,7 +233,7 @@ func TestFrontierEndToEnd(t *testing.T) {
 	if code := cli(context.Background(), append([]string{"-frontier", dir}, paths...), &stdout, &stderr); code != 0 {
 		t.Fatalf("frontier: exit %d, stderr:\n%s", code, stderr.String())
 	}
-	rows := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	rows := strings.Split(strings.SplitN(strings.TrimSpace(stdout.String()), "\n\n", 2)[0], "\n")
 	if len(rows) != 4 || !strings.HasPrefix(rows[2], "| fcfs | ") || !strings.HasPrefix(rows[3], "| turn-priority | ") ||
 		strings.Contains(stdout.String(), "| - |") {
 		t.Errorf("table:\n%s", stdout.String())
@@ -257,5 +261,48 @@ func TestTable(t *testing.T) {
 	}
 	if code := cli(context.Background(), []string{"-table"}, &out, &errb); code != 2 {
 		t.Errorf("-table without reports: exit %d, want 2", code)
+	}
+}
+
+// Runs of one policy (equal labels) make one row of the task table: the median of the runs
+// and, where they differ, their range.
+func TestTaskTableMedians(t *testing.T) {
+	rep := func(abandoned int, mean float64, rps float64) *Report {
+		r := syntheticReport("las", turns(100, 0, 0, 200, 900), turns(300, 0, 2, 400, 9000), rps)
+		r.Tasks = TaskStats{Sessions: 100, Completed: 100 - abandoned, Abandoned: abandoned, Censored: 0,
+			AbandonedShare: float64(abandoned) / 100, Time: Dist{Count: 100 - abandoned, Mean: mean, P50: mean, P90: 2 * mean},
+			Response: Dist{Count: 100 - abandoned, Mean: mean / 2}}
+		return &r
+	}
+	runs := []frontierRun{
+		{label: "las", rep: rep(10, 50000, 3.9)},
+		{label: "fcfs", err: errNoReport},
+		{label: "las", rep: rep(0, 70000, 4.1)},
+		{label: "las", rep: rep(5, 60000, 4.0)},
+	}
+	var out bytes.Buffer
+	writeTaskTable(&out, runs)
+	for _, want := range []string{
+		"| las | 3 | 0 | 0.90s | 2 | 0.40s | 9.00s | 95 (90–100) | 5.0% (0.0%–10.0%) | 0 | 60.0s (50.0s–70.0s) | 60.0s (50.0s–70.0s) | 120.0s (100.0s–140.0s) | 30.0s (25.0s–35.0s) | 4.00 (3.90–4.10) |",
+		"| fcfs | no report |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("task table:\n%s\nwant the row\n%s", out.String(), want)
+		}
+	}
+	if strings.Index(out.String(), "| las |") > strings.Index(out.String(), "| fcfs |") {
+		t.Errorf("rows not in the order their labels first appear:\n%s", out.String())
+	}
+	// The plot draws the three runs of las as one point, labelled once.
+	path := filepath.Join(t.TempDir(), "f.svg")
+	if _, err := plotFrontier(runs, "runs", path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), ">las<"); n != 1 {
+		t.Errorf("the plot labels las %d times, want once", n)
 	}
 }

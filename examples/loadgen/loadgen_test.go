@@ -411,6 +411,9 @@ func TestRunSyntheticEndToEnd(t *testing.T) {
 	if rep.Requests != want || rep.OK != want || rep.Errors != 0 {
 		t.Fatalf("requests %d ok %d errors %d (%v), want %d ok", rep.Requests, rep.OK, rep.Errors, rep.ErrorSamples, want)
 	}
+	if ts := taskStats(sessions, results, defaultIdle(sessions), runEnd(results)); ts.Sessions != len(sessions) || ts.Completed != len(sessions) || ts.Time.Count != len(sessions) || ts.Time.Mean < ts.Response.Mean {
+		t.Errorf("tasks %+v: want all %d sessions completed, each task time at least its sum of response times", ts, len(sessions))
+	}
 	if rep.LaterTurns.OK == 0 || rep.LaterTurns.HitRate < 0.5 {
 		t.Errorf("later turns: %d ok, hit rate %.2f, want most of their prompt cached", rep.LaterTurns.OK, rep.LaterTurns.HitRate)
 	}
@@ -701,5 +704,45 @@ func TestSummarizeGoals(t *testing.T) {
 		if g.Name != want.name || g.Attained != want.attained || g.Share != float64(want.attained)/6 {
 			t.Errorf("goal %d: got %+v, want %s attained by %d of 6", k, g, want.name, want.attained)
 		}
+	}
+}
+
+// -sessions increasing-hazard: every session runs 6 to 10 turns, none cut by its context, each
+// count about as often (uniform), and flags given explicitly still win.
+func TestIncreasingHazardSessions(t *testing.T) {
+	var stderr bytes.Buffer
+	c, err := parseFlags([]string{"-sessions", "increasing-hazard", "-rate", "4", "-duration", "100s"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, desc, err := c.workload(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[int]int{}
+	for _, s := range sessions {
+		count[len(s.Turns)]++
+	}
+	for n := range count {
+		if n < 6 || n > 10 {
+			t.Errorf("a session of %d turns, want 6 to 10 (%v)", n, count)
+		}
+	}
+	for n := 6; n <= 10; n++ {
+		if share := float64(count[n]) / float64(len(sessions)); share < 0.12 || share > 0.28 {
+			t.Errorf("%d turns: %.2f of %d sessions, want about 1/5 (%v)", n, share, len(sessions), count)
+		}
+	}
+	if !strings.Contains(desc, "increasing-hazard") || !strings.Contains(desc, "6–10 turns") {
+		t.Errorf("workload description %q", desc)
+	}
+	if c, err = parseFlags([]string{"-sessions", "increasing-hazard", "-max-turns", "8"}, &stderr); err != nil || c.synth.MinTurns != 6 || c.synth.MaxTurns != 8 {
+		t.Errorf("-max-turns 8 after the preset: turns [%d, %d], %v", c.synth.MinTurns, c.synth.MaxTurns, err)
+	}
+	if _, err := parseFlags([]string{"-sessions", "geometric"}, &stderr); err == nil {
+		t.Error("-sessions geometric accepted")
+	}
+	if _, err := parseFlags([]string{"-session-idle", "-1s"}, &stderr); err == nil {
+		t.Error("-session-idle -1s accepted")
 	}
 }

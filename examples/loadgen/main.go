@@ -12,7 +12,9 @@
 //     answers as the server gave them, then a new instruction, often with a file or a log),
 //     with think time between turns, mixed with single-turn questions; sessions arrive as a
 //     Poisson process, are identified by the X-Session-Id header and belong to tenants (API
-//     keys). Deterministic for a -seed.
+//     keys). Deterministic for a -seed. -sessions increasing-hazard makes every session 6 to
+//     10 turns, uniform, as the simulator's increasing-hazard workload (a task of a typical
+//     number of steps: the chance that a session ends rises with the turns it has run).
 //   - a Mooncake-format trace (-trace file, or -trace mooncake for the conversation trace
 //     shipped in bench/traces), replayed by timestamp (-speed, -limit),
 //     with prompt text synthesised so that the trace's shared hash_id prefixes become shared
@@ -24,10 +26,17 @@
 //	go run ./examples/loadgen -url http://127.0.0.1:8080 -duration 30s -rate 3
 //	go run ./examples/loadgen -url http://127.0.0.1:8080 -trace mooncake -speed 2 -limit 500
 //
+// Every report also measures the sessions as tasks (TaskStats, bench.TaskStats's definitions):
+// the time from a session's first send to its last answer, think times included, and the sum
+// of its response times, over the sessions completed; the sessions abandoned (a turn shed or
+// failed, or a think time past -session-idle) and those censored by the end of the run (an
+// interrupt, -limit) are counted apart.
+//
 // With -frontier it runs no load but reads reports that -json wrote (a run per policy, each
 // named with -label), prints them as a markdown table of first turns against later turns and
 // draws the admission frontier (first-turn p99 TTFT against later-turn p50 TTFT, the marker
-// growing with the first turns rejected) as DIR/frontier.png and DIR/frontier.svg:
+// growing with the first turns rejected) as DIR/frontier.png and DIR/frontier.svg, then a
+// table of task completion time with a row per label (the median and range of its runs):
 //
 //	go run ./examples/loadgen -url http://127.0.0.1:8080 -json -label fcfs >out/fcfs.json
 //	go run ./examples/loadgen -frontier out out/fcfs.json out/turn-priority.json
@@ -80,8 +89,10 @@ type config struct {
 	overheadMode        bool
 	syntheticMaxContext int
 	label               string
-	frontierDir         string   // -frontier: where the plots go ("" when not in that mode)
-	frontierReports     []string // its reports, the arguments after the flags
+	sessionIdle         time.Duration // -session-idle; 0: defaultIdle of the workload
+	shape               string        // -sessions: the synthetic sessions' preset
+	frontierDir         string        // -frontier: where the plots go ("" when not in that mode)
+	frontierReports     []string      // its reports, the arguments after the flags
 	frontierTitle       string
 	table               bool   // -table: print the reports given as arguments, a row each
 	bareProxy           string // -bare-proxy: serve a bare reverse proxy to this URL and nothing else
@@ -100,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.limit, "limit", 0, "send at most this many requests (0: no limit)")
 	fs.DurationVar(&c.duration, "duration", 60*time.Second, "synthetic: sessions start within this window; trace: replay the requests arriving within it (0: whole trace)")
 	fs.IntVar(&c.maxContext, "max-context", 0, "trace: fit requests into this many tokens (0: the max_model_len GET /v1/models reports, if any; -1: no limit)")
+	fs.StringVar(&c.shape, "sessions", "agentic", "synthetic: the shape of the sessions' lengths — agentic (3 to 10 turns, cut by -session-context, and -single-turn single requests) or increasing-hazard (6 to 10 turns uniform, as the simulator's increasing-hazard workload: no single-turn sessions and a session context of 24000 tokens so that none is cut, unless those flags say otherwise)")
 	fs.Uint64Var(&c.synth.Seed, "seed", 1, "synthetic: seed of the workload")
 	fs.Float64Var(&c.synth.Rate, "rate", 2, "synthetic: sessions (conversations or single requests) starting per second")
 	fs.Float64Var(&c.synth.SingleTurn, "single-turn", 0.3, "synthetic: share of single-turn sessions")
@@ -119,6 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.ignoreEOS, "ignore-eos", true, "send ignore_eos so answers are exactly max_tokens long (vLLM, SGLang, the simulator)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
+	fs.DurationVar(&c.sessionIdle, "session-idle", 0, "a session whose next turn is not sent within this long of its previous answer is abandoned (task completion time); 0: twice the workload's longest think time")
 	fs.StringVar(&c.label, "label", "", "name of the run, written in the report (the -frontier table and plot name a run by it)")
 	fs.StringVar(&c.frontierDir, "frontier", "", "report mode: read the -json reports given as arguments (none: every DIR/*.json), print their markdown table of first against later turns, and write DIR/frontier.png and .svg; runs no load")
 	fs.StringVar(&c.frontierTitle, "title", "admission frontier", "frontier: the plot's title")
@@ -160,6 +173,24 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			}
 		}
 	}
+	switch c.shape {
+	case "agentic":
+	case "increasing-hazard":
+		// A task of a typical number of steps: the chance that a session ends rises with
+		// the turns it has run (0 before 6, then 1/5, 1/4, 1/3, 1/2, 1).
+		for name, apply := range map[string]func(){
+			"min-turns":       func() { c.synth.MinTurns = 6 },
+			"max-turns":       func() { c.synth.MaxTurns = 10 },
+			"single-turn":     func() { c.synth.SingleTurn = 0 },
+			"session-context": func() { c.syntheticMaxContext = 24000 },
+		} {
+			if !set[name] {
+				apply()
+			}
+		}
+	default:
+		return c, fmt.Errorf("-sessions %q: want agentic or increasing-hazard", c.shape)
+	}
 	if c.frontierDir != "" || c.table {
 		c.frontierReports = fs.Args()
 		if c.table && len(c.frontierReports) == 0 {
@@ -175,6 +206,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-api %q: want chat or completions", c.api)
 	case c.speed <= 0:
 		return c, fmt.Errorf("-speed %v: want > 0", c.speed)
+	case c.sessionIdle < 0:
+		return c, fmt.Errorf("-session-idle %v: want ≥ 0", c.sessionIdle)
 	case c.limit < 0 || c.retries < 0 || c.run.Concurrency < 1:
 		return c, errors.New("-limit and -retries must not be negative, -concurrency must be positive")
 	}
@@ -276,6 +309,11 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	results, elapsed := run(ctx, t, sessions, cfg.run)
 	rep := summarize(t.Name, t.URL, workload, results, elapsed)
 	rep.Label = cfg.label
+	idle := cfg.sessionIdle
+	if idle == 0 {
+		idle = defaultIdle(sessions)
+	}
+	rep.Tasks = taskStats(sessions, results, idle, runEnd(results))
 	if cfg.jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -308,8 +346,8 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 	}
 	if c.tracePath == "" {
 		s, err := Synthetic(c.synth)
-		desc := fmt.Sprintf("synthetic: seed %d, %.3g sessions/s for %v, %.0f%% single-turn, %d tenants",
-			c.synth.Seed, c.synth.Rate, c.synth.Duration, 100*max(c.synth.SingleTurn, 0), c.synth.Tenants)
+		desc := fmt.Sprintf("synthetic %s: seed %d, %.3g sessions/s for %v, %d–%d turns, %.0f%% single-turn, %d tenants",
+			c.shape, c.synth.Seed, c.synth.Rate, c.synth.Duration, c.synth.MinTurns, c.synth.MaxTurns, 100*max(c.synth.SingleTurn, 0), c.synth.Tenants)
 		return s, desc, err
 	}
 	path := c.tracePath

@@ -93,8 +93,10 @@ type Report struct {
 	LaterTurns      TurnClass `json:"later_turns"`
 	// Goals is the share of requests that met both targets of each of bench's goals
 	// (bench.DefaultGoals: tight and relaxed), a failed request counting as a miss.
-	Goals        []GoalShare `json:"goals"`
-	ErrorSamples []string    `json:"error_samples,omitempty"`
+	Goals []GoalShare `json:"goals"`
+	// Tasks is the sessions as tasks (see TaskStats).
+	Tasks        TaskStats `json:"tasks"`
+	ErrorSamples []string  `json:"error_samples,omitempty"`
 }
 
 // GoalShare is how many requests attained a goal: TTFT within TTFTMs and a time per output
@@ -111,7 +113,7 @@ type GoalShare struct {
 // requests; latencies are those of successful requests; errors include requests that were
 // rejected after their last retry. O(n log n) in requests and tokens.
 func summarize(name, url, workload string, results []result, elapsed time.Duration) Report {
-	rep := Report{Target: name, URL: url, Workload: workload, Seconds: elapsed.Seconds(), Requests: len(results)}
+	rep := Report{Target: name, URL: url, Workload: workload, Seconds: elapsed.Seconds()}
 	var ttft, itl, e2e, ttft0, ttft1 []float64
 	samples := map[string]bool{}
 	goals := bench.DefaultGoals()
@@ -120,6 +122,10 @@ func summarize(name, url, workload string, results []result, elapsed time.Durati
 	}
 	for i := range results {
 		r := &results[i]
+		if r.cut {
+			continue
+		}
+		rep.Requests++
 		cls := &rep.FirstTurn
 		if r.turn > 0 {
 			cls = &rep.LaterTurns
@@ -222,6 +228,20 @@ func (r *Report) WriteText(w io.Writer) {
 	}{{"first", r.FirstTurn}, {"later", r.LaterTurns}} {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f%%\t\n", row.name, row.c.Requests, row.c.OK, row.c.Errors,
 			row.c.Rejected429, row.c.Rejected503, 100*row.c.HitRate)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	t := &r.Tasks
+	fmt.Fprintf(w, "sessions %d: completed %d, abandoned %d (%.1f%%), censored %d; idle limit %s\n",
+		t.Sessions, t.Completed, t.Abandoned, 100*t.AbandonedShare, t.Censored, time.Duration(t.IdleLimitMs*float64(time.Millisecond)).Round(time.Millisecond))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "completed sessions (ms)\tcount\tp50\tp90\tp99\tmean\tmax\t")
+	for _, row := range []struct {
+		name string
+		d    Dist
+	}{{"task completion time", t.Time}, {"sum of response times", t.Response}} {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", row.name, row.d.Count,
+			fmtMs(row.d, row.d.P50), fmtMs(row.d, row.d.P90), fmtMs(row.d, row.d.P99), fmtMs(row.d, row.d.Mean), fmtMs(row.d, row.d.Max))
 	}
 	tw.Flush()
 	if len(r.ErrorSamples) > 0 {

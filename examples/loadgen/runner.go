@@ -30,7 +30,9 @@ type counters struct {
 }
 
 // run drives the sessions against the target and returns every request's result and the
-// run's wall time (start to the last request's end). Each session runs on its own goroutine
+// run's wall time (start to the last request's end); the requests an interrupt cut short are
+// among the results, marked cut (summarize leaves them out, taskStats counts their sessions
+// as censored). Each session runs on its own goroutine
 // from its start time; turns of a session follow each other, the next one after the previous
 // answer and its think time. A failed turn ends its session (there is no answer to continue
 // from). run returns when every session has ended or been stopped.
@@ -53,8 +55,9 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 	sem := make(chan struct{}, conc)
 	var reserved atomic.Int64
 
-	// send runs one turn; false means stop the session.
-	send := func(s *Session, turn int, answers []string) (string, bool) {
+	// send runs turn of session si; false means stop the session.
+	send := func(si int, turn int, answers []string) (string, bool) {
+		s := &sessions[si]
 		if opts.Limit > 0 {
 			n := reserved.Add(1)
 			if n >= int64(opts.Limit) {
@@ -72,12 +75,18 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 		c.sent.Add(1)
 		c.inflight.Add(1)
 		tr := &s.Turns[turn]
-		res := result{turn: tr.Index}
+		res := result{turn: tr.Index, sess: int32(si), pos: turn, sent: time.Now()}
 		t.do(ctx, s, s.messages(turn, answers), tr.Model, tr.MaxTokens, &res)
 		<-sem
 		c.inflight.Add(-1)
 		if !res.ok() && ctx.Err() != nil {
-			return "", false // cut short by the interrupt: not a failure of the endpoint
+			// Cut short by the interrupt: not a failure of the endpoint, kept only for the
+			// sessions' accounting (a censored session).
+			res.cut, res.finished, res.answer = true, time.Now(), ""
+			mu.Lock()
+			results = append(results, res)
+			mu.Unlock()
+			return "", false
 		}
 		c.done.Add(1)
 		if !res.ok() {
@@ -95,8 +104,9 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 	}
 
 	var wg sync.WaitGroup
-	runSession := func(s *Session) {
+	runSession := func(si int) {
 		defer wg.Done()
+		s := &sessions[si]
 		var answers []string
 		for i := range s.Turns {
 			if i > 0 && s.Turns[i].Think > 0 && !sleep(startCtx, s.Turns[i].Think) {
@@ -105,7 +115,7 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 			if startCtx.Err() != nil {
 				return
 			}
-			a, ok := send(s, i, answers)
+			a, ok := send(si, i, answers)
 			if !ok {
 				return
 			}
@@ -132,7 +142,7 @@ func run(ctx context.Context, t *Target, sessions []Session, opts RunOptions) ([
 			break
 		}
 		wg.Add(1)
-		go runSession(s)
+		go runSession(i)
 	}
 	wg.Wait()
 	close(stopProgress)

@@ -23,8 +23,8 @@ import (
 // PolicyOptions are the settings Policy passes to the policies that need one; every other
 // setting is the policy's default.
 type PolicyOptions struct {
-	// BoundedWait is W for "bounded-wait" (required there) and for "gittins" (optional: zero
-	// bounds no wait); BoundedWaitHeadroom its headroom
+	// BoundedWait is W for "bounded-wait" and "gittins-bounded-wait" (required there) and for
+	// "gittins" (optional: zero bounds no wait); BoundedWaitHeadroom its headroom
 	// and FirstTurnShare its reserved share of dispatches (both zero by default).
 	BoundedWait         time.Duration
 	BoundedWaitHeadroom time.Duration
@@ -72,11 +72,20 @@ var policies = []named{
 	{"gittins", func(o PolicyOptions) (flowcontrol.Policy, error) {
 		return fairness.NewGittins(fairness.GittinsOptions{Wait: o.BoundedWait, Headroom: o.BoundedWaitHeadroom})
 	}},
+	// gittins-bounded-wait is gittins whose W is required, as bounded-wait's: the name a
+	// configuration that passes W only to the policies that need one (the gateway's) can give.
+	{"gittins-bounded-wait", func(o PolicyOptions) (flowcontrol.Policy, error) {
+		if o.BoundedWait <= 0 {
+			return nil, fmt.Errorf("%w: gittins-bounded-wait needs Wait > 0", fairness.ErrInvalidOptions)
+		}
+		return fairness.NewGittins(fairness.GittinsOptions{Wait: o.BoundedWait, Headroom: o.BoundedWaitHeadroom})
+	}},
 }
 
 // PolicyNames returns the names Policy knows, one per policy: fcfs, priority (flowcontrol's FCFS
 // and StrictPriority), round-robin, turn-priority (llm-d's), las, las-reference (llm-d's lasPolicy),
-// vtc, edf, slo, bounded-wait, hierarchy and gittins (its wait bounded by BoundedWait when set). The gateway's -policy flag and the bench
+// vtc, edf, slo, bounded-wait, hierarchy, gittins (its wait bounded by BoundedWait when set) and
+// gittins-bounded-wait (BoundedWait required). The gateway's -policy flag and the bench
 // simulator's -policies take these names. The slice is a fresh copy.
 func PolicyNames() []string {
 	out := make([]string, len(policies))

@@ -60,6 +60,7 @@ func ExamplePolicy() {
 	// bounded-wait  ranks true
 	// hierarchy     ranks false
 	// gittins       ranks true
+	// gittins-bounded-wait ranks true
 	// policy "bounded-wait": fairness: invalid options: BoundedWait needs Wait > 0
 }
 
