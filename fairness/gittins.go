@@ -88,7 +88,6 @@ func gBin(x float64) int {
 type gState struct {
 	service float64 // weighted tokens attained, current (corrections included)
 	reached int32   // 1 + the highest bin reached; 0 before any service
-	stamp   int64   // ended-session count when the session entered that bin
 	keyBin  int32   // gBin(service), the bin its key reads
 	waiting bool    // the flow had queued requests after its latest event
 	node    *node   // the flow's node in the BoundedWait that wraps the core, while it has requests queued
@@ -96,11 +95,19 @@ type gState struct {
 
 // gModel learns the distribution of a session's total service from sessions that ended,
 // counting those still open as censored: per bin b, entered[b] is the (faded) number of
-// sessions that reached b and died[b] the number that ended in b; the hazard of bin b is
-// died[b]/entered[b] (a session still open in b counts as at risk, not as ended: the
-// discrete Kaplan–Meier estimator). Fading weighs a count made when k sessions had ended by
-// 2^((k − base)/halfLife); an end is weighed as its entry into its bin was, so that the hazard
-// stays unbiased under fading.
+// sessions known to have been at risk in b — that passed b or ended in it — and died[b] the
+// number that ended in b; the hazard of bin b is died[b]/entered[b] (the discrete
+// Kaplan–Meier estimator). An open session counts in the bins it has passed, not yet in the
+// one it is in: its fate there is unknown until it passes it or ends. Counting it there at
+// once, as the textbook estimator counts a censored observation, is biased here, because a
+// session is known to have ended only an idle limit after its last turn: every session that
+// ended within the last idle limit would count as at risk in its last bin and not as ended,
+// and with a long limit (minutes, thousands of sessions) those dominate the faded sample and
+// every hazard comes out too low. Fading weighs a count made when k sessions had ended by
+// 2^((k − base)/halfLife), each count at the time it is made — a pass when the session
+// passes, an end when it is known — so that passes, known at once, and ends, known an idle
+// limit late, are two steady streams whose faded ratio is the hazard (weighing an end by the
+// time its session entered the bin would make the recent passes outweigh the late ends).
 type gModel struct {
 	entered, died [gBins]float64
 	ended         int64   // sessions ended
@@ -110,24 +117,27 @@ type gModel struct {
 
 func (m *gModel) weight(k int64) float64 { return math.Exp2(float64(k-m.base) / m.halfLife) }
 
-// reach records that s's service, positive, reached bin b. O(bins crossed).
+// reach records that s's service, positive, reached bin b: the bins before b it had not
+// passed are entered (survived). O(bins crossed).
 func (m *gModel) reach(s *gState, b int32) {
 	if b < s.reached {
 		return
 	}
 	w := m.weight(m.ended)
-	for i := s.reached; i <= b; i++ {
-		m.entered[i] += w
+	for i := max(s.reached-1, 0); i < b; i++ {
+		m.entered[i] += w // the bin it was in and those it crossed, passed
 	}
-	s.reached, s.stamp = b+1, m.ended
+	s.reached = b + 1
 }
 
-// end records that s ended with the service it has. O(1) amortised.
+// end records that s ended with the service it has, in the bin it was in. O(1) amortised.
 func (m *gModel) end(s *gState) {
 	if s.reached == 0 {
 		return // never served: no observation
 	}
-	m.died[s.reached-1] += m.weight(s.stamp)
+	w := m.weight(m.ended)
+	m.entered[s.reached-1] += w
+	m.died[s.reached-1] += w
 	m.ended++
 	if d := m.ended - m.base; float64(d) >= 16*m.halfLife { // keep the weights in range
 		f := m.weight(m.base) / m.weight(m.ended)

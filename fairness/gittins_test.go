@@ -212,6 +212,43 @@ func TestGittinsCensoring(t *testing.T) {
 	}
 }
 
+// TestGittinsLimbo: a session is known to have ended only an idle limit after its last turn,
+// so at any time many sessions that have ended are still open to the model (here 4,000, as
+// a 10-minute limit holds on the conversation trace at its rate). They must not count as
+// at risk in their last bin, or every hazard comes out low and the learned sessions long.
+func TestGittinsLimbo(t *testing.T) {
+	for _, d := range []dist{paretoDist, uniformDist} {
+		m := &gModel{halfLife: gittinsHalfLife}
+		s := newSessions(m, d, 64, 5)
+		type waiting struct {
+			st    gState
+			until int
+		}
+		var limbo []waiting
+		const delay = 4000 // sessions that end meanwhile
+		for done := 0; m.ended < int64(2000+delay); {
+			i := s.r.IntN(len(s.open))
+			st := &s.open[i]
+			st.service = min(st.service+s.r.ExpFloat64()*600, s.totals[i])
+			m.reach(st, int32(gBin(st.service)))
+			if st.service >= s.totals[i] {
+				limbo = append(limbo, waiting{*st, done + delay})
+				done++
+				s.open[i], s.totals[i] = gState{}, d.draw(s.r)
+			}
+			for len(limbo) > 0 && limbo[0].until <= done {
+				m.end(&limbo[0].st)
+				limbo = limbo[1:]
+			}
+		}
+		if got := ks(m, d); got > 0.05 {
+			t.Errorf("%s: KS %.4f with %d ended sessions not yet known, want ≤ 0.05", d.name, got, len(limbo))
+		} else {
+			t.Logf("%s: KS %.4f with %d ended sessions not yet known", d.name, got, len(limbo))
+		}
+	}
+}
+
 // TestGittinsBin checks the bin of a service against the bin edges.
 func TestGittinsBin(t *testing.T) {
 	for i := 1; i < gBins; i++ {
