@@ -60,7 +60,7 @@ func main() {
 	var (
 		servers   = flag.Int("servers", 8, "servers in every mode")
 		splits    = flag.String("prefill", "4", "of them, prefill servers in the disaggregated modes: a list, a row per split")
-		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) chat-full (all of it: 2,000 conversations, about 10k requests) and chat-small (the Chat workload with 600 conversations, about 3k requests)")
+		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) and chat-full (all of it: 2,000 conversations, about 10k requests)")
 		rates     = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
 		scales    = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
 		perToken  = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
@@ -75,6 +75,7 @@ func main() {
 		phases    = flag.Bool("phases", false, "print the phase-changing run instead: chat, long prompts, chat, -phase-minutes each, at the first of -rates, under aggregated, always-P/D at every split and the deciders of -modes (-transfer-scales' first)")
 		phaseMin  = flag.Duration("phase-minutes", 10*time.Minute, "with -phases: each phase's length, simulated")
 		rolePlot  = flag.String("roles-plot", "", "with -phases: write the planner's servers in prefill over time to this .png or .svg")
+		searchMin = flag.Float64("search-min", 0.125, "with -goodput: the lowest load multiplier the search tries (below it, goodput 0: a low rate is a long simulated run)")
 		curveOnly = flag.String("curves-only", "", "with -goodput and -curves: no tables, only the plots, with always-P/D at these splits (a list of prefill servers) beside aggregated and the deciders")
 	)
 	flag.Parse()
@@ -158,7 +159,7 @@ func main() {
 	}
 	if *goodput {
 		g := &goodputRun{servers: *servers, requests: *requests, parallel: *parallel, perToken: *perToken, latency: *latency,
-			curves: *curves, wl: map[wlKey]*bench.Workload{}, agg: map[string][]bench.GoodputResult{}}
+			curves: *curves, searchMin: *searchMin, wl: map[wlKey]*bench.Workload{}, agg: map[string][]bench.GoodputResult{}}
 		for k := range *seeds {
 			g.seeds = append(g.seeds, bench.DefaultSeed+uint64(k))
 		}
@@ -254,8 +255,6 @@ func workload(name string, seed uint64, n int) *bench.Workload {
 		w = bench.Chat(bench.ChatOptions{Seed: seed})
 	case "chat-full":
 		return bench.Chat(bench.ChatOptions{Seed: seed})
-	case "chat-small":
-		return bench.Chat(bench.ChatOptions{Seed: seed, Sessions: 600})
 	default:
 		log.Fatalf("unknown workload %q", name)
 	}
