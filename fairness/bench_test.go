@@ -9,6 +9,7 @@ import (
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
+	"github.com/usher-llm/usher/internal/benchcpu"
 	"github.com/usher-llm/usher/internal/peer"
 )
 
@@ -144,34 +145,13 @@ func BenchmarkPolicy(b *testing.B) {
 				}
 				runtime.GC() // collect the setup's garbage outside the measurement
 				b.ReportAllocs()
-				m := startCPU()
+				m := benchcpu.StartThread()
 				for b.Loop() {
 					d.step()
 				}
-				m.stop(b)
+				m.Stop(b)
 			})
 		}
-	}
-}
-
-// cpuMeter reports the CPU time per operation of the benchmark's own thread as "cpu-ns/op"
-// (Linux only). Call startCPU before the loop and stop after it.
-type cpuMeter struct {
-	t0 int64
-	ok bool
-}
-
-func startCPU() cpuMeter {
-	runtime.LockOSThread()
-	t, ok := threadCPU()
-	return cpuMeter{t0: t, ok: ok}
-}
-
-func (m cpuMeter) stop(b *testing.B) {
-	t, ok := threadCPU()
-	runtime.UnlockOSThread()
-	if m.ok && ok && b.N > 0 {
-		b.ReportMetric(float64(t-m.t0)/float64(b.N), "cpu-ns/op")
 	}
 }
 

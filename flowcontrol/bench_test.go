@@ -10,22 +10,8 @@ import (
 
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/flowcontrol/flowcontroltest"
+	"github.com/usher-llm/usher/internal/benchcpu"
 )
-
-// cpuMeter reports the process CPU time per op as the metric cpu-ns/op. Call it after the
-// setup, before the loop; it stops the timer's view of nothing, it only reads rusage.
-func cpuMeter(b *testing.B) func() {
-	start, ok := processCPU()
-	if !ok {
-		return func() {}
-	}
-	return func() {
-		end, _ := processCPU()
-		if b.N > 0 {
-			b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
-		}
-	}
-}
 
 func flowIDs(n int) []flowcontrol.FlowID {
 	ids := make([]flowcontrol.FlowID, n)
@@ -55,7 +41,7 @@ func BenchmarkAdmitDone(b *testing.B) {
 			ctx := context.Background()
 			i := 0
 			b.ReportAllocs()
-			defer cpuMeter(b)()
+			defer benchcpu.StartProcess().Stop(b)
 			for b.Loop() {
 				tk, err := q.Admit(ctx, flowcontrol.Request{Flow: ids[i%n], Bytes: 512, PromptTokens: 100})
 				if err != nil {
@@ -80,7 +66,7 @@ func BenchmarkAdmitDone(b *testing.B) {
 			}
 			head, k := 0, 1
 			b.ReportAllocs()
-			defer cpuMeter(b)()
+			defer benchcpu.StartProcess().Stop(b)
 			for b.Loop() {
 				ring[head].Done(flowcontrol.Usage{PromptTokens: 100, OutputTokens: 10})
 				if ring[head], err = q.Enqueue(flowcontrol.Request{Flow: ids[k%n], Bytes: 512}); err != nil {
@@ -111,7 +97,7 @@ func BenchmarkAdmitDoneEarlyShed(b *testing.B) {
 		}
 		ctx := context.Background()
 		b.ReportAllocs()
-		defer cpuMeter(b)()
+		defer benchcpu.StartProcess().Stop(b)
 		for b.Loop() {
 			tk, err := q.Admit(ctx, flowcontrol.Request{Flow: "a", Bytes: 512, PromptTokens: 100})
 			if err != nil {
@@ -142,7 +128,7 @@ func BenchmarkAdmitDoneEarlyShed(b *testing.B) {
 		}
 		head, k := 0, 1
 		b.ReportAllocs()
-		defer cpuMeter(b)()
+		defer benchcpu.StartProcess().Stop(b)
 		for b.Loop() {
 			ring[head].Done(flowcontrol.Usage{PromptTokens: 100, OutputTokens: 10})
 			if ring[head], err = q.Enqueue(flowcontrol.Request{Flow: ids[k%n], Bytes: 512}); err != nil {
@@ -166,7 +152,7 @@ func BenchmarkAdmitParallel(b *testing.B) {
 	ids := flowIDs(1024)
 	var next atomic.Int64
 	b.ReportAllocs()
-	defer cpuMeter(b)()
+	defer benchcpu.StartProcess().Stop(b)
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		i := int(next.Add(1)) * 97
@@ -201,7 +187,7 @@ func BenchmarkExpire(b *testing.B) {
 	}
 	i := 0
 	b.ReportAllocs()
-	defer cpuMeter(b)()
+	defer benchcpu.StartProcess().Stop(b)
 	for b.Loop() {
 		if _, err := q.Enqueue(flowcontrol.Request{Flow: ids[i%len(ids)]}); err != nil {
 			b.Fatal(err)

@@ -2,10 +2,10 @@ package metrics
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/benchcpu"
 	"github.com/usher-llm/usher/routing"
 )
 
@@ -47,9 +47,7 @@ func BenchmarkScrapeParse(b *testing.B) {
 			b.ReportAllocs()
 			// The loop runs on one locked thread so that its CPU time can be read: on
 			// a shared machine wall-clock time also counts waiting for a CPU.
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			cpu0, cpuOK := threadCPU()
+			cpu := benchcpu.StartThread()
 			for b.Loop() {
 				if _, err := parse(body, bc.contentType); err != nil {
 					b.Fatal(err)
@@ -57,12 +55,8 @@ func BenchmarkScrapeParse(b *testing.B) {
 			}
 			b.ReportMetric(float64(series)*float64(b.N)/b.Elapsed().Seconds(), "series/s")
 			b.ReportMetric(float64(series), "series/op")
-			if cpu1, ok := threadCPU(); ok && cpuOK {
-				cpuPerOp := float64(cpu1-cpu0) / float64(b.N)
-				b.ReportMetric(cpuPerOp, "cpu-ns/op")
-				if cpuPerOp > 0 {
-					b.ReportMetric(float64(series)*1e9/cpuPerOp, "cpu-series/s")
-				}
+			if perOp, ok := cpu.Stop(b); ok && perOp > 0 {
+				b.ReportMetric(float64(series)*1e9/perOp, "cpu-series/s")
 			}
 		})
 	}

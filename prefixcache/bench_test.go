@@ -4,34 +4,15 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/usher-llm/usher/internal/benchcpu"
 )
 
 var sinkU64 uint64
-
-// cpuMeter adds a cpu-ns/op metric: the process's CPU time over the timed loop divided by the
-// iterations. On a shared machine, wall-clock ns/op also counts the time the benchmark spent
-// waiting for a CPU; cpu-ns/op does not (with RunParallel it sums the CPU of all goroutines).
-// Start it just before the timed loop and call report right after.
-type cpuMeter struct{ start int64 }
-
-// startCPU first collects garbage, so that a collection of an earlier benchmark's (or this
-// one's setup's) garbage does not run during, and get charged to, the timed loop.
-func startCPU() cpuMeter {
-	runtime.GC()
-	t, _ := processCPU()
-	return cpuMeter{t}
-}
-
-func (m cpuMeter) report(b *testing.B) {
-	if t, ok := processCPU(); ok && b.N > 0 {
-		b.ReportMetric(float64(t-m.start)/float64(b.N), "cpu-ns/op")
-	}
-}
 
 func randTokens(r *rand.Rand, n int) []uint32 {
 	t := make([]uint32, n)
@@ -52,11 +33,11 @@ func BenchmarkHashTokens(b *testing.B) {
 			dst := make([]BlockHash, 0, n/blockSize)
 			b.SetBytes(int64(n * 4))
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.StartProcess()
 			for b.Loop() {
 				dst = HashTokens(dst[:0], seed, tokens, blockSize)
 			}
-			cpu.report(b)
+			cpu.Stop(b)
 		})
 	}
 	// The baseline: xxhash.Sum64 over the same bytes, block by block, with nothing chained.
@@ -69,7 +50,7 @@ func BenchmarkHashTokens(b *testing.B) {
 		b.Run("xxhash-baseline/"+fmt.Sprint(n), func(b *testing.B) {
 			b.SetBytes(int64(n * 4))
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.StartProcess()
 			for b.Loop() {
 				var acc uint64
 				for off := 0; off < len(buf); off += blockSize * 4 {
@@ -77,7 +58,7 @@ func BenchmarkHashTokens(b *testing.B) {
 				}
 				sinkU64 = acc
 			}
-			cpu.report(b)
+			cpu.Stop(b)
 		})
 	}
 }
@@ -144,11 +125,11 @@ func BenchmarkMatch(b *testing.B) {
 			b.Run(fmt.Sprintf("backends=%d/%s", backends, c.name), func(b *testing.B) {
 				dst := make([]int32, 0, int(ix.bound.Load()))
 				b.ReportAllocs()
-				cpu := startCPU()
+				cpu := benchcpu.StartProcess()
 				for b.Loop() {
 					dst = ix.Match(dst, c.chain)
 				}
-				cpu.report(b)
+				cpu.Stop(b)
 			})
 		}
 		ix = nil
@@ -156,13 +137,13 @@ func BenchmarkMatch(b *testing.B) {
 			ix, chains := coldIndex(b, backends, blocks)
 			dst := make([]int32, 0, int(ix.bound.Load()))
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.StartProcess()
 			n := 0
 			for b.Loop() {
 				dst = ix.Match(dst, chains[n%len(chains)])
 				n++
 			}
-			cpu.report(b)
+			cpu.Stop(b)
 		})
 	}
 }
@@ -204,14 +185,14 @@ func BenchmarkInsert(b *testing.B) {
 			_ = ix.Insert(ids[0], chain)
 		}
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := benchcpu.StartProcess()
 		for b.Loop() {
 			for i := range chain {
 				chain[i] = BlockHash(r.Uint64())
 			}
 			_ = ix.Insert(ids[0], chain)
 		}
-		cpu.report(b)
+		cpu.Stop(b)
 	})
 	b.Run("new-cold", func(b *testing.B) {
 		// new over 8 backends, each at its capacity of 65,536 blocks, taken in turn: every op
@@ -231,7 +212,7 @@ func BenchmarkInsert(b *testing.B) {
 			_ = ix.Insert(ids[n%backends], chain)
 		}
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := benchcpu.StartProcess()
 		n := 0
 		for b.Loop() {
 			for i := range chain {
@@ -240,7 +221,7 @@ func BenchmarkInsert(b *testing.B) {
 			_ = ix.Insert(ids[n%backends], chain)
 			n++
 		}
-		cpu.report(b)
+		cpu.Stop(b)
 	})
 	b.Run("new-below-capacity", func(b *testing.B) {
 		// 128 new blocks into a backend far below its capacity, so nothing is evicted: the
@@ -263,31 +244,28 @@ func BenchmarkInsert(b *testing.B) {
 		}
 		_ = ix.ApplyCleared(ids[0])
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := benchcpu.StartProcess()
 		n := 0
 		for b.Loop() {
 			if n++; n%512 == 0 {
 				b.StopTimer()
-				t0, _ := processCPU()
-				_ = ix.ApplyCleared(ids[0])
-				t1, _ := processCPU()
-				cpu.start += t1 - t0
+				cpu.Exclude(func() { _ = ix.ApplyCleared(ids[0]) })
 				b.StartTimer()
 			}
 			fill()
 		}
-		cpu.report(b)
+		cpu.Stop(b)
 	})
 	b.Run("existing", func(b *testing.B) {
 		ix, ids := benchIndex(b, 8, 1<<16)
 		chain := benchChain(rand.New(rand.NewPCG(5, 6)), blocks)
 		_ = ix.Insert(ids[0], chain)
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := benchcpu.StartProcess()
 		for b.Loop() {
 			_ = ix.Insert(ids[0], chain)
 		}
-		cpu.report(b)
+		cpu.Stop(b)
 	})
 }
 
@@ -310,7 +288,7 @@ func BenchmarkMatchParallel(b *testing.B) {
 	var seq atomic.Uint64
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := startCPU()
+	cpu := benchcpu.StartProcess()
 	b.RunParallel(func(pb *testing.PB) {
 		lr := rand.New(rand.NewPCG(seq.Add(1), 11))
 		dst := make([]int32, 0, int(ix.bound.Load()))
@@ -323,7 +301,7 @@ func BenchmarkMatchParallel(b *testing.B) {
 			dst = ix.Match(dst, chains[c])
 		}
 	})
-	cpu.report(b)
+	cpu.Stop(b)
 }
 
 // BenchmarkApplyEvents applies a toy engine's KV events to an index in exact mode, one event
@@ -358,7 +336,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 				}
 			}
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.StartProcess()
 			i, blocks, errs := 0, 0, 0
 			for b.Loop() {
 				ev := events[i%len(events)]
@@ -368,7 +346,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 				blocks += ev.blocks()
 				i++
 			}
-			cpu.report(b)
+			cpu.Stop(b)
 			b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
 			if errs != 0 {
 				b.Fatalf("%d of %d events failed", errs, i)

@@ -3,10 +3,10 @@ package routing_test
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/internal/benchcpu"
 	"github.com/usher-llm/usher/internal/peer"
 	"github.com/usher-llm/usher/prefixcache"
 	. "github.com/usher-llm/usher/routing"
@@ -31,27 +31,6 @@ func benchProfile() Profile {
 
 var errBench = errors.New("bench")
 
-// cpuMeter reports the CPU time per operation of the benchmark's own thread as "cpu-ns/op"
-// (Linux only). Call start before the loop and stop after it.
-type cpuMeter struct {
-	t0 int64
-	ok bool
-}
-
-func startCPU() cpuMeter {
-	runtime.LockOSThread()
-	t, ok := threadCPU()
-	return cpuMeter{t0: t, ok: ok}
-}
-
-func (m cpuMeter) stop(b *testing.B) {
-	t, ok := threadCPU()
-	runtime.UnlockOSThread()
-	if m.ok && ok && b.N > 0 {
-		b.ReportMetric(float64(t-m.t0)/float64(b.N), "cpu-ns/op")
-	}
-}
-
 // BenchmarkPick measures one Pick and its Done for 8, 100 and 1,000 backends with four scorers
 // including a 128-block prefix match. The request succeeds, so what the index learns is the
 // pick's own insert, which on a chain the chosen backend already holds is none: the steady
@@ -69,7 +48,7 @@ func BenchmarkPick(b *testing.B) {
 // thread's CPU time per op reported.
 func pickLoop(b *testing.B, r *Router, req *Request, info DoneInfo) {
 	b.ReportAllocs()
-	cpu := startCPU()
+	cpu := benchcpu.StartThread()
 	for b.Loop() {
 		p, err := r.Pick(req)
 		if err != nil {
@@ -77,7 +56,7 @@ func pickLoop(b *testing.B, r *Router, req *Request, info DoneInfo) {
 		}
 		p.Done(info)
 	}
-	cpu.stop(b)
+	cpu.Stop(b)
 }
 
 // BenchmarkPickPeers is BenchmarkPick at 100 backends without peers' in-flight counts, with
@@ -180,7 +159,7 @@ func BenchmarkPickInsert(b *testing.B) {
 		chains := distinctChains(4096, len(req.Chain))
 		evicted := ix.Stats().Evictions
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := benchcpu.StartThread()
 		i := 0
 		for b.Loop() {
 			req.Chain = chains[i%len(chains)]
@@ -192,7 +171,7 @@ func BenchmarkPickInsert(b *testing.B) {
 			p.FirstToken(routingtest.T0)
 			p.Done(DoneInfo{})
 		}
-		cpu.stop(b)
+		cpu.Stop(b)
 		if b.N >= 64 && ix.Stats().Evictions == evicted {
 			b.Fatal("nothing was evicted: the benchmark does not measure insertion at capacity")
 		}
@@ -200,7 +179,7 @@ func BenchmarkPickInsert(b *testing.B) {
 	b.Run("repeat-chain", func(b *testing.B) {
 		r, req := routingtest.BenchRouter(b, 100, benchProfile())
 		b.ReportAllocs()
-		cpu := startCPU()
+		cpu := benchcpu.StartThread()
 		for b.Loop() {
 			p, err := r.Pick(req)
 			if err != nil {
@@ -209,7 +188,7 @@ func BenchmarkPickInsert(b *testing.B) {
 			p.FirstToken(routingtest.T0)
 			p.Done(DoneInfo{})
 		}
-		cpu.stop(b)
+		cpu.Stop(b)
 	})
 }
 
@@ -250,11 +229,11 @@ func BenchmarkPickParts(b *testing.B) {
 			_, req, ix := routingtest.BenchRouterIndex(b, n, benchProfile(), prefixcache.Options{})
 			dst := make([]int32, 0, n)
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.StartThread()
 			for b.Loop() {
 				dst = ix.Match(dst[:0], req.Chain)
 			}
-			cpu.stop(b)
+			cpu.Stop(b)
 		})
 		b.Run(fmt.Sprintf("pick-without-chain/backends=%d", n), func(b *testing.B) {
 			r, req := routingtest.BenchRouter(b, n, benchProfile())

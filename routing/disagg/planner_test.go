@@ -3,10 +3,10 @@ package disagg
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/usher-llm/usher/internal/benchcpu"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/internal/routingtest"
 	"github.com/usher-llm/usher/routing/load"
@@ -266,9 +266,7 @@ func BenchmarkPlannerPick(b *testing.B) {
 			req := &routing.Request{PromptTokens: 4096, Role: routing.RoleDecode}
 			res := new(routing.Result)
 			b.ReportAllocs()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			t0, ok := threadCPU()
+			cpu := benchcpu.StartThread()
 			for b.Loop() {
 				var err error
 				if *res, err = r.Pick(req); err != nil {
@@ -281,9 +279,7 @@ func BenchmarkPlannerPick(b *testing.B) {
 			}
 			// CPU time of this thread per pick: on a shared machine it measures the code
 			// rather than the wait for a core.
-			if t1, ok1 := threadCPU(); ok && ok1 && b.N > 0 {
-				b.ReportMetric(float64(t1-t0)/float64(b.N), "cpu-ns/op")
-			}
+			cpu.Stop(b)
 		})
 	}
 }

@@ -3,31 +3,11 @@ package prefixpeer
 import (
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 
+	"github.com/usher-llm/usher/internal/benchcpu"
 	"github.com/usher-llm/usher/prefixcache"
 )
-
-// cpuMeter adds a cpu-ns/op metric: the process's CPU time over the timed loop divided by the
-// iterations. On a shared machine, wall-clock ns/op also counts the time the benchmark spent
-// waiting for a CPU; cpu-ns/op does not (with RunParallel it sums the CPU of all goroutines).
-// Start it just before the timed loop and call report right after.
-type cpuMeter struct{ start int64 }
-
-// startCPU first collects garbage, so that a collection of an earlier benchmark's (or this
-// one's setup's) garbage does not run during, and get charged to, the timed loop.
-func startCPU() cpuMeter {
-	runtime.GC()
-	t, _ := processCPU()
-	return cpuMeter{t}
-}
-
-func (m cpuMeter) report(b *testing.B) {
-	if t, ok := processCPU(); ok && b.N > 0 {
-		b.ReportMetric(float64(t-m.start)/float64(b.N), "cpu-ns/op")
-	}
-}
 
 // benchIndexWith returns an index with the given number of backends, each holding
 // background pairs of random blocks, so that probes miss the CPU caches as they would in a
@@ -78,7 +58,7 @@ func BenchmarkInsertFeed(b *testing.B) {
 			_ = ix.Insert(ids[0], chain)
 			discard := func(string, []prefixcache.BlockHash, bool) {}
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := benchcpu.StartProcess()
 			n := 0
 			for b.Loop() {
 				_ = ix.Insert(ids[0], chain)
@@ -86,7 +66,7 @@ func BenchmarkInsertFeed(b *testing.B) {
 					fb.Drain(discard)
 				}
 			}
-			cpu.report(b)
+			cpu.Stop(b)
 			if fb.Dropped() != 0 {
 				b.Fatalf("dropped %d", fb.Dropped())
 			}

@@ -1,0 +1,20 @@
+//go:build unix && !linux
+
+package benchcpu
+
+import (
+	"syscall"
+	"time"
+)
+
+// threadCPU is Linux only; elsewhere a thread meter reports nothing.
+func threadCPU() (time.Duration, bool) { return 0, false }
+
+// processCPU returns the CPU time (user and system) the process has used.
+func processCPU() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}
