@@ -60,16 +60,23 @@ func (g *goodputRun) config(md mode, scale float64) func(uint64) bench.Config {
 	}
 }
 
-// goodputModes returns the rows of the -goodput tables: aggregated, always-P/D at every split
-// from 1 to servers−1, and the deciders of modes (never, allboth and always left out) at their
-// splits.
-func goodputModes(all []mode, modes []mode, servers int) []mode {
+// staticModes returns aggregated (all[0]) and always-P/D (all[1]) at every split from 1 to
+// servers−1, the static rows of the goodput and phase tables.
+func staticModes(all []mode, servers int) []mode {
 	out := []mode{all[0]}
 	for n := 1; n < servers; n++ {
 		m := all[1]
 		m.prefill, m.name = n, fmt.Sprintf("always %d+%d", n, servers-n)
 		out = append(out, m)
 	}
+	return out
+}
+
+// goodputModes returns the rows of the -goodput tables: aggregated, always-P/D at every split
+// from 1 to servers−1, and the deciders of modes (never, allboth and always left out) at their
+// splits.
+func goodputModes(all []mode, modes []mode, servers int) []mode {
+	out := staticModes(all, servers)
 	for _, m := range modes {
 		switch m.key {
 		case "prefix", "busy4", "busy16", "pool":

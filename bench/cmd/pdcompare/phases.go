@@ -34,12 +34,7 @@ func phaseWorkload(seed uint64, rate float64, phase time.Duration) *bench.Worklo
 // phaseRows returns the rows of the -phases table: aggregated, always-P/D at every split, the
 // other deciders of modes and the planner.
 func phaseRows(all, modes []mode, servers int) []mode {
-	out := []mode{all[0]}
-	for n := 1; n < servers; n++ {
-		m := all[1]
-		m.prefill, m.name = n, fmt.Sprintf("always %d+%d", n, servers-n)
-		out = append(out, m)
-	}
+	out := staticModes(all, servers)
 	for _, m := range modes {
 		switch m.key {
 		case "aggregated", "always", "never", "allboth":
