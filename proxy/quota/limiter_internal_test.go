@@ -125,22 +125,29 @@ func (f *fakeShared) Sync(_ context.Context, ds []Delta) ([]Totals, error) {
 
 func (f *fakeShared) Live() int { return f.live }
 
-func TestSharedAndDegraded(t *testing.T) {
-	now := t0
-	clock := func() time.Time { return now }
-	store := &fakeShared{c: map[string]Totals{}, live: 2}
+// twoLimiters returns two replicas' Limiters of 10 requests a minute sharing store, on the
+// clock *now, and admit, which reserves one request of tenant t on one of them and settles it
+// at once, reporting whether it was admitted.
+func twoLimiters(store *fakeShared, now *time.Time) ([2]*Limiter, func(*Limiter) bool) {
 	var ls [2]*Limiter
 	for i := range ls {
-		ls[i], _ = New(Options{Limits: []Limit{{Window: time.Minute, Requests: 10}}, Shared: store, Now: clock})
+		ls[i], _ = New(Options{Limits: []Limit{{Window: time.Minute, Requests: 10}}, Shared: store, Now: func() time.Time { return *now }})
 	}
 	admit := func(l *Limiter) bool {
 		var g quotaseam.Grant
-		l.reserve(&quotaseam.Ask{Tenant: "t", Now: now}, &g)
+		l.reserve(&quotaseam.Ask{Tenant: "t", Now: *now}, &g)
 		if !g.Refused {
 			l.settle(&g, quotaseam.Usage{})
 		}
 		return !g.Refused
 	}
+	return ls, admit
+}
+
+func TestSharedAndDegraded(t *testing.T) {
+	now := t0
+	store := &fakeShared{c: map[string]Totals{}, live: 2}
+	ls, admit := twoLimiters(store, &now)
 	for range 4 {
 		admit(ls[0])
 	}
@@ -238,20 +245,8 @@ func TestManyNamedTenants(t *testing.T) {
 // held by the cluster's use as last seen, not only by its share.
 func TestDegradedKeepsClusterView(t *testing.T) {
 	now := t0
-	clock := func() time.Time { return now }
 	store := &fakeShared{c: map[string]Totals{}, live: 2}
-	var ls [2]*Limiter
-	for i := range ls {
-		ls[i], _ = New(Options{Limits: []Limit{{Window: time.Minute, Requests: 10}}, Shared: store, Now: clock})
-	}
-	admit := func(l *Limiter) bool {
-		var g quotaseam.Grant
-		l.reserve(&quotaseam.Ask{Tenant: "t", Now: now}, &g)
-		if !g.Refused {
-			l.settle(&g, quotaseam.Usage{})
-		}
-		return !g.Refused
-	}
+	ls, admit := twoLimiters(store, &now)
 	for range 8 {
 		admit(ls[1])
 	}
