@@ -58,7 +58,9 @@ func TestRunQuota(t *testing.T) {
 			t.Fatalf("readiness: %v after 10s, want SERVING", hr.GetStatus())
 		}
 	}
-	tenant := func(name string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: "x-tenant", RawValue: []byte(name)} }
+	tenant := func(name string) *corev3.HeaderValue {
+		return &corev3.HeaderValue{Key: "x-tenant", RawValue: []byte(name)}
+	}
 	for i := range 2 {
 		if got := pickWith(t, ctx, conn, tenant("a")); got != "127.0.0.1:1" {
 			t.Fatalf("tenant a's request %d: destination %q, want 127.0.0.1:1", i, got)
