@@ -55,8 +55,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/usher-llm/usher/examples/internal/metricsserve"
+	"github.com/usher-llm/usher/examples/internal/quotafile"
 	"github.com/usher-llm/usher/flowcontrol"
-	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/glue/builtin"
 	"github.com/usher-llm/usher/internal/glue/slo"
@@ -368,7 +368,7 @@ func (c config) options(live bool) (extproc.Options, error) {
 	var exts []proxy.Extension
 	var qo *quota.Options // -quota's; the replica extension gives it its Shared store
 	if c.QuotaFile != "" {
-		q, err := c.quotaOptions()
+		q, err := quotafile.Read(c.QuotaFile)
 		if err != nil {
 			return extproc.Options{}, err
 		}
@@ -487,32 +487,6 @@ func (c config) options(live bool) (extproc.Options, error) {
 	// The router is the profile's; its index is made here so both share it.
 	o.Router, o.Index, err = newRouter(rp, c.BlockSize, io)
 	return o, err
-}
-
-// quotaOptions reads -quota: a JSON file holding the gateway configuration's "quota" object
-// and nothing else, read by the gateway's own reader (gateway.Config.LoadFile: snake-case
-// keys, windows as duration strings, unknown keys an error), so that the picker's quotas
-// are written as the gateway's are.
-func (c config) quotaOptions() (quota.Options, error) {
-	data, err := os.ReadFile(c.QuotaFile)
-	if err != nil {
-		return quota.Options{}, fmt.Errorf("-quota: %w", err)
-	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(data, &top); err != nil {
-		return quota.Options{}, fmt.Errorf("-quota %s: %w", c.QuotaFile, err)
-	}
-	if _, ok := top["quota"]; !ok || len(top) != 1 {
-		return quota.Options{}, fmt.Errorf(`-quota %s: want {"quota": {...}}, the gateway configuration's quota object alone`, c.QuotaFile)
-	}
-	var gc gateway.Config
-	if err := gc.LoadFile(c.QuotaFile); err != nil {
-		return quota.Options{}, fmt.Errorf("-quota: %w", err)
-	}
-	if len(gc.Quota.Limits) == 0 {
-		return quota.Options{}, fmt.Errorf("-quota %s: no limits", c.QuotaFile)
-	}
-	return gc.Quota, nil
 }
 
 // replica builds the extension of -redis, through the same factory as a gateway
