@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/usher-llm/usher/internal/redistest"
 	"github.com/usher-llm/usher/proxy/extproc"
 )
 
@@ -46,18 +48,7 @@ func TestRunQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthReadiness})
-		if err != nil {
-			t.Fatalf("readiness: %v", err)
-		}
-		if hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readiness: %v after 10s, want SERVING", hr.GetStatus())
-		}
-	}
+	waitReady(t, ctx, conn)
 	tenant := func(name string) *corev3.HeaderValue {
 		return &corev3.HeaderValue{Key: "x-tenant", RawValue: []byte(name)}
 	}
@@ -88,6 +79,23 @@ func TestRunQuota(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return")
+	}
+}
+
+// waitReady waits until the picker behind conn is ready (its endpoints read).
+func waitReady(t *testing.T, ctx context.Context, conn *grpc.ClientConn) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthReadiness})
+		if err != nil {
+			t.Fatalf("readiness: %v", err)
+		}
+		if hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness: %v after 10s, want SERVING", hr.GetStatus())
+		}
 	}
 }
 
@@ -133,6 +141,106 @@ func TestQuotaFileErrors(t *testing.T) {
 		_, err := parseConfig([]string{"-endpoints", "127.0.0.1:1", "-quota", f})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: parseConfig: %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// With -redis, two pickers hold a tenant's quota together through the replica extension's
+// store: once the first picker's use has reached Redis and the second has synced, the second
+// refuses its own second request, which alone it would admit (limit 4).
+func TestRunQuotaReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	eps, qf := filepath.Join(dir, "endpoints"), filepath.Join(dir, "quota.json")
+	if err := os.WriteFile(eps, []byte("127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(qf, []byte(`{"quota": {"limits": [{"window": "1h", "requests": 4}]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type picker struct {
+		conn  *grpc.ClientConn
+		maddr string
+		done  chan error
+	}
+	start := func(name string) picker {
+		c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-health-listen", "127.0.0.1:0",
+			"-endpoints-file", eps, "-secure-serving=false", "-quota", qf, "-tenant-header", "x-tenant",
+			"-redis", srv.Addr, "-cluster", "quota-pickers", "-replica-id", name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := make(chan string, 3)
+		p := picker{done: make(chan error, 1)}
+		go func() { p.done <- run(ctx, c, io.Discard, ready) }()
+		addr := <-ready
+		p.maddr = <-ready
+		<-ready
+		if p.conn, err = grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.conn.Close() })
+		return p
+	}
+	a, b := start("a"), start("b")
+	syncs := func(p picker) int {
+		_, body := scrape(t, p.maddr, "")
+		for line := range strings.SplitSeq(body, "\n") {
+			if v, ok := strings.CutPrefix(line, `usher_quota_syncs_total{result="ok"} `); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				return int(n)
+			}
+		}
+		return 0
+	}
+	// waitSyncs waits until p has synced twice more than it had (its next full sync began
+	// after now).
+	waitSyncs := func(p picker) {
+		t.Helper()
+		from := syncs(p)
+		for deadline := time.Now().Add(10 * time.Second); syncs(p) < from+2; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				_, body := scrape(t, p.maddr, "")
+				var q []string
+				for line := range strings.SplitSeq(body, "\n") {
+					if strings.HasPrefix(line, "usher_quota") || strings.HasPrefix(line, "usher_replica") {
+						q = append(q, line)
+					}
+				}
+				t.Fatalf("picker at %s: no quota sync in 10 s; %s", p.maddr, strings.Join(q, "\n"))
+			}
+		}
+	}
+	tenant := &corev3.HeaderValue{Key: "x-tenant", RawValue: []byte("t")}
+	waitReady(t, ctx, a.conn)
+	waitReady(t, ctx, b.conn)
+	for i := range 3 {
+		if got := pickWith(t, ctx, a.conn, tenant); got == "" {
+			t.Fatalf("picker a, request %d: no destination", i+1)
+		}
+	}
+	waitSyncs(a) // a's three requests are in Redis
+	// b weighs a tenant it has not seen by its own use until its next sync (the store is off
+	// the request path): its first request is admitted, and the sync after it reads a's back.
+	if got := pickWith(t, ctx, b.conn, tenant); got == "" {
+		t.Fatal("picker b, the tenant's 4th request: no destination")
+	}
+	waitSyncs(b)
+	r := refusal(t, ctx, b.conn, tenant)
+	if r.GetStatus().GetCode() != 429 {
+		t.Fatalf("picker b, the tenant's 5th request (its 2nd): %v, want an immediate 429 (the cluster's limit is 4)", r)
+	}
+	cancel()
+	for _, p := range []picker{a, b} {
+		select {
+		case err := <-p.done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("run did not return")
 		}
 	}
 }
