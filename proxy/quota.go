@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/usher-llm/usher/internal/glue/quotaseam"
@@ -25,50 +24,8 @@ func (ex *exchange) settleQuota() {
 	quotaseam.Settle(&ex.quota, u)
 }
 
-// quotaHeaders writes the rate-limit headers of the request's API from its Grant (nothing
-// when no limit applied): OpenAI's x-ratelimit-* (resets as durations), or Anthropic's
-// anthropic-ratelimit-* on Messages (resets as RFC 3339 times from the request's arrival).
+// quotaHeaders writes the rate-limit headers of the request's API from its Grant
+// (quotaseam.Headers: Anthropic's on Messages, OpenAI's elsewhere).
 func quotaHeaders(hd http.Header, ep openai.API, g *quotaseam.Grant, arrival time.Time) {
-	if g.Requests.Limit == 0 && g.Tokens.Limit == 0 && g.Input.Limit == 0 && g.Output.Limit == 0 {
-		return
-	}
-	if ep == openai.Messages {
-		for _, k := range []struct {
-			name string
-			c    *quotaseam.Cap
-		}{{"requests", &g.Requests}, {"tokens", &g.Tokens}, {"input-tokens", &g.Input}, {"output-tokens", &g.Output}} {
-			if k.c.Limit == 0 {
-				continue
-			}
-			p := "anthropic-ratelimit-" + k.name
-			hd.Set(p+"-limit", strconv.FormatInt(k.c.Limit, 10))
-			hd.Set(p+"-remaining", strconv.FormatInt(k.c.Remaining, 10))
-			reset := arrival.Add(k.c.Reset)
-			if reset.Truncate(time.Second) != reset { // never earlier than the refill
-				reset = reset.Truncate(time.Second).Add(time.Second)
-			}
-			hd.Set(p+"-reset", reset.UTC().Format(time.RFC3339))
-		}
-		return
-	}
-	for _, k := range []struct {
-		name string
-		c    *quotaseam.Cap
-	}{{"requests", &g.Requests}, {"tokens", &g.Tokens}} {
-		if k.c.Limit == 0 {
-			continue
-		}
-		hd.Set("x-ratelimit-limit-"+k.name, strconv.FormatInt(k.c.Limit, 10))
-		hd.Set("x-ratelimit-remaining-"+k.name, strconv.FormatInt(k.c.Remaining, 10))
-		hd.Set("x-ratelimit-reset-"+k.name, resetDuration(k.c.Reset))
-	}
-}
-
-// resetDuration writes a reset as OpenAI does: whole milliseconds below a second ("20ms"),
-// else whole seconds rounded up in Go's notation ("1s", "6m0s").
-func resetDuration(d time.Duration) string {
-	if d < time.Second {
-		return strconv.FormatInt(max(1, (d+time.Millisecond-1).Milliseconds()), 10) + "ms"
-	}
-	return ((d + time.Second - 1) / time.Second * time.Second).String()
+	quotaseam.Headers(g, ep == openai.Messages, arrival, hd.Set)
 }

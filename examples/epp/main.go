@@ -12,7 +12,8 @@
 // empty pool answers each request 503 with Retry-After). With -redis, every replica is
 // active and they share their prefix index, session placements, in-flight load and fairness
 // usage through Redis (gateway/replicaext, as gateway replicas do), splitting the limit on
-// requests in flight among the live ones. Without Redis, with -ha-enable-leader-election,
+// requests in flight among the live ones (and, with -quota, each tenant's quota: the
+// gateway configuration's "quota" object, see README.md). Without Redis, with -ha-enable-leader-election,
 // replicas campaign for a Lease (client-go's leaderelection, the reference picker's lease
 // name) and only its holder is ready; the others serve what reaches them and stay warm, and
 // one that loses the lease stands by and campaigns again. On SIGTERM it drains: health turns
@@ -54,6 +55,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/usher-llm/usher/examples/internal/metricsserve"
+	"github.com/usher-llm/usher/examples/internal/quotafile"
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/gateway/replicaext"
 	"github.com/usher-llm/usher/internal/glue/builtin"
@@ -64,6 +66,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/extproc"
 	"github.com/usher-llm/usher/proxy/healthcheck"
+	"github.com/usher-llm/usher/proxy/quota"
 	"github.com/usher-llm/usher/proxy/tokenizer"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
@@ -135,6 +138,7 @@ type config struct {
 	PoolGroup             string
 	Kubeconfig            string
 	Redis                 string
+	QuotaFile             string
 	ReplicaID, Cluster    string
 	LeaderElection        bool
 	LeaseName             string
@@ -258,6 +262,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.PoolNamespace, "pool-namespace", defaultNamespace(), "namespace of -pool-name (default: the pod's own, else default)")
 	fs.StringVar(&c.PoolGroup, "pool-group", inferencepool.Group, "API group of -pool-name: "+inferencepool.Group+" (InferencePool v1) or "+inferencepool.AlphaGroup+" (v1alpha2); the Role must grant it")
 	fs.StringVar(&c.Redis, "redis", "", "Redis (or Valkey) shared by the pickers of one pool, host:port or a redis:// or rediss:// URL: every picker is active and they share prefixes, session placements, load and fairness usage, and split -max-inflight; empty: this picker alone")
+	fs.StringVar(&c.QuotaFile, "quota", "", `tenants' quotas: a JSON file holding the gateway configuration's "quota" object, {"quota": {"limits": [...], ...}} (requests and tokens per tenant per window; a request that does not fit is refused at once with 429, answers carry the rate-limit headers); with -redis the pickers hold each tenant's quota together; empty: no quotas`)
 	fs.StringVar(&c.ReplicaID, "replica-id", "", "with -redis: this picker's name among its peers; empty: host name, process id and a random suffix")
 	fs.StringVar(&c.Cluster, "cluster", "", "with -redis: pickers with the same cluster share state; empty: usher-epp, or usher-epp.NAMESPACE.POOL with -pool-name")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for -pool-name, -metrics-endpoint-auth and -ha-enable-leader-election; empty: the pod's service account (in-cluster)")
@@ -361,13 +366,21 @@ func (c config) options(live bool) (extproc.Options, error) {
 	var sess session.AffinityOptions
 	ko := proxy.KeyerOptions{TenantHeader: c.TenantHeader, SessionHeader: c.SessionHeader}
 	var exts []proxy.Extension
+	var qo *quota.Options // -quota's; the replica extension gives it its Shared store
+	if c.QuotaFile != "" {
+		q, err := quotafile.Read(c.QuotaFile)
+		if err != nil {
+			return extproc.Options{}, err
+		}
+		qo = &q
+	}
 	if c.Redis != "" {
 		ext, err := c.replica(reg)
 		if err != nil {
 			return extproc.Options{}, err
 		}
 		if live {
-			if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko}); err != nil {
+			if err := ext.Prepare(&proxy.Defaults{Index: &io, Session: &sess, Keyer: &ko, Quota: qo}); err != nil {
 				return extproc.Options{}, err
 			}
 		}
@@ -453,6 +466,22 @@ func (c config) options(live bool) (extproc.Options, error) {
 			}
 			o.Bands = objectiveBands
 			o.Keyer = &objectiveKeyer{inner: o.Keyer, objs: objs}
+		}
+	}
+	if qo != nil {
+		bands := o.Bands
+		if bands == 0 {
+			bands = 4 // extproc's default
+		}
+		for i, l := range qo.Limits {
+			for _, b := range l.Bands {
+				if b < 0 || b >= bands {
+					return extproc.Options{}, fmt.Errorf("-quota %s: limits[%d]: band %d: want 0..%d", c.QuotaFile, i, b, bands-1)
+				}
+			}
+		}
+		if o.Quota, err = quota.New(*qo); err != nil {
+			return extproc.Options{}, fmt.Errorf("-quota %s: %w", c.QuotaFile, err)
 		}
 	}
 	// The router is the profile's; its index is made here so both share it.

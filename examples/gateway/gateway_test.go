@@ -288,3 +288,21 @@ func TestRunMetricsListen(t *testing.T) {
 		t.Errorf("output %q: want the metrics line, and no token", out.String())
 	}
 }
+
+// TestRunQuota: -quota reads the configuration's quota object; the request is weighed
+// against it (usher_quota_*), and a file that is not that object is refused.
+func TestRunQuota(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "quota.json")
+	if err := os.WriteFile(file, []byte(`{"quota": {"limits": [{"window": "1h", "requests": 10, "tokens": 100000}]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runOnce(t, []string{"-listen", "127.0.0.1:0", "-sim-servers", "1", "-quota", file}, `usher_quota_requests_total{outcome="admitted"`)
+	bare := filepath.Join(dir, "bare.json")
+	if err := os.WriteFile(bare, []byte(`{"limits": [{"window": "1h", "requests": 10}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseConfig([]string{"-quota", bare}); err == nil || !strings.Contains(err.Error(), `want {"quota"`) {
+		t.Errorf("-quota with a bare object: %v, want an error", err)
+	}
+}

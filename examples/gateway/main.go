@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/usher-llm/usher/examples/internal/metricsserve"
+	"github.com/usher-llm/usher/examples/internal/quotafile"
 	"github.com/usher-llm/usher/fairness"
 	"github.com/usher-llm/usher/gateway"
 	"github.com/usher-llm/usher/gateway/replicaext"
@@ -126,6 +127,15 @@ func parseConfig(args []string) (config, error) {
 	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.Func("config", "JSON config file (flags given after it override it)", func(path string) error { return c.LoadFile(path) })
+	fs.Func("quota", `tenants' quotas: a JSON file holding the configuration's "quota" object alone, {"quota": {"limits": [...], ...}}, as -config would read it (a request that does not fit is refused at once with 429; answers carry the rate-limit headers)`, func(path string) error {
+		q, err := quotafile.Read(path)
+		if err != nil {
+			return err
+		}
+		q.Shared, q.Now = c.Quota.Shared, c.Quota.Now
+		c.Quota = q
+		return nil
+	})
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the OpenAI API on")
 	fs.IntVar(&c.SimServers, "sim-servers", c.SimServers, "servers in the simulated fleet (when no -backend)")
 	fs.StringVar(&c.SimProfile, "sim-profile", c.SimProfile, "engine profile of the simulated fleet: demo or qwen3-32b-h100")

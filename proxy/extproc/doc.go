@@ -58,7 +58,8 @@
 // once, without waiting for admission, when the pool is empty), or when the picker shuts
 // down (with Retry-After); 400 naming the field for a body proxy/openai refuses (invalid JSON, a missing
 // model, a max_tokens beyond the limits); 413 for a body over Options.MaxBodyBytes; 404 for
-// a model outside Options.Models.
+// a model outside Options.Models; 429 at once, before the queue, naming the limit, with
+// Retry-After and the rate-limit headers, for a request its tenant's quota cannot fit.
 //
 // # Fail-open or fail-closed
 //
@@ -102,6 +103,21 @@
 // reachable and answers each request 503 with Retry-After, rather than leaving a
 // fail-closed Envoy to answer 500. Close turns them NOT_SERVING; HealthLiveness is always
 // SERVING.
+//
+// # Quotas
+//
+// With Options.Quota (a [quota.Limiter], as proxy.Options.Quota for the gateway) the picker
+// limits tenants by requests and tokens per window. A completion request reserves its prompt
+// plus max_tokens (or the learned expectation) in its tenant's quota once its body is parsed,
+// keyed and hashed, before it takes a place in the queue; one that does not fit is refused
+// at once. The answer's response headers gain the rate-limit headers of its API — OpenAI's
+// x-ratelimit-* or, on /v1/messages, Anthropic's anthropic-ratelimit-* — written by the same
+// code as the gateway's, so their names and formats are the same. At the stream's end the
+// reservation settles to the usage the answer reported, else to the streamed chunks counted,
+// else (the stream ended or failed after the pick) to the prompt; a request refused after
+// its reservation (the queue full, no endpoint) returns it whole. With several pickers, build
+// the Limiter with gateway/replicaext's Quota store so that they hold each tenant's quota
+// together (examples/epp -quota with -redis).
 //
 // # Several pickers
 //

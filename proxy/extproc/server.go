@@ -21,6 +21,7 @@ import (
 	"github.com/usher-llm/usher/flowcontrol"
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
+	"github.com/usher-llm/usher/internal/glue/quotaseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/internal/lograte"
@@ -30,6 +31,7 @@ import (
 	"github.com/usher-llm/usher/proxy"
 	"github.com/usher-llm/usher/proxy/healthcheck"
 	"github.com/usher-llm/usher/proxy/openai"
+	"github.com/usher-llm/usher/proxy/quota"
 	"github.com/usher-llm/usher/routing"
 	"github.com/usher-llm/usher/routing/disagg"
 	"github.com/usher-llm/usher/routing/outlier"
@@ -162,6 +164,20 @@ type Options struct {
 	// Logger receives what goes wrong in the background. Nil: slog.Default().
 	Logger *slog.Logger
 
+	// Quota, if set, holds the tenants' quotas as proxy.Options.Quota does for the gateway: a
+	// completion request reserves its expected tokens in its tenant's quota (the tenant the
+	// Keyer derives) once its prompt is hashed, before the queue, and settles at the stream's
+	// end to what it used (the answer's usage, else the streamed chunks counted, else — a
+	// request cancelled or failed after its pick — its prompt); one that does not fit is
+	// answered at once with an immediate 429 naming the limit, with Retry-After the time
+	// until its window refills (Anthropic's error shape on /v1/messages). The answer's
+	// headers gain the rate-limit headers of its API, the same names and formats as the
+	// gateway's (see "Quotas" in the proxy package documentation). Run runs the Limiter's
+	// Run; with gateway/replicaext, build the Limiter with the replica's Shared store
+	// (replicaext.Quota) so that the pickers hold each tenant's quota together. Nil: no
+	// quotas, no headers.
+	Quota *quota.Limiter
+
 	// Extensions run beside the Server as they run beside a proxy.Handler (see
 	// proxy.Extension): New calls each one's Prepare on the options of the parts it builds
 	// when Index, Router (its session table) and Keyer are nil, then Attach with the Server
@@ -214,6 +230,7 @@ type Server struct {
 	exts       []proxy.Extension
 	gate       *inflightGate
 	checker    *healthcheck.Checker // nil: no active health checks
+	quota      *quota.Limiter       // nil: no quotas
 
 	eps    atomic.Pointer[endpointSet]
 	chains sync.Pool // *[]prefixcache.BlockHash
@@ -317,7 +334,7 @@ func New(opts Options) (*Server, error) {
 		index: opts.Index, router: opts.Router, queue: opts.Queue, tok: opts.Tokenizer, keyer: opts.Keyer,
 		limits: opts.Limits, maxBody: opts.MaxBodyBytes, bands: opts.Bands, fallbacks: opts.Fallbacks, homes: homes.New(opts.ResponseHomes),
 		ns: opts.MetadataNamespace, subNS: opts.SubsetNamespace, clearRoute: opts.ClearRouteCache,
-		idle: opts.StreamIdle, source: opts.Source, kvListen: opts.KVListen, log: opts.Logger,
+		idle: opts.StreamIdle, source: opts.Source, kvListen: opts.KVListen, log: opts.Logger, quota: opts.Quota,
 	}
 	s.chains.New = func() any { b := make([]prefixcache.BlockHash, 0, 1024); return &b }
 	if s.decider = opts.Decider; s.decider == nil {
@@ -419,6 +436,9 @@ func New(opts Options) (*Server, error) {
 	s.registry.MustRegister(s.usher, gatewaymetrics.ClampedScores(s.router, nil))
 	if s.scraper != nil {
 		s.registry.MustRegister(s.scraper)
+	}
+	if s.quota != nil {
+		s.registry.MustRegister(quotaseam.Collector(s.quota)) // usher_quota_*
 	}
 	if hc := opts.HealthChecks; hc.Router != nil || hc.Hosts != nil || hc.OnProbe != nil {
 		return bad("HealthChecks' Router, Hosts and OnProbe are the picker's to set")
@@ -716,7 +736,8 @@ func (s *Server) stopKVLocked() {
 }
 
 // Run does the background work until ctx ends: it runs the EndpointSource, scrapes the
-// endpoints, follows their KV events and runs the active health checks (Options.HealthChecks). It returns nil when ctx ends, the EndpointSource's error
+// endpoints, follows their KV events, runs the active health checks (Options.HealthChecks)
+// and the quota Limiter's Run (Options.Quota). It returns nil when ctx ends, the EndpointSource's error
 // if it failed otherwise, ErrRunning if Run is already running. Call it once.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
@@ -734,8 +755,12 @@ func (s *Server) Run(ctx context.Context) error {
 		s.mu.Unlock()
 	}()
 
-	errc := make(chan error, 3+len(s.exts))
+	errc := make(chan error, 4+len(s.exts))
 	n := 0
+	if s.quota != nil {
+		n++
+		go func() { errc <- s.quota.Run(ctx) }()
+	}
 	for _, e := range s.exts {
 		n++
 		go func() { errc <- e.Run(ctx) }()

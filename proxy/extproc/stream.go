@@ -22,6 +22,7 @@ import (
 	"github.com/usher-llm/usher/internal/glue/gatewaymetrics"
 	"github.com/usher-llm/usher/internal/glue/openaiwire"
 	"github.com/usher-llm/usher/internal/glue/proxyseam"
+	"github.com/usher-llm/usher/internal/glue/quotaseam"
 	"github.com/usher-llm/usher/internal/glue/slo"
 	"github.com/usher-llm/usher/internal/homes"
 	"github.com/usher-llm/usher/prefixcache"
@@ -152,6 +153,10 @@ type exchange struct {
 	prefill   routing.Result
 	prefilled bool // prefill is open
 	prefiller string
+
+	// grant is the request's quota reservation and the rate-limit headers' values
+	// (Options.Quota); settled once, by settleQuota.
+	grant quotaseam.Grant
 
 	status   int // the response's status; 0 before its headers
 	watch    watcher
@@ -332,7 +337,13 @@ func (ex *exchange) decide() *extprocv3.ProcessingResponse {
 		if e.Code == noEndpointCode && retryAfter == 0 {
 			retryAfter = noEndpointRetry
 		}
-		return immediate(ep, e, retryAfter)
+		ex.settleQuota() // a reservation, if one was made, returns whole
+		resp := immediate(ep, e, retryAfter)
+		if s.quota != nil {
+			hm := resp.GetImmediateResponse().GetHeaders()
+			hm.SetHeaders = ex.quotaHeaders(ep, hm.SetHeaders)
+		}
+		return resp
 	}
 	value := ex.destination()
 	hm := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(DestinationHeader, value)}}
@@ -396,6 +407,18 @@ func (ex *exchange) admit(ep openai.API) (*openai.Error, time.Duration) {
 		prompt, _ = proxy.BytesTokenizer{}.Tokenize(ex.ctx, (*bufp)[:0], req)
 	}
 	ex.prompt, ex.bufp = prompt, bufp
+	if s.quota != nil {
+		a := quotaseam.Ask{Tenant: ex.id.Tenant, Model: req.Model, Band: ex.id.Band,
+			PromptTokens: int64(prompt.Tokens), OutputTokens: int64(req.MaxTokens), Now: ex.arrival}
+		if ep == openai.Embeddings {
+			a.OutputTokens = -1
+		}
+		quotaseam.Reserve(s.quota, &a, &ex.grant)
+		if ex.grant.Refused {
+			return &openai.Error{Status: http.StatusTooManyRequests, Type: openai.TypeRateLimit, Code: "rate_limit_exceeded",
+				Message: ex.grant.Message}, ex.grant.RetryAfter
+		}
+	}
 	if ex.id.Session != "" {
 		ex.session = ex.id.Tenant + "/" + ex.id.Session
 	}
@@ -624,7 +647,13 @@ func (ex *exchange) responseHeaders(m *extprocv3.ProcessingRequest, h *extprocv3
 	if h.GetEndOfStream() || ex.noResp {
 		ex.complete() // no body will follow (or none will be shown to the picker)
 	}
-	return append(out, continueResponseHeaders())
+	resp := continueResponseHeaders()
+	if ex.s.quota != nil && ex.req != nil {
+		if set := ex.quotaHeaders(ex.req.API, nil); len(set) > 0 {
+			resp.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}
+		}
+	}
+	return append(out, resp)
 }
 
 // moveTo moves the router's charge to the endpoint that really served (Envoy took a
@@ -774,11 +803,37 @@ func (ex *exchange) finish(err error, f routing.Failure) {
 		ex.admitted = false
 		ex.ticket.Done(ex.usage)
 	}
+	ex.settleQuota()
 	if ex.bufp != nil && cap(ex.prompt.Chain) <= 1<<16 {
 		*ex.bufp = ex.prompt.Chain[:0]
 		ex.s.chains.Put(ex.bufp)
 	}
 	ex.bufp, ex.prompt.Chain = nil, nil
+}
+
+// settleQuota closes the request's quota reservation with what it used: the usage the
+// endpoint reported (or the chunks counted); the prompt as estimated when an endpoint was
+// picked but never reported one (a cancelled or failed request); nothing when none was
+// picked, so a refused request's reservation returns whole. A no-op without a reservation,
+// or the second time.
+func (ex *exchange) settleQuota() {
+	if ex.grant.Ref == nil {
+		return
+	}
+	u := quotaseam.Usage{Prompt: int64(ex.usage.PromptTokens), Cached: int64(ex.usage.CachedTokens), Output: int64(ex.usage.OutputTokens)}
+	if u.Prompt == 0 && (ex.endpoint != "" || u.Output > 0) {
+		u.Prompt = int64(ex.prompt.Tokens)
+	}
+	quotaseam.Settle(&ex.grant, u)
+}
+
+// quotaHeaders appends the rate-limit headers of the request's grant (quotaseam.Headers, as
+// the gateway writes them) to set: Anthropic's on Messages, OpenAI's elsewhere.
+func (ex *exchange) quotaHeaders(ep openai.API, set []*corev3.HeaderValueOption) []*corev3.HeaderValueOption {
+	quotaseam.Headers(&ex.grant, ep == openai.Messages, ex.arrival, func(name, value string) {
+		set = append(set, setHeader(name, value))
+	})
+	return set
 }
 
 // admissionError is the answer to a request the queue did not admit, and its Retry-After.

@@ -8,6 +8,7 @@
 package quotaseam
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,3 +80,53 @@ var (
 // Held is what a Grant reserved in each of its counters: weighted tokens, uncached input
 // tokens and output tokens (and one request).
 type Held struct{ Tokens, In, Out int64 }
+
+// Headers writes the rate-limit headers of g with set (nothing when no limit applied), the
+// names in lower case: OpenAI's x-ratelimit-* (resets as durations), or, for Anthropic's
+// Messages API, anthropic-ratelimit-* (resets as RFC 3339 times from the request's arrival).
+// Both the Handler and the endpoint picker write them with it, so their names and formats
+// cannot drift apart. O(1).
+func Headers(g *Grant, anthropic bool, arrival time.Time, set func(name, value string)) {
+	if g.Requests.Limit == 0 && g.Tokens.Limit == 0 && g.Input.Limit == 0 && g.Output.Limit == 0 {
+		return
+	}
+	if anthropic {
+		for _, k := range [...]struct {
+			name string
+			c    *Cap
+		}{{"requests", &g.Requests}, {"tokens", &g.Tokens}, {"input-tokens", &g.Input}, {"output-tokens", &g.Output}} {
+			if k.c.Limit == 0 {
+				continue
+			}
+			p := "anthropic-ratelimit-" + k.name
+			set(p+"-limit", strconv.FormatInt(k.c.Limit, 10))
+			set(p+"-remaining", strconv.FormatInt(k.c.Remaining, 10))
+			reset := arrival.Add(k.c.Reset)
+			if reset.Truncate(time.Second) != reset { // never earlier than the refill
+				reset = reset.Truncate(time.Second).Add(time.Second)
+			}
+			set(p+"-reset", reset.UTC().Format(time.RFC3339))
+		}
+		return
+	}
+	for _, k := range [...]struct {
+		name string
+		c    *Cap
+	}{{"requests", &g.Requests}, {"tokens", &g.Tokens}} {
+		if k.c.Limit == 0 {
+			continue
+		}
+		set("x-ratelimit-limit-"+k.name, strconv.FormatInt(k.c.Limit, 10))
+		set("x-ratelimit-remaining-"+k.name, strconv.FormatInt(k.c.Remaining, 10))
+		set("x-ratelimit-reset-"+k.name, resetDuration(k.c.Reset))
+	}
+}
+
+// resetDuration writes a reset as OpenAI does: whole milliseconds below a second ("20ms"),
+// else whole seconds rounded up in Go's notation ("1s", "6m0s").
+func resetDuration(d time.Duration) string {
+	if d < time.Second {
+		return strconv.FormatInt(max(1, (d+time.Millisecond-1).Milliseconds()), 10) + "ms"
+	}
+	return ((d + time.Second - 1) / time.Second * time.Second).String()
+}
