@@ -90,7 +90,12 @@ type gState struct {
 	reached int32   // 1 + the highest bin reached; 0 before any service
 	keyBin  int32   // gBin(service), the bin its key reads
 	waiting bool    // the flow had queued requests after its latest event
-	node    *node   // the flow's node in the BoundedWait that wraps the core, while it has requests queued
+	// provisional: the session has been idle past the policy's provisional limit and is
+	// counted in the model as ended, at stamp (model.ended then), until it returns (the end is
+	// taken back) or is forgotten (nothing more is counted).
+	provisional bool
+	stamp       int64
+	node        *node // the flow's node in the BoundedWait that wraps the core, while it has requests queued
 }
 
 // gModel learns the distribution of a session's total service from sessions that ended,
@@ -147,6 +152,19 @@ func (m *gModel) end(s *gState) {
 		}
 		m.base = m.ended
 	}
+}
+
+// unend takes back the end that end counted for s at stamp (the ended count then): s has
+// returned. The counts lose exactly the weight they gained — a weight is relative to base, and
+// a rescale since scaled it with them — and the ended count steps back, so that a model that
+// counted the end and took it back, with nothing in between, equals one that never counted
+// it. O(1).
+func (m *gModel) unend(s *gState, stamp int64) {
+	w := m.weight(stamp)
+	b := s.reached - 1
+	m.entered[b] = max(m.entered[b]-w, 0)
+	m.died[b] = max(m.died[b]-w, 0)
+	m.ended--
 }
 
 // hazards fills h with the hazard of each bin: a bin nobody reached takes the hazard of the
@@ -264,10 +282,26 @@ type gittins struct {
 	gen        uint64         // incremented when idx changes
 	lastBuild  int64          // model.ended at the last rebuild
 	waitingNow int            // flows with queued requests
+	// Provisional ends: a session idle for longer than provisional (ns, below the table's
+	// forget) is counted as ended at once and taken back if it returns. idleQ is a ring of
+	// the sessions that became idle, oldest first (qHead its first entry, qLen how many),
+	// checked against their slot when due (a stale entry, whose session returned or was
+	// forgotten since, is skipped); it grows to the releases within provisional and is then
+	// reused.
+	provisional int64
+	idleQ       []idleEntry
+	qHead, qLen int
 	// Slot hints, checked before use (a slot may have been recycled since): that of the
 	// latest event's flow, whose FlowKey usually follows, of the flow of the event before,
 	// and one the wrapping BoundedWait sets for the next event.
 	lastSlot, prevSlot, hint int32
+}
+
+// idleEntry is a session that became idle: its slot and flow, and when.
+type idleEntry struct {
+	slot  int32
+	ref   flowRef
+	since int64
 }
 
 // generation is incremented each time the index table changes: the keys of waiting flows
@@ -303,18 +337,33 @@ func newGittins(o GittinsOptions) (*gittins, error) {
 		flows: newTable[gState](m.MaxIdle, m.Forget),
 		model: gModel{halfLife: float64(o.HalfLife)},
 		hint:  -1,
+		// The provisional limit: an eighth of the idle limit (see gittinsProvisional).
+		provisional: int64(m.Forget) / gittinsProvisional,
 	}
 	for i := range p.idx {
 		p.idx[i] = 1 // the exponential prior: a constant index
 	}
-	p.flows.onForget = p.ended
+	p.flows.onForget = p.forgotten
 	return p, nil
 }
 
-// ended records a session the table forgets: it has been idle for Memory.Forget (or pushed
-// out by Memory.MaxIdle), so its service is its total. Then it rebuilds the index table when
-// due. O(1) amortised: a rebuild, O(bins²), happens at most every RebuildEvery ended
-// sessions and every quarter of the waiting flows.
+// gittinsProvisional divides the idle limit into the provisional one: a session idle for
+// Memory.Forget/gittinsProvisional is counted as ended at once (and taken back if it returns),
+// so that the model learns ends that much sooner than the table forgets them.
+const gittinsProvisional = 8
+
+// forgotten is told of a session the table forgets: it has been idle for Memory.Forget (or
+// was pushed out by Memory.MaxIdle), so its service is its total. A session already counted
+// provisionally is not counted again. O(1) amortised.
+func (p *gittins) forgotten(s *gState) {
+	if !s.provisional {
+		p.ended(s)
+	}
+}
+
+// ended records that session s ended, then rebuilds the index table when due. O(1)
+// amortised: a rebuild, O(bins²), happens at most every RebuildEvery ended sessions and
+// every quarter of the waiting flows.
 func (p *gittins) ended(s *gState) {
 	p.model.end(s)
 	e := p.model.ended
@@ -383,6 +432,10 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 	// its event) or of the one before (a completion, the dispatch it allows, then the
 	// completed flow's next request).
 	s, i := p.flows.useHint(ref, p.hint, p.lastSlot, p.prevSlot)
+	if s.provisional { // it returned: it had not ended
+		s.provisional = false
+		p.model.unend(s, s.stamp)
+	}
 	var c float64
 	switch e.Kind {
 	case flowcontrol.EventDispatch:
@@ -405,9 +458,50 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 			p.waitingNow--
 		}
 	}
-	p.flows.settleAt(e.Flow, i, e.Now.UnixNano())
+	now := e.Now.UnixNano()
+	p.flows.settleAt(e.Flow, i, now)
+	if sl := &p.flows.slots[i]; sl.ref == ref && sl.idle && sl.idleSince == now {
+		p.pushIdle(idleEntry{i, ref, now}) // it just became idle
+	}
+	p.provisionalEnds(now)
 	if i != p.lastSlot {
 		p.prevSlot, p.lastSlot = p.lastSlot, i
 	}
 	p.hint = -1
+}
+
+// pushIdle appends a session that just became idle to the ring. O(1) amortised; it
+// allocates only while the ring grows.
+func (p *gittins) pushIdle(e idleEntry) {
+	if p.qLen == len(p.idleQ) { // full: unroll into a ring twice the size
+		q := make([]idleEntry, max(2*len(p.idleQ), 16))
+		n := copy(q, p.idleQ[p.qHead:])
+		copy(q[n:], p.idleQ[:p.qHead])
+		p.idleQ, p.qHead = q, 0
+	}
+	p.idleQ[(p.qHead+p.qLen)%len(p.idleQ)] = e
+	p.qLen++
+}
+
+// provisionalEnds counts as ended the sessions idle for longer than the provisional limit
+// at now, oldest first, skipping entries whose session has since returned or been forgotten.
+// O(1) amortised: each entry is pushed once and popped once.
+func (p *gittins) provisionalEnds(now int64) {
+	for p.qLen > 0 {
+		e := p.idleQ[p.qHead]
+		if now-e.since <= p.provisional {
+			return
+		}
+		p.qHead++
+		if p.qHead == len(p.idleQ) {
+			p.qHead = 0
+		}
+		p.qLen--
+		sl := &p.flows.slots[e.slot]
+		if sl.ref != e.ref || !sl.idle || sl.idleSince != e.since || sl.s.provisional || sl.s.reached == 0 {
+			continue // returned, forgotten, or never served (no observation)
+		}
+		sl.s.provisional, sl.s.stamp = true, p.model.ended
+		p.ended(&sl.s)
+	}
 }
