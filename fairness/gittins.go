@@ -95,6 +95,7 @@ type gState struct {
 	// taken back) or is forgotten (nothing more is counted).
 	provisional bool
 	stamp       int64
+	idleAt      int64 // unix ns: when it last became idle, 0 while active
 	node        *node // the flow's node in the BoundedWait that wraps the core, while it has requests queued
 }
 
@@ -289,6 +290,8 @@ type gittins struct {
 	// forgotten since, is skipped); it grows to the releases within provisional and is then
 	// reused.
 	provisional int64
+	forget      int64   // ns, the table's
+	gap         float64 // ns, running median of the idle gaps of sessions that returned (0: none yet)
 	idleQ       []idleEntry
 	qHead, qLen int
 	// Slot hints, checked before use (a slot may have been recycled since): that of the
@@ -334,10 +337,10 @@ func newGittins(o GittinsOptions) (*gittins, error) {
 	}
 	p := &gittins{
 		wp: o.PromptWeight, wo: o.OutputWeight, minEnded: int64(o.MinSessions), every: int64(o.RebuildEvery),
-		flows: newTable[gState](m.MaxIdle, m.Forget),
-		model: gModel{halfLife: float64(o.HalfLife)},
-		hint:  -1,
-		// The provisional limit: an eighth of the idle limit (see gittinsProvisional).
+		flows:       newTable[gState](m.MaxIdle, m.Forget),
+		model:       gModel{halfLife: float64(o.HalfLife)},
+		hint:        -1,
+		forget:      int64(m.Forget),
 		provisional: int64(m.Forget) / gittinsProvisional,
 	}
 	for i := range p.idx {
@@ -347,10 +350,33 @@ func newGittins(o GittinsOptions) (*gittins, error) {
 	return p, nil
 }
 
-// gittinsProvisional divides the idle limit into the provisional one: a session idle for
-// Memory.Forget/gittinsProvisional is counted as ended at once (and taken back if it returns),
-// so that the model learns ends that much sooner than the table forgets them.
-const gittinsProvisional = 8
+// The provisional limit, after which an idle session is counted as ended at once (and taken
+// back if it returns), so that the model learns ends sooner than the table forgets them:
+// gittinsGaps times the median idle gap of the sessions that returned, at least
+// Memory.Forget/gittinsProvisional and at most Memory.Forget. A limit well above the gaps
+// rarely counts a session that will return (each such count biases the hazard of its bin up
+// until it is taken back); the floor keeps a few short gaps from making it so.
+// Measured (bench/gittins-curves.sh, the simulator's trace-sessions ×3) in issue 45.
+const (
+	gittinsProvisional = 16
+	gittinsGaps        = 4
+	gittinsGapStep     = 1.02 // the median's multiplicative step per observed gap
+)
+
+// observeGap updates the running median of the returning sessions' idle gaps (a
+// multiplicative stochastic approximation: up a step when a gap is longer, down when
+// shorter) and the provisional limit. O(1).
+func (p *gittins) observeGap(g int64) {
+	switch {
+	case p.gap == 0:
+		p.gap = float64(g)
+	case float64(g) > p.gap:
+		p.gap *= gittinsGapStep
+	default:
+		p.gap /= gittinsGapStep
+	}
+	p.provisional = min(max(int64(gittinsGaps*p.gap), p.forget/gittinsProvisional), p.forget)
+}
 
 // forgotten is told of a session the table forgets: it has been idle for Memory.Forget (or
 // was pushed out by Memory.MaxIdle), so its service is its total. A session already counted
@@ -432,7 +458,11 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 	// its event) or of the one before (a completion, the dispatch it allows, then the
 	// completed flow's next request).
 	s, i := p.flows.useHint(ref, p.hint, p.lastSlot, p.prevSlot)
-	if s.provisional { // it returned: it had not ended
+	if s.idleAt != 0 { // it returned
+		p.observeGap(e.Now.UnixNano() - s.idleAt)
+		s.idleAt = 0
+	}
+	if s.provisional { // it had not ended
 		s.provisional = false
 		p.model.unend(s, s.stamp)
 	}
@@ -462,6 +492,7 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 	p.flows.settleAt(e.Flow, i, now)
 	if sl := &p.flows.slots[i]; sl.ref == ref && sl.idle && sl.idleSince == now {
 		p.pushIdle(idleEntry{i, ref, now}) // it just became idle
+		sl.s.idleAt = now
 	}
 	p.provisionalEnds(now)
 	if i != p.lastSlot {
@@ -470,17 +501,38 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 	p.hint = -1
 }
 
-// pushIdle appends a session that just became idle to the ring. O(1) amortised; it
-// allocates only while the ring grows.
+// pushIdle appends a session that just became idle to the ring. When the ring is full it
+// first drops the entries that can no longer count (see pending), keeping the order, and
+// doubles only if that leaves it more than half full: the ring stays within twice the most
+// idle sessions the table held, whatever the rate of turns, and stops allocating once it
+// reaches that. O(1) amortised: a compaction of n entries frees n/2 pushed since the last.
 func (p *gittins) pushIdle(e idleEntry) {
-	if p.qLen == len(p.idleQ) { // full: unroll into a ring twice the size
-		q := make([]idleEntry, max(2*len(p.idleQ), 16))
-		n := copy(q, p.idleQ[p.qHead:])
-		copy(q[n:], p.idleQ[:p.qHead])
-		p.idleQ, p.qHead = q, 0
+	if p.qLen == len(p.idleQ) {
+		n := 0
+		for k := range p.qLen {
+			if x := p.idleQ[(p.qHead+k)%len(p.idleQ)]; p.pending(x) {
+				p.idleQ[(p.qHead+n)%len(p.idleQ)] = x
+				n++
+			}
+		}
+		p.qLen = n
+		if 2*n >= len(p.idleQ) { // unroll into a ring twice the size
+			q := make([]idleEntry, max(2*len(p.idleQ), 16))
+			for k := range n {
+				q[k] = p.idleQ[(p.qHead+k)%len(p.idleQ)]
+			}
+			p.idleQ, p.qHead = q, 0
+		}
 	}
 	p.idleQ[(p.qHead+p.qLen)%len(p.idleQ)] = e
 	p.qLen++
+}
+
+// pending reports whether ring entry e may still be counted: its session is still idle
+// since e.since, was served and is not counted yet (not returned since, not forgotten).
+func (p *gittins) pending(e idleEntry) bool {
+	sl := &p.flows.slots[e.slot]
+	return sl.ref == e.ref && sl.idle && sl.idleSince == e.since && !sl.s.provisional && sl.s.reached != 0
 }
 
 // provisionalEnds counts as ended the sessions idle for longer than the provisional limit
@@ -497,10 +549,10 @@ func (p *gittins) provisionalEnds(now int64) {
 			p.qHead = 0
 		}
 		p.qLen--
-		sl := &p.flows.slots[e.slot]
-		if sl.ref != e.ref || !sl.idle || sl.idleSince != e.since || sl.s.provisional || sl.s.reached == 0 {
+		if !p.pending(e) {
 			continue // returned, forgotten, or never served (no observation)
 		}
+		sl := &p.flows.slots[e.slot]
 		sl.s.provisional, sl.s.stamp = true, p.model.ended
 		p.ended(&sl.s)
 	}

@@ -44,7 +44,7 @@ func newProvCore(t *testing.T, o GittinsOptions) *gittins {
 // ended at once; when it returns the end is taken back exactly (the model is the one before);
 // when the table finally forgets it, it is counted once.
 func TestGittinsProvisionalTakeBack(t *testing.T) {
-	c := newProvCore(t, GittinsOptions{Memory: Memory{Forget: 80 * time.Second}}) // provisional 10 s
+	c := newProvCore(t, GittinsOptions{Memory: Memory{Forget: 80 * time.Second}}) // provisional: 4 × the median gap, 5 s to 80 s
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	provTurn(c, "a", t0, 1000, 500)
 	provTurn(c, "b", t0, 100, 50)
@@ -89,7 +89,7 @@ func TestGittinsProvisionalReturns(t *testing.T) {
 	o := GittinsOptions{Memory: Memory{Forget: 80 * time.Second}}
 	prov, ref := newProvCore(t, o), newProvCore(t, o)
 	prov.model.halfLife, ref.model.halfLife = math.Inf(1), math.Inf(1) // every weight 1
-	ref.provisional = math.MaxInt64 // never provisional: ends counted when forgotten
+	ref.provisional = math.MaxInt64                                    // never provisional: ends counted when forgotten
 	r := rand.New(rand.NewPCG(45, 7))
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	type sess struct {
