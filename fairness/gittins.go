@@ -28,8 +28,10 @@ type GittinsOptions struct {
 	// Wait − Headroom is promoted to the urgent tier. Zero Wait bounds nothing.
 	Wait, Headroom time.Duration
 	// Memory bounds the per-session history. Memory.Forget is also the idle limit after
-	// which a session counts as ended (its total service is then an observation); it
-	// defaults to 120 s, llm-d's turn reset.
+	// which a session counts as ended for good (its total service is then an observation); it
+	// defaults to 120 s, llm-d's turn reset. A session idle for a shorter limit (four times
+	// the median gap after which sessions returned, at least Forget/16) is counted as ended
+	// at once, and the count is taken back if it returns.
 	Memory Memory
 }
 
@@ -90,13 +92,13 @@ type gState struct {
 	reached int32   // 1 + the highest bin reached; 0 before any service
 	keyBin  int32   // gBin(service), the bin its key reads
 	waiting bool    // the flow had queued requests after its latest event
+	idled   bool    // it became idle after its latest event (its slot's idleSince says when)
 	// provisional: the session has been idle past the policy's provisional limit and is
 	// counted in the model as ended, at stamp (model.ended then), until it returns (the end is
 	// taken back) or is forgotten (nothing more is counted).
 	provisional bool
-	stamp       int64
-	idleAt      int64 // unix ns: when it last became idle, 0 while active
 	node        *node // the flow's node in the BoundedWait that wraps the core, while it has requests queued
+	stamp       int64
 }
 
 // gModel learns the distribution of a session's total service from sessions that ended,
@@ -283,12 +285,11 @@ type gittins struct {
 	gen        uint64         // incremented when idx changes
 	lastBuild  int64          // model.ended at the last rebuild
 	waitingNow int            // flows with queued requests
-	// Provisional ends: a session idle for longer than provisional (ns, below the table's
-	// forget) is counted as ended at once and taken back if it returns. idleQ is a ring of
-	// the sessions that became idle, oldest first (qHead its first entry, qLen how many),
-	// checked against their slot when due (a stale entry, whose session returned or was
-	// forgotten since, is skipped); it grows to the releases within provisional and is then
-	// reused.
+	// Provisional ends: a session idle for longer than provisional (ns, at most the table's
+	// forget; see observeGap) is counted as ended at once and taken back if it returns. idleQ
+	// is a ring of the sessions that became idle, oldest first (qHead its first entry, qLen
+	// how many), checked against their slot when due (a stale entry, whose session returned
+	// or was forgotten since, is skipped, and dropped when the ring fills; see pushIdle).
 	provisional int64
 	forget      int64   // ns, the table's
 	gap         float64 // ns, running median of the idle gaps of sessions that returned (0: none yet)
@@ -458,9 +459,9 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 	// its event) or of the one before (a completion, the dispatch it allows, then the
 	// completed flow's next request).
 	s, i := p.flows.useHint(ref, p.hint, p.lastSlot, p.prevSlot)
-	if s.idleAt != 0 { // it returned
-		p.observeGap(e.Now.UnixNano() - s.idleAt)
-		s.idleAt = 0
+	if s.idled { // it returned (the table keeps idleSince after it unlinks the slot)
+		p.observeGap(e.Now.UnixNano() - p.flows.slots[i].idleSince)
+		s.idled = false
 	}
 	if s.provisional { // it had not ended
 		s.provisional = false
@@ -492,7 +493,7 @@ func (p *gittins) Observe(e *flowcontrol.Event) {
 	p.flows.settleAt(e.Flow, i, now)
 	if sl := &p.flows.slots[i]; sl.ref == ref && sl.idle && sl.idleSince == now {
 		p.pushIdle(idleEntry{i, ref, now}) // it just became idle
-		sl.s.idleAt = now
+		sl.s.idled = true
 	}
 	p.provisionalEnds(now)
 	if i != p.lastSlot {
