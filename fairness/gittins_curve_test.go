@@ -81,9 +81,10 @@ type learnedCurve struct {
 // one at a time through its single slot, 100 ms of the fake clock apart, and a session that has
 // sent its last turn ends when the policy forgets it (idle past Memory.Forget, which the
 // rotation keeps above the gap between a session's turns, so that no session is split).
-// Sessions that have ended but are not yet forgotten still count as at risk in their last bin
-// (censored), which biases the estimate towards longer sessions the more of them there are
-// against the policy's half-life: forget is the knob (see the test's log).
+// A session that has ended is known to have when the policy counts it provisionally (idle past
+// four times the median gap, at least forget/16) or forgets it: the longer that takes against
+// the policy's half-life, the later the estimate follows a change of workload (see the test's
+// log).
 type curveRun struct {
 	t    *testing.T
 	clk  *flowcontroltest.FakeClock
