@@ -16,7 +16,8 @@ import (
 type PlannerOptions struct {
 	// MinUncachedTokens is the shortest uncached part of a prompt that is ever prefilled on
 	// another server, as for [NewPrefix]; shorter ones are prefilled where they are decoded and
-	// are not counted as prefill demand. Zero: 512.
+	// are not counted as prefill demand. Zero: 1 (any prompt may go to a prefill server: a
+	// short local prefill still stalls the answers running where it is decoded).
 	MinUncachedTokens int `json:"min_uncached_tokens"`
 	// PrefillRate is how many prompt tokens one server prefills per second. Zero: 20,000
 	// (Qwen3-32B on two H100s, about 42 µs a token).
@@ -28,7 +29,9 @@ type PlannerOptions struct {
 	// DecodeBatch is how many answers, and DecodeTokens how many tokens of their context (KV
 	// in use, as scraped), one server decodes at once within the TPOT target: the plan leaves
 	// enough servers out of prefill for the answers running and their context. Zero: 64 and
-	// 131,072 (Qwen3-32B on two H100s: about 17 ms a token).
+	// 196,608 (Qwen3-32B on two H100s: about 17 ms a token at 131,072 tokens of context; the
+	// larger figure measured better in bench/README's phase run, where 131,072 kept too few
+	// servers in prefill).
 	DecodeBatch  int `json:"decode_batch"`
 	DecodeTokens int `json:"decode_tokens"`
 	// TTFT is the first-token target of requests that set none ([routing.Request].Targets):
@@ -139,7 +142,7 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 		}
 	}
 	if o.MinUncachedTokens == 0 {
-		o.MinUncachedTokens = defaultMinUncached
+		o.MinUncachedTokens = 1
 	}
 	if o.PrefillRate == 0 {
 		o.PrefillRate = 20000
@@ -151,7 +154,7 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 		o.DecodeBatch = 64
 	}
 	if o.DecodeTokens == 0 {
-		o.DecodeTokens = 131072
+		o.DecodeTokens = 196608
 	}
 	def(&o.TTFT, time.Second)
 	def(&o.TransferPerToken, 5200*time.Nanosecond)

@@ -33,6 +33,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -58,25 +59,27 @@ type mode struct {
 
 func main() {
 	var (
-		servers   = flag.Int("servers", 8, "servers in every mode")
-		splits    = flag.String("prefill", "4", "of them, prefill servers in the disaggregated modes: a list, a row per split")
-		workloads = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) and chat-full (all of it: 2,000 conversations, about 10k requests)")
-		rates     = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
-		scales    = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
-		perToken  = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
-		latency   = flag.Duration("transfer-latency", time.Millisecond, "fixed time of one KV transfer")
-		requests  = flag.Int("requests", 4000, "requests of each workload (its first N; chat-full: all)")
-		seeds     = flag.Int("seeds", 3, "seeds per configuration")
-		parallel  = flag.Int("parallel", runtime.NumCPU(), "runs at once")
-		only      = flag.String("modes", "aggregated,always,prefix,busy4,busy16,pool,allboth", "rows, by key: aggregated, always, never, prefix, busy4, busy16, pool, allboth, planner")
-		goodput   = flag.Bool("goodput", false, "print goodput tables instead (per workload and transfer cost: aggregated, always-P/D at every split, and the deciders of -modes at the -prefill splits, at the tight and the relaxed goal; -rates is ignored)")
-		curves    = flag.String("curves", "", "with -goodput: write attainment-vs-rate plots for the first workload at transfer ×1 into this directory")
-		curveAt   = flag.String("curve-rates", "0.5,1,1.5,2,2.5,3,3.5,4,5,6", "with -curves: the load multipliers of the plots' points")
-		phases    = flag.Bool("phases", false, "print the phase-changing run instead: chat, long prompts, chat, -phase-minutes each, at the first of -rates, under aggregated, always-P/D at every split and the deciders of -modes (-transfer-scales' first)")
-		phaseMin  = flag.Duration("phase-minutes", 10*time.Minute, "with -phases: each phase's length, simulated")
-		rolePlot  = flag.String("roles-plot", "", "with -phases: write the planner's servers in prefill over time to this .png or .svg")
-		searchMin = flag.Float64("search-min", 0.125, "with -goodput: the lowest load multiplier the search tries (below it, goodput 0: a low rate is a long simulated run)")
-		curveOnly = flag.String("curves-only", "", "with -goodput and -curves: no tables, only the plots, with always-P/D at these splits (a list of prefill servers) beside aggregated and the deciders")
+		servers    = flag.Int("servers", 8, "servers in every mode")
+		splits     = flag.String("prefill", "4", "of them, prefill servers in the disaggregated modes: a list, a row per split")
+		workloads  = flag.String("workloads", "long-prompt,chat", "workloads: long-prompt (PrefixGroup: one request each, a shared document of lognormal length, median 6k tokens, plus 2k tokens of its own on average, 128-token answers on average), chat (the Chat workload's first -requests requests) and chat-full (all of it: 2,000 conversations, about 10k requests)")
+		rates      = flag.String("rates", "1,1.5", "load multipliers of each workload's default rate")
+		scales     = flag.String("transfer-scales", "1", "multipliers of the KV transfer's per-token cost")
+		perToken   = flag.Duration("transfer-per-token", 5200*time.Nanosecond, "KV transfer time per token (Qwen3-32B: 256 KiB per token over 400 Gb/s)")
+		latency    = flag.Duration("transfer-latency", time.Millisecond, "fixed time of one KV transfer")
+		requests   = flag.Int("requests", 4000, "requests of each workload (its first N; chat-full: all)")
+		seeds      = flag.Int("seeds", 3, "seeds per configuration")
+		parallel   = flag.Int("parallel", runtime.NumCPU(), "runs at once")
+		only       = flag.String("modes", "aggregated,always,prefix,busy4,busy16,pool,allboth", "rows, by key: aggregated, always, never, prefix, busy4, busy16, pool, allboth, planner")
+		goodput    = flag.Bool("goodput", false, "print goodput tables instead (per workload and transfer cost: aggregated, always-P/D at every split, and the deciders of -modes at the -prefill splits, at the tight and the relaxed goal; -rates is ignored)")
+		curves     = flag.String("curves", "", "with -goodput: write attainment-vs-rate plots for the first workload at transfer ×1 into this directory")
+		curveAt    = flag.String("curve-rates", "0.5,1,1.5,2,2.5,3,3.5,4,5,6", "with -curves: the load multipliers of the plots' points")
+		phases     = flag.Bool("phases", false, "print the phase-changing run instead: chat, long prompts, chat, -phase-minutes each, at the first of -rates, under aggregated, always-P/D at every split and the deciders of -modes (-transfer-scales' first)")
+		phaseMin   = flag.Duration("phase-minutes", 10*time.Minute, "with -phases: each phase's length, simulated")
+		rolePlot   = flag.String("roles-plot", "", "with -phases: write the planner's servers in prefill over time to this .png or .svg")
+		searchMin  = flag.Float64("search-min", 0.125, "with -goodput: the lowest load multiplier the search tries (below it, goodput 0: a low rate is a long simulated run)")
+		plannerOpt = flag.String("planner", "", "the planner's options as JSON (disagg.PlannerOptions; durations in nanoseconds), e.g. {\"window\":3000000000}")
+		static     = flag.Bool("phase-static", true, "with -phases or -goodput: run aggregated and always-P/D at every split beside -modes (false: -modes only; with -goodput, the planner only)")
+		curveOnly  = flag.String("curves-only", "", "with -goodput and -curves: no tables, only the plots, with always-P/D at these splits (a list of prefill servers) beside aggregated and the deciders")
 	)
 	flag.Parse()
 	var prefill []int
@@ -104,7 +107,13 @@ func main() {
 		return d
 	}
 	planner := func() disagg.Decider {
-		p, err := disagg.NewPlanner(disagg.PlannerOptions{})
+		var o disagg.PlannerOptions
+		if *plannerOpt != "" {
+			if err := json.Unmarshal([]byte(*plannerOpt), &o); err != nil {
+				log.Fatalf("-planner: %v", err)
+			}
+		}
+		p, err := disagg.NewPlanner(o)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -153,7 +162,11 @@ func main() {
 		for k := range *seeds {
 			ss = append(ss, bench.DefaultSeed+uint64(k))
 		}
-		phaseTable(os.Stdout, phaseRows(all, modes, *servers), *servers, rate, *phaseMin, ss, *parallel,
+		rows := modes
+		if *static {
+			rows = phaseRows(all, modes, *servers)
+		}
+		phaseTable(os.Stdout, rows, *servers, rate, *phaseMin, ss, *parallel,
 			time.Duration(scale*float64(*perToken)), *latency, *rolePlot)
 		return
 	}
@@ -171,6 +184,9 @@ func main() {
 			g.curveRates = append(g.curveRates, m)
 		}
 		rows := goodputModes(all, modes, *servers)
+		if !*static {
+			rows = nil
+		}
 		for _, m := range modes {
 			if m.key == "planner" {
 				rows = append(rows, m)
