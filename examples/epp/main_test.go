@@ -87,19 +87,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	// Ready once the endpoints file has been read by the picker's source (at once).
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthReadiness})
-		if err != nil {
-			t.Fatalf("readiness: %v", err)
-		}
-		if hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readiness: %v after 10s, want SERVING", hr.GetStatus())
-		}
-	}
+	waitReady(t, ctx, conn) // once the endpoints file has been read by the picker's source (at once)
 	if hr, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: extproc.HealthInferenceExtension}); err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("%s on the health port: %v, %v", extproc.HealthInferenceExtension, hr, err)
 	}

@@ -82,7 +82,7 @@ func TestRunQuota(t *testing.T) {
 	}
 }
 
-// waitReady waits until the picker behind conn is ready (its endpoints read).
+// waitReady waits until the picker behind conn is ready (its endpoints read), at most 10 s.
 func waitReady(t *testing.T, ctx context.Context, conn *grpc.ClientConn) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
