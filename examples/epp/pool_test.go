@@ -40,15 +40,27 @@ func pick(t *testing.T, ctx context.Context, conn *grpc.ClientConn) string {
 // pickWith is pick with extra request headers.
 func pickWith(t *testing.T, ctx context.Context, conn *grpc.ClientConn, extra ...*corev3.HeaderValue) string {
 	t.Helper()
+	r := sendChat(t, ctx, conn, extra...)
+	for _, hv := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if hv.GetHeader().GetKey() == extproc.DestinationHeader {
+			return string(hv.GetHeader().GetRawValue())
+		}
+	}
+	return ""
+}
+
+// sendChat sends a chat completion's headers (with extra) and body through the picker's
+// stream and returns its answer to the body: the pick, or an immediate response.
+func sendChat(t *testing.T, ctx context.Context, conn *grpc.ClientConn, extra ...*corev3.HeaderValue) *extprocv3.ProcessingResponse {
+	t.Helper()
 	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = st.CloseSend() }()
-	h := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+	h := &corev3.HeaderMap{Headers: append([]*corev3.HeaderValue{
 		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
-	}}
-	h.Headers = append(h.Headers, extra...)
+	}, extra...)}
 	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: h}}})
 	if _, err := st.Recv(); err != nil {
 		t.Fatal(err)
@@ -59,12 +71,7 @@ func pickWith(t *testing.T, ctx context.Context, conn *grpc.ClientConn, extra ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, hv := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
-		if hv.GetHeader().GetKey() == extproc.DestinationHeader {
-			return string(hv.GetHeader().GetRawValue())
-		}
-	}
-	return ""
+	return r
 }
 
 // TestRunPool drives the picker from an InferencePool on a fake API server: after each

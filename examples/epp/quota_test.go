@@ -102,25 +102,7 @@ func waitReady(t *testing.T, ctx context.Context, conn *grpc.ClientConn) {
 // refusal sends a chat request as pickWith does and returns the immediate response.
 func refusal(t *testing.T, ctx context.Context, conn *grpc.ClientConn, extra ...*corev3.HeaderValue) *extprocv3.ImmediateResponse {
 	t.Helper()
-	st, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.CloseSend() }()
-	h := &corev3.HeaderMap{Headers: append([]*corev3.HeaderValue{
-		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
-	}, extra...)}
-	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: h}}})
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	_ = st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
-		Body: []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), EndOfStream: true}}})
-	r, err := st.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r.GetImmediateResponse()
+	return sendChat(t, ctx, conn, extra...).GetImmediateResponse()
 }
 
 // -quota refuses a file that is not the gateway's quota object, and limits it cannot hold.
