@@ -61,10 +61,10 @@ func netHTTPRefusals(t testing.TB, raws []string) [][]byte {
 			t.Fatal(err)
 		}
 		go func() { _, _ = io.WriteString(conn, raw) }()
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 		_, _ = io.ReadAll(conn) // until net/http closes the connection (or resets it)
 		conn.Close()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			rl.mu.Lock()
 			n := len(rl.writes)
 			rl.mu.Unlock()
