@@ -279,25 +279,34 @@
 // closed loop each session has one turn at a time and thinks between turns, so a policy only
 // orders the turns that happen to wait.
 //
-// The agentic control's abandoned sessions. Without a bound Gittins abandons 2.5% (0.2–9.0%) of
-// agentic's sessions at ×24, where FCFS and VTC abandon none: all of them are later turns that
-// expire at the 20 s TTL (10, 1–50, per run; no newcomer shed, newcomers' wait p99 6.59 s as
-// FCFS's; 0.2–9.5% and 1–55 before the estimator's fix, whose idle limit here, 18 s, held few
-// sessions). Which ones (a look inside the simulator before the fix, seeds 1–3): every expired turn belongs to a
-// session that had attained 371k–467k weighted tokens (bins 51–52, its 19th–20th turn, above
-// 60–66% of the later turns), and all of them expire between 147 s and 225 s of runs of 7.5–9
-// minutes — just after the first learned table replaces the prior (at 170 s on seed 3: 200 sessions
-// ended). In that table no session has yet ended beyond 371k; the estimator sees sessions at
-// risk there and no end, the hazard is 0, and so is the index of every session past it, against
-// 0.044 for a newcomer: the longest open sessions are served last, and in the run's peak their
-// turns wait out the TTL. LAS starves the same sessions for the same reason, more (71 later
-// turns expire, 17.5% abandoned). Tried and not adopted: beyond the last bin with an end, the
-// mean hazard of the bins before instead of 0 (a constant hazard past the data) — 3.8%
-// (0.5–5.0%) abandoned, the expired turns moving to the next bin (460k–476k), since on agentic
-// the learned index falls with service anyway (above). The completed sessions' mean, 150 s
-// against FCFS's 154 s, is a survivors' figure: with the abandoned counted it is 159 s
-// (129–187 s). A wait bound is the remedy: at W = 10 s or 20 s no turn expires and the mean is
-// FCFS's within a second (153 s, 155 s).
+// The agentic control's abandoned sessions. Without a bound Gittins abandons 4.8% (4.0–7.5%) of
+// agentic's sessions at ×24 (7.2%, 6.2–14.0%, at equal offered load; 2.5%, 0.2–9.0%, before
+// provisional ends), where FCFS and VTC abandon none: all of them are later turns that expire
+// at the 20 s TTL (19, 16–30, per run; no newcomer shed, newcomers' wait p99 6.59 s as FCFS's).
+// Which ones (a look inside the simulator before the estimator's fix, seeds 1–3): every
+// expired turn belonged to a session that had attained 371k–467k weighted tokens (bins 51–52,
+// its 19th–20th turn, above 60–66% of the later turns), expiring between 147 s and 225 s of
+// runs of 7.5–9 minutes — just after the first learned table replaces the prior (at 170 s on
+// seed 3: 200 sessions ended). In that table no session has yet ended beyond 371k; the
+// estimator sees sessions at risk there and no end, the hazard is 0, and so is the index of
+// every session past it, against 0.044 for a newcomer. But the later tables, which know
+// sessions that long, rank them last too: on agentic a turn's prompt carries the session's
+// history, the hazard per token falls, and the index falls to 0.008–0.015 per 10⁴ tokens at
+// 0.44–1.8M against a newcomer's 0.043–0.059; in the run's peak some of their turns wait out
+// the TTL. LAS starves the same sessions, more (71 later turns expire, 17.5% abandoned).
+// Tried for the service beyond the learned support and not adopted (equal offered load,
+// abandoned share over seeds 1–6 against 9.0% with none; the trace ×3's mean over seeds 1–3,
+// which must stay at most 133.4 s): an exponential tail past the last bin with an end, its rate
+// fitted to the counts (the prior's shape), 9.6% (trace 132.8 s); the same past the last bin
+// with an end and 8 sessions at risk, 10.1% (132.2 s, but 2.9% of the trace's sessions
+// abandoned against 2.3%); the index of the last bin with an end and 8, 32 or 64 sessions at
+// risk held beyond it, 9.5%, 9.2%, 7.9% (133.4 s, 132.6 s, 134.0 s); open sessions counted at
+// risk in their current bin (the textbook censored count), 9.0% (133.7 s). On seeds 1–3 alone
+// several looked better (4.2–6.8% at the median against 7.2%); on six none is, the seeds
+// ranging 0–14%. Before provisional ends a constant hazard per bin past the last end gave
+// 3.8% (0.5–5.0%) against 2.5%. The completed sessions' mean, 144 s against FCFS's 154 s, is
+// a survivors' figure: with the abandoned counted it is 163 s (137–169 s). A wait bound is the
+// remedy: at W = 10, 15 or 20 s no turn expires and the mean is FCFS's (154 s).
 //
 // Composition and cost. With GittinsOptions.Wait, or wrapped by NewBoundedWait, a request
 // that has waited Wait − Headroom is promoted to the urgent tier, so a newcomer's wait stays
