@@ -252,15 +252,16 @@
 // falling-hazard prior (LAS's order until the table is learned) on the trace: the same 131 s,
 // newcomers' wait p99 1.8 s against 4.3 s. Under overload the wait bound is the order: at W = 10 s
 // nearly every waiting request is promoted and the urgent tier, by deadline, is FCFS, so
-// Gittins with W = 10 s is bounded wait's and FCFS's figure (increasing-hazard ×24 75.3 s,
-// three seeds). A longer bound leaves the index more of the order: W = 15 s 69.1 s, W = 20 s
-// (promotion at 15 s, below the runs' 20 s TTL) 67.2 s (57.3–72.7 s), every session completed
+// Gittins with W = 10 s is bounded wait's and FCFS's figure (increasing-hazard ×24 74.9 s,
+// three seeds, with provisional ends; 75.3 s before). A longer bound leaves the index more of
+// the order: W = 15 s 68.3 s (69.1 s), W = 20 s (promotion at 15 s, below the runs' 20 s TTL)
+// 66.3 s (56.6–71.1 s; 67.2 s before), every session completed
 // and no newcomer shed (wait p99 15.2 s), against 63.7 s for bounded wait at W = 20 s around
 // turn-priority, whose order the learned one approaches only after MinSessions sessions have
 // ended (one seed: MinSessions 25–100 at W = 20 s, 69.2–69.6 s against 72.7 s; not adopted
 // for what it does to agentic, above). A first-turn share on top (NewBoundedWait with Inner
-// a Gittins policy) costs task time: at W = 20 s, 0.1 67.8 s, 0.2 72.0 s (newcomers' wait p99
-// 2.6 s); at W = 10 s, 0.1–0.3, 82–84 s on one seed against 82.4 s. At W = 30 s, beyond the
+// a Gittins policy) costs task time: at W = 20 s, 0.1 66.9 s, 0.2 70.7 s (newcomers' wait p99
+// 3.0 s; 67.8 s, 72.0 s and 2.6 s before provisional ends); at W = 10 s, 0.1–0.3, 82–84 s on one seed against 82.4 s. At W = 30 s, beyond the
 // TTL, where the share alone protects newcomers, increasing-hazard reaches 43.9–55.2 s
 // (MinSessions 50–200) with no newcomer shed, their wait p99 1.5 s, but 31–34% of the
 // sessions abandoned (later turns expire), and agentic 150 s with 9.8% abandoned. The bins'
@@ -269,9 +270,10 @@
 // Counting the abandoned. A mean over completed sessions flatters a policy that abandons the
 // long ones; bench's TaskStats.TimeMeanAll counts an abandoned session as done at the end of
 // the run. On increasing-hazard ×24 at equal offered load (three seeds) it is 134 s for LAS
-// (65% abandoned), 93.3 s for VTC (8.4%), 77.5 s for Gittins without a bound and 67.2 s with
-// W = 20 s — 28% below VTC's and 50% below LAS's, the target met on that figure (on the
-// completed sessions' mean it is 18% below VTC's 82.1 s, and LAS's 49.7 s is its survivors').
+// (65% abandoned), 93.3 s for VTC (8.4%), 75.2 s for Gittins without a bound and 66.3 s with
+// W = 20 s — 29% below VTC's and 51% below LAS's, the target met on that figure (on the
+// completed sessions' mean it is 19% below VTC's 82.1 s, and LAS's 49.7 s is its survivors';
+// 77.5 s, 67.2 s, 28%, 50% and 18% before provisional ends).
 // At the highest load at which LAS and VTC abandon nothing (×17; ×18 LAS abandons 3.5%) every
 // policy's mean is 35.7–35.9 s: the queue holds little, the waiting is about 2 s of a task's
 // 36 s (at ×12, where nobody waits, it is 33.4 s), so no order can take 15% off. The theory's
