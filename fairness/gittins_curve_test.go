@@ -82,9 +82,9 @@ type learnedCurve struct {
 // sent its last turn ends when the policy forgets it (idle past Memory.Forget, which the
 // rotation keeps above the gap between a session's turns, so that no session is split).
 // A session that has ended is known to have when the policy counts it provisionally (idle past
-// four times the median gap, at least forget/16) or forgets it: the longer that takes against
-// the policy's half-life, the later the estimate follows a change of workload (see the test's
-// log).
+// four times the median gap, at least forget/16 until 64 gaps are known) or forgets it: the
+// longer that takes against the policy's half-life, the later the estimate follows a change of
+// workload (see the test's log).
 type curveRun struct {
 	t    *testing.T
 	clk  *flowcontroltest.FakeClock

@@ -148,3 +148,27 @@ func TestGittinsProvisionalReturns(t *testing.T) {
 	}
 	_ = allocs // the table's map may allocate for new flows; the ring is checked above
 }
+
+// TestGittinsProvisionalFloor: the provisional limit is at least Forget/16 while fewer than 64
+// idle gaps are known, then four times their running median, however short against Forget.
+func TestGittinsProvisionalFloor(t *testing.T) {
+	forget := 10 * time.Minute
+	c := newProvCore(t, GittinsOptions{Memory: Memory{Forget: forget}})
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	floor, gap := int64(forget/gittinsProvisional), 2*time.Second // 4 × 2 s, well below 37.5 s
+	if g := time.Duration(c.gap); g != 0 {
+		t.Fatalf("running median %v before any gap", g)
+	}
+	for k := 1; k <= gittinsGapsKnown+1; k++ {
+		now = provTurn(c, "a", now, 100, 10)
+		now = now.Add(gap)
+		provEnqueue(c, "a", now) // a returns after gap: one more gap known
+		want := floor
+		if k >= gittinsGapsKnown {
+			want = int64(gittinsGaps * c.gap) // the running median, near 2 s
+		}
+		if got := c.provisional; got != want || (k >= gittinsGapsKnown && got >= floor/2) {
+			t.Fatalf("after %d gaps of %v: provisional limit %v, want %v", k, gap, time.Duration(got), time.Duration(want))
+		}
+	}
+}
