@@ -265,8 +265,7 @@ func workload(name string, seed uint64, n int) *bench.Workload {
 	var w *bench.Workload
 	switch name {
 	case "long-prompt":
-		w = bench.PrefixGroup(bench.PrefixGroupOptions{Requests: n, Rate: 6, PrefixTokens: 6144, SuffixTokens: 2048,
-			OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: seed})
+		return bench.LongPrompts(n, seed)
 	case "chat":
 		w = bench.Chat(bench.ChatOptions{Seed: seed})
 	case "chat-full":

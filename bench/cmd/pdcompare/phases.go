@@ -19,12 +19,7 @@ import (
 
 // phaseWorkload is the phase-changing workload for seed at load multiplier rate.
 func phaseWorkload(seed uint64, rate float64, phase time.Duration) *bench.Workload {
-	chat := func(s uint64) *bench.Workload { return bench.Chat(bench.ChatOptions{Seed: s}).Scaled(rate) }
-	n := int(phase.Seconds()*6*rate*1.2) + 100 // PrefixGroup's 6/s, scaled, with room
-	long := bench.PrefixGroup(bench.PrefixGroupOptions{Requests: n, Rate: 6, PrefixTokens: 6144, SuffixTokens: 2048,
-		OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: seed}).Scaled(rate)
-	w, err := bench.Phases(bench.Phase{Workload: chat(seed), Duration: phase}, bench.Phase{Workload: long, Duration: phase},
-		bench.Phase{Workload: chat(seed + 1000), Duration: phase})
+	w, err := bench.PhaseMix(seed, rate, phase)
 	if err != nil {
 		log.Fatal(err)
 	}
