@@ -47,6 +47,18 @@ func phaseRows(all, modes []mode, servers int) []mode {
 // the planner's servers in prefill over time there (every seed).
 func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase time.Duration, seeds []uint64, parallel int,
 	perToken, latency time.Duration, plot string) {
+	title := fmt.Sprintf("Phases: chat %v, long prompts %v, chat %v; load ×%g, transfer %v/token + %v", phase, phase, phase, rate, perToken, latency)
+	build := func(seed uint64) *bench.Workload { return phaseWorkload(seed, rate, phase) }
+	attainTable(out, rows, servers, build, title, seeds, parallel, perToken, latency, plot, []time.Duration{phase, 2 * phase},
+		fmt.Sprintf("Role planner: servers in prefill (%d servers; chat, long prompts, chat; load ×%g)", servers, rate))
+}
+
+// attainTable runs rows on the workloads build makes (one per seed) and prints the share of
+// requests attaining each goal, the latencies and the planner's role changes under title;
+// with plot set, it writes the planner's servers in prefill over time there (every seed; marks
+// at the times of marks, the plot titled plotTitle).
+func attainTable(out io.Writer, rows []mode, servers int, build func(seed uint64) *bench.Workload, title string, seeds []uint64, parallel int,
+	perToken, latency time.Duration, plot string, marks []time.Duration, plotTitle string) {
 	start := time.Now()
 	res := make([][]*bench.Result, len(rows))
 	var wg sync.WaitGroup
@@ -59,7 +71,7 @@ func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase tim
 		if w, ok := wls[seed]; ok {
 			return w
 		}
-		w := phaseWorkload(seed, rate, phase)
+		w := build(seed)
 		wls[seed] = w
 		return w
 	}
@@ -85,8 +97,8 @@ func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase tim
 		}
 	}
 	wg.Wait()
-	fmt.Fprintf(out, "\n**Phases: chat %v, long prompts %v, chat %v; load ×%g, transfer %v/token + %v** (%d servers, %d seeds, median and range; share of all requests attaining each goal over the whole run)\n\n",
-		phase, phase, phase, rate, perToken, latency, servers, len(seeds))
+	fmt.Fprintf(out, "\n**%s** (%d servers, %d seeds, median and range; share of all requests attaining each goal over the whole run)\n\n",
+		title, servers, len(seeds))
 	fmt.Fprintln(out, "| mode | tight | relaxed | TTFT p50 | TTFT p99 | TPOT p99 | disaggregated | role changes | changes per server per 30 s |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|")
 	var series []bench.RoleSeries
@@ -121,9 +133,9 @@ func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase tim
 		}
 	}
 	if plot != "" && len(series) > 0 {
-		if err := bench.PlotRoles(series, []time.Duration{phase, 2 * phase}, fmt.Sprintf("Role planner: servers in prefill (%d servers; chat, long prompts, chat; load ×%g)", servers, rate), plot); err != nil {
+		if err := bench.PlotRoles(series, marks, plotTitle, plot); err != nil {
 			log.Fatal(err)
 		}
 	}
-	log.Printf("pdcompare: phases: %d rows in %v", len(rows), time.Since(start).Round(time.Second))
+	log.Printf("pdcompare: %s: %d rows in %v", title, len(rows), time.Since(start).Round(time.Second))
 }
