@@ -173,11 +173,12 @@ for wl in workloads:
                              thirds=thirds))
         if not runs:
             continue
-        def cell(k, fmt):
+        def cell(k, fmt):  # the median with its unit, then the range without
             vs = [r[k] for r in runs]
-            return (fmt % statistics.median(vs)) + (" (" + fmt % min(vs) + "–" + fmt % max(vs) + ")" if len(vs) > 1 else "")
+            num = fmt.split()[0]
+            return (fmt % statistics.median(vs)) + (" (" + num % min(vs) + "–" + num % max(vs) + ")" if len(vs) > 1 else "")
         th = "—" if m != "planner" else " / ".join("%.1f" % statistics.median(r["thirds"][k] for r in runs) for k in range(len(runs[0]["thirds"])))
         print(f"| {names.get(m, m)} | {cell('ttft50', '%.0f ms')} | {cell('ttft99', '%.0f ms')} | {cell('tpot50', '%.1f ms')} | {cell('tpot99', '%.1f ms')} | "
-              f"{cell('tight', '%.3f')} | {cell('relaxed', '%.3f')} | {cell('changes', '%.3f') if m == "planner" else "—"} | {th} | {cell('fallbacks', '%.0f')} | {cell('errors', '%.0f')} |")
+              f"{cell('tight', '%.3f')} | {cell('relaxed', '%.3f')} | {cell('changes', '%.3f') if m == 'planner' else '—'} | {th} | {cell('fallbacks', '%.0f')} | {cell('errors', '%.0f')} |")
     print(f"\n(requests per run: {sorted(set(r['requests'] for r in runs))})")
 EOF
