@@ -80,6 +80,7 @@ func main() {
 		curveAt    = flag.String("curve-rates", "0.5,1,1.5,2,2.5,3,3.5,4,5,6", "with -curves: the load multipliers of the plots' points")
 		phases     = flag.Bool("phases", false, "print the phase-changing run instead: chat, long prompts, chat, -phase-minutes each, at the first of -rates, under aggregated, always-P/D at every split and the deciders of -modes (-transfer-scales' first)")
 		attain     = flag.Bool("attain", false, "print the share of requests attaining each goal instead, with the latencies and the planner's role changes (the -phases table's columns), for the first of -workloads at the first of -rates, under the rows of -modes at the -prefill splits (-transfer-scales' first): the simulator's side of fixed-rate process runs")
+		procRoles  = flag.String("process-roles", "", "with -roles-plot: plot instead the servers in prefill that bench/pd-kvboth-processes.sh sampled on processes (its .roles files, comma-separated; -phase-minutes: the phases' length)")
 		phaseMin   = flag.Duration("phase-minutes", 10*time.Minute, "with -phases: each phase's length, simulated")
 		rolePlot   = flag.String("roles-plot", "", "with -phases: write the planner's servers in prefill over time to this .png or .svg")
 		searchMin  = flag.Float64("search-min", 0.125, "with -goodput: the lowest load multiplier the search tries (below it, goodput 0: a low rate is a long simulated run)")
@@ -174,6 +175,13 @@ func main() {
 		}
 		phaseTable(os.Stdout, rows, *servers, rate, *phaseMin, ss, *parallel,
 			time.Duration(scale*float64(*perToken)), *latency, *rolePlot)
+		return
+	}
+	if *procRoles != "" {
+		if *rolePlot == "" {
+			log.Fatal("-process-roles needs -roles-plot")
+		}
+		processRoles(strings.Split(*procRoles, ","), *phaseMin, fmt.Sprintf("Role planner on processes: servers in prefill (chat, long prompts, chat, %v each)", *phaseMin), *rolePlot)
 		return
 	}
 	if *attain {

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,4 +141,32 @@ func attainTable(out io.Writer, rows []mode, servers int, build func(seed uint64
 		}
 	}
 	log.Printf("pdcompare: %s: %d rows in %v", title, len(rows), time.Since(start).Round(time.Second))
+}
+
+// processRoles plots the servers in prefill over time that bench/pd-kvboth-processes.sh
+// sampled on processes (files of "SECONDS SERVERS" lines, one per run) to plot, with marks at
+// the phases' ends.
+func processRoles(files []string, phase time.Duration, title, plot string) {
+	var series []bench.RoleSeries
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			log.Fatal(err)
+		}
+		s := bench.RoleSeries{Name: strings.TrimSuffix(filepath.Base(f), ".roles")}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var sec float64
+			var n int
+			if _, err := fmt.Sscan(line, &sec, &n); err != nil {
+				log.Fatalf("%s: %q: %v", f, line, err)
+			}
+			at := time.Duration(sec * float64(time.Second))
+			s.Samples = append(s.Samples, bench.RoleSample{At: at, Prefill: n})
+			s.End = at
+		}
+		series = append(series, s)
+	}
+	if err := bench.PlotRoles(series, []time.Duration{phase, 2 * phase}, title, plot); err != nil {
+		log.Fatal(err)
+	}
 }
