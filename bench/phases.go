@@ -79,3 +79,25 @@ func Phases(parts ...Phase) (*Workload, error) {
 	}
 	return out, nil
 }
+
+// LongPrompts is the long-prompt workload of bench/README's P/D tables (pdcompare's
+// long-prompt): requests single-turn requests arriving as a Poisson process at 6/s, each a
+// shared document of lognormal length (median 6,144 tokens) plus 2,048 tokens of its own on
+// average, answers of 128 tokens on average. O(requests).
+func LongPrompts(requests int, seed uint64) *Workload {
+	return PrefixGroup(PrefixGroupOptions{Requests: requests, Rate: 6, PrefixTokens: 6144, SuffixTokens: 2048,
+		OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: seed}).Head(requests)
+}
+
+// PhaseMix is the phase-changing workload of bench/README's P/D phase run: the Chat workload
+// (seed) for phase, LongPrompts for phase, then Chat again (seed+1000) for phase, each part at
+// rate times its own arrival rate (Phases, each part scaled before). O(requests).
+func PhaseMix(seed uint64, rate float64, phase time.Duration) (*Workload, error) {
+	if !(rate > 0) || phase <= 0 {
+		return nil, fmt.Errorf("%w: phase mix at rate %v, phases of %v", ErrInvalidWorkload, rate, phase)
+	}
+	chat := func(s uint64) *Workload { return Chat(ChatOptions{Seed: s}).Scaled(rate) }
+	n := int(phase.Seconds()*6*rate*1.2) + 100 // LongPrompts' 6/s, scaled, with room
+	return Phases(Phase{Workload: chat(seed), Duration: phase}, Phase{Workload: LongPrompts(n, seed).Scaled(rate), Duration: phase},
+		Phase{Workload: chat(seed + 1000), Duration: phase})
+}

@@ -81,3 +81,46 @@ func TestPlannerRun(t *testing.T) {
 		}
 	}
 }
+
+// TestPhaseMix: the long prompts come in the middle phase, chat before and after it, each at
+// the rate asked; a rate or phase that is not positive is refused.
+func TestPhaseMix(t *testing.T) {
+	const phase = 20 * time.Second
+	w, err := PhaseMix(1, 1.5, phase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts [3]int
+	var prompt [3]int64
+	for _, r := range w.Requests {
+		if r.Prev >= 0 {
+			continue
+		}
+		p := min(int(r.At/phase), 2)
+		starts[p]++
+		prompt[p] += int64(r.PromptTokens)
+	}
+	long := LongPrompts(1000, 1).Scaled(1.5)
+	wantLong := 0
+	for _, r := range long.Requests {
+		if r.At < phase {
+			wantLong++
+		}
+	}
+	if starts[1] != wantLong {
+		t.Errorf("middle phase: %d requests start, want LongPrompts' %d within %v at ×1.5", starts[1], wantLong, phase)
+	}
+	for _, p := range []int{0, 2} {
+		if starts[p] == 0 || prompt[p]/int64(starts[p]) >= prompt[1]/int64(starts[1]) {
+			t.Errorf("phase %d: %d sessions of %d prompt tokens on average; want chat, shorter than the middle phase's %d", p, starts[p], prompt[p]/int64(max(starts[p], 1)), prompt[1]/int64(starts[1]))
+		}
+	}
+	for _, c := range []struct {
+		rate  float64
+		phase time.Duration
+	}{{0, phase}, {-1, phase}, {1, 0}} {
+		if _, err := PhaseMix(1, c.rate, c.phase); !errors.Is(err, ErrInvalidWorkload) {
+			t.Errorf("PhaseMix(rate %v, phase %v): %v, want ErrInvalidWorkload", c.rate, c.phase, err)
+		}
+	}
+}

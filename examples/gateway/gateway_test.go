@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,6 +106,7 @@ func TestParseConfig(t *testing.T) {
 		{"-sim-servers", "0"},
 		{"-sim-servers", "4", "-sim-prefill", "4"},
 		{"-sim-prefill", "-1"},
+		{"-sim-servers", "4", "-sim-prefill", "2", "-sim-kv-both"},
 		{"-decider", "sometimes"},
 		{"-decider-params", "{"},
 		{"-config", bad},
@@ -304,5 +308,105 @@ func TestRunQuota(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"-quota", bare}); err == nil || !strings.Contains(err.Error(), `want {"quota"`) {
 		t.Errorf("-quota with a bare object: %v, want an error", err)
+	}
+}
+
+// TestRunKVBoth: the embedded fleet in kv_both mode under the role planner (named here only to
+// fit its prefill rate to the demo profile's servers and shorten its demand's window; with
+// kv_both servers and no -decider it is the decider by default). Answers running on every server and a long document (prefilled where it is decoded
+// while no server is in prefill) make the planner move a server into prefill; the next
+// document is prefilled there and its decode server pulls the KV over the side channel.
+func TestRunKVBoth(t *testing.T) {
+	c, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-sim-servers", "3", "-sim-kv-both", "-scrape-interval", "50ms",
+		"-decider", "planner", "-decider-params", `{"prefill_rate":2000,"window":"200ms"}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, io.Discard, ready) }()
+	var base string
+	select {
+	case base = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	}()
+	series := func(name string) float64 {
+		t.Helper()
+		_, body := get(t, base+"/metrics", "")
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return 0
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	for i := range 3 {
+		if got := series(fmt.Sprintf(`usher_pd_planned_role{backend="sim-%d",role="both"}`, i)); got != 1 {
+			t.Fatalf("sim-%d: planned role both = %v, want 1 (every kv_both server starts in both)", i, got)
+		}
+	}
+	chat := func(content string, maxTokens int) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"model": "usher/demo", "max_tokens": maxTokens, "ignore_eos": true,
+			"messages": []map[string]string{{"role": "user", "content": content}}})
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("answer %d %s", resp.StatusCode, data)
+		}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i := range 6 {
+		wg.Go(func() { chat(fmt.Sprintf("talk %d", i), 1200) })
+	}
+	waitFor("the answers to run", func() bool { return series(`usher_role_inflight_requests{role="both"}`) >= 6 })
+	document := func(topic string) string {
+		var b strings.Builder
+		for i := range 1500 {
+			fmt.Fprintf(&b, "%s%d ", topic, i%97)
+		}
+		return b.String()
+	}
+	chat(document("ledger"), 8)
+	waitFor("a server in prefill", func() bool {
+		for i := range 3 {
+			if series(fmt.Sprintf(`usher_pd_planned_role{backend="sim-%d",role="prefill"}`, i)) == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	chat(document("survey"), 8)
+	if got := series(`usher_pd_requests_total{decision="disaggregated"}`); got < 1 {
+		t.Errorf("disaggregated requests = %v, want ≥ 1", got)
+	}
+	if got := series(`usher_pd_prefill_attempts_total{result="ok"}`); got < 1 {
+		t.Errorf("prefill attempts ok = %v, want ≥ 1", got)
+	}
+	if got := series(`usher_pd_role_changes_total`); got < 1 {
+		t.Errorf("role changes = %v, want ≥ 1", got)
 	}
 }

@@ -9,6 +9,12 @@
 //
 //	go run ./examples/gateway
 //
+// -sim-prefill N makes N of its servers prefill servers and the rest decode servers;
+// -sim-kv-both makes every one a kv_both server, whose role the gateway's role planner sets
+// from the load (usher_pd_planned_role):
+//
+//	go run ./examples/gateway -sim-servers 8 -sim-profile qwen3-32b-h100 -sim-kv-both
+//
 // In front of real vLLM servers, with their KV events keeping the prefix index exact:
 //
 //	go run ./examples/gateway -listen :8080 -tokenizer endpoint -block-size 16 \
@@ -95,6 +101,7 @@ type config struct {
 	SimProfile    string        // its engine profile (internal/engine)
 	SimKVEvents   bool          // its servers publish KV events, which the gateway follows
 	SimPrefill    int           // of its servers, how many are prefill servers (the rest decode); 0: aggregated
+	SimKVBoth     bool          // every server declares role=kv_both: the role planner sets their roles
 	SimLoRA       string        // LoRA adapters its servers serve, comma-separated ("": none)
 	SimMaxLoRAs   int           // adapter slots per server (0: simfleet's default)
 	ShutdownGrace time.Duration // how long shutdown waits for requests in flight
@@ -141,6 +148,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.SimProfile, "sim-profile", c.SimProfile, "engine profile of the simulated fleet: demo or qwen3-32b-h100")
 	fs.BoolVar(&c.SimKVEvents, "sim-kv-events", c.SimKVEvents, "simulated servers publish KV events over ZMQ (vLLM's wire format) and the gateway follows them")
 	fs.IntVar(&c.SimPrefill, "sim-prefill", 0, "disaggregate the simulated fleet: this many of its servers are prefill servers, the rest decode servers (0: every server serves both)")
+	fs.BoolVar(&c.SimKVBoth, "sim-kv-both", false, "every simulated server declares role=kv_both (KV transfer both ways, vLLM's kv_role kv_both): it prefills or decodes per request, pulling the KV over its side channel, and the role planner (the decider unless -decider names another) moves servers between prefill and both")
 	fs.StringVar(&c.SimLoRA, "sim-lora", "", "LoRA adapters the simulated servers serve, comma-separated (vLLM's --lora-modules); requests name one as their model")
 	fs.IntVar(&c.SimMaxLoRAs, "sim-max-loras", 0, "adapter slots of each simulated server (vLLM's --max-loras; 0: 1)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "how long shutdown waits for in-flight requests")
@@ -172,6 +180,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if c.SimPrefill < 0 || (c.SimPrefill > 0 && c.SimPrefill >= c.SimServers) {
 		return c, fmt.Errorf("sim-prefill %d: want 0, or 1..sim-servers-1 (%d) so that some server decodes", c.SimPrefill, c.SimServers-1)
+	}
+	if c.SimKVBoth && c.SimPrefill > 0 {
+		return c, errors.New("-sim-kv-both and -sim-prefill exclude each other: kv_both servers have no fixed role")
 	}
 	_, err := c.options()
 	return c, err
@@ -366,6 +377,8 @@ func startFleet(c config) (*simFleet, error) {
 		// Named as their KV events' pods are: /metrics then lists no address.
 		b := gateway.BackendSpec{URL: u, Name: fmt.Sprintf("sim-%d", i), Engine: "vllm"}
 		switch {
+		case c.SimKVBoth:
+			b.Role = "kv_both"
 		case i < c.SimPrefill:
 			b.Role = "prefill"
 		case c.SimPrefill > 0:

@@ -705,6 +705,66 @@ func TestSummarizeGoals(t *testing.T) {
 			t.Errorf("goal %d: got %+v, want %s attained by %d of 6", k, g, want.name, want.attained)
 		}
 	}
+	// TPOT: the four answers of 100 tokens (20, 20, 40, 60 ms a token); the one-token answer
+	// has none, the failed request counts in no latency.
+	if rep.TPOT.Count != 4 || math.Abs(rep.TPOT.Max-60) > 1e-9 || math.Abs(rep.TPOT.Mean-35) > 1e-9 {
+		t.Errorf("TPOT %+v: want 4 answers, mean 35 ms, max 60 ms", rep.TPOT)
+	}
+}
+
+// -workload phases: chat, then the long prompts, then chat, each -phase-length, at -speed of
+// each part's rate, whatever -duration says; -workload long-prompt is -limit requests of them.
+func TestPhaseWorkload(t *testing.T) {
+	var stderr bytes.Buffer
+	c, err := parseFlags([]string{"-workload", "phases", "-phase-length", "30s", "-speed", "1.5", "-duration", "10s"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, desc, err := c.workload(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, tokens [3]int
+	for _, s := range sessions {
+		p := int(s.Start / (30 * time.Second))
+		if p > 2 {
+			t.Fatalf("session %s starts at %v, after the third phase", s.ID, s.Start)
+		}
+		n[p]++
+		tokens[p] += s.Turns[0].Tokens
+	}
+	w, err := bench.PhaseMix(1, 1.5, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := n[0]+n[1]+n[2], openLoop(w); got != want {
+		t.Errorf("%d sessions replayed, want bench.PhaseMix's %d", got, want)
+	}
+	for _, p := range []int{0, 2} {
+		if n[p] == 0 || n[1] == 0 || tokens[p]/n[p] >= tokens[1]/n[1] {
+			t.Errorf("first prompts by phase: %v sessions, %v tokens; want chat's shorter than the long prompts'", n, tokens)
+		}
+	}
+	if !strings.Contains(desc, "30s each") {
+		t.Errorf("description %q", desc)
+	}
+	if c, err = parseFlags([]string{"-workload", "long-prompt", "-limit", "50", "-duration", "0"}, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if sessions, _, err = c.workload(0); err != nil || len(sessions) != 50 {
+		t.Errorf("-workload long-prompt -limit 50: %d sessions, %v", len(sessions), err)
+	}
+}
+
+// openLoop counts w's open-loop requests (Prev < 0), each of which starts a replayed session.
+func openLoop(w *bench.Workload) int {
+	n := 0
+	for _, r := range w.Requests {
+		if r.Prev < 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // -sessions increasing-hazard: every session runs 6 to 10 turns, none cut by its context, each

@@ -53,6 +53,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,6 +73,7 @@ type config struct {
 	url, model, api     string
 	tracePath           string
 	benchWorkload       string
+	phaseLength         time.Duration // -phase-length: with -workload phases, each phase's length
 	speed               float64
 	limit               int
 	duration            time.Duration
@@ -105,7 +107,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the OpenAI-compatible endpoint; several, comma-separated, take the requests in turn (gateway replicas behind a Service)")
 	fs.StringVar(&c.model, "model", "", "model to ask for; empty: the first of GET /v1/models")
 	fs.StringVar(&c.api, "api", "chat", "chat (/v1/chat/completions) or completions (/v1/completions, messages joined into one prompt)")
-	fs.StringVar(&c.benchWorkload, "workload", "", "replay one of the bench simulator's workloads, as the simulator runs it (with -seed): "+bench.WorkloadNames()+"; the prompts are synthesised from its block ids, so the same requests reach the gateway and the simulator")
+	fs.StringVar(&c.benchWorkload, "workload", "", "replay one of the bench simulator's workloads, as the simulator runs it (with -seed): "+bench.WorkloadNames()+", long-prompt (bench.LongPrompts: the P/D tables' long prompts; -limit requests, 4,000 without) or phases (bench.PhaseMix: chat, long prompts, chat, -phase-length each, at -speed times each part's rate; -duration does not cut it); the prompts are synthesised from its block ids, so the same requests reach the gateway and the simulator")
+	fs.DurationVar(&c.phaseLength, "phase-length", 10*time.Minute, "with -workload phases: how long each of its three phases lasts (sessions start within it)")
 	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': the Mooncake conversation trace shipped in bench/traces); empty: synthetic workload")
 	fs.Float64Var(&c.speed, "speed", 1, "trace: replay speed (2 = twice as fast as recorded)")
 	fs.IntVar(&c.limit, "limit", 0, "send at most this many requests (0: no limit)")
@@ -337,12 +340,27 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 		if c.tracePath != "" {
 			return nil, "", fmt.Errorf("-workload and -trace exclude each other")
 		}
-		w, err := bench.LoadWorkload(c.benchWorkload, bench.LoadOptions{Seed: c.synth.Seed})
+		opts := TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants}
+		desc := fmt.Sprintf("bench workload %s (seed %d) at %.3gx", c.benchWorkload, c.synth.Seed, c.speed)
+		var w *bench.Workload
+		var err error
+		switch c.benchWorkload {
+		case "long-prompt":
+			w = bench.LongPrompts(cmp.Or(c.limit, 4000), c.synth.Seed)
+		case "phases":
+			// Each part is scaled before the phases are cut, as bench.PhaseMix does: scaling
+			// the whole would shorten the phases.
+			w, err = bench.PhaseMix(c.synth.Seed, c.speed, c.phaseLength)
+			opts.Speed, opts.Window = 1, 0
+			desc = fmt.Sprintf("bench phases (seed %d): chat, long prompts, chat, %v each, at %.3gx", c.synth.Seed, c.phaseLength, c.speed)
+		default:
+			w, err = bench.LoadWorkload(c.benchWorkload, bench.LoadOptions{Seed: c.synth.Seed})
+		}
 		if err != nil {
 			return nil, "", fmt.Errorf("-workload: %w", err)
 		}
-		s, err := TraceSessions(w, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants})
-		return s, fmt.Sprintf("bench workload %s (seed %d) at %.3gx", c.benchWorkload, c.synth.Seed, c.speed), err
+		s, err := TraceSessions(w, opts)
+		return s, desc, err
 	}
 	if c.tracePath == "" {
 		s, err := Synthetic(c.synth)

@@ -88,6 +88,7 @@ type Report struct {
 	HitRate         float64   `json:"prefix_hit_rate"`
 	TTFT            Dist      `json:"ttft"`
 	ITL             Dist      `json:"inter_token"`
+	TPOT            Dist      `json:"tpot"` // each answer's mean time per output token after the first (answers of 2 tokens or more)
 	E2E             Dist      `json:"e2e"`
 	FirstTurn       TurnClass `json:"first_turn"`
 	LaterTurns      TurnClass `json:"later_turns"`
@@ -114,7 +115,7 @@ type GoalShare struct {
 // rejected after their last retry. O(n log n) in requests and tokens.
 func summarize(name, url, workload string, results []result, elapsed time.Duration) Report {
 	rep := Report{Target: name, URL: url, Workload: workload, Seconds: elapsed.Seconds()}
-	var ttft, itl, e2e, ttft0, ttft1 []float64
+	var ttft, itl, tpot, e2e, ttft0, ttft1 []float64
 	samples := map[string]bool{}
 	goals := bench.DefaultGoals()
 	for _, g := range goals {
@@ -157,6 +158,9 @@ func summarize(name, url, workload string, results []result, elapsed time.Durati
 		cls.CachedTokens += int64(r.cached)
 		ttft = append(ttft, millis(r.ttft))
 		e2e = append(e2e, millis(r.e2e))
+		if r.output > 1 {
+			tpot = append(tpot, millis(r.e2e-r.ttft)/float64(r.output-1))
+		}
 		if r.turn > 0 {
 			ttft1 = append(ttft1, millis(r.ttft))
 		} else {
@@ -170,7 +174,7 @@ func summarize(name, url, workload string, results []result, elapsed time.Durati
 		rep.ErrorSamples = append(rep.ErrorSamples, s)
 	}
 	slices.Sort(rep.ErrorSamples)
-	rep.TTFT, rep.ITL, rep.E2E = distOf(ttft), distOf(itl), distOf(e2e)
+	rep.TTFT, rep.ITL, rep.TPOT, rep.E2E = distOf(ttft), distOf(itl), distOf(tpot), distOf(e2e)
 	rep.FirstTurn.TTFT, rep.LaterTurns.TTFT = distOf(ttft0), distOf(ttft1)
 	rep.HitRate = ratio(rep.CachedTokens, rep.PromptTokens)
 	for k := range rep.Goals {
@@ -213,7 +217,7 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, row := range []struct {
 		name string
 		d    Dist
-	}{{"TTFT", r.TTFT}, {"inter-token", r.ITL}, {"end-to-end", r.E2E},
+	}{{"TTFT", r.TTFT}, {"inter-token", r.ITL}, {"TPOT", r.TPOT}, {"end-to-end", r.E2E},
 		{"TTFT first turn", r.FirstTurn.TTFT}, {"TTFT later turns", r.LaterTurns.TTFT}} {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", row.name, row.d.Count,
 			fmtMs(row.d, row.d.P50), fmtMs(row.d, row.d.P90), fmtMs(row.d, row.d.P99), fmtMs(row.d, row.d.Mean), fmtMs(row.d, row.d.Max))

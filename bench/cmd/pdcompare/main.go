@@ -30,6 +30,11 @@
 // -phases prints the phase-changing run instead (chat, long prompts, chat; see phases.go):
 //
 //	go run ./bench/cmd/pdcompare -phases -rates 1.5 -modes aggregated,pool,planner -prefill 5 -roles-plot bench/plots/roles-phases.png
+//
+// -attain prints the same columns for one workload at one fixed rate (the simulator's side of
+// bench/pd-kvboth-processes.sh's long-prompt run):
+//
+//	go run ./bench/cmd/pdcompare -attain -workloads long-prompt -requests 1500 -rates 2 -modes aggregated,always,planner -prefill 5
 package main
 
 import (
@@ -74,6 +79,8 @@ func main() {
 		curves     = flag.String("curves", "", "with -goodput: write attainment-vs-rate plots for the first workload at transfer ×1 into this directory")
 		curveAt    = flag.String("curve-rates", "0.5,1,1.5,2,2.5,3,3.5,4,5,6", "with -curves: the load multipliers of the plots' points")
 		phases     = flag.Bool("phases", false, "print the phase-changing run instead: chat, long prompts, chat, -phase-minutes each, at the first of -rates, under aggregated, always-P/D at every split and the deciders of -modes (-transfer-scales' first)")
+		attain     = flag.Bool("attain", false, "print the share of requests attaining each goal instead, with the latencies and the planner's role changes (the -phases table's columns), for the first of -workloads at the first of -rates, under the rows of -modes at the -prefill splits (-transfer-scales' first): the simulator's side of fixed-rate process runs")
+		procRoles  = flag.String("process-roles", "", "with -roles-plot: plot instead the servers in prefill that bench/pd-kvboth-processes.sh sampled on processes (its .roles files, comma-separated; -phase-minutes: the phases' length)")
 		phaseMin   = flag.Duration("phase-minutes", 10*time.Minute, "with -phases: each phase's length, simulated")
 		rolePlot   = flag.String("roles-plot", "", "with -phases: write the planner's servers in prefill over time to this .png or .svg")
 		searchMin  = flag.Float64("search-min", 0.125, "with -goodput: the lowest load multiplier the search tries (below it, goodput 0: a low rate is a long simulated run)")
@@ -168,6 +175,32 @@ func main() {
 		}
 		phaseTable(os.Stdout, rows, *servers, rate, *phaseMin, ss, *parallel,
 			time.Duration(scale*float64(*perToken)), *latency, *rolePlot)
+		return
+	}
+	if *procRoles != "" {
+		if *rolePlot == "" {
+			log.Fatal("-process-roles needs -roles-plot")
+		}
+		processRoles(strings.Split(*procRoles, ","), *phaseMin, fmt.Sprintf("Role planner on processes: servers in prefill (chat, long prompts, chat, %v each)", *phaseMin), *rolePlot)
+		return
+	}
+	if *attain {
+		rate, err := strconv.ParseFloat(strings.Split(*rates, ",")[0], 64)
+		if err != nil {
+			log.Fatalf("-rates: %v", err)
+		}
+		scale, err := strconv.ParseFloat(strings.Split(*scales, ",")[0], 64)
+		if err != nil {
+			log.Fatalf("-transfer-scales: %v", err)
+		}
+		var ss []uint64
+		for k := range *seeds {
+			ss = append(ss, bench.DefaultSeed+uint64(k))
+		}
+		wl := strings.Split(*workloads, ",")[0]
+		pt := time.Duration(scale * float64(*perToken))
+		attainTable(os.Stdout, modes, *servers, func(seed uint64) *bench.Workload { return workload(wl, seed, *requests).Scaled(rate) },
+			fmt.Sprintf("%s, first %d requests; load ×%g, transfer %v/token + %v", wl, *requests, rate, pt, *latency), ss, *parallel, pt, *latency, "", nil, "")
 		return
 	}
 	if *goodput {
@@ -265,8 +298,7 @@ func workload(name string, seed uint64, n int) *bench.Workload {
 	var w *bench.Workload
 	switch name {
 	case "long-prompt":
-		w = bench.PrefixGroup(bench.PrefixGroupOptions{Requests: n, Rate: 6, PrefixTokens: 6144, SuffixTokens: 2048,
-			OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: seed})
+		return bench.LongPrompts(n, seed)
 	case "chat":
 		w = bench.Chat(bench.ChatOptions{Seed: seed})
 	case "chat-full":

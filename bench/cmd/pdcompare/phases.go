@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,12 +22,7 @@ import (
 
 // phaseWorkload is the phase-changing workload for seed at load multiplier rate.
 func phaseWorkload(seed uint64, rate float64, phase time.Duration) *bench.Workload {
-	chat := func(s uint64) *bench.Workload { return bench.Chat(bench.ChatOptions{Seed: s}).Scaled(rate) }
-	n := int(phase.Seconds()*6*rate*1.2) + 100 // PrefixGroup's 6/s, scaled, with room
-	long := bench.PrefixGroup(bench.PrefixGroupOptions{Requests: n, Rate: 6, PrefixTokens: 6144, SuffixTokens: 2048,
-		OutputTokens: 128, FanOut: []float64{1}, BurstFactor: 1, Seed: seed}).Scaled(rate)
-	w, err := bench.Phases(bench.Phase{Workload: chat(seed), Duration: phase}, bench.Phase{Workload: long, Duration: phase},
-		bench.Phase{Workload: chat(seed + 1000), Duration: phase})
+	w, err := bench.PhaseMix(seed, rate, phase)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -52,6 +50,18 @@ func phaseRows(all, modes []mode, servers int) []mode {
 // the planner's servers in prefill over time there (every seed).
 func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase time.Duration, seeds []uint64, parallel int,
 	perToken, latency time.Duration, plot string) {
+	title := fmt.Sprintf("Phases: chat %v, long prompts %v, chat %v; load ×%g, transfer %v/token + %v", phase, phase, phase, rate, perToken, latency)
+	build := func(seed uint64) *bench.Workload { return phaseWorkload(seed, rate, phase) }
+	attainTable(out, rows, servers, build, title, seeds, parallel, perToken, latency, plot, []time.Duration{phase, 2 * phase},
+		fmt.Sprintf("Role planner: servers in prefill (%d servers; chat, long prompts, chat; load ×%g)", servers, rate))
+}
+
+// attainTable runs rows on the workloads build makes (one per seed) and prints the share of
+// requests attaining each goal, the latencies and the planner's role changes under title;
+// with plot set, it writes the planner's servers in prefill over time there (every seed; marks
+// at the times of marks, the plot titled plotTitle).
+func attainTable(out io.Writer, rows []mode, servers int, build func(seed uint64) *bench.Workload, title string, seeds []uint64, parallel int,
+	perToken, latency time.Duration, plot string, marks []time.Duration, plotTitle string) {
 	start := time.Now()
 	res := make([][]*bench.Result, len(rows))
 	var wg sync.WaitGroup
@@ -64,7 +74,7 @@ func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase tim
 		if w, ok := wls[seed]; ok {
 			return w
 		}
-		w := phaseWorkload(seed, rate, phase)
+		w := build(seed)
 		wls[seed] = w
 		return w
 	}
@@ -90,8 +100,8 @@ func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase tim
 		}
 	}
 	wg.Wait()
-	fmt.Fprintf(out, "\n**Phases: chat %v, long prompts %v, chat %v; load ×%g, transfer %v/token + %v** (%d servers, %d seeds, median and range; share of all requests attaining each goal over the whole run)\n\n",
-		phase, phase, phase, rate, perToken, latency, servers, len(seeds))
+	fmt.Fprintf(out, "\n**%s** (%d servers, %d seeds, median and range; share of all requests attaining each goal over the whole run)\n\n",
+		title, servers, len(seeds))
 	fmt.Fprintln(out, "| mode | tight | relaxed | TTFT p50 | TTFT p99 | TPOT p99 | disaggregated | role changes | changes per server per 30 s |")
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|")
 	var series []bench.RoleSeries
@@ -126,9 +136,37 @@ func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase tim
 		}
 	}
 	if plot != "" && len(series) > 0 {
-		if err := bench.PlotRoles(series, []time.Duration{phase, 2 * phase}, fmt.Sprintf("Role planner: servers in prefill (%d servers; chat, long prompts, chat; load ×%g)", servers, rate), plot); err != nil {
+		if err := bench.PlotRoles(series, marks, plotTitle, plot); err != nil {
 			log.Fatal(err)
 		}
 	}
-	log.Printf("pdcompare: phases: %d rows in %v", len(rows), time.Since(start).Round(time.Second))
+	log.Printf("pdcompare: %s: %d rows in %v", title, len(rows), time.Since(start).Round(time.Second))
+}
+
+// processRoles plots the servers in prefill over time that bench/pd-kvboth-processes.sh
+// sampled on processes (files of "SECONDS SERVERS" lines, one per run) to plot, with marks at
+// the phases' ends.
+func processRoles(files []string, phase time.Duration, title, plot string) {
+	var series []bench.RoleSeries
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			log.Fatal(err)
+		}
+		s := bench.RoleSeries{Name: strings.TrimSuffix(filepath.Base(f), ".roles")}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var sec float64
+			var n int
+			if _, err := fmt.Sscan(line, &sec, &n); err != nil {
+				log.Fatalf("%s: %q: %v", f, line, err)
+			}
+			at := time.Duration(sec * float64(time.Second))
+			s.Samples = append(s.Samples, bench.RoleSample{At: at, Prefill: n})
+			s.End = at
+		}
+		series = append(series, s)
+	}
+	if err := bench.PlotRoles(series, []time.Duration{phase, 2 * phase}, title, plot); err != nil {
+		log.Fatal(err)
+	}
 }
