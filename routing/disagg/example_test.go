@@ -87,7 +87,8 @@ func ExamplePlanner() {
 		panic(err)
 	}
 	planner.Plan(now, r)
-	// 15,000 uncached prompt tokens a second for 10 s, as the decider sees them.
+	// 15,000 uncached prompt tokens a second for 10 s, as the decider sees them, and no answers
+	// running yet: the work balance gives prefill every server but one.
 	for range 10 {
 		for range 3 {
 			planner.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 5000})
@@ -112,7 +113,7 @@ func ExamplePlanner() {
 	fmt.Println("a long prefill while 8 answers run goes away:", planner.Disaggregate(&routing.Request{}, busy))
 	d.Done(routing.DoneInfo{})
 	// Output:
-	// 2 of 4 servers in prefill after 2 changes
+	// 3 of 4 servers in prefill after 3 changes
 	// decode pick on a server in both
 	// a long prefill while 8 answers run goes away: true
 }

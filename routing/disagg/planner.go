@@ -22,32 +22,37 @@ type PlannerOptions struct {
 	// PrefillRate is how many prompt tokens one server prefills per second. Zero: 20,000
 	// (Qwen3-32B on two H100s, about 42 µs a token).
 	PrefillRate float64 `json:"prefill_rate"`
-	// Utilization is the share of the prefill servers' time the plan fills with the measured
-	// demand: the planner gives prefill as many servers as the demand needs at this
-	// utilization. Zero: 0.7. At most 1.
+	// Utilization is no longer read: the plan sizes the prefill pool from a work balance
+	// (see [Planner]), which measured better in bench/README than filling the pool to a
+	// utilization. It is still validated (at most 1) so that existing configurations keep
+	// their meaning of an error.
+	//
+	// Deprecated: ignored.
 	Utilization float64 `json:"utilization"`
 	// DecodeBatch is how many answers, and DecodeTokens how many tokens of their context (KV
-	// in use, as scraped), one server decodes at once within the TPOT target: the plan leaves
-	// enough servers out of prefill for the answers running and their context. Zero: 64 and
+	// in use, as scraped), one server decodes at once within the TPOT target: they measure
+	// the decode work in servers for the work balance, and the plan always leaves enough
+	// servers out of prefill for the answers running and their context. Zero: 64 and
 	// 196,608 (Qwen3-32B on two H100s: about 17 ms a token at 131,072 tokens of context; the
 	// larger figure measured better in bench/README's phase run, where 131,072 kept too few
 	// servers in prefill).
 	DecodeBatch  int `json:"decode_batch"`
 	DecodeTokens int `json:"decode_tokens"`
-	// TTFT is the first-token target of requests that set none ([routing.Request].Targets):
-	// a prefill is sent away only while the prefill servers' queue, the prefill and the
-	// transfer are predicted to meet it. It also bounds the planner's prefill queue: a server
-	// moves into prefill while the predicted queue there is over TTFT/3, and one leaves it only
-	// while the queue is under TTFT/10. Zero: 1 s.
+	// TTFT is the first-token target the planner's prefill queue is held to: a server moves
+	// into prefill while the predicted queue there is over TTFT/3, and one leaves it only while
+	// the queue is under TTFT/10. Zero: 1 s.
 	TTFT time.Duration `json:"ttft"`
 	// TransferPerToken and TransferLatency are the KV transfer's predicted cost: a part per
 	// uncached prompt token and a fixed part per transfer. Zero: 5.2 µs (Qwen3-32B's 256 KiB a
-	// token over 400 Gb/s) and 1 ms.
+	// token over 400 Gb/s) and 1 ms. They are validated but no longer read: the decider that
+	// weighed the remote path against a local prefill measured worse than sending every
+	// prefill to the pool (see [Planner.Disaggregate]).
 	TransferPerToken time.Duration `json:"transfer_per_token"`
 	TransferLatency  time.Duration `json:"transfer_latency"`
 	// Window is the time constant of the demand's moving average. Zero: 10 s.
 	Window time.Duration `json:"window"`
-	// Dwell is the shortest time between two role changes of one server. Zero: 30 s.
+	// Dwell is the shortest time between two role changes of one server; a server's first
+	// change, out of the all-both start, does not count. Zero: 30 s.
 	Dwell time.Duration `json:"dwell"`
 }
 
@@ -64,17 +69,22 @@ type PlannerOptions struct {
 //
 // The host calls [Planner.Plan] on a tick (every scrape, say); it reads the router's
 // backends and in-flight counts and the prefill demand the decider measured since the last
-// tick, and publishes a new plan: how many servers should prefill so that the demand (a moving
-// average over Window of the uncached tokens the decider saw) fills them to at most
-// Utilization at PrefillRate and their predicted queue (the prefill in flight there over
-// PrefillRate) stays short of the TTFT target, leaving enough servers to decode the answers
-// running and their context (DecodeBatch and DecodeTokens each). It moves servers one way at once and none more than once per
-// Dwell; a request in flight is never moved: a server leaving decode finishes the answers it
-// has, one leaving prefill the prefills it has.
+// tick, and publishes a new plan. The plan shares the servers out by a work balance: the
+// prefill work (the demand, a moving average over Window of the uncached tokens the decider
+// saw, over PrefillRate) against the decode work (the answers running on the servers in both
+// over DecodeBatch, or their context over DecodeTokens, whichever is more), each in servers;
+// prefill gets its share of the servers, moving by one when the share is more than three
+// quarters of a server away. A server also moves into prefill while the predicted prefill
+// queue (the prefill in flight there over PrefillRate, a 1 s moving average) is over TTFT/3,
+// and none leaves it unless the queue is under TTFT/10. Enough servers stay out of prefill to
+// decode the answers running and their context. It moves servers one way at once and none
+// more than once per Dwell, a server's first move excepted (the all-both start is a guess,
+// not a plan); a request in flight is never moved: a server leaving decode finishes the
+// answers it has, one leaving prefill the prefills it has.
 //
-// Disaggregate sends a prefill away when it pays: when the decode server is producing answers
-// (which a local prefill would stall) and the prefill servers' predicted queue, the prefill and
-// the transfer fit the request's TTFT target.
+// Disaggregate sends every prefill away while there is a prefill pool: a long prefill on a
+// server in both stalls its answers past any TPOT target worth setting (an 8,192-token
+// chunk costs about 400 ms against 25 ms), and the pool grows with its queue instead.
 //
 // Disaggregate is on the pick path: lock-free (an atomic load of the current plan),
 // allocation-free, O(1). Plan and Stats take a lock and are O(backends). All methods are safe
@@ -98,12 +108,27 @@ type Planner struct {
 	backlog float64   // prefill tokens in flight on the servers in prefill, moving average
 	states  []routing.BackendState
 	kv      []member
+	moved   []bool // by BackendID: the server has changed role before (its first change sets no dwell)
 }
+
+// queueWindow is the time constant of the predicted prefill queue's moving average: short,
+// so that a queue building up moves a server into prefill within a second or two (with the
+// demand's Window, 10 s, the pool grew too late in bench/README's runs).
+const queueWindow = time.Second
+
+// balanceSlack is how far, in servers, prefill's share of the work balance must be from the
+// servers in prefill before one moves: 0.75 halved the role changes of 0.5 in bench/README's
+// phase run and measured as well.
+const balanceSlack = 0.75
+
+// minPrefillWork is the prefill work, in servers, below which the work balance gives prefill
+// no share: with no answers running, any demand at all would otherwise claim every server
+// but one, and an idle fleet would keep its pool (the demand's average only decays).
+const minPrefillWork = 0.1
 
 // plan is an immutable snapshot the decider reads.
 type plan struct {
-	prefillers int           // KVBoth servers in prefill
-	queue      time.Duration // predicted prefill queue of the least-loaded prefill server
+	prefillers int // KVBoth servers in prefill
 }
 
 // member is one KVBoth server during Plan.
@@ -171,10 +196,10 @@ func managed(s *routing.BackendState) bool { return s.KVBoth && s.Role == routin
 
 // Disaggregate implements [Decider]. A prompt whose uncached part is shorter than
 // MinUncachedTokens is prefilled locally; a longer one counts as prefill demand, and goes to
-// a prefill server when there is one, the decode server has answers running (which a local
-// prefill would stall) and the remote path (the least-loaded prefill server's predicted queue
-// at the last Plan, the prefill, the transfer) meets the TTFT target or, for a prompt too long
-// to meet it anyway, takes at most twice the prefill. O(1), no allocation.
+// a prefill server whenever there is one. (Keeping a prefill local when the decode server
+// was idle, or when the pool's predicted queue missed the TTFT target, measured worse in
+// bench/README: the local prefill stalls the answers that come to that server during it.)
+// O(1), no allocation.
 func (p *Planner) Disaggregate(req *routing.Request, decode *routing.Result) bool {
 	u := decode.UncachedTokens
 	if u < p.o.MinUncachedTokens {
@@ -184,23 +209,6 @@ func (p *Planner) Disaggregate(req *routing.Request, decode *routing.Result) boo
 	p.seen.Add(int64(u))
 	pl := p.cur.Load()
 	if pl.prefillers == 0 {
-		p.kept.Add(1)
-		return false
-	}
-	r := 0
-	if decode.Backend != nil && decode.Backend.Known&routing.SignalRunning != 0 {
-		r = decode.Backend.Running
-	}
-	if own, ok := hook.OwnRequests(decode); ok {
-		r = max(r, int(own)-1)
-	}
-	target := p.o.TTFT
-	if req.Targets.TTFT > 0 {
-		target = req.Targets.TTFT
-	}
-	prefill := time.Duration(float64(u) / p.o.PrefillRate * float64(time.Second))
-	remote := pl.queue + prefill + p.o.TransferLatency + time.Duration(u)*p.o.TransferPerToken
-	if r == 0 || remote > max(target, 2*prefill) {
 		p.kept.Add(1)
 		return false
 	}
@@ -217,11 +225,12 @@ func (p *Planner) Plan(now time.Time, r *routing.Router) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seen := p.seen.Swap(0)
-	a := 0.0 // the moving averages' weight of this tick
+	qa := 0.0 // the queue average's weight of this tick
 	if !p.last.IsZero() {
 		if dt := now.Sub(p.last); dt > 0 {
-			a = 1 - math.Exp(-float64(dt)/float64(p.o.Window))
+			a := 1 - math.Exp(-float64(dt)/float64(p.o.Window))
 			p.demand += a * (float64(seen)/dt.Seconds() - p.demand)
+			qa = 1 - math.Exp(-float64(dt)/float64(queueWindow))
 		}
 	}
 	p.last = now
@@ -240,6 +249,7 @@ func (p *Planner) Plan(now time.Time, r *routing.Router) int {
 			continue
 		}
 		for int(id) >= len(p.roles) {
+			p.moved = append(p.moved, false)
 			p.roles = append(p.roles, routing.RoleBoth)
 			p.changed = append(p.changed, time.Time{})
 			p.names = append(p.names, "")
@@ -262,22 +272,29 @@ func (p *Planner) Plan(now time.Time, r *routing.Router) int {
 		}
 		p.kv = append(p.kv, m)
 	}
-	// The demand's share of a server (need) and the prefill servers' predicted queue, their
-	// backlog (a moving average) over their rate. Up a server when the demand needs more than
-	// there are by a quarter of a server or the queue passes TTFT/3; down when the queue is
-	// under TTFT/10 and the demand, a quarter more, fits in a quarter of a server fewer than
-	// would be left. One server a tick.
-	p.backlog += a * (float64(backlog) - p.backlog)
-	need := p.demand / (p.o.PrefillRate * p.o.Utilization)
+	// The prefill servers' predicted queue: their backlog (a moving average over queueWindow)
+	// over their rate. Up a server when prefill's share of the work balance is above the
+	// servers in prefill by more than balanceSlack or the queue passes TTFT/3; down when the
+	// queue is under TTFT/10 and the share is below them by more than balanceSlack. One
+	// server a tick.
+	p.backlog += qa * (float64(backlog) - p.backlog)
 	queue := time.Duration(0)
 	if cur > 0 {
 		queue = time.Duration(p.backlog / float64(cur) / p.o.PrefillRate * float64(time.Second))
 	}
+	// The work balance: prefill's share of the servers, from the prefill and decode work,
+	// each in servers.
+	pw := p.demand / p.o.PrefillRate
+	dw := max(float64(running)/float64(p.o.DecodeBatch), float64(context)/float64(p.o.DecodeTokens))
+	share := 0.0
+	if pw >= minPrefillWork {
+		share = float64(len(p.kv)) * pw / (pw + dw)
+	}
 	want := cur
 	switch {
-	case need > float64(cur)+0.25 || (cur > 0 && queue > p.o.TTFT/3):
+	case share > float64(cur)+balanceSlack || (cur > 0 && queue > p.o.TTFT/3):
 		want = cur + 1
-	case cur > 0 && queue < p.o.TTFT/10 && need*1.25 < float64(cur)-0.75:
+	case cur > 0 && queue < p.o.TTFT/10 && share < float64(cur)-balanceSlack:
 		want = cur - 1
 	}
 	decoders := max(1, (running+p.o.DecodeBatch-1)/p.o.DecodeBatch, (context+p.o.DecodeTokens-1)/p.o.DecodeTokens)
@@ -321,15 +338,6 @@ func (p *Planner) Plan(now time.Time, r *routing.Router) int {
 	}
 	hook.SetRolePlan(r, rp)
 	next := &plan{prefillers: cur}
-	if cur > 0 {
-		least := int64(math.MaxInt64)
-		for _, m := range p.kv {
-			if p.roles[m.id] == routing.RolePrefill {
-				least = min(least, m.backlog)
-			}
-		}
-		next.queue = time.Duration(float64(least) / p.o.PrefillRate * float64(time.Second))
-	}
 	p.cur.Store(next)
 	return changes
 }
@@ -341,7 +349,11 @@ func (p *Planner) free(id routing.BackendID, now time.Time) bool {
 
 // set changes server id's role. Called with p.mu held.
 func (p *Planner) set(id routing.BackendID, role routing.Role, now time.Time) {
-	p.roles[id], p.changed[id] = role, now
+	p.roles[id] = role
+	if p.moved[id] {
+		p.changed[id] = now
+	}
+	p.moved[id] = true
 	p.moves.Add(1)
 }
 
