@@ -273,17 +273,15 @@ func (r *Registry) addBuiltins() {
 	must(Register(r, "planner", func(p Params) (disagg.Decider, error) {
 		var o struct {
 			disagg.PlannerOptions
-			TTFT             jsontime.Duration `json:"ttft"`
-			TransferPerToken jsontime.Duration `json:"transfer_per_token"`
-			TransferLatency  jsontime.Duration `json:"transfer_latency"`
-			Window           jsontime.Duration `json:"window"`
-			Dwell            jsontime.Duration `json:"dwell"`
+			TTFT   jsontime.Duration `json:"ttft"`
+			Window jsontime.Duration `json:"window"`
+			Dwell  jsontime.Duration `json:"dwell"`
 		}
 		if err := p.Decode(&o); err != nil {
 			return nil, err
 		}
 		po := o.PlannerOptions
-		po.TTFT, po.TransferPerToken, po.TransferLatency = time.Duration(o.TTFT), time.Duration(o.TransferPerToken), time.Duration(o.TransferLatency)
+		po.TTFT = time.Duration(o.TTFT)
 		po.Window, po.Dwell = time.Duration(o.Window), time.Duration(o.Dwell)
 		return disagg.NewPlanner(po)
 	}))

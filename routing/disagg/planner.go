@@ -22,13 +22,6 @@ type PlannerOptions struct {
 	// PrefillRate is how many prompt tokens one server prefills per second. Zero: 20,000
 	// (Qwen3-32B on two H100s, about 42 µs a token).
 	PrefillRate float64 `json:"prefill_rate"`
-	// Utilization is no longer read: the plan sizes the prefill pool from a work balance
-	// (see [Planner]), which measured better in bench/README than filling the pool to a
-	// utilization. It is still validated (at most 1) so that existing configurations keep
-	// their meaning of an error.
-	//
-	// Deprecated: ignored.
-	Utilization float64 `json:"utilization"`
 	// DecodeBatch is how many answers, and DecodeTokens how many tokens of their context (KV
 	// in use, as scraped), one server decodes at once within the TPOT target: they measure
 	// the decode work in servers for the work balance, and the plan always leaves enough
@@ -42,13 +35,6 @@ type PlannerOptions struct {
 	// into prefill while the predicted queue there is over TTFT/3, and one leaves it only while
 	// the queue is under TTFT/10. Zero: 1 s.
 	TTFT time.Duration `json:"ttft"`
-	// TransferPerToken and TransferLatency are the KV transfer's predicted cost: a part per
-	// uncached prompt token and a fixed part per transfer. Zero: 5.2 µs (Qwen3-32B's 256 KiB a
-	// token over 400 Gb/s) and 1 ms. They are validated but no longer read: the decider that
-	// weighed the remote path against a local prefill measured worse than sending every
-	// prefill to the pool (see [Planner.Disaggregate]).
-	TransferPerToken time.Duration `json:"transfer_per_token"`
-	TransferLatency  time.Duration `json:"transfer_latency"`
 	// Window is the time constant of the demand's moving average. Zero: 10 s.
 	Window time.Duration `json:"window"`
 	// Dwell is the shortest time between two role changes of one server; a server's first
@@ -156,9 +142,9 @@ type PlannerStats struct {
 // NewPlanner returns a Planner with every KVBoth server in both until the first
 // [Planner.Plan].
 func NewPlanner(o PlannerOptions) (*Planner, error) {
-	if o.MinUncachedTokens < 0 || o.PrefillRate < 0 || o.Utilization < 0 || o.Utilization > 1 || o.DecodeBatch < 0 || o.DecodeTokens < 0 ||
-		o.TTFT < 0 || o.TransferPerToken < 0 || o.TransferLatency < 0 || o.Window < 0 || o.Dwell < 0 ||
-		math.IsNaN(o.PrefillRate) || math.IsInf(o.PrefillRate, 0) || math.IsNaN(o.Utilization) {
+	if o.MinUncachedTokens < 0 || o.PrefillRate < 0 || o.DecodeBatch < 0 || o.DecodeTokens < 0 ||
+		o.TTFT < 0 || o.Window < 0 || o.Dwell < 0 ||
+		math.IsNaN(o.PrefillRate) || math.IsInf(o.PrefillRate, 0) {
 		return nil, fmt.Errorf("%w: planner %+v", ErrInvalidOptions, o)
 	}
 	def := func(v *time.Duration, d time.Duration) {
@@ -172,9 +158,6 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 	if o.PrefillRate == 0 {
 		o.PrefillRate = 20000
 	}
-	if o.Utilization == 0 {
-		o.Utilization = 0.7
-	}
 	if o.DecodeBatch == 0 {
 		o.DecodeBatch = 64
 	}
@@ -182,8 +165,6 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 		o.DecodeTokens = 196608
 	}
 	def(&o.TTFT, time.Second)
-	def(&o.TransferPerToken, 5200*time.Nanosecond)
-	def(&o.TransferLatency, time.Millisecond)
 	def(&o.Window, 10*time.Second)
 	def(&o.Dwell, 30*time.Second)
 	p := &Planner{o: o}

@@ -59,7 +59,7 @@ func roleCount(p *Planner) (prefill, both int) {
 func TestPlanner(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
-	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, Utilization: 1})
+	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestPlanner(t *testing.T) {
 // twice within the dwell, its first change (out of the all-both start) excepted.
 func TestPlannerDwell(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, Utilization: 1, Window: time.Second})
+	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestPlannerBalance(t *testing.T) {
 }
 
 func TestPlannerOptions(t *testing.T) {
-	for _, o := range []PlannerOptions{{MinUncachedTokens: -1}, {Utilization: 1.5}, {Dwell: -1}, {PrefillRate: -1}} {
+	for _, o := range []PlannerOptions{{MinUncachedTokens: -1}, {TTFT: -1}, {Dwell: -1}, {PrefillRate: -1}} {
 		if _, err := NewPlanner(o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
 		}
@@ -288,7 +288,7 @@ func BenchmarkPlannerPick(b *testing.B) {
 	}{{"without", false, 0}, {"planner-all-both", true, 0}, {"planner-quarter-prefill", true, 250000}} {
 		with := c.with
 		b.Run(c.name, func(b *testing.B) {
-			p, _ := NewPlanner(PlannerOptions{PrefillRate: 10000, Utilization: 1})
+			p, _ := NewPlanner(PlannerOptions{PrefillRate: 10000})
 			r, fleet := plannerFleet(b, p, 100, clock)
 			if !with {
 				var err error
