@@ -90,6 +90,7 @@ type config struct {
 	syntheticMaxContext int
 	label               string
 	sessionIdle         time.Duration // -session-idle; 0: defaultIdle of the workload
+	split               time.Duration // -split; 0: none
 	shape               string        // -sessions: the synthetic sessions' preset
 	frontierDir         string        // -frontier: where the plots go ("" when not in that mode)
 	frontierReports     []string      // its reports, the arguments after the flags
@@ -132,6 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
 	fs.DurationVar(&c.sessionIdle, "session-idle", 0, "a session whose next turn is not sent within this long of its previous answer is abandoned (task completion time); 0: twice the workload's longest think time")
+	fs.DurationVar(&c.split, "split", 0, "also report the turns sent before this moment of the run and those sent after it apart, and the sessions over (idle past -session-idle) by then, to see a policy that learns (Gittins) before and after it has (0: no split)")
 	fs.StringVar(&c.label, "label", "", "name of the run, written in the report (the -frontier table and plot name a run by it)")
 	fs.StringVar(&c.frontierDir, "frontier", "", "report mode: read the -json reports given as arguments (none: every DIR/*.json), print their markdown table of first against later turns, and write DIR/frontier.png and .svg; runs no load")
 	fs.StringVar(&c.frontierTitle, "title", "admission frontier", "frontier: the plot's title")
@@ -208,6 +210,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-speed %v: want > 0", c.speed)
 	case c.sessionIdle < 0:
 		return c, fmt.Errorf("-session-idle %v: want ≥ 0", c.sessionIdle)
+	case c.split < 0:
+		return c, fmt.Errorf("-split %v: want ≥ 0", c.split)
 	case c.limit < 0 || c.retries < 0 || c.run.Concurrency < 1:
 		return c, errors.New("-limit and -retries must not be negative, -concurrency must be positive")
 	}
@@ -306,6 +310,7 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		turns += len(sessions[i].Turns)
 	}
 	fmt.Fprintf(stderr, "loadgen: %s: %d sessions, %d requests, against %s (model %s)\n", workload, len(sessions), turns, t.URL, t.Model)
+	start := time.Now()
 	results, elapsed := run(ctx, t, sessions, cfg.run)
 	rep := summarize(t.Name, t.URL, workload, results, elapsed)
 	rep.Label = cfg.label
@@ -314,6 +319,10 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		idle = defaultIdle(sessions)
 	}
 	rep.Tasks = taskStats(sessions, results, idle, runEnd(results))
+	if cfg.split > 0 {
+		st := splitStats(results, start, cfg.split, idle)
+		rep.Split = &st
+	}
 	if cfg.jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
