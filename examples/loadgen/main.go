@@ -73,6 +73,7 @@ type config struct {
 	tracePath           string
 	benchWorkload       string
 	speed               float64
+	thinkScale          float64 // -think-scale
 	limit               int
 	duration            time.Duration
 	maxContext          int
@@ -109,6 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.benchWorkload, "workload", "", "replay one of the bench simulator's workloads, as the simulator runs it (with -seed): "+bench.WorkloadNames()+"; the prompts are synthesised from its block ids, so the same requests reach the gateway and the simulator")
 	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': the Mooncake conversation trace shipped in bench/traces); empty: synthetic workload")
 	fs.Float64Var(&c.speed, "speed", 1, "trace: replay speed (2 = twice as fast as recorded)")
+	fs.Float64Var(&c.thinkScale, "think-scale", 1, "trace and -workload: multiply the think time before each closed-loop turn (which -speed leaves alone) by this, e.g. 0.1 to fit sessions whose gaps run to minutes into a short run (it changes the workload: say so with the figures)")
 	fs.IntVar(&c.limit, "limit", 0, "send at most this many requests (0: no limit)")
 	fs.DurationVar(&c.duration, "duration", 60*time.Second, "synthetic: sessions start within this window; trace: replay the requests arriving within it (0: whole trace)")
 	fs.IntVar(&c.maxContext, "max-context", 0, "trace: fit requests into this many tokens (0: the max_model_len GET /v1/models reports, if any; -1: no limit)")
@@ -208,6 +210,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-api %q: want chat or completions", c.api)
 	case c.speed <= 0:
 		return c, fmt.Errorf("-speed %v: want > 0", c.speed)
+	case !(c.thinkScale > 0):
+		return c, fmt.Errorf("-think-scale %v: want > 0", c.thinkScale)
 	case c.sessionIdle < 0:
 		return c, fmt.Errorf("-session-idle %v: want ≥ 0", c.sessionIdle)
 	case c.split < 0:
@@ -350,8 +354,12 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("-workload: %w", err)
 		}
-		s, err := TraceSessions(w, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants})
-		return s, fmt.Sprintf("bench workload %s (seed %d) at %.3gx", c.benchWorkload, c.synth.Seed, c.speed), err
+		s, err := TraceSessions(w, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants, ThinkScale: c.thinkScale})
+		desc := fmt.Sprintf("bench workload %s (seed %d) at %.3gx", c.benchWorkload, c.synth.Seed, c.speed)
+		if c.thinkScale != 1 {
+			desc += fmt.Sprintf(", think times ×%.3g", c.thinkScale)
+		}
+		return s, desc, err
 	}
 	if c.tracePath == "" {
 		s, err := Synthetic(c.synth)
@@ -370,7 +378,7 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("-trace: %w (-trace mooncake replays the Mooncake conversation trace that ships in bench/traces; a path names a Mooncake-format JSONL file)", err)
 	}
-	s, err := TraceSessions(recs, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants})
+	s, err := TraceSessions(recs, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants, ThinkScale: c.thinkScale})
 	desc := fmt.Sprintf("trace %s at %.3gx", path, c.speed)
 	if mc > 0 {
 		desc += fmt.Sprintf(", fitted to %d tokens", mc)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/usher-llm/usher/bench"
 )
 
 // TestSplitStats splits a run at 30 s on a fixed clock: turns go to the phase in which they
@@ -58,5 +60,43 @@ func TestSplitStats(t *testing.T) {
 	writeSplitTable(&b, []frontierRun{{label: "fcfs", rep: &Report{}}})
 	if b.Len() != 0 {
 		t.Errorf("split table without a split:\n%s", b.String())
+	}
+}
+
+// TestThinkScale replays the simulator's trace sessions with their think times halved: every
+// later turn's think time is half the unscaled one, and nothing else changes.
+func TestThinkScale(t *testing.T) {
+	w, err := bench.LoadWorkload("trace-sessions", bench.LoadOptions{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := TraceOptions{Speed: 10, Window: time.Minute}
+	plain, err := TraceSessions(w, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.ThinkScale = 0.5
+	half, err := TraceSessions(w, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(half) != len(plain) {
+		t.Fatalf("%d sessions scaled, %d not", len(half), len(plain))
+	}
+	later := 0
+	for i := range plain {
+		p, h := plain[i], half[i]
+		if h.Start != p.Start || len(h.Turns) != len(p.Turns) {
+			t.Fatalf("session %d: start %v, %d turns; unscaled %v, %d", i, h.Start, len(h.Turns), p.Start, len(p.Turns))
+		}
+		for k := 1; k < len(p.Turns); k++ {
+			later++
+			if got, want := h.Turns[k].Think, time.Duration(float64(p.Turns[k].Think)*0.5); got != want {
+				t.Fatalf("session %d turn %d: think %v, want %v", i, k, got, want)
+			}
+		}
+	}
+	if later == 0 {
+		t.Fatal("no later turn in the window")
 	}
 }
