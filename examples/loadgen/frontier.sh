@@ -14,11 +14,12 @@
 # default qwen3-32b-h100, slow enough to saturate), POLICIES (default below; NAME:W passes W as
 # -bounded-wait, for bounded-wait and gittins-bounded-wait), PORT (default 18090),
 # GATEWAY_ARGS (extra gateway flags, e.g. "-early-shed"), GITTINS_ARGS (extra gateway flags for
-# the Gittins policies, default "-gittins-idle 10s -gittins-min-sessions 30": a session has
-# ended after twice loadgen's longest think time, and the index may leave its prior once 30
-# have ended; add -gittins-rebuild-every N, since the first rebuild of the index otherwise
-# waits for 64, more than a run of a minute ends), LOADGEN_ARGS (extra loadgen flags, e.g. "-sessions
-# increasing-hazard"), SEEDS (the workload seeds, one run of every policy each, default 1; the
+# the Gittins policies, default "-gittins-idle 10s -gittins-min-sessions 30
+# -gittins-rebuild-every 16": a session has ended after twice loadgen's longest think time, and
+# the index leaves its prior once 30 have ended, rebuilt every 16 more — at 0.9 agentic
+# sessions/s, within two minutes), LOADGEN_ARGS (extra loadgen flags, e.g. "-sessions
+# increasing-hazard", or "-split 120s -session-idle 10s" to see the turns before and after the
+# index learns), SEEDS (the workload seeds, one run of every policy each, default 1; the
 # runs of a policy share its label, and -frontier's task table gives their median and range).
 # PARALLEL=1 runs the policies of a seed at once, each gateway on its own port (PORT, PORT+1,
 # ...), their loadgens started together once every gateway listens, so that they share the
@@ -42,7 +43,7 @@ port=${PORT:-18090}
 policies=${POLICIES:-"turn-priority fcfs las vtc bounded-wait:5s bounded-wait:10s bounded-wait:15s gittins gittins-bounded-wait:10s"}
 seeds=${SEEDS:-1}
 parallel=${PARALLEL:-0}
-gittins_args=${GITTINS_ARGS:-"-gittins-idle 10s -gittins-min-sessions 30"}
+gittins_args=${GITTINS_ARGS:-"-gittins-idle 10s -gittins-min-sessions 30 -gittins-rebuild-every 16"}
 mkdir -p "$out"
 bin=$(mktemp -d)
 # start_gateway LABEL PORT ARGS...: starts the gateway, waits until it listens, and appends its
