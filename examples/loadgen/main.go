@@ -30,18 +30,23 @@
 // the time from a session's first send to its last answer, think times included, and the sum
 // of its response times, over the sessions completed; the sessions abandoned (a turn shed or
 // failed, or a think time past -session-idle) and those censored by the end of the run (an
-// interrupt, -limit) are counted apart.
+// interrupt, -limit) are counted apart. -split T also reports the turns sent before T apart
+// from those sent after it, and the sessions over by T, to see a policy that learns as it runs
+// (the gateway's Gittins) before and after it has; -think-scale F multiplies the think times of
+// a replay's closed-loop sessions (the trace's run to minutes), which changes the workload.
 //
 // With -frontier it runs no load but reads reports that -json wrote (a run per policy, each
 // named with -label), prints them as a markdown table of first turns against later turns and
 // draws the admission frontier (first-turn p99 TTFT against later-turn p50 TTFT, the marker
 // growing with the first turns rejected) as DIR/frontier.png and DIR/frontier.svg, then a
-// table of task completion time with a row per label (the median and range of its runs):
+// table of task completion time with a row per label (the median and range of its runs),
+// and, for reports with -split, one of the turns before and after the split:
 //
 //	go run ./examples/loadgen -url http://127.0.0.1:8080 -json -label fcfs >out/fcfs.json
 //	go run ./examples/loadgen -frontier out out/fcfs.json out/turn-priority.json
 //
-// examples/loadgen/frontier.sh runs the whole comparison, one gateway per policy.
+// examples/loadgen/frontier.sh runs the whole comparison, one gateway per policy (with
+// PARALLEL=1, the policies of a seed at once).
 //
 // With -overhead it measures the gateway itself: it starts one simulated server and the
 // gateway (built from ./examples/gateway) in front of it, and drives the same load at both in
