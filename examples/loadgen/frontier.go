@@ -122,31 +122,14 @@ func writeFrontierTable(w io.Writer, runs []frontierRun) {
 func writeTaskTable(w io.Writer, runs []frontierRun) {
 	fmt.Fprintln(w, "| policy | runs | first shed | first TTFT p99 | later shed | later TTFT p50 | later TTFT p99 | sessions completed | abandoned | censored | task time mean | task time p50 | task time p90 | Σ response mean | req/s |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	var labels []string
-	groups := map[string][]*Report{}
-	for _, r := range runs {
-		if _, seen := groups[r.label]; !seen {
-			labels = append(labels, r.label)
-			groups[r.label] = nil
-		}
-		if r.rep != nil {
-			groups[r.label] = append(groups[r.label], r.rep)
-		}
-	}
+	labels, groups := groupRuns(runs)
 	for _, label := range labels {
 		reps := groups[label]
 		if len(reps) == 0 {
 			fmt.Fprintf(w, "| %s | no report |\n", label)
 			continue
 		}
-		col := func(format string, f func(*Report) float64) string {
-			v := make([]float64, len(reps))
-			for i, r := range reps {
-				v[i] = f(r)
-			}
-			return medianRange(v, format)
-		}
-		secs := func(ms float64) float64 { return ms / 1000 }
+		col := func(format string, f func(*Report) float64) string { return column(reps, format, f) }
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, len(reps),
 			col("%.0f", func(r *Report) float64 { return float64(r.FirstTurn.Rejected429 + r.FirstTurn.Rejected503) }),
 			col("%.2fs", func(r *Report) float64 { return secs(r.FirstTurn.TTFT.P99) }),
@@ -161,6 +144,70 @@ func writeTaskTable(w io.Writer, runs []frontierRun) {
 			col("%.1fs", func(r *Report) float64 { return secs(r.Tasks.Time.P90) }),
 			col("%.1fs", func(r *Report) float64 { return secs(r.Tasks.Response.Mean) }),
 			col("%.2f", func(r *Report) float64 { return r.RequestsPerSec }))
+	}
+}
+
+// groupRuns returns the labels of runs in the order they first appear and each label's
+// reports (none for a label whose runs have no report). O(runs).
+func groupRuns(runs []frontierRun) ([]string, map[string][]*Report) {
+	var labels []string
+	groups := map[string][]*Report{}
+	for _, r := range runs {
+		if _, seen := groups[r.label]; !seen {
+			labels = append(labels, r.label)
+			groups[r.label] = nil
+		}
+		if r.rep != nil {
+			groups[r.label] = append(groups[r.label], r.rep)
+		}
+	}
+	return labels, groups
+}
+
+// column formats f over reps as medianRange does. O(len(reps) log len(reps)).
+func column(reps []*Report, format string, f func(*Report) float64) string {
+	v := make([]float64, len(reps))
+	for i, r := range reps {
+		v[i] = f(r)
+	}
+	return medianRange(v, format)
+}
+
+func secs(ms float64) float64 { return ms / 1000 }
+
+// writeSplitTable writes, for the runs with a -split, the turns sent before the split against
+// those sent after it, a row per label as writeTaskTable's (median and range over its runs):
+// the split, the sessions over by then (SplitStats.Ended), first turns shed and their TTFT
+// p99, later turns' TTFT p50 and p99, each as "before → after". It writes nothing when no run
+// has a split. O(runs log runs).
+func writeSplitTable(w io.Writer, runs []frontierRun) {
+	var split []frontierRun
+	for _, r := range runs {
+		if r.rep != nil && r.rep.Split != nil {
+			split = append(split, r)
+		}
+	}
+	if len(split) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "| policy | runs | split | sessions over by then | first shed before → after | first TTFT p99 before → after | later TTFT p50 before → after | later TTFT p99 before → after |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---|---|---|---|")
+	labels, groups := groupRuns(split)
+	for _, label := range labels {
+		reps := groups[label]
+		col := func(format string, f func(*SplitStats) float64) string {
+			return column(reps, format, func(r *Report) float64 { return f(r.Split) })
+		}
+		pair := func(format string, f func(*Phase) float64) string {
+			return col(format, func(s *SplitStats) float64 { return f(&s.Before) }) + " → " + col(format, func(s *SplitStats) float64 { return f(&s.After) })
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", label, len(reps),
+			col("%.0fs", func(s *SplitStats) float64 { return secs(s.AtMs) }),
+			col("%.0f", func(s *SplitStats) float64 { return float64(s.Ended) }),
+			pair("%.0f", func(p *Phase) float64 { return float64(p.FirstShed) }),
+			pair("%.2fs", func(p *Phase) float64 { return secs(p.FirstTTFT.P99) }),
+			pair("%.2fs", func(p *Phase) float64 { return secs(p.LaterTTFT.P50) }),
+			pair("%.2fs", func(p *Phase) float64 { return secs(p.LaterTTFT.P99) }))
 	}
 }
 
@@ -260,6 +307,10 @@ func runFrontier(cfg config, stdout, stderr io.Writer) error {
 	writeFrontierTable(stdout, runs)
 	fmt.Fprintln(stdout)
 	writeTaskTable(stdout, runs)
+	if slices.ContainsFunc(runs, func(r frontierRun) bool { return r.rep != nil && r.rep.Split != nil }) {
+		fmt.Fprintln(stdout)
+		writeSplitTable(stdout, runs)
+	}
 	var bad []error
 	for _, r := range runs {
 		if r.err != nil {

@@ -30,18 +30,23 @@
 // the time from a session's first send to its last answer, think times included, and the sum
 // of its response times, over the sessions completed; the sessions abandoned (a turn shed or
 // failed, or a think time past -session-idle) and those censored by the end of the run (an
-// interrupt, -limit) are counted apart.
+// interrupt, -limit) are counted apart. -split T also reports the turns sent before T apart
+// from those sent after it, and the sessions over by T, to see a policy that learns as it runs
+// (the gateway's Gittins) before and after it has; -think-scale F multiplies the think times of
+// a replay's closed-loop sessions (the trace's run to minutes), which changes the workload.
 //
 // With -frontier it runs no load but reads reports that -json wrote (a run per policy, each
 // named with -label), prints them as a markdown table of first turns against later turns and
 // draws the admission frontier (first-turn p99 TTFT against later-turn p50 TTFT, the marker
 // growing with the first turns rejected) as DIR/frontier.png and DIR/frontier.svg, then a
-// table of task completion time with a row per label (the median and range of its runs):
+// table of task completion time with a row per label (the median and range of its runs),
+// and, for reports with -split, one of the turns before and after the split:
 //
 //	go run ./examples/loadgen -url http://127.0.0.1:8080 -json -label fcfs >out/fcfs.json
 //	go run ./examples/loadgen -frontier out out/fcfs.json out/turn-priority.json
 //
-// examples/loadgen/frontier.sh runs the whole comparison, one gateway per policy.
+// examples/loadgen/frontier.sh runs the whole comparison, one gateway per policy (with
+// PARALLEL=1, the policies of a seed at once).
 //
 // With -overhead it measures the gateway itself: it starts one simulated server and the
 // gateway (built from ./examples/gateway) in front of it, and drives the same load at both in
@@ -75,6 +80,7 @@ type config struct {
 	benchWorkload       string
 	phaseLength         time.Duration // -phase-length: with -workload phases, each phase's length
 	speed               float64
+	thinkScale          float64 // -think-scale
 	limit               int
 	duration            time.Duration
 	maxContext          int
@@ -92,6 +98,7 @@ type config struct {
 	syntheticMaxContext int
 	label               string
 	sessionIdle         time.Duration // -session-idle; 0: defaultIdle of the workload
+	split               time.Duration // -split; 0: none
 	shape               string        // -sessions: the synthetic sessions' preset
 	frontierDir         string        // -frontier: where the plots go ("" when not in that mode)
 	frontierReports     []string      // its reports, the arguments after the flags
@@ -111,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.phaseLength, "phase-length", 10*time.Minute, "with -workload phases: how long each of its three phases lasts (sessions start within it)")
 	fs.StringVar(&c.tracePath, "trace", "", "Mooncake-format JSONL trace to replay ('mooncake': the Mooncake conversation trace shipped in bench/traces); empty: synthetic workload")
 	fs.Float64Var(&c.speed, "speed", 1, "trace: replay speed (2 = twice as fast as recorded)")
+	fs.Float64Var(&c.thinkScale, "think-scale", 1, "trace and -workload: multiply the think time before each closed-loop turn (which -speed leaves alone) by this, e.g. 0.1 to fit sessions whose gaps run to minutes into a short run (it changes the workload: say so with the figures)")
 	fs.IntVar(&c.limit, "limit", 0, "send at most this many requests (0: no limit)")
 	fs.DurationVar(&c.duration, "duration", 60*time.Second, "synthetic: sessions start within this window; trace: replay the requests arriving within it (0: whole trace)")
 	fs.IntVar(&c.maxContext, "max-context", 0, "trace: fit requests into this many tokens (0: the max_model_len GET /v1/models reports, if any; -1: no limit)")
@@ -135,6 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
 	fs.DurationVar(&c.sessionIdle, "session-idle", 0, "a session whose next turn is not sent within this long of its previous answer is abandoned (task completion time); 0: twice the workload's longest think time")
+	fs.DurationVar(&c.split, "split", 0, "also report the turns sent before this moment of the run and those sent after it apart, and the sessions over (idle past -session-idle) by then, to see a policy that learns (Gittins) before and after it has (0: no split)")
 	fs.StringVar(&c.label, "label", "", "name of the run, written in the report (the -frontier table and plot name a run by it)")
 	fs.StringVar(&c.frontierDir, "frontier", "", "report mode: read the -json reports given as arguments (none: every DIR/*.json), print their markdown table of first against later turns, and write DIR/frontier.png and .svg; runs no load")
 	fs.StringVar(&c.frontierTitle, "title", "admission frontier", "frontier: the plot's title")
@@ -209,8 +218,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-api %q: want chat or completions", c.api)
 	case c.speed <= 0:
 		return c, fmt.Errorf("-speed %v: want > 0", c.speed)
+	case !(c.thinkScale > 0):
+		return c, fmt.Errorf("-think-scale %v: want > 0", c.thinkScale)
 	case c.sessionIdle < 0:
 		return c, fmt.Errorf("-session-idle %v: want ≥ 0", c.sessionIdle)
+	case c.split < 0:
+		return c, fmt.Errorf("-split %v: want ≥ 0", c.split)
 	case c.limit < 0 || c.retries < 0 || c.run.Concurrency < 1:
 		return c, errors.New("-limit and -retries must not be negative, -concurrency must be positive")
 	}
@@ -309,6 +322,7 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		turns += len(sessions[i].Turns)
 	}
 	fmt.Fprintf(stderr, "loadgen: %s: %d sessions, %d requests, against %s (model %s)\n", workload, len(sessions), turns, t.URL, t.Model)
+	start := time.Now()
 	results, elapsed := run(ctx, t, sessions, cfg.run)
 	rep := summarize(t.Name, t.URL, workload, results, elapsed)
 	rep.Label = cfg.label
@@ -317,6 +331,10 @@ func runLoad(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		idle = defaultIdle(sessions)
 	}
 	rep.Tasks = taskStats(sessions, results, idle, runEnd(results))
+	if cfg.split > 0 {
+		st := splitStats(results, start, cfg.split, idle)
+		rep.Split = &st
+	}
 	if cfg.jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -359,7 +377,11 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("-workload: %w", err)
 		}
+		opts.ThinkScale = c.thinkScale
 		s, err := TraceSessions(w, opts)
+		if c.thinkScale != 1 {
+			desc += fmt.Sprintf(", think times ×%.3g", c.thinkScale)
+		}
 		return s, desc, err
 	}
 	if c.tracePath == "" {
@@ -379,7 +401,7 @@ func (c *config) workload(maxLen int) ([]Session, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("-trace: %w (-trace mooncake replays the Mooncake conversation trace that ships in bench/traces; a path names a Mooncake-format JSONL file)", err)
 	}
-	s, err := TraceSessions(recs, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants})
+	s, err := TraceSessions(recs, TraceOptions{Speed: c.speed, Limit: c.limit, Window: c.duration, MaxContext: mc, Tenants: c.synth.Tenants, ThinkScale: c.thinkScale})
 	desc := fmt.Sprintf("trace %s at %.3gx", path, c.speed)
 	if mc > 0 {
 		desc += fmt.Sprintf(", fitted to %d tokens", mc)

@@ -96,8 +96,10 @@ type Report struct {
 	// (bench.DefaultGoals: tight and relaxed), a failed request counting as a miss.
 	Goals []GoalShare `json:"goals"`
 	// Tasks is the sessions as tasks (see TaskStats).
-	Tasks        TaskStats `json:"tasks"`
-	ErrorSamples []string  `json:"error_samples,omitempty"`
+	Tasks TaskStats `json:"tasks"`
+	// Split is the run divided at -split (nil without it).
+	Split        *SplitStats `json:"split,omitempty"`
+	ErrorSamples []string    `json:"error_samples,omitempty"`
 }
 
 // GoalShare is how many requests attained a goal: TTFT within TTFTMs and a time per output

@@ -30,6 +30,11 @@ type TraceOptions struct {
 	MaxContext int
 	// Tenants spreads the derived sessions over this many API keys; 0 means 1.
 	Tenants int
+	// ThinkScale multiplies the think time before each closed-loop turn (which Speed leaves
+	// alone); 0 means 1. Below 1 it shortens the minutes-long gaps of the trace's sessions so
+	// that a run of minutes sees them end: a different workload from the trace's, which a
+	// report must say it used.
+	ThinkScale float64
 }
 
 // TraceSessions turns a workload in bench's format — a Mooncake-format trace as
@@ -96,7 +101,10 @@ func TraceSessions(w *bench.Workload, opts TraceOptions) ([]Session, error) {
 			if int(p.t) != len(s.Turns)-1 {
 				return nil, fmt.Errorf("%w: request %d follows request %d, which another turn already follows: a session replays as a chain", errTrace, i, r.Prev)
 			}
-			turn.Think = r.At // not scaled: faster arrivals do not make users type faster
+			turn.Think = r.At // not scaled by speed: faster arrivals do not make users type faster
+			if opts.ThinkScale > 0 {
+				turn.Think = time.Duration(float64(turn.Think) * opts.ThinkScale)
+			}
 			s.Turns = append(s.Turns, turn)
 			at[i] = struct{ s, t int32 }{p.s, int32(len(s.Turns) - 1)}
 			sent++
