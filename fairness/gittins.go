@@ -25,7 +25,11 @@ type GittinsOptions struct {
 	// means 64.
 	RebuildEvery int
 	// Wait and Headroom bound the wait as BoundedWaitOptions does: a request that has waited
-	// Wait − Headroom is promoted to the urgent tier. Zero Wait bounds nothing.
+	// Wait − Headroom is promoted to the urgent tier. Zero Wait bounds nothing. Set it when
+	// requests carry a TTL: the index rightly ranks the longest sessions last where the
+	// hazard falls with service, and without a bound some of their turns wait out the TTL
+	// (the agentic control abandons 4.8% of sessions without one, none with W = 10 s; see
+	// the package doc).
 	Wait, Headroom time.Duration
 	// Memory bounds the per-session history. Memory.Forget is also the idle limit after
 	// which a session counts as ended for good (its total service is then an observation); it
