@@ -157,18 +157,7 @@ func main() {
 		}
 	}
 	if *phases {
-		rate, err := strconv.ParseFloat(strings.Split(*rates, ",")[0], 64)
-		if err != nil {
-			log.Fatalf("-rates: %v", err)
-		}
-		scale, err := strconv.ParseFloat(strings.Split(*scales, ",")[0], 64)
-		if err != nil {
-			log.Fatalf("-transfer-scales: %v", err)
-		}
-		var ss []uint64
-		for k := range *seeds {
-			ss = append(ss, bench.DefaultSeed+uint64(k))
-		}
+		rate, scale, ss := fixedRun(*rates, *scales, *seeds)
 		rows := modes
 		if *static {
 			rows = phaseRows(all, modes, *servers)
@@ -185,18 +174,7 @@ func main() {
 		return
 	}
 	if *attain {
-		rate, err := strconv.ParseFloat(strings.Split(*rates, ",")[0], 64)
-		if err != nil {
-			log.Fatalf("-rates: %v", err)
-		}
-		scale, err := strconv.ParseFloat(strings.Split(*scales, ",")[0], 64)
-		if err != nil {
-			log.Fatalf("-transfer-scales: %v", err)
-		}
-		var ss []uint64
-		for k := range *seeds {
-			ss = append(ss, bench.DefaultSeed+uint64(k))
-		}
+		rate, scale, ss := fixedRun(*rates, *scales, *seeds)
 		wl := strings.Split(*workloads, ",")[0]
 		pt := time.Duration(scale * float64(*perToken))
 		attainTable(os.Stdout, modes, *servers, func(seed uint64) *bench.Workload { return workload(wl, seed, *requests).Scaled(rate) },
@@ -369,4 +347,21 @@ func table(out *os.File, wl string, rate, scale float64, modes []mode, servers i
 			ms(func(x *bench.Result) time.Duration { return x.TPOT.P50 }, 1), ms(func(x *bench.Result) time.Duration { return x.TPOT.P99 }, 1),
 			dis[len(dis)/2], ms(func(x *bench.Result) time.Duration { return x.TransferMean }, 1), done[len(done)/2])
 	}
+}
+
+// fixedRun reads what a run at one fixed rate (-phases, -attain) takes from the flags: the
+// first of -rates, the first of -transfer-scales, and the seeds.
+func fixedRun(rates, scales string, seeds int) (rate, scale float64, ss []uint64) {
+	rate, err := strconv.ParseFloat(strings.Split(rates, ",")[0], 64)
+	if err != nil {
+		log.Fatalf("-rates: %v", err)
+	}
+	scale, err = strconv.ParseFloat(strings.Split(scales, ",")[0], 64)
+	if err != nil {
+		log.Fatalf("-transfer-scales: %v", err)
+	}
+	for k := range seeds {
+		ss = append(ss, bench.DefaultSeed+uint64(k))
+	}
+	return rate, scale, ss
 }
