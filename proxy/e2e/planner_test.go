@@ -34,7 +34,9 @@ func TestPlannerKVBoth(t *testing.T) {
 		backends = append(backends, proxy.Backend{URL: p.URL, Name: name, KVBoth: true})
 		nameOf[hostOf(p.URL)] = name
 	}
-	planner, err := disagg.NewPlanner(disagg.PlannerOptions{PrefillRate: 2000, Window: 200 * time.Millisecond})
+	// MinUncachedTokens: the answers' short prompts are not prefill demand (with the default of
+	// 1 they would open a prefill pool before the first document at this rate).
+	planner, err := disagg.NewPlanner(disagg.PlannerOptions{PrefillRate: 2000, Window: 200 * time.Millisecond, MinUncachedTokens: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
