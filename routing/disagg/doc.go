@@ -14,10 +14,11 @@
 // prefill or both — and shares the servers out by a work balance: the prefill work it
 // measures (uncached prompt tokens a second, over a server's prefill rate) against the decode
 // work it sees (the answers running and their context, over what one server decodes within
-// the TPOT target), each in servers; a server also moves into prefill while the predicted
-// prefill queue passes a third of the TTFT target. No server changes role more than once per
-// dwell (30 s), its first change out of the all-both start excepted, and no request in flight
-// is moved; its Plan is a tick the host calls after each scrape (no goroutine of its own),
+// the TPOT target), each in servers, with the servers decode does not need twice over waiting
+// in prefill; a server also moves into prefill while the predicted prefill queue passes a
+// third of the TTFT target. No server changes role more than once per dwell (30 s), its first
+// change out of the all-both start and a move the queue calls for excepted, and no request in
+// flight is moved; its Plan is a tick the host calls after each scrape (no goroutine of its own),
 // and the Router reads the current plan with one atomic load per pick. The Planner is also
 // the Decider for those servers: while there is a prefill pool, every prefill goes to it.
 //

@@ -26,9 +26,8 @@ type PlannerOptions struct {
 	// in use, as scraped), one server decodes at once within the TPOT target: they measure
 	// the decode work in servers for the work balance, and the plan always leaves enough
 	// servers out of prefill for the answers running and their context. Zero: 64 and
-	// 196,608 (Qwen3-32B on two H100s: about 17 ms a token at 131,072 tokens of context; the
-	// larger figure measured better in bench/README's phase run, where 131,072 kept too few
-	// servers in prefill).
+	// 229,376 (Qwen3-32B on two H100s: 80% of its 288k tokens of KV, about 22 ms a token;
+	// bench/README's phase run measured 131,072, 196,608 and 262,144 worse).
 	DecodeBatch  int `json:"decode_batch"`
 	DecodeTokens int `json:"decode_tokens"`
 	// TTFT is the first-token target the planner's prefill queue is held to: a server moves
@@ -38,7 +37,8 @@ type PlannerOptions struct {
 	// Window is the time constant of the demand's moving average. Zero: 10 s.
 	Window time.Duration `json:"window"`
 	// Dwell is the shortest time between two role changes of one server; a server's first
-	// change, out of the all-both start, does not count. Zero: 30 s.
+	// change, out of the all-both start, does not count, nor does a move into prefill while
+	// the predicted prefill queue is over TTFT/3. Zero: 30 s.
 	Dwell time.Duration `json:"dwell"`
 }
 
@@ -59,14 +59,18 @@ type PlannerOptions struct {
 // prefill work (the demand, a moving average over Window of the uncached tokens the decider
 // saw, over PrefillRate) against the decode work (the answers running on the servers in both
 // over DecodeBatch, or their context over DecodeTokens, whichever is more), each in servers;
-// prefill gets its share of the servers, moving by one when the share is more than three
-// quarters of a server away. A server also moves into prefill while the predicted prefill
-// queue (the prefill in flight there over PrefillRate, a 1 s moving average) is over TTFT/3,
-// and none leaves it unless the queue is under TTFT/10. Enough servers stay out of prefill to
-// decode the answers running and their context. It moves servers one way at once and none
-// more than once per Dwell, a server's first move excepted (the all-both start is a guess,
-// not a plan); a request in flight is never moved: a server leaving decode finishes the
-// answers it has, one leaving prefill the prefills it has.
+// prefill gets its share of the servers, or every server but twice the decode work if that is
+// more (spare servers wait in prefill, where a surge of prompts finds them), moving by one
+// when the share is more than three quarters of a server away. A server also moves into
+// prefill while the predicted prefill queue (the prefill in flight there over PrefillRate, a
+// 1 s moving average) is over TTFT/3, and none leaves it unless the queue is under TTFT/10.
+// Enough servers stay out of prefill to decode the answers running and their context: a move
+// into prefill needs that room with a fifth to spare, and a server leaves prefill for it only
+// once it is used up. It moves servers one way at once and none more than once per Dwell,
+// except a server's first move (the all-both start is a guess, not a plan) and a move into
+// prefill while the queue is over TTFT/3 (the queue is the signal that cannot wait); a
+// request in flight is never moved: a server leaving decode finishes the answers it has, one
+// leaving prefill the prefills it has.
 //
 // Disaggregate sends every prefill away while there is a prefill pool: a long prefill on a
 // server in both stalls its answers past any TPOT target worth setting (an 8,192-token
@@ -106,6 +110,18 @@ const queueWindow = time.Second
 // servers in prefill before one moves: 0.75 halved the role changes of 0.5 in bench/README's
 // phase run and measured as well.
 const balanceSlack = 0.75
+
+// decodeHeadroom is how many times the decode work the servers left out of prefill must
+// cover before the rest, idle by the work balance, go to the prefill pool too: spare servers
+// wait in prefill, where a surge of prompts finds them, rather than in both, where a surge
+// would first have to move them (bench/README's phase run: the planner then holds five of
+// eight servers in prefill through chat, as the best static split does).
+const decodeHeadroom = 2
+
+// capMargin is the margin of decode room a move into prefill needs beyond the answers and
+// context running; a server leaves prefill for that room only when it is used up. Without it,
+// context that hovers at a server's room moved one server back and forth every few seconds.
+const capMargin = 1.2
 
 // minPrefillWork is the prefill work, in servers, below which the work balance gives prefill
 // no share: with no answers running, any demand at all would otherwise claim every server
@@ -162,7 +178,7 @@ func NewPlanner(o PlannerOptions) (*Planner, error) {
 		o.DecodeBatch = 64
 	}
 	if o.DecodeTokens == 0 {
-		o.DecodeTokens = 196608
+		o.DecodeTokens = 229376
 	}
 	def(&o.TTFT, time.Second)
 	def(&o.Window, 10*time.Second)
@@ -269,23 +285,32 @@ func (p *Planner) Plan(now time.Time, r *routing.Router) int {
 	dw := max(float64(running)/float64(p.o.DecodeBatch), float64(context)/float64(p.o.DecodeTokens))
 	share := 0.0
 	if pw >= minPrefillWork {
-		share = float64(len(p.kv)) * pw / (pw + dw)
+		share = max(float64(len(p.kv))*pw/(pw+dw), float64(len(p.kv))-math.Ceil(decodeHeadroom*dw))
 	}
+	urgent := cur > 0 && queue > p.o.TTFT/3
 	want := cur
 	switch {
-	case share > float64(cur)+balanceSlack || (cur > 0 && queue > p.o.TTFT/3):
+	case share > float64(cur)+balanceSlack || urgent:
 		want = cur + 1
 	case cur > 0 && queue < p.o.TTFT/10 && share < float64(cur)-balanceSlack:
 		want = cur - 1
 	}
-	decoders := max(1, (running+p.o.DecodeBatch-1)/p.o.DecodeBatch, (context+p.o.DecodeTokens-1)/p.o.DecodeTokens)
-	want = max(0, min(want, len(p.kv)-decoders))
+	// The decode room: servers enough for the answers running and their context. A move up
+	// needs it with capMargin to spare; a move down happens only when it is used up.
+	rooms := func(m float64) int {
+		return max(1, int(math.Ceil(m*float64(running)/float64(p.o.DecodeBatch))),
+			int(math.Ceil(m*float64(context)/float64(p.o.DecodeTokens))))
+	}
+	if want > cur {
+		want = max(cur, min(want, len(p.kv)-rooms(capMargin)))
+	}
+	want = max(0, min(want, len(p.kv)-rooms(1)))
 	changes := 0
 	for want > cur {
 		// Into prefill: the eligible server with the fewest answers running.
 		best := -1
 		for i, m := range p.kv {
-			if p.roles[m.id] != routing.RolePrefill && p.free(m.id, now) &&
+			if p.roles[m.id] != routing.RolePrefill && (urgent || p.free(m.id, now)) &&
 				(best < 0 || m.running < p.kv[best].running) {
 				best = i
 			}

@@ -157,8 +157,9 @@ func TestPlanner(t *testing.T) {
 	}
 }
 
-// TestPlannerDwell: under a demand that swings every few seconds, no server changes role
-// twice within the dwell, its first change (out of the all-both start) excepted.
+// TestPlannerDwell: under a demand that swings every few seconds (and no prefill queue), no
+// server changes role twice within the dwell, its first change (out of the all-both start)
+// excepted.
 func TestPlannerDwell(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, Window: time.Second})
@@ -230,6 +231,103 @@ func TestPlannerBalance(t *testing.T) {
 	}
 	if pf, both := roleCount(p); pf != 4 || both != 4 {
 		t.Errorf("2 servers of prefill work, 2 of decode: %d prefill, %d both; want 4, 4", pf, both)
+	}
+}
+
+// TestPlannerSpare: under light load the servers decode does not need twice over wait in
+// prefill. Half a server of prefill work (5,000 tokens a second at 10,000) and one of decode
+// (64 answers at 64 a server) give the balance 2.7 of 8 servers; the spare rule gives prefill
+// 8 − 2·1 = 6.
+func TestPlannerSpare(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, DecodeBatch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, fleet := plannerFleet(t, p, 8, func() time.Time { return now })
+	for range 120 {
+		roles := p.Stats().Roles
+		both := 0
+		for i := range fleet[:8] {
+			if roles[fleet[i].Name] != routing.RolePrefill {
+				both++
+			}
+		}
+		for i := range fleet[:8] {
+			fleet[i].UpdatedAt, fleet[i].Known, fleet[i].Running = now, routing.SignalRunning, 0
+			if roles[fleet[i].Name] != routing.RolePrefill {
+				fleet[i].Running = 64 / both
+				if i < 64%both {
+					fleet[i].Running++
+				}
+			}
+		}
+		fleet[8].UpdatedAt = now
+		if err := r.Update(fleet); err != nil {
+			t.Fatal(err)
+		}
+		p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 5000})
+		now = now.Add(time.Second)
+		p.Plan(now, r)
+	}
+	if pf, both := roleCount(p); pf != 6 || both != 2 {
+		t.Errorf("half a server of prefill work, one of decode: %d prefill, %d both; want 6, 2", pf, both)
+	}
+}
+
+// TestPlannerUrgent: a prefill queue over TTFT/3 moves a server into prefill even within its
+// dwell; without the queue the dwell holds.
+func TestPlannerUrgent(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, Dwell: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := plannerFleet(t, p, 3, func() time.Time { return now })
+	agg, _ := r.Lookup("agg")
+	tick := func(tokens int) {
+		if tokens > 0 {
+			p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: tokens})
+		}
+		now = now.Add(time.Second)
+		p.Plan(now, r)
+	}
+	// Demand, no answers: two servers go into prefill (first moves, no dwell); the demand
+	// stops and they come back (their second moves start their dwell).
+	for range 20 {
+		tick(30000)
+	}
+	if pf, _ := roleCount(p); pf != 2 {
+		t.Fatalf("demand and no answers: %d in prefill, want 2 (one stays for decode)", pf)
+	}
+	for range 120 {
+		tick(0)
+	}
+	if pf, _ := roleCount(p); pf != 0 {
+		t.Fatalf("no demand for 120 s: %d in prefill, want 0", pf)
+	}
+	// Demand again: only the third server, never moved, may go; the dwell holds the others.
+	for range 20 {
+		tick(30000)
+	}
+	if pf, _ := roleCount(p); pf != 1 {
+		t.Fatalf("demand again, two servers in their dwell: %d in prefill, want 1", pf)
+	}
+	// 150,000 tokens queued on the one prefill server: 15 s at its rate, over TTFT/3.
+	var queued []routing.Result
+	for range 3 {
+		f, err := r.Pick(&routing.Request{PromptTokens: 50000, Role: routing.RolePrefill, Exclude: []routing.BackendID{agg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued = append(queued, f)
+	}
+	tick(30000)
+	if pf, _ := roleCount(p); pf != 2 {
+		t.Errorf("a 15 s prefill queue: %d in prefill, want 2 (the queue moves a server within its dwell)", pf)
+	}
+	for _, f := range queued {
+		f.Done(routing.DoneInfo{})
 	}
 }
 
