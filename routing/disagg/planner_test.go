@@ -331,6 +331,57 @@ func TestPlannerUrgent(t *testing.T) {
 	}
 }
 
+// TestPlannerRoomMargin: decode context that hovers at a server's room does not move a server
+// back and forth. With 100,000 tokens a server and the context swinging between 190,000 and
+// 210,000, the room is two servers or three; a move into prefill needs it with a fifth to
+// spare (three), so once the room has pushed a server out, none comes back, even with no
+// dwell to hold it.
+func TestPlannerRoomMargin(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, DecodeTokens: 100000, Dwell: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, fleet := plannerFleet(t, p, 5, func() time.Time { return now })
+	var changes uint64
+	for step := range 200 {
+		if step == 100 {
+			changes = p.Stats().Changes
+		}
+		context := 190000
+		if step%2 == 1 {
+			context = 210000
+		}
+		roles := p.Stats().Roles
+		both := 0
+		for i := range fleet[:5] {
+			if roles[fleet[i].Name] != routing.RolePrefill {
+				both++
+			}
+		}
+		for i := range fleet[:5] {
+			fleet[i].UpdatedAt, fleet[i].Known = now, routing.SignalKVUtilization|routing.SignalKVCapacity
+			fleet[i].KVCapacityBlocks, fleet[i].BlockSize, fleet[i].KVUtilization = 10000, 100, 0
+			if roles[fleet[i].Name] != routing.RolePrefill {
+				fleet[i].KVUtilization = float64(context/both) / 1e6
+			}
+		}
+		fleet[5].UpdatedAt = now
+		if err := r.Update(fleet); err != nil {
+			t.Fatal(err)
+		}
+		p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 100000})
+		now = now.Add(time.Second)
+		p.Plan(now, r)
+	}
+	if got := p.Stats().Changes - changes; got != 0 {
+		t.Errorf("%d role changes in 100 s of context swinging at the room, want 0", got)
+	}
+	if pf, _ := roleCount(p); pf != 2 {
+		t.Errorf("%d servers in prefill, want 2 (three kept for decode room with its margin)", pf)
+	}
+}
+
 func TestPlannerOptions(t *testing.T) {
 	for _, o := range []PlannerOptions{{MinUncachedTokens: -1}, {TTFT: -1}, {Dwell: -1}, {PrefillRate: -1}} {
 		if _, err := NewPlanner(o); !errors.Is(err, ErrInvalidOptions) {
