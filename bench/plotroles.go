@@ -28,7 +28,7 @@ func PlotRoles(series []RoleSeries, marks []time.Duration, title, path string) e
 	if err := checkExt(path); err != nil {
 		return err
 	}
-	p := newPlot(title, "time (minutes, simulated)", "servers in prefill")
+	p := newPlot(title, "time (minutes)", "servers in prefill")
 	n, top := 0, 0
 	for _, s := range series {
 		if len(s.Samples) == 0 {

@@ -53,7 +53,7 @@ func phaseTable(out io.Writer, rows []mode, servers int, rate float64, phase tim
 	title := fmt.Sprintf("Phases: chat %v, long prompts %v, chat %v; load ×%g, transfer %v/token + %v", phase, phase, phase, rate, perToken, latency)
 	build := func(seed uint64) *bench.Workload { return phaseWorkload(seed, rate, phase) }
 	attainTable(out, rows, servers, build, title, seeds, parallel, perToken, latency, plot, []time.Duration{phase, 2 * phase},
-		fmt.Sprintf("Role planner: servers in prefill (%d servers; chat, long prompts, chat; load ×%g)", servers, rate))
+		fmt.Sprintf("Role planner: servers in prefill (simulated time; %d servers; chat, long prompts, chat; load ×%g)", servers, rate))
 }
 
 // attainTable runs rows on the workloads build makes (one per seed) and prints the share of
