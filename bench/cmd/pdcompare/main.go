@@ -170,7 +170,7 @@ func main() {
 		if *rolePlot == "" {
 			log.Fatal("-process-roles needs -roles-plot")
 		}
-		processRoles(strings.Split(*procRoles, ","), *phaseMin, fmt.Sprintf("Role planner on processes: servers in prefill (real time; chat, long prompts, chat, %v each)", *phaseMin), *rolePlot)
+		processRoles(strings.Split(*procRoles, ","), *phaseMin, fmt.Sprintf("Role planner on processes: servers in prefill (real time, %v phases)", *phaseMin), *rolePlot)
 		return
 	}
 	if *attain {
