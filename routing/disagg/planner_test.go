@@ -52,6 +52,42 @@ func roleCount(p *Planner) (prefill, both int) {
 	return prefill, both
 }
 
+// loadBoth refreshes fleet (plannerFleet's: the KVBoth servers, then "agg") at now and shares
+// total out over the KVBoth servers in both: set gives each KVBoth server its part (0 for one in
+// prefill; the remainder to the first servers in both). It updates r.
+func loadBoth(t testing.TB, p *Planner, r *routing.Router, fleet []routing.BackendState, total int, now time.Time,
+	set func(s *routing.BackendState, part int)) {
+	t.Helper()
+	roles := p.Stats().Roles
+	kv := fleet[:len(fleet)-1]
+	both := 0
+	for i := range kv {
+		if roles[kv[i].Name] != routing.RolePrefill {
+			both++
+		}
+	}
+	k := 0
+	for i := range kv {
+		kv[i].UpdatedAt = now
+		part := 0
+		if roles[kv[i].Name] != routing.RolePrefill {
+			part = total / both
+			if k < total%both {
+				part++
+			}
+			k++
+		}
+		set(&kv[i], part)
+	}
+	fleet[len(fleet)-1].UpdatedAt = now
+	if err := r.Update(fleet); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// running sets a server's running answers for loadBoth.
+func running(s *routing.BackendState, part int) { s.Known, s.Running = routing.SignalRunning, part }
+
 // TestPlanner steps a planner through a burst of long prompts and its end: servers move into
 // prefill as the demand rises (with no answers running, the work balance gives prefill every
 // server but one), picks follow the roles, every prefill goes to the pool, and the servers
@@ -206,23 +242,7 @@ func TestPlannerBalance(t *testing.T) {
 	r, fleet := plannerFleet(t, p, 8, func() time.Time { return now })
 	for range 120 {
 		// The answers run on the servers in both, 128 in all.
-		roles := p.Stats().Roles
-		both := 0
-		for i := range fleet[:8] {
-			if roles[fleet[i].Name] != routing.RolePrefill {
-				both++
-			}
-		}
-		for i := range fleet[:8] {
-			fleet[i].UpdatedAt, fleet[i].Known, fleet[i].Running = now, routing.SignalRunning, 0
-			if roles[fleet[i].Name] != routing.RolePrefill {
-				fleet[i].Running = 128 / both
-			}
-		}
-		fleet[8].UpdatedAt = now
-		if err := r.Update(fleet); err != nil {
-			t.Fatal(err)
-		}
+		loadBoth(t, p, r, fleet, 128, now, running)
 		for range 2 {
 			p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 10000})
 		}
@@ -246,26 +266,7 @@ func TestPlannerSpare(t *testing.T) {
 	}
 	r, fleet := plannerFleet(t, p, 8, func() time.Time { return now })
 	for range 120 {
-		roles := p.Stats().Roles
-		both := 0
-		for i := range fleet[:8] {
-			if roles[fleet[i].Name] != routing.RolePrefill {
-				both++
-			}
-		}
-		for i := range fleet[:8] {
-			fleet[i].UpdatedAt, fleet[i].Known, fleet[i].Running = now, routing.SignalRunning, 0
-			if roles[fleet[i].Name] != routing.RolePrefill {
-				fleet[i].Running = 64 / both
-				if i < 64%both {
-					fleet[i].Running++
-				}
-			}
-		}
-		fleet[8].UpdatedAt = now
-		if err := r.Update(fleet); err != nil {
-			t.Fatal(err)
-		}
+		loadBoth(t, p, r, fleet, 64, now, running)
 		p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 5000})
 		now = now.Add(time.Second)
 		p.Plan(now, r)
@@ -352,24 +353,11 @@ func TestPlannerRoomMargin(t *testing.T) {
 		if step%2 == 1 {
 			context = 210000
 		}
-		roles := p.Stats().Roles
-		both := 0
-		for i := range fleet[:5] {
-			if roles[fleet[i].Name] != routing.RolePrefill {
-				both++
-			}
-		}
-		for i := range fleet[:5] {
-			fleet[i].UpdatedAt, fleet[i].Known = now, routing.SignalKVUtilization|routing.SignalKVCapacity
-			fleet[i].KVCapacityBlocks, fleet[i].BlockSize, fleet[i].KVUtilization = 10000, 100, 0
-			if roles[fleet[i].Name] != routing.RolePrefill {
-				fleet[i].KVUtilization = float64(context/both) / 1e6
-			}
-		}
-		fleet[5].UpdatedAt = now
-		if err := r.Update(fleet); err != nil {
-			t.Fatal(err)
-		}
+		// 1,000,000 tokens of KV a server; the context on the servers in both.
+		loadBoth(t, p, r, fleet, context, now, func(s *routing.BackendState, part int) {
+			s.Known = routing.SignalKVUtilization | routing.SignalKVCapacity
+			s.KVCapacityBlocks, s.BlockSize, s.KVUtilization = 10000, 100, float64(part)/1e6
+		})
 		p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 100000})
 		now = now.Add(time.Second)
 		p.Plan(now, r)
