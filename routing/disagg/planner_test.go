@@ -230,49 +230,40 @@ func TestPlannerDwell(t *testing.T) {
 	}
 }
 
-// TestPlannerBalance: the work balance shares the servers out by the prefill and the decode
-// work. 20,000 uncached tokens a second at 10,000 a server is two servers of prefill; 128
-// answers running at 64 a server two of decode: of 8 servers, 4 prefill.
-func TestPlannerBalance(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, DecodeBatch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, fleet := plannerFleet(t, p, 8, func() time.Time { return now })
-	for range 120 {
-		// The answers run on the servers in both, 128 in all.
-		loadBoth(t, p, r, fleet, 128, now, running)
-		for range 2 {
-			p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 10000})
-		}
-		now = now.Add(time.Second)
-		p.Plan(now, r)
-	}
-	if pf, both := roleCount(p); pf != 4 || both != 4 {
-		t.Errorf("2 servers of prefill work, 2 of decode: %d prefill, %d both; want 4, 4", pf, both)
-	}
-}
-
-// TestPlannerSpare: under light load the servers decode does not need twice over wait in
-// prefill. Half a server of prefill work (5,000 tokens a second at 10,000) and one of decode
-// (64 answers at 64 a server) give the balance 2.7 of 8 servers; the spare rule gives prefill
-// 8 − 2·1 = 6.
-func TestPlannerSpare(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, DecodeBatch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, fleet := plannerFleet(t, p, 8, func() time.Time { return now })
-	for range 120 {
-		loadBoth(t, p, r, fleet, 64, now, running)
-		p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: 5000})
-		now = now.Add(time.Second)
-		p.Plan(now, r)
-	}
-	if pf, both := roleCount(p); pf != 6 || both != 2 {
-		t.Errorf("half a server of prefill work, one of decode: %d prefill, %d both; want 6, 2", pf, both)
+// TestPlannerShare: the servers are shared out by the prefill and the decode work, each in
+// servers (10,000 uncached tokens a second a server, 64 answers a server), with spare servers
+// in prefill.
+func TestPlannerShare(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		tokens, answers int // uncached tokens a second, answers running on the servers in both
+		prefill         int
+		why             string
+	}{
+		// Two servers of prefill work and two of decode: of 8, the balance gives prefill 4
+		// (the spare rule, 8 − 2·2, no more).
+		{"balance", 20000, 128, 4, "2 servers of prefill work, 2 of decode"},
+		// Half a server of prefill work and one of decode: the balance gives prefill 2.7 of
+		// 8; the servers decode does not need twice over wait in prefill, 8 − 2·1 = 6.
+		{"spare", 5000, 64, 6, "half a server of prefill work, one of decode"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Unix(1_700_000_000, 0)
+			p, err := NewPlanner(PlannerOptions{PrefillRate: 10000, DecodeBatch: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, fleet := plannerFleet(t, p, 8, func() time.Time { return now })
+			for range 120 {
+				loadBoth(t, p, r, fleet, c.answers, now, running)
+				p.Disaggregate(&routing.Request{}, &routing.Result{UncachedTokens: c.tokens})
+				now = now.Add(time.Second)
+				p.Plan(now, r)
+			}
+			if pf, both := roleCount(p); pf != c.prefill || both != 8-c.prefill {
+				t.Errorf("%s: %d prefill, %d both; want %d, %d", c.why, pf, both, c.prefill, 8-c.prefill)
+			}
+		})
 	}
 }
 
