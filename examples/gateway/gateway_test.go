@@ -157,17 +157,9 @@ func runWith(t *testing.T, args []string, body string, want ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
 	var out bytes.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, &out, ready) }()
-	var base string
-	select {
-	case base = <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
+	addrs, stop := start(t, c, &out, 1)
+	base := addrs[0]
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -191,12 +183,36 @@ func runWith(t *testing.T, args []string, body string, want ...string) {
 			t.Errorf("/metrics has no %s", want)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("shutdown: %v", err)
-	}
+	stop()
 	if !strings.Contains(out.String(), "usher gateway listening on") {
 		t.Errorf("output %q lacks the listening line", out.String())
+	}
+}
+
+// start runs the gateway of c, its output to out, and returns the first n addresses it
+// announces (the API's first, then the metrics port's) and stop, which shuts it down and
+// reports an error from the shutdown. It fails the test if run returns before announcing them.
+func start(t *testing.T, c config, out io.Writer, n int) (addrs []string, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, n)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, c, out, ready) }()
+	for range n {
+		select {
+		case a := <-ready:
+			addrs = append(addrs, a)
+		case err := <-done:
+			cancel()
+			t.Fatalf("run: %v", err)
+		}
+	}
+	return addrs, func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
 	}
 }
 
@@ -230,19 +246,9 @@ func TestRunMetricsListen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 2)
 	var out bytes.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, &out, ready) }()
-	var base, mbase string
-	for _, dst := range []*string{&base, &mbase} {
-		select {
-		case *dst = <-ready:
-		case err := <-done:
-			t.Fatalf("run: %v", err)
-		}
-	}
+	addrs, stop := start(t, c, &out, 2)
+	base, mbase := addrs[0], addrs[1]
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"usher/demo","max_tokens":5,"messages":[{"role":"user","content":"Hello!"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -284,10 +290,7 @@ func TestRunMetricsListen(t *testing.T) {
 	if status, _ := get(t, mbase+"/metrics", "second-token"); status != http.StatusOK {
 		t.Errorf("the new token: %d, want 200", status)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("shutdown: %v", err)
-	}
+	stop()
 	if !strings.Contains(out.String(), "metrics on http://") || strings.Contains(out.String(), "first-token") {
 		t.Errorf("output %q: want the metrics line, and no token", out.String())
 	}
@@ -322,22 +325,9 @@ func TestRunKVBoth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, io.Discard, ready) }()
-	var base string
-	select {
-	case base = <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	}()
+	addrs, stop := start(t, c, io.Discard, 1)
+	defer stop()
+	base := addrs[0]
 	series := func(name string) float64 {
 		t.Helper()
 		_, body := get(t, base+"/metrics", "")

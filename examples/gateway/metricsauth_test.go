@@ -27,19 +27,9 @@ func TestRunMetricsEndpointAuth(t *testing.T) {
 		kubeconfig.Store(&path)
 		return rv.Clientset(), nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 2)
 	var out bytes.Buffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, c, &out, ready) }()
-	var mbase string
-	for range 2 {
-		select {
-		case mbase = <-ready:
-		case err := <-done:
-			t.Fatalf("run: %v", err)
-		}
-	}
+	addrs, stop := start(t, c, &out, 2)
+	mbase := addrs[1]
 	for i, step := range []struct {
 		token  string
 		fail   bool
@@ -62,10 +52,7 @@ func TestRunMetricsEndpointAuth(t *testing.T) {
 			t.Errorf("step %d, token %q: %d TokenReviews, want %d", i, step.token, got, step.calls)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("shutdown: %v", err)
-	}
+	stop()
 	if p := kubeconfig.Load(); p == nil || *p != "/test/kubeconfig" {
 		t.Errorf("connected with kubeconfig %v, want -kubeconfig's", p)
 	}
